@@ -1,0 +1,203 @@
+"""The catalog: SFService (an OSB service offering) and SFPlan (an OSB plan plus its operator templates).
+
+Field names follow Service Fabrik's CRDs so that its manifests apply unchanged, including the few that
+are not camelCase there (``maintenance_info``, ``service_instance``, ``service_binding``, ``redirectURI``).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import ClassVar
+
+from opbroker.api.meta import Condition, FreeForm, KubeResource, WireModel
+from pydantic import Field, model_validator
+
+OSB_GROUP = "osb.servicefabrik.io"
+
+
+class TemplateAction(StrEnum):
+    """What a template is rendered for (Service Fabrik's set)."""
+
+    PROVISION = "provision"
+    BIND = "bind"
+    UNBIND = "unbind"
+    SOURCES = "sources"
+    STATUS = "status"
+    CLUSTER_SELECTOR = "clusterSelector"
+
+
+class TemplateType(StrEnum):
+    """The template language. ``jinja2`` is what opbroker renders; the others are Service Fabrik's and
+    are accepted in manifests so existing plans load, but the renderer refuses them with a clear error."""
+
+    JINJA2 = "jinja2"
+    GOTEMPLATE = "gotemplate"
+    HELM = "helm"
+
+
+class TemplateSpec(WireModel):
+    """One template of a plan. Exactly one source: inline ``content``, base64 ``contentEncoded`` or ``url``."""
+
+    action: TemplateAction
+    type: TemplateType
+    content: str | None = None
+    content_encoded: str | None = None
+    url: str | None = Field(default=None, pattern=r"^https?://")
+    singleton: bool = False
+    """Objects rendered by a singleton template are shared by all instances of the plan: "already exists"
+    is tolerated and the object gains an owner reference instead of being recreated."""
+
+    @model_validator(mode="after")
+    def _one_source(self) -> TemplateSpec:
+        given = [n for n in ("content", "content_encoded", "url") if getattr(self, n) is not None]
+        if len(given) != 1:
+            wire = {"content": "content", "content_encoded": "contentEncoded", "url": "url"}
+            named = ", ".join(wire[n] for n in given) or "none"
+            raise ValueError(f"exactly one of content, contentEncoded or url is required (got {named})")
+        return self
+
+
+class ParameterSchema(WireModel):
+    """An OSB schema object: ``{"parameters": <JSON schema>}``."""
+
+    parameters: FreeForm | None = None
+
+
+class InstanceSchemas(WireModel):
+    create: ParameterSchema | None = None
+    update: ParameterSchema | None = None
+
+
+class BindingSchemas(WireModel):
+    create: ParameterSchema | None = None
+
+
+class PlanSchemas(WireModel):
+    """The plan's parameter schemas, spelt as in the OSB catalog."""
+
+    service_instance: InstanceSchemas | None = Field(default=None, alias="service_instance")
+    service_binding: BindingSchemas | None = Field(default=None, alias="service_binding")
+
+
+class MaintenanceInfo(WireModel):
+    version: str = Field(pattern=r"^\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.-]+)?$")
+    description: str | None = None
+
+
+class Manager(WireModel):
+    """How the broker treats the plan's operations."""
+
+    async_: bool = Field(default=True, alias="async")
+    """Provision/update/deprovision answer 202 and are polled through last_operation."""
+    async_binding: bool = False
+    """Bind/unbind answer 202 and are polled through the binding's last_operation."""
+
+
+class DashboardClient(WireModel):
+    id: str | None = None
+    secret: str | None = None
+    redirect_uri: str | None = Field(default=None, alias="redirectURI")
+
+
+class SFServiceSpec(WireModel):
+    """An OSB service offering as served from ``/v2/catalog``."""
+
+    name: str = Field(min_length=1, pattern=r"^\S+$")
+    id: str = Field(min_length=1)
+    description: str = Field(min_length=1)
+    tags: list[str] | None = None
+    requires: list[str] | None = None
+    bindable: bool
+    instances_retrievable: bool = False
+    bindings_retrievable: bool = False
+    allow_context_updates: bool = False
+    plan_updatable: bool = False
+    metadata: FreeForm | None = None
+    dashboard_client: DashboardClient | None = None
+    context: FreeForm | None = None
+    """Context for opbroker and the operator, available to templates as ``service.spec.context``."""
+
+    @model_validator(mode="after")
+    def _requires(self) -> SFServiceSpec:
+        allowed = {"syslog_drain", "route_forwarding", "volume_mount"}
+        unknown = sorted(set(self.requires or ()) - allowed)
+        if unknown:
+            raise ValueError(f"requires: unknown permission(s) {unknown}; allowed: {sorted(allowed)}")
+        return self
+
+
+class SFServiceStatus(WireModel):
+    observed_generation: int | None = None
+    conditions: list[Condition] | None = None
+
+
+class SFService(KubeResource):
+    GROUP: ClassVar[str] = OSB_GROUP
+    KIND: ClassVar[str] = "SFService"
+    PLURAL: ClassVar[str] = "sfservices"
+    SHORT_NAMES: ClassVar[tuple[str, ...]] = ("sfs",)
+    PRINTER_COLUMNS: ClassVar[tuple[tuple[str, str, str], ...]] = (
+        ("Display", ".spec.name", "string"),
+        ("Bindable", ".spec.bindable", "boolean"),
+    )
+
+    spec: SFServiceSpec
+    status: SFServiceStatus | None = None
+
+
+class SFPlanSpec(WireModel):
+    """An OSB plan and everything the controller needs to serve it."""
+
+    name: str = Field(min_length=1, pattern=r"^\S+$")
+    id: str = Field(min_length=1)
+    description: str = Field(min_length=1)
+    service_id: str = Field(min_length=1)
+    metadata: FreeForm | None = None
+    maintenance_info: MaintenanceInfo | None = Field(default=None, alias="maintenance_info")
+    free: bool = True
+    bindable: bool | None = None
+    plan_updatable: bool | None = None
+    auto_update_instances: bool = False
+    """Re-render every instance of the plan when this spec changes (hash kept in status)."""
+    maximum_polling_duration: int | None = Field(default=None, ge=1)
+    schemas: PlanSchemas | None = None
+    templates: list[TemplateSpec] = Field(min_length=1)
+    snippets: dict[str, str] | None = None
+    """Named template fragments shared by the plan's templates (``{% include "snippet-name" %}``)."""
+    manager: Manager | None = None
+    context: FreeForm | None = None
+    """Context for the templates (``plan.spec.context``); ``requests`` feeds capacity-aware scheduling."""
+
+    @model_validator(mode="after")
+    def _one_template_per_action(self) -> SFPlanSpec:
+        seen: set[TemplateAction] = set()
+        for template in self.templates:
+            if template.action in seen:
+                raise ValueError(f"templates: action {template.action.value!r} is defined more than once")
+            seen.add(template.action)
+        return self
+
+    def template(self, action: TemplateAction) -> TemplateSpec | None:
+        """The plan's template for ``action``, if it has one."""
+        return next((t for t in self.templates if t.action == action), None)
+
+
+class SFPlanStatus(WireModel):
+    observed_generation: int | None = None
+    spec_hash: str | None = None
+    """sha256 of the spec the instances were last rendered with (``autoUpdateInstances``)."""
+    conditions: list[Condition] | None = None
+
+
+class SFPlan(KubeResource):
+    GROUP: ClassVar[str] = OSB_GROUP
+    KIND: ClassVar[str] = "SFPlan"
+    PLURAL: ClassVar[str] = "sfplans"
+    SHORT_NAMES: ClassVar[tuple[str, ...]] = ("sfp",)
+    PRINTER_COLUMNS: ClassVar[tuple[tuple[str, str, str], ...]] = (
+        ("Display", ".spec.name", "string"),
+        ("Service", ".spec.serviceId", "string"),
+    )
+
+    spec: SFPlanSpec
+    status: SFPlanStatus | None = None

@@ -1,0 +1,131 @@
+"""OSB requests recorded as resources: SFServiceInstance (provision/update/deprovision) and SFServiceBinding.
+
+The broker writes spec and the request states (``in_queue``, ``update``, ``delete``); the controller moves
+them to ``in progress`` and, from the plan's status template, to ``succeeded`` or ``failed``. Credentials
+never appear here: a binding's status only names the Secret that holds them.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import ClassVar
+
+from opbroker.api.catalog import OSB_GROUP, MaintenanceInfo
+from opbroker.api.meta import Condition, FreeForm, KubeResource, ResourceRef, WireModel
+from pydantic import Field
+
+
+class OperationState(StrEnum):
+    """States of an instance or binding, as Service Fabrik spells them."""
+
+    IN_QUEUE = "in_queue"
+    UPDATE = "update"
+    DELETE = "delete"
+    IN_PROGRESS = "in progress"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+class LastOperation(WireModel):
+    """The operation the broker reports through ``last_operation``."""
+
+    type: str = Field(pattern=r"^(provision|update|deprovision|bind|unbind)$")
+    id: str | None = None
+    """The opaque ``operation`` token returned to the OSB client with 202."""
+    started_at: datetime | None = None
+
+
+class SFServiceInstanceSpec(WireModel):
+    """An OSB provision (or update) request, recorded verbatim."""
+
+    instance_id: str | None = None
+    service_id: str = Field(min_length=1)
+    plan_id: str = Field(min_length=1)
+    context: FreeForm | None = None
+    organization_guid: str | None = None
+    space_guid: str | None = None
+    parameters: FreeForm | None = None
+    previous_values: FreeForm | None = None
+    maintenance_info: MaintenanceInfo | None = Field(default=None, alias="maintenance_info")
+    cluster_id: str | None = None
+    """The SFCluster the scheduler assigned; empty until scheduled."""
+
+
+class SFServiceInstanceStatus(WireModel):
+    state: OperationState | None = None
+    description: str | None = None
+    error: str | None = None
+    dashboard_url: str | None = None
+    instance_usable: bool | None = None
+    update_repeatable: bool | None = None
+    last_operation: LastOperation | None = None
+    applied_spec: FreeForm | None = None
+    """The spec the current resources were rendered from."""
+    resources: list[ResourceRef] | None = None
+    """Every object applied for the instance; one no longer rendered is deleted."""
+    error_count: int | None = Field(default=None, ge=0)
+    """Consecutive reconcile errors; past the controller's threshold the operation is marked failed."""
+    observed_generation: int | None = None
+    conditions: list[Condition] | None = None
+
+
+class SFServiceInstance(KubeResource):
+    GROUP: ClassVar[str] = OSB_GROUP
+    KIND: ClassVar[str] = "SFServiceInstance"
+    PLURAL: ClassVar[str] = "sfserviceinstances"
+    SHORT_NAMES: ClassVar[tuple[str, ...]] = ("sfsi",)
+    PRINTER_COLUMNS: ClassVar[tuple[tuple[str, str, str], ...]] = (
+        ("State", ".status.state", "string"),
+        ("Cluster", ".spec.clusterId", "string"),
+        ("Plan", ".spec.planId", "string"),
+    )
+
+    spec: SFServiceInstanceSpec
+    status: SFServiceInstanceStatus | None = None
+
+
+class SFServiceBindingSpec(WireModel):
+    """An OSB bind request, recorded verbatim."""
+
+    id: str = Field(min_length=1)
+    instance_id: str = Field(min_length=1)
+    service_id: str = Field(min_length=1)
+    plan_id: str = Field(min_length=1)
+    bind_resource: FreeForm | None = None
+    context: FreeForm | None = None
+    parameters: FreeForm | None = None
+    accepts_incomplete: bool = False
+
+
+class BindingResponse(WireModel):
+    """Where the bind response lives: a Secret owned by the binding, never the status itself."""
+
+    secret_ref: str | None = None
+
+
+class SFServiceBindingStatus(WireModel):
+    state: OperationState | None = None
+    description: str | None = None
+    error: str | None = None
+    response: BindingResponse | None = None
+    last_operation: LastOperation | None = None
+    applied_spec: FreeForm | None = None
+    resources: list[ResourceRef] | None = None
+    error_count: int | None = Field(default=None, ge=0)
+    observed_generation: int | None = None
+    conditions: list[Condition] | None = None
+
+
+class SFServiceBinding(KubeResource):
+    GROUP: ClassVar[str] = OSB_GROUP
+    KIND: ClassVar[str] = "SFServiceBinding"
+    PLURAL: ClassVar[str] = "sfservicebindings"
+    SHORT_NAMES: ClassVar[tuple[str, ...]] = ("sfsb",)
+    PRINTER_COLUMNS: ClassVar[tuple[tuple[str, str, str], ...]] = (
+        ("State", ".status.state", "string"),
+        ("Instance", ".spec.instanceId", "string"),
+    )
+
+    spec: SFServiceBindingSpec
+    status: SFServiceBindingStatus | None = None

@@ -1,0 +1,1 @@
+"""The ``opbroker`` command line."""

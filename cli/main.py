@@ -1,0 +1,20 @@
+"""Entry point of the ``opbroker`` command: one Typer app, one sub-module per command group."""
+
+from __future__ import annotations
+
+import typer
+from opbroker.cli import cluster, manifests
+
+app = typer.Typer(
+    name="opbroker",
+    help="Expose Kubernetes operators as managed services (OSB broker, controller, Pulumi components).",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+app.command("validate")(manifests.validate)
+app.command("crds")(manifests.crds)
+app.add_typer(cluster.app, name="cluster")
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,111 @@
+"""The certificates a local control plane needs: a CA, the API server's serving certificate, and the
+service-account signing key. Made with the ``cryptography`` library so the kubeconfig can verify TLS
+instead of skipping verification.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.x509.oid import NameOID
+
+
+@dataclass(frozen=True)
+class Pki:
+    ca_cert: Path
+    serving_cert: Path
+    serving_key: Path
+    service_account_key: Path
+
+
+def _write_key(path: Path, key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> None:
+    path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    path.chmod(0o600)
+
+
+def _name(common_name: str) -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+
+
+def ensure_pki(directory: Path) -> Pki:
+    """Create the PKI in ``directory`` unless it is already there (certificates last ten years)."""
+    pki = Pki(
+        ca_cert=directory / "ca.crt",
+        serving_cert=directory / "apiserver.crt",
+        serving_key=directory / "apiserver.key",
+        service_account_key=directory / "service-account.key",
+    )
+    if all(p.exists() for p in (pki.ca_cert, pki.serving_cert, pki.serving_key, pki.service_account_key)):
+        return pki
+    directory.mkdir(parents=True, exist_ok=True)
+    now = datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=5)
+    expiry = now + datetime.timedelta(days=3650)
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(_name("opbroker-local-ca"))
+        .issuer_name(_name("opbroker-local-ca"))
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(expiry)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+
+    serving_key = ec.generate_private_key(ec.SECP256R1())
+    serving = (
+        x509.CertificateBuilder()
+        .subject_name(_name("kube-apiserver"))
+        .issuer_name(ca.subject)
+        .public_key(serving_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(expiry)
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [
+                    x509.DNSName("localhost"),
+                    x509.DNSName("kubernetes"),
+                    x509.DNSName("kubernetes.default.svc"),
+                    x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+                ]
+            ),
+            critical=False,
+        )
+        .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+
+    pki.ca_cert.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    pki.serving_cert.write_bytes(serving.public_bytes(serialization.Encoding.PEM))
+    _write_key(pki.serving_key, serving_key)
+    _write_key(pki.service_account_key, rsa.generate_private_key(public_exponent=65537, key_size=2048))
+    return pki

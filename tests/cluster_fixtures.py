@@ -1,0 +1,46 @@
+"""Fixtures for tests that need a real Kubernetes API.
+
+One control plane per test session (built on first use, cached outside the repo), with opbroker's CRDs
+installed; each test gets its own namespace. Nothing is mocked and nothing is skipped: if the control
+plane cannot start, the tests that need it fail with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from kubernetes import client, config
+
+from opbroker.devcluster import ControlPlane
+from opbroker.devcluster.crds import install_crds
+
+
+@pytest.fixture(scope="session")
+def control_plane() -> Iterator[ControlPlane]:
+    plane = ControlPlane(f"pytest-{os.getpid()}")
+    plane.up(progress=lambda message: print(f"[control plane] {message}"))
+    try:
+        yield plane
+    finally:
+        plane.down(progress=lambda message: print(f"[control plane] {message}"))
+
+
+@pytest.fixture(scope="session")
+def api_client(control_plane: ControlPlane) -> Iterator[client.ApiClient]:
+    api = config.new_client_from_config(config_file=str(control_plane.kubeconfig))
+    install_crds(api)
+    yield api
+    api.close()
+
+
+@pytest.fixture
+def namespace(api_client: client.ApiClient) -> Iterator[str]:
+    """A fresh namespace for one test, deleted afterwards (the namespace controller empties it)."""
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    core = client.CoreV1Api(api_client)
+    core.create_namespace({"metadata": {"name": name, "labels": {"opbroker.io/test": "true"}}})
+    yield name
+    core.delete_namespace(name)

@@ -1,0 +1,20 @@
+"""Shared fixtures. The cluster fixtures live in ``tests/cluster_fixtures.py`` (a real kube-apiserver)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SEED_MANIFESTS = REPO.parent / "shared" / "seeds" / "manifests"
+
+pytest_plugins = ["tests.cluster_fixtures"]
+
+
+@pytest.fixture(scope="session")
+def seed_manifests() -> list[Path]:
+    """The seeds' manifests; CI clones the repo with shared/ beside it, so their absence is an error."""
+    files = sorted(SEED_MANIFESTS.glob("*.yaml"))
+    assert files, f"no seed manifests found in {SEED_MANIFESTS}"
+    return files
