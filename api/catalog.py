@@ -9,8 +9,9 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import ClassVar
 
-from opbroker.api.meta import Condition, FreeForm, KubeResource, WireModel
 from pydantic import Field, model_validator
+
+from opbroker.api.meta import Condition, FreeForm, KubeResource, WireModel
 
 OSB_GROUP = "osb.servicefabrik.io"
 

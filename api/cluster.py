@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from opbroker.api.meta import Condition, KubeResource, WireModel
 from pydantic import Field
+
+from opbroker.api.meta import Condition, KubeResource, WireModel
 
 RESOURCE_GROUP = "resource.servicefabrik.io"
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import yaml
+
 from opbroker.api.meta import KubeResource
 from opbroker.api.registry import RESOURCE_KINDS
 

@@ -11,9 +11,10 @@ from datetime import datetime
 from enum import StrEnum
 from typing import ClassVar
 
+from pydantic import Field
+
 from opbroker.api.catalog import OSB_GROUP, MaintenanceInfo
 from opbroker.api.meta import Condition, FreeForm, KubeResource, ResourceRef, WireModel
-from pydantic import Field
 
 
 class OperationState(StrEnum):

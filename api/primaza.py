@@ -7,8 +7,9 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import ClassVar, Literal
 
-from opbroker.api.meta import Condition, KubeResource, WireModel
 from pydantic import Field, model_validator
+
+from opbroker.api.meta import Condition, KubeResource, WireModel
 
 PRIMAZA_GROUP = "primaza.io"
 

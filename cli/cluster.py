@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
+from rich.table import Table
+
 from opbroker.cli.console import err, out
 from opbroker.devcluster import BuildError, ControlPlane, ControlPlaneError, ensure_binaries
-from rich.table import Table
 
 app = typer.Typer(help="A real local Kubernetes control plane on 127.0.0.1 (no Docker needed).", no_args_is_help=True)
 

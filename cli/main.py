@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import typer
+
 from opbroker.cli import cluster, manifests
 
 app = typer.Typer(

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+
 from opbroker.api.crd import all_crds, crd_file_name, to_yaml
 from opbroker.api.errors import ManifestError
 from opbroker.api.manifests import check_file

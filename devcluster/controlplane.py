@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import yaml
+
 from opbroker.devcluster.binaries import Binaries, cache_dir, ensure_binaries
 from opbroker.devcluster.pki import Pki, ensure_pki
 
@@ -98,28 +99,36 @@ def port_is_free(port: int) -> bool:
     return True
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free ports: all sockets stay open until every port is picked, so the kernel
+    cannot hand out the same port twice."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind(("127.0.0.1", 0))
+            sockets.append(sock)
+        return [int(sock.getsockname()[1]) for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
 
 
 def _pid_runs(pid: int, executable: str) -> bool:
-    """True if ``pid`` is alive and still runs ``executable`` (guards against pid reuse)."""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    if not cmdline or not cmdline[0]:
-        return False
+    """True if ``pid`` is alive and still runs ``executable`` (guards against pid reuse).
+
+    An empty command line counts as ours: a process we just spawned can be caught in the middle of
+    ``exec`` (Popen returns once the exec pipe closes, before the kernel has set up the new arguments).
+    """
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
-    if stat.rsplit(")", 1)[-1].split()[0] == "Z":
+    if stat.rsplit(")", 1)[-1].split()[0] in ("Z", "X"):
         return False
-    return os.path.basename(cmdline[0].decode()) == os.path.basename(executable)
+    program = cmdline.split(b"\0", 1)[0].decode(errors="replace")
+    return not program or os.path.basename(program) == os.path.basename(executable)
 
 
 def _rss_mib(pid: int) -> float | None:
@@ -206,7 +215,8 @@ class ControlPlane:
         self.log_dir.mkdir(exist_ok=True)
         pki = ensure_pki(self.dir / "pki")
         token = self._ensure_token()
-        ports = Ports(free_port(), free_port(), apiserver_port or free_port())
+        etcd_client, etcd_peer, api = free_ports(3)
+        ports = Ports(etcd_client, etcd_peer, apiserver_port or api)
         etcd_data = self._etcd_data_dir()
         shutil.rmtree(etcd_data, ignore_errors=True)
         state = State(name=self.name, ports=ports, etcd_data=str(etcd_data), started_at=time.time())
@@ -372,8 +382,9 @@ class ControlPlane:
     def _log_tail(self, component: str, lines: int = 15) -> str:
         path = self.log_dir / f"{component}.log"
         if not path.exists():
-            return "(no log)"
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+            return f"(no log at {path})"
+        tail = path.read_text(errors="replace").splitlines()[-lines:]
+        return "\n".join([*tail, f"(full log: {path})"])
 
 
 def _terminate(pid: int, executable: str, grace: float = 10.0) -> None:

@@ -105,23 +105,33 @@ def test_unknown_template_action_names_the_field() -> None:
 
 
 def test_missing_required_field_names_the_field() -> None:
-    problems = _problems(PLAN_HEAD.replace("  serviceId: s1\n", "") + "  templates: [{action: provision, type: jinja2, content: x}]\n")
+    problems = _problems(
+        PLAN_HEAD.replace("  serviceId: s1\n", "") + "  templates: [{action: provision, type: jinja2, content: x}]\n"
+    )
     assert problems == ("spec.serviceId: Field required",)
 
 
 def test_wrong_type_names_the_field() -> None:
-    problems = _problems(PLAN_HEAD + "  bindable: maybe\n  templates: [{action: provision, type: jinja2, content: x}]\n")
+    problems = _problems(
+        PLAN_HEAD + "  bindable: maybe\n  templates: [{action: provision, type: jinja2, content: x}]\n"
+    )
     assert problems[0].startswith("spec.bindable: Input should be a valid boolean")
 
 
 def test_misspelt_field_is_refused_not_dropped() -> None:
-    problems = _problems(PLAN_HEAD + "  planUpdateable: true\n  templates: [{action: provision, type: jinja2, content: x}]\n")
+    problems = _problems(
+        PLAN_HEAD + "  planUpdateable: true\n  templates: [{action: provision, type: jinja2, content: x}]\n"
+    )
     assert problems == ("spec.planUpdateable: Extra inputs are not permitted",)
 
 
 def test_template_needs_exactly_one_source() -> None:
-    problems = _problems(PLAN_HEAD + "  templates: [{action: provision, type: jinja2, content: x, url: 'https://e/x'}]\n")
-    assert problems == ("spec.templates[0]: exactly one of content, contentEncoded or url is required (got content, url)",)
+    problems = _problems(
+        PLAN_HEAD + "  templates: [{action: provision, type: jinja2, content: x, url: 'https://e/x'}]\n"
+    )
+    assert problems == (
+        "spec.templates[0]: exactly one of content, contentEncoded or url is required (got content, url)",
+    )
 
 
 def test_duplicate_template_action_is_refused() -> None:

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The test command: set up (idempotent), lint, type-check, then every test against a real kube-apiserver.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+echo "[test] ruff"
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
+echo "[test] mypy --strict (pure core)"
+scripts/typecheck.sh
+echo "[test] pytest"
+exec .venv/bin/pytest "$@"
