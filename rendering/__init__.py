@@ -1,1 +1,1 @@
-"""x"""
+"""Plan templates: the rendering engine (pure, no cluster access)."""

@@ -7,4 +7,4 @@ cd "$(dirname "$0")/.."
 tree=.typecheck/opbroker
 mkdir -p "$tree"
 for pkg in api rendering; do ln -sfn "../../$pkg" "$tree/$pkg"; done
-MYPYPATH=.typecheck exec .venv/bin/mypy --strict -p opbroker.api "$@"
+MYPYPATH=.typecheck exec .venv/bin/mypy --strict -p opbroker.api -p opbroker.rendering "$@"

@@ -1,0 +1,74 @@
+"""The contract between the broker, the controller and the templates: names, labels, keys, tokens.
+
+Both sides import these instead of spelling strings, so a rename is one change. Kept pure (no cluster
+access) so the Pulumi components and the tests can use it too.
+
+Who writes what:
+
+* The broker creates ``SFServiceInstance`` / ``SFServiceBinding`` (spec = the OSB request) and writes
+  ``status.state`` (``in_queue`` / ``update`` / ``delete``) plus ``status.lastOperation`` through the
+  status subresource. For a deprovision or unbind it writes ``state: delete`` and then DELETEs the object;
+  the controller's finalizer does the teardown and releases the object when done.
+* The controller writes every other status field, moves the state to ``in progress`` and then to
+  ``succeeded`` / ``failed``, and stores bind credentials in the Secret named by
+  ``status.response.secretRef`` (key :data:`CREDENTIALS_KEY`, a JSON object: the OSB bind response body).
+* An object whose ``metadata.generation`` is ahead of ``status.observedGeneration`` has work pending.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+DOMAIN = "opbroker.io"
+
+#: Finalizer the controller puts on instances and bindings; removed once teardown has finished.
+FINALIZER = f"{DOMAIN}/teardown"
+
+#: Default namespace of the control plane: SFService, SFPlan, SFCluster live here.
+DEFAULT_NAMESPACE = "opbroker"
+
+LABEL_SERVICE = f"{DOMAIN}/service"
+LABEL_PLAN = f"{DOMAIN}/plan"
+LABEL_INSTANCE = f"{DOMAIN}/instance"
+LABEL_BINDING = f"{DOMAIN}/binding"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "opbroker"
+
+#: JSON of the decoded ``X-Broker-API-Originating-Identity`` of the request that last changed the object.
+ANNOTATION_ORIGINATING_IDENTITY = f"{DOMAIN}/originating-identity"
+#: The ``X-Broker-API-Request-Identity`` of that request, for tracing.
+ANNOTATION_REQUEST_IDENTITY = f"{DOMAIN}/request-identity"
+
+#: Key of the credentials Secret that holds the bind response (JSON object with ``credentials`` etc.).
+CREDENTIALS_KEY = "response"
+#: Secret type of binding credentials Secrets, so they are recognisable and never mistaken for others.
+CREDENTIALS_SECRET_TYPE = f"{DOMAIN}/binding-credentials"
+
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def resource_name(osb_id: str) -> str:
+    """The Kubernetes name for an OSB instance or binding id.
+
+    The id itself when it is a valid DNS-1123 label (so it can also appear inside names the templates
+    build), otherwise its sha224 hex digest (56 characters, always valid). Deterministic: every broker
+    replica finds the same object for the same id.
+    """
+    if len(osb_id) <= 63 and _DNS1123_LABEL.match(osb_id):
+        return osb_id
+    return hashlib.sha224(osb_id.encode("utf-8")).hexdigest()
+
+
+def credentials_secret_name(binding_name: str) -> str:
+    """Name of the Secret holding a binding's credentials (owned by the binding)."""
+    return f"{binding_name}-credentials"
+
+
+def instance_registry_name(instance_name: str) -> str:
+    """Name of an instance's registry Secret (Couchbase-style key/JSON-value store)."""
+    return f"{instance_name}-registry"
+
+
+def binding_registry_name(binding_name: str) -> str:
+    return f"{binding_name}-binding-registry"

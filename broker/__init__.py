@@ -1,0 +1,1 @@
+"""The OSB v2.17 broker (HTTP edge)."""
