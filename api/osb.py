@@ -63,6 +63,8 @@ class SFServiceInstanceStatus(WireModel):
     last_operation: LastOperation | None = None
     applied_spec: FreeForm | None = None
     """The spec the current resources were rendered from."""
+    applied_plan_hash: str | None = None
+    """Hash of the plan spec the resources were rendered from (``autoUpdateInstances`` compares it)."""
     resources: list[ResourceRef] | None = None
     """Every object applied for the instance; one no longer rendered is deleted."""
     error_count: int | None = Field(default=None, ge=0)
