@@ -1,0 +1,186 @@
+"""The controller process: kopf delivers watch events, a work queue runs level-triggered reconciles.
+
+kopf watches SFService, SFPlan, SFServiceInstance and SFServiceBinding (reconnects, resourceVersions,
+login). Its event handlers do nothing but update the in-memory catalog and indexes and enqueue keys;
+``kopf.on.event`` is used on purpose: it keeps no progress annotations on our objects (no extra writes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+from collections.abc import Hashable
+from typing import Any
+
+import kopf
+from kubernetes import client
+
+from opbroker.api.conventions import resource_name
+from opbroker.controller import metrics
+from opbroker.controller.bindings import BindingReconciler
+from opbroker.controller.catalog import Catalog
+from opbroker.controller.instances import InstanceReconciler
+from opbroker.controller.kube import BINDINGS, INSTANCES, PLANS, SERVICES, Kube
+from opbroker.controller.reconciling import Conflict, Deps
+from opbroker.controller.settings import ControllerSettings
+from opbroker.controller.sources import SourceIndex, SourceWatchers
+from opbroker.controller.workqueue import DONE, Outcome, WorkQueue
+from opbroker.rendering import Renderer
+
+logger = logging.getLogger(__name__)
+
+
+class Controller:
+    """Wires the catalog, the reconcilers and the queue; knows nothing about kopf itself."""
+
+    def __init__(self, api_client: client.ApiClient, settings: ControllerSettings) -> None:
+        self.settings = settings
+        self.kube = Kube(api_client)
+        self.catalog = Catalog()
+        self.index = SourceIndex()
+        self.queue: WorkQueue | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.watchers = SourceWatchers(self.kube, self.index, self._enqueue_threadsafe)
+        deps = Deps(self.kube, self.catalog, Renderer(), settings, self.index, self.watchers)
+        self.instances = InstanceReconciler(deps)
+        self.bindings = BindingReconciler(deps)
+        self._plan_members: dict[str, set[Hashable]] = {}
+        self._instance_bindings: dict[Hashable, set[Hashable]] = {}
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.queue = WorkQueue(self._reconcile, workers=self.settings.workers)
+        self.queue.start()
+
+    async def stop(self) -> None:
+        self.watchers.stop()
+        if self.queue is not None:
+            await self.queue.stop()
+
+    # -- events --------------------------------------------------------------------------------------
+
+    def _enqueue(self, key: Hashable) -> None:
+        if self.queue is not None:
+            self.queue.add(key)
+
+    def _enqueue_threadsafe(self, key: Hashable) -> None:
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(self._enqueue, key)
+
+    def on_service(self, event_type: str, body: dict[str, Any]) -> None:
+        if event_type == "DELETED":
+            self.catalog.remove_service(body)
+        else:
+            self.catalog.upsert_service(body)
+
+    def on_plan(self, event_type: str, body: dict[str, Any]) -> None:
+        if event_type == "DELETED":
+            self.catalog.remove_plan(body)
+        else:
+            self.catalog.upsert_plan(body)
+        plan_id = (body.get("spec") or {}).get("id") or body["metadata"]["name"]
+        for key in sorted(self._plan_members.get(plan_id, set()), key=str):
+            self._enqueue(key)
+
+    def on_instance(self, event_type: str, body: dict[str, Any]) -> None:
+        meta = body["metadata"]
+        key: Hashable = ("instance", meta["namespace"], meta["name"])
+        plan_id = (body.get("spec") or {}).get("planId", "")
+        for members in self._plan_members.values():
+            members.discard(key)
+        if event_type == "DELETED":
+            self.index.forget(key)
+            self._instance_bindings.pop(key, None)
+            if self.queue:
+                self.queue.forget(key)
+            return
+        self._plan_members.setdefault(plan_id, set()).add(key)
+        self._enqueue(key)
+        for binding in self._instance_bindings.get(key, set()):
+            self._enqueue(binding)
+        metrics.observe_state("instance", key, (body.get("status") or {}).get("state") or "none")
+
+    def on_binding(self, event_type: str, body: dict[str, Any]) -> None:
+        meta = body["metadata"]
+        key: Hashable = ("binding", meta["namespace"], meta["name"])
+        instance_key: Hashable = ("instance", meta["namespace"], resource_name((body.get("spec") or {}).get("instanceId", "")))
+        if event_type == "DELETED":
+            self.index.forget(key)
+            self._instance_bindings.get(instance_key, set()).discard(key)
+            if self.queue:
+                self.queue.forget(key)
+            self._enqueue(instance_key)  # a deprovision may have been waiting for this binding to go
+            metrics.observe_state("binding", key, None)
+            return
+        self._instance_bindings.setdefault(instance_key, set()).add(key)
+        self._enqueue(key)
+        metrics.observe_state("binding", key, (body.get("status") or {}).get("state") or "none")
+
+    # -- reconciling ---------------------------------------------------------------------------------
+
+    async def _reconcile(self, key: Hashable) -> Outcome:
+        assert isinstance(key, tuple)
+        kind, namespace, name = key
+        reconciler = self.instances if kind == "instance" else self.bindings
+        with metrics.reconcile_timer(kind):
+            try:
+                return await asyncio.to_thread(reconciler.reconcile, namespace, name)
+            except Conflict:
+                metrics.RECONCILE_ERRORS.labels(kind=kind, reason="conflict").inc()
+                return Outcome(requeue_after=0.05)
+            except Exception:
+                metrics.RECONCILE_ERRORS.labels(kind=kind, reason="error").inc()
+                raise
+
+
+def build_registry(controller: Controller, *, kubeconfig: str | None) -> kopf.OperatorRegistry:
+    """The kopf handlers: thin adapters from watch events to the controller."""
+    registry = kopf.OperatorRegistry()
+
+    @kopf.on.login(registry=registry)  # type: ignore[arg-type]
+    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        if kubeconfig:
+            return kopf.login_with_kubeconfig(**kwargs)
+        return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
+    @kopf.on.startup(registry=registry)  # type: ignore[arg-type]
+    async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
+        settings.posting.enabled = False  # our Events are posted deliberately, on state changes only
+        settings.watching.server_timeout = 300
+        settings.watching.client_timeout = 330
+        settings.batching.idle_timeout = 0.5
+        settings.batching.batch_window = 0.05
+        controller.start()
+
+    @kopf.on.cleanup(registry=registry)  # type: ignore[arg-type]
+    async def cleanup(**_: Any) -> None:
+        await controller.stop()
+
+    @kopf.on.event(SERVICES.group, SERVICES.version, SERVICES.plural, registry=registry)  # type: ignore[arg-type]
+    async def service_event(event: dict[str, Any], body: Any, **_: Any) -> None:
+        controller.on_service(str(event.get("type")), _plain(body))
+
+    @kopf.on.event(PLANS.group, PLANS.version, PLANS.plural, registry=registry)  # type: ignore[arg-type]
+    async def plan_event(event: dict[str, Any], body: Any, **_: Any) -> None:
+        controller.on_plan(str(event.get("type")), _plain(body))
+
+    @kopf.on.event(INSTANCES.group, INSTANCES.version, INSTANCES.plural, registry=registry)  # type: ignore[arg-type]
+    async def instance_event(event: dict[str, Any], body: Any, **_: Any) -> None:
+        controller.on_instance(str(event.get("type")), _plain(body))
+
+    @kopf.on.event(BINDINGS.group, BINDINGS.version, BINDINGS.plural, registry=registry)  # type: ignore[arg-type]
+    async def binding_event(event: dict[str, Any], body: Any, **_: Any) -> None:
+        controller.on_binding(str(event.get("type")), _plain(body))
+
+    return registry
+
+
+def _plain(body: Any) -> dict[str, Any]:
+    """A kopf Body as a plain, mutable dict (deep copy: kopf reuses its own)."""
+    return copy.deepcopy(dict(body))
+
+
+__all__ = ["DONE", "Controller", "build_registry"]

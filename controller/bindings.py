@@ -1,0 +1,252 @@
+"""Reconciling SFServiceBindings: render ``bind``, read the credentials back, keep them in a Secret.
+
+Credentials are only published once the plan's status template reports the bind ``succeeded`` *with* a
+response, i.e. once the objects that produce them exist — never frozen early. They live in a Secret
+owned by the binding (``status.response.secretRef``); they never enter status, logs or events.
+
+Bind templates often change an object of the instance (the seed's Zalando plan adds a database user to
+the instance's ``postgresql``). Such shared objects are applied under a field manager of the binding's
+own, so unbinding releases exactly the binding's fields and never deletes the instance's object.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from typing import Any
+
+from opbroker.api import TemplateAction
+from opbroker.api.conventions import (
+    CREDENTIALS_KEY,
+    CREDENTIALS_SECRET_TYPE,
+    FINALIZER,
+    LABEL_BINDING,
+    LABEL_INSTANCE,
+    LABEL_MANAGED_BY,
+    MANAGED_BY,
+    binding_registry_name,
+    credentials_secret_name,
+    instance_registry_name,
+    resource_name,
+)
+from opbroker.api.osb import OperationState
+from opbroker.controller import decisions, registries
+from opbroker.controller.catalog import PlanEntry
+from opbroker.controller.decisions import Reason, Step
+from opbroker.controller.kube import BINDINGS, INSTANCES, ref_of
+from opbroker.controller.objects import minus_refs, owner_reference, ref_dicts, ref_key, refs_of, same_namespace, stamp
+from opbroker.controller.reconciling import Deps, StatusWriter
+from opbroker.controller.rendered import fetch_sources, inputs_for, release
+from opbroker.controller.workqueue import DONE, Outcome
+from opbroker.rendering import RenderError
+
+logger = logging.getLogger(__name__)
+
+
+def binding_field_manager(binding_name: str) -> str:
+    return f"opbroker-binding-{binding_name}"[:128]
+
+
+class BindingReconciler:
+    def __init__(self, deps: Deps) -> None:
+        self.deps = deps
+        self.status = StatusWriter(deps, BINDINGS)
+
+    def reconcile(self, namespace: str, name: str) -> Outcome:
+        kube = self.deps.kube
+        binding = kube.get_custom(BINDINGS, namespace, name)
+        if binding is None:
+            self.deps.index.forget(("binding", namespace, name))
+            return DONE
+        instance = kube.get_custom(INSTANCES, namespace, resource_name(binding["spec"]["instanceId"]))
+        instance_state = ((instance or {}).get("status") or {}).get("state")
+        step = decisions.next_binding_step(binding, instance_state=instance_state)
+        if step == Step.NOTHING:
+            return DONE
+        if step == Step.ADD_FINALIZER:
+            finalizers = [*(binding["metadata"].get("finalizers") or []), FINALIZER]
+            kube.patch_custom(BINDINGS, namespace, name, {"metadata": {"finalizers": finalizers}})
+            return self.reconcile(namespace, name)
+        entry = self.deps.catalog.plan((instance or binding).get("spec", {}).get("planId", ""))
+        if step == Step.TEARDOWN:
+            return self._teardown(binding, instance, entry)
+        if instance is None or decisions.is_deleting(instance):
+            self.status.transition(
+                binding,
+                state=OperationState.FAILED,
+                reason=Reason.INSTANCE_NOT_FOUND,
+                error=f"instance {binding['spec']['instanceId']!r} does not exist",
+            )
+            return DONE
+        if step == Step.BLOCKED:
+            if instance_state == OperationState.FAILED.value:
+                self.status.transition(
+                    binding,
+                    state=OperationState.FAILED,
+                    reason=Reason.INSTANCE_NOT_READY,
+                    error="the instance's last operation failed; it cannot be bound",
+                )
+                return DONE
+            return Outcome(requeue_after=self.deps.settings.status_poll_seconds)
+        if entry is None or entry.model is None:
+            error = f"plan {binding['spec'].get('planId')!r} is " + ("not in the catalog" if entry is None else "invalid")
+            self.status.transition(binding, state=OperationState.FAILED, reason=Reason.PLAN_NOT_FOUND, error=error)
+            return DONE
+        try:
+            if step == Step.APPLY:
+                self._apply(binding, instance, entry)
+            return self._evaluate(binding, instance, entry)
+        except RenderError as exc:
+            return self.status.fail_or_retry(binding, exc, Reason.RENDER_FAILED)
+
+    # -- steps ---------------------------------------------------------------------------------------
+
+    def _registries(self, binding: dict[str, Any], instance: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        kube = self.deps.kube
+        namespace = binding["metadata"]["namespace"]
+        instance_registry = registries.load(kube, namespace, instance_registry_name(instance["metadata"]["name"]))
+        binding_registry = registries.load(kube, namespace, binding_registry_name(binding["metadata"]["name"]))
+        return instance_registry, binding_registry
+
+    def _inputs(self, binding: dict[str, Any], instance: dict[str, Any], entry: PlanEntry, sources: dict[str, Any] | None = None) -> Any:
+        instance_registry, binding_registry = self._registries(binding, instance)
+        return inputs_for(
+            self.deps,
+            instance=instance,
+            plan=entry,
+            registry=instance_registry,
+            binding=binding,
+            binding_registry=binding_registry,
+            sources=sources,
+        )
+
+    def _apply(self, binding: dict[str, Any], instance: dict[str, Any], entry: PlanEntry) -> None:
+        assert entry.model is not None
+        kube = self.deps.kube
+        meta = binding["metadata"]
+        self.status.transition(binding, state=OperationState.IN_PROGRESS, reason=Reason.IN_PROGRESS, description="binding")
+        inputs = self._inputs(binding, instance, entry)
+        sources = fetch_sources(kube, self.deps.renderer.render_sources(entry.model, inputs))
+        rendered = self.deps.renderer.render_objects(entry.model, TemplateAction.BIND, self._inputs(binding, instance, entry, sources))
+        labels = {LABEL_INSTANCE: instance["metadata"]["name"], LABEL_BINDING: meta["name"]}
+        if rendered.binding_registry is not None and rendered.binding_registry != inputs.binding_registry:
+            registries.save(
+                kube, name=binding_registry_name(meta["name"]), owner=binding, values=rendered.binding_registry, labels=labels
+            )
+        instance_refs = {ref_key(ref) for ref in refs_of(instance.get("status"))}
+        own_refs = [ref_of(o.manifest) for o in rendered.objects if ref_key(ref_of(o.manifest)) not in instance_refs]
+        old_refs = refs_of(binding.get("status"))
+        self.status.patch(binding, {"resources": ref_dicts([*old_refs, *minus_refs(own_refs, old_refs)])})
+        for obj in rendered.objects:
+            ref = ref_of(obj.manifest)
+            if ref_key(ref) in instance_refs:
+                kube.apply(obj.manifest, field_manager=binding_field_manager(meta["name"]))
+                continue
+            _, namespaced = kube.plural_of(ref.api_version, ref.kind)
+            owned = namespaced and same_namespace(obj.manifest, binding)
+            kube.apply(stamp(obj.manifest, owner=binding, labels=labels, owned=owned))
+        for gone in minus_refs(old_refs, own_refs):
+            release(kube, gone, owner_uid=meta["uid"])
+        self.status.patch(
+            binding,
+            {"resources": ref_dicts(own_refs), "appliedSpec": binding.get("spec"), "observedGeneration": meta.get("generation"), "errorCount": 0},
+        )
+
+    def _evaluate(self, binding: dict[str, Any], instance: dict[str, Any], entry: PlanEntry) -> Outcome:
+        assert entry.model is not None
+        kube = self.deps.kube
+        inputs = self._inputs(binding, instance, entry)
+        source_refs = self.deps.renderer.render_sources(entry.model, inputs)
+        self._watch(binding, [*source_refs.values(), *refs_of(binding.get("status"))])
+        if entry.model.spec.template(TemplateAction.STATUS) is None:
+            credentials = (inputs.binding_registry or {}).get("credentials") or (inputs.registry or {}).get("credentials") or {}
+            return self._succeed(binding, {"credentials": credentials})
+        result = self.deps.renderer.render_status(entry.model, self._inputs(binding, instance, entry, fetch_sources(kube, source_refs)))
+        section = result.bind
+        if section is None or section.state == OperationState.IN_PROGRESS.value:
+            return Outcome(requeue_after=self.deps.settings.status_poll_seconds)
+        if section.state == OperationState.FAILED.value:
+            self.status.transition(
+                binding, state=OperationState.FAILED, reason=Reason.FAILED, error=section.error or section.description or "bind failed"
+            )
+            return DONE
+        response = section.response or {}
+        if not response.get("credentials"):
+            # "succeeded" without credentials: the objects that produce them are not there yet.
+            return Outcome(requeue_after=self.deps.settings.status_poll_seconds)
+        return self._succeed(binding, response)
+
+    def _succeed(self, binding: dict[str, Any], response: dict[str, Any]) -> Outcome:
+        meta = binding["metadata"]
+        secret_name = credentials_secret_name(meta["name"])
+        self.deps.kube.apply_secret(
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "type": CREDENTIALS_SECRET_TYPE,
+                "metadata": {
+                    "name": secret_name,
+                    "namespace": meta["namespace"],
+                    "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_BINDING: meta["name"]},
+                    "ownerReferences": [owner_reference(binding, controller=True)],
+                },
+                "data": {CREDENTIALS_KEY: base64.b64encode(json.dumps(response).encode()).decode()},
+            }
+        )
+        self.status.transition(
+            binding,
+            state=OperationState.SUCCEEDED,
+            reason=Reason.BOUND,
+            description="credentials ready",
+            extra={"response": {"secretRef": secret_name}},
+        )
+        return DONE
+
+    def _teardown(self, binding: dict[str, Any], instance: dict[str, Any] | None, entry: PlanEntry | None) -> Outcome:
+        kube = self.deps.kube
+        meta = binding["metadata"]
+        status = binding.get("status") or {}
+        if status.get("state") != OperationState.IN_PROGRESS.value:
+            self.status.transition(binding, state=OperationState.IN_PROGRESS, reason=Reason.UNBINDING, description="unbinding")
+        done = True
+        if instance is not None and entry is not None and entry.model is not None:
+            try:
+                inputs = self._inputs(binding, instance, entry)
+                source_refs = self.deps.renderer.render_sources(entry.model, inputs)
+                sources = fetch_sources(kube, source_refs)
+                if entry.model.spec.template(TemplateAction.UNBIND) is not None:
+                    rendered = self.deps.renderer.render_objects(
+                        entry.model, TemplateAction.UNBIND, self._inputs(binding, instance, entry, sources)
+                    )
+                    for obj in rendered.objects:
+                        kube.apply(obj.manifest, field_manager=binding_field_manager(meta["name"]))
+                if entry.model.spec.template(TemplateAction.STATUS) is not None:
+                    result = self.deps.renderer.render_status(
+                        entry.model, self._inputs(binding, instance, entry, fetch_sources(kube, source_refs))
+                    )
+                    if result.unbind is not None:
+                        if result.unbind.state == OperationState.FAILED.value:
+                            self.status.transition(
+                                binding, state=OperationState.FAILED, reason=Reason.FAILED,
+                                error=result.unbind.error or "unbind failed",
+                            )
+                            return DONE
+                        done = result.unbind.state == OperationState.SUCCEEDED.value
+            except RenderError as exc:
+                return self.status.fail_or_retry(binding, exc, Reason.RENDER_FAILED)
+        remaining = [ref for ref in refs_of(status) if release(kube, ref, owner_uid=meta["uid"])]
+        if remaining or not done:
+            return Outcome(requeue_after=self.deps.settings.status_poll_seconds)
+        finalizers = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
+        kube.patch_custom(
+            BINDINGS, meta["namespace"], meta["name"],
+            {"metadata": {"finalizers": finalizers or None, "resourceVersion": meta["resourceVersion"]}},
+        )
+        self.deps.index.forget(("binding", meta["namespace"], meta["name"]))
+        return DONE
+
+    def _watch(self, binding: dict[str, Any], refs: list[Any]) -> None:
+        meta = binding["metadata"]
+        kinds = self.deps.index.track(("binding", meta["namespace"], meta["name"]), refs)
+        self.deps.watchers.ensure(kinds)

@@ -1,0 +1,175 @@
+"""Pure decisions of the reconcilers: what to do next, and what the status should then say.
+
+No I/O here: every function takes the facts (the object as on the wire, the plan entry, counts) and
+returns a decision or a status patch. The reconcilers perform what these decide, which keeps the state
+machine testable without a cluster (tests/test_controller_decisions.py).
+"""
+
+from __future__ import annotations
+
+import datetime
+from enum import StrEnum
+from typing import Any
+
+from opbroker.api.conventions import FINALIZER
+from opbroker.api.osb import OperationState
+
+#: States in which the broker has asked for work the controller has not started yet.
+REQUESTED = frozenset({None, OperationState.IN_QUEUE.value, OperationState.UPDATE.value})
+TERMINAL = frozenset({OperationState.SUCCEEDED.value, OperationState.FAILED.value})
+
+
+class Step(StrEnum):
+    """The next thing a reconcile does with an instance or binding."""
+
+    NOTHING = "nothing"
+    ADD_FINALIZER = "add-finalizer"
+    APPLY = "apply"
+    EVALUATE = "evaluate"
+    TEARDOWN = "teardown"
+    BLOCKED = "blocked"
+
+
+class Reason(StrEnum):
+    """Condition and event reasons: constants, never inline strings."""
+
+    PROVISIONED = "Provisioned"
+    BOUND = "Bound"
+    IN_PROGRESS = "InProgress"
+    FAILED = "Failed"
+    PLAN_NOT_FOUND = "PlanNotFound"
+    PLAN_INVALID = "PlanInvalid"
+    INSTANCE_NOT_READY = "InstanceNotReady"
+    INSTANCE_NOT_FOUND = "InstanceNotFound"
+    BINDINGS_EXIST = "BindingsExist"
+    RENDER_FAILED = "RenderFailed"
+    APPLY_FAILED = "ApplyFailed"
+    GAVE_UP = "GaveUp"
+    DEPROVISIONING = "Deprovisioning"
+    UNBINDING = "Unbinding"
+
+
+def _meta(obj: dict[str, Any]) -> dict[str, Any]:
+    meta: dict[str, Any] = obj.get("metadata") or {}
+    return meta
+
+
+def _status(obj: dict[str, Any]) -> dict[str, Any]:
+    status: dict[str, Any] = obj.get("status") or {}
+    return status
+
+
+def is_deleting(obj: dict[str, Any]) -> bool:
+    return bool(_meta(obj).get("deletionTimestamp"))
+
+
+def has_finalizer(obj: dict[str, Any]) -> bool:
+    return FINALIZER in (_meta(obj).get("finalizers") or [])
+
+
+def generation_pending(obj: dict[str, Any]) -> bool:
+    """True if the spec changed since the controller last applied it."""
+    return _meta(obj).get("generation") != _status(obj).get("observedGeneration")
+
+
+def next_instance_step(
+    instance: dict[str, Any], *, plan_hash: str | None, auto_update: bool, live_bindings: int
+) -> Step:
+    """Decide what an instance needs next (the plan itself is checked by the caller)."""
+    status = _status(instance)
+    if is_deleting(instance):
+        if not has_finalizer(instance):
+            return Step.NOTHING
+        return Step.BLOCKED if live_bindings else Step.TEARDOWN
+    if not has_finalizer(instance):
+        return Step.ADD_FINALIZER
+    if status.get("state") in REQUESTED or generation_pending(instance):
+        return Step.APPLY
+    if auto_update and plan_hash is not None and status.get("appliedPlanHash") not in (None, plan_hash):
+        return Step.APPLY
+    if status.get("state") == OperationState.IN_PROGRESS.value:
+        return Step.EVALUATE
+    return Step.NOTHING
+
+
+def next_binding_step(binding: dict[str, Any], *, instance_state: str | None) -> Step:
+    """Decide what a binding needs next."""
+    status = _status(binding)
+    if is_deleting(binding):
+        return Step.TEARDOWN if has_finalizer(binding) else Step.NOTHING
+    if not has_finalizer(binding):
+        return Step.ADD_FINALIZER
+    if status.get("state") in REQUESTED or generation_pending(binding):
+        return Step.APPLY if instance_state == OperationState.SUCCEEDED.value else Step.BLOCKED
+    if status.get("state") == OperationState.IN_PROGRESS.value:
+        return Step.EVALUATE
+    return Step.NOTHING
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def ready_condition(
+    previous: list[dict[str, Any]] | None, *, ready: bool, reason: Reason, message: str, generation: int | None
+) -> list[dict[str, Any]]:
+    """The conditions list with Ready set; the transition time only moves when the status flips."""
+    conditions = [c for c in (previous or []) if c.get("type") != "Ready"]
+    old = next((c for c in (previous or []) if c.get("type") == "Ready"), None)
+    status = "True" if ready else "False"
+    changed = old is None or old.get("status") != status
+    conditions.append(
+        {
+            "type": "Ready",
+            "status": status,
+            "reason": reason.value,
+            "message": message[:1024],
+            "lastTransitionTime": now() if changed else old.get("lastTransitionTime") if old else now(),
+            "observedGeneration": generation,
+        }
+    )
+    return conditions
+
+
+def outcome_status(
+    obj: dict[str, Any],
+    *,
+    state: OperationState,
+    reason: Reason,
+    description: str = "",
+    error: str | None = None,
+) -> dict[str, Any]:
+    """A status patch announcing ``state``, with the Ready condition to match."""
+    ready = state == OperationState.SUCCEEDED
+    message = error or description or state.value
+    return {
+        "state": state.value,
+        "description": description or None,
+        "error": error,
+        "conditions": ready_condition(
+            _status(obj).get("conditions"),
+            ready=ready,
+            reason=reason,
+            message=message,
+            generation=_meta(obj).get("generation"),
+        ),
+    }
+
+
+def error_status(obj: dict[str, Any], *, message: str, threshold: int) -> tuple[dict[str, Any], bool]:
+    """Count one more consecutive error; past ``threshold`` the operation is failed for good.
+
+    Returns the status patch and whether the controller gave up (no more retries until a new request).
+    """
+    count = int(_status(obj).get("errorCount") or 0) + 1
+    if count >= threshold:
+        patch = outcome_status(
+            obj,
+            state=OperationState.FAILED,
+            reason=Reason.GAVE_UP,
+            error=f"gave up after {count} consecutive errors: {message}",
+        )
+        patch["errorCount"] = count
+        patch["observedGeneration"] = _meta(obj).get("generation")
+        return patch, True
+    return {"errorCount": count, "description": f"retrying after error {count}/{threshold}: {message}"}, False

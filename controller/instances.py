@@ -1,0 +1,243 @@
+"""Reconciling SFServiceInstances: render the plan, apply, read the operator's status back, tear down.
+
+Level-triggered: ``reconcile`` reads the instance as it is now, asks ``decisions.next_instance_step``
+what is due, performs it, and tells the queue whether to look again later. Running it twice in a row,
+or after a crash at any point, converges to the same objects (server-side apply by name; everything ever
+applied is recorded in ``status.resources`` *before* it is applied, so nothing is orphaned).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Hashable
+from typing import Any
+
+from opbroker.api import TemplateAction
+from opbroker.api.conventions import FINALIZER, LABEL_INSTANCE, LABEL_PLAN, instance_registry_name
+from opbroker.api.meta import ResourceRef
+from opbroker.api.osb import OperationState
+from opbroker.controller import decisions, registries
+from opbroker.controller.catalog import PlanEntry
+from opbroker.controller.decisions import Reason, Step
+from opbroker.controller.kube import BINDINGS, INSTANCES, ref_of
+from opbroker.controller.objects import minus_refs, ref_dicts, refs_of, same_namespace, stamp, union_refs
+from opbroker.controller.reconciling import Deps, StatusWriter
+from opbroker.controller.rendered import fetch_sources, inputs_for, release
+from opbroker.controller.workqueue import DONE, Outcome
+from opbroker.rendering import RenderError
+
+logger = logging.getLogger(__name__)
+
+
+class InstanceReconciler:
+    def __init__(self, deps: Deps) -> None:
+        self.deps = deps
+        self.status = StatusWriter(deps, INSTANCES)
+
+    def reconcile(self, namespace: str, name: str) -> Outcome:
+        kube = self.deps.kube
+        instance = kube.get_custom(INSTANCES, namespace, name)
+        key: Hashable = ("instance", namespace, name)
+        if instance is None:
+            self.deps.index.forget(key)
+            return DONE
+        spec = instance.get("spec") or {}
+        entry = self.deps.catalog.plan(spec.get("planId", ""))
+        live_bindings = self._live_bindings(instance) if decisions.is_deleting(instance) else 0
+        step = decisions.next_instance_step(
+            instance,
+            plan_hash=entry.hash if entry else None,
+            auto_update=bool(entry and entry.model and entry.model.spec.auto_update_instances),
+            live_bindings=live_bindings,
+        )
+        if step == Step.NOTHING:
+            return DONE
+        if step == Step.ADD_FINALIZER:
+            finalizers = [*(instance["metadata"].get("finalizers") or []), FINALIZER]
+            kube.patch_custom(INSTANCES, namespace, name, {"metadata": {"finalizers": finalizers}})
+            return self.reconcile(namespace, name)
+        if step == Step.BLOCKED:
+            self.status.transition(
+                instance,
+                state=OperationState.FAILED,
+                reason=Reason.BINDINGS_EXIST,
+                error=f"cannot deprovision: {live_bindings} binding(s) still exist; unbind them first",
+            )
+            return DONE  # a binding's removal enqueues the instance again
+        if step == Step.TEARDOWN:
+            return self._teardown(instance, entry)
+        if entry is None or entry.model is None:
+            return self._plan_problem(instance, entry)
+        try:
+            if step == Step.APPLY:
+                self._apply(instance, entry)
+            return self._evaluate(instance, entry)
+        except RenderError as exc:
+            return self.status.fail_or_retry(instance, exc, Reason.RENDER_FAILED)
+
+    # -- steps ---------------------------------------------------------------------------------------
+
+    def _plan_problem(self, instance: dict[str, Any], entry: PlanEntry | None) -> Outcome:
+        plan_id = instance["spec"].get("planId")
+        if entry is None:
+            reason, error = Reason.PLAN_NOT_FOUND, f"plan {plan_id!r} is not in the catalog"
+        else:
+            reason, error = Reason.PLAN_INVALID, f"plan {plan_id!r} is invalid: {entry.problem}"
+        self.status.transition(instance, state=OperationState.FAILED, reason=reason, error=error)
+        return DONE  # the plan's arrival or fix enqueues its instances again
+
+    def _apply(self, instance: dict[str, Any], entry: PlanEntry) -> None:
+        assert entry.model is not None
+        kube = self.deps.kube
+        meta = instance["metadata"]
+        self.status.transition(
+            instance, state=OperationState.IN_PROGRESS, reason=Reason.IN_PROGRESS, description="rendering and applying"
+        )
+        registry_name = instance_registry_name(meta["name"])
+        registry = registries.load(kube, meta["namespace"], registry_name)
+        inputs = inputs_for(self.deps, instance=instance, plan=entry, registry=registry)
+        sources = fetch_sources(kube, self.deps.renderer.render_sources(entry.model, inputs))
+        rendered = self.deps.renderer.render_objects(
+            entry.model, TemplateAction.PROVISION, inputs_for(self.deps, instance=instance, plan=entry, registry=registry, sources=sources)
+        )
+        labels = {LABEL_INSTANCE: meta["name"], LABEL_PLAN: entry.body["metadata"]["name"]}
+        if rendered.registry != registry:
+            registries.save(kube, name=registry_name, owner=instance, values=rendered.registry, labels=labels)
+
+        new_refs = [ref_of(obj.manifest) for obj in rendered.objects]
+        old_refs = refs_of(instance.get("status"))
+        # Record first, apply second: a crash in between leaves nothing unrecorded.
+        self.status.patch(instance, {"resources": ref_dicts(union_refs(old_refs, new_refs))})
+        for obj in rendered.objects:
+            _, namespaced = kube.plural_of(obj.manifest["apiVersion"], obj.manifest["kind"])
+            owned = namespaced and same_namespace(obj.manifest, instance)
+            manifest = stamp(obj.manifest, owner=instance, labels=labels, owned=owned)
+            if obj.singleton:
+                if kube.create(manifest) is None:  # exists: share it, gaining our owner reference
+                    if owned:
+                        kube.merge_patch(ref_of(manifest), {"metadata": {"ownerReferences": manifest["metadata"]["ownerReferences"]}})
+            else:
+                kube.apply(manifest)
+        for gone in minus_refs(old_refs, new_refs):
+            release(kube, gone, owner_uid=meta["uid"])
+        self.status.patch(
+            instance,
+            {
+                "resources": ref_dicts(new_refs),
+                "appliedSpec": instance.get("spec"),
+                "appliedPlanHash": entry.hash,
+                "observedGeneration": meta.get("generation"),
+                "errorCount": 0,
+            },
+        )
+
+    def _evaluate(self, instance: dict[str, Any], entry: PlanEntry) -> Outcome:
+        assert entry.model is not None
+        kube = self.deps.kube
+        meta = instance["metadata"]
+        registry = registries.load(kube, meta["namespace"], instance_registry_name(meta["name"]))
+        inputs = inputs_for(self.deps, instance=instance, plan=entry, registry=registry)
+        source_refs = self.deps.renderer.render_sources(entry.model, inputs)
+        self._watch(instance, [*source_refs.values(), *refs_of(instance.get("status"))])
+        if entry.model.spec.template(TemplateAction.STATUS) is None:
+            self.status.transition(
+                instance,
+                state=OperationState.SUCCEEDED,
+                reason=Reason.PROVISIONED,
+                description="resources applied (the plan has no status template)",
+            )
+            return DONE
+        sources = fetch_sources(kube, source_refs)
+        result = self.deps.renderer.render_status(
+            entry.model, inputs_for(self.deps, instance=instance, plan=entry, registry=registry, sources=sources)
+        )
+        section = result.provision
+        if section is None or section.state == OperationState.IN_PROGRESS.value:
+            return Outcome(requeue_after=self.deps.settings.status_poll_seconds)
+        extra = {
+            "dashboardUrl": section.dashboard_url,
+            "instanceUsable": section.instance_usable,
+            "updateRepeatable": section.update_repeatable,
+        }
+        if section.state == OperationState.SUCCEEDED.value:
+            self.status.transition(
+                instance,
+                state=OperationState.SUCCEEDED,
+                reason=Reason.PROVISIONED,
+                description=section.description or "",
+                extra={k: v for k, v in extra.items() if v is not None},
+            )
+        else:
+            self.status.transition(
+                instance,
+                state=OperationState.FAILED,
+                reason=Reason.FAILED,
+                description=section.description or "",
+                error=section.error or section.description or "the operator reported a failure",
+                extra={k: v for k, v in extra.items() if v is not None},
+            )
+        return DONE
+
+    def _teardown(self, instance: dict[str, Any], entry: PlanEntry | None) -> Outcome:
+        kube = self.deps.kube
+        meta = instance["metadata"]
+        status = instance.get("status") or {}
+        if status.get("state") != OperationState.IN_PROGRESS.value:
+            self.status.transition(
+                instance, state=OperationState.IN_PROGRESS, reason=Reason.DEPROVISIONING, description="deprovisioning"
+            )
+        remaining = [ref for ref in refs_of(status) if release(kube, ref, owner_uid=meta["uid"])]
+        done = not remaining
+        if entry is not None and entry.model is not None and entry.model.spec.template(TemplateAction.STATUS):
+            try:
+                registry = registries.load(kube, meta["namespace"], instance_registry_name(meta["name"]))
+                inputs = inputs_for(self.deps, instance=instance, plan=entry, registry=registry)
+                source_refs = self.deps.renderer.render_sources(entry.model, inputs)
+                self._watch(instance, [*source_refs.values(), *refs_of(status)])
+                result = self.deps.renderer.render_status(
+                    entry.model,
+                    inputs_for(
+                        self.deps, instance=instance, plan=entry, registry=registry, sources=fetch_sources(kube, source_refs)
+                    ),
+                )
+            except RenderError as exc:
+                return self.status.fail_or_retry(instance, exc, Reason.RENDER_FAILED)
+            section = result.deprovision
+            if section is not None:
+                if section.state == OperationState.FAILED.value:
+                    self.status.transition(
+                        instance,
+                        state=OperationState.FAILED,
+                        reason=Reason.FAILED,
+                        error=section.error or section.description or "deprovision failed",
+                    )
+                    return DONE
+                done = done and section.state == OperationState.SUCCEEDED.value
+        if not done:
+            return Outcome(requeue_after=self.deps.settings.status_poll_seconds)
+        finalizers = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
+        kube.patch_custom(
+            INSTANCES,
+            meta["namespace"],
+            meta["name"],
+            {"metadata": {"finalizers": finalizers or None, "resourceVersion": meta["resourceVersion"]}},
+        )
+        self.deps.index.forget(("instance", meta["namespace"], meta["name"]))
+        return DONE
+
+    # -- helpers -------------------------------------------------------------------------------------
+
+    def _live_bindings(self, instance: dict[str, Any]) -> int:
+        meta = instance["metadata"]
+        bindings = self.deps.kube.list_custom(BINDINGS, meta["namespace"])
+        instance_id = instance["spec"].get("instanceId") or meta["name"]
+        return sum(
+            1
+            for b in bindings
+            if (b.get("spec") or {}).get("instanceId") in (instance_id, meta["name"])
+        )
+
+    def _watch(self, instance: dict[str, Any], refs: list[ResourceRef]) -> None:
+        meta = instance["metadata"]
+        kinds = self.deps.index.track(("instance", meta["namespace"], meta["name"]), refs)
+        self.deps.watchers.ensure(kinds)

@@ -1,0 +1,274 @@
+"""The controller's only door to the Kubernetes API: a thin, synchronous wrapper over the official client.
+
+Reconcilers call these from worker threads. Everything here is one API call (or a read-modify-write of
+one object); decisions live elsewhere. Objects are plain dicts as on the wire.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+from kubernetes.dynamic import DynamicClient
+from kubernetes.dynamic.exceptions import ResourceNotFoundError
+
+from opbroker.api.meta import ResourceRef
+
+logger = logging.getLogger(__name__)
+
+FIELD_MANAGER = "opbroker-controller"
+#: Server-populated metadata that must never be sent back in an apply.
+_SERVER_METADATA = ("uid", "resourceVersion", "generation", "creationTimestamp", "managedFields", "selfLink")
+
+
+class KubeError(RuntimeError):
+    """An API call failed in a way worth retrying or reporting (never contains object contents)."""
+
+
+@dataclass(frozen=True)
+class Kind:
+    """Where a custom resource of ours lives in the API."""
+
+    group: str
+    version: str
+    plural: str
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}"
+
+
+INSTANCES = Kind("osb.servicefabrik.io", "v1alpha1", "sfserviceinstances")
+BINDINGS = Kind("osb.servicefabrik.io", "v1alpha1", "sfservicebindings")
+PLANS = Kind("osb.servicefabrik.io", "v1alpha1", "sfplans")
+SERVICES = Kind("osb.servicefabrik.io", "v1alpha1", "sfservices")
+
+
+def ref_of(obj: dict[str, Any]) -> ResourceRef:
+    meta = obj.get("metadata") or {}
+    return ResourceRef(
+        api_version=obj["apiVersion"], kind=obj["kind"], name=meta["name"], namespace=meta.get("namespace")
+    )
+
+
+def clean_for_apply(manifest: dict[str, Any]) -> dict[str, Any]:
+    """A copy without status and server-populated metadata (templates may echo a live object back)."""
+    body = {k: v for k, v in manifest.items() if k != "status"}
+    metadata = {k: v for k, v in (body.get("metadata") or {}).items() if k not in _SERVER_METADATA}
+    body["metadata"] = metadata
+    return body
+
+
+class Kube:
+    """API access for the controller, shared by all workers."""
+
+    def __init__(self, api_client: client.ApiClient) -> None:
+        self.api_client = api_client
+        self.custom = client.CustomObjectsApi(api_client)
+        self.core = client.CoreV1Api(api_client)
+        self._dynamic: DynamicClient | None = None
+        self._dynamic_lock = threading.Lock()
+
+    @property
+    def dynamic(self) -> DynamicClient:
+        """Discovery-backed client, built lazily (discovery costs a dozen requests)."""
+        with self._dynamic_lock:
+            if self._dynamic is None:
+                self._dynamic = DynamicClient(self.api_client)
+            return self._dynamic
+
+    def _resource(self, api_version: str, kind: str) -> Any:
+        try:
+            return self.dynamic.resources.get(api_version=api_version, kind=kind)
+        except ResourceNotFoundError:
+            # A CRD installed after our discovery: refresh once, then give up clearly.
+            self.dynamic.resources.invalidate_cache()
+            try:
+                return self.dynamic.resources.get(api_version=api_version, kind=kind)
+            except ResourceNotFoundError as exc:
+                raise KubeError(f"the API server does not serve {kind} in {api_version}") from exc
+
+    def plural_of(self, api_version: str, kind: str) -> tuple[str, bool]:
+        """(plural, namespaced) of a kind, from discovery."""
+        resource = self._resource(api_version, kind)
+        return resource.name, bool(resource.namespaced)
+
+    # -- generic objects (rendered resources, sources) ------------------------------------------------
+
+    def get(self, ref: ResourceRef) -> dict[str, Any] | None:
+        resource = self._resource(ref.api_version, ref.kind)
+        try:
+            found = resource.get(name=ref.name, namespace=ref.namespace if resource.namespaced else None)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        result: dict[str, Any] = found.to_dict()
+        return result
+
+    def apply(self, manifest: dict[str, Any], *, field_manager: str = FIELD_MANAGER) -> dict[str, Any]:
+        """Server-side apply: creates or updates, never duplicates, leaves fields of other managers alone."""
+        body = clean_for_apply(manifest)
+        meta = body["metadata"]
+        resource = self._resource(body["apiVersion"], body["kind"])
+        applied = resource.server_side_apply(
+            body=body,
+            name=meta["name"],
+            namespace=meta.get("namespace") if resource.namespaced else None,
+            field_manager=field_manager,
+            force_conflicts=True,
+        )
+        result: dict[str, Any] = applied.to_dict()
+        return result
+
+    def create(self, manifest: dict[str, Any]) -> dict[str, Any] | None:
+        """Create; None if it already exists (the caller adopts it instead)."""
+        body = clean_for_apply(manifest)
+        resource = self._resource(body["apiVersion"], body["kind"])
+        try:
+            created = resource.create(body=body, namespace=body["metadata"].get("namespace") if resource.namespaced else None)
+        except ApiException as exc:
+            if exc.status == 409:
+                return None
+            raise
+        result: dict[str, Any] = created.to_dict()
+        return result
+
+    def merge_patch(self, ref: ResourceRef, patch: dict[str, Any]) -> dict[str, Any] | None:
+        resource = self._resource(ref.api_version, ref.kind)
+        try:
+            patched = resource.patch(
+                body=patch,
+                name=ref.name,
+                namespace=ref.namespace if resource.namespaced else None,
+                content_type="application/merge-patch+json",
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        result: dict[str, Any] = patched.to_dict()
+        return result
+
+    def delete(self, ref: ResourceRef) -> bool:
+        """Delete (background propagation); False if it was already gone."""
+        resource = self._resource(ref.api_version, ref.kind)
+        try:
+            resource.delete(
+                name=ref.name,
+                namespace=ref.namespace if resource.namespaced else None,
+                body={"propagationPolicy": "Background"},
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    # -- our own custom resources --------------------------------------------------------------------
+
+    def get_custom(self, kind: Kind, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            found: dict[str, Any] = self.custom.get_namespaced_custom_object(
+                kind.group, kind.version, namespace, kind.plural, name
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return found
+
+    def list_custom(self, kind: Kind, namespace: str | None, label_selector: str = "") -> list[dict[str, Any]]:
+        if namespace is None:
+            listed = self.custom.list_cluster_custom_object(kind.group, kind.version, kind.plural, label_selector=label_selector)
+        else:
+            listed = self.custom.list_namespaced_custom_object(
+                kind.group, kind.version, namespace, kind.plural, label_selector=label_selector
+            )
+        items: list[dict[str, Any]] = listed.get("items", [])
+        return items
+
+    def patch_custom_status(
+        self, kind: Kind, namespace: str, name: str, status: dict[str, Any], *, resource_version: str | None = None
+    ) -> dict[str, Any] | None:
+        """Merge-patch ``status``; with ``resource_version`` the write fails (409) if the object moved on."""
+        body: dict[str, Any] = {"status": status}
+        if resource_version:
+            body["metadata"] = {"resourceVersion": resource_version}
+        try:
+            patched: dict[str, Any] = self.custom.patch_namespaced_custom_object_status(
+                kind.group, kind.version, namespace, kind.plural, name, body
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return patched
+
+    def patch_custom(self, kind: Kind, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any] | None:
+        try:
+            patched: dict[str, Any] = self.custom.patch_namespaced_custom_object(
+                kind.group, kind.version, namespace, kind.plural, name, patch
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return patched
+
+    # -- secrets and events --------------------------------------------------------------------------
+
+    def read_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            secret = self.core.read_namespaced_secret(name, namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        data: dict[str, Any] = self.api_client.sanitize_for_serialization(secret)
+        return data
+
+    def apply_secret(self, manifest: dict[str, Any]) -> None:
+        """Create or update a Secret we own, by server-side apply (no read needed)."""
+        self.core.patch_namespaced_secret(
+            manifest["metadata"]["name"],
+            manifest["metadata"]["namespace"],
+            manifest,
+            field_manager=FIELD_MANAGER,
+            force=True,
+            _content_type="application/apply-patch+yaml",
+        )
+
+    def emit_event(self, obj: dict[str, Any], *, reason: str, message: str, warning: bool = False) -> None:
+        """Record a Kubernetes Event on ``obj``. Best effort: a lost event must not fail a reconcile."""
+        meta = obj["metadata"]
+        event = {
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "apiVersion": obj["apiVersion"],
+                "kind": obj["kind"],
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta.get("uid"),
+            },
+            "reason": reason,
+            "message": message[:1024],
+            "type": "Warning" if warning else "Normal",
+            "source": {"component": "opbroker-controller"},
+            "firstTimestamp": _now(),
+            "lastTimestamp": _now(),
+            "count": 1,
+        }
+        try:
+            self.core.create_namespaced_event(meta["namespace"], event)
+        except ApiException as exc:
+            logger.warning("could not record event %s on %s: HTTP %s", reason, meta["name"], exc.status)
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,0 +1,100 @@
+"""What every reconciler shares: the dependencies, status writes, events, error accounting."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes.client.rest import ApiException
+
+from opbroker.api.osb import OperationState
+from opbroker.controller import decisions
+from opbroker.controller.catalog import Catalog
+from opbroker.controller.decisions import Reason
+from opbroker.controller.kube import Kind, Kube
+from opbroker.controller.settings import ControllerSettings
+from opbroker.controller.sources import SourceIndex, SourceWatchers
+from opbroker.controller.workqueue import DONE, Outcome
+from opbroker.rendering import Renderer
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Deps:
+    kube: Kube
+    catalog: Catalog
+    renderer: Renderer
+    settings: ControllerSettings
+    index: SourceIndex
+    watchers: SourceWatchers
+
+
+class Conflict(Exception):
+    """The object changed under us (HTTP 409); the reconcile is simply repeated on the newer version."""
+
+
+def key_of(kind: str, obj: dict[str, Any]) -> Hashable:
+    return (kind, obj["metadata"]["namespace"], obj["metadata"]["name"])
+
+
+class StatusWriter:
+    """Status patches with optimistic concurrency, plus the Events that go with state changes."""
+
+    def __init__(self, deps: Deps, kind: Kind) -> None:
+        self.deps = deps
+        self.kind = kind
+
+    def patch(self, obj: dict[str, Any], status: dict[str, Any], *, guarded: bool = True) -> dict[str, Any] | None:
+        """Merge ``status`` into the object's status; ``guarded`` fails with Conflict if it moved on."""
+        meta = obj["metadata"]
+        try:
+            patched = self.deps.kube.patch_custom_status(
+                self.kind,
+                meta["namespace"],
+                meta["name"],
+                status,
+                resource_version=meta.get("resourceVersion") if guarded else None,
+            )
+        except ApiException as exc:
+            if exc.status == 409:
+                raise Conflict(meta["name"]) from exc
+            raise
+        if patched is not None:
+            obj.clear()
+            obj.update(patched)
+        return patched
+
+    def transition(
+        self,
+        obj: dict[str, Any],
+        *,
+        state: OperationState,
+        reason: Reason,
+        description: str = "",
+        error: str | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        """Move to ``state`` (with condition), recording an Event when the state actually changes."""
+        before = (obj.get("status") or {}).get("state")
+        status = decisions.outcome_status(obj, state=state, reason=reason, description=description, error=error)
+        status.update(extra or {})
+        self.patch(obj, status)
+        if before != state.value:
+            self.deps.kube.emit_event(
+                obj, reason=reason.value, message=error or description or state.value, warning=state == OperationState.FAILED
+            )
+
+    def fail_or_retry(self, obj: dict[str, Any], exc: Exception, reason: Reason) -> Outcome:
+        """Count an error; give up past the threshold (operation failed), else let the queue back off."""
+        message = str(exc) or type(exc).__name__
+        status, gave_up = decisions.error_status(obj, message=message, threshold=self.deps.settings.error_threshold)
+        self.patch(obj, status, guarded=False)
+        if gave_up:
+            self.deps.kube.emit_event(obj, reason=Reason.GAVE_UP.value, message=status["error"], warning=True)
+            logger.warning("%s %s: gave up: %s", obj["kind"], obj["metadata"]["name"], message)
+            return DONE
+        self.deps.kube.emit_event(obj, reason=reason.value, message=message, warning=True)
+        raise exc

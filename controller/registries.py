@@ -1,0 +1,58 @@
+"""Per-instance and per-binding registries, stored as Secrets of JSON values (the Couchbase model).
+
+What goes in them is decided by the renderer (``opbroker.rendering``); this module only reads and writes
+the Secret. A registry Secret is owned by its instance or binding, so it goes when they go.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+from opbroker.api.conventions import LABEL_MANAGED_BY, MANAGED_BY
+from opbroker.controller.kube import Kube
+from opbroker.controller.objects import owner_reference
+
+
+def decode(secret: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The registry held by a Secret, or None if there is no Secret yet."""
+    if secret is None:
+        return None
+    values: dict[str, Any] = {}
+    for key, encoded in (secret.get("data") or {}).items():
+        raw = base64.b64decode(encoded).decode("utf-8")
+        try:
+            values[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            values[key] = raw  # written by hand as a plain string: keep it as one
+    return values
+
+
+def encode(values: dict[str, Any]) -> dict[str, str]:
+    return {
+        key: base64.b64encode(json.dumps(value, sort_keys=True).encode("utf-8")).decode("ascii")
+        for key, value in values.items()
+    }
+
+
+def load(kube: Kube, namespace: str, name: str) -> dict[str, Any] | None:
+    return decode(kube.read_secret(namespace, name))
+
+
+def save(kube: Kube, *, name: str, owner: dict[str, Any], values: dict[str, Any], labels: dict[str, str]) -> None:
+    """Write the registry (server-side apply, so repeating it changes nothing)."""
+    kube.apply_secret(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "Opaque",
+            "metadata": {
+                "name": name,
+                "namespace": owner["metadata"]["namespace"],
+                "labels": {LABEL_MANAGED_BY: MANAGED_BY, **labels},
+                "ownerReferences": [owner_reference(owner)],
+            },
+            "data": encode(values),
+        }
+    )

@@ -1,0 +1,87 @@
+"""Running the controller: configuration, leader election (active-passive), kopf's operator loop.
+
+Two replicas run active-passive: each campaigns for a Lease in the control-plane namespace; only the
+holder runs kopf. A leader that loses its lease exits the process at once (as controller-runtime does),
+so it can never act alongside the new leader; its pod restarts as a candidate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import threading
+import uuid
+
+import kopf
+from kubernetes import client, config
+from kubernetes.leaderelection import electionconfig, leaderelection
+from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
+from prometheus_client import start_http_server
+
+from opbroker.controller.app import Controller, build_registry
+from opbroker.controller.settings import ControllerSettings
+
+logger = logging.getLogger(__name__)
+
+
+def api_client_for(kubeconfig: str | None) -> client.ApiClient:
+    """The official client, configured from a kubeconfig or the pod's service account."""
+    if kubeconfig:
+        config.load_kube_config(config_file=kubeconfig)
+    else:
+        try:
+            config.load_incluster_config()
+        except config.ConfigException:
+            config.load_kube_config()
+    configuration = client.Configuration.get_default_copy()
+    configuration.connection_pool_maxsize = 32
+    return client.ApiClient(configuration)
+
+
+async def run_operator(settings: ControllerSettings, *, kubeconfig: str | None, stop: asyncio.Event | None = None) -> None:
+    """Run kopf with our handlers until ``stop`` is set (or forever)."""
+    if kubeconfig:
+        os.environ["KUBECONFIG"] = kubeconfig
+    controller = Controller(api_client_for(kubeconfig), settings)
+    registry = build_registry(controller, kubeconfig=kubeconfig)
+    operator_settings = kopf.OperatorSettings()
+    await kopf.operator(
+        registry=registry,
+        settings=operator_settings,
+        clusterwide=True,
+        standalone=True,
+        stop_flag=stop,
+    )
+
+
+def run(settings: ControllerSettings, *, kubeconfig: str | None) -> None:
+    """The ``opbroker controller run`` entry point."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if settings.metrics_port is not None:
+        start_http_server(settings.metrics_port)
+    if not settings.leader_election:
+        asyncio.run(run_operator(settings, kubeconfig=kubeconfig))
+        return
+    api_client_for(kubeconfig)  # loads the default configuration the lease lock uses
+    identity = f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
+    lock = LeaseLock(settings.lease_name, settings.namespace, identity)
+    leading = threading.Event()
+
+    def lead() -> None:
+        leading.set()
+        logger.info("%s became the leader; starting reconciliation", identity)
+        asyncio.run(run_operator(settings, kubeconfig=kubeconfig))
+
+    def lost() -> None:
+        logger.error("%s lost the leadership; exiting so that only one controller acts", identity)
+        os._exit(1)
+
+    election = leaderelection.LeaderElection(
+        electionconfig.Config(
+            lock, lease_duration=15, renew_deadline=10, retry_period=2, onstarted_leading=lead, onstopped_leading=lost
+        )
+    )
+    logger.info("%s campaigning for lease %s/%s", identity, settings.namespace, settings.lease_name)
+    election.run()

@@ -1,0 +1,23 @@
+"""Controller configuration: one frozen value built by the CLI (or a test) and passed down."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from opbroker.api.conventions import DEFAULT_NAMESPACE
+
+
+@dataclass(frozen=True)
+class ControllerSettings:
+    namespace: str = DEFAULT_NAMESPACE
+    """Where the catalog (SFService, SFPlan) and the leader-election Lease live."""
+    error_threshold: int = 8
+    """Consecutive errors after which an operation is marked failed instead of retried."""
+    status_poll_seconds: float = 10.0
+    """Safety-net re-check of in-progress operations; source watches usually react much sooner."""
+    workers: int = 4
+    """Reconciles running at once (each does blocking API calls in a thread)."""
+    leader_election: bool = True
+    lease_name: str = "opbroker-controller"
+    metrics_port: int | None = None
+    """Serve Prometheus metrics on this port (0.0.0.0); None to disable."""

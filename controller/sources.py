@@ -1,0 +1,132 @@
+"""Reacting to the operator: watch the kinds the plans' templates produce and read back.
+
+An instance's status template reads live objects (its ``sources`` and the resources it applied). When any
+of them changes, the instance must be re-evaluated at once, not at the next poll. The kinds involved are
+only known from the plans, so watches start on demand, as reconciles report the objects they depend on:
+no restart is needed when a plan introduces a new operator kind.
+
+``SourceIndex`` is the pure part (which owner keys depend on which object); ``SourceWatchers`` runs one
+watch per kind in a thread and reports the owners of every changed object to a callback.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Hashable, Iterable
+from typing import Any
+
+from kubernetes import watch
+from kubernetes.client.rest import ApiException
+
+from opbroker.api.meta import ResourceRef
+from opbroker.controller.kube import Kube
+
+logger = logging.getLogger(__name__)
+
+ObjectKey = tuple[str, str, str, str]  # apiVersion, kind, namespace, name
+
+
+def object_key(ref: ResourceRef) -> ObjectKey:
+    return (ref.api_version, ref.kind, ref.namespace or "", ref.name)
+
+
+class SourceIndex:
+    """Which owners (instance/binding keys) depend on which objects. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._owners: dict[ObjectKey, set[Hashable]] = {}
+        self._objects: dict[Hashable, set[ObjectKey]] = {}
+
+    def track(self, owner: Hashable, refs: Iterable[ResourceRef]) -> set[tuple[str, str]]:
+        """Record that ``owner`` depends on ``refs`` (replacing what it depended on before).
+
+        Returns the (apiVersion, kind) pairs involved, so the caller can make sure they are watched.
+        """
+        keys = {object_key(ref) for ref in refs}
+        with self._lock:
+            for old in self._objects.get(owner, set()) - keys:
+                owners = self._owners.get(old)
+                if owners is not None:
+                    owners.discard(owner)
+                    if not owners:
+                        del self._owners[old]
+            for key in keys:
+                self._owners.setdefault(key, set()).add(owner)
+            self._objects[owner] = keys
+        return {(key[0], key[1]) for key in keys}
+
+    def forget(self, owner: Hashable) -> None:
+        self.track(owner, [])
+        with self._lock:
+            self._objects.pop(owner, None)
+
+    def owners_of(self, key: ObjectKey) -> set[Hashable]:
+        with self._lock:
+            return set(self._owners.get(key, set()))
+
+
+class SourceWatchers:
+    """One watch thread per (apiVersion, kind), started the first time a reconcile needs it."""
+
+    def __init__(self, kube: Kube, index: SourceIndex, on_change: Callable[[Hashable], None]) -> None:
+        self._kube = kube
+        self._index = index
+        self._on_change = on_change
+        self._lock = threading.Lock()
+        self._threads: dict[tuple[str, str], threading.Thread] = {}
+        self._stop = threading.Event()
+
+    @property
+    def watched(self) -> set[tuple[str, str]]:
+        with self._lock:
+            return set(self._threads)
+
+    def ensure(self, kinds: Iterable[tuple[str, str]]) -> None:
+        for kind in kinds:
+            with self._lock:
+                if kind in self._threads or self._stop.is_set():
+                    continue
+                thread = threading.Thread(target=self._watch, args=kind, name=f"watch-{kind[1]}", daemon=True)
+                self._threads[kind] = thread
+            thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _watch(self, api_version: str, kind: str) -> None:
+        """Watch ``kind`` cluster-wide until stopped, resuming from the last resourceVersion after errors."""
+        resource_version: str | None = None
+        while not self._stop.is_set():
+            try:
+                resource = self._kube.dynamic.resources.get(api_version=api_version, kind=kind)
+                if resource_version is None:
+                    resource_version = resource.get().metadata.resourceVersion
+                watcher = watch.Watch()
+                for event in self._kube.dynamic.watch(
+                    resource, resource_version=resource_version, timeout=60, watcher=watcher
+                ):
+                    if self._stop.is_set():
+                        watcher.stop()
+                        break
+                    raw: dict[str, Any] = event["raw_object"]
+                    meta = raw.get("metadata") or {}
+                    resource_version = meta.get("resourceVersion", resource_version)
+                    if event["type"] == "ERROR":
+                        if raw.get("code") == 410:  # resourceVersion too old: relist
+                            resource_version = None
+                        break
+                    key = (api_version, kind, meta.get("namespace") or "", meta.get("name", ""))
+                    for owner in self._index.owners_of(key):
+                        self._on_change(owner)
+            except ApiException as exc:
+                if exc.status == 410:
+                    resource_version = None
+                    continue
+                logger.warning("watch of %s %s failed (HTTP %s); retrying", api_version, kind, exc.status)
+                self._stop.wait(2.0)
+            except Exception as exc:  # noqa: BLE001 - a watch must survive anything and retry
+                logger.warning("watch of %s %s failed (%s); retrying", api_version, kind, type(exc).__name__)
+                resource_version = None
+                self._stop.wait(2.0)

@@ -1,0 +1,146 @@
+"""A rate-limited work queue with client-go semantics, for level-triggered reconciliation.
+
+Why our own queue on top of kopf: kopf delivers watch events; what to do about an object is decided by
+reading its current state, not the event. Events only *enqueue* keys. The queue guarantees that
+
+* a key is never processed by two workers at once (a key added while being processed is marked dirty and
+  processed again right after, so no change is lost);
+* many events for one key collapse into one reconcile;
+* a failing key is retried with exponential backoff (per key, reset on success), and a key that is
+  waiting on something outside (an operator's status) is re-checked after the delay its reconcile asked for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import logging
+import time
+from collections.abc import Awaitable, Callable, Hashable
+from dataclasses import dataclass, field
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a reconcile asks of the queue: nothing, or a re-check after ``requeue_after`` seconds."""
+
+    requeue_after: float | None = None
+
+
+DONE = Outcome()
+
+
+@dataclass
+class Backoff:
+    """Exponential per-key backoff: base × 2^failures, capped."""
+
+    base: float = 0.5
+    cap: float = 60.0
+    failures: dict[Hashable, int] = field(default_factory=dict)
+
+    def next_delay(self, key: Hashable) -> float:
+        count = self.failures.get(key, 0)
+        self.failures[key] = count + 1
+        return float(min(self.cap, self.base * (2**count)))
+
+    def forget(self, key: Hashable) -> None:
+        self.failures.pop(key, None)
+
+
+Reconcile = Callable[[Hashable], Awaitable[Outcome]]
+
+
+class WorkQueue:
+    """Keys in, reconciles out, with ``workers`` reconciles running concurrently."""
+
+    def __init__(self, reconcile: Reconcile, *, workers: int = 4, backoff: Backoff | None = None) -> None:
+        self._reconcile = reconcile
+        self._workers = workers
+        self._backoff = backoff or Backoff()
+        self._ready: asyncio.Queue[Hashable] = asyncio.Queue()
+        self._queued: set[Hashable] = set()
+        self._processing: set[Hashable] = set()
+        self._dirty: set[Hashable] = set()
+        self._delayed: list[tuple[float, int, Hashable]] = []
+        self._sequence = itertools.count()
+        self._wakeup = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # -- producers -----------------------------------------------------------------------------------
+
+    def add(self, key: Hashable) -> None:
+        """Reconcile ``key`` as soon as a worker is free (at most once however often it is added)."""
+        if key in self._processing:
+            self._dirty.add(key)
+            return
+        if key in self._queued:
+            return
+        self._queued.add(key)
+        self._ready.put_nowait(key)
+
+    def add_after(self, key: Hashable, delay: float) -> None:
+        """Reconcile ``key`` after ``delay`` seconds (earlier if it is added meanwhile)."""
+        if delay <= 0:
+            self.add(key)
+            return
+        heapq.heappush(self._delayed, (time.monotonic() + delay, next(self._sequence), key))
+        self._wakeup.set()
+
+    def forget(self, key: Hashable) -> None:
+        """The object is gone: drop its backoff history (pending entries run and find nothing)."""
+        self._backoff.forget(key)
+
+    @property
+    def depth(self) -> int:
+        return len(self._queued) + len(self._delayed)
+
+    # -- running -------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._worker(i), name=f"reconcile-worker-{i}") for i in range(self._workers)]
+        self._tasks.append(asyncio.create_task(self._timer(), name="reconcile-timer"))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+
+    async def _timer(self) -> None:
+        while True:
+            now = time.monotonic()
+            while self._delayed and self._delayed[0][0] <= now:
+                _, _, key = heapq.heappop(self._delayed)
+                self.add(key)
+            timeout = self._delayed[0][0] - now if self._delayed else None
+            self._wakeup.clear()
+            try:
+                await asyncio.wait_for(self._wakeup.wait(), timeout=timeout)
+            except TimeoutError:
+                pass
+
+    async def _worker(self, index: int) -> None:
+        while True:
+            key = await self._ready.get()
+            self._queued.discard(key)
+            self._processing.add(key)
+            try:
+                outcome = await self._reconcile(key)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                delay = self._backoff.next_delay(key)
+                logger.exception("reconcile of %s failed; retrying in %.1fs", key, delay)
+                self.add_after(key, delay)
+            else:
+                self._backoff.forget(key)
+                if outcome.requeue_after is not None:
+                    self.add_after(key, outcome.requeue_after)
+            finally:
+                self._processing.discard(key)
+                if key in self._dirty:
+                    self._dirty.discard(key)
+                    self.add(key)

@@ -1,0 +1,159 @@
+"""The demo operator: reconciles ``Database`` objects (demo.opbroker.io/v1alpha1).
+
+A Database moves to ``Creating``, then after ``spec.readyAfterSeconds`` (default 1 s) to ``Running``,
+with a Service named after it and, for every user in ``spec.users``, a Secret
+``<database>-<user>-credentials`` holding ``username`` and ``password``. Users removed from the spec
+lose their Secret. ``spec.failWith`` makes it ``Failed`` with that message. Everything it creates is
+owned by the Database, so deleting the Database cleans up (through the garbage collector).
+
+It is deliberately independent of opbroker (plain kubernetes client, no kopf): opbroker drives any
+operator through its API alone. Run: ``python examples/demo_operator/operator.py --kubeconfig FILE``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import secrets
+import threading
+import time
+from typing import Any
+
+from kubernetes import client, config, watch
+from kubernetes.client.rest import ApiException
+
+GROUP, VERSION, PLURAL = "demo.opbroker.io", "v1alpha1", "databases"
+logger = logging.getLogger("demo-operator")
+
+
+class DemoOperator:
+    def __init__(self, api: client.ApiClient) -> None:
+        self.custom = client.CustomObjectsApi(api)
+        self.core = client.CoreV1Api(api)
+        self.timers: dict[tuple[str, str], threading.Timer] = {}
+
+    def run(self) -> None:
+        resource_version = ""
+        while True:
+            try:
+                if not resource_version:
+                    listing = self.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL)
+                    resource_version = listing["metadata"]["resourceVersion"]
+                    for item in listing["items"]:
+                        self.reconcile(item)
+                stream = watch.Watch().stream(
+                    self.custom.list_cluster_custom_object, GROUP, VERSION, PLURAL,
+                    resource_version=resource_version, timeout_seconds=60,
+                )
+                for event in stream:
+                    obj = event["object"]
+                    resource_version = obj["metadata"]["resourceVersion"]
+                    if event["type"] != "DELETED":
+                        self.reconcile(obj)
+            except ApiException as exc:
+                if exc.status == 410:
+                    resource_version = ""
+                else:
+                    logger.warning("watch failed: HTTP %s", exc.status)
+                    time.sleep(1)
+            except Exception as exc:  # noqa: BLE001 - keep the demo operator alive
+                logger.warning("watch failed: %s", exc)
+                resource_version = ""
+                time.sleep(1)
+
+    def reconcile(self, db: dict[str, Any]) -> None:
+        meta, spec, status = db["metadata"], db.get("spec") or {}, db.get("status") or {}
+        if meta.get("deletionTimestamp"):
+            return
+        key = (meta["namespace"], meta["name"])
+        if spec.get("failWith"):
+            if status.get("phase") != "Failed":
+                self.set_status(db, {"phase": "Failed", "message": spec["failWith"]})
+            return
+        if not status.get("phase"):
+            self.set_status(db, {"phase": "Creating", "message": "creating"})
+            delay = float(spec.get("readyAfterSeconds", 1))
+            timer = threading.Timer(delay, self.become_ready, args=key)
+            self.timers[key] = timer
+            timer.start()
+            return
+        if status.get("phase") == "Running":
+            self.sync_users(db)
+
+    def become_ready(self, namespace: str, name: str) -> None:
+        try:
+            db = self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+        except ApiException:
+            return
+        service = self.ensure_service(db)
+        self.sync_users(db)
+        self.set_status(
+            db,
+            {"phase": "Running", "message": "ready", "host": service.spec.cluster_ip, "port": 5432},
+        )
+
+    def owner(self, db: dict[str, Any]) -> list[dict[str, Any]]:
+        return [{"apiVersion": f"{GROUP}/{VERSION}", "kind": "Database", "name": db["metadata"]["name"],
+                 "uid": db["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}]
+
+    def ensure_service(self, db: dict[str, Any]) -> Any:
+        meta = db["metadata"]
+        try:
+            return self.core.read_namespaced_service(meta["name"], meta["namespace"])
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+        body = {"metadata": {"name": meta["name"], "ownerReferences": self.owner(db)},
+                "spec": {"ports": [{"name": "db", "port": 5432}], "selector": {"database": meta["name"]}}}
+        return self.core.create_namespaced_service(meta["namespace"], body)
+
+    def sync_users(self, db: dict[str, Any]) -> None:
+        meta = db["metadata"]
+        wanted = set((db.get("spec") or {}).get("users") or {})
+        selector = f"demo.opbroker.io/database={meta['name']}"
+        existing = {
+            s.metadata.labels.get("demo.opbroker.io/user"): s.metadata.name
+            for s in self.core.list_namespaced_secret(meta["namespace"], label_selector=selector).items
+        }
+        for user in sorted(wanted - set(existing)):
+            body = {
+                "metadata": {"name": f"{meta['name']}-{user}-credentials", "ownerReferences": self.owner(db),
+                             "labels": {"demo.opbroker.io/database": meta["name"], "demo.opbroker.io/user": user}},
+                "stringData": {"username": user, "password": secrets.token_urlsafe(18)},
+            }
+            try:
+                self.core.create_namespaced_secret(meta["namespace"], body)
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+        for user in sorted(set(existing) - wanted):
+            try:
+                self.core.delete_namespaced_secret(existing[user], meta["namespace"])
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+        if (db.get("status") or {}).get("users") != sorted(wanted) and (db.get("status") or {}).get("phase") == "Running":
+            self.set_status(db, {"users": sorted(wanted)})
+
+    def set_status(self, db: dict[str, Any], status: dict[str, Any]) -> None:
+        meta = db["metadata"]
+        try:
+            self.custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], {"status": status}
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kubeconfig", default=None)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s demo-operator %(levelname)s %(message)s")
+    config.load_kube_config(config_file=args.kubeconfig)
+    DemoOperator(client.ApiClient()).run()
+
+
+if __name__ == "__main__":
+    main()

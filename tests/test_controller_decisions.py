@@ -1,0 +1,96 @@
+"""The controller's pure state machine: what an instance or binding needs next, and the status it gets."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from opbroker.api.conventions import FINALIZER
+from opbroker.controller import decisions
+from opbroker.controller.decisions import Reason, Step
+
+
+def obj(
+    *,
+    state: str | None = None,
+    generation: int = 1,
+    observed: int | None = None,
+    finalizer: bool = True,
+    deleting: bool = False,
+    applied_hash: str | None = None,
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "i", "namespace": "n", "generation": generation}
+    if finalizer:
+        meta["finalizers"] = [FINALIZER]
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    status: dict[str, Any] = {}
+    if state:
+        status["state"] = state
+    if observed is not None:
+        status["observedGeneration"] = observed
+    if applied_hash:
+        status["appliedPlanHash"] = applied_hash
+    return {"metadata": meta, "status": status}
+
+
+INSTANCE_CASES = [
+    # reason, object, plan hash, auto-update, live bindings, want
+    ("new instance gets our finalizer first", obj(finalizer=False), "h", False, 0, Step.ADD_FINALIZER),
+    ("queued provision is applied", obj(state="in_queue"), "h", False, 0, Step.APPLY),
+    ("no state yet counts as queued", obj(), "h", False, 0, Step.APPLY),
+    ("broker's update is applied", obj(state="update", observed=1), "h", False, 0, Step.APPLY),
+    ("spec changed since last apply", obj(state="succeeded", generation=2, observed=1), "h", False, 0, Step.APPLY),
+    ("in progress is evaluated", obj(state="in progress", observed=1), "h", False, 0, Step.EVALUATE),
+    ("succeeded needs nothing", obj(state="succeeded", observed=1, applied_hash="h"), "h", False, 0, Step.NOTHING),
+    ("failed needs nothing", obj(state="failed", observed=1), "h", False, 0, Step.NOTHING),
+    ("plan change re-renders with autoUpdate", obj(state="succeeded", observed=1, applied_hash="old"), "new", True, 0, Step.APPLY),
+    ("plan change ignored without autoUpdate", obj(state="succeeded", observed=1, applied_hash="old"), "new", False, 0, Step.NOTHING),
+    ("deletion tears down", obj(state="delete", observed=1, deleting=True), "h", False, 0, Step.TEARDOWN),
+    ("deletion waits for bindings", obj(state="delete", observed=1, deleting=True), "h", False, 2, Step.BLOCKED),
+    ("deleted without our finalizer", obj(deleting=True, finalizer=False), "h", False, 0, Step.NOTHING),
+]
+
+
+@pytest.mark.parametrize(("reason", "instance", "plan_hash", "auto", "bindings", "want"), INSTANCE_CASES, ids=[c[0] for c in INSTANCE_CASES])
+def test_next_instance_step(reason: str, instance: dict[str, Any], plan_hash: str, auto: bool, bindings: int, want: Step) -> None:
+    assert decisions.next_instance_step(instance, plan_hash=plan_hash, auto_update=auto, live_bindings=bindings) == want
+
+
+BINDING_CASES = [
+    ("finalizer first", obj(finalizer=False), "succeeded", Step.ADD_FINALIZER),
+    ("bind once the instance succeeded", obj(state="in_queue"), "succeeded", Step.APPLY),
+    ("wait while the instance is provisioning", obj(state="in_queue"), "in progress", Step.BLOCKED),
+    ("in progress is evaluated", obj(state="in progress", observed=1), "succeeded", Step.EVALUATE),
+    ("bound needs nothing", obj(state="succeeded", observed=1), "succeeded", Step.NOTHING),
+    ("unbind on deletion", obj(state="delete", observed=1, deleting=True), "succeeded", Step.TEARDOWN),
+    ("unbind even if the instance is gone", obj(state="delete", observed=1, deleting=True), None, Step.TEARDOWN),
+]
+
+
+@pytest.mark.parametrize(("reason", "binding", "instance_state", "want"), BINDING_CASES, ids=[c[0] for c in BINDING_CASES])
+def test_next_binding_step(reason: str, binding: dict[str, Any], instance_state: str | None, want: Step) -> None:
+    assert decisions.next_binding_step(binding, instance_state=instance_state) == want
+
+
+def test_ready_condition_keeps_transition_time_while_unchanged() -> None:
+    first = decisions.ready_condition(None, ready=False, reason=Reason.IN_PROGRESS, message="m", generation=1)
+    first[0]["lastTransitionTime"] = "2000-01-01T00:00:00Z"
+    same = decisions.ready_condition(first, ready=False, reason=Reason.IN_PROGRESS, message="m2", generation=2)
+    assert same[0]["lastTransitionTime"] == "2000-01-01T00:00:00Z"
+    assert same[0]["observedGeneration"] == 2
+    flipped = decisions.ready_condition(first, ready=True, reason=Reason.PROVISIONED, message="ok", generation=2)
+    assert flipped[0]["status"] == "True" and flipped[0]["lastTransitionTime"] != "2000-01-01T00:00:00Z"
+
+
+def test_errors_are_counted_then_the_operation_fails() -> None:
+    instance = obj(state="in progress", observed=1)
+    patch, gave_up = decisions.error_status(instance, message="boom", threshold=3)
+    assert (patch["errorCount"], gave_up) == (1, False)
+    instance["status"]["errorCount"] = 2
+    patch, gave_up = decisions.error_status(instance, message="boom", threshold=3)
+    assert gave_up
+    assert patch["state"] == "failed"
+    assert patch["error"] == "gave up after 3 consecutive errors: boom"
+    assert patch["conditions"][0]["reason"] == "GaveUp"
