@@ -9,13 +9,19 @@ import typer
 from opbroker.api.conventions import DEFAULT_NAMESPACE
 from opbroker.controller.settings import ControllerSettings
 
-app = typer.Typer(help="The controller: reconciles instances and bindings into operator resources.", no_args_is_help=True)
+app = typer.Typer(
+    help="The controller: reconciles instances and bindings into operator resources.", no_args_is_help=True
+)
 
 
 @app.command()
 def run(
-    kubeconfig: Annotated[str | None, typer.Option(help="Kubeconfig file (default: in-cluster, then ~/.kube/config).")] = None,
-    namespace: Annotated[str, typer.Option(help="Control-plane namespace (catalog, leader lease).")] = DEFAULT_NAMESPACE,
+    kubeconfig: Annotated[
+        str | None, typer.Option(help="Kubeconfig file (default: in-cluster, then ~/.kube/config).")
+    ] = None,
+    namespace: Annotated[
+        str, typer.Option(help="Control-plane namespace (catalog, leader lease).")
+    ] = DEFAULT_NAMESPACE,
     workers: Annotated[int, typer.Option(help="Concurrent reconciles.")] = 4,
     error_threshold: Annotated[int, typer.Option(help="Consecutive errors before an operation is failed.")] = 8,
     poll_seconds: Annotated[float, typer.Option(help="Re-check interval for in-progress operations.")] = 10.0,

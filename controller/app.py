@@ -15,6 +15,7 @@ from typing import Any
 
 import kopf
 from kubernetes import client
+from kubernetes.client.rest import ApiException
 
 from opbroker.api.conventions import resource_name
 from opbroker.controller import metrics
@@ -106,7 +107,11 @@ class Controller:
     def on_binding(self, event_type: str, body: dict[str, Any]) -> None:
         meta = body["metadata"]
         key: Hashable = ("binding", meta["namespace"], meta["name"])
-        instance_key: Hashable = ("instance", meta["namespace"], resource_name((body.get("spec") or {}).get("instanceId", "")))
+        instance_key: Hashable = (
+            "instance",
+            meta["namespace"],
+            resource_name((body.get("spec") or {}).get("instanceId", "")),
+        )
         if event_type == "DELETED":
             self.index.forget(key)
             self._instance_bindings.get(instance_key, set()).discard(key)
@@ -129,6 +134,12 @@ class Controller:
             try:
                 return await asyncio.to_thread(reconciler.reconcile, namespace, name)
             except Conflict:
+                metrics.RECONCILE_ERRORS.labels(kind=kind, reason="conflict").inc()
+                return Outcome(requeue_after=0.05)
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+                # Someone (the broker, usually) changed the object between our read and write: read again.
                 metrics.RECONCILE_ERRORS.labels(kind=kind, reason="conflict").inc()
                 return Outcome(requeue_after=0.05)
             except Exception:

@@ -90,7 +90,9 @@ class BindingReconciler:
                 return DONE
             return Outcome(requeue_after=self.deps.settings.status_poll_seconds)
         if entry is None or entry.model is None:
-            error = f"plan {binding['spec'].get('planId')!r} is " + ("not in the catalog" if entry is None else "invalid")
+            error = f"plan {binding['spec'].get('planId')!r} is " + (
+                "not in the catalog" if entry is None else "invalid"
+            )
             self.status.transition(binding, state=OperationState.FAILED, reason=Reason.PLAN_NOT_FOUND, error=error)
             return DONE
         try:
@@ -102,14 +104,18 @@ class BindingReconciler:
 
     # -- steps ---------------------------------------------------------------------------------------
 
-    def _registries(self, binding: dict[str, Any], instance: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    def _registries(
+        self, binding: dict[str, Any], instance: dict[str, Any]
+    ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
         kube = self.deps.kube
         namespace = binding["metadata"]["namespace"]
         instance_registry = registries.load(kube, namespace, instance_registry_name(instance["metadata"]["name"]))
         binding_registry = registries.load(kube, namespace, binding_registry_name(binding["metadata"]["name"]))
         return instance_registry, binding_registry
 
-    def _inputs(self, binding: dict[str, Any], instance: dict[str, Any], entry: PlanEntry, sources: dict[str, Any] | None = None) -> Any:
+    def _inputs(
+        self, binding: dict[str, Any], instance: dict[str, Any], entry: PlanEntry, sources: dict[str, Any] | None = None
+    ) -> Any:
         instance_registry, binding_registry = self._registries(binding, instance)
         return inputs_for(
             self.deps,
@@ -125,14 +131,22 @@ class BindingReconciler:
         assert entry.model is not None
         kube = self.deps.kube
         meta = binding["metadata"]
-        self.status.transition(binding, state=OperationState.IN_PROGRESS, reason=Reason.IN_PROGRESS, description="binding")
+        self.status.transition(
+            binding, state=OperationState.IN_PROGRESS, reason=Reason.IN_PROGRESS, description="binding"
+        )
         inputs = self._inputs(binding, instance, entry)
         sources = fetch_sources(kube, self.deps.renderer.render_sources(entry.model, inputs))
-        rendered = self.deps.renderer.render_objects(entry.model, TemplateAction.BIND, self._inputs(binding, instance, entry, sources))
+        rendered = self.deps.renderer.render_objects(
+            entry.model, TemplateAction.BIND, self._inputs(binding, instance, entry, sources)
+        )
         labels = {LABEL_INSTANCE: instance["metadata"]["name"], LABEL_BINDING: meta["name"]}
         if rendered.binding_registry is not None and rendered.binding_registry != inputs.binding_registry:
             registries.save(
-                kube, name=binding_registry_name(meta["name"]), owner=binding, values=rendered.binding_registry, labels=labels
+                kube,
+                name=binding_registry_name(meta["name"]),
+                owner=binding,
+                values=rendered.binding_registry,
+                labels=labels,
             )
         instance_refs = {ref_key(ref) for ref in refs_of(instance.get("status"))}
         own_refs = [ref_of(o.manifest) for o in rendered.objects if ref_key(ref_of(o.manifest)) not in instance_refs]
@@ -150,7 +164,12 @@ class BindingReconciler:
             release(kube, gone, owner_uid=meta["uid"])
         self.status.patch(
             binding,
-            {"resources": ref_dicts(own_refs), "appliedSpec": binding.get("spec"), "observedGeneration": meta.get("generation"), "errorCount": 0},
+            {
+                "resources": ref_dicts(own_refs),
+                "appliedSpec": binding.get("spec"),
+                "observedGeneration": meta.get("generation"),
+                "errorCount": 0,
+            },
         )
 
     def _evaluate(self, binding: dict[str, Any], instance: dict[str, Any], entry: PlanEntry) -> Outcome:
@@ -160,15 +179,22 @@ class BindingReconciler:
         source_refs = self.deps.renderer.render_sources(entry.model, inputs)
         self._watch(binding, [*source_refs.values(), *refs_of(binding.get("status"))])
         if entry.model.spec.template(TemplateAction.STATUS) is None:
-            credentials = (inputs.binding_registry or {}).get("credentials") or (inputs.registry or {}).get("credentials") or {}
+            credentials = (
+                (inputs.binding_registry or {}).get("credentials") or (inputs.registry or {}).get("credentials") or {}
+            )
             return self._succeed(binding, {"credentials": credentials})
-        result = self.deps.renderer.render_status(entry.model, self._inputs(binding, instance, entry, fetch_sources(kube, source_refs)))
+        result = self.deps.renderer.render_status(
+            entry.model, self._inputs(binding, instance, entry, fetch_sources(kube, source_refs))
+        )
         section = result.bind
         if section is None or section.state == OperationState.IN_PROGRESS.value:
             return Outcome(requeue_after=self.deps.settings.status_poll_seconds)
         if section.state == OperationState.FAILED.value:
             self.status.transition(
-                binding, state=OperationState.FAILED, reason=Reason.FAILED, error=section.error or section.description or "bind failed"
+                binding,
+                state=OperationState.FAILED,
+                reason=Reason.FAILED,
+                error=section.error or section.description or "bind failed",
             )
             return DONE
         response = section.response or {}
@@ -208,7 +234,9 @@ class BindingReconciler:
         meta = binding["metadata"]
         status = binding.get("status") or {}
         if status.get("state") != OperationState.IN_PROGRESS.value:
-            self.status.transition(binding, state=OperationState.IN_PROGRESS, reason=Reason.UNBINDING, description="unbinding")
+            self.status.transition(
+                binding, state=OperationState.IN_PROGRESS, reason=Reason.UNBINDING, description="unbinding"
+            )
         done = True
         if instance is not None and entry is not None and entry.model is not None:
             try:
@@ -228,7 +256,9 @@ class BindingReconciler:
                     if result.unbind is not None:
                         if result.unbind.state == OperationState.FAILED.value:
                             self.status.transition(
-                                binding, state=OperationState.FAILED, reason=Reason.FAILED,
+                                binding,
+                                state=OperationState.FAILED,
+                                reason=Reason.FAILED,
                                 error=result.unbind.error or "unbind failed",
                             )
                             return DONE
@@ -240,7 +270,9 @@ class BindingReconciler:
             return Outcome(requeue_after=self.deps.settings.status_poll_seconds)
         finalizers = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
         kube.patch_custom(
-            BINDINGS, meta["namespace"], meta["name"],
+            BINDINGS,
+            meta["namespace"],
+            meta["name"],
             {"metadata": {"finalizers": finalizers or None, "resourceVersion": meta["resourceVersion"]}},
         )
         self.deps.index.forget(("binding", meta["namespace"], meta["name"]))

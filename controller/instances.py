@@ -20,7 +20,15 @@ from opbroker.controller import decisions, registries
 from opbroker.controller.catalog import PlanEntry
 from opbroker.controller.decisions import Reason, Step
 from opbroker.controller.kube import BINDINGS, INSTANCES, ref_of
-from opbroker.controller.objects import minus_refs, ref_dicts, refs_of, same_namespace, stamp, union_refs
+from opbroker.controller.objects import (
+    minus_refs,
+    owner_reference,
+    ref_dicts,
+    refs_of,
+    same_namespace,
+    stamp,
+    union_refs,
+)
 from opbroker.controller.reconciling import Deps, StatusWriter
 from opbroker.controller.rendered import fetch_sources, inputs_for, release
 from opbroker.controller.workqueue import DONE, Outcome
@@ -98,7 +106,9 @@ class InstanceReconciler:
         inputs = inputs_for(self.deps, instance=instance, plan=entry, registry=registry)
         sources = fetch_sources(kube, self.deps.renderer.render_sources(entry.model, inputs))
         rendered = self.deps.renderer.render_objects(
-            entry.model, TemplateAction.PROVISION, inputs_for(self.deps, instance=instance, plan=entry, registry=registry, sources=sources)
+            entry.model,
+            TemplateAction.PROVISION,
+            inputs_for(self.deps, instance=instance, plan=entry, registry=registry, sources=sources),
         )
         labels = {LABEL_INSTANCE: meta["name"], LABEL_PLAN: entry.body["metadata"]["name"]}
         if rendered.registry != registry:
@@ -112,12 +122,7 @@ class InstanceReconciler:
             _, namespaced = kube.plural_of(obj.manifest["apiVersion"], obj.manifest["kind"])
             owned = namespaced and same_namespace(obj.manifest, instance)
             manifest = stamp(obj.manifest, owner=instance, labels=labels, owned=owned)
-            if obj.singleton:
-                if kube.create(manifest) is None:  # exists: share it, gaining our owner reference
-                    if owned:
-                        kube.merge_patch(ref_of(manifest), {"metadata": {"ownerReferences": manifest["metadata"]["ownerReferences"]}})
-            else:
-                kube.apply(manifest)
+            self._apply_object(manifest, singleton=obj.singleton, owned=owned, owner=instance)
         for gone in minus_refs(old_refs, new_refs):
             release(kube, gone, owner_uid=meta["uid"])
         self.status.patch(
@@ -197,7 +202,11 @@ class InstanceReconciler:
                 result = self.deps.renderer.render_status(
                     entry.model,
                     inputs_for(
-                        self.deps, instance=instance, plan=entry, registry=registry, sources=fetch_sources(kube, source_refs)
+                        self.deps,
+                        instance=instance,
+                        plan=entry,
+                        registry=registry,
+                        sources=fetch_sources(kube, source_refs),
                     ),
                 )
             except RenderError as exc:
@@ -227,15 +236,30 @@ class InstanceReconciler:
 
     # -- helpers -------------------------------------------------------------------------------------
 
+    def _apply_object(self, manifest: dict[str, Any], *, singleton: bool, owned: bool, owner: dict[str, Any]) -> None:
+        """Apply one rendered object. A singleton is shared by every instance of the plan: if it exists
+        already it is left as it is and merely gains our owner reference, so it lives while any owner does."""
+        kube = self.deps.kube
+        if not singleton:
+            kube.apply(manifest)
+            return
+        if kube.create(manifest) is not None or not owned:
+            return
+        ref = ref_of(manifest)
+        live = kube.get(ref)
+        if live is None:
+            return  # deleted meanwhile: the next reconcile creates it
+        owners = live["metadata"].get("ownerReferences") or []
+        ours = owner_reference(owner)
+        if all(o.get("uid") != ours["uid"] for o in owners):
+            patch = {"ownerReferences": [*owners, ours], "resourceVersion": live["metadata"]["resourceVersion"]}
+            kube.merge_patch(ref, {"metadata": patch})
+
     def _live_bindings(self, instance: dict[str, Any]) -> int:
         meta = instance["metadata"]
         bindings = self.deps.kube.list_custom(BINDINGS, meta["namespace"])
         instance_id = instance["spec"].get("instanceId") or meta["name"]
-        return sum(
-            1
-            for b in bindings
-            if (b.get("spec") or {}).get("instanceId") in (instance_id, meta["name"])
-        )
+        return sum(1 for b in bindings if (b.get("spec") or {}).get("instanceId") in (instance_id, meta["name"]))
 
     def _watch(self, instance: dict[str, Any], refs: list[ResourceRef]) -> None:
         meta = instance["metadata"]

@@ -131,7 +131,9 @@ class Kube:
         body = clean_for_apply(manifest)
         resource = self._resource(body["apiVersion"], body["kind"])
         try:
-            created = resource.create(body=body, namespace=body["metadata"].get("namespace") if resource.namespaced else None)
+            created = resource.create(
+                body=body, namespace=body["metadata"].get("namespace") if resource.namespaced else None
+            )
         except ApiException as exc:
             if exc.status == 409:
                 return None
@@ -185,7 +187,9 @@ class Kube:
 
     def list_custom(self, kind: Kind, namespace: str | None, label_selector: str = "") -> list[dict[str, Any]]:
         if namespace is None:
-            listed = self.custom.list_cluster_custom_object(kind.group, kind.version, kind.plural, label_selector=label_selector)
+            listed = self.custom.list_cluster_custom_object(
+                kind.group, kind.version, kind.plural, label_selector=label_selector
+            )
         else:
             listed = self.custom.list_namespaced_custom_object(
                 kind.group, kind.version, namespace, kind.plural, label_selector=label_selector

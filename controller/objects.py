@@ -48,9 +48,7 @@ def minus_refs(first: list[ResourceRef], second: list[ResourceRef]) -> list[Reso
     return [ref for ref in first if ref_key(ref) not in drop]
 
 
-def stamp(
-    manifest: dict[str, Any], *, owner: dict[str, Any], labels: dict[str, str], owned: bool
-) -> dict[str, Any]:
+def stamp(manifest: dict[str, Any], *, owner: dict[str, Any], labels: dict[str, str], owned: bool) -> dict[str, Any]:
     """A copy of a rendered object labelled as ours and, when ``owned``, owned by ``owner``.
 
     Owner references only work inside one namespace; objects rendered into another namespace (or cluster

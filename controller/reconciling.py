@@ -16,7 +16,7 @@ from opbroker.controller.decisions import Reason
 from opbroker.controller.kube import Kind, Kube
 from opbroker.controller.settings import ControllerSettings
 from opbroker.controller.sources import SourceIndex, SourceWatchers
-from opbroker.controller.workqueue import DONE, Outcome
+from opbroker.controller.workqueue import DONE, Outcome, TemporaryError
 from opbroker.rendering import Renderer
 
 logger = logging.getLogger(__name__)
@@ -84,7 +84,10 @@ class StatusWriter:
         self.patch(obj, status)
         if before != state.value:
             self.deps.kube.emit_event(
-                obj, reason=reason.value, message=error or description or state.value, warning=state == OperationState.FAILED
+                obj,
+                reason=reason.value,
+                message=error or description or state.value,
+                warning=state == OperationState.FAILED,
             )
 
     def fail_or_retry(self, obj: dict[str, Any], exc: Exception, reason: Reason) -> Outcome:
@@ -97,4 +100,4 @@ class StatusWriter:
             logger.warning("%s %s: gave up: %s", obj["kind"], obj["metadata"]["name"], message)
             return DONE
         self.deps.kube.emit_event(obj, reason=reason.value, message=message, warning=True)
-        raise exc
+        raise TemporaryError(message) from exc

@@ -32,7 +32,7 @@ def inputs_for(
         instance=instance,
         binding=binding,
         sources=sources or {},
-        registry=registry,
+        registry=registry or {},
         binding_registry=binding_registry,
         default_namespace=instance["metadata"]["namespace"],
         context_namespace=context.get("namespace"),

@@ -40,7 +40,9 @@ def api_client_for(kubeconfig: str | None) -> client.ApiClient:
     return client.ApiClient(configuration)
 
 
-async def run_operator(settings: ControllerSettings, *, kubeconfig: str | None, stop: asyncio.Event | None = None) -> None:
+async def run_operator(
+    settings: ControllerSettings, *, kubeconfig: str | None, stop: asyncio.Event | None = None
+) -> None:
     """Run kopf with our handlers until ``stop`` is set (or forever)."""
     if kubeconfig:
         os.environ["KUBECONFIG"] = kubeconfig
@@ -59,6 +61,7 @@ async def run_operator(settings: ControllerSettings, *, kubeconfig: str | None, 
 def run(settings: ControllerSettings, *, kubeconfig: str | None) -> None:
     """The ``opbroker controller run`` entry point."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("kopf.objects").setLevel(logging.WARNING)  # one line per handled event is noise
     if settings.metrics_port is not None:
         start_http_server(settings.metrics_port)
     if not settings.leader_election:

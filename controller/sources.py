@@ -126,7 +126,7 @@ class SourceWatchers:
                     continue
                 logger.warning("watch of %s %s failed (HTTP %s); retrying", api_version, kind, exc.status)
                 self._stop.wait(2.0)
-            except Exception as exc:  # noqa: BLE001 - a watch must survive anything and retry
+            except Exception as exc:
                 logger.warning("watch of %s %s failed (%s); retrying", api_version, kind, type(exc).__name__)
                 resource_version = None
                 self._stop.wait(2.0)

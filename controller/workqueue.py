@@ -13,6 +13,7 @@ reading its current state, not the event. Events only *enqueue* keys. The queue 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import itertools
 import logging
@@ -33,9 +34,13 @@ class Outcome:
 DONE = Outcome()
 
 
+class TemporaryError(Exception):
+    """An expected, explained failure: retried with backoff and logged as one line, without a traceback."""
+
+
 @dataclass
 class Backoff:
-    """Exponential per-key backoff: base × 2^failures, capped."""
+    """Exponential per-key backoff: base * 2^failures, capped."""
 
     base: float = 0.5
     cap: float = 60.0
@@ -117,10 +122,8 @@ class WorkQueue:
                 self.add(key)
             timeout = self._delayed[0][0] - now if self._delayed else None
             self._wakeup.clear()
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wakeup.wait(), timeout=timeout)
-            except TimeoutError:
-                pass
 
     async def _worker(self, index: int) -> None:
         while True:
@@ -131,6 +134,10 @@ class WorkQueue:
                 outcome = await self._reconcile(key)
             except asyncio.CancelledError:
                 raise
+            except TemporaryError as exc:
+                delay = self._backoff.next_delay(key)
+                logger.warning("reconcile of %s: %s; retrying in %.1fs", key, exc, delay)
+                self.add_after(key, delay)
             except Exception:
                 delay = self._backoff.next_delay(key)
                 logger.exception("reconcile of %s failed; retrying in %.1fs", key, delay)

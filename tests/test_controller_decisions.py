@@ -45,16 +45,34 @@ INSTANCE_CASES = [
     ("in progress is evaluated", obj(state="in progress", observed=1), "h", False, 0, Step.EVALUATE),
     ("succeeded needs nothing", obj(state="succeeded", observed=1, applied_hash="h"), "h", False, 0, Step.NOTHING),
     ("failed needs nothing", obj(state="failed", observed=1), "h", False, 0, Step.NOTHING),
-    ("plan change re-renders with autoUpdate", obj(state="succeeded", observed=1, applied_hash="old"), "new", True, 0, Step.APPLY),
-    ("plan change ignored without autoUpdate", obj(state="succeeded", observed=1, applied_hash="old"), "new", False, 0, Step.NOTHING),
+    (
+        "plan change re-renders with autoUpdate",
+        obj(state="succeeded", observed=1, applied_hash="old"),
+        "new",
+        True,
+        0,
+        Step.APPLY,
+    ),
+    (
+        "plan change ignored without autoUpdate",
+        obj(state="succeeded", observed=1, applied_hash="old"),
+        "new",
+        False,
+        0,
+        Step.NOTHING,
+    ),
     ("deletion tears down", obj(state="delete", observed=1, deleting=True), "h", False, 0, Step.TEARDOWN),
     ("deletion waits for bindings", obj(state="delete", observed=1, deleting=True), "h", False, 2, Step.BLOCKED),
     ("deleted without our finalizer", obj(deleting=True, finalizer=False), "h", False, 0, Step.NOTHING),
 ]
 
 
-@pytest.mark.parametrize(("reason", "instance", "plan_hash", "auto", "bindings", "want"), INSTANCE_CASES, ids=[c[0] for c in INSTANCE_CASES])
-def test_next_instance_step(reason: str, instance: dict[str, Any], plan_hash: str, auto: bool, bindings: int, want: Step) -> None:
+@pytest.mark.parametrize(
+    ("reason", "instance", "plan_hash", "auto", "bindings", "want"), INSTANCE_CASES, ids=[c[0] for c in INSTANCE_CASES]
+)
+def test_next_instance_step(
+    reason: str, instance: dict[str, Any], plan_hash: str, auto: bool, bindings: int, want: Step
+) -> None:
     assert decisions.next_instance_step(instance, plan_hash=plan_hash, auto_update=auto, live_bindings=bindings) == want
 
 
@@ -69,7 +87,9 @@ BINDING_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("reason", "binding", "instance_state", "want"), BINDING_CASES, ids=[c[0] for c in BINDING_CASES])
+@pytest.mark.parametrize(
+    ("reason", "binding", "instance_state", "want"), BINDING_CASES, ids=[c[0] for c in BINDING_CASES]
+)
 def test_next_binding_step(reason: str, binding: dict[str, Any], instance_state: str | None, want: Step) -> None:
     assert decisions.next_binding_step(binding, instance_state=instance_state) == want
 

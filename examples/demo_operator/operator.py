@@ -42,8 +42,12 @@ class DemoOperator:
                     for item in listing["items"]:
                         self.reconcile(item)
                 stream = watch.Watch().stream(
-                    self.custom.list_cluster_custom_object, GROUP, VERSION, PLURAL,
-                    resource_version=resource_version, timeout_seconds=60,
+                    self.custom.list_cluster_custom_object,
+                    GROUP,
+                    VERSION,
+                    PLURAL,
+                    resource_version=resource_version,
+                    timeout_seconds=60,
                 )
                 for event in stream:
                     obj = event["object"]
@@ -56,7 +60,7 @@ class DemoOperator:
                 else:
                     logger.warning("watch failed: HTTP %s", exc.status)
                     time.sleep(1)
-            except Exception as exc:  # noqa: BLE001 - keep the demo operator alive
+            except Exception as exc:
                 logger.warning("watch failed: %s", exc)
                 resource_version = ""
                 time.sleep(1)
@@ -93,8 +97,16 @@ class DemoOperator:
         )
 
     def owner(self, db: dict[str, Any]) -> list[dict[str, Any]]:
-        return [{"apiVersion": f"{GROUP}/{VERSION}", "kind": "Database", "name": db["metadata"]["name"],
-                 "uid": db["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}]
+        return [
+            {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": "Database",
+                "name": db["metadata"]["name"],
+                "uid": db["metadata"]["uid"],
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
 
     def ensure_service(self, db: dict[str, Any]) -> Any:
         meta = db["metadata"]
@@ -103,8 +115,10 @@ class DemoOperator:
         except ApiException as exc:
             if exc.status != 404:
                 raise
-        body = {"metadata": {"name": meta["name"], "ownerReferences": self.owner(db)},
-                "spec": {"ports": [{"name": "db", "port": 5432}], "selector": {"database": meta["name"]}}}
+        body = {
+            "metadata": {"name": meta["name"], "ownerReferences": self.owner(db)},
+            "spec": {"ports": [{"name": "db", "port": 5432}], "selector": {"database": meta["name"]}},
+        }
         return self.core.create_namespaced_service(meta["namespace"], body)
 
     def sync_users(self, db: dict[str, Any]) -> None:
@@ -117,8 +131,11 @@ class DemoOperator:
         }
         for user in sorted(wanted - set(existing)):
             body = {
-                "metadata": {"name": f"{meta['name']}-{user}-credentials", "ownerReferences": self.owner(db),
-                             "labels": {"demo.opbroker.io/database": meta["name"], "demo.opbroker.io/user": user}},
+                "metadata": {
+                    "name": f"{meta['name']}-{user}-credentials",
+                    "ownerReferences": self.owner(db),
+                    "labels": {"demo.opbroker.io/database": meta["name"], "demo.opbroker.io/user": user},
+                },
                 "stringData": {"username": user, "password": secrets.token_urlsafe(18)},
             }
             try:
@@ -132,7 +149,9 @@ class DemoOperator:
             except ApiException as exc:
                 if exc.status != 404:
                     raise
-        if (db.get("status") or {}).get("users") != sorted(wanted) and (db.get("status") or {}).get("phase") == "Running":
+        if (db.get("status") or {}).get("users") != sorted(wanted) and (db.get("status") or {}).get(
+            "phase"
+        ) == "Running":
             self.set_status(db, {"users": sorted(wanted)})
 
     def set_status(self, db: dict[str, Any], status: dict[str, Any]) -> None:

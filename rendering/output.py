@@ -1,0 +1,246 @@
+"""From rendered text to data: parse the YAML, resolve interpolations, prune nulls, check the objects.
+
+Parsing happens *before* any value is put in (see :mod:`interpolation`), so the structure of every document
+is the template author's. Then:
+
+* **Pruning** (Couchbase's rule, without its bug): every mapping entry and list item that is null is
+  removed, at any depth, in one functional pass that builds new containers, so no entry can be skipped
+  the way an in-place deletion loop skips its neighbour. Empty mappings that remain are kept.
+* **Objects** (``provision``/``bind``/``unbind``): each document must be a Kubernetes object with
+  ``apiVersion``, ``kind`` and ``metadata.name``; errors name the document (1-based) and the field.
+* **Namespaces**: the template's ``metadata.namespace`` wins; otherwise the request context's namespace;
+  otherwise the controller's default. Kinds known to be cluster-scoped (:data:`CLUSTER_SCOPED_KINDS`) get none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+from yaml.constructor import ConstructorError
+from yaml.nodes import MappingNode, ScalarNode
+
+from opbroker.api.meta import ResourceRef
+from opbroker.rendering import interpolation, state
+from opbroker.rendering.errors import RenderError, RenderLimitError
+
+#: Core kinds that are cluster-scoped, so no namespace is stamped on them. Any other kind (custom resources
+#: included) is treated as namespaced; the renderer has no cluster to ask. For a cluster-scoped custom
+#: resource the API server clears a stray namespace on apply, and the controller, which has discovery, can
+#: drop it from the recorded reference.
+CLUSTER_SCOPED_KINDS = frozenset(
+    {
+        "Namespace",
+        "Node",
+        "PersistentVolume",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "CustomResourceDefinition",
+        "StorageClass",
+        "PriorityClass",
+        "IngressClass",
+        "RuntimeClass",
+        "CSIDriver",
+        "APIService",
+        "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
+    }
+)
+
+_Base: type[Any] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _Loader(_Base):  # type: ignore[misc]
+    """YAML 1.1 safe loading, plus: interpolation markers resolved in every scalar, duplicate keys refused,
+    timestamps kept as strings (Kubernetes wants them as text), mapping keys always strings."""
+
+    current: state.RenderState
+
+    def construct_yaml_str(self, node: ScalarNode) -> Any:
+        text = self.construct_scalar(node)
+        return interpolation.resolve_scalar(text, plain_style=not node.style, current=self.current)
+
+    def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[str, Any]:
+        if not isinstance(node, MappingNode):
+            raise ConstructorError(None, None, f"expected a mapping node, but found {node.id}", node.start_mark)
+        explicit = len(node.value)
+        self.flatten_mapping(node)
+        merged = len(node.value) - explicit  # entries from `<<` merge keys come first and may be overridden
+        mapping: dict[str, Any] = {}
+        seen: set[str] = set()
+        for position, (key_node, value_node) in enumerate(node.value):
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, Mapping | list) or key is None:
+                raise ConstructorError(
+                    "while constructing a mapping", node.start_mark, "a key must be a string", key_node.start_mark
+                )
+            key = interpolation.as_text(key)
+            if position >= merged:
+                if key in seen:
+                    raise ConstructorError(
+                        "while constructing a mapping", node.start_mark, f"duplicate key {key!r}", key_node.start_mark
+                    )
+                seen.add(key)
+            mapping[key] = self.construct_object(value_node, deep=deep)
+        return mapping
+
+
+_Loader.add_constructor("tag:yaml.org,2002:str", _Loader.construct_yaml_str)
+_Loader.add_constructor("tag:yaml.org,2002:timestamp", _Loader.construct_yaml_str)
+
+
+def parse_documents(text: str, current: state.RenderState) -> list[Any]:
+    """Every YAML document of the rendered text, with interpolations resolved (empty documents are None)."""
+    loader = _Loader(text)
+    loader.current = current
+    try:
+        documents = []
+        while loader.check_data():
+            documents.append(loader.get_data())
+            current.budget.check_time()
+        return documents
+    except yaml.YAMLError as exc:
+        raise RenderError(f"the rendered text is not valid YAML: {_yaml_problem(exc, text, current)}") from None
+    finally:
+        loader.dispose()
+
+
+def _yaml_problem(exc: yaml.YAMLError, text: str, current: state.RenderState) -> str:
+    """The parser's complaint and the rendered line it is about, with ``{{...}}`` where values go (the
+    rendered line, not the template's: ``{%- %}`` tags remove lines, so the numbers can differ)."""
+    problem = getattr(exc, "problem", None) or str(exc)
+    context = getattr(exc, "context", None)
+    mark = getattr(exc, "problem_mark", None)
+    message = f"{context}: {problem}" if context else str(problem)
+    if mark is None:
+        return message
+    lines = text.splitlines()
+    line = lines[mark.line] if 0 <= mark.line < len(lines) else ""
+    return f"{message}, at line {mark.line + 1} of the rendered text: {_hide_markers(line, current).strip()!r}"
+
+
+def _hide_markers(line: str, current: state.RenderState) -> str:
+    return state.MARKER.sub(lambda m: "{{...}}" if m.group(1) == current.nonce else m.group(0), line)
+
+
+@dataclass
+class _Walk:
+    limit: int
+    size: int = 0
+
+    def count(self, amount: int) -> None:
+        self.size += amount
+        if self.size > self.limit:
+            raise RenderLimitError(f"the rendered output is larger than the limit of {self.limit} bytes")
+
+
+def prune(value: Any, *, limit: int) -> Any:
+    """A copy of ``value`` with every null mapping value and null list item removed, at every depth.
+
+    Also bounds the result: ``limit`` is roughly its size in bytes (string lengths plus one per node), so a
+    YAML alias bomb in a template is refused instead of expanded.
+    """
+    return _prune(value, _Walk(limit))
+
+
+def _prune(value: Any, walk: _Walk) -> Any:
+    if isinstance(value, dict):
+        walk.count(1)
+        result = {}
+        for key, item in value.items():
+            if item is not None:
+                walk.count(len(key))
+                kept = _prune(item, walk)
+                if kept is not None:
+                    result[key] = kept
+        return result
+    if isinstance(value, list):
+        walk.count(1)
+        return [kept for item in value if item is not None and (kept := _prune(item, walk)) is not None]
+    walk.count(len(value) if isinstance(value, str) else 1)
+    return value
+
+
+@dataclass(frozen=True)
+class RenderedObject:
+    """One Kubernetes object to apply, as a plain dict, and whether its template is a singleton.
+
+    ``singleton``: the object is shared by every instance of the plan; the controller tolerates "already
+    exists" and adds an owner reference instead of failing or recreating it.
+    """
+
+    manifest: dict[str, Any] = field(repr=False)
+    singleton: bool = False
+
+    @property
+    def ref(self) -> ResourceRef:
+        """How ``status.resources`` records the object."""
+        metadata = self.manifest["metadata"]
+        return ResourceRef(
+            api_version=self.manifest["apiVersion"],
+            kind=self.manifest["kind"],
+            name=metadata["name"],
+            namespace=metadata.get("namespace"),
+        )
+
+    def __repr__(self) -> str:
+        # Manifests may carry generated secrets: never put their content in a log line.
+        ref = self.ref
+        where = f"{ref.namespace}/" if ref.namespace else ""
+        return f"RenderedObject({ref.api_version} {ref.kind} {where}{ref.name}, singleton={self.singleton})"
+
+
+def objects(documents: list[Any], *, namespace: str, singleton: bool) -> tuple[RenderedObject, ...]:
+    """Check each document is a Kubernetes object and give it its namespace (see the module docstring)."""
+    rendered = []
+    for index, document in enumerate(documents, start=1):
+        if document is None:
+            continue
+        if not isinstance(document, dict):
+            raise RenderError(
+                f"document {index} is a {type(document).__name__}, not a Kubernetes object "
+                "(a mapping with apiVersion, kind and metadata.name)"
+            )
+        metadata = document.get("metadata")
+        missing = [f for f in ("apiVersion", "kind") if not isinstance(document.get(f), str) or not document[f]]
+        if not isinstance(metadata, dict) or not isinstance(metadata.get("name"), str) or not metadata["name"]:
+            missing.append("metadata.name")
+        if missing:
+            kind = document.get("kind") if isinstance(document.get("kind"), str) else "object"
+            raise RenderError(f"document {index} ({kind}): missing {', '.join(missing)}")
+        assert isinstance(metadata, dict)
+        if "namespace" not in metadata and document["kind"] not in CLUSTER_SCOPED_KINDS:
+            metadata["namespace"] = namespace
+        rendered.append(RenderedObject(manifest=document, singleton=singleton))
+    return tuple(rendered)
+
+
+def refs(document: Any, *, namespace: str) -> dict[str, ResourceRef]:
+    """The ``sources`` map: name → object reference, with the same namespace defaulting as objects."""
+    if document is None:
+        return {}
+    if not isinstance(document, dict):
+        raise RenderError(
+            f"the sources template must render a mapping of name to reference, got {type(document).__name__}"
+        )
+    result = {}
+    for name, entry in document.items():
+        if not isinstance(entry, dict):
+            raise RenderError(f"sources entry {name!r}: expected a mapping with apiVersion, kind, name, namespace")
+        unknown = sorted(set(entry) - {"apiVersion", "kind", "name", "namespace"})
+        missing = [f for f in ("apiVersion", "kind", "name") if not isinstance(entry.get(f), str) or not entry[f]]
+        if unknown or missing:
+            problems = [f"missing {', '.join(missing)}"] if missing else []
+            problems += [f"unknown field(s) {', '.join(unknown)}"] if unknown else []
+            raise RenderError(f"sources entry {name!r}: {'; '.join(problems)}")
+        ns = entry.get("namespace")
+        if ns is not None and not isinstance(ns, str):
+            raise RenderError(f"sources entry {name!r}: namespace must be a string")
+        if ns is None and entry["kind"] not in CLUSTER_SCOPED_KINDS:
+            ns = namespace
+        result[name] = ResourceRef(
+            api_version=entry["apiVersion"], kind=entry["kind"], name=entry["name"], namespace=ns
+        )
+    return result

@@ -1,0 +1,60 @@
+"""The state of the render in progress, reachable from template functions without passing it through Jinja.
+
+The environment (and its compiled templates) is shared by every render and every thread, so anything that
+belongs to one render lives here: the interpolation slots, the budget, the registry being read and written,
+the request parameters. A :class:`contextvars.ContextVar` holds it, which makes concurrent renders on
+different threads independent and keeps it out of the template's namespace (a template cannot name it).
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any
+
+from opbroker.rendering import registry
+from opbroker.rendering.limits import Budget
+
+#: How every interpolation marker starts (see ``interpolation``); letters only, so a marker is a plain scalar.
+MARKER_PREFIX = "opbrk"
+#: Any render's marker: prefix, 16 hex digits of nonce, slot number. Compiled once; the nonce is compared
+#: per match, so a marker of another render (or a forged one) stays literal text.
+MARKER = re.compile(f"{MARKER_PREFIX}([0-9a-f]{{16}})v([0-9]+)e")
+
+
+@dataclass
+class RenderState:
+    """Everything one render reads and writes besides the template variables."""
+
+    budget: Budget
+    registry: registry.Registry
+    parameters: Mapping[str, Any]
+    nonce: str = field(default_factory=lambda: secrets.token_hex(8))
+    """Random per render, so a template (or a value) cannot forge an interpolation marker."""
+    slots: list[Any] = field(default_factory=list)
+    """The value of every ``{{ ... }}`` in output order; the text holds only markers pointing here."""
+
+
+_CURRENT: ContextVar[RenderState] = ContextVar("opbroker_rendering_state")
+
+
+def current() -> RenderState:
+    """The state of the render running on this thread/task."""
+    try:
+        return _CURRENT.get()
+    except LookupError:
+        raise RuntimeError("template functions can only run inside a render") from None
+
+
+@contextmanager
+def active(state: RenderState) -> Iterator[RenderState]:
+    """Make ``state`` the current render's state for the duration of the block."""
+    token = _CURRENT.set(state)
+    try:
+        yield state
+    finally:
+        _CURRENT.reset(token)

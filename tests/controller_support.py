@@ -1,0 +1,157 @@
+"""Running the real controller and the demo operator as processes, the way a user does.
+
+Session-scoped fixtures: one demo operator and one controller serve every test (each test works in its
+own namespace). The example catalog is applied to the control-plane namespace once.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from opbroker.api.conventions import DEFAULT_NAMESPACE
+from opbroker.devcluster import ControlPlane
+from opbroker.devcluster.crds import install_crds
+
+REPO = Path(__file__).resolve().parent.parent
+DEMO = REPO / "examples" / "demo_operator"
+OPBROKER = Path(sys.executable).parent / "opbroker"
+GROUP, VERSION = "osb.servicefabrik.io", "v1alpha1"
+
+
+def wait_for(
+    condition: Callable[[], Any], timeout: float = 30.0, what: str = "condition", interval: float = 0.1
+) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+class Process:
+    """A child process with its output in a log file, shown when a test fails."""
+
+    def __init__(self, name: str, command: list[str], log_dir: Path) -> None:
+        self.name = name
+        self.command = command
+        self.log = log_dir / f"{name}.log"
+        self.popen: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        handle = self.log.open("ab")
+        self.popen = subprocess.Popen(self.command, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
+        handle.close()
+
+    def kill(self) -> None:
+        """SIGKILL: no clean shutdown, like a crashed or evicted pod."""
+        if self.popen and self.popen.poll() is None:
+            os.killpg(self.popen.pid, signal.SIGKILL)
+            self.popen.wait(10)
+
+    def stop(self) -> None:
+        if self.popen and self.popen.poll() is None:
+            os.killpg(self.popen.pid, signal.SIGTERM)
+            try:
+                self.popen.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def tail(self, lines: int = 60) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:]) if self.log.exists() else ""
+
+
+def apply_yaml(api: client.ApiClient, path: Path, namespace: str) -> list[dict[str, Any]]:
+    """Create or replace every document of a file (custom objects and CRDs)."""
+    custom = client.CustomObjectsApi(api)
+    applied = []
+    for doc in yaml.safe_load_all(path.read_text()):
+        if not doc:
+            continue
+        if doc["kind"] == "CustomResourceDefinition":
+            install_crds(api, [doc])
+            continue
+        group, version = doc["apiVersion"].split("/")
+        plural = {"SFService": "sfservices", "SFPlan": "sfplans"}[doc["kind"]]
+        doc["metadata"]["namespace"] = namespace
+        try:
+            custom.create_namespaced_custom_object(group, version, namespace, plural, doc)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            current = custom.get_namespaced_custom_object(group, version, namespace, plural, doc["metadata"]["name"])
+            doc["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+            custom.replace_namespaced_custom_object(group, version, namespace, plural, doc["metadata"]["name"], doc)
+        applied.append(doc)
+    return applied
+
+
+@pytest.fixture(scope="session")
+def catalog_namespace(api_client: client.ApiClient) -> str:
+    core = client.CoreV1Api(api_client)
+    try:
+        core.create_namespace({"metadata": {"name": DEFAULT_NAMESPACE}})
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+    return DEFAULT_NAMESPACE
+
+
+@pytest.fixture(scope="session")
+def demo_catalog(api_client: client.ApiClient, catalog_namespace: str) -> list[dict[str, Any]]:
+    """The demo operator's CRD and the example catalog that drives it."""
+    apply_yaml(api_client, DEMO / "crd.yaml", catalog_namespace)
+    return apply_yaml(api_client, DEMO / "catalog.yaml", catalog_namespace)
+
+
+@pytest.fixture(scope="session")
+def demo_operator(
+    control_plane: ControlPlane, demo_catalog: list[dict[str, Any]], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Process]:
+    process = Process(
+        "demo-operator",
+        [sys.executable, str(DEMO / "operator.py"), "--kubeconfig", str(control_plane.kubeconfig)],
+        tmp_path_factory.mktemp("logs"),
+    )
+    process.start()
+    yield process
+    process.stop()
+
+
+def controller_command(control_plane: ControlPlane, *extra: str) -> list[str]:
+    return [
+        str(OPBROKER),
+        "controller",
+        "run",
+        "--kubeconfig",
+        str(control_plane.kubeconfig),
+        "--no-leader-election",
+        "--poll-seconds",
+        "2",
+        "--error-threshold",
+        "4",
+        *extra,
+    ]
+
+
+@pytest.fixture(scope="session")
+def controller(
+    control_plane: ControlPlane, demo_operator: Process, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Process]:
+    process = Process("controller", controller_command(control_plane), tmp_path_factory.mktemp("logs"))
+    process.start()
+    yield process
+    process.stop()

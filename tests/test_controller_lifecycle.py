@@ -1,0 +1,251 @@
+"""The controller against the real control plane, driven through the custom resources alone.
+
+The session's controller polls only every 60 s, so every reaction inside these tests' timeouts comes from
+watches (of our resources and of the operator's objects the plans name).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+import time
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from opbroker.api.conventions import CREDENTIALS_KEY, FINALIZER
+from tests.controller_support import Process, apply_yaml, wait_for
+
+GROUP, VERSION = "osb.servicefabrik.io", "v1alpha1"
+SERVICE_ID = "6f4e7a0c-2f0a-4d5e-9b1a-0d6c1e0f5a11"
+PLAN_ID = "0b9bd3f2-8d55-4a0b-9c1e-55c9a4e3d7a2"
+DB = ("demo.opbroker.io", "v1alpha1", "databases")
+
+pytestmark = pytest.mark.usefixtures("controller")
+
+
+def custom(api: client.ApiClient) -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(api)
+
+
+def provision(
+    api: client.ApiClient,
+    namespace: str,
+    name: str,
+    *,
+    plan_id: str = PLAN_ID,
+    parameters: dict[str, Any] | None = None,
+) -> None:
+    """What the broker does for a provision request: the instance, then its requested state."""
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "SFServiceInstance",
+        "metadata": {"name": name},
+        "spec": {"instanceId": name, "serviceId": SERVICE_ID, "planId": plan_id, "parameters": parameters or {}},
+    }
+    custom(api).create_namespaced_custom_object(GROUP, VERSION, namespace, "sfserviceinstances", body)
+
+
+def bind(api: client.ApiClient, namespace: str, name: str, instance: str) -> None:
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "SFServiceBinding",
+        "metadata": {"name": name},
+        "spec": {"id": name, "instanceId": instance, "serviceId": SERVICE_ID, "planId": PLAN_ID},
+    }
+    custom(api).create_namespaced_custom_object(GROUP, VERSION, namespace, "sfservicebindings", body)
+
+
+def get(
+    api: client.ApiClient, namespace: str, plural: str, name: str, group: str = GROUP, version: str = VERSION
+) -> dict[str, Any] | None:
+    try:
+        found: dict[str, Any] = custom(api).get_namespaced_custom_object(group, version, namespace, plural, name)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    return found
+
+
+def state_of(api: client.ApiClient, namespace: str, plural: str, name: str) -> str | None:
+    obj = get(api, namespace, plural, name)
+    return ((obj or {}).get("status") or {}).get("state")
+
+
+def wait_state(
+    api: client.ApiClient, namespace: str, plural: str, name: str, state: str, timeout: float = 30
+) -> dict[str, Any]:
+    wait_for(lambda: state_of(api, namespace, plural, name) == state, timeout, f"{plural}/{name} to be {state!r}")
+    found = get(api, namespace, plural, name)
+    assert found is not None
+    return found
+
+
+def gone(
+    api: client.ApiClient, namespace: str, plural: str, name: str, group: str = GROUP, version: str = VERSION
+) -> bool:
+    return get(api, namespace, plural, name, group, version) is None
+
+
+def test_provision_bind_unbind_deprovision(api_client: client.ApiClient, namespace: str) -> None:
+    core = client.CoreV1Api(api_client)
+    provision(api_client, namespace, "db1", parameters={"version": "15"})
+    instance = wait_state(api_client, namespace, "sfserviceinstances", "db1", "succeeded")
+    assert FINALIZER in instance["metadata"]["finalizers"]
+    status = instance["status"]
+    assert status["resources"] == [
+        {"apiVersion": "demo.opbroker.io/v1alpha1", "kind": "Database", "name": "db1", "namespace": namespace}
+    ]
+    assert status["dashboardUrl"] == "https://dashboard.example.com/databases/db1"
+    assert status["observedGeneration"] == instance["metadata"]["generation"]
+    assert [c["status"] for c in status["conditions"] if c["type"] == "Ready"] == ["True"]
+    database = get(api_client, namespace, "databases", "db1", *DB[:2])
+    assert database is not None and database["spec"]["version"] == "15"
+    assert database["metadata"]["ownerReferences"][0]["uid"] == instance["metadata"]["uid"]
+    registry = core.read_namespaced_secret("db1-registry", namespace)
+    assert json.loads(base64.b64decode(registry.data["instance-id"])) == "db1"
+
+    bind(api_client, namespace, "b1", "db1")
+    binding = wait_state(api_client, namespace, "sfservicebindings", "b1", "succeeded")
+    secret_name = binding["status"]["response"]["secretRef"]
+    response = json.loads(base64.b64decode(core.read_namespaced_secret(secret_name, namespace).data[CREDENTIALS_KEY]))
+    credentials = response["credentials"]
+    assert credentials["port"] == 5432 and credentials["hostname"]
+    users = get(api_client, namespace, "databases", "db1", *DB[:2])["spec"]["users"]  # type: ignore[index]
+    assert set(users) == {"main", credentials["username"]}
+    # The password is in the credentials Secret only: not in any status, nor in any event.
+    assert credentials["password"] not in json.dumps(binding)
+    events = core.list_namespaced_event(namespace).items
+    assert events and all(credentials["password"] not in (e.message or "") for e in events)
+
+    custom(api_client).delete_namespaced_custom_object(GROUP, VERSION, namespace, "sfservicebindings", "b1")
+    wait_for(lambda: gone(api_client, namespace, "sfservicebindings", "b1"), 30, "the binding to be released")
+    users = get(api_client, namespace, "databases", "db1", *DB[:2])["spec"]["users"]  # type: ignore[index]
+    assert set(users) == {"main"}, "unbind must remove exactly the binding's user"
+
+    custom(api_client).delete_namespaced_custom_object(GROUP, VERSION, namespace, "sfserviceinstances", "db1")
+    wait_for(lambda: gone(api_client, namespace, "sfserviceinstances", "db1"), 30, "the instance to be released")
+    assert gone(api_client, namespace, "databases", "db1", *DB[:2])
+    wait_for(
+        lambda: (
+            not core.list_namespaced_secret(namespace, label_selector="app.kubernetes.io/managed-by=opbroker").items
+        ),
+        30,
+        "registry and credentials Secrets to be collected",
+    )
+
+
+def test_deprovision_waits_while_bindings_exist(api_client: client.ApiClient, namespace: str) -> None:
+    provision(api_client, namespace, "db2")
+    wait_state(api_client, namespace, "sfserviceinstances", "db2", "succeeded")
+    bind(api_client, namespace, "b2", "db2")
+    wait_state(api_client, namespace, "sfservicebindings", "b2", "succeeded")
+    custom(api_client).delete_namespaced_custom_object(GROUP, VERSION, namespace, "sfserviceinstances", "db2")
+    instance = wait_state(api_client, namespace, "sfserviceinstances", "db2", "failed")
+    assert instance["status"]["error"] == "cannot deprovision: 1 binding(s) still exist; unbind them first"
+    assert get(api_client, namespace, "databases", "db2", *DB[:2]) is not None, "nothing may be deleted yet"
+    custom(api_client).delete_namespaced_custom_object(GROUP, VERSION, namespace, "sfservicebindings", "b2")
+    wait_for(lambda: gone(api_client, namespace, "sfserviceinstances", "db2"), 30, "deprovision to resume once unbound")
+    assert gone(api_client, namespace, "databases", "db2", *DB[:2])
+
+
+def test_operator_failure_is_reported_with_its_reason(api_client: client.ApiClient, namespace: str) -> None:
+    provision(api_client, namespace, "db3", parameters={"failWith": "disk quota exceeded"})
+    instance = wait_state(api_client, namespace, "sfserviceinstances", "db3", "failed")
+    assert instance["status"]["error"] == "disk quota exceeded"
+    assert [c["reason"] for c in instance["status"]["conditions"]] == ["Failed"]
+
+
+TWO_OBJECT_PLAN = """
+apiVersion: osb.servicefabrik.io/v1alpha1
+kind: SFPlan
+metadata: {{name: {name}}}
+spec:
+  name: {name}
+  id: {name}
+  serviceId: 6f4e7a0c-2f0a-4d5e-9b1a-0d6c1e0f5a11
+  description: a plan whose second version drops an object
+  autoUpdateInstances: true
+  templates:
+  - action: provision
+    type: jinja2
+    content: |
+      apiVersion: demo.opbroker.io/v1alpha1
+      kind: Database
+      metadata:
+        name: {{{{ instance.metadata.name }}}}
+      spec:
+        engine: postgresql
+        storageGB: {storage}
+      {extra}
+"""
+CONFIG_MAP = """---
+      apiVersion: v1
+      kind: ConfigMap
+      metadata:
+        name: {{ instance.metadata.name }}-settings
+      data:
+        tuning: fast"""
+
+
+def test_plan_update_rerenders_instances_and_deletes_what_is_no_longer_rendered(
+    api_client: client.ApiClient, namespace: str, catalog_namespace: str, tmp_path: Any
+) -> None:
+    plan_name = f"two-objects-{namespace}"
+    plan_file = tmp_path / "plan.yaml"
+    plan_file.write_text(TWO_OBJECT_PLAN.format(name=plan_name, storage=1, extra=CONFIG_MAP))
+    apply_yaml(api_client, plan_file, catalog_namespace)
+    provision(api_client, namespace, "db4", plan_id=plan_name)
+    wait_state(api_client, namespace, "sfserviceinstances", "db4", "succeeded")
+    core = client.CoreV1Api(api_client)
+    assert core.read_namespaced_config_map("db4-settings", namespace).data == {"tuning": "fast"}
+
+    plan_file.write_text(TWO_OBJECT_PLAN.format(name=plan_name, storage=5, extra=""))
+    apply_yaml(api_client, plan_file, catalog_namespace)
+
+    def rerendered() -> bool:
+        database = get(api_client, namespace, "databases", "db4", *DB[:2])
+        return bool(database and database["spec"]["storageGB"] == 5)
+
+    wait_for(rerendered, 30, "the instance to be re-rendered with the new plan")
+
+    def config_map_gone() -> bool:
+        try:
+            core.read_namespaced_config_map("db4-settings", namespace)
+        except ApiException as exc:
+            return exc.status == 404
+        return False
+
+    wait_for(config_map_gone, 30, "the object the new plan no longer renders to be deleted")
+    instance = wait_state(api_client, namespace, "sfserviceinstances", "db4", "succeeded")
+    assert [r["kind"] for r in instance["status"]["resources"]] == ["Database"]
+
+
+def test_killed_controller_converges_without_duplicates(
+    api_client: client.ApiClient, namespace: str, controller: Process
+) -> None:
+    rng = random.Random(7)
+    names = [f"k{i}" for i in range(6)]
+    for name in names:
+        provision(api_client, namespace, name)
+        time.sleep(rng.uniform(0.0, 0.4))
+        controller.kill()
+        controller.start()
+    for name in names:
+        instance = wait_state(api_client, namespace, "sfserviceinstances", name, "succeeded", timeout=60)
+        assert len(instance["status"]["resources"]) == 1
+        database = get(api_client, namespace, "databases", name, *DB[:2])
+        assert database is not None
+        owners = database["metadata"]["ownerReferences"]
+        assert [o["uid"] for o in owners] == [instance["metadata"]["uid"]], "exactly one owner reference"
+        assert instance["metadata"]["finalizers"].count(FINALIZER) == 1
+    databases = custom(api_client).list_namespaced_custom_object(*DB[:2], namespace, DB[2])["items"]
+    assert sorted(d["metadata"]["name"] for d in databases) == names
+    registries = (
+        client.CoreV1Api(api_client).list_namespaced_secret(namespace, label_selector="opbroker.io/instance").items
+    )
+    assert sorted(s.metadata.name for s in registries) == sorted(f"{n}-registry" for n in names)
