@@ -40,6 +40,9 @@ ANNOTATION_ORIGINATING_IDENTITY = f"{DOMAIN}/originating-identity"
 #: The ``X-Broker-API-Request-Identity`` of that request, for tracing.
 ANNOTATION_REQUEST_IDENTITY = f"{DOMAIN}/request-identity"
 
+#: On a rendered object: shared by every instance of the plan (created once, owned by all, deleted with the last).
+ANNOTATION_SINGLETON = f"{DOMAIN}/singleton"
+
 #: Key of the credentials Secret that holds the bind response (JSON object with ``credentials`` etc.).
 CREDENTIALS_KEY = "response"
 #: Secret type of binding credentials Secrets, so they are recognisable and never mistaken for others.

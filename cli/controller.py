@@ -27,6 +27,9 @@ def run(
     poll_seconds: Annotated[float, typer.Option(help="Re-check interval for in-progress operations.")] = 10.0,
     leader_election: Annotated[bool, typer.Option(help="Campaign for a Lease (active-passive replicas).")] = True,
     metrics_port: Annotated[int | None, typer.Option(help="Serve Prometheus metrics on this port.")] = None,
+    lease_seconds: Annotated[
+        int, typer.Option(help="Leader lease duration in seconds (the longest failover).", min=3)
+    ] = 15,
 ) -> None:
     """Run the controller until interrupted."""
     from opbroker.controller.running import run as run_controller
@@ -38,5 +41,6 @@ def run(
         status_poll_seconds=poll_seconds,
         leader_election=leader_election,
         metrics_port=metrics_port,
+        lease_seconds=lease_seconds,
     )
     run_controller(settings, kubeconfig=kubeconfig)

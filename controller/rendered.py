@@ -55,9 +55,10 @@ def release(kube: Kube, ref: ResourceRef, *, owner_uid: str) -> bool:
     meta = obj.get("metadata") or {}
     owners = meta.get("ownerReferences") or []
     others = [o for o in owners if o.get("uid") != owner_uid]
-    if others and len(others) < len(owners):
-        kube.merge_patch(ref, {"metadata": {"ownerReferences": others}})
-        return False
+    if others:
+        if len(others) < len(owners):
+            kube.merge_patch(ref, {"metadata": {"ownerReferences": others}})
+        return False  # shared, or no longer ours at all: it lives on with its other owners
     if not meta.get("deletionTimestamp"):
         kube.delete(ref)
     return True

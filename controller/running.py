@@ -83,7 +83,13 @@ def run(settings: ControllerSettings, *, kubeconfig: str | None) -> None:
 
     election = leaderelection.LeaderElection(
         electionconfig.Config(
-            lock, lease_duration=15, renew_deadline=10, retry_period=2, onstarted_leading=lead, onstopped_leading=lost
+            lock,
+            # Whole seconds: the Lease API stores an integer, and the library refuses periods under 1 s.
+            lease_duration=settings.lease_seconds,
+            renew_deadline=max(2, settings.lease_seconds * 2 // 3),
+            retry_period=max(1, settings.lease_seconds // 8),
+            onstarted_leading=lead,
+            onstopped_leading=lost,
         )
     )
     logger.info("%s campaigning for lease %s/%s", identity, settings.namespace, settings.lease_name)

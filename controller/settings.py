@@ -19,5 +19,7 @@ class ControllerSettings:
     """Reconciles running at once (each does blocking API calls in a thread)."""
     leader_election: bool = True
     lease_name: str = "opbroker-controller"
+    lease_seconds: int = 15
+    """How long a leader's lease lasts without renewal: the longest a failover takes."""
     metrics_port: int | None = None
     """Serve Prometheus metrics on this port (0.0.0.0); None to disable."""

@@ -22,6 +22,7 @@ import yaml
 from yaml.constructor import ConstructorError
 from yaml.nodes import MappingNode, ScalarNode
 
+from opbroker.api.conventions import ANNOTATION_SINGLETON
 from opbroker.api.meta import ResourceRef
 from opbroker.rendering import interpolation, state
 from opbroker.rendering.errors import RenderError, RenderLimitError
@@ -193,7 +194,11 @@ class RenderedObject:
 
 
 def objects(documents: list[Any], *, namespace: str, singleton: bool) -> tuple[RenderedObject, ...]:
-    """Check each document is a Kubernetes object and give it its namespace (see the module docstring)."""
+    """Check each document is a Kubernetes object and give it its namespace (see the module docstring).
+
+    An object is a singleton when its template is, or when it carries the annotation
+    ``opbroker.io/singleton: "true"`` (one template can render shared and per-instance objects side by side).
+    """
     rendered = []
     for index, document in enumerate(documents, start=1):
         if document is None:
@@ -213,7 +218,8 @@ def objects(documents: list[Any], *, namespace: str, singleton: bool) -> tuple[R
         assert isinstance(metadata, dict)
         if "namespace" not in metadata and document["kind"] not in CLUSTER_SCOPED_KINDS:
             metadata["namespace"] = namespace
-        rendered.append(RenderedObject(manifest=document, singleton=singleton))
+        shared = (metadata.get("annotations") or {}).get(ANNOTATION_SINGLETON) == "true"
+        rendered.append(RenderedObject(manifest=document, singleton=singleton or shared))
     return tuple(rendered)
 
 

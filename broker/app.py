@@ -1,0 +1,183 @@
+"""The broker's FastAPI application: OSB routes, the checks every OSB request passes first, error mapping,
+health, readiness and metrics.
+
+Order of checks for ``/v2/*``: credentials (401) → API version (412) → the route (body/params 400, then
+the core's decisions). Every response echoes ``X-Broker-API-Request-Identity`` and is counted in the
+metrics. No state lives in the process that two replicas could disagree on: the catalog, the objects and
+the operation tokens come from (or are derived from) the API server on every request.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import urllib3.exceptions
+from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
+
+from opbroker.api.errors import field_path
+from opbroker.broker import bodies, errors, headers, routes
+from opbroker.broker.authentication import Authenticator
+from opbroker.broker.locating import NamespaceIndex
+from opbroker.broker.metrics import Metrics
+from opbroker.broker.records import Kind
+from opbroker.broker.repository import Repository
+from opbroker.broker.settings import Settings
+
+log = logging.getLogger("opbroker.broker")
+
+DESCRIPTION = """\
+Open Service Broker API v2.17 for the services of opbroker's catalog (SFService/SFPlan).
+
+Every `/v2` request needs HTTP basic auth and `X-Broker-API-Version` 2.12 to 2.17. Provision, update and
+bind are recorded as SFServiceInstance/SFServiceBinding resources that opbroker's controller reconciles;
+`last_operation` answers from their status. Error bodies are OSB error objects (`error`, `description`).
+"""
+
+
+def error_response(error: errors.BrokerError) -> JSONResponse:
+    status, body = errors.to_response(error)
+    extra = {"WWW-Authenticate": 'Basic realm="opbroker"'} if status == 401 else None
+    return JSONResponse(body, status_code=status, headers=extra)
+
+
+def _validation_description(exc: RequestValidationError) -> str:
+    """Which field is wrong and why, never the submitted value (bodies may carry secrets)."""
+    problems = []
+    for item in exc.errors()[:10]:
+        location = [part for part in item.get("loc", ()) if part not in ("body",)]
+        problems.append(f"{field_path(tuple(location)) if location else 'body'}: {item.get('msg', 'invalid')}")
+    return "invalid request: " + "; ".join(problems)
+
+
+def _endpoint(app: FastAPI, request: Request) -> str:
+    """The route template (bounded label cardinality for metrics), or ``unmatched``."""
+    route = request.scope.get("route")
+    if route is None:
+        for candidate in app.router.routes:
+            match, _ = candidate.matches(request.scope)
+            if match is Match.FULL:
+                route = candidate
+                break
+    return str(getattr(route, "path", "unmatched"))
+
+
+def create_app(settings: Settings, api_client: client.ApiClient) -> FastAPI:
+    """The broker app for one process. Credentials are checked now, so a misconfiguration stops start-up."""
+    authenticator = Authenticator(settings, api_client)
+    authenticator.verify()
+    index = NamespaceIndex(api_client, (Kind.INSTANCE, Kind.BINDING)) if settings.namespace_index else None
+    repository = Repository(api_client, settings, index)
+    metrics = Metrics()
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        if index is not None:
+            index.start()
+        yield
+        if index is not None:
+            index.stop()
+
+    app = FastAPI(
+        title="opbroker OSB broker",
+        version="2.17",
+        description=DESCRIPTION,
+        docs_url=None,
+        redoc_url=None,
+        lifespan=lifespan,
+        strict_content_type=False,  # OSB: a body without Content-Type MAY still be processed
+    )
+    app.state.broker = routes.Broker(settings, repository)
+    app.include_router(routes.router)
+
+    @app.middleware("http")
+    async def osb_edge(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        started = time.perf_counter()
+        identity = headers.request_identity(request.headers.get(headers.REQUEST_IDENTITY_HEADER))
+        try:
+            if request.url.path.startswith("/v2/") or request.url.path == "/v2":
+                authorized = await run_in_threadpool(authenticator.check, request.headers.get("authorization"))
+                if not authorized:
+                    raise errors.BrokerError(errors.Reason.UNAUTHORIZED, "valid basic-auth credentials are required")
+                headers.check_api_version(request.headers.get(headers.VERSION_HEADER))
+            response = await call_next(request)
+        except errors.BrokerError as exc:
+            response = error_response(exc)
+        except Exception:
+            log.exception("unhandled error in %s %s", request.method, _endpoint(app, request))
+            response = JSONResponse(errors.http_body(500, "internal broker error"), status_code=500)
+        if identity is not None:
+            response.headers[headers.REQUEST_IDENTITY_HEADER] = identity
+        metrics.observe(_endpoint(app, request), request.method, response.status_code, time.perf_counter() - started)
+        return response
+
+    @app.exception_handler(errors.BrokerError)
+    async def broker_error(_request: Request, exc: errors.BrokerError) -> JSONResponse:
+        if errors.STATUS[exc.reason] >= 500:
+            log.warning("%s", exc)
+        return error_response(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        return error_response(errors.bad_request(_validation_description(exc)))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return JSONResponse(errors.http_body(exc.status_code, str(exc.detail)), status_code=exc.status_code)
+
+    @app.exception_handler(ApiException)
+    async def kubernetes_error(request: Request, exc: ApiException) -> JSONResponse:
+        # Only status and reason: the body of a failed call may echo what was sent.
+        log.warning("Kubernetes API error %s %s in %s %s", exc.status, exc.reason, request.method, request.url.path)
+        return error_response(
+            errors.BrokerError(errors.Reason.INTERNAL_ERROR, f"Kubernetes API error {exc.status} {exc.reason}")
+        )
+
+    @app.exception_handler(urllib3.exceptions.HTTPError)
+    async def kubernetes_unreachable(_request: Request, exc: urllib3.exceptions.HTTPError) -> JSONResponse:
+        log.warning("Kubernetes API unreachable: %s", type(exc).__name__)
+        return error_response(errors.BrokerError(errors.Reason.UNAVAILABLE, "the Kubernetes API is not reachable"))
+
+    @app.get("/healthz", summary="Liveness: the process serves requests", tags=["operations"])
+    def healthz() -> dict[str, Any]:
+        return {"status": "ok"}
+
+    @app.get(
+        "/readyz",
+        summary="Readiness: the Kubernetes API answers and the credentials are readable",
+        tags=["operations"],
+        responses={503: {"description": "Not ready", "model": bodies.ErrorBody}},
+    )
+    def readyz() -> JSONResponse:
+        try:
+            repository.ping()
+            authenticator.expected()
+        except (ApiException, urllib3.exceptions.HTTPError, errors.BrokerError) as exc:
+            reason = getattr(exc, "status", None) or type(exc).__name__
+            return JSONResponse(errors.http_body(503, f"not ready: {reason}"), status_code=503)
+        return JSONResponse({"status": "ready"})
+
+    @app.get(
+        "/metrics",
+        summary="Prometheus metrics",
+        tags=["operations"],
+        response_class=PlainTextResponse,
+        responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
+    )
+    def prometheus() -> Response:
+        payload, content_type = metrics.exposition()
+        return Response(payload, media_type=content_type)
+
+    app.state.metrics = metrics
+    app.state.index = index
+    return app

@@ -1,0 +1,83 @@
+"""Basic-auth credentials of the broker: from a Secret in the control-plane namespace, or the environment.
+
+A Secret read is reused for ``credentials_ttl`` seconds, so a rotated password is honoured within that
+time by every replica, without a restart. Comparison is constant-time (:func:`headers.credentials_match`).
+"""
+
+from __future__ import annotations
+
+import base64
+import threading
+import time
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from opbroker.broker import errors, headers
+from opbroker.broker.settings import PASSWORD_ENV, USERNAME_ENV, Settings
+
+
+class ConfigurationError(RuntimeError):
+    """The broker cannot start as configured (no credentials, unreadable Secret)."""
+
+
+class Authenticator:
+    def __init__(self, settings: Settings, api_client: client.ApiClient | None) -> None:
+        self.settings = settings
+        self._core = client.CoreV1Api(api_client) if api_client is not None else None
+        self._lock = threading.Lock()
+        self._cached: tuple[str, str] | None = None
+        self._read_at = 0.0
+
+    def verify(self) -> None:
+        """Fail fast at start-up when no usable credentials are configured."""
+        try:
+            self.expected()
+        except errors.BrokerError as exc:
+            raise ConfigurationError(exc.description) from None
+
+    def expected(self) -> tuple[str, str]:
+        settings = self.settings
+        if settings.credentials_secret is None:
+            if settings.username and settings.password:
+                return settings.username, settings.password
+            raise errors.BrokerError(
+                errors.Reason.UNAVAILABLE,
+                f"no broker credentials: give a Secret (--credentials-secret) or set {USERNAME_ENV} and {PASSWORD_ENV}",
+            )
+        with self._lock:
+            fresh = time.monotonic() - self._read_at < settings.credentials_ttl
+            if self._cached is not None and fresh:
+                return self._cached
+            try:
+                self._cached = self._read_secret(settings.credentials_secret)
+                self._read_at = time.monotonic()
+            except (ApiException, OSError) as exc:
+                if self._cached is None:
+                    raise errors.BrokerError(
+                        errors.Reason.UNAVAILABLE,
+                        f"cannot read the credentials Secret {settings.namespace}/{settings.credentials_secret}: "
+                        f"{getattr(exc, 'status', None) or type(exc).__name__}",
+                    ) from None
+            return self._cached
+
+    def _read_secret(self, name: str) -> tuple[str, str]:
+        assert self._core is not None
+        secret = self._core.read_namespaced_secret(name, self.settings.namespace)
+        data = secret.data or {}
+        try:
+            username = base64.b64decode(data.get("username") or "").decode("utf-8")
+            password = base64.b64decode(data.get("password") or "").decode("utf-8")
+        except (ValueError, UnicodeDecodeError):
+            username = password = ""
+        if not username or not password:
+            raise errors.BrokerError(
+                errors.Reason.UNAVAILABLE,
+                f"the credentials Secret {self.settings.namespace}/{name} needs non-empty "
+                "'username' and 'password' keys",
+            )
+        return username, password
+
+    def check(self, authorization: str | None) -> bool:
+        """Whether the ``Authorization`` header carries the broker's credentials."""
+        return headers.credentials_match(headers.basic_credentials(authorization), self.expected())

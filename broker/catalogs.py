@@ -1,0 +1,178 @@
+"""The catalog the broker serves: SFService / SFPlan specs, looked up by OSB id, rendered as ``/v2/catalog``.
+
+Also the per-plan facts the decisions need (async or not, updatable, bindable, retrievable), with the
+OSB defaulting rules in one place: a plan's ``bindable`` / ``plan_updateable`` override the service's.
+
+Pure: built from already-parsed specs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from opbroker.api.catalog import Manager, SFPlanSpec, SFServiceSpec
+from opbroker.broker import bodies, errors
+
+
+@dataclass(frozen=True)
+class Offering:
+    """A service and the plan a request names, resolved and checked against each other."""
+
+    service: SFServiceSpec
+    plan: SFPlanSpec
+
+    @property
+    def manager(self) -> Manager:
+        return self.plan.manager or Manager()
+
+    @property
+    def asynchronous(self) -> bool:
+        return self.manager.async_
+
+    @property
+    def asynchronous_binding(self) -> bool:
+        return self.manager.async_binding
+
+    @property
+    def bindable(self) -> bool:
+        return self.plan.bindable if self.plan.bindable is not None else self.service.bindable
+
+    @property
+    def plan_updatable(self) -> bool:
+        return self.plan.plan_updatable if self.plan.plan_updatable is not None else self.service.plan_updatable
+
+    @property
+    def requires_app(self) -> bool:
+        """Whether bind needs ``bind_resource.app_guid``: ``requiresApp: true`` in the plan's or service's context."""
+        for context in (self.plan.context, self.service.context):
+            if context and "requiresApp" in context:
+                return bool(context["requiresApp"])
+        return False
+
+    def schema(self, action: str) -> dict[str, Any] | None:
+        """The JSON schema for ``create``/``update`` (instance) or ``bind`` parameters, if the plan has one."""
+        schemas = self.plan.schemas
+        if schemas is None:
+            return None
+        holder = None
+        if action in ("create", "update") and schemas.service_instance is not None:
+            holder = getattr(schemas.service_instance, action)
+        elif action == "bind" and schemas.service_binding is not None:
+            holder = schemas.service_binding.create
+        return holder.parameters if holder is not None else None
+
+
+class Catalog:
+    """Every service and plan of the control-plane namespace, by OSB id. Services without plans are hidden."""
+
+    def __init__(self, services: Iterable[SFServiceSpec], plans: Iterable[SFPlanSpec]) -> None:
+        self._services: dict[str, SFServiceSpec] = {}
+        for service in services:
+            self._services.setdefault(service.id, service)
+        self._plans: dict[str, SFPlanSpec] = {}
+        for plan in plans:
+            if plan.service_id in self._services:
+                self._plans.setdefault(plan.id, plan)
+
+    def service(self, service_id: str) -> SFServiceSpec | None:
+        return self._services.get(service_id)
+
+    def plan(self, plan_id: str) -> SFPlanSpec | None:
+        return self._plans.get(plan_id)
+
+    def plans_of(self, service_id: str) -> list[SFPlanSpec]:
+        return [plan for plan in self._plans.values() if plan.service_id == service_id]
+
+    def resolve(self, service_id: str, plan_id: str) -> Offering:
+        """The service and plan a request names; 400 when either is unknown or they do not belong together."""
+        service = self.service(service_id)
+        if service is None:
+            raise errors.bad_request(f"service_id {service_id!r} is not in this broker's catalog")
+        plan = self.plan(plan_id)
+        if plan is None:
+            raise errors.bad_request(f"plan_id {plan_id!r} is not in this broker's catalog")
+        if plan.service_id != service.id:
+            raise errors.bad_request(f"plan_id {plan_id!r} is not a plan of service_id {service_id!r}")
+        return Offering(service, plan)
+
+    def offering(self, service_id: str, plan_id: str) -> Offering | None:
+        """Like :meth:`resolve` but ``None`` instead of an error (for objects whose plan may have gone)."""
+        try:
+            return self.resolve(service_id, plan_id)
+        except errors.BrokerError:
+            return None
+
+    def body(self) -> bodies.CatalogBody:
+        """The ``/v2/catalog`` response."""
+        services = []
+        for service in self._services.values():
+            plans = [_plan_body(plan) for plan in self.plans_of(service.id)]
+            if plans:
+                services.append(_service_body(service, plans))
+        return bodies.CatalogBody(services=services)
+
+
+def _service_body(service: SFServiceSpec, plans: list[bodies.PlanBody]) -> bodies.ServiceBody:
+    client = service.dashboard_client
+    return bodies.ServiceBody(
+        name=service.name,
+        id=service.id,
+        description=service.description,
+        tags=service.tags,
+        requires=service.requires,
+        bindable=service.bindable,
+        instances_retrievable=service.instances_retrievable,
+        bindings_retrievable=service.bindings_retrievable,
+        allow_context_updates=service.allow_context_updates,
+        metadata=service.metadata,
+        dashboard_client=(
+            bodies.DashboardClientBody(id=client.id, secret=client.secret, redirect_uri=client.redirect_uri)
+            if client is not None
+            else None
+        ),
+        plan_updateable=service.plan_updatable,
+        plans=plans,
+    )
+
+
+def _plan_body(plan: SFPlanSpec) -> bodies.PlanBody:
+    schemas = None
+    if plan.schemas is not None:
+        instance = plan.schemas.service_instance
+        binding = plan.schemas.service_binding
+        schemas = bodies.SchemasBody(
+            service_instance=(
+                bodies.InstanceSchemasBody(
+                    create=_input(instance.create.parameters if instance.create else None),
+                    update=_input(instance.update.parameters if instance.update else None),
+                )
+                if instance is not None
+                else None
+            ),
+            service_binding=(
+                bodies.BindingSchemasBody(create=_input(binding.create.parameters if binding.create else None))
+                if binding is not None
+                else None
+            ),
+        )
+    info = plan.maintenance_info
+    return bodies.PlanBody(
+        id=plan.id,
+        name=plan.name,
+        description=plan.description,
+        metadata=plan.metadata,
+        free=plan.free,
+        bindable=plan.bindable,
+        plan_updateable=plan.plan_updatable,
+        schemas=schemas,
+        maximum_polling_duration=plan.maximum_polling_duration,
+        maintenance_info=bodies.MaintenanceInfoBody(version=info.version, description=info.description)
+        if info
+        else None,
+    )
+
+
+def _input(parameters: dict[str, Any] | None) -> bodies.InputParameters | None:
+    return bodies.InputParameters(parameters=parameters) if parameters is not None else None

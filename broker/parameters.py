@@ -1,0 +1,73 @@
+"""Validating request ``parameters`` against the plan's JSON schemas, with errors that name the field.
+
+The draft is taken from the schema's ``$schema`` (OSB requires it; draft 4 at least), falling back to
+the newest draft ``jsonschema`` knows. A schema that is itself invalid is the catalog author's fault and
+is reported as such (500), not blamed on the client.
+
+Pure.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import jsonschema
+import jsonschema.exceptions
+import jsonschema.validators
+
+from opbroker.broker import errors
+
+
+def _path(parts: list[str | int]) -> str:
+    path = "parameters"
+    for part in parts:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return path
+
+
+def problems(schema: dict[str, Any], parameters: dict[str, Any]) -> list[str]:
+    """One ``field: message`` per violation, sorted by field; empty when ``parameters`` fit ``schema``."""
+    validator_class = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    try:
+        validator_class.check_schema(schema)
+    except jsonschema.exceptions.SchemaError as exc:
+        raise errors.BrokerError(
+            errors.Reason.INTERNAL_ERROR, f"the plan's parameter schema is invalid: {exc.message}"
+        ) from None
+    found: set[str] = set()
+    for error in validator_class(schema).iter_errors(parameters):
+        where = list(error.absolute_path)
+        required = error.validator_value
+        if error.validator == "required" and isinstance(error.instance, dict) and isinstance(required, list):
+            for name in required:
+                if name not in error.instance:
+                    found.add(f"{_path([*where, name])}: is required")
+            continue
+        found.add(f"{_path(where)}: {_describe(error)}")
+    return sorted(found)
+
+
+def _describe(error: jsonschema.exceptions.ValidationError) -> str:
+    """What is wrong, without echoing the offending value (parameters may hold secrets; messages get logged)."""
+    rule, expected = error.validator, error.validator_value
+    if rule == "type":
+        return f"must be of type {expected}"
+    if rule == "enum":
+        return f"must be one of {json.dumps(expected)[:200]}"
+    if rule == "const":
+        return f"must be {json.dumps(expected)[:200]}"
+    if rule in ("additionalProperties", "unevaluatedProperties") and isinstance(error.instance, dict):
+        return error.message  # names the unexpected keys, not their values
+    if rule in ("anyOf", "oneOf", "allOf", "not", "if"):
+        return f"does not satisfy the schema's {rule}"
+    return f"fails {rule} {json.dumps(expected, default=str)[:200]}"
+
+
+def validate(schema: dict[str, Any] | None, parameters: dict[str, Any] | None, *, action: str) -> None:
+    """400 naming every offending field when ``parameters`` do not fit the plan's ``action`` schema."""
+    if schema is None:
+        return
+    found = problems(schema, parameters or {})
+    if found:
+        raise errors.bad_request(f"parameters do not match the plan's {action} schema: " + "; ".join(found))

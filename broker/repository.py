@@ -1,0 +1,261 @@
+"""All the broker's Kubernetes reads and writes: catalog, instances, bindings, credentials, waiting.
+
+Thin on purpose: each method is one or two API calls, translating the API server's answers into
+:class:`Record` values or :class:`errors.BrokerError`. Decisions live in the pure core.
+
+Finding an object by OSB id costs one GET in the usual case (the namespace comes from the operation
+token, the namespace index or the default namespace). Only when none of those has it, and instances may
+live in request-chosen namespaces, does the broker list cluster-wide with ``fieldSelector=metadata.name``
+— the authoritative "it does not exist" that a 410 or a create needs.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from kubernetes import client, watch
+from kubernetes.client.rest import ApiException
+from pydantic import ValidationError
+
+from opbroker.api import conventions
+from opbroker.api.catalog import OSB_GROUP, SFPlan, SFService
+from opbroker.api.errors import field_errors
+from opbroker.broker import errors
+from opbroker.broker.catalogs import Catalog
+from opbroker.broker.locating import NamespaceIndex
+from opbroker.broker.records import Kind, Record
+from opbroker.broker.settings import Settings
+
+log = logging.getLogger(__name__)
+VERSION = "v1alpha1"
+
+
+def _refused(exc: ApiException, what: str) -> errors.BrokerError:
+    """A write the API server refused for a reason the client can act on (before anything changed)."""
+    if exc.status == 404:
+        return errors.bad_request(f"{what}: the namespace does not exist")
+    if exc.status == 403:
+        return errors.bad_request(f"{what}: the broker is not allowed to write there")
+    return errors.BrokerError(errors.Reason.INTERNAL_ERROR, f"{what}: the Kubernetes API answered {exc.status}")
+
+
+class Repository:
+    def __init__(self, api_client: client.ApiClient, settings: Settings, index: NamespaceIndex | None = None) -> None:
+        self.settings = settings
+        self.index = index
+        self.custom = client.CustomObjectsApi(api_client)
+        self.core = client.CoreV1Api(api_client)
+
+    # -- catalog -------------------------------------------------------------------------------------
+
+    def catalog(self) -> Catalog:
+        """SFServices and SFPlans of the control-plane namespace; an invalid one is skipped with a warning."""
+        namespace = self.settings.namespace
+        services = []
+        for item in self._list(SFService.PLURAL, namespace):
+            try:
+                services.append(SFService.model_validate(item).spec)
+            except ValidationError as exc:
+                log.warning("skipping SFService %s/%s: %s", namespace, item["metadata"]["name"], field_errors(exc))
+        plans = []
+        for item in self._list(SFPlan.PLURAL, namespace):
+            try:
+                plans.append(SFPlan.model_validate(item).spec)
+            except ValidationError as exc:
+                log.warning("skipping SFPlan %s/%s: %s", namespace, item["metadata"]["name"], field_errors(exc))
+        return Catalog(services, plans)
+
+    def _list(self, plural: str, namespace: str, **kwargs: Any) -> list[dict[str, Any]]:
+        listed: dict[str, Any] = self.custom.list_namespaced_custom_object(
+            OSB_GROUP, VERSION, namespace, plural, **kwargs
+        )
+        items: list[dict[str, Any]] = listed.get("items", [])
+        return items
+
+    def ping(self) -> None:
+        """One cheap read of the control-plane namespace (readiness)."""
+        self.custom.list_namespaced_custom_object(
+            OSB_GROUP, VERSION, self.settings.namespace, SFService.PLURAL, limit=1
+        )
+
+    # -- lookups -------------------------------------------------------------------------------------
+
+    def get(self, kind: Kind, namespace: str, name: str) -> Record | None:
+        try:
+            found: dict[str, Any] = self.custom.get_namespaced_custom_object(
+                OSB_GROUP, VERSION, namespace, kind.plural, name
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return Record.from_object(kind, found)
+
+    def find(self, kind: Kind, name: str, hints: Iterable[str | None] = ()) -> Record | None:
+        """The object called ``name`` wherever it lives: hinted namespaces first, then (if needed) a list."""
+        index_hint = self.index.get(kind, name) if self.index is not None else None
+        tried: list[str] = []
+        for namespace in (*hints, index_hint, self.settings.default_instance_namespace):
+            if namespace and namespace not in tried:
+                tried.append(namespace)
+                record = self.get(kind, namespace, name)
+                if record is not None:
+                    return record
+        if not self.settings.context_namespaces:
+            return None
+        listed: dict[str, Any] = self.custom.list_cluster_custom_object(
+            OSB_GROUP, VERSION, kind.plural, field_selector=f"metadata.name={name}"
+        )
+        items = sorted(listed.get("items", []), key=lambda item: item["metadata"].get("creationTimestamp", ""))
+        if not items:
+            return None
+        record = Record.from_object(kind, items[0])
+        if self.index is not None:
+            self.index.note(kind, record.name, record.namespace)
+        return record
+
+    def live_bindings(self, instance: Record) -> int:
+        """Bindings of ``instance`` that still exist (as the controller counts them: by spec.instanceId)."""
+        ids = {instance.spec.get("instanceId"), instance.name}
+        return sum(
+            1
+            for item in self._list(Kind.BINDING.plural, instance.namespace)
+            if (item.get("spec") or {}).get("instanceId") in ids
+        )
+
+    # -- writes --------------------------------------------------------------------------------------
+
+    def create(self, kind: Kind, manifest: dict[str, Any]) -> Record | None:
+        """Create the object; ``None`` if one with that name appeared meanwhile (the caller decides again)."""
+        namespace = manifest["metadata"]["namespace"]
+        try:
+            created: dict[str, Any] = self.custom.create_namespaced_custom_object(
+                OSB_GROUP, VERSION, namespace, kind.plural, manifest
+            )
+        except ApiException as exc:
+            if exc.status == 409:
+                return None
+            raise _refused(exc, f"recording the {kind.value} in namespace {namespace!r}") from None
+        record = Record.from_object(kind, created)
+        if self.index is not None:
+            self.index.note(kind, record.name, record.namespace)
+        return record
+
+    def write_status(self, record: Record, status: dict[str, Any]) -> Record:
+        patched: dict[str, Any] = self.custom.patch_namespaced_custom_object_status(
+            OSB_GROUP, VERSION, record.namespace, record.kind.plural, record.name, {"status": status}
+        )
+        return Record.from_object(record.kind, patched)
+
+    def patch(self, record: Record, operations: list[dict[str, Any]]) -> Record:
+        """Apply a JSON patch whose first operation tests the resourceVersion; a lost race is a 422."""
+        try:
+            patched: dict[str, Any] = self.custom.patch_namespaced_custom_object(
+                OSB_GROUP,
+                VERSION,
+                record.namespace,
+                record.kind.plural,
+                record.name,
+                operations,
+                _content_type="application/json-patch+json",
+            )
+        except ApiException as exc:
+            if exc.status in (404, 409, 422):
+                raise errors.BrokerError(
+                    errors.Reason.CONCURRENCY_ERROR,
+                    f"the {record.kind.value} changed while this request was handled; repeat the request",
+                ) from None
+            raise
+        return Record.from_object(record.kind, patched)
+
+    def annotate(self, record: Record, annotations: dict[str, str]) -> None:
+        if annotations:
+            self.custom.patch_namespaced_custom_object(
+                OSB_GROUP,
+                VERSION,
+                record.namespace,
+                record.kind.plural,
+                record.name,
+                {"metadata": {"annotations": annotations}},
+            )
+
+    def delete(self, record: Record) -> None:
+        """Delete exactly this object (uid precondition: never a newer one that took its name)."""
+        try:
+            self.custom.delete_namespaced_custom_object(
+                OSB_GROUP,
+                VERSION,
+                record.namespace,
+                record.kind.plural,
+                record.name,
+                body={"preconditions": {"uid": record.uid}},
+            )
+        except ApiException as exc:
+            if exc.status not in (404, 409):
+                raise
+
+    # -- credentials ---------------------------------------------------------------------------------
+
+    def bind_response(self, binding: Record) -> dict[str, Any]:
+        """The bind response the controller stored in the binding's Secret. Never logged, never echoed in errors."""
+        unavailable = errors.BrokerError(
+            errors.Reason.INTERNAL_ERROR, f"the credentials of binding {binding.name!r} are not available"
+        )
+        if not binding.secret_ref:
+            raise unavailable
+        try:
+            secret = self.core.read_namespaced_secret(binding.secret_ref, binding.namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                raise unavailable from None
+            raise
+        encoded = (secret.data or {}).get(conventions.CREDENTIALS_KEY)
+        try:
+            response = json.loads(base64.b64decode(encoded or ""))
+        except ValueError:
+            raise unavailable from None
+        if not isinstance(response, dict):
+            raise unavailable
+        return response
+
+    # -- waiting -------------------------------------------------------------------------------------
+
+    def wait(
+        self, kind: Kind, namespace: str, name: str, done: Callable[[Record | None], bool], timeout: float
+    ) -> Record | None:
+        """Watch the object until ``done`` says so or ``timeout`` passes; the last state seen (``None``: gone)."""
+        deadline = time.monotonic() + timeout
+        record = self.get(kind, namespace, name)
+        while record is not None and not done(record):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            stream = watch.Watch()
+            try:
+                for event in stream.stream(
+                    self.custom.list_namespaced_custom_object,
+                    OSB_GROUP,
+                    VERSION,
+                    namespace,
+                    kind.plural,
+                    field_selector=f"metadata.name={name}",
+                    resource_version=record.resource_version,
+                    timeout_seconds=max(1, int(remaining + 0.999)),
+                ):
+                    if event["type"] == "ERROR":
+                        break
+                    seen = None if event["type"] == "DELETED" else Record.from_object(kind, event["object"])
+                    if done(seen) or time.monotonic() >= deadline:
+                        break
+            except ApiException as exc:
+                if exc.status != 410:
+                    raise
+            finally:
+                stream.stop()
+            record = self.get(kind, namespace, name)
+        return record

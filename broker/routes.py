@@ -1,0 +1,398 @@
+"""The OSB v2.17 routes. Each one: read the stored objects, ask the pure core, perform what it decided.
+
+Authentication and the API-version check happen before routing (see :mod:`opbroker.broker.app`); the
+header parameters declared here document them in the OpenAPI schema and decode the identity headers.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Depends, Header, Path, Query, Request, Security
+from fastapi.responses import JSONResponse
+from fastapi.security import HTTPBasic
+
+from opbroker.api.conventions import resource_name
+from opbroker.broker import bindings, bodies, decisions, errors, headers, instances, operations, records
+from opbroker.broker.documentation import responses
+from opbroker.broker.effects import Effects
+from opbroker.broker.operations import OperationType, Token
+from opbroker.broker.records import Kind, Record
+from opbroker.broker.repository import Repository
+from opbroker.broker.settings import Settings
+
+log = logging.getLogger("opbroker.broker")
+
+ApiVersion = Literal["2.12", "2.13", "2.14", "2.15", "2.16", "2.17"]
+assert set(ApiVersion.__args__) == set(headers.SUPPORTED_VERSIONS)  # type: ignore[attr-defined]
+
+
+def request_meta(
+    api_version: Annotated[
+        ApiVersion, Header(alias=headers.VERSION_HEADER, description="OSB API version (412 if missing or unsupported).")
+    ],
+    originating_identity: Annotated[
+        str | None,
+        Header(
+            alias=headers.ORIGINATING_IDENTITY_HEADER,
+            description="`<platform> <base64 of a JSON object>`: recorded on the objects the request changes.",
+        ),
+    ] = None,
+    request_identity: Annotated[
+        str | None,
+        Header(alias=headers.REQUEST_IDENTITY_HEADER, description="Echoed in the response and recorded."),
+    ] = None,
+) -> headers.RequestMeta:
+    return headers.RequestMeta(
+        originating_identity=headers.parse_originating_identity(originating_identity),
+        request_identity=headers.request_identity(request_identity),
+    )
+
+
+class Broker:
+    """What the routes need: settings, the repository and the effects."""
+
+    def __init__(self, settings: Settings, repository: Repository) -> None:
+        self.settings = settings
+        self.repository = repository
+        self.effects = Effects(repository, settings)
+
+
+def broker_of(request: Request) -> Broker:
+    broker: Broker = request.app.state.broker
+    return broker
+
+
+Meta = Annotated[headers.RequestMeta, Depends(request_meta)]
+Service = Annotated[Broker, Depends(broker_of)]
+InstanceId = Annotated[str, Path(min_length=1, description="OSB instance id.")]
+BindingId = Annotated[str, Path(min_length=1, description="OSB binding id.")]
+AcceptsIncomplete = Annotated[bool, Query(description="The client can poll last_operation (asynchronous answers).")]
+RequiredId = Annotated[str, Query(min_length=1)]
+Hint = Annotated[str | None, Query(description="A hint; not checked.")]
+OperationParam = Annotated[
+    str | None, Query(min_length=1, max_length=10000, description="The operation token from the 202 answer.")
+]
+
+router = APIRouter(prefix="/v2", dependencies=[Security(HTTPBasic(auto_error=False))])
+
+
+def _accepted_instance(token: Token, record: Record) -> decisions.Answer:
+    return decisions.accepted(token, bodies.ProvisionBody(dashboard_url=record.dashboard_url))
+
+
+# -- catalog -------------------------------------------------------------------------------------------
+
+
+@router.get(
+    "/catalog",
+    summary="The services and plans of the control-plane namespace",
+    responses=responses(ok={200: ("The catalog.", bodies.CatalogBody)}),
+)
+def catalog(meta: Meta, broker: Service) -> JSONResponse:
+    return JSONResponse(broker.repository.catalog().body().wire())
+
+
+# -- service instances ---------------------------------------------------------------------------------
+
+
+@router.put(
+    "/service_instances/{instance_id}",
+    summary="Provision a service instance",
+    responses=responses(
+        409,
+        422,
+        500,
+        504,
+        ok={
+            200: ("Identical instance already provisioned.", bodies.ProvisionBody),
+            201: ("Provisioned (synchronous plan).", bodies.ProvisionBody),
+        },
+        accepted=bodies.ProvisionBody,
+    ),
+)
+def provision(
+    instance_id: InstanceId,
+    body: bodies.ProvisionRequest,
+    meta: Meta,
+    broker: Service,
+    accepts_incomplete: AcceptsIncomplete = False,
+) -> JSONResponse:
+    settings, repository = broker.settings, broker.repository
+    name = resource_name(instance_id)
+    namespace = instances.namespace_for(
+        body.context, default=settings.default_instance_namespace, from_context=settings.context_namespaces
+    )
+    catalog = repository.catalog()
+    for _ in range(2):  # a second round only if another request created the same instance meanwhile
+        existing = repository.find(Kind.INSTANCE, name, hints=[namespace])
+        decision = instances.provision(
+            body, instance_id=instance_id, catalog=catalog, existing=existing, accepts_incomplete=accepts_incomplete
+        )
+        if not isinstance(decision, decisions.Create):
+            return broker.effects.conclude(decision, existing, accepts_incomplete=accepts_incomplete)
+        spec = records.instance_spec(instance_id, body)
+        manifest = records.instance_object(name=name, namespace=namespace, spec=spec, meta=meta)
+        record = broker.effects.record_new(Kind.INSTANCE, manifest, OperationType.PROVISION)
+        if record is None:
+            continue
+        token = Token.of(OperationType.PROVISION, record)
+        log.info("provision instance %s/%s plan=%s request=%s", namespace, name, body.plan_id, meta.request_identity)
+        if decision.asynchronous:
+            return broker.effects.reply(_accepted_instance(token, record))
+        return broker.effects.settle(token, created=True, accepts_incomplete=accepts_incomplete)
+    raise errors.BrokerError(errors.Reason.CONCURRENCY_ERROR, "the instance is being created concurrently; repeat")
+
+
+@router.patch(
+    "/service_instances/{instance_id}",
+    summary="Update a service instance (plan, parameters, context, maintenance_info)",
+    responses=responses(
+        404,
+        422,
+        500,
+        504,
+        ok={200: ("Updated, or nothing to change.", bodies.ProvisionBody)},
+        accepted=bodies.ProvisionBody,
+    ),
+)
+def update(
+    instance_id: InstanceId,
+    body: bodies.UpdateRequest,
+    meta: Meta,
+    broker: Service,
+    accepts_incomplete: AcceptsIncomplete = False,
+) -> JSONResponse:
+    repository = broker.repository
+    catalog = repository.catalog()
+    existing = repository.find(Kind.INSTANCE, resource_name(instance_id))
+    decision = instances.update(
+        body, instance_id=instance_id, catalog=catalog, existing=existing, accepts_incomplete=accepts_incomplete
+    )
+    if not isinstance(decision, decisions.Change):
+        return broker.effects.conclude(decision, existing, accepts_incomplete=accepts_incomplete)
+    assert existing is not None
+    token = broker.effects.record_change(existing, decision.spec, meta)
+    log.info("update instance %s/%s request=%s", existing.namespace, existing.name, meta.request_identity)
+    if decision.asynchronous:
+        return broker.effects.reply(_accepted_instance(token, existing))
+    return broker.effects.settle(token, created=False, accepts_incomplete=accepts_incomplete)
+
+
+@router.delete(
+    "/service_instances/{instance_id}",
+    summary="Deprovision a service instance (also while it is being provisioned)",
+    responses=responses(
+        410, 422, 500, 504, ok={200: ("Deprovisioned.", bodies.EmptyBody)}, accepted=bodies.OperationBody
+    ),
+)
+def deprovision(
+    instance_id: InstanceId,
+    service_id: RequiredId,
+    plan_id: RequiredId,
+    meta: Meta,
+    broker: Service,
+    accepts_incomplete: AcceptsIncomplete = False,
+) -> JSONResponse:
+    repository = broker.repository
+    existing = repository.find(Kind.INSTANCE, resource_name(instance_id))
+    live = repository.live_bindings(existing) if existing is not None and not existing.deleting else 0
+    decision = instances.deprovision(
+        instance_id=instance_id,
+        service_id=service_id,
+        plan_id=plan_id,
+        catalog=repository.catalog(),
+        existing=existing,
+        live_bindings=live,
+        accepts_incomplete=accepts_incomplete,
+    )
+    if not isinstance(decision, decisions.Remove):
+        return broker.effects.conclude(decision, existing, accepts_incomplete=accepts_incomplete)
+    assert existing is not None
+    token = broker.effects.record_removal(existing, OperationType.DEPROVISION, meta)
+    log.info("deprovision instance %s/%s request=%s", existing.namespace, existing.name, meta.request_identity)
+    if decision.asynchronous:
+        return broker.effects.reply(decisions.accepted(token))
+    return broker.effects.settle(token, created=False, accepts_incomplete=accepts_incomplete)
+
+
+@router.get(
+    "/service_instances/{instance_id}",
+    summary="Fetch a service instance (instances_retrievable)",
+    responses=responses(404, 422, ok={200: ("The instance.", bodies.InstanceBody)}),
+)
+def fetch_instance(
+    instance_id: InstanceId, meta: Meta, broker: Service, service_id: Hint = None, plan_id: Hint = None
+) -> JSONResponse:
+    repository = broker.repository
+    existing = repository.find(Kind.INSTANCE, resource_name(instance_id))
+    return broker.effects.reply(
+        instances.fetch(instance_id=instance_id, catalog=repository.catalog(), existing=existing)
+    )
+
+
+def _polled(broker: Broker, kind: Kind, name: str, token: Token | None) -> Record | None:
+    """The object a last_operation asks about: with a token, only where the token says it was."""
+    if token is not None:
+        return broker.repository.get(kind, token.namespace, name) if token.name == name else None
+    return broker.repository.find(kind, name)
+
+
+@router.get(
+    "/service_instances/{instance_id}/last_operation",
+    summary="Poll the last operation on a service instance",
+    responses=responses(410, ok={200: ("The operation's state.", bodies.LastOperationBody)}, ok_retry_after=True),
+)
+def instance_last_operation(
+    instance_id: InstanceId,
+    meta: Meta,
+    broker: Service,
+    operation: OperationParam = None,
+    service_id: Hint = None,
+    plan_id: Hint = None,
+) -> JSONResponse:
+    name = resource_name(instance_id)
+    token = operations.parse(operation)
+    record = _polled(broker, Kind.INSTANCE, name, token)
+    return broker.effects.reply(decisions.last_operation(Kind.INSTANCE, name, token, record))
+
+
+# -- service bindings ----------------------------------------------------------------------------------
+
+
+@router.put(
+    "/service_instances/{instance_id}/service_bindings/{binding_id}",
+    summary="Bind",
+    responses=responses(
+        404,
+        409,
+        422,
+        500,
+        504,
+        ok={
+            200: ("Identical binding exists.", bodies.BindingBody),
+            201: ("Bound (synchronous plan).", bodies.BindingBody),
+        },
+        accepted=bodies.OperationBody,
+    ),
+)
+def bind(
+    instance_id: InstanceId,
+    binding_id: BindingId,
+    body: bodies.BindRequest,
+    meta: Meta,
+    broker: Service,
+    accepts_incomplete: AcceptsIncomplete = False,
+) -> JSONResponse:
+    repository = broker.repository
+    catalog = repository.catalog()
+    instance = repository.find(Kind.INSTANCE, resource_name(instance_id))
+    name = resource_name(binding_id)
+    for _ in range(2):
+        existing = repository.find(Kind.BINDING, name, hints=[instance.namespace if instance else None])
+        decision = bindings.bind(
+            body,
+            binding_id=binding_id,
+            instance_id=instance_id,
+            catalog=catalog,
+            instance=instance,
+            existing=existing,
+            accepts_incomplete=accepts_incomplete,
+        )
+        if not isinstance(decision, decisions.Create):
+            return broker.effects.conclude(decision, existing, accepts_incomplete=accepts_incomplete)
+        assert instance is not None
+        spec = records.binding_spec(binding_id, instance_id, body, accepts_incomplete)
+        manifest = records.binding_object(name=name, instance=instance, spec=spec, meta=meta)
+        record = broker.effects.record_new(Kind.BINDING, manifest, OperationType.BIND)
+        if record is None:
+            continue
+        token = Token.of(OperationType.BIND, record)
+        log.info("bind %s/%s to instance %s request=%s", record.namespace, name, instance.name, meta.request_identity)
+        if decision.asynchronous:
+            return broker.effects.reply(decisions.accepted(token))
+        return broker.effects.settle(token, created=True, accepts_incomplete=accepts_incomplete)
+    raise errors.BrokerError(errors.Reason.CONCURRENCY_ERROR, "the binding is being created concurrently; repeat")
+
+
+def _binding(broker: Broker, instance_id: str, binding_id: str) -> Record | None:
+    instance = broker.repository.find(Kind.INSTANCE, resource_name(instance_id))
+    hints = [instance.namespace] if instance is not None else []
+    return broker.repository.find(Kind.BINDING, resource_name(binding_id), hints=hints)
+
+
+@router.delete(
+    "/service_instances/{instance_id}/service_bindings/{binding_id}",
+    summary="Unbind (also while the binding is being created)",
+    responses=responses(410, 422, 500, 504, ok={200: ("Unbound.", bodies.EmptyBody)}, accepted=bodies.OperationBody),
+)
+def unbind(
+    instance_id: InstanceId,
+    binding_id: BindingId,
+    service_id: RequiredId,
+    plan_id: RequiredId,
+    meta: Meta,
+    broker: Service,
+    accepts_incomplete: AcceptsIncomplete = False,
+) -> JSONResponse:
+    existing = _binding(broker, instance_id, binding_id)
+    decision = bindings.unbind(
+        binding_id=binding_id,
+        instance_id=instance_id,
+        service_id=service_id,
+        plan_id=plan_id,
+        catalog=broker.repository.catalog(),
+        existing=existing,
+        accepts_incomplete=accepts_incomplete,
+    )
+    if not isinstance(decision, decisions.Remove):
+        return broker.effects.conclude(decision, existing, accepts_incomplete=accepts_incomplete)
+    assert existing is not None
+    token = broker.effects.record_removal(existing, OperationType.UNBIND, meta)
+    log.info("unbind %s/%s request=%s", existing.namespace, existing.name, meta.request_identity)
+    if decision.asynchronous:
+        return broker.effects.reply(decisions.accepted(token))
+    return broker.effects.settle(token, created=False, accepts_incomplete=accepts_incomplete)
+
+
+@router.get(
+    "/service_instances/{instance_id}/service_bindings/{binding_id}",
+    summary="Fetch a service binding (bindings_retrievable)",
+    responses=responses(404, 500, ok={200: ("The binding.", bodies.BindingBody)}),
+)
+def fetch_binding(
+    instance_id: InstanceId,
+    binding_id: BindingId,
+    meta: Meta,
+    broker: Service,
+    service_id: Hint = None,
+    plan_id: Hint = None,
+) -> JSONResponse:
+    existing = _binding(broker, instance_id, binding_id)
+    outcome = bindings.fetch(
+        binding_id=binding_id, instance_id=instance_id, catalog=broker.repository.catalog(), existing=existing
+    )
+    return broker.effects.reply(outcome, existing)
+
+
+@router.get(
+    "/service_instances/{instance_id}/service_bindings/{binding_id}/last_operation",
+    summary="Poll the last operation on a service binding",
+    responses=responses(410, ok={200: ("The operation's state.", bodies.LastOperationBody)}, ok_retry_after=True),
+)
+def binding_last_operation(
+    instance_id: InstanceId,
+    binding_id: BindingId,
+    meta: Meta,
+    broker: Service,
+    operation: OperationParam = None,
+    service_id: Hint = None,
+    plan_id: Hint = None,
+) -> JSONResponse:
+    name = resource_name(binding_id)
+    token = operations.parse(operation)
+    record = _polled(broker, Kind.BINDING, name, token)
+    if token is None and record is not None and record.spec.get("instanceId") != instance_id:
+        record = None
+    return broker.effects.reply(decisions.last_operation(Kind.BINDING, name, token, record))

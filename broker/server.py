@@ -1,0 +1,54 @@
+"""Running the broker: a Kubernetes client from a kubeconfig (or in-cluster), the app, and uvicorn."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import uvicorn
+from kubernetes import client, config
+
+from opbroker.broker.app import create_app
+from opbroker.broker.settings import Settings
+
+
+def kubernetes_client(kubeconfig: Path | None = None) -> client.ApiClient:
+    """A client for ``kubeconfig``; without one, the in-cluster service account, then ``~/.kube/config``."""
+    if kubeconfig is not None:
+        return config.new_client_from_config(config_file=str(kubeconfig))
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        return config.new_client_from_config()
+    return client.ApiClient()
+
+
+def server(
+    settings: Settings, api_client: client.ApiClient, *, host: str, port: int, log_level: str = "info"
+) -> uvicorn.Server:
+    app = create_app(settings, api_client)
+    return uvicorn.Server(
+        uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on", proxy_headers=True)
+    )
+
+
+class BackgroundServer:
+    """A broker served by uvicorn on a thread of this process (tests, embedding); ``stop`` ends it."""
+
+    def __init__(self, served: uvicorn.Server) -> None:
+        self.server = served
+        self.thread = threading.Thread(target=served.run, name="opbroker-broker", daemon=True)
+
+    def start(self, timeout: float = 10.0) -> None:
+        self.thread.start()
+        self.thread.join(0.01)
+        deadline = timeout
+        while not self.server.started and self.thread.is_alive() and deadline > 0:
+            self.thread.join(0.02)
+            deadline -= 0.02
+        if not self.server.started:
+            raise RuntimeError("the broker did not start (see the log above)")
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)

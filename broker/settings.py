@@ -1,0 +1,45 @@
+"""How a broker process is configured (CLI flags and environment fill this in)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from opbroker.api.conventions import DEFAULT_NAMESPACE
+
+USERNAME_ENV = "OPBROKER_BROKER_USERNAME"
+PASSWORD_ENV = "OPBROKER_BROKER_PASSWORD"
+
+
+@dataclass(frozen=True)
+class Settings:
+    namespace: str = DEFAULT_NAMESPACE
+    """The control-plane namespace: the catalog (SFService, SFPlan) and the credentials Secret live here."""
+    instance_namespace: str | None = None
+    """Where instances go when the request context names no namespace (default: ``namespace``)."""
+    context_namespaces: bool = True
+    """Honour ``context.namespace`` (Kubernetes profile). Off: every instance lives in ``instance_namespace``
+    and every lookup is a single GET (no cluster-wide list)."""
+    sync_timeout: float = 60.0
+    """How long a synchronous plan's request waits for the controller before answering."""
+    retry_after: int = 5
+    """Seconds sent as ``Retry-After`` with 202 and with ``last_operation`` answers still in progress."""
+    credentials_secret: str | None = None
+    """Secret (in ``namespace``) with ``username``/``password`` keys for basic auth."""
+    username: str | None = None
+    password: str | None = None
+    credentials_ttl: float = 30.0
+    """How long a credentials Secret read is reused (a rotated password is honoured after at most this)."""
+    namespace_index: bool = True
+    """Keep a watch-fed name→namespace index as a lookup hint (never as the truth)."""
+
+    @property
+    def default_instance_namespace(self) -> str:
+        return self.instance_namespace or self.namespace
+
+    @classmethod
+    def with_environment(cls, **values: object) -> Settings:
+        """Settings with basic-auth credentials taken from the environment when not given."""
+        values.setdefault("username", os.environ.get(USERNAME_ENV) or None)
+        values.setdefault("password", os.environ.get(PASSWORD_ENV) or None)
+        return cls(**values)  # type: ignore[arg-type]

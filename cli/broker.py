@@ -1,0 +1,78 @@
+"""``opbroker broker``: serve the Open Service Broker API (v2.17) for the catalog of a control plane."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from opbroker.api.conventions import DEFAULT_NAMESPACE
+from opbroker.cli.console import err, out
+
+app = typer.Typer(help="The OSB broker: serves the catalog's services over OSB API v2.17.", no_args_is_help=True)
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8080,
+    kubeconfig: Annotated[
+        Path | None, typer.Option(help="Kubeconfig of the control plane (default: in-cluster, then ~/.kube/config).")
+    ] = None,
+    namespace: Annotated[
+        str, typer.Option(help="Control-plane namespace: the catalog (SFService/SFPlan) and the credentials Secret.")
+    ] = DEFAULT_NAMESPACE,
+    instance_namespace: Annotated[
+        str | None,
+        typer.Option(help="Namespace for instances whose request context names none (default: --namespace)."),
+    ] = None,
+    context_namespaces: Annotated[
+        bool, typer.Option(help="Record instances in the request's context.namespace (Kubernetes profile).")
+    ] = True,
+    credentials_secret: Annotated[
+        str | None,
+        typer.Option(
+            help="Secret in --namespace with 'username'/'password' for basic auth "
+            "(else OPBROKER_BROKER_USERNAME / OPBROKER_BROKER_PASSWORD)."
+        ),
+    ] = None,
+    sync_timeout: Annotated[float, typer.Option(help="Seconds a synchronous plan's request waits.")] = 60.0,
+    retry_after: Annotated[int, typer.Option(help="Retry-After seconds sent while operations are pending.")] = 5,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+) -> None:
+    """Serve the broker until interrupted (Ctrl-C)."""
+    from opbroker.broker.authentication import ConfigurationError
+    from opbroker.broker.server import kubernetes_client, server
+    from opbroker.broker.settings import Settings
+
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = Settings.with_environment(
+        namespace=namespace,
+        instance_namespace=instance_namespace,
+        context_namespaces=context_namespaces,
+        credentials_secret=credentials_secret,
+        sync_timeout=sync_timeout,
+        retry_after=retry_after,
+    )
+    try:
+        served = server(settings, kubernetes_client(kubeconfig), host=host, port=port, log_level=log_level.lower())
+    except ConfigurationError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(1) from None
+    out.print(f"opbroker broker on http://{host}:{port} (catalog from namespace {namespace!r})")
+    served.run()
+
+
+@app.command()
+def openapi() -> None:
+    """Print the broker's OpenAPI document (JSON), without connecting to a cluster."""
+    from kubernetes import client
+
+    from opbroker.broker.app import create_app
+    from opbroker.broker.settings import Settings
+
+    settings = Settings(username="-", password="-", namespace_index=False)
+    out.print(json.dumps(create_app(settings, client.ApiClient()).openapi(), indent=2), markup=False)

@@ -1,0 +1,230 @@
+"""Controller robustness on the real control plane: giving up, shared and cross-namespace objects,
+active-passive replicas with leader election, metrics."""
+
+from __future__ import annotations
+
+import re
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from opbroker.devcluster import ControlPlane
+from opbroker.devcluster.controlplane import free_ports
+from tests.controller_support import Process, apply_yaml, controller_command, wait_for
+from tests.test_controller_lifecycle import GROUP, VERSION, custom, gone, provision, wait_state
+
+pytestmark = pytest.mark.usefixtures("controller")
+
+PLAN = """
+apiVersion: osb.servicefabrik.io/v1alpha1
+kind: SFPlan
+metadata:
+  name: {name}
+spec:
+  name: {name}
+  id: {name}
+  serviceId: 6f4e7a0c-2f0a-4d5e-9b1a-0d6c1e0f5a11
+  description: a plan made for one test
+  templates:
+  - action: provision
+    type: jinja2
+    content: |
+{content}
+"""
+
+
+def install_plan(api: client.ApiClient, catalog_namespace: str, tmp_path: Path, name: str, content: str) -> str:
+    path = tmp_path / f"{name}.yaml"
+    indented = "\n".join("      " + line for line in content.strip("\n").splitlines())
+    path.write_text(PLAN.format(name=name, content=indented))
+    apply_yaml(api, path, catalog_namespace)
+    return name
+
+
+def config_map(api: client.ApiClient, namespace: str, name: str) -> Any:
+    try:
+        return client.CoreV1Api(api).read_namespaced_config_map(name, namespace)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def test_a_persistent_error_is_retried_then_the_operation_fails(
+    api_client: client.ApiClient, namespace: str, catalog_namespace: str, tmp_path: Path
+) -> None:
+    plan = install_plan(
+        api_client,
+        catalog_namespace,
+        tmp_path,
+        f"needs-size-{namespace}",
+        """
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: {{ instance.metadata.name }}
+data:
+  size: {{ required(parameter("/size"), "parameter size") }}
+""",
+    )
+    provision(api_client, namespace, "nosize", plan_id=plan)
+    instance = wait_state(api_client, namespace, "sfserviceinstances", "nosize", "failed", timeout=40)
+    # The session controller runs with --error-threshold 4.
+    assert instance["status"]["errorCount"] == 4
+    assert instance["status"]["error"].startswith("gave up after 4 consecutive errors: plan ")
+    assert "required: parameter size is missing" in instance["status"]["error"]
+    events = client.CoreV1Api(api_client).list_namespaced_event(namespace).items
+    assert {"RenderFailed", "GaveUp"} <= {e.reason for e in events}
+
+
+def test_singleton_objects_are_shared_and_go_with_their_last_owner(
+    api_client: client.ApiClient, namespace: str, catalog_namespace: str, tmp_path: Path
+) -> None:
+    plan = install_plan(
+        api_client,
+        catalog_namespace,
+        tmp_path,
+        f"shared-{namespace}",
+        """
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: {{ instance.metadata.name }}-own
+data: {a: "1"}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: shared-settings
+  annotations:
+    opbroker.io/singleton: "true"
+data:
+  first-owner: {{ instance.metadata.name }}
+""",
+    )
+    provision(api_client, namespace, "s1", plan_id=plan)
+    provision(api_client, namespace, "s2", plan_id=plan)
+    first = wait_state(api_client, namespace, "sfserviceinstances", "s1", "succeeded")
+    second = wait_state(api_client, namespace, "sfserviceinstances", "s2", "succeeded")
+    shared = config_map(api_client, namespace, "shared-settings")
+    owners = sorted(o.uid for o in shared.metadata.owner_references)
+    assert owners == sorted([first["metadata"]["uid"], second["metadata"]["uid"]])
+    creator = shared.data["first-owner"]
+    assert creator in ("s1", "s2"), "created once, by whichever instance came first, then left alone"
+
+    custom(api_client).delete_namespaced_custom_object(GROUP, VERSION, namespace, "sfserviceinstances", "s1")
+    wait_for(lambda: gone(api_client, namespace, "sfserviceinstances", "s1"), 30, "s1 to be deprovisioned")
+    shared = config_map(api_client, namespace, "shared-settings")
+    assert shared is not None and [o.uid for o in shared.metadata.owner_references] == [second["metadata"]["uid"]]
+    assert shared.data["first-owner"] == creator
+    assert config_map(api_client, namespace, "s1-own") is None
+
+    custom(api_client).delete_namespaced_custom_object(GROUP, VERSION, namespace, "sfserviceinstances", "s2")
+    wait_for(
+        lambda: config_map(api_client, namespace, "shared-settings") is None, 30, "the last owner to take it along"
+    )
+
+
+def test_objects_in_other_namespaces_are_cleaned_up_by_the_controller(
+    api_client: client.ApiClient, namespace: str, catalog_namespace: str, tmp_path: Path
+) -> None:
+    side = f"{namespace}-side"
+    client.CoreV1Api(api_client).create_namespace({"metadata": {"name": side}})
+    try:
+        plan = install_plan(
+            api_client,
+            catalog_namespace,
+            tmp_path,
+            f"elsewhere-{namespace}",
+            f"""
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: "{{{{ instance.metadata.name }}}}-remote"
+  namespace: {side}
+data: {{a: "1"}}
+""",
+        )
+        provision(api_client, namespace, "x1", plan_id=plan)
+        wait_state(api_client, namespace, "sfserviceinstances", "x1", "succeeded")
+        remote = config_map(api_client, side, "x1-remote")
+        assert remote is not None and not remote.metadata.owner_references  # cannot be owned across namespaces
+        custom(api_client).delete_namespaced_custom_object(GROUP, VERSION, namespace, "sfserviceinstances", "x1")
+        wait_for(lambda: gone(api_client, namespace, "sfserviceinstances", "x1"), 30, "x1 to be deprovisioned")
+        assert config_map(api_client, side, "x1-remote") is None
+    finally:
+        client.CoreV1Api(api_client).delete_namespace(side)
+
+
+def lease_holder(api: client.ApiClient, namespace: str) -> str | None:
+    try:
+        lease = client.CoordinationV1Api(api).read_namespaced_lease("opbroker-controller", namespace)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    holder: str | None = lease.spec.holder_identity
+    return holder
+
+
+def metric(port: int, name: str, labels: str) -> float:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    match = re.search(rf"^{re.escape(name)}\{{{re.escape(labels)}\}} (\S+)$", text, re.M)
+    return float(match.group(1)) if match else 0.0
+
+
+def test_two_replicas_are_active_passive_and_fail_over(
+    api_client: client.ApiClient,
+    namespace: str,
+    catalog_namespace: str,
+    control_plane: ControlPlane,
+    controller: Process,
+    tmp_path: Path,
+) -> None:
+    controller.stop()  # the session's controller runs without election; take it out of the picture
+    ports = free_ports(2)
+    replicas = [
+        Process(
+            f"replica-{i}",
+            [
+                *controller_command(control_plane),
+                "--leader-election",
+                "--lease-seconds",
+                "4",
+                "--metrics-port",
+                str(port),
+            ],
+            tmp_path,
+        )
+        for i, port in enumerate(ports)
+    ]
+    try:
+        for replica in replicas:
+            replica.start()
+        holder = wait_for(lambda: lease_holder(api_client, catalog_namespace), 30, "a leader to be elected")
+        provision(api_client, namespace, "ha1")
+        wait_state(api_client, namespace, "sfserviceinstances", "ha1", "succeeded")
+        leaders = [r for r in replicas if "became the leader" in r.log.read_text()]
+        assert len(leaders) == 1, "exactly one replica leads"
+        leader = leaders[0]
+        follower = next(r for r in replicas if r is not leader)
+        leader_port = ports[replicas.index(leader)]
+        assert metric(leader_port, "opbroker_reconcile_seconds_count", 'kind="instance"') >= 1
+        assert metric(leader_port, "opbroker_objects", 'kind="instance",state="succeeded"') >= 1
+        assert "became the leader" not in follower.log.read_text()
+
+        leader.kill()
+        wait_for(
+            lambda: lease_holder(api_client, catalog_namespace) not in (None, holder), 30, "the follower to take over"
+        )
+        wait_for(lambda: "became the leader" in follower.log.read_text(), 10, "the follower to start reconciling")
+        provision(api_client, namespace, "ha2")
+        wait_state(api_client, namespace, "sfserviceinstances", "ha2", "succeeded")
+    finally:
+        for replica in replicas:
+            replica.stop()
+        controller.start()
