@@ -6,9 +6,6 @@ own namespace). The example catalog is applied to the control-plane namespace on
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -23,6 +20,7 @@ from kubernetes.client.rest import ApiException
 from opbroker.api.conventions import DEFAULT_NAMESPACE
 from opbroker.devcluster import ControlPlane
 from opbroker.devcluster.crds import install_crds
+from opbroker.devcluster.processes import Process
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO = REPO / "examples" / "demo_operator"
@@ -40,38 +38,6 @@ def wait_for(
             return value
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
-class Process:
-    """A child process with its output in a log file, shown when a test fails."""
-
-    def __init__(self, name: str, command: list[str], log_dir: Path) -> None:
-        self.name = name
-        self.command = command
-        self.log = log_dir / f"{name}.log"
-        self.popen: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        handle = self.log.open("ab")
-        self.popen = subprocess.Popen(self.command, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
-        handle.close()
-
-    def kill(self) -> None:
-        """SIGKILL: no clean shutdown, like a crashed or evicted pod."""
-        if self.popen and self.popen.poll() is None:
-            os.killpg(self.popen.pid, signal.SIGKILL)
-            self.popen.wait(10)
-
-    def stop(self) -> None:
-        if self.popen and self.popen.poll() is None:
-            os.killpg(self.popen.pid, signal.SIGTERM)
-            try:
-                self.popen.wait(10)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-    def tail(self, lines: int = 60) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:]) if self.log.exists() else ""
 
 
 def apply_yaml(api: client.ApiClient, path: Path, namespace: str) -> list[dict[str, Any]]:

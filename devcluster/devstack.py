@@ -1,0 +1,155 @@
+"""``opbroker dev``: the whole product on this machine — control plane, CRDs, demo operator, controller,
+broker and the example catalog — started in order and stopped in reverse.
+
+Everything runs as a child process on 127.0.0.1; logs go to the control plane's folder
+(``<cache>/clusters/<name>/logs``). Needs a source checkout: the demo operator and the example catalog
+live in ``examples/``.
+"""
+
+from __future__ import annotations
+
+import secrets
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+
+from opbroker.api.conventions import DEFAULT_NAMESPACE
+from opbroker.controller.kube import Kube
+from opbroker.devcluster.controlplane import ControlPlane, ControlPlaneError, port_is_free
+from opbroker.devcluster.crds import install_crds
+from opbroker.devcluster.processes import Process
+
+Progress = Callable[[str], None]
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+DEMO_OPERATOR = EXAMPLES / "demo_operator"
+
+
+class DevStackError(RuntimeError):
+    """Something the user can fix: a port taken, a missing checkout, a process that would not start."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    url: str
+    username: str
+    password: str
+    kubeconfig: Path
+
+
+class DevStack:
+    def __init__(self, name: str = "dev", *, broker_port: int = 8080) -> None:
+        self.plane = ControlPlane(name)
+        self.broker_port = broker_port
+        self.processes: list[Process] = []
+
+    def up(self, progress: Progress) -> Endpoint:
+        if not (DEMO_OPERATOR / "operator.py").exists():
+            raise DevStackError(f"the demo operator is not at {DEMO_OPERATOR}: opbroker dev needs a source checkout")
+        if not port_is_free(self.broker_port):
+            raise DevStackError(f"port {self.broker_port} on 127.0.0.1 is taken; choose another with --port")
+        try:
+            self.plane.up(progress=progress)
+        except ControlPlaneError as exc:
+            raise DevStackError(f"the control plane did not start: {exc}") from exc
+        api = config.new_client_from_config(config_file=str(self.plane.kubeconfig))
+        progress("installing opbroker's CRDs and the demo operator's CRD")
+        install_crds(api)
+        install_crds(api, [yaml.safe_load((DEMO_OPERATOR / "crd.yaml").read_text())])
+        self._apply_catalog(api, progress)
+
+        kubeconfig = str(self.plane.kubeconfig)
+        password = secrets.token_urlsafe(18)
+        log_dir = self.plane.log_dir
+        opbroker = [sys.executable, "-m", "opbroker.cli.main"]
+        self.processes = [
+            Process(
+                "demo-operator",
+                [sys.executable, str(DEMO_OPERATOR / "operator.py"), "--kubeconfig", kubeconfig],
+                log_dir,
+            ),
+            Process(
+                "controller",
+                [
+                    *opbroker,
+                    "controller",
+                    "run",
+                    "--kubeconfig",
+                    kubeconfig,
+                    "--no-leader-election",
+                    "--poll-seconds",
+                    "5",
+                ],
+                log_dir,
+            ),
+            Process(
+                "broker",
+                [
+                    *opbroker,
+                    "broker",
+                    "serve",
+                    "--kubeconfig",
+                    kubeconfig,
+                    "--port",
+                    str(self.broker_port),
+                    "--namespace",
+                    DEFAULT_NAMESPACE,
+                    "--log-level",
+                    "warning",
+                ],
+                log_dir,
+                env={"OPBROKER_BROKER_USERNAME": "admin", "OPBROKER_BROKER_PASSWORD": password},
+            ),
+        ]
+        for process in self.processes:
+            progress(f"starting the {process.name} (log: {process.log})")
+            process.start()
+        endpoint = Endpoint(f"http://127.0.0.1:{self.broker_port}", "admin", password, self.plane.kubeconfig)
+        self._wait_for_broker(endpoint, progress)
+        return endpoint
+
+    def down(self, progress: Progress) -> None:
+        for process in reversed(self.processes):
+            if process.running:
+                progress(f"stopping the {process.name}")
+                process.stop()
+        self.processes = []
+        self.plane.down(progress=progress)
+
+    def _apply_catalog(self, api: client.ApiClient, progress: Progress) -> None:
+        core = client.CoreV1Api(api)
+        try:
+            core.create_namespace({"metadata": {"name": DEFAULT_NAMESPACE}})
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+        kube = Kube(api)
+        for document in yaml.safe_load_all((DEMO_OPERATOR / "catalog.yaml").read_text()):
+            manifest: dict[str, Any] = {
+                **document,
+                "metadata": {**document["metadata"], "namespace": DEFAULT_NAMESPACE},
+            }
+            kube.apply(manifest)
+            progress(f"applied {manifest['kind']} {manifest['metadata']['name']} to namespace {DEFAULT_NAMESPACE}")
+
+    def _wait_for_broker(self, endpoint: Endpoint, progress: Progress, timeout: float = 60.0) -> None:
+        progress(f"waiting for the broker at {endpoint.url}")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for process in self.processes:
+                if not process.running:
+                    raise DevStackError(f"the {process.name} exited during start-up; last lines:\n{process.tail()}")
+            try:
+                if httpx.get(f"{endpoint.url}/readyz", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.3)
+        raise DevStackError(f"the broker was not ready after {timeout:.0f}s; last lines:\n{self.processes[-1].tail()}")
