@@ -182,6 +182,8 @@ def instance_object(*, name: str, namespace: str, spec: Mapping[str, Any], meta:
             "namespace": namespace,
             "labels": labels(service_id=spec["serviceId"], plan_id=spec["planId"], instance_name=name),
             "annotations": request_annotations(meta) or None,
+            # Created with the controller's finalizer: saves the controller a write per object.
+            "finalizers": [conventions.FINALIZER],
         },
         "spec": dict(spec),
     }
@@ -198,6 +200,7 @@ def binding_object(*, name: str, instance: Record, spec: Mapping[str, Any], meta
                 service_id=spec["serviceId"], plan_id=spec["planId"], instance_name=instance.name, binding_name=name
             ),
             "annotations": request_annotations(meta) or None,
+            "finalizers": [conventions.FINALIZER],
         },
         "spec": dict(spec),
     }

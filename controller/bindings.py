@@ -97,8 +97,9 @@ class BindingReconciler:
             return DONE
         try:
             if step == Step.APPLY:
-                self._apply(binding, instance, entry)
-            return self._evaluate(binding, instance, entry)
+                applied = self._apply(binding, instance, entry)
+                return self._evaluate(binding, instance, entry, applied)
+            return self._evaluate(binding, instance, entry, {})
         except RenderError as exc:
             return self.status.fail_or_retry(binding, exc, Reason.RENDER_FAILED)
 
@@ -127,17 +128,26 @@ class BindingReconciler:
             sources=sources,
         )
 
-    def _apply(self, binding: dict[str, Any], instance: dict[str, Any], entry: PlanEntry) -> None:
+    def _apply(self, binding: dict[str, Any], instance: dict[str, Any], entry: PlanEntry) -> dict[str, Any]:
+        """Render and apply ``bind``; returns the status fields recording it (written with the next state)."""
         assert entry.model is not None
         kube = self.deps.kube
         meta = binding["metadata"]
-        self.status.transition(
-            binding, state=OperationState.IN_PROGRESS, reason=Reason.IN_PROGRESS, description="binding"
-        )
         inputs = self._inputs(binding, instance, entry)
         sources = fetch_sources(kube, self.deps.renderer.render_sources(entry.model, inputs))
         rendered = self.deps.renderer.render_objects(
             entry.model, TemplateAction.BIND, self._inputs(binding, instance, entry, sources)
+        )
+        instance_refs = {ref_key(ref) for ref in refs_of(instance.get("status"))}
+        own_refs = [ref_of(o.manifest) for o in rendered.objects if ref_key(ref_of(o.manifest)) not in instance_refs]
+        old_refs = refs_of(binding.get("status"))
+        # Record first, apply second (one write together with the move to "in progress").
+        self.status.transition(
+            binding,
+            state=OperationState.IN_PROGRESS,
+            reason=Reason.IN_PROGRESS,
+            description="binding",
+            extra={"resources": ref_dicts([*old_refs, *minus_refs(own_refs, old_refs)])},
         )
         labels = {LABEL_INSTANCE: instance["metadata"]["name"], LABEL_BINDING: meta["name"]}
         if rendered.binding_registry is not None and rendered.binding_registry != inputs.binding_registry:
@@ -148,10 +158,6 @@ class BindingReconciler:
                 values=rendered.binding_registry,
                 labels=labels,
             )
-        instance_refs = {ref_key(ref) for ref in refs_of(instance.get("status"))}
-        own_refs = [ref_of(o.manifest) for o in rendered.objects if ref_key(ref_of(o.manifest)) not in instance_refs]
-        old_refs = refs_of(binding.get("status"))
-        self.status.patch(binding, {"resources": ref_dicts([*old_refs, *minus_refs(own_refs, old_refs)])})
         for obj in rendered.objects:
             ref = ref_of(obj.manifest)
             if ref_key(ref) in instance_refs:
@@ -162,17 +168,16 @@ class BindingReconciler:
             kube.apply(stamp(obj.manifest, owner=binding, labels=labels, owned=owned))
         for gone in minus_refs(old_refs, own_refs):
             release(kube, gone, owner_uid=meta["uid"])
-        self.status.patch(
-            binding,
-            {
-                "resources": ref_dicts(own_refs),
-                "appliedSpec": binding.get("spec"),
-                "observedGeneration": meta.get("generation"),
-                "errorCount": 0,
-            },
-        )
+        return {
+            "resources": ref_dicts(own_refs),
+            "appliedSpec": binding.get("spec"),
+            "observedGeneration": meta.get("generation"),
+            "errorCount": 0,
+        }
 
-    def _evaluate(self, binding: dict[str, Any], instance: dict[str, Any], entry: PlanEntry) -> Outcome:
+    def _evaluate(
+        self, binding: dict[str, Any], instance: dict[str, Any], entry: PlanEntry, applied: dict[str, Any]
+    ) -> Outcome:
         assert entry.model is not None
         kube = self.deps.kube
         inputs = self._inputs(binding, instance, entry)
@@ -182,28 +187,30 @@ class BindingReconciler:
             credentials = (
                 (inputs.binding_registry or {}).get("credentials") or (inputs.registry or {}).get("credentials") or {}
             )
-            return self._succeed(binding, {"credentials": credentials})
+            return self._succeed(binding, {"credentials": credentials}, applied)
         result = self.deps.renderer.render_status(
             entry.model, self._inputs(binding, instance, entry, fetch_sources(kube, source_refs))
         )
         section = result.bind
-        if section is None or section.state == OperationState.IN_PROGRESS.value:
-            return Outcome(requeue_after=self.deps.settings.status_poll_seconds)
-        if section.state == OperationState.FAILED.value:
+        waiting = section is None or section.state == OperationState.IN_PROGRESS.value
+        response = (section.response if section else None) or {}
+        if not waiting and section is not None and section.state == OperationState.FAILED.value:
             self.status.transition(
                 binding,
                 state=OperationState.FAILED,
                 reason=Reason.FAILED,
                 error=section.error or section.description or "bind failed",
+                extra=applied,
             )
             return DONE
-        response = section.response or {}
-        if not response.get("credentials"):
-            # "succeeded" without credentials: the objects that produce them are not there yet.
+        if waiting or not response.get("credentials"):
+            # Not done, or "succeeded" without credentials: the objects that produce them are not there yet.
+            if applied:
+                self.status.patch(binding, applied)
             return Outcome(requeue_after=self.deps.settings.status_poll_seconds)
-        return self._succeed(binding, response)
+        return self._succeed(binding, response, applied)
 
-    def _succeed(self, binding: dict[str, Any], response: dict[str, Any]) -> Outcome:
+    def _succeed(self, binding: dict[str, Any], response: dict[str, Any], applied: dict[str, Any]) -> Outcome:
         meta = binding["metadata"]
         secret_name = credentials_secret_name(meta["name"])
         self.deps.kube.apply_secret(
@@ -225,7 +232,7 @@ class BindingReconciler:
             state=OperationState.SUCCEEDED,
             reason=Reason.BOUND,
             description="credentials ready",
-            extra={"response": {"secretRef": secret_name}},
+            extra={**applied, "response": {"secretRef": secret_name}},
         )
         return DONE
 

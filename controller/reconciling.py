@@ -82,7 +82,8 @@ class StatusWriter:
         status = decisions.outcome_status(obj, state=state, reason=reason, description=description, error=error)
         status.update(extra or {})
         self.patch(obj, status)
-        if before != state.value:
+        # Events for outcomes only: "in progress" is visible in status and would double the writes.
+        if before != state.value and state in (OperationState.SUCCEEDED, OperationState.FAILED):
             self.deps.kube.emit_event(
                 obj,
                 reason=reason.value,

@@ -176,8 +176,16 @@ def test_sync_failure_and_timeout(broker: Harness, osb: httpx.Client, stand_in: 
     worker.join(5)
     assert failed.status_code == 500
     assert failed.json() == {"error": "OperationFailed", "description": "the operator rejected the spec"}
-    # Orphan mitigation: DELETE works on the failed, half-created instance (no finalizer: gone at once).
+    # Orphan mitigation: DELETE works on the failed, half-created instance (the controller's teardown
+    # releases the finalizer the broker created it with).
+    releaser = stand_in.in_background(
+        "instance",
+        name,
+        lambda ns: stand_in.release("instance", ns, name),
+        until=lambda obj: bool(obj["metadata"].get("deletionTimestamp")),
+    )
     assert osb.delete(url(failing), params={"service_id": SERVICE, "plan_id": SYNC_PLAN}).status_code == 200
+    releaser.join(5)
 
     slow = new_id()
     short = broker.settings.sync_timeout
@@ -352,6 +360,7 @@ def test_context_namespace_and_lookups_without_it(
         missing_ns = provision(osb, new_id(), context={"namespace": "no-such-namespace-x1"})
         assert missing_ns.status_code == 400 and "namespace does not exist" in missing_ns.json()["description"]
         assert deprovision(osb, instance_id).status_code == 202
+        stand_in.release("instance", team, name)
         wait_for(lambda: stand_in.get("instance", team, name) is None, what="the instance to go")
     finally:
         client.CoreV1Api(api_client).delete_namespace(team)
