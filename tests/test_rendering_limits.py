@@ -58,7 +58,11 @@ def render(content: str, renderer: Renderer = FAST) -> object:
             "{% macro f(n) %}{% if n %}{{ f(n-1) }}{{ f(n-1) }}{% endif %}{% endmacro %}{{ f(60) }}",
             "took longer",
         ),
-        ("infinite macro recursion", "{% macro f(n) %}{{ f(n+1) }}{% endmacro %}{{ f(0) }}", "nests too deeply"),
+        (
+            "infinite macro recursion",
+            "{% macro f(n) %}{{ f(n+1) }}{% endmacro %}{{ f(0) }}",
+            "nests too deeply|took longer",
+        ),  # whichever limit trips first on a loaded machine
         (
             "exponential recursive loop",
             "{% for x in [1] recursive %}{{ loop([x, x]) }}{% endfor %}",
