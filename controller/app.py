@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import logging
 from collections.abc import Hashable
 from typing import Any
@@ -21,8 +22,10 @@ from opbroker.api.conventions import resource_name
 from opbroker.controller import metrics
 from opbroker.controller.bindings import BindingReconciler
 from opbroker.controller.catalog import Catalog
+from opbroker.controller.claims.handlers import register_claims
 from opbroker.controller.instances import InstanceReconciler
 from opbroker.controller.kube import BINDINGS, INSTANCES, PLANS, SERVICES, Kube
+from opbroker.controller.multicluster.runtime import MultiCluster
 from opbroker.controller.reconciling import Conflict, Deps
 from opbroker.controller.settings import ControllerSettings
 from opbroker.controller.sources import SourceIndex, SourceWatchers
@@ -44,6 +47,9 @@ class Controller:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.watchers = SourceWatchers(self.kube, self.index, self._enqueue_threadsafe)
         deps = Deps(self.kube, self.catalog, Renderer(), settings, self.index, self.watchers)
+        self.multicluster = MultiCluster(deps, self._enqueue_threadsafe) if settings.multicluster else None
+        if self.multicluster is not None:
+            deps = dataclasses.replace(deps, placement=self.multicluster.placement)
         self.instances = InstanceReconciler(deps)
         self.bindings = BindingReconciler(deps)
         self._plan_members: dict[str, set[Hashable]] = {}
@@ -55,9 +61,13 @@ class Controller:
         self.loop = asyncio.get_running_loop()
         self.queue = WorkQueue(self._reconcile, workers=self.settings.workers)
         self.queue.start()
+        if self.multicluster is not None:
+            self.multicluster.start()
 
     async def stop(self) -> None:
         self.watchers.stop()
+        if self.multicluster is not None:
+            await self.multicluster.stop()
         if self.queue is not None:
             await self.queue.stop()
 
@@ -76,12 +86,16 @@ class Controller:
             self.catalog.remove_service(body)
         else:
             self.catalog.upsert_service(body)
+        if self.multicluster is not None:
+            self.multicluster.on_catalog("sfservices", event_type, body)
 
     def on_plan(self, event_type: str, body: dict[str, Any]) -> None:
         if event_type == "DELETED":
             self.catalog.remove_plan(body)
         else:
             self.catalog.upsert_plan(body)
+        if self.multicluster is not None:
+            self.multicluster.on_catalog("sfplans", event_type, body)
         plan_id = (body.get("spec") or {}).get("id") or body["metadata"]["name"]
         for key in sorted(self._plan_members.get(plan_id, set()), key=str):
             self._enqueue(key)
@@ -90,6 +104,8 @@ class Controller:
         meta = body["metadata"]
         key: Hashable = ("instance", meta["namespace"], meta["name"])
         plan_id = (body.get("spec") or {}).get("planId", "")
+        if self.multicluster is not None:
+            self.multicluster.on_instance(event_type, body)
         for members in self._plan_members.values():
             members.discard(key)
         if event_type == "DELETED":
@@ -186,6 +202,9 @@ def build_registry(controller: Controller, *, kubeconfig: str | None) -> kopf.Op
     async def binding_event(event: dict[str, Any], body: Any, **_: Any) -> None:
         controller.on_binding(str(event.get("type")), _plain(body))
 
+    if controller.multicluster is not None:
+        controller.multicluster.register(registry)  # SFClusters: scheduling targets, sister clusters
+    register_claims(registry, controller)  # registered services and claims: own handlers and queue
     return registry
 
 

@@ -36,7 +36,7 @@ from opbroker.controller.catalog import PlanEntry
 from opbroker.controller.decisions import Reason, Step
 from opbroker.controller.kube import BINDINGS, INSTANCES, ref_of
 from opbroker.controller.objects import minus_refs, owner_reference, ref_dicts, ref_key, refs_of, same_namespace, stamp
-from opbroker.controller.reconciling import Deps, StatusWriter
+from opbroker.controller.reconciling import AppliedMemory, Deps, StatusWriter
 from opbroker.controller.rendered import fetch_sources, inputs_for, release
 from opbroker.controller.workqueue import DONE, Outcome
 from opbroker.rendering import RenderError
@@ -52,6 +52,7 @@ class BindingReconciler:
     def __init__(self, deps: Deps) -> None:
         self.deps = deps
         self.status = StatusWriter(deps, BINDINGS)
+        self.applied = AppliedMemory()
 
     def reconcile(self, namespace: str, name: str) -> Outcome:
         kube = self.deps.kube
@@ -59,6 +60,9 @@ class BindingReconciler:
         if binding is None:
             self.deps.index.forget(("binding", namespace, name))
             return DONE
+        placed = self.deps.placement.binding(binding)  # multi-cluster: reconciled in the instance's cluster
+        if placed is not None:
+            return placed
         instance = kube.get_custom(INSTANCES, namespace, resource_name(binding["spec"]["instanceId"]))
         instance_state = ((instance or {}).get("status") or {}).get("state")
         step = decisions.next_binding_step(binding, instance_state=instance_state)
@@ -96,10 +100,18 @@ class BindingReconciler:
             self.status.transition(binding, state=OperationState.FAILED, reason=Reason.PLAN_NOT_FOUND, error=error)
             return DONE
         try:
-            if step == Step.APPLY:
-                applied = self._apply(binding, instance, entry)
-                return self._evaluate(binding, instance, entry, applied)
-            return self._evaluate(binding, instance, entry, {})
+            key = ("binding", namespace, name)
+            version = (binding["metadata"].get("generation"), entry.hash)
+            pending = self.applied.recall(key, version)
+            in_progress = (binding.get("status") or {}).get("state") == OperationState.IN_PROGRESS.value
+            if step == Step.APPLY and not (pending is not None and in_progress):
+                pending = self._apply(binding, instance, entry)
+            outcome = self._evaluate(binding, instance, entry, pending or {})
+            if outcome.requeue_after is not None and pending:
+                self.applied.remember(key, version, pending)  # recorded with the outcome (see AppliedMemory)
+            else:
+                self.applied.forget(key)
+            return outcome
         except RenderError as exc:
             return self.status.fail_or_retry(binding, exc, Reason.RENDER_FAILED)
 
@@ -205,8 +217,6 @@ class BindingReconciler:
             return DONE
         if waiting or not response.get("credentials"):
             # Not done, or "succeeded" without credentials: the objects that produce them are not there yet.
-            if applied:
-                self.status.patch(binding, applied)
             return Outcome(requeue_after=self.deps.settings.status_poll_seconds)
         return self._succeed(binding, response, applied)
 
@@ -239,6 +249,7 @@ class BindingReconciler:
     def _teardown(self, binding: dict[str, Any], instance: dict[str, Any] | None, entry: PlanEntry | None) -> Outcome:
         kube = self.deps.kube
         meta = binding["metadata"]
+        self.applied.forget(("binding", meta["namespace"], meta["name"]))
         status = binding.get("status") or {}
         if status.get("state") != OperationState.IN_PROGRESS.value:
             self.status.transition(

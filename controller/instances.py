@@ -29,7 +29,7 @@ from opbroker.controller.objects import (
     stamp,
     union_refs,
 )
-from opbroker.controller.reconciling import Deps, StatusWriter
+from opbroker.controller.reconciling import AppliedMemory, Deps, StatusWriter
 from opbroker.controller.rendered import fetch_sources, inputs_for, release
 from opbroker.controller.workqueue import DONE, Outcome
 from opbroker.rendering import RenderError
@@ -41,6 +41,7 @@ class InstanceReconciler:
     def __init__(self, deps: Deps) -> None:
         self.deps = deps
         self.status = StatusWriter(deps, INSTANCES)
+        self.applied = AppliedMemory()
 
     def reconcile(self, namespace: str, name: str) -> Outcome:
         kube = self.deps.kube
@@ -49,6 +50,9 @@ class InstanceReconciler:
         if instance is None:
             self.deps.index.forget(key)
             return DONE
+        placed = self.deps.placement.instance(instance)  # multi-cluster: scheduled / reconciled elsewhere
+        if placed is not None:
+            return placed
         spec = instance.get("spec") or {}
         entry = self.deps.catalog.plan(spec.get("planId", ""))
         live_bindings = self._live_bindings(instance) if decisions.is_deleting(instance) else 0
@@ -76,8 +80,13 @@ class InstanceReconciler:
             return self._teardown(instance, entry)
         if entry is None or entry.model is None:
             return self._plan_problem(instance, entry)
+        version = (instance["metadata"].get("generation"), entry.hash)
+        pending = self.applied.recall(key, version)
+        in_progress = (instance.get("status") or {}).get("state") == OperationState.IN_PROGRESS.value
         try:
-            return self._operate(instance, entry, apply=step == Step.APPLY)
+            if step == Step.APPLY and pending is not None and in_progress:
+                return self._operate(instance, entry, applied=pending)  # applied already; outcome pending
+            return self._operate(instance, entry, applied=None if step == Step.APPLY else {})
         except RenderError as exc:
             return self.status.fail_or_retry(instance, exc, Reason.RENDER_FAILED)
 
@@ -92,12 +101,13 @@ class InstanceReconciler:
         self.status.transition(instance, state=OperationState.FAILED, reason=reason, error=error)
         return DONE  # the plan's arrival or fix enqueues its instances again
 
-    def _operate(self, instance: dict[str, Any], entry: PlanEntry, *, apply: bool) -> Outcome:
+    def _operate(self, instance: dict[str, Any], entry: PlanEntry, *, applied: dict[str, Any] | None) -> Outcome:
         """Apply the plan if asked, then read the operation's state back through the status template.
 
-        Writes are the expensive part (the benchmark counts them): moving to ``in progress`` and recording
-        the resources is one status write; what the apply changed rides along with the final state when the
-        operator is done at once, and gets a write of its own only while the operation is still running.
+        ``applied`` None means "apply now"; otherwise it is the record of an earlier apply of this
+        generation whose outcome is pending (empty: nothing to record). Writes are the expensive part (the
+        benchmark counts them): moving to ``in progress`` and recording the resources is one status write,
+        and the apply's record rides along with the final state (see ``AppliedMemory``).
         """
         assert entry.model is not None
         meta = instance["metadata"]
@@ -105,8 +115,7 @@ class InstanceReconciler:
         source_refs = self.deps.renderer.render_sources(
             entry.model, inputs_for(self.deps, instance=instance, plan=entry, registry=registry)
         )
-        applied: dict[str, Any] = {}
-        if apply:
+        if applied is None:
             applied, registry = self._apply(instance, entry, registry, source_refs)
         self._watch(instance, [*source_refs.values(), *refs_of(instance.get("status"))])
         return self._evaluate(instance, entry, registry, source_refs, applied)
@@ -172,16 +181,19 @@ class InstanceReconciler:
                 description="resources applied (the plan has no status template)",
                 extra=applied,
             )
+            self.applied.forget(("instance", instance["metadata"]["namespace"], instance["metadata"]["name"]))
             return DONE
         sources = fetch_sources(self.deps.kube, source_refs)
         result = self.deps.renderer.render_status(
             entry.model, inputs_for(self.deps, instance=instance, plan=entry, registry=registry, sources=sources)
         )
         section = result.provision
+        key = ("instance", instance["metadata"]["namespace"], instance["metadata"]["name"])
         if section is None or section.state == OperationState.IN_PROGRESS.value:
             if applied:
-                self.status.patch(instance, applied)
+                self.applied.remember(key, (instance["metadata"].get("generation"), entry.hash), applied)
             return Outcome(requeue_after=self.deps.settings.status_poll_seconds)
+        self.applied.forget(key)
         reported = {
             "dashboardUrl": section.dashboard_url,
             "instanceUsable": section.instance_usable,
@@ -210,6 +222,7 @@ class InstanceReconciler:
     def _teardown(self, instance: dict[str, Any], entry: PlanEntry | None) -> Outcome:
         kube = self.deps.kube
         meta = instance["metadata"]
+        self.applied.forget(("instance", meta["namespace"], meta["name"]))
         status = instance.get("status") or {}
         if status.get("state") != OperationState.IN_PROGRESS.value:
             self.status.transition(

@@ -273,6 +273,18 @@ class Kube:
         except ApiException as exc:
             logger.warning("could not record event %s on %s: HTTP %s", reason, meta["name"], exc.status)
 
+    # -- listing arbitrary kinds (claims: workloads to project into) ----------------------------------
+
+    def list_objects(self, api_version: str, kind: str, namespace: str) -> list[dict[str, Any]]:
+        """Every object of a namespaced kind in ``namespace``, as plain dicts (managedFields included)."""
+        resource = self._resource(api_version, kind)
+        listed = resource.get(namespace=namespace)
+        items: list[dict[str, Any]] = [item.to_dict() for item in listed.items]
+        for item in items:  # list items carry no type meta; callers apply them back
+            item.setdefault("apiVersion", api_version)
+            item.setdefault("kind", kind)
+        return items
+
 
 def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

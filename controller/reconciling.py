@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from kubernetes.client.rest import ApiException
 
@@ -22,6 +22,31 @@ from opbroker.rendering import Renderer
 logger = logging.getLogger(__name__)
 
 
+class Placement(Protocol):
+    """Where an instance or binding is reconciled: consulted first by the reconcilers.
+
+    Each method returns None when the object is reconciled right here, or the queue's outcome when the
+    placement took care of it (multi-cluster: scheduled, handed to a sister cluster, mirrored back).
+    """
+
+    def instance(self, instance: dict[str, Any]) -> Outcome | None: ...
+
+    def binding(self, binding: dict[str, Any]) -> Outcome | None: ...
+
+
+class LocalPlacement:
+    """Single cluster: everything is reconciled here."""
+
+    def instance(self, instance: dict[str, Any]) -> Outcome | None:
+        return None
+
+    def binding(self, binding: dict[str, Any]) -> Outcome | None:
+        return None
+
+
+LOCAL = LocalPlacement()
+
+
 @dataclass(frozen=True)
 class Deps:
     kube: Kube
@@ -30,6 +55,7 @@ class Deps:
     settings: ControllerSettings
     index: SourceIndex
     watchers: SourceWatchers
+    placement: Placement = LOCAL
 
 
 class Conflict(Exception):
@@ -38,6 +64,32 @@ class Conflict(Exception):
 
 def key_of(kind: str, obj: dict[str, Any]) -> Hashable:
     return (kind, obj["metadata"]["namespace"], obj["metadata"]["name"])
+
+
+class AppliedMemory:
+    """Applies whose status record waits for the operation's outcome, kept in memory.
+
+    Recording an apply (resources, appliedSpec, observedGeneration) in its own status write while the
+    operator is still working would cost one write per operation; instead the record rides along with the
+    final state. Until then this memory stops later reconciles from applying again. It is lost on a
+    restart or failover, and then the apply is simply repeated, which server-side apply makes harmless.
+    Only the queue's single worker for a key touches its entry.
+    """
+
+    def __init__(self) -> None:
+        self._records: dict[Hashable, tuple[Any, Any, dict[str, Any]]] = {}
+
+    def remember(self, key: Hashable, version: tuple[Any, Any], record: dict[str, Any]) -> None:
+        self._records[key] = (*version, record)
+
+    def recall(self, key: Hashable, version: tuple[Any, Any]) -> dict[str, Any] | None:
+        found = self._records.get(key)
+        if found is None or (found[0], found[1]) != version:
+            return None
+        return found[2]
+
+    def forget(self, key: Hashable) -> None:
+        self._records.pop(key, None)
 
 
 class StatusWriter:

@@ -23,3 +23,11 @@ class ControllerSettings:
     """How long a leader's lease lasts without renewal: the longest a failover takes."""
     metrics_port: int | None = None
     """Serve Prometheus metrics on this port (0.0.0.0); None to disable."""
+    multicluster: bool = False
+    """Be the master of several clusters: schedule instances onto SFClusters, hand them to sister clusters
+    and mirror their status back (``opbroker.controller.multicluster``)."""
+    scheduler: str = "default"
+    """Which scheduler places instances (multi-cluster only): default, round-robin, least-utilized,
+    label-selector or capacity-aware."""
+    cluster_probe_seconds: float = 10.0
+    """How often each SFCluster is probed and its status refreshed (multi-cluster only)."""

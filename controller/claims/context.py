@@ -1,0 +1,47 @@
+"""What the claims reconcilers share: API access, the watch cache, settings, the prober, the queue."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from opbroker.controller.catalog import Catalog
+from opbroker.controller.claims.probes import Prober
+from opbroker.controller.claims.settings import ClaimsSettings
+from opbroker.controller.claims.store import Store
+from opbroker.controller.kube import Kind, Kube
+
+
+class Conflict(Exception):
+    """An object changed between our read and our guarded write: the reconcile runs again at once."""
+
+
+@dataclass(frozen=True)
+class Context:
+    kube: Kube
+    store: Store
+    settings: ClaimsSettings
+    prober: Prober
+    enqueue: Callable[[Hashable], None]
+    """Thread-safe: schedule a key for reconciling."""
+    osb_catalog: Catalog
+    """The controller's SFService/SFPlan catalog (read-only), for automatic registration."""
+
+    def patch_status(self, kind: Kind, obj: dict[str, Any], status: dict[str, Any]) -> dict[str, Any] | None:
+        """Merge ``status`` into ``obj``'s status, guarded by its resourceVersion (Conflict on 409)."""
+        meta = obj["metadata"]
+        try:
+            return self.kube.patch_custom_status(
+                kind, meta["namespace"], meta["name"], status, resource_version=meta.get("resourceVersion")
+            )
+        except ApiException as exc:
+            if exc.status == 409:
+                raise Conflict(meta["name"]) from exc
+            raise
+
+
+def key(kind: str, namespace: str, name: str) -> Hashable:
+    return (kind, namespace, name)

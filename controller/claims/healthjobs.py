@@ -1,0 +1,145 @@
+"""Container health checks as Kubernetes Jobs: the manifests, and what a Job's state means. Pure.
+
+A ``container`` health check runs its image once per period as a Job (``backoffLimit: 0``,
+``restartPolicy: Never``, ``activeDeadlineSeconds`` = the deadline) with the service's resolved endpoint
+definition mounted from a Secret the way a workload gets a binding: files under
+``/bindings/<service>/<key>`` (``SERVICE_BINDING_ROOT=/bindings``) and one env var per key (upper case,
+e.g. ``HOST``, ``PASSWORD``). ``command`` runs with ``/bin/sh -c``; without it, the image's entrypoint.
+
+Reading the Job:
+
+* ``Complete`` → Passed;
+* ``Failed`` because the container exited non-zero (``BackoffLimitExceeded``) → Failed (counts toward
+  the threshold);
+* ``Failed`` with ``DeadlineExceeded``, or no verdict ``deadline`` seconds after the Job was created
+  (image never pulled, no node, no kubelet — as on a bare control plane) → Undetermined: the check could
+  not tell. The controller enforces the deadline itself, so it holds even where no Job controller runs.
+
+The deadline is the check's period: a check that cannot finish within one period has not determined
+anything. The period is ``periodSeconds``; Primaza's ``container.minutes`` sets it (minutes * 60) when
+``periodSeconds`` is not given explicitly.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from opbroker.api.conventions import LABEL_MANAGED_BY, MANAGED_BY
+from opbroker.api.primaza import HealthCheck
+from opbroker.controller.claims import names, servicebinding
+from opbroker.controller.claims.reasons import Reason
+from opbroker.controller.claims.states import Outcome, Result
+
+BINDING_ROOT = "/bindings"
+CONTAINER_NAME = "healthcheck"
+
+
+def period_of(check: HealthCheck) -> float:
+    """Seconds between two checks (see the module docstring for ``minutes``)."""
+    if check.container is not None and check.container.minutes and "period_seconds" not in check.model_fields_set:
+        return float(check.container.minutes * 60)
+    return float(check.period_seconds)
+
+
+def env_name(key: str) -> str:
+    name = re.sub(r"[^A-Za-z0-9]", "_", key).upper()
+    return f"_{name}" if name[:1].isdigit() else name
+
+
+def manifests(
+    service: Mapping[str, Any], check: HealthCheck, data: Mapping[str, str], *, service_type: str, fingerprint: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(Secret, Job) for one run of a container check, both owned by the RegisteredService."""
+    assert check.container is not None
+    meta = service["metadata"]
+    name = names.healthcheck_name(meta["name"])
+    labels = {names.LABEL_REGISTERED_SERVICE: names.label_value(meta["name"])}
+    secret = servicebinding.binding_secret(
+        name=name, namespace=meta["namespace"], data=data, service_type=service_type, owner=service, labels=labels
+    )
+    container: dict[str, Any] = {
+        "name": CONTAINER_NAME,
+        "image": check.container.image,
+        "env": [
+            {"name": "SERVICE_BINDING_ROOT", "value": BINDING_ROOT},
+            *(
+                {"name": env_name(key), "valueFrom": {"secretKeyRef": {"name": name, "key": key}}}
+                for key in sorted(data)
+            ),
+        ],
+        "volumeMounts": [{"name": "endpoint", "mountPath": f"{BINDING_ROOT}/{meta['name']}", "readOnly": True}],
+    }
+    if check.container.command:
+        container["command"] = ["/bin/sh", "-c", check.container.command]
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": meta["namespace"],
+            "labels": {LABEL_MANAGED_BY: MANAGED_BY, **labels},
+            "annotations": {names.ANNOTATION_FINGERPRINT: fingerprint},
+            "ownerReferences": secret["metadata"]["ownerReferences"],
+        },
+        "spec": {
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": max(1, int(period_of(check))),
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "automountServiceAccountToken": False,
+                    "containers": [container],
+                    "volumes": [{"name": "endpoint", "secret": {"secretName": name}}],
+                },
+            },
+        },
+    }
+    return secret, job
+
+
+def _created(job: Mapping[str, Any]) -> datetime.datetime | None:
+    raw = (job.get("metadata") or {}).get("creationTimestamp")
+    if isinstance(raw, datetime.datetime):
+        return raw if raw.tzinfo else raw.replace(tzinfo=datetime.UTC)
+    if not raw:
+        return None
+    return datetime.datetime.fromisoformat(str(raw).replace("Z", "+00:00"))
+
+
+def read(job: Mapping[str, Any], *, deadline: float, now: datetime.datetime) -> Outcome | None:
+    """What a health-check Job says: an outcome, or None while it may still finish."""
+    for condition in (job.get("status") or {}).get("conditions") or []:
+        if condition.get("status") != "True":
+            continue
+        if condition.get("type") == "Complete":
+            return Outcome(Result.PASSED, Reason.HEALTHY, "health-check container succeeded")
+        if condition.get("type") == "Failed":
+            if condition.get("reason") == "DeadlineExceeded":
+                return Outcome(
+                    Result.UNDETERMINED, Reason.CHECK_DEADLINE, f"health-check Job did not finish within {deadline:g}s"
+                )
+            return Outcome(
+                Result.FAILED,
+                Reason.PROBE_FAILED,
+                f"health-check container failed ({condition.get('reason') or 'Failed'})",
+            )
+    created = _created(job)
+    if created is not None and (now - created).total_seconds() >= deadline:
+        return Outcome(
+            Result.UNDETERMINED,
+            Reason.CHECK_DEADLINE,
+            f"health-check Job did not finish within {deadline:g}s (no pod ran it to completion)",
+        )
+    return None
+
+
+def remaining(job: Mapping[str, Any], *, deadline: float, now: datetime.datetime) -> float:
+    """Seconds until the deadline of a running Job."""
+    created = _created(job)
+    if created is None:
+        return deadline
+    return max(0.0, deadline - (now - created).total_seconds())

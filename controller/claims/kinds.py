@@ -1,0 +1,10 @@
+"""Where the Primaza resources live in the API (for :class:`opbroker.controller.kube.Kube`)."""
+
+from __future__ import annotations
+
+from opbroker.api.primaza import PRIMAZA_GROUP, RegisteredService, ServiceCatalog, ServiceClaim
+from opbroker.controller.kube import Kind
+
+REGISTERED_SERVICES = Kind(PRIMAZA_GROUP, RegisteredService.VERSION, RegisteredService.PLURAL)
+CLAIMS = Kind(PRIMAZA_GROUP, ServiceClaim.VERSION, ServiceClaim.PLURAL)
+CATALOGS = Kind(PRIMAZA_GROUP, ServiceCatalog.VERSION, ServiceCatalog.PLURAL)

@@ -1,0 +1,182 @@
+"""Built-in TCP and HTTP health probes, run by the controller in a thread pool with bounded timeouts.
+
+A probe reaches the service the way a client would, with the service's own endpoint definition:
+
+* ``host``, ``port`` (TCP) and ``url`` (HTTP) may refer to endpoint values as ``$(key)``, e.g.
+  ``host: $(host)`` or ``url: http://$(host):$(port)/health``; a reference to an unknown key makes the
+  check Undetermined (it cannot run), never Unreachable;
+* HTTP probes authenticate with the endpoint's credentials: HTTP basic auth when it defines ``username``
+  and ``password``, else ``Authorization: Bearer`` when it defines ``token``.
+
+Results: connected / expected status → Passed. Refused, timed out, reset, TLS failure, unexpected
+status, **and a host name that does not resolve** → Failed: the check ran and the service was not there
+at the address it is registered with (a stale DNS name is an unreachable service, not a broken check).
+An unusable check (bad URL after expansion, unknown ``$(key)``) → Undetermined. Messages name the host
+and port only — never a URL path or query that could carry credentials.
+
+Probes never block a reconcile: :class:`Prober` runs them in its own threads and enqueues the service
+when a result is in; the reconcile consumes it.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import threading
+from collections.abc import Callable, Hashable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import httpx
+
+from opbroker.api.primaza import HealthCheck
+from opbroker.controller.claims.reasons import Reason
+from opbroker.controller.claims.states import Outcome, Result
+
+_REFERENCE = re.compile(r"\$\(([A-Za-z0-9._-]+)\)")
+
+
+class UnknownReference(ValueError):
+    """A ``$(key)`` that the endpoint definition does not define."""
+
+
+def expand(template: str, values: Mapping[str, str]) -> str:
+    """Replace every ``$(key)`` by the endpoint value of ``key``."""
+
+    def value_of(found: re.Match[str]) -> str:
+        key = found.group(1)
+        if key not in values:
+            raise UnknownReference(f"$({key}) is not in the endpoint definition")
+        return values[key]
+
+    return _REFERENCE.sub(value_of, template)
+
+
+@dataclass(frozen=True)
+class TcpProbe:
+    host: str
+    port: int
+    timeout: float
+
+
+@dataclass(frozen=True)
+class HttpProbe:
+    url: str
+    expected_status: int
+    timeout: float
+    auth: tuple[str, str] | None = None
+    token: str | None = None
+
+
+Probe = TcpProbe | HttpProbe
+
+
+def probe_for(check: HealthCheck, values: Mapping[str, str], *, timeout: float) -> Probe | Outcome:
+    """The probe to run for a TCP/HTTP check, or an Undetermined outcome when it cannot be built."""
+    try:
+        if check.tcp is not None:
+            return TcpProbe(host=expand(check.tcp.host, values), port=check.tcp.port, timeout=timeout)
+        assert check.http is not None
+        url = expand(check.http.url, values)
+    except UnknownReference as exc:
+        return Outcome(Result.UNDETERMINED, Reason.CHECK_INVALID, str(exc))
+    auth = (values["username"], values["password"]) if "username" in values and "password" in values else None
+    token = values.get("token") if auth is None else None
+    return HttpProbe(url=url, expected_status=check.http.expected_status, timeout=timeout, auth=auth, token=token)
+
+
+def _where(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.hostname}:{parts.port}" if parts.port else str(parts.hostname)
+
+
+def run(probe: Probe) -> Outcome:
+    """Run one probe (blocking, at most about ``timeout`` seconds)."""
+    if isinstance(probe, TcpProbe):
+        where = f"{probe.host}:{probe.port}"
+        try:
+            with socket.create_connection((probe.host, probe.port), timeout=probe.timeout):
+                return Outcome(Result.PASSED, Reason.HEALTHY, f"TCP connect to {where} succeeded")
+        except socket.gaierror:
+            return Outcome(Result.FAILED, Reason.PROBE_FAILED, f"host {probe.host!r} does not resolve")
+        except TimeoutError:
+            return Outcome(Result.FAILED, Reason.PROBE_FAILED, f"TCP connect to {where} timed out")
+        except OSError as exc:
+            return Outcome(Result.FAILED, Reason.PROBE_FAILED, f"TCP connect to {where} failed: {exc.strerror or exc}")
+    try:
+        where = _where(probe.url)
+    except ValueError as exc:
+        return Outcome(Result.UNDETERMINED, Reason.CHECK_INVALID, f"unusable URL: {exc}")
+    headers = {"Authorization": f"Bearer {probe.token}"} if probe.token else None
+    try:
+        response = httpx.get(probe.url, auth=probe.auth, headers=headers, timeout=probe.timeout, follow_redirects=False)
+    except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
+        return Outcome(Result.UNDETERMINED, Reason.CHECK_INVALID, f"unusable URL: {type(exc).__name__}")
+    except httpx.ConnectError as exc:
+        cause = exc.__cause__ or exc.__context__
+        if isinstance(cause, socket.gaierror) or "Name or service not known" in str(exc):
+            return Outcome(Result.FAILED, Reason.PROBE_FAILED, f"host of {where} does not resolve")
+        return Outcome(Result.FAILED, Reason.PROBE_FAILED, f"HTTP connect to {where} failed")
+    except httpx.TimeoutException:
+        return Outcome(Result.FAILED, Reason.PROBE_FAILED, f"HTTP request to {where} timed out")
+    except httpx.HTTPError as exc:
+        return Outcome(Result.FAILED, Reason.PROBE_FAILED, f"HTTP request to {where} failed ({type(exc).__name__})")
+    if response.status_code == probe.expected_status:
+        return Outcome(Result.PASSED, Reason.HEALTHY, f"HTTP {response.status_code} from {where}")
+    return Outcome(
+        Result.FAILED,
+        Reason.PROBE_FAILED,
+        f"HTTP {response.status_code} from {where}, expected {probe.expected_status}",
+    )
+
+
+@dataclass(frozen=True)
+class Finished:
+    fingerprint: str
+    outcome: Outcome
+
+
+class Prober:
+    """Runs probes off the reconcile workers: one at a time per key, results kept until taken."""
+
+    def __init__(self, on_done: Callable[[Hashable], None], *, workers: int = 8) -> None:
+        self._on_done = on_done
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="claims-probe")
+        self._lock = threading.Lock()
+        self._running: set[Hashable] = set()
+        self._finished: dict[Hashable, Finished] = {}
+
+    def running(self, key: Hashable) -> bool:
+        with self._lock:
+            return key in self._running
+
+    def submit(self, key: Hashable, fingerprint: str, probe: Probe) -> bool:
+        """Start ``probe`` for ``key`` unless one is already running; True if started."""
+        with self._lock:
+            if key in self._running:
+                return False
+            self._running.add(key)
+        self._pool.submit(self._run, key, fingerprint, probe)
+        return True
+
+    def _run(self, key: Hashable, fingerprint: str, probe: Probe) -> None:
+        try:
+            outcome = run(probe)
+        except Exception as exc:  # a probe must never kill its thread silently
+            outcome = Outcome(Result.UNDETERMINED, Reason.CHECK_INVALID, f"probe crashed: {type(exc).__name__}")
+        with self._lock:
+            self._running.discard(key)
+            self._finished[key] = Finished(fingerprint, outcome)
+        self._on_done(key)
+
+    def take(self, key: Hashable) -> Finished | None:
+        with self._lock:
+            return self._finished.pop(key, None)
+
+    def forget(self, key: Hashable) -> None:
+        with self._lock:
+            self._finished.pop(key, None)
+
+    def shutdown(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,154 @@
+"""The claims subsystem's watch cache: RegisteredServices and ServiceClaims by namespace, plus indexes.
+
+Fed by the kopf event handlers (the watch is the single writer), read by the reconcilers from worker
+threads, so every access holds a lock. Matching reads candidates from here rather than listing them per
+claim; a stale entry is harmless because taking a service is a write guarded by the resourceVersion the
+cache saw (a 409 makes the claim look again). Secret *contents* are never cached: only which Secrets
+each service reads, so a Secret event can find the services and claims to refresh.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from opbroker.controller.claims import matching
+
+
+@dataclass(frozen=True)
+class ClaimInfo:
+    name: str
+    environment: str
+    application_kind: tuple[str, str] | None
+    registered_service: str | None
+    state: str | None
+
+
+def claim_info(body: Mapping[str, Any]) -> ClaimInfo:
+    spec = body.get("spec") or {}
+    status = body.get("status") or {}
+    application = spec.get("application")
+    kind = (application.get("apiVersion", "apps/v1"), application.get("kind", "Deployment")) if application else None
+    return ClaimInfo(
+        name=body["metadata"]["name"],
+        environment=str(spec.get("environmentTag") or ""),
+        application_kind=kind,
+        registered_service=status.get("registeredService") or None,
+        state=status.get("state") or None,
+    )
+
+
+def secret_names(body: Mapping[str, Any]) -> frozenset[str]:
+    """The Secrets a RegisteredService's endpoint definition reads."""
+    items = (body.get("spec") or {}).get("serviceEndpointDefinition") or []
+    return frozenset(
+        str(item["valueFromSecret"]["name"])
+        for item in items
+        if isinstance(item, Mapping)
+        and isinstance(item.get("valueFromSecret"), Mapping)
+        and item["valueFromSecret"].get("name")
+    )
+
+
+class Store:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._services: dict[str, dict[str, matching.Candidate]] = {}
+        self._service_secrets: dict[tuple[str, str], frozenset[str]] = {}
+        self._secret_readers: dict[tuple[str, str], set[str]] = {}
+        self._claims: dict[str, dict[str, ClaimInfo]] = {}
+        self._indexes: dict[str, matching.Index] = {}
+        self._credentials: dict[tuple[str, str], str] = {}
+
+    # -- registered services -------------------------------------------------------------------------
+
+    def upsert_service(self, body: Mapping[str, Any]) -> tuple[matching.Candidate | None, matching.Candidate]:
+        candidate = matching.candidate_of(body)
+        namespace = body["metadata"]["namespace"]
+        with self._lock:
+            previous = self._services.setdefault(namespace, {}).get(candidate.name)
+            self._services[namespace][candidate.name] = candidate
+            self._indexes.pop(namespace, None)
+            self._track_secrets(namespace, candidate.name, secret_names(body))
+        return previous, candidate
+
+    def remove_service(self, body: Mapping[str, Any]) -> matching.Candidate | None:
+        namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+        with self._lock:
+            previous = self._services.get(namespace, {}).pop(name, None)
+            self._indexes.pop(namespace, None)
+            self._track_secrets(namespace, name, frozenset())
+        return previous
+
+    def _track_secrets(self, namespace: str, service: str, secrets: frozenset[str]) -> None:
+        old = self._service_secrets.get((namespace, service), frozenset())
+        for secret in old - secrets:
+            readers = self._secret_readers.get((namespace, secret))
+            if readers is not None:
+                readers.discard(service)
+                if not readers:
+                    del self._secret_readers[(namespace, secret)]
+        for secret in secrets:
+            self._secret_readers.setdefault((namespace, secret), set()).add(service)
+        if secrets:
+            self._service_secrets[(namespace, service)] = secrets
+        else:
+            self._service_secrets.pop((namespace, service), None)
+
+    def service(self, namespace: str, name: str) -> matching.Candidate | None:
+        with self._lock:
+            return self._services.get(namespace, {}).get(name)
+
+    def services(self, namespace: str) -> list[matching.Candidate]:
+        with self._lock:
+            return list(self._services.get(namespace, {}).values())
+
+    def index(self, namespace: str) -> matching.Index:
+        """The namespace's candidates, indexed for matching (rebuilt after any change)."""
+        with self._lock:
+            index = self._indexes.get(namespace)
+            if index is None:
+                index = matching.Index(self._services.get(namespace, {}).values())
+                self._indexes[namespace] = index
+            return index
+
+    def readers_of(self, namespace: str, secret: str) -> set[str]:
+        with self._lock:
+            return set(self._secret_readers.get((namespace, secret), set()))
+
+    # -- claims --------------------------------------------------------------------------------------
+
+    def upsert_claim(self, body: Mapping[str, Any]) -> tuple[ClaimInfo | None, ClaimInfo]:
+        info = claim_info(body)
+        namespace = body["metadata"]["namespace"]
+        with self._lock:
+            previous = self._claims.setdefault(namespace, {}).get(info.name)
+            self._claims[namespace][info.name] = info
+        return previous, info
+
+    def remove_claim(self, body: Mapping[str, Any]) -> ClaimInfo | None:
+        with self._lock:
+            return self._claims.get(body["metadata"]["namespace"], {}).pop(body["metadata"]["name"], None)
+
+    def claim(self, namespace: str, name: str) -> ClaimInfo | None:
+        with self._lock:
+            return self._claims.get(namespace, {}).get(name)
+
+    def claims(self, namespace: str) -> list[ClaimInfo]:
+        with self._lock:
+            return list(self._claims.get(namespace, {}).values())
+
+    # -- broker bindings registered as services ------------------------------------------------------
+
+    def track_credentials(self, namespace: str, secret: str | None, binding: str) -> None:
+        with self._lock:
+            for key in [k for k, v in self._credentials.items() if v == binding and k[0] == namespace]:
+                del self._credentials[key]
+            if secret:
+                self._credentials[(namespace, secret)] = binding
+
+    def binding_reading(self, namespace: str, secret: str) -> str | None:
+        with self._lock:
+            return self._credentials.get((namespace, secret))

@@ -1,0 +1,427 @@
+"""The SFClusters: what the master knows of each (in memory), and the reconciler that keeps it true.
+
+:class:`ClusterRegistry` holds, per SFCluster of the control-plane namespace, the latest object, a client
+for the cluster (built from the kubeconfig Secret named by ``spec.secretRef``; the master's own client for
+cluster ``"1"``), the last probe's verdict and the watch of its copies. The scheduler reads it without I/O.
+
+:class:`ClusterReconciler` runs per SFCluster key, on events and every ``cluster_probe_seconds``:
+
+1. holds the ``cluster-protection`` finalizer; an SFCluster being deleted is released only once the ledger
+   has no instance placed on it (until then its ``Removable`` condition names them, and nothing new is
+   scheduled there);
+2. (re)builds the client when the kubeconfig changes and probes the cluster; a change of reachability
+   re-enqueues every instance placed there, so they are marked unreachable (or cleared) at once;
+3. replicates the catalog (SFService, SFPlan of the control-plane namespace) into sister clusters;
+4. writes the status: instance count, capacity/allocatable (summed from nodes, else the declared
+   ``spec.totalCapacity``), requests (from running pods where there are any, and from the plans of the
+   instances placed there), reachability and the ``Ready`` condition — only when something changed.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import re
+import threading
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from kubernetes.client.rest import ApiException
+
+from opbroker.api.cluster import RESOURCE_GROUP
+from opbroker.api.meta import ResourceRef
+from opbroker.controller.catalog import spec_hash
+from opbroker.controller.decisions import is_deleting
+from opbroker.controller.kube import Kind
+from opbroker.controller.multicluster import quantities, replicas
+from opbroker.controller.multicluster.ledger import Ledger
+from opbroker.controller.multicluster.quantities import QuantityError, Resources
+from opbroker.controller.multicluster.reasons import CLUSTER_FINALIZER, LABEL_REPLICATED, ConditionType, Reason
+from opbroker.controller.multicluster.scheduling import MASTER, ClusterView
+from opbroker.controller.multicluster.sisters import KubeconfigError, SisterKube, SisterWatch, client_from_kubeconfig
+from opbroker.controller.multicluster.sisters import kubeconfig_digest as digest_of
+from opbroker.controller.reconciling import Deps
+from opbroker.controller.workqueue import DONE, Outcome
+
+logger = logging.getLogger(__name__)
+
+CLUSTERS = Kind(RESOURCE_GROUP, "v1alpha1", "sfclusters")
+KUBECONFIG_KEY = "kubeconfig"
+
+
+def describe(exc: BaseException) -> str:
+    """A short, stable account of why a cluster did not answer (no object addresses, no payloads)."""
+    if isinstance(exc, ApiException):
+        return f"the API server answered HTTP {exc.status} {exc.reason or ''}".rstrip()
+    text = str(getattr(exc, "reason", None) or exc) or type(exc).__name__
+    text = re.sub(r"<[^>]*>:?\s*", "", text)
+    text = re.sub(r"\(Caused by [^)]*\)", "", text).strip()
+    return text[:300] or type(exc).__name__
+
+
+@dataclass
+class ClusterState:
+    name: str
+    body: dict[str, Any]
+    kube: SisterKube | None = None
+    shared: bool = False
+    """The client is the master's own (cluster "1"): never closed here."""
+    digest: str | None = None
+    watch: SisterWatch | None = None
+    reachable: bool | None = None
+    reason: str = ""
+    observed: tuple[Resources, Resources, Resources] | None = None
+    """(capacity, allocatable, requests) summed from the cluster's nodes and pods; None without nodes."""
+    catalog: dict[tuple[str, str], str] = field(default_factory=dict)
+    """Catalog objects replicated into the cluster: (plural, name) → hash of what was applied."""
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def removing(self) -> bool:
+        return is_deleting(self.body)
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        spec: dict[str, Any] = self.body.get("spec") or {}
+        return spec
+
+    def declared(self) -> Resources | None:
+        """``spec.totalCapacity`` parsed; None when absent or not made of quantities."""
+        try:
+            total = self.spec.get("totalCapacity")
+            return quantities.parse(total) if total else None
+        except QuantityError:
+            return None
+
+    def allocatable(self) -> Resources | None:
+        return self.observed[1] if self.observed is not None else self.declared()
+
+    def close(self) -> None:
+        if self.watch is not None:
+            self.watch.stop()
+            self.watch = None
+        if self.kube is not None and not self.shared:
+            self.kube.close()
+        self.kube = None
+        self.digest = None
+
+
+class ClusterRegistry:
+    """Thread-safe map of cluster name → :class:`ClusterState`."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._clusters: dict[str, ClusterState] = {}
+
+    def upsert(self, body: dict[str, Any]) -> ClusterState:
+        name = body["metadata"]["name"]
+        with self._lock:
+            state = self._clusters.get(name)
+            if state is None:
+                state = self._clusters[name] = ClusterState(name, body)
+            else:
+                state.body = body
+            return state
+
+    def remove(self, name: str) -> None:
+        with self._lock:
+            state = self._clusters.pop(name, None)
+        if state is not None:
+            state.close()
+
+    def get(self, name: str) -> ClusterState | None:
+        with self._lock:
+            return self._clusters.get(name)
+
+    def names(self) -> list[str]:
+        with self._lock:
+            return sorted(self._clusters)
+
+    def close(self) -> None:
+        for name in self.names():
+            self.remove(name)
+
+    def views(self, ledger: Ledger, requests_of: Callable[[str], Resources]) -> list[ClusterView]:
+        """The scheduler's picture of every cluster, from memory only."""
+        with self._lock:
+            states = list(self._clusters.values())
+        views = []
+        for state in states:
+            labels = state.body["metadata"].get("labels") or {}
+            views.append(
+                ClusterView(
+                    name=state.name,
+                    labels=dict(labels),
+                    reachable=bool(state.reachable),
+                    removing=state.removing,
+                    instances=ledger.count(state.name),
+                    allocatable=state.allocatable(),
+                    used=used_by(state, ledger, requests_of),
+                    limit_percentage=state.spec.get("schedulingLimitPercentage"),
+                    reason=state.reason or ("not probed yet" if state.reachable is None else ""),
+                )
+            )
+        return views
+
+
+def used_by(state: ClusterState, ledger: Ledger, requests_of: Callable[[str], Resources]) -> Resources:
+    """Requests in use: the plans' requests of the instances placed there, or the pods' where larger.
+
+    Both views count the same workloads, so they are never added up.
+    """
+    planned = ledger.requested(state.name, requests_of)
+    if state.observed is None:
+        return planned
+    return quantities.largest(planned, state.observed[2])
+
+
+class CatalogReplicator:
+    """Copies the master's SFServices and SFPlans into sister clusters (only what changed)."""
+
+    def __init__(self, namespace: str) -> None:
+        self.namespace = namespace
+        self._lock = threading.Lock()
+        self._bodies: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def observe(self, plural: str, event_type: str, body: dict[str, Any]) -> bool:
+        """Remember a catalog event; True if it concerns the control-plane namespace."""
+        meta = body["metadata"]
+        if meta.get("namespace") != self.namespace:
+            return False
+        with self._lock:
+            if event_type == "DELETED":
+                self._bodies.pop((plural, meta["name"]), None)
+            else:
+                self._bodies[(plural, meta["name"])] = body
+        return True
+
+    def bodies(self) -> dict[tuple[str, str], dict[str, Any]]:
+        with self._lock:
+            return dict(self._bodies)
+
+    def replicate(self, state: ClusterState, only: list[dict[str, Any]] | None = None) -> None:
+        """Apply what the cluster lacks; without ``only`` also delete copies the master no longer has."""
+        kube = state.kube
+        if kube is None or state.name == MASTER:
+            return
+        bodies = self.bodies()
+        wanted = (
+            {(_plural(b), b["metadata"]["name"]): b for b in only if b["metadata"].get("namespace") == self.namespace}
+            if only is not None
+            else bodies
+        )
+        with state.lock:
+            for key, body in sorted(wanted.items()):
+                copy = replicas.copy_of(body)
+                digest = spec_hash({"metadata": copy["metadata"], "spec": copy["spec"]})
+                if state.catalog.get(key) == digest:
+                    continue
+                kube.ensure_namespace(self.namespace)
+                kube.apply(copy)
+                state.catalog[key] = digest
+            if only is not None:
+                return
+            for key in sorted(set(state.catalog) - set(bodies)):
+                plural, name = key
+                kind = "SFService" if plural == "sfservices" else "SFPlan"
+                ref = ResourceRef(api_version=f"{_GROUP}/v1alpha1", kind=kind, name=name, namespace=self.namespace)
+                live = kube.get(ref)
+                if live is not None and (live["metadata"].get("labels") or {}).get(LABEL_REPLICATED) == "true":
+                    kube.delete(ref)
+                state.catalog.pop(key, None)
+
+
+_GROUP = "osb.servicefabrik.io"
+
+
+def _plural(body: dict[str, Any]) -> str:
+    return "sfservices" if body.get("kind") == "SFService" else "sfplans"
+
+
+class ClusterReconciler:
+    def __init__(
+        self,
+        deps: Deps,
+        registry: ClusterRegistry,
+        ledger: Ledger,
+        replicator: CatalogReplicator,
+        requests_of: Callable[[str], Resources],
+        enqueue_master: Callable[[Hashable], None],
+        suspect: Callable[[str, str], None],
+    ) -> None:
+        self.deps = deps
+        self.registry = registry
+        self.ledger = ledger
+        self.replicator = replicator
+        self.requests_of = requests_of
+        self.enqueue_master = enqueue_master
+        self.suspect = suspect
+
+    @property
+    def namespace(self) -> str:
+        return self.deps.settings.namespace
+
+    def reconcile(self, name: str) -> Outcome:
+        kube = self.deps.kube
+        body = kube.get_custom(CLUSTERS, self.namespace, name)
+        if body is None:
+            self.registry.remove(name)
+            return DONE
+        state = self.registry.upsert(body)
+        finalizers = body["metadata"].get("finalizers") or []
+        if not state.removing and CLUSTER_FINALIZER not in finalizers:
+            patched = kube.patch_custom(
+                CLUSTERS, self.namespace, name, {"metadata": {"finalizers": [*finalizers, CLUSTER_FINALIZER]}}
+            )
+            if patched is not None:
+                state = self.registry.upsert(patched)
+        self.refresh(state)
+        if state.reachable and not state.removing:
+            try:
+                self.replicator.replicate(state)
+            except Exception as exc:  # a sister without our CRDs, say: reported, retried at the next probe
+                logger.warning("replicating the catalog into cluster %s failed: %s", name, describe(exc))
+        if state.removing:
+            remaining = self.ledger.members(name)
+            if not remaining and CLUSTER_FINALIZER in (state.body["metadata"].get("finalizers") or []):
+                self._release(state)
+                return DONE
+            self._write_status(state, remaining)
+        else:
+            self._write_status(state, None)
+        return Outcome(requeue_after=self.deps.settings.cluster_probe_seconds)
+
+    # -- connection and probe ------------------------------------------------------------------------
+
+    def refresh(self, state: ClusterState) -> None:
+        """Connect (if the kubeconfig changed) and probe; a change of reachability re-enqueues its instances."""
+        try:
+            self._connect(state)
+            assert state.kube is not None
+            state.kube.probe()
+        except Exception as exc:
+            self._mark(state, False, describe(exc))
+            return
+        try:
+            state.observed = state.kube.capacity()
+        except Exception as exc:
+            logger.warning("reading the nodes of cluster %s failed: %s", state.name, describe(exc))
+        if state.watch is None and not state.shared:
+            state.watch = SisterWatch(state.name, state.kube, self.enqueue_master, self.suspect)
+            state.watch.start()
+        self._mark(state, True, "")
+
+    def _connect(self, state: ClusterState) -> None:
+        if state.name == MASTER:
+            if state.kube is None:
+                state.kube = SisterKube(self.deps.kube.api_client)
+                state.shared = True
+            return
+        ref = state.spec.get("secretRef") or ""
+        secret = self.deps.kube.read_secret(self.namespace, ref)
+        if secret is None:
+            raise KubeconfigError(f"the kubeconfig Secret {self.namespace}/{ref} does not exist")
+        encoded = (secret.get("data") or {}).get(KUBECONFIG_KEY)
+        if not encoded:
+            raise KubeconfigError(f"the Secret {self.namespace}/{ref} has no key {KUBECONFIG_KEY!r}")
+        text = base64.b64decode(encoded).decode("utf-8", errors="replace")
+        digest = digest_of(text)
+        if digest == state.digest and state.kube is not None:
+            return
+        state.close()
+        state.kube = SisterKube(client_from_kubeconfig(text))
+        state.digest = digest
+        state.catalog.clear()
+
+    def _mark(self, state: ClusterState, reachable: bool, reason: str) -> None:
+        flipped = state.reachable is not reachable
+        state.reachable, state.reason = reachable, reason
+        if not flipped:
+            return
+        if reachable:
+            logger.info("cluster %s is reachable", state.name)
+            state.catalog.clear()  # it may have been rebuilt meanwhile: compare everything again
+            if state.kube is not None:
+                state.kube.forget_namespaces()
+        else:
+            logger.warning("cluster %s is unreachable: %s", state.name, reason)
+        for key in self.ledger.members(state.name):
+            self.enqueue_master(key)
+
+    # -- status and removal --------------------------------------------------------------------------
+
+    def status_of(self, state: ClusterState, remaining: list[Hashable] | None) -> dict[str, Any]:
+        body = state.body
+        generation = body["metadata"].get("generation")
+        declared = state.spec.get("totalCapacity")
+        if state.observed is not None:
+            capacity: dict[str, Any] | None = quantities.wire(state.observed[0])
+            allocatable: dict[str, Any] | None = quantities.wire(state.observed[1])
+        else:
+            capacity = allocatable = dict(declared) if declared else None
+        used = used_by(state, self.ledger, self.requests_of)
+        conditions = replicas.set_condition(
+            (body.get("status") or {}).get("conditions"),
+            ConditionType.READY,
+            status=bool(state.reachable),
+            reason=(Reason.REACHABLE if state.reachable else Reason.UNREACHABLE).value,
+            message="the cluster answers" if state.reachable else state.reason or "not probed yet",
+            generation=generation,
+        )
+        if remaining is not None:
+            shown = ", ".join(f"{k[1]}/{k[2]}" if isinstance(k, tuple) else str(k) for k in remaining[:5])
+            more = f" and {len(remaining) - 5} more" if len(remaining) > 5 else ""
+            conditions = replicas.set_condition(
+                conditions,
+                ConditionType.REMOVABLE,
+                status=False,
+                reason=Reason.INSTANCES_REMAIN.value,
+                message=(
+                    f"cannot remove cluster {state.name!r}: {len(remaining)} instance(s) are placed on it "
+                    f"({shown}{more}); deprovision them first"
+                ),
+                generation=generation,
+            )
+        return {
+            "serviceInstanceCount": self.ledger.count(state.name),
+            "capacity": capacity,
+            "allocatable": allocatable,
+            "requests": quantities.wire({k: v for k, v in used.items() if v != Decimal(0)}),
+            "reachable": bool(state.reachable),
+            "observedGeneration": generation,
+            "conditions": conditions,
+        }
+
+    def _write_status(self, state: ClusterState, remaining: list[Hashable] | None) -> None:
+        current = state.body.get("status") or {}
+        wanted = self.status_of(state, remaining)
+        patch = {k: v for k, v in wanted.items() if k != "conditions" and current.get(k) != v}
+        if not replicas.same_conditions(current.get("conditions"), wanted["conditions"]):
+            patch["conditions"] = wanted["conditions"]
+            newly_blocked = remaining is not None and not any(
+                c.get("type") == ConditionType.REMOVABLE.value for c in current.get("conditions") or []
+            )
+            if newly_blocked:
+                message = next(c["message"] for c in wanted["conditions"] if c["type"] == ConditionType.REMOVABLE.value)
+                self.deps.kube.emit_event(
+                    state.body, reason=Reason.INSTANCES_REMAIN.value, message=message, warning=True
+                )
+        if not patch:
+            return
+        patched = self.deps.kube.patch_custom_status(CLUSTERS, self.namespace, state.name, patch)
+        if patched is not None:
+            self.registry.upsert(patched)
+
+    def _release(self, state: ClusterState) -> None:
+        meta = state.body["metadata"]
+        finalizers = [f for f in meta.get("finalizers") or [] if f != CLUSTER_FINALIZER]
+        self.deps.kube.patch_custom(
+            CLUSTERS,
+            self.namespace,
+            state.name,
+            {"metadata": {"finalizers": finalizers or None, "resourceVersion": meta["resourceVersion"]}},
+        )
+        logger.info("cluster %s released: no instance is placed on it any more", state.name)
+        self.registry.remove(state.name)

@@ -1,0 +1,39 @@
+"""Names of the multi-cluster contract: labels, annotations, finalizer, condition types and reasons."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from opbroker.api.conventions import DOMAIN
+
+#: On every object the master copies into a sister cluster (instances, bindings, SFService, SFPlan).
+LABEL_REPLICATED = f"{DOMAIN}/replicated"
+#: On a copy: the uid of the master object it was made from (a recreated master object gets a new copy).
+ANNOTATION_MASTER_UID = f"{DOMAIN}/master-uid"
+#: On a master binding: the cluster its copy was made in (still known once the instance is gone).
+ANNOTATION_CLUSTER = f"{DOMAIN}/cluster"
+#: Held on an SFCluster while instances are placed on it: removal waits until none remain.
+CLUSTER_FINALIZER = f"{DOMAIN}/cluster-protection"
+
+
+class ConditionType(StrEnum):
+    READY = "Ready"
+    SCHEDULED = "Scheduled"
+    CLUSTER_REACHABLE = "ClusterReachable"
+    REMOVABLE = "Removable"
+
+
+class Reason(StrEnum):
+    """Condition and event reasons of the multi-cluster controller."""
+
+    SCHEDULED = "Scheduled"
+    SCHEDULING_FAILED = "SchedulingFailed"
+    REPLICATED = "Replicated"
+    IN_PROGRESS = "InProgress"
+    CLUSTER_REACHABLE = "ClusterReachable"
+    CLUSTER_UNREACHABLE = "ClusterUnreachable"
+    CLUSTER_NOT_REGISTERED = "ClusterNotRegistered"
+    REACHABLE = "Reachable"
+    UNREACHABLE = "Unreachable"
+    INSTANCES_REMAIN = "InstancesRemain"
+    CATALOG_FAILED = "CatalogReplicationFailed"

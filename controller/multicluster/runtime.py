@@ -1,0 +1,184 @@
+"""The multi-cluster part of the master's controller process: wiring, events, start-up and shutdown.
+
+:class:`MultiCluster` is created by :class:`opbroker.controller.app.Controller` when ``--multicluster``
+is on. It owns the ledger, the cluster registry, a work queue of its own for SFCluster keys, and the
+:class:`~opbroker.controller.multicluster.placement.MultiClusterPlacement` that the instance and binding
+reconcilers consult. The controller forwards it the catalog and instance events it already receives;
+SFCluster events come from one more kopf handler (:meth:`register`).
+
+Start-up lists SFClusters and instances once (the ledger's seed) and probes every cluster before the
+first scheduling decision, so a restarted controller schedules from the same picture as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import threading
+from collections.abc import Callable, Hashable
+from typing import Any
+
+import kopf
+from kubernetes.client.rest import ApiException
+
+from opbroker.controller.kube import INSTANCES
+from opbroker.controller.multicluster.clusters import (
+    CLUSTERS,
+    CatalogReplicator,
+    ClusterReconciler,
+    ClusterRegistry,
+)
+from opbroker.controller.multicluster.ledger import Ledger
+from opbroker.controller.multicluster.placement import MultiClusterPlacement, plan_requests
+from opbroker.controller.multicluster.quantities import QuantityError, Resources
+from opbroker.controller.reconciling import Conflict, Deps
+from opbroker.controller.workqueue import Outcome, WorkQueue
+
+logger = logging.getLogger(__name__)
+
+SEED_RETRY_SECONDS = 2.0
+
+
+class MultiCluster:
+    def __init__(self, deps: Deps, enqueue_master: Callable[[Hashable], None]) -> None:
+        self.deps = deps
+        self.enqueue_master = enqueue_master
+        self.ledger = Ledger()
+        self.registry = ClusterRegistry()
+        self.replicator = CatalogReplicator(deps.settings.namespace)
+        self.ready = threading.Event()
+        self._requests: dict[str, tuple[str, Resources]] = {}
+        self._requests_lock = threading.Lock()
+        self.clusters = ClusterReconciler(
+            deps, self.registry, self.ledger, self.replicator, self.requests_of, enqueue_master, self.suspect
+        )
+        self.placement = MultiClusterPlacement(
+            deps, self.registry, self.ledger, self.replicator, self.requests_of, self.suspect, self.ready
+        )
+        self.queue: WorkQueue | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._seeding: asyncio.Task[None] | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.queue = WorkQueue(self._reconcile, workers=2)
+        self.queue.start()
+        self._seeding = self.loop.create_task(self._seed(), name="multicluster-seed")
+
+    async def stop(self) -> None:
+        if self._seeding is not None:
+            self._seeding.cancel()
+        if self.queue is not None:
+            await self.queue.stop()
+        self.registry.close()
+
+    async def _seed(self) -> None:
+        while True:
+            try:
+                await asyncio.to_thread(self._seed_once)
+                break
+            except Exception as exc:
+                logger.warning("multi-cluster start-up failed (%s); retrying", exc)
+                await asyncio.sleep(SEED_RETRY_SECONDS)
+        for name in self.registry.names():
+            self.enqueue_cluster(name)
+        logger.info(
+            "multi-cluster ready: scheduler %s, clusters %s", self.deps.settings.scheduler, self.registry.names()
+        )
+
+    def _seed_once(self) -> None:
+        kube = self.deps.kube
+        for body in kube.list_custom(CLUSTERS, self.deps.settings.namespace):
+            self.registry.upsert(body)
+        newest: tuple[str, str] | None = None
+        for item in kube.list_custom(INSTANCES, None):
+            meta, spec = item["metadata"], item.get("spec") or {}
+            cluster = spec.get("clusterId") or None
+            self.ledger.observe(("instance", meta["namespace"], meta["name"]), cluster, spec.get("planId", ""))
+            created = meta.get("creationTimestamp") or ""
+            if cluster and (newest is None or created >= newest[0]):
+                newest = (created, cluster)
+        self.placement.previous = newest[1] if newest else None
+        for name in self.registry.names():
+            state = self.registry.get(name)
+            if state is not None:
+                self.clusters.refresh(state)
+        self.ready.set()
+
+    # -- events (called on the event loop) ------------------------------------------------------------
+
+    def register(self, registry: kopf.OperatorRegistry) -> None:
+        """Add the SFCluster handler to the controller's kopf registry."""
+
+        @kopf.on.event(CLUSTERS.group, CLUSTERS.version, CLUSTERS.plural, registry=registry)  # type: ignore[arg-type]
+        async def cluster_event(event: dict[str, Any], body: Any, **_: Any) -> None:
+            self.on_cluster(str(event.get("type")), copy.deepcopy(dict(body)))
+
+    def on_cluster(self, event_type: str, body: dict[str, Any]) -> None:
+        meta = body["metadata"]
+        if meta.get("namespace") != self.deps.settings.namespace:
+            return
+        if event_type != "DELETED":
+            self.registry.upsert(body)
+        self.enqueue_cluster(meta["name"])
+
+    def on_catalog(self, plural: str, event_type: str, body: dict[str, Any]) -> None:
+        if self.replicator.observe(plural, event_type, body):
+            for name in self.registry.names():
+                self.enqueue_cluster(name)
+
+    def on_instance(self, event_type: str, body: dict[str, Any]) -> None:
+        meta, spec = body["metadata"], body.get("spec") or {}
+        key: Hashable = ("instance", meta["namespace"], meta["name"])
+        if event_type == "DELETED":
+            cluster = self.ledger.forget(key)
+            if cluster is not None:
+                self.enqueue_cluster(cluster)  # its count changed; a removal may be waiting for this
+            return
+        cluster = spec.get("clusterId") or None
+        if cluster is not None:  # a placement is never undone, so an older event without one is ignored
+            self.ledger.observe(key, cluster, spec.get("planId", ""))
+
+    # -- helpers ---------------------------------------------------------------------------------------
+
+    def enqueue_cluster(self, name: str) -> None:
+        if self.loop is None or self.queue is None:
+            return
+        queue = self.queue
+        self.loop.call_soon_threadsafe(queue.add, ("cluster", name))
+
+    def suspect(self, cluster: str, _what: str) -> None:
+        """A call to ``cluster`` failed: probe it now rather than at the next interval."""
+        self.enqueue_cluster(cluster)
+
+    def requests_of(self, plan_id: str) -> Resources:
+        """A plan's ``context.requests``, parsed once per plan version."""
+        entry = self.deps.catalog.plan(plan_id)
+        if entry is None or entry.model is None:
+            return {}
+        with self._requests_lock:
+            cached = self._requests.get(plan_id)
+            if cached is not None and cached[0] == entry.hash:
+                return cached[1]
+        try:
+            parsed = plan_requests(entry)
+        except QuantityError:
+            parsed = {}
+        with self._requests_lock:
+            self._requests[plan_id] = (entry.hash, parsed)
+        return parsed
+
+    async def _reconcile(self, key: Hashable) -> Outcome:
+        assert isinstance(key, tuple)
+        _, name = key
+        try:
+            return await asyncio.to_thread(self.clusters.reconcile, name)
+        except Conflict:
+            return Outcome(requeue_after=0.05)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            return Outcome(requeue_after=0.05)

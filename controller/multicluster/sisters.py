@@ -1,0 +1,185 @@
+"""The Kubernetes edge towards sister clusters: clients from kubeconfig Secrets, probes, capacity, watches.
+
+A sister is reached through the same :class:`opbroker.controller.kube.Kube` door as the master, built on an
+``ApiClient`` of its own; :class:`SisterKube` adds the few calls only the multi-cluster controller makes.
+:class:`SisterWatch` follows the copies in one sister (instances and bindings carrying the ``replicated``
+label) and reports each change by the master key it belongs to — the copy has the master object's
+namespace and name — so the master reconciles at once instead of polling.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from collections.abc import Callable, Hashable
+from decimal import Decimal
+from typing import Any
+
+import yaml
+from kubernetes import client, config, watch
+from kubernetes.client.rest import ApiException
+
+from opbroker.controller.kube import BINDINGS, INSTANCES, Kind, Kube
+from opbroker.controller.multicluster import quantities
+from opbroker.controller.multicluster.quantities import Resources
+from opbroker.controller.multicluster.reasons import LABEL_REPLICATED
+
+logger = logging.getLogger(__name__)
+
+#: Seconds a probe may take before the cluster counts as unreachable.
+PROBE_TIMEOUT = 3.0
+
+
+class KubeconfigError(ValueError):
+    """A kubeconfig Secret that cannot be used (missing key, not YAML, no usable context)."""
+
+
+def kubeconfig_digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def client_from_kubeconfig(text: str) -> client.ApiClient:
+    """An API client for the cluster a kubeconfig (as stored in an SFCluster's Secret) describes."""
+    try:
+        loaded = yaml.safe_load(text)
+        configuration = client.Configuration()
+        config.load_kube_config_from_dict(loaded, client_configuration=configuration, persist_config=False)
+    except Exception as exc:  # the loader raises many kinds; all mean "unusable"
+        raise KubeconfigError(f"the kubeconfig is not usable: {type(exc).__name__}: {exc}") from exc
+    configuration.connection_pool_maxsize = 16
+    configuration.retries = 0  # an unreachable sister must fail fast, not hang in urllib3 retries
+    return client.ApiClient(configuration)
+
+
+class SisterKube(Kube):
+    """:class:`Kube` plus what the master needs of a sister: namespaces, a probe, capacity."""
+
+    def __init__(self, api_client: client.ApiClient) -> None:
+        super().__init__(api_client)
+        self._namespaces: set[str] = set()
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        self.api_client.close()
+
+    def probe(self) -> None:
+        """One cheap request (``/version``); raises if the cluster does not answer in time."""
+        client.VersionApi(self.api_client).get_code(_request_timeout=PROBE_TIMEOUT)
+
+    def ensure_namespace(self, name: str) -> None:
+        """Create ``name`` unless it is known to exist (remembered, so it costs one call per namespace)."""
+        with self._lock:
+            if name in self._namespaces:
+                return
+        try:
+            self.core.create_namespace({"metadata": {"name": name}})
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+        with self._lock:
+            self._namespaces.add(name)
+
+    def forget_namespaces(self) -> None:
+        with self._lock:
+            self._namespaces.clear()
+
+    def capacity(self) -> tuple[Resources, Resources, Resources] | None:
+        """(capacity, allocatable, requests) summed over nodes and running pods; None without nodes."""
+        nodes = self.core.list_node(_request_timeout=PROBE_TIMEOUT * 3).items
+        if not nodes:
+            return None
+        capacity = quantities.total(quantities.parse(n.status.capacity or {}) for n in nodes)
+        allocatable = quantities.total(quantities.parse(n.status.allocatable or {}) for n in nodes)
+        requests: Resources = {}
+        pods = self.core.list_pod_for_all_namespaces(
+            field_selector="status.phase!=Succeeded,status.phase!=Failed", _request_timeout=PROBE_TIMEOUT * 3
+        ).items
+        for pod in pods:
+            for container in pod.spec.containers or []:
+                wanted = (container.resources.requests if container.resources else None) or {}
+                requests = quantities.total([requests, quantities.parse(wanted)])
+        return capacity, allocatable, {k: v for k, v in requests.items() if v != Decimal(0)}
+
+
+class SisterWatch:
+    """Watch threads for the copies in one sister cluster (one per kind), until :meth:`stop`."""
+
+    KINDS: tuple[tuple[str, Kind], ...] = (("instance", INSTANCES), ("binding", BINDINGS))
+
+    def __init__(
+        self,
+        cluster: str,
+        kube: SisterKube,
+        on_change: Callable[[Hashable], None],
+        on_failure: Callable[[str, str], None],
+    ) -> None:
+        self.cluster = cluster
+        self._kube = kube
+        self._on_change = on_change
+        self._on_failure = on_failure
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._watch, args=(name, kind), name=f"sister-{cluster}-{name}", daemon=True)
+            for name, kind in self.KINDS
+        ]
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _watch(self, name: str, kind: Kind) -> None:
+        resource_version: str | None = None
+        failing = False
+        while not self._stop.is_set():
+            watcher = watch.Watch()
+            try:
+                if resource_version is None:
+                    listed = self._kube.custom.list_cluster_custom_object(
+                        kind.group, kind.version, kind.plural, label_selector=f"{LABEL_REPLICATED}=true"
+                    )
+                    resource_version = listed["metadata"]["resourceVersion"]
+                    for item in listed.get("items", []):
+                        self._report(name, item)
+                for event in watcher.stream(
+                    self._kube.custom.list_cluster_custom_object,
+                    kind.group,
+                    kind.version,
+                    kind.plural,
+                    label_selector=f"{LABEL_REPLICATED}=true",
+                    resource_version=resource_version,
+                    timeout_seconds=60,
+                ):
+                    if self._stop.is_set():
+                        break
+                    obj = event["object"]
+                    if event["type"] == "ERROR":
+                        resource_version = None
+                        break
+                    resource_version = obj["metadata"]["resourceVersion"]
+                    self._report(name, obj)
+                failing = False
+            except ApiException as exc:
+                if exc.status == 410:
+                    resource_version = None
+                    continue
+                failing = self._failed(name, f"HTTP {exc.status}", failing)
+            except Exception as exc:
+                resource_version = None
+                failing = self._failed(name, type(exc).__name__, failing)
+            finally:
+                watcher.stop()
+
+    def _report(self, name: str, obj: dict[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        self._on_change((name, meta.get("namespace", ""), meta.get("name", "")))
+
+    def _failed(self, name: str, what: str, failing: bool) -> bool:
+        if not failing:
+            logger.warning("watch of %ss in cluster %s failed (%s); retrying", name, self.cluster, what)
+            self._on_failure(self.cluster, what)
+        self._stop.wait(1.0)
+        return True
