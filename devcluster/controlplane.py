@@ -144,7 +144,7 @@ def _rss_mib(pid: int) -> float | None:
 class ControlPlane:
     """One named local control plane."""
 
-    def __init__(self, name: str = "default", *, base_dir: Path | None = None) -> None:
+    def __init__(self, name: str = "default", *, base_dir: Path | None = None, audit: bool = False) -> None:
         if not name.replace("-", "").isalnum():
             raise ControlPlaneError(f"cluster name {name!r}: use letters, digits and dashes only")
         self.name = name
@@ -152,6 +152,9 @@ class ControlPlane:
         self.kubeconfig = self.dir / "kubeconfig"
         self.state_file = self.dir / "state.json"
         self.log_dir = self.dir / "logs"
+        self.audit = audit
+        """Log every write request (verb, resource, user agent) to ``audit.log``: how benchmarks count writes."""
+        self.audit_log = self.dir / "audit.log"
 
     # -- queries -------------------------------------------------------------------------------------
 
@@ -332,6 +335,32 @@ class ControlPlane:
             "--disable-admission-plugins=ServiceAccount",
             "--profiling=false",
             "--v=1",
+            *self._audit_flags(),
+        ]
+
+    def _audit_flags(self) -> list[str]:
+        if not self.audit:
+            return []
+        policy = self.dir / "audit-policy.yaml"
+        policy.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "audit.k8s.io/v1",
+                    "kind": "Policy",
+                    "omitStages": ["RequestReceived"],
+                    "rules": [
+                        {"level": "Metadata", "verbs": ["create", "update", "patch", "delete", "deletecollection"]},
+                        {"level": "None"},
+                    ],
+                }
+            )
+        )
+        self.audit_log.unlink(missing_ok=True)
+        return [
+            f"--audit-policy-file={policy}",
+            f"--audit-log-path={self.audit_log}",
+            "--audit-log-format=json",
+            "--audit-log-maxsize=2048",
         ]
 
     def _controller_manager_command(self, binaries: Binaries) -> list[str]:
