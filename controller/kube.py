@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,14 +103,10 @@ class Kube:
 
     def get(self, ref: ResourceRef) -> dict[str, Any] | None:
         resource = self._resource(ref.api_version, ref.kind)
-        try:
-            found = resource.get(name=ref.name, namespace=ref.namespace if resource.namespaced else None)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        result: dict[str, Any] = found.to_dict()
-        return result
+        found = _unless(
+            404, lambda: resource.get(name=ref.name, namespace=ref.namespace if resource.namespaced else None)
+        )
+        return None if found is None else _as_dict(found.to_dict())
 
     def apply(self, manifest: dict[str, Any], *, field_manager: str = FIELD_MANAGER) -> dict[str, Any]:
         """Server-side apply: creates or updates, never duplicates, leaves fields of other managers alone."""
@@ -123,67 +120,45 @@ class Kube:
             field_manager=field_manager,
             force_conflicts=True,
         )
-        result: dict[str, Any] = applied.to_dict()
-        return result
+        return _as_dict(applied.to_dict())
 
     def create(self, manifest: dict[str, Any]) -> dict[str, Any] | None:
         """Create; None if it already exists (the caller adopts it instead)."""
         body = clean_for_apply(manifest)
         resource = self._resource(body["apiVersion"], body["kind"])
-        try:
-            created = resource.create(
-                body=body, namespace=body["metadata"].get("namespace") if resource.namespaced else None
-            )
-        except ApiException as exc:
-            if exc.status == 409:
-                return None
-            raise
-        result: dict[str, Any] = created.to_dict()
-        return result
+        namespace = body["metadata"].get("namespace") if resource.namespaced else None
+        created = _unless(409, lambda: resource.create(body=body, namespace=namespace))
+        return None if created is None else _as_dict(created.to_dict())
 
     def merge_patch(self, ref: ResourceRef, patch: dict[str, Any]) -> dict[str, Any] | None:
         resource = self._resource(ref.api_version, ref.kind)
-        try:
-            patched = resource.patch(
+        patched = _unless(
+            404,
+            lambda: resource.patch(
                 body=patch,
                 name=ref.name,
                 namespace=ref.namespace if resource.namespaced else None,
                 content_type="application/merge-patch+json",
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        result: dict[str, Any] = patched.to_dict()
-        return result
+            ),
+        )
+        return None if patched is None else _as_dict(patched.to_dict())
 
     def delete(self, ref: ResourceRef) -> bool:
         """Delete (background propagation); False if it was already gone."""
         resource = self._resource(ref.api_version, ref.kind)
-        try:
-            resource.delete(
-                name=ref.name,
-                namespace=ref.namespace if resource.namespaced else None,
-                body={"propagationPolicy": "Background"},
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return False
-            raise
-        return True
+        namespace = ref.namespace if resource.namespaced else None
+        deleted = _unless(
+            404, lambda: resource.delete(name=ref.name, namespace=namespace, body={"propagationPolicy": "Background"})
+        )
+        return deleted is not None
 
     # -- our own custom resources --------------------------------------------------------------------
 
     def get_custom(self, kind: Kind, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            found: dict[str, Any] = self.custom.get_namespaced_custom_object(
-                kind.group, kind.version, namespace, kind.plural, name
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return found
+        return _unless(
+            404,
+            lambda: self.custom.get_namespaced_custom_object(kind.group, kind.version, namespace, kind.plural, name),
+        )
 
     def list_custom(self, kind: Kind, namespace: str | None, label_selector: str = "") -> list[dict[str, Any]]:
         if namespace is None:
@@ -204,38 +179,26 @@ class Kube:
         body: dict[str, Any] = {"status": status}
         if resource_version:
             body["metadata"] = {"resourceVersion": resource_version}
-        try:
-            patched: dict[str, Any] = self.custom.patch_namespaced_custom_object_status(
+        return _unless(
+            404,
+            lambda: self.custom.patch_namespaced_custom_object_status(
                 kind.group, kind.version, namespace, kind.plural, name, body
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return patched
+            ),
+        )
 
     def patch_custom(self, kind: Kind, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any] | None:
-        try:
-            patched: dict[str, Any] = self.custom.patch_namespaced_custom_object(
+        return _unless(
+            404,
+            lambda: self.custom.patch_namespaced_custom_object(
                 kind.group, kind.version, namespace, kind.plural, name, patch
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return patched
+            ),
+        )
 
     # -- secrets and events --------------------------------------------------------------------------
 
     def read_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            secret = self.core.read_namespaced_secret(name, namespace)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        data: dict[str, Any] = self.api_client.sanitize_for_serialization(secret)
-        return data
+        secret = _unless(404, lambda: self.core.read_namespaced_secret(name, namespace))
+        return None if secret is None else _as_dict(self.api_client.sanitize_for_serialization(secret))
 
     def apply_secret(self, manifest: dict[str, Any]) -> None:
         """Create or update a Secret we own, by server-side apply (no read needed)."""
@@ -284,6 +247,21 @@ class Kube:
             item.setdefault("apiVersion", api_version)
             item.setdefault("kind", kind)
         return items
+
+
+def _unless(status: int, call: Callable[[], Any]) -> Any:
+    """``call()``, or None when the API answers ``status`` (404: it is gone; 409: it exists already)."""
+    try:
+        return call()
+    except ApiException as exc:
+        if exc.status == status:
+            return None
+        raise
+
+
+def _as_dict(value: Any) -> dict[str, Any]:
+    result: dict[str, Any] = value
+    return result
 
 
 def _now() -> str:
