@@ -153,7 +153,7 @@ class ControlPlane:
         self.state_file = self.dir / "state.json"
         self.log_dir = self.dir / "logs"
         self.audit = audit
-        """Log every write request (verb, resource, user agent) to ``audit.log``: how benchmarks count writes."""
+        """Log every request (verb, resource, user agent) to ``audit.log``: how benchmarks count API calls."""
         self.audit_log = self.dir / "audit.log"
 
     # -- queries -------------------------------------------------------------------------------------
@@ -348,10 +348,7 @@ class ControlPlane:
                     "apiVersion": "audit.k8s.io/v1",
                     "kind": "Policy",
                     "omitStages": ["RequestReceived"],
-                    "rules": [
-                        {"level": "Metadata", "verbs": ["create", "update", "patch", "delete", "deletecollection"]},
-                        {"level": "None"},
-                    ],
+                    "rules": [{"level": "Metadata"}],
                 }
             )
         )

@@ -45,8 +45,11 @@ class Endpoint:
 
 
 class DevStack:
-    def __init__(self, name: str = "dev", *, broker_port: int = 8080) -> None:
-        self.plane = ControlPlane(name)
+    def __init__(
+        self, name: str = "dev", *, broker_port: int = 8080, audit: bool = False, controller_args: tuple[str, ...] = ()
+    ) -> None:
+        self.plane = ControlPlane(name, audit=audit)
+        self.controller_args = controller_args
         self.broker_port = broker_port
         self.processes: list[Process] = []
 
@@ -86,6 +89,7 @@ class DevStack:
                     "--no-leader-election",
                     "--poll-seconds",
                     "5",
+                    *self.controller_args,
                 ],
                 log_dir,
             ),
