@@ -39,7 +39,7 @@ class Effects:
             return None
         token = Token.of(operation, created)
         status = records.requested_status(OperationState.IN_QUEUE, operation.value, token.encode(), records.now())
-        return self.repository.write_status(created, status)
+        return self.repository.queue_status(created, status)
 
     def record_change(self, record: Record, spec: dict[str, Any], meta: RequestMeta) -> Token:
         patched = self.repository.patch(record, records.spec_patch(record, spec, meta))
@@ -47,7 +47,7 @@ class Effects:
         status = records.requested_status(
             OperationState.UPDATE, OperationType.UPDATE.value, token.encode(), records.now()
         )
-        self.repository.write_status(patched, status)
+        self.repository.queue_status(patched, status)
         return token
 
     def record_removal(self, record: Record, operation: OperationType, meta: RequestMeta) -> Token:

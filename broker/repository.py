@@ -6,7 +6,8 @@ Thin on purpose: each method is one or two API calls, translating the API server
 Finding an object by OSB id costs one GET in the usual case (the namespace comes from the operation
 token, the namespace index or the default namespace). Only when none of those has it, and instances may
 live in request-chosen namespaces, does the broker list cluster-wide with ``fieldSelector=metadata.name``
-— the authoritative "it does not exist" that a 410 or a create needs.
+— the authoritative "it does not exist" that a 410 or a create needs — unless the namespace index has
+synced and never saw the name, which is as good as authoritative and costs nothing.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ from opbroker.broker.settings import Settings
 
 log = logging.getLogger(__name__)
 VERSION = "v1alpha1"
+#: Seconds a catalog read serves requests (ids it lacks force a fresh read).
+CATALOG_TTL = 2.0
 
 
 def _refused(exc: ApiException, what: str) -> errors.BrokerError:
@@ -50,10 +53,26 @@ class Repository:
         self.index = index
         self.custom = client.CustomObjectsApi(api_client)
         self.core = client.CoreV1Api(api_client)
+        self._catalog: tuple[float, Catalog] | None = None
 
     # -- catalog -------------------------------------------------------------------------------------
 
-    def catalog(self) -> Catalog:
+    def catalog(self, *, wanting: Iterable[str | None] = ()) -> Catalog:
+        """The catalog, read at most once per ``CATALOG_TTL`` seconds — and at once when a request names a
+        service or plan id the cached one lacks, so a plan registered a moment ago is never refused.
+
+        A change to an existing plan is seen within the TTL; replicas may differ by that much.
+        """
+        wanted = [i for i in wanting if i]
+        cached = self._catalog
+        fresh = cached is not None and time.monotonic() - cached[0] < CATALOG_TTL
+        if cached is not None and fresh and all(cached[1].service(i) or cached[1].plan(i) for i in wanted):
+            return cached[1]
+        catalog = self._read_catalog()
+        self._catalog = (time.monotonic(), catalog)
+        return catalog
+
+    def _read_catalog(self) -> Catalog:
         """SFServices and SFPlans of the control-plane namespace; an invalid one is skipped with a warning."""
         namespace = self.settings.namespace
         services = []
@@ -108,6 +127,11 @@ class Repository:
                     return record
         if not self.settings.context_namespaces:
             return None
+        if self.index is not None and self.index.synced[kind].is_set() and index_hint is None:
+            # The synced index has never seen it: skip the cluster-wide list (it costs the API server a scan of
+            # every object of the kind). Two replicas creating one id into two namespaces within the index's
+            # lag could both succeed; the same namespace is caught by the API server's AlreadyExists.
+            return None
         listed: dict[str, Any] = self.custom.list_cluster_custom_object(
             OSB_GROUP, VERSION, kind.plural, field_selector=f"metadata.name={name}"
         )
@@ -150,6 +174,25 @@ class Repository:
         patched: dict[str, Any] = self.custom.patch_namespaced_custom_object_status(
             OSB_GROUP, VERSION, record.namespace, record.kind.plural, record.name, {"status": status}
         )
+        return Record.from_object(record.kind, patched)
+
+    def queue_status(self, record: Record, status: dict[str, Any]) -> Record:
+        """Write the requested state, unless the controller has already picked the request up.
+
+        The object was just written by this request (created, or its spec changed) and ``record`` is that
+        version. If it is still that version, the requested state goes in as is; if the controller got there
+        first (it moved the state on), only ``lastOperation`` is written, so its progress is never turned
+        back to ``in_queue``/``update``.
+        """
+        guarded = {"metadata": {"resourceVersion": record.resource_version}, "status": status}
+        try:
+            patched: dict[str, Any] = self.custom.patch_namespaced_custom_object_status(
+                OSB_GROUP, VERSION, record.namespace, record.kind.plural, record.name, guarded
+            )
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            return self.write_status(record, {"lastOperation": status["lastOperation"]})
         return Record.from_object(record.kind, patched)
 
     def patch(self, record: Record, operations: list[dict[str, Any]]) -> Record:

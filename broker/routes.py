@@ -124,7 +124,7 @@ def provision(
     namespace = instances.namespace_for(
         body.context, default=settings.default_instance_namespace, from_context=settings.context_namespaces
     )
-    catalog = repository.catalog()
+    catalog = repository.catalog(wanting=(body.service_id, body.plan_id))
     for _ in range(2):  # a second round only if another request created the same instance meanwhile
         existing = repository.find(Kind.INSTANCE, name, hints=[namespace])
         decision = instances.provision(

@@ -1,0 +1,586 @@
+"""``ControlPlane``: everything opbroker runs in a cluster, as typed children Pulumi can diff and order.
+
+CRDs (from ``opbroker.api.crd``), the namespace, least-privilege RBAC, the controller (active-passive,
+leader election through a Lease), the broker (active-active behind a Service, optionally autoscaled), the
+broker's credentials Secret, disruption budgets and zone spreading. Custom resources created by other
+components wait for the CRDs through ``depends_on=[control_plane]`` or ``depends_on=control_plane.crds``.
+
+Contract with the processes (``opbroker.cli``): the broker runs ``opbroker broker serve --host 0.0.0.0
+--port 8080 --namespace <ns>``, serves ``/healthz`` and ``/readyz`` on 8080 and reads its basic-auth
+credentials from ``OPBROKER_BROKER_USERNAME`` / ``OPBROKER_BROKER_PASSWORD`` (filled from the credentials
+Secret). The controller runs ``opbroker controller run --namespace <ns> --metrics-port 9090``, campaigns for
+the Lease ``opbroker-controller`` in ``<ns>`` and serves no health endpoint: its liveness probe is a TCP
+check of the metrics server, and a leader that loses its lease exits (so the pod restarts).
+
+No ``from __future__ import annotations`` here: the component provider reads these annotations at run time.
+"""
+
+from typing import Any, Literal, NotRequired, TypedDict
+
+import pulumi
+import pulumi_kubernetes as k8s
+import pulumi_random
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from opbroker.api import errors
+from opbroker.api.conventions import DEFAULT_NAMESPACE
+from opbroker.api.crd import all_crds
+from opbroker.components import rbac, resources
+
+CONTROL_PLANE_TYPE = "opbroker:index:ControlPlane"
+#: Port of the broker's OSB API, /healthz and /readyz.
+PORT = 8080
+#: Port of the controller's Prometheus metrics (and of its liveness check).
+METRICS_PORT = 9090
+ZONE_KEY = "topology.kubernetes.io/zone"
+HOST_KEY = "kubernetes.io/hostname"
+#: Non-root user the containers run as (the conventional "nonroot" uid of distroless images).
+RUN_AS_USER = 65532
+USERNAME_KEY = "username"
+PASSWORD_KEY = "password"
+
+
+class ResourceRequirementsArgs(TypedDict):
+    """Compute resources of a container (Kubernetes quantities)."""
+
+    requests: NotRequired[dict[str, str]]
+    """Requested resources, e.g. ``{"cpu": "100m", "memory": "128Mi"}``."""
+    limits: NotRequired[dict[str, str]]
+    """Resource limits, e.g. ``{"memory": "512Mi"}``."""
+
+
+class PolicyRuleArgs(TypedDict):
+    """An RBAC rule; ``*`` verbs on ``*`` resources is refused."""
+
+    api_groups: list[str]
+    """API groups (``""`` is the core group)."""
+    resources: list[str]
+    """Resources (plural names, ``<plural>/status`` for subresources)."""
+    verbs: list[str]
+    """Verbs (``get``, ``list``, ``watch``, ``create``, ``update``, ``patch``, ``delete``)."""
+    resource_names: NotRequired[list[str]]
+    """Restrict the rule to these object names."""
+
+
+class ControllerArgs(TypedDict):
+    """The controller: active-passive replicas with leader election."""
+
+    replicas: NotRequired[int]
+    """Replicas (default 2: one leader, one standby)."""
+    image: NotRequired[str]
+    """Image override for the controller (default: the control plane's ``image``)."""
+    resources: NotRequired[ResourceRequirementsArgs]
+    """Compute resources (default: requests 100m CPU / 128Mi, limit 512Mi)."""
+    operator_rules: NotRequired[list[PolicyRuleArgs]]
+    """Extra rules for the operator kinds the plans render (e.g. ``acid.zalan.do`` ``postgresqls``)."""
+
+
+class BrokerAutoscalingArgs(TypedDict):
+    """A HorizontalPodAutoscaler for the broker (CPU utilisation)."""
+
+    min_replicas: NotRequired[int]
+    """Lower bound (default 2)."""
+    max_replicas: NotRequired[int]
+    """Upper bound (default 6)."""
+    target_cpu_utilization: NotRequired[int]
+    """Average CPU utilisation to aim for, in percent of requests (default 70)."""
+
+
+class BrokerArgs(TypedDict):
+    """The OSB broker: active-active replicas behind a Service."""
+
+    replicas: NotRequired[int]
+    """Replicas (default 2); ignored when ``autoscaling`` is set."""
+    image: NotRequired[str]
+    """Image override for the broker (default: the control plane's ``image``)."""
+    resources: NotRequired[ResourceRequirementsArgs]
+    """Compute resources (default: requests 100m CPU / 128Mi, limit 256Mi)."""
+    username: NotRequired[str]
+    """Basic-auth user platforms use against the broker (default ``opbroker``)."""
+    password: NotRequired[pulumi.Input[str]]
+    """Basic-auth password (a secret); generated with pulumi-random when omitted."""
+    service_type: NotRequired[str]
+    """Type of the broker's Service: ``ClusterIP`` (default), ``NodePort`` or ``LoadBalancer``."""
+    autoscaling: NotRequired[BrokerAutoscalingArgs]
+    """Scale the broker on CPU instead of a fixed replica count."""
+
+
+class ControlPlaneArgs(TypedDict):
+    """Everything opbroker runs in a cluster: CRDs, namespace, RBAC, controller and broker."""
+
+    image: str
+    """The opbroker image (it holds the ``opbroker`` command for controller and broker)."""
+    namespace: NotRequired[str]
+    """Namespace of the control plane and the catalog (default ``opbroker``)."""
+    create_namespace: NotRequired[bool]
+    """Create the namespace (default true); false when it exists already."""
+    install_crds: NotRequired[bool]
+    """Install the CRDs (default true); false for a second control plane in the same cluster."""
+    image_pull_policy: NotRequired[str]
+    """``IfNotPresent`` (default), ``Always`` or ``Never``."""
+    image_pull_secrets: NotRequired[list[str]]
+    """Names of Secrets for pulling the image."""
+    zone_spread: NotRequired[str]
+    """What to do when replicas cannot be spread over zones: ``ScheduleAnyway`` (default) or ``DoNotSchedule``."""
+    labels: NotRequired[dict[str, str]]
+    """Extra labels on every object."""
+    controller: NotRequired[ControllerArgs]
+    """Controller settings."""
+    broker: NotRequired[BrokerArgs]
+    """Broker settings."""
+
+
+# -- validation: the args as a frozen settings model with the defaults ------------------------------------
+
+
+class _Settings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Resources(_Settings):
+    requests: dict[str, str | int] | None = None
+    limits: dict[str, str | int] | None = None
+
+    def to_manifest(self) -> dict[str, Any]:
+        parts = (("requests", self.requests), ("limits", self.limits))
+        return {key: {n: str(q) for n, q in value.items()} for key, value in parts if value}
+
+
+class OperatorRule(_Settings):
+    api_groups: list[str]
+    resources: list[str]
+    verbs: list[str]
+    resource_names: list[str] | None = None
+
+
+class Controller(_Settings):
+    replicas: int = Field(default=2, ge=1)
+    image: str | None = Field(default=None, min_length=1)
+    resources: Resources = Resources(requests={"cpu": "100m", "memory": "128Mi"}, limits={"memory": "512Mi"})
+    operator_rules: list[OperatorRule] = Field(default_factory=list)
+
+
+class Autoscaling(_Settings):
+    min_replicas: int = Field(default=2, ge=1)
+    max_replicas: int = Field(default=6, ge=1)
+    target_cpu_utilization: int = Field(default=70, ge=1, le=100)
+
+    @model_validator(mode="after")
+    def _bounds(self) -> "Autoscaling":
+        if self.max_replicas < self.min_replicas:
+            raise ValueError(f"max_replicas ({self.max_replicas}) is below min_replicas ({self.min_replicas})")
+        return self
+
+
+class Broker(_Settings):
+    replicas: int = Field(default=2, ge=1)
+    image: str | None = Field(default=None, min_length=1)
+    resources: Resources = Resources(requests={"cpu": "100m", "memory": "128Mi"}, limits={"memory": "256Mi"})
+    username: str = Field(default="opbroker", min_length=1, pattern=r"^[^:]+$")
+    service_type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = "ClusterIP"
+    autoscaling: Autoscaling | None = None
+
+
+class Settings(_Settings):
+    """The ControlPlane's args, validated, with every default filled in (the password is kept apart)."""
+
+    image: str = Field(min_length=1)
+    namespace: str = Field(default=DEFAULT_NAMESPACE, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)
+    create_namespace: bool = True
+    install_crds: bool = True
+    image_pull_policy: Literal["IfNotPresent", "Always", "Never"] = "IfNotPresent"
+    image_pull_secrets: list[str] = Field(default_factory=list)
+    zone_spread: Literal["ScheduleAnyway", "DoNotSchedule"] = "ScheduleAnyway"
+    labels: dict[str, str] = Field(default_factory=dict)
+    controller: Controller = Controller()
+    broker: Broker = Broker()
+
+
+def settings(name: str, args: ControlPlaneArgs) -> Settings:
+    """Validated settings for ``args``, or InvalidArgsError naming each field (the password may be an Output)."""
+    plain: dict[str, Any] = dict(args)
+    if isinstance(plain.get("broker"), dict):
+        plain["broker"] = {k: v for k, v in plain["broker"].items() if k != "password"}
+    resources.require_plain("ControlPlane", name, plain)
+    try:
+        validated = Settings.model_validate(plain)
+    except ValidationError as exc:
+        problems = [line.partition(": ")[::2] for line in errors.field_errors(exc)]
+        raise resources.InvalidArgsError("ControlPlane", name, problems) from None
+    rules = [rule.model_dump(exclude_none=True) for rule in validated.controller.operator_rules]
+    rule_problems = rbac.rule_problems(rules, "controller.operator_rules")
+    if rule_problems:
+        raise resources.InvalidArgsError("ControlPlane", name, rule_problems)
+    return validated
+
+
+# -- pure builders: names, labels, pod specs ------------------------------------------------------------------
+
+
+class Names:
+    """Kubernetes names of the control plane's objects. Cluster-scoped ones carry the namespace, so two
+    control planes in one cluster do not collide."""
+
+    def __init__(self, namespace: str) -> None:
+        self.namespace = namespace
+        self.controller = "opbroker-controller"
+        self.broker = "opbroker-broker"
+        self.broker_credentials = "opbroker-broker-credentials"
+        self.leader_election = "opbroker-controller-leader-election"
+        self.controller_cluster_role = f"opbroker:{namespace}:controller"
+
+
+def selector_labels(component: str) -> dict[str, str]:
+    return {"app.kubernetes.io/name": "opbroker", "app.kubernetes.io/component": component}
+
+
+def common_labels(component: str, extra: dict[str, str]) -> dict[str, str]:
+    return {
+        **extra,
+        **selector_labels(component),
+        "app.kubernetes.io/part-of": "opbroker",
+        "app.kubernetes.io/managed-by": "pulumi",
+    }
+
+
+def topology_spread(component: str, when_unsatisfiable: str) -> list[dict[str, Any]]:
+    """Spread replicas over zones (as configured) and, always softly, over nodes."""
+    selector = {"matchLabels": selector_labels(component)}
+    return [
+        {"maxSkew": 1, "topologyKey": ZONE_KEY, "whenUnsatisfiable": when_unsatisfiable, "labelSelector": selector},
+        {"maxSkew": 1, "topologyKey": HOST_KEY, "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": selector},
+    ]
+
+
+def broker_probes() -> dict[str, Any]:
+    return {
+        "livenessProbe": {
+            "httpGet": {"path": "/healthz", "port": "http"},
+            "initialDelaySeconds": 10,
+            "periodSeconds": 10,
+            "timeoutSeconds": 2,
+            "failureThreshold": 3,
+        },
+        "readinessProbe": {
+            "httpGet": {"path": "/readyz", "port": "http"},
+            "periodSeconds": 5,
+            "timeoutSeconds": 2,
+            "failureThreshold": 3,
+        },
+    }
+
+
+def controller_probes() -> dict[str, Any]:
+    """The controller serves no HTTP health check: the metrics server answering means the process lives.
+    No readiness: the controller is behind no Service, and a standby is healthy while not leading."""
+    return {
+        "livenessProbe": {
+            "tcpSocket": {"port": "metrics"},
+            "initialDelaySeconds": 10,
+            "periodSeconds": 10,
+            "timeoutSeconds": 2,
+            "failureThreshold": 3,
+        },
+    }
+
+
+def downward_env() -> list[dict[str, Any]]:
+    return [
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+    ]
+
+
+def pod_template(
+    s: Settings,
+    *,
+    component: str,
+    service_account: str,
+    image: str,
+    command: list[str],
+    env: list[dict[str, Any]],
+    ports: list[dict[str, Any]],
+    probes: dict[str, Any],
+    resources_: Resources,
+) -> dict[str, Any]:
+    """A hardened pod: non-root, read-only root filesystem, no privilege escalation, spread over zones."""
+    container = {
+        "name": component,
+        "image": image,
+        "imagePullPolicy": s.image_pull_policy,
+        "command": command,
+        "env": env,
+        "ports": ports,
+        **probes,
+        "resources": resources_.to_manifest(),
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+    }
+    spec: dict[str, Any] = {
+        "serviceAccountName": service_account,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": RUN_AS_USER,
+            "runAsGroup": RUN_AS_USER,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "topologySpreadConstraints": topology_spread(component, s.zone_spread),
+        "containers": [container],
+        "volumes": [{"name": "tmp", "emptyDir": {}}],
+    }
+    if s.image_pull_secrets:
+        spec["imagePullSecrets"] = [{"name": n} for n in s.image_pull_secrets]
+    return {"metadata": {"labels": common_labels(component, s.labels)}, "spec": spec}
+
+
+def role_ref(kind: str, name: str) -> dict[str, str]:
+    return {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name}
+
+
+def controller_command(namespace: str) -> list[str]:
+    return ["opbroker", "controller", "run", "--namespace", namespace, "--metrics-port", str(METRICS_PORT)]
+
+
+def broker_command(namespace: str) -> list[str]:
+    return ["opbroker", "broker", "serve", "--host", "0.0.0.0", "--port", str(PORT), "--namespace", namespace]
+
+
+# -- the component -------------------------------------------------------------------------------------------
+
+
+class ControlPlane(pulumi.ComponentResource):
+    """Installs opbroker into a cluster: CRDs, namespace, RBAC, the controller and the OSB broker."""
+
+    namespace: pulumi.Output[str]
+    """Namespace of the control plane (where SFService, SFPlan and SFCluster objects go)."""
+    crd_names: pulumi.Output[list[str]]
+    """Names of the installed CRDs; depending on this output waits for them."""
+    broker_url: pulumi.Output[str]
+    """In-cluster URL of the OSB broker."""
+    broker_username: pulumi.Output[str]
+    """Basic-auth user of the broker."""
+    broker_password: pulumi.Output[str]
+    """Basic-auth password of the broker (secret)."""
+    broker_credentials_secret: pulumi.Output[str]
+    """Name of the Secret holding the broker's credentials."""
+
+    def __init__(self, name: str, args: ControlPlaneArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        s = settings(name, args)
+        super().__init__(CONTROL_PLANE_TYPE, name, None, opts)
+        if s.broker.autoscaling is None and s.broker.replicas < 2:
+            pulumi.log.warn("the broker runs active-active: one replica means no availability during restarts", self)
+        names = Names(s.namespace)
+        ns = s.namespace
+
+        def child(*depends_on: pulumi.Resource) -> pulumi.ResourceOptions:
+            return pulumi.ResourceOptions(parent=self, depends_on=list(depends_on) or None)
+
+        def meta(object_name: str, component: str, namespaced: bool = True) -> dict[str, Any]:
+            m: dict[str, Any] = {"name": object_name, "labels": common_labels(component, s.labels)}
+            if namespaced:
+                m["namespace"] = ns
+            return m
+
+        # Namespace and CRDs first: everything else waits for them.
+        self.namespace_resource: k8s.core.v1.Namespace | None = None
+        in_namespace: list[pulumi.Resource] = []
+        if s.create_namespace:
+            self.namespace_resource = k8s.core.v1.Namespace(
+                f"{name}-namespace", metadata=meta(ns, "control-plane", namespaced=False), opts=child()
+            )
+            in_namespace.append(self.namespace_resource)
+
+        self.crds: list[k8s.apiextensions.v1.CustomResourceDefinition] = []
+        crd_names = []
+        if s.install_crds:
+            for crd in all_crds():
+                crd_name = crd["metadata"]["name"]
+                crd_names.append(crd_name)
+                self.crds.append(
+                    k8s.apiextensions.v1.CustomResourceDefinition(
+                        f"{name}-{crd_name}", metadata=crd["metadata"], spec=crd["spec"], opts=child()
+                    )
+                )
+
+        # RBAC: one ServiceAccount per process, rules enumerated in opbroker.components.rbac.
+        controller_sa = k8s.core.v1.ServiceAccount(
+            f"{name}-controller", metadata=meta(names.controller, "controller"), opts=child(*in_namespace)
+        )
+        broker_sa = k8s.core.v1.ServiceAccount(
+            f"{name}-broker", metadata=meta(names.broker, "broker"), opts=child(*in_namespace)
+        )
+        operator_rules = [rule.model_dump(exclude_none=True) for rule in s.controller.operator_rules]
+        controller_role = k8s.rbac.v1.ClusterRole(
+            f"{name}-controller",
+            metadata=meta(names.controller_cluster_role, "controller", namespaced=False),
+            rules=[r.to_manifest() for r in rbac.controller_cluster_rules(operator_rules)],
+            opts=child(),
+        )
+        controller_binding = k8s.rbac.v1.ClusterRoleBinding(
+            f"{name}-controller",
+            metadata=meta(names.controller_cluster_role, "controller", namespaced=False),
+            role_ref=role_ref("ClusterRole", names.controller_cluster_role),
+            subjects=[{"kind": "ServiceAccount", "name": names.controller, "namespace": ns}],
+            opts=child(controller_role, controller_sa),
+        )
+        election_role = k8s.rbac.v1.Role(
+            f"{name}-controller-leader-election",
+            metadata=meta(names.leader_election, "controller"),
+            rules=[r.to_manifest() for r in rbac.controller_namespace_rules()],
+            opts=child(*in_namespace),
+        )
+        election_binding = k8s.rbac.v1.RoleBinding(
+            f"{name}-controller-leader-election",
+            metadata=meta(names.leader_election, "controller"),
+            role_ref=role_ref("Role", names.leader_election),
+            subjects=[{"kind": "ServiceAccount", "name": names.controller, "namespace": ns}],
+            opts=child(election_role, controller_sa),
+        )
+        broker_role = k8s.rbac.v1.Role(
+            f"{name}-broker",
+            metadata=meta(names.broker, "broker"),
+            rules=[r.to_manifest() for r in rbac.broker_rules()],
+            opts=child(*in_namespace),
+        )
+        broker_binding = k8s.rbac.v1.RoleBinding(
+            f"{name}-broker",
+            metadata=meta(names.broker, "broker"),
+            role_ref=role_ref("Role", names.broker),
+            subjects=[{"kind": "ServiceAccount", "name": names.broker, "namespace": ns}],
+            opts=child(broker_role, broker_sa),
+        )
+
+        # The broker's basic-auth credentials: given, or generated (never in plain text in the state).
+        given_password = (args.get("broker") or {}).get("password")
+        if given_password is not None:
+            password: pulumi.Output[str] = pulumi.Output.secret(given_password)
+        else:
+            generated = pulumi_random.RandomPassword(f"{name}-broker-password", length=32, special=False, opts=child())
+            password = pulumi.Output.secret(generated.result)
+        credentials = k8s.core.v1.Secret(
+            f"{name}-broker-credentials",
+            metadata=meta(names.broker_credentials, "broker"),
+            type="kubernetes.io/basic-auth",
+            string_data={USERNAME_KEY: s.broker.username, PASSWORD_KEY: password},
+            opts=child(*in_namespace),
+        )
+
+        # The controller: active-passive, leader election through a Lease.
+        controller_spec: dict[str, Any] = {
+            "replicas": s.controller.replicas,
+            "selector": {"matchLabels": selector_labels("controller")},
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
+            "template": pod_template(
+                s,
+                component="controller",
+                service_account=names.controller,
+                image=s.controller.image or s.image,
+                command=controller_command(ns),
+                env=downward_env(),
+                ports=[{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}],
+                probes=controller_probes(),
+                resources_=s.controller.resources,
+            ),
+        }
+        self.controller = k8s.apps.v1.Deployment(
+            f"{name}-controller",
+            metadata=meta(names.controller, "controller"),
+            spec=controller_spec,
+            opts=child(*self.crds, controller_binding, election_binding),
+        )
+
+        # The broker: active-active behind a Service.
+        secret_env = [
+            {
+                "name": "OPBROKER_BROKER_USERNAME",
+                "valueFrom": {"secretKeyRef": {"name": names.broker_credentials, "key": USERNAME_KEY}},
+            },
+            {
+                "name": "OPBROKER_BROKER_PASSWORD",
+                "valueFrom": {"secretKeyRef": {"name": names.broker_credentials, "key": PASSWORD_KEY}},
+            },
+        ]
+        broker_spec: dict[str, Any] = {
+            "selector": {"matchLabels": selector_labels("broker")},
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
+            "template": pod_template(
+                s,
+                component="broker",
+                service_account=names.broker,
+                image=s.broker.image or s.image,
+                command=broker_command(ns),
+                env=[*downward_env(), *secret_env],
+                ports=[{"name": "http", "containerPort": PORT, "protocol": "TCP"}],
+                probes=broker_probes(),
+                resources_=s.broker.resources,
+            ),
+        }
+        if s.broker.autoscaling is None:
+            # With an autoscaler the replica count is the HPA's: setting it here would fight it on every up.
+            broker_spec["replicas"] = s.broker.replicas
+        self.broker = k8s.apps.v1.Deployment(
+            f"{name}-broker",
+            metadata=meta(names.broker, "broker"),
+            spec=broker_spec,
+            opts=child(*self.crds, broker_binding, credentials),
+        )
+        self.broker_service = k8s.core.v1.Service(
+            f"{name}-broker",
+            metadata=meta(names.broker, "broker"),
+            spec={
+                "type": s.broker.service_type,
+                "selector": selector_labels("broker"),
+                "ports": [{"name": "http", "port": PORT, "targetPort": "http", "protocol": "TCP"}],
+            },
+            opts=child(*in_namespace),
+        )
+        for component in ("controller", "broker"):
+            k8s.policy.v1.PodDisruptionBudget(
+                f"{name}-{component}",
+                metadata=meta(f"opbroker-{component}", component),
+                spec={"maxUnavailable": 1, "selector": {"matchLabels": selector_labels(component)}},
+                opts=child(*in_namespace),
+            )
+        if s.broker.autoscaling is not None:
+            scaling = s.broker.autoscaling
+            k8s.autoscaling.v2.HorizontalPodAutoscaler(
+                f"{name}-broker",
+                metadata=meta(names.broker, "broker"),
+                spec={
+                    "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": names.broker},
+                    "minReplicas": scaling.min_replicas,
+                    "maxReplicas": scaling.max_replicas,
+                    "metrics": [
+                        {
+                            "type": "Resource",
+                            "resource": {
+                                "name": "cpu",
+                                "target": {"type": "Utilization", "averageUtilization": scaling.target_cpu_utilization},
+                            },
+                        }
+                    ],
+                },
+                opts=child(self.broker),
+            )
+
+        anchor = self.namespace_resource or controller_sa
+        self.namespace = resources.name_of(anchor, ns)
+        self.crd_names = pulumi.Output.all(*(crd.id for crd in self.crds)).apply(lambda _: list(crd_names))
+        self.broker_url = resources.name_of(self.broker_service, f"http://{names.broker}.{ns}.svc:{PORT}")
+        self.broker_username = resources.name_of(credentials, s.broker.username)
+        self.broker_password = pulumi.Output.secret(password)
+        self.broker_credentials_secret = resources.name_of(credentials, names.broker_credentials)
+        self.register_outputs(
+            {
+                "namespace": self.namespace,
+                "crd_names": self.crd_names,
+                "broker_url": self.broker_url,
+                "broker_username": self.broker_username,
+                "broker_password": self.broker_password,
+                "broker_credentials_secret": self.broker_credentials_secret,
+            }
+        )

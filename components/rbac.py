@@ -1,0 +1,135 @@
+"""The least-privilege RBAC rules of the control plane, as plain data (no pulumi import).
+
+Every rule is spelt out: which groups, which resources, which verbs — derived from the resource model so
+a new kind gets its rules without anyone editing a list here. ``grants_everything`` is the one check the
+component and the policy pack share: no rule may grant ``*`` verbs on ``*`` resources.
+"""
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from opbroker.api import RESOURCE_KINDS, SFPlan, SFService, SFServiceBinding, SFServiceInstance
+from opbroker.api.meta import KubeResource
+
+WILDCARD = "*"
+
+#: Verbs on a kind the controller owns: it reads, writes, finalizes and deletes them.
+OWNER_VERBS = ("get", "list", "watch", "create", "update", "patch", "delete")
+#: Verbs on the ``/status`` subresource of a kind the controller owns.
+STATUS_VERBS = ("get", "update", "patch")
+#: ``/finalizers`` needs ``update`` so owner references with blockOwnerDeletion can point at the kind.
+FINALIZER_VERBS = ("update",)
+READ_VERBS = ("get", "list", "watch")
+#: The Lease the controller replicas campaign for (the controller's default ``lease_name``).
+LEADER_LEASE = "opbroker-controller"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One PolicyRule of a Role or ClusterRole."""
+
+    api_groups: tuple[str, ...]
+    resources: tuple[str, ...]
+    verbs: tuple[str, ...]
+    resource_names: tuple[str, ...] = ()
+
+    def to_manifest(self) -> dict[str, Any]:
+        """The rule as the API server spells it (camelCase, no empty resourceNames)."""
+        rule: dict[str, Any] = {
+            "apiGroups": list(self.api_groups),
+            "resources": list(self.resources),
+            "verbs": list(self.verbs),
+        }
+        if self.resource_names:
+            rule["resourceNames"] = list(self.resource_names)
+        return rule
+
+    @classmethod
+    def from_args(cls, args: Mapping[str, Any]) -> "Rule":
+        """A rule from component args (snake_case) or a manifest (camelCase)."""
+
+        def field(snake: str, camel: str) -> tuple[str, ...]:
+            value = args.get(snake, args.get(camel)) or ()
+            return tuple(str(v) for v in value)
+
+        return cls(
+            api_groups=field("api_groups", "apiGroups"),
+            resources=field("resources", "resources"),
+            verbs=field("verbs", "verbs"),
+            resource_names=field("resource_names", "resourceNames"),
+        )
+
+
+def grants_everything(rule: Mapping[str, Any] | Rule) -> bool:
+    """Whether a rule grants every verb on every resource (``*`` on ``*``), whatever its groups."""
+    parsed = rule if isinstance(rule, Rule) else Rule.from_args(rule)
+    return WILDCARD in parsed.verbs and WILDCARD in parsed.resources
+
+
+def rule_problems(rules: Sequence[Mapping[str, Any]], path: str) -> list[tuple[str, str]]:
+    """(field path, reason) for every extra rule that is empty or grants ``*`` on ``*``."""
+    problems = []
+    for index, raw in enumerate(rules):
+        rule = Rule.from_args(raw)
+        where = f"{path}[{index}]"
+        if not rule.resources:
+            problems.append((f"{where}.resources", "at least one resource is required"))
+        if not rule.verbs:
+            problems.append((f"{where}.verbs", "at least one verb is required"))
+        if grants_everything(rule):
+            problems.append((where, "grants '*' verbs on '*' resources; name the operator kinds and verbs instead"))
+    return problems
+
+
+def _owned(kinds: Iterable[type[KubeResource]]) -> list[Rule]:
+    """Full ownership of the given kinds, one group at a time: the objects, their status, their finalizers."""
+    by_group: dict[str, list[str]] = {}
+    for kind in kinds:
+        by_group.setdefault(kind.GROUP, []).append(kind.PLURAL)
+    rules = []
+    for group, plurals in by_group.items():
+        rules.append(Rule((group,), tuple(plurals), OWNER_VERBS))
+        rules.append(Rule((group,), tuple(f"{p}/status" for p in plurals), STATUS_VERBS))
+        rules.append(Rule((group,), tuple(f"{p}/finalizers" for p in plurals), FINALIZER_VERBS))
+    return rules
+
+
+def controller_cluster_rules(operator_rules: Sequence[Mapping[str, Any]] = ()) -> list[Rule]:
+    """The controller's ClusterRole: every opbroker kind, the objects it writes in instance namespaces
+    (registries and credentials Secrets, ConfigMaps, Events), nodes for capacity-aware scheduling, and
+    the operator kinds its plans render (``operator_rules``, supplied by whoever writes the plans)."""
+    return [
+        *_owned(RESOURCE_KINDS),
+        # Instance/binding registries and bind credentials; ownership (and so deletion) goes through owner
+        # references, so no delete here. A plan that renders Secrets itself adds delete via operator_rules.
+        Rule(("",), ("secrets", "configmaps"), ("get", "list", "watch", "create", "update", "patch")),
+        Rule(("",), ("events",), ("create", "patch")),
+        Rule(("events.k8s.io",), ("events",), ("create", "patch")),
+        # Capacity-aware scheduling reads allocatable from the nodes of its own cluster.
+        Rule(("",), ("nodes",), READ_VERBS),
+        *(Rule.from_args(rule) for rule in operator_rules),
+    ]
+
+
+def controller_namespace_rules(lease: str = LEADER_LEASE) -> list[Rule]:
+    """The controller's Role in the control-plane namespace: leader election through one Lease. Creating
+    cannot be limited to a name; reading and renewing can."""
+    return [
+        Rule(("coordination.k8s.io",), ("leases",), ("create",)),
+        Rule(("coordination.k8s.io",), ("leases",), ("get", "update"), resource_names=(lease,)),
+    ]
+
+
+def broker_rules() -> list[Rule]:
+    """The broker's Role in the control-plane namespace: read the catalog, record requests, read
+    credentials Secrets (and its own auth Secret). Nothing cluster-wide."""
+    catalog = (SFService.PLURAL, SFPlan.PLURAL)
+    requests = (SFServiceInstance.PLURAL, SFServiceBinding.PLURAL)
+    group = SFService.GROUP
+    return [
+        Rule((group,), catalog, READ_VERBS),
+        Rule((group,), requests, ("create", "get", "list", "watch", "patch", "delete")),
+        Rule((group,), tuple(f"{p}/status" for p in requests), ("get", "patch")),
+        Rule(("",), ("secrets",), ("get",)),
+    ]

@@ -1,0 +1,427 @@
+"""Pulumi dynamic resources that provision and bind through *any* OSB broker: ``ServiceInstance`` and
+``ServiceBinding``.
+
+The providers are thin: validate inputs (``check``), decide replace-or-update (``diff``), then call
+``opbroker.provider.osb`` and poll ``last_operation`` until the broker is done. A failed or abandoned create
+is followed by a best-effort DELETE (orphan mitigation, as platforms do), so nothing half-created leaks
+when Pulumi records no resource. Credentials come back as secret outputs; the broker password is a secret
+input and output.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import httpx
+import pulumi
+import pulumi.dynamic
+from pulumi.runtime import rpc
+
+from opbroker.provider import osb
+
+#: Inputs whose change cannot be applied in place: a different instance at the broker.
+INSTANCE_REPLACE_KEYS = ("broker_url", "instance_id", "service_id", "organization_guid", "space_guid")
+#: Inputs an OSB update (PATCH) changes in place.
+INSTANCE_UPDATE_KEYS = ("plan_id", "parameters", "context")
+#: Inputs that only change how we talk to the broker.
+CONNECTION_KEYS = ("broker_username", "broker_password", "api_version", "timeout", "poll_interval", "orphan_mitigation")
+#: Bindings are immutable in OSB: any change of these is a new binding.
+BINDING_REPLACE_KEYS = (
+    "broker_url",
+    "binding_id",
+    "instance_id",
+    "service_id",
+    "plan_id",
+    "parameters",
+    "bind_resource",
+    "context",
+)
+_PROVIDER_KEY = "__provider"
+DEFAULT_TIMEOUT = 1800.0
+DEFAULT_POLL_INTERVAL = 2.0
+
+
+def _plain(value: Any) -> Any:
+    """Values without RPC secret wrappers (the engine normally strips them; be safe either way)."""
+    if rpc.is_rpc_secret(value):
+        return _plain(rpc.unwrap_rpc_secret(value))
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _props(props: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: _plain(v) for k, v in props.items() if k != _PROVIDER_KEY}
+
+
+def _known(value: Any) -> bool:
+    return value is not None and value != rpc.UNKNOWN
+
+
+def needs_mitigation(exc: Exception) -> bool:
+    """Whether a failed create may have left something at the broker: a failed or abandoned async
+    operation, a malformed success, a server error or a lost connection. A 4xx changed nothing."""
+    if isinstance(exc, osb.OperationFailed | osb.OperationTimeout | osb.MalformedResponse | httpx.TransportError):
+        return True
+    return isinstance(exc, osb.OSBError) and exc.status >= 500
+
+
+def _check_common(news: Mapping[str, Any], required: tuple[str, ...]) -> list[pulumi.dynamic.CheckFailure]:
+    failures = []
+    url = news.get("broker_url")
+    if _known(url) and not (isinstance(url, str) and url.startswith(("http://", "https://"))):
+        failures.append(pulumi.dynamic.CheckFailure("broker_url", f"must be an http(s) URL, got {url!r}"))
+    for key in required:
+        value = news.get(key)
+        if value is None or (value != rpc.UNKNOWN and (not isinstance(value, str) or not value.strip())):
+            failures.append(pulumi.dynamic.CheckFailure(key, "is required (a non-empty string)"))
+    for key in ("timeout", "poll_interval"):
+        value = news.get(key)
+        if _known(value) and (not isinstance(value, int | float) or value <= 0):
+            failures.append(pulumi.dynamic.CheckFailure(key, f"must be a positive number of seconds, got {value!r}"))
+    for key in ("parameters", "context", "bind_resource"):
+        value = news.get(key)
+        if _known(value) and not isinstance(value, dict):
+            failures.append(pulumi.dynamic.CheckFailure(key, "must be an object"))
+    return failures
+
+
+class _OSBProvider(pulumi.dynamic.ResourceProvider):
+    """What both providers share: the broker connection and the polling settings (injectable clock)."""
+
+    def __init__(
+        self, *, clock: Callable[[], float] | None = None, sleep: Callable[[float], None] | None = None
+    ) -> None:
+        super().__init__()
+        self._clock = clock
+        self._sleep = sleep
+
+    def client(self, props: Mapping[str, Any]) -> osb.Client:
+        return osb.Client(
+            osb.Broker(
+                url=str(props["broker_url"]),
+                username=str(props["broker_username"]),
+                password=str(props["broker_password"]),
+                api_version=str(props.get("api_version") or osb.API_VERSION),
+            )
+        )
+
+    def polling(self, props: Mapping[str, Any]) -> osb.Polling:
+        interval = float(props.get("poll_interval") or DEFAULT_POLL_INTERVAL)
+        defaults = osb.Polling()
+        return osb.Polling(
+            timeout=float(props.get("timeout") or DEFAULT_TIMEOUT),
+            interval=interval,
+            max_interval=max(interval, defaults.max_interval),
+            clock=self._clock or defaults.clock,
+            sleep=self._sleep or defaults.sleep,
+        )
+
+
+class ServiceInstanceProvider(_OSBProvider):
+    """Provision, update and deprovision one service instance at an OSB broker."""
+
+    def check(self, olds: dict[str, Any], news: dict[str, Any]) -> pulumi.dynamic.CheckResult:
+        inputs = dict(news)
+        if not inputs.get("instance_id"):
+            inputs["instance_id"] = olds.get("instance_id") or str(uuid.uuid4())
+        required = ("broker_url", "broker_username", "service_id", "plan_id", "organization_guid", "space_guid")
+        return pulumi.dynamic.CheckResult(inputs, _check_common(inputs, required))
+
+    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> pulumi.dynamic.DiffResult:
+        olds, news = _props(olds), _props(news)
+        replaces = [k for k in INSTANCE_REPLACE_KEYS if olds.get(k) != news.get(k)]
+        keys = (*INSTANCE_REPLACE_KEYS, *INSTANCE_UPDATE_KEYS, *CONNECTION_KEYS)
+        changed = any(olds.get(k) != news.get(k) for k in keys)
+        # The same instance id cannot exist twice at the broker: delete first when it is kept.
+        same_id = olds.get("instance_id") == news.get("instance_id")
+        return pulumi.dynamic.DiffResult(changes=changed, replaces=replaces, delete_before_replace=same_id)
+
+    def create(self, props: dict[str, Any]) -> pulumi.dynamic.CreateResult:
+        p = _props(props)
+        instance_id = str(p["instance_id"])
+        what = f"provision of instance {instance_id}"
+        with self.client(p) as client:
+            try:
+                result = client.provision(
+                    instance_id,
+                    service_id=p["service_id"],
+                    plan_id=p["plan_id"],
+                    organization_guid=p["organization_guid"],
+                    space_guid=p["space_guid"],
+                    parameters=p.get("parameters"),
+                    context=p.get("context"),
+                )
+                last = self._settle(client, p, result, what, gone_ok=False)
+            except Exception as exc:
+                if not needs_mitigation(exc):
+                    raise
+                raise RuntimeError(f"{exc}{self._mitigate(client, p)}") from exc
+        outs = {**p, "dashboard_url": result.dashboard_url, "state": last.state, "description": last.description}
+        return pulumi.dynamic.CreateResult(instance_id, outs)
+
+    def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> pulumi.dynamic.UpdateResult:
+        o, n = _props(olds), _props(news)
+        outs = {**n, "dashboard_url": o.get("dashboard_url"), "state": o.get("state"), "description": None}
+        if all(o.get(k) == n.get(k) for k in INSTANCE_UPDATE_KEYS):
+            return pulumi.dynamic.UpdateResult(outs)  # only the connection changed
+        instance_id = str(n["instance_id"])
+        with self.client(n) as client:
+            result = client.update(
+                instance_id,
+                service_id=n["service_id"],
+                plan_id=n["plan_id"] if n.get("plan_id") != o.get("plan_id") else None,
+                parameters=n.get("parameters") if n.get("parameters") != o.get("parameters") else None,
+                context=n.get("context") if n.get("context") != o.get("context") else None,
+                previous_values={"service_id": o.get("service_id"), "plan_id": o.get("plan_id")},
+            )
+            last = self._settle(client, n, result, f"update of instance {instance_id}", gone_ok=False)
+        outs.update(state=last.state, description=last.description)
+        if result.dashboard_url:
+            outs["dashboard_url"] = result.dashboard_url
+        return pulumi.dynamic.UpdateResult(outs)
+
+    def delete(self, _id: str, props: dict[str, Any]) -> None:
+        p = _props(props)
+        instance_id = str(p["instance_id"])
+        with self.client(p) as client:
+            result = client.deprovision(instance_id, service_id=p["service_id"], plan_id=p["plan_id"])
+            self._settle(client, p, result, f"deprovision of instance {instance_id}", gone_ok=True)
+
+    def _settle(
+        self, client: osb.Client, p: Mapping[str, Any], result: osb.InstanceResult, what: str, *, gone_ok: bool
+    ) -> osb.LastOperation:
+        """The final state of an operation: immediate for 200/201/410, polled for 202. A 410 while polling
+        means done for a deprovision (``gone_ok``) and a failure otherwise."""
+        if not result.is_async:
+            return osb.LastOperation(state=osb.SUCCEEDED, gone=result.gone)
+
+        def poll() -> osb.LastOperation:
+            return client.last_operation(
+                str(p["instance_id"]), operation=result.operation, service_id=p["service_id"], plan_id=p["plan_id"]
+            )
+
+        last = osb.wait(poll, what=what, polling=self.polling(p))
+        if last.gone and not gone_ok:
+            raise osb.OperationFailed(what, "the broker says the instance is gone")
+        return last
+
+    def _mitigate(self, client: osb.Client, p: Mapping[str, Any]) -> str:
+        """Orphan mitigation after a failed create: ask the broker to delete; report what it said."""
+        if p.get("orphan_mitigation") is False:
+            return "; orphan mitigation disabled, the instance may remain at the broker"
+        try:
+            result = client.deprovision(str(p["instance_id"]), service_id=p["service_id"], plan_id=p["plan_id"])
+        except (osb.OSBError, OSError) as exc:
+            return f"; orphan mitigation (deprovision) failed too: {exc}"
+        return f"; orphan mitigation: deprovision requested (broker answered {result.status})"
+
+
+class ServiceBindingProvider(_OSBProvider):
+    """Bind and unbind at an OSB broker; the bind response's credentials become a secret output."""
+
+    def check(self, olds: dict[str, Any], news: dict[str, Any]) -> pulumi.dynamic.CheckResult:
+        inputs = dict(news)
+        if not inputs.get("binding_id"):
+            inputs["binding_id"] = olds.get("binding_id") or str(uuid.uuid4())
+        required = ("broker_url", "broker_username", "instance_id", "service_id", "plan_id")
+        return pulumi.dynamic.CheckResult(inputs, _check_common(inputs, required))
+
+    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> pulumi.dynamic.DiffResult:
+        olds, news = _props(olds), _props(news)
+        replaces = [k for k in BINDING_REPLACE_KEYS if olds.get(k) != news.get(k)]
+        changed = bool(replaces) or any(olds.get(k) != news.get(k) for k in CONNECTION_KEYS)
+        same_id = olds.get("binding_id") == news.get("binding_id")
+        return pulumi.dynamic.DiffResult(changes=changed, replaces=replaces, delete_before_replace=same_id)
+
+    def create(self, props: dict[str, Any]) -> pulumi.dynamic.CreateResult:
+        p = _props(props)
+        instance_id, binding_id = str(p["instance_id"]), str(p["binding_id"])
+        what = f"bind {binding_id} to instance {instance_id}"
+        with self.client(p) as client:
+            try:
+                result = client.bind(
+                    instance_id,
+                    binding_id,
+                    service_id=p["service_id"],
+                    plan_id=p["plan_id"],
+                    parameters=p.get("parameters"),
+                    bind_resource=p.get("bind_resource"),
+                    context=p.get("context"),
+                )
+                if result.is_async:
+                    self._poll(client, p, result.operation, what, gone_ok=False)
+                    result = client.get_binding(
+                        instance_id, binding_id, service_id=p["service_id"], plan_id=p["plan_id"]
+                    )
+            except Exception as exc:
+                if not needs_mitigation(exc):
+                    raise
+                raise RuntimeError(f"{exc}{self._mitigate(client, p)}") from exc
+        outs = {
+            **p,
+            "credentials": result.credentials or {},
+            "syslog_drain_url": result.syslog_drain_url,
+            "route_service_url": result.route_service_url,
+            "volume_mounts": result.volume_mounts,
+        }
+        return pulumi.dynamic.CreateResult(binding_id, outs)
+
+    def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> pulumi.dynamic.UpdateResult:
+        # Only connection settings reach here (everything else replaces): keep what the broker returned.
+        o = _props(olds)
+        kept = {k: o.get(k) for k in ("credentials", "syslog_drain_url", "route_service_url", "volume_mounts")}
+        return pulumi.dynamic.UpdateResult({**_props(news), **kept})
+
+    def delete(self, _id: str, props: dict[str, Any]) -> None:
+        p = _props(props)
+        instance_id, binding_id = str(p["instance_id"]), str(p["binding_id"])
+        with self.client(p) as client:
+            result = client.unbind(instance_id, binding_id, service_id=p["service_id"], plan_id=p["plan_id"])
+            if result.is_async:
+                self._poll(client, p, result.operation, f"unbind {binding_id} from {instance_id}", gone_ok=True)
+
+    def _poll(
+        self, client: osb.Client, p: Mapping[str, Any], operation: str | None, what: str, *, gone_ok: bool
+    ) -> osb.LastOperation:
+        def poll() -> osb.LastOperation:
+            return client.binding_last_operation(
+                str(p["instance_id"]),
+                str(p["binding_id"]),
+                operation=operation,
+                service_id=p["service_id"],
+                plan_id=p["plan_id"],
+            )
+
+        last = osb.wait(poll, what=what, polling=self.polling(p))
+        if last.gone and not gone_ok:
+            raise osb.OperationFailed(what, "the broker says the binding is gone")
+        return last
+
+    def _mitigate(self, client: osb.Client, p: Mapping[str, Any]) -> str:
+        if p.get("orphan_mitigation") is False:
+            return "; orphan mitigation disabled, the binding may remain at the broker"
+        try:
+            result = client.unbind(
+                str(p["instance_id"]), str(p["binding_id"]), service_id=p["service_id"], plan_id=p["plan_id"]
+            )
+        except (osb.OSBError, OSError) as exc:
+            return f"; orphan mitigation (unbind) failed too: {exc}"
+        return f"; orphan mitigation: unbind requested (broker answered {result.status})"
+
+
+def _platform_context() -> dict[str, Any]:
+    return {"platform": "pulumi", "project": pulumi.get_project(), "stack": pulumi.get_stack()}
+
+
+class ServiceInstance(pulumi.dynamic.Resource, module="opbroker", name="ServiceInstance"):
+    """A service instance at any OSB broker, provisioned on create, updated in place for plan, parameter
+    and context changes, deprovisioned on delete. Async operations are polled until done or ``timeout``."""
+
+    instance_id: pulumi.Output[str]
+    """The OSB instance id (generated unless given)."""
+    dashboard_url: pulumi.Output[str | None]
+    """Dashboard URL the broker returned, if any."""
+    state: pulumi.Output[str]
+    """State of the last operation (``succeeded``)."""
+
+    def __init__(
+        self,
+        resource_name: str,
+        *,
+        broker_url: pulumi.Input[str],
+        broker_username: pulumi.Input[str],
+        broker_password: pulumi.Input[str],
+        service_id: pulumi.Input[str],
+        plan_id: pulumi.Input[str],
+        parameters: pulumi.Input[Mapping[str, Any]] | None = None,
+        context: pulumi.Input[Mapping[str, Any]] | None = None,
+        organization_guid: pulumi.Input[str] | None = None,
+        space_guid: pulumi.Input[str] | None = None,
+        instance_id: pulumi.Input[str] | None = None,
+        api_version: str = osb.API_VERSION,
+        timeout: float = DEFAULT_TIMEOUT,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+        orphan_mitigation: bool = True,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        props = {
+            "broker_url": broker_url,
+            "broker_username": broker_username,
+            "broker_password": pulumi.Output.secret(broker_password),
+            "service_id": service_id,
+            "plan_id": plan_id,
+            "parameters": parameters,
+            "context": context if context is not None else _platform_context(),
+            "organization_guid": organization_guid or pulumi.get_organization(),
+            "space_guid": space_guid or f"{pulumi.get_project()}-{pulumi.get_stack()}",
+            "instance_id": instance_id,
+            "api_version": api_version,
+            "timeout": timeout,
+            "poll_interval": poll_interval,
+            "orphan_mitigation": orphan_mitigation,
+            "dashboard_url": None,
+            "state": None,
+            "description": None,
+        }
+        secret = pulumi.ResourceOptions(additional_secret_outputs=["broker_password"])
+        super().__init__(ServiceInstanceProvider(), resource_name, props, pulumi.ResourceOptions.merge(opts, secret))
+
+
+class ServiceBinding(pulumi.dynamic.Resource, module="opbroker", name="ServiceBinding"):
+    """A binding at any OSB broker; its credentials (and the broker password) are secret outputs."""
+
+    binding_id: pulumi.Output[str]
+    """The OSB binding id (generated unless given)."""
+    credentials: pulumi.Output[dict[str, Any]]
+    """The bind response's credentials (secret)."""
+    syslog_drain_url: pulumi.Output[str | None]
+    route_service_url: pulumi.Output[str | None]
+    volume_mounts: pulumi.Output[list[Any] | None]
+
+    def __init__(
+        self,
+        resource_name: str,
+        *,
+        broker_url: pulumi.Input[str],
+        broker_username: pulumi.Input[str],
+        broker_password: pulumi.Input[str],
+        instance_id: pulumi.Input[str],
+        service_id: pulumi.Input[str],
+        plan_id: pulumi.Input[str],
+        parameters: pulumi.Input[Mapping[str, Any]] | None = None,
+        bind_resource: pulumi.Input[Mapping[str, Any]] | None = None,
+        context: pulumi.Input[Mapping[str, Any]] | None = None,
+        binding_id: pulumi.Input[str] | None = None,
+        api_version: str = osb.API_VERSION,
+        timeout: float = DEFAULT_TIMEOUT,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+        orphan_mitigation: bool = True,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        props = {
+            "broker_url": broker_url,
+            "broker_username": broker_username,
+            "broker_password": pulumi.Output.secret(broker_password),
+            "instance_id": instance_id,
+            "service_id": service_id,
+            "plan_id": plan_id,
+            "parameters": parameters,
+            "bind_resource": bind_resource,
+            "context": context if context is not None else _platform_context(),
+            "binding_id": binding_id,
+            "api_version": api_version,
+            "timeout": timeout,
+            "poll_interval": poll_interval,
+            "orphan_mitigation": orphan_mitigation,
+            "credentials": None,
+            "syslog_drain_url": None,
+            "route_service_url": None,
+            "volume_mounts": None,
+        }
+        secret = pulumi.ResourceOptions(additional_secret_outputs=["credentials", "broker_password"])
+        super().__init__(ServiceBindingProvider(), resource_name, props, pulumi.ResourceOptions.merge(opts, secret))

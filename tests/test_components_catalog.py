@@ -1,0 +1,240 @@
+"""SFService and SFPlan under Pulumi's mocks: what they register (type, name, parent, inputs), how they wait
+for the control plane, how templates load from files, and how a bad catalog fails before registering
+anything, naming the field.
+"""
+
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pytest
+
+from opbroker.api.conventions import resource_name
+from opbroker.components import InvalidArgsError, SFPlan, SFService, testing
+
+SERVICE_CR = "kubernetes:osb.servicefabrik.io/v1alpha1:SFService"
+PLAN_CR = "kubernetes:osb.servicefabrik.io/v1alpha1:SFPlan"
+
+
+def service_args(**overrides: Any) -> dict[str, Any]:
+    return {
+        "id": "svc-postgres",
+        "name": "postgresql",
+        "description": "PostgreSQL",
+        "bindable": True,
+        "tags": ["postgresql"],
+        "metadata": {"displayName": "PostgreSQL"},
+        **overrides,
+    }
+
+
+def plan_args(**overrides: Any) -> dict[str, Any]:
+    return {
+        "id": "plan-small",
+        "name": "small",
+        "description": "A small one",
+        "service_id": "svc-postgres",
+        "manager": {"async_": True, "async_binding": False},
+        "schemas": {"service_instance": {"create": {"parameters": {"type": "object"}}}},
+        "context": {"diskGB": 10},
+        "templates": [
+            {"action": "provision", "content": "kind: postgresql"},
+            {"action": "status", "type": "jinja2", "content": "provision: {state: succeeded}"},
+        ],
+        **overrides,
+    }
+
+
+def run(program: Any, **mocked: Any) -> testing.RecordingMocks:
+    with testing.mocked(**mocked) as mocks:
+        pulumi.runtime.test(program)()
+    return mocks
+
+
+def test_sfservice_registers_one_custom_resource_parented_to_the_component() -> None:
+    def program() -> Any:
+        service = SFService("pg", service_args())
+        return pulumi.Output.all(service.object_name, service.namespace, service.service_id)
+
+    mocks = run(program)
+
+    assert mocks.summary() == [("opbroker:index:SFService", "pg"), (SERVICE_CR, "pg")]
+    component, cr = mocks.registrations
+    assert not component.custom
+    assert cr.parent == component.urn
+    assert cr.plain_inputs() == {
+        "apiVersion": "osb.servicefabrik.io/v1alpha1",
+        "kind": "SFService",
+        "metadata": {
+            "name": "svc-postgres",
+            "namespace": "opbroker",
+            "labels": {"opbroker.io/pulumi-component": "SFService"},
+        },
+        "spec": {
+            "id": "svc-postgres",
+            "name": "postgresql",
+            "description": "PostgreSQL",
+            "bindable": True,
+            "tags": ["postgresql"],
+            "metadata": {"displayName": "PostgreSQL"},
+            "instancesRetrievable": False,
+            "bindingsRetrievable": False,
+            "allowContextUpdates": False,
+            "planUpdatable": False,
+        },
+    }
+
+
+def test_sfservice_outputs_come_from_the_child() -> None:
+    seen: dict[str, Any] = {}
+
+    def program() -> Any:
+        service = SFService("pg", service_args(namespace="catalog", object_name="postgres"))
+        return pulumi.Output.all(service.object_name, service.namespace, service.service_id).apply(
+            lambda values: seen.update(values=values)
+        )
+
+    run(program)
+    assert seen["values"] == ["postgres", "catalog", "svc-postgres"]
+
+
+def test_sfplan_registers_the_validated_plan_in_wire_spelling() -> None:
+    def program() -> Any:
+        return SFPlan("pg-small", plan_args()).plan_id
+
+    mocks = run(program)
+
+    assert mocks.summary() == [("opbroker:index:SFPlan", "pg-small"), (PLAN_CR, "pg-small")]
+    component, cr = mocks.registrations
+    assert cr.parent == component.urn
+    inputs = cr.plain_inputs()
+    assert inputs["metadata"] == {
+        "name": "plan-small",
+        "namespace": "opbroker",
+        "labels": {"opbroker.io/pulumi-component": "SFPlan"},
+    }
+    assert inputs["spec"] == {
+        "id": "plan-small",
+        "name": "small",
+        "description": "A small one",
+        "serviceId": "svc-postgres",
+        "free": True,
+        "autoUpdateInstances": False,
+        "manager": {"async": True, "asyncBinding": False},
+        "schemas": {"service_instance": {"create": {"parameters": {"type": "object"}}}},
+        "context": {"diskGB": 10},
+        "templates": [
+            {"action": "provision", "type": "jinja2", "content": "kind: postgresql", "singleton": False},
+            {"action": "status", "type": "jinja2", "content": "provision: {state: succeeded}", "singleton": False},
+        ],
+    }
+
+
+def test_sfplan_reads_templates_from_files(tmp_path: Path) -> None:
+    (tmp_path / "provision.yaml.j2").write_text("kind: postgresql\nname: {{ instance.metadata.name }}\n")
+    args = plan_args(
+        base_dir=str(tmp_path),
+        templates=[{"action": "provision", "file": "provision.yaml.j2"}, {"action": "bind", "content": "x: 1"}],
+    )
+
+    mocks = run(lambda: SFPlan("pg-small", args).plan_id)
+
+    templates = mocks.one(PLAN_CR, "pg-small").plain_inputs()["spec"]["templates"]
+    assert templates[0] == {
+        "action": "provision",
+        "type": "jinja2",
+        "content": "kind: postgresql\nname: {{ instance.metadata.name }}\n",
+        "singleton": False,
+    }
+    assert templates[1]["content"] == "x: 1"
+
+
+def test_children_wait_for_what_the_component_waits_for() -> None:
+    def program() -> Any:
+        service = SFService("pg", service_args())
+        plan = SFPlan("pg-small", plan_args(), pulumi.ResourceOptions(depends_on=[service]))
+        return plan.plan_id
+
+    mocks = run(program)
+
+    service_cr = mocks.one(SERVICE_CR, "pg")
+    assert service_cr.urn in mocks.one(PLAN_CR, "pg-small").dependencies
+
+
+def test_wait_for_ready_annotates_the_object_for_pulumi_kubernetes() -> None:
+    mocks = run(lambda: SFPlan("pg-small", plan_args(wait_for_ready=True, annotations={"team": "data"})).plan_id)
+    annotations = mocks.one(PLAN_CR, "pg-small").plain_inputs()["metadata"]["annotations"]
+    assert annotations == {"team": "data", "pulumi.com/waitFor": "condition=Ready"}
+
+
+def test_object_name_defaults_to_the_id_or_its_hash_when_the_id_is_not_a_name() -> None:
+    mocks = run(lambda: SFService("odd", service_args(id="Not A Name")).object_name)
+    name = mocks.one(SERVICE_CR, "odd").plain_inputs()["metadata"]["name"]
+    assert name == resource_name("Not A Name")
+    assert len(name) == 56
+
+
+# -- failures: named fields, nothing registered --------------------------------------------------------------
+
+BAD_PLANS = [
+    pytest.param({"templates": [{"action": "provison", "content": "x"}]}, "templates[0].action", id="action"),
+    pytest.param({"service_id": ""}, "service_id", id="empty-service-id"),
+    pytest.param({"plan_updateable": True}, "plan_updateable", id="typo-rejected"),
+    pytest.param({"templates": []}, "templates", id="no-templates"),
+    pytest.param(
+        {"templates": [{"action": "bind", "content": "a"}, {"action": "bind", "content": "b"}]},
+        "args",
+        id="duplicate-action",
+    ),
+    pytest.param({"templates": [{"action": "bind"}]}, "templates[0]", id="no-source"),
+    pytest.param({"maximum_polling_duration": 0}, "maximum_polling_duration", id="polling"),
+    pytest.param({"object_name": "Bad_Name"}, "object_name", id="object-name"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "field"), BAD_PLANS)
+@pytest.mark.parametrize("preview", [False, True])
+def test_a_bad_plan_fails_before_anything_is_registered(overrides: dict[str, Any], field: str, preview: bool) -> None:
+    with testing.mocked(preview=preview) as mocks, pytest.raises(InvalidArgsError) as raised:
+        pulumi.runtime.test(lambda: SFPlan("pg-small", plan_args(**overrides)).plan_id)()
+
+    assert mocks.registrations == []
+    assert field in [path for path, _ in raised.value.problems]
+    assert str(raised.value).startswith("SFPlan 'pg-small' is invalid:")
+    assert isinstance(raised.value, pulumi.RunError)
+
+
+def test_an_unreadable_template_file_is_named(tmp_path: Path) -> None:
+    args = plan_args(base_dir=str(tmp_path), templates=[{"action": "provision", "file": "missing.j2"}])
+    with pytest.raises(InvalidArgsError) as raised:
+        pulumi.runtime.test(lambda: SFPlan("pg-small", args).plan_id)()
+    ((field, reason),) = raised.value.problems
+    assert field == "templates[0].file"
+    assert "missing.j2" in reason
+
+
+def test_a_template_with_a_file_and_content_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "t.j2").write_text("x")
+    args = plan_args(base_dir=str(tmp_path), templates=[{"action": "provision", "file": "t.j2", "content": "y"}])
+    with pytest.raises(InvalidArgsError) as raised:
+        pulumi.runtime.test(lambda: SFPlan("pg-small", args).plan_id)()
+    assert raised.value.problems == (("templates[0]", "exactly one of file, content is allowed"),)
+
+
+def test_outputs_are_refused_where_the_catalog_must_be_known() -> None:
+    with testing.mocked() as mocks, pytest.raises(InvalidArgsError) as raised:
+        pulumi.runtime.test(lambda: SFService("pg", service_args(description=pulumi.Output.from_input("x"))))()
+    assert mocks.registrations == []
+    assert raised.value.problems[0][0] == "description"
+    assert "plain value" in raised.value.problems[0][1]
+
+
+def test_a_bad_service_names_its_field() -> None:
+    with pytest.raises(InvalidArgsError) as raised:
+        pulumi.runtime.test(lambda: SFService("pg", service_args(requires=["root"])))()
+    assert raised.value.problems == (
+        (
+            "args",
+            "requires: unknown permission(s) ['root']; allowed: ['route_forwarding', 'syslog_drain', 'volume_mount']",
+        ),
+    )

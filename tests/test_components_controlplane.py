@@ -1,0 +1,474 @@
+"""The ControlPlane under Pulumi's mocks: every child (type, name, parent), the CRDs from the resource model,
+every RBAC rule of controller and broker (and that none is ``*`` on ``*``), the Deployments (replicas,
+commands, probes, zone spreading, hardening), the broker Service, credentials, disruption budgets and the
+optional autoscaler — and that custom resources created after it wait for its CRDs.
+"""
+
+from typing import Any
+
+import pulumi
+import pytest
+
+from opbroker.api.crd import all_crds
+from opbroker.components import ControlPlane, InvalidArgsError, SFPlan, rbac, testing
+from opbroker.components.testing import Registration
+
+K8S = "kubernetes:"
+CRD = "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition"
+DEPLOYMENT = "kubernetes:apps/v1:Deployment"
+CLUSTER_ROLE = "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole"
+CLUSTER_ROLE_BINDING = "kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding"
+ROLE = "kubernetes:rbac.authorization.k8s.io/v1:Role"
+ROLE_BINDING = "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding"
+SECRET = "kubernetes:core/v1:Secret"
+SERVICE = "kubernetes:core/v1:Service"
+HPA = "kubernetes:autoscaling/v2:HorizontalPodAutoscaler"
+
+OWNER = ["get", "list", "watch", "create", "update", "patch", "delete"]
+STATUS = ["get", "update", "patch"]
+
+
+def deploy(
+    args: dict[str, Any] | None = None, late: Any = None, name: str = "opbroker"
+) -> tuple[testing.RecordingMocks, dict[str, Any]]:
+    """Deploy a ControlPlane under mocks; ``late`` adds args built inside the program (Outputs need its loop)."""
+    seen: dict[str, Any] = {}
+
+    def program() -> Any:
+        given = {"image": "registry.example/opbroker:1.2.3", **(args or {})}
+        if late is not None:
+            late(given)
+        cp = ControlPlane(name, given)
+        outputs = [cp.namespace, cp.crd_names, cp.broker_url, cp.broker_username, cp.broker_credentials_secret]
+        return pulumi.Output.all(*outputs, cp.broker_password).apply(lambda values: seen.update(values=values))
+
+    with testing.mocked() as mocks:
+        pulumi.runtime.test(program)()
+    return mocks, seen
+
+
+@pytest.fixture(scope="module")
+def default() -> tuple[testing.RecordingMocks, dict[str, Any]]:
+    return deploy()
+
+
+def inputs(mocks: testing.RecordingMocks, type_: str, name: str) -> dict[str, Any]:
+    return mocks.one(type_, name).plain_inputs()
+
+
+def test_every_child_is_registered_once_under_the_component(default: Any) -> None:
+    mocks, _ = default
+    component = mocks.one("opbroker:index:ControlPlane", "opbroker")
+    children = sorted((r.type.removeprefix(K8S), r.name) for r in mocks.children_of(component.urn))
+    crds = sorted(
+        ("apiextensions.k8s.io/v1:CustomResourceDefinition", f"opbroker-{c['metadata']['name']}") for c in all_crds()
+    )
+    assert children == sorted(
+        [
+            ("core/v1:Namespace", "opbroker-namespace"),
+            *crds,
+            ("core/v1:ServiceAccount", "opbroker-controller"),
+            ("core/v1:ServiceAccount", "opbroker-broker"),
+            ("rbac.authorization.k8s.io/v1:ClusterRole", "opbroker-controller"),
+            ("rbac.authorization.k8s.io/v1:ClusterRoleBinding", "opbroker-controller"),
+            ("rbac.authorization.k8s.io/v1:Role", "opbroker-controller-leader-election"),
+            ("rbac.authorization.k8s.io/v1:RoleBinding", "opbroker-controller-leader-election"),
+            ("rbac.authorization.k8s.io/v1:Role", "opbroker-broker"),
+            ("rbac.authorization.k8s.io/v1:RoleBinding", "opbroker-broker"),
+            ("random:index/randomPassword:RandomPassword", "opbroker-broker-password"),
+            ("core/v1:Secret", "opbroker-broker-credentials"),
+            ("apps/v1:Deployment", "opbroker-controller"),
+            ("apps/v1:Deployment", "opbroker-broker"),
+            ("core/v1:Service", "opbroker-broker"),
+            ("policy/v1:PodDisruptionBudget", "opbroker-controller"),
+            ("policy/v1:PodDisruptionBudget", "opbroker-broker"),
+        ]
+    )
+    assert [r.type for r in mocks.registrations if r.parent != component.urn] == ["opbroker:index:ControlPlane"]
+
+
+def test_the_crds_are_the_models_crds(default: Any) -> None:
+    mocks, _ = default
+    registered = mocks.of_type(CRD)
+    assert len(registered) == 8
+    expected = {f"opbroker-{c['metadata']['name']}": c for c in all_crds()}
+    assert {r.name for r in registered} == set(expected)
+    for registration in registered:
+        crd = expected[registration.name]
+        plain = registration.plain_inputs()
+        assert plain == {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", **crd}
+
+
+def test_outputs(default: Any) -> None:
+    _, seen = default
+    namespace, crd_names, url, username, secret_name, password = seen["values"]
+    assert namespace == "opbroker"
+    assert crd_names == [c["metadata"]["name"] for c in all_crds()]
+    assert url == "http://opbroker-broker.opbroker.svc:8080"
+    assert (username, secret_name) == ("opbroker", "opbroker-broker-credentials")
+    assert password == testing.FAKE_PASSWORD
+
+
+def test_controller_cluster_role_enumerates_every_rule(default: Any) -> None:
+    mocks, _ = default
+    role = inputs(mocks, CLUSTER_ROLE, "opbroker-controller")
+    assert role["metadata"]["name"] == "opbroker:opbroker:controller"
+    assert "namespace" not in role["metadata"]
+    osb = ["sfservices", "sfplans", "sfserviceinstances", "sfservicebindings"]
+    primaza = ["registeredservices", "serviceclaims", "servicecatalogs"]
+    assert role["rules"] == [
+        {"apiGroups": ["osb.servicefabrik.io"], "resources": osb, "verbs": OWNER},
+        {"apiGroups": ["osb.servicefabrik.io"], "resources": [f"{p}/status" for p in osb], "verbs": STATUS},
+        {"apiGroups": ["osb.servicefabrik.io"], "resources": [f"{p}/finalizers" for p in osb], "verbs": ["update"]},
+        {"apiGroups": ["resource.servicefabrik.io"], "resources": ["sfclusters"], "verbs": OWNER},
+        {"apiGroups": ["resource.servicefabrik.io"], "resources": ["sfclusters/status"], "verbs": STATUS},
+        {"apiGroups": ["resource.servicefabrik.io"], "resources": ["sfclusters/finalizers"], "verbs": ["update"]},
+        {"apiGroups": ["primaza.io"], "resources": primaza, "verbs": OWNER},
+        {"apiGroups": ["primaza.io"], "resources": [f"{p}/status" for p in primaza], "verbs": STATUS},
+        {"apiGroups": ["primaza.io"], "resources": [f"{p}/finalizers" for p in primaza], "verbs": ["update"]},
+        {
+            "apiGroups": [""],
+            "resources": ["secrets", "configmaps"],
+            "verbs": ["get", "list", "watch", "create", "update", "patch"],
+        },
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+        {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+    ]
+
+
+def test_controller_leader_election_role_is_namespaced_to_leases(default: Any) -> None:
+    mocks, _ = default
+    role = inputs(mocks, ROLE, "opbroker-controller-leader-election")
+    assert role["metadata"]["namespace"] == "opbroker"
+    assert role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "verbs": ["get", "update"],
+            "resourceNames": ["opbroker-controller"],
+        },
+    ]
+
+
+def test_broker_role_is_namespaced_and_minimal(default: Any) -> None:
+    mocks, _ = default
+    role = inputs(mocks, ROLE, "opbroker-broker")
+    assert role["metadata"] == {
+        "name": "opbroker-broker",
+        "namespace": "opbroker",
+        "labels": {
+            "app.kubernetes.io/name": "opbroker",
+            "app.kubernetes.io/component": "broker",
+            "app.kubernetes.io/part-of": "opbroker",
+            "app.kubernetes.io/managed-by": "pulumi",
+        },
+    }
+    assert role["rules"] == [
+        {
+            "apiGroups": ["osb.servicefabrik.io"],
+            "resources": ["sfservices", "sfplans"],
+            "verbs": ["get", "list", "watch"],
+        },
+        {
+            "apiGroups": ["osb.servicefabrik.io"],
+            "resources": ["sfserviceinstances", "sfservicebindings"],
+            "verbs": ["create", "get", "list", "watch", "patch", "delete"],
+        },
+        {
+            "apiGroups": ["osb.servicefabrik.io"],
+            "resources": ["sfserviceinstances/status", "sfservicebindings/status"],
+            "verbs": ["get", "patch"],
+        },
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]},
+    ]
+
+
+def test_no_rule_anywhere_grants_everything(default: Any) -> None:
+    mocks, _ = default
+    rules = [rule for t in (CLUSTER_ROLE, ROLE) for r in mocks.of_type(t) for rule in r.plain_inputs()["rules"]]
+    assert len(rules) == 19
+    for rule in rules:
+        assert not rbac.grants_everything(rule)
+        assert "*" not in rule["verbs"] and "*" not in rule["resources"] and "*" not in rule["apiGroups"]
+
+
+def test_bindings_tie_each_role_to_its_service_account(default: Any) -> None:
+    mocks, _ = default
+    cluster_binding = inputs(mocks, CLUSTER_ROLE_BINDING, "opbroker-controller")
+    assert cluster_binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": "opbroker:opbroker:controller",
+    }
+    assert cluster_binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "opbroker-controller", "namespace": "opbroker"}
+    ]
+    for name, account in (
+        ("opbroker-controller-leader-election", "opbroker-controller"),
+        ("opbroker-broker", "opbroker-broker"),
+    ):
+        binding = inputs(mocks, ROLE_BINDING, name)
+        assert binding["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": binding["metadata"]["name"],
+        }
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account, "namespace": "opbroker"}]
+
+
+def pod(mocks: testing.RecordingMocks, name: str) -> dict[str, Any]:
+    return inputs(mocks, DEPLOYMENT, name)["spec"]["template"]["spec"]
+
+
+@pytest.mark.parametrize(
+    ("name", "component", "command"),
+    [
+        (
+            "opbroker-controller",
+            "controller",
+            ["opbroker", "controller", "run", "--namespace", "opbroker", "--metrics-port", "9090"],
+        ),
+        (
+            "opbroker-broker",
+            "broker",
+            ["opbroker", "broker", "serve", "--host", "0.0.0.0", "--port", "8080", "--namespace", "opbroker"],
+        ),
+    ],
+)
+def test_deployments_run_hardened_spread_replicas(default: Any, name: str, component: str, command: list[str]) -> None:
+    mocks, _ = default
+    deployment = inputs(mocks, DEPLOYMENT, name)
+    selector = {"app.kubernetes.io/name": "opbroker", "app.kubernetes.io/component": component}
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["selector"] == {"matchLabels": selector}
+    assert deployment["spec"]["template"]["metadata"]["labels"].items() >= selector.items()
+    spec = pod(mocks, name)
+    assert spec["serviceAccountName"] == f"opbroker-{component}"
+    assert spec["topologySpreadConstraints"] == [
+        {
+            "maxSkew": 1,
+            "topologyKey": "topology.kubernetes.io/zone",
+            "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": selector},
+        },
+        {
+            "maxSkew": 1,
+            "topologyKey": "kubernetes.io/hostname",
+            "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": selector},
+        },
+    ]
+    assert spec["securityContext"] == {
+        "runAsNonRoot": True,
+        "runAsUser": 65532,
+        "runAsGroup": 65532,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    (container,) = spec["containers"]
+    assert container["name"] == component
+    assert container["image"] == "registry.example/opbroker:1.2.3"
+    assert container["command"] == command
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    assert {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in container["env"]
+
+
+def test_the_broker_is_probed_on_healthz_and_readyz(default: Any) -> None:
+    mocks, _ = default
+    (container,) = pod(mocks, "opbroker-broker")["containers"]
+    assert container["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]
+    assert container["livenessProbe"] == {
+        "httpGet": {"path": "/healthz", "port": "http"},
+        "initialDelaySeconds": 10,
+        "periodSeconds": 10,
+        "timeoutSeconds": 2,
+        "failureThreshold": 3,
+    }
+    assert container["readinessProbe"] == {
+        "httpGet": {"path": "/readyz", "port": "http"},
+        "periodSeconds": 5,
+        "timeoutSeconds": 2,
+        "failureThreshold": 3,
+    }
+
+
+def test_the_controller_is_probed_through_its_metrics_server(default: Any) -> None:
+    mocks, _ = default
+    (container,) = pod(mocks, "opbroker-controller")["containers"]
+    assert container["ports"] == [{"name": "metrics", "containerPort": 9090, "protocol": "TCP"}]
+    assert container["livenessProbe"]["tcpSocket"] == {"port": "metrics"}
+    assert "readinessProbe" not in container  # no Service in front; a standby is healthy while not leading
+
+
+def test_deployments_wait_for_crds_and_their_permissions(default: Any) -> None:
+    mocks, _ = default
+    crd_urns = {r.urn for r in mocks.of_type(CRD)}
+    controller = mocks.one(DEPLOYMENT, "opbroker-controller")
+    assert crd_urns <= set(controller.dependencies)
+    assert mocks.one(CLUSTER_ROLE_BINDING, "opbroker-controller").urn in controller.dependencies
+    assert mocks.one(ROLE_BINDING, "opbroker-controller-leader-election").urn in controller.dependencies
+    broker = mocks.one(DEPLOYMENT, "opbroker-broker")
+    assert crd_urns <= set(broker.dependencies)
+    assert mocks.one(ROLE_BINDING, "opbroker-broker").urn in broker.dependencies
+    assert mocks.one(SECRET, "opbroker-broker-credentials").urn in broker.dependencies
+
+
+def test_broker_credentials_are_a_secret_the_broker_reads(default: Any) -> None:
+    mocks, _ = default
+    secret = mocks.one(SECRET, "opbroker-broker-credentials")
+    assert testing.is_secret(secret.inputs["stringData"])
+    assert secret.plain_inputs()["type"] == "kubernetes.io/basic-auth"
+    assert secret.plain_inputs()["stringData"] == {"username": "opbroker", "password": testing.FAKE_PASSWORD}
+    assert inputs(mocks, "random:index/randomPassword:RandomPassword", "opbroker-broker-password") == {
+        "length": 32,
+        "special": False,
+    }
+    env = {e["name"]: e for e in pod(mocks, "opbroker-broker")["containers"][0]["env"]}
+    for variable, key in (("OPBROKER_BROKER_USERNAME", "username"), ("OPBROKER_BROKER_PASSWORD", "password")):
+        assert env[variable]["valueFrom"] == {"secretKeyRef": {"name": "opbroker-broker-credentials", "key": key}}
+
+
+def test_broker_service_and_disruption_budgets(default: Any) -> None:
+    mocks, _ = default
+    service = inputs(mocks, SERVICE, "opbroker-broker")
+    assert service["spec"] == {
+        "type": "ClusterIP",
+        "selector": {"app.kubernetes.io/name": "opbroker", "app.kubernetes.io/component": "broker"},
+        "ports": [{"name": "http", "port": 8080, "targetPort": "http", "protocol": "TCP"}],
+    }
+    for component in ("controller", "broker"):
+        pdb = inputs(mocks, "kubernetes:policy/v1:PodDisruptionBudget", f"opbroker-{component}")
+        assert pdb["spec"] == {
+            "maxUnavailable": 1,
+            "selector": {
+                "matchLabels": {"app.kubernetes.io/name": "opbroker", "app.kubernetes.io/component": component}
+            },
+        }
+    assert mocks.of_type(HPA) == []
+
+
+def test_settings_are_configurable() -> None:
+    operator_rule = {"api_groups": ["acid.zalan.do"], "resources": ["postgresqls"], "verbs": ["get", "create"]}
+    mocks, seen = deploy(
+        {
+            "namespace": "platform",
+            "create_namespace": False,
+            "zone_spread": "DoNotSchedule",
+            "image_pull_secrets": ["regcred"],
+            "controller": {
+                "replicas": 3,
+                "image": "registry.example/controller:9",
+                "resources": {"requests": {"cpu": "1"}},
+                "operator_rules": [operator_rule],
+            },
+            "broker": {
+                "username": "cf",
+                "service_type": "LoadBalancer",
+                "autoscaling": {"min_replicas": 3, "max_replicas": 9, "target_cpu_utilization": 60},
+            },
+        },
+        late=lambda args: args["broker"].update(password=pulumi.Output.secret("given-password")),
+    )
+    assert mocks.of_type("kubernetes:core/v1:Namespace") == []
+    assert mocks.of_type("random:index/randomPassword:RandomPassword") == []
+    controller = inputs(mocks, DEPLOYMENT, "opbroker-controller")
+    assert controller["spec"]["replicas"] == 3
+    container = controller["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == "registry.example/controller:9"
+    assert container["resources"] == {"requests": {"cpu": "1"}}
+    assert container["command"][:5] == ["opbroker", "controller", "run", "--namespace", "platform"]
+    assert controller["spec"]["template"]["spec"]["imagePullSecrets"] == [{"name": "regcred"}]
+    zone = controller["spec"]["template"]["spec"]["topologySpreadConstraints"][0]
+    assert zone["whenUnsatisfiable"] == "DoNotSchedule"
+    rules = inputs(mocks, CLUSTER_ROLE, "opbroker-controller")["rules"]
+    assert rules[-1] == {"apiGroups": ["acid.zalan.do"], "resources": ["postgresqls"], "verbs": ["get", "create"]}
+    assert inputs(mocks, CLUSTER_ROLE, "opbroker-controller")["metadata"]["name"] == "opbroker:platform:controller"
+    broker = inputs(mocks, DEPLOYMENT, "opbroker-broker")
+    assert "replicas" not in broker["spec"]  # the autoscaler owns the count
+    hpa = inputs(mocks, HPA, "opbroker-broker")
+    assert hpa["spec"] == {
+        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "opbroker-broker"},
+        "minReplicas": 3,
+        "maxReplicas": 9,
+        "metrics": [
+            {
+                "type": "Resource",
+                "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 60}},
+            }
+        ],
+    }
+    assert inputs(mocks, SERVICE, "opbroker-broker")["spec"]["type"] == "LoadBalancer"
+    secret = inputs(mocks, SECRET, "opbroker-broker-credentials")
+    assert secret["stringData"] == {"username": "cf", "password": "given-password"}
+    namespace, _, url, username, _, password = seen["values"]
+    assert (namespace, url, username, password) == (
+        "platform",
+        "http://opbroker-broker.platform.svc:8080",
+        "cf",
+        "given-password",
+    )
+
+
+def test_without_crds_nothing_waits_on_them() -> None:
+    mocks, seen = deploy({"install_crds": False})
+    assert mocks.of_type(CRD) == []
+    assert seen["values"][1] == []
+
+
+def test_custom_resources_created_after_the_control_plane_wait_for_its_crds() -> None:
+    plan = {
+        "id": "p",
+        "name": "p",
+        "description": "p",
+        "service_id": "s",
+        "templates": [{"action": "provision", "content": "x"}],
+    }
+
+    def program() -> Any:
+        cp = ControlPlane("cp", {"image": "i"})
+        via_component = SFPlan("a", plan, pulumi.ResourceOptions(depends_on=[cp]))
+        via_crds = SFPlan("b", {**plan, "id": "q"}, pulumi.ResourceOptions(depends_on=cp.crds))
+        return pulumi.Output.all(via_component.plan_id, via_crds.plan_id)
+
+    with testing.mocked() as mocks:
+        pulumi.runtime.test(program)()
+    crd_urns = {r.urn for r in mocks.of_type(CRD)}
+    for name in ("a", "b"):
+        assert crd_urns <= set(mocks.one("kubernetes:osb.servicefabrik.io/v1alpha1:SFPlan", name).dependencies)
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        ({"image": ""}, "image"),
+        ({"controller": {"replicas": 0}}, "controller.replicas"),
+        ({"broker": {"service_type": "Ingress"}}, "broker.service_type"),
+        ({"broker": {"autoscaling": {"min_replicas": 5, "max_replicas": 2}}}, "broker.autoscaling"),
+        ({"namespace": "Not_A_Namespace"}, "namespace"),
+        ({"zone_spread": "Sometimes"}, "zone_spread"),
+        (
+            {"controller": {"operator_rules": [{"api_groups": ["*"], "resources": ["*"], "verbs": ["*"]}]}},
+            "controller.operator_rules[0]",
+        ),
+        (
+            {"controller": {"operator_rules": [{"api_groups": [""], "resources": [], "verbs": ["get"]}]}},
+            "controller.operator_rules[0].resources",
+        ),
+    ],
+)
+def test_bad_settings_name_their_field_and_register_nothing(args: dict[str, Any], field: str) -> None:
+    with testing.mocked() as mocks, pytest.raises(InvalidArgsError) as raised:
+        pulumi.runtime.test(lambda: ControlPlane("cp", {"image": "i", **args}))()
+    assert mocks.registrations == []
+    assert field in [path for path, _ in raised.value.problems]
+
+
+def test_registration_helper_shape() -> None:
+    # The recorded registrations are plain data the tests (and users) can compare.
+    registration = Registration("t", "n", {"a": 1.0}, "", True, (), "urn")
+    assert registration.plain_inputs() == {"a": 1}

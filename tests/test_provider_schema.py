@@ -1,0 +1,172 @@
+"""The component provider: its plugin manifest and entry point, the schema it infers from the components'
+typed args (and that the checked-in ``provider/schema.json`` matches it), and ``construct`` — how other
+Pulumi languages create the components — under Pulumi's mocks.
+"""
+
+import ast
+import json
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pytest
+import yaml
+from pulumi.provider.server import ComponentInitError
+
+from opbroker.components import COMPONENTS, testing
+from opbroker.provider import host, schemagen
+
+REPO = Path(__file__).resolve().parent.parent
+PROVIDER = REPO / "provider"
+TOKENS = [f"opbroker:index:{c.__name__}" for c in COMPONENTS]
+
+
+@pytest.fixture(scope="module")
+def schema() -> dict[str, Any]:
+    return host.schema()
+
+
+def test_the_plugin_manifest_declares_a_python_plugin() -> None:
+    manifest = yaml.safe_load((PROVIDER / "PulumiPlugin.yaml").read_text())
+    assert manifest["runtime"]["name"] == "python"
+    assert (PROVIDER / manifest["runtime"]["options"]["virtualenv"]).resolve() == (REPO / ".venv").resolve()
+
+
+def test_the_entry_point_hosts_every_component_under_the_opbroker_name() -> None:
+    tree = ast.parse((PROVIDER / "__main__.py").read_text())
+    calls = [
+        n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "component_provider_host"
+    ]
+    assert len(calls) == 1
+    keywords = {k.arg: ast.unparse(k.value) for k in calls[0].keywords}
+    assert keywords["name"] == "PACKAGE" and host.PACKAGE == "opbroker"
+    assert keywords["components"] == "list(COMPONENTS)"
+
+
+def test_the_schema_has_every_component_with_documented_inputs(schema: dict[str, Any]) -> None:
+    assert schema["name"] == "opbroker"
+    assert sorted(schema["resources"]) == sorted(TOKENS)
+    for token in TOKENS:
+        resource = schema["resources"][token]
+        assert resource["isComponent"] is True
+        assert resource["description"]
+        for name, prop in resource["inputProperties"].items():
+            assert prop.get("description"), f"{token}.{name} has no description"
+        for name, prop in resource["properties"].items():
+            assert prop.get("description"), f"{token} output {name} has no description"
+
+
+def test_the_schema_spells_inputs_in_camel_case_with_the_right_requirements(schema: dict[str, Any]) -> None:
+    plan = schema["resources"]["opbroker:index:SFPlan"]
+    assert sorted(plan["requiredInputs"]) == ["description", "id", "name", "serviceId", "templates"]
+    assert plan["inputProperties"]["templates"]["items"]["$ref"] == "#/types/opbroker:index:TemplateArgs"
+    assert plan["inputProperties"]["autoUpdateInstances"]["type"] == "boolean"
+    assert plan["inputProperties"]["context"]["additionalProperties"]["$ref"] == "pulumi.json#/Any"
+    assert set(plan["properties"]) == {"objectName", "namespace", "planId", "serviceId"}
+    manager = schema["types"]["opbroker:index:ManagerArgs"]["properties"]
+    assert set(manager) == {"async", "asyncBinding"}
+    template = schema["types"]["opbroker:index:TemplateArgs"]
+    assert template["required"] == ["action"]
+    assert set(template["properties"]) == {"action", "type", "content", "contentEncoded", "url", "file", "singleton"}
+    actions = [e["value"] for e in schema["types"]["opbroker:index:TemplateAction"]["enum"]]
+    assert actions == ["provision", "bind", "unbind", "sources", "status", "clusterSelector"]
+    control_plane = schema["resources"]["opbroker:index:ControlPlane"]
+    assert control_plane["requiredInputs"] == ["image"]
+    assert set(control_plane["properties"]) == {
+        "namespace",
+        "crdNames",
+        "brokerUrl",
+        "brokerUsername",
+        "brokerPassword",
+        "brokerCredentialsSecret",
+    }
+    broker = schema["types"]["opbroker:index:BrokerArgs"]["properties"]
+    assert "plain" not in broker["password"]  # the one input that may be a (secret) Output
+    cluster = schema["resources"]["opbroker:index:SFCluster"]["inputProperties"]
+    assert "plain" not in cluster["kubeconfig"]
+    assert cluster["clusterId"]["plain"] is True
+
+
+def test_the_checked_in_schema_is_current() -> None:
+    checked_in = (PROVIDER / "schema.json").read_text()
+    assert checked_in == schemagen.render(), "regenerate: python -m opbroker.provider.schemagen > provider/schema.json"
+    assert json.loads(checked_in)["version"] == host.version()
+
+
+def test_construct_maps_schema_names_and_builds_the_component() -> None:
+    provider = host.provider()
+    state: dict[str, Any] = {}
+
+    def program() -> Any:
+        result = provider.construct(
+            "pg-small",
+            "opbroker:index:SFPlan",
+            {
+                "id": "plan-1",
+                "name": "small",
+                "description": "d",
+                "serviceId": "svc-1",
+                "manager": {"async": True, "asyncBinding": True},
+                "schemas": {"serviceInstance": {"create": {"parameters": {"type": "object"}}}},
+                "templates": [{"action": "provision", "content": "kind: x"}],
+            },
+            pulumi.ResourceOptions(),
+        )
+        return pulumi.Output.all(result.urn, pulumi.Output.all(**result.state)).apply(
+            lambda values: state.update(urn=values[0], outputs=values[1])
+        )
+
+    with testing.mocked() as mocks:
+        pulumi.runtime.test(program)()
+
+    assert mocks.summary() == [
+        ("opbroker:index:SFPlan", "pg-small"),
+        ("kubernetes:osb.servicefabrik.io/v1alpha1:SFPlan", "pg-small"),
+    ]
+    spec = mocks.registrations[1].plain_inputs()["spec"]
+    assert spec["manager"] == {"async": True, "asyncBinding": True}
+    assert spec["schemas"] == {"service_instance": {"create": {"parameters": {"type": "object"}}}}
+    assert state["urn"].endswith("opbroker:index:SFPlan::pg-small")
+    assert state["outputs"] == {
+        "objectName": "plan-1",
+        "namespace": "opbroker",
+        "planId": "plan-1",
+        "serviceId": "svc-1",
+    }
+
+
+def test_construct_builds_the_control_plane_with_integer_inputs() -> None:
+    provider = host.provider()
+
+    def program() -> Any:
+        # Numbers arrive as floats over the wire; the provider turns schema integers back into ints.
+        inputs = {"image": "i", "controller": {"replicas": 3.0}, "broker": {"autoscaling": {"maxReplicas": 4.0}}}
+        return provider.construct("cp", "opbroker:index:ControlPlane", inputs, pulumi.ResourceOptions()).urn
+
+    with testing.mocked() as mocks:
+        pulumi.runtime.test(program)()
+    controller = mocks.one("kubernetes:apps/v1:Deployment", "cp-controller").plain_inputs()
+    assert controller["spec"]["replicas"] == 3
+    hpa = mocks.one("kubernetes:autoscaling/v2:HorizontalPodAutoscaler", "cp-broker").plain_inputs()
+    assert hpa["spec"]["maxReplicas"] == 4
+
+
+def test_construct_reports_a_bad_plan_naming_the_field() -> None:
+    provider = host.provider()
+
+    def program() -> Any:
+        inputs = {"id": "p", "name": "n", "description": "d", "serviceId": "s", "templates": [{"action": "bind"}]}
+        return provider.construct("bad", "opbroker:index:SFPlan", inputs, pulumi.ResourceOptions()).urn
+
+    with testing.mocked() as mocks, pytest.raises(ComponentInitError) as raised:
+        pulumi.runtime.test(program)()
+    assert mocks.registrations == []
+    assert "SFPlan 'bad' is invalid" in str(raised.value)
+    assert "templates[0]: exactly one of content, contentEncoded or url is required" in str(raised.value)
+
+
+def test_construct_refuses_a_missing_required_input() -> None:
+    provider = host.provider()
+    with pytest.raises(pulumi.InputPropertyError) as raised:
+        provider.construct("cp", "opbroker:index:ControlPlane", {}, pulumi.ResourceOptions())
+    assert raised.value.property_path == "image"
