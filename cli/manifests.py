@@ -7,16 +7,25 @@ from typing import Annotated
 
 import typer
 
+from opbroker.api.catalog import SFPlan
 from opbroker.api.crd import all_crds, crd_file_name, to_yaml
 from opbroker.api.errors import ManifestError
 from opbroker.api.manifests import check_file
 from opbroker.cli.console import err, out
+from opbroker.rendering.checking import check_plan
 
 
 def validate(
     files: Annotated[
         list[Path], typer.Argument(help="Manifest files (multi-document YAML).", exists=True, dir_okay=False)
     ],
+    templates: Annotated[
+        bool,
+        typer.Option(
+            "--templates/--no-templates",
+            help="Also render each SFPlan's templates offline (as `pulumi preview` does); template errors fail.",
+        ),
+    ] = False,
 ) -> None:
     """Check manifests against the opbroker models; exit 1 naming the file, document and field at fault.
 
@@ -40,6 +49,13 @@ def validate(
             else:
                 name = item.resource.metadata.name if item.resource else ""
                 out.print(f"[green]✓[/green] {where} {item.kind} {name}")
+                if templates and isinstance(item.resource, SFPlan):
+                    verdict = check_plan(item.resource)
+                    for finding in verdict.errors:
+                        failures += 1
+                        err.print(f"[red]✗[/red] {where} {item.kind} {name}: spec.{finding}")
+                    for finding in verdict.warnings:
+                        out.print(f"[yellow]![/yellow] {where} {item.kind} {name}: spec.{finding}")
     if failures:
         err.print(f"{failures} document(s) failed validation")
         raise typer.Exit(1)

@@ -18,6 +18,7 @@ from opbroker.api import SFService as SFServiceModel
 from opbroker.api import TemplateAction, TemplateType
 from opbroker.api.conventions import resource_name
 from opbroker.components import resources
+from opbroker.rendering.checking import check_plan
 
 SERVICE_TYPE = "opbroker:index:SFService"
 PLAN_TYPE = "opbroker:index:SFPlan"
@@ -251,6 +252,12 @@ def plan_model(name: str, args: SFPlanArgs) -> SFPlanModel:
     )
     model = resources.validate(SFPlanModel, "SFPlan", name, {"metadata": meta, "spec": spec})
     assert isinstance(model, SFPlanModel)
+    # Render the templates offline, so a broken template fails `pulumi preview`, not the first provision.
+    verdict = check_plan(model)
+    if verdict.errors:
+        raise resources.InvalidArgsError("SFPlan", name, [(f.path, f.message) for f in verdict.errors])
+    for warning in verdict.warnings:
+        pulumi.log.warn(f"SFPlan {name!r}: {warning}")
     return model
 
 

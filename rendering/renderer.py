@@ -187,6 +187,16 @@ class Renderer:
         selector = self._observe(plan, TemplateAction.CLUSTER_SELECTOR, inputs, _selector)
         return selector or None
 
+    def compile(self, plan: SFPlan, template: TemplateSpec) -> None:
+        """Compile one template of ``plan`` (syntax and source checks), as the first render would."""
+        label = template.action.value
+        try:
+            self._template(plan, template, label)
+        except RenderError:
+            raise
+        except Exception as exc:
+            raise self._located(exc, plan, template.action, label) from exc
+
     # -- the render itself --------------------------------------------------------------------------------------
 
     def _observe(

@@ -67,3 +67,14 @@ def test_import_without_pulumi_from_any_directory(tmp_path: Path) -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
+
+
+def test_validate_templates_renders_plans_offline(seed_manifests: list[Path]) -> None:
+    seed_plan = next(p for p in seed_manifests if p.name == "sfplan-postgresql-zalando.yaml")
+    ours = REPO / "examples" / "catalog" / "postgresql-zalando-plan.yaml"
+    assert run("validate", str(seed_plan)).returncode == 0, "without --templates the seed's gotemplate plan loads"
+    result = run("validate", "--templates", str(ours), str(seed_plan))
+    assert result.returncode == 1
+    assert "spec.templates[0]: type 'gotemplate' is not rendered by opbroker; use jinja2" in result.stderr
+    assert "trial render of bind with a made-up request failed" in result.stdout  # a warning, not a failure
+    assert f"{ours}: document 1 SFPlan" not in result.stderr

@@ -189,6 +189,16 @@ BAD_PLANS = [
     pytest.param({"templates": [{"action": "bind"}]}, "templates[0]", id="no-source"),
     pytest.param({"maximum_polling_duration": 0}, "maximum_polling_duration", id="polling"),
     pytest.param({"object_name": "Bad_Name"}, "object_name", id="object-name"),
+    # Rendered offline at preview: a template that cannot work fails before rollout.
+    pytest.param({"templates": [{"action": "provision", "content": "a: {{ x "}]}, "templates[0]", id="syntax"),
+    pytest.param(
+        {"templates": [{"action": "provision", "content": "a: {{ ''.__class__ }}"}]}, "templates[0]", id="sandbox"
+    ),
+    pytest.param(
+        {"templates": [{"action": "provision", "type": "gotemplate", "content": "a: b"}]},
+        "templates[0]",
+        id="gotemplate",
+    ),
 ]
 
 
