@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from opbroker.api.conventions import DEFAULT_NAMESPACE
+from opbroker.controller.multicluster.scheduling import SchedulerName
 from opbroker.controller.settings import ControllerSettings
 
 app = typer.Typer(
@@ -30,9 +31,30 @@ def run(
     lease_seconds: Annotated[
         int, typer.Option(help="Leader lease duration in seconds (the longest failover).", min=3)
     ] = 15,
+    multicluster: Annotated[
+        bool,
+        typer.Option(help="Master of several clusters: schedule onto SFClusters, hand instances to sister clusters."),
+    ] = False,
+    scheduler: Annotated[
+        SchedulerName, typer.Option(help="Which scheduler places instances (with --multicluster).")
+    ] = SchedulerName.DEFAULT,
+    cluster_probe_seconds: Annotated[
+        float, typer.Option(help="How often each SFCluster is probed and its status refreshed.", min=0.2)
+    ] = 10.0,
+    sla_order: Annotated[
+        str | None, typer.Option(help="Claims: SLA names best first, comma-separated (default L1,L2,L3).")
+    ] = None,
+    catalog_environment: Annotated[
+        list[str] | None, typer.Option(help="Claims: an environment that always gets a ServiceCatalog (repeatable).")
+    ] = None,
 ) -> None:
     """Run the controller until interrupted."""
+    if scheduler is not SchedulerName.DEFAULT and not multicluster:
+        raise typer.BadParameter(f"the {scheduler.value} scheduler needs --multicluster", param_hint="--scheduler")
+    from opbroker.controller.claims import settings as claims_settings
     from opbroker.controller.running import run as run_controller
+
+    claims_settings.export(sla_order=sla_order, environments=catalog_environment)
 
     settings = ControllerSettings(
         namespace=namespace,
@@ -42,5 +64,8 @@ def run(
         leader_election=leader_election,
         metrics_port=metrics_port,
         lease_seconds=lease_seconds,
+        multicluster=multicluster,
+        scheduler=scheduler.value,
+        cluster_probe_seconds=cluster_probe_seconds,
     )
     run_controller(settings, kubeconfig=kubeconfig)

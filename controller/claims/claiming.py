@@ -160,9 +160,16 @@ class ClaimReconciler:
 
     # -- outcomes ------------------------------------------------------------------------------------
 
+    def _unbind_unless_done(self, claim: dict[str, Any]) -> None:
+        """Unbind, unless the status already says so (it is written only after an unbind completed)."""
+        status = claim.get("status") or {}
+        settled = status.get("state") in (ClaimState.PENDING.value, ClaimState.INVALID.value)
+        if not settled or status.get("bindingSecret"):
+            self._unbind(claim)
+
     def _invalid(self, claim: dict[str, Any], message: str) -> QueueOutcome:
         self._release_all(claim, keep=None)
-        self._unbind(claim)
+        self._unbind_unless_done(claim)
         self._write(
             claim,
             {
@@ -179,16 +186,20 @@ class ClaimReconciler:
         return DONE
 
     def _pending(self, claim: dict[str, Any], match: matching.Match) -> QueueOutcome:
-        self._unbind(claim)
-        previous = (claim.get("status") or {}).get("registeredService")
+        self._unbind_unless_done(claim)
+        status = claim.get("status") or {}
+        previous = status.get("registeredService")
         total = len(match.index)
         summary = (
             f"no acceptable registered service among {total} in namespace {claim['metadata']['namespace']!r}"
             if total
             else f"no registered services in namespace {claim['metadata']['namespace']!r}"
         )
+        lost = (conditions.find(status.get("conditions"), READY) or {}).get("reason") == Reason.MATCH_LOST
         if previous:
             summary = f"registered service {previous!r} no longer matches; {summary}"
+        elif lost and status.get("state") == ClaimState.PENDING.value:  # still Pending since the loss: keep saying so
+            summary = f"{str(status.get('reason') or '').split('; ')[0]}; {summary}"
         self._write(
             claim,
             {
@@ -199,7 +210,7 @@ class ClaimReconciler:
                 "candidates": [v.as_status() for v in match.verdicts(self.ctx.settings.candidates_shown)],
             },
             ready=False,
-            reason=Reason.MATCH_LOST if previous else Reason.NO_MATCH,
+            reason=Reason.MATCH_LOST if previous or lost else Reason.NO_MATCH,
             message=summary,
         )
         return DONE

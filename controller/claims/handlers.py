@@ -25,6 +25,7 @@ import copy
 import logging
 import time
 from collections.abc import Awaitable, Callable, Hashable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import kopf
@@ -99,10 +100,13 @@ class ClaimsController:
 
     # -- events --------------------------------------------------------------------------------------
 
-    def _enqueue_claims_for(self, namespace: str, *holders: str | None) -> None:
+    def _enqueue_claims_for(self, namespace: str, *holders: str | None, pending: bool = True) -> None:
+        """The holders (their binding may need re-rendering) and, if ``pending``, unresolved claims."""
         for holder in holders:
             if holder:
                 self.enqueue(("claim", namespace, holder))
+        if not pending:
+            return
         for claim in self.store.claims(namespace):
             if claim.state != ClaimState.RESOLVED.value:
                 self.enqueue(("claim", namespace, claim.name))
@@ -120,8 +124,13 @@ class ClaimsController:
         else:
             previous, current = self.store.upsert_service(body)
             self.enqueue(key)
-            if previous != current:
-                self._enqueue_claims_for(namespace, previous.claimed_by if previous else None, current.claimed_by)
+            # Unresolved claims only care about what matching sees; holders about everything (values too).
+            matters = previous is None or replace(previous, resource_version=None) != replace(
+                current, resource_version=None
+            )
+            self._enqueue_claims_for(
+                namespace, previous.claimed_by if previous else None, current.claimed_by, pending=matters
+            )
         self.enqueue(("catalog", namespace, ""))
 
     def on_claim(self, event_type: str, body: dict[str, Any]) -> None:
