@@ -12,6 +12,7 @@ import copy
 import dataclasses
 import logging
 from collections.abc import Hashable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import kopf
@@ -19,7 +20,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from opbroker.api.conventions import resource_name
-from opbroker.controller import metrics
+from opbroker.controller import decisions, metrics
 from opbroker.controller.bindings import BindingReconciler
 from opbroker.controller.catalog import Catalog
 from opbroker.controller.claims.handlers import register_claims
@@ -47,6 +48,7 @@ class Controller:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.watchers = SourceWatchers(self.kube, self.index, self._enqueue_threadsafe)
         deps = Deps(self.kube, self.catalog, Renderer(), settings, self.index, self.watchers)
+        self.own_writes = deps.own_writes
         self.multicluster = MultiCluster(deps, self._enqueue_threadsafe) if settings.multicluster else None
         if self.multicluster is not None:
             deps = dataclasses.replace(deps, placement=self.multicluster.placement)
@@ -54,11 +56,15 @@ class Controller:
         self.bindings = BindingReconciler(deps)
         self._plan_members: dict[str, set[Hashable]] = {}
         self._instance_bindings: dict[Hashable, set[Hashable]] = {}
+        self._fingerprints: dict[Hashable, tuple[Any, ...]] = {}
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
     def start(self) -> None:
         self.loop = asyncio.get_running_loop()
+        # Reconciles run their blocking API calls in threads: one per worker (asyncio's default pool is
+        # only cpu+4 threads, which would silently cap the workers).
+        self.loop.set_default_executor(ThreadPoolExecutor(self.settings.workers, thread_name_prefix="reconcile"))
         self.queue = WorkQueue(self._reconcile, workers=self.settings.workers)
         self.queue.start()
         if self.multicluster is not None:
@@ -110,12 +116,15 @@ class Controller:
             members.discard(key)
         if event_type == "DELETED":
             self.index.forget(key)
+            self.own_writes.forget(key)
+            self._fingerprints.pop(key, None)
             self._instance_bindings.pop(key, None)
             if self.queue:
                 self.queue.forget(key)
             return
         self._plan_members.setdefault(plan_id, set()).add(key)
-        self._enqueue(key)
+        if self._worth_a_reconcile(key, body):
+            self._enqueue(key)
         for binding in self._instance_bindings.get(key, set()):
             self._enqueue(binding)
         metrics.observe_state("instance", key, (body.get("status") or {}).get("state") or "none")
@@ -130,6 +139,8 @@ class Controller:
         )
         if event_type == "DELETED":
             self.index.forget(key)
+            self.own_writes.forget(key)
+            self._fingerprints.pop(key, None)
             self._instance_bindings.get(instance_key, set()).discard(key)
             if self.queue:
                 self.queue.forget(key)
@@ -137,8 +148,24 @@ class Controller:
             metrics.observe_state("binding", key, None)
             return
         self._instance_bindings.setdefault(instance_key, set()).add(key)
-        self._enqueue(key)
+        if self._worth_a_reconcile(key, body):
+            self._enqueue(key)
         metrics.observe_state("binding", key, (body.get("status") or {}).get("state") or "none")
+
+    def _worth_a_reconcile(self, key: Hashable, body: dict[str, Any]) -> bool:
+        """False for events that change nothing a reconcile decides on.
+
+        Our own writes (their reconcile already decided what comes next), and changes that leave the spec
+        generation, the requested state, deletion and our finalizer as they were — such as the broker
+        recording ``lastOperation`` after the controller had already started.
+        """
+        meta = body["metadata"]
+        seen = decisions.fingerprint(body)
+        previous = self._fingerprints.get(key)
+        self._fingerprints[key] = seen
+        if self.own_writes.caused(key, meta.get("resourceVersion")):
+            return False
+        return previous != seen
 
     # -- reconciling ---------------------------------------------------------------------------------
 

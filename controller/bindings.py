@@ -31,7 +31,7 @@ from opbroker.api.conventions import (
     resource_name,
 )
 from opbroker.api.osb import OperationState
-from opbroker.controller import decisions, registries
+from opbroker.controller import decisions
 from opbroker.controller.catalog import PlanEntry
 from opbroker.controller.decisions import Reason, Step
 from opbroker.controller.kube import BINDINGS, INSTANCES, ref_of
@@ -122,8 +122,12 @@ class BindingReconciler:
     ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
         kube = self.deps.kube
         namespace = binding["metadata"]["namespace"]
-        instance_registry = registries.load(kube, namespace, instance_registry_name(instance["metadata"]["name"]))
-        binding_registry = registries.load(kube, namespace, binding_registry_name(binding["metadata"]["name"]))
+        instance_registry = self.deps.registries.load(
+            kube, namespace, instance_registry_name(instance["metadata"]["name"])
+        )
+        binding_registry = self.deps.registries.load(
+            kube, namespace, binding_registry_name(binding["metadata"]["name"])
+        )
         return instance_registry, binding_registry
 
     def _inputs(
@@ -163,7 +167,7 @@ class BindingReconciler:
         )
         labels = {LABEL_INSTANCE: instance["metadata"]["name"], LABEL_BINDING: meta["name"]}
         if rendered.binding_registry is not None and rendered.binding_registry != inputs.binding_registry:
-            registries.save(
+            self.deps.registries.save(
                 kube,
                 name=binding_registry_name(meta["name"]),
                 owner=binding,
@@ -294,6 +298,7 @@ class BindingReconciler:
             {"metadata": {"finalizers": finalizers or None, "resourceVersion": meta["resourceVersion"]}},
         )
         self.deps.index.forget(("binding", meta["namespace"], meta["name"]))
+        self.deps.registries.forget(meta["namespace"], binding_registry_name(meta["name"]))
         return DONE
 
     def _watch(self, binding: dict[str, Any], refs: list[Any]) -> None:

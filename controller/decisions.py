@@ -72,6 +72,18 @@ def generation_pending(obj: dict[str, Any]) -> bool:
     return _meta(obj).get("generation") != _status(obj).get("observedGeneration")
 
 
+def fingerprint(obj: dict[str, Any]) -> tuple[Any, ...]:
+    """What a reconcile decides on; an event that leaves it unchanged needs no reconcile."""
+    meta = _meta(obj)
+    return (
+        meta.get("generation"),
+        meta.get("deletionTimestamp"),
+        has_finalizer(obj),
+        _status(obj).get("state"),
+        _status(obj).get("observedGeneration"),
+    )
+
+
 def next_instance_step(
     instance: dict[str, Any], *, plan_hash: str | None, auto_update: bool, live_bindings: int
 ) -> Step:

@@ -16,7 +16,7 @@ from opbroker.api import TemplateAction
 from opbroker.api.conventions import FINALIZER, LABEL_INSTANCE, LABEL_PLAN, instance_registry_name
 from opbroker.api.meta import ResourceRef
 from opbroker.api.osb import OperationState
-from opbroker.controller import decisions, registries
+from opbroker.controller import decisions
 from opbroker.controller.catalog import PlanEntry
 from opbroker.controller.decisions import Reason, Step
 from opbroker.controller.kube import BINDINGS, INSTANCES, ref_of
@@ -111,7 +111,9 @@ class InstanceReconciler:
         """
         assert entry.model is not None
         meta = instance["metadata"]
-        registry = registries.load(self.deps.kube, meta["namespace"], instance_registry_name(meta["name"])) or {}
+        registry = (
+            self.deps.registries.load(self.deps.kube, meta["namespace"], instance_registry_name(meta["name"])) or {}
+        )
         source_refs = self.deps.renderer.render_sources(
             entry.model, inputs_for(self.deps, instance=instance, plan=entry, registry=registry)
         )
@@ -145,7 +147,7 @@ class InstanceReconciler:
         )
         labels = {LABEL_INSTANCE: meta["name"], LABEL_PLAN: entry.body["metadata"]["name"]}
         if rendered.registry != registry:
-            registries.save(
+            self.deps.registries.save(
                 kube, name=instance_registry_name(meta["name"]), owner=instance, values=rendered.registry, labels=labels
             )
         for obj in rendered.objects:
@@ -232,7 +234,7 @@ class InstanceReconciler:
         done = not remaining
         if entry is not None and entry.model is not None and entry.model.spec.template(TemplateAction.STATUS):
             try:
-                registry = registries.load(kube, meta["namespace"], instance_registry_name(meta["name"]))
+                registry = self.deps.registries.load(kube, meta["namespace"], instance_registry_name(meta["name"]))
                 inputs = inputs_for(self.deps, instance=instance, plan=entry, registry=registry)
                 source_refs = self.deps.renderer.render_sources(entry.model, inputs)
                 self._watch(instance, [*source_refs.values(), *refs_of(status)])
@@ -269,6 +271,7 @@ class InstanceReconciler:
             {"metadata": {"finalizers": finalizers or None, "resourceVersion": meta["resourceVersion"]}},
         )
         self.deps.index.forget(("instance", meta["namespace"], meta["name"]))
+        self.deps.registries.forget(meta["namespace"], instance_registry_name(meta["name"]))
         return DONE
 
     # -- helpers -------------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from kubernetes.client.rest import ApiException
@@ -14,6 +14,7 @@ from opbroker.controller import decisions
 from opbroker.controller.catalog import Catalog
 from opbroker.controller.decisions import Reason
 from opbroker.controller.kube import Kind, Kube
+from opbroker.controller.registries import RegistryCache
 from opbroker.controller.settings import ControllerSettings
 from opbroker.controller.sources import SourceIndex, SourceWatchers
 from opbroker.controller.workqueue import DONE, Outcome, TemporaryError
@@ -56,6 +57,30 @@ class Deps:
     index: SourceIndex
     watchers: SourceWatchers
     placement: Placement = LOCAL
+    own_writes: OwnWrites = field(default_factory=lambda: OwnWrites())
+    registries: RegistryCache = field(default_factory=RegistryCache)
+
+
+class OwnWrites:
+    """The resourceVersion each object got from our own last write to it.
+
+    The watch event a write of ours causes carries exactly that version; the reconcile that wrote it has
+    already decided what comes next, so that event need not trigger another reconcile (each would cost
+    several reads). Any other change — the broker's, a user's — has a version we did not write.
+    """
+
+    def __init__(self) -> None:
+        self._versions: dict[Hashable, str] = {}
+
+    def note(self, key: Hashable, resource_version: str | None) -> None:
+        if resource_version:
+            self._versions[key] = resource_version
+
+    def caused(self, key: Hashable, resource_version: str | None) -> bool:
+        return resource_version is not None and self._versions.get(key) == resource_version
+
+    def forget(self, key: Hashable) -> None:
+        self._versions.pop(key, None)
 
 
 class Conflict(Exception):
@@ -98,6 +123,7 @@ class StatusWriter:
     def __init__(self, deps: Deps, kind: Kind) -> None:
         self.deps = deps
         self.kind = kind
+        self._key_kind = "binding" if kind.plural == "sfservicebindings" else "instance"
 
     def patch(self, obj: dict[str, Any], status: dict[str, Any], *, guarded: bool = True) -> dict[str, Any] | None:
         """Merge ``status`` into the object's status; ``guarded`` fails with Conflict if it moved on."""
@@ -117,6 +143,7 @@ class StatusWriter:
         if patched is not None:
             obj.clear()
             obj.update(patched)
+            self.deps.own_writes.note(key_of(self._key_kind, obj), patched["metadata"].get("resourceVersion"))
         return patched
 
     def transition(

@@ -56,3 +56,31 @@ def save(kube: Kube, *, name: str, owner: dict[str, Any], values: dict[str, Any]
             "data": encode(values),
         }
     )
+
+
+class RegistryCache:
+    """The registries this controller wrote or read, kept in memory.
+
+    Only the controller writes registries (templates change them through renders, which it persists), so
+    after the first read each reconcile can use the copy instead of a GET. Lost on restart or failover:
+    the next read goes to the API again. Only the queue's single worker for an object touches its entry.
+    """
+
+    def __init__(self) -> None:
+        self._values: dict[tuple[str, str], dict[str, Any] | None] = {}
+
+    def load(self, kube: Kube, namespace: str, name: str) -> dict[str, Any] | None:
+        key = (namespace, name)
+        if key not in self._values:
+            self._values[key] = load(kube, namespace, name)
+        cached = self._values[key]
+        return dict(cached) if cached is not None else None
+
+    def save(
+        self, kube: Kube, *, name: str, owner: dict[str, Any], values: dict[str, Any], labels: dict[str, str]
+    ) -> None:
+        save(kube, name=name, owner=owner, values=values, labels=labels)
+        self._values[(owner["metadata"]["namespace"], name)] = dict(values)
+
+    def forget(self, namespace: str, name: str) -> None:
+        self._values.pop((namespace, name), None)

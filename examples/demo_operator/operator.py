@@ -17,6 +17,7 @@ import logging
 import secrets
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from kubernetes import client, config, watch
@@ -27,10 +28,29 @@ logger = logging.getLogger("demo-operator")
 
 
 class DemoOperator:
-    def __init__(self, api: client.ApiClient) -> None:
+    def __init__(self, api: client.ApiClient, workers: int = 8) -> None:
         self.custom = client.CustomObjectsApi(api)
         self.core = client.CoreV1Api(api)
         self.timers: dict[tuple[str, str], threading.Timer] = {}
+        # Databases are reconciled concurrently, each one by at most one thread at a time (like any real
+        # operator), so the demo operator is not what limits a benchmark.
+        self.pool = ThreadPoolExecutor(workers, thread_name_prefix="demo-operator")
+        self.locks: dict[tuple[str, str], threading.Lock] = {}
+        self.locks_guard = threading.Lock()
+
+    def submit(self, db: dict[str, Any]) -> None:
+        key = (db["metadata"]["namespace"], db["metadata"]["name"])
+        with self.locks_guard:
+            lock = self.locks.setdefault(key, threading.Lock())
+
+        def work() -> None:
+            with lock:
+                try:
+                    self.reconcile(db)
+                except Exception as exc:
+                    logger.warning("reconcile of %s/%s failed: %s", *key, exc)
+
+        self.pool.submit(work)
 
     def run(self) -> None:
         resource_version = ""
@@ -40,7 +60,7 @@ class DemoOperator:
                     listing = self.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL)
                     resource_version = listing["metadata"]["resourceVersion"]
                     for item in listing["items"]:
-                        self.reconcile(item)
+                        self.submit(item)
                 stream = watch.Watch().stream(
                     self.custom.list_cluster_custom_object,
                     GROUP,
@@ -53,7 +73,7 @@ class DemoOperator:
                     obj = event["object"]
                     resource_version = obj["metadata"]["resourceVersion"]
                     if event["type"] != "DELETED":
-                        self.reconcile(obj)
+                        self.submit(obj)
             except ApiException as exc:
                 if exc.status == 410:
                     resource_version = ""
@@ -171,7 +191,9 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s demo-operator %(levelname)s %(message)s")
     config.load_kube_config(config_file=args.kubeconfig)
-    DemoOperator(client.ApiClient()).run()
+    api = client.ApiClient()
+    api.user_agent = "demo-operator"  # tells its requests apart in audit logs (the benchmarks count them)
+    DemoOperator(api).run()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,1 @@
+"""Benchmarks and reliability suites (run with scripts/bench.sh and scripts/reliability.sh)."""

@@ -1,0 +1,197 @@
+"""What every benchmark shares: a fresh audited stack, an OSB client, API-call accounting, statistics.
+
+API calls are counted from the API server's audit log (one line per request), attributed by User-Agent:
+``opbroker-controller`` and ``kopf`` (the controller), ``opbroker-broker`` (the broker), ``demo-operator``
+(the operator opbroker drives), ``opbroker-bench`` (this harness), everything else is the control plane.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+from kubernetes import client, config
+
+from opbroker.devcluster.controlplane import free_ports
+from opbroker.devcluster.devstack import DEMO_OPERATOR, DevStack, Endpoint
+from opbroker.devcluster.processes import Process
+
+WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
+BENCH_AGENT = "opbroker-bench"
+HEADERS = {"X-Broker-API-Version": "2.17"}
+
+
+def component_of(user_agent: str) -> str:
+    for prefix, component in (
+        ("opbroker-controller", "controller"),
+        ("kopf", "controller"),
+        ("opbroker-broker", "broker"),
+        ("demo-operator", "operator"),
+        (BENCH_AGENT, "bench"),
+    ):
+        if user_agent.startswith(prefix):
+            return component
+    return "control-plane"
+
+
+@dataclass
+class AuditCounter:
+    """Counts audit-log requests by (component, verb, resource) from a mark onwards."""
+
+    path: Path
+    offset: int = 0
+
+    def mark(self) -> None:
+        self.offset = self.path.stat().st_size if self.path.exists() else 0
+
+    def counts(self) -> Counter[tuple[str, str, str]]:
+        found: Counter[tuple[str, str, str]] = Counter()
+        with self.path.open("rb") as handle:
+            handle.seek(self.offset)
+            for line in handle:
+                try:
+                    event = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a line still being written
+                if event.get("stage") != "ResponseComplete":
+                    continue
+                resource = (event.get("objectRef") or {}).get("resource", "-")
+                subresource = (event.get("objectRef") or {}).get("subresource")
+                if subresource:
+                    resource = f"{resource}/{subresource}"
+                found[(component_of(event.get("userAgent", "")), event.get("verb", "?"), resource)] += 1
+        return found
+
+
+def writes(counts: Counter[tuple[str, str, str]], *components: str) -> int:
+    return sum(n for (component, verb, _), n in counts.items() if verb in WRITE_VERBS and component in components)
+
+
+def by_verb(counts: Counter[tuple[str, str, str]], component: str) -> dict[str, int]:
+    verbs: Counter[str] = Counter()
+    for (who, verb, _), n in counts.items():
+        if who == component:
+            verbs[verb] += n
+    return dict(sorted(verbs.items()))
+
+
+def writes_by_resource(counts: Counter[tuple[str, str, str]], *components: str) -> dict[str, int]:
+    found: Counter[str] = Counter()
+    for (who, verb, resource), n in counts.items():
+        if who in components and verb in WRITE_VERBS:
+            found[f"{verb} {resource}"] += n
+    return dict(found.most_common())
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(fraction * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    return {
+        "p50": round(percentile(values, 0.50), 4),
+        "p99": round(percentile(values, 0.99), 4),
+        "mean": round(statistics.fmean(values), 4) if values else float("nan"),
+        "max": round(max(values), 4) if values else float("nan"),
+    }
+
+
+def process_usage(process: Process) -> dict[str, float]:
+    """CPU seconds and resident memory of a child process (from /proc)."""
+    assert process.popen is not None
+    return pid_usage(process.popen.pid)
+
+
+def pid_usage(pid: int) -> dict[str, float]:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    cpu = (int(fields[11]) + int(fields[12])) / ticks
+    rss = next(int(line.split()[1]) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("VmRSS:"))
+    return {"cpu_seconds": round(cpu, 2), "rss_mib": round(rss / 1024, 1)}
+
+
+def machine() -> dict[str, Any]:
+    return {
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "host": platform.node(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "kernel": platform.release(),
+        "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+    }
+
+
+@dataclass
+class Bench:
+    stack: DevStack
+    endpoint: Endpoint
+    api: client.ApiClient
+    audit: AuditCounter
+
+    def osb(self, connections: int = 64) -> httpx.Client:
+        limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+        return httpx.Client(
+            base_url=self.endpoint.url,
+            auth=(self.endpoint.username, self.endpoint.password),
+            headers=HEADERS,
+            timeout=120,
+            limits=limits,
+        )
+
+    def process(self, name: str) -> Process:
+        return next(p for p in self.stack.processes if p.name == name)
+
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU seconds used so far by every process of the stack (control plane included)."""
+        usage = {p.name: process_usage(p)["cpu_seconds"] for p in self.stack.processes}
+        for component in self.stack.plane.status().components:
+            if component.pid:
+                usage[component.name] = pid_usage(component.pid)["cpu_seconds"]
+        return usage
+
+    def namespace(self, name: str) -> str:
+        client.CoreV1Api(self.api).create_namespace({"metadata": {"name": name}})
+        return name
+
+    def plan_ids(self) -> tuple[str, str]:
+        catalog = yaml.safe_load_all((DEMO_OPERATOR / "catalog.yaml").read_text())
+        plan = next(doc for doc in catalog if doc["kind"] == "SFPlan")
+        return plan["spec"]["serviceId"], plan["spec"]["id"]
+
+    def make_operator_instant(self) -> None:
+        """The demo operator's 1 s delay would dominate every latency: make it ready at once."""
+        custom = client.CustomObjectsApi(self.api)
+        plan = next(doc for doc in yaml.safe_load_all((DEMO_OPERATOR / "catalog.yaml").read_text()) if doc["kind"] == "SFPlan")
+        custom.patch_namespaced_custom_object(
+            "osb.servicefabrik.io", "v1alpha1", "opbroker", "sfplans", plan["metadata"]["name"],
+            {"spec": {"context": {"readyAfterSeconds": 0}}},
+        )
+
+
+@contextmanager
+def bench_stack(name: str, *, workers: int = 8) -> Iterator[Bench]:
+    """A fresh control plane with audit logging, the controller, the broker and the demo operator."""
+    (port,) = free_ports(1)
+    stack = DevStack(f"bench-{name}", broker_port=port, audit=True, controller_args=("--workers", str(workers)))
+    endpoint = stack.up(progress=lambda message: print(f"  [stack] {message}", flush=True))
+    api = config.new_client_from_config(config_file=str(endpoint.kubeconfig))
+    api.user_agent = BENCH_AGENT
+    try:
+        yield Bench(stack, endpoint, api, AuditCounter(stack.plane.audit_log))
+    finally:
+        stack.down(progress=lambda message: None)
