@@ -121,7 +121,11 @@ def pid_usage(pid: int) -> dict[str, float]:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     ticks = os.sysconf("SC_CLK_TCK")
     cpu = (int(fields[11]) + int(fields[12])) / ticks
-    rss = next(int(line.split()[1]) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("VmRSS:"))
+    rss = next(
+        int(line.split()[1])
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+        if line.startswith("VmRSS:")
+    )
     return {"cpu_seconds": round(cpu, 2), "rss_mib": round(rss / 1024, 1)}
 
 
@@ -176,9 +180,15 @@ class Bench:
     def make_operator_instant(self) -> None:
         """The demo operator's 1 s delay would dominate every latency: make it ready at once."""
         custom = client.CustomObjectsApi(self.api)
-        plan = next(doc for doc in yaml.safe_load_all((DEMO_OPERATOR / "catalog.yaml").read_text()) if doc["kind"] == "SFPlan")
+        plan = next(
+            doc for doc in yaml.safe_load_all((DEMO_OPERATOR / "catalog.yaml").read_text()) if doc["kind"] == "SFPlan"
+        )
         custom.patch_namespaced_custom_object(
-            "osb.servicefabrik.io", "v1alpha1", "opbroker", "sfplans", plan["metadata"]["name"],
+            "osb.servicefabrik.io",
+            "v1alpha1",
+            "opbroker",
+            "sfplans",
+            plan["metadata"]["name"],
             {"spec": {"context": {"readyAfterSeconds": 0}}},
         )
 

@@ -49,8 +49,13 @@ class StateWatch:
             stream = watch.Watch()
             try:
                 for event in stream.stream(
-                    custom.list_namespaced_custom_object, "osb.servicefabrik.io", "v1alpha1", self.namespace,
-                    self.plural, resource_version=version, timeout_seconds=30,
+                    custom.list_namespaced_custom_object,
+                    "osb.servicefabrik.io",
+                    "v1alpha1",
+                    self.namespace,
+                    self.plural,
+                    resource_version=version,
+                    timeout_seconds=30,
                 ):
                     obj = event["object"]
                     version = obj["metadata"]["resourceVersion"]
@@ -62,7 +67,7 @@ class StateWatch:
                         self.failed[name] = (obj.get("status") or {}).get("error", "")
                     if self._stop.is_set():
                         break
-            except Exception:  # noqa: BLE001 - resume the watch (410 and friends)
+            except Exception:
                 version = ""
 
     def wait(self, names: list[str], timeout: float) -> None:
@@ -83,8 +88,13 @@ def provision_all(bench: Bench, namespace: str, count: int, concurrency: int) ->
     states = StateWatch(bench.api, namespace, "sfserviceinstances")
     states.start()
     time.sleep(0.5)
-    body = {"service_id": service_id, "plan_id": plan_id, "organization_guid": "bench", "space_guid": "bench",
-            "context": {"platform": "kubernetes", "namespace": namespace}}
+    body = {
+        "service_id": service_id,
+        "plan_id": plan_id,
+        "organization_guid": "bench",
+        "space_guid": "bench",
+        "context": {"platform": "kubernetes", "namespace": namespace},
+    }
     with bench.osb(concurrency) as http:
 
         def provision(name: str) -> None:
@@ -112,6 +122,7 @@ def provision_all(bench: Bench, namespace: str, count: int, concurrency: int) ->
     opbroker_writes = writes(counts, "controller", "broker")
     all_writes = writes(counts, "controller", "broker", "operator", "control-plane", "bench")
     return {
+        "names": [n for n in names if n in states.seen],
         "instances": count,
         "concurrency": concurrency,
         "failed": len(states.failed),
@@ -138,8 +149,11 @@ def run(count: int, concurrency: int = 32) -> dict[str, Any]:
         bench.make_operator_instant()
         raw = raw_write_rate(bench.endpoint.kubeconfig, bench.namespace("raw"))
         result = provision_all(bench, bench.namespace("bench"), count, concurrency)
+    result.pop("names")
     result["raw_write_rate"] = raw
     result["utilisation"] = round(result["api_writes_per_second"] / raw["writes_per_second"], 3)
     result["write_amplification"] = round(result["opbroker_writes_per_instance"] / MINIMUM_WRITES_PER_INSTANCE, 3)
-    result["controller_cpu_ms_per_instance"] = round(1000 * result["controller"]["cpu_seconds"] / count, 2)
+    cpu = result["cpu_seconds_by_process"]
+    result["controller_cpu_ms_per_instance"] = round(1000 * cpu["controller"] / count, 2)
+    result["apiserver_cpu_ms_per_instance"] = round(1000 * cpu["kube-apiserver"] / count, 2)
     return result

@@ -42,4 +42,9 @@ def raw_write_rate(kubeconfig: Path, namespace: str, *, writes: int = 3000, conc
     failures = sum(1 for code in codes if code != 201)
     if failures:
         raise RuntimeError(f"{failures} of {writes} raw writes failed")
-    return {"writes": writes, "concurrency": concurrency, "seconds": round(elapsed, 3), "writes_per_second": round(writes / elapsed, 1)}
+    return {
+        "writes": writes,
+        "concurrency": concurrency,
+        "seconds": round(elapsed, 3),
+        "writes_per_second": round(writes / elapsed, 1),
+    }

@@ -1,0 +1,167 @@
+"""Run the benchmark suites and record their results: ``scripts/bench.sh [--quick] [--suite NAME ...]``.
+
+Results go to ``bench/results/bench-<date>.json`` (everything measured, with the machine) and the summary
+table ``bench/results/RESULTS.md``. ``--quick`` runs tiny sizes (a smoke test of the harness, not figures).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from bench import bindings, claims, provisioning, renderer
+from bench.common import machine
+
+RESULTS = Path(__file__).resolve().parent / "results"
+SUITES = ("renderer", "claims", "provisioning", "bindings")
+FULL = {"provisioning": (100, 1000, 5000), "bindings": (10_000, 1_000), "claims": (10_000, 1_000), "renderer": 5.0}
+QUICK = {"provisioning": (20, 40), "bindings": (40, 20), "claims": (1_000, 100), "renderer": 0.5}
+
+TARGETS = {"utilisation": 0.5, "write_amplification": 1.5, "scale_curve_ratio": 1.5}
+
+
+def run_suites(suites: list[str], sizes: dict[str, Any], log: Any = print) -> dict[str, Any]:
+    results: dict[str, Any] = {"machine": machine(), "sizes": sizes, "targets": TARGETS}
+    if "renderer" in suites:
+        log("renderer ...")
+        results["renderer"] = renderer.run(sizes["renderer"])
+    if "claims" in suites:
+        log("claims ...")
+        results["claims"] = claims.run(*sizes["claims"])
+    if "provisioning" in suites:
+        results["provisioning"] = {}
+        for count in sizes["provisioning"]:
+            log(f"provisioning {count} instances ...")
+            results["provisioning"][str(count)] = provisioning.run(count)
+        runs = results["provisioning"]
+        smallest, largest = runs[str(min(sizes["provisioning"]))], runs[str(max(sizes["provisioning"]))]
+        results["scale_curve"] = scale_curve(smallest, largest)
+    if "bindings" in suites:
+        count, instances = sizes["bindings"]
+        log(f"bindings: {count} over {instances} instances ...")
+        results["bindings"] = bindings.run(count, instances)
+    return results
+
+
+def scale_curve(small: dict[str, Any], large: dict[str, Any]) -> dict[str, Any]:
+    """Cost per instance at the smallest and largest N; the ratio should stay near 1 (a flat curve)."""
+
+    def cost(run: dict[str, Any]) -> dict[str, float]:
+        cpu = run["cpu_seconds_by_process"]
+        per = run["instances"]
+        return {
+            "opbroker_writes_per_instance": run["opbroker_writes_per_instance"],
+            "controller_cpu_ms_per_instance": round(1000 * cpu["controller"] / per, 2),
+            "broker_cpu_ms_per_instance": round(1000 * cpu["broker"] / per, 2),
+            "apiserver_cpu_ms_per_instance": round(1000 * cpu["kube-apiserver"] / per, 2),
+            "wall_ms_per_instance": round(1000 * run["total_seconds"] / per, 2),
+        }
+
+    low, high = cost(small), cost(large)
+    ratios = {k: round(high[k] / low[k], 3) if low[k] else None for k in low}
+    controller_ratio = ratios["controller_cpu_ms_per_instance"] or 0.0
+    return {
+        "small": {"n": small["instances"], **low},
+        "large": {"n": large["instances"], **high},
+        "ratios": ratios,
+        "flat": controller_ratio <= TARGETS["scale_curve_ratio"],
+    }
+
+
+def summary_markdown(results: dict[str, Any]) -> str:
+    m = results["machine"]
+    lines = [
+        "# Benchmark results",
+        "",
+        f"Machine: {m['cpus']} cores, {m['memory_gib']} GiB, Python {m['python']}, kernel {m['kernel']}; "
+        f"run {m['date']}. Reproduce: `scripts/bench.sh` (full) — details in `bench/README.md`; "
+        "raw numbers in the JSON file beside this one.",
+        "",
+    ]
+    if "provisioning" in results:
+        lines += [
+            "## Provisioning through OSB (demo operator, concurrency 32)",
+            "",
+            "| N | total s | inst/s | OSB p50 / p99 s | reconcile p50 / p99 s | writes/inst | amplification | "
+            "API writes/s | raw writes/s | utilisation | controller CPU ms/inst | controller RSS MiB |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for n, run in results["provisioning"].items():
+            osb, rec = run["osb_provision_latency_s"], run["reconcile_latency_s"]
+            lines.append(
+                f"| {n} | {run['total_seconds']} | {run['instances_per_second']} | {osb['p50']} / {osb['p99']} | "
+                f"{rec['p50']} / {rec['p99']} | {run['opbroker_writes_per_instance']} | {run['write_amplification']} | "
+                f"{run['api_writes_per_second']} | {run['raw_write_rate']['writes_per_second']} | "
+                f"{run['utilisation']} | "
+                f"{run['controller_cpu_ms_per_instance']} | {run['controller']['rss_mib']} |"
+            )
+        curve = results["scale_curve"]
+        lines += [
+            "",
+            f"Scale curve (cost per instance, N={curve['small']['n']} → N={curve['large']['n']}): "
+            + ", ".join(f"{k} x{v}" for k, v in curve["ratios"].items())
+            + f" — flat: {curve['flat']}.",
+            "",
+        ]
+    if "bindings" in results:
+        run = results["bindings"]
+        osb, lat = run["osb_bind_latency_s"], run["bind_latency_s"]
+        lines += [
+            "## Bindings through OSB",
+            "",
+            f"{run['bindings']} bindings over {run['instances']} instances: {run['total_seconds']} s "
+            f"({run['bindings_per_second']}/s), OSB p50/p99 {osb['p50']}/{osb['p99']} s, bind latency p50/p99 "
+            f"{lat['p50']}/{lat['p99']} s, {run['opbroker_writes_per_binding']} writes/binding "
+            f"(amplification {run['write_amplification']}), utilisation {run['utilisation']}, failed {run['failed']}.",
+            "",
+        ]
+    if "renderer" in results:
+        r = results["renderer"]
+        lines += [
+            "## Renderer",
+            "",
+            f"Renders/s of {r['template']}: "
+            + ", ".join(f"{k} {v}" for k, v in r["renders_per_second"].items())
+            + f" (opbroker ÷ jinja2+yaml = {r['ratio_to_jinja2_yaml']}).",
+            "",
+        ]
+    if "claims" in results:
+        c = results["claims"]
+        lines += [
+            "## Claims matching",
+            "",
+            f"{c['services']} services x {c['claims']} claims: {c['matching_seconds_total']} s "
+            f"({c['claims_per_second']} claims/s, p50 {c['per_claim_seconds']['p50']} s, p99 "
+            f"{c['per_claim_seconds']['p99']} s per claim incl. 50 verdicts); "
+            f"index build {c['index_build_seconds']} s.",
+            "",
+        ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny sizes: check the harness, not the figures")
+    parser.add_argument("--suite", action="append", choices=SUITES, help="run only these (repeatable)")
+    parser.add_argument("--no-record", action="store_true", help="print, do not write results files")
+    args = parser.parse_args()
+    sizes = QUICK if args.quick else FULL
+    started = time.perf_counter()
+    results = run_suites(args.suite or list(SUITES), sizes)
+    results["seconds"] = round(time.perf_counter() - started, 1)
+    text = json.dumps(results, indent=2)
+    if args.no_record or args.quick:
+        print(text)
+        return
+    RESULTS.mkdir(exist_ok=True)
+    stamp = results["machine"]["date"].replace(":", "")
+    (RESULTS / f"bench-{stamp}.json").write_text(text + "\n")
+    (RESULTS / "RESULTS.md").write_text(summary_markdown(results) + "\n")
+    print(summary_markdown(results))
+
+
+if __name__ == "__main__":
+    main()
