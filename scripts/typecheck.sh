@@ -1,10 +1,18 @@
 #!/usr/bin/env bash
-# Type-check the pure core with mypy --strict.
+# Type-check the pure core with mypy --strict: the resource model, the renderer, the broker's decisions,
+# the controller's decisions, queue and claims logic.
 # mypy cannot follow setuptools' editable-install import hook (opbroker.api -> api/), so it reads the
 # packages through a tree of symlinks that mirrors the installed layout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tree=.typecheck/opbroker
 mkdir -p "$tree"
-for pkg in api rendering; do ln -sfn "../../$pkg" "$tree/$pkg"; done
-MYPYPATH=.typecheck exec .venv/bin/mypy --strict -p opbroker.api -p opbroker.rendering "$@"
+for pkg in api rendering broker controller; do ln -sfn "../../$pkg" "$tree/$pkg"; done
+modules=(
+  -p opbroker.api -p opbroker.rendering
+  -m opbroker.broker.decisions -m opbroker.broker.errors -m opbroker.broker.bodies -m opbroker.broker.headers
+  -m opbroker.broker.operations -m opbroker.broker.parameters -m opbroker.broker.catalogs
+  -m opbroker.controller.decisions -m opbroker.controller.workqueue
+  -m opbroker.controller.claims.matching -m opbroker.controller.claims.constraints -m opbroker.controller.claims.states
+)
+MYPYPATH=.typecheck exec .venv/bin/mypy --strict --follow-imports=silent "${modules[@]}" "$@"
