@@ -10,6 +10,8 @@ from typing import Any
 import pulumi
 import yaml
 
+from opbroker.api import SFPlan as SFPlanModel
+from opbroker.api import SFService as SFServiceModel
 from opbroker.api.crd import all_crds
 from opbroker.components import testing
 from opbroker.provider import host
@@ -53,7 +55,17 @@ def test_the_root_stack_deploys_the_control_plane_and_a_catalog_after_the_crds()
     assert {t["type"] for t in spec["templates"]} == {"jinja2"}
     assert spec["serviceId"] == service.plain_inputs()["spec"]["id"]
     rules = mocks.one("kubernetes:rbac.authorization.k8s.io/v1:ClusterRole", "opbroker-controller").plain_inputs()
-    assert rules["rules"][-1]["apiGroups"] == ["acid.zalan.do"]
+    assert [r["apiGroups"] for r in rules["rules"][-2:]] == [["acid.zalan.do"], ["demo.opbroker.io"]]
+
+
+def test_the_root_stack_declares_the_same_demo_catalog_opbroker_dev_applies() -> None:
+    mocks = run_program(REPO / "examples" / "stack", "opbroker")
+    documents = list(yaml.safe_load_all((REPO / "examples" / "demo_operator" / "catalog.yaml").read_text()))
+    for document, cr_type, model in zip(documents, (SERVICE_CR, PLAN_CR), (SFServiceModel, SFPlanModel), strict=True):
+        declared = mocks.one(cr_type, document["metadata"]["name"]).plain_inputs()
+        assert declared["metadata"]["name"] == document["metadata"]["name"]
+        # The same spec, field for field, as the models read them.
+        assert model.model_validate({**document, "spec": declared["spec"]}).spec == model.model_validate(document).spec
 
 
 def test_child_names_start_with_their_components_name_so_renames_carry_over_by_alias() -> None:

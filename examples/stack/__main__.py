@@ -5,12 +5,19 @@
     pulumi preview && pulumi up
 
 The catalog is a PostgreSQL offering backed by the Zalando postgres-operator, with a small inline jinja2
-plan; examples/catalog/ holds the fuller one. Every custom resource waits for the control plane's CRDs.
+plan (examples/catalog/ holds the fuller one), and the demo catalog — the very objects `opbroker dev`
+applies, read from examples/demo_operator/catalog.yaml. Every custom resource waits for the control
+plane's CRDs.
 """
+
+from pathlib import Path
 
 import pulumi
 
+from opbroker.api import SFPlan as PlanModel
+from opbroker.api import SFService as ServiceModel
 from opbroker.api.conventions import DEFAULT_NAMESPACE
+from opbroker.api.manifests import load_resources
 from opbroker.components import ControlPlane, SFPlan, SFService
 from opbroker.provider.host import version
 
@@ -97,7 +104,12 @@ control_plane = ControlPlane(
                     "api_groups": ["acid.zalan.do"],
                     "resources": ["postgresqls"],
                     "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
-                }
+                },
+                {
+                    "api_groups": ["demo.opbroker.io"],
+                    "resources": ["databases"],
+                    "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+                },
             ],
         },
     },
@@ -152,6 +164,17 @@ small = SFPlan(
     },
     after_crds,
 )
+
+#: The demo catalog, exactly as `opbroker dev` applies it (the demo operator must run in the cluster).
+DEMO_CATALOG = Path(__file__).resolve().parent.parent / "demo_operator" / "catalog.yaml"
+for resource in load_resources(DEMO_CATALOG.read_text(), str(DEMO_CATALOG)):
+    object_args = {"namespace": namespace, "object_name": resource.metadata.name}
+    if isinstance(resource, ServiceModel):
+        SFService(
+            resource.metadata.name or "", {**resource.spec.model_dump(exclude_none=True), **object_args}, after_crds
+        )
+    elif isinstance(resource, PlanModel):
+        SFPlan(resource.metadata.name or "", {**resource.spec.model_dump(exclude_none=True), **object_args}, after_crds)
 
 pulumi.export("namespace", control_plane.namespace)
 pulumi.export("crds", control_plane.crd_names)
