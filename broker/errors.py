@@ -80,6 +80,13 @@ def bad_request(description: str) -> BrokerError:
     return BrokerError(Reason.BAD_REQUEST, description)
 
 
+def require_query(**values: str | None) -> None:
+    """400 for the first query parameter that is missing or empty (DELETE must name service_id and plan_id)."""
+    for name, value in values.items():
+        if not value:
+            raise bad_request(f"the {name} query parameter is required and must not be empty")
+
+
 def to_response(error: BrokerError) -> tuple[int, dict[str, Any]]:
     """The HTTP status and OSB error body for ``error``."""
     status = STATUS[error.reason]

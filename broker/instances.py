@@ -220,10 +220,7 @@ def deprovision(
     accepts_incomplete: bool,
 ) -> Decision:
     """DELETE: works on half-created instances and during provisioning (orphan mitigation)."""
-    if not service_id:
-        raise errors.bad_request("the service_id query parameter is required and must not be empty")
-    if not plan_id:
-        raise errors.bad_request("the plan_id query parameter is required and must not be empty")
+    errors.require_query(service_id=service_id, plan_id=plan_id)
     if existing is None:
         raise errors.BrokerError(errors.Reason.GONE, f"instance {instance_id!r} does not exist")
     if existing.spec.get("serviceId") != service_id:

@@ -207,14 +207,7 @@ def deprovision(
         live_bindings=live,
         accepts_incomplete=accepts_incomplete,
     )
-    if not isinstance(decision, decisions.Remove):
-        return broker.effects.conclude(decision, existing, accepts_incomplete=accepts_incomplete)
-    assert existing is not None
-    token = broker.effects.record_removal(existing, OperationType.DEPROVISION, meta)
-    log.info("deprovision instance %s/%s request=%s", existing.namespace, existing.name, meta.request_identity)
-    if decision.asynchronous:
-        return broker.effects.reply(decisions.accepted(token))
-    return broker.effects.settle(token, created=False, accepts_incomplete=accepts_incomplete)
+    return _remove(broker, decision, existing, OperationType.DEPROVISION, meta, accepts_incomplete)
 
 
 @router.get(
@@ -346,14 +339,7 @@ def unbind(
         existing=existing,
         accepts_incomplete=accepts_incomplete,
     )
-    if not isinstance(decision, decisions.Remove):
-        return broker.effects.conclude(decision, existing, accepts_incomplete=accepts_incomplete)
-    assert existing is not None
-    token = broker.effects.record_removal(existing, OperationType.UNBIND, meta)
-    log.info("unbind %s/%s request=%s", existing.namespace, existing.name, meta.request_identity)
-    if decision.asynchronous:
-        return broker.effects.reply(decisions.accepted(token))
-    return broker.effects.settle(token, created=False, accepts_incomplete=accepts_incomplete)
+    return _remove(broker, decision, existing, OperationType.UNBIND, meta, accepts_incomplete)
 
 
 @router.get(
@@ -396,3 +382,22 @@ def binding_last_operation(
     if token is None and record is not None and record.spec.get("instanceId") != instance_id:
         record = None
     return broker.effects.reply(decisions.last_operation(Kind.BINDING, name, token, record))
+
+
+def _remove(
+    broker: Broker,
+    decision: decisions.Decision,
+    existing: Record | None,
+    operation: OperationType,
+    meta: headers.RequestMeta,
+    accepts_incomplete: bool,
+) -> JSONResponse:
+    """Carry out a deprovision/unbind decision: answer it, or record the removal and answer (or wait)."""
+    if not isinstance(decision, decisions.Remove):
+        return broker.effects.conclude(decision, existing, accepts_incomplete=accepts_incomplete)
+    assert existing is not None
+    token = broker.effects.record_removal(existing, operation, meta)
+    log.info("%s %s/%s request=%s", operation.value, existing.namespace, existing.name, meta.request_identity)
+    if decision.asynchronous:
+        return broker.effects.reply(decisions.accepted(token))
+    return broker.effects.settle(token, created=False, accepts_incomplete=accepts_incomplete)
