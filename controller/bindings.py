@@ -76,12 +76,17 @@ class BindingReconciler:
         if step == Step.TEARDOWN:
             return self._teardown(binding, instance, entry)
         if instance is None or decisions.is_deleting(instance):
+            # A bind that raced a deprovision (both accepted) can never complete. Left in place, it would
+            # block the deprovision forever; never bound, it has nothing to undo, so it is removed.
+            going = "does not exist" if instance is None else "is being deprovisioned"
             self.status.transition(
                 binding,
                 state=OperationState.FAILED,
                 reason=Reason.INSTANCE_NOT_FOUND,
-                error=f"instance {binding['spec']['instanceId']!r} does not exist",
+                error=f"instance {binding['spec']['instanceId']!r} {going}; the binding was never completed",
             )
+            if not (binding.get("status") or {}).get("response"):
+                kube.delete_custom(BINDINGS, namespace, name)
             return DONE
         if step == Step.BLOCKED:
             if instance_state == OperationState.FAILED.value:

@@ -172,6 +172,14 @@ class Kube:
         items: list[dict[str, Any]] = listed.get("items", [])
         return items
 
+    def delete_custom(self, kind: Kind, namespace: str, name: str) -> bool:
+        """Delete one of our objects (its finalizer then runs); False if it was already gone."""
+        deleted = _unless(
+            404,
+            lambda: self.custom.delete_namespaced_custom_object(kind.group, kind.version, namespace, kind.plural, name),
+        )
+        return deleted is not None
+
     def patch_custom_status(
         self, kind: Kind, namespace: str, name: str, status: dict[str, Any], *, resource_version: str | None = None
     ) -> dict[str, Any] | None:

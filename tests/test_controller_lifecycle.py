@@ -249,3 +249,14 @@ def test_killed_controller_converges_without_duplicates(
         client.CoreV1Api(api_client).list_namespaced_secret(namespace, label_selector="opbroker.io/instance").items
     )
     assert sorted(s.metadata.name for s in registries) == sorted(f"{n}-registry" for n in names)
+
+
+def test_a_bind_that_raced_a_deprovision_does_not_block_it(api_client: client.ApiClient, namespace: str) -> None:
+    """Both accepted by the broker: the instance is deleted while a binding nobody completed appears."""
+    provision(api_client, namespace, "race1")
+    wait_state(api_client, namespace, "sfserviceinstances", "race1", "succeeded")
+    custom(api_client).delete_namespaced_custom_object(GROUP, VERSION, namespace, "sfserviceinstances", "race1")
+    bind(api_client, namespace, "late1", "race1")
+    wait_for(lambda: gone(api_client, namespace, "sfservicebindings", "late1"), 30, "the never-completed binding to go")
+    wait_for(lambda: gone(api_client, namespace, "sfserviceinstances", "race1"), 30, "the deprovision to finish")
+    assert gone(api_client, namespace, "databases", "race1", *DB[:2])

@@ -94,27 +94,39 @@ class DemoOperator:
             if status.get("phase") != "Failed":
                 self.set_status(db, {"phase": "Failed", "message": spec["failWith"]})
             return
-        if not status.get("phase"):
+        phase = status.get("phase")
+        if not phase:
             self.set_status(db, {"phase": "Creating", "message": "creating"})
-            delay = float(spec.get("readyAfterSeconds", 1))
-            timer = threading.Timer(delay, self.become_ready, args=key)
-            self.timers[key] = timer
-            timer.start()
+        if phase in (None, "Creating"):
+            # Also after a restart of this operator or of the API server: a Database still Creating is
+            # always on its way to Running.
+            self.schedule_ready(key, float(spec.get("readyAfterSeconds", 1)))
             return
-        if status.get("phase") == "Running":
+        if phase == "Running":
             self.sync_users(db)
+
+    def schedule_ready(self, key: tuple[str, str], delay: float, *, again: bool = False) -> None:
+        pending = self.timers.get(key)
+        if pending is not None and pending.is_alive() and not again:
+            return
+        timer = threading.Timer(delay, self.become_ready, args=key)
+        self.timers[key] = timer
+        timer.start()
 
     def become_ready(self, namespace: str, name: str) -> None:
         try:
             db = self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
-        except ApiException:
-            return
-        service = self.ensure_service(db)
-        self.sync_users(db)
-        self.set_status(
-            db,
-            {"phase": "Running", "message": "ready", "host": service.spec.cluster_ip, "port": 5432},
-        )
+            service = self.ensure_service(db)
+            self.sync_users(db)
+            self.set_status(
+                db,
+                {"phase": "Running", "message": "ready", "host": service.spec.cluster_ip, "port": 5432},
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                self.schedule_ready((namespace, name), 1.0, again=True)
+        except Exception:
+            self.schedule_ready((namespace, name), 1.0, again=True)  # the API server may be restarting
 
     def owner(self, db: dict[str, Any]) -> list[dict[str, Any]]:
         return [
