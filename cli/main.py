@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from opbroker.cli import broker, cluster, controller, dev, manifests, render
+from opbroker.cli import broker, cluster, controller, dev, manifests, plan, render
 
 app = typer.Typer(
     name="opbroker",
@@ -18,6 +18,7 @@ app.add_typer(cluster.app, name="cluster")
 app.add_typer(broker.app, name="broker")
 app.command("render")(render.render)
 app.add_typer(controller.app, name="controller")
+app.add_typer(plan.app, name="plan")
 app.command("dev")(dev.dev)
 
 

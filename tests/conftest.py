@@ -9,7 +9,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 SEED_MANIFESTS = REPO.parent / "shared" / "seeds" / "manifests"
 
-pytest_plugins = ["tests.cluster_fixtures", "tests.controller_support"]
+pytest_plugins = ["tests.cluster_fixtures", "tests.controller_support", "tests.multicluster_support"]
 
 
 @pytest.fixture(scope="session")

@@ -295,14 +295,15 @@ class ClusterReconciler:
 
     # -- connection and probe ------------------------------------------------------------------------
 
-    def refresh(self, state: ClusterState) -> None:
-        """Connect (if the kubeconfig changed) and probe; a change of reachability re-enqueues its instances."""
+    def refresh(self, state: ClusterState, *, announce: bool = True) -> None:
+        """Connect (if the kubeconfig changed) and probe; a change of reachability re-enqueues its instances
+        (unless ``announce`` is off: at start-up the watch events enqueue every instance anyway)."""
         try:
             self._connect(state)
             assert state.kube is not None
             state.kube.probe()
         except Exception as exc:
-            self._mark(state, False, describe(exc))
+            self._mark(state, False, describe(exc), announce=announce)
             return
         try:
             state.observed = state.kube.capacity()
@@ -311,7 +312,7 @@ class ClusterReconciler:
         if state.watch is None and not state.shared:
             state.watch = SisterWatch(state.name, state.kube, self.enqueue_master, self.suspect)
             state.watch.start()
-        self._mark(state, True, "")
+        self._mark(state, True, "", announce=announce)
 
     def _connect(self, state: ClusterState) -> None:
         if state.name == MASTER:
@@ -335,7 +336,7 @@ class ClusterReconciler:
         state.digest = digest
         state.catalog.clear()
 
-    def _mark(self, state: ClusterState, reachable: bool, reason: str) -> None:
+    def _mark(self, state: ClusterState, reachable: bool, reason: str, *, announce: bool) -> None:
         flipped = state.reachable is not reachable
         state.reachable, state.reason = reachable, reason
         if not flipped:
@@ -347,8 +348,9 @@ class ClusterReconciler:
                 state.kube.forget_namespaces()
         else:
             logger.warning("cluster %s is unreachable: %s", state.name, reason)
-        for key in self.ledger.members(state.name):
-            self.enqueue_master(key)
+        if announce:
+            for key in self.ledger.members(state.name):
+                self.enqueue_master(key)
 
     # -- status and removal --------------------------------------------------------------------------
 

@@ -15,7 +15,11 @@ and returns the queue's outcome. Per instance:
   (reported by the sister watch) is mirrored into the master status; a binding's credentials Secret is
   copied next to the master binding, which is what the broker reads;
 * **deprovision / unbind** on the master deletes the copy; the master object is released once the copy is
-  gone (the sister's controller has torn everything down by then);
+  gone (the sister's controller has torn everything down by then). As in one cluster, an instance is not
+  deprovisioned while bindings of it exist on the master (it fails with ``BindingsExist`` and resumes when
+  the last one is gone), so a cluster never loses its last instance before that instance's bindings;
+* **the copy vanished** although nothing was asked (the cluster was rebuilt): the instance fails, saying
+  so; an update request hands it over again. It is not re-provisioned silently;
 * **cluster out of reach** (probe failed, or no SFCluster of that name): the object gets
   ``ClusterReachable=False`` and a description saying so; its state is kept, nothing is lost, and it is
   reconciled again when the cluster answers.
@@ -32,10 +36,10 @@ import urllib3
 from kubernetes.client.rest import ApiException
 
 from opbroker.api.conventions import FINALIZER, credentials_secret_name, resource_name
-from opbroker.api.meta import ResourceRef
 from opbroker.api.osb import OperationState
 from opbroker.controller.catalog import PlanEntry
-from opbroker.controller.decisions import TERMINAL, generation_pending, is_deleting
+from opbroker.controller.decisions import TERMINAL, is_deleting
+from opbroker.controller.decisions import Reason as ControllerReason
 from opbroker.controller.kube import BINDINGS, INSTANCES, Kind, KubeError
 from opbroker.controller.multicluster import quantities, replicas, scheduling
 from opbroker.controller.multicluster.clusters import CatalogReplicator, ClusterRegistry, ClusterState, describe
@@ -87,33 +91,49 @@ class MultiClusterPlacement:
     # -- instances -----------------------------------------------------------------------------------
 
     def instance(self, instance: dict[str, Any]) -> Outcome | None:
+        if not self.ready.is_set():  # nothing is decided before the start-up picture (catalog, clusters) is whole
+            return Outcome(requeue_after=NOT_READY_DELAY)
         cluster = (instance.get("spec") or {}).get("clusterId") or None
         if cluster == MASTER or (cluster is None and _reconciled_here(instance)):
             return None
         if cluster is None:
             return self._unscheduled(instance)
-        if not self.ready.is_set():
-            return Outcome(requeue_after=NOT_READY_DELAY)
         state = self._reachable(instance, cluster, self.instances)
         if state is None:
             return Outcome(requeue_after=self.deps.settings.cluster_probe_seconds)
         with self._guard(cluster):
             if is_deleting(instance):
+                live = self._live_bindings(instance)
+                if live:  # as in one cluster: no deprovision under live bindings (a binding's removal re-enqueues)
+                    return self._blocked(instance, live)
                 return self._teardown(instance, state, INSTANCES, self.instances, fields=replicas.INSTANCE_FIELDS)
             self._hold(instance, INSTANCES)
             return self._instance_on(instance, state)
+
+    def _live_bindings(self, instance: dict[str, Any]) -> int:
+        meta = instance["metadata"]
+        ids = {(instance.get("spec") or {}).get("instanceId") or meta["name"], meta["name"]}
+        bindings = self.deps.kube.list_custom(BINDINGS, meta["namespace"])
+        return sum(1 for b in bindings if (b.get("spec") or {}).get("instanceId") in ids)
+
+    def _blocked(self, instance: dict[str, Any], live: int) -> Outcome:
+        error = f"cannot deprovision: {live} binding(s) still exist; unbind them first"
+        status = instance.get("status") or {}
+        if status.get("state") != OperationState.FAILED.value or status.get("error") != error:
+            self.instances.transition(
+                instance, state=OperationState.FAILED, reason=ControllerReason.BINDINGS_EXIST, error=error
+            )
+        return DONE
 
     def _unscheduled(self, instance: dict[str, Any]) -> Outcome | None:
         if is_deleting(instance):
             self._release(instance, INSTANCES)  # never placed anywhere: nothing to tear down
             return DONE
-        if not (replicas.requested(instance) or generation_pending(instance)):
+        if not replicas.pending(instance):
             return DONE  # a scheduling failure stays until the next request
         entry = self.deps.catalog.plan((instance.get("spec") or {}).get("planId", ""))
         if entry is None or entry.model is None:
             return None  # the local reconciler reports the plan problem; it never applies without a plan
-        if not self.ready.is_set():
-            return Outcome(requeue_after=NOT_READY_DELAY)
         meta = instance["metadata"]
         key = ("instance", meta["namespace"], meta["name"])
         try:
@@ -198,7 +218,7 @@ class MultiClusterPlacement:
         logger.warning("instance %s/%s: %s", meta["namespace"], meta["name"], message)
         return DONE
 
-    def _instance_on(self, instance: dict[str, Any], state: ClusterState) -> Outcome:
+    def _instance_on(self, instance: dict[str, Any], state: ClusterState) -> Outcome | None:
         kube = state.kube
         assert kube is not None
         meta = instance["metadata"]
@@ -206,11 +226,13 @@ class MultiClusterPlacement:
         if copy is not None and _stale(copy, instance):
             _delete(kube, INSTANCES, copy)  # left by an earlier instance of the same name: wait until it is gone
             return Outcome(requeue_after=self.deps.settings.status_poll_seconds)
-        if replicas.requested(instance):
+        if replicas.pending(instance):
             entry = self.deps.catalog.plan(instance["spec"].get("planId", ""))
+            if entry is None or entry.model is None:
+                return None  # the local reconciler reports the plan problem (it applies nothing without a plan)
             bodies = [e.body for e in (entry, self._service_of(entry)) if e is not None]
             self.replicator.replicate(state, only=bodies)
-            return self._hand_over(instance, state, INSTANCES, self.instances)
+            return self._hand_over(instance, state, INSTANCES, self.instances, copy_exists=copy is not None)
         if copy is None:
             return self._lost(instance, state, self.instances)
         return self._mirror(instance, copy, state, self.instances, fields=replicas.INSTANCE_FIELDS)
@@ -223,6 +245,8 @@ class MultiClusterPlacement:
     # -- bindings ------------------------------------------------------------------------------------
 
     def binding(self, binding: dict[str, Any]) -> Outcome | None:
+        if not self.ready.is_set():
+            return Outcome(requeue_after=NOT_READY_DELAY)
         meta = binding["metadata"]
         instance = self.deps.kube.get_custom(
             INSTANCES, meta["namespace"], resource_name((binding.get("spec") or {}).get("instanceId", ""))
@@ -239,17 +263,12 @@ class MultiClusterPlacement:
                 self._release(binding, BINDINGS)  # its instance was never placed: nothing to undo anywhere
                 return DONE
             return None  # the local reconciler waits for (or fails with) the instance; it applies nothing
-        if not self.ready.is_set():
-            return Outcome(requeue_after=NOT_READY_DELAY)
         state = self._reachable(binding, cluster, self.bindings)
         if state is None:
             return Outcome(requeue_after=self.deps.settings.cluster_probe_seconds)
         with self._guard(cluster):
-            if is_deleting(binding):
-                outcome = self._teardown(binding, state, BINDINGS, self.bindings, fields=replicas.BINDING_FIELDS)
-                if outcome is DONE:
-                    self._drop_credentials(binding)
-                return outcome
+            if is_deleting(binding):  # the master's credentials Secret goes with it (owner reference)
+                return self._teardown(binding, state, BINDINGS, self.bindings, fields=replicas.BINDING_FIELDS)
             self._hold(binding, BINDINGS)
             return self._binding_on(binding, state)
 
@@ -261,7 +280,7 @@ class MultiClusterPlacement:
         if copy is not None and _stale(copy, binding):
             _delete(kube, BINDINGS, copy)
             return Outcome(requeue_after=self.deps.settings.status_poll_seconds)
-        if replicas.requested(binding):
+        if replicas.pending(binding):
             instance_name = resource_name(binding["spec"]["instanceId"])
             if kube.get_custom(INSTANCES, meta["namespace"], instance_name) is None:
                 return Outcome(requeue_after=1.0)  # the instance is still being handed over
@@ -276,7 +295,7 @@ class MultiClusterPlacement:
                     return DONE
                 binding.clear()
                 binding.update(patched)
-            return self._hand_over(binding, state, BINDINGS, self.bindings)
+            return self._hand_over(binding, state, BINDINGS, self.bindings, copy_exists=copy is not None)
         if copy is None:
             return self._lost(binding, state, self.bindings)
         if not replicas.settled(copy):
@@ -295,13 +314,6 @@ class MultiClusterPlacement:
             self._write(binding, patch, self.bindings)
             return DONE
         return self._mirror(binding, copy, state, self.bindings, fields=replicas.BINDING_FIELDS)
-
-    def _drop_credentials(self, binding: dict[str, Any]) -> None:
-        meta = binding["metadata"]
-        ref = ResourceRef(
-            api_version="v1", kind="Secret", name=credentials_secret_name(meta["name"]), namespace=meta["namespace"]
-        )
-        self.deps.kube.delete(ref)
 
     # -- shared steps ----------------------------------------------------------------------------------
 
@@ -347,12 +359,14 @@ class MultiClusterPlacement:
             {"metadata": {"finalizers": finalizers or None, "resourceVersion": meta["resourceVersion"]}},
         )
 
-    def _hand_over(self, obj: dict[str, Any], state: ClusterState, kind: Kind, writer: StatusWriter) -> Outcome:
+    def _hand_over(
+        self, obj: dict[str, Any], state: ClusterState, kind: Kind, writer: StatusWriter, *, copy_exists: bool
+    ) -> Outcome:
         """Copy the object and its requested state into the cluster; the master then says in progress."""
         kube = state.kube
         assert kube is not None
         meta = obj["metadata"]
-        requested = (obj.get("status") or {}).get("state") or OperationState.IN_QUEUE.value
+        requested = replicas.requested_state(obj, copy_exists=copy_exists)
         kube.ensure_namespace(meta["namespace"])
         kube.apply(replicas.copy_of(obj))
         kube.patch_custom_status(kind, meta["namespace"], meta["name"], {"state": requested})
@@ -458,9 +472,9 @@ class _SisterCalls:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, _: Any) -> bool:
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, _: Any) -> None:
         if exc is None:
-            return False
+            return
         unreachable = isinstance(exc, urllib3.exceptions.HTTPError | OSError) or (
             isinstance(exc, ApiException) and (exc.status == 0 or exc.status >= 500)
         )
@@ -469,7 +483,6 @@ class _SisterCalls:
             raise TemporaryError(f"cluster {self.cluster!r} did not answer: {describe(exc)}") from exc
         if isinstance(exc, KubeError):
             raise TemporaryError(f"cluster {self.cluster!r}: {exc}") from exc
-        return False
 
 
 def _reconciled_here(instance: dict[str, Any]) -> bool:

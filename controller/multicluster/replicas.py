@@ -26,6 +26,7 @@ from opbroker.api.conventions import (
 )
 from opbroker.api.osb import OperationState
 from opbroker.controller.decisions import REQUESTED
+from opbroker.controller.decisions import Reason as ControllerReason
 from opbroker.controller.multicluster.reasons import (
     ANNOTATION_CLUSTER,
     ANNOTATION_MASTER_UID,
@@ -45,6 +46,8 @@ INSTANCE_FIELDS = (
     "updateRepeatable",
     "appliedPlanHash",
 )
+#: The sister controller's reason for a plan it does not know (yet).
+PLAN_NOT_FOUND = ControllerReason.PLAN_NOT_FOUND.value
 #: Binding status fields taken over (the credentials travel separately, in a Secret).
 BINDING_FIELDS = ("state", "description", "error")
 
@@ -78,13 +81,35 @@ def requested(obj: dict[str, Any]) -> bool:
     return (obj.get("status") or {}).get("state") in REQUESTED
 
 
-def settled(copy: dict[str, Any]) -> bool:
-    """Whether the sister's controller has taken the request up (its state is no longer a request).
+def pending(obj: dict[str, Any]) -> bool:
+    """A request, or a spec the sister has not been given (also after a failure that did not observe it)."""
+    meta, status = obj.get("metadata") or {}, obj.get("status") or {}
+    return requested(obj) or meta.get("generation") != status.get("observedGeneration")
 
-    The master always writes the requested state to the copy *after* its spec, so every state read after
-    that belongs to the current request: a stale terminal state can never be mirrored.
+
+def requested_state(obj: dict[str, Any], *, copy_exists: bool) -> str:
+    """The state to write on the copy: the broker's request, else a new provision or an update."""
+    state = (obj.get("status") or {}).get("state")
+    if state in (OperationState.IN_QUEUE.value, OperationState.UPDATE.value):
+        return str(state)
+    return OperationState.UPDATE.value if copy_exists else OperationState.IN_QUEUE.value
+
+
+def settled(copy: dict[str, Any]) -> bool:
+    """Whether the copy's status answers the current request and may be mirrored.
+
+    Not while its state is still a request. The master always writes the requested state to the copy
+    *after* its spec, so every state read after that belongs to the current request: a stale terminal
+    state can never be mirrored. Nor while the copy failed only because the sister's controller has not
+    seen the plan yet (the master copies the plan first, but the sister's watches of plans and instances
+    are separate streams): that failure heals itself once the plan event arrives there.
     """
-    return (copy.get("status") or {}).get("state") not in REQUESTED
+    status = copy.get("status") or {}
+    if status.get("state") in REQUESTED:
+        return False
+    conditions: list[dict[str, Any]] = status.get("conditions") or []
+    ready = next((c for c in conditions if c.get("type") == ConditionType.READY.value), {})
+    return not (status.get("state") == OperationState.FAILED.value and ready.get("reason") == PLAN_NOT_FOUND)
 
 
 def set_condition(

@@ -22,7 +22,7 @@ from typing import Any
 import kopf
 from kubernetes.client.rest import ApiException
 
-from opbroker.controller.kube import INSTANCES
+from opbroker.controller.kube import INSTANCES, PLANS, SERVICES
 from opbroker.controller.multicluster.clusters import (
     CLUSTERS,
     CatalogReplicator,
@@ -90,7 +90,22 @@ class MultiCluster:
         )
 
     def _seed_once(self) -> None:
+        """The start-up picture, read once: catalog, clusters, placements; then every cluster probed.
+
+        The catalog is read here too (kopf delivers it as well, but in its own time): a request that
+        arrives during start-up must not be failed for a plan the controller has merely not seen yet.
+        Watch events keep all of it current afterwards; what they delivered first is not overwritten.
+        """
         kube = self.deps.kube
+        catalog = self.deps.catalog
+        for body in kube.list_custom(SERVICES, None):
+            if catalog.service((body.get("spec") or {}).get("id") or body["metadata"]["name"]) is None:
+                catalog.upsert_service(body)
+                self.replicator.observe("sfservices", "ADDED", body)
+        for body in kube.list_custom(PLANS, None):
+            if catalog.plan((body.get("spec") or {}).get("id") or body["metadata"]["name"]) is None:
+                catalog.upsert_plan(body)
+                self.replicator.observe("sfplans", "ADDED", body)
         for body in kube.list_custom(CLUSTERS, self.deps.settings.namespace):
             self.registry.upsert(body)
         newest: tuple[str, str] | None = None
@@ -105,7 +120,7 @@ class MultiCluster:
         for name in self.registry.names():
             state = self.registry.get(name)
             if state is not None:
-                self.clusters.refresh(state)
+                self.clusters.refresh(state, announce=False)
         self.ready.set()
 
     # -- events (called on the event loop) ------------------------------------------------------------

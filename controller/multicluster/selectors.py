@@ -3,7 +3,8 @@
 The label-selector scheduler renders a plan's ``clusterSelector`` template into such a string and keeps
 the SFClusters whose labels it selects. The grammar and the semantics are apimachinery's ``labels.Parse``
 (``=``, ``==``, ``!=``, ``in``, ``notin``, ``key``, ``!key``, ``>``, ``<``; ``!=`` and ``notin`` hold when
-the label is absent; an empty selector selects everything). No maintained Python library parses this
+the label is absent; an empty selector selects everything; ``in ()`` and a value left out between commas
+mean the empty value). No maintained Python library parses this
 form, so it is done here and checked against the API server's own selection in
 ``tests/test_scheduling_clusters.py``.
 """
@@ -179,18 +180,18 @@ class _Parser:
                 raise SelectorError(f"'(' expected after {operator.text!r} for key {name!r}")
             values: list[str] = []
             expect_value = True
-            while True:
+            while True:  # as apimachinery: "()" is {""}, and so is a value missing between commas
                 token = self.take("a value or ')'")
-                if token.operator and token.text == ")":
-                    break
-                if token.operator and token.text == ",":
+                if token.operator and token.text in (")", ","):
+                    if expect_value:
+                        values.append("")
+                    if token.text == ")":
+                        break
                     expect_value = True
                     continue
                 if not expect_value:
                     raise SelectorError(f"',' expected between values at {token.at}")
                 values.append(self.value(token))
                 expect_value = False
-            if not values:
-                raise SelectorError(f"the set of values for {name!r} is empty")
             return Requirement(name, Operator.IN if operator.text == "in" else Operator.NOT_IN, tuple(values))
         raise SelectorError(f"unknown operator {operator.text!r} at {operator.at} after key {name!r}")

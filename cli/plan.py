@@ -1,0 +1,191 @@
+"""``opbroker plan``: roll a plan change out to the instances that already exist.
+
+* ``opbroker plan diff NEW_PLAN.yaml`` previews it: for each instance of the plan, the ``provision``
+  objects rendered with the plan in the cluster and with NEW_PLAN.yaml, as a unified diff, then a summary.
+  Nothing is written. Exit 0: every instance renders with the new plan; exit 1: at least one does not (or
+  the preview could not run — the reason is on stderr).
+* ``opbroker plan update-instances PLAN`` is the admin API of the mass update: it marks the plan's
+  instances for re-render (``status.state: update``, as an OSB update does), page by page and paced, for
+  plans without ``autoUpdateInstances``. Exit 0 when done; 1 if the plan is unknown or (with ``--wait``) an
+  instance did not settle in time.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+
+from opbroker.api.conventions import DEFAULT_NAMESPACE
+from opbroker.cli import render as render_cli
+from opbroker.cli.console import err, out
+
+app = typer.Typer(help="Preview and roll out plan changes to existing instances.", no_args_is_help=True)
+
+KubeconfigOption = Annotated[
+    str | None, typer.Option(help="Kubeconfig of the control plane (default: in-cluster, then ~/.kube/config).")
+]
+NamespaceOption = Annotated[str, typer.Option(help="Control-plane namespace: the catalog and the SFClusters.")]
+InstanceNamespaceOption = Annotated[
+    str | None, typer.Option(help="Only the instances of this namespace (default: every namespace).")
+]
+
+
+def _kube(kubeconfig: str | None) -> Any:
+    from opbroker.controller.kube import Kube
+    from opbroker.controller.running import api_client_for
+
+    return Kube(api_client_for(kubeconfig))
+
+
+def _find_plan(kube: Any, namespace: str, wanted: str) -> dict[str, Any] | None:
+    from opbroker.controller.kube import PLANS
+
+    for plan in kube.list_custom(PLANS, namespace):
+        spec = plan.get("spec") or {}
+        if wanted in (plan["metadata"]["name"], spec.get("id"), spec.get("name")):
+            found: dict[str, Any] = plan
+            return found
+    return None
+
+
+def _service(kube: Any, namespace: str, service_id: str) -> dict[str, Any] | None:
+    from opbroker.controller.kube import SERVICES
+
+    return next(
+        (s for s in kube.list_custom(SERVICES, namespace) if (s.get("spec") or {}).get("id") == service_id), None
+    )
+
+
+def _cluster_kubes(kube: Any, namespace: str) -> Any:
+    """Instance cluster id → the API holding its registry and sources (the master for "" and "1")."""
+    from opbroker.controller.multicluster.clusters import CLUSTERS, KUBECONFIG_KEY
+    from opbroker.controller.multicluster.scheduling import MASTER
+    from opbroker.controller.multicluster.sisters import SisterKube, client_from_kubeconfig
+    from opbroker.controller.rollouts import decode_kubeconfig
+
+    cache: dict[str, Any] = {"": kube, MASTER: kube}
+
+    def lookup(cluster: str) -> Any:
+        if cluster not in cache:
+            sfcluster = kube.get_custom(CLUSTERS, namespace, cluster)
+            if sfcluster is None:
+                raise LookupError(f"no SFCluster {cluster!r} in namespace {namespace!r}")
+            secret = kube.read_secret(namespace, sfcluster["spec"]["secretRef"])
+            text = decode_kubeconfig(secret, KUBECONFIG_KEY)
+            if text is None:
+                raise LookupError(f"the Secret {namespace}/{sfcluster['spec']['secretRef']} holds no kubeconfig")
+            cache[cluster] = SisterKube(client_from_kubeconfig(text))
+        return cache[cluster]
+
+    return lookup
+
+
+@app.command()
+def diff(
+    new_plan: Annotated[Path, typer.Argument(help="The changed SFPlan (may carry its SFService too).")],
+    kubeconfig: KubeconfigOption = None,
+    namespace: NamespaceOption = DEFAULT_NAMESPACE,
+    instance_namespace: InstanceNamespaceOption = None,
+    context: Annotated[int, typer.Option(help="Lines of context around each change.", min=0)] = 3,
+    show_unchanged: Annotated[bool, typer.Option(help="Also list the instances that do not change.")] = False,
+) -> None:
+    """Show, per instance, how the objects of the plan's instances would change with NEW_PLAN (writes nothing)."""
+    from opbroker.controller import rollouts
+    from opbroker.rendering import Renderer
+
+    try:
+        proposed, proposed_service = render_cli._plan_and_service(new_plan)
+    except render_cli._InputError as exc:
+        err.print(f"[red]error:[/red] {escape(str(exc))}")
+        raise typer.Exit(1) from None
+    kube = _kube(kubeconfig)
+    plan_id = proposed.spec.id
+    current_body = _find_plan(kube, namespace, plan_id)
+    if current_body is None:
+        err.print(f"[red]error:[/red] plan {plan_id!r} is not in namespace {namespace!r}: nothing to compare with")
+        raise typer.Exit(1)
+    from opbroker.api.catalog import SFPlan
+
+    current = SFPlan.model_validate(current_body)
+    proposed_body = {**proposed.to_manifest(), "metadata": {**current_body["metadata"]}}
+    service = _service(kube, namespace, current.spec.service_id)
+    renderer = Renderer()
+    diffs = []
+    for subject in rollouts.subjects(
+        kube, plan_id, namespace=instance_namespace, service=service, cluster_kube=_cluster_kubes(kube, namespace)
+    ):
+        found = rollouts.preview(
+            renderer,
+            subject,
+            current=(current, current_body),
+            proposed=(proposed, proposed_body),
+            proposed_service=proposed_service,
+            context=context,
+        )
+        diffs.append(found)
+        where = f"{found.namespace}/{found.name}"
+        if found.change is rollouts.Change.CHANGED:
+            out.print(f"[yellow]~ {where}[/yellow]")
+            out.print(escape(found.diff), end="")
+        elif found.change is rollouts.Change.FAILING:
+            out.print(f"[red]! {where}: fails to render with the new plan: {escape(found.error or '')}[/red]")
+        elif show_unchanged:
+            out.print(f"= {where}")
+        if found.note:
+            out.print(f"  [dim]note: {escape(found.note)}[/dim]")
+    summary = rollouts.summarize(diffs)
+    out.print(f"plan {proposed.spec.name!r} ({plan_id}): {summary}")
+    raise typer.Exit(1 if summary.failing else 0)
+
+
+@app.command("update-instances")
+def update_instances(
+    plan: Annotated[str, typer.Argument(help="The plan: its SFPlan name, OSB id or OSB name.")],
+    kubeconfig: KubeconfigOption = None,
+    namespace: NamespaceOption = DEFAULT_NAMESPACE,
+    instance_namespace: InstanceNamespaceOption = None,
+    batch_size: Annotated[int, typer.Option(help="Instances read (and at most marked) per page.", min=1)] = 50,
+    rate: Annotated[float, typer.Option(help="Instances marked per second, at most.", min=0.01)] = 5.0,
+    only_outdated: Annotated[
+        bool, typer.Option(help="Skip instances already rendered from the plan's current spec.")
+    ] = False,
+    wait: Annotated[
+        float | None, typer.Option(help="Seconds to wait for each page's instances to finish before the next.")
+    ] = None,
+    dry_run: Annotated[bool, typer.Option(help="List what would be marked; write nothing.")] = False,
+) -> None:
+    """Mark every instance of PLAN for re-render with the plan's current templates (the mass update)."""
+    from opbroker.controller import rollouts
+    from opbroker.controller.catalog import spec_hash
+
+    kube = _kube(kubeconfig)
+    body = _find_plan(kube, namespace, plan)
+    if body is None:
+        err.print(f"[red]error:[/red] no plan {plan!r} in namespace {namespace!r}")
+        raise typer.Exit(1)
+    spec = body.get("spec") or {}
+    result = rollouts.update_instances(
+        kube,
+        plan_id=spec.get("id") or body["metadata"]["name"],
+        plan_hash=spec_hash(spec),
+        namespace=instance_namespace,
+        batch_size=batch_size,
+        pacer=rollouts.Pacer(rate),
+        only_outdated=only_outdated,
+        dry_run=dry_run,
+        wait=wait,
+        report=lambda line: out.print(escape(line)),
+    )
+    skipped = ", ".join(f"{count} {reason.value}" for reason, count in sorted(result.skipped.items()))
+    verb = "would mark" if dry_run else "marked"
+    out.print(
+        f"plan {spec.get('name')!r}: {verb} {len(result.marked)} instance(s) for update in {result.pages} page(s)"
+        + (f"; skipped {skipped}" if skipped else "")
+    )
+    if result.unsettled:
+        names = ", ".join(f"{ns}/{name}" for ns, name in result.unsettled)
+        err.print(f"[red]error:[/red] still busy after {wait:.0f}s: {escape(names)}")
+        raise typer.Exit(1)

@@ -1,0 +1,415 @@
+"""Rolling a plan change out to existing instances: preview the per-instance diff, then mass update.
+
+Preview (``opbroker plan diff``): for every instance of a plan, render ``provision`` with the current plan
+and with the proposed one — same registry, same live sources, so generated values are equal on both sides
+(values the current render generates are handed to the proposed one) — and show a unified diff of the
+objects. :func:`preview` and :func:`summarize` are pure; :func:`subjects` reads what they need.
+
+Mass update (``opbroker plan update-instances``): mark the plan's instances for re-render by writing
+``status.state: update`` — exactly what the broker writes for an OSB update, so the controller (and, with
+multi-cluster, the sister cluster's controller) re-renders them — page by page with the API's ``continue``
+token, paced to ``rate`` writes per second. :func:`verdict` (which instances, and why not the others) and
+:class:`Pacer` are pure; :func:`update_instances` does the listing and writing.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import difflib
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import yaml
+from kubernetes.client.rest import ApiException
+
+from opbroker.api import TemplateAction
+from opbroker.api.catalog import SFPlan
+from opbroker.api.conventions import instance_registry_name
+from opbroker.api.meta import ResourceRef
+from opbroker.api.osb import OperationState
+from opbroker.controller import registries
+from opbroker.controller.decisions import is_deleting
+from opbroker.controller.kube import INSTANCES, Kube
+from opbroker.rendering import Renderer, RenderError, RenderInputs
+from opbroker.rendering.output import RenderedObject
+
+Fetch = Callable[[dict[str, ResourceRef]], dict[str, dict[str, Any] | None]]
+
+# -- preview (pure) ----------------------------------------------------------------------------------------
+
+
+class Change(StrEnum):
+    CHANGED = "changed"
+    UNCHANGED = "unchanged"
+    FAILING = "failing"
+
+
+@dataclass(frozen=True)
+class InstanceDiff:
+    namespace: str
+    name: str
+    change: Change
+    diff: str = ""
+    error: str | None = None
+    """Why the proposed plan does not render for this instance (FAILING), or could not be previewed."""
+    note: str | None = None
+    """Something worth knowing that does not block the rollout (the current plan does not render)."""
+
+
+@dataclass(frozen=True)
+class Subject:
+    """One instance and what rendering it needs, read from its cluster."""
+
+    instance: dict[str, Any]
+    registry: dict[str, Any] | None
+    fetch: Fetch
+    service: dict[str, Any] | None = None
+    problem: str | None = None
+    """Set when the instance's inputs could not be read (its cluster did not answer, say)."""
+
+
+@dataclass(frozen=True)
+class Summary:
+    changed: int = 0
+    unchanged: int = 0
+    failing: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.changed + self.unchanged + self.failing
+
+    def __str__(self) -> str:
+        return (
+            f"{self.total} instance(s): {self.changed} changed, {self.unchanged} unchanged, "
+            f"{self.failing} failing to render"
+        )
+
+
+def manifests_text(objects: Iterable[RenderedObject]) -> str:
+    """Rendered objects as canonical YAML (sorted by identity and keys), the text the diff compares."""
+
+    def identity(obj: RenderedObject) -> tuple[str, str, str, str]:
+        meta = obj.manifest.get("metadata") or {}
+        return (
+            obj.manifest.get("apiVersion", ""),
+            obj.manifest.get("kind", ""),
+            meta.get("namespace") or "",
+            meta.get("name", ""),
+        )
+
+    documents = [
+        yaml.safe_dump(obj.manifest, sort_keys=True, default_flow_style=False) for obj in sorted(objects, key=identity)
+    ]
+    return "---\n".join(documents)
+
+
+def unified(current: str, proposed: str, label: str, *, context: int = 3) -> str:
+    lines = difflib.unified_diff(
+        current.splitlines(keepends=True),
+        proposed.splitlines(keepends=True),
+        fromfile=f"{label} (current plan)",
+        tofile=f"{label} (new plan)",
+        n=context,
+    )
+    return "".join(line if line.endswith("\n") else line + "\n" for line in lines)
+
+
+def _inputs(
+    subject: Subject, plan_body: dict[str, Any], registry: dict[str, Any] | None, service: dict[str, Any] | None
+) -> RenderInputs:
+    instance = subject.instance
+    context = (instance.get("spec") or {}).get("context") or {}
+    return RenderInputs(
+        instance=instance,
+        default_namespace=instance["metadata"]["namespace"],
+        context_namespace=context.get("namespace"),
+        service=service or {},
+        plan=plan_body,
+        registry=registry or {},
+    )
+
+
+def _render(renderer: Renderer, plan: SFPlan, inputs: RenderInputs, fetch: Fetch) -> tuple[str, dict[str, Any]]:
+    sources = fetch(renderer.render_sources(plan, inputs))
+    rendered = renderer.render_objects(plan, TemplateAction.PROVISION, dataclasses.replace(inputs, sources=sources))
+    return manifests_text(rendered.objects), rendered.registry
+
+
+def preview(
+    renderer: Renderer,
+    subject: Subject,
+    *,
+    current: tuple[SFPlan, dict[str, Any]],
+    proposed: tuple[SFPlan, dict[str, Any]],
+    proposed_service: dict[str, Any] | None = None,
+    context: int = 3,
+) -> InstanceDiff:
+    """How one instance's ``provision`` objects change from the current plan to the proposed one."""
+    meta = subject.instance["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+    if subject.problem is not None:
+        return InstanceDiff(namespace, name, Change.FAILING, error=subject.problem)
+    note = None
+    try:
+        before, registry = _render(
+            renderer, current[0], _inputs(subject, current[1], subject.registry, subject.service), subject.fetch
+        )
+    except RenderError as exc:
+        before, registry = "", dict(subject.registry or {})
+        note = f"the current plan does not render for it either: {exc}"
+    try:
+        after, _ = _render(
+            renderer,
+            proposed[0],
+            _inputs(subject, proposed[1], registry, proposed_service or subject.service),
+            subject.fetch,
+        )
+    except RenderError as exc:
+        return InstanceDiff(namespace, name, Change.FAILING, error=str(exc), note=note)
+    if before == after:
+        return InstanceDiff(namespace, name, Change.UNCHANGED, note=note)
+    return InstanceDiff(
+        namespace, name, Change.CHANGED, diff=unified(before, after, f"{namespace}/{name}", context=context), note=note
+    )
+
+
+def summarize(diffs: Iterable[InstanceDiff]) -> Summary:
+    counted = Counter(d.change for d in diffs)
+    return Summary(counted[Change.CHANGED], counted[Change.UNCHANGED], counted[Change.FAILING])
+
+
+# -- preview inputs (I/O) ----------------------------------------------------------------------------------
+
+
+def pages(kube: Kube, *, namespace: str | None, limit: int) -> Iterator[list[dict[str, Any]]]:
+    """Every instance (of ``namespace``, or all), ``limit`` at a time, following the ``continue`` token.
+
+    A token that expired (HTTP 410) starts the list again from the beginning; callers skip what they did.
+    """
+    token: str | None = None
+    while True:
+        listed: dict[str, Any]
+        arguments: dict[str, Any] = {"limit": limit}
+        if token:
+            arguments["_continue"] = token
+        try:
+            if namespace is None:
+                listed = kube.custom.list_cluster_custom_object(
+                    INSTANCES.group, INSTANCES.version, INSTANCES.plural, **arguments
+                )
+            else:
+                listed = kube.custom.list_namespaced_custom_object(
+                    INSTANCES.group, INSTANCES.version, namespace, INSTANCES.plural, **arguments
+                )
+        except ApiException as exc:
+            if exc.status == 410 and token:
+                token = None
+                continue
+            raise
+        yield list(listed.get("items", []))
+        token = (listed.get("metadata") or {}).get("continue")
+        if not token:
+            return
+
+
+def subjects(
+    kube: Kube,
+    plan_id: str,
+    *,
+    namespace: str | None,
+    service: dict[str, Any] | None,
+    cluster_kube: Callable[[str], Kube],
+    page_size: int = 200,
+) -> Iterator[Subject]:
+    """The plan's instances (not being deleted) with their registries and a live-sources fetcher.
+
+    ``cluster_kube`` gives the API of the cluster an instance is placed on (its registry and the objects
+    its templates read live there); it may raise, and the instance is then reported, not skipped.
+    """
+    for page in pages(kube, namespace=namespace, limit=page_size):
+        for instance in page:
+            if (instance.get("spec") or {}).get("planId") != plan_id or is_deleting(instance):
+                continue
+            cluster = (instance.get("spec") or {}).get("clusterId") or ""
+            meta = instance["metadata"]
+            try:
+                where = cluster_kube(cluster)
+                registry = registries.load(where, meta["namespace"], instance_registry_name(meta["name"]))
+            except Exception as exc:
+                yield Subject(instance, None, _nothing, service, problem=f"cannot read from cluster {cluster!r}: {exc}")
+                continue
+            yield Subject(instance, registry, _fetcher(where), service)
+
+
+def _fetcher(kube: Kube) -> Fetch:
+    return lambda refs: {name: kube.get(ref) for name, ref in refs.items()}
+
+
+def _nothing(refs: dict[str, ResourceRef]) -> dict[str, dict[str, Any] | None]:
+    return {name: None for name in refs}
+
+
+def decode_kubeconfig(secret: dict[str, Any] | None, key: str = "kubeconfig") -> str | None:
+    encoded = ((secret or {}).get("data") or {}).get(key)
+    return base64.b64decode(encoded).decode("utf-8") if encoded else None
+
+
+# -- mass update ---------------------------------------------------------------------------------------------
+
+
+class Skip(StrEnum):
+    """Why an instance is not marked for update."""
+
+    OTHER_PLAN = "of another plan"
+    DELETING = "being deleted"
+    BUSY = "an operation is pending or in progress"
+    CURRENT = "already rendered from the current plan"
+    MARKED = "marked already in this run"
+
+
+BUSY_STATES = frozenset(
+    {
+        None,
+        OperationState.IN_QUEUE.value,
+        OperationState.UPDATE.value,
+        OperationState.IN_PROGRESS.value,
+        OperationState.DELETE.value,
+    }
+)
+
+
+def verdict(
+    instance: dict[str, Any], *, plan_id: str, plan_hash: str | None, only_outdated: bool, marked: set[tuple[str, str]]
+) -> Skip | None:
+    """None if ``instance`` is to be marked for re-render, else why not. Pure."""
+    meta, spec, status = instance["metadata"], instance.get("spec") or {}, instance.get("status") or {}
+    if spec.get("planId") != plan_id:
+        return Skip.OTHER_PLAN
+    if (meta["namespace"], meta["name"]) in marked:
+        return Skip.MARKED
+    if is_deleting(instance):
+        return Skip.DELETING
+    if status.get("state") in BUSY_STATES:
+        return Skip.BUSY
+    if only_outdated and plan_hash is not None and status.get("appliedPlanHash") == plan_hash:
+        return Skip.CURRENT
+    return None
+
+
+@dataclass
+class Pacer:
+    """At most ``rate`` calls of :meth:`wait` per second, evenly spaced (no bursts)."""
+
+    rate: float
+    clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+    _next: float | None = None
+
+    def wait(self) -> None:
+        now = self.clock()
+        if self._next is not None and now < self._next:
+            self.sleep(self._next - now)
+            now = self._next
+        self._next = now + 1.0 / self.rate
+
+
+@dataclass
+class UpdateReport:
+    marked: list[tuple[str, str]] = field(default_factory=list)
+    skipped: Counter[Skip] = field(default_factory=Counter)
+    pages: int = 0
+    unsettled: list[tuple[str, str]] = field(default_factory=list)
+    """Marked instances still busy when ``wait`` timed out."""
+
+
+def update_instances(
+    kube: Kube,
+    *,
+    plan_id: str,
+    plan_hash: str | None,
+    namespace: str | None,
+    batch_size: int,
+    pacer: Pacer,
+    only_outdated: bool = False,
+    dry_run: bool = False,
+    wait: float | None = None,
+    report: Callable[[str], None] = lambda _line: None,
+) -> UpdateReport:
+    """Mark the plan's instances for re-render, ``batch_size`` per page; ``wait`` seconds per page for them
+    to finish (None: do not wait)."""
+    result = UpdateReport()
+    seen: set[tuple[str, str]] = set()
+    for page in pages(kube, namespace=namespace, limit=batch_size):
+        result.pages += 1
+        batch: list[tuple[str, str]] = []
+        for instance in page:
+            reason = verdict(instance, plan_id=plan_id, plan_hash=plan_hash, only_outdated=only_outdated, marked=seen)
+            if reason is Skip.OTHER_PLAN:
+                continue
+            if reason is not None:
+                result.skipped[reason] += 1
+                continue
+            meta = instance["metadata"]
+            if not dry_run:
+                pacer.wait()
+                if not _mark(kube, instance, plan_id=plan_id, plan_hash=plan_hash, only_outdated=only_outdated):
+                    result.skipped[Skip.BUSY] += 1
+                    continue
+            batch.append((meta["namespace"], meta["name"]))
+            result.marked.append((meta["namespace"], meta["name"]))
+            seen.add((meta["namespace"], meta["name"]))
+        if batch:
+            verb = "would mark" if dry_run else "marked"
+            report(f"page {result.pages}: {verb} {len(batch)}: " + ", ".join(f"{ns}/{name}" for ns, name in batch))
+        if batch and wait is not None and not dry_run:
+            result.unsettled += _settle(kube, batch, timeout=wait)
+    return result
+
+
+def _mark(kube: Kube, instance: dict[str, Any], *, plan_id: str, plan_hash: str | None, only_outdated: bool) -> bool:
+    """Write ``state: update`` unless the instance moved on meanwhile (then decided once more on a fresh read)."""
+    meta = instance["metadata"]
+    for _ in range(2):
+        try:
+            kube.patch_custom_status(
+                INSTANCES,
+                meta["namespace"],
+                meta["name"],
+                {
+                    "state": OperationState.UPDATE.value,
+                    "description": "update requested for the whole plan (mass update)",
+                },
+                resource_version=instance["metadata"]["resourceVersion"],
+            )
+            return True
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+        fresh = kube.get_custom(INSTANCES, meta["namespace"], meta["name"])
+        if fresh is None or verdict(
+            fresh, plan_id=plan_id, plan_hash=plan_hash, only_outdated=only_outdated, marked=set()
+        ):
+            return False
+        instance = fresh
+    return False
+
+
+def _settle(kube: Kube, batch: list[tuple[str, str]], *, timeout: float) -> list[tuple[str, str]]:
+    """Wait until every instance of the batch has an outcome again; the ones that did not, by the deadline."""
+    deadline = time.monotonic() + timeout
+    waiting = list(batch)
+    while waiting and time.monotonic() < deadline:
+        time.sleep(0.5)
+        still = []
+        for namespace, name in waiting:
+            found = kube.get_custom(INSTANCES, namespace, name)
+            state = ((found or {}).get("status") or {}).get("state")
+            if found is not None and state in BUSY_STATES:
+                still.append((namespace, name))
+        waiting = still
+    return waiting
