@@ -77,8 +77,15 @@ data:
     assert instance["status"]["errorCount"] == 4
     assert instance["status"]["error"].startswith("gave up after 4 consecutive errors: plan ")
     assert "required: parameter size is missing" in instance["status"]["error"]
-    events = client.CoreV1Api(api_client).list_namespaced_event(namespace).items
-    assert {"RenderFailed", "GaveUp"} <= {e.reason for e in events}
+    # The Event follows the status write that announces the outcome.
+    wait_for(
+        lambda: (
+            {"RenderFailed", "GaveUp"}
+            <= {e.reason for e in client.CoreV1Api(api_client).list_namespaced_event(namespace).items}
+        ),
+        10,
+        "the RenderFailed and GaveUp events",
+    )
 
 
 def test_singleton_objects_are_shared_and_go_with_their_last_owner(
