@@ -23,19 +23,26 @@ QUICK = {"provisioning": (20, 40), "bindings": (40, 20), "claims": (1_000, 100),
 TARGETS = {"utilisation": 0.5, "write_amplification": 1.5, "scale_curve_ratio": 1.5}
 
 
-def run_suites(suites: list[str], sizes: dict[str, Any], log: Any = print) -> dict[str, Any]:
+def run_suites(
+    suites: list[str], sizes: dict[str, Any], log: Any = print, record: Any = lambda _results: None
+) -> dict[str, Any]:
+    """Run ``suites``; ``record`` is called with the results so far after each one (a long run that is cut
+    short still leaves what it measured)."""
     results: dict[str, Any] = {"machine": machine(), "sizes": sizes, "targets": TARGETS}
     if "renderer" in suites:
         log("renderer ...")
         results["renderer"] = renderer.run(sizes["renderer"])
+        record(results)
     if "claims" in suites:
         log("claims ...")
         results["claims"] = claims.run(*sizes["claims"])
+        record(results)
     if "provisioning" in suites:
         results["provisioning"] = {}
         for count in sizes["provisioning"]:
             log(f"provisioning {count} instances ...")
             results["provisioning"][str(count)] = provisioning.run(count)
+            record(results)
         runs = results["provisioning"]
         smallest, largest = runs[str(min(sizes["provisioning"]))], runs[str(max(sizes["provisioning"]))]
         results["scale_curve"] = scale_curve(smallest, largest)
@@ -43,6 +50,7 @@ def run_suites(suites: list[str], sizes: dict[str, Any], log: Any = print) -> di
         count, instances = sizes["bindings"]
         log(f"bindings: {count} over {instances} instances ...")
         results["bindings"] = bindings.run(count, instances)
+        record(results)
     return results
 
 
@@ -98,14 +106,15 @@ def summary_markdown(results: dict[str, Any]) -> str:
                 f"{run['utilisation']} | "
                 f"{run['controller_cpu_ms_per_instance']} | {run['controller']['rss_mib']} |"
             )
-        curve = results["scale_curve"]
-        lines += [
-            "",
-            f"Scale curve (cost per instance, N={curve['small']['n']} → N={curve['large']['n']}): "
-            + ", ".join(f"{k} x{v}" for k, v in curve["ratios"].items())
-            + f" — flat: {curve['flat']}.",
-            "",
-        ]
+        curve = results.get("scale_curve")
+        if curve is not None:
+            lines += [
+                "",
+                f"Scale curve (cost per instance, N={curve['small']['n']} → N={curve['large']['n']}): "
+                + ", ".join(f"{k} x{v}" for k, v in curve["ratios"].items())
+                + f" — flat: {curve['flat']}.",
+            ]
+        lines.append("")
     if "bindings" in results:
         run = results["bindings"]
         osb, lat = run["osb_bind_latency_s"], run["bind_latency_s"]
@@ -149,18 +158,20 @@ def main() -> None:
     parser.add_argument("--no-record", action="store_true", help="print, do not write results files")
     args = parser.parse_args()
     sizes = QUICK if args.quick else FULL
+    keep = not (args.no_record or args.quick)
     started = time.perf_counter()
-    results = run_suites(args.suite or list(SUITES), sizes)
-    results["seconds"] = round(time.perf_counter() - started, 1)
-    text = json.dumps(results, indent=2)
-    if args.no_record or args.quick:
-        print(text)
-        return
-    RESULTS.mkdir(exist_ok=True)
-    stamp = results["machine"]["date"].replace(":", "")
-    (RESULTS / f"bench-{stamp}.json").write_text(text + "\n")
-    (RESULTS / "RESULTS.md").write_text(summary_markdown(results) + "\n")
-    print(summary_markdown(results))
+
+    def record(results: dict[str, Any]) -> None:
+        results["seconds"] = round(time.perf_counter() - started, 1)
+        if keep:
+            RESULTS.mkdir(exist_ok=True)
+            stamp = results["machine"]["date"].replace(":", "")
+            (RESULTS / f"bench-{stamp}.json").write_text(json.dumps(results, indent=2) + "\n")
+            (RESULTS / "RESULTS.md").write_text(summary_markdown(results) + "\n")
+
+    results = run_suites(args.suite or list(SUITES), sizes, record=record)
+    record(results)
+    print(summary_markdown(results) if keep else json.dumps(results, indent=2))
 
 
 if __name__ == "__main__":

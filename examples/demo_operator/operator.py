@@ -156,11 +156,10 @@ class DemoOperator:
     def sync_users(self, db: dict[str, Any]) -> None:
         meta = db["metadata"]
         wanted = set((db.get("spec") or {}).get("users") or {})
-        selector = f"demo.opbroker.io/database={meta['name']}"
-        existing = {
-            s.metadata.labels.get("demo.opbroker.io/user"): s.metadata.name
-            for s in self.core.list_namespaced_secret(meta["namespace"], label_selector=selector).items
-        }
+        # The users whose Secrets exist are recorded in status.users: no list of the namespace's Secrets
+        # (a list costs the API server a scan of every Secret there, for every Database, on every change).
+        recorded = set((db.get("status") or {}).get("users") or [])
+        existing = {user: f"{meta['name']}-{user}-credentials" for user in recorded}
         for user in sorted(wanted - set(existing)):
             body = {
                 "metadata": {
