@@ -198,6 +198,7 @@ def bench_stack(name: str, *, workers: int = 8) -> Iterator[Bench]:
     """A fresh control plane with audit logging, the controller, the broker and the demo operator."""
     (port,) = free_ports(1)
     stack = DevStack(f"bench-{name}", broker_port=port, audit=True, controller_args=("--workers", str(workers)))
+    stack.plane.down(progress=lambda _message: None)  # a fresh control plane, even after an interrupted run
     endpoint = stack.up(progress=lambda message: print(f"  [stack] {message}", flush=True))
     api = config.new_client_from_config(config_file=str(endpoint.kubeconfig))
     api.user_agent = BENCH_AGENT

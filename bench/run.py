@@ -156,8 +156,17 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="tiny sizes: check the harness, not the figures")
     parser.add_argument("--suite", action="append", choices=SUITES, help="run only these (repeatable)")
     parser.add_argument("--no-record", action="store_true", help="print, do not write results files")
+    parser.add_argument(
+        "--bindings",
+        nargs=2,
+        type=int,
+        metavar=("BINDINGS", "INSTANCES"),
+        help="bindings suite size (default 10000 1000)",
+    )
     args = parser.parse_args()
-    sizes = QUICK if args.quick else FULL
+    sizes = dict(QUICK if args.quick else FULL)
+    if args.bindings:
+        sizes["bindings"] = tuple(args.bindings)
     keep = not (args.no_record or args.quick)
     started = time.perf_counter()
 
