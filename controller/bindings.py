@@ -127,12 +127,12 @@ class BindingReconciler:
     ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
         kube = self.deps.kube
         namespace = binding["metadata"]["namespace"]
-        instance_registry = self.deps.registries.load(
-            kube, namespace, instance_registry_name(instance["metadata"]["name"])
+        instance_meta, binding_meta = instance["metadata"], binding["metadata"]
+        cache = self.deps.registries
+        instance_registry = cache.load(
+            kube, namespace, instance_registry_name(instance_meta["name"]), instance_meta["uid"]
         )
-        binding_registry = self.deps.registries.load(
-            kube, namespace, binding_registry_name(binding["metadata"]["name"])
-        )
+        binding_registry = cache.load(kube, namespace, binding_registry_name(binding_meta["name"]), binding_meta["uid"])
         return instance_registry, binding_registry
 
     def _inputs(
@@ -303,7 +303,7 @@ class BindingReconciler:
             {"metadata": {"finalizers": finalizers or None, "resourceVersion": meta["resourceVersion"]}},
         )
         self.deps.index.forget(("binding", meta["namespace"], meta["name"]))
-        self.deps.registries.forget(meta["namespace"], binding_registry_name(meta["name"]))
+        self.deps.registries.forget(meta["namespace"], binding_registry_name(meta["name"]), meta["uid"])
         return DONE
 
     def _watch(self, binding: dict[str, Any], refs: list[Any]) -> None:

@@ -111,9 +111,8 @@ class InstanceReconciler:
         """
         assert entry.model is not None
         meta = instance["metadata"]
-        registry = (
-            self.deps.registries.load(self.deps.kube, meta["namespace"], instance_registry_name(meta["name"])) or {}
-        )
+        registry_name = instance_registry_name(meta["name"])
+        registry = self.deps.registries.load(self.deps.kube, meta["namespace"], registry_name, meta["uid"]) or {}
         source_refs = self.deps.renderer.render_sources(
             entry.model, inputs_for(self.deps, instance=instance, plan=entry, registry=registry)
         )
@@ -234,7 +233,9 @@ class InstanceReconciler:
         done = not remaining
         if entry is not None and entry.model is not None and entry.model.spec.template(TemplateAction.STATUS):
             try:
-                registry = self.deps.registries.load(kube, meta["namespace"], instance_registry_name(meta["name"]))
+                registry = self.deps.registries.load(
+                    kube, meta["namespace"], instance_registry_name(meta["name"]), meta["uid"]
+                )
                 inputs = inputs_for(self.deps, instance=instance, plan=entry, registry=registry)
                 source_refs = self.deps.renderer.render_sources(entry.model, inputs)
                 self._watch(instance, [*source_refs.values(), *refs_of(status)])
@@ -271,7 +272,7 @@ class InstanceReconciler:
             {"metadata": {"finalizers": finalizers or None, "resourceVersion": meta["resourceVersion"]}},
         )
         self.deps.index.forget(("instance", meta["namespace"], meta["name"]))
-        self.deps.registries.forget(meta["namespace"], instance_registry_name(meta["name"]))
+        self.deps.registries.forget(meta["namespace"], instance_registry_name(meta["name"]), meta["uid"])
         return DONE
 
     # -- helpers -------------------------------------------------------------------------------------

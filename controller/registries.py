@@ -36,8 +36,17 @@ def encode(values: dict[str, Any]) -> dict[str, str]:
     }
 
 
-def load(kube: Kube, namespace: str, name: str) -> dict[str, Any] | None:
-    return decode(kube.read_secret(namespace, name))
+def load(kube: Kube, namespace: str, name: str, owner_uid: str | None = None) -> dict[str, Any] | None:
+    """The registry, or None if there is none — or if the Secret belongs to an earlier object of the same
+    name (an instance deprovisioned and provisioned again before the garbage collector ran): a new
+    instance must never inherit the previous one's passwords."""
+    secret = kube.read_secret(namespace, name)
+    if secret is not None and owner_uid is not None:
+        meta = secret.get("metadata") or {}
+        owners = {o.get("uid") for o in meta.get("ownerReferences") or []}
+        if meta.get("deletionTimestamp") or owner_uid not in owners:
+            return None
+    return decode(secret)
 
 
 def save(kube: Kube, *, name: str, owner: dict[str, Any], values: dict[str, Any], labels: dict[str, str]) -> None:
@@ -67,20 +76,25 @@ class RegistryCache:
     """
 
     def __init__(self) -> None:
-        self._values: dict[tuple[str, str], dict[str, Any] | None] = {}
+        self._values: dict[tuple[str, str, str], dict[str, Any]] = {}
 
-    def load(self, kube: Kube, namespace: str, name: str) -> dict[str, Any] | None:
-        key = (namespace, name)
-        if key not in self._values:
-            self._values[key] = load(kube, namespace, name)
-        cached = self._values[key]
-        return dict(cached) if cached is not None else None
+    def load(self, kube: Kube, namespace: str, name: str, owner_uid: str) -> dict[str, Any] | None:
+        key = (namespace, name, owner_uid)
+        cached = self._values.get(key)
+        if cached is None:
+            cached = load(kube, namespace, name, owner_uid)
+            if cached is None:
+                return None  # nothing of ours yet: ask again next time
+            self._values[key] = cached
+        return dict(cached)
 
     def save(
         self, kube: Kube, *, name: str, owner: dict[str, Any], values: dict[str, Any], labels: dict[str, str]
     ) -> None:
         save(kube, name=name, owner=owner, values=values, labels=labels)
-        self._values[(owner["metadata"]["namespace"], name)] = dict(values)
+        # Not cached: the next read confirms the Secret is really there and ours (an earlier object's
+        # Secret still being deleted can swallow this write).
+        self.forget(owner["metadata"]["namespace"], name, owner["metadata"]["uid"])
 
-    def forget(self, namespace: str, name: str) -> None:
-        self._values.pop((namespace, name), None)
+    def forget(self, namespace: str, name: str, owner_uid: str) -> None:
+        self._values.pop((namespace, name, owner_uid), None)

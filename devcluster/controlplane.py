@@ -257,6 +257,28 @@ class ControlPlane:
         self.state_file.unlink(missing_ok=True)
         progress(f"control plane {self.name!r} stopped")
 
+    def restart_apiserver(self, *, timeout: float = 60.0, progress: Progress = print) -> float:
+        """Stop kube-apiserver and start it again in place; returns the seconds until it was ready again.
+
+        The new process gets exactly the old command line (read back from ``/proc``: same flags, port,
+        certificates, token file and audit log, which it appends to) and the same etcd, so every object
+        survives. Clients see what a control-plane upgrade does to them: connections and watches drop,
+        and the API refuses connections for a few seconds. For fault-injection runs (bench/reliability.py).
+        """
+        component = "kube-apiserver"
+        state = self.state()
+        pid = state.pids.get(component) if state else None
+        if state is None or not pid or not _pid_runs(pid, state.commands[component]):
+            raise ControlPlaneError(f"{component} of control plane {self.name!r} is not running")
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").decode().split("\0")
+        started = time.monotonic()
+        progress(f"stopping {component} (pid {pid})")
+        _terminate(pid, state.commands[component])
+        progress(f"starting {component} again on 127.0.0.1:{state.ports.apiserver}")
+        self._spawn(state, component, command)
+        self._wait_ready(state, time.monotonic(), timeout, progress)
+        return round(time.monotonic() - started, 2)
+
     # -- pieces --------------------------------------------------------------------------------------
 
     def _ensure_token(self) -> str:

@@ -46,10 +46,19 @@ class Endpoint:
 
 class DevStack:
     def __init__(
-        self, name: str = "dev", *, broker_port: int = 8080, audit: bool = False, controller_args: tuple[str, ...] = ()
+        self,
+        name: str = "dev",
+        *,
+        broker_port: int = 8080,
+        audit: bool = False,
+        controller_args: tuple[str, ...] = (),
+        controller_server: str | None = None,
     ) -> None:
         self.plane = ControlPlane(name, audit=audit)
         self.controller_args = controller_args
+        self.controller_server = controller_server
+        """The API server URL the controller talks to (default: the control plane's own). Fault-injection
+        runs put a proxy there (bench/reliability.py) to cut the controller's connections."""
         self.broker_port = broker_port
         self.processes: list[Process] = []
 
@@ -72,6 +81,7 @@ class DevStack:
         password = secrets.token_urlsafe(18)
         log_dir = self.plane.log_dir
         opbroker = [sys.executable, "-m", "opbroker.cli.main"]
+        controller_kubeconfig = str(self._controller_kubeconfig()) if self.controller_server else kubeconfig
         self.processes = [
             Process(
                 "demo-operator",
@@ -85,7 +95,7 @@ class DevStack:
                     "controller",
                     "run",
                     "--kubeconfig",
-                    kubeconfig,
+                    controller_kubeconfig,
                     "--no-leader-election",
                     "--poll-seconds",
                     "5",
@@ -126,6 +136,16 @@ class DevStack:
                 process.stop()
         self.processes = []
         self.plane.down(progress=progress)
+
+    def _controller_kubeconfig(self) -> Path:
+        """A copy of the control plane's kubeconfig whose server is ``controller_server``."""
+        kubeconfig = yaml.safe_load(self.plane.kubeconfig.read_text())
+        for cluster in kubeconfig["clusters"]:
+            cluster["cluster"]["server"] = self.controller_server
+        path = self.plane.dir / "kubeconfig-controller"
+        path.write_text(yaml.safe_dump(kubeconfig, sort_keys=False))
+        path.chmod(0o600)
+        return path
 
     def _apply_catalog(self, api: client.ApiClient, progress: Progress) -> None:
         core = client.CoreV1Api(api)
