@@ -69,7 +69,7 @@ def run(settings: ControllerSettings, *, kubeconfig: str | None) -> None:
         start_http_server(settings.metrics_port)
     if not settings.leader_election:
         asyncio.run(run_operator(settings, kubeconfig=kubeconfig))
-        return
+        _exit_because_kopf_stopped()
     api_client_for(kubeconfig)  # loads the default configuration the lease lock uses
     identity = f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
     lock = LeaseLock(settings.lease_name, settings.namespace, identity)
@@ -79,6 +79,7 @@ def run(settings: ControllerSettings, *, kubeconfig: str | None) -> None:
         leading.set()
         logger.info("%s became the leader; starting reconciliation", identity)
         asyncio.run(run_operator(settings, kubeconfig=kubeconfig))
+        _exit_because_kopf_stopped()
 
     def lost() -> None:
         logger.error("%s lost the leadership; exiting so that only one controller acts", identity)
@@ -97,3 +98,12 @@ def run(settings: ControllerSettings, *, kubeconfig: str | None) -> None:
     )
     logger.info("%s campaigning for lease %s/%s", identity, settings.namespace, settings.lease_name)
     election.run()
+
+
+def _exit_because_kopf_stopped() -> None:
+    """kopf's loop ended: on a signal, or because its watchers gave up (the reliability suite saw this after
+    seconds of "404 page not found" from a starting API server). A controller that no longer watches must
+    not look alive: exit non-zero, so the pod (or whoever started it) restarts a working one."""
+    logger.error("the operator loop has stopped; exiting")
+    logging.shutdown()
+    os._exit(1)
