@@ -510,8 +510,9 @@ def race_probe(bench: Bench, namespace: str, *, trials: int, seed: int) -> dict[
 
 def recreate_probe(bench: Bench, namespace: str, *, trials: int, seed: int) -> dict[str, Any]:
     """Deprovision an instance and provision the same id again before the garbage collector has removed the
-    old incarnation's registry Secret (held for a moment by a finalizer, as a busy collector would): does the
-    new incarnation get a registry Secret of its own? ``trials`` ids, one after the other."""
+    old incarnation's registry Secret (held for two seconds by a finalizer, as a busy collector would): does
+    the new incarnation get a registry Secret of its own once the old one is gone? (It cannot finish before:
+    anything written into the old Secret goes with it.) ``trials`` ids, one after the other."""
     core = client.CoreV1Api(bench.api)
     ids = bench.plan_ids()
     hold = {"metadata": {"finalizers": ["reliability.opbroker.io/hold"]}}
@@ -543,12 +544,21 @@ def recreate_probe(bench: Bench, namespace: str, *, trials: int, seed: int) -> d
             _send(http, ids, namespace, name, "deprovision", "-").raise_for_status()
             wait(name, lambda obj: obj is None)
             _send(http, ids, namespace, name, "provision", "A").raise_for_status()
-            new = wait(name, succeeded)
+            time.sleep(2.0)  # the new incarnation meets the old Secret, held while it is being deleted
+            early = instance(name)
             core.patch_namespaced_secret(registry, namespace, {"metadata": {"finalizers": None}})
-            time.sleep(5.0)  # the collector deletes the old Secret; the new incarnation's must remain
+            new = wait(name, succeeded)
+            time.sleep(3.0)  # whatever the collector was going to delete is gone; the new registry must remain
             found = core.list_namespaced_secret(namespace, field_selector=f"metadata.name={registry}").items
             owners = [ref.uid for ref in found[0].metadata.owner_references or []] if found else None
             assert old is not None and new is not None
-            results.append({"instance": name, "new_uid": new["metadata"]["uid"], "registry_owners": owners})
+            results.append(
+                {
+                    "instance": name,
+                    "new_uid": new["metadata"]["uid"],
+                    "registry_owners": owners,
+                    "state_while_old_secret_held": ((early or {}).get("status") or {}).get("state"),
+                }
+            )
     missing = [r for r in results if r["registry_owners"] != [r["new_uid"]]]
     return {"trials": trials, "without_own_registry": len(missing), "details": results, "violations": len(missing)}

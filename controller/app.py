@@ -42,6 +42,9 @@ class Controller:
     def __init__(self, api_client: client.ApiClient, settings: ControllerSettings) -> None:
         self.settings = settings
         self.kube = Kube(api_client)
+        # kopf's watches keep our instances and bindings in the store: reconciles read them from there.
+        self.kube.store.feed(INSTANCES.store_key)
+        self.kube.store.feed(BINDINGS.store_key)
         self.catalog = Catalog()
         self.index = SourceIndex()
         self.queue: WorkQueue | None = None
@@ -114,6 +117,7 @@ class Controller:
             self.multicluster.on_instance(event_type, body)
         for members in self._plan_members.values():
             members.discard(key)
+        self._store(INSTANCES.store_key, event_type, body)
         if event_type == "DELETED":
             self.index.forget(key)
             self.own_writes.forget(key)
@@ -137,6 +141,7 @@ class Controller:
             meta["namespace"],
             resource_name((body.get("spec") or {}).get("instanceId", "")),
         )
+        self._store(BINDINGS.store_key, event_type, body)
         if event_type == "DELETED":
             self.index.forget(key)
             self.own_writes.forget(key)
@@ -151,6 +156,13 @@ class Controller:
         if self._worth_a_reconcile(key, body):
             self._enqueue(key)
         metrics.observe_state("binding", key, (body.get("status") or {}).get("state") or "none")
+
+    def _store(self, type_key: tuple[str, str], event_type: str, body: dict[str, Any]) -> None:
+        """Keep the store current — before anything is enqueued, so a reconcile never reads older."""
+        if event_type == "DELETED":
+            self.kube.store.remove(type_key, body)
+        else:
+            self.kube.store.put(type_key, body)
 
     def _worth_a_reconcile(self, key: Hashable, body: dict[str, Any]) -> bool:
         """False for events that change nothing a reconcile decides on.
@@ -173,16 +185,16 @@ class Controller:
         assert isinstance(key, tuple)
         kind, namespace, name = key
         reconciler = self.instances if kind == "instance" else self.bindings
+        stored = INSTANCES if kind == "instance" else BINDINGS
         with metrics.reconcile_timer(kind):
             try:
                 return await asyncio.to_thread(reconciler.reconcile, namespace, name)
-            except Conflict:
-                metrics.RECONCILE_ERRORS.labels(kind=kind, reason="conflict").inc()
-                return Outcome(requeue_after=0.05)
-            except ApiException as exc:
-                if exc.status != 409:
+            except (Conflict, ApiException) as exc:
+                if isinstance(exc, ApiException) and exc.status != 409:
                     raise
-                # Someone (the broker, usually) changed the object between our read and write: read again.
+                # Someone (the broker, usually) changed the object between our read and write: read it
+                # again, from the API (the store may not have seen that change yet).
+                self.kube.store.discard(stored.store_key, namespace, name)
                 metrics.RECONCILE_ERRORS.labels(kind=kind, reason="conflict").inc()
                 return Outcome(requeue_after=0.05)
             except Exception:

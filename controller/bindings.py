@@ -130,7 +130,7 @@ class BindingReconciler:
         instance_meta, binding_meta = instance["metadata"], binding["metadata"]
         cache = self.deps.registries
         instance_registry = cache.load(
-            kube, namespace, instance_registry_name(instance_meta["name"]), instance_meta["uid"]
+            kube, namespace, instance_registry_name(instance_meta["name"]), instance_meta["uid"], claim=False
         )
         binding_registry = cache.load(kube, namespace, binding_registry_name(binding_meta["name"]), binding_meta["uid"])
         return instance_registry, binding_registry

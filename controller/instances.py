@@ -234,7 +234,7 @@ class InstanceReconciler:
         if entry is not None and entry.model is not None and entry.model.spec.template(TemplateAction.STATUS):
             try:
                 registry = self.deps.registries.load(
-                    kube, meta["namespace"], instance_registry_name(meta["name"]), meta["uid"]
+                    kube, meta["namespace"], instance_registry_name(meta["name"]), meta["uid"], claim=False
                 )
                 inputs = inputs_for(self.deps, instance=instance, plan=entry, registry=registry)
                 source_refs = self.deps.renderer.render_sources(entry.model, inputs)

@@ -19,6 +19,7 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
 from opbroker.api.meta import ResourceRef
+from opbroker.controller.store import UNKNOWN, ObjectStore
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +44,10 @@ class Kind:
     def api_version(self) -> str:
         return f"{self.group}/{self.version}"
 
+    @property
+    def store_key(self) -> tuple[str, str]:
+        return (self.api_version, self.plural)
+
 
 INSTANCES = Kind("osb.servicefabrik.io", "v1alpha1", "sfserviceinstances")
 BINDINGS = Kind("osb.servicefabrik.io", "v1alpha1", "sfservicebindings")
@@ -66,10 +71,15 @@ def clean_for_apply(manifest: dict[str, Any]) -> dict[str, Any]:
 
 
 class Kube:
-    """API access for the controller, shared by all workers."""
+    """API access for the controller, shared by all workers.
+
+    Reads of watched objects are answered from ``store`` when it knows them (see ``controller.store``);
+    every write's answer goes into it, so a reconcile reads back at least what it wrote.
+    """
 
     def __init__(self, api_client: client.ApiClient) -> None:
         self.api_client = api_client
+        self.store = ObjectStore()
         self.custom = client.CustomObjectsApi(api_client)
         self.core = client.CoreV1Api(api_client)
         self._dynamic: DynamicClient | None = None
@@ -103,10 +113,18 @@ class Kube:
 
     def get(self, ref: ResourceRef) -> dict[str, Any] | None:
         resource = self._resource(ref.api_version, ref.kind)
-        found = _unless(
-            404, lambda: resource.get(name=ref.name, namespace=ref.namespace if resource.namespaced else None)
-        )
+        namespace = ref.namespace if resource.namespaced else None
+        cached = self.store.lookup((ref.api_version, ref.kind), namespace, ref.name)
+        if cached is not UNKNOWN:
+            return _as_optional_dict(cached)
+        found = _unless(404, lambda: resource.get(name=ref.name, namespace=namespace))
         return None if found is None else _as_dict(found.to_dict())
+
+    def _keep(self, obj: dict[str, Any] | None) -> dict[str, Any] | None:
+        """Remember a write's answer (for fed types) and pass it on."""
+        if obj is not None and obj.get("apiVersion") and obj.get("kind"):
+            self.store.put((obj["apiVersion"], obj["kind"]), obj)
+        return obj
 
     def apply(self, manifest: dict[str, Any], *, field_manager: str = FIELD_MANAGER) -> dict[str, Any]:
         """Server-side apply: creates or updates, never duplicates, leaves fields of other managers alone."""
@@ -120,7 +138,7 @@ class Kube:
             field_manager=field_manager,
             force_conflicts=True,
         )
-        return _as_dict(applied.to_dict())
+        return _as_dict(self._keep(applied.to_dict()))
 
     def create(self, manifest: dict[str, Any]) -> dict[str, Any] | None:
         """Create; None if it already exists (the caller adopts it instead)."""
@@ -128,7 +146,7 @@ class Kube:
         resource = self._resource(body["apiVersion"], body["kind"])
         namespace = body["metadata"].get("namespace") if resource.namespaced else None
         created = _unless(409, lambda: resource.create(body=body, namespace=namespace))
-        return None if created is None else _as_dict(created.to_dict())
+        return None if created is None else self._keep(created.to_dict())
 
     def merge_patch(self, ref: ResourceRef, patch: dict[str, Any]) -> dict[str, Any] | None:
         resource = self._resource(ref.api_version, ref.kind)
@@ -141,7 +159,7 @@ class Kube:
                 content_type="application/merge-patch+json",
             ),
         )
-        return None if patched is None else _as_dict(patched.to_dict())
+        return None if patched is None else self._keep(patched.to_dict())
 
     def delete(self, ref: ResourceRef) -> bool:
         """Delete (background propagation); False if it was already gone."""
@@ -154,11 +172,23 @@ class Kube:
 
     # -- our own custom resources --------------------------------------------------------------------
 
-    def get_custom(self, kind: Kind, namespace: str, name: str) -> dict[str, Any] | None:
+    def get_custom(self, kind: Kind, namespace: str, name: str, *, fresh: bool = False) -> dict[str, Any] | None:
+        """The object (None if it does not exist); ``fresh`` reads past the store, after a 409."""
+        cached = UNKNOWN if fresh else self.store.lookup(kind.store_key, namespace, name)
+        if cached is not UNKNOWN:
+            return _as_optional_dict(cached)
         return _unless(
             404,
             lambda: self.custom.get_namespaced_custom_object(kind.group, kind.version, namespace, kind.plural, name),
         )
+
+    def _keep_custom(self, kind: Kind, namespace: str, name: str, obj: dict[str, Any] | None) -> dict[str, Any] | None:
+        """Remember a write's answer; a 404 means the copy held (if any) is of an object that is gone."""
+        if obj is None:
+            self.store.discard(kind.store_key, namespace, name)
+        else:
+            self.store.put(kind.store_key, obj)
+        return obj
 
     def list_custom(self, kind: Kind, namespace: str | None, label_selector: str = "") -> list[dict[str, Any]]:
         if namespace is None:
@@ -187,26 +217,39 @@ class Kube:
         body: dict[str, Any] = {"status": status}
         if resource_version:
             body["metadata"] = {"resourceVersion": resource_version}
-        return _unless(
+        patched = _unless(
             404,
             lambda: self.custom.patch_namespaced_custom_object_status(
                 kind.group, kind.version, namespace, kind.plural, name, body
             ),
         )
+        return self._keep_custom(kind, namespace, name, patched)
 
     def patch_custom(self, kind: Kind, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any] | None:
-        return _unless(
+        patched = _unless(
             404,
             lambda: self.custom.patch_namespaced_custom_object(
                 kind.group, kind.version, namespace, kind.plural, name, patch
             ),
         )
+        return self._keep_custom(kind, namespace, name, patched)
 
     # -- secrets and events --------------------------------------------------------------------------
 
     def read_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
         secret = _unless(404, lambda: self.core.read_namespaced_secret(name, namespace))
         return None if secret is None else _as_dict(self.api_client.sanitize_for_serialization(secret))
+
+    def delete_secret(self, namespace: str, name: str, *, uid: str | None = None) -> bool:
+        """Delete a Secret — only the one with ``uid`` if given; False if it was gone (or replaced)."""
+        options = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid) if uid else None)
+        try:
+            self.core.delete_namespaced_secret(name, namespace, body=options)
+        except ApiException as exc:
+            if exc.status in (404, 409):
+                return False
+            raise
+        return True
 
     def apply_secret(self, manifest: dict[str, Any]) -> None:
         """Create or update a Secret we own, by server-side apply (no read needed)."""
@@ -269,6 +312,11 @@ def _unless(status: int, call: Callable[[], Any]) -> Any:
 
 def _as_dict(value: Any) -> dict[str, Any]:
     result: dict[str, Any] = value
+    return result
+
+
+def _as_optional_dict(value: Any) -> dict[str, Any] | None:
+    result: dict[str, Any] | None = value
     return result
 
 

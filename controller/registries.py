@@ -13,6 +13,7 @@ from typing import Any
 from opbroker.api.conventions import LABEL_MANAGED_BY, MANAGED_BY
 from opbroker.controller.kube import Kube
 from opbroker.controller.objects import owner_reference
+from opbroker.controller.workqueue import TemporaryError
 
 
 def decode(secret: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -41,12 +42,38 @@ def load(kube: Kube, namespace: str, name: str, owner_uid: str | None = None) ->
     name (an instance deprovisioned and provisioned again before the garbage collector ran): a new
     instance must never inherit the previous one's passwords."""
     secret = kube.read_secret(namespace, name)
-    if secret is not None and owner_uid is not None:
-        meta = secret.get("metadata") or {}
-        owners = {o.get("uid") for o in meta.get("ownerReferences") or []}
-        if meta.get("deletionTimestamp") or owner_uid not in owners:
-            return None
+    if secret is not None and owner_uid is not None and not is_owned_by(secret, owner_uid):
+        return None
     return decode(secret)
+
+
+def is_owned_by(secret: dict[str, Any], owner_uid: str) -> bool:
+    """True if the Secret is the live registry of the object with ``owner_uid``."""
+    meta = secret.get("metadata") or {}
+    owners = {o.get("uid") for o in meta.get("ownerReferences") or []}
+    return not meta.get("deletionTimestamp") and owner_uid in owners
+
+
+def clear_the_way(kube: Kube, secret: dict[str, Any], owner_uid: str) -> None:
+    """Make room for the registry of ``owner_uid`` where another object's Secret of that name stands.
+
+    Writing into that Secret would be lost: the one of an earlier object of the same name (deprovisioned
+    and provisioned again) is deleted by the garbage collector, with whatever we wrote into it. So it is
+    deleted now — by uid, so only that Secret — and the caller waits (TemporaryError: retried with
+    backoff) until it is gone. A Secret that is not a registry of ours is never touched: that is reported.
+    """
+    meta = secret.get("metadata") or {}
+    name = meta.get("name", "")
+    ours = (meta.get("labels") or {}).get(LABEL_MANAGED_BY) == MANAGED_BY
+    owners = meta.get("ownerReferences") or []
+    if not ours or not owners or any(o.get("uid") == owner_uid for o in owners):
+        raise TemporaryError(
+            f"Secret {name!r} exists but is not this object's registry (not managed by opbroker, or shared); "
+            "rename or delete it"
+        )
+    if not meta.get("deletionTimestamp"):
+        kube.delete_secret(meta.get("namespace", ""), name, uid=meta.get("uid"))
+    raise TemporaryError(f"waiting for the registry Secret {name!r} of an earlier object of this name to be deleted")
 
 
 def save(kube: Kube, *, name: str, owner: dict[str, Any], values: dict[str, Any], labels: dict[str, str]) -> None:
@@ -78,13 +105,25 @@ class RegistryCache:
     def __init__(self) -> None:
         self._values: dict[tuple[str, str, str], dict[str, Any]] = {}
 
-    def load(self, kube: Kube, namespace: str, name: str, owner_uid: str) -> dict[str, Any] | None:
+    def load(
+        self, kube: Kube, namespace: str, name: str, owner_uid: str, *, claim: bool = True
+    ) -> dict[str, Any] | None:
+        """The registry of ``owner_uid``, or None if it has none yet.
+
+        ``claim``: the caller may write the registry, so a Secret of that name left by an earlier object
+        must be gone first (see ``clear_the_way``); without it, such a Secret merely reads as no registry.
+        """
         key = (namespace, name, owner_uid)
         cached = self._values.get(key)
         if cached is None:
-            cached = load(kube, namespace, name, owner_uid)
-            if cached is None:
+            secret = kube.read_secret(namespace, name)
+            if secret is None:
                 return None  # nothing of ours yet: ask again next time
+            if not is_owned_by(secret, owner_uid):
+                if claim:
+                    clear_the_way(kube, secret, owner_uid)
+                return None
+            cached = decode(secret) or {}
             self._values[key] = cached
         return dict(cached)
 

@@ -390,7 +390,7 @@ def _mark(kube: Kube, instance: dict[str, Any], *, plan_id: str, plan_hash: str 
         except ApiException as exc:
             if exc.status != 409:
                 raise
-        fresh = kube.get_custom(INSTANCES, meta["namespace"], meta["name"])
+        fresh = kube.get_custom(INSTANCES, meta["namespace"], meta["name"], fresh=True)
         if fresh is None or verdict(
             fresh, plan_id=plan_id, plan_hash=plan_hash, only_outdated=only_outdated, marked=set()
         ):

@@ -31,6 +31,11 @@ def object_key(ref: ResourceRef) -> ObjectKey:
     return (ref.api_version, ref.kind, ref.namespace or "", ref.name)
 
 
+def _with_type(item: dict[str, Any], api_version: str, kind: str) -> dict[str, Any]:
+    """List items carry no apiVersion/kind; the store's copies are served as if read one by one."""
+    return {**item, "apiVersion": api_version, "kind": kind}
+
+
 class SourceIndex:
     """Which owners (instance/binding keys) depend on which objects. Thread-safe."""
 
@@ -98,11 +103,17 @@ class SourceWatchers:
     def _watch(self, api_version: str, kind: str) -> None:
         """Watch ``kind`` cluster-wide until stopped, resuming from the last resourceVersion after errors."""
         resource_version: str | None = None
+        store = self._kube.store
+        type_key = (api_version, kind)
         while not self._stop.is_set():
             try:
                 resource = self._kube.dynamic.resources.get(api_version=api_version, kind=kind)
                 if resource_version is None:
-                    resource_version = resource.get().metadata.resourceVersion
+                    listed = resource.get()
+                    resource_version = listed.metadata.resourceVersion
+                    # Listed, then watched from that version on: the store holds the whole kind (an
+                    # informer's list-and-watch), so reconciles need not GET these objects.
+                    store.replace(type_key, [_with_type(item.to_dict(), api_version, kind) for item in listed.items])
                 watcher = watch.Watch()
                 for event in self._kube.dynamic.watch(
                     resource, resource_version=resource_version, timeout=60, watcher=watcher
@@ -117,6 +128,10 @@ class SourceWatchers:
                         if raw.get("code") == 410:  # resourceVersion too old: relist
                             resource_version = None
                         break
+                    if event["type"] == "DELETED":
+                        store.remove(type_key, raw)
+                    elif event["type"] in ("ADDED", "MODIFIED"):
+                        store.put(type_key, raw)
                     key = (api_version, kind, meta.get("namespace") or "", meta.get("name", ""))
                     for owner in self._index.owners_of(key):
                         self._on_change(owner)
@@ -129,4 +144,6 @@ class SourceWatchers:
             except Exception as exc:
                 logger.warning("watch of %s %s failed (%s); retrying", api_version, kind, type(exc).__name__)
                 resource_version = None
+                store.forget_type(type_key)  # events may be lost: read from the API until listed again
                 self._stop.wait(2.0)
+        store.forget_type(type_key)

@@ -1,0 +1,136 @@
+"""The objects the controller's watches have delivered, kept in memory so reconciles need not GET them.
+
+A reconcile used to read its instance, and each object its status template looks at, with a GET: about
+six reads per instance, a third of everything the controller asked of the API server while provisioning.
+Every one of those objects is watched anyway (kopf watches our kinds; ``SourceWatchers`` the operators'),
+so the watches keep a copy here, as client-go's informers do, and reads are served from it.
+
+Why it is safe to read from it:
+
+* An object is only served for a *fed* type: one a watch keeps up to date. Anything else (a sister
+  cluster's objects, a kind not watched yet) is read from the API as before.
+* The copy is never older than the event that enqueued the reconcile: a watch stores the object before
+  it enqueues its owner, and our own writes store the server's answer. A copy that is nevertheless behind
+  makes the next guarded write fail with 409, and the reconcile is simply repeated.
+* Versions only move forward: a late watch event for an older version does not replace a newer copy.
+* An object missing from a *complete* type (listed, then watched) does not exist; missing from a type
+  fed by events only (kopf's), it is read from the API.
+
+Copies go out deep-copied: reconcilers change the dicts they are given. ``managedFields`` are dropped on
+the way in — nothing reads them and they are the bulk of an object.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+TypeKey = tuple[str, str]  # apiVersion, kind name (or plural, for our own kinds read by plural)
+StoreKey = tuple[str, str, str, str]  # apiVersion, kind name or plural, namespace, name
+
+#: ``lookup`` answers: the store does not know (read from the API), or the object is known not to exist.
+UNKNOWN = object()
+
+
+class ObjectStore:
+    """Latest known versions of watched objects. Thread-safe: watches, kopf and workers share it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._objects: dict[StoreKey, dict[str, Any]] = {}
+        self._fed: set[TypeKey] = set()
+        self._complete: set[TypeKey] = set()
+
+    # -- feeding -------------------------------------------------------------------------------------
+
+    def feed(self, type_key: TypeKey) -> None:
+        """Declare that a watch keeps ``type_key`` up to date from now on (events, no initial list)."""
+        with self._lock:
+            self._fed.add(type_key)
+
+    def replace(self, type_key: TypeKey, objects: Iterable[dict[str, Any]]) -> None:
+        """A full listing of ``type_key``: from now on it is complete (absent means absent)."""
+        fresh = {_key(type_key, obj): _slim(obj) for obj in objects}
+        with self._lock:
+            for key in [key for key in self._objects if key[:2] == type_key]:
+                del self._objects[key]
+            self._objects.update(fresh)
+            self._fed.add(type_key)
+            self._complete.add(type_key)
+
+    def forget_type(self, type_key: TypeKey) -> None:
+        """The watch of ``type_key`` broke off: serve nothing of it until it is listed or fed again."""
+        with self._lock:
+            self._fed.discard(type_key)
+            self._complete.discard(type_key)
+            for key in [key for key in self._objects if key[:2] == type_key]:
+                del self._objects[key]
+
+    def put(self, type_key: TypeKey, obj: dict[str, Any]) -> None:
+        """Keep ``obj`` unless the copy held is newer (or the type is not fed: nothing keeps it fresh)."""
+        key = _key(type_key, obj)
+        slim = _slim(obj)
+        with self._lock:
+            if type_key not in self._fed:
+                return
+            held = self._objects.get(key)
+            if held is not None and _newer(held, slim):
+                return
+            self._objects[key] = slim
+
+    def remove(self, type_key: TypeKey, obj: dict[str, Any]) -> None:
+        """``obj`` was deleted; a copy newer than the deletion (a new object of the same name) stays."""
+        key = _key(type_key, obj)
+        with self._lock:
+            held = self._objects.get(key)
+            if held is not None and not _newer(held, obj):
+                del self._objects[key]
+
+    def discard(self, type_key: TypeKey, namespace: str | None, name: str) -> None:
+        """The API answered 404 for this object: whatever copy is held is of an object that is gone."""
+        with self._lock:
+            self._objects.pop((*type_key, namespace or "", name), None)
+
+    # -- reading -------------------------------------------------------------------------------------
+
+    def lookup(self, type_key: TypeKey, namespace: str | None, name: str) -> Any:
+        """A deep copy of the object, None if it is known not to exist, or ``UNKNOWN``."""
+        key = (*type_key, namespace or "", name)
+        with self._lock:
+            if type_key not in self._fed:
+                return UNKNOWN
+            held = self._objects.get(key)
+            if held is None:
+                return None if type_key in self._complete else UNKNOWN
+        return copy.deepcopy(held)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._objects)
+
+
+def _key(type_key: TypeKey, obj: dict[str, Any]) -> StoreKey:
+    meta = obj.get("metadata") or {}
+    return (*type_key, meta.get("namespace") or "", meta.get("name", ""))
+
+
+def _slim(obj: dict[str, Any]) -> dict[str, Any]:
+    """A private deep copy without managedFields (callers go on using, and changing, what they passed)."""
+    meta = obj.get("metadata") or {}
+    return copy.deepcopy({**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}})
+
+
+def _newer(held: dict[str, Any], other: dict[str, Any]) -> bool:
+    """True if ``held`` is strictly newer than ``other``.
+
+    resourceVersions are opaque to clients in general, but every kube-apiserver backed by etcd hands out
+    etcd revisions: integers that grow with every write. When either is not an integer the incoming
+    object wins, as it would in an informer.
+    """
+    mine = (held.get("metadata") or {}).get("resourceVersion")
+    theirs = (other.get("metadata") or {}).get("resourceVersion")
+    if not (isinstance(mine, str) and isinstance(theirs, str) and mine.isdigit() and theirs.isdigit()):
+        return False
+    return int(mine) > int(theirs)

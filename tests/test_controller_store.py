@@ -1,0 +1,77 @@
+"""The controller's object store: what it serves, what it refuses to serve, and that versions only go forward."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from opbroker.controller.store import UNKNOWN, ObjectStore
+
+DB = ("demo.opbroker.io/v1", "Database")
+
+
+def obj(name: str, version: str, *, namespace: str = "ns", **fields: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": DB[0],
+        "kind": DB[1],
+        "metadata": {"name": name, "namespace": namespace, "resourceVersion": version, "managedFields": [{"x": 1}]},
+        **fields,
+    }
+
+
+def test_a_type_nobody_feeds_is_never_served() -> None:
+    store = ObjectStore()
+    store.put(DB, obj("a", "1"))  # e.g. a write's answer on a sister cluster: nothing would keep it fresh
+    assert store.lookup(DB, "ns", "a") is UNKNOWN
+
+
+def test_fed_by_events_only_absent_means_unknown() -> None:
+    store = ObjectStore()
+    store.feed(DB)
+    assert store.lookup(DB, "ns", "a") is UNKNOWN
+    store.put(DB, obj("a", "1", spec={"size": 1}))
+    found = store.lookup(DB, "ns", "a")
+    assert found["spec"] == {"size": 1}
+    assert "managedFields" not in found["metadata"]
+
+
+def test_a_listed_type_is_complete() -> None:
+    store = ObjectStore()
+    store.put(DB, obj("stale", "1"))
+    store.replace(DB, [obj("a", "5")])
+    assert store.lookup(DB, "ns", "missing") is None
+    assert store.lookup(DB, "ns", "a")["metadata"]["resourceVersion"] == "5"
+    store.replace(DB, [])
+    assert store.lookup(DB, "ns", "a") is None  # a relist drops what is gone
+
+
+def test_versions_only_move_forward() -> None:
+    store = ObjectStore()
+    store.feed(DB)
+    store.put(DB, obj("a", "10", spec={"v": "new"}))
+    store.put(DB, obj("a", "9", spec={"v": "late event"}))
+    assert store.lookup(DB, "ns", "a")["spec"] == {"v": "new"}
+    store.remove(DB, obj("a", "8"))  # the deletion of an earlier object of the same name
+    assert store.lookup(DB, "ns", "a") is not UNKNOWN
+    store.remove(DB, obj("a", "11"))
+    assert store.lookup(DB, "ns", "a") is UNKNOWN
+
+
+def test_copies_are_private_both_ways() -> None:
+    store = ObjectStore()
+    store.feed(DB)
+    given = obj("a", "1", status={"phase": "Ready"})
+    store.put(DB, given)
+    given["status"]["phase"] = "changed by the caller after the put"
+    served = store.lookup(DB, "ns", "a")
+    served["status"]["phase"] = "changed by a reconciler"
+    assert store.lookup(DB, "ns", "a")["status"] == {"phase": "Ready"}
+
+
+def test_a_broken_watch_stops_serving_its_type() -> None:
+    store = ObjectStore()
+    store.replace(DB, [obj("a", "1")])
+    store.forget_type(DB)
+    assert store.lookup(DB, "ns", "a") is UNKNOWN
+    store.feed(DB)
+    store.discard(DB, "ns", "a")
+    assert store.lookup(DB, "ns", "a") is UNKNOWN
