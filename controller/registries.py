@@ -48,10 +48,10 @@ def load(kube: Kube, namespace: str, name: str, owner_uid: str | None = None) ->
 
 
 def is_owned_by(secret: dict[str, Any], owner_uid: str) -> bool:
-    """True if the Secret is the live registry of the object with ``owner_uid``."""
+    """True if the Secret is the live registry of the object with ``owner_uid`` (and of nothing else)."""
     meta = secret.get("metadata") or {}
     owners = {o.get("uid") for o in meta.get("ownerReferences") or []}
-    return not meta.get("deletionTimestamp") and owner_uid in owners
+    return not meta.get("deletionTimestamp") and owners == {owner_uid}
 
 
 def clear_the_way(kube: Kube, secret: dict[str, Any], owner_uid: str) -> None:
@@ -65,20 +65,18 @@ def clear_the_way(kube: Kube, secret: dict[str, Any], owner_uid: str) -> None:
     meta = secret.get("metadata") or {}
     name = meta.get("name", "")
     ours = (meta.get("labels") or {}).get(LABEL_MANAGED_BY) == MANAGED_BY
-    owners = meta.get("ownerReferences") or []
-    if not ours or not owners or any(o.get("uid") == owner_uid for o in owners):
-        raise TemporaryError(
-            f"Secret {name!r} exists but is not this object's registry (not managed by opbroker, or shared); "
-            "rename or delete it"
-        )
+    if not ours or not meta.get("ownerReferences"):
+        raise TemporaryError(f"Secret {name!r} exists but is not a registry managed by opbroker; rename or delete it")
     if not meta.get("deletionTimestamp"):
         kube.delete_secret(meta.get("namespace", ""), name, uid=meta.get("uid"))
     raise TemporaryError(f"waiting for the registry Secret {name!r} of an earlier object of this name to be deleted")
 
 
-def save(kube: Kube, *, name: str, owner: dict[str, Any], values: dict[str, Any], labels: dict[str, str]) -> None:
-    """Write the registry (server-side apply, so repeating it changes nothing)."""
-    kube.apply_secret(
+def save(
+    kube: Kube, *, name: str, owner: dict[str, Any], values: dict[str, Any], labels: dict[str, str]
+) -> dict[str, Any]:
+    """Write the registry (server-side apply, so repeating it changes nothing); the Secret as written."""
+    return kube.apply_secret(
         {
             "apiVersion": "v1",
             "kind": "Secret",
@@ -130,10 +128,14 @@ class RegistryCache:
     def save(
         self, kube: Kube, *, name: str, owner: dict[str, Any], values: dict[str, Any], labels: dict[str, str]
     ) -> None:
-        save(kube, name=name, owner=owner, values=values, labels=labels)
-        # Not cached: the next read confirms the Secret is really there and ours (an earlier object's
-        # Secret still being deleted can swallow this write).
-        self.forget(owner["metadata"]["namespace"], name, owner["metadata"]["uid"])
+        written = save(kube, name=name, owner=owner, values=values, labels=labels)
+        uid = owner["metadata"]["uid"]
+        if not is_owned_by(written, uid):
+            # The Secret written is not ours alone (an earlier object's, appeared since ``load``): our
+            # values are not safe in it. It goes, and the reconcile is repeated once it has.
+            self.forget(owner["metadata"]["namespace"], name, uid)
+            clear_the_way(kube, written, uid)
+        self._values[(owner["metadata"]["namespace"], name, uid)] = dict(values)
 
     def forget(self, namespace: str, name: str, owner_uid: str) -> None:
         self._values.pop((namespace, name, owner_uid), None)

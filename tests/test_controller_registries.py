@@ -1,0 +1,65 @@
+"""Registries against a real API server: an earlier object's Secret is never written into or adopted."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from kubernetes import client
+
+from opbroker.api.conventions import LABEL_MANAGED_BY, MANAGED_BY
+from opbroker.controller.kube import Kube
+from opbroker.controller.registries import RegistryCache, encode
+from opbroker.controller.workqueue import TemporaryError
+
+
+def owner(namespace: str, name: str = "inst") -> dict[str, object]:
+    return {
+        "apiVersion": "osb.servicefabrik.io/v1alpha1",
+        "kind": "SFServiceInstance",
+        "metadata": {"name": name, "namespace": namespace, "uid": str(uuid.uuid4())},
+    }
+
+
+def secret(name: str, *, managed: bool, owner_uid: str | None) -> dict[str, object]:
+    metadata: dict[str, object] = {"name": name}
+    if managed:
+        metadata["labels"] = {LABEL_MANAGED_BY: MANAGED_BY}
+    if owner_uid:
+        metadata["ownerReferences"] = [
+            {"apiVersion": "osb.servicefabrik.io/v1alpha1", "kind": "SFServiceInstance", "name": "x", "uid": owner_uid}
+        ]
+    return {"metadata": metadata, "data": encode({"password": "the earlier one's"})}
+
+
+def test_saved_registry_is_served_without_reading_it_again(api_client: client.ApiClient, namespace: str) -> None:
+    kube, cache = Kube(api_client), RegistryCache()
+    new = owner(namespace)
+    assert cache.load(kube, namespace, "inst-registry", new["metadata"]["uid"]) is None  # type: ignore[index]
+    cache.save(kube, name="inst-registry", owner=new, values={"password": "p"}, labels={})
+    client.CoreV1Api(api_client).delete_namespaced_secret("inst-registry", namespace)
+    # The write's answer proved the Secret ours: the copy is served (the deletion above is not seen).
+    assert cache.load(kube, namespace, "inst-registry", new["metadata"]["uid"]) == {"password": "p"}  # type: ignore[index]
+
+
+def test_an_earlier_objects_registry_is_removed_not_adopted(api_client: client.ApiClient, namespace: str) -> None:
+    core = client.CoreV1Api(api_client)
+    core.create_namespaced_secret(namespace, secret("inst-registry", managed=True, owner_uid=str(uuid.uuid4())))
+    kube, cache = Kube(api_client), RegistryCache()
+    uid = owner(namespace)["metadata"]["uid"]  # type: ignore[index]
+    # Read-only callers (teardown) just see no registry; the Secret stays.
+    assert cache.load(kube, namespace, "inst-registry", uid, claim=False) is None
+    assert core.list_namespaced_secret(namespace, field_selector="metadata.name=inst-registry").items
+    with pytest.raises(TemporaryError, match="earlier object"):
+        cache.load(kube, namespace, "inst-registry", uid)
+    assert not core.list_namespaced_secret(namespace, field_selector="metadata.name=inst-registry").items
+    assert cache.load(kube, namespace, "inst-registry", uid) is None
+
+
+def test_a_secret_that_is_not_a_registry_of_ours_is_left_alone(api_client: client.ApiClient, namespace: str) -> None:
+    core = client.CoreV1Api(api_client)
+    core.create_namespaced_secret(namespace, secret("inst-registry", managed=False, owner_uid=None))
+    kube, cache = Kube(api_client), RegistryCache()
+    with pytest.raises(TemporaryError, match="not a registry managed by opbroker"):
+        cache.load(kube, namespace, "inst-registry", owner(namespace)["metadata"]["uid"])  # type: ignore[index]
+    assert core.read_namespaced_secret("inst-registry", namespace).data is not None
