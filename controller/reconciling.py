@@ -161,6 +161,11 @@ class StatusWriter:
         status = decisions.outcome_status(obj, state=state, reason=reason, description=description, error=error)
         status.update(extra or {})
         self.patch(obj, status)
+        if state in (OperationState.SUCCEEDED, OperationState.FAILED):
+            # The operation is over: changes of the objects its status template read can no longer change
+            # its outcome, so they stop enqueueing it (a Database shared by ten bindings would otherwise
+            # re-evaluate all of them at each change; the next operation tracks what it reads again).
+            self.deps.index.forget(key_of(self._key_kind, obj))
         # Events for outcomes only: "in progress" is visible in status and would double the writes.
         if before != state.value and state in (OperationState.SUCCEEDED, OperationState.FAILED):
             self.deps.kube.emit_event(
