@@ -27,7 +27,16 @@ def run(
     error_threshold: Annotated[int, typer.Option(help="Consecutive errors before an operation is failed.")] = 8,
     poll_seconds: Annotated[float, typer.Option(help="Re-check interval for in-progress operations.")] = 10.0,
     leader_election: Annotated[bool, typer.Option(help="Campaign for a Lease (active-passive replicas).")] = True,
-    metrics_port: Annotated[int | None, typer.Option(help="Serve Prometheus metrics on this port.")] = None,
+    metrics_port: Annotated[
+        int | None, typer.Option(help="Serve Prometheus metrics and /healthz, /readyz on this port.")
+    ] = None,
+    api_wait_seconds: Annotated[
+        float,
+        typer.Option(
+            help="How long to wait for the API server to serve the watched resources before exiting non-zero.",
+            min=0,
+        ),
+    ] = 120.0,
     lease_seconds: Annotated[
         int, typer.Option(help="Leader lease duration in seconds (the longest failover).", min=3)
     ] = 15,
@@ -63,6 +72,7 @@ def run(
         status_poll_seconds=poll_seconds,
         leader_election=leader_election,
         metrics_port=metrics_port,
+        api_wait_seconds=api_wait_seconds,
         lease_seconds=lease_seconds,
         multicluster=multicluster,
         scheduler=scheduler.value,

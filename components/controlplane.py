@@ -9,8 +9,8 @@ Contract with the processes (``opbroker.cli``): the broker runs ``opbroker broke
 --port 8080 --namespace <ns>``, serves ``/healthz`` and ``/readyz`` on 8080 and reads its basic-auth
 credentials from ``OPBROKER_BROKER_USERNAME`` / ``OPBROKER_BROKER_PASSWORD`` (filled from the credentials
 Secret). The controller runs ``opbroker controller run --namespace <ns> --metrics-port 9090``, campaigns for
-the Lease ``opbroker-controller`` in ``<ns>`` and serves no health endpoint: its liveness probe is a TCP
-check of the metrics server, and a leader that loses its lease exits (so the pod restarts).
+the Lease ``opbroker-controller`` in ``<ns>`` and serves ``/metrics``, ``/healthz`` and ``/readyz`` on 9090; a
+leader that loses its lease, or whose kopf loop stops, exits (so the pod restarts).
 
 No ``from __future__ import annotations`` here: the component provider reads these annotations at run time.
 """
@@ -116,6 +116,11 @@ class ControlPlaneArgs(TypedDict):
     """Create the namespace (default true); false when it exists already."""
     install_crds: NotRequired[bool]
     """Install the CRDs (default true); false for a second control plane in the same cluster."""
+    retain_crds: NotRequired[bool]
+    """Leave the CRDs in the cluster when they leave the stack (default true): ``pulumi destroy``, removing or
+    renaming the component only forget them, so every SFService, SFPlan, instance and binding stays. False
+    deletes them, and with them every such object. Retained CRDs exist when a stack installs them again:
+    ``pulumi import`` them, or set the Kubernetes provider's ``upsertExistingObjects``."""
     image_pull_policy: NotRequired[str]
     """``IfNotPresent`` (default), ``Always`` or ``Never``."""
     image_pull_secrets: NotRequired[list[str]]
@@ -188,6 +193,7 @@ class Settings(_Settings):
     namespace: str = Field(default=DEFAULT_NAMESPACE, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)
     create_namespace: bool = True
     install_crds: bool = True
+    retain_crds: bool = True
     image_pull_policy: Literal["IfNotPresent", "Always", "Never"] = "IfNotPresent"
     image_pull_secrets: list[str] = Field(default_factory=list)
     zone_spread: Literal["ScheduleAnyway", "DoNotSchedule"] = "ScheduleAnyway"
@@ -271,13 +277,21 @@ def broker_probes() -> dict[str, Any]:
 
 
 def controller_probes() -> dict[str, Any]:
-    """The controller serves no HTTP health check: the metrics server answering means the process lives.
-    No readiness: the controller is behind no Service, and a standby is healthy while not leading."""
+    """The controller's health endpoints on its metrics port (``opbroker.controller.health``). Liveness fails
+    once kopf's loop has stopped or its event loop hangs; readiness also waits for the API server to serve
+    the watched resources at start. A standby that does not lead is live and ready (it must not count against
+    the disruption budget); the startup wait is bounded by the process itself (``--api-wait-seconds``)."""
     return {
         "livenessProbe": {
-            "tcpSocket": {"port": "metrics"},
+            "httpGet": {"path": "/healthz", "port": "metrics"},
             "initialDelaySeconds": 10,
             "periodSeconds": 10,
+            "timeoutSeconds": 2,
+            "failureThreshold": 3,
+        },
+        "readinessProbe": {
+            "httpGet": {"path": "/readyz", "port": "metrics"},
+            "periodSeconds": 5,
             "timeoutSeconds": 2,
             "failureThreshold": 3,
         },
@@ -400,9 +414,15 @@ class ControlPlane(pulumi.ComponentResource):
             for crd in all_crds():
                 crd_name = crd["metadata"]["name"]
                 crd_names.append(crd_name)
+                # Deleting a CRD deletes every object of its kind, in every namespace: retained by default.
                 self.crds.append(
                     k8s.apiextensions.v1.CustomResourceDefinition(
-                        f"{name}-{crd_name}", metadata=crd["metadata"], spec=crd["spec"], opts=child()
+                        f"{name}-{crd_name}",
+                        metadata=crd["metadata"],
+                        spec=crd["spec"],
+                        opts=pulumi.ResourceOptions.merge(
+                            child(), pulumi.ResourceOptions(retain_on_delete=s.retain_crds)
+                        ),
                     )
                 )
 

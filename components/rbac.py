@@ -21,6 +21,8 @@ STATUS_VERBS = ("get", "update", "patch")
 #: ``/finalizers`` needs ``update`` so owner references with blockOwnerDeletion can point at the kind.
 FINALIZER_VERBS = ("update",)
 READ_VERBS = ("get", "list", "watch")
+#: Workload kinds a claim may bind into (``opbroker.controller.claims.workloads.SUPPORTED_KINDS``).
+WORKLOADS = ("deployments", "statefulsets", "daemonsets")
 #: The Lease the controller replicas campaign for (the controller's default ``lease_name``).
 LEADER_LEASE = "opbroker-controller"
 
@@ -96,18 +98,36 @@ def _owned(kinds: Iterable[type[KubeResource]]) -> list[Rule]:
 
 
 def controller_cluster_rules(operator_rules: Sequence[Mapping[str, Any]] = ()) -> list[Rule]:
-    """The controller's ClusterRole: every opbroker kind, the objects it writes in instance namespaces
-    (registries and credentials Secrets, ConfigMaps, Events), nodes for capacity-aware scheduling, and
-    the operator kinds its plans render (``operator_rules``, supplied by whoever writes the plans)."""
+    """The controller's ClusterRole, rule by rule what ``opbroker.controller`` calls (every namespace):
+
+    * every opbroker kind (objects, status, finalizers);
+    * Secrets: instance and binding registries, bind credentials, claim binding and health-check Secrets
+      (server-side apply), read back; kopf watches them cluster-wide for the claims (metadata only);
+      claims delete a binding Secret whose type changed (immutable) or whose claim is gone, and the
+      endpoint Secret of a withdrawn registration;
+    * Events (core, create) on state changes;
+    * nodes and pods: capacity-aware scheduling sums the allocatable of the nodes and the requests of the
+      running pods of its own cluster (cluster "1");
+    * Jobs: a RegisteredService's health check runs as a Job, read and replaced (kopf watches them);
+    * Deployments, StatefulSets, DaemonSets: claims project binding Secrets into the selected workloads by
+      server-side apply (``patch``), listing them per namespace (kopf watches them);
+    * CRDs, read-only: kopf notices CRDs installed or re-installed while it runs;
+    * ConfigMaps (no delete), as before, for plans that render them;
+    * and the operator kinds the plans render (``operator_rules``, supplied by whoever writes the plans: the
+      controller applies, reads, watches and deletes them, so ``get, list, watch, create, update, patch,
+      delete``).
+    """
     return [
         *_owned(RESOURCE_KINDS),
-        # Instance/binding registries and bind credentials; ownership (and so deletion) goes through owner
-        # references, so no delete here. A plan that renders Secrets itself adds delete via operator_rules.
-        Rule(("",), ("secrets", "configmaps"), ("get", "list", "watch", "create", "update", "patch")),
+        Rule(("",), ("secrets",), ("get", "list", "watch", "create", "update", "patch", "delete")),
+        Rule(("",), ("configmaps",), ("get", "list", "watch", "create", "update", "patch")),
         Rule(("",), ("events",), ("create", "patch")),
         Rule(("events.k8s.io",), ("events",), ("create", "patch")),
-        # Capacity-aware scheduling reads allocatable from the nodes of its own cluster.
         Rule(("",), ("nodes",), READ_VERBS),
+        Rule(("",), ("pods",), ("list",)),
+        Rule(("batch",), ("jobs",), ("get", "list", "watch", "create", "delete")),
+        Rule(("apps",), WORKLOADS, ("get", "list", "watch", "patch")),
+        Rule(("apiextensions.k8s.io",), ("customresourcedefinitions",), READ_VERBS),
         *(Rule.from_args(rule) for rule in operator_rules),
     ]
 

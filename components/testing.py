@@ -42,6 +42,9 @@ class Registration:
     dependencies: tuple[str, ...]
     urn: str
     additional_secret_outputs: tuple[str, ...] = ()
+    retain_on_delete: bool = False
+    """``retain_on_delete``: deleting the resource from the stack leaves the object in the cluster."""
+    protect: bool = False
 
     def plain_inputs(self) -> dict[str, Any]:
         """The inputs with secrets unwrapped and whole-number floats back to ints."""
@@ -101,7 +104,8 @@ class RecordingMocks(pulumi.runtime.Mocks):
 
 
 class RecordingMonitor(pulumi_mocks.MockMonitor):
-    """The mock monitor, also keeping what ``MockResourceArgs`` leaves out: parent and dependencies."""
+    """The mock monitor, also keeping what ``MockResourceArgs`` leaves out: parent, dependencies and the
+    lifecycle options (``retain_on_delete``, ``protect``)."""
 
     def __init__(self, mocks: RecordingMocks) -> None:
         super().__init__(mocks)
@@ -120,6 +124,8 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                     dependencies=tuple(request.dependencies),
                     urn=response.urn,
                     additional_secret_outputs=tuple(request.additionalSecretOutputs),
+                    retain_on_delete=bool(request.retainOnDelete),
+                    protect=bool(request.protect),
                 )
             )
         return response

@@ -1,8 +1,15 @@
-"""Running the controller: configuration, leader election (active-passive), kopf's operator loop.
+"""Running the controller: configuration, waiting for the API, leader election (active-passive), kopf's loop.
 
 Two replicas run active-passive: each campaigns for a Lease in the control-plane namespace; only the
 holder runs kopf. A leader that loses its lease exits the process at once (as controller-runtime does),
 so it can never act alongside the new leader; its pod restarts as a candidate.
+
+Before campaigning, and again before kopf starts, the process waits (bounded by ``api_wait_seconds``) until
+the API server serves every resource the kopf handlers watch (:mod:`opbroker.controller.apiready`): kopf
+started against a kube-apiserver that is itself starting would never watch the custom resources missing
+from discovery. When kopf's loop ends — on a signal, or because its watchers gave up — the process exits
+non-zero, so the pod restarts. :mod:`opbroker.controller.health` reports all of this on the metrics port
+(``/healthz``, ``/readyz``) for the pod's probes.
 """
 
 from __future__ import annotations
@@ -13,18 +20,21 @@ import os
 import socket
 import threading
 import uuid
+from typing import Any
 
 import kopf
 from kubernetes import client, config
 from kubernetes.leaderelection import electionconfig, leaderelection
 from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
-from prometheus_client import start_http_server
 
+from opbroker.controller import apiready, health
 from opbroker.controller.app import Controller, build_registry
 from opbroker.controller.settings import ControllerSettings
 
 logger = logging.getLogger(__name__)
 USER_AGENT = "opbroker-controller"
+#: Once kopf's loop stops, the longest the process may take to exit (kopf's own teardown included).
+EXIT_GRACE_SECONDS = 10.0
 
 
 def api_client_for(kubeconfig: str | None) -> client.ApiClient:
@@ -44,46 +54,94 @@ def api_client_for(kubeconfig: str | None) -> client.ApiClient:
 
 
 async def run_operator(
-    settings: ControllerSettings, *, kubeconfig: str | None, stop: asyncio.Event | None = None
+    registry: kopf.OperatorRegistry, *, state: health.Health | None = None, stop: asyncio.Event | None = None
 ) -> None:
-    """Run kopf with our handlers until ``stop`` is set (or forever)."""
-    if kubeconfig:
-        os.environ["KUBECONFIG"] = kubeconfig
-    controller = Controller(api_client_for(kubeconfig), settings)
-    registry = build_registry(controller, kubeconfig=kubeconfig)
-    operator_settings = kopf.OperatorSettings()
-    await kopf.operator(
-        registry=registry,
-        settings=operator_settings,
-        clusterwide=True,
-        standalone=True,
-        stop_flag=stop,
-    )
+    """Run kopf with ``registry``'s handlers until ``stop`` is set (or its loop ends); while it runs, its event
+    loop beats ``state``'s heartbeat."""
+    state = state or health.Health()
+    state.running()
+    heartbeat = asyncio.create_task(_beat(state), name="health heartbeat")
+    try:
+        await kopf.operator(
+            registry=registry,
+            settings=kopf.OperatorSettings(),
+            clusterwide=True,
+            standalone=True,
+            stop_flag=stop,
+        )
+    finally:
+        heartbeat.cancel()
+        state.stopped()
+
+
+async def _beat(state: health.Health) -> None:
+    while True:
+        state.beat()
+        await asyncio.sleep(health.HEARTBEAT_SECONDS)
 
 
 def run(settings: ControllerSettings, *, kubeconfig: str | None) -> None:
-    """The ``opbroker controller run`` entry point."""
+    """The ``opbroker controller run`` entry point. Never returns: the process exits when kopf's loop ends."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("kopf.objects").setLevel(logging.WARNING)  # one line per handled event is noise
+    state = health.Health()
     if settings.metrics_port is not None:
-        start_http_server(settings.metrics_port)
+        health.serve(state, settings.metrics_port)
+    if kubeconfig:
+        os.environ["KUBECONFIG"] = kubeconfig
+    api = api_client_for(kubeconfig)  # also loads the default configuration the lease lock uses
+    controller = Controller(api, settings)
+    registry = build_registry(controller, kubeconfig=kubeconfig)
+    wanted = apiready.watched_by(registry)
+
+    def wait_for_the_api() -> None:
+        """Bounded: exits the process when the API server does not serve what kopf watches in time."""
+        problems = apiready.wait_until_served(api, wanted, timeout=settings.api_wait_seconds, on_wait=state.waiting)
+        if problems:
+            state.stopped("the API server does not serve what the controller watches")
+            logger.error(
+                "gave up after %.0f s: the API server does not serve %s; exiting (its supervisor restarts it)",
+                settings.api_wait_seconds,
+                "; ".join(problems),
+            )
+            _exit(1)
+
+    @kopf.on.cleanup(registry=registry)
+    async def exit_soon(**_: Any) -> None:
+        """kopf is stopping (a signal, or its watchers gave up): whatever its teardown waits for, the process
+        ends within ``EXIT_GRACE_SECONDS`` — a controller that no longer watches must never stay up."""
+        state.stopped("kopf's operator loop is stopping")
+        timer = threading.Timer(EXIT_GRACE_SECONDS, _exit_because_kopf_stopped)
+        timer.daemon = True
+        timer.start()
+
+    def operate(*, check_the_api: bool) -> None:
+        if check_the_api:  # a standby may have waited long for the lease: the API server may be starting now
+            wait_for_the_api()
+        # Not asyncio.run(): its teardown waits for the reconcile threads, and one blocked on the API would
+        # keep a controller whose kopf has stopped up for good. Whatever happens, the process exits here.
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(run_operator(registry, state=state))
+        except BaseException:
+            logger.exception("the operator loop has failed")
+        finally:
+            _exit_because_kopf_stopped()
+
+    wait_for_the_api()
     if not settings.leader_election:
-        asyncio.run(run_operator(settings, kubeconfig=kubeconfig))
-        _exit_because_kopf_stopped()
-    api_client_for(kubeconfig)  # loads the default configuration the lease lock uses
+        operate(check_the_api=False)
     identity = f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
     lock = LeaseLock(settings.lease_name, settings.namespace, identity)
-    leading = threading.Event()
 
     def lead() -> None:
-        leading.set()
         logger.info("%s became the leader; starting reconciliation", identity)
-        asyncio.run(run_operator(settings, kubeconfig=kubeconfig))
-        _exit_because_kopf_stopped()
+        operate(check_the_api=True)
 
     def lost() -> None:
         logger.error("%s lost the leadership; exiting so that only one controller acts", identity)
-        os._exit(1)
+        _exit(1)
 
     election = leaderelection.LeaderElection(
         electionconfig.Config(
@@ -96,8 +154,10 @@ def run(settings: ControllerSettings, *, kubeconfig: str | None) -> None:
             onstopped_leading=lost,
         )
     )
+    state.standby()
     logger.info("%s campaigning for lease %s/%s", identity, settings.namespace, settings.lease_name)
     election.run()
+    _exit(1)  # the election loop only returns when leading ended
 
 
 def _exit_because_kopf_stopped() -> None:
@@ -105,5 +165,10 @@ def _exit_because_kopf_stopped() -> None:
     seconds of "404 page not found" from a starting API server). A controller that no longer watches must
     not look alive: exit non-zero, so the pod (or whoever started it) restarts a working one."""
     logger.error("the operator loop has stopped; exiting")
+    _exit(1)
+
+
+def _exit(code: int) -> None:
+    """Exit now, from any thread (the leader's runs in a thread; daemon threads must not keep us up)."""
     logging.shutdown()
-    os._exit(1)
+    os._exit(code)

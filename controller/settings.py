@@ -22,7 +22,11 @@ class ControllerSettings:
     lease_seconds: int = 15
     """How long a leader's lease lasts without renewal: the longest a failover takes."""
     metrics_port: int | None = None
-    """Serve Prometheus metrics on this port (0.0.0.0); None to disable."""
+    """Serve Prometheus metrics and the health probes (``/healthz``, ``/readyz``) on this port (0.0.0.0); None
+    to disable."""
+    api_wait_seconds: float = 120.0
+    """At start (and on becoming the leader): how long to wait for the API server to serve every resource the
+    controller watches before giving up and exiting non-zero."""
     multicluster: bool = False
     """Be the master of several clusters: schedule instances onto SFClusters, hand them to sister clusters
     and mirror their status back (``opbroker.controller.multicluster``)."""

@@ -8,10 +8,15 @@ from typing import Any
 
 import pulumi
 import pytest
+from kubernetes import client
 
 from opbroker.api.crd import all_crds
 from opbroker.components import ControlPlane, InvalidArgsError, SFPlan, rbac, testing
 from opbroker.components.testing import Registration
+from opbroker.controller import apiready, health
+from opbroker.controller.app import Controller, build_registry
+from opbroker.controller.claims.workloads import SUPPORTED_KINDS
+from opbroker.controller.settings import ControllerSettings
 
 K8S = "kubernetes:"
 CRD = "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition"
@@ -26,6 +31,7 @@ HPA = "kubernetes:autoscaling/v2:HorizontalPodAutoscaler"
 
 OWNER = ["get", "list", "watch", "create", "update", "patch", "delete"]
 STATUS = ["get", "update", "patch"]
+READ = ["get", "list", "watch"]
 
 
 def deploy(
@@ -126,15 +132,59 @@ def test_controller_cluster_role_enumerates_every_rule(default: Any) -> None:
         {"apiGroups": ["primaza.io"], "resources": primaza, "verbs": OWNER},
         {"apiGroups": ["primaza.io"], "resources": [f"{p}/status" for p in primaza], "verbs": STATUS},
         {"apiGroups": ["primaza.io"], "resources": [f"{p}/finalizers" for p in primaza], "verbs": ["update"]},
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": OWNER},
         {
             "apiGroups": [""],
-            "resources": ["secrets", "configmaps"],
+            "resources": ["configmaps"],
             "verbs": ["get", "list", "watch", "create", "update", "patch"],
         },
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
         {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list", "watch", "create", "delete"]},
+        {
+            "apiGroups": ["apps"],
+            "resources": ["deployments", "statefulsets", "daemonsets"],
+            "verbs": ["get", "list", "watch", "patch"],
+        },
+        {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": READ},
     ]
+
+
+def allowed(rules: list[dict[str, Any]], group: str, resource: str) -> set[str]:
+    """The verbs a list of PolicyRules grants on one resource (no wildcards in ours)."""
+    return {
+        verb
+        for rule in rules
+        if group in rule["apiGroups"] and resource in rule["resources"] and not rule.get("resourceNames")
+        for verb in rule["verbs"]
+    }
+
+
+def test_the_controller_may_do_what_its_code_does(default: Any) -> None:
+    """Cross-check against the controller itself: every resource its kopf handlers watch (read from its
+    registry), and the calls of the claims subsystem and the scheduler."""
+    mocks, _ = default
+    rules = inputs(mocks, CLUSTER_ROLE, "opbroker-controller")["rules"]
+    controller = Controller(client.ApiClient(), ControllerSettings(multicluster=True))
+    watched = apiready.watched_by(build_registry(controller, kubeconfig=None))
+    assert len(watched) >= 12
+    for resource in watched:
+        assert {"list", "watch"} <= allowed(rules, resource.group, resource.name), resource
+    # Claims: health-check Jobs (created, read, replaced), binding Secrets (deleted when their type changes or
+    # their claim goes), projection into workloads by server-side apply.
+    assert {"create", "get", "delete"} <= allowed(rules, "batch", "jobs")
+    assert {"create", "get", "patch", "delete"} <= allowed(rules, "", "secrets")
+    for api_version, kind in SUPPORTED_KINDS:
+        group = api_version.split("/")[0]
+        assert {"get", "list", "patch"} <= allowed(rules, group, kind.lower() + "s"), kind
+        assert "create" not in allowed(rules, group, kind.lower() + "s")  # a projection never creates one
+    # Capacity-aware scheduling; Events; kopf's CRD observation.
+    assert "list" in allowed(rules, "", "pods") and "list" in allowed(rules, "", "nodes")
+    assert "create" in allowed(rules, "", "events")
+    assert {"list", "watch"} <= allowed(rules, "apiextensions.k8s.io", "customresourcedefinitions")
+    assert allowed(rules, "apiextensions.k8s.io", "customresourcedefinitions") == set(READ)
 
 
 def test_controller_leader_election_role_is_namespaced_to_leases(default: Any) -> None:
@@ -188,7 +238,7 @@ def test_broker_role_is_namespaced_and_minimal(default: Any) -> None:
 def test_no_rule_anywhere_grants_everything(default: Any) -> None:
     mocks, _ = default
     rules = [rule for t in (CLUSTER_ROLE, ROLE) for r in mocks.of_type(t) for rule in r.plain_inputs()["rules"]]
-    assert len(rules) == 19
+    assert len(rules) == 24
     for rule in rules:
         assert not rbac.grants_everything(rule)
         assert "*" not in rule["verbs"] and "*" not in rule["resources"] and "*" not in rule["apiGroups"]
@@ -297,12 +347,26 @@ def test_the_broker_is_probed_on_healthz_and_readyz(default: Any) -> None:
     }
 
 
-def test_the_controller_is_probed_through_its_metrics_server(default: Any) -> None:
+def test_the_controller_is_probed_on_its_health_endpoints(default: Any) -> None:
     mocks, _ = default
     (container,) = pod(mocks, "opbroker-controller")["containers"]
     assert container["ports"] == [{"name": "metrics", "containerPort": 9090, "protocol": "TCP"}]
-    assert container["livenessProbe"]["tcpSocket"] == {"port": "metrics"}
-    assert "readinessProbe" not in container  # no Service in front; a standby is healthy while not leading
+    assert container["livenessProbe"] == {
+        "httpGet": {"path": "/healthz", "port": "metrics"},
+        "initialDelaySeconds": 10,
+        "periodSeconds": 10,
+        "timeoutSeconds": 2,
+        "failureThreshold": 3,
+    }
+    assert container["readinessProbe"] == {
+        "httpGet": {"path": "/readyz", "port": "metrics"},
+        "periodSeconds": 5,
+        "timeoutSeconds": 2,
+        "failureThreshold": 3,
+    }
+    # The process serves exactly these paths on the port its command names.
+    assert container["command"][-2:] == ["--metrics-port", "9090"]
+    assert {"/healthz", "/readyz"} <= set(health.PATHS)
 
 
 def test_deployments_wait_for_crds_and_their_permissions(default: Any) -> None:
@@ -414,6 +478,18 @@ def test_settings_are_configurable() -> None:
     )
 
 
+def test_crds_are_retained_when_they_leave_the_stack_unless_told_otherwise(default: Any) -> None:
+    """Deleting a CRD deletes every object of its kind: ``pulumi destroy`` must not take every customer's
+    instances with it by default."""
+    mocks, _ = default
+    crds = mocks.of_type(CRD)
+    assert crds and all(crd.retain_on_delete for crd in crds)
+    others = [r for r in mocks.registrations if r.type != CRD]
+    assert not any(r.retain_on_delete for r in others)  # the rest goes with the stack
+    deleting, _ = deploy({"retain_crds": False})
+    assert deleting.of_type(CRD) and not any(crd.retain_on_delete for crd in deleting.of_type(CRD))
+
+
 def test_without_crds_nothing_waits_on_them() -> None:
     mocks, seen = deploy({"install_crds": False})
     assert mocks.of_type(CRD) == []
@@ -451,6 +527,7 @@ def test_custom_resources_created_after_the_control_plane_wait_for_its_crds() ->
         ({"broker": {"autoscaling": {"min_replicas": 5, "max_replicas": 2}}}, "broker.autoscaling"),
         ({"namespace": "Not_A_Namespace"}, "namespace"),
         ({"zone_spread": "Sometimes"}, "zone_spread"),
+        ({"retain_crds": "maybe"}, "retain_crds"),
         (
             {"controller": {"operator_rules": [{"api_groups": ["*"], "resources": ["*"], "verbs": ["*"]}]}},
             "controller.operator_rules[0]",

@@ -1,0 +1,196 @@
+"""Before kopf starts: wait, bounded, until the API server serves every resource the controller watches.
+
+kopf resolves its handlers' resources once, from discovery, when it starts. Started while a kube-apiserver
+is itself starting — custom resources answer ``404 page not found`` until its CRD handlers are installed,
+and discovery lacks them — kopf logs "Unresolved resources cannot be served" and never watches them: the
+controller stays up and idle for good. So the controller first checks, for every resource its kopf handlers
+name, that discovery lists it (with ``list`` and ``watch``) and that a list of it (``limit=1``) answers 200,
+logging what is still missing every few seconds; after a bounded wait it gives up, and the process exits
+non-zero so its supervisor (the pod's restart policy) tries again.
+
+A 403 is reported as such: the controller's RBAC lacks ``list`` on that resource, which no wait will fix but
+which the message then names.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import kopf
+from kubernetes import client
+
+logger = logging.getLogger(__name__)
+
+#: How often the check runs while something is missing.
+POLL_SECONDS = 1.0
+#: How often the wait says what it still waits for.
+LOG_EVERY_SECONDS = 5.0
+#: Per-request timeout (connect, read) of the checks.
+REQUEST_TIMEOUT = (3.0, 5.0)
+
+
+@dataclass(frozen=True, order=True)
+class Wanted:
+    """A resource kopf will watch: group ("" is the core group), version, and the name a handler gave
+    (plural, kind, singular or short name, as kopf's selectors accept)."""
+
+    group: str
+    version: str
+    name: str
+
+    @property
+    def path(self) -> str:
+        """The discovery path of its group version."""
+        return f"/api/{self.version}" if not self.group else f"/apis/{self.group}/{self.version}"
+
+    def __str__(self) -> str:
+        return f"{self.name}.{self.group}/{self.version}" if self.group else f"{self.name} ({self.version})"
+
+
+def watched_by(registry: kopf.OperatorRegistry) -> list[Wanted]:
+    """Every specific resource the registry's handlers make kopf watch (fuzzy selectors are skipped)."""
+    handlers: list[Any] = [
+        *registry._watching.get_all_handlers(),
+        *registry._changing.get_all_handlers(),
+        *registry._spawning.get_all_handlers(),
+        *registry._indexing.get_all_handlers(),
+    ]
+    wanted = set()
+    for handler in handlers:
+        selector = handler.selector
+        if selector is None or selector.group is None or selector.version is None:
+            continue
+        name = next(
+            (n for n in (selector.plural, selector.kind, selector.singular, selector.any_name) if isinstance(n, str)),
+            None,
+        )
+        if name:
+            wanted.add(Wanted(selector.group, selector.version, name))
+    return sorted(wanted)
+
+
+class Unreachable(Exception):
+    """The API server did not answer at all (refused, reset, timed out)."""
+
+
+def _get(api: client.ApiClient, path: str, query: list[tuple[str, Any]] | None = None) -> tuple[int, str]:
+    """(status, body) of one GET; Unreachable when no HTTP answer came back."""
+    method, url, headers, body, _ = api.param_serialize(
+        "GET", path, query_params=query or [], auth_settings=["BearerToken"]
+    )
+    try:
+        response = api.call_api(method, url, header_params=headers, body=body, _request_timeout=REQUEST_TIMEOUT)
+        response.read()
+    except Exception as exc:  # urllib3's and the client's connection errors alike
+        raise Unreachable(_first_line(str(exc))) from exc
+    return int(response.status), (response.data or b"").decode("utf-8", errors="replace")
+
+
+def _first_line(text: str, limit: int = 120) -> str:
+    lines = text.strip().splitlines()
+    line = lines[0] if lines else ""
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _answer(status: int, body: str) -> str:
+    """A short account of an error answer: the Status message if there is one, else the body's first line."""
+    try:
+        message = json.loads(body).get("message")
+    except (ValueError, AttributeError):
+        message = None
+    return f"HTTP {status}: {_first_line(str(message) if message else body)}"
+
+
+def _match(resources: Iterable[dict[str, Any]], name: str) -> dict[str, Any] | None:
+    """The discovery entry a selector name denotes (like kopf: plural, kind, singular or a short name)."""
+    lowered = name.lower()
+    for resource in resources:
+        if "/" in resource.get("name", ""):
+            continue  # subresources
+        names = {resource.get("name"), resource.get("kind", "").lower(), resource.get("singularName")}
+        names.update(resource.get("shortNames") or [])
+        if lowered in names or name == resource.get("kind"):
+            return resource
+    return None
+
+
+def missing(api: client.ApiClient, wanted: Iterable[Wanted]) -> list[str]:
+    """What of ``wanted`` the API server does not serve (yet), each with why; [] when everything is served."""
+    by_group_version: dict[str, list[Wanted]] = {}
+    for item in sorted(wanted):
+        by_group_version.setdefault(item.path, []).append(item)
+    problems: list[str] = []
+    try:
+        for path, items in sorted(by_group_version.items()):
+            status, body = _get(api, path)
+            if status != 200:
+                problems.extend(f"{item} (discovery {_answer(status, body)})" for item in items)
+                continue
+            resources = json.loads(body).get("resources") or []
+            for item in items:
+                found = _match(resources, item.name)
+                if found is None:
+                    problems.append(f"{item} (not in discovery)")
+                    continue
+                verbs = set(found.get("verbs") or [])
+                if not {"list", "watch"} <= verbs:
+                    problems.append(f"{item} (not listable and watchable: verbs {sorted(verbs)})")
+                    continue
+                status, body = _get(api, f"{path}/{found['name']}", [("limit", 1)])
+                if status == 403:
+                    problems.append(f"{item} (forbidden: the controller's RBAC lacks list on it)")
+                elif status != 200:
+                    problems.append(f"{item} (list {_answer(status, body)})")
+    except Unreachable as exc:
+        host = api.configuration.host
+        return [f"the API server at {host} does not answer ({exc})"]
+    return problems
+
+
+def wait_until_served(
+    api: client.ApiClient,
+    wanted: list[Wanted],
+    *,
+    timeout: float,
+    on_wait: Callable[[str], None] = lambda _detail: None,
+    poll: float = POLL_SECONDS,
+    log_every: float = LOG_EVERY_SECONDS,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[str]:
+    """Check until everything in ``wanted`` is served or ``timeout`` seconds passed (at least one check).
+
+    Returns what is still missing ([] on success). Logs the missing resources every ``log_every`` seconds;
+    ``on_wait`` gets a one-line summary at every check that finds something missing (for the health state).
+    """
+    started = clock()
+    last_log: float | None = None
+    while True:
+        problems = missing(api, wanted)
+        now = clock()
+        waited = now - started
+        if not problems:
+            if last_log is not None:
+                logger.info("the API server serves every resource the controller watches (after %.0f s)", waited)
+            else:
+                logger.info("the API server serves every resource the controller watches (%d)", len(wanted))
+            return []
+        summary = f"waiting for the API server to serve: {'; '.join(problems)}"
+        on_wait(summary)
+        if waited >= timeout:
+            return problems
+        if last_log is None or now - last_log >= log_every:
+            logger.warning(
+                "waiting for the API server to serve what the controller watches (%.0f s of at most %.0f s); "
+                "missing: %s",
+                waited,
+                timeout,
+                "; ".join(problems),
+            )
+            last_log = now
+        sleep(min(poll, max(0.0, timeout - waited)))
