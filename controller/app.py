@@ -8,7 +8,6 @@ login). Its event handlers do nothing but update the in-memory catalog and index
 from __future__ import annotations
 
 import asyncio
-import copy
 import dataclasses
 import logging
 from collections.abc import Hashable
@@ -25,6 +24,7 @@ from opbroker.controller.bindings import BindingReconciler
 from opbroker.controller.catalog import Catalog
 from opbroker.controller.claims.handlers import register_claims
 from opbroker.controller.instances import InstanceReconciler
+from opbroker.controller.kopfparts import EventsOnlyDiffBase, copy_json, events_only
 from opbroker.controller.kube import BINDINGS, INSTANCES, PLANS, SERVICES, Kube
 from opbroker.controller.multicluster.runtime import MultiCluster
 from opbroker.controller.reconciling import Conflict, Deps
@@ -219,6 +219,8 @@ def build_registry(controller: Controller, *, kubeconfig: str | None) -> kopf.Op
         settings.watching.client_timeout = 330
         settings.batching.idle_timeout = 0.5
         settings.batching.batch_window = 0.05
+        if events_only(registry):
+            settings.persistence.diffbase_storage = EventsOnlyDiffBase()
         controller.start()
 
     @kopf.on.cleanup(registry=registry)  # type: ignore[arg-type]
@@ -249,7 +251,8 @@ def build_registry(controller: Controller, *, kubeconfig: str | None) -> kopf.Op
 
 def _plain(body: Any) -> dict[str, Any]:
     """A kopf Body as a plain, mutable dict (deep copy: kopf reuses its own)."""
-    return copy.deepcopy(dict(body))
+    plain: dict[str, Any] = copy_json(dict(body))
+    return plain
 
 
 __all__ = ["DONE", "Controller", "build_registry"]

@@ -22,10 +22,11 @@ the way in — nothing reads them and they are the bulk of an object.
 
 from __future__ import annotations
 
-import copy
 import threading
 from collections.abc import Iterable
 from typing import Any
+
+from opbroker.controller.kopfparts import copy_json
 
 TypeKey = tuple[str, str]  # apiVersion, kind name (or plural, for our own kinds read by plural)
 StoreKey = tuple[str, str, str, str]  # apiVersion, kind name or plural, namespace, name
@@ -104,7 +105,7 @@ class ObjectStore:
             held = self._objects.get(key)
             if held is None:
                 return None if type_key in self._complete else UNKNOWN
-        return copy.deepcopy(held)
+        return copy_json(held)
 
     def __len__(self) -> int:
         with self._lock:
@@ -119,7 +120,8 @@ def _key(type_key: TypeKey, obj: dict[str, Any]) -> StoreKey:
 def _slim(obj: dict[str, Any]) -> dict[str, Any]:
     """A private deep copy without managedFields (callers go on using, and changing, what they passed)."""
     meta = obj.get("metadata") or {}
-    return copy.deepcopy({**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}})
+    slim: dict[str, Any] = copy_json({**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}})
+    return slim
 
 
 def _newer(held: dict[str, Any], other: dict[str, Any]) -> bool:

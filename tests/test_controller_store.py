@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import kopf
+
+from opbroker.controller.kopfparts import copy_json, events_only
 from opbroker.controller.store import UNKNOWN, ObjectStore
 
 DB = ("demo.opbroker.io/v1", "Database")
@@ -75,3 +78,30 @@ def test_a_broken_watch_stops_serving_its_type() -> None:
     store.feed(DB)
     store.discard(DB, "ns", "a")
     assert store.lookup(DB, "ns", "a") is UNKNOWN
+
+
+def test_json_copies_share_nothing() -> None:
+    original = {"a": [{"b": 1}, "x"], "c": {"d": None}}
+    copied = copy_json(original)
+    assert copied == original
+    copied["a"][0]["b"] = 2
+    copied["c"]["d"] = "set"
+    assert original == {"a": [{"b": 1}, "x"], "c": {"d": None}}
+
+
+def test_the_lean_diff_base_is_used_only_without_changing_handlers() -> None:
+    registry = kopf.OperatorRegistry()
+    kopf.on.event("x.io", "v1", "things", registry=registry)(lambda **_: None)
+    assert events_only(registry)
+    kopf.on.update("x.io", "v1", "things", registry=registry)(lambda **_: None)
+    assert not events_only(registry)  # an update handler needs kopf's diff base: keep kopf's storage
+
+
+def test_the_controllers_own_registry_has_event_handlers_only() -> None:
+    from kubernetes import client
+
+    from opbroker.controller.app import Controller, build_registry
+    from opbroker.controller.settings import ControllerSettings
+
+    registry = build_registry(Controller(client.ApiClient(), ControllerSettings()), kubeconfig=None)
+    assert events_only(registry)

@@ -31,7 +31,7 @@ class DemoOperator:
     def __init__(self, api: client.ApiClient, workers: int = 8) -> None:
         self.custom = client.CustomObjectsApi(api)
         self.core = client.CoreV1Api(api)
-        self.timers: dict[tuple[str, str], threading.Timer] = {}
+        self.readying: set[tuple[str, str]] = set()  # Databases with a pending move to Running
         # Databases are reconciled concurrently, each one by at most one thread at a time (like any real
         # operator), so the demo operator is not what limits a benchmark.
         self.pool = ThreadPoolExecutor(workers, thread_name_prefix="demo-operator")
@@ -108,29 +108,35 @@ class DemoOperator:
             self.sync_users(db)
 
     def schedule_ready(self, key: tuple[str, str], delay: float, *, again: bool = False) -> None:
-        pending = self.timers.get(key)
-        if pending is not None and pending.is_alive() and not again:
-            return
+        """Make the Database Running after ``delay`` (once: a pending one is not scheduled twice)."""
+        with self.locks_guard:
+            if key in self.readying and not again:
+                return
+            self.readying.add(key)
         # The timer only hands the work to the pool: API calls stay on the pool's threads (and its
         # connections), however many Databases become ready at once.
-        timer = threading.Timer(delay, self.pool.submit, args=(self.become_ready, *key))
-        self.timers[key] = timer
-        timer.start()
+        threading.Timer(delay, self.pool.submit, args=(self.become_ready, *key)).start()
 
     def become_ready(self, namespace: str, name: str) -> None:
+        key = (namespace, name)
         try:
             db = self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
-            service = self.ensure_service(db)
-            self.sync_users(db)
-            self.set_status(
-                db,
-                {"phase": "Running", "message": "ready", "host": service.spec.cluster_ip, "port": 5432},
-            )
+            if (db.get("status") or {}).get("phase") in (None, "Creating"):  # a late event: done already
+                service = self.ensure_service(db)
+                self.sync_users(db)
+                self.set_status(
+                    db,
+                    {"phase": "Running", "message": "ready", "host": service.spec.cluster_ip, "port": 5432},
+                )
         except ApiException as exc:
             if exc.status != 404:
-                self.schedule_ready((namespace, name), 1.0, again=True)
+                self.schedule_ready(key, 1.0, again=True)
+                return
         except Exception:
-            self.schedule_ready((namespace, name), 1.0, again=True)  # the API server may be restarting
+            self.schedule_ready(key, 1.0, again=True)  # the API server may be restarting
+            return
+        with self.locks_guard:
+            self.readying.discard(key)
 
     def owner(self, db: dict[str, Any]) -> list[dict[str, Any]]:
         return [
