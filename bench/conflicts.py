@@ -41,7 +41,8 @@ ALLOWED: dict[str, dict[int, frozenset[str | None]]] = {
                   422: frozenset({"ConcurrencyError"})},
     "update": {200: frozenset({None}), 202: frozenset({None}), 404: frozenset({"NotFound"}),
                422: frozenset({"ConcurrencyError"})},
-    "deprovision": {202: frozenset({None}), 410: frozenset({None}), 422: frozenset({"BindingsExist"})},
+    "deprovision": {202: frozenset({None}), 410: frozenset({None}),
+                    422: frozenset({"BindingsExist", "ConcurrencyError"})},
     "bind": {200: frozenset({None}), 202: frozenset({None}), 404: frozenset({"NotFound"}),
              409: frozenset({"Conflict"}), 422: frozenset({"ConcurrencyError"})},
 }  # fmt: skip
@@ -184,6 +185,16 @@ def _bind_outcomes(bench: Bench, answers: list[Answer], snap: invariants.Snapsho
 
 def _broker_creates(bench: Bench, offset: int, namespace: str) -> Counter[tuple[str, str]]:
     """(plural, name) → how many times the broker's create of it succeeded (HTTP 201), from the audit log."""
+    return _broker_calls(bench, offset, namespace, "create", {201})
+
+
+def _broker_deletes(bench: Bench, offset: int, namespace: str) -> Counter[tuple[str, str]]:
+    """(plural, name) → how many times the broker's DELETE of it succeeded, from the audit log. This scenario
+    sends no unbind, so a DELETE of a binding is the broker withdrawing one whose bind lost a race."""
+    return _broker_calls(bench, offset, namespace, "delete", {200, 202})
+
+
+def _broker_calls(bench: Bench, offset: int, namespace: str, verb: str, codes: set[int]) -> Counter[tuple[str, str]]:
     created: Counter[tuple[str, str]] = Counter()
     with bench.audit.path.open("rb") as handle:
         handle.seek(offset)
@@ -195,10 +206,10 @@ def _broker_creates(bench: Bench, offset: int, namespace: str) -> Counter[tuple[
             ref = event.get("objectRef") or {}
             if (
                 event.get("stage") == "ResponseComplete"
-                and event.get("verb") == "create"
+                and event.get("verb") == verb
                 and str(event.get("userAgent", "")).startswith("opbroker-broker")
                 and ref.get("namespace") == namespace
-                and (event.get("responseStatus") or {}).get("code") == 201
+                and (event.get("responseStatus") or {}).get("code") in codes
             ):
                 created[(ref.get("resource", ""), ref.get("name", ""))] += 1
     return created
@@ -209,8 +220,13 @@ def check(
     created: Counter[tuple[str, str]],
     snap: invariants.Snapshot,
     bind_outcomes: dict[str, str] | None = None,
+    deleted: Counter[tuple[str, str]] | None = None,
 ) -> tuple[list[str], invariants.Expected, list[str]]:
     """Every answer against OSB and against the others, and the final objects against the answers.
+
+    ``deleted``: the broker's DELETEs (from the audit log); of bindings, these are withdrawals — a binding
+    created, then removed because the instance changed before the bind's fence (each must match a bind
+    refused with 422 ConcurrencyError).
 
     Returns the violations, what the answers promise about the namespace (for the resource check; objects
     already reported here are excluded from it, so one fault is one violation, not five), and the races
@@ -240,7 +256,10 @@ def check(
         binding = f"{instance}-b"
         lost = _lost_binds(binding, mine, bindings.get(binding), fate, bind_outcomes or {}, resolved)
         kept = [a for a in mine if a.uid not in lost]
-        if not _check_binding(binding, kept, bindings.get(binding), created, found, lost=len(lost)):
+        withdrawn = (deleted or Counter())[("sfservicebindings", binding)]
+        if not _check_binding(
+            binding, kept, bindings.get(binding), created, found, lost=len(lost), withdrawn=withdrawn
+        ):
             if binding in bindings:
                 expected.excluded.add(binding)  # reported above
         else:
@@ -358,14 +377,18 @@ def _check_binding(
     found: list[str],
     *,
     lost: int = 0,
+    withdrawn: int = 0,
 ) -> bool:
     """Check one binding id's answers and final object; whether it exists as accepted."""
     bound = _incarnations(mine, "bind", found, binding)
-    if created[("sfservicebindings", binding)] != len(bound) + lost:
+    if created[("sfservicebindings", binding)] != len(bound) + lost + withdrawn:
         found.append(
             f"{binding}: the broker created it {created[('sfservicebindings', binding)]} times "
-            f"but announced {len(bound) + lost} with 202"
+            f"but announced {len(bound) + lost} with 202 and withdrew {withdrawn}"
         )
+    refused = sum(1 for a in mine if a.op == "bind" and a.status == 422 and a.error == "ConcurrencyError")
+    if withdrawn > refused:
+        found.append(f"{binding}: the broker withdrew {withdrawn} binding(s) but refused only {refused} bind(s)")
     for a in mine:
         if a.op == "bind" and a.status == 409 and set(bound.values()) == {a.variant}:
             found.append(f"{binding}: identical bind {a.variant} refused with 409")
@@ -407,7 +430,13 @@ def run(
     time.sleep(1.0)  # the audit log is written asynchronously
     snap = invariants.snapshot(bench.api, namespace)
     outcomes = _bind_outcomes(bench, answers, snap)
-    found, expected, resolved = check(answers, _broker_creates(bench, offset, namespace), snap, outcomes)
+    found, expected, resolved = check(
+        answers,
+        _broker_creates(bench, offset, namespace),
+        snap,
+        outcomes,
+        _broker_deletes(bench, offset, namespace),
+    )
     convergence = converge(bench, namespace, expected, timeout=60.0)
     histogram = Counter(f"round {a.round} {a.op} {a.status} {a.error or ''}".strip() for a in answers)
     return {
@@ -439,16 +468,26 @@ def race_probe(bench: Bench, namespace: str, *, trials: int, seed: int) -> dict[
     """Bind and deprovision one succeeded instance at the same moment, ``trials`` times (one instance each).
 
     OSB allows only one of the two (an instance with a binding is not deprovisioned: 422 BindingsExist; a
-    binding for an instance being deprovisioned is refused: 422 ConcurrencyError). Counted: how often the
-    broker accepted both; for those, what ``last_operation`` then reports for each (the bind should fail,
-    the deprovision succeed) and how many instances were left stuck deleting; and the resource check over
-    the namespace (whatever won must exist, whatever lost must leave nothing behind).
+    binding for an instance being deprovisioned is refused: 422 ConcurrencyError); both refused is allowed
+    (the platform retries), both accepted is a violation. Counted: how often each combination was answered;
+    every answer off that list; ``last_operation`` of every accepted operation once things settled (the
+    winner's must say ``succeeded``; for a pair both accepted, the bind should say ``failed`` and the
+    deprovision ``succeeded``); instances left stuck deleting; and the resource check over the namespace: a
+    refused bind leaves no binding, a refused deprovision leaves the instance live, whatever won exists (or
+    is gone) with everything it owns.
     """
     names = [f"race{seed % 1000:03d}-{index:02d}" for index in range(trials)]
     service_id, plan_id = bench.plan_ids()
     outcomes: Counter[str] = Counter()
     tokens: dict[str, dict[str, str]] = {}
+    winners: dict[str, tuple[str, str]] = {}
+    off_osb: list[str] = []
     expected = invariants.Expected()
+    # A bind that arrives once the deprovision has finished finds no instance: 404, right only if it was.
+    allowed: dict[str, dict[int, tuple[str | None, ...]]] = {
+        "bind": {202: (None,), 404: ("NotFound",), 422: ("ConcurrencyError",)},
+        "deprovision": {202: (None,), 422: ("BindingsExist", "ConcurrencyError")},
+    }
     with bench.osb(32) as http:
         for name in names:
             _send(http, (service_id, plan_id), namespace, name, "provision", "A").raise_for_status()
@@ -469,8 +508,22 @@ def race_probe(bench: Bench, namespace: str, *, trials: int, seed: int) -> dict[
                 thread.join()
             bind, deprovision = answered["bind"], answered["deprovision"]
             outcomes[f"bind {bind.status_code} / deprovision {deprovision.status_code}"] += 1
+            for op, response in answered.items():
+                try:
+                    body = response.json() if response.status_code != 202 else {}
+                except ValueError:
+                    body = {}
+                error = body.get("error") if isinstance(body, dict) else None
+                if error not in allowed[op].get(response.status_code, ("?",)):
+                    off_osb.append(f"{name}: {op} answered {response.status_code} {response.text[:200]}")
+            if bind.status_code == 404 and deprovision.status_code != 202:
+                off_osb.append(f"{name}: bind answered 404 though the instance was not deprovisioned")
             if bind.status_code == 202 and deprovision.status_code == 202:
                 tokens[name] = {"bind": bind.json()["operation"], "deprovision": deprovision.json()["operation"]}
+            elif bind.status_code == 202:
+                winners[name] = ("bind", bind.json()["operation"])
+            elif deprovision.status_code == 202:
+                winners[name] = ("deprovision", deprovision.json()["operation"])
             if deprovision.status_code == 202:
                 expected.gone_instances.add(name)
             else:
@@ -481,23 +534,38 @@ def race_probe(bench: Bench, namespace: str, *, trials: int, seed: int) -> dict[
         with ThreadPoolExecutor(8) as pool:
             list(pool.map(race, names))
         _settle(bench.api, namespace, 60.0)
+
+        def polled(name: str, op: str, operation: str) -> str:
+            path = f"/{name}/service_bindings/{name}-b" if op == "bind" else f"/{name}"
+            response = http.get(f"/v2/service_instances{path}/last_operation", params={"operation": operation})
+            return str(response.json().get("state")) if response.status_code == 200 else str(response.status_code)
+
         last: dict[str, Counter[str]] = {"bind": Counter(), "deprovision": Counter()}
         for name, operations in tokens.items():
-            for op, path in (("bind", f"/{name}/service_bindings/{name}-b"), ("deprovision", f"/{name}")):
-                response = http.get(f"/v2/service_instances{path}/last_operation", params={"operation": operations[op]})
-                last[op][
-                    str(response.json().get("state")) if response.status_code == 200 else str(response.status_code)
-                ] += 1
+            for op in ("bind", "deprovision"):
+                last[op][polled(name, op, operations[op])] += 1
+        won: dict[str, Counter[str]] = {"bind": Counter(), "deprovision": Counter()}
+        for name, (op, operation) in winners.items():
+            won[op][polled(name, op, operation)] += 1
     snap = invariants.snapshot(bench.api, namespace)
     stuck = sorted(i["metadata"]["name"] for i in snap.instances if i["metadata"].get("deletionTimestamp"))
     resources = converge(bench, namespace, expected, timeout=45.0)
     inconsistent = len(tokens) - last["bind"]["failed"] + len(tokens) - last["deprovision"]["succeeded"]
+    unfinished = sum(sum(states.values()) - states["succeeded"] for states in won.values())
     return {
         "trials": trials,
-        "violations": len(stuck) + inconsistent + (0 if resources["converged"] else resources["violation_count"]),
+        "violations": len(tokens)
+        + len(off_osb)
+        + len(stuck)
+        + inconsistent
+        + unfinished
+        + (0 if resources["converged"] else resources["violation_count"]),
         "outcomes": dict(outcomes.most_common()),
         "both_accepted": len(tokens),
+        "both_refused": trials - len(tokens) - len(winners),
+        "answers_off_osb": off_osb,
         "last_operation_after_both_accepted": {op: dict(states) for op, states in last.items()},
+        "last_operation_of_the_one_accepted": {op: dict(states) for op, states in won.items()},
         "stuck_deleting_instances": len(stuck),
         "stuck_examples": [
             {"instance": i["metadata"]["name"], "status": _brief(i)}

@@ -16,6 +16,7 @@ from opbroker.broker.decisions import (
     Create,
     Credentials,
     Decision,
+    Recheck,
     Remove,
     Wait,
     accepted,
@@ -73,6 +74,10 @@ def bind(
             raise errors.BrokerError(
                 errors.Reason.CONCURRENCY_ERROR, f"binding {binding_id!r} is being unbound; wait until it is gone"
             )
+        if existing.operation_type is None:
+            # Created by another request that has not fenced the instance yet and may still withdraw it
+            # (see opbroker.broker.effects): not accepted yet, so not to be reported accepted either.
+            return Recheck()
         different = differing(existing.spec, desired, BIND_KEYS)
         if different:
             raise errors.BrokerError(
@@ -86,7 +91,16 @@ def bind(
             raise failure(existing, OperationType.BIND)
         return accepted(token) if offering.asynchronous_binding else Wait(token)
 
-    if is_removing(instance) or is_pending(instance):
+    check_bindable(instance_id, instance)
+    return Create(asynchronous=offering.asynchronous_binding)
+
+
+def check_bindable(instance_id: str, instance: Record) -> None:
+    """A new binding needs an instance that is usable and not busy (422 ConcurrencyError while an operation,
+    a deprovision above all, is under way)."""
+    if is_removing(instance):
+        raise errors.BrokerError(errors.Reason.CONCURRENCY_ERROR, f"instance {instance_id!r} is being deprovisioned")
+    if is_pending(instance):
         raise errors.BrokerError(
             errors.Reason.CONCURRENCY_ERROR, f"instance {instance_id!r} has an operation in progress"
         )
@@ -94,7 +108,16 @@ def bind(
         last_type(instance) is OperationType.PROVISION or instance.instance_usable is False
     ):
         raise errors.BrokerError(errors.Reason.INSTANCE_NOT_USABLE, f"instance {instance_id!r} is not usable")
-    return Create(asynchronous=offering.asynchronous_binding)
+
+
+def still_bindable(instance_id: str, bound_to: Record, now: Record | None) -> None:
+    """After the binding was created: the instance read again (``now``) must still be the one the binding
+    belongs to (``bound_to``) and still be bindable; otherwise the bind lost a race (422 ConcurrencyError)."""
+    if now is None or now.uid != bound_to.uid:
+        raise errors.BrokerError(
+            errors.Reason.CONCURRENCY_ERROR, f"instance {instance_id!r} was deprovisioned while binding"
+        )
+    check_bindable(instance_id, now)
 
 
 def unbind(

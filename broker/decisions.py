@@ -2,7 +2,8 @@
 
 A decision is one of: :class:`Answer` (reply now), :class:`Create` / :class:`Change` / :class:`Remove`
 (record the request, then reply 202 or wait for the controller), :class:`Wait` (a repeated synchronous
-request: wait like the first one did) or :class:`Credentials` (reply with the bind response from its
+request: wait like the first one did), :class:`Recheck` (another request is still recording the object:
+wait for it to settle, then decide again) or :class:`Credentials` (reply with the bind response from its
 Secret). :mod:`opbroker.broker.instances` and :mod:`opbroker.broker.bindings` decide requests;
 this module holds what both share: state tests, attribute comparison, ``last_operation`` and the answer
 after a synchronous wait.
@@ -82,7 +83,19 @@ class Credentials:
     with_parameters: bool = False
 
 
-Decision = Answer | Create | Change | Remove | Wait | Credentials
+@dataclass(frozen=True)
+class Recheck:
+    """The object exists but its creator has not recorded the request yet and may still withdraw it (a bind
+    not past its fence, see :mod:`opbroker.broker.effects`): wait briefly until it is recorded or withdrawn,
+    then decide again."""
+
+
+Decision = Answer | Create | Change | Remove | Wait | Recheck | Credentials
+
+
+def settled(uid: str, record: Record | None) -> bool:
+    """Whether the object a :class:`Recheck` waits on was recorded (has a ``lastOperation``) or withdrawn."""
+    return record is None or record.uid != uid or record.deleting or record.operation_type is not None
 
 
 # -- facts about a record ------------------------------------------------------------------------------
@@ -93,7 +106,16 @@ def is_pending(record: Record) -> bool:
 
 
 def is_removing(record: Record) -> bool:
-    return record.deleting or record.state == OperationState.DELETE.value
+    """Deleted, or marked for removal: ``state: delete`` or a deprovision/unbind as the last operation.
+
+    ``lastOperation`` is written only by the broker, so once a deprovision has marked an instance the mark
+    stays even if the controller moves ``state`` on before the broker's DELETE arrives.
+    """
+    return (
+        record.deleting
+        or record.state == OperationState.DELETE.value
+        or record.operation_type in (OperationType.DEPROVISION.value, OperationType.UNBIND.value)
+    )
 
 
 def last_type(record: Record) -> OperationType:

@@ -11,7 +11,7 @@ Pure.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from opbroker.api.catalog import SFPlanSpec
@@ -207,6 +207,23 @@ def update(
     if changed:
         target["previousValues"] = previous_values(existing.spec)
     return Change(spec=records.validated_instance_spec(target), asynchronous=offering.asynchronous)
+
+
+def binding_census(bindings: Iterable[Record]) -> tuple[int, list[Record]]:
+    """What the instance's bindings mean for a deprovision: how many block it, and which are still being
+    created (their bind not past its fence, see :mod:`opbroker.broker.effects`): wait for those to be
+    recorded or withdrawn, then count again; any still unsettled after that wait block it too.
+
+    A binding withdrawn before it was recorded (deleting, no ``lastOperation``) blocks nothing: its bind was
+    refused, or it is being unbound; the deprovision waits for it to go before its DELETE.
+    """
+    blocking, unsettled = 0, []
+    for binding in bindings:
+        if binding.operation_type is not None:
+            blocking += 1
+        elif not binding.deleting:
+            unsettled.append(binding)
+    return blocking, unsettled
 
 
 def deprovision(

@@ -165,6 +165,11 @@ def labels(*, service_id: str, plan_id: str, instance_name: str, binding_name: s
     return result
 
 
+#: On an instance: the uid of the binding whose bind last passed the fence, empty if none has (see
+#: :func:`bind_fence_patch`).
+ANNOTATION_BIND_FENCE = f"{conventions.DOMAIN}/bind-fence"
+
+
 def request_annotations(meta: RequestMeta) -> dict[str, str]:
     """Who asked (decoded originating identity, as JSON) and the request identity, when the headers had them."""
     result = {}
@@ -181,7 +186,9 @@ def instance_object(*, name: str, namespace: str, spec: Mapping[str, Any], meta:
             "name": name,
             "namespace": namespace,
             "labels": labels(service_id=spec["serviceId"], plan_id=spec["planId"], instance_name=name),
-            "annotations": request_annotations(meta) or None,
+            # The bind fence's annotation from the start (no bind yet): a fence then only adds a key to an
+            # existing map, and concurrent binds need not fall back to a resourceVersion test.
+            "annotations": {**request_annotations(meta), ANNOTATION_BIND_FENCE: ""},
             # Created with the controller's finalizer: saves the controller a write per object.
             "finalizers": [conventions.FINALIZER],
         },
@@ -249,15 +256,39 @@ def spec_patch(record: Record, spec: Mapping[str, Any], meta: RequestMeta) -> li
 
 
 def annotation_ops(record: Record, meta: RequestMeta) -> list[dict[str, Any]]:
-    wanted = request_annotations(meta)
+    return _annotation_ops(record, request_annotations(meta))
+
+
+def _annotation_ops(record: Record, wanted: Mapping[str, str]) -> list[dict[str, Any]]:
     if not wanted:
         return []
     if not record.annotations:
-        return [{"op": "add", "path": "/metadata/annotations", "value": wanted}]
+        return [{"op": "add", "path": "/metadata/annotations", "value": dict(wanted)}]
     return [
         {"op": "add", "path": "/metadata/annotations/" + key.replace("~", "~0").replace("/", "~1"), "value": value}
         for key, value in wanted.items()
     ]
+
+
+def bind_fence_patch(instance: Record, binding_uid: str) -> list[dict[str, Any]]:
+    """A JSON patch of the instance that succeeds only while no broker operation has started on it since
+    ``instance`` was read, and that always changes the instance (a new ``resourceVersion``).
+
+    The test is on ``status.lastOperation.id``, which only the broker writes and every provision, update,
+    deprovision writes anew (tokens are never reused), so concurrent binds, which leave it alone, do not
+    fail each other, and the controller's status writes do not fail them either. An instance without a
+    ``lastOperation`` (not created through the broker), or without annotations (created before the fence
+    existed: the first ``add`` creates the whole map and must not replace one written meanwhile), is tested
+    on its ``resourceVersion`` instead.
+    The annotation's value, the new binding's uid, differs from whatever is stored, so the API server
+    never skips the write as a no-op (a skipped write would not move the ``resourceVersion``).
+    """
+    ops: list[dict[str, Any]] = [{"op": "test", "path": "/metadata/uid", "value": instance.uid}]
+    if instance.operation_id and instance.annotations:
+        ops.append({"op": "test", "path": "/status/lastOperation/id", "value": instance.operation_id})
+    else:
+        ops.append({"op": "test", "path": "/metadata/resourceVersion", "value": instance.resource_version})
+    return ops + _annotation_ops(instance, {ANNOTATION_BIND_FENCE: binding_uid})
 
 
 def canonical(value: Any) -> str:

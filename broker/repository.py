@@ -13,6 +13,7 @@ synced and never saw the name, which is as good as authoritative and costs nothi
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import logging
 import time
@@ -26,8 +27,9 @@ from pydantic import ValidationError
 from opbroker.api import conventions
 from opbroker.api.catalog import OSB_GROUP, SFPlan, SFService
 from opbroker.api.errors import field_errors
-from opbroker.broker import errors
+from opbroker.broker import errors, records
 from opbroker.broker.catalogs import Catalog
+from opbroker.broker.decisions import settled
 from opbroker.broker.locating import NamespaceIndex
 from opbroker.broker.records import Kind, Record
 from opbroker.broker.settings import Settings
@@ -143,14 +145,38 @@ class Repository:
             self.index.note(kind, record.name, record.namespace)
         return record
 
-    def live_bindings(self, instance: Record) -> int:
+    def bindings_of(self, instance: Record) -> list[Record]:
         """Bindings of ``instance`` that still exist (as the controller counts them: by spec.instanceId)."""
         ids = {instance.spec.get("instanceId"), instance.name}
-        return sum(
-            1
+        return [
+            Record.from_object(Kind.BINDING, item)
             for item in self._list(Kind.BINDING.plural, instance.namespace)
             if (item.get("spec") or {}).get("instanceId") in ids
-        )
+        ]
+
+    def live_bindings(self, instance: Record) -> int:
+        return len(self.bindings_of(instance))
+
+    def await_settled(self, bindings: Iterable[Record], timeout: float) -> None:
+        """Wait (up to ``timeout`` in all) until each binding is recorded or withdrawn (:func:`decisions.settled`)."""
+        deadline = time.monotonic() + timeout
+        for binding in bindings:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            self.wait(Kind.BINDING, binding.namespace, binding.name, functools.partial(settled, binding.uid), remaining)
+
+    def await_no_bindings(self, instance: Record, timeout: float) -> int:
+        """Poll :meth:`live_bindings` until it is 0 or ``timeout`` passes; the last count (one list if 0)."""
+        deadline = time.monotonic() + timeout
+        delay = 0.05
+        while True:
+            live = self.live_bindings(instance)
+            remaining = deadline - time.monotonic()
+            if not live or remaining <= 0:
+                return live
+            time.sleep(min(delay, remaining))
+            delay = min(delay * 2, 0.5)
 
     # -- writes --------------------------------------------------------------------------------------
 
@@ -194,6 +220,39 @@ class Repository:
                 raise
             return self.write_status(record, {"lastOperation": status["lastOperation"]})
         return Record.from_object(record.kind, patched)
+
+    def guarded_status(self, record: Record, status: dict[str, Any]) -> Record | None:
+        """Write ``status`` only if the object is still at ``record``'s resourceVersion; ``None`` if it changed
+        (or is gone) since ``record`` was read, and nothing was written."""
+        guarded = {"metadata": {"resourceVersion": record.resource_version}, "status": status}
+        try:
+            patched: dict[str, Any] = self.custom.patch_namespaced_custom_object_status(
+                OSB_GROUP, VERSION, record.namespace, record.kind.plural, record.name, guarded
+            )
+        except ApiException as exc:
+            if exc.status in (404, 409):
+                return None
+            raise
+        return Record.from_object(record.kind, patched)
+
+    def fence(self, instance: Record, binding: Record) -> bool:
+        """Apply :func:`records.bind_fence_patch`: whether no operation started on ``instance`` since it was
+        read (False: one did, or the instance is gone; nothing was written)."""
+        try:
+            self.custom.patch_namespaced_custom_object(
+                OSB_GROUP,
+                VERSION,
+                instance.namespace,
+                instance.kind.plural,
+                instance.name,
+                records.bind_fence_patch(instance, binding.uid),
+                _content_type="application/json-patch+json",
+            )
+        except ApiException as exc:
+            if exc.status in (404, 409, 422):  # 422: a test operation failed
+                return False
+            raise
+        return True
 
     def patch(self, record: Record, operations: list[dict[str, Any]]) -> Record:
         """Apply a JSON patch whose first operation tests the resourceVersion; a lost race is a 422."""

@@ -6,6 +6,7 @@ header parameters declared here document them in the OpenAPI schema and decode t
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Annotated, Literal
 
@@ -76,6 +77,12 @@ OperationParam = Annotated[
 ]
 
 router = APIRouter(prefix="/v2", dependencies=[Security(HTTPBasic(auto_error=False))])
+
+#: Rounds of read-count-mark a deprovision makes before answering 422 ConcurrencyError: a round is lost only
+#: when the instance changed between its read and the mark (a bind's fence, a controller status write).
+DEPROVISION_ATTEMPTS = 5
+#: How long a bind waits for another request creating the same binding to record or withdraw it.
+RECHECK_SECONDS = 2.0
 
 
 def _accepted_instance(token: Token, record: Record) -> decisions.Answer:
@@ -196,18 +203,37 @@ def deprovision(
     accepts_incomplete: AcceptsIncomplete = False,
 ) -> JSONResponse:
     repository = broker.repository
-    existing = repository.find(Kind.INSTANCE, resource_name(instance_id))
-    live = repository.live_bindings(existing) if existing is not None and not existing.deleting else 0
-    decision = instances.deprovision(
-        instance_id=instance_id,
-        service_id=service_id,
-        plan_id=plan_id,
-        catalog=repository.catalog(),
-        existing=existing,
-        live_bindings=live,
-        accepts_incomplete=accepts_incomplete,
-    )
-    return _remove(broker, decision, existing, OperationType.DEPROVISION, meta, accepts_incomplete)
+    waited = False
+    for _ in range(DEPROVISION_ATTEMPTS):  # another round only if the instance changed after it was read
+        existing = repository.find(Kind.INSTANCE, resource_name(instance_id))
+        live = 0
+        if existing is not None and not existing.deleting:
+            blocking, unsettled = instances.binding_census(repository.bindings_of(existing))
+            if unsettled and not blocking and not waited:
+                repository.await_settled(unsettled, RECHECK_SECONDS)
+                waited = True
+                continue
+            live = blocking + len(unsettled)
+        decision = instances.deprovision(
+            instance_id=instance_id,
+            service_id=service_id,
+            plan_id=plan_id,
+            catalog=repository.catalog(),
+            existing=existing,
+            live_bindings=live,
+            accepts_incomplete=accepts_incomplete,
+        )
+        if not isinstance(decision, decisions.Remove):
+            return broker.effects.conclude(decision, existing, accepts_incomplete=accepts_incomplete)
+        assert existing is not None
+        token = broker.effects.record_deprovision(existing, meta)
+        if token is None:
+            continue
+        log.info("deprovision %s/%s request=%s", existing.namespace, existing.name, meta.request_identity)
+        if decision.asynchronous:
+            return broker.effects.reply(decisions.accepted(token))
+        return broker.effects.settle(token, created=False, accepts_incomplete=accepts_incomplete)
+    raise errors.BrokerError(errors.Reason.CONCURRENCY_ERROR, "the instance keeps changing; repeat the deprovision")
 
 
 @router.get(
@@ -282,7 +308,7 @@ def bind(
     catalog = repository.catalog()
     instance = repository.find(Kind.INSTANCE, resource_name(instance_id))
     name = resource_name(binding_id)
-    for _ in range(2):
+    for _ in range(3):  # again only if another request was creating the same binding meanwhile
         existing = repository.find(Kind.BINDING, name, hints=[instance.namespace if instance else None])
         decision = bindings.bind(
             body,
@@ -293,12 +319,22 @@ def bind(
             existing=existing,
             accepts_incomplete=accepts_incomplete,
         )
+        if isinstance(decision, decisions.Recheck):
+            assert existing is not None
+            repository.wait(
+                Kind.BINDING,
+                existing.namespace,
+                name,
+                functools.partial(decisions.settled, existing.uid),
+                RECHECK_SECONDS,
+            )
+            continue
         if not isinstance(decision, decisions.Create):
             return broker.effects.conclude(decision, existing, accepts_incomplete=accepts_incomplete)
         assert instance is not None
         spec = records.binding_spec(binding_id, instance_id, body, accepts_incomplete)
         manifest = records.binding_object(name=name, instance=instance, spec=spec, meta=meta)
-        record = broker.effects.record_new(Kind.BINDING, manifest, OperationType.BIND)
+        record = broker.effects.record_binding(instance, manifest, instance_id)
         if record is None:
             continue
         token = Token.of(OperationType.BIND, record)
@@ -392,7 +428,7 @@ def _remove(
     meta: headers.RequestMeta,
     accepts_incomplete: bool,
 ) -> JSONResponse:
-    """Carry out a deprovision/unbind decision: answer it, or record the removal and answer (or wait)."""
+    """Carry out an unbind decision: answer it, or record the removal and answer (or wait)."""
     if not isinstance(decision, decisions.Remove):
         return broker.effects.conclude(decision, existing, accepts_incomplete=accepts_incomplete)
     assert existing is not None

@@ -32,6 +32,9 @@ class Settings:
     """How long a credentials Secret read is reused (a rotated password is honoured after at most this)."""
     namespace_index: bool = True
     """Keep a watch-fed name→namespace index as a lookup hint (never as the truth)."""
+    withdrawn_bindings_wait: float = 10.0
+    """How long an accepted deprovision waits, before its DELETE, for bindings whose binds lost the race to it
+    to be withdrawn (only such bindings can appear after it counted none; see :mod:`opbroker.broker.effects`)."""
 
     @property
     def default_instance_namespace(self) -> str:

@@ -637,6 +637,22 @@ TOKEN_B = Token(OperationType.BIND, "ns", "bind-1", "uid-b", 0)
         ("instance still provisioning", bind_request(), instance(state="in progress"), None, True, R.CONCURRENCY_ERROR),
         ("instance provisioning failed", bind_request(), instance(state="failed"), None, True, R.INSTANCE_NOT_USABLE),
         ("instance being deleted", bind_request(), instance(deleting=True), None, True, R.CONCURRENCY_ERROR),
+        (
+            "instance marked delete",
+            bind_request(),
+            instance(state="delete", op="deprovision"),
+            None,
+            True,
+            R.CONCURRENCY_ERROR,
+        ),
+        (
+            "instance marked by a deprovision, state moved on since",
+            bind_request(),
+            instance(op="deprovision"),
+            None,
+            True,
+            R.CONCURRENCY_ERROR,
+        ),
         ("identical, bound", bind_request(), instance(), binding(), True, Credentials(200)),
         (
             "identical, pending",
@@ -657,6 +673,14 @@ TOKEN_B = Token(OperationType.BIND, "ns", "bind-1", "uid-b", 0)
         ("different parameters", bind_request(parameters={"role": "write"}), instance(), binding(), True, R.CONFLICT),
         ("same id, other instance", bind_request(), instance(), binding(instance_id="other"), True, R.CONFLICT),
         ("being unbound", bind_request(), instance(), binding(deleting=True), True, R.CONCURRENCY_ERROR),
+        (
+            "created by another bind, not yet recorded (it may still be withdrawn)",
+            bind_request(),
+            instance(),
+            binding(state=None, op=None),
+            True,
+            decisions.Recheck(),
+        ),
     ],
 )
 def test_bind(
@@ -674,6 +698,54 @@ def test_bind(
         )
     )
     assert got == want, reason
+
+
+@pytest.mark.parametrize(
+    ("reason", "now", "want"),
+    [
+        ("unchanged", instance(), None),
+        ("an update finished meanwhile", instance(op="update", operation_id="op-2"), None),
+        ("deprovision marked it", instance(state="delete", op="deprovision"), R.CONCURRENCY_ERROR),
+        ("being deleted", instance(deleting=True), R.CONCURRENCY_ERROR),
+        ("gone", None, R.CONCURRENCY_ERROR),
+        ("deleted and created again", instance(uid="uid-2"), R.CONCURRENCY_ERROR),
+        ("being updated", instance(state="update", op="update"), R.CONCURRENCY_ERROR),
+    ],
+)
+def test_still_bindable_after_a_lost_fence(reason: str, now: Record | None, want: Any) -> None:
+    assert outcome(lambda: bindings.still_bindable(IID, instance(), now)) == want, reason
+
+
+def test_which_bindings_block_a_deprovision() -> None:
+    recorded, unbinding = binding(), binding(deleting=True)
+    creating, withdrawn = binding(state=None, op=None), binding(state=None, op=None, deleting=True)
+    assert instances.binding_census([]) == (0, [])
+    assert instances.binding_census([recorded, unbinding, creating, withdrawn]) == (2, [creating])
+    assert instances.binding_census([withdrawn]) == (0, [])
+
+
+def test_a_recheck_waits_until_the_binding_is_recorded_or_withdrawn() -> None:
+    unrecorded = binding(state=None, op=None)
+    assert not decisions.settled("uid-b", unrecorded)
+    assert not decisions.settled("uid-b", binding(state="in progress", op=None))  # the controller was first
+    assert decisions.settled("uid-b", binding(state=None, op="bind"))
+    assert decisions.settled("uid-b", binding(state=None, op=None, deleting=True))
+    assert decisions.settled("uid-b", None)
+    assert decisions.settled("uid-other", unrecorded)
+
+
+def test_bind_fence_tests_the_last_operation_and_always_changes_the_instance() -> None:
+    annotated = instance(operation_id="op-1", annotations={"a": "b"})
+    assert records.bind_fence_patch(annotated, "uid-b") == [
+        {"op": "test", "path": "/metadata/uid", "value": "uid-1"},
+        {"op": "test", "path": "/status/lastOperation/id", "value": "op-1"},
+        {"op": "add", "path": "/metadata/annotations/opbroker.io~1bind-fence", "value": "uid-b"},
+    ]
+    # Without annotations the first add creates the map, so it must not replace one written meanwhile; without
+    # a lastOperation there is nothing else to test: both fall back to the resourceVersion.
+    for bare in (instance(operation_id="op-1"), instance(annotations={"a": "b"})):
+        ops = records.bind_fence_patch(bare, "uid-b")
+        assert ops[1] == {"op": "test", "path": "/metadata/resourceVersion", "value": "7"}
 
 
 @pytest.mark.parametrize(

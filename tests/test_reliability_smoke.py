@@ -64,14 +64,9 @@ def test_bind_racing_a_deprovision_ends_consistently(bench: Bench) -> None:
     assert result["resource_check"]["converged"], result["resource_check"]
 
 
-@pytest.mark.xfail(reason="broker: a bind and a deprovision sent at once are both accepted (RELIABILITY.md)")
 def test_bind_and_deprovision_at_once_are_not_both_accepted(bench: Bench) -> None:
     assert conflicts.race_probe(bench, bench.namespace("smoke-race-2"), trials=3, seed=8)["both_accepted"] == 0
 
 
-@pytest.mark.xfail(
-    reason="controller: a re-created instance no longer adopts the old registry, but its own is only written again "
-    "at its next apply if the old Secret was still being deleted (RELIABILITY.md)"
-)
 def test_an_instance_provisioned_again_gets_its_own_registry(bench: Bench) -> None:
     assert conflicts.recreate_probe(bench, bench.namespace("smoke-again"), trials=1, seed=7)["violations"] == 0
