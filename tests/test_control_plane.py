@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 from kubernetes import client, watch
@@ -16,6 +16,7 @@ from opbroker.devcluster import ControlPlane
 from opbroker.devcluster.binaries import find_binaries
 
 GROUP, VERSION, PLURAL = "osb.servicefabrik.io", "v1alpha1", "sfserviceinstances"
+GADGETS = "gadgets.test.opbroker.io"
 
 
 def wait_for(condition: Callable[[], bool], timeout: float = 30.0, what: str = "condition") -> None:
@@ -87,11 +88,50 @@ def test_server_rejects_what_the_schema_forbids(api_client: client.ApiClient, na
     assert "status.state" in info.value.body
 
 
-def test_status_subresource_create_patch_watch(api_client: client.ApiClient, namespace: str) -> None:
+@pytest.fixture(scope="module")
+def gadgets(api_client: client.ApiClient) -> Iterator[str]:
+    """A CRD of this test's own, with a status subresource: nothing else in the session writes its objects
+    (a controller started by other tests reconciles every SFServiceInstance it sees, writing its status)."""
+    extensions = client.ApiextensionsV1Api(api_client)
+    schema = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    version = {
+        "name": "v1",
+        "served": True,
+        "storage": True,
+        "schema": {"openAPIV3Schema": schema},
+        "subresources": {"status": {}},
+    }
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"gadgets.{GADGETS}"},
+        "spec": {
+            "group": GADGETS,
+            "scope": "Namespaced",
+            "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget"},
+            "versions": [version],
+        },
+    }
+    extensions.create_custom_resource_definition(crd)
     custom = client.CustomObjectsApi(api_client)
-    body = instance_body("i-1")
+
+    def served() -> bool:
+        try:
+            custom.list_cluster_custom_object(GADGETS, "v1", "gadgets")
+        except ApiException:
+            return False
+        return True
+
+    wait_for(served, 30, "the Gadget CRD to be served")
+    yield "gadgets"
+    extensions.delete_custom_resource_definition(f"gadgets.{GADGETS}")
+
+
+def test_status_subresource_create_patch_watch(api_client: client.ApiClient, namespace: str, gadgets: str) -> None:
+    custom = client.CustomObjectsApi(api_client)
+    body = {"apiVersion": f"{GADGETS}/v1", "kind": "Gadget", "metadata": {"name": "i-1"}, "spec": {"size": 1}}
     body["status"] = {"state": "succeeded"}  # ignored on create: status is a subresource
-    created = custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+    created = custom.create_namespaced_custom_object(GADGETS, "v1", namespace, gadgets, body)
     assert "status" not in created
 
     # The client may replay an event after reconnecting; a replay carries the same resourceVersion, so
@@ -102,10 +142,10 @@ def test_status_subresource_create_patch_watch(api_client: client.ApiClient, nam
     def watch_states() -> None:
         for event in stream.stream(
             custom.list_namespaced_custom_object,
-            GROUP,
-            VERSION,
+            GADGETS,
+            "v1",
             namespace,
-            PLURAL,
+            gadgets,
             resource_version=created["metadata"]["resourceVersion"],
             timeout_seconds=20,
         ):
@@ -119,15 +159,13 @@ def test_status_subresource_create_patch_watch(api_client: client.ApiClient, nam
     watcher.start()
     for state in ("in_queue", "in progress", "succeeded"):
         custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, namespace, PLURAL, "i-1", {"status": {"state": state}}
+            GADGETS, "v1", namespace, gadgets, "i-1", {"status": {"state": state}}
         )
     watcher.join(timeout=25)
     assert list(seen.values()) == ["in_queue", "in progress", "succeeded"]
 
     # A spec patch through the main resource bumps generation; a status patch does not touch spec.
-    patched = custom.patch_namespaced_custom_object(
-        GROUP, VERSION, namespace, PLURAL, "i-1", {"spec": {"clusterId": "2"}}
-    )
+    patched = custom.patch_namespaced_custom_object(GADGETS, "v1", namespace, gadgets, "i-1", {"spec": {"size": 2}})
     assert patched["metadata"]["generation"] == 2
     assert patched["status"]["state"] == "succeeded"
 

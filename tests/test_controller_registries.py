@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import uuid
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -13,40 +13,46 @@ from opbroker.controller.registries import RegistryCache, encode
 from opbroker.controller.workqueue import TemporaryError
 
 
-def owner(namespace: str, name: str = "inst") -> dict[str, object]:
+def owner(api_client: client.ApiClient, namespace: str, name: str = "inst") -> dict[str, Any]:
+    """An owner that exists (a ConfigMap stands in for an instance): an owner reference to nothing would have
+    the garbage collector delete the registry Secret on its own, racing the test."""
+    live = client.CoreV1Api(api_client).create_namespaced_config_map(namespace, {"metadata": {"name": name}})
     return {
-        "apiVersion": "osb.servicefabrik.io/v1alpha1",
-        "kind": "SFServiceInstance",
-        "metadata": {"name": name, "namespace": namespace, "uid": str(uuid.uuid4())},
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": namespace, "uid": live.metadata.uid},
     }
 
 
-def secret(name: str, *, managed: bool, owner_uid: str | None) -> dict[str, object]:
+def secret(name: str, *, managed: bool, owner: client.V1ConfigMap | None) -> dict[str, object]:
     metadata: dict[str, object] = {"name": name}
     if managed:
         metadata["labels"] = {LABEL_MANAGED_BY: MANAGED_BY}
-    if owner_uid:
+    if owner is not None:
+        # A live owner (any kind): an owner that does not exist would have the garbage collector delete
+        # the Secret on its own, racing the test.
         metadata["ownerReferences"] = [
-            {"apiVersion": "osb.servicefabrik.io/v1alpha1", "kind": "SFServiceInstance", "name": "x", "uid": owner_uid}
+            {"apiVersion": "v1", "kind": "ConfigMap", "name": owner.metadata.name, "uid": owner.metadata.uid}
         ]
     return {"metadata": metadata, "data": encode({"password": "the earlier one's"})}
 
 
 def test_saved_registry_is_served_without_reading_it_again(api_client: client.ApiClient, namespace: str) -> None:
     kube, cache = Kube(api_client), RegistryCache()
-    new = owner(namespace)
-    assert cache.load(kube, namespace, "inst-registry", new["metadata"]["uid"]) is None  # type: ignore[index]
+    new = owner(api_client, namespace)
+    assert cache.load(kube, namespace, "inst-registry", new["metadata"]["uid"]) is None
     cache.save(kube, name="inst-registry", owner=new, values={"password": "p"}, labels={})
     client.CoreV1Api(api_client).delete_namespaced_secret("inst-registry", namespace)
     # The write's answer proved the Secret ours: the copy is served (the deletion above is not seen).
-    assert cache.load(kube, namespace, "inst-registry", new["metadata"]["uid"]) == {"password": "p"}  # type: ignore[index]
+    assert cache.load(kube, namespace, "inst-registry", new["metadata"]["uid"]) == {"password": "p"}
 
 
 def test_an_earlier_objects_registry_is_removed_not_adopted(api_client: client.ApiClient, namespace: str) -> None:
     core = client.CoreV1Api(api_client)
-    core.create_namespaced_secret(namespace, secret("inst-registry", managed=True, owner_uid=str(uuid.uuid4())))
+    other = core.create_namespaced_config_map(namespace, {"metadata": {"name": "another-owner"}})
+    core.create_namespaced_secret(namespace, secret("inst-registry", managed=True, owner=other))
     kube, cache = Kube(api_client), RegistryCache()
-    uid = owner(namespace)["metadata"]["uid"]  # type: ignore[index]
+    uid = owner(api_client, namespace)["metadata"]["uid"]
     # Read-only callers (teardown) just see no registry; the Secret stays.
     assert cache.load(kube, namespace, "inst-registry", uid, claim=False) is None
     assert core.list_namespaced_secret(namespace, field_selector="metadata.name=inst-registry").items
@@ -58,8 +64,8 @@ def test_an_earlier_objects_registry_is_removed_not_adopted(api_client: client.A
 
 def test_a_secret_that_is_not_a_registry_of_ours_is_left_alone(api_client: client.ApiClient, namespace: str) -> None:
     core = client.CoreV1Api(api_client)
-    core.create_namespaced_secret(namespace, secret("inst-registry", managed=False, owner_uid=None))
+    core.create_namespaced_secret(namespace, secret("inst-registry", managed=False, owner=None))
     kube, cache = Kube(api_client), RegistryCache()
     with pytest.raises(TemporaryError, match="not a registry managed by opbroker"):
-        cache.load(kube, namespace, "inst-registry", owner(namespace)["metadata"]["uid"])  # type: ignore[index]
+        cache.load(kube, namespace, "inst-registry", owner(api_client, namespace)["metadata"]["uid"])
     assert core.read_namespaced_secret("inst-registry", namespace).data is not None
