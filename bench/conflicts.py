@@ -225,8 +225,8 @@ def check(
     """Every answer against OSB and against the others, and the final objects against the answers.
 
     ``deleted``: the broker's DELETEs (from the audit log); of bindings, these are withdrawals — a binding
-    created, then removed because the instance changed before the bind's fence (each must match a bind
-    refused with 422 ConcurrencyError).
+    created, then removed because the bind, reading the instance again, found it marked by a deprovision or
+    otherwise no longer bindable (each must match a bind refused with 422 ConcurrencyError).
 
     Returns the violations, what the answers promise about the namespace (for the resource check; objects
     already reported here are excluded from it, so one fault is one violation, not five), and the races

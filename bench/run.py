@@ -24,11 +24,18 @@ TARGETS = {"utilisation": 0.5, "write_amplification": 1.5, "scale_curve_ratio": 
 
 
 def run_suites(
-    suites: list[str], sizes: dict[str, Any], log: Any = print, record: Any = lambda _results: None
+    suites: list[str],
+    sizes: dict[str, Any],
+    log: Any = print,
+    record: Any = lambda _results: None,
+    earlier: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run ``suites``; ``record`` is called with the results so far after each one (a long run that is cut
-    short still leaves what it measured)."""
-    results: dict[str, Any] = {"machine": machine(), "sizes": sizes, "targets": TARGETS}
+    short still leaves what it measured). ``earlier`` results are kept for the suites not run now."""
+    results: dict[str, Any] = {**(earlier or {}), "machine": machine(), "sizes": sizes, "targets": TARGETS}
+    dates = results.setdefault("suite_dates", {})
+    for suite in suites:
+        dates[suite] = results["machine"]["date"]
     if "renderer" in suites:
         log("renderer ...")
         results["renderer"] = renderer.run(sizes["renderer"])
@@ -89,6 +96,9 @@ def summary_markdown(results: dict[str, Any]) -> str:
         "raw numbers in the JSON file beside this one.",
         "",
     ]
+    dates = results.get("suite_dates") or {}
+    if len(set(dates.values())) > 1:
+        lines += ["Suites measured: " + ", ".join(f"{suite} {date}" for suite, date in sorted(dates.items())), ""]
     if "provisioning" in results:
         lines += [
             "## Provisioning through OSB (demo operator, concurrency 32)",
@@ -151,6 +161,16 @@ def summary_markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def latest_results() -> dict[str, Any] | None:
+    """The most recent recorded results: a run of some suites updates those and keeps the others (the
+    summary says when each suite was measured)."""
+    recorded = sorted(RESULTS.glob("bench-*.json"))
+    if not recorded:
+        return None
+    loaded: dict[str, Any] = json.loads(recorded[-1].read_text())
+    return loaded
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes: check the harness, not the figures")
@@ -178,7 +198,11 @@ def main() -> None:
             (RESULTS / f"bench-{stamp}.json").write_text(json.dumps(results, indent=2) + "\n")
             (RESULTS / "RESULTS.md").write_text(summary_markdown(results) + "\n")
 
-    results = run_suites(args.suite or list(SUITES), sizes, record=record)
+    suites = args.suite or list(SUITES)
+    earlier = latest_results() if keep and set(suites) != set(SUITES) else None
+    if earlier is not None:
+        sizes = {**earlier.get("sizes", {}), **{suite: sizes[suite] for suite in suites}}
+    results = run_suites(suites, sizes, record=record, earlier=earlier)
     record(results)
     print(summary_markdown(results) if keep else json.dumps(results, indent=2))
 

@@ -75,7 +75,7 @@ def bind(
                 errors.Reason.CONCURRENCY_ERROR, f"binding {binding_id!r} is being unbound; wait until it is gone"
             )
         if existing.operation_type is None:
-            # Created by another request that has not fenced the instance yet and may still withdraw it
+            # Created by another request that has not recorded its bind yet and may still withdraw it
             # (see opbroker.broker.effects): not accepted yet, so not to be reported accepted either.
             return Recheck()
         different = differing(existing.spec, desired, BIND_KEYS)

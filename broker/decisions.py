@@ -86,8 +86,8 @@ class Credentials:
 @dataclass(frozen=True)
 class Recheck:
     """The object exists but its creator has not recorded the request yet and may still withdraw it (a bind
-    not past its fence, see :mod:`opbroker.broker.effects`): wait briefly until it is recorded or withdrawn,
-    then decide again."""
+    between creating its binding and queueing it, see :mod:`opbroker.broker.effects`): wait briefly until it
+    is recorded or withdrawn, then decide again."""
 
 
 Decision = Answer | Create | Change | Remove | Wait | Recheck | Credentials

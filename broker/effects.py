@@ -9,47 +9,65 @@ Bind against deprovision
 ------------------------
 OSB accepts at most one of a bind and a deprovision of the same instance: a deprovision of an instance
 with bindings is refused (422 BindingsExist), a bind on an instance being deprovisioned too (422
-ConcurrencyError). Each request decides on what it read, so both must also *write* the one object they
-share, the instance, with a precondition that fails if the other got there first. No lock is involved:
-any number of broker replicas may run, and the API server (etcd) orders all writes to one object.
+ConcurrencyError). Each request decides on what it read; no lock is involved (any number of broker replicas
+may run). What makes them see each other is the API server: etcd orders all writes, and a GET or list
+without ``resourceVersion`` is linearizable (it sees every write that completed before it began). Binds are
+the hot path and deprovisions rare, so a bind writes nothing beyond its binding and the deprovision does
+the extra work.
 
-* Deprovision: read the instance (resourceVersion ``R``), count its bindings (a list, read from etcd
-  after that), and if there are none write ``state: delete`` with its ``lastOperation`` — the *mark* —
-  on the status, on condition that the instance is still at ``R`` (:meth:`Repository.guarded_status`).
-  Lost (the instance changed): read, count and decide again.
-* Bind: read the instance (not being deprovisioned, ``lastOperation.id = L``), create the binding, then
-  *fence*: patch the instance on condition that ``lastOperation.id`` is still ``L``
-  (:func:`records.bind_fence_patch`; the patch always changes the instance). Lost: read the instance
-  again; if it is being deprovisioned (or gone, or busy) delete the binding just created and answer 422
-  ConcurrencyError, else fence again.
+* Bind: (B0) read the instance: not being deprovisioned; (B1) create the binding, without
+  ``lastOperation``; (B2) read the instance again: marked by a deprovision, deleted, gone or otherwise no
+  longer bindable (:func:`bindings.still_bindable`) → delete the binding — *withdraw* it — and answer 422
+  ConcurrencyError; else (B3) queue the bind (``in_queue`` with its ``lastOperation``: the binding is
+  *recorded*). A binding is recorded only if its B2 saw no mark; a withdrawn one never is.
+* Deprovision: (D1) read the instance (resourceVersion ``R``) and list its bindings: a recorded one refuses
+  it (422 BindingsExist); one neither recorded nor withdrawn makes it wait (briefly, once) for that to
+  settle, then start again. (D2) Write ``state: delete`` and the deprovision's ``lastOperation`` — the
+  *mark* — on condition that the instance is still at ``R`` (:meth:`Repository.guarded_status`; lost:
+  start again). (D3) List the bindings again, and wait (bounded) for those not yet settled to be recorded
+  or withdrawn. All withdrawn (or none): annotate the instance, wait (bounded) for the withdrawn bindings
+  to go (lest the controller find the instance deleted with bindings and report the deprovision
+  ``failed`` meanwhile), DELETE it. Any recorded: *unmark* the instance (below) and answer 422
+  BindingsExist; any still unsettled at the deadline: unmark and answer 422 ConcurrencyError.
 
-Why never both: the mark and the fence are writes to one object, so one came first. If the fence came
-first, it moved the instance's resourceVersion; the mark still succeeded at ``R``, so the deprovision read
-``R`` after the fence, hence after the binding was created, and its count, read later still, included the
-binding: it would have refused instead of marking. If the mark came first, it changed
-``lastOperation.id`` (tokens are never reused, and only the broker writes ``lastOperation``), so the
-fence's test failed and the bind withdrew. A tie between the two has one winner, whichever write lands
-first; the loser sees it on its re-read. Both are refused only if a third operation interferes (an update
-changing the instance under the bind, say) or a request runs out of rounds (422 ConcurrencyError; the
+Why never both. A bind answers 202 only if its B2 saw no mark: B2 read before D2 wrote, and B1 completed
+before B2 began, so D3, listed after D2, lists the binding (the bind did not withdraw it; an unbind would
+have recorded it first), and it is recorded or about to be: the deprovision waits for it, then unmarks and
+refuses. A deprovision goes on only if every binding D3 listed was withdrawn. A binding created after that
+list has B2 after D3, so after D2: it sees the mark, which stays until the DELETE (this deprovision does
+not unmark, and nobody else undoes it, see below), and withdraws. A binding created between D1 and D2 is
+listed at D3, like every binding created before the list: recorded if its B2 preceded the mark (the
+deprovision refuses), withdrawn if not; one created before D1 was listed at D1 already. Both are refused
+when a bind's B2 sees a mark that is then undone, or a request runs out of rounds or patience (the
 platform repeats it).
 
-What the count counts (:func:`instances.binding_census`): a binding with a ``lastOperation`` (its bind was
-recorded, which happens only after its fence succeeded); a binding without one is still being created, so
-the deprovision waits (briefly, once) for it to be recorded or withdrawn and reads and counts again — one
-still unsettled then counts too; a binding withdrawn before it was recorded (deleting, no
-``lastOperation``) does not count: its bind was refused, or it is being unbound anyway. A binding whose
-fence preceded the mark is, at the count, recorded or about to be, never withdrawn, so the argument above
-stands; waiting instead of refusing at once makes a tie end with one winner rather than two refusals.
+Unmarking puts back what the mark replaced (:func:`records.unmarked_status`), with a status write guarded
+by the instance's resourceVersion. Unchanged since the mark, the instance gets its status back exactly.
+Changed (a controller status write, another request): it is read again, and undone only if it still
+carries this mark's ``lastOperation`` — unique to the request, its ``startedAt`` being
+:func:`records.instant` (the operation token is the same for every deprovision of the instance) — then only
+the fields still holding the mark's values (a ``state`` the controller moved on is kept), guarded again.
+Deleted, gone or carrying another ``lastOperation``, it is not this request's to undo: a deprovision that
+marked over this mark decides for itself, and may have been accepted. So an accepted deprovision's mark is
+never undone: its own request does not unmark, and a mark written over it is undone back to it. A mark the
+request cannot undo (the instance keeps changing) stays, logged: binds are refused until the next
+deprovision carries it through. Nothing else needs undoing: the controller acts on a deprovision only once
+the instance is deleted, never on ``state: delete`` (:func:`opbroker.controller.decisions.next_instance_step`).
+Other requests refuse a marked instance; one gap, older than this scheme: an update whose spec patch came
+before the mark and whose status write after it writes its ``lastOperation`` over the mark's
+(:meth:`Repository.queue_status` falls back to an unguarded write), leaving ``state: delete`` as the mark.
 
-Bindings created after the count are exactly those whose fence comes after the mark, so they are all being
-withdrawn, like those withdrawn before it; the deprovision waits (bounded) for them all to go before its
-DELETE, lest the controller find the instance deleted with bindings and report the deprovision ``failed``
-meanwhile. An identical bind that finds a binding not yet recorded waits for it too
-(:class:`decisions.Recheck`) rather than answer 202 for a binding that may still be withdrawn.
+What the count counts (:func:`instances.binding_census`): a recorded binding blocks (one being unbound
+too); a withdrawn one (deleting, no ``lastOperation``) does not; an unsettled one is waited for. An
+identical bind that finds a binding not yet recorded waits for it too (:class:`decisions.Recheck`) rather
+than answer 202 for a binding that may still be withdrawn.
 
-Cost on the happy path: a bind makes one write more than before (the fence); a deprovision makes none
-more (the mark is the status write it always made, now with a precondition) and one list more (the
-recount after the mark).
+Cost. A bind makes one read (B2) besides creating and queueing its binding, and no write to the instance:
+its resourceVersion stays, so binds neither fail the controller's guarded status writes on the instance
+nor wake the instance's watchers. A deprovision makes no request more than before on the happy path (the
+list after the mark, D3, is the one that looked for withdrawn bindings before the DELETE); in a race, the
+waits for unsettled bindings with a list after them, and the unmark (a status write; a read and a write
+per retry).
 """
 
 from __future__ import annotations
@@ -60,7 +78,7 @@ from typing import Any
 from fastapi.responses import JSONResponse
 
 from opbroker.api.osb import OperationState
-from opbroker.broker import bindings, decisions, errors, records
+from opbroker.broker import bindings, decisions, errors, instances, records
 from opbroker.broker.decisions import Answer, Credentials
 from opbroker.broker.headers import RequestMeta
 from opbroker.broker.operations import OperationType, Token
@@ -70,9 +88,11 @@ from opbroker.broker.settings import Settings
 
 log = logging.getLogger("opbroker.broker")
 
-#: Fences a bind tries before giving up with 422 ConcurrencyError (each retry follows a change of the instance
-#: by another operation that left it bindable, e.g. an update that finished meanwhile).
-FENCE_ATTEMPTS = 3
+#: How long a request waits for a binding another request is creating to be recorded or withdrawn (its bind
+#: has two API calls left to make).
+RECHECK_SECONDS = 2.0
+#: Guarded writes an unmark tries (each retry follows another write to the instance, see above).
+UNMARK_ATTEMPTS = 3
 
 
 class Effects:
@@ -95,28 +115,20 @@ class Effects:
         return self.repository.queue_status(created, status)
 
     def record_binding(self, instance: Record, manifest: dict[str, Any], instance_id: str) -> Record | None:
-        """Create the binding, fence the instance, then queue the bind; ``None`` if another request created
-        the binding first. Raises 422 ConcurrencyError (the binding withdrawn) if a deprovision won the race.
+        """Create the binding, read the instance again, queue the bind; ``None`` if another request created the
+        binding first. Raises 422 ConcurrencyError (the binding withdrawn) if the instance is now marked by a
+        deprovision (or otherwise no longer bindable).
         """
         created = self.repository.create(Kind.BINDING, manifest)
         if created is None:
             return None
-        seen = instance
-        for _ in range(FENCE_ATTEMPTS):
-            if self.repository.fence(seen, created):
-                return self._queue(created, OperationType.BIND)
-            now = self.repository.get(Kind.INSTANCE, instance.namespace, instance.name)
-            try:
-                bindings.still_bindable(instance_id, instance, now)
-            except errors.BrokerError:
-                self._withdraw(created)
-                raise
-            assert now is not None
-            seen = now
-        self._withdraw(created)
-        raise errors.BrokerError(
-            errors.Reason.CONCURRENCY_ERROR, f"instance {instance_id!r} keeps changing while binding; repeat"
-        )
+        now = self.repository.get(Kind.INSTANCE, instance.namespace, instance.name)
+        try:
+            bindings.still_bindable(instance_id, instance, now)
+        except errors.BrokerError:
+            self._withdraw(created)
+            raise
+        return self._queue(created, OperationType.BIND)
 
     def _withdraw(self, binding: Record) -> None:
         """Delete a binding whose bind lost (the controller's finalizer undoes anything it started)."""
@@ -132,29 +144,70 @@ class Effects:
         self.repository.queue_status(patched, status)
         return token
 
-    def record_deprovision(self, instance: Record, meta: RequestMeta) -> Token | None:
-        """Mark the instance (guarded), annotate it, wait for bindings withdrawing, DELETE it.
+    def record_deprovision(self, instance: Record, meta: RequestMeta, instance_id: str) -> Token | None:
+        """Mark the instance (guarded), count its bindings again: none but withdrawn ones → annotate, wait for
+        those to go, DELETE; else unmark it and raise 422 BindingsExist (or ConcurrencyError, undecided).
 
         ``None`` if the instance changed since ``instance`` was read (nothing written: decide again).
         """
         token = Token.of(OperationType.DEPROVISION, instance)
-        status = records.requested_status(
-            OperationState.DELETE, OperationType.DEPROVISION.value, token.encode(), records.now()
+        mark = records.requested_status(
+            OperationState.DELETE, OperationType.DEPROVISION.value, token.encode(), records.instant()
         )
-        marked = self.repository.guarded_status(instance, status)
+        marked = self.repository.guarded_status(instance, mark)
         if marked is None:
             return None
-        self.repository.annotate(marked, records.request_annotations(meta))
-        withdrawing = self.repository.await_no_bindings(marked, self.settings.withdrawn_bindings_wait)
-        if withdrawing:
-            log.warning(
-                "deprovision %s/%s: %d binding(s) that lost the race to it are still there; deleting anyway",
-                marked.namespace,
-                marked.name,
-                withdrawing,
+        listed = self.repository.bindings_of(marked)
+        blocking, unsettled = instances.binding_census(listed)
+        if unsettled and not blocking:
+            self.repository.await_settled(unsettled, RECHECK_SECONDS)
+            listed = self.repository.bindings_of(marked)
+            blocking, unsettled = instances.binding_census(listed)
+        if blocking or unsettled:
+            self._unmark(instance, mark, marked)
+            if blocking:
+                raise errors.BrokerError(
+                    errors.Reason.BINDINGS_EXIST,
+                    f"instance {instance_id!r} still has {blocking} binding(s); unbind them first",
+                )
+            raise errors.BrokerError(
+                errors.Reason.CONCURRENCY_ERROR, f"instance {instance_id!r} is being bound; repeat the deprovision"
             )
+        self.repository.annotate(marked, records.request_annotations(meta))
+        if listed:  # withdrawn bindings, still held by the controller's finalizer
+            withdrawing = self.repository.await_no_bindings(marked, self.settings.withdrawn_bindings_wait)
+            if withdrawing:
+                log.warning(
+                    "deprovision %s/%s: %d binding(s) that lost the race to it are still there; deleting anyway",
+                    marked.namespace,
+                    marked.name,
+                    withdrawing,
+                )
         self.repository.delete(marked)
         return token
+
+    def _unmark(self, before: Record, mark: dict[str, Any], marked: Record) -> None:
+        """Put back what ``mark`` replaced on the instance, unless it is no longer this request's mark."""
+        now: Record | None = marked
+        for _ in range(UNMARK_ATTEMPTS):
+            if (
+                now is None
+                or now.uid != before.uid
+                or now.deleting
+                or now.status.get("lastOperation") != mark["lastOperation"]
+            ):
+                log.info("deprovision %s/%s: its mark was replaced; nothing to undo", before.namespace, before.name)
+                return
+            undo = records.unmarked_status(before.status, mark, now.status)
+            if self.repository.guarded_status(now, undo) is not None:
+                return
+            now = self.repository.get(Kind.INSTANCE, before.namespace, before.name)
+        log.warning(
+            "deprovision %s/%s: could not undo its mark (the instance keeps changing); binds are refused until the "
+            "next deprovision",
+            before.namespace,
+            before.name,
+        )
 
     def record_removal(self, record: Record, operation: OperationType, meta: RequestMeta) -> Token:
         self.repository.annotate(record, records.request_annotations(meta))

@@ -211,7 +211,7 @@ def update(
 
 def binding_census(bindings: Iterable[Record]) -> tuple[int, list[Record]]:
     """What the instance's bindings mean for a deprovision: how many block it, and which are still being
-    created (their bind not past its fence, see :mod:`opbroker.broker.effects`): wait for those to be
+    created (their bind not recorded yet, see :mod:`opbroker.broker.effects`): wait for those to be
     recorded or withdrawn, then count again; any still unsettled after that wait block it too.
 
     A binding withdrawn before it was recorded (deleting, no ``lastOperation``) blocks nothing: its bind was

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -66,6 +67,8 @@ class Record:
     instance_usable: bool | None = None
     update_repeatable: bool | None = None
     secret_ref: str | None = None
+    status: Mapping[str, Any] = field(default_factory=dict)
+    """The status as stored (to write back exactly what a deprovision's mark replaced)."""
 
     @classmethod
     def from_object(cls, kind: Kind, obj: Mapping[str, Any]) -> Record:
@@ -93,6 +96,7 @@ class Record:
             instance_usable=status.get("instanceUsable"),
             update_repeatable=status.get("updateRepeatable"),
             secret_ref=response.get("secretRef") if isinstance(response, Mapping) else None,
+            status=dict(status),
         )
 
 
@@ -165,11 +169,6 @@ def labels(*, service_id: str, plan_id: str, instance_name: str, binding_name: s
     return result
 
 
-#: On an instance: the uid of the binding whose bind last passed the fence, empty if none has (see
-#: :func:`bind_fence_patch`).
-ANNOTATION_BIND_FENCE = f"{conventions.DOMAIN}/bind-fence"
-
-
 def request_annotations(meta: RequestMeta) -> dict[str, str]:
     """Who asked (decoded originating identity, as JSON) and the request identity, when the headers had them."""
     result = {}
@@ -186,9 +185,7 @@ def instance_object(*, name: str, namespace: str, spec: Mapping[str, Any], meta:
             "name": name,
             "namespace": namespace,
             "labels": labels(service_id=spec["serviceId"], plan_id=spec["planId"], instance_name=name),
-            # The bind fence's annotation from the start (no bind yet): a fence then only adds a key to an
-            # existing map, and concurrent binds need not fall back to a resourceVersion test.
-            "annotations": {**request_annotations(meta), ANNOTATION_BIND_FENCE: ""},
+            "annotations": request_annotations(meta) or None,
             # Created with the controller's finalizer: saves the controller a write per object.
             "finalizers": [conventions.FINALIZER],
         },
@@ -230,6 +227,20 @@ def now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+_instants = threading.Lock()
+_last_instant = datetime.datetime.min.replace(tzinfo=datetime.UTC)
+
+
+def instant() -> str:
+    """Now, to the microsecond and strictly increasing within the process: a ``startedAt`` that tells one
+    request's write from another's (operation tokens cannot: they are deterministic)."""
+    global _last_instant
+    with _instants:
+        moment = max(datetime.datetime.now(datetime.UTC), _last_instant + datetime.timedelta(microseconds=1))
+        _last_instant = moment
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 def requested_status(state: OperationState, operation_type: str, operation_id: str, started_at: str) -> dict[str, Any]:
     """The status the broker writes when it accepts a request: the request state and ``lastOperation``.
 
@@ -246,6 +257,23 @@ def requested_status(state: OperationState, operation_type: str, operation_id: s
     }
 
 
+def unmarked_status(before: Mapping[str, Any], mark: Mapping[str, Any], now: Mapping[str, Any]) -> dict[str, Any]:
+    """A status merge patch undoing ``mark`` (a status patch written over ``before``) on the status ``now``:
+    every field the mark wrote that still holds the mark's value gets its ``before`` value back (absent:
+    removed); a field someone changed since is left alone. On the status just marked, the exact ``before``.
+    """
+    undo: dict[str, Any] = {}
+    for key, written in mark.items():
+        if now.get(key) != written:
+            continue
+        previous = before.get(key)
+        if isinstance(previous, Mapping) and isinstance(written, Mapping):
+            # A merge patch merges maps: the keys the mark added and ``before`` lacked must be removed too.
+            previous = {**dict.fromkeys(written), **previous}
+        undo[key] = previous
+    return undo
+
+
 def spec_patch(record: Record, spec: Mapping[str, Any], meta: RequestMeta) -> list[dict[str, Any]]:
     """A JSON patch replacing the spec, guarded by the resourceVersion the decision was made on."""
     ops: list[dict[str, Any]] = [
@@ -256,39 +284,15 @@ def spec_patch(record: Record, spec: Mapping[str, Any], meta: RequestMeta) -> li
 
 
 def annotation_ops(record: Record, meta: RequestMeta) -> list[dict[str, Any]]:
-    return _annotation_ops(record, request_annotations(meta))
-
-
-def _annotation_ops(record: Record, wanted: Mapping[str, str]) -> list[dict[str, Any]]:
+    wanted = request_annotations(meta)
     if not wanted:
         return []
     if not record.annotations:
-        return [{"op": "add", "path": "/metadata/annotations", "value": dict(wanted)}]
+        return [{"op": "add", "path": "/metadata/annotations", "value": wanted}]
     return [
         {"op": "add", "path": "/metadata/annotations/" + key.replace("~", "~0").replace("/", "~1"), "value": value}
         for key, value in wanted.items()
     ]
-
-
-def bind_fence_patch(instance: Record, binding_uid: str) -> list[dict[str, Any]]:
-    """A JSON patch of the instance that succeeds only while no broker operation has started on it since
-    ``instance`` was read, and that always changes the instance (a new ``resourceVersion``).
-
-    The test is on ``status.lastOperation.id``, which only the broker writes and every provision, update,
-    deprovision writes anew (tokens are never reused), so concurrent binds, which leave it alone, do not
-    fail each other, and the controller's status writes do not fail them either. An instance without a
-    ``lastOperation`` (not created through the broker), or without annotations (created before the fence
-    existed: the first ``add`` creates the whole map and must not replace one written meanwhile), is tested
-    on its ``resourceVersion`` instead.
-    The annotation's value, the new binding's uid, differs from whatever is stored, so the API server
-    never skips the write as a no-op (a skipped write would not move the ``resourceVersion``).
-    """
-    ops: list[dict[str, Any]] = [{"op": "test", "path": "/metadata/uid", "value": instance.uid}]
-    if instance.operation_id and instance.annotations:
-        ops.append({"op": "test", "path": "/status/lastOperation/id", "value": instance.operation_id})
-    else:
-        ops.append({"op": "test", "path": "/metadata/resourceVersion", "value": instance.resource_version})
-    return ops + _annotation_ops(instance, {ANNOTATION_BIND_FENCE: binding_uid})
 
 
 def canonical(value: Any) -> str:

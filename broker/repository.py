@@ -27,7 +27,7 @@ from pydantic import ValidationError
 from opbroker.api import conventions
 from opbroker.api.catalog import OSB_GROUP, SFPlan, SFService
 from opbroker.api.errors import field_errors
-from opbroker.broker import errors, records
+from opbroker.broker import errors
 from opbroker.broker.catalogs import Catalog
 from opbroker.broker.decisions import settled
 from opbroker.broker.locating import NamespaceIndex
@@ -234,25 +234,6 @@ class Repository:
                 return None
             raise
         return Record.from_object(record.kind, patched)
-
-    def fence(self, instance: Record, binding: Record) -> bool:
-        """Apply :func:`records.bind_fence_patch`: whether no operation started on ``instance`` since it was
-        read (False: one did, or the instance is gone; nothing was written)."""
-        try:
-            self.custom.patch_namespaced_custom_object(
-                OSB_GROUP,
-                VERSION,
-                instance.namespace,
-                instance.kind.plural,
-                instance.name,
-                records.bind_fence_patch(instance, binding.uid),
-                _content_type="application/json-patch+json",
-            )
-        except ApiException as exc:
-            if exc.status in (404, 409, 422):  # 422: a test operation failed
-                return False
-            raise
-        return True
 
     def patch(self, record: Record, operations: list[dict[str, Any]]) -> Record:
         """Apply a JSON patch whose first operation tests the resourceVersion; a lost race is a 422."""

@@ -17,7 +17,7 @@ from fastapi.security import HTTPBasic
 from opbroker.api.conventions import resource_name
 from opbroker.broker import bindings, bodies, decisions, errors, headers, instances, operations, records
 from opbroker.broker.documentation import responses
-from opbroker.broker.effects import Effects
+from opbroker.broker.effects import RECHECK_SECONDS, Effects
 from opbroker.broker.operations import OperationType, Token
 from opbroker.broker.records import Kind, Record
 from opbroker.broker.repository import Repository
@@ -79,10 +79,8 @@ OperationParam = Annotated[
 router = APIRouter(prefix="/v2", dependencies=[Security(HTTPBasic(auto_error=False))])
 
 #: Rounds of read-count-mark a deprovision makes before answering 422 ConcurrencyError: a round is lost only
-#: when the instance changed between its read and the mark (a bind's fence, a controller status write).
+#: when the instance changed between its read and the mark (a controller status write, another request).
 DEPROVISION_ATTEMPTS = 5
-#: How long a bind waits for another request creating the same binding to record or withdraw it.
-RECHECK_SECONDS = 2.0
 
 
 def _accepted_instance(token: Token, record: Record) -> decisions.Answer:
@@ -226,7 +224,7 @@ def deprovision(
         if not isinstance(decision, decisions.Remove):
             return broker.effects.conclude(decision, existing, accepts_incomplete=accepts_incomplete)
         assert existing is not None
-        token = broker.effects.record_deprovision(existing, meta)
+        token = broker.effects.record_deprovision(existing, meta, instance_id)
         if token is None:
             continue
         log.info("deprovision %s/%s request=%s", existing.namespace, existing.name, meta.request_identity)

@@ -33,8 +33,8 @@ class Settings:
     namespace_index: bool = True
     """Keep a watch-fed name→namespace index as a lookup hint (never as the truth)."""
     withdrawn_bindings_wait: float = 10.0
-    """How long an accepted deprovision waits, before its DELETE, for bindings whose binds lost the race to it
-    to be withdrawn (only such bindings can appear after it counted none; see :mod:`opbroker.broker.effects`)."""
+    """How long an accepted deprovision waits, before its DELETE, for the bindings whose binds lost the race to
+    it (withdrawn, held by the controller's finalizer) to be gone (see :mod:`opbroker.broker.effects`)."""
 
     @property
     def default_instance_namespace(self) -> str:

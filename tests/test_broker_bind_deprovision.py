@@ -3,14 +3,17 @@
 Aspects: a bind on an instance already being deprovisioned (deleted, or only marked by a deprovision that
 never got to its DELETE, even after the controller moved the state on) is refused with 422
 ConcurrencyError and records no binding; a deprovision while a binding exists is refused with 422
-BindingsExist and leaves the instance as it was. Then the three ways the two can interleave inside the
-broker, forced by holding one request at a chosen step (the repository methods are wrapped): the
-deprovision's mark before the bind's fence (the bind withdraws its binding: 422 ConcurrencyError), the
-bind's fence between the deprovision's count and its mark (the deprovision counts again: 422
-BindingsExist), and a true tie, both past their checks at once (exactly one wins; the deprovision waits
-for the withdrawn binding to go before its DELETE). Last, an identical bind arriving while the first one's
-binding is not past its fence waits for it instead of answering from a binding that may be withdrawn, and
-so does a deprovision counting such a binding (then refused: one winner rather than two refusals).
+BindingsExist and leaves the instance as it was; a bind writes nothing to the instance. Then the ways the
+two can interleave inside the broker (see :mod:`opbroker.broker.effects`), forced by holding one request
+at a chosen step (the repository methods are wrapped): a whole deprovision between the bind's read and its
+create, and the deprovision's mark between the bind's create and its second read (the bind withdraws its
+binding: 422 ConcurrencyError; the deprovision waits for it to go before its DELETE); a whole bind between
+the deprovision's count and its mark, and a bind reading the instance again before the mark but recording
+after the recount (the deprovision undoes its mark, the status exactly as before, and answers 422
+BindingsExist); the undoing racing another writer (fields changed since are kept; a mark written over by
+another request is left alone). Last, an identical bind arriving while the first one's binding is not
+recorded waits for it instead of answering from a binding that may be withdrawn, and so does a deprovision
+counting such a binding (then refused: one winner rather than two refusals).
 """
 
 # ruff: noqa: F811  (test functions take the imported fixtures as arguments)
@@ -25,15 +28,12 @@ import httpx
 import pytest
 
 from opbroker.api import conventions
-from opbroker.broker import records
 from opbroker.broker.records import Kind, Record
 from opbroker.broker.repository import Repository
 from tests.broker_support import (  # noqa: F401  (pytest fixtures)
     ASYNC_PLAN,
-    GROUP,
-    INSTANCES,
+    BINDINGS,
     SERVICE,
-    VERSION,
     Harness,
     StandInController,
     broker,
@@ -57,20 +57,12 @@ def binding_url(instance_id: str, binding_id: str) -> str:
     return f"{instance_url(instance_id)}/service_bindings/{binding_id}"
 
 
-def ready_instance(osb: httpx.Client, stand_in: StandInController, harness: Harness, *, annotated: bool = True) -> str:
-    """A succeeded instance. Not ``annotated``: its annotations removed, like an instance created before the
-    bind fence existed (a bind's fence then tests the ``resourceVersion``, not ``lastOperation.id``)."""
+def ready_instance(osb: httpx.Client, stand_in: StandInController, harness: Harness) -> str:
+    """A succeeded instance."""
     instance_id = new_id()
     response = osb.put(instance_url(instance_id), params=INCOMPLETE, json=provision_body())
     assert response.status_code == 202, response.text
-    name = conventions.resource_name(instance_id)
-    created = stand_in.get("instance", harness.namespace, name)
-    assert created is not None and created["metadata"]["annotations"] == {records.ANNOTATION_BIND_FENCE: ""}
-    if not annotated:
-        stand_in.custom.patch_namespaced_custom_object(
-            GROUP, VERSION, harness.namespace, INSTANCES, name, {"metadata": {"annotations": None}}
-        )
-    stand_in.succeed("instance", harness.namespace, name)
+    stand_in.succeed("instance", harness.namespace, conventions.resource_name(instance_id))
     return instance_id
 
 
@@ -94,6 +86,26 @@ def in_thread(call: Callable[[], httpx.Response]) -> tuple[threading.Thread, dic
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return thread, answered
+
+
+def counting_lists(
+    repository: Repository, monkeypatch: pytest.MonkeyPatch, instance_name: str
+) -> tuple[threading.Event, threading.Event]:
+    """Wrap the listing of the instance's bindings: the first list (the deprovision's count) sets the first
+    event, the second (its recount after the mark) the second."""
+    listed = repository.bindings_of
+    counted, recounted = threading.Event(), threading.Event()
+    calls: list[int] = []
+
+    def bindings_of(instance: Record) -> list[Record]:
+        found = listed(instance)
+        if instance.name == instance_name:
+            calls.append(len(found))
+            (counted if len(calls) == 1 else recounted).set()
+        return found
+
+    monkeypatch.setattr(repository, "bindings_of", bindings_of)
+    return counted, recounted
 
 
 def test_bind_on_an_instance_being_deprovisioned_is_refused(
@@ -135,9 +147,50 @@ def test_deprovision_while_a_binding_exists_is_refused(
     after = instance_of(stand_in, broker, instance_id)
     assert after["metadata"].get("deletionTimestamp") is None
     assert after["status"] == before["status"]
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]  # refused on its count
 
 
-def test_a_deprovision_marking_first_makes_the_bind_withdraw(
+def test_a_bind_writes_nothing_to_the_instance(
+    broker: Harness, osb: httpx.Client, stand_in: StandInController, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bind's writes are its binding's create and its queued status; the instance is only read."""
+    repository = repository_of(broker)
+    instance_id = ready_instance(osb, stand_in, broker)
+    before = instance_of(stand_in, broker, instance_id)
+    writes: list[tuple[str, str, str]] = []
+
+    def spying(method: str) -> Callable[..., Any]:
+        call = getattr(repository.custom, method)
+
+        def spy(*args: Any, **kwargs: Any) -> Any:  # (group, version, namespace, plural, name or body, ...)
+            name = args[4]["metadata"]["name"] if method.startswith("create") else args[4]
+            writes.append((method, args[3], name))
+            return call(*args, **kwargs)
+
+        return spy
+
+    for method in (
+        "create_namespaced_custom_object",
+        "patch_namespaced_custom_object",
+        "patch_namespaced_custom_object_status",
+        "replace_namespaced_custom_object",
+        "replace_namespaced_custom_object_status",
+        "delete_namespaced_custom_object",
+    ):
+        monkeypatch.setattr(repository.custom, method, spying(method))
+    binding_id = new_id()
+    response = osb.put(binding_url(instance_id, binding_id), params=INCOMPLETE, json=BIND)
+    assert response.status_code == 202, response.text
+    name = conventions.resource_name(binding_id)
+    assert writes == [
+        ("create_namespaced_custom_object", BINDINGS, name),
+        ("patch_namespaced_custom_object_status", BINDINGS, name),
+    ]
+    after = instance_of(stand_in, broker, instance_id)
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+
+
+def test_a_whole_deprovision_between_the_binds_read_and_create_makes_the_bind_withdraw(
     broker: Harness, osb: httpx.Client, stand_in: StandInController, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Bind read the instance; before it creates its binding, a whole deprovision runs (it counts none)."""
@@ -145,28 +198,28 @@ def test_a_deprovision_marking_first_makes_the_bind_withdraw(
     instance_id = ready_instance(osb, stand_in, broker)
     binding_id = new_id()
     name = conventions.resource_name(binding_id)
-    create = repository.create
+    create, get = repository.create, repository.get
     deprovisions: list[httpx.Response] = []
+    reread: list[Record | None] = []
 
     def create_after_a_deprovision(kind: Kind, manifest: dict[str, Any]) -> Record | None:
         if kind is Kind.BINDING and manifest["metadata"]["name"] == name and not deprovisions:
             with broker.client() as other:
                 deprovisions.append(other.delete(instance_url(instance_id), params=DEPROVISION))
+            created = create(kind, manifest)
+            monkeypatch.setattr(repository, "get", read_again)
+            return created
         return create(kind, manifest)
 
-    fence = repository.fence
-    fenced: list[bool] = []
-
-    def recorded(instance: Record, binding: Record) -> bool:
-        fenced.append(fence(instance, binding))
-        return fenced[-1]
+    def read_again(kind: Kind, namespace: str, instance_name: str) -> Record | None:
+        reread.append(get(kind, namespace, instance_name))
+        return reread[-1]
 
     monkeypatch.setattr(repository, "create", create_after_a_deprovision)
-    monkeypatch.setattr(repository, "fence", recorded)
     refused = osb.put(binding_url(instance_id, binding_id), params=INCOMPLETE, json=BIND)
     assert deprovisions[0].status_code == 202, deprovisions[0].text
     assert (refused.status_code, refused.json()["error"]) == (422, "ConcurrencyError")
-    assert fenced == [False]
+    assert reread[0] is not None and reread[0].deleting  # the second read found the instance deleted
     withdrawn = stand_in.get("binding", broker.namespace, name)
     assert withdrawn is not None and withdrawn["metadata"].get("deletionTimestamp")  # the finalizer holds it
     assert not (withdrawn.get("status") or {}).get("lastOperation")  # never queued
@@ -174,86 +227,42 @@ def test_a_deprovision_marking_first_makes_the_bind_withdraw(
     wait_for(lambda: stand_in.get("binding", broker.namespace, name) is None, what="the withdrawn binding to go")
 
 
-def test_a_bind_fencing_between_count_and_mark_makes_the_deprovision_refuse(
+def test_a_mark_between_the_binds_create_and_its_second_read_makes_the_bind_withdraw(
     broker: Harness, osb: httpx.Client, stand_in: StandInController, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Deprovision counted no bindings; before it marks the instance, a whole bind runs."""
+    """Deprovision counted none, then bind created its binding, then the mark, then the bind's second read:
+    the bind withdraws; the deprovision, seeing the binding at its recount, waits for it to settle
+    (withdrawn), then for it to go, then DELETEs."""
     repository = repository_of(broker)
     instance_id = ready_instance(osb, stand_in, broker)
-    binding_id = new_id()
-    instance_name = conventions.resource_name(instance_id)
-    guarded_status = repository.guarded_status
-    binds: list[httpx.Response] = []
-
-    def mark_after_a_bind(record: Record, status: dict[str, Any]) -> Record | None:
-        if record.name == instance_name and not binds:
-            with broker.client() as other:
-                binds.append(other.put(binding_url(instance_id, binding_id), params=INCOMPLETE, json=BIND))
-        return guarded_status(record, status)
-
-    marks: list[bool] = []
-
-    def recorded(record: Record, status: dict[str, Any]) -> Record | None:
-        marked = mark_after_a_bind(record, status)
-        marks.append(marked is not None)
-        return marked
-
-    monkeypatch.setattr(repository, "guarded_status", recorded)
-    before = instance_of(stand_in, broker, instance_id)
-    refused = osb.delete(instance_url(instance_id), params=DEPROVISION)
-    assert binds[0].status_code == 202, binds[0].text
-    assert (refused.status_code, refused.json()["error"]) == (422, "BindingsExist")
-    assert marks == [False]  # the mark lost to the fence; counted again, the deprovision saw the binding
-    after = instance_of(stand_in, broker, instance_id)
-    assert after["metadata"].get("deletionTimestamp") is None
-    assert after["status"] == before["status"]  # the refused deprovision wrote nothing
-    binding = stand_in.get("binding", broker.namespace, conventions.resource_name(binding_id))
-    assert binding is not None and not binding["metadata"].get("deletionTimestamp")
-    assert after["metadata"]["annotations"][records.ANNOTATION_BIND_FENCE] == binding["metadata"]["uid"]
-
-
-@pytest.mark.parametrize("annotated", [False, True], ids=["fence-on-resourceVersion", "fence-on-lastOperation"])
-def test_a_tie_has_one_winner(
-    broker: Harness, osb: httpx.Client, stand_in: StandInController, monkeypatch: pytest.MonkeyPatch, annotated: bool
-) -> None:
-    """Deprovision counted none and bind created its binding, both before either wrote the instance; the
-    mark lands first. The bind withdraws; the deprovision waits for the binding to go, then DELETEs."""
-    repository = repository_of(broker)
-    instance_id = ready_instance(osb, stand_in, broker, annotated=annotated)
-    assert bool(instance_of(stand_in, broker, instance_id)["metadata"].get("annotations")) is annotated
     instance_name = conventions.resource_name(instance_id)
     binding_id = new_id()
     name = conventions.resource_name(binding_id)
+    counted, recounted = counting_lists(repository, monkeypatch, instance_name)
     created, marked = threading.Event(), threading.Event()
-    create, guarded_status, fence = repository.create, repository.guarded_status, repository.fence
+    create, guarded_status = repository.create, repository.guarded_status
 
-    def create_and_tell(kind: Kind, manifest: dict[str, Any]) -> Record | None:
+    def create_once_counted(kind: Kind, manifest: dict[str, Any]) -> Record | None:
+        if kind is not Kind.BINDING or manifest["metadata"]["name"] != name:
+            return create(kind, manifest)
+        assert counted.wait(10)
         record = create(kind, manifest)
-        if kind is Kind.BINDING and manifest["metadata"]["name"] == name:
-            created.set()
+        created.set()
+        assert marked.wait(10)  # the second read comes after the mark
         return record
 
+    marks: list[Record | None] = []
+
     def mark_once_created(record: Record, status: dict[str, Any]) -> Record | None:
-        if record.name == instance_name:
-            assert created.wait(10)
-            try:
-                return guarded_status(record, status)
-            finally:
-                marked.set()
-        return guarded_status(record, status)
+        if record.name != instance_name:
+            return guarded_status(record, status)
+        assert created.wait(10)
+        marks.append(guarded_status(record, status))
+        marked.set()
+        return marks[-1]
 
-    fenced: list[bool] = []
-
-    def fence_once_marked(instance: Record, binding: Record) -> bool:
-        if binding.name != name:
-            return fence(instance, binding)
-        assert marked.wait(10)
-        fenced.append(fence(instance, binding))
-        return fenced[-1]
-
-    monkeypatch.setattr(repository, "create", create_and_tell)
+    monkeypatch.setattr(repository, "create", create_once_counted)
     monkeypatch.setattr(repository, "guarded_status", mark_once_created)
-    monkeypatch.setattr(repository, "fence", fence_once_marked)
 
     with broker.client() as other:
         deprovision, deprovision_answer = in_thread(lambda: osb.delete(instance_url(instance_id), params=DEPROVISION))
@@ -263,11 +272,13 @@ def test_a_tie_has_one_winner(
         bind.join(20)
         refused = bind_answer["response"]
         assert (refused.status_code, refused.json()["error"]) == (422, "ConcurrencyError")
-        assert fenced == [False]  # the fence failed once; the re-read showed the mark
+        assert len(marks) == 1 and marks[0] is not None  # marked once, never undone
         withdrawn = stand_in.get("binding", broker.namespace, name)
         assert withdrawn is not None and withdrawn["metadata"].get("deletionTimestamp")
+        assert not (withdrawn.get("status") or {}).get("lastOperation")
         # The deprovision holds its DELETE while the withdrawn binding exists (the controller would otherwise
         # find the instance deleted with a binding and report the deprovision failed).
+        wait_for(recounted.is_set, what="the deprovision's recount")
         assert deprovision.is_alive()
         assert not instance_of(stand_in, broker, instance_id)["metadata"].get("deletionTimestamp")
         stand_in.release("binding", broker.namespace, name)
@@ -277,28 +288,165 @@ def test_a_tie_has_one_winner(
     assert stand_in.get("binding", broker.namespace, name) is None
 
 
+def test_a_whole_bind_between_count_and_mark_makes_the_deprovision_undo_its_mark(
+    broker: Harness, osb: httpx.Client, stand_in: StandInController, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Deprovision counted no bindings; before it marks the instance, a whole bind runs. The mark succeeds (the
+    bind did not touch the instance); the recount finds the recorded binding: the mark is undone, the status
+    exactly as before, and the deprovision refused."""
+    repository = repository_of(broker)
+    instance_id = ready_instance(osb, stand_in, broker)
+    binding_id = new_id()
+    instance_name = conventions.resource_name(instance_id)
+    guarded_status = repository.guarded_status
+    binds: list[httpx.Response] = []
+    writes: list[bool] = []
+
+    def mark_after_a_bind(record: Record, status: dict[str, Any]) -> Record | None:
+        if record.name == instance_name and not binds:
+            with broker.client() as other:
+                binds.append(other.put(binding_url(instance_id, binding_id), params=INCOMPLETE, json=BIND))
+        written = guarded_status(record, status)
+        if record.name == instance_name:
+            writes.append(written is not None)
+        return written
+
+    monkeypatch.setattr(repository, "guarded_status", mark_after_a_bind)
+    before = instance_of(stand_in, broker, instance_id)
+    refused = osb.delete(instance_url(instance_id), params=DEPROVISION)
+    assert binds[0].status_code == 202, binds[0].text
+    assert (refused.status_code, refused.json()["error"]) == (422, "BindingsExist")
+    assert writes == [True, True]  # the mark, then its undoing
+    after = instance_of(stand_in, broker, instance_id)
+    assert after["metadata"].get("deletionTimestamp") is None
+    assert after["status"] == before["status"]
+    assert after["metadata"]["resourceVersion"] != before["metadata"]["resourceVersion"]
+    binding = stand_in.get("binding", broker.namespace, conventions.resource_name(binding_id))
+    assert binding is not None and not binding["metadata"].get("deletionTimestamp")
+    assert binding["status"]["lastOperation"]["type"] == "bind"
+    # The instance is bindable again.
+    assert osb.put(binding_url(instance_id, new_id()), params=INCOMPLETE, json=BIND).status_code == 202
+
+
+def test_a_bind_reading_again_before_the_mark_makes_the_deprovision_wait_and_undo_its_mark(
+    broker: Harness, osb: httpx.Client, stand_in: StandInController, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Deprovision counted none; bind created its binding and read the instance (not marked yet); then the
+    mark, and the recount finds the binding not yet recorded: the deprovision waits for it, and once the bind
+    records it, undoes its mark and refuses. The bind is accepted."""
+    repository = repository_of(broker)
+    instance_id = ready_instance(osb, stand_in, broker)
+    instance_name = conventions.resource_name(instance_id)
+    binding_id = new_id()
+    name = conventions.resource_name(binding_id)
+    counted, recounted = counting_lists(repository, monkeypatch, instance_name)
+    reread = threading.Event()
+    create, guarded_status, queue_status = repository.create, repository.guarded_status, repository.queue_status
+
+    def create_once_counted(kind: Kind, manifest: dict[str, Any]) -> Record | None:
+        if kind is Kind.BINDING and manifest["metadata"]["name"] == name:
+            assert counted.wait(10)
+        return create(kind, manifest)
+
+    def queue_once_recounted(record: Record, status: dict[str, Any]) -> Record:
+        if record.name == name:
+            reread.set()  # the bind read the instance again, and found it bindable
+            assert recounted.wait(10)
+        return queue_status(record, status)
+
+    def mark_once_reread(record: Record, status: dict[str, Any]) -> Record | None:
+        if record.name == instance_name and not reread.is_set():
+            assert reread.wait(10)
+        return guarded_status(record, status)
+
+    monkeypatch.setattr(repository, "create", create_once_counted)
+    monkeypatch.setattr(repository, "queue_status", queue_once_recounted)
+    monkeypatch.setattr(repository, "guarded_status", mark_once_reread)
+    before = instance_of(stand_in, broker, instance_id)
+    with broker.client() as other:
+        deprovision, deprovision_answer = in_thread(lambda: osb.delete(instance_url(instance_id), params=DEPROVISION))
+        bind, bind_answer = in_thread(
+            lambda: other.put(binding_url(instance_id, binding_id), params=INCOMPLETE, json=BIND)
+        )
+        bind.join(20)
+        deprovision.join(20)
+    assert bind_answer["response"].status_code == 202, bind_answer["response"].text
+    refused = deprovision_answer["response"]
+    assert (refused.status_code, refused.json()["error"]) == (422, "BindingsExist")
+    after = instance_of(stand_in, broker, instance_id)
+    assert after["metadata"].get("deletionTimestamp") is None
+    assert after["status"] == before["status"]
+    binding = stand_in.get("binding", broker.namespace, name)
+    assert binding is not None and binding["status"]["lastOperation"]["type"] == "bind"
+
+
+@pytest.mark.parametrize("meanwhile", ["controller", "deprovision"])
+def test_undoing_a_mark_after_another_write(
+    broker: Harness, osb: httpx.Client, stand_in: StandInController, monkeypatch: pytest.MonkeyPatch, meanwhile: str
+) -> None:
+    """The instance changed between the mark and its undoing, so the guarded undo fails and the instance is
+    read again. A controller status write: the mark is still this request's, so it is undone, keeping what
+    the controller wrote. Another deprovision's mark over it: not this request's to undo; left alone."""
+    repository = repository_of(broker)
+    instance_id = ready_instance(osb, stand_in, broker)
+    instance_name = conventions.resource_name(instance_id)
+    guarded_status = repository.guarded_status
+    binds: list[httpx.Response] = []
+    writes: list[bool] = []
+    other_mark = {"type": "deprovision", "id": "op-other", "startedAt": "2026-01-01T00:00:00.000001Z"}
+
+    def mark_after_a_bind(record: Record, status: dict[str, Any]) -> Record | None:
+        if record.name != instance_name:
+            return guarded_status(record, status)
+        if not writes:  # the mark: a whole bind first
+            with broker.client() as other:
+                binds.append(other.put(binding_url(instance_id, new_id()), params=INCOMPLETE, json=BIND))
+        elif len(writes) == 1 and meanwhile == "controller":  # the undo: another write first
+            stand_in.status("instance", broker.namespace, instance_name, description="seen by the controller")
+        elif len(writes) == 1:
+            stand_in.status("instance", broker.namespace, instance_name, lastOperation=other_mark)
+        written = guarded_status(record, status)
+        writes.append(written is not None)
+        return written
+
+    monkeypatch.setattr(repository, "guarded_status", mark_after_a_bind)
+    before = instance_of(stand_in, broker, instance_id)
+    refused = osb.delete(instance_url(instance_id), params=DEPROVISION)
+    assert binds[0].status_code == 202, binds[0].text
+    assert (refused.status_code, refused.json()["error"]) == (422, "BindingsExist")
+    after = instance_of(stand_in, broker, instance_id)["status"]
+    if meanwhile == "controller":
+        assert writes == [True, False, True]  # the mark, the undo lost to the write, the undo read again
+        assert after == {**before["status"], "description": "seen by the controller"}
+    else:
+        assert writes == [True, False]  # then the mark read again was not this request's any more
+        assert (after["state"], after["lastOperation"]) == ("delete", other_mark)
+
+
 @pytest.mark.parametrize("withdrawn", [False, True], ids=["recorded", "withdrawn"])
-def test_a_repeated_bind_waits_for_the_first_to_pass_its_fence(
+def test_a_repeated_bind_waits_for_the_first_to_be_recorded(
     broker: Harness, osb: httpx.Client, stand_in: StandInController, monkeypatch: pytest.MonkeyPatch, withdrawn: bool
 ) -> None:
-    """An identical bind arriving while the first one's binding exists but is not past its fence waits: 202
-    with the same operation once the first is recorded; 422 ConcurrencyError if it is withdrawn."""
+    """An identical bind arriving while the first one's binding exists but is not recorded waits: 202 with the
+    same operation once the first is recorded; 422 ConcurrencyError if it is withdrawn."""
     repository = repository_of(broker)
     instance_id = ready_instance(osb, stand_in, broker)
     binding_id = new_id()
     name = conventions.resource_name(binding_id)
+    instance_name = conventions.resource_name(instance_id)
     go = threading.Event()
-    fence = repository.fence
+    create = repository.create
 
-    def held_fence(instance: Record, binding: Record) -> bool:
-        if binding.name == name:
+    def held_create(kind: Kind, manifest: dict[str, Any]) -> Record | None:
+        record = create(kind, manifest)
+        if kind is Kind.BINDING and manifest["metadata"]["name"] == name:
             assert go.wait(10)
             if withdrawn:  # a deprovision marks the instance at this moment
                 mark = {"type": "deprovision", "id": "op-deprovision"}
-                stand_in.status("instance", broker.namespace, instance.name, state="delete", lastOperation=mark)
-        return fence(instance, binding)
+                stand_in.status("instance", broker.namespace, instance_name, state="delete", lastOperation=mark)
+        return record
 
-    monkeypatch.setattr(repository, "fence", held_fence)
+    monkeypatch.setattr(repository, "create", held_create)
     url = binding_url(instance_id, binding_id)
     with broker.client() as other:
         first, first_answer = in_thread(lambda: osb.put(url, params=INCOMPLETE, json=BIND))
@@ -322,21 +470,23 @@ def test_a_repeated_bind_waits_for_the_first_to_pass_its_fence(
 def test_a_deprovision_waits_for_a_binding_not_yet_recorded(
     broker: Harness, osb: httpx.Client, stand_in: StandInController, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A deprovision that counts a binding whose bind is not past its fence waits for that bind: it is
-    recorded, so the deprovision is refused (one winner, not two refusals)."""
+    """A deprovision that counts a binding not yet recorded waits for its bind: it is recorded, so the
+    deprovision is refused (one winner, not two refusals), without having written the instance."""
     repository = repository_of(broker)
     instance_id = ready_instance(osb, stand_in, broker)
     binding_id = new_id()
     name = conventions.resource_name(binding_id)
     go = threading.Event()
-    fence = repository.fence
+    create = repository.create
 
-    def held_fence(instance: Record, binding: Record) -> bool:
-        if binding.name == name:
+    def held_create(kind: Kind, manifest: dict[str, Any]) -> Record | None:
+        record = create(kind, manifest)
+        if kind is Kind.BINDING and manifest["metadata"]["name"] == name:
             assert go.wait(10)
-        return fence(instance, binding)
+        return record
 
-    monkeypatch.setattr(repository, "fence", held_fence)
+    monkeypatch.setattr(repository, "create", held_create)
+    before = instance_of(stand_in, broker, instance_id)
     with broker.client() as other:
         bind, bind_answer = in_thread(
             lambda: osb.put(binding_url(instance_id, binding_id), params=INCOMPLETE, json=BIND)
@@ -351,4 +501,5 @@ def test_a_deprovision_waits_for_a_binding_not_yet_recorded(
     assert bind_answer["response"].status_code == 202, bind_answer["response"].text
     refused = deprovision_answer["response"]
     assert (refused.status_code, refused.json()["error"]) == (422, "BindingsExist")
-    assert not instance_of(stand_in, broker, instance_id)["metadata"].get("deletionTimestamp")
+    after = instance_of(stand_in, broker, instance_id)
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from opbroker.api import SFPlan, SFService
+from opbroker.api.osb import OperationState
 from opbroker.broker import bindings, bodies, decisions, errors, headers, instances, parameters, records
 from opbroker.broker.catalogs import Catalog
 from opbroker.broker.decisions import Answer, Change, Create, Credentials, Remove, Wait
@@ -712,7 +713,7 @@ def test_bind(
         ("being updated", instance(state="update", op="update"), R.CONCURRENCY_ERROR),
     ],
 )
-def test_still_bindable_after_a_lost_fence(reason: str, now: Record | None, want: Any) -> None:
+def test_still_bindable_when_read_again(reason: str, now: Record | None, want: Any) -> None:
     assert outcome(lambda: bindings.still_bindable(IID, instance(), now)) == want, reason
 
 
@@ -734,18 +735,47 @@ def test_a_recheck_waits_until_the_binding_is_recorded_or_withdrawn() -> None:
     assert decisions.settled("uid-other", unrecorded)
 
 
-def test_bind_fence_tests_the_last_operation_and_always_changes_the_instance() -> None:
-    annotated = instance(operation_id="op-1", annotations={"a": "b"})
-    assert records.bind_fence_patch(annotated, "uid-b") == [
-        {"op": "test", "path": "/metadata/uid", "value": "uid-1"},
-        {"op": "test", "path": "/status/lastOperation/id", "value": "op-1"},
-        {"op": "add", "path": "/metadata/annotations/opbroker.io~1bind-fence", "value": "uid-b"},
-    ]
-    # Without annotations the first add creates the map, so it must not replace one written meanwhile; without
-    # a lastOperation there is nothing else to test: both fall back to the resourceVersion.
-    for bare in (instance(operation_id="op-1"), instance(annotations={"a": "b"})):
-        ops = records.bind_fence_patch(bare, "uid-b")
-        assert ops[1] == {"op": "test", "path": "/metadata/resourceVersion", "value": "7"}
+def test_unmarking_puts_back_what_the_mark_replaced() -> None:
+    before = {
+        "state": "succeeded",
+        "description": "done",
+        "lastOperation": {"type": "update", "id": "op-2"},
+        "observedGeneration": 2,
+    }
+    mark = records.requested_status(OperationState.DELETE, "deprovision", "op-3", "2026-01-01T00:00:00.000001Z")
+    marked = {"state": "delete", "lastOperation": mark["lastOperation"], "observedGeneration": 2}
+    undo = records.unmarked_status(before, mark, marked)
+    # Merged into the marked status, exactly ``before`` (a key ``before`` lacked is removed: null).
+    assert undo == {
+        "state": "succeeded",
+        "lastOperation": {"type": "update", "id": "op-2", "startedAt": None},
+        "description": "done",
+        "error": None,
+        "instanceUsable": None,
+        "updateRepeatable": None,
+    }
+    # Fields changed since the mark are left alone (the controller moved the state on, wrote a description).
+    moved = {**marked, "state": "in progress", "description": "applying"}
+    assert records.unmarked_status(before, mark, moved) == {
+        "lastOperation": {"type": "update", "id": "op-2", "startedAt": None},
+        "error": None,
+        "instanceUsable": None,
+        "updateRepeatable": None,
+    }
+    # No lastOperation before the mark: it is removed.
+    assert records.unmarked_status({"state": "succeeded"}, mark, marked)["lastOperation"] is None
+
+
+def test_a_mark_is_told_apart_by_its_start() -> None:
+    stamps = [records.instant() for _ in range(1000)]
+    assert stamps == sorted(stamps) and len(set(stamps)) == len(stamps)
+    assert stamps[0].endswith("Z") and len(stamps[0]) == len("2026-01-01T00:00:00.000000Z")
+
+
+def test_a_record_keeps_the_status_as_stored() -> None:
+    status = {"state": "succeeded", "lastOperation": {"type": "provision", "id": "op-1", "startedAt": "t"}}
+    record = Record.from_object(Kind.INSTANCE, {"metadata": {"name": "i"}, "status": status})
+    assert record.status == status and record.operation_id == "op-1"
 
 
 @pytest.mark.parametrize(
