@@ -117,9 +117,20 @@ class Repository:
             raise
         return Record.from_object(kind, found)
 
-    def find(self, kind: Kind, name: str, hints: Iterable[str | None] = ()) -> Record | None:
-        """The object called ``name`` wherever it lives: hinted namespaces first, then (if needed) a list."""
+    def find(
+        self, kind: Kind, name: str, hints: Iterable[str | None] = (), *, before_create: bool = False
+    ) -> Record | None:
+        """The object called ``name`` wherever it lives: hinted namespaces first, then (if needed) a list.
+
+        ``before_create``: the caller creates the object if none is found, into the first hinted namespace.
+        Then a name the synced index has never seen is taken as absent without a GET (a provision or bind
+        of a new id is the common case, and those GETs were a fifth of the broker's requests): should it
+        exist after all, in that namespace, the create fails with AlreadyExists and the caller asks again
+        without ``before_create``. Elsewhere, the index's lag is the same window the list below accepts.
+        """
         index_hint = self.index.get(kind, name) if self.index is not None else None
+        if before_create and index_hint is None and self.index is not None and self.index.synced[kind].is_set():
+            return None
         tried: list[str] = []
         for namespace in (*hints, index_hint, self.settings.default_instance_namespace):
             if namespace and namespace not in tried:

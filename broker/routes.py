@@ -130,8 +130,8 @@ def provision(
         body.context, default=settings.default_instance_namespace, from_context=settings.context_namespaces
     )
     catalog = repository.catalog(wanting=(body.service_id, body.plan_id))
-    for _ in range(2):  # a second round only if another request created the same instance meanwhile
-        existing = repository.find(Kind.INSTANCE, name, hints=[namespace])
+    for attempt in range(2):  # a second round only if another request created the same instance meanwhile
+        existing = repository.find(Kind.INSTANCE, name, hints=[namespace], before_create=attempt == 0)
         decision = instances.provision(
             body, instance_id=instance_id, catalog=catalog, existing=existing, accepts_incomplete=accepts_incomplete
         )
@@ -306,8 +306,9 @@ def bind(
     catalog = repository.catalog()
     instance = repository.find(Kind.INSTANCE, resource_name(instance_id))
     name = resource_name(binding_id)
-    for _ in range(3):  # again only if another request was creating the same binding meanwhile
-        existing = repository.find(Kind.BINDING, name, hints=[instance.namespace if instance else None])
+    for attempt in range(3):  # again only if another request was creating the same binding meanwhile
+        hints = [instance.namespace if instance else None]
+        existing = repository.find(Kind.BINDING, name, hints=hints, before_create=attempt == 0)
         decision = bindings.bind(
             body,
             binding_id=binding_id,

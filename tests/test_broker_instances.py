@@ -417,3 +417,22 @@ def test_identities_are_recorded_and_echoed(broker: Harness, osb: httpx.Client, 
 def test_supported_versions_are_served(broker: Harness, version: str) -> None:
     with broker.client(version=version) as http:
         assert http.get("/v2/catalog").status_code == 200
+
+
+def test_a_repeat_the_index_has_not_seen_yet_is_still_recognised(
+    broker: Harness, osb: httpx.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A provision of a name the broker's index has never seen skips the lookup and creates at once; when
+    the index merely lags (the object exists), the API server's AlreadyExists sends the broker back to
+    look, and the answers are those of a repeat: nothing duplicated, nothing overwritten."""
+    from opbroker.broker.locating import NamespaceIndex
+
+    instance_id = new_id()
+    assert provision(osb, instance_id).status_code == 202
+    before = snapshot(broker)
+    monkeypatch.setattr(NamespaceIndex, "get", lambda self, kind, name: None)  # the index lags behind
+    again = provision(osb, instance_id)
+    assert again.status_code == 202, again.text
+    different = provision(osb, instance_id, plan=SYNC_PLAN)
+    assert different.status_code == 409, different.text
+    assert snapshot(broker) == before
