@@ -55,7 +55,9 @@ class AuditCounter:
     def mark(self) -> None:
         self.offset = self.path.stat().st_size if self.path.exists() else 0
 
-    def counts(self) -> Counter[tuple[str, str, str]]:
+    def counts(self, *, succeeded_only: bool = False) -> Counter[tuple[str, str, str]]:
+        """Requests since the mark; ``succeeded_only``: those the API server answered with a 2xx (what was
+        achieved — a create refused with AlreadyExists or a write refused with Conflict cost, but did not write)."""
         found: Counter[tuple[str, str, str]] = Counter()
         with self.path.open("rb") as handle:
             handle.seek(self.offset)
@@ -65,6 +67,8 @@ class AuditCounter:
                 except json.JSONDecodeError:
                     continue  # a line still being written
                 if event.get("stage") != "ResponseComplete":
+                    continue
+                if succeeded_only and not 200 <= (event.get("responseStatus") or {}).get("code", 0) < 300:
                     continue
                 resource = (event.get("objectRef") or {}).get("resource", "-")
                 subresource = (event.get("objectRef") or {}).get("subresource")

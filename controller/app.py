@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import kopf
+import urllib3
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
@@ -30,7 +31,7 @@ from opbroker.controller.multicluster.runtime import MultiCluster
 from opbroker.controller.reconciling import Conflict, Deps
 from opbroker.controller.settings import ControllerSettings
 from opbroker.controller.sources import SourceIndex, SourceWatchers
-from opbroker.controller.workqueue import DONE, Outcome, WorkQueue
+from opbroker.controller.workqueue import DONE, Outcome, TemporaryError, WorkQueue
 from opbroker.rendering import Renderer
 
 logger = logging.getLogger(__name__)
@@ -189,8 +190,16 @@ class Controller:
         with metrics.reconcile_timer(kind):
             try:
                 return await asyncio.to_thread(reconciler.reconcile, namespace, name)
+            except urllib3.exceptions.HTTPError as exc:
+                # The API server is unreachable (restarting, a cut connection): expected, retried with
+                # backoff, one line in the log instead of a traceback per reconcile.
+                metrics.RECONCILE_ERRORS.labels(kind=kind, reason="unreachable").inc()
+                raise TemporaryError(f"the API server did not answer ({type(exc).__name__})") from exc
             except (Conflict, ApiException) as exc:
                 if isinstance(exc, ApiException) and exc.status != 409:
+                    if exc.status in (429, 500, 502, 503, 504):
+                        metrics.RECONCILE_ERRORS.labels(kind=kind, reason="unavailable").inc()
+                        raise TemporaryError(f"the API server answered HTTP {exc.status}") from exc
                     raise
                 # Someone (the broker, usually) changed the object between our read and write: read it
                 # again, from the API (the store may not have seen that change yet).

@@ -37,20 +37,40 @@ class DemoOperator:
         self.pool = ThreadPoolExecutor(workers, thread_name_prefix="demo-operator")
         self.locks: dict[tuple[str, str], threading.Lock] = {}
         self.locks_guard = threading.Lock()
+        # The newest version of each Database seen, and the one last reconciled: a burst of events for one
+        # Database is reconciled once, on its newest version, as a work queue would.
+        self.latest: dict[tuple[str, str], dict[str, Any]] = {}
+        self.handled: dict[tuple[str, str], str] = {}
+        # The users whose Secrets this process created, per Database: status.users lags behind them.
+        self.created: dict[tuple[str, str], set[str]] = {}
 
     def submit(self, db: dict[str, Any]) -> None:
         key = (db["metadata"]["namespace"], db["metadata"]["name"])
         with self.locks_guard:
             lock = self.locks.setdefault(key, threading.Lock())
+            self.latest[key] = db
 
         def work() -> None:
             with lock:
+                with self.locks_guard:
+                    newest = self.latest.get(key)
+                    if newest is None:  # deleted meanwhile
+                        return
+                    version = newest["metadata"]["resourceVersion"]
+                    if self.handled.get(key) == version:
+                        return
+                    self.handled[key] = version
                 try:
-                    self.reconcile(db)
+                    self.reconcile(newest)
                 except Exception as exc:
                     logger.warning("reconcile of %s/%s failed: %s", *key, exc)
 
         self.pool.submit(work)
+
+    def forget(self, key: tuple[str, str]) -> None:
+        with self.locks_guard:
+            for memory in (self.latest, self.handled, self.created):
+                memory.pop(key, None)
 
     def run(self) -> None:
         resource_version = ""
@@ -74,6 +94,8 @@ class DemoOperator:
                     resource_version = obj["metadata"]["resourceVersion"]
                     if event["type"] != "DELETED":
                         self.submit(obj)
+                    else:
+                        self.forget((obj["metadata"]["namespace"], obj["metadata"]["name"]))
             except ApiException as exc:
                 if exc.status == 410:
                     resource_version = ""
@@ -168,7 +190,10 @@ class DemoOperator:
         wanted = set((db.get("spec") or {}).get("users") or {})
         # The users whose Secrets exist are recorded in status.users: no list of the namespace's Secrets
         # (a list costs the API server a scan of every Secret there, for every Database, on every change).
-        recorded = set((db.get("status") or {}).get("users") or [])
+        key = (meta["namespace"], meta["name"])
+        with self.locks_guard:
+            created = self.created.setdefault(key, set())
+        recorded = set((db.get("status") or {}).get("users") or []) | created
         existing = {user: f"{meta['name']}-{user}-credentials" for user in recorded}
         for user in sorted(wanted - set(existing)):
             body = {
@@ -184,12 +209,14 @@ class DemoOperator:
             except ApiException as exc:
                 if exc.status != 409:
                     raise
+            created.add(user)
         for user in sorted(set(existing) - wanted):
             try:
                 self.core.delete_namespaced_secret(existing[user], meta["namespace"])
             except ApiException as exc:
                 if exc.status != 404:
                     raise
+            created.discard(user)
         if (db.get("status") or {}).get("users") != sorted(wanted) and (db.get("status") or {}).get(
             "phase"
         ) == "Running":
