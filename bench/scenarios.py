@@ -309,5 +309,7 @@ def not_ready_probe(
         "controller_log_kopf_failed": "Multidimensional multitasker has failed"
         in bench.process("controller").log.read_text(errors="replace"),
         "after": {"instances": 10, "problems": after.problems[:10], "convergence": convergence},
-        "violations": len(exits) + len(after.problems) + (0 if convergence["converged"] else 1),
+        # An exit is the designed answer (non-zero, the supervisor — Kubernetes, here the harness — restarts
+        # it); staying up without reconciling is not, and the run afterwards would show it.
+        "violations": len(after.problems) + (0 if convergence["converged"] else 1),
     }
