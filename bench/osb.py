@@ -137,8 +137,10 @@ class Platform:
             if response.status_code != 200:
                 raise Gave(f"last_operation {path}: HTTP {response.status_code} {response.text[:200]}")
             state = str(response.json().get("state"))
-            if state in ("succeeded", "failed"):
+            if state == "succeeded":
                 return state
+            if state == "failed":  # with the broker's description: why is what a failed run needs to tell
+                return f"failed: {response.json().get('description', '')}"[:300]
             if time.monotonic() + 1.0 > deadline:
                 raise Gave(f"last_operation {path}: still {state!r} at the deadline")
             time.sleep(1.0)

@@ -65,6 +65,7 @@ class Controller:
     # -- lifecycle -----------------------------------------------------------------------------------
 
     def start(self) -> None:
+        self.load_catalog()
         self.loop = asyncio.get_running_loop()
         # Reconciles run their blocking API calls in threads: one per worker (asyncio's default pool is
         # only cpu+4 threads, which would silently cap the workers).
@@ -73,6 +74,18 @@ class Controller:
         self.queue.start()
         if self.multicluster is not None:
             self.multicluster.start()
+
+    def load_catalog(self) -> None:
+        """Read every SFService and SFPlan once, before the first reconcile.
+
+        kopf watches each kind in a stream of its own, so after a (re)start an instance's event can arrive
+        before its plan's; reconciled then, the instance would be failed with "plan not in the catalog"
+        (the reliability suite's controller kills found three). The watches keep the catalog current after.
+        """
+        for body in self.kube.list_custom(SERVICES, None):
+            self.catalog.upsert_service(body)
+        for body in self.kube.list_custom(PLANS, None):
+            self.catalog.upsert_plan(body)
 
     async def stop(self) -> None:
         self.watchers.stop()

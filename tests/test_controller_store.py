@@ -105,3 +105,18 @@ def test_the_controllers_own_registry_has_event_handlers_only() -> None:
 
     registry = build_registry(Controller(client.ApiClient(), ControllerSettings()), kubeconfig=None)
     assert events_only(registry)
+
+
+def test_the_catalog_is_read_before_the_first_reconcile(api_client: Any, demo_catalog: list[dict[str, Any]]) -> None:
+    """After a restart kopf may deliver an instance before its plan; the catalog is loaded first."""
+    from opbroker.controller.app import Controller
+    from opbroker.controller.settings import ControllerSettings
+
+    controller = Controller(api_client, ControllerSettings())
+    plan = next(doc for doc in demo_catalog if doc["kind"] == "SFPlan")
+    assert controller.catalog.plan(plan["spec"]["id"]) is None
+    controller.load_catalog()
+    entry = controller.catalog.plan(plan["spec"]["id"])
+    assert entry is not None and entry.model is not None
+    service = next(doc for doc in demo_catalog if doc["kind"] == "SFService")
+    assert controller.catalog.service(service["spec"]["id"]) is not None
