@@ -11,7 +11,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from bench.common import Bench, bench_stack, by_verb, process_usage, summary, writes, writes_by_resource
+from bench.common import Bench, api_writes, bench_stack, by_verb, process_usage, summary, writes_by_resource
 from bench.provisioning import StateWatch, provision_all
 from bench.raw import raw_write_rate
 
@@ -56,15 +56,11 @@ def bind_all(bench: Bench, namespace: str, instances: list[str], per_instance: i
         finished = time.perf_counter()
     states.stop()
     cpu_after = bench.cpu_seconds()
-    counts = bench.audit.counts()
+    counts, succeeded = bench.audit.counts()
     count = len(pairs)
     elapsed = finished - started
-    opbroker_writes = writes(counts, "controller", "broker")
-    # Utilisation counts the writes achieved: refused ones (AlreadyExists, Conflict) cost, but wrote nothing.
-    all_writes = writes(
-        bench.audit.counts(succeeded_only=True), "controller", "broker", "operator", "control-plane", "bench"
-    )
-    attempted = writes(counts, "controller", "broker", "operator", "control-plane", "bench")
+    written = api_writes(counts, succeeded)
+    opbroker_writes, all_writes = written["opbroker"], written["all_succeeded"]
     return {
         "bindings": count,
         "instances": len(instances),
@@ -75,12 +71,7 @@ def bind_all(bench: Bench, namespace: str, instances: list[str], per_instance: i
         "osb_requests_seconds": round(requests_done - started, 2),
         "osb_bind_latency_s": summary(latencies),
         "bind_latency_s": summary([states.seen[n] - accepted[n] for n in names if n in states.seen]),
-        "api_writes": {
-            "all_succeeded": all_writes,
-            "all_attempted": attempted,
-            "opbroker": opbroker_writes,
-            "operator": writes(counts, "operator"),
-        },
+        "api_writes": written,
         "api_writes_per_second": round(all_writes / elapsed, 1),
         "opbroker_writes_per_binding": round(opbroker_writes / count, 3),
         "opbroker_writes_by_resource": writes_by_resource(counts, "controller", "broker"),

@@ -28,6 +28,8 @@ from opbroker.devcluster.devstack import DEMO_OPERATOR, DevStack, Endpoint
 from opbroker.devcluster.processes import Process
 
 WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
+#: Every client a run's requests are attributed to (see ``component_of``).
+COMPONENTS = ("controller", "broker", "operator", "control-plane", "bench")
 BENCH_AGENT = "opbroker-bench"
 HEADERS = {"X-Broker-API-Version": "2.17"}
 
@@ -55,10 +57,12 @@ class AuditCounter:
     def mark(self) -> None:
         self.offset = self.path.stat().st_size if self.path.exists() else 0
 
-    def counts(self, *, succeeded_only: bool = False) -> Counter[tuple[str, str, str]]:
-        """Requests since the mark; ``succeeded_only``: those the API server answered with a 2xx (what was
-        achieved — a create refused with AlreadyExists or a write refused with Conflict cost, but did not write)."""
+    def counts(self) -> tuple[Counter[tuple[str, str, str]], Counter[tuple[str, str, str]]]:
+        """Requests since the mark, in one read of the log: all of them, and those the API server answered
+        with a 2xx (what was achieved — a create refused with AlreadyExists or a write refused with Conflict
+        cost, but did not write)."""
         found: Counter[tuple[str, str, str]] = Counter()
+        succeeded: Counter[tuple[str, str, str]] = Counter()
         with self.path.open("rb") as handle:
             handle.seek(self.offset)
             for line in handle:
@@ -68,18 +72,30 @@ class AuditCounter:
                     continue  # a line still being written
                 if event.get("stage") != "ResponseComplete":
                     continue
-                if succeeded_only and not 200 <= (event.get("responseStatus") or {}).get("code", 0) < 300:
-                    continue
                 resource = (event.get("objectRef") or {}).get("resource", "-")
                 subresource = (event.get("objectRef") or {}).get("subresource")
                 if subresource:
                     resource = f"{resource}/{subresource}"
-                found[(component_of(event.get("userAgent", "")), event.get("verb", "?"), resource)] += 1
-        return found
+                key = (component_of(event.get("userAgent", "")), event.get("verb", "?"), resource)
+                found[key] += 1
+                if 200 <= (event.get("responseStatus") or {}).get("code", 0) < 300:
+                    succeeded[key] += 1
+        return found, succeeded
 
 
 def writes(counts: Counter[tuple[str, str, str]], *components: str) -> int:
     return sum(n for (component, verb, _), n in counts.items() if verb in WRITE_VERBS and component in components)
+
+
+def api_writes(counts: Counter[tuple[str, str, str]], succeeded: Counter[tuple[str, str, str]]) -> dict[str, int]:
+    """The writes of a run. Utilisation uses ``all_succeeded`` (refused writes cost, but wrote nothing);
+    amplification uses ``opbroker``, every attempt of the controller and the broker (refused ones cost too)."""
+    return {
+        "all_succeeded": writes(succeeded, *COMPONENTS),
+        "all_attempted": writes(counts, *COMPONENTS),
+        "opbroker": writes(counts, "controller", "broker"),
+        "operator": writes(counts, "operator"),
+    }
 
 
 def by_verb(counts: Counter[tuple[str, str, str]], component: str) -> dict[str, int]:

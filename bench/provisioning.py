@@ -18,7 +18,7 @@ from typing import Any
 
 from kubernetes import client, watch
 
-from bench.common import Bench, by_verb, process_usage, summary, writes, writes_by_resource
+from bench.common import Bench, api_writes, by_verb, process_usage, summary, writes_by_resource
 from bench.raw import raw_write_rate
 
 #: The demo plan renders one object; the protocol needs the instance itself, the broker's ``in_queue``,
@@ -116,15 +116,11 @@ def provision_all(bench: Bench, namespace: str, count: int, concurrency: int) ->
         finished = time.perf_counter()
     states.stop()
     cpu_after = bench.cpu_seconds()
-    counts = bench.audit.counts()
+    counts, succeeded = bench.audit.counts()
     reconcile = [states.seen[n] - accepted[n] for n in names if n in states.seen]
     elapsed = finished - started
-    opbroker_writes = writes(counts, "controller", "broker")
-    # Utilisation counts the writes achieved: refused ones (AlreadyExists, Conflict) cost, but wrote nothing.
-    all_writes = writes(
-        bench.audit.counts(succeeded_only=True), "controller", "broker", "operator", "control-plane", "bench"
-    )
-    attempted = writes(counts, "controller", "broker", "operator", "control-plane", "bench")
+    written = api_writes(counts, succeeded)
+    opbroker_writes, all_writes = written["opbroker"], written["all_succeeded"]
     return {
         "names": [n for n in names if n in states.seen],
         "instances": count,
@@ -135,12 +131,7 @@ def provision_all(bench: Bench, namespace: str, count: int, concurrency: int) ->
         "osb_requests_seconds": round(requests_done - started, 2),
         "osb_provision_latency_s": summary(latencies),
         "reconcile_latency_s": summary(reconcile),
-        "api_writes": {
-            "all_succeeded": all_writes,
-            "all_attempted": attempted,
-            "opbroker": opbroker_writes,
-            "operator": writes(counts, "operator"),
-        },
+        "api_writes": written,
         "api_writes_per_second": round(all_writes / elapsed, 1),
         "opbroker_writes_per_instance": round(opbroker_writes / count, 3),
         "opbroker_writes_by_resource": writes_by_resource(counts, "controller", "broker"),
