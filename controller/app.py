@@ -25,7 +25,7 @@ from opbroker.controller.bindings import BindingReconciler
 from opbroker.controller.catalog import Catalog
 from opbroker.controller.claims.handlers import register_claims
 from opbroker.controller.instances import InstanceReconciler
-from opbroker.controller.kopfparts import EventsOnlyDiffBase, copy_json, events_only
+from opbroker.controller.kopfparts import EventsOnlyDiffBase, events_only, plain_body
 from opbroker.controller.kube import BINDINGS, INSTANCES, PLANS, SERVICES, Kube
 from opbroker.controller.multicluster.runtime import MultiCluster
 from opbroker.controller.reconciling import Conflict, Deps
@@ -251,30 +251,24 @@ def build_registry(controller: Controller, *, kubeconfig: str | None) -> kopf.Op
 
     @kopf.on.event(SERVICES.group, SERVICES.version, SERVICES.plural, registry=registry)  # type: ignore[arg-type]
     async def service_event(event: dict[str, Any], body: Any, **_: Any) -> None:
-        controller.on_service(str(event.get("type")), _plain(body))
+        controller.on_service(str(event.get("type")), plain_body(body))
 
     @kopf.on.event(PLANS.group, PLANS.version, PLANS.plural, registry=registry)  # type: ignore[arg-type]
     async def plan_event(event: dict[str, Any], body: Any, **_: Any) -> None:
-        controller.on_plan(str(event.get("type")), _plain(body))
+        controller.on_plan(str(event.get("type")), plain_body(body))
 
     @kopf.on.event(INSTANCES.group, INSTANCES.version, INSTANCES.plural, registry=registry)  # type: ignore[arg-type]
     async def instance_event(event: dict[str, Any], body: Any, **_: Any) -> None:
-        controller.on_instance(str(event.get("type")), _plain(body))
+        controller.on_instance(str(event.get("type")), plain_body(body))
 
     @kopf.on.event(BINDINGS.group, BINDINGS.version, BINDINGS.plural, registry=registry)  # type: ignore[arg-type]
     async def binding_event(event: dict[str, Any], body: Any, **_: Any) -> None:
-        controller.on_binding(str(event.get("type")), _plain(body))
+        controller.on_binding(str(event.get("type")), plain_body(body))
 
     if controller.multicluster is not None:
         controller.multicluster.register(registry)  # SFClusters: scheduling targets, sister clusters
     register_claims(registry, controller)  # registered services and claims: own handlers and queue
     return registry
-
-
-def _plain(body: Any) -> dict[str, Any]:
-    """A kopf Body as a plain, mutable dict (deep copy: kopf reuses its own)."""
-    plain: dict[str, Any] = copy_json(dict(body))
-    return plain
 
 
 __all__ = ["DONE", "Controller", "build_registry"]

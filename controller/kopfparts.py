@@ -35,6 +35,12 @@ def events_only(registry: kopf.OperatorRegistry) -> bool:
     return not any(registry._changing.get_all_handlers())
 
 
+def plain_body(body: Any) -> dict[str, Any]:
+    """A kopf Body as a plain, mutable dict of our own (kopf reuses its bodies)."""
+    plain: dict[str, Any] = copy_json(dict(body))
+    return plain
+
+
 def copy_json(value: Any) -> Any:
     """A deep copy of JSON-shaped data (dicts, lists, scalars): a few times faster than ``copy.deepcopy``,
     which keeps a memo for shared and cyclic references that objects from the API never have."""

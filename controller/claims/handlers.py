@@ -21,7 +21,6 @@ What each watch enqueues:
 from __future__ import annotations
 
 import asyncio
-import copy
 import logging
 import time
 from collections.abc import Awaitable, Callable, Hashable
@@ -43,6 +42,7 @@ from opbroker.controller.claims.registering import RegistrationReconciler
 from opbroker.controller.claims.settings import ClaimsSettings
 from opbroker.controller.claims.store import Store
 from opbroker.controller.claims.workloads import SUPPORTED_KINDS
+from opbroker.controller.kopfparts import plain_body
 from opbroker.controller.kube import BINDINGS, Kube
 from opbroker.controller.workqueue import DONE, Outcome, WorkQueue
 
@@ -221,10 +221,6 @@ class ClaimsController:
         return Outcome(requeue_after=delay)
 
 
-def _plain(body: Any) -> dict[str, Any]:
-    return copy.deepcopy(dict(body))
-
-
 def _workload_handler(claims: ClaimsController, api_version: str, kind: str) -> Callable[..., Awaitable[None]]:
     async def workload_event(**kwargs: Any) -> None:
         metadata = dict(kwargs["body"].get("metadata") or {})
@@ -249,11 +245,11 @@ def register_claims(registry: kopf.OperatorRegistry, controller: Controller) -> 
         REGISTERED_SERVICES.group, REGISTERED_SERVICES.version, REGISTERED_SERVICES.plural, registry=registry
     )
     async def registered_service_event(**kwargs: Any) -> None:
-        claims.on_registered_service(str(kwargs["event"].get("type")), _plain(kwargs["body"]))
+        claims.on_registered_service(str(kwargs["event"].get("type")), plain_body(kwargs["body"]))
 
     @kopf.on.event(CLAIMS.group, CLAIMS.version, CLAIMS.plural, registry=registry)
     async def claim_event(**kwargs: Any) -> None:
-        claims.on_claim(str(kwargs["event"].get("type")), _plain(kwargs["body"]))
+        claims.on_claim(str(kwargs["event"].get("type")), plain_body(kwargs["body"]))
 
     @kopf.on.event("", "v1", "secrets", registry=registry)
     async def secret_event(**kwargs: Any) -> None:
@@ -261,7 +257,7 @@ def register_claims(registry: kopf.OperatorRegistry, controller: Controller) -> 
 
     @kopf.on.event("batch", "v1", "jobs", registry=registry)
     async def job_event(**kwargs: Any) -> None:
-        claims.on_job(_plain(kwargs["body"]))
+        claims.on_job(plain_body(kwargs["body"]))
 
     for api_version, kind in SUPPORTED_KINDS:
         group, version = api_version.split("/")
@@ -271,6 +267,6 @@ def register_claims(registry: kopf.OperatorRegistry, controller: Controller) -> 
 
     @kopf.on.event(BINDINGS.group, BINDINGS.version, BINDINGS.plural, registry=registry)
     async def claims_binding_event(**kwargs: Any) -> None:
-        claims.on_binding(str(kwargs["event"].get("type")), _plain(kwargs["body"]))
+        claims.on_binding(str(kwargs["event"].get("type")), plain_body(kwargs["body"]))
 
     return claims

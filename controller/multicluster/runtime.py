@@ -13,7 +13,6 @@ first scheduling decision, so a restarted controller schedules from the same pic
 from __future__ import annotations
 
 import asyncio
-import copy
 import logging
 import threading
 from collections.abc import Callable, Hashable
@@ -22,6 +21,7 @@ from typing import Any
 import kopf
 from kubernetes.client.rest import ApiException
 
+from opbroker.controller.kopfparts import plain_body
 from opbroker.controller.kube import INSTANCES, PLANS, SERVICES
 from opbroker.controller.multicluster.clusters import (
     CLUSTERS,
@@ -130,7 +130,7 @@ class MultiCluster:
 
         @kopf.on.event(CLUSTERS.group, CLUSTERS.version, CLUSTERS.plural, registry=registry)  # type: ignore[arg-type]
         async def cluster_event(event: dict[str, Any], body: Any, **_: Any) -> None:
-            self.on_cluster(str(event.get("type")), copy.deepcopy(dict(body)))
+            self.on_cluster(str(event.get("type")), plain_body(body))
 
     def on_cluster(self, event_type: str, body: dict[str, Any]) -> None:
         meta = body["metadata"]
