@@ -9,6 +9,7 @@ from kubernetes import client
 
 from opbroker.api.conventions import LABEL_MANAGED_BY, MANAGED_BY
 from opbroker.controller.kube import Kube
+from opbroker.controller.objects import owner_reference
 from opbroker.controller.registries import RegistryCache, encode
 from opbroker.controller.workqueue import TemporaryError
 
@@ -24,16 +25,12 @@ def owner(api_client: client.ApiClient, namespace: str, name: str = "inst") -> d
     }
 
 
-def secret(name: str, *, managed: bool, owner: client.V1ConfigMap | None) -> dict[str, object]:
+def secret(name: str, *, managed: bool, owned_by: dict[str, Any] | None) -> dict[str, object]:
     metadata: dict[str, object] = {"name": name}
     if managed:
         metadata["labels"] = {LABEL_MANAGED_BY: MANAGED_BY}
-    if owner is not None:
-        # A live owner (any kind): an owner that does not exist would have the garbage collector delete
-        # the Secret on its own, racing the test.
-        metadata["ownerReferences"] = [
-            {"apiVersion": "v1", "kind": "ConfigMap", "name": owner.metadata.name, "uid": owner.metadata.uid}
-        ]
+    if owned_by is not None:
+        metadata["ownerReferences"] = [owner_reference(owned_by)]
     return {"metadata": metadata, "data": encode({"password": "the earlier one's"})}
 
 
@@ -49,8 +46,8 @@ def test_saved_registry_is_served_without_reading_it_again(api_client: client.Ap
 
 def test_an_earlier_objects_registry_is_removed_not_adopted(api_client: client.ApiClient, namespace: str) -> None:
     core = client.CoreV1Api(api_client)
-    other = core.create_namespaced_config_map(namespace, {"metadata": {"name": "another-owner"}})
-    core.create_namespaced_secret(namespace, secret("inst-registry", managed=True, owner=other))
+    other = owner(api_client, namespace, "another-owner")
+    core.create_namespaced_secret(namespace, secret("inst-registry", managed=True, owned_by=other))
     kube, cache = Kube(api_client), RegistryCache()
     uid = owner(api_client, namespace)["metadata"]["uid"]
     # Read-only callers (teardown) just see no registry; the Secret stays.
@@ -64,7 +61,7 @@ def test_an_earlier_objects_registry_is_removed_not_adopted(api_client: client.A
 
 def test_a_secret_that_is_not_a_registry_of_ours_is_left_alone(api_client: client.ApiClient, namespace: str) -> None:
     core = client.CoreV1Api(api_client)
-    core.create_namespaced_secret(namespace, secret("inst-registry", managed=False, owner=None))
+    core.create_namespaced_secret(namespace, secret("inst-registry", managed=False, owned_by=None))
     kube, cache = Kube(api_client), RegistryCache()
     with pytest.raises(TemporaryError, match="not a registry managed by opbroker"):
         cache.load(kube, namespace, "inst-registry", owner(api_client, namespace)["metadata"]["uid"])
