@@ -1,10 +1,11 @@
 """The broker's FastAPI application: OSB routes, the checks every OSB request passes first, error mapping,
 health, readiness and metrics.
 
-Order of checks for ``/v2/*``: credentials (401) → API version (412) → the route (body/params 400, then
-the core's decisions). Every response echoes ``X-Broker-API-Request-Identity`` and is counted in the
-metrics. No state lives in the process that two replicas could disagree on: the catalog, the objects and
-the operation tokens come from (or are derived from) the API server on every request.
+Order of checks for ``/v2/*``: credentials (401) → API version (412) → body size (413, before the body is
+read; see :mod:`opbroker.broker.bodylimit`) → the route (body/params 400, then the core's decisions).
+Every response echoes ``X-Broker-API-Request-Identity`` and is counted in the metrics. No state lives in
+the process that two replicas could disagree on: the catalog, the objects and the operation tokens come
+from (or are derived from) the API server on every request.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from starlette.routing import Match
 from opbroker.api.errors import field_path
 from opbroker.broker import bodies, errors, headers, routes
 from opbroker.broker.authentication import Authenticator
+from opbroker.broker.bodylimit import BodySizeLimit
 from opbroker.broker.locating import NamespaceIndex
 from opbroker.broker.metrics import Metrics
 from opbroker.broker.records import Kind
@@ -99,6 +101,8 @@ def create_app(settings: Settings, api_client: client.ApiClient) -> FastAPI:
     )
     app.state.broker = routes.Broker(settings, repository)
     app.include_router(routes.router)
+    # Added before the edge middleware below, so it runs inside it: credentials and version first, then size.
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
 
     @app.middleware("http")
     async def osb_edge(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:

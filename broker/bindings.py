@@ -47,7 +47,7 @@ def bind(
     if not offering.bindable:
         raise errors.bad_request(f"plan {request.plan_id!r} is not bindable")
     if instance is None:
-        raise errors.BrokerError(errors.Reason.NOT_FOUND, f"instance {instance_id!r} does not exist")
+        raise errors.BrokerError(errors.Reason.INSTANCE_DOES_NOT_EXIST, f"instance {instance_id!r} does not exist")
     if instance.spec.get("serviceId") != request.service_id or instance.spec.get("planId") != request.plan_id:
         raise errors.bad_request(
             f"service_id/plan_id do not match instance {instance_id!r} (plan {instance.spec.get('planId')!r})"

@@ -5,17 +5,37 @@ them). Required strings must be non-empty, so a missing or empty ``service_id`` 
 is looked up. Response models document the OpenAPI schema and shape what the routes send; fields left
 ``None`` are not sent.
 
+Clients generated from the OSB OpenAPI document send what they do not set as empty values: an unset
+struct as ``{}`` (or with empty strings, ``{"version": ""}``), an unset string as ``""``. For an optional
+object every field of which is empty, and for an optional string that is empty, "empty" means "not sent":
+they read as absent. Required fields get no such leniency (an empty ``plan_id`` on provision stays 400),
+and an object with one real value is validated as sent (``{"version": 3}`` stays 400). Fields a newer API
+version defines are ignored in a request of an older version, as unknown fields are (:func:`as_of`).
+
 Pure: no I/O.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
 
 NonEmpty = Annotated[str, StringConstraints(min_length=1)]
 FreeForm = dict[str, Any]
+
+
+def absent_if_blank(value: Any) -> Any:
+    """``None`` for an object whose every field is ``None`` or ``""`` (``{}`` included) and for ``""``."""
+    if value == "":
+        return None
+    if isinstance(value, dict) and all(field is None or field == "" for field in value.values()):
+        return None
+    return value
+
+
+#: An optional string a generated client may send as ``""`` when unset.
+OptionalId = Annotated[NonEmpty | None, BeforeValidator(absent_if_blank)]
 
 
 class RequestBody(BaseModel):
@@ -39,12 +59,19 @@ class MaintenanceInfo(RequestBody):
     description: str | None = None
 
 
+#: ``maintenance_info`` as requests carry it: ``{}`` (an unset struct of a generated client) is absent.
+OptionalMaintenanceInfo = Annotated[MaintenanceInfo | None, BeforeValidator(absent_if_blank)]
+
+#: The first API version that defines ``maintenance_info``; older requests have it ignored.
+MAINTENANCE_INFO_SINCE = (2, 15)
+
+
 class PreviousValues(RequestBody):
     service_id: str | None = None
     plan_id: str | None = None
     organization_id: str | None = None
     space_id: str | None = None
-    maintenance_info: MaintenanceInfo | None = None
+    maintenance_info: OptionalMaintenanceInfo = None
 
 
 class ProvisionRequest(RequestBody):
@@ -54,25 +81,40 @@ class ProvisionRequest(RequestBody):
     space_guid: NonEmpty
     context: FreeForm | None = None
     parameters: FreeForm | None = None
-    maintenance_info: MaintenanceInfo | None = None
+    maintenance_info: OptionalMaintenanceInfo = None
 
 
 class UpdateRequest(RequestBody):
     service_id: NonEmpty
-    plan_id: NonEmpty | None = None
+    plan_id: OptionalId = None
     context: FreeForm | None = None
     parameters: FreeForm | None = None
     previous_values: PreviousValues | None = None
-    maintenance_info: MaintenanceInfo | None = None
+    maintenance_info: OptionalMaintenanceInfo = None
 
 
 class BindRequest(RequestBody):
     service_id: NonEmpty
     plan_id: NonEmpty
     context: FreeForm | None = None
-    app_guid: NonEmpty | None = None
+    app_guid: OptionalId = None
     bind_resource: FreeForm | None = None
     parameters: FreeForm | None = None
+
+
+Versioned = TypeVar("Versioned", ProvisionRequest, UpdateRequest)
+
+
+def as_of(request: Versioned, version: tuple[int, int]) -> Versioned:
+    """``request`` as a platform speaking ``version`` meant it: fields defined only by later versions are
+    unknown to it, so they are ignored like any unknown field (an older platform's client may still send
+    them, generated from a newer document). Today that is ``maintenance_info`` (2.15)."""
+    if version >= MAINTENANCE_INFO_SINCE:
+        return request
+    if isinstance(request, UpdateRequest) and request.previous_values is not None:
+        previous = request.previous_values.model_copy(update={"maintenance_info": None})
+        return request.model_copy(update={"maintenance_info": None, "previous_values": previous})
+    return request.model_copy(update={"maintenance_info": None})
 
 
 # -- responses ---------------------------------------------------------------------------------------

@@ -27,7 +27,8 @@ RETRY_AFTER = {
 
 ERROR_TEXT = {
     400: "Malformed request, missing or empty mandatory field, unknown service/plan, parameters not matching "
-    "the plan's schema (the description names each field), or a malformed originating identity header.",
+    "the plan's schema (the description names each field), a malformed originating identity header, or "
+    "(update, bind) an instance this broker does not have (InstanceDoesNotExist).",
     401: "Missing or wrong basic-auth credentials.",
     404: "No such object (or, for GET, still being provisioned/bound).",
     409: "An object with this id exists with different attributes.",

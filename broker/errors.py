@@ -22,6 +22,7 @@ class Reason(StrEnum):
     BAD_REQUEST = "BadRequest"
     UNAUTHORIZED = "Unauthorized"
     NOT_FOUND = "NotFound"
+    INSTANCE_DOES_NOT_EXIST = "InstanceDoesNotExist"
     CONFLICT = "Conflict"
     GONE = "Gone"
     API_VERSION = "UnsupportedApiVersion"
@@ -43,6 +44,9 @@ STATUS: dict[Reason, int] = {
     Reason.BAD_REQUEST: 400,
     Reason.UNAUTHORIZED: 401,
     Reason.NOT_FOUND: 404,
+    # Update and bind list no 404: a request naming an instance the broker does not have carries invalid
+    # data (400), and repeating it cannot succeed — unlike 422, which says "not now".
+    Reason.INSTANCE_DOES_NOT_EXIST: 400,
     Reason.CONFLICT: 409,
     Reason.GONE: 410,
     Reason.API_VERSION: 412,

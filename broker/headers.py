@@ -79,10 +79,13 @@ def request_identity(header: str | None) -> str | None:
 
 @dataclass(frozen=True)
 class RequestMeta:
-    """What the headers say about who asked, recorded on the objects a request changes."""
+    """What the headers say about who asked (recorded on the objects a request changes) and in which API
+    version."""
 
     originating_identity: OriginatingIdentity | None = None
     request_identity: str | None = None
+    #: The request's ``X-Broker-API-Version``: which fields its body can mean (see ``bodies.as_of``).
+    api_version: tuple[int, int] = MAX_VERSION
 
 
 def basic_credentials(authorization: str | None) -> tuple[str, str] | None:

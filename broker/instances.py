@@ -2,7 +2,8 @@
 
 Each function takes the validated request, the catalog and the stored instance (or ``None``) and returns
 a :mod:`decisions` value, or raises :class:`errors.BrokerError`. Checks run cheapest-and-most-basic
-first (400 malformed → 404/410 missing → 422 not possible now → 409 conflicting), and every refusal
+first (400 malformed or naming an unknown instance → 404/410 missing → 422 not possible now → 409
+conflicting), and every refusal
 happens before anything is written, so a 4xx never changes state.
 
 Pure.
@@ -162,7 +163,7 @@ def update(
     if request.plan_id is not None:
         catalog.resolve(request.service_id, request.plan_id)
     if existing is None:
-        raise errors.BrokerError(errors.Reason.NOT_FOUND, f"instance {instance_id!r} does not exist")
+        raise errors.BrokerError(errors.Reason.INSTANCE_DOES_NOT_EXIST, f"instance {instance_id!r} does not exist")
     if existing.spec.get("serviceId") != request.service_id:
         raise errors.bad_request(f"instance {instance_id!r} is not an instance of service_id {request.service_id!r}")
     current_plan = str(existing.spec.get("planId"))

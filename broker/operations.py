@@ -5,6 +5,12 @@ update, the generation the update produced. Everything ``last_operation`` needs 
 the object, so any replica answers the same, and the answer survives the object: once an asynchronous
 deprovision has finished, the object is gone and the token alone says "succeeded".
 
+``last_operation`` uses a token only to narrow its answer to one operation on the polled object. A value
+this broker never issued (``operation=provision``, from a platform that does not echo tokens) and a token
+of another object say nothing about this one: the answer is then the object's current operation, as when
+``operation`` is absent. A token of an earlier operation on the same object is answered as superseded
+(see ``decisions.last_operation``).
+
 Tokens are deterministic (no clock, no randomness): a repeated request, or two replicas racing on the
 same request, compute the same token from the same object. They are not secret and carry no authority;
 a forged token can only make the broker describe an operation on an object the caller already names.
@@ -65,6 +71,10 @@ class Token:
         ).encode()
         return PREFIX + base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
+    def concerns(self, kind: Kind, name: str) -> bool:
+        """Whether this token names an operation on the object ``kind``/``name``."""
+        return self.type.kind is kind and self.name == name
+
     @classmethod
     def decode(cls, text: str) -> Token:
         """Parse a token this broker issued; 400 for anything else."""
@@ -83,6 +93,13 @@ class Token:
         return cls(OperationType(raw[0]), raw[1], raw[2], raw[3], raw[4])
 
 
-def parse(text: str | None) -> Token | None:
-    """The token in an ``operation`` query parameter, if one was given."""
-    return Token.decode(text) if text else None
+def recognise(text: str | None, kind: Kind, name: str) -> Token | None:
+    """The token in an ``operation`` query parameter if it is one of ours for an operation on this object;
+    ``None`` for anything else (absent, not issued by this broker, or about another object)."""
+    if not text:
+        return None
+    try:
+        token = Token.decode(text)
+    except errors.BrokerError:
+        return None
+    return token if token.concerns(kind, name) else None

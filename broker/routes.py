@@ -48,6 +48,7 @@ def request_meta(
     return headers.RequestMeta(
         originating_identity=headers.parse_originating_identity(originating_identity),
         request_identity=headers.request_identity(request_identity),
+        api_version=headers.check_api_version(api_version),
     )
 
 
@@ -73,7 +74,12 @@ AcceptsIncomplete = Annotated[bool, Query(description="The client can poll last_
 RequiredId = Annotated[str, Query(min_length=1)]
 Hint = Annotated[str | None, Query(description="A hint; not checked.")]
 OperationParam = Annotated[
-    str | None, Query(min_length=1, max_length=10000, description="The operation token from the 202 answer.")
+    str | None,
+    Query(
+        max_length=10000,
+        description="The operation token from the 202 answer. Any other value (one this broker never issued, "
+        "or a token of another object) is answered like no value: with the object's current operation.",
+    ),
 ]
 
 router = APIRouter(prefix="/v2", dependencies=[Security(HTTPBasic(auto_error=False))])
@@ -125,6 +131,7 @@ def provision(
     accepts_incomplete: AcceptsIncomplete = False,
 ) -> JSONResponse:
     settings, repository = broker.settings, broker.repository
+    body = bodies.as_of(body, meta.api_version)
     name = resource_name(instance_id)
     namespace = instances.namespace_for(
         body.context, default=settings.default_instance_namespace, from_context=settings.context_namespaces
@@ -154,7 +161,6 @@ def provision(
     "/service_instances/{instance_id}",
     summary="Update a service instance (plan, parameters, context, maintenance_info)",
     responses=responses(
-        404,
         422,
         500,
         504,
@@ -170,6 +176,7 @@ def update(
     accepts_incomplete: AcceptsIncomplete = False,
 ) -> JSONResponse:
     repository = broker.repository
+    body = bodies.as_of(body, meta.api_version)
     catalog = repository.catalog()
     existing = repository.find(Kind.INSTANCE, resource_name(instance_id))
     decision = instances.update(
@@ -250,9 +257,9 @@ def fetch_instance(
 
 
 def _polled(broker: Broker, kind: Kind, name: str, token: Token | None) -> Record | None:
-    """The object a last_operation asks about: with a token, only where the token says it was."""
+    """The object a last_operation asks about: with a token (of this object), where the token says it was."""
     if token is not None:
-        return broker.repository.get(kind, token.namespace, name) if token.name == name else None
+        return broker.repository.get(kind, token.namespace, name)
     return broker.repository.find(kind, name)
 
 
@@ -270,7 +277,7 @@ def instance_last_operation(
     plan_id: Hint = None,
 ) -> JSONResponse:
     name = resource_name(instance_id)
-    token = operations.parse(operation)
+    token = operations.recognise(operation, Kind.INSTANCE, name)
     record = _polled(broker, Kind.INSTANCE, name, token)
     return broker.effects.reply(decisions.last_operation(Kind.INSTANCE, name, token, record))
 
@@ -282,7 +289,6 @@ def instance_last_operation(
     "/service_instances/{instance_id}/service_bindings/{binding_id}",
     summary="Bind",
     responses=responses(
-        404,
         409,
         422,
         500,
@@ -412,7 +418,7 @@ def binding_last_operation(
     plan_id: Hint = None,
 ) -> JSONResponse:
     name = resource_name(binding_id)
-    token = operations.parse(operation)
+    token = operations.recognise(operation, Kind.BINDING, name)
     record = _polled(broker, Kind.BINDING, name, token)
     if token is None and record is not None and record.spec.get("instanceId") != instance_id:
         record = None

@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 
 from opbroker.api.conventions import DEFAULT_NAMESPACE
+from opbroker.broker.bodylimit import DEFAULT_MAX_BODY_BYTES
 
 USERNAME_ENV = "OPBROKER_BROKER_USERNAME"
 PASSWORD_ENV = "OPBROKER_BROKER_PASSWORD"
@@ -32,6 +33,8 @@ class Settings:
     """How long a credentials Secret read is reused (a rotated password is honoured after at most this)."""
     namespace_index: bool = True
     """Keep a watch-fed name→namespace index as a lookup hint (never as the truth)."""
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    """Request bodies above this many bytes are refused with 413 before they are read or parsed."""
     withdrawn_bindings_wait: float = 10.0
     """How long an accepted deprovision waits, before its DELETE, for the bindings whose binds lost the race to
     it (withdrawn, held by the controller's finalizer) to be gone (see :mod:`opbroker.broker.effects`)."""

@@ -41,6 +41,9 @@ def serve(
     ] = None,
     sync_timeout: Annotated[float, typer.Option(help="Seconds a synchronous plan's request waits.")] = 60.0,
     retry_after: Annotated[int, typer.Option(help="Retry-After seconds sent while operations are pending.")] = 5,
+    max_body_bytes: Annotated[
+        int, typer.Option(min=1024, help="Refuse request bodies larger than this with 413 (before parsing).")
+    ] = 1024 * 1024,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Serve the broker until interrupted (Ctrl-C)."""
@@ -56,6 +59,7 @@ def serve(
         credentials_secret=credentials_secret,
         sync_timeout=sync_timeout,
         retry_after=retry_after,
+        max_body_bytes=max_body_bytes,
     )
     try:
         served = server(settings, kubernetes_client(kubeconfig), host=host, port=port, log_level=log_level.lower())

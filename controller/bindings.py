@@ -34,7 +34,7 @@ from opbroker.api.osb import OperationState
 from opbroker.controller import decisions
 from opbroker.controller.catalog import PlanEntry
 from opbroker.controller.decisions import Reason, Step
-from opbroker.controller.kube import BINDINGS, INSTANCES, ref_of
+from opbroker.controller.kube import BINDINGS, INSTANCES, Refused, ref_of
 from opbroker.controller.objects import minus_refs, owner_reference, ref_dicts, ref_key, refs_of, same_namespace, stamp
 from opbroker.controller.reconciling import AppliedMemory, Deps, StatusWriter
 from opbroker.controller.rendered import fetch_sources, inputs_for, release
@@ -119,6 +119,8 @@ class BindingReconciler:
             return outcome
         except RenderError as exc:
             return self.status.fail_or_retry(binding, exc, Reason.RENDER_FAILED)
+        except Refused as exc:
+            return self.status.refused(binding, exc)
 
     # -- steps ---------------------------------------------------------------------------------------
 

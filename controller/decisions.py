@@ -44,6 +44,7 @@ class Reason(StrEnum):
     BINDINGS_EXIST = "BindingsExist"
     RENDER_FAILED = "RenderFailed"
     APPLY_FAILED = "ApplyFailed"
+    APPLY_REFUSED = "ApplyRefused"
     GAVE_UP = "GaveUp"
     DEPROVISIONING = "Deprovisioning"
     UNBINDING = "Unbinding"

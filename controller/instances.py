@@ -19,7 +19,7 @@ from opbroker.api.osb import OperationState
 from opbroker.controller import decisions
 from opbroker.controller.catalog import PlanEntry
 from opbroker.controller.decisions import Reason, Step
-from opbroker.controller.kube import BINDINGS, INSTANCES, ref_of
+from opbroker.controller.kube import BINDINGS, INSTANCES, Refused, ref_of
 from opbroker.controller.objects import (
     minus_refs,
     owner_reference,
@@ -89,6 +89,8 @@ class InstanceReconciler:
             return self._operate(instance, entry, applied=None if step == Step.APPLY else {})
         except RenderError as exc:
             return self.status.fail_or_retry(instance, exc, Reason.RENDER_FAILED)
+        except Refused as exc:
+            return self.status.refused(instance, exc)
 
     # -- steps ---------------------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
 from opbroker.api.meta import ResourceRef
+from opbroker.controller.refusals import Refusal, Severity, refusal, severity
 from opbroker.controller.store import UNKNOWN, ObjectStore
 
 logger = logging.getLogger(__name__)
@@ -31,6 +32,26 @@ _SERVER_METADATA = ("uid", "resourceVersion", "generation", "creationTimestamp",
 
 class KubeError(RuntimeError):
     """An API call failed in a way worth retrying or reporting (never contains object contents)."""
+
+
+class Refused(ApiException):
+    """The API server refused an object we wrote, for a reason that lies in the object or its place (see
+    :mod:`opbroker.controller.refusals`). Still an ``ApiException`` (with status and reason) for callers that
+    handle those; its text is the refusal's masked description, never the response body."""
+
+    def __init__(self, refusal: Refusal) -> None:
+        super().__init__(status=refusal.status, reason=refusal.reason)
+        self.refusal = refusal
+
+    def __str__(self) -> str:
+        return self.refusal.describe()
+
+
+def _refused(exc: ApiException, manifest: dict[str, Any]) -> ApiException:
+    """``exc`` as :class:`Refused` when the object (not the API server's state) is what was refused."""
+    if severity(exc.status) is Severity.TRANSIENT:
+        return exc
+    return Refused(refusal(exc.status, exc.body, manifest))
 
 
 @dataclass(frozen=True)
@@ -132,13 +153,16 @@ class Kube:
         body = clean_for_apply(manifest)
         meta = body["metadata"]
         resource = self._resource(body["apiVersion"], body["kind"])
-        applied = resource.server_side_apply(
-            body=body,
-            name=meta["name"],
-            namespace=meta.get("namespace") if resource.namespaced else None,
-            field_manager=field_manager,
-            force_conflicts=True,
-        )
+        try:
+            applied = resource.server_side_apply(
+                body=body,
+                name=meta["name"],
+                namespace=meta.get("namespace") if resource.namespaced else None,
+                field_manager=field_manager,
+                force_conflicts=True,
+            )
+        except ApiException as exc:
+            raise _refused(exc, body) from None
         return _as_dict(self._keep(applied.to_dict()))
 
     def create(self, manifest: dict[str, Any]) -> dict[str, Any] | None:
@@ -146,7 +170,10 @@ class Kube:
         body = clean_for_apply(manifest)
         resource = self._resource(body["apiVersion"], body["kind"])
         namespace = body["metadata"].get("namespace") if resource.namespaced else None
-        created = _unless(409, lambda: resource.create(body=body, namespace=namespace))
+        try:
+            created = _unless(409, lambda: resource.create(body=body, namespace=namespace))
+        except ApiException as exc:
+            raise _refused(exc, body) from None
         return None if created is None else self._keep(created.to_dict())
 
     def merge_patch(self, ref: ResourceRef, patch: dict[str, Any]) -> dict[str, Any] | None:

@@ -13,7 +13,8 @@ from opbroker.api.osb import OperationState
 from opbroker.controller import decisions
 from opbroker.controller.catalog import Catalog
 from opbroker.controller.decisions import Reason
-from opbroker.controller.kube import Kind, Kube
+from opbroker.controller.kube import Kind, Kube, Refused
+from opbroker.controller.refusals import Severity
 from opbroker.controller.registries import RegistryCache
 from opbroker.controller.settings import ControllerSettings
 from opbroker.controller.sources import SourceIndex, SourceWatchers
@@ -174,6 +175,16 @@ class StatusWriter:
                 message=error or description or state.value,
                 warning=state == OperationState.FAILED,
             )
+
+    def refused(self, obj: dict[str, Any], exc: Refused) -> Outcome:
+        """The API server refused a rendered object: a permanent refusal fails the operation now, with the
+        API server's (masked) explanation; one that can be fixed outside the request is counted and retried
+        (see :mod:`opbroker.controller.refusals`)."""
+        if exc.refusal.severity is not Severity.PERMANENT:
+            return self.fail_or_retry(obj, exc, Reason.APPLY_FAILED)
+        logger.warning("%s %s: %s", obj["kind"], obj["metadata"]["name"], exc.refusal.describe())
+        self.transition(obj, state=OperationState.FAILED, reason=Reason.APPLY_REFUSED, error=exc.refusal.describe())
+        return DONE
 
     def fail_or_retry(self, obj: dict[str, Any], exc: Exception, reason: Reason) -> Outcome:
         """Count an error; give up past the threshold (operation failed), else let the queue back off."""

@@ -146,7 +146,7 @@ def test_sync_bind_returns_credentials(broker: Harness, osb: httpx.Client, stand
 
 def test_bind_refusals(broker: Harness, osb: httpx.Client, stand_in: StandInController) -> None:
     missing = osb.put(binding_url(new_id(), new_id()), params={"accepts_incomplete": "true"}, json=bind_body())
-    assert missing.status_code == 404
+    assert (missing.status_code, missing.json()["error"]) == (400, "InstanceDoesNotExist")
     busy = new_id()
     osb.put(instance_url(busy), params={"accepts_incomplete": "true"}, json=provision_body())
     pending = osb.put(binding_url(busy, new_id()), params={"accepts_incomplete": "true"}, json=bind_body())

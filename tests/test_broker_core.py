@@ -370,7 +370,7 @@ def update_request(**fields: Any) -> bodies.UpdateRequest:
 @pytest.mark.parametrize(
     ("reason", "request_", "existing", "accepts", "want"),
     [
-        ("no such instance", update_request(parameters={"size": 3}), None, True, R.NOT_FOUND),
+        ("no such instance", update_request(parameters={"size": 3}), None, True, R.INSTANCE_DOES_NOT_EXIST),
         ("unknown service", update_request().model_copy(update={"service_id": "x"}), instance(), True, R.BAD_REQUEST),
         ("unknown plan", update_request(plan_id="x"), instance(), True, R.BAD_REQUEST),
         ("new parameters", update_request(parameters={"size": 3}), instance(), True, "change"),
@@ -593,7 +593,7 @@ TOKEN_B = Token(OperationType.BIND, "ns", "bind-1", "uid-b", 0)
     [
         ("new, async", bind_request(), instance(), None, True, Create(True)),
         ("new, async, client cannot wait", bind_request(), instance(), None, False, R.ASYNC_REQUIRED),
-        ("no instance", bind_request(), None, None, True, R.NOT_FOUND),
+        ("no instance", bind_request(), None, None, True, R.INSTANCE_DOES_NOT_EXIST),
         (
             "plan not bindable",
             bind_request(plan_id=UNBINDABLE_PLAN),
@@ -886,8 +886,15 @@ def state_of(answer: Answer) -> tuple[int, str | None]:
             instance(op="deprovision", deleting=True, operation_id=TOKEN_D.encode()),
             (200, "failed"),
         ),
-        ("token of another instance", Token(OperationType.PROVISION, "ns", "other", "u", 0), instance(), R.BAD_REQUEST),
-        ("binding token on an instance", TOKEN_B, instance(), R.BAD_REQUEST),
+        # A token of another object says nothing about this one: the current operation is answered.
+        (
+            "token of another instance",
+            Token(OperationType.PROVISION, "ns", "other", "u", 0),
+            instance(state="in progress"),
+            (200, "in progress"),
+        ),
+        ("binding token on an instance", TOKEN_B, instance(), (200, "succeeded")),
+        ("token of another instance, this one gone", TOKEN_B, None, R.GONE),
     ],
 )
 def test_instance_last_operation(reason: str, token: Token | None, existing: Record | None, want: Any) -> None:

@@ -235,3 +235,90 @@ def test_two_replicas_are_active_passive_and_fail_over(
         for replica in replicas:
             replica.stop()
         controller.start()
+
+
+def failed_with_error(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
+    def failed() -> dict[str, Any] | None:
+        found = custom(api).get_namespaced_custom_object(GROUP, VERSION, namespace, "sfserviceinstances", name)
+        status = found.get("status") or {}
+        return found if status.get("state") == "failed" and status.get("error") else None
+
+    found: dict[str, Any] = wait_for(failed, 30, f"instance {name} to fail with an error")
+    return found
+
+
+def test_an_object_the_api_server_refuses_fails_the_operation_with_its_message(
+    api_client: client.ApiClient, namespace: str, catalog_namespace: str, tmp_path: Path
+) -> None:
+    """A rendered object refused as invalid (422: a schema violation, an invalid name) ends the operation
+    at once, with the API server's own explanation; values in it are masked (a rendered value may be a
+    password), the object's own name is not; nothing is retried."""
+    plan = install_plan(
+        api_client,
+        catalog_namespace,
+        tmp_path,
+        f"refused-{namespace}",
+        """
+apiVersion: demo.opbroker.io/v1alpha1
+kind: Database
+metadata:
+  name: {{ instance.metadata.name }}
+spec:
+  engine: postgresql
+  storageGB: {{ parameter("/storage", 1) }}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: {{ instance.metadata.name }}-{{ parameter("/suffix", "ok") }}
+  labels:
+    token: {{ parameter("/label", "fine") }}
+""",
+    )
+    provision(api_client, namespace, "schema", plan_id=plan, parameters={"storage": 0})
+    provision(api_client, namespace, "badname", plan_id=plan, parameters={"suffix": "Not_A_Name"})
+    provision(api_client, namespace, "leaky", plan_id=plan, parameters={"label": "s3cr3t value!"})
+    # (The test's own in_queue write can land after the controller's first verdict and start it over.)
+    schema, bad_name, leaky = (failed_with_error(api_client, namespace, n) for n in ("schema", "badname", "leaky"))
+
+    error = schema["status"]["error"]
+    assert error.startswith(f"the API server refused Database {namespace}/schema (422 Invalid): "), error
+    assert "spec.storageGB" in error and "greater than or equal to 1" in error
+    assert not schema["status"].get("errorCount"), "a permanent refusal is not retried"
+    assert [c["reason"] for c in schema["status"]["conditions"] if c["type"] == "Ready"] == ["ApplyRefused"]
+    error = bad_name["status"]["error"]
+    assert error.startswith(f"the API server refused ConfigMap {namespace}/badname-Not_A_Name (422 Invalid)"), error
+    assert "metadata.name" in error and "RFC 1123" in error
+    error = leaky["status"]["error"]
+    assert "metadata.labels" in error and 'Invalid value: "…"' in error, error
+
+    def everything_said() -> list[str]:
+        events = client.CoreV1Api(api_client).list_namespaced_event(namespace).items
+        return [str(i["status"]) for i in (schema, bad_name, leaky)] + [e.message or "" for e in events]
+
+    wait_for(lambda: "ApplyRefused" in str(client.CoreV1Api(api_client).list_namespaced_event(namespace)), 10, "events")
+    assert not [text for text in everything_said() if "s3cr3t" in text]
+
+
+def test_a_refusal_that_can_be_fixed_elsewhere_is_retried_and_counted(
+    api_client: client.ApiClient, namespace: str, catalog_namespace: str, tmp_path: Path
+) -> None:
+    """An object for a namespace that does not exist (404) may work once it does: counted retries."""
+    plan = install_plan(
+        api_client,
+        catalog_namespace,
+        tmp_path,
+        f"elsewhere-{namespace}",
+        """
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: {{ instance.metadata.name }}
+  namespace: {{ parameter("/target") }}
+""",
+    )
+    provision(api_client, namespace, "away", plan_id=plan, parameters={"target": f"{namespace}-nowhere"})
+    instance = wait_state(api_client, namespace, "sfserviceinstances", "away", "failed", timeout=40)
+    assert instance["status"]["errorCount"] == 4  # the session controller runs with --error-threshold 4
+    assert "gave up after 4 consecutive errors: the API server refused ConfigMap" in instance["status"]["error"]
+    assert "(404 NotFound)" in instance["status"]["error"]

@@ -20,7 +20,7 @@ from opbroker.components import ControlPlane, SFPlan, testing
 from opbroker.provider import policies
 
 REPO = Path(__file__).resolve().parent.parent
-SEED_PLAN = REPO.parent / "shared" / "seeds" / "manifests" / "sfplan-postgresql-zalando.yaml"
+SEED_PLAN = REPO / "tests" / "data" / "seeds" / "sfplan-postgresql-zalando.yaml"
 PLAN_CR = policies.SFPLAN_TYPE
 CLUSTER_ROLE = "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole"
 ROLE = "kubernetes:rbac.authorization.k8s.io/v1:Role"

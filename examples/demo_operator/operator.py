@@ -1,10 +1,15 @@
 """The demo operator: reconciles ``Database`` objects (demo.opbroker.io/v1alpha1).
 
 A Database moves to ``Creating``, then after ``spec.readyAfterSeconds`` (default 1 s) to ``Running``,
-with a Service named after it and, for every user in ``spec.users``, a Secret
+with a Service (``status.service``: the Database's name where that is a valid Service name, else
+``db-<name>``, see :func:`service_name`) and, for every user in ``spec.users``, a Secret
 ``<database>-<user>-credentials`` holding ``username`` and ``password``. Users removed from the spec
 lose their Secret. ``spec.failWith`` makes it ``Failed`` with that message. Everything it creates is
 owned by the Database, so deleting the Database cleans up (through the garbage collector).
+
+When the API server refuses what it creates (400/422: the object itself is wrong, and retrying cannot
+help), the Database goes ``Failed`` with the API server's message and the operator logs it; anything else
+(the API server restarting) is logged and retried every second.
 
 It is deliberately independent of opbroker (plain kubernetes client, no kopf): opbroker drives any
 operator through its API alone. Run: ``python examples/demo_operator/operator.py --kubeconfig FILE``.
@@ -13,7 +18,10 @@ operator through its API alone. Run: ``python examples/demo_operator/operator.py
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import logging
+import re
 import secrets
 import threading
 import time
@@ -25,6 +33,27 @@ from kubernetes.client.rest import ApiException
 
 GROUP, VERSION, PLURAL = "demo.opbroker.io", "v1alpha1", "databases"
 logger = logging.getLogger("demo-operator")
+#: A Service name is a DNS-1035 label: it must start with a letter (a Database name, like most Cloud
+#: Foundry instance GUIDs, may start with a digit).
+_DNS_1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+PERMANENT_REFUSALS = (400, 422)
+
+
+def service_name(database: str) -> str:
+    """The Service of the Database ``database``: its own name if that is a valid Service name, else
+    ``db-<name>``, else (too long) ``db-`` and the name's sha224 prefix."""
+    for candidate in (database, f"db-{database}"):
+        if len(candidate) <= 63 and _DNS_1035_LABEL.match(candidate):
+            return candidate
+    return "db-" + hashlib.sha224(database.encode()).hexdigest()[:56]
+
+
+def refusal_message(exc: ApiException) -> str:
+    """The API server's explanation of a refusal (its Status message), or the HTTP reason."""
+    try:
+        return str(json.loads(exc.body or "{}").get("message") or exc.reason)
+    except ValueError:
+        return str(exc.reason)
 
 
 class DemoOperator:
@@ -148,17 +177,38 @@ class DemoOperator:
                 self.sync_users(db)
                 self.set_status(
                     db,
-                    {"phase": "Running", "message": "ready", "host": service.spec.cluster_ip, "port": 5432},
+                    {
+                        "phase": "Running",
+                        "message": "ready",
+                        "service": service.metadata.name,
+                        "host": service.spec.cluster_ip,
+                        "port": 5432,
+                    },
                 )
         except ApiException as exc:
-            if exc.status != 404:
+            if exc.status in PERMANENT_REFUSALS:
+                message = refusal_message(exc)
+                logger.warning("Database %s/%s failed: %s", namespace, name, message)
+                self.fail(namespace, name, message)
+            elif exc.status != 404:
+                logger.warning("Database %s/%s: HTTP %s %s; retrying in 1 s", namespace, name, exc.status, exc.reason)
                 self.schedule_ready(key, 1.0, again=True)
                 return
-        except Exception:
+        except Exception as exc:
+            logger.warning("Database %s/%s: %s; retrying in 1 s", namespace, name, exc)
             self.schedule_ready(key, 1.0, again=True)  # the API server may be restarting
             return
         with self.locks_guard:
             self.readying.discard(key)
+
+    def fail(self, namespace: str, name: str, message: str) -> None:
+        """Mark the Database ``Failed`` with ``message`` (best effort: it may be gone)."""
+        try:
+            db = self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+            self.set_status(db, {"phase": "Failed", "message": message})
+        except ApiException as exc:
+            if exc.status != 404:
+                logger.warning("Database %s/%s: cannot record the failure: HTTP %s", namespace, name, exc.status)
 
     def owner(self, db: dict[str, Any]) -> list[dict[str, Any]]:
         return [
@@ -174,13 +224,14 @@ class DemoOperator:
 
     def ensure_service(self, db: dict[str, Any]) -> Any:
         meta = db["metadata"]
+        name = service_name(meta["name"])
         try:
-            return self.core.read_namespaced_service(meta["name"], meta["namespace"])
+            return self.core.read_namespaced_service(name, meta["namespace"])
         except ApiException as exc:
             if exc.status != 404:
                 raise
         body = {
-            "metadata": {"name": meta["name"], "ownerReferences": self.owner(db)},
+            "metadata": {"name": name, "ownerReferences": self.owner(db)},
             "spec": {"ports": [{"name": "db", "port": 5432}], "selector": {"database": meta["name"]}},
         }
         return self.core.create_namespaced_service(meta["namespace"], body)
