@@ -6,12 +6,14 @@ own namespace). The example catalog is applied to the control-plane namespace on
 
 from __future__ import annotations
 
+import secrets
 import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 from kubernetes import client
@@ -19,6 +21,7 @@ from kubernetes.client.rest import ApiException
 
 from opbroker.api.conventions import DEFAULT_NAMESPACE
 from opbroker.devcluster import ControlPlane
+from opbroker.devcluster.controlplane import free_ports
 from opbroker.devcluster.crds import install_crds
 from opbroker.devcluster.processes import Process
 
@@ -120,4 +123,43 @@ def controller(
     process = Process("controller", controller_command(control_plane), tmp_path_factory.mktemp("logs"))
     process.start()
     yield process
+    process.stop()
+
+
+@pytest.fixture(scope="session")
+def osb_url(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    """`opbroker broker serve` against the session's control plane; yields (url, password)."""
+    (port,) = free_ports(1)
+    password = secrets.token_urlsafe(12)
+    process = Process(
+        "broker",
+        [
+            sys.executable,
+            "-m",
+            "opbroker.cli.main",
+            "broker",
+            "serve",
+            "--kubeconfig",
+            str(control_plane.kubeconfig),
+            "--port",
+            str(port),
+            "--namespace",
+            "opbroker",
+            "--retry-after",
+            "1",
+        ],
+        tmp_path_factory.mktemp("broker"),
+        env={"OPBROKER_BROKER_USERNAME": "platform", "OPBROKER_BROKER_PASSWORD": password},
+    )
+    process.start()
+    url = f"http://127.0.0.1:{port}"
+
+    def ready() -> bool:
+        try:
+            return httpx.get(f"{url}/readyz", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_for(ready, 60, "the broker to be ready")
+    yield url, password
     process.stop()

@@ -7,8 +7,6 @@ Also: the Pulumi OSB resources (provider/osb_resources.py) against our own broke
 from __future__ import annotations
 
 import copy
-import secrets
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -19,9 +17,6 @@ import pytest
 import yaml
 from kubernetes import client
 
-from opbroker.devcluster import ControlPlane
-from opbroker.devcluster.controlplane import free_ports
-from opbroker.devcluster.processes import Process
 from opbroker.provider.osb_resources import ServiceBindingProvider, ServiceInstanceProvider
 from tests.controller_support import DEMO, apply_yaml, wait_for
 
@@ -30,45 +25,6 @@ DEMO_DOCS = list(yaml.safe_load_all((DEMO / "catalog.yaml").read_text()))
 SERVICE_ID = DEMO_DOCS[1]["spec"]["serviceId"]
 PLAN_ID = DEMO_DOCS[1]["spec"]["id"]
 LARGE_PLAN_ID = "7d0f6c55-2c0e-4e7b-9d55-3e1b4c3a9f10"
-
-
-@pytest.fixture(scope="session")
-def osb_url(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
-    """`opbroker broker serve` against the session's control plane; yields (url, password)."""
-    (port,) = free_ports(1)
-    password = secrets.token_urlsafe(12)
-    process = Process(
-        "broker",
-        [
-            sys.executable,
-            "-m",
-            "opbroker.cli.main",
-            "broker",
-            "serve",
-            "--kubeconfig",
-            str(control_plane.kubeconfig),
-            "--port",
-            str(port),
-            "--namespace",
-            "opbroker",
-            "--retry-after",
-            "1",
-        ],
-        tmp_path_factory.mktemp("broker"),
-        env={"OPBROKER_BROKER_USERNAME": "platform", "OPBROKER_BROKER_PASSWORD": password},
-    )
-    process.start()
-    url = f"http://127.0.0.1:{port}"
-
-    def ready() -> bool:
-        try:
-            return httpx.get(f"{url}/readyz", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    wait_for(ready, 60, "the broker to be ready")
-    yield url, password
-    process.stop()
 
 
 @pytest.fixture(scope="session")
