@@ -34,6 +34,7 @@ ERROR_TEXT = {
     409: "An object with this id exists with different attributes.",
     410: "No such object (DELETE, last_operation without a pending deprovision/unbind): nothing to do.",
     412: "X-Broker-API-Version missing or not one of 2.12 to 2.17.",
+    413: "The request body exceeds the broker's limit (--max-body-bytes, default 1 MiB); refused before parsing.",
     422: "AsyncRequired, ConcurrencyError, MaintenanceInfoConflict, RequiresApp, PlanChangeNotSupported, "
     "InstanceNotUsable or BindingsExist (see `error`).",
     500: "The operation failed (OperationFailed, with the controller's error) or the broker failed.",
@@ -63,6 +64,6 @@ def responses(
         docs[code] = _entry(text, model, retry_after=ok_retry_after)
     if accepted is not None:
         docs[202] = _entry("Accepted: poll last_operation with the returned operation.", accepted, retry_after=True)
-    for code in (400, 401, 412, *errors, 503):
+    for code in (400, 401, 412, 413, *errors, 503):
         docs[code] = _entry(ERROR_TEXT[code], bodies.ErrorBody)
     return docs
