@@ -39,11 +39,11 @@ START_VERSION = "16"
 ALLOWED: dict[str, dict[int, frozenset[str | None]]] = {
     "provision": {200: frozenset({None}), 202: frozenset({None}), 409: frozenset({"Conflict"}),
                   422: frozenset({"ConcurrencyError"})},
-    "update": {200: frozenset({None}), 202: frozenset({None}), 404: frozenset({"NotFound"}),
+    "update": {200: frozenset({None}), 202: frozenset({None}), 400: frozenset({"InstanceDoesNotExist"}),
                422: frozenset({"ConcurrencyError"})},
     "deprovision": {202: frozenset({None}), 410: frozenset({None}),
                     422: frozenset({"BindingsExist", "ConcurrencyError"})},
-    "bind": {200: frozenset({None}), 202: frozenset({None}), 404: frozenset({"NotFound"}),
+    "bind": {200: frozenset({None}), 202: frozenset({None}), 400: frozenset({"InstanceDoesNotExist"}),
              409: frozenset({"Conflict"}), 422: frozenset({"ConcurrencyError"})},
 }  # fmt: skip
 
@@ -483,9 +483,10 @@ def race_probe(bench: Bench, namespace: str, *, trials: int, seed: int) -> dict[
     winners: dict[str, tuple[str, str]] = {}
     off_osb: list[str] = []
     expected = invariants.Expected()
-    # A bind that arrives once the deprovision has finished finds no instance: 404, right only if it was.
+    # A bind that arrives once the deprovision has finished finds no instance: 400 InstanceDoesNotExist, right
+    # only if it was.
     allowed: dict[str, dict[int, tuple[str | None, ...]]] = {
-        "bind": {202: (None,), 404: ("NotFound",), 422: ("ConcurrencyError",)},
+        "bind": {202: (None,), 400: ("InstanceDoesNotExist",), 422: ("ConcurrencyError",)},
         "deprovision": {202: (None,), 422: ("BindingsExist", "ConcurrencyError")},
     }
     with bench.osb(32) as http:
@@ -516,8 +517,8 @@ def race_probe(bench: Bench, namespace: str, *, trials: int, seed: int) -> dict[
                 error = body.get("error") if isinstance(body, dict) else None
                 if error not in allowed[op].get(response.status_code, ("?",)):
                     off_osb.append(f"{name}: {op} answered {response.status_code} {response.text[:200]}")
-            if bind.status_code == 404 and deprovision.status_code != 202:
-                off_osb.append(f"{name}: bind answered 404 though the instance was not deprovisioned")
+            if bind.status_code == 400 and deprovision.status_code != 202:
+                off_osb.append(f"{name}: bind answered 400 though the instance was not deprovisioned")
             if bind.status_code == 202 and deprovision.status_code == 202:
                 tokens[name] = {"bind": bind.json()["operation"], "deprovision": deprovision.json()["operation"]}
             elif bind.status_code == 202:
