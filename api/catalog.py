@@ -140,6 +140,7 @@ class SFService(KubeResource):
     PRINTER_COLUMNS: ClassVar[tuple[tuple[str, str, str], ...]] = (
         ("Display", ".spec.name", "string"),
         ("Bindable", ".spec.bindable", "boolean"),
+        ("Ready", '.status.conditions[?(@.type=="Ready")].status', "string"),
     )
 
     spec: SFServiceSpec
@@ -198,6 +199,7 @@ class SFPlan(KubeResource):
     PRINTER_COLUMNS: ClassVar[tuple[tuple[str, str, str], ...]] = (
         ("Display", ".spec.name", "string"),
         ("Service", ".spec.serviceId", "string"),
+        ("Ready", '.status.conditions[?(@.type=="Ready")].status', "string"),
     )
 
     spec: SFPlanSpec

@@ -18,9 +18,12 @@ import kopf
 import urllib3
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+from pydantic import ValidationError
 
+from opbroker.api import SFPlan, SFService
 from opbroker.api.conventions import resource_name
-from opbroker.controller import decisions, metrics
+from opbroker.api.errors import field_errors
+from opbroker.controller import catalog_status, decisions, metrics
 from opbroker.controller.bindings import BindingReconciler
 from opbroker.controller.catalog import Catalog
 from opbroker.controller.claims.handlers import register_claims
@@ -33,6 +36,7 @@ from opbroker.controller.settings import ControllerSettings
 from opbroker.controller.sources import SourceIndex, SourceWatchers
 from opbroker.controller.workqueue import DONE, Outcome, TemporaryError, WorkQueue
 from opbroker.rendering import Renderer
+from opbroker.rendering.checking import check_plan
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +55,8 @@ class Controller:
         self.queue: WorkQueue | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.watchers = SourceWatchers(self.kube, self.index, self._enqueue_threadsafe)
-        deps = Deps(self.kube, self.catalog, Renderer(), settings, self.index, self.watchers)
+        self.renderer = Renderer()
+        deps = Deps(self.kube, self.catalog, self.renderer, settings, self.index, self.watchers)
         self.own_writes = deps.own_writes
         self.multicluster = MultiCluster(deps, self._enqueue_threadsafe) if settings.multicluster else None
         if self.multicluster is not None:
@@ -109,14 +114,23 @@ class Controller:
             self.catalog.remove_service(body)
         else:
             self.catalog.upsert_service(body)
+            self._enqueue_unreported("service", body)
         if self.multicluster is not None:
             self.multicluster.on_catalog("sfservices", event_type, body)
+
+    def _enqueue_unreported(self, kind: str, body: dict[str, Any]) -> None:
+        """Queue a catalog entry whose Ready condition does not yet speak of its current generation."""
+        meta, status = body["metadata"], body.get("status") or {}
+        reported = any(c.get("type") == "Ready" for c in status.get("conditions") or [])
+        if not reported or status.get("observedGeneration") != meta.get("generation"):
+            self._enqueue((kind, meta.get("namespace", ""), meta["name"]))
 
     def on_plan(self, event_type: str, body: dict[str, Any]) -> None:
         if event_type == "DELETED":
             self.catalog.remove_plan(body)
         else:
             self.catalog.upsert_plan(body)
+            self._enqueue_unreported("plan", body)
         if self.multicluster is not None:
             self.multicluster.on_catalog("sfplans", event_type, body)
         plan_id = (body.get("spec") or {}).get("id") or body["metadata"]["name"]
@@ -198,6 +212,8 @@ class Controller:
     async def _reconcile(self, key: Hashable) -> Outcome:
         assert isinstance(key, tuple)
         kind, namespace, name = key
+        if kind in ("plan", "service"):
+            return await asyncio.to_thread(self._report_catalog_status, kind, namespace, name)
         reconciler = self.instances if kind == "instance" else self.bindings
         stored = INSTANCES if kind == "instance" else BINDINGS
         with metrics.reconcile_timer(kind):
@@ -222,6 +238,36 @@ class Controller:
             except Exception:
                 metrics.RECONCILE_ERRORS.labels(kind=kind, reason="error").inc()
                 raise
+
+    def _report_catalog_status(self, kind: str, namespace: str, name: str) -> Outcome:
+        """Write the Ready condition of an SFService or SFPlan (see :mod:`opbroker.controller.catalog_status`)."""
+        which = PLANS if kind == "plan" else SERVICES
+        body = self.kube.get_custom(which, namespace, name, fresh=True)
+        if body is None:
+            return DONE
+        model_type = SFPlan if kind == "plan" else SFService
+        try:
+            model = model_type.model_validate(body)
+            problem = None
+        except ValidationError as exc:
+            model, problem = None, "; ".join(field_errors(exc))
+        if kind == "plan":
+            findings = check_plan(model, self.renderer).errors if isinstance(model, SFPlan) else ()
+            verdict = catalog_status.plan_verdict(problem, tuple(str(f) for f in findings))
+        else:
+            verdict = catalog_status.service_verdict(problem)
+        patch = catalog_status.status_patch(body, verdict)
+        if patch is None:
+            return DONE
+        try:
+            self.kube.patch_custom_status(
+                which, namespace, name, patch, resource_version=body["metadata"]["resourceVersion"]
+            )
+        except ApiException as exc:
+            if exc.status == 409:
+                return Outcome(requeue_after=0.1)  # changed meanwhile: decided again on the newer version
+            raise
+        return DONE
 
 
 def build_registry(controller: Controller, *, kubeconfig: str | None) -> kopf.OperatorRegistry:

@@ -39,6 +39,8 @@ class Reason(StrEnum):
     FAILED = "Failed"
     PLAN_NOT_FOUND = "PlanNotFound"
     PLAN_INVALID = "PlanInvalid"
+    SERVICE_INVALID = "ServiceInvalid"
+    ACCEPTED = "Accepted"
     INSTANCE_NOT_READY = "InstanceNotReady"
     INSTANCE_NOT_FOUND = "InstanceNotFound"
     BINDINGS_EXIST = "BindingsExist"

@@ -12,7 +12,7 @@ modules=(
   -p opbroker.api -p opbroker.rendering
   -m opbroker.broker.decisions -m opbroker.broker.errors -m opbroker.broker.bodies -m opbroker.broker.headers
   -m opbroker.broker.operations -m opbroker.broker.parameters -m opbroker.broker.catalogs
-  -m opbroker.broker.bodylimit -m opbroker.controller.refusals
+  -m opbroker.broker.bodylimit -m opbroker.controller.refusals -m opbroker.controller.catalog_status
   -m opbroker.controller.decisions -m opbroker.controller.workqueue
   -m opbroker.controller.claims.matching -m opbroker.controller.claims.constraints -m opbroker.controller.claims.states
 )

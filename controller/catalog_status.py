@@ -1,0 +1,63 @@
+"""The Ready condition of SFService and SFPlan: whether the controller accepted the catalog entry.
+
+Why: a catalog declared as code is rolled out with ``pulumi up``, and the components promise a Ready
+condition their ``wait_for_ready`` (``pulumi.com/waitFor: condition=Ready``) waits on; ``kubectl get``
+shows it too. Nothing else writes these objects' status, so the controller does, once per change:
+
+* an SFService is Ready when it fits the resource model;
+* an SFPlan is Ready when it fits the resource model and every template compiles (the same offline check
+  ``pulumi preview`` and ``opbroker validate`` run); otherwise Ready=False, reason ``PlanInvalid``, with
+  every finding in the message.
+
+The status is written only when it would change (``observedGeneration`` and the condition), so the
+controller's own write, coming back as a watch event, causes no further write.
+
+Pure: the verdict and the patch are computed from the object and the check's findings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from opbroker.controller.decisions import Reason, ready_condition
+
+
+@dataclass(frozen=True)
+class Verdict:
+    ready: bool
+    reason: Reason
+    message: str
+
+
+def service_verdict(problem: str | None) -> Verdict:
+    if problem:
+        return Verdict(False, Reason.SERVICE_INVALID, f"the service does not fit the resource model: {problem}")
+    return Verdict(True, Reason.ACCEPTED, "the service is in the catalog")
+
+
+def plan_verdict(problem: str | None, template_errors: tuple[str, ...] = ()) -> Verdict:
+    if problem:
+        return Verdict(False, Reason.PLAN_INVALID, f"the plan does not fit the resource model: {problem}")
+    if template_errors:
+        return Verdict(False, Reason.PLAN_INVALID, "the plan's templates do not work: " + "; ".join(template_errors))
+    return Verdict(True, Reason.ACCEPTED, "the plan is in the catalog and its templates compile")
+
+
+def status_patch(body: dict[str, Any], verdict: Verdict) -> dict[str, Any] | None:
+    """The status patch announcing ``verdict`` for ``body``, or None if its status already says so."""
+    meta = body.get("metadata") or {}
+    status = body.get("status") or {}
+    generation = meta.get("generation")
+    conditions = status.get("conditions") or []
+    current = next((c for c in conditions if c.get("type") == "Ready"), None)
+    wanted = ready_condition(conditions, ready=verdict.ready, reason=verdict.reason, message=verdict.message,
+                             generation=generation)  # fmt: skip
+    new = next(c for c in wanted if c["type"] == "Ready")
+    if (
+        current is not None
+        and status.get("observedGeneration") == generation
+        and all(current.get(k) == new[k] for k in ("status", "reason", "message", "observedGeneration"))
+    ):
+        return None
+    return {"observedGeneration": generation, "conditions": wanted}
