@@ -2,8 +2,9 @@
 
 CRDs (from ``opbroker.api.crd``), the namespace, least-privilege RBAC, the controller (active-passive,
 leader election through a Lease), the broker (active-active behind a Service, optionally autoscaled), the
-broker's credentials Secret, disruption budgets and zone spreading. Custom resources created by other
-components wait for the CRDs through ``depends_on=[control_plane]`` or ``depends_on=control_plane.crds``.
+broker's credentials Secret, disruption budgets and zone spreading. Catalog objects created by other
+components wait for the CRDs and the namespace through ``depends_on=control_plane.catalog_prerequisites``
+(``depends_on=[control_plane]`` works too, but waits for the Deployments to become Available first).
 
 Contract with the processes (``opbroker.cli``): the broker runs ``opbroker broker serve --host 0.0.0.0
 --port 8080 --namespace <ns>``, serves ``/healthz`` and ``/readyz`` on 8080 and reads its basic-auth
@@ -38,6 +39,8 @@ HOST_KEY = "kubernetes.io/hostname"
 RUN_AS_USER = 65532
 USERNAME_KEY = "username"
 PASSWORD_KEY = "password"
+#: pulumi-kubernetes: create or update the object without waiting for it to become ready.
+SKIP_AWAIT_ANNOTATION = "pulumi.com/skipAwait"
 
 
 class ResourceRequirementsArgs(TypedDict):
@@ -73,6 +76,16 @@ class ControllerArgs(TypedDict):
     """Compute resources (default: requests 100m CPU / 128Mi, limit 512Mi)."""
     operator_rules: NotRequired[list[PolicyRuleArgs]]
     """Extra rules for the operator kinds the plans render (e.g. ``acid.zalan.do`` ``postgresqls``)."""
+    workers: NotRequired[int]
+    """Concurrent reconciles (``--workers``; default: the controller's own, 4)."""
+    error_threshold: NotRequired[int]
+    """Consecutive errors before an operation is failed (``--error-threshold``; default 8)."""
+    multicluster: NotRequired[bool]
+    """Run as the master of several clusters (``--multicluster``): SFClusters get scheduled onto and report
+    Ready (default false)."""
+    scheduler: NotRequired[str]
+    """With ``multicluster``: ``default``, ``round-robin``, ``least-utilized``, ``label-selector`` or
+    ``capacity-aware`` (``--scheduler``)."""
 
 
 class BrokerAutoscalingArgs(TypedDict):
@@ -129,6 +142,10 @@ class ControlPlaneArgs(TypedDict):
     """What to do when replicas cannot be spread over zones: ``ScheduleAnyway`` (default) or ``DoNotSchedule``."""
     labels: NotRequired[dict[str, str]]
     """Extra labels on every object."""
+    await_deployments: NotRequired[bool]
+    """Whether ``pulumi up`` waits for the controller and broker Deployments to become Available (default
+    true). False (``pulumi.com/skipAwait``) for a cluster whose pods cannot start yet, e.g. a control plane
+    without nodes: the objects are created and ``up`` goes on."""
     controller: NotRequired[ControllerArgs]
     """Controller settings."""
     broker: NotRequired[BrokerArgs]
@@ -163,6 +180,29 @@ class Controller(_Settings):
     image: str | None = Field(default=None, min_length=1)
     resources: Resources = Resources(requests={"cpu": "100m", "memory": "128Mi"}, limits={"memory": "512Mi"})
     operator_rules: list[OperatorRule] = Field(default_factory=list)
+    workers: int | None = Field(default=None, ge=1, le=256)
+    error_threshold: int | None = Field(default=None, ge=1)
+    multicluster: bool = False
+    scheduler: Literal["default", "round-robin", "least-utilized", "label-selector", "capacity-aware"] | None = None
+
+    @model_validator(mode="after")
+    def _scheduler_needs_multicluster(self) -> "Controller":
+        if self.scheduler is not None and not self.multicluster:
+            raise ValueError("scheduler: only a multicluster controller schedules; set multicluster: true")
+        return self
+
+    def flags(self) -> list[str]:
+        """The ``opbroker controller run`` flags these settings stand for."""
+        flags: list[str] = []
+        if self.workers is not None:
+            flags += ["--workers", str(self.workers)]
+        if self.error_threshold is not None:
+            flags += ["--error-threshold", str(self.error_threshold)]
+        if self.multicluster:
+            flags.append("--multicluster")
+        if self.scheduler is not None:
+            flags += ["--scheduler", self.scheduler]
+        return flags
 
 
 class Autoscaling(_Settings):
@@ -198,6 +238,7 @@ class Settings(_Settings):
     image_pull_secrets: list[str] = Field(default_factory=list)
     zone_spread: Literal["ScheduleAnyway", "DoNotSchedule"] = "ScheduleAnyway"
     labels: dict[str, str] = Field(default_factory=dict)
+    await_deployments: bool = True
     controller: Controller = Controller()
     broker: Broker = Broker()
 
@@ -355,8 +396,9 @@ def role_ref(kind: str, name: str) -> dict[str, str]:
     return {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name}
 
 
-def controller_command(namespace: str) -> list[str]:
-    return ["opbroker", "controller", "run", "--namespace", namespace, "--metrics-port", str(METRICS_PORT)]
+def controller_command(namespace: str, flags: list[str] | None = None) -> list[str]:
+    command = ["opbroker", "controller", "run", "--namespace", namespace, "--metrics-port", str(METRICS_PORT)]
+    return command + (flags or [])
 
 
 def broker_command(namespace: str) -> list[str]:
@@ -399,6 +441,12 @@ class ControlPlane(pulumi.ComponentResource):
                 m["namespace"] = ns
             return m
 
+        def deployment_meta(object_name: str, component: str) -> dict[str, Any]:
+            m = meta(object_name, component)
+            if not s.await_deployments:
+                m["annotations"] = {SKIP_AWAIT_ANNOTATION: "true"}
+            return m
+
         # Namespace and CRDs first: everything else waits for them.
         self.namespace_resource: k8s.core.v1.Namespace | None = None
         in_namespace: list[pulumi.Resource] = []
@@ -425,6 +473,10 @@ class ControlPlane(pulumi.ComponentResource):
                         ),
                     )
                 )
+        #: What catalog objects (SFService, SFPlan, SFCluster, RegisteredService, ...) must wait for: the CRDs and
+        #: the namespace. Not the component itself: that would wait for the Deployments to become Available
+        #: (pulumi-kubernetes awaits them) before a single plan is created.
+        self.catalog_prerequisites: list[pulumi.Resource] = [*in_namespace, *self.crds]
 
         # RBAC: one ServiceAccount per process, rules enumerated in opbroker.components.rbac.
         controller_sa = k8s.core.v1.ServiceAccount(
@@ -499,7 +551,7 @@ class ControlPlane(pulumi.ComponentResource):
                 component="controller",
                 service_account=names.controller,
                 image=s.controller.image or s.image,
-                command=controller_command(ns),
+                command=controller_command(ns, s.controller.flags()),
                 env=downward_env(),
                 ports=[{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}],
                 probes=controller_probes(),
@@ -508,7 +560,7 @@ class ControlPlane(pulumi.ComponentResource):
         }
         self.controller = k8s.apps.v1.Deployment(
             f"{name}-controller",
-            metadata=meta(names.controller, "controller"),
+            metadata=deployment_meta(names.controller, "controller"),
             spec=controller_spec,
             opts=child(*self.crds, controller_binding, election_binding),
         )
@@ -544,7 +596,7 @@ class ControlPlane(pulumi.ComponentResource):
             broker_spec["replicas"] = s.broker.replicas
         self.broker = k8s.apps.v1.Deployment(
             f"{name}-broker",
-            metadata=meta(names.broker, "broker"),
+            metadata=deployment_meta(names.broker, "broker"),
             spec=broker_spec,
             opts=child(*self.crds, broker_binding, credentials),
         )

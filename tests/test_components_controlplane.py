@@ -429,6 +429,10 @@ def test_settings_are_configurable() -> None:
                 "image": "registry.example/controller:9",
                 "resources": {"requests": {"cpu": "1"}},
                 "operator_rules": [operator_rule],
+                "workers": 16,
+                "error_threshold": 5,
+                "multicluster": True,
+                "scheduler": "least-utilized",
             },
             "broker": {
                 "username": "cf",
@@ -446,6 +450,9 @@ def test_settings_are_configurable() -> None:
     assert container["image"] == "registry.example/controller:9"
     assert container["resources"] == {"requests": {"cpu": "1"}}
     assert container["command"][:5] == ["opbroker", "controller", "run", "--namespace", "platform"]
+    assert container["command"][7:] == [
+        "--workers", "16", "--error-threshold", "5", "--multicluster", "--scheduler", "least-utilized",
+    ]  # fmt: skip
     assert controller["spec"]["template"]["spec"]["imagePullSecrets"] == [{"name": "regcred"}]
     zone = controller["spec"]["template"]["spec"]["topologySpreadConstraints"][0]
     assert zone["whenUnsatisfiable"] == "DoNotSchedule"
@@ -523,6 +530,9 @@ def test_custom_resources_created_after_the_control_plane_wait_for_its_crds() ->
     [
         ({"image": ""}, "image"),
         ({"controller": {"replicas": 0}}, "controller.replicas"),
+        ({"controller": {"workers": 0}}, "controller.workers"),
+        ({"controller": {"scheduler": "round-robin"}}, "controller"),
+        ({"controller": {"multicluster": True, "scheduler": "random"}}, "controller.scheduler"),
         ({"broker": {"service_type": "Ingress"}}, "broker.service_type"),
         ({"broker": {"autoscaling": {"min_replicas": 5, "max_replicas": 2}}}, "broker.autoscaling"),
         ({"namespace": "Not_A_Namespace"}, "namespace"),
@@ -549,3 +559,12 @@ def test_registration_helper_shape() -> None:
     # The recorded registrations are plain data the tests (and users) can compare.
     registration = Registration("t", "n", {"a": 1.0}, "", True, (), "urn")
     assert registration.plain_inputs() == {"a": 1}
+
+
+def test_deployments_can_be_created_without_awaiting_them() -> None:
+    """A cluster whose pods cannot start (no node yet) must not make ``pulumi up`` sit out a provider timeout."""
+    awaited, _ = deploy({})
+    skipped, _ = deploy({"await_deployments": False})
+    for name in ("opbroker-controller", "opbroker-broker"):
+        assert "annotations" not in inputs(awaited, DEPLOYMENT, name)["metadata"]
+        assert inputs(skipped, DEPLOYMENT, name)["metadata"]["annotations"] == {"pulumi.com/skipAwait": "true"}

@@ -96,6 +96,8 @@ control_plane = ControlPlane(
     {
         "image": config.get("image") or f"opbroker:{version()}",
         "namespace": namespace,
+        # `pulumi config set awaitDeployments false` on a cluster whose pods cannot start yet (no nodes).
+        "await_deployments": config.get_bool("awaitDeployments") is not False,
         "broker": broker,
         "controller": {
             # The plans below render Zalando postgresql objects; the controller may manage exactly those.
@@ -114,7 +116,8 @@ control_plane = ControlPlane(
         },
     },
 )
-after_crds = pulumi.ResourceOptions(depends_on=[control_plane])
+# The catalog waits for the CRDs and the namespace, not for the controller and broker to be running.
+after_crds = pulumi.ResourceOptions(depends_on=control_plane.catalog_prerequisites)
 
 postgresql = SFService(
     "postgresql",
