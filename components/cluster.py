@@ -40,7 +40,9 @@ class SFClusterArgs(TypedDict):
     annotations: NotRequired[dict[str, str]]
     """Extra annotations on the object."""
     wait_for_ready: NotRequired[bool]
-    """Wait until the controller reports the cluster Ready (reachable) (``pulumi.com/waitFor``)."""
+    """Wait until the controller reports the cluster Ready (reachable) (``pulumi.com/waitFor``). Only a
+    multi-cluster controller (ControlPlane ``controller.multicluster: true``) reports on SFClusters; with a
+    single-cluster controller this would wait until the provider's timeout."""
 
 
 def cluster_model(name: str, args: SFClusterArgs) -> SFClusterModel:
