@@ -324,6 +324,22 @@ class Client:
         )
         return InstanceResult(response.status_code, _str_or_none(payload.get("operation")))
 
+    def get_instance(
+        self, instance_id: str, *, service_id: str | None = None, plan_id: str | None = None
+    ) -> dict[str, Any] | None:
+        """GET the instance (``instances_retrievable``): what the broker holds now; None when it does not exist
+        (404, 410). A broker that does not serve the fetch answers 400 (or another error): that is raised."""
+        try:
+            return self._request(
+                "GET",
+                f"/v2/service_instances/{instance_id}",
+                what=f"fetch of instance {instance_id}",
+                params=_compact(service_id=service_id, plan_id=plan_id),
+                ok=(200,),
+            )[1]
+        except (NotFound, Gone):
+            return None
+
     def last_operation(
         self, instance_id: str, *, operation: str | None, service_id: str | None, plan_id: str | None
     ) -> LastOperation:

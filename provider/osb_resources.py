@@ -185,6 +185,30 @@ class ServiceInstanceProvider(_OSBProvider):
             outs["dashboard_url"] = result.dashboard_url
         return pulumi.dynamic.UpdateResult(outs)
 
+    def read(self, id_: str, props: dict[str, Any]) -> pulumi.dynamic.ReadResult:
+        """``pulumi refresh``: the instance as the broker holds it, or gone (an empty id) when the broker no
+        longer has it. Brokers that serve the fetch (``instances_retrievable``) report plan, parameters and
+        dashboard; the others are asked for the last operation without a token, which answers 410 Gone for an
+        instance that is no more."""
+        p = _props(props)
+        instance_id = str(p.get("instance_id") or id_)
+        with self.client(p) as client:
+            try:
+                fetched = client.get_instance(instance_id, service_id=p.get("service_id"), plan_id=p.get("plan_id"))
+                if fetched is None:
+                    return pulumi.dynamic.ReadResult("", {})
+                found = {
+                    k: fetched[k] for k in ("plan_id", "parameters", "dashboard_url") if fetched.get(k) is not None
+                }
+                return pulumi.dynamic.ReadResult(instance_id, {**p, **found})
+            except osb.OSBError:
+                last = client.last_operation(
+                    instance_id, operation=None, service_id=p.get("service_id"), plan_id=p.get("plan_id")
+                )
+        if last.gone:
+            return pulumi.dynamic.ReadResult("", {})
+        return pulumi.dynamic.ReadResult(instance_id, p)
+
     def delete(self, _id: str, props: dict[str, Any]) -> None:
         p = _props(props)
         instance_id = str(p["instance_id"])
@@ -276,6 +300,32 @@ class ServiceBindingProvider(_OSBProvider):
         o = _props(olds)
         kept = {k: o.get(k) for k in ("credentials", "syslog_drain_url", "route_service_url", "volume_mounts")}
         return pulumi.dynamic.UpdateResult({**_props(news), **kept})
+
+    def read(self, id_: str, props: dict[str, Any]) -> pulumi.dynamic.ReadResult:
+        """``pulumi refresh``: the binding as the broker serves it (fresh credentials, for a broker that
+        rotates them), or gone (an empty id). Brokers that do not serve the fetch (``bindings_retrievable``)
+        are asked for the last operation without a token: 410 Gone means the binding is no more."""
+        p = _props(props)
+        instance_id, binding_id = str(p["instance_id"]), str(p.get("binding_id") or id_)
+        with self.client(p) as client:
+            try:
+                fetched = client.get_binding(instance_id, binding_id, service_id=p["service_id"], plan_id=p["plan_id"])
+                fresh = {
+                    "credentials": fetched.credentials or {},
+                    "syslog_drain_url": fetched.syslog_drain_url,
+                    "route_service_url": fetched.route_service_url,
+                    "volume_mounts": fetched.volume_mounts,
+                }
+                return pulumi.dynamic.ReadResult(binding_id, {**p, **fresh})
+            except (osb.NotFound, osb.Gone):
+                return pulumi.dynamic.ReadResult("", {})
+            except osb.OSBError:
+                last = client.binding_last_operation(
+                    instance_id, binding_id, operation=None, service_id=p["service_id"], plan_id=p["plan_id"]
+                )
+        if last.gone:
+            return pulumi.dynamic.ReadResult("", {})
+        return pulumi.dynamic.ReadResult(binding_id, p)
 
     def delete(self, _id: str, props: dict[str, Any]) -> None:
         p = _props(props)

@@ -217,3 +217,63 @@ def test_pulumi_surfaces_a_failed_provision_as_an_error(osb_url: tuple[str, str]
     props = pulumi_props(osb_url, namespace, parameters={"failWith": "disk quota exceeded"})
     with pytest.raises(RuntimeError, match="disk quota exceeded"):
         ServiceInstanceProvider().create(props)
+
+
+def test_pulumi_refresh_reads_what_the_broker_holds(osb_url: tuple[str, str], namespace: str) -> None:
+    """``read`` (``pulumi refresh``): drift is reported, and an instance or binding deleted out of band is gone."""
+    instances, bindings = ServiceInstanceProvider(), ServiceBindingProvider()
+    props = pulumi_props(osb_url, namespace, parameters={"version": "15"})
+    created = instances.create(props)
+    name = props["instance_id"]
+    # Changed out of band (another client updated the parameters): refresh shows what the broker holds.
+    url, password = osb_url
+    with httpx.Client(base_url=url, auth=("platform", password), headers={"X-Broker-API-Version": "2.17"}) as http:
+        changed = http.patch(
+            f"/v2/service_instances/{name}",
+            params={"accepts_incomplete": "true"},
+            json={"service_id": SERVICE_ID, "parameters": {"version": "16"}},
+        )
+        assert changed.status_code == 202, changed.text
+        operation = changed.json()["operation"]
+        wait_for(
+            lambda: (
+                http.get(f"/v2/service_instances/{name}/last_operation", params={"operation": operation}).json()[
+                    "state"
+                ]
+                == "succeeded"
+            ),
+            30,
+            "the out-of-band update",
+        )
+        read = instances.read(created.id, created.outs)
+        assert read.id == name and read.outs["parameters"] == {"version": "16"}
+
+        binding_props = {
+            k: props[k]
+            for k in ("broker_url", "broker_username", "broker_password", "service_id", "plan_id", "timeout")
+        }
+        binding_props.update({"instance_id": name, "binding_id": f"b-{uuid.uuid4().hex[:8]}", "poll_interval": 0.5})
+        binding = bindings.create(binding_props)
+        again = bindings.read(binding.id, binding.outs)
+        assert again.id == binding.id and again.outs["credentials"] == binding.outs["credentials"]
+        # Deleted out of band: refresh says gone (an empty id), for the binding and then the instance.
+        unbound = http.delete(
+            f"/v2/service_instances/{name}/service_bindings/{binding.id}",
+            params={"service_id": SERVICE_ID, "plan_id": PLAN_ID, "accepts_incomplete": "true"},
+        )
+        assert unbound.status_code == 202
+        wait_for(lambda: bindings.read(binding.id, binding.outs).id == "", 30, "the binding to read as gone")
+        unbind_poll = f"/v2/service_instances/{name}/service_bindings/{binding.id}/last_operation"
+        wait_for(
+            lambda: (
+                http.get(unbind_poll, params={"operation": unbound.json()["operation"]}).json()["state"] == "succeeded"
+            ),
+            30,
+            "the unbind to finish",
+        )
+        deleted = http.delete(
+            f"/v2/service_instances/{name}",
+            params={"service_id": SERVICE_ID, "plan_id": PLAN_ID, "accepts_incomplete": "true"},
+        )
+        assert deleted.status_code == 202
+        wait_for(lambda: instances.read(created.id, created.outs).id == "", 30, "the instance to read as gone")
