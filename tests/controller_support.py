@@ -126,6 +126,14 @@ def controller(
     process.stop()
 
 
+def broker_ready(url: str) -> bool:
+    """Whether the broker at ``url`` answers its readiness probe."""
+    try:
+        return httpx.get(f"{url}/readyz", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
 @pytest.fixture(scope="session")
 def osb_url(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     """`opbroker broker serve` against the session's control plane; yields (url, password)."""
@@ -153,13 +161,6 @@ def osb_url(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactor
     )
     process.start()
     url = f"http://127.0.0.1:{port}"
-
-    def ready() -> bool:
-        try:
-            return httpx.get(f"{url}/readyz", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    wait_for(ready, 60, "the broker to be ready")
+    wait_for(lambda: broker_ready(url), 60, "the broker to be ready")
     yield url, password
     process.stop()

@@ -31,7 +31,7 @@ from opbroker.api.conventions import DEFAULT_NAMESPACE
 from opbroker.devcluster import ControlPlane
 from opbroker.devcluster.crds import install_crds
 from opbroker.devcluster.processes import Process
-from tests.controller_support import DEMO, OPBROKER, apply_yaml, controller_command, wait_for
+from tests.controller_support import DEMO, OPBROKER, apply_yaml, broker_ready, controller_command, wait_for
 
 GROUP, VERSION = "osb.servicefabrik.io", "v1alpha1"
 CLUSTER_GROUP = "resource.servicefabrik.io"
@@ -305,15 +305,7 @@ def mc_broker(multicluster: MultiClusterEnv) -> Iterator[str]:
         env={"OPBROKER_BROKER_USERNAME": username, "OPBROKER_BROKER_PASSWORD": password},
     )
     url = f"http://127.0.0.1:{port}"
-    import httpx
-
-    def ready() -> bool:
-        try:
-            return httpx.get(f"{url}/readyz", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    wait_for(ready, 30, "the broker to answer")
+    wait_for(lambda: broker_ready(url), 30, "the broker to answer")
     multicluster.broker_url = url
     return url
 
