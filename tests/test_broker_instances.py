@@ -46,12 +46,21 @@ def url(instance_id: str) -> str:
 
 
 def snapshot(harness: Harness) -> dict[str, str]:
-    """name → resourceVersion of every instance and binding in the cluster (for "nothing changed")."""
+    """name → resourceVersion of every instance and binding in the cluster (for "nothing changed").
+
+    Namespaces being deleted are left out: earlier test modules delete theirs on the way out, and the
+    namespace controller empties them while later tests run (a slow machine makes that overlap)."""
     custom = client.CustomObjectsApi(harness.api_client)
+    leaving = {
+        ns.metadata.name
+        for ns in client.CoreV1Api(harness.api_client).list_namespace().items
+        if ns.metadata.deletion_timestamp is not None
+    }
     found = {}
     for plural in (INSTANCES, "sfservicebindings"):
         for item in custom.list_cluster_custom_object(GROUP, VERSION, plural)["items"]:
-            found[f"{plural}/{item['metadata']['name']}"] = item["metadata"]["resourceVersion"]
+            if item["metadata"]["namespace"] not in leaving:
+                found[f"{plural}/{item['metadata']['name']}"] = item["metadata"]["resourceVersion"]
     return found
 
 
