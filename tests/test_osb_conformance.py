@@ -21,8 +21,10 @@ import httpx
 import pytest
 import yaml
 from kubernetes import client
+from openapi_core import OpenAPI
+from openapi_core.testing import MockRequest, MockResponse
 
-from tests.controller_support import DEMO
+from tests.controller_support import DEMO, REPO
 
 pytestmark = pytest.mark.usefixtures("controller")
 
@@ -58,13 +60,58 @@ PLATFORMS = {
 }
 
 
+class OfficialDocument:
+    """The OSB project's own OpenAPI document for v2.17 (``tests/data/osb``, Apache-2.0): every answer the
+    broker gives in the lifecycle must be one it describes — status code, headers and body schema — because
+    that document is what platform clients are generated from."""
+
+    def __init__(self) -> None:
+        self.api = OpenAPI.from_file_path(str(REPO / "tests" / "data" / "osb" / "openapi-v2.17.yaml"))
+        self.violations: list[str] = []
+
+    def check(self, response: httpx.Response) -> None:
+        response.read()
+        sent = response.request
+        request = MockRequest(
+            "http://example.com",  # the document's server: paths are matched below it
+            sent.method.lower(),
+            sent.url.path,
+            args=dict(sent.url.params),
+            headers=dict(sent.headers),
+            data=sent.content or None,
+            content_type="application/json",
+        )
+        answer = MockResponse(
+            response.content,
+            status_code=response.status_code,
+            headers=dict(response.headers),
+            content_type=response.headers.get("content-type", "application/json").split(";")[0],
+        )
+        try:
+            self.api.validate_response(request, answer)
+        except Exception as exc:  # every kind of mismatch is a finding, reported with its cause
+            cause = exc.__cause__ or exc
+            details = getattr(cause, "schema_errors", None) or [cause]
+            self.violations.append(
+                f"{sent.method} {sent.url.path} -> {response.status_code}: "
+                + "; ".join(str(getattr(d, "message", d))[:300] for d in details)
+            )
+
+
 @pytest.fixture
 def platform_client(osb_url: tuple[str, str], request: pytest.FixtureRequest) -> Iterator[httpx.Client]:
     url, password = osb_url
     version = request.param
     headers = {"X-Broker-API-Version": version, "X-Broker-API-Request-Identity": str(uuid.uuid4())}
-    with httpx.Client(base_url=url, auth=("platform", password), headers=headers, timeout=60) as http:
+    document = OfficialDocument()
+    hooks = {"response": [document.check]}
+    with httpx.Client(
+        base_url=url, auth=("platform", password), headers=headers, timeout=60, event_hooks=hooks
+    ) as http:
         yield http
+    assert not document.violations, "answers the OSB v2.17 OpenAPI document does not describe:\n" + "\n".join(
+        document.violations
+    )
 
 
 def poll(http: httpx.Client, path: str, operation: str, name: str, timeout: float = 60) -> dict[str, Any]:
@@ -198,3 +245,20 @@ def test_generated_client_lifecycle(
     again = http.delete(instance, params={**ASYNC, "service_id": SERVICE_ID, "plan_id": PLAN_ID})
     assert (again.status_code, again.json()) == (410, {})
     assert http.get(instance).status_code == 404
+
+
+def test_the_official_document_catches_an_answer_it_does_not_describe() -> None:
+    """The checker above is not a formality: answers outside the document are findings."""
+    document = OfficialDocument()
+    path = f"http://127.0.0.1/v2/service_instances/{guid('1')}/last_operation"
+
+    def answer(status: int, body: dict[str, Any]) -> httpx.Response:
+        request = httpx.Request("GET", path, headers={"X-Broker-API-Version": "2.17"})
+        return httpx.Response(status, json=body, request=request)
+
+    document.check(answer(200, {"state": "succeeded", "description": "done"}))
+    assert document.violations == []
+    document.check(answer(200, {"state": "finished"}))  # not one of the three states
+    document.check(answer(200, {"description": "no state"}))
+    document.check(answer(201, {"state": "succeeded"}))  # not a status last_operation answers with
+    assert len(document.violations) == 3, document.violations
