@@ -45,8 +45,9 @@ def _poll(http: httpx.Client, path: str, operation: str | None, say: Say, timeou
 
 def run_demo(endpoint: Endpoint, say: Say) -> None:
     """Provision, bind, show the credentials, unbind, deprovision. Raises DemoFailed on any surprise."""
-    instance_id = f"demo-{uuid.uuid4().hex[:8]}"
-    binding_id = f"app-{uuid.uuid4().hex[:8]}"
+    # GUIDs, as platforms send them (most Cloud Foundry instance GUIDs start with a digit; this one always does).
+    instance_id = "0" + str(uuid.uuid4())[1:]
+    binding_id = str(uuid.uuid4())
     with httpx.Client(
         base_url=endpoint.url, auth=(endpoint.username, endpoint.password), headers=HEADERS, timeout=30
     ) as http:
