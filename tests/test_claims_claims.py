@@ -357,7 +357,12 @@ def test_projection_into_deployments_by_selector_and_rotation_and_release(
     wait_for(
         lambda: pod_spec(api_client, namespace, "web").metadata.annotations[HASH_ANNOTATION] != before, 10, "a roll"
     )
-    assert pod_spec(api_client, namespace, "worker").metadata.annotations[HASH_ANNOTATION] != before
+    # Each workload is re-projected on its own: wait for the second as for the first.
+    wait_for(
+        lambda: pod_spec(api_client, namespace, "worker").metadata.annotations[HASH_ANNOTATION] != before,
+        10,
+        "the second workload's roll",
+    )
     wait_for(lambda: "CredentialsRotated" in event_reasons(api_client, namespace, "app-db"), 10, "the event")
 
     # Release: the projection is withdrawn everywhere, the user's own settings stay.
