@@ -1,19 +1,26 @@
-"""Where the control-plane binaries live, and building them when they are missing."""
+"""Where the Kubernetes binaries live, and building them when they are missing.
+
+Kubernetes and etcd are built from their Go modules by ``build.sh`` (once per machine, cached outside
+the repository by version). The control plane needs etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler and kubectl; the opt-in node also kubelet, kube-proxy and the pause binary.
+"""
 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-KUBE_VERSION = "1.20.2"
+#: The Kubernetes release the local cluster runs (``k8s.io/kubernetes`` module version).
+KUBE_VERSION = "1.37.2"
+#: The etcd release (``go.etcd.io/etcd/server/v3`` module version), as that Kubernetes release pins it.
+ETCD_VERSION = "3.7.3"
 
 
 class BuildError(RuntimeError):
-    """The one-time build of the control-plane binaries failed."""
+    """The one-time build of the Kubernetes binaries failed."""
 
 
 def cache_dir() -> Path:
@@ -21,47 +28,86 @@ def cache_dir() -> Path:
     return Path(os.environ.get("OPBROKER_CACHE") or Path.home() / ".cache" / "opbroker")
 
 
-@dataclass(frozen=True)
-class Binaries:
-    etcd: Path
-    kube_apiserver: Path
-    kube_controller_manager: Path
-    kubectl: Path
-
-
 def kube_bin_dir() -> Path:
     return cache_dir() / f"kube-{KUBE_VERSION}" / "bin"
 
 
+@dataclass(frozen=True)
+class Binaries:
+    """The control plane's binaries."""
+
+    etcd: Path
+    kube_apiserver: Path
+    kube_controller_manager: Path
+    kube_scheduler: Path
+    kubectl: Path
+
+
+@dataclass(frozen=True)
+class NodeBinaries:
+    """What a node runs beside containerd and runc (which come from the distribution)."""
+
+    kubelet: Path
+    kube_proxy: Path
+    pause: Path
+
+
+def _all_present(found: Binaries | NodeBinaries) -> bool:
+    return all(p.is_file() and os.access(p, os.X_OK) for p in vars(found).values())
+
+
 def find_binaries() -> Binaries | None:
-    """The binaries if all of them are present, else None."""
+    """The control plane's binaries if all of them are present, else None."""
     bin_dir = kube_bin_dir()
-    etcd = shutil.which("etcd")
     found = Binaries(
-        etcd=Path(etcd) if etcd else Path("/usr/bin/etcd"),
+        etcd=bin_dir / "etcd",
         kube_apiserver=bin_dir / "kube-apiserver",
         kube_controller_manager=bin_dir / "kube-controller-manager",
+        kube_scheduler=bin_dir / "kube-scheduler",
         kubectl=bin_dir / "kubectl",
     )
-    if all(p.is_file() and os.access(p, os.X_OK) for p in vars(found).values()):
-        return found
-    return None
+    return found if _all_present(found) else None
+
+
+def find_node_binaries() -> NodeBinaries | None:
+    bin_dir = kube_bin_dir()
+    found = NodeBinaries(kubelet=bin_dir / "kubelet", kube_proxy=bin_dir / "kube-proxy", pause=bin_dir / "pause")
+    return found if _all_present(found) else None
 
 
 def build_script() -> Path:
     return Path(str(resources.files("opbroker.devcluster") / "build.sh"))
 
 
-def ensure_binaries() -> Binaries:
-    """Return the binaries, building them first if needed (prints the build's progress as it goes)."""
-    found = find_binaries()
-    if found is not None:
-        return found
-    env = {**os.environ, "OPBROKER_CACHE": str(cache_dir())}
-    result = subprocess.run(["bash", str(build_script())], env=env, check=False)
+def _build(*flags: str) -> None:
+    env = {
+        **os.environ,
+        "OPBROKER_CACHE": str(cache_dir()),
+        "KUBE_VERSION": KUBE_VERSION,
+        "ETCD_VERSION": ETCD_VERSION,
+    }
+    result = subprocess.run(["bash", str(build_script()), *flags], env=env, check=False)
     if result.returncode != 0:
-        raise BuildError(f"building the control plane failed (exit {result.returncode}); see the output above")
+        raise BuildError(f"building Kubernetes {KUBE_VERSION} failed (exit {result.returncode}); see the output above")
+
+
+def ensure_binaries() -> Binaries:
+    """Return the control plane's binaries, building them first if needed (prints the build's progress)."""
     found = find_binaries()
     if found is None:
+        _build()
+        found = find_binaries()
+    if found is None:
         raise BuildError(f"the build finished but binaries are missing from {kube_bin_dir()}")
+    return found
+
+
+def ensure_node_binaries() -> NodeBinaries:
+    """Return kubelet, kube-proxy and pause, building them first if needed."""
+    found = find_node_binaries()
+    if found is None:
+        _build("--node")
+        found = find_node_binaries()
+    if found is None:
+        raise BuildError(f"the build finished but the node's binaries are missing from {kube_bin_dir()}")
     return found

@@ -1,4 +1,6 @@
-"""The certificates a local control plane needs: a CA, the API server's serving certificate, and the
+"""The certificates a local control plane needs: a CA, the API server's serving certificate (valid for
+127.0.0.1, the node address and the ``kubernetes`` Service, so pods verify it too), the client
+certificate the API server presents to kubelets (for ``kubectl logs`` and ``exec``), and the
 service-account signing key. Made with the ``cryptography`` library so the kubeconfig can verify TLS
 instead of skipping verification.
 """
@@ -22,6 +24,18 @@ class Pki:
     serving_cert: Path
     serving_key: Path
     service_account_key: Path
+    kubelet_client_cert: Path
+    kubelet_client_key: Path
+
+    def files(self) -> tuple[Path, ...]:
+        return (
+            self.ca_cert,
+            self.serving_cert,
+            self.serving_key,
+            self.service_account_key,
+            self.kubelet_client_cert,
+            self.kubelet_client_key,
+        )
 
 
 def _write_key(path: Path, key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> None:
@@ -35,19 +49,28 @@ def _write_key(path: Path, key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) 
     path.chmod(0o600)
 
 
-def _name(common_name: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+def _name(common_name: str, organization: str | None = None) -> x509.Name:
+    attributes = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
+    if organization:
+        attributes.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization))
+    return x509.Name(attributes)
 
 
-def ensure_pki(directory: Path) -> Pki:
-    """Create the PKI in ``directory`` unless it is already there (certificates last ten years)."""
+def ensure_pki(directory: Path, *, extra_ips: tuple[str, ...] = ()) -> Pki:
+    """Create the PKI in ``directory`` unless it is already there (certificates last ten years).
+
+    ``extra_ips``: more addresses the serving certificate must be valid for (the node address and the
+    ``kubernetes`` Service's cluster IP).
+    """
     pki = Pki(
         ca_cert=directory / "ca.crt",
         serving_cert=directory / "apiserver.crt",
         serving_key=directory / "apiserver.key",
         service_account_key=directory / "service-account.key",
+        kubelet_client_cert=directory / "apiserver-kubelet-client.crt",
+        kubelet_client_key=directory / "apiserver-kubelet-client.key",
     )
-    if all(p.exists() for p in (pki.ca_cert, pki.serving_cert, pki.serving_key, pki.service_account_key)):
+    if all(p.exists() for p in pki.files()) and _covers(pki.serving_cert, extra_ips):
         return pki
     directory.mkdir(parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=5)
@@ -94,8 +117,11 @@ def ensure_pki(directory: Path) -> Pki:
                 [
                     x509.DNSName("localhost"),
                     x509.DNSName("kubernetes"),
+                    x509.DNSName("kubernetes.default"),
                     x509.DNSName("kubernetes.default.svc"),
+                    x509.DNSName("kubernetes.default.svc.cluster.local"),
                     x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+                    *(x509.IPAddress(ipaddress.ip_address(ip)) for ip in extra_ips),
                 ]
             ),
             critical=False,
@@ -104,8 +130,34 @@ def ensure_pki(directory: Path) -> Pki:
         .sign(ca_key, hashes.SHA256())
     )
 
+    # What the API server shows kubelets; in system:masters, so kubelet's webhook authorizer lets it in.
+    kubelet_client_key = ec.generate_private_key(ec.SECP256R1())
+    kubelet_client = (
+        x509.CertificateBuilder()
+        .subject_name(_name("kube-apiserver-kubelet-client", "system:masters"))
+        .issuer_name(ca.subject)
+        .public_key(kubelet_client_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(expiry)
+        .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+
     pki.ca_cert.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    pki.kubelet_client_cert.write_bytes(kubelet_client.public_bytes(serialization.Encoding.PEM))
+    _write_key(pki.kubelet_client_key, kubelet_client_key)
     pki.serving_cert.write_bytes(serving.public_bytes(serialization.Encoding.PEM))
     _write_key(pki.serving_key, serving_key)
     _write_key(pki.service_account_key, rsa.generate_private_key(public_exponent=65537, key_size=2048))
     return pki
+
+
+def _covers(cert_file: Path, ips: tuple[str, ...]) -> bool:
+    """Whether the serving certificate already names every address in ``ips``."""
+    if not ips:
+        return True
+    cert = x509.load_pem_x509_certificate(cert_file.read_bytes())
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    have = {str(ip) for ip in names.get_values_for_type(x509.IPAddress)}
+    return set(ips) <= have

@@ -185,13 +185,27 @@ def test_container_verdicts_come_from_the_job(api_client: client.ApiClient, name
     check = {"container": {"image": "postgres:14"}, "periodSeconds": 30, "failureThreshold": 1}
     create(api_client, namespace, registered_service("good", healthcheck=check))
     create(api_client, namespace, registered_service("bad", healthcheck=check))
-    for name, verdict in (
-        ("good", {"type": "Complete", "status": "True"}),
-        ("bad", {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}),
-    ):
+    # A finished Job's status as the Job controller writes it (the API server checks it is consistent).
+    started = "2026-01-01T00:00:00Z"
+    done = "2026-01-01T00:00:05Z"
+    succeeded = {
+        "startTime": started,
+        "completionTime": done,
+        "succeeded": 1,
+        "conditions": [{"type": "SuccessCriteriaMet", "status": "True"}, {"type": "Complete", "status": "True"}],
+    }
+    failed = {
+        "startTime": started,
+        "failed": 1,
+        "conditions": [
+            {"type": "FailureTarget", "status": "True", "reason": "BackoffLimitExceeded"},
+            {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"},
+        ],
+    }
+    for name, verdict in (("good", succeeded), ("bad", failed)):
         job_name = names.healthcheck_name(name)
         wait_for(lambda job_name=job_name: _job(batch, namespace, job_name), 10, f"{name}'s Job")
-        batch.patch_namespaced_job_status(job_name, namespace, {"status": {"conditions": [verdict]}})
+        batch.patch_namespaced_job_status(job_name, namespace, {"status": verdict})
     wait_state(api_client, namespace, "good", "Available")
     found = wait_state(api_client, namespace, "bad", "Unreachable")
     assert condition(found, "Healthy")["message"].startswith("health-check container failed (BackoffLimitExceeded)")
