@@ -9,8 +9,13 @@ from rich.table import Table
 
 from opbroker.cli.console import err, out
 from opbroker.devcluster import BuildError, ControlPlane, ControlPlaneError, ensure_binaries
+from opbroker.devcluster.binaries import KUBE_VERSION, ensure_node_binaries
+from opbroker.devcluster.images import ImageBuildError, opbroker_image
 
-app = typer.Typer(help="A real local Kubernetes control plane on 127.0.0.1 (no Docker needed).", no_args_is_help=True)
+app = typer.Typer(
+    help=f"A real local Kubernetes {KUBE_VERSION} cluster on this machine, optionally with a node (no Docker needed).",
+    no_args_is_help=True,
+)
 
 NameOption = Annotated[str, typer.Option("--name", "-n", help="Which control plane; several can run side by side.")]
 
@@ -20,11 +25,23 @@ def _fail(message: str) -> None:
     raise typer.Exit(1)
 
 
+NodeOption = Annotated[
+    bool,
+    typer.Option(
+        "--node",
+        help="Also run a real node here: containerd, runc, CNI bridge, kubelet, kube-proxy (needs root).",
+    ),
+]
+
+
 @app.command()
-def build() -> None:
-    """Build kube-apiserver, kube-controller-manager and kubectl once (cached outside the repository)."""
+def build(node: NodeOption = False) -> None:
+    """Build etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl from their Go modules
+    once (cached outside the repository); with --node also kubelet, kube-proxy and pause."""
     try:
         binaries = ensure_binaries()
+        if node:
+            ensure_node_binaries()
     except BuildError as exc:
         _fail(str(exc))
     out.print(f"binaries ready: {binaries.kube_apiserver.parent}")
@@ -34,14 +51,32 @@ def build() -> None:
 def up(
     name: NameOption = "default",
     port: Annotated[int | None, typer.Option(help="kube-apiserver port (default: a free one).")] = None,
-    timeout: Annotated[float, typer.Option(help="Seconds to wait for readiness.")] = 90.0,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for readiness.")] = 120.0,
+    node: NodeOption = False,
 ) -> None:
-    """Start etcd, kube-apiserver and kube-controller-manager; write a kubeconfig; wait until ready."""
+    """Start etcd, kube-apiserver, kube-controller-manager and kube-scheduler (and the node); write a
+    kubeconfig; wait until ready."""
     try:
-        status = ControlPlane(name).up(apiserver_port=port, timeout=timeout, progress=out.print)
-    except (ControlPlaneError, BuildError) as exc:
+        status = ControlPlane(name).up(apiserver_port=port, timeout=timeout, node=node, progress=out.print)
+    except (ControlPlaneError, BuildError, ImageBuildError) as exc:
         _fail(str(exc))
     out.print(f"export KUBECONFIG={status.kubeconfig}")
+
+
+@app.command()
+def image(
+    name: NameOption = "default",
+    load: Annotated[bool, typer.Option(help="Import it into the cluster's node.")] = True,
+) -> None:
+    """Build the opbroker image from Debian's packages and this checkout's wheel (mmdebstrap + umoci, no
+    Docker, no registry) and import it into the node's containerd as ``opbroker:<version>``."""
+    try:
+        archive, image_name = opbroker_image(progress=out.print)
+        if load:
+            ControlPlane(name).import_image(archive, image_name)
+    except (ControlPlaneError, ImageBuildError) as exc:
+        _fail(str(exc))
+    out.print(f"{image_name}: {archive}" + (f" (imported into {name!r})" if load else ""))
 
 
 @app.command()

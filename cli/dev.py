@@ -18,12 +18,20 @@ def dev(
     ] = False,
     name: Annotated[str, typer.Option(help="Name of the local control plane.")] = "dev",
     port: Annotated[int, typer.Option(help="Broker port on 127.0.0.1.")] = 8080,
+    in_cluster: Annotated[
+        bool,
+        typer.Option(
+            "--in-cluster",
+            help="Run the controller and the broker as pods on a local node (needs root), from the locally "
+            "built image and exactly the ControlPlane component's objects.",
+        ),
+    ] = False,
 ) -> None:
     """Start the control plane, CRDs, demo operator, controller, broker and example catalog."""
     from opbroker.devcluster.demo import DemoFailed, run_demo
     from opbroker.devcluster.devstack import DevStack, DevStackError
 
-    stack = DevStack(name, broker_port=port)
+    stack = DevStack(name, broker_port=port, in_cluster=in_cluster)
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     failed = False

@@ -116,6 +116,10 @@ class BrokerArgs(TypedDict):
     """Type of the broker's Service: ``ClusterIP`` (default), ``NodePort`` or ``LoadBalancer``."""
     autoscaling: NotRequired[BrokerAutoscalingArgs]
     """Scale the broker on CPU instead of a fixed replica count."""
+    context_namespaces: NotRequired[bool]
+    """Record each instance in the namespace its request's ``context.namespace`` names (the OSB Kubernetes
+    profile; default true): the broker then gets a ClusterRole for instances, bindings and credentials
+    Secrets. False keeps every instance in the control plane's namespace and the broker's rights in it."""
 
 
 class ControlPlaneArgs(TypedDict):
@@ -224,6 +228,7 @@ class Broker(_Settings):
     username: str = Field(default="opbroker", min_length=1, pattern=r"^[^:]+$")
     service_type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = "ClusterIP"
     autoscaling: Autoscaling | None = None
+    context_namespaces: bool = True
 
 
 class Settings(_Settings):
@@ -275,6 +280,7 @@ class Names:
         self.broker_credentials = "opbroker-broker-credentials"
         self.leader_election = "opbroker-controller-leader-election"
         self.controller_cluster_role = f"opbroker:{namespace}:controller"
+        self.broker_cluster_role = f"opbroker:{namespace}:broker"
 
 
 def selector_labels(component: str) -> dict[str, str]:
@@ -401,8 +407,9 @@ def controller_command(namespace: str, flags: list[str] | None = None) -> list[s
     return command + (flags or [])
 
 
-def broker_command(namespace: str) -> list[str]:
-    return ["opbroker", "broker", "serve", "--host", "0.0.0.0", "--port", str(PORT), "--namespace", namespace]
+def broker_command(namespace: str, context_namespaces: bool = True) -> list[str]:
+    command = ["opbroker", "broker", "serve", "--host", "0.0.0.0", "--port", str(PORT), "--namespace", namespace]
+    return command if context_namespaces else [*command, "--no-context-namespaces"]
 
 
 # -- the component -------------------------------------------------------------------------------------------
@@ -515,7 +522,7 @@ class ControlPlane(pulumi.ComponentResource):
         broker_role = k8s.rbac.v1.Role(
             f"{name}-broker",
             metadata=meta(names.broker, "broker"),
-            rules=[r.to_manifest() for r in rbac.broker_rules()],
+            rules=[r.to_manifest() for r in rbac.broker_rules(request_rules=not s.broker.context_namespaces)],
             opts=child(*in_namespace),
         )
         broker_binding = k8s.rbac.v1.RoleBinding(
@@ -525,6 +532,23 @@ class ControlPlane(pulumi.ComponentResource):
             subjects=[{"kind": "ServiceAccount", "name": names.broker, "namespace": ns}],
             opts=child(broker_role, broker_sa),
         )
+        broker_grants: list[pulumi.Resource] = [broker_binding]
+        if s.broker.context_namespaces:
+            broker_cluster_role = k8s.rbac.v1.ClusterRole(
+                f"{name}-broker",
+                metadata=meta(names.broker_cluster_role, "broker", namespaced=False),
+                rules=[r.to_manifest() for r in rbac.broker_cluster_rules()],
+                opts=child(),
+            )
+            broker_grants.append(
+                k8s.rbac.v1.ClusterRoleBinding(
+                    f"{name}-broker",
+                    metadata=meta(names.broker_cluster_role, "broker", namespaced=False),
+                    role_ref=role_ref("ClusterRole", names.broker_cluster_role),
+                    subjects=[{"kind": "ServiceAccount", "name": names.broker, "namespace": ns}],
+                    opts=child(broker_cluster_role, broker_sa),
+                )
+            )
 
         # The broker's basic-auth credentials: given, or generated (never in plain text in the state).
         given_password = (args.get("broker") or {}).get("password")
@@ -584,7 +608,7 @@ class ControlPlane(pulumi.ComponentResource):
                 component="broker",
                 service_account=names.broker,
                 image=s.broker.image or s.image,
-                command=broker_command(ns),
+                command=broker_command(ns, s.broker.context_namespaces),
                 env=[*downward_env(), *secret_env],
                 ports=[{"name": "http", "containerPort": PORT, "protocol": "TCP"}],
                 probes=broker_probes(),
@@ -598,7 +622,7 @@ class ControlPlane(pulumi.ComponentResource):
             f"{name}-broker",
             metadata=deployment_meta(names.broker, "broker"),
             spec=broker_spec,
-            opts=child(*self.crds, broker_binding, credentials),
+            opts=child(*self.crds, *broker_grants, credentials),
         )
         self.broker_service = k8s.core.v1.Service(
             f"{name}-broker",

@@ -141,14 +141,24 @@ def controller_namespace_rules(lease: str = LEADER_LEASE) -> list[Rule]:
     ]
 
 
-def broker_rules() -> list[Rule]:
-    """The broker's Role in the control-plane namespace: read the catalog, record requests, read
-    credentials Secrets (and its own auth Secret). Nothing cluster-wide."""
+def broker_rules(*, request_rules: bool = True) -> list[Rule]:
+    """The broker's Role in the control-plane namespace: read the catalog and its own auth Secret and, unless
+    ``request_rules`` is False (they are cluster-wide then, see :func:`broker_cluster_rules`), record requests
+    and read credentials Secrets there."""
     catalog = (SFService.PLURAL, SFPlan.PLURAL)
+    group = SFService.GROUP
+    rules = [Rule((group,), catalog, READ_VERBS), Rule(("",), ("secrets",), ("get",))]
+    return rules + (broker_cluster_rules() if request_rules else [])
+
+
+def broker_cluster_rules() -> list[Rule]:
+    """What the broker needs wherever instances live: with ``context_namespaces`` (the Kubernetes profile:
+    an instance goes to the namespace its request's context names) that is any namespace, so these go into a
+    ClusterRole. Recording requests, watching them (the broker's namespace index), reading binding
+    credentials Secrets."""
     requests = (SFServiceInstance.PLURAL, SFServiceBinding.PLURAL)
     group = SFService.GROUP
     return [
-        Rule((group,), catalog, READ_VERBS),
         Rule((group,), requests, ("create", "get", "list", "watch", "patch", "delete")),
         Rule((group,), tuple(f"{p}/status" for p in requests), ("get", "patch")),
         Rule(("",), ("secrets",), ("get",)),

@@ -1,4 +1,5 @@
-"""A local Kubernetes control plane: etcd + kube-apiserver + kube-controller-manager on 127.0.0.1.
+"""A local Kubernetes cluster: etcd, kube-apiserver, kube-controller-manager and kube-scheduler on this
+machine, and optionally a real node (``opbroker.devcluster.node``: containerd, kubelet, kube-proxy).
 
 Each control plane has a name and a state folder (``<cache>/clusters/<name>``) holding its PKI, token,
 kubeconfig, logs and ``state.json`` (ports and pids). Several can run side by side: ports are picked
@@ -27,11 +28,19 @@ from pathlib import Path
 
 import yaml
 
-from opbroker.devcluster.binaries import Binaries, cache_dir, ensure_binaries
+from opbroker.devcluster import node as node_setup
+from opbroker.devcluster.binaries import Binaries, NodeBinaries, cache_dir, ensure_binaries, ensure_node_binaries
+from opbroker.devcluster.images import pause_image
+from opbroker.devcluster.node import NODE_IP, NODE_NAME, NodeError, NodeFiles, NodeTokens
 from opbroker.devcluster.pki import Pki, ensure_pki
+from opbroker.devcluster.requirements import Probe, explain, node_requirements
 
 Progress = Callable[[str], None]
-COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager")
+CONTROL_PLANE_COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+NODE_COMPONENTS = ("containerd", "kubelet", "kube-proxy")
+#: Controllers a node-less cluster needs: objects are collected and namespaces emptied; nothing else runs
+#: (no pod can start, so Deployments and ReplicaSets need no controller).
+NODELESS_CONTROLLERS = "garbagecollector,namespace"
 
 
 class ControlPlaneError(RuntimeError):
@@ -56,6 +65,7 @@ class State:
     etcd_data: str = ""
     started_at: float = 0.0
     ready_seconds: float | None = None
+    node: bool = False
 
     @classmethod
     def load(cls, path: Path) -> State:
@@ -166,7 +176,8 @@ class ControlPlane:
     def status(self) -> Status:
         state = self.state()
         components = []
-        for component in COMPONENTS:
+        expected = CONTROL_PLANE_COMPONENTS + (NODE_COMPONENTS if state and state.node else ())
+        for component in expected:
             pid = state.pids.get(component) if state else None
             running = bool(pid and state and _pid_runs(pid, state.commands[component]))
             components.append(ComponentStatus(component, pid, running, _rss_mib(pid) if running and pid else None))
@@ -176,20 +187,32 @@ class ControlPlane:
         return Status(self.name, running, ready, server, self.kubeconfig, tuple(components))
 
     def _ready(self) -> bool:
+        return self._get("/readyz") is not None
+
+    def _get(self, path: str) -> bytes | None:
+        """GET ``path`` from the API server as admin; None when it does not answer 200."""
         state = self.state()
         if state is None:
-            return False
+            return None
         token = (self.dir / "token").read_text().strip()
         context = ssl.create_default_context(cafile=str(self.dir / "pki" / "ca.crt"))
         request = urllib.request.Request(
-            f"https://127.0.0.1:{state.ports.apiserver}/readyz",
+            f"https://127.0.0.1:{state.ports.apiserver}{path}",
             headers={"Authorization": f"Bearer {token}"},
         )
         try:
             with urllib.request.urlopen(request, context=context, timeout=2) as response:
-                return bool(response.status == 200)
+                return response.read() if response.status == 200 else None
         except (urllib.error.URLError, OSError, ssl.SSLError):
+            return None
+
+    def node_ready(self) -> bool:
+        """Whether the node is registered and its Ready condition is True."""
+        raw = self._get(f"/api/v1/nodes/{NODE_NAME}")
+        if raw is None:
             return False
+        conditions = json.loads(raw).get("status", {}).get("conditions") or []
+        return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
@@ -198,11 +221,21 @@ class ControlPlane:
         *,
         apiserver_port: int | None = None,
         timeout: float = 90.0,
+        node: bool = False,
         progress: Progress = print,
     ) -> Status:
-        """Start the control plane (building the binaries first if needed) and wait until it is ready."""
+        """Start the control plane (building the binaries first if needed) and wait until it is ready.
+
+        ``node``: also run a real node on this machine (needs root and Debian's containerd, runc and CNI
+        plugins; ``opbroker.devcluster.requirements`` says what is missing) and wait until it is Ready.
+        """
         current = self.status()
         if current.running:
+            state = self.state()
+            if node and state is not None and not state.node:
+                raise ControlPlaneError(
+                    f"control plane {self.name!r} runs without a node; stop it first (cluster down -n {self.name})"
+                )
             progress(f"control plane {self.name!r} already running at {current.server}")
             return current
         if self.state_file.exists():
@@ -212,27 +245,50 @@ class ControlPlane:
             raise ControlPlaneError(
                 f"port {apiserver_port} on 127.0.0.1 is taken; pick another with --port or stop what uses it"
             )
+        node_binaries: NodeBinaries | None = None
+        pause_archive: Path | None = None
+        if node:
+            missing = node_requirements(Probe.local())
+            if missing:
+                raise ControlPlaneError(explain(missing))
+            other = self._other_node()
+            if other:
+                raise ControlPlaneError(
+                    f"control plane {other!r} already runs this machine's node (one per machine): "
+                    f"stop it first (opbroker cluster down -n {other})"
+                )
+            node_binaries = ensure_node_binaries()
+            pause_archive = pause_image(node_binaries.pause, progress)
         binaries = ensure_binaries()
         started = time.monotonic()
         self.dir.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(exist_ok=True)
-        pki = ensure_pki(self.dir / "pki")
-        token = self._ensure_token()
+        pki = ensure_pki(self.dir / "pki", extra_ips=(NODE_IP, node_setup.KUBERNETES_SERVICE_IP))
+        tokens = NodeTokens(kubelet=secrets.token_urlsafe(32), kube_proxy=secrets.token_urlsafe(32)) if node else None
+        token = self._ensure_token(tokens)
         etcd_client, etcd_peer, api = free_ports(3)
         ports = Ports(etcd_client, etcd_peer, apiserver_port or api)
         etcd_data = self._etcd_data_dir()
         shutil.rmtree(etcd_data, ignore_errors=True)
-        state = State(name=self.name, ports=ports, etcd_data=str(etcd_data), started_at=time.time())
+        state = State(name=self.name, ports=ports, etcd_data=str(etcd_data), started_at=time.time(), node=node)
         self._write_kubeconfig(ports.apiserver, token, pki.ca_cert)
 
         try:
+            if node:
+                node_setup.prepare_host()
             progress(f"starting etcd on 127.0.0.1:{ports.etcd_client}")
             self._spawn(state, "etcd", self._etcd_command(binaries, ports, etcd_data))
             progress(f"starting kube-apiserver on 127.0.0.1:{ports.apiserver}")
-            self._spawn(state, "kube-apiserver", self._apiserver_command(binaries, ports, pki))
+            self._spawn(state, "kube-apiserver", self._apiserver_command(binaries, ports, pki, node=node))
             self._wait_ready(state, started, timeout, progress)
-            progress("starting kube-controller-manager (garbage collector, namespace controllers)")
-            self._spawn(state, "kube-controller-manager", self._controller_manager_command(binaries))
+            progress("starting kube-controller-manager and kube-scheduler")
+            self._spawn(state, "kube-controller-manager", self._controller_manager_command(binaries, pki, node=node))
+            self._spawn(state, "kube-scheduler", self._scheduler_command(binaries))
+            if node_binaries is not None and pause_archive is not None and tokens is not None:
+                self._start_node(state, node_binaries, pause_archive, pki, tokens, started, timeout, progress)
+        except NodeError as exc:
+            self.down(progress=lambda _msg: None)
+            raise ControlPlaneError(f"the node failed to start: {exc}") from None
         except BaseException:
             self.down(progress=lambda _msg: None)
             raise
@@ -242,12 +298,14 @@ class ControlPlane:
         return self.status()
 
     def down(self, *, progress: Progress = print) -> None:
-        """Stop every process ``up`` started (by recorded pid) and wipe the etcd data."""
+        """Stop every process ``up`` started (by recorded pid), tear the node down, wipe the etcd data."""
         state = self.state()
         if state is None:
             progress(f"control plane {self.name!r} is not running")
             return
-        for component in reversed(COMPONENTS):
+        if state.node:
+            self._stop_node(state, progress)
+        for component in reversed(CONTROL_PLANE_COMPONENTS):
             pid = state.pids.get(component)
             if pid and _pid_runs(pid, state.commands[component]):
                 progress(f"stopping {component} (pid {pid})")
@@ -281,14 +339,113 @@ class ControlPlane:
 
     # -- pieces --------------------------------------------------------------------------------------
 
-    def _ensure_token(self) -> str:
+    # -- the node ------------------------------------------------------------------------------------
+
+    def _other_node(self) -> str | None:
+        """The name of another control plane on this machine whose node is running, if any."""
+        for state_file in self.dir.parent.glob("*/state.json"):
+            if state_file == self.state_file:
+                continue
+            other = ControlPlane(state_file.parent.name, base_dir=self.dir.parent)
+            state = other.state()
+            if state and state.node and other.status().running:
+                return other.name
+        return None
+
+    @property
+    def node_files(self) -> NodeFiles:
+        return NodeFiles(self.dir)
+
+    def _start_node(
+        self,
+        state: State,
+        binaries: NodeBinaries,
+        pause_archive: Path,
+        pki: Pki,
+        tokens: NodeTokens,
+        started: float,
+        timeout: float,
+        progress: Progress,
+    ) -> None:
+        files = self.node_files
+        shutil.rmtree(files.dir, ignore_errors=True)
+        node_setup.write_configs(
+            files,
+            server=f"https://{NODE_IP}:{state.ports.apiserver}",
+            ca_cert=pki.ca_cert,
+            tokens=tokens,
+            probe=Probe.local(),
+        )
+        progress("starting containerd (runc, overlayfs, CNI bridge)")
+        self._spawn(state, "containerd", node_setup.containerd_command(files))
+        pid = state.pids["containerd"]
+        node_setup.wait_for_socket(files, lambda: _pid_runs(pid, "containerd"))
+        node_setup.import_image(files, pause_archive, node_setup.PAUSE_IMAGE)
+        progress(f"starting kubelet (node {NODE_NAME} at {NODE_IP}) and kube-proxy")
+        self._spawn(state, "kubelet", node_setup.kubelet_command(binaries, files))
+        self._spawn(state, "kube-proxy", node_setup.kube_proxy_command(binaries, files))
+        deadline = started + timeout
+        announced = 0.0
+        while not self.node_ready():
+            for component in NODE_COMPONENTS:
+                if not _pid_runs(state.pids[component], state.commands[component]):
+                    raise ControlPlaneError(
+                        f"{component} exited during start-up; last log lines:\n{self._log_tail(component)}"
+                    )
+            if time.monotonic() > deadline:
+                raise ControlPlaneError(
+                    f"node {NODE_NAME} not Ready after {timeout:.0f}s; last kubelet log lines:\n"
+                    f"{self._log_tail('kubelet')}"
+                )
+            if time.monotonic() - announced > 5:
+                progress(f"waiting for node {NODE_NAME} to become Ready ({time.monotonic() - started:.0f}s)")
+                announced = time.monotonic()
+            time.sleep(0.5)
+
+    def _stop_node(self, state: State, progress: Progress) -> None:
+        """Stop kubelet first (so it restarts nothing), kill every pod, then kube-proxy and containerd, and
+        undo what the node did to the machine."""
+        files = self.node_files
+        for component in ("kubelet", "kube-proxy"):
+            pid = state.pids.get(component)
+            if pid and _pid_runs(pid, state.commands[component]):
+                progress(f"stopping {component} (pid {pid})")
+                _terminate(pid, state.commands[component])
+        progress("killing the node's pods")
+        node_setup.kill_pods(files)
+        pid = state.pids.get("containerd")
+        if pid and _pid_runs(pid, state.commands["containerd"]):
+            progress(f"stopping containerd (pid {pid})")
+            _terminate(pid, state.commands["containerd"])
+        node_setup.unmount_under(files.dir)
+        node_setup.remove_cgroups()
+        proxy = Path(state.commands.get("kube-proxy", "")) if state.commands.get("kube-proxy") else None
+        node_setup.remove_network(proxy)
+        shutil.rmtree(files.dir, ignore_errors=True)
+
+    def import_image(self, archive: Path, name: str) -> None:
+        """Import an OCI archive into the node's containerd (the cluster must run with a node)."""
+        state = self.state()
+        if state is None or not state.node:
+            raise ControlPlaneError(f"control plane {self.name!r} runs no node to import images into")
+        try:
+            node_setup.import_image(self.node_files, archive, name)
+        except NodeError as exc:
+            raise ControlPlaneError(str(exc)) from None
+
+    # -- pieces --------------------------------------------------------------------------------------
+
+    def _ensure_token(self, node_tokens: NodeTokens | None = None) -> str:
         token_file = self.dir / "token"
         if not token_file.exists():
             token_file.write_text(secrets.token_urlsafe(32))
             token_file.chmod(0o600)
         token = token_file.read_text().strip()
+        lines = [f'{token},admin,admin,"system:masters"']
+        if node_tokens is not None:
+            lines += node_tokens.token_file_lines()
         tokens_csv = self.dir / "tokens.csv"
-        tokens_csv.write_text(f'{token},admin,admin,"system:masters"\n')
+        tokens_csv.write_text("\n".join(lines) + "\n")
         tokens_csv.chmod(0o600)
         return token
 
@@ -336,25 +493,42 @@ class ControlPlane:
             "--quota-backend-bytes=4294967296",
         ]
 
-    def _apiserver_command(self, binaries: Binaries, ports: Ports, pki: Pki) -> list[str]:
+    def _apiserver_command(self, binaries: Binaries, ports: Ports, pki: Pki, *, node: bool) -> list[str]:
+        """Authorization as in production (Node + RBAC); with a node, listening where pods reach it and
+        advertised as the ``kubernetes`` Service's endpoint, with service-account tokens for pods."""
+        if node:
+            # Pods reach the API server at the node's address (through the kubernetes Service).
+            addresses = ["--bind-address=0.0.0.0", f"--advertise-address={NODE_IP}"]
+            admission: list[str] = []
+        else:
+            # Loopback may not be advertised as the kubernetes Service's endpoint, and nothing in the
+            # cluster would use it: no endpoint reconciliation.
+            addresses = [
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                "--endpoint-reconciler-type=none",
+            ]
+            # No pod ever runs without a node: they must not wait for service-account tokens.
+            admission = ["--disable-admission-plugins=ServiceAccount"]
         return [
             str(binaries.kube_apiserver),
             f"--etcd-servers=http://127.0.0.1:{ports.etcd_client}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
+            *addresses,
             f"--secure-port={ports.apiserver}",
-            "--insecure-port=0",
             f"--tls-cert-file={pki.serving_cert}",
             f"--tls-private-key-file={pki.serving_key}",
+            f"--client-ca-file={pki.ca_cert}",
             f"--token-auth-file={self.dir / 'tokens.csv'}",
-            "--authorization-mode=AlwaysAllow",
+            "--authorization-mode=Node,RBAC",
             "--service-account-issuer=https://kubernetes.default.svc",
             f"--service-account-key-file={pki.service_account_key}",
             f"--service-account-signing-key-file={pki.service_account_key}",
-            "--service-cluster-ip-range=10.96.0.0/16",
+            f"--service-cluster-ip-range={node_setup.SERVICE_CIDR}",
+            f"--kubelet-client-certificate={pki.kubelet_client_cert}",
+            f"--kubelet-client-key={pki.kubelet_client_key}",
+            "--kubelet-preferred-address-types=InternalIP",
             "--allow-privileged=true",
-            # No kubelet or service-account controller runs here, so pods must not wait for tokens.
-            "--disable-admission-plugins=ServiceAccount",
+            *admission,
             "--profiling=false",
             "--v=1",
             *self._audit_flags(),
@@ -382,15 +556,29 @@ class ControlPlane:
             "--audit-log-maxsize=2048",
         ]
 
-    def _controller_manager_command(self, binaries: Binaries) -> list[str]:
+    def _controller_manager_command(self, binaries: Binaries, pki: Pki, *, node: bool) -> list[str]:
+        """Without a node, only what objects need (garbage collection, namespace deletion); with one, every
+        default controller (Deployments, ReplicaSets, EndpointSlices, service accounts, disruption budgets,
+        autoscalers, the kube-root-ca.crt ConfigMaps pods mount)."""
+        controllers = ["--controllers=*"] if node else [f"--controllers={NODELESS_CONTROLLERS}"]
         return [
             str(binaries.kube_controller_manager),
             f"--kubeconfig={self.kubeconfig}",
-            "--controllers=garbagecollector,namespace",
+            *controllers,
+            f"--root-ca-file={pki.ca_cert}",
+            f"--service-account-private-key-file={pki.service_account_key}",
             "--leader-elect=false",
-            "--port=0",
             "--secure-port=0",
             "--concurrent-gc-syncs=10",
+            "--v=1",
+        ]
+
+    def _scheduler_command(self, binaries: Binaries) -> list[str]:
+        return [
+            str(binaries.kube_scheduler),
+            f"--kubeconfig={self.kubeconfig}",
+            "--leader-elect=false",
+            "--secure-port=0",
             "--v=1",
         ]
 

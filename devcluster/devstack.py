@@ -4,6 +4,11 @@ broker and the example catalog — started in order and stopped in reverse.
 Everything runs as a child process on 127.0.0.1; logs go to the control plane's folder
 (``<cache>/clusters/<name>/logs``). Needs a source checkout: the demo operator and the example catalog
 live in ``examples/``.
+
+``in_cluster``: the cluster gets a node, the opbroker image is built locally and imported into it, and the
+controller and the broker run as pods from exactly the objects the ``ControlPlane`` component creates
+(``opbroker.devcluster.incluster``); the broker is reached through its Service. The demo operator stays a
+local process (it stands in for an operator a platform team would install separately).
 """
 
 from __future__ import annotations
@@ -53,8 +58,12 @@ class DevStack:
         audit: bool = False,
         controller_args: tuple[str, ...] = (),
         controller_server: str | None = None,
+        in_cluster: bool = False,
+        controller_replicas: int = 2,
     ) -> None:
         self.plane = ControlPlane(name, audit=audit)
+        self.in_cluster = in_cluster
+        self.controller_replicas = controller_replicas
         self.controller_args = controller_args
         self.controller_server = controller_server
         """The API server URL the controller talks to (default: the control plane's own). Fault-injection
@@ -65,13 +74,15 @@ class DevStack:
     def up(self, progress: Progress) -> Endpoint:
         if not (DEMO_OPERATOR / "operator.py").exists():
             raise DevStackError(f"the demo operator is not at {DEMO_OPERATOR}: opbroker dev needs a source checkout")
-        if not port_is_free(self.broker_port):
+        if not self.in_cluster and not port_is_free(self.broker_port):
             raise DevStackError(f"port {self.broker_port} on 127.0.0.1 is taken; choose another with --port")
         try:
-            self.plane.up(progress=progress)
+            self.plane.up(node=self.in_cluster, progress=progress)
         except ControlPlaneError as exc:
             raise DevStackError(f"the control plane did not start: {exc}") from exc
         api = config.new_client_from_config(config_file=str(self.plane.kubeconfig))
+        if self.in_cluster:
+            return self._up_in_cluster(api, progress)
         progress("installing opbroker's CRDs and the demo operator's CRD")
         install_crds(api)
         install_crds(api, [yaml.safe_load((DEMO_OPERATOR / "crd.yaml").read_text())])
@@ -126,6 +137,47 @@ class DevStack:
             progress(f"starting the {process.name} (log: {process.log})")
             process.start()
         endpoint = Endpoint(f"http://127.0.0.1:{self.broker_port}", "admin", password, self.plane.kubeconfig)
+        self._wait_for_broker(endpoint, progress)
+        return endpoint
+
+    def _up_in_cluster(self, api: client.ApiClient, progress: Progress) -> Endpoint:
+        from opbroker.components.controlplane import PORT, Names
+        from opbroker.devcluster import incluster
+        from opbroker.devcluster.images import ImageBuildError, opbroker_image
+
+        try:
+            archive, image = opbroker_image(progress)
+            self.plane.import_image(archive, image)
+        except (ImageBuildError, ControlPlaneError) as exc:
+            raise DevStackError(f"the opbroker image: {exc}") from exc
+        progress(f"imported {image} into the node")
+        password = secrets.token_urlsafe(18)
+        args = incluster.dev_control_plane_args(
+            image.removeprefix("docker.io/library/"), password, self.controller_replicas
+        )
+        try:
+            manifests = incluster.control_plane_manifests(args)
+            incluster.apply_all(api, manifests, progress)
+        except incluster.InClusterError as exc:
+            raise DevStackError(str(exc)) from exc
+        install_crds(api, [yaml.safe_load((DEMO_OPERATOR / "crd.yaml").read_text())])
+        self._apply_catalog(api, progress)
+        kubeconfig = str(self.plane.kubeconfig)
+        self.processes = [
+            Process(
+                "demo-operator",
+                [sys.executable, str(DEMO_OPERATOR / "operator.py"), "--kubeconfig", kubeconfig],
+                self.plane.log_dir,
+            )
+        ]
+        self.processes[0].start()
+        names = Names(DEFAULT_NAMESPACE)
+        try:
+            incluster.wait_available(api, DEFAULT_NAMESPACE, [names.controller, names.broker], 180, progress)
+        except incluster.InClusterError as exc:
+            raise DevStackError(str(exc)) from exc
+        url = incluster.broker_service_url(api, DEFAULT_NAMESPACE, names.broker, PORT)
+        endpoint = Endpoint(url, "opbroker", password, self.plane.kubeconfig)
         self._wait_for_broker(endpoint, progress)
         return endpoint
 

@@ -77,6 +77,8 @@ def test_every_child_is_registered_once_under_the_component(default: Any) -> Non
             ("core/v1:ServiceAccount", "opbroker-broker"),
             ("rbac.authorization.k8s.io/v1:ClusterRole", "opbroker-controller"),
             ("rbac.authorization.k8s.io/v1:ClusterRoleBinding", "opbroker-controller"),
+            ("rbac.authorization.k8s.io/v1:ClusterRole", "opbroker-broker"),
+            ("rbac.authorization.k8s.io/v1:ClusterRoleBinding", "opbroker-broker"),
             ("rbac.authorization.k8s.io/v1:Role", "opbroker-controller-leader-election"),
             ("rbac.authorization.k8s.io/v1:RoleBinding", "opbroker-controller-leader-election"),
             ("rbac.authorization.k8s.io/v1:Role", "opbroker-broker"),
@@ -202,7 +204,29 @@ def test_controller_leader_election_role_is_namespaced_to_leases(default: Any) -
     ]
 
 
-def test_broker_role_is_namespaced_and_minimal(default: Any) -> None:
+BROKER_CATALOG_RULES = [
+    {"apiGroups": ["osb.servicefabrik.io"], "resources": ["sfservices", "sfplans"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]},
+]
+BROKER_REQUEST_RULES = [
+    {
+        "apiGroups": ["osb.servicefabrik.io"],
+        "resources": ["sfserviceinstances", "sfservicebindings"],
+        "verbs": ["create", "get", "list", "watch", "patch", "delete"],
+    },
+    {
+        "apiGroups": ["osb.servicefabrik.io"],
+        "resources": ["sfserviceinstances/status", "sfservicebindings/status"],
+        "verbs": ["get", "patch"],
+    },
+    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]},
+]
+
+
+def test_broker_reads_the_catalog_in_its_namespace_and_records_requests_in_any(default: Any) -> None:
+    """By default an instance is recorded in its request's ``context.namespace`` (the OSB Kubernetes profile),
+    so the broker's request rights are cluster-wide; the catalog and its own Secret stay namespaced. Found on a
+    real node: under RBAC the broker was refused every provision with a context namespace."""
     mocks, _ = default
     role = inputs(mocks, ROLE, "opbroker-broker")
     assert role["metadata"] == {
@@ -215,30 +239,35 @@ def test_broker_role_is_namespaced_and_minimal(default: Any) -> None:
             "app.kubernetes.io/managed-by": "pulumi",
         },
     }
-    assert role["rules"] == [
-        {
-            "apiGroups": ["osb.servicefabrik.io"],
-            "resources": ["sfservices", "sfplans"],
-            "verbs": ["get", "list", "watch"],
-        },
-        {
-            "apiGroups": ["osb.servicefabrik.io"],
-            "resources": ["sfserviceinstances", "sfservicebindings"],
-            "verbs": ["create", "get", "list", "watch", "patch", "delete"],
-        },
-        {
-            "apiGroups": ["osb.servicefabrik.io"],
-            "resources": ["sfserviceinstances/status", "sfservicebindings/status"],
-            "verbs": ["get", "patch"],
-        },
-        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]},
-    ]
+    assert role["rules"] == BROKER_CATALOG_RULES
+    cluster_role = inputs(mocks, CLUSTER_ROLE, "opbroker-broker")
+    assert cluster_role["metadata"]["name"] == "opbroker:opbroker:broker"
+    assert cluster_role["rules"] == BROKER_REQUEST_RULES
+    binding = inputs(mocks, CLUSTER_ROLE_BINDING, "opbroker-broker")
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": "opbroker:opbroker:broker",
+    }
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "opbroker-broker", "namespace": "opbroker"}]
+    broker = inputs(mocks, DEPLOYMENT, "opbroker-broker")
+    assert "--no-context-namespaces" not in broker["spec"]["template"]["spec"]["containers"][0]["command"]
+
+
+def test_broker_without_context_namespaces_has_rights_in_its_namespace_only() -> None:
+    mocks, _ = deploy({"broker": {"context_namespaces": False}})
+    role = inputs(mocks, ROLE, "opbroker-broker")
+    assert role["rules"] == BROKER_CATALOG_RULES + BROKER_REQUEST_RULES
+    assert [r.name for r in mocks.of_type(CLUSTER_ROLE)] == ["opbroker-controller"]
+    assert [r.name for r in mocks.of_type(CLUSTER_ROLE_BINDING)] == ["opbroker-controller"]
+    broker = inputs(mocks, DEPLOYMENT, "opbroker-broker")
+    assert broker["spec"]["template"]["spec"]["containers"][0]["command"][-1] == "--no-context-namespaces"
 
 
 def test_no_rule_anywhere_grants_everything(default: Any) -> None:
     mocks, _ = default
     rules = [rule for t in (CLUSTER_ROLE, ROLE) for r in mocks.of_type(t) for rule in r.plain_inputs()["rules"]]
-    assert len(rules) == 24
+    assert len(rules) == 25
     for rule in rules:
         assert not rbac.grants_everything(rule)
         assert "*" not in rule["verbs"] and "*" not in rule["resources"] and "*" not in rule["apiGroups"]

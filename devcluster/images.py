@@ -1,0 +1,220 @@
+"""Container images built on this machine, with no Docker daemon and no registry: the opbroker image and
+the node's sandbox (pause) image, as OCI archives that ``ctr images import`` takes.
+
+The opbroker image is what the repository's ``Containerfile`` describes (``IMAGE``), made from the same
+parts: a Debian bookworm root filesystem (mmdebstrap, from Debian's packages) with its ``python3``, a virtual
+environment at ``/opt/opbroker`` holding the opbroker wheel and the exact dependency versions of this
+checkout's ``.venv`` (built into a wheelhouse first, installed with ``--no-index``), run as the non-root
+user 65532 with ``opbroker`` as its entry point. umoci turns the tree into an OCI image.
+
+Archives are cached in ``<cache>/images`` under a digest of everything that goes in, so an unchanged
+checkout is not rebuilt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from opbroker.devcluster.binaries import KUBE_VERSION, cache_dir
+
+Progress = Callable[[str], None]
+REPOSITORY = Path(__file__).resolve().parent.parent
+
+
+class ImageBuildError(RuntimeError):
+    """An image could not be built; the message says which step and why."""
+
+
+@dataclass(frozen=True)
+class ImageSpec:
+    """What the opbroker image is, shared by the local build and checked against the Containerfile."""
+
+    debian_suite: str = "bookworm"
+    runtime_packages: tuple[str, ...] = ("python3", "ca-certificates")
+    build_packages: tuple[str, ...] = ("python3-venv",)
+    venv: str = "/opt/opbroker"
+    user: str = "65532:65532"
+    entrypoint: tuple[str, ...] = ("opbroker",)
+    exposed_ports: tuple[str, ...] = ("8080/tcp", "9090/tcp")
+    env: tuple[tuple[str, str], ...] = field(
+        default=(
+            ("PATH", "/opt/opbroker/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
+            ("PYTHONDONTWRITEBYTECODE", "1"),
+            ("PYTHONUNBUFFERED", "1"),
+        )
+    )
+
+
+IMAGE = ImageSpec()
+
+
+def opbroker_version() -> str:
+    from importlib.metadata import version
+
+    return version("opbroker")
+
+
+def opbroker_image_name(version: str | None = None) -> str:
+    """The reference the ControlPlane component deploys (``opbroker:<version>``), as containerd names it."""
+    return f"docker.io/library/opbroker:{version or opbroker_version()}"
+
+
+def _run(step: str, command: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(command, capture_output=True, text=True, check=False, **kwargs)  # type: ignore[call-overload]
+    if result.returncode != 0:
+        output = (result.stderr or result.stdout).strip().splitlines()[-20:]
+        raise ImageBuildError(
+            f"{step}: `{' '.join(command[:3])} ...` failed (exit {result.returncode}):\n" + "\n".join(output)
+        )
+    return result  # type: ignore[no-any-return]
+
+
+def _require(*commands: str) -> None:
+    missing = [c for c in commands if shutil.which(c) is None]
+    if missing:
+        raise ImageBuildError(f"building images needs {', '.join(missing)}: apt-get install mmdebstrap umoci")
+
+
+def _digest(*parts: bytes) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(hashlib.sha256(part).digest())
+    return h.hexdigest()[:16]
+
+
+def _pack(layout: Path, tag: str, tree: Path | None, files: dict[str, Path], config: list[str]) -> None:
+    """An OCI layout with one layer (``tree`` as ``/``, plus single ``files``) and the given config, tagged
+    ``tag`` (the tag of the name it is imported as: ``ctr images import --base-name <repository>``)."""
+    _run("umoci init", ["umoci", "init", "--layout", str(layout)])
+    _run("umoci new", ["umoci", "new", "--image", f"{layout}:{tag}"])
+    if tree is not None:
+        _run("umoci insert", ["umoci", "insert", "--image", f"{layout}:{tag}", str(tree), "/"])
+    for target, source in files.items():
+        _run("umoci insert", ["umoci", "insert", "--image", f"{layout}:{tag}", str(source), target])
+    _run("umoci config", ["umoci", "config", "--image", f"{layout}:{tag}", *config])
+    _run("umoci gc", ["umoci", "gc", "--layout", str(layout)])
+
+
+def _archive(layout: Path, archive: Path) -> None:
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    partial = archive.with_suffix(".partial")
+    _run("tar", ["tar", "-C", str(layout), "-cf", str(partial), "."])
+    partial.rename(archive)
+
+
+def pause_image(pause_binary: Path, progress: Progress = print) -> Path:
+    """The sandbox image: Kubernetes's pause binary alone, run as 65535 (as upstream's image does)."""
+    archive = cache_dir() / "images" / f"pause-{KUBE_VERSION}-{_digest(pause_binary.read_bytes())}.tar"
+    if archive.exists():
+        return archive
+    _require("umoci")
+    progress("building the pause image (umoci)")
+    with tempfile.TemporaryDirectory(prefix="opbroker-pause-") as tmp:
+        layout = Path(tmp) / "layout"
+        _pack(
+            layout,
+            KUBE_VERSION,
+            None,
+            {"/pause": pause_binary},
+            ["--config.entrypoint", "/pause", "--config.user", "65535:65535", "--no-history"],
+        )
+        _archive(layout, archive)
+    return archive
+
+
+def _wheelhouse(directory: Path, progress: Progress) -> list[Path]:
+    """The opbroker wheel and every dependency at the version this checkout's environment runs."""
+    frozen = _run(
+        "pip freeze", [sys.executable, "-m", "pip", "freeze", "--exclude-editable", "--disable-pip-version-check"]
+    ).stdout
+    constraints = directory / "constraints.txt"
+    constraints.write_text(frozen)
+    progress("collecting the opbroker wheel and its dependencies (pip wheel)")
+    _run(
+        "pip wheel",
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--wheel-dir",
+            str(directory / "wheels"),
+            "--constraint",
+            str(constraints),
+            str(REPOSITORY),
+        ],
+    )
+    return sorted((directory / "wheels").glob("*.whl"))
+
+
+def _wheel_content(wheel: Path) -> bytes:
+    """What a wheel holds, without the zip's timestamps: a wheel built again from an unchanged checkout
+    differs in its bytes but not in this."""
+    with zipfile.ZipFile(wheel) as archive:
+        members = sorted(archive.namelist())
+        return wheel.name.encode() + b"".join(m.encode() + hashlib.sha256(archive.read(m)).digest() for m in members)
+
+
+def opbroker_image(progress: Progress = print) -> tuple[Path, str]:
+    """Build (or find cached) the opbroker image; returns the OCI archive and the image's name."""
+    _require("mmdebstrap", "umoci")
+    name = opbroker_image_name()
+    with tempfile.TemporaryDirectory(prefix="opbroker-image-") as tmp:
+        work = Path(tmp)
+        wheels = _wheelhouse(work, progress)
+        recipe = repr(IMAGE).encode()
+        key = _digest(recipe, *(_wheel_content(w) for w in wheels))
+        archive = cache_dir() / "images" / f"opbroker-{opbroker_version()}-{key}.tar"
+        if archive.exists():
+            progress(f"opbroker image up to date ({archive.name})")
+            return archive, name
+        started = time.monotonic()
+        rootfs = work / "rootfs"
+        progress(f"building the root filesystem from Debian {IMAGE.debian_suite} (mmdebstrap)")
+        venv = IMAGE.venv
+        hooks = [
+            f'mkdir -p "$1/tmp/wheels" && cp {work}/wheels/*.whl "$1/tmp/wheels/"',
+            f'chroot "$1" python3 -m venv {venv}',
+            f'chroot "$1" {venv}/bin/pip install --quiet --no-index --no-compile --find-links /tmp/wheels opbroker',
+            f'chroot "$1" {venv}/bin/pip uninstall --quiet --yes pip',
+            'rm -rf "$1/tmp/wheels"',
+            'echo "nonroot:x:65532:65532:nonroot:/home/nonroot:/usr/sbin/nologin" >> "$1/etc/passwd"',
+            'echo "nonroot:x:65532:" >> "$1/etc/group"',
+            'mkdir -p "$1/home/nonroot" && chown 65532:65532 "$1/home/nonroot"',
+            f'chroot "$1" apt-get purge --quiet --yes {" ".join(IMAGE.build_packages)} >/dev/null',
+            'chroot "$1" apt-get autoremove --quiet --yes --purge >/dev/null',
+            'rm -rf "$1/var/lib/apt/lists"/* "$1/var/cache/apt"/* "$1/usr/share/doc" "$1/usr/share/man"',
+        ]
+        command = [
+            "mmdebstrap",
+            "--quiet",
+            "--mode=root",
+            "--variant=minbase",
+            f"--include={','.join(IMAGE.runtime_packages + IMAGE.build_packages)}",
+            *(f"--customize-hook={hook}" for hook in hooks),
+            IMAGE.debian_suite,
+            str(rootfs),
+        ]
+        _run("mmdebstrap", command)
+        progress("packing the OCI image (umoci)")
+        config = ["--config.user", IMAGE.user, "--config.workingdir", "/", "--no-history"]
+        config += [f"--config.entrypoint={part}" for part in IMAGE.entrypoint]
+        config += [f"--config.env={key}={value}" for key, value in IMAGE.env]
+        config += [f"--config.exposedports={port}" for port in IMAGE.exposed_ports]
+        config += [f"--config.label=org.opencontainers.image.version={opbroker_version()}"]
+        layout = work / "layout"
+        _pack(layout, opbroker_version(), rootfs, {}, config)
+        _archive(layout, archive)
+        progress(f"opbroker image built in {time.monotonic() - started:.0f}s ({archive.stat().st_size >> 20} MiB)")
+        return archive, name

@@ -1,0 +1,130 @@
+"""opbroker in the cluster, locally: the objects the ``ControlPlane`` component creates, applied to a local
+cluster with a node, so the controller and the broker run as pods from the locally built image.
+
+"Exactly the component's objects": ``control_plane_manifests`` runs the ``ControlPlane`` component under
+Pulumi's mocks (``opbroker.components.testing``) and turns every Kubernetes resource it registers into the
+manifest pulumi-kubernetes would send, in registration order (which follows the component's
+dependencies: namespace and CRDs, then RBAC, then the workloads). Needs the ``pulumi`` extra.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kubernetes import client
+
+from opbroker.controller.kube import Kube
+
+Progress = Callable[[str], None]
+#: Where pulumi-kubernetes resource types put the API group and version: ``kubernetes:<group>/<version>:<Kind>``.
+_CORE_GROUP = "core"
+#: The demo operator's kind: the dev catalog's plans render it, so the controller must be allowed to manage it.
+DEMO_OPERATOR_RULE = {
+    "api_groups": ["demo.opbroker.io"],
+    "resources": ["databases"],
+    "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+}
+
+
+class InClusterError(RuntimeError):
+    """The control plane's objects could not be rendered, applied, or did not become available."""
+
+
+def dev_control_plane_args(image: str, password: str, controller_replicas: int = 2) -> dict[str, Any]:
+    """The ControlPlane args ``opbroker dev --in-cluster`` uses: the root stack's, with the local image."""
+    return {
+        "image": image,
+        "image_pull_policy": "IfNotPresent",
+        "broker": {"password": password},
+        "controller": {"replicas": controller_replicas, "operator_rules": [DEMO_OPERATOR_RULE]},
+    }
+
+
+def manifest_of(resource_type: str, inputs: dict[str, Any]) -> dict[str, Any]:
+    """The manifest for one registered pulumi-kubernetes resource (``kubernetes:apps/v1:Deployment``)."""
+    _, group_version, kind = resource_type.split(":")
+    group, _, version = group_version.partition("/")
+    api_version = version if group == _CORE_GROUP else f"{group}/{version}"
+    body = {k: v for k, v in inputs.items() if k not in ("apiVersion", "kind")}
+    return {"apiVersion": api_version, "kind": kind, **body}
+
+
+def control_plane_manifests(args: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every Kubernetes object the ControlPlane component creates for ``args``, in creation order."""
+    try:
+        import pulumi
+
+        from opbroker.components import testing
+        from opbroker.components.controlplane import ControlPlane
+    except ImportError as exc:  # pragma: no cover - depends on the installed extras
+        raise InClusterError(
+            f"rendering the ControlPlane needs the pulumi extra (pip install 'opbroker[pulumi]'): {exc}"
+        ) from exc
+
+    with testing.mocked(stack="dev") as mocks:
+
+        @pulumi.runtime.test  # type: ignore[misc]
+        def program() -> Any:
+            return ControlPlane("opbroker", args).broker_url  # type: ignore[arg-type]
+
+        program()
+    return [
+        manifest_of(r.type, r.plain_inputs())
+        for r in mocks.registrations
+        if r.custom and r.type.startswith("kubernetes:")
+    ]
+
+
+def apply_all(api: client.ApiClient, manifests: list[dict[str, Any]], progress: Progress) -> None:
+    """Server-side apply each manifest in order; CRDs are waited on before anything that may use them."""
+    kube = Kube(api)
+    extensions = client.ApiextensionsV1Api(api)
+    crds = []
+    for manifest in manifests:
+        kube.apply(manifest, field_manager="opbroker-dev")
+        if manifest["kind"] == "CustomResourceDefinition":
+            crds.append(manifest["metadata"]["name"])
+    deadline = time.monotonic() + 30
+    for name in crds:
+        while True:
+            conditions = extensions.read_custom_resource_definition(name).status.conditions or []
+            if any(c.type == "Established" and c.status == "True" for c in conditions):
+                break
+            if time.monotonic() > deadline:
+                raise InClusterError(f"CRD {name} not established after 30s")
+            time.sleep(0.1)
+    progress(f"applied {len(manifests)} objects of the ControlPlane component")
+
+
+def wait_available(api: client.ApiClient, namespace: str, names: list[str], timeout: float, progress: Progress) -> None:
+    """Wait until every Deployment in ``names`` has all its replicas updated and available."""
+    apps = client.AppsV1Api(api)
+    deadline = time.monotonic() + timeout
+    pending = list(names)
+    announced = 0.0
+    while pending:
+        for name in list(pending):
+            deployment = apps.read_namespaced_deployment(name, namespace)
+            wanted = deployment.spec.replicas or 0
+            status = deployment.status
+            if (status.updated_replicas or 0) >= wanted and (status.available_replicas or 0) >= wanted:
+                pending.remove(name)
+        if not pending:
+            return
+        if time.monotonic() > deadline:
+            raise InClusterError(
+                f"Deployments not available after {timeout:.0f}s: {', '.join(pending)}; "
+                f"see `kubectl -n {namespace} get pods` and their logs"
+            )
+        if time.monotonic() - announced > 10:
+            progress(f"waiting for {', '.join(pending)} to become available")
+            announced = time.monotonic()
+        time.sleep(1)
+
+
+def broker_service_url(api: client.ApiClient, namespace: str, name: str, port: int) -> str:
+    """The broker Service's cluster IP URL (kube-proxy routes it from this machine too)."""
+    service = client.CoreV1Api(api).read_namespaced_service(name, namespace)
+    return f"http://{service.spec.cluster_ip}:{port}"
