@@ -278,7 +278,10 @@ def build_registry(controller: Controller, *, kubeconfig: str | None) -> kopf.Op
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
         if kubeconfig:
             return kopf.login_with_kubeconfig(**kwargs)
-        return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+        # In a pod: the official client's in-cluster configuration, which reaches the API server at
+        # KUBERNETES_SERVICE_HOST:KUBERNETES_SERVICE_PORT as client-go does. kopf's own service-account
+        # login names https://kubernetes.default.svc, which needs cluster DNS (found on a node without it).
+        return kopf.login_via_client(**kwargs)
 
     @kopf.on.startup(registry=registry)  # type: ignore[arg-type]
     async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:

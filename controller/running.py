@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import signal
 import socket
 import threading
 import uuid
@@ -84,6 +85,8 @@ def run(settings: ControllerSettings, *, kubeconfig: str | None) -> None:
     """The ``opbroker controller run`` entry point. Never returns: the process exits when kopf's loop ends."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("kopf.objects").setLevel(logging.WARNING)  # one line per handled event is noise
+    # The election library logs every renewal and every retry (a line a second, forever); ours log changes.
+    logging.getLogger("leaderelection").setLevel(logging.WARNING)
     state = health.Health()
     if settings.metrics_port is not None:
         health.serve(state, settings.metrics_port)
@@ -134,9 +137,24 @@ def run(settings: ControllerSettings, *, kubeconfig: str | None) -> None:
         operate(check_the_api=False)
     identity = f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
     lock = LeaseLock(settings.lease_name, settings.namespace, identity)
+    leading = threading.Event()
+
+    def terminate(signum: int, _frame: object) -> None:
+        """SIGTERM (a pod being deleted, a rollout): hand the lease over and exit at once. Without this
+        the process ignores the signal (as a container's PID 1 it has no default action) and the pod is
+        killed only after its grace period, and the standby waits out the lease on top."""
+        logger.info("%s received %s; exiting", identity, signal.Signals(signum).name)
+        state.stopped("terminating")
+        if leading.is_set():
+            release_lease(api, settings.namespace, settings.lease_name, identity)
+        _exit(0)
+
+    signal.signal(signal.SIGTERM, terminate)
+    signal.signal(signal.SIGINT, terminate)
 
     def lead() -> None:
         logger.info("%s became the leader; starting reconciliation", identity)
+        leading.set()
         operate(check_the_api=True)
 
     def lost() -> None:
@@ -158,6 +176,24 @@ def run(settings: ControllerSettings, *, kubeconfig: str | None) -> None:
     logger.info("%s campaigning for lease %s/%s", identity, settings.namespace, settings.lease_name)
     election.run()
     _exit(1)  # the election loop only returns when leading ended
+
+
+def release_lease(api: client.ApiClient, namespace: str, name: str, identity: str) -> bool:
+    """Give up the Lease if ``identity`` still holds it, as client-go's ``ReleaseOnCancel`` does: an empty
+    holder lets a standby take it on its next try instead of after the lease duration. Conditional on the
+    version read, so a lease someone else took meanwhile is left alone. Best effort: False when not done."""
+    leases = client.CoordinationV1Api(api)
+    try:
+        lease = leases.read_namespaced_lease(name, namespace, _request_timeout=2)
+        if lease.spec is None or lease.spec.holder_identity != identity:
+            return False
+        lease.spec.holder_identity = None
+        leases.replace_namespaced_lease(name, namespace, lease, _request_timeout=2)
+    except Exception:
+        logger.warning("could not release lease %s/%s; the standby takes over when it expires", namespace, name)
+        return False
+    logger.info("%s released lease %s/%s", identity, namespace, name)
+    return True
 
 
 def _exit_because_kopf_stopped() -> None:
