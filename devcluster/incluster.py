@@ -37,7 +37,9 @@ def dev_control_plane_args(image: str, password: str, controller_replicas: int =
     return {
         "image": image,
         "image_pull_policy": "IfNotPresent",
-        "broker": {"password": password},
+        # An autoscaler as production would run one: without a metrics server it holds the broker at its
+        # minimum, which is what the node tests check it does.
+        "broker": {"password": password, "autoscaling": {"min_replicas": 2, "max_replicas": 4}},
         "controller": {"replicas": controller_replicas, "operator_rules": [DEMO_OPERATOR_RULE]},
     }
 
