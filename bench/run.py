@@ -12,13 +12,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import bindings, claims, provisioning, renderer
+from bench import bindings, claims, cluster, provisioning, renderer
 from bench.common import machine
 
 RESULTS = Path(__file__).resolve().parent / "results"
-SUITES = ("renderer", "claims", "provisioning", "bindings")
-FULL = {"provisioning": (100, 1000, 5000), "bindings": (10_000, 1_000), "claims": (10_000, 1_000), "renderer": 5.0}
-QUICK = {"provisioning": (20, 40), "bindings": (40, 20), "claims": (1_000, 100), "renderer": 0.5}
+SUITES = ("renderer", "claims", "provisioning", "bindings", "cluster")
+FULL = {
+    "provisioning": (100, 1000, 5000),
+    "bindings": (10_000, 1_000),
+    "claims": (10_000, 1_000),
+    "renderer": 5.0,
+    "cluster": None,
+}
+QUICK = {"provisioning": (20, 40), "bindings": (40, 20), "claims": (1_000, 100), "renderer": 0.5, "cluster": None}
 
 TARGETS = {"utilisation": 0.5, "write_amplification": 1.5, "scale_curve_ratio": 1.5}
 
@@ -53,6 +59,10 @@ def run_suites(
         runs = results["provisioning"]
         smallest, largest = runs[str(min(sizes["provisioning"]))], runs[str(max(sizes["provisioning"]))]
         results["scale_curve"] = scale_curve(smallest, largest)
+    if "cluster" in suites:
+        log("cluster (builds, start-up, memory, first pod, image) ...")
+        results["cluster"] = cluster.run()
+        record(results)
     if "bindings" in suites:
         count, instances = sizes["bindings"]
         log(f"bindings: {count} over {instances} instances ...")
@@ -158,7 +168,31 @@ def summary_markdown(results: dict[str, Any]) -> str:
             f"index build {c['index_build_seconds']} s.",
             "",
         ]
+    if "cluster" in results:
+        lines += cluster_markdown(results["cluster"])
     return "\n".join(lines)
+
+
+def cluster_markdown(c: dict[str, Any]) -> list[str]:
+    builds = "; ".join(f"{b['built']}: {b['seconds']} s ({b['go']}, {b['cpus']} cores)" for b in c["cold_build"] or [])
+
+    def weights(rss: dict[str, float | None]) -> str:
+        return ", ".join(f"{k} {round(v) if v is not None else '?'}" for k, v in rss.items())
+
+    start = c["start_seconds"]
+    return [
+        f"## Local cluster (Kubernetes {c['kubernetes']})",
+        "",
+        f"Cold builds: {builds or 'no record (binaries built before records were kept)'}. "
+        f"opbroker image: {c['image']['build_seconds']} s to build, {c['image']['archive_mib']} MiB. "
+        f"Start to ready: control plane {start['control_plane']} s, with a node {start['control_plane_and_node']} s. "
+        f"A pod of the opbroker image Running {c['pod_running_seconds']['create_to_running']} s after its create, "
+        f"{c['pod_running_seconds']['up_to_running']} s after `up` (image import included).",
+        "",
+        f"Resident memory (MiB), idle control plane: {weights(c['rss_mib']['control_plane'])}; with a node running "
+        f"one pod: {weights(c['rss_mib']['with_node'])}.",
+        "",
+    ]
 
 
 def latest_results() -> dict[str, Any] | None:

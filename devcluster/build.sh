@@ -138,4 +138,7 @@ if [[ " ${missing[*]} " == *" pause "* ]]; then
 fi
 
 for t in "${missing[@]}"; do [ -x "$BIN/$t" ] || die "$t is missing from $BIN after the build"; done
+# What this build took, for the benchmarks (bench/cluster.py): a cached binary is never rebuilt.
+printf '{"seconds": %s, "built": "%s", "go": "%s", "cpus": %s}\n' "$(( $(date +%s) - START ))" "${missing[*]}" \
+  "$(go env GOVERSION)" "$(nproc)" >"$BIN/../build-$(date +%Y%m%dT%H%M%S).json"
 say "done: $("$BIN/kube-apiserver" --version 2>/dev/null || true), $("$BIN/etcd" --version | head -1)"

@@ -166,8 +166,9 @@ def _wheel_content(wheel: Path) -> bytes:
         return wheel.name.encode() + b"".join(m.encode() + hashlib.sha256(archive.read(m)).digest() for m in members)
 
 
-def opbroker_image(progress: Progress = print) -> tuple[Path, str]:
-    """Build (or find cached) the opbroker image; returns the OCI archive and the image's name."""
+def opbroker_image(progress: Progress = print, *, use_cache: bool = True) -> tuple[Path, str]:
+    """Build (or find cached) the opbroker image; returns the OCI archive and the image's name.
+    ``use_cache=False`` builds it again even when an archive for this checkout exists (benchmarks)."""
     _require("mmdebstrap", "umoci")
     name = opbroker_image_name()
     with tempfile.TemporaryDirectory(prefix="opbroker-image-") as tmp:
@@ -176,7 +177,7 @@ def opbroker_image(progress: Progress = print) -> tuple[Path, str]:
         recipe = repr(IMAGE).encode()
         key = _digest(recipe, *(_wheel_content(w) for w in wheels))
         archive = cache_dir() / "images" / f"opbroker-{opbroker_version()}-{key}.tar"
-        if archive.exists():
+        if archive.exists() and use_cache:
             progress(f"opbroker image up to date ({archive.name})")
             return archive, name
         started = time.monotonic()

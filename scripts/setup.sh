@@ -15,5 +15,21 @@ fi
 echo "[setup] installing opbroker and its tools into .venv"
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[dev,pulumi]"
 
-echo "[setup] making sure the local control plane binaries are built"
-.venv/bin/opbroker cluster build
+# The node (kubelet's containers) and the image build need Debian's containerd, runc, CNI plugins, iptables,
+# mmdebstrap and umoci. Installed when missing and this runs as root (as CI does); otherwise
+# `opbroker cluster up --node` names what is missing and how to get it.
+NODE_PACKAGES=(containerd runc containernetworking-plugins iptables conntrack iproute2 mmdebstrap umoci)
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  missing=()
+  for package in "${NODE_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "ok installed" || missing+=("$package")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "[setup] installing ${missing[*]} from Debian (for the node and the image build)"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+fi
+
+echo "[setup] making sure the local Kubernetes binaries (control plane and node) are built"
+.venv/bin/opbroker cluster build --node
