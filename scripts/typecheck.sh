@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 tree=.typecheck/opbroker
 mkdir -p "$tree"
-for pkg in api rendering broker controller; do ln -sfn "../../$pkg" "$tree/$pkg"; done
+for pkg in api rendering broker controller devcluster; do ln -sfn "../../$pkg" "$tree/$pkg"; done
 modules=(
   -p opbroker.api -p opbroker.rendering
   -m opbroker.broker.decisions -m opbroker.broker.errors -m opbroker.broker.bodies -m opbroker.broker.headers
@@ -15,5 +15,6 @@ modules=(
   -m opbroker.broker.bodylimit -m opbroker.controller.refusals -m opbroker.controller.catalog_status
   -m opbroker.controller.decisions -m opbroker.controller.workqueue
   -m opbroker.controller.claims.matching -m opbroker.controller.claims.constraints -m opbroker.controller.claims.states
+  -m opbroker.devcluster.requirements -m opbroker.devcluster.node
 )
 MYPYPATH=.typecheck exec .venv/bin/mypy --strict --follow-imports=silent "${modules[@]}" "$@"
