@@ -16,9 +16,8 @@ import signal
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -31,6 +30,7 @@ from opbroker.devcluster import node as node_setup
 from opbroker.devcluster.binaries import find_binaries
 from opbroker.devcluster.demo import HEADERS, run_demo
 from opbroker.devcluster.devstack import DevStack, Endpoint
+from tests.controller_support import wait_for
 
 NAMESPACE = "opbroker"
 NAMES = Names(NAMESPACE)
@@ -67,16 +67,6 @@ def kubectl(endpoint: Endpoint, *args: str, check: bool = True) -> subprocess.Co
     if check:
         assert result.returncode == 0, f"{' '.join(args)}: {result.stderr}"
     return result
-
-
-def wait_for(condition: Callable[[], Any], timeout: float, what: str, interval: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
 def pods(api: client.ApiClient, component: str) -> list[client.V1Pod]:
