@@ -74,9 +74,12 @@ def pods(api: client.ApiClient, component: str) -> list[client.V1Pod]:
     return client.CoreV1Api(api).list_namespaced_pod(NAMESPACE, label_selector=selector).items
 
 
+def lease(api: client.ApiClient) -> client.V1LeaseSpec:
+    return client.CoordinationV1Api(api).read_namespaced_lease(LEASE_NAME, NAMESPACE).spec
+
+
 def lease_holder(api: client.ApiClient) -> str:
-    lease = client.CoordinationV1Api(api).read_namespaced_lease(LEASE_NAME, NAMESPACE)
-    return lease.spec.holder_identity or ""
+    return lease(api).holder_identity or ""
 
 
 def holder_pod(holder: str) -> str:
@@ -249,7 +252,7 @@ def test_the_standby_takes_over_within_the_lease_time_and_no_operation_is_lost(
         print(f"handover after a graceful delete: {graceful:.1f}s")
         assert graceful < LEASE_SECONDS / 2, "a terminating leader must release its lease, not let it expire"
 
-        # 2. The leader's process killed outright: the lease expires and the standby takes it.
+        # 2. The leader's process killed outright: its lease must expire before the standby may take it.
         wait_for(lambda: len([p for p in pods(api, "controller") if p.status.phase == "Running"]) == 2, 120, "2 pods")
         holder = lease_holder(api)
         leader_pod = core.read_namespaced_pod(holder_pod(holder), NAMESPACE)
@@ -258,13 +261,22 @@ def test_the_standby_takes_over_within_the_lease_time_and_no_operation_is_lost(
         for pid in host_pids_of(leader_pod):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-        new_holder = wait_for(lambda: (h := lease_holder(api)) != holder and h, LEASE_SECONDS + 5, "a new leader")
+        last_renewal = lease(api).renew_time
+        while (spec := lease(api)).holder_identity == holder:
+            last_renewal = spec.renew_time
+            assert time.monotonic() - killed_at < 3 * LEASE_SECONDS, "no standby took the expired lease"
+            time.sleep(0.2)
         crashed = time.monotonic() - killed_at
-        assert holder_pod(new_holder) != leader_pod.metadata.name
+        assert holder_pod(spec.holder_identity) != leader_pod.metadata.name
         all_succeed(http, pending, 120)
-        print(f"handover after the leader was killed: {crashed:.1f}s (lease {LEASE_SECONDS}s)")
-        # The standby tries every lease/8 s, so it acquires at most one retry period after the lease expired.
-        assert crashed <= LEASE_SECONDS + max(1, LEASE_SECONDS // 8) + 1
+        # The standby's own clock, not this test's polling: from the dead leader's last renewal to the
+        # standby's acquisition. It may acquire once the lease expired as it observed it (up to one retry
+        # period after the renewal happened), at its next try (one more): lease + 2 retries, plus slack for
+        # a loaded machine (CI measured 19.7 s from kill to new holder under load 14, 15.5 s idle).
+        gap = (spec.acquire_time - last_renewal).total_seconds()
+        retry = max(1, LEASE_SECONDS // 8)
+        print(f"handover after the leader was killed: {crashed:.1f}s; last renewal to takeover {gap:.1f}s")
+        assert LEASE_SECONDS <= gap <= LEASE_SECONDS + 2 * retry + 3
 
 
 # -- taking it down ------------------------------------------------------------------------------------------
