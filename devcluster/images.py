@@ -158,6 +158,17 @@ def _wheelhouse(directory: Path, progress: Progress) -> list[Path]:
     return sorted((directory / "wheels").glob("*.whl"))
 
 
+#: opbroker image archives kept in the cache (each checkout change makes a new one of ~90 MiB).
+KEEP_ARCHIVES = 3
+
+
+def _prune(directory: Path, pattern: str, *, keep: int) -> None:
+    """Remove all but the ``keep`` newest archives matching ``pattern``."""
+    archives = sorted(directory.glob(pattern), key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in archives[keep:]:
+        old.unlink(missing_ok=True)
+
+
 def _wheel_content(wheel: Path) -> bytes:
     """What a wheel holds, without the zip's timestamps: a wheel built again from an unchanged checkout
     differs in its bytes but not in this."""
@@ -217,5 +228,6 @@ def opbroker_image(progress: Progress = print, *, use_cache: bool = True) -> tup
         layout = work / "layout"
         _pack(layout, opbroker_version(), rootfs, {}, config)
         _archive(layout, archive)
+        _prune(archive.parent, "opbroker-*.tar", keep=KEEP_ARCHIVES)
         progress(f"opbroker image built in {time.monotonic() - started:.0f}s ({archive.stat().st_size >> 20} MiB)")
         return archive, name
