@@ -195,7 +195,7 @@ BAD_PLANS = [
         {"templates": [{"action": "provision", "content": "a: {{ ''.__class__ }}"}]}, "templates[0]", id="sandbox"
     ),
     pytest.param(
-        {"templates": [{"action": "provision", "type": "gotemplate", "content": "a: b"}]},
+        {"templates": [{"action": "provision", "type": "gotemplate", "content": "a: {{ nosuchfunction }}"}]},
         "templates[0]",
         id="gotemplate",
     ),
