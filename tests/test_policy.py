@@ -130,6 +130,8 @@ def test_the_seed_gotemplate_plan_passes(
     recorded: dict[tuple[str, str], dict[str, Any]],
 ) -> None:
     assert check(policies.PLAN_VALID, PLAN_CR, recorded[(PLAN_CR, "seed")], name="seed") == []
+    # Its parameter schema (draft-06) is valid JSON Schema.
+    assert check(policies.PARAMETER_SCHEMAS_VALID, PLAN_CR, recorded[(PLAN_CR, "seed")]) == []
 
 
 def test_a_helm_chart_for_status_and_an_unknown_type_are_rejected() -> None:
@@ -150,8 +152,6 @@ def test_a_helm_chart_for_status_and_an_unknown_type_are_rejected() -> None:
     assert policies.plan_problems({"spec": spec}) == [
         "spec.templates[0].type: Input should be 'jinja2', 'gotemplate' or 'helm'"
     ]
-    # Its parameter schema (draft-06) is valid JSON Schema.
-    assert check(policies.PARAMETER_SCHEMAS_VALID, PLAN_CR, recorded[(PLAN_CR, "seed")]) == []
 
 
 @pytest.mark.parametrize(
