@@ -26,7 +26,9 @@ SEED = SFPlan.model_validate(yaml.safe_load((REPO / "tests/data/seeds/sfplan-pos
 PORT = SFPlan.model_validate(yaml.safe_load((REPO / "examples/catalog/postgresql-zalando-plan.yaml").read_text()))
 INSTANCE = yaml.safe_load((INPUTS / "instance.yaml").read_text())
 BINDING = yaml.safe_load((INPUTS / "binding.yaml").read_text())
-LIVE = {name: yaml.safe_load((INPUTS / "sources" / f"{name}.yaml").read_text()) for name in ("postgresql", "secret", "svc")}
+LIVE = {
+    name: yaml.safe_load((INPUTS / "sources" / f"{name}.yaml").read_text()) for name in ("postgresql", "secret", "svc")
+}
 BINDING_ID = BINDING["metadata"]["name"]
 
 
