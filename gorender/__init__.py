@@ -81,7 +81,7 @@ def build(target: Path | None = None, *, progress: bool = False) -> Path:
     if go is None:
         raise BuildError(
             "the Go template renderer (for gotemplate and helm plans) is not built and Go is not installed: "
-            "install Go 1.26+ and run `opbroker render build`, or set OPBROKER_GORENDER to a built binary"
+            "install Go 1.26+ and run `opbroker gorender build`, or set OPBROKER_GORENDER to a built binary"
         )
     target = target or cached_binary()
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -118,7 +118,7 @@ def renderer_binary(*, build_if_missing: bool = True) -> Path:
     if cached.is_file():
         return cached
     if not build_if_missing:
-        raise BuildError(f"the Go template renderer is not built ({cached} is missing); run `opbroker render build`")
+        raise BuildError(f"the Go template renderer is not built ({cached} is missing); run `opbroker gorender build`")
     with _lock:
         if not cached.is_file():
             build(cached)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install everything opbroker needs on a fresh machine: the virtual environment at .venv/ with the
-# package and its tools, then the local Kubernetes control plane (built once, cached outside the repo).
+# package and its tools, the Go template renderer and the local Kubernetes control plane (each built once,
+# cached outside the repo).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,3 +18,6 @@ echo "[setup] installing opbroker and its tools into .venv"
 
 echo "[setup] making sure the local control plane binaries are built"
 .venv/bin/opbroker cluster build
+
+echo "[setup] making sure the Go template renderer (gotemplate and helm plans) is built"
+.venv/bin/opbroker gorender build
