@@ -25,11 +25,40 @@ type cacheKey struct {
 type Templates struct {
 	mu     sync.Mutex
 	parsed map[cacheKey]*template.Template
+	byKey  map[string]*template.Template
 }
 
 // NewTemplates makes an empty cache.
 func NewTemplates() *Templates {
-	return &Templates{parsed: map[cacheKey]*template.Template{}}
+	return &Templates{parsed: map[cacheKey]*template.Template{}, byKey: map[string]*template.Template{}}
+}
+
+// ForRequest parses the request's template, or finds it by the client's key when the text was sent before.
+func (t *Templates) ForRequest(req *Request) (*template.Template, error) {
+	if req.TemplateKey == "" {
+		return t.Parse(req.Name, req.Template, req.Limits.MaxOutputBytes)
+	}
+	key := fmt.Sprintf("%s\x00%s\x00%d", req.TemplateKey, req.Name, req.Limits.MaxOutputBytes)
+	t.mu.Lock()
+	parsed, ok := t.byKey[key]
+	t.mu.Unlock()
+	if ok {
+		return parsed, nil
+	}
+	if req.Template == "" {
+		return nil, &RenderError{Kind: "missing-blob", Message: fmt.Sprintf("template %s is not known here", req.TemplateKey)}
+	}
+	parsed, err := t.Parse(req.Name, req.Template, req.Limits.MaxOutputBytes)
+	if err != nil {
+		return nil, err
+	}
+	t.mu.Lock()
+	if len(t.byKey) >= maxCached {
+		t.byKey = map[string]*template.Template{}
+	}
+	t.byKey[key] = parsed
+	t.mu.Unlock()
+	return parsed, nil
 }
 
 // Parse returns the parsed template, from the cache when the same text was parsed before.

@@ -68,8 +68,8 @@ func RenderChart(templates *Templates, charts *Charts, req *Request) (string, er
 		return "", err
 	}
 	values := chartutil.Values{}
-	if strings.TrimSpace(req.Template) != "" {
-		tmpl, err := templates.Parse(req.Name, req.Template, req.Limits.MaxOutputBytes)
+	if strings.TrimSpace(req.Template) != "" || req.TemplateKey != "" {
+		tmpl, err := templates.ForRequest(req)
 		if err != nil {
 			return "", err
 		}

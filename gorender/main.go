@@ -25,11 +25,12 @@ const watchdogGrace = 250 * time.Millisecond
 type Server struct {
 	templates *Templates
 	charts    *Charts
+	blobs     *Blobs
 }
 
 // NewServer makes a server with empty caches.
 func NewServer() *Server {
-	return &Server{templates: NewTemplates(), charts: NewCharts()}
+	return &Server{templates: NewTemplates(), charts: NewCharts(), blobs: NewBlobs()}
 }
 
 // Handle answers one request; it never panics (a panic inside an engine becomes an error).
@@ -49,6 +50,10 @@ func (s *Server) Handle(req *Request) (resp Response) {
 	}
 	output, err := s.run(req)
 	if err != nil {
+		if re, ok := err.(*RenderError); ok && re.Kind == "missing-blob" {
+			resp.Error = re
+			return resp
+		}
 		located := locate("exec", err)
 		if located.Template == "" {
 			located.Template = req.Name
@@ -76,9 +81,12 @@ func (s *Server) run(req *Request) (string, error) {
 		_, err := s.templates.Parse(req.Name, req.Template, req.Limits.MaxOutputBytes)
 		return "", err
 	case "render":
+		if err := s.blobs.resolve(req); err != nil {
+			return "", err
+		}
 		switch req.Engine {
 		case "gotemplate":
-			tmpl, err := s.templates.Parse(req.Name, req.Template, req.Limits.MaxOutputBytes)
+			tmpl, err := s.templates.ForRequest(req)
 			if err != nil {
 				return "", err
 			}

@@ -26,10 +26,18 @@ type Request struct {
 	Name string `json:"name"`
 	// Template is the gotemplate text, or for helm the values template (may be empty).
 	Template string `json:"template"`
+	// TemplateKey names the template by a key the client chose (a hash of its text). With a key, the text
+	// is sent once: a later request may leave Template empty and the parsed template is found by its key.
+	TemplateKey string `json:"templateKey,omitempty"`
 	// Chart is a helm chart archive (.tgz), base64 in JSON.
 	Chart []byte `json:"chart,omitempty"`
 	// Values are the template variables (service, plan, instance, binding, one per source).
 	Values map[string]any `json:"values"`
+	// Shared names variables whose value was sent before (or is in Blobs): variable name -> blob key. The
+	// plan and the service are the same for many renders; sending them once saves most of the decoding.
+	Shared map[string]string `json:"shared,omitempty"`
+	// Blobs carries shared values this process has not seen yet: blob key -> value.
+	Blobs map[string]json.RawMessage `json:"blobs,omitempty"`
 	// Release names the helm release (name and namespace).
 	Release ReleaseInfo `json:"release"`
 	Limits  Limits      `json:"limits"`

@@ -271,3 +271,32 @@ func BenchmarkBareTextTemplate(b *testing.B) {
 		})
 	}
 }
+
+func TestSharedValuesAreSentOnceAndCopiedPerRender(t *testing.T) {
+	s := NewServer()
+	tmpl := `{{ $_ := set .plan "seen" "yes" }}{{ .plan.name }} {{ .plan.n }} {{ .other }}`
+	blob := json.RawMessage(`{"name":"p","n":3}`)
+	first := mustRender(t, s, Request{Name: "t", Template: tmpl, Shared: map[string]string{"plan": "k1"}, Blobs: map[string]json.RawMessage{"k1": blob}, Values: map[string]any{"other": "o"}})
+	again := mustRender(t, s, Request{Name: "t", Template: `{{ .plan.seen }}|{{ printf "%d" .plan.n }}`, Shared: map[string]string{"plan": "k1"}})
+	if first != "p 3 o" || again != "<no value>|3" {
+		t.Fatalf("got %q then %q", first, again)
+	}
+	resp := render(t, s, Request{Name: "t", Template: "x", Shared: map[string]string{"plan": "unknown"}})
+	if resp.OK || resp.Error.Kind != "missing-blob" {
+		t.Fatalf("got %+v", resp.Error)
+	}
+}
+
+func TestTemplatesAreSentOnceByKey(t *testing.T) {
+	s := NewServer()
+	if got := mustRender(t, s, Request{Name: "t", Template: "{{ .a }}", TemplateKey: "k", Values: map[string]any{"a": 1}}); got != "1" {
+		t.Fatal(got)
+	}
+	if got := mustRender(t, s, Request{Name: "t", TemplateKey: "k", Values: map[string]any{"a": 2}}); got != "2" {
+		t.Fatal(got)
+	}
+	resp := render(t, s, Request{Name: "t", TemplateKey: "other"})
+	if resp.OK || resp.Error.Kind != "missing-blob" {
+		t.Fatalf("got %+v", resp.Error)
+	}
+}

@@ -18,7 +18,9 @@ func decodeRequest(frame []byte, req *Request) error {
 	if err := decoder.Decode(req); err != nil {
 		return err
 	}
-	req.Values = typedNumbers(req.Values).(map[string]any)
+	if req.Values != nil {
+		req.Values = typedNumbers(req.Values).(map[string]any)
+	}
 	return nil
 }
 

@@ -15,6 +15,7 @@ hung process is killed rather than waited for.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import select
@@ -70,14 +71,25 @@ class GoEngine:
         self._lock = threading.Lock()
         self._process: subprocess.Popen[bytes] | None = None
         self._next_id = 0
+        self._sent: set[str] = set()
+        self._memo: dict[int, tuple[Any, tuple[str, str]]] = {}
+        """Keys of the shared values the running process holds."""
         self.starts = 0
         """How many processes were started (a restart adds one); for tests and metrics."""
 
     # -- public -------------------------------------------------------------------------------------------------
 
-    def render_template(self, *, name: str, template: str, values: Mapping[str, Any]) -> str:
-        """Render a gotemplate over ``values``; the rendered text."""
-        return self._call({"op": "render", "engine": "gotemplate", "name": name, "template": template}, values)
+    def render_template(
+        self, *, name: str, template: str, values: Mapping[str, Any], shared: Mapping[str, Any] | None = None
+    ) -> str:
+        """Render a gotemplate over ``values`` and ``shared``; the rendered text.
+
+        ``shared`` holds variables that stay the same across many renders (the plan, the service): each is
+        sent to the process once and named by the hash of its JSON afterwards (the process gives every
+        render its own copy), which saves most of the decoding a render costs on the Go side.
+        """
+        request = {"op": "render", "engine": "gotemplate", "name": name, "template": template}
+        return self._call(request, values, shared)
 
     def render_chart(
         self,
@@ -88,6 +100,7 @@ class GoEngine:
         values: Mapping[str, Any],
         release: str,
         namespace: str,
+        shared: Mapping[str, Any] | None = None,
     ) -> str:
         """Render a helm chart archive with the values rendered from ``values_template``; YAML documents."""
         request = {
@@ -98,7 +111,7 @@ class GoEngine:
             "chart": _b64(chart),
             "release": {"name": release, "namespace": namespace},
         }
-        return self._call(request, values)
+        return self._call(request, values, shared)
 
     def check(self, *, engine: str, name: str, template: str, chart: bytes | None = None) -> None:
         """Parse a template (and load a chart) without rendering it: what ``validate --templates`` needs."""
@@ -123,18 +136,64 @@ class GoEngine:
 
     # -- the exchange -------------------------------------------------------------------------------------------
 
-    def _call(self, request: dict[str, Any], values: Mapping[str, Any]) -> str:
+    def _call(self, request: dict[str, Any], values: Mapping[str, Any], shared: Mapping[str, Any] | None = None) -> str:
         request["limits"] = {
             "timeoutMs": int(self.limits.timeout * 1000),
             "maxOutputBytes": self.limits.max_output_bytes,
         }
+        blobs = {name: self._blob(value) for name, value in (shared or {}).items()}
+        text = request.pop("template", "")
+        if text:
+            # The text goes once per process; later requests name it by its hash.
+            request["templateKey"] = self._blob(text)[0]
+        try:
+            return self._exchange(dict(request), text, values, blobs)
+        except _MissingBlob:
+            # The process dropped shared values (its store is bounded): forget what was sent, send them again.
+            with self._lock:
+                self._sent.clear()
+            return self._exchange(dict(request), text, values, blobs)
+
+    def _blob(self, value: Any) -> tuple[str, str]:
+        """A shared value's key (a hash of its JSON) and JSON text, remembered per object.
+
+        The plan and the service are the same objects render after render (the controller replaces an
+        object it re-reads, it never edits one in place), so hashing each once saves re-serialising it.
+        """
+        memo = self._memo.get(id(value))
+        if memo is not None and memo[0] is value:
+            return memo[1]
+        text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"), default=str)
+        blob = hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest(), text
         with self._lock:
+            self._memo[id(value)] = (value, blob)  # holding `value` keeps its id from being reused
+            while len(self._memo) > 256:
+                self._memo.pop(next(iter(self._memo)))
+        return blob
+
+    def _exchange(
+        self, request: dict[str, Any], text: str, values: Mapping[str, Any], blobs: dict[str, tuple[str, str]]
+    ) -> str:
+        with self._lock:
+            process = self._running()
+            key = request.get("templateKey")
+            if key is None or key not in self._sent:
+                request["template"] = text
+            if blobs:
+                request["shared"] = {name: key for name, (key, _) in blobs.items()}
+                fresh = {key: text for key, text in blobs.values() if key not in self._sent}
+                if fresh:
+                    request["blobs"] = "@BLOBS@"
+            else:
+                fresh = {}
             self._next_id += 1
             request["id"] = self._next_id
             head = json.dumps(request, separators=(",", ":"))
+            if fresh:
+                texts = ",".join(f"{json.dumps(key)}:{text}" for key, text in fresh.items())
+                head = head.replace('"@BLOBS@"', "{" + texts + "}", 1)
             # values go in last, serialised once, without a second copy of the request.
             body = (head[:-1] + ',"values":' + json.dumps(values, separators=(",", ":"), default=str) + "}").encode()
-            process = self._running()
             try:
                 assert process.stdin is not None and process.stdout is not None
                 process.stdin.write(_HEADER.pack(len(body)) + body)
@@ -146,9 +205,14 @@ class GoEngine:
             if answer.get("id") != request["id"]:
                 self._stop()
                 raise EngineCrashed("the Go template renderer answered out of turn; it was restarted")
+            error = answer.get("error") or {}
+            if error.get("kind") == "missing-blob":
+                raise _MissingBlob
+            self._sent.update(fresh)
+            if key is not None and error.get("kind") != "parse":
+                self._sent.add(key)
         if answer.get("ok"):
             return str(answer.get("output") or "")
-        error = answer.get("error") or {}
         if error.get("fatal"):
             with self._lock:
                 self._stop()
@@ -203,6 +267,7 @@ class GoEngine:
         except OSError as exc:
             raise TemplateSourceError(f"cannot start the Go template renderer {binary}: {exc}") from None
         self.starts += 1
+        self._sent.clear()
         return self._process
 
     def _stop(self) -> str:
@@ -218,6 +283,10 @@ class GoEngine:
             return ""
         said = (stderr or b"").decode("utf-8", "replace").strip().splitlines()
         return f"; it said: {said[0][:300]}" if said else ""
+
+
+class _MissingBlob(Exception):
+    """The process does not hold a shared value (or template) the request named."""
 
 
 def _b64(data: bytes) -> str:

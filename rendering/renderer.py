@@ -285,9 +285,10 @@ class Renderer:
         not found) is absent rather than null, so ``with .binding.metadata.name`` works as it does there.
         """
         values = {name: value for name, value in variables.items() if value is not None and name != "sources"}
+        shared = {name: values.pop(name) for name in ("plan", "service") if name in values}
         name = spec.action.value
         if spec.type is TemplateType.GOTEMPLATE:
-            return self.go.render_template(name=name, template=self._texts.text(spec), values=values)
+            return self.go.render_template(name=name, template=self._texts.text(spec), values=values, shared=shared)
         self._helm_action(spec)
         return self.go.render_chart(
             name=name,
@@ -296,6 +297,7 @@ class Renderer:
             values=values,
             release=release_name(inputs.instance),
             namespace=inputs.namespace,
+            shared=shared,
         )
 
     def _check_go(self, spec: TemplateSpec, label: str) -> None:

@@ -308,3 +308,30 @@ def test_the_binary_cache_key_follows_the_go_sources(tmp_path: Path) -> None:
     (tmp_path / "main.go").write_text("package main // changed")
     assert gorender.source_key(tmp_path) != key
     assert gorender.source_key() == gorender.cached_binary().parent.name.removeprefix("gorender-")
+
+
+def test_templates_and_shared_values_are_resent_after_a_restart(renderer: Renderer) -> None:
+    # The second render sends neither the template text nor the plan again; a fresh process knows neither,
+    # so after a crash the client must send both again without the caller noticing.
+    the_plan = plan(gotemplate("provision", CM + "data:\n  plan: {{ .plan.spec.name }}\n"))
+    for _ in range(2):
+        renderer.render_objects(the_plan, TemplateAction.PROVISION, inputs())
+    pid = renderer.go.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    time.sleep(0.1)
+    rendered = renderer.render_objects(the_plan, TemplateAction.PROVISION, inputs())
+    assert rendered.objects[0].manifest["data"] == {"plan": "p"}
+
+
+def test_a_process_that_forgot_a_shared_value_is_sent_it_again(renderer: Renderer) -> None:
+    the_plan = plan(gotemplate("provision", CM + "data:\n  plan: {{ .plan.spec.name }}\n"))
+    renderer.render_objects(the_plan, TemplateAction.PROVISION, inputs())
+    believed = set(renderer.go._sent)
+    assert len(believed) == 2, "the template and the plan were sent"
+    with renderer.go._lock:  # a new process behind the client's back: it holds neither
+        renderer.go._stop()
+        renderer.go._running()
+        renderer.go._sent = set(believed)
+    rendered = renderer.render_objects(the_plan, TemplateAction.PROVISION, inputs())
+    assert rendered.objects[0].manifest["data"] == {"plan": "p"}
