@@ -285,7 +285,7 @@ class Renderer:
         not found) is absent rather than null, so ``with .binding.metadata.name`` works as it does there.
         """
         values = {name: value for name, value in variables.items() if value is not None and name != "sources"}
-        shared = {name: values.pop(name) for name in ("plan", "service") if name in values}
+        shared: dict[str, Any] = {name: values.pop(name) for name in ("plan", "service") if name in values}
         name = spec.action.value
         if spec.type is TemplateType.GOTEMPLATE:
             return self.go.render_template(name=name, template=self._texts.text(spec), values=values, shared=shared)
