@@ -122,7 +122,8 @@ def check_plan(plan: SFPlan, renderer: Renderer | None = None) -> PlanCheck:
     warnings: list[Finding] = []
     instance, binding = sample_instance(plan), sample_binding(plan)
     for action, for_binding in TRIALS:
-        if plan.spec.template(action) is None:
+        spec = plan.spec.template(action)
+        if spec is None or spec.url is not None:  # a preview must not depend on the network
             continue
         where = f"templates[{position[action]}]"
         what = f"{action.value} (binding)" if for_binding and action is TemplateAction.STATUS else action.value

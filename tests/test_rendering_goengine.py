@@ -335,3 +335,19 @@ def test_a_process_that_forgot_a_shared_value_is_sent_it_again(renderer: Rendere
         renderer.go._sent = set(believed)
     rendered = renderer.render_objects(the_plan, TemplateAction.PROVISION, inputs())
     assert rendered.objects[0].manifest["data"] == {"plan": "p"}
+
+
+def test_validation_of_a_helm_chart_by_url_checks_its_values_template_without_fetching() -> None:
+    class Refusing:
+        def fetch(self, url: str, *, timeout: float, max_bytes: int) -> bytes:
+            raise AssertionError(f"a preview fetched {url}")
+
+    renderer = Renderer(fetcher=Refusing())
+    try:
+        good = plan(helm(url="https://charts.example.com/tiny-0.1.0.tgz"))
+        assert check_plan(good, renderer).errors == ()
+        bad = plan({**helm(url="https://charts.example.com/tiny-0.1.0.tgz"), "content": "owner: {{ .x "})
+        (error,) = check_plan(bad, renderer).errors
+        assert "template provision (helm chart https://charts.example.com/tiny-0.1.0.tgz) line 1" in str(error)
+    finally:
+        renderer.go.close()
