@@ -82,7 +82,9 @@ class TemplateArgs(TypedDict):
     action: TemplateAction
     """What the template is rendered for."""
     type: NotRequired[TemplateType]
-    """Template language; ``jinja2`` (the default) is the one opbroker renders."""
+    """Template language: ``jinja2`` (the default), or Service Fabrik's ``gotemplate`` and ``helm`` (rendered by
+    opbroker's Go renderer; a helm template gives its chart by ``url`` or ``content_encoded`` and its values
+    template in ``content``)."""
     content: NotRequired[str]
     """The template text."""
     content_encoded: NotRequired[str]
