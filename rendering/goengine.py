@@ -23,6 +23,7 @@ import struct
 import subprocess
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, Any
@@ -268,6 +269,8 @@ class GoEngine:
             raise TemplateSourceError(f"cannot start the Go template renderer {binary}: {exc}") from None
         self.starts += 1
         self._sent.clear()
+        # A renderer dropped without close() (a one-off check) must not leave its process behind.
+        weakref.finalize(self, _kill_quietly, self._process)
         return self._process
 
     def _stop(self) -> str:
@@ -287,6 +290,12 @@ class GoEngine:
 
 class _MissingBlob(Exception):
     """The process does not hold a shared value (or template) the request named."""
+
+
+def _kill_quietly(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.kill()
+        process.wait()
 
 
 def _b64(data: bytes) -> str:

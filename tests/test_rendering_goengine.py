@@ -351,3 +351,18 @@ def test_validation_of_a_helm_chart_by_url_checks_its_values_template_without_fe
         assert "template provision (helm chart https://charts.example.com/tiny-0.1.0.tgz) line 1" in str(error)
     finally:
         renderer.go.close()
+
+
+def test_a_dropped_renderer_leaves_no_process_behind() -> None:
+    import gc
+
+    renderer = Renderer()
+    provision(renderer, CM)
+    pid = renderer.go.pid
+    assert pid is not None
+    del renderer
+    gc.collect()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
+        time.sleep(0.05)
+    assert not Path(f"/proc/{pid}").exists(), "the renderer process outlived its renderer"
