@@ -259,6 +259,7 @@ class Renderer:
                 if spec.type is TemplateType.JINJA2:
                     text = self._text(self._template(plan, spec, label), variables, current)
                 else:
+                    current.verbatim = True
                     text = self._go_text(spec, variables, inputs)
                 result = parse(text, current)
                 current.budget.check_time()

@@ -366,3 +366,23 @@ def test_a_dropped_renderer_leaves_no_process_behind() -> None:
     while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
         time.sleep(0.05)
     assert not Path(f"/proc/{pid}").exists(), "the renderer process outlived its renderer"
+
+
+def test_gotemplates_come_from_content_encoded_and_url_like_jinja2_ones() -> None:
+    class Fetcher:
+        def fetch(self, url: str, *, timeout: float, max_bytes: int) -> bytes:
+            return CM.encode()
+
+    renderer = Renderer(fetcher=Fetcher())
+    try:
+        encoded = {
+            "action": "provision",
+            "type": "gotemplate",
+            "contentEncoded": base64.b64encode(CM.encode()).decode(),
+        }
+        by_url = {"action": "provision", "type": "gotemplate", "url": "https://templates.example.com/cm.yaml"}
+        for template in (encoded, by_url):
+            rendered = renderer.render_objects(plan(template), TemplateAction.PROVISION, inputs())
+            assert rendered.objects[0].manifest["metadata"]["name"] == "db1"
+    finally:
+        renderer.go.close()

@@ -170,3 +170,17 @@ def test_one_process_serves_every_render_and_thread(renderer: Renderer) -> None:
         results = list(pool.map(one, range(200)))
     assert all(name == f"sapcp-inst-{index}" for index, name in results)
     assert (renderer.go.pid, renderer.go.starts) == (pid, starts)
+
+
+def test_a_credential_that_breaks_the_yaml_never_reaches_the_error(renderer: Renderer) -> None:
+    # sprig's squote does not escape quotes: a password holding one makes the status text invalid YAML.
+    # The error names the line, but must not quote it (it holds the credentials).
+    import base64
+
+    live = copy.deepcopy(LIVE)
+    live["secret"]["data"]["password"] = base64.b64encode(b"it's-s3cr3t").decode()
+    with pytest.raises(RenderError) as caught:
+        renderer.render_status(SEED, inputs(binding=BINDING, sources=live))
+    message = str(caught.value)
+    assert "the rendered text is not valid YAML" in message and "of the rendered text" in message
+    assert "s3cr3t" not in message and "it's" not in message
