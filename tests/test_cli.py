@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -77,3 +78,22 @@ def test_validate_templates_renders_plans_offline(seed_manifests: list[Path]) ->
     assert result.returncode == 0, result.stderr  # the seed's gotemplate plan renders through the Go renderer
     assert "trial render of bind with a made-up request failed" in result.stdout  # a warning, not a failure
     assert f"{ours}: document 1 SFPlan" not in result.stderr
+
+
+def test_gorender_build_and_path_find_the_cached_renderer() -> None:
+    built = run("gorender", "build")
+    assert built.returncode == 0, built.stderr
+    assert "renderer up to date" in built.stdout or "renderer ready" in built.stdout
+    found = run("gorender", "path")
+    assert found.returncode == 0, found.stderr
+    path = Path(found.stdout.strip())
+    assert path.is_file() and path.parent.name.startswith("gorender-") and REPO not in path.parents
+    missing = subprocess.run(
+        [OPBROKER, "gorender", "path"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OPBROKER_GORENDER": "/nonexistent/gorender"},
+        check=False,
+    )
+    assert missing.returncode == 1
+    assert "OPBROKER_GORENDER points at /nonexistent/gorender, which does not exist" in missing.stderr
