@@ -28,8 +28,8 @@ class TemplateAction(StrEnum):
 
 
 class TemplateType(StrEnum):
-    """The template language. ``jinja2`` is what opbroker renders; the others are Service Fabrik's and
-    are accepted in manifests so existing plans load, but the renderer refuses them with a clear error."""
+    """The template language. ``jinja2`` is rendered in-process; Service Fabrik's ``gotemplate`` (Go's
+    text/template with sprig) and ``helm`` (a chart rendered by helm's engine) by the Go renderer."""
 
     JINJA2 = "jinja2"
     GOTEMPLATE = "gotemplate"
@@ -37,7 +37,11 @@ class TemplateType(StrEnum):
 
 
 class TemplateSpec(WireModel):
-    """One template of a plan. Exactly one source: inline ``content``, base64 ``contentEncoded`` or ``url``."""
+    """One template of a plan. Exactly one source: inline ``content``, base64 ``contentEncoded`` or ``url``.
+
+    ``helm`` templates, as in Service Fabrik, name a chart archive (``.tgz``) by ``url`` or ship it base64 in
+    ``contentEncoded``, and may add ``content``: the values template (a gotemplate) rendered first.
+    """
 
     action: TemplateAction
     type: TemplateType
@@ -51,6 +55,15 @@ class TemplateSpec(WireModel):
     @model_validator(mode="after")
     def _one_source(self) -> TemplateSpec:
         given = [n for n in ("content", "content_encoded", "url") if getattr(self, n) is not None]
+        if self.type is TemplateType.HELM:
+            charts = [n for n in given if n != "content"]
+            if len(charts) != 1:
+                named = ", ".join({"content_encoded": "contentEncoded", "url": "url"}[n] for n in charts) or "none"
+                raise ValueError(
+                    "a helm template needs its chart archive in exactly one of url or contentEncoded (base64 .tgz), "
+                    f"plus an optional values template in content (got {named})"
+                )
+            return self
         if len(given) != 1:
             wire = {"content": "content", "content_encoded": "contentEncoded", "url": "url"}
             named = ", ".join(wire[n] for n in given) or "none"

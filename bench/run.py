@@ -12,19 +12,27 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import bindings, claims, cluster, provisioning, renderer
+from bench import bindings, claims, cluster, gotemplate, provisioning, renderer
 from bench.common import machine
 
 RESULTS = Path(__file__).resolve().parent / "results"
-SUITES = ("renderer", "claims", "provisioning", "bindings", "cluster")
+SUITES = ("renderer", "gotemplate", "claims", "provisioning", "bindings", "cluster")
 FULL = {
     "provisioning": (100, 1000, 5000),
     "bindings": (10_000, 1_000),
     "claims": (10_000, 1_000),
     "renderer": 5.0,
+    "gotemplate": 5.0,
     "cluster": None,
 }
-QUICK = {"provisioning": (20, 40), "bindings": (40, 20), "claims": (1_000, 100), "renderer": 0.5, "cluster": None}
+QUICK = {
+    "provisioning": (20, 40),
+    "bindings": (40, 20),
+    "claims": (1_000, 100),
+    "renderer": 0.5,
+    "gotemplate": 0.5,
+    "cluster": None,
+}
 
 TARGETS = {"utilisation": 0.5, "write_amplification": 1.5, "scale_curve_ratio": 1.5}
 
@@ -45,6 +53,10 @@ def run_suites(
     if "renderer" in suites:
         log("renderer ...")
         results["renderer"] = renderer.run(sizes["renderer"])
+        record(results)
+    if "gotemplate" in suites:
+        log("gotemplate ...")
+        results["gotemplate"] = gotemplate.run(sizes["gotemplate"])
         record(results)
     if "claims" in suites:
         log("claims ...")
@@ -157,6 +169,22 @@ def summary_markdown(results: dict[str, Any]) -> str:
             + f" (opbroker ÷ jinja2+yaml = {r['ratio_to_jinja2_yaml']}).",
             "",
         ]
+    if "gotemplate" in results:
+        g = results["gotemplate"]
+        lines += [
+            "## Go templates (gotemplate through the Go renderer vs jinja2 in-process)",
+            "",
+            f"Renders/s of {g['plan']}:",
+            "",
+            "| template | opbroker gotemplate | opbroker jinja2 | gotemplate ÷ jinja2 | bare text/template (Go) |",
+            "|---|---|---|---|---|",
+        ]
+        for action, r in g["renders_per_second"].items():
+            lines.append(
+                f"| {action} | {r['opbroker_gotemplate']} | {r['opbroker_jinja2']} | "
+                f"{g['ratio_gotemplate_to_jinja2'][action]} | {r.get('bare_text_template_go', 'n/a')} |"
+            )
+        lines += ["", f"Target (gotemplate path ≥ jinja2 path): {'met' if g['target_met'] else 'NOT met'}.", ""]
     if "claims" in results:
         c = results["claims"]
         lines += [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from opbroker.cli import broker, cluster, controller, dev, manifests, plan, render
+from opbroker.cli import broker, cluster, controller, dev, gorender, manifests, plan, render
 
 app = typer.Typer(
     name="opbroker",
@@ -15,6 +15,7 @@ app = typer.Typer(
 app.command("validate")(manifests.validate)
 app.command("crds")(manifests.crds)
 app.add_typer(cluster.app, name="cluster")
+app.add_typer(gorender.app, name="gorender")
 app.add_typer(broker.app, name="broker")
 app.command("render")(render.render)
 app.add_typer(controller.app, name="controller")

@@ -12,6 +12,7 @@ from opbroker.api.crd import all_crds, crd_file_name, to_yaml
 from opbroker.api.errors import ManifestError
 from opbroker.api.manifests import check_file
 from opbroker.cli.console import err, out
+from opbroker.rendering import Renderer
 from opbroker.rendering.checking import check_plan
 
 
@@ -32,6 +33,7 @@ def validate(
     Documents of kinds opbroker does not own (a Secret, say) are reported as skipped.
     """
     failures = 0
+    renderer = Renderer()  # one for every plan: gotemplate and helm plans share one Go renderer process
     for path in files:
         try:
             checked = check_file(path)
@@ -50,7 +52,7 @@ def validate(
                 name = item.resource.metadata.name if item.resource else ""
                 out.print(f"[green]✓[/green] {where} {item.kind} {name}")
                 if templates and isinstance(item.resource, SFPlan):
-                    verdict = check_plan(item.resource)
+                    verdict = check_plan(item.resource, renderer)
                     for finding in verdict.errors:
                         failures += 1
                         err.print(f"[red]✗[/red] {where} {item.kind} {name}: spec.{finding}")

@@ -8,6 +8,7 @@ This module must not use ``from __future__ import annotations``: the component p
 annotations at run time to build its schema.
 """
 
+import functools
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict
 
@@ -18,6 +19,7 @@ from opbroker.api import SFService as SFServiceModel
 from opbroker.api import TemplateAction, TemplateType
 from opbroker.api.conventions import resource_name
 from opbroker.components import resources
+from opbroker.rendering import Renderer
 from opbroker.rendering.checking import check_plan
 
 SERVICE_TYPE = "opbroker:index:SFService"
@@ -82,7 +84,9 @@ class TemplateArgs(TypedDict):
     action: TemplateAction
     """What the template is rendered for."""
     type: NotRequired[TemplateType]
-    """Template language; ``jinja2`` (the default) is the one opbroker renders."""
+    """Template language: ``jinja2`` (the default), or Service Fabrik's ``gotemplate`` and ``helm`` (rendered by
+    opbroker's Go renderer; a helm template gives its chart by ``url`` or ``content_encoded`` and its values
+    template in ``content``)."""
     content: NotRequired[str]
     """The template text."""
     content_encoded: NotRequired[str]
@@ -202,6 +206,12 @@ def _spec(args: Any) -> dict[str, Any]:
     return {k: v for k, v in dict(args).items() if k not in _OBJECT_KEYS and v is not None}
 
 
+@functools.cache
+def _preview_renderer() -> Renderer:
+    """One renderer for every SFPlan of a preview: gotemplate and helm plans share one Go renderer process."""
+    return Renderer()
+
+
 def load_templates(templates: Any, base_dir: str | None) -> tuple[list[Any], list[tuple[str, str]]]:
     """Templates with every ``file`` replaced by its ``content``, and (field, reason) for unreadable files.
 
@@ -253,7 +263,7 @@ def plan_model(name: str, args: SFPlanArgs) -> SFPlanModel:
     model = resources.validate(SFPlanModel, "SFPlan", name, {"metadata": meta, "spec": spec})
     assert isinstance(model, SFPlanModel)
     # Render the templates offline, so a broken template fails `pulumi preview`, not the first provision.
-    verdict = check_plan(model)
+    verdict = check_plan(model, _preview_renderer())
     if verdict.errors:
         raise resources.InvalidArgsError("SFPlan", name, [(f.path, f.message) for f in verdict.errors])
     for warning in verdict.warnings:

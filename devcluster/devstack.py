@@ -71,6 +71,19 @@ class DevStack:
         self.broker_port = broker_port
         self.processes: list[Process] = []
 
+    @staticmethod
+    def _ensure_gorender(progress: Progress) -> None:
+        """Build the Go template renderer before the controller starts (gotemplate and helm plans), so a first
+        such render does not wait for a build; the in-cluster stack's image carries it."""
+        from opbroker import gorender
+
+        try:
+            if gorender.installed_binary() is None and not gorender.cached_binary().is_file():
+                progress("building the Go template renderer (gotemplate and helm plans)")
+            gorender.renderer_binary()
+        except gorender.BuildError as exc:
+            raise DevStackError(str(exc)) from exc
+
     def up(self, progress: Progress) -> Endpoint:
         if not (DEMO_OPERATOR / "operator.py").exists():
             raise DevStackError(f"the demo operator is not at {DEMO_OPERATOR}: opbroker dev needs a source checkout")
@@ -87,6 +100,7 @@ class DevStack:
         install_crds(api)
         install_crds(api, [yaml.safe_load((DEMO_OPERATOR / "crd.yaml").read_text())])
         self._apply_catalog(api, progress)
+        self._ensure_gorender(progress)
 
         kubeconfig = str(self.plane.kubeconfig)
         password = secrets.token_urlsafe(18)

@@ -42,6 +42,8 @@ class ImageSpec:
     runtime_packages: tuple[str, ...] = ("python3", "ca-certificates")
     build_packages: tuple[str, ...] = ("python3-venv",)
     venv: str = "/opt/opbroker"
+    gorender: str = "/opt/opbroker/bin/gorender"
+    """The Go template renderer, beside the venv's python, where ``opbroker.gorender`` looks first."""
     user: str = "65532:65532"
     entrypoint: tuple[str, ...] = ("opbroker",)
     exposed_ports: tuple[str, ...] = ("8080/tcp", "9090/tcp")
@@ -177,6 +179,18 @@ def _wheel_content(wheel: Path) -> bytes:
         return wheel.name.encode() + b"".join(m.encode() + hashlib.sha256(archive.read(m)).digest() for m in members)
 
 
+def _gorender_binary(progress: Progress) -> Path:
+    """The cached Go template renderer (built first if needed): the image carries the same binary."""
+    from opbroker import gorender
+
+    try:
+        if not gorender.cached_binary().is_file():
+            progress("building the Go template renderer")
+        return gorender.build() if not gorender.cached_binary().is_file() else gorender.cached_binary()
+    except gorender.BuildError as exc:
+        raise ImageBuildError(str(exc)) from None
+
+
 def opbroker_image(progress: Progress = print, *, use_cache: bool = True) -> tuple[Path, str]:
     """Build (or find cached) the opbroker image; returns the OCI archive and the image's name.
     ``use_cache=False`` builds it again even when an archive for this checkout exists (benchmarks)."""
@@ -185,8 +199,9 @@ def opbroker_image(progress: Progress = print, *, use_cache: bool = True) -> tup
     with tempfile.TemporaryDirectory(prefix="opbroker-image-") as tmp:
         work = Path(tmp)
         wheels = _wheelhouse(work, progress)
+        renderer = _gorender_binary(progress)
         recipe = repr(IMAGE).encode()
-        key = _digest(recipe, *(_wheel_content(w) for w in wheels))
+        key = _digest(recipe, *(_wheel_content(w) for w in wheels), renderer.read_bytes())
         archive = cache_dir() / "images" / f"opbroker-{opbroker_version()}-{key}.tar"
         if archive.exists() and use_cache:
             progress(f"opbroker image up to date ({archive.name})")
@@ -200,6 +215,7 @@ def opbroker_image(progress: Progress = print, *, use_cache: bool = True) -> tup
             f'chroot "$1" python3 -m venv {venv}',
             f'chroot "$1" {venv}/bin/pip install --quiet --no-index --no-compile --find-links /tmp/wheels opbroker',
             f'chroot "$1" {venv}/bin/pip uninstall --quiet --yes pip',
+            f'install -m 0755 {renderer} "$1{IMAGE.gorender}"',
             'rm -rf "$1/tmp/wheels"',
             'echo "nonroot:x:65532:65532:nonroot:/home/nonroot:/usr/sbin/nologin" >> "$1/etc/passwd"',
             'echo "nonroot:x:65532:" >> "$1/etc/group"',

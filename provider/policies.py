@@ -4,7 +4,8 @@ They look at what reaches the engine: every ``SFPlan`` custom resource (from the
 ConfigGroup, or hand-written ``CustomResource``) and every ``Role`` / ``ClusterRole``:
 
 * ``opbroker-plan-valid``: the plan's spec fits the resource model, and every template is of a type
-  opbroker renders (``jinja2``; Service Fabrik's ``gotemplate`` and ``helm`` load but cannot be served);
+  opbroker renders (``jinja2`` in-process; Service Fabrik's ``gotemplate`` and ``helm`` through the Go
+  renderer), a helm chart only for the actions a chart can render (provision, bind, unbind);
 * ``opbroker-parameter-schemas-valid``: every parameter schema is a valid JSON Schema;
 * ``opbroker-no-wildcard-rbac``: no RBAC rule grants ``*`` verbs on ``*`` resources.
 
@@ -33,7 +34,9 @@ RBAC_TYPES = frozenset(
     }
 )
 #: Template types the controller renders. Update when ``opbroker.rendering`` learns more.
-RENDERED_TEMPLATE_TYPES = frozenset({TemplateType.JINJA2.value})
+RENDERED_TEMPLATE_TYPES = frozenset(t.value for t in TemplateType)
+#: The actions a helm chart can render: objects, never sources, status or a cluster selector.
+HELM_ACTIONS = frozenset({"provision", "bind", "unbind"})
 #: Where a plan keeps its parameter schemas (OSB catalog spelling, as on the wire).
 SCHEMA_PATHS = (
     ("service_instance", "create"),
@@ -58,6 +61,11 @@ def plan_problems(props: Mapping[str, Any]) -> list[str]:
             supported = ", ".join(sorted(RENDERED_TEMPLATE_TYPES))
             problems.append(
                 f"spec.templates[{index}].type: opbroker does not render {kind!r} templates (supported: {supported})"
+            )
+        elif kind == TemplateType.HELM.value and template.get("action") not in HELM_ACTIONS:
+            problems.append(
+                f"spec.templates[{index}]: a helm chart renders objects (provision, bind, unbind), "
+                f"not {template.get('action')!r}"
             )
     return problems
 

@@ -2,13 +2,17 @@
 
 Two kinds of findings:
 
-* **errors** — the plan cannot work: a template that does not compile, a template type opbroker does not
-  render, a template that tries to escape the sandbox or blows its limits. These fail a preview.
+* **errors** — the plan cannot work: a template that does not compile (jinja2 in-process; ``gotemplate`` and
+  ``helm`` parsed by the Go renderer, so an unknown function is caught here), a helm chart for an action a
+  chart cannot render, a Go renderer that cannot run on this machine, a template that tries to escape the
+  sandbox or blows its limits. These fail a preview, not a provision.
 * **warnings** — a trial render with a made-up instance (and binding) failed in a way that may only be
   because no real request or live objects exist yet (a ``required`` parameter, a source object the
   template reads, output that is not an object for this made-up request). Worth a look, not a failure.
 
 ``url`` templates are not fetched (a preview must not depend on the network); they are checked at rollout.
+For a helm template given by ``url`` only the values template is checked; a chart in ``contentEncoded`` is
+loaded and trial-rendered.
 """
 
 from __future__ import annotations
@@ -106,10 +110,7 @@ def check_plan(plan: SFPlan, renderer: Renderer | None = None) -> PlanCheck:
     position = {template.action: index for index, template in enumerate(plan.spec.templates)}
     for index, template in enumerate(plan.spec.templates):
         where = f"templates[{index}]"
-        if template.type is not TemplateType.JINJA2:
-            errors.append(Finding(where, f"type {template.type.value!r} is not rendered by opbroker; use jinja2"))
-            continue
-        if template.url is not None:
+        if template.url is not None and template.type is not TemplateType.HELM:
             continue
         try:
             renderer.compile(plan, template)
@@ -121,7 +122,8 @@ def check_plan(plan: SFPlan, renderer: Renderer | None = None) -> PlanCheck:
     warnings: list[Finding] = []
     instance, binding = sample_instance(plan), sample_binding(plan)
     for action, for_binding in TRIALS:
-        if plan.spec.template(action) is None:
+        spec = plan.spec.template(action)
+        if spec is None or spec.url is not None:  # a preview must not depend on the network
             continue
         where = f"templates[{position[action]}]"
         what = f"{action.value} (binding)" if for_binding and action is TemplateAction.STATUS else action.value

@@ -24,12 +24,17 @@ class RenderError(Exception):
         action: str | None = None,
         template: str | None = None,
         line: int | None = None,
+        column: int | None = None,
+        source: str | None = None,
     ) -> None:
         self.cause = cause
         self.plan = plan
         self.action = action
         self.template = template
         self.line = line
+        self.column = column
+        self.source = source
+        """The file inside the template the error is in, when it has several (a helm chart's templates)."""
         super().__init__(cause)
 
     def located(
@@ -47,6 +52,8 @@ class RenderError(Exception):
             action=self.action or action,
             template=self.template or template,
             line=self.line if self.line is not None else line,
+            column=self.column,
+            source=self.source,
         )
         located.__cause__ = self.__cause__
         return located
@@ -58,7 +65,9 @@ class RenderError(Exception):
         if self.action:
             where.append(f"action {self.action!r}")
         if self.template:
-            where.append(f"template {self.template}" + (f" line {self.line}" if self.line is not None else ""))
+            line = f" line {self.line}" if self.line is not None else ""
+            column = f" column {self.column}" if self.column is not None and self.line is not None else ""
+            where.append(f"template {self.template}{line}{column}")
         return f"{', '.join(where)}: {self.cause}" if where else self.cause
 
 

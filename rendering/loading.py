@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from opbroker.api.catalog import TemplateSpec
+from opbroker.api.catalog import TemplateSpec, TemplateType
 from opbroker.rendering.errors import TemplateSourceError
 from opbroker.rendering.limits import Limits
 
@@ -58,6 +58,8 @@ class HttpFetcher:
 
 def label(spec: TemplateSpec) -> str:
     """How error messages name a template: its action and where its text comes from."""
+    if spec.type is TemplateType.HELM:
+        return f"{spec.action.value} (helm chart {spec.url or 'in contentEncoded'})"
     if spec.url is not None:
         return f"{spec.action.value} ({spec.url})"
     if spec.content_encoded is not None:
@@ -72,7 +74,7 @@ class TemplateTexts:
         self._fetcher = fetcher
         self._limits = limits
         self._clock = clock
-        self._cache: dict[str, tuple[float, str]] = {}
+        self._cache: dict[str, tuple[float, bytes]] = {}
         self._lock = threading.Lock()
 
     def text(self, spec: TemplateSpec) -> str:
@@ -87,6 +89,25 @@ class TemplateTexts:
         assert spec.url is not None  # TemplateSpec guarantees exactly one source
         return self._fetched(spec.url)
 
+    def values_template(self, spec: TemplateSpec) -> str:
+        """A helm template's values template (``content``), or "" when the chart's defaults are enough."""
+        return self._bounded(spec.content, "content") if spec.content is not None else ""
+
+    def chart(self, spec: TemplateSpec) -> bytes:
+        """A helm template's chart archive: base64 ``contentEncoded`` or fetched from ``url`` (cached like text)."""
+        if spec.content_encoded is not None:
+            try:
+                raw = base64.b64decode(spec.content_encoded, validate=True)
+            except binascii.Error as exc:
+                raise TemplateSourceError(f"contentEncoded is not base64 of a chart archive ({exc})") from None
+            if len(raw) > self._limits.max_template_bytes:
+                raise TemplateSourceError(
+                    f"the chart archive is {len(raw)} bytes, over the limit of {self._limits.max_template_bytes}"
+                )
+            return raw
+        assert spec.url is not None  # TemplateSpec guarantees a chart source for helm
+        return self._fetched_bytes(spec.url)
+
     def _bounded(self, text: str, what: str) -> str:
         if len(text) > self._limits.max_template_bytes:
             raise TemplateSourceError(
@@ -95,6 +116,13 @@ class TemplateTexts:
         return text
 
     def _fetched(self, url: str) -> str:
+        body = self._fetched_bytes(url)
+        try:
+            return body.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise TemplateSourceError(f"cannot fetch {url}: the body is not UTF-8 text ({exc})") from None
+
+    def _fetched_bytes(self, url: str) -> bytes:
         now = self._clock()
         with self._lock:
             cached = self._cache.get(url)
@@ -110,10 +138,6 @@ class TemplateTexts:
             raise TemplateSourceError(
                 f"cannot fetch {url}: the template is larger than the limit of {self._limits.max_template_bytes} bytes"
             )
-        try:
-            text = body.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise TemplateSourceError(f"cannot fetch {url}: the body is not UTF-8 text ({exc})") from None
         with self._lock:
-            self._cache[url] = (now, text)
-        return text
+            self._cache[url] = (now, body)
+        return body

@@ -117,6 +117,8 @@ def _yaml_problem(exc: yaml.YAMLError, text: str, current: state.RenderState) ->
     message = f"{context}: {problem}" if context else str(problem)
     if mark is None:
         return message
+    if current.verbatim:
+        return f"{message}, at line {mark.line + 1} of the rendered text"
     lines = text.splitlines()
     line = lines[mark.line] if 0 <= mark.line < len(lines) else ""
     return f"{message}, at line {mark.line + 1} of the rendered text: {_hide_markers(line, current).strip()!r}"

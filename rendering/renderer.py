@@ -13,6 +13,7 @@ import hashlib
 import json
 import re
 import threading
+import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ from jinja2.exceptions import SecurityError
 
 from opbroker.api.catalog import SFPlan, TemplateAction, TemplateSpec, TemplateType
 from opbroker.api.meta import ResourceRef
-from opbroker.rendering import functions, interpolation, loading, output, registry, state, status
+from opbroker.rendering import functions, goengine, interpolation, loading, output, registry, state, status
 from opbroker.rendering.environment import PlanEnvironment
 from opbroker.rendering.errors import RenderError, RenderLimitError, TemplateSecurityError, TemplateSourceError
 from opbroker.rendering.limits import Budget, Limits
@@ -37,6 +38,8 @@ OBJECT_ACTIONS = frozenset({TemplateAction.PROVISION, TemplateAction.BIND, Templ
 RESERVED_VARIABLES = frozenset(
     {"service", "plan", "instance", "binding", "sources", "range"} | set(functions.FUNCTIONS)
 )
+#: Actions a helm chart can render (as in Service Fabrik: a chart renders objects, never sources or status).
+HELM_ACTIONS = OBJECT_ACTIONS
 #: What a value interpolated into a label selector may contain: a label value's characters, nothing that
 #: could add a requirement (``,``), an operator (``=``, ``!``) or a set (``(``).
 _SELECTOR_VALUE = re.compile(r"[A-Za-z0-9._/-]*")
@@ -107,13 +110,21 @@ class Renderer:
     """Renders plan templates. Reusable and thread-safe; create one per process.
 
     ``fetcher`` fetches ``url`` templates (default: :class:`loading.HttpFetcher`); ``limits`` bounds every
-    render (:class:`limits.Limits`); ``max_templates`` bounds the compiled-template cache.
+    render (:class:`limits.Limits`); ``max_templates`` bounds the compiled-template cache. ``go`` renders
+    ``gotemplate`` and ``helm`` templates (default: a :class:`goengine.GoEngine`, whose process starts on the
+    first such render, so a renderer that only sees jinja2 plans never starts it).
     """
 
     def __init__(
-        self, *, fetcher: loading.Fetcher | None = None, limits: Limits | None = None, max_templates: int = 512
+        self,
+        *,
+        fetcher: loading.Fetcher | None = None,
+        limits: Limits | None = None,
+        max_templates: int = 512,
+        go: goengine.GoEngine | None = None,
     ) -> None:
         self.limits = limits or Limits()
+        self.go = go or goengine.GoEngine(self.limits)
         self._texts = loading.TemplateTexts(fetcher or loading.HttpFetcher(), self.limits)
         self._max_templates = max_templates
         self._lock = threading.Lock()
@@ -189,6 +200,13 @@ class Renderer:
 
     def compile(self, plan: SFPlan, template: TemplateSpec) -> None:
         """Compile one template of ``plan`` (syntax and source checks), as the first render would."""
+        if template.type is not TemplateType.JINJA2:
+            label = loading.label(template)
+            try:
+                self._check_go(template, label)
+            except RenderError as exc:
+                raise self._located(exc, plan, template.action, label) from exc
+            return
         label = template.action.value
         try:
             self._template(plan, template, label)
@@ -229,7 +247,8 @@ class Renderer:
     ) -> T:
         label = loading.label(spec)
         try:
-            template = self._template(plan, spec, label)
+            if spec.type is not TemplateType.JINJA2:
+                self.go.start()  # a first-use build or start must not count against the render's time
             current = state.RenderState(
                 budget=Budget(self.limits),
                 registry=work,
@@ -237,7 +256,11 @@ class Renderer:
             )
             variables = self._variables(plan, inputs)
             with state.active(current):
-                text = self._text(template, variables, current)
+                if spec.type is TemplateType.JINJA2:
+                    text = self._text(self._template(plan, spec, label), variables, current)
+                else:
+                    current.verbatim = True
+                    text = self._go_text(spec, variables, inputs)
                 result = parse(text, current)
                 current.budget.check_time()
             return result
@@ -255,6 +278,45 @@ class Renderer:
             current.budget.tick()
             chunks.append(chunk)
         return "".join(chunks)
+
+    def _go_text(self, spec: TemplateSpec, variables: dict[str, Any], inputs: RenderInputs) -> str:
+        """Render a gotemplate or helm template in the Go renderer; its text goes through the same YAML path.
+
+        The variables are Service Fabrik's: a variable whose object does not exist (no binding yet, a source
+        not found) is absent rather than null, so ``with .binding.metadata.name`` works as it does there.
+        """
+        values = {name: value for name, value in variables.items() if value is not None and name != "sources"}
+        shared: dict[str, Any] = {name: values.pop(name) for name in ("plan", "service") if name in values}
+        name = spec.action.value
+        if spec.type is TemplateType.GOTEMPLATE:
+            return self.go.render_template(name=name, template=self._texts.text(spec), values=values, shared=shared)
+        self._helm_action(spec)
+        return self.go.render_chart(
+            name=name,
+            chart=self._texts.chart(spec),
+            values_template=self._texts.values_template(spec),
+            values=values,
+            release=release_name(inputs.instance),
+            namespace=inputs.namespace,
+            shared=shared,
+        )
+
+    def _check_go(self, spec: TemplateSpec, label: str) -> None:
+        if spec.type is TemplateType.HELM:
+            self._helm_action(spec)
+            chart = self._texts.chart(spec) if spec.url is None else None
+            values = self._texts.values_template(spec)
+            self.go.check(engine="helm", name=spec.action.value, template=values, chart=chart)
+        else:
+            self.go.check(engine="gotemplate", name=spec.action.value, template=self._texts.text(spec))
+
+    @staticmethod
+    def _helm_action(spec: TemplateSpec) -> None:
+        if spec.action not in HELM_ACTIONS:
+            raise TemplateSourceError(
+                f"a helm chart renders objects (provision, bind, unbind), not {spec.action.value}; "
+                "write this template as gotemplate or jinja2"
+            )
 
     def _pruned(self, document: Any) -> Any:
         return output.prune(document, limit=self.limits.max_output_bytes)
@@ -297,10 +359,6 @@ class Renderer:
     # -- caches -------------------------------------------------------------------------------------------------
 
     def _template(self, plan: SFPlan, spec: TemplateSpec, label: str) -> Template:
-        if spec.type is not TemplateType.JINJA2:
-            raise TemplateSourceError(
-                f"template type {spec.type.value!r} is not supported; rewrite the template in jinja2 (type: jinja2)"
-            )
         text = self._texts.text(spec)
         env_key, environment = self._environment(plan.spec.snippets)
         key = (env_key, label, hashlib.sha256(text.encode("utf-8")).hexdigest())
@@ -351,6 +409,8 @@ class Renderer:
         error: RenderError
         if isinstance(exc, RenderError):
             error = exc
+            if exc.source and exc.source != action.value:
+                template = f"{label} via {exc.source}"
         elif isinstance(exc, SecurityError):
             error = TemplateSecurityError(f"blocked by the sandbox: {exc}")
         elif isinstance(exc, TemplateSyntaxError):
@@ -370,6 +430,13 @@ class Renderer:
         else:
             error = RenderError(f"{type(exc).__name__}: {exc}")
         return error.located(plan=self._name(plan), action=action.value, template=template, line=line)
+
+
+def release_name(instance: Mapping[str, Any]) -> str:
+    """A helm release's name for an instance, as Service Fabrik derives it: ``in-`` and the Adler-32 sum of
+    the instance's name in decimal (short, stable, a valid name whatever the instance is called)."""
+    name = str((instance.get("metadata") or {}).get("name") or "")
+    return f"in-{zlib.adler32(name.encode('utf-8'))}"
 
 
 def _selector(text: str, current: state.RenderState) -> str:

@@ -37,6 +37,9 @@ class RenderState:
     """Random per render, so a template (or a value) cannot forge an interpolation marker."""
     slots: list[Any] = field(default_factory=list)
     """The value of every ``{{ ... }}`` in output order; the text holds only markers pointing here."""
+    verbatim: bool = False
+    """The rendered text holds the values themselves (Go's output has no markers), so an error message must
+    never quote it: a credential could be on the line."""
 
 
 _CURRENT: ContextVar[RenderState] = ContextVar("opbroker_rendering_state")

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install everything opbroker needs on a fresh machine: the virtual environment at .venv/ with the
-# package and its tools, then the local Kubernetes control plane (built once, cached outside the repo).
+# package and its tools, the Go template renderer and the local Kubernetes control plane (each built once,
+# cached outside the repo).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,3 +34,6 @@ fi
 
 echo "[setup] making sure the local Kubernetes binaries (control plane and node) are built"
 .venv/bin/opbroker cluster build --node
+
+echo "[setup] making sure the Go template renderer (gotemplate and helm plans) is built"
+.venv/bin/opbroker gorender build

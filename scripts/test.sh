@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The test command: set up (idempotent), lint, type-check, then every test against a real kube-apiserver.
+# The test command: set up (idempotent), lint, type-check, the Go renderer's tests, then every test against a
+# real kube-apiserver.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -8,5 +9,7 @@ echo "[test] ruff"
 .venv/bin/ruff format --check .
 echo "[test] mypy --strict (pure core)"
 scripts/typecheck.sh
+echo "[test] go vet, go test (the Go template renderer)"
+(cd gorender && go vet ./... && go test ./...)
 echo "[test] pytest"
 exec .venv/bin/pytest "$@"

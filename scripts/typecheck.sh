@@ -7,9 +7,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 tree=.typecheck/opbroker
 mkdir -p "$tree"
-for pkg in api rendering broker controller devcluster; do ln -sfn "../../$pkg" "$tree/$pkg"; done
+for pkg in api rendering gorender broker controller devcluster; do ln -sfn "../../$pkg" "$tree/$pkg"; done
 modules=(
-  -p opbroker.api -p opbroker.rendering
+  -p opbroker.api -p opbroker.rendering -p opbroker.gorender
   -m opbroker.broker.decisions -m opbroker.broker.errors -m opbroker.broker.bodies -m opbroker.broker.headers
   -m opbroker.broker.operations -m opbroker.broker.parameters -m opbroker.broker.catalogs
   -m opbroker.broker.bodylimit -m opbroker.controller.refusals -m opbroker.controller.catalog_status

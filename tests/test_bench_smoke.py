@@ -21,3 +21,16 @@ def test_quick_benchmarks_measure_what_they_claim() -> None:
     assert set(results["scale_curve"]["ratios"]) >= {"opbroker_writes_per_instance", "controller_cpu_ms_per_instance"}
     markdown = run.summary_markdown(results)
     assert "| 10 |" in markdown and "Renderer" in markdown
+
+
+def test_the_gotemplate_benchmark_measures_all_three_paths() -> None:
+    from bench import gotemplate
+    from bench.common import machine
+
+    results = gotemplate.run(0.1)
+    for action in ("provision", "status"):
+        rates = results["renders_per_second"][action]
+        assert rates["opbroker_gotemplate"] > 0 and rates["opbroker_jinja2"] > 0
+        assert rates["bare_text_template_go"] > rates["opbroker_gotemplate"], "the floor is bare text/template"
+    markdown = run.summary_markdown({"machine": machine(), "suite_dates": {}, "gotemplate": results})
+    assert "| provision |" in markdown and "Target (gotemplate path ≥ jinja2 path)" in markdown

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -74,7 +75,25 @@ def test_validate_templates_renders_plans_offline(seed_manifests: list[Path]) ->
     ours = REPO / "examples" / "catalog" / "postgresql-zalando-plan.yaml"
     assert run("validate", str(seed_plan)).returncode == 0, "without --templates the seed's gotemplate plan loads"
     result = run("validate", "--templates", str(ours), str(seed_plan))
-    assert result.returncode == 1
-    assert "spec.templates[0]: type 'gotemplate' is not rendered by opbroker; use jinja2" in result.stderr
+    assert result.returncode == 0, result.stderr  # the seed's gotemplate plan renders through the Go renderer
     assert "trial render of bind with a made-up request failed" in result.stdout  # a warning, not a failure
     assert f"{ours}: document 1 SFPlan" not in result.stderr
+
+
+def test_gorender_build_and_path_find_the_cached_renderer() -> None:
+    built = run("gorender", "build")
+    assert built.returncode == 0, built.stderr
+    assert "renderer up to date" in built.stdout or "renderer ready" in built.stdout
+    found = run("gorender", "path")
+    assert found.returncode == 0, found.stderr
+    path = Path(found.stdout.strip())
+    assert path.is_file() and path.parent.name.startswith("gorender-") and REPO not in path.parents
+    missing = subprocess.run(
+        [OPBROKER, "gorender", "path"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OPBROKER_GORENDER": "/nonexistent/gorender"},
+        check=False,
+    )
+    assert missing.returncode == 1
+    assert "OPBROKER_GORENDER points at /nonexistent/gorender, which does not exist" in missing.stderr

@@ -130,6 +130,19 @@ def test_sfplan_registers_the_validated_plan_in_wire_spelling() -> None:
     }
 
 
+@pytest.mark.parametrize("preview", [False, True])
+def test_sfplan_takes_the_seeds_gotemplate_templates_unchanged(preview: bool) -> None:
+    import yaml
+
+    seed = yaml.safe_load((Path(__file__).parent / "data" / "seeds" / "sfplan-postgresql-zalando.yaml").read_text())
+    templates = [{"action": t["action"], "type": t["type"], "content": t["content"]} for t in seed["spec"]["templates"]]
+
+    mocks = run(lambda: SFPlan("zalando", plan_args(templates=templates)).plan_id, preview=preview)
+
+    _, cr = mocks.registrations
+    assert [t["type"] for t in cr.plain_inputs()["spec"]["templates"]] == ["gotemplate"] * 5
+
+
 def test_sfplan_reads_templates_from_files(tmp_path: Path) -> None:
     (tmp_path / "provision.yaml.j2").write_text("kind: postgresql\nname: {{ instance.metadata.name }}\n")
     args = plan_args(
@@ -195,7 +208,7 @@ BAD_PLANS = [
         {"templates": [{"action": "provision", "content": "a: {{ ''.__class__ }}"}]}, "templates[0]", id="sandbox"
     ),
     pytest.param(
-        {"templates": [{"action": "provision", "type": "gotemplate", "content": "a: b"}]},
+        {"templates": [{"action": "provision", "type": "gotemplate", "content": "a: {{ nosuchfunction }}"}]},
         "templates[0]",
         id="gotemplate",
     ),

@@ -113,6 +113,7 @@ def test_containerfile_describes_the_locally_built_image() -> None:
     env = dict(part.split("=", 1) for part in instructions["ENV"].split())
     assert env == dict(IMAGE.env)
     assert f"COPY --from=build {IMAGE.venv} {IMAGE.venv}" in stage
+    assert f"COPY --from=gorender /out/gorender {IMAGE.gorender}" in stage
     install = instructions["RUN"]
     assert all(package in install for package in IMAGE.runtime_packages)
     assert "65532" in install and IMAGE.user.startswith("65532")

@@ -175,3 +175,26 @@ def test_pacer_spaces_writes_evenly() -> None:
     pacer.wait()
     pacer.wait()
     assert slept[-1] == 0.25 and len(slept) == 5
+
+
+# -- gotemplate plans -----------------------------------------------------------------------------------------------
+
+
+def _zalando(path: str, **context: Any) -> tuple[SFPlan, dict[str, Any]]:
+    from pathlib import Path
+
+    body = yaml.safe_load((Path(__file__).resolve().parent.parent / path).read_text())
+    body["spec"]["context"].update(context)
+    return SFPlan.model_validate(body), body
+
+
+def test_a_gotemplate_plan_diffs_like_a_jinja2_one() -> None:
+    seed = "tests/data/seeds/sfplan-postgresql-zalando.yaml"
+    port = "examples/catalog/postgresql-zalando-plan.yaml"
+    renderer = Renderer()
+    moved = rollouts.preview(renderer, subject("db-a"), current=_zalando(port), proposed=_zalando(seed))
+    assert moved.change is Change.UNCHANGED, "the jinja2 port and the seed's gotemplate plan render the same"
+    bigger = rollouts.preview(renderer, subject("db-a"), current=_zalando(seed), proposed=_zalando(seed, diskGB=40))
+    assert bigger.change is Change.CHANGED
+    assert "-    size: 20Gi\n+    size: 40Gi\n" in bigger.diff
+    renderer.go.close()

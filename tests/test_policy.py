@@ -126,16 +126,32 @@ def test_a_component_plan_passes_both_plan_policies(recorded: dict[tuple[str, st
     assert check(policies.PARAMETER_SCHEMAS_VALID, PLAN_CR, props) == []
 
 
-def test_the_seed_gotemplate_plan_is_rejected_for_its_template_types(
+def test_the_seed_gotemplate_plan_passes(
     recorded: dict[tuple[str, str], dict[str, Any]],
 ) -> None:
-    violations = check(policies.PLAN_VALID, PLAN_CR, recorded[(PLAN_CR, "seed")], name="seed")
-    assert violations == [
-        f"seed: spec.templates[{i}].type: opbroker does not render 'gotemplate' templates (supported: jinja2)"
-        for i in range(5)
-    ]
+    assert check(policies.PLAN_VALID, PLAN_CR, recorded[(PLAN_CR, "seed")], name="seed") == []
     # Its parameter schema (draft-06) is valid JSON Schema.
     assert check(policies.PARAMETER_SCHEMAS_VALID, PLAN_CR, recorded[(PLAN_CR, "seed")]) == []
+
+
+def test_a_helm_chart_for_status_and_an_unknown_type_are_rejected() -> None:
+    spec = {
+        "name": "p",
+        "id": "p",
+        "serviceId": "s",
+        "description": "d",
+        "templates": [
+            {"action": "status", "type": "helm", "url": "https://charts.example.com/pg.tgz"},
+            {"action": "provision", "type": "helm", "url": "https://charts.example.com/pg.tgz", "content": "a: b"},
+        ],
+    }
+    assert policies.plan_problems({"spec": spec}) == [
+        "spec.templates[0]: a helm chart renders objects (provision, bind, unbind), not 'status'"
+    ]
+    spec["templates"] = [{"action": "provision", "type": "mustache", "content": "a"}]
+    assert policies.plan_problems({"spec": spec}) == [
+        "spec.templates[0].type: Input should be 'jinja2', 'gotemplate' or 'helm'"
+    ]
 
 
 @pytest.mark.parametrize(

@@ -148,3 +148,17 @@ def test_the_rendering_package_is_pure(tmp_path: Path) -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
+
+
+def test_the_seeds_gotemplate_plan_renders_offline_through_go() -> None:
+    seed = str(REPO / "tests" / "data" / "seeds" / "sfplan-postgresql-zalando.yaml")
+    result = run(
+        "render", seed, "--action", "status", "--instance", INSTANCE, "--binding", BINDING, "--sources", SOURCES
+    )
+    assert result.returncode == 0, result.stderr
+    status = yaml.safe_load(result.stdout)
+    assert status["bind"]["state"] == "succeeded"
+    assert status["bind"]["response"]["credentials"]["port"] == "5432"
+    broken = run("render", seed, "--action", "bind", "--instance", INSTANCE, "--binding", BINDING)
+    assert broken.returncode == 1
+    assert "action 'bind', template bind line 5 column 18" in broken.stderr

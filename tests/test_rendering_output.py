@@ -330,15 +330,24 @@ def test_values_cannot_add_requirements_to_a_selector(value: str) -> None:
 # -- template types and absent templates ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind", ["gotemplate", "helm"])
-def test_other_template_types_are_refused_clearly(kind: str) -> None:
-    plan = make_plan(("provision", "{{ .instance.metadata.name }}"), kind=kind)
+def test_gotemplate_output_goes_through_the_same_post_processing() -> None:
+    # Null removal and the namespace default apply to Go's output exactly as to jinja2's.
+    text = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .instance.metadata.name }}\ndata:\n  a: null\n"
+    plan = make_plan(("provision", text), kind="gotemplate")
+    (obj,) = RENDERER.render_objects(plan, TemplateAction.PROVISION, inputs()).objects
+    assert obj.manifest["metadata"]["namespace"] == inputs().namespace
+    assert obj.manifest["data"] == {}
+
+
+def test_a_helm_chart_for_status_is_refused_clearly() -> None:
+    plan = make_plan(("status", "a: b"), kind="gotemplate")
+    document = plan.to_manifest()
+    document["spec"]["templates"] = [{"action": "status", "type": "helm", "contentEncoded": "H4sI"}]
+    plan = type(plan).model_validate(document)
     with pytest.raises(TemplateSourceError) as caught:
-        RENDERER.render_objects(plan, TemplateAction.PROVISION, inputs())
-    assert f"template type '{kind}' is not supported; rewrite the template in jinja2 (type: jinja2)" in str(
-        caught.value
-    )
-    assert "plan 'output', action 'provision'" in str(caught.value)
+        RENDERER.render_status(plan, inputs())
+    assert "a helm chart renders objects (provision, bind, unbind), not status" in str(caught.value)
+    assert "plan 'output', action 'status'" in str(caught.value)
 
 
 def test_absent_templates_render_nothing() -> None:

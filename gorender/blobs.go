@@ -1,0 +1,67 @@
+package main
+
+// Shared values: a request may name a variable by the key of a value sent earlier instead of sending it
+// again. Every render gets its own deep copy, because templates may change what they are given (`set` on a
+// map) and one render must never see another's changes.
+
+import (
+	"fmt"
+	"sync"
+)
+
+// maxBlobs bounds the shared-value store; past it the store starts over (the client resends on demand).
+const maxBlobs = 128
+
+// Blobs holds decoded shared values by key.
+type Blobs struct {
+	mu     sync.Mutex
+	values map[string]any
+}
+
+// NewBlobs makes an empty store.
+func NewBlobs() *Blobs { return &Blobs{values: map[string]any{}} }
+
+// resolve stores the request's new blobs and puts a private copy of every shared value into its values.
+func (b *Blobs) resolve(req *Request) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for key, raw := range req.Blobs {
+		var holder Request
+		if err := decodeRequest(append(append([]byte(`{"values":{"v":`), raw...), '}', '}'), &holder); err != nil {
+			return &RenderError{Kind: "request", Message: fmt.Sprintf("shared value %s is not JSON: %v", key, err)}
+		}
+		if len(b.values) >= maxBlobs {
+			b.values = map[string]any{}
+		}
+		b.values[key] = holder.Values["v"]
+	}
+	if len(req.Shared) > 0 && req.Values == nil {
+		req.Values = map[string]any{}
+	}
+	for name, key := range req.Shared {
+		value, ok := b.values[key]
+		if !ok {
+			return &RenderError{Kind: "missing-blob", Message: fmt.Sprintf("shared value %s is not known here", key)}
+		}
+		req.Values[name] = deepCopy(value)
+	}
+	return nil
+}
+
+func deepCopy(value any) any {
+	switch v := value.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(v))
+		for key, item := range v {
+			out[key] = deepCopy(item)
+		}
+		return out
+	case []any:
+		out := make([]any, len(v))
+		for i, item := range v {
+			out[i] = deepCopy(item)
+		}
+		return out
+	}
+	return value
+}
