@@ -132,7 +132,7 @@ def test_provision_bind_unbind_deprovision(api_client: client.ApiClient, namespa
     assert gone(api_client, namespace, "databases", "db1", *DB[:2])
     # The garbage collector watches a custom resource kind only after its discovery resync (every 30 s)
     # has seen the CRD: when this test runs first in a fresh control plane (alone, say) the Secrets go up
-    # to ~30 s after their owners (measured on 1.37.2: 44 s for the whole test, against 12 s later on).
+    # to ~30 s after their owners (measured on 1.37.2: 44 s for the whole test when run alone).
     wait_for(
         lambda: (
             not core.list_namespaced_secret(namespace, label_selector="app.kubernetes.io/managed-by=opbroker").items
