@@ -27,13 +27,15 @@ from opbroker.api.conventions import CREDENTIALS_KEY
 from opbroker.devcluster import ControlPlane
 from opbroker.devcluster.processes import Process
 from tests.controller_support import apply_yaml, wait_for
-from tests.test_controller_lifecycle import GROUP, VERSION, custom, get, gone, wait_state
+from tests.test_controller_lifecycle import GROUP, VERSION, bind, custom, get, gone, provision, wait_state
 
 REPO = Path(__file__).resolve().parent.parent
 SEEDS = REPO / "tests" / "data" / "seeds"
 PG = ("acid.zalan.do", "v1", "postgresqls")
 SERVICE_ID = "24731fb8-7b84-5f57-914f-c3d55d793dd4"
 PLAN_ID = "39d7d4c8-6fe2-4c2a-a5ca-b826937d5a88"
+#: What the seed's plan is provisioned with in these tests.
+PARAMETERS = {"foo": "bar"}
 BROKEN_PLAN_ID = "6b0e35a8-0a4e-4d0c-9f3e-8f1d2b9c7a55"
 
 
@@ -70,33 +72,13 @@ def zalando_operator(
 pytestmark = pytest.mark.usefixtures("zalando_operator", "controller")
 
 
-def provision(api: client.ApiClient, namespace: str, name: str, plan_id: str = PLAN_ID) -> None:
-    body = {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "SFServiceInstance",
-        "metadata": {"name": name},
-        "spec": {"instanceId": name, "serviceId": SERVICE_ID, "planId": plan_id, "parameters": {"foo": "bar"}},
-    }
-    custom(api).create_namespaced_custom_object(GROUP, VERSION, namespace, "sfserviceinstances", body)
-
-
-def bind(api: client.ApiClient, namespace: str, name: str, instance: str) -> None:
-    body = {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "SFServiceBinding",
-        "metadata": {"name": name},
-        "spec": {"id": name, "instanceId": instance, "serviceId": SERVICE_ID, "planId": PLAN_ID},
-    }
-    custom(api).create_namespaced_custom_object(GROUP, VERSION, namespace, "sfservicebindings", body)
-
-
 def cluster(api: client.ApiClient, namespace: str, instance: str) -> dict[str, Any] | None:
     return get(api, namespace, PG[2], f"sapcp-{instance}", *PG[:2])
 
 
 def test_the_seed_plan_provisions_binds_unbinds_and_deprovisions(api_client: client.ApiClient, namespace: str) -> None:
     core = client.CoreV1Api(api_client)
-    provision(api_client, namespace, "pg1")
+    provision(api_client, namespace, "pg1", service_id=SERVICE_ID, plan_id=PLAN_ID, parameters=PARAMETERS)
     instance = wait_state(api_client, namespace, "sfserviceinstances", "pg1", "succeeded", timeout=60)
     assert instance["status"]["resources"] == [
         {"apiVersion": "acid.zalan.do/v1", "kind": "postgresql", "name": "sapcp-pg1", "namespace": namespace}
@@ -108,7 +90,7 @@ def test_the_seed_plan_provisions_binds_unbinds_and_deprovisions(api_client: cli
     assert pg["spec"]["postgresql"] == {"version": "9.6", "parameters": {"max_connections": "100"}}
     assert pg["metadata"]["annotations"]["operator-broker/plan-id"] == PLAN_ID
 
-    bind(api_client, namespace, "bd1", "pg1")
+    bind(api_client, namespace, "bd1", "pg1", service_id=SERVICE_ID, plan_id=PLAN_ID)
     binding = wait_state(api_client, namespace, "sfservicebindings", "bd1", "succeeded", timeout=60)
     users = cluster(api_client, namespace, "pg1")["spec"]["users"]  # type: ignore[index]
     assert users == {"main": ["superuser", "createdb"], "bd1": ["superuser"]}
@@ -143,7 +125,7 @@ def test_the_seed_plan_provisions_binds_unbinds_and_deprovisions(api_client: cli
 def test_a_gotemplate_that_does_not_parse_fails_the_instance_and_applies_nothing(
     api_client: client.ApiClient, namespace: str
 ) -> None:
-    provision(api_client, namespace, "pg2", plan_id=BROKEN_PLAN_ID)
+    provision(api_client, namespace, "pg2", service_id=SERVICE_ID, plan_id=BROKEN_PLAN_ID, parameters=PARAMETERS)
     instance = wait_state(api_client, namespace, "sfserviceinstances", "pg2", "failed", timeout=60)
     error = copy.deepcopy(instance["status"]).get("error") or ""
     assert 'function "nosuchfunction" not defined' in error, error

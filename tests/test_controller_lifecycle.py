@@ -37,6 +37,7 @@ def provision(
     name: str,
     *,
     plan_id: str = PLAN_ID,
+    service_id: str = SERVICE_ID,
     parameters: dict[str, Any] | None = None,
 ) -> None:
     """What the broker does for a provision request: the instance, then its requested state."""
@@ -44,17 +45,25 @@ def provision(
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "SFServiceInstance",
         "metadata": {"name": name},
-        "spec": {"instanceId": name, "serviceId": SERVICE_ID, "planId": plan_id, "parameters": parameters or {}},
+        "spec": {"instanceId": name, "serviceId": service_id, "planId": plan_id, "parameters": parameters or {}},
     }
     custom(api).create_namespaced_custom_object(GROUP, VERSION, namespace, "sfserviceinstances", body)
 
 
-def bind(api: client.ApiClient, namespace: str, name: str, instance: str) -> None:
+def bind(
+    api: client.ApiClient,
+    namespace: str,
+    name: str,
+    instance: str,
+    *,
+    service_id: str = SERVICE_ID,
+    plan_id: str = PLAN_ID,
+) -> None:
     body = {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "SFServiceBinding",
         "metadata": {"name": name},
-        "spec": {"id": name, "instanceId": instance, "serviceId": SERVICE_ID, "planId": PLAN_ID},
+        "spec": {"id": name, "instanceId": instance, "serviceId": service_id, "planId": plan_id},
     }
     custom(api).create_namespaced_custom_object(GROUP, VERSION, namespace, "sfservicebindings", body)
 
