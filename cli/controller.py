@@ -50,6 +50,14 @@ def run(
     cluster_probe_seconds: Annotated[
         float, typer.Option(help="How often each SFCluster is probed and its status refreshed.", min=0.2)
     ] = 10.0,
+    max_operation_seconds: Annotated[
+        float,
+        typer.Option(
+            help="Fail a provision, update or bind still in progress this many seconds after it was requested "
+            "(0: no limit).",
+            min=0,
+        ),
+    ] = 7200.0,
     sla_order: Annotated[
         str | None, typer.Option(help="Claims: SLA names best first, comma-separated (default L1,L2,L3).")
     ] = None,
@@ -77,5 +85,6 @@ def run(
         multicluster=multicluster,
         scheduler=scheduler.value,
         cluster_probe_seconds=cluster_probe_seconds,
+        max_operation_seconds=max_operation_seconds,
     )
     run_controller(settings, kubeconfig=kubeconfig)

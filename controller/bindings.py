@@ -170,7 +170,10 @@ class BindingReconciler:
             state=OperationState.IN_PROGRESS,
             reason=Reason.IN_PROGRESS,
             description="binding",
-            extra={"resources": ref_dicts([*old_refs, *minus_refs(own_refs, old_refs)])},
+            extra={
+                "resources": ref_dicts([*old_refs, *minus_refs(own_refs, old_refs)]),
+                **decisions.started_operation(binding, kind="binding"),
+            },
         )
         labels = {LABEL_INSTANCE: instance["metadata"]["name"], LABEL_BINDING: meta["name"]}
         if rendered.binding_registry is not None and rendered.binding_registry != inputs.binding_registry:
@@ -228,7 +231,7 @@ class BindingReconciler:
             return DONE
         if waiting or not response.get("credentials"):
             # Not done, or "succeeded" without credentials: the objects that produce them are not there yet.
-            return Outcome(requeue_after=self.deps.settings.status_poll_seconds)
+            return self.status.still_in_progress(binding, extra=applied)
         return self._succeed(binding, response, applied)
 
     def _succeed(self, binding: dict[str, Any], response: dict[str, Any], applied: dict[str, Any]) -> Outcome:

@@ -48,6 +48,7 @@ class Reason(StrEnum):
     APPLY_FAILED = "ApplyFailed"
     APPLY_REFUSED = "ApplyRefused"
     GAVE_UP = "GaveUp"
+    TIMED_OUT = "OperationTimedOut"
     DEPROVISIONING = "Deprovisioning"
     UNBINDING = "Unbinding"
 
@@ -119,6 +120,54 @@ def next_binding_step(binding: dict[str, Any], *, instance_state: str | None) ->
     if status.get("state") == OperationState.IN_PROGRESS.value:
         return Step.EVALUATE
     return Step.NOTHING
+
+
+def operation_age(obj: dict[str, Any], *, at: datetime.datetime | None = None) -> float | None:
+    """Seconds since the broker requested the object's current operation (``status.lastOperation.startedAt``);
+    None when no start is recorded or it cannot be read."""
+    started = ((_status(obj).get("lastOperation") or {}).get("startedAt")) or None
+    if not isinstance(started, str):
+        return None
+    try:
+        when = datetime.datetime.fromisoformat(started)
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.UTC)
+    return ((at or datetime.datetime.now(datetime.UTC)) - when).total_seconds()
+
+
+def started_operation(obj: dict[str, Any], *, kind: str, at: datetime.datetime | None = None) -> dict[str, Any]:
+    """Status fields to write with the move to ``in progress`` so the operation's age can be measured: none
+    when the broker asked for this operation (state ``in_queue``/``update`` and its ``lastOperation`` with a
+    start); otherwise — a change made through the API, a plan roll-out, an object created without the broker —
+    a ``lastOperation`` starting now (``kind``: ``instance`` or ``binding``)."""
+    status = _status(obj)
+    last = status.get("lastOperation") or {}
+    if status.get("state") in REQUESTED - {None} and last.get("startedAt"):
+        return {}
+    first = status.get("observedGeneration") is None
+    operation = "bind" if kind == "binding" else ("provision" if first else "update")
+    moment = (at or datetime.datetime.now(datetime.UTC)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    # id None: a merge patch would otherwise keep an earlier request's operation token on this operation.
+    return {"lastOperation": {"type": operation, "id": None, "startedAt": moment}}
+
+
+def overdue(obj: dict[str, Any], *, max_seconds: float, at: datetime.datetime | None = None) -> float | None:
+    """The operation's age if it has run longer than ``max_seconds`` (0: no limit), else None."""
+    age = operation_age(obj, at=at)
+    if max_seconds <= 0 or age is None or age <= max_seconds:
+        return None
+    return age
+
+
+def poll_after(obj: dict[str, Any], *, poll_seconds: float, max_seconds: float) -> float:
+    """When to look at an in-progress operation again: the poll interval, or sooner when its deadline
+    comes first (so a timed-out operation fails on time, not up to a poll later)."""
+    age = operation_age(obj)
+    if max_seconds <= 0 or age is None:
+        return poll_seconds
+    return max(0.5, min(poll_seconds, max_seconds - age + 0.5))
 
 
 def now() -> str:

@@ -144,7 +144,10 @@ class InstanceReconciler:
             state=OperationState.IN_PROGRESS,
             reason=Reason.IN_PROGRESS,
             description="applying",
-            extra={"resources": ref_dicts(union_refs(old_refs, new_refs))},
+            extra={
+                "resources": ref_dicts(union_refs(old_refs, new_refs)),
+                **decisions.started_operation(instance, kind="instance"),
+            },
         )
         labels = {LABEL_INSTANCE: meta["name"], LABEL_PLAN: entry.body["metadata"]["name"]}
         if rendered.registry != registry:
@@ -193,9 +196,12 @@ class InstanceReconciler:
         section = result.provision
         key = ("instance", instance["metadata"]["namespace"], instance["metadata"]["name"])
         if section is None or section.state == OperationState.IN_PROGRESS.value:
-            if applied:
+            outcome = self.status.still_in_progress(instance, extra=applied)
+            if applied and outcome is not DONE:
                 self.applied.remember(key, (instance["metadata"].get("generation"), entry.hash), applied)
-            return Outcome(requeue_after=self.deps.settings.status_poll_seconds)
+            elif outcome is DONE:
+                self.applied.forget(key)
+            return outcome
         self.applied.forget(key)
         reported = {
             "dashboardUrl": section.dashboard_url,

@@ -186,6 +186,26 @@ class StatusWriter:
         self.transition(obj, state=OperationState.FAILED, reason=Reason.APPLY_REFUSED, error=exc.refusal.describe())
         return DONE
 
+    def still_in_progress(self, obj: dict[str, Any], *, extra: dict[str, Any] | None = None) -> Outcome:
+        """The operator has not reported an outcome yet: look again later, or fail the operation once it has
+        run past ``max_operation_seconds`` (with ``extra``, the record of what was applied)."""
+        settings = self.deps.settings
+        age = decisions.overdue(obj, max_seconds=settings.max_operation_seconds)
+        if age is None:
+            return Outcome(
+                requeue_after=decisions.poll_after(
+                    obj, poll_seconds=settings.status_poll_seconds, max_seconds=settings.max_operation_seconds
+                )
+            )
+        operation = ((obj.get("status") or {}).get("lastOperation") or {}).get("type") or "the operation"
+        error = (
+            f"{operation} timed out: no outcome {age:.0f}s after it was requested (limit "
+            f"{settings.max_operation_seconds:.0f}s); the plan's status template still reports it in progress"
+        )
+        logger.warning("%s %s: %s", obj["kind"], obj["metadata"]["name"], error)
+        self.transition(obj, state=OperationState.FAILED, reason=Reason.TIMED_OUT, error=error, extra=extra)
+        return DONE
+
     def fail_or_retry(self, obj: dict[str, Any], exc: Exception, reason: Reason) -> Outcome:
         """Count an error; give up past the threshold (operation failed), else let the queue back off."""
         message = str(exc) or type(exc).__name__

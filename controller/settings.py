@@ -35,3 +35,7 @@ class ControllerSettings:
     label-selector or capacity-aware."""
     cluster_probe_seconds: float = 10.0
     """How often each SFCluster is probed and its status refreshed (multi-cluster only)."""
+    max_operation_seconds: float = 7200.0
+    """A provision, update or bind still in progress this long after the broker requested it (its
+    ``lastOperation.startedAt``) is marked failed (reason ``OperationTimedOut``): an operator that never
+    reports an outcome must not leave an operation in progress forever. 0 disables the limit."""

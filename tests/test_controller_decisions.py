@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 import pytest
@@ -114,3 +115,65 @@ def test_errors_are_counted_then_the_operation_fails() -> None:
     assert patch["state"] == "failed"
     assert patch["error"] == "gave up after 3 consecutive errors: boom"
     assert patch["conditions"][0]["reason"] == "GaveUp"
+
+
+# -- the maximum operation duration ------------------------------------------------------------------------
+
+AT = datetime.datetime(2026, 1, 1, 1, 0, 0, tzinfo=datetime.UTC)
+
+
+def started(at: str | None, state: str = "in progress", **last: Any) -> dict[str, Any]:
+    found = obj(state=state)
+    if at is not None or last:
+        found["status"]["lastOperation"] = {"type": "provision", **({"startedAt": at} if at else {}), **last}
+    return found
+
+
+@pytest.mark.parametrize(
+    ("reason", "instance", "limit", "want"),
+    [
+        ("younger than the limit", started("2026-01-01T00:30:00.000001Z"), 3600, None),
+        ("older than the limit", started("2026-01-01T00:00:00Z"), 1800, 3600.0),
+        ("exactly at the limit is not over it", started("2026-01-01T00:00:00Z"), 3600, None),
+        ("a limit of 0 disables it", started("2025-01-01T00:00:00Z"), 0, None),
+        ("no start recorded: nothing to measure", started(None), 1, None),
+        ("an unreadable start is ignored, not a crash", started("yesterday"), 1, None),
+        ("a start without zone is UTC", started("2026-01-01T00:00:00"), 60, 3600.0),
+    ],
+)
+def test_overdue(reason: str, instance: dict[str, Any], limit: float, want: float | None) -> None:
+    assert decisions.overdue(instance, max_seconds=limit, at=AT) == want, reason
+
+
+def test_poll_after_comes_no_later_than_the_deadline() -> None:
+    fresh = started(decisions.now())
+    assert decisions.poll_after(fresh, poll_seconds=10, max_seconds=3600) == 10
+    assert 0.5 <= decisions.poll_after(fresh, poll_seconds=10, max_seconds=3) <= 3.5
+    assert decisions.poll_after(started(None), poll_seconds=10, max_seconds=3) == 10
+    assert decisions.poll_after(fresh, poll_seconds=10, max_seconds=0) == 10
+
+
+@pytest.mark.parametrize(
+    ("reason", "instance", "kind", "want_type"),
+    [
+        ("the broker asked: its record stands", started("2026-01-01T00:00:00Z", state="in_queue"), "instance", None),
+        ("an update the broker asked for", started("2026-01-01T00:00:00Z", state="update"), "instance", None),
+        ("created without the broker", obj(), "instance", "provision"),
+        ("a spec change through the API", obj(state="succeeded", observed=1), "instance", "update"),
+        (
+            "an old broker record does not date a new change",
+            started("2025-01-01T00:00:00Z", state="succeeded"),
+            "instance",
+            "provision",
+        ),
+        ("a binding made without the broker", obj(), "binding", "bind"),
+    ],
+)
+def test_started_operation(reason: str, instance: dict[str, Any], kind: str, want_type: str | None) -> None:
+    fields = decisions.started_operation(instance, kind=kind, at=AT)
+    if want_type is None:
+        assert fields == {}, reason
+    else:
+        assert fields == {
+            "lastOperation": {"type": want_type, "id": None, "startedAt": "2026-01-01T01:00:00.000000Z"}
+        }, reason

@@ -17,7 +17,9 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from opbroker.api.conventions import CREDENTIALS_KEY, FINALIZER
-from tests.controller_support import Process, apply_yaml, wait_for
+from opbroker.controller import decisions
+from opbroker.devcluster import ControlPlane
+from tests.controller_support import Process, apply_yaml, controller_command, wait_for
 
 GROUP, VERSION = "osb.servicefabrik.io", "v1alpha1"
 SERVICE_ID = "6f4e7a0c-2f0a-4d5e-9b1a-0d6c1e0f5a11"
@@ -272,3 +274,70 @@ def test_a_bind_that_raced_a_deprovision_does_not_block_it(api_client: client.Ap
     wait_for(lambda: gone(api_client, namespace, "sfservicebindings", "late1"), 30, "the never-completed binding to go")
     wait_for(lambda: gone(api_client, namespace, "sfserviceinstances", "race1"), 30, "the deprovision to finish")
     assert gone(api_client, namespace, "databases", "race1", *DB[:2])
+
+
+STALLING_PLAN = """
+apiVersion: osb.servicefabrik.io/v1alpha1
+kind: SFPlan
+metadata: {{name: {name}}}
+spec:
+  name: {name}
+  id: {name}
+  serviceId: 6f4e7a0c-2f0a-4d5e-9b1a-0d6c1e0f5a11
+  description: an operator that never reports a provision (with stall) or a bind
+  templates:
+  - action: provision
+    type: jinja2
+    content: |
+      apiVersion: v1
+      kind: ConfigMap
+      metadata:
+        name: {{{{ instance.metadata.name }}}}-stall
+      data: {{stall: "yes"}}
+  - action: status
+    type: jinja2
+    content: |
+      provision:
+        state: {{{{ "in progress" if parameter("/stall", false) else "succeeded" }}}}
+      bind:
+        state: in progress
+"""
+
+
+def test_an_operation_without_outcome_fails_after_the_maximum_duration(
+    api_client: client.ApiClient,
+    namespace: str,
+    catalog_namespace: str,
+    control_plane: ControlPlane,
+    controller: Process,
+    tmp_path: Any,
+) -> None:
+    """A silent operator must not leave an operation in progress forever (issue 18's lifecycle fault): past
+    ``--max-operation-seconds`` a provision or a bind fails with reason OperationTimedOut; operations that do
+    report an outcome are unaffected."""
+    plan_name = f"stalling-{namespace}"
+    plan_file = tmp_path / "plan.yaml"
+    plan_file.write_text(STALLING_PLAN.format(name=plan_name))
+    apply_yaml(api_client, plan_file, catalog_namespace)
+    controller.stop()  # the session's controller has no short limit; this one fails operations after 4 s
+    limited = Process("controller-limited", controller_command(control_plane, "--max-operation-seconds", "4"), tmp_path)
+    limited.start()
+    try:
+        provision(api_client, namespace, "quiet1", plan_id=plan_name, parameters={"stall": True})
+        provision(api_client, namespace, "fine1", plan_id=plan_name)
+        fine = wait_state(api_client, namespace, "sfserviceinstances", "fine1", "succeeded")
+        assert fine["status"]["lastOperation"]["type"] == "provision"  # recorded by the controller (no broker)
+        quiet = wait_state(api_client, namespace, "sfserviceinstances", "quiet1", "failed", timeout=30)
+        assert quiet["status"]["error"].startswith("provision timed out: no outcome ")
+        ready = next(c for c in quiet["status"]["conditions"] if c["type"] == "Ready")
+        assert (ready["status"], ready["reason"]) == ("False", "OperationTimedOut")
+        assert quiet["status"]["resources"], "the apply is recorded with the failure"
+
+        bind(api_client, namespace, "quietb1", "fine1", plan_id=plan_name)
+        binding = wait_state(api_client, namespace, "sfservicebindings", "quietb1", "failed", timeout=30)
+        assert binding["status"]["error"].startswith("bind timed out: no outcome ")
+        started = decisions.operation_age(binding)
+        assert started is not None and started >= 4
+    finally:
+        limited.stop()
+        controller.start()
