@@ -80,6 +80,9 @@ class ControllerArgs(TypedDict):
     """Concurrent reconciles (``--workers``; default: the controller's own, 4)."""
     error_threshold: NotRequired[int]
     """Consecutive errors before an operation is failed (``--error-threshold``; default 8)."""
+    max_operation_seconds: NotRequired[float]
+    """A provision, update or bind with no outcome this long after it was requested is failed
+    (``--max-operation-seconds``; default 7200; 0: no limit)."""
     multicluster: NotRequired[bool]
     """Run as the master of several clusters (``--multicluster``): SFClusters get scheduled onto and report
     Ready (default false)."""
@@ -186,6 +189,7 @@ class Controller(_Settings):
     operator_rules: list[OperatorRule] = Field(default_factory=list)
     workers: int | None = Field(default=None, ge=1, le=256)
     error_threshold: int | None = Field(default=None, ge=1)
+    max_operation_seconds: float | None = Field(default=None, ge=0)
     multicluster: bool = False
     scheduler: Literal["default", "round-robin", "least-utilized", "label-selector", "capacity-aware"] | None = None
 
@@ -202,6 +206,8 @@ class Controller(_Settings):
             flags += ["--workers", str(self.workers)]
         if self.error_threshold is not None:
             flags += ["--error-threshold", str(self.error_threshold)]
+        if self.max_operation_seconds is not None:
+            flags += ["--max-operation-seconds", f"{self.max_operation_seconds:g}"]
         if self.multicluster:
             flags.append("--multicluster")
         if self.scheduler is not None:

@@ -460,6 +460,7 @@ def test_settings_are_configurable() -> None:
                 "operator_rules": [operator_rule],
                 "workers": 16,
                 "error_threshold": 5,
+                "max_operation_seconds": 900,
                 "multicluster": True,
                 "scheduler": "least-utilized",
             },
@@ -480,7 +481,8 @@ def test_settings_are_configurable() -> None:
     assert container["resources"] == {"requests": {"cpu": "1"}}
     assert container["command"][:5] == ["opbroker", "controller", "run", "--namespace", "platform"]
     assert container["command"][7:] == [
-        "--workers", "16", "--error-threshold", "5", "--multicluster", "--scheduler", "least-utilized",
+        "--workers", "16", "--error-threshold", "5", "--max-operation-seconds", "900", "--multicluster",
+        "--scheduler", "least-utilized",
     ]  # fmt: skip
     assert controller["spec"]["template"]["spec"]["imagePullSecrets"] == [{"name": "regcred"}]
     zone = controller["spec"]["template"]["spec"]["topologySpreadConstraints"][0]
