@@ -49,6 +49,7 @@ class Reason(StrEnum):
     APPLY_REFUSED = "ApplyRefused"
     GAVE_UP = "GaveUp"
     TIMED_OUT = "OperationTimedOut"
+    DEPROVISION_UNCONFIRMED = "DeprovisionUnconfirmed"
     DEPROVISIONING = "Deprovisioning"
     UNBINDING = "Unbinding"
 

@@ -258,8 +258,16 @@ class InstanceReconciler:
                     ),
                 )
             except RenderError as exc:
-                return self.status.fail_or_retry(instance, exc, Reason.RENDER_FAILED)
-            section = result.deprovision
+                if not done:
+                    return self.status.fail_or_retry(instance, exc, Reason.RENDER_FAILED)
+                # Everything recorded is gone, and the status template cannot speak for it (most often it
+                # reads the very objects that just went). Keeping the finalizer would hang the DELETE for
+                # good (a repeated DELETE only repeats this): finish, and say why in a Warning event.
+                message = f"every recorded object is deleted; the status template could not confirm it: {exc}"
+                logger.warning("%s %s: %s", instance["kind"], meta["name"], message)
+                kube.emit_event(instance, reason=Reason.DEPROVISION_UNCONFIRMED.value, message=message, warning=True)
+                result = None
+            section = result.deprovision if result is not None else None
             if section is not None:
                 if section.state == OperationState.FAILED.value:
                     self.status.transition(

@@ -341,3 +341,56 @@ def test_an_operation_without_outcome_fails_after_the_maximum_duration(
     finally:
         limited.stop()
         controller.start()
+
+
+FRAGILE_PLAN = """
+apiVersion: osb.servicefabrik.io/v1alpha1
+kind: SFPlan
+metadata: {{name: {name}}}
+spec:
+  name: {name}
+  id: {name}
+  serviceId: 6f4e7a0c-2f0a-4d5e-9b1a-0d6c1e0f5a11
+  description: a status template that requires its source, so cannot render once it is gone
+  templates:
+  - action: sources
+    type: jinja2
+    content: |
+      database: {{apiVersion: demo.opbroker.io/v1alpha1, kind: Database, name: "{{{{ instance.metadata.name }}}}"}}
+  - action: provision
+    type: jinja2
+    content: |
+      apiVersion: demo.opbroker.io/v1alpha1
+      kind: Database
+      metadata:
+        name: {{{{ instance.metadata.name }}}}
+      spec:
+        engine: postgresql
+  - action: status
+    type: jinja2
+    content: |
+      {{% set db = required(database, "the database") %}}
+      provision:
+        state: {{{{ "succeeded" if db.status.phase == "Running" else "in progress" }}}}
+"""
+
+
+def test_deprovision_finishes_when_the_status_template_cannot_render_after_everything_is_gone(
+    api_client: client.ApiClient, namespace: str, catalog_namespace: str, tmp_path: Any
+) -> None:
+    """Issue 18's lifecycle fault: a status template that reads a source without guarding its absence fails
+    once teardown deleted that source. The controller used to retry, give up and keep its finalizer, so the
+    DELETE hung for good; now, with every recorded object gone, it finishes and says why in a Warning event."""
+    plan_name = f"fragile-{namespace}"
+    plan_file = tmp_path / "plan.yaml"
+    plan_file.write_text(FRAGILE_PLAN.format(name=plan_name))
+    apply_yaml(api_client, plan_file, catalog_namespace)
+    provision(api_client, namespace, "fragile1", plan_id=plan_name)
+    wait_state(api_client, namespace, "sfserviceinstances", "fragile1", "succeeded")
+    custom(api_client).delete_namespaced_custom_object(GROUP, VERSION, namespace, "sfserviceinstances", "fragile1")
+    wait_for(lambda: gone(api_client, namespace, "sfserviceinstances", "fragile1"), 30, "the instance to be released")
+    assert gone(api_client, namespace, "databases", "fragile1", *DB[:2])
+    events = client.CoreV1Api(api_client).list_namespaced_event(namespace).items
+    unconfirmed = [e for e in events if e.reason == "DeprovisionUnconfirmed" and e.involved_object.name == "fragile1"]
+    assert unconfirmed and unconfirmed[0].type == "Warning"
+    assert "every recorded object is deleted; the status template could not confirm it" in unconfirmed[0].message
