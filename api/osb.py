@@ -61,6 +61,10 @@ class SFServiceInstanceStatus(WireModel):
     instance_usable: bool | None = None
     update_repeatable: bool | None = None
     last_operation: LastOperation | None = None
+    operation_started_at: datetime | None = None
+    """When the controller's current operation began: the broker's ``lastOperation.startedAt`` when the broker
+    asked for it, else when the controller started it (a change through the API, a plan roll-out). The
+    controller fails an operation still in progress ``--max-operation-seconds`` after this."""
     applied_spec: FreeForm | None = None
     """The spec the current resources were rendered from."""
     applied_plan_hash: str | None = None
@@ -113,6 +117,10 @@ class SFServiceBindingStatus(WireModel):
     error: str | None = None
     response: BindingResponse | None = None
     last_operation: LastOperation | None = None
+    operation_started_at: datetime | None = None
+    """When the controller's current operation began: the broker's ``lastOperation.startedAt`` when the broker
+    asked for it, else when the controller started it (a change through the API, a plan roll-out). The
+    controller fails an operation still in progress ``--max-operation-seconds`` after this."""
     applied_spec: FreeForm | None = None
     resources: list[ResourceRef] | None = None
     error_count: int | None = Field(default=None, ge=0)

@@ -172,7 +172,7 @@ class BindingReconciler:
             description="binding",
             extra={
                 "resources": ref_dicts([*old_refs, *minus_refs(own_refs, old_refs)]),
-                **decisions.started_operation(binding, kind="binding"),
+                **decisions.started_operation(binding),
             },
         )
         labels = {LABEL_INSTANCE: instance["metadata"]["name"], LABEL_BINDING: meta["name"]}

@@ -124,9 +124,10 @@ def next_binding_step(binding: dict[str, Any], *, instance_state: str | None) ->
 
 
 def operation_age(obj: dict[str, Any], *, at: datetime.datetime | None = None) -> float | None:
-    """Seconds since the broker requested the object's current operation (``status.lastOperation.startedAt``);
-    None when no start is recorded or it cannot be read."""
-    started = ((_status(obj).get("lastOperation") or {}).get("startedAt")) or None
+    """Seconds since the object's current operation began (``status.operationStartedAt``, written by the
+    controller, else the broker's ``lastOperation.startedAt``); None when no start is recorded or readable."""
+    status = _status(obj)
+    started = status.get("operationStartedAt") or (status.get("lastOperation") or {}).get("startedAt")
     if not isinstance(started, str):
         return None
     try:
@@ -138,20 +139,17 @@ def operation_age(obj: dict[str, Any], *, at: datetime.datetime | None = None) -
     return ((at or datetime.datetime.now(datetime.UTC)) - when).total_seconds()
 
 
-def started_operation(obj: dict[str, Any], *, kind: str, at: datetime.datetime | None = None) -> dict[str, Any]:
-    """Status fields to write with the move to ``in progress`` so the operation's age can be measured: none
-    when the broker asked for this operation (state ``in_queue``/``update`` and its ``lastOperation`` with a
-    start); otherwise — a change made through the API, a plan roll-out, an object created without the broker —
-    a ``lastOperation`` starting now (``kind``: ``instance`` or ``binding``)."""
+def started_operation(obj: dict[str, Any], *, at: datetime.datetime | None = None) -> dict[str, Any]:
+    """The status field to write with the move to ``in progress``, so the operation's age can be measured:
+    the broker's ``lastOperation.startedAt`` when the broker asked for this operation (state ``in_queue`` or
+    ``update``), else now — a change made through the API, a plan roll-out, an object created without the
+    broker. ``lastOperation`` itself is the broker's record of its requests and is never written here."""
     status = _status(obj)
-    last = status.get("lastOperation") or {}
-    if status.get("state") in REQUESTED - {None} and last.get("startedAt"):
-        return {}
-    first = status.get("observedGeneration") is None
-    operation = "bind" if kind == "binding" else ("provision" if first else "update")
+    requested = (status.get("lastOperation") or {}).get("startedAt")
+    if status.get("state") in REQUESTED - {None} and isinstance(requested, str):
+        return {"operationStartedAt": requested}
     moment = (at or datetime.datetime.now(datetime.UTC)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    # id None: a merge patch would otherwise keep an earlier request's operation token on this operation.
-    return {"lastOperation": {"type": operation, "id": None, "startedAt": moment}}
+    return {"operationStartedAt": moment}
 
 
 def overdue(obj: dict[str, Any], *, max_seconds: float, at: datetime.datetime | None = None) -> float | None:

@@ -146,7 +146,7 @@ class InstanceReconciler:
             description="applying",
             extra={
                 "resources": ref_dicts(union_refs(old_refs, new_refs)),
-                **decisions.started_operation(instance, kind="instance"),
+                **decisions.started_operation(instance),
             },
         )
         labels = {LABEL_INSTANCE: meta["name"], LABEL_PLAN: entry.body["metadata"]["name"]}

@@ -154,26 +154,28 @@ def test_poll_after_comes_no_later_than_the_deadline() -> None:
 
 
 @pytest.mark.parametrize(
-    ("reason", "instance", "kind", "want_type"),
+    ("reason", "instance", "want"),
     [
-        ("the broker asked: its record stands", started("2026-01-01T00:00:00Z", state="in_queue"), "instance", None),
-        ("an update the broker asked for", started("2026-01-01T00:00:00Z", state="update"), "instance", None),
-        ("created without the broker", obj(), "instance", "provision"),
-        ("a spec change through the API", obj(state="succeeded", observed=1), "instance", "update"),
         (
-            "an old broker record does not date a new change",
-            started("2025-01-01T00:00:00Z", state="succeeded"),
-            "instance",
-            "provision",
+            "the broker asked: its start stands",
+            started("2026-01-01T00:00:00Z", state="in_queue"),
+            "2026-01-01T00:00:00Z",
         ),
-        ("a binding made without the broker", obj(), "binding", "bind"),
+        ("an update the broker asked for", started("2026-01-01T00:00:00Z", state="update"), "2026-01-01T00:00:00Z"),
+        ("created without the broker", obj(), "2026-01-01T01:00:00.000000Z"),
+        ("a spec change through the API", obj(state="succeeded", observed=1), "2026-01-01T01:00:00.000000Z"),
+        (
+            "an old broker request does not date a new change",
+            started("2025-01-01T00:00:00Z", state="succeeded"),
+            "2026-01-01T01:00:00.000000Z",
+        ),
     ],
 )
-def test_started_operation(reason: str, instance: dict[str, Any], kind: str, want_type: str | None) -> None:
-    fields = decisions.started_operation(instance, kind=kind, at=AT)
-    if want_type is None:
-        assert fields == {}, reason
-    else:
-        assert fields == {
-            "lastOperation": {"type": want_type, "id": None, "startedAt": "2026-01-01T01:00:00.000000Z"}
-        }, reason
+def test_started_operation(reason: str, instance: dict[str, Any], want: str) -> None:
+    assert decisions.started_operation(instance, at=AT) == {"operationStartedAt": want}, reason
+
+
+def test_the_controllers_start_wins_over_the_brokers_for_the_age() -> None:
+    instance = started("2025-01-01T00:00:00Z", state="in progress")
+    instance["status"]["operationStartedAt"] = "2026-01-01T00:59:00Z"
+    assert decisions.operation_age(instance, at=AT) == 60.0

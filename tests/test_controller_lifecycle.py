@@ -326,16 +326,17 @@ def test_an_operation_without_outcome_fails_after_the_maximum_duration(
         provision(api_client, namespace, "quiet1", plan_id=plan_name, parameters={"stall": True})
         provision(api_client, namespace, "fine1", plan_id=plan_name)
         fine = wait_state(api_client, namespace, "sfserviceinstances", "fine1", "succeeded")
-        assert fine["status"]["lastOperation"]["type"] == "provision"  # recorded by the controller (no broker)
+        assert fine["status"]["operationStartedAt"]  # started by the controller: no broker asked
+        assert "lastOperation" not in fine["status"]  # the broker's record, never written by the controller
         quiet = wait_state(api_client, namespace, "sfserviceinstances", "quiet1", "failed", timeout=30)
-        assert quiet["status"]["error"].startswith("provision timed out: no outcome ")
+        assert "timed out: no outcome " in quiet["status"]["error"]
         ready = next(c for c in quiet["status"]["conditions"] if c["type"] == "Ready")
         assert (ready["status"], ready["reason"]) == ("False", "OperationTimedOut")
         assert quiet["status"]["resources"], "the apply is recorded with the failure"
 
         bind(api_client, namespace, "quietb1", "fine1", plan_id=plan_name)
         binding = wait_state(api_client, namespace, "sfservicebindings", "quietb1", "failed", timeout=30)
-        assert binding["status"]["error"].startswith("bind timed out: no outcome ")
+        assert "timed out: no outcome " in binding["status"]["error"]
         started = decisions.operation_age(binding)
         assert started is not None and started >= 4
     finally:
