@@ -33,3 +33,8 @@ fi
 
 echo "[setup] making sure the local Kubernetes binaries (control plane and node) are built"
 .venv/bin/opbroker cluster build --node
+
+# The Pulumi engine the engine tests run (pulumi, the YAML language host, the Kubernetes resource plugin),
+# built from Go modules once per machine and cached next to the Kubernetes binaries.
+echo "[setup] making sure the Pulumi engine binaries are built"
+scripts/build-pulumi.sh
