@@ -147,9 +147,10 @@ class ControlPlaneArgs(TypedDict):
     labels: NotRequired[dict[str, str]]
     """Extra labels on every object."""
     await_deployments: NotRequired[bool]
-    """Whether ``pulumi up`` waits for the controller and broker Deployments to become Available (default
-    true). False (``pulumi.com/skipAwait``) for a cluster whose pods cannot start yet, e.g. a control plane
-    without nodes: the objects are created and ``up`` goes on."""
+    """Whether ``pulumi up`` waits for the controller and broker Deployments to become Available and for the
+    broker Service to find ready pods (default true). False (``pulumi.com/skipAwait`` on those three) for a
+    cluster whose pods cannot start yet, e.g. a control plane without nodes: the objects are created and ``up``
+    goes on."""
     controller: NotRequired[ControllerArgs]
     """Controller settings."""
     broker: NotRequired[BrokerArgs]
@@ -626,7 +627,8 @@ class ControlPlane(pulumi.ComponentResource):
         )
         self.broker_service = k8s.core.v1.Service(
             f"{name}-broker",
-            metadata=meta(names.broker, "broker"),
+            # pulumi-kubernetes awaits a Service until its selector finds ready pods: like the Deployments.
+            metadata=deployment_meta(names.broker, "broker"),
             spec={
                 "type": s.broker.service_type,
                 "selector": selector_labels("broker"),
