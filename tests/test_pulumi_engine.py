@@ -277,8 +277,9 @@ def test_an_invalid_plan_fails_preview_naming_the_field(stack: Project) -> None:
         )
     )
     result = stack.preview(expect_failure=True)
-    assert "templates[0].action" in result.output
-    assert "provision" in result.output
+    # The component provider refuses the value before the component runs, naming the property and the value.
+    assert "property templates[0].action with value '{provison}'" in result.output
+    assert "Invalid value provison" in result.output
 
 
 def test_a_template_that_does_not_compile_fails_preview_naming_the_template(stack: Project) -> None:
