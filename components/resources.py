@@ -23,6 +23,10 @@ from opbroker.api.meta import KubeResource
 #: Annotation that makes pulumi-kubernetes wait for the object's Ready condition (set by the controller).
 WAIT_FOR_ANNOTATION = "pulumi.com/waitFor"
 WAIT_FOR_READY = "condition=Ready"
+#: Annotation that makes pulumi-kubernetes take over fields another field manager set (server-side apply with
+#: force): the stack owns its catalog objects, so an edit made with kubectl is reported by ``pulumi refresh``
+#: and put back by the next ``pulumi up`` instead of failing it with a field conflict.
+PATCH_FORCE_ANNOTATION = "pulumi.com/patchForce"
 #: Label put on every object a component creates, so ``kubectl get -l`` finds what a stack owns.
 LABEL_COMPONENT = f"{DOMAIN}/pulumi-component"
 
@@ -106,13 +110,15 @@ def metadata(
 ) -> dict[str, Any]:
     """``metadata`` for a custom resource: name, namespace (default: the control plane's), labels, annotations."""
     labels = {LABEL_COMPONENT: component_type.rsplit(":", 1)[-1], **(args.get("labels") or {})}
-    annotations = dict(args.get("annotations") or {})
+    annotations = {PATCH_FORCE_ANNOTATION: "true", **(args.get("annotations") or {})}
     if wait_for_ready:
         annotations[WAIT_FOR_ANNOTATION] = WAIT_FOR_READY
-    meta: dict[str, Any] = {"name": name, "namespace": args.get("namespace") or DEFAULT_NAMESPACE, "labels": labels}
-    if annotations:
-        meta["annotations"] = annotations
-    return meta
+    return {
+        "name": name,
+        "namespace": args.get("namespace") or DEFAULT_NAMESPACE,
+        "labels": labels,
+        "annotations": annotations,
+    }
 
 
 def child_options(

@@ -69,6 +69,8 @@ def test_sfservice_registers_one_custom_resource_parented_to_the_component() -> 
             "name": "svc-postgres",
             "namespace": "opbroker",
             "labels": {"opbroker.io/pulumi-component": "SFService"},
+            # The stack owns the object: `up` takes back fields a kubectl edit changed (server-side apply force).
+            "annotations": {"pulumi.com/patchForce": "true"},
         },
         "spec": {
             "id": "svc-postgres",
@@ -112,6 +114,7 @@ def test_sfplan_registers_the_validated_plan_in_wire_spelling() -> None:
         "name": "plan-small",
         "namespace": "opbroker",
         "labels": {"opbroker.io/pulumi-component": "SFPlan"},
+        "annotations": {"pulumi.com/patchForce": "true"},
     }
     assert inputs["spec"] == {
         "id": "plan-small",
@@ -164,7 +167,7 @@ def test_children_wait_for_what_the_component_waits_for() -> None:
 def test_wait_for_ready_annotates_the_object_for_pulumi_kubernetes() -> None:
     mocks = run(lambda: SFPlan("pg-small", plan_args(wait_for_ready=True, annotations={"team": "data"})).plan_id)
     annotations = mocks.one(PLAN_CR, "pg-small").plain_inputs()["metadata"]["annotations"]
-    assert annotations == {"team": "data", "pulumi.com/waitFor": "condition=Ready"}
+    assert annotations == {"team": "data", "pulumi.com/waitFor": "condition=Ready", "pulumi.com/patchForce": "true"}
 
 
 def test_object_name_defaults_to_the_id_or_its_hash_when_the_id_is_not_a_name() -> None:

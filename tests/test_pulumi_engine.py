@@ -354,7 +354,7 @@ def test_refresh_reports_an_object_deleted_and_one_changed_out_of_band(stack: Pr
         "v1alpha1",
         NAMESPACE,
         "sfplans",
-        "postgresql-small",
+        declarations().PLAN_ID,  # the object's name: the plan id (Service Fabrik's convention)
         {"spec": {"description": "edited with kubectl"}},
     )
     refreshed = stack.run("refresh", "--yes", "--skip-preview", "--diff")
