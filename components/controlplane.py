@@ -420,7 +420,8 @@ class ControlPlane(pulumi.ComponentResource):
     """Installs opbroker into a cluster: CRDs, namespace, RBAC, the controller and the OSB broker."""
 
     namespace: pulumi.Output[str]
-    """Namespace of the control plane (where SFService, SFPlan and SFCluster objects go)."""
+    """Namespace of the control plane (where SFService, SFPlan and SFCluster objects go), known once the namespace
+    and the CRDs exist: a catalog component given it as its ``namespace`` waits for exactly those."""
     crd_names: pulumi.Output[list[str]]
     """Names of the installed CRDs; depending on this output waits for them."""
     broker_url: pulumi.Output[str]
@@ -666,7 +667,8 @@ class ControlPlane(pulumi.ComponentResource):
             )
 
         anchor = self.namespace_resource or controller_sa
-        self.namespace = resources.name_of(anchor, ns)
+        # Resolves once the namespace and the CRDs exist: what a catalog object needs before it can be created.
+        self.namespace = pulumi.Output.all(anchor.id, *(crd.id for crd in self.crds)).apply(lambda _: ns)
         self.crd_names = pulumi.Output.all(*(crd.id for crd in self.crds)).apply(lambda _: list(crd_names))
         self.broker_url = resources.name_of(self.broker_service, f"http://{names.broker}.{ns}.svc:{PORT}")
         self.broker_username = resources.name_of(credentials, s.broker.username)

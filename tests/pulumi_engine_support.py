@@ -33,7 +33,7 @@ BIN = CACHE / f"pulumi-{PULUMI_VERSION}" / "bin"
 PLUGINS = REPO / "provider" / "plugins"
 PASSPHRASE = "opbroker-engine-tests"
 #: Longest any one engine command may take in these tests: a hang fails the test instead of sitting it out.
-COMMAND_TIMEOUT = 300
+COMMAND_TIMEOUT = 240
 
 
 class EngineError(AssertionError):

@@ -10,7 +10,7 @@ import pulumi
 import pytest
 
 from opbroker.api.conventions import resource_name
-from opbroker.components import InvalidArgsError, SFPlan, SFService, testing
+from opbroker.components import ControlPlane, InvalidArgsError, SFPlan, SFService, testing
 
 SERVICE_CR = "kubernetes:osb.servicefabrik.io/v1alpha1:SFService"
 PLAN_CR = "kubernetes:osb.servicefabrik.io/v1alpha1:SFPlan"
@@ -251,3 +251,21 @@ def test_a_bad_service_names_its_field() -> None:
             "requires: unknown permission(s) ['root']; allowed: ['route_forwarding', 'syslog_drain', 'volume_mount']",
         ),
     )
+
+
+def test_given_the_control_planes_namespace_a_plan_waits_for_the_crds_and_namespace_not_the_pods() -> None:
+    # The way other languages (the component provider) wait for what a catalog object needs: `namespace:
+    # ${controlPlane.namespace}` in Pulumi YAML. `dependsOn: [controlPlane]` would wait for the Deployments.
+    def program() -> Any:
+        control_plane = ControlPlane("cp", {"image": "opbroker:1", "broker": {"password": "p"}})
+        plan = SFPlan("pg-small", plan_args(namespace=control_plane.namespace))
+        return plan.namespace
+
+    mocks = run(program)
+    cr = mocks.one(PLAN_CR, "pg-small")
+    crds = {r.urn for r in mocks.of_type("kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition")}
+    namespace = mocks.one("kubernetes:core/v1:Namespace", "cp-namespace").urn
+    deployments = {r.urn for r in mocks.of_type("kubernetes:apps/v1:Deployment")}
+    assert crds and crds <= set(cr.dependencies) and namespace in cr.dependencies
+    assert not deployments & set(cr.dependencies)
+    assert cr.plain_inputs()["metadata"]["namespace"] == "opbroker"

@@ -83,13 +83,12 @@ def root_stack_program(
         if plan_changes and name in plan_changes:
             args = {**args, **plan_changes[name]}
         token = f"opbroker:index:{kind}"
-        resources[name] = {
-            "type": token,
-            "properties": yaml_properties(token, args),
-            # The catalog waits for what it needs: the CRDs and the namespace (the ControlPlane's `namespace` output
-            # resolves once both exist), not the Deployments.
-            "options": {"dependsOn": ["${opbroker}"]},
-        }
+        properties = yaml_properties(token, args)
+        # The catalog waits for what it needs, the CRDs and the namespace (the ControlPlane's `namespace` output
+        # resolves once both exist), not the Deployments: the Python program's `catalog_prerequisites`.
+        assert properties["namespace"] == NAMESPACE
+        properties["namespace"] = "${opbroker.namespace}"
+        resources[name] = {"type": token, "properties": properties}
     return {
         "name": "opbroker-engine",
         "runtime": "yaml",
@@ -367,7 +366,7 @@ def test_refresh_reports_an_object_deleted_and_one_changed_out_of_band(stack: Pr
     assert ops[(PLAN_CR, "postgresql-small")] == "update"
     stack.up()
     live = custom.get_namespaced_custom_object(
-        "osb.servicefabrik.io", "v1alpha1", NAMESPACE, "sfplans", "postgresql-small"
+        "osb.servicefabrik.io", "v1alpha1", NAMESPACE, "sfplans", declarations().PLAN_ID
     )
     assert live["spec"]["description"] == "One PostgreSQL 16 instance with 10 GiB of storage"
 
@@ -389,8 +388,7 @@ def test_destroy_keeps_the_retained_crds(stack: Project, api: client.ApiClient) 
 def test_with_retain_crds_false_destroy_removes_them(engine: Engine, api: client.ApiClient, tmp_path: Path) -> None:
     # The retained CRDs are in the cluster: a new stack adopts them (the Kubernetes provider's upsert).
     program = root_stack_program(retain_crds=False)
-    program["config"] = {"kubernetes:enableServerSideApply": True}
-    project = new_project(engine, tmp_path / "not-retained", program)
+    project = new_project(engine, tmp_path / "not-retained", program, stack="crds-not-retained")
     project.up()
     ours = {c["metadata"]["name"] for c in all_crds()}
     assert ours <= crd_names(api)
@@ -408,15 +406,25 @@ def test_the_pulumi_yaml_example_previews_and_deploys_through_the_component_prov
     program = copy.deepcopy(example)
     program.pop("packages")  # the provider runs as an ambient plugin here (provider/plugins)
     cp = program["resources"]["controlPlane"]["properties"]
-    cp["namespace"] = "opbroker-yaml"
-    cp["awaitDeployments"] = True
     cp["broker"]["password"] = PASSWORD
     project = new_project(engine, tmp_path / "yaml-example", program)
+    project.run("config", "set", "namespace", "opbroker-yaml")
+    project.run("config", "set", "awaitDeployments", "false")  # no node: the pods never start
     preview = json.loads(project.run("preview", "--json").stdout)
     planned = {urn_type_and_name(s["urn"]) for s in steps(preview)}
     assert ("opbroker:index:SFPlan", "small") in planned
     assert ("kubernetes:autoscaling/v2:HorizontalPodAutoscaler", "controlPlane-broker") in planned
     project.up()
+    # The catalog waited for the CRDs and the namespace (through `namespace: ${controlPlane.namespace}`), never
+    # for the Deployments: what the engine recorded as the plan's dependencies.
+    state = project.resources()
+    plan = next(r for r in state if r["type"] == PLAN_CR)
+    needs = set(plan.get("dependencies") or []) | {
+        u for us in (plan.get("propertyDependencies") or {}).values() for u in us
+    }
+    assert {r["urn"] for r in state if r["type"] == CRD_TYPE} <= needs
+    assert not {r["urn"] for r in state if r["type"] == "kubernetes:apps/v1:Deployment"} & needs
+    assert plan["outputs"]["metadata"]["namespace"] == "opbroker-yaml"
     outputs = project.outputs()
     assert outputs["brokerUrl"] == "http://opbroker-broker.opbroker-yaml.svc:8080"
     assert outputs["plan"] == "b7f3a3f2-5a1c-4a52-a39f-2c4e3d9a7e21"
