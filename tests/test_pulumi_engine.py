@@ -12,13 +12,11 @@ uses too, and a test checks that the engine's plan holds exactly the resources t
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import runpy
 import secrets
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pulumi
@@ -32,77 +30,33 @@ from opbroker.api import SFService as SFServiceModel
 from opbroker.api.crd import all_crds
 from opbroker.components import testing
 from opbroker.devcluster.processes import Process
-from tests.pulumi_engine_support import (
+from opbroker.devcluster.pulumi_engine import (
     BIN,
     PULUMI_KUBERNETES_VERSION,
     PULUMI_VERSION,
     REPO,
+    ROOT_STACK_IMAGE,
+    ROOT_STACK_NAMESPACE,
     Engine,
     Project,
+    declarations,
     escape,
     new_project,
-    yaml_properties,
 )
+from opbroker.devcluster.pulumi_engine import root_stack_program as engine_program
 
 pytest_plugins = ["tests.pulumi_engine_support"]
 
-NAMESPACE = "opbroker"
-IMAGE = "opbroker:engine-test"
+NAMESPACE = ROOT_STACK_NAMESPACE
+IMAGE = ROOT_STACK_IMAGE
 PASSWORD = secrets.token_urlsafe(16)
 CRD_TYPE = "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition"
 PLAN_CR = "kubernetes:osb.servicefabrik.io/v1alpha1:SFPlan"
 SERVICE_CR = "kubernetes:osb.servicefabrik.io/v1alpha1:SFService"
-BENCH = REPO / "bench" / "results"
 
 
-def declarations() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("stack_declarations", REPO / "examples" / "stack" / "declarations.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def root_stack_program(
-    *, retain_crds: bool | None = None, plan_changes: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    """The root stack (examples/stack) as a Pulumi YAML program: the same components with the same args."""
-    d = declarations()
-    control_plane = d.control_plane_args(
-        image=IMAGE, namespace=NAMESPACE, await_deployments=False, broker={"replicas": 2, "password": PASSWORD}
-    )
-    if retain_crds is not None:
-        control_plane["retain_crds"] = retain_crds
-    resources: dict[str, Any] = {
-        "opbroker": {
-            "type": "opbroker:index:ControlPlane",
-            "properties": yaml_properties("opbroker:index:ControlPlane", control_plane),
-        }
-    }
-    for kind, name, args in d.catalog(NAMESPACE):
-        if plan_changes and name in plan_changes:
-            args = {**args, **plan_changes[name]}
-        token = f"opbroker:index:{kind}"
-        properties = yaml_properties(token, args)
-        # The catalog waits for what it needs, the CRDs and the namespace (the ControlPlane's `namespace` output
-        # resolves once both exist), not the Deployments: the Python program's `catalog_prerequisites`.
-        assert properties["namespace"] == NAMESPACE
-        properties["namespace"] = "${opbroker.namespace}"
-        resources[name] = {"type": token, "properties": properties}
-    return {
-        "name": "opbroker-engine",
-        "runtime": "yaml",
-        "resources": resources,
-        "outputs": {
-            "namespace": "${opbroker.namespace}",
-            "crds": "${opbroker.crdNames}",
-            "brokerUrl": "${opbroker.brokerUrl}",
-            "brokerUsername": "${opbroker.brokerUsername}",
-            "brokerPassword": "${opbroker.brokerPassword}",
-            "plan": "${postgresql-small.planId}",
-            "service": "${postgresql.serviceId}",
-        },
-    }
+def root_stack_program(**changes: Any) -> dict[str, Any]:
+    return engine_program(PASSWORD, **changes)
 
 
 def python_root_stack_registrations() -> set[tuple[str, str]]:
@@ -141,14 +95,6 @@ def steps(preview_json: dict[str, Any]) -> list[dict[str, Any]]:
     return [s for s in preview_json.get("steps") or [] if s.get("op") != "same"]
 
 
-def record_timing(name: str, seconds: float) -> None:
-    path = BENCH / "pulumi-engine.json"
-    data = json.loads(path.read_text()) if path.exists() else {}
-    data.setdefault("engine", {"pulumi": PULUMI_VERSION, "pulumi-kubernetes": PULUMI_KUBERNETES_VERSION})
-    data.setdefault("seconds", {})[name] = round(seconds, 2)
-    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-
-
 # -- 1. the root stack: preview lists every resource, up creates them --------------------------------------------
 
 
@@ -169,12 +115,10 @@ def test_preview_of_the_root_stack_lists_every_resource_the_python_program_regis
     assert expected - planned == set(), f"the engine's plan misses {sorted(expected - planned)}"
     assert planned - expected - {("pulumi:pulumi:Stack", "opbroker-engine-test")} == set()
     assert sum(1 for t, _ in planned if t == CRD_TYPE) == len(all_crds())
-    record_timing("root_stack_preview", result.seconds)
 
 
 def test_up_creates_the_control_plane_and_the_catalog_dev_applies(stack: Project, api: client.ApiClient) -> None:
-    result = stack.up()
-    record_timing("root_stack_up", result.seconds)
+    stack.up()
 
     crds = {c.metadata.name for c in client.ApiextensionsV1Api(api).list_custom_resource_definition().items}
     assert {c["metadata"]["name"] for c in all_crds()} <= crds
