@@ -349,9 +349,8 @@ def test_the_pulumi_yaml_example_previews_and_deploys_through_the_component_prov
     example = yaml.safe_load((REPO / "examples" / "pulumi-yaml" / "Pulumi.yaml").read_text())
     program = copy.deepcopy(example)
     program.pop("packages")  # the provider runs as an ambient plugin here (provider/plugins)
-    cp = program["resources"]["controlPlane"]["properties"]
-    cp["broker"]["password"] = PASSWORD
     project = new_project(engine, tmp_path / "yaml-example", program)
+    project.run("config", "set", "--secret", "brokerPassword", PASSWORD)
     project.run("config", "set", "namespace", "opbroker-yaml")
     project.run("config", "set", "awaitDeployments", "false")  # no node: the pods never start
     preview = json.loads(project.run("preview", "--json").stdout)
@@ -372,5 +371,6 @@ def test_the_pulumi_yaml_example_previews_and_deploys_through_the_component_prov
     assert plan["outputs"]["metadata"]["namespace"] == "opbroker-yaml"
     outputs = project.outputs()
     assert outputs["brokerUrl"] == "http://opbroker-broker.opbroker-yaml.svc:8080"
+    assert outputs["brokerPassword"] == PASSWORD
     assert outputs["plan"] == "b7f3a3f2-5a1c-4a52-a39f-2c4e3d9a7e21"
     project.run("destroy", "--yes", "--skip-preview")
