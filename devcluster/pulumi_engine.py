@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -85,8 +86,23 @@ class Engine:
     def run(self, cwd: Path, *args: str, expect_failure: bool = False, timeout: float = COMMAND_TIMEOUT) -> Result:
         command = [str(BIN / "pulumi"), *args, "--non-interactive", "--color", "never"]
         start = time.monotonic()
-        done = subprocess.run(command, cwd=cwd, env=self.env(), capture_output=True, text=True, timeout=timeout)
-        result = Result(list(args), done.returncode, done.stdout, done.stderr, time.monotonic() - start)
+        # Its own process group: on a timeout the CLI *and* its plugins go (killing only the CLI orphans them).
+        process = subprocess.Popen(
+            command,
+            cwd=cwd,
+            env=self.env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            stdout, stderr = process.communicate()
+            raise EngineError(f"pulumi {' '.join(args)} did not finish in {timeout} s:\n{stdout}{stderr}") from None
+        result = Result(list(args), process.returncode, stdout, stderr, time.monotonic() - start)
         if expect_failure and result.returncode == 0:
             raise EngineError(f"pulumi {' '.join(args)} succeeded, a failure was expected:\n{result.output}")
         if not expect_failure and result.returncode != 0:
