@@ -12,11 +12,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import bindings, claims, cluster, gotemplate, provisioning, renderer
+from bench import bindings, claims, cluster, gotemplate, provisioning, pulumi, renderer
 from bench.common import machine
 
 RESULTS = Path(__file__).resolve().parent / "results"
-SUITES = ("renderer", "gotemplate", "claims", "provisioning", "bindings", "cluster")
+SUITES = ("renderer", "gotemplate", "claims", "provisioning", "bindings", "cluster", "pulumi")
 FULL = {
     "provisioning": (100, 1000, 5000),
     "bindings": (10_000, 1_000),
@@ -24,6 +24,7 @@ FULL = {
     "renderer": 5.0,
     "gotemplate": 5.0,
     "cluster": None,
+    "pulumi": None,
 }
 QUICK = {
     "provisioning": (20, 40),
@@ -32,6 +33,7 @@ QUICK = {
     "renderer": 0.5,
     "gotemplate": 0.5,
     "cluster": None,
+    "pulumi": None,
 }
 
 TARGETS = {"utilisation": 0.5, "write_amplification": 1.5, "scale_curve_ratio": 1.5}
@@ -74,6 +76,10 @@ def run_suites(
     if "cluster" in suites:
         log("cluster (builds, start-up, memory, first pod, image) ...")
         results["cluster"] = cluster.run()
+        record(results)
+    if "pulumi" in suites:
+        log("pulumi (preview and up of the root stack with the real engine) ...")
+        results["pulumi"] = pulumi.run()
         record(results)
     if "bindings" in suites:
         count, instances = sizes["bindings"]
@@ -198,7 +204,22 @@ def summary_markdown(results: dict[str, Any]) -> str:
         ]
     if "cluster" in results:
         lines += cluster_markdown(results["cluster"])
+    if "pulumi" in results:
+        lines += pulumi_markdown(results["pulumi"])
     return "\n".join(lines)
+
+
+def pulumi_markdown(p: dict[str, Any]) -> list[str]:
+    builds = "; ".join(f"{b['built']}: {b['seconds']} s ({b['go']}, {b['cpus']} cores)" for b in p["cold_build"] or [])
+    s = p["seconds"]
+    return [
+        f"## Pulumi engine (pulumi {p['pulumi']}, pulumi-kubernetes {p['pulumi_kubernetes']})",
+        "",
+        f"Cold build: {builds or 'no record'}. The root stack's {p['resources']} resources on a control plane "
+        f"without a node: `pulumi preview` {s['preview']} s, `pulumi up` {s['up']} s, a second preview (nothing to "
+        f"change) {s['preview_unchanged']} s, `pulumi destroy` {s['destroy']} s.",
+        "",
+    ]
 
 
 def cluster_markdown(c: dict[str, Any]) -> list[str]:

@@ -68,8 +68,9 @@ class SFServiceArgs(TypedDict):
     """Context for opbroker and the operator, available to templates as ``service.spec.context``."""
     object_name: NotRequired[str]
     """Name of the SFService object; defaults to the service id (Service Fabrik's convention)."""
-    namespace: NotRequired[str]
-    """Namespace of the control plane the broker serves from; defaults to ``opbroker``."""
+    namespace: NotRequired[pulumi.Input[str]]
+    """Namespace of the control plane the broker serves from; defaults to ``opbroker``.
+    Pass the ControlPlane's ``namespace`` output to wait for its CRDs and namespace (not its pods)."""
     labels: NotRequired[dict[str, str]]
     """Extra labels on the object."""
     annotations: NotRequired[dict[str, str]]
@@ -188,8 +189,9 @@ class SFPlanArgs(TypedDict):
     """Directory that relative template ``file`` paths are read from; defaults to the working directory."""
     object_name: NotRequired[str]
     """Name of the SFPlan object; defaults to the plan id (Service Fabrik's convention)."""
-    namespace: NotRequired[str]
-    """Namespace of the control plane; defaults to ``opbroker``."""
+    namespace: NotRequired[pulumi.Input[str]]
+    """Namespace of the control plane; defaults to ``opbroker``.
+    Pass the ControlPlane's ``namespace`` output to wait for its CRDs and namespace (not its pods)."""
     labels: NotRequired[dict[str, str]]
     """Extra labels on the object."""
     annotations: NotRequired[dict[str, str]]
@@ -296,9 +298,9 @@ class SFService(pulumi.ComponentResource):
     def __init__(self, name: str, args: SFServiceArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         model = service_model(name, args)
         super().__init__(SERVICE_TYPE, name, None, opts)
-        self.resource = resources.custom_resource(self, name, model, opts)
+        self.resource = resources.custom_resource(self, name, model, opts, namespace=args.get("namespace"))
         self.object_name = resources.name_of(self.resource, str(model.metadata.name))
-        self.namespace = resources.name_of(self.resource, str(model.metadata.namespace))
+        self.namespace = resources.namespace_of(self.resource, model, args.get("namespace"))
         self.service_id = resources.name_of(self.resource, model.spec.id)
         self.register_outputs(
             {"object_name": self.object_name, "namespace": self.namespace, "service_id": self.service_id}
@@ -320,9 +322,9 @@ class SFPlan(pulumi.ComponentResource):
     def __init__(self, name: str, args: SFPlanArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         model = plan_model(name, args)
         super().__init__(PLAN_TYPE, name, None, opts)
-        self.resource = resources.custom_resource(self, name, model, opts)
+        self.resource = resources.custom_resource(self, name, model, opts, namespace=args.get("namespace"))
         self.object_name = resources.name_of(self.resource, str(model.metadata.name))
-        self.namespace = resources.name_of(self.resource, str(model.metadata.namespace))
+        self.namespace = resources.namespace_of(self.resource, model, args.get("namespace"))
         self.plan_id = resources.name_of(self.resource, model.spec.id)
         self.service_id = resources.name_of(self.resource, model.spec.service_id)
         self.register_outputs(

@@ -6,7 +6,7 @@ the resource that created the cluster). It goes into a Secret, never into the cu
 No ``from __future__ import annotations`` here: the component provider reads these annotations at run time.
 """
 
-from typing import NotRequired, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -33,8 +33,9 @@ class SFClusterArgs(TypedDict):
     """Capacity declared for the cluster (``cpu``, ``memory`` quantities), used where nodes cannot be read."""
     scheduling_limit_percentage: NotRequired[int]
     """Capacity-aware scheduling keeps requests below this share of allocatable (0-100)."""
-    namespace: NotRequired[str]
-    """Namespace of the control plane; defaults to ``opbroker``."""
+    namespace: NotRequired[pulumi.Input[str]]
+    """Namespace of the control plane; defaults to ``opbroker``.
+    Pass the ControlPlane's ``namespace`` output to wait for its CRDs and namespace (not its pods)."""
     labels: NotRequired[dict[str, str]]
     """Labels on the object (label-selector scheduling selects clusters by them)."""
     annotations: NotRequired[dict[str, str]]
@@ -79,7 +80,8 @@ class SFCluster(pulumi.ComponentResource):
     def __init__(self, name: str, args: SFClusterArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         model = cluster_model(name, args)
         super().__init__(CLUSTER_TYPE, name, None, opts)
-        namespace = str(model.metadata.namespace)
+        given_namespace = args.get("namespace")
+        namespace: Any = given_namespace if resources.is_output(given_namespace) else str(model.metadata.namespace)
         waits_for: list[pulumi.Resource] = []
         self.secret: k8s.core.v1.Secret | None = None
         kubeconfig = args.get("kubeconfig")
@@ -96,9 +98,9 @@ class SFCluster(pulumi.ComponentResource):
                 opts=resources.child_options(self, opts),
             )
             waits_for.append(self.secret)
-        self.resource = resources.custom_resource(self, name, model, opts, *waits_for)
+        self.resource = resources.custom_resource(self, name, model, opts, *waits_for, namespace=args.get("namespace"))
         self.object_name = resources.name_of(self.resource, str(model.metadata.name))
-        self.namespace = resources.name_of(self.resource, namespace)
+        self.namespace = resources.namespace_of(self.resource, model, args.get("namespace"))
         self.secret_name = resources.name_of(self.secret or self.resource, model.spec.secret_ref)
         self.register_outputs(
             {"object_name": self.object_name, "namespace": self.namespace, "secret_name": self.secret_name}

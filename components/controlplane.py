@@ -150,9 +150,10 @@ class ControlPlaneArgs(TypedDict):
     labels: NotRequired[dict[str, str]]
     """Extra labels on every object."""
     await_deployments: NotRequired[bool]
-    """Whether ``pulumi up`` waits for the controller and broker Deployments to become Available (default
-    true). False (``pulumi.com/skipAwait``) for a cluster whose pods cannot start yet, e.g. a control plane
-    without nodes: the objects are created and ``up`` goes on."""
+    """Whether ``pulumi up`` waits for the controller and broker Deployments to become Available and for the
+    broker Service to find ready pods (default true). False (``pulumi.com/skipAwait`` on those three) for a
+    cluster whose pods cannot start yet, e.g. a control plane without nodes: the objects are created and ``up``
+    goes on."""
     controller: NotRequired[ControllerArgs]
     """Controller settings."""
     broker: NotRequired[BrokerArgs]
@@ -425,7 +426,8 @@ class ControlPlane(pulumi.ComponentResource):
     """Installs opbroker into a cluster: CRDs, namespace, RBAC, the controller and the OSB broker."""
 
     namespace: pulumi.Output[str]
-    """Namespace of the control plane (where SFService, SFPlan and SFCluster objects go)."""
+    """Namespace of the control plane (where SFService, SFPlan and SFCluster objects go), known once the namespace
+    and the CRDs exist: a catalog component given it as its ``namespace`` waits for exactly those."""
     crd_names: pulumi.Output[list[str]]
     """Names of the installed CRDs; depending on this output waits for them."""
     broker_url: pulumi.Output[str]
@@ -632,7 +634,8 @@ class ControlPlane(pulumi.ComponentResource):
         )
         self.broker_service = k8s.core.v1.Service(
             f"{name}-broker",
-            metadata=meta(names.broker, "broker"),
+            # pulumi-kubernetes awaits a Service until its selector finds ready pods: like the Deployments.
+            metadata=deployment_meta(names.broker, "broker"),
             spec={
                 "type": s.broker.service_type,
                 "selector": selector_labels("broker"),
@@ -670,7 +673,8 @@ class ControlPlane(pulumi.ComponentResource):
             )
 
         anchor = self.namespace_resource or controller_sa
-        self.namespace = resources.name_of(anchor, ns)
+        # Resolves once the namespace and the CRDs exist: what a catalog object needs before it can be created.
+        self.namespace = pulumi.Output.all(anchor.id, *(crd.id for crd in self.crds)).apply(lambda _: ns)
         self.crd_names = pulumi.Output.all(*(crd.id for crd in self.crds)).apply(lambda _: list(crd_names))
         self.broker_url = resources.name_of(self.broker_service, f"http://{names.broker}.{ns}.svc:{PORT}")
         self.broker_username = resources.name_of(credentials, s.broker.username)

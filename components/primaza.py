@@ -111,8 +111,9 @@ class RegisteredServiceArgs(TypedDict):
     """Service level (``L1``, ``L2``, ...)."""
     object_name: NotRequired[str]
     """Name of the RegisteredService object; defaults to the component's name."""
-    namespace: NotRequired[str]
-    """Namespace of the object; defaults to ``opbroker``."""
+    namespace: NotRequired[pulumi.Input[str]]
+    """Namespace of the object; defaults to ``opbroker``.
+    Pass the ControlPlane's ``namespace`` output to wait for its CRDs and namespace (not its pods)."""
     labels: NotRequired[dict[str, str]]
     """Extra labels on the object."""
     annotations: NotRequired[dict[str, str]]
@@ -167,8 +168,9 @@ class ServiceClaimArgs(TypedDict):
     """The workloads to bind the service into."""
     object_name: NotRequired[str]
     """Name of the ServiceClaim object; defaults to the component's name."""
-    namespace: NotRequired[str]
-    """Namespace of the object; defaults to ``opbroker``."""
+    namespace: NotRequired[pulumi.Input[str]]
+    """Namespace of the object; defaults to ``opbroker``.
+    Pass the ControlPlane's ``namespace`` output to wait for its CRDs and namespace (not its pods)."""
     labels: NotRequired[dict[str, str]]
     """Extra labels on the object."""
     annotations: NotRequired[dict[str, str]]
@@ -216,9 +218,9 @@ class RegisteredService(pulumi.ComponentResource):
     def __init__(self, name: str, args: RegisteredServiceArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         model = registered_service_model(name, args)
         super().__init__(REGISTERED_SERVICE_TYPE, name, None, opts)
-        self.resource = resources.custom_resource(self, name, model, opts)
+        self.resource = resources.custom_resource(self, name, model, opts, namespace=args.get("namespace"))
         self.object_name = resources.name_of(self.resource, str(model.metadata.name))
-        self.namespace = resources.name_of(self.resource, str(model.metadata.namespace))
+        self.namespace = resources.namespace_of(self.resource, model, args.get("namespace"))
         self.register_outputs({"object_name": self.object_name, "namespace": self.namespace})
 
 
@@ -233,7 +235,7 @@ class ServiceClaim(pulumi.ComponentResource):
     def __init__(self, name: str, args: ServiceClaimArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         model = service_claim_model(name, args)
         super().__init__(SERVICE_CLAIM_TYPE, name, None, opts)
-        self.resource = resources.custom_resource(self, name, model, opts)
+        self.resource = resources.custom_resource(self, name, model, opts, namespace=args.get("namespace"))
         self.object_name = resources.name_of(self.resource, str(model.metadata.name))
-        self.namespace = resources.name_of(self.resource, str(model.metadata.namespace))
+        self.namespace = resources.namespace_of(self.resource, model, args.get("namespace"))
         self.register_outputs({"object_name": self.object_name, "namespace": self.namespace})

@@ -23,6 +23,10 @@ from opbroker.api.meta import KubeResource
 #: Annotation that makes pulumi-kubernetes wait for the object's Ready condition (set by the controller).
 WAIT_FOR_ANNOTATION = "pulumi.com/waitFor"
 WAIT_FOR_READY = "condition=Ready"
+#: Annotation that makes pulumi-kubernetes take over fields another field manager set (server-side apply with
+#: force): the stack owns its catalog objects, so an edit made with kubectl is reported by ``pulumi refresh``
+#: and put back by the next ``pulumi up`` instead of failing it with a field conflict.
+PATCH_FORCE_ANNOTATION = "pulumi.com/patchForce"
 #: Label put on every object a component creates, so ``kubectl get -l`` finds what a stack owns.
 LABEL_COMPONENT = f"{DOMAIN}/pulumi-component"
 
@@ -61,7 +65,8 @@ def outputs_in(value: Any, path: str) -> list[str]:
 
 def require_plain(component: str, name: str, args: Mapping[str, Any], *, except_keys: Sequence[str] = ()) -> None:
     """Refuse Outputs where the component needs known values to validate."""
-    checked = {k: v for k, v in args.items() if k not in except_keys}
+    # ``namespace`` may be an Output: the ControlPlane's ``namespace``, which waits for its CRDs and namespace.
+    checked = {k: v for k, v in args.items() if k not in except_keys and k != "namespace"}
     found = outputs_in(checked, "")
     if found:
         reason = "must be a plain value (it is validated at preview time), not an Output"
@@ -106,13 +111,17 @@ def metadata(
 ) -> dict[str, Any]:
     """``metadata`` for a custom resource: name, namespace (default: the control plane's), labels, annotations."""
     labels = {LABEL_COMPONENT: component_type.rsplit(":", 1)[-1], **(args.get("labels") or {})}
-    annotations = dict(args.get("annotations") or {})
+    annotations = {PATCH_FORCE_ANNOTATION: "true", **(args.get("annotations") or {})}
     if wait_for_ready:
         annotations[WAIT_FOR_ANNOTATION] = WAIT_FOR_READY
-    meta: dict[str, Any] = {"name": name, "namespace": args.get("namespace") or DEFAULT_NAMESPACE, "labels": labels}
-    if annotations:
-        meta["annotations"] = annotations
-    return meta
+    namespace = args.get("namespace")
+    return {
+        "name": name,
+        # An Output namespace is set on the custom resource itself (``custom_resource``); validated as the default.
+        "namespace": namespace if isinstance(namespace, str) and namespace else DEFAULT_NAMESPACE,
+        "labels": labels,
+        "annotations": annotations,
+    }
 
 
 def child_options(
@@ -136,9 +145,13 @@ def custom_resource(
     resource: KubeResource,
     opts: pulumi.ResourceOptions | None,
     *depends_on: pulumi.Resource,
+    namespace: Any = None,
 ) -> k8s.apiextensions.CustomResource:
-    """The validated resource as a pulumi-kubernetes CustomResource child, named like the component."""
+    """The validated resource as a pulumi-kubernetes CustomResource child, named like the component. A
+    ``namespace`` Output (the ControlPlane's) replaces the model's: the object then waits for what it waits for."""
     manifest = resource.to_manifest()
+    if is_output(namespace):
+        manifest["metadata"]["namespace"] = namespace
     return k8s.apiextensions.CustomResource(
         name,
         api_version=manifest["apiVersion"],
@@ -147,6 +160,17 @@ def custom_resource(
         spec=manifest.get("spec"),
         opts=child_options(parent, opts, *depends_on),
     )
+
+
+def is_output(value: Any) -> bool:
+    return isinstance(value, pulumi.Output) or hasattr(value, "__await__")
+
+
+def namespace_of(resource: pulumi.CustomResource, model: KubeResource, given: Any) -> pulumi.Output[str]:
+    """The object's namespace once it exists: the given Output's value, or the model's."""
+    if is_output(given):
+        return pulumi.Output.all(resource.id, given).apply(lambda values: str(values[1]))
+    return name_of(resource, str(model.metadata.namespace))
 
 
 def name_of(resource: k8s.apiextensions.CustomResource | pulumi.CustomResource, name: str) -> pulumi.Output[str]:

@@ -16,7 +16,7 @@ resource's inputs; the policies only report them. The ``PolicyPack`` is built in
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jsonschema
@@ -106,6 +106,16 @@ def rbac_problems(props: Mapping[str, Any]) -> list[str]:
     ]
 
 
+def plain(value: Any) -> Any:
+    """``value`` as plain dicts and lists. Under the engine, ``args.props`` are pulumi_policy's read-only
+    ``_DictProxy``/``_ListProxy`` (Mapping/Sequence, not dict/list): jsonschema refuses them as schemas."""
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, Sequence) and not isinstance(value, str | bytes):
+        return [plain(v) for v in value]
+    return value
+
+
 def _report(args: ResourceValidationArgs, report_violation: ReportViolation, problems: list[str]) -> None:
     for problem in problems:
         report_violation(f"{args.name}: {problem}", None)
@@ -113,17 +123,17 @@ def _report(args: ResourceValidationArgs, report_violation: ReportViolation, pro
 
 def validate_plan(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
     if args.resource_type == SFPLAN_TYPE:
-        _report(args, report_violation, plan_problems(args.props))
+        _report(args, report_violation, plan_problems(plain(args.props)))
 
 
 def validate_parameter_schemas(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
     if args.resource_type == SFPLAN_TYPE:
-        _report(args, report_violation, schema_problems(args.props))
+        _report(args, report_violation, schema_problems(plain(args.props)))
 
 
 def validate_rbac(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
     if args.resource_type in RBAC_TYPES:
-        _report(args, report_violation, rbac_problems(args.props))
+        _report(args, report_violation, rbac_problems(plain(args.props)))
 
 
 PLAN_VALID = ResourceValidationPolicy(

@@ -37,3 +37,8 @@ echo "[setup] making sure the local Kubernetes binaries (control plane and node)
 
 echo "[setup] making sure the Go template renderer (gotemplate and helm plans) is built"
 .venv/bin/opbroker gorender build
+
+# The Pulumi engine the engine tests run (pulumi, the YAML language host, the Kubernetes resource plugin),
+# built from Go modules once per machine and cached next to the Kubernetes binaries.
+echo "[setup] making sure the Pulumi engine binaries are built"
+scripts/build-pulumi.sh

@@ -10,7 +10,7 @@ import pulumi
 import pytest
 
 from opbroker.api.conventions import resource_name
-from opbroker.components import InvalidArgsError, SFPlan, SFService, testing
+from opbroker.components import ControlPlane, InvalidArgsError, SFPlan, SFService, testing
 
 SERVICE_CR = "kubernetes:osb.servicefabrik.io/v1alpha1:SFService"
 PLAN_CR = "kubernetes:osb.servicefabrik.io/v1alpha1:SFPlan"
@@ -69,6 +69,8 @@ def test_sfservice_registers_one_custom_resource_parented_to_the_component() -> 
             "name": "svc-postgres",
             "namespace": "opbroker",
             "labels": {"opbroker.io/pulumi-component": "SFService"},
+            # The stack owns the object: `up` takes back fields a kubectl edit changed (server-side apply force).
+            "annotations": {"pulumi.com/patchForce": "true"},
         },
         "spec": {
             "id": "svc-postgres",
@@ -112,6 +114,7 @@ def test_sfplan_registers_the_validated_plan_in_wire_spelling() -> None:
         "name": "plan-small",
         "namespace": "opbroker",
         "labels": {"opbroker.io/pulumi-component": "SFPlan"},
+        "annotations": {"pulumi.com/patchForce": "true"},
     }
     assert inputs["spec"] == {
         "id": "plan-small",
@@ -177,7 +180,7 @@ def test_children_wait_for_what_the_component_waits_for() -> None:
 def test_wait_for_ready_annotates_the_object_for_pulumi_kubernetes() -> None:
     mocks = run(lambda: SFPlan("pg-small", plan_args(wait_for_ready=True, annotations={"team": "data"})).plan_id)
     annotations = mocks.one(PLAN_CR, "pg-small").plain_inputs()["metadata"]["annotations"]
-    assert annotations == {"team": "data", "pulumi.com/waitFor": "condition=Ready"}
+    assert annotations == {"team": "data", "pulumi.com/waitFor": "condition=Ready", "pulumi.com/patchForce": "true"}
 
 
 def test_object_name_defaults_to_the_id_or_its_hash_when_the_id_is_not_a_name() -> None:
@@ -261,3 +264,21 @@ def test_a_bad_service_names_its_field() -> None:
             "requires: unknown permission(s) ['root']; allowed: ['route_forwarding', 'syslog_drain', 'volume_mount']",
         ),
     )
+
+
+def test_given_the_control_planes_namespace_a_plan_waits_for_the_crds_and_namespace_not_the_pods() -> None:
+    # The way other languages (the component provider) wait for what a catalog object needs: `namespace:
+    # ${controlPlane.namespace}` in Pulumi YAML. `dependsOn: [controlPlane]` would wait for the Deployments.
+    def program() -> Any:
+        control_plane = ControlPlane("cp", {"image": "opbroker:1", "broker": {"password": "p"}})
+        plan = SFPlan("pg-small", plan_args(namespace=control_plane.namespace))
+        return plan.namespace
+
+    mocks = run(program)
+    cr = mocks.one(PLAN_CR, "pg-small")
+    crds = {r.urn for r in mocks.of_type("kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition")}
+    namespace = mocks.one("kubernetes:core/v1:Namespace", "cp-namespace").urn
+    deployments = {r.urn for r in mocks.of_type("kubernetes:apps/v1:Deployment")}
+    assert crds and crds <= set(cr.dependencies) and namespace in cr.dependencies
+    assert not deployments & set(cr.dependencies)
+    assert cr.plain_inputs()["metadata"]["namespace"] == "opbroker"

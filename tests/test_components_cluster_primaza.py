@@ -60,6 +60,7 @@ def test_sfcluster_with_a_kubeconfig_creates_the_secret_it_points_to_first() -> 
             "name": "2",
             "namespace": "opbroker",
             "labels": {"opbroker.io/pulumi-component": "SFCluster", "region": "eu"},
+            "annotations": {"pulumi.com/patchForce": "true"},
         },
         "spec": {
             "secretRef": "2-kubeconfig",

@@ -599,3 +599,8 @@ def test_deployments_can_be_created_without_awaiting_them() -> None:
     for name in ("opbroker-controller", "opbroker-broker"):
         assert "annotations" not in inputs(awaited, DEPLOYMENT, name)["metadata"]
         assert inputs(skipped, DEPLOYMENT, name)["metadata"]["annotations"] == {"pulumi.com/skipAwait": "true"}
+    # The broker Service too: pulumi-kubernetes awaits it until its selector finds ready pods (found by the
+    # real engine: `up` sat at "Finding Pods to direct traffic to" on a cluster without nodes).
+    service = "kubernetes:core/v1:Service"
+    assert "annotations" not in inputs(awaited, service, "opbroker-broker")["metadata"]
+    assert inputs(skipped, service, "opbroker-broker")["metadata"]["annotations"] == {"pulumi.com/skipAwait": "true"}

@@ -15,6 +15,7 @@ import pulumi_kubernetes as k8s
 import pytest
 import yaml
 from pulumi_policy import EnforcementLevel, PolicyResourceOptions, ResourceValidationArgs
+from pulumi_policy.proxy import unknown_checking_proxy
 
 from opbroker.components import ControlPlane, SFPlan, testing
 from opbroker.provider import policies
@@ -61,11 +62,12 @@ def recorded() -> dict[tuple[str, str], dict[str, Any]]:
 
 
 def check(policy: Any, resource_type: str, props: dict[str, Any], name: str = "r") -> list[str]:
-    """Run a policy's validate the way the analyzer does, collecting violations."""
+    """Run a policy's validate the way the analyzer does, collecting violations: the props wrapped in the
+    read-only proxies the analyzer hands over (the real engine showed jsonschema refusing those as schemas)."""
     violations: list[str] = []
     args = ResourceValidationArgs(
         resource_type=resource_type,
-        props=props,
+        props=unknown_checking_proxy(props),
         urn=f"urn:pulumi:test::opbroker::{resource_type}::{name}",
         name=name,
         opts=PolicyResourceOptions(

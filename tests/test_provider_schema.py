@@ -3,15 +3,19 @@ typed args (and that the checked-in ``provider/schema.json`` matches it), and ``
 Pulumi languages create the components — under Pulumi's mocks.
 """
 
-import ast
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pulumi
 import pytest
 import yaml
 from pulumi.provider.server import ComponentInitError
+from pulumi.runtime.proto import provider_pb2, provider_pb2_grpc
 
 from opbroker.components import COMPONENTS, testing
 from opbroker.provider import host, schemagen
@@ -32,15 +36,27 @@ def test_the_plugin_manifest_declares_a_python_plugin() -> None:
     assert (PROVIDER / manifest["runtime"]["options"]["virtualenv"]).resolve() == (REPO / ".venv").resolve()
 
 
-def test_the_entry_point_hosts_every_component_under_the_opbroker_name() -> None:
-    tree = ast.parse((PROVIDER / "__main__.py").read_text())
-    calls = [
-        n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "component_provider_host"
-    ]
-    assert len(calls) == 1
-    keywords = {k.arg: ast.unparse(k.value) for k in calls[0].keywords}
-    assert keywords["name"] == "PACKAGE" and host.PACKAGE == "opbroker"
-    assert keywords["components"] == "list(COMPONENTS)"
+def test_the_plugin_serves_every_component_under_the_opbroker_name() -> None:
+    # Started the way the engine starts it (provider/plugins/pulumi-resource-opbroker, the entry point
+    # __main__.py): it prints its port and answers GetSchema over gRPC.
+    plugin = subprocess.Popen(
+        [str(PROVIDER / "plugins" / "pulumi-resource-opbroker"), "127.0.0.1:1"],
+        stdout=subprocess.PIPE,
+        env={**os.environ, "OPBROKER_PYTHON": sys.executable},
+        text=True,
+    )
+    try:
+        assert plugin.stdout is not None
+        port = int(plugin.stdout.readline())
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = provider_pb2_grpc.ResourceProviderStub(channel)
+            reply = stub.GetSchema(provider_pb2.GetSchemaRequest(), timeout=30)
+        served = json.loads(reply.schema)
+    finally:
+        plugin.terminate()
+        plugin.wait(10)
+    assert served["name"] == host.PACKAGE == "opbroker"
+    assert sorted(served["resources"]) == sorted(TOKENS)
 
 
 def test_the_schema_has_every_component_with_documented_inputs(schema: dict[str, Any]) -> None:
@@ -158,11 +174,15 @@ def test_construct_reports_a_bad_plan_naming_the_field() -> None:
         inputs = {"id": "p", "name": "n", "description": "d", "serviceId": "s", "templates": [{"action": "bind"}]}
         return provider.construct("bad", "opbroker:index:SFPlan", inputs, pulumi.ResourceOptions()).urn
 
-    with testing.mocked() as mocks, pytest.raises(ComponentInitError) as raised:
+    with testing.mocked() as mocks, pytest.raises(pulumi.InputPropertiesError) as raised:
         pulumi.runtime.test(program)()
     assert mocks.registrations == []
     assert "SFPlan 'bad' is invalid" in str(raised.value)
     assert "templates[0]: exactly one of content, contentEncoded or url is required" in str(raised.value)
+    # A plain InputPropertiesError: the provider server reports its properties to the engine (a RunError or a
+    # ComponentInitError comes out as "Unexpected <class ...>", the latter with a traceback: the real engine).
+    assert not isinstance(raised.value, pulumi.RunError | ComponentInitError)
+    assert raised.value.errors[0]["property_path"] == "templates[0]"
 
 
 def test_construct_refuses_a_missing_required_input() -> None:

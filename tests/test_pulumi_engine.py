@@ -1,0 +1,376 @@
+"""The real Pulumi engine against a local control plane (no node): `pulumi preview`, `up`, `refresh` and `destroy`
+of the root stack's declarations, preview diffs of one plan field, errors naming the field, the policy pack
+through the policy protocol, and the Pulumi YAML example through the component provider.
+
+The programs are Pulumi YAML using the component provider: the Python language host is not served by the
+module proxy, so the Python root stack cannot run under this engine (see tests/pulumi_engine_support.py and
+the README). The root stack's args come from ``examples/stack/declarations.py``, which its ``__main__.py``
+uses too, and a test checks that the engine's plan holds exactly the resources the Python program registers
+(under Pulumi's mocks). Tests in this module share one stack and run in order.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import runpy
+import secrets
+import sys
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pytest
+import yaml
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+
+from opbroker.api import SFPlan as SFPlanModel
+from opbroker.api import SFService as SFServiceModel
+from opbroker.api.crd import all_crds
+from opbroker.components import testing
+from opbroker.devcluster.processes import Process
+from opbroker.devcluster.pulumi_engine import (
+    BIN,
+    PULUMI_KUBERNETES_VERSION,
+    PULUMI_VERSION,
+    REPO,
+    ROOT_STACK_IMAGE,
+    ROOT_STACK_NAMESPACE,
+    Engine,
+    Project,
+    declarations,
+    escape,
+    new_project,
+)
+from opbroker.devcluster.pulumi_engine import root_stack_program as engine_program
+
+pytest_plugins = ["tests.pulumi_engine_support"]
+
+NAMESPACE = ROOT_STACK_NAMESPACE
+IMAGE = ROOT_STACK_IMAGE
+PASSWORD = secrets.token_urlsafe(16)
+CRD_TYPE = "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition"
+PLAN_CR = "kubernetes:osb.servicefabrik.io/v1alpha1:SFPlan"
+SERVICE_CR = "kubernetes:osb.servicefabrik.io/v1alpha1:SFService"
+
+
+def root_stack_program(**changes: Any) -> dict[str, Any]:
+    return engine_program(PASSWORD, **changes)
+
+
+def python_root_stack_registrations() -> set[tuple[str, str]]:
+    """(type, name) of every resource the Python root stack registers, under Pulumi's mocks."""
+    config_ = {
+        "opbroker:image": IMAGE,
+        "opbroker:namespace": NAMESPACE,
+        "opbroker:awaitDeployments": "false",
+        "opbroker:brokerPassword": PASSWORD,
+    }
+
+    def program() -> None:
+        runpy.run_path(str(REPO / "examples" / "stack"), run_name="__main__")
+
+    with testing.mocked(project="opbroker", config=config_) as mocks:
+        pulumi.runtime.test(program)()
+    return {(r.type, r.name) for r in mocks.registrations}
+
+
+def urn_type_and_name(urn: str) -> tuple[str, str]:
+    *_, qualified_type, name = urn.split("::")
+    return qualified_type.rsplit("$", 1)[-1], name
+
+
+@pytest.fixture(scope="module")
+def api(engine: Engine) -> client.ApiClient:
+    return config.new_client_from_config(config_file=str(engine.kubeconfig))
+
+
+@pytest.fixture(scope="module")
+def stack(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> Project:
+    return new_project(engine, tmp_path_factory.mktemp("root-stack"), root_stack_program())
+
+
+def steps(preview_json: dict[str, Any]) -> list[dict[str, Any]]:
+    return [s for s in preview_json.get("steps") or [] if s.get("op") != "same"]
+
+
+# -- 1. the root stack: preview lists every resource, up creates them --------------------------------------------
+
+
+def test_engine_binaries_report_the_versions_the_sdks_are_pinned_to(engine: Engine, tmp_path: Path) -> None:
+    assert engine.run(tmp_path, "version").stdout.strip() == f"v{PULUMI_VERSION}"
+    from importlib.metadata import version
+
+    assert version("pulumi") == PULUMI_VERSION
+    assert version("pulumi-kubernetes") == PULUMI_KUBERNETES_VERSION
+    assert (BIN / "pulumi-resource-kubernetes").is_file()
+
+
+def test_preview_of_the_root_stack_lists_every_resource_the_python_program_registers(stack: Project) -> None:
+    result = stack.run("preview", "--json")
+    preview = json.loads(result.stdout)
+    planned = {urn_type_and_name(s["urn"]) for s in steps(preview) if s["op"] == "create"}
+    expected = {(t, n) for t, n in python_root_stack_registrations() if not t.startswith("pulumi:")}
+    assert expected - planned == set(), f"the engine's plan misses {sorted(expected - planned)}"
+    assert planned - expected - {("pulumi:pulumi:Stack", "opbroker-engine-test")} == set()
+    assert sum(1 for t, _ in planned if t == CRD_TYPE) == len(all_crds())
+
+
+def test_up_creates_the_control_plane_and_the_catalog_dev_applies(stack: Project, api: client.ApiClient) -> None:
+    stack.up()
+
+    crds = {c.metadata.name for c in client.ApiextensionsV1Api(api).list_custom_resource_definition().items}
+    assert {c["metadata"]["name"] for c in all_crds()} <= crds
+    apps = client.AppsV1Api(api)
+    assert {d.metadata.name for d in apps.list_namespaced_deployment(NAMESPACE).items} == {
+        "opbroker-controller",
+        "opbroker-broker",
+    }
+    assert client.CoreV1Api(api).read_namespaced_service("opbroker-broker", NAMESPACE).spec.ports[0].port == 8080
+    budgets = client.PolicyV1Api(api).list_namespaced_pod_disruption_budget(NAMESPACE).items
+    assert {b.metadata.name for b in budgets} == {"opbroker-controller", "opbroker-broker"}
+    # The objects in the cluster are the ones `opbroker dev` applies (examples/demo_operator/catalog.yaml).
+    custom = client.CustomObjectsApi(api)
+    documents = list(yaml.safe_load_all((REPO / "examples" / "demo_operator" / "catalog.yaml").read_text()))
+    for document, plural, model in zip(
+        documents, ("sfservices", "sfplans"), (SFServiceModel, SFPlanModel), strict=True
+    ):
+        live = custom.get_namespaced_custom_object(
+            "osb.servicefabrik.io", "v1alpha1", NAMESPACE, plural, document["metadata"]["name"]
+        )
+        assert model.model_validate({**document, "spec": live["spec"]}).spec == model.model_validate(document).spec
+
+    outputs = stack.outputs()
+    assert outputs["brokerUrl"] == "http://opbroker-broker.opbroker.svc:8080"
+    assert outputs["brokerUsername"] == "opbroker"
+    assert outputs["brokerPassword"] == PASSWORD
+    assert outputs["namespace"] == NAMESPACE
+    assert sorted(outputs["crds"]) == sorted(c["metadata"]["name"] for c in all_crds())
+    assert outputs["plan"] == declarations().PLAN_ID
+
+
+def test_a_second_up_changes_nothing(stack: Project) -> None:
+    preview = json.loads(stack.run("preview", "--json").stdout)
+    assert steps(preview) == [], f"unexpected changes: {[(s['op'], s['urn']) for s in steps(preview)]}"
+
+
+def test_wait_for_ready_completes_once_the_controller_reports_the_catalog_ready(
+    stack: Project, api: client.ApiClient, tmp_path: Path
+) -> None:
+    controller = Process(
+        "controller",
+        [
+            str(Path(sys.executable).parent / "opbroker"),
+            "controller",
+            "run",
+            "--kubeconfig",
+            str(stack.engine.kubeconfig),
+            "--no-leader-election",
+            "--namespace",
+            NAMESPACE,
+        ],
+        tmp_path,
+    )
+    controller.start()
+    try:
+        waiting = {"wait_for_ready": True}
+        stack.write(root_stack_program(plan_changes={"demo-db": waiting, "demo-db-small": waiting}))
+        result = stack.up()
+    finally:
+        controller.stop()
+    assert result.seconds < 120
+    custom = client.CustomObjectsApi(api)
+    for plural, name in (("sfservices", "demo-db"), ("sfplans", "demo-db-small")):
+        live = custom.get_namespaced_custom_object("osb.servicefabrik.io", "v1alpha1", NAMESPACE, plural, name)
+        assert live["metadata"]["annotations"]["pulumi.com/waitFor"] == "condition=Ready"
+        ready = next(c for c in live["status"]["conditions"] if c["type"] == "Ready")
+        assert ready["status"] == "True"
+    stack.write(root_stack_program())
+    stack.up()
+
+
+# -- 2. preview diffs before rollout -----------------------------------------------------------------------------
+
+
+def test_a_changed_plan_field_previews_as_exactly_that_change_and_up_applies_it(
+    stack: Project, api: client.ApiClient
+) -> None:
+    new_description = "1 GB demo database, now described differently"
+    stack.write(root_stack_program(plan_changes={"demo-db-small": {"description": new_description}}))
+    preview = json.loads(stack.run("preview", "--diff", "--json").stdout)
+    changed = [(s["op"], urn_type_and_name(s["urn"])) for s in steps(preview)]
+    assert changed == [("update", (PLAN_CR, "demo-db-small"))]
+    (step,) = steps(preview)
+    assert set(step["detailedDiff"]) == {"spec.description"}
+    text = stack.preview().stdout
+    assert new_description in text and "1 GB demo database, ready after about a second" in text
+
+    stack.up()
+    live = client.CustomObjectsApi(api).get_namespaced_custom_object(
+        "osb.servicefabrik.io", "v1alpha1", NAMESPACE, "sfplans", "demo-db-small"
+    )
+    assert live["spec"]["description"] == new_description
+
+
+def test_an_invalid_plan_fails_preview_naming_the_field(stack: Project) -> None:
+    stack.write(
+        root_stack_program(
+            plan_changes={"demo-db-small": {"templates": [{"action": "provison", "type": "jinja2", "content": "{}"}]}}
+        )
+    )
+    result = stack.preview(expect_failure=True)
+    # The component provider refuses the value before the component runs, naming the property and the value.
+    assert "property templates[0].action with value '{provison}'" in result.output
+    assert "Invalid value provison" in result.output
+
+
+def test_a_template_that_does_not_compile_fails_preview_naming_the_template(stack: Project) -> None:
+    broken = {"action": "provision", "type": "jinja2", "content": "kind: {{ plan.spec.context.storageGB "}
+    status = {"action": "status", "type": "jinja2", "content": "provision: {state: succeeded}"}
+    stack.write(root_stack_program(plan_changes={"demo-db-small": {"templates": [broken, status]}}))
+    result = stack.preview(expect_failure=True)
+    assert "templates[0]" in result.output
+    stack.write(root_stack_program())
+
+
+# -- policies through the policy protocol -----------------------------------------------------------------------
+
+BAD_PLAN = {
+    "apiVersion": "osb.servicefabrik.io/v1alpha1",
+    "kind": "SFPlan",
+    "metadata": {"name": "hand-written", "namespace": NAMESPACE},
+    "spec": {
+        "id": "hand-written",
+        "name": "hand-written",
+        "description": "written by hand, outside the components",
+        "serviceId": "6f4e7a0c-2f0a-4d5e-9b1a-0d6c1e0f5a11",
+        "manager": {"async": True},
+        "templates": [{"action": "provision", "type": "helm", "content": "apiVersion: v1"}],
+        "schemas": {"service_instance": {"create": {"parameters": {"type": 12}}}},
+    },
+}
+
+
+def test_the_policy_pack_passes_the_root_stack_and_rejects_what_its_policies_name(
+    engine: Engine, stack: Project, tmp_path: Path
+) -> None:
+    policy_pack = str(REPO / "provider" / "policypack")
+    passed = stack.preview("--policy-pack", policy_pack)
+    assert "opbroker" in passed.output
+
+    program = {
+        "name": "opbroker-policies",
+        "runtime": "yaml",
+        "resources": {
+            "everything": {
+                "type": "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole",
+                "properties": {
+                    "metadata": {"name": "opbroker-test-everything"},
+                    "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}],
+                },
+            },
+            "hand-written": {
+                "type": "kubernetes:yaml/v2:ConfigGroup",
+                "properties": {"yaml": escape(yaml.safe_dump(BAD_PLAN))},
+            },
+        },
+    }
+    project = new_project(engine, tmp_path / "policies", program)
+    result = project.preview("--policy-pack", policy_pack, expect_failure=True)
+    assert "opbroker-no-wildcard-rbac" in result.output
+    assert "grants '*' verbs on '*' resources" in result.output
+    assert "opbroker-plan-valid" in result.output
+    assert "opbroker does not render 'helm' templates" in result.output
+    assert "opbroker-parameter-schemas-valid" in result.output
+    assert "spec.schemas.service_instance.create.parameters" in result.output
+
+
+# -- 5. refresh reports drift; destroy keeps retained CRDs -----------------------------------------------------
+
+
+def test_refresh_reports_an_object_deleted_and_one_changed_out_of_band(stack: Project, api: client.ApiClient) -> None:
+    custom = client.CustomObjectsApi(api)
+    custom.delete_namespaced_custom_object("osb.servicefabrik.io", "v1alpha1", NAMESPACE, "sfservices", "demo-db")
+    custom.patch_namespaced_custom_object(
+        "osb.servicefabrik.io",
+        "v1alpha1",
+        NAMESPACE,
+        "sfplans",
+        declarations().PLAN_ID,  # the object's name: the plan id (Service Fabrik's convention)
+        {"spec": {"description": "edited with kubectl"}},
+    )
+    refreshed = stack.run("refresh", "--yes", "--skip-preview", "--diff")
+    assert "demo-db" in refreshed.output and "deleted" in refreshed.output
+    assert "edited with kubectl" in refreshed.output
+    # The drift is in the state now: the next preview puts back what the program declares.
+    preview = json.loads(stack.run("preview", "--json").stdout)
+    ops = {urn_type_and_name(s["urn"]): s["op"] for s in steps(preview)}
+    assert ops[(SERVICE_CR, "demo-db")] == "create"
+    assert ops[(PLAN_CR, "postgresql-small")] == "update"
+    stack.up()
+    live = custom.get_namespaced_custom_object(
+        "osb.servicefabrik.io", "v1alpha1", NAMESPACE, "sfplans", declarations().PLAN_ID
+    )
+    assert live["spec"]["description"] == "One PostgreSQL 16 instance with 10 GiB of storage"
+
+
+def crd_names(api: client.ApiClient) -> set[str]:
+    return {c.metadata.name for c in client.ApiextensionsV1Api(api).list_custom_resource_definition().items}
+
+
+def test_destroy_keeps_the_retained_crds(stack: Project, api: client.ApiClient) -> None:
+    stack.run("destroy", "--yes", "--skip-preview")
+    ours = {c["metadata"]["name"] for c in all_crds()}
+    assert ours <= crd_names(api)
+    with pytest.raises(ApiException) as gone:
+        client.AppsV1Api(api).read_namespaced_deployment("opbroker-broker", NAMESPACE)
+    assert gone.value.status == 404
+    assert stack.resources() == []
+
+
+def test_with_retain_crds_false_destroy_removes_them(engine: Engine, api: client.ApiClient, tmp_path: Path) -> None:
+    # The retained CRDs are in the cluster: a new stack adopts them (the Kubernetes provider's upsert).
+    program = root_stack_program(retain_crds=False)
+    project = new_project(engine, tmp_path / "not-retained", program, stack="crds-not-retained")
+    project.up()
+    ours = {c["metadata"]["name"] for c in all_crds()}
+    assert ours <= crd_names(api)
+    project.run("destroy", "--yes", "--skip-preview")
+    assert not ours & crd_names(api)
+
+
+# -- 3. the component provider from another language: examples/pulumi-yaml ------------------------------------
+
+
+def test_the_pulumi_yaml_example_previews_and_deploys_through_the_component_provider(
+    engine: Engine, api: client.ApiClient, tmp_path: Path
+) -> None:
+    example = yaml.safe_load((REPO / "examples" / "pulumi-yaml" / "Pulumi.yaml").read_text())
+    program = copy.deepcopy(example)
+    program.pop("packages")  # the provider runs as an ambient plugin here (provider/plugins)
+    project = new_project(engine, tmp_path / "yaml-example", program)
+    project.run("config", "set", "--secret", "brokerPassword", PASSWORD)
+    project.run("config", "set", "namespace", "opbroker-yaml")
+    project.run("config", "set", "awaitDeployments", "false")  # no node: the pods never start
+    preview = json.loads(project.run("preview", "--json").stdout)
+    planned = {urn_type_and_name(s["urn"]) for s in steps(preview)}
+    assert ("opbroker:index:SFPlan", "small") in planned
+    assert ("kubernetes:autoscaling/v2:HorizontalPodAutoscaler", "controlPlane-broker") in planned
+    project.up()
+    # Through the component provider the engine records the ControlPlane component as what the plan needs (the
+    # `namespace` output's own dependencies, its CRDs and namespace, stay inside the provider), and the output
+    # is known only when the ControlPlane's construct returns, i.e. after all its children were registered:
+    # from another language the catalog waits for the Deployments when they are awaited (README).
+    state = project.resources()
+    plan = next(r for r in state if r["type"] == PLAN_CR)
+    needs = set(plan.get("dependencies") or [])
+    needs |= {u for us in (plan.get("propertyDependencies") or {}).values() for u in us}
+    control_plane = next(r["urn"] for r in state if r["type"] == "opbroker:index:ControlPlane")
+    assert control_plane in needs
+    assert plan["outputs"]["metadata"]["namespace"] == "opbroker-yaml"
+    outputs = project.outputs()
+    assert outputs["brokerUrl"] == "http://opbroker-broker.opbroker-yaml.svc:8080"
+    assert outputs["brokerPassword"] == PASSWORD
+    assert outputs["plan"] == "b7f3a3f2-5a1c-4a52-a39f-2c4e3d9a7e21"
+    project.run("destroy", "--yes", "--skip-preview")
