@@ -281,7 +281,8 @@ def test_the_policy_pack_passes_the_root_stack_and_rejects_what_its_policies_nam
     assert "opbroker-no-wildcard-rbac" in result.output
     assert "grants '*' verbs on '*' resources" in result.output
     assert "opbroker-plan-valid" in result.output
-    assert "opbroker does not render 'helm' templates" in result.output
+    # A helm template must name its chart (since gotemplate and helm plans render): this one names none.
+    assert "a helm template needs its chart archive in exactly one of url or contentEncoded" in result.output
     assert "opbroker-parameter-schemas-valid" in result.output
     assert "spec.schemas.service_instance.create.parameters" in result.output
 
