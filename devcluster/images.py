@@ -184,9 +184,11 @@ def _gorender_binary(progress: Progress) -> Path:
     from opbroker import gorender
 
     try:
-        if not gorender.cached_binary().is_file():
-            progress("building the Go template renderer")
-        return gorender.build() if not gorender.cached_binary().is_file() else gorender.cached_binary()
+        binary = gorender.cached_binary()  # hashes the renderer's sources: once
+        if binary.is_file():
+            return binary
+        progress("building the Go template renderer")
+        return gorender.build(binary)
     except gorender.BuildError as exc:
         raise ImageBuildError(str(exc)) from None
 
