@@ -68,10 +68,8 @@ def run(
     """Run the controller until interrupted."""
     if scheduler is not SchedulerName.DEFAULT and not multicluster:
         raise typer.BadParameter(f"the {scheduler.value} scheduler needs --multicluster", param_hint="--scheduler")
-    from opbroker.controller.claims import settings as claims_settings
+    from opbroker.controller.claims.settings import ClaimsSettings
     from opbroker.controller.running import run as run_controller
-
-    claims_settings.export(sla_order=sla_order, environments=catalog_environment)
 
     settings = ControllerSettings(
         namespace=namespace,
@@ -86,5 +84,6 @@ def run(
         scheduler=scheduler.value,
         cluster_probe_seconds=cluster_probe_seconds,
         max_operation_seconds=max_operation_seconds,
+        claims=ClaimsSettings.from_flags(sla_order=sla_order, environments=catalog_environment),
     )
     run_controller(settings, kubeconfig=kubeconfig)

@@ -14,7 +14,9 @@ from __future__ import annotations
 import base64
 import json
 import logging
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from opbroker.api import TemplateAction
 from opbroker.api.conventions import (
@@ -33,12 +35,13 @@ from opbroker.api.conventions import (
 from opbroker.api.osb import OperationState
 from opbroker.controller import decisions
 from opbroker.controller.catalog import PlanEntry
-from opbroker.controller.decisions import Reason, Step
+from opbroker.controller.decisions import Step
 from opbroker.controller.kube import BINDINGS, INSTANCES, Refused, ref_of
 from opbroker.controller.objects import minus_refs, owner_reference, ref_dicts, ref_key, refs_of, same_namespace, stamp
+from opbroker.controller.reasons import Reason
+from opbroker.controller.reconciler import DONE, Key, Memories, ObservePlanAct, Outcome
 from opbroker.controller.reconciling import AppliedMemory, Deps, StatusWriter
 from opbroker.controller.rendered import fetch_sources, inputs_for, release
-from opbroker.controller.workqueue import DONE, Outcome
 from opbroker.rendering import RenderError
 
 logger = logging.getLogger(__name__)
@@ -48,48 +51,93 @@ def binding_field_manager(binding_name: str) -> str:
     return f"opbroker-binding-{binding_name}"[:128]
 
 
-class BindingReconciler:
-    def __init__(self, deps: Deps) -> None:
+@dataclass(frozen=True)
+class BindingFacts:
+    """What one reconcile of a binding decides on, read once."""
+
+    key: Key
+    body: dict[str, Any]
+    instance: dict[str, Any] | None
+    entry: PlanEntry | None
+    pending: dict[str, Any] | None
+    """The record of an apply of this generation and plan version whose outcome is still awaited."""
+
+    @property
+    def instance_state(self) -> str | None:
+        state: str | None = ((self.instance or {}).get("status") or {}).get("state")
+        return state
+
+
+class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
+    kind: ClassVar[str] = "binding"
+
+    def __init__(self, deps: Deps, memories: Memories) -> None:
         self.deps = deps
         self.status = StatusWriter(deps, BINDINGS)
-        self.applied = AppliedMemory()
+        self.applied = memories.keep(AppliedMemory())
 
-    def reconcile(self, namespace: str, name: str) -> Outcome:
-        kube = self.deps.kube
-        binding = kube.get_custom(BINDINGS, namespace, name)
-        if binding is None:
-            self.deps.index.forget(("binding", namespace, name))
+    def reconcile(self, key: Key) -> Outcome:
+        facts = self.observe(key)
+        if facts is None:
             return DONE
-        placed = self.deps.placement.binding(binding)  # multi-cluster: reconciled in the instance's cluster
+        placed = self.deps.placement.binding(facts.body)  # multi-cluster: reconciled in the instance's cluster
         if placed is not None:
             return placed
-        instance = kube.get_custom(INSTANCES, namespace, resource_name(binding["spec"]["instanceId"]))
-        instance_state = ((instance or {}).get("status") or {}).get("state")
-        step = decisions.next_binding_step(binding, instance_state=instance_state)
-        if step == Step.NOTHING:
-            return DONE
-        if step == Step.ADD_FINALIZER:
-            finalizers = [*(binding["metadata"].get("finalizers") or []), FINALIZER]
-            kube.patch_custom(BINDINGS, namespace, name, {"metadata": {"finalizers": finalizers}})
-            return self.reconcile(namespace, name)
+        return self.act(facts, self.plan(facts))
+
+    def observe(self, key: Key) -> BindingFacts | None:
+        kube = self.deps.kube
+        binding = kube.get_custom(BINDINGS, key.namespace, key.name)
+        if binding is None:
+            return None
+        instance = kube.get_custom(INSTANCES, key.namespace, resource_name(binding["spec"]["instanceId"]))
         entry = self.deps.catalog.plan((instance or binding).get("spec", {}).get("planId", ""))
-        if step == Step.TEARDOWN:
-            return self._teardown(binding, instance, entry)
-        if instance is None or decisions.is_deleting(instance):
-            # A bind that raced a deprovision (both accepted) can never complete. Left in place, it would
-            # block the deprovision forever; never bound, it has nothing to undo, so it is removed.
-            going = "does not exist" if instance is None else "is being deprovisioned"
-            self.status.transition(
-                binding,
-                state=OperationState.FAILED,
-                reason=Reason.INSTANCE_NOT_FOUND,
-                error=f"instance {binding['spec']['instanceId']!r} {going}; the binding was never completed",
-            )
-            if not (binding.get("status") or {}).get("response"):
-                kube.delete_custom(BINDINGS, namespace, name)
-            return DONE
+        version = (binding["metadata"].get("generation"), entry.hash if entry else None)
+        return BindingFacts(key, binding, instance, entry, self.applied.recall(key, version))
+
+    @staticmethod
+    def plan(facts: BindingFacts) -> Sequence[Step]:
+        step = decisions.next_binding_step(facts.body, instance_state=facts.instance_state)
+        if step in (Step.NOTHING,):
+            return ()
+        if step in (Step.ADD_FINALIZER, Step.TEARDOWN):
+            return (step,)
+        if facts.instance is None or decisions.is_deleting(facts.instance):
+            return (Step.ABANDON,)
         if step == Step.BLOCKED:
-            if instance_state == OperationState.FAILED.value:
+            return (Step.REPORT_INSTANCE_FAILED,) if facts.instance_state == OperationState.FAILED.value else (step,)
+        if facts.entry is None or facts.entry.model is None:
+            return (Step.REPORT_PLAN_PROBLEM,)
+        in_progress = (facts.body.get("status") or {}).get("state") == OperationState.IN_PROGRESS.value
+        if step == Step.APPLY and facts.pending is not None and in_progress:
+            return (Step.AWAIT_OUTCOME,)
+        return (step,)
+
+    def act(self, facts: BindingFacts, actions: Sequence[Step]) -> Outcome:
+        kube = self.deps.kube
+        binding, instance, entry = facts.body, facts.instance, facts.entry
+        namespace, name = facts.key.namespace, facts.key.name
+        for step in actions:
+            if step == Step.ADD_FINALIZER:
+                finalizers = [*(binding["metadata"].get("finalizers") or []), FINALIZER]
+                kube.patch_custom(BINDINGS, namespace, name, {"metadata": {"finalizers": finalizers}})
+                return self.reconcile(facts.key)
+            if step == Step.TEARDOWN:
+                return self._teardown(binding, instance, entry)
+            if step == Step.ABANDON:
+                # A bind that raced a deprovision (both accepted) can never complete. Left in place, it would
+                # block the deprovision forever; never bound, it has nothing to undo, so it is removed.
+                going = "does not exist" if instance is None else "is being deprovisioned"
+                self.status.transition(
+                    binding,
+                    state=OperationState.FAILED,
+                    reason=Reason.INSTANCE_NOT_FOUND,
+                    error=f"instance {binding['spec']['instanceId']!r} {going}; the binding was never completed",
+                )
+                if not (binding.get("status") or {}).get("response"):
+                    kube.delete_custom(BINDINGS, namespace, name)
+                return DONE
+            if step == Step.REPORT_INSTANCE_FAILED:
                 self.status.transition(
                     binding,
                     state=OperationState.FAILED,
@@ -97,30 +145,34 @@ class BindingReconciler:
                     error="the instance's last operation failed; it cannot be bound",
                 )
                 return DONE
-            return Outcome(requeue_after=self.deps.settings.status_poll_seconds)
-        if entry is None or entry.model is None:
-            error = f"plan {binding['spec'].get('planId')!r} is " + (
-                "not in the catalog" if entry is None else "invalid"
-            )
-            self.status.transition(binding, state=OperationState.FAILED, reason=Reason.PLAN_NOT_FOUND, error=error)
-            return DONE
-        try:
-            key = ("binding", namespace, name)
-            version = (binding["metadata"].get("generation"), entry.hash)
-            pending = self.applied.recall(key, version)
-            in_progress = (binding.get("status") or {}).get("state") == OperationState.IN_PROGRESS.value
-            if step == Step.APPLY and not (pending is not None and in_progress):
-                pending = self._apply(binding, instance, entry)
-            outcome = self._evaluate(binding, instance, entry, pending or {})
-            if outcome.requeue_after is not None and pending:
-                self.applied.remember(key, version, pending)  # recorded with the outcome (see AppliedMemory)
-            else:
-                self.applied.forget(key)
-            return outcome
-        except RenderError as exc:
-            return self.status.fail_or_retry(binding, exc, Reason.RENDER_FAILED)
-        except Refused as exc:
-            return self.status.refused(binding, exc)
+            if step == Step.BLOCKED:
+                return Outcome(requeue_after=self.deps.settings.status_poll_seconds)
+            if step == Step.REPORT_PLAN_PROBLEM:
+                error = f"plan {binding['spec'].get('planId')!r} is " + (
+                    "not in the catalog" if entry is None else "invalid"
+                )
+                self.status.transition(binding, state=OperationState.FAILED, reason=Reason.PLAN_NOT_FOUND, error=error)
+                return DONE
+            assert instance is not None and entry is not None and entry.model is not None
+            try:
+                version = (binding["metadata"].get("generation"), entry.hash)
+                pending = facts.pending
+                if step == Step.APPLY:
+                    pending = self._apply(binding, instance, entry)
+                outcome = self._evaluate(binding, instance, entry, pending or {})
+                if outcome.requeue_after is not None and pending:
+                    self.applied.remember(facts.key, version, pending)  # recorded with the outcome (AppliedMemory)
+                else:
+                    self.applied.forget(facts.key)
+                return outcome
+            except RenderError as exc:
+                return self.status.fail_or_retry(binding, exc, Reason.RENDER_FAILED)
+            except Refused as exc:
+                return self.status.refused(binding, exc)
+        return DONE
+
+    def reread(self, key: Key) -> None:
+        self.deps.kube.store.discard(BINDINGS.store_key, key.namespace, key.name)
 
     # -- steps ---------------------------------------------------------------------------------------
 
@@ -263,7 +315,7 @@ class BindingReconciler:
     def _teardown(self, binding: dict[str, Any], instance: dict[str, Any] | None, entry: PlanEntry | None) -> Outcome:
         kube = self.deps.kube
         meta = binding["metadata"]
-        self.applied.forget(("binding", meta["namespace"], meta["name"]))
+        self.applied.forget(Key("binding", meta["namespace"], meta["name"]))
         status = binding.get("status") or {}
         if status.get("state") != OperationState.IN_PROGRESS.value:
             self.status.transition(
@@ -307,11 +359,11 @@ class BindingReconciler:
             meta["name"],
             {"metadata": {"finalizers": finalizers or None, "resourceVersion": meta["resourceVersion"]}},
         )
-        self.deps.index.forget(("binding", meta["namespace"], meta["name"]))
+        self.deps.index.forget(Key("binding", meta["namespace"], meta["name"]))
         self.deps.registries.forget(meta["namespace"], binding_registry_name(meta["name"]), meta["uid"])
         return DONE
 
     def _watch(self, binding: dict[str, Any], refs: list[Any]) -> None:
         meta = binding["metadata"]
-        kinds = self.deps.index.track(("binding", meta["namespace"], meta["name"]), refs)
+        kinds = self.deps.index.track(Key("binding", meta["namespace"], meta["name"]), refs)
         self.deps.watchers.ensure(kinds)

@@ -20,7 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from opbroker.controller.decisions import Reason, ready_condition
+from opbroker.controller.decisions import ready_condition
+from opbroker.controller.reasons import Reason
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from typing import Any
 
 from opbroker.api.conventions import FINALIZER
 from opbroker.api.osb import OperationState
+from opbroker.controller.reasons import Reason
 
 #: States in which the broker has asked for work the controller has not started yet.
 REQUESTED = frozenset({None, OperationState.IN_QUEUE.value, OperationState.UPDATE.value})
@@ -28,30 +29,14 @@ class Step(StrEnum):
     EVALUATE = "evaluate"
     TEARDOWN = "teardown"
     BLOCKED = "blocked"
-
-
-class Reason(StrEnum):
-    """Condition and event reasons: constants, never inline strings."""
-
-    PROVISIONED = "Provisioned"
-    BOUND = "Bound"
-    IN_PROGRESS = "InProgress"
-    FAILED = "Failed"
-    PLAN_NOT_FOUND = "PlanNotFound"
-    PLAN_INVALID = "PlanInvalid"
-    SERVICE_INVALID = "ServiceInvalid"
-    ACCEPTED = "Accepted"
-    INSTANCE_NOT_READY = "InstanceNotReady"
-    INSTANCE_NOT_FOUND = "InstanceNotFound"
-    BINDINGS_EXIST = "BindingsExist"
-    RENDER_FAILED = "RenderFailed"
-    APPLY_FAILED = "ApplyFailed"
-    APPLY_REFUSED = "ApplyRefused"
-    GAVE_UP = "GaveUp"
-    TIMED_OUT = "OperationTimedOut"
-    DEPROVISION_UNCONFIRMED = "DeprovisionUnconfirmed"
-    DEPROVISIONING = "Deprovisioning"
-    UNBINDING = "Unbinding"
+    REPORT_PLAN_PROBLEM = "report-plan-problem"
+    """The plan is missing from the catalog or invalid: say so in the status."""
+    AWAIT_OUTCOME = "await-outcome"
+    """Applied already (the record waits in memory); read the operation's state back."""
+    ABANDON = "abandon"
+    """A binding whose instance is gone or going: fail it (and remove it if it never bound)."""
+    REPORT_INSTANCE_FAILED = "report-instance-failed"
+    """A binding requested on an instance whose last operation failed."""
 
 
 def _meta(obj: dict[str, Any]) -> dict[str, Any]:

@@ -9,8 +9,9 @@ applied is recorded in ``status.resources`` *before* it is applied, so nothing i
 from __future__ import annotations
 
 import logging
-from collections.abc import Hashable
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from opbroker.api import TemplateAction
 from opbroker.api.conventions import FINALIZER, LABEL_INSTANCE, LABEL_PLAN, instance_registry_name
@@ -18,7 +19,7 @@ from opbroker.api.meta import ResourceRef
 from opbroker.api.osb import OperationState
 from opbroker.controller import decisions
 from opbroker.controller.catalog import PlanEntry
-from opbroker.controller.decisions import Reason, Step
+from opbroker.controller.decisions import Step
 from opbroker.controller.kube import BINDINGS, INSTANCES, Refused, ref_of
 from opbroker.controller.objects import (
     minus_refs,
@@ -29,68 +30,109 @@ from opbroker.controller.objects import (
     stamp,
     union_refs,
 )
+from opbroker.controller.reasons import Reason
+from opbroker.controller.reconciler import DONE, Key, Memories, ObservePlanAct, Outcome
 from opbroker.controller.reconciling import AppliedMemory, Deps, StatusWriter
 from opbroker.controller.rendered import fetch_sources, inputs_for, release
-from opbroker.controller.workqueue import DONE, Outcome
 from opbroker.rendering import RenderError
 
 logger = logging.getLogger(__name__)
 
 
-class InstanceReconciler:
-    def __init__(self, deps: Deps) -> None:
+@dataclass(frozen=True)
+class InstanceFacts:
+    """What one reconcile of an instance decides on, read once."""
+
+    key: Key
+    body: dict[str, Any]
+    """The instance as read (act's status writes update it in place, so later steps see their result)."""
+    entry: PlanEntry | None
+    live_bindings: int
+    """Bindings still referring to the instance (counted only while it is being deleted)."""
+    pending: dict[str, Any] | None
+    """The record of an apply of this generation and plan version whose outcome is still awaited."""
+
+
+class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
+    kind: ClassVar[str] = "instance"
+
+    def __init__(self, deps: Deps, memories: Memories) -> None:
         self.deps = deps
         self.status = StatusWriter(deps, INSTANCES)
-        self.applied = AppliedMemory()
+        self.applied = memories.keep(AppliedMemory())
 
-    def reconcile(self, namespace: str, name: str) -> Outcome:
-        kube = self.deps.kube
-        instance = kube.get_custom(INSTANCES, namespace, name)
-        key: Hashable = ("instance", namespace, name)
-        if instance is None:
-            self.deps.index.forget(key)
+    def reconcile(self, key: Key) -> Outcome:
+        facts = self.observe(key)
+        if facts is None:
             return DONE
-        placed = self.deps.placement.instance(instance)  # multi-cluster: scheduled / reconciled elsewhere
+        placed = self.deps.placement.instance(facts.body)  # multi-cluster: scheduled / reconciled elsewhere
         if placed is not None:
             return placed
-        spec = instance.get("spec") or {}
-        entry = self.deps.catalog.plan(spec.get("planId", ""))
+        return self.act(facts, self.plan(facts))
+
+    def observe(self, key: Key) -> InstanceFacts | None:
+        instance = self.deps.kube.get_custom(INSTANCES, key.namespace, key.name)
+        if instance is None:
+            return None
+        entry = self.deps.catalog.plan((instance.get("spec") or {}).get("planId", ""))
         live_bindings = self._live_bindings(instance) if decisions.is_deleting(instance) else 0
+        version = (instance["metadata"].get("generation"), entry.hash if entry else None)
+        return InstanceFacts(key, instance, entry, live_bindings, self.applied.recall(key, version))
+
+    @staticmethod
+    def plan(facts: InstanceFacts) -> Sequence[Step]:
+        entry = facts.entry
         step = decisions.next_instance_step(
-            instance,
+            facts.body,
             plan_hash=entry.hash if entry else None,
             auto_update=bool(entry and entry.model and entry.model.spec.auto_update_instances),
-            live_bindings=live_bindings,
+            live_bindings=facts.live_bindings,
         )
         if step == Step.NOTHING:
-            return DONE
-        if step == Step.ADD_FINALIZER:
-            finalizers = [*(instance["metadata"].get("finalizers") or []), FINALIZER]
-            kube.patch_custom(INSTANCES, namespace, name, {"metadata": {"finalizers": finalizers}})
-            return self.reconcile(namespace, name)
-        if step == Step.BLOCKED:
-            self.status.transition(
-                instance,
-                state=OperationState.FAILED,
-                reason=Reason.BINDINGS_EXIST,
-                error=f"cannot deprovision: {live_bindings} binding(s) still exist; unbind them first",
-            )
-            return DONE  # a binding's removal enqueues the instance again
-        if step == Step.TEARDOWN:
-            return self._teardown(instance, entry)
+            return ()
+        if step in (Step.ADD_FINALIZER, Step.BLOCKED, Step.TEARDOWN):
+            return (step,)
         if entry is None or entry.model is None:
-            return self._plan_problem(instance, entry)
-        version = (instance["metadata"].get("generation"), entry.hash)
-        pending = self.applied.recall(key, version)
-        in_progress = (instance.get("status") or {}).get("state") == OperationState.IN_PROGRESS.value
-        try:
-            if step == Step.APPLY and pending is not None and in_progress:
-                return self._operate(instance, entry, applied=pending)  # applied already; outcome pending
-            return self._operate(instance, entry, applied=None if step == Step.APPLY else {})
-        except RenderError as exc:
-            return self.status.fail_or_retry(instance, exc, Reason.RENDER_FAILED)
-        except Refused as exc:
-            return self.status.refused(instance, exc)
+            return (Step.REPORT_PLAN_PROBLEM,)
+        in_progress = (facts.body.get("status") or {}).get("state") == OperationState.IN_PROGRESS.value
+        if step == Step.APPLY and facts.pending is not None and in_progress:
+            return (Step.AWAIT_OUTCOME,)  # applied already; its outcome is pending
+        return (step,)
+
+    def act(self, facts: InstanceFacts, actions: Sequence[Step]) -> Outcome:
+        instance, entry = facts.body, facts.entry
+        for step in actions:
+            if step == Step.ADD_FINALIZER:
+                finalizers = [*(instance["metadata"].get("finalizers") or []), FINALIZER]
+                self.deps.kube.patch_custom(
+                    INSTANCES, facts.key.namespace, facts.key.name, {"metadata": {"finalizers": finalizers}}
+                )
+                return self.reconcile(facts.key)
+            if step == Step.BLOCKED:
+                self.status.transition(
+                    instance,
+                    state=OperationState.FAILED,
+                    reason=Reason.BINDINGS_EXIST,
+                    error=f"cannot deprovision: {facts.live_bindings} binding(s) still exist; unbind them first",
+                )
+                return DONE  # a binding's removal enqueues the instance again
+            if step == Step.TEARDOWN:
+                return self._teardown(instance, entry)
+            if step == Step.REPORT_PLAN_PROBLEM:
+                return self._plan_problem(instance, entry)
+            assert entry is not None and entry.model is not None
+            try:
+                if step == Step.AWAIT_OUTCOME:
+                    return self._operate(instance, entry, applied=facts.pending)
+                return self._operate(instance, entry, applied=None if step == Step.APPLY else {})
+            except RenderError as exc:
+                return self.status.fail_or_retry(instance, exc, Reason.RENDER_FAILED)
+            except Refused as exc:
+                return self.status.refused(instance, exc)
+        return DONE
+
+    def reread(self, key: Key) -> None:
+        self.deps.kube.store.discard(INSTANCES.store_key, key.namespace, key.name)
 
     # -- steps ---------------------------------------------------------------------------------------
 
@@ -187,14 +229,14 @@ class InstanceReconciler:
                 description="resources applied (the plan has no status template)",
                 extra=applied,
             )
-            self.applied.forget(("instance", instance["metadata"]["namespace"], instance["metadata"]["name"]))
+            self.applied.forget(Key.of("instance", instance))
             return DONE
         sources = fetch_sources(self.deps.kube, source_refs)
         result = self.deps.renderer.render_status(
             entry.model, inputs_for(self.deps, instance=instance, plan=entry, registry=registry, sources=sources)
         )
         section = result.provision
-        key = ("instance", instance["metadata"]["namespace"], instance["metadata"]["name"])
+        key = Key.of("instance", instance)
         if section is None or section.state == OperationState.IN_PROGRESS.value:
             outcome = self.status.still_in_progress(instance, extra=applied)
             if applied and outcome is not DONE:
@@ -231,7 +273,7 @@ class InstanceReconciler:
     def _teardown(self, instance: dict[str, Any], entry: PlanEntry | None) -> Outcome:
         kube = self.deps.kube
         meta = instance["metadata"]
-        self.applied.forget(("instance", meta["namespace"], meta["name"]))
+        self.applied.forget(Key("instance", meta["namespace"], meta["name"]))
         status = instance.get("status") or {}
         if status.get("state") != OperationState.IN_PROGRESS.value:
             self.status.transition(
@@ -287,7 +329,7 @@ class InstanceReconciler:
             meta["name"],
             {"metadata": {"finalizers": finalizers or None, "resourceVersion": meta["resourceVersion"]}},
         )
-        self.deps.index.forget(("instance", meta["namespace"], meta["name"]))
+        self.deps.index.forget(Key("instance", meta["namespace"], meta["name"]))
         self.deps.registries.forget(meta["namespace"], instance_registry_name(meta["name"]), meta["uid"])
         return DONE
 
@@ -320,5 +362,5 @@ class InstanceReconciler:
 
     def _watch(self, instance: dict[str, Any], refs: list[ResourceRef]) -> None:
         meta = instance["metadata"]
-        kinds = self.deps.index.track(("instance", meta["namespace"], meta["name"]), refs)
+        kinds = self.deps.index.track(Key("instance", meta["namespace"], meta["name"]), refs)
         self.deps.watchers.ensure(kinds)

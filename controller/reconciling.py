@@ -12,13 +12,13 @@ from kubernetes.client.rest import ApiException
 from opbroker.api.osb import OperationState
 from opbroker.controller import decisions
 from opbroker.controller.catalog import Catalog
-from opbroker.controller.decisions import Reason
 from opbroker.controller.kube import Kind, Kube, Refused
+from opbroker.controller.reasons import Reason
+from opbroker.controller.reconciler import DONE, Conflict, Key, Outcome, TemporaryError
 from opbroker.controller.refusals import Severity
 from opbroker.controller.registries import RegistryCache
 from opbroker.controller.settings import ControllerSettings
 from opbroker.controller.sources import SourceIndex, SourceWatchers
-from opbroker.controller.workqueue import DONE, Outcome, TemporaryError
 from opbroker.rendering import Renderer
 
 logger = logging.getLogger(__name__)
@@ -84,12 +84,8 @@ class OwnWrites:
         self._versions.pop(key, None)
 
 
-class Conflict(Exception):
-    """The object changed under us (HTTP 409); the reconcile is simply repeated on the newer version."""
-
-
-def key_of(kind: str, obj: dict[str, Any]) -> Hashable:
-    return (kind, obj["metadata"]["namespace"], obj["metadata"]["name"])
+def key_of(kind: str, obj: dict[str, Any]) -> Key:
+    return Key.of(kind, obj)
 
 
 class AppliedMemory:

@@ -13,7 +13,7 @@ from typing import Any
 from opbroker.api.conventions import LABEL_MANAGED_BY, MANAGED_BY
 from opbroker.controller.kube import Kube
 from opbroker.controller.objects import owner_reference
-from opbroker.controller.workqueue import TemporaryError
+from opbroker.controller.reconciler import TemporaryError
 
 
 def decode(secret: dict[str, Any] | None) -> dict[str, Any] | None:

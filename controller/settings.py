@@ -1,10 +1,15 @@
-"""Controller configuration: one frozen value built by the CLI (or a test) and passed down."""
+"""Controller configuration: one frozen value built by the CLI (or a test) and passed down.
+
+Every subsystem's settings are part of it (the claims subsystem's as :attr:`ControllerSettings.claims`), so
+what a controller runs with is visible in one place and never read from the environment.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from opbroker.api.conventions import DEFAULT_NAMESPACE
+from opbroker.controller.claims.settings import ClaimsSettings
 
 
 @dataclass(frozen=True)
@@ -39,3 +44,11 @@ class ControllerSettings:
     """A provision, update or bind still in progress this long after the broker requested it (its
     ``lastOperation.startedAt``) is marked failed (reason ``OperationTimedOut``): an operator that never
     reports an outcome must not leave an operation in progress forever. 0 disables the limit."""
+    claims: ClaimsSettings = field(default_factory=ClaimsSettings)
+    """The claims subsystem: SLA order, catalog environments, binding root, probe timeout, its workers."""
+
+    @property
+    def total_workers(self) -> int:
+        """Reconciles running at once on the one runtime: the instance and binding workers, the claims
+        workers (so claims never wait behind a burst of instances), and two for SFClusters when multi-cluster."""
+        return self.workers + self.claims.workers + (2 if self.multicluster else 0)

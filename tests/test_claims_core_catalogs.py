@@ -22,8 +22,8 @@ from opbroker.api.primaza import HealthCheck, RegisteredService, ServiceState
 from opbroker.controller.claims import catalogs, constraints, healthjobs, names, registration, servicebinding
 from opbroker.controller.claims import settings as claims_settings
 from opbroker.controller.claims.matching import Candidate, SlaOrder
-from opbroker.controller.claims.reasons import Reason
 from opbroker.controller.claims.states import Result
+from opbroker.controller.reasons import Reason
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -238,18 +238,15 @@ def test_the_generated_registered_service_for_the_demo_catalog() -> None:
     assert secret["metadata"]["name"] == "b1-endpoint" and servicebinding.decode(secret) == {"hostname": "db"}
 
 
-def test_settings_from_the_environment() -> None:
-    found = claims_settings.ClaimsSettings.from_environ(
-        {
-            claims_settings.ENV_SLA_ORDER: "gold, silver,,bronze",
-            claims_settings.ENV_ENVIRONMENTS: "dev,prod",
-            claims_settings.ENV_BINDING_ROOT: "/b",
-            claims_settings.ENV_PROBE_TIMEOUT: "2.5",
-        }
+def test_settings_from_the_cli_flags() -> None:
+    found = claims_settings.ClaimsSettings.from_flags(
+        sla_order="gold, silver,,bronze", environments=["dev", "prod,dev"]
     )
     assert found.sla_order == SlaOrder(("gold", "silver", "bronze"))
-    assert (found.environments, found.binding_root, found.probe_timeout) == (("dev", "prod"), "/b", 2.5)
-    assert claims_settings.ClaimsSettings.from_environ({}) == claims_settings.ClaimsSettings()
+    assert found.environments == ("dev", "prod")
+    assert claims_settings.ClaimsSettings.from_flags(sla_order=None, environments=None) == (
+        claims_settings.ClaimsSettings()
+    )
 
 
 def test_the_cli_flags_reach_the_claims_settings(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -257,9 +254,7 @@ def test_the_cli_flags_reach_the_claims_settings(monkeypatch: pytest.MonkeyPatch
     from opbroker.controller import running
 
     seen: list[claims_settings.ClaimsSettings] = []
-    monkeypatch.setattr(running, "run", lambda *_, **__: seen.append(claims_settings.ClaimsSettings.from_environ()))
-    monkeypatch.delenv(claims_settings.ENV_SLA_ORDER, raising=False)
-    monkeypatch.delenv(claims_settings.ENV_ENVIRONMENTS, raising=False)
+    monkeypatch.setattr(running, "run", lambda settings, **_: seen.append(settings.claims))
     result = CliRunner().invoke(
         app,
         [

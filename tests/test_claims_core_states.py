@@ -12,8 +12,8 @@ import pytest
 
 from opbroker.api.primaza import ServiceState
 from opbroker.controller.claims import states
-from opbroker.controller.claims.reasons import Reason
-from opbroker.controller.claims.states import Health, Outcome, Result
+from opbroker.controller.claims.states import CheckOutcome, Health, Result
+from opbroker.controller.reasons import Reason
 
 S = ServiceState
 H = Health
@@ -53,12 +53,12 @@ def test_next_state(reason: str, current: S | None, health: H, held: bool, expec
     assert states.next_state(current, health, held=held) == expected, reason
 
 
-PASS = Outcome(Result.PASSED, Reason.HEALTHY, "ok")
-FAIL = Outcome(Result.FAILED, Reason.PROBE_FAILED, "refused")
-UNDETERMINED = Outcome(Result.UNDETERMINED, Reason.CHECK_DEADLINE, "no verdict")
+PASS = CheckOutcome(Result.PASSED, Reason.HEALTHY, "ok")
+FAIL = CheckOutcome(Result.FAILED, Reason.PROBE_FAILED, "refused")
+UNDETERMINED = CheckOutcome(Result.UNDETERMINED, Reason.CHECK_DEADLINE, "no verdict")
 
 
-def run(outcomes: list[Outcome], *, held: list[bool], threshold: int) -> list[S]:
+def run(outcomes: list[CheckOutcome], *, held: list[bool], threshold: int) -> list[S]:
     """Feed results through the record and the state machine, as reconciles do, starting Registered."""
     state: S = S.REGISTERED
     record = states.NEVER_CHECKED

@@ -14,14 +14,14 @@ from collections.abc import Hashable
 
 from opbroker.api.primaza import HealthCheck
 from opbroker.controller.claims import probes
-from opbroker.controller.claims.reasons import Reason
-from opbroker.controller.claims.states import Outcome, Result
+from opbroker.controller.claims.states import CheckOutcome, Result
+from opbroker.controller.reasons import Reason
 from tests.claims_support import TcpTarget, http_target, tcp_target
 
 
-def run_check(fields: dict[str, object], values: dict[str, str]) -> Outcome:
+def run_check(fields: dict[str, object], values: dict[str, str]) -> CheckOutcome:
     probe = probes.probe_for(HealthCheck.model_validate(fields), values, timeout=2.0)
-    return probe if isinstance(probe, Outcome) else probes.run(probe)
+    return probe if isinstance(probe, CheckOutcome) else probes.run(probe)
 
 
 def test_tcp_connect() -> None:

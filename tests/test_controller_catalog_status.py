@@ -11,7 +11,7 @@ import pytest
 from kubernetes import client
 
 from opbroker.controller.catalog_status import plan_verdict, service_verdict, status_patch
-from opbroker.controller.decisions import Reason
+from opbroker.controller.reasons import Reason
 from tests.controller_support import GROUP, VERSION, wait_for
 from tests.test_controller_robustness import install_plan
 

@@ -9,7 +9,8 @@ import pytest
 
 from opbroker.api.conventions import FINALIZER
 from opbroker.controller import decisions
-from opbroker.controller.decisions import Reason, Step
+from opbroker.controller.decisions import Step
+from opbroker.controller.reasons import Reason
 
 
 def obj(

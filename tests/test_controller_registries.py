@@ -10,8 +10,8 @@ from kubernetes import client
 from opbroker.api.conventions import LABEL_MANAGED_BY, MANAGED_BY
 from opbroker.controller.kube import Kube
 from opbroker.controller.objects import owner_reference
+from opbroker.controller.reconciler import TemporaryError
 from opbroker.controller.registries import RegistryCache, encode
-from opbroker.controller.workqueue import TemporaryError
 
 
 def owner(api_client: client.ApiClient, namespace: str, name: str = "inst") -> dict[str, Any]:

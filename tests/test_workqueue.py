@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Hashable
 
-from opbroker.controller.workqueue import DONE, Backoff, Outcome, WorkQueue
+from opbroker.controller.reconciler import DONE, Outcome
+from opbroker.controller.reconciler.queue import Backoff, WorkQueue
 
 
 def run(coro):  # type: ignore[no-untyped-def]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import ClassVar
 
 from kubernetes.client.exceptions import ApiException
 
@@ -11,17 +12,24 @@ from opbroker.api.primaza import ServiceCatalog
 from opbroker.controller.claims import catalogs, names
 from opbroker.controller.claims.context import Context
 from opbroker.controller.claims.kinds import CATALOGS
-from opbroker.controller.workqueue import DONE
-from opbroker.controller.workqueue import Outcome as QueueOutcome
+from opbroker.controller.reconciler import DONE, Key, Outcome
 
 logger = logging.getLogger(__name__)
 
 
 class CatalogReconciler:
+    kind: ClassVar[str] = "catalog"
+
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
 
-    def reconcile(self, namespace: str, _: str = "") -> QueueOutcome:
+    def reconcile(self, key: Key) -> Outcome:
+        return self.reconcile_object(key.namespace, key.name)
+
+    def reread(self, key: Key) -> None:
+        return None  # reads come from the watch cache or the API; nothing to drop
+
+    def reconcile_object(self, namespace: str, _: str = "") -> Outcome:
         store, kube = self.ctx.store, self.ctx.kube
         services = store.services(namespace)
         claims = store.claims(namespace)

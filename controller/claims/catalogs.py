@@ -2,8 +2,8 @@
 
 Which environments get a catalog (in each namespace holding RegisteredServices or ServiceClaims):
 
-* every environment configured for the controller (``OPBROKER_CLAIMS_ENVIRONMENTS`` /
-  ``--catalog-environment``), so an environment nobody has named yet still shows what it offers;
+* every environment configured for the controller (``--catalog-environment``), so an environment nobody
+  has named yet still shows what it offers;
 * every ``environmentTag`` of a ServiceClaim in the namespace;
 * every environment a RegisteredService's constraints name positively (``dev``; not ``!prod``).
 

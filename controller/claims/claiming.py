@@ -21,7 +21,7 @@ One reconcile:
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, ClassVar
 
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
@@ -30,11 +30,10 @@ from opbroker.api.errors import field_errors
 from opbroker.api.meta import ResourceRef
 from opbroker.api.primaza import ApplicationSelector, ClaimState, RegisteredService, ServiceClaim, ServiceState
 from opbroker.controller.claims import conditions, matching, names, servicebinding, states, workloads
-from opbroker.controller.claims.context import Conflict, Context
+from opbroker.controller.claims.context import Context
 from opbroker.controller.claims.kinds import CLAIMS, REGISTERED_SERVICES
-from opbroker.controller.claims.reasons import Reason
-from opbroker.controller.workqueue import DONE
-from opbroker.controller.workqueue import Outcome as QueueOutcome
+from opbroker.controller.reasons import Reason
+from opbroker.controller.reconciler import DONE, Conflict, Key, Outcome
 
 logger = logging.getLogger(__name__)
 
@@ -42,10 +41,18 @@ READY = "Ready"
 
 
 class ClaimReconciler:
+    kind: ClassVar[str] = "claim"
+
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
 
-    def reconcile(self, namespace: str, name: str) -> QueueOutcome:
+    def reconcile(self, key: Key) -> Outcome:
+        return self.reconcile_object(key.namespace, key.name)
+
+    def reread(self, key: Key) -> None:
+        return None  # reads come from the watch cache or the API; nothing to drop
+
+    def reconcile_object(self, namespace: str, name: str) -> Outcome:
         kube = self.ctx.kube
         claim = kube.get_custom(CLAIMS, namespace, name)
         if claim is None:
@@ -143,7 +150,7 @@ class ClaimReconciler:
         for service in sorted(held - {keep} if keep else held):
             self._release(namespace, service, name)
 
-    def _finalize(self, claim: dict[str, Any]) -> QueueOutcome:
+    def _finalize(self, claim: dict[str, Any]) -> Outcome:
         meta = claim["metadata"]
         if names.FINALIZER not in (meta.get("finalizers") or []):
             return DONE
@@ -167,7 +174,7 @@ class ClaimReconciler:
         if not settled or status.get("bindingSecret"):
             self._unbind(claim)
 
-    def _invalid(self, claim: dict[str, Any], message: str) -> QueueOutcome:
+    def _invalid(self, claim: dict[str, Any], message: str) -> Outcome:
         self._release_all(claim, keep=None)
         self._unbind_unless_done(claim)
         self._write(
@@ -185,7 +192,7 @@ class ClaimReconciler:
         )
         return DONE
 
-    def _pending(self, claim: dict[str, Any], match: matching.Match) -> QueueOutcome:
+    def _pending(self, claim: dict[str, Any], match: matching.Match) -> Outcome:
         self._unbind_unless_done(claim)
         status = claim.get("status") or {}
         previous = status.get("registeredService")
@@ -217,7 +224,7 @@ class ClaimReconciler:
 
     def _bind(
         self, claim: dict[str, Any], model: ServiceClaim, match: matching.Match, chosen: matching.Candidate
-    ) -> QueueOutcome:
+    ) -> Outcome:
         kube = self.ctx.kube
         meta = claim["metadata"]
         namespace = meta["namespace"]

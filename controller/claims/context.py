@@ -13,10 +13,7 @@ from opbroker.controller.claims.probes import Prober
 from opbroker.controller.claims.settings import ClaimsSettings
 from opbroker.controller.claims.store import Store
 from opbroker.controller.kube import Kind, Kube
-
-
-class Conflict(Exception):
-    """An object changed between our read and our guarded write: the reconcile runs again at once."""
+from opbroker.controller.reconciler import Conflict
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,9 @@
-"""The claims subsystem's entry point: kopf ``on.event`` handlers, its work queue, its dispatch.
+"""The claims subsystem's entry point: kopf ``on.event`` handlers and its four kinds on the controller's runtime.
 
-Handlers do nothing but update the watch cache (:mod:`store`) and enqueue keys; reconciles run on a
-work queue of their own (same semantics as the controller's), so claims never compete with instance
-and binding reconciles. Keys: ``("registered", ns, name)``, ``("claim", ns, name)``,
-``("catalog", ns, "")``, ``("registration", ns, binding)``.
+Handlers do nothing but update the watch cache (:mod:`store`) and enqueue keys on the one runtime
+(:mod:`opbroker.controller.reconciler`), which dispatches them to the kind's reconciler. Keys:
+``Key("registered", ns, name)``, ``Key("claim", ns, name)``, ``Key("catalog", ns, "")``,
+``Key("registration", ns, binding)``.
 
 What each watch enqueues:
 
@@ -20,21 +20,19 @@ What each watch enqueues:
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import kopf
-from kubernetes.client.exceptions import ApiException
 
 from opbroker.api.primaza import ClaimState, RegisteredService
+from opbroker.controller.catalog import Catalog
 from opbroker.controller.claims import names, registration
 from opbroker.controller.claims.cataloging import CatalogReconciler
 from opbroker.controller.claims.claiming import ClaimReconciler
-from opbroker.controller.claims.context import Conflict, Context
+from opbroker.controller.claims.context import Context
 from opbroker.controller.claims.kinds import CLAIMS, REGISTERED_SERVICES
 from opbroker.controller.claims.probes import Prober
 from opbroker.controller.claims.registered import RegisteredReconciler
@@ -44,59 +42,40 @@ from opbroker.controller.claims.store import Store
 from opbroker.controller.claims.workloads import SUPPORTED_KINDS
 from opbroker.controller.kopfparts import plain_body
 from opbroker.controller.kube import BINDINGS, Kube
-from opbroker.controller.workqueue import DONE, Outcome, WorkQueue
-
-if TYPE_CHECKING:
-    from opbroker.controller.app import Controller
-    from opbroker.controller.catalog import Catalog
+from opbroker.controller.reconciler import Key, Runtime
 
 logger = logging.getLogger(__name__)
 
-CONFLICT_RETRY = 0.05
 
+class Claims:
+    """The claims subsystem's watches and reconcilers, on the controller's runtime; knows nothing about kopf."""
 
-class ClaimsController:
-    """The claims queue and reconcilers; knows nothing about kopf itself."""
-
-    def __init__(self, kube: Kube, settings: ClaimsSettings, osb_catalog: Catalog) -> None:
+    def __init__(self, kube: Kube, settings: ClaimsSettings, osb_catalog: Catalog, runtime: Runtime) -> None:
         self.settings = settings
+        self.runtime = runtime
         self.store = Store()
-        self.queue: WorkQueue | None = None
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self.prober = Prober(self.enqueue_threadsafe)
+        self.prober = Prober(runtime.enqueue_threadsafe)
         ctx = Context(
             kube=kube,
             store=self.store,
             settings=settings,
             prober=self.prober,
-            enqueue=self.enqueue_threadsafe,
+            enqueue=runtime.enqueue_threadsafe,
             osb_catalog=osb_catalog,
         )
         self.registered = RegisteredReconciler(ctx)
         self.claims = ClaimReconciler(ctx)
         self.catalogs = CatalogReconciler(ctx)
         self.registrations = RegistrationReconciler(ctx)
-        self._scheduled: dict[Hashable, float] = {}
+        for reconciler in (self.registered, self.claims, self.catalogs, self.registrations):
+            runtime.register(reconciler)
+        runtime.memories.keep(self.registered)
 
-    # -- lifecycle -----------------------------------------------------------------------------------
-
-    def start(self) -> None:
-        self.loop = asyncio.get_running_loop()
-        self.queue = WorkQueue(self._reconcile, workers=self.settings.workers)
-        self.queue.start()
-
-    async def stop(self) -> None:
+    def stop(self) -> None:
         self.prober.shutdown()
-        if self.queue is not None:
-            await self.queue.stop()
 
-    def enqueue(self, key: Hashable) -> None:
-        if self.queue is not None:
-            self.queue.add(key)
-
-    def enqueue_threadsafe(self, key: Hashable) -> None:
-        if self.loop is not None:
-            self.loop.call_soon_threadsafe(self.enqueue, key)
+    def enqueue(self, key: Key) -> None:
+        self.runtime.enqueue(key)
 
     # -- events --------------------------------------------------------------------------------------
 
@@ -104,22 +83,20 @@ class ClaimsController:
         """The holders (their binding may need re-rendering) and, if ``pending``, unresolved claims."""
         for holder in holders:
             if holder:
-                self.enqueue(("claim", namespace, holder))
+                self.enqueue(Key("claim", namespace, holder))
         if not pending:
             return
         for claim in self.store.claims(namespace):
             if claim.state != ClaimState.RESOLVED.value:
-                self.enqueue(("claim", namespace, claim.name))
+                self.enqueue(Key("claim", namespace, claim.name))
 
     def on_registered_service(self, event_type: str, body: dict[str, Any]) -> None:
         meta = body["metadata"]
         namespace, name = meta["namespace"], meta["name"]
-        key: Hashable = ("registered", namespace, name)
+        key = Key("registered", namespace, name)
         if event_type == "DELETED":
             previous = self.store.remove_service(body)
-            self.registered.forget(key)
-            if self.queue is not None:
-                self.queue.forget(key)
+            self.runtime.forget(key)
             self._enqueue_claims_for(namespace, previous.claimed_by if previous else None)
         else:
             previous, current = self.store.upsert_service(body)
@@ -131,34 +108,33 @@ class ClaimsController:
             self._enqueue_claims_for(
                 namespace, previous.claimed_by if previous else None, current.claimed_by, pending=matters
             )
-        self.enqueue(("catalog", namespace, ""))
+        self.enqueue(Key("catalog", namespace, ""))
 
     def on_claim(self, event_type: str, body: dict[str, Any]) -> None:
         meta = body["metadata"]
         namespace, name = meta["namespace"], meta["name"]
         if event_type == "DELETED":
             previous = self.store.remove_claim(body)
-            if self.queue is not None:
-                self.queue.forget(("claim", namespace, name))
+            self.runtime.forget(Key("claim", namespace, name))
             if previous is not None:
-                self.enqueue(("catalog", namespace, ""))
+                self.enqueue(Key("catalog", namespace, ""))
             return
         previous_info, current = self.store.upsert_claim(body)
-        self.enqueue(("claim", namespace, name))
+        self.enqueue(Key("claim", namespace, name))
         if previous_info is None or previous_info.environment != current.environment:
-            self.enqueue(("catalog", namespace, ""))
+            self.enqueue(Key("catalog", namespace, ""))
 
     def on_secret(self, body: dict[str, Any]) -> None:
         meta = body["metadata"]
         namespace, name = meta.get("namespace", ""), meta["name"]
         for service in self.store.readers_of(namespace, name):
-            self.enqueue(("registered", namespace, service))
+            self.enqueue(Key("registered", namespace, service))
             candidate = self.store.service(namespace, service)
             if candidate is not None and candidate.claimed_by:
-                self.enqueue(("claim", namespace, candidate.claimed_by))
+                self.enqueue(Key("claim", namespace, candidate.claimed_by))
         binding = self.store.binding_reading(namespace, name)
         if binding is not None:
-            self.enqueue(("registration", namespace, binding))
+            self.enqueue(Key("registration", namespace, binding))
 
     def on_workload(self, body: dict[str, Any]) -> None:
         meta = body["metadata"]
@@ -166,7 +142,7 @@ class ClaimsController:
         kind = (body.get("apiVersion", ""), body.get("kind", ""))
         for claim in self.store.claims(namespace):
             if claim.application_kind == kind:
-                self.enqueue(("claim", namespace, claim.name))
+                self.enqueue(Key("claim", namespace, claim.name))
 
     def on_job(self, body: dict[str, Any]) -> None:
         meta = body["metadata"]
@@ -174,7 +150,7 @@ class ClaimsController:
             return
         for owner in meta.get("ownerReferences") or []:
             if owner.get("kind") == RegisteredService.KIND:
-                self.enqueue(("registered", meta["namespace"], owner["name"]))
+                self.enqueue(Key("registered", meta["namespace"], owner["name"]))
 
     def on_binding(self, event_type: str, body: dict[str, Any]) -> None:
         meta = body["metadata"]
@@ -182,46 +158,10 @@ class ClaimsController:
         plan = self.registrations.plan_of(body)
         generated = self.store.service(namespace, name)
         if registration.opted_in(body, plan) or generated is not None:
-            self.enqueue(("registration", namespace, name))
-
-    # -- reconciling ---------------------------------------------------------------------------------
-
-    async def _reconcile(self, key: Hashable) -> Outcome:
-        assert isinstance(key, tuple)
-        kind, namespace, name = key
-        now = time.monotonic()
-        if self._scheduled.get(key, 0.0) <= now + 0.01:
-            self._scheduled.pop(key, None)
-        reconcilers: dict[str, Callable[[str, str], Outcome]] = {
-            "registered": self.registered.reconcile,
-            "claim": self.claims.reconcile,
-            "catalog": self.catalogs.reconcile,
-            "registration": self.registrations.reconcile,
-        }
-        reconcile = reconcilers[kind]
-        try:
-            outcome = await asyncio.to_thread(reconcile, namespace, name)
-        except Conflict:
-            return Outcome(requeue_after=CONFLICT_RETRY)
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-            return Outcome(requeue_after=CONFLICT_RETRY)
-        if outcome.requeue_after is None:
-            return DONE
-        return self._schedule(key, outcome.requeue_after)
-
-    def _schedule(self, key: Hashable, delay: float) -> Outcome:
-        """Ask for a re-check unless an earlier one is already scheduled (no pile-up of timers)."""
-        due = time.monotonic() + delay
-        pending = self._scheduled.get(key)
-        if pending is not None and time.monotonic() < pending <= due + 0.01:
-            return DONE
-        self._scheduled[key] = due
-        return Outcome(requeue_after=delay)
+            self.enqueue(Key("registration", namespace, name))
 
 
-def _workload_handler(claims: ClaimsController, api_version: str, kind: str) -> Callable[..., Awaitable[None]]:
+def _workload_handler(claims: Claims, api_version: str, kind: str) -> Callable[..., Awaitable[None]]:
     async def workload_event(**kwargs: Any) -> None:
         metadata = dict(kwargs["body"].get("metadata") or {})
         claims.on_workload({"apiVersion": api_version, "kind": kind, "metadata": metadata})
@@ -229,17 +169,8 @@ def _workload_handler(claims: ClaimsController, api_version: str, kind: str) -> 
     return workload_event
 
 
-def register_claims(registry: kopf.OperatorRegistry, controller: Controller) -> ClaimsController:
-    """Add the claims subsystem's handlers to the controller's kopf registry (its only hook)."""
-    claims = ClaimsController(controller.kube, ClaimsSettings.from_environ(), controller.catalog)
-
-    @kopf.on.startup(registry=registry)
-    async def claims_startup(**_: Any) -> None:
-        claims.start()
-
-    @kopf.on.cleanup(registry=registry)
-    async def claims_cleanup(**_: Any) -> None:
-        await claims.stop()
+def register_claims(registry: kopf.OperatorRegistry, claims: Claims) -> None:
+    """Add the claims subsystem's watches to the controller's kopf registry (its only hook)."""
 
     @kopf.on.event(
         REGISTERED_SERVICES.group, REGISTERED_SERVICES.version, REGISTERED_SERVICES.plural, registry=registry
@@ -268,5 +199,3 @@ def register_claims(registry: kopf.OperatorRegistry, controller: Controller) -> 
     @kopf.on.event(BINDINGS.group, BINDINGS.version, BINDINGS.plural, registry=registry)
     async def claims_binding_event(**kwargs: Any) -> None:
         claims.on_binding(str(kwargs["event"].get("type")), plain_body(kwargs["body"]))
-
-    return claims

@@ -30,8 +30,8 @@ from typing import Any
 from opbroker.api.conventions import LABEL_MANAGED_BY, MANAGED_BY
 from opbroker.api.primaza import HealthCheck
 from opbroker.controller.claims import names, servicebinding
-from opbroker.controller.claims.reasons import Reason
-from opbroker.controller.claims.states import Outcome, Result
+from opbroker.controller.claims.states import CheckOutcome, Result
+from opbroker.controller.reasons import Reason
 
 BINDING_ROOT = "/bindings"
 CONTAINER_NAME = "healthcheck"
@@ -110,26 +110,26 @@ def _created(job: Mapping[str, Any]) -> datetime.datetime | None:
     return datetime.datetime.fromisoformat(str(raw).replace("Z", "+00:00"))
 
 
-def read(job: Mapping[str, Any], *, deadline: float, now: datetime.datetime) -> Outcome | None:
+def read(job: Mapping[str, Any], *, deadline: float, now: datetime.datetime) -> CheckOutcome | None:
     """What a health-check Job says: an outcome, or None while it may still finish."""
     for condition in (job.get("status") or {}).get("conditions") or []:
         if condition.get("status") != "True":
             continue
         if condition.get("type") == "Complete":
-            return Outcome(Result.PASSED, Reason.HEALTHY, "health-check container succeeded")
+            return CheckOutcome(Result.PASSED, Reason.HEALTHY, "health-check container succeeded")
         if condition.get("type") == "Failed":
             if condition.get("reason") == "DeadlineExceeded":
-                return Outcome(
+                return CheckOutcome(
                     Result.UNDETERMINED, Reason.CHECK_DEADLINE, f"health-check Job did not finish within {deadline:g}s"
                 )
-            return Outcome(
+            return CheckOutcome(
                 Result.FAILED,
                 Reason.PROBE_FAILED,
                 f"health-check container failed ({condition.get('reason') or 'Failed'})",
             )
     created = _created(job)
     if created is not None and (now - created).total_seconds() >= deadline:
-        return Outcome(
+        return CheckOutcome(
             Result.UNDETERMINED,
             Reason.CHECK_DEADLINE,
             f"health-check Job did not finish within {deadline:g}s (no pod ran it to completion)",

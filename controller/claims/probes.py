@@ -31,8 +31,8 @@ from urllib.parse import urlsplit
 import httpx
 
 from opbroker.api.primaza import HealthCheck
-from opbroker.controller.claims.reasons import Reason
-from opbroker.controller.claims.states import Outcome, Result
+from opbroker.controller.claims.states import CheckOutcome, Result
+from opbroker.controller.reasons import Reason
 
 _REFERENCE = re.compile(r"\$\(([A-Za-z0-9._-]+)\)")
 
@@ -72,7 +72,7 @@ class HttpProbe:
 Probe = TcpProbe | HttpProbe
 
 
-def probe_for(check: HealthCheck, values: Mapping[str, str], *, timeout: float) -> Probe | Outcome:
+def probe_for(check: HealthCheck, values: Mapping[str, str], *, timeout: float) -> Probe | CheckOutcome:
     """The probe to run for a TCP/HTTP check, or an Undetermined outcome when it cannot be built."""
     try:
         if check.tcp is not None:
@@ -80,7 +80,7 @@ def probe_for(check: HealthCheck, values: Mapping[str, str], *, timeout: float) 
         assert check.http is not None
         url = expand(check.http.url, values)
     except UnknownReference as exc:
-        return Outcome(Result.UNDETERMINED, Reason.CHECK_INVALID, str(exc))
+        return CheckOutcome(Result.UNDETERMINED, Reason.CHECK_INVALID, str(exc))
     auth = (values["username"], values["password"]) if "username" in values and "password" in values else None
     token = values.get("token") if auth is None else None
     return HttpProbe(url=url, expected_status=check.http.expected_status, timeout=timeout, auth=auth, token=token)
@@ -91,40 +91,44 @@ def _where(url: str) -> str:
     return f"{parts.hostname}:{parts.port}" if parts.port else str(parts.hostname)
 
 
-def run(probe: Probe) -> Outcome:
+def run(probe: Probe) -> CheckOutcome:
     """Run one probe (blocking, at most about ``timeout`` seconds)."""
     if isinstance(probe, TcpProbe):
         where = f"{probe.host}:{probe.port}"
         try:
             with socket.create_connection((probe.host, probe.port), timeout=probe.timeout):
-                return Outcome(Result.PASSED, Reason.HEALTHY, f"TCP connect to {where} succeeded")
+                return CheckOutcome(Result.PASSED, Reason.HEALTHY, f"TCP connect to {where} succeeded")
         except socket.gaierror:
-            return Outcome(Result.FAILED, Reason.PROBE_FAILED, f"host {probe.host!r} does not resolve")
+            return CheckOutcome(Result.FAILED, Reason.PROBE_FAILED, f"host {probe.host!r} does not resolve")
         except TimeoutError:
-            return Outcome(Result.FAILED, Reason.PROBE_FAILED, f"TCP connect to {where} timed out")
+            return CheckOutcome(Result.FAILED, Reason.PROBE_FAILED, f"TCP connect to {where} timed out")
         except OSError as exc:
-            return Outcome(Result.FAILED, Reason.PROBE_FAILED, f"TCP connect to {where} failed: {exc.strerror or exc}")
+            return CheckOutcome(
+                Result.FAILED, Reason.PROBE_FAILED, f"TCP connect to {where} failed: {exc.strerror or exc}"
+            )
     try:
         where = _where(probe.url)
     except ValueError as exc:
-        return Outcome(Result.UNDETERMINED, Reason.CHECK_INVALID, f"unusable URL: {exc}")
+        return CheckOutcome(Result.UNDETERMINED, Reason.CHECK_INVALID, f"unusable URL: {exc}")
     headers = {"Authorization": f"Bearer {probe.token}"} if probe.token else None
     try:
         response = httpx.get(probe.url, auth=probe.auth, headers=headers, timeout=probe.timeout, follow_redirects=False)
     except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
-        return Outcome(Result.UNDETERMINED, Reason.CHECK_INVALID, f"unusable URL: {type(exc).__name__}")
+        return CheckOutcome(Result.UNDETERMINED, Reason.CHECK_INVALID, f"unusable URL: {type(exc).__name__}")
     except httpx.ConnectError as exc:
         cause = exc.__cause__ or exc.__context__
         if isinstance(cause, socket.gaierror) or "Name or service not known" in str(exc):
-            return Outcome(Result.FAILED, Reason.PROBE_FAILED, f"host of {where} does not resolve")
-        return Outcome(Result.FAILED, Reason.PROBE_FAILED, f"HTTP connect to {where} failed")
+            return CheckOutcome(Result.FAILED, Reason.PROBE_FAILED, f"host of {where} does not resolve")
+        return CheckOutcome(Result.FAILED, Reason.PROBE_FAILED, f"HTTP connect to {where} failed")
     except httpx.TimeoutException:
-        return Outcome(Result.FAILED, Reason.PROBE_FAILED, f"HTTP request to {where} timed out")
+        return CheckOutcome(Result.FAILED, Reason.PROBE_FAILED, f"HTTP request to {where} timed out")
     except httpx.HTTPError as exc:
-        return Outcome(Result.FAILED, Reason.PROBE_FAILED, f"HTTP request to {where} failed ({type(exc).__name__})")
+        return CheckOutcome(
+            Result.FAILED, Reason.PROBE_FAILED, f"HTTP request to {where} failed ({type(exc).__name__})"
+        )
     if response.status_code == probe.expected_status:
-        return Outcome(Result.PASSED, Reason.HEALTHY, f"HTTP {response.status_code} from {where}")
-    return Outcome(
+        return CheckOutcome(Result.PASSED, Reason.HEALTHY, f"HTTP {response.status_code} from {where}")
+    return CheckOutcome(
         Result.FAILED,
         Reason.PROBE_FAILED,
         f"HTTP {response.status_code} from {where}, expected {probe.expected_status}",
@@ -134,7 +138,7 @@ def run(probe: Probe) -> Outcome:
 @dataclass(frozen=True)
 class Finished:
     fingerprint: str
-    outcome: Outcome
+    outcome: CheckOutcome
 
 
 class Prober:
@@ -164,7 +168,7 @@ class Prober:
         try:
             outcome = run(probe)
         except Exception as exc:  # a probe must never kill its thread silently
-            outcome = Outcome(Result.UNDETERMINED, Reason.CHECK_INVALID, f"probe crashed: {type(exc).__name__}")
+            outcome = CheckOutcome(Result.UNDETERMINED, Reason.CHECK_INVALID, f"probe crashed: {type(exc).__name__}")
         with self._lock:
             self._running.discard(key)
             self._finished[key] = Finished(fingerprint, outcome)

@@ -18,7 +18,7 @@ import math
 import time
 from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
@@ -29,10 +29,9 @@ from opbroker.api.primaza import HealthCheck, RegisteredService, ServiceState
 from opbroker.controller.claims import conditions, healthjobs, names, probes, servicebinding, states
 from opbroker.controller.claims.context import Context
 from opbroker.controller.claims.kinds import CLAIMS, REGISTERED_SERVICES
-from opbroker.controller.claims.reasons import Reason
-from opbroker.controller.claims.states import Outcome, Result
-from opbroker.controller.workqueue import DONE
-from opbroker.controller.workqueue import Outcome as QueueOutcome
+from opbroker.controller.claims.states import CheckOutcome, Result
+from opbroker.controller.reasons import Reason
+from opbroker.controller.reconciler import DONE, Key, Outcome
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +53,8 @@ def fingerprint_of(check: HealthCheck, values: dict[str, str], service_type: str
 
 
 class RegisteredReconciler:
+    kind: ClassVar[str] = "registered"
+
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self._schedules: dict[Hashable, Schedule] = {}
@@ -62,7 +63,13 @@ class RegisteredReconciler:
         self._schedules.pop(key, None)
         self.ctx.prober.forget(key)
 
-    def reconcile(self, namespace: str, name: str) -> QueueOutcome:
+    def reconcile(self, key: Key) -> Outcome:
+        return self.reconcile_object(key.namespace, key.name)
+
+    def reread(self, key: Key) -> None:
+        return None  # reads come from the watch cache or the API; nothing to drop
+
+    def reconcile_object(self, namespace: str, name: str) -> Outcome:
         key: Hashable = ("registered", namespace, name)
         service = self.ctx.kube.get_custom(REGISTERED_SERVICES, namespace, name)
         if service is None or service["metadata"].get("deletionTimestamp"):
@@ -73,7 +80,7 @@ class RegisteredReconciler:
         try:
             model = RegisteredService.model_validate({k: v for k, v in service.items() if k != "status"})
         except ValidationError as exc:
-            invalid = Outcome(Result.UNDETERMINED, Reason.SPEC_INVALID, "; ".join(field_errors(exc)))
+            invalid = CheckOutcome(Result.UNDETERMINED, Reason.SPEC_INVALID, "; ".join(field_errors(exc)))
             record = states.record_after(states.record_from_status(status), invalid)
             self._write(
                 service, ServiceState.UNDETERMINED, record, claimed_by=status.get("claimedBy"), generation=generation
@@ -106,7 +113,7 @@ class RegisteredReconciler:
         check = spec.healthcheck
         if not resolution.complete:
             self._schedules.pop(key, None)  # check at once when the Secret is back
-            missing = Outcome(Result.UNDETERMINED, Reason.SECRET_MISSING, "; ".join(resolution.missing))
+            missing = CheckOutcome(Result.UNDETERMINED, Reason.SECRET_MISSING, "; ".join(resolution.missing))
             record = states.record_after(record, missing)
             health = states.Health.UNDETERMINED
         elif check is None:
@@ -130,7 +137,7 @@ class RegisteredReconciler:
 
         state = states.next_state(current, health, held=held)
         self._write(service, state, record, claimed_by=holder if held else None, generation=generation)
-        return QueueOutcome(requeue_after=requeue)
+        return Outcome(requeue_after=requeue)
 
     # -- the holder ----------------------------------------------------------------------------------
 
@@ -144,14 +151,14 @@ class RegisteredReconciler:
 
     def _probe_check(
         self, key: Hashable, check: HealthCheck, values: dict[str, str], fingerprint: str
-    ) -> tuple[Outcome | None, float | None]:
+    ) -> tuple[CheckOutcome | None, float | None]:
         prober = self.ctx.prober
         period = healthjobs.period_of(check)
         now = time.monotonic()
         schedule = self._schedules.get(key)
         if schedule is None or schedule.fingerprint != fingerprint:
             schedule = self._schedules[key] = Schedule(fingerprint, now)
-        outcome: Outcome | None = None
+        outcome: CheckOutcome | None = None
         finished = prober.take(key)
         if finished is not None and finished.fingerprint == fingerprint:
             outcome = finished.outcome
@@ -163,7 +170,7 @@ class RegisteredReconciler:
         if now >= schedule.due:
             timeout = min(self.ctx.settings.probe_timeout, period)
             probe = probes.probe_for(check, values, timeout=timeout)
-            if isinstance(probe, Outcome):
+            if isinstance(probe, CheckOutcome):
                 schedule.due = now + period
                 return probe, period
             schedule.due = math.inf
@@ -180,7 +187,7 @@ class RegisteredReconciler:
         data: dict[str, str],
         service_type: str | None,
         fingerprint: str,
-    ) -> tuple[Outcome | None, float | None]:
+    ) -> tuple[CheckOutcome | None, float | None]:
         """Start, read or time out the check's Job; ``data`` is what it mounts (binding layout)."""
         kube = self.ctx.kube
         meta = service["metadata"]
@@ -212,7 +219,7 @@ class RegisteredReconciler:
         if now < schedule.due:
             return None, max(0.05, schedule.due - now)
         if service_type is None:
-            return Outcome(Result.UNDETERMINED, Reason.CHECK_INVALID, "no 'type' in serviceClassIdentity"), period
+            return CheckOutcome(Result.UNDETERMINED, Reason.CHECK_INVALID, "no 'type' in serviceClassIdentity"), period
         secret, job_manifest = healthjobs.manifests(
             service, check, data, service_type=service_type, fingerprint=fingerprint
         )
@@ -223,7 +230,7 @@ class RegisteredReconciler:
             if exc.status not in (400, 403, 422):
                 raise
             schedule.due = now + period
-            return Outcome(
+            return CheckOutcome(
                 Result.UNDETERMINED, Reason.CHECK_INVALID, f"cannot start the check: HTTP {exc.status}"
             ), period
         if created is None:

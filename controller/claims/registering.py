@@ -8,7 +8,7 @@ binding is being deleted or opts out.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import ValidationError
 
@@ -18,15 +18,16 @@ from opbroker.api.primaza import RegisteredService
 from opbroker.controller.claims import names, registration, servicebinding
 from opbroker.controller.claims.context import Context
 from opbroker.controller.claims.kinds import REGISTERED_SERVICES
-from opbroker.controller.claims.reasons import Reason
 from opbroker.controller.kube import BINDINGS
-from opbroker.controller.workqueue import DONE
-from opbroker.controller.workqueue import Outcome as QueueOutcome
+from opbroker.controller.reasons import Reason
+from opbroker.controller.reconciler import DONE, Key, Outcome
 
 logger = logging.getLogger(__name__)
 
 
 class RegistrationReconciler:
+    kind: ClassVar[str] = "registration"
+
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
 
@@ -37,7 +38,13 @@ class RegistrationReconciler:
     def wanted(self, binding: dict[str, Any]) -> bool:
         return registration.opted_in(binding, self.plan_of(binding))
 
-    def reconcile(self, namespace: str, name: str) -> QueueOutcome:
+    def reconcile(self, key: Key) -> Outcome:
+        return self.reconcile_object(key.namespace, key.name)
+
+    def reread(self, key: Key) -> None:
+        return None  # reads come from the watch cache or the API; nothing to drop
+
+    def reconcile_object(self, namespace: str, name: str) -> Outcome:
         kube = self.ctx.kube
         binding = kube.get_custom(BINDINGS, namespace, name)
         generated = kube.get_custom(REGISTERED_SERVICES, namespace, name)

@@ -33,7 +33,7 @@ from typing import Any
 
 from opbroker.api.primaza import ServiceState
 from opbroker.controller.claims import conditions
-from opbroker.controller.claims.reasons import Reason
+from opbroker.controller.reasons import Reason
 
 HEALTHY_CONDITION = "Healthy"
 READY_CONDITION = "Ready"
@@ -61,7 +61,7 @@ class Health(StrEnum):
 
 
 @dataclass(frozen=True)
-class Outcome:
+class CheckOutcome:
     """The result of one check, with the reason and a message that never contains credentials."""
 
     result: Result
@@ -104,7 +104,7 @@ def record_from_status(status: dict[str, Any] | None) -> HealthRecord:
     return HealthRecord(Result.UNDETERMINED, failures, reason, message)
 
 
-def record_after(record: HealthRecord, outcome: Outcome) -> HealthRecord:
+def record_after(record: HealthRecord, outcome: CheckOutcome) -> HealthRecord:
     """Account one check result: a pass resets the failure count, an undetermined run leaves it."""
     message = outcome.message
     if outcome.result == Result.PASSED:

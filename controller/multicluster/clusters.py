@@ -26,7 +26,7 @@ import threading
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
+from typing import Any, ClassVar
 
 from kubernetes.client.rest import ApiException
 
@@ -38,12 +38,13 @@ from opbroker.controller.kube import Kind
 from opbroker.controller.multicluster import quantities, replicas
 from opbroker.controller.multicluster.ledger import Ledger
 from opbroker.controller.multicluster.quantities import QuantityError, Resources
-from opbroker.controller.multicluster.reasons import CLUSTER_FINALIZER, LABEL_REPLICATED, ConditionType, Reason
+from opbroker.controller.multicluster.reasons import CLUSTER_FINALIZER, LABEL_REPLICATED, ConditionType
 from opbroker.controller.multicluster.scheduling import MASTER, ClusterView
 from opbroker.controller.multicluster.sisters import KubeconfigError, SisterKube, SisterWatch, client_from_kubeconfig
 from opbroker.controller.multicluster.sisters import kubeconfig_digest as digest_of
+from opbroker.controller.reasons import Reason
+from opbroker.controller.reconciler import DONE, Key, Outcome
 from opbroker.controller.reconciling import Deps
-from opbroker.controller.workqueue import DONE, Outcome
 
 logger = logging.getLogger(__name__)
 
@@ -241,6 +242,8 @@ def _plural(body: dict[str, Any]) -> str:
 
 
 class ClusterReconciler:
+    kind: ClassVar[str] = "cluster"
+
     def __init__(
         self,
         deps: Deps,
@@ -263,7 +266,13 @@ class ClusterReconciler:
     def namespace(self) -> str:
         return self.deps.settings.namespace
 
-    def reconcile(self, name: str) -> Outcome:
+    def reconcile(self, key: Key) -> Outcome:
+        return self.reconcile_cluster(key.name)
+
+    def reread(self, key: Key) -> None:
+        return None  # SFClusters are read from the API each time
+
+    def reconcile_cluster(self, name: str) -> Outcome:
         kube = self.deps.kube
         body = kube.get_custom(CLUSTERS, self.namespace, name)
         if body is None:

@@ -39,19 +39,19 @@ from opbroker.api.conventions import FINALIZER, credentials_secret_name, resourc
 from opbroker.api.osb import OperationState
 from opbroker.controller.catalog import PlanEntry
 from opbroker.controller.decisions import TERMINAL, is_deleting
-from opbroker.controller.decisions import Reason as ControllerReason
 from opbroker.controller.kube import BINDINGS, INSTANCES, Kind, KubeError
 from opbroker.controller.multicluster import quantities, replicas, scheduling
 from opbroker.controller.multicluster.clusters import CatalogReplicator, ClusterRegistry, ClusterState, describe
 from opbroker.controller.multicluster.ledger import Ledger
 from opbroker.controller.multicluster.quantities import QuantityError, Resources
-from opbroker.controller.multicluster.reasons import ANNOTATION_CLUSTER, ANNOTATION_MASTER_UID, ConditionType, Reason
+from opbroker.controller.multicluster.reasons import ANNOTATION_CLUSTER, ANNOTATION_MASTER_UID, ConditionType
 from opbroker.controller.multicluster.scheduling import MASTER, Demand, SchedulerName
 from opbroker.controller.multicluster.selectors import SelectorError
 from opbroker.controller.multicluster.selectors import parse as parse_selector
+from opbroker.controller.reasons import Reason
+from opbroker.controller.reconciler import DONE, Key, Outcome, TemporaryError
 from opbroker.controller.reconciling import Deps, StatusWriter
 from opbroker.controller.rendered import inputs_for
-from opbroker.controller.workqueue import DONE, Outcome, TemporaryError
 from opbroker.rendering import RenderError
 
 logger = logging.getLogger(__name__)
@@ -120,9 +120,7 @@ class MultiClusterPlacement:
         error = f"cannot deprovision: {live} binding(s) still exist; unbind them first"
         status = instance.get("status") or {}
         if status.get("state") != OperationState.FAILED.value or status.get("error") != error:
-            self.instances.transition(
-                instance, state=OperationState.FAILED, reason=ControllerReason.BINDINGS_EXIST, error=error
-            )
+            self.instances.transition(instance, state=OperationState.FAILED, reason=Reason.BINDINGS_EXIST, error=error)
         return DONE
 
     def _unscheduled(self, instance: dict[str, Any]) -> Outcome | None:
@@ -135,7 +133,7 @@ class MultiClusterPlacement:
         if entry is None or entry.model is None:
             return None  # the local reconciler reports the plan problem; it never applies without a plan
         meta = instance["metadata"]
-        key = ("instance", meta["namespace"], meta["name"])
+        key = Key("instance", meta["namespace"], meta["name"])
         try:
             demand = self._demand(instance, entry)
         except SchedulingError as exc:

@@ -1,4 +1,7 @@
-"""Names of the multi-cluster contract: labels, annotations, finalizer, condition types and reasons."""
+"""Names of the multi-cluster contract: labels, annotations, finalizer, condition types.
+
+Their reasons are members of :class:`opbroker.controller.reasons.Reason`.
+"""
 
 from __future__ import annotations
 
@@ -21,19 +24,3 @@ class ConditionType(StrEnum):
     SCHEDULED = "Scheduled"
     CLUSTER_REACHABLE = "ClusterReachable"
     REMOVABLE = "Removable"
-
-
-class Reason(StrEnum):
-    """Condition and event reasons of the multi-cluster controller."""
-
-    SCHEDULED = "Scheduled"
-    SCHEDULING_FAILED = "SchedulingFailed"
-    REPLICATED = "Replicated"
-    IN_PROGRESS = "InProgress"
-    CLUSTER_REACHABLE = "ClusterReachable"
-    CLUSTER_UNREACHABLE = "ClusterUnreachable"
-    CLUSTER_NOT_REGISTERED = "ClusterNotRegistered"
-    REACHABLE = "Reachable"
-    UNREACHABLE = "Unreachable"
-    INSTANCES_REMAIN = "InstancesRemain"
-    CATALOG_FAILED = "CatalogReplicationFailed"

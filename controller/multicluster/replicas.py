@@ -26,15 +26,14 @@ from opbroker.api.conventions import (
 )
 from opbroker.api.osb import OperationState
 from opbroker.controller.decisions import REQUESTED
-from opbroker.controller.decisions import Reason as ControllerReason
 from opbroker.controller.multicluster.reasons import (
     ANNOTATION_CLUSTER,
     ANNOTATION_MASTER_UID,
     LABEL_REPLICATED,
     ConditionType,
-    Reason,
 )
 from opbroker.controller.objects import owner_reference
+from opbroker.controller.reasons import Reason
 
 #: Instance status fields that the master takes over from the sister copy.
 INSTANCE_FIELDS = (
@@ -47,7 +46,7 @@ INSTANCE_FIELDS = (
     "appliedPlanHash",
 )
 #: The sister controller's reason for a plan it does not know (yet).
-PLAN_NOT_FOUND = ControllerReason.PLAN_NOT_FOUND.value
+PLAN_NOT_FOUND = Reason.PLAN_NOT_FOUND.value
 #: Binding status fields taken over (the credentials travel separately, in a Secret).
 BINDING_FIELDS = ("state", "description", "error")
 

@@ -1,7 +1,8 @@
 """The multi-cluster part of the master's controller process: wiring, events, start-up and shutdown.
 
 :class:`MultiCluster` is created by :class:`opbroker.controller.app.Controller` when ``--multicluster``
-is on. It owns the ledger, the cluster registry, a work queue of its own for SFCluster keys, and the
+is on. It owns the ledger, the cluster registry, the SFCluster reconciler (a kind on the controller's one
+runtime), and the
 :class:`~opbroker.controller.multicluster.placement.MultiClusterPlacement` that the instance and binding
 reconcilers consult. The controller forwards it the catalog and instance events it already receives;
 SFCluster events come from one more kopf handler (:meth:`register`).
@@ -15,11 +16,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable, Hashable
 from typing import Any
 
 import kopf
-from kubernetes.client.rest import ApiException
 
 from opbroker.controller.kopfparts import plain_body
 from opbroker.controller.kube import INSTANCES, PLANS, SERVICES
@@ -32,8 +31,8 @@ from opbroker.controller.multicluster.clusters import (
 from opbroker.controller.multicluster.ledger import Ledger
 from opbroker.controller.multicluster.placement import MultiClusterPlacement, plan_requests
 from opbroker.controller.multicluster.quantities import QuantityError, Resources
-from opbroker.controller.reconciling import Conflict, Deps
-from opbroker.controller.workqueue import Outcome, WorkQueue
+from opbroker.controller.reconciler import Key, Runtime
+from opbroker.controller.reconciling import Deps
 
 logger = logging.getLogger(__name__)
 
@@ -41,9 +40,10 @@ SEED_RETRY_SECONDS = 2.0
 
 
 class MultiCluster:
-    def __init__(self, deps: Deps, enqueue_master: Callable[[Hashable], None]) -> None:
+    def __init__(self, deps: Deps, runtime: Runtime) -> None:
         self.deps = deps
-        self.enqueue_master = enqueue_master
+        self.runtime = runtime
+        enqueue_master = runtime.enqueue_threadsafe
         self.ledger = Ledger()
         self.registry = ClusterRegistry()
         self.replicator = CatalogReplicator(deps.settings.namespace)
@@ -56,23 +56,17 @@ class MultiCluster:
         self.placement = MultiClusterPlacement(
             deps, self.registry, self.ledger, self.replicator, self.requests_of, self.suspect, self.ready
         )
-        self.queue: WorkQueue | None = None
-        self.loop: asyncio.AbstractEventLoop | None = None
+        runtime.register(self.clusters)
         self._seeding: asyncio.Task[None] | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
     def start(self) -> None:
-        self.loop = asyncio.get_running_loop()
-        self.queue = WorkQueue(self._reconcile, workers=2)
-        self.queue.start()
-        self._seeding = self.loop.create_task(self._seed(), name="multicluster-seed")
+        self._seeding = asyncio.get_running_loop().create_task(self._seed(), name="multicluster-seed")
 
     async def stop(self) -> None:
         if self._seeding is not None:
             self._seeding.cancel()
-        if self.queue is not None:
-            await self.queue.stop()
         self.registry.close()
 
     async def _seed(self) -> None:
@@ -112,7 +106,7 @@ class MultiCluster:
         for item in kube.list_custom(INSTANCES, None):
             meta, spec = item["metadata"], item.get("spec") or {}
             cluster = spec.get("clusterId") or None
-            self.ledger.observe(("instance", meta["namespace"], meta["name"]), cluster, spec.get("planId", ""))
+            self.ledger.observe(Key("instance", meta["namespace"], meta["name"]), cluster, spec.get("planId", ""))
             created = meta.get("creationTimestamp") or ""
             if cluster and (newest is None or created >= newest[0]):
                 newest = (created, cluster)
@@ -147,7 +141,7 @@ class MultiCluster:
 
     def on_instance(self, event_type: str, body: dict[str, Any]) -> None:
         meta, spec = body["metadata"], body.get("spec") or {}
-        key: Hashable = ("instance", meta["namespace"], meta["name"])
+        key = Key("instance", meta["namespace"], meta["name"])
         if event_type == "DELETED":
             cluster = self.ledger.forget(key)
             if cluster is not None:
@@ -160,10 +154,7 @@ class MultiCluster:
     # -- helpers ---------------------------------------------------------------------------------------
 
     def enqueue_cluster(self, name: str) -> None:
-        if self.loop is None or self.queue is None:
-            return
-        queue = self.queue
-        self.loop.call_soon_threadsafe(queue.add, ("cluster", name))
+        self.runtime.enqueue_threadsafe(Key(ClusterReconciler.kind, self.deps.settings.namespace, name))
 
     def suspect(self, cluster: str, _what: str) -> None:
         """A call to ``cluster`` failed: probe it now rather than at the next interval."""
@@ -185,15 +176,3 @@ class MultiCluster:
         with self._requests_lock:
             self._requests[plan_id] = (entry.hash, parsed)
         return parsed
-
-    async def _reconcile(self, key: Hashable) -> Outcome:
-        assert isinstance(key, tuple)
-        _, name = key
-        try:
-            return await asyncio.to_thread(self.clusters.reconcile, name)
-        except Conflict:
-            return Outcome(requeue_after=0.05)
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-            return Outcome(requeue_after=0.05)

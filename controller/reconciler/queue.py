@@ -1,4 +1,4 @@
-"""A rate-limited work queue with client-go semantics, for level-triggered reconciliation.
+"""The runtime's rate-limited work queue with client-go semantics, for level-triggered reconciliation.
 
 Why our own queue on top of kopf: kopf delivers watch events; what to do about an object is decided by
 reading its current state, not the event. Events only *enqueue* keys. The queue guarantees that
@@ -21,21 +21,9 @@ import time
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 
+from opbroker.controller.reconciler.outcomes import Outcome, TemporaryError
+
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What a reconcile asks of the queue: nothing, or a re-check after ``requeue_after`` seconds."""
-
-    requeue_after: float | None = None
-
-
-DONE = Outcome()
-
-
-class TemporaryError(Exception):
-    """An expected, explained failure: retried with backoff and logged as one line, without a traceback."""
 
 
 @dataclass

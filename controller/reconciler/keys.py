@@ -1,0 +1,28 @@
+"""The one key type of the controller's work queue.
+
+A key names what is reconciled: its kind (the reconciler that owns it) and the object's namespace and name.
+It is a ``NamedTuple`` on purpose: hashable, immutable, cheap, printable as ``instance/ns/name`` in logs,
+and unpacked like the tuples every watch handler built by hand before (``kind, namespace, name = key``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+
+class Key(NamedTuple):
+    kind: str
+    """Which reconciler owns the key: ``instance``, ``binding``, ``plan``, ``claim``, ``cluster``, ..."""
+    namespace: str
+    """The object's namespace; empty for cluster-scoped objects and for keys naming a whole namespace's
+    worth of work by ``name`` (the claims catalog is keyed by namespace and an empty name)."""
+    name: str
+
+    @classmethod
+    def of(cls, kind: str, body: dict[str, Any]) -> Key:
+        """The key of a wire object (a watch event's body, a read)."""
+        meta = body["metadata"]
+        return cls(kind, meta.get("namespace") or "", meta["name"])
+
+    def __str__(self) -> str:
+        return "/".join(part for part in (self.kind, self.namespace, self.name) if part)

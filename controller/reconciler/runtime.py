@@ -1,0 +1,133 @@
+"""The controller's one reconcile runtime: one work queue for every kind, one error table, one memory.
+
+Watch handlers (kopf ``on.event``) only enqueue keys. The runtime hands each key to the reconciler
+registered for its ``kind`` — instances, bindings, catalog entries, claims, clusters — in a worker thread,
+and owns everything around it that used to be repeated per subsystem:
+
+* the queue (:mod:`.queue`): one worker per key at a time, events collapsed, per-key backoff;
+* failures, mapped by one table (:mod:`.failures`): conflicts re-read at once, transport errors and API
+  server overload retried with backoff as one log line, anything else retried with a traceback;
+* re-checks: a reconcile's ``requeue_after`` is dropped when an earlier re-check of the key is already due
+  (a status poll requested by every event would otherwise pile up timers);
+* per-key memory (:mod:`.memory`): :meth:`forget` clears the key from every registered store and the queue's
+  backoff when its object goes;
+* the reconcile duration and error metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from opbroker.controller import metrics
+from opbroker.controller.reconciler.failures import Handling, classify
+from opbroker.controller.reconciler.keys import Key
+from opbroker.controller.reconciler.kinds import Reconciler
+from opbroker.controller.reconciler.memory import Memories, PerKey
+from opbroker.controller.reconciler.outcomes import DONE, Outcome, TemporaryError
+from opbroker.controller.reconciler.queue import WorkQueue
+
+logger = logging.getLogger(__name__)
+
+#: After a conflict, the reconcile runs again this soon (on a fresh read).
+CONFLICT_RETRY_SECONDS = 0.05
+
+
+class Runtime:
+    """Keys in, reconciles out; see the module docstring."""
+
+    def __init__(self, *, workers: int, memories: Memories | None = None) -> None:
+        self.workers = workers
+        self.memories = memories or Memories()
+        self._kinds: dict[str, Reconciler] = {}
+        self._rechecks: PerKey[float] = self.memories.keep(PerKey())
+        self.queue: WorkQueue | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    def register(self, reconciler: Reconciler) -> None:
+        """Dispatch keys of ``reconciler.kind`` to ``reconciler``; a kind has exactly one reconciler."""
+        if reconciler.kind in self._kinds:
+            raise ValueError(f"a reconciler for {reconciler.kind!r} is already registered")
+        self._kinds[reconciler.kind] = reconciler
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        return tuple(self._kinds)
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the workers on the running event loop (kopf's)."""
+        self.loop = asyncio.get_running_loop()
+        # Reconciles run their blocking API calls in threads: one per worker (asyncio's default pool is only
+        # cpu+4 threads, which would silently cap the workers).
+        self.loop.set_default_executor(ThreadPoolExecutor(self.workers, thread_name_prefix="reconcile"))
+        self.queue = WorkQueue(self._reconcile, workers=self.workers)
+        self.queue.start()
+
+    async def stop(self) -> None:
+        if self.queue is not None:
+            await self.queue.stop()
+
+    # -- producers -----------------------------------------------------------------------------------
+
+    def enqueue(self, key: Key) -> None:
+        """Reconcile ``key`` soon (call on the event loop: watch handlers run there)."""
+        if self.queue is not None:
+            self.queue.add(key)
+
+    def enqueue_threadsafe(self, key: Key) -> None:
+        """:meth:`enqueue` from any thread (reconciles, source watchers, probes)."""
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(self.enqueue, key)
+
+    def forget(self, key: Key) -> None:
+        """``key``'s object is gone: clear it from every per-key memory and the queue's backoff."""
+        self.memories.forget(key)
+        if self.queue is not None:
+            self.queue.forget(key)
+
+    @property
+    def depth(self) -> int:
+        return self.queue.depth if self.queue is not None else 0
+
+    # -- reconciling ---------------------------------------------------------------------------------
+
+    def reconcile_now(self, key: Key) -> Outcome:
+        """One reconcile of ``key`` in the calling thread, under the error table (tests and tools use this;
+        the workers call it too)."""
+        reconciler = self._kinds[key.kind]
+        due = self._rechecks.get(key)
+        if due is not None and due <= time.monotonic() + 0.01:
+            self._rechecks.forget(key)
+        with metrics.reconcile_timer(key.kind):
+            try:
+                outcome = reconciler.reconcile(key)
+            except Exception as exc:
+                failure = classify(exc)
+                metrics.RECONCILE_ERRORS.labels(kind=key.kind, reason=failure.label).inc()
+                if failure.handling is Handling.REREAD:
+                    reconciler.reread(key)
+                    return Outcome(requeue_after=CONFLICT_RETRY_SECONDS)
+                if failure.handling is Handling.TRANSIENT:
+                    raise TemporaryError(failure.message) from exc
+                raise
+        return self._coalesced(key, outcome)
+
+    async def _reconcile(self, key: object) -> Outcome:
+        assert isinstance(key, Key), f"not a Key: {key!r}"
+        return await asyncio.to_thread(self.reconcile_now, key)
+
+    def _coalesced(self, key: Key, outcome: Outcome) -> Outcome:
+        """``outcome``, unless the re-check it asks for is already covered by an earlier scheduled one."""
+        delay = outcome.requeue_after
+        if delay is None or delay <= CONFLICT_RETRY_SECONDS:
+            return outcome
+        now = time.monotonic()
+        pending = self._rechecks.get(key)
+        if pending is not None and now < pending <= now + delay + 0.01:
+            return DONE
+        self._rechecks.put(key, now + delay)
+        return outcome
