@@ -1,13 +1,10 @@
 #!/usr/bin/env bash
 # Type-check the pure core with mypy --strict: the resource model, the renderer, the broker's decisions,
 # the controller's decisions, queue and claims logic.
-# mypy cannot follow setuptools' editable-install import hook (opbroker.api -> api/), so it reads the
-# packages through a tree of symlinks that mirrors the installed layout.
+# mypy reads the packages through the symlink tree of scripts/package-tree.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-tree=.typecheck/opbroker
-mkdir -p "$tree"
-for pkg in api rendering gorender broker controller devcluster; do ln -sfn "../../$pkg" "$tree/$pkg"; done
+source scripts/package-tree.sh
 modules=(
   -p opbroker.api -p opbroker.rendering -p opbroker.gorender
   -m opbroker.broker.decisions -m opbroker.broker.errors -m opbroker.broker.bodies -m opbroker.broker.headers
