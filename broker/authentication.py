@@ -11,7 +11,7 @@ import threading
 import time
 
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from opbroker.broker import errors, headers
 from opbroker.broker.settings import PASSWORD_ENV, USERNAME_ENV, Settings

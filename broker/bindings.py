@@ -131,7 +131,8 @@ def unbind(
     accepts_incomplete: bool,
 ) -> Decision:
     """DELETE: works on half-created bindings too (orphan mitigation)."""
-    errors.require_query(service_id=service_id, plan_id=plan_id)
+    service_id = errors.require_query("service_id", service_id)
+    plan_id = errors.require_query("plan_id", plan_id)
     if existing is None:
         raise errors.BrokerError(errors.Reason.GONE, f"binding {binding_id!r} does not exist")
     if existing.spec.get("instanceId") != instance_id:

@@ -84,11 +84,11 @@ def bad_request(description: str) -> BrokerError:
     return BrokerError(Reason.BAD_REQUEST, description)
 
 
-def require_query(**values: str | None) -> None:
-    """400 for the first query parameter that is missing or empty (DELETE must name service_id and plan_id)."""
-    for name, value in values.items():
-        if not value:
-            raise bad_request(f"the {name} query parameter is required and must not be empty")
+def require_query(name: str, value: str | None) -> str:
+    """The query parameter's value; 400 if it is missing or empty (DELETE must name service_id and plan_id)."""
+    if not value:
+        raise bad_request(f"the {name} query parameter is required and must not be empty")
+    return value
 
 
 def to_response(error: BrokerError) -> tuple[int, dict[str, Any]]:

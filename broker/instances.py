@@ -238,7 +238,8 @@ def deprovision(
     accepts_incomplete: bool,
 ) -> Decision:
     """DELETE: works on half-created instances and during provisioning (orphan mitigation)."""
-    errors.require_query(service_id=service_id, plan_id=plan_id)
+    service_id = errors.require_query("service_id", service_id)
+    plan_id = errors.require_query("plan_id", plan_id)
     if existing is None:
         raise errors.BrokerError(errors.Reason.GONE, f"instance {instance_id!r} does not exist")
     if existing.spec.get("serviceId") != service_id:

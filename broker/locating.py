@@ -13,10 +13,11 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
-from kubernetes import client, watch
-from kubernetes.client.rest import ApiException
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from opbroker.api.catalog import OSB_GROUP
+from opbroker.broker import kubeclient
 from opbroker.broker.records import Kind
 
 log = logging.getLogger(__name__)
@@ -33,7 +34,7 @@ class NamespaceIndex:
         self._lock = threading.Lock()
         self._names: dict[Kind, dict[str, str]] = {kind: {} for kind in self._kinds}
         self._stopped = threading.Event()
-        self._watches: list[watch.Watch] = []
+        self._watches: list[kubeclient.Watch] = []
         self._threads: list[threading.Thread] = []
         self.synced = {kind: threading.Event() for kind in self._kinds}
 
@@ -71,7 +72,9 @@ class NamespaceIndex:
                 self._stopped.wait(1.0)
 
     def _relist(self, kind: Kind) -> str:
-        listed: dict[str, Any] = self._custom.list_cluster_custom_object(OSB_GROUP, VERSION, kind.plural)
+        listed: dict[str, Any] = kubeclient.json_object(
+            self._custom.list_cluster_custom_object(OSB_GROUP, VERSION, kind.plural)
+        )
         names = {item["metadata"]["name"]: item["metadata"]["namespace"] for item in listed.get("items", [])}
         with self._lock:
             self._names[kind] = names
@@ -79,7 +82,7 @@ class NamespaceIndex:
 
     def _follow(self, kind: Kind, version: str) -> str | None:
         """Apply watch events from ``version``; the version to resume from, or ``None`` to relist."""
-        stream = watch.Watch()
+        stream = kubeclient.Watch()
         self._watches.append(stream)
         try:
             for event in stream.stream(
@@ -92,13 +95,17 @@ class NamespaceIndex:
             ):
                 if self._stopped.is_set() or event["type"] == "ERROR":
                     return None
-                meta = event["object"].get("metadata") or {}
+                meta: dict[str, Any] = event["object"].get("metadata") or {}
                 version = meta.get("resourceVersion") or version
+                name: str | None = meta.get("name")
+                namespace: str | None = meta.get("namespace")
+                if not name:
+                    continue
                 with self._lock:
                     if event["type"] == "DELETED":
-                        self._names[kind].pop(meta.get("name"), None)
-                    elif meta.get("name") and meta.get("namespace"):
-                        self._names[kind][meta["name"]] = meta["namespace"]
+                        self._names[kind].pop(name, None)
+                    elif namespace:
+                        self._names[kind][name] = namespace
         except ApiException as exc:
             if exc.status != 410:  # 410: resourceVersion too old, relist
                 raise

@@ -20,14 +20,14 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from kubernetes import client, watch
-from kubernetes.client.rest import ApiException
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from opbroker.api import conventions
 from opbroker.api.catalog import OSB_GROUP, SFPlan, SFService
 from opbroker.api.errors import field_errors
-from opbroker.broker import errors
+from opbroker.broker import errors, kubeclient
 from opbroker.broker.catalogs import Catalog
 from opbroker.broker.decisions import settled
 from opbroker.broker.locating import NamespaceIndex
@@ -92,8 +92,8 @@ class Repository:
         return Catalog(services, plans)
 
     def _list(self, plural: str, namespace: str, **kwargs: Any) -> list[dict[str, Any]]:
-        listed: dict[str, Any] = self.custom.list_namespaced_custom_object(
-            OSB_GROUP, VERSION, namespace, plural, **kwargs
+        listed: dict[str, Any] = kubeclient.json_object(
+            self.custom.list_namespaced_custom_object(OSB_GROUP, VERSION, namespace, plural, **kwargs)
         )
         items: list[dict[str, Any]] = listed.get("items", [])
         return items
@@ -108,8 +108,8 @@ class Repository:
 
     def get(self, kind: Kind, namespace: str, name: str) -> Record | None:
         try:
-            found: dict[str, Any] = self.custom.get_namespaced_custom_object(
-                OSB_GROUP, VERSION, namespace, kind.plural, name
+            found: dict[str, Any] = kubeclient.json_object(
+                self.custom.get_namespaced_custom_object(OSB_GROUP, VERSION, namespace, kind.plural, name)
             )
         except ApiException as exc:
             if exc.status == 404:
@@ -145,8 +145,10 @@ class Repository:
             # every object of the kind). Two replicas creating one id into two namespaces within the index's
             # lag could both succeed; the same namespace is caught by the API server's AlreadyExists.
             return None
-        listed: dict[str, Any] = self.custom.list_cluster_custom_object(
-            OSB_GROUP, VERSION, kind.plural, field_selector=f"metadata.name={name}"
+        listed: dict[str, Any] = kubeclient.json_object(
+            self.custom.list_cluster_custom_object(
+                OSB_GROUP, VERSION, kind.plural, field_selector=f"metadata.name={name}"
+            )
         )
         items = sorted(listed.get("items", []), key=lambda item: item["metadata"].get("creationTimestamp", ""))
         if not items:
@@ -195,8 +197,8 @@ class Repository:
         """Create the object; ``None`` if one with that name appeared meanwhile (the caller decides again)."""
         namespace = manifest["metadata"]["namespace"]
         try:
-            created: dict[str, Any] = self.custom.create_namespaced_custom_object(
-                OSB_GROUP, VERSION, namespace, kind.plural, manifest
+            created: dict[str, Any] = kubeclient.json_object(
+                self.custom.create_namespaced_custom_object(OSB_GROUP, VERSION, namespace, kind.plural, manifest)
             )
         except ApiException as exc:
             if exc.status == 409:
@@ -208,8 +210,10 @@ class Repository:
         return record
 
     def write_status(self, record: Record, status: dict[str, Any]) -> Record:
-        patched: dict[str, Any] = self.custom.patch_namespaced_custom_object_status(
-            OSB_GROUP, VERSION, record.namespace, record.kind.plural, record.name, {"status": status}
+        patched: dict[str, Any] = kubeclient.json_object(
+            self.custom.patch_namespaced_custom_object_status(
+                OSB_GROUP, VERSION, record.namespace, record.kind.plural, record.name, {"status": status}
+            )
         )
         return Record.from_object(record.kind, patched)
 
@@ -223,8 +227,10 @@ class Repository:
         """
         guarded = {"metadata": {"resourceVersion": record.resource_version}, "status": status}
         try:
-            patched: dict[str, Any] = self.custom.patch_namespaced_custom_object_status(
-                OSB_GROUP, VERSION, record.namespace, record.kind.plural, record.name, guarded
+            patched: dict[str, Any] = kubeclient.json_object(
+                self.custom.patch_namespaced_custom_object_status(
+                    OSB_GROUP, VERSION, record.namespace, record.kind.plural, record.name, guarded
+                )
             )
         except ApiException as exc:
             if exc.status != 409:
@@ -237,8 +243,10 @@ class Repository:
         (or is gone) since ``record`` was read, and nothing was written."""
         guarded = {"metadata": {"resourceVersion": record.resource_version}, "status": status}
         try:
-            patched: dict[str, Any] = self.custom.patch_namespaced_custom_object_status(
-                OSB_GROUP, VERSION, record.namespace, record.kind.plural, record.name, guarded
+            patched: dict[str, Any] = kubeclient.json_object(
+                self.custom.patch_namespaced_custom_object_status(
+                    OSB_GROUP, VERSION, record.namespace, record.kind.plural, record.name, guarded
+                )
             )
         except ApiException as exc:
             if exc.status in (404, 409):
@@ -249,14 +257,16 @@ class Repository:
     def patch(self, record: Record, operations: list[dict[str, Any]]) -> Record:
         """Apply a JSON patch whose first operation tests the resourceVersion; a lost race is a 422."""
         try:
-            patched: dict[str, Any] = self.custom.patch_namespaced_custom_object(
-                OSB_GROUP,
-                VERSION,
-                record.namespace,
-                record.kind.plural,
-                record.name,
-                operations,
-                _content_type="application/json-patch+json",
+            patched: dict[str, Any] = kubeclient.json_object(
+                self.custom.patch_namespaced_custom_object(
+                    OSB_GROUP,
+                    VERSION,
+                    record.namespace,
+                    record.kind.plural,
+                    record.name,
+                    operations,
+                    _content_type="application/json-patch+json",
+                )
             )
         except ApiException as exc:
             if exc.status in (404, 409, 422):
@@ -287,7 +297,7 @@ class Repository:
                 record.namespace,
                 record.kind.plural,
                 record.name,
-                body={"preconditions": {"uid": record.uid}},
+                body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=record.uid)),
             )
         except ApiException as exc:
             if exc.status not in (404, 409):
@@ -329,7 +339,7 @@ class Repository:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
-            stream = watch.Watch()
+            stream = kubeclient.Watch()
             try:
                 for event in stream.stream(
                     self.custom.list_namespaced_custom_object,

@@ -6,7 +6,7 @@ import time
 from typing import Any
 
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from opbroker.api.crd import all_crds
 
@@ -22,15 +22,18 @@ def install_crds(api_client: client.ApiClient, crds: list[dict[str, Any]] | None
         except ApiException as exc:
             if exc.status != 404:
                 raise
-            extensions.create_custom_resource_definition(crd)
+            # The client serializes a manifest dict as it does its models (annotated: the model only).
+            extensions.create_custom_resource_definition(crd)  # type: ignore[arg-type]
         else:
-            body = {**crd, "metadata": {**crd["metadata"], "resourceVersion": current.metadata.resource_version}}
-            extensions.replace_custom_resource_definition(name, body)
+            version = current.metadata.resource_version if current.metadata is not None else None
+            body = {**crd, "metadata": {**crd["metadata"], "resourceVersion": version}}
+            extensions.replace_custom_resource_definition(name, body)  # type: ignore[arg-type]  # as above
     deadline = time.monotonic() + timeout
     pending = {crd["metadata"]["name"] for crd in wanted}
     while pending:
         for name in sorted(pending):
-            conditions = extensions.read_custom_resource_definition(name).status.conditions or []
+            status = extensions.read_custom_resource_definition(name).status
+            conditions = (status.conditions if status is not None else None) or []
             if any(c.type == "Established" and c.status == "True" for c in conditions):
                 pending.discard(name)
         if pending and time.monotonic() > deadline:

@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 import yaml
 from kubernetes import client, config
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from opbroker.api.conventions import DEFAULT_NAMESPACE
 from opbroker.controller.kube import Kube
@@ -216,7 +216,7 @@ class DevStack:
     def _apply_catalog(self, api: client.ApiClient, progress: Progress) -> None:
         core = client.CoreV1Api(api)
         try:
-            core.create_namespace({"metadata": {"name": DEFAULT_NAMESPACE}})
+            core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=DEFAULT_NAMESPACE)))
         except ApiException as exc:
             if exc.status != 409:
                 raise

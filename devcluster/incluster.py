@@ -67,7 +67,7 @@ def control_plane_manifests(args: dict[str, Any]) -> list[dict[str, Any]]:
 
     with testing.mocked(stack="dev") as mocks:
 
-        @pulumi.runtime.test  # type: ignore[misc]
+        @pulumi.runtime.test  # type: ignore[untyped-decorator]  # pulumi's test decorator is unannotated
         def program() -> Any:
             return ControlPlane("opbroker", args).broker_url  # type: ignore[arg-type]
 
@@ -91,7 +91,8 @@ def apply_all(api: client.ApiClient, manifests: list[dict[str, Any]], progress: 
     deadline = time.monotonic() + 30
     for name in crds:
         while True:
-            conditions = extensions.read_custom_resource_definition(name).status.conditions or []
+            status = extensions.read_custom_resource_definition(name).status
+            conditions = (status.conditions if status is not None else None) or []
             if any(c.type == "Established" and c.status == "True" for c in conditions):
                 break
             if time.monotonic() > deadline:
@@ -110,7 +111,7 @@ def wait_available(api: client.ApiClient, namespace: str, names: list[str], time
         for name in list(pending):
             deployment = apps.read_namespaced_deployment(name, namespace)
             wanted = deployment.spec.replicas or 0
-            status = deployment.status
+            status = deployment.status or client.V1DeploymentStatus()
             if (status.updated_replicas or 0) >= wanted and (status.available_replicas or 0) >= wanted:
                 pending.remove(name)
         if not pending:
@@ -128,5 +129,7 @@ def wait_available(api: client.ApiClient, namespace: str, names: list[str], time
 
 def broker_service_url(api: client.ApiClient, namespace: str, name: str, port: int) -> str:
     """The broker Service's cluster IP URL (kube-proxy routes it from this machine too)."""
-    service = client.CoreV1Api(api).read_namespaced_service(name, namespace)
-    return f"http://{service.spec.cluster_ip}:{port}"
+    spec = client.CoreV1Api(api).read_namespaced_service(name, namespace).spec
+    if spec is None or not spec.cluster_ip:
+        raise InClusterError(f"Service {namespace}/{name} has no cluster IP")
+    return f"http://{spec.cluster_ip}:{port}"

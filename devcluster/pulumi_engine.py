@@ -203,7 +203,7 @@ def _convert_object(args: Mapping[str, Any], properties: Mapping[str, Any], wher
 def yaml_properties(token: str, args: Mapping[str, Any]) -> dict[str, Any]:
     """A component's Python args as the properties a Pulumi YAML program gives it (schema names, nested types)."""
     resource = provider_schema()["resources"][token]
-    return escape(_convert_object(args, resource["inputProperties"], token))
+    return escape_object(_convert_object(args, resource["inputProperties"], token))
 
 
 def escape(value: Any) -> Any:
@@ -213,8 +213,13 @@ def escape(value: Any) -> Any:
     if isinstance(value, list):
         return [escape(v) for v in value]
     if isinstance(value, dict):
-        return {k: escape(v) for k, v in value.items()}
+        return escape_object(value)
     return value
+
+
+def escape_object(value: Mapping[str, Any]) -> dict[str, Any]:
+    """:func:`escape` for an object's every value."""
+    return {k: escape(v) for k, v in value.items()}
 
 
 # -- the root stack as a Pulumi YAML program ----------------------------------------------------------------

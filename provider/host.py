@@ -55,4 +55,8 @@ def provider() -> ComponentProvider:
 
 def schema() -> dict[str, Any]:
     """The provider's Pulumi package schema."""
-    return json.loads(provider().schema)
+    text = provider().schema
+    if text is None:  # a ComponentProvider always has one (inferred from the args); the base Provider may not
+        raise RuntimeError("the component provider has no schema")
+    parsed: dict[str, Any] = json.loads(text)
+    return parsed

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jsonschema
-from pulumi_policy import EnforcementLevel, ReportViolation, ResourceValidationArgs, ResourceValidationPolicy
+from pulumi_policy import EnforcementLevel, Policy, ReportViolation, ResourceValidationArgs, ResourceValidationPolicy
 from pydantic import ValidationError
 
 from opbroker.api import SFPlan, SFPlanSpec, TemplateType, errors
@@ -84,12 +84,14 @@ def schema_problems(props: Mapping[str, Any]) -> list[str]:
         if schema is None:
             continue
         path = f"spec.schemas.{group}.{operation}.parameters"
-        if not isinstance(schema, Mapping | bool):
+        if isinstance(schema, bool):
+            continue  # true and false are JSON Schemas (everything valid, nothing valid)
+        if not isinstance(schema, Mapping):
             problems.append(f"{path}: a JSON Schema must be an object")
             continue
         validator = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
         try:
-            validator.check_schema(schema)
+            validator.check_schema(dict(schema))
         except jsonschema.SchemaError as exc:
             where = "".join(f"[{p!r}]" for p in exc.path)
             problems.append(f"{path}{where}: not a valid JSON Schema: {exc.message}")
@@ -156,4 +158,4 @@ NO_WILDCARD_RBAC = ResourceValidationPolicy(
 )
 
 #: Every policy of the pack, in the order they are reported.
-POLICIES = [PLAN_VALID, PARAMETER_SCHEMAS_VALID, NO_WILDCARD_RBAC]
+POLICIES: list[Policy] = [PLAN_VALID, PARAMETER_SCHEMAS_VALID, NO_WILDCARD_RBAC]

@@ -1,20 +1,17 @@
 #!/usr/bin/env bash
-# Type-check the pure core with mypy --strict: the resource model, the renderer, the broker's decisions,
-# the controller's decisions, queue and claims logic.
-# mypy cannot follow setuptools' editable-install import hook (opbroker.api -> api/), so it reads the
-# packages through a tree of symlinks that mirrors the installed layout.
+# Type-check with mypy --strict: every package but the controller whole, and the controller's decisions, queue and
+# claims logic.
+# mypy reads the packages through the symlink tree of scripts/package-tree.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-tree=.typecheck/opbroker
-mkdir -p "$tree"
-for pkg in api rendering gorender broker controller devcluster; do ln -sfn "../../$pkg" "$tree/$pkg"; done
+source scripts/package-tree.sh
+# Whole packages, every layer but the controller; the controller's checked modules are listed until its rewrite
+# lands (then: -p opbroker.controller).
 modules=(
   -p opbroker.api -p opbroker.rendering -p opbroker.gorender
-  -m opbroker.broker.decisions -m opbroker.broker.errors -m opbroker.broker.bodies -m opbroker.broker.headers
-  -m opbroker.broker.operations -m opbroker.broker.parameters -m opbroker.broker.catalogs
-  -m opbroker.broker.bodylimit -m opbroker.controller.refusals -m opbroker.controller.catalog_status
+  -p opbroker.broker -p opbroker.provider -p opbroker.devcluster -p opbroker.components -p opbroker.cli
+  -m opbroker.controller.refusals -m opbroker.controller.catalog_status
   -m opbroker.controller.decisions -m opbroker.controller.workqueue
   -m opbroker.controller.claims.matching -m opbroker.controller.claims.constraints -m opbroker.controller.claims.states
-  -m opbroker.devcluster.requirements -m opbroker.devcluster.node
 )
 MYPYPATH=.typecheck exec .venv/bin/mypy --strict --follow-imports=silent "${modules[@]}" "$@"
