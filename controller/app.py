@@ -135,7 +135,7 @@ class Controller:
             self.multicluster.on_catalog("sfplans", event_type, body)
         plan_id = (body.get("spec") or {}).get("id") or body["metadata"]["name"]
         for key in self._plan_members.of(plan_id):
-            self._enqueue(Key(*key))
+            self._enqueue(key)
 
     def on_instance(self, event_type: str, body: dict[str, Any]) -> None:
         key = Key.of("instance", body)
@@ -149,7 +149,7 @@ class Controller:
         if self._worth_a_reconcile(key, body):
             self._enqueue(key)
         for binding in self._instance_bindings.of(key):
-            self._enqueue(Key(*binding))
+            self._enqueue(binding)
         metrics.observe_state("instance", key, (body.get("status") or {}).get("state") or "none")
 
     def on_binding(self, event_type: str, body: dict[str, Any]) -> None:
@@ -191,7 +191,7 @@ def build_registry(controller: Controller, *, kubeconfig: str | None) -> kopf.Op
     """The kopf handlers: thin adapters from watch events to the controller."""
     registry = kopf.OperatorRegistry()
 
-    @kopf.on.login(registry=registry)  # type: ignore[arg-type]
+    @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
         if kubeconfig:
             return kopf.login_with_kubeconfig(**kwargs)
@@ -200,7 +200,7 @@ def build_registry(controller: Controller, *, kubeconfig: str | None) -> kopf.Op
         # login names https://kubernetes.default.svc, which needs cluster DNS (found on a node without it).
         return kopf.login_via_client(**kwargs)
 
-    @kopf.on.startup(registry=registry)  # type: ignore[arg-type]
+    @kopf.on.startup(registry=registry)
     async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         settings.posting.enabled = False  # our Events are posted deliberately, on state changes only
         settings.watching.server_timeout = 300
@@ -211,7 +211,7 @@ def build_registry(controller: Controller, *, kubeconfig: str | None) -> kopf.Op
             settings.persistence.diffbase_storage = EventsOnlyDiffBase()
         controller.start()
 
-    @kopf.on.cleanup(registry=registry)  # type: ignore[arg-type]
+    @kopf.on.cleanup(registry=registry)
     async def cleanup(**_: Any) -> None:
         await controller.stop()
 

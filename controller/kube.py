@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
@@ -205,9 +205,13 @@ class Kube:
         cached = UNKNOWN if fresh else self.store.lookup(kind.store_key, namespace, name)
         if cached is not UNKNOWN:
             return _as_optional_dict(cached)
-        return _unless(
-            404,
-            lambda: self.custom.get_namespaced_custom_object(kind.group, kind.version, namespace, kind.plural, name),
+        return _as_optional_dict(
+            _unless(
+                404,
+                lambda: self.custom.get_namespaced_custom_object(
+                    kind.group, kind.version, namespace, kind.plural, name
+                ),
+            )
         )
 
     def _keep_custom(self, kind: Kind, namespace: str, name: str, obj: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -227,7 +231,7 @@ class Kube:
             listed = self.custom.list_namespaced_custom_object(
                 kind.group, kind.version, namespace, kind.plural, label_selector=label_selector
             )
-        items: list[dict[str, Any]] = listed.get("items", [])
+        items: list[dict[str, Any]] = json_object(listed).get("items", [])
         return items
 
     def delete_custom(self, kind: Kind, namespace: str, name: str) -> bool:
@@ -313,7 +317,8 @@ class Kube:
             "count": 1,
         }
         try:
-            self.core.create_namespaced_event(meta["namespace"], event, _preload_content=False)
+            # A plain dict serialises as the Event it describes; the client annotates only its model class.
+            self.core.create_namespaced_event(meta["namespace"], event, _preload_content=False)  # type: ignore[arg-type]
         except ApiException as exc:
             logger.warning("could not record event %s on %s: HTTP %s", reason, meta["name"], exc.status)
 
@@ -358,3 +363,10 @@ def _as_optional_dict(value: Any) -> dict[str, Any] | None:
 
 def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def json_object(answer: object) -> dict[str, Any]:
+    """A custom-object API answer (annotated ``object`` by the client) as the JSON object it is."""
+    if not isinstance(answer, dict):
+        raise TypeError(f"the Kubernetes API answered a {type(answer).__name__}, not a JSON object")
+    return answer

@@ -25,7 +25,7 @@ from enum import StrEnum
 from typing import Any
 
 import yaml
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from opbroker.api import TemplateAction
 from opbroker.api.catalog import SFPlan
@@ -34,7 +34,7 @@ from opbroker.api.meta import ResourceRef
 from opbroker.api.osb import OperationState
 from opbroker.controller import registries
 from opbroker.controller.decisions import is_deleting
-from opbroker.controller.kube import INSTANCES, Kube
+from opbroker.controller.kube import INSTANCES, Kube, json_object
 from opbroker.rendering import Renderer, RenderError, RenderInputs
 from opbroker.rendering.output import RenderedObject
 
@@ -199,12 +199,16 @@ def pages(kube: Kube, *, namespace: str | None, limit: int) -> Iterator[list[dic
             arguments["_continue"] = token
         try:
             if namespace is None:
-                listed = kube.custom.list_cluster_custom_object(
-                    INSTANCES.group, INSTANCES.version, INSTANCES.plural, **arguments
+                listed = json_object(
+                    kube.custom.list_cluster_custom_object(
+                        INSTANCES.group, INSTANCES.version, INSTANCES.plural, **arguments
+                    )
                 )
             else:
-                listed = kube.custom.list_namespaced_custom_object(
-                    INSTANCES.group, INSTANCES.version, namespace, INSTANCES.plural, **arguments
+                listed = json_object(
+                    kube.custom.list_namespaced_custom_object(
+                        INSTANCES.group, INSTANCES.version, namespace, INSTANCES.plural, **arguments
+                    )
                 )
         except ApiException as exc:
             if exc.status == 410 and token:

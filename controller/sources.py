@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from kubernetes import watch
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from opbroker.api.meta import ResourceRef
 from opbroker.controller.kube import Kube
+from opbroker.controller.reconciler.keys import Key
 
 logger = logging.getLogger(__name__)
 
@@ -41,10 +42,10 @@ class SourceIndex:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._owners: dict[ObjectKey, set[Hashable]] = {}
-        self._objects: dict[Hashable, set[ObjectKey]] = {}
+        self._owners: dict[ObjectKey, set[Key]] = {}
+        self._objects: dict[Key, set[ObjectKey]] = {}
 
-    def track(self, owner: Hashable, refs: Iterable[ResourceRef]) -> set[tuple[str, str]]:
+    def track(self, owner: Key, refs: Iterable[ResourceRef]) -> set[tuple[str, str]]:
         """Record that ``owner`` depends on ``refs`` (replacing what it depended on before).
 
         Returns the (apiVersion, kind) pairs involved, so the caller can make sure they are watched.
@@ -62,12 +63,12 @@ class SourceIndex:
             self._objects[owner] = keys
         return {(key[0], key[1]) for key in keys}
 
-    def forget(self, owner: Hashable) -> None:
+    def forget(self, owner: Key) -> None:
         self.track(owner, [])
         with self._lock:
             self._objects.pop(owner, None)
 
-    def owners_of(self, key: ObjectKey) -> set[Hashable]:
+    def owners_of(self, key: ObjectKey) -> set[Key]:
         with self._lock:
             return set(self._owners.get(key, set()))
 
@@ -75,7 +76,7 @@ class SourceIndex:
 class SourceWatchers:
     """One watch thread per (apiVersion, kind), started the first time a reconcile needs it."""
 
-    def __init__(self, kube: Kube, index: SourceIndex, on_change: Callable[[Hashable], None]) -> None:
+    def __init__(self, kube: Kube, index: SourceIndex, on_change: Callable[[Key], None]) -> None:
         self._kube = kube
         self._index = index
         self._on_change = on_change

@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from opbroker.api import conventions
 from opbroker.broker.server import BackgroundServer, server

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 from kubernetes import client, watch
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from opbroker.api import SFServiceInstance
 from opbroker.devcluster import ControlPlane

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from opbroker.api.conventions import CREDENTIALS_KEY, FINALIZER
 from opbroker.controller import decisions

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from opbroker.devcluster import ControlPlane
 from opbroker.devcluster.controlplane import free_ports

@@ -23,7 +23,7 @@ import pulumi
 import pytest
 import yaml
 from kubernetes import client, config
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from opbroker.api import SFPlan as SFPlanModel
 from opbroker.api import SFService as SFServiceModel

@@ -13,7 +13,7 @@ import itertools
 import uuid
 
 import pytest
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from opbroker.api.conventions import DEFAULT_NAMESPACE
 from opbroker.controller.multicluster import selectors

@@ -21,7 +21,7 @@ import time
 from typing import Any
 
 from kubernetes import client, config
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 GROUP, VERSION, PLURAL = "acid.zalan.do", "v1", "postgresqls"
 CREDENTIALS_SUFFIX = "credentials.postgresql.acid.zalan.do"

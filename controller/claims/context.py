@@ -13,7 +13,7 @@ from opbroker.controller.claims.probes import Prober
 from opbroker.controller.claims.settings import ClaimsSettings
 from opbroker.controller.claims.store import Store
 from opbroker.controller.kube import Kind, Kube
-from opbroker.controller.reconciler import Conflict
+from opbroker.controller.reconciler import Conflict, Key
 
 
 @dataclass(frozen=True)
@@ -22,7 +22,7 @@ class Context:
     store: Store
     settings: ClaimsSettings
     prober: Prober
-    enqueue: Callable[[Hashable], None]
+    enqueue: Callable[[Key], None]
     """Thread-safe: schedule a key for reconciling."""
     osb_catalog: Catalog
     """The controller's SFService/SFPlan catalog (read-only), for automatic registration."""

@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 import socket
 import threading
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -33,6 +33,7 @@ import httpx
 from opbroker.api.primaza import HealthCheck
 from opbroker.controller.claims.states import CheckOutcome, Result
 from opbroker.controller.reasons import Reason
+from opbroker.controller.reconciler.keys import Key
 
 _REFERENCE = re.compile(r"\$\(([A-Za-z0-9._-]+)\)")
 
@@ -144,18 +145,18 @@ class Finished:
 class Prober:
     """Runs probes off the reconcile workers: one at a time per key, results kept until taken."""
 
-    def __init__(self, on_done: Callable[[Hashable], None], *, workers: int = 8) -> None:
+    def __init__(self, on_done: Callable[[Key], None], *, workers: int = 8) -> None:
         self._on_done = on_done
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="claims-probe")
         self._lock = threading.Lock()
-        self._running: set[Hashable] = set()
-        self._finished: dict[Hashable, Finished] = {}
+        self._running: set[Key] = set()
+        self._finished: dict[Key, Finished] = {}
 
-    def running(self, key: Hashable) -> bool:
+    def running(self, key: Key) -> bool:
         with self._lock:
             return key in self._running
 
-    def submit(self, key: Hashable, fingerprint: str, probe: Probe) -> bool:
+    def submit(self, key: Key, fingerprint: str, probe: Probe) -> bool:
         """Start ``probe`` for ``key`` unless one is already running; True if started."""
         with self._lock:
             if key in self._running:
@@ -164,7 +165,7 @@ class Prober:
         self._pool.submit(self._run, key, fingerprint, probe)
         return True
 
-    def _run(self, key: Hashable, fingerprint: str, probe: Probe) -> None:
+    def _run(self, key: Key, fingerprint: str, probe: Probe) -> None:
         try:
             outcome = run(probe)
         except Exception as exc:  # a probe must never kill its thread silently
@@ -174,11 +175,11 @@ class Prober:
             self._finished[key] = Finished(fingerprint, outcome)
         self._on_done(key)
 
-    def take(self, key: Hashable) -> Finished | None:
+    def take(self, key: Key) -> Finished | None:
         with self._lock:
             return self._finished.pop(key, None)
 
-    def forget(self, key: Hashable) -> None:
+    def forget(self, key: Key) -> None:
         with self._lock:
             self._finished.pop(key, None)
 

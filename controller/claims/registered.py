@@ -16,7 +16,6 @@ import json
 import logging
 import math
 import time
-from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -57,9 +56,9 @@ class RegisteredReconciler:
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
-        self._schedules: dict[Hashable, Schedule] = {}
+        self._schedules: dict[Key, Schedule] = {}
 
-    def forget(self, key: Hashable) -> None:
+    def forget(self, key: Key) -> None:
         self._schedules.pop(key, None)
         self.ctx.prober.forget(key)
 
@@ -70,7 +69,7 @@ class RegisteredReconciler:
         return None  # reads come from the watch cache or the API; nothing to drop
 
     def reconcile_object(self, namespace: str, name: str) -> Outcome:
-        key: Hashable = ("registered", namespace, name)
+        key = Key("registered", namespace, name)
         service = self.ctx.kube.get_custom(REGISTERED_SERVICES, namespace, name)
         if service is None or service["metadata"].get("deletionTimestamp"):
             self.forget(key)
@@ -150,7 +149,7 @@ class RegisteredReconciler:
     # -- TCP / HTTP ----------------------------------------------------------------------------------
 
     def _probe_check(
-        self, key: Hashable, check: HealthCheck, values: dict[str, str], fingerprint: str
+        self, key: Key, check: HealthCheck, values: dict[str, str], fingerprint: str
     ) -> tuple[CheckOutcome | None, float | None]:
         prober = self.ctx.prober
         period = healthjobs.period_of(check)
@@ -191,7 +190,7 @@ class RegisteredReconciler:
         """Start, read or time out the check's Job; ``data`` is what it mounts (binding layout)."""
         kube = self.ctx.kube
         meta = service["metadata"]
-        key: Hashable = ("registered", meta["namespace"], meta["name"])
+        key = Key("registered", meta["namespace"], meta["name"])
         period = healthjobs.period_of(check)
         ref = ResourceRef(
             api_version="batch/v1", kind="Job", name=names.healthcheck_name(meta["name"]), namespace=meta["namespace"]

@@ -23,12 +23,12 @@ import base64
 import logging
 import re
 import threading
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, ClassVar
 
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from opbroker.api.cluster import RESOURCE_GROUP
 from opbroker.api.meta import ResourceRef
@@ -251,7 +251,7 @@ class ClusterReconciler:
         ledger: Ledger,
         replicator: CatalogReplicator,
         requests_of: Callable[[str], Resources],
-        enqueue_master: Callable[[Hashable], None],
+        enqueue_master: Callable[[Key], None],
         suspect: Callable[[str, str], None],
     ) -> None:
         self.deps = deps
@@ -363,7 +363,7 @@ class ClusterReconciler:
 
     # -- status and removal --------------------------------------------------------------------------
 
-    def status_of(self, state: ClusterState, remaining: list[Hashable] | None) -> dict[str, Any]:
+    def status_of(self, state: ClusterState, remaining: list[Key] | None) -> dict[str, Any]:
         body = state.body
         generation = body["metadata"].get("generation")
         declared = state.spec.get("totalCapacity")
@@ -405,7 +405,7 @@ class ClusterReconciler:
             "conditions": conditions,
         }
 
-    def _write_status(self, state: ClusterState, remaining: list[Hashable] | None) -> None:
+    def _write_status(self, state: ClusterState, remaining: list[Key] | None) -> None:
         current = state.body.get("status") or {}
         wanted = self.status_of(state, remaining)
         patch = {k: v for k, v in wanted.items() if k != "conditions" and current.get(k) != v}

@@ -10,20 +10,21 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 
 from opbroker.controller.multicluster import quantities
 from opbroker.controller.multicluster.quantities import Resources
+from opbroker.controller.reconciler.keys import Key
 
 
 class Ledger:
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._placed: dict[Hashable, tuple[str, str]] = {}
-        self._members: dict[str, set[Hashable]] = {}
+        self._placed: dict[Key, tuple[str, str]] = {}
+        self._members: dict[str, set[Key]] = {}
         self._plans: dict[str, Counter[str]] = {}
 
-    def observe(self, key: Hashable, cluster: str | None, plan_id: str) -> None:
+    def observe(self, key: Key, cluster: str | None, plan_id: str) -> None:
         """Record that instance ``key`` (of plan ``plan_id``) is placed on ``cluster`` (None: nowhere yet)."""
         with self._lock:
             self._drop(key)
@@ -32,12 +33,12 @@ class Ledger:
                 self._members.setdefault(cluster, set()).add(key)
                 self._plans.setdefault(cluster, Counter())[plan_id] += 1
 
-    def forget(self, key: Hashable) -> str | None:
+    def forget(self, key: Key) -> str | None:
         """The instance is gone; returns the cluster it was on."""
         with self._lock:
             return self._drop(key)
 
-    def _drop(self, key: Hashable) -> str | None:
+    def _drop(self, key: Key) -> str | None:
         placed = self._placed.pop(key, None)
         if placed is None:
             return None
@@ -49,7 +50,7 @@ class Ledger:
             del plans[plan_id]
         return cluster
 
-    def cluster_of(self, key: Hashable) -> str | None:
+    def cluster_of(self, key: Key) -> str | None:
         with self._lock:
             placed = self._placed.get(key)
             return placed[0] if placed else None
@@ -58,7 +59,7 @@ class Ledger:
         with self._lock:
             return len(self._members.get(cluster, ()))
 
-    def members(self, cluster: str) -> list[Hashable]:
+    def members(self, cluster: str) -> list[Key]:
         with self._lock:
             return sorted(self._members.get(cluster, ()), key=str)
 

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 import urllib3
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from opbroker.api.conventions import FINALIZER, credentials_secret_name, resource_name
 from opbroker.api.osb import OperationState

@@ -12,18 +12,19 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
 import yaml
 from kubernetes import client, config, watch
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
-from opbroker.controller.kube import BINDINGS, INSTANCES, Kind, Kube
+from opbroker.controller.kube import BINDINGS, INSTANCES, Kind, Kube, json_object
 from opbroker.controller.multicluster import quantities
 from opbroker.controller.multicluster.quantities import Resources
 from opbroker.controller.multicluster.reasons import LABEL_REPLICATED
+from opbroker.controller.reconciler.keys import Key
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +62,7 @@ class SisterKube(Kube):
         self._lock = threading.Lock()
 
     def close(self) -> None:
-        self.api_client.close()
+        self.api_client.close()  # type: ignore[no-untyped-call]  # the client's ApiClient.close is unannotated
 
     def probe(self) -> None:
         """One cheap request (``/version``); raises if the cluster does not answer in time."""
@@ -73,7 +74,7 @@ class SisterKube(Kube):
             if name in self._namespaces:
                 return
         try:
-            self.core.create_namespace({"metadata": {"name": name}})
+            self.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
         except ApiException as exc:
             if exc.status != 409:
                 raise
@@ -89,8 +90,9 @@ class SisterKube(Kube):
         nodes = self.core.list_node(_request_timeout=PROBE_TIMEOUT * 3).items
         if not nodes:
             return None
-        capacity = quantities.total(quantities.parse(n.status.capacity or {}) for n in nodes)
-        allocatable = quantities.total(quantities.parse(n.status.allocatable or {}) for n in nodes)
+        statuses = [n.status for n in nodes if n.status is not None]
+        capacity = quantities.total(quantities.parse(s.capacity or {}) for s in statuses)
+        allocatable = quantities.total(quantities.parse(s.allocatable or {}) for s in statuses)
         requests: Resources = {}
         try:
             pods = self.core.list_pod_for_all_namespaces(
@@ -101,7 +103,7 @@ class SisterKube(Kube):
                 raise
             pods = []  # not allowed to read pods: only the plans' requests count
         for pod in pods:
-            for container in pod.spec.containers or []:
+            for container in (pod.spec.containers if pod.spec else None) or []:
                 wanted = (container.resources.requests if container.resources else None) or {}
                 requests = quantities.total([requests, quantities.parse(wanted)])
         return capacity, allocatable, {k: v for k, v in requests.items() if v != Decimal(0)}
@@ -116,7 +118,7 @@ class SisterWatch:
         self,
         cluster: str,
         kube: SisterKube,
-        on_change: Callable[[Hashable], None],
+        on_change: Callable[[Key], None],
         on_failure: Callable[[str, str], None],
     ) -> None:
         self.cluster = cluster
@@ -143,8 +145,10 @@ class SisterWatch:
             watcher = watch.Watch()
             try:
                 if resource_version is None:
-                    listed = self._kube.custom.list_cluster_custom_object(
-                        kind.group, kind.version, kind.plural, label_selector=f"{LABEL_REPLICATED}=true"
+                    listed = json_object(
+                        self._kube.custom.list_cluster_custom_object(
+                            kind.group, kind.version, kind.plural, label_selector=f"{LABEL_REPLICATED}=true"
+                        )
                     )
                     resource_version = listed["metadata"]["resourceVersion"]
                     for item in listed.get("items", []):
@@ -180,7 +184,7 @@ class SisterWatch:
 
     def _report(self, name: str, obj: dict[str, Any]) -> None:
         meta = obj.get("metadata") or {}
-        self._on_change((name, meta.get("namespace", ""), meta.get("name", "")))
+        self._on_change(Key(name, meta.get("namespace", ""), meta.get("name", "")))
 
     def _failed(self, name: str, what: str, failing: bool) -> bool:
         if not failing:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 import urllib3
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from opbroker.controller.reconciler.outcomes import Conflict, TemporaryError
 

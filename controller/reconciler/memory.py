@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Hashable
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar, cast
+
+from opbroker.controller.reconciler.keys import Key
 
 V = TypeVar("V")
 
 
 class Forgetful(Protocol):
-    def forget(self, key: Hashable) -> object: ...
+    def forget(self, key: Key) -> object: ...
 
 
 F = TypeVar("F", bound="Forgetful")
@@ -27,21 +29,21 @@ class PerKey(Generic[V]):
     """A thread-safe map from key to one remembered value."""
 
     def __init__(self) -> None:
-        self._values: dict[Hashable, V] = {}
+        self._values: dict[Key, V] = {}
         self._lock = threading.Lock()
 
-    def get(self, key: Hashable) -> V | None:
+    def get(self, key: Key) -> V | None:
         with self._lock:
             return self._values.get(key)
 
-    def put(self, key: Hashable, value: V) -> V | None:
+    def put(self, key: Key, value: V) -> V | None:
         """Remember ``value``; returns what was remembered before."""
         with self._lock:
             previous = self._values.get(key)
             self._values[key] = value
             return previous
 
-    def forget(self, key: Hashable) -> V | None:
+    def forget(self, key: Key) -> V | None:
         with self._lock:
             return self._values.pop(key, None)
 
@@ -60,7 +62,7 @@ class Memories:
         self._stores.append(store)
         return store
 
-    def forget(self, key: Hashable) -> None:
+    def forget(self, key: Key) -> None:
         for store in self._stores:
             store.forget(key)
 
@@ -76,11 +78,11 @@ class Dependents(Generic[OwnerT]):
     """
 
     def __init__(self) -> None:
-        self._members: dict[OwnerT, set[Hashable]] = {}
-        self._owner_of: dict[Hashable, OwnerT] = {}
+        self._members: dict[OwnerT, set[Key]] = {}
+        self._owner_of: dict[Key, OwnerT] = {}
         self._lock = threading.Lock()
 
-    def link(self, owner: OwnerT, member: Hashable) -> None:
+    def link(self, owner: OwnerT, member: Key) -> None:
         with self._lock:
             previous = self._owner_of.get(member)
             if previous is not None and previous != owner:
@@ -88,15 +90,15 @@ class Dependents(Generic[OwnerT]):
             self._owner_of[member] = owner
             self._members.setdefault(owner, set()).add(member)
 
-    def of(self, owner: OwnerT) -> list[Hashable]:
+    def of(self, owner: OwnerT) -> list[Key]:
         """The members of ``owner``, in a stable order."""
         with self._lock:
             return sorted(self._members.get(owner, ()), key=str)
 
-    def forget(self, key: Hashable) -> None:
+    def forget(self, key: Key) -> None:
         with self._lock:
             owner = self._owner_of.pop(key, None)
             if owner is not None:
                 self._members.get(owner, set()).discard(key)
-            for member in self._members.pop(key, set()):  # type: ignore[call-overload]
+            for member in self._members.pop(cast(OwnerT, key), set()):
                 self._owner_of.pop(member, None)
