@@ -13,6 +13,7 @@ from typing import Any
 
 from opbroker.api.conventions import FINALIZER
 from opbroker.api.osb import OperationState
+from opbroker.rendering.registry import DASHBOARD_URL
 
 #: States in which the broker has asked for work the controller has not started yet.
 REQUESTED = frozenset({None, OperationState.IN_QUEUE.value, OperationState.UPDATE.value})
@@ -236,3 +237,13 @@ def error_status(obj: dict[str, Any], *, message: str, threshold: int) -> tuple[
         patch["observedGeneration"] = _meta(obj).get("generation")
         return patch, True
     return {"errorCount": count, "description": f"retrying after error {count}/{threshold}: {message}"}, False
+
+
+def dashboard_url(reported: str | None, registry: dict[str, Any] | None) -> str | None:
+    """The instance's dashboard URL: what the status template reports, else the registry's ``dashboard-url``
+    (the Couchbase broker's read-write key, set by a template with ``setRegistry``); None when neither has
+    one (or the registry's is not a non-empty string)."""
+    if reported:
+        return reported
+    value = (registry or {}).get(DASHBOARD_URL)
+    return value if isinstance(value, str) and value else None

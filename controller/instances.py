@@ -180,12 +180,13 @@ class InstanceReconciler:
     ) -> Outcome:
         assert entry.model is not None
         if entry.model.spec.template(TemplateAction.STATUS) is None:
+            dashboard = decisions.dashboard_url(None, registry)
             self.status.transition(
                 instance,
                 state=OperationState.SUCCEEDED,
                 reason=Reason.PROVISIONED,
                 description="resources applied (the plan has no status template)",
-                extra=applied,
+                extra={**applied, **({"dashboardUrl": dashboard} if dashboard else {})},
             )
             self.applied.forget(("instance", instance["metadata"]["namespace"], instance["metadata"]["name"]))
             return DONE
@@ -204,7 +205,7 @@ class InstanceReconciler:
             return outcome
         self.applied.forget(key)
         reported = {
-            "dashboardUrl": section.dashboard_url,
+            "dashboardUrl": decisions.dashboard_url(section.dashboard_url, registry),
             "instanceUsable": section.instance_usable,
             "updateRepeatable": section.update_repeatable,
         }

@@ -179,3 +179,33 @@ def test_the_controllers_start_wins_over_the_brokers_for_the_age() -> None:
     instance = started("2025-01-01T00:00:00Z", state="in progress")
     instance["status"]["operationStartedAt"] = "2026-01-01T00:59:00Z"
     assert decisions.operation_age(instance, at=AT) == 60.0
+
+
+# -- the dashboard URL (issue 18: a registry's dashboard-url never reached dashboardUrl) ----------------------
+
+
+@pytest.mark.parametrize(
+    ("reason", "reported", "registry", "want"),
+    [
+        ("the status template's URL", "https://status/1", {}, "https://status/1"),
+        ("the registry's dashboard-url", None, {"dashboard-url": "https://registry/1"}, "https://registry/1"),
+        (
+            "the status template wins over the registry",
+            "https://status/1",
+            {"dashboard-url": "https://r"},
+            "https://status/1",
+        ),
+        (
+            "an empty report falls back to the registry",
+            "",
+            {"dashboard-url": "https://registry/1"},
+            "https://registry/1",
+        ),
+        ("neither", None, {"instance-id": "i"}, None),
+        ("no registry at all", None, None, None),
+        ("a non-string registry value is not a URL", None, {"dashboard-url": {"x": 1}}, None),
+        ("an empty registry value is none", None, {"dashboard-url": ""}, None),
+    ],
+)
+def test_dashboard_url(reason: str, reported: str | None, registry: dict[str, Any] | None, want: str | None) -> None:
+    assert decisions.dashboard_url(reported, registry) == want, reason
