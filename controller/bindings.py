@@ -31,7 +31,7 @@ from opbroker.api.conventions import (
     resource_name,
 )
 from opbroker.api.osb import OperationState
-from opbroker.controller import decisions
+from opbroker.controller import decisions, teardown
 from opbroker.controller.catalog import PlanEntry
 from opbroker.controller.decisions import Reason, Step
 from opbroker.controller.kube import BINDINGS, INSTANCES, Refused, ref_of
@@ -269,8 +269,12 @@ class BindingReconciler:
             self.status.transition(
                 binding, state=OperationState.IN_PROGRESS, reason=Reason.UNBINDING, description="unbinding"
             )
+        terminating = teardown.namespace_going(kube, meta["namespace"])
+        scope = decisions.teardown_scope(
+            refs_of(status), namespace=meta["namespace"], namespace_terminating=terminating
+        )
         done = True
-        if instance is not None and entry is not None and entry.model is not None:
+        if scope.run_templates and instance is not None and entry is not None and entry.model is not None:
             try:
                 inputs = self._inputs(binding, instance, entry)
                 source_refs = self.deps.renderer.render_sources(entry.model, inputs)
@@ -297,9 +301,11 @@ class BindingReconciler:
                         done = result.unbind.state == OperationState.SUCCEEDED.value
             except RenderError as exc:
                 return self.status.fail_or_retry(binding, exc, Reason.RENDER_FAILED)
-        remaining = [ref for ref in refs_of(status) if release(kube, ref, owner_uid=meta["uid"])]
+        remaining = [ref for ref in scope.release if release(kube, ref, owner_uid=meta["uid"])]
         if remaining or not done:
             return Outcome(requeue_after=self.deps.settings.status_poll_seconds)
+        if terminating:
+            teardown.announce(kube, binding, scope)
         finalizers = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
         kube.patch_custom(
             BINDINGS,

@@ -8,10 +8,12 @@ machine testable without a cluster (tests/test_controller_decisions.py).
 from __future__ import annotations
 
 import datetime
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 from opbroker.api.conventions import FINALIZER
+from opbroker.api.meta import ResourceRef
 from opbroker.api.osb import OperationState
 from opbroker.rendering.registry import DASHBOARD_URL
 
@@ -53,6 +55,7 @@ class Reason(StrEnum):
     DEPROVISION_UNCONFIRMED = "DeprovisionUnconfirmed"
     DEPROVISIONING = "Deprovisioning"
     UNBINDING = "Unbinding"
+    NAMESPACE_TERMINATING = "NamespaceTerminating"
 
 
 def _meta(obj: dict[str, Any]) -> dict[str, Any]:
@@ -247,3 +250,45 @@ def dashboard_url(reported: str | None, registry: dict[str, Any] | None) -> str 
         return reported
     value = (registry or {}).get(DASHBOARD_URL)
     return value if isinstance(value, str) and value else None
+
+
+def namespace_terminating(namespace: dict[str, Any] | None) -> bool:
+    """Whether a Namespace (as read; None: it does not exist) is going: phase ``Terminating`` or a
+    ``deletionTimestamp``. Nothing can be created in it any more (the API server answers 403)."""
+    if namespace is None:
+        return True
+    return is_deleting(namespace) or (namespace.get("status") or {}).get("phase") == "Terminating"
+
+
+@dataclass(frozen=True)
+class TeardownScope:
+    """What a teardown (deprovision, unbind) does: run the plan's templates (``unbind`` objects applied, the
+    ``status`` template asked), and which recorded objects to release and wait for."""
+
+    run_templates: bool
+    release: tuple[ResourceRef, ...]
+    #: Recorded objects left to the namespace's deletion (they go with it).
+    left: tuple[ResourceRef, ...] = ()
+
+
+def teardown_scope(refs: list[ResourceRef], *, namespace: str, namespace_terminating: bool) -> TeardownScope:
+    """The teardown of an object in ``namespace``. Normally: templates, and every recorded object.
+
+    In a terminating namespace nothing may be created (an unbind template's objects would be refused with
+    403 forever, and the object's finalizer would hold the namespace's deletion for good), and everything in
+    it is being deleted anyway: no templates, and only what lives elsewhere (another namespace, cluster
+    scoped) is released and waited for.
+    """
+    if not namespace_terminating:
+        return TeardownScope(run_templates=True, release=tuple(refs))
+    elsewhere = tuple(ref for ref in refs if ref.namespace != namespace)
+    left = tuple(ref for ref in refs if ref.namespace == namespace)
+    return TeardownScope(run_templates=False, release=elsewhere, left=left)
+
+
+def terminating_teardown_message(namespace: str, scope: TeardownScope) -> str:
+    """The Event (and log line) of a teardown finished without templates in a terminating namespace."""
+    return (
+        f"namespace {namespace!r} is being deleted: the plan's teardown templates were not run (nothing can be "
+        f"created there); {len(scope.left)} object(s) in it go with it, {len(scope.release)} elsewhere released"
+    )

@@ -16,7 +16,7 @@ from opbroker.api import TemplateAction
 from opbroker.api.conventions import FINALIZER, LABEL_INSTANCE, LABEL_PLAN, instance_registry_name
 from opbroker.api.meta import ResourceRef
 from opbroker.api.osb import OperationState
-from opbroker.controller import decisions
+from opbroker.controller import decisions, teardown
 from opbroker.controller.catalog import PlanEntry
 from opbroker.controller.decisions import Reason, Step
 from opbroker.controller.kube import BINDINGS, INSTANCES, Refused, ref_of
@@ -238,9 +238,18 @@ class InstanceReconciler:
             self.status.transition(
                 instance, state=OperationState.IN_PROGRESS, reason=Reason.DEPROVISIONING, description="deprovisioning"
             )
-        remaining = [ref for ref in refs_of(status) if release(kube, ref, owner_uid=meta["uid"])]
+        terminating = teardown.namespace_going(kube, meta["namespace"])
+        scope = decisions.teardown_scope(
+            refs_of(status), namespace=meta["namespace"], namespace_terminating=terminating
+        )
+        remaining = [ref for ref in scope.release if release(kube, ref, owner_uid=meta["uid"])]
         done = not remaining
-        if entry is not None and entry.model is not None and entry.model.spec.template(TemplateAction.STATUS):
+        if (
+            scope.run_templates
+            and entry is not None
+            and entry.model is not None
+            and entry.model.spec.template(TemplateAction.STATUS)
+        ):
             try:
                 registry = self.deps.registries.load(
                     kube, meta["namespace"], instance_registry_name(meta["name"]), meta["uid"], claim=False
@@ -281,6 +290,8 @@ class InstanceReconciler:
                 done = done and section.state == OperationState.SUCCEEDED.value
         if not done:
             return Outcome(requeue_after=self.deps.settings.status_poll_seconds)
+        if terminating:
+            teardown.announce(kube, instance, scope)
         finalizers = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
         kube.patch_custom(
             INSTANCES,

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from opbroker.api.conventions import FINALIZER
+from opbroker.api.meta import ResourceRef
 from opbroker.controller import decisions
 from opbroker.controller.decisions import Reason, Step
 
@@ -209,3 +210,49 @@ def test_the_controllers_start_wins_over_the_brokers_for_the_age() -> None:
 )
 def test_dashboard_url(reason: str, reported: str | None, registry: dict[str, Any] | None, want: str | None) -> None:
     assert decisions.dashboard_url(reported, registry) == want, reason
+
+
+# -- teardown in a terminating namespace (issue 18: the namespace's deletion deadlocked) ---------------------
+
+
+def ref(name: str, namespace: str | None) -> ResourceRef:
+    return ResourceRef(api_version="v1", kind="ConfigMap" if namespace else "Namespace", name=name, namespace=namespace)
+
+
+@pytest.mark.parametrize(
+    ("reason", "namespace", "want"),
+    [
+        ("an active namespace", {"metadata": {"name": "n"}, "status": {"phase": "Active"}}, False),
+        ("phase Terminating", {"metadata": {"name": "n"}, "status": {"phase": "Terminating"}}, True),
+        (
+            "deletion requested, phase not yet written",
+            {"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}},
+            True,
+        ),
+        ("gone altogether", None, True),
+    ],
+)
+def test_namespace_terminating(reason: str, namespace: dict[str, Any] | None, want: bool) -> None:
+    assert decisions.namespace_terminating(namespace) is want, reason
+
+
+HERE, ELSEWHERE, CLUSTER = ref("db", "n"), ref("db", "other"), ref("scoped", None)
+
+
+@pytest.mark.parametrize(
+    ("reason", "terminating", "want"),
+    [
+        ("normal teardown: templates, every object", False, decisions.TeardownScope(True, (HERE, ELSEWHERE, CLUSTER))),
+        (
+            "terminating: no templates, only what lives elsewhere",
+            True,
+            decisions.TeardownScope(False, (ELSEWHERE, CLUSTER), left=(HERE,)),
+        ),
+    ],
+)
+def test_teardown_scope(reason: str, terminating: bool, want: decisions.TeardownScope) -> None:
+    got = decisions.teardown_scope([HERE, ELSEWHERE, CLUSTER], namespace="n", namespace_terminating=terminating)
+    assert got == want, reason
+    if terminating:
+        message = decisions.terminating_teardown_message("n", got)
+        assert message.startswith("namespace 'n' is being deleted") and "2 elsewhere released" in message

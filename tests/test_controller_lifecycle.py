@@ -10,6 +10,7 @@ import base64
 import json
 import random
 import time
+import uuid
 from typing import Any
 
 import pytest
@@ -395,3 +396,84 @@ def test_deprovision_finishes_when_the_status_template_cannot_render_after_every
     unconfirmed = [e for e in events if e.reason == "DeprovisionUnconfirmed" and e.involved_object.name == "fragile1"]
     assert unconfirmed and unconfirmed[0].type == "Warning"
     assert "every recorded object is deleted; the status template could not confirm it" in unconfirmed[0].message
+
+
+REVOKING_PLAN = """
+apiVersion: osb.servicefabrik.io/v1alpha1
+kind: SFPlan
+metadata: {{name: {name}}}
+spec:
+  name: {name}
+  id: {name}
+  serviceId: 6f4e7a0c-2f0a-4d5e-9b1a-0d6c1e0f5a11
+  description: an unbind that creates an object (a revocation record), as plans do to hand work to an operator
+  templates:
+  - action: provision
+    type: jinja2
+    content: |
+      apiVersion: v1
+      kind: ConfigMap
+      metadata:
+        name: {{{{ instance.metadata.name }}}}-db
+      data: {{size: small}}
+  - action: bind
+    type: jinja2
+    content: |
+      apiVersion: v1
+      kind: ConfigMap
+      metadata:
+        name: {{{{ binding.metadata.name }}}}-grant
+      data: {{user: "{{{{ binding.metadata.name }}}}"}}
+  - action: unbind
+    type: jinja2
+    content: |
+      apiVersion: v1
+      kind: ConfigMap
+      metadata:
+        name: {{{{ binding.metadata.name }}}}-revoke
+      data: {{user: "{{{{ binding.metadata.name }}}}"}}
+  - action: status
+    type: jinja2
+    content: |
+      provision:
+        state: succeeded
+      bind:
+        state: succeeded
+        response:
+          credentials: {{user: "{{{{ binding.metadata.name if binding else '' }}}}"}}
+      unbind:
+        state: succeeded
+      deprovision:
+        state: succeeded
+"""
+
+
+def test_deleting_a_namespace_that_holds_a_bound_instance_finishes(
+    api_client: client.ApiClient, catalog_namespace: str, tmp_path: Any
+) -> None:
+    """Issue 18's lifecycle fault: a binding's teardown applied its unbind template into the terminating
+    namespace, got 403 ("... because it is being terminated") and retried forever, and the instance waited on
+    it, so the namespace never went. Now teardown creates nothing there, and both finalizers are released."""
+    core = client.CoreV1Api(api_client)
+    name = f"t-gone-{uuid.uuid4().hex[:8]}"
+    plan_name = f"revoking-{name}"
+    plan_file = tmp_path / "plan.yaml"
+    plan_file.write_text(REVOKING_PLAN.format(name=plan_name))
+    apply_yaml(api_client, plan_file, catalog_namespace)
+    core.create_namespace({"metadata": {"name": name, "labels": {"opbroker.io/test": "true"}}})
+    for db in ("nsdb1", "nsdb2"):  # the demo operator's plan, and one whose unbind creates an object
+        provision(api_client, name, db, **({"plan_id": plan_name} if db == "nsdb2" else {}))
+    for db, plan in (("nsdb1", PLAN_ID), ("nsdb2", plan_name)):
+        wait_state(api_client, name, "sfserviceinstances", db, "succeeded")
+        bind(api_client, name, f"b-{db}", db, plan_id=plan)
+        wait_state(api_client, name, "sfservicebindings", f"b-{db}", "succeeded")
+    core.delete_namespace(name)
+
+    def namespace_gone() -> bool:
+        try:
+            core.read_namespace(name)
+        except ApiException as exc:
+            return exc.status == 404
+        return False
+
+    wait_for(namespace_gone, 90, f"namespace {name} to be deleted")
