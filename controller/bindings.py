@@ -30,6 +30,7 @@ from opbroker.api.conventions import (
     instance_registry_name,
     resource_name,
 )
+from opbroker.api.meta import ResourceRef
 from opbroker.api.osb import OperationState
 from opbroker.controller import decisions, teardown
 from opbroker.controller.catalog import PlanEntry
@@ -75,6 +76,10 @@ class BindingReconciler:
         entry = self.deps.catalog.plan((instance or binding).get("spec", {}).get("planId", ""))
         if step == Step.TEARDOWN:
             return self._teardown(binding, instance, entry)
+        if step == Step.REFRESH:
+            if instance is None or decisions.is_deleting(instance) or entry is None or entry.model is None:
+                return DONE  # the credentials stay as they are; nothing to read them from now
+            return self._refresh(binding, instance, entry)
         if instance is None or decisions.is_deleting(instance):
             # A bind that raced a deprovision (both accepted) can never complete. Left in place, it would
             # block the deprovision forever; never bound, it has nothing to undo, so it is removed.
@@ -208,12 +213,13 @@ class BindingReconciler:
         kube = self.deps.kube
         inputs = self._inputs(binding, instance, entry)
         source_refs = self.deps.renderer.render_sources(entry.model, inputs)
-        self._watch(binding, [*source_refs.values(), *refs_of(binding.get("status"))])
+        watched = [*source_refs.values(), *refs_of(binding.get("status"))]
+        self._watch(binding, watched)
         if entry.model.spec.template(TemplateAction.STATUS) is None:
             credentials = (
                 (inputs.binding_registry or {}).get("credentials") or (inputs.registry or {}).get("credentials") or {}
             )
-            return self._succeed(binding, {"credentials": credentials}, applied)
+            return self._succeed(binding, {"credentials": credentials}, applied, watched)
         result = self.deps.renderer.render_status(
             entry.model, self._inputs(binding, instance, entry, fetch_sources(kube, source_refs))
         )
@@ -232,9 +238,25 @@ class BindingReconciler:
         if waiting or not response.get("credentials"):
             # Not done, or "succeeded" without credentials: the objects that produce them are not there yet.
             return self.status.still_in_progress(binding, extra=applied)
-        return self._succeed(binding, response, applied)
+        return self._succeed(binding, response, applied, watched)
 
-    def _succeed(self, binding: dict[str, Any], response: dict[str, Any], applied: dict[str, Any]) -> Outcome:
+    def _succeed(
+        self, binding: dict[str, Any], response: dict[str, Any], applied: dict[str, Any], watched: list[ResourceRef]
+    ) -> Outcome:
+        secret_name = self._write_credentials(binding, response)
+        self.status.transition(
+            binding,
+            state=OperationState.SUCCEEDED,
+            reason=Reason.BOUND,
+            description="credentials ready",
+            extra={**applied, "response": {"secretRef": secret_name}},
+        )
+        # The transition stopped tracking what the status template read (an outcome); a bound binding goes
+        # on following it, so that its credentials follow a rotation (see _refresh).
+        self._watch(binding, watched)
+        return DONE
+
+    def _write_credentials(self, binding: dict[str, Any], response: dict[str, Any]) -> str:
         meta = binding["metadata"]
         secret_name = credentials_secret_name(meta["name"])
         self.deps.kube.apply_secret(
@@ -251,13 +273,40 @@ class BindingReconciler:
                 "data": {CREDENTIALS_KEY: base64.b64encode(json.dumps(response).encode()).decode()},
             }
         )
-        self.status.transition(
-            binding,
-            state=OperationState.SUCCEEDED,
-            reason=Reason.BOUND,
-            description="credentials ready",
-            extra={**applied, "response": {"secretRef": secret_name}},
+        return secret_name
+
+    def _refresh(self, binding: dict[str, Any], instance: dict[str, Any], entry: PlanEntry) -> Outcome:
+        """A bound binding: render its credentials again from what the status template reads now, and
+        rewrite the credentials Secret only when they changed (a rotated password). Never fails the binding:
+        while the operator reports no credentials (mid-rotation, say), the Secret keeps the last ones."""
+        assert entry.model is not None
+        kube = self.deps.kube
+        meta = binding["metadata"]
+        try:
+            inputs = self._inputs(binding, instance, entry)
+            source_refs = self.deps.renderer.render_sources(entry.model, inputs)
+            self._watch(binding, [*source_refs.values(), *refs_of(binding.get("status"))])
+            if entry.model.spec.template(TemplateAction.STATUS) is None:
+                return DONE  # registry credentials: generated once, never re-rendered
+            result = self.deps.renderer.render_status(
+                entry.model, self._inputs(binding, instance, entry, fetch_sources(kube, source_refs))
+            )
+        except RenderError as exc:
+            logger.warning("binding %s/%s: credentials not refreshed: %s", meta["namespace"], meta["name"], exc)
+            return DONE
+        section = result.bind
+        response = (section.response if section else None) or {}
+        if section is None or section.state != OperationState.SUCCEEDED.value or not response.get("credentials"):
+            return DONE
+        secret_ref = ResourceRef(
+            api_version="v1", kind="Secret", name=credentials_secret_name(meta["name"]), namespace=meta["namespace"]
         )
+        if not decisions.credentials_changed(kube.get(secret_ref), response):
+            return DONE
+        self._write_credentials(binding, response)
+        message = "the credentials changed at their source; the credentials Secret was rewritten"
+        logger.info("binding %s/%s: %s", meta["namespace"], meta["name"], message)
+        kube.emit_event(binding, reason=Reason.CREDENTIALS_ROTATED.value, message=message)
         return DONE
 
     def _teardown(self, binding: dict[str, Any], instance: dict[str, Any] | None, entry: PlanEntry | None) -> Outcome:

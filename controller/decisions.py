@@ -7,12 +7,15 @@ machine testable without a cluster (tests/test_controller_decisions.py).
 
 from __future__ import annotations
 
+import base64
+import binascii
 import datetime
+import json
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from opbroker.api.conventions import FINALIZER
+from opbroker.api.conventions import CREDENTIALS_KEY, FINALIZER
 from opbroker.api.meta import ResourceRef
 from opbroker.api.osb import OperationState
 from opbroker.rendering.registry import DASHBOARD_URL
@@ -31,6 +34,7 @@ class Step(StrEnum):
     EVALUATE = "evaluate"
     TEARDOWN = "teardown"
     BLOCKED = "blocked"
+    REFRESH = "refresh"
 
 
 class Reason(StrEnum):
@@ -56,6 +60,7 @@ class Reason(StrEnum):
     DEPROVISIONING = "Deprovisioning"
     UNBINDING = "Unbinding"
     NAMESPACE_TERMINATING = "NamespaceTerminating"
+    CREDENTIALS_ROTATED = "CredentialsRotated"
 
 
 def _meta(obj: dict[str, Any]) -> dict[str, Any]:
@@ -124,7 +129,25 @@ def next_binding_step(binding: dict[str, Any], *, instance_state: str | None) ->
         return Step.APPLY if instance_state == OperationState.SUCCEEDED.value else Step.BLOCKED
     if status.get("state") == OperationState.IN_PROGRESS.value:
         return Step.EVALUATE
+    if status.get("state") == OperationState.SUCCEEDED.value:
+        # Bound: the credentials follow the objects they were read from (a rotated password, a moved host).
+        return Step.REFRESH
     return Step.NOTHING
+
+
+def credentials_changed(secret: dict[str, Any] | None, response: dict[str, Any]) -> bool:
+    """Whether the binding's credentials Secret (as read; None: missing) no longer holds ``response``.
+
+    Compared as JSON values, so key order or formatting never cause a write; an unreadable Secret is rewritten.
+    """
+    encoded = ((secret or {}).get("data") or {}).get(CREDENTIALS_KEY)
+    if not isinstance(encoded, str):
+        return True
+    try:
+        held = json.loads(base64.b64decode(encoded, validate=True))
+    except (binascii.Error, ValueError):
+        return True
+    return bool(held != response)
 
 
 def operation_age(obj: dict[str, Any], *, at: datetime.datetime | None = None) -> float | None:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import base64
 import datetime
+import json
 from typing import Any
 
 import pytest
 
-from opbroker.api.conventions import FINALIZER
+from opbroker.api.conventions import CREDENTIALS_KEY, FINALIZER
 from opbroker.api.meta import ResourceRef
 from opbroker.controller import decisions
 from opbroker.controller.decisions import Reason, Step
@@ -83,7 +85,10 @@ BINDING_CASES = [
     ("bind once the instance succeeded", obj(state="in_queue"), "succeeded", Step.APPLY),
     ("wait while the instance is provisioning", obj(state="in_queue"), "in progress", Step.BLOCKED),
     ("in progress is evaluated", obj(state="in progress", observed=1), "succeeded", Step.EVALUATE),
-    ("bound needs nothing", obj(state="succeeded", observed=1), "succeeded", Step.NOTHING),
+    ("bound: credentials follow their source", obj(state="succeeded", observed=1), "succeeded", Step.REFRESH),
+    ("bound, instance updating: still followed", obj(state="succeeded", observed=1), "in progress", Step.REFRESH),
+    ("failed needs nothing", obj(state="failed", observed=1), "succeeded", Step.NOTHING),
+    ("bound, spec changed: bind again", obj(state="succeeded", generation=2, observed=1), "succeeded", Step.APPLY),
     ("unbind on deletion", obj(state="delete", observed=1, deleting=True), "succeeded", Step.TEARDOWN),
     ("unbind even if the instance is gone", obj(state="delete", observed=1, deleting=True), None, Step.TEARDOWN),
 ]
@@ -256,3 +261,34 @@ def test_teardown_scope(reason: str, terminating: bool, want: decisions.Teardown
     if terminating:
         message = decisions.terminating_teardown_message("n", got)
         assert message.startswith("namespace 'n' is being deleted") and "2 elsewhere released" in message
+
+
+# -- credentials following their source (issue 18: binding credentials were written once) --------------------
+
+
+def credentials_secret(value: Any) -> dict[str, Any]:
+    raw = value if isinstance(value, str) else base64.b64encode(json.dumps(value).encode()).decode()
+    return {"data": {CREDENTIALS_KEY: raw}}
+
+
+CREDS = {"credentials": {"username": "u", "password": "p1"}}
+
+
+@pytest.mark.parametrize(
+    ("reason", "secret", "want"),
+    [
+        ("the same credentials: no write", credentials_secret(CREDS), False),
+        (
+            "the same, keys in another order: no write",
+            credentials_secret({"credentials": {"password": "p1", "username": "u"}}),
+            False,
+        ),
+        ("a rotated password", credentials_secret({"credentials": {"username": "u", "password": "p0"}}), True),
+        ("the Secret is missing", None, True),
+        ("the Secret has no response key", {"data": {}}, True),
+        ("not base64", credentials_secret("not base64!"), True),
+        ("not JSON", credentials_secret(base64.b64encode(b"{").decode()), True),
+    ],
+)
+def test_credentials_changed(reason: str, secret: dict[str, Any] | None, want: bool) -> None:
+    assert decisions.credentials_changed(secret, CREDS) is want, reason

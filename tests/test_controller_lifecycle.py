@@ -477,3 +477,43 @@ def test_deleting_a_namespace_that_holds_a_bound_instance_finishes(
         return False
 
     wait_for(namespace_gone, 90, f"namespace {name} to be deleted")
+
+
+def test_binding_credentials_follow_a_rotated_password(api_client: client.ApiClient, namespace: str) -> None:
+    """Issue 18: the credentials Secret (which the broker's GET binding answers from) was written once; after
+    the operator rotated the user's password it kept the old one. A bound binding now keeps following what
+    its status template read, and rewrites the Secret when, and only when, the credentials changed."""
+    core = client.CoreV1Api(api_client)
+    provision(api_client, namespace, "rot1")
+    wait_state(api_client, namespace, "sfserviceinstances", "rot1", "succeeded")
+    bind(api_client, namespace, "rotb1", "rot1")
+    binding = wait_state(api_client, namespace, "sfservicebindings", "rotb1", "succeeded")
+    secret_name = binding["status"]["response"]["secretRef"]
+
+    def credentials() -> dict[str, Any]:
+        data = core.read_namespaced_secret(secret_name, namespace).data[CREDENTIALS_KEY]
+        found: dict[str, Any] = json.loads(base64.b64decode(data))["credentials"]
+        return found
+
+    old = credentials()
+    (source,) = [
+        s
+        for s in core.list_namespaced_secret(namespace, label_selector="demo.opbroker.io/database=rot1").items
+        if s.metadata.labels.get("demo.opbroker.io/user") == old["username"]
+    ]
+    written = core.read_namespaced_secret(secret_name, namespace).metadata.resource_version
+    # A change of the source that leaves the credentials as they are writes nothing.
+    core.patch_namespaced_secret(source.metadata.name, namespace, {"metadata": {"annotations": {"touched": "yes"}}})
+    time.sleep(3)
+    assert core.read_namespaced_secret(secret_name, namespace).metadata.resource_version == written
+
+    rotated = "rotated-" + uuid.uuid4().hex
+    core.patch_namespaced_secret(source.metadata.name, namespace, {"stringData": {"password": rotated}})
+    wait_for(lambda: credentials()["password"] == rotated, 30, "the credentials Secret to follow the rotation")
+    assert credentials()["uri"] == old["uri"].replace(old["password"], rotated)
+    binding = get(api_client, namespace, "sfservicebindings", "rotb1")
+    assert binding is not None and binding["status"]["state"] == "succeeded"
+    assert rotated not in json.dumps(binding)
+    events = core.list_namespaced_event(namespace).items
+    assert any(e.reason == "CredentialsRotated" and e.involved_object.name == "rotb1" for e in events)
+    assert all(rotated not in (e.message or "") for e in events)
