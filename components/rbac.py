@@ -106,6 +106,7 @@ def controller_cluster_rules(operator_rules: Sequence[Mapping[str, Any]] = ()) -
       claims delete a binding Secret whose type changed (immutable) or whose claim is gone, and the
       endpoint Secret of a withdrawn registration;
     * Events (core, create) on state changes;
+    * namespaces (get): a teardown in a terminating namespace creates nothing there (issue 18);
     * nodes and pods: capacity-aware scheduling sums the allocatable of the nodes and the requests of the
       running pods of its own cluster (cluster "1");
     * Jobs: a RegisteredService's health check runs as a Job, read and replaced (kopf watches them);
@@ -124,6 +125,7 @@ def controller_cluster_rules(operator_rules: Sequence[Mapping[str, Any]] = ()) -
         Rule(("",), ("events",), ("create", "patch")),
         Rule(("events.k8s.io",), ("events",), ("create", "patch")),
         Rule(("",), ("nodes",), READ_VERBS),
+        Rule(("",), ("namespaces",), ("get",)),
         Rule(("",), ("pods",), ("list",)),
         Rule(("batch",), ("jobs",), ("get", "list", "watch", "create", "delete")),
         Rule(("apps",), WORKLOADS, ("get", "list", "watch", "patch")),

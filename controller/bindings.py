@@ -32,8 +32,9 @@ from opbroker.api.conventions import (
     instance_registry_name,
     resource_name,
 )
+from opbroker.api.meta import ResourceRef
 from opbroker.api.osb import OperationState
-from opbroker.controller import decisions
+from opbroker.controller import decisions, teardown
 from opbroker.controller.catalog import PlanEntry
 from opbroker.controller.decisions import Step
 from opbroker.controller.kube import BINDINGS, INSTANCES, Refused, ref_of
@@ -102,6 +103,11 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
             return ()
         if step in (Step.ADD_FINALIZER, Step.TEARDOWN):
             return (step,)
+        if step == Step.REFRESH:
+            instance, entry = facts.instance, facts.entry
+            if instance is None or decisions.is_deleting(instance) or entry is None or entry.model is None:
+                return ()  # the credentials stay as they are; nothing to read them from now
+            return (step,)
         if facts.instance is None or decisions.is_deleting(facts.instance):
             return (Step.ABANDON,)
         if step == Step.BLOCKED:
@@ -124,6 +130,9 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
                 return self.reconcile(facts.key)
             if step == Step.TEARDOWN:
                 return self._teardown(binding, instance, entry)
+            if step == Step.REFRESH:
+                assert instance is not None and entry is not None
+                return self._refresh(binding, instance, entry)
             if step == Step.ABANDON:
                 # A bind that raced a deprovision (both accepted) can never complete. Left in place, it would
                 # block the deprovision forever; never bound, it has nothing to undo, so it is removed.
@@ -260,12 +269,13 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
         kube = self.deps.kube
         inputs = self._inputs(binding, instance, entry)
         source_refs = self.deps.renderer.render_sources(entry.model, inputs)
-        self._watch(binding, [*source_refs.values(), *refs_of(binding.get("status"))])
+        watched = [*source_refs.values(), *refs_of(binding.get("status"))]
+        self._watch(binding, watched)
         if entry.model.spec.template(TemplateAction.STATUS) is None:
             credentials = (
                 (inputs.binding_registry or {}).get("credentials") or (inputs.registry or {}).get("credentials") or {}
             )
-            return self._succeed(binding, {"credentials": credentials}, applied)
+            return self._succeed(binding, {"credentials": credentials}, applied, watched)
         result = self.deps.renderer.render_status(
             entry.model, self._inputs(binding, instance, entry, fetch_sources(kube, source_refs))
         )
@@ -284,9 +294,25 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
         if waiting or not response.get("credentials"):
             # Not done, or "succeeded" without credentials: the objects that produce them are not there yet.
             return self.status.still_in_progress(binding, extra=applied)
-        return self._succeed(binding, response, applied)
+        return self._succeed(binding, response, applied, watched)
 
-    def _succeed(self, binding: dict[str, Any], response: dict[str, Any], applied: dict[str, Any]) -> Outcome:
+    def _succeed(
+        self, binding: dict[str, Any], response: dict[str, Any], applied: dict[str, Any], watched: list[ResourceRef]
+    ) -> Outcome:
+        secret_name = self._write_credentials(binding, response)
+        self.status.transition(
+            binding,
+            state=OperationState.SUCCEEDED,
+            reason=Reason.BOUND,
+            description="credentials ready",
+            extra={**applied, "response": {"secretRef": secret_name}},
+        )
+        # The transition stopped tracking what the status template read (an outcome); a bound binding goes
+        # on following it, so that its credentials follow a rotation (see _refresh).
+        self._watch(binding, watched)
+        return DONE
+
+    def _write_credentials(self, binding: dict[str, Any], response: dict[str, Any]) -> str:
         meta = binding["metadata"]
         secret_name = credentials_secret_name(meta["name"])
         self.deps.kube.apply_secret(
@@ -303,13 +329,40 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
                 "data": {CREDENTIALS_KEY: base64.b64encode(json.dumps(response).encode()).decode()},
             }
         )
-        self.status.transition(
-            binding,
-            state=OperationState.SUCCEEDED,
-            reason=Reason.BOUND,
-            description="credentials ready",
-            extra={**applied, "response": {"secretRef": secret_name}},
+        return secret_name
+
+    def _refresh(self, binding: dict[str, Any], instance: dict[str, Any], entry: PlanEntry) -> Outcome:
+        """A bound binding: render its credentials again from what the status template reads now, and
+        rewrite the credentials Secret only when they changed (a rotated password). Never fails the binding:
+        while the operator reports no credentials (mid-rotation, say), the Secret keeps the last ones."""
+        assert entry.model is not None
+        kube = self.deps.kube
+        meta = binding["metadata"]
+        try:
+            inputs = self._inputs(binding, instance, entry)
+            source_refs = self.deps.renderer.render_sources(entry.model, inputs)
+            self._watch(binding, [*source_refs.values(), *refs_of(binding.get("status"))])
+            if entry.model.spec.template(TemplateAction.STATUS) is None:
+                return DONE  # registry credentials: generated once, never re-rendered
+            result = self.deps.renderer.render_status(
+                entry.model, self._inputs(binding, instance, entry, fetch_sources(kube, source_refs))
+            )
+        except RenderError as exc:
+            logger.warning("binding %s/%s: credentials not refreshed: %s", meta["namespace"], meta["name"], exc)
+            return DONE
+        section = result.bind
+        response = (section.response if section else None) or {}
+        if section is None or section.state != OperationState.SUCCEEDED.value or not response.get("credentials"):
+            return DONE
+        secret_ref = ResourceRef(
+            api_version="v1", kind="Secret", name=credentials_secret_name(meta["name"]), namespace=meta["namespace"]
         )
+        if not decisions.credentials_changed(kube.get(secret_ref), response):
+            return DONE
+        self._write_credentials(binding, response)
+        message = "the credentials changed at their source; the credentials Secret was rewritten"
+        logger.info("binding %s/%s: %s", meta["namespace"], meta["name"], message)
+        kube.emit_event(binding, reason=Reason.ROTATED.value, message=message)
         return DONE
 
     def _teardown(self, binding: dict[str, Any], instance: dict[str, Any] | None, entry: PlanEntry | None) -> Outcome:
@@ -321,8 +374,12 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
             self.status.transition(
                 binding, state=OperationState.IN_PROGRESS, reason=Reason.UNBINDING, description="unbinding"
             )
+        terminating = teardown.namespace_going(kube, meta["namespace"])
+        scope = decisions.teardown_scope(
+            refs_of(status), namespace=meta["namespace"], namespace_terminating=terminating
+        )
         done = True
-        if instance is not None and entry is not None and entry.model is not None:
+        if scope.run_templates and instance is not None and entry is not None and entry.model is not None:
             try:
                 inputs = self._inputs(binding, instance, entry)
                 source_refs = self.deps.renderer.render_sources(entry.model, inputs)
@@ -349,9 +406,11 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
                         done = result.unbind.state == OperationState.SUCCEEDED.value
             except RenderError as exc:
                 return self.status.fail_or_retry(binding, exc, Reason.RENDER_FAILED)
-        remaining = [ref for ref in refs_of(status) if release(kube, ref, owner_uid=meta["uid"])]
+        remaining = [ref for ref in scope.release if release(kube, ref, owner_uid=meta["uid"])]
         if remaining or not done:
             return Outcome(requeue_after=self.deps.settings.status_poll_seconds)
+        if terminating:
+            teardown.announce(kube, binding, scope)
         finalizers = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
         kube.patch_custom(
             BINDINGS,

@@ -7,13 +7,19 @@ machine testable without a cluster (tests/test_controller_decisions.py).
 
 from __future__ import annotations
 
+import base64
+import binascii
 import datetime
+import json
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from opbroker.api.conventions import FINALIZER
+from opbroker.api.conventions import CREDENTIALS_KEY, FINALIZER
+from opbroker.api.meta import ResourceRef
 from opbroker.api.osb import OperationState
 from opbroker.controller.reasons import Reason
+from opbroker.rendering.registry import DASHBOARD_URL
 
 #: States in which the broker has asked for work the controller has not started yet.
 REQUESTED = frozenset({None, OperationState.IN_QUEUE.value, OperationState.UPDATE.value})
@@ -37,6 +43,8 @@ class Step(StrEnum):
     """A binding whose instance is gone or going: fail it (and remove it if it never bound)."""
     REPORT_INSTANCE_FAILED = "report-instance-failed"
     """A binding requested on an instance whose last operation failed."""
+    REFRESH = "refresh"
+    """A settled binding whose credentials' sources changed: render them again, rewrite them if they moved."""
 
 
 def _meta(obj: dict[str, Any]) -> dict[str, Any]:
@@ -105,7 +113,25 @@ def next_binding_step(binding: dict[str, Any], *, instance_state: str | None) ->
         return Step.APPLY if instance_state == OperationState.SUCCEEDED.value else Step.BLOCKED
     if status.get("state") == OperationState.IN_PROGRESS.value:
         return Step.EVALUATE
+    if status.get("state") == OperationState.SUCCEEDED.value:
+        # Bound: the credentials follow the objects they were read from (a rotated password, a moved host).
+        return Step.REFRESH
     return Step.NOTHING
+
+
+def credentials_changed(secret: dict[str, Any] | None, response: dict[str, Any]) -> bool:
+    """Whether the binding's credentials Secret (as read; None: missing) no longer holds ``response``.
+
+    Compared as JSON values, so key order or formatting never cause a write; an unreadable Secret is rewritten.
+    """
+    encoded = ((secret or {}).get("data") or {}).get(CREDENTIALS_KEY)
+    if not isinstance(encoded, str):
+        return True
+    try:
+        held = json.loads(base64.b64decode(encoded, validate=True))
+    except (binascii.Error, ValueError):
+        return True
+    return bool(held != response)
 
 
 def operation_age(obj: dict[str, Any], *, at: datetime.datetime | None = None) -> float | None:
@@ -221,3 +247,55 @@ def error_status(obj: dict[str, Any], *, message: str, threshold: int) -> tuple[
         patch["observedGeneration"] = _meta(obj).get("generation")
         return patch, True
     return {"errorCount": count, "description": f"retrying after error {count}/{threshold}: {message}"}, False
+
+
+def dashboard_url(reported: str | None, registry: dict[str, Any] | None) -> str | None:
+    """The instance's dashboard URL: what the status template reports, else the registry's ``dashboard-url``
+    (the Couchbase broker's read-write key, set by a template with ``setRegistry``); None when neither has
+    one (or the registry's is not a non-empty string)."""
+    if reported:
+        return reported
+    value = (registry or {}).get(DASHBOARD_URL)
+    return value if isinstance(value, str) and value else None
+
+
+def namespace_terminating(namespace: dict[str, Any] | None) -> bool:
+    """Whether a Namespace (as read; None: it does not exist) is going: phase ``Terminating`` or a
+    ``deletionTimestamp``. Nothing can be created in it any more (the API server answers 403)."""
+    if namespace is None:
+        return True
+    return is_deleting(namespace) or (namespace.get("status") or {}).get("phase") == "Terminating"
+
+
+@dataclass(frozen=True)
+class TeardownScope:
+    """What a teardown (deprovision, unbind) does: run the plan's templates (``unbind`` objects applied, the
+    ``status`` template asked), and which recorded objects to release and wait for."""
+
+    run_templates: bool
+    release: tuple[ResourceRef, ...]
+    #: Recorded objects left to the namespace's deletion (they go with it).
+    left: tuple[ResourceRef, ...] = ()
+
+
+def teardown_scope(refs: list[ResourceRef], *, namespace: str, namespace_terminating: bool) -> TeardownScope:
+    """The teardown of an object in ``namespace``. Normally: templates, and every recorded object.
+
+    In a terminating namespace nothing may be created (an unbind template's objects would be refused with
+    403 forever, and the object's finalizer would hold the namespace's deletion for good), and everything in
+    it is being deleted anyway: no templates, and only what lives elsewhere (another namespace, cluster
+    scoped) is released and waited for.
+    """
+    if not namespace_terminating:
+        return TeardownScope(run_templates=True, release=tuple(refs))
+    elsewhere = tuple(ref for ref in refs if ref.namespace != namespace)
+    left = tuple(ref for ref in refs if ref.namespace == namespace)
+    return TeardownScope(run_templates=False, release=elsewhere, left=left)
+
+
+def terminating_teardown_message(namespace: str, scope: TeardownScope) -> str:
+    """The Event (and log line) of a teardown finished without templates in a terminating namespace."""
+    return (
+        f"namespace {namespace!r} is being deleted: the plan's teardown templates were not run (nothing can be "
+        f"created there); {len(scope.left)} object(s) in it go with it, {len(scope.release)} elsewhere released"
+    )

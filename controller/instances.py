@@ -17,7 +17,7 @@ from opbroker.api import TemplateAction
 from opbroker.api.conventions import FINALIZER, LABEL_INSTANCE, LABEL_PLAN, instance_registry_name
 from opbroker.api.meta import ResourceRef
 from opbroker.api.osb import OperationState
-from opbroker.controller import decisions
+from opbroker.controller import decisions, teardown
 from opbroker.controller.catalog import PlanEntry
 from opbroker.controller.decisions import Step
 from opbroker.controller.kube import BINDINGS, INSTANCES, Refused, ref_of
@@ -222,12 +222,13 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
     ) -> Outcome:
         assert entry.model is not None
         if entry.model.spec.template(TemplateAction.STATUS) is None:
+            dashboard = decisions.dashboard_url(None, registry)
             self.status.transition(
                 instance,
                 state=OperationState.SUCCEEDED,
                 reason=Reason.PROVISIONED,
                 description="resources applied (the plan has no status template)",
-                extra=applied,
+                extra={**applied, **({"dashboardUrl": dashboard} if dashboard else {})},
             )
             self.applied.forget(Key.of("instance", instance))
             return DONE
@@ -246,7 +247,7 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
             return outcome
         self.applied.forget(key)
         reported = {
-            "dashboardUrl": section.dashboard_url,
+            "dashboardUrl": decisions.dashboard_url(section.dashboard_url, registry),
             "instanceUsable": section.instance_usable,
             "updateRepeatable": section.update_repeatable,
         }
@@ -279,9 +280,18 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
             self.status.transition(
                 instance, state=OperationState.IN_PROGRESS, reason=Reason.DEPROVISIONING, description="deprovisioning"
             )
-        remaining = [ref for ref in refs_of(status) if release(kube, ref, owner_uid=meta["uid"])]
+        terminating = teardown.namespace_going(kube, meta["namespace"])
+        scope = decisions.teardown_scope(
+            refs_of(status), namespace=meta["namespace"], namespace_terminating=terminating
+        )
+        remaining = [ref for ref in scope.release if release(kube, ref, owner_uid=meta["uid"])]
         done = not remaining
-        if entry is not None and entry.model is not None and entry.model.spec.template(TemplateAction.STATUS):
+        if (
+            scope.run_templates
+            and entry is not None
+            and entry.model is not None
+            and entry.model.spec.template(TemplateAction.STATUS)
+        ):
             try:
                 registry = self.deps.registries.load(
                     kube, meta["namespace"], instance_registry_name(meta["name"]), meta["uid"], claim=False
@@ -322,6 +332,8 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
                 done = done and section.state == OperationState.SUCCEEDED.value
         if not done:
             return Outcome(requeue_after=self.deps.settings.status_poll_seconds)
+        if terminating:
+            teardown.announce(kube, instance, scope)
         finalizers = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
         kube.patch_custom(
             INSTANCES,

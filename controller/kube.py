@@ -283,6 +283,11 @@ class Kube:
             raise
         return True
 
+    def read_namespace(self, name: str) -> dict[str, Any] | None:
+        """The Namespace (None if it does not exist)."""
+        response = _unless(404, lambda: self.core.read_namespace(name, _preload_content=False))
+        return None if response is None else _json(response)
+
     def apply_secret(self, manifest: dict[str, Any]) -> dict[str, Any]:
         """Create or update a Secret we own, by server-side apply (no read needed); the Secret as written."""
         response = self.core.patch_namespaced_secret(

@@ -30,6 +30,7 @@ class Reason(StrEnum):
     DEPROVISION_UNCONFIRMED = "DeprovisionUnconfirmed"
     DEPROVISIONING = "Deprovisioning"
     UNBINDING = "Unbinding"
+    NAMESPACE_TERMINATING = "NamespaceTerminating"
     # -- registered services ---------------------------------------------------------------------------------
     REGISTERED = "Registered"
     AVAILABLE = "Available"
@@ -52,6 +53,7 @@ class Reason(StrEnum):
     CLAIM_INVALID = "ClaimInvalid"
     BINDING_FAILED = "BindingFailed"
     ROTATED = "CredentialsRotated"
+    """Claims' and broker bindings' credentials followed a rotation of their source."""
     # -- automatic registration of broker bindings -----------------------------------------------------------
     SERVICE_REGISTERED = "ServiceRegistered"
     REGISTRATION_CONFLICT = "RegistrationConflict"

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import base64
 import datetime
+import json
 from typing import Any
 
 import pytest
 
-from opbroker.api.conventions import FINALIZER
+from opbroker.api.conventions import CREDENTIALS_KEY, FINALIZER
+from opbroker.api.meta import ResourceRef
 from opbroker.controller import decisions
 from opbroker.controller.decisions import Step
 from opbroker.controller.reasons import Reason
@@ -83,7 +86,10 @@ BINDING_CASES = [
     ("bind once the instance succeeded", obj(state="in_queue"), "succeeded", Step.APPLY),
     ("wait while the instance is provisioning", obj(state="in_queue"), "in progress", Step.BLOCKED),
     ("in progress is evaluated", obj(state="in progress", observed=1), "succeeded", Step.EVALUATE),
-    ("bound needs nothing", obj(state="succeeded", observed=1), "succeeded", Step.NOTHING),
+    ("bound: credentials follow their source", obj(state="succeeded", observed=1), "succeeded", Step.REFRESH),
+    ("bound, instance updating: still followed", obj(state="succeeded", observed=1), "in progress", Step.REFRESH),
+    ("failed needs nothing", obj(state="failed", observed=1), "succeeded", Step.NOTHING),
+    ("bound, spec changed: bind again", obj(state="succeeded", generation=2, observed=1), "succeeded", Step.APPLY),
     ("unbind on deletion", obj(state="delete", observed=1, deleting=True), "succeeded", Step.TEARDOWN),
     ("unbind even if the instance is gone", obj(state="delete", observed=1, deleting=True), None, Step.TEARDOWN),
 ]
@@ -180,3 +186,110 @@ def test_the_controllers_start_wins_over_the_brokers_for_the_age() -> None:
     instance = started("2025-01-01T00:00:00Z", state="in progress")
     instance["status"]["operationStartedAt"] = "2026-01-01T00:59:00Z"
     assert decisions.operation_age(instance, at=AT) == 60.0
+
+
+# -- the dashboard URL (issue 18: a registry's dashboard-url never reached dashboardUrl) ----------------------
+
+
+@pytest.mark.parametrize(
+    ("reason", "reported", "registry", "want"),
+    [
+        ("the status template's URL", "https://status/1", {}, "https://status/1"),
+        ("the registry's dashboard-url", None, {"dashboard-url": "https://registry/1"}, "https://registry/1"),
+        (
+            "the status template wins over the registry",
+            "https://status/1",
+            {"dashboard-url": "https://r"},
+            "https://status/1",
+        ),
+        (
+            "an empty report falls back to the registry",
+            "",
+            {"dashboard-url": "https://registry/1"},
+            "https://registry/1",
+        ),
+        ("neither", None, {"instance-id": "i"}, None),
+        ("no registry at all", None, None, None),
+        ("a non-string registry value is not a URL", None, {"dashboard-url": {"x": 1}}, None),
+        ("an empty registry value is none", None, {"dashboard-url": ""}, None),
+    ],
+)
+def test_dashboard_url(reason: str, reported: str | None, registry: dict[str, Any] | None, want: str | None) -> None:
+    assert decisions.dashboard_url(reported, registry) == want, reason
+
+
+# -- teardown in a terminating namespace (issue 18: the namespace's deletion deadlocked) ---------------------
+
+
+def ref(name: str, namespace: str | None) -> ResourceRef:
+    return ResourceRef(api_version="v1", kind="ConfigMap" if namespace else "Namespace", name=name, namespace=namespace)
+
+
+@pytest.mark.parametrize(
+    ("reason", "namespace", "want"),
+    [
+        ("an active namespace", {"metadata": {"name": "n"}, "status": {"phase": "Active"}}, False),
+        ("phase Terminating", {"metadata": {"name": "n"}, "status": {"phase": "Terminating"}}, True),
+        (
+            "deletion requested, phase not yet written",
+            {"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}},
+            True,
+        ),
+        ("gone altogether", None, True),
+    ],
+)
+def test_namespace_terminating(reason: str, namespace: dict[str, Any] | None, want: bool) -> None:
+    assert decisions.namespace_terminating(namespace) is want, reason
+
+
+HERE, ELSEWHERE, CLUSTER = ref("db", "n"), ref("db", "other"), ref("scoped", None)
+
+
+@pytest.mark.parametrize(
+    ("reason", "terminating", "want"),
+    [
+        ("normal teardown: templates, every object", False, decisions.TeardownScope(True, (HERE, ELSEWHERE, CLUSTER))),
+        (
+            "terminating: no templates, only what lives elsewhere",
+            True,
+            decisions.TeardownScope(False, (ELSEWHERE, CLUSTER), left=(HERE,)),
+        ),
+    ],
+)
+def test_teardown_scope(reason: str, terminating: bool, want: decisions.TeardownScope) -> None:
+    got = decisions.teardown_scope([HERE, ELSEWHERE, CLUSTER], namespace="n", namespace_terminating=terminating)
+    assert got == want, reason
+    if terminating:
+        message = decisions.terminating_teardown_message("n", got)
+        assert message.startswith("namespace 'n' is being deleted") and "2 elsewhere released" in message
+
+
+# -- credentials following their source (issue 18: binding credentials were written once) --------------------
+
+
+def credentials_secret(value: Any) -> dict[str, Any]:
+    raw = value if isinstance(value, str) else base64.b64encode(json.dumps(value).encode()).decode()
+    return {"data": {CREDENTIALS_KEY: raw}}
+
+
+CREDS = {"credentials": {"username": "u", "password": "p1"}}
+
+
+@pytest.mark.parametrize(
+    ("reason", "secret", "want"),
+    [
+        ("the same credentials: no write", credentials_secret(CREDS), False),
+        (
+            "the same, keys in another order: no write",
+            credentials_secret({"credentials": {"password": "p1", "username": "u"}}),
+            False,
+        ),
+        ("a rotated password", credentials_secret({"credentials": {"username": "u", "password": "p0"}}), True),
+        ("the Secret is missing", None, True),
+        ("the Secret has no response key", {"data": {}}, True),
+        ("not base64", credentials_secret("not base64!"), True),
+        ("not JSON", credentials_secret(base64.b64encode(b"{").decode()), True),
+    ],
+)
+def test_credentials_changed(reason: str, secret: dict[str, Any] | None, want: bool) -> None:
+    assert decisions.credentials_changed(secret, CREDS) is want, reason

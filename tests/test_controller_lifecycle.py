@@ -10,6 +10,7 @@ import base64
 import json
 import random
 import time
+import uuid
 from typing import Any
 
 import pytest
@@ -395,3 +396,124 @@ def test_deprovision_finishes_when_the_status_template_cannot_render_after_every
     unconfirmed = [e for e in events if e.reason == "DeprovisionUnconfirmed" and e.involved_object.name == "fragile1"]
     assert unconfirmed and unconfirmed[0].type == "Warning"
     assert "every recorded object is deleted; the status template could not confirm it" in unconfirmed[0].message
+
+
+REVOKING_PLAN = """
+apiVersion: osb.servicefabrik.io/v1alpha1
+kind: SFPlan
+metadata: {{name: {name}}}
+spec:
+  name: {name}
+  id: {name}
+  serviceId: 6f4e7a0c-2f0a-4d5e-9b1a-0d6c1e0f5a11
+  description: an unbind that creates an object (a revocation record), as plans do to hand work to an operator
+  templates:
+  - action: provision
+    type: jinja2
+    content: |
+      apiVersion: v1
+      kind: ConfigMap
+      metadata:
+        name: {{{{ instance.metadata.name }}}}-db
+      data: {{size: small}}
+  - action: bind
+    type: jinja2
+    content: |
+      apiVersion: v1
+      kind: ConfigMap
+      metadata:
+        name: {{{{ binding.metadata.name }}}}-grant
+      data: {{user: "{{{{ binding.metadata.name }}}}"}}
+  - action: unbind
+    type: jinja2
+    content: |
+      apiVersion: v1
+      kind: ConfigMap
+      metadata:
+        name: {{{{ binding.metadata.name }}}}-revoke
+      data: {{user: "{{{{ binding.metadata.name }}}}"}}
+  - action: status
+    type: jinja2
+    content: |
+      provision:
+        state: succeeded
+      bind:
+        state: succeeded
+        response:
+          credentials: {{user: "{{{{ binding.metadata.name if binding else '' }}}}"}}
+      unbind:
+        state: succeeded
+      deprovision:
+        state: succeeded
+"""
+
+
+def test_deleting_a_namespace_that_holds_a_bound_instance_finishes(
+    api_client: client.ApiClient, catalog_namespace: str, tmp_path: Any
+) -> None:
+    """Issue 18's lifecycle fault: a binding's teardown applied its unbind template into the terminating
+    namespace, got 403 ("... because it is being terminated") and retried forever, and the instance waited on
+    it, so the namespace never went. Now teardown creates nothing there, and both finalizers are released."""
+    core = client.CoreV1Api(api_client)
+    name = f"t-gone-{uuid.uuid4().hex[:8]}"
+    plan_name = f"revoking-{name}"
+    plan_file = tmp_path / "plan.yaml"
+    plan_file.write_text(REVOKING_PLAN.format(name=plan_name))
+    apply_yaml(api_client, plan_file, catalog_namespace)
+    core.create_namespace({"metadata": {"name": name, "labels": {"opbroker.io/test": "true"}}})
+    for db in ("nsdb1", "nsdb2"):  # the demo operator's plan, and one whose unbind creates an object
+        provision(api_client, name, db, **({"plan_id": plan_name} if db == "nsdb2" else {}))
+    for db, plan in (("nsdb1", PLAN_ID), ("nsdb2", plan_name)):
+        wait_state(api_client, name, "sfserviceinstances", db, "succeeded")
+        bind(api_client, name, f"b-{db}", db, plan_id=plan)
+        wait_state(api_client, name, "sfservicebindings", f"b-{db}", "succeeded")
+    core.delete_namespace(name)
+
+    def namespace_gone() -> bool:
+        try:
+            core.read_namespace(name)
+        except ApiException as exc:
+            return exc.status == 404
+        return False
+
+    wait_for(namespace_gone, 90, f"namespace {name} to be deleted")
+
+
+def test_binding_credentials_follow_a_rotated_password(api_client: client.ApiClient, namespace: str) -> None:
+    """Issue 18: the credentials Secret (which the broker's GET binding answers from) was written once; after
+    the operator rotated the user's password it kept the old one. A bound binding now keeps following what
+    its status template read, and rewrites the Secret when, and only when, the credentials changed."""
+    core = client.CoreV1Api(api_client)
+    provision(api_client, namespace, "rot1")
+    wait_state(api_client, namespace, "sfserviceinstances", "rot1", "succeeded")
+    bind(api_client, namespace, "rotb1", "rot1")
+    binding = wait_state(api_client, namespace, "sfservicebindings", "rotb1", "succeeded")
+    secret_name = binding["status"]["response"]["secretRef"]
+
+    def credentials() -> dict[str, Any]:
+        data = core.read_namespaced_secret(secret_name, namespace).data[CREDENTIALS_KEY]
+        found: dict[str, Any] = json.loads(base64.b64decode(data))["credentials"]
+        return found
+
+    old = credentials()
+    (source,) = [
+        s
+        for s in core.list_namespaced_secret(namespace, label_selector="demo.opbroker.io/database=rot1").items
+        if s.metadata.labels.get("demo.opbroker.io/user") == old["username"]
+    ]
+    written = core.read_namespaced_secret(secret_name, namespace).metadata.resource_version
+    # A change of the source that leaves the credentials as they are writes nothing.
+    core.patch_namespaced_secret(source.metadata.name, namespace, {"metadata": {"annotations": {"touched": "yes"}}})
+    time.sleep(3)
+    assert core.read_namespaced_secret(secret_name, namespace).metadata.resource_version == written
+
+    rotated = "rotated-" + uuid.uuid4().hex
+    core.patch_namespaced_secret(source.metadata.name, namespace, {"stringData": {"password": rotated}})
+    wait_for(lambda: credentials()["password"] == rotated, 30, "the credentials Secret to follow the rotation")
+    assert credentials()["uri"] == old["uri"].replace(old["password"], rotated)
+    binding = get(api_client, namespace, "sfservicebindings", "rotb1")
+    assert binding is not None and binding["status"]["state"] == "succeeded"
+    assert rotated not in json.dumps(binding)
+    events = core.list_namespaced_event(namespace).items
+    assert any(e.reason == "CredentialsRotated" and e.involved_object.name == "rotb1" for e in events)
+    assert all(rotated not in (e.message or "") for e in events)

@@ -277,3 +277,62 @@ def test_pulumi_refresh_reads_what_the_broker_holds(osb_url: tuple[str, str], na
         )
         assert deleted.status_code == 202
         wait_for(lambda: instances.read(created.id, created.outs).id == "", 30, "the instance to read as gone")
+
+
+REGISTRY_DASHBOARD_PLAN = """
+apiVersion: osb.servicefabrik.io/v1alpha1
+kind: SFPlan
+metadata: {{name: registry-dashboard}}
+spec:
+  name: registry-dashboard
+  id: {plan_id}
+  serviceId: {service_id}
+  description: a plan whose provision template writes the registry's dashboard-url
+  bindable: false
+  manager: {{async: true}}
+  templates:
+  - action: provision
+    type: jinja2
+    content: |
+      apiVersion: v1
+      kind: ConfigMap
+      metadata:
+        name: {{{{ instance.metadata.name }}}}-console
+      data:
+        url: {{{{ setRegistry("dashboard-url", "https://console.example/" ~ registry("instance-id")) }}}}
+  - action: status
+    type: jinja2
+    content: |
+      provision:
+        state: succeeded
+"""
+
+
+def test_a_registry_dashboard_url_is_the_instances_dashboard_url(
+    osb: httpx.Client, api_client: client.ApiClient, namespace: str, catalog_namespace: str, tmp_path: Any
+) -> None:
+    """Issue 18: a ``dashboard-url`` a plan writes to the instance's registry (the Couchbase broker's read-write
+    key) becomes status.dashboardUrl, and so the broker's dashboard_url (GET instance, repeated PUT)."""
+    plan_id = "3c1d7e52-9a0b-4f6e-8d21-6b5f0e2a7c94"
+    plan_file = tmp_path / "plan.yaml"
+    plan_file.write_text(REGISTRY_DASHBOARD_PLAN.format(plan_id=plan_id, service_id=SERVICE_ID))
+    apply_yaml(api_client, plan_file, catalog_namespace)
+    instance = f"dash-{uuid.uuid4().hex[:8]}"
+    path = f"/v2/service_instances/{instance}"
+    request = body(namespace, plan_id=plan_id)
+
+    def accepted() -> httpx.Response | None:
+        answer = osb.put(path, params={"accepts_incomplete": "true"}, json=request)
+        return answer if answer.status_code == 202 else None  # 400 until the broker's catalog has the plan
+
+    operation = wait_for(accepted, 30, "the broker to offer the plan").json()["operation"]
+    assert poll(osb, path, operation)["state"] == "succeeded"
+    want = f"https://console.example/{instance}"
+    fetched = osb.get(path)
+    assert fetched.status_code == 200 and fetched.json()["dashboard_url"] == want
+    repeated = osb.put(path, params={"accepts_incomplete": "true"}, json=request)
+    assert repeated.status_code == 200 and repeated.json()["dashboard_url"] == want
+    ids = {"service_id": SERVICE_ID, "plan_id": plan_id, "accepts_incomplete": "true"}
+    removed = osb.delete(path, params=ids)
+    assert removed.status_code == 202
+    assert poll(osb, path, removed.json()["operation"])["state"] == "succeeded"
