@@ -16,357 +16,512 @@ One reconcile:
    template, so a changed source Secret or endpoint definition rolls the pods;
 5. the claim's status says Resolved (holding ``status.registeredService``), Pending (with the reasons),
    or Invalid.
+
+observe reads the claim, the services it holds or will hold, the endpoint Secrets, the binding Secret and
+the namespace's workloads; :meth:`ClaimReconciler.plan` (pure) decides all of the above with :mod:`matching`,
+:mod:`states`, :mod:`servicebinding` and :mod:`workloads`; act writes, in order.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from opbroker.api.errors import field_errors
 from opbroker.api.meta import ResourceRef
-from opbroker.api.primaza import ApplicationSelector, ClaimState, RegisteredService, ServiceClaim, ServiceState
+from opbroker.api.primaza import ClaimState, RegisteredService, ServiceClaim, ServiceState
 from opbroker.controller.claims import conditions, matching, names, servicebinding, states, workloads
 from opbroker.controller.claims.context import Context
 from opbroker.controller.claims.kinds import CLAIMS, REGISTERED_SERVICES
+from opbroker.controller.claims.settings import ClaimsSettings
 from opbroker.controller.reasons import Reason
-from opbroker.controller.reconciler import DONE, Conflict, Key, Outcome
+from opbroker.controller.reconciler import DONE, Conflict, Key, ObservePlanAct, Outcome
 
 logger = logging.getLogger(__name__)
 
 READY = "Ready"
 
 
-class ClaimReconciler:
+@dataclass(frozen=True)
+class ClaimFacts:
+    claim: dict[str, Any]
+    settings: ClaimsSettings
+    index: matching.Index
+    """The namespace's registered services, as the watch cache has them."""
+    holding: tuple[str, ...] = ()
+    """Services whose (cached) ``claimedBy`` names this claim."""
+    services: Mapping[str, dict[str, Any] | None] = field(default_factory=dict)
+    """Live bodies of the services the claim holds or is about to hold (None: gone)."""
+    secrets: Mapping[str, dict[str, str] | None] = field(default_factory=dict)
+    """The decoded Secrets the chosen service's endpoint definition reads."""
+    binding_secret: dict[str, Any] | None = None
+    """The claim's binding Secret as it exists."""
+    workloads: tuple[dict[str, Any], ...] = ()
+    """The namespace's workloads of the supported kinds."""
+
+
+@dataclass(frozen=True)
+class AddFinalizer:
+    finalizers: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class RemoveFinalizer:
+    finalizers: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Release:
+    """Free a held service (its status, guarded by the resourceVersion read)."""
+
+    service: dict[str, Any]
+    patch: dict[str, Any]
+    message: str
+
+
+@dataclass(frozen=True)
+class Take:
+    """Write ``claimedBy`` guarded by the resourceVersion the match saw: exclusive under races."""
+
+    service: str
+    resource_version: str | None
+    patch: dict[str, Any]
+    message: str
+
+
+@dataclass(frozen=True)
+class Rematch:
+    """The chosen service is gone since the match: a conflict, so the claim is matched again."""
+
+    service: str
+
+
+@dataclass(frozen=True)
+class DeleteSecret:
+    name: str
+
+
+@dataclass(frozen=True)
+class ApplySecret:
+    manifest: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ApplyWorkloads:
+    """Server-side apply the projections (and withdrawals) under the claim's field manager."""
+
+    patches: tuple[dict[str, Any], ...]
+
+
+@dataclass(frozen=True)
+class EmitEvent:
+    reason: Reason
+    message: str
+    warning: bool = False
+
+
+@dataclass(frozen=True)
+class WriteStatus:
+    patch: dict[str, Any]
+    event: EmitEvent | None
+    """Emitted on the patched claim when the status was written."""
+
+
+ClaimAction = (
+    AddFinalizer
+    | RemoveFinalizer
+    | Release
+    | Take
+    | Rematch
+    | DeleteSecret
+    | ApplySecret
+    | ApplyWorkloads
+    | EmitEvent
+    | WriteStatus
+)
+
+
+def _model(claim: dict[str, Any]) -> ServiceClaim:
+    return ServiceClaim.model_validate({k: v for k, v in claim.items() if k != "status"})
+
+
+class ClaimReconciler(ObservePlanAct[ClaimFacts, ClaimAction]):
     kind: ClassVar[str] = "claim"
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
 
-    def reconcile(self, key: Key) -> Outcome:
-        return self.reconcile_object(key.namespace, key.name)
+    # -- observe -------------------------------------------------------------------------------------
 
-    def reread(self, key: Key) -> None:
-        return None  # reads come from the watch cache or the API; nothing to drop
-
-    def reconcile_object(self, namespace: str, name: str) -> Outcome:
-        kube = self.ctx.kube
+    def observe(self, key: Key) -> ClaimFacts | None:
+        kube, store = self.ctx.kube, self.ctx.store
+        _, namespace, name = key
         claim = kube.get_custom(CLAIMS, namespace, name)
         if claim is None:
-            return DONE
-        meta = claim["metadata"]
-        if meta.get("deletionTimestamp"):
-            return self._finalize(claim)
-        if names.FINALIZER not in (meta.get("finalizers") or []):
-            patched = kube.patch_custom(
-                CLAIMS,
-                namespace,
-                name,
-                {
-                    "metadata": {
-                        "finalizers": [*(meta.get("finalizers") or []), names.FINALIZER],
-                        "resourceVersion": meta["resourceVersion"],
-                    }
-                },
-            )
-            if patched is None:
-                return DONE
-            claim = patched
+            return None
+        index = store.index(namespace)
+        holding = tuple(sorted(c.name for c in store.services(namespace) if c.claimed_by == name))
+        wanted = set(holding)
+        recorded = (claim.get("status") or {}).get("registeredService")
+        if recorded:
+            wanted.add(recorded)
+        chosen = self._predicted(claim, index)
+        if chosen is not None:
+            wanted.add(chosen)
+        services = {service: kube.get_custom(REGISTERED_SERVICES, namespace, service) for service in sorted(wanted)}
+        secrets: dict[str, dict[str, str] | None] = {}
+        body = services.get(chosen) if chosen is not None else None
+        if body is not None:
+            definition = self._service_model(body).spec.service_endpoint_definition
+            secrets = {
+                secret: servicebinding.decode(kube.read_secret(namespace, secret))
+                for secret in sorted(servicebinding.referenced_secrets(definition))
+            }
+        listed = tuple(
+            workload
+            for api_version, kind in workloads.SUPPORTED_KINDS
+            for workload in kube.list_objects(api_version, kind, namespace)
+        )
+        return ClaimFacts(
+            claim=claim,
+            settings=self.ctx.settings,
+            index=index,
+            holding=holding,
+            services=services,
+            secrets=secrets,
+            binding_secret=kube.read_secret(namespace, names.binding_secret_name(name)),
+            workloads=listed,
+        )
+
+    def _predicted(self, claim: dict[str, Any], index: matching.Index) -> str | None:
+        """The service plan will choose (to read it): the same pure match plan makes."""
+        if claim["metadata"].get("deletionTimestamp"):
+            return None
         try:
-            model = ServiceClaim.model_validate({k: v for k, v in claim.items() if k != "status"})
+            model = _model(claim)
+        except ValidationError:
+            return None
+        chosen = matching.match(matching.request_of(model), index, self.ctx.settings.sla_order).chosen
+        return chosen.name if chosen else None
+
+    @staticmethod
+    def _service_model(body: dict[str, Any]) -> RegisteredService:
+        return RegisteredService.model_validate({k: v for k, v in body.items() if k != "status"})
+
+    # -- plan ----------------------------------------------------------------------------------------
+
+    @staticmethod
+    def plan(facts: ClaimFacts) -> Sequence[ClaimAction]:
+        claim = facts.claim
+        meta = claim["metadata"]
+        finalizers = tuple(meta.get("finalizers") or [])
+        if meta.get("deletionTimestamp"):
+            if names.FINALIZER not in finalizers:
+                return ()
+            return (
+                *_releases(facts, keep=None),
+                *_unbind(facts),
+                RemoveFinalizer(tuple(f for f in finalizers if f != names.FINALIZER)),
+            )
+        actions: list[ClaimAction] = []
+        if names.FINALIZER not in finalizers:
+            actions.append(AddFinalizer((*finalizers, names.FINALIZER)))
+        try:
+            model = _model(claim)
         except ValidationError as exc:
-            return self._invalid(claim, "; ".join(field_errors(exc)))
+            return [*actions, *_invalid(facts, "; ".join(field_errors(exc)))]
         application = model.spec.application
         if application is not None and not workloads.supported(application):
             kinds = ", ".join(f"{v}/{k}" for v, k in workloads.SUPPORTED_KINDS)
-            return self._invalid(
-                claim, f"application kind {application.api_version}/{application.kind} is not supported ({kinds})"
-            )
-        match = matching.match(matching.request_of(model), self.ctx.store.index(namespace), self.ctx.settings.sla_order)
+            message = f"application kind {application.api_version}/{application.kind} is not supported ({kinds})"
+            return [*actions, *_invalid(facts, message)]
+        match = matching.match(matching.request_of(model), facts.index, facts.settings.sla_order)
         chosen = match.chosen
-        self._release_all(claim, keep=chosen.name if chosen else None)
+        actions.extend(_releases(facts, keep=chosen.name if chosen else None))
         if chosen is None:
-            return self._pending(claim, match)
-        if chosen.claimed_by != name:
-            self._take(claim, chosen)
-        return self._bind(claim, model, match, chosen)
-
-    # -- holding and releasing -----------------------------------------------------------------------
-
-    def _take(self, claim: dict[str, Any], chosen: matching.Candidate) -> None:
-        """Write ``claimedBy`` guarded by the resourceVersion the match saw: exclusive under races."""
-        meta = claim["metadata"]
-        snapshot = {
-            "metadata": {
-                "namespace": meta["namespace"],
-                "name": chosen.name,
-                "resourceVersion": chosen.resource_version,
-            }
-        }
-        state = states.on_claimed(chosen.state)
-        patched = self.ctx.patch_status(
-            REGISTERED_SERVICES,
-            snapshot,
-            {"claimedBy": meta["name"], "state": state.value if state else None},
-        )
-        if patched is None:
-            raise Conflict(chosen.name)  # deleted since the match: match again
-        self.ctx.kube.emit_event(
-            patched,
-            reason=Reason.CLAIMED.value,
-            message=f"{chosen.state.value if chosen.state else 'new'} -> Claimed: claimed by {meta['name']!r}",
-        )
-
-    def _release(self, namespace: str, service_name: str, claim_name: str) -> None:
-        """Free ``service_name`` if — and only if — its ``claimedBy`` names this claim."""
-        service = self.ctx.kube.get_custom(REGISTERED_SERVICES, namespace, service_name)
-        status = (service or {}).get("status") or {}
-        if service is None or status.get("claimedBy") != claim_name:
-            return
-        current = ServiceState(status["state"]) if status.get("state") else None
-        state = states.on_released(current)
-        patched = self.ctx.patch_status(
-            REGISTERED_SERVICES, service, {"claimedBy": None, "state": state.value if state else None}
-        )
-        if patched is not None:
-            self.ctx.kube.emit_event(
-                patched,
-                reason=Reason.RELEASED.value,
-                message=f"{current.value if current else 'new'} -> {state.value if state else 'new'}: "
-                f"released by claim {claim_name!r}",
+            return [*actions, *_pending(facts, match)]
+        if chosen.claimed_by != meta["name"]:
+            state = states.on_claimed(chosen.state)
+            actions.append(
+                Take(
+                    chosen.name,
+                    chosen.resource_version,
+                    {"claimedBy": meta["name"], "state": state.value if state else None},
+                    f"{chosen.state.value if chosen.state else 'new'} -> Claimed: claimed by {meta['name']!r}",
+                )
             )
+        return [*actions, *_bind(facts, model, match, chosen)]
 
-    def _release_all(self, claim: dict[str, Any], *, keep: str | None) -> None:
-        """Release every service this claim holds except ``keep`` (normally at most one)."""
+    # -- act -----------------------------------------------------------------------------------------
+
+    def act(self, facts: ClaimFacts, actions: Sequence[ClaimAction]) -> Outcome:
+        kube = self.ctx.kube
+        claim = facts.claim
         meta = claim["metadata"]
         namespace, name = meta["namespace"], meta["name"]
-        held = {c.name for c in self.ctx.store.services(namespace) if c.claimed_by == name}
-        recorded = (claim.get("status") or {}).get("registeredService")
-        if recorded:
-            held.add(recorded)
-        for service in sorted(held - {keep} if keep else held):
-            self._release(namespace, service, name)
-
-    def _finalize(self, claim: dict[str, Any]) -> Outcome:
-        meta = claim["metadata"]
-        if names.FINALIZER not in (meta.get("finalizers") or []):
-            return DONE
-        self._release_all(claim, keep=None)
-        self._unbind(claim)
-        remaining = [f for f in meta.get("finalizers") or [] if f != names.FINALIZER]
-        self.ctx.kube.patch_custom(
-            CLAIMS,
-            meta["namespace"],
-            meta["name"],
-            {"metadata": {"finalizers": remaining, "resourceVersion": meta["resourceVersion"]}},
-        )
-        return DONE
-
-    # -- outcomes ------------------------------------------------------------------------------------
-
-    def _unbind_unless_done(self, claim: dict[str, Any]) -> None:
-        """Unbind, unless the status already says so (it is written only after an unbind completed)."""
-        status = claim.get("status") or {}
-        settled = status.get("state") in (ClaimState.PENDING.value, ClaimState.INVALID.value)
-        if not settled or status.get("bindingSecret"):
-            self._unbind(claim)
-
-    def _invalid(self, claim: dict[str, Any], message: str) -> Outcome:
-        self._release_all(claim, keep=None)
-        self._unbind_unless_done(claim)
-        self._write(
-            claim,
-            {
-                "state": ClaimState.INVALID.value,
-                "registeredService": None,
-                "bindingSecret": None,
-                "reason": message,
-                "candidates": None,
-            },
-            ready=False,
-            reason=Reason.CLAIM_INVALID,
-            message=message,
-        )
-        return DONE
-
-    def _pending(self, claim: dict[str, Any], match: matching.Match) -> Outcome:
-        self._unbind_unless_done(claim)
-        status = claim.get("status") or {}
-        previous = status.get("registeredService")
-        total = len(match.index)
-        summary = (
-            f"no acceptable registered service among {total} in namespace {claim['metadata']['namespace']!r}"
-            if total
-            else f"no registered services in namespace {claim['metadata']['namespace']!r}"
-        )
-        lost = (conditions.find(status.get("conditions"), READY) or {}).get("reason") == Reason.MATCH_LOST
-        if previous:
-            summary = f"registered service {previous!r} no longer matches; {summary}"
-        elif lost and status.get("state") == ClaimState.PENDING.value:  # still Pending since the loss: keep saying so
-            summary = f"{str(status.get('reason') or '').split('; ')[0]}; {summary}"
-        self._write(
-            claim,
-            {
-                "state": ClaimState.PENDING.value,
-                "registeredService": None,
-                "bindingSecret": None,
-                "reason": summary,
-                "candidates": [v.as_status() for v in match.verdicts(self.ctx.settings.candidates_shown)],
-            },
-            ready=False,
-            reason=Reason.MATCH_LOST if previous or lost else Reason.NO_MATCH,
-            message=summary,
-        )
-        return DONE
-
-    def _bind(
-        self, claim: dict[str, Any], model: ServiceClaim, match: matching.Match, chosen: matching.Candidate
-    ) -> Outcome:
-        kube = self.ctx.kube
-        meta = claim["metadata"]
-        namespace = meta["namespace"]
-        service = kube.get_custom(REGISTERED_SERVICES, namespace, chosen.name)
-        if service is None:
-            raise Conflict(chosen.name)
-        spec = RegisteredService.model_validate({k: v for k, v in service.items() if k != "status"}).spec
-        definition = spec.service_endpoint_definition
-        secrets = {
-            secret: servicebinding.decode(kube.read_secret(namespace, secret))
-            for secret in sorted(servicebinding.referenced_secrets(definition))
-        }
-        resolution = servicebinding.resolve(definition, secrets)
-        held_status = {
-            "state": ClaimState.RESOLVED.value,
-            "registeredService": chosen.name,
-            "reason": None,
-            "candidates": [v.as_status() for v in match.verdicts(self.ctx.settings.candidates_shown)],
-        }
-        if not resolution.complete:
-            message = f"cannot render the binding: {'; '.join(resolution.missing)}"
-            self._write(claim, held_status, ready=False, reason=Reason.BINDING_FAILED, message=message)
-            return DONE  # the Secret's watch event brings the claim back
-        service_type = chosen.service_type or ""
-        provider = next((i.value for i in spec.service_class_identity if i.name == "provider"), None)
-        data = servicebinding.binding_data(
-            service_type=service_type,
-            provider=provider,
-            values=resolution.values,
-            keys=model.spec.service_endpoint_definition_keys,
-        )
-        manifest = servicebinding.claim_binding_secret(claim, data, service_type)
-        secret_name = manifest["metadata"]["name"]
-        existing = kube.read_secret(namespace, secret_name)
-        if existing is not None:
-            owners = {ref.get("uid") for ref in (existing.get("metadata") or {}).get("ownerReferences") or []}
-            if meta["uid"] not in owners:
-                message = f"Secret {secret_name!r} exists and does not belong to this claim"
-                self._write(claim, held_status, ready=False, reason=Reason.BINDING_FAILED, message=message)
-                return DONE
-            if existing.get("type") != manifest["type"]:  # a Secret's type is immutable
-                kube.delete(ResourceRef(api_version="v1", kind="Secret", name=secret_name, namespace=namespace))
-                existing = None
-        kube.apply_secret(manifest)
-        content_hash = servicebinding.content_hash(data)
-        projected = self._project(claim, model.spec.application, secret_name, sorted(data), content_hash)
-        if existing is not None and servicebinding.decode(existing) != data:
-            kube.emit_event(
-                claim,
-                reason=Reason.ROTATED.value,
-                message=f"binding Secret {secret_name!r} re-rendered from {chosen.name!r}; "
-                f"{projected} workload(s) rolled",
-            )
-        service_state = (service.get("status") or {}).get("state")
-        ready = service_state in (ServiceState.CLAIMED.value, ServiceState.AVAILABLE.value)
-        message = (
-            f"bound to {chosen.name!r}; projected into {projected} workload(s)"
-            if ready
-            else f"bound to {chosen.name!r}, which is {service_state or 'not checked yet'}"
-        )
-        self._write(
-            claim,
-            {**held_status, "bindingSecret": secret_name},
-            ready=ready,
-            reason=Reason.BOUND if ready else Reason.SERVICE_NOT_READY,
-            message=message,
-        )
-        return DONE
-
-    # -- binding secret and projection ---------------------------------------------------------------
-
-    def _project(
-        self,
-        claim: dict[str, Any],
-        application: ApplicationSelector | None,
-        secret_name: str,
-        keys: list[str],
-        content_hash: str,
-    ) -> int:
-        """Project into the selected workloads, withdraw from the others; the number projected into."""
-        kube = self.ctx.kube
-        meta = claim["metadata"]
-        manager = names.field_manager(meta["name"])
-        projected = 0
-        for api_version, kind in workloads.SUPPORTED_KINDS:
-            for workload in kube.list_objects(api_version, kind, meta["namespace"]):
-                if application is not None and workloads.selected(application, workload):
-                    patch = workloads.projection(
-                        workload,
-                        claim=meta["name"],
-                        secret_name=secret_name,
-                        keys=keys,
-                        content_hash=content_hash,
-                        default_root=self.ctx.settings.binding_root,
-                    )
-                    kube.apply(patch, field_manager=manager)
-                    projected += 1
-                elif workloads.managed_by(workload, manager):
-                    kube.apply(workloads.unprojection(workload), field_manager=manager)
-        return projected
-
-    def _unbind(self, claim: dict[str, Any]) -> None:
-        """Withdraw the projection from every workload and delete the binding Secret."""
-        self._project(claim, None, "", [], "")
-        meta = claim["metadata"]
-        name = names.binding_secret_name(meta["name"])
-        existing = self.ctx.kube.read_secret(meta["namespace"], name)
-        owners = {ref.get("uid") for ref in ((existing or {}).get("metadata") or {}).get("ownerReferences") or []}
-        if existing is not None and meta["uid"] in owners:
-            try:
-                self.ctx.kube.delete(
-                    ResourceRef(api_version="v1", kind="Secret", name=name, namespace=meta["namespace"])
+        for action in actions:
+            if isinstance(action, AddFinalizer | RemoveFinalizer):
+                patched = kube.patch_custom(
+                    CLAIMS,
+                    namespace,
+                    name,
+                    {
+                        "metadata": {
+                            "finalizers": list(action.finalizers),
+                            "resourceVersion": claim["metadata"]["resourceVersion"],
+                        }
+                    },
                 )
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
+                if patched is None:
+                    return DONE
+                claim = patched
+            elif isinstance(action, Release):
+                released = self.ctx.patch_status(REGISTERED_SERVICES, action.service, action.patch)
+                if released is not None:
+                    kube.emit_event(released, reason=Reason.RELEASED.value, message=action.message)
+            elif isinstance(action, Take):
+                snapshot = {
+                    "metadata": {
+                        "namespace": namespace,
+                        "name": action.service,
+                        "resourceVersion": action.resource_version,
+                    }
+                }
+                taken = self.ctx.patch_status(REGISTERED_SERVICES, snapshot, action.patch)
+                if taken is None:
+                    raise Conflict(action.service)  # deleted since the match: match again
+                kube.emit_event(taken, reason=Reason.CLAIMED.value, message=action.message)
+            elif isinstance(action, Rematch):
+                raise Conflict(action.service)
+            elif isinstance(action, DeleteSecret):
+                kube.delete(ResourceRef(api_version="v1", kind="Secret", name=action.name, namespace=namespace))
+            elif isinstance(action, ApplySecret):
+                kube.apply_secret(action.manifest)
+            elif isinstance(action, ApplyWorkloads):
+                for patch in action.patches:
+                    kube.apply(patch, field_manager=names.field_manager(name))
+            elif isinstance(action, EmitEvent):
+                kube.emit_event(claim, reason=action.reason.value, message=action.message, warning=action.warning)
+            else:
+                written = self.ctx.patch_status(CLAIMS, claim, action.patch)
+                if written is None:
+                    continue
+                if action.event is not None:
+                    event = action.event
+                    kube.emit_event(written, reason=event.reason.value, message=event.message, warning=event.warning)
+                claim = written
+        return DONE
 
-    # -- status --------------------------------------------------------------------------------------
 
-    def _write(
-        self, claim: dict[str, Any], wanted: dict[str, Any], *, ready: bool, reason: Reason, message: str
-    ) -> None:
-        status: dict[str, Any] = claim.get("status") or {}
-        new_conditions = conditions.with_condition(
-            status.get("conditions"),
-            type_=READY,
-            status="True" if ready else "False",
-            reason=reason.value,
-            message=message,
-            generation=claim["metadata"].get("generation"),
+# -- the plan's parts (pure) -----------------------------------------------------------------------------
+
+
+def _releases(facts: ClaimFacts, *, keep: str | None) -> list[ClaimAction]:
+    """Release every service this claim holds except ``keep`` (normally at most one) — if, and only if, the
+    service's live ``claimedBy`` names this claim."""
+    claim = facts.claim
+    name = claim["metadata"]["name"]
+    held = set(facts.holding)
+    recorded = (claim.get("status") or {}).get("registeredService")
+    if recorded:
+        held.add(recorded)
+    actions: list[ClaimAction] = []
+    for service_name in sorted(held - {keep} if keep else held):
+        service = facts.services.get(service_name)
+        status = (service or {}).get("status") or {}
+        if service is None or status.get("claimedBy") != name:
+            continue
+        current = ServiceState(status["state"]) if status.get("state") else None
+        state = states.on_released(current)
+        actions.append(
+            Release(
+                service,
+                {"claimedBy": None, "state": state.value if state else None},
+                f"{current.value if current else 'new'} -> {state.value if state else 'new'}: "
+                f"released by claim {name!r}",
+            )
         )
-        unchanged = all((status.get(k) or None) == (v or None) for k, v in wanted.items()) and conditions.same(
-            status.get("conditions"), new_conditions
+    return actions
+
+
+def _projection(
+    facts: ClaimFacts, application: Any, secret_name: str, keys: list[str], content_hash: str
+) -> tuple[ApplyWorkloads, int]:
+    """Project into the selected workloads, withdraw from the others; and the number projected into."""
+    claim = facts.claim["metadata"]["name"]
+    manager = names.field_manager(claim)
+    patches: list[dict[str, Any]] = []
+    projected = 0
+    for workload in facts.workloads:
+        if application is not None and workloads.selected(application, workload):
+            patches.append(
+                workloads.projection(
+                    workload,
+                    claim=claim,
+                    secret_name=secret_name,
+                    keys=keys,
+                    content_hash=content_hash,
+                    default_root=facts.settings.binding_root,
+                )
+            )
+            projected += 1
+        elif workloads.managed_by(workload, manager):
+            patches.append(workloads.unprojection(workload))
+    return ApplyWorkloads(tuple(patches)), projected
+
+
+def _owned(secret: dict[str, Any] | None, uid: str) -> bool:
+    owners = {ref.get("uid") for ref in ((secret or {}).get("metadata") or {}).get("ownerReferences") or []}
+    return uid in owners
+
+
+def _unbind(facts: ClaimFacts) -> list[ClaimAction]:
+    """Withdraw the projection from every workload and delete the binding Secret."""
+    withdraw, _ = _projection(facts, None, "", [], "")
+    actions: list[ClaimAction] = [withdraw] if withdraw.patches else []
+    meta = facts.claim["metadata"]
+    if facts.binding_secret is not None and _owned(facts.binding_secret, meta["uid"]):
+        actions.append(DeleteSecret(names.binding_secret_name(meta["name"])))
+    return actions
+
+
+def _unbind_unless_done(facts: ClaimFacts) -> list[ClaimAction]:
+    """Unbind, unless the status already says so (it is written only after an unbind completed)."""
+    status = facts.claim.get("status") or {}
+    settled = status.get("state") in (ClaimState.PENDING.value, ClaimState.INVALID.value)
+    return _unbind(facts) if not settled or status.get("bindingSecret") else []
+
+
+def _write(
+    claim: dict[str, Any], wanted: dict[str, Any], *, ready: bool, reason: Reason, message: str
+) -> list[ClaimAction]:
+    status: dict[str, Any] = claim.get("status") or {}
+    new_conditions = conditions.with_condition(
+        status.get("conditions"),
+        type_=READY,
+        status="True" if ready else "False",
+        reason=reason.value,
+        message=message,
+        generation=claim["metadata"].get("generation"),
+    )
+    unchanged = all((status.get(k) or None) == (v or None) for k, v in wanted.items()) and conditions.same(
+        status.get("conditions"), new_conditions
+    )
+    if unchanged:
+        return []
+    old_ready = conditions.find(status.get("conditions"), READY) or {}
+    before = (status.get("state"), status.get("registeredService"), old_ready.get("reason"))
+    changed = before != (wanted.get("state"), wanted.get("registeredService"), reason.value)
+    event = EmitEvent(reason, message, warning=not ready) if changed else None
+    return [WriteStatus({**wanted, "conditions": new_conditions}, event)]
+
+
+def _invalid(facts: ClaimFacts, message: str) -> list[ClaimAction]:
+    wanted = {
+        "state": ClaimState.INVALID.value,
+        "registeredService": None,
+        "bindingSecret": None,
+        "reason": message,
+        "candidates": None,
+    }
+    return [
+        *_releases(facts, keep=None),
+        *_unbind_unless_done(facts),
+        *_write(facts.claim, wanted, ready=False, reason=Reason.CLAIM_INVALID, message=message),
+    ]
+
+
+def _pending(facts: ClaimFacts, match: matching.Match) -> list[ClaimAction]:
+    claim = facts.claim
+    status = claim.get("status") or {}
+    previous = status.get("registeredService")
+    total = len(match.index)
+    namespace = claim["metadata"]["namespace"]
+    summary = (
+        f"no acceptable registered service among {total} in namespace {namespace!r}"
+        if total
+        else f"no registered services in namespace {namespace!r}"
+    )
+    lost = (conditions.find(status.get("conditions"), READY) or {}).get("reason") == Reason.MATCH_LOST
+    if previous:
+        summary = f"registered service {previous!r} no longer matches; {summary}"
+    elif lost and status.get("state") == ClaimState.PENDING.value:  # still Pending since the loss: keep saying so
+        summary = f"{str(status.get('reason') or '').split('; ')[0]}; {summary}"
+    wanted = {
+        "state": ClaimState.PENDING.value,
+        "registeredService": None,
+        "bindingSecret": None,
+        "reason": summary,
+        "candidates": [v.as_status() for v in match.verdicts(facts.settings.candidates_shown)],
+    }
+    reason = Reason.MATCH_LOST if previous or lost else Reason.NO_MATCH
+    return [*_unbind_unless_done(facts), *_write(claim, wanted, ready=False, reason=reason, message=summary)]
+
+
+def _bind(
+    facts: ClaimFacts, model: ServiceClaim, match: matching.Match, chosen: matching.Candidate
+) -> list[ClaimAction]:
+    claim = facts.claim
+    meta = claim["metadata"]
+    service = facts.services.get(chosen.name)
+    if service is None:
+        return [Rematch(chosen.name)]
+    spec = ClaimReconciler._service_model(service).spec
+    resolution = servicebinding.resolve(spec.service_endpoint_definition, facts.secrets)
+    held_status = {
+        "state": ClaimState.RESOLVED.value,
+        "registeredService": chosen.name,
+        "reason": None,
+        "candidates": [v.as_status() for v in match.verdicts(facts.settings.candidates_shown)],
+    }
+    if not resolution.complete:
+        message = f"cannot render the binding: {'; '.join(resolution.missing)}"
+        # the Secret's watch event brings the claim back
+        return _write(claim, held_status, ready=False, reason=Reason.BINDING_FAILED, message=message)
+    service_type = chosen.service_type or ""
+    provider = next((i.value for i in spec.service_class_identity if i.name == "provider"), None)
+    data = servicebinding.binding_data(
+        service_type=service_type,
+        provider=provider,
+        values=resolution.values,
+        keys=model.spec.service_endpoint_definition_keys,
+    )
+    manifest = servicebinding.claim_binding_secret(claim, data, service_type)
+    secret_name = manifest["metadata"]["name"]
+    existing = facts.binding_secret
+    actions: list[ClaimAction] = []
+    if existing is not None:
+        if not _owned(existing, meta["uid"]):
+            message = f"Secret {secret_name!r} exists and does not belong to this claim"
+            return _write(claim, held_status, ready=False, reason=Reason.BINDING_FAILED, message=message)
+        if existing.get("type") != manifest["type"]:  # a Secret's type is immutable
+            actions.append(DeleteSecret(secret_name))
+            existing = None
+    actions.append(ApplySecret(manifest))
+    content_hash = servicebinding.content_hash(data)
+    project, projected = _projection(facts, model.spec.application, secret_name, sorted(data), content_hash)
+    if project.patches:
+        actions.append(project)
+    if existing is not None and servicebinding.decode(existing) != data:
+        actions.append(
+            EmitEvent(
+                Reason.ROTATED,
+                f"binding Secret {secret_name!r} re-rendered from {chosen.name!r}; {projected} workload(s) rolled",
+            )
         )
-        if unchanged:
-            return
-        patched = self.ctx.patch_status(CLAIMS, claim, {**wanted, "conditions": new_conditions})
-        if patched is None:
-            return
-        old_ready = conditions.find(status.get("conditions"), READY) or {}
-        before = (status.get("state"), status.get("registeredService"), old_ready.get("reason"))
-        if before != (wanted.get("state"), wanted.get("registeredService"), reason.value):
-            self.ctx.kube.emit_event(patched, reason=reason.value, message=message, warning=not ready)
-        claim.clear()
-        claim.update(patched)
+    service_state = (service.get("status") or {}).get("state")
+    ready = service_state in (ServiceState.CLAIMED.value, ServiceState.AVAILABLE.value)
+    message = (
+        f"bound to {chosen.name!r}; projected into {projected} workload(s)"
+        if ready
+        else f"bound to {chosen.name!r}, which is {service_state or 'not checked yet'}"
+    )
+    reason = Reason.BOUND if ready else Reason.SERVICE_NOT_READY
+    return [
+        *actions,
+        *_write(claim, {**held_status, "bindingSecret": secret_name}, ready=ready, reason=reason, message=message),
+    ]

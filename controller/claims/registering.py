@@ -3,11 +3,16 @@
 See :mod:`registration` for the rules. Triggered by the binding's events and by its credentials
 Secret's; the generated objects are applied (server-side) on every change, and removed as soon as the
 binding is being deleted or opts out.
+
+observe reads the binding, the generated service, the binding's catalog entries and (once the binding has
+succeeded) its credentials; plan (pure) calls :mod:`registration`; act writes.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from pydantic import ValidationError
@@ -20,12 +25,65 @@ from opbroker.controller.claims.context import Context
 from opbroker.controller.claims.kinds import REGISTERED_SERVICES
 from opbroker.controller.kube import BINDINGS
 from opbroker.controller.reasons import Reason
-from opbroker.controller.reconciler import DONE, Key, Outcome
+from opbroker.controller.reconciler import DONE, Key, ObservePlanAct, Outcome
 
 logger = logging.getLogger(__name__)
 
 
-class RegistrationReconciler:
+@dataclass(frozen=True)
+class RegistrationFacts:
+    key: Key
+    binding: dict[str, Any] | None
+    generated: dict[str, Any] | None
+    """The RegisteredService named after the binding, whoever made it."""
+    plan: dict[str, Any] | None = None
+    """The binding's SFPlan (catalog entry body)."""
+    service: dict[str, Any] | None = None
+    """The binding's SFService (catalog entry body)."""
+    credentials: dict[str, str] | None = None
+    """The decoded credentials Secret (read only once the binding has succeeded)."""
+
+
+@dataclass(frozen=True)
+class TrackCredentials:
+    secret: str | None
+
+
+@dataclass(frozen=True)
+class RemoveGenerated:
+    pass
+
+
+@dataclass(frozen=True)
+class Register:
+    endpoint_secret: dict[str, Any]
+    manifest: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class EmitEvent:
+    reason: Reason
+    message: str
+    warning: bool = False
+
+
+RegistrationAction = TrackCredentials | RemoveGenerated | Register | EmitEvent
+
+
+def credentials_secret(binding: dict[str, Any]) -> str | None:
+    secret: str | None = (((binding.get("status") or {}).get("response")) or {}).get("secretRef")
+    return secret
+
+
+def deleting(binding: dict[str, Any]) -> bool:
+    return bool(binding["metadata"].get("deletionTimestamp"))
+
+
+def succeeded(binding: dict[str, Any]) -> bool:
+    return (binding.get("status") or {}).get("state") == OperationState.SUCCEEDED.value
+
+
+class RegistrationReconciler(ObservePlanAct[RegistrationFacts, RegistrationAction]):
     kind: ClassVar[str] = "registration"
 
     def __init__(self, ctx: Context) -> None:
@@ -38,60 +96,65 @@ class RegistrationReconciler:
     def wanted(self, binding: dict[str, Any]) -> bool:
         return registration.opted_in(binding, self.plan_of(binding))
 
-    def reconcile(self, key: Key) -> Outcome:
-        return self.reconcile_object(key.namespace, key.name)
-
-    def reread(self, key: Key) -> None:
-        return None  # reads come from the watch cache or the API; nothing to drop
-
-    def reconcile_object(self, namespace: str, name: str) -> Outcome:
+    def observe(self, key: Key) -> RegistrationFacts:
         kube = self.ctx.kube
-        binding = kube.get_custom(BINDINGS, namespace, name)
-        generated = kube.get_custom(REGISTERED_SERVICES, namespace, name)
-        if binding is None or binding["metadata"].get("deletionTimestamp") or not self.wanted(binding):
-            self.ctx.store.track_credentials(namespace, None, name)
+        binding = kube.get_custom(BINDINGS, key.namespace, key.name)
+        generated = kube.get_custom(REGISTERED_SERVICES, key.namespace, key.name)
+        if binding is None:
+            return RegistrationFacts(key, None, generated)
+        service = self.ctx.osb_catalog.service((binding.get("spec") or {}).get("serviceId", ""))
+        secret = credentials_secret(binding)
+        credentials = None
+        if secret and succeeded(binding) and not deleting(binding):
+            credentials = servicebinding.decode(kube.read_secret(key.namespace, secret))
+        return RegistrationFacts(
+            key, binding, generated, self.plan_of(binding), service.body if service else None, credentials
+        )
+
+    @staticmethod
+    def plan(facts: RegistrationFacts) -> Sequence[RegistrationAction]:
+        binding, generated, name = facts.binding, facts.generated, facts.key.name
+        if binding is None or deleting(binding) or not registration.opted_in(binding, facts.plan):
             if generated is not None and registration.generated_by(generated, name):
-                self._remove(namespace, name)
-            return DONE
-        status = binding.get("status") or {}
-        secret_name = (status.get("response") or {}).get("secretRef")
-        self.ctx.store.track_credentials(namespace, secret_name, name)
-        if status.get("state") != OperationState.SUCCEEDED.value or not secret_name:
-            return DONE  # the binding's next events bring it back
-        credentials = registration.credentials_of(servicebinding.decode(kube.read_secret(namespace, secret_name)))
+                return (TrackCredentials(None), RemoveGenerated())
+            return (TrackCredentials(None),)
+        secret = credentials_secret(binding)
+        track = TrackCredentials(secret)
+        if not succeeded(binding) or not secret:
+            return (track,)  # the binding's next events bring it back
+        credentials = registration.credentials_of(facts.credentials)
         if credentials is None:
-            return DONE  # the credentials Secret's events bring it back
+            return (track,)  # the credentials Secret's events bring it back
         flat = registration.flatten(credentials)
         if generated is not None and not registration.generated_by(generated, name):
-            kube.emit_event(
-                binding,
-                reason=Reason.REGISTRATION_CONFLICT.value,
-                message=f"a RegisteredService {name!r} not generated from this binding exists; not registering",
-                warning=True,
-            )
-            return DONE
-        spec = binding.get("spec") or {}
-        service = self.ctx.osb_catalog.service(spec.get("serviceId", ""))
+            message = f"a RegisteredService {name!r} not generated from this binding exists; not registering"
+            return (track, EmitEvent(Reason.REGISTRATION_CONFLICT, message, warning=True))
         try:
-            manifest = registration.registered_service(
-                binding, list(flat), service=service.body if service else None, plan=self.plan_of(binding)
-            )
+            manifest = registration.registered_service(binding, list(flat), service=facts.service, plan=facts.plan)
         except ValidationError as exc:
-            kube.emit_event(
-                binding,
-                reason=Reason.REGISTRATION_CONFLICT.value,
-                message=f"cannot register: {exc.error_count()} problem(s) with the generated RegisteredService",
-                warning=True,
-            )
-            return DONE
-        kube.apply_secret(registration.endpoint_secret(binding, flat))
-        kube.apply(manifest)
+            message = f"cannot register: {exc.error_count()} problem(s) with the generated RegisteredService"
+            return (track, EmitEvent(Reason.REGISTRATION_CONFLICT, message, warning=True))
+        actions: list[RegistrationAction] = [track, Register(registration.endpoint_secret(binding, flat), manifest)]
         if generated is None:
-            kube.emit_event(
-                binding,
-                reason=Reason.SERVICE_REGISTERED.value,
-                message=f"registered as RegisteredService {name!r} with endpoint keys {', '.join(flat)}",
-            )
+            message = f"registered as RegisteredService {name!r} with endpoint keys {', '.join(flat)}"
+            actions.append(EmitEvent(Reason.SERVICE_REGISTERED, message))
+        return actions
+
+    def act(self, facts: RegistrationFacts, actions: Sequence[RegistrationAction]) -> Outcome:
+        kube, (_, namespace, name) = self.ctx.kube, facts.key
+        for action in actions:
+            if isinstance(action, TrackCredentials):
+                self.ctx.store.track_credentials(namespace, action.secret, name)
+            elif isinstance(action, RemoveGenerated):
+                self._remove(namespace, name)
+            elif isinstance(action, Register):
+                kube.apply_secret(action.endpoint_secret)
+                kube.apply(action.manifest)
+            else:
+                assert facts.binding is not None
+                kube.emit_event(
+                    facts.binding, reason=action.reason.value, message=action.message, warning=action.warning
+                )
         return DONE
 
     def _remove(self, namespace: str, name: str) -> None:

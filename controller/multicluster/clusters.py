@@ -23,7 +23,7 @@ import base64
 import logging
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, ClassVar
@@ -43,7 +43,7 @@ from opbroker.controller.multicluster.scheduling import MASTER, ClusterView
 from opbroker.controller.multicluster.sisters import KubeconfigError, SisterKube, SisterWatch, client_from_kubeconfig
 from opbroker.controller.multicluster.sisters import kubeconfig_digest as digest_of
 from opbroker.controller.reasons import Reason
-from opbroker.controller.reconciler import DONE, Key, Outcome
+from opbroker.controller.reconciler import DONE, Key, ObservePlanAct, Outcome
 from opbroker.controller.reconciling import Deps
 
 logger = logging.getLogger(__name__)
@@ -241,7 +241,99 @@ def _plural(body: dict[str, Any]) -> str:
     return "sfservices" if body.get("kind") == "SFService" else "sfplans"
 
 
-class ClusterReconciler:
+@dataclass(frozen=True)
+class ClusterFacts:
+    """An SFCluster as read, with what the probe found and what the ledger places on it."""
+
+    name: str
+    body: dict[str, Any]
+    reachable: bool | None
+    reason: str
+    observed: tuple[Resources, Resources, Resources] | None
+    instances: int
+    used: Resources
+    remaining: tuple[Key, ...] | None
+    """The instances still placed on a cluster being deleted (None while it is not)."""
+    probe_seconds: float
+
+
+@dataclass(frozen=True)
+class AddFinalizer:
+    finalizers: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Replicate:
+    """Copy the master's catalog into the (reachable) cluster."""
+
+
+@dataclass(frozen=True)
+class Release:
+    """Remove the finalizer: nothing is placed on the cluster being deleted any more."""
+
+    finalizers: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class WriteStatus:
+    patch: dict[str, Any]
+    event: str | None
+    """A warning to emit first: the removal just became blocked by the instances named."""
+
+
+@dataclass(frozen=True)
+class Requeue:
+    seconds: float
+
+
+ClusterAction = AddFinalizer | Replicate | Release | WriteStatus | Requeue
+
+
+def cluster_status(facts: ClusterFacts) -> dict[str, Any]:
+    """The status an SFCluster should have (pure)."""
+    body = facts.body
+    generation = body["metadata"].get("generation")
+    declared = (body.get("spec") or {}).get("totalCapacity")
+    if facts.observed is not None:
+        capacity: dict[str, Any] | None = quantities.wire(facts.observed[0])
+        allocatable: dict[str, Any] | None = quantities.wire(facts.observed[1])
+    else:
+        capacity = allocatable = dict(declared) if declared else None
+    conditions = replicas.set_condition(
+        (body.get("status") or {}).get("conditions"),
+        ConditionType.READY,
+        status=bool(facts.reachable),
+        reason=(Reason.REACHABLE if facts.reachable else Reason.UNREACHABLE).value,
+        message="the cluster answers" if facts.reachable else facts.reason or "not probed yet",
+        generation=generation,
+    )
+    remaining = facts.remaining
+    if remaining is not None:
+        shown = ", ".join(f"{k[1]}/{k[2]}" if isinstance(k, tuple) else str(k) for k in remaining[:5])
+        more = f" and {len(remaining) - 5} more" if len(remaining) > 5 else ""
+        conditions = replicas.set_condition(
+            conditions,
+            ConditionType.REMOVABLE,
+            status=False,
+            reason=Reason.INSTANCES_REMAIN.value,
+            message=(
+                f"cannot remove cluster {facts.name!r}: {len(remaining)} instance(s) are placed on it "
+                f"({shown}{more}); deprovision them first"
+            ),
+            generation=generation,
+        )
+    return {
+        "serviceInstanceCount": facts.instances,
+        "capacity": capacity,
+        "allocatable": allocatable,
+        "requests": quantities.wire({k: v for k, v in facts.used.items() if v != Decimal(0)}),
+        "reachable": bool(facts.reachable),
+        "observedGeneration": generation,
+        "conditions": conditions,
+    }
+
+
+class ClusterReconciler(ObservePlanAct[ClusterFacts, ClusterAction]):
     kind: ClassVar[str] = "cluster"
 
     def __init__(
@@ -266,41 +358,101 @@ class ClusterReconciler:
     def namespace(self) -> str:
         return self.deps.settings.namespace
 
-    def reconcile(self, key: Key) -> Outcome:
-        return self.reconcile_cluster(key.name)
-
-    def reread(self, key: Key) -> None:
-        return None  # SFClusters are read from the API each time
-
-    def reconcile_cluster(self, name: str) -> Outcome:
-        kube = self.deps.kube
-        body = kube.get_custom(CLUSTERS, self.namespace, name)
+    def observe(self, key: Key) -> ClusterFacts | None:
+        """Read the SFCluster, connect to the cluster and probe it (the registry keeps the connection)."""
+        body = self.deps.kube.get_custom(CLUSTERS, self.namespace, key.name)
         if body is None:
-            self.registry.remove(name)
-            return DONE
+            return None
         state = self.registry.upsert(body)
-        finalizers = body["metadata"].get("finalizers") or []
-        if not state.removing and CLUSTER_FINALIZER not in finalizers:
-            patched = kube.patch_custom(
-                CLUSTERS, self.namespace, name, {"metadata": {"finalizers": [*finalizers, CLUSTER_FINALIZER]}}
-            )
-            if patched is not None:
-                state = self.registry.upsert(patched)
         self.refresh(state)
-        if state.reachable and not state.removing:
-            try:
-                self.replicator.replicate(state)
-            except Exception as exc:  # a sister without our CRDs, say: reported, retried at the next probe
-                logger.warning("replicating the catalog into cluster %s failed: %s", name, describe(exc))
-        if state.removing:
-            remaining = self.ledger.members(name)
-            if not remaining and CLUSTER_FINALIZER in (state.body["metadata"].get("finalizers") or []):
-                self._release(state)
-                return DONE
-            self._write_status(state, remaining)
-        else:
-            self._write_status(state, None)
-        return Outcome(requeue_after=self.deps.settings.cluster_probe_seconds)
+        remaining = tuple(self.ledger.members(state.name)) if state.removing else None
+        return ClusterFacts(
+            name=state.name,
+            body=state.body,
+            reachable=state.reachable,
+            reason=state.reason,
+            observed=state.observed,
+            instances=self.ledger.count(state.name),
+            used=used_by(state, self.ledger, self.requests_of),
+            remaining=remaining,
+            probe_seconds=self.deps.settings.cluster_probe_seconds,
+        )
+
+    def gone(self, key: Key) -> Outcome:
+        self.registry.remove(key.name)
+        return DONE
+
+    @staticmethod
+    def plan(facts: ClusterFacts) -> Sequence[ClusterAction]:
+        meta = facts.body["metadata"]
+        finalizers = list(meta.get("finalizers") or [])
+        removing = is_deleting(facts.body)
+        actions: list[ClusterAction] = []
+        if not removing and CLUSTER_FINALIZER not in finalizers:
+            actions.append(AddFinalizer((*finalizers, CLUSTER_FINALIZER)))
+        if facts.reachable and not removing:
+            actions.append(Replicate())
+        if removing and not facts.remaining and CLUSTER_FINALIZER in finalizers:
+            return [*actions, Release(tuple(f for f in finalizers if f != CLUSTER_FINALIZER))]
+        current = facts.body.get("status") or {}
+        wanted = cluster_status(facts)
+        patch = {k: v for k, v in wanted.items() if k != "conditions" and current.get(k) != v}
+        event = None
+        if not replicas.same_conditions(current.get("conditions"), wanted["conditions"]):
+            patch["conditions"] = wanted["conditions"]
+            newly_blocked = facts.remaining is not None and not any(
+                c.get("type") == ConditionType.REMOVABLE.value for c in current.get("conditions") or []
+            )
+            if newly_blocked:
+                event = next(c["message"] for c in wanted["conditions"] if c["type"] == ConditionType.REMOVABLE.value)
+        if patch or event is not None:
+            actions.append(WriteStatus(patch, event))
+        return [*actions, Requeue(facts.probe_seconds)]
+
+    def act(self, facts: ClusterFacts, actions: Sequence[ClusterAction]) -> Outcome:
+        kube, name = self.deps.kube, facts.name
+        outcome = DONE
+        for action in actions:
+            if isinstance(action, AddFinalizer):
+                patched = kube.patch_custom(
+                    CLUSTERS, self.namespace, name, {"metadata": {"finalizers": list(action.finalizers)}}
+                )
+                if patched is not None:
+                    self.registry.upsert(patched)
+            elif isinstance(action, Replicate):
+                state = self.registry.get(name)
+                if state is None:
+                    continue
+                try:
+                    self.replicator.replicate(state)
+                except Exception as exc:  # a sister without our CRDs, say: reported, retried at the next probe
+                    logger.warning("replicating the catalog into cluster %s failed: %s", name, describe(exc))
+            elif isinstance(action, Release):
+                kube.patch_custom(
+                    CLUSTERS,
+                    self.namespace,
+                    name,
+                    {
+                        "metadata": {
+                            "finalizers": list(action.finalizers) or None,
+                            "resourceVersion": facts.body["metadata"]["resourceVersion"],
+                        }
+                    },
+                )
+                logger.info("cluster %s released: no instance is placed on it any more", name)
+                self.registry.remove(name)
+            elif isinstance(action, WriteStatus):
+                if action.event is not None:
+                    kube.emit_event(
+                        facts.body, reason=Reason.INSTANCES_REMAIN.value, message=action.event, warning=True
+                    )
+                if action.patch:
+                    patched = kube.patch_custom_status(CLUSTERS, self.namespace, name, action.patch)
+                    if patched is not None:
+                        self.registry.upsert(patched)
+            else:
+                outcome = Outcome(requeue_after=action.seconds)
+        return outcome
 
     # -- connection and probe ------------------------------------------------------------------------
 
@@ -360,79 +512,3 @@ class ClusterReconciler:
         if announce:
             for key in self.ledger.members(state.name):
                 self.enqueue_master(key)
-
-    # -- status and removal --------------------------------------------------------------------------
-
-    def status_of(self, state: ClusterState, remaining: list[Key] | None) -> dict[str, Any]:
-        body = state.body
-        generation = body["metadata"].get("generation")
-        declared = state.spec.get("totalCapacity")
-        if state.observed is not None:
-            capacity: dict[str, Any] | None = quantities.wire(state.observed[0])
-            allocatable: dict[str, Any] | None = quantities.wire(state.observed[1])
-        else:
-            capacity = allocatable = dict(declared) if declared else None
-        used = used_by(state, self.ledger, self.requests_of)
-        conditions = replicas.set_condition(
-            (body.get("status") or {}).get("conditions"),
-            ConditionType.READY,
-            status=bool(state.reachable),
-            reason=(Reason.REACHABLE if state.reachable else Reason.UNREACHABLE).value,
-            message="the cluster answers" if state.reachable else state.reason or "not probed yet",
-            generation=generation,
-        )
-        if remaining is not None:
-            shown = ", ".join(f"{k[1]}/{k[2]}" if isinstance(k, tuple) else str(k) for k in remaining[:5])
-            more = f" and {len(remaining) - 5} more" if len(remaining) > 5 else ""
-            conditions = replicas.set_condition(
-                conditions,
-                ConditionType.REMOVABLE,
-                status=False,
-                reason=Reason.INSTANCES_REMAIN.value,
-                message=(
-                    f"cannot remove cluster {state.name!r}: {len(remaining)} instance(s) are placed on it "
-                    f"({shown}{more}); deprovision them first"
-                ),
-                generation=generation,
-            )
-        return {
-            "serviceInstanceCount": self.ledger.count(state.name),
-            "capacity": capacity,
-            "allocatable": allocatable,
-            "requests": quantities.wire({k: v for k, v in used.items() if v != Decimal(0)}),
-            "reachable": bool(state.reachable),
-            "observedGeneration": generation,
-            "conditions": conditions,
-        }
-
-    def _write_status(self, state: ClusterState, remaining: list[Key] | None) -> None:
-        current = state.body.get("status") or {}
-        wanted = self.status_of(state, remaining)
-        patch = {k: v for k, v in wanted.items() if k != "conditions" and current.get(k) != v}
-        if not replicas.same_conditions(current.get("conditions"), wanted["conditions"]):
-            patch["conditions"] = wanted["conditions"]
-            newly_blocked = remaining is not None and not any(
-                c.get("type") == ConditionType.REMOVABLE.value for c in current.get("conditions") or []
-            )
-            if newly_blocked:
-                message = next(c["message"] for c in wanted["conditions"] if c["type"] == ConditionType.REMOVABLE.value)
-                self.deps.kube.emit_event(
-                    state.body, reason=Reason.INSTANCES_REMAIN.value, message=message, warning=True
-                )
-        if not patch:
-            return
-        patched = self.deps.kube.patch_custom_status(CLUSTERS, self.namespace, state.name, patch)
-        if patched is not None:
-            self.registry.upsert(patched)
-
-    def _release(self, state: ClusterState) -> None:
-        meta = state.body["metadata"]
-        finalizers = [f for f in meta.get("finalizers") or [] if f != CLUSTER_FINALIZER]
-        self.deps.kube.patch_custom(
-            CLUSTERS,
-            self.namespace,
-            state.name,
-            {"metadata": {"finalizers": finalizers or None, "resourceVersion": meta["resourceVersion"]}},
-        )
-        logger.info("cluster %s released: no instance is placed on it any more", state.name)
-        self.registry.remove(state.name)
