@@ -352,6 +352,7 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
         remaining = [ref for ref in refs_of(status) if release(kube, ref, owner_uid=meta["uid"])]
         if remaining or not done:
             return Outcome(requeue_after=self.deps.settings.status_poll_seconds)
+        meta = binding["metadata"]  # as last written: the status write above replaced the object's contents
         finalizers = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
         kube.patch_custom(
             BINDINGS,

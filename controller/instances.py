@@ -322,6 +322,7 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
                 done = done and section.state == OperationState.SUCCEEDED.value
         if not done:
             return Outcome(requeue_after=self.deps.settings.status_poll_seconds)
+        meta = instance["metadata"]  # as last written: the status write above replaced the object's contents
         finalizers = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
         kube.patch_custom(
             INSTANCES,
