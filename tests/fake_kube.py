@@ -86,7 +86,14 @@ def api_error(status: int, reason: str, message: str) -> ApiException:
     """An ``ApiException`` as the client raises it for an API server's answer (status, reason, JSON body)."""
     exc = ApiException(status=status, reason=reason)
     exc.body = json.dumps(
-        {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message, "reason": reason, "code": status}
+        {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "status": "Failure",
+            "message": message,
+            "reason": reason,
+            "code": status,
+        }
     )
     return exc
 
@@ -471,7 +478,9 @@ class FakeKube:
     def apply_secret(self, manifest: dict[str, Any]) -> dict[str, Any]:
         with self._lock:
             written = self.apply(manifest)
-            self.calls[-1] = Call("apply_secret", "Secret", manifest["metadata"]["namespace"], written["metadata"]["name"])
+            self.calls[-1] = Call(
+                "apply_secret", "Secret", manifest["metadata"]["namespace"], written["metadata"]["name"]
+            )
             return written
 
     def emit_event(self, obj: dict[str, Any], *, reason: str, message: str, warning: bool = False) -> None:

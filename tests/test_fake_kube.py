@@ -106,9 +106,7 @@ def test_finalizers_hold_a_deletion(kube: tuple[Any, str]) -> None:
     reported = k.patch_custom_status(INSTANCES, ns, "i2", {"state": "in progress"}, resource_version=rv(deleting))
     assert reported["status"]["state"] == "in progress"
 
-    released = k.patch_custom(
-        INSTANCES, ns, "i2", {"metadata": {"finalizers": None, "resourceVersion": rv(reported)}}
-    )
+    released = k.patch_custom(INSTANCES, ns, "i2", {"metadata": {"finalizers": None, "resourceVersion": rv(reported)}})
     assert released is not None
     assert k.get_custom(INSTANCES, ns, "i2") is None
     assert k.delete_custom(INSTANCES, ns, "i2") is False

@@ -285,7 +285,12 @@ class World:
                 "apiVersion": INSTANCES.api_version,
                 "kind": "SFServiceInstance",
                 "metadata": {"name": name, "namespace": NS, "finalizers": [FINALIZER] if finalizer else []},
-                "spec": {"instanceId": name, "serviceId": SERVICE_ID, "planId": plan_id, "parameters": parameters or {}},
+                "spec": {
+                    "instanceId": name,
+                    "serviceId": SERVICE_ID,
+                    "planId": plan_id,
+                    "parameters": parameters or {},
+                },
             }
         )
         if status is not None:
