@@ -11,7 +11,7 @@ modules=(
   -p opbroker.api -p opbroker.rendering -p opbroker.gorender
   -p opbroker.broker -p opbroker.provider -p opbroker.devcluster -p opbroker.components -p opbroker.cli
   -m opbroker.controller.refusals -m opbroker.controller.catalog_status
-  -m opbroker.controller.decisions -m opbroker.controller.workqueue
+  -m opbroker.controller.decisions -m opbroker.controller.reconciler.queue
   -m opbroker.controller.claims.matching -m opbroker.controller.claims.constraints -m opbroker.controller.claims.states
 )
 MYPYPATH=.typecheck exec .venv/bin/mypy --strict --follow-imports=silent "${modules[@]}" "$@"
