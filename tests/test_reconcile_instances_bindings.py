@@ -22,9 +22,10 @@ from opbroker.api.conventions import CREDENTIALS_KEY, FINALIZER
 from opbroker.api.meta import ResourceRef
 from opbroker.controller.bindings import BindingFacts, BindingReconciler
 from opbroker.controller.catalog import Catalog, PlanEntry
+from opbroker.controller.catalog_entries import PlanEntryReconciler
 from opbroker.controller.decisions import Step
 from opbroker.controller.instances import InstanceFacts, InstanceReconciler
-from opbroker.controller.kube import BINDINGS, INSTANCES
+from opbroker.controller.kube import BINDINGS, INSTANCES, PLANS
 from opbroker.controller.reasons import Reason
 from opbroker.controller.reconciler import DONE, Key, Outcome, Runtime, TemporaryError
 from opbroker.controller.reconciler.runtime import CONFLICT_RETRY_SECONDS
@@ -621,3 +622,34 @@ def test_unbind_releases_the_binding(world: World) -> None:
     assert world.reconcile("binding", "b") == DONE
     assert world.kube.custom_object(BINDINGS, NS, "b") is None
     assert world.configmap("db") is not None  # the instance's objects stay
+
+
+# -- catalog entries ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("templates", "ready", "reason"),
+    [
+        (plan_body()["spec"]["templates"], "True", Reason.ACCEPTED),
+        ([{"action": "provision", "type": "jinja2", "content": "{% if %}"}], "False", Reason.PLAN_INVALID),
+    ],
+    ids=["accepted", "template does not compile"],
+)
+def test_plan_entry_verdict_is_written_once(templates: list[dict[str, Any]], ready: str, reason: Reason) -> None:
+    kube = FakeKube()
+    runtime = Runtime(workers=1)
+    runtime.register(PlanEntryReconciler(kube, RENDERER))  # type: ignore[arg-type]
+    plan = plan_body()
+    plan["spec"]["templates"] = templates
+    kube.create(plan)
+    key = Key("plan", "opbroker", "plan")
+
+    assert runtime.reconcile_now(key) == DONE
+    status = kube.custom_object(PLANS, "opbroker", "plan")["status"]  # type: ignore[index]
+    (condition,) = status["conditions"]
+    assert (condition["status"], condition["reason"]) == (ready, reason.value)
+    assert [c.verb for c in kube.calls] == ["create", "patch_status"]
+
+    kube.calls.clear()
+    assert runtime.reconcile_now(key) == DONE
+    assert kube.calls == []  # the verdict stands: nothing written again
