@@ -411,6 +411,7 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
             return Outcome(requeue_after=self.deps.settings.status_poll_seconds)
         if terminating:
             teardown.announce(kube, binding, scope)
+        meta = binding["metadata"]  # as last written: the status write above replaced the object's contents
         finalizers = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
         kube.patch_custom(
             BINDINGS,

@@ -334,6 +334,7 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
             return Outcome(requeue_after=self.deps.settings.status_poll_seconds)
         if terminating:
             teardown.announce(kube, instance, scope)
+        meta = instance["metadata"]  # as last written: the status write above replaced the object's contents
         finalizers = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
         kube.patch_custom(
             INSTANCES,

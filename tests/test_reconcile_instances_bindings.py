@@ -1,0 +1,655 @@
+"""Instance and binding reconcilers, table-tested without a cluster.
+
+Two tables: the pure ``plan`` of each reconciler over facts, and whole reconciles through
+``Runtime.reconcile_now`` against the in-memory fake of the controller's Kubernetes wrapper
+(tests/fake_kube.py, itself checked against a real API server in tests/test_fake_kube.py). The plan below
+provisions a ConfigMap and reads its ``data.phase`` back in the status template: the test plays the operator
+by patching that field.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from opbroker.api.conventions import CREDENTIALS_KEY, FINALIZER
+from opbroker.api.meta import ResourceRef
+from opbroker.controller.bindings import BindingFacts, BindingReconciler
+from opbroker.controller.catalog import Catalog, PlanEntry
+from opbroker.controller.catalog_entries import PlanEntryReconciler
+from opbroker.controller.decisions import Step
+from opbroker.controller.instances import InstanceFacts, InstanceReconciler
+from opbroker.controller.kube import BINDINGS, INSTANCES, PLANS
+from opbroker.controller.reasons import Reason
+from opbroker.controller.reconciler import DONE, Key, Outcome, Runtime, TemporaryError
+from opbroker.controller.reconciler.runtime import CONFLICT_RETRY_SECONDS
+from opbroker.controller.reconciling import Deps, OwnWrites
+from opbroker.controller.settings import ControllerSettings
+from opbroker.controller.sources import SourceIndex
+from opbroker.rendering import Renderer
+from tests.fake_kube import FakeKube
+
+NS = "team"
+SERVICE_ID = "svc-1"
+PLAN_ID = "plan-1"
+POLL = 3.0
+THRESHOLD = 3
+
+SOURCES = """\
+config:
+  apiVersion: v1
+  kind: ConfigMap
+  name: {{ instance.metadata.name }}
+  namespace: {{ instance.metadata.namespace }}
+"""
+STATUS = """\
+{%- set phase = config.data.phase | default("") %}
+provision:
+  state: {{ {"Ready": "succeeded", "Failed": "failed"}.get(phase, "in progress") }}
+  description: {{ config.data.message | default("") }}
+  error: {{ config.data.message if phase == "Failed" else "" }}
+  dashboardUrl: https://dash.example.com/{{ instance.metadata.name }}
+{%- if binding %}
+bind:
+  state: {{ "succeeded" if phase == "Ready" else "in progress" }}
+{%- if phase == "Ready" %}
+  response:
+    credentials:
+      user: {{ binding.metadata.name }}
+{%- endif %}
+{%- endif %}
+deprovision:
+  state: {{ "in progress" if config else "succeeded" }}
+"""
+PROVISION = """\
+{% if parameter("/explode") %}{{ 1 // 0 }}{% endif %}
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: {{ instance.metadata.name }}
+data:
+  size: "{{ parameter("/size", "1") }}"
+"""
+BIND = """\
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: {{ binding.metadata.name }}-user
+data:
+  user: {{ binding.metadata.name }}
+"""
+
+SERVICE = {
+    "apiVersion": "osb.servicefabrik.io/v1alpha1",
+    "kind": "SFService",
+    "metadata": {"name": "svc", "namespace": "opbroker"},
+    "spec": {"name": "svc", "id": SERVICE_ID, "description": "a service", "bindable": True},
+}
+
+
+def plan_body(*, status: bool = True) -> dict[str, Any]:
+    templates = [
+        {"action": "sources", "type": "jinja2", "content": SOURCES},
+        {"action": "provision", "type": "jinja2", "content": PROVISION},
+        {"action": "bind", "type": "jinja2", "content": BIND},
+    ]
+    if status:
+        templates.append({"action": "status", "type": "jinja2", "content": STATUS})
+    return {
+        "apiVersion": "osb.servicefabrik.io/v1alpha1",
+        "kind": "SFPlan",
+        "metadata": {"name": "plan", "namespace": "opbroker"},
+        "spec": {
+            "name": "small",
+            "id": PLAN_ID,
+            "serviceId": SERVICE_ID,
+            "description": "a plan",
+            "free": True,
+            "bindable": True,
+            "manager": {"async": True},
+            "templates": templates,
+        },
+    }
+
+
+RENDERER = Renderer()
+ENTRY = Catalog().upsert_plan(plan_body())
+
+
+def ago(seconds: float) -> str:
+    return (datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# -- the pure plans ----------------------------------------------------------------------------------------
+
+
+def body(
+    *,
+    state: str | None = None,
+    finalizer: bool = True,
+    deleting: bool = False,
+    generation: int = 1,
+    observed: int | None = None,
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "x", "namespace": NS, "generation": generation, "uid": "u"}
+    if finalizer:
+        meta["finalizers"] = [FINALIZER]
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    status: dict[str, Any] = {}
+    if state is not None:
+        status["state"] = state
+    if observed is not None:
+        status["observedGeneration"] = observed
+    return {"metadata": meta, "spec": {"planId": PLAN_ID, "instanceId": "x"}, "status": status}
+
+
+INVALID = PlanEntry(body=plan_body(), model=None, problem="spec.templates: broken", hash="h")
+PENDING = {"resources": [], "observedGeneration": 1}
+
+INSTANCE_PLANS = [
+    # case, instance, plan entry, live bindings, pending apply, expected actions
+    ("new instance gets the finalizer", body(finalizer=False), ENTRY, 0, None, (Step.ADD_FINALIZER,)),
+    ("requested instance is applied", body(state="in_queue"), ENTRY, 0, None, (Step.APPLY,)),
+    ("no state yet is a request", body(), ENTRY, 0, None, (Step.APPLY,)),
+    ("update requested", body(state="update", observed=1), ENTRY, 0, None, (Step.APPLY,)),
+    ("spec changed", body(state="succeeded", generation=2, observed=1), ENTRY, 0, None, (Step.APPLY,)),
+    ("in progress with pending apply", body(state="in progress"), ENTRY, 0, PENDING, (Step.AWAIT_OUTCOME,)),
+    ("in progress, applied (no record)", body(state="in progress"), ENTRY, 0, None, (Step.APPLY,)),
+    ("in progress, recorded", body(state="in progress", observed=1), ENTRY, 0, None, (Step.EVALUATE,)),
+    ("re-requested while pending", body(state="in_queue"), ENTRY, 0, PENDING, (Step.APPLY,)),
+    ("succeeded needs nothing", body(state="succeeded", observed=1), ENTRY, 0, None, ()),
+    ("failed needs nothing", body(state="failed", observed=1), ENTRY, 0, None, ()),
+    ("deleting with bindings", body(state="succeeded", deleting=True), ENTRY, 2, None, (Step.BLOCKED,)),
+    ("deleting without bindings", body(state="succeeded", deleting=True), ENTRY, 0, None, (Step.TEARDOWN,)),
+    ("deleting, plan missing", body(deleting=True), None, 0, None, (Step.TEARDOWN,)),
+    ("deleted, finalizer released", body(deleting=True, finalizer=False), ENTRY, 0, None, ()),
+    ("plan missing", body(state="in_queue"), None, 0, None, (Step.REPORT_PLAN_PROBLEM,)),
+    ("plan invalid", body(state="in_queue"), INVALID, 0, None, (Step.REPORT_PLAN_PROBLEM,)),
+    ("plan missing, in progress", body(state="in progress", observed=1), None, 0, None, (Step.REPORT_PLAN_PROBLEM,)),
+    ("plan missing, nothing to do", body(state="succeeded", observed=1), None, 0, None, ()),
+]
+
+
+@pytest.mark.parametrize(
+    ("instance", "entry", "bindings", "pending", "expected"),
+    [case[1:] for case in INSTANCE_PLANS],
+    ids=[case[0] for case in INSTANCE_PLANS],
+)
+def test_instance_plan(
+    instance: dict[str, Any],
+    entry: PlanEntry | None,
+    bindings: int,
+    pending: dict[str, Any] | None,
+    expected: tuple[Step, ...],
+) -> None:
+    facts = InstanceFacts(Key("instance", NS, "x"), instance, entry, bindings, pending)
+    assert tuple(InstanceReconciler.plan(facts)) == expected
+
+
+SUCCEEDED = body(state="succeeded", observed=1)
+
+BINDING_PLANS = [
+    # case, binding, instance, plan entry, pending apply, expected actions
+    ("new binding gets the finalizer", body(finalizer=False), SUCCEEDED, ENTRY, None, (Step.ADD_FINALIZER,)),
+    ("requested on a ready instance", body(state="in_queue"), SUCCEEDED, ENTRY, None, (Step.APPLY,)),
+    ("instance gone", body(state="in_queue"), None, ENTRY, None, (Step.ABANDON,)),
+    ("instance being deleted", body(), body(state="succeeded", deleting=True), ENTRY, None, (Step.ABANDON,)),
+    ("instance failed", body(), body(state="failed", observed=1), ENTRY, None, (Step.REPORT_INSTANCE_FAILED,)),
+    ("instance still provisioning", body(), body(state="in progress"), ENTRY, None, (Step.BLOCKED,)),
+    ("plan missing", body(), SUCCEEDED, None, None, (Step.REPORT_PLAN_PROBLEM,)),
+    ("plan invalid", body(), SUCCEEDED, INVALID, None, (Step.REPORT_PLAN_PROBLEM,)),
+    ("in progress with pending apply", body(state="in progress"), SUCCEEDED, ENTRY, PENDING, (Step.AWAIT_OUTCOME,)),
+    ("in progress, recorded", body(state="in progress", observed=1), SUCCEEDED, ENTRY, None, (Step.EVALUATE,)),
+    ("bound needs nothing", body(state="succeeded", observed=1), SUCCEEDED, ENTRY, None, ()),
+    ("unbind", body(state="succeeded", deleting=True), SUCCEEDED, ENTRY, None, (Step.TEARDOWN,)),
+    ("unbind, instance gone", body(deleting=True), None, None, None, (Step.TEARDOWN,)),
+    ("unbound, finalizer released", body(deleting=True, finalizer=False), None, ENTRY, None, ()),
+]
+
+
+@pytest.mark.parametrize(
+    ("binding", "instance", "entry", "pending", "expected"),
+    [case[1:] for case in BINDING_PLANS],
+    ids=[case[0] for case in BINDING_PLANS],
+)
+def test_binding_plan(
+    binding: dict[str, Any],
+    instance: dict[str, Any] | None,
+    entry: PlanEntry | None,
+    pending: dict[str, Any] | None,
+    expected: tuple[Step, ...],
+) -> None:
+    facts = BindingFacts(Key("binding", NS, "x"), binding, instance, entry, pending)
+    assert tuple(BindingReconciler.plan(facts)) == expected
+
+
+# -- whole reconciles against the fake ---------------------------------------------------------------------
+
+
+class Watchers:
+    """Stands in for SourceWatchers: records the kinds a reconcile asked to watch (no threads)."""
+
+    def __init__(self) -> None:
+        self.kinds: set[tuple[str, str]] = set()
+
+    def ensure(self, kinds: Iterable[tuple[str, str]]) -> None:
+        self.kinds.update(kinds)
+
+
+@dataclass
+class World:
+    kube: FakeKube = field(default_factory=FakeKube)
+    catalog: Catalog = field(default_factory=Catalog)
+    settings: ControllerSettings = field(
+        default_factory=lambda: ControllerSettings(status_poll_seconds=POLL, error_threshold=THRESHOLD)
+    )
+    watchers: Watchers = field(default_factory=Watchers)
+
+    def __post_init__(self) -> None:
+        self.catalog.upsert_service(SERVICE)
+        self.runtime = Runtime(workers=1)
+        memories = self.runtime.memories
+        self.index = memories.keep(SourceIndex())
+        self.deps = Deps(
+            self.kube,  # type: ignore[arg-type]
+            self.catalog,
+            RENDERER,
+            self.settings,
+            self.index,
+            self.watchers,  # type: ignore[arg-type]
+            own_writes=memories.keep(OwnWrites()),
+        )
+        self.instances = InstanceReconciler(self.deps, memories)
+        self.runtime.register(self.instances)
+        self.runtime.register(BindingReconciler(self.deps, memories))
+
+    # -- setting the scene ---------------------------------------------------------------------------------
+
+    def instance(
+        self,
+        name: str = "db",
+        *,
+        finalizer: bool = True,
+        parameters: dict[str, Any] | None = None,
+        status: dict[str, Any] | None = None,
+        plan_id: str = PLAN_ID,
+    ) -> dict[str, Any]:
+        self.kube.create(
+            {
+                "apiVersion": INSTANCES.api_version,
+                "kind": "SFServiceInstance",
+                "metadata": {"name": name, "namespace": NS, "finalizers": [FINALIZER] if finalizer else []},
+                "spec": {
+                    "instanceId": name,
+                    "serviceId": SERVICE_ID,
+                    "planId": plan_id,
+                    "parameters": parameters or {},
+                },
+            }
+        )
+        if status is not None:
+            self.kube.patch_custom_status(INSTANCES, NS, name, status)
+        self.kube.calls.clear()
+        return self.get("instance", name)
+
+    def binding(self, name: str = "b", *, instance: str = "db", finalizer: bool = True) -> dict[str, Any]:
+        self.kube.create(
+            {
+                "apiVersion": BINDINGS.api_version,
+                "kind": "SFServiceBinding",
+                "metadata": {"name": name, "namespace": NS, "finalizers": [FINALIZER] if finalizer else []},
+                "spec": {"id": name, "instanceId": instance, "serviceId": SERVICE_ID, "planId": PLAN_ID},
+            }
+        )
+        self.kube.calls.clear()
+        return self.get("binding", name)
+
+    def operator(self, name: str, **data: str) -> None:
+        """The operator reports on the ConfigMap it was given (a merge patch of ``data``)."""
+        self.kube.merge_patch(ResourceRef(api_version="v1", kind="ConfigMap", name=name, namespace=NS), {"data": data})
+        self.kube.calls.clear()
+
+    # -- looking ----------------------------------------------------------------------------------------
+
+    def reconcile(self, kind: str = "instance", name: str = "db") -> Outcome:
+        return self.runtime.reconcile_now(Key(kind, NS, name))
+
+    def get(self, kind: str = "instance", name: str = "db") -> dict[str, Any]:
+        found = self.kube.custom_object(INSTANCES if kind == "instance" else BINDINGS, NS, name)
+        assert found is not None, f"{kind} {name} is gone"
+        return found
+
+    def status(self, kind: str = "instance", name: str = "db") -> dict[str, Any]:
+        status: dict[str, Any] = self.get(kind, name).get("status") or {}
+        return status
+
+    def ready(self, kind: str = "instance", name: str = "db") -> tuple[str, str]:
+        (ready,) = [c for c in self.status(kind, name)["conditions"] if c["type"] == "Ready"]
+        return ready["status"], ready["reason"]
+
+    def configmap(self, name: str) -> dict[str, Any] | None:
+        return self.kube.object("v1", "ConfigMap", NS, name)
+
+    def event_reasons(self) -> list[tuple[str, str]]:
+        return [(e["reason"], e["type"]) for e in self.kube.events]
+
+    def verbs(self) -> list[tuple[str, str]]:
+        return [(c.verb, c.kind) for c in self.kube.calls]
+
+
+@pytest.fixture
+def world() -> World:
+    w = World()
+    w.catalog.upsert_plan(plan_body())
+    return w
+
+
+def test_new_instance_is_provisioned_then_reported(world: World) -> None:
+    world.instance(finalizer=False, parameters={"size": "3"})
+    outcome = world.reconcile()
+
+    instance = world.get()
+    assert instance["metadata"]["finalizers"] == [FINALIZER]
+    assert outcome == Outcome(requeue_after=POLL)
+    status = world.status()
+    assert status["state"] == "in progress" and status["description"] == "applying"
+    assert status["resources"] == [{"apiVersion": "v1", "kind": "ConfigMap", "name": "db", "namespace": NS}]
+    assert "observedGeneration" not in status  # the apply's record waits for the outcome
+    assert world.ready() == ("False", Reason.IN_PROGRESS.value)
+    configmap = world.configmap("db")
+    assert configmap is not None and configmap["data"] == {"size": "3"}
+    assert configmap["metadata"]["ownerReferences"][0]["uid"] == instance["metadata"]["uid"]
+    assert world.verbs() == [
+        ("patch", "SFServiceInstance"),
+        ("patch_status", "SFServiceInstance"),
+        ("apply_secret", "Secret"),  # the instance's registry
+        ("apply", "ConfigMap"),
+    ]
+    assert world.event_reasons() == []
+    assert ("v1", "ConfigMap") in world.watchers.kinds
+
+    world.kube.calls.clear()
+    world.operator("db", phase="Ready")
+    assert world.reconcile() == DONE
+    status = world.status()
+    assert status["state"] == "succeeded" and status["observedGeneration"] == 1
+    assert status["dashboardUrl"] == "https://dash.example.com/db"
+    assert world.ready() == ("True", Reason.PROVISIONED.value)
+    assert world.verbs() == [("patch_status", "SFServiceInstance"), ("event", "SFServiceInstance")]  # no re-apply
+    assert world.event_reasons() == [(Reason.PROVISIONED.value, "Normal")]
+
+    world.kube.calls.clear()
+    assert world.reconcile() == DONE
+    assert world.kube.calls == []  # as it should be: nothing written
+
+
+@pytest.mark.parametrize(
+    ("phase", "state", "reason", "event"),
+    [
+        ("Ready", "succeeded", Reason.PROVISIONED, "Normal"),
+        ("Failed", "failed", Reason.FAILED, "Warning"),
+        ("Creating", "in progress", Reason.IN_PROGRESS, None),
+    ],
+)
+def test_operator_outcome_is_reported(world: World, phase: str, state: str, reason: Reason, event: str | None) -> None:
+    world.instance(status={"state": "in_queue"})
+    world.reconcile()
+    world.operator("db", phase=phase, message=f"it is {phase}")
+    outcome = world.reconcile()
+    assert world.status()["state"] == state
+    assert world.ready()[1] == reason.value
+    assert outcome == DONE  # in progress: the first reconcile's re-check is still due, none is added
+    assert world.event_reasons() == ([(reason.value, event)] if event else [])
+    if state == "failed":
+        assert world.status()["error"] == "it is Failed"
+    assert len(world.kube.writes("apply", "ConfigMap")) == 0  # the pending apply is not repeated
+
+
+def test_conflict_on_status_write_rereads(world: World) -> None:
+    world.instance(status={"state": "in_queue"})
+    delivered = world.get()  # what the watch delivered ...
+    world.kube.patch_custom(INSTANCES, NS, "db", {"metadata": {"labels": {"touched": "yes"}}})  # ... is now stale
+    world.kube.store.feed(INSTANCES.store_key)
+    world.kube.store.put(INSTANCES.store_key, delivered)
+    world.kube.calls.clear()
+
+    assert world.reconcile() == Outcome(requeue_after=CONFLICT_RETRY_SECONDS)
+    assert world.status()["state"] == "in_queue"  # nothing was written
+    assert world.kube.writes("patch_status") == [world.kube.calls[0]] and len(world.kube.calls) == 1
+    assert world.configmap("db") is None  # recorded first, applied second: the refused record stopped it
+
+    assert world.reconcile() == Outcome(requeue_after=POLL)  # read fresh: applied on the newer version
+    assert world.status()["state"] == "in progress"
+    assert world.get()["metadata"]["labels"] == {"touched": "yes"}
+    assert world.configmap("db") is not None
+
+
+def test_render_error_counts_then_gives_up(world: World) -> None:
+    world.instance(status={"state": "in_queue"}, parameters={"explode": True})
+    for count in range(1, THRESHOLD):
+        with pytest.raises(TemporaryError, match="ZeroDivisionError"):
+            world.reconcile()
+        status = world.status()
+        assert status["errorCount"] == count and status["state"] == "in_queue"
+        assert status["description"].startswith(f"retrying after error {count}/{THRESHOLD}")
+    assert world.event_reasons() == [(Reason.RENDER_FAILED.value, "Warning")] * (THRESHOLD - 1)
+
+    assert world.reconcile() == DONE  # past the threshold: the operation failed for good
+    status = world.status()
+    assert status["state"] == "failed" and status["errorCount"] == THRESHOLD
+    assert status["error"].startswith(f"gave up after {THRESHOLD} consecutive errors")
+    assert world.ready() == ("False", Reason.GAVE_UP.value)
+    assert world.event_reasons()[-1] == (Reason.GAVE_UP.value, "Warning")
+    assert world.kube.writes("apply") == []
+
+    world.kube.calls.clear()
+    assert world.reconcile() == DONE
+    assert world.kube.calls == []  # no retry until a new request
+
+
+def provisioned(world: World) -> None:
+    """An instance its operator reports ready: provisioned by two reconciles, then a clean slate (no calls,
+    events or scheduled re-checks)."""
+    world.instance(status={"state": "in_queue"})
+    world.reconcile()
+    world.operator("db", phase="Ready")
+    world.reconcile()
+    assert world.status()["state"] == "succeeded"
+    world.kube.calls.clear()
+    world.kube.events.clear()
+    world.runtime.memories.forget(Key("instance", NS, "db"))  # as after a restart: no re-check pending
+
+
+def test_deleted_instance_without_bindings_releases_its_finalizer(world: World) -> None:
+    provisioned(world)
+    world.kube.delete_custom(INSTANCES, NS, "db")
+    world.kube.calls.clear()
+
+    assert world.reconcile() == Outcome(requeue_after=POLL)  # the ConfigMap is deleted; wait for it to go
+    assert world.status()["state"] == "in progress" and world.ready()[1] == Reason.DEPROVISIONING.value
+    assert world.configmap("db") is None
+    assert ("delete", "ConfigMap") in world.verbs()
+
+    assert world.reconcile() == DONE
+    assert world.kube.custom_object(INSTANCES, NS, "db") is None  # last finalizer removed: gone
+    assert world.reconcile() == DONE  # and a late event finds nothing to do
+
+
+def test_deleted_instance_with_nothing_recorded_goes_in_one_reconcile(world: World) -> None:
+    world.instance(status={"state": "failed", "observedGeneration": 1})
+    world.kube.delete_custom(INSTANCES, NS, "db")
+    assert world.reconcile() == DONE  # moved to "deprovisioning" and released in one go, without a conflict
+    assert world.kube.custom_object(INSTANCES, NS, "db") is None
+
+
+def test_deleted_instance_with_bindings_is_blocked(world: World) -> None:
+    provisioned(world)
+    world.binding()
+    world.kube.delete_custom(INSTANCES, NS, "db")
+    world.kube.calls.clear()
+
+    assert world.reconcile() == DONE
+    status = world.status()
+    assert status["state"] == "failed" and world.ready()[1] == Reason.BINDINGS_EXIST.value
+    assert "1 binding(s) still exist" in status["error"]
+    assert world.get()["metadata"]["finalizers"] == [FINALIZER]
+    assert world.configmap("db") is not None  # nothing torn down
+    assert world.event_reasons() == [(Reason.BINDINGS_EXIST.value, "Warning")]
+
+
+@pytest.mark.parametrize(
+    ("status", "applies"),
+    [
+        # in progress for two hours, its apply recorded: only the status template is read
+        ({"state": "in progress", "observedGeneration": 1, "operationStartedAt": ago(7200)}, 0),
+        # requested two hours ago (the broker's startedAt): applied, then found overdue at once
+        ({"state": "in_queue", "lastOperation": {"type": "create", "startedAt": ago(7200)}}, 1),
+    ],
+    ids=["evaluated", "requested"],
+)
+def test_max_operation_duration_fails_the_operation(world: World, status: dict[str, Any], applies: int) -> None:
+    world.settings = ControllerSettings(status_poll_seconds=POLL, max_operation_seconds=3600)
+    world.__post_init__()
+    world.instance(status=status)
+    assert world.reconcile() == DONE
+    status = world.status()
+    assert status["state"] == "failed" and world.ready()[1] == Reason.TIMED_OUT.value
+    assert "timed out" in status["error"] and "limit 3600s" in status["error"]
+    assert world.event_reasons() == [(Reason.TIMED_OUT.value, "Warning")]
+    assert len(world.kube.writes("apply", "ConfigMap")) == applies
+
+
+@pytest.mark.parametrize(
+    ("plan_id", "reason"),
+    [("no-such-plan", Reason.PLAN_NOT_FOUND)],
+)
+def test_plan_problem_is_reported(world: World, plan_id: str, reason: Reason) -> None:
+    world.instance(status={"state": "in_queue"}, plan_id=plan_id)
+    assert world.reconcile() == DONE
+    assert world.status()["state"] == "failed" and world.ready()[1] == reason.value
+    assert world.kube.writes("apply") == []
+
+
+def test_plan_without_status_template_succeeds_on_apply(world: World) -> None:
+    world.catalog.upsert_plan(plan_body(status=False))
+    world.instance(status={"state": "in_queue"})
+    assert world.reconcile() == DONE
+    status = world.status()
+    assert status["state"] == "succeeded" and status["observedGeneration"] == 1
+    assert status["appliedPlanHash"] == world.catalog.plan(PLAN_ID).hash  # type: ignore[union-attr]
+
+
+def test_gone_instance_is_done_without_writes(world: World) -> None:
+    assert world.reconcile(name="never-was") == DONE
+    assert world.kube.calls == []
+
+
+# -- bindings -----------------------------------------------------------------------------------------------
+
+
+def test_binding_is_bound_with_credentials_in_a_secret(world: World) -> None:
+    provisioned(world)
+    world.binding("b", finalizer=False)
+
+    assert world.reconcile("binding", "b") == DONE
+    binding = world.get("binding", "b")
+    assert binding["metadata"]["finalizers"] == [FINALIZER]
+    status = binding["status"]
+    assert status["state"] == "succeeded" and world.ready("binding", "b") == ("True", Reason.BOUND.value)
+    assert status["response"] == {"secretRef": "b-credentials"}
+    assert status["resources"] == [{"apiVersion": "v1", "kind": "ConfigMap", "name": "b-user", "namespace": NS}]
+    secret = world.kube.read_secret(NS, "b-credentials")
+    assert secret is not None
+    assert json.loads(base64.b64decode(secret["data"][CREDENTIALS_KEY])) == {"credentials": {"user": "b"}}
+    assert secret["metadata"]["ownerReferences"][0]["uid"] == binding["metadata"]["uid"]
+    assert world.configmap("b-user") is not None
+    assert world.event_reasons() == [(Reason.BOUND.value, "Normal")]
+
+
+@pytest.mark.parametrize(
+    ("instance_status", "outcome", "state", "reason"),
+    [
+        (None, DONE, "failed", Reason.INSTANCE_NOT_FOUND),
+        ({"state": "failed", "observedGeneration": 1}, DONE, "failed", Reason.INSTANCE_NOT_READY),
+        ({"state": "in progress"}, Outcome(requeue_after=POLL), None, None),
+    ],
+    ids=["instance gone", "instance failed", "instance still provisioning"],
+)
+def test_binding_waits_or_fails_on_its_instance(
+    world: World,
+    instance_status: dict[str, Any] | None,
+    outcome: Outcome,
+    state: str | None,
+    reason: Reason | None,
+) -> None:
+    if instance_status is not None:
+        world.instance(status=instance_status)
+    world.binding("b")
+    assert world.reconcile("binding", "b") == outcome
+    assert world.status("binding", "b").get("state") == state
+    if reason is not None:
+        assert world.ready("binding", "b")[1] == reason.value
+        assert world.event_reasons() == [(reason.value, "Warning")]
+    else:
+        assert world.kube.calls == []  # blocked: nothing written, looked at again later
+    assert world.kube.writes("apply") == []
+
+
+def test_abandoned_binding_is_deleted(world: World) -> None:
+    world.binding("b")
+    world.reconcile("binding", "b")
+    binding = world.get("binding", "b")
+    assert binding["metadata"]["deletionTimestamp"]  # never bound: removed (its finalizer runs next)
+    assert world.reconcile("binding", "b") == DONE
+    assert world.kube.custom_object(BINDINGS, NS, "b") is None
+
+
+def test_unbind_releases_the_binding(world: World) -> None:
+    provisioned(world)
+    world.binding("b")
+    world.reconcile("binding", "b")
+    assert world.status("binding", "b")["state"] == "succeeded"
+    world.kube.delete_custom(BINDINGS, NS, "b")
+    assert world.reconcile("binding", "b") == Outcome(requeue_after=POLL)  # its ConfigMap is deleted first
+    assert world.configmap("b-user") is None
+    assert world.reconcile("binding", "b") == DONE
+    assert world.kube.custom_object(BINDINGS, NS, "b") is None
+    assert world.configmap("db") is not None  # the instance's objects stay
+
+
+# -- catalog entries ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("templates", "ready", "reason"),
+    [
+        (plan_body()["spec"]["templates"], "True", Reason.ACCEPTED),
+        ([{"action": "provision", "type": "jinja2", "content": "{% if %}"}], "False", Reason.PLAN_INVALID),
+    ],
+    ids=["accepted", "template does not compile"],
+)
+def test_plan_entry_verdict_is_written_once(templates: list[dict[str, Any]], ready: str, reason: Reason) -> None:
+    kube = FakeKube()
+    runtime = Runtime(workers=1)
+    runtime.register(PlanEntryReconciler(kube, RENDERER))  # type: ignore[arg-type]
+    plan = plan_body()
+    plan["spec"]["templates"] = templates
+    kube.create(plan)
+    key = Key("plan", "opbroker", "plan")
+
+    assert runtime.reconcile_now(key) == DONE
+    status = kube.custom_object(PLANS, "opbroker", "plan")["status"]  # type: ignore[index]
+    (condition,) = status["conditions"]
+    assert (condition["status"], condition["reason"]) == (ready, reason.value)
+    assert [c.verb for c in kube.calls] == ["create", "patch_status"]
+
+    kube.calls.clear()
+    assert runtime.reconcile_now(key) == DONE
+    assert kube.calls == []  # the verdict stands: nothing written again
