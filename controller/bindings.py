@@ -37,7 +37,7 @@ from opbroker.api.osb import OperationState
 from opbroker.controller import decisions, teardown
 from opbroker.controller.catalog import PlanEntry
 from opbroker.controller.decisions import Step
-from opbroker.controller.kube import BINDINGS, INSTANCES, Refused, ref_of
+from opbroker.controller.kube import BINDINGS, INSTANCES, Kube, Refused, ref_of
 from opbroker.controller.objects import minus_refs, owner_reference, ref_dicts, ref_key, refs_of, same_namespace, stamp
 from opbroker.controller.reasons import Reason
 from opbroker.controller.reconciler import DONE, Key, Memories, ObservePlanAct, Outcome
@@ -46,6 +46,22 @@ from opbroker.controller.rendered import fetch_sources, inputs_for, release
 from opbroker.rendering import RenderError
 
 logger = logging.getLogger(__name__)
+
+
+def delete_credentials(kube: Kube, binding: dict[str, Any]) -> None:
+    """Delete the binding's credentials Secret as the binding goes (only the one it owns).
+
+    The owner reference would let the garbage collector do it too, but in its own time: on a young cluster
+    it learns of a new custom resource kind only at its next discovery resync (30 s), and until then the
+    credentials of a binding that no longer exists would stay readable.
+    """
+    meta = binding["metadata"]
+    secret = kube.read_secret(meta["namespace"], credentials_secret_name(meta["name"]))
+    if secret is None:
+        return
+    owners = secret["metadata"].get("ownerReferences") or []
+    if any(owner.get("uid") == meta["uid"] for owner in owners):
+        kube.delete_secret(meta["namespace"], secret["metadata"]["name"], uid=secret["metadata"].get("uid"))
 
 
 def binding_field_manager(binding_name: str) -> str:
@@ -411,6 +427,7 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
             return Outcome(requeue_after=self.deps.settings.status_poll_seconds)
         if terminating:
             teardown.announce(kube, binding, scope)
+        delete_credentials(kube, binding)
         meta = binding["metadata"]  # as last written: the status write above replaced the object's contents
         finalizers = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
         kube.patch_custom(

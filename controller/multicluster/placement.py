@@ -37,6 +37,7 @@ from kubernetes.client.exceptions import ApiException
 
 from opbroker.api.conventions import FINALIZER, credentials_secret_name, resource_name
 from opbroker.api.osb import OperationState
+from opbroker.controller.bindings import delete_credentials
 from opbroker.controller.catalog import PlanEntry
 from opbroker.controller.decisions import TERMINAL, is_deleting
 from opbroker.controller.kube import BINDINGS, INSTANCES, Kind, KubeError
@@ -426,6 +427,8 @@ class MultiClusterPlacement:
             elif replicas.settled(copy):
                 self._write(obj, replicas.mirror(obj, copy, cluster=state.name, fields=fields), writer)
             return Outcome(requeue_after=self.deps.settings.status_poll_seconds)
+        if kind is BINDINGS:
+            delete_credentials(self.deps.kube, obj)
         self._release(obj, kind)
         return DONE
 
