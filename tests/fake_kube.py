@@ -183,6 +183,8 @@ class FakeKube:
             self.register_kind(info)
         self._revision = itertools.count(1000)
         self._lock = threading.RLock()
+        self.terminating_namespaces: set[str] = set()
+        """Namespaces the fake reports as being deleted (phase Terminating); every other one is Active."""
 
     # -- the fake's own API (for tests) ----------------------------------------------------------------
 
@@ -458,6 +460,11 @@ class FakeKube:
             return self._keep_custom(kind, namespace, name, patched)
 
     # -- Kube's methods: secrets and events --------------------------------------------------------------
+
+    def read_namespace(self, name: str) -> dict[str, Any] | None:
+        """Namespaces are not modelled as objects: each exists, Active unless listed as terminating."""
+        phase = "Terminating" if name in self.terminating_namespaces else "Active"
+        return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}, "status": {"phase": phase}}
 
     def read_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
         with self._lock:
