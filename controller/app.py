@@ -75,8 +75,10 @@ class Controller:
         # Reconciles run their blocking API calls in threads: one per worker (asyncio's default pool is
         # only cpu+4 threads, which would silently cap the workers).
         self.loop.set_default_executor(ThreadPoolExecutor(self.settings.workers, thread_name_prefix="reconcile"))
-        self.queue = WorkQueue(self._reconcile, workers=self.settings.workers)
-        self.queue.start()
+        queue = self.queue = WorkQueue(self._reconcile, workers=self.settings.workers)
+        metrics.WORKQUEUE_DEPTH.set_function(lambda: queue.depth)
+        metrics.WORKQUEUE_IN_FLIGHT.set_function(lambda: queue.in_flight)
+        queue.start()
         if self.multicluster is not None:
             self.multicluster.start()
 
