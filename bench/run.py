@@ -102,11 +102,15 @@ COMPARED_PROVISIONING = 1000
 
 
 def run_compare(
-    ref: str, sizes: dict[str, Any], log: Any = print, record: Any = lambda _results: None
+    ref: str,
+    sizes: dict[str, Any],
+    log: Any = print,
+    record: Any = lambda _results: None,
+    provisioning_size: int = COMPARED_PROVISIONING,
 ) -> dict[str, Any]:
     """The restart, provisioning (N=1000) and bindings suites on ``ref``'s code and on this tree's, in the same
     run: suite by suite, ``ref`` first, so both meet the same machine (see bench/compare.py)."""
-    sizes = {**sizes, "provisioning": (COMPARED_PROVISIONING,)}
+    sizes = {**sizes, "provisioning": (provisioning_size,)}
     results: dict[str, Any] = {"machine": machine(), "sizes": sizes, "targets": TARGETS}
     after = compare.this_tree()
     with compare.other_tree(ref) as before:
@@ -293,7 +297,7 @@ def compare_markdown(results: dict[str, Any]) -> str:
                 values.append("n/a")
         return f"| {label} | {values[0]} | {values[1]} |"
 
-    prov = str(COMPARED_PROVISIONING)
+    prov = str(results["sizes"]["provisioning"][0])
     return "\n".join(
         [
             "# Before and after, same run",
@@ -420,7 +424,12 @@ def main() -> None:
                 (RESULTS / f"compare-{stamp}.json").write_text(json.dumps(results, indent=2) + "\n")
                 (RESULTS / "COMPARE.md").write_text(compare_markdown(results) + "\n")
 
-        compared = run_compare(args.compare, sizes, record=record_compare)
+        compared = run_compare(
+            args.compare,
+            sizes,
+            record=record_compare,
+            provisioning_size=min(sizes["provisioning"]) if args.quick else COMPARED_PROVISIONING,
+        )
         record_compare(compared)
         print(compare_markdown(compared) if keep else json.dumps(compared, indent=2))
         return
