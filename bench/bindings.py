@@ -6,6 +6,7 @@ Same measures as provisioning, per binding: OSB bind latency, bind latency (202 
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -82,7 +83,7 @@ def bind_all(bench: Bench, namespace: str, instances: list[str], per_instance: i
 
 
 def run(bindings: int, instances: int, concurrency: int = 32) -> dict[str, Any]:
-    with bench_stack(f"bind-{bindings}") as bench:
+    with bench_stack(f"bind-{bindings}-{os.getpid()}") as bench:
         bench.make_operator_instant()
         raw = raw_write_rate(bench.endpoint.kubeconfig, bench.namespace("raw"))
         namespace = bench.namespace("bench")

@@ -214,10 +214,13 @@ class Bench:
 
 
 @contextmanager
-def bench_stack(name: str, *, workers: int = 8) -> Iterator[Bench]:
-    """A fresh control plane with audit logging, the controller, the broker and the demo operator."""
+def bench_stack(name: str, *, workers: int = 8, controller_args: tuple[str, ...] = ()) -> Iterator[Bench]:
+    """A fresh control plane with audit logging, the controller, the broker and the demo operator.
+    ``controller_args`` are added to the controller's flags (e.g. ``--metrics-port``)."""
     (port,) = free_ports(1)
-    stack = DevStack(f"bench-{name}", broker_port=port, audit=True, controller_args=("--workers", str(workers)))
+    stack = DevStack(
+        f"bench-{name}", broker_port=port, audit=True, controller_args=("--workers", str(workers), *controller_args)
+    )
     stack.plane.down(progress=lambda _message: None)  # a fresh control plane, even after an interrupted run
     endpoint = stack.up(progress=lambda message: print(f"  [stack] {message}", flush=True))
     api = config.new_client_from_config(config_file=str(endpoint.kubeconfig))
@@ -226,3 +229,5 @@ def bench_stack(name: str, *, workers: int = 8) -> Iterator[Bench]:
         yield Bench(stack, endpoint, api, AuditCounter(stack.plane.audit_log))
     finally:
         stack.down(progress=lambda message: None)
+        # Runs are named per process: their audit logs (hundreds of MB at full size) must not pile up.
+        stack.plane.audit_log.unlink(missing_ok=True)

@@ -10,6 +10,7 @@ component and verb, and — in the same run, on the same API server — the raw 
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import uuid
@@ -145,7 +146,7 @@ def provision_all(bench: Bench, namespace: str, count: int, concurrency: int) ->
 def run(count: int, concurrency: int = 32) -> dict[str, Any]:
     from bench.common import bench_stack
 
-    with bench_stack(f"prov-{count}") as bench:
+    with bench_stack(f"prov-{count}-{os.getpid()}") as bench:
         bench.make_operator_instant()
         raw = raw_write_rate(bench.endpoint.kubeconfig, bench.namespace("raw"))
         result = provision_all(bench, bench.namespace("bench"), count, concurrency)

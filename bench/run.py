@@ -12,14 +12,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import bindings, claims, cluster, gotemplate, provisioning, pulumi, renderer
+from bench import bindings, claims, cluster, compare, gotemplate, provisioning, pulumi, renderer, restart
 from bench.common import machine
 
 RESULTS = Path(__file__).resolve().parent / "results"
-SUITES = ("renderer", "gotemplate", "claims", "provisioning", "bindings", "cluster", "pulumi")
+SUITES = ("renderer", "gotemplate", "claims", "provisioning", "bindings", "restart", "cluster", "pulumi")
 FULL = {
     "provisioning": (100, 1000, 5000),
     "bindings": (10_000, 1_000),
+    "restart": (restart.DEFAULT_INSTANCES, restart.DEFAULT_BINDINGS),
     "claims": (10_000, 1_000),
     "renderer": 5.0,
     "gotemplate": 5.0,
@@ -29,6 +30,7 @@ FULL = {
 QUICK = {
     "provisioning": (20, 40),
     "bindings": (40, 20),
+    "restart": (20, 40),
     "claims": (1_000, 100),
     "renderer": 0.5,
     "gotemplate": 0.5,
@@ -86,6 +88,45 @@ def run_suites(
         log(f"bindings: {count} over {instances} instances ...")
         results["bindings"] = bindings.run(count, instances)
         record(results)
+    if "restart" in suites:
+        count, bound = sizes["restart"]
+        log(f"restart: a fresh controller over {count} settled instances and {bound} bindings ...")
+        results["restart"] = restart.run(count, bound)
+        record(results)
+    return results
+
+
+#: What ``--compare`` runs on both trees (provisioning at one size: N=1000).
+COMPARED = ("restart", "provisioning", "bindings")
+COMPARED_PROVISIONING = 1000
+
+
+def run_compare(
+    ref: str,
+    sizes: dict[str, Any],
+    log: Any = print,
+    record: Any = lambda _results: None,
+    provisioning_size: int = COMPARED_PROVISIONING,
+) -> dict[str, Any]:
+    """The restart, provisioning (N=1000) and bindings suites on ``ref``'s code and on this tree's, in the same
+    run: suite by suite, ``ref`` first, so both meet the same machine (see bench/compare.py)."""
+    sizes = {**sizes, "provisioning": (provisioning_size,)}
+    results: dict[str, Any] = {"machine": machine(), "sizes": sizes, "targets": TARGETS}
+    after = compare.this_tree()
+    with compare.other_tree(ref) as before:
+        trees = {"before": before, "after": after}
+        found: dict[str, Any] = {
+            name: {"ref": tree.ref, "commit": tree.commit, "imports": compare.imported_from(tree)}
+            for name, tree in trees.items()
+        }
+        results["compare"] = found
+        for suite in COMPARED:
+            for name, tree in trees.items():
+                log(f"[{name}: {tree.ref} {tree.commit[:10]}]")
+                with compare.using(tree):
+                    measured = run_suites([suite], sizes, log=log)
+                found[name][suite] = measured[suite]
+                record(results)
     return results
 
 
@@ -165,6 +206,8 @@ def summary_markdown(results: dict[str, Any]) -> str:
             f"(amplification {run['write_amplification']}), utilisation {run['utilisation']}, failed {run['failed']}.",
             "",
         ]
+    if "restart" in results:
+        lines += restart_markdown(results["restart"], results["machine"])
     if "renderer" in results:
         r = results["renderer"]
         lines += [
@@ -207,6 +250,88 @@ def summary_markdown(results: dict[str, Any]) -> str:
     if "pulumi" in results:
         lines += pulumi_markdown(results["pulumi"])
     return "\n".join(lines)
+
+
+def restart_markdown(r: dict[str, Any], m: dict[str, Any]) -> list[str]:
+    after, empty = r["restart"], r["empty"]
+    reads = after["reads"]
+    met = r["targets_met"]
+    return [
+        "## Controller restart over settled objects",
+        "",
+        f"{r['instances']} instances and {r['bindings']} bindings settled (demo plan through OSB, "
+        f"{r['settle']['instances_seconds']} s + {r['settle'].get('bindings_seconds', 0)} s); the controller "
+        "stopped with SIGTERM and a fresh one started with the same flags:",
+        "",
+        "| over | ready s | idle s | reconciles | CPU s to idle | writes | gets / lists / watches | RSS MiB |",
+        "|---|---|---|---|---|---|---|---|",
+        *(
+            f"| {label} | {x['ready_seconds']} | {x['idle_seconds']} | {x['reconciles']} | "
+            f"{x['cpu_seconds_to_idle']} | {x['writes']} | {x['reads']['get']} / {x['reads']['list']} / "
+            f"{x['reads']['watch']} | {x['rss_mib']} |"
+            for label, x in ((f"{r['objects']} settled objects", after), ("the empty cluster", empty))
+        ),
+        "",
+        f"Writes after the restart: {after['writes']} (target {r['targets']['controller_writes']}: "
+        f"{'met' if met['controller_writes'] else 'NOT met'}); reads {reads['get']} gets, {reads['list']} lists, "
+        f"{reads['watch']} watches. Memory: {r['memory_per_object_kib']} KiB per settled object over the empty "
+        f"cluster's controller (target ≤ {r['targets']['memory_per_object_kib']}: "
+        f"{'met' if met['memory_per_object_kib'] else 'NOT met'}). Idle = every object seen, queue empty, no "
+        f"reconcile for {r['quiet_seconds']} s. Machine: {m['cpus']} cores shared with other work (load average "
+        f"{' / '.join(str(x) for x in r['load_average_before'])} before the run).",
+        "",
+    ]
+
+
+def compare_markdown(results: dict[str, Any]) -> str:
+    """Before (the other ref) and after (this tree), side by side."""
+    c, m = results["compare"], results["machine"]
+    before, after = c["before"], c["after"]
+
+    def row(label: str, pick: Any) -> str:
+        values = []
+        for side in (before, after):
+            try:
+                values.append(str(pick(side)))
+            except (KeyError, TypeError):
+                values.append("n/a")
+        return f"| {label} | {values[0]} | {values[1]} |"
+
+    prov = str(results["sizes"]["provisioning"][0])
+    return "\n".join(
+        [
+            "# Before and after, same run",
+            "",
+            f"Before: {before['ref']} ({before['commit'][:10]}); after: {after['ref']} ({after['commit'][:10]}). "
+            f"Machine: {m['cpus']} cores (shared), {m['memory_gib']} GiB; run {m['date']}. The controller and the "
+            "broker of each side import that side's code (checked: `imports` in the JSON file); the harness, the "
+            "CRDs and the demo operator are this tree's. Reproduce: `python -m bench.run --compare <ref>`.",
+            "",
+            "| figure | before | after |",
+            "|---|---|---|",
+            row("restart: controller writes", lambda s: s["restart"]["restart"]["writes"]),
+            row(
+                "restart: gets / lists / watches",
+                lambda s: "{get} / {list} / {watch}".format(**s["restart"]["restart"]["reads"]),
+            ),
+            row("restart: ready s", lambda s: s["restart"]["restart"]["ready_seconds"]),
+            row("restart: idle s", lambda s: s["restart"]["restart"]["idle_seconds"]),
+            row("restart: CPU s to idle", lambda s: s["restart"]["restart"]["cpu_seconds_to_idle"]),
+            row("restart: KiB per settled object", lambda s: s["restart"]["memory_per_object_kib"]),
+            row(f"provisioning {prov}: inst/s", lambda s: s["provisioning"][prov]["instances_per_second"]),
+            row(f"provisioning {prov}: writes/inst", lambda s: s["provisioning"][prov]["opbroker_writes_per_instance"]),
+            row(
+                f"provisioning {prov}: controller CPU ms/inst",
+                lambda s: s["provisioning"][prov]["controller_cpu_ms_per_instance"],
+            ),
+            row(f"provisioning {prov}: utilisation", lambda s: s["provisioning"][prov]["utilisation"]),
+            row("bindings: bindings/s", lambda s: s["bindings"]["bindings_per_second"]),
+            row("bindings: writes/binding", lambda s: s["bindings"]["opbroker_writes_per_binding"]),
+            row("bindings: controller CPU ms/binding", lambda s: s["bindings"]["controller_cpu_ms_per_binding"]),
+            row("bindings: utilisation", lambda s: s["bindings"]["utilisation"]),
+            "",
+        ]
+    )
 
 
 def pulumi_markdown(p: dict[str, Any]) -> list[str]:
@@ -266,12 +391,48 @@ def main() -> None:
         metavar=("BINDINGS", "INSTANCES"),
         help="bindings suite size (default 10000 1000)",
     )
+    parser.add_argument(
+        "--restart",
+        nargs=2,
+        type=int,
+        metavar=("INSTANCES", "BINDINGS"),
+        help=f"restart suite size (default {restart.DEFAULT_INSTANCES} {restart.DEFAULT_BINDINGS})",
+    )
+    parser.add_argument(
+        "--compare",
+        metavar="GIT_REF",
+        help="run the restart, provisioning (N=1000) and bindings suites on GIT_REF's code and this tree's, "
+        "in this run (results: compare-<date>.json and COMPARE.md)",
+    )
     args = parser.parse_args()
     sizes = dict(QUICK if args.quick else FULL)
     if args.bindings:
         sizes["bindings"] = tuple(args.bindings)
+    if args.restart:
+        sizes["restart"] = tuple(args.restart)
     keep = not (args.no_record or args.quick)
     started = time.perf_counter()
+    if args.compare:
+        if args.suite:
+            parser.error("--compare runs its own suites (restart, provisioning, bindings)")
+
+        def record_compare(results: dict[str, Any]) -> None:
+            results["seconds"] = round(time.perf_counter() - started, 1)
+            if keep:
+                RESULTS.mkdir(exist_ok=True)
+                stamp = results["machine"]["date"].replace(":", "")
+                (RESULTS / f"compare-{stamp}.json").write_text(json.dumps(results, indent=2) + "\n")
+                (RESULTS / "COMPARE.md").write_text(compare_markdown(results) + "\n")
+
+        compared = run_compare(
+            args.compare,
+            sizes,
+            record=record_compare,
+            provisioning_size=min(sizes["provisioning"]) if args.quick else COMPARED_PROVISIONING,
+        )
+        record_compare(compared)
+        print(compare_markdown(compared) if keep else json.dumps(compared, indent=2))
+        return
 
     def record(results: dict[str, Any]) -> None:
         results["seconds"] = round(time.perf_counter() - started, 1)

@@ -17,6 +17,10 @@ RECONCILE_SECONDS = Histogram(
 )
 RECONCILE_ERRORS = Counter("opbroker_reconcile_errors_total", "Reconciles that raised", ["kind", "reason"])
 OBJECTS_BY_STATE = Gauge("opbroker_objects", "Instances and bindings by state", ["kind", "state"])
+#: The reconcile queue (set to read the live queue when the controller starts): keys waiting (ready or delayed)
+#: and keys being reconciled. Both 0, with the reconcile count standing still, is an idle controller.
+WORKQUEUE_DEPTH = Gauge("opbroker_workqueue_depth", "Keys waiting in the reconcile queue (ready or delayed)")
+WORKQUEUE_IN_FLIGHT = Gauge("opbroker_workqueue_in_flight", "Keys being reconciled")
 
 _states: dict[Hashable, tuple[str, str]] = {}
 _lock = threading.Lock()

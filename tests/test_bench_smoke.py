@@ -34,3 +34,24 @@ def test_the_gotemplate_benchmark_measures_all_three_paths() -> None:
         assert rates["bare_text_template_go"] > rates["opbroker_gotemplate"], "the floor is bare text/template"
     markdown = run.summary_markdown({"machine": machine(), "suite_dates": {}, "gotemplate": results})
     assert "| provision |" in markdown and "Target (gotemplate path ≥ jinja2 path)" in markdown
+
+
+def test_the_restart_benchmark_counts_a_fresh_controller_over_settled_objects() -> None:
+    from bench.common import machine
+
+    sizes = {**run.QUICK, "restart": (6, 12)}
+    results = run.run_suites(["restart"], sizes, log=lambda _m: None)
+    r = results["restart"]
+    assert (r["instances"], r["bindings"], r["objects"]) == (6, 12, 18)
+    assert r["settle"]["instances_failed"] == 0 and r["settle"]["bindings_failed"] == 0
+    for measured, objects in ((r["restart"], 18), (r["empty"], 0)):
+        # The fresh controller lists and watches what it reconciles, and saw every settled object.
+        assert measured["reads"]["list"] > 0 and measured["reads"]["watch"] > 0
+        assert measured["objects_seen"] == objects and measured["queue_gauges"]
+        assert measured["rss_kib"] > 0 and measured["cpu_seconds_to_idle"] > 0
+        assert measured["ready_seconds"] <= measured["idle_seconds"]
+    assert r["restart"]["reconciles"] >= 18
+    assert r["controller_writes"] == r["restart"]["writes"] >= 0
+    assert isinstance(r["memory_per_object_kib"], float)
+    markdown = run.summary_markdown({"machine": machine(), "suite_dates": {}, "restart": r})
+    assert "Controller restart over settled objects" in markdown and "| 18 settled objects |" in markdown

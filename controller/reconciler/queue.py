@@ -90,6 +90,11 @@ class WorkQueue:
     def depth(self) -> int:
         return len(self._queued) + len(self._delayed)
 
+    @property
+    def in_flight(self) -> int:
+        """Keys being reconciled now."""
+        return len(self._processing)
+
     # -- running -------------------------------------------------------------------------------------
 
     def start(self) -> None:

@@ -64,8 +64,10 @@ class Runtime:
         # Reconciles run their blocking API calls in threads: one per worker (asyncio's default pool is only
         # cpu+4 threads, which would silently cap the workers).
         self.loop.set_default_executor(ThreadPoolExecutor(self.workers, thread_name_prefix="reconcile"))
-        self.queue = WorkQueue(self._reconcile, workers=self.workers)
-        self.queue.start()
+        queue = self.queue = WorkQueue(self._reconcile, workers=self.workers)
+        metrics.WORKQUEUE_DEPTH.set_function(lambda: queue.depth)
+        metrics.WORKQUEUE_IN_FLIGHT.set_function(lambda: queue.in_flight)
+        queue.start()
 
     async def stop(self) -> None:
         if self.queue is not None:

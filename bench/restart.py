@@ -1,0 +1,234 @@
+"""Restart: a fresh controller over settled objects.
+
+Settles N instances and M bindings the way the provisioning and bindings suites make them (through the
+OSB API, the demo plan, the demo operator answering at once), waits until the controller is idle, stops it
+with SIGTERM and starts a fresh one with the same flags. Measured on the fresh controller:
+
+* **API requests** it issues from its start until it is idle, from the audit log (User-Agent
+  ``opbroker-controller`` and ``kopf``): writes (create/update/patch/delete — the target is 0: nothing
+  about a settled object needs writing), and reads: gets, lists and watches (a watch counted when it
+  starts);
+* **ready**: seconds from the start of the process until its ``/readyz`` answers 200;
+* **idle**: seconds until the controller has seen every object (``opbroker_objects``), its work queue is
+  empty (``opbroker_workqueue_depth`` and ``_in_flight`` 0) and its reconcile count
+  (``opbroker_reconcile_seconds_count``) no longer moves — the moment of the last change, confirmed by
+  ``quiet`` seconds without one. A controller without the queue gauges (an older commit, see
+  ``run.py --compare``) is judged on the other two;
+* **CPU seconds** of the process from its start until idle;
+* **memory per settled object**: its resident memory once idle, minus that of a controller started the
+  same way (same flags, same control plane) over the empty cluster before any object was made, divided
+  by the number of objects (target ≤ 10 KiB).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from bench.bindings import bind_all
+from bench.common import WRITE_VERBS, Bench, bench_stack, component_of, pid_usage
+from bench.provisioning import provision_all
+from opbroker.devcluster.controlplane import free_ports
+from opbroker.devcluster.processes import Process
+
+DEFAULT_INSTANCES, DEFAULT_BINDINGS = 5_000, 10_000
+#: How long the reconcile count must stand still (queue empty, every object seen) to call the controller idle.
+QUIET_SECONDS = 5.0
+POLL_SECONDS = 0.2
+TARGETS = {"controller_writes": 0, "memory_per_object_kib": 10.0}
+READ_VERBS = ("get", "list", "watch")
+
+
+def run(
+    instances: int = DEFAULT_INSTANCES,
+    bindings: int = DEFAULT_BINDINGS,
+    *,
+    concurrency: int = 32,
+    quiet: float = QUIET_SECONDS,
+) -> dict[str, Any]:
+    """Settle ``instances`` instances and ``bindings`` bindings (spread evenly over the instances), then
+    restart the controller over them."""
+    (port,) = free_ports(1)
+    load = os.getloadavg()
+    with bench_stack(f"restart-{instances}-{os.getpid()}", controller_args=("--metrics-port", str(port))) as bench:
+        bench.make_operator_instant()
+        wait_idle(bench.process("controller"), port, expected=0, quiet=quiet, timeout=120)
+        # The baseline: a controller started over the empty cluster, measured as the restart below is.
+        empty = restart(bench, port, expected=0, quiet=quiet)
+        namespace = bench.namespace("bench")
+        provisioned = provision_all(bench, namespace, instances, concurrency)
+        names = provisioned.pop("names")
+        settle: dict[str, Any] = {
+            "instances_seconds": provisioned["total_seconds"],
+            "instances_failed": provisioned["failed"],
+        }
+        if bindings:
+            per_instance = max(1, bindings // len(names))
+            targets = names if bindings >= len(names) else names[:bindings]
+            bound = bind_all(bench, namespace, targets, per_instance, concurrency)
+            settle |= {"bindings_seconds": bound["total_seconds"], "bindings_failed": bound["failed"]}
+            bindings = bound["bindings"]
+        objects = len(names) + bindings
+        settle["controller_idle"] = wait_idle(bench.process("controller"), port, expected=objects, quiet=quiet)
+        settled = restart(bench, port, expected=objects, quiet=quiet)
+    per_object = (settled["rss_kib"] - empty["rss_kib"]) / objects if objects else float("nan")
+    return {
+        "instances": len(names),
+        "bindings": bindings,
+        "objects": objects,
+        "quiet_seconds": quiet,
+        "load_average_before": [round(x, 2) for x in load],
+        "settle": settle,
+        "empty": empty,
+        "restart": settled,
+        "controller_writes": settled["writes"],
+        "memory_per_object_kib": round(per_object, 2),
+        "targets": TARGETS,
+        "targets_met": {
+            "controller_writes": settled["writes"] <= TARGETS["controller_writes"],
+            "memory_per_object_kib": per_object <= TARGETS["memory_per_object_kib"],
+        },
+    }
+
+
+def restart(bench: Bench, port: int, *, expected: int, quiet: float, timeout: float | None = None) -> dict[str, Any]:
+    """SIGTERM the controller, start a fresh one with the same command, measure it until idle."""
+    old = bench.process("controller")
+    stopping = time.perf_counter()
+    old.stop()
+    stop_seconds = time.perf_counter() - stopping
+    assert old.popen is not None
+    exit_code = old.popen.returncode
+    time.sleep(1.0)  # the API server logs the end of the old controller's watches
+    bench.audit.mark()
+    fresh = Process(old.name, old.command, old.log.parent, old.env)
+    bench.stack.processes[bench.stack.processes.index(old)] = fresh
+    fresh.start()
+    assert fresh.popen is not None
+    watched = wait_idle(fresh, port, expected=expected, quiet=quiet, timeout=timeout or max(120.0, expected * 0.1))
+    requests = audit_requests(bench.audit.path, bench.audit.offset)
+    controller = Counter({(verb, resource): n for (who, verb, resource), n in requests.items() if who == "controller"})
+    verbs: Counter[str] = Counter()
+    for (verb, _), n in controller.items():
+        verbs[verb] += n
+    return {
+        "old_controller": {"stop_seconds": round(stop_seconds, 2), "exit_code": exit_code},
+        **watched,
+        "writes": sum(n for (verb, _), n in controller.items() if verb in WRITE_VERBS),
+        "reads": {verb: verbs.get(verb, 0) for verb in READ_VERBS},
+        "requests_by_verb": dict(sorted(verbs.items())),
+        "requests_by_resource": {f"{verb} {resource}": n for (verb, resource), n in controller.most_common()},
+        "writes_by_component": {
+            who: sum(n for (c, verb, _), n in requests.items() if c == who and verb in WRITE_VERBS)
+            for who in ("controller", "broker", "operator")
+        },
+    }
+
+
+def wait_idle(process: Process, port: int, *, expected: int, quiet: float, timeout: float = 600.0) -> dict[str, Any]:
+    """Poll the controller's /readyz and /metrics until it is idle (see the module's docstring); timings are
+    from ``process``'s start (as near as the harness knows it: when this is called on a fresh process)."""
+    assert process.popen is not None
+    pid = process.popen.pid
+    started = time.perf_counter()
+    deadline = started + timeout
+    ready_at: float | None = None
+    last: tuple[Any, ...] | None = None
+    changed_at, cpu_at_change = started, 0.0
+    metrics: dict[str, float] = {}
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=5) as http:
+        while True:
+            now = time.perf_counter()
+            if not process.running:
+                raise RuntimeError(f"the controller exited; last lines:\n{process.tail()}")
+            if now > deadline:
+                raise TimeoutError(f"the controller was not idle within {timeout:.0f} s: {metrics}")
+            if ready_at is None and probe(http, "/readyz"):
+                ready_at = now
+            scraped = scrape(http)
+            if scraped is not None:
+                metrics = scraped
+                cpu = pid_usage(pid)["cpu_seconds"]
+                state = (
+                    metrics.get("opbroker_reconcile_seconds_count", 0.0),
+                    metrics.get("opbroker_objects"),
+                    metrics.get("opbroker_workqueue_depth"),
+                    metrics.get("opbroker_workqueue_in_flight"),
+                )
+                if state != last:
+                    last, changed_at, cpu_at_change = state, now, cpu
+                _, seen, depth, in_flight = state
+                settled = (seen is None or seen >= expected) and not depth and not in_flight
+                if ready_at is not None and settled and now - changed_at >= quiet:
+                    break
+            time.sleep(POLL_SECONDS)
+    idle_at = max(changed_at, ready_at)
+    rss_kib = vm_rss_kib(pid)
+    return {
+        "ready_seconds": round(ready_at - started, 2),
+        "idle_seconds": round(idle_at - started, 2),
+        "cpu_seconds_to_idle": round(cpu_at_change, 2),
+        "reconciles": int(metrics.get("opbroker_reconcile_seconds_count", 0)),
+        "objects_seen": None if metrics.get("opbroker_objects") is None else int(metrics["opbroker_objects"]),
+        "queue_gauges": "opbroker_workqueue_depth" in metrics,
+        "rss_kib": rss_kib,
+        "rss_mib": round(rss_kib / 1024, 1),
+    }
+
+
+def probe(http: httpx.Client, path: str) -> bool:
+    try:
+        return http.get(path).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def scrape(http: httpx.Client) -> dict[str, float] | None:
+    """Every sample of the controller's /metrics summed over its labels, by sample name (and every family
+    by its name); None when the endpoint does not answer (yet)."""
+    try:
+        response = http.get("/metrics")
+    except httpx.HTTPError:
+        return None
+    if response.status_code != 200:
+        return None
+    totals: dict[str, float] = {}
+    for family in text_string_to_metric_families(response.text):
+        totals.setdefault(family.name, 0.0)  # a family without samples yet (no object seen) counts 0
+        for sample in family.samples:
+            totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
+    return totals
+
+
+def vm_rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def audit_requests(path: Path, offset: int) -> Counter[tuple[str, str, str]]:
+    """Requests logged since ``offset`` by (component, verb, resource): a watch when it starts (it may never
+    complete while we look), everything else when answered."""
+    found: Counter[tuple[str, str, str]] = Counter()
+    with path.open("rb") as handle:
+        handle.seek(offset)
+        for line in handle:
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line still being written
+            verb = event.get("verb", "?")
+            if event.get("stage") != ("ResponseStarted" if verb == "watch" else "ResponseComplete"):
+                continue
+            ref = event.get("objectRef") or {}
+            resource = ref.get("resource", "-") + (f"/{ref['subresource']}" if ref.get("subresource") else "")
+            found[(component_of(event.get("userAgent", "")), verb, resource)] += 1
+    return found
