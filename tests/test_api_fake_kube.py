@@ -1,5 +1,8 @@
 """The fake of the controller's Kubernetes wrapper (tests/fake_kube.py) against the real thing.
 
+(Named to run before the controller tests: their session controller would reconcile the instances this file
+writes to the real API server; a CI run of the whole suite failed that way.)
+
 Each test runs the same calls twice: through ``Kube`` on the session's kube-apiserver, and through
 ``FakeKube``; both must answer the same (versions move or stay, 409 on stale writes, generation, finalizers
 holding a deletion, server-side apply's merge). The reconcilers' table tests trust the fake because of these.
