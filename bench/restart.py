@@ -78,6 +78,7 @@ def run(
         objects = len(names) + bindings
         settle["controller_idle"] = wait_idle(bench.process("controller"), port, expected=objects, quiet=quiet)
         settled = restart(bench, port, expected=objects, quiet=quiet)
+        load_after = os.getloadavg()
     per_object = (settled["rss_kib"] - empty["rss_kib"]) / objects if objects else float("nan")
     return {
         "instances": len(names),
@@ -85,6 +86,7 @@ def run(
         "objects": objects,
         "quiet_seconds": quiet,
         "load_average_before": [round(x, 2) for x in load],
+        "load_average_after": [round(x, 2) for x in load_after],
         "settle": settle,
         "empty": empty,
         "restart": settled,

@@ -278,7 +278,10 @@ def restart_markdown(r: dict[str, Any], m: dict[str, Any]) -> list[str]:
         f"cluster's controller (target ≤ {r['targets']['memory_per_object_kib']}: "
         f"{'met' if met['memory_per_object_kib'] else 'NOT met'}). Idle = every object seen, queue empty, no "
         f"reconcile for {r['quiet_seconds']} s. Machine: {m['cpus']} cores shared with other work (load average "
-        f"{' / '.join(str(x) for x in r['load_average_before'])} before the run).",
+        f"{' / '.join(str(x) for x in r['load_average_before'])} before the run"
+        + (f", {' / '.join(str(x) for x in r['load_average_after'])} after it" if "load_average_after" in r else "")
+        + ")."
+        + (f" {r['note']}" if r.get("note") else ""),
         "",
     ]
 
