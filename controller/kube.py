@@ -304,23 +304,7 @@ class Kube:
     def emit_event(self, obj: dict[str, Any], *, reason: str, message: str, warning: bool = False) -> None:
         """Record a Kubernetes Event on ``obj``. Best effort: a lost event must not fail a reconcile."""
         meta = obj["metadata"]
-        event = {
-            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
-            "involvedObject": {
-                "apiVersion": obj["apiVersion"],
-                "kind": obj["kind"],
-                "name": meta["name"],
-                "namespace": meta["namespace"],
-                "uid": meta.get("uid"),
-            },
-            "reason": reason,
-            "message": message[:1024],
-            "type": "Warning" if warning else "Normal",
-            "source": {"component": "opbroker-controller"},
-            "firstTimestamp": _now(),
-            "lastTimestamp": _now(),
-            "count": 1,
-        }
+        event = event_body(obj, reason=reason, message=message, warning=warning)
         try:
             # A plain dict serialises as the Event it describes; the client annotates only its model class.
             self.core.create_namespaced_event(meta["namespace"], event, _preload_content=False)  # type: ignore[arg-type]
@@ -375,3 +359,26 @@ def json_object(answer: object) -> dict[str, Any]:
     if not isinstance(answer, dict):
         raise TypeError(f"the Kubernetes API answered a {type(answer).__name__}, not a JSON object")
     return answer
+
+
+def event_body(obj: dict[str, Any], *, reason: str, message: str, warning: bool = False) -> dict[str, Any]:
+    """The Event the controller records on ``obj`` (message cut to 1 KiB, as the API server limits it)."""
+    meta = obj["metadata"]
+    moment = _now()
+    return {
+        "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+        "involvedObject": {
+            "apiVersion": obj["apiVersion"],
+            "kind": obj["kind"],
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "uid": meta.get("uid"),
+        },
+        "reason": reason,
+        "message": message[:1024],
+        "type": "Warning" if warning else "Normal",
+        "source": {"component": "opbroker-controller"},
+        "firstTimestamp": moment,
+        "lastTimestamp": moment,
+        "count": 1,
+    }

@@ -40,7 +40,7 @@ from kubernetes.client.rest import ApiException
 
 from opbroker.api.meta import ResourceRef
 from opbroker.controller.kopfparts import copy_json
-from opbroker.controller.kube import FIELD_MANAGER, Kind, KubeError, clean_for_apply
+from opbroker.controller.kube import FIELD_MANAGER, Kind, KubeError, clean_for_apply, event_body
 from opbroker.controller.store import UNKNOWN, ObjectStore
 
 ObjectKey = tuple[str, str, str, str]  # apiVersion, kind, namespace ("" when cluster-scoped), name
@@ -494,17 +494,4 @@ class FakeKube:
         meta = obj["metadata"]
         with self._lock:
             self.calls.append(Call("event", obj["kind"], meta["namespace"], meta["name"]))
-            self.events.append(
-                {
-                    "involvedObject": {
-                        "apiVersion": obj["apiVersion"],
-                        "kind": obj["kind"],
-                        "name": meta["name"],
-                        "namespace": meta["namespace"],
-                        "uid": meta.get("uid"),
-                    },
-                    "reason": reason,
-                    "message": message[:1024],
-                    "type": "Warning" if warning else "Normal",
-                }
-            )
+            self.events.append(event_body(obj, reason=reason, message=message, warning=warning))
