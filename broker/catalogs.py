@@ -67,7 +67,12 @@ class Offering:
 class Catalog:
     """Every service and plan of the control-plane namespace, by OSB id. Services without plans are hidden."""
 
-    def __init__(self, services: Iterable[SFServiceSpec], plans: Iterable[SFPlanSpec]) -> None:
+    def __init__(
+        self, services: Iterable[SFServiceSpec], plans: Iterable[SFPlanSpec], withdrawn: Iterable[str] = ()
+    ) -> None:
+        #: Plans being deleted (their SFPlan has a deletionTimestamp): not offered, no new instances; their
+        #: existing instances keep working (update, bind, unbind, deprovision) until they are gone.
+        self._withdrawn = frozenset(withdrawn)
         self._services: dict[str, SFServiceSpec] = {}
         for service in services:
             self._services.setdefault(service.id, service)
@@ -81,6 +86,13 @@ class Catalog:
 
     def plan(self, plan_id: str) -> SFPlanSpec | None:
         return self._plans.get(plan_id)
+
+    def check_offered(self, plan_id: str) -> None:
+        """400 for a plan being withdrawn: it takes no new instances (nor instances moved onto it)."""
+        if plan_id in self._withdrawn:
+            raise errors.bad_request(
+                f"plan_id {plan_id!r} is being withdrawn from this broker's catalog; it takes no new instances"
+            )
 
     def plans_of(self, service_id: str) -> list[SFPlanSpec]:
         return [plan for plan in self._plans.values() if plan.service_id == service_id]
@@ -108,7 +120,7 @@ class Catalog:
         """The ``/v2/catalog`` response."""
         services = []
         for service in self._services.values():
-            plans = [_plan_body(plan) for plan in self.plans_of(service.id)]
+            plans = [_plan_body(plan) for plan in self.plans_of(service.id) if plan.id not in self._withdrawn]
             if plans:
                 services.append(_service_body(service, plans))
         return bodies.CatalogBody(services=services)

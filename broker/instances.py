@@ -98,6 +98,7 @@ def provision(
     check_maintenance_info(request.maintenance_info, offering.plan)
     parameters.validate(offering.schema("create"), request.parameters, action="create")
     if existing is None:
+        catalog.check_offered(request.plan_id)
         return Create(asynchronous=offering.asynchronous)
 
     if is_removing(existing):
@@ -180,6 +181,7 @@ def update(
             errors.Reason.INSTANCE_NOT_USABLE, f"provisioning instance {instance_id!r} failed; deprovision it"
         )
     if target_plan != current_plan:
+        catalog.check_offered(target_plan)
         current = catalog.offering(request.service_id, current_plan)
         if not (current.plan_updatable if current is not None else service.plan_updatable):
             raise errors.BrokerError(

@@ -83,13 +83,16 @@ class Repository:
                 services.append(SFService.model_validate(item).spec)
             except ValidationError as exc:
                 log.warning("skipping SFService %s/%s: %s", namespace, item["metadata"]["name"], field_errors(exc))
-        plans = []
+        plans, withdrawn = [], []
         for item in self._list(SFPlan.PLURAL, namespace):
             try:
                 plans.append(SFPlan.model_validate(item).spec)
             except ValidationError as exc:
                 log.warning("skipping SFPlan %s/%s: %s", namespace, item["metadata"]["name"], field_errors(exc))
-        return Catalog(services, plans)
+                continue
+            if item["metadata"].get("deletionTimestamp"):
+                withdrawn.append(plans[-1].id)
+        return Catalog(services, plans, withdrawn)
 
     def _list(self, plural: str, namespace: str, **kwargs: Any) -> list[dict[str, Any]]:
         listed: dict[str, Any] = kubeclient.json_object(

@@ -130,7 +130,10 @@ class Controller:
             self.catalog.remove_plan(body)
         else:
             self.catalog.upsert_plan(body)
-            self._enqueue_unreported("plan", body)
+            if decisions.is_deleting(body) and decisions.has_finalizer(body):
+                self._enqueue(Key.of("plan", body))  # held by its instances: released once none is left
+            else:
+                self._enqueue_unreported("plan", body)
         if self.multicluster is not None:
             self.multicluster.on_catalog("sfplans", event_type, body)
         plan_id = (body.get("spec") or {}).get("id") or body["metadata"]["name"]
@@ -144,6 +147,9 @@ class Controller:
         self._store(INSTANCES.store_key, event_type, body)
         if event_type == "DELETED":
             self.runtime.forget(key)
+            plan = self.catalog.plan((body.get("spec") or {}).get("planId", ""))
+            if plan is not None and decisions.withdrawn(plan.body):
+                self._enqueue(Key.of("plan", plan.body))  # its deletion may have waited for this instance
             return
         self._plan_members.link((body.get("spec") or {}).get("planId", ""), key)
         if self._worth_a_reconcile(key, body):

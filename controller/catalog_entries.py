@@ -1,8 +1,11 @@
-"""Reconciling SFService and SFPlan: report whether the controller accepted each catalog entry.
+"""Reconciling SFService and SFPlan: report whether the controller accepted each catalog entry, and keep a
+plan while instances use it.
 
-observe reads the entry (fresh from the API: the store does not hold catalog entries) and checks it; plan is
-:func:`opbroker.controller.catalog_status.status_patch` (pure); act writes the patch, guarded by the
-resourceVersion the verdict was made on.
+observe reads the entry (fresh from the API: the store does not hold catalog entries), checks it and, for a
+plan whose finalizer depends on it, counts the instances using it; plan is pure
+(:func:`opbroker.controller.catalog_status.status_patch`, :func:`opbroker.controller.decisions.plan_guard_step`);
+act writes the patch, guarded by the resourceVersion the verdict was made on, and sets the finalizer
+(see :mod:`opbroker.controller.plan_guard`).
 """
 
 from __future__ import annotations
@@ -15,9 +18,11 @@ from pydantic import ValidationError
 
 from opbroker.api import SFPlan, SFService
 from opbroker.api.errors import field_errors
-from opbroker.controller import catalog_status
+from opbroker.controller import catalog_status, decisions
 from opbroker.controller.catalog_status import Verdict
-from opbroker.controller.kube import PLANS, SERVICES, Kind, Kube
+from opbroker.controller.decisions import PlanGuard
+from opbroker.controller.kube import INSTANCES, PLANS, SERVICES, Kind, Kube
+from opbroker.controller.plan_guard import set_plan_finalizer
 from opbroker.controller.reconciler import DONE, Key, ObservePlanAct, Outcome
 from opbroker.rendering import Renderer
 from opbroker.rendering.checking import check_plan
@@ -28,14 +33,35 @@ class EntryFacts:
     key: Key
     body: dict[str, Any]
     verdict: Verdict
+    users: int = 0
+    """Instances using the plan; counted only when the plan's finalizer depends on it."""
 
 
 @dataclass(frozen=True)
 class WriteStatus:
     patch: dict[str, Any]
+    warning: Verdict | None = None
+    """Also say this in a Warning event (a deletion that waits)."""
 
 
-class ServiceEntryReconciler(ObservePlanAct[EntryFacts, WriteStatus]):
+@dataclass(frozen=True)
+class SetFinalizer:
+    hold: bool
+
+
+@dataclass(frozen=True)
+class RecheckLater:
+    seconds: float
+
+
+EntryAction = WriteStatus | SetFinalizer | RecheckLater
+
+#: How often a plan whose deletion waits for its instances is looked at again (an instance's deletion also
+#: queues it: this is the safety net).
+PLAN_IN_USE_RECHECK_SECONDS = 30.0
+
+
+class ServiceEntryReconciler(ObservePlanAct[EntryFacts, EntryAction]):
     kind: ClassVar[str] = "service"
     resource: ClassVar[Kind] = SERVICES
 
@@ -57,25 +83,59 @@ class ServiceEntryReconciler(ObservePlanAct[EntryFacts, WriteStatus]):
         return catalog_status.service_verdict(None)
 
     @staticmethod
-    def plan(facts: EntryFacts) -> Sequence[WriteStatus]:
+    def plan(facts: EntryFacts) -> Sequence[EntryAction]:
         patch = catalog_status.status_patch(facts.body, facts.verdict)
         return () if patch is None else (WriteStatus(patch),)
 
-    def act(self, facts: EntryFacts, actions: Sequence[WriteStatus]) -> Outcome:
+    def act(self, facts: EntryFacts, actions: Sequence[EntryAction]) -> Outcome:
+        outcome = DONE
         for action in actions:
-            self.kube.patch_custom_status(
-                self.resource,
-                facts.key.namespace,
-                facts.key.name,
-                action.patch,
-                resource_version=facts.body["metadata"]["resourceVersion"],
-            )  # a 409 is a conflict: the runtime re-reads and decides again on the newer version
-        return DONE
+            if isinstance(action, SetFinalizer):
+                set_plan_finalizer(self.kube, facts.body, hold=action.hold)
+            elif isinstance(action, RecheckLater):
+                outcome = Outcome(requeue_after=action.seconds)
+            else:
+                self.kube.patch_custom_status(
+                    self.resource,
+                    facts.key.namespace,
+                    facts.key.name,
+                    action.patch,
+                    resource_version=facts.body["metadata"]["resourceVersion"],
+                )  # a 409 is a conflict: the runtime re-reads and decides again on the newer version
+                if action.warning is not None:
+                    self.kube.emit_event(
+                        facts.body, reason=action.warning.reason.value, message=action.warning.message, warning=True
+                    )
+        return outcome
 
 
 class PlanEntryReconciler(ServiceEntryReconciler):
     kind: ClassVar[str] = "plan"
     resource: ClassVar[Kind] = PLANS
+
+    def observe(self, key: Key) -> EntryFacts | None:
+        facts = super().observe(key)
+        if facts is None or not decisions.plan_needs_count(facts.body):
+            return facts
+        plan_id = (facts.body.get("spec") or {}).get("id") or key.name
+        users = decisions.plan_users(self.kube.list_custom(INSTANCES, None), plan_id)
+        return EntryFacts(key, facts.body, facts.verdict, users)
+
+    @staticmethod
+    def plan(facts: EntryFacts) -> Sequence[EntryAction]:
+        """Ready as checked — unless the plan is being deleted under instances, which it then waits for."""
+        guard = decisions.plan_guard_step(facts.body, users=facts.users)
+        if guard is PlanGuard.RELEASE:
+            return (SetFinalizer(hold=False),)  # deleted and unused: it goes, nothing more is written to it
+        actions: list[EntryAction] = [SetFinalizer(hold=True)] if guard is PlanGuard.HOLD else []
+        if guard is PlanGuard.WAIT:
+            verdict = catalog_status.in_use_verdict(facts.users)
+            patch = catalog_status.status_patch(facts.body, verdict)
+            if patch is not None:
+                actions.append(WriteStatus(patch, warning=verdict))
+            actions.append(RecheckLater(PLAN_IN_USE_RECHECK_SECONDS))
+            return actions
+        return [*actions, *ServiceEntryReconciler.plan(facts)]
 
     def verdict(self, body: dict[str, Any]) -> Verdict:
         try:

@@ -7,7 +7,9 @@ shows it too. Nothing else writes these objects' status, so the controller does,
 * an SFService is Ready when it fits the resource model;
 * an SFPlan is Ready when it fits the resource model and every template compiles (the same offline check
   ``pulumi preview`` and ``opbroker validate`` run); otherwise Ready=False, reason ``PlanInvalid``, with
-  every finding in the message.
+  every finding in the message;
+* an SFPlan being deleted while service instances use it is not Ready either: reason ``PlanInUse``, with how
+  many (the controller's finalizer keeps it until they are deprovisioned, see ``plan_guard``).
 
 The status is written only when it would change (``observedGeneration`` and the condition), so the
 controller's own write, coming back as a watch event, causes no further write.
@@ -43,6 +45,16 @@ def plan_verdict(problem: str | None, template_errors: tuple[str, ...] = ()) -> 
     if template_errors:
         return Verdict(False, Reason.PLAN_INVALID, "the plan's templates do not work: " + "; ".join(template_errors))
     return Verdict(True, Reason.ACCEPTED, "the plan is in the catalog and its templates compile")
+
+
+def in_use_verdict(users: int) -> Verdict:
+    """A plan being deleted that ``users`` instances still use."""
+    return Verdict(
+        False,
+        Reason.PLAN_IN_USE,
+        f"deletion waits: {users} service instance(s) still use this plan; it takes no new ones, and goes once "
+        "they are deprovisioned",
+    )
 
 
 def status_patch(body: dict[str, Any], verdict: Verdict) -> dict[str, Any] | None:

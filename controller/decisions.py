@@ -45,6 +45,10 @@ class Step(StrEnum):
     """A binding requested on an instance whose last operation failed."""
     REFRESH = "refresh"
     """A settled binding whose credentials' sources changed: render them again, rewrite them if they moved."""
+    HOLD_PLAN = "hold-plan"
+    """Before an instance's first apply: the plan gains the finalizer that keeps it while instances use it."""
+    REFUSE_WITHDRAWN = "refuse-withdrawn"
+    """A new instance of a plan being deleted: fail it (the plan takes no new instances)."""
 
 
 def _meta(obj: dict[str, Any]) -> dict[str, Any]:
@@ -299,3 +303,57 @@ def terminating_teardown_message(namespace: str, scope: TeardownScope) -> str:
         f"namespace {namespace!r} is being deleted: the plan's teardown templates were not run (nothing can be "
         f"created there); {len(scope.left)} object(s) in it go with it, {len(scope.release)} elsewhere released"
     )
+
+
+# -- SFPlans in use: a plan cannot be deleted under live instances -------------------------------------------
+
+
+class PlanGuard(StrEnum):
+    """What the finalizer of an SFPlan needs."""
+
+    NOTHING = "nothing"
+    HOLD = "hold"
+    """Instances use it: add the finalizer."""
+    WAIT = "wait"
+    """Being deleted while instances use it: keep the finalizer, and say why."""
+    RELEASE = "release"
+    """Being deleted and unused: drop the finalizer."""
+
+
+def plan_needs_count(plan: dict[str, Any]) -> bool:
+    """Whether the plan's guard depends on how many instances use it (counting them is a cluster-wide list):
+    a held plan that is not being deleted keeps its finalizer without counting, and nothing can be added to
+    one being deleted that is not held."""
+    return is_deleting(plan) == has_finalizer(plan)
+
+
+def plan_guard_step(plan: dict[str, Any], *, users: int) -> PlanGuard:
+    held = has_finalizer(plan)
+    if is_deleting(plan):
+        if not held:
+            return PlanGuard.NOTHING
+        return PlanGuard.WAIT if users else PlanGuard.RELEASE
+    return PlanGuard.HOLD if users and not held else PlanGuard.NOTHING
+
+
+def plan_users(instances: list[dict[str, Any]], plan_id: str) -> int:
+    """How many of ``instances`` use the plan ``plan_id``. One being deleted without our finalizer is gone
+    already (its DELETE completes without us), so it does not count."""
+    return sum(
+        1
+        for instance in instances
+        if (instance.get("spec") or {}).get("planId") == plan_id
+        and not (is_deleting(instance) and not has_finalizer(instance))
+    )
+
+
+def withdrawn(plan: dict[str, Any] | None) -> bool:
+    """A plan being deleted is withdrawn: it takes no new instances; its existing ones keep working."""
+    return plan is not None and is_deleting(plan)
+
+
+def refuses_new_instance(instance: dict[str, Any], plan: dict[str, Any] | None) -> bool:
+    """Whether ``instance`` is a new provision (nothing applied yet) of a withdrawn plan."""
+    status = _status(instance)
+    never_applied = not status.get("resources") and status.get("appliedPlanHash") is None
+    return withdrawn(plan) and not is_deleting(instance) and never_applied

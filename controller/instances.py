@@ -30,6 +30,7 @@ from opbroker.controller.objects import (
     stamp,
     union_refs,
 )
+from opbroker.controller.plan_guard import set_plan_finalizer
 from opbroker.controller.reasons import Reason
 from opbroker.controller.reconciler import DONE, Key, Memories, ObservePlanAct, Outcome
 from opbroker.controller.reconciling import AppliedMemory, Deps, StatusWriter
@@ -94,9 +95,13 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
             return (step,)
         if entry is None or entry.model is None:
             return (Step.REPORT_PLAN_PROBLEM,)
+        if step == Step.APPLY and decisions.refuses_new_instance(facts.body, entry.body):
+            return (Step.REFUSE_WITHDRAWN,)
         in_progress = (facts.body.get("status") or {}).get("state") == OperationState.IN_PROGRESS.value
         if step == Step.APPLY and facts.pending is not None and in_progress:
             return (Step.AWAIT_OUTCOME,)  # applied already; its outcome is pending
+        if step == Step.APPLY and not decisions.has_finalizer(entry.body) and not decisions.is_deleting(entry.body):
+            return (Step.HOLD_PLAN, Step.APPLY)  # the plan cannot be deleted while this instance uses it
         return (step,)
 
     def act(self, facts: InstanceFacts, actions: Sequence[Step]) -> Outcome:
@@ -121,6 +126,17 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
             if step == Step.REPORT_PLAN_PROBLEM:
                 return self._plan_problem(instance, entry)
             assert entry is not None and entry.model is not None
+            if step == Step.HOLD_PLAN:
+                set_plan_finalizer(self.deps.kube, entry.body, hold=True)
+                continue
+            if step == Step.REFUSE_WITHDRAWN:
+                self.status.transition(
+                    instance,
+                    state=OperationState.FAILED,
+                    reason=Reason.PLAN_WITHDRAWN,
+                    error=f"plan {entry.body['metadata']['name']!r} is being deleted: it takes no new instances",
+                )
+                return DONE
             try:
                 if step == Step.AWAIT_OUTCOME:
                     return self._operate(instance, entry, applied=facts.pending)

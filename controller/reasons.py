@@ -31,6 +31,10 @@ class Reason(StrEnum):
     DEPROVISIONING = "Deprovisioning"
     UNBINDING = "Unbinding"
     NAMESPACE_TERMINATING = "NamespaceTerminating"
+    PLAN_IN_USE = "PlanInUse"
+    """An SFPlan being deleted waits for the instances that still use it."""
+    PLAN_WITHDRAWN = "PlanWithdrawn"
+    """A new instance of an SFPlan being deleted."""
     # -- registered services ---------------------------------------------------------------------------------
     REGISTERED = "Registered"
     AVAILABLE = "Available"

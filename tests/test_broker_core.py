@@ -36,14 +36,14 @@ from tests.broker_support import (
 R = errors.Reason
 
 
-def make_catalog() -> Catalog:
+def make_catalog(withdrawn: tuple[str, ...] = ()) -> Catalog:
     services, plans = [], []
     for plural, body in catalog_objects():
         if plural == "sfservices":
             services.append(SFService.model_validate(body).spec)
         else:
             plans.append(SFPlan.model_validate(body).spec)
-    return Catalog(services, plans)
+    return Catalog(services, plans, withdrawn)
 
 
 CATALOG = make_catalog()
@@ -966,3 +966,54 @@ def test_error_bodies_use_the_spec_codes() -> None:
         assert (status, body["error"], body["description"]) == (code, reason.value, "why")
     assert errors.to_response(errors.BrokerError(R.GONE, "gone")) == (410, {})
     assert set(errors.STATUS) == set(errors.Reason)
+
+
+def test_a_plan_being_deleted_takes_no_new_instances_but_serves_its_own() -> None:
+    """Issue 18: an SFPlan with a deletionTimestamp (held by the controller while instances use it) is no
+    longer offered: gone from /v2/catalog, 400 for a new provision or a move onto it; its existing instances
+    keep working (an identical repeat, updates, binds)."""
+    catalog = make_catalog(withdrawn=(ASYNC_PLAN,))
+    offered = {plan.id for service in catalog.body().services for plan in service.plans}
+    assert ASYNC_PLAN not in offered and FIXED_PLAN in offered
+
+    def provision(existing: Record | None) -> Any:
+        return outcome(
+            lambda: instances.provision(
+                provision_request(), instance_id=IID, catalog=catalog, existing=existing, accepts_incomplete=True
+            )
+        )
+
+    assert provision(None) == R.BAD_REQUEST
+    assert provision(instance()) == Answer(200, {}), "an identical repeat for an existing instance"
+    update = outcome(
+        lambda: instances.update(
+            update_request(parameters={"size": 3}),
+            instance_id=IID,
+            catalog=catalog,
+            existing=instance(),
+            accepts_incomplete=True,
+        )
+    )
+    assert update != R.BAD_REQUEST, "an existing instance of the plan is still updated"
+    bind = outcome(
+        lambda: bindings.bind(
+            bind_request(),
+            binding_id="b-1",
+            instance_id=IID,
+            catalog=catalog,
+            instance=instance(),
+            existing=None,
+            accepts_incomplete=True,
+        )
+    )
+    assert isinstance(bind, Create), "an existing instance of the plan is still bound"
+    moved = outcome(
+        lambda: instances.update(
+            update_request(plan_id=ASYNC_PLAN),
+            instance_id=IID,
+            catalog=catalog,
+            existing=instance(FIXED_PLAN),
+            accepts_incomplete=True,
+        )
+    )
+    assert moved == R.BAD_REQUEST, "no instance moves onto a withdrawn plan"

@@ -11,7 +11,7 @@ import pytest
 
 from opbroker.api.conventions import CREDENTIALS_KEY, FINALIZER
 from opbroker.api.meta import ResourceRef
-from opbroker.controller import decisions
+from opbroker.controller import catalog_status, decisions
 from opbroker.controller.decisions import Step
 from opbroker.controller.reasons import Reason
 
@@ -293,3 +293,94 @@ CREDS = {"credentials": {"username": "u", "password": "p1"}}
 )
 def test_credentials_changed(reason: str, secret: dict[str, Any] | None, want: bool) -> None:
     assert decisions.credentials_changed(secret, CREDS) is want, reason
+
+
+# -- SFPlans in use (issue 18: a plan could be deleted under live instances) --------------------------------
+
+
+def plan(*, held: bool = False, deleting: bool = False) -> dict[str, Any]:
+    found = obj(finalizer=held, deleting=deleting)
+    found["spec"] = {"id": "p1"}
+    return found
+
+
+@pytest.mark.parametrize(
+    ("reason", "the_plan", "users", "want"),
+    [
+        ("used, not held yet: hold", plan(), 2, decisions.PlanGuard.HOLD),
+        ("used and held: nothing", plan(held=True), 2, decisions.PlanGuard.NOTHING),
+        ("unused, not held: nothing", plan(), 0, decisions.PlanGuard.NOTHING),
+        ("unused but held, not deleted: kept until its deletion", plan(held=True), 0, decisions.PlanGuard.NOTHING),
+        ("deleted while used: wait", plan(held=True, deleting=True), 1, decisions.PlanGuard.WAIT),
+        ("deleted and unused: release", plan(held=True, deleting=True), 0, decisions.PlanGuard.RELEASE),
+        ("deleted, never held: nothing (none can be added)", plan(deleting=True), 3, decisions.PlanGuard.NOTHING),
+    ],
+)
+def test_plan_guard_step(reason: str, the_plan: dict[str, Any], users: int, want: decisions.PlanGuard) -> None:
+    assert decisions.plan_guard_step(the_plan, users=users) is want, reason
+
+
+@pytest.mark.parametrize(
+    ("reason", "the_plan", "want"),
+    [
+        ("not held: count, to hold it if used", plan(), True),
+        ("held, not deleted: nothing to decide", plan(held=True), False),
+        ("held and deleted: count, to release it", plan(held=True, deleting=True), True),
+        ("deleted, not held: nothing to decide", plan(deleting=True), False),
+    ],
+)
+def test_plan_needs_count(reason: str, the_plan: dict[str, Any], want: bool) -> None:
+    assert decisions.plan_needs_count(the_plan) is want, reason
+
+
+def user(name: str, plan_id: str = "p1", **kw: Any) -> dict[str, Any]:
+    found = obj(**kw)
+    found["metadata"]["name"] = name
+    found["spec"] = {"planId": plan_id}
+    return found
+
+
+def test_plan_users() -> None:
+    instances = [
+        user("a"),
+        user("b", deleting=True),  # deprovisioning: still uses the plan
+        user("c", deleting=True, finalizer=False),  # released: gone
+        user("d", plan_id="p2"),
+        user("e"),
+    ]
+    assert decisions.plan_users(instances, "p1") == 3
+    assert decisions.plan_users([], "p1") == 0
+
+
+@pytest.mark.parametrize(
+    ("reason", "instance", "the_plan", "want"),
+    [
+        ("new instance of a withdrawn plan", obj(state="in_queue"), plan(held=True, deleting=True), True),
+        ("new instance of an offered plan", obj(state="in_queue"), plan(held=True), False),
+        ("no plan at all (reported elsewhere)", obj(state="in_queue"), None, False),
+        (
+            "an existing instance's update",
+            {**obj(state="update", observed=1), "status": {"state": "update", "appliedPlanHash": "h"}},
+            plan(held=True, deleting=True),
+            False,
+        ),
+        (
+            "a first provision already applied",
+            {**obj(), "status": {"state": "in progress", "resources": [{"kind": "ConfigMap"}]}},
+            plan(held=True, deleting=True),
+            False,
+        ),
+        ("a deprovision", obj(state="delete", deleting=True), plan(held=True, deleting=True), False),
+    ],
+)
+def test_refuses_new_instance(
+    reason: str, instance: dict[str, Any], the_plan: dict[str, Any] | None, want: bool
+) -> None:
+    assert decisions.refuses_new_instance(instance, the_plan) is want, reason
+
+
+def test_a_plan_in_use_is_not_ready_and_says_why() -> None:
+    verdict = catalog_status.in_use_verdict(2)
+    assert (verdict.ready, verdict.reason) == (False, Reason.PLAN_IN_USE)
+    assert verdict.message.startswith("deletion waits: 2 service instance(s) still use this plan")
+    assert catalog_status.plan_verdict(None).reason == Reason.ACCEPTED

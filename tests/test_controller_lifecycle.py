@@ -517,3 +517,77 @@ def test_binding_credentials_follow_a_rotated_password(api_client: client.ApiCli
     events = core.list_namespaced_event(namespace).items
     assert any(e.reason == "CredentialsRotated" and e.involved_object.name == "rotb1" for e in events)
     assert all(rotated not in (e.message or "") for e in events)
+
+
+GUARDED_PLAN = """
+apiVersion: osb.servicefabrik.io/v1alpha1
+kind: SFPlan
+metadata: {{name: {name}}}
+spec:
+  name: {name}
+  id: {name}
+  serviceId: 6f4e7a0c-2f0a-4d5e-9b1a-0d6c1e0f5a11
+  description: a plan deleted while an instance uses it
+  templates:
+  - action: provision
+    type: jinja2
+    content: |
+      apiVersion: v1
+      kind: ConfigMap
+      metadata:
+        name: {{{{ instance.metadata.name }}}}-guarded
+      data: {{size: "{{{{ parameter('/size', 1) }}}}"}}
+"""
+
+
+def test_a_plan_in_use_is_not_deleted_until_its_instances_are(
+    api_client: client.ApiClient, namespace: str, catalog_namespace: str, tmp_path: Any
+) -> None:
+    """Issue 18: an SFPlan could be deleted under live instances. The controller holds a finalizer on it while
+    instances use it; deleted meanwhile, it says why it waits (Ready=False PlanInUse, and an Event), takes no
+    new instances, serves its existing ones, and goes once they are deprovisioned."""
+    core = client.CoreV1Api(api_client)
+    plan_name = f"guarded-{namespace}"
+    plan_file = tmp_path / "plan.yaml"
+    plan_file.write_text(GUARDED_PLAN.format(name=plan_name))
+    apply_yaml(api_client, plan_file, catalog_namespace)
+    provision(api_client, namespace, "used1", plan_id=plan_name)
+    wait_state(api_client, namespace, "sfserviceinstances", "used1", "succeeded")
+    found = get(api_client, catalog_namespace, "sfplans", plan_name)
+    assert found is not None and FINALIZER in found["metadata"]["finalizers"]
+
+    custom(api_client).delete_namespaced_custom_object(GROUP, VERSION, catalog_namespace, "sfplans", plan_name)
+
+    def ready_reason() -> str | None:
+        body = get(api_client, catalog_namespace, "sfplans", plan_name) or {}
+        ready = [c for c in (body.get("status") or {}).get("conditions") or [] if c["type"] == "Ready"]
+        return ready[0]["reason"] if ready and ready[0]["status"] == "False" else None
+
+    wait_for(lambda: ready_reason() == "PlanInUse", 30, "the plan to say why its deletion waits")
+    waiting = get(api_client, catalog_namespace, "sfplans", plan_name)
+    assert waiting is not None and waiting["metadata"]["deletionTimestamp"]
+    (ready,) = [c for c in waiting["status"]["conditions"] if c["type"] == "Ready"]
+    assert ready["message"].startswith("deletion waits: 1 service instance(s) still use this plan")
+    events = core.list_namespaced_event(catalog_namespace).items
+    assert any(e.reason == "PlanInUse" and e.involved_object.name == plan_name for e in events)
+
+    # No new instances; the existing one keeps working (an update is applied).
+    provision(api_client, namespace, "late2", plan_id=plan_name)
+    late = wait_state(api_client, namespace, "sfserviceinstances", "late2", "failed")
+    assert late["status"]["error"] == f"plan {plan_name!r} is being deleted: it takes no new instances"
+    custom(api_client).patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, "sfserviceinstances", "used1", {"spec": {"parameters": {"size": 2}}}
+    )
+    wait_for(
+        lambda: core.read_namespaced_config_map("used1-guarded", namespace).data == {"size": "2"},
+        30,
+        "the existing instance to be updated",
+    )
+    assert get(api_client, catalog_namespace, "sfplans", plan_name) is not None
+
+    for name in ("late2", "used1"):
+        custom(api_client).delete_namespaced_custom_object(GROUP, VERSION, namespace, "sfserviceinstances", name)
+    wait_for(lambda: gone(api_client, namespace, "sfserviceinstances", "used1"), 30, "the instance to be deprovisioned")
+    wait_for(
+        lambda: gone(api_client, catalog_namespace, "sfplans", plan_name), 30, "the plan to go with its last instance"
+    )

@@ -93,7 +93,7 @@ SERVICE = {
 }
 
 
-def plan_body(*, status: bool = True) -> dict[str, Any]:
+def plan_body(*, status: bool = True, held: bool = True, deleting: bool = False) -> dict[str, Any]:
     templates = [
         {"action": "sources", "type": "jinja2", "content": SOURCES},
         {"action": "provision", "type": "jinja2", "content": PROVISION},
@@ -101,10 +101,15 @@ def plan_body(*, status: bool = True) -> dict[str, Any]:
     ]
     if status:
         templates.append({"action": "status", "type": "jinja2", "content": STATUS})
+    meta: dict[str, Any] = {"name": "plan", "namespace": "opbroker"}
+    if held:
+        meta["finalizers"] = [FINALIZER]  # instances use it (see plan_guard)
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     return {
         "apiVersion": "osb.servicefabrik.io/v1alpha1",
         "kind": "SFPlan",
-        "metadata": {"name": "plan", "namespace": "opbroker"},
+        "metadata": meta,
         "spec": {
             "name": "small",
             "id": PLAN_ID,
@@ -120,6 +125,8 @@ def plan_body(*, status: bool = True) -> dict[str, Any]:
 
 RENDERER = Renderer()
 ENTRY = Catalog().upsert_plan(plan_body())
+UNHELD = Catalog().upsert_plan(plan_body(held=False))
+WITHDRAWN = Catalog().upsert_plan(plan_body(deleting=True))
 
 
 def ago(seconds: float) -> str:
@@ -152,6 +159,8 @@ def body(
 
 INVALID = PlanEntry(body=plan_body(), model=None, problem="spec.templates: broken", hash="h")
 PENDING = {"resources": [], "observedGeneration": 1}
+APPLIED_UPDATE = body(state="update", observed=1)
+APPLIED_UPDATE["status"]["appliedPlanHash"] = "h0"
 
 INSTANCE_PLANS = [
     # case, instance, plan entry, live bindings, pending apply, expected actions
@@ -174,6 +183,10 @@ INSTANCE_PLANS = [
     ("plan invalid", body(state="in_queue"), INVALID, 0, None, (Step.REPORT_PLAN_PROBLEM,)),
     ("plan missing, in progress", body(state="in progress", observed=1), None, 0, None, (Step.REPORT_PLAN_PROBLEM,)),
     ("plan missing, nothing to do", body(state="succeeded", observed=1), None, 0, None, ()),
+    ("a plan not held yet is held first", body(state="in_queue"), UNHELD, 0, None, (Step.HOLD_PLAN, Step.APPLY)),
+    ("new instance of a withdrawn plan", body(state="in_queue"), WITHDRAWN, 0, None, (Step.REFUSE_WITHDRAWN,)),
+    ("update of a withdrawn plan's instance", APPLIED_UPDATE, WITHDRAWN, 0, None, (Step.APPLY,)),
+    ("deprovision of a withdrawn plan's instance", body(deleting=True), WITHDRAWN, 0, None, (Step.TEARDOWN,)),
 ]
 
 
@@ -662,3 +675,50 @@ def test_plan_entry_verdict_is_written_once(templates: list[dict[str, Any]], rea
     kube.calls.clear()
     assert runtime.reconcile_now(key) == DONE
     assert kube.calls == []  # the verdict stands: nothing written again
+
+
+def test_a_plan_in_use_waits_for_its_instances_then_goes() -> None:
+    """The SFPlan guard end to end on the fake: the first apply holds the plan; deleted under its instance it
+    waits (PlanInUse, a Warning, a recheck), refuses a new instance, and goes once its last instance has."""
+    world = World()
+    plans = PlanEntryReconciler(world.kube, RENDERER)  # type: ignore[arg-type]
+    world.runtime.register(plans)
+    created = world.kube.create(plan_body(held=False))
+    assert created is not None
+    world.catalog.upsert_plan(created)
+
+    def plan_now() -> dict[str, Any] | None:
+        found = world.kube.custom_object(PLANS, "opbroker", "plan")
+        if found is not None:
+            world.catalog.upsert_plan(found)  # as the watch would
+        return found
+
+    world.instance(status={"state": "in_queue"})
+    world.reconcile()
+    held = plan_now()
+    assert held is not None and held["metadata"]["finalizers"] == [FINALIZER]
+
+    world.kube.delete_custom(PLANS, "opbroker", "plan")
+    assert plan_now() is not None  # held
+    assert world.runtime.reconcile_now(Key("plan", "opbroker", "plan")) == Outcome(requeue_after=30.0)
+    waiting = plan_now()
+    assert waiting is not None
+    (ready,) = waiting["status"]["conditions"]
+    assert (ready["status"], ready["reason"]) == ("False", Reason.PLAN_IN_USE.value)
+    assert ready["message"].startswith("deletion waits: 1 service instance(s) still use this plan")
+    assert (Reason.PLAN_IN_USE.value, "Warning") in world.event_reasons()
+
+    world.instance("late", status={"state": "in_queue"})
+    assert world.reconcile("instance", "late") == DONE
+    assert world.status("instance", "late")["state"] == "failed"
+    assert world.ready("instance", "late") == ("False", Reason.PLAN_WITHDRAWN.value)
+
+    for name in ("late", "db"):
+        world.kube.delete_custom(INSTANCES, NS, name)
+        for _ in range(5):
+            if world.kube.custom_object(INSTANCES, NS, name) is None:
+                break
+            world.reconcile("instance", name)
+        assert world.kube.custom_object(INSTANCES, NS, name) is None
+    assert world.runtime.reconcile_now(Key("plan", "opbroker", "plan")) == DONE
+    assert plan_now() is None

@@ -1,0 +1,52 @@
+"""The finalizer that keeps an SFPlan while service instances use it, as Service Fabrik guards deregistration.
+
+Deleting a plan under live instances would strand them: their updates, bindings and deprovision all render
+the plan's templates. So:
+
+* an instance's first apply makes sure its plan carries the finalizer (``InstanceReconciler``, step
+  ``HOLD_PLAN``: one patch per plan, as the catalog's copy then shows it held);
+* a plan deleted while in use waits, Ready=False with reason ``PlanInUse`` (``PlanEntryReconciler``); it is
+  withdrawn meanwhile: the broker leaves it out of ``/v2/catalog`` and refuses new instances of it, the
+  controller fails a never-applied one (``PlanWithdrawn``), existing instances keep working;
+* the finalizer goes when the plan's deletion is reconciled and no instance uses it — reconciled again when
+  an instance of a withdrawn plan is deleted, and every 30 s while it waits.
+
+The decisions are pure (``decisions.plan_guard_step``, ``decisions.plan_users``); this is the one write.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from opbroker.api.conventions import FINALIZER
+from opbroker.controller.kube import PLANS, Kube
+
+
+def set_plan_finalizer(kube: Kube, plan: dict[str, Any], *, hold: bool) -> None:
+    """Add (``hold``) or drop the controller's finalizer on ``plan``, guarded by its resourceVersion.
+
+    The copy may be stale (the catalog keeps the last watch event's): on a conflict the plan is read afresh
+    once, and nothing is done if it already is as wanted or is gone. Adding to a plan being deleted is
+    refused by the API server (no new finalizers then), which the caller sees as an error — the right answer
+    for an instance racing the plan's deletion.
+    """
+    meta = plan["metadata"]
+    for attempt in range(2):
+        finalizers = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
+        if hold:
+            finalizers.append(FINALIZER)
+        patch = {"metadata": {"finalizers": finalizers or None, "resourceVersion": meta.get("resourceVersion")}}
+        try:
+            kube.patch_custom(PLANS, meta["namespace"], meta["name"], patch)
+            return
+        except ApiException as exc:
+            if exc.status != 409 or attempt:
+                raise
+        fresh = kube.get_custom(PLANS, meta["namespace"], meta["name"], fresh=True)
+        if fresh is None:
+            return
+        meta = fresh["metadata"]
+        if (FINALIZER in (meta.get("finalizers") or [])) == hold:
+            return
