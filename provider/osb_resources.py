@@ -2,7 +2,7 @@
 ``ServiceBinding``.
 
 The providers are thin: validate inputs (``check``), decide replace-or-update (``diff``), then call
-``opbroker.provider.osb`` and poll ``last_operation`` until the broker is done. A failed or abandoned create
+``opbroker.osbclient`` and poll ``last_operation`` until the broker is done. A failed or abandoned create
 is followed by a best-effort DELETE (orphan mitigation, as platforms do), so nothing half-created leaks
 when Pulumi records no resource. Credentials come back as secret outputs; the broker password is a secret
 input and output.
@@ -10,16 +10,16 @@ input and output.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import httpx
 import pulumi
 import pulumi.dynamic
 from pulumi.runtime import rpc
 
-from opbroker.provider import osb
+from opbroker import osbclient as osb
 
 #: Inputs whose change cannot be applied in place: a different instance at the broker.
 INSTANCE_REPLACE_KEYS = ("broker_url", "instance_id", "service_id", "organization_guid", "space_guid")
@@ -41,6 +41,8 @@ BINDING_REPLACE_KEYS = (
 _PROVIDER_KEY = "__provider"
 DEFAULT_TIMEOUT = 1800.0
 DEFAULT_POLL_INTERVAL = 2.0
+#: Backoff doubles from poll_interval up to this (or poll_interval, when larger).
+MAX_POLL_INTERVAL = 30.0
 
 
 def _plain(value: Any) -> Any:
@@ -64,8 +66,12 @@ def _known(value: Any) -> bool:
 
 def needs_mitigation(exc: Exception) -> bool:
     """Whether a failed create may have left something at the broker: a failed or abandoned async
-    operation, a malformed success, a server error or a lost connection. A 4xx changed nothing."""
-    if isinstance(exc, osb.OperationFailed | osb.OperationTimeout | osb.MalformedResponse | httpx.TransportError):
+    operation, a malformed success, a server error or a failed connection. A 4xx changed nothing.
+
+    Deliberately broader than the OSB table (``osbclient.needs_orphan_mitigation_after``): a best-effort
+    DELETE also follows a malformed 200 and a broker that could not be reached, since Pulumi records nothing
+    for a failed create and the DELETE is harmless when there is nothing to delete."""
+    if isinstance(exc, osb.OperationFailed | osb.OperationTimeout | osb.MalformedResponse | osb.TransportFailure):
         return True
     return isinstance(exc, osb.OSBError) and exc.status >= 500
 
@@ -104,21 +110,27 @@ class _OSBProvider(pulumi.dynamic.ResourceProvider):
         return osb.Client(
             osb.Broker(
                 url=str(props["broker_url"]),
-                username=str(props["broker_username"]),
-                password=str(props["broker_password"]),
+                auth=osb.BasicAuth(str(props["broker_username"]), str(props["broker_password"])),
                 api_version=str(props.get("api_version") or osb.API_VERSION),
             )
         )
 
-    def polling(self, props: Mapping[str, Any]) -> osb.Polling:
+    def backoff(self, props: Mapping[str, Any]) -> osb.Backoff:
         interval = float(props.get("poll_interval") or DEFAULT_POLL_INTERVAL)
-        defaults = osb.Polling()
-        return osb.Polling(
-            timeout=float(props.get("timeout") or DEFAULT_TIMEOUT),
-            interval=interval,
-            max_interval=max(interval, defaults.max_interval),
-            clock=self._clock or defaults.clock,
-            sleep=self._sleep or defaults.sleep,
+        return osb.Backoff(
+            base=interval,
+            maximum=max(interval, MAX_POLL_INTERVAL),
+            max_duration=float(props.get("timeout") or DEFAULT_TIMEOUT),
+        )
+
+    def wait(self, poll: Callable[[], osb.LastOperation], what: str, props: Mapping[str, Any]) -> osb.LastOperation:
+        """Poll until done, with this provider's clock (tests fake it)."""
+        return osb.wait(
+            poll,
+            what=what,
+            backoff=self.backoff(props),
+            clock=self._clock or time.monotonic,
+            sleep=self._sleep or time.sleep,
         )
 
 
@@ -229,7 +241,7 @@ class ServiceInstanceProvider(_OSBProvider):
                 str(p["instance_id"]), operation=result.operation, service_id=p["service_id"], plan_id=p["plan_id"]
             )
 
-        last = osb.wait(poll, what=what, polling=self.polling(p))
+        last = self.wait(poll, what, p)
         if last.gone and not gone_ok:
             raise osb.OperationFailed(what, "the broker says the instance is gone")
         return last
@@ -240,7 +252,7 @@ class ServiceInstanceProvider(_OSBProvider):
             return "; orphan mitigation disabled, the instance may remain at the broker"
         try:
             result = client.deprovision(str(p["instance_id"]), service_id=p["service_id"], plan_id=p["plan_id"])
-        except (osb.OSBError, OSError) as exc:
+        except (osb.BrokerError, OSError) as exc:
             return f"; orphan mitigation (deprovision) failed too: {exc}"
         return f"; orphan mitigation: deprovision requested (broker answered {result.status})"
 
@@ -347,7 +359,7 @@ class ServiceBindingProvider(_OSBProvider):
                 plan_id=p["plan_id"],
             )
 
-        last = osb.wait(poll, what=what, polling=self.polling(p))
+        last = self.wait(poll, what, p)
         if last.gone and not gone_ok:
             raise osb.OperationFailed(what, "the broker says the binding is gone")
         return last
@@ -359,7 +371,7 @@ class ServiceBindingProvider(_OSBProvider):
             result = client.unbind(
                 str(p["instance_id"]), str(p["binding_id"]), service_id=p["service_id"], plan_id=p["plan_id"]
             )
-        except (osb.OSBError, OSError) as exc:
+        except (osb.BrokerError, OSError) as exc:
             return f"; orphan mitigation (unbind) failed too: {exc}"
         return f"; orphan mitigation: unbind requested (broker answered {result.status})"
 

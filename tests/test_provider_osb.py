@@ -1,20 +1,20 @@
-"""Provisioning and binding through any OSB broker: the HTTP client and the dynamic providers'
-check/diff/create/update/delete, against a small OSB broker served on 127.0.0.1 (tests/osb_fake_broker.py).
+"""Provisioning and binding through any OSB broker: the dynamic providers' check/diff/create/update/delete,
+against a small OSB broker served on 127.0.0.1 (tests/osb_fake_broker.py). The client they use
+(opbroker.osbclient) has its own tests in tests/test_osbclient.py.
 
-Covers: the headers every request carries, errors by status, async polling with backoff and Retry-After
-(time is faked, never slept), a failed operation surfaced as an error, a timeout, orphan mitigation after
-both, idempotent deletes, and credentials from sync and async bindings.
+Covers: async polling with backoff and Retry-After (time is faked, never slept), a failed operation surfaced
+as an error, a timeout, orphan mitigation after both (and not after a 4xx), idempotent deletes, and
+credentials from sync and async bindings.
 """
 
 import json
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from pulumi.runtime import rpc
 
-from opbroker.provider import osb
+from opbroker import osbclient as osb
 from opbroker.provider.osb_resources import ServiceBindingProvider, ServiceInstanceProvider
 from tests.osb_fake_broker import PLAN_ASYNC, PLAN_ASYNC_BIND, SERVICE_ID, FakeBroker, serve
 
@@ -69,32 +69,7 @@ def instance_props(url: str, broker: FakeBroker, **extra: Any) -> dict[str, Any]
     return connection(url, broker, **{**defaults, **extra})
 
 
-# -- the client ---------------------------------------------------------------------------------------------
-
-
-def test_every_request_carries_auth_version_and_a_fresh_request_identity(url: str, broker: FakeBroker) -> None:
-    with osb.Client(osb.Broker(url, broker.username, broker.password)) as client:
-        catalog = client.catalog()
-        client.catalog()
-    assert catalog["services"][0]["id"] == SERVICE_ID
-    first, second = broker.requests
-    assert first.headers["x-broker-api-version"] == "2.17"
-    assert first.headers["authorization"].startswith("Basic ")
-    assert first.headers["x-broker-api-request-identity"] != second.headers["x-broker-api-request-identity"]
-
-
-@pytest.mark.parametrize(
-    ("password", "version", "error"),
-    [("wrong", "2.17", osb.Unauthorized), ("broker-password", "1.0", osb.PreconditionFailed)],
-)
-def test_errors_map_by_status(url: str, password: str, version: str, error: type[osb.OSBError]) -> None:
-    with (
-        osb.Client(osb.Broker(url, "broker-user", password, api_version=version)) as client,
-        pytest.raises(error) as raised,
-    ):
-        client.catalog()
-    assert raised.value.status in (401, 412)
-    assert raised.value.description
+# -- ServiceInstance ----------------------------------------------------------------------------------------
 
 
 def test_a_conflicting_repeat_is_a_409_and_changes_nothing(url: str, broker: FakeBroker, clock: FakeClock) -> None:
@@ -104,26 +79,6 @@ def test_a_conflicting_repeat_is_a_409_and_changes_nothing(url: str, broker: Fak
         provider.create(instance_props(url, broker, parameters={"size": "xl"}))
     assert broker.calls("DELETE") == []  # a 4xx is no reason for orphan mitigation
     assert broker.instances["inst-1"].body["parameters"] == {"size": "s"}
-
-
-@pytest.mark.parametrize(
-    ("header", "expected"),
-    [("7", 7.0), (None, None), ("soon", None), ("Wed, 01 Jan 2031 00:00:30 GMT", 30.0)],
-)
-def test_retry_after_is_seconds_or_an_http_date(header: str | None, expected: float | None) -> None:
-    now = datetime(2031, 1, 1, tzinfo=UTC)
-    assert osb.parse_retry_after(header, now=now) == expected
-
-
-def test_wait_backs_off_and_raises_on_failed(clock: FakeClock) -> None:
-    answers = iter([osb.LastOperation(osb.IN_PROGRESS)] * 3 + [osb.LastOperation(osb.FAILED, "disk full")])
-    polling = osb.Polling(timeout=100, interval=1, max_interval=3, clock=clock, sleep=clock.sleep)
-    with pytest.raises(osb.OperationFailed, match="provision failed: disk full"):
-        osb.wait(lambda: next(answers), what="provision", polling=polling)
-    assert clock.sleeps == [1, 2, 3]
-
-
-# -- ServiceInstance ----------------------------------------------------------------------------------------
 
 
 def test_create_provisions_and_polls_until_succeeded(url: str, broker: FakeBroker, clock: FakeClock) -> None:
@@ -340,3 +295,33 @@ def test_binding_changes_replace_and_connection_changes_keep_credentials() -> No
     assert (rotated.changes, rotated.replaces) == (True, [])
     assert provider.update("bind-1", olds, {**olds, "broker_password": "new"}).outs["credentials"] == {"password": "p"}
     assert len(provider.check({}, {**olds, "binding_id": None}).inputs["binding_id"]) == 36
+
+
+# -- failures the fake broker cannot produce -------------------------------------------------------------------
+
+
+def test_a_mitigation_that_cannot_reach_the_broker_is_reported_with_the_first_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A 5xx on create triggers orphan mitigation; when that DELETE cannot even connect, the error says so
+    instead of replacing the broker's answer."""
+    import httpx
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.method == "PUT":
+            return httpx.Response(500, json={"description": "backend down"})
+        raise httpx.ConnectError("connection refused")
+
+    provider = ServiceInstanceProvider()
+
+    def client(props: Any) -> osb.Client:
+        config = osb.Broker("http://broker.test", auth=osb.BasicAuth("u", "p"))
+        return osb.Client(config, transport=httpx.MockTransport(handler))
+
+    monkeypatch.setattr(provider, "client", client)
+    with pytest.raises(RuntimeError) as raised:
+        provider.create(instance_props("http://broker.test", FakeBroker()))
+    message = str(raised.value)
+    assert "broker answered 500 (backend down)" in message
+    assert "orphan mitigation (deprovision) failed too: deprovision of instance inst-1: could not reach" in message
+    assert isinstance(raised.value.__cause__, osb.ServerError)

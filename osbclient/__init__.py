@@ -1,0 +1,106 @@
+"""A client for any Open Service Broker (API v2.17), shared by the Pulumi provider and the controllers.
+
+A leaf library: it imports nothing else of opbroker (an import-linter contract holds it to that), so any
+process that talks to a broker can use it. One module per job:
+
+* ``config``: the broker endpoint (URL, basic or bearer auth, TLS trust, timeouts, version, identity);
+* ``client``: ``Client``, one method per OSB endpoint;
+* ``results``: what the broker answered;
+* ``errors``: what went wrong, by kind;
+* ``polling``: when to poll ``last_operation`` again (blocking ``wait``, non-blocking ``next_poll``);
+* ``mitigation``: whether a failure needs orphan mitigation (the spec's table);
+* ``classification``: whether a failure is worth retrying.
+"""
+
+from opbroker.osbclient.classification import Failure, classify, is_retryable
+from opbroker.osbclient.client import Client
+from opbroker.osbclient.config import (
+    API_VERSION,
+    TLS,
+    Auth,
+    BasicAuth,
+    BearerToken,
+    Broker,
+    OriginatingIdentity,
+    kubernetes_identity,
+)
+from opbroker.osbclient.errors import (
+    BadRequest,
+    BrokerError,
+    BrokerUnreachable,
+    Conflict,
+    Forbidden,
+    Gone,
+    MalformedResponse,
+    NotFound,
+    OperationFailed,
+    OperationTimeout,
+    OSBError,
+    PreconditionFailed,
+    RequestTimeout,
+    ResponseLost,
+    ServerError,
+    TooManyRequests,
+    TransportFailure,
+    Unauthorized,
+    Unprocessable,
+)
+from opbroker.osbclient.mitigation import Request, needs_orphan_mitigation, needs_orphan_mitigation_after
+from opbroker.osbclient.polling import EXPIRED, Backoff, NextPoll, next_poll, parse_retry_after, wait
+from opbroker.osbclient.results import (
+    FAILED,
+    IN_PROGRESS,
+    SUCCEEDED,
+    BindingResult,
+    InstanceResult,
+    LastOperation,
+)
+
+__all__ = [
+    "API_VERSION",
+    "EXPIRED",
+    "FAILED",
+    "IN_PROGRESS",
+    "SUCCEEDED",
+    "TLS",
+    "Auth",
+    "Backoff",
+    "BadRequest",
+    "BasicAuth",
+    "BearerToken",
+    "BindingResult",
+    "Broker",
+    "BrokerError",
+    "BrokerUnreachable",
+    "Client",
+    "Conflict",
+    "Failure",
+    "Forbidden",
+    "Gone",
+    "InstanceResult",
+    "LastOperation",
+    "MalformedResponse",
+    "NextPoll",
+    "NotFound",
+    "OSBError",
+    "OperationFailed",
+    "OperationTimeout",
+    "OriginatingIdentity",
+    "PreconditionFailed",
+    "Request",
+    "RequestTimeout",
+    "ResponseLost",
+    "ServerError",
+    "TooManyRequests",
+    "TransportFailure",
+    "Unauthorized",
+    "Unprocessable",
+    "classify",
+    "is_retryable",
+    "kubernetes_identity",
+    "needs_orphan_mitigation",
+    "needs_orphan_mitigation_after",
+    "next_poll",
+    "parse_retry_after",
+    "wait",
+]
