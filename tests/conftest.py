@@ -10,7 +10,12 @@ REPO = Path(__file__).resolve().parent.parent
 #: Copies of the seeds' manifests (tests need nothing outside the repository); see its README.
 SEED_MANIFESTS = REPO / "tests" / "data" / "seeds"
 
-pytest_plugins = ["tests.cluster_fixtures", "tests.controller_support", "tests.multicluster_support"]
+pytest_plugins = [
+    "tests.cluster_fixtures",
+    "tests.controller_support",
+    "tests.multicluster_support",
+    "tests.brokers.fixture",  # second_broker, second_broker_tls, second_broker_token: an independent OSB broker
+]
 
 
 @pytest.fixture(scope="session")
