@@ -21,5 +21,7 @@ def test_every_package_folder_is_listed_for_the_wheel() -> None:
         for init in (REPO / folder).rglob("__init__.py")
         if ".venv" not in init.parts
     }
-    assert in_tree - listed == set(), f"packages missing from pyproject's [tool.setuptools] packages: {in_tree - listed}"
+    assert in_tree - listed == set(), (
+        f"packages missing from pyproject's [tool.setuptools] packages: {in_tree - listed}"
+    )
     assert listed - in_tree == set(), f"listed packages with no folder: {listed - in_tree}"
