@@ -94,8 +94,12 @@ class PlanSchemas(WireModel):
 
 
 class MaintenanceInfo(WireModel):
+    """OSB maintenance_info: the version of the plan's software, for upgrades."""
+
     version: str = Field(pattern=r"^\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.-]+)?$")
+    """A semantic version (1.2.3)."""
     description: str | None = None
+    """What the version changes."""
 
 
 class Manager(WireModel):

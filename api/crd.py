@@ -99,27 +99,54 @@ def _enum_type(values: list[Any], path: str) -> str:
     raise SchemaError(f"{path}: enum mixes types {sorted(k.__name__ for k in kinds)}")
 
 
+_TYPE_META = ("apiVersion", "kind", "metadata")
+
+
 def resource_schema(model: type[KubeResource]) -> dict[str, Any]:
-    """The openAPIV3Schema of a whole object: type meta, metadata, spec and (if any) status."""
+    """The openAPIV3Schema of a whole object: type meta, metadata, spec and (if any) status, and any other
+    top-level field the model declares (ServiceClass keeps its fields there, without a spec)."""
     properties: dict[str, Any] = {
         "apiVersion": {"type": "string"},
         "kind": {"type": "string"},
         "metadata": {"type": "object"},
     }
     whole = model.model_json_schema(by_alias=True, mode="validation")
-    for part in ("spec", "status"):
-        if part in whole["properties"]:
-            properties[part] = structural_schema({**whole["properties"][part], "$defs": whole.get("$defs", {})})
+    definitions = whole.get("$defs", {})
+    for name, part in whole["properties"].items():
+        if name not in _TYPE_META:
+            properties[name] = structural_schema({**part, "$defs": definitions})
     schema: dict[str, Any] = {"type": "object", "properties": properties}
     if model.__doc__:
         schema["description"] = _one_line(model.__doc__)
-    if model.SPEC_REQUIRED:
-        schema["required"] = ["spec"]
+    required = ["spec"] if model.SPEC_REQUIRED and "spec" in properties else []
+    required += [n for n in whole.get("required", []) if n not in (*_TYPE_META, "spec", "status")]
+    if required:
+        schema["required"] = required
+    for key in ("x-kubernetes-validations",):
+        if key in whole:
+            schema[key] = whole[key]
     return schema
+
+
+#: The annotation the API server requires on CRDs of the Kubernetes project's own groups (KEP 1111).
+API_APPROVAL_ANNOTATION = "api-approved.kubernetes.io"
+
+
+def is_protected_group(group: str) -> bool:
+    """Whether the API server treats ``group`` as the Kubernetes project's (k8s.io, kubernetes.io)."""
+    return any(group == d or group.endswith("." + d) for d in ("k8s.io", "kubernetes.io"))
 
 
 def crd_for(model: type[KubeResource]) -> dict[str, Any]:
     """The apiextensions.k8s.io/v1 CRD for one resource model."""
+    metadata: dict[str, Any] = {
+        "name": f"{model.PLURAL}.{model.GROUP}",
+        "labels": {"app.kubernetes.io/part-of": "opbroker"},
+    }
+    if is_protected_group(model.GROUP):
+        if not model.API_APPROVAL:
+            raise SchemaError(f"{model.KIND}: group {model.GROUP} is protected; set API_APPROVAL")
+        metadata["annotations"] = {API_APPROVAL_ANNOTATION: model.API_APPROVAL}
     columns = [{"name": name, "type": kind, "jsonPath": json_path} for name, json_path, kind in model.PRINTER_COLUMNS]
     columns.append({"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"})
     version: dict[str, Any] = {
@@ -134,13 +161,10 @@ def crd_for(model: type[KubeResource]) -> dict[str, Any]:
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {
-            "name": f"{model.PLURAL}.{model.GROUP}",
-            "labels": {"app.kubernetes.io/part-of": "opbroker"},
-        },
+        "metadata": metadata,
         "spec": {
             "group": model.GROUP,
-            "scope": "Namespaced",
+            "scope": model.SCOPE,
             "names": {
                 "kind": model.KIND,
                 "listKind": f"{model.KIND}List",

@@ -71,11 +71,17 @@ class Condition(WireModel):
     """A Kubernetes-style condition, so resources are waitable (``kubectl wait``, ``pulumi.com/waitFor``)."""
 
     type: str
+    """What the condition is about, e.g. ``Ready``."""
     status: Literal["True", "False", "Unknown"]
+    """Whether the condition holds."""
     reason: str | None = None
+    """Why, in one CamelCase word (machine-readable)."""
     message: str | None = None
+    """Why, for people."""
     last_transition_time: datetime | None = None
+    """When status last changed."""
     observed_generation: int | None = None
+    """The metadata.generation the condition was computed from."""
 
 
 class KubeResource(BaseModel):
@@ -95,8 +101,15 @@ class KubeResource(BaseModel):
     CATEGORIES: ClassVar[tuple[str, ...]] = ("opbroker",)
     #: (name, JSON path, type[, priority]) — shown by ``kubectl get``.
     PRINTER_COLUMNS: ClassVar[tuple[tuple[str, str, str], ...]] = ()
-    #: Whether ``spec`` may be omitted (ServiceCatalog is written by the controller alone).
+    #: Whether ``spec`` may be omitted (ServiceCatalog is written by the controller alone). A kind without a
+    #: ``spec`` field (ServiceClass keeps its fields at the top level, as Service Catalog v1alpha1 did) sets
+    #: it False; its own required top-level fields are then required in the CRD instead.
     SPEC_REQUIRED: ClassVar[bool] = True
+    #: ``Namespaced`` or ``Cluster``: the CRD's scope. A cluster-scoped object may not name a namespace.
+    SCOPE: ClassVar[Literal["Namespaced", "Cluster"]] = "Namespaced"
+    #: The ``api-approved.kubernetes.io`` annotation a CRD in a protected group (``*.k8s.io``,
+    #: ``*.kubernetes.io``) must carry: the URL of the approved API review, or a reason starting "unapproved".
+    API_APPROVAL: ClassVar[str | None] = None
 
     api_version: str = Field(alias="apiVersion")
     kind: str
@@ -129,6 +142,15 @@ class KubeResource(BaseModel):
         if value != cls.KIND:
             raise ValueError(f"must be {cls.KIND!r}, got {value!r}")
         return value
+
+    @model_validator(mode="after")
+    def _check_scope(self) -> KubeResource:
+        """The API server silently drops a cluster-scoped object's namespace; saying so beats a surprise."""
+        if self.SCOPE == "Cluster" and self.metadata.namespace:
+            raise ValueError(
+                f"metadata.namespace: {self.KIND} is cluster-scoped; remove namespace {self.metadata.namespace!r}"
+            )
+        return self
 
     def to_manifest(self) -> dict[str, Any]:
         """The object as the API server wants it: camelCase, no nulls."""

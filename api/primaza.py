@@ -124,23 +124,36 @@ class RegisteredService(KubeResource):
 
 
 class LabelSelectorRequirement(WireModel):
+    """One requirement on a label: ``In``/``NotIn`` the values, or the label ``Exists``/``DoesNotExist``."""
+
     key: str = Field(min_length=1)
+    """The label key."""
     operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    """How the label's value relates to values."""
     values: list[str] | None = None
+    """The values for In and NotIn; empty for Exists and DoesNotExist."""
 
 
 class LabelSelector(WireModel):
+    """A Kubernetes label selector: every matchLabels entry and every matchExpressions requirement must hold."""
+
     match_labels: dict[str, str] | None = None
+    """Labels the workload must carry with exactly these values."""
     match_expressions: list[LabelSelectorRequirement] | None = None
+    """Further requirements on labels."""
 
 
 class ApplicationSelector(WireModel):
     """The workloads a claim binds into: by name, or by label selector."""
 
     api_version: str = "apps/v1"
+    """API version of the workloads (apps/v1)."""
     kind: str = "Deployment"
+    """Kind of the workloads: Deployment (the default), StatefulSet or DaemonSet."""
     name: str | None = None
+    """The one workload, by name (exclusive with selector)."""
     selector: LabelSelector | None = None
+    """The workloads, in the same namespace, whose labels match (exclusive with name)."""
 
     @model_validator(mode="after")
     def _name_or_selector(self) -> ApplicationSelector:

@@ -7,6 +7,7 @@ from opbroker.api.cluster import SFCluster
 from opbroker.api.meta import KubeResource
 from opbroker.api.osb import SFServiceBinding, SFServiceInstance
 from opbroker.api.primaza import RegisteredService, ServiceCatalog, ServiceClaim
+from opbroker.api.servicecatalog import Binding, Broker, Instance, ServiceClass
 
 #: Every kind opbroker owns, in the order CRDs are installed and printed.
 RESOURCE_KINDS: tuple[type[KubeResource], ...] = (
@@ -18,6 +19,10 @@ RESOURCE_KINDS: tuple[type[KubeResource], ...] = (
     RegisteredService,
     ServiceClaim,
     ServiceCatalog,
+    Broker,
+    ServiceClass,
+    Instance,
+    Binding,
 )
 
 _BY_TYPE = {(m.api_version_string(), m.KIND): m for m in RESOURCE_KINDS}

@@ -100,7 +100,8 @@ def _owned(kinds: Iterable[type[KubeResource]]) -> list[Rule]:
 def controller_cluster_rules(operator_rules: Sequence[Mapping[str, Any]] = ()) -> list[Rule]:
     """The controller's ClusterRole, rule by rule what ``opbroker.controller`` calls (every namespace):
 
-    * every opbroker kind (objects, status, finalizers);
+    * every opbroker kind (objects, status, finalizers), the Service Catalog kinds (servicecatalog.k8s.io:
+      brokers, serviceclasses, instances, bindings) included;
     * Secrets: instance and binding registries, bind credentials, claim binding and health-check Secrets
       (server-side apply), read back; kopf watches them cluster-wide for the claims (metadata only);
       claims delete a binding Secret whose type changed (immutable) or whose claim is gone, and the

@@ -98,7 +98,7 @@ def test_every_child_is_registered_once_under_the_component(default: Any) -> Non
 def test_the_crds_are_the_models_crds(default: Any) -> None:
     mocks, _ = default
     registered = mocks.of_type(CRD)
-    assert len(registered) == 8
+    assert len(registered) == 12
     expected = {f"opbroker-{c['metadata']['name']}": c for c in all_crds()}
     assert {r.name for r in registered} == set(expected)
     for registration in registered:
@@ -124,6 +124,7 @@ def test_controller_cluster_role_enumerates_every_rule(default: Any) -> None:
     assert "namespace" not in role["metadata"]
     osb = ["sfservices", "sfplans", "sfserviceinstances", "sfservicebindings"]
     primaza = ["registeredservices", "serviceclaims", "servicecatalogs"]
+    svcat = ["brokers", "serviceclasses", "instances", "bindings"]
     assert role["rules"] == [
         {"apiGroups": ["osb.servicefabrik.io"], "resources": osb, "verbs": OWNER},
         {"apiGroups": ["osb.servicefabrik.io"], "resources": [f"{p}/status" for p in osb], "verbs": STATUS},
@@ -134,6 +135,9 @@ def test_controller_cluster_role_enumerates_every_rule(default: Any) -> None:
         {"apiGroups": ["primaza.io"], "resources": primaza, "verbs": OWNER},
         {"apiGroups": ["primaza.io"], "resources": [f"{p}/status" for p in primaza], "verbs": STATUS},
         {"apiGroups": ["primaza.io"], "resources": [f"{p}/finalizers" for p in primaza], "verbs": ["update"]},
+        {"apiGroups": ["servicecatalog.k8s.io"], "resources": svcat, "verbs": OWNER},
+        {"apiGroups": ["servicecatalog.k8s.io"], "resources": [f"{p}/status" for p in svcat], "verbs": STATUS},
+        {"apiGroups": ["servicecatalog.k8s.io"], "resources": [f"{p}/finalizers" for p in svcat], "verbs": ["update"]},
         {"apiGroups": [""], "resources": ["secrets"], "verbs": OWNER},
         {
             "apiGroups": [""],
@@ -268,7 +272,7 @@ def test_broker_without_context_namespaces_has_rights_in_its_namespace_only() ->
 def test_no_rule_anywhere_grants_everything(default: Any) -> None:
     mocks, _ = default
     rules = [rule for t in (CLUSTER_ROLE, ROLE) for r in mocks.of_type(t) for rule in r.plain_inputs()["rules"]]
-    assert len(rules) == 26
+    assert len(rules) == 29
     for rule in rules:
         assert not rbac.grants_everything(rule)
         assert "*" not in rule["verbs"] and "*" not in rule["resources"] and "*" not in rule["apiGroups"]

@@ -87,3 +87,105 @@ def test_crd_yaml_is_plain(tmp_path: Path) -> None:
     text = to_yaml(all_crds())
     assert "&id" not in text and "*id" not in text
     assert len(list(yaml.safe_load_all(text))) == len(RESOURCE_KINDS)
+
+
+def _crd(kind: str) -> dict[str, Any]:
+    return next(c for c in all_crds() if c["spec"]["names"]["kind"] == kind)
+
+
+def test_service_catalog_scopes_names_and_columns() -> None:
+    scopes = {kind: _crd(kind)["spec"]["scope"] for kind in ("Broker", "ServiceClass", "Instance", "Binding")}
+    assert scopes == {"Broker": "Cluster", "ServiceClass": "Cluster", "Instance": "Namespaced", "Binding": "Namespaced"}
+    assert _crd("SFServiceInstance")["spec"]["scope"] == "Namespaced"  # the default
+    names = {kind: _crd(kind)["spec"]["names"] for kind in scopes}
+    assert {kind: n["shortNames"] for kind, n in names.items()} == {
+        "Broker": ["scbroker"],
+        "ServiceClass": ["scclass"],
+        "Instance": ["scinstance"],
+        "Binding": ["scbinding"],
+    }
+    assert {n["plural"] for n in names.values()} == {"brokers", "serviceclasses", "instances", "bindings"}
+    assert all(n["categories"] == ["opbroker", "svcat"] for n in names.values())
+    ready = '.status.conditions[?(@.type=="Ready")].reason'
+    columns = {
+        kind: [(c["name"], c["jsonPath"]) for c in _crd(kind)["spec"]["versions"][0]["additionalPrinterColumns"]]
+        for kind in scopes
+    }
+    age = ("Age", ".metadata.creationTimestamp")
+    assert columns == {
+        "Broker": [
+            ("URL", ".spec.url"),
+            ("Status", ready),
+            ("Classes", ".status.serviceClassCount"),
+            ("Catalog-Fetched", ".status.lastCatalogRetrievalTime"),
+            age,
+        ],
+        "ServiceClass": [
+            ("Broker", ".brokerName"),
+            ("External-Name", ".externalName"),
+            ("External-ID", ".externalID"),
+            ("Removed", ".status.removedFromBrokerCatalog"),
+            age,
+        ],
+        "Instance": [("Class", ".spec.serviceClassName"), ("Plan", ".spec.planName"), ("Status", ready), age],
+        "Binding": [("Instance", ".spec.instanceRef.name"), ("Secret", ".status.secretName"), ("Status", ready), age],
+    }
+
+
+def test_the_protected_group_carries_the_approval_annotation() -> None:
+    for kind in ("Broker", "ServiceClass", "Instance", "Binding"):
+        annotation = _crd(kind)["metadata"]["annotations"]["api-approved.kubernetes.io"]
+        assert annotation.startswith("unapproved, ")
+    assert "annotations" not in _crd("SFService")["metadata"]
+
+
+def test_spec_less_service_class_keeps_its_fields_at_the_top_level() -> None:
+    schema = _crd("ServiceClass")["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    assert "spec" not in schema["properties"]
+    assert schema["required"] == ["brokerName", "externalID", "plans"]
+    plans = schema["properties"]["plans"]
+    assert plans["x-kubernetes-list-type"] == "map" and plans["x-kubernetes-list-map-keys"] == ["name"]
+    assert plans["items"]["properties"]["instanceCreateParameterSchema"]["x-kubernetes-preserve-unknown-fields"]
+    assert _crd("ServiceClass")["spec"]["versions"][0]["subresources"] == {"status": {}}
+    assert _crd("Broker")["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["required"] == ["spec"]
+
+
+def _undescribed(node: dict[str, Any], path: str) -> list[str]:
+    missing = []
+    for name, child in node.get("properties", {}).items():
+        if "description" not in child:
+            missing.append(f"{path}.{name}")
+        missing += _undescribed(child, f"{path}.{name}")
+    if "items" in node:
+        missing += _undescribed(node["items"], f"{path}[]")
+    return missing
+
+
+def test_every_service_catalog_field_is_described_for_kubectl_explain() -> None:
+    for kind in ("Broker", "ServiceClass", "Instance", "Binding"):
+        schema = _crd(kind)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+        top = {k: v for k, v in schema["properties"].items() if k not in ("apiVersion", "kind", "metadata")}
+        assert _undescribed({"properties": top}, kind) == []
+    spec = _crd("Instance")["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert "merged into parameters" in spec["properties"]["parametersFrom"]["description"]
+
+
+def test_schema_rules_are_cel_where_openapi_cannot_say_them() -> None:
+    def rules(node: dict[str, Any]) -> list[str]:
+        return [r["message"] for r in node.get("x-kubernetes-validations", [])]
+
+    broker = _crd("Broker")["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert rules(broker) == ["caBundle cannot be used when insecureSkipTLSVerify is true"]
+    assert rules(broker["properties"]["authInfo"]) == ["exactly one of basic or bearer is required"]
+    assert rules(broker["properties"]["relistDuration"]) == ["relistDuration must be greater than zero"]
+    assert broker["properties"]["relistDuration"]["pattern"] == r"^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$"
+    assert broker["properties"]["url"]["pattern"].startswith("^https?://")
+    assert broker["properties"]["caBundle"]["format"] == "byte"
+    instance = _crd("Instance")["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert rules(instance) == [
+        "serviceClassName is immutable",
+        "externalID cannot be set, changed or removed after creation",
+    ]
+    binding = _crd("Binding")["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert binding["properties"]["secretName"]["pattern"].startswith("^[a-z0-9]")
+    assert "instanceRef is immutable" in rules(binding)
