@@ -28,6 +28,7 @@ from opbroker.controller.multicluster.runtime import MultiCluster
 from opbroker.controller.reconciler import DONE, Key, PerKey, Runtime
 from opbroker.controller.reconciler.memory import Dependents
 from opbroker.controller.reconciling import Deps, OwnWrites
+from opbroker.controller.servicecatalog.handlers import ServiceCatalog, register_service_catalog
 from opbroker.controller.settings import ControllerSettings
 from opbroker.controller.sources import SourceIndex, SourceWatchers
 from opbroker.rendering import Renderer
@@ -73,6 +74,9 @@ class Controller:
         ):
             self.runtime.register(reconciler)
         self.claims = Claims(self.kube, settings.claims, self.catalog, self.runtime)
+        self.service_catalog = ServiceCatalog(
+            self.kube, self.runtime, max_operation_seconds=settings.max_operation_seconds
+        )
         self._plan_members: Dependents[str] = memories.keep(Dependents())
         self._instance_bindings: Dependents[Key] = memories.keep(Dependents())
         self._fingerprints: PerKey[tuple[Any, ...]] = memories.keep(PerKey())
@@ -240,6 +244,7 @@ def build_registry(controller: Controller, *, kubeconfig: str | None) -> kopf.Op
     if controller.multicluster is not None:
         controller.multicluster.register(registry)  # SFClusters: scheduling targets, sister clusters
     register_claims(registry, controller.claims)  # registered services and claims: their watches
+    register_service_catalog(registry, controller.service_catalog)  # Broker, ServiceClass, Instance, Binding
     return registry
 
 

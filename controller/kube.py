@@ -307,7 +307,7 @@ class Kube:
         event = event_body(obj, reason=reason, message=message, warning=warning)
         try:
             # A plain dict serialises as the Event it describes; the client annotates only its model class.
-            self.core.create_namespaced_event(meta["namespace"], event, _preload_content=False)  # type: ignore[arg-type]
+            self.core.create_namespaced_event(event["metadata"]["namespace"], event, _preload_content=False)  # type: ignore[arg-type]
         except ApiException as exc:
             logger.warning("could not record event %s on %s: HTTP %s", reason, meta["name"], exc.status)
 
@@ -365,13 +365,14 @@ def event_body(obj: dict[str, Any], *, reason: str, message: str, warning: bool 
     """The Event the controller records on ``obj`` (message cut to 1 KiB, as the API server limits it)."""
     meta = obj["metadata"]
     moment = _now()
+    # A cluster-scoped object's Events live in "default", as kube-controller-manager files them.
     return {
-        "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+        "metadata": {"generateName": f"{meta['name']}.", "namespace": meta.get("namespace") or "default"},
         "involvedObject": {
             "apiVersion": obj["apiVersion"],
             "kind": obj["kind"],
             "name": meta["name"],
-            "namespace": meta["namespace"],
+            "namespace": meta.get("namespace"),
             "uid": meta.get("uid"),
         },
         "reason": reason,

@@ -1,0 +1,397 @@
+"""Reconciling a Binding: bind through the instance's broker, put the credentials in a Secret, unbind on delete.
+
+The credentials go into the Secret named by ``spec.secretName`` (default: the binding's name), in the
+binding's namespace, owned by the binding — never into a status, an event or a log. A Binding may live in
+another namespace than its Instance (``instanceRef.namespace``). The same rules as for instances hold: the
+binding id is recorded before the request, one operation at a time, asynchronous binds polled and then
+fetched, orphan mitigation (an unbind) after a bind whose outcome is unknown.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, ClassVar
+
+from opbroker import osbclient
+from opbroker.api.servicecatalog import BindingOperation, ProvisionStatus, UnbindStatus
+from opbroker.controller.reasons import Reason
+from opbroker.controller.reconciler import DONE, Key, Memories, ObservePlanAct, Outcome, PerKey, requeue
+from opbroker.controller.servicecatalog.common import (
+    Offering,
+    Resolver,
+    Unresolved,
+    checksum,
+    conditions,
+    now,
+    parse_time,
+    timestamp,
+)
+from opbroker.controller.servicecatalog.endpoints import identity_of
+from opbroker.controller.servicecatalog.resources import BINDINGS, FINALIZER, INSTANCES, CatalogApi
+
+SECRET_TYPE = "servicecatalog.k8s.io/binding-credentials"
+
+
+class Step(StrEnum):
+    NOTHING = "nothing"
+    ADD_FINALIZER = "add-finalizer"
+    REMOVE_FINALIZER = "remove-finalizer"
+    UNRESOLVED = "unresolved"
+    BIND = "bind"
+    POLL = "poll"
+    UNBIND = "unbind"
+    MITIGATE = "mitigate"
+
+
+@dataclass(frozen=True)
+class BindingFacts:
+    key: Key
+    body: dict[str, Any]
+    instance: dict[str, Any] | None
+    offering: Offering | None
+    parameters: dict[str, Any] | None
+    problem: Unresolved | None
+
+
+def instance_ref(body: dict[str, Any]) -> tuple[str, str]:
+    ref = (body.get("spec") or {}).get("instanceRef") or {}
+    return ref.get("namespace") or body["metadata"]["namespace"], ref.get("name", "")
+
+
+def secret_name(body: dict[str, Any]) -> str:
+    return str((body.get("spec") or {}).get("secretName") or body["metadata"]["name"])
+
+
+def next_step(facts: BindingFacts) -> Step:
+    meta, status = facts.body["metadata"], facts.body.get("status") or {}
+    deleting = bool(meta.get("deletionTimestamp"))
+    if FINALIZER not in (meta.get("finalizers") or []):
+        return Step.NOTHING if deleting else Step.ADD_FINALIZER
+    if status.get("asyncOpInProgress"):
+        return Step.POLL
+    if status.get("orphanMitigationInProgress"):
+        return Step.MITIGATE
+    if deleting:
+        if status.get("unbindStatus") in (UnbindStatus.REQUIRED.value, UnbindStatus.FAILED.value):
+            return Step.UNBIND if facts.offering is not None else Step.UNRESOLVED
+        return Step.REMOVE_FINALIZER
+    if facts.problem is not None:
+        return Step.UNRESOLVED
+    if status.get("observedGeneration") == meta.get("generation"):
+        return Step.NOTHING
+    return Step.BIND
+
+
+class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
+    kind: ClassVar[str] = "scbinding"
+
+    def __init__(self, api: CatalogApi, memories: Memories, *, max_operation_seconds: float = 3600.0) -> None:
+        self.api = api
+        self.resolver = Resolver(api)
+        self.polls: PerKey[int] = memories.keep(PerKey())
+        self.retries: PerKey[int] = memories.keep(PerKey())
+        self.pacing = osbclient.Backoff(base=1.0, maximum=30.0, max_duration=max_operation_seconds)
+        self.transport: Any = None
+
+    def observe(self, key: Key) -> BindingFacts | None:
+        body = self.api.get(BINDINGS, key.namespace, key.name)
+        if body is None:
+            return None
+        namespace, name = instance_ref(body)
+        instance = self.api.get(INSTANCES, namespace, name)
+        offering = parameters = problem = None
+        try:
+            if instance is None:
+                raise Unresolved(Reason.REFERENCES_NON_EXISTENT_INSTANCE, f"instance {namespace}/{name} does not exist")
+            plan_name = ((instance.get("status") or {}).get("externalProperties") or {}).get("planName")
+            offering = self.resolver.offering(instance["spec"], plan_name)
+            parameters = self.resolver.parameters(key.namespace, body.get("spec") or {})
+            ready = (instance.get("status") or {}).get("provisionStatus") == ProvisionStatus.PROVISIONED.value
+            if not ready or (instance.get("status") or {}).get("asyncOpInProgress"):
+                raise Unresolved(
+                    Reason.ERROR_INSTANCE_NOT_READY, f"instance {namespace}/{name} is not ready (provisioned, idle) yet"
+                )
+        except Unresolved as exc:
+            problem = exc
+        return BindingFacts(key, body, instance, offering, parameters, problem)
+
+    @staticmethod
+    def plan(facts: BindingFacts) -> Sequence[Step]:
+        step = next_step(facts)
+        return () if step is Step.NOTHING else (step,)
+
+    def act(self, facts: BindingFacts, actions: Sequence[Step]) -> Outcome:
+        outcome = DONE
+        for step in actions:
+            outcome = self._do(step, facts)
+        return outcome
+
+    def _do(self, step: Step, facts: BindingFacts) -> Outcome:
+        body = facts.body
+        if step is Step.ADD_FINALIZER:
+            self.api.set_finalizer(BINDINGS, body, present=True)
+            return requeue(0)
+        if step is Step.REMOVE_FINALIZER:
+            self.api.kube.delete_secret(body["metadata"]["namespace"], secret_name(body))
+            self.api.set_finalizer(BINDINGS, body, present=False)
+            return DONE
+        if step is Step.UNRESOLVED:
+            assert facts.problem is not None
+            self._status(body, ready=False, reason=facts.problem.reason, message=str(facts.problem))
+            return requeue(30.0)  # the instance's changes queue the binding too
+        assert facts.offering is not None
+        with osbclient.Client(facts.offering.broker, transport=self.transport) as client:
+            if step is Step.POLL:
+                return self._poll(client, facts)
+            if step in (Step.UNBIND, Step.MITIGATE):
+                return self._unbind(client, facts)
+            return self._bind(client, facts)
+
+    def _bind(self, client: osbclient.Client, facts: BindingFacts) -> Outcome:
+        body, offering, instance = facts.body, facts.offering, facts.instance
+        assert offering is not None and instance is not None and facts.parameters is not None
+        status = body.get("status") or {}
+        binding_id = status.get("externalID") or body["spec"].get("externalID") or str(uuid.uuid4())
+        self.api.patch_status(
+            BINDINGS,
+            body,
+            {
+                "externalID": binding_id,
+                "currentOperation": BindingOperation.BIND.value,
+                "operationStartTime": timestamp(now()),
+                "unbindStatus": UnbindStatus.REQUIRED.value,
+                "inProgressProperties": {"parametersChecksum": checksum(facts.parameters)},
+                "conditions": conditions(body, ready=False, reason=Reason.BINDING_IN_PROGRESS, message="binding"),
+            },
+        )
+        try:
+            result = client.bind(
+                instance["status"]["externalID"],
+                binding_id,
+                service_id=offering.service_id,
+                plan_id=offering.plan_id,
+                parameters=facts.parameters,
+                context={"platform": "kubernetes", "namespace": body["metadata"]["namespace"]},
+                identity=identity_of(body),
+            )
+        except osbclient.BrokerError as exc:
+            return self._failed(facts, str(exc), exc=exc)
+        if result.is_async:
+            self.polls.put(facts.key, 0)
+            self.api.patch_status(BINDINGS, body, {"asyncOpInProgress": True, "lastOperation": result.operation})
+            return requeue(self.pacing.base)
+        return self._bound(facts, result)
+
+    def _poll(self, client: osbclient.Client, facts: BindingFacts) -> Outcome:
+        body, offering, instance = facts.body, facts.offering, facts.instance
+        assert offering is not None and instance is not None
+        status = body.get("status") or {}
+        unbinding = status.get("currentOperation") == BindingOperation.UNBIND.value
+        instance_id = (instance.get("status") or {}).get("externalID", "")
+        try:
+            last = client.binding_last_operation(
+                instance_id,
+                status["externalID"],
+                operation=status.get("lastOperation"),
+                service_id=offering.service_id,
+                plan_id=offering.plan_id,
+            )
+        except osbclient.BrokerError as exc:
+            if osbclient.is_retryable(exc):
+                return self._poll_later(facts, None)
+            last = osbclient.LastOperation(state=osbclient.FAILED, description=str(exc))
+        if unbinding and (last.gone or last.state == osbclient.SUCCEEDED):
+            return self._unbound(facts)
+        if last.state == osbclient.IN_PROGRESS:
+            return self._poll_later(facts, last.retry_after)
+        if last.state == osbclient.SUCCEEDED:
+            try:
+                result = client.get_binding(
+                    instance_id, status["externalID"], service_id=offering.service_id, plan_id=offering.plan_id
+                )
+            except osbclient.BrokerError as exc:
+                if osbclient.is_retryable(exc):
+                    return requeue(self._backoff(facts.key))
+                return self._failed(facts, f"fetching the bound credentials failed: {exc}", mitigate=True)
+            return self._bound(facts, result)
+        return self._failed(facts, last.description or "the broker reported failure", mitigate=not unbinding)
+
+    def _poll_later(self, facts: BindingFacts, retry_after: float | None) -> Outcome:
+        status = facts.body.get("status") or {}
+        polls = (self.polls.get(facts.key) or 0) + 1
+        self.polls.put(facts.key, polls)
+        started = parse_time(status.get("operationStartTime")) or now()
+        due = osbclient.next_poll(started=started, now=now(), polls=polls, retry_after=retry_after, backoff=self.pacing)
+        if due.expired:
+            unbinding = status.get("currentOperation") == BindingOperation.UNBIND.value
+            message = f"the operation did not finish within {self.pacing.max_duration:.0f}s"
+            return self._failed(facts, message, mitigate=not unbinding, reason=Reason.ASYNC_OPERATION_TIMED_OUT)
+        return requeue(max(due.delay, 0.2))
+
+    def _unbind(self, client: osbclient.Client, facts: BindingFacts) -> Outcome:
+        body, offering, instance = facts.body, facts.offering, facts.instance
+        assert offering is not None
+        status = body.get("status") or {}
+        instance_id = ((instance or {}).get("status") or {}).get("externalID", "")
+        self.api.patch_status(
+            BINDINGS,
+            body,
+            {
+                "currentOperation": BindingOperation.UNBIND.value,
+                "operationStartTime": timestamp(now()),
+                "conditions": conditions(body, ready=False, reason=Reason.UNBINDING, message="unbinding"),
+            },
+        )
+        try:
+            result = client.unbind(
+                instance_id,
+                status["externalID"],
+                service_id=offering.service_id,
+                plan_id=offering.plan_id,
+                identity=identity_of(body),
+            )
+        except osbclient.BrokerError as exc:
+            if osbclient.is_retryable(exc):
+                self._status(body, ready=False, reason=Reason.UNBIND_CALL_FAILED, message=f"{exc}; retrying")
+                return requeue(self._backoff(facts.key))
+            self.api.patch_status(BINDINGS, body, {"unbindStatus": UnbindStatus.FAILED.value})
+            self._status(body, ready=False, reason=Reason.UNBIND_CALL_FAILED, message=f"{exc}; retrying")
+            return requeue(self._backoff(facts.key))
+        if result.is_async:
+            self.polls.put(facts.key, 0)
+            self.api.patch_status(BINDINGS, body, {"asyncOpInProgress": True, "lastOperation": result.operation})
+            return requeue(self.pacing.base)
+        return self._unbound(facts)
+
+    # -- outcomes ------------------------------------------------------------------------------------------------
+
+    def _bound(self, facts: BindingFacts, result: osbclient.BindingResult) -> Outcome:
+        body = facts.body
+        meta = body["metadata"]
+        name = secret_name(body)
+        data = {
+            key: base64.b64encode((value if isinstance(value, str) else json.dumps(value)).encode()).decode()
+            for key, value in (result.credentials or {}).items()
+        }
+        self.api.kube.apply_secret(
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "type": SECRET_TYPE,
+                "metadata": {
+                    "name": name,
+                    "namespace": meta["namespace"],
+                    "labels": {"servicecatalog.k8s.io/binding": meta["name"]},
+                    "ownerReferences": [
+                        {
+                            "apiVersion": body["apiVersion"],
+                            "kind": body["kind"],
+                            "name": meta["name"],
+                            "uid": meta["uid"],
+                            "controller": True,
+                            "blockOwnerDeletion": True,
+                        }
+                    ],
+                },
+                "data": data,
+            }
+        )
+        self.retries.forget(facts.key)
+        status = body.get("status") or {}
+        self.api.patch_status(
+            BINDINGS,
+            body,
+            {
+                "asyncOpInProgress": False,
+                "currentOperation": None,
+                "lastOperation": None,
+                "operationStartTime": None,
+                "secretName": name,
+                "externalProperties": status.get("inProgressProperties"),
+                "inProgressProperties": None,
+                "observedGeneration": meta.get("generation"),
+                "conditions": conditions(
+                    body, ready=True, reason=Reason.INJECTED_BINDING, message=f"the credentials are in Secret {name!r}"
+                ),
+            },
+        )
+        self.api.kube.emit_event(body, reason=Reason.INJECTED_BINDING.value, message=f"credentials in Secret {name!r}")
+        return DONE
+
+    def _unbound(self, facts: BindingFacts) -> Outcome:
+        body = facts.body
+        orphan = bool((body.get("status") or {}).get("orphanMitigationInProgress"))
+        self.api.kube.delete_secret(body["metadata"]["namespace"], secret_name(body))
+        self.api.patch_status(
+            BINDINGS,
+            body,
+            {
+                "asyncOpInProgress": False,
+                "orphanMitigationInProgress": False,
+                "currentOperation": None,
+                "lastOperation": None,
+                "unbindStatus": UnbindStatus.SUCCEEDED.value,
+            },
+        )
+        if body["metadata"].get("deletionTimestamp"):
+            self.api.set_finalizer(BINDINGS, body, present=False)
+            return DONE
+        return requeue(self._backoff(facts.key)) if orphan else DONE
+
+    def _failed(
+        self,
+        facts: BindingFacts,
+        message: str,
+        *,
+        exc: osbclient.BrokerError | None = None,
+        mitigate: bool | None = None,
+        reason: Reason = Reason.BIND_CALL_FAILED,
+    ) -> Outcome:
+        body = facts.body
+        if mitigate is None:
+            assert exc is not None
+            mitigate = osbclient.needs_orphan_mitigation_after(osbclient.Request.BIND, exc)
+            if not mitigate and osbclient.is_retryable(exc):
+                self._status(body, ready=False, reason=reason, message=f"{message}; retrying")
+                return requeue(self._backoff(facts.key))
+        status: dict[str, Any] = {"asyncOpInProgress": False, "lastOperation": None}
+        if mitigate:
+            status["orphanMitigationInProgress"] = True
+            status["conditions"] = conditions(
+                body, ready=False, reason=reason, message=f"{message}; orphan mitigation follows"
+            )
+            self.api.patch_status(BINDINGS, body, status)
+            self.api.kube.emit_event(body, reason=Reason.ORPHAN_MITIGATION.value, message=message, warning=True)
+            return requeue(0)
+        status.update(
+            {
+                "currentOperation": None,
+                "inProgressProperties": None,
+                "observedGeneration": body["metadata"].get("generation"),
+                "conditions": conditions(body, ready=False, reason=reason, message=message, failed=True),
+            }
+        )
+        self.api.patch_status(BINDINGS, body, status)
+        self.api.kube.emit_event(body, reason=reason.value, message=message, warning=True)
+        return DONE
+
+    def _status(self, body: dict[str, Any], *, ready: bool, reason: Reason, message: str) -> None:
+        current: dict[str, Any] = next(
+            (c for c in (body.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), {}
+        )
+        if current.get("reason") == reason.value and current.get("message") == message[:1024]:
+            return
+        self.api.patch_status(
+            BINDINGS, body, {"conditions": conditions(body, ready=ready, reason=reason, message=message)}
+        )
+        self.api.kube.emit_event(body, reason=reason.value, message=message, warning=not ready)
+
+    def _backoff(self, key: Key) -> float:
+        attempts = (self.retries.get(key) or 0) + 1
+        self.retries.put(key, attempts)
+        return min(2.0 ** min(attempts - 1, 16), 60.0)

@@ -1,0 +1,165 @@
+"""What Instances and Bindings share: resolving class, plan and broker; parameters; status conditions.
+
+Pure helpers, plus :class:`Resolver` (reads). A parameter Secret's values are merged into ``parameters``
+here and never written anywhere but the request to the broker: the status keeps only a checksum.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from opbroker import osbclient
+from opbroker.controller.decisions import ready_condition
+from opbroker.controller.reasons import Reason
+from opbroker.controller.servicecatalog.endpoints import EndpointProblem, auth_secret_ref, endpoint
+from opbroker.controller.servicecatalog.resources import BROKERS, CLASSES, CatalogApi
+
+
+class Unresolved(ValueError):
+    """Something the object refers to is missing or unusable; ``reason`` names what, for its condition."""
+
+    def __init__(self, reason: Reason, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Offering:
+    """The class, plan and broker an Instance uses, resolved."""
+
+    service_class: dict[str, Any]
+    plan: dict[str, Any]
+    broker: osbclient.Broker
+
+    @property
+    def service_id(self) -> str:
+        return str(self.service_class["externalID"])
+
+    @property
+    def plan_id(self) -> str:
+        return str(self.plan["externalID"])
+
+
+class Resolver:
+    def __init__(self, api: CatalogApi) -> None:
+        self.api = api
+
+    def service_class(self, name: str) -> dict[str, Any]:
+        """By object name, or by the broker's name for the service (``externalName``)."""
+        found = self.api.get(CLASSES, "", name)
+        if found is None:
+            matches = [c for c in self.api.list(CLASSES) if c.get("externalName") == name]
+            if len(matches) > 1:
+                brokers = ", ".join(sorted(c.get("brokerName", "?") for c in matches))
+                raise Unresolved(
+                    Reason.REFERENCES_NON_EXISTENT_CLASS,
+                    f"service class {name!r} is offered by several brokers ({brokers}): name its object instead",
+                )
+            found = matches[0] if matches else None
+        if found is None:
+            raise Unresolved(Reason.REFERENCES_NON_EXISTENT_CLASS, f"service class {name!r} does not exist")
+        return found
+
+    def offering(self, spec: Mapping[str, Any], plan_name: str | None = None) -> Offering:
+        service_class = self.service_class(spec["serviceClassName"])
+        plans = service_class.get("plans") or []
+        wanted = plan_name or spec.get("planName")
+        if wanted is None:
+            if len(plans) != 1:
+                raise Unresolved(
+                    Reason.REFERENCES_NON_EXISTENT_PLAN,
+                    f"service class {service_class['metadata']['name']!r} has {len(plans)} plans: name one in planName",
+                )
+            plan = plans[0]
+        else:
+            plan = next((p for p in plans if p["name"] == wanted), None)
+            if plan is None:
+                raise Unresolved(
+                    Reason.REFERENCES_NON_EXISTENT_PLAN,
+                    f"service class {service_class['metadata']['name']!r} has no plan {wanted!r}",
+                )
+        return Offering(service_class, plan, self.broker(service_class["brokerName"]))
+
+    def broker(self, name: str) -> osbclient.Broker:
+        body = self.api.get(BROKERS, "", name)
+        if body is None:
+            raise Unresolved(Reason.REFERENCES_NON_EXISTENT_BROKER, f"broker {name!r} does not exist")
+        ref = auth_secret_ref(body["spec"])
+        secret = self.api.secret_data(ref[1], ref[2]) if ref else None
+        try:
+            return endpoint(body["spec"], secret)
+        except EndpointProblem as exc:
+            raise Unresolved(Reason.ERROR_AUTH_CREDENTIALS, f"broker {name!r}: {exc}") from exc
+
+    def parameters(self, namespace: str, spec: Mapping[str, Any]) -> dict[str, Any]:
+        """``parameters`` with every ``parametersFrom`` Secret key's JSON object merged in."""
+        merged = dict(spec.get("parameters") or {})
+        for source in spec.get("parametersFrom") or []:
+            ref = source["secretKeyRef"]
+            data = self.api.secret_data(namespace, ref["name"])
+            if data is None or ref["key"] not in data:
+                raise Unresolved(
+                    Reason.ERROR_PARAMETERS, f"parametersFrom: Secret {ref['name']!r} has no key {ref['key']!r}"
+                )
+            try:
+                value = json.loads(data[ref["key"]])
+            except json.JSONDecodeError:
+                value = None
+            if not isinstance(value, dict):
+                raise Unresolved(
+                    Reason.ERROR_PARAMETERS,
+                    f"parametersFrom: Secret {ref['name']!r} key {ref['key']!r} is not a JSON object",
+                )
+            overlap = set(merged) & set(value)
+            if overlap:
+                raise Unresolved(
+                    Reason.ERROR_PARAMETERS,
+                    f"parametersFrom: Secret {ref['name']!r} repeats parameter(s) {', '.join(sorted(overlap))}",
+                )
+            merged.update(value)
+        return merged
+
+
+def checksum(parameters: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(parameters, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def timestamp(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(text: str | None) -> datetime | None:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
+
+
+def conditions(
+    body: Mapping[str, Any], *, ready: bool, reason: Reason, message: str, failed: bool = False
+) -> list[dict[str, Any]]:
+    """Ready as given; Failed=True only for a failure that waits for a spec change (no retries)."""
+    status = body.get("status") or {}
+    generation = (body.get("metadata") or {}).get("generation")
+    listed = ready_condition(
+        status.get("conditions"), ready=ready, reason=reason, message=message, generation=generation
+    )
+    listed = [c for c in listed if c.get("type") != "Failed"]
+    if failed:
+        listed.append(
+            {
+                "type": "Failed",
+                "status": "True",
+                "reason": reason.value,
+                "message": message[:1024],
+                "lastTransitionTime": timestamp(now()),
+                "observedGeneration": generation,
+            }
+        )
+    return listed

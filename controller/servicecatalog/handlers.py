@@ -1,0 +1,94 @@
+"""The Service Catalog kinds' watches: kopf events mapped to keys on the controller's one runtime.
+
+What each watch enqueues:
+
+* Broker: itself (a relist is due when its spec or ``relistRequests`` changed);
+* ServiceClass: the Instances naming it (a class appearing or changing may resolve them);
+* Instance: itself, and the Bindings of it (they wait for it to be ready);
+* Binding: itself; when it is deleted, its Instance (whose deletion may have waited for it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kopf
+
+from opbroker.api.servicecatalog import Binding, Broker, Instance, ServiceClass
+from opbroker.controller.kopfparts import plain_body
+from opbroker.controller.kube import Kube
+from opbroker.controller.reconciler import Key, Runtime
+from opbroker.controller.reconciler.memory import Dependents
+from opbroker.controller.servicecatalog.bindings import BindingReconciler, instance_ref
+from opbroker.controller.servicecatalog.brokers import BrokerReconciler
+from opbroker.controller.servicecatalog.instances import InstanceReconciler
+from opbroker.controller.servicecatalog.resources import GROUP, VERSION, CatalogApi
+
+
+class ServiceCatalog:
+    """The three reconcilers on the runtime, and the indexes that map events to keys."""
+
+    def __init__(self, kube: Kube, runtime: Runtime, *, max_operation_seconds: float) -> None:
+        self.runtime = runtime
+        api = CatalogApi(kube)
+        memories = runtime.memories
+        self.brokers = BrokerReconciler(api)
+        self.instances = InstanceReconciler(api, memories, max_operation_seconds=max_operation_seconds)
+        self.bindings = BindingReconciler(api, memories, max_operation_seconds=max_operation_seconds)
+        for reconciler in (self.brokers, self.instances, self.bindings):
+            runtime.register(reconciler)
+        self._class_users: Dependents[str] = memories.keep(Dependents())
+        self._instance_bindings: Dependents[Key] = memories.keep(Dependents())
+
+    def on_broker(self, event_type: str, body: dict[str, Any]) -> None:
+        key = Key.of(BrokerReconciler.kind, body)
+        if event_type == "DELETED":
+            self.runtime.forget(key)
+        else:
+            self.runtime.enqueue(key)
+
+    def on_class(self, body: dict[str, Any]) -> None:
+        for name in {body["metadata"]["name"], body.get("externalName") or ""}:
+            for key in self._class_users.of(name):
+                self.runtime.enqueue(key)
+
+    def on_instance(self, event_type: str, body: dict[str, Any]) -> None:
+        key = Key.of(InstanceReconciler.kind, body)
+        if event_type == "DELETED":
+            self.runtime.forget(key)
+            return
+        self._class_users.link((body.get("spec") or {}).get("serviceClassName", ""), key)
+        self.runtime.enqueue(key)
+        for binding in self._instance_bindings.of(key):
+            self.runtime.enqueue(binding)
+
+    def on_binding(self, event_type: str, body: dict[str, Any]) -> None:
+        key = Key.of(BindingReconciler.kind, body)
+        namespace, name = instance_ref(body)
+        instance = Key(InstanceReconciler.kind, namespace, name)
+        if event_type == "DELETED":
+            self.runtime.forget(key)
+            self.runtime.enqueue(instance)
+            return
+        self._instance_bindings.link(instance, key)
+        self.runtime.enqueue(key)
+        if body["metadata"].get("deletionTimestamp"):
+            self.runtime.enqueue(instance)
+
+
+def register_service_catalog(registry: kopf.OperatorRegistry, catalog: ServiceCatalog) -> None:
+    @kopf.on.event(GROUP, VERSION, Broker.PLURAL, registry=registry)  # type: ignore[arg-type]
+    async def broker_event(event: dict[str, Any], body: Any, **_: Any) -> None:
+        catalog.on_broker(str(event.get("type")), plain_body(body))
+
+    @kopf.on.event(GROUP, VERSION, ServiceClass.PLURAL, registry=registry)  # type: ignore[arg-type]
+    async def class_event(event: dict[str, Any], body: Any, **_: Any) -> None:
+        catalog.on_class(plain_body(body))
+
+    @kopf.on.event(GROUP, VERSION, Instance.PLURAL, registry=registry)  # type: ignore[arg-type]
+    async def instance_event(event: dict[str, Any], body: Any, **_: Any) -> None:
+        catalog.on_instance(str(event.get("type")), plain_body(body))
+
+    @kopf.on.event(GROUP, VERSION, Binding.PLURAL, registry=registry)  # type: ignore[arg-type]
+    async def binding_event(event: dict[str, Any], body: Any, **_: Any) -> None:
+        catalog.on_binding(str(event.get("type")), plain_body(body))

@@ -1,0 +1,467 @@
+"""Reconciling an Instance: provision, update and deprovision it through its broker, one operation at a time.
+
+observe resolves the class, plan and broker and merges the parameters; plan (:func:`next_step`, pure) picks
+the one step due from the status; act makes the OSB call and records its outcome. The rules, from the
+Service Catalog design and the OSB spec:
+
+* the instance id (``status.externalID``) and the operation are recorded *before* the request is sent, so a
+  crash between the two is retried with the same id (brokers answer a repeat 200);
+* no other operation starts while one is in flight (``asyncOpInProgress``): ``last_operation`` is polled,
+  with backoff, honouring ``Retry-After``, until ``maxOperationSeconds`` after which the operation fails;
+* a provision whose outcome is unknown (5xx, a lost response, a malformed 201, a timed-out poll) starts
+  orphan mitigation: a deprovision, before anything else happens;
+* a permanent refusal (other 4xx) sets ``Failed`` and waits for a spec change; transient ones are retried;
+* deleting an Instance that still has Bindings is held by the finalizer, and ``Ready`` names them.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, ClassVar
+
+from opbroker import osbclient
+from opbroker.api.servicecatalog import DeprovisionStatus, InstanceOperation, ProvisionStatus
+from opbroker.controller.reasons import Reason
+from opbroker.controller.reconciler import DONE, Key, Memories, ObservePlanAct, Outcome, PerKey, requeue
+from opbroker.controller.servicecatalog.common import (
+    Offering,
+    Resolver,
+    Unresolved,
+    checksum,
+    conditions,
+    now,
+    parse_time,
+    timestamp,
+)
+from opbroker.controller.servicecatalog.endpoints import identity_of
+from opbroker.controller.servicecatalog.resources import BINDINGS, FINALIZER, INSTANCES, CatalogApi
+
+logger = logging.getLogger(__name__)
+
+#: Pacing of retries after a transient failure, and of ``last_operation`` polls.
+RETRY = osbclient.Backoff(base=1.0, maximum=60.0, max_duration=float("inf"))
+
+
+class Step(StrEnum):
+    NOTHING = "nothing"
+    ADD_FINALIZER = "add-finalizer"
+    REMOVE_FINALIZER = "remove-finalizer"
+    BLOCKED = "blocked"
+    UNRESOLVED = "unresolved"
+    PROVISION = "provision"
+    UPDATE = "update"
+    DEPROVISION = "deprovision"
+    POLL = "poll"
+    MITIGATE = "mitigate"
+
+
+@dataclass(frozen=True)
+class InstanceFacts:
+    key: Key
+    body: dict[str, Any]
+    offering: Offering | None
+    parameters: dict[str, Any] | None
+    problem: Unresolved | None
+    bindings: tuple[str, ...]
+    """``namespace/name`` of the Bindings referring to it (read only while it is being deleted)."""
+
+
+def next_step(facts: InstanceFacts) -> Step:
+    body = facts.body
+    meta, status = body["metadata"], body.get("status") or {}
+    deleting = bool(meta.get("deletionTimestamp"))
+    held = FINALIZER in (meta.get("finalizers") or [])
+    if not held:
+        return Step.NOTHING if deleting else Step.ADD_FINALIZER
+    if status.get("asyncOpInProgress"):
+        return Step.POLL  # one operation at a time, a deletion included
+    if status.get("orphanMitigationInProgress"):
+        return Step.MITIGATE
+    if deleting:
+        if facts.bindings:
+            return Step.BLOCKED
+        if status.get("deprovisionStatus") in (DeprovisionStatus.REQUIRED.value, DeprovisionStatus.FAILED.value):
+            return Step.DEPROVISION if facts.offering is not None else Step.UNRESOLVED
+        return Step.REMOVE_FINALIZER
+    if facts.problem is not None:
+        return Step.UNRESOLVED
+    if status.get("observedGeneration") == meta.get("generation"):
+        return Step.NOTHING  # settled, or failed and waiting for a spec change
+    if status.get("provisionStatus") == ProvisionStatus.PROVISIONED.value:
+        return Step.UPDATE
+    return Step.PROVISION
+
+
+class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
+    kind: ClassVar[str] = "scinstance"
+
+    def __init__(self, api: CatalogApi, memories: Memories, *, max_operation_seconds: float = 3600.0) -> None:
+        self.api = api
+        self.resolver = Resolver(api)
+        self.polls: PerKey[int] = memories.keep(PerKey())
+        self.retries: PerKey[int] = memories.keep(PerKey())
+        self.pacing = osbclient.Backoff(base=1.0, maximum=30.0, max_duration=max_operation_seconds)
+        self.transport: Any = None
+
+    # -- observe / plan / act ------------------------------------------------------------------------------
+
+    def observe(self, key: Key) -> InstanceFacts | None:
+        body = self.api.get(INSTANCES, key.namespace, key.name)
+        if body is None:
+            return None
+        spec = body.get("spec") or {}
+        deleting = bool(body["metadata"].get("deletionTimestamp"))
+        offering = parameters = problem = None
+        try:
+            plan_name = (
+                ((body.get("status") or {}).get("externalProperties") or {}).get("planName") if deleting else None
+            )
+            offering = self.resolver.offering(spec, plan_name)
+            parameters = None if deleting else self.resolver.parameters(key.namespace, spec)
+        except Unresolved as exc:
+            problem = exc
+        bindings = self._bindings(body) if deleting else ()
+        return InstanceFacts(key, body, offering, parameters, problem, bindings)
+
+    @staticmethod
+    def plan(facts: InstanceFacts) -> Sequence[Step]:
+        step = next_step(facts)
+        return () if step is Step.NOTHING else (step,)
+
+    def act(self, facts: InstanceFacts, actions: Sequence[Step]) -> Outcome:
+        outcome = DONE
+        for step in actions:
+            outcome = self._do(step, facts)
+        return outcome
+
+    def _do(self, step: Step, facts: InstanceFacts) -> Outcome:
+        body = facts.body
+        if step is Step.ADD_FINALIZER:
+            self.api.set_finalizer(INSTANCES, body, present=True)
+            return requeue(0)
+        if step is Step.REMOVE_FINALIZER:
+            self.api.set_finalizer(INSTANCES, body, present=False)
+            return DONE
+        if step is Step.BLOCKED:
+            names = ", ".join(facts.bindings)
+            message = (
+                f"deletion waits: {len(facts.bindings)} binding(s) still use this instance ({names}); delete them first"
+            )
+            self._status(body, ready=False, reason=Reason.INSTANCE_DELETE_BLOCKED, message=message, event=True)
+            return DONE  # a binding's deletion queues the instance again
+        if step is Step.UNRESOLVED:
+            assert facts.problem is not None
+            self._status(body, ready=False, reason=facts.problem.reason, message=str(facts.problem), event=True)
+            return requeue(30.0)  # a class or Secret appearing also queues it
+        assert facts.offering is not None
+        with osbclient.Client(facts.offering.broker, transport=self.transport) as client:
+            if step is Step.POLL:
+                return self._poll(client, facts)
+            if step is Step.MITIGATE or step is Step.DEPROVISION:
+                return self._deprovision(client, facts, mitigation=step is Step.MITIGATE)
+            return self._provision_or_update(client, facts, update=step is Step.UPDATE)
+
+    # -- the operations --------------------------------------------------------------------------------------
+
+    def _provision_or_update(self, client: osbclient.Client, facts: InstanceFacts, *, update: bool) -> Outcome:
+        body, offering = facts.body, facts.offering
+        assert offering is not None and facts.parameters is not None
+        status = body.get("status") or {}
+        external_id = status.get("externalID") or body["spec"].get("externalID") or str(uuid.uuid4())
+        operation = InstanceOperation.UPDATE if update else InstanceOperation.PROVISION
+        properties = {
+            "planName": offering.plan["name"],
+            "planExternalID": offering.plan_id,
+            "parametersChecksum": checksum(facts.parameters),
+        }
+        # Record first, send second: a crash in between repeats the request with the same id.
+        reason = Reason.UPDATING if update else Reason.PROVISIONING
+        self.api.patch_status(
+            INSTANCES,
+            body,
+            {
+                "externalID": external_id,
+                "currentOperation": operation.value,
+                "operationStartTime": timestamp(now()),
+                "inProgressProperties": properties,
+                **({} if update else {"deprovisionStatus": DeprovisionStatus.REQUIRED.value}),
+                "conditions": conditions(
+                    body, ready=update, reason=reason, message=f"{operation.value.lower()} requested"
+                ),
+            },
+        )
+        try:
+            if update:
+                external_plan = (status.get("externalProperties") or {}).get("planExternalID")
+                result = client.update(
+                    external_id,
+                    service_id=offering.service_id,
+                    plan_id=offering.plan_id if offering.plan_id != external_plan else None,
+                    parameters=facts.parameters,
+                    context=self._context(body),
+                    identity=identity_of(body),
+                )
+            else:
+                result = client.provision(
+                    external_id,
+                    service_id=offering.service_id,
+                    plan_id=offering.plan_id,
+                    organization_guid=body["metadata"].get("namespace", ""),
+                    space_guid=body["metadata"].get("namespace", ""),
+                    parameters=facts.parameters,
+                    context=self._context(body),
+                    identity=identity_of(body),
+                )
+        except osbclient.BrokerError as exc:
+            return self._call_failed(facts, operation, exc)
+        if result.is_async:
+            self.polls.put(facts.key, 0)
+            self.api.patch_status(
+                INSTANCES,
+                body,
+                {
+                    "asyncOpInProgress": True,
+                    "lastOperation": result.operation,
+                    "conditions": conditions(
+                        body,
+                        ready=update,
+                        reason=reason,
+                        message=f"the broker is working on the {operation.value.lower()}",
+                    ),
+                },
+            )
+            return requeue(self.pacing.base)
+        return self._succeeded(facts, operation, dashboard_url=result.dashboard_url)
+
+    def _poll(self, client: osbclient.Client, facts: InstanceFacts) -> Outcome:
+        body, offering = facts.body, facts.offering
+        assert offering is not None
+        status = body.get("status") or {}
+        operation = InstanceOperation(status.get("currentOperation") or InstanceOperation.PROVISION.value)
+        try:
+            last = client.last_operation(
+                status["externalID"],
+                operation=status.get("lastOperation"),
+                service_id=offering.service_id,
+                plan_id=offering.plan_id,
+            )
+        except osbclient.BrokerError as exc:
+            if osbclient.is_retryable(exc):
+                return self._poll_later(facts, None, f"polling the broker failed: {exc}")
+            last = osbclient.LastOperation(state=osbclient.FAILED, description=str(exc))
+        if last.gone and operation is InstanceOperation.DEPROVISION:
+            return self._deprovisioned(facts)
+        if last.state == osbclient.IN_PROGRESS:
+            return self._poll_later(facts, last.retry_after, last.description or "in progress")
+        if last.state == osbclient.SUCCEEDED and not last.gone:
+            if operation is InstanceOperation.DEPROVISION:
+                return self._deprovisioned(facts)
+            return self._succeeded(facts, operation, dashboard_url=None)
+        description = last.description or ("the instance is gone" if last.gone else "the broker reported failure")
+        return self._operation_failed(facts, operation, description, mitigate=False)
+
+    def _poll_later(self, facts: InstanceFacts, retry_after: float | None, description: str) -> Outcome:
+        status = facts.body.get("status") or {}
+        polls = (self.polls.get(facts.key) or 0) + 1
+        self.polls.put(facts.key, polls)
+        started = parse_time(status.get("operationStartTime")) or now()
+        due = osbclient.next_poll(started=started, now=now(), polls=polls, retry_after=retry_after, backoff=self.pacing)
+        if due.expired:
+            operation = InstanceOperation(status.get("currentOperation") or InstanceOperation.PROVISION.value)
+            message = f"the {operation.value.lower()} did not finish within {self.pacing.max_duration:.0f}s"
+            return self._operation_failed(
+                facts, operation, message, mitigate=operation is InstanceOperation.PROVISION, timed_out=True
+            )
+        return requeue(max(due.delay, 0.2))
+
+    def _deprovision(self, client: osbclient.Client, facts: InstanceFacts, *, mitigation: bool) -> Outcome:
+        body, offering = facts.body, facts.offering
+        assert offering is not None
+        status = body.get("status") or {}
+        self.api.patch_status(
+            INSTANCES,
+            body,
+            {
+                "currentOperation": InstanceOperation.DEPROVISION.value,
+                "operationStartTime": timestamp(now()),
+                "conditions": conditions(
+                    body,
+                    ready=False,
+                    reason=Reason.ORPHAN_MITIGATION if mitigation else Reason.DEPROVISIONING,
+                    message="orphan mitigation: deprovisioning" if mitigation else "deprovisioning",
+                ),
+            },
+        )
+        try:
+            result = client.deprovision(
+                status["externalID"],
+                service_id=offering.service_id,
+                plan_id=offering.plan_id,
+                identity=identity_of(body),
+            )
+        except osbclient.BrokerError as exc:
+            return self._call_failed(facts, InstanceOperation.DEPROVISION, exc)
+        if result.is_async:
+            self.polls.put(facts.key, 0)
+            self.api.patch_status(INSTANCES, body, {"asyncOpInProgress": True, "lastOperation": result.operation})
+            return requeue(self.pacing.base)
+        return self._deprovisioned(facts)
+
+    # -- outcomes ----------------------------------------------------------------------------------------------
+
+    def _succeeded(self, facts: InstanceFacts, operation: InstanceOperation, *, dashboard_url: str | None) -> Outcome:
+        body = facts.body
+        status = body.get("status") or {}
+        self.retries.forget(facts.key)
+        message = "provisioned" if operation is InstanceOperation.PROVISION else "updated"
+        reason = Reason.PROVISIONED if operation is InstanceOperation.PROVISION else Reason.INSTANCE_UPDATED
+        self.api.patch_status(
+            INSTANCES,
+            body,
+            {
+                "asyncOpInProgress": False,
+                "currentOperation": None,
+                "lastOperation": None,
+                "operationStartTime": None,
+                "provisionStatus": ProvisionStatus.PROVISIONED.value,
+                "deprovisionStatus": DeprovisionStatus.REQUIRED.value,
+                "externalProperties": status.get("inProgressProperties"),
+                "inProgressProperties": None,
+                "observedGeneration": body["metadata"].get("generation"),
+                **({"dashboardURL": dashboard_url} if dashboard_url else {}),
+                "conditions": conditions(body, ready=True, reason=reason, message=f"the broker {message} the instance"),
+            },
+        )
+        self.api.kube.emit_event(body, reason=reason.value, message=f"the broker {message} the instance")
+        return DONE
+
+    def _deprovisioned(self, facts: InstanceFacts) -> Outcome:
+        body = facts.body
+        status = body.get("status") or {}
+        mitigation = bool(status.get("orphanMitigationInProgress"))
+        self.api.patch_status(
+            INSTANCES,
+            body,
+            {
+                "asyncOpInProgress": False,
+                "orphanMitigationInProgress": False,
+                "currentOperation": None,
+                "lastOperation": None,
+                "provisionStatus": ProvisionStatus.NOT_PROVISIONED.value,
+                "deprovisionStatus": DeprovisionStatus.SUCCEEDED.value,
+                **(
+                    {
+                        "conditions": conditions(
+                            body,
+                            ready=False,
+                            reason=Reason.ORPHAN_MITIGATION_SUCCESSFUL,
+                            message="orphan mitigation deprovisioned what the failed provision may have left; "
+                            "provisioning is retried",
+                        )
+                    }
+                    if mitigation
+                    else {}
+                ),
+            },
+        )
+        if body["metadata"].get("deletionTimestamp"):
+            self.api.set_finalizer(INSTANCES, body, present=False)
+            return DONE
+        return requeue(self._backoff(facts.key))  # mitigation done: provision again, after a pause
+
+    def _call_failed(self, facts: InstanceFacts, operation: InstanceOperation, exc: osbclient.BrokerError) -> Outcome:
+        mitigate = operation is InstanceOperation.PROVISION and osbclient.needs_orphan_mitigation_after(
+            osbclient.Request.PROVISION, exc
+        )
+        if mitigate or not osbclient.is_retryable(exc):
+            return self._operation_failed(facts, operation, str(exc), mitigate=mitigate)
+        reason = _failure_reason(operation)
+        self._status(facts.body, ready=False, reason=reason, message=f"{exc}; retrying", event=True)
+        return requeue(self._backoff(facts.key))
+
+    def _operation_failed(
+        self,
+        facts: InstanceFacts,
+        operation: InstanceOperation,
+        message: str,
+        *,
+        mitigate: bool,
+        timed_out: bool = False,
+    ) -> Outcome:
+        body = facts.body
+        reason = Reason.ASYNC_OPERATION_TIMED_OUT if timed_out else _failure_reason(operation)
+        status: dict[str, Any] = {"asyncOpInProgress": False, "lastOperation": None}
+        if mitigate:
+            status["orphanMitigationInProgress"] = True
+            status["conditions"] = conditions(
+                body, ready=False, reason=reason, message=f"{message}; orphan mitigation follows"
+            )
+            self.api.patch_status(INSTANCES, body, status)
+            self.api.kube.emit_event(body, reason=Reason.ORPHAN_MITIGATION.value, message=message, warning=True)
+            return requeue(0)
+        if operation is InstanceOperation.DEPROVISION:
+            status["deprovisionStatus"] = DeprovisionStatus.FAILED.value
+            status["conditions"] = conditions(body, ready=False, reason=reason, message=f"{message}; retrying")
+            self.api.patch_status(INSTANCES, body, status)
+            self.api.kube.emit_event(body, reason=reason.value, message=message, warning=True)
+            return requeue(self._backoff(facts.key))
+        provisioned = (body.get("status") or {}).get("provisionStatus") == ProvisionStatus.PROVISIONED.value
+        status.update(
+            {
+                "currentOperation": None,
+                "inProgressProperties": None,
+                "observedGeneration": body["metadata"].get("generation"),  # failed: waits for a spec change
+                "conditions": conditions(body, ready=provisioned, reason=reason, message=message, failed=True),
+            }
+        )
+        self.api.patch_status(INSTANCES, body, status)
+        self.api.kube.emit_event(body, reason=reason.value, message=message, warning=True)
+        return DONE
+
+    # -- helpers -------------------------------------------------------------------------------------------------
+
+    def _status(self, body: dict[str, Any], *, ready: bool, reason: Reason, message: str, event: bool) -> None:
+        current: dict[str, Any] = next(
+            (c for c in (body.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), {}
+        )
+        if current.get("reason") == reason.value and current.get("message") == message[:1024]:
+            return  # said already: no write, no event
+        self.api.patch_status(
+            INSTANCES, body, {"conditions": conditions(body, ready=ready, reason=reason, message=message)}
+        )
+        if event:
+            self.api.kube.emit_event(body, reason=reason.value, message=message, warning=not ready)
+
+    def _backoff(self, key: Key) -> float:
+        attempts = (self.retries.get(key) or 0) + 1
+        self.retries.put(key, attempts)
+        return min(RETRY.base * 2.0 ** min(attempts - 1, 16), RETRY.maximum)
+
+    def _bindings(self, body: dict[str, Any]) -> tuple[str, ...]:
+        meta = body["metadata"]
+        return tuple(
+            sorted(
+                f"{b['metadata']['namespace']}/{b['metadata']['name']}"
+                for b in self.api.list(BINDINGS)
+                if (b.get("spec") or {}).get("instanceRef", {}).get("name") == meta["name"]
+                and ((b.get("spec") or {}).get("instanceRef", {}).get("namespace") or b["metadata"]["namespace"])
+                == meta["namespace"]
+            )
+        )
+
+    @staticmethod
+    def _context(body: dict[str, Any]) -> dict[str, Any]:
+        meta = body["metadata"]
+        return {"platform": "kubernetes", "namespace": meta["namespace"], "instance_name": meta["name"]}
+
+
+def _failure_reason(operation: InstanceOperation) -> Reason:
+    return {
+        InstanceOperation.PROVISION: Reason.PROVISION_CALL_FAILED,
+        InstanceOperation.UPDATE: Reason.UPDATE_CALL_FAILED,
+        InstanceOperation.DEPROVISION: Reason.DEPROVISION_CALL_FAILED,
+    }[operation]

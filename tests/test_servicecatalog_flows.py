@@ -1,0 +1,352 @@
+"""The Service Catalog flows end to end: kubectl-style API calls against a real kube-apiserver, the real
+controller process, and real brokers over HTTP — the independent second broker (its own process, with
+fault injection) and opbroker's own broker.
+
+Every ServiceClass is cluster-scoped and named after its service, so each test gives the second broker's
+services names of its own (``renamed``) and cleans up its Broker.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import secrets
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from tests.brokers.fixture import DB_ASYNC_PLAN, SecondBroker, default_catalog
+from tests.controller_support import wait_for
+
+pytestmark = pytest.mark.usefixtures("controller")
+
+GROUP, VERSION = "servicecatalog.k8s.io", "v1alpha1"
+
+
+def custom(api_client: client.ApiClient) -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(api_client)
+
+
+def get(api_client: client.ApiClient, plural: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+    try:
+        if namespace is None:
+            found: dict[str, Any] = custom(api_client).get_cluster_custom_object(GROUP, VERSION, plural, name)
+        else:
+            found = custom(api_client).get_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    return found
+
+
+def ready(obj: dict[str, Any] | None) -> tuple[str, str] | None:
+    for condition in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if condition["type"] == "Ready":
+            return condition["status"], condition["reason"]
+    return None
+
+
+def renamed(suffix: str) -> dict[str, Any]:
+    catalog = default_catalog()
+    for service in catalog["services"]:
+        service["name"] = f"{service['name']}-{suffix}"
+    return catalog
+
+
+@pytest.fixture
+def registered(api_client: client.ApiClient, namespace: str, second_broker: SecondBroker) -> Iterator[tuple[str, str]]:
+    """The second broker registered as a Broker (basic auth from a Secret); yields (broker name, suffix)."""
+    suffix = secrets.token_hex(3)
+    second_broker.set_catalog(renamed(suffix))
+    core = client.CoreV1Api(api_client)
+    core.create_namespaced_secret(
+        namespace,
+        {
+            "metadata": {"name": "second-auth"},
+            "stringData": {"username": second_broker.username, "password": second_broker.password},
+        },
+    )
+    name = f"second-{suffix}"
+    custom(api_client).create_cluster_custom_object(
+        GROUP,
+        VERSION,
+        "brokers",
+        {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "Broker",
+            "metadata": {"name": name},
+            "spec": {
+                "url": second_broker.url,
+                "authInfo": {"basic": {"secretRef": {"namespace": namespace, "name": "second-auth"}}},
+            },
+        },
+    )
+    wait_for(lambda: ready(get(api_client, "brokers", name)) == ("True", "FetchedCatalog"), 30, "the broker's catalog")
+    yield name, suffix
+    custom(api_client).delete_cluster_custom_object(GROUP, VERSION, "brokers", name)
+    for service in ("second-db", "second-queue"):
+        with contextlib.suppress(ApiException):
+            custom(api_client).delete_cluster_custom_object(GROUP, VERSION, "serviceclasses", f"{service}-{suffix}")
+
+
+def create(
+    api_client: client.ApiClient, namespace: str, plural: str, kind: str, name: str, spec: dict[str, Any]
+) -> None:
+    custom(api_client).create_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        namespace,
+        plural,
+        {"apiVersion": f"{GROUP}/{VERSION}", "kind": kind, "metadata": {"name": name}, "spec": spec},
+    )
+
+
+def delete(api_client: client.ApiClient, namespace: str, plural: str, name: str) -> None:
+    custom(api_client).delete_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
+
+
+def test_a_broker_lists_its_services_as_classes_and_marks_removed_ones(
+    api_client: client.ApiClient, registered: tuple[str, str], second_broker: SecondBroker
+) -> None:
+    name, suffix = registered
+    db = get(api_client, "serviceclasses", f"second-db-{suffix}")
+    assert db is not None and db["brokerName"] == name and db["externalName"] == f"second-db-{suffix}"
+    assert {plan["name"] for plan in db["plans"]} == {"sync-small", "async-large"}
+    assert db["planUpdatable"] is True and db["bindable"] is True
+    broker = get(api_client, "brokers", name)
+    assert broker is not None and broker["status"]["serviceClassCount"] == 2
+
+    catalog = renamed(suffix)
+    catalog["services"] = [s for s in catalog["services"] if s["name"] != f"second-queue-{suffix}"]
+    second_broker.set_catalog(catalog)
+    custom(api_client).patch_cluster_custom_object(GROUP, VERSION, "brokers", name, {"spec": {"relistRequests": 1}})
+
+    def queue_removed() -> bool:
+        queue = get(api_client, "serviceclasses", f"second-queue-{suffix}") or {}
+        return bool((queue.get("status") or {}).get("removedFromBrokerCatalog"))
+
+    wait_for(queue_removed, 30, "the service gone from the catalog to be marked removed")
+    assert get(api_client, "serviceclasses", f"second-db-{suffix}") is not None
+    relisted = get(api_client, "brokers", name)
+    assert relisted is not None and relisted["status"]["reconciledRelistRequests"] == 1
+
+
+def test_a_broker_without_its_auth_secret_says_so(api_client: client.ApiClient, second_broker: SecondBroker) -> None:
+    name = f"nosecret-{secrets.token_hex(3)}"
+    custom(api_client).create_cluster_custom_object(
+        GROUP,
+        VERSION,
+        "brokers",
+        {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "Broker",
+            "metadata": {"name": name},
+            "spec": {
+                "url": second_broker.url,
+                "authInfo": {"bearer": {"secretRef": {"namespace": "default", "name": "absent"}}},
+            },
+        },
+    )
+    try:
+        wait_for(
+            lambda: ready(get(api_client, "brokers", name)) == ("False", "ErrorGettingAuthCredentials"), 30, "the error"
+        )
+        broker = get(api_client, "brokers", name)
+        assert broker is not None
+        (condition,) = [c for c in broker["status"]["conditions"] if c["type"] == "Ready"]
+        assert "default/absent does not exist" in condition["message"]
+    finally:
+        custom(api_client).delete_cluster_custom_object(GROUP, VERSION, "brokers", name)
+
+
+def test_provision_bind_across_namespaces_unbind_deprovision(
+    api_client: client.ApiClient, namespace: str, registered: tuple[str, str], second_broker: SecondBroker
+) -> None:
+    """The seed's whole flow on the synchronous plan, with parameters from a Secret, a binding in another
+    namespace, and a deletion held while the binding exists."""
+    _, suffix = registered
+    core = client.CoreV1Api(api_client)
+    core.create_namespaced_secret(
+        namespace,
+        {"metadata": {"name": "db-params"}, "stringData": {"params": json.dumps({"password": "s3cret-param"})}},
+    )
+    create(
+        api_client,
+        namespace,
+        "instances",
+        "Instance",
+        "johnsdb",
+        {
+            "serviceClassName": f"second-db-{suffix}",  # the broker's name for the service
+            "planName": "sync-small",
+            "parameters": {"size": 3},
+            "parametersFrom": [{"secretKeyRef": {"name": "db-params", "key": "params"}}],
+        },
+    )
+    wait_for(
+        lambda: ready(get(api_client, "instances", "johnsdb", namespace)) == ("True", "Provisioned"), 30, "provisioned"
+    )
+    instance = get(api_client, "instances", "johnsdb", namespace)
+    assert instance is not None
+    external_id = instance["status"]["externalID"]
+    held = second_broker.state()["instances"][external_id]
+    assert json.dumps(held).count("s3cret-param") == 1  # the Secret's parameter reached the broker...
+    assert "s3cret-param" not in json.dumps(instance)  # ...and nothing of it is in the Instance
+
+    other = f"{namespace}-apps"
+    core.create_namespace({"metadata": {"name": other}})
+    try:
+        create(
+            api_client,
+            other,
+            "bindings",
+            "Binding",
+            "johnsbinding",
+            {"instanceRef": {"name": "johnsdb", "namespace": namespace}, "secretName": "johnsecret"},
+        )
+        wait_for(
+            lambda: ready(get(api_client, "bindings", "johnsbinding", other)) == ("True", "InjectedBindResult"),
+            30,
+            "bound",
+        )
+        secret = core.read_namespaced_secret("johnsecret", other)
+        credentials = {k: base64.b64decode(v).decode() for k, v in secret.data.items()}
+        assert set(credentials) >= {"uri", "username", "password"}
+        binding = get(api_client, "bindings", "johnsbinding", other)
+        assert credentials["password"] not in json.dumps(binding)
+        events = core.list_namespaced_event(other).items + core.list_namespaced_event(namespace).items
+        assert all(credentials["password"] not in (e.message or "") for e in events)
+
+        delete(api_client, namespace, "instances", "johnsdb")
+        wait_for(
+            lambda: (
+                ready(get(api_client, "instances", "johnsdb", namespace))
+                == ("False", "DeletionBlockedByExistingBindings")
+            ),
+            30,
+            "the deletion to be held",
+        )
+        blocked = get(api_client, "instances", "johnsdb", namespace)
+        assert blocked is not None
+        (condition,) = [c for c in blocked["status"]["conditions"] if c["type"] == "Ready"]
+        assert f"{other}/johnsbinding" in condition["message"]
+        assert external_id in second_broker.state()["instances"]
+
+        delete(api_client, other, "bindings", "johnsbinding")
+        wait_for(lambda: get(api_client, "bindings", "johnsbinding", other) is None, 30, "the binding to go")
+        with pytest.raises(ApiException) as gone:
+            core.read_namespaced_secret("johnsecret", other)
+        assert gone.value.status == 404
+        wait_for(lambda: get(api_client, "instances", "johnsdb", namespace) is None, 30, "the instance to go")
+        assert second_broker.state()["instances"] == {}
+        methods = [(r["method"], r["path"].count("/service_bindings/")) for r in second_broker.requests()]
+        assert ("DELETE", 1) in methods and ("DELETE", 0) in methods
+    finally:
+        core.delete_namespace(other)
+
+
+def test_async_provision_is_polled_honouring_retry_after(
+    api_client: client.ApiClient, namespace: str, registered: tuple[str, str], second_broker: SecondBroker
+) -> None:
+    _, suffix = registered
+    second_broker.settings(async_polls=2, retry_after=1)
+    create(
+        api_client,
+        namespace,
+        "instances",
+        "Instance",
+        "bigdb",
+        {"serviceClassName": f"second-db-{suffix}", "planName": "async-large"},
+    )
+    wait_for(
+        lambda: ready(get(api_client, "instances", "bigdb", namespace)) == ("True", "Provisioned"), 60, "provisioned"
+    )
+    polls = [r for r in second_broker.requests() if r["path"].endswith("/last_operation")]
+    assert len(polls) >= 3  # in progress twice, then succeeded
+    puts = [r for r in second_broker.requests() if r["method"] == "PUT"]
+    assert len(puts) == 1 and puts[0]["body"]["plan_id"] == DB_ASYNC_PLAN  # no second operation meanwhile
+    delete(api_client, namespace, "instances", "bigdb")
+    wait_for(lambda: get(api_client, "instances", "bigdb", namespace) is None, 60, "deprovisioned")
+
+
+def test_a_provision_answered_500_is_mitigated_then_retried(
+    api_client: client.ApiClient, namespace: str, registered: tuple[str, str], second_broker: SecondBroker
+) -> None:
+    _, suffix = registered
+    second_broker.fail("PUT", r"^/v2/service_instances/[^/]+$", 500, body='{"description": "boom"}')
+    create(
+        api_client,
+        namespace,
+        "instances",
+        "Instance",
+        "flaky",
+        {"serviceClassName": f"second-db-{suffix}", "planName": "sync-small"},
+    )
+    wait_for(
+        lambda: ready(get(api_client, "instances", "flaky", namespace)) == ("True", "Provisioned"), 60, "provisioned"
+    )
+    calls = [
+        r["method"]
+        for r in second_broker.requests()
+        if "/service_bindings/" not in r["path"] and r["path"] != "/v2/catalog"
+    ]
+    assert calls[:3] == ["PUT", "DELETE", "PUT"]  # the failed PUT, orphan mitigation, the retry
+    delete(api_client, namespace, "instances", "flaky")
+    wait_for(lambda: get(api_client, "instances", "flaky", namespace) is None, 60, "deprovisioned")
+
+
+def test_a_refused_provision_fails_until_the_spec_changes(
+    api_client: client.ApiClient, namespace: str, registered: tuple[str, str], second_broker: SecondBroker
+) -> None:
+    _, suffix = registered
+    second_broker.fail("PUT", r"^/v2/service_instances/[^/]+$", 400, body='{"description": "size too large"}')
+    create(
+        api_client,
+        namespace,
+        "instances",
+        "Instance",
+        "refused",
+        {"serviceClassName": f"second-db-{suffix}", "planName": "sync-small", "parameters": {"size": 99}},
+    )
+
+    def failed() -> bool:
+        found = get(api_client, "instances", "refused", namespace) or {}
+        return any(
+            c["type"] == "Failed" and c["status"] == "True" for c in (found.get("status") or {}).get("conditions") or []
+        )
+
+    wait_for(failed, 30, "the instance to be Failed")
+    assert [r["method"] for r in second_broker.requests() if r["method"] == "PUT"] == ["PUT"]  # no retries
+    custom(api_client).patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, "instances", "refused", {"spec": {"parameters": {"size": 1}}}
+    )
+    wait_for(
+        lambda: ready(get(api_client, "instances", "refused", namespace)) == ("True", "Provisioned"), 30, "provisioned"
+    )
+    delete(api_client, namespace, "instances", "refused")
+    wait_for(lambda: get(api_client, "instances", "refused", namespace) is None, 30, "deprovisioned")
+
+
+def test_a_deprovision_answered_410_is_done(
+    api_client: client.ApiClient, namespace: str, registered: tuple[str, str], second_broker: SecondBroker
+) -> None:
+    _, suffix = registered
+    create(
+        api_client,
+        namespace,
+        "instances",
+        "Instance",
+        "vanished",
+        {"serviceClassName": f"second-queue-{suffix}", "planName": "standard"},
+    )
+    wait_for(
+        lambda: ready(get(api_client, "instances", "vanished", namespace)) == ("True", "Provisioned"), 30, "provisioned"
+    )
+    second_broker.fail("DELETE", r"^/v2/service_instances/[^/]+$", 410, body="{}")
+    delete(api_client, namespace, "instances", "vanished")
+    wait_for(lambda: get(api_client, "instances", "vanished", namespace) is None, 30, "the instance to go")
