@@ -1,5 +1,6 @@
 """Pulumi components: the catalog (SFService, SFPlan), clusters (SFCluster), registered services and claims
-(RegisteredService, ServiceClaim), and the ControlPlane that installs opbroker itself.
+(RegisteredService, ServiceClaim), the Service Catalog kinds (Broker, Instance, Binding), and the ControlPlane
+that installs opbroker itself.
 
 Each component validates its args against ``opbroker.api`` before registering anything, so ``pulumi
 preview`` stops on a bad plan and names the field; each registers one custom resource (or, for the
@@ -22,14 +23,29 @@ from opbroker.components.primaza import (
     ServiceClaimArgs,
 )
 from opbroker.components.resources import InvalidArgsError
+from opbroker.components.servicecatalog import (
+    BasicAuthArgs,
+    Binding,
+    BindingArgs,
+    Broker,
+    Instance,
+    InstanceArgs,
+    ServiceCatalogBrokerArgs,
+)
 
 #: Every component, in the order the component provider exposes them.
-COMPONENTS = (ControlPlane, SFService, SFPlan, SFCluster, RegisteredService, ServiceClaim)
+COMPONENTS = (ControlPlane, SFService, SFPlan, SFCluster, RegisteredService, ServiceClaim, Broker, Instance, Binding)
 
 __all__ = [
     "COMPONENTS",
+    "BasicAuthArgs",
+    "Binding",
+    "BindingArgs",
+    "Broker",
     "ControlPlane",
     "ControlPlaneArgs",
+    "Instance",
+    "InstanceArgs",
     "InvalidArgsError",
     "RegisteredService",
     "RegisteredServiceArgs",
@@ -39,6 +55,7 @@ __all__ = [
     "SFPlanArgs",
     "SFService",
     "SFServiceArgs",
+    "ServiceCatalogBrokerArgs",
     "ServiceClaim",
     "ServiceClaimArgs",
     "TemplateArgs",

@@ -146,12 +146,21 @@ def custom_resource(
     opts: pulumi.ResourceOptions | None,
     *depends_on: pulumi.Resource,
     namespace: Any = None,
+    outputs: Mapping[tuple[str, ...], Any] | None = None,
 ) -> k8s.apiextensions.CustomResource:
     """The validated resource as a pulumi-kubernetes CustomResource child, named like the component. A
-    ``namespace`` Output (the ControlPlane's) replaces the model's: the object then waits for what it waits for."""
+    ``namespace`` Output (the ControlPlane's) replaces the model's: the object then waits for what it waits for.
+    ``outputs`` does the same anywhere in the manifest: each Output replaces the placeholder the model was
+    validated with at that path (e.g. ``("spec", "instanceRef", "name")``), carrying its dependencies."""
     manifest = resource.to_manifest()
     if is_output(namespace):
         manifest["metadata"]["namespace"] = namespace
+    for path, value in (outputs or {}).items():
+        *parents, last = path
+        target = manifest
+        for key in parents:
+            target = target[key]
+        target[last] = value
     return k8s.apiextensions.CustomResource(
         name,
         api_version=manifest["apiVersion"],

@@ -1,6 +1,7 @@
 """The real Pulumi engine against a local control plane (no node): `pulumi preview`, `up`, `refresh` and `destroy`
 of the root stack's declarations, preview diffs of one plan field, errors naming the field, the policy pack
-through the policy protocol, and the Pulumi YAML example through the component provider.
+through the policy protocol, the Pulumi YAML example through the component provider, and the Service Catalog
+components (Broker, Instance, Binding) against the CRDs with no controller running.
 
 The programs are Pulumi YAML using the component provider: the Python language host is not served by the
 module proxy, so the Python root stack cannot run under this engine (see tests/pulumi_engine_support.py and
@@ -11,11 +12,13 @@ uses too, and a test checks that the engine's plan holds exactly the resources t
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 import runpy
 import secrets
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -375,3 +378,141 @@ def test_the_pulumi_yaml_example_previews_and_deploys_through_the_component_prov
     assert outputs["brokerPassword"] == PASSWORD
     assert outputs["plan"] == "b7f3a3f2-5a1c-4a52-a39f-2c4e3d9a7e21"
     project.run("destroy", "--yes", "--skip-preview")
+
+
+# -- 4. the Service Catalog components: Broker, Instance, Binding (CRDs installed, no controller) ---------------
+
+SVCAT_GROUP, SVCAT_VERSION = "servicecatalog.k8s.io", "v1alpha1"
+SVCAT_NAMESPACE = "svcat-apps"
+
+
+def install_service_catalog_crds(api: client.ApiClient) -> None:
+    """The Service Catalog CRDs, as the ControlPlane installs them (here without one), Established."""
+    from opbroker.api.crd import crd_for
+    from opbroker.api.servicecatalog import SERVICE_CATALOG_KINDS
+
+    extensions = client.ApiextensionsV1Api(api)
+    names = []
+    for model in SERVICE_CATALOG_KINDS:
+        crd = crd_for(model)
+        names.append(crd["metadata"]["name"])
+        try:
+            extensions.create_custom_resource_definition(crd)
+        except ApiException as exc:
+            if exc.status != 409:  # already installed (by an earlier stack's ControlPlane): the same CRD
+                raise
+    deadline = time.monotonic() + 60
+    while True:
+        conditions = [extensions.read_custom_resource_definition(n).status.conditions or [] for n in names]
+        if all(any(c.type == "Established" and c.status == "True" for c in cs) for cs in conditions):
+            return
+        assert time.monotonic() < deadline, f"the Service Catalog CRDs are not Established: {conditions}"
+        time.sleep(0.5)
+
+
+def test_service_catalog_components_create_broker_instance_and_binding_without_a_controller(
+    engine: Engine, api: client.ApiClient, tmp_path: Path
+) -> None:
+    install_service_catalog_crds(api)
+    broker_password = secrets.token_urlsafe(16)
+    admin_password = secrets.token_urlsafe(16)
+    program = {
+        "name": "opbroker-servicecatalog",
+        "runtime": "yaml",
+        "resources": {
+            "apps": {"type": "kubernetes:core/v1:Namespace", "properties": {"metadata": {"name": SVCAT_NAMESPACE}}},
+            "best-db": {
+                "type": "opbroker:index:Broker",
+                "properties": {
+                    "url": "http://best-db.brokers.svc:8080",
+                    "basicAuth": {"username": "admin", "password": {"fn::secret": broker_password}},
+                    "credentialsNamespace": "${apps.metadata.name}",
+                    "relistDuration": "5m",
+                    "waitForReady": False,  # no controller: nothing would ever report Ready
+                },
+            },
+            "orders-db": {
+                "type": "opbroker:index:Instance",
+                "properties": {
+                    "namespace": "${apps.metadata.name}",
+                    "serviceClassName": "smalldb",
+                    "planName": "small",
+                    "parameters": {"storageGB": 1},
+                    "secretParameters": {"fn::secret": {"adminPassword": admin_password}},
+                },
+                "options": {"dependsOn": ["${best-db}"]},
+            },
+            "orders-app": {
+                "type": "opbroker:index:Binding",
+                "properties": {
+                    "namespace": "${apps.metadata.name}",
+                    "instanceName": "${orders-db.objectName}",
+                    "secretName": "orders-db-credentials",
+                    "application": {"name": "orders"},
+                },
+            },
+        },
+        "outputs": {"secretName": "${orders-app.secretName}"},
+    }
+    project = new_project(engine, tmp_path / "servicecatalog", program)
+
+    preview = json.loads(project.run("preview", "--json").stdout)
+    planned = {urn_type_and_name(s["urn"]) for s in steps(preview) if s["op"] == "create"}
+    cr = f"kubernetes:{SVCAT_GROUP}/{SVCAT_VERSION}"
+    assert {(f"{cr}:Broker", "best-db"), (f"{cr}:Instance", "orders-db"), (f"{cr}:Binding", "orders-app")} <= planned
+    assert {
+        ("kubernetes:core/v1:Secret", "best-db-auth"),
+        ("kubernetes:core/v1:Secret", "orders-db-parameters"),
+    } <= planned
+
+    project.up()
+
+    custom = client.CustomObjectsApi(api)
+    broker = custom.get_cluster_custom_object(SVCAT_GROUP, SVCAT_VERSION, "brokers", "best-db")
+    assert broker["spec"] == {
+        "url": "http://best-db.brokers.svc:8080",
+        "authInfo": {"basic": {"secretRef": {"namespace": SVCAT_NAMESPACE, "name": "best-db-auth"}}},
+        "insecureSkipTLSVerify": False,
+        "relistBehavior": "Duration",
+        "relistDuration": "5m",
+        "relistRequests": 0,
+    }
+    assert "pulumi.com/waitFor" not in broker["metadata"]["annotations"]
+    instance = custom.get_namespaced_custom_object(
+        SVCAT_GROUP, SVCAT_VERSION, SVCAT_NAMESPACE, "instances", "orders-db"
+    )
+    assert instance["spec"] == {
+        "serviceClassName": "smalldb",
+        "planName": "small",
+        "parameters": {"storageGB": 1},
+        "parametersFrom": [{"secretKeyRef": {"name": "orders-db-parameters", "key": "parameters"}}],
+        "updateRequests": 0,
+    }
+    binding = custom.get_namespaced_custom_object(SVCAT_GROUP, SVCAT_VERSION, SVCAT_NAMESPACE, "bindings", "orders-app")
+    assert binding["spec"] == {
+        "instanceRef": {"name": "orders-db"},
+        "secretName": "orders-db-credentials",
+        "application": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "orders"},
+    }
+    assert "status" not in binding  # no controller ran
+    core = client.CoreV1Api(api)
+    auth = core.read_namespaced_secret("best-db-auth", SVCAT_NAMESPACE)
+    assert auth.type == "kubernetes.io/basic-auth"
+    assert base64.b64decode(auth.data["password"]).decode() == broker_password
+    parameters = core.read_namespaced_secret("orders-db-parameters", SVCAT_NAMESPACE)
+    assert json.loads(base64.b64decode(parameters.data["parameters"])) == {"adminPassword": admin_password}
+
+    assert project.outputs()["secretName"] == "orders-db-credentials"
+    # The Binding waits for the Instance (through its objectName output; through the component provider the
+    # engine records the Instance component, whose children it waits for) and the credentials are secrets in state.
+    state = project.resources()
+    binding_state = next(r for r in state if r["type"] == f"{cr}:Binding")
+    instance_urn = next(r["urn"] for r in state if r["type"] == "opbroker:index:Instance")
+    needs = set(binding_state.get("dependencies") or [])
+    needs |= {u for us in (binding_state.get("propertyDependencies") or {}).values() for u in us}
+    assert instance_urn in needs
+    exported = project.run("stack", "export").stdout
+    assert broker_password not in exported and admin_password not in exported
+
+    project.run("destroy", "--yes", "--skip-preview")
+    assert custom.list_cluster_custom_object(SVCAT_GROUP, SVCAT_VERSION, "brokers")["items"] == []
