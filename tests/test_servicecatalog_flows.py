@@ -350,3 +350,59 @@ def test_a_deprovision_answered_410_is_done(
     second_broker.fail("DELETE", r"^/v2/service_instances/[^/]+$", 410, body="{}")
     delete(api_client, namespace, "instances", "vanished")
     wait_for(lambda: get(api_client, "instances", "vanished", namespace) is None, 30, "the instance to go")
+
+
+def test_opbrokers_own_broker_through_the_service_catalog(
+    api_client: client.ApiClient, namespace: str, osb_url: tuple[str, str], demo_catalog: list[dict[str, Any]]
+) -> None:
+    """opbroker consumed like any broker: its catalog listed, an instance provisioned asynchronously by the
+    demo operator, an asynchronous binding's credentials fetched into a Secret, then all of it undone."""
+    url, password = osb_url
+    core = client.CoreV1Api(api_client)
+    core.create_namespaced_secret(
+        namespace, {"metadata": {"name": "opbroker-auth"}, "stringData": {"username": "platform", "password": password}}
+    )
+    name = f"opbroker-{secrets.token_hex(3)}"
+    custom(api_client).create_cluster_custom_object(
+        GROUP,
+        VERSION,
+        "brokers",
+        {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "Broker",
+            "metadata": {"name": name},
+            "spec": {
+                "url": url,
+                "authInfo": {"basic": {"secretRef": {"namespace": namespace, "name": "opbroker-auth"}}},
+            },
+        },
+    )
+    try:
+        wait_for(lambda: ready(get(api_client, "brokers", name)) == ("True", "FetchedCatalog"), 30, "the catalog")
+        demo = get(api_client, "serviceclasses", "demo-db")
+        assert demo is not None and demo["brokerName"] == name and [p["name"] for p in demo["plans"]] == ["small"]
+        create(
+            api_client,
+            namespace,
+            "instances",
+            "Instance",
+            "db",
+            {"serviceClassName": "demo-db", "parameters": {"version": "16"}},
+        )
+        wait_for(
+            lambda: ready(get(api_client, "instances", "db", namespace)) == ("True", "Provisioned"), 90, "provisioned"
+        )
+        create(api_client, namespace, "bindings", "Binding", "app", {"instanceRef": {"name": "db"}})
+        wait_for(
+            lambda: ready(get(api_client, "bindings", "app", namespace)) == ("True", "InjectedBindResult"), 90, "bound"
+        )
+        secret = core.read_namespaced_secret("app", namespace)  # secretName defaults to the binding's name
+        assert secret.type == "servicecatalog.k8s.io/binding-credentials" and secret.data
+        delete(api_client, namespace, "bindings", "app")
+        wait_for(lambda: get(api_client, "bindings", "app", namespace) is None, 60, "unbound")
+        delete(api_client, namespace, "instances", "db")
+        wait_for(lambda: get(api_client, "instances", "db", namespace) is None, 90, "deprovisioned")
+    finally:
+        custom(api_client).delete_cluster_custom_object(GROUP, VERSION, "brokers", name)
+        with contextlib.suppress(ApiException):
+            custom(api_client).delete_cluster_custom_object(GROUP, VERSION, "serviceclasses", "demo-db")
