@@ -679,6 +679,9 @@ class BindingPropertiesState(WireModel):
 
     parameters_checksum: str | None = Field(default=None, pattern=_CHECKSUM)
     """sha256 (hex) of the parameters sent, parametersFrom included."""
+    projection_hash: str | None = Field(default=None, pattern=r"^[0-9a-f]{16}$")
+    """With `spec.application`: the content hash of the credentials the selected workloads carry (their pod
+    template annotation); a new one rolls their pods."""
 
 
 class BindingStatus(WireModel):

@@ -406,3 +406,69 @@ def test_opbrokers_own_broker_through_the_service_catalog(
         custom(api_client).delete_cluster_custom_object(GROUP, VERSION, "brokers", name)
         with contextlib.suppress(ApiException):
             custom(api_client).delete_cluster_custom_object(GROUP, VERSION, "serviceclasses", "demo-db")
+
+
+def deployment(name: str, labels: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "replicas": 0,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "main", "image": "example.invalid/app:1"}]},
+            },
+        },
+    }
+
+
+def projected(api_client: client.ApiClient, namespace: str, name: str, secret: str) -> bool:
+    found = client.AppsV1Api(api_client).read_namespaced_deployment(name, namespace)
+    spec = found.spec.template.spec
+    volumes = [v.secret.secret_name for v in spec.volumes or [] if v.secret]
+    env = [e.value_from.secret_key_ref.name for e in spec.containers[0].env or [] if e.value_from]
+    return secret in volumes and env.count(secret) >= 3
+
+
+def test_a_binding_projects_its_secret_into_selected_workloads(
+    api_client: client.ApiClient, namespace: str, registered: tuple[str, str]
+) -> None:
+    """The seed's pod injection by label selector, as servicebinding.io workload projection: selected
+    Deployments (also one created later) get the Secret as a volume and env vars; unbinding withdraws it."""
+    _, suffix = registered
+    apps = client.AppsV1Api(api_client)
+    apps.create_namespaced_deployment(namespace, deployment("web", {"role": "frontend"}))
+    apps.create_namespaced_deployment(namespace, deployment("batch", {"role": "worker"}))
+    create(
+        api_client,
+        namespace,
+        "instances",
+        "Instance",
+        "pdb",
+        {"serviceClassName": f"second-db-{suffix}", "planName": "sync-small"},
+    )
+    create(
+        api_client,
+        namespace,
+        "bindings",
+        "Binding",
+        "frontend",
+        {"instanceRef": {"name": "pdb"}, "application": {"selector": {"matchLabels": {"role": "frontend"}}}},
+    )
+    wait_for(
+        lambda: ready(get(api_client, "bindings", "frontend", namespace)) == ("True", "InjectedBindResult"), 30, "bound"
+    )
+    wait_for(lambda: projected(api_client, namespace, "web", "frontend"), 30, "the projection into web")
+    assert not projected(api_client, namespace, "batch", "frontend")
+
+    apps.create_namespaced_deployment(namespace, deployment("web2", {"role": "frontend"}))
+    wait_for(lambda: projected(api_client, namespace, "web2", "frontend"), 30, "the projection into a later workload")
+
+    delete(api_client, namespace, "bindings", "frontend")
+    wait_for(lambda: get(api_client, "bindings", "frontend", namespace) is None, 30, "unbound")
+    assert not projected(api_client, namespace, "web", "frontend")
+    assert not projected(api_client, namespace, "web2", "frontend")
+    delete(api_client, namespace, "instances", "pdb")
+    wait_for(lambda: get(api_client, "instances", "pdb", namespace) is None, 30, "deprovisioned")

@@ -5,11 +5,18 @@ binding's namespace, owned by the binding — never into a status, an event or a
 another namespace than its Instance (``instanceRef.namespace``). The same rules as for instances hold: the
 binding id is recorded before the request, one operation at a time, asynchronous binds polled and then
 fetched, orphan mitigation (an unbind) after a bind whose outcome is unknown.
+
+The seed's pod injection by label selector is today's servicebinding.io workload projection: with
+``spec.application`` (by name or label selector) the Secret is projected into the selected Deployments,
+StatefulSets or DaemonSets of the binding's namespace exactly as for ServiceClaims (the same
+:mod:`opbroker.controller.claims.workloads`), under a field manager of the binding's own, and withdrawn
+on unbind. Workloads created or relabelled later are projected into when they appear.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import uuid
 from collections.abc import Sequence
@@ -18,7 +25,9 @@ from enum import StrEnum
 from typing import Any, ClassVar
 
 from opbroker import osbclient
+from opbroker.api.primaza import ApplicationSelector
 from opbroker.api.servicecatalog import BindingOperation, ProvisionStatus, UnbindStatus
+from opbroker.controller.claims import workloads
 from opbroker.controller.reasons import Reason
 from opbroker.controller.reconciler import DONE, Key, Memories, ObservePlanAct, Outcome, PerKey, requeue
 from opbroker.controller.servicecatalog.common import (
@@ -46,6 +55,8 @@ class Step(StrEnum):
     POLL = "poll"
     UNBIND = "unbind"
     MITIGATE = "mitigate"
+    PROJECT = "project"
+    """A bound binding whose selected workloads do not all carry its projection (or others still do)."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +67,35 @@ class BindingFacts:
     offering: Offering | None
     parameters: dict[str, Any] | None
     problem: Unresolved | None
+    workloads: tuple[dict[str, Any], ...] = ()
+    """The binding namespace's workloads of its application's kind (listed only with ``spec.application``)."""
+
+
+def field_manager(binding: str) -> str:
+    """The server-side-apply field manager owning exactly one Binding's projection into workloads."""
+    return f"opbroker-scbinding-{binding}"[:128]
+
+
+def application_of(body: dict[str, Any]) -> ApplicationSelector | None:
+    raw = (body.get("spec") or {}).get("application")
+    return ApplicationSelector.model_validate(raw) if raw else None
+
+
+def projection_drift(facts: BindingFacts) -> bool:
+    """Whether a selected workload lacks the projection of the current Secret, or an unselected one has it."""
+    body = facts.body
+    application = application_of(body)
+    name = body["metadata"]["name"]
+    digest = ((body.get("status") or {}).get("externalProperties") or {}).get("projectionHash")
+    for workload in facts.workloads:
+        annotations = (workloads.pod_template(workload).get("metadata") or {}).get("annotations") or {}
+        has = workloads.hash_annotation(name) in annotations
+        selected = application is not None and workloads.selected(application, workload)
+        if selected and (not has or annotations.get(workloads.hash_annotation(name)) != digest):
+            return True
+        if not selected and workloads.managed_by(workload, field_manager(name)):
+            return True
+    return False
 
 
 def instance_ref(body: dict[str, Any]) -> tuple[str, str]:
@@ -83,7 +123,8 @@ def next_step(facts: BindingFacts) -> Step:
     if facts.problem is not None:
         return Step.UNRESOLVED
     if status.get("observedGeneration") == meta.get("generation"):
-        return Step.NOTHING
+        bound = status.get("unbindStatus") == UnbindStatus.REQUIRED.value and status.get("secretName")
+        return Step.PROJECT if bound and projection_drift(facts) else Step.NOTHING
     return Step.BIND
 
 
@@ -118,7 +159,16 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
                 )
         except Unresolved as exc:
             problem = exc
-        return BindingFacts(key, body, instance, offering, parameters, problem)
+        application = application_of(body)
+        listed: tuple[dict[str, Any], ...] = ()
+        if application is not None or (body.get("status") or {}).get("externalProperties", {}).get("projectionHash"):
+            kinds = {(application.api_version, application.kind)} if application else set(workloads.SUPPORTED_KINDS)
+            listed = tuple(
+                w
+                for api_version, kind in sorted(kinds)
+                for w in self.api.kube.list_objects(api_version, kind, key.namespace)
+            )
+        return BindingFacts(key, body, instance, offering, parameters, problem, listed)
 
     @staticmethod
     def plan(facts: BindingFacts) -> Sequence[Step]:
@@ -136,7 +186,12 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
         if step is Step.ADD_FINALIZER:
             self.api.set_finalizer(BINDINGS, body, present=True)
             return requeue(0)
+        if step is Step.PROJECT:
+            secret = self.api.kube.read_secret(body["metadata"]["namespace"], secret_name(body)) or {}
+            self._project(facts, sorted((secret.get("data") or {}).keys()), withdraw=False)
+            return DONE
         if step is Step.REMOVE_FINALIZER:
+            self._project(facts, [], withdraw=True)
             self.api.kube.delete_secret(body["metadata"]["namespace"], secret_name(body))
             self.api.set_finalizer(BINDINGS, body, present=False)
             return DONE
@@ -302,7 +357,9 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
             }
         )
         self.retries.forget(facts.key)
+        digest = self._project(facts, sorted(data), withdraw=False, data=data)
         status = body.get("status") or {}
+        properties = {**(status.get("inProgressProperties") or {}), **({"projectionHash": digest} if digest else {})}
         self.api.patch_status(
             BINDINGS,
             body,
@@ -312,7 +369,7 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
                 "lastOperation": None,
                 "operationStartTime": None,
                 "secretName": name,
-                "externalProperties": status.get("inProgressProperties"),
+                "externalProperties": properties,
                 "inProgressProperties": None,
                 "observedGeneration": meta.get("generation"),
                 "conditions": conditions(
@@ -326,6 +383,7 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
     def _unbound(self, facts: BindingFacts) -> Outcome:
         body = facts.body
         orphan = bool((body.get("status") or {}).get("orphanMitigationInProgress"))
+        self._project(facts, [], withdraw=True)
         self.api.kube.delete_secret(body["metadata"]["namespace"], secret_name(body))
         self.api.patch_status(
             BINDINGS,
@@ -379,6 +437,31 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
         self.api.patch_status(BINDINGS, body, status)
         self.api.kube.emit_event(body, reason=reason.value, message=message, warning=True)
         return DONE
+
+    def _project(
+        self, facts: BindingFacts, keys: list[str], *, withdraw: bool, data: dict[str, str] | None = None
+    ) -> str | None:
+        """Project the Secret into the selected workloads and withdraw it from the others (all, with
+        ``withdraw``); returns the content hash the pods carry (a new one rolls them), None without any."""
+        body = facts.body
+        name = body["metadata"]["name"]
+        application = None if withdraw else application_of(body)
+        if data is None:
+            secret = self.api.kube.read_secret(body["metadata"]["namespace"], secret_name(body)) or {}
+            data = secret.get("data") or {}
+        digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+        manager = field_manager(name)
+        for workload in facts.workloads:
+            if application is not None and workloads.selected(application, workload):
+                patch = workloads.projection(
+                    workload, claim=name, secret_name=secret_name(body), keys=keys, content_hash=digest
+                )
+            elif workloads.managed_by(workload, manager):
+                patch = workloads.unprojection(workload)
+            else:
+                continue
+            self.api.kube.apply(patch, field_manager=manager)
+        return digest if application is not None else None
 
     def _status(self, body: dict[str, Any], *, ready: bool, reason: Reason, message: str) -> None:
         current: dict[str, Any] = next(

@@ -5,16 +5,19 @@ What each watch enqueues:
 * Broker: itself (a relist is due when its spec or ``relistRequests`` changed);
 * ServiceClass: the Instances naming it (a class appearing or changing may resolve them);
 * Instance: itself, and the Bindings of it (they wait for it to be ready);
-* Binding: itself; when it is deleted, its Instance (whose deletion may have waited for it).
+* Binding: itself; when it is deleted, its Instance (whose deletion may have waited for it);
+* Deployment / StatefulSet / DaemonSet: the Bindings of its namespace that project into workloads.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import kopf
 
 from opbroker.api.servicecatalog import Binding, Broker, Instance, ServiceClass
+from opbroker.controller.claims.workloads import SUPPORTED_KINDS
 from opbroker.controller.kopfparts import plain_body
 from opbroker.controller.kube import Kube
 from opbroker.controller.reconciler import Key, Runtime
@@ -39,6 +42,7 @@ class ServiceCatalog:
             runtime.register(reconciler)
         self._class_users: Dependents[str] = memories.keep(Dependents())
         self._instance_bindings: Dependents[Key] = memories.keep(Dependents())
+        self._projecting: Dependents[str] = memories.keep(Dependents())
 
     def on_broker(self, event_type: str, body: dict[str, Any]) -> None:
         key = Key.of(BrokerReconciler.kind, body)
@@ -71,9 +75,15 @@ class ServiceCatalog:
             self.runtime.enqueue(instance)
             return
         self._instance_bindings.link(instance, key)
+        if (body.get("spec") or {}).get("application"):
+            self._projecting.link(key.namespace, key)
         self.runtime.enqueue(key)
         if body["metadata"].get("deletionTimestamp"):
             self.runtime.enqueue(instance)
+
+    def on_workload(self, body: dict[str, Any]) -> None:
+        for key in self._projecting.of(body["metadata"].get("namespace", "")):
+            self.runtime.enqueue(key)
 
 
 def register_service_catalog(registry: kopf.OperatorRegistry, catalog: ServiceCatalog) -> None:
@@ -92,3 +102,16 @@ def register_service_catalog(registry: kopf.OperatorRegistry, catalog: ServiceCa
     @kopf.on.event(GROUP, VERSION, Binding.PLURAL, registry=registry)  # type: ignore[arg-type]
     async def binding_event(event: dict[str, Any], body: Any, **_: Any) -> None:
         catalog.on_binding(str(event.get("type")), plain_body(body))
+
+    for api_version, kind in SUPPORTED_KINDS:
+        group, version = api_version.split("/")
+        kopf.on.event(group, version, kind.lower() + "s", registry=registry, id=f"servicecatalog-{kind}")(
+            _workload_handler(catalog)
+        )
+
+
+def _workload_handler(catalog: ServiceCatalog) -> Callable[..., Awaitable[None]]:
+    async def workload_event(body: Any, **_: Any) -> None:
+        catalog.on_workload(plain_body(body))
+
+    return workload_event
