@@ -20,7 +20,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from tests.brokers.fixture import DB_ASYNC_PLAN, SecondBroker, default_catalog
-from tests.controller_support import wait_for
+from tests.controller_support import Process, wait_for
 
 pytestmark = pytest.mark.usefixtures("controller")
 
@@ -165,7 +165,11 @@ def test_a_broker_without_its_auth_secret_says_so(api_client: client.ApiClient, 
 
 
 def test_provision_bind_across_namespaces_unbind_deprovision(
-    api_client: client.ApiClient, namespace: str, registered: tuple[str, str], second_broker: SecondBroker
+    api_client: client.ApiClient,
+    namespace: str,
+    registered: tuple[str, str],
+    second_broker: SecondBroker,
+    controller: Process,
 ) -> None:
     """The seed's whole flow on the synchronous plan, with parameters from a Secret, a binding in another
     namespace, and a deletion held while the binding exists."""
@@ -221,6 +225,9 @@ def test_provision_bind_across_namespaces_unbind_deprovision(
         assert credentials["password"] not in json.dumps(binding)
         events = core.list_namespaced_event(other).items + core.list_namespaced_event(namespace).items
         assert all(credentials["password"] not in (e.message or "") for e in events)
+        log = controller.log.read_text()
+        assert log, "the controller's log is empty: the check below would prove nothing"
+        assert credentials["password"] not in log and "s3cret-param" not in log
 
         delete(api_client, namespace, "instances", "johnsdb")
         wait_for(
