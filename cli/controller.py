@@ -58,6 +58,14 @@ def run(
             min=0,
         ),
     ] = 7200.0,
+    webhook_port: Annotated[
+        int | None,
+        typer.Option(help="Serve the admission webhook refusing to delete an Instance with Bindings (HTTPS).", min=0),
+    ] = None,
+    webhook_url: Annotated[
+        str | None,
+        typer.Option(help="Where the API server reaches the webhook (default https://127.0.0.1:<webhook-port>)."),
+    ] = None,
     sla_order: Annotated[
         str | None, typer.Option(help="Claims: SLA names best first, comma-separated (default L1,L2,L3).")
     ] = None,
@@ -84,6 +92,8 @@ def run(
         scheduler=scheduler.value,
         cluster_probe_seconds=cluster_probe_seconds,
         max_operation_seconds=max_operation_seconds,
+        webhook_port=webhook_port,
+        webhook_url=webhook_url,
         claims=ClaimsSettings.from_flags(sla_order=sla_order, environments=catalog_environment),
     )
     run_controller(settings, kubeconfig=kubeconfig)

@@ -44,6 +44,11 @@ class ControllerSettings:
     """A provision, update or bind still in progress this long after the broker requested it (its
     ``lastOperation.startedAt``) is marked failed (reason ``OperationTimedOut``): an operator that never
     reports an outcome must not leave an operation in progress forever. 0 disables the limit."""
+    webhook_port: int | None = None
+    """Serve the admission webhook refusing the deletion of an Instance with Bindings on this port (HTTPS,
+    0.0.0.0) and register it; None: no webhook, the finalizer holds such a deletion instead."""
+    webhook_url: str | None = None
+    """The URL the API server reaches the webhook at (default ``https://127.0.0.1:<webhook_port>``)."""
     claims: ClaimsSettings = field(default_factory=ClaimsSettings)
     """The claims subsystem: SLA order, catalog environments, binding root, probe timeout, its workers."""
 

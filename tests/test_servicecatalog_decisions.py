@@ -210,3 +210,21 @@ def listed(minutes_ago: int, **extra: Any) -> dict[str, Any]:
 )
 def test_relist_due(reason: str, body: dict[str, Any], want: float | None) -> None:
     assert relisting.relist_due(body, NOW) == want, reason
+
+
+def test_admission_refuses_deleting_an_instance_with_bindings() -> None:
+    from opbroker.controller.servicecatalog import admission
+
+    instance = {"metadata": {"name": "db", "namespace": "a"}}
+    bindings_ = [
+        {"metadata": {"name": "same-ns", "namespace": "a"}, "spec": {"instanceRef": {"name": "db"}}},
+        {"metadata": {"name": "other-ns", "namespace": "b"}, "spec": {"instanceRef": {"name": "db", "namespace": "a"}}},
+        {"metadata": {"name": "unrelated", "namespace": "b"}, "spec": {"instanceRef": {"name": "db"}}},
+    ]
+    found = admission.bindings_of(instance, bindings_)
+    assert found == ["a/same-ns", "b/other-ns"]
+    refused = admission.review({"uid": "u1", "operation": "DELETE", "oldObject": instance}, found)["response"]
+    assert refused["uid"] == "u1" and refused["allowed"] is False and refused["status"]["code"] == 409
+    assert "a/same-ns, b/other-ns" in refused["status"]["message"]
+    assert admission.review({"uid": "u2", "operation": "DELETE", "oldObject": instance}, [])["response"]["allowed"]
+    assert admission.review({"uid": "u3", "operation": "UPDATE"}, found)["response"]["allowed"]

@@ -479,3 +479,55 @@ def test_a_binding_projects_its_secret_into_selected_workloads(
     assert not projected(api_client, namespace, "web2", "frontend")
     delete(api_client, namespace, "instances", "pdb")
     wait_for(lambda: get(api_client, "instances", "pdb", namespace) is None, 30, "deprovisioned")
+
+
+def test_the_admission_webhook_refuses_deleting_an_instance_with_bindings(
+    api_client: client.ApiClient, namespace: str, registered: tuple[str, str]
+) -> None:
+    """With the webhook registered, the API server itself refuses the DELETE (the seed's behaviour), naming
+    the bindings; nothing is marked for deletion. Once they are gone, the same DELETE goes through."""
+    from opbroker.controller.kube import Kube
+    from opbroker.controller.servicecatalog import webhook
+    from opbroker.controller.servicecatalog.resources import BINDINGS, CatalogApi
+
+    _, suffix = registered
+    catalog_api = CatalogApi(Kube(api_client))
+    server = webhook.WebhookServer(0, ["127.0.0.1"], lambda: catalog_api.list(BINDINGS))
+    server.start()
+    admission = client.AdmissionregistrationV1Api(api_client)
+    try:
+        webhook.register(catalog_api.kube, webhook.configuration(server.ca, url=f"https://127.0.0.1:{server.port}"))
+        create(
+            api_client,
+            namespace,
+            "instances",
+            "Instance",
+            "guarded",
+            {"serviceClassName": f"second-db-{suffix}", "planName": "sync-small"},
+        )
+        create(api_client, namespace, "bindings", "Binding", "user1", {"instanceRef": {"name": "guarded"}})
+        wait_for(
+            lambda: ready(get(api_client, "bindings", "user1", namespace)) == ("True", "InjectedBindResult"),
+            30,
+            "bound",
+        )
+
+        def refused() -> str | None:
+            try:
+                delete(api_client, namespace, "instances", "guarded")
+            except ApiException as exc:
+                return str(exc.body) if exc.status == 409 else None
+            return None
+
+        message = wait_for(refused, 20, "the webhook to refuse the deletion")  # registration takes a moment
+        assert f"{namespace}/user1" in message and "delete them first" in message
+        still = get(api_client, "instances", "guarded", namespace)
+        assert still is not None and "deletionTimestamp" not in still["metadata"]
+
+        delete(api_client, namespace, "bindings", "user1")
+        wait_for(lambda: get(api_client, "bindings", "user1", namespace) is None, 30, "unbound")
+        delete(api_client, namespace, "instances", "guarded")
+        wait_for(lambda: get(api_client, "instances", "guarded", namespace) is None, 30, "deprovisioned")
+    finally:
+        admission.delete_validating_webhook_configuration(webhook.CONFIGURATION)
+        server.stop()

@@ -25,7 +25,7 @@ from opbroker.controller.reconciler.memory import Dependents
 from opbroker.controller.servicecatalog.bindings import BindingReconciler, instance_ref
 from opbroker.controller.servicecatalog.brokers import BrokerReconciler
 from opbroker.controller.servicecatalog.instances import InstanceReconciler
-from opbroker.controller.servicecatalog.resources import GROUP, VERSION, CatalogApi
+from opbroker.controller.servicecatalog.resources import BINDINGS, GROUP, VERSION, CatalogApi
 
 
 class ServiceCatalog:
@@ -33,7 +33,7 @@ class ServiceCatalog:
 
     def __init__(self, kube: Kube, runtime: Runtime, *, max_operation_seconds: float) -> None:
         self.runtime = runtime
-        api = CatalogApi(kube)
+        api = self.api = CatalogApi(kube)
         memories = runtime.memories
         self.brokers = BrokerReconciler(api)
         self.instances = InstanceReconciler(api, memories, max_operation_seconds=max_operation_seconds)
@@ -43,6 +43,14 @@ class ServiceCatalog:
         self._class_users: Dependents[str] = memories.keep(Dependents())
         self._instance_bindings: Dependents[Key] = memories.keep(Dependents())
         self._projecting: Dependents[str] = memories.keep(Dependents())
+
+    def serve_webhook(self, port: int, url: str | None) -> None:
+        """Serve and register the admission webhook (``admission``): every replica serves it, leader or not."""
+        from opbroker.controller.servicecatalog import webhook
+
+        server = webhook.WebhookServer(port, [_host_of(url) if url else "127.0.0.1"], lambda: self.api.list(BINDINGS))
+        server.start()
+        webhook.register(self.api.kube, webhook.configuration(server.ca, url=url or f"https://127.0.0.1:{server.port}"))
 
     def on_broker(self, event_type: str, body: dict[str, Any]) -> None:
         key = Key.of(BrokerReconciler.kind, body)
@@ -115,3 +123,7 @@ def _workload_handler(catalog: ServiceCatalog) -> Callable[..., Awaitable[None]]
         catalog.on_workload(plain_body(body))
 
     return workload_event
+
+
+def _host_of(url: str) -> str:
+    return url.split("://", 1)[-1].split("/", 1)[0].rsplit(":", 1)[0]

@@ -1,0 +1,52 @@
+"""Refusing the deletion of an Instance that still has Bindings, as the Service Catalog design says: a
+validating admission webhook the controller serves.
+
+Which applies when:
+
+* with the webhook registered (the controller runs with ``--webhook-port``, see ``webhook``), ``kubectl delete
+  instance`` fails at once with the bindings named, and nothing changes;
+* without it — or when the controller cannot be reached (``failurePolicy: Ignore``: a controller that is down
+  must not make instances undeletable) — the deletion is accepted, the finalizer holds the Instance, its
+  ``Ready`` condition says ``DeletionBlockedByExistingBindings`` and names them, and it goes once they are
+  deleted.
+
+This module is the pure decision; the HTTPS server and the registration are in ``webhook``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+PATH = "/validate/instances"
+
+
+def bindings_of(instance: Mapping[str, Any], bindings: Iterable[Mapping[str, Any]]) -> list[str]:
+    """``namespace/name`` of every Binding whose ``instanceRef`` is ``instance``."""
+    meta = instance.get("metadata") or {}
+    found = []
+    for binding in bindings:
+        bmeta = binding.get("metadata") or {}
+        ref = (binding.get("spec") or {}).get("instanceRef") or {}
+        if ref.get("name") == meta.get("name") and (ref.get("namespace") or bmeta.get("namespace")) == meta.get(
+            "namespace"
+        ):
+            found.append(f"{bmeta.get('namespace')}/{bmeta.get('name')}")
+    return sorted(found)
+
+
+def review(request: Mapping[str, Any], bindings: list[str]) -> dict[str, Any]:
+    """The AdmissionReview answer for ``request`` (an ``admission.k8s.io/v1`` request): refused when it
+    deletes an Instance that ``bindings`` still refer to."""
+    uid = request.get("uid", "")
+    allowed = request.get("operation") != "DELETE" or not bindings
+    response: dict[str, Any] = {"uid": uid, "allowed": allowed}
+    if not allowed:
+        name = ((request.get("oldObject") or {}).get("metadata") or {}).get("name") or request.get("name")
+        response["status"] = {
+            "code": 409,
+            "reason": "Conflict",
+            "message": f"instance {name!r} still has {len(bindings)} binding(s) ({', '.join(bindings)}): "
+            "delete them first",
+        }
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
