@@ -36,8 +36,10 @@ from opbroker.controller.servicecatalog.common import (
     Unresolved,
     checksum,
     conditions,
+    next_retry,
     now,
     parse_time,
+    say,
     timestamp,
 )
 from opbroker.controller.servicecatalog.endpoints import identity_of
@@ -464,17 +466,7 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
         return digest if application is not None else None
 
     def _status(self, body: dict[str, Any], *, ready: bool, reason: Reason, message: str) -> None:
-        current: dict[str, Any] = next(
-            (c for c in (body.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), {}
-        )
-        if current.get("reason") == reason.value and current.get("message") == message[:1024]:
-            return
-        self.api.patch_status(
-            BINDINGS, body, {"conditions": conditions(body, ready=ready, reason=reason, message=message)}
-        )
-        self.api.kube.emit_event(body, reason=reason.value, message=message, warning=not ready)
+        say(self.api, BINDINGS, body, ready=ready, reason=reason, message=message)
 
     def _backoff(self, key: Key) -> float:
-        attempts = (self.retries.get(key) or 0) + 1
-        self.retries.put(key, attempts)
-        return min(2.0 ** min(attempts - 1, 16), 60.0)
+        return next_retry(self.retries, key)

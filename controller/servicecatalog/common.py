@@ -16,6 +16,7 @@ from typing import Any
 from opbroker import osbclient
 from opbroker.controller.decisions import ready_condition
 from opbroker.controller.reasons import Reason
+from opbroker.controller.reconciler import Key, PerKey
 from opbroker.controller.servicecatalog.endpoints import EndpointProblem, auth_secret_ref, endpoint
 from opbroker.controller.servicecatalog.resources import BROKERS, CLASSES, CatalogApi
 
@@ -163,3 +164,22 @@ def conditions(
             }
         )
     return listed
+
+
+def say(api: CatalogApi, plural: str, body: dict[str, Any], *, ready: bool, reason: Reason, message: str) -> None:
+    """Set the Ready condition and record an Event — unless it says so already (no write, no event)."""
+    current: dict[str, Any] = next(
+        (c for c in (body.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), {}
+    )
+    if current.get("reason") == reason.value and current.get("message") == message[:1024]:
+        return
+    api.patch_status(plural, body, {"conditions": conditions(body, ready=ready, reason=reason, message=message)})
+    api.kube.emit_event(body, reason=reason.value, message=message, warning=not ready)
+
+
+def next_retry(retries: PerKey[int], key: Key, *, base: float = 1.0, maximum: float = 60.0) -> float:
+    """Seconds before retrying ``key`` after one more transient failure: doubling from ``base`` up to
+    ``maximum`` (the count is forgotten on success)."""
+    attempts = (retries.get(key) or 0) + 1
+    retries.put(key, attempts)
+    return float(min(base * 2.0 ** min(attempts - 1, 16), maximum))

@@ -27,14 +27,17 @@ from opbroker import osbclient
 from opbroker.api.servicecatalog import DeprovisionStatus, InstanceOperation, ProvisionStatus
 from opbroker.controller.reasons import Reason
 from opbroker.controller.reconciler import DONE, Key, Memories, ObservePlanAct, Outcome, PerKey, requeue
+from opbroker.controller.servicecatalog import admission
 from opbroker.controller.servicecatalog.common import (
     Offering,
     Resolver,
     Unresolved,
     checksum,
     conditions,
+    next_retry,
     now,
     parse_time,
+    say,
     timestamp,
 )
 from opbroker.controller.servicecatalog.endpoints import identity_of
@@ -151,11 +154,11 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
             message = (
                 f"deletion waits: {len(facts.bindings)} binding(s) still use this instance ({names}); delete them first"
             )
-            self._status(body, ready=False, reason=Reason.INSTANCE_DELETE_BLOCKED, message=message, event=True)
+            self._status(body, ready=False, reason=Reason.INSTANCE_DELETE_BLOCKED, message=message)
             return DONE  # a binding's deletion queues the instance again
         if step is Step.UNRESOLVED:
             assert facts.problem is not None
-            self._status(body, ready=False, reason=facts.problem.reason, message=str(facts.problem), event=True)
+            self._status(body, ready=False, reason=facts.problem.reason, message=str(facts.problem))
             return requeue(30.0)  # a class or Secret appearing also queues it
         assert facts.offering is not None
         with osbclient.Client(facts.offering.broker, transport=self.transport) as client:
@@ -380,7 +383,7 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
         if mitigate or not osbclient.is_retryable(exc):
             return self._operation_failed(facts, operation, str(exc), mitigate=mitigate)
         reason = _failure_reason(operation)
-        self._status(facts.body, ready=False, reason=reason, message=f"{exc}; retrying", event=True)
+        self._status(facts.body, ready=False, reason=reason, message=f"{exc}; retrying")
         return requeue(self._backoff(facts.key))
 
     def _operation_failed(
@@ -424,34 +427,14 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
 
     # -- helpers -------------------------------------------------------------------------------------------------
 
-    def _status(self, body: dict[str, Any], *, ready: bool, reason: Reason, message: str, event: bool) -> None:
-        current: dict[str, Any] = next(
-            (c for c in (body.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), {}
-        )
-        if current.get("reason") == reason.value and current.get("message") == message[:1024]:
-            return  # said already: no write, no event
-        self.api.patch_status(
-            INSTANCES, body, {"conditions": conditions(body, ready=ready, reason=reason, message=message)}
-        )
-        if event:
-            self.api.kube.emit_event(body, reason=reason.value, message=message, warning=not ready)
+    def _status(self, body: dict[str, Any], *, ready: bool, reason: Reason, message: str) -> None:
+        say(self.api, INSTANCES, body, ready=ready, reason=reason, message=message)
 
     def _backoff(self, key: Key) -> float:
-        attempts = (self.retries.get(key) or 0) + 1
-        self.retries.put(key, attempts)
-        return min(RETRY.base * 2.0 ** min(attempts - 1, 16), RETRY.maximum)
+        return next_retry(self.retries, key, base=RETRY.base, maximum=RETRY.maximum)
 
     def _bindings(self, body: dict[str, Any]) -> tuple[str, ...]:
-        meta = body["metadata"]
-        return tuple(
-            sorted(
-                f"{b['metadata']['namespace']}/{b['metadata']['name']}"
-                for b in self.api.list(BINDINGS)
-                if (b.get("spec") or {}).get("instanceRef", {}).get("name") == meta["name"]
-                and ((b.get("spec") or {}).get("instanceRef", {}).get("namespace") or b["metadata"]["namespace"])
-                == meta["namespace"]
-            )
-        )
+        return tuple(admission.bindings_of(body, self.api.list(BINDINGS)))
 
     @staticmethod
     def _context(body: dict[str, Any]) -> dict[str, Any]:
