@@ -531,3 +531,80 @@ def test_the_admission_webhook_refuses_deleting_an_instance_with_bindings(
     finally:
         admission.delete_validating_webhook_configuration(webhook.CONFIGURATION)
         server.stop()
+
+
+def register_broker(api_client: client.ApiClient, name: str, spec: dict[str, Any]) -> None:
+    custom(api_client).create_cluster_custom_object(
+        GROUP,
+        VERSION,
+        "brokers",
+        {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Broker", "metadata": {"name": name}, "spec": spec},
+    )
+
+
+def test_a_broker_behind_tls_with_a_private_ca(
+    api_client: client.ApiClient, namespace: str, second_broker_tls: SecondBroker
+) -> None:
+    """Real brokers sit behind a private CA: with `caBundle` the catalog is fetched; without it the Broker
+    says the certificate could not be verified."""
+    assert second_broker_tls.ca_pem is not None
+    suffix = secrets.token_hex(3)
+    second_broker_tls.set_catalog(renamed(suffix))
+    client.CoreV1Api(api_client).create_namespaced_secret(
+        namespace,
+        {
+            "metadata": {"name": "tls-auth"},
+            "stringData": {"username": second_broker_tls.username, "password": second_broker_tls.password},
+        },
+    )
+    auth = {"basic": {"secretRef": {"namespace": namespace, "name": "tls-auth"}}}
+    trusted, untrusted = f"tls-{suffix}", f"untrusted-{suffix}"
+    ca = base64.b64encode(second_broker_tls.ca_pem.encode()).decode()
+    register_broker(api_client, trusted, {"url": second_broker_tls.url, "authInfo": auth, "caBundle": ca})
+    register_broker(api_client, untrusted, {"url": second_broker_tls.url, "authInfo": auth})
+    try:
+        wait_for(
+            lambda: ready(get(api_client, "brokers", trusted)) == ("True", "FetchedCatalog"), 30, "the catalog over TLS"
+        )
+        wait_for(
+            lambda: ready(get(api_client, "brokers", untrusted)) == ("False", "ErrorFetchingCatalog"), 30, "the refusal"
+        )
+        broker = get(api_client, "brokers", untrusted)
+        assert broker is not None
+        (condition,) = [c for c in broker["status"]["conditions"] if c["type"] == "Ready"]
+        assert "CERTIFICATE_VERIFY_FAILED" in condition["message"] or "certificate" in condition["message"].lower()
+        assert second_broker_tls.password not in json.dumps(broker)
+    finally:
+        for name in (trusted, untrusted):
+            custom(api_client).delete_cluster_custom_object(GROUP, VERSION, "brokers", name)
+        for service in ("second-db", "second-queue"):
+            with contextlib.suppress(ApiException):
+                custom(api_client).delete_cluster_custom_object(GROUP, VERSION, "serviceclasses", f"{service}-{suffix}")
+
+
+def test_a_broker_with_a_bearer_token(
+    api_client: client.ApiClient, namespace: str, second_broker_token: SecondBroker
+) -> None:
+    suffix = secrets.token_hex(3)
+    second_broker_token.set_catalog(renamed(suffix))
+    client.CoreV1Api(api_client).create_namespaced_secret(
+        namespace, {"metadata": {"name": "token-auth"}, "stringData": {"token": second_broker_token.token}}
+    )
+    name = f"token-{suffix}"
+    register_broker(
+        api_client,
+        name,
+        {
+            "url": second_broker_token.url,
+            "authInfo": {"bearer": {"secretRef": {"namespace": namespace, "name": "token-auth"}}},
+        },
+    )
+    try:
+        wait_for(lambda: ready(get(api_client, "brokers", name)) == ("True", "FetchedCatalog"), 30, "the catalog")
+        catalog_calls = [r for r in second_broker_token.requests() if r["path"] == "/v2/catalog"]
+        assert catalog_calls and all(r["auth"] == "bearer" for r in catalog_calls)
+    finally:
+        custom(api_client).delete_cluster_custom_object(GROUP, VERSION, "brokers", name)
+        for service in ("second-db", "second-queue"):
+            with contextlib.suppress(ApiException):
+                custom(api_client).delete_cluster_custom_object(GROUP, VERSION, "serviceclasses", f"{service}-{suffix}")
