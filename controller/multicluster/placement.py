@@ -32,7 +32,6 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from opbroker.api.conventions import FINALIZER, credentials_secret_name, resource_name
@@ -51,6 +50,7 @@ from opbroker.controller.multicluster.selectors import SelectorError
 from opbroker.controller.multicluster.selectors import parse as parse_selector
 from opbroker.controller.reasons import Reason
 from opbroker.controller.reconciler import DONE, Key, Outcome, TemporaryError
+from opbroker.controller.reconciler.failures import server_failing
 from opbroker.controller.reconciling import Deps, StatusWriter
 from opbroker.controller.rendered import inputs_for
 from opbroker.rendering import RenderError
@@ -476,10 +476,7 @@ class _SisterCalls:
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, _: Any) -> None:
         if exc is None:
             return
-        unreachable = isinstance(exc, urllib3.exceptions.HTTPError | OSError) or (
-            isinstance(exc, ApiException) and (exc.status == 0 or exc.status >= 500)
-        )
-        if unreachable:
+        if server_failing(exc):
             self.suspect(self.cluster, describe(exc))
             raise TemporaryError(f"cluster {self.cluster!r} did not answer: {describe(exc)}") from exc
         if isinstance(exc, KubeError):

@@ -6,7 +6,7 @@ Every kind's reconcile runs under this table, so a failure is retried the same w
 exception                                     handling    what the runtime does
 ============================================  ==========  ============================================
 :class:`Conflict`, HTTP 409                   REREAD      drop the cached copy, reconcile again at once
-urllib3 transport errors, ``OSError``         TRANSIENT   back off, one log line ("unreachable")
+transport errors, HTTP status 0 (TLS)         TRANSIENT   back off, one log line ("unreachable")
 HTTP 429, 500, 502, 503, 504                  TRANSIENT   back off, one log line ("unavailable")
 :class:`TemporaryError`                       TRANSIENT   back off, one log line (the reconciler's words)
 anything else                                 ERROR       back off, log with traceback
@@ -49,12 +49,26 @@ def _status(exc: BaseException) -> int | None:
     return exc.status if isinstance(exc, ApiException) else None
 
 
+def unreachable(exc: BaseException) -> bool:
+    """The server did not answer: a transport error, or the client's status-0 ApiException (its TLS errors)."""
+    return isinstance(exc, urllib3.exceptions.HTTPError | ConnectionError | TimeoutError) or _status(exc) == 0
+
+
+def server_failing(exc: BaseException) -> bool:
+    """The server did not answer or answered with a server error (5xx): it, not the request, is at fault.
+
+    Multi-cluster placement uses this to suspect a sister cluster (and probe it) before the table retries.
+    """
+    status = _status(exc)
+    return unreachable(exc) or (status is not None and status >= 500)
+
+
 Row = tuple[Callable[[BaseException], bool], Handling, str, Callable[[BaseException], str]]
 
 TABLE: tuple[Row, ...] = (
     (lambda e: isinstance(e, Conflict) or _status(e) == 409, Handling.REREAD, "conflict", lambda e: "conflict"),
     (
-        lambda e: isinstance(e, urllib3.exceptions.HTTPError | ConnectionError | TimeoutError),
+        unreachable,
         Handling.TRANSIENT,
         "unreachable",
         lambda e: f"the API server did not answer ({type(e).__name__})",
