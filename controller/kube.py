@@ -142,6 +142,16 @@ class Kube:
         found = _unless(404, lambda: resource.get(name=ref.name, namespace=namespace))
         return None if found is None else _as_dict(found.to_dict())
 
+    def version_of(self, ref: ResourceRef) -> str | None:
+        """The object's resourceVersion (None: it does not exist): from the store when it knows, else a GET."""
+        resource = self._resource(ref.api_version, ref.kind)
+        namespace = ref.namespace if resource.namespaced else None
+        known = self.store.version_of((ref.api_version, ref.kind), namespace, ref.name)
+        if known is not UNKNOWN:
+            return None if known is None else str(known)
+        found = self.get(ref)
+        return None if found is None else str((found.get("metadata") or {}).get("resourceVersion", ""))
+
     def _keep(self, obj: dict[str, Any] | None) -> dict[str, Any] | None:
         """Remember a write's answer (for fed types) and pass it on."""
         if obj is not None and obj.get("apiVersion") and obj.get("kind"):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -82,6 +83,8 @@ class SourceWatchers:
         self._on_change = on_change
         self._lock = threading.Lock()
         self._threads: dict[tuple[str, str], threading.Thread] = {}
+        self._listed: dict[tuple[str, str], threading.Event] = {}
+        self._unlisted: set[tuple[str, str]] = set()
         self._stop = threading.Event()
 
     @property
@@ -96,7 +99,27 @@ class SourceWatchers:
                     continue
                 thread = threading.Thread(target=self._watch, args=kind, name=f"watch-{kind[1]}", daemon=True)
                 self._threads[kind] = thread
+                self._listed[kind] = threading.Event()
             thread.start()
+
+    def wait_listed(self, kinds: Iterable[tuple[str, str]], timeout: float) -> bool:
+        """Wait (up to ``timeout`` seconds in all) until the watches of ``kinds`` have listed their kind once,
+        so the store answers for every object of it (an informer's cache sync). After a restart, each
+        reconcile would otherwise read its sources with GETs while the first listing is still on its way.
+        False if one is not listed in time (the caller then reads what the store does not know)."""
+        deadline = time.monotonic() + timeout
+        for kind in kinds:
+            with self._lock:
+                listed = self._listed.get(kind)
+                if kind in self._unlisted:
+                    return False  # waited for in vain once: nobody waits for it again
+            if listed is None:
+                return False
+            if not listed.wait(max(0.0, deadline - time.monotonic())):
+                with self._lock:
+                    self._unlisted.add(kind)
+                return False
+        return True
 
     def stop(self) -> None:
         self._stop.set()
@@ -115,6 +138,7 @@ class SourceWatchers:
                     # Listed, then watched from that version on: the store holds the whole kind (an
                     # informer's list-and-watch), so reconciles need not GET these objects.
                     store.replace(type_key, [_with_type(item.to_dict(), api_version, kind) for item in listed.items])
+                    self._listed[type_key].set()
                 watcher = watch.Watch()
                 for event in self._kube.dynamic.watch(
                     resource, resource_version=resource_version, timeout=60, watcher=watcher

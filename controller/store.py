@@ -107,6 +107,17 @@ class ObjectStore:
                 return None if type_key in self._complete else UNKNOWN
         return copy_json(held)
 
+    def version_of(self, type_key: TypeKey, namespace: str | None, name: str) -> Any:
+        """The object's resourceVersion (no copy made), None if it is known not to exist, or ``UNKNOWN``."""
+        key = (*type_key, namespace or "", name)
+        with self._lock:
+            if type_key not in self._fed:
+                return UNKNOWN
+            held = self._objects.get(key)
+            if held is None:
+                return None if type_key in self._complete else UNKNOWN
+            return (held.get("metadata") or {}).get("resourceVersion", "")
+
     def __len__(self) -> int:
         with self._lock:
             return len(self._objects)

@@ -346,6 +346,10 @@ class FakeKube:
             found = self.objects.get(key)
             return None if found is None else copy_json(found)
 
+    def version_of(self, ref: ResourceRef) -> str | None:
+        found = self.get(ref)
+        return None if found is None else str(found["metadata"].get("resourceVersion", ""))
+
     def apply(self, manifest: dict[str, Any], *, field_manager: str = FIELD_MANAGER) -> dict[str, Any]:
         config = clean_for_apply(manifest)
         meta = config["metadata"]
