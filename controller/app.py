@@ -35,6 +35,8 @@ from opbroker.rendering import Renderer
 
 logger = logging.getLogger(__name__)
 
+SECRETS = ("v1", "Secret")
+
 
 class Controller:
     """Wires the catalog, the reconcilers and the one runtime; knows nothing about kopf itself."""
@@ -86,6 +88,8 @@ class Controller:
     def start(self) -> None:
         self.load_catalog()
         self.runtime.start()
+        # One Secret watch for everyone: the claims' events and the store's Secrets (the plans' sources).
+        self.watchers.subscribe(SECRETS, lambda _event_type, secret: self.claims.on_secret(secret))
         if self.multicluster is not None:
             self.multicluster.start()
 

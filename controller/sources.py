@@ -11,10 +11,11 @@ watch per kind in a thread and reports the owners of every changed object to a c
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from kubernetes import watch
@@ -27,6 +28,7 @@ from opbroker.controller.reconciler.keys import Key
 logger = logging.getLogger(__name__)
 
 ObjectKey = tuple[str, str, str, str]  # apiVersion, kind, namespace, name
+Listener = Callable[[str, dict[str, Any]], None]  # event type, object
 
 
 def object_key(ref: ResourceRef) -> ObjectKey:
@@ -36,6 +38,26 @@ def object_key(ref: ResourceRef) -> ObjectKey:
 def _with_type(item: dict[str, Any], api_version: str, kind: str) -> dict[str, Any]:
     """List items carry no apiVersion/kind; the store's copies are served as if read one by one."""
     return {**item, "apiVersion": api_version, "kind": kind}
+
+
+#: Objects per page when a watch lists its kind: the store takes them in page by page, so listing 40 000
+#: Secrets never holds them all as parsed objects at once (their memory would stay with the process).
+LIST_PAGE = 5_000
+
+
+def _listing(resource: Any, api_version: str, kind: str, version: list[str | None]) -> Iterator[dict[str, Any]]:
+    """Every object of ``resource``, listed in pages as plain JSON (the dynamic client's own objects cost
+    more than the request); the listing's resourceVersion is appended to ``version`` at its end."""
+    token: str | None = None
+    while True:
+        page = json.loads(resource.get(limit=LIST_PAGE, _continue=token, serialize=False).data)
+        for item in page.get("items") or []:
+            yield _with_type(item, api_version, kind)
+        meta = page.get("metadata") or {}
+        token = meta.get("continue") or None
+        if token is None:
+            version.append(meta.get("resourceVersion"))
+            return
 
 
 class SourceIndex:
@@ -85,6 +107,7 @@ class SourceWatchers:
         self._threads: dict[tuple[str, str], threading.Thread] = {}
         self._listed: dict[tuple[str, str], threading.Event] = {}
         self._unlisted: set[tuple[str, str]] = set()
+        self._listeners: dict[tuple[str, str], list[Listener]] = {}
         self._stop = threading.Event()
 
     @property
@@ -101,6 +124,26 @@ class SourceWatchers:
                 self._threads[kind] = thread
                 self._listed[kind] = threading.Event()
             thread.start()
+
+    def subscribe(self, kind: tuple[str, str], listener: Listener) -> None:
+        """Watch ``kind`` from now on, and pass every object it lists or changes to ``listener`` (in the watch's
+        thread, with the event type: ADDED for what a listing found). One watch per kind serves everyone:
+        the claims' Secret events come from the same watch that keeps the store's Secrets."""
+        with self._lock:
+            self._listeners.setdefault(kind, []).append(listener)
+        self.ensure([kind])
+
+    def _tell(self, kind: tuple[str, str], event_type: str, obj: dict[str, Any]) -> None:
+        for listener in self._listeners.get(kind, ()):
+            try:
+                listener(event_type, obj)
+            except Exception:
+                logger.exception("a listener of %s %s failed", *kind)
+
+    def _told(self, kind: tuple[str, str], objects: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+        for obj in objects:
+            yield obj
+            self._tell(kind, "ADDED", obj)
 
     def wait_listed(self, kinds: Iterable[tuple[str, str]], timeout: float) -> bool:
         """Wait (up to ``timeout`` seconds in all) until the watches of ``kinds`` have listed their kind once,
@@ -133,11 +176,11 @@ class SourceWatchers:
             try:
                 resource = self._kube.dynamic.resources.get(api_version=api_version, kind=kind)
                 if resource_version is None:
-                    listed = resource.get()
-                    resource_version = listed.metadata.resourceVersion
                     # Listed, then watched from that version on: the store holds the whole kind (an
                     # informer's list-and-watch), so reconciles need not GET these objects.
-                    store.replace(type_key, [_with_type(item.to_dict(), api_version, kind) for item in listed.items])
+                    versions: list[str | None] = []
+                    store.replace(type_key, self._told(type_key, _listing(resource, api_version, kind, versions)))
+                    resource_version = versions[0]
                     self._listed[type_key].set()
                 watcher = watch.Watch()
                 for event in self._kube.dynamic.watch(
@@ -157,6 +200,7 @@ class SourceWatchers:
                         store.remove(type_key, raw)
                     elif event["type"] in ("ADDED", "MODIFIED"):
                         store.put(type_key, raw)
+                    self._tell(type_key, event["type"], raw)
                     key = (api_version, kind, meta.get("namespace") or "", meta.get("name", ""))
                     for owner in self._index.owners_of(key):
                         self._on_change(owner)
