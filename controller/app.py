@@ -23,7 +23,7 @@ from opbroker.controller.catalog_entries import PlanEntryReconciler, ServiceEntr
 from opbroker.controller.claims.handlers import Claims, register_claims
 from opbroker.controller.instances import InstanceReconciler
 from opbroker.controller.kopfparts import EventsOnlyDiffBase, events_only, plain_body
-from opbroker.controller.kube import BINDINGS, INSTANCES, PLANS, SERVICES, Kube
+from opbroker.controller.kube import BINDINGS, INSTANCES, PLANS, SECRETS, SERVICES, Kube
 from opbroker.controller.multicluster.runtime import MultiCluster
 from opbroker.controller.reconciler import DONE, Key, PerKey, Runtime
 from opbroker.controller.reconciler.memory import Dependents
@@ -34,8 +34,6 @@ from opbroker.controller.sources import SourceIndex, SourceWatchers
 from opbroker.rendering import Renderer
 
 logger = logging.getLogger(__name__)
-
-SECRETS = ("v1", "Secret")
 
 
 class Controller:

@@ -71,6 +71,7 @@ class Kind:
         return (self.api_version, self.plural)
 
 
+SECRETS = ("v1", "Secret")
 INSTANCES = Kind("osb.servicefabrik.io", "v1alpha1", "sfserviceinstances")
 BINDINGS = Kind("osb.servicefabrik.io", "v1alpha1", "sfservicebindings")
 PLANS = Kind("osb.servicefabrik.io", "v1alpha1", "sfplans")
@@ -278,7 +279,13 @@ class Kube:
 
     # -- secrets and events --------------------------------------------------------------------------
 
-    def read_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
+    def read_secret(self, namespace: str, name: str, *, stored: bool = False) -> dict[str, Any] | None:
+        """The Secret (None if it does not exist); ``stored``: from the store when the Secret watch feeds it
+        (for Secrets only this controller writes, whose every write goes into the store too)."""
+        if stored:
+            held = self.store.lookup(SECRETS, namespace, name)
+            if held is not UNKNOWN:
+                return _as_optional_dict(held)
         response = _unless(404, lambda: self.core.read_namespaced_secret(name, namespace, _preload_content=False))
         return None if response is None else _json(response)
 
@@ -309,7 +316,7 @@ class Kube:
             _content_type="application/apply-patch+yaml",
             _preload_content=False,
         )
-        return _json(response)
+        return _as_dict(self._keep(_json(response)))
 
     def emit_event(self, obj: dict[str, Any], *, reason: str, message: str, warning: bool = False) -> None:
         """Record a Kubernetes Event on ``obj``. Best effort: a lost event must not fail a reconcile."""

@@ -618,7 +618,7 @@ def test_bound_binding_is_rendered_again_only_when_a_source_moved(
     render_status = RENDERER.render_status
     monkeypatch.setattr(RENDERER, "render_status", lambda *a, **k: renders.append("status") or render_status(*a, **k))
     read_secret = world.kube.read_secret
-    monkeypatch.setattr(world.kube, "read_secret", lambda *a: renders.append("secret") or read_secret(*a))
+    monkeypatch.setattr(world.kube, "read_secret", lambda *a, **k: renders.append("secret") or read_secret(*a, **k))
     assert fresh.reconcile("binding", "b") == DONE
     assert renders == [] and world.kube.calls == []
     assert ("v1", "ConfigMap") in fresh.watchers.kinds
