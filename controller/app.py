@@ -8,6 +8,7 @@ update the in-memory catalog and indexes and enqueue keys on the :class:`~opbrok
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 from typing import Any
@@ -16,7 +17,7 @@ import kopf
 from kubernetes import client
 
 from opbroker.api.conventions import resource_name
-from opbroker.controller import decisions, metrics
+from opbroker.controller import decisions, metrics, trim
 from opbroker.controller.bindings import BindingReconciler
 from opbroker.controller.catalog import Catalog
 from opbroker.controller.catalog_entries import PlanEntryReconciler, ServiceEntryReconciler
@@ -80,6 +81,7 @@ class Controller:
         self._plan_members: Dependents[str] = memories.keep(Dependents())
         self._instance_bindings: Dependents[Key] = memories.keep(Dependents())
         self._fingerprints: PerKey[tuple[Any, ...]] = memories.keep(PerKey())
+        self._trimmer: asyncio.Task[None] | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
@@ -88,6 +90,10 @@ class Controller:
         self.runtime.start()
         # One Secret watch for everyone: the claims' events and the store's Secrets (the plans' sources).
         self.watchers.subscribe(SECRETS, lambda _event_type, secret: self.claims.on_secret(secret))
+        runtime = self.runtime
+        self._trimmer = asyncio.get_running_loop().create_task(
+            trim.trim_when_settled(lambda: runtime.reconciles, lambda: runtime.idle), name="memory trim"
+        )
         if self.multicluster is not None:
             self.multicluster.start()
 
@@ -104,6 +110,8 @@ class Controller:
             self.catalog.upsert_plan(body)
 
     async def stop(self) -> None:
+        if self._trimmer is not None:
+            self._trimmer.cancel()
         self.watchers.stop()
         self.claims.stop()
         if self.multicluster is not None:
