@@ -123,6 +123,12 @@ class SFServiceBindingStatus(WireModel):
     controller fails an operation still in progress ``--max-operation-seconds`` after this."""
     applied_spec: FreeForm | None = None
     resources: list[ResourceRef] | None = None
+    sources: list[ResourceRef] | None = None
+    """The objects the plan's ``sources`` named when the credentials were read: a bound binding follows them
+    (a rotated password reaches its credentials Secret)."""
+    sources_digest: str | None = None
+    """A digest of what the credentials were rendered from (the plan version, the instance's and binding's
+    generations, the ``sources``' resourceVersions). Unchanged, the credentials are not rendered again."""
     error_count: int | None = Field(default=None, ge=0)
     observed_generation: int | None = None
     conditions: list[Condition] | None = None

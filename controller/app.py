@@ -8,6 +8,7 @@ update the in-memory catalog and indexes and enqueue keys on the :class:`~opbrok
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 from typing import Any
@@ -16,14 +17,14 @@ import kopf
 from kubernetes import client
 
 from opbroker.api.conventions import resource_name
-from opbroker.controller import decisions, metrics
+from opbroker.controller import decisions, metrics, trim
 from opbroker.controller.bindings import BindingReconciler
 from opbroker.controller.catalog import Catalog
 from opbroker.controller.catalog_entries import PlanEntryReconciler, ServiceEntryReconciler
 from opbroker.controller.claims.handlers import Claims, register_claims
 from opbroker.controller.instances import InstanceReconciler
 from opbroker.controller.kopfparts import EventsOnlyDiffBase, events_only, plain_body
-from opbroker.controller.kube import BINDINGS, INSTANCES, PLANS, SERVICES, Kube
+from opbroker.controller.kube import BINDINGS, INSTANCES, PLANS, SECRETS, SERVICES, Kube
 from opbroker.controller.multicluster.runtime import MultiCluster
 from opbroker.controller.reconciler import DONE, Key, PerKey, Runtime
 from opbroker.controller.reconciler.memory import Dependents
@@ -80,12 +81,19 @@ class Controller:
         self._plan_members: Dependents[str] = memories.keep(Dependents())
         self._instance_bindings: Dependents[Key] = memories.keep(Dependents())
         self._fingerprints: PerKey[tuple[Any, ...]] = memories.keep(PerKey())
+        self._trimmer: asyncio.Task[None] | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
     def start(self) -> None:
         self.load_catalog()
         self.runtime.start()
+        # One Secret watch for everyone: the claims' events and the store's Secrets (the plans' sources).
+        self.watchers.subscribe(SECRETS, lambda _event_type, secret: self.claims.on_secret(secret))
+        runtime = self.runtime
+        self._trimmer = asyncio.get_running_loop().create_task(
+            trim.trim_when_settled(lambda: runtime.reconciles, lambda: runtime.idle), name="memory trim"
+        )
         if self.multicluster is not None:
             self.multicluster.start()
 
@@ -102,6 +110,8 @@ class Controller:
             self.catalog.upsert_plan(body)
 
     async def stop(self) -> None:
+        if self._trimmer is not None:
+            self._trimmer.cancel()
         self.watchers.stop()
         self.claims.stop()
         if self.multicluster is not None:

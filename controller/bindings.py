@@ -40,12 +40,16 @@ from opbroker.controller.decisions import Step
 from opbroker.controller.kube import BINDINGS, INSTANCES, Kube, Refused, ref_of
 from opbroker.controller.objects import minus_refs, owner_reference, ref_dicts, ref_key, refs_of, same_namespace, stamp
 from opbroker.controller.reasons import Reason
-from opbroker.controller.reconciler import DONE, Key, Memories, ObservePlanAct, Outcome
+from opbroker.controller.reconciler import DONE, Key, Memories, ObservePlanAct, Outcome, PerKey
 from opbroker.controller.reconciling import AppliedMemory, Deps, StatusWriter
 from opbroker.controller.rendered import fetch_sources, inputs_for, release
 from opbroker.rendering import RenderError
 
 logger = logging.getLogger(__name__)
+
+#: How long a bound binding's check waits for the first listing of its sources' kinds (after a restart):
+#: until then the store does not know them, and each check would read its sources with GETs.
+LISTING_WAIT_SECONDS = 30.0
 
 
 def delete_credentials(kube: Kube, binding: dict[str, Any]) -> None:
@@ -62,6 +66,19 @@ def delete_credentials(kube: Kube, binding: dict[str, Any]) -> None:
     owners = secret["metadata"].get("ownerReferences") or []
     if any(owner.get("uid") == meta["uid"] for owner in owners):
         kube.delete_secret(meta["namespace"], secret["metadata"]["name"], uid=secret["metadata"].get("uid"))
+
+
+def followed_status(followed: tuple[tuple[ResourceRef, ...], str]) -> dict[str, Any]:
+    """The status fields recording what a binding's credentials were rendered from."""
+    refs, digest = followed
+    return {"sources": ref_dicts(list(refs)), "sourcesDigest": digest}
+
+
+def _version(obj: dict[str, Any] | None) -> str | None:
+    if obj is None:
+        return None
+    version: str | None = (obj.get("metadata") or {}).get("resourceVersion")
+    return version
 
 
 def binding_field_manager(binding_name: str) -> str:
@@ -92,6 +109,9 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
         self.deps = deps
         self.status = StatusWriter(deps, BINDINGS)
         self.applied = memories.keep(AppliedMemory())
+        self.followed: PerKey[tuple[tuple[ResourceRef, ...], str]] = memories.keep(PerKey())
+        """For bound bindings: the sources and digest (see ``decisions.sources_digest``) of the credentials
+        as last checked by a refresh, when that wrote nothing (``status.sourcesDigest`` stays as it was)."""
 
     def reconcile(self, key: Key) -> Outcome:
         facts = self.observe(key)
@@ -292,9 +312,8 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
                 (inputs.binding_registry or {}).get("credentials") or (inputs.registry or {}).get("credentials") or {}
             )
             return self._succeed(binding, {"credentials": credentials}, applied, watched)
-        result = self.deps.renderer.render_status(
-            entry.model, self._inputs(binding, instance, entry, fetch_sources(kube, source_refs))
-        )
+        fetched = fetch_sources(kube, source_refs)
+        result = self.deps.renderer.render_status(entry.model, self._inputs(binding, instance, entry, fetched))
         section = result.bind
         waiting = section is None or section.state == OperationState.IN_PROGRESS.value
         response = (section.response if section else None) or {}
@@ -310,12 +329,14 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
         if waiting or not response.get("credentials"):
             # Not done, or "succeeded" without credentials: the objects that produce them are not there yet.
             return self.status.still_in_progress(binding, extra=applied)
-        return self._succeed(binding, response, applied, watched)
+        followed = self._followed(binding, instance, entry, source_refs, fetched)
+        return self._succeed(binding, response, {**applied, **followed_status(followed)}, watched)
 
     def _succeed(
         self, binding: dict[str, Any], response: dict[str, Any], applied: dict[str, Any], watched: list[ResourceRef]
     ) -> Outcome:
         secret_name = self._write_credentials(binding, response)
+        self.followed.forget(Key("binding", binding["metadata"]["namespace"], binding["metadata"]["name"]))
         self.status.transition(
             binding,
             state=OperationState.SUCCEEDED,
@@ -350,36 +371,81 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
     def _refresh(self, binding: dict[str, Any], instance: dict[str, Any], entry: PlanEntry) -> Outcome:
         """A bound binding: render its credentials again from what the status template reads now, and
         rewrite the credentials Secret only when they changed (a rotated password). Never fails the binding:
-        while the operator reports no credentials (mid-rotation, say), the Secret keeps the last ones."""
+        while the operator reports no credentials (mid-rotation, say), the Secret keeps the last ones.
+
+        Rendered again only when something they are rendered from moved (``decisions.sources_digest``
+        against the digest recorded when they were last written or checked): a restart over thousands of
+        bound bindings then reads no registry and no Secret, and renders nothing."""
         assert entry.model is not None
+        if entry.model.spec.template(TemplateAction.STATUS) is None:
+            return DONE  # registry credentials: generated once, never re-rendered
         kube = self.deps.kube
         meta = binding["metadata"]
+        key = Key("binding", meta["namespace"], meta["name"])
+        if self._unchanged(key, binding, instance, entry):
+            return DONE
         try:
             inputs = self._inputs(binding, instance, entry)
             source_refs = self.deps.renderer.render_sources(entry.model, inputs)
             self._watch(binding, [*source_refs.values(), *refs_of(binding.get("status"))])
-            if entry.model.spec.template(TemplateAction.STATUS) is None:
-                return DONE  # registry credentials: generated once, never re-rendered
-            result = self.deps.renderer.render_status(
-                entry.model, self._inputs(binding, instance, entry, fetch_sources(kube, source_refs))
-            )
+            fetched = fetch_sources(kube, source_refs)
+            result = self.deps.renderer.render_status(entry.model, self._inputs(binding, instance, entry, fetched))
         except RenderError as exc:
             logger.warning("binding %s/%s: credentials not refreshed: %s", meta["namespace"], meta["name"], exc)
             return DONE
+        followed = self._followed(binding, instance, entry, source_refs, fetched)
         section = result.bind
         response = (section.response if section else None) or {}
         if section is None or section.state != OperationState.SUCCEEDED.value or not response.get("credentials"):
+            self.followed.put(key, followed)
             return DONE
         secret_ref = ResourceRef(
             api_version="v1", kind="Secret", name=credentials_secret_name(meta["name"]), namespace=meta["namespace"]
         )
-        if not decisions.credentials_changed(kube.get(secret_ref), response):
-            return DONE
-        self._write_credentials(binding, response)
-        message = "the credentials changed at their source; the credentials Secret was rewritten"
-        logger.info("binding %s/%s: %s", meta["namespace"], meta["name"], message)
-        kube.emit_event(binding, reason=Reason.ROTATED.value, message=message)
+        changed = decisions.credentials_changed(kube.get(secret_ref), response)
+        if changed:
+            self._write_credentials(binding, response)
+            message = "the credentials changed at their source; the credentials Secret was rewritten"
+            logger.info("binding %s/%s: %s", meta["namespace"], meta["name"], message)
+            kube.emit_event(binding, reason=Reason.ROTATED.value, message=message)
+        if changed or not (binding.get("status") or {}).get("sourcesDigest"):
+            # Recorded with a write that happens anyway (or once, for a binding bound before digests were):
+            # a source merely touched writes nothing, and is checked again by rendering after a restart.
+            self.status.patch(binding, followed_status(followed), guarded=False)
+            self.followed.forget(key)
+        else:
+            self.followed.put(key, followed)
         return DONE
+
+    def _unchanged(self, key: Key, binding: dict[str, Any], instance: dict[str, Any], entry: PlanEntry) -> bool:
+        """True if what the credentials were last rendered from is still what it was (the digest matches);
+        also makes sure the binding follows its sources again (after a restart it is not tracked yet)."""
+        status = binding.get("status") or {}
+        remembered = self.followed.get(key)
+        if remembered is not None:
+            refs, digest = remembered
+        elif status.get("sourcesDigest") and isinstance(status.get("sources"), list):
+            refs, digest = tuple(ResourceRef.model_validate(raw) for raw in status["sources"]), status["sourcesDigest"]
+        else:
+            return False
+        kinds = self._watch(binding, [*refs, *refs_of(status)])
+        self.deps.watchers.wait_listed({(ref.api_version, ref.kind) for ref in refs} & kinds, LISTING_WAIT_SECONDS)
+        versions = [(ref, self.deps.kube.version_of(ref)) for ref in refs]
+        current = decisions.sources_digest(plan_hash=entry.hash, instance=instance, binding=binding, versions=versions)
+        return current == digest
+
+    def _followed(
+        self,
+        binding: dict[str, Any],
+        instance: dict[str, Any],
+        entry: PlanEntry,
+        source_refs: dict[str, ResourceRef],
+        fetched: dict[str, dict[str, Any] | None],
+    ) -> tuple[tuple[ResourceRef, ...], str]:
+        """The sources the credentials were just rendered from, and their digest (``decisions.sources_digest``)."""
+        versions = [(ref, _version(fetched.get(name))) for name, ref in source_refs.items()]
+        digest = decisions.sources_digest(plan_hash=entry.hash, instance=instance, binding=binding, versions=versions)
+        return tuple(source_refs.values()), digest
 
     def _teardown(self, binding: dict[str, Any], instance: dict[str, Any] | None, entry: PlanEntry | None) -> Outcome:
         kube = self.deps.kube
@@ -440,7 +506,8 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
         self.deps.registries.forget(meta["namespace"], binding_registry_name(meta["name"]), meta["uid"])
         return DONE
 
-    def _watch(self, binding: dict[str, Any], refs: list[Any]) -> None:
+    def _watch(self, binding: dict[str, Any], refs: list[Any]) -> set[tuple[str, str]]:
         meta = binding["metadata"]
         kinds = self.deps.index.track(Key("binding", meta["namespace"], meta["name"]), refs)
         self.deps.watchers.ensure(kinds)
+        return kinds

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime
+import hashlib
 import json
 from dataclasses import dataclass
 from enum import StrEnum
@@ -136,6 +137,30 @@ def credentials_changed(secret: dict[str, Any] | None, response: dict[str, Any])
     except (binascii.Error, ValueError):
         return True
     return bool(held != response)
+
+
+def sources_digest(
+    *,
+    plan_hash: str | None,
+    instance: dict[str, Any],
+    binding: dict[str, Any],
+    versions: list[tuple[ResourceRef, str | None]],
+) -> str:
+    """What a bound binding's credentials were rendered from, in a few bytes: the plan version, the
+    instance's and the binding's uid and generation, and each source's resourceVersion (None: missing).
+
+    The same digest means the status template would read the same objects again, so the credentials need
+    not be rendered (nor their Secret read) to know they still hold: after a restart, every bound binding
+    is checked this way against ``status.sourcesDigest`` instead of being rendered again.
+    """
+    facts = [
+        plan_hash,
+        [(_meta(obj).get("uid"), _meta(obj).get("generation")) for obj in (instance, binding)],
+        sorted(
+            ([ref.api_version, ref.kind, ref.namespace or "", ref.name], version or "") for ref, version in versions
+        ),
+    ]
+    return hashlib.sha256(json.dumps(facts, separators=(",", ":")).encode()).hexdigest()[:32]
 
 
 def operation_age(obj: dict[str, Any], *, at: datetime.datetime | None = None) -> float | None:

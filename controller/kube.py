@@ -71,6 +71,7 @@ class Kind:
         return (self.api_version, self.plural)
 
 
+SECRETS = ("v1", "Secret")
 INSTANCES = Kind("osb.servicefabrik.io", "v1alpha1", "sfserviceinstances")
 BINDINGS = Kind("osb.servicefabrik.io", "v1alpha1", "sfservicebindings")
 PLANS = Kind("osb.servicefabrik.io", "v1alpha1", "sfplans")
@@ -141,6 +142,16 @@ class Kube:
             return _as_optional_dict(cached)
         found = _unless(404, lambda: resource.get(name=ref.name, namespace=namespace))
         return None if found is None else _as_dict(found.to_dict())
+
+    def version_of(self, ref: ResourceRef) -> str | None:
+        """The object's resourceVersion (None: it does not exist): from the store when it knows, else a GET."""
+        resource = self._resource(ref.api_version, ref.kind)
+        namespace = ref.namespace if resource.namespaced else None
+        known = self.store.version_of((ref.api_version, ref.kind), namespace, ref.name)
+        if known is not UNKNOWN:
+            return None if known is None else str(known)
+        found = self.get(ref)
+        return None if found is None else str((found.get("metadata") or {}).get("resourceVersion", ""))
 
     def _keep(self, obj: dict[str, Any] | None) -> dict[str, Any] | None:
         """Remember a write's answer (for fed types) and pass it on."""
@@ -268,7 +279,13 @@ class Kube:
 
     # -- secrets and events --------------------------------------------------------------------------
 
-    def read_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
+    def read_secret(self, namespace: str, name: str, *, stored: bool = False) -> dict[str, Any] | None:
+        """The Secret (None if it does not exist); ``stored``: from the store when the Secret watch feeds it
+        (for Secrets only this controller writes, whose every write goes into the store too)."""
+        if stored:
+            held = self.store.lookup(SECRETS, namespace, name)
+            if held is not UNKNOWN:
+                return _as_optional_dict(held)
         response = _unless(404, lambda: self.core.read_namespaced_secret(name, namespace, _preload_content=False))
         return None if response is None else _json(response)
 
@@ -299,7 +316,7 @@ class Kube:
             _content_type="application/apply-patch+yaml",
             _preload_content=False,
         )
-        return _json(response)
+        return _as_dict(self._keep(_json(response)))
 
     def emit_event(self, obj: dict[str, Any], *, reason: str, message: str, warning: bool = False) -> None:
         """Record a Kubernetes Event on ``obj``. Best effort: a lost event must not fail a reconcile."""

@@ -114,7 +114,7 @@ class RegistryCache:
         key = (namespace, name, owner_uid)
         cached = self._values.get(key)
         if cached is None:
-            secret = kube.read_secret(namespace, name)
+            secret = kube.read_secret(namespace, name, stored=True)  # registries are written by us alone
             if secret is None:
                 return None  # nothing of ours yet: ask again next time
             if not is_owned_by(secret, owner_uid):

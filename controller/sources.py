@@ -11,9 +11,11 @@ watch per kind in a thread and reports the owners of every changed object to a c
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
-from collections.abc import Callable, Iterable
+import time
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from kubernetes import watch
@@ -26,6 +28,7 @@ from opbroker.controller.reconciler.keys import Key
 logger = logging.getLogger(__name__)
 
 ObjectKey = tuple[str, str, str, str]  # apiVersion, kind, namespace, name
+Listener = Callable[[str, dict[str, Any]], None]  # event type, object
 
 
 def object_key(ref: ResourceRef) -> ObjectKey:
@@ -35,6 +38,26 @@ def object_key(ref: ResourceRef) -> ObjectKey:
 def _with_type(item: dict[str, Any], api_version: str, kind: str) -> dict[str, Any]:
     """List items carry no apiVersion/kind; the store's copies are served as if read one by one."""
     return {**item, "apiVersion": api_version, "kind": kind}
+
+
+#: Objects per page when a watch lists its kind: the store takes them in page by page, so listing 40 000
+#: Secrets never holds them all as parsed objects at once (their memory would stay with the process).
+LIST_PAGE = 5_000
+
+
+def _listing(resource: Any, api_version: str, kind: str, version: list[str | None]) -> Iterator[dict[str, Any]]:
+    """Every object of ``resource``, listed in pages as plain JSON (the dynamic client's own objects cost
+    more than the request); the listing's resourceVersion is appended to ``version`` at its end."""
+    token: str | None = None
+    while True:
+        page = json.loads(resource.get(limit=LIST_PAGE, _continue=token, serialize=False).data)
+        for item in page.get("items") or []:
+            yield _with_type(item, api_version, kind)
+        meta = page.get("metadata") or {}
+        token = meta.get("continue") or None
+        if token is None:
+            version.append(meta.get("resourceVersion"))
+            return
 
 
 class SourceIndex:
@@ -82,6 +105,9 @@ class SourceWatchers:
         self._on_change = on_change
         self._lock = threading.Lock()
         self._threads: dict[tuple[str, str], threading.Thread] = {}
+        self._listed: dict[tuple[str, str], threading.Event] = {}
+        self._unlisted: set[tuple[str, str]] = set()
+        self._listeners: dict[tuple[str, str], list[Listener]] = {}
         self._stop = threading.Event()
 
     @property
@@ -96,7 +122,47 @@ class SourceWatchers:
                     continue
                 thread = threading.Thread(target=self._watch, args=kind, name=f"watch-{kind[1]}", daemon=True)
                 self._threads[kind] = thread
+                self._listed[kind] = threading.Event()
             thread.start()
+
+    def subscribe(self, kind: tuple[str, str], listener: Listener) -> None:
+        """Watch ``kind`` from now on, and pass every object it lists or changes to ``listener`` (in the watch's
+        thread, with the event type: ADDED for what a listing found). One watch per kind serves everyone:
+        the claims' Secret events come from the same watch that keeps the store's Secrets."""
+        with self._lock:
+            self._listeners.setdefault(kind, []).append(listener)
+        self.ensure([kind])
+
+    def _tell(self, kind: tuple[str, str], event_type: str, obj: dict[str, Any]) -> None:
+        for listener in self._listeners.get(kind, ()):
+            try:
+                listener(event_type, obj)
+            except Exception:
+                logger.exception("a listener of %s %s failed", *kind)
+
+    def _told(self, kind: tuple[str, str], objects: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+        for obj in objects:
+            yield obj
+            self._tell(kind, "ADDED", obj)
+
+    def wait_listed(self, kinds: Iterable[tuple[str, str]], timeout: float) -> bool:
+        """Wait (up to ``timeout`` seconds in all) until the watches of ``kinds`` have listed their kind once,
+        so the store answers for every object of it (an informer's cache sync). After a restart, each
+        reconcile would otherwise read its sources with GETs while the first listing is still on its way.
+        False if one is not listed in time (the caller then reads what the store does not know)."""
+        deadline = time.monotonic() + timeout
+        for kind in kinds:
+            with self._lock:
+                listed = self._listed.get(kind)
+                if kind in self._unlisted:
+                    return False  # waited for in vain once: nobody waits for it again
+            if listed is None:
+                return False
+            if not listed.wait(max(0.0, deadline - time.monotonic())):
+                with self._lock:
+                    self._unlisted.add(kind)
+                return False
+        return True
 
     def stop(self) -> None:
         self._stop.set()
@@ -110,11 +176,12 @@ class SourceWatchers:
             try:
                 resource = self._kube.dynamic.resources.get(api_version=api_version, kind=kind)
                 if resource_version is None:
-                    listed = resource.get()
-                    resource_version = listed.metadata.resourceVersion
                     # Listed, then watched from that version on: the store holds the whole kind (an
                     # informer's list-and-watch), so reconciles need not GET these objects.
-                    store.replace(type_key, [_with_type(item.to_dict(), api_version, kind) for item in listed.items])
+                    versions: list[str | None] = []
+                    store.replace(type_key, self._told(type_key, _listing(resource, api_version, kind, versions)))
+                    resource_version = versions[0]
+                    self._listed[type_key].set()
                 watcher = watch.Watch()
                 for event in self._kube.dynamic.watch(
                     resource, resource_version=resource_version, timeout=60, watcher=watcher
@@ -133,6 +200,7 @@ class SourceWatchers:
                         store.remove(type_key, raw)
                     elif event["type"] in ("ADDED", "MODIFIED"):
                         store.put(type_key, raw)
+                    self._tell(type_key, event["type"], raw)
                     key = (api_version, kind, meta.get("namespace") or "", meta.get("name", ""))
                     for owner in self._index.owners_of(key):
                         self._on_change(owner)

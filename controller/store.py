@@ -17,16 +17,18 @@ Why it is safe to read from it:
   fed by events only (kopf's), it is read from the API.
 
 Copies go out deep-copied: reconcilers change the dicts they are given. ``managedFields`` are dropped on
-the way in — nothing reads them and they are the bulk of an object.
+the way in — nothing reads them and they are the bulk of an object. Each object is held as its compact JSON
+text (with its resourceVersion beside it), not as dicts: a copy is made on every read anyway, and
+``json.loads`` makes it about as fast as copying dicts did, while the text takes a fraction of their memory
+(a controller over 15 000 settled objects holds some 60 000 of them, most of them Secrets).
 """
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterable
 from typing import Any
-
-from opbroker.controller.kopfparts import copy_json
 
 TypeKey = tuple[str, str]  # apiVersion, kind name (or plural, for our own kinds read by plural)
 StoreKey = tuple[str, str, str, str]  # apiVersion, kind name or plural, namespace, name
@@ -34,13 +36,15 @@ StoreKey = tuple[str, str, str, str]  # apiVersion, kind name or plural, namespa
 #: ``lookup`` answers: the store does not know (read from the API), or the object is known not to exist.
 UNKNOWN = object()
 
+Held = tuple[str | None, str]  # resourceVersion, the object as compact JSON (without managedFields)
+
 
 class ObjectStore:
     """Latest known versions of watched objects. Thread-safe: watches, kopf and workers share it."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._objects: dict[StoreKey, dict[str, Any]] = {}
+        self._objects: dict[StoreKey, Held] = {}
         self._fed: set[TypeKey] = set()
         self._complete: set[TypeKey] = set()
 
@@ -77,7 +81,7 @@ class ObjectStore:
             if type_key not in self._fed:
                 return
             held = self._objects.get(key)
-            if held is not None and _newer(held, slim):
+            if held is not None and _newer(held[0], slim[0]):
                 return
             self._objects[key] = slim
 
@@ -86,7 +90,7 @@ class ObjectStore:
         key = _key(type_key, obj)
         with self._lock:
             held = self._objects.get(key)
-            if held is not None and not _newer(held, obj):
+            if held is not None and not _newer(held[0], _version(obj)):
                 del self._objects[key]
 
     def discard(self, type_key: TypeKey, namespace: str | None, name: str) -> None:
@@ -105,7 +109,18 @@ class ObjectStore:
             held = self._objects.get(key)
             if held is None:
                 return None if type_key in self._complete else UNKNOWN
-        return copy_json(held)
+        return json.loads(held[1])
+
+    def version_of(self, type_key: TypeKey, namespace: str | None, name: str) -> Any:
+        """The object's resourceVersion (no copy made), None if it is known not to exist, or ``UNKNOWN``."""
+        key = (*type_key, namespace or "", name)
+        with self._lock:
+            if type_key not in self._fed:
+                return UNKNOWN
+            held = self._objects.get(key)
+            if held is None:
+                return None if type_key in self._complete else UNKNOWN
+            return held[0] or ""
 
     def __len__(self) -> int:
         with self._lock:
@@ -117,22 +132,27 @@ def _key(type_key: TypeKey, obj: dict[str, Any]) -> StoreKey:
     return (*type_key, meta.get("namespace") or "", meta.get("name", ""))
 
 
-def _slim(obj: dict[str, Any]) -> dict[str, Any]:
-    """A private deep copy without managedFields (callers go on using, and changing, what they passed)."""
+def _version(obj: dict[str, Any]) -> str | None:
+    version = (obj.get("metadata") or {}).get("resourceVersion")
+    return version if isinstance(version, str) else None
+
+
+def _slim(obj: dict[str, Any]) -> Held:
+    """What is held of ``obj``: its resourceVersion and its JSON text without managedFields (callers go on
+    using, and changing, what they passed: the text is a copy)."""
     meta = obj.get("metadata") or {}
-    slim: dict[str, Any] = copy_json({**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}})
-    return slim
+    if "managedFields" in meta:
+        obj = {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+    return _version(obj), json.dumps(obj, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
-def _newer(held: dict[str, Any], other: dict[str, Any]) -> bool:
-    """True if ``held`` is strictly newer than ``other``.
+def _newer(mine: str | None, theirs: str | None) -> bool:
+    """True if the version held (``mine``) is strictly newer than ``theirs``.
 
     resourceVersions are opaque to clients in general, but every kube-apiserver backed by etcd hands out
     etcd revisions: integers that grow with every write. When either is not an integer the incoming
     object wins, as it would in an informer.
     """
-    mine = (held.get("metadata") or {}).get("resourceVersion")
-    theirs = (other.get("metadata") or {}).get("resourceVersion")
-    if not (isinstance(mine, str) and isinstance(theirs, str) and mine.isdigit() and theirs.isdigit()):
+    if not (mine is not None and theirs is not None and mine.isdigit() and theirs.isdigit()):
         return False
     return int(mine) > int(theirs)

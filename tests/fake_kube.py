@@ -346,6 +346,10 @@ class FakeKube:
             found = self.objects.get(key)
             return None if found is None else copy_json(found)
 
+    def version_of(self, ref: ResourceRef) -> str | None:
+        found = self.get(ref)
+        return None if found is None else str(found["metadata"].get("resourceVersion", ""))
+
     def apply(self, manifest: dict[str, Any], *, field_manager: str = FIELD_MANAGER) -> dict[str, Any]:
         config = clean_for_apply(manifest)
         meta = config["metadata"]
@@ -466,7 +470,7 @@ class FakeKube:
         phase = "Terminating" if name in self.terminating_namespaces else "Active"
         return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}, "status": {"phase": phase}}
 
-    def read_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
+    def read_secret(self, namespace: str, name: str, *, stored: bool = False) -> dict[str, Any] | None:
         with self._lock:
             found = self.objects.get(("v1", "Secret", namespace, name))
             return None if found is None else copy_json(found)

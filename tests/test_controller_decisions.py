@@ -295,6 +295,39 @@ def test_credentials_changed(reason: str, secret: dict[str, Any] | None, want: b
     assert decisions.credentials_changed(secret, CREDS) is want, reason
 
 
+SECRET = ResourceRef(api_version="v1", kind="Secret", name="s", namespace="ns")
+DATABASE = ResourceRef(api_version="demo.opbroker.io/v1alpha1", kind="Database", name="db", namespace="ns")
+
+
+def digest(**changes: Any) -> str:
+    facts: dict[str, Any] = {
+        "plan_hash": "h1",
+        "instance": {"metadata": {"uid": "i", "generation": 1}},
+        "binding": {"metadata": {"uid": "b", "generation": 1}},
+        "versions": [(SECRET, "10"), (DATABASE, "11")],
+        **changes,
+    }
+    return decisions.sources_digest(**facts)
+
+
+@pytest.mark.parametrize(
+    ("reason", "changes", "same"),
+    [
+        ("nothing moved", {}, True),
+        ("the sources listed in another order", {"versions": [(DATABASE, "11"), (SECRET, "10")]}, True),
+        ("a source changed (a rotated password)", {"versions": [(SECRET, "12"), (DATABASE, "11")]}, False),
+        ("a source is gone", {"versions": [(SECRET, None), (DATABASE, "11")]}, False),
+        ("another source", {"versions": [(SECRET, "10")]}, False),
+        ("the plan changed", {"plan_hash": "h2"}, False),
+        ("the instance's spec changed", {"instance": {"metadata": {"uid": "i", "generation": 2}}}, False),
+        ("another instance of that name", {"instance": {"metadata": {"uid": "j", "generation": 1}}}, False),
+        ("the binding's spec changed", {"binding": {"metadata": {"uid": "b", "generation": 2}}}, False),
+    ],
+)
+def test_sources_digest(reason: str, changes: dict[str, Any], same: bool) -> None:
+    assert (digest(**changes) == digest()) is same, reason
+
+
 # -- SFPlans in use (issue 18: a plan could be deleted under live instances) --------------------------------
 
 

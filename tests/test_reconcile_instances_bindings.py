@@ -264,6 +264,9 @@ class Watchers:
     def ensure(self, kinds: Iterable[tuple[str, str]]) -> None:
         self.kinds.update(kinds)
 
+    def wait_listed(self, kinds: Iterable[tuple[str, str]], timeout: float) -> bool:
+        return set(kinds) <= self.kinds
+
 
 @dataclass
 class World:
@@ -593,6 +596,39 @@ def test_binding_is_bound_with_credentials_in_a_secret(world: World) -> None:
     assert secret["metadata"]["ownerReferences"][0]["uid"] == binding["metadata"]["uid"]
     assert world.configmap("b-user") is not None
     assert world.event_reasons() == [(Reason.BOUND.value, "Normal")]
+
+
+def test_bound_binding_is_rendered_again_only_when_a_source_moved(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 18: a restart over bound bindings renders none of them (nor reads their registries or Secrets)
+    while what their credentials were read from stands still; they follow their sources again all the same."""
+    provisioned(world)
+    world.binding("b")
+    world.reconcile("binding", "b")
+    status = world.status("binding", "b")
+    assert status["state"] == "succeeded"
+    assert status["sources"] == [{"apiVersion": "v1", "kind": "ConfigMap", "name": "db", "namespace": NS}]
+    assert status["sourcesDigest"]
+
+    world.kube.calls.clear()
+    fresh = World(kube=world.kube)  # a restart: nothing in memory
+    fresh.catalog.upsert_plan(plan_body())
+    renders: list[str] = []
+    render_status = RENDERER.render_status
+    monkeypatch.setattr(RENDERER, "render_status", lambda *a, **k: renders.append("status") or render_status(*a, **k))
+    read_secret = world.kube.read_secret
+    monkeypatch.setattr(world.kube, "read_secret", lambda *a, **k: renders.append("secret") or read_secret(*a, **k))
+    assert fresh.reconcile("binding", "b") == DONE
+    assert renders == [] and world.kube.calls == []
+    assert ("v1", "ConfigMap") in fresh.watchers.kinds
+    assert fresh.index.owners_of(("v1", "ConfigMap", NS, "db")) == {Key("binding", NS, "b")}
+
+    world.operator("db", note="touched")  # the source moved, the credentials did not
+    assert fresh.reconcile("binding", "b") == DONE
+    assert renders.count("status") == 1 and world.kube.writes() == []
+    assert fresh.reconcile("binding", "b") == DONE  # checked once: remembered, not rendered again
+    assert renders.count("status") == 1 and world.kube.writes() == []
 
 
 @pytest.mark.parametrize(

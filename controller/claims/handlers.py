@@ -11,7 +11,10 @@ What each watch enqueues:
   event) and every claim of the namespace that is not Resolved (it may match now);
 * ServiceClaim: itself; the catalog when its environment appears, changes or goes;
 * Secret: the registered services reading it (``valueFromSecret``) and the claims holding them; the
-  broker binding whose credentials it holds (automatic registration);
+  broker binding whose credentials it holds (automatic registration). Secret events come from the
+  controller's one Secret watch (``SourceWatchers.subscribe``), which also keeps the Secrets the plans'
+  status templates read: a second watch of every Secret through kopf cost a list of them all and kopf's
+  per-object memory and processing on every restart;
 * Deployment / StatefulSet / DaemonSet: the claims of the namespace binding into that kind (a workload
   created or relabelled later gets its projection);
 * Job: the registered service owning a health-check Job;
@@ -125,16 +128,19 @@ class Claims:
             self.enqueue(Key("catalog", namespace, ""))
 
     def on_secret(self, body: dict[str, Any]) -> None:
+        """A Secret was listed, added, changed or deleted. Called in the Secret watch's thread (the store is
+        thread-safe; keys go to the runtime's loop); only the Secret's metadata is looked at."""
         meta = body["metadata"]
         namespace, name = meta.get("namespace", ""), meta["name"]
+        enqueue = self.runtime.enqueue_threadsafe
         for service in self.store.readers_of(namespace, name):
-            self.enqueue(Key("registered", namespace, service))
+            enqueue(Key("registered", namespace, service))
             candidate = self.store.service(namespace, service)
             if candidate is not None and candidate.claimed_by:
-                self.enqueue(Key("claim", namespace, candidate.claimed_by))
+                enqueue(Key("claim", namespace, candidate.claimed_by))
         binding = self.store.binding_reading(namespace, name)
         if binding is not None:
-            self.enqueue(Key("registration", namespace, binding))
+            enqueue(Key("registration", namespace, binding))
 
     def on_workload(self, body: dict[str, Any]) -> None:
         meta = body["metadata"]
@@ -181,10 +187,6 @@ def register_claims(registry: kopf.OperatorRegistry, claims: Claims) -> None:
     @kopf.on.event(CLAIMS.group, CLAIMS.version, CLAIMS.plural, registry=registry)
     async def claim_event(**kwargs: Any) -> None:
         claims.on_claim(str(kwargs["event"].get("type")), plain_body(kwargs["body"]))
-
-    @kopf.on.event("", "v1", "secrets", registry=registry)
-    async def secret_event(**kwargs: Any) -> None:
-        claims.on_secret({"metadata": dict(kwargs["body"].get("metadata") or {})})  # never the data
 
     @kopf.on.event("batch", "v1", "jobs", registry=registry)
     async def job_event(**kwargs: Any) -> None:

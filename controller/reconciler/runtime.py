@@ -45,6 +45,8 @@ class Runtime:
         self._rechecks: PerKey[float] = self.memories.keep(PerKey())
         self.queue: WorkQueue | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.reconciles = 0
+        """Reconciles run so far (approximate under concurrency: a hint of activity, not a metric)."""
 
     def register(self, reconciler: Reconciler) -> None:
         """Dispatch keys of ``reconciler.kind`` to ``reconciler``; a kind has exactly one reconciler."""
@@ -95,12 +97,18 @@ class Runtime:
     def depth(self) -> int:
         return self.queue.depth if self.queue is not None else 0
 
+    @property
+    def idle(self) -> bool:
+        """Nothing waiting, nothing being reconciled."""
+        return self.queue is None or (self.queue.depth == 0 and self.queue.in_flight == 0)
+
     # -- reconciling ---------------------------------------------------------------------------------
 
     def reconcile_now(self, key: Key) -> Outcome:
         """One reconcile of ``key`` in the calling thread, under the error table (tests and tools use this;
         the workers call it too)."""
         reconciler = self._kinds[key.kind]
+        self.reconciles += 1
         due = self._rechecks.get(key)
         if due is not None and due <= time.monotonic() + 0.01:
             self._rechecks.forget(key)
