@@ -32,12 +32,14 @@ from opbroker.controller.reasons import Reason
 from opbroker.controller.reconciler import DONE, Key, Memories, ObservePlanAct, Outcome, PerKey, requeue
 from opbroker.controller.servicecatalog.common import (
     Offering,
+    PollClock,
     Resolver,
     Unresolved,
     checksum,
     conditions,
     next_retry,
     now,
+    pacing,
     parse_time,
     say,
     timestamp,
@@ -137,6 +139,7 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
         self.api = api
         self.resolver = Resolver(api)
         self.polls: PerKey[int] = memories.keep(PerKey())
+        self.poll_clock = PollClock(memories)
         self.retries: PerKey[int] = memories.keep(PerKey())
         self.pacing = osbclient.Backoff(base=1.0, maximum=30.0, max_duration=max_operation_seconds)
         self.transport: Any = None
@@ -202,6 +205,8 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
             self._status(body, ready=False, reason=facts.problem.reason, message=str(facts.problem))
             return requeue(30.0)  # the instance's changes queue the binding too
         assert facts.offering is not None
+        if step is Step.POLL and (wait := self.poll_clock.wait(facts.key)) > 0.05:
+            return requeue(wait)  # woken early (an event, an older re-check): not due yet
         with osbclient.Client(facts.offering.broker, transport=self.transport) as client:
             if step is Step.POLL:
                 return self._poll(client, facts)
@@ -241,7 +246,7 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
         if result.is_async:
             self.polls.put(facts.key, 0)
             self.api.patch_status(BINDINGS, body, {"asyncOpInProgress": True, "lastOperation": result.operation})
-            return requeue(self.pacing.base)
+            return self.poll_clock.schedule(facts.key, self.pacing.base)
         return self._bound(facts, result)
 
     def _poll(self, client: osbclient.Client, facts: BindingFacts) -> Outcome:
@@ -283,12 +288,13 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
         polls = (self.polls.get(facts.key) or 0) + 1
         self.polls.put(facts.key, polls)
         started = parse_time(status.get("operationStartTime")) or now()
-        due = osbclient.next_poll(started=started, now=now(), polls=polls, retry_after=retry_after, backoff=self.pacing)
+        backoff = pacing(self.pacing, facts.offering)
+        due = osbclient.next_poll(started=started, now=now(), polls=polls, retry_after=retry_after, backoff=backoff)
         if due.expired:
             unbinding = status.get("currentOperation") == BindingOperation.UNBIND.value
-            message = f"the operation did not finish within {self.pacing.max_duration:.0f}s"
+            message = f"the operation did not finish within {backoff.max_duration:.0f}s"
             return self._failed(facts, message, mitigate=not unbinding, reason=Reason.ASYNC_OPERATION_TIMED_OUT)
-        return requeue(max(due.delay, 0.2))
+        return self.poll_clock.schedule(facts.key, max(due.delay, 0.2))
 
     def _unbind(self, client: osbclient.Client, facts: BindingFacts) -> Outcome:
         body, offering, instance = facts.body, facts.offering, facts.instance
@@ -322,7 +328,7 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
         if result.is_async:
             self.polls.put(facts.key, 0)
             self.api.patch_status(BINDINGS, body, {"asyncOpInProgress": True, "lastOperation": result.operation})
-            return requeue(self.pacing.base)
+            return self.poll_clock.schedule(facts.key, self.pacing.base)
         return self._unbound(facts)
 
     # -- outcomes ------------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -16,7 +17,7 @@ from typing import Any
 from opbroker import osbclient
 from opbroker.controller.decisions import ready_condition
 from opbroker.controller.reasons import Reason
-from opbroker.controller.reconciler import Key, PerKey
+from opbroker.controller.reconciler import Key, Memories, Outcome, PerKey, requeue
 from opbroker.controller.servicecatalog.endpoints import EndpointProblem, auth_secret_ref, endpoint
 from opbroker.controller.servicecatalog.resources import BROKERS, CLASSES, CatalogApi
 
@@ -124,6 +125,40 @@ class Resolver:
                 )
             merged.update(value)
         return merged
+
+
+def pacing(backoff: osbclient.Backoff, offering: Offering | None) -> osbclient.Backoff:
+    """The poll pacing for an operation on ``offering``: the controller's, its maximum duration shortened
+    to the plan's OSB ``maximum_polling_duration`` (``maximumPollingDuration``) when that is shorter."""
+    limit = (offering.plan.get("maximumPollingDuration") if offering is not None else None) or None
+    if not isinstance(limit, int) or limit >= backoff.max_duration:
+        return backoff
+    return osbclient.Backoff(base=backoff.base, maximum=backoff.maximum, max_duration=float(limit))
+
+
+def removed(service_class: Mapping[str, Any]) -> bool:
+    """Whether the class's service is gone from its broker's catalog (existing instances keep using it)."""
+    return bool((service_class.get("status") or {}).get("removedFromBrokerCatalog"))
+
+
+class PollClock:
+    """When each key's next ``last_operation`` poll is due (monotonic clock). The runtime may wake a key
+    earlier — a watch event (the status write after a 202 is one), a re-check scheduled before the broker
+    answered with ``Retry-After`` — so a poll step first asks :meth:`wait` and, while the time has not come,
+    only requeues for the rest: ``Retry-After`` and the backoff hold however often the key is queued. Lost
+    on a restart, which then polls at once."""
+
+    def __init__(self, memories: Memories) -> None:
+        self.due: PerKey[float] = memories.keep(PerKey())
+
+    def schedule(self, key: Key, delay: float) -> Outcome:
+        self.due.put(key, time.monotonic() + delay)
+        return requeue(delay)
+
+    def wait(self, key: Key) -> float:
+        """Seconds until ``key`` may be polled (≤ 0: now)."""
+        due = self.due.get(key)
+        return 0.0 if due is None else due - time.monotonic()
 
 
 def checksum(parameters: Mapping[str, Any]) -> str:
