@@ -249,3 +249,20 @@ def test_a_plans_maximum_polling_duration_is_listed_and_shortens_the_polling() -
     assert pacing(controllers, Offering({}, {"maximumPollingDuration": 7200}, broker_)) is controllers  # never longer
     assert pacing(controllers, Offering({}, {"name": "p"}, broker_)) is controllers
     assert pacing(controllers, None) is controllers
+
+
+def test_a_final_failure_survives_its_orphan_mitigation() -> None:
+    from opbroker.controller.servicecatalog.common import conditions, keeping_failed, terminal_mitigation
+
+    failed = {"type": "Failed", "status": "True", "reason": "AsyncOperationTimedOut", "message": "too slow"}
+    final = obj(generation=2, observedGeneration=2, orphanMitigationInProgress=True, conditions=[failed])
+    retried = obj(generation=2, orphanMitigationInProgress=True)  # a 5xx: no verdict for this generation
+    changed = obj(generation=3, observedGeneration=2, orphanMitigationInProgress=True, conditions=[failed])
+    assert terminal_mitigation(final)
+    assert not terminal_mitigation(retried) and not terminal_mitigation(changed)  # a spec change means retry
+
+    listed = conditions(final, ready=False, reason=Reason.ORPHAN_MITIGATION, message="deprovisioning")
+    assert [c["type"] for c in listed] == ["Ready"]  # new conditions drop Failed...
+    kept = keeping_failed(final, listed, keep=True)
+    assert [c["type"] for c in kept] == ["Ready", "Failed"] and kept[1] == failed  # ...unless it is kept
+    assert keeping_failed(final, listed, keep=False) == listed

@@ -949,3 +949,102 @@ def test_a_relist_on_an_interval_marks_a_gone_service_removed_and_its_instances_
     finally:
         with contextlib.suppress(ApiException):
             custom(api_client).delete_cluster_custom_object(GROUP, VERSION, "serviceclasses", f"second-cache-{suffix}")
+
+
+def test_an_async_bind_the_broker_fails_is_mitigated_and_stays_failed(
+    api_client: client.ApiClient, namespace: str, registered: tuple[str, str], second_broker: SecondBroker
+) -> None:
+    """A bind whose last_operation answers failed: Failed=True at once, orphan mitigation unbinds it at the
+    broker, no Secret is left, and nothing is retried until the Binding's spec changes."""
+    _, suffix = registered
+    second_broker.settings(async_polls=1)
+    create(
+        api_client,
+        namespace,
+        "instances",
+        "Instance",
+        "fbdb",
+        {"serviceClassName": f"second-db-{suffix}", "planName": "async-large"},
+    )
+    wait_for(lambda: settled(api_client, namespace, "fbdb", "Provisioned"), 60, "provisioned")
+    second_broker.settings(failed_operations={DB_ASYNC_PLAN: ["bind"]})
+    create(api_client, namespace, "bindings", "Binding", "doomed", {"instanceRef": {"name": "fbdb"}})
+
+    def failed_and_mitigated() -> bool:
+        found = get(api_client, "bindings", "doomed", namespace)
+        status = (found or {}).get("status") or {}
+        failed = condition(found, "Failed") or {}
+        return (
+            failed.get("status") == "True"
+            and failed.get("reason") == "BindCallFailed"
+            and not status.get("orphanMitigationInProgress")
+            and status.get("unbindStatus") == "Succeeded"
+        )
+
+    wait_for(failed_and_mitigated, 60, "the bind failed and mitigated")
+
+    def binds() -> list[str]:
+        return [r["method"] for r in second_broker.requests() if re.search(r"/service_bindings/[^/]+$", r["path"])]
+
+    assert binds() == ["PUT", "DELETE"]
+    assert second_broker.state()["bindings"] == {}
+    with pytest.raises(ApiException) as gone:
+        client.CoreV1Api(api_client).read_namespaced_secret("doomed", namespace)
+    assert gone.value.status == 404
+    time.sleep(5)  # failed for good: no bind is retried without a spec change
+    assert binds() == ["PUT", "DELETE"]
+
+    second_broker.settings(failed_operations={})
+    custom(api_client).patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, "bindings", "doomed", {"spec": {"parameters": {"role": "reader"}}}
+    )
+    wait_for(
+        lambda: ready(get(api_client, "bindings", "doomed", namespace)) == ("True", "InjectedBindResult"), 60, "bound"
+    )
+    assert condition(get(api_client, "bindings", "doomed", namespace), "Failed") is None
+    delete(api_client, namespace, "bindings", "doomed")
+    wait_for(lambda: get(api_client, "bindings", "doomed", namespace) is None, 60, "unbound")
+    delete(api_client, namespace, "instances", "fbdb")
+    wait_for(lambda: get(api_client, "instances", "fbdb", namespace) is None, 60, "deprovisioned")
+
+
+def test_an_async_provision_the_broker_fails_is_mitigated_and_stays_failed(
+    api_client: client.ApiClient, namespace: str, registered: tuple[str, str], second_broker: SecondBroker
+) -> None:
+    """A provision whose last_operation answers failed: Failed=True (ProvisionCallFailed) at once, orphan
+    mitigation deprovisions it at the broker, and it is not provisioned again until the spec changes."""
+    _, suffix = registered
+    second_broker.settings(async_polls=1, failed_operations={DB_ASYNC_PLAN: ["provision"]})
+    create(
+        api_client,
+        namespace,
+        "instances",
+        "Instance",
+        "broken",
+        {"serviceClassName": f"second-db-{suffix}", "planName": "async-large"},
+    )
+
+    def failed_and_mitigated() -> bool:
+        found = get(api_client, "instances", "broken", namespace)
+        status = (found or {}).get("status") or {}
+        failed = condition(found, "Failed") or {}
+        return (
+            failed.get("status") == "True"
+            and failed.get("reason") == "ProvisionCallFailed"
+            and not status.get("orphanMitigationInProgress")
+            and status.get("deprovisionStatus") == "Succeeded"
+        )
+
+    wait_for(failed_and_mitigated, 60, "the provision failed and mitigated")
+    assert instance_calls(second_broker) == ["PUT", "DELETE"]
+    assert second_broker.state()["instances"] == {}
+    time.sleep(5)  # failed for good: no provision is retried without a spec change
+    assert instance_calls(second_broker) == ["PUT", "DELETE"]
+
+    second_broker.settings(failed_operations={})
+    custom(api_client).patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, "instances", "broken", {"spec": {"parameters": {"size": 2}}}
+    )
+    wait_for(lambda: settled(api_client, namespace, "broken", "Provisioned"), 60, "provisioned after the spec change")
+    delete(api_client, namespace, "instances", "broken")
+    wait_for(lambda: get(api_client, "instances", "broken", namespace) is None, 60, "deprovisioned")

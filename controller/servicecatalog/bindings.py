@@ -37,11 +37,13 @@ from opbroker.controller.servicecatalog.common import (
     Unresolved,
     checksum,
     conditions,
+    keeping_failed,
     next_retry,
     now,
     pacing,
     parse_time,
     say,
+    terminal_mitigation,
     timestamp,
 )
 from opbroker.controller.servicecatalog.endpoints import identity_of
@@ -281,7 +283,9 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
                     return requeue(self._backoff(facts.key))
                 return self._failed(facts, f"fetching the bound credentials failed: {exc}", mitigate=True)
             return self._bound(facts, result)
-        return self._failed(facts, last.description or "the broker reported failure", mitigate=not unbinding)
+        # A bind the broker reports failed: mitigate (OSB), then stay failed until the spec changes.
+        description = last.description or "the broker reported failure"
+        return self._failed(facts, description, mitigate=not unbinding, final=True)
 
     def _poll_later(self, facts: BindingFacts, retry_after: float | None) -> Outcome:
         status = facts.body.get("status") or {}
@@ -293,7 +297,9 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
         if due.expired:
             unbinding = status.get("currentOperation") == BindingOperation.UNBIND.value
             message = f"the operation did not finish within {backoff.max_duration:.0f}s"
-            return self._failed(facts, message, mitigate=not unbinding, reason=Reason.ASYNC_OPERATION_TIMED_OUT)
+            return self._failed(
+                facts, message, mitigate=not unbinding, reason=Reason.ASYNC_OPERATION_TIMED_OUT, final=True
+            )
         return self.poll_clock.schedule(facts.key, max(due.delay, 0.2))
 
     def _unbind(self, client: osbclient.Client, facts: BindingFacts) -> Outcome:
@@ -307,7 +313,11 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
             {
                 "currentOperation": BindingOperation.UNBIND.value,
                 "operationStartTime": timestamp(now()),
-                "conditions": conditions(body, ready=False, reason=Reason.UNBINDING, message="unbinding"),
+                "conditions": keeping_failed(
+                    body,
+                    conditions(body, ready=False, reason=Reason.UNBINDING, message="unbinding"),
+                    keep=bool(status.get("orphanMitigationInProgress")) and terminal_mitigation(body),
+                ),
             },
         )
         try:
@@ -391,6 +401,7 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
     def _unbound(self, facts: BindingFacts) -> Outcome:
         body = facts.body
         orphan = bool((body.get("status") or {}).get("orphanMitigationInProgress"))
+        final = orphan and terminal_mitigation(body)
         self._project(facts, [], withdraw=True)
         self.api.kube.delete_secret(body["metadata"]["namespace"], secret_name(body))
         self.api.patch_status(
@@ -402,11 +413,30 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
                 "currentOperation": None,
                 "lastOperation": None,
                 "unbindStatus": UnbindStatus.SUCCEEDED.value,
+                **(
+                    {
+                        "conditions": keeping_failed(
+                            body,
+                            conditions(
+                                body,
+                                ready=False,
+                                reason=Reason.ORPHAN_MITIGATION_SUCCESSFUL,
+                                message="orphan mitigation unbound what the failed bind may have left; the "
+                                "binding stays failed until its spec changes",
+                            ),
+                            keep=True,
+                        )
+                    }
+                    if final
+                    else {}
+                ),
             },
         )
         if body["metadata"].get("deletionTimestamp"):
             self.api.set_finalizer(BINDINGS, body, present=False)
             return DONE
+        if final:
+            return DONE  # failed for good: a spec change queues it again
         return requeue(self._backoff(facts.key)) if orphan else DONE
 
     def _failed(
@@ -417,7 +447,11 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
         exc: osbclient.BrokerError | None = None,
         mitigate: bool | None = None,
         reason: Reason = Reason.BIND_CALL_FAILED,
+        final: bool = False,
     ) -> Outcome:
+        """Record a failed bind. With ``mitigate``, orphan mitigation (an unbind) follows; ``final``: the
+        broker's verdict (a failed or timed-out operation) stands, so the binding is marked failed now and
+        stays so once mitigated, until its spec changes (a 5xx or a lost answer is retried instead)."""
         body = facts.body
         if mitigate is None:
             assert exc is not None
@@ -428,8 +462,12 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
         status: dict[str, Any] = {"asyncOpInProgress": False, "lastOperation": None}
         if mitigate:
             status["orphanMitigationInProgress"] = True
+            if final:
+                status["currentOperation"] = None
+                status["inProgressProperties"] = None
+                status["observedGeneration"] = body["metadata"].get("generation")
             status["conditions"] = conditions(
-                body, ready=False, reason=reason, message=f"{message}; orphan mitigation follows"
+                body, ready=False, reason=reason, message=f"{message}; orphan mitigation follows", failed=final
             )
             self.api.patch_status(BINDINGS, body, status)
             self.api.kube.emit_event(body, reason=Reason.ORPHAN_MITIGATION.value, message=message, warning=True)

@@ -212,6 +212,23 @@ def say(api: CatalogApi, plural: str, body: dict[str, Any], *, ready: bool, reas
     api.kube.emit_event(body, reason=reason.value, message=message, warning=not ready)
 
 
+def terminal_mitigation(body: dict[str, Any]) -> bool:
+    """Whether the orphan mitigation under way follows a final failure (the provision or bind was marked
+    failed for this generation) rather than one to retry once mitigated."""
+    status = body.get("status") or {}
+    return status.get("observedGeneration") == body["metadata"].get("generation") and any(
+        c.get("type") == "Failed" and c.get("status") == "True" for c in status.get("conditions") or []
+    )
+
+
+def keeping_failed(body: dict[str, Any], listed: list[dict[str, Any]], *, keep: bool) -> list[dict[str, Any]]:
+    """``listed`` (new conditions, which drop Failed) with the body's Failed condition put back when ``keep``."""
+    if not keep:
+        return listed
+    held = [c for c in (body.get("status") or {}).get("conditions") or [] if c.get("type") == "Failed"]
+    return [c for c in listed if c.get("type") != "Failed"] + held
+
+
 def next_retry(retries: PerKey[int], key: Key, *, base: float = 1.0, maximum: float = 60.0) -> float:
     """Seconds before retrying ``key`` after one more transient failure: doubling from ``base`` up to
     ``maximum`` (the count is forgotten on success)."""

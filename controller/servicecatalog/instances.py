@@ -39,12 +39,14 @@ from opbroker.controller.servicecatalog.common import (
     Unresolved,
     checksum,
     conditions,
+    keeping_failed,
     next_retry,
     now,
     pacing,
     parse_time,
     removed,
     say,
+    terminal_mitigation,
     timestamp,
 )
 from opbroker.controller.servicecatalog.endpoints import identity_of
@@ -313,14 +315,14 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
         body, offering = facts.body, facts.offering
         assert offering is not None
         status = body.get("status") or {}
-        final = mitigation and _terminal_mitigation(body)
+        final = mitigation and terminal_mitigation(body)
         self.api.patch_status(
             INSTANCES,
             body,
             {
                 "currentOperation": InstanceOperation.DEPROVISION.value,
                 "operationStartTime": timestamp(now()),
-                "conditions": _keeping_failed(
+                "conditions": keeping_failed(
                     body,
                     conditions(
                         body,
@@ -379,7 +381,7 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
         body = facts.body
         status = body.get("status") or {}
         mitigation = bool(status.get("orphanMitigationInProgress"))
-        final = mitigation and _terminal_mitigation(body)
+        final = mitigation and terminal_mitigation(body)
         after = "the instance stays failed until its spec changes" if final else "provisioning is retried"
         self.api.patch_status(
             INSTANCES,
@@ -393,7 +395,7 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
                 "deprovisionStatus": DeprovisionStatus.SUCCEEDED.value,
                 **(
                     {
-                        "conditions": _keeping_failed(
+                        "conditions": keeping_failed(
                             body,
                             conditions(
                                 body,
@@ -489,23 +491,6 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
     def _context(body: dict[str, Any]) -> dict[str, Any]:
         meta = body["metadata"]
         return {"platform": "kubernetes", "namespace": meta["namespace"], "instance_name": meta["name"]}
-
-
-def _terminal_mitigation(body: dict[str, Any]) -> bool:
-    """Whether the orphan mitigation under way follows a final failure (the provision was marked failed for
-    this generation) rather than one to retry once mitigated."""
-    status = body.get("status") or {}
-    return status.get("observedGeneration") == body["metadata"].get("generation") and any(
-        c.get("type") == "Failed" and c.get("status") == "True" for c in status.get("conditions") or []
-    )
-
-
-def _keeping_failed(body: dict[str, Any], listed: list[dict[str, Any]], *, keep: bool) -> list[dict[str, Any]]:
-    """``listed`` (new conditions, which drop Failed) with the body's Failed condition put back when ``keep``."""
-    if not keep:
-        return listed
-    held = [c for c in (body.get("status") or {}).get("conditions") or [] if c.get("type") == "Failed"]
-    return [c for c in listed if c.get("type") != "Failed"] + held
 
 
 def _failure_reason(operation: InstanceOperation) -> Reason:
