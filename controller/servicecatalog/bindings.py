@@ -31,6 +31,7 @@ from opbroker.controller.claims import workloads
 from opbroker.controller.reasons import Reason
 from opbroker.controller.reconciler import DONE, Key, Memories, ObservePlanAct, Outcome, PerKey, requeue
 from opbroker.controller.servicecatalog.common import (
+    Clients,
     Offering,
     PollClock,
     Resolver,
@@ -145,6 +146,7 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
         self.retries: PerKey[int] = memories.keep(PerKey())
         self.pacing = osbclient.Backoff(base=1.0, maximum=30.0, max_duration=max_operation_seconds)
         self.transport: Any = None
+        self.clients = Clients()
 
     def observe(self, key: Key) -> BindingFacts | None:
         body = self.api.get(BINDINGS, key.namespace, key.name)
@@ -209,12 +211,12 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
         assert facts.offering is not None
         if step is Step.POLL and (wait := self.poll_clock.wait(facts.key)) > 0.05:
             return requeue(wait)  # woken early (an event, an older re-check): not due yet
-        with osbclient.Client(facts.offering.broker, transport=self.transport) as client:
-            if step is Step.POLL:
-                return self._poll(client, facts)
-            if step in (Step.UNBIND, Step.MITIGATE):
-                return self._unbind(client, facts)
-            return self._bind(client, facts)
+        client = self.clients.get(facts.offering.broker, self.transport)
+        if step is Step.POLL:
+            return self._poll(client, facts)
+        if step in (Step.UNBIND, Step.MITIGATE):
+            return self._unbind(client, facts)
+        return self._bind(client, facts)
 
     def _bind(self, client: osbclient.Client, facts: BindingFacts) -> Outcome:
         body, offering, instance = facts.body, facts.offering, facts.instance

@@ -33,6 +33,7 @@ from opbroker.controller.reasons import Reason
 from opbroker.controller.reconciler import DONE, Key, Memories, ObservePlanAct, Outcome, PerKey, requeue
 from opbroker.controller.servicecatalog import admission
 from opbroker.controller.servicecatalog.common import (
+    Clients,
     Offering,
     PollClock,
     Resolver,
@@ -119,6 +120,7 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
         self.retries: PerKey[int] = memories.keep(PerKey())
         self.pacing = osbclient.Backoff(base=1.0, maximum=30.0, max_duration=max_operation_seconds)
         self.transport: Any = None
+        self.clients = Clients()
 
     # -- observe / plan / act ------------------------------------------------------------------------------
 
@@ -185,12 +187,12 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
         assert facts.offering is not None
         if step is Step.POLL and (wait := self.poll_clock.wait(facts.key)) > 0.05:
             return requeue(wait)  # woken early (an event, an older re-check): not due yet
-        with osbclient.Client(facts.offering.broker, transport=self.transport) as client:
-            if step is Step.POLL:
-                return self._poll(client, facts)
-            if step is Step.MITIGATE or step is Step.DEPROVISION:
-                return self._deprovision(client, facts, mitigation=step is Step.MITIGATE)
-            return self._provision_or_update(client, facts, update=step is Step.UPDATE)
+        client = self.clients.get(facts.offering.broker, self.transport)
+        if step is Step.POLL:
+            return self._poll(client, facts)
+        if step is Step.MITIGATE or step is Step.DEPROVISION:
+            return self._deprovision(client, facts, mitigation=step is Step.MITIGATE)
+        return self._provision_or_update(client, facts, update=step is Step.UPDATE)
 
     # -- the operations --------------------------------------------------------------------------------------
 
