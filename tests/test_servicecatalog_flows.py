@@ -23,7 +23,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from opbroker import osbclient
-from tests.brokers.fixture import DB_ASYNC_PLAN, SecondBroker, default_catalog
+from tests.brokers.fixture import DB_ASYNC_PLAN, DB_SYNC_PLAN, SecondBroker, default_catalog
 from tests.controller_support import Process, wait_for
 
 pytestmark = pytest.mark.usefixtures("controller")
@@ -1048,3 +1048,64 @@ def test_an_async_provision_the_broker_fails_is_mitigated_and_stays_failed(
     wait_for(lambda: settled(api_client, namespace, "broken", "Provisioned"), 60, "provisioned after the spec change")
     delete(api_client, namespace, "instances", "broken")
     wait_for(lambda: get(api_client, "instances", "broken", namespace) is None, 60, "deprovisioned")
+
+
+def test_an_instance_whose_plan_left_the_catalog_keeps_working_and_is_deprovisioned(
+    api_client: client.ApiClient, namespace: str, registered: tuple[str, str], second_broker: SecondBroker
+) -> None:
+    """A relist drops the plan an instance is on (the service stays): the instance stays Ready and its
+    binding bound, and both are unbound and deprovisioned with the plan id the broker knows them by; a new
+    instance of that plan is refused."""
+    name, suffix = registered
+    create(
+        api_client,
+        namespace,
+        "instances",
+        "Instance",
+        "old-plan",
+        {"serviceClassName": f"second-db-{suffix}", "planName": "sync-small"},
+    )
+    create(api_client, namespace, "bindings", "Binding", "old-app", {"instanceRef": {"name": "old-plan"}})
+    wait_for(
+        lambda: ready(get(api_client, "bindings", "old-app", namespace)) == ("True", "InjectedBindResult"), 60, "bound"
+    )
+    catalog = renamed(suffix)
+    (db,) = [s for s in catalog["services"] if s["name"] == f"second-db-{suffix}"]
+    db["plans"] = [p for p in db["plans"] if p["name"] != "sync-small"]
+    second_broker.set_catalog(catalog)
+    custom(api_client).patch_cluster_custom_object(GROUP, VERSION, "brokers", name, {"spec": {"relistRequests": 1}})
+
+    def plan_gone() -> bool:
+        found = get(api_client, "serviceclasses", f"second-db-{suffix}") or {}
+        return [p["name"] for p in found.get("plans") or []] == ["async-large"]
+
+    wait_for(plan_gone, 30, "the plan gone from the class")
+    create(
+        api_client,
+        namespace,
+        "instances",
+        "Instance",
+        "new-plan",
+        {"serviceClassName": f"second-db-{suffix}", "planName": "sync-small"},
+    )
+    wait_for(
+        lambda: (
+            ready(get(api_client, "instances", "new-plan", namespace)) == ("False", "ReferencesNonexistentServicePlan")
+        ),
+        30,
+        "the new instance refused",
+    )
+    assert ready(get(api_client, "instances", "old-plan", namespace)) == ("True", "Provisioned")
+    assert ready(get(api_client, "bindings", "old-app", namespace)) == ("True", "InjectedBindResult")
+
+    second_broker.clear_requests()
+    delete(api_client, namespace, "bindings", "old-app")
+    wait_for(lambda: get(api_client, "bindings", "old-app", namespace) is None, 60, "unbound")
+    delete(api_client, namespace, "instances", "old-plan")
+    wait_for(lambda: get(api_client, "instances", "old-plan", namespace) is None, 60, "deprovisioned")
+    deletes = [r for r in second_broker.requests() if r["method"] == "DELETE"]
+    assert [r["path"].count("/service_bindings/") for r in deletes] == [1, 0]
+    assert all(r["query"]["plan_id"] == DB_SYNC_PLAN for r in deletes)  # the id the broker knows them by
+    assert second_broker.state() == {"instances": {}, "bindings": {}}
+    delete(api_client, namespace, "instances", "new-plan")
+    wait_for(lambda: get(api_client, "instances", "new-plan", namespace) is None, 30, "the refused instance gone")

@@ -158,8 +158,8 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
         try:
             if instance is None:
                 raise Unresolved(Reason.REFERENCES_NON_EXISTENT_INSTANCE, f"instance {namespace}/{name} does not exist")
-            plan_name = ((instance.get("status") or {}).get("externalProperties") or {}).get("planName")
-            offering = self.resolver.offering(instance["spec"], plan_name)
+            held = (instance.get("status") or {}).get("externalProperties") or {}
+            offering = self.resolver.offering(instance["spec"], held.get("planName"), held)
             parameters = self.resolver.parameters(key.namespace, body.get("spec") or {})
             ready = (instance.get("status") or {}).get("provisionStatus") == ProvisionStatus.PROVISIONED.value
             if not ready or (instance.get("status") or {}).get("asyncOpInProgress"):

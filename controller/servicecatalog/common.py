@@ -69,10 +69,17 @@ class Resolver:
             raise Unresolved(Reason.REFERENCES_NON_EXISTENT_CLASS, f"service class {name!r} does not exist")
         return found
 
-    def offering(self, spec: Mapping[str, Any], plan_name: str | None = None) -> Offering:
+    def offering(
+        self, spec: Mapping[str, Any], plan_name: str | None = None, held: Mapping[str, Any] | None = None
+    ) -> Offering:
+        """The class, plan and broker for an Instance ``spec`` (the plan ``plan_name`` if given). ``held``: the
+        Instance's ``status.externalProperties``, the plan the broker has it on: when a relist dropped that
+        plan from the class, the instance keeps using it by its recorded id (to deprovision, unbind, stay
+        Ready); only new provisions and plan changes need a plan the catalog lists."""
         service_class = self.service_class(spec["serviceClassName"])
         plans = service_class.get("plans") or []
-        wanted = plan_name or spec.get("planName")
+        held = held or {}
+        wanted = plan_name or spec.get("planName") or held.get("planName")
         if wanted is None:
             if len(plans) != 1:
                 raise Unresolved(
@@ -82,6 +89,8 @@ class Resolver:
             plan = plans[0]
         else:
             plan = next((p for p in plans if p["name"] == wanted), None)
+            if plan is None and wanted == held.get("planName") and held.get("planExternalID"):
+                plan = {"name": wanted, "externalID": held["planExternalID"]}  # gone from the catalog since
             if plan is None:
                 raise Unresolved(
                     Reason.REFERENCES_NON_EXISTENT_PLAN,

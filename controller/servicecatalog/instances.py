@@ -132,12 +132,12 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
         deleting = bool(body["metadata"].get("deletionTimestamp"))
         offering = parameters = problem = None
         try:
-            plan_name = (
-                ((body.get("status") or {}).get("externalProperties") or {}).get("planName") if deleting else None
-            )
-            offering = self.resolver.offering(spec, plan_name)
-            parameters = None if deleting else self.resolver.parameters(key.namespace, spec)
             status = body.get("status") or {}
+            # The plan the broker has the instance on (or is being asked for, mid-operation).
+            held = status.get("externalProperties") or status.get("inProgressProperties") or {}
+            plan_name = held.get("planName") if deleting else None
+            offering = self.resolver.offering(spec, plan_name, held)
+            parameters = None if deleting else self.resolver.parameters(key.namespace, spec)
             if (
                 not deleting
                 and removed(offering.service_class)
