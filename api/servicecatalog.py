@@ -367,6 +367,10 @@ class ServicePlan(WireModel):
     """JSON schema of the parameters accepted when binding to an Instance of this plan."""
     maintenance_info: MaintenanceInfo | None = None
     """The plan's OSB maintenance_info: the version instances of the plan are upgraded to."""
+    maximum_polling_duration: int | None = Field(default=None, ge=1)
+    """The plan's OSB maximum_polling_duration, in seconds: an asynchronous operation on an Instance or
+    Binding of this plan still in progress this long after it started is failed (the controller's own
+    maximum applies when it is shorter)."""
 
 
 class ServiceClassStatus(WireModel):

@@ -228,3 +228,41 @@ def test_admission_refuses_deleting_an_instance_with_bindings() -> None:
     assert "a/same-ns, b/other-ns" in refused["status"]["message"]
     assert admission.review({"uid": "u2", "operation": "DELETE", "oldObject": instance}, [])["response"]["allowed"]
     assert admission.review({"uid": "u3", "operation": "UPDATE"}, found)["response"]["allowed"]
+
+
+def test_a_plans_maximum_polling_duration_is_listed_and_shortens_the_polling() -> None:
+    from opbroker import osbclient
+    from opbroker.controller.servicecatalog.common import Offering, pacing
+
+    limited = service("Limited", "7")
+    limited["plans"][0]["maximum_polling_duration"] = 30
+    listed_plan = relisting.desired_class(BROKER, limited)["plans"][0]
+    assert listed_plan["maximumPollingDuration"] == 30
+    for bad in (0, -5, "30", True, 1.5):  # a broker's mistake in an optional field is left out, not fatal
+        broken = service("Broken", "8")
+        broken["plans"][0]["maximum_polling_duration"] = bad
+        assert "maximumPollingDuration" not in relisting.desired_class(BROKER, broken)["plans"][0]
+
+    controllers = osbclient.Backoff(base=1.0, maximum=30.0, max_duration=3600.0)
+    broker_ = osbclient.Broker(url="http://b")
+    assert pacing(controllers, Offering({}, listed_plan, broker_)).max_duration == 30.0
+    assert pacing(controllers, Offering({}, {"maximumPollingDuration": 7200}, broker_)) is controllers  # never longer
+    assert pacing(controllers, Offering({}, {"name": "p"}, broker_)) is controllers
+    assert pacing(controllers, None) is controllers
+
+
+def test_a_final_failure_survives_its_orphan_mitigation() -> None:
+    from opbroker.controller.servicecatalog.common import conditions, keeping_failed, terminal_mitigation
+
+    failed = {"type": "Failed", "status": "True", "reason": "AsyncOperationTimedOut", "message": "too slow"}
+    final = obj(generation=2, observedGeneration=2, orphanMitigationInProgress=True, conditions=[failed])
+    retried = obj(generation=2, orphanMitigationInProgress=True)  # a 5xx: no verdict for this generation
+    changed = obj(generation=3, observedGeneration=2, orphanMitigationInProgress=True, conditions=[failed])
+    assert terminal_mitigation(final)
+    assert not terminal_mitigation(retried) and not terminal_mitigation(changed)  # a spec change means retry
+
+    listed = conditions(final, ready=False, reason=Reason.ORPHAN_MITIGATION, message="deprovisioning")
+    assert [c["type"] for c in listed] == ["Ready"]  # new conditions drop Failed...
+    kept = keeping_failed(final, listed, keep=True)
+    assert [c["type"] for c in kept] == ["Ready", "Failed"] and kept[1] == failed  # ...unless it is kept
+    assert keeping_failed(final, listed, keep=False) == listed

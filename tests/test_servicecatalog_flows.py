@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import itertools
 import json
+import re
 import secrets
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,7 +22,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tests.brokers.fixture import DB_ASYNC_PLAN, SecondBroker, default_catalog
+from opbroker import osbclient
+from tests.brokers.fixture import DB_ASYNC_PLAN, DB_SYNC_PLAN, SecondBroker, default_catalog
 from tests.controller_support import Process, wait_for
 
 pytestmark = pytest.mark.usefixtures("controller")
@@ -260,8 +264,10 @@ def test_provision_bind_across_namespaces_unbind_deprovision(
 def test_async_provision_is_polled_honouring_retry_after(
     api_client: client.ApiClient, namespace: str, registered: tuple[str, str], second_broker: SecondBroker
 ) -> None:
+    """The broker's Retry-After (3 s) replaces the controller's own backoff (1 s, then 2 s): no poll comes sooner
+    after an answer carrying it (a lower bound only, which a loaded machine cannot break)."""
     _, suffix = registered
-    second_broker.settings(async_polls=2, retry_after=1)
+    second_broker.settings(async_polls=2, retry_after=3)
     create(
         api_client,
         namespace,
@@ -275,6 +281,8 @@ def test_async_provision_is_polled_honouring_retry_after(
     )
     polls = [r for r in second_broker.requests() if r["path"].endswith("/last_operation")]
     assert len(polls) >= 3  # in progress twice, then succeeded
+    gaps = [later["at"] - earlier["at"] for earlier, later in itertools.pairwise(polls)]
+    assert min(gaps[:2]) >= 2.9, gaps  # both answers in progress carried Retry-After: 3
     puts = [r for r in second_broker.requests() if r["method"] == "PUT"]
     assert len(puts) == 1 and puts[0]["body"]["plan_id"] == DB_ASYNC_PLAN  # no second operation meanwhile
     delete(api_client, namespace, "instances", "bigdb")
@@ -609,3 +617,495 @@ def test_a_broker_with_a_bearer_token(
         for service in ("second-db", "second-queue"):
             with contextlib.suppress(ApiException):
                 custom(api_client).delete_cluster_custom_object(GROUP, VERSION, "serviceclasses", f"{service}-{suffix}")
+
+
+# --- the flows the issue names one by one: faults, time-outs, updates, one operation at a time, relisting ----
+
+INSTANCE_PATH = r"^/v2/service_instances/[^/]+$"
+
+
+def condition(obj: dict[str, Any] | None, kind: str) -> dict[str, Any] | None:
+    for found in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if found["type"] == kind:
+            return dict(found)
+    return None
+
+
+def instance_calls(broker: SecondBroker) -> list[str]:
+    """The methods of the instance requests the broker received (no catalog, polls or bindings), in order."""
+    return [r["method"] for r in broker.requests() if re.search(INSTANCE_PATH, r["path"])]
+
+
+def settled(api_client: client.ApiClient, namespace: str, name: str, reason: str) -> bool:
+    found = get(api_client, "instances", name, namespace) or {}
+    status = found.get("status") or {}
+    return (
+        ready(found) == ("True", reason)
+        and status.get("observedGeneration") == found["metadata"]["generation"]
+        and not status.get("asyncOpInProgress")
+    )
+
+
+def test_a_malformed_provision_answer_is_mitigated_then_retried(
+    api_client: client.ApiClient, namespace: str, registered: tuple[str, str], second_broker: SecondBroker
+) -> None:
+    """A 201 whose body is not JSON: the outcome is unknown, so orphan mitigation (a deprovision) comes first,
+    then the provision is retried with the same instance id."""
+    _, suffix = registered
+    second_broker.fail("PUT", INSTANCE_PATH, 201, body='{"dashboard_url": ')
+    create(
+        api_client,
+        namespace,
+        "instances",
+        "Instance",
+        "garbled",
+        {"serviceClassName": f"second-db-{suffix}", "planName": "sync-small"},
+    )
+    wait_for(lambda: settled(api_client, namespace, "garbled", "Provisioned"), 90, "provisioned")
+    assert instance_calls(second_broker)[:3] == ["PUT", "DELETE", "PUT"]
+    instance = get(api_client, "instances", "garbled", namespace)
+    assert instance is not None
+    external_id = instance["status"]["externalID"]
+    assert {r["path"] for r in second_broker.requests() if r["method"] == "PUT"} == {
+        f"/v2/service_instances/{external_id}"
+    }
+    assert list(second_broker.state()["instances"]) == [external_id]
+    delete(api_client, namespace, "instances", "garbled")
+    wait_for(lambda: get(api_client, "instances", "garbled", namespace) is None, 60, "deprovisioned")
+
+
+def test_a_provision_that_times_out_is_mitigated_then_retried(
+    api_client: client.ApiClient, namespace: str, registered: tuple[str, str], second_broker: SecondBroker
+) -> None:
+    """A broker slower than the request time-out: the provision's answer is lost, though the broker goes on
+    and creates the instance. Orphan mitigation deprovisions, the retry provisions with the same id, and the
+    broker ends up holding exactly one instance."""
+    _, suffix = registered
+    timeout = osbclient.Broker(url="http://broker.invalid").timeout
+    second_broker.fail("PUT", INSTANCE_PATH, None, delay=timeout + 5)  # then the real answer, too late
+    create(
+        api_client,
+        namespace,
+        "instances",
+        "Instance",
+        "slow",
+        {"serviceClassName": f"second-db-{suffix}", "planName": "sync-small"},
+    )
+    wait_for(lambda: settled(api_client, namespace, "slow", "Provisioned"), timeout + 120, "provisioned")
+    assert instance_calls(second_broker)[:3] == ["PUT", "DELETE", "PUT"]
+    instance = get(api_client, "instances", "slow", namespace)
+    assert instance is not None
+    external_id = instance["status"]["externalID"]
+    wait_for(
+        lambda: all("status" in r for r in second_broker.requests()),
+        timeout + 30,
+        "the late answer to the first PUT",
+    )
+    assert list(second_broker.state()["instances"]) == [external_id]
+    delete(api_client, namespace, "instances", "slow")
+    wait_for(lambda: get(api_client, "instances", "slow", namespace) is None, 60, "deprovisioned")
+    assert second_broker.state()["instances"] == {}
+
+
+def test_an_instance_is_updated_by_changing_its_parameters_then_its_plan(
+    api_client: client.ApiClient, namespace: str, registered: tuple[str, str], second_broker: SecondBroker
+) -> None:
+    _, suffix = registered
+    create(
+        api_client,
+        namespace,
+        "instances",
+        "Instance",
+        "growing",
+        {"serviceClassName": f"second-db-{suffix}", "planName": "sync-small", "parameters": {"size": 1}},
+    )
+    wait_for(lambda: settled(api_client, namespace, "growing", "Provisioned"), 60, "provisioned")
+    instance = get(api_client, "instances", "growing", namespace)
+    assert instance is not None
+    external_id, first_checksum = instance["status"]["externalID"], instance["status"]["externalProperties"]
+    second_broker.clear_requests()
+
+    custom(api_client).patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, "instances", "growing", {"spec": {"parameters": {"size": 2}}}
+    )
+    wait_for(lambda: settled(api_client, namespace, "growing", "InstanceUpdatedSuccessfully"), 60, "the update")
+    (patch,) = [r for r in second_broker.requests() if r["method"] == "PATCH"]
+    assert patch["path"] == f"/v2/service_instances/{external_id}"
+    assert patch["body"]["parameters"] == {"size": 2} and patch["body"].get("plan_id") is None  # same plan
+    assert second_broker.state()["instances"][external_id]["parameters"] == {"size": 2}
+    updated = get(api_client, "instances", "growing", namespace)
+    assert updated is not None and updated["status"]["externalProperties"] != first_checksum
+    assert instance_calls(second_broker) == ["PATCH"]  # an update, not a new provision
+
+    second_broker.clear_requests()
+    custom(api_client).patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, "instances", "growing", {"spec": {"planName": "async-large"}}
+    )
+
+    def on_the_new_plan() -> bool:
+        found = get(api_client, "instances", "growing", namespace) or {}
+        properties = (found.get("status") or {}).get("externalProperties") or {}
+        return settled(api_client, namespace, "growing", "InstanceUpdatedSuccessfully") and (
+            properties.get("planName") == "async-large"
+        )
+
+    wait_for(on_the_new_plan, 90, "the plan change")
+    (patch,) = [r for r in second_broker.requests() if r["method"] == "PATCH"]
+    assert patch["body"]["plan_id"] == DB_ASYNC_PLAN and patch["query"].get("accepts_incomplete") == "true"
+    assert any(r["path"].endswith("/last_operation") for r in second_broker.requests())  # 202, then polled
+    assert second_broker.state()["instances"][external_id]["plan_id"] == DB_ASYNC_PLAN
+    delete(api_client, namespace, "instances", "growing")
+    wait_for(lambda: get(api_client, "instances", "growing", namespace) is None, 90, "deprovisioned")
+
+
+def test_nothing_else_is_sent_while_an_operation_is_in_flight(
+    api_client: client.ApiClient, namespace: str, registered: tuple[str, str], second_broker: SecondBroker
+) -> None:
+    """A parameter change and a deletion arriving while an asynchronous provision is being polled wait for
+    it: the broker sees no PATCH or DELETE before the provision's last poll."""
+    _, suffix = registered
+    second_broker.settings(async_polls=6, retry_after=1)
+    create(
+        api_client,
+        namespace,
+        "instances",
+        "Instance",
+        "busy",
+        {"serviceClassName": f"second-db-{suffix}", "planName": "async-large"},
+    )
+    wait_for(
+        lambda: ((get(api_client, "instances", "busy", namespace) or {}).get("status") or {}).get("asyncOpInProgress"),
+        60,
+        "the provision in flight",
+    )
+    custom(api_client).patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, "instances", "busy", {"spec": {"parameters": {"size": 5}}}
+    )
+    delete(api_client, namespace, "instances", "busy")
+    (held,) = second_broker.state()["instances"].values()
+    assert held["state"] == "in progress"  # both changes really arrived mid-operation
+    wait_for(lambda: get(api_client, "instances", "busy", namespace) is None, 120, "deprovisioned")
+    sent = [r for r in second_broker.requests() if r["path"] != "/v2/catalog"]
+    provision_polls = [
+        i
+        for i, r in enumerate(sent)
+        if r["path"].endswith("/last_operation") and r["query"].get("operation", "").startswith("provision")
+    ]
+    others = [i for i, r in enumerate(sent) if r["method"] in ("PATCH", "DELETE")]
+    assert len(provision_polls) >= 7 and others  # six "in progress", then "succeeded"
+    assert max(provision_polls) < min(others)
+    assert [r["method"] for r in sent if r["method"] == "PUT"] == ["PUT"]
+    assert second_broker.state()["instances"] == {}
+
+
+def test_an_async_provision_past_the_plans_maximum_polling_duration_is_failed_and_mitigated(
+    api_client: client.ApiClient, namespace: str, registered: tuple[str, str], second_broker: SecondBroker
+) -> None:
+    """The plan's OSB maximum_polling_duration bounds the polling: past it the provision is marked failed
+    (Failed=True, AsyncOperationTimedOut), orphan mitigation deprovisions it, and nothing is retried until
+    the spec changes."""
+    name, suffix = registered
+    catalog = renamed(suffix)
+    (db,) = [s for s in catalog["services"] if s["name"] == f"second-db-{suffix}"]
+    (plan,) = [p for p in db["plans"] if p["id"] == DB_ASYNC_PLAN]
+    plan["maximum_polling_duration"] = 4
+    second_broker.set_catalog(catalog)
+    custom(api_client).patch_cluster_custom_object(GROUP, VERSION, "brokers", name, {"spec": {"relistRequests": 1}})
+
+    def limit_listed() -> bool:
+        found = get(api_client, "serviceclasses", f"second-db-{suffix}") or {}
+        return any(p.get("maximumPollingDuration") == 4 for p in found.get("plans") or [])
+
+    wait_for(limit_listed, 30, "the plan's maximum polling duration in its class")
+    second_broker.settings(async_polls=100_000, retry_after=1)
+    create(
+        api_client,
+        namespace,
+        "instances",
+        "Instance",
+        "stuck",
+        {"serviceClassName": f"second-db-{suffix}", "planName": "async-large"},
+    )
+    wait_for(
+        lambda: ((get(api_client, "instances", "stuck", namespace) or {}).get("status") or {}).get("asyncOpInProgress"),
+        60,
+        "the provision in flight",
+    )
+    second_broker.settings(async_polls=1)  # operations from now on (the mitigation's deprovision) end soon
+
+    def failed_and_mitigated() -> bool:
+        found = get(api_client, "instances", "stuck", namespace)
+        status = (found or {}).get("status") or {}
+        failed = condition(found, "Failed") or {}
+        return (
+            failed.get("status") == "True"
+            and failed.get("reason") == "AsyncOperationTimedOut"
+            and not status.get("orphanMitigationInProgress")
+            and status.get("deprovisionStatus") == "Succeeded"
+        )
+
+    wait_for(failed_and_mitigated, 90, "the provision failed and mitigated")
+    assert second_broker.state()["instances"] == {}  # the deprovision reached the broker
+    assert instance_calls(second_broker) == ["PUT", "DELETE"]
+    stuck = get(api_client, "instances", "stuck", namespace)
+    assert ready(stuck) is not None and ready(stuck)[0] == "False"  # type: ignore[index]
+    time.sleep(5)  # failed for good: no provision is retried without a spec change
+    assert instance_calls(second_broker) == ["PUT", "DELETE"]
+
+    custom(api_client).patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, "instances", "stuck", {"spec": {"parameters": {"size": 2}}}
+    )
+    wait_for(lambda: settled(api_client, namespace, "stuck", "Provisioned"), 60, "provisioned after the spec change")
+    assert condition(get(api_client, "instances", "stuck", namespace), "Failed") is None
+    delete(api_client, namespace, "instances", "stuck")
+    wait_for(lambda: get(api_client, "instances", "stuck", namespace) is None, 60, "deprovisioned")
+
+
+def test_a_relist_on_an_interval_marks_a_gone_service_removed_and_its_instances_keep_working(
+    api_client: client.ApiClient, namespace: str, registered: tuple[str, str], second_broker: SecondBroker
+) -> None:
+    """relistDuration alone (no relistRequests, no spec change) picks up a changed catalog: a new service gets
+    its class, a gone one is marked removed. Its existing instance stays Ready, its binding bound, and both
+    are unbound and deprovisioned through the broker; a new Instance of it is refused until it returns."""
+    name, suffix = registered
+    core = client.CoreV1Api(api_client)
+    create(
+        api_client,
+        namespace,
+        "instances",
+        "Instance",
+        "kept",
+        {"serviceClassName": f"second-db-{suffix}", "planName": "sync-small"},
+    )
+    create(api_client, namespace, "bindings", "Binding", "kept-app", {"instanceRef": {"name": "kept"}})
+    wait_for(
+        lambda: ready(get(api_client, "bindings", "kept-app", namespace)) == ("True", "InjectedBindResult"), 60, "bound"
+    )
+    custom(api_client).patch_cluster_custom_object(GROUP, VERSION, "brokers", name, {"spec": {"relistDuration": "2s"}})
+
+    def broker_settled() -> dict[str, Any] | None:
+        found = get(api_client, "brokers", name) or {}
+        status = found.get("status") or {}
+        return found if status.get("observedGeneration") == found["metadata"]["generation"] else None
+
+    generation = wait_for(broker_settled, 30, "the relist interval taken")["metadata"]["generation"]
+
+    catalog = renamed(suffix)
+    (queue,) = [s for s in catalog["services"] if s["name"] == f"second-queue-{suffix}"]
+    cache = json.loads(json.dumps(queue))
+    cache.update(name=f"second-cache-{suffix}", id=f"cache-{suffix}")
+    for plan in cache["plans"]:
+        plan["id"] = f"cache-{suffix}-{plan['name']}"
+    without_db = [s for s in catalog["services"] if s["name"] != f"second-db-{suffix}"] + [cache]
+    second_broker.set_catalog({"services": without_db})
+    try:
+        wait_for(lambda: get(api_client, "serviceclasses", f"second-cache-{suffix}") is not None, 60, "the new service")
+
+        def db_removed() -> bool:
+            found = get(api_client, "serviceclasses", f"second-db-{suffix}") or {}
+            return bool((found.get("status") or {}).get("removedFromBrokerCatalog"))
+
+        wait_for(db_removed, 30, "the gone service marked removed")
+        broker = get(api_client, "brokers", name)
+        assert broker is not None and broker["metadata"]["generation"] == generation  # no spec change did it
+        assert not broker["status"].get("reconciledRelistRequests")  # nor a relist request
+
+        # The existing instance and binding keep working; a new instance is refused.
+        create(
+            api_client,
+            namespace,
+            "instances",
+            "Instance",
+            "late",
+            {"serviceClassName": f"second-db-{suffix}", "planName": "sync-small"},
+        )
+        wait_for(
+            lambda: (
+                ready(get(api_client, "instances", "late", namespace)) == ("False", "ReferencesRemovedServiceClass")
+            ),
+            30,
+            "the new instance refused",
+        )
+        assert ready(get(api_client, "instances", "kept", namespace)) == ("True", "Provisioned")
+        assert ready(get(api_client, "bindings", "kept-app", namespace)) == ("True", "InjectedBindResult")
+        assert core.read_namespaced_secret("kept-app", namespace).data
+        assert instance_calls(second_broker) == ["PUT"]  # the kept instance's provision only
+
+        second_broker.clear_requests()
+        delete(api_client, namespace, "bindings", "kept-app")
+        wait_for(lambda: get(api_client, "bindings", "kept-app", namespace) is None, 60, "unbound")
+        delete(api_client, namespace, "instances", "kept")
+        wait_for(lambda: get(api_client, "instances", "kept", namespace) is None, 60, "deprovisioned")
+        deletes = [r["path"].count("/service_bindings/") for r in second_broker.requests() if r["method"] == "DELETE"]
+        assert deletes == [1, 0]  # unbind, then deprovision, through the broker
+        assert second_broker.state() == {"instances": {}, "bindings": {}}
+
+        # The service returns: its class is unmarked and the waiting instance is provisioned.
+        second_broker.set_catalog(catalog)
+        wait_for(lambda: settled(api_client, namespace, "late", "Provisioned"), 60, "the returned service used")
+        assert not db_removed()
+        delete(api_client, namespace, "instances", "late")
+        wait_for(lambda: get(api_client, "instances", "late", namespace) is None, 60, "deprovisioned")
+    finally:
+        with contextlib.suppress(ApiException):
+            custom(api_client).delete_cluster_custom_object(GROUP, VERSION, "serviceclasses", f"second-cache-{suffix}")
+
+
+def test_an_async_bind_the_broker_fails_is_mitigated_and_stays_failed(
+    api_client: client.ApiClient, namespace: str, registered: tuple[str, str], second_broker: SecondBroker
+) -> None:
+    """A bind whose last_operation answers failed: Failed=True at once, orphan mitigation unbinds it at the
+    broker, no Secret is left, and nothing is retried until the Binding's spec changes."""
+    _, suffix = registered
+    second_broker.settings(async_polls=1)
+    create(
+        api_client,
+        namespace,
+        "instances",
+        "Instance",
+        "fbdb",
+        {"serviceClassName": f"second-db-{suffix}", "planName": "async-large"},
+    )
+    wait_for(lambda: settled(api_client, namespace, "fbdb", "Provisioned"), 60, "provisioned")
+    second_broker.settings(failed_operations={DB_ASYNC_PLAN: ["bind"]})
+    create(api_client, namespace, "bindings", "Binding", "doomed", {"instanceRef": {"name": "fbdb"}})
+
+    def failed_and_mitigated() -> bool:
+        found = get(api_client, "bindings", "doomed", namespace)
+        status = (found or {}).get("status") or {}
+        failed = condition(found, "Failed") or {}
+        return (
+            failed.get("status") == "True"
+            and failed.get("reason") == "BindCallFailed"
+            and not status.get("orphanMitigationInProgress")
+            and status.get("unbindStatus") == "Succeeded"
+        )
+
+    wait_for(failed_and_mitigated, 60, "the bind failed and mitigated")
+
+    def binds() -> list[str]:
+        return [r["method"] for r in second_broker.requests() if re.search(r"/service_bindings/[^/]+$", r["path"])]
+
+    assert binds() == ["PUT", "DELETE"]
+    assert second_broker.state()["bindings"] == {}
+    with pytest.raises(ApiException) as gone:
+        client.CoreV1Api(api_client).read_namespaced_secret("doomed", namespace)
+    assert gone.value.status == 404
+    time.sleep(5)  # failed for good: no bind is retried without a spec change
+    assert binds() == ["PUT", "DELETE"]
+
+    second_broker.settings(failed_operations={})
+    custom(api_client).patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, "bindings", "doomed", {"spec": {"parameters": {"role": "reader"}}}
+    )
+    wait_for(
+        lambda: ready(get(api_client, "bindings", "doomed", namespace)) == ("True", "InjectedBindResult"), 60, "bound"
+    )
+    assert condition(get(api_client, "bindings", "doomed", namespace), "Failed") is None
+    delete(api_client, namespace, "bindings", "doomed")
+    wait_for(lambda: get(api_client, "bindings", "doomed", namespace) is None, 60, "unbound")
+    delete(api_client, namespace, "instances", "fbdb")
+    wait_for(lambda: get(api_client, "instances", "fbdb", namespace) is None, 60, "deprovisioned")
+
+
+def test_an_async_provision_the_broker_fails_is_mitigated_and_stays_failed(
+    api_client: client.ApiClient, namespace: str, registered: tuple[str, str], second_broker: SecondBroker
+) -> None:
+    """A provision whose last_operation answers failed: Failed=True (ProvisionCallFailed) at once, orphan
+    mitigation deprovisions it at the broker, and it is not provisioned again until the spec changes."""
+    _, suffix = registered
+    second_broker.settings(async_polls=1, failed_operations={DB_ASYNC_PLAN: ["provision"]})
+    create(
+        api_client,
+        namespace,
+        "instances",
+        "Instance",
+        "broken",
+        {"serviceClassName": f"second-db-{suffix}", "planName": "async-large"},
+    )
+
+    def failed_and_mitigated() -> bool:
+        found = get(api_client, "instances", "broken", namespace)
+        status = (found or {}).get("status") or {}
+        failed = condition(found, "Failed") or {}
+        return (
+            failed.get("status") == "True"
+            and failed.get("reason") == "ProvisionCallFailed"
+            and not status.get("orphanMitigationInProgress")
+            and status.get("deprovisionStatus") == "Succeeded"
+        )
+
+    wait_for(failed_and_mitigated, 60, "the provision failed and mitigated")
+    assert instance_calls(second_broker) == ["PUT", "DELETE"]
+    assert second_broker.state()["instances"] == {}
+    time.sleep(5)  # failed for good: no provision is retried without a spec change
+    assert instance_calls(second_broker) == ["PUT", "DELETE"]
+
+    second_broker.settings(failed_operations={})
+    custom(api_client).patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, "instances", "broken", {"spec": {"parameters": {"size": 2}}}
+    )
+    wait_for(lambda: settled(api_client, namespace, "broken", "Provisioned"), 60, "provisioned after the spec change")
+    delete(api_client, namespace, "instances", "broken")
+    wait_for(lambda: get(api_client, "instances", "broken", namespace) is None, 60, "deprovisioned")
+
+
+def test_an_instance_whose_plan_left_the_catalog_keeps_working_and_is_deprovisioned(
+    api_client: client.ApiClient, namespace: str, registered: tuple[str, str], second_broker: SecondBroker
+) -> None:
+    """A relist drops the plan an instance is on (the service stays): the instance stays Ready and its
+    binding bound, and both are unbound and deprovisioned with the plan id the broker knows them by; a new
+    instance of that plan is refused."""
+    name, suffix = registered
+    create(
+        api_client,
+        namespace,
+        "instances",
+        "Instance",
+        "old-plan",
+        {"serviceClassName": f"second-db-{suffix}", "planName": "sync-small"},
+    )
+    create(api_client, namespace, "bindings", "Binding", "old-app", {"instanceRef": {"name": "old-plan"}})
+    wait_for(
+        lambda: ready(get(api_client, "bindings", "old-app", namespace)) == ("True", "InjectedBindResult"), 60, "bound"
+    )
+    catalog = renamed(suffix)
+    (db,) = [s for s in catalog["services"] if s["name"] == f"second-db-{suffix}"]
+    db["plans"] = [p for p in db["plans"] if p["name"] != "sync-small"]
+    second_broker.set_catalog(catalog)
+    custom(api_client).patch_cluster_custom_object(GROUP, VERSION, "brokers", name, {"spec": {"relistRequests": 1}})
+
+    def plan_gone() -> bool:
+        found = get(api_client, "serviceclasses", f"second-db-{suffix}") or {}
+        return [p["name"] for p in found.get("plans") or []] == ["async-large"]
+
+    wait_for(plan_gone, 30, "the plan gone from the class")
+    create(
+        api_client,
+        namespace,
+        "instances",
+        "Instance",
+        "new-plan",
+        {"serviceClassName": f"second-db-{suffix}", "planName": "sync-small"},
+    )
+    wait_for(
+        lambda: (
+            ready(get(api_client, "instances", "new-plan", namespace)) == ("False", "ReferencesNonexistentServicePlan")
+        ),
+        30,
+        "the new instance refused",
+    )
+    assert ready(get(api_client, "instances", "old-plan", namespace)) == ("True", "Provisioned")
+    assert ready(get(api_client, "bindings", "old-app", namespace)) == ("True", "InjectedBindResult")
+
+    second_broker.clear_requests()
+    delete(api_client, namespace, "bindings", "old-app")
+    wait_for(lambda: get(api_client, "bindings", "old-app", namespace) is None, 60, "unbound")
+    delete(api_client, namespace, "instances", "old-plan")
+    wait_for(lambda: get(api_client, "instances", "old-plan", namespace) is None, 60, "deprovisioned")
+    deletes = [r for r in second_broker.requests() if r["method"] == "DELETE"]
+    assert [r["path"].count("/service_bindings/") for r in deletes] == [1, 0]
+    assert all(r["query"]["plan_id"] == DB_SYNC_PLAN for r in deletes)  # the id the broker knows them by
+    assert second_broker.state() == {"instances": {}, "bindings": {}}
+    delete(api_client, namespace, "instances", "new-plan")
+    wait_for(lambda: get(api_client, "instances", "new-plan", namespace) is None, 30, "the refused instance gone")

@@ -31,15 +31,20 @@ from opbroker.controller.claims import workloads
 from opbroker.controller.reasons import Reason
 from opbroker.controller.reconciler import DONE, Key, Memories, ObservePlanAct, Outcome, PerKey, requeue
 from opbroker.controller.servicecatalog.common import (
+    Clients,
     Offering,
+    PollClock,
     Resolver,
     Unresolved,
     checksum,
     conditions,
+    keeping_failed,
     next_retry,
     now,
+    pacing,
     parse_time,
     say,
+    terminal_mitigation,
     timestamp,
 )
 from opbroker.controller.servicecatalog.endpoints import identity_of
@@ -137,9 +142,11 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
         self.api = api
         self.resolver = Resolver(api)
         self.polls: PerKey[int] = memories.keep(PerKey())
+        self.poll_clock = PollClock(memories)
         self.retries: PerKey[int] = memories.keep(PerKey())
         self.pacing = osbclient.Backoff(base=1.0, maximum=30.0, max_duration=max_operation_seconds)
         self.transport: Any = None
+        self.clients = Clients()
 
     def observe(self, key: Key) -> BindingFacts | None:
         body = self.api.get(BINDINGS, key.namespace, key.name)
@@ -151,8 +158,8 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
         try:
             if instance is None:
                 raise Unresolved(Reason.REFERENCES_NON_EXISTENT_INSTANCE, f"instance {namespace}/{name} does not exist")
-            plan_name = ((instance.get("status") or {}).get("externalProperties") or {}).get("planName")
-            offering = self.resolver.offering(instance["spec"], plan_name)
+            held = (instance.get("status") or {}).get("externalProperties") or {}
+            offering = self.resolver.offering(instance["spec"], held.get("planName"), held)
             parameters = self.resolver.parameters(key.namespace, body.get("spec") or {})
             ready = (instance.get("status") or {}).get("provisionStatus") == ProvisionStatus.PROVISIONED.value
             if not ready or (instance.get("status") or {}).get("asyncOpInProgress"):
@@ -202,12 +209,14 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
             self._status(body, ready=False, reason=facts.problem.reason, message=str(facts.problem))
             return requeue(30.0)  # the instance's changes queue the binding too
         assert facts.offering is not None
-        with osbclient.Client(facts.offering.broker, transport=self.transport) as client:
-            if step is Step.POLL:
-                return self._poll(client, facts)
-            if step in (Step.UNBIND, Step.MITIGATE):
-                return self._unbind(client, facts)
-            return self._bind(client, facts)
+        if step is Step.POLL and (wait := self.poll_clock.wait(facts.key)) > 0.05:
+            return requeue(wait)  # woken early (an event, an older re-check): not due yet
+        client = self.clients.get(facts.offering.broker, self.transport)
+        if step is Step.POLL:
+            return self._poll(client, facts)
+        if step in (Step.UNBIND, Step.MITIGATE):
+            return self._unbind(client, facts)
+        return self._bind(client, facts)
 
     def _bind(self, client: osbclient.Client, facts: BindingFacts) -> Outcome:
         body, offering, instance = facts.body, facts.offering, facts.instance
@@ -241,7 +250,7 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
         if result.is_async:
             self.polls.put(facts.key, 0)
             self.api.patch_status(BINDINGS, body, {"asyncOpInProgress": True, "lastOperation": result.operation})
-            return requeue(self.pacing.base)
+            return self.poll_clock.schedule(facts.key, self.pacing.base)
         return self._bound(facts, result)
 
     def _poll(self, client: osbclient.Client, facts: BindingFacts) -> Outcome:
@@ -276,19 +285,24 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
                     return requeue(self._backoff(facts.key))
                 return self._failed(facts, f"fetching the bound credentials failed: {exc}", mitigate=True)
             return self._bound(facts, result)
-        return self._failed(facts, last.description or "the broker reported failure", mitigate=not unbinding)
+        # A bind the broker reports failed: mitigate (OSB), then stay failed until the spec changes.
+        description = last.description or "the broker reported failure"
+        return self._failed(facts, description, mitigate=not unbinding, final=True)
 
     def _poll_later(self, facts: BindingFacts, retry_after: float | None) -> Outcome:
         status = facts.body.get("status") or {}
         polls = (self.polls.get(facts.key) or 0) + 1
         self.polls.put(facts.key, polls)
         started = parse_time(status.get("operationStartTime")) or now()
-        due = osbclient.next_poll(started=started, now=now(), polls=polls, retry_after=retry_after, backoff=self.pacing)
+        backoff = pacing(self.pacing, facts.offering)
+        due = osbclient.next_poll(started=started, now=now(), polls=polls, retry_after=retry_after, backoff=backoff)
         if due.expired:
             unbinding = status.get("currentOperation") == BindingOperation.UNBIND.value
-            message = f"the operation did not finish within {self.pacing.max_duration:.0f}s"
-            return self._failed(facts, message, mitigate=not unbinding, reason=Reason.ASYNC_OPERATION_TIMED_OUT)
-        return requeue(max(due.delay, 0.2))
+            message = f"the operation did not finish within {backoff.max_duration:.0f}s"
+            return self._failed(
+                facts, message, mitigate=not unbinding, reason=Reason.ASYNC_OPERATION_TIMED_OUT, final=True
+            )
+        return self.poll_clock.schedule(facts.key, max(due.delay, 0.2))
 
     def _unbind(self, client: osbclient.Client, facts: BindingFacts) -> Outcome:
         body, offering, instance = facts.body, facts.offering, facts.instance
@@ -301,7 +315,11 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
             {
                 "currentOperation": BindingOperation.UNBIND.value,
                 "operationStartTime": timestamp(now()),
-                "conditions": conditions(body, ready=False, reason=Reason.UNBINDING, message="unbinding"),
+                "conditions": keeping_failed(
+                    body,
+                    conditions(body, ready=False, reason=Reason.UNBINDING, message="unbinding"),
+                    keep=bool(status.get("orphanMitigationInProgress")) and terminal_mitigation(body),
+                ),
             },
         )
         try:
@@ -322,7 +340,7 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
         if result.is_async:
             self.polls.put(facts.key, 0)
             self.api.patch_status(BINDINGS, body, {"asyncOpInProgress": True, "lastOperation": result.operation})
-            return requeue(self.pacing.base)
+            return self.poll_clock.schedule(facts.key, self.pacing.base)
         return self._unbound(facts)
 
     # -- outcomes ------------------------------------------------------------------------------------------------
@@ -385,6 +403,7 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
     def _unbound(self, facts: BindingFacts) -> Outcome:
         body = facts.body
         orphan = bool((body.get("status") or {}).get("orphanMitigationInProgress"))
+        final = orphan and terminal_mitigation(body)
         self._project(facts, [], withdraw=True)
         self.api.kube.delete_secret(body["metadata"]["namespace"], secret_name(body))
         self.api.patch_status(
@@ -396,11 +415,30 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
                 "currentOperation": None,
                 "lastOperation": None,
                 "unbindStatus": UnbindStatus.SUCCEEDED.value,
+                **(
+                    {
+                        "conditions": keeping_failed(
+                            body,
+                            conditions(
+                                body,
+                                ready=False,
+                                reason=Reason.ORPHAN_MITIGATION_SUCCESSFUL,
+                                message="orphan mitigation unbound what the failed bind may have left; the "
+                                "binding stays failed until its spec changes",
+                            ),
+                            keep=True,
+                        )
+                    }
+                    if final
+                    else {}
+                ),
             },
         )
         if body["metadata"].get("deletionTimestamp"):
             self.api.set_finalizer(BINDINGS, body, present=False)
             return DONE
+        if final:
+            return DONE  # failed for good: a spec change queues it again
         return requeue(self._backoff(facts.key)) if orphan else DONE
 
     def _failed(
@@ -411,7 +449,11 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
         exc: osbclient.BrokerError | None = None,
         mitigate: bool | None = None,
         reason: Reason = Reason.BIND_CALL_FAILED,
+        final: bool = False,
     ) -> Outcome:
+        """Record a failed bind. With ``mitigate``, orphan mitigation (an unbind) follows; ``final``: the
+        broker's verdict (a failed or timed-out operation) stands, so the binding is marked failed now and
+        stays so once mitigated, until its spec changes (a 5xx or a lost answer is retried instead)."""
         body = facts.body
         if mitigate is None:
             assert exc is not None
@@ -422,8 +464,12 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
         status: dict[str, Any] = {"asyncOpInProgress": False, "lastOperation": None}
         if mitigate:
             status["orphanMitigationInProgress"] = True
+            if final:
+                status["currentOperation"] = None
+                status["inProgressProperties"] = None
+                status["observedGeneration"] = body["metadata"].get("generation")
             status["conditions"] = conditions(
-                body, ready=False, reason=reason, message=f"{message}; orphan mitigation follows"
+                body, ready=False, reason=reason, message=f"{message}; orphan mitigation follows", failed=final
             )
             self.api.patch_status(BINDINGS, body, status)
             self.api.kube.emit_event(body, reason=Reason.ORPHAN_MITIGATION.value, message=message, warning=True)

@@ -7,9 +7,13 @@ Service Catalog design and the OSB spec:
 * the instance id (``status.externalID``) and the operation are recorded *before* the request is sent, so a
   crash between the two is retried with the same id (brokers answer a repeat 200);
 * no other operation starts while one is in flight (``asyncOpInProgress``): ``last_operation`` is polled,
-  with backoff, honouring ``Retry-After``, until ``maxOperationSeconds`` after which the operation fails;
-* a provision whose outcome is unknown (5xx, a lost response, a malformed 201, a timed-out poll) starts
-  orphan mitigation: a deprovision, before anything else happens;
+  with backoff, honouring ``Retry-After``, up to a maximum duration after which the operation fails (the
+  controller's ``--max-operation-seconds``, or the plan's OSB ``maximum_polling_duration`` when shorter);
+* a provision whose outcome is unknown (5xx, a lost response, a malformed 201) starts orphan mitigation: a
+  deprovision, before anything else happens, then the provision is retried with the same id; a provision
+  the broker reports failed or that timed out is marked failed at once, mitigated alike, and waits for a
+  spec change;
+* a new Instance of a class removed from its broker's catalog is not provisioned (existing ones keep working);
 * a permanent refusal (other 4xx) sets ``Failed`` and waits for a spec change; transient ones are retried;
 * deleting an Instance that still has Bindings is held by the finalizer, and ``Ready`` names them.
 """
@@ -29,15 +33,21 @@ from opbroker.controller.reasons import Reason
 from opbroker.controller.reconciler import DONE, Key, Memories, ObservePlanAct, Outcome, PerKey, requeue
 from opbroker.controller.servicecatalog import admission
 from opbroker.controller.servicecatalog.common import (
+    Clients,
     Offering,
+    PollClock,
     Resolver,
     Unresolved,
     checksum,
     conditions,
+    keeping_failed,
     next_retry,
     now,
+    pacing,
     parse_time,
+    removed,
     say,
+    terminal_mitigation,
     timestamp,
 )
 from opbroker.controller.servicecatalog.endpoints import identity_of
@@ -106,9 +116,11 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
         self.api = api
         self.resolver = Resolver(api)
         self.polls: PerKey[int] = memories.keep(PerKey())
+        self.poll_clock = PollClock(memories)
         self.retries: PerKey[int] = memories.keep(PerKey())
         self.pacing = osbclient.Backoff(base=1.0, maximum=30.0, max_duration=max_operation_seconds)
         self.transport: Any = None
+        self.clients = Clients()
 
     # -- observe / plan / act ------------------------------------------------------------------------------
 
@@ -120,11 +132,23 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
         deleting = bool(body["metadata"].get("deletionTimestamp"))
         offering = parameters = problem = None
         try:
-            plan_name = (
-                ((body.get("status") or {}).get("externalProperties") or {}).get("planName") if deleting else None
-            )
-            offering = self.resolver.offering(spec, plan_name)
+            status = body.get("status") or {}
+            # The plan the broker has the instance on (or is being asked for, mid-operation).
+            held = status.get("externalProperties") or status.get("inProgressProperties") or {}
+            plan_name = held.get("planName") if deleting else None
+            offering = self.resolver.offering(spec, plan_name, held)
             parameters = None if deleting else self.resolver.parameters(key.namespace, spec)
+            if (
+                not deleting
+                and removed(offering.service_class)
+                and status.get("provisionStatus") != ProvisionStatus.PROVISIONED.value
+            ):
+                raise Unresolved(
+                    Reason.REFERENCES_REMOVED_CLASS,
+                    f"service class {offering.service_class['metadata']['name']!r} was removed from broker "
+                    f"{offering.service_class.get('brokerName')!r}'s catalog: no new instance can be provisioned "
+                    "from it (existing ones keep working)",
+                )
         except Unresolved as exc:
             problem = exc
         bindings = self._bindings(body) if deleting else ()
@@ -161,12 +185,14 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
             self._status(body, ready=False, reason=facts.problem.reason, message=str(facts.problem))
             return requeue(30.0)  # a class or Secret appearing also queues it
         assert facts.offering is not None
-        with osbclient.Client(facts.offering.broker, transport=self.transport) as client:
-            if step is Step.POLL:
-                return self._poll(client, facts)
-            if step is Step.MITIGATE or step is Step.DEPROVISION:
-                return self._deprovision(client, facts, mitigation=step is Step.MITIGATE)
-            return self._provision_or_update(client, facts, update=step is Step.UPDATE)
+        if step is Step.POLL and (wait := self.poll_clock.wait(facts.key)) > 0.05:
+            return requeue(wait)  # woken early (an event, an older re-check): not due yet
+        client = self.clients.get(facts.offering.broker, self.transport)
+        if step is Step.POLL:
+            return self._poll(client, facts)
+        if step is Step.MITIGATE or step is Step.DEPROVISION:
+            return self._deprovision(client, facts, mitigation=step is Step.MITIGATE)
+        return self._provision_or_update(client, facts, update=step is Step.UPDATE)
 
     # -- the operations --------------------------------------------------------------------------------------
 
@@ -237,7 +263,7 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
                     ),
                 },
             )
-            return requeue(self.pacing.base)
+            return self.poll_clock.schedule(facts.key, self.pacing.base)
         return self._succeeded(facts, operation, dashboard_url=result.dashboard_url)
 
     def _poll(self, client: osbclient.Client, facts: InstanceFacts) -> Outcome:
@@ -265,37 +291,48 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
                 return self._deprovisioned(facts)
             return self._succeeded(facts, operation, dashboard_url=None)
         description = last.description or ("the instance is gone" if last.gone else "the broker reported failure")
-        return self._operation_failed(facts, operation, description, mitigate=False)
+        # OSB: a provision whose last_operation answers "failed" may have left something behind: mitigate, then
+        # stay failed until the spec changes (the broker's verdict is final; retrying would fail alike).
+        provision = operation is InstanceOperation.PROVISION
+        return self._operation_failed(
+            facts, operation, description, mitigate=provision and not last.gone, terminal=provision
+        )
 
     def _poll_later(self, facts: InstanceFacts, retry_after: float | None, description: str) -> Outcome:
         status = facts.body.get("status") or {}
         polls = (self.polls.get(facts.key) or 0) + 1
         self.polls.put(facts.key, polls)
         started = parse_time(status.get("operationStartTime")) or now()
-        due = osbclient.next_poll(started=started, now=now(), polls=polls, retry_after=retry_after, backoff=self.pacing)
+        backoff = pacing(self.pacing, facts.offering)
+        due = osbclient.next_poll(started=started, now=now(), polls=polls, retry_after=retry_after, backoff=backoff)
         if due.expired:
             operation = InstanceOperation(status.get("currentOperation") or InstanceOperation.PROVISION.value)
-            message = f"the {operation.value.lower()} did not finish within {self.pacing.max_duration:.0f}s"
+            message = f"the {operation.value.lower()} did not finish within {backoff.max_duration:.0f}s"
             return self._operation_failed(
                 facts, operation, message, mitigate=operation is InstanceOperation.PROVISION, timed_out=True
             )
-        return requeue(max(due.delay, 0.2))
+        return self.poll_clock.schedule(facts.key, max(due.delay, 0.2))
 
     def _deprovision(self, client: osbclient.Client, facts: InstanceFacts, *, mitigation: bool) -> Outcome:
         body, offering = facts.body, facts.offering
         assert offering is not None
         status = body.get("status") or {}
+        final = mitigation and terminal_mitigation(body)
         self.api.patch_status(
             INSTANCES,
             body,
             {
                 "currentOperation": InstanceOperation.DEPROVISION.value,
                 "operationStartTime": timestamp(now()),
-                "conditions": conditions(
+                "conditions": keeping_failed(
                     body,
-                    ready=False,
-                    reason=Reason.ORPHAN_MITIGATION if mitigation else Reason.DEPROVISIONING,
-                    message="orphan mitigation: deprovisioning" if mitigation else "deprovisioning",
+                    conditions(
+                        body,
+                        ready=False,
+                        reason=Reason.ORPHAN_MITIGATION if mitigation else Reason.DEPROVISIONING,
+                        message="orphan mitigation: deprovisioning" if mitigation else "deprovisioning",
+                    ),
+                    keep=final,
                 ),
             },
         )
@@ -311,7 +348,7 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
         if result.is_async:
             self.polls.put(facts.key, 0)
             self.api.patch_status(INSTANCES, body, {"asyncOpInProgress": True, "lastOperation": result.operation})
-            return requeue(self.pacing.base)
+            return self.poll_clock.schedule(facts.key, self.pacing.base)
         return self._deprovisioned(facts)
 
     # -- outcomes ----------------------------------------------------------------------------------------------
@@ -346,6 +383,8 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
         body = facts.body
         status = body.get("status") or {}
         mitigation = bool(status.get("orphanMitigationInProgress"))
+        final = mitigation and terminal_mitigation(body)
+        after = "the instance stays failed until its spec changes" if final else "provisioning is retried"
         self.api.patch_status(
             INSTANCES,
             body,
@@ -358,12 +397,16 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
                 "deprovisionStatus": DeprovisionStatus.SUCCEEDED.value,
                 **(
                     {
-                        "conditions": conditions(
+                        "conditions": keeping_failed(
                             body,
-                            ready=False,
-                            reason=Reason.ORPHAN_MITIGATION_SUCCESSFUL,
-                            message="orphan mitigation deprovisioned what the failed provision may have left; "
-                            "provisioning is retried",
+                            conditions(
+                                body,
+                                ready=False,
+                                reason=Reason.ORPHAN_MITIGATION_SUCCESSFUL,
+                                message="orphan mitigation deprovisioned what the failed provision may have left; "
+                                + after,
+                            ),
+                            keep=final,
                         )
                     }
                     if mitigation
@@ -374,6 +417,8 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
         if body["metadata"].get("deletionTimestamp"):
             self.api.set_finalizer(INSTANCES, body, present=False)
             return DONE
+        if final:
+            return DONE  # failed for good: a spec change queues it again
         return requeue(self._backoff(facts.key))  # mitigation done: provision again, after a pause
 
     def _call_failed(self, facts: InstanceFacts, operation: InstanceOperation, exc: osbclient.BrokerError) -> Outcome:
@@ -394,14 +439,22 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
         *,
         mitigate: bool,
         timed_out: bool = False,
+        terminal: bool = False,
     ) -> Outcome:
         body = facts.body
         reason = Reason.ASYNC_OPERATION_TIMED_OUT if timed_out else _failure_reason(operation)
         status: dict[str, Any] = {"asyncOpInProgress": False, "lastOperation": None}
         if mitigate:
             status["orphanMitigationInProgress"] = True
+            # A 5xx or a lost answer is retried once mitigated; a broker's "failed" or a poll past the maximum
+            # duration is final: the instance is marked failed now and stays so after mitigation.
+            final = timed_out or terminal
+            if final:
+                status["currentOperation"] = None
+                status["inProgressProperties"] = None
+                status["observedGeneration"] = body["metadata"].get("generation")
             status["conditions"] = conditions(
-                body, ready=False, reason=reason, message=f"{message}; orphan mitigation follows"
+                body, ready=False, reason=reason, message=f"{message}; orphan mitigation follows", failed=final
             )
             self.api.patch_status(INSTANCES, body, status)
             self.api.kube.emit_event(body, reason=Reason.ORPHAN_MITIGATION.value, message=message, warning=True)

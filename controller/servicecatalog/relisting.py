@@ -50,6 +50,7 @@ def desired_class(broker: Mapping[str, Any], service: Mapping[str, Any]) -> dict
             instanceUpdateParameterSchema=_schema(plan, "service_instance", "update"),
             bindingCreateParameterSchema=_schema(plan, "service_binding", "create"),
             maintenanceInfo=plan.get("maintenance_info"),
+            maximumPollingDuration=_positive_int(plan.get("maximum_polling_duration")),
         )
         for plan in service.get("plans") or []
     ]
@@ -154,6 +155,12 @@ def _content(obj: Mapping[str, Any]) -> dict[str, Any]:
 def _schema(plan: Mapping[str, Any], kind: str, action: str) -> Any:
     schemas = plan.get("schemas") or {}
     return (((schemas.get(kind) or {}).get(action) or {}).get("parameters")) or None
+
+
+def _positive_int(value: Any) -> int | None:
+    """An OSB integer that must be positive, or None when absent or unusable (a broker's mistake in an
+    optional field must not stop its whole catalog from being listed)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
 
 
 def _compact(**values: Any) -> dict[str, Any]:

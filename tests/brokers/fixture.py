@@ -218,7 +218,8 @@ class SecondBroker:
         return result
 
     def requests(self) -> list[dict[str, Any]]:
-        """Every OSB request so far: method, path, query, auth (scheme only), headers, body, status, fault."""
+        """Every OSB request so far: method, path, query, auth (scheme only), headers, body, status, fault,
+        and ``at``, when it arrived (``time.time()``)."""
         result: list[dict[str, Any]] = self._call("GET", "/admin/requests")
         return result
 

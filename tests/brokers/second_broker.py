@@ -512,6 +512,7 @@ class Handler(BaseHTTPRequestHandler):
         scheme = self.headers.get("Authorization", "").partition(" ")[0].lower() or None
         headers = {h: self.headers[h] for h in HEADERS_OF_INTEREST if h in self.headers}
         entry: Json = {"method": self.command, "path": path, "query": query, "auth": scheme, "headers": headers}
+        entry["at"] = time.time()  # when it arrived (wall clock), so tests can check the pacing of polls
         entry["body"] = raw.decode(errors="replace") if body is ValueError else body
         platform, _, value = headers.get("X-Broker-API-Originating-Identity", "").partition(" ")
         try:  # "Platform base64(JSON)"; None when absent or not in that form
