@@ -102,17 +102,16 @@ class ObjectStore:
 
     def lookup(self, type_key: TypeKey, namespace: str | None, name: str) -> Any:
         """A deep copy of the object, None if it is known not to exist, or ``UNKNOWN``."""
-        key = (*type_key, namespace or "", name)
-        with self._lock:
-            if type_key not in self._fed:
-                return UNKNOWN
-            held = self._objects.get(key)
-            if held is None:
-                return None if type_key in self._complete else UNKNOWN
-        return json.loads(held[1])
+        held = self._held(type_key, namespace, name)
+        return json.loads(held[1]) if isinstance(held, tuple) else held
 
     def version_of(self, type_key: TypeKey, namespace: str | None, name: str) -> Any:
         """The object's resourceVersion (no copy made), None if it is known not to exist, or ``UNKNOWN``."""
+        held = self._held(type_key, namespace, name)
+        return (held[0] or "") if isinstance(held, tuple) else held
+
+    def _held(self, type_key: TypeKey, namespace: str | None, name: str) -> Any:
+        """The held ``(resourceVersion, JSON text)``, None if the object is known not to exist, or ``UNKNOWN``."""
         key = (*type_key, namespace or "", name)
         with self._lock:
             if type_key not in self._fed:
@@ -120,7 +119,7 @@ class ObjectStore:
             held = self._objects.get(key)
             if held is None:
                 return None if type_key in self._complete else UNKNOWN
-            return held[0] or ""
+            return held
 
     def __len__(self) -> int:
         with self._lock:
