@@ -38,7 +38,16 @@ from opbroker.controller import decisions, teardown
 from opbroker.controller.catalog import PlanEntry
 from opbroker.controller.decisions import Step
 from opbroker.controller.kube import BINDINGS, INSTANCES, Kube, Refused, ref_of
-from opbroker.controller.objects import minus_refs, owner_reference, ref_dicts, ref_key, refs_of, same_namespace, stamp
+from opbroker.controller.objects import (
+    minus_refs,
+    owner_reference,
+    ref_dicts,
+    ref_key,
+    refs_of,
+    resource_version,
+    same_namespace,
+    stamp,
+)
 from opbroker.controller.reasons import Reason
 from opbroker.controller.reconciler import DONE, Key, Memories, ObservePlanAct, Outcome, PerKey
 from opbroker.controller.reconciling import AppliedMemory, Deps, StatusWriter
@@ -72,13 +81,6 @@ def followed_status(followed: tuple[tuple[ResourceRef, ...], str]) -> dict[str, 
     """The status fields recording what a binding's credentials were rendered from."""
     refs, digest = followed
     return {"sources": ref_dicts(list(refs)), "sourcesDigest": digest}
-
-
-def _version(obj: dict[str, Any] | None) -> str | None:
-    if obj is None:
-        return None
-    version: str | None = (obj.get("metadata") or {}).get("resourceVersion")
-    return version
 
 
 def binding_field_manager(binding_name: str) -> str:
@@ -443,7 +445,7 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
         fetched: dict[str, dict[str, Any] | None],
     ) -> tuple[tuple[ResourceRef, ...], str]:
         """The sources the credentials were just rendered from, and their digest (``decisions.sources_digest``)."""
-        versions = [(ref, _version(fetched.get(name))) for name, ref in source_refs.items()]
+        versions = [(ref, resource_version(fetched.get(name))) for name, ref in source_refs.items()]
         digest = decisions.sources_digest(plan_hash=entry.hash, instance=instance, binding=binding, versions=versions)
         return tuple(source_refs.values()), digest
 

@@ -19,6 +19,7 @@ from typing import Any
 from opbroker.api.conventions import CREDENTIALS_KEY, FINALIZER
 from opbroker.api.meta import ResourceRef
 from opbroker.api.osb import OperationState
+from opbroker.controller.objects import ref_key
 from opbroker.controller.reasons import Reason
 from opbroker.rendering.registry import DASHBOARD_URL
 
@@ -156,9 +157,7 @@ def sources_digest(
     facts = [
         plan_hash,
         [(_meta(obj).get("uid"), _meta(obj).get("generation")) for obj in (instance, binding)],
-        sorted(
-            ([ref.api_version, ref.kind, ref.namespace or "", ref.name], version or "") for ref, version in versions
-        ),
+        sorted((ref_key(ref), version or "") for ref, version in versions),
     ]
     return hashlib.sha256(json.dumps(facts, separators=(",", ":")).encode()).hexdigest()[:32]
 

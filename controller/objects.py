@@ -22,6 +22,12 @@ def owner_reference(owner: dict[str, Any], *, controller: bool = False) -> dict[
     return reference
 
 
+def resource_version(obj: dict[str, Any] | None) -> str | None:
+    """The object's ``metadata.resourceVersion``; None for no object or no version."""
+    version = ((obj or {}).get("metadata") or {}).get("resourceVersion")
+    return version if isinstance(version, str) else None
+
+
 def ref_key(ref: ResourceRef) -> tuple[str, str, str, str]:
     """A hashable identity of a reference (apiVersion, kind, namespace, name)."""
     return (ref.api_version, ref.kind, ref.namespace or "", ref.name)

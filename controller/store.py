@@ -30,6 +30,8 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
+from opbroker.controller.objects import resource_version
+
 TypeKey = tuple[str, str]  # apiVersion, kind name (or plural, for our own kinds read by plural)
 StoreKey = tuple[str, str, str, str]  # apiVersion, kind name or plural, namespace, name
 
@@ -90,7 +92,7 @@ class ObjectStore:
         key = _key(type_key, obj)
         with self._lock:
             held = self._objects.get(key)
-            if held is not None and not _newer(held[0], _version(obj)):
+            if held is not None and not _newer(held[0], resource_version(obj)):
                 del self._objects[key]
 
     def discard(self, type_key: TypeKey, namespace: str | None, name: str) -> None:
@@ -131,18 +133,13 @@ def _key(type_key: TypeKey, obj: dict[str, Any]) -> StoreKey:
     return (*type_key, meta.get("namespace") or "", meta.get("name", ""))
 
 
-def _version(obj: dict[str, Any]) -> str | None:
-    version = (obj.get("metadata") or {}).get("resourceVersion")
-    return version if isinstance(version, str) else None
-
-
 def _slim(obj: dict[str, Any]) -> Held:
     """What is held of ``obj``: its resourceVersion and its JSON text without managedFields (callers go on
     using, and changing, what they passed: the text is a copy)."""
     meta = obj.get("metadata") or {}
     if "managedFields" in meta:
         obj = {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
-    return _version(obj), json.dumps(obj, separators=(",", ":"), ensure_ascii=False, default=str)
+    return resource_version(obj), json.dumps(obj, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
 def _newer(mine: str | None, theirs: str | None) -> bool:
