@@ -75,3 +75,40 @@ def instance_registry_name(instance_name: str) -> str:
 
 def binding_registry_name(binding_name: str) -> str:
     return f"{binding_name}-binding-registry"
+
+# -- tenancy (issue 24): who owns what, who may refer to what -------------------------------------------------
+
+#: On every object opbroker creates for an owner (rendered objects, credentials Secrets, registries, claim
+#: Secrets): the owner's uid. opbroker deletes, un-owns or overwrites an existing object only when the live
+#: object carries its owner's uid here; a record in a status proves nothing by itself.
+ANNOTATION_OWNER_UID = f"{DOMAIN}/owner-uid"
+#: The service account a plan acts with, when the plan names none (created and granted by the platform team;
+#: the ControlPlane component creates it in the control-plane namespace).
+DEFAULT_PLAN_SERVICE_ACCOUNT = "opbroker-plans"
+#: The service account, in a consumer's namespace, that opbroker writes there with when no plan is involved
+#: (Service Catalog Binding Secrets and workload projections, claim Secrets): Flux's default service account.
+NAMESPACE_SERVICE_ACCOUNT = "opbroker"
+#: In a ``shareWith`` list: every namespace.
+SHARE_WITH_ALL = "*"
+
+
+def service_account_user(namespace: str, name: str) -> str:
+    """The user name a ServiceAccount authenticates (and is impersonated) as."""
+    return f"system:serviceaccount:{namespace}:{name}"
+
+
+def may_refer(*, referrer_namespace: str, target_namespace: str, share_with: list[str] | tuple[str, ...] = ()) -> bool:
+    """The one cross-namespace rule (Gateway API's ReferenceGrant in spirit): an object may refer to one in its
+    own namespace; to one in another namespace only when the target's owner listed the referrer's namespace
+    (or ``*``) in the target's ``shareWith``. Secrets are never shared this way: pass no ``share_with``."""
+    if referrer_namespace == target_namespace:
+        return True
+    return referrer_namespace in share_with or SHARE_WITH_ALL in share_with
+
+
+def owned_by(obj: dict[str, object] | None, owner_uid: str) -> bool:
+    """Whether the live ``obj`` carries ``owner_uid`` in :data:`ANNOTATION_OWNER_UID` (opbroker made it for
+    that owner)."""
+    metadata = (obj or {}).get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
+    return isinstance(annotations, dict) and annotations.get(ANNOTATION_OWNER_UID) == owner_uid

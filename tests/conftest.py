@@ -13,6 +13,7 @@ SEED_MANIFESTS = REPO / "tests" / "data" / "seeds"
 pytest_plugins = [
     "tests.cluster_fixtures",
     "tests.controller_support",
+    "tests.tenancy_support",  # tenant: a real ServiceAccount token with one namespace's consumer rights
     "tests.multicluster_support",
     "tests.brokers.fixture",  # second_broker, second_broker_tls, second_broker_token: an independent OSB broker
 ]
