@@ -51,6 +51,10 @@ class TemplateSpec(WireModel):
     singleton: bool = False
     """Objects rendered by a singleton template are shared by all instances of the plan: "already exists"
     is tolerated and the object gains an owner reference instead of being recreated."""
+    adopt: bool = False
+    """Objects this template renders may already exist without opbroker having made them: adopt them (stamp
+    them as the instance's or binding's own, and delete them with it). Without it, an existing object opbroker
+    did not make for this owner is never taken over: the operation fails (reason ``ObjectNotOwned``)."""
 
     @model_validator(mode="after")
     def _one_source(self) -> TemplateSpec:
@@ -186,6 +190,13 @@ class SFPlanSpec(WireModel):
     manager: Manager | None = None
     context: FreeForm | None = None
     """Context for the templates (``plan.spec.context``); ``requests`` feeds capacity-aware scheduling."""
+    service_account_name: str | None = Field(
+        default=None, min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+    )
+    """The ServiceAccount (in the plan's namespace) whose rights the plan acts with: the controller impersonates
+    it to apply, read (``sources``) and release what the templates render, and to write the instance's and its
+    bindings' Secrets. Default: the control plane's plan account (``opbroker-plans``). The platform team grants
+    it exactly what the plan may touch."""
 
     @model_validator(mode="after")
     def _one_template_per_action(self) -> SFPlanSpec:

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from opbroker.api.conventions import DEFAULT_NAMESPACE
+from opbroker.api.conventions import DEFAULT_NAMESPACE, DEFAULT_PLAN_SERVICE_ACCOUNT, NAMESPACE_SERVICE_ACCOUNT
 from opbroker.controller.multicluster.scheduling import SchedulerName
 from opbroker.controller.settings import ControllerSettings
 
@@ -72,6 +72,19 @@ def run(
     catalog_environment: Annotated[
         list[str] | None, typer.Option(help="Claims: an environment that always gets a ServiceCatalog (repeatable).")
     ] = None,
+    single_tenant: Annotated[
+        bool,
+        typer.Option(
+            help="Act with the controller's own rights instead of impersonating each plan's ServiceAccount and each "
+            "namespace's opbroker account: only for a cluster with one tenant."
+        ),
+    ] = False,
+    plan_service_account: Annotated[
+        str, typer.Option(help="The account (in the plan's namespace) a plan naming none acts as.")
+    ] = DEFAULT_PLAN_SERVICE_ACCOUNT,
+    namespace_service_account: Annotated[
+        str, typer.Option(help="The account, in a consumer's namespace, opbroker writes there as for no plan.")
+    ] = NAMESPACE_SERVICE_ACCOUNT,
 ) -> None:
     """Run the controller until interrupted."""
     if scheduler is not SchedulerName.DEFAULT and not multicluster:
@@ -95,5 +108,8 @@ def run(
         webhook_port=webhook_port,
         webhook_url=webhook_url,
         claims=ClaimsSettings.from_flags(sla_order=sla_order, environments=catalog_environment),
+        impersonate=not single_tenant,
+        default_plan_service_account=plan_service_account,
+        namespace_service_account=namespace_service_account,
     )
     run_controller(settings, kubeconfig=kubeconfig)

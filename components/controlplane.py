@@ -24,7 +24,7 @@ import pulumi_random
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from opbroker.api import errors
-from opbroker.api.conventions import DEFAULT_NAMESPACE
+from opbroker.api.conventions import DEFAULT_NAMESPACE, DEFAULT_PLAN_SERVICE_ACCOUNT
 from opbroker.api.crd import all_crds
 from opbroker.components import rbac, resources
 
@@ -75,7 +75,13 @@ class ControllerArgs(TypedDict):
     resources: NotRequired[ResourceRequirementsArgs]
     """Compute resources (default: requests 100m CPU / 128Mi, limit 512Mi)."""
     operator_rules: NotRequired[list[PolicyRuleArgs]]
-    """Extra rules for the operator kinds the plans render (e.g. ``acid.zalan.do`` ``postgresqls``)."""
+    """Rules for the operator kinds the plans render (e.g. ``acid.zalan.do`` ``postgresqls``): granted to the
+    default plan account ``opbroker-plans``, which plans act as (the controller itself gets only their read
+    verbs, for its watch cache)."""
+    single_tenant: NotRequired[bool]
+    """Act with the controller's own rights instead of the plans' accounts (``--single-tenant``; default
+    false): only for a cluster with one tenant. The controller's ClusterRole then writes the operator kinds,
+    Secrets, ConfigMaps, Jobs and workloads itself."""
     workers: NotRequired[int]
     """Concurrent reconciles (``--workers``; default: the controller's own, 4)."""
     error_threshold: NotRequired[int]
@@ -192,6 +198,7 @@ class Controller(_Settings):
     error_threshold: int | None = Field(default=None, ge=1)
     max_operation_seconds: float | None = Field(default=None, ge=0)
     multicluster: bool = False
+    single_tenant: bool = False
     scheduler: Literal["default", "round-robin", "least-utilized", "label-selector", "capacity-aware"] | None = None
 
     @model_validator(mode="after")
@@ -213,6 +220,8 @@ class Controller(_Settings):
             flags.append("--multicluster")
         if self.scheduler is not None:
             flags += ["--scheduler", self.scheduler]
+        if self.single_tenant:
+            flags.append("--single-tenant")
         return flags
 
 
@@ -287,6 +296,8 @@ class Names:
         self.broker_credentials = "opbroker-broker-credentials"
         self.leader_election = "opbroker-controller-leader-election"
         self.controller_cluster_role = f"opbroker:{namespace}:controller"
+        self.plan_account = DEFAULT_PLAN_SERVICE_ACCOUNT
+        self.plan_cluster_role = f"opbroker:{namespace}:{DEFAULT_PLAN_SERVICE_ACCOUNT}"
         self.broker_cluster_role = f"opbroker:{namespace}:broker"
 
 
@@ -504,8 +515,28 @@ class ControlPlane(pulumi.ComponentResource):
         controller_role = k8s.rbac.v1.ClusterRole(
             f"{name}-controller",
             metadata=meta(names.controller_cluster_role, "controller", namespaced=False),
-            rules=[r.to_manifest() for r in rbac.controller_cluster_rules(operator_rules)],
+            rules=[
+                r.to_manifest()
+                for r in rbac.controller_cluster_rules(operator_rules, single_tenant=s.controller.single_tenant)
+            ],
             opts=child(),
+        )
+        # The default plan account: what plans that name no account of their own act as (issue 24).
+        plan_sa = k8s.core.v1.ServiceAccount(
+            f"{name}-plans", metadata=meta(names.plan_account, "plans"), opts=child(*in_namespace)
+        )
+        plan_role = k8s.rbac.v1.ClusterRole(
+            f"{name}-plans",
+            metadata=meta(names.plan_cluster_role, "plans", namespaced=False),
+            rules=[r.to_manifest() for r in rbac.plan_account_rules(operator_rules)],
+            opts=child(),
+        )
+        k8s.rbac.v1.ClusterRoleBinding(
+            f"{name}-plans",
+            metadata=meta(names.plan_cluster_role, "plans", namespaced=False),
+            role_ref=role_ref("ClusterRole", names.plan_cluster_role),
+            subjects=[{"kind": "ServiceAccount", "name": names.plan_account, "namespace": ns}],
+            opts=child(plan_role, plan_sa),
         )
         controller_binding = k8s.rbac.v1.ClusterRoleBinding(
             f"{name}-controller",

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from opbroker.api import RESOURCE_KINDS, SFPlan, SFService, SFServiceBinding, SFServiceInstance
+from opbroker.api.conventions import DEFAULT_PLAN_SERVICE_ACCOUNT
 from opbroker.api.meta import KubeResource
 
 WILDCARD = "*"
@@ -97,42 +98,142 @@ def _owned(kinds: Iterable[type[KubeResource]]) -> list[Rule]:
     return rules
 
 
-def controller_cluster_rules(operator_rules: Sequence[Mapping[str, Any]] = ()) -> list[Rule]:
-    """The controller's ClusterRole, rule by rule what ``opbroker.controller`` calls (every namespace):
+def controller_cluster_rules(
+    operator_rules: Sequence[Mapping[str, Any]] = (), *, single_tenant: bool = False
+) -> list[Rule]:
+    """The controller's ClusterRole (issue 24): it writes only its own kinds, Events, and — for everything else
+    — through identities the platform granted, which it impersonates; it reads what it watches.
 
-    * every opbroker kind (objects, status, finalizers), the Service Catalog kinds (servicecatalog.k8s.io:
-      brokers, serviceclasses, instances, bindings) included;
-    * Secrets: instance and binding registries, bind credentials, claim binding and health-check Secrets
-      (server-side apply), read back; kopf watches them cluster-wide for the claims (metadata only);
-      claims delete a binding Secret whose type changed (immutable) or whose claim is gone, and the
-      endpoint Secret of a withdrawn registration;
-    * Events (core, create) on state changes;
-    * namespaces (get): a teardown in a terminating namespace creates nothing there (issue 18);
-    * nodes and pods: capacity-aware scheduling sums the allocatable of the nodes and the requests of the
-      running pods of its own cluster (cluster "1");
-    * Jobs: a RegisteredService's health check runs as a Job, read and replaced (kopf watches them);
-    * Deployments, StatefulSets, DaemonSets: claims project binding Secrets into the selected workloads by
-      server-side apply (``patch``), listing them per namespace (kopf watches them);
-    * CRDs, read-only: kopf notices CRDs installed or re-installed while it runs;
-    * ConfigMaps (no delete), as before, for plans that render them;
-    * and the operator kinds the plans render (``operator_rules``, supplied by whoever writes the plans: the
-      controller applies, reads, watches and deletes them, so ``get, list, watch, create, update, patch,
-      delete``).
+    * every opbroker kind (objects, status, finalizers), the Service Catalog kinds included;
+    * Events (create, patch) on state changes;
+    * ``impersonate`` on ServiceAccounts: a plan's work runs as the plan's account, writes into a consumer's
+      namespace for no plan as that namespace's ``opbroker`` account (Flux's model);
+    * SubjectAccessReviews (create): a read answered from the watch cache is first checked for the account the
+      plan acts as;
+    * reads only: Secrets (registries, credentials, sources, claims' endpoint Secrets — one watch), ConfigMaps,
+      namespaces, nodes and pods (capacity-aware scheduling), Jobs and workloads (claims), CRDs (kopf), and the
+      operator kinds the plans render (``operator_rules`` reduced to get/list/watch: the watch cache of
+      ``sources``).
+
+    ``single_tenant`` (the controller's ``--single-tenant``): the controller acts with its own rights, so it
+    gets the write rights it no longer delegates: the plans' operator kinds, Secrets, ConfigMaps, Jobs and the
+    claims' workload patches. Off by default.
     """
-    return [
-        *_owned(RESOURCE_KINDS),
-        Rule(("",), ("secrets",), ("get", "list", "watch", "create", "update", "patch", "delete")),
-        Rule(("",), ("configmaps",), ("get", "list", "watch", "create", "update", "patch")),
-        Rule(("",), ("events",), ("create", "patch")),
-        Rule(("events.k8s.io",), ("events",), ("create", "patch")),
+    reads = [
+        Rule(("",), ("secrets", "configmaps"), READ_VERBS),
         Rule(("",), ("nodes",), READ_VERBS),
         Rule(("",), ("namespaces",), ("get",)),
         Rule(("",), ("pods",), ("list",)),
+        Rule(("batch",), ("jobs",), READ_VERBS),
+        Rule(("apps",), WORKLOADS, READ_VERBS),
+        Rule(("apiextensions.k8s.io",), ("customresourcedefinitions",), READ_VERBS),
+    ]
+    operator = [Rule.from_args(rule) for rule in operator_rules]
+    if single_tenant:
+        delegated = [*tenant_write_rules(), *operator]
+    else:
+        delegated = [
+            Rule(r.api_groups, r.resources, tuple(v for v in r.verbs if v in READ_VERBS), r.resource_names)
+            for r in operator
+            if any(v in READ_VERBS for v in r.verbs)
+        ]
+    return [
+        *_owned(RESOURCE_KINDS),
+        Rule(("",), ("events",), ("create", "patch")),
+        Rule(("events.k8s.io",), ("events",), ("create", "patch")),
+        Rule(("",), ("serviceaccounts",), ("impersonate",)),
+        Rule(("authorization.k8s.io",), ("subjectaccessreviews",), ("create",)),
+        *reads,
+        *delegated,
+    ]
+
+
+def tenant_write_rules() -> list[Rule]:
+    """What opbroker writes into a consumer's namespace beside the plans' operator kinds: registries and
+    credentials Secrets, ConfigMaps, claims' health-check Jobs and workload projections."""
+    return [
+        Rule(("",), ("secrets",), ("get", "list", "watch", "create", "update", "patch", "delete")),
+        Rule(("",), ("configmaps",), ("get", "list", "watch", "create", "update", "patch", "delete")),
         Rule(("batch",), ("jobs",), ("get", "list", "watch", "create", "delete")),
         Rule(("apps",), WORKLOADS, ("get", "list", "watch", "patch")),
-        Rule(("apiextensions.k8s.io",), ("customresourcedefinitions",), READ_VERBS),
+    ]
+
+
+def plan_account_rules(operator_rules: Sequence[Mapping[str, Any]] = ()) -> list[Rule]:
+    """The default plan account's ClusterRole (``opbroker-plans``, granted by the ControlPlane component): the
+    operator kinds its plans render (``operator_rules``), and the Secrets and ConfigMaps of instances and
+    bindings (registries, credentials). A platform that wants a plan confined to some namespaces gives that plan
+    its own account (``spec.serviceAccountName``) and binds Roles in those namespaces instead."""
+    return [
+        Rule(("",), ("secrets",), ("get", "list", "watch", "create", "update", "patch", "delete")),
+        Rule(("",), ("configmaps",), ("get", "list", "watch", "create", "update", "patch", "delete")),
         *(Rule.from_args(rule) for rule in operator_rules),
     ]
+
+
+def plan_account_manifests(
+    namespace: str, rules: Sequence[Rule], account: str = DEFAULT_PLAN_SERVICE_ACCOUNT
+) -> list[dict[str, Any]]:
+    """A plan account, as the platform grants it outside Pulumi (``opbroker dev``, the tests): the
+    ServiceAccount, a ClusterRole with ``rules`` and its ClusterRoleBinding."""
+    role = f"opbroker:{namespace}:{account}"
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": account, "namespace": namespace}},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": role},
+            "rules": [rule.to_manifest() for rule in rules],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": role},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
+        },
+    ]
+
+
+#: Where a ClusterRole may grant write verbs (issue 24's RBAC check): opbroker's own API groups and the
+#: coordination, event, impersonation and access-review resources.
+WRITE_VERBS = frozenset(
+    {"create", "update", "patch", "delete", "deletecollection", "impersonate", "bind", "escalate", "*"}
+)
+
+
+def writes_beyond_own(rules: Sequence[Rule]) -> list[Rule]:
+    """The rules of a ClusterRole that grant a write verb outside opbroker's own groups, Leases, Events,
+    impersonation of ServiceAccounts and access reviews (a write limited by ``resourceNames`` to opbroker's own
+    webhook configuration aside)."""
+    own_groups = {kind.GROUP for kind in RESOURCE_KINDS}
+    allowed = {
+        ("coordination.k8s.io", "leases"),
+        ("", "events"),
+        ("events.k8s.io", "events"),
+        ("", "serviceaccounts"),
+        ("authorization.k8s.io", "subjectaccessreviews"),
+    }
+    wrong = []
+    for rule in rules:
+        if not WRITE_VERBS & set(rule.verbs):
+            continue
+        for group in rule.api_groups:
+            if group in own_groups:
+                continue
+            if (
+                group == "admissionregistration.k8s.io"
+                and rule.resource_names
+                and set(rule.resources) <= {"validatingwebhookconfigurations"}
+            ):
+                continue
+            if all((group, resource) in allowed for resource in rule.resources):
+                if group == "" and "serviceaccounts" in rule.resources and set(rule.verbs) != {"impersonate"}:
+                    wrong.append(rule)
+                continue
+            wrong.append(rule)
+            break
+    return wrong
 
 
 def controller_namespace_rules(lease: str = LEADER_LEASE) -> list[Rule]:

@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 
 from opbroker.api import TemplateAction
 from opbroker.api.conventions import (
+    ANNOTATION_OWNER_UID,
     CREDENTIALS_KEY,
     CREDENTIALS_SECRET_TYPE,
     FINALIZER,
@@ -34,7 +35,7 @@ from opbroker.api.conventions import (
 )
 from opbroker.api.meta import ResourceRef
 from opbroker.api.osb import OperationState
-from opbroker.controller import decisions, teardown
+from opbroker.controller import decisions, identities, teardown
 from opbroker.controller.catalog import PlanEntry
 from opbroker.controller.decisions import Step
 from opbroker.controller.kube import BINDINGS, INSTANCES, Kube, Refused, ref_of
@@ -48,10 +49,11 @@ from opbroker.controller.objects import (
     same_namespace,
     stamp,
 )
+from opbroker.controller.ownership import NotOwned, apply_owned, release
 from opbroker.controller.reasons import Reason
 from opbroker.controller.reconciler import DONE, Key, Memories, ObservePlanAct, Outcome, PerKey
 from opbroker.controller.reconciling import AppliedMemory, Deps, StatusWriter
-from opbroker.controller.rendered import fetch_sources, inputs_for, release
+from opbroker.controller.rendered import fetch_sources, inputs_for
 from opbroker.rendering import RenderError
 
 logger = logging.getLogger(__name__)
@@ -216,12 +218,23 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
                 return self.status.fail_or_retry(binding, exc, Reason.RENDER_FAILED)
             except Refused as exc:
                 return self.status.refused(binding, exc)
+            except NotOwned as exc:
+                self.status.transition(
+                    binding, state=OperationState.FAILED, reason=Reason.OBJECT_NOT_OWNED, error=str(exc)
+                )
+                return DONE
         return DONE
 
     def reread(self, key: Key) -> None:
         self.deps.kube.store.discard(BINDINGS.store_key, key.namespace, key.name)
 
     # -- steps ---------------------------------------------------------------------------------------
+
+    def _actor(self, entry: PlanEntry | None) -> Kube:
+        """The door a plan's work goes through: its ServiceAccount's rights (see ``identities``)."""
+        if entry is None:
+            return self.deps.kube
+        return self.deps.kube.acting_as(identities.plan_user(entry.body, self.deps.settings))
 
     def _registries(
         self, binding: dict[str, Any], instance: dict[str, Any]
@@ -253,7 +266,7 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
     def _apply(self, binding: dict[str, Any], instance: dict[str, Any], entry: PlanEntry) -> dict[str, Any]:
         """Render and apply ``bind``; returns the status fields recording it (written with the next state)."""
         assert entry.model is not None
-        kube = self.deps.kube
+        kube = self._actor(entry)
         meta = binding["metadata"]
         inputs = self._inputs(binding, instance, entry)
         sources = fetch_sources(kube, self.deps.renderer.render_sources(entry.model, inputs))
@@ -285,12 +298,18 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
             )
         for obj in rendered.objects:
             ref = ref_of(obj.manifest)
-            if ref_key(ref) in instance_refs:
-                kube.apply(obj.manifest, field_manager=binding_field_manager(meta["name"]))
+            if ref_key(ref) in instance_refs:  # the instance's own object (the live stamp must say so)
+                apply_owned(
+                    kube,
+                    obj.manifest,
+                    owner_uids=(instance["metadata"]["uid"],),
+                    field_manager=binding_field_manager(meta["name"]),
+                )
                 continue
             _, namespaced = kube.plural_of(ref.api_version, ref.kind)
             owned = namespaced and same_namespace(obj.manifest, binding)
-            kube.apply(stamp(obj.manifest, owner=binding, labels=labels, owned=owned))
+            manifest = stamp(obj.manifest, owner=binding, labels=labels, owned=owned)
+            apply_owned(kube, manifest, owner_uids=(meta["uid"],), adopt=obj.adopt)
         for gone in minus_refs(old_refs, own_refs):
             release(kube, gone, owner_uid=meta["uid"])
         return {
@@ -304,7 +323,7 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
         self, binding: dict[str, Any], instance: dict[str, Any], entry: PlanEntry, applied: dict[str, Any]
     ) -> Outcome:
         assert entry.model is not None
-        kube = self.deps.kube
+        kube = self._actor(entry)
         inputs = self._inputs(binding, instance, entry)
         source_refs = self.deps.renderer.render_sources(entry.model, inputs)
         watched = [*source_refs.values(), *refs_of(binding.get("status"))]
@@ -313,7 +332,7 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
             credentials = (
                 (inputs.binding_registry or {}).get("credentials") or (inputs.registry or {}).get("credentials") or {}
             )
-            return self._succeed(binding, {"credentials": credentials}, applied, watched)
+            return self._succeed(binding, {"credentials": credentials}, applied, watched, kube)
         fetched = fetch_sources(kube, source_refs)
         result = self.deps.renderer.render_status(entry.model, self._inputs(binding, instance, entry, fetched))
         section = result.bind
@@ -332,12 +351,17 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
             # Not done, or "succeeded" without credentials: the objects that produce them are not there yet.
             return self.status.still_in_progress(binding, extra=applied)
         followed = self._followed(binding, instance, entry, source_refs, fetched)
-        return self._succeed(binding, response, {**applied, **followed_status(followed)}, watched)
+        return self._succeed(binding, response, {**applied, **followed_status(followed)}, watched, kube)
 
     def _succeed(
-        self, binding: dict[str, Any], response: dict[str, Any], applied: dict[str, Any], watched: list[ResourceRef]
+        self,
+        binding: dict[str, Any],
+        response: dict[str, Any],
+        applied: dict[str, Any],
+        watched: list[ResourceRef],
+        kube: Kube,
     ) -> Outcome:
-        secret_name = self._write_credentials(binding, response)
+        secret_name = self._write_credentials(binding, response, kube)
         self.followed.forget(Key("binding", binding["metadata"]["namespace"], binding["metadata"]["name"]))
         self.status.transition(
             binding,
@@ -351,10 +375,15 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
         self._watch(binding, watched)
         return DONE
 
-    def _write_credentials(self, binding: dict[str, Any], response: dict[str, Any]) -> str:
+    def _write_credentials(self, binding: dict[str, Any], response: dict[str, Any], kube: Kube) -> str:
+        """Write the credentials Secret (as the plan's account: a write into the consumer's namespace) — never
+        over a Secret of that name that this binding did not make."""
         meta = binding["metadata"]
         secret_name = credentials_secret_name(meta["name"])
-        self.deps.kube.apply_secret(
+        live = kube.read_secret(meta["namespace"], secret_name, stored=True)
+        if decisions.takeover(live, owner_uids=(meta["uid"],), adopt=False) is decisions.Takeover.REFUSE:
+            raise NotOwned(ResourceRef(api_version="v1", kind="Secret", name=secret_name, namespace=meta["namespace"]))
+        kube.apply_secret(
             {
                 "apiVersion": "v1",
                 "kind": "Secret",
@@ -363,6 +392,7 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
                     "name": secret_name,
                     "namespace": meta["namespace"],
                     "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_BINDING: meta["name"]},
+                    "annotations": {ANNOTATION_OWNER_UID: meta["uid"]},
                     "ownerReferences": [owner_reference(binding, controller=True)],
                 },
                 "data": {CREDENTIALS_KEY: base64.b64encode(json.dumps(response).encode()).decode()},
@@ -381,7 +411,7 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
         assert entry.model is not None
         if entry.model.spec.template(TemplateAction.STATUS) is None:
             return DONE  # registry credentials: generated once, never re-rendered
-        kube = self.deps.kube
+        kube = self._actor(entry)
         meta = binding["metadata"]
         key = Key("binding", meta["namespace"], meta["name"])
         if self._unchanged(key, binding, instance, entry):
@@ -406,7 +436,11 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
         )
         changed = decisions.credentials_changed(kube.get(secret_ref), response)
         if changed:
-            self._write_credentials(binding, response)
+            try:
+                self._write_credentials(binding, response, kube)
+            except NotOwned as exc:
+                logger.warning("binding %s/%s: credentials not refreshed: %s", meta["namespace"], meta["name"], exc)
+                return DONE
             message = "the credentials changed at their source; the credentials Secret was rewritten"
             logger.info("binding %s/%s: %s", meta["namespace"], meta["name"], message)
             kube.emit_event(binding, reason=Reason.ROTATED.value, message=message)
@@ -451,6 +485,7 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
 
     def _teardown(self, binding: dict[str, Any], instance: dict[str, Any] | None, entry: PlanEntry | None) -> Outcome:
         kube = self.deps.kube
+        actor = self._actor(entry)
         meta = binding["metadata"]
         self.applied.forget(Key("binding", meta["namespace"], meta["name"]))
         status = binding.get("status") or {}
@@ -467,16 +502,22 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
             try:
                 inputs = self._inputs(binding, instance, entry)
                 source_refs = self.deps.renderer.render_sources(entry.model, inputs)
-                sources = fetch_sources(kube, source_refs)
+                sources = fetch_sources(actor, source_refs)
                 if entry.model.spec.template(TemplateAction.UNBIND) is not None:
                     rendered = self.deps.renderer.render_objects(
                         entry.model, TemplateAction.UNBIND, self._inputs(binding, instance, entry, sources)
                     )
                     for obj in rendered.objects:
-                        kube.apply(obj.manifest, field_manager=binding_field_manager(meta["name"]))
+                        apply_owned(
+                            actor,
+                            obj.manifest,
+                            owner_uids=(meta["uid"], instance["metadata"]["uid"]),
+                            adopt=obj.adopt,
+                            field_manager=binding_field_manager(meta["name"]),
+                        )
                 if entry.model.spec.template(TemplateAction.STATUS) is not None:
                     result = self.deps.renderer.render_status(
-                        entry.model, self._inputs(binding, instance, entry, fetch_sources(kube, source_refs))
+                        entry.model, self._inputs(binding, instance, entry, fetch_sources(actor, source_refs))
                     )
                     if result.unbind is not None:
                         if result.unbind.state == OperationState.FAILED.value:
@@ -490,12 +531,17 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
                         done = result.unbind.state == OperationState.SUCCEEDED.value
             except RenderError as exc:
                 return self.status.fail_or_retry(binding, exc, Reason.RENDER_FAILED)
-        remaining = [ref for ref in scope.release if release(kube, ref, owner_uid=meta["uid"])]
+            except NotOwned as exc:
+                self.status.transition(
+                    binding, state=OperationState.FAILED, reason=Reason.OBJECT_NOT_OWNED, error=str(exc)
+                )
+                return DONE
+        remaining = [ref for ref in scope.release if release(actor, ref, owner_uid=meta["uid"])]
         if remaining or not done:
             return Outcome(requeue_after=self.deps.settings.status_poll_seconds)
         if terminating:
             teardown.announce(kube, binding, scope)
-        delete_credentials(kube, binding)
+        delete_credentials(actor, binding)
         meta = binding["metadata"]  # as last written: the status write above replaced the object's contents
         finalizers = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
         kube.patch_custom(

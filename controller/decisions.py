@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from opbroker.api.conventions import CREDENTIALS_KEY, FINALIZER
+from opbroker.api.conventions import ANNOTATION_SINGLETON, CREDENTIALS_KEY, FINALIZER, LABEL_PLAN, owned_by
 from opbroker.api.meta import ResourceRef
 from opbroker.api.osb import OperationState
 from opbroker.controller.objects import ref_key
@@ -51,6 +51,8 @@ class Step(StrEnum):
     """Before an instance's first apply: the plan gains the finalizer that keeps it while instances use it."""
     REFUSE_WITHDRAWN = "refuse-withdrawn"
     """A new instance of a plan being deleted: fail it (the plan takes no new instances)."""
+    REFUSE_CONTEXT_NAMESPACE = "refuse-context-namespace"
+    """An instance whose request context names a namespace other than its own: fail it, apply nothing."""
 
 
 def _meta(obj: dict[str, Any]) -> dict[str, Any]:
@@ -381,3 +383,87 @@ def refuses_new_instance(instance: dict[str, Any], plan: dict[str, Any] | None) 
     status = _status(instance)
     never_applied = not status.get("resources") and status.get("appliedPlanHash") is None
     return withdrawn(plan) and not is_deleting(instance) and never_applied
+
+
+# -- ownership (issue 24): what opbroker may do to an object that exists already ---------------------------------
+
+
+class Takeover(StrEnum):
+    """What applying a rendered object may do, given the live object."""
+
+    CREATE = "create"
+    """It does not exist: create it (stamped as the owner's)."""
+    UPDATE = "update"
+    """It carries the owner's stamp: apply."""
+    ADOPT = "adopt"
+    """It exists unstamped and the plan's template declares adoption: apply, which stamps it."""
+    REFUSE = "refuse"
+    """It exists and is someone else's: leave it untouched and fail the operation."""
+
+
+def takeover(live: dict[str, Any] | None, *, owner_uids: tuple[str, ...], adopt: bool) -> Takeover:
+    """Whether a rendered object may be written over ``live``: only one stamped as one of ``owner_uids`` (an
+    instance's, or a binding's and its instance's), or any when the template adopts. A record in a status
+    proves nothing; the live object's stamp does."""
+    if live is None:
+        return Takeover.CREATE
+    if any(owned_by(live, uid) for uid in owner_uids):
+        return Takeover.UPDATE
+    return Takeover.ADOPT if adopt else Takeover.REFUSE
+
+
+class Letting(StrEnum):
+    """What releasing a recorded object does."""
+
+    GONE = "gone"
+    DELETE = "delete"
+    WAIT = "wait"
+    """Ours and being deleted already."""
+    UNOWN = "unown"
+    """Shared with other owners: drop our owner reference, it lives on."""
+    LEAVE = "leave"
+    """Not ours (no stamp, no owner reference of ours): never deleted or changed, whatever a status records."""
+
+
+def letting_go(live: dict[str, Any] | None, *, owner_uid: str) -> Letting:
+    """How to let go of ``live``, recorded as ``owner_uid``'s: only an object stamped as its own, or owned by it
+    through an owner reference (a shared singleton, or an object from before stamps), is ever touched."""
+    if live is None:
+        return Letting.GONE
+    meta = live.get("metadata") or {}
+    owners = meta.get("ownerReferences") or []
+    referenced = any(o.get("uid") == owner_uid for o in owners)
+    if not referenced and not owned_by(live, owner_uid):
+        return Letting.LEAVE
+    if any(o.get("uid") != owner_uid for o in owners):
+        return Letting.UNOWN if referenced else Letting.LEAVE
+    return Letting.WAIT if meta.get("deletionTimestamp") else Letting.DELETE
+
+
+def shared_singleton(live: dict[str, Any], *, plan_label: str | None) -> bool:
+    """Whether an existing object is a singleton opbroker made for this plan (so an instance may share it)."""
+    meta = live.get("metadata") or {}
+    return (
+        (meta.get("annotations") or {}).get(ANNOTATION_SINGLETON) == "true"
+        and bool(plan_label)
+        and ((meta.get("labels") or {}).get(LABEL_PLAN) == plan_label)
+    )
+
+
+def context_namespace_refused(instance: dict[str, Any], *, trusted_namespaces: tuple[str, ...]) -> str | None:
+    """Why the request context's namespace may not receive this instance's objects (None: it may).
+
+    The OSB context names where a consumer's objects go; the broker accepts only namespaces the platform allows
+    and records the instance there (or, without context namespaces, in the control plane's namespace). An
+    instance created directly in a tenant's namespace may name only that namespace: anything else would let one
+    tenant direct a plan's objects into another's namespace."""
+    context = (instance.get("spec") or {}).get("context") or {}
+    wanted = context.get("namespace") if isinstance(context, dict) else None
+    home = _meta(instance).get("namespace")
+    if not wanted or wanted == home or home in trusted_namespaces:
+        return None
+    return (
+        f"the request's context names namespace {wanted!r}, but the instance lives in {home!r}: an instance may "
+        "direct its objects only into its own namespace (instances recorded by the broker in the control plane's "
+        "namespace excepted)"
+    )

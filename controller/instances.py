@@ -17,10 +17,10 @@ from opbroker.api import TemplateAction
 from opbroker.api.conventions import FINALIZER, LABEL_INSTANCE, LABEL_PLAN, instance_registry_name
 from opbroker.api.meta import ResourceRef
 from opbroker.api.osb import OperationState
-from opbroker.controller import decisions, teardown
+from opbroker.controller import decisions, identities, teardown
 from opbroker.controller.catalog import PlanEntry
 from opbroker.controller.decisions import Step
-from opbroker.controller.kube import BINDINGS, INSTANCES, Refused, ref_of
+from opbroker.controller.kube import BINDINGS, INSTANCES, Kube, Refused, ref_of
 from opbroker.controller.objects import (
     minus_refs,
     owner_reference,
@@ -30,11 +30,12 @@ from opbroker.controller.objects import (
     stamp,
     union_refs,
 )
+from opbroker.controller.ownership import NotOwned, apply_owned, release
 from opbroker.controller.plan_guard import set_plan_finalizer
 from opbroker.controller.reasons import Reason
 from opbroker.controller.reconciler import DONE, Key, Memories, ObservePlanAct, Outcome
 from opbroker.controller.reconciling import AppliedMemory, Deps, StatusWriter
-from opbroker.controller.rendered import fetch_sources, inputs_for, release
+from opbroker.controller.rendered import fetch_sources, inputs_for
 from opbroker.rendering import RenderError
 
 logger = logging.getLogger(__name__)
@@ -52,6 +53,8 @@ class InstanceFacts:
     """Bindings still referring to the instance (counted only while it is being deleted)."""
     pending: dict[str, Any] | None
     """The record of an apply of this generation and plan version whose outcome is still awaited."""
+    trusted: tuple[str, ...] = ()
+    """The control plane's namespaces (where the broker records instances whose context it checked)."""
 
 
 class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
@@ -78,8 +81,11 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
         entry = self.deps.catalog.plan((instance.get("spec") or {}).get("planId", ""))
         live_bindings = self._live_bindings(instance) if decisions.is_deleting(instance) else 0
         version = (instance["metadata"].get("generation"), entry.hash if entry else None)
-        return InstanceFacts(key, instance, entry, live_bindings, self.applied.recall(key, version))
+        return InstanceFacts(
+            key, instance, entry, live_bindings, self.applied.recall(key, version), (self.deps.settings.namespace,)
+        )
 
+    @staticmethod
     @staticmethod
     def plan(facts: InstanceFacts) -> Sequence[Step]:
         entry = facts.entry
@@ -97,6 +103,8 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
             return (Step.REPORT_PLAN_PROBLEM,)
         if step == Step.APPLY and decisions.refuses_new_instance(facts.body, entry.body):
             return (Step.REFUSE_WITHDRAWN,)
+        if step == Step.APPLY and decisions.context_namespace_refused(facts.body, trusted_namespaces=facts.trusted):
+            return (Step.REFUSE_CONTEXT_NAMESPACE,)
         in_progress = (facts.body.get("status") or {}).get("state") == OperationState.IN_PROGRESS.value
         if step == Step.APPLY and facts.pending is not None and in_progress:
             return (Step.AWAIT_OUTCOME,)  # applied already; its outcome is pending
@@ -137,6 +145,12 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
                     error=f"plan {entry.body['metadata']['name']!r} is being deleted: it takes no new instances",
                 )
                 return DONE
+            if step == Step.REFUSE_CONTEXT_NAMESPACE:
+                why = decisions.context_namespace_refused(instance, trusted_namespaces=(self.deps.settings.namespace,))
+                self.status.transition(
+                    instance, state=OperationState.FAILED, reason=Reason.CONTEXT_NAMESPACE_REFUSED, error=why or ""
+                )
+                return DONE
             try:
                 if step == Step.AWAIT_OUTCOME:
                     return self._operate(instance, entry, applied=facts.pending)
@@ -145,6 +159,11 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
                 return self.status.fail_or_retry(instance, exc, Reason.RENDER_FAILED)
             except Refused as exc:
                 return self.status.refused(instance, exc)
+            except NotOwned as exc:
+                self.status.transition(
+                    instance, state=OperationState.FAILED, reason=Reason.OBJECT_NOT_OWNED, error=str(exc)
+                )
+                return DONE
         return DONE
 
     def reread(self, key: Key) -> None:
@@ -172,7 +191,7 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
         assert entry.model is not None
         meta = instance["metadata"]
         registry_name = instance_registry_name(meta["name"])
-        registry = self.deps.registries.load(self.deps.kube, meta["namespace"], registry_name, meta["uid"]) or {}
+        registry = self.deps.registries.load(self._actor(entry), meta["namespace"], registry_name, meta["uid"]) or {}
         source_refs = self.deps.renderer.render_sources(
             entry.model, inputs_for(self.deps, instance=instance, plan=entry, registry=registry)
         )
@@ -186,7 +205,7 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """Render and apply ``provision``; returns the status fields recording it, and the registry."""
         assert entry.model is not None
-        kube = self.deps.kube
+        kube = self._actor(entry)
         meta = instance["metadata"]
         sources = fetch_sources(kube, source_refs)
         rendered = self.deps.renderer.render_objects(
@@ -215,8 +234,8 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
         for obj in rendered.objects:
             _, namespaced = kube.plural_of(obj.manifest["apiVersion"], obj.manifest["kind"])
             owned = namespaced and same_namespace(obj.manifest, instance)
-            manifest = stamp(obj.manifest, owner=instance, labels=labels, owned=owned)
-            self._apply_object(manifest, singleton=obj.singleton, owned=owned, owner=instance)
+            manifest = stamp(obj.manifest, owner=instance, labels=labels, owned=owned, shared=obj.singleton)
+            self._apply_object(kube, manifest, singleton=obj.singleton, owned=owned, owner=instance, adopt=obj.adopt)
         for gone in minus_refs(old_refs, new_refs):
             release(kube, gone, owner_uid=meta["uid"])
         applied = {
@@ -248,7 +267,7 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
             )
             self.applied.forget(Key.of("instance", instance))
             return DONE
-        sources = fetch_sources(self.deps.kube, source_refs)
+        sources = fetch_sources(self._actor(entry), source_refs)
         result = self.deps.renderer.render_status(
             entry.model, inputs_for(self.deps, instance=instance, plan=entry, registry=registry, sources=sources)
         )
@@ -289,6 +308,7 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
 
     def _teardown(self, instance: dict[str, Any], entry: PlanEntry | None) -> Outcome:
         kube = self.deps.kube
+        actor = self._actor(entry)
         meta = instance["metadata"]
         self.applied.forget(Key("instance", meta["namespace"], meta["name"]))
         status = instance.get("status") or {}
@@ -300,7 +320,7 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
         scope = decisions.teardown_scope(
             refs_of(status), namespace=meta["namespace"], namespace_terminating=terminating
         )
-        remaining = [ref for ref in scope.release if release(kube, ref, owner_uid=meta["uid"])]
+        remaining = [ref for ref in scope.release if release(actor, ref, owner_uid=meta["uid"])]
         done = not remaining
         if (
             scope.run_templates
@@ -310,7 +330,7 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
         ):
             try:
                 registry = self.deps.registries.load(
-                    kube, meta["namespace"], instance_registry_name(meta["name"]), meta["uid"], claim=False
+                    actor, meta["namespace"], instance_registry_name(meta["name"]), meta["uid"], claim=False
                 )
                 inputs = inputs_for(self.deps, instance=instance, plan=entry, registry=registry)
                 source_refs = self.deps.renderer.render_sources(entry.model, inputs)
@@ -322,7 +342,7 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
                         instance=instance,
                         plan=entry,
                         registry=registry,
-                        sources=fetch_sources(kube, source_refs),
+                        sources=fetch_sources(actor, source_refs),
                     ),
                 )
             except RenderError as exc:
@@ -364,19 +384,33 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
 
     # -- helpers -------------------------------------------------------------------------------------
 
-    def _apply_object(self, manifest: dict[str, Any], *, singleton: bool, owned: bool, owner: dict[str, Any]) -> None:
-        """Apply one rendered object. A singleton is shared by every instance of the plan: if it exists
-        already it is left as it is and merely gains our owner reference, so it lives while any owner does."""
-        kube = self.deps.kube
+    def _actor(self, entry: PlanEntry | None) -> Kube:
+        """The door a plan's work goes through: its ServiceAccount's rights (see ``identities``)."""
+        if entry is None:
+            return self.deps.kube
+        return self.deps.kube.acting_as(identities.plan_user(entry.body, self.deps.settings))
+
+    @staticmethod
+    def _apply_object(
+        kube: Kube, manifest: dict[str, Any], *, singleton: bool, owned: bool, owner: dict[str, Any], adopt: bool
+    ) -> None:
+        """Apply one rendered object, unless it exists and is not this instance's (``ownership``). A singleton is
+        shared by every instance of the plan: if it exists already (made by opbroker for this plan, or adopted)
+        it is left as it is and merely gains our owner reference, so it lives while any owner does."""
         if not singleton:
-            kube.apply(manifest)
+            apply_owned(kube, manifest, owner_uids=(owner["metadata"]["uid"],), adopt=adopt)
             return
-        if kube.create(manifest) is not None or not owned:
+        if kube.create(manifest) is not None:
             return
         ref = ref_of(manifest)
         live = kube.get(ref)
         if live is None:
             return  # deleted meanwhile: the next reconcile creates it
+        plan_label = manifest["metadata"]["labels"].get(LABEL_PLAN)
+        if not adopt and not decisions.shared_singleton(live, plan_label=plan_label):
+            raise NotOwned(ref)
+        if not owned:
+            return
         owners = live["metadata"].get("ownerReferences") or []
         ours = owner_reference(owner)
         if all(o.get("uid") != ours["uid"] for o in owners):

@@ -10,6 +10,7 @@ import datetime
 import json
 import logging
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +21,7 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
 from opbroker.api.meta import ResourceRef
+from opbroker.controller.access import Access, AccessReviews, api_reviewer
 from opbroker.controller.refusals import Refusal, Severity, refusal, severity
 from opbroker.controller.store import UNKNOWN, ObjectStore
 
@@ -71,6 +73,9 @@ class Kind:
         return (self.api_version, self.plural)
 
 
+#: Identities acted as at once, at most (each keeps a connection pool); the least recently used goes first.
+MAX_ACTING_IDENTITIES = 64
+
 SECRETS = ("v1", "Secret")
 INSTANCES = Kind("osb.servicefabrik.io", "v1alpha1", "sfserviceinstances")
 BINDINGS = Kind("osb.servicefabrik.io", "v1alpha1", "sfservicebindings")
@@ -100,21 +105,78 @@ class Kube:
     every write's answer goes into it, so a reconcile reads back at least what it wrote.
     """
 
-    def __init__(self, api_client: client.ApiClient) -> None:
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        *,
+        store: ObjectStore | None = None,
+        reviews: AccessReviews | None = None,
+        acting_for: Kube | None = None,
+        user: str | None = None,
+    ) -> None:
         self.api_client = api_client
-        self.store = ObjectStore()
+        self.store = store if store is not None else ObjectStore()
         self.custom = client.CustomObjectsApi(api_client)
         self.core = client.CoreV1Api(api_client)
+        self.reviews = reviews if reviews is not None else AccessReviews(api_reviewer(api_client))
+        self.user = user
+        """Who this door acts as: None for the controller itself, else the impersonated user (see
+        :meth:`acting_as`)."""
+        self._own = acting_for
         self._dynamic: DynamicClient | None = None
         self._dynamic_lock = threading.Lock()
+        self._acting: OrderedDict[str, Kube] = OrderedDict()
+        self._acting_lock = threading.Lock()
 
     @property
     def dynamic(self) -> DynamicClient:
-        """Discovery-backed client, built lazily (discovery costs a dozen requests)."""
+        """Discovery-backed client, built lazily (discovery costs a dozen requests); an acting door shares
+        the controller's discovery and sends its own requests."""
         with self._dynamic_lock:
             if self._dynamic is None:
-                self._dynamic = DynamicClient(self.api_client)
+                if self._own is None:
+                    self._dynamic = DynamicClient(self.api_client)
+                else:
+                    self._dynamic = _ActingDynamicClient(self.api_client, self._own.dynamic)
             return self._dynamic
+
+    def acting_as(self, user: str | None) -> Kube:
+        """This door, acting with ``user``'s rights (None: the controller's own).
+
+        Every request goes to the API server impersonating ``user`` (``Impersonate-User``), so the API server
+        authorises each write as it would that user's. Reads answered from the controller's store are first
+        checked with a cached SubjectAccessReview for ``user`` (:mod:`opbroker.controller.access`): a plan's
+        account reads through the cache only what it may read itself. The store, the discovery and the reviews
+        are shared; one door per user is kept (at most :data:`MAX_ACTING_IDENTITIES`).
+        """
+        own = self._own or self
+        if user is None or user == self.user:
+            return self if user == self.user else own
+        with own._acting_lock:
+            door = own._acting.get(user)
+            if door is None:
+                api = client.ApiClient(own.api_client.configuration)
+                api.set_default_header("Impersonate-User", user)  # type: ignore[no-untyped-call]
+                door = Kube(api, store=own.store, reviews=own.reviews, acting_for=own, user=user)
+                own._acting[user] = door
+                while len(own._acting) > MAX_ACTING_IDENTITIES:
+                    _, dropped = own._acting.popitem(last=False)
+                    dropped.api_client.close()  # type: ignore[no-untyped-call]
+            own._acting.move_to_end(user)
+            return door
+
+    def _may_read(self, resource: Any, namespace: str | None, name: str) -> None:
+        """Raise :class:`Refused` unless the acting user may ``get`` ``resource`` there (the controller itself
+        may read whatever its store holds)."""
+        self._may_get(resource.group or "", resource.name, resource.kind, namespace, name)
+
+    def _may_get(self, group: str, plural: str, kind: str, namespace: str | None, name: str) -> None:
+        if self.user is None or self.reviews.allowed(Access(self.user, "get", group, plural, namespace)):
+            return
+        where = f' in the namespace "{namespace}"' if namespace else ""
+        message = f'User "{self.user}" cannot get resource "{plural}" in API group "{group}"{where}'
+        target = {"kind": kind, "metadata": {"name": name, "namespace": namespace}}
+        raise Refused(refusal(403, {"reason": "Forbidden", "message": message}, target))
 
     def _resource(self, api_version: str, kind: str) -> Any:
         try:
@@ -139,8 +201,15 @@ class Kube:
         namespace = ref.namespace if resource.namespaced else None
         cached = self.store.lookup((ref.api_version, ref.kind), namespace, ref.name)
         if cached is not UNKNOWN:
+            self._may_read(resource, namespace, ref.name)
             return _as_optional_dict(cached)
-        found = _unless(404, lambda: resource.get(name=ref.name, namespace=namespace))
+        try:
+            found = _unless(404, lambda: self.dynamic.get(resource, name=ref.name, namespace=namespace))
+        except ApiException as exc:
+            if exc.status == 403:
+                target = {"kind": ref.kind, "metadata": {"name": ref.name, "namespace": namespace}}
+                raise _refused(exc, target) from None
+            raise
         return None if found is None else _as_dict(found.to_dict())
 
     def version_of(self, ref: ResourceRef) -> str | None:
@@ -149,6 +218,7 @@ class Kube:
         namespace = ref.namespace if resource.namespaced else None
         known = self.store.version_of((ref.api_version, ref.kind), namespace, ref.name)
         if known is not UNKNOWN:
+            self._may_read(resource, namespace, ref.name)
             return None if known is None else str(known)
         found = self.get(ref)
         return None if found is None else str((found.get("metadata") or {}).get("resourceVersion", ""))
@@ -165,7 +235,8 @@ class Kube:
         meta = body["metadata"]
         resource = self._resource(body["apiVersion"], body["kind"])
         try:
-            applied = resource.server_side_apply(
+            applied = self.dynamic.server_side_apply(
+                resource,
                 body=body,
                 name=meta["name"],
                 namespace=meta.get("namespace") if resource.namespaced else None,
@@ -182,7 +253,7 @@ class Kube:
         resource = self._resource(body["apiVersion"], body["kind"])
         namespace = body["metadata"].get("namespace") if resource.namespaced else None
         try:
-            created = _unless(409, lambda: resource.create(body=body, namespace=namespace))
+            created = _unless(409, lambda: self.dynamic.create(resource, body=body, namespace=namespace))
         except ApiException as exc:
             raise _refused(exc, body) from None
         return None if created is None else self._keep(created.to_dict())
@@ -191,7 +262,8 @@ class Kube:
         resource = self._resource(ref.api_version, ref.kind)
         patched = _unless(
             404,
-            lambda: resource.patch(
+            lambda: self.dynamic.patch(
+                resource,
                 body=patch,
                 name=ref.name,
                 namespace=ref.namespace if resource.namespaced else None,
@@ -205,7 +277,10 @@ class Kube:
         resource = self._resource(ref.api_version, ref.kind)
         namespace = ref.namespace if resource.namespaced else None
         deleted = _unless(
-            404, lambda: resource.delete(name=ref.name, namespace=namespace, body={"propagationPolicy": "Background"})
+            404,
+            lambda: self.dynamic.delete(
+                resource, name=ref.name, namespace=namespace, body={"propagationPolicy": "Background"}
+            ),
         )
         return deleted is not None
 
@@ -285,6 +360,7 @@ class Kube:
         if stored:
             held = self.store.lookup(SECRETS, namespace, name)
             if held is not UNKNOWN:
+                self._may_get("", "secrets", "Secret", namespace, name)
                 return _as_optional_dict(held)
         response = _unless(404, lambda: self.core.read_namespaced_secret(name, namespace, _preload_content=False))
         return None if response is None else _json(response)
@@ -333,12 +409,26 @@ class Kube:
     def list_objects(self, api_version: str, kind: str, namespace: str) -> list[dict[str, Any]]:
         """Every object of a namespaced kind in ``namespace``, as plain dicts (managedFields included)."""
         resource = self._resource(api_version, kind)
-        listed = resource.get(namespace=namespace)
+        listed = self.dynamic.get(resource, namespace=namespace)
         items: list[dict[str, Any]] = [item.to_dict() for item in listed.items]
         for item in items:  # list items carry no type meta; callers apply them back
             item.setdefault("apiVersion", api_version)
             item.setdefault("kind", kind)
         return items
+
+
+class _ActingDynamicClient(DynamicClient):
+    """A DynamicClient that sends its requests through its own (impersonating) API client but shares the
+    controller's discovery: discovering the API again per identity would cost a dozen requests each."""
+
+    def __init__(self, api_client: client.ApiClient, discovery: DynamicClient) -> None:  # no super(): no discovery
+        self.client = api_client
+        self.configuration = api_client.configuration
+        self._discovery = discovery
+
+    @property
+    def resources(self) -> Any:
+        return self._discovery.resources
 
 
 def _unless(status: int, call: Callable[[], Any]) -> Any:

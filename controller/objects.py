@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from opbroker.api.conventions import LABEL_MANAGED_BY, MANAGED_BY
+from opbroker.api.conventions import ANNOTATION_OWNER_UID, LABEL_MANAGED_BY, MANAGED_BY
 from opbroker.api.meta import ResourceRef
 
 
@@ -54,14 +54,22 @@ def minus_refs(first: list[ResourceRef], second: list[ResourceRef]) -> list[Reso
     return [ref for ref in first if ref_key(ref) not in drop]
 
 
-def stamp(manifest: dict[str, Any], *, owner: dict[str, Any], labels: dict[str, str], owned: bool) -> dict[str, Any]:
-    """A copy of a rendered object labelled as ours and, when ``owned``, owned by ``owner``.
+def stamp(
+    manifest: dict[str, Any], *, owner: dict[str, Any], labels: dict[str, str], owned: bool, shared: bool = False
+) -> dict[str, Any]:
+    """A copy of a rendered object labelled as ours, stamped with its owner's uid (the proof, checked on the live
+    object, that opbroker may later change or delete it; not for a ``shared`` singleton, whose owners are its
+    owner references) and, when ``owned``, owned by ``owner``.
 
     Owner references only work inside one namespace; objects rendered into another namespace (or cluster
-    scoped) are cleaned up by the controller itself from ``status.resources``.
+    scoped) are cleaned up by the controller itself from ``status.resources``, where their stamp says they are
+    the owner's.
     """
     metadata = dict(manifest.get("metadata") or {})
     metadata["labels"] = {**(metadata.get("labels") or {}), LABEL_MANAGED_BY: MANAGED_BY, **labels}
+    if not shared:
+        annotations = metadata.get("annotations") or {}
+        metadata["annotations"] = {**annotations, ANNOTATION_OWNER_UID: owner["metadata"]["uid"]}
     if owned:
         others = [r for r in metadata.get("ownerReferences") or [] if r.get("uid") != owner["metadata"]["uid"]]
         metadata["ownerReferences"] = [*others, owner_reference(owner)]

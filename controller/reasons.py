@@ -35,6 +35,10 @@ class Reason(StrEnum):
     """An SFPlan being deleted waits for the instances that still use it."""
     PLAN_WITHDRAWN = "PlanWithdrawn"
     """A new instance of an SFPlan being deleted."""
+    OBJECT_NOT_OWNED = "ObjectNotOwned"
+    """A rendered object exists and opbroker did not make it for this owner: left untouched (issue 24)."""
+    CONTEXT_NAMESPACE_REFUSED = "ContextNamespaceRefused"
+    """An instance's request context names another namespace than the instance's own (issue 24)."""
     # -- registered services ---------------------------------------------------------------------------------
     REGISTERED = "Registered"
     AVAILABLE = "Available"

@@ -10,7 +10,7 @@ import base64
 import json
 from typing import Any
 
-from opbroker.api.conventions import LABEL_MANAGED_BY, MANAGED_BY
+from opbroker.api.conventions import ANNOTATION_OWNER_UID, LABEL_MANAGED_BY, MANAGED_BY
 from opbroker.controller.kube import Kube
 from opbroker.controller.objects import owner_reference
 from opbroker.controller.reconciler import TemporaryError
@@ -85,6 +85,7 @@ def save(
                 "name": name,
                 "namespace": owner["metadata"]["namespace"],
                 "labels": {LABEL_MANAGED_BY: MANAGED_BY, **labels},
+                "annotations": {ANNOTATION_OWNER_UID: owner["metadata"]["uid"]},
                 "ownerReferences": [owner_reference(owner)],
             },
             "data": encode(values),

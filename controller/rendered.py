@@ -1,5 +1,5 @@
-"""Glue between the reconcilers and the renderer: building its inputs, fetching live sources, and
-releasing objects an instance or binding no longer renders."""
+"""Glue between the reconcilers and the renderer: building its inputs and fetching live sources (releasing
+objects no longer rendered is :mod:`opbroker.controller.ownership`'s)."""
 
 from __future__ import annotations
 
@@ -42,23 +42,3 @@ def inputs_for(
 def fetch_sources(kube: Kube, refs: dict[str, ResourceRef]) -> dict[str, dict[str, Any] | None]:
     """The live objects behind a rendered ``sources`` map; a missing one is None (templates skip it)."""
     return {name: kube.get(ref) for name, ref in refs.items()}
-
-
-def release(kube: Kube, ref: ResourceRef, *, owner_uid: str) -> bool:
-    """Let go of an object: drop our owner reference if others own it too, else delete it.
-
-    Returns True while the object still exists and is ours to wait for (deletion in progress).
-    """
-    obj = kube.get(ref)
-    if obj is None:
-        return False
-    meta = obj.get("metadata") or {}
-    owners = meta.get("ownerReferences") or []
-    others = [o for o in owners if o.get("uid") != owner_uid]
-    if others:
-        if len(others) < len(owners):
-            kube.merge_patch(ref, {"metadata": {"ownerReferences": others}})
-        return False  # shared, or no longer ours at all: it lives on with its other owners
-    if not meta.get("deletionTimestamp"):
-        kube.delete(ref)
-    return True

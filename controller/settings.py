@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from opbroker.api.conventions import DEFAULT_NAMESPACE
+from opbroker.api.conventions import DEFAULT_NAMESPACE, DEFAULT_PLAN_SERVICE_ACCOUNT, NAMESPACE_SERVICE_ACCOUNT
 from opbroker.controller.claims.settings import ClaimsSettings
 
 
@@ -49,6 +49,16 @@ class ControllerSettings:
     0.0.0.0) and register it; None: no webhook, the finalizer holds such a deletion instead."""
     webhook_url: str | None = None
     """The URL the API server reaches the webhook at (default ``https://127.0.0.1:<webhook_port>``)."""
+    impersonate: bool = True
+    """Act with the rights the platform granted, never the controller's own: a plan's objects, sources, registries
+    and credentials Secrets through the plan's ServiceAccount; writes into a namespace for no plan (Service Catalog
+    Bindings, claims) through that namespace's :attr:`namespace_service_account`. False (``--single-tenant``) acts
+    with the controller's own rights: only for a cluster with one tenant, whose controller is granted everything
+    its plans render."""
+    default_plan_service_account: str = DEFAULT_PLAN_SERVICE_ACCOUNT
+    """The account a plan that names none (``spec.serviceAccountName``) acts with, in the plan's namespace."""
+    namespace_service_account: str = NAMESPACE_SERVICE_ACCOUNT
+    """The account, in a consumer's namespace, that writes there for no plan (Flux's default service account)."""
     claims: ClaimsSettings = field(default_factory=ClaimsSettings)
     """The claims subsystem: SLA order, catalog environments, binding root, probe timeout, its workers."""
 

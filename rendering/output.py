@@ -176,6 +176,8 @@ class RenderedObject:
 
     manifest: dict[str, Any] = field(repr=False)
     singleton: bool = False
+    adopt: bool = False
+    """The template adopts an existing object opbroker did not make (see ``TemplateSpec.adopt``)."""
 
     @property
     def ref(self) -> ResourceRef:
@@ -195,7 +197,9 @@ class RenderedObject:
         return f"RenderedObject({ref.api_version} {ref.kind} {where}{ref.name}, singleton={self.singleton})"
 
 
-def objects(documents: list[Any], *, namespace: str, singleton: bool) -> tuple[RenderedObject, ...]:
+def objects(
+    documents: list[Any], *, namespace: str, singleton: bool, adopt: bool = False
+) -> tuple[RenderedObject, ...]:
     """Check each document is a Kubernetes object and give it its namespace (see the module docstring).
 
     An object is a singleton when its template is, or when it carries the annotation
@@ -221,7 +225,7 @@ def objects(documents: list[Any], *, namespace: str, singleton: bool) -> tuple[R
         if "namespace" not in metadata and document["kind"] not in CLUSTER_SCOPED_KINDS:
             metadata["namespace"] = namespace
         shared = (metadata.get("annotations") or {}).get(ANNOTATION_SINGLETON) == "true"
-        rendered.append(RenderedObject(manifest=document, singleton=singleton or shared))
+        rendered.append(RenderedObject(manifest=document, singleton=singleton or shared, adopt=adopt))
     return tuple(rendered)
 
 

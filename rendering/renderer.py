@@ -160,7 +160,7 @@ class Renderer:
 
             def parse(text: str, current: state.RenderState) -> tuple[output.RenderedObject, ...]:
                 documents = [self._pruned(d) for d in output.parse_documents(text, current)]
-                return output.objects(documents, namespace=inputs.namespace, singleton=spec.singleton)
+                return output.objects(documents, namespace=inputs.namespace, singleton=spec.singleton, adopt=spec.adopt)
 
             objects = self._render(plan, spec, inputs, work, parameters, parse)
         if action is TemplateAction.PROVISION:

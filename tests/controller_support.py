@@ -68,14 +68,31 @@ def apply_yaml(api: client.ApiClient, path: Path, namespace: str) -> list[dict[s
     return applied
 
 
+OWNER_VERBS = ("get", "list", "watch", "create", "update", "patch", "delete")
+#: What the tests' platform grants the default plan account (``opbroker/opbroker-plans``): every operator kind
+#: the tests' plans render. Tenancy tests give their plans narrower accounts of their own.
+TEST_PLAN_RULES = [
+    {"api_groups": ["demo.opbroker.io"], "resources": ["databases"], "verbs": list(OWNER_VERBS)},
+    {"api_groups": ["acid.zalan.do"], "resources": ["postgresqls"], "verbs": list(OWNER_VERBS)},
+    {"api_groups": ["databases.spotahome.com"], "resources": ["redisfailovers"], "verbs": list(OWNER_VERBS)},
+    {"api_groups": ["tiny.example.com"], "resources": ["*"], "verbs": list(OWNER_VERBS)},
+    {"api_groups": [""], "resources": ["services"], "verbs": list(OWNER_VERBS)},
+    {"api_groups": ["apps"], "resources": ["deployments", "statefulsets"], "verbs": list(OWNER_VERBS)},
+]
+
+
 @pytest.fixture(scope="session")
 def catalog_namespace(api_client: client.ApiClient) -> str:
+    """The control plane's namespace, with the default plan account granted :data:`TEST_PLAN_RULES`."""
+    from opbroker.devcluster.grants import grant_plan_account
+
     core = client.CoreV1Api(api_client)
     try:
         core.create_namespace({"metadata": {"name": DEFAULT_NAMESPACE}})
     except ApiException as exc:
         if exc.status != 409:
             raise
+    grant_plan_account(api_client, DEFAULT_NAMESPACE, TEST_PLAN_RULES)
     return DEFAULT_NAMESPACE
 
 

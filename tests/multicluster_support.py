@@ -94,6 +94,10 @@ def start_cluster(name: str) -> Cluster:
     except ApiException as exc:
         if exc.status != 409:
             raise
+    from opbroker.devcluster.grants import grant_plan_account
+    from tests.controller_support import TEST_PLAN_RULES
+
+    grant_plan_account(api, DEFAULT_NAMESPACE, TEST_PLAN_RULES)
     return Cluster(plane, api)
 
 

@@ -1,0 +1,75 @@
+"""Applying and releasing what a plan renders, only where the live object says it is ours (issue 24).
+
+opbroker deletes, un-owns or overwrites an object only when the live object carries its owner's stamp (the
+``opbroker.io/owner-uid`` annotation, or an owner reference of a shared singleton): a record in a status proves
+nothing by itself — a tenant may write its own objects' status. An object that exists without the stamp is never
+taken over, unless the plan's template declares adoption. The decisions are :func:`decisions.takeover` and
+:func:`decisions.letting_go`; this module is their I/O, through whichever door (identity) the caller acts with.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from opbroker.api.meta import ResourceRef
+from opbroker.controller import decisions
+from opbroker.controller.decisions import Letting, Takeover
+from opbroker.controller.kube import FIELD_MANAGER, Kube, ref_of
+
+logger = logging.getLogger(__name__)
+
+
+class NotOwned(RuntimeError):
+    """A rendered object exists and is not this owner's: it is left untouched and the operation fails."""
+
+    def __init__(self, ref: ResourceRef) -> None:
+        where = f"{ref.namespace}/{ref.name}" if ref.namespace else ref.name
+        super().__init__(
+            f"{ref.kind} {where} exists and was not created by opbroker for this object; it is left untouched "
+            "(declare adopt: true on the plan's template to take such objects over)"
+        )
+        self.ref = ref
+
+
+def apply_owned(
+    kube: Kube,
+    manifest: dict[str, Any],
+    *,
+    owner_uids: tuple[str, ...],
+    adopt: bool = False,
+    field_manager: str = FIELD_MANAGER,
+) -> None:
+    """Server-side apply ``manifest`` unless the live object is someone else's (:class:`NotOwned`).
+
+    ``owner_uids``: whose stamp makes the live object ours to write (a binding writes its own objects and its
+    instance's). The check reads the live object (the store when it holds the kind); an object created by
+    someone else in the instant between that read and the apply is the one case it cannot see.
+    """
+    ref = ref_of(manifest)
+    if decisions.takeover(kube.get(ref), owner_uids=owner_uids, adopt=adopt) is Takeover.REFUSE:
+        raise NotOwned(ref)
+    kube.apply(manifest, field_manager=field_manager)
+
+
+def release(kube: Kube, ref: ResourceRef, *, owner_uid: str) -> bool:
+    """Let go of an object recorded as ``owner_uid``'s: delete it when it is ours alone, drop our owner reference
+    when it is shared, and leave it untouched when it is not ours at all.
+
+    Returns True while the object still exists and is ours to wait for (deletion in progress).
+    """
+    live = kube.get(ref)
+    step = decisions.letting_go(live, owner_uid=owner_uid)
+    if step is Letting.LEAVE:
+        where = f"{ref.namespace}/{ref.name}" if ref.namespace else ref.name
+        logger.warning("left %s %s alone: recorded as released, but it is not ours", ref.kind, where)
+        return False
+    if step is Letting.UNOWN:
+        assert live is not None
+        owners = live["metadata"].get("ownerReferences") or []
+        others = [o for o in owners if o.get("uid") != owner_uid]
+        kube.merge_patch(ref, {"metadata": {"ownerReferences": others}})
+        return False
+    if step is Letting.DELETE:
+        kube.delete(ref)
+    return step in (Letting.DELETE, Letting.WAIT)
