@@ -185,6 +185,14 @@ class FakeKube:
         self._lock = threading.RLock()
         self.terminating_namespaces: set[str] = set()
         """Namespaces the fake reports as being deleted (phase Terminating); every other one is Active."""
+        self.user: str | None = None
+        self.acted_as: list[str | None] = []
+        """Every identity a reconciler asked to act as (``Kube.acting_as``), in order; the fake authorises all."""
+
+    def acting_as(self, user: str | None) -> FakeKube:
+        """``Kube.acting_as``: recorded, and answered with this same fake (it models no authorisation)."""
+        self.acted_as.append(user)
+        return self
 
     # -- the fake's own API (for tests) ----------------------------------------------------------------
 

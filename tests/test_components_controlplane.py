@@ -77,6 +77,9 @@ def test_every_child_is_registered_once_under_the_component(default: Any) -> Non
             ("core/v1:ServiceAccount", "opbroker-broker"),
             ("rbac.authorization.k8s.io/v1:ClusterRole", "opbroker-controller"),
             ("rbac.authorization.k8s.io/v1:ClusterRoleBinding", "opbroker-controller"),
+            ("core/v1:ServiceAccount", "opbroker-plans"),
+            ("rbac.authorization.k8s.io/v1:ClusterRole", "opbroker-plans"),
+            ("rbac.authorization.k8s.io/v1:ClusterRoleBinding", "opbroker-plans"),
             ("rbac.authorization.k8s.io/v1:ClusterRole", "opbroker-broker"),
             ("rbac.authorization.k8s.io/v1:ClusterRoleBinding", "opbroker-broker"),
             ("rbac.authorization.k8s.io/v1:Role", "opbroker-controller-leader-election"),
@@ -138,25 +141,46 @@ def test_controller_cluster_role_enumerates_every_rule(default: Any) -> None:
         {"apiGroups": ["servicecatalog.k8s.io"], "resources": svcat, "verbs": OWNER},
         {"apiGroups": ["servicecatalog.k8s.io"], "resources": [f"{p}/status" for p in svcat], "verbs": STATUS},
         {"apiGroups": ["servicecatalog.k8s.io"], "resources": [f"{p}/finalizers" for p in svcat], "verbs": ["update"]},
-        {"apiGroups": [""], "resources": ["secrets"], "verbs": OWNER},
-        {
-            "apiGroups": [""],
-            "resources": ["configmaps"],
-            "verbs": ["get", "list", "watch", "create", "update", "patch"],
-        },
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
         {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
-        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["impersonate"]},
+        {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
+        {"apiGroups": [""], "resources": ["secrets", "configmaps"], "verbs": READ},
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": READ},
         {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get"]},
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
-        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list", "watch", "create", "delete"]},
-        {
-            "apiGroups": ["apps"],
-            "resources": ["deployments", "statefulsets", "daemonsets"],
-            "verbs": ["get", "list", "watch", "patch"],
-        },
+        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": READ},
+        {"apiGroups": ["apps"], "resources": ["deployments", "statefulsets", "daemonsets"], "verbs": READ},
         {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": READ},
     ]
+
+
+def test_no_cluster_role_writes_beyond_opbroker_own() -> None:
+    """Issue 24's RBAC check: no ClusterRole of the control plane but the plan account's grants a write verb
+    outside opbroker's own groups, Leases, Events, impersonation and access reviews; with operator rules the
+    controller gets only their read verbs (its watch cache), the plan account the rules themselves."""
+    rule = {"api_groups": ["acid.zalan.do"], "resources": ["postgresqls"], "verbs": OWNER}
+    mocks, _ = deploy({"controller": {"operator_rules": [rule]}})
+    for name in ("opbroker-controller", "opbroker-broker"):
+        rules = [rbac.Rule.from_args(r) for r in inputs(mocks, CLUSTER_ROLE, name)["rules"]]
+        assert rbac.writes_beyond_own(rules) == [], name
+    controller_rules = inputs(mocks, CLUSTER_ROLE, "opbroker-controller")["rules"]
+    assert allowed(controller_rules, "acid.zalan.do", "postgresqls") == set(READ)
+    plans = inputs(mocks, CLUSTER_ROLE, "opbroker-plans")["rules"]
+    assert allowed(plans, "acid.zalan.do", "postgresqls") == set(OWNER)
+    assert allowed(plans, "", "secrets") == set(OWNER)
+    binding = inputs(mocks, CLUSTER_ROLE_BINDING, "opbroker-plans")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "opbroker-plans", "namespace": "opbroker"}]
+
+
+def test_the_rbac_check_finds_writes_beyond_opbroker_own() -> None:
+    """The check itself can fail: the single-tenant controller role, and a role writing Secrets, are caught."""
+    assert rbac.writes_beyond_own(rbac.controller_cluster_rules(single_tenant=True))
+    assert rbac.writes_beyond_own([rbac.Rule(("",), ("secrets",), ("create",))])
+    assert rbac.writes_beyond_own([rbac.Rule(("",), ("serviceaccounts",), ("create",))])
+    webhook = rbac.Rule(("admissionregistration.k8s.io",), ("validatingwebhookconfigurations",), ("patch",), ("x",))
+    assert rbac.writes_beyond_own([webhook]) == []
+    assert rbac.writes_beyond_own([rbac.Rule(("coordination.k8s.io",), ("leases",), ("create",))]) == []
 
 
 def allowed(rules: list[dict[str, Any]], group: str, resource: str) -> set[str]:
@@ -179,14 +203,13 @@ def test_the_controller_may_do_what_its_code_does(default: Any) -> None:
     assert len(watched) >= 12
     for resource in watched:
         assert {"list", "watch"} <= allowed(rules, resource.group, resource.name), resource
-    # Claims: health-check Jobs (created, read, replaced), binding Secrets (deleted when their type changes or
-    # their claim goes), projection into workloads by server-side apply.
-    assert {"create", "get", "delete"} <= allowed(rules, "batch", "jobs")
-    assert {"create", "get", "patch", "delete"} <= allowed(rules, "", "secrets")
+    # Claims read health-check Jobs, binding Secrets and workloads; they write them as the namespace's account.
+    assert allowed(rules, "batch", "jobs") == set(READ)
+    assert allowed(rules, "", "secrets") == set(READ)
     for api_version, kind in SUPPORTED_KINDS:
         group = api_version.split("/")[0]
-        assert {"get", "list", "patch"} <= allowed(rules, group, kind.lower() + "s"), kind
-        assert "create" not in allowed(rules, group, kind.lower() + "s")  # a projection never creates one
+        assert allowed(rules, group, kind.lower() + "s") == set(READ), kind
+    assert allowed(rules, "", "serviceaccounts") == {"impersonate"}
     # Capacity-aware scheduling; Events; kopf's CRD observation.
     assert "list" in allowed(rules, "", "pods") and "list" in allowed(rules, "", "nodes")
     assert "create" in allowed(rules, "", "events")
@@ -263,8 +286,8 @@ def test_broker_without_context_namespaces_has_rights_in_its_namespace_only() ->
     mocks, _ = deploy({"broker": {"context_namespaces": False}})
     role = inputs(mocks, ROLE, "opbroker-broker")
     assert role["rules"] == BROKER_CATALOG_RULES + BROKER_REQUEST_RULES
-    assert [r.name for r in mocks.of_type(CLUSTER_ROLE)] == ["opbroker-controller"]
-    assert [r.name for r in mocks.of_type(CLUSTER_ROLE_BINDING)] == ["opbroker-controller"]
+    assert [r.name for r in mocks.of_type(CLUSTER_ROLE)] == ["opbroker-controller", "opbroker-plans"]
+    assert [r.name for r in mocks.of_type(CLUSTER_ROLE_BINDING)] == ["opbroker-controller", "opbroker-plans"]
     broker = inputs(mocks, DEPLOYMENT, "opbroker-broker")
     assert broker["spec"]["template"]["spec"]["containers"][0]["command"][-1] == "--no-context-namespaces"
 
@@ -272,7 +295,7 @@ def test_broker_without_context_namespaces_has_rights_in_its_namespace_only() ->
 def test_no_rule_anywhere_grants_everything(default: Any) -> None:
     mocks, _ = default
     rules = [rule for t in (CLUSTER_ROLE, ROLE) for r in mocks.of_type(t) for rule in r.plain_inputs()["rules"]]
-    assert len(rules) == 29
+    assert len(rules) == 32
     for rule in rules:
         assert not rbac.grants_everything(rule)
         assert "*" not in rule["verbs"] and "*" not in rule["resources"] and "*" not in rule["apiGroups"]
@@ -493,7 +516,9 @@ def test_settings_are_configurable() -> None:
     zone = controller["spec"]["template"]["spec"]["topologySpreadConstraints"][0]
     assert zone["whenUnsatisfiable"] == "DoNotSchedule"
     rules = inputs(mocks, CLUSTER_ROLE, "opbroker-controller")["rules"]
-    assert rules[-1] == {"apiGroups": ["acid.zalan.do"], "resources": ["postgresqls"], "verbs": ["get", "create"]}
+    assert rules[-1] == {"apiGroups": ["acid.zalan.do"], "resources": ["postgresqls"], "verbs": ["get"]}
+    plan_rules = inputs(mocks, CLUSTER_ROLE, "opbroker-plans")["rules"]
+    assert plan_rules[-1] == {"apiGroups": ["acid.zalan.do"], "resources": ["postgresqls"], "verbs": ["get", "create"]}
     assert inputs(mocks, CLUSTER_ROLE, "opbroker-controller")["metadata"]["name"] == "opbroker:platform:controller"
     broker = inputs(mocks, DEPLOYMENT, "opbroker-broker")
     assert "replicas" not in broker["spec"]  # the autoscaler owns the count
