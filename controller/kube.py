@@ -49,11 +49,11 @@ class Refused(ApiException):
         return self.refusal.describe()
 
 
-def _refused(exc: ApiException, manifest: dict[str, Any]) -> ApiException:
+def _refused(exc: ApiException, manifest: dict[str, Any], keep: tuple[str, ...] = ()) -> ApiException:
     """``exc`` as :class:`Refused` when the object (not the API server's state) is what was refused."""
     if severity(exc.status) is Severity.TRANSIENT:
         return exc
-    return Refused(refusal(exc.status, exc.body, manifest))
+    return Refused(refusal(exc.status, exc.body, manifest, keep))
 
 
 @dataclass(frozen=True)
@@ -176,7 +176,11 @@ class Kube:
         where = f' in the namespace "{namespace}"' if namespace else ""
         message = f'User "{self.user}" cannot get resource "{plural}" in API group "{group}"{where}'
         target = {"kind": kind, "metadata": {"name": name, "namespace": namespace}}
-        raise Refused(refusal(403, {"reason": "Forbidden", "message": message}, target))
+        raise Refused(refusal(403, {"reason": "Forbidden", "message": message}, target, (self.user, plural, group)))
+
+    def _named(self) -> tuple[str, ...]:
+        """What an RBAC refusal may quote unmasked: the identity this door acts as (no secret)."""
+        return (self.user,) if self.user else ()
 
     def _resource(self, api_version: str, kind: str) -> Any:
         try:
@@ -208,7 +212,7 @@ class Kube:
         except ApiException as exc:
             if exc.status == 403:
                 target = {"kind": ref.kind, "metadata": {"name": ref.name, "namespace": namespace}}
-                raise _refused(exc, target) from None
+                raise _refused(exc, target, self._named()) from None
             raise
         return None if found is None else _as_dict(found.to_dict())
 
@@ -244,7 +248,7 @@ class Kube:
                 force_conflicts=True,
             )
         except ApiException as exc:
-            raise _refused(exc, body) from None
+            raise _refused(exc, body, self._named()) from None
         return _as_dict(self._keep(applied.to_dict()))
 
     def create(self, manifest: dict[str, Any]) -> dict[str, Any] | None:
@@ -255,7 +259,7 @@ class Kube:
         try:
             created = _unless(409, lambda: self.dynamic.create(resource, body=body, namespace=namespace))
         except ApiException as exc:
-            raise _refused(exc, body) from None
+            raise _refused(exc, body, self._named()) from None
         return None if created is None else self._keep(created.to_dict())
 
     def merge_patch(self, ref: ResourceRef, patch: dict[str, Any]) -> dict[str, Any] | None:

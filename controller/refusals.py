@@ -77,9 +77,10 @@ class Refusal:
         return f"the API server refused {self.kind} {where} ({self.status} {self.reason}): {self.message}"
 
 
-def refusal(status: int, body: Any, manifest: dict[str, Any]) -> Refusal:
+def refusal(status: int, body: Any, manifest: dict[str, Any], keep: tuple[str, ...] = ()) -> Refusal:
     """The :class:`Refusal` for an error answer (``body``: the API server's Status, as text or parsed) to
-    a write of ``manifest``."""
+    a write of ``manifest``; ``keep``: more quoted strings that are no secret (the identity acted as, which an
+    RBAC refusal names and its reader needs)."""
     meta = manifest.get("metadata") or {}
     name, namespace = str(meta.get("name") or ""), meta.get("namespace")
     parsed: dict[str, Any] = {}
@@ -92,7 +93,7 @@ def refusal(status: int, body: Any, manifest: dict[str, Any]) -> Refusal:
             loaded = None
         parsed = loaded if isinstance(loaded, dict) else {}
     message = str(parsed.get("message") or "no explanation given")
-    text = masked(message, keep=(name, namespace or ""))
+    text = masked(message, keep=(name, namespace or "", *keep))
     if len(text) > MAX_MESSAGE:
         text = text[: MAX_MESSAGE - 1] + "…"
     return Refusal(
