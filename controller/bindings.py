@@ -443,7 +443,7 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
                 return DONE
             message = "the credentials changed at their source; the credentials Secret was rewritten"
             logger.info("binding %s/%s: %s", meta["namespace"], meta["name"], message)
-            kube.emit_event(binding, reason=Reason.ROTATED.value, message=message)
+            self.deps.kube.emit_event(binding, reason=Reason.ROTATED.value, message=message)
         if changed or not (binding.get("status") or {}).get("sourcesDigest"):
             # Recorded with a write that happens anyway (or once, for a binding bound before digests were):
             # a source merely touched writes nothing, and is checked again by rendering after a restart.

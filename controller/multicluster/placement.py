@@ -36,6 +36,7 @@ from kubernetes.client.exceptions import ApiException
 
 from opbroker.api.conventions import FINALIZER, credentials_secret_name, resource_name
 from opbroker.api.osb import OperationState
+from opbroker.controller import identities
 from opbroker.controller.bindings import delete_credentials
 from opbroker.controller.catalog import PlanEntry
 from opbroker.controller.decisions import TERMINAL, is_deleting
@@ -306,7 +307,10 @@ class MultiClusterPlacement:
             if source is None:
                 return Outcome(requeue_after=self.deps.settings.status_poll_seconds)
             name = credentials_secret_name(meta["name"])
-            self.deps.kube.apply_secret(replicas.credentials_secret(binding, source, name))
+            # Into the consumer's namespace: as the plan's account, like every credentials Secret (issue 24).
+            entry = self.deps.catalog.plan((binding.get("spec") or {}).get("planId", ""))
+            user = identities.plan_user(entry.body, self.deps.settings) if entry is not None else None
+            self.deps.kube.acting_as(user).apply_secret(replicas.credentials_secret(binding, source, name))
             patch = replicas.mirror(binding, copy, cluster=state.name, fields=replicas.BINDING_FIELDS)
             if ((binding.get("status") or {}).get("response") or {}).get("secretRef") != name:
                 patch["response"] = {"secretRef": name}
