@@ -573,6 +573,9 @@ class InstancePropertiesState(WireModel):
     parameters_checksum: str | None = Field(default=None, pattern=_CHECKSUM)
     """sha256 (hex) of the parameters sent, parametersFrom included; the parameters themselves are never
     recorded, since they may hold Secret values."""
+    update_requests: int | None = Field(default=None, ge=0)
+    """The spec.updateRequests the request answered. A spec change that moves none of plan, parameters and
+    updateRequests (e.g. shareWith) sends the broker nothing."""
 
 
 class InstanceStatus(WireModel):

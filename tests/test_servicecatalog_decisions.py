@@ -105,6 +105,27 @@ def test_instance_next_step(
     assert instances.next_step(facts) is want
 
 
+HELD = {"planName": "p", "planExternalID": "p-1", "parametersChecksum": "c1"}  # recorded before updateRequests
+
+
+@pytest.mark.parametrize(
+    ("why", "desired", "want"),
+    [
+        ("only shareWith changed: recorded, nothing sent", {**HELD, "updateRequests": 0}, IS.SETTLE),
+        ("other parameters", {**HELD, "parametersChecksum": "c2", "updateRequests": 0}, IS.UPDATE),
+        ("another plan", {**HELD, "planExternalID": "p-2", "updateRequests": 0}, IS.UPDATE),
+        ("updateRequests bumped", {**HELD, "updateRequests": 1}, IS.UPDATE),
+        ("not resolved: as before, an update", None, IS.UPDATE),
+    ],
+)
+def test_a_spec_change_updates_only_what_the_broker_knows(
+    why: str, desired: dict[str, Any] | None, want: instances.Step
+) -> None:
+    body = obj(generation=2, provisionStatus="Provisioned", observedGeneration=1, externalProperties=HELD)
+    facts = instances.InstanceFacts(Key("scinstance", "n", "x"), body, OFFERING, {}, None, (), desired=desired)
+    assert instances.next_step(facts) is want, why
+
+
 IN_USE = Unresolved(Reason.EXTERNAL_ID_IN_USE, "held by another")
 # An Instance that does not hold its (chosen) id: its status — which its owner can write — claims what it likes.
 FORGED = {"provisionStatus": "Provisioned", "deprovisionStatus": "Required", "observedGeneration": 1}

@@ -72,6 +72,8 @@ class Step(StrEnum):
     UNRESOLVED = "unresolved"
     PROVISION = "provision"
     UPDATE = "update"
+    SETTLE = "settle"
+    """A spec change that asks the broker for nothing (only ``shareWith`` moved): recorded as observed."""
     DEPROVISION = "deprovision"
     POLL = "poll"
     MITIGATE = "mitigate"
@@ -88,6 +90,32 @@ class InstanceFacts:
     """``namespace/name`` of the Bindings referring to it (read only while it is being deleted)."""
     owns_id: bool = True
     """Whether it holds its instance id (``tenancy.holds_external_id``); when not, ``problem`` says why."""
+    desired: dict[str, Any] | None = None
+    """What the broker should have the instance as (:func:`properties`); None when not resolved."""
+
+
+#: The properties whose change is sent to the broker as an update (``updateRequests`` is 0 when unrecorded).
+UPDATED_BY = ("planExternalID", "parametersChecksum", "updateRequests")
+
+
+def properties(offering: Offering, parameters: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
+    """The plan, parameters checksum and ``updateRequests`` an operation asks the broker for."""
+    return {
+        "planName": offering.plan["name"],
+        "planExternalID": offering.plan_id,
+        "parametersChecksum": checksum(parameters),
+        "updateRequests": int(spec.get("updateRequests") or 0),
+    }
+
+
+def needs_update(held: dict[str, Any] | None, desired: dict[str, Any] | None) -> bool:
+    """Whether a provisioned instance whose spec changed asks the broker for anything: another plan, other
+    parameters, or a bumped ``updateRequests``. A change of anything else — whom it is shared with — is not an
+    OSB update."""
+    if desired is None:
+        return True
+    held = held or {}
+    return any(held.get(key, 0 if key == "updateRequests" else None) != desired.get(key) for key in UPDATED_BY)
 
 
 def next_step(facts: InstanceFacts) -> Step:
@@ -115,7 +143,7 @@ def next_step(facts: InstanceFacts) -> Step:
     if status.get("observedGeneration") == meta.get("generation"):
         return Step.NOTHING  # settled, or failed and waiting for a spec change
     if status.get("provisionStatus") == ProvisionStatus.PROVISIONED.value:
-        return Step.UPDATE
+        return Step.UPDATE if needs_update(status.get("externalProperties"), facts.desired) else Step.SETTLE
     return Step.PROVISION
 
 
@@ -176,7 +204,8 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
                 "it (and is deleted without a deprovision); create the Instance again with another externalID, or none",
             )
         bindings = self._bindings(body) if deleting else ()
-        return InstanceFacts(key, body, offering, parameters, problem, bindings, owns_id)
+        desired = properties(offering, parameters, spec) if offering is not None and parameters is not None else None
+        return InstanceFacts(key, body, offering, parameters, problem, bindings, owns_id, desired)
 
     @staticmethod
     def plan(facts: InstanceFacts) -> Sequence[Step]:
@@ -196,6 +225,9 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
             return requeue(0)
         if step is Step.REMOVE_FINALIZER:
             self.api.set_finalizer(INSTANCES, body, present=False)
+            return DONE
+        if step is Step.SETTLE:
+            self.api.patch_status(INSTANCES, body, {"observedGeneration": body["metadata"].get("generation")})
             return DONE
         if step is Step.BLOCKED:
             names = ", ".join(facts.bindings)
@@ -226,11 +258,7 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
         status = body.get("status") or {}
         external_id = tenancy.external_id(body)
         operation = InstanceOperation.UPDATE if update else InstanceOperation.PROVISION
-        properties = {
-            "planName": offering.plan["name"],
-            "planExternalID": offering.plan_id,
-            "parametersChecksum": checksum(facts.parameters),
-        }
+        asked = properties(offering, facts.parameters, body["spec"])
         # Record first, send second: a crash in between repeats the request with the same id.
         reason = Reason.UPDATING if update else Reason.PROVISIONING
         self.api.patch_status(
@@ -240,7 +268,7 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
                 "externalID": external_id,
                 "currentOperation": operation.value,
                 "operationStartTime": timestamp(now()),
-                "inProgressProperties": properties,
+                "inProgressProperties": asked,
                 **({} if update else {"deprovisionStatus": DeprovisionStatus.REQUIRED.value}),
                 "conditions": conditions(
                     body, ready=update, reason=reason, message=f"{operation.value.lower()} requested"
