@@ -428,7 +428,8 @@ def test_the_api_server_explains_every_field(api_client: client.ApiClient, contr
     instance_spec = schemas["Instance"]["properties"]["spec"]
     parameters_from = instance_spec["properties"]["parametersFrom"]
     assert "merged into parameters" in parameters_from["description"]
-    assert "generates a UUID" in instance_spec["properties"]["externalID"]["description"]
+    assert "derives a UUID from the Instance's uid" in instance_spec["properties"]["externalID"]["description"]
+    assert "ReferenceGrant" in instance_spec["properties"]["shareWith"]["description"]
     assert "externalName" in schemas["ServiceClass"]["properties"]
     assert schemas["Binding"]["properties"]["spec"]["properties"]["secretName"]["description"].startswith(
         "The Secret, in the Binding's namespace"
