@@ -10,7 +10,8 @@ Who writes what:
   service that disappears from the catalog is marked `status.removedFromBrokerCatalog`, not deleted, so
   existing instances keep working.
 * An application team creates an **Instance** (namespaced): a provision request for a class and plan.
-* and a **Binding** (namespaced, possibly in another namespace than its instance): a bind request whose
+* and a **Binding** (namespaced, possibly in another namespace than its instance, where the Instance consents in
+  its `shareWith`): a bind request whose
   credentials the controller writes to a Secret in the binding's namespace and, when `spec.application` is
   given, projects into the selected workloads as a ServiceClaim does (servicebinding.io workload projection).
 
@@ -34,6 +35,7 @@ from pydantic import AfterValidator, ConfigDict, Field, WithJsonSchema, field_va
 from pydantic.alias_generators import to_camel
 
 from opbroker.api.catalog import MaintenanceInfo
+from opbroker.api.conventions import SHARE_WITH_ALL
 from opbroker.api.meta import Condition, FreeForm, KubeResource, ObjectMeta, WireModel
 from opbroker.api.primaza import ApplicationSelector
 
@@ -47,6 +49,7 @@ SERVICE_CATALOG_CATEGORIES: tuple[str, ...] = ("opbroker", "svcat")
 _DNS1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 _DNS1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 _SECRET_KEY = r"^[-._a-zA-Z0-9]+$"
+_SHARE_TARGET = r"^(\*|[a-z0-9]([-a-z0-9]*[a-z0-9])?)$"
 _URL = r"^https?://[^\s/?#]+([/?#]\S*)?$"
 #: A Go `time.Duration` string without sign: `15m`, `1h30m`, `90s`, `1.5h`.
 _GO_DURATION = r"^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$"
@@ -90,6 +93,12 @@ DNSLabel = Annotated[
     str,
     AfterValidator(_label),
     WithJsonSchema({"type": "string", "minLength": 1, "maxLength": 63, "pattern": _DNS1123_LABEL}),
+]
+#: A namespace name, or `*` for every namespace (an entry of `shareWith`).
+ShareTarget = Annotated[
+    str,
+    AfterValidator(lambda value: value if value == SHARE_WITH_ALL else _label(value)),
+    WithJsonSchema({"type": "string", "minLength": 1, "maxLength": 63, "pattern": _SHARE_TARGET}),
 ]
 SecretKey = Annotated[
     str,
@@ -162,7 +171,10 @@ class SecretReference(WireModel):
     """A Secret in a named namespace (a Broker is cluster-scoped, so the namespace is required)."""
 
     namespace: DNSLabel
-    """Namespace of the Secret."""
+    """Namespace of the Secret: the control plane's (the controller's namespace, `opbroker` by default). The
+    controller reads a Broker's credentials only there, where tenants cannot write or read: naming a Secret in
+    any other namespace would let whoever may create a Broker have another team's Secret sent to a URL of
+    their choosing, so such a Broker is refused (`AuthSecretNotInControlPlane`) and nothing is read or sent."""
     name: DNSSubdomain
     """Name of the Secret."""
 
@@ -509,8 +521,18 @@ class InstanceSpec(WireModel):
     """Parameters read from Secrets (e.g. passwords): each names a Secret key holding a JSON object whose
     fields are merged into parameters."""
     external_id: str | None = Field(default=None, min_length=1, max_length=253, alias="externalID")
-    """The OSB instance id to use. When omitted the controller generates a UUID and records it in
-    status.externalID. Immutable."""
+    """The OSB instance id to use. When omitted the controller derives a UUID from the Instance's uid (so only
+    this Instance can ever hold it) and records it in status.externalID. Immutable. A chosen id is this
+    Instance's only if no earlier Instance in the cluster holds it and the broker lets it be created: an id
+    the broker already has (409) is someone else's, and the Instance fails (`ExternalIDInUse`) without ever
+    updating, binding or deprovisioning it."""
+    share_with: list[ShareTarget] | None = Field(default=None, json_schema_extra={"x-kubernetes-list-type": "set"})
+    """Namespaces whose Bindings may bind to this Instance (`*`: every namespace); Bindings in the Instance's
+    own namespace always may. A Binding elsewhere gets credentials to the Instance and keeps it from being
+    deleted, so it needs the owner's consent — Gateway API's ReferenceGrant in spirit, kept on the Instance
+    itself: without it such a Binding fails (`ReferenceNotShared`), nothing is sent to the broker, and it does
+    not hold up the Instance's deletion. Removing a namespace revokes the consent: its bound Bindings are
+    unbound."""
     update_requests: int = Field(
         default=0,
         ge=0,
@@ -551,6 +573,9 @@ class InstancePropertiesState(WireModel):
     parameters_checksum: str | None = Field(default=None, pattern=_CHECKSUM)
     """sha256 (hex) of the parameters sent, parametersFrom included; the parameters themselves are never
     recorded, since they may hold Secret values."""
+    update_requests: int | None = Field(default=None, ge=0)
+    """The spec.updateRequests the request answered. A spec change that moves none of plan, parameters and
+    updateRequests (e.g. shareWith) sends the broker nothing."""
 
 
 class InstanceStatus(WireModel):
@@ -574,13 +599,16 @@ class InstanceStatus(WireModel):
     observed_generation: int | None = None
     """The metadata.generation the status describes."""
     external_id: str | None = Field(default=None, alias="externalID")
-    """The OSB instance id in use (spec.externalID, or the UUID the controller generated)."""
+    """The OSB instance id in use (spec.externalID, or the UUID derived from the Instance's uid). Written for
+    people and tools to read; the controller never takes it from here."""
     dashboard_url: str | None = Field(default=None, alias="dashboardURL")
     """The instance's dashboard, if the broker returned one."""
     provision_status: ProvisionStatus | None = None
     """Whether the instance is provisioned."""
     deprovision_status: DeprovisionStatus | None = None
-    """Whether deleting the Instance requires a deprovision request, and how that went."""
+    """Whether deleting the Instance requires a deprovision request, and how that went: `Required` from the
+    moment a provision request is sent (it may have created something), `NotRequired` again when the broker
+    refused to create the chosen externalID (the id is someone else's, or nothing was made)."""
     external_properties: InstancePropertiesState | None = None
     """The plan and parameters checksum the broker last accepted."""
     in_progress_properties: InstancePropertiesState | None = None
@@ -613,8 +641,8 @@ class InstanceReference(WireModel):
     name: DNSSubdomain
     """Name of the Instance."""
     namespace: DNSLabel | None = None
-    """Namespace of the Instance; the Binding's own namespace when omitted. An Instance may be shared by
-    Bindings in other namespaces."""
+    """Namespace of the Instance; the Binding's own namespace when omitted. An Instance in another namespace
+    is bound to only when it lists this Binding's namespace (or `*`) in its `spec.shareWith`."""
 
 
 class BindingSpec(WireModel):
@@ -642,7 +670,9 @@ class BindingSpec(WireModel):
     """The Instance to bind to. Immutable."""
     secret_name: DNSSubdomain | None = None
     """The Secret, in the Binding's namespace, the controller writes the credentials to; the Binding's own
-    name when omitted. Deleted with the Binding. Immutable."""
+    name when omitted. Created by the controller, stamped with the Binding's uid (annotation
+    `opbroker.io/owner-uid`) and deleted with the Binding; a Secret of that name that exists without this
+    Binding's stamp is never overwritten or deleted: the Binding fails (`SecretNotOwned`) instead. Immutable."""
     parameters: FreeForm | None = None
     """Parameters for the broker, passed verbatim in the bind request. OSB has no binding update: a change is
     not sent to the broker; delete and recreate the Binding instead."""
@@ -650,8 +680,9 @@ class BindingSpec(WireModel):
     """Parameters read from Secrets: each names a Secret key holding a JSON object whose fields are merged
     into parameters."""
     external_id: str | None = Field(default=None, min_length=1, max_length=253, alias="externalID")
-    """The OSB binding id to use. When omitted the controller generates a UUID and records it in
-    status.externalID. Immutable."""
+    """The OSB binding id to use. When omitted the controller derives a UUID from the Binding's uid and records
+    it in status.externalID. Immutable. As for an Instance, a chosen id held by an earlier Binding, or one the
+    broker already has (409), is not this Binding's: it fails (`ExternalIDInUse`) and never unbinds it."""
     application: ApplicationSelector | None = None
     """Workloads in the Binding's namespace (Deployments, StatefulSets or DaemonSets, by name or by label
     selector) the credentials Secret is projected into, the servicebinding.io way ServiceClaims do: a read-only
@@ -708,7 +739,8 @@ class BindingStatus(WireModel):
     observed_generation: int | None = None
     """The metadata.generation the status describes."""
     external_id: str | None = Field(default=None, alias="externalID")
-    """The OSB binding id in use (spec.externalID, or the UUID the controller generated)."""
+    """The OSB binding id in use (spec.externalID, or the UUID derived from the Binding's uid). Written for
+    people and tools to read; the controller never takes it from here."""
     secret_name: str | None = None
     """The Secret the credentials were written to."""
     external_properties: BindingPropertiesState | None = None

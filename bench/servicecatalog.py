@@ -30,6 +30,7 @@ from typing import Any
 from kubernetes import client, config, watch
 
 from bench.common import BENCH_AGENT, Bench, api_writes, bench_stack, by_verb, process_usage, summary
+from opbroker.api.conventions import DEFAULT_NAMESPACE
 
 GROUP, VERSION = "servicecatalog.k8s.io", "v1alpha1"
 #: What a settled object's Ready condition says.
@@ -93,12 +94,12 @@ class ReadyWatch:
         raise TimeoutError(f"{len(missing)} of {len(names)} {self.plural} not Ready within {timeout:.0f}s")
 
 
-def register_broker(bench: Bench, namespace: str) -> str:
+def register_broker(bench: Bench) -> str:
     """The Secret with opbroker's broker credentials and a Broker pointing at it; returns the Broker's name
     once its catalog is listed."""
     core = client.CoreV1Api(bench.api)
     core.create_namespaced_secret(
-        namespace,
+        DEFAULT_NAMESPACE,  # the controller reads a Broker's credentials only from the control plane's namespace
         {
             "metadata": {"name": "opbroker-auth"},
             "stringData": {"username": bench.endpoint.username, "password": bench.endpoint.password},
@@ -116,7 +117,7 @@ def register_broker(bench: Bench, namespace: str) -> str:
             "metadata": {"name": name},
             "spec": {
                 "url": bench.endpoint.url,
-                "authInfo": {"basic": {"secretRef": {"namespace": namespace, "name": "opbroker-auth"}}},
+                "authInfo": {"basic": {"secretRef": {"namespace": DEFAULT_NAMESPACE, "name": "opbroker-auth"}}},
             },
         },
     )
@@ -213,7 +214,7 @@ def run(count: int, concurrency: int = 32) -> dict[str, Any]:
     with bench_stack(f"sc-{count}-{os.getpid()}") as bench:
         bench.make_operator_instant()
         namespace = bench.namespace("sc")
-        broker = register_broker(bench, namespace)
+        broker = register_broker(bench)
         instances = [f"i-{uuid.uuid4().hex[:12]}" for _ in range(count)]
         provisioned = create_all(
             bench,

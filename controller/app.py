@@ -76,7 +76,10 @@ class Controller:
             self.runtime.register(reconciler)
         self.claims = Claims(self.kube, settings.claims, self.catalog, self.runtime)
         self.service_catalog = ServiceCatalog(
-            self.kube, self.runtime, max_operation_seconds=settings.max_operation_seconds
+            self.kube,
+            self.runtime,
+            control_plane=settings.namespace,
+            max_operation_seconds=settings.max_operation_seconds,
         )
         self._plan_members: Dependents[str] = memories.keep(Dependents())
         self._instance_bindings: Dependents[Key] = memories.keep(Dependents())

@@ -101,3 +101,13 @@ class Reason(StrEnum):
     ERROR_INSTANCE_NOT_READY = "ErrorInstanceNotReady"
     REFERENCES_NON_EXISTENT_INSTANCE = "ReferencesNonexistentInstance"
     ASYNC_OPERATION_TIMED_OUT = "AsyncOperationTimedOut"
+    # -- tenancy of the Service Catalog kinds (issue 24) -------------------------------------------------------
+    REFERENCE_NOT_SHARED = "ReferenceNotShared"
+    """A Binding refers to an Instance in another namespace that does not list the Binding's in ``shareWith``."""
+    EXTERNAL_ID_IN_USE = "ExternalIDInUse"
+    """An Instance's or Binding's chosen ``externalID`` belongs to someone else: an earlier object in the cluster
+    holds it, or the broker already has it (409)."""
+    SECRET_NOT_OWNED = "SecretNotOwned"
+    """A Binding's ``secretName`` names a Secret the Binding did not create (no owner-uid stamp of its own)."""
+    AUTH_SECRET_NOT_IN_CONTROL_PLANE = "AuthSecretNotInControlPlane"
+    """A Broker's auth ``secretRef`` names a Secret outside the control-plane namespace."""

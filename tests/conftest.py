@@ -16,6 +16,7 @@ pytest_plugins = [
     "tests.tenancy_support",  # tenant: a real ServiceAccount token with one namespace's consumer rights
     "tests.multicluster_support",
     "tests.brokers.fixture",  # second_broker, second_broker_tls, second_broker_token: an independent OSB broker
+    "tests.servicecatalog_support",  # registered: the second broker as a Service Catalog Broker
 ]
 
 

@@ -233,10 +233,22 @@ def instance(**spec: Any) -> dict[str, Any]:
         ),
         ({"parametersFrom": [{"configMapKeyRef": {}}]}, "spec.parametersFrom[0].secretKeyRef: Field required"),
         ({"updateRequests": -1}, "spec.updateRequests: Input should be greater than or equal to 0"),
+        (
+            {"shareWith": ["Team_B"]},
+            "spec.shareWith[0]: 'Team_B' is not a valid namespace name (DNS-1123 label: at most 63 lowercase "
+            "letters, digits and '-', starting and ending with a letter or digit)",
+        ),
     ],
 )
 def test_bad_instance_specs_are_refused_naming_the_field(spec: dict[str, Any], expected: str) -> None:
     assert problems(instance(**spec))[0] == expected
+
+
+def test_an_instance_shares_itself_with_named_namespaces_or_all() -> None:
+    for share_with in (["team-b", "team-c"], ["*"], []):
+        (checked,) = check_text(yaml.safe_dump(instance(shareWith=share_with)))
+        assert checked.ok, checked.problems
+    assert Instance.model_validate(instance(shareWith=["team-b"])).spec.share_with == ["team-b"]
 
 
 def test_instance_status_holds_checksums_not_parameters() -> None:
@@ -361,8 +373,19 @@ def test_the_schema_rules_hold_on_a_real_api_server(custom: client.CustomObjects
             custom.patch_namespaced_custom_object, group, VERSION, namespace, "instances", "i", {"spec": change}
         )
         assert expected in message
-    # The plan may change (an OSB update).
+    # The plan may change (an OSB update), and so may whom the instance is shared with.
     custom.patch_namespaced_custom_object(group, VERSION, namespace, "instances", "i", {"spec": {"planName": "big"}})
+    custom.patch_namespaced_custom_object(group, VERSION, namespace, "instances", "i", {"spec": {"shareWith": ["*"]}})
+    message = refusal(
+        custom.patch_namespaced_custom_object,
+        group,
+        VERSION,
+        namespace,
+        "instances",
+        "i",
+        {"spec": {"shareWith": ["Team_B"]}},
+    )
+    assert "spec.shareWith[0]: Invalid value" in message
 
     binding = kubernetes_names(seed("binding.yaml"))
     custom.create_namespaced_custom_object(group, VERSION, namespace, "bindings", binding)
@@ -405,7 +428,8 @@ def test_the_api_server_explains_every_field(api_client: client.ApiClient, contr
     instance_spec = schemas["Instance"]["properties"]["spec"]
     parameters_from = instance_spec["properties"]["parametersFrom"]
     assert "merged into parameters" in parameters_from["description"]
-    assert "generates a UUID" in instance_spec["properties"]["externalID"]["description"]
+    assert "derives a UUID from the Instance's uid" in instance_spec["properties"]["externalID"]["description"]
+    assert "ReferenceGrant" in instance_spec["properties"]["shareWith"]["description"]
     assert "externalName" in schemas["ServiceClass"]["properties"]
     assert schemas["Binding"]["properties"]["spec"]["properties"]["secretName"]["description"].startswith(
         "The Secret, in the Binding's namespace"

@@ -214,6 +214,7 @@ def test_instance_registers_the_spec_in_wire_spelling_with_its_secret_parameters
                 "secret_parameters": {"adminPassword": pulumi.Output.secret("pw"), "region": "eu"},
                 "parameters_from": [{"secret_key_ref": {"name": "shared", "key": "defaults"}}],
                 "external_id": "7d2a",
+                "share_with": ["orders-apps"],
             },
         )
         return pulumi.Output.all(instance.object_name, instance.namespace)
@@ -248,6 +249,7 @@ def test_instance_registers_the_spec_in_wire_spelling_with_its_secret_parameters
                 {"secretKeyRef": {"name": "orders-db-parameters", "key": "parameters"}},
             ],
             "externalID": "7d2a",
+            "shareWith": ["orders-apps"],
             "updateRequests": 0,
         },
     }
@@ -274,6 +276,7 @@ def test_instance_secret_parameters_may_be_one_output() -> None:
         ({"namespace": "apps", "service_class_name": "has space"}, "service_class_name", "pattern"),
         ({"namespace": "Apps", "service_class_name": "db"}, "namespace", "not a valid namespace name"),
         ({"namespace": "apps", "service_class_name": "db", "update_requests": -1}, "update_requests", "0"),
+        ({"namespace": "apps", "service_class_name": "db", "share_with": ["Apps"]}, "share_with[0]", "namespace"),
         (
             {"namespace": "apps", "service_class_name": "db", "parameters": {"a": 1}, "secret_parameters": {"a": 2}},
             "secret_parameters",

@@ -1,5 +1,6 @@
-"""The Service Catalog reconcilers' pure parts, table-tested: the next step of an Instance and a Binding, and a
-relist's class changes and timing."""
+"""The Service Catalog reconcilers' pure parts, table-tested: the next step of an Instance and a Binding, a
+relist's class changes and timing, and the tenancy rules (who holds an external id, consent, Secrets, Broker
+credentials)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ from typing import Any
 
 import pytest
 
+from opbroker.api.conventions import ANNOTATION_OWNER_UID
 from opbroker.controller.reasons import Reason
 from opbroker.controller.reconciler import Key
-from opbroker.controller.servicecatalog import bindings, instances, relisting
+from opbroker.controller.servicecatalog import bindings, endpoints, instances, relisting, tenancy
 from opbroker.controller.servicecatalog.common import Unresolved
 from opbroker.controller.servicecatalog.resources import FINALIZER
 
@@ -103,6 +105,47 @@ def test_instance_next_step(
     assert instances.next_step(facts) is want
 
 
+HELD = {"planName": "p", "planExternalID": "p-1", "parametersChecksum": "c1"}  # recorded before updateRequests
+
+
+@pytest.mark.parametrize(
+    ("why", "desired", "want"),
+    [
+        ("only shareWith changed: recorded, nothing sent", {**HELD, "updateRequests": 0}, IS.SETTLE),
+        ("other parameters", {**HELD, "parametersChecksum": "c2", "updateRequests": 0}, IS.UPDATE),
+        ("another plan", {**HELD, "planExternalID": "p-2", "updateRequests": 0}, IS.UPDATE),
+        ("updateRequests bumped", {**HELD, "updateRequests": 1}, IS.UPDATE),
+        ("not resolved: as before, an update", None, IS.UPDATE),
+    ],
+)
+def test_a_spec_change_updates_only_what_the_broker_knows(
+    why: str, desired: dict[str, Any] | None, want: instances.Step
+) -> None:
+    body = obj(generation=2, provisionStatus="Provisioned", observedGeneration=1, externalProperties=HELD)
+    facts = instances.InstanceFacts(Key("scinstance", "n", "x"), body, OFFERING, {}, None, (), desired=desired)
+    assert instances.next_step(facts) is want, why
+
+
+IN_USE = Unresolved(Reason.EXTERNAL_ID_IN_USE, "held by another")
+# An Instance that does not hold its (chosen) id: its status — which its owner can write — claims what it likes.
+FORGED = {"provisionStatus": "Provisioned", "deprovisionStatus": "Required", "observedGeneration": 1}
+NOT_OURS_CASES = [
+    ("never provisioned: refused", obj(), IS.UNRESOLVED),
+    ("status claims provisioned, spec changed: no update", obj(generation=2, **FORGED), IS.UNRESOLVED),
+    ("status claims an operation in flight: no poll", obj(asyncOpInProgress=True, **FORGED), IS.UNRESOLVED),
+    ("status claims a mitigation: no deprovision", obj(orphanMitigationInProgress=True), IS.UNRESOLVED),
+    ("deleted, status claims provisioned: no deprovision", obj(deleting=True, **FORGED), IS.REMOVE_FINALIZER),
+    ("deleted, with bindings: not held up either", obj(deleting=True, **FORGED), IS.REMOVE_FINALIZER),
+    ("new: finalizer first", obj(held=False), IS.ADD_FINALIZER),
+]
+
+
+@pytest.mark.parametrize(("body", "want"), [c[1:] for c in NOT_OURS_CASES], ids=[c[0] for c in NOT_OURS_CASES])
+def test_an_instance_without_its_id_sends_nothing(body: dict[str, Any], want: instances.Step) -> None:
+    facts = instances.InstanceFacts(Key("scinstance", "n", "x"), body, OFFERING, {}, IN_USE, ("n/b",), owns_id=False)
+    assert instances.next_step(facts) is want
+
+
 B = bindings.Step
 NOT_READY = Unresolved(Reason.ERROR_INSTANCE_NOT_READY, "not ready")
 BINDING_CASES = [
@@ -124,6 +167,200 @@ BINDING_CASES = [
 def test_binding_next_step(body: dict[str, Any], offering: Any, problem: Any, want: bindings.Step) -> None:
     facts = bindings.BindingFacts(Key("scbinding", "n", "x"), body, {}, offering, {}, problem)
     assert bindings.next_step(facts) is want
+
+
+NOT_SHARED = Unresolved(Reason.REFERENCE_NOT_SHARED, "not shared")
+BOUND = {"unbindStatus": "Required", "observedGeneration": 1, "secretName": "x"}
+TENANCY_BINDING_CASES = [
+    # (why, body, offering, problem, consented, owns_ids, want)
+    ("no consent, never bound: refused, nothing sent", obj(), OFFERING, NOT_SHARED, False, True, B.UNRESOLVED),
+    (
+        "no consent, deleted, never bound: released",
+        obj(deleting=True),
+        OFFERING,
+        NOT_SHARED,
+        False,
+        True,
+        B.REMOVE_FINALIZER,
+    ),
+    ("consent withdrawn from a bound binding: unbind", obj(**BOUND), OFFERING, NOT_SHARED, False, True, B.UNBIND),
+    ("consent withdrawn, class gone: wait", obj(**BOUND), None, NOT_SHARED, False, True, B.UNRESOLVED),
+    (
+        "consent withdrawn, unbound: wait for it",
+        obj(unbindStatus="Succeeded"),
+        OFFERING,
+        NOT_SHARED,
+        False,
+        True,
+        B.UNRESOLVED,
+    ),
+    ("consent given: bind", obj(), OFFERING, None, True, True, B.BIND),
+    ("someone else's id: refused", obj(), OFFERING, IN_USE, True, False, B.UNRESOLVED),
+    (
+        "someone else's id, status claims bound: no unbind",
+        obj(deleting=True, **BOUND),
+        OFFERING,
+        IN_USE,
+        True,
+        False,
+        B.REMOVE_FINALIZER,
+    ),
+    (
+        "someone else's id, status claims a bind in flight: no poll",
+        obj(asyncOpInProgress=True),
+        OFFERING,
+        IN_USE,
+        True,
+        False,
+        B.UNRESOLVED,
+    ),
+    ("Secret not ours: refused", obj(), OFFERING, Unresolved(Reason.SECRET_NOT_OWNED, "x"), True, True, B.UNRESOLVED),
+]
+
+
+@pytest.mark.parametrize(
+    ("body", "offering", "problem", "consented", "owns_ids", "want"),
+    [c[1:] for c in TENANCY_BINDING_CASES],
+    ids=[c[0] for c in TENANCY_BINDING_CASES],
+)
+def test_binding_next_step_under_the_tenancy_rules(
+    body: dict[str, Any], offering: Any, problem: Any, consented: bool, owns_ids: bool, want: bindings.Step
+) -> None:
+    facts = bindings.BindingFacts(
+        Key("scbinding", "n", "x"), body, {}, offering, {}, problem, consented=consented, owns_ids=owns_ids
+    )
+    assert bindings.next_step(facts) is want
+
+
+def claimant(uid: str, created: str, external_id: str | None = None) -> dict[str, Any]:
+    spec = {"externalID": external_id} if external_id else {}
+    return {"metadata": {"uid": uid, "creationTimestamp": created}, "spec": spec}
+
+
+def test_an_id_is_derived_from_the_uid_unless_chosen_and_never_read_from_the_status() -> None:
+    derived = claimant("u1", "2026-01-01T00:00:00Z")
+    assert tenancy.external_id(derived) == tenancy.derived_id("u1") != tenancy.derived_id("u2")
+    assert tenancy.external_id({**derived, "status": {"externalID": "victim"}}) == tenancy.derived_id("u1")
+    assert tenancy.external_id(claimant("u1", "2026-01-01T00:00:00Z", "mine")) == "mine"
+    assert not tenancy.chosen(derived) and tenancy.chosen(claimant("u1", "t", "mine"))
+
+
+VICTIM_ID = tenancy.derived_id("victim")
+HOLD_CASES = [
+    # (why, body, others, holds)
+    (
+        "a derived id is always its own",
+        claimant("a", "2026-01-02T00:00:00Z"),
+        [claimant("b", "2026-01-01T00:00:00Z", tenancy.derived_id("a"))],
+        True,
+    ),
+    (
+        "a chosen id nobody else has",
+        claimant("a", "2026-01-02T00:00:00Z", "x"),
+        [claimant("b", "2026-01-01T00:00:00Z", "y")],
+        True,
+    ),
+    (
+        "itself among the others",
+        claimant("a", "2026-01-02T00:00:00Z", "x"),
+        [claimant("a", "2026-01-02T00:00:00Z", "x")],
+        True,
+    ),
+    (
+        "another's derived id",
+        claimant("a", "2026-01-01T00:00:00Z", VICTIM_ID),
+        [claimant("victim", "2026-01-02T00:00:00Z")],
+        False,
+    ),
+    (
+        "chosen earlier by another",
+        claimant("a", "2026-01-02T00:00:00Z", "x"),
+        [claimant("b", "2026-01-01T00:00:00Z", "x")],
+        False,
+    ),
+    (
+        "chosen later by another",
+        claimant("a", "2026-01-01T00:00:00Z", "x"),
+        [claimant("b", "2026-01-02T00:00:00Z", "x")],
+        True,
+    ),
+    (
+        "chosen in the same second: neither",
+        claimant("a", "2026-01-01T00:00:00Z", "x"),
+        [claimant("b", "2026-01-01T00:00:00Z", "x")],
+        False,
+    ),
+    (
+        "another's status naming it proves nothing",
+        claimant("a", "2026-01-02T00:00:00Z", "x"),
+        [{**claimant("b", "2026-01-01T00:00:00Z"), "status": {"externalID": "x"}}],
+        True,
+    ),
+]
+
+
+@pytest.mark.parametrize(("body", "others", "holds"), [c[1:] for c in HOLD_CASES], ids=[c[0] for c in HOLD_CASES])
+def test_who_holds_an_external_id(body: dict[str, Any], others: list[dict[str, Any]], holds: bool) -> None:
+    assert tenancy.holds_external_id(body, others) is holds
+
+
+@pytest.mark.parametrize(
+    ("chosen_id", "status", "want"),
+    [
+        (True, 409, (Reason.EXTERNAL_ID_IN_USE, True)),  # the broker has it already: someone else's
+        (True, 400, (Reason.PROVISION_CALL_FAILED, True)),  # refused: nothing of ours was made
+        (True, None, (Reason.PROVISION_CALL_FAILED, True)),  # e.g. the operation was gone
+        (False, 409, (Reason.PROVISION_CALL_FAILED, False)),  # a derived id is only ever ours
+        (False, 400, (Reason.PROVISION_CALL_FAILED, False)),
+    ],
+)
+def test_a_refused_chosen_id_is_disowned(chosen_id: bool, status: int | None, want: tuple[Reason, bool]) -> None:
+    assert tenancy.refusal(chosen_id=chosen_id, status=status, failure=Reason.PROVISION_CALL_FAILED) == want
+
+
+def instance_in(namespace: str, share_with: list[str] | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {} if share_with is None else {"shareWith": share_with}
+    return {"metadata": {"name": "db", "namespace": namespace}, "spec": spec}
+
+
+@pytest.mark.parametrize(
+    ("instance", "referrer", "want"),
+    [
+        (instance_in("payments"), "payments", True),
+        (instance_in("payments"), "attacker", False),
+        (instance_in("payments", []), "attacker", False),
+        (instance_in("payments", ["apps"]), "attacker", False),
+        (instance_in("payments", ["apps", "attacker"]), "attacker", True),
+        (instance_in("payments", ["*"]), "attacker", True),
+    ],
+)
+def test_an_instance_is_used_from_another_namespace_only_with_consent(
+    instance: dict[str, Any], referrer: str, want: bool
+) -> None:
+    assert tenancy.shared_with(instance, referrer) is want
+
+
+def test_a_binding_touches_only_a_secret_it_stamped() -> None:
+    ours = {"metadata": {"name": "s", "annotations": {ANNOTATION_OWNER_UID: "b-uid"}}}
+    assert tenancy.may_write_secret(None, "b-uid")  # absent: it may be created
+    assert tenancy.may_write_secret(ours, "b-uid")
+    assert not tenancy.may_write_secret(ours, "other-uid")
+    assert not tenancy.may_write_secret({"metadata": {"name": "s"}}, "b-uid")
+    owned_only = {"metadata": {"name": "s", "ownerReferences": [{"uid": "b-uid"}]}}
+    assert not tenancy.may_write_secret(owned_only, "b-uid")  # the stamp is the rule
+    assert tenancy.stamp("b-uid") == {ANNOTATION_OWNER_UID: "b-uid"}
+
+
+def test_a_brokers_credentials_are_read_only_from_the_control_plane_namespace() -> None:
+    def spec(namespace: str) -> dict[str, Any]:
+        return {"url": "http://b", "authInfo": {"basic": {"secretRef": {"namespace": namespace, "name": "auth"}}}}
+
+    assert endpoints.auth_secret_ref(spec("opbroker"), control_plane="opbroker") == ("basic", "opbroker", "auth")
+    assert endpoints.auth_secret_ref({"url": "http://b"}, control_plane="opbroker") is None
+    with pytest.raises(endpoints.SecretOutsideControlPlane) as refused:
+        endpoints.auth_secret_ref(spec("payments"), control_plane="opbroker")
+    assert refused.value.reason is Reason.AUTH_SECRET_NOT_IN_CONTROL_PLANE
+    assert "payments/auth" in str(refused.value) and "opbroker" in str(refused.value)
 
 
 BROKER = {"apiVersion": "servicecatalog.k8s.io/v1alpha1", "kind": "Broker", "metadata": {"name": "b", "uid": "u"}}
@@ -215,14 +452,21 @@ def test_relist_due(reason: str, body: dict[str, Any], want: float | None) -> No
 def test_admission_refuses_deleting_an_instance_with_bindings() -> None:
     from opbroker.controller.servicecatalog import admission
 
-    instance = {"metadata": {"name": "db", "namespace": "a"}}
+    instance = {"metadata": {"name": "db", "namespace": "a"}, "spec": {"shareWith": ["b"]}}
     bindings_ = [
         {"metadata": {"name": "same-ns", "namespace": "a"}, "spec": {"instanceRef": {"name": "db"}}},
         {"metadata": {"name": "other-ns", "namespace": "b"}, "spec": {"instanceRef": {"name": "db", "namespace": "a"}}},
         {"metadata": {"name": "unrelated", "namespace": "b"}, "spec": {"instanceRef": {"name": "db"}}},
+        # Not shared with: bound to nothing, so it holds up nothing (whatever its status claims).
+        {
+            "metadata": {"name": "squatter", "namespace": "c"},
+            "spec": {"instanceRef": {"name": "db", "namespace": "a"}},
+            "status": {"unbindStatus": "Required"},
+        },
     ]
     found = admission.bindings_of(instance, bindings_)
     assert found == ["a/same-ns", "b/other-ns"]
+    assert admission.bindings_of({**instance, "spec": {}}, bindings_) == ["a/same-ns"]
     refused = admission.review({"uid": "u1", "operation": "DELETE", "oldObject": instance}, found)["response"]
     assert refused["uid"] == "u1" and refused["allowed"] is False and refused["status"]["code"] == 409
     assert "a/same-ns, b/other-ns" in refused["status"]["message"]

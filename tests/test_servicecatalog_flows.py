@@ -3,7 +3,8 @@ controller process, and real brokers over HTTP — the independent second broker
 fault injection) and opbroker's own broker.
 
 Every ServiceClass is cluster-scoped and named after its service, so each test gives the second broker's
-services names of its own (``renamed``) and cleans up its Broker.
+services names of its own (``renamed``) and cleans up its Broker. The helpers and the ``registered`` fixture are
+in ``tests/servicecatalog_support.py``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import json
 import re
 import secrets
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -23,95 +23,24 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from opbroker import osbclient
-from tests.brokers.fixture import DB_ASYNC_PLAN, DB_SYNC_PLAN, SecondBroker, default_catalog
+from opbroker.api.conventions import DEFAULT_NAMESPACE
+from tests.brokers.fixture import DB_ASYNC_PLAN, DB_SYNC_PLAN, SecondBroker
 from tests.controller_support import Process, wait_for
+from tests.servicecatalog_support import (
+    GROUP,
+    VERSION,
+    auth_secret,
+    condition,
+    create,
+    custom,
+    delete,
+    get,
+    ready,
+    register_broker,
+    renamed,
+)
 
 pytestmark = pytest.mark.usefixtures("controller")
-
-GROUP, VERSION = "servicecatalog.k8s.io", "v1alpha1"
-
-
-def custom(api_client: client.ApiClient) -> client.CustomObjectsApi:
-    return client.CustomObjectsApi(api_client)
-
-
-def get(api_client: client.ApiClient, plural: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
-    try:
-        if namespace is None:
-            found: dict[str, Any] = custom(api_client).get_cluster_custom_object(GROUP, VERSION, plural, name)
-        else:
-            found = custom(api_client).get_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
-    except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
-    return found
-
-
-def ready(obj: dict[str, Any] | None) -> tuple[str, str] | None:
-    for condition in ((obj or {}).get("status") or {}).get("conditions") or []:
-        if condition["type"] == "Ready":
-            return condition["status"], condition["reason"]
-    return None
-
-
-def renamed(suffix: str) -> dict[str, Any]:
-    catalog = default_catalog()
-    for service in catalog["services"]:
-        service["name"] = f"{service['name']}-{suffix}"
-    return catalog
-
-
-@pytest.fixture
-def registered(api_client: client.ApiClient, namespace: str, second_broker: SecondBroker) -> Iterator[tuple[str, str]]:
-    """The second broker registered as a Broker (basic auth from a Secret); yields (broker name, suffix)."""
-    suffix = secrets.token_hex(3)
-    second_broker.set_catalog(renamed(suffix))
-    core = client.CoreV1Api(api_client)
-    core.create_namespaced_secret(
-        namespace,
-        {
-            "metadata": {"name": "second-auth"},
-            "stringData": {"username": second_broker.username, "password": second_broker.password},
-        },
-    )
-    name = f"second-{suffix}"
-    custom(api_client).create_cluster_custom_object(
-        GROUP,
-        VERSION,
-        "brokers",
-        {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": "Broker",
-            "metadata": {"name": name},
-            "spec": {
-                "url": second_broker.url,
-                "authInfo": {"basic": {"secretRef": {"namespace": namespace, "name": "second-auth"}}},
-            },
-        },
-    )
-    wait_for(lambda: ready(get(api_client, "brokers", name)) == ("True", "FetchedCatalog"), 30, "the broker's catalog")
-    yield name, suffix
-    custom(api_client).delete_cluster_custom_object(GROUP, VERSION, "brokers", name)
-    for service in ("second-db", "second-queue"):
-        with contextlib.suppress(ApiException):
-            custom(api_client).delete_cluster_custom_object(GROUP, VERSION, "serviceclasses", f"{service}-{suffix}")
-
-
-def create(
-    api_client: client.ApiClient, namespace: str, plural: str, kind: str, name: str, spec: dict[str, Any]
-) -> None:
-    custom(api_client).create_namespaced_custom_object(
-        GROUP,
-        VERSION,
-        namespace,
-        plural,
-        {"apiVersion": f"{GROUP}/{VERSION}", "kind": kind, "metadata": {"name": name}, "spec": spec},
-    )
-
-
-def delete(api_client: client.ApiClient, namespace: str, plural: str, name: str) -> None:
-    custom(api_client).delete_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
 
 
 def test_a_broker_lists_its_services_as_classes_and_marks_removed_ones(
@@ -152,7 +81,7 @@ def test_a_broker_without_its_auth_secret_says_so(api_client: client.ApiClient, 
             "metadata": {"name": name},
             "spec": {
                 "url": second_broker.url,
-                "authInfo": {"bearer": {"secretRef": {"namespace": "default", "name": "absent"}}},
+                "authInfo": {"bearer": {"secretRef": {"namespace": DEFAULT_NAMESPACE, "name": "absent"}}},
             },
         },
     )
@@ -163,7 +92,7 @@ def test_a_broker_without_its_auth_secret_says_so(api_client: client.ApiClient, 
         broker = get(api_client, "brokers", name)
         assert broker is not None
         (condition,) = [c for c in broker["status"]["conditions"] if c["type"] == "Ready"]
-        assert "default/absent does not exist" in condition["message"]
+        assert f"{DEFAULT_NAMESPACE}/absent does not exist" in condition["message"]
     finally:
         custom(api_client).delete_cluster_custom_object(GROUP, VERSION, "brokers", name)
 
@@ -194,6 +123,7 @@ def test_provision_bind_across_namespaces_unbind_deprovision(
             "planName": "sync-small",
             "parameters": {"size": 3},
             "parametersFrom": [{"secretKeyRef": {"name": "db-params", "key": "params"}}],
+            "shareWith": [f"{namespace}-apps"],  # the binding's namespace: consent to bind from there
         },
     )
     wait_for(
@@ -374,10 +304,11 @@ def test_opbrokers_own_broker_through_the_service_catalog(
     demo operator, an asynchronous binding's credentials fetched into a Secret, then all of it undone."""
     url, password = osb_url
     core = client.CoreV1Api(api_client)
-    core.create_namespaced_secret(
-        namespace, {"metadata": {"name": "opbroker-auth"}, "stringData": {"username": "platform", "password": password}}
-    )
     name = f"opbroker-{secrets.token_hex(3)}"
+    stack = contextlib.ExitStack()
+    secret_ref = stack.enter_context(
+        auth_secret(api_client, f"{name}-auth", {"username": "platform", "password": password})
+    )
     custom(api_client).create_cluster_custom_object(
         GROUP,
         VERSION,
@@ -386,10 +317,7 @@ def test_opbrokers_own_broker_through_the_service_catalog(
             "apiVersion": f"{GROUP}/{VERSION}",
             "kind": "Broker",
             "metadata": {"name": name},
-            "spec": {
-                "url": url,
-                "authInfo": {"basic": {"secretRef": {"namespace": namespace, "name": "opbroker-auth"}}},
-            },
+            "spec": {"url": url, "authInfo": {"basic": {"secretRef": secret_ref}}},
         },
     )
     try:
@@ -422,6 +350,7 @@ def test_opbrokers_own_broker_through_the_service_catalog(
         custom(api_client).delete_cluster_custom_object(GROUP, VERSION, "brokers", name)
         with contextlib.suppress(ApiException):
             custom(api_client).delete_cluster_custom_object(GROUP, VERSION, "serviceclasses", "demo-db")
+        stack.close()
 
 
 def deployment(name: str, labels: dict[str, str]) -> dict[str, Any]:
@@ -542,31 +471,15 @@ def test_the_admission_webhook_refuses_deleting_an_instance_with_bindings(
         server.stop()
 
 
-def register_broker(api_client: client.ApiClient, name: str, spec: dict[str, Any]) -> None:
-    custom(api_client).create_cluster_custom_object(
-        GROUP,
-        VERSION,
-        "brokers",
-        {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Broker", "metadata": {"name": name}, "spec": spec},
-    )
-
-
-def test_a_broker_behind_tls_with_a_private_ca(
-    api_client: client.ApiClient, namespace: str, second_broker_tls: SecondBroker
-) -> None:
+def test_a_broker_behind_tls_with_a_private_ca(api_client: client.ApiClient, second_broker_tls: SecondBroker) -> None:
     """Real brokers sit behind a private CA: with `caBundle` the catalog is fetched; without it the Broker
     says the certificate could not be verified."""
     assert second_broker_tls.ca_pem is not None
     suffix = secrets.token_hex(3)
     second_broker_tls.set_catalog(renamed(suffix))
-    client.CoreV1Api(api_client).create_namespaced_secret(
-        namespace,
-        {
-            "metadata": {"name": "tls-auth"},
-            "stringData": {"username": second_broker_tls.username, "password": second_broker_tls.password},
-        },
-    )
-    auth = {"basic": {"secretRef": {"namespace": namespace, "name": "tls-auth"}}}
+    stack = contextlib.ExitStack()
+    credentials = {"username": second_broker_tls.username, "password": second_broker_tls.password}
+    auth = {"basic": {"secretRef": stack.enter_context(auth_secret(api_client, f"tls-auth-{suffix}", credentials))}}
     trusted, untrusted = f"tls-{suffix}", f"untrusted-{suffix}"
     ca = base64.b64encode(second_broker_tls.ca_pem.encode()).decode()
     register_broker(api_client, trusted, {"url": second_broker_tls.url, "authInfo": auth, "caBundle": ca})
@@ -589,24 +502,19 @@ def test_a_broker_behind_tls_with_a_private_ca(
         for service in ("second-db", "second-queue"):
             with contextlib.suppress(ApiException):
                 custom(api_client).delete_cluster_custom_object(GROUP, VERSION, "serviceclasses", f"{service}-{suffix}")
+        stack.close()
 
 
-def test_a_broker_with_a_bearer_token(
-    api_client: client.ApiClient, namespace: str, second_broker_token: SecondBroker
-) -> None:
+def test_a_broker_with_a_bearer_token(api_client: client.ApiClient, second_broker_token: SecondBroker) -> None:
     suffix = secrets.token_hex(3)
     second_broker_token.set_catalog(renamed(suffix))
-    client.CoreV1Api(api_client).create_namespaced_secret(
-        namespace, {"metadata": {"name": "token-auth"}, "stringData": {"token": second_broker_token.token}}
+    stack = contextlib.ExitStack()
+    secret_ref = stack.enter_context(
+        auth_secret(api_client, f"token-auth-{suffix}", {"token": second_broker_token.token})
     )
     name = f"token-{suffix}"
     register_broker(
-        api_client,
-        name,
-        {
-            "url": second_broker_token.url,
-            "authInfo": {"bearer": {"secretRef": {"namespace": namespace, "name": "token-auth"}}},
-        },
+        api_client, name, {"url": second_broker_token.url, "authInfo": {"bearer": {"secretRef": secret_ref}}}
     )
     try:
         wait_for(lambda: ready(get(api_client, "brokers", name)) == ("True", "FetchedCatalog"), 30, "the catalog")
@@ -617,18 +525,12 @@ def test_a_broker_with_a_bearer_token(
         for service in ("second-db", "second-queue"):
             with contextlib.suppress(ApiException):
                 custom(api_client).delete_cluster_custom_object(GROUP, VERSION, "serviceclasses", f"{service}-{suffix}")
+        stack.close()
 
 
 # --- the flows the issue names one by one: faults, time-outs, updates, one operation at a time, relisting ----
 
 INSTANCE_PATH = r"^/v2/service_instances/[^/]+$"
-
-
-def condition(obj: dict[str, Any] | None, kind: str) -> dict[str, Any] | None:
-    for found in ((obj or {}).get("status") or {}).get("conditions") or []:
-        if found["type"] == kind:
-            return dict(found)
-    return None
 
 
 def instance_calls(broker: SecondBroker) -> list[str]:

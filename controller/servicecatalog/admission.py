@@ -18,20 +18,27 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from opbroker.controller.servicecatalog.tenancy import shared_with
+
 PATH = "/validate/instances"
 
 
 def bindings_of(instance: Mapping[str, Any], bindings: Iterable[Mapping[str, Any]]) -> list[str]:
-    """``namespace/name`` of every Binding whose ``instanceRef`` is ``instance``."""
+    """``namespace/name`` of every Binding whose ``instanceRef`` is ``instance`` and that may use it: one in
+    another namespace that the Instance does not share with (``spec.shareWith``) is bound to nothing, and must
+    not keep another team's Instance from being deleted."""
     meta = instance.get("metadata") or {}
     found = []
     for binding in bindings:
         bmeta = binding.get("metadata") or {}
         ref = (binding.get("spec") or {}).get("instanceRef") or {}
-        if ref.get("name") == meta.get("name") and (ref.get("namespace") or bmeta.get("namespace")) == meta.get(
-            "namespace"
+        namespace = str(bmeta.get("namespace", ""))
+        if (
+            ref.get("name") == meta.get("name")
+            and (ref.get("namespace") or namespace) == meta.get("namespace")
+            and shared_with(instance, namespace)
         ):
-            found.append(f"{bmeta.get('namespace')}/{bmeta.get('name')}")
+            found.append(f"{namespace}/{bmeta.get('name')}")
     return sorted(found)
 
 

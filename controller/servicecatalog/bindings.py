@@ -6,6 +6,12 @@ another namespace than its Instance (``instanceRef.namespace``). The same rules 
 binding id is recorded before the request, one operation at a time, asynchronous binds polled and then
 fetched, orphan mitigation (an unbind) after a bind whose outcome is unknown.
 
+Tenancy (``tenancy``): a Binding uses an Instance in another namespace only with the Instance's consent
+(``spec.shareWith``) — without it nothing is sent to the broker (``ReferenceNotShared``), and consent withdrawn
+from a bound Binding unbinds it. The binding and instance ids are derived or held (never read from a status);
+a Binding that does not hold both sends nothing for them. The credentials Secret is created stamped with the
+Binding's uid, and a live Secret without that stamp is never overwritten or deleted (``SecretNotOwned``).
+
 The seed's pod injection by label selector is today's servicebinding.io workload projection: with
 ``spec.application`` (by name or label selector) the Secret is projected into the selected Deployments,
 StatefulSets or DaemonSets of the binding's namespace exactly as for ServiceClaims (the same
@@ -18,18 +24,19 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, ClassVar
 
 from opbroker import osbclient
+from opbroker.api.conventions import DEFAULT_NAMESPACE
 from opbroker.api.primaza import ApplicationSelector
 from opbroker.api.servicecatalog import BindingOperation, ProvisionStatus, UnbindStatus
 from opbroker.controller.claims import workloads
 from opbroker.controller.reasons import Reason
 from opbroker.controller.reconciler import DONE, Key, Memories, ObservePlanAct, Outcome, PerKey, requeue
+from opbroker.controller.servicecatalog import tenancy
 from opbroker.controller.servicecatalog.common import (
     Clients,
     Offering,
@@ -76,6 +83,10 @@ class BindingFacts:
     problem: Unresolved | None
     workloads: tuple[dict[str, Any], ...] = ()
     """The binding namespace's workloads of its application's kind (listed only with ``spec.application``)."""
+    consented: bool = True
+    """The Instance exists and may be used from the Binding's namespace (``tenancy.shared_with``)."""
+    owns_ids: bool = True
+    """The Binding holds its binding id and the Instance its instance id (``tenancy.holds_external_id``)."""
 
 
 def field_manager(binding: str) -> str:
@@ -119,28 +130,41 @@ def next_step(facts: BindingFacts) -> Step:
     deleting = bool(meta.get("deletionTimestamp"))
     if FINALIZER not in (meta.get("finalizers") or []):
         return Step.NOTHING if deleting else Step.ADD_FINALIZER
+    if not facts.owns_ids:
+        # Someone else's binding or instance id: nothing is ever sent for it, whatever the status says.
+        return Step.REMOVE_FINALIZER if deleting else Step.UNRESOLVED
     if status.get("asyncOpInProgress"):
         return Step.POLL
     if status.get("orphanMitigationInProgress"):
         return Step.MITIGATE
+    bound = status.get("unbindStatus") in (UnbindStatus.REQUIRED.value, UnbindStatus.FAILED.value)
     if deleting:
-        if status.get("unbindStatus") in (UnbindStatus.REQUIRED.value, UnbindStatus.FAILED.value):
+        if bound:
             return Step.UNBIND if facts.offering is not None else Step.UNRESOLVED
         return Step.REMOVE_FINALIZER
+    if not facts.consented:  # no consent (or no instance): nothing is bound; consent withdrawn unbinds
+        return Step.UNBIND if bound and facts.offering is not None else Step.UNRESOLVED
     if facts.problem is not None:
         return Step.UNRESOLVED
     if status.get("observedGeneration") == meta.get("generation"):
-        bound = status.get("unbindStatus") == UnbindStatus.REQUIRED.value and status.get("secretName")
-        return Step.PROJECT if bound and projection_drift(facts) else Step.NOTHING
+        settled = status.get("unbindStatus") == UnbindStatus.REQUIRED.value and status.get("secretName")
+        return Step.PROJECT if settled and projection_drift(facts) else Step.NOTHING
     return Step.BIND
 
 
 class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
     kind: ClassVar[str] = "scbinding"
 
-    def __init__(self, api: CatalogApi, memories: Memories, *, max_operation_seconds: float = 3600.0) -> None:
+    def __init__(
+        self,
+        api: CatalogApi,
+        memories: Memories,
+        *,
+        control_plane: str = DEFAULT_NAMESPACE,
+        max_operation_seconds: float = 3600.0,
+    ) -> None:
         self.api = api
-        self.resolver = Resolver(api)
+        self.resolver = Resolver(api, control_plane)
         self.polls: PerKey[int] = memories.keep(PerKey())
         self.poll_clock = PollClock(memories)
         self.retries: PerKey[int] = memories.keep(PerKey())
@@ -154,20 +178,39 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
             return None
         namespace, name = instance_ref(body)
         instance = self.api.get(INSTANCES, namespace, name)
-        offering = parameters = problem = None
-        try:
-            if instance is None:
-                raise Unresolved(Reason.REFERENCES_NON_EXISTENT_INSTANCE, f"instance {namespace}/{name} does not exist")
-            held = (instance.get("status") or {}).get("externalProperties") or {}
-            offering = self.resolver.offering(instance["spec"], held.get("planName"), held)
-            parameters = self.resolver.parameters(key.namespace, body.get("spec") or {})
-            ready = (instance.get("status") or {}).get("provisionStatus") == ProvisionStatus.PROVISIONED.value
-            if not ready or (instance.get("status") or {}).get("asyncOpInProgress"):
-                raise Unresolved(
-                    Reason.ERROR_INSTANCE_NOT_READY, f"instance {namespace}/{name} is not ready (provisioned, idle) yet"
+        consented = instance is not None and tenancy.shared_with(instance, key.namespace)
+        problem = self._reference_problem(body, consented)
+        owns_ids = self._holds(body, BINDINGS) and (instance is None or self._holds(instance, INSTANCES))
+        if problem is None and not owns_ids:
+            problem = Unresolved(
+                Reason.EXTERNAL_ID_IN_USE,
+                "the binding's externalID, or its instance's, is held by another object: nothing is sent for it (and "
+                "the Binding is deleted without an unbind); create the Binding again with another externalID, or none",
+            )
+        if problem is None and not bool(body["metadata"].get("deletionTimestamp")):
+            live = self.api.kube.read_secret(key.namespace, secret_name(body))
+            if not tenancy.may_write_secret(live, body["metadata"]["uid"]):
+                problem = Unresolved(
+                    Reason.SECRET_NOT_OWNED,
+                    f"Secret {secret_name(body)!r} exists and was not made by this Binding (it lacks the Binding's "
+                    "opbroker.io/owner-uid): it is neither overwritten nor deleted; delete it, or create the Binding "
+                    "again with another secretName",
                 )
-        except Unresolved as exc:
-            problem = exc
+        offering = parameters = None
+        if instance is not None:  # also without consent: withdrawn consent unbinds what was bound
+            try:
+                held = (instance.get("status") or {}).get("externalProperties") or {}
+                offering = self.resolver.offering(instance["spec"], held.get("planName"), held)
+                if problem is None:
+                    parameters = self.resolver.parameters(key.namespace, body.get("spec") or {})
+                    ready = (instance.get("status") or {}).get("provisionStatus") == ProvisionStatus.PROVISIONED.value
+                    if not ready or (instance.get("status") or {}).get("asyncOpInProgress"):
+                        raise Unresolved(
+                            Reason.ERROR_INSTANCE_NOT_READY,
+                            f"instance {namespace}/{name} is not ready (provisioned, idle) yet",
+                        )
+            except Unresolved as exc:
+                problem = problem or exc
         application = application_of(body)
         listed: tuple[dict[str, Any], ...] = ()
         if application is not None or (body.get("status") or {}).get("externalProperties", {}).get("projectionHash"):
@@ -177,7 +220,27 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
                 for api_version, kind in sorted(kinds)
                 for w in self.api.kube.list_objects(api_version, kind, key.namespace)
             )
-        return BindingFacts(key, body, instance, offering, parameters, problem, listed)
+        return BindingFacts(key, body, instance, offering, parameters, problem, listed, consented, owns_ids)
+
+    @staticmethod
+    def _reference_problem(body: dict[str, Any], consented: bool) -> Unresolved | None:
+        """Why the Binding may not use its Instance, if it may not. An Instance in another namespace that is
+        missing reads the same as one not shared: a Binding learns nothing of other namespaces."""
+        if consented:
+            return None
+        namespace, name = instance_ref(body)
+        own = body["metadata"]["namespace"]
+        if namespace == own:
+            return Unresolved(Reason.REFERENCES_NON_EXISTENT_INSTANCE, f"instance {namespace}/{name} does not exist")
+        return Unresolved(
+            Reason.REFERENCE_NOT_SHARED,
+            f"instance {namespace}/{name} is not shared with namespace {own!r} (or does not exist): its owner must "
+            f"list {own!r} (or '*') in the Instance's spec.shareWith; nothing is sent to the broker until then",
+        )
+
+    def _holds(self, body: dict[str, Any], plural: str) -> bool:
+        """Whether ``body`` holds its OSB id (a chosen id is checked against every object of its kind)."""
+        return not tenancy.chosen(body) or tenancy.holds_external_id(body, self.api.list(plural))
 
     @staticmethod
     def plan(facts: BindingFacts) -> Sequence[Step]:
@@ -201,7 +264,7 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
             return DONE
         if step is Step.REMOVE_FINALIZER:
             self._project(facts, [], withdraw=True)
-            self.api.kube.delete_secret(body["metadata"]["namespace"], secret_name(body))
+            self._release_secret(body)
             self.api.set_finalizer(BINDINGS, body, present=False)
             return DONE
         if step is Step.UNRESOLVED:
@@ -221,8 +284,7 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
     def _bind(self, client: osbclient.Client, facts: BindingFacts) -> Outcome:
         body, offering, instance = facts.body, facts.offering, facts.instance
         assert offering is not None and instance is not None and facts.parameters is not None
-        status = body.get("status") or {}
-        binding_id = status.get("externalID") or body["spec"].get("externalID") or str(uuid.uuid4())
+        binding_id = tenancy.external_id(body)
         self.api.patch_status(
             BINDINGS,
             body,
@@ -237,7 +299,7 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
         )
         try:
             result = client.bind(
-                instance["status"]["externalID"],
+                tenancy.external_id(instance),
                 binding_id,
                 service_id=offering.service_id,
                 plan_id=offering.plan_id,
@@ -258,11 +320,11 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
         assert offering is not None and instance is not None
         status = body.get("status") or {}
         unbinding = status.get("currentOperation") == BindingOperation.UNBIND.value
-        instance_id = (instance.get("status") or {}).get("externalID", "")
+        instance_id = tenancy.external_id(instance)
         try:
             last = client.binding_last_operation(
                 instance_id,
-                status["externalID"],
+                tenancy.external_id(body),
                 operation=status.get("lastOperation"),
                 service_id=offering.service_id,
                 plan_id=offering.plan_id,
@@ -278,7 +340,7 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
         if last.state == osbclient.SUCCEEDED:
             try:
                 result = client.get_binding(
-                    instance_id, status["externalID"], service_id=offering.service_id, plan_id=offering.plan_id
+                    instance_id, tenancy.external_id(body), service_id=offering.service_id, plan_id=offering.plan_id
                 )
             except osbclient.BrokerError as exc:
                 if osbclient.is_retryable(exc):
@@ -306,9 +368,9 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
 
     def _unbind(self, client: osbclient.Client, facts: BindingFacts) -> Outcome:
         body, offering, instance = facts.body, facts.offering, facts.instance
-        assert offering is not None
+        assert offering is not None and instance is not None
         status = body.get("status") or {}
-        instance_id = ((instance or {}).get("status") or {}).get("externalID", "")
+        instance_id = tenancy.external_id(instance)
         self.api.patch_status(
             BINDINGS,
             body,
@@ -325,7 +387,7 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
         try:
             result = client.unbind(
                 instance_id,
-                status["externalID"],
+                tenancy.external_id(body),
                 service_id=offering.service_id,
                 plan_id=offering.plan_id,
                 identity=identity_of(body),
@@ -353,29 +415,9 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
             key: base64.b64encode((value if isinstance(value, str) else json.dumps(value)).encode()).decode()
             for key, value in (result.credentials or {}).items()
         }
-        self.api.kube.apply_secret(
-            {
-                "apiVersion": "v1",
-                "kind": "Secret",
-                "type": SECRET_TYPE,
-                "metadata": {
-                    "name": name,
-                    "namespace": meta["namespace"],
-                    "labels": {"servicecatalog.k8s.io/binding": meta["name"]},
-                    "ownerReferences": [
-                        {
-                            "apiVersion": body["apiVersion"],
-                            "kind": body["kind"],
-                            "name": meta["name"],
-                            "uid": meta["uid"],
-                            "controller": True,
-                            "blockOwnerDeletion": True,
-                        }
-                    ],
-                },
-                "data": data,
-            }
-        )
+        if not self._write_secret(body, data):
+            message = f"Secret {name!r} appeared meanwhile and was not made by this Binding: it is left untouched"
+            return self._failed(facts, message, mitigate=True, reason=Reason.SECRET_NOT_OWNED)
         self.retries.forget(facts.key)
         digest = self._project(facts, sorted(data), withdraw=False, data=data)
         status = body.get("status") or {}
@@ -404,8 +446,10 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
         body = facts.body
         orphan = bool((body.get("status") or {}).get("orphanMitigationInProgress"))
         final = orphan and terminal_mitigation(body)
+        # Consent withdrawn from a bound Binding (not deleted, no mitigation): it waits for consent again.
+        revoked = not orphan and not body["metadata"].get("deletionTimestamp") and not facts.consented
         self._project(facts, [], withdraw=True)
-        self.api.kube.delete_secret(body["metadata"]["namespace"], secret_name(body))
+        self._release_secret(body)
         self.api.patch_status(
             BINDINGS,
             body,
@@ -432,11 +476,28 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
                     if final
                     else {}
                 ),
+                **(
+                    {
+                        "observedGeneration": None,  # bound again once consent returns
+                        "secretName": None,
+                        "externalProperties": None,
+                        "conditions": conditions(
+                            body, ready=False, reason=Reason.REFERENCE_NOT_SHARED, message=str(facts.problem)
+                        ),
+                    }
+                    if revoked and facts.problem is not None
+                    else {}
+                ),
             },
         )
         if body["metadata"].get("deletionTimestamp"):
             self.api.set_finalizer(BINDINGS, body, present=False)
             return DONE
+        if revoked:
+            self.api.kube.emit_event(
+                body, reason=Reason.REFERENCE_NOT_SHARED.value, message=str(facts.problem), warning=True
+            )
+            return DONE  # the Instance's changes queue the Binding again
         if final:
             return DONE  # failed for good: a spec change queues it again
         return requeue(self._backoff(facts.key)) if orphan else DONE
@@ -474,6 +535,17 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
             self.api.patch_status(BINDINGS, body, status)
             self.api.kube.emit_event(body, reason=Reason.ORPHAN_MITIGATION.value, message=message, warning=True)
             return requeue(0)
+        if exc is not None and not (body.get("status") or {}).get("externalProperties"):  # never bound before
+            answered = exc.status if isinstance(exc, osbclient.OSBError) else None
+            reason, disown = tenancy.refusal(chosen_id=tenancy.chosen(body), status=answered, failure=reason)
+            if disown:  # the broker made nothing of ours under this id: deleting the Binding asks it nothing
+                status["unbindStatus"] = UnbindStatus.NOT_REQUIRED.value
+            if reason is Reason.EXTERNAL_ID_IN_USE:
+                message = (
+                    f"{message}: the broker already has a binding {tenancy.external_id(body)!r}, which is not this "
+                    "Binding's; it is never unbound from here (create the Binding again with another externalID, "
+                    "or none)"
+                )
         status.update(
             {
                 "currentOperation": None,
@@ -510,6 +582,49 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
                 continue
             self.api.kube.apply(patch, field_manager=manager)
         return digest if application is not None else None
+
+    def _write_secret(self, body: dict[str, Any], data: dict[str, str]) -> bool:
+        """Write the credentials Secret — created stamped with the Binding's uid, or overwritten when the live
+        one carries that stamp (guarded by the version read); False, touching nothing, when it is not ours."""
+        meta = body["metadata"]
+        name = secret_name(body)
+        live = self.api.kube.read_secret(meta["namespace"], name)
+        if not tenancy.may_write_secret(live, meta["uid"]):
+            return False
+        manifest: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": SECRET_TYPE,
+            "metadata": {
+                "name": name,
+                "namespace": meta["namespace"],
+                "labels": {"servicecatalog.k8s.io/binding": meta["name"]},
+                "annotations": tenancy.stamp(meta["uid"]),
+                "ownerReferences": [
+                    {
+                        "apiVersion": body["apiVersion"],
+                        "kind": body["kind"],
+                        "name": meta["name"],
+                        "uid": meta["uid"],
+                        "controller": True,
+                        "blockOwnerDeletion": True,
+                    }
+                ],
+            },
+            "data": data,
+        }
+        if live is None:
+            return self.api.kube.create(manifest) is not None  # None: one appeared meanwhile, left alone
+        manifest["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"]  # a change meanwhile: 409
+        self.api.kube.apply_secret(manifest)
+        return True
+
+    def _release_secret(self, body: dict[str, Any]) -> None:
+        """Delete the credentials Secret if the live one is this Binding's (stamped with its uid), else leave it."""
+        meta = body["metadata"]
+        live = self.api.kube.read_secret(meta["namespace"], secret_name(body))
+        if live is not None and tenancy.may_write_secret(live, meta["uid"]):
+            self.api.kube.delete_secret(meta["namespace"], secret_name(body), uid=live["metadata"]["uid"])
 
     def _status(self, body: dict[str, Any], *, ready: bool, reason: Reason, message: str) -> None:
         say(self.api, BINDINGS, body, ready=ready, reason=reason, message=message)

@@ -1,6 +1,7 @@
 """Reconciling a Broker: fetch its catalog when a relist is due, keep its ServiceClasses in step, say so.
 
-observe reads the Broker, its auth Secret and — only when a relist is due — the catalog and the classes
+observe reads the Broker, its auth Secret (only from the control-plane namespace: one named elsewhere is
+refused, ``AuthSecretNotInControlPlane``, unread) and — only when a relist is due — the catalog and the classes
 held; plan (pure) turns that into class writes and the Broker's status; act writes them. A relist is due
 on a new or changed spec, a bumped ``relistRequests``, a failed last attempt, or ``relistDuration`` after
 the last success (``relistBehavior: Manual`` relists on request only).
@@ -15,6 +16,7 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 from opbroker import osbclient
+from opbroker.api.conventions import DEFAULT_NAMESPACE
 from opbroker.api.servicecatalog import parse_go_duration
 from opbroker.controller.decisions import ready_condition
 from opbroker.controller.reasons import Reason
@@ -63,8 +65,10 @@ BrokerAction = WriteClasses | WriteStatus | ComeBack
 class BrokerReconciler(ObservePlanAct[BrokerFacts, BrokerAction]):
     kind: ClassVar[str] = "scbroker"
 
-    def __init__(self, api: CatalogApi, *, transport: Any = None) -> None:
+    def __init__(self, api: CatalogApi, *, control_plane: str = DEFAULT_NAMESPACE, transport: Any = None) -> None:
         self.api = api
+        self.control_plane = control_plane
+        """The only namespace a Broker's auth Secret is read from."""
         self.transport = transport
 
     def observe(self, key: Key) -> BrokerFacts | None:
@@ -79,14 +83,14 @@ class BrokerReconciler(ObservePlanAct[BrokerFacts, BrokerAction]):
         try:
             catalog = self.fetch(body)
         except EndpointProblem as exc:
-            return BrokerFacts(key, body, now, due_in, problem=(Reason.ERROR_AUTH_CREDENTIALS, str(exc)))
+            return BrokerFacts(key, body, now, due_in, problem=(exc.reason, str(exc)))
         except osbclient.BrokerError as exc:
             return BrokerFacts(key, body, now, due_in, problem=(Reason.ERROR_FETCHING_CATALOG, str(exc)))
         classes = tuple(self.api.list(CLASSES))
         return BrokerFacts(key, body, now, due_in, catalog=catalog, classes=classes)
 
     def fetch(self, body: dict[str, Any]) -> dict[str, Any]:
-        ref = auth_secret_ref(body["spec"])
+        ref = auth_secret_ref(body["spec"], control_plane=self.control_plane)  # raises before any read
         secret = self.api.secret_data(ref[1], ref[2]) if ref else None
         with osbclient.Client(endpoint(body["spec"], secret), transport=self.transport) as client:
             return client.catalog()

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from opbroker import osbclient
+from opbroker.api.conventions import DEFAULT_NAMESPACE
 from opbroker.controller.decisions import ready_condition
 from opbroker.controller.reasons import Reason
 from opbroker.controller.reconciler import Key, Memories, Outcome, PerKey, requeue
@@ -50,8 +51,10 @@ class Offering:
 
 
 class Resolver:
-    def __init__(self, api: CatalogApi) -> None:
+    def __init__(self, api: CatalogApi, control_plane: str = DEFAULT_NAMESPACE) -> None:
         self.api = api
+        self.control_plane = control_plane
+        """The only namespace a Broker's auth Secret is read from."""
 
     def service_class(self, name: str) -> dict[str, Any]:
         """By object name, or by the broker's name for the service (``externalName``)."""
@@ -102,15 +105,16 @@ class Resolver:
         body = self.api.get(BROKERS, "", name)
         if body is None:
             raise Unresolved(Reason.REFERENCES_NON_EXISTENT_BROKER, f"broker {name!r} does not exist")
-        ref = auth_secret_ref(body["spec"])
-        secret = self.api.secret_data(ref[1], ref[2]) if ref else None
         try:
+            ref = auth_secret_ref(body["spec"], control_plane=self.control_plane)  # raises before any read
+            secret = self.api.secret_data(ref[1], ref[2]) if ref else None
             return endpoint(body["spec"], secret)
         except EndpointProblem as exc:
-            raise Unresolved(Reason.ERROR_AUTH_CREDENTIALS, f"broker {name!r}: {exc}") from exc
+            raise Unresolved(exc.reason, f"broker {name!r}: {exc}") from exc
 
     def parameters(self, namespace: str, spec: Mapping[str, Any]) -> dict[str, Any]:
-        """``parameters`` with every ``parametersFrom`` Secret key's JSON object merged in."""
+        """``parameters`` with every ``parametersFrom`` Secret key's JSON object merged in. ``namespace``: the
+        object's own — the only one its Secrets are read from (a ``secretKeyRef`` has no namespace field)."""
         merged = dict(spec.get("parameters") or {})
         for source in spec.get("parametersFrom") or []:
             ref = source["secretKeyRef"]

@@ -1,7 +1,10 @@
 """How to reach a Broker: its spec and auth Secret turned into an :class:`opbroker.osbclient.Broker`.
 
-Pure apart from the Secret read the caller does: ``endpoint(spec, secret)`` checks that the Secret holds
-what the auth kind needs and says clearly what is missing (never what it holds).
+Pure apart from the Secret read the caller does: ``auth_secret_ref(spec, control_plane=...)`` names the Secret
+to read — only one in the control-plane namespace: a Broker is cluster-scoped, and whoever may create one must
+not be able to have another namespace's Secret read and sent to a URL of their choosing — and
+``endpoint(spec, secret)`` checks that the Secret holds what the auth kind needs and says clearly what is
+missing (never what it holds).
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from opbroker import osbclient
+from opbroker.api.conventions import may_refer
+from opbroker.controller.reasons import Reason
 
 #: Sent as the originating platform with every request that acts for a user.
 PLATFORM = "kubernetes"
@@ -19,9 +24,16 @@ PLATFORM = "kubernetes"
 class EndpointProblem(ValueError):
     """The Broker cannot be reached as specified (a missing Secret or key); the message says which."""
 
+    reason = Reason.ERROR_AUTH_CREDENTIALS
 
-def auth_secret_ref(spec: Mapping[str, Any]) -> tuple[str, str, str] | None:
-    """``(kind, namespace, name)`` of the Secret holding the broker's credentials, if it has any."""
+
+class SecretOutsideControlPlane(EndpointProblem):
+    """The Broker's auth Secret is not in the control-plane namespace: it is not read."""
+
+    reason = Reason.AUTH_SECRET_NOT_IN_CONTROL_PLANE
+
+
+def _auth_ref(spec: Mapping[str, Any]) -> tuple[str, str, str] | None:
     auth = spec.get("authInfo") or {}
     for kind in ("basic", "bearer"):
         ref = (auth.get(kind) or {}).get("secretRef")
@@ -30,9 +42,23 @@ def auth_secret_ref(spec: Mapping[str, Any]) -> tuple[str, str, str] | None:
     return None
 
 
+def auth_secret_ref(spec: Mapping[str, Any], *, control_plane: str) -> tuple[str, str, str] | None:
+    """``(kind, namespace, name)`` of the Secret holding the broker's credentials, if it has any; raises
+    :class:`SecretOutsideControlPlane` when it is not in ``control_plane`` (Secrets are shared with nobody:
+    ``may_refer`` without a ``shareWith``)."""
+    ref = _auth_ref(spec)
+    if ref is not None and not may_refer(referrer_namespace=control_plane, target_namespace=ref[1]):
+        kind, namespace, name = ref
+        raise SecretOutsideControlPlane(
+            f"the {kind} auth Secret {namespace}/{name} is not in the control-plane namespace {control_plane!r}: "
+            "a Broker's credentials are read only from there, so it was not read and nothing was sent"
+        )
+    return ref
+
+
 def endpoint(spec: Mapping[str, Any], secret: Mapping[str, str] | None) -> osbclient.Broker:
     """The OSB endpoint for a Broker ``spec``; ``secret``: the decoded auth Secret (None if it is missing)."""
-    ref = auth_secret_ref(spec)
+    ref = _auth_ref(spec)
     auth: osbclient.Auth | None = None
     if ref is not None:
         kind, namespace, name = ref

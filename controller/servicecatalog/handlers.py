@@ -31,13 +31,18 @@ from opbroker.controller.servicecatalog.resources import BINDINGS, GROUP, VERSIO
 class ServiceCatalog:
     """The three reconcilers on the runtime, and the indexes that map events to keys."""
 
-    def __init__(self, kube: Kube, runtime: Runtime, *, max_operation_seconds: float) -> None:
+    def __init__(self, kube: Kube, runtime: Runtime, *, control_plane: str, max_operation_seconds: float) -> None:
+        """``control_plane``: the controller's namespace, the only one Brokers' auth Secrets are read from."""
         self.runtime = runtime
         api = self.api = CatalogApi(kube)
         memories = runtime.memories
-        self.brokers = BrokerReconciler(api)
-        self.instances = InstanceReconciler(api, memories, max_operation_seconds=max_operation_seconds)
-        self.bindings = BindingReconciler(api, memories, max_operation_seconds=max_operation_seconds)
+        self.brokers = BrokerReconciler(api, control_plane=control_plane)
+        self.instances = InstanceReconciler(
+            api, memories, control_plane=control_plane, max_operation_seconds=max_operation_seconds
+        )
+        self.bindings = BindingReconciler(
+            api, memories, control_plane=control_plane, max_operation_seconds=max_operation_seconds
+        )
         for reconciler in (self.brokers, self.instances, self.bindings):
             runtime.register(reconciler)
         self._class_users: Dependents[str] = memories.keep(Dependents())

@@ -15,23 +15,28 @@ Service Catalog design and the OSB spec:
   spec change;
 * a new Instance of a class removed from its broker's catalog is not provisioned (existing ones keep working);
 * a permanent refusal (other 4xx) sets ``Failed`` and waits for a spec change; transient ones are retried;
-* deleting an Instance that still has Bindings is held by the finalizer, and ``Ready`` names them.
+* deleting an Instance that still has Bindings is held by the finalizer, and ``Ready`` names them (a Binding
+  in a namespace the Instance does not share with does not count);
+* the instance id is ``spec.externalID`` or one derived from the Instance's uid, never taken from the status
+  (``tenancy``): an Instance that does not hold its chosen id — an earlier Instance has it — sends nothing for
+  it, not even a deprovision when deleted, and one whose chosen id the broker refuses to create (409: someone
+  else's) fails with ``ExternalIDInUse`` and is deleted without a deprovision.
 """
 
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, ClassVar
 
 from opbroker import osbclient
+from opbroker.api.conventions import DEFAULT_NAMESPACE
 from opbroker.api.servicecatalog import DeprovisionStatus, InstanceOperation, ProvisionStatus
 from opbroker.controller.reasons import Reason
 from opbroker.controller.reconciler import DONE, Key, Memories, ObservePlanAct, Outcome, PerKey, requeue
-from opbroker.controller.servicecatalog import admission
+from opbroker.controller.servicecatalog import admission, tenancy
 from opbroker.controller.servicecatalog.common import (
     Clients,
     Offering,
@@ -67,6 +72,8 @@ class Step(StrEnum):
     UNRESOLVED = "unresolved"
     PROVISION = "provision"
     UPDATE = "update"
+    SETTLE = "settle"
+    """A spec change that asks the broker for nothing (only ``shareWith`` moved): recorded as observed."""
     DEPROVISION = "deprovision"
     POLL = "poll"
     MITIGATE = "mitigate"
@@ -81,6 +88,34 @@ class InstanceFacts:
     problem: Unresolved | None
     bindings: tuple[str, ...]
     """``namespace/name`` of the Bindings referring to it (read only while it is being deleted)."""
+    owns_id: bool = True
+    """Whether it holds its instance id (``tenancy.holds_external_id``); when not, ``problem`` says why."""
+    desired: dict[str, Any] | None = None
+    """What the broker should have the instance as (:func:`properties`); None when not resolved."""
+
+
+#: The properties whose change is sent to the broker as an update (``updateRequests`` is 0 when unrecorded).
+UPDATED_BY = ("planExternalID", "parametersChecksum", "updateRequests")
+
+
+def properties(offering: Offering, parameters: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
+    """The plan, parameters checksum and ``updateRequests`` an operation asks the broker for."""
+    return {
+        "planName": offering.plan["name"],
+        "planExternalID": offering.plan_id,
+        "parametersChecksum": checksum(parameters),
+        "updateRequests": int(spec.get("updateRequests") or 0),
+    }
+
+
+def needs_update(held: dict[str, Any] | None, desired: dict[str, Any] | None) -> bool:
+    """Whether a provisioned instance whose spec changed asks the broker for anything: another plan, other
+    parameters, or a bumped ``updateRequests``. A change of anything else — whom it is shared with — is not an
+    OSB update."""
+    if desired is None:
+        return True
+    held = held or {}
+    return any(held.get(key, 0 if key == "updateRequests" else None) != desired.get(key) for key in UPDATED_BY)
 
 
 def next_step(facts: InstanceFacts) -> Step:
@@ -90,6 +125,9 @@ def next_step(facts: InstanceFacts) -> Step:
     held = FINALIZER in (meta.get("finalizers") or [])
     if not held:
         return Step.NOTHING if deleting else Step.ADD_FINALIZER
+    if not facts.owns_id:
+        # Someone else's id: nothing is ever sent for it, whatever the status (its owner can write it) says.
+        return Step.REMOVE_FINALIZER if deleting else Step.UNRESOLVED
     if status.get("asyncOpInProgress"):
         return Step.POLL  # one operation at a time, a deletion included
     if status.get("orphanMitigationInProgress"):
@@ -105,16 +143,23 @@ def next_step(facts: InstanceFacts) -> Step:
     if status.get("observedGeneration") == meta.get("generation"):
         return Step.NOTHING  # settled, or failed and waiting for a spec change
     if status.get("provisionStatus") == ProvisionStatus.PROVISIONED.value:
-        return Step.UPDATE
+        return Step.UPDATE if needs_update(status.get("externalProperties"), facts.desired) else Step.SETTLE
     return Step.PROVISION
 
 
 class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
     kind: ClassVar[str] = "scinstance"
 
-    def __init__(self, api: CatalogApi, memories: Memories, *, max_operation_seconds: float = 3600.0) -> None:
+    def __init__(
+        self,
+        api: CatalogApi,
+        memories: Memories,
+        *,
+        control_plane: str = DEFAULT_NAMESPACE,
+        max_operation_seconds: float = 3600.0,
+    ) -> None:
         self.api = api
-        self.resolver = Resolver(api)
+        self.resolver = Resolver(api, control_plane)
         self.polls: PerKey[int] = memories.keep(PerKey())
         self.poll_clock = PollClock(memories)
         self.retries: PerKey[int] = memories.keep(PerKey())
@@ -151,8 +196,16 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
                 )
         except Unresolved as exc:
             problem = exc
+        owns_id = not tenancy.chosen(body) or tenancy.holds_external_id(body, self.api.list(INSTANCES))
+        if not owns_id:
+            problem = Unresolved(
+                Reason.EXTERNAL_ID_IN_USE,
+                f"externalID {tenancy.external_id(body)!r} is held by another Instance: this one sends nothing for "
+                "it (and is deleted without a deprovision); create the Instance again with another externalID, or none",
+            )
         bindings = self._bindings(body) if deleting else ()
-        return InstanceFacts(key, body, offering, parameters, problem, bindings)
+        desired = properties(offering, parameters, spec) if offering is not None and parameters is not None else None
+        return InstanceFacts(key, body, offering, parameters, problem, bindings, owns_id, desired)
 
     @staticmethod
     def plan(facts: InstanceFacts) -> Sequence[Step]:
@@ -172,6 +225,9 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
             return requeue(0)
         if step is Step.REMOVE_FINALIZER:
             self.api.set_finalizer(INSTANCES, body, present=False)
+            return DONE
+        if step is Step.SETTLE:
+            self.api.patch_status(INSTANCES, body, {"observedGeneration": body["metadata"].get("generation")})
             return DONE
         if step is Step.BLOCKED:
             names = ", ".join(facts.bindings)
@@ -200,13 +256,9 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
         body, offering = facts.body, facts.offering
         assert offering is not None and facts.parameters is not None
         status = body.get("status") or {}
-        external_id = status.get("externalID") or body["spec"].get("externalID") or str(uuid.uuid4())
+        external_id = tenancy.external_id(body)
         operation = InstanceOperation.UPDATE if update else InstanceOperation.PROVISION
-        properties = {
-            "planName": offering.plan["name"],
-            "planExternalID": offering.plan_id,
-            "parametersChecksum": checksum(facts.parameters),
-        }
+        asked = properties(offering, facts.parameters, body["spec"])
         # Record first, send second: a crash in between repeats the request with the same id.
         reason = Reason.UPDATING if update else Reason.PROVISIONING
         self.api.patch_status(
@@ -216,7 +268,7 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
                 "externalID": external_id,
                 "currentOperation": operation.value,
                 "operationStartTime": timestamp(now()),
-                "inProgressProperties": properties,
+                "inProgressProperties": asked,
                 **({} if update else {"deprovisionStatus": DeprovisionStatus.REQUIRED.value}),
                 "conditions": conditions(
                     body, ready=update, reason=reason, message=f"{operation.value.lower()} requested"
@@ -273,7 +325,7 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
         operation = InstanceOperation(status.get("currentOperation") or InstanceOperation.PROVISION.value)
         try:
             last = client.last_operation(
-                status["externalID"],
+                tenancy.external_id(body),
                 operation=status.get("lastOperation"),
                 service_id=offering.service_id,
                 plan_id=offering.plan_id,
@@ -316,7 +368,6 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
     def _deprovision(self, client: osbclient.Client, facts: InstanceFacts, *, mitigation: bool) -> Outcome:
         body, offering = facts.body, facts.offering
         assert offering is not None
-        status = body.get("status") or {}
         final = mitigation and terminal_mitigation(body)
         self.api.patch_status(
             INSTANCES,
@@ -338,7 +389,7 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
         )
         try:
             result = client.deprovision(
-                status["externalID"],
+                tenancy.external_id(body),
                 service_id=offering.service_id,
                 plan_id=offering.plan_id,
                 identity=identity_of(body),
@@ -426,7 +477,8 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
             osbclient.Request.PROVISION, exc
         )
         if mitigate or not osbclient.is_retryable(exc):
-            return self._operation_failed(facts, operation, str(exc), mitigate=mitigate)
+            answered = exc.status if isinstance(exc, osbclient.OSBError) else None
+            return self._operation_failed(facts, operation, str(exc), mitigate=mitigate, answered=answered)
         reason = _failure_reason(operation)
         self._status(facts.body, ready=False, reason=reason, message=f"{exc}; retrying")
         return requeue(self._backoff(facts.key))
@@ -440,7 +492,9 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
         mitigate: bool,
         timed_out: bool = False,
         terminal: bool = False,
+        answered: int | None = None,
     ) -> Outcome:
+        """``answered``: the broker's error status, when it answered one."""
         body = facts.body
         reason = Reason.ASYNC_OPERATION_TIMED_OUT if timed_out else _failure_reason(operation)
         status: dict[str, Any] = {"asyncOpInProgress": False, "lastOperation": None}
@@ -466,6 +520,16 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
             self.api.kube.emit_event(body, reason=reason.value, message=message, warning=True)
             return requeue(self._backoff(facts.key))
         provisioned = (body.get("status") or {}).get("provisionStatus") == ProvisionStatus.PROVISIONED.value
+        if operation is InstanceOperation.PROVISION and not provisioned:
+            reason, disown = tenancy.refusal(chosen_id=tenancy.chosen(body), status=answered, failure=reason)
+            if disown:  # the broker made nothing of ours under this id: deleting the Instance asks it nothing
+                status["deprovisionStatus"] = DeprovisionStatus.NOT_REQUIRED.value
+            if reason is Reason.EXTERNAL_ID_IN_USE:
+                message = (
+                    f"{message}: the broker already has an instance {tenancy.external_id(body)!r}, which is not this "
+                    "Instance's; it is never updated, bound or deprovisioned from here (create the Instance again "
+                    "with another externalID, or none)"
+                )
         status.update(
             {
                 "currentOperation": None,
