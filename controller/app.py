@@ -17,7 +17,7 @@ import kopf
 from kubernetes import client
 
 from opbroker.api.conventions import resource_name
-from opbroker.controller import decisions, metrics, trim
+from opbroker.controller import decisions, identities, metrics, trim
 from opbroker.controller.bindings import BindingReconciler
 from opbroker.controller.catalog import Catalog
 from opbroker.controller.catalog_entries import PlanEntryReconciler, ServiceEntryReconciler
@@ -80,11 +80,16 @@ class Controller:
             self.runtime,
             control_plane=settings.namespace,
             max_operation_seconds=settings.max_operation_seconds,
+            writer=self.namespace_door,
         )
         self._plan_members: Dependents[str] = memories.keep(Dependents())
         self._instance_bindings: Dependents[Key] = memories.keep(Dependents())
         self._fingerprints: PerKey[tuple[Any, ...]] = memories.keep(PerKey())
         self._trimmer: asyncio.Task[None] | None = None
+
+    def namespace_door(self, namespace: str) -> Kube:
+        """Where writes into a consumer's namespace go for no plan: its ``opbroker`` account (issue 24)."""
+        return self.kube.acting_as(identities.namespace_user(namespace, self.settings))
 
     # -- lifecycle -----------------------------------------------------------------------------------
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, ClassVar
@@ -34,6 +34,7 @@ from opbroker.api.conventions import DEFAULT_NAMESPACE
 from opbroker.api.primaza import ApplicationSelector
 from opbroker.api.servicecatalog import BindingOperation, ProvisionStatus, UnbindStatus
 from opbroker.controller.claims import workloads
+from opbroker.controller.kube import Kube
 from opbroker.controller.reasons import Reason
 from opbroker.controller.reconciler import DONE, Key, Memories, ObservePlanAct, Outcome, PerKey, requeue
 from opbroker.controller.servicecatalog import tenancy
@@ -162,8 +163,12 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
         *,
         control_plane: str = DEFAULT_NAMESPACE,
         max_operation_seconds: float = 3600.0,
+        writer: Callable[[str], Kube] | None = None,
     ) -> None:
+        """``writer``: the door writes into a namespace go through (that namespace's ``opbroker`` account, see
+        ``controller.identities``); default the controller's own (single-tenant)."""
         self.api = api
+        self.writer: Callable[[str], Kube] = writer or (lambda namespace: api.kube)
         self.resolver = Resolver(api, control_plane)
         self.polls: PerKey[int] = memories.keep(PerKey())
         self.poll_clock = PollClock(memories)
@@ -580,7 +585,7 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
                 patch = workloads.unprojection(workload)
             else:
                 continue
-            self.api.kube.apply(patch, field_manager=manager)
+            self.writer(body["metadata"]["namespace"]).apply(patch, field_manager=manager)
         return digest if application is not None else None
 
     def _write_secret(self, body: dict[str, Any], data: dict[str, str]) -> bool:
@@ -588,7 +593,8 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
         one carries that stamp (guarded by the version read); False, touching nothing, when it is not ours."""
         meta = body["metadata"]
         name = secret_name(body)
-        live = self.api.kube.read_secret(meta["namespace"], name)
+        door = self.writer(meta["namespace"])
+        live = door.read_secret(meta["namespace"], name)
         if not tenancy.may_write_secret(live, meta["uid"]):
             return False
         manifest: dict[str, Any] = {
@@ -614,17 +620,18 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
             "data": data,
         }
         if live is None:
-            return self.api.kube.create(manifest) is not None  # None: one appeared meanwhile, left alone
+            return door.create(manifest) is not None  # None: one appeared meanwhile, left alone
         manifest["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"]  # a change meanwhile: 409
-        self.api.kube.apply_secret(manifest)
+        door.apply_secret(manifest)
         return True
 
     def _release_secret(self, body: dict[str, Any]) -> None:
         """Delete the credentials Secret if the live one is this Binding's (stamped with its uid), else leave it."""
         meta = body["metadata"]
-        live = self.api.kube.read_secret(meta["namespace"], secret_name(body))
+        door = self.writer(meta["namespace"])
+        live = door.read_secret(meta["namespace"], secret_name(body))
         if live is not None and tenancy.may_write_secret(live, meta["uid"]):
-            self.api.kube.delete_secret(meta["namespace"], secret_name(body), uid=live["metadata"]["uid"])
+            door.delete_secret(meta["namespace"], secret_name(body), uid=live["metadata"]["uid"])
 
     def _status(self, body: dict[str, Any], *, ready: bool, reason: Reason, message: str) -> None:
         say(self.api, BINDINGS, body, ready=ready, reason=reason, message=message)

@@ -31,8 +31,17 @@ from opbroker.controller.servicecatalog.resources import BINDINGS, GROUP, VERSIO
 class ServiceCatalog:
     """The three reconcilers on the runtime, and the indexes that map events to keys."""
 
-    def __init__(self, kube: Kube, runtime: Runtime, *, control_plane: str, max_operation_seconds: float) -> None:
-        """``control_plane``: the controller's namespace, the only one Brokers' auth Secrets are read from."""
+    def __init__(
+        self,
+        kube: Kube,
+        runtime: Runtime,
+        *,
+        control_plane: str,
+        max_operation_seconds: float,
+        writer: Callable[[str], Kube] | None = None,
+    ) -> None:
+        """``control_plane``: the controller's namespace, the only one Brokers' auth Secrets are read from;
+        ``writer``: the door writes into a consumer's namespace go through."""
         self.runtime = runtime
         api = self.api = CatalogApi(kube)
         memories = runtime.memories
@@ -41,7 +50,7 @@ class ServiceCatalog:
             api, memories, control_plane=control_plane, max_operation_seconds=max_operation_seconds
         )
         self.bindings = BindingReconciler(
-            api, memories, control_plane=control_plane, max_operation_seconds=max_operation_seconds
+            api, memories, control_plane=control_plane, max_operation_seconds=max_operation_seconds, writer=writer
         )
         for reconciler in (self.brokers, self.instances, self.bindings):
             runtime.register(reconciler)
