@@ -25,6 +25,7 @@ from kubernetes.client.exceptions import ApiException
 from opbroker import osbclient
 from opbroker.api.conventions import DEFAULT_NAMESPACE
 from tests.brokers.fixture import DB_ASYNC_PLAN, DB_SYNC_PLAN, SecondBroker
+from tests.cluster_fixtures import onboard
 from tests.controller_support import Process, wait_for
 from tests.servicecatalog_support import (
     GROUP,
@@ -138,6 +139,7 @@ def test_provision_bind_across_namespaces_unbind_deprovision(
 
     other = f"{namespace}-apps"
     core.create_namespace({"metadata": {"name": other}})
+    onboard(api_client, other)
     try:
         create(
             api_client,

@@ -25,6 +25,7 @@ from kubernetes.client.exceptions import ApiException
 
 from opbroker.api.conventions import ANNOTATION_OWNER_UID
 from tests.brokers.fixture import DB_SERVICE, DB_SYNC_PLAN, SecondBroker
+from tests.cluster_fixtures import onboard
 from tests.controller_support import wait_for
 from tests.servicecatalog_support import GROUP, VERSION, condition, create, custom, delete, get, ready
 from tests.tenancy_support import (
@@ -48,6 +49,7 @@ def attacker(api_client: client.ApiClient, namespace: str) -> Iterator[Tenant]:
     name = f"{namespace}-attacker"
     core = client.CoreV1Api(api_client)
     core.create_namespace({"metadata": {"name": name, "labels": {"opbroker.io/test": "true"}}})
+    onboard(api_client, name)
     acting = make_tenant(api_client, name)
     yield acting
     acting.api.close()

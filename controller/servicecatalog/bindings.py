@@ -593,8 +593,8 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
         one carries that stamp (guarded by the version read); False, touching nothing, when it is not ours."""
         meta = body["metadata"]
         name = secret_name(body)
-        door = self.writer(meta["namespace"])
-        live = door.read_secret(meta["namespace"], name)
+        door = self.writer(meta["namespace"])  # writes as the namespace's account; reads are the controller's
+        live = self.api.kube.read_secret(meta["namespace"], name)
         if not tenancy.may_write_secret(live, meta["uid"]):
             return False
         manifest: dict[str, Any] = {
@@ -628,10 +628,11 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
     def _release_secret(self, body: dict[str, Any]) -> None:
         """Delete the credentials Secret if the live one is this Binding's (stamped with its uid), else leave it."""
         meta = body["metadata"]
-        door = self.writer(meta["namespace"])
-        live = door.read_secret(meta["namespace"], secret_name(body))
+        live = self.api.kube.read_secret(meta["namespace"], secret_name(body))
         if live is not None and tenancy.may_write_secret(live, meta["uid"]):
-            door.delete_secret(meta["namespace"], secret_name(body), uid=live["metadata"]["uid"])
+            self.writer(meta["namespace"]).delete_secret(
+                meta["namespace"], secret_name(body), uid=live["metadata"]["uid"]
+            )
 
     def _status(self, body: dict[str, Any], *, ready: bool, reason: Reason, message: str) -> None:
         say(self.api, BINDINGS, body, ready=ready, reason=reason, message=message)
