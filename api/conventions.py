@@ -76,6 +76,7 @@ def instance_registry_name(instance_name: str) -> str:
 def binding_registry_name(binding_name: str) -> str:
     return f"{binding_name}-binding-registry"
 
+
 # -- tenancy (issue 24): who owns what, who may refer to what -------------------------------------------------
 
 #: On every object opbroker creates for an owner (rendered objects, credentials Secrets, registries, claim

@@ -35,6 +35,10 @@ class Reason(StrEnum):
     """An SFPlan being deleted waits for the instances that still use it."""
     PLAN_WITHDRAWN = "PlanWithdrawn"
     """A new instance of an SFPlan being deleted."""
+    OBJECT_NOT_OWNED = "ObjectNotOwned"
+    """A rendered object exists and opbroker did not make it for this owner: left untouched (issue 24)."""
+    CONTEXT_NAMESPACE_REFUSED = "ContextNamespaceRefused"
+    """An instance's request context names another namespace than the instance's own (issue 24)."""
     # -- registered services ---------------------------------------------------------------------------------
     REGISTERED = "Registered"
     AVAILABLE = "Available"
@@ -58,6 +62,8 @@ class Reason(StrEnum):
     BINDING_FAILED = "BindingFailed"
     ROTATED = "CredentialsRotated"
     """Claims' and broker bindings' credentials followed a rotation of their source."""
+    REFERENCE_NOT_SHARED = "ReferenceNotShared"
+    """A reference to another namespace that the target's owner did not consent to (``shareWith``, issue 24)."""
     # -- automatic registration of broker bindings -----------------------------------------------------------
     SERVICE_REGISTERED = "ServiceRegistered"
     REGISTRATION_CONFLICT = "RegistrationConflict"

@@ -27,6 +27,17 @@ class Context:
     osb_catalog: Catalog
     """The controller's SFService/SFPlan catalog (read-only), for automatic registration."""
 
+    def write_secret(self, manifest: dict[str, Any], resource_version: str | None) -> None:
+        """Write a Secret opbroker stamps as its requester's (``opbroker.io/owner-uid``): create it when none was
+        read (one that appeared meanwhile is a Conflict: read again, never overwrite), else rewrite the stamped
+        one that was read, guarded by its ``resource_version``."""
+        if resource_version is None:
+            if self.kube.create(manifest) is None:
+                raise Conflict(manifest["metadata"]["name"])
+            return
+        meta = {**manifest["metadata"], "resourceVersion": resource_version}
+        self.kube.apply_secret({**manifest, "metadata": meta})
+
     def patch_status(self, kind: Kind, obj: dict[str, Any], status: dict[str, Any]) -> dict[str, Any] | None:
         """Merge ``status`` into ``obj``'s status, guarded by its resourceVersion (Conflict on 409)."""
         meta = obj["metadata"]
