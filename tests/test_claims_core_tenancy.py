@@ -273,7 +273,7 @@ def test_a_shared_service_of_a_named_namespace_is_taken_there() -> None:
     apply = actions[1]
     assert isinstance(apply, claiming.ApplySecret) and apply.manifest["metadata"]["namespace"] == HOME
     assert apply.manifest["metadata"]["annotations"] == {ANNOTATION_OWNER_UID: "claim-uid"}
-    assert apply.resource_version is None  # none was there: created, never applied over one that appeared
+    assert apply.resource_version is None  # none was there
     assert status_write(actions).patch["registeredService"] == f"{OTHER}/pg"
 
 
@@ -444,7 +444,7 @@ def test_the_generated_objects_are_stamped_and_rewritten_guarded() -> None:
     register = next(
         a for a in registration_plan(endpoint_secret=endpoint("b-uid")) if isinstance(a, registering.Register)
     )
-    assert register.secret_version == "9" and not register.service_exists
+    assert register.secret_version == "9"
     assert register.endpoint_secret["metadata"]["annotations"] == {ANNOTATION_OWNER_UID: "b-uid"}
     assert register.manifest["metadata"]["annotations"] == {ANNOTATION_OWNER_UID: "b-uid"}
     assert "shareWith" not in register.manifest["spec"]

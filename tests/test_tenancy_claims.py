@@ -236,8 +236,11 @@ def test_a_secret_the_claim_did_not_stamp_is_never_overwritten(api_client: clien
     )
     written = core.read_namespaced_secret("app-binding", ns).metadata.resource_version
 
-    available(
-        tenant, registered_service("db", identity={"type": "postgresql", "tier": "later"}, endpoints={"host": "db"})
+    # the matching service appears (not awaited as Available: the pending claim takes it at once)
+    create(
+        tenant.api,
+        ns,
+        registered_service("db", identity={"type": "postgresql", "tier": "later"}, endpoints={"host": "db"}),
     )
     wait_for(lambda: ready(tenant.api, ns, CLAIM, "app").get("reason") == "ObjectNotOwned", 15, "ObjectNotOwned")
     assert "'app-binding' exists and is not stamped as this claim's" in ready(tenant.api, ns, CLAIM, "app")["message"]

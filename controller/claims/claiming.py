@@ -118,8 +118,8 @@ class DeleteSecret:
 
 @dataclass(frozen=True)
 class ApplySecret:
-    """Write the binding Secret: create it when none was there (a 409 means one appeared: read again), else
-    rewrite the stamped one read, guarded by its ``resource_version``."""
+    """Write the binding Secret: create it when none was there, else rewrite the stamped one read, guarded by
+    its ``resource_version`` (:meth:`Context.write_secret`)."""
 
     manifest: dict[str, Any]
     resource_version: str | None = None

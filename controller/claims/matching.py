@@ -252,6 +252,7 @@ class Index:
 
     def __init__(self, candidates: Iterable[Candidate]) -> None:
         self.candidates: tuple[Candidate, ...] = tuple(sorted(candidates, key=lambda c: (c.namespace, c.name)))
+        self.namespaces = frozenset(c.namespace for c in self.candidates)
         by_pair: dict[IdentityPair, list[int]] = {}
         for position, candidate in enumerate(self.candidates):
             for pair in candidate.identity:
@@ -345,7 +346,7 @@ def match(request: Request, candidates: Index | Sequence[Candidate], sla_order: 
     docstring). Candidates it may not see are dropped first, unnamed."""
     order = sla_order or SlaOrder()
     index = candidates if isinstance(candidates, Index) else Index(candidates)
-    if not all(visible(request, c) for c in index.candidates):
+    if index.namespaces - {request.namespace} and not all(visible(request, c) for c in index.candidates):
         index = Index(c for c in index.candidates if visible(request, c))
     showing = {c.namespace for c in index.candidates}
     unshared = tuple(n for n in request.namespaces if n not in showing)

@@ -28,7 +28,7 @@ from opbroker.controller.claims.context import Context
 from opbroker.controller.claims.kinds import REGISTERED_SERVICES
 from opbroker.controller.kube import BINDINGS
 from opbroker.controller.reasons import Reason
-from opbroker.controller.reconciler import DONE, Conflict, Key, ObservePlanAct, Outcome
+from opbroker.controller.reconciler import DONE, Key, ObservePlanAct, Outcome
 
 logger = logging.getLogger(__name__)
 
@@ -69,8 +69,6 @@ class Register:
     manifest: dict[str, Any]
     secret_version: str | None = None
     """The resourceVersion of the stamped endpoint Secret read; None: there was none (create it)."""
-    service_exists: bool = False
-    """Whether the stamped RegisteredService exists (apply) or not (create: one appearing meanwhile is a conflict)."""
 
 
 @dataclass(frozen=True)
@@ -170,7 +168,6 @@ class RegistrationReconciler(ObservePlanAct[RegistrationFacts, RegistrationActio
             registration.endpoint_secret(binding, flat),
             manifest,
             secret_version=(endpoint or {}).get("metadata", {}).get("resourceVersion"),
-            service_exists=generated is not None,
         )
         actions: list[RegistrationAction] = [track, register]
         if generated is None:
@@ -187,10 +184,7 @@ class RegistrationReconciler(ObservePlanAct[RegistrationFacts, RegistrationActio
                 self._remove(namespace, name, action)
             elif isinstance(action, Register):
                 self.ctx.write_secret(action.endpoint_secret, action.secret_version)
-                if action.service_exists:
-                    kube.apply(action.manifest)
-                elif kube.create(action.manifest) is None:
-                    raise Conflict(name)  # one appeared since it was read: look again
+                kube.apply(action.manifest)
             else:
                 assert facts.binding is not None
                 kube.emit_event(
