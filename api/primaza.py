@@ -5,7 +5,7 @@ environment, claimed exclusively by applications.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -15,6 +15,10 @@ PRIMAZA_GROUP = "primaza.io"
 
 #: A DNS-1123-ish key usable as a file name under $SERVICE_BINDING_ROOT and as a Secret key.
 EndpointKey = str
+#: A namespace's name (a DNS-1123 label).
+NamespaceName = Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
+#: In a ``shareWith`` list: a namespace's name, or ``*`` for every namespace.
+ShareTarget = Annotated[str, Field(min_length=1, max_length=63, pattern=r"^(\*|[a-z0-9]([-a-z0-9]*[a-z0-9])?)$")]
 
 
 class ServiceClassIdentityItem(WireModel):
@@ -25,6 +29,9 @@ class ServiceClassIdentityItem(WireModel):
 
 
 class SecretKeyRef(WireModel):
+    """A key of a Secret in the registered service's own namespace (Secrets are never shared across
+    namespaces, so there is no namespace to name)."""
+
     name: str = Field(min_length=1)
     key: str = Field(min_length=1)
 
@@ -98,12 +105,18 @@ class RegisteredServiceSpec(WireModel):
     constraints: Constraints | None = None
     healthcheck: HealthCheck | None = None
     sla: str | None = None
+    share_with: list[ShareTarget] | None = None
+    """Other namespaces whose ServiceClaims may claim this service (``*``: every namespace); without it,
+    only claims of its own namespace. The namespace's owner consents here (Gateway API's ReferenceGrant in
+    spirit): a claim elsewhere must also name this namespace in its ``serviceNamespaces``. The environment
+    constraints apply on top."""
 
 
 class RegisteredServiceStatus(WireModel):
     state: ServiceState | None = None
     claimed_by: str | None = None
-    """The claim holding the service, when Claimed."""
+    """The claim holding the service, when Claimed: its name, or ``namespace/name`` for a claim of another
+    namespace."""
     consecutive_failures: int | None = Field(default=None, ge=0)
     conditions: list[Condition] | None = None
 
@@ -173,6 +186,10 @@ class ServiceClaimSpec(WireModel):
     service_endpoint_definition_keys: list[EndpointKey] = Field(min_length=1)
     environment_tag: str = Field(min_length=1)
     application: ApplicationSelector | None = None
+    service_namespaces: list[NamespaceName] | None = None
+    """Other namespaces whose RegisteredServices this claim may take, each only if it shares with this
+    claim's namespace (``shareWith``); the claim's own namespace is always looked in. The binding Secret and
+    the projection stay in the claim's namespace."""
 
 
 class CandidateVerdict(WireModel):
@@ -186,6 +203,7 @@ class CandidateVerdict(WireModel):
 class ServiceClaimStatus(WireModel):
     state: ClaimState | None = None
     registered_service: str | None = None
+    """The service held: its name, or ``namespace/name`` for a service of another namespace."""
     binding_secret: str | None = None
     reason: str | None = None
     candidates: list[CandidateVerdict] | None = None
@@ -209,6 +227,8 @@ class ServiceClaim(KubeResource):
 
 class CatalogEntry(WireModel):
     name: str
+    namespace: str | None = None
+    """The service's namespace when it is another namespace's, shared with this one."""
     service_class_identity: list[ServiceClassIdentityItem]
     service_endpoint_definition_keys: list[EndpointKey]
     sla: str | None = None

@@ -109,6 +109,8 @@ class RegisteredServiceArgs(TypedDict):
     """How to tell whether it answers."""
     sla: NotRequired[str]
     """Service level (``L1``, ``L2``, ...)."""
+    share_with: NotRequired[list[str]]
+    """Other namespaces whose claims may claim it (``*``: every namespace); without it, only its own."""
     object_name: NotRequired[str]
     """Name of the RegisteredService object; defaults to the component's name."""
     namespace: NotRequired[pulumi.Input[str]]
@@ -166,6 +168,8 @@ class ServiceClaimArgs(TypedDict):
     """The environment the application runs in."""
     application: NotRequired[ApplicationSelectorArgs]
     """The workloads to bind the service into."""
+    service_namespaces: NotRequired[list[str]]
+    """Other namespaces whose registered services it may take (each only if shared with its namespace)."""
     object_name: NotRequired[str]
     """Name of the ServiceClaim object; defaults to the component's name."""
     namespace: NotRequired[pulumi.Input[str]]

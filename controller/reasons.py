@@ -62,6 +62,8 @@ class Reason(StrEnum):
     BINDING_FAILED = "BindingFailed"
     ROTATED = "CredentialsRotated"
     """Claims' and broker bindings' credentials followed a rotation of their source."""
+    REFERENCE_NOT_SHARED = "ReferenceNotShared"
+    """A reference to another namespace that the target's owner did not consent to (``shareWith``, issue 24)."""
     # -- automatic registration of broker bindings -----------------------------------------------------------
     SERVICE_REGISTERED = "ServiceRegistered"
     REGISTRATION_CONFLICT = "RegistrationConflict"

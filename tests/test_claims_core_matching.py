@@ -55,9 +55,11 @@ def test_the_example_claim_matches_the_example_service() -> None:
     assert found.keys == {"host", "port", "username", "password"}
     assert found.sla == "L3" and found.service_type == "postgresql"
     request = matching.request_of(ServiceClaim.model_validate(claim))
-    assert request == Request("orders-app-db", frozenset({("type", "postgresql")}), KEYS_ORDER, "dev")
+    assert request == Request(
+        "orders-app-db", frozenset({("type", "postgresql")}), KEYS_ORDER, "dev", namespace="primaza-system"
+    )
     assert matching.match(request, [found]).chosen == found
-    prod = Request(request.claim, request.identity, request.keys, "prod")
+    prod = Request(request.claim, request.identity, request.keys, "prod", namespace=request.namespace)
     assert matching.match(prod, [found]).chosen is None  # the example excludes prod
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from opbroker.api.conventions import ANNOTATION_OWNER_UID
 from opbroker.api.osb import OperationState
 from opbroker.api.primaza import ClaimState, ServiceState
 from opbroker.controller.claims import cataloging, claiming, names, registered, registering
@@ -22,7 +23,11 @@ from opbroker.controller.reconciler import Key
 
 NS = "team"
 AVAILABLE = Candidate(
-    "pg", identity=frozenset({("type", "postgres")}), keys=frozenset({"host"}), state=ServiceState.AVAILABLE
+    "pg",
+    identity=frozenset({("type", "postgres")}),
+    keys=frozenset({"host"}),
+    state=ServiceState.AVAILABLE,
+    namespace=NS,
 )
 
 
@@ -86,8 +91,22 @@ def binding(
     }
 
 
-GENERATED = {"metadata": {"name": "b1", "labels": {names.LABEL_SOURCE_BINDING: names.label_value("b1")}}}
-FOREIGN = {"metadata": {"name": "b1", "labels": {}}}
+GENERATED = {
+    "metadata": {
+        "name": "b1",
+        "labels": {names.LABEL_SOURCE_BINDING: names.label_value("b1")},
+        "annotations": {ANNOTATION_OWNER_UID: "u1"},
+        "ownerReferences": [{"kind": "SFServiceBinding", "name": "b1", "uid": "u1"}],
+    }
+}
+#: Generated-looking (label, owner reference) but not stamped: not opbroker's to touch.
+FOREIGN = {
+    "metadata": {
+        "name": "b1",
+        "labels": {names.LABEL_SOURCE_BINDING: names.label_value("b1")},
+        "ownerReferences": [{"kind": "SFServiceBinding", "name": "b1", "uid": "u1"}],
+    }
+}
 CREDENTIALS = {"response": '{"credentials": {"host": "db", "port": 5432}}'}
 
 
@@ -159,7 +178,9 @@ def service_body(name: str = "pg", *, claimed_by: str | None = None, state: str 
     }
 
 
-HELD = Candidate("old", identity=frozenset({("type", "redis")}), state=ServiceState.CLAIMED, claimed_by="c1")
+HELD = Candidate(
+    "old", identity=frozenset({("type", "redis")}), state=ServiceState.CLAIMED, claimed_by="c1", namespace=NS
+)
 SETTINGS = ClaimsSettings()
 
 

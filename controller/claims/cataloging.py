@@ -34,6 +34,8 @@ class CatalogFacts:
     existing: Mapping[str, Any]
     """The controller's catalogs in the namespace: name (the environment) → ``spec.services``."""
     any_claims: bool = False
+    shared: tuple[Candidate, ...] = ()
+    """Services of other namespaces that share with this one."""
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,7 @@ class CatalogReconciler(ObservePlanAct[CatalogFacts, CatalogAction]):
             configured=tuple(self.ctx.settings.environments),
             existing=existing,
             any_claims=bool(claims),
+            shared=tuple(store.shared_with(namespace)),
         )
 
     @staticmethod
@@ -80,7 +83,7 @@ class CatalogReconciler(ObservePlanAct[CatalogFacts, CatalogAction]):
         )
         actions: list[CatalogAction] = []
         for environment in sorted(wanted):
-            manifest = catalogs.manifest(facts.namespace, environment, facts.services)
+            manifest = catalogs.manifest(facts.namespace, environment, facts.services, facts.shared)
             if environment not in facts.existing or facts.existing[environment] != manifest["spec"]["services"]:
                 actions.append(ApplyCatalog(manifest))
         actions.extend(DeleteCatalog(environment) for environment in sorted(set(facts.existing) - wanted))

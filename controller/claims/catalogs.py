@@ -12,6 +12,11 @@ lists the services that are Available and offered there: a claimed service leave
 deleted one too, an Unreachable or Undetermined one until it is Available again. A catalog whose
 environment is no longer named by anything is deleted (only catalogs the controller labelled as its own).
 Entries are sorted by name, so an unchanged catalog is never re-written.
+
+Services of other namespaces that share with this one (``shareWith``) are listed too, after its own, each
+with its ``namespace``: the catalog is where a team learns what it may name in a claim's
+``serviceNamespaces``. Nothing that is not shared with the namespace is ever listed there. Shared services
+do not make environments appear (only this namespace's claims and services, and the configured ones, do).
 """
 
 from __future__ import annotations
@@ -52,9 +57,11 @@ def listed(service: Candidate, environment: str) -> bool:
     )
 
 
-def entry(service: Candidate) -> dict[str, Any]:
-    result: dict[str, Any] = {
-        "name": service.name,
+def entry(service: Candidate, home: str | None = None) -> dict[str, Any]:
+    result: dict[str, Any] = {"name": service.name}
+    if home is not None and service.namespace and service.namespace != home:
+        result["namespace"] = service.namespace
+    result |= {
         "serviceClassIdentity": [{"name": n, "value": v} for n, v in sorted(service.identity)],
         "serviceEndpointDefinitionKeys": sorted(service.keys),
     }
@@ -63,11 +70,20 @@ def entry(service: Candidate) -> dict[str, Any]:
     return result
 
 
-def entries(services: Iterable[Candidate], environment: str) -> list[dict[str, Any]]:
-    return [entry(s) for s in sorted(services, key=lambda s: s.name) if listed(s, environment)]
+def entries(
+    services: Iterable[Candidate], environment: str, shared: Iterable[Candidate] = (), home: str | None = None
+) -> list[dict[str, Any]]:
+    """The namespace's own services, by name, then the ones other namespaces share with ``home``."""
+    own = [entry(s) for s in sorted(services, key=lambda s: s.name) if listed(s, environment)]
+    others = sorted(
+        (s for s in shared if home is not None and s.namespace != home), key=lambda s: (s.namespace, s.name)
+    )
+    return own + [entry(s, home) for s in others if listed(s, environment)]
 
 
-def manifest(namespace: str, environment: str, services: Iterable[Candidate]) -> dict[str, Any]:
+def manifest(
+    namespace: str, environment: str, services: Iterable[Candidate], shared: Iterable[Candidate] = ()
+) -> dict[str, Any]:
     return {
         "apiVersion": ServiceCatalog.api_version_string(),
         "kind": ServiceCatalog.KIND,
@@ -76,5 +92,5 @@ def manifest(namespace: str, environment: str, services: Iterable[Candidate]) ->
             "namespace": namespace,
             "labels": {LABEL_MANAGED_BY: MANAGED_BY, names.LABEL_CATALOG: "true"},
         },
-        "spec": {"services": entries(services, environment)},
+        "spec": {"services": entries(services, environment, shared, namespace)},
     }

@@ -5,17 +5,21 @@ One reconcile:
 1. a claim being deleted is *released* (finalizer): the service whose ``status.claimedBy`` names the
    claim is freed — found by that explicit reference, never by re-matching — its projection is removed
    from the workloads, the binding Secret deleted, then the finalizer;
-2. the claim is matched against the namespace's registered services (:mod:`matching`, every candidate
-   judged and recorded in ``status.candidates``); a service it held that no longer wins (deleted,
-   changed, or the claim changed) is released first;
+2. the claim is matched against the registered services it may see — its namespace's, and those of the
+   namespaces it names in ``serviceNamespaces`` that share with it (:mod:`matching`, every candidate judged
+   and recorded in ``status.candidates``); a service it held that no longer wins (deleted, changed, no
+   longer shared, or the claim changed) is released first;
 3. the chosen service is *taken*: ``claimedBy`` and ``state: Claimed`` are written to its status with
    the resourceVersion the match saw, so of two claims racing for it exactly one succeeds — the other
    gets a 409 and matches again;
-4. the binding Secret (:mod:`servicebinding`) is rendered from the service's current endpoint values and
-   applied; it is projected into the selected workloads (:mod:`workloads`) with a content hash in the pod
-   template, so a changed source Secret or endpoint definition rolls the pods;
-5. the claim's status says Resolved (holding ``status.registeredService``), Pending (with the reasons),
-   or Invalid.
+4. the binding Secret (:mod:`servicebinding`) is rendered from the service's current endpoint values (its
+   Secrets read in the service's own namespace) and written in the claim's namespace, stamped with the
+   claim's uid (``opbroker.io/owner-uid``); a Secret of that name without the stamp is never written or
+   deleted (Ready=False, ``ObjectNotOwned``). It is projected into the selected workloads of the claim's namespace
+   (:mod:`workloads`) with a content hash in the pod template, so a changed source Secret or endpoint
+   definition rolls the pods;
+5. the claim's status says Resolved (holding ``status.registeredService``), Pending (with the reasons;
+   ``ReferenceNotShared`` when a namespace it names shares nothing with it), or Invalid.
 
 observe reads the claim, the services it holds or will hold, the endpoint Secrets, the binding Secret and
 the namespace's workloads; :meth:`ClaimReconciler.plan` (pure) decides all of the above with :mod:`matching`,
@@ -31,8 +35,8 @@ from typing import Any, ClassVar
 
 from pydantic import ValidationError
 
+from opbroker.api.conventions import ANNOTATION_OWNER_UID, owned_by
 from opbroker.api.errors import field_errors
-from opbroker.api.meta import ResourceRef
 from opbroker.api.primaza import ClaimState, RegisteredService, ServiceClaim, ServiceState
 from opbroker.controller.claims import conditions, matching, names, servicebinding, states, workloads
 from opbroker.controller.claims.context import Context
@@ -51,11 +55,13 @@ class ClaimFacts:
     claim: dict[str, Any]
     settings: ClaimsSettings
     index: matching.Index
-    """The namespace's registered services, as the watch cache has them."""
+    """The registered services the claim may look at (its namespace's, and those shared with it by the
+    namespaces it names), as the watch cache has them."""
     holding: tuple[str, ...] = ()
-    """Services whose (cached) ``claimedBy`` names this claim."""
+    """Services whose (cached) ``claimedBy`` names this claim, as the claim names them (``ns/name`` when of
+    another namespace)."""
     services: Mapping[str, dict[str, Any] | None] = field(default_factory=dict)
-    """Live bodies of the services the claim holds or is about to hold (None: gone)."""
+    """Live bodies of the services the claim holds or is about to hold (None: gone), by the same names."""
     secrets: Mapping[str, dict[str, str] | None] = field(default_factory=dict)
     """The decoded Secrets the chosen service's endpoint definition reads."""
     binding_secret: dict[str, Any] | None = None
@@ -91,6 +97,8 @@ class Take:
     resource_version: str | None
     patch: dict[str, Any]
     message: str
+    namespace: str | None = None
+    """The service's namespace (None: the claim's)."""
 
 
 @dataclass(frozen=True)
@@ -102,12 +110,19 @@ class Rematch:
 
 @dataclass(frozen=True)
 class DeleteSecret:
+    """Delete the binding Secret — only the one with ``uid``, which carried the claim's stamp when read."""
+
     name: str
+    uid: str | None = None
 
 
 @dataclass(frozen=True)
 class ApplySecret:
+    """Write the binding Secret: create it when none was there, else rewrite the stamped one read, guarded by
+    its ``resource_version`` (:meth:`Context.write_secret`)."""
+
     manifest: dict[str, Any]
+    resource_version: str | None = None
 
 
 @dataclass(frozen=True)
@@ -163,22 +178,42 @@ class ClaimReconciler(ObservePlanAct[ClaimFacts, ClaimAction]):
         claim = kube.get_custom(CLAIMS, namespace, name)
         if claim is None:
             return None
-        index = store.index(namespace)
-        holding = tuple(sorted(c.name for c in store.services(namespace) if c.claimed_by == name))
-        wanted = set(holding)
         recorded = (claim.get("status") or {}).get("registeredService")
+        looks_in = tuple(
+            n for n in dict.fromkeys((claim.get("spec") or {}).get("serviceNamespaces") or ()) if isinstance(n, str)
+        )
+        index = self._index(namespace, looks_in)
+        # Holds are looked for where the claim looks, and where its status says it holds one (a namespace
+        # it no longer names): a claimedBy elsewhere is another namespace's word, not this claim's business.
+        places = {namespace, *looks_in}
+        if recorded:
+            places.add(names.parse_ref(recorded, home=namespace)[0])
+        holding = tuple(
+            sorted(
+                names.qualified(ns, c.name, home=namespace)
+                for ns in places
+                for c in store.services(ns)
+                if c.claimed_by == names.qualified(namespace, name, home=ns)
+            )
+        )
+        wanted = set(holding)
         if recorded:
             wanted.add(recorded)
         chosen = self._predicted(claim, index)
         if chosen is not None:
             wanted.add(chosen)
-        services = {service: kube.get_custom(REGISTERED_SERVICES, namespace, service) for service in sorted(wanted)}
+        services = {
+            service: kube.get_custom(REGISTERED_SERVICES, *names.parse_ref(service, home=namespace))
+            for service in sorted(wanted)
+        }
         secrets: dict[str, dict[str, str] | None] = {}
         body = services.get(chosen) if chosen is not None else None
         if body is not None:
+            # The endpoint Secrets are read in the service's own namespace, never the claim's.
+            home = body["metadata"]["namespace"]
             definition = self._service_model(body).spec.service_endpoint_definition
             secrets = {
-                secret: servicebinding.decode(kube.read_secret(namespace, secret))
+                secret: servicebinding.decode(kube.read_secret(home, secret))
                 for secret in sorted(servicebinding.referenced_secrets(definition))
             }
         listed = tuple(
@@ -197,16 +232,29 @@ class ClaimReconciler(ObservePlanAct[ClaimFacts, ClaimAction]):
             workloads=listed,
         )
 
+    def _index(self, namespace: str, looks_in: Sequence[str]) -> matching.Index:
+        """The namespace's services, plus those the named namespaces share with it (the match judges only
+        what the claim may see; nothing unshared is read here)."""
+        store = self.ctx.store
+        others = [n for n in looks_in if n != namespace]
+        if not others:
+            return store.index(namespace)
+        shared = [
+            c for other in others for c in store.services(other) if matching.shared_with(namespace, other, c.share_with)
+        ]
+        return matching.Index([*store.services(namespace), *shared])
+
     def _predicted(self, claim: dict[str, Any], index: matching.Index) -> str | None:
-        """The service plan will choose (to read it): the same pure match plan makes."""
+        """The service plan will choose (to read it), as the claim names it: the same pure match plan makes."""
         if claim["metadata"].get("deletionTimestamp"):
             return None
         try:
             model = _model(claim)
         except ValidationError:
             return None
-        chosen = matching.match(matching.request_of(model), index, self.ctx.settings.sla_order).chosen
-        return chosen.name if chosen else None
+        request = matching.request_of(model, (claim.get("status") or {}).get("registeredService"))
+        chosen = matching.match(request, index, self.ctx.settings.sla_order).chosen
+        return matching.ref(request, chosen) if chosen else None
 
     @staticmethod
     def _service_model(body: dict[str, Any]) -> RegisteredService:
@@ -239,19 +287,22 @@ class ClaimReconciler(ObservePlanAct[ClaimFacts, ClaimAction]):
             kinds = ", ".join(f"{v}/{k}" for v, k in workloads.SUPPORTED_KINDS)
             message = f"application kind {application.api_version}/{application.kind} is not supported ({kinds})"
             return [*actions, *_invalid(facts, message)]
-        match = matching.match(matching.request_of(model), facts.index, facts.settings.sla_order)
+        request = matching.request_of(model, (claim.get("status") or {}).get("registeredService"))
+        match = matching.match(request, facts.index, facts.settings.sla_order)
         chosen = match.chosen
-        actions.extend(_releases(facts, keep=chosen.name if chosen else None))
+        actions.extend(_releases(facts, keep=matching.ref(request, chosen) if chosen else None))
         if chosen is None:
             return [*actions, *_pending(facts, match)]
-        if chosen.claimed_by != meta["name"]:
+        claimant = matching.claimant(request, chosen)
+        if chosen.claimed_by != claimant:
             state = states.on_claimed(chosen.state)
             actions.append(
                 Take(
                     chosen.name,
                     chosen.resource_version,
-                    {"claimedBy": meta["name"], "state": state.value if state else None},
-                    f"{chosen.state.value if chosen.state else 'new'} -> Claimed: claimed by {meta['name']!r}",
+                    {"claimedBy": claimant, "state": state.value if state else None},
+                    f"{chosen.state.value if chosen.state else 'new'} -> Claimed: claimed by {claimant!r}",
+                    namespace=chosen.namespace or None,
                 )
             )
         return [*actions, *_bind(facts, model, match, chosen)]
@@ -286,7 +337,7 @@ class ClaimReconciler(ObservePlanAct[ClaimFacts, ClaimAction]):
             elif isinstance(action, Take):
                 snapshot = {
                     "metadata": {
-                        "namespace": namespace,
+                        "namespace": action.namespace or namespace,
                         "name": action.service,
                         "resourceVersion": action.resource_version,
                     }
@@ -298,9 +349,9 @@ class ClaimReconciler(ObservePlanAct[ClaimFacts, ClaimAction]):
             elif isinstance(action, Rematch):
                 raise Conflict(action.service)
             elif isinstance(action, DeleteSecret):
-                kube.delete(ResourceRef(api_version="v1", kind="Secret", name=action.name, namespace=namespace))
+                kube.delete_secret(namespace, action.name, uid=action.uid)
             elif isinstance(action, ApplySecret):
-                kube.apply_secret(action.manifest)
+                self.ctx.write_secret(action.manifest, action.resource_version)
             elif isinstance(action, ApplyWorkloads):
                 for patch in action.patches:
                     kube.apply(patch, field_manager=names.field_manager(name))
@@ -324,7 +375,7 @@ def _releases(facts: ClaimFacts, *, keep: str | None) -> list[ClaimAction]:
     """Release every service this claim holds except ``keep`` (normally at most one) — if, and only if, the
     service's live ``claimedBy`` names this claim."""
     claim = facts.claim
-    name = claim["metadata"]["name"]
+    name, namespace = claim["metadata"]["name"], claim["metadata"]["namespace"]
     held = set(facts.holding)
     recorded = (claim.get("status") or {}).get("registeredService")
     if recorded:
@@ -333,7 +384,10 @@ def _releases(facts: ClaimFacts, *, keep: str | None) -> list[ClaimAction]:
     for service_name in sorted(held - {keep} if keep else held):
         service = facts.services.get(service_name)
         status = (service or {}).get("status") or {}
-        if service is None or status.get("claimedBy") != name:
+        if service is None:
+            continue
+        service_namespace = (service.get("metadata") or {}).get("namespace") or namespace
+        if status.get("claimedBy") != names.qualified(namespace, name, home=service_namespace):
             continue
         current = ServiceState(status["state"]) if status.get("state") else None
         state = states.on_released(current)
@@ -374,18 +428,19 @@ def _projection(
     return ApplyWorkloads(tuple(patches)), projected
 
 
-def _owned(secret: dict[str, Any] | None, uid: str) -> bool:
-    owners = {ref.get("uid") for ref in ((secret or {}).get("metadata") or {}).get("ownerReferences") or []}
-    return uid in owners
+def _secret_uid(secret: dict[str, Any]) -> str | None:
+    uid: str | None = (secret.get("metadata") or {}).get("uid")
+    return uid
 
 
 def _unbind(facts: ClaimFacts) -> list[ClaimAction]:
-    """Withdraw the projection from every workload and delete the binding Secret."""
+    """Withdraw the projection from every workload and delete the binding Secret — if it is stamped as this
+    claim's own (anything else of that name is not the claim's to delete)."""
     withdraw, _ = _projection(facts, None, "", [], "")
     actions: list[ClaimAction] = [withdraw] if withdraw.patches else []
     meta = facts.claim["metadata"]
-    if facts.binding_secret is not None and _owned(facts.binding_secret, meta["uid"]):
-        actions.append(DeleteSecret(names.binding_secret_name(meta["name"])))
+    if facts.binding_secret is not None and owned_by(facts.binding_secret, meta["uid"]):
+        actions.append(DeleteSecret(names.binding_secret_name(meta["name"]), _secret_uid(facts.binding_secret)))
     return actions
 
 
@@ -441,11 +496,15 @@ def _pending(facts: ClaimFacts, match: matching.Match) -> list[ClaimAction]:
     previous = status.get("registeredService")
     total = len(match.index)
     namespace = claim["metadata"]["namespace"]
+    looked = [namespace, *(n for n in match.request.namespaces if n not in match.unshared)]
+    where = f"namespace {namespace!r}" if len(looked) == 1 else f"namespaces {', '.join(map(repr, looked))}"
     summary = (
-        f"no acceptable registered service among {total} in namespace {namespace!r}"
-        if total
-        else f"no registered services in namespace {namespace!r}"
+        f"no acceptable registered service among {total} in {where}" if total else f"no registered services in {where}"
     )
+    if match.unshared:
+        summary += "; " + "; ".join(
+            f"namespace {other!r} shares no registered service with {namespace!r}" for other in match.unshared
+        )
     lost = (conditions.find(status.get("conditions"), READY) or {}).get("reason") == Reason.MATCH_LOST
     if previous:
         summary = f"registered service {previous!r} no longer matches; {summary}"
@@ -459,6 +518,8 @@ def _pending(facts: ClaimFacts, match: matching.Match) -> list[ClaimAction]:
         "candidates": [v.as_status() for v in match.verdicts(facts.settings.candidates_shown)],
     }
     reason = Reason.MATCH_LOST if previous or lost else Reason.NO_MATCH
+    if match.unshared:
+        reason = Reason.REFERENCE_NOT_SHARED
     return [*_unbind_unless_done(facts), *_write(claim, wanted, ready=False, reason=reason, message=summary)]
 
 
@@ -467,14 +528,15 @@ def _bind(
 ) -> list[ClaimAction]:
     claim = facts.claim
     meta = claim["metadata"]
-    service = facts.services.get(chosen.name)
+    chosen_ref = matching.ref(match.request, chosen)
+    service = facts.services.get(chosen_ref)
     if service is None:
-        return [Rematch(chosen.name)]
+        return [Rematch(chosen_ref)]
     spec = ClaimReconciler._service_model(service).spec
     resolution = servicebinding.resolve(spec.service_endpoint_definition, facts.secrets)
     held_status = {
         "state": ClaimState.RESOLVED.value,
-        "registeredService": chosen.name,
+        "registeredService": chosen_ref,
         "reason": None,
         "candidates": [v.as_status() for v in match.verdicts(facts.settings.candidates_shown)],
     }
@@ -494,14 +556,20 @@ def _bind(
     secret_name = manifest["metadata"]["name"]
     existing = facts.binding_secret
     actions: list[ClaimAction] = []
+    version: str | None = None
     if existing is not None:
-        if not _owned(existing, meta["uid"]):
-            message = f"Secret {secret_name!r} exists and does not belong to this claim"
-            return _write(claim, held_status, ready=False, reason=Reason.BINDING_FAILED, message=message)
+        if not owned_by(existing, meta["uid"]):
+            message = (
+                f"Secret {secret_name!r} exists and is not stamped as this claim's ({ANNOTATION_OWNER_UID}): "
+                "left untouched; delete or rename it"
+            )
+            return _write(claim, held_status, ready=False, reason=Reason.OBJECT_NOT_OWNED, message=message)
         if existing.get("type") != manifest["type"]:  # a Secret's type is immutable
-            actions.append(DeleteSecret(secret_name))
+            actions.append(DeleteSecret(secret_name, _secret_uid(existing)))
             existing = None
-    actions.append(ApplySecret(manifest))
+        else:
+            version = (existing.get("metadata") or {}).get("resourceVersion")
+    actions.append(ApplySecret(manifest, version))
     content_hash = servicebinding.content_hash(data)
     project, projected = _projection(facts, model.spec.application, secret_name, sorted(data), content_hash)
     if project.patches:
@@ -510,15 +578,15 @@ def _bind(
         actions.append(
             EmitEvent(
                 Reason.ROTATED,
-                f"binding Secret {secret_name!r} re-rendered from {chosen.name!r}; {projected} workload(s) rolled",
+                f"binding Secret {secret_name!r} re-rendered from {chosen_ref!r}; {projected} workload(s) rolled",
             )
         )
     service_state = (service.get("status") or {}).get("state")
     ready = service_state in (ServiceState.CLAIMED.value, ServiceState.AVAILABLE.value)
     message = (
-        f"bound to {chosen.name!r}; projected into {projected} workload(s)"
+        f"bound to {chosen_ref!r}; projected into {projected} workload(s)"
         if ready
-        else f"bound to {chosen.name!r}, which is {service_state or 'not checked yet'}"
+        else f"bound to {chosen_ref!r}, which is {service_state or 'not checked yet'}"
     )
     reason = Reason.BOUND if ready else Reason.SERVICE_NOT_READY
     return [

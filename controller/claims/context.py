@@ -27,6 +27,16 @@ class Context:
     osb_catalog: Catalog
     """The controller's SFService/SFPlan catalog (read-only), for automatic registration."""
 
+    def write_secret(self, manifest: dict[str, Any], resource_version: str | None) -> None:
+        """Write a Secret opbroker stamps as its requester's (``opbroker.io/owner-uid``), by server-side apply (so
+        keys no longer rendered go): the stamped one that was read is rewritten guarded by its
+        ``resource_version`` (changed or replaced meanwhile: a Conflict, read again); when none was read it is
+        created — a Secret made by someone else in the instant between that read and this write is the one
+        case this cannot see (as :func:`opbroker.controller.ownership.apply_owned`)."""
+        if resource_version is not None:
+            manifest = {**manifest, "metadata": {**manifest["metadata"], "resourceVersion": resource_version}}
+        self.kube.apply_secret(manifest)
+
     def patch_status(self, kind: Kind, obj: dict[str, Any], status: dict[str, Any]) -> dict[str, Any] | None:
         """Merge ``status`` into ``obj``'s status, guarded by its resourceVersion (Conflict on 409)."""
         meta = obj["metadata"]

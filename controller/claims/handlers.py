@@ -7,8 +7,10 @@ Handlers do nothing but update the watch cache (:mod:`store`) and enqueue keys o
 
 What each watch enqueues:
 
-* RegisteredService: itself; the namespace's catalog; the claim holding it (before and after the
-  event) and every claim of the namespace that is not Resolved (it may match now);
+* RegisteredService: itself; the catalogs of its namespace and of the namespaces it shares with (before and
+  after the event; ``*``: every namespace known); the claim holding it (before and after the event, in
+  whatever namespace) and every claim that is not Resolved of its namespace or of a namespace naming it in
+  ``serviceNamespaces`` (it may match now);
 * ServiceClaim: itself; the catalog when its environment appears, changes or goes;
 * Secret: the registered services reading it (``valueFromSecret``) and the claims holding them; the
   broker binding whose credentials it holds (automatic registration). Secret events come from the
@@ -32,7 +34,7 @@ import kopf
 
 from opbroker.api.primaza import ClaimState, RegisteredService
 from opbroker.controller.catalog import Catalog
-from opbroker.controller.claims import names, registration
+from opbroker.controller.claims import matching, names, registration
 from opbroker.controller.claims.cataloging import CatalogReconciler
 from opbroker.controller.claims.claiming import ClaimReconciler
 from opbroker.controller.claims.context import Context
@@ -83,15 +85,31 @@ class Claims:
     # -- events --------------------------------------------------------------------------------------
 
     def _enqueue_claims_for(self, namespace: str, *holders: str | None, pending: bool = True) -> None:
-        """The holders (their binding may need re-rendering) and, if ``pending``, unresolved claims."""
+        """The holders of a service of ``namespace`` (their binding may need re-rendering; ``claimedBy`` may name
+        a claim of another namespace) and, if ``pending``, the unresolved claims that may see it."""
         for holder in holders:
             if holder:
-                self.enqueue(Key("claim", namespace, holder))
+                self.enqueue(Key("claim", *names.parse_ref(holder, home=namespace)))
         if not pending:
             return
         for claim in self.store.claims(namespace):
             if claim.state != ClaimState.RESOLVED.value:
                 self.enqueue(Key("claim", namespace, claim.name))
+        for other, claim in self.store.claims_looking_in(namespace):
+            if claim.state != ClaimState.RESOLVED.value:
+                self.enqueue(Key("claim", other, claim.name))
+
+    def _enqueue_catalogs_for(self, namespace: str, *candidates: matching.Candidate | None) -> None:
+        """The catalogs listing a service of ``namespace``: its own, and those of the namespaces it shares with."""
+        targets = {namespace}
+        for candidate in candidates:
+            if candidate is None:
+                continue
+            if "*" in candidate.share_with:
+                targets |= self.store.namespaces()
+            targets |= set(candidate.share_with) - {"*"}
+        for target in sorted(targets):
+            self.enqueue(Key("catalog", target, ""))
 
     def on_registered_service(self, event_type: str, body: dict[str, Any]) -> None:
         meta = body["metadata"]
@@ -101,6 +119,7 @@ class Claims:
             previous = self.store.remove_service(body)
             self.runtime.forget(key)
             self._enqueue_claims_for(namespace, previous.claimed_by if previous else None)
+            self._enqueue_catalogs_for(namespace, previous)
         else:
             previous, current = self.store.upsert_service(body)
             self.enqueue(key)
@@ -111,7 +130,10 @@ class Claims:
             self._enqueue_claims_for(
                 namespace, previous.claimed_by if previous else None, current.claimed_by, pending=matters
             )
-        self.enqueue(Key("catalog", namespace, ""))
+            if matters:
+                self._enqueue_catalogs_for(namespace, previous, current)
+            else:
+                self.enqueue(Key("catalog", namespace, ""))
 
     def on_claim(self, event_type: str, body: dict[str, Any]) -> None:
         meta = body["metadata"]
@@ -137,7 +159,7 @@ class Claims:
             enqueue(Key("registered", namespace, service))
             candidate = self.store.service(namespace, service)
             if candidate is not None and candidate.claimed_by:
-                enqueue(Key("claim", namespace, candidate.claimed_by))
+                enqueue(Key("claim", *names.parse_ref(candidate.claimed_by, home=namespace)))
         binding = self.store.binding_reading(namespace, name)
         if binding is not None:
             enqueue(Key("registration", namespace, binding))

@@ -27,7 +27,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from opbroker.api.conventions import LABEL_MANAGED_BY, MANAGED_BY
+from opbroker.api.conventions import ANNOTATION_OWNER_UID, LABEL_MANAGED_BY, MANAGED_BY
 from opbroker.api.primaza import HealthCheck
 from opbroker.controller.claims import names, servicebinding
 from opbroker.controller.claims.states import CheckOutcome, Result
@@ -52,7 +52,8 @@ def env_name(key: str) -> str:
 def manifests(
     service: Mapping[str, Any], check: HealthCheck, data: Mapping[str, str], *, service_type: str, fingerprint: str
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(Secret, Job) for one run of a container check, both owned by the RegisteredService."""
+    """(Secret, Job) for one run of a container check, both owned by the RegisteredService and stamped with
+    its uid (``opbroker.io/owner-uid``): in its namespace, with its endpoint values only."""
     assert check.container is not None
     meta = service["metadata"]
     name = names.healthcheck_name(meta["name"])
@@ -81,7 +82,7 @@ def manifests(
             "name": name,
             "namespace": meta["namespace"],
             "labels": {LABEL_MANAGED_BY: MANAGED_BY, **labels},
-            "annotations": {names.ANNOTATION_FINGERPRINT: fingerprint},
+            "annotations": {names.ANNOTATION_FINGERPRINT: fingerprint, ANNOTATION_OWNER_UID: meta["uid"]},
             "ownerReferences": secret["metadata"]["ownerReferences"],
         },
         "spec": {

@@ -67,3 +67,15 @@ def field_manager(claim: str) -> str:
 
 def label_value(name: str) -> str:
     return bounded(name)
+
+
+def qualified(namespace: str, name: str, *, home: str) -> str:
+    """How an object is named from ``home``: its name in the same namespace, ``namespace/name`` from another
+    (``claimedBy`` of a service held by another namespace's claim, a claim's ``registeredService``)."""
+    return name if namespace == home else f"{namespace}/{name}"
+
+
+def parse_ref(ref: str, *, home: str) -> tuple[str, str]:
+    """(namespace, name) of a :func:`qualified` reference written in ``home``."""
+    namespace, _, name = ref.rpartition("/")
+    return (namespace or home, name)

@@ -17,3 +17,6 @@ class Rejection(StrEnum):
     DELETING = "BeingDeleted"
     INVALID = "InvalidService"
     NO_TYPE = "NoTypeIdentity"
+    NOT_SHARED = "ReferenceNotShared"
+    """In another namespace that does not share it with the claim's (never shown: such a service is not
+    judged; :func:`~opbroker.controller.claims.matching.rejections` names it for callers that ask)."""

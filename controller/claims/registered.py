@@ -7,9 +7,16 @@ TCP/HTTP probes run in the :class:`~opbroker.controller.claims.probes.Prober`'s 
 as a re-enqueue; a container check is a Job (:mod:`healthjobs`) whose deadline the reconcile enforces.
 The next check is due one period after the last result; the reconcile asks the queue to come back then.
 
-observe reads the service, whether its holder exists, the endpoint Secrets, the check's schedule and the
-prober's result (or the check's Job) and the clock; :meth:`RegisteredReconciler.plan` (pure) decides the
-check to run, the schedule, the state and the status write; act performs them.
+Tenancy: the endpoint Secrets are read in the service's own namespace only (``valueFromSecret`` names no
+namespace), and a container check runs there, mounting a Secret made from those values; the check's Secret and
+Job are stamped with the service's uid (``opbroker.io/owner-uid``) and one of those names without the stamp is
+never written or deleted (Undetermined, ``ObjectNotOwned``). A holder of another namespace keeps the service only
+while the service shares with it and the claim still looks here (:func:`matching.holder_allowed`).
+
+observe reads the service, whether its holder exists (and may hold it), the endpoint Secrets, the check's
+schedule and the prober's result (or the check's Job and Secret) and the clock;
+:meth:`RegisteredReconciler.plan` (pure) decides the check to run, the schedule, the state and the status
+write; act performs them.
 """
 
 from __future__ import annotations
@@ -27,14 +34,16 @@ from typing import Any, ClassVar
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
+from opbroker.api.conventions import ANNOTATION_OWNER_UID, owned_by
 from opbroker.api.errors import field_errors
 from opbroker.api.meta import ResourceRef
 from opbroker.api.primaza import HealthCheck, RegisteredService, ServiceState
-from opbroker.controller.claims import conditions, healthjobs, names, probes, servicebinding, states
+from opbroker.controller.claims import conditions, healthjobs, matching, names, probes, servicebinding, states
 from opbroker.controller.claims.context import Context
 from opbroker.controller.claims.kinds import CLAIMS, REGISTERED_SERVICES
 from opbroker.controller.claims.probes import Finished, Probe
 from opbroker.controller.claims.states import CheckOutcome, Result
+from opbroker.controller.claims.store import claim_info
 from opbroker.controller.reasons import Reason
 from opbroker.controller.reconciler import DONE, Key, ObservePlanAct, Outcome
 
@@ -67,7 +76,7 @@ class RegisteredFacts:
     """The wall clock at observe (a Job's deadline is on this one)."""
     probe_timeout: float
     holder_exists: bool = False
-    """Whether the claim ``status.claimedBy`` names exists."""
+    """Whether the claim ``status.claimedBy`` names exists (and, of another namespace, may still hold it)."""
     secrets: Mapping[str, dict[str, str] | None] = field(default_factory=dict)
     """The decoded Secrets the endpoint definition reads."""
     schedule: Schedule | None = None
@@ -77,6 +86,8 @@ class RegisteredFacts:
     """A TCP/HTTP probe of the service is running."""
     job: dict[str, Any] | None = None
     """The container check's Job, as it exists."""
+    check_secret: dict[str, Any] | None = None
+    """The container check's Secret, as it exists."""
 
 
 @dataclass(frozen=True)
@@ -118,6 +129,8 @@ class StartJob:
 
     secret: dict[str, Any]
     job: dict[str, Any]
+    secret_version: str | None
+    """The resourceVersion of the (stamped) check Secret read; None: there was none."""
     still_deleting: tuple[RegisteredAction, ...]
     """Instead of the rest when the previous run is still being deleted."""
     refused: Mapping[int, tuple[RegisteredAction, ...]]
@@ -185,15 +198,17 @@ class RegisteredReconciler(ObservePlanAct[RegisteredFacts, RegisteredAction]):
             return facts
         holder = (service.get("status") or {}).get("claimedBy") or None
         definition = model.spec.service_endpoint_definition
+        # Only the service's own namespace: Secrets are never read across namespaces.
         secrets = {
             secret: servicebinding.decode(kube.read_secret(namespace, secret))
             for secret in sorted(servicebinding.referenced_secrets(definition))
         }
         check = model.spec.healthcheck
         complete = servicebinding.resolve(definition, secrets).complete
-        finished, running, job = None, False, None
+        finished, running, job, check_secret = None, False, None, None
         if complete and check is not None and check.container is not None:
             job = kube.get(_job_ref(service))
+            check_secret = kube.read_secret(namespace, names.healthcheck_name(name))
         elif complete and check is not None:
             finished, running = self.ctx.prober.take(key), self.ctx.prober.running(key)
         return RegisteredFacts(
@@ -202,19 +217,26 @@ class RegisteredReconciler(ObservePlanAct[RegisteredFacts, RegisteredAction]):
             facts.now,
             facts.wall,
             facts.probe_timeout,
-            holder_exists=holder is not None and self._claim_exists(namespace, holder),
+            holder_exists=holder is not None and self._may_hold(namespace, holder, model.spec.share_with or ()),
             secrets=secrets,
             schedule=self._schedules.get(key),
             finished=finished,
             running=running,
             job=job,
+            check_secret=check_secret,
         )
 
-    def _claim_exists(self, namespace: str, claim: str) -> bool:
-        """Whether the claim named by ``claimedBy`` exists (cache first, then the API to be sure)."""
-        if self.ctx.store.claim(namespace, claim) is not None:
-            return True
-        return self.ctx.kube.get_custom(CLAIMS, namespace, claim) is not None
+    def _may_hold(self, namespace: str, holder: str, share_with: Sequence[str]) -> bool:
+        """Whether the claim named by ``claimedBy`` exists (cache first, then the API to be sure) and may hold
+        the service: of another namespace, only while the service shares with it and the claim looks here."""
+        claim_namespace, claim = names.parse_ref(holder, home=namespace)
+        info = self.ctx.store.claim(claim_namespace, claim)
+        if info is None:
+            body = self.ctx.kube.get_custom(CLAIMS, claim_namespace, claim)
+            if body is None:
+                return False
+            info = claim_info(body)
+        return matching.holder_allowed(namespace, share_with, claim_namespace, info.service_namespaces)
 
     # -- plan ----------------------------------------------------------------------------------------
 
@@ -276,8 +298,14 @@ class RegisteredReconciler(ObservePlanAct[RegisteredFacts, RegisteredAction]):
             return [*actions, *_probe_plan(facts, check, resolution.values, fingerprint, period, due, finish)]
 
         job = facts.job
+        uid = str(service["metadata"].get("uid") or "")
         if job is not None:
             job_meta = job.get("metadata") or {}
+            if not owned_by(job, uid):
+                # someone else's Job of that name: never deleted, and no check runs under it
+                message = f"Job {job_meta.get('name')!r} exists and is not stamped as this service's: left untouched"
+                not_owned = CheckOutcome(Result.UNDETERMINED, Reason.OBJECT_NOT_OWNED, message)
+                return [*actions, SetSchedule(Schedule(fingerprint, now + period)), *finish(not_owned, period)]
             if job_meta.get("deletionTimestamp"):
                 return [*actions, SetSchedule(Schedule(fingerprint, due)), *finish(None, 1.0)]
             if (job_meta.get("annotations") or {}).get(names.ANNOTATION_FINGERPRINT) != fingerprint:
@@ -293,6 +321,14 @@ class RegisteredReconciler(ObservePlanAct[RegisteredFacts, RegisteredAction]):
         if service_type is None:
             invalid = CheckOutcome(Result.UNDETERMINED, Reason.CHECK_INVALID, "no 'type' in serviceClassIdentity")
             return [*actions, SetSchedule(Schedule(fingerprint, due)), *finish(invalid, period)]
+        existing = facts.check_secret
+        if existing is not None and not owned_by(existing, uid):
+            message = (
+                f"Secret {names.healthcheck_name(service['metadata']['name'])!r} exists and is not stamped as this "
+                f"service's ({ANNOTATION_OWNER_UID}): left untouched"
+            )
+            not_owned = CheckOutcome(Result.UNDETERMINED, Reason.OBJECT_NOT_OWNED, message)
+            return [*actions, SetSchedule(Schedule(fingerprint, now + period)), *finish(not_owned, period)]
         data = servicebinding.binding_data(
             service_type=service_type,
             provider=_identity(model, "provider"),
@@ -305,6 +341,7 @@ class RegisteredReconciler(ObservePlanAct[RegisteredFacts, RegisteredAction]):
         start = StartJob(
             secret,
             job_manifest,
+            None if existing is None else (existing.get("metadata") or {}).get("resourceVersion"),
             still_deleting=(SetSchedule(Schedule(fingerprint, due)), *finish(None, 1.0)),
             refused={
                 code: (
@@ -347,7 +384,7 @@ class RegisteredReconciler(ObservePlanAct[RegisteredFacts, RegisteredAction]):
                 kube.delete(_job_ref(body))
             elif isinstance(action, StartJob):
                 try:
-                    kube.apply_secret(action.secret)
+                    self.ctx.write_secret(action.secret, action.secret_version)
                     created = kube.create(action.job)
                 except ApiException as exc:
                     if exc.status not in action.refused:

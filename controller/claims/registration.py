@@ -14,8 +14,10 @@ one binding out of a plan that opted in). Once the binding has ``succeeded``, it
   ``claims.opbroker.io/sla`` and ``claims.opbroker.io/environments`` (comma-separated, ``!`` allowed)
   fill ``sla`` and ``constraints``. Binding annotations win over the plan's.
 
-Both are owned by the binding; when the binding is deleted (unbind), the RegisteredService is deleted at
-once, which makes any claim holding it re-match.
+Both are owned by the binding and stamped with its uid (``opbroker.io/owner-uid``); when the binding is
+deleted (unbind), the RegisteredService is deleted at once, which makes any claim holding it re-match. An
+object of either name without the binding's stamp is never overwritten or deleted. Both live in the binding's
+namespace, read only the binding's credentials Secret there, and share with no other namespace.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from opbroker.api.conventions import CREDENTIALS_KEY, LABEL_MANAGED_BY, MANAGED_BY
+from opbroker.api.conventions import ANNOTATION_OWNER_UID, CREDENTIALS_KEY, LABEL_MANAGED_BY, MANAGED_BY, owned_by
 from opbroker.api.primaza import RegisteredService
 from opbroker.controller.claims import names
 
@@ -100,6 +102,7 @@ def endpoint_secret(binding: Mapping[str, Any], flat: Mapping[str, str]) -> dict
             "name": names.endpoint_secret_name(meta["name"]),
             "namespace": meta["namespace"],
             "labels": _labels(binding),
+            "annotations": {ANNOTATION_OWNER_UID: meta["uid"]},
             "ownerReferences": [_owner(binding)],
         },
         "type": "Opaque",
@@ -142,6 +145,7 @@ def registered_service(
             "name": meta["name"],
             "namespace": meta["namespace"],
             "labels": _labels(binding),
+            "annotations": {ANNOTATION_OWNER_UID: meta["uid"]},
             "ownerReferences": [_owner(binding)],
         },
         "spec": body,
@@ -150,6 +154,19 @@ def registered_service(
     return manifest
 
 
-def generated_by(service: Mapping[str, Any] | None, binding_name: str) -> bool:
-    """Whether a RegisteredService is the one generated for ``binding_name`` (never touch others)."""
-    return _meta(service, "labels").get(names.LABEL_SOURCE_BINDING) == names.label_value(binding_name)
+def generated_by(obj: Mapping[str, Any] | None, binding_name: str, binding_uid: str | None = None) -> bool:
+    """Whether ``obj`` (the RegisteredService or the endpoint Secret) is the one generated for the binding
+    (never touch others): stamped with the binding's uid — ``binding_uid``, or, once the binding is gone, the uid
+    of the binding of that name the object is owned by."""
+    if obj is None:
+        return False
+    if binding_uid is None:
+        binding_uid = next(
+            (
+                str(owner.get("uid"))
+                for owner in (obj.get("metadata") or {}).get("ownerReferences") or []
+                if owner.get("kind") == "SFServiceBinding" and owner.get("name") == binding_name
+            ),
+            None,
+        )
+    return binding_uid is not None and owned_by(dict(obj), binding_uid)

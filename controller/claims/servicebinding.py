@@ -4,7 +4,8 @@ The Secret follows the Service Binding specification for Kubernetes (servicebind
 Service" / "Workload Projection"): Secret ``type`` ``servicebinding.io/<type>``; keys ``type`` (required)
 and ``provider`` (when the service class identity names one), then the endpoint keys the claim asked
 for. Values come from the RegisteredService's ``serviceEndpointDefinition``: literal ``value``, or
-``valueFromSecret`` (a key of a Secret in the service's namespace). Identity wins over an endpoint key
+``valueFromSecret`` (a key of a Secret in the service's own namespace — read there and nowhere else, also
+for a claim of another namespace the service is shared with). Identity wins over an endpoint key
 of the same name (``type``/``provider`` are reserved by the specification).
 """
 
@@ -18,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from opbroker.api.conventions import LABEL_MANAGED_BY, MANAGED_BY
+from opbroker.api.conventions import ANNOTATION_OWNER_UID, LABEL_MANAGED_BY, MANAGED_BY
 from opbroker.api.primaza import ServiceEndpointDefinitionItem
 from opbroker.controller.claims import names
 
@@ -109,7 +110,8 @@ def binding_secret(
     owner: Mapping[str, Any],
     labels: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The binding Secret manifest, owned (as controller) by ``owner``; values base64-encoded."""
+    """The binding Secret manifest, owned (as controller) by ``owner`` and stamped with its uid
+    (``opbroker.io/owner-uid``: only a Secret carrying it is ever rewritten or deleted); values base64-encoded."""
     meta = owner["metadata"]
     return {
         "apiVersion": "v1",
@@ -118,6 +120,7 @@ def binding_secret(
             "name": name,
             "namespace": namespace,
             "labels": {LABEL_MANAGED_BY: MANAGED_BY, **(labels or {})},
+            "annotations": {ANNOTATION_OWNER_UID: meta["uid"]},
             "ownerReferences": [
                 {
                     "apiVersion": owner["apiVersion"],

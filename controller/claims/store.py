@@ -24,6 +24,8 @@ class ClaimInfo:
     application_kind: tuple[str, str] | None
     registered_service: str | None
     state: str | None
+    service_namespaces: tuple[str, ...] = ()
+    """The other namespaces the claim looks in (``spec.serviceNamespaces``)."""
 
 
 def claim_info(body: Mapping[str, Any]) -> ClaimInfo:
@@ -37,6 +39,7 @@ def claim_info(body: Mapping[str, Any]) -> ClaimInfo:
         application_kind=kind,
         registered_service=status.get("registeredService") or None,
         state=status.get("state") or None,
+        service_namespaces=tuple(str(n) for n in spec.get("serviceNamespaces") or () if isinstance(n, str)),
     )
 
 
@@ -61,6 +64,8 @@ class Store:
         self._claims: dict[str, dict[str, ClaimInfo]] = {}
         self._indexes: dict[str, matching.Index] = {}
         self._credentials: dict[tuple[str, str], str] = {}
+        self._sharing: dict[str, set[tuple[str, str]]] = {}
+        """Namespace (or ``*``) → the services of other namespaces that share with it."""
 
     # -- registered services -------------------------------------------------------------------------
 
@@ -72,6 +77,7 @@ class Store:
             self._services[namespace][candidate.name] = candidate
             self._indexes.pop(namespace, None)
             self._track_secrets(namespace, candidate.name, secret_names(body))
+            self._track_sharing(previous, candidate)
         return previous, candidate
 
     def remove_service(self, body: Mapping[str, Any]) -> matching.Candidate | None:
@@ -80,7 +86,21 @@ class Store:
             previous = self._services.get(namespace, {}).pop(name, None)
             self._indexes.pop(namespace, None)
             self._track_secrets(namespace, name, frozenset())
+            self._track_sharing(previous, None)
         return previous
+
+    def _track_sharing(self, previous: matching.Candidate | None, current: matching.Candidate | None) -> None:
+        for candidate, add in ((previous, False), (current, True)):
+            if candidate is None:
+                continue
+            for target in candidate.share_with - {candidate.namespace}:
+                sharing = self._sharing.setdefault(target, set())
+                if add:
+                    sharing.add(candidate.key)
+                else:
+                    sharing.discard(candidate.key)
+                    if not sharing:
+                        del self._sharing[target]
 
     def _track_secrets(self, namespace: str, service: str, secrets: frozenset[str]) -> None:
         old = self._service_secrets.get((namespace, service), frozenset())
@@ -114,6 +134,19 @@ class Store:
                 self._indexes[namespace] = index
             return index
 
+    def shared_with(self, namespace: str) -> list[matching.Candidate]:
+        """The services of other namespaces that share with ``namespace`` (by name or ``*``)."""
+        with self._lock:
+            keys = self._sharing.get(namespace, set()) | self._sharing.get("*", set())
+            found = (self._services.get(ns, {}).get(name) for ns, name in keys if ns != namespace)
+            return [candidate for candidate in found if candidate is not None]
+
+    def namespaces(self) -> set[str]:
+        """Every namespace holding registered services or claims."""
+        with self._lock:
+            services = {ns for ns, held in self._services.items() if held}
+            return services | {ns for ns, held in self._claims.items() if held}
+
     def readers_of(self, namespace: str, secret: str) -> set[str]:
         with self._lock:
             return set(self._secret_readers.get((namespace, secret), set()))
@@ -139,6 +172,17 @@ class Store:
     def claims(self, namespace: str) -> list[ClaimInfo]:
         with self._lock:
             return list(self._claims.get(namespace, {}).values())
+
+    def claims_looking_in(self, namespace: str) -> list[tuple[str, ClaimInfo]]:
+        """(namespace, claim) of the claims of other namespaces that name ``namespace`` in ``serviceNamespaces``."""
+        with self._lock:
+            return [
+                (ns, info)
+                for ns, held in self._claims.items()
+                if ns != namespace
+                for info in held.values()
+                if namespace in info.service_namespaces
+            ]
 
     # -- broker bindings registered as services ------------------------------------------------------
 
