@@ -74,7 +74,7 @@ class Controller:
             ServiceEntryReconciler(self.kube, self.renderer),
         ):
             self.runtime.register(reconciler)
-        self.claims = Claims(self.kube, settings.claims, self.catalog, self.runtime)
+        self.claims = Claims(self.kube, settings.claims, self.catalog, self.runtime, self.namespace_door)
         self.service_catalog = ServiceCatalog(
             self.kube,
             self.runtime,

@@ -63,7 +63,8 @@ class Reason(StrEnum):
     ROTATED = "CredentialsRotated"
     """Claims' and broker bindings' credentials followed a rotation of their source."""
     REFERENCE_NOT_SHARED = "ReferenceNotShared"
-    """A reference to another namespace that the target's owner did not consent to (``shareWith``, issue 24)."""
+    """A reference to another namespace that the target's owner did not consent to (``shareWith``, issue 24): a
+    claim's, or a Service Catalog Binding's to an Instance."""
     # -- automatic registration of broker bindings -----------------------------------------------------------
     SERVICE_REGISTERED = "ServiceRegistered"
     REGISTRATION_CONFLICT = "RegistrationConflict"
@@ -104,8 +105,6 @@ class Reason(StrEnum):
     REFERENCES_NON_EXISTENT_INSTANCE = "ReferencesNonexistentInstance"
     ASYNC_OPERATION_TIMED_OUT = "AsyncOperationTimedOut"
     # -- tenancy of the Service Catalog kinds (issue 24) -------------------------------------------------------
-    REFERENCE_NOT_SHARED = "ReferenceNotShared"
-    """A Binding refers to an Instance in another namespace that does not list the Binding's in ``shareWith``."""
     EXTERNAL_ID_IN_USE = "ExternalIDInUse"
     """An Instance's or Binding's chosen ``externalID`` belongs to someone else: an earlier object in the cluster
     holds it, or the broker already has it (409)."""

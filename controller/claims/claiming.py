@@ -349,12 +349,12 @@ class ClaimReconciler(ObservePlanAct[ClaimFacts, ClaimAction]):
             elif isinstance(action, Rematch):
                 raise Conflict(action.service)
             elif isinstance(action, DeleteSecret):
-                kube.delete_secret(namespace, action.name, uid=action.uid)
+                self.ctx.door(namespace).delete_secret(namespace, action.name, uid=action.uid)
             elif isinstance(action, ApplySecret):
                 self.ctx.write_secret(action.manifest, action.resource_version)
             elif isinstance(action, ApplyWorkloads):
                 for patch in action.patches:
-                    kube.apply(patch, field_manager=names.field_manager(name))
+                    self.ctx.door(namespace).apply(patch, field_manager=names.field_manager(name))
             elif isinstance(action, EmitEvent):
                 kube.emit_event(claim, reason=action.reason.value, message=action.message, warning=action.warning)
             else:

@@ -26,6 +26,13 @@ class Context:
     """Thread-safe: schedule a key for reconciling."""
     osb_catalog: Catalog
     """The controller's SFService/SFPlan catalog (read-only), for automatic registration."""
+    writer: Callable[[str], Kube] | None = None
+    """The door writes into a namespace go through (its ``opbroker`` account, ``controller.identities``);
+    None: the controller's own (single-tenant)."""
+
+    def door(self, namespace: str) -> Kube:
+        """Where a write of Secrets, Jobs or workloads into ``namespace`` goes (reads stay the controller's)."""
+        return self.kube if self.writer is None else self.writer(namespace)
 
     def write_secret(self, manifest: dict[str, Any], resource_version: str | None) -> None:
         """Write a Secret opbroker stamps as its requester's (``opbroker.io/owner-uid``), by server-side apply (so
@@ -35,7 +42,7 @@ class Context:
         case this cannot see (as :func:`opbroker.controller.ownership.apply_owned`)."""
         if resource_version is not None:
             manifest = {**manifest, "metadata": {**manifest["metadata"], "resourceVersion": resource_version}}
-        self.kube.apply_secret(manifest)
+        self.door(manifest["metadata"]["namespace"]).apply_secret(manifest)
 
     def patch_status(self, kind: Kind, obj: dict[str, Any], status: dict[str, Any]) -> dict[str, Any] | None:
         """Merge ``status`` into ``obj``'s status, guarded by its resourceVersion (Conflict on 409)."""

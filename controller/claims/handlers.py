@@ -55,7 +55,14 @@ logger = logging.getLogger(__name__)
 class Claims:
     """The claims subsystem's watches and reconcilers, on the controller's runtime; knows nothing about kopf."""
 
-    def __init__(self, kube: Kube, settings: ClaimsSettings, osb_catalog: Catalog, runtime: Runtime) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        settings: ClaimsSettings,
+        osb_catalog: Catalog,
+        runtime: Runtime,
+        writer: Callable[[str], Kube] | None = None,
+    ) -> None:
         self.settings = settings
         self.runtime = runtime
         self.store = Store()
@@ -67,6 +74,7 @@ class Claims:
             prober=self.prober,
             enqueue=runtime.enqueue_threadsafe,
             osb_catalog=osb_catalog,
+            writer=writer,
         )
         self.registered = RegisteredReconciler(ctx)
         self.claims = ClaimReconciler(ctx)

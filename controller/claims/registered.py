@@ -381,11 +381,11 @@ class RegisteredReconciler(ObservePlanAct[RegisteredFacts, RegisteredAction]):
             elif isinstance(action, SubmitProbe):
                 self.ctx.prober.submit(key, action.fingerprint, action.probe)
             elif isinstance(action, DeleteJob):
-                kube.delete(_job_ref(body))
+                self.ctx.door(body["metadata"]["namespace"]).delete(_job_ref(body))
             elif isinstance(action, StartJob):
                 try:
                     self.ctx.write_secret(action.secret, action.secret_version)
-                    created = kube.create(action.job)
+                    created = self.ctx.door(body["metadata"]["namespace"]).create(action.job)
                 except ApiException as exc:
                     if exc.status not in action.refused:
                         raise

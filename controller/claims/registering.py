@@ -204,4 +204,4 @@ class RegistrationReconciler(ObservePlanAct[RegistrationFacts, RegistrationActio
                 )
             )
         if action.secret_uid is not None:
-            kube.delete_secret(namespace, names.endpoint_secret_name(name), uid=action.secret_uid)
+            self.ctx.door(namespace).delete_secret(namespace, names.endpoint_secret_name(name), uid=action.secret_uid)
