@@ -31,6 +31,7 @@ from tests.claims_support import (
     service_claim,
     status,
 )
+from tests.cluster_fixtures import onboard
 from tests.controller_support import wait_for
 from tests.tenancy_support import Tenant, assert_unchanged, make_tenant, snapshot
 
@@ -46,6 +47,7 @@ def victim(api_client: client.ApiClient) -> Iterator[Tenant]:
     name = f"v-{uuid.uuid4().hex[:10]}"
     core = client.CoreV1Api(api_client)
     core.create_namespace({"metadata": {"name": name, "labels": {"opbroker.io/test": "true"}}})
+    onboard(api_client, name)  # the platform onboards every consumer namespace (its opbroker account)
     acting = make_tenant(api_client, name)
     put_secret(acting.api, name, "db-credentials", {"password": VICTIM_PASSWORD})
     yield acting
