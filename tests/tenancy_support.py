@@ -55,7 +55,9 @@ class Tenant:
         return client.CustomObjectsApi(self.api)
 
 
-def service_account_client(admin: client.ApiClient, namespace: str, name: str, *, seconds: int = 3600) -> client.ApiClient:
+def service_account_client(
+    admin: client.ApiClient, namespace: str, name: str, *, seconds: int = 3600
+) -> client.ApiClient:
     """An API client logged in as ServiceAccount ``namespace/name`` (a token from the TokenRequest API)."""
     core = client.CoreV1Api(admin)
     request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": seconds}}
@@ -100,7 +102,13 @@ def grant(
 def make_tenant(admin: client.ApiClient, namespace: str, name: str = "tenant") -> Tenant:
     """A ServiceAccount in ``namespace`` with only :func:`tenant_rules` there, logged in with its own token."""
     ensure_service_account(admin, namespace, name)
-    grant(admin, namespace, f"{name}-rights", tenant_rules(), {"kind": "ServiceAccount", "name": name, "namespace": namespace})
+    grant(
+        admin,
+        namespace,
+        f"{name}-rights",
+        tenant_rules(),
+        {"kind": "ServiceAccount", "name": name, "namespace": namespace},
+    )
     return Tenant(namespace, name, service_account_client(admin, namespace, name))
 
 
@@ -157,7 +165,10 @@ def snapshot(admin: client.ApiClient, namespace: str, *extra: tuple[str, str, st
             raise
         for item in listed.get("items", []):
             taken[f"{plural}/{item['metadata']['name']}"] = item
-    return {key: {"version": (value.get("metadata") or {}).get("resourceVersion"), "body": _essence(value)} for key, value in taken.items()}
+    return {
+        key: {"version": (value.get("metadata") or {}).get("resourceVersion"), "body": _essence(value)}
+        for key, value in taken.items()
+    }
 
 
 def assert_unchanged(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]]) -> None:
@@ -166,7 +177,9 @@ def assert_unchanged(before: dict[str, dict[str, Any]], after: dict[str, dict[st
     for key, was in before.items():
         now = after[key]
         assert now["body"] == was["body"], f"{key} changed"
-        assert now["version"] == was["version"], f"{key} was written (resourceVersion {was['version']} → {now['version']})"
+        assert now["version"] == was["version"], (
+            f"{key} was written (resourceVersion {was['version']} → {now['version']})"
+        )
 
 
 def refused(call: Any, *statuses: int) -> ApiException:
