@@ -22,12 +22,10 @@ from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from pydantic import ValidationError
 
 from opbroker.api import conventions
 from opbroker.api.catalog import OSB_GROUP, SFPlan, SFService
-from opbroker.api.errors import field_errors
-from opbroker.broker import errors, kubeclient
+from opbroker.broker import catalogs, errors, kubeclient
 from opbroker.broker.catalogs import Catalog
 from opbroker.broker.decisions import settled
 from opbroker.broker.locating import NamespaceIndex
@@ -75,24 +73,16 @@ class Repository:
         return catalog
 
     def _read_catalog(self) -> Catalog:
-        """SFServices and SFPlans of the control-plane namespace; an invalid one is skipped with a warning."""
-        namespace = self.settings.namespace
-        services = []
-        for item in self._list(SFService.PLURAL, namespace):
-            try:
-                services.append(SFService.model_validate(item).spec)
-            except ValidationError as exc:
-                log.warning("skipping SFService %s/%s: %s", namespace, item["metadata"]["name"], field_errors(exc))
-        plans, withdrawn = [], []
-        for item in self._list(SFPlan.PLURAL, namespace):
-            try:
-                plans.append(SFPlan.model_validate(item).spec)
-            except ValidationError as exc:
-                log.warning("skipping SFPlan %s/%s: %s", namespace, item["metadata"]["name"], field_errors(exc))
-                continue
-            if item["metadata"].get("deletionTimestamp"):
-                withdrawn.append(plans[-1].id)
-        return Catalog(services, plans, withdrawn)
+        """SFServices and SFPlans of the trusted namespaces only (:func:`catalogs.read` decides the rest)."""
+        services: list[dict[str, Any]] = []
+        plans: list[dict[str, Any]] = []
+        for namespace in self.settings.trusted_namespaces:
+            services += self._list(SFService.PLURAL, namespace)
+            plans += self._list(SFPlan.PLURAL, namespace)
+        catalog, problems = catalogs.read(services, plans)
+        for problem in problems:
+            log.warning("%s", problem)
+        return catalog
 
     def _list(self, plural: str, namespace: str, **kwargs: Any) -> list[dict[str, Any]]:
         listed: dict[str, Any] = kubeclient.json_object(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from opbroker.api.conventions import DEFAULT_NAMESPACE
+from opbroker.api.conventions import DEFAULT_NAMESPACE, catalog_namespaces
 from opbroker.broker.bodylimit import DEFAULT_MAX_BODY_BYTES
 
 USERNAME_ENV = "OPBROKER_BROKER_USERNAME"
@@ -16,6 +16,9 @@ PASSWORD_ENV = "OPBROKER_BROKER_PASSWORD"
 class Settings:
     namespace: str = DEFAULT_NAMESPACE
     """The control-plane namespace: the catalog (SFService, SFPlan) and the credentials Secret live here."""
+    catalog_namespaces: tuple[str, ...] = ()
+    """The trusted namespaces the catalog is read from (``--catalog-namespace``, repeatable); empty:
+    ``namespace`` alone — the controller's default too. Give both the same list."""
     instance_namespace: str | None = None
     """Where instances go when the request context names no namespace (default: ``namespace``)."""
     context_namespaces: bool = True
@@ -38,6 +41,11 @@ class Settings:
     withdrawn_bindings_wait: float = 10.0
     """How long an accepted deprovision waits, before its DELETE, for the bindings whose binds lost the race to
     it (withdrawn, held by the controller's finalizer) to be gone (see :mod:`opbroker.broker.effects`)."""
+
+    @property
+    def trusted_namespaces(self) -> tuple[str, ...]:
+        """Where the catalog is read from (:func:`opbroker.api.conventions.catalog_namespaces`)."""
+        return catalog_namespaces(self.namespace, self.catalog_namespaces)
 
     @property
     def default_instance_namespace(self) -> str:

@@ -25,6 +25,13 @@ def serve(
     namespace: Annotated[
         str, typer.Option(help="Control-plane namespace: the catalog (SFService/SFPlan) and the credentials Secret.")
     ] = DEFAULT_NAMESPACE,
+    catalog_namespace: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A trusted namespace the catalog is read from (repeatable; default: --namespace). "
+            "Give the controller the same list."
+        ),
+    ] = None,
     instance_namespace: Annotated[
         str | None,
         typer.Option(help="Namespace for instances whose request context names none (default: --namespace)."),
@@ -54,6 +61,7 @@ def serve(
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = Settings.with_environment(
         namespace=namespace,
+        catalog_namespaces=tuple(catalog_namespace or ()),
         instance_namespace=instance_namespace,
         context_namespaces=context_namespaces,
         credentials_secret=credentials_secret,
@@ -66,7 +74,7 @@ def serve(
     except ConfigurationError as exc:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(1) from None
-    out.print(f"opbroker broker on http://{host}:{port} (catalog from namespace {namespace!r})")
+    out.print(f"opbroker broker on http://{host}:{port} (catalog from {', '.join(settings.trusted_namespaces)})")
     served.run()
 
 

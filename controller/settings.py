@@ -8,14 +8,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from opbroker.api.conventions import DEFAULT_NAMESPACE
+from opbroker.api.conventions import DEFAULT_NAMESPACE, catalog_namespaces
 from opbroker.controller.claims.settings import ClaimsSettings
 
 
 @dataclass(frozen=True)
 class ControllerSettings:
     namespace: str = DEFAULT_NAMESPACE
-    """Where the catalog (SFService, SFPlan) and the leader-election Lease live."""
+    """The control-plane namespace: the catalog (SFService, SFPlan), SFClusters and the leader-election Lease."""
+    catalog_namespaces: tuple[str, ...] = ()
+    """The trusted namespaces SFServices and SFPlans are read from (``--catalog-namespace``, repeatable); empty:
+    ``namespace`` alone. The broker's ``--catalog-namespace`` must name the same. Any other namespace's are a
+    tenant's: ignored with a Warning event."""
     error_threshold: int = 8
     """Consecutive errors after which an operation is marked failed instead of retried."""
     status_poll_seconds: float = 10.0
@@ -51,6 +55,11 @@ class ControllerSettings:
     """The URL the API server reaches the webhook at (default ``https://127.0.0.1:<webhook_port>``)."""
     claims: ClaimsSettings = field(default_factory=ClaimsSettings)
     """The claims subsystem: SLA order, catalog environments, binding root, probe timeout, its workers."""
+
+    @property
+    def trusted_namespaces(self) -> tuple[str, ...]:
+        """Where catalog entries are read from (:func:`opbroker.api.conventions.catalog_namespaces`)."""
+        return catalog_namespaces(self.namespace, self.catalog_namespaces)
 
     @property
     def total_workers(self) -> int:
