@@ -24,6 +24,16 @@ class Settings:
     context_namespaces: bool = True
     """Honour ``context.namespace`` (Kubernetes profile). Off: every instance lives in ``instance_namespace``
     and every lookup is a single GET (no cluster-wide list)."""
+    allowed_namespaces: tuple[str, ...] = ()
+    """Namespaces a request's ``context.namespace`` may name (``--allowed-namespace``), besides the default
+    instance namespace; see :mod:`opbroker.broker.namespaces`. Any other is refused with 400 unless it matches
+    ``allowed_namespace_selector``."""
+    allowed_namespace_selector: str | None = None
+    """A label selector (``key=value,...``) on Namespaces: a request's ``context.namespace`` may name one whose
+    labels match (``--allowed-namespace-selector``). None: only the listed ones."""
+    namespace_labels_ttl: float = 30.0
+    """How long a Namespace's labels, read for ``allowed_namespace_selector``, are reused (a relabelled namespace
+    is honoured, or refused, after at most this)."""
     sync_timeout: float = 60.0
     """How long a synchronous plan's request waits for the controller before answering."""
     retry_after: int = 5

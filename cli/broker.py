@@ -39,6 +39,20 @@ def serve(
     context_namespaces: Annotated[
         bool, typer.Option(help="Record instances in the request's context.namespace (Kubernetes profile).")
     ] = True,
+    allowed_namespace: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A namespace a request's context.namespace may name, besides the default instance namespace "
+            "(repeatable). Any other is refused with 400 unless it matches --allowed-namespace-selector."
+        ),
+    ] = None,
+    allowed_namespace_selector: Annotated[
+        str | None,
+        typer.Option(
+            help="A label selector on Namespaces ('tenant=true', 'team in (a,b)'): a request's context.namespace "
+            "may name a namespace whose labels match."
+        ),
+    ] = None,
     credentials_secret: Annotated[
         str | None,
         typer.Option(
@@ -64,6 +78,8 @@ def serve(
         catalog_namespaces=tuple(catalog_namespace or ()),
         instance_namespace=instance_namespace,
         context_namespaces=context_namespaces,
+        allowed_namespaces=tuple(allowed_namespace or ()),
+        allowed_namespace_selector=allowed_namespace_selector,
         credentials_secret=credentials_secret,
         sync_timeout=sync_timeout,
         retry_after=retry_after,
