@@ -79,5 +79,5 @@ def admit(namespace: str | None, policy: NamespacePolicy, labels: Mapping[str, s
         allowed = "this broker records instances only in the namespaces the platform allows"
         if policy.selector is not None:
             allowed += f" (those labelled {policy.selector})"
-    missing = " (it does not exist)" if policy.selector is not None and labels is None else ""
+    missing = " (the namespace does not exist)" if policy.selector is not None and labels is None else ""
     raise errors.bad_request(f"context.namespace {namespace!r} is not allowed{missing}: {allowed}")
