@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 DOMAIN = "opbroker.io"
 
@@ -27,6 +29,23 @@ FINALIZER = f"{DOMAIN}/teardown"
 
 #: Default namespace of the control plane: SFService, SFPlan, SFCluster live here.
 DEFAULT_NAMESPACE = "opbroker"
+
+
+def catalog_namespaces(control_plane: str, configured: Iterable[str] = ()) -> tuple[str, ...]:
+    """The trusted namespaces: the only ones the controller and the broker read catalog kinds (SFService,
+    SFPlan) from. The configured list when one is given (``--catalog-namespace``, repeatable), else the
+    control-plane namespace alone. An SFService or SFPlan anywhere else is a tenant's object: never in the
+    catalog, whatever id it claims."""
+    listed = tuple(dict.fromkeys(n for n in configured if n))
+    return listed or (control_plane,)
+
+
+def catalog_id(body: Mapping[str, Any]) -> str:
+    """The OSB id an SFService or SFPlan declares (``spec.id``; its name when it declares none)."""
+    spec = body.get("spec")
+    declared = spec.get("id") if isinstance(spec, Mapping) else None
+    return str(declared or (body.get("metadata") or {}).get("name") or "")
+
 
 LABEL_SERVICE = f"{DOMAIN}/service"
 LABEL_PLAN = f"{DOMAIN}/plan"

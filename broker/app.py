@@ -27,8 +27,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from opbroker.api.errors import field_path
+from opbroker.api.selectors import SelectorError
 from opbroker.broker import bodies, errors, headers, routes
-from opbroker.broker.authentication import Authenticator
+from opbroker.broker.authentication import Authenticator, ConfigurationError
 from opbroker.broker.bodylimit import BodySizeLimit
 from opbroker.broker.locating import NamespaceIndex
 from opbroker.broker.metrics import Metrics
@@ -99,7 +100,10 @@ def create_app(settings: Settings, api_client: client.ApiClient) -> FastAPI:
         lifespan=lifespan,
         strict_content_type=False,  # OSB: a body without Content-Type MAY still be processed
     )
-    app.state.broker = routes.Broker(settings, repository)
+    try:
+        app.state.broker = routes.Broker(settings, repository)
+    except SelectorError as exc:
+        raise ConfigurationError(f"--allowed-namespace-selector: {exc}") from None
     app.include_router(routes.router)
     # Added before the edge middleware below, so it runs inside it: credentials and version first, then size.
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)

@@ -3,16 +3,25 @@
 Also the per-plan facts the decisions need (async or not, updatable, bindable, retrievable), with the
 OSB defaulting rules in one place: a plan's ``bindable`` / ``plan_updateable`` override the service's.
 
-Pure: built from already-parsed specs.
+The repository hands :func:`read` the objects of the trusted namespaces only (the control-plane namespace, or
+the configured ``--catalog-namespace`` list: as the controller). An id two of them declare is served by
+neither — never first- or last-writer-wins — and the controller reports both (``DuplicateId``).
+
+Pure: built from already-read objects.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from opbroker.api.catalog import Manager, SFPlanSpec, SFServiceSpec
+from pydantic import ValidationError
+
+from opbroker.api.catalog import Manager, SFPlan, SFPlanSpec, SFService, SFServiceSpec
+from opbroker.api.conventions import catalog_id
+from opbroker.api.errors import field_errors
 from opbroker.broker import bodies, errors
 
 
@@ -65,27 +74,39 @@ class Offering:
 
 
 class Catalog:
-    """Every service and plan of the control-plane namespace, by OSB id. Services without plans are hidden."""
+    """Every service and plan of the trusted namespaces, by OSB id. Services without plans are hidden; an id
+    declared twice (``duplicates``, or twice among the specs given) is served by neither, nor are the plans of
+    a service so declared."""
 
     def __init__(
-        self, services: Iterable[SFServiceSpec], plans: Iterable[SFPlanSpec], withdrawn: Iterable[str] = ()
+        self,
+        services: Iterable[SFServiceSpec],
+        plans: Iterable[SFPlanSpec],
+        withdrawn: Iterable[str] = (),
+        duplicates: Iterable[str] = (),
     ) -> None:
         #: Plans being deleted (their SFPlan has a deletionTimestamp): not offered, no new instances; their
         #: existing instances keep working (update, bind, unbind, deprovision) until they are gone.
         self._withdrawn = frozenset(withdrawn)
-        self._services: dict[str, SFServiceSpec] = {}
-        for service in services:
-            self._services.setdefault(service.id, service)
-        self._plans: dict[str, SFPlanSpec] = {}
-        for plan in plans:
-            if plan.service_id in self._services:
-                self._plans.setdefault(plan.id, plan)
+        services, plans = list(services), list(plans)
+        #: Ids more than one object declares (services' and plans' alike): never served.
+        self._duplicates = frozenset(duplicates) | _repeated(s.id for s in services) | _repeated(p.id for p in plans)
+        self._services = {s.id: s for s in services if s.id not in self._duplicates}
+        self._plans = {p.id: p for p in plans if p.id not in self._duplicates and p.service_id in self._services}
 
     def service(self, service_id: str) -> SFServiceSpec | None:
         return self._services.get(service_id)
 
     def plan(self, plan_id: str) -> SFPlanSpec | None:
         return self._plans.get(plan_id)
+
+    def _unknown(self, what: str, osb_id: str) -> errors.BrokerError:
+        if osb_id in self._duplicates:
+            return errors.bad_request(
+                f"{what} {osb_id!r} is not offered: more than one catalog entry declares it (the platform team "
+                "must remove one)"
+            )
+        return errors.bad_request(f"{what} {osb_id!r} is not in this broker's catalog")
 
     def check_offered(self, plan_id: str) -> None:
         """400 for a plan being withdrawn: it takes no new instances (nor instances moved onto it)."""
@@ -101,10 +122,10 @@ class Catalog:
         """The service and plan a request names; 400 when either is unknown or they do not belong together."""
         service = self.service(service_id)
         if service is None:
-            raise errors.bad_request(f"service_id {service_id!r} is not in this broker's catalog")
+            raise self._unknown("service_id", service_id)
         plan = self.plan(plan_id)
         if plan is None:
-            raise errors.bad_request(f"plan_id {plan_id!r} is not in this broker's catalog")
+            raise self._unknown("plan_id", plan_id)
         if plan.service_id != service.id:
             raise errors.bad_request(f"plan_id {plan_id!r} is not a plan of service_id {service_id!r}")
         return Offering(service, plan)
@@ -124,6 +145,47 @@ class Catalog:
             if plans:
                 services.append(_service_body(service, plans))
         return bodies.CatalogBody(services=services)
+
+
+def _repeated(ids: Iterable[str]) -> frozenset[str]:
+    return frozenset(osb_id for osb_id, count in Counter(ids).items() if count > 1)
+
+
+def read(services: Iterable[Mapping[str, Any]], plans: Iterable[Mapping[str, Any]]) -> tuple[Catalog, list[str]]:
+    """The catalog of these SFService and SFPlan objects (those of the trusted namespaces), and what was skipped
+    and why (to log). An object that does not fit the model is skipped, but the id it declares still counts: an
+    invalid SFPlan declaring a served plan's id makes that id a duplicate, as the controller sees it."""
+    problems: list[str] = []
+    ids: list[str] = []
+    service_specs: list[SFServiceSpec] = []
+    for item in services:
+        ids.append(catalog_id(item))
+        try:
+            service_specs.append(SFService.model_validate(item).spec)
+        except ValidationError as exc:
+            problems.append(f"skipping SFService {_ref(item)}: {'; '.join(field_errors(exc))}")
+    plan_ids: list[str] = []
+    plan_specs: list[SFPlanSpec] = []
+    withdrawn: list[str] = []
+    for item in plans:
+        plan_ids.append(catalog_id(item))
+        try:
+            spec = SFPlan.model_validate(item).spec
+        except ValidationError as exc:
+            problems.append(f"skipping SFPlan {_ref(item)}: {'; '.join(field_errors(exc))}")
+            continue
+        plan_specs.append(spec)
+        if (item.get("metadata") or {}).get("deletionTimestamp"):
+            withdrawn.append(spec.id)
+    duplicates = _repeated(ids) | _repeated(plan_ids)
+    for osb_id in sorted(duplicates):
+        problems.append(f"not serving id {osb_id!r}: more than one catalog entry declares it")
+    return Catalog(service_specs, plan_specs, withdrawn, duplicates), problems
+
+
+def _ref(item: Mapping[str, Any]) -> str:
+    meta = item.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
 def _service_body(service: SFServiceSpec, plans: list[bodies.PlanBody]) -> bodies.ServiceBody:

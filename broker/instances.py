@@ -11,7 +11,6 @@ Pure.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -34,6 +33,7 @@ from opbroker.broker.decisions import (
     is_removing,
     last_type,
 )
+from opbroker.broker.namespaces import context_namespace
 from opbroker.broker.operations import OperationType, Token
 from opbroker.broker.records import Record
 
@@ -41,8 +41,6 @@ from opbroker.broker.records import Record
 PROVISION_KEYS = ("serviceId", "planId", "organizationGuid", "spaceGuid", "context", "parameters", "maintenance_info")
 #: What an update can change.
 UPDATE_KEYS = ("planId", "parameters", "context", "maintenance_info")
-
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 def _async_required(what: str) -> errors.BrokerError:
@@ -57,12 +55,11 @@ def _concurrency(description: str) -> errors.BrokerError:
 
 
 def namespace_for(context: Mapping[str, Any] | None, *, default: str, from_context: bool) -> str:
-    """Where a new instance is recorded: the Kubernetes profile's ``context.namespace``, else ``default``."""
-    if not from_context or not context or context.get("namespace") is None:
+    """Where a new instance is recorded: the Kubernetes profile's ``context.namespace``, else ``default``.
+    (Whether the platform allows that namespace is :func:`opbroker.broker.namespaces.admit`'s to say.)"""
+    namespace = context_namespace(context)
+    if not from_context or namespace is None:
         return default
-    namespace = context["namespace"]
-    if not isinstance(namespace, str) or len(namespace) > 63 or not _DNS_LABEL.match(namespace):
-        raise errors.bad_request("context.namespace must be a Kubernetes namespace name (a DNS-1123 label)")
     return namespace
 
 

@@ -16,18 +16,18 @@ import base64
 import functools
 import json
 import logging
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from pydantic import ValidationError
 
 from opbroker.api import conventions
 from opbroker.api.catalog import OSB_GROUP, SFPlan, SFService
-from opbroker.api.errors import field_errors
-from opbroker.broker import errors, kubeclient
+from opbroker.broker import catalogs, errors, kubeclient
 from opbroker.broker.catalogs import Catalog
 from opbroker.broker.decisions import settled
 from opbroker.broker.locating import NamespaceIndex
@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 VERSION = "v1alpha1"
 #: Seconds a catalog read serves requests (ids it lacks force a fresh read).
 CATALOG_TTL = 2.0
+#: Namespaces whose labels are kept (for the allowed-namespace selector); the oldest read goes first.
+NAMESPACE_CACHE_ENTRIES = 1024
 
 
 def _refused(exc: ApiException, what: str) -> errors.BrokerError:
@@ -56,6 +58,8 @@ class Repository:
         self.custom = client.CustomObjectsApi(api_client)
         self.core = client.CoreV1Api(api_client)
         self._catalog: tuple[float, Catalog] | None = None
+        self._namespaces: OrderedDict[str, tuple[float, dict[str, str] | None]] = OrderedDict()
+        self._namespaces_lock = threading.Lock()
 
     # -- catalog -------------------------------------------------------------------------------------
 
@@ -75,24 +79,16 @@ class Repository:
         return catalog
 
     def _read_catalog(self) -> Catalog:
-        """SFServices and SFPlans of the control-plane namespace; an invalid one is skipped with a warning."""
-        namespace = self.settings.namespace
-        services = []
-        for item in self._list(SFService.PLURAL, namespace):
-            try:
-                services.append(SFService.model_validate(item).spec)
-            except ValidationError as exc:
-                log.warning("skipping SFService %s/%s: %s", namespace, item["metadata"]["name"], field_errors(exc))
-        plans, withdrawn = [], []
-        for item in self._list(SFPlan.PLURAL, namespace):
-            try:
-                plans.append(SFPlan.model_validate(item).spec)
-            except ValidationError as exc:
-                log.warning("skipping SFPlan %s/%s: %s", namespace, item["metadata"]["name"], field_errors(exc))
-                continue
-            if item["metadata"].get("deletionTimestamp"):
-                withdrawn.append(plans[-1].id)
-        return Catalog(services, plans, withdrawn)
+        """SFServices and SFPlans of the trusted namespaces only (:func:`catalogs.read` decides the rest)."""
+        services: list[dict[str, Any]] = []
+        plans: list[dict[str, Any]] = []
+        for namespace in self.settings.trusted_namespaces:
+            services += self._list(SFService.PLURAL, namespace)
+            plans += self._list(SFPlan.PLURAL, namespace)
+        catalog, problems = catalogs.read(services, plans)
+        for problem in problems:
+            log.warning("%s", problem)
+        return catalog
 
     def _list(self, plural: str, namespace: str, **kwargs: Any) -> list[dict[str, Any]]:
         listed: dict[str, Any] = kubeclient.json_object(
@@ -100,6 +96,30 @@ class Repository:
         )
         items: list[dict[str, Any]] = listed.get("items", [])
         return items
+
+    # -- namespaces ----------------------------------------------------------------------------------
+
+    def namespace_labels(self, name: str) -> dict[str, str] | None:
+        """The labels of Namespace ``name`` (None: it does not exist), reused for ``namespace_labels_ttl``
+        seconds; at most :data:`NAMESPACE_CACHE_ENTRIES` namespaces are kept."""
+        now = time.monotonic()
+        with self._namespaces_lock:
+            cached = self._namespaces.get(name)
+            if cached is not None and now - cached[0] < self.settings.namespace_labels_ttl:
+                return cached[1]
+        try:
+            found = self.core.read_namespace(name)
+            labels: dict[str, str] | None = dict((found.metadata.labels if found.metadata else None) or {})
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            labels = None
+        with self._namespaces_lock:
+            self._namespaces[name] = (now, labels)
+            self._namespaces.move_to_end(name)
+            while len(self._namespaces) > NAMESPACE_CACHE_ENTRIES:
+                self._namespaces.popitem(last=False)
+        return labels
 
     def ping(self) -> None:
         """One cheap read of the control-plane namespace (readiness)."""

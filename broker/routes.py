@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Annotated, Literal
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Security
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPBasic
 
 from opbroker.api.conventions import resource_name
-from opbroker.broker import bindings, bodies, decisions, errors, headers, instances, operations, records
+from opbroker.broker import bindings, bodies, decisions, errors, headers, instances, namespaces, operations, records
 from opbroker.broker.documentation import responses
 from opbroker.broker.effects import RECHECK_SECONDS, Effects
 from opbroker.broker.operations import OperationType, Token
@@ -53,12 +54,26 @@ def request_meta(
 
 
 class Broker:
-    """What the routes need: settings, the repository and the effects."""
+    """What the routes need: settings, the repository, the effects and the allowed namespaces."""
 
     def __init__(self, settings: Settings, repository: Repository) -> None:
         self.settings = settings
         self.repository = repository
         self.effects = Effects(repository, settings)
+        self.namespaces = namespaces.NamespacePolicy.of(
+            default=settings.default_instance_namespace,
+            names=settings.allowed_namespaces,
+            selector=settings.allowed_namespace_selector,
+        )
+
+    def admit(self, context: Mapping[str, Any] | None) -> None:
+        """400 unless the platform allows the namespace ``context`` names (decided by the pure core; the
+        Namespace's labels are read only when the decision needs them)."""
+        namespace = namespaces.context_namespace(context)
+        labels = None
+        if namespace is not None and self.namespaces.needs_labels(namespace):
+            labels = self.repository.namespace_labels(namespace)
+        namespaces.admit(namespace, self.namespaces, labels)
 
 
 def broker_of(request: Request) -> Broker:
@@ -132,6 +147,7 @@ def provision(
 ) -> JSONResponse:
     settings, repository = broker.settings, broker.repository
     body = bodies.as_of(body, meta.api_version)
+    broker.admit(body.context)
     name = resource_name(instance_id)
     namespace = instances.namespace_for(
         body.context, default=settings.default_instance_namespace, from_context=settings.context_namespaces
@@ -177,6 +193,7 @@ def update(
 ) -> JSONResponse:
     repository = broker.repository
     body = bodies.as_of(body, meta.api_version)
+    broker.admit(body.context)
     catalog = repository.catalog()
     existing = repository.find(Kind.INSTANCE, resource_name(instance_id))
     decision = instances.update(
@@ -309,6 +326,7 @@ def bind(
     accepts_incomplete: AcceptsIncomplete = False,
 ) -> JSONResponse:
     repository = broker.repository
+    broker.admit(body.context)
     catalog = repository.catalog()
     instance = repository.find(Kind.INSTANCE, resource_name(instance_id))
     name = resource_name(binding_id)

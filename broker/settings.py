@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from opbroker.api.conventions import DEFAULT_NAMESPACE
+from opbroker.api.conventions import DEFAULT_NAMESPACE, catalog_namespaces
 from opbroker.broker.bodylimit import DEFAULT_MAX_BODY_BYTES
 
 USERNAME_ENV = "OPBROKER_BROKER_USERNAME"
@@ -16,11 +16,24 @@ PASSWORD_ENV = "OPBROKER_BROKER_PASSWORD"
 class Settings:
     namespace: str = DEFAULT_NAMESPACE
     """The control-plane namespace: the catalog (SFService, SFPlan) and the credentials Secret live here."""
+    catalog_namespaces: tuple[str, ...] = ()
+    """The trusted namespaces the catalog is read from (``--catalog-namespace``, repeatable); empty:
+    ``namespace`` alone — the controller's default too. Give both the same list."""
     instance_namespace: str | None = None
     """Where instances go when the request context names no namespace (default: ``namespace``)."""
     context_namespaces: bool = True
     """Honour ``context.namespace`` (Kubernetes profile). Off: every instance lives in ``instance_namespace``
     and every lookup is a single GET (no cluster-wide list)."""
+    allowed_namespaces: tuple[str, ...] = ()
+    """Namespaces a request's ``context.namespace`` may name (``--allowed-namespace``), besides the default
+    instance namespace; see :mod:`opbroker.broker.namespaces`. Any other is refused with 400 unless it matches
+    ``allowed_namespace_selector``."""
+    allowed_namespace_selector: str | None = None
+    """A label selector (``key=value,...``) on Namespaces: a request's ``context.namespace`` may name one whose
+    labels match (``--allowed-namespace-selector``). None: only the listed ones."""
+    namespace_labels_ttl: float = 30.0
+    """How long a Namespace's labels, read for ``allowed_namespace_selector``, are reused (a relabelled namespace
+    is honoured, or refused, after at most this)."""
     sync_timeout: float = 60.0
     """How long a synchronous plan's request waits for the controller before answering."""
     retry_after: int = 5
@@ -38,6 +51,11 @@ class Settings:
     withdrawn_bindings_wait: float = 10.0
     """How long an accepted deprovision waits, before its DELETE, for the bindings whose binds lost the race to
     it (withdrawn, held by the controller's finalizer) to be gone (see :mod:`opbroker.broker.effects`)."""
+
+    @property
+    def trusted_namespaces(self) -> tuple[str, ...]:
+        """Where the catalog is read from (:func:`opbroker.api.conventions.catalog_namespaces`)."""
+        return catalog_namespaces(self.namespace, self.catalog_namespaces)
 
     @property
     def default_instance_namespace(self) -> str:

@@ -25,6 +25,13 @@ def serve(
     namespace: Annotated[
         str, typer.Option(help="Control-plane namespace: the catalog (SFService/SFPlan) and the credentials Secret.")
     ] = DEFAULT_NAMESPACE,
+    catalog_namespace: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A trusted namespace the catalog is read from (repeatable; default: --namespace). "
+            "Give the controller the same list."
+        ),
+    ] = None,
     instance_namespace: Annotated[
         str | None,
         typer.Option(help="Namespace for instances whose request context names none (default: --namespace)."),
@@ -32,6 +39,20 @@ def serve(
     context_namespaces: Annotated[
         bool, typer.Option(help="Record instances in the request's context.namespace (Kubernetes profile).")
     ] = True,
+    allowed_namespace: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A namespace a request's context.namespace may name, besides the default instance namespace "
+            "(repeatable). Any other is refused with 400 unless it matches --allowed-namespace-selector."
+        ),
+    ] = None,
+    allowed_namespace_selector: Annotated[
+        str | None,
+        typer.Option(
+            help="A label selector on Namespaces ('tenant=true', 'team in (a,b)'): a request's context.namespace "
+            "may name a namespace whose labels match."
+        ),
+    ] = None,
     credentials_secret: Annotated[
         str | None,
         typer.Option(
@@ -54,8 +75,11 @@ def serve(
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = Settings.with_environment(
         namespace=namespace,
+        catalog_namespaces=tuple(catalog_namespace or ()),
         instance_namespace=instance_namespace,
         context_namespaces=context_namespaces,
+        allowed_namespaces=tuple(allowed_namespace or ()),
+        allowed_namespace_selector=allowed_namespace_selector,
         credentials_secret=credentials_secret,
         sync_timeout=sync_timeout,
         retry_after=retry_after,
@@ -66,7 +90,7 @@ def serve(
     except ConfigurationError as exc:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(1) from None
-    out.print(f"opbroker broker on http://{host}:{port} (catalog from namespace {namespace!r})")
+    out.print(f"opbroker broker on http://{host}:{port} (catalog from {', '.join(settings.trusted_namespaces)})")
     served.run()
 
 

@@ -23,6 +23,13 @@ def run(
     namespace: Annotated[
         str, typer.Option(help="Control-plane namespace (catalog, leader lease).")
     ] = DEFAULT_NAMESPACE,
+    catalog_namespace: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A trusted namespace SFServices and SFPlans are read from (repeatable; default: --namespace). "
+            "Catalog objects anywhere else are ignored with a Warning event. Give the broker the same list."
+        ),
+    ] = None,
     workers: Annotated[int, typer.Option(help="Concurrent reconciles.")] = 4,
     error_threshold: Annotated[int, typer.Option(help="Consecutive errors before an operation is failed.")] = 8,
     poll_seconds: Annotated[float, typer.Option(help="Re-check interval for in-progress operations.")] = 10.0,
@@ -94,6 +101,7 @@ def run(
 
     settings = ControllerSettings(
         namespace=namespace,
+        catalog_namespaces=tuple(catalog_namespace or ()),
         workers=workers,
         error_threshold=error_threshold,
         status_poll_seconds=poll_seconds,

@@ -16,14 +16,14 @@ leader that loses its lease, or whose kopf loop stops, exits (so the pod restart
 No ``from __future__ import annotations`` here: the component provider reads these annotations at run time.
 """
 
-from typing import Any, Literal, NotRequired, TypedDict
+from typing import Annotated, Any, Literal, NotRequired, TypedDict
 
 import pulumi
 import pulumi_kubernetes as k8s
 import pulumi_random
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from opbroker.api import errors
+from opbroker.api import errors, selectors
 from opbroker.api.conventions import DEFAULT_NAMESPACE, DEFAULT_PLAN_SERVICE_ACCOUNT
 from opbroker.api.crd import all_crds
 from opbroker.components import rbac, resources
@@ -129,6 +129,14 @@ class BrokerArgs(TypedDict):
     """Record each instance in the namespace its request's ``context.namespace`` names (the OSB Kubernetes
     profile; default true): the broker then gets a ClusterRole for instances, bindings and credentials
     Secrets. False keeps every instance in the control plane's namespace and the broker's rights in it."""
+    allowed_namespaces: NotRequired[list[str]]
+    """Namespaces a request's ``context.namespace`` may name, besides the control plane's
+    (``--allowed-namespace``): any other is refused with 400 unless it matches ``allowed_namespace_selector``.
+    Default: none — only the control plane's namespace."""
+    allowed_namespace_selector: NotRequired[str]
+    """A label selector on Namespaces (``tenant=true``, ``team in (a,b)``): a request's ``context.namespace``
+    may name a namespace whose labels match (``--allowed-namespace-selector``); the broker then may read
+    Namespaces (a ClusterRole)."""
 
 
 class ControlPlaneArgs(TypedDict):
@@ -245,6 +253,26 @@ class Broker(_Settings):
     service_type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = "ClusterIP"
     autoscaling: Autoscaling | None = None
     context_namespaces: bool = True
+    allowed_namespaces: list[Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)]] = Field(
+        default_factory=list
+    )
+    allowed_namespace_selector: str | None = Field(default=None, min_length=1)
+
+    @field_validator("allowed_namespace_selector")
+    @classmethod
+    def _selector_parses(cls, value: str | None) -> str | None:
+        if value is not None:
+            selectors.parse(value)  # a SelectorError is a ValueError: reported with the field
+        return value
+
+    def flags(self) -> list[str]:
+        """The ``opbroker broker serve`` flags these settings stand for."""
+        flags = [] if self.context_namespaces else ["--no-context-namespaces"]
+        for namespace in self.allowed_namespaces:
+            flags += ["--allowed-namespace", namespace]
+        if self.allowed_namespace_selector is not None:
+            flags += ["--allowed-namespace-selector", self.allowed_namespace_selector]
+        return flags
 
 
 class Settings(_Settings):
@@ -425,9 +453,9 @@ def controller_command(namespace: str, flags: list[str] | None = None) -> list[s
     return command + (flags or [])
 
 
-def broker_command(namespace: str, context_namespaces: bool = True) -> list[str]:
+def broker_command(namespace: str, flags: list[str] | None = None) -> list[str]:
     command = ["opbroker", "broker", "serve", "--host", "0.0.0.0", "--port", str(PORT), "--namespace", namespace]
-    return command if context_namespaces else [*command, "--no-context-namespaces"]
+    return command + (flags or [])
 
 
 # -- the component -------------------------------------------------------------------------------------------
@@ -572,11 +600,14 @@ class ControlPlane(pulumi.ComponentResource):
             opts=child(broker_role, broker_sa),
         )
         broker_grants: list[pulumi.Resource] = [broker_binding]
-        if s.broker.context_namespaces:
+        broker_cluster_rules = rbac.broker_cluster_rules() if s.broker.context_namespaces else []
+        if s.broker.allowed_namespace_selector is not None:  # it reads a Namespace's labels to match them
+            broker_cluster_rules.append(rbac.Rule(("",), ("namespaces",), ("get",)))
+        if broker_cluster_rules:
             broker_cluster_role = k8s.rbac.v1.ClusterRole(
                 f"{name}-broker",
                 metadata=meta(names.broker_cluster_role, "broker", namespaced=False),
-                rules=[r.to_manifest() for r in rbac.broker_cluster_rules()],
+                rules=[r.to_manifest() for r in broker_cluster_rules],
                 opts=child(),
             )
             broker_grants.append(
@@ -647,7 +678,7 @@ class ControlPlane(pulumi.ComponentResource):
                 component="broker",
                 service_account=names.broker,
                 image=s.broker.image or s.image,
-                command=broker_command(ns, s.broker.context_namespaces),
+                command=broker_command(ns, s.broker.flags()),
                 env=[*downward_env(), *secret_env],
                 ports=[{"name": "http", "containerPort": PORT, "protocol": "TCP"}],
                 probes=broker_probes(),

@@ -1,7 +1,9 @@
 """The controller process: kopf delivers watch events, the one runtime runs level-triggered reconciles.
 
 kopf watches SFService, SFPlan, SFServiceInstance and SFServiceBinding (reconnects, resourceVersions,
-login), and the claims and multi-cluster subsystems add their own watches. Event handlers do nothing but
+login), and the claims and multi-cluster subsystems add their own watches. SFServices and SFPlans are watched
+cluster-wide, but only those of the trusted namespaces enter the catalog; any other is queued only to be
+warned about (see :mod:`opbroker.controller.catalog`). Event handlers do nothing but
 update the in-memory catalog and indexes and enqueue keys on the :class:`~opbroker.controller.reconciler.Runtime`;
 ``kopf.on.event`` is used on purpose: it keeps no progress annotations on our objects (no extra writes).
 """
@@ -16,7 +18,7 @@ from typing import Any
 import kopf
 from kubernetes import client
 
-from opbroker.api.conventions import resource_name
+from opbroker.api.conventions import catalog_id, resource_name
 from opbroker.controller import decisions, identities, metrics, trim
 from opbroker.controller.bindings import BindingReconciler
 from opbroker.controller.catalog import Catalog
@@ -26,6 +28,7 @@ from opbroker.controller.instances import InstanceReconciler
 from opbroker.controller.kopfparts import EventsOnlyDiffBase, events_only, plain_body
 from opbroker.controller.kube import BINDINGS, INSTANCES, PLANS, SECRETS, SERVICES, Kube
 from opbroker.controller.multicluster.runtime import MultiCluster
+from opbroker.controller.reasons import Reason
 from opbroker.controller.reconciler import DONE, Key, PerKey, Runtime
 from opbroker.controller.reconciler.memory import Dependents
 from opbroker.controller.reconciling import Deps, OwnWrites
@@ -46,7 +49,7 @@ class Controller:
         # kopf's watches keep our instances and bindings in the store: reconciles read them from there.
         self.kube.store.feed(INSTANCES.store_key)
         self.kube.store.feed(BINDINGS.store_key)
-        self.catalog = Catalog()
+        self.catalog = Catalog(settings.trusted_namespaces)
         self.runtime = Runtime(workers=settings.total_workers)
         memories = self.runtime.memories
         self.index = memories.keep(SourceIndex())
@@ -70,8 +73,8 @@ class Controller:
         for reconciler in (
             self.instances,
             self.bindings,
-            PlanEntryReconciler(self.kube, self.renderer),
-            ServiceEntryReconciler(self.kube, self.renderer),
+            PlanEntryReconciler(self.kube, self.renderer, self.catalog),
+            ServiceEntryReconciler(self.kube, self.renderer, self.catalog),
         ):
             self.runtime.register(reconciler)
         self.claims = Claims(self.kube, settings.claims, self.catalog, self.runtime, self.namespace_door)
@@ -106,16 +109,17 @@ class Controller:
             self.multicluster.start()
 
     def load_catalog(self) -> None:
-        """Read every SFService and SFPlan once, before the first reconcile.
+        """Read every SFService and SFPlan of the trusted namespaces once, before the first reconcile.
 
         kopf watches each kind in a stream of its own, so after a (re)start an instance's event can arrive
         before its plan's; reconciled then, the instance would be failed with "plan not in the catalog"
         (the reliability suite's controller kills found three). The watches keep the catalog current after.
         """
-        for body in self.kube.list_custom(SERVICES, None):
-            self.catalog.upsert_service(body)
-        for body in self.kube.list_custom(PLANS, None):
-            self.catalog.upsert_plan(body)
+        for namespace in self.settings.trusted_namespaces:
+            for body in self.kube.list_custom(SERVICES, namespace):
+                self.catalog.upsert_service(body)
+            for body in self.kube.list_custom(PLANS, namespace):
+                self.catalog.upsert_plan(body)
 
     async def stop(self) -> None:
         if self._trimmer is not None:
@@ -132,6 +136,11 @@ class Controller:
         self.runtime.enqueue(key)
 
     def on_service(self, event_type: str, body: dict[str, Any]) -> None:
+        key = Key.of("service", body)
+        if not self.catalog.trusts(body):
+            self._enqueue(key)  # a tenant's: never in the catalog; its reconcile warns (once per generation)
+            return
+        previous = self.catalog.service_id_of(body)
         if event_type == "DELETED":
             self.catalog.remove_service(body)
         else:
@@ -139,28 +148,48 @@ class Controller:
             self._enqueue_unreported("service", body)
         if self.multicluster is not None:
             self.multicluster.on_catalog("sfservices", event_type, body)
+        for service_id in {i for i in (previous, catalog_id(body)) if i}:
+            self._enqueue_siblings("service", key, self.catalog.service_holders(service_id))
+            for plan_id in self.catalog.plan_ids_of_service(service_id):  # served or not with the service
+                for member in self._plan_members.of(plan_id):
+                    self._enqueue(member)
+
+    def _enqueue_siblings(self, kind: str, key: Key, holders: list[tuple[str, str]]) -> None:
+        """Queue the other trusted objects declaring an id ``key``'s object declares or declared: whether
+        they are duplicates changed with it."""
+        for namespace, name in holders:
+            if (namespace, name) != (key.namespace, key.name):
+                self._enqueue(Key(kind, namespace, name))
 
     def _enqueue_unreported(self, kind: str, body: dict[str, Any]) -> None:
-        """Queue a catalog entry whose Ready condition does not yet speak of its current generation."""
+        """Queue a catalog entry whose Ready condition does not yet speak of its current generation, or
+        reports a duplicate id (which other objects decide: one may have gone while no controller ran)."""
         meta, status = body["metadata"], body.get("status") or {}
-        reported = any(c.get("type") == "Ready" for c in status.get("conditions") or [])
-        if not reported or status.get("observedGeneration") != meta.get("generation"):
+        ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
+        duplicate = ready is not None and ready.get("reason") == Reason.DUPLICATE_ID.value
+        if ready is None or duplicate or status.get("observedGeneration") != meta.get("generation"):
             self._enqueue(Key.of(kind, body))
 
     def on_plan(self, event_type: str, body: dict[str, Any]) -> None:
+        key = Key.of("plan", body)
+        if not self.catalog.trusts(body):
+            self._enqueue(key)  # a tenant's: never in the catalog; its reconcile warns (once per generation)
+            return
+        previous = self.catalog.plan_id_of(body)
         if event_type == "DELETED":
             self.catalog.remove_plan(body)
         else:
             self.catalog.upsert_plan(body)
             if decisions.is_deleting(body) and decisions.has_finalizer(body):
-                self._enqueue(Key.of("plan", body))  # held by its instances: released once none is left
+                self._enqueue(key)  # held by its instances: released once none is left
             else:
                 self._enqueue_unreported("plan", body)
         if self.multicluster is not None:
             self.multicluster.on_catalog("sfplans", event_type, body)
-        plan_id = (body.get("spec") or {}).get("id") or body["metadata"]["name"]
-        for key in self._plan_members.of(plan_id):
-            self._enqueue(key)
+        for plan_id in {i for i in (previous, catalog_id(body)) if i}:
+            self._enqueue_siblings("plan", key, self.catalog.plan_holders(plan_id))
+            for member in self._plan_members.of(plan_id):
+                self._enqueue(member)
 
     def on_instance(self, event_type: str, body: dict[str, Any]) -> None:
         key = Key.of("instance", body)
@@ -169,9 +198,9 @@ class Controller:
         self._store(INSTANCES.store_key, event_type, body)
         if event_type == "DELETED":
             self.runtime.forget(key)
-            plan = self.catalog.plan((body.get("spec") or {}).get("planId", ""))
-            if plan is not None and decisions.withdrawn(plan.body):
-                self._enqueue(Key.of("plan", plan.body))  # its deletion may have waited for this instance
+            for plan in self.catalog.plan_bodies((body.get("spec") or {}).get("planId", "")):
+                if decisions.withdrawn(plan):
+                    self._enqueue(Key.of("plan", plan))  # its deletion may have waited for this instance
             return
         self._plan_members.link((body.get("spec") or {}).get("planId", ""), key)
         if self._worth_a_reconcile(key, body):

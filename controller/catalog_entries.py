@@ -1,8 +1,9 @@
 """Reconciling SFService and SFPlan: report whether the controller accepted each catalog entry, and keep a
 plan while instances use it.
 
-observe reads the entry (fresh from the API: the store does not hold catalog entries), checks it and, for a
-plan whose finalizer depends on it, counts the instances using it; plan is pure
+observe reads the entry (fresh from the API: the store does not hold catalog entries), checks it — outside the
+trusted namespaces it is only warned about; in them, another trusted object declaring its id makes it a
+duplicate — and, for a plan whose finalizer depends on it, counts the instances using it; plan is pure
 (:func:`opbroker.controller.catalog_status.status_patch`, :func:`opbroker.controller.decisions.plan_guard_step`);
 act writes the patch, guarded by the resourceVersion the verdict was made on, and sets the finalizer
 (see :mod:`opbroker.controller.plan_guard`).
@@ -10,6 +11,7 @@ act writes the patch, guarded by the resourceVersion the verdict was made on, an
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -17,8 +19,10 @@ from typing import Any, ClassVar
 from pydantic import ValidationError
 
 from opbroker.api import SFPlan, SFService
+from opbroker.api.conventions import catalog_id
 from opbroker.api.errors import field_errors
 from opbroker.controller import catalog_status, decisions
+from opbroker.controller.catalog import Catalog, ref
 from opbroker.controller.catalog_status import Verdict
 from opbroker.controller.decisions import PlanGuard
 from opbroker.controller.kube import INSTANCES, PLANS, SERVICES, Kind, Kube
@@ -35,6 +39,10 @@ class EntryFacts:
     verdict: Verdict
     users: int = 0
     """Instances using the plan; counted only when the plan's finalizer depends on it."""
+    trusted: bool = True
+    """The object lives in a trusted namespace (else it is a tenant's: warned about, never served)."""
+    warned: bool = False
+    """Untrusted, and already warned about at this generation (by this controller process)."""
 
 
 @dataclass(frozen=True)
@@ -54,26 +62,54 @@ class RecheckLater:
     seconds: float
 
 
-EntryAction = WriteStatus | SetFinalizer | RecheckLater
+@dataclass(frozen=True)
+class Warn:
+    """A Warning event on an object outside the trusted namespaces (its status is not ours to write)."""
+
+    verdict: Verdict
+
+
+EntryAction = WriteStatus | SetFinalizer | RecheckLater | Warn
 
 #: How often a plan whose deletion waits for its instances is looked at again (an instance's deletion also
 #: queues it: this is the safety net).
 PLAN_IN_USE_RECHECK_SECONDS = 30.0
 
 
+def _mark(body: dict[str, Any]) -> tuple[Any, Any]:
+    """What a warning about an untrusted object was given for: its uid and generation."""
+    meta = body.get("metadata") or {}
+    return meta.get("uid"), meta.get("generation")
+
+
 class ServiceEntryReconciler(ObservePlanAct[EntryFacts, EntryAction]):
     kind: ClassVar[str] = "service"
     resource: ClassVar[Kind] = SERVICES
 
-    def __init__(self, kube: Kube, renderer: Renderer) -> None:
+    def __init__(self, kube: Kube, renderer: Renderer, catalog: Catalog) -> None:
         self.kube = kube
         self.renderer = renderer
+        self.catalog = catalog
+        self._warned: dict[Key, tuple[Any, Any]] = {}
+        self._warned_lock = threading.Lock()
 
     def observe(self, key: Key) -> EntryFacts | None:
         body = self.kube.get_custom(self.resource, key.namespace, key.name, fresh=True)
         if body is None:
             return None
+        if not self.catalog.trusts(body):
+            verdict = catalog_status.untrusted_verdict(self.kind, key.namespace, tuple(sorted(self.catalog.trusted)))
+            with self._warned_lock:
+                warned = self._warned.get(key) == _mark(body)
+            return EntryFacts(key, body, verdict, trusted=False, warned=warned)
+        others = [ref(k) for k in self.holders(catalog_id(body)) if k != (key.namespace, key.name)]
+        if others:
+            return EntryFacts(key, body, catalog_status.duplicate_verdict(self.kind, catalog_id(body), tuple(others)))
         return EntryFacts(key, body, self.verdict(body))
+
+    def holders(self, osb_id: str) -> list[tuple[str, str]]:
+        """The trusted objects of this kind declaring ``osb_id``."""
+        return self.catalog.service_holders(osb_id)
 
     def verdict(self, body: dict[str, Any]) -> Verdict:
         try:
@@ -82,8 +118,27 @@ class ServiceEntryReconciler(ObservePlanAct[EntryFacts, EntryAction]):
             return catalog_status.service_verdict("; ".join(field_errors(exc)))
         return catalog_status.service_verdict(None)
 
+    def gone(self, key: Key) -> Outcome:
+        with self._warned_lock:
+            self._warned.pop(key, None)
+        return DONE
+
+    @staticmethod
+    def untrusted(facts: EntryFacts) -> Sequence[EntryAction]:
+        """An object outside the trusted namespaces: warned about once per generation; never held (a finalizer
+        of ours left from a time it was trusted is dropped when it is deleted, so it can go)."""
+        actions: list[EntryAction] = []
+        held = facts.key.kind == "plan" and decisions.has_finalizer(facts.body)  # only plans are ever held
+        if held and decisions.is_deleting(facts.body):
+            actions.append(SetFinalizer(hold=False))
+        elif not facts.warned:
+            actions.append(Warn(facts.verdict))
+        return actions
+
     @staticmethod
     def plan(facts: EntryFacts) -> Sequence[EntryAction]:
+        if not facts.trusted:
+            return ServiceEntryReconciler.untrusted(facts)
         patch = catalog_status.status_patch(facts.body, facts.verdict)
         return () if patch is None else (WriteStatus(patch),)
 
@@ -94,6 +149,12 @@ class ServiceEntryReconciler(ObservePlanAct[EntryFacts, EntryAction]):
                 set_plan_finalizer(self.kube, facts.body, hold=action.hold)
             elif isinstance(action, RecheckLater):
                 outcome = Outcome(requeue_after=action.seconds)
+            elif isinstance(action, Warn):
+                self.kube.emit_event(
+                    facts.body, reason=action.verdict.reason.value, message=action.verdict.message, warning=True
+                )
+                with self._warned_lock:
+                    self._warned[facts.key] = _mark(facts.body)
             else:
                 self.kube.patch_custom_status(
                     self.resource,
@@ -113,17 +174,25 @@ class PlanEntryReconciler(ServiceEntryReconciler):
     kind: ClassVar[str] = "plan"
     resource: ClassVar[Kind] = PLANS
 
+    def holders(self, osb_id: str) -> list[tuple[str, str]]:
+        return self.catalog.plan_holders(osb_id)
+
     def observe(self, key: Key) -> EntryFacts | None:
         facts = super().observe(key)
-        if facts is None or not decisions.plan_needs_count(facts.body):
+        if facts is None or not facts.trusted or not decisions.plan_needs_count(facts.body):
             return facts
-        plan_id = (facts.body.get("spec") or {}).get("id") or key.name
+        plan_id = catalog_id(facts.body)
+        others = [b for b in self.catalog.plan_bodies(plan_id) if Catalog.key(b) != (key.namespace, key.name)]
+        if decisions.is_deleting(facts.body) and any(not decisions.is_deleting(other) for other in others):
+            return facts  # another trusted SFPlan declares the id and stays: it serves the instances, none waits
         users = decisions.plan_users(self.kube.list_custom(INSTANCES, None), plan_id)
         return EntryFacts(key, facts.body, facts.verdict, users)
 
     @staticmethod
     def plan(facts: EntryFacts) -> Sequence[EntryAction]:
         """Ready as checked — unless the plan is being deleted under instances, which it then waits for."""
+        if not facts.trusted:
+            return ServiceEntryReconciler.untrusted(facts)
         guard = decisions.plan_guard_step(facts.body, users=facts.users)
         if guard is PlanGuard.RELEASE:
             return (SetFinalizer(hold=False),)  # deleted and unused: it goes, nothing more is written to it

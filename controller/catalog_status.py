@@ -9,7 +9,11 @@ shows it too. Nothing else writes these objects' status, so the controller does,
   ``pulumi preview`` and ``opbroker validate`` run); otherwise Ready=False, reason ``PlanInvalid``, with
   every finding in the message;
 * an SFPlan being deleted while service instances use it is not Ready either: reason ``PlanInUse``, with how
-  many (the controller's finalizer keeps it until they are deprovisioned, see ``plan_guard``).
+  many (the controller's finalizer keeps it until they are deprovisioned, see ``plan_guard``);
+* two trusted SFPlans (or SFServices) declaring one id are both Ready=False, reason ``DuplicateId``, each
+  naming the other(s): neither is served until one goes;
+* an SFService or SFPlan outside the trusted namespaces is never in the catalog: it gets a Warning event
+  (reason ``UntrustedNamespace``) and no status write — the object is a tenant's, and so is its status.
 
 The status is written only when it would change (``observedGeneration`` and the condition), so the
 controller's own write, coming back as a watch event, causes no further write.
@@ -45,6 +49,28 @@ def plan_verdict(problem: str | None, template_errors: tuple[str, ...] = ()) -> 
     if template_errors:
         return Verdict(False, Reason.PLAN_INVALID, "the plan's templates do not work: " + "; ".join(template_errors))
     return Verdict(True, Reason.ACCEPTED, "the plan is in the catalog and its templates compile")
+
+
+def duplicate_verdict(kind: str, osb_id: str, others: tuple[str, ...]) -> Verdict:
+    """A trusted ``kind`` ("plan" or "service") whose id ``others`` (``namespace/name``) declare too."""
+    what = "SFPlan" if kind == "plan" else "SFService"
+    return Verdict(
+        False,
+        Reason.DUPLICATE_ID,
+        f"the {kind} id {osb_id!r} is also declared by {what} {', '.join(others)}: neither is served (the "
+        f"broker's catalog leaves it out, instances of it fail) until only one {what} declares it",
+    )
+
+
+def untrusted_verdict(kind: str, namespace: str, trusted: tuple[str, ...]) -> Verdict:
+    """An SFService or SFPlan in ``namespace``, which is not one of the ``trusted`` namespaces."""
+    what = "SFPlan" if kind == "plan" else "SFService"
+    return Verdict(
+        False,
+        Reason.UNTRUSTED_NAMESPACE,
+        f"ignored: an {what} is read only from the trusted catalog namespaces ({', '.join(trusted)}), not from "
+        f"{namespace!r}; it is not in the catalog and serves no instance",
+    )
 
 
 def in_use_verdict(users: int) -> Verdict:

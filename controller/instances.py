@@ -175,6 +175,8 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
         plan_id = instance["spec"].get("planId")
         if entry is None:
             reason, error = Reason.PLAN_NOT_FOUND, f"plan {plan_id!r} is not in the catalog"
+        elif entry.duplicates:
+            reason, error = Reason.DUPLICATE_ID, f"plan {plan_id!r} is not served: {entry.problem}"
         else:
             reason, error = Reason.PLAN_INVALID, f"plan {plan_id!r} is invalid: {entry.problem}"
         self.status.transition(instance, state=OperationState.FAILED, reason=reason, error=error)

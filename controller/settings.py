@@ -8,14 +8,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from opbroker.api.conventions import DEFAULT_NAMESPACE, DEFAULT_PLAN_SERVICE_ACCOUNT, NAMESPACE_SERVICE_ACCOUNT
+from opbroker.api.conventions import (
+    DEFAULT_NAMESPACE,
+    DEFAULT_PLAN_SERVICE_ACCOUNT,
+    NAMESPACE_SERVICE_ACCOUNT,
+    catalog_namespaces,
+)
 from opbroker.controller.claims.settings import ClaimsSettings
 
 
 @dataclass(frozen=True)
 class ControllerSettings:
     namespace: str = DEFAULT_NAMESPACE
-    """Where the catalog (SFService, SFPlan) and the leader-election Lease live."""
+    """The control-plane namespace: the catalog (SFService, SFPlan), SFClusters and the leader-election Lease."""
+    catalog_namespaces: tuple[str, ...] = ()
+    """The trusted namespaces SFServices and SFPlans are read from (``--catalog-namespace``, repeatable); empty:
+    ``namespace`` alone. The broker's ``--catalog-namespace`` must name the same. Any other namespace's are a
+    tenant's: ignored with a Warning event."""
     error_threshold: int = 8
     """Consecutive errors after which an operation is marked failed instead of retried."""
     status_poll_seconds: float = 10.0
@@ -61,6 +70,11 @@ class ControllerSettings:
     """The account, in a consumer's namespace, that writes there for no plan (Flux's default service account)."""
     claims: ClaimsSettings = field(default_factory=ClaimsSettings)
     """The claims subsystem: SLA order, catalog environments, binding root, probe timeout, its workers."""
+
+    @property
+    def trusted_namespaces(self) -> tuple[str, ...]:
+        """Where catalog entries are read from (:func:`opbroker.api.conventions.catalog_namespaces`)."""
+        return catalog_namespaces(self.namespace, self.catalog_namespaces)
 
     @property
     def total_workers(self) -> int:

@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from opbroker.devcluster.devstack import Endpoint
+from opbroker.devcluster.devstack import DEMO_NAMESPACE, Endpoint
 
 Say = Callable[[str], None]
 HEADERS = {"X-Broker-API-Version": "2.17", "X-Broker-API-Request-Identity": "opbroker-dev-demo"}
@@ -62,7 +62,7 @@ def run_demo(endpoint: Endpoint, say: Say) -> None:
             **ids,
             "organization_guid": "demo-org",
             "space_guid": "demo-space",
-            "context": {"platform": "kubernetes", "namespace": "default"},
+            "context": {"platform": "kubernetes", "namespace": DEMO_NAMESPACE},
             "parameters": {"version": "16"},
         }
         accepted = _expect(

@@ -35,6 +35,9 @@ from opbroker.devcluster.processes import Process
 Progress = Callable[[str], None]
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 DEMO_OPERATOR = EXAMPLES / "demo_operator"
+#: The namespace the demo's OSB requests name in their context: the dev broker allows it (and only it, besides
+#: its own), as a platform's broker allows its tenants' namespaces (``--allowed-namespace``).
+DEMO_NAMESPACE = "default"
 
 
 class DevStackError(RuntimeError):
@@ -140,6 +143,8 @@ class DevStack:
                     str(self.broker_port),
                     "--namespace",
                     DEFAULT_NAMESPACE,
+                    "--allowed-namespace",
+                    DEMO_NAMESPACE,  # the demo's requests name it in their context
                     "--log-level",
                     "warning",
                 ],

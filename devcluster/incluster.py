@@ -16,6 +16,7 @@ from typing import Any
 from kubernetes import client
 
 from opbroker.controller.kube import Kube
+from opbroker.devcluster.devstack import DEMO_NAMESPACE
 
 Progress = Callable[[str], None]
 #: Where pulumi-kubernetes resource types put the API group and version: ``kubernetes:<group>/<version>:<Kind>``.
@@ -39,7 +40,11 @@ def dev_control_plane_args(image: str, password: str, controller_replicas: int =
         "image_pull_policy": "IfNotPresent",
         # An autoscaler as production would run one: without a metrics server it holds the broker at its
         # minimum, which is what the node tests check it does.
-        "broker": {"password": password, "autoscaling": {"min_replicas": 2, "max_replicas": 4}},
+        "broker": {
+            "password": password,
+            "autoscaling": {"min_replicas": 2, "max_replicas": 4},
+            "allowed_namespaces": [DEMO_NAMESPACE],  # the demo's requests name it in their context
+        },
         "controller": {"replicas": controller_replicas, "operator_rules": [DEMO_OPERATOR_RULE]},
     }
 

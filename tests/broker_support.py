@@ -30,6 +30,9 @@ from opbroker.devcluster.controlplane import free_ports
 GROUP, VERSION = "osb.servicefabrik.io", "v1alpha1"
 INSTANCES, BINDINGS = "sfserviceinstances", "sfservicebindings"
 USERNAME, PASSWORD = "platform", "s3cret-broker-password"
+#: The label every test namespace carries (tests/cluster_fixtures.py, :func:`create_namespace`): the test brokers
+#: accept a request's ``context.namespace`` in the namespaces that carry it (issue 24 B; the default is none).
+TEST_NAMESPACES = "opbroker.io/test=true"
 SERVICE, OTHER_SERVICE = "svc-0001", "svc-0002"
 ASYNC_PLAN, SYNC_PLAN, FIXED_PLAN, STRICT_PLAN, UNBINDABLE_PLAN, APP_PLAN = (
     "plan-async",
@@ -167,6 +170,7 @@ def start_broker(api_client: client.ApiClient, namespace: str, **overrides: Any)
         "credentials_secret": "broker-credentials",
         "sync_timeout": 3.0,
         "retry_after": 1,
+        "allowed_namespace_selector": TEST_NAMESPACES,
         **overrides,
     }
     settings = Settings(**values)

@@ -172,6 +172,8 @@ def osb_url(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactor
             "opbroker",
             "--retry-after",
             "1",
+            "--allowed-namespace-selector",
+            "opbroker.io/test=true",  # every test namespace (the default: only the broker's own)
         ],
         tmp_path_factory.mktemp("broker"),
         env={"OPBROKER_BROKER_USERNAME": "platform", "OPBROKER_BROKER_PASSWORD": password},

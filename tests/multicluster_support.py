@@ -304,6 +304,8 @@ def mc_broker(multicluster: MultiClusterEnv) -> Iterator[str]:
             str(port),
             "--log-level",
             "warning",
+            "--allowed-namespace-selector",
+            "opbroker.io/test=true",  # the test namespaces (mc_namespace)
         ],
         multicluster.log_dir,
         env={"OPBROKER_BROKER_USERNAME": username, "OPBROKER_BROKER_PASSWORD": password},

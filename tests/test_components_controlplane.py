@@ -292,6 +292,27 @@ def test_broker_without_context_namespaces_has_rights_in_its_namespace_only() ->
     assert broker["spec"]["template"]["spec"]["containers"][0]["command"][-1] == "--no-context-namespaces"
 
 
+def test_broker_allowed_namespaces_become_flags_and_a_selector_may_read_namespaces() -> None:
+    """Issue 24 B: the broker honours a request's ``context.namespace`` only in the namespaces the platform
+    allows; the component passes the list and the selector, and lets the broker read Namespaces' labels."""
+    mocks, _ = deploy({"broker": {"allowed_namespaces": ["team-a", "team-b"], "allowed_namespace_selector": "t=1"}})
+    command = inputs(mocks, DEPLOYMENT, "opbroker-broker")["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[-6:] == [
+        "--allowed-namespace",
+        "team-a",
+        "--allowed-namespace",
+        "team-b",
+        "--allowed-namespace-selector",
+        "t=1",
+    ]
+    namespaces = {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get"]}
+    assert inputs(mocks, CLUSTER_ROLE, "opbroker-broker")["rules"] == [*BROKER_REQUEST_RULES, namespaces]
+
+    namespaced, _ = deploy({"broker": {"context_namespaces": False, "allowed_namespace_selector": "t=1"}})
+    assert inputs(namespaced, CLUSTER_ROLE, "opbroker-broker")["rules"] == [namespaces]
+    assert inputs(namespaced, ROLE, "opbroker-broker")["rules"] == BROKER_CATALOG_RULES + BROKER_REQUEST_RULES
+
+
 def test_no_rule_anywhere_grants_everything(default: Any) -> None:
     mocks, _ = default
     rules = [rule for t in (CLUSTER_ROLE, ROLE) for r in mocks.of_type(t) for rule in r.plain_inputs()["rules"]]
@@ -595,6 +616,8 @@ def test_custom_resources_created_after_the_control_plane_wait_for_its_crds() ->
         ({"controller": {"scheduler": "round-robin"}}, "controller"),
         ({"controller": {"multicluster": True, "scheduler": "random"}}, "controller.scheduler"),
         ({"broker": {"service_type": "Ingress"}}, "broker.service_type"),
+        ({"broker": {"allowed_namespaces": ["Team_A"]}}, "broker.allowed_namespaces[0]"),
+        ({"broker": {"allowed_namespace_selector": "tenant in (a"}}, "broker.allowed_namespace_selector"),
         ({"broker": {"autoscaling": {"min_replicas": 5, "max_replicas": 2}}}, "broker.autoscaling"),
         ({"namespace": "Not_A_Namespace"}, "namespace"),
         ({"zone_spread": "Sometimes"}, "zone_spread"),

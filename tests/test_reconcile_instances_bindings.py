@@ -696,7 +696,7 @@ def test_unbind_releases_the_binding(world: World) -> None:
 def test_plan_entry_verdict_is_written_once(templates: list[dict[str, Any]], ready: str, reason: Reason) -> None:
     kube = FakeKube()
     runtime = Runtime(workers=1)
-    runtime.register(PlanEntryReconciler(kube, RENDERER))  # type: ignore[arg-type]
+    runtime.register(PlanEntryReconciler(kube, RENDERER, Catalog()))  # type: ignore[arg-type]
     plan = plan_body()
     plan["spec"]["templates"] = templates
     kube.create(plan)
@@ -717,7 +717,7 @@ def test_a_plan_in_use_waits_for_its_instances_then_goes() -> None:
     """The SFPlan guard end to end on the fake: the first apply holds the plan; deleted under its instance it
     waits (PlanInUse, a Warning, a recheck), refuses a new instance, and goes once its last instance has."""
     world = World()
-    plans = PlanEntryReconciler(world.kube, RENDERER)  # type: ignore[arg-type]
+    plans = PlanEntryReconciler(world.kube, RENDERER, world.catalog)  # type: ignore[arg-type]
     world.runtime.register(plans)
     created = world.kube.create(plan_body(held=False))
     assert created is not None

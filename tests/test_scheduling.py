@@ -13,7 +13,8 @@ from decimal import Decimal
 
 import pytest
 
-from opbroker.controller.multicluster import quantities, selectors
+from opbroker.api import selectors
+from opbroker.controller.multicluster import quantities
 from opbroker.controller.multicluster.ledger import Ledger
 from opbroker.controller.multicluster.scheduling import (
     MASTER,

@@ -15,8 +15,8 @@ import uuid
 import pytest
 from kubernetes.client.exceptions import ApiException
 
+from opbroker.api import selectors
 from opbroker.api.conventions import DEFAULT_NAMESPACE
-from opbroker.controller.multicluster import selectors
 from tests.controller_support import wait_for
 from tests.multicluster_support import (
     BIG,

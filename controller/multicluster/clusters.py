@@ -10,7 +10,9 @@ cluster ``"1"``), the last probe's verdict and the watch of its copies. The sche
    has no instance placed on it (until then its ``Removable`` condition names them, and nothing new is
    scheduled there);
 2. (re)builds the client when the kubeconfig changes and probes the cluster; a change of reachability
-   re-enqueues every instance placed there, so they are marked unreachable (or cleared) at once;
+   re-enqueues every instance placed there, so they are marked unreachable (or cleared) at once. A kubeconfig
+   naming a command or a file (``exec``, ``auth-provider``, ``tokenFile``, file paths) is refused before any
+   client is built: not Ready, reason ``KubeconfigRefused``, the fields named (:mod:`.kubeconfigs`);
 3. replicates the catalog (SFService, SFPlan of the control-plane namespace) into sister clusters;
 4. writes the status: instance count, capacity/allocatable (summed from nodes, else the declared
    ``spec.totalCapacity``), requests (from running pods where there are any, and from the plans of the
@@ -40,7 +42,13 @@ from opbroker.controller.multicluster.ledger import Ledger
 from opbroker.controller.multicluster.quantities import QuantityError, Resources
 from opbroker.controller.multicluster.reasons import CLUSTER_FINALIZER, LABEL_REPLICATED, ConditionType
 from opbroker.controller.multicluster.scheduling import MASTER, ClusterView
-from opbroker.controller.multicluster.sisters import KubeconfigError, SisterKube, SisterWatch, client_from_kubeconfig
+from opbroker.controller.multicluster.sisters import (
+    KubeconfigError,
+    KubeconfigRefused,
+    SisterKube,
+    SisterWatch,
+    client_from_kubeconfig,
+)
 from opbroker.controller.multicluster.sisters import kubeconfig_digest as digest_of
 from opbroker.controller.reasons import Reason
 from opbroker.controller.reconciler import DONE, Key, ObservePlanAct, Outcome
@@ -73,6 +81,8 @@ class ClusterState:
     watch: SisterWatch | None = None
     reachable: bool | None = None
     reason: str = ""
+    refused: bool = False
+    """The kubeconfig was refused (it names a command or a file): no client was built."""
     observed: tuple[Resources, Resources, Resources] | None = None
     """(capacity, allocatable, requests) summed from the cluster's nodes and pods; None without nodes."""
     catalog: dict[tuple[str, str], str] = field(default_factory=dict)
@@ -255,6 +265,8 @@ class ClusterFacts:
     remaining: tuple[Key, ...] | None
     """The instances still placed on a cluster being deleted (None while it is not)."""
     probe_seconds: float
+    refused: bool = False
+    """Unreachable because its kubeconfig was refused (reason ``KubeconfigRefused``)."""
 
 
 @dataclass(frozen=True)
@@ -303,7 +315,9 @@ def cluster_status(facts: ClusterFacts) -> dict[str, Any]:
         (body.get("status") or {}).get("conditions"),
         ConditionType.READY,
         status=bool(facts.reachable),
-        reason=(Reason.REACHABLE if facts.reachable else Reason.UNREACHABLE).value,
+        reason=(
+            Reason.REACHABLE if facts.reachable else Reason.KUBECONFIG_REFUSED if facts.refused else Reason.UNREACHABLE
+        ).value,
         message="the cluster answers" if facts.reachable else facts.reason or "not probed yet",
         generation=generation,
     )
@@ -376,6 +390,7 @@ class ClusterReconciler(ObservePlanAct[ClusterFacts, ClusterAction]):
             used=used_by(state, self.ledger, self.requests_of),
             remaining=remaining,
             probe_seconds=self.deps.settings.cluster_probe_seconds,
+            refused=state.refused,
         )
 
     def gone(self, key: Key) -> Outcome:
@@ -463,6 +478,10 @@ class ClusterReconciler(ObservePlanAct[ClusterFacts, ClusterAction]):
             self._connect(state)
             assert state.kube is not None
             state.kube.probe()
+        except KubeconfigRefused as exc:
+            state.close()  # whatever client an earlier kubeconfig built goes with it
+            self._mark(state, False, str(exc), announce=announce, refused=True)
+            return
         except Exception as exc:
             self._mark(state, False, describe(exc), announce=announce)
             return
@@ -497,9 +516,11 @@ class ClusterReconciler(ObservePlanAct[ClusterFacts, ClusterAction]):
         state.digest = digest
         state.catalog.clear()
 
-    def _mark(self, state: ClusterState, reachable: bool, reason: str, *, announce: bool) -> None:
+    def _mark(
+        self, state: ClusterState, reachable: bool, reason: str, *, announce: bool, refused: bool = False
+    ) -> None:
         flipped = state.reachable is not reachable
-        state.reachable, state.reason = reachable, reason
+        state.reachable, state.reason, state.refused = reachable, reason, refused
         if not flipped:
             return
         if reachable:

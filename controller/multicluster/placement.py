@@ -36,6 +36,8 @@ from kubernetes.client.exceptions import ApiException
 
 from opbroker.api.conventions import FINALIZER, credentials_secret_name, resource_name
 from opbroker.api.osb import OperationState
+from opbroker.api.selectors import SelectorError
+from opbroker.api.selectors import parse as parse_selector
 from opbroker.controller import identities
 from opbroker.controller.bindings import delete_credentials
 from opbroker.controller.catalog import PlanEntry
@@ -47,8 +49,6 @@ from opbroker.controller.multicluster.ledger import Ledger
 from opbroker.controller.multicluster.quantities import QuantityError, Resources
 from opbroker.controller.multicluster.reasons import ANNOTATION_CLUSTER, ANNOTATION_MASTER_UID, ConditionType
 from opbroker.controller.multicluster.scheduling import MASTER, Demand, SchedulerName
-from opbroker.controller.multicluster.selectors import SelectorError
-from opbroker.controller.multicluster.selectors import parse as parse_selector
 from opbroker.controller.reasons import Reason
 from opbroker.controller.reconciler import DONE, Key, Outcome, TemporaryError
 from opbroker.controller.reconciler.failures import server_failing

@@ -92,14 +92,13 @@ class MultiCluster:
         """
         kube = self.deps.kube
         catalog = self.deps.catalog
-        for body in kube.list_custom(SERVICES, None):
-            if catalog.service((body.get("spec") or {}).get("id") or body["metadata"]["name"]) is None:
-                catalog.upsert_service(body)
-                self.replicator.observe("sfservices", "ADDED", body)
-        for body in kube.list_custom(PLANS, None):
-            if catalog.plan((body.get("spec") or {}).get("id") or body["metadata"]["name"]) is None:
-                catalog.upsert_plan(body)
-                self.replicator.observe("sfplans", "ADDED", body)
+        for namespace in self.deps.settings.trusted_namespaces:  # nowhere else is a catalog entry trusted
+            for body in kube.list_custom(SERVICES, namespace):
+                if catalog.seed_service(body):
+                    self.replicator.observe("sfservices", "ADDED", body)
+            for body in kube.list_custom(PLANS, namespace):
+                if catalog.seed_plan(body):
+                    self.replicator.observe("sfplans", "ADDED", body)
         for body in kube.list_custom(CLUSTERS, self.deps.settings.namespace):
             self.registry.upsert(body)
         newest: tuple[str, str] | None = None

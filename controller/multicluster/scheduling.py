@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from enum import StrEnum
 
+from opbroker.api.selectors import Selector
 from opbroker.controller.multicluster import quantities
 from opbroker.controller.multicluster.quantities import Resources
-from opbroker.controller.multicluster.selectors import Selector
 
 #: The master's SFCluster name when it also provisions (Service Fabrik's convention).
 MASTER = "1"

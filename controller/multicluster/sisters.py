@@ -21,7 +21,7 @@ from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
 from opbroker.controller.kube import BINDINGS, INSTANCES, Kind, Kube, json_object
-from opbroker.controller.multicluster import quantities
+from opbroker.controller.multicluster import kubeconfigs, quantities
 from opbroker.controller.multicluster.quantities import Resources
 from opbroker.controller.multicluster.reasons import LABEL_REPLICATED
 from opbroker.controller.reconciler.keys import Key
@@ -36,14 +36,25 @@ class KubeconfigError(ValueError):
     """A kubeconfig Secret that cannot be used (missing key, not YAML, no usable context)."""
 
 
+class KubeconfigRefused(KubeconfigError):
+    """A kubeconfig that would make the controller run a command or read a file (:mod:`.kubeconfigs`)."""
+
+
 def kubeconfig_digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
 def client_from_kubeconfig(text: str) -> client.ApiClient:
-    """An API client for the cluster a kubeconfig (as stored in an SFCluster's Secret) describes."""
+    """An API client for the cluster a kubeconfig (as stored in an SFCluster's Secret) describes; refused
+    (:class:`KubeconfigRefused`, naming the fields) before anything is built when it names a command or a file."""
     try:
         loaded = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise KubeconfigError(f"the kubeconfig is not YAML: {type(exc).__name__}") from None
+    refused = kubeconfigs.problems(loaded)
+    if refused:
+        raise KubeconfigRefused("the kubeconfig is refused: " + "; ".join(refused))
+    try:
         configuration = client.Configuration()
         config.load_kube_config_from_dict(loaded, client_configuration=configuration, persist_config=False)
     except Exception as exc:  # the loader raises many kinds; all mean "unusable"

@@ -1,7 +1,8 @@
 """Kubernetes label selectors in their string form (``plan=gold,tier in (a,b),!legacy``). Pure.
 
 The label-selector scheduler renders a plan's ``clusterSelector`` template into such a string and keeps
-the SFClusters whose labels it selects. The grammar and the semantics are apimachinery's ``labels.Parse``
+the SFClusters whose labels it selects; the broker admits a request's ``context.namespace`` when the
+Namespace's labels match its configured selector. The grammar and the semantics are apimachinery's ``labels.Parse``
 (``=``, ``==``, ``!=``, ``in``, ``notin``, ``key``, ``!key``, ``>``, ``<``; ``!=`` and ``notin`` hold when
 the label is absent; an empty selector selects everything; ``in ()`` and a value left out between commas
 mean the empty value). No maintained Python library parses this
