@@ -25,6 +25,7 @@ from kubernetes import client, config
 
 from opbroker.devcluster.controlplane import free_ports
 from opbroker.devcluster.devstack import DEMO_OPERATOR, DevStack, Endpoint
+from opbroker.devcluster.grants import onboard_namespace
 from opbroker.devcluster.processes import Process
 
 WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
@@ -189,7 +190,10 @@ class Bench:
         return usage
 
     def namespace(self, name: str) -> str:
-        client.CoreV1Api(self.api).create_namespace({"metadata": {"name": name}})
+        """A consumer namespace the bench's broker allows (:data:`BENCH_NAMESPACE_LABEL`)."""
+        key, _, value = BENCH_NAMESPACE_LABEL.partition("=")
+        client.CoreV1Api(self.api).create_namespace({"metadata": {"name": name, "labels": {key: value}}})
+        onboard_namespace(self.api, name)  # its opbroker account, for what opbroker writes there for no plan
         return name
 
     def plan_ids(self) -> tuple[str, str]:
@@ -213,13 +217,21 @@ class Bench:
         )
 
 
+#: The label of the bench's consumer namespaces, which its broker allows in a request's context.
+BENCH_NAMESPACE_LABEL = "opbroker.io/bench=true"
+
+
 @contextmanager
 def bench_stack(name: str, *, workers: int = 8, controller_args: tuple[str, ...] = ()) -> Iterator[Bench]:
     """A fresh control plane with audit logging, the controller, the broker and the demo operator.
     ``controller_args`` are added to the controller's flags (e.g. ``--metrics-port``)."""
     (port,) = free_ports(1)
     stack = DevStack(
-        f"bench-{name}", broker_port=port, audit=True, controller_args=("--workers", str(workers), *controller_args)
+        f"bench-{name}",
+        broker_port=port,
+        audit=True,
+        controller_args=("--workers", str(workers), *controller_args),
+        allowed_namespace_selector=BENCH_NAMESPACE_LABEL,
     )
     stack.plane.down(progress=lambda _message: None)  # a fresh control plane, even after an interrupted run
     endpoint = stack.up(progress=lambda message: print(f"  [stack] {message}", flush=True))

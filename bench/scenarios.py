@@ -18,7 +18,7 @@ from typing import Any
 from kubernetes import config
 
 from bench import faults, invariants, workload
-from bench.common import BENCH_AGENT, AuditCounter, Bench, bench_stack
+from bench.common import BENCH_AGENT, BENCH_NAMESPACE_LABEL, AuditCounter, Bench, bench_stack
 from opbroker.controller.running import EXIT_GRACE_SECONDS
 from opbroker.devcluster.controlplane import free_ports
 from opbroker.devcluster.devstack import DevStack
@@ -47,6 +47,7 @@ def proxied_stack(name: str, *, workers: int = 8) -> Iterator[tuple[Bench, fault
         audit=True,
         controller_args=("--workers", str(workers)),
         controller_server=proxy.url,
+        allowed_namespace_selector=BENCH_NAMESPACE_LABEL,
     )
     stack.plane.down(progress=lambda _message: None)  # a fresh control plane, even after an interrupted run
     try:

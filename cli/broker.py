@@ -43,14 +43,17 @@ def serve(
         list[str] | None,
         typer.Option(
             help="A namespace a request's context.namespace may name, besides the default instance namespace "
-            "(repeatable). Any other is refused with 400 unless it matches --allowed-namespace-selector."
+            "(repeatable; or OPBROKER_BROKER_ALLOWED_NAMESPACES, space-separated). Any other is refused with 400 "
+            "unless it matches --allowed-namespace-selector.",
+            envvar="OPBROKER_BROKER_ALLOWED_NAMESPACES",
         ),
     ] = None,
     allowed_namespace_selector: Annotated[
         str | None,
         typer.Option(
             help="A label selector on Namespaces ('tenant=true', 'team in (a,b)'): a request's context.namespace "
-            "may name a namespace whose labels match."
+            "may name a namespace whose labels match (or OPBROKER_BROKER_ALLOWED_NAMESPACE_SELECTOR).",
+            envvar="OPBROKER_BROKER_ALLOWED_NAMESPACE_SELECTOR",
         ),
     ] = None,
     credentials_secret: Annotated[

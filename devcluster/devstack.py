@@ -63,8 +63,11 @@ class DevStack:
         controller_server: str | None = None,
         in_cluster: bool = False,
         controller_replicas: int = 2,
+        allowed_namespace_selector: str | None = None,
     ) -> None:
         self.plane = ControlPlane(name, audit=audit)
+        self.allowed_namespace_selector = allowed_namespace_selector
+        """Namespaces (by label) the broker accepts in a request's context besides the demo's (the bench's)."""
         self.in_cluster = in_cluster
         self.controller_replicas = controller_replicas
         self.controller_args = controller_args
@@ -143,13 +146,22 @@ class DevStack:
                     str(self.broker_port),
                     "--namespace",
                     DEFAULT_NAMESPACE,
-                    "--allowed-namespace",
-                    DEMO_NAMESPACE,  # the demo's requests name it in their context
                     "--log-level",
                     "warning",
                 ],
                 log_dir,
-                env={"OPBROKER_BROKER_USERNAME": "admin", "OPBROKER_BROKER_PASSWORD": password},
+                # Allowed namespaces through the environment, which a broker from before those options ignores
+                # (the bench's before/after compare runs an older tree's broker with this stack).
+                env={
+                    "OPBROKER_BROKER_USERNAME": "admin",
+                    "OPBROKER_BROKER_PASSWORD": password,
+                    "OPBROKER_BROKER_ALLOWED_NAMESPACES": DEMO_NAMESPACE,  # the demo's requests name it
+                    **(
+                        {"OPBROKER_BROKER_ALLOWED_NAMESPACE_SELECTOR": self.allowed_namespace_selector}
+                        if self.allowed_namespace_selector
+                        else {}
+                    ),
+                },
             ),
         ]
         for process in self.processes:
