@@ -194,7 +194,8 @@ def update(
     repository = broker.repository
     body = bodies.as_of(body, meta.api_version)
     broker.admit(body.context)
-    catalog = repository.catalog()
+    # A plan registered a moment ago is never refused (as for provision): the new plan id is wanted.
+    catalog = repository.catalog(wanting=(body.service_id, body.plan_id))
     existing = repository.find(Kind.INSTANCE, resource_name(instance_id))
     decision = instances.update(
         body, instance_id=instance_id, catalog=catalog, existing=existing, accepts_incomplete=accepts_incomplete
@@ -327,7 +328,7 @@ def bind(
 ) -> JSONResponse:
     repository = broker.repository
     broker.admit(body.context)
-    catalog = repository.catalog()
+    catalog = repository.catalog(wanting=(body.service_id, body.plan_id))
     instance = repository.find(Kind.INSTANCE, resource_name(instance_id))
     name = resource_name(binding_id)
     for attempt in range(3):  # again only if another request was creating the same binding meanwhile

@@ -127,8 +127,8 @@ def test_sfplan_registers_the_validated_plan_in_wire_spelling() -> None:
         "schemas": {"service_instance": {"create": {"parameters": {"type": "object"}}}},
         "context": {"diskGB": 10},
         "templates": [
-            {"action": "provision", "type": "jinja2", "content": "kind: postgresql", "singleton": False},
-            {"action": "status", "type": "jinja2", "content": "provision: {state: succeeded}", "singleton": False},
+            {"action": "provision", "type": "jinja2", "content": "kind: postgresql", "singleton": False, "adopt": False},
+            {"action": "status", "type": "jinja2", "content": "provision: {state: succeeded}", "singleton": False, "adopt": False},
         ],
     }
 
@@ -161,6 +161,7 @@ def test_sfplan_reads_templates_from_files(tmp_path: Path) -> None:
         "type": "jinja2",
         "content": "kind: postgresql\nname: {{ instance.metadata.name }}\n",
         "singleton": False,
+        "adopt": False,
     }
     assert templates[1]["content"] == "x: 1"
 
