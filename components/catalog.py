@@ -98,6 +98,9 @@ class TemplateArgs(TypedDict):
     """A local file with the template text, read at preview time (relative paths: see ``base_dir``)."""
     singleton: NotRequired[bool]
     """Objects rendered by this template are shared by all instances of the plan."""
+    adopt: NotRequired[bool]
+    """Objects this template renders may already exist without opbroker having made them: take them over (stamp
+    them as the instance's or binding's own). Without it such an object is left alone and the operation fails."""
 
 
 class ParameterSchemaArgs(TypedDict):
@@ -185,6 +188,9 @@ class SFPlanArgs(TypedDict):
     """How the broker treats the plan's operations."""
     context: NotRequired[dict[str, Any]]
     """Context for the templates (``plan.spec.context``); ``requests`` feeds capacity-aware scheduling."""
+    service_account_name: NotRequired[str]
+    """The ServiceAccount (in the plan's namespace) the plan acts as (default: ``opbroker-plans``, which the
+    ControlPlane component creates and grants ``controller.operator_rules``)."""
     base_dir: NotRequired[str]
     """Directory that relative template ``file`` paths are read from; defaults to the working directory."""
     object_name: NotRequired[str]

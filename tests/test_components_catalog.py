@@ -16,6 +16,10 @@ SERVICE_CR = "kubernetes:osb.servicefabrik.io/v1alpha1:SFService"
 PLAN_CR = "kubernetes:osb.servicefabrik.io/v1alpha1:SFPlan"
 
 
+PROVISION_TEMPLATE = {"action": "provision", "type": "jinja2", "content": "kind: postgresql"}
+STATUS_TEMPLATE = {"action": "status", "type": "jinja2", "content": "provision: {state: succeeded}"}
+
+
 def service_args(**overrides: Any) -> dict[str, Any]:
     return {
         "id": "svc-postgres",
@@ -127,8 +131,8 @@ def test_sfplan_registers_the_validated_plan_in_wire_spelling() -> None:
         "schemas": {"service_instance": {"create": {"parameters": {"type": "object"}}}},
         "context": {"diskGB": 10},
         "templates": [
-            {"action": "provision", "type": "jinja2", "content": "kind: postgresql", "singleton": False, "adopt": False},
-            {"action": "status", "type": "jinja2", "content": "provision: {state: succeeded}", "singleton": False, "adopt": False},
+            {**PROVISION_TEMPLATE, "singleton": False, "adopt": False},
+            {**STATUS_TEMPLATE, "singleton": False, "adopt": False},
         ],
     }
 

@@ -83,7 +83,8 @@ def test_the_schema_spells_inputs_in_camel_case_with_the_right_requirements(sche
     assert set(manager) == {"async", "asyncBinding"}
     template = schema["types"]["opbroker:index:TemplateArgs"]
     assert template["required"] == ["action"]
-    assert set(template["properties"]) == {"action", "type", "content", "contentEncoded", "url", "file", "singleton"}
+    sources = {"content", "contentEncoded", "url", "file"}
+    assert set(template["properties"]) == {"action", "type", *sources, "singleton", "adopt"}
     actions = [e["value"] for e in schema["types"]["opbroker:index:TemplateAction"]["enum"]]
     assert actions == ["provision", "bind", "unbind", "sources", "status", "clusterSelector"]
     control_plane = schema["resources"]["opbroker:index:ControlPlane"]
