@@ -12,7 +12,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from bench.common import Bench, api_writes, bench_stack, by_verb, process_usage, summary, writes_by_resource
+from bench.common import Bench, api_writes, bench_stack, by_verb, process_usage, reviews, summary, writes_by_resource
 from bench.provisioning import StateWatch, provision_all
 from bench.raw import raw_write_rate
 
@@ -73,6 +73,7 @@ def bind_all(bench: Bench, namespace: str, instances: list[str], per_instance: i
         "osb_bind_latency_s": summary(latencies),
         "bind_latency_s": summary([states.seen[n] - accepted[n] for n in names if n in states.seen]),
         "api_writes": written,
+        "controller_access_reviews": reviews(counts, "controller"),
         "api_writes_per_second": round(all_writes / elapsed, 1),
         "opbroker_writes_per_binding": round(opbroker_writes / count, 3),
         "opbroker_writes_by_resource": writes_by_resource(counts, "controller", "broker"),

@@ -29,6 +29,21 @@ from opbroker.devcluster.grants import onboard_namespace
 from opbroker.devcluster.processes import Process
 
 WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
+#: Resources whose ``create`` asks a question and stores nothing (the controller's SubjectAccessReviews, issue
+#: 24): counted apart, never as writes.
+REVIEW_RESOURCES = frozenset({"subjectaccessreviews", "selfsubjectaccessreviews", "tokenreviews"})
+
+
+def is_write(verb: str, resource: str) -> bool:
+    """Whether a request changed stored state (an access review does not)."""
+    return verb in WRITE_VERBS and resource not in REVIEW_RESOURCES
+
+
+def reviews(counts: Counter[tuple[str, str, str]], *components: str) -> int:
+    """Access reviews the components asked (what reading the watch cache for a plan's account costs)."""
+    return sum(n for (who, _, resource), n in counts.items() if resource in REVIEW_RESOURCES and who in components)
+
+
 #: Every client a run's requests are attributed to (see ``component_of``).
 COMPONENTS = ("controller", "broker", "operator", "control-plane", "bench")
 BENCH_AGENT = "opbroker-bench"
@@ -85,7 +100,9 @@ class AuditCounter:
 
 
 def writes(counts: Counter[tuple[str, str, str]], *components: str) -> int:
-    return sum(n for (component, verb, _), n in counts.items() if verb in WRITE_VERBS and component in components)
+    return sum(
+        n for (component, verb, resource), n in counts.items() if is_write(verb, resource) and component in components
+    )
 
 
 def api_writes(counts: Counter[tuple[str, str, str]], succeeded: Counter[tuple[str, str, str]]) -> dict[str, int]:
@@ -110,7 +127,7 @@ def by_verb(counts: Counter[tuple[str, str, str]], component: str) -> dict[str, 
 def writes_by_resource(counts: Counter[tuple[str, str, str]], *components: str) -> dict[str, int]:
     found: Counter[str] = Counter()
     for (who, verb, resource), n in counts.items():
-        if who in components and verb in WRITE_VERBS:
+        if who in components and is_write(verb, resource):
             found[f"{verb} {resource}"] += n
     return dict(found.most_common())
 

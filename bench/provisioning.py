@@ -19,7 +19,7 @@ from typing import Any
 
 from kubernetes import client, watch
 
-from bench.common import Bench, api_writes, by_verb, process_usage, summary, writes_by_resource
+from bench.common import Bench, api_writes, by_verb, process_usage, reviews, summary, writes_by_resource
 from bench.raw import raw_write_rate
 
 #: The demo plan renders one object; the protocol needs the instance itself, the broker's ``in_queue``,
@@ -133,6 +133,7 @@ def provision_all(bench: Bench, namespace: str, count: int, concurrency: int) ->
         "osb_provision_latency_s": summary(latencies),
         "reconcile_latency_s": summary(reconcile),
         "api_writes": written,
+        "controller_access_reviews": reviews(counts, "controller"),
         "api_writes_per_second": round(all_writes / elapsed, 1),
         "opbroker_writes_per_instance": round(opbroker_writes / count, 3),
         "opbroker_writes_by_resource": writes_by_resource(counts, "controller", "broker"),

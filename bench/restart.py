@@ -33,7 +33,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.bindings import bind_all
-from bench.common import WRITE_VERBS, Bench, bench_stack, component_of, pid_usage
+from bench.common import REVIEW_RESOURCES, Bench, bench_stack, component_of, is_write, pid_usage
 from bench.provisioning import provision_all
 from opbroker.devcluster.controlplane import free_ports
 from opbroker.devcluster.processes import Process
@@ -123,12 +123,13 @@ def restart(bench: Bench, port: int, *, expected: int, quiet: float, timeout: fl
     return {
         "old_controller": {"stop_seconds": round(stop_seconds, 2), "exit_code": exit_code},
         **watched,
-        "writes": sum(n for (verb, _), n in controller.items() if verb in WRITE_VERBS),
+        "writes": sum(n for (verb, resource), n in controller.items() if is_write(verb, resource)),
+        "access_reviews": sum(n for (_, resource), n in controller.items() if resource in REVIEW_RESOURCES),
         "reads": {verb: verbs.get(verb, 0) for verb in READ_VERBS},
         "requests_by_verb": dict(sorted(verbs.items())),
         "requests_by_resource": {f"{verb} {resource}": n for (verb, resource), n in controller.most_common()},
         "writes_by_component": {
-            who: sum(n for (c, verb, _), n in requests.items() if c == who and verb in WRITE_VERBS)
+            who: sum(n for (c, verb, resource), n in requests.items() if c == who and is_write(verb, resource))
             for who in ("controller", "broker", "operator")
         },
     }

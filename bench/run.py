@@ -380,6 +380,7 @@ def compare_markdown(results: dict[str, Any]) -> str:
             "| figure | before | after |",
             "|---|---|---|",
             row("restart: controller writes", lambda s: s["restart"]["restart"]["writes"]),
+            row("restart: access reviews (not writes)", lambda s: s["restart"]["restart"]["access_reviews"]),
             row(
                 "restart: gets / lists / watches",
                 lambda s: "{get} / {list} / {watch}".format(**s["restart"]["restart"]["reads"]),
@@ -395,10 +396,15 @@ def compare_markdown(results: dict[str, Any]) -> str:
                 lambda s: s["provisioning"][prov]["controller_cpu_ms_per_instance"],
             ),
             row(f"provisioning {prov}: utilisation", lambda s: s["provisioning"][prov]["utilisation"]),
+            row(
+                f"provisioning {prov}: access reviews",
+                lambda s: s["provisioning"][prov]["controller_access_reviews"],
+            ),
             row("bindings: bindings/s", lambda s: s["bindings"]["bindings_per_second"]),
             row("bindings: writes/binding", lambda s: s["bindings"]["opbroker_writes_per_binding"]),
             row("bindings: controller CPU ms/binding", lambda s: s["bindings"]["controller_cpu_ms_per_binding"]),
             row("bindings: utilisation", lambda s: s["bindings"]["utilisation"]),
+            row("bindings: access reviews", lambda s: s["bindings"]["controller_access_reviews"]),
             "",
         ]
     )

@@ -156,6 +156,7 @@ class Kube:
             door = own._acting.get(user)
             if door is None:
                 api = client.ApiClient(own.api_client.configuration)
+                api.user_agent = own.api_client.user_agent  # audit logs tell the controller's requests apart
                 api.set_default_header("Impersonate-User", user)  # type: ignore[no-untyped-call]
                 door = Kube(api, store=own.store, reviews=own.reviews, acting_for=own, user=user)
                 own._acting[user] = door
