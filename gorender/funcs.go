@@ -7,8 +7,8 @@ package main
 // Removed from sprig, so a template cannot read the process or reach the network:
 //   env, expandenv   - the renderer's environment (helm removes them too);
 //   getHostByName    - a DNS lookup.
-// Bounded, so a template cannot build a value larger than the output limit before it is written:
-//   repeat, until, untilStep, seq (their result size is checked against Limits.MaxOutputBytes).
+// Bounded, so a template cannot build a value larger than the output limit: every function whose result can
+// outgrow its arguments (bounds.go).
 
 import (
 	"bytes"
@@ -36,9 +36,7 @@ func funcMap(maxBytes int64) template.FuncMap {
 	for name, fn := range serviceFabrikFuncs() {
 		funcs[name] = fn
 	}
-	for name, fn := range boundedFuncs(funcs, maxBytes) {
-		funcs[name] = fn
-	}
+	boundFuncs(funcs, maxBytes)
 	return funcs
 }
 
@@ -119,55 +117,29 @@ func fromJSON(src string) map[string]any {
 	return out
 }
 
-// limitError is what a bounded function returns when its result would be too large.
-func limitError(what string, size, limit int64) error {
-	return &RenderError{Kind: "limit", Message: fmt.Sprintf("%s would be %d bytes/items, over the limit of %d", what, size, limit)}
-}
-
-// boundedFuncs wraps the sprig functions whose result can dwarf their input with a size check made before
-// the work, as rendering/limits.py does for jinja2.
-func boundedFuncs(base template.FuncMap, maxBytes int64) template.FuncMap {
-	repeat := base["repeat"].(func(int, string) string)
-	until := base["until"].(func(int) []int)
-	untilStep := base["untilStep"].(func(int, int, int) []int)
-	seq := base["seq"].(func(...int) string)
-	return template.FuncMap{
-		"repeat": func(count int, str string) (string, error) {
-			if size := int64(count) * int64(len(str)); size > maxBytes {
-				return "", limitError("repeat", size, maxBytes)
-			}
-			return repeat(count, str), nil
-		},
-		"until": func(count int) ([]int, error) {
-			if n := abs64(int64(count)); n > maxBytes {
-				return nil, limitError("until", n, maxBytes)
-			}
-			return until(count), nil
-		},
-		"untilStep": func(start, stop, step int) ([]int, error) {
-			if step != 0 {
-				if n := abs64(int64(stop-start) / int64(step)); n > maxBytes {
-					return nil, limitError("untilStep", n, maxBytes)
-				}
-			}
-			return untilStep(start, stop, step), nil
-		},
-		"seq": func(params ...int) (string, error) {
-			if len(params) > 0 {
-				first, last, step := int64(1), int64(params[len(params)-1]), int64(1)
-				if len(params) > 1 {
-					first = int64(params[0])
-				}
-				if len(params) == 3 && params[1] != 0 {
-					step = int64(params[1])
-				}
-				if n := abs64((last - first) / step); n > maxBytes {
-					return "", limitError("seq", n, maxBytes)
-				}
-			}
-			return seq(params...), nil
-		},
-	}
+// rangeSizes are the estimates of the functions that make a list of numbers: how many items it would have.
+var rangeSizes = map[string]estimator{
+	"until": func(args []any, _ int64) (int64, error) { return abs64(integer(args[0])), nil },
+	"untilStep": func(args []any, _ int64) (int64, error) {
+		start, stop, step := integer(args[0]), integer(args[1]), integer(args[2])
+		if step == 0 {
+			return 0, nil
+		}
+		return abs64((stop - start) / step), nil
+	},
+	"seq": func(args []any, _ int64) (int64, error) {
+		if len(args) == 0 {
+			return 0, nil
+		}
+		first, last, step := int64(1), integer(args[len(args)-1]), int64(1)
+		if len(args) > 1 {
+			first = integer(args[0])
+		}
+		if len(args) == 3 && integer(args[1]) != 0 {
+			step = integer(args[1])
+		}
+		return abs64((last - first) / step), nil
+	},
 }
 
 func abs64(n int64) int64 {

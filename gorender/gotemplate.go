@@ -83,26 +83,67 @@ func (t *Templates) Parse(name, text string, maxBytes int64) (*template.Template
 	return parsed, nil
 }
 
-// limitedWriter refuses output past maxBytes and stops a render that writes past its deadline. Every
-// {{ }} action of a template writes, so a loop that produces output is stopped between two iterations; a
-// loop that writes nothing is caught by the watchdog in main.go.
-type limitedWriter struct {
-	buf      []byte
+// outputBudget bounds the text one render writes: every writer of the render (the template's own, and in
+// helm each chart file's, include's and tpl's) draws on it, so neither one writer nor many nested ones
+// (include inside include, a thousand deep) can hold more than the budget, and it stops a render that
+// writes past its deadline. Every {{ }} action writes, so a loop that produces output is stopped between
+// two iterations; a loop that writes nothing is caught by the watchdog in main.go.
+type outputBudget struct {
 	maxBytes int64
+	// held is what the render's writers hold now; a finished include's text is released when its caller
+	// writes it, so nesting does not count the same text twice.
+	held     int64
 	deadline time.Time
 	timeout  time.Duration
 }
 
-func (w *limitedWriter) Write(p []byte) (int, error) {
-	if int64(len(w.buf)+len(p)) > w.maxBytes {
-		return 0, &RenderError{Kind: "limit", Message: fmt.Sprintf("the rendered text is larger than the limit of %d bytes", w.maxBytes)}
+// heldFactor: all writers of a render together may hold this many times the output limit (the output,
+// plus what nested includes hold while they run).
+const heldFactor = 2
+
+func newOutputBudget(limits Limits) *outputBudget {
+	timeout := time.Duration(limits.TimeoutMs) * time.Millisecond
+	return &outputBudget{maxBytes: limits.MaxOutputBytes, deadline: time.Now().Add(timeout), timeout: timeout}
+}
+
+func (b *outputBudget) writer() *boundedWriter { return &boundedWriter{budget: b} }
+
+func (b *outputBudget) overLimit() *RenderError {
+	return &RenderError{Kind: "limit", Message: fmt.Sprintf("the rendered text is larger than the limit of %d bytes", b.maxBytes)}
+}
+
+// boundedWriter is one writer of a render: at most the output limit by itself, and within the budget.
+type boundedWriter struct {
+	buf    []byte
+	budget *outputBudget
+}
+
+func (w *boundedWriter) Write(p []byte) (int, error) {
+	b := w.budget
+	if int64(len(w.buf)+len(p)) > b.maxBytes || b.held+int64(len(p)) > heldFactor*b.maxBytes {
+		return 0, b.overLimit()
 	}
-	if time.Now().After(w.deadline) {
-		return 0, timeoutError(w.timeout)
+	if time.Now().After(b.deadline) {
+		return 0, timeoutError(b.timeout)
+	}
+	if w.buf == nil {
+		w.buf = make([]byte, 0, min(int64(len(p))*2+512, b.maxBytes))
 	}
 	w.buf = append(w.buf, p...)
+	b.held += int64(len(p))
 	return len(p), nil
 }
+
+// release returns the text and gives its bytes back to the budget (the caller writes them again).
+func (w *boundedWriter) release() string {
+	w.budget.held -= int64(len(w.buf))
+	out := string(w.buf)
+	w.buf = nil
+	return out
+}
+
+// keep returns the text, which stays counted (it is part of the render's output).
+func (w *boundedWriter) keep() string { return string(w.buf) }
 
 func timeoutError(timeout time.Duration) *RenderError {
 	return &RenderError{Kind: "limit", Message: fmt.Sprintf("rendering took longer than the limit of %gs", timeout.Seconds())}
@@ -110,12 +151,11 @@ func timeoutError(timeout time.Duration) *RenderError {
 
 // Execute runs a parsed template over values within the limits.
 func Execute(tmpl *template.Template, values map[string]any, limits Limits) (string, error) {
-	timeout := time.Duration(limits.TimeoutMs) * time.Millisecond
-	w := &limitedWriter{maxBytes: limits.MaxOutputBytes, deadline: time.Now().Add(timeout), timeout: timeout}
+	w := newOutputBudget(limits).writer()
 	if err := tmpl.Execute(w, values); err != nil {
 		return "", unwrapLimit(err)
 	}
-	return string(w.buf), nil
+	return w.keep(), nil
 }
 
 // unwrapLimit returns a limit error raised inside the engine as itself (text/template wraps writer errors

@@ -1,6 +1,6 @@
 package main
 
-// helm: a chart archive rendered by helm's own engine, the way Service Fabrik's interoperator renders helm
+// helm: a chart archive rendered by helm's engine (adapted in helmengine.go so that it runs bounded), the way Service Fabrik's interoperator renders helm
 // templates: the plan's values template (a gotemplate over the same variables) is rendered first and read as
 // the release's values, then the chart's templates run with .Release, .Chart, .Values, .Capabilities and
 // helm's functions (include, tpl, required, toYaml, ...). The chart's crds/ come first, partials (_*) and
@@ -22,7 +22,6 @@ import (
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
-	"helm.sh/helm/v3/pkg/engine"
 )
 
 // Charts loads and caches chart archives by content.
@@ -90,7 +89,7 @@ func RenderChart(templates *Templates, charts *Charts, req *Request) (string, er
 	if err := chartutil.ProcessDependencies(ch, top); err != nil {
 		return "", &RenderError{Kind: "chart", Message: fmt.Sprintf("chart %s: dependencies: %v", ch.Name(), err)}
 	}
-	files, err := engine.Engine{}.Render(ch, top)
+	files, err := helmEngine{budget: newOutputBudget(req.Limits)}.render(helmAllTemplates(ch, top))
 	if err != nil {
 		return "", unwrapLimit(err)
 	}

@@ -233,7 +233,7 @@ func TestFramedServeAnswersInOrderAndSurvivesBadJSON(t *testing.T) {
 		}
 	}
 	var out bytes.Buffer
-	if err := serve(&in, &out); err != nil {
+	if err := serve(&in, &out, NewMemory(defaultMemoryCeiling)); err != nil {
 		t.Fatal(err)
 	}
 	var got []Response
