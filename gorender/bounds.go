@@ -145,8 +145,11 @@ func printed(factor int64) estimator {
 	}
 }
 
-// value: the result is a value built from the arguments (a list, dict, copy or encoding of them).
+// value: the result is a value built from the arguments (a list, dict or copy of them).
 func value(args []any, max int64) (int64, error) { return printedSizes(args, max) }
+
+// encoded: the result is the argument encoded as JSON, YAML or TOML.
+func encoded(args []any, max int64) (int64, error) { return encodedSize(args[0], max) }
 
 func indentSize(args []any, _ int64) (int64, error) {
 	width, text := positive(integer(args[0])), str(args[1])
@@ -180,7 +183,7 @@ func countSize(scale int64) estimator {
 	return func(args []any, _ int64) (int64, error) { return positive(integer(args[0])) * scale / 3, nil }
 }
 
-func encodedSize(num, den int64) estimator {
+func grownSize(num, den int64) estimator {
 	return func(args []any, _ int64) (int64, error) { return int64(len(str(args[0])))*num/den + 8, nil }
 }
 
@@ -352,8 +355,8 @@ var estimators = map[string]estimator{
 	"sortAlpha": printed(1),
 	"wrap":      wrapSize,
 	"wrapWith":  wrapSize,
-	"b64enc":    encodedSize(4, 3),
-	"b32enc":    encodedSize(8, 5),
+	"b64enc":    grownSize(4, 3),
+	"b32enc":    grownSize(8, 5),
 	// random strings of a given length (randBytes: base64 of that many bytes)
 	"randAlphaNum": countSize(3),
 	"randAlpha":    countSize(3),
@@ -361,16 +364,16 @@ var estimators = map[string]estimator{
 	"randNumeric":  countSize(3),
 	"randBytes":    countSize(4),
 	// encodings of whole values
-	"toJson":           value,
-	"toPrettyJson":     value,
-	"toRawJson":        value,
-	"mustToJson":       value,
-	"mustToPrettyJson": value,
-	"mustToRawJson":    value,
-	"marshalJSON":      value,
-	"toYaml":           value,
-	"toYamlPretty":     value,
-	"toToml":           value,
+	"toJson":           encoded,
+	"toPrettyJson":     encoded,
+	"toRawJson":        encoded,
+	"mustToJson":       encoded,
+	"mustToPrettyJson": encoded,
+	"mustToRawJson":    encoded,
+	"marshalJSON":      encoded,
+	"toYaml":           encoded,
+	"toYamlPretty":     encoded,
+	"toToml":           encoded,
 	// regular expressions
 	"regexReplaceAll":            matchesSize("replace"),
 	"mustRegexReplaceAll":        matchesSize("replace"),

@@ -35,6 +35,8 @@ type sizer struct {
 	// onPath holds the maps and slices between the root and the current element: meeting one again is a
 	// cycle, which would make fmt and the encoders recurse until the stack runs out.
 	onPath map[uintptr]bool
+	// escapes counts what JSON escaping adds to strings (for the encoders; fmt prints strings as they are).
+	escapes bool
 }
 
 // printedSize estimates how many bytes v prints as; an error if that is over budget, nests deeper than
@@ -45,6 +47,13 @@ func printedSize(v any, budget int64) (int64, error) {
 		return s.total, err
 	}
 	return s.total, nil
+}
+
+// encodedSize is printedSize with JSON's escaping counted: what toJson, toYaml or toToml would write.
+func encodedSize(v any, budget int64) (int64, error) {
+	s := &sizer{budget: budget, escapes: true}
+	err := s.walk(reflect.ValueOf(v), 0)
+	return s.total, err
 }
 
 // printedSizes is printedSize over several values together.
@@ -75,6 +84,9 @@ func (s *sizer) walk(v reflect.Value, depth int) error {
 	}
 	switch v.Kind() {
 	case reflect.String:
+		if !s.escapes {
+			return s.add(int64(v.Len()) + 2)
+		}
 		return s.add(stringSize(v.String()))
 	case reflect.Interface, reflect.Pointer:
 		if v.IsNil() {
