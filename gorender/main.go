@@ -36,8 +36,9 @@ const memorySampling = 2 * time.Millisecond
 const defaultMemoryCeiling = 256 << 20
 
 // Memory is the process's memory policy, derived from its ceiling (the address space the Python side lets
-// it add to what it maps at start): the garbage collector aims to stay under 5/8 of it (a soft limit: it
-// collects harder as the heap nears it), the watchdog fails a render whose heap passes 3/4 of it, and a
+// it add to what it maps at start): the garbage collector aims to stay under half of it (a soft limit: it
+// collects harder as the heap nears it), the watchdog fails a render whose heap passes 5/8 of it (the rest
+// is headroom for what a render allocates between two samples, and for the runtime itself), and a
 // goroutine's stack may take 1/8 of it (Go's default is 1 GB, which a recursive template could fill).
 type Memory struct {
 	Ceiling   int64
@@ -48,7 +49,7 @@ type Memory struct {
 
 // NewMemory derives the policy from a ceiling in bytes.
 func NewMemory(ceiling int64) Memory {
-	return Memory{Ceiling: ceiling, SoftLimit: ceiling / 8 * 5, Watchdog: ceiling / 4 * 3, MaxStack: ceiling / 8}
+	return Memory{Ceiling: ceiling, SoftLimit: ceiling / 2, Watchdog: ceiling / 8 * 5, MaxStack: ceiling / 8}
 }
 
 // Apply sets the runtime's soft limit and stack limit.

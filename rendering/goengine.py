@@ -11,20 +11,39 @@ errors: the Go side's parse and execution errors keep their template, line and c
 ending a runaway render), the render fails with a clear error and the next render starts a fresh process.
 The Go side enforces the size and time limits itself; this side adds its own deadline on the answer, so a
 hung process is killed rather than waited for.
+
+Memory has a hard ceiling (``memory_ceiling``, 256 MiB by default): once the process answers its first ping,
+its address space is capped (``RLIMIT_AS``) at what it maps then plus the ceiling, and the Go side derives
+its garbage collector's soft limit and its heap watchdog from the same number (``gorender/main.go``). A
+render that passes the watchdog fails with a limit error; one that passes the hard cap kills the process
+(Go's "out of memory"), which fails that render with a limit error and restarts the process for the next.
+Either way the render's error is a :class:`RenderLimitError`, which a plan's trial render reports as an
+error of the plan.
+
+The process's stderr is read continuously by a thread of its own (a pipe left unread blocks the writer
+once 64 KiB are buffered), and each line is logged without values (:func:`loggable`). Nothing it says is
+copied into a render's error: a crash is described by what this side observed of that process (its exit
+status and the Go runtime's fatal reason), never by its text, which may come from another render.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import logging
 import os
+import re
+import resource
 import select
+import signal
 import struct
 import subprocess
 import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -36,10 +55,106 @@ _HEADER = struct.Struct(">I")
 _ANSWER_GRACE = 2.0
 #: Largest answer accepted (the Go side bounds output to ``max_output_bytes``; JSON escaping can double it).
 _MAX_FRAME = 64 << 20
+#: The renderer's memory ceiling: what its address space may grow by after start. A controller pod's memory
+#: limit is 512 MiB by default and the controller itself takes about 150 MiB, so half of it leaves room for
+#: both; a real plan's render takes a few MiB.
+DEFAULT_MEMORY_CEILING = 256 << 20
+#: Longest stderr line read at once (a longer one is read in pieces, each logged as withheld).
+_MAX_LINE = 4096
+#: How long a stopping process may take to exit and flush its stderr before its fate is judged.
+_EXIT_GRACE = 2.0
+
+logger = logging.getLogger(__name__)
 
 
 class EngineCrashed(RenderError):
     """The renderer process died or hung while rendering; it is restarted for the next render."""
+
+
+class EngineOutOfMemory(EngineCrashed, RenderLimitError):
+    """The render outgrew the renderer's hard memory ceiling and the process died of it."""
+
+
+#: The Go runtime's fatal reasons this side recognises on stderr, and how a render's error names them.
+_FATAL_REASONS = (
+    ("fatal error: runtime: out of memory", "out of memory"),
+    ("fatal error: out of memory", "out of memory"),
+    ("runtime: goroutine stack exceeds", "stack overflow"),
+    ("fatal error: stack overflow", "stack overflow"),
+)
+_SAFE_PREFIXES = ("gorender: ", "fatal error: ", "runtime: ")
+_RUNTIME_DETAIL = re.compile(r"\b(?:goroutine \d+|[\w./]+\.go:\d+|0x[0-9a-f]+)")
+
+
+def loggable(line: str) -> str | None:
+    """What may be logged of one stderr line of the renderer, or None for nothing but a count.
+
+    The renderer's own lines (``gorender: ``, helm's warnings already cut to their first words on the Go
+    side) and the Go runtime's fatal messages are fixed text; anything else (a panic's value, a stack
+    trace's arguments) may hold a template's values and is withheld.
+    """
+    text = line.rstrip("\n")
+    if text.startswith(_SAFE_PREFIXES) and not text.startswith("runtime: unexpected return pc"):
+        return text[:300]
+    return None
+
+
+@dataclass
+class _Stderr:
+    """What one process said on stderr, as this side judged it (one per process, never shared)."""
+
+    lines: int = 0
+    withheld: int = 0
+    fatal: str | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+def _drain(stream: IO[bytes], pid: int, said: _Stderr) -> None:
+    """Read ``stream`` to its end, logging each line as :func:`loggable` allows; runs on its own thread."""
+    try:
+        while True:
+            raw = stream.readline(_MAX_LINE)
+            if not raw:
+                return
+            line = raw.decode("utf-8", "replace")
+            said.lines += 1
+            for marker, reason in _FATAL_REASONS:
+                if line.startswith(marker):
+                    said.fatal = reason
+            text = loggable(line)
+            if text is None:
+                said.withheld += 1
+                logger.debug("gorender[%d]: a stderr line of %d bytes withheld (it may hold values)", pid, len(raw))
+            else:
+                logger.warning("gorender[%d]: %s", pid, text)
+    except (OSError, ValueError):
+        return
+    finally:
+        said.done.set()
+
+
+def _address_space(pid: int) -> int | None:
+    """The process's mapped address space in bytes (VmSize), or None where /proc cannot tell."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    for line in status.splitlines():
+        if line.startswith("VmSize:"):
+            return int(line.split()[1]) * 1024
+    return None
+
+
+def _peak_rss(pid: int) -> int | None:
+    """The process's peak resident memory in bytes (VmHWM), or None where /proc cannot tell."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    for line in status.splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return None
 
 
 def _error(answer: Mapping[str, Any]) -> RenderError:
@@ -63,14 +178,25 @@ class GoEngine:
     """A lazily started, restartable renderer process. Thread-safe; create one per :class:`Renderer`.
 
     ``binary`` finds the executable (default: :func:`opbroker.gorender.renderer_binary`, which builds it on
-    first use); ``limits`` bound every render on both sides.
+    first use); ``limits`` bound every render on both sides; ``memory_ceiling`` bounds the process's memory
+    (bytes it may map beyond what it maps at start).
     """
 
-    def __init__(self, limits: Limits, binary: Callable[[], Path] | None = None) -> None:
+    def __init__(
+        self,
+        limits: Limits,
+        binary: Callable[[], Path] | None = None,
+        *,
+        memory_ceiling: int = DEFAULT_MEMORY_CEILING,
+    ) -> None:
         self.limits = limits
+        self.memory_ceiling = memory_ceiling
         self._binary = binary
         self._lock = threading.Lock()
         self._process: subprocess.Popen[bytes] | None = None
+        self._stderr = _Stderr()
+        self.last_peak_rss: int | None = None
+        """Peak resident memory (bytes) of the last process that stopped, from the kernel's accounting."""
         self._next_id = 0
         self._sent: set[str] = set()
         self._memo: dict[int, tuple[Any, tuple[str, str]]] = {}
@@ -134,6 +260,12 @@ class GoEngine:
     def pid(self) -> int | None:
         process = self._process
         return process.pid if process is not None and process.poll() is None else None
+
+    def peak_rss(self) -> int | None:
+        """Peak resident memory in bytes of the running process, else of the last one that stopped."""
+        pid = self.pid
+        peak = _peak_rss(pid) if pid is not None else None
+        return peak if peak is not None else self.last_peak_rss
 
     # -- the exchange -------------------------------------------------------------------------------------------
 
@@ -201,8 +333,17 @@ class GoEngine:
                 process.stdin.flush()
                 answer = self._read(process.stdout, deadline=time.monotonic() + self.limits.timeout + _ANSWER_GRACE)
             except (OSError, EOFError, ValueError, TimeoutError) as exc:
-                detail = self._stop()
-                raise EngineCrashed(f"the Go template renderer stopped while rendering ({exc}){detail}") from None
+                fate = self._stop()
+                if fate == "out of memory":
+                    raise EngineOutOfMemory(
+                        f"rendering used more than the renderer's memory ceiling of {self.memory_ceiling >> 20} MiB "
+                        "and the renderer ran out of memory; it was restarted"
+                    ) from None
+                if fate == "stack overflow":
+                    raise EngineOutOfMemory(
+                        "the template recursed deeper than the renderer's stack limit; it was restarted"
+                    ) from None
+                raise EngineCrashed(f"the Go template renderer stopped while rendering ({exc}; {fate})") from None
             if answer.get("id") != request["id"]:
                 self._stop()
                 raise EngineCrashed("the Go template renderer answered out of turn; it was restarted")
@@ -256,7 +397,7 @@ class GoEngine:
         binary = self._binary() if self._binary is not None else _default_binary()
         try:
             self._process = subprocess.Popen(
-                [str(binary)],
+                [str(binary), "--memory-ceiling", str(self.memory_ceiling)],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -269,23 +410,81 @@ class GoEngine:
             raise TemplateSourceError(f"cannot start the Go template renderer {binary}: {exc}") from None
         self.starts += 1
         self._sent.clear()
+        process = self._process
         # A renderer dropped without close() (a one-off check) must not leave its process behind.
-        weakref.finalize(self, _kill_quietly, self._process)
-        return self._process
+        weakref.finalize(self, _kill_quietly, process)
+        self._stderr = _Stderr()
+        assert process.stderr is not None
+        drain = threading.Thread(
+            target=_drain, args=(process.stderr, process.pid, self._stderr), name=f"gorender-stderr-{process.pid}"
+        )
+        drain.daemon = True
+        drain.start()
+        self._cap_memory(process)
+        return process
+
+    def _cap_memory(self, process: subprocess.Popen[bytes]) -> None:
+        """Cap the process's address space at what it maps once running, plus the ceiling.
+
+        The Go runtime reserves about 1.2 GiB of address space at start that it never touches, so the cap is
+        relative: a ping makes sure the runtime is up, then RLIMIT_AS is set from outside (``prlimit``, no
+        ``preexec_fn``: the controller is threaded). Where the kernel cannot tell or set it (no /proc, not
+        Linux), the process runs with the Go side's soft limit and watchdog only, and that is logged.
+        """
+        self._next_id += 1
+        ping = json.dumps({"id": self._next_id, "op": "ping"}).encode()
+        try:
+            assert process.stdin is not None and process.stdout is not None
+            process.stdin.write(_HEADER.pack(len(ping)) + ping)
+            process.stdin.flush()
+            self._read(process.stdout, deadline=time.monotonic() + 5 + _ANSWER_GRACE)
+        except (OSError, EOFError, ValueError, TimeoutError):
+            return  # a process that cannot answer a ping fails the render that uses it
+        mapped = _address_space(process.pid)
+        prlimit = getattr(resource, "prlimit", None)
+        if mapped is None or prlimit is None:
+            logger.warning("the Go template renderer runs without a hard memory ceiling: this system cannot set one")
+            return
+        cap = mapped + self.memory_ceiling
+        try:
+            prlimit(process.pid, resource.RLIMIT_AS, (cap, cap))
+        except (OSError, ValueError) as exc:
+            logger.warning("the Go template renderer runs without a hard memory ceiling: %s", exc)
 
     def _stop(self) -> str:
-        """Kill the process if it runs; returns what it said on stderr (a Go panic trace), shortened."""
+        """Stop the process (killing it unless it has exited) and say how it ended: "out of memory" or
+        "stack overflow" when the Go runtime said so, else its exit status. Its peak memory is kept in
+        :attr:`last_peak_rss`. Never its stderr's text: that may hold another render's values."""
         process, self._process = self._process, None
+        said = self._stderr
         if process is None:
-            return ""
-        if process.poll() is None:
-            process.kill()
-        try:
-            _, stderr = process.communicate(timeout=5)
-        except (subprocess.TimeoutExpired, ValueError, OSError):
-            return ""
-        said = (stderr or b"").decode("utf-8", "replace").strip().splitlines()
-        return f"; it said: {said[0][:300]}" if said else ""
+            return "not running"
+        status = self._reap(process)
+        said.done.wait(_EXIT_GRACE)  # the stderr thread reads to the end once the process is gone
+        for stream in (process.stdin, process.stdout):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+        if said.fatal is not None:
+            return said.fatal
+        return status
+
+    def _reap(self, process: subprocess.Popen[bytes]) -> str:
+        """Kill the process unless it has exited, wait for it, keep its peak memory; its exit status."""
+        if process.returncode is None:
+            # Not Popen.kill(): it polls first, which would reap the process and lose its resource usage.
+            # An exited process stays a zombie until waited for, so the signal cannot reach another one.
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(process.pid, signal.SIGKILL)
+            try:
+                _, status, usage = os.wait4(process.pid, 0)
+            except ChildProcessError:
+                process.returncode = -1
+            else:
+                process.returncode = os.waitstatus_to_exitcode(status)
+                self.last_peak_rss = usage.ru_maxrss * 1024
+        code = process.returncode
+        return f"killed by signal {-code}" if code < 0 else f"exit status {code}"
 
 
 class _MissingBlob(Exception):
