@@ -36,7 +36,6 @@ import os
 import re
 import resource
 import select
-import signal
 import struct
 import subprocess
 import threading
@@ -195,8 +194,6 @@ class GoEngine:
         self._lock = threading.Lock()
         self._process: subprocess.Popen[bytes] | None = None
         self._stderr = _Stderr()
-        self.last_peak_rss: int | None = None
-        """Peak resident memory (bytes) of the last process that stopped, from the kernel's accounting."""
         self._next_id = 0
         self._sent: set[str] = set()
         self._memo: dict[int, tuple[Any, tuple[str, str]]] = {}
@@ -262,10 +259,9 @@ class GoEngine:
         return process.pid if process is not None and process.poll() is None else None
 
     def peak_rss(self) -> int | None:
-        """Peak resident memory in bytes of the running process, else of the last one that stopped."""
+        """Peak resident memory in bytes of the running process (None if none runs)."""
         pid = self.pid
-        peak = _peak_rss(pid) if pid is not None else None
-        return peak if peak is not None else self.last_peak_rss
+        return _peak_rss(pid) if pid is not None else None
 
     # -- the exchange -------------------------------------------------------------------------------------------
 
@@ -453,8 +449,8 @@ class GoEngine:
 
     def _stop(self) -> str:
         """Stop the process (killing it unless it has exited) and say how it ended: "out of memory" or
-        "stack overflow" when the Go runtime said so, else its exit status. Its peak memory is kept in
-        :attr:`last_peak_rss`. Never its stderr's text: that may hold another render's values."""
+        "stack overflow" when the Go runtime said so, else its exit status. Never its stderr's text: that
+        may hold another render's values."""
         process, self._process = self._process, None
         said = self._stderr
         if process is None:
@@ -469,22 +465,46 @@ class GoEngine:
             return said.fatal
         return status
 
-    def _reap(self, process: subprocess.Popen[bytes]) -> str:
-        """Kill the process unless it has exited, wait for it, keep its peak memory; its exit status."""
-        if process.returncode is None:
-            # Not Popen.kill(): it polls first, which would reap the process and lose its resource usage.
-            # An exited process stays a zombie until waited for, so the signal cannot reach another one.
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(process.pid, signal.SIGKILL)
-            try:
-                _, status, usage = os.wait4(process.pid, 0)
-            except ChildProcessError:
-                process.returncode = -1
-            else:
-                process.returncode = os.waitstatus_to_exitcode(status)
-                self.last_peak_rss = usage.ru_maxrss * 1024
-        code = process.returncode
+    @staticmethod
+    def _reap(process: subprocess.Popen[bytes]) -> str:
+        """Kill the process unless it has exited and wait for it; its exit status."""
+        with contextlib.suppress(OSError):
+            process.kill()
+        try:
+            code = process.wait(timeout=_EXIT_GRACE)
+        except subprocess.TimeoutExpired:
+            return "did not exit"
         return f"killed by signal {-code}" if code < 0 else f"exit status {code}"
+
+
+class PeakWatch:
+    """The renderer's peak resident memory across a stretch of work, even one that ends its process.
+
+    For tests and the bench: the kernel keeps a process's high-water mark (VmHWM) only while it lives, and a
+    child's ``ru_maxrss`` counts its parent's memory from before ``exec``; so a thread reads the high-water
+    mark of whichever process the engine runs, every millisecond, and keeps the largest.
+    """
+
+    def __init__(self, engine: GoEngine) -> None:
+        self._engine = engine
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="gorender-peak", daemon=True)
+        self.peak = 0
+
+    def __enter__(self) -> PeakWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            process = self._engine._process
+            if process is not None:
+                self.peak = max(self.peak, _peak_rss(process.pid) or 0)
+            self._stop.wait(0.001)
 
 
 class _MissingBlob(Exception):
