@@ -7,7 +7,7 @@ the outcome (the error's class and its first words), the peak resident memory, t
 next render was served. Also the rate of the Zalando plan's ``status`` render, the one the controller renders
 most, since every function call now goes through a size check.
 
-Run: ``python bench/gorender_bombs.py`` (``--json PATH`` to keep the figures). Results:
+Run: ``python -m bench.gorender_bombs`` (``--json PATH`` to keep the figures). Results:
 ``bench/results/GORENDER-BOMBS.md``.
 """
 

@@ -166,7 +166,7 @@ func TestTimeLimitWhileWriting(t *testing.T) {
 
 func TestWatchdogStopsASilentLoopAndAsksForARestart(t *testing.T) {
 	limits := Limits{TimeoutMs: 50, MaxOutputBytes: 1 << 30}
-	resp := render(t, NewServer(), Request{Name: "p", Template: `{{ range until 100000000 }}{{ end }}`, Limits: limits})
+	resp := render(t, NewServer(), Request{Name: "p", Template: `{{ range until 100000 }}{{ range until 100000 }}{{ end }}{{ end }}`, Limits: limits})
 	if resp.OK || resp.Error.Kind != "limit" || !resp.Error.Fatal {
 		t.Fatalf("got %+v", resp.Error)
 	}
