@@ -124,6 +124,9 @@ def _drain(stream: IO[bytes], pid: int, said: _Stderr) -> None:
             if text is None:
                 said.withheld += 1
                 logger.debug("gorender[%d]: a stderr line of %d bytes withheld (it may hold values)", pid, len(raw))
+            elif text.startswith("gorender: log: "):
+                # helm's warnings, one per values key it cannot merge: many per render of such a chart
+                logger.debug("gorender[%d]: %s", pid, text)
             else:
                 logger.warning("gorender[%d]: %s", pid, text)
     except (OSError, ValueError):
