@@ -48,10 +48,13 @@ def finalize(context: Context, value: Any) -> str:
     ``{% set %}`` block) is resolved to plain text first: it becomes one string value, never structure.
     """
     current = state.current()
-    if isinstance(value, str) and current.nonce in value.lower():
+    built = isinstance(value, str) and current.nonce in value.lower()
+    if built:
         value = substitute_text(value, current)
-    current.budget.check_value(value, "an interpolated value")
+    current.budget.check_written(value, "an interpolated value")
     current.slots.append(value)
+    if built:
+        current.prepaid.add(len(current.slots) - 1)
     return marker(current.nonce, len(current.slots) - 1)
 
 
@@ -92,6 +95,11 @@ def substitute_text(text: str, current: state.RenderState) -> str:
     a value still cannot get into the structure.
     """
     nonce, slots = current.nonce, current.slots
+    matches = [m for m in state.MARKER.finditer(text) if m.group(1) == nonce]
+    size = len(text)
+    for match in matches:
+        size += _charge(current, int(match.group(2))) - len(match.group(0))
+    current.budget.charge_output(size, "a string with interpolated values")
     resolved = 0
 
     def one(match: re.Match[str]) -> str:
@@ -117,5 +125,21 @@ def resolve_scalar(text: str, *, plain_style: bool, current: state.RenderState) 
     if plain_style:
         whole = state.MARKER.fullmatch(text)
         if whole and whole.group(1) == current.nonce:
-            return plain(current.slots[int(whole.group(2))])
+            index = int(whole.group(2))
+            current.budget.charge_output(_charge(current, index), "an interpolated value")
+            return plain(current.slots[index])
     return substitute_text(text, current)
+
+
+def _charge(current: state.RenderState, index: int) -> int:
+    """What writing slot ``index`` into the output costs: the size of its text (:mod:`sizing`), or nothing the
+    first time for a slot whose text was already charged when it was built."""
+    if index in current.prepaid:
+        current.prepaid.discard(index)
+        return 0
+    value = current.slots[index]
+    if isinstance(value, str):
+        return len(value)
+    if value is None or isinstance(value, Undefined):
+        return 0
+    return current.budget.size(value)

@@ -37,6 +37,9 @@ class RenderState:
     """Random per render, so a template (or a value) cannot forge an interpolation marker."""
     slots: list[Any] = field(default_factory=list)
     """The value of every ``{{ ... }}`` in output order; the text holds only markers pointing here."""
+    prepaid: set[int] = field(default_factory=set)
+    """Slots holding text built from other slots (a macro's output put in ``{{ }}``): charged to the output
+    when built, so the first time their marker is resolved costs nothing more."""
     verbatim: bool = False
     """The rendered text holds the values themselves (Go's output has no markers), so an error message must
     never quote it: a credential could be on the line."""
