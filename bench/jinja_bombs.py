@@ -5,7 +5,8 @@ Each bomb is a provision template that asks for far more text than the output li
 ``replace`` ...), string repetition, nested lists, values repeated in the YAML output or the registry. Each
 is rendered in a fresh process under the default :class:`~opbroker.rendering.Limits`; the process reports
 its resident memory before the render (after compiling the template and one small render, so the
-machinery is loaded) and its peak (``ru_maxrss``) after, and what the render ended with. The process runs
+machinery is loaded) and its peak after (the kernel's high-water mark, reset just before the render:
+``VmHWM``, the counter behind ``ru_maxrss``), and what the render ended with. The process runs
 under an address-space ceiling (``CEILING_BYTES``) so a bomb that is not stopped fails there instead of
 taking the machine.
 
@@ -98,10 +99,10 @@ ALLOWED = Bomb(
 )
 
 
-def _rss_kib() -> int:
+def _status_kib(field: str) -> int:
     with open("/proc/self/status") as status:
         for line in status:
-            if line.startswith("VmRSS:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1])
     return 0
 
@@ -145,7 +146,7 @@ def probe(body: str) -> dict[str, Any]:
     bomb = plan(body)
     renderer.compile(bomb, bomb.spec.templates[0])
     gc.collect()
-    before = _rss_kib()
+    before = _status_kib("VmRSS")
     reset = _reset_peak()
     started = time.perf_counter()
     outcome: dict[str, Any]
@@ -156,12 +157,17 @@ def probe(body: str) -> dict[str, Any]:
     except RenderError as exc:
         outcome = {"ok": False, "kind": type(exc).__name__, "error": str(exc)[:400]}
     seconds = time.perf_counter() - started
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    # ru_maxrss is the larger of this address space's high-water mark and the one exec replaced, which (with
+    # vfork) is the parent's: a pytest parent of 120 MB would hide the render. VmHWM is this address space's
+    # alone, the same counter, and the one the reset clears.
+    maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak = _status_kib("VmHWM") if reset else maxrss
     return {
         **outcome,
         "seconds": round(seconds, 3),
         "rss_before_kib": before,
         "peak_kib": peak,
+        "ru_maxrss_kib": maxrss,
         "growth_kib": max(peak - before, 0),
         "peak_was_reset": reset,
     }
