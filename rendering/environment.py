@@ -44,6 +44,7 @@ from jinja2.visitor import NodeTransformer
 
 from opbroker.rendering import functions, interpolation, state
 from opbroker.rendering.errors import RenderLimitError
+from opbroker.rendering.limits import Budget
 
 #: How Jinja's filters name the context/eval-context/environment argument it passes them.
 _PASS_PARAMETERS = frozenset({"context", "ctx", "eval_ctx", "env", "environment"})
@@ -53,7 +54,7 @@ _DROPPED_FILTERS = frozenset({"random"})
 _WORDS = re.compile(r"\w+")
 
 
-def _budget() -> Any:
+def _budget() -> Budget:
     return state.current().budget
 
 
@@ -278,7 +279,7 @@ class PlanEnvironment(ImmutableSandboxedEnvironment):
     # -- run-time hooks (called by the compiled template) -------------------------------------------------------
 
     def guard_loop(self, iterable: Iterable[Any]) -> Iterator[Any]:
-        return _budget().guard_loop(iterable)  # type: ignore[no-any-return]
+        return _budget().guard_loop(iterable)
 
     def guard_concat(self, parts: list[Any]) -> str:
         """``a ~ b``: every part is sized as text before any is written (``str()`` of a list builds it)."""
