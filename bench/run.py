@@ -18,6 +18,7 @@ from bench import (
     cluster,
     compare,
     gotemplate,
+    jinja_bombs,
     provisioning,
     pulumi,
     renderer,
@@ -29,6 +30,7 @@ from bench.common import machine
 RESULTS = Path(__file__).resolve().parent / "results"
 SUITES = (
     "renderer",
+    "jinja-bombs",
     "gotemplate",
     "claims",
     "provisioning",
@@ -45,6 +47,7 @@ FULL = {
     "claims": (10_000, 1_000),
     "servicecatalog": 1_000,
     "renderer": 5.0,
+    "jinja-bombs": None,
     "gotemplate": 5.0,
     "cluster": None,
     "pulumi": None,
@@ -56,6 +59,7 @@ QUICK = {
     "claims": (1_000, 100),
     "servicecatalog": 20,
     "renderer": 0.5,
+    "jinja-bombs": None,
     "gotemplate": 0.5,
     "cluster": None,
     "pulumi": None,
@@ -80,6 +84,10 @@ def run_suites(
     if "renderer" in suites:
         log("renderer ...")
         results["renderer"] = renderer.run(sizes["renderer"])
+        record(results)
+    if "jinja-bombs" in suites:
+        log("jinja-bombs ...")
+        results["jinja-bombs"] = jinja_bombs.run()
         record(results)
     if "gotemplate" in suites:
         log("gotemplate ...")
@@ -247,6 +255,8 @@ def summary_markdown(results: dict[str, Any]) -> str:
             + f" (opbroker ÷ jinja2+yaml = {r['ratio_to_jinja2_yaml']}).",
             "",
         ]
+    if "jinja-bombs" in results:
+        lines += jinja_bombs.markdown(results["jinja-bombs"])
     if "gotemplate" in results:
         g = results["gotemplate"]
         lines += [

@@ -171,8 +171,19 @@ class ServiceEntryReconciler(ObservePlanAct[EntryFacts, EntryAction]):
 
 
 class PlanEntryReconciler(ServiceEntryReconciler):
+    """Also trial-renders each plan (:func:`check_plan`), once per generation: the verdict is remembered by the
+    plan's uid and generation, so a plan whose templates hit a limit (a memory bomb, a runaway loop) is
+    reported once and not rendered again on every event that brings it back (the controller's own status
+    write, a resync) until its spec changes. A verdict that may be the machine's (the Go renderer crashed) is
+    not remembered."""
+
     kind: ClassVar[str] = "plan"
     resource: ClassVar[Kind] = PLANS
+
+    def __init__(self, kube: Kube, renderer: Renderer, catalog: Catalog) -> None:
+        super().__init__(kube, renderer, catalog)
+        self._verdicts: dict[Key, tuple[tuple[Any, Any], Verdict]] = {}
+        self._verdicts_lock = threading.Lock()
 
     def holders(self, osb_id: str) -> list[tuple[str, str]]:
         return self.catalog.plan_holders(osb_id)
@@ -207,9 +218,23 @@ class PlanEntryReconciler(ServiceEntryReconciler):
         return [*actions, *ServiceEntryReconciler.plan(facts)]
 
     def verdict(self, body: dict[str, Any]) -> Verdict:
+        key, mark = Key(self.kind, *Catalog.key(body)), _mark(body)
+        with self._verdicts_lock:
+            known = self._verdicts.get(key)
+        if known is not None and known[0] == mark:
+            return known[1]
         try:
             model = SFPlan.model_validate(body)
         except ValidationError as exc:
             return catalog_status.plan_verdict("; ".join(field_errors(exc)))
-        findings = check_plan(model, self.renderer).errors
-        return catalog_status.plan_verdict(None, tuple(str(f) for f in findings))
+        check = check_plan(model, self.renderer)
+        verdict = catalog_status.plan_verdict(None, tuple(str(f) for f in check.errors))
+        if check.settled:
+            with self._verdicts_lock:
+                self._verdicts[key] = (mark, verdict)
+        return verdict
+
+    def gone(self, key: Key) -> Outcome:
+        with self._verdicts_lock:
+            self._verdicts.pop(key, None)
+        return super().gone(key)

@@ -22,6 +22,7 @@ from typing import Any
 
 from opbroker.api import SFPlan, TemplateAction, TemplateType
 from opbroker.rendering.errors import RenderError, RenderLimitError, TemplateSecurityError, TemplateSourceError
+from opbroker.rendering.goengine import EngineCrashed
 from opbroker.rendering.renderer import Renderer, RenderInputs
 
 PREVIEW_NAMESPACE = "preview"
@@ -42,6 +43,9 @@ class Finding:
 class PlanCheck:
     errors: tuple[Finding, ...] = ()
     warnings: tuple[Finding, ...] = field(default=())
+    settled: bool = True
+    """The findings follow from the plan alone, so checking the same spec again finds the same: False when a
+    finding may be the machine's (the Go renderer crashed or could not start, a template source failed)."""
 
     @property
     def ok(self) -> bool:
@@ -80,6 +84,8 @@ def sample_binding(plan: SFPlan) -> dict[str, Any]:
 
 
 FATAL = (TemplateSecurityError, RenderLimitError, TemplateSourceError)
+#: Failures that may be the machine's rather than the plan's: checking again can find otherwise.
+UNSETTLED = (EngineCrashed, TemplateSourceError)
 
 #: Every action rendered in a trial, and whether with a made-up binding too.
 TRIALS: tuple[tuple[TemplateAction, bool], ...] = (
@@ -107,6 +113,7 @@ def check_plan(plan: SFPlan, renderer: Renderer | None = None) -> PlanCheck:
     """Compile every template of ``plan``, then trial-render each action with a made-up request."""
     renderer = renderer or Renderer()
     errors: list[Finding] = []
+    settled = True
     position = {template.action: index for index, template in enumerate(plan.spec.templates)}
     for index, template in enumerate(plan.spec.templates):
         where = f"templates[{index}]"
@@ -116,8 +123,9 @@ def check_plan(plan: SFPlan, renderer: Renderer | None = None) -> PlanCheck:
             renderer.compile(plan, template)
         except RenderError as exc:
             errors.append(Finding(where, str(exc)))
+            settled = settled and not isinstance(exc, UNSETTLED)
     if errors:
-        return PlanCheck(errors=tuple(errors))
+        return PlanCheck(errors=tuple(errors), settled=settled)
 
     warnings: list[Finding] = []
     instance, binding = sample_instance(plan), sample_binding(plan)
@@ -134,6 +142,8 @@ def check_plan(plan: SFPlan, renderer: Renderer | None = None) -> PlanCheck:
             _render(renderer, plan, action, inputs)
         except FATAL as exc:
             errors.append(Finding(where, str(exc)))
+            settled = settled and not isinstance(exc, UNSETTLED)
         except RenderError as exc:
             warnings.append(Finding(where, f"trial render of {what} with a made-up request failed: {exc}"))
-    return PlanCheck(errors=tuple(errors), warnings=tuple(warnings))
+            settled = settled and not isinstance(exc, UNSETTLED)
+    return PlanCheck(errors=tuple(errors), warnings=tuple(warnings), settled=settled)

@@ -32,10 +32,17 @@ def _absent(value: Any) -> bool:
     return value is None or isinstance(value, Undefined)
 
 
+def _written(value: Any, what: str, *, indent: int = 0) -> int:
+    """Refuse a value whose text (JSON, YAML) would pass the render's output limit, before writing it."""
+    return state.current().budget.check_written(value, what, indent=indent)
+
+
 def b64enc(value: Any) -> str | None:
     """Base64 of the value's UTF-8 text (what Secret ``data`` wants)."""
     if _absent(value):
         return None
+    size = _written(value, "b64enc's input")
+    state.current().budget.check_size(-(-size // 3) * 4, "b64enc's result")
     text = value if isinstance(value, str) else json.dumps(plain(value))
     return base64.b64encode(text.encode("utf-8")).decode("ascii")
 
@@ -67,6 +74,7 @@ def to_yaml(value: Any) -> str | None:
     """The value as block YAML (no trailing newline), e.g. for a config file inside a ConfigMap."""
     if _absent(value):
         return None
+    _written(value, "toYaml's text", indent=2)
     dumped: str = yaml.safe_dump(plain(value), sort_keys=False, default_flow_style=False, allow_unicode=True)
     return dumped.removesuffix("\n...\n").rstrip("\n")
 
@@ -88,6 +96,7 @@ def to_json(value: Any) -> str | None:
     """Compact JSON text of the value."""
     if _absent(value):
         return None
+    _written(value, "toJson's text")
     return json.dumps(plain(value), separators=(",", ":"), ensure_ascii=False)
 
 
@@ -105,6 +114,7 @@ def from_json(text: Any) -> Any:
 
 def sha224(value: Any) -> str:
     """Hex sha224 of the value's UTF-8 text (how Service Fabrik shortens ids into Kubernetes names)."""
+    _written(value, "sha224's input")
     text = value if isinstance(value, str) else json.dumps(plain(value))
     return hashlib.sha224(text.encode("utf-8")).hexdigest()
 

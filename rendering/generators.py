@@ -140,6 +140,8 @@ def generate_certificate(
     if unknown:
         raise RenderError(f"{by}: unknown usage {unknown}; use server and/or client")
     dns = _names(dnsNames, by, "dnsNames")
+    # Each name is written into the certificate (DER, then PEM): sized before anything is encoded.
+    state.current().budget.check_size(sum(len(name) for name in dns), f"{by}: the dnsNames")
     try:
         ips = [ipaddress.ip_address(ip) for ip in _names(ipAddresses, by, "ipAddresses")]
     except ValueError as exc:

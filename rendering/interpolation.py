@@ -48,10 +48,17 @@ def finalize(context: Context, value: Any) -> str:
     ``{% set %}`` block) is resolved to plain text first: it becomes one string value, never structure.
     """
     current = state.current()
+    budget = current.budget
     if isinstance(value, str) and current.nonce in value.lower():
-        value = substitute_text(value, current)
-    current.budget.check_value(value, "an interpolated value")
+        # Its text is charged as it is built; the values in it were charged by their own ``{{ }}``.
+        value = substitute_text(value, current, built=True)
+        budget.check_written(value, "an interpolated value")
+    else:
+        # Charged here, not when the YAML is resolved: the slot keeps the value alive until then, so 300
+        # values of 1 MB made in a loop (``big ~ i``) are refused as they are made, not after.
+        budget.charge_output(budget.check_written(value, "an interpolated value"), "an interpolated value")
     current.slots.append(value)
+    current.prepaid.add(len(current.slots) - 1)
     return marker(current.nonce, len(current.slots) - 1)
 
 
@@ -83,15 +90,29 @@ def plain(value: Any) -> Any:
     return str(value)
 
 
-def substitute_text(text: str, current: state.RenderState) -> str:
+def substitute_text(text: str, current: state.RenderState, *, built: bool = False) -> str:
     """Replace every marker in ``text`` by its value's text, in one pass (values are never rescanned).
 
     Markers a filter mangled (``{% set s %}..{% endset %}{{ s | upper }}``) cannot be resolved; rather than
     leak marker debris into a manifest, that is an error whenever the nonce is still recognisable (any change
     of case, a lost prefix or suffix). Detection is best effort; safety is not: debris is template text, and
     a value still cannot get into the structure.
+
+    The result's size is known before it is built (each value's text is estimated), so it is refused past
+    the output limit first; see :meth:`~opbroker.rendering.limits.Budget.charge_output` for the account.
     """
     nonce, slots = current.nonce, current.slots
+    size, again, literal = len(text), 0, len(text)
+    for match in state.MARKER.finditer(text):
+        if match.group(1) == nonce:
+            index = int(match.group(2))
+            size += _text_size(current, slots[index]) - len(match.group(0))
+            literal -= len(match.group(0))
+            again += _charge(current, index)
+    current.budget.check_size(size, "a string with interpolated values")
+    # Values are charged once (by their ``{{ }}``) and again for each further copy; the text around them too
+    # when it is not the template's own (``built``: a macro's output or a set block put in ``{{ }}``).
+    current.budget.charge_output(again + (literal if built else 0), "a string with interpolated values")
     resolved = 0
 
     def one(match: re.Match[str]) -> str:
@@ -117,5 +138,25 @@ def resolve_scalar(text: str, *, plain_style: bool, current: state.RenderState) 
     if plain_style:
         whole = state.MARKER.fullmatch(text)
         if whole and whole.group(1) == current.nonce:
-            return plain(current.slots[int(whole.group(2))])
+            index = int(whole.group(2))
+            current.budget.charge_output(_charge(current, index), "an interpolated value")
+            return plain(current.slots[index])
     return substitute_text(text, current)
+
+
+def _charge(current: state.RenderState, index: int) -> int:
+    """What writing slot ``index`` into the output costs: nothing the first time (:func:`finalize` charged its
+    value), the size of its text each time after (a marker copied into several places writes it again)."""
+    if index in current.prepaid:
+        current.prepaid.discard(index)
+        return 0
+    return _text_size(current, current.slots[index])
+
+
+def _text_size(current: state.RenderState, value: Any) -> int:
+    """The size of :func:`as_text` of ``value``, estimated (:mod:`sizing`) rather than built."""
+    if isinstance(value, str):
+        return len(value)
+    if value is None or isinstance(value, Undefined):
+        return 0
+    return current.budget.size(value)

@@ -148,6 +148,13 @@ def prune(value: Any, *, limit: int) -> Any:
     return _prune(value, _Walk(limit))
 
 
+def prune_all(values: list[Any], *, limit: int) -> list[Any]:
+    """:func:`prune` for every document of one render, with ``limit`` bounding them together: the output is
+    one answer, and many documents each just under the limit are as large as one far over it."""
+    walk = _Walk(limit)
+    return [_prune(value, walk) for value in values]
+
+
 def _prune(value: Any, walk: _Walk) -> Any:
     if isinstance(value, dict):
         walk.count(1)

@@ -149,17 +149,21 @@ class Renderer:
             )
         instance_registry = self._instance_registry(inputs)
         if action is TemplateAction.PROVISION:
-            work = registry.Registry(instance_registry, writable=True)
+            work = registry.Registry(instance_registry, writable=True, max_bytes=self.limits.max_output_bytes)
             parameters = _spec_field(inputs.instance, "parameters")
         else:
-            work = registry.Registry(self._binding_registry(inputs, instance_registry), writable=True)
+            work = registry.Registry(
+                self._binding_registry(inputs, instance_registry),
+                writable=True,
+                max_bytes=self.limits.max_output_bytes,
+            )
             parameters = _spec_field(inputs.binding, "parameters")
         spec = plan.spec.template(action)
         objects: tuple[output.RenderedObject, ...] = ()
         if spec is not None:
 
             def parse(text: str, current: state.RenderState) -> tuple[output.RenderedObject, ...]:
-                documents = [self._pruned(d) for d in output.parse_documents(text, current)]
+                documents = output.prune_all(output.parse_documents(text, current), limit=self.limits.max_output_bytes)
                 return output.objects(documents, namespace=inputs.namespace, singleton=spec.singleton, adopt=spec.adopt)
 
             objects = self._render(plan, spec, inputs, work, parameters, parse)

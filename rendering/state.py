@@ -37,6 +37,9 @@ class RenderState:
     """Random per render, so a template (or a value) cannot forge an interpolation marker."""
     slots: list[Any] = field(default_factory=list)
     """The value of every ``{{ ... }}`` in output order; the text holds only markers pointing here."""
+    prepaid: set[int] = field(default_factory=set)
+    """Slots whose value was charged to the output when ``{{ }}`` produced it and whose marker has not been
+    resolved yet: resolving it the first time costs nothing more, any further time it does."""
     verbatim: bool = False
     """The rendered text holds the values themselves (Go's output has no markers), so an error message must
     never quote it: a credential could be on the line."""
