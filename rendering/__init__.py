@@ -14,8 +14,9 @@ Why it is shaped this way:
   persists; re-rendering the same instance is byte-identical.
 * **Plan authors are trusted less than the controller** (:mod:`.environment`, :mod:`.limits`): no Python
   internals, files or environment; bounded time and output.
-* **Pure**: no pulumi, no kubernetes client; URL fetching goes through an injectable :class:`Fetcher`; the default one
-  (:mod:`.fetching`) fetches https only from public addresses, within one deadline (:mod:`.urlpolicy`).
+* **Pure**: no pulumi, no kubernetes client; URL fetching goes through an injectable :class:`Fetcher`. The default
+  one (:mod:`.fetching`, the package's one network edge) connects only where its :class:`FetchPolicy` allows
+  (:mod:`.urlpolicy`), within one deadline.
 """
 
 from opbroker.rendering.errors import RenderError, RenderLimitError, TemplateSecurityError, TemplateSourceError
