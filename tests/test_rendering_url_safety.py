@@ -11,22 +11,29 @@ explicitly by the test's policy; a trap server on 127.0.0.1 that must never be r
   a stale cached body is fetched again once);
 * one deadline per fetch: a host dripping one byte at a time fails at the deadline, before it finishes;
 * ``*_PROXY`` variables are ignored, a configured proxy is used;
-* concurrent renders of one URL make one request; the cache is bounded in bytes.
+* concurrent renders of one URL make one request; the cache is bounded in bytes;
+* as a user meets it: ``opbroker validate`` refuses a plain-http plan, ``opbroker controller run`` a bad network.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
+import shutil
 import ssl
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pydantic
 import pytest
 import trustme
+import yaml
 
 from opbroker.api import SFPlan, TemplateAction, TemplateSpec
 from opbroker.rendering import FetchError, FetchPolicy, HttpFetcher, Limits, Renderer, RenderInputs, TemplateSourceError
@@ -392,3 +399,29 @@ def test_the_cache_is_bounded_in_bytes() -> None:
     for name in ("a", "b", "a", "c", "a", "b"):  # c pushes out the least recently used: b, not a
         text(name)
     assert fetched == ["https://t/a", "https://t/b", "https://t/c", "https://t/b"]
+
+
+# -- as a user meets it ---------------------------------------------------------------------------------------------
+
+OPBROKER = shutil.which("opbroker", path=str(Path(sys.executable).parent)) or "opbroker"
+
+
+def test_validate_refuses_a_plain_http_template_and_the_controller_a_bad_network(tmp_path: Path) -> None:
+    plan = url_plan("https://templates.example/p.yaml").to_manifest()
+    plan["spec"]["templates"][0]["url"] = "http://templates.example/p.yaml"
+    (tmp_path / "plan.yaml").write_text(yaml.safe_dump(plan))
+    validated = subprocess.run(
+        [OPBROKER, "validate", str(tmp_path / "plan.yaml")], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert validated.returncode == 1
+    assert "url http://templates.example/p.yaml is plain http: use https, or set allowHttp: true" in validated.stderr
+    started = subprocess.run(
+        [OPBROKER, "controller", "run", "--template-allow-network", "10.0.0/33"],
+        env={**os.environ, "COLUMNS": "300"},  # one line per message in the error box
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert started.returncode == 2
+    assert "'10.0.0/33' is not an IP network" in started.stderr
