@@ -48,6 +48,15 @@ class TemplateSpec(WireModel):
     content: str | None = None
     content_encoded: str | None = None
     url: str | None = Field(default=None, pattern=r"^https?://")
+    """Where the controller fetches the template (a helm template: its chart archive). ``https`` only, unless
+    ``allowHttp`` says otherwise; redirects stay on the same scheme and never lead into the cluster's own
+    networks (see the README's "Template URLs")."""
+    allow_http: bool = False
+    """Fetch ``url`` over plain ``http``. Off by default: anyone on the path could change what the controller
+    renders with the plan's rights. Pin the content with ``digest`` when you turn it on."""
+    digest: str | None = Field(default=None, pattern=r"^sha256:[0-9a-f]{64}$")
+    """The sha256 of ``url``'s content (``sha256:<64 hex digits>``): a fetched body with another digest is
+    refused and nothing is rendered, so a changed or tampered template never reaches the cluster."""
     singleton: bool = False
     """Objects rendered by a singleton template are shared by all instances of the plan: "already exists"
     is tolerated and the object gains an owner reference instead of being recreated."""
@@ -55,6 +64,17 @@ class TemplateSpec(WireModel):
     """Objects this template renders may already exist without opbroker having made them: adopt them (stamp
     them as the instance's or binding's own, and delete them with it). Without it, an existing object opbroker
     did not make for this owner is never taken over: the operation fails (reason ``ObjectNotOwned``)."""
+
+    @model_validator(mode="after")
+    def _url_options(self) -> TemplateSpec:
+        if self.url is not None and self.url.startswith("http://") and not self.allow_http:
+            raise ValueError(
+                f"url {self.url} is plain http: use https, or set allowHttp: true to accept that anyone on the "
+                "network path can change the template"
+            )
+        if self.url is None and (self.allow_http or self.digest is not None):
+            raise ValueError("allowHttp and digest apply to a url template only")
+        return self
 
     @model_validator(mode="after")
     def _one_source(self) -> TemplateSpec:

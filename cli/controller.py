@@ -92,12 +92,29 @@ def run(
     namespace_service_account: Annotated[
         str, typer.Option(help="The account, in a consumer's namespace, opbroker writes there as for no plan.")
     ] = NAMESPACE_SERVICE_ACCOUNT,
+    template_allow_network: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A network (CIDR) url templates may be fetched from although it is not public: loopback, "
+            "link-local, private (repeatable; default: public addresses only)."
+        ),
+    ] = None,
+    template_proxy: Annotated[
+        str | None,
+        typer.Option(help="The http(s) proxy url templates are fetched through (the *_PROXY variables are ignored)."),
+    ] = None,
 ) -> None:
     """Run the controller until interrupted."""
     if scheduler is not SchedulerName.DEFAULT and not multicluster:
         raise typer.BadParameter(f"the {scheduler.value} scheduler needs --multicluster", param_hint="--scheduler")
     from opbroker.controller.claims.settings import ClaimsSettings
     from opbroker.controller.running import run as run_controller
+    from opbroker.rendering.urlpolicy import FetchPolicy
+
+    try:
+        template_fetch = FetchPolicy.from_flags(template_allow_network or (), template_proxy)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--template-allow-network / --template-proxy") from None
 
     settings = ControllerSettings(
         namespace=namespace,
@@ -119,5 +136,6 @@ def run(
         impersonate=not single_tenant,
         default_plan_service_account=plan_service_account,
         namespace_service_account=namespace_service_account,
+        template_fetch=template_fetch,
     )
     run_controller(settings, kubeconfig=kubeconfig)

@@ -93,7 +93,12 @@ class TemplateArgs(TypedDict):
     content_encoded: NotRequired[str]
     """The template text, base64-encoded."""
     url: NotRequired[str]
-    """Where the controller fetches the template (http or https)."""
+    """Where the controller fetches the template: https (plain http only with ``allow_http``)."""
+    allow_http: NotRequired[bool]
+    """Fetch ``url`` over plain http: anyone on the network path could change the template, so pin it with
+    ``digest``."""
+    digest: NotRequired[str]
+    """``sha256:<hex>`` of ``url``'s content: a fetched body with another digest is refused, nothing is rendered."""
     file: NotRequired[str]
     """A local file with the template text, read at preview time (relative paths: see ``base_dir``)."""
     singleton: NotRequired[bool]

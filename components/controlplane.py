@@ -27,6 +27,7 @@ from opbroker.api import errors, selectors
 from opbroker.api.conventions import DEFAULT_NAMESPACE, DEFAULT_PLAN_SERVICE_ACCOUNT
 from opbroker.api.crd import all_crds
 from opbroker.components import rbac, resources
+from opbroker.rendering.urlpolicy import FetchPolicy
 
 CONTROL_PLANE_TYPE = "opbroker:index:ControlPlane"
 #: Port of the broker's OSB API, /healthz and /readyz.
@@ -95,6 +96,12 @@ class ControllerArgs(TypedDict):
     scheduler: NotRequired[str]
     """With ``multicluster``: ``default``, ``round-robin``, ``least-utilized``, ``label-selector`` or
     ``capacity-aware`` (``--scheduler``)."""
+    template_allow_networks: NotRequired[list[str]]
+    """Networks (CIDR) ``url`` templates may be fetched from although they are not public, e.g. the Service
+    network of an in-cluster template server (``--template-allow-network``; default: public addresses only)."""
+    template_proxy: NotRequired[str]
+    """The http(s) proxy ``url`` templates are fetched through (``--template-proxy``; default none: the
+    ``*_PROXY`` variables are never read)."""
 
 
 class BrokerAutoscalingArgs(TypedDict):
@@ -208,6 +215,20 @@ class Controller(_Settings):
     multicluster: bool = False
     single_tenant: bool = False
     scheduler: Literal["default", "round-robin", "least-utilized", "label-selector", "capacity-aware"] | None = None
+    template_allow_networks: list[str] = Field(default_factory=list)
+    template_proxy: str | None = None
+
+    @field_validator("template_allow_networks")
+    @classmethod
+    def _networks(cls, networks: list[str]) -> list[str]:
+        FetchPolicy.from_flags(networks)  # ValueError names the bad value
+        return networks
+
+    @field_validator("template_proxy")
+    @classmethod
+    def _proxy(cls, proxy: str | None) -> str | None:
+        FetchPolicy.from_flags(proxy=proxy)
+        return proxy
 
     @model_validator(mode="after")
     def _scheduler_needs_multicluster(self) -> "Controller":
@@ -230,6 +251,10 @@ class Controller(_Settings):
             flags += ["--scheduler", self.scheduler]
         if self.single_tenant:
             flags.append("--single-tenant")
+        for network in self.template_allow_networks:
+            flags += ["--template-allow-network", network]
+        if self.template_proxy is not None:
+            flags += ["--template-proxy", self.template_proxy]
         return flags
 
 

@@ -35,7 +35,7 @@ from opbroker.controller.reconciling import Deps, OwnWrites
 from opbroker.controller.servicecatalog.handlers import ServiceCatalog, register_service_catalog
 from opbroker.controller.settings import ControllerSettings
 from opbroker.controller.sources import SourceIndex, SourceWatchers
-from opbroker.rendering import Renderer
+from opbroker.rendering import HttpFetcher, Renderer
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ class Controller:
         memories = self.runtime.memories
         self.index = memories.keep(SourceIndex())
         self.watchers = SourceWatchers(self.kube, self.index, self.runtime.enqueue_threadsafe)
-        self.renderer = Renderer()
+        self.renderer = Renderer(fetcher=HttpFetcher(settings.template_fetch))
         deps = Deps(
             self.kube,
             self.catalog,

@@ -15,6 +15,7 @@ from opbroker.api.conventions import (
     catalog_namespaces,
 )
 from opbroker.controller.claims.settings import ClaimsSettings
+from opbroker.rendering.urlpolicy import FetchPolicy
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,9 @@ class ControllerSettings:
     """The account a plan that names none (``spec.serviceAccountName``) acts with, in the plan's namespace."""
     namespace_service_account: str = NAMESPACE_SERVICE_ACCOUNT
     """The account, in a consumer's namespace, that writes there for no plan (Flux's default service account)."""
+    template_fetch: FetchPolicy = field(default_factory=FetchPolicy)
+    """How ``url`` templates are fetched: the networks that may be fetched from although not public
+    (``--template-allow-network``), the proxy (``--template-proxy``); never the ``*_PROXY`` variables."""
     claims: ClaimsSettings = field(default_factory=ClaimsSettings)
     """The claims subsystem: SLA order, catalog environments, binding root, probe timeout, its workers."""
 

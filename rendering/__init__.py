@@ -14,19 +14,24 @@ Why it is shaped this way:
   persists; re-rendering the same instance is byte-identical.
 * **Plan authors are trusted less than the controller** (:mod:`.environment`, :mod:`.limits`): no Python
   internals, files or environment; bounded time and output.
-* **Pure**: no pulumi, no kubernetes client; URL fetching goes through an injectable :class:`Fetcher`.
+* **Pure**: no pulumi, no kubernetes client; URL fetching goes through an injectable :class:`Fetcher`. The default
+  one (:mod:`.fetching`, the package's one network edge) connects only where its :class:`FetchPolicy` allows
+  (:mod:`.urlpolicy`), within one deadline.
 """
 
 from opbroker.rendering.errors import RenderError, RenderLimitError, TemplateSecurityError, TemplateSourceError
+from opbroker.rendering.fetching import FetchError, HttpFetcher
 from opbroker.rendering.limits import Limits
-from opbroker.rendering.loading import Fetcher, FetchError, HttpFetcher
+from opbroker.rendering.loading import Fetcher
 from opbroker.rendering.output import RenderedObject
 from opbroker.rendering.registry import Registry, binding_registry, instance_registry
 from opbroker.rendering.renderer import Rendered, Renderer, RenderInputs
 from opbroker.rendering.status import SectionStatus, StatusResult
+from opbroker.rendering.urlpolicy import FetchPolicy
 
 __all__ = [
     "FetchError",
+    "FetchPolicy",
     "Fetcher",
     "HttpFetcher",
     "Limits",

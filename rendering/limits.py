@@ -36,8 +36,10 @@ class Limits:
     ``timeout`` is wall time for one render (template, YAML parsing and post-processing);
     ``max_output_bytes`` bounds the rendered text, every string/list built on the way (in bytes of text, see
     :mod:`sizing`), everything written into the objects and everything written into the registry;
-    ``max_template_bytes`` bounds a template's source (inline, decoded or fetched); ``fetch_timeout`` and
-    ``url_cache_ttl`` govern ``url`` templates; ``max_int_bits`` stops arithmetic on giant integers.
+    ``max_template_bytes`` bounds a template's source (inline, decoded or fetched); ``fetch_timeout`` is the one
+    deadline of a ``url`` fetch (DNS, connect, TLS, redirects and body together), ``url_cache_ttl`` how long a
+    fetched body is reused and ``url_cache_bytes`` how much fetched text is kept at most; ``max_int_bits`` stops
+    arithmetic on giant integers.
     """
 
     timeout: float = 2.0
@@ -45,6 +47,7 @@ class Limits:
     max_template_bytes: int = 1 << 20
     fetch_timeout: float = 10.0
     url_cache_ttl: float = 300.0
+    url_cache_bytes: int = 32 << 20
     max_int_bits: int = 4096
 
 

@@ -1,59 +1,53 @@
-"""Getting a template's text: inline ``content``, base64 ``contentEncoded``, or an http(s) ``url``.
+"""Getting a template's text: inline ``content``, base64 ``contentEncoded``, or an https ``url``.
 
-URL templates are fetched through a :class:`Fetcher`, a one-method protocol so the controller can plug in its
-own client (proxy, CA bundle) and tests can serve templates from a loopback server. The default,
-:class:`HttpFetcher`, bounds the request in time and size. Fetched text is cached in memory per URL for
-``Limits.url_cache_ttl`` seconds, so a controller rendering thousands of instances fetches each template once
-and still sees an updated template within minutes. Failures are not cached.
+URL templates are fetched through a :class:`Fetcher`, a one-method protocol so tests can plug in their own; the
+default, :class:`fetching.HttpFetcher`, bounds the fetch in time, bytes and destination. Here, above any fetcher:
+
+* **Cache.** Fetched bodies are kept per URL for ``Limits.url_cache_ttl`` seconds, at most
+  ``Limits.url_cache_bytes`` in all (least recently used go first), so a controller rendering thousands of
+  instances fetches each template once and still sees an updated template within minutes. Failures are not
+  cached.
+* **One fetch per URL at a time.** Renders that miss the cache together wait for the one fetch in flight and
+  share its outcome, so a burst of renders is one request, not one per worker.
+* **Digest.** A template with ``digest: sha256:...`` is rendered only from a body with that digest; a cached body
+  with another digest is fetched again once (the template may have been updated with its plan), then refused.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import concurrent.futures
+import hashlib
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 from opbroker.api.catalog import TemplateSpec, TemplateType
 from opbroker.rendering.errors import TemplateSourceError
+from opbroker.rendering.fetching import FetchError, HttpFetcher
 from opbroker.rendering.limits import Limits
 
-
-class FetchError(Exception):
-    """A fetcher could not deliver the document: unreachable, an HTTP error, too large, not text."""
+__all__ = ["FetchError", "Fetcher", "HttpFetcher", "TemplateTexts", "label"]
 
 
 class Fetcher(Protocol):
-    """Fetches a template over http(s). Implementations raise :class:`FetchError` with a readable reason."""
+    """Fetches a template over http(s). Implementations raise :class:`FetchError` with a readable reason, and
+    return within ``timeout`` seconds in all."""
 
     def fetch(self, url: str, *, timeout: float, max_bytes: int) -> bytes: ...
 
 
-class HttpFetcher:
-    """The default fetcher: one GET with httpx, redirects followed, body streamed and cut off at ``max_bytes``."""
+@dataclass(frozen=True)
+class _Fetched:
+    """A fetched body, when it was fetched and its digest (``sha256:<hex>``)."""
 
-    def fetch(self, url: str, *, timeout: float, max_bytes: int) -> bytes:
-        import httpx  # imported on first use: most plans inline their templates
-
-        try:
-            with httpx.stream("GET", url, timeout=timeout, follow_redirects=True) as response:
-                if response.status_code != 200:
-                    raise FetchError(f"HTTP {response.status_code} {response.reason_phrase}")
-                declared = response.headers.get("content-length")
-                if declared is not None and declared.isdigit() and int(declared) > max_bytes:
-                    raise FetchError(f"the template is {declared} bytes, over the limit of {max_bytes}")
-                body = bytearray()
-                for chunk in response.iter_bytes():
-                    body += chunk
-                    if len(body) > max_bytes:
-                        raise FetchError(f"the template is larger than the limit of {max_bytes} bytes")
-                return bytes(body)
-        except httpx.TimeoutException:
-            raise FetchError(f"no answer within {timeout:g}s") from None
-        except httpx.HTTPError as exc:
-            raise FetchError(f"unreachable ({type(exc).__name__}: {exc})") from None
+    at: float
+    body: bytes
+    digest: str
 
 
 def label(spec: TemplateSpec) -> str:
@@ -68,13 +62,15 @@ def label(spec: TemplateSpec) -> str:
 
 
 class TemplateTexts:
-    """Resolves a :class:`TemplateSpec` to its source text; thread-safe, with the URL cache."""
+    """Resolves a :class:`TemplateSpec` to its source text; thread-safe, with the URL cache and single flight."""
 
     def __init__(self, fetcher: Fetcher, limits: Limits, clock: Callable[[], float] = time.monotonic) -> None:
         self._fetcher = fetcher
         self._limits = limits
         self._clock = clock
-        self._cache: dict[str, tuple[float, bytes]] = {}
+        self._cache: OrderedDict[str, _Fetched] = OrderedDict()
+        self._cached_bytes = 0
+        self._in_flight: dict[str, concurrent.futures.Future[_Fetched]] = {}
         self._lock = threading.Lock()
 
     def text(self, spec: TemplateSpec) -> str:
@@ -87,7 +83,11 @@ class TemplateTexts:
             except (binascii.Error, UnicodeDecodeError) as exc:
                 raise TemplateSourceError(f"contentEncoded is not base64 of UTF-8 text ({exc})") from None
         assert spec.url is not None  # TemplateSpec guarantees exactly one source
-        return self._fetched(spec.url)
+        body = self._fetched(spec.url, spec.digest)
+        try:
+            return body.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise TemplateSourceError(f"cannot fetch {spec.url}: the body is not UTF-8 text ({exc})") from None
 
     def values_template(self, spec: TemplateSpec) -> str:
         """A helm template's values template (``content``), or "" when the chart's defaults are enough."""
@@ -106,7 +106,7 @@ class TemplateTexts:
                 )
             return raw
         assert spec.url is not None  # TemplateSpec guarantees a chart source for helm
-        return self._fetched_bytes(spec.url)
+        return self._fetched(spec.url, spec.digest)
 
     def _bounded(self, text: str, what: str) -> str:
         if len(text) > self._limits.max_template_bytes:
@@ -115,29 +115,70 @@ class TemplateTexts:
             )
         return text
 
-    def _fetched(self, url: str) -> str:
-        body = self._fetched_bytes(url)
-        try:
-            return body.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise TemplateSourceError(f"cannot fetch {url}: the body is not UTF-8 text ({exc})") from None
-
-    def _fetched_bytes(self, url: str) -> bytes:
-        now = self._clock()
+    def _fetched(self, url: str, digest: str | None) -> bytes:
+        """The body of ``url``: from the cache, from the fetch in flight, or fetched; checked against ``digest``."""
         with self._lock:
             cached = self._cache.get(url)
-        if cached is not None and now - cached[0] < self._limits.url_cache_ttl:
-            return cached[1]
-        try:
-            body = self._fetcher.fetch(
-                url, timeout=self._limits.fetch_timeout, max_bytes=self._limits.max_template_bytes
+            usable = (
+                cached is not None
+                and self._clock() - cached.at < self._limits.url_cache_ttl
+                and digest in (None, cached.digest)
             )
-        except FetchError as exc:
-            raise TemplateSourceError(f"cannot fetch {url}: {exc}") from None
-        if len(body) > self._limits.max_template_bytes:
+            if cached is not None and usable:
+                self._cache.move_to_end(url)
+                return cached.body
+            flight = self._in_flight.get(url)
+            leader = flight is None
+            if flight is None:
+                flight = self._in_flight[url] = concurrent.futures.Future()
+        fetched = self._fetch_once(url, flight) if leader else self._join(url, flight)
+        if digest is not None and fetched.digest != digest:
             raise TemplateSourceError(
-                f"cannot fetch {url}: the template is larger than the limit of {self._limits.max_template_bytes} bytes"
+                f"cannot use {url}: its content has digest {fetched.digest}, the template requires {digest}; "
+                "nothing was rendered"
             )
+        return fetched.body
+
+    def _fetch_once(self, url: str, flight: concurrent.futures.Future[_Fetched]) -> _Fetched:
+        """Fetch ``url`` for every render waiting on ``flight``, and cache the body."""
+        limit = self._limits.max_template_bytes
+        try:
+            try:
+                body = self._fetcher.fetch(url, timeout=self._limits.fetch_timeout, max_bytes=limit)
+            except FetchError as exc:
+                raise TemplateSourceError(f"cannot fetch {url}: {exc}") from None
+            if len(body) > limit:
+                raise TemplateSourceError(f"cannot fetch {url}: the template is larger than the limit of {limit} bytes")
+            fetched = _Fetched(self._clock(), body, "sha256:" + hashlib.sha256(body).hexdigest())
+        except BaseException as exc:
+            with self._lock:
+                del self._in_flight[url]
+            flight.set_exception(exc)
+            raise
         with self._lock:
-            self._cache[url] = (now, body)
-        return body
+            del self._in_flight[url]
+            self._store(url, fetched)
+        flight.set_result(fetched)
+        return fetched
+
+    def _join(self, url: str, flight: concurrent.futures.Future[_Fetched]) -> _Fetched:
+        """Wait for another render's fetch of ``url`` (bounded: a fetcher answers within its timeout)."""
+        try:
+            return flight.result(timeout=self._limits.fetch_timeout + 1.0)
+        except concurrent.futures.TimeoutError:
+            raise TemplateSourceError(f"cannot fetch {url}: no answer within {self._limits.fetch_timeout:g}s") from None
+        except TemplateSourceError as exc:
+            raise TemplateSourceError(str(exc)) from None  # a fresh error: the leader's traceback is its own
+
+    def _store(self, url: str, fetched: _Fetched) -> None:
+        """Cache ``fetched`` (lock held), dropping the least recently used bodies past ``url_cache_bytes``."""
+        old = self._cache.pop(url, None)
+        if old is not None:
+            self._cached_bytes -= len(old.body)
+        if len(fetched.body) > self._limits.url_cache_bytes:
+            return
+        self._cache[url] = fetched
+        self._cached_bytes += len(fetched.body)
+        while self._cached_bytes > self._limits.url_cache_bytes:
+            _, dropped = self._cache.popitem(last=False)
+            self._cached_bytes -= len(dropped.body)

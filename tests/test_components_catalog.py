@@ -131,8 +131,8 @@ def test_sfplan_registers_the_validated_plan_in_wire_spelling() -> None:
         "schemas": {"service_instance": {"create": {"parameters": {"type": "object"}}}},
         "context": {"diskGB": 10},
         "templates": [
-            {**PROVISION_TEMPLATE, "singleton": False, "adopt": False},
-            {**STATUS_TEMPLATE, "singleton": False, "adopt": False},
+            {**PROVISION_TEMPLATE, "allowHttp": False, "singleton": False, "adopt": False},
+            {**STATUS_TEMPLATE, "allowHttp": False, "singleton": False, "adopt": False},
         ],
     }
 
@@ -164,10 +164,21 @@ def test_sfplan_reads_templates_from_files(tmp_path: Path) -> None:
         "action": "provision",
         "type": "jinja2",
         "content": "kind: postgresql\nname: {{ instance.metadata.name }}\n",
+        "allowHttp": False,
         "singleton": False,
         "adopt": False,
     }
     assert templates[1]["content"] == "x: 1"
+
+
+def test_sfplan_passes_a_url_templates_digest_and_http_opt_in() -> None:
+    digest = "sha256:" + "ab" * 32
+    template = {"action": "provision", "url": "http://templates.internal/p.yaml", "allow_http": True, "digest": digest}
+
+    mocks = run(lambda: SFPlan("pg-small", plan_args(templates=[template])).plan_id)
+
+    (sent,) = mocks.one(PLAN_CR, "pg-small").plain_inputs()["spec"]["templates"]
+    assert (sent["url"], sent["allowHttp"], sent["digest"]) == (template["url"], True, digest)
 
 
 def test_children_wait_for_what_the_component_waits_for() -> None:
@@ -208,6 +219,12 @@ BAD_PLANS = [
         id="duplicate-action",
     ),
     pytest.param({"templates": [{"action": "bind"}]}, "templates[0]", id="no-source"),
+    pytest.param({"templates": [{"action": "bind", "url": "http://t.example/b"}]}, "templates[0]", id="plain-http"),
+    pytest.param(
+        {"templates": [{"action": "bind", "url": "https://t.example/b", "digest": "sha256:00"}]},
+        "templates[0].digest",
+        id="digest",
+    ),
     pytest.param({"maximum_polling_duration": 0}, "maximum_polling_duration", id="polling"),
     pytest.param({"object_name": "Bad_Name"}, "object_name", id="object-name"),
     # Rendered offline at preview: a template that cannot work fails before rollout.

@@ -512,6 +512,8 @@ def test_settings_are_configurable() -> None:
                 "max_operation_seconds": 900,
                 "multicluster": True,
                 "scheduler": "least-utilized",
+                "template_allow_networks": ["10.96.0.0/12"],
+                "template_proxy": "http://egress.proxy:3128",
             },
             "broker": {
                 "username": "cf",
@@ -531,7 +533,8 @@ def test_settings_are_configurable() -> None:
     assert container["command"][:5] == ["opbroker", "controller", "run", "--namespace", "platform"]
     assert container["command"][7:] == [
         "--workers", "16", "--error-threshold", "5", "--max-operation-seconds", "900", "--multicluster",
-        "--scheduler", "least-utilized",
+        "--scheduler", "least-utilized", "--template-allow-network", "10.96.0.0/12",
+        "--template-proxy", "http://egress.proxy:3128",
     ]  # fmt: skip
     assert controller["spec"]["template"]["spec"]["imagePullSecrets"] == [{"name": "regcred"}]
     zone = controller["spec"]["template"]["spec"]["topologySpreadConstraints"][0]
@@ -615,6 +618,8 @@ def test_custom_resources_created_after_the_control_plane_wait_for_its_crds() ->
         ({"controller": {"workers": 0}}, "controller.workers"),
         ({"controller": {"scheduler": "round-robin"}}, "controller"),
         ({"controller": {"multicluster": True, "scheduler": "random"}}, "controller.scheduler"),
+        ({"controller": {"template_allow_networks": ["10.0.0.0/33"]}}, "controller.template_allow_networks"),
+        ({"controller": {"template_proxy": "socks5://p:1080"}}, "controller.template_proxy"),
         ({"broker": {"service_type": "Ingress"}}, "broker.service_type"),
         ({"broker": {"allowed_namespaces": ["Team_A"]}}, "broker.allowed_namespaces[0]"),
         ({"broker": {"allowed_namespace_selector": "tenant in (a"}}, "broker.allowed_namespace_selector"),

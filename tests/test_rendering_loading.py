@@ -1,10 +1,10 @@
 """Where template text comes from: inline, base64, or fetched over HTTP (a real server on 127.0.0.1).
 
 Aspects covered: ``contentEncoded`` decoding and its errors; ``url`` templates fetched by the default
-:class:`HttpFetcher` from a loopback ``http.server`` — served, cached (one request for many renders),
-refreshed after the TTL, and refused clearly when unreachable, failing with an HTTP error, too large
-(declared or streamed) or not UTF-8; a custom fetcher plugged in through the protocol; the size limit on
-inline templates.
+:class:`HttpFetcher` from a loopback ``http.server`` (its network allowed, plain http opted into) — served,
+cached (one request for many renders), refreshed after the TTL, and refused clearly when unreachable, failing
+with an HTTP error, too large (declared or streamed) or not UTF-8; a custom fetcher plugged in through the
+protocol; the size limit on inline templates.
 """
 
 from __future__ import annotations
@@ -19,11 +19,25 @@ from typing import Any, ClassVar
 import pytest
 
 from opbroker.api import SFPlan, TemplateAction, TemplateSpec
-from opbroker.rendering import FetchError, HttpFetcher, Limits, Renderer, RenderInputs, TemplateSourceError
+from opbroker.rendering import (
+    FetchError,
+    FetchPolicy,
+    HttpFetcher,
+    Limits,
+    Renderer,
+    RenderInputs,
+    TemplateSourceError,
+)
 from opbroker.rendering.loading import TemplateTexts
 
 TEMPLATE = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ instance.metadata.name }}\n"
 INPUTS = RenderInputs(instance={"metadata": {"name": "from-url"}, "spec": {}}, default_namespace="n")
+#: The test server is on loopback, which the default policy refuses: its network is allowed by name.
+LOOPBACK = FetchPolicy.from_flags(["127.0.0.1/32"])
+
+
+def loopback_renderer() -> Renderer:
+    return Renderer(fetcher=HttpFetcher(LOOPBACK))
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -71,14 +85,14 @@ def url_plan(url: str) -> SFPlan:
                 "id": "p",
                 "description": "d",
                 "serviceId": "s",
-                "templates": [{"action": "provision", "type": "jinja2", "url": url}],
+                "templates": [{"action": "provision", "type": "jinja2", "url": url, "allowHttp": True}],
             },
         }
     )
 
 
 def test_a_url_template_is_fetched_over_http_and_cached(server: str) -> None:
-    renderer = Renderer()
+    renderer = loopback_renderer()
     _Handler.hits.clear()
     for _ in range(5):
         rendered = renderer.render_objects(url_plan(f"{server}/template.yaml"), TemplateAction.PROVISION, INPUTS)
@@ -88,8 +102,10 @@ def test_a_url_template_is_fetched_over_http_and_cached(server: str) -> None:
 
 def test_the_cache_expires(server: str) -> None:
     now = [0.0]
-    texts = TemplateTexts(HttpFetcher(), Limits(url_cache_ttl=60), clock=lambda: now[0])
-    spec = TemplateSpec.model_validate({"action": "provision", "type": "jinja2", "url": f"{server}/template.yaml"})
+    texts = TemplateTexts(HttpFetcher(LOOPBACK), Limits(url_cache_ttl=60), clock=lambda: now[0])
+    spec = TemplateSpec.model_validate(
+        {"action": "provision", "type": "jinja2", "url": f"{server}/template.yaml", "allowHttp": True}
+    )
     _Handler.hits.clear()
     texts.text(spec)
     now[0] = 59
@@ -118,7 +134,7 @@ def _closed_port() -> int:
 )
 def test_fetch_failures_are_clear(server: str, path: str, message: str) -> None:
     with pytest.raises(TemplateSourceError) as caught:
-        Renderer().render_objects(url_plan(f"{server}{path}"), TemplateAction.PROVISION, INPUTS)
+        loopback_renderer().render_objects(url_plan(f"{server}{path}"), TemplateAction.PROVISION, INPUTS)
     text = str(caught.value)
     assert f"cannot fetch {server}{path}: " in text and message in text
     assert text.startswith(f"plan 'remote', action 'provision', template provision ({server}{path})")
@@ -127,7 +143,7 @@ def test_fetch_failures_are_clear(server: str, path: str, message: str) -> None:
 def test_an_unreachable_url_is_a_clear_error() -> None:
     url = f"http://127.0.0.1:{_closed_port()}/template.yaml"
     with pytest.raises(TemplateSourceError, match=f"cannot fetch {url}: unreachable"):
-        Renderer().render_objects(url_plan(url), TemplateAction.PROVISION, INPUTS)
+        loopback_renderer().render_objects(url_plan(url), TemplateAction.PROVISION, INPUTS)
 
 
 def test_an_oversize_body_without_a_trusted_length_is_cut_off(server: str) -> None:
@@ -145,7 +161,7 @@ def test_an_oversize_body_without_a_trusted_length_is_cut_off(server: str) -> No
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     try:
         with pytest.raises(FetchError, match="larger than the limit of 100000 bytes"):
-            HttpFetcher().fetch(f"http://127.0.0.1:{httpd.server_address[1]}/", timeout=5, max_bytes=100_000)
+            HttpFetcher(LOOPBACK).fetch(f"http://127.0.0.1:{httpd.server_address[1]}/", timeout=5, max_bytes=100_000)
     finally:
         httpd.shutdown()
         httpd.server_close()
