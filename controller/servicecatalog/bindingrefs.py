@@ -9,6 +9,7 @@ webhook's event loop.
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -29,11 +30,11 @@ class BindingRef:
     def of(cls, binding: Mapping[str, Any]) -> BindingRef:
         meta = binding.get("metadata") or {}
         ref = (binding.get("spec") or {}).get("instanceRef") or {}
-        namespace = str(meta.get("namespace") or "")
+        namespace = sys.intern(str(meta.get("namespace") or ""))  # namespaces repeat: one copy each
         return cls(
             namespace=namespace,
             name=str(meta.get("name") or ""),
-            instance_namespace=str(ref.get("namespace") or namespace),
+            instance_namespace=sys.intern(str(ref.get("namespace") or namespace)),
             instance_name=str(ref.get("name") or ""),
         )
 
