@@ -10,17 +10,20 @@ shows as a ``deletionTimestamp`` instead of a vanished object.
 3. The rights the ControlPlane renders are enough to register the webhook, and no more: as a ServiceAccount
    holding exactly the rendered ClusterRole and Role, the controller's code makes the shared Secret and fills
    in the CA of the configuration the component renders, and cannot patch another configuration or Secret.
+4. Every ``opbroker controller run --webhook-port`` replica serves it, a standby too (the CLI's wiring).
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime
 import socket
 import ssl
 import threading
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,7 +33,10 @@ from kubernetes.client.exceptions import ApiException
 from opbroker.api import webhooks
 from opbroker.controller.servicecatalog import webhook
 from opbroker.controller.servicecatalog.reviewserver import Limits
-from tests.controller_support import wait_for
+from opbroker.devcluster import ControlPlane
+from opbroker.devcluster.controlplane import free_ports
+from opbroker.devcluster.processes import Process
+from tests.controller_support import OPBROKER, wait_for
 from tests.servicecatalog_support import GROUP, VERSION, custom, get, refused_by_webhook, webhook_serving
 from tests.tenancy_support import ensure_service_account, service_account_client
 
@@ -269,3 +275,62 @@ def test_the_rights_the_control_plane_renders_are_enough_to_register_the_webhook
         ):
             with contextlib.suppress(ApiException):
                 call()
+
+
+def test_every_controller_replica_serves_the_webhook_standbys_included(
+    api_client: client.ApiClient,
+    namespace: str,
+    control_plane: ControlPlane,
+    tmp_path: Path,
+) -> None:
+    """Two ``opbroker controller run --webhook-port`` processes that both stay standby (another holder keeps the
+    Lease, so neither runs kopf): each serves the webhook with the one CA, and the API server's reviews reach
+    them. The CLI's wiring (flags, background start, registration) end to end."""
+    configuration = f"opbroker-test-{namespace}"
+    leases = client.CoordinationV1Api(api_client)
+    leases.create_namespaced_lease(
+        namespace,
+        {
+            "metadata": {"name": "opbroker-controller"},
+            "spec": {
+                "holderIdentity": "someone-else",
+                "leaseDurationSeconds": 3600,
+                "renewTime": datetime.datetime.now(datetime.UTC).isoformat().replace("+00:00", "Z"),
+            },
+        },
+    )
+    processes = []
+    for index, port in enumerate(free_ports(2)):
+        command = [
+            str(OPBROKER), "controller", "run", "--kubeconfig", str(control_plane.kubeconfig),
+            "--namespace", namespace, "--webhook-port", str(port), "--webhook-configuration", configuration,
+        ]  # fmt: skip
+        processes.append((port, Process(f"controller-{index}", command, tmp_path)))
+    try:
+        for _, process in processes:
+            process.start()
+        registered = wait_for(lambda: webhook.registered_ca(api_client, configuration), 60, "a registration")
+        for port, process in processes:
+            context = ssl.create_default_context(cadata=registered.decode())
+
+            def verified(port: int = port, context: ssl.SSLContext = context) -> bool:
+                try:
+                    with (
+                        socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+                        context.wrap_socket(raw, server_hostname="127.0.0.1"),
+                    ):
+                        return True
+                except OSError:
+                    return False
+
+            assert wait_for(verified, 60, f"{process.name} to serve with the registered CA"), process.tail()
+        held_instance(api_client, namespace, "guarded")
+        with released(api_client, namespace, "guarded"):
+            binding(api_client, namespace, "user", "guarded")
+            message = wait_for(lambda: refused_by_webhook(api_client, namespace, "guarded"), 30, "a refusal")
+            assert f"{namespace}/user" in message
+    finally:
+        for _, process in processes:
+            process.stop()
+        with contextlib.suppress(ApiException):
+            client.AdmissionregistrationV1Api(api_client).delete_validating_webhook_configuration(configuration)
