@@ -57,7 +57,7 @@ def service_hosts(namespace: str, service: str) -> list[str]:
 
 
 def answer(refs: BindingRefs, body: bytes) -> tuple[int, bytes]:
-    """The HTTP status and body for an AdmissionReview ``body``, from ``refs`` (never a listing). Pure."""
+    """The HTTP status and body for an AdmissionReview ``body``, from ``refs`` (never a listing); no I/O."""
     if not refs.synced:
         return 503, json.dumps({"error": "the Bindings are not listed yet"}).encode()
     try:
@@ -152,8 +152,10 @@ class Webhook:
             step()
         except ApiException as exc:
             logger.warning("the webhook's certificate or registration could not be refreshed (HTTP %s)", exc.status)
+        except LookupError as exc:  # our own: the configuration is not there (yet)
+            logger.warning("the webhook could not be registered: %s", exc)
         except Exception as exc:
-            logger.warning("the webhook's certificate or registration could not be refreshed (%s)", exc)
+            logger.warning("the webhook's certificate or registration could not be refreshed (%s)", type(exc).__name__)
         else:
             return True
         return False
