@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from opbroker.api import webhooks
 from opbroker.api.conventions import DEFAULT_NAMESPACE, DEFAULT_PLAN_SERVICE_ACCOUNT, NAMESPACE_SERVICE_ACCOUNT
 from opbroker.controller.multicluster.scheduling import SchedulerName
 from opbroker.controller.settings import ControllerSettings
@@ -73,6 +74,19 @@ def run(
         str | None,
         typer.Option(help="Where the API server reaches the webhook (default https://127.0.0.1:<webhook-port>)."),
     ] = None,
+    webhook_service: Annotated[
+        str | None,
+        typer.Option(
+            help="In-cluster: the Service (in --namespace, port 443) the API server reaches the webhook through; "
+            "the ValidatingWebhookConfiguration exists (the ControlPlane creates it), only its caBundle is set."
+        ),
+    ] = None,
+    webhook_configuration: Annotated[
+        str, typer.Option(help="Name of the webhook's ValidatingWebhookConfiguration.")
+    ] = webhooks.CONFIGURATION,
+    webhook_secret: Annotated[
+        str, typer.Option(help="Secret (in --namespace) with the webhook's CA and certificate, shared by replicas.")
+    ] = webhooks.SECRET,
     sla_order: Annotated[
         str | None, typer.Option(help="Claims: SLA names best first, comma-separated (default L1,L2,L3).")
     ] = None,
@@ -132,6 +146,9 @@ def run(
         max_operation_seconds=max_operation_seconds,
         webhook_port=webhook_port,
         webhook_url=webhook_url,
+        webhook_service=webhook_service,
+        webhook_configuration=webhook_configuration,
+        webhook_secret=webhook_secret,
         claims=ClaimsSettings.from_flags(sla_order=sla_order, environments=catalog_environment),
         impersonate=not single_tenant,
         default_plan_service_account=plan_service_account,

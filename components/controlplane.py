@@ -12,6 +12,10 @@ credentials from ``OPBROKER_BROKER_USERNAME`` / ``OPBROKER_BROKER_PASSWORD`` (fi
 Secret). The controller runs ``opbroker controller run --namespace <ns> --metrics-port 9090``, campaigns for
 the Lease ``opbroker-controller`` in ``<ns>`` and serves ``/metrics``, ``/healthz`` and ``/readyz`` on 9090; a
 leader that loses its lease, or whose kopf loop stops, exits (so the pod restarts).
+Every controller replica (leader or not) also serves the Service Catalog admission webhook on 9443 (``--webhook-*``
+flags) behind the Service ``opbroker-controller-webhook``; the component registers the
+ValidatingWebhookConfiguration ``opbroker-servicecatalog-<ns>`` without a CA, and the controller fills in the CA
+it keeps in the Secret ``opbroker-webhook-tls`` (``controller.webhook``, default true).
 
 No ``from __future__ import annotations`` here: the component provider reads these annotations at run time.
 """
@@ -23,7 +27,7 @@ import pulumi_kubernetes as k8s
 import pulumi_random
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from opbroker.api import errors, selectors
+from opbroker.api import errors, selectors, webhooks
 from opbroker.api.conventions import DEFAULT_NAMESPACE, DEFAULT_PLAN_SERVICE_ACCOUNT
 from opbroker.api.crd import all_crds
 from opbroker.components import rbac, resources
@@ -34,6 +38,8 @@ CONTROL_PLANE_TYPE = "opbroker:index:ControlPlane"
 PORT = 8080
 #: Port of the controller's Prometheus metrics (and of its liveness check).
 METRICS_PORT = 9090
+#: Container port of the controller's admission webhook (HTTPS; the Service listens on ``webhooks.SERVICE_PORT``).
+WEBHOOK_PORT = 9443
 ZONE_KEY = "topology.kubernetes.io/zone"
 HOST_KEY = "kubernetes.io/hostname"
 #: Non-root user the containers run as (the conventional "nonroot" uid of distroless images).
@@ -102,6 +108,11 @@ class ControllerArgs(TypedDict):
     template_proxy: NotRequired[str]
     """The http(s) proxy ``url`` templates are fetched through (``--template-proxy``; default none: the
     ``*_PROXY`` variables are never read)."""
+    webhook: NotRequired[bool]
+    """Serve the Service Catalog admission webhook that refuses deleting an Instance with Bindings (default
+    true): a Service for the controller's webhook port, the ValidatingWebhookConfiguration pointing at it, and
+    the rights to fill in its CA (that one configuration, by name) and keep the CA in a Secret of the namespace.
+    False: such a deletion is accepted and held by the finalizer until the Bindings are gone."""
 
 
 class BrokerAutoscalingArgs(TypedDict):
@@ -217,6 +228,7 @@ class Controller(_Settings):
     scheduler: Literal["default", "round-robin", "least-utilized", "label-selector", "capacity-aware"] | None = None
     template_allow_networks: list[str] = Field(default_factory=list)
     template_proxy: str | None = None
+    webhook: bool = True
 
     @field_validator("template_allow_networks")
     @classmethod
@@ -352,6 +364,20 @@ class Names:
         self.plan_account = DEFAULT_PLAN_SERVICE_ACCOUNT
         self.plan_cluster_role = f"opbroker:{namespace}:{DEFAULT_PLAN_SERVICE_ACCOUNT}"
         self.broker_cluster_role = f"opbroker:{namespace}:broker"
+        self.webhook = "opbroker-controller-webhook"
+        """The webhook's Service, Role and RoleBinding."""
+        self.webhook_configuration = f"opbroker-servicecatalog-{namespace}"
+        self.webhook_secret = webhooks.SECRET
+
+
+def webhook_flags(names: Names) -> list[str]:
+    """The ``opbroker controller run`` flags that serve the webhook behind the ControlPlane's Service."""
+    return [
+        "--webhook-port", str(WEBHOOK_PORT),
+        "--webhook-service", names.webhook,
+        "--webhook-configuration", names.webhook_configuration,
+        "--webhook-secret", names.webhook_secret,
+    ]  # fmt: skip
 
 
 def selector_labels(component: str) -> dict[str, str]:
@@ -570,7 +596,11 @@ class ControlPlane(pulumi.ComponentResource):
             metadata=meta(names.controller_cluster_role, "controller", namespaced=False),
             rules=[
                 r.to_manifest()
-                for r in rbac.controller_cluster_rules(operator_rules, single_tenant=s.controller.single_tenant)
+                for r in rbac.controller_cluster_rules(
+                    operator_rules,
+                    single_tenant=s.controller.single_tenant,
+                    webhook_configuration=names.webhook_configuration if s.controller.webhook else None,
+                )
             ],
             opts=child(),
         )
@@ -611,6 +641,57 @@ class ControlPlane(pulumi.ComponentResource):
             subjects=[{"kind": "ServiceAccount", "name": names.controller, "namespace": ns}],
             opts=child(election_role, controller_sa),
         )
+        # The admission webhook: its Secret's rights, its Service, and its registration (the CA filled in by the
+        # controller, the one right it has on the configuration).
+        controller_needs: list[pulumi.Resource] = [controller_binding, election_binding]
+        controller_ports = [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}]
+        controller_flags = s.controller.flags()
+        if s.controller.webhook:
+            webhook_role = k8s.rbac.v1.Role(
+                f"{name}-controller-webhook",
+                metadata=meta(names.webhook, "controller"),
+                rules=[r.to_manifest() for r in rbac.webhook_namespace_rules(names.webhook_secret)],
+                opts=child(*in_namespace),
+            )
+            controller_needs.append(
+                k8s.rbac.v1.RoleBinding(
+                    f"{name}-controller-webhook",
+                    metadata=meta(names.webhook, "controller"),
+                    role_ref=role_ref("Role", names.webhook),
+                    subjects=[{"kind": "ServiceAccount", "name": names.controller, "namespace": ns}],
+                    opts=child(webhook_role, controller_sa),
+                )
+            )
+            self.webhook_service: k8s.core.v1.Service | None = k8s.core.v1.Service(
+                f"{name}-controller-webhook",
+                metadata=meta(names.webhook, "controller"),
+                spec={
+                    "type": "ClusterIP",
+                    "selector": selector_labels("controller"),
+                    "ports": [
+                        {"name": "webhook", "port": webhooks.SERVICE_PORT, "targetPort": "webhook", "protocol": "TCP"}
+                    ],
+                },
+                opts=child(*in_namespace),
+            )
+            registration = webhooks.configuration(
+                b"", service=(ns, names.webhook, webhooks.SERVICE_PORT), name=names.webhook_configuration
+            )
+            self.webhook_configuration: k8s.admissionregistration.v1.ValidatingWebhookConfiguration | None = (
+                k8s.admissionregistration.v1.ValidatingWebhookConfiguration(
+                    f"{name}-webhook",
+                    metadata=meta(names.webhook_configuration, "controller", namespaced=False),
+                    webhooks=registration["webhooks"],
+                    opts=child(self.webhook_service, *self.crds),
+                )
+            )
+            controller_needs.append(self.webhook_configuration)
+            controller_ports.append({"name": "webhook", "containerPort": WEBHOOK_PORT, "protocol": "TCP"})
+            controller_flags += webhook_flags(names)
+        else:
+            self.webhook_service = None
+            self.webhook_configuration = None
+
         broker_role = k8s.rbac.v1.Role(
             f"{name}-broker",
             metadata=meta(names.broker, "broker"),
@@ -670,9 +751,9 @@ class ControlPlane(pulumi.ComponentResource):
                 component="controller",
                 service_account=names.controller,
                 image=s.controller.image or s.image,
-                command=controller_command(ns, s.controller.flags()),
+                command=controller_command(ns, controller_flags),
                 env=downward_env(),
-                ports=[{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}],
+                ports=controller_ports,
                 probes=controller_probes(),
                 resources_=s.controller.resources,
             ),
@@ -681,7 +762,7 @@ class ControlPlane(pulumi.ComponentResource):
             f"{name}-controller",
             metadata=deployment_meta(names.controller, "controller"),
             spec=controller_spec,
-            opts=child(*self.crds, controller_binding, election_binding),
+            opts=child(*self.crds, *controller_needs),
         )
 
         # The broker: active-active behind a Service.

@@ -99,7 +99,10 @@ def _owned(kinds: Iterable[type[KubeResource]]) -> list[Rule]:
 
 
 def controller_cluster_rules(
-    operator_rules: Sequence[Mapping[str, Any]] = (), *, single_tenant: bool = False
+    operator_rules: Sequence[Mapping[str, Any]] = (),
+    *,
+    single_tenant: bool = False,
+    webhook_configuration: str | None = None,
 ) -> list[Rule]:
     """The controller's ClusterRole (issue 24): it writes only its own kinds, Events, and — for everything else
     — through identities the platform granted, which it impersonates; it reads what it watches.
@@ -118,6 +121,9 @@ def controller_cluster_rules(
     ``single_tenant`` (the controller's ``--single-tenant``): the controller acts with its own rights, so it
     gets the write rights it no longer delegates: the plans' operator kinds, Secrets, ConfigMaps, Jobs and the
     claims' workload patches. Off by default.
+
+    ``webhook_configuration``: the name of the admission webhook's ValidatingWebhookConfiguration, which the
+    controller reads and patches (its ``caBundle``) — that one object only (:func:`webhook_cluster_rules`).
     """
     reads = [
         Rule(("",), ("secrets", "configmaps"), READ_VERBS),
@@ -143,8 +149,29 @@ def controller_cluster_rules(
         Rule(("events.k8s.io",), ("events",), ("create", "patch")),
         Rule(("",), ("serviceaccounts",), ("impersonate",)),
         Rule(("authorization.k8s.io",), ("subjectaccessreviews",), ("create",)),
+        *(webhook_cluster_rules(webhook_configuration) if webhook_configuration else []),
         *reads,
         *delegated,
+    ]
+
+
+def webhook_cluster_rules(configuration: str) -> list[Rule]:
+    """The admission webhook's registration: read its ValidatingWebhookConfiguration and set its ``caBundle``
+    (the ControlPlane creates it). Limited by name: the controller can change no other webhook of the cluster."""
+    return [
+        Rule(
+            ("admissionregistration.k8s.io",), ("validatingwebhookconfigurations",), ("get", "patch"), (configuration,)
+        )
+    ]
+
+
+def webhook_namespace_rules(secret: str) -> list[Rule]:
+    """The admission webhook's Role in the control-plane namespace: the first replica creates the Secret with
+    the CA and serving certificate, every replica reads it and may renew it. Creating cannot be limited to a
+    name; reading and renewing can."""
+    return [
+        Rule(("",), ("secrets",), ("create",)),
+        Rule(("",), ("secrets",), ("get", "update"), resource_names=(secret,)),
     ]
 
 

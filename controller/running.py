@@ -95,7 +95,7 @@ def run(settings: ControllerSettings, *, kubeconfig: str | None) -> None:
     api = api_client_for(kubeconfig)  # also loads the default configuration the lease lock uses
     controller = Controller(api, settings)
     if settings.webhook_port is not None:
-        controller.service_catalog.serve_webhook(settings.webhook_port, settings.webhook_url)
+        controller.service_catalog.serve_webhook(settings)
     registry = build_registry(controller, kubeconfig=kubeconfig)
     wanted = apiready.watched_by(registry)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from opbroker.api import webhooks
 from opbroker.api.conventions import (
     DEFAULT_NAMESPACE,
     DEFAULT_PLAN_SERVICE_ACCOUNT,
@@ -58,7 +59,17 @@ class ControllerSettings:
     """Serve the admission webhook refusing the deletion of an Instance with Bindings on this port (HTTPS,
     0.0.0.0) and register it; None: no webhook, the finalizer holds such a deletion instead."""
     webhook_url: str | None = None
-    """The URL the API server reaches the webhook at (default ``https://127.0.0.1:<webhook_port>``)."""
+    """The URL the API server reaches the webhook at (default ``https://127.0.0.1:<webhook_port>``); the
+    controller then applies the whole ValidatingWebhookConfiguration itself."""
+    webhook_service: str | None = None
+    """In-cluster: the Service in :attr:`namespace` the API server reaches the webhook through (port 443); the
+    configuration :attr:`webhook_configuration` exists already (the ControlPlane creates it) and the controller
+    only fills in its ``caBundle``. Takes precedence over :attr:`webhook_url`."""
+    webhook_configuration: str = webhooks.CONFIGURATION
+    """The ValidatingWebhookConfiguration's name."""
+    webhook_secret: str = webhooks.SECRET
+    """The Secret in :attr:`namespace` holding the webhook's CA and serving certificate, shared by all replicas
+    (created by the first replica that needs it)."""
     impersonate: bool = True
     """Act with the rights the platform granted, never the controller's own: a plan's objects, sources, registries
     and credentials Secrets through the plan's ServiceAccount; writes into a namespace for no plan (Service Catalog

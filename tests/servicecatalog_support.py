@@ -125,3 +125,38 @@ def condition(obj: dict[str, Any] | None, kind: str) -> dict[str, Any] | None:
         if found["type"] == kind:
             return dict(found)
     return None
+
+
+@contextlib.contextmanager
+def webhook_serving(
+    api_client: client.ApiClient, namespace: str, *, limits: Any = None, name: str | None = None
+) -> Iterator[Any]:
+    """The controller's admission webhook, served on a free local port and registered by URL under ``name``
+    (default: the controller's), its shared certificate in ``namespace``; listed (its Bindings index synced) by
+    the time it is yielded. The registration goes afterwards."""
+    from opbroker.api import webhooks
+    from opbroker.controller.servicecatalog import webhook
+
+    configuration = name or webhooks.CONFIGURATION
+    server = webhook.Webhook(api_client, port=0, hosts=["127.0.0.1"], namespace=namespace, limits=limits)
+    server.start()
+    try:
+        webhook.register_url(api_client, f"https://127.0.0.1:{server.port}", configuration)(server.ca)
+        assert server.refs.wait_synced(30), "the webhook's Bindings were not listed"
+        yield server
+    finally:
+        with contextlib.suppress(ApiException):
+            client.AdmissionregistrationV1Api(api_client).delete_validating_webhook_configuration(configuration)
+        server.stop()
+
+
+def refused_by_webhook(api_client: client.ApiClient, namespace: str, name: str, *, dry_run: bool = True) -> str | None:
+    """The 409 message of deleting Instance ``namespace/name`` (a dry run by default: it goes through admission
+    and changes nothing), or None when the deletion was accepted."""
+    try:
+        custom(api_client).delete_namespaced_custom_object(
+            GROUP, VERSION, namespace, "instances", name, dry_run="All" if dry_run else None
+        )
+    except ApiException as exc:
+        return str(exc.body) if exc.status == 409 else None
+    return None

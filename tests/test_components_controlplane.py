@@ -28,6 +28,7 @@ ROLE_BINDING = "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding"
 SECRET = "kubernetes:core/v1:Secret"
 SERVICE = "kubernetes:core/v1:Service"
 HPA = "kubernetes:autoscaling/v2:HorizontalPodAutoscaler"
+WEBHOOK_CONFIGURATION = "kubernetes:admissionregistration.k8s.io/v1:ValidatingWebhookConfiguration"
 
 OWNER = ["get", "list", "watch", "create", "update", "patch", "delete"]
 STATUS = ["get", "update", "patch"]
@@ -84,6 +85,10 @@ def test_every_child_is_registered_once_under_the_component(default: Any) -> Non
             ("rbac.authorization.k8s.io/v1:ClusterRoleBinding", "opbroker-broker"),
             ("rbac.authorization.k8s.io/v1:Role", "opbroker-controller-leader-election"),
             ("rbac.authorization.k8s.io/v1:RoleBinding", "opbroker-controller-leader-election"),
+            ("rbac.authorization.k8s.io/v1:Role", "opbroker-controller-webhook"),
+            ("rbac.authorization.k8s.io/v1:RoleBinding", "opbroker-controller-webhook"),
+            ("core/v1:Service", "opbroker-controller-webhook"),
+            ("admissionregistration.k8s.io/v1:ValidatingWebhookConfiguration", "opbroker-webhook"),
             ("rbac.authorization.k8s.io/v1:Role", "opbroker-broker"),
             ("rbac.authorization.k8s.io/v1:RoleBinding", "opbroker-broker"),
             ("random:index/randomPassword:RandomPassword", "opbroker-broker-password"),
@@ -145,6 +150,12 @@ def test_controller_cluster_role_enumerates_every_rule(default: Any) -> None:
         {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
         {"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["impersonate"]},
         {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
+        {
+            "apiGroups": ["admissionregistration.k8s.io"],
+            "resources": ["validatingwebhookconfigurations"],
+            "verbs": ["get", "patch"],
+            "resourceNames": ["opbroker-servicecatalog-opbroker"],
+        },
         {"apiGroups": [""], "resources": ["secrets", "configmaps"], "verbs": READ},
         {"apiGroups": [""], "resources": ["nodes"], "verbs": READ},
         {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get"]},
@@ -286,8 +297,8 @@ def test_broker_without_context_namespaces_has_rights_in_its_namespace_only() ->
     mocks, _ = deploy({"broker": {"context_namespaces": False}})
     role = inputs(mocks, ROLE, "opbroker-broker")
     assert role["rules"] == BROKER_CATALOG_RULES + BROKER_REQUEST_RULES
-    assert [r.name for r in mocks.of_type(CLUSTER_ROLE)] == ["opbroker-controller", "opbroker-plans"]
-    assert [r.name for r in mocks.of_type(CLUSTER_ROLE_BINDING)] == ["opbroker-controller", "opbroker-plans"]
+    assert sorted(r.name for r in mocks.of_type(CLUSTER_ROLE)) == ["opbroker-controller", "opbroker-plans"]
+    assert sorted(r.name for r in mocks.of_type(CLUSTER_ROLE_BINDING)) == ["opbroker-controller", "opbroker-plans"]
     broker = inputs(mocks, DEPLOYMENT, "opbroker-broker")
     assert broker["spec"]["template"]["spec"]["containers"][0]["command"][-1] == "--no-context-namespaces"
 
@@ -316,7 +327,7 @@ def test_broker_allowed_namespaces_become_flags_and_a_selector_may_read_namespac
 def test_no_rule_anywhere_grants_everything(default: Any) -> None:
     mocks, _ = default
     rules = [rule for t in (CLUSTER_ROLE, ROLE) for r in mocks.of_type(t) for rule in r.plain_inputs()["rules"]]
-    assert len(rules) == 32
+    assert len(rules) == 35
     for rule in rules:
         assert not rbac.grants_everything(rule)
         assert "*" not in rule["verbs"] and "*" not in rule["resources"] and "*" not in rule["apiGroups"]
@@ -356,7 +367,23 @@ def pod(mocks: testing.RecordingMocks, name: str) -> dict[str, Any]:
         (
             "opbroker-controller",
             "controller",
-            ["opbroker", "controller", "run", "--namespace", "opbroker", "--metrics-port", "9090"],
+            [
+                "opbroker",
+                "controller",
+                "run",
+                "--namespace",
+                "opbroker",
+                "--metrics-port",
+                "9090",
+                "--webhook-port",
+                "9443",
+                "--webhook-service",
+                "opbroker-controller-webhook",
+                "--webhook-configuration",
+                "opbroker-servicecatalog-opbroker",
+                "--webhook-secret",
+                "opbroker-webhook-tls",
+            ],
         ),
         (
             "opbroker-broker",
@@ -428,7 +455,10 @@ def test_the_broker_is_probed_on_healthz_and_readyz(default: Any) -> None:
 def test_the_controller_is_probed_on_its_health_endpoints(default: Any) -> None:
     mocks, _ = default
     (container,) = pod(mocks, "opbroker-controller")["containers"]
-    assert container["ports"] == [{"name": "metrics", "containerPort": 9090, "protocol": "TCP"}]
+    assert container["ports"] == [
+        {"name": "metrics", "containerPort": 9090, "protocol": "TCP"},
+        {"name": "webhook", "containerPort": 9443, "protocol": "TCP"},
+    ]
     assert container["livenessProbe"] == {
         "httpGet": {"path": "/healthz", "port": "metrics"},
         "initialDelaySeconds": 10,
@@ -443,7 +473,7 @@ def test_the_controller_is_probed_on_its_health_endpoints(default: Any) -> None:
         "failureThreshold": 3,
     }
     # The process serves exactly these paths on the port its command names.
-    assert container["command"][-2:] == ["--metrics-port", "9090"]
+    assert container["command"][5:7] == ["--metrics-port", "9090"]
     assert {"/healthz", "/readyz"} <= set(health.PATHS)
 
 
@@ -534,7 +564,9 @@ def test_settings_are_configurable() -> None:
     assert container["command"][7:] == [
         "--workers", "16", "--error-threshold", "5", "--max-operation-seconds", "900", "--multicluster",
         "--scheduler", "least-utilized", "--template-allow-network", "10.96.0.0/12",
-        "--template-proxy", "http://egress.proxy:3128",
+        "--template-proxy", "http://egress.proxy:3128", "--webhook-port", "9443",
+        "--webhook-service", "opbroker-controller-webhook",
+        "--webhook-configuration", "opbroker-servicecatalog-platform", "--webhook-secret", "opbroker-webhook-tls",
     ]  # fmt: skip
     assert controller["spec"]["template"]["spec"]["imagePullSecrets"] == [{"name": "regcred"}]
     zone = controller["spec"]["template"]["spec"]["topologySpreadConstraints"][0]
@@ -662,3 +694,97 @@ def test_deployments_can_be_created_without_awaiting_them() -> None:
     service = "kubernetes:core/v1:Service"
     assert "annotations" not in inputs(awaited, service, "opbroker-broker")["metadata"]
     assert inputs(skipped, service, "opbroker-broker")["metadata"]["annotations"] == {"pulumi.com/skipAwait": "true"}
+
+
+def test_the_webhook_is_registered_with_the_rights_it_needs(default: Any) -> None:
+    """Issue 25 (6): by default the ControlPlane registers the Service Catalog admission webhook — a Service to the
+    controller's webhook port, the ValidatingWebhookConfiguration pointing at it (without a CA: the controller fills
+    it in) — and grants the controller what that takes and no more: get and patch on that one configuration, by
+    name; create Secrets in its namespace (the shared CA) and get/update only its own."""
+    mocks, _ = default
+    service = inputs(mocks, SERVICE, "opbroker-controller-webhook")
+    assert service["metadata"]["namespace"] == "opbroker"
+    assert service["spec"] == {
+        "type": "ClusterIP",
+        "selector": {"app.kubernetes.io/name": "opbroker", "app.kubernetes.io/component": "controller"},
+        "ports": [{"name": "webhook", "port": 443, "targetPort": "webhook", "protocol": "TCP"}],
+    }
+    registration = inputs(mocks, WEBHOOK_CONFIGURATION, "opbroker-webhook")
+    assert registration["metadata"]["name"] == "opbroker-servicecatalog-opbroker"
+    (hook,) = registration["webhooks"]
+    assert hook["clientConfig"] == {
+        "service": {
+            "namespace": "opbroker",
+            "name": "opbroker-controller-webhook",
+            "port": 443,
+            "path": "/validate/instances",
+        }
+    }
+    assert hook["name"] == "instances.servicecatalog.k8s.io"
+    assert (hook["failurePolicy"], hook["timeoutSeconds"], hook["sideEffects"]) == ("Ignore", 5, "None")
+    assert hook["rules"] == [
+        {
+            "apiGroups": ["servicecatalog.k8s.io"],
+            "apiVersions": ["v1alpha1"],
+            "resources": ["instances"],
+            "operations": ["DELETE"],
+            "scope": "Namespaced",
+        }
+    ]
+    # The controller serves on the Service's target port and knows the names it must use.
+    (container,) = pod(mocks, "opbroker-controller")["containers"]
+    assert {"name": "webhook", "containerPort": 9443, "protocol": "TCP"} in container["ports"]
+    command = container["command"]
+    flags = dict(zip(command[7::2], command[8::2], strict=True))
+    assert flags == {
+        "--webhook-port": "9443",
+        "--webhook-service": "opbroker-controller-webhook",
+        "--webhook-configuration": "opbroker-servicecatalog-opbroker",
+        "--webhook-secret": "opbroker-webhook-tls",
+    }
+    # Its rights: on the configuration, get and patch by name only; nothing else of admissionregistration.
+    cluster_rules = inputs(mocks, CLUSTER_ROLE, "opbroker-controller")["rules"]
+    admission = [r for r in cluster_rules if "admissionregistration.k8s.io" in r["apiGroups"]]
+    assert admission == [
+        {
+            "apiGroups": ["admissionregistration.k8s.io"],
+            "resources": ["validatingwebhookconfigurations"],
+            "verbs": ["get", "patch"],
+            "resourceNames": ["opbroker-servicecatalog-opbroker"],
+        }
+    ]
+    assert rbac.writes_beyond_own([rbac.Rule.from_args(r) for r in cluster_rules]) == []
+    role = inputs(mocks, ROLE, "opbroker-controller-webhook")
+    assert role["metadata"]["namespace"] == "opbroker"
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
+        {
+            "apiGroups": [""],
+            "resources": ["secrets"],
+            "verbs": ["get", "update"],
+            "resourceNames": ["opbroker-webhook-tls"],
+        },
+    ]
+    binding = inputs(mocks, ROLE_BINDING, "opbroker-controller-webhook")
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": "opbroker-controller-webhook",
+    }
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "opbroker-controller", "namespace": "opbroker"}]
+    # The controller starts once it may register: the configuration and its grants come first.
+    controller = mocks.one(DEPLOYMENT, "opbroker-controller")
+    for type_, name in ((WEBHOOK_CONFIGURATION, "opbroker-webhook"), (ROLE_BINDING, "opbroker-controller-webhook")):
+        assert mocks.one(type_, name).urn in controller.dependencies
+
+
+def test_the_webhook_can_be_left_out() -> None:
+    """``controller.webhook: false``: no Service, configuration, Role or rule, and no webhook flag."""
+    mocks, _ = deploy({"controller": {"webhook": False}})
+    assert mocks.of_type(WEBHOOK_CONFIGURATION) == []
+    assert [r.name for r in mocks.of_type(SERVICE)] == ["opbroker-broker"]
+    assert "opbroker-controller-webhook" not in [r.name for r in mocks.of_type(ROLE)]
+    rules = inputs(mocks, CLUSTER_ROLE, "opbroker-controller")["rules"]
+    assert not [r for r in rules if "admissionregistration.k8s.io" in r["apiGroups"]]
+    (container,) = pod(mocks, "opbroker-controller")["containers"]
+    assert not [flag for flag in container["command"] if flag.startswith("--webhook")]

@@ -101,7 +101,7 @@ def test_every_policy_is_mandatory_and_the_pack_is_built_only_in_its_entry_point
 
 def test_the_control_plane_rbac_passes(recorded: dict[tuple[str, str], dict[str, Any]]) -> None:
     roles = [(t, props) for (t, _), props in recorded.items() if t in policies.RBAC_TYPES]
-    assert len(roles) == 5  # controller, broker, plan account, leader election, broker's namespace
+    assert len(roles) == 6  # controller, broker, plan account, leader election, webhook, broker's namespace
     for resource_type, props in roles:
         assert check(policies.NO_WILDCARD_RBAC, resource_type, props) == []
 

@@ -13,6 +13,7 @@ from opbroker.api.conventions import ANNOTATION_OWNER_UID
 from opbroker.controller.reasons import Reason
 from opbroker.controller.reconciler import Key
 from opbroker.controller.servicecatalog import bindings, endpoints, instances, relisting, tenancy
+from opbroker.controller.servicecatalog.bindingrefs import BindingRef
 from opbroker.controller.servicecatalog.common import Unresolved
 from opbroker.controller.servicecatalog.resources import FINALIZER
 
@@ -464,9 +465,10 @@ def test_admission_refuses_deleting_an_instance_with_bindings() -> None:
             "status": {"unbindStatus": "Required"},
         },
     ]
-    found = admission.bindings_of(instance, bindings_)
+    refs = [BindingRef.of(b) for b in bindings_]
+    found = admission.bindings_of(instance, refs)
     assert found == ["a/same-ns", "b/other-ns"]
-    assert admission.bindings_of({**instance, "spec": {}}, bindings_) == ["a/same-ns"]
+    assert admission.bindings_of({**instance, "spec": {}}, refs) == ["a/same-ns"]
     refused = admission.review({"uid": "u1", "operation": "DELETE", "oldObject": instance}, found)["response"]
     assert refused["uid"] == "u1" and refused["allowed"] is False and refused["status"]["code"] == 409
     assert "a/same-ns, b/other-ns" in refused["status"]["message"]

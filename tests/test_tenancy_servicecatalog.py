@@ -21,13 +21,23 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
-from opbroker.api.conventions import ANNOTATION_OWNER_UID
+from opbroker.api.conventions import ANNOTATION_OWNER_UID, DEFAULT_NAMESPACE
 from tests.brokers.fixture import DB_SERVICE, DB_SYNC_PLAN, SecondBroker
 from tests.cluster_fixtures import onboard
 from tests.controller_support import wait_for
-from tests.servicecatalog_support import GROUP, VERSION, condition, create, custom, delete, get, ready
+from tests.servicecatalog_support import (
+    GROUP,
+    VERSION,
+    condition,
+    create,
+    custom,
+    delete,
+    get,
+    ready,
+    refused_by_webhook,
+    webhook_serving,
+)
 from tests.tenancy_support import (
     Tenant,
     assert_unchanged,
@@ -112,10 +122,6 @@ def test_a_binding_gets_no_credentials_to_an_instance_not_shared_with_its_namesp
     """A Binding in ``attacker`` naming ``payments/orders-db``: nothing is bound or written, it fails with
     ReferenceNotShared (and an event), and neither the admission webhook nor the finalizer counts it when the
     victim deletes its Instance."""
-    from opbroker.controller.kube import Kube
-    from opbroker.controller.servicecatalog import webhook
-    from opbroker.controller.servicecatalog.resources import BINDINGS, CatalogApi
-
     _, suffix = registered
     victim = tenant
     provisioned_instance(victim, suffix, "orders-db")
@@ -136,32 +142,20 @@ def test_a_binding_gets_no_credentials_to_an_instance_not_shared_with_its_namesp
     assert_unchanged(before, snapshot(api_client, victim.namespace))
 
     # The victim deletes: the webhook names its own binding only, and with that gone the Instance goes.
-    catalog_api = CatalogApi(Kube(api_client))
-    server = webhook.WebhookServer(0, ["127.0.0.1"], lambda: catalog_api.list(BINDINGS))
-    server.start()
-    try:
-        webhook.register(catalog_api.kube, webhook.configuration(server.ca, url=f"https://127.0.0.1:{server.port}"))
-
-        def webhook_refusal() -> str | None:
-            try:  # a dry run goes through admission and changes nothing
-                custom(victim.api).delete_namespaced_custom_object(
-                    GROUP, VERSION, victim.namespace, "instances", "orders-db", dry_run="All"
-                )
-            except ApiException as exc:
-                return str(exc.body) if exc.status == 409 else None
-            return None
-
-        message = wait_for(webhook_refusal, 20, "the webhook to refuse while the victim's own binding exists")
+    with webhook_serving(api_client, DEFAULT_NAMESPACE):
+        message = wait_for(
+            lambda: refused_by_webhook(victim.api, victim.namespace, "orders-db"),
+            20,
+            "the webhook to refuse while the victim's own binding exists",
+        )
         assert f"{victim.namespace}/orders-app" in message and "1 binding(s)" in message
         assert attacker.namespace not in message
 
         delete(victim.api, victim.namespace, "bindings", "orders-app")
         wait_for(lambda: get(victim.api, "bindings", "orders-app", victim.namespace) is None, 60, "unbound")
+        wait_for(lambda: not refused_by_webhook(victim.api, victim.namespace, "orders-db"), 10, "the webhook to allow")
         delete(victim.api, victim.namespace, "instances", "orders-db")  # the webhook lets it through...
         wait_for(lambda: get(victim.api, "instances", "orders-db", victim.namespace) is None, 60, "deprovisioned")
-    finally:
-        client.AdmissionregistrationV1Api(api_client).delete_validating_webhook_configuration(webhook.CONFIGURATION)
-        server.stop()
     assert second_broker.state()["instances"] == {}  # ...and so does the finalizer: the broker deprovisioned it
 
     delete(attacker.api, attacker.namespace, "bindings", "steal")

@@ -10,7 +10,8 @@ Which applies when:
   ``Ready`` condition says ``DeletionBlockedByExistingBindings`` and names them, and it goes once they are
   deleted.
 
-This module is the pure decision; the HTTPS server and the registration are in ``webhook``.
+This module is the pure decision; the Bindings it is given come from an index a watch keeps (``bindingrefs``),
+and the HTTPS server and the registration are in ``webhook``.
 """
 
 from __future__ import annotations
@@ -18,28 +19,22 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from opbroker.api import webhooks
+from opbroker.controller.servicecatalog.bindingrefs import BindingRef
 from opbroker.controller.servicecatalog.tenancy import shared_with
 
-PATH = "/validate/instances"
+PATH = webhooks.PATH
 
 
-def bindings_of(instance: Mapping[str, Any], bindings: Iterable[Mapping[str, Any]]) -> list[str]:
-    """``namespace/name`` of every Binding whose ``instanceRef`` is ``instance`` and that may use it: one in
-    another namespace that the Instance does not share with (``spec.shareWith``) is bound to nothing, and must
-    not keep another team's Instance from being deleted."""
+def bindings_of(instance: Mapping[str, Any], refs: Iterable[BindingRef]) -> list[str]:
+    """``namespace/name`` of every Binding in ``refs`` whose ``instanceRef`` is ``instance`` and that may use it:
+    one in another namespace that the Instance does not share with (``spec.shareWith``) is bound to nothing, and
+    must not keep another team's Instance from being deleted."""
     meta = instance.get("metadata") or {}
-    found = []
-    for binding in bindings:
-        bmeta = binding.get("metadata") or {}
-        ref = (binding.get("spec") or {}).get("instanceRef") or {}
-        namespace = str(bmeta.get("namespace", ""))
-        if (
-            ref.get("name") == meta.get("name")
-            and (ref.get("namespace") or namespace) == meta.get("namespace")
-            and shared_with(instance, namespace)
-        ):
-            found.append(f"{namespace}/{bmeta.get('name')}")
-    return sorted(found)
+    wanted = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+    return sorted(
+        f"{ref.namespace}/{ref.name}" for ref in refs if ref.instance == wanted and shared_with(instance, ref.namespace)
+    )
 
 
 def review(request: Mapping[str, Any], bindings: list[str]) -> dict[str, Any]:

@@ -11,8 +11,11 @@ What each watch enqueues:
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import kopf
 
@@ -25,7 +28,15 @@ from opbroker.controller.reconciler.memory import Dependents
 from opbroker.controller.servicecatalog.bindings import BindingReconciler, instance_ref
 from opbroker.controller.servicecatalog.brokers import BrokerReconciler
 from opbroker.controller.servicecatalog.instances import InstanceReconciler
-from opbroker.controller.servicecatalog.resources import BINDINGS, GROUP, VERSION, CatalogApi
+from opbroker.controller.servicecatalog.resources import GROUP, VERSION, CatalogApi
+from opbroker.controller.settings import ControllerSettings
+
+if TYPE_CHECKING:
+    from opbroker.controller.servicecatalog.webhook import Webhook
+
+logger = logging.getLogger(__name__)
+#: Pause between attempts to start the admission webhook.
+WEBHOOK_RETRY_SECONDS = 30.0
 
 
 class ServiceCatalog:
@@ -57,14 +68,54 @@ class ServiceCatalog:
         self._class_users: Dependents[str] = memories.keep(Dependents())
         self._instance_bindings: Dependents[Key] = memories.keep(Dependents())
         self._projecting: Dependents[str] = memories.keep(Dependents())
+        self.webhook: Webhook | None = None
+        """The admission webhook once it serves (:meth:`serve_webhook`)."""
 
-    def serve_webhook(self, port: int, url: str | None) -> None:
-        """Serve and register the admission webhook (``admission``): every replica serves it, leader or not."""
+    def serve_webhook(self, settings: ControllerSettings) -> None:
+        """Serve the admission webhook (``admission``), every replica, leader or not; started in the background,
+        retried until the shared certificate can be read or made (an API server still starting, a missing
+        grant): meanwhile deletions take the finalizer path."""
         from opbroker.controller.servicecatalog import webhook
 
-        server = webhook.WebhookServer(port, [_host_of(url) if url else "127.0.0.1"], lambda: self.api.list(BINDINGS))
-        server.start()
-        webhook.register(self.api.kube, webhook.configuration(server.ca, url=url or f"https://127.0.0.1:{server.port}"))
+        assert settings.webhook_port is not None
+        api_client = self.api.kube.api_client
+        register: Callable[[bytes], None]
+        if settings.webhook_service:
+            hosts = webhook.service_hosts(settings.namespace, settings.webhook_service)
+            name = settings.webhook_configuration
+
+            def register(ca: bytes) -> None:
+                webhook.register_ca(api_client, name, ca)
+        else:
+            url = settings.webhook_url or f"https://127.0.0.1:{settings.webhook_port}"
+            hosts = [_host_of(url)]
+            register = webhook.register_url(api_client, url, settings.webhook_configuration)
+
+        def start() -> None:
+            while True:
+                try:  # the certificate: until it is there, nothing listens
+                    server = webhook.Webhook(
+                        api_client,
+                        port=settings.webhook_port or 0,
+                        hosts=hosts,
+                        namespace=settings.namespace,
+                        secret=settings.webhook_secret,
+                        register=register,
+                    )
+                except Exception as exc:
+                    status = getattr(exc, "status", None)
+                    logger.error(
+                        "the admission webhook could not start (%s); retrying in %.0f s",
+                        f"HTTP {status}" if status else type(exc).__name__,
+                        WEBHOOK_RETRY_SECONDS,
+                    )
+                    time.sleep(WEBHOOK_RETRY_SECONDS)
+                    continue
+                server.start()  # registering is retried by the server itself
+                self.webhook = server
+                return
+
+        threading.Thread(target=start, name="webhook-start", daemon=True).start()
 
     def on_broker(self, event_type: str, body: dict[str, Any]) -> None:
         key = Key.of(BrokerReconciler.kind, body)

@@ -37,6 +37,7 @@ from opbroker.api.servicecatalog import DeprovisionStatus, InstanceOperation, Pr
 from opbroker.controller.reasons import Reason
 from opbroker.controller.reconciler import DONE, Key, Memories, ObservePlanAct, Outcome, PerKey, requeue
 from opbroker.controller.servicecatalog import admission, tenancy
+from opbroker.controller.servicecatalog.bindingrefs import BindingRef
 from opbroker.controller.servicecatalog.common import (
     Clients,
     Offering,
@@ -551,7 +552,7 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
         return next_retry(self.retries, key, base=RETRY.base, maximum=RETRY.maximum)
 
     def _bindings(self, body: dict[str, Any]) -> tuple[str, ...]:
-        return tuple(admission.bindings_of(body, self.api.list(BINDINGS)))
+        return tuple(admission.bindings_of(body, (BindingRef.of(b) for b in self.api.list(BINDINGS))))
 
     @staticmethod
     def _context(body: dict[str, Any]) -> dict[str, Any]:

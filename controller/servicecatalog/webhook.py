@@ -1,168 +1,231 @@
-"""The controller's admission webhook: an HTTPS endpoint for ``admission.review`` and its registration.
+"""The controller's admission webhook: one replica's server, and the ValidatingWebhookConfiguration it serves.
 
-The serving certificate is made at start by the controller itself (a throwaway CA, kept in memory), and
-the ValidatingWebhookConfiguration it registers carries that CA: there is nothing to provision beforehand,
-and a restart rotates both. Reached by URL (a controller outside the cluster, e.g. ``opbroker dev``) or
-through a Service (in-cluster).
+Every replica, leader or standby, serves it (the webhook Service selects them all):
+
+* the CA and serving certificate are one pair for all replicas, kept in a Secret in the control-plane
+  namespace (``webhookcerts``), so the one registered ``caBundle`` verifies whichever replica answers;
+* answers come from an index of Bindings a list-and-watch keeps (``bindingrefs``, ``bindingwatch``): one
+  lookup per review, no listing; until the first listing is in, the webhook answers 503 and the API server
+  applies ``failurePolicy`` (the finalizer still holds such a deletion);
+* the HTTPS server (``reviewserver``) handshakes and reads each connection in a task of its own, with
+  deadlines and bounded heads and bodies, so no client can hold up the reviews of others;
+* every ``REFRESH_SECONDS`` each replica re-reads the Secret (serving a renewed certificate to new
+  connections) and makes sure the configuration carries the CA.
+
+Registration: in-cluster, the ControlPlane component creates the configuration (pointing at the Service) and
+grants the controller ``get`` and ``patch`` on that one configuration by name; the controller only fills in
+the ``caBundle`` (:func:`register_ca`). Reached by URL (``opbroker dev``, the tests) the controller applies the
+whole configuration itself (:func:`register`), which needs rights the in-cluster controller does not have.
 """
 
 from __future__ import annotations
 
 import base64
 import datetime
-import ipaddress
 import json
 import logging
 import ssl
 import tempfile
 import threading
-from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
-from opbroker.controller.kube import Kube
-from opbroker.controller.servicecatalog import admission
-from opbroker.controller.servicecatalog.resources import GROUP, INSTANCES, VERSION
+from opbroker.api import webhooks
+from opbroker.controller.servicecatalog import admission, webhookcerts
+from opbroker.controller.servicecatalog.bindingrefs import BindingRefs
+from opbroker.controller.servicecatalog.bindingwatch import BindingWatch
+from opbroker.controller.servicecatalog.reviewserver import Limits, ReviewServer
 
 logger = logging.getLogger(__name__)
 
-CONFIGURATION = "opbroker-servicecatalog"
+#: How often a replica re-reads the shared certificate and checks the registered caBundle.
+REFRESH_SECONDS = 300.0
+#: How soon a failed registration (the configuration not there yet, an API server starting) is tried again.
+REGISTER_RETRY_SECONDS = 10.0
+FIELD_MANAGER = "opbroker-webhook"
+#: (connect, read) deadline of each call on the configuration.
+API_TIMEOUT = (5.0, 10.0)
 
 
-def serving_certificate(hosts: list[str]) -> tuple[bytes, bytes, bytes]:
-    """(CA PEM, certificate PEM, key PEM) for ``hosts`` (DNS names or IP addresses), valid a year."""
-    now = datetime.datetime.now(datetime.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "opbroker webhook CA")])
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=365))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .sign(ca_key, hashes.SHA256())
-    )
-    key = ec.generate_private_key(ec.SECP256R1())
-    names: list[x509.GeneralName] = []
-    for host in hosts:
-        try:
-            names.append(x509.IPAddress(ipaddress.ip_address(host)))
-        except ValueError:
-            names.append(x509.DNSName(host))
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])]))
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=365))
-        .add_extension(x509.SubjectAlternativeName(names), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    pem = serialization.Encoding.PEM
-    key_pem = key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    return ca.public_bytes(pem), cert.public_bytes(pem), key_pem
+def service_hosts(namespace: str, service: str) -> list[str]:
+    """The names a Service is reached by in-cluster (the API server uses ``<service>.<namespace>.svc``)."""
+    return [f"{service}.{namespace}.svc", f"{service}.{namespace}.svc.cluster.local", f"{service}.{namespace}"]
 
 
-class WebhookServer:
-    """Serves ``admission.PATH`` over HTTPS in a thread; ``bindings`` lists every Binding when asked."""
+def answer(refs: BindingRefs, body: bytes) -> tuple[int, bytes]:
+    """The HTTP status and body for an AdmissionReview ``body``, from ``refs`` (never a listing); no I/O."""
+    if not refs.synced:
+        return 503, json.dumps({"error": "the Bindings are not listed yet"}).encode()
+    try:
+        request = json.loads(body)["request"]
+        instance = request.get("oldObject") or {
+            "metadata": {"namespace": request.get("namespace"), "name": request.get("name")}
+        }
+        meta = instance.get("metadata") or {}
+        found = refs.referring_to(str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        review = admission.review(request, admission.bindings_of(instance, found))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return 400, json.dumps({"error": "not an admission.k8s.io/v1 AdmissionReview"}).encode()
+    return 200, json.dumps(review).encode()
 
-    def __init__(self, port: int, hosts: list[str], bindings: Callable[[], list[dict[str, Any]]]) -> None:
-        self.ca, cert, key = serving_certificate(hosts)
+
+class Webhook:
+    """One replica's webhook: shared certificate, Bindings index and watch, HTTPS server, refresh."""
+
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        *,
+        port: int,
+        hosts: Sequence[str],
+        namespace: str,
+        secret: str = webhooks.SECRET,
+        register: Callable[[bytes], None] | None = None,
+        limits: Limits | None = None,
+        refresh_seconds: float = REFRESH_SECONDS,
+    ) -> None:
+        """``register(ca)``: make the configuration carry ``ca`` (called at start and when a refresh finds it
+        does not); None registers nothing. Reads (or creates) the shared certificate: raises if it cannot."""
+        self.hosts = list(hosts)
+        self.certificate = webhookcerts.SharedCertificate(api_client, namespace, secret)
+        self.bundle = self.certificate.ensure(self.hosts)
+        self.refs = BindingRefs()
+        self._watch = BindingWatch(api_client, self.refs)
+        self._register = register
+        self._refresh_seconds = refresh_seconds
         self._dir = tempfile.TemporaryDirectory(prefix="opbroker-webhook-")
-        cert_file, key_file = Path(self._dir.name, "tls.crt"), Path(self._dir.name, "tls.key")
-        cert_file.write_bytes(cert)
-        key_file.write_bytes(key)
-        key_file.chmod(0o600)
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(cert_file, key_file)
-        handler = _handler(bindings)
-        self.server = ThreadingHTTPServer(("0.0.0.0", port), handler)
-        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
-        self.port = self.server.server_address[1]
-        self._thread = threading.Thread(target=self.server.serve_forever, name="webhook", daemon=True)
+        self.server = ReviewServer(port, self._context(self.bundle), webhooks.PATH, self.answer, limits=limits)
+        self._stop = threading.Event()
+        self._registered = False
+        self._refresher = threading.Thread(target=self._refresh_loop, name="webhook-refresh", daemon=True)
+
+    @property
+    def ca(self) -> bytes:
+        return self.bundle.ca_cert
+
+    @property
+    def port(self) -> int:
+        return self.server.port
 
     def start(self) -> None:
-        self._thread.start()
+        """Watch, serve, register: a registration that fails is logged and retried every
+        ``REGISTER_RETRY_SECONDS`` (the server serves meanwhile)."""
+        self._watch.start()
+        self.server.start()
+        self._registered = self._try(self._registration)
+        self._refresher.start()
 
     def stop(self) -> None:
-        self.server.shutdown()
+        self._stop.set()
+        self._watch.stop()
+        self.server.stop()
         self._dir.cleanup()
 
+    def answer(self, body: bytes) -> tuple[int, bytes]:
+        return answer(self.refs, body)
 
-def _handler(bindings: Callable[[], list[dict[str, Any]]]) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            if self.path.split("?")[0] != admission.PATH:
-                self.send_error(404)
-                return
-            try:
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
-                request = body["request"]
-                found = admission.bindings_of(request.get("oldObject") or {}, bindings())
-                answer = admission.review(request, found)
-            except Exception as exc:  # a broken request gets an answer, never a dropped connection
-                logger.warning("admission review failed: %s", type(exc).__name__)
-                self.send_error(400)
-                return
-            payload = json.dumps(answer).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
+    def refresh(self) -> None:
+        """Serve the stored certificate (renewed if due) to new connections; re-register the CA if needed."""
+        bundle = self.certificate.ensure(self.hosts)
+        if bundle != self.bundle:
+            self.server.context = self._context(bundle)
+            self.bundle = bundle
+            logger.info("the webhook serves a renewed certificate")
+        self._registration()
 
-        def log_message(self, format: str, *args: Any) -> None:
-            return  # one line per DELETE is noise; refusals are visible to the user who asked
+    def _registration(self) -> None:
+        if self._register is not None:
+            self._register(self.ca)
 
-    return Handler
+    def _refresh_loop(self) -> None:
+        while not self._stop.wait(self._refresh_seconds if self._registered else REGISTER_RETRY_SECONDS):
+            self._registered = self._try(self.refresh)
+
+    @staticmethod
+    def _try(step: Callable[[], None]) -> bool:
+        """Run ``step``; log a failure by its status or type only (an API refusal may echo a key)."""
+        try:
+            step()
+        except ApiException as exc:
+            logger.warning("the webhook's certificate or registration could not be refreshed (HTTP %s)", exc.status)
+        except LookupError as exc:  # our own: the configuration is not there (yet)
+            logger.warning("the webhook could not be registered: %s", exc)
+        except Exception as exc:
+            logger.warning("the webhook's certificate or registration could not be refreshed (%s)", type(exc).__name__)
+        else:
+            return True
+        return False
+
+    def _context(self, bundle: webhookcerts.Bundle) -> ssl.SSLContext:
+        """A TLS context serving ``bundle`` (the key goes through a private temporary file: ``ssl`` loads
+        no key from memory)."""
+        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d%H%M%S%f")
+        cert_file, key_file = Path(self._dir.name, f"{stamp}.crt"), Path(self._dir.name, f"{stamp}.key")
+        key_file.touch(mode=0o600)
+        key_file.write_bytes(bundle.key)
+        cert_file.write_bytes(bundle.cert)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.load_cert_chain(cert_file, key_file)
+        key_file.unlink()
+        cert_file.unlink()
+        return context
 
 
-def configuration(ca: bytes, *, url: str | None = None, service: tuple[str, str, int] | None = None) -> dict[str, Any]:
-    """The ValidatingWebhookConfiguration sending Instance DELETEs to the webhook (by URL or Service)."""
-    client_config: dict[str, Any] = {"caBundle": base64.b64encode(ca).decode()}
-    if url is not None:
-        client_config["url"] = url.rstrip("/") + admission.PATH
-    else:
-        assert service is not None
-        namespace, name, port = service
-        client_config["service"] = {"namespace": namespace, "name": name, "port": port, "path": admission.PATH}
-    return {
+def registered_ca(api_client: client.ApiClient, name: str) -> bytes | None:
+    """The caBundle configuration ``name`` carries (b"" without one); None when it does not exist."""
+    api = client.AdmissionregistrationV1Api(api_client)
+    try:
+        found = api.read_validating_webhook_configuration(name, _request_timeout=API_TIMEOUT)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    for hook in found.webhooks or []:
+        if hook.name == webhooks.WEBHOOK_NAME:
+            return base64.b64decode(hook.client_config.ca_bundle or "")
+    return b""
+
+
+def register(api_client: client.ApiClient, manifest: dict[str, Any]) -> None:
+    """Create or update the whole configuration by server-side apply (URL mode: needs create rights)."""
+    client.AdmissionregistrationV1Api(api_client).patch_validating_webhook_configuration(
+        manifest["metadata"]["name"],
+        manifest,
+        field_manager=FIELD_MANAGER,
+        force=True,
+        _content_type="application/apply-patch+yaml",
+        _request_timeout=API_TIMEOUT,
+    )
+
+
+def register_ca(api_client: client.ApiClient, name: str, ca: bytes) -> None:
+    """Put ``ca`` into the existing configuration ``name`` (in-cluster: the ControlPlane created it), unless it
+    is there already. A server-side apply of the ``caBundle`` field alone: the fields the ControlPlane set stay
+    its own, so neither ``pulumi up`` nor the controller undoes the other's."""
+    current = registered_ca(api_client, name)
+    if current is None:
+        raise LookupError(f"the ValidatingWebhookConfiguration {name!r} does not exist (the ControlPlane creates it)")
+    if current == ca:
+        return
+    patch = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingWebhookConfiguration",
-        "metadata": {"name": CONFIGURATION},
-        "webhooks": [
-            {
-                "name": "instances.servicecatalog.k8s.io",
-                "admissionReviewVersions": ["v1"],
-                "sideEffects": "None",
-                "failurePolicy": "Ignore",
-                "timeoutSeconds": 5,
-                "clientConfig": client_config,
-                "rules": [
-                    {
-                        "apiGroups": [GROUP],
-                        "apiVersions": [VERSION],
-                        "resources": [INSTANCES],
-                        "operations": ["DELETE"],
-                        "scope": "Namespaced",
-                    }
-                ],
-            }
-        ],
+        "metadata": {"name": name},
+        "webhooks": [{"name": webhooks.WEBHOOK_NAME, "clientConfig": {"caBundle": base64.b64encode(ca).decode()}}],
     }
+    register(api_client, patch)
+    logger.info("registered the webhook's CA in ValidatingWebhookConfiguration %s", name)
 
 
-def register(kube: Kube, manifest: dict[str, Any]) -> None:
-    """Create or update the configuration by server-side apply (a restart brings a new CA)."""
-    kube.apply(manifest, field_manager="opbroker-webhook")
+def register_url(api_client: client.ApiClient, url: str, name: str = webhooks.CONFIGURATION) -> Callable[[bytes], None]:
+    """URL mode's ``register``: the whole configuration, applied each time (the URL may have changed too)."""
+
+    def apply(ca: bytes) -> None:
+        register(api_client, webhooks.configuration(ca, url=url, name=name))
+
+    return apply
