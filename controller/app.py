@@ -267,7 +267,7 @@ def build_registry(controller: Controller, *, kubeconfig: str | None) -> kopf.Op
         # is restarted when it delivers no event and no bookmark for the watch deadline.
         timeouts = controller.settings.timeouts
         settings.networking.connect_timeout = timeouts.connect
-        settings.networking.request_timeout = timeouts.request
+        settings.networking.request_timeout = timeouts.connect + timeouts.request  # kopf's is for the whole call
         settings.watching.connect_timeout = timeouts.connect
         settings.watching.server_timeout = 300
         settings.watching.client_timeout = timeouts.watch_read(300)

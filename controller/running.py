@@ -114,7 +114,7 @@ def run(settings: ControllerSettings, *, kubeconfig: str | None) -> None:
     probe_every = min(contact.PROBE_SECONDS, settings.stuck_seconds / 4)
     contact.start_probe(api, reached, every=probe_every)
     state.add_check(lambda: reached.problem(settings.stuck_seconds), liveness=True)
-    state.add_check(lambda: reached.problem(2 * probe_every), liveness=False)
+    state.add_check(lambda: reached.problem(3 * probe_every), liveness=False)
     state.add_check(lambda: controller.runtime.stuck(settings.stuck_seconds), liveness=True)
     if settings.webhook_port is not None:
         controller.service_catalog.serve_webhook(settings.webhook_port, settings.webhook_url)

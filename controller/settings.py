@@ -45,7 +45,7 @@ class ControllerSettings:
     stuck_seconds: float = 120.0
     """Liveness fails (``/healthz`` 503) when a reconcile has run this long, keys wait while no reconcile started
     or finished this long, or the API server has answered nothing (its probe included) this long. Readiness
-    fails after two probe periods (10 s) of silence."""
+    fails after three probe periods (15 s) of silence."""
     metrics_port: int | None = None
     """Serve Prometheus metrics and the health probes (``/healthz``, ``/readyz``) on this port (0.0.0.0); None
     to disable."""

@@ -172,9 +172,7 @@ def ends(call: Any, within: float) -> BaseException | None:
     return outcome[0]
 
 
-def test_a_broker_call_into_a_black_hole_ends_at_its_deadline(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_broker_call_into_a_black_hole_ends_at_its_deadline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     hole = BlackHole(lambda: ("127.0.0.1", 9))
     hole.swallow()
     monkeypatch.setattr(kubeclient, "REQUEST_SECONDS", 1.0)
@@ -285,11 +283,12 @@ def test_a_black_holed_api_server_is_noticed_and_nothing_is_lost_once_it_answers
 
         hole.swallow()
         provision(api_client, namespace, "during")  # requested while the controller cannot hear of it
-        status, why = wait_for(
-            lambda: (lambda answer: answer if answer[0] == 503 else None)(probe(port, "/healthz")),
-            90,
-            "/healthz to report the silent API server",
-        )
+
+        def unhealthy() -> str | None:
+            status, why = probe(port, "/healthz")
+            return why if status == 503 else None
+
+        why = wait_for(unhealthy, 90, "/healthz to report the silent API server")
         assert "the API server has not answered the controller" in why, why
         assert probe(port, "/readyz")[0] == 503
         assert process.running, "noticing is the probes' job; the process itself stays up"
