@@ -184,7 +184,7 @@ def run(settings: ControllerSettings, *, kubeconfig: str | None) -> None:
 
     def overdue(age: float) -> None:
         logger.error(
-            "%s stops acting: its lease was last renewed %.1f s ago, past the renew deadline (%d s of a %d s "
+            "%s stops acting: its lease was last renewed %.1f s ago, past the renew deadline (%.1f s of a %d s "
             "lease); exiting before a standby may take over",
             identity,
             age,

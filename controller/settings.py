@@ -93,10 +93,10 @@ class ControllerSettings:
         return Timeouts(request=self.request_timeout_seconds, watch=self.watch_seconds)
 
     @property
-    def renew_deadline(self) -> int:
+    def renew_deadline(self) -> float:
         """Seconds a leader keeps acting without renewing its lease (client-go's renewDeadline): two thirds of the
         lease, so it has stopped before a standby may take the lease over."""
-        return max(2, self.lease_seconds * 2 // 3)
+        return self.lease_seconds * 2 / 3
 
     @property
     def total_workers(self) -> int:

@@ -338,7 +338,7 @@ def test_a_hung_lease_renewal_never_leaves_two_leaders_acting(
                 port,
                 "--leader-election",
                 "--lease-seconds",
-                "9",  # renew deadline 6 s: the leader must be gone within it, the standby waits 9
+                "12",  # renew deadline 8 s: the leader must be gone within it; the standby waits 12
             ),
             tmp_path,
         )
