@@ -37,8 +37,14 @@ class GuardedElection(leaderelection.LeaderElection):
         self.renewed_at: float | None = None
 
     def try_acquire_or_renew(self) -> bool:
+        """One attempt; a transport failure (a deadline passed, a refused connection) is a failed attempt, as
+        the library counts an API error — it would otherwise end the election loop, and the process with it."""
         started = self._clock()
-        succeeded = bool(super().try_acquire_or_renew())  # type: ignore[no-untyped-call]
+        try:
+            succeeded = bool(super().try_acquire_or_renew())  # type: ignore[no-untyped-call]
+        except Exception as exc:
+            logger.warning("lease attempt failed: %s", type(exc).__name__)
+            return False
         if succeeded:
             self.renewed_at = started
         return succeeded
