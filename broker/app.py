@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -30,7 +30,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from prometheus_client import start_http_server
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.routing import Match
+from starlette.routing import Match, Route
 
 from opbroker.api.errors import field_path
 from opbroker.api.selectors import SelectorError
@@ -73,11 +73,12 @@ def _validation_description(exc: RequestValidationError) -> str:
 HEALTHZ, READYZ, METRICS = "/healthz", "/readyz", "/metrics"
 
 
-def _endpoint(app: FastAPI, request: Request) -> str:
-    """The route template (bounded label cardinality for metrics), or ``unmatched``."""
+def _endpoint(candidates: Sequence[Route], request: Request) -> str:
+    """The route template (bounded label cardinality for metrics), or ``unmatched``. ``candidates``: every route,
+    those of included routers too (a request refused before routing, a 401, has no route in its scope yet)."""
     route = request.scope.get("route")
     if route is None:
-        for candidate in app.router.routes:
+        for candidate in candidates:
             match, _ = candidate.matches(request.scope)
             if match is Match.FULL:
                 route = candidate
@@ -127,7 +128,6 @@ def create_app(settings: Settings, api_client: client.ApiClient) -> FastAPI:
     except SelectorError as exc:
         raise ConfigurationError(f"--allowed-namespace-selector: {exc}") from None
     app.include_router(routes.router)
-    metrics = Metrics([*(str(getattr(route, "path", "")) for route in app.routes), HEALTHZ, READYZ, METRICS])
     metrics_need_credentials = settings.metrics_port is None and settings.metrics_authentication
     # Added before the edge middleware below, so it runs inside it: credentials and version first, then size.
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
@@ -148,11 +148,13 @@ def create_app(settings: Settings, api_client: client.ApiClient) -> FastAPI:
         except errors.BrokerError as exc:
             response = error_response(exc)
         except Exception:
-            log.exception("unhandled error in %s %s", method_label(request.method), _endpoint(app, request))
+            log.exception("unhandled error in %s %s", method_label(request.method), _endpoint(candidates, request))
             response = JSONResponse(errors.http_body(500, "internal broker error"), status_code=500)
         if identity is not None:
             response.headers[headers.REQUEST_IDENTITY_HEADER] = identity
-        metrics.observe(_endpoint(app, request), request.method, response.status_code, time.perf_counter() - started)
+        metrics.observe(
+            _endpoint(candidates, request), request.method, response.status_code, time.perf_counter() - started
+        )
         return response
 
     @app.exception_handler(errors.BrokerError)
@@ -214,6 +216,10 @@ def create_app(settings: Settings, api_client: client.ApiClient) -> FastAPI:
             payload, content_type = metrics.exposition()
             return Response(payload, media_type=content_type)
 
+    # Every route is declared now: the templates the metrics count by name (the middleware, the lifespan and
+    # /metrics above use these two once requests come).
+    candidates = [route for route in (*app.router.routes, *routes.router.routes) if isinstance(route, Route)]
+    metrics = Metrics(route.path for route in candidates)
     app.state.metrics = metrics
     app.state.index = index
     return app

@@ -1,12 +1,16 @@
 """The bounds of one HTTP connection to the broker, before any of its requests reaches the app.
 
-uvicorn bounds the size of a request head (h11's ``max_incomplete_event_size``) but gives it no deadline: a
-connection that sends nothing, or half a head, is held for ever (uvicorn's keep-alive timeout runs only after
-a response). Every such connection costs a file descriptor and up to the head limit of buffered bytes, so a
-client opening thousands of them could exhaust the broker without sending one complete request.
-:func:`protocol` is uvicorn's h11 protocol with that deadline: from the moment the connection opens, and
-again after each response, a complete head must arrive within ``head_timeout`` seconds or the connection is
-closed. Requests themselves are not limited in time here (a synchronous plan waits ``--sync-timeout``).
+**Size.** uvicorn's ``h11_max_incomplete_event_size`` bounds only what h11 buffers of a head *not yet complete*:
+a head that arrives whole in one read (asyncio reads up to 256 KiB at a time) is parsed whatever its size, so
+250 KB method names reached the app with the limit at 16 KiB. :class:`BoundedConnection` also measures every
+complete head and refuses one above the limit (uvicorn's 400, connection closed) before the app sees it.
+
+**Time.** uvicorn gives a request head no deadline: a connection that sends nothing, or half a head, is held
+for ever (its keep-alive timeout runs only after a response). Every such connection costs a file descriptor
+and up to the head limit of buffered bytes, so a client opening thousands of them could exhaust the broker
+without sending one complete request. From the moment a connection opens, and again after each response, a
+complete head must arrive within ``head_timeout`` seconds or the connection is closed. Requests themselves are
+not limited in time here (a synchronous plan waits ``--sync-timeout``).
 
 h11, not httptools, on purpose: uvicorn picks httptools when it is installed, and httptools ignores the head
 limit.
@@ -28,13 +32,35 @@ DEFAULT_MAX_HEAD_BYTES = 16 * 1024
 DEFAULT_HEAD_TIMEOUT = 10.0
 
 
+def head_size(request: h11.Request) -> int:
+    """The bytes of a parsed request line and headers (as sent, but for optional whitespace)."""
+    line = len(request.method) + len(request.target) + len(b"  HTTP/1.1\r\n")
+    return line + sum(len(name) + len(value) + 4 for name, value in request.headers.raw_items()) + 2
+
+
+class BoundedConnection(h11.Connection):
+    """An h11 server connection refusing request heads above ``max_head_bytes``, complete or not."""
+
+    def __init__(self, max_head_bytes: int) -> None:
+        super().__init__(h11.SERVER, max_incomplete_event_size=max_head_bytes)
+        self.max_head_bytes = max_head_bytes
+
+    def next_event(self) -> Any:
+        event = super().next_event()
+        if isinstance(event, h11.Request) and head_size(event) > self.max_head_bytes:
+            # uvicorn answers every h11 protocol error with 400 and closes the connection.
+            raise h11.RemoteProtocolError(f"request head larger than {self.max_head_bytes} bytes")
+        return event
+
+
 class DeadlineH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol, closing a connection whose request head is not complete within ``head_timeout``."""
+    """uvicorn's h11 protocol, with heads bounded in bytes (whole ones too) and in time (``head_timeout``)."""
 
     head_timeout = DEFAULT_HEAD_TIMEOUT
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.conn = BoundedConnection(self.config.h11_max_incomplete_event_size or DEFAULT_MAX_HEAD_BYTES)
         self._head_deadline: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
