@@ -3,16 +3,21 @@ health, readiness and metrics.
 
 Order of checks for ``/v2/*``: credentials (401) → API version (412) → body size (413, before the body is
 read; see :mod:`opbroker.broker.bodylimit`) → the route (body/params 400, then the core's decisions).
-Every response echoes ``X-Broker-API-Request-Identity`` and is counted in the metrics. No state lives in
-the process that two replicas could disagree on: the catalog, the objects and the operation tokens come
-from (or are derived from) the API server on every request.
+Every response echoes ``X-Broker-API-Request-Identity`` and is counted in the metrics, under bounded labels
+(:mod:`opbroker.broker.metrics`). ``/metrics`` needs the same credentials unless it is served on a port of
+its own (``Settings.metrics_port``). No state lives in the process that two replicas could disagree on: the
+catalog, the objects and the operation tokens come from (or are derived from) the API server on every request.
+
+The operations endpoints are ``async``: sync routes run on anyio's thread pool (40 threads), and liveness must
+answer while every thread waits on a hung Kubernetes call. ``/readyz`` runs its blocking check on a thread of
+its own, within a deadline (:mod:`opbroker.broker.readiness`).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -23,8 +28,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from prometheus_client import start_http_server
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.routing import Match
+from starlette.routing import Match, Route
 
 from opbroker.api.errors import field_path
 from opbroker.api.selectors import SelectorError
@@ -32,7 +38,8 @@ from opbroker.broker import bodies, errors, headers, routes
 from opbroker.broker.authentication import Authenticator, ConfigurationError
 from opbroker.broker.bodylimit import BodySizeLimit
 from opbroker.broker.locating import NamespaceIndex
-from opbroker.broker.metrics import Metrics
+from opbroker.broker.metrics import Metrics, method_label
+from opbroker.broker.readiness import Readiness
 from opbroker.broker.records import Kind
 from opbroker.broker.repository import Repository
 from opbroker.broker.settings import Settings
@@ -63,11 +70,15 @@ def _validation_description(exc: RequestValidationError) -> str:
     return "invalid request: " + "; ".join(problems)
 
 
-def _endpoint(app: FastAPI, request: Request) -> str:
-    """The route template (bounded label cardinality for metrics), or ``unmatched``."""
+HEALTHZ, READYZ, METRICS = "/healthz", "/readyz", "/metrics"
+
+
+def _endpoint(candidates: Sequence[Route], request: Request) -> str:
+    """The route template (bounded label cardinality for metrics), or ``unmatched``. ``candidates``: every route,
+    those of included routers too (a request refused before routing, a 401, has no route in its scope yet)."""
     route = request.scope.get("route")
     if route is None:
-        for candidate in app.router.routes:
+        for candidate in candidates:
             match, _ = candidate.matches(request.scope)
             if match is Match.FULL:
                 route = candidate
@@ -81,15 +92,27 @@ def create_app(settings: Settings, api_client: client.ApiClient) -> FastAPI:
     authenticator.verify()
     index = NamespaceIndex(api_client, (Kind.INSTANCE, Kind.BINDING)) if settings.namespace_index else None
     repository = Repository(api_client, settings, index)
-    metrics = Metrics()
+
+    def check_ready() -> None:
+        repository.ping()
+        authenticator.expected()
+
+    readiness = Readiness(check_ready, settings.readiness_deadline)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        exporter = None
+        if settings.metrics_port is not None:
+            exporter, _ = start_http_server(settings.metrics_port, settings.metrics_host, registry=metrics.registry)
         if index is not None:
             index.start()
         yield
         if index is not None:
             index.stop()
+        if exporter is not None:
+            exporter.shutdown()
+            exporter.server_close()
+        readiness.close()
 
     app = FastAPI(
         title="opbroker OSB broker",
@@ -105,6 +128,7 @@ def create_app(settings: Settings, api_client: client.ApiClient) -> FastAPI:
     except SelectorError as exc:
         raise ConfigurationError(f"--allowed-namespace-selector: {exc}") from None
     app.include_router(routes.router)
+    metrics_need_credentials = settings.metrics_port is None and settings.metrics_authentication
     # Added before the edge middleware below, so it runs inside it: credentials and version first, then size.
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
 
@@ -113,20 +137,24 @@ def create_app(settings: Settings, api_client: client.ApiClient) -> FastAPI:
         started = time.perf_counter()
         identity = headers.request_identity(request.headers.get(headers.REQUEST_IDENTITY_HEADER))
         try:
-            if request.url.path.startswith("/v2/") or request.url.path == "/v2":
+            osb = request.url.path.startswith("/v2/") or request.url.path == "/v2"
+            if osb or (metrics_need_credentials and request.url.path == METRICS):
                 authorized = await run_in_threadpool(authenticator.check, request.headers.get("authorization"))
                 if not authorized:
                     raise errors.BrokerError(errors.Reason.UNAUTHORIZED, "valid basic-auth credentials are required")
+            if osb:
                 headers.check_api_version(request.headers.get(headers.VERSION_HEADER))
             response = await call_next(request)
         except errors.BrokerError as exc:
             response = error_response(exc)
         except Exception:
-            log.exception("unhandled error in %s %s", request.method, _endpoint(app, request))
+            log.exception("unhandled error in %s %s", method_label(request.method), _endpoint(candidates, request))
             response = JSONResponse(errors.http_body(500, "internal broker error"), status_code=500)
         if identity is not None:
             response.headers[headers.REQUEST_IDENTITY_HEADER] = identity
-        metrics.observe(_endpoint(app, request), request.method, response.status_code, time.perf_counter() - started)
+        metrics.observe(
+            _endpoint(candidates, request), request.method, response.status_code, time.perf_counter() - started
+        )
         return response
 
     @app.exception_handler(errors.BrokerError)
@@ -156,36 +184,42 @@ def create_app(settings: Settings, api_client: client.ApiClient) -> FastAPI:
         log.warning("Kubernetes API unreachable: %s", type(exc).__name__)
         return error_response(errors.BrokerError(errors.Reason.UNAVAILABLE, "the Kubernetes API is not reachable"))
 
-    @app.get("/healthz", summary="Liveness: the process serves requests", tags=["operations"])
-    def healthz() -> dict[str, Any]:
+    @app.get(HEALTHZ, summary="Liveness: the process serves requests", tags=["operations"])
+    async def healthz() -> dict[str, Any]:
         return {"status": "ok"}
 
     @app.get(
-        "/readyz",
+        READYZ,
         summary="Readiness: the Kubernetes API answers and the credentials are readable",
         tags=["operations"],
         responses={503: {"description": "Not ready", "model": bodies.ErrorBody}},
     )
-    def readyz() -> JSONResponse:
-        try:
-            repository.ping()
-            authenticator.expected()
-        except (ApiException, urllib3.exceptions.HTTPError, errors.BrokerError) as exc:
-            reason = getattr(exc, "status", None) or type(exc).__name__
-            return JSONResponse(errors.http_body(503, f"not ready: {reason}"), status_code=503)
+    async def readyz() -> JSONResponse:
+        ready, why = await readiness.verdict()
+        if not ready:
+            return JSONResponse(errors.http_body(503, f"not ready: {why}"), status_code=503)
         return JSONResponse({"status": "ready"})
 
-    @app.get(
-        "/metrics",
-        summary="Prometheus metrics",
-        tags=["operations"],
-        response_class=PlainTextResponse,
-        responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
-    )
-    def prometheus() -> Response:
-        payload, content_type = metrics.exposition()
-        return Response(payload, media_type=content_type)
+    if settings.metrics_port is None:
 
+        @app.get(
+            METRICS,
+            summary="Prometheus metrics (basic auth unless the broker runs with --no-metrics-authentication)",
+            tags=["operations"],
+            response_class=PlainTextResponse,
+            responses={
+                200: {"content": {"text/plain": {"schema": {"type": "string"}}}},
+                401: {"description": "Unauthorized", "model": bodies.ErrorBody},
+            },
+        )
+        async def prometheus() -> Response:
+            payload, content_type = metrics.exposition()
+            return Response(payload, media_type=content_type)
+
+    # Every route is declared now: the templates the metrics count by name (the middleware, the lifespan and
+    # /metrics above use these two once requests come).
+    candidates = [route for route in (*app.router.routes, *routes.router.routes) if isinstance(route, Route)]
+    metrics = Metrics(route.path for route in candidates)
     app.state.metrics = metrics
     app.state.index = index
     return app

@@ -8,7 +8,7 @@ from pathlib import Path
 import uvicorn
 from kubernetes import client, config
 
-from opbroker.broker import kubeclient
+from opbroker.broker import connections, kubeclient
 from opbroker.broker.app import create_app
 from opbroker.broker.settings import Settings
 
@@ -40,16 +40,12 @@ def kubernetes_client(kubeconfig: Path | None = None) -> client.ApiClient:
     return api
 
 
-#: The largest request line plus headers the broker reads (h11's default is 16 KiB). Beyond it h11 refuses the
-#: request and the connection closes with the client's bytes unread, which the client may see as a reset
-#: instead of the 400 (seen once in CI: the fuzzer's 120 KB query string). Within it the broker answers every
-#: request itself; bodies have their own limit (``--max-body-bytes``).
-MAX_REQUEST_HEAD_BYTES = 256 * 1024
-
-
 def server(
     settings: Settings, api_client: client.ApiClient, *, host: str, port: int, log_level: str = "info"
 ) -> uvicorn.Server:
+    """uvicorn serving the broker app, with the connection bounds of :mod:`opbroker.broker.connections`: h11
+    (whatever else is installed), the request head limit and deadline of ``settings``, and no WebSocket
+    upgrades (the broker has no WebSocket route)."""
     app = create_app(settings, api_client)
     return uvicorn.Server(
         uvicorn.Config(
@@ -59,7 +55,9 @@ def server(
             log_level=log_level,
             lifespan="on",
             proxy_headers=True,
-            h11_max_incomplete_event_size=MAX_REQUEST_HEAD_BYTES,
+            http=connections.protocol(settings.request_head_timeout),
+            ws="none",
+            h11_max_incomplete_event_size=settings.max_request_head_bytes,
         )
     )
 

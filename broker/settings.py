@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 from opbroker.api.conventions import DEFAULT_NAMESPACE, catalog_namespaces
 from opbroker.broker.bodylimit import DEFAULT_MAX_BODY_BYTES
+from opbroker.broker.connections import DEFAULT_HEAD_TIMEOUT, DEFAULT_MAX_HEAD_BYTES
+from opbroker.broker.readiness import DEFAULT_DEADLINE
 
 USERNAME_ENV = "OPBROKER_BROKER_USERNAME"
 PASSWORD_ENV = "OPBROKER_BROKER_PASSWORD"
@@ -48,6 +50,21 @@ class Settings:
     """Keep a watch-fed name→namespace index as a lookup hint (never as the truth)."""
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     """Request bodies above this many bytes are refused with 413 before they are read or parsed."""
+    max_request_head_bytes: int = DEFAULT_MAX_HEAD_BYTES
+    """The largest request line plus headers read; a larger head is refused (400) and its connection closed."""
+    request_head_timeout: float = DEFAULT_HEAD_TIMEOUT
+    """Seconds a connection may take to send a complete request head, when it opens and after each response;
+    then it is closed (see :mod:`opbroker.broker.connections`)."""
+    metrics_port: int | None = None
+    """Serve ``/metrics`` on this port of ``metrics_host``, without authentication, instead of on the OSB port
+    (``--metrics-port``): a port the broker's Service does not expose, for in-cluster scrapes."""
+    metrics_host: str = "127.0.0.1"
+    """The address ``metrics_port`` listens on (``opbroker broker serve`` gives its ``--host``)."""
+    metrics_authentication: bool = True
+    """Without ``metrics_port``: ``/metrics`` on the OSB port needs the broker's basic-auth credentials, like
+    ``/v2`` (``--no-metrics-authentication`` serves it to anyone)."""
+    readiness_deadline: float = DEFAULT_DEADLINE
+    """Seconds ``/readyz`` waits for its check before answering 503 (see :mod:`opbroker.broker.readiness`)."""
     withdrawn_bindings_wait: float = 10.0
     """How long an accepted deprovision waits, before its DELETE, for the bindings whose binds lost the race to
     it (withdrawn, held by the controller's finalizer) to be gone (see :mod:`opbroker.broker.effects`)."""

@@ -68,6 +68,29 @@ def serve(
     max_body_bytes: Annotated[
         int, typer.Option(min=1024, help="Refuse request bodies larger than this with 413 (before parsing).")
     ] = 1024 * 1024,
+    max_request_head_bytes: Annotated[
+        int,
+        typer.Option(
+            min=4096,
+            help="Refuse requests whose request line and headers exceed this (400, connection closed; "
+            "default 16 KiB, h11's).",
+        ),
+    ] = 16 * 1024,
+    request_head_timeout: Annotated[
+        float,
+        typer.Option(min=0.1, help="Close a connection that sends no complete request head within these seconds."),
+    ] = 10.0,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            help="Serve /metrics on this port (same --host, no authentication) instead of the OSB port: "
+            "one the broker's Service does not expose."
+        ),
+    ] = None,
+    metrics_authentication: Annotated[
+        bool,
+        typer.Option(help="Without --metrics-port: /metrics on the OSB port needs the broker's credentials."),
+    ] = True,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Serve the broker until interrupted (Ctrl-C)."""
@@ -87,6 +110,11 @@ def serve(
         sync_timeout=sync_timeout,
         retry_after=retry_after,
         max_body_bytes=max_body_bytes,
+        max_request_head_bytes=max_request_head_bytes,
+        request_head_timeout=request_head_timeout,
+        metrics_port=metrics_port,
+        metrics_host=host,
+        metrics_authentication=metrics_authentication,
     )
     try:
         served = server(settings, kubernetes_client(kubeconfig), host=host, port=port, log_level=log_level.lower())
@@ -94,6 +122,8 @@ def serve(
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(1) from None
     out.print(f"opbroker broker on http://{host}:{port} (catalog from {', '.join(settings.trusted_namespaces)})")
+    if metrics_port is not None:
+        out.print(f"metrics on http://{host}:{metrics_port}/metrics")
     served.run()
 
 

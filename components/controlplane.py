@@ -7,7 +7,8 @@ components wait for the CRDs and the namespace through ``depends_on=control_plan
 (``depends_on=[control_plane]`` works too, but waits for the Deployments to become Available first).
 
 Contract with the processes (``opbroker.cli``): the broker runs ``opbroker broker serve --host 0.0.0.0
---port 8080 --namespace <ns>``, serves ``/healthz`` and ``/readyz`` on 8080 and reads its basic-auth
+--port 8080 --namespace <ns> --metrics-port 9090``, serves ``/healthz`` and ``/readyz`` on 8080 and ``/metrics``
+on 9090 (a port its Service does not expose: OSB clients cannot reach it, a pod scrape can), and reads its basic-auth
 credentials from ``OPBROKER_BROKER_USERNAME`` / ``OPBROKER_BROKER_PASSWORD`` (filled from the credentials
 Secret). The controller runs ``opbroker controller run --namespace <ns> --metrics-port 9090``, campaigns for
 the Lease ``opbroker-controller`` in ``<ns>`` and serves ``/metrics``, ``/healthz`` and ``/readyz`` on 9090; a
@@ -36,7 +37,8 @@ from opbroker.rendering.urlpolicy import FetchPolicy
 CONTROL_PLANE_TYPE = "opbroker:index:ControlPlane"
 #: Port of the broker's OSB API, /healthz and /readyz.
 PORT = 8080
-#: Port of the controller's Prometheus metrics (and of its liveness check).
+#: Port of the Prometheus metrics of controller and broker (and of the controller's health checks); the
+#: broker's Service does not expose it.
 METRICS_PORT = 9090
 #: Container port of the controller's admission webhook (HTTPS; the Service listens on ``webhooks.SERVICE_PORT``).
 WEBHOOK_PORT = 9443
@@ -506,7 +508,7 @@ def controller_command(namespace: str, flags: list[str] | None = None) -> list[s
 
 def broker_command(namespace: str, flags: list[str] | None = None) -> list[str]:
     command = ["opbroker", "broker", "serve", "--host", "0.0.0.0", "--port", str(PORT), "--namespace", namespace]
-    return command + (flags or [])
+    return command + ["--metrics-port", str(METRICS_PORT)] + (flags or [])
 
 
 # -- the component -------------------------------------------------------------------------------------------
@@ -786,7 +788,10 @@ class ControlPlane(pulumi.ComponentResource):
                 image=s.broker.image or s.image,
                 command=broker_command(ns, s.broker.flags()),
                 env=[*downward_env(), *secret_env],
-                ports=[{"name": "http", "containerPort": PORT, "protocol": "TCP"}],
+                ports=[
+                    {"name": "http", "containerPort": PORT, "protocol": "TCP"},
+                    {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"},
+                ],
                 probes=broker_probes(),
                 resources_=s.broker.resources,
             ),

@@ -18,6 +18,7 @@ import base64
 import hashlib
 from typing import Any
 
+import httpx
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
@@ -32,6 +33,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
+from opbroker.broker.connections import DEFAULT_MAX_HEAD_BYTES
 from tests.broker_support import (
     ASYNC_PLAN,
     FIXED_PLAN,
@@ -66,16 +68,29 @@ def steer(case: Any) -> None:
         case.body["plan_id"] = STEER_TO[digest[1] % len(STEER_TO)]
 
 
+def head_bytes(case: Any, headers: dict[str, str]) -> int:
+    """About the size of the request line and headers the case would send."""
+    sent = case.as_transport_kwargs(base_url="http://broker", headers=headers)
+    target = httpx.Request(sent["method"], sent["url"], params=sent.get("params")).url.raw_path
+    return len(target) + sum(len(str(k)) + len(str(v)) + 4 for k, v in (sent.get("headers") or {}).items()) + 64
+
+
 def call(case: Any) -> None:
     steer(case)
     headers = {"Authorization": AUTHORIZATION}
     if case.operation.path.startswith("/v2") and "X-Broker-API-Version" not in (case.headers or {}):
         headers["X-Broker-API-Version"] = "2.17"
+    if head_bytes(case, headers) > DEFAULT_MAX_HEAD_BYTES:
+        # Refused by the HTTP parser before the app (400, or a reset): tests/test_broker_edge.py covers that edge,
+        # this test the app behind it. Negative cases make 10 001-character operation tokens of multibyte text.
+        SKIPPED.append(case.operation.label)
+        return
     case.call_and_validate(headers=headers, checks=CHECKS)
     CALLS.append(case.operation.label)
 
 
 CALLS: list[str] = []
+SKIPPED: list[str] = []
 
 
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
@@ -85,6 +100,7 @@ def test_fuzz_finds_no_server_errors(broker: Harness, mode: GenerationMode) -> N
     operations = [result.ok() for result in schema.get_all_operations()]
     assert len(operations) == 13
     CALLS.clear()
+    SKIPPED.clear()
     for operation in operations:
         run = settings(
             max_examples=EXAMPLES,
@@ -98,4 +114,5 @@ def test_fuzz_finds_no_server_errors(broker: Harness, mode: GenerationMode) -> N
         except Unsatisfiable:
             assert mode is GenerationMode.NEGATIVE  # nothing to make invalid (e.g. /healthz)
     assert len(CALLS) >= len(operations) * 5, CALLS
-    print(f"fuzz {mode.value}: {len(CALLS)} requests over {len(operations)} operations")
+    assert len(SKIPPED) < len(CALLS) / 10, SKIPPED  # the head limit must not hide the app from the fuzz
+    print(f"fuzz {mode.value}: {len(CALLS)} requests over {len(operations)} operations, {len(SKIPPED)} heads too large")

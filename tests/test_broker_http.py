@@ -22,6 +22,7 @@ from opbroker.devcluster import ControlPlane
 from opbroker.devcluster.controlplane import free_ports
 from tests.broker_support import (  # noqa: F401  (pytest fixtures)
     ASYNC_PLAN,
+    PASSWORD,
     SERVICE,
     USERNAME,
     Harness,
@@ -120,7 +121,7 @@ def test_health_readiness_and_metrics(broker: Harness, osb: httpx.Client) -> Non
     assert httpx.get(broker.url + "/readyz").status_code == 200
     osb.get("/v2/catalog")
     osb.get("/v2/service_instances/nope-1")
-    metrics = httpx.get(broker.url + "/metrics")
+    metrics = httpx.get(broker.url + "/metrics", auth=(USERNAME, PASSWORD))
     assert metrics.status_code == 200 and metrics.headers["content-type"].startswith("text/plain")
     text = metrics.text
     assert 'opbroker_broker_requests_total{code="200",endpoint="/v2/catalog",method="GET"}' in text

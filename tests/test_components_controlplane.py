@@ -388,7 +388,10 @@ def pod(mocks: testing.RecordingMocks, name: str) -> dict[str, Any]:
         (
             "opbroker-broker",
             "broker",
-            ["opbroker", "broker", "serve", "--host", "0.0.0.0", "--port", "8080", "--namespace", "opbroker"],
+            [
+                *("opbroker", "broker", "serve", "--host", "0.0.0.0", "--port", "8080", "--namespace", "opbroker"),
+                *("--metrics-port", "9090"),
+            ],
         ),
     ],
 )
@@ -436,7 +439,10 @@ def test_deployments_run_hardened_spread_replicas(default: Any, name: str, compo
 def test_the_broker_is_probed_on_healthz_and_readyz(default: Any) -> None:
     mocks, _ = default
     (container,) = pod(mocks, "opbroker-broker")["containers"]
-    assert container["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]
+    assert container["ports"] == [
+        {"name": "http", "containerPort": 8080, "protocol": "TCP"},
+        {"name": "metrics", "containerPort": 9090, "protocol": "TCP"},
+    ]
     assert container["livenessProbe"] == {
         "httpGet": {"path": "/healthz", "port": "http"},
         "initialDelaySeconds": 10,
@@ -475,6 +481,18 @@ def test_the_controller_is_probed_on_its_health_endpoints(default: Any) -> None:
     # The process serves exactly these paths on the port its command names.
     assert container["command"][5:7] == ["--metrics-port", "9090"]
     assert {"/healthz", "/readyz"} <= set(health.PATHS)
+
+
+def test_the_brokers_metrics_are_on_a_port_its_service_does_not_expose(default: Any) -> None:
+    """Issue 25: ``/metrics`` on the OSB port needed no credentials; OSB clients (and anyone reaching the
+    Service) could read it. The broker serves it on 9090, which only a pod scrape reaches."""
+    mocks, _ = default
+    (container,) = pod(mocks, "opbroker-broker")["containers"]
+    flags = container["command"]
+    assert flags[flags.index("--metrics-port") + 1] == "9090"
+    service = inputs(mocks, SERVICE, "opbroker-broker")
+    assert [port["targetPort"] for port in service["spec"]["ports"]] == ["http"]
+    assert {"name": "metrics", "containerPort": 9090, "protocol": "TCP"} in container["ports"]
 
 
 def test_deployments_wait_for_crds_and_their_permissions(default: Any) -> None:
