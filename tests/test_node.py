@@ -74,6 +74,12 @@ def pods(api: client.ApiClient, component: str) -> list[client.V1Pod]:
     return client.CoreV1Api(api).list_namespaced_pod(NAMESPACE, label_selector=selector).items
 
 
+def ready(pod: client.V1Pod) -> bool:
+    """Running with every container ready (its readiness probe passed)."""
+    statuses = pod.status.container_statuses or []
+    return pod.status.phase == "Running" and bool(statuses) and all(status.ready for status in statuses)
+
+
 def lease(api: client.ApiClient) -> client.V1LeaseSpec:
     return client.CoordinationV1Api(api).read_namespaced_lease(LEASE_NAME, NAMESPACE).spec
 
@@ -253,7 +259,9 @@ def test_the_standby_takes_over_within_the_lease_time_and_no_operation_is_lost(
         assert graceful < LEASE_SECONDS / 2, "a terminating leader must release its lease, not let it expire"
 
         # 2. The leader's process killed outright: its lease must expire before the standby may take it.
-        wait_for(lambda: len([p for p in pods(api, "controller") if p.status.phase == "Running"]) == 2, 120, "2 pods")
+        # Both pods ready, not just Running: a replica is ready once it campaigns (a standby), while a Running pod may
+        # still be importing; killing the leader then measures the newcomer's start-up, not the handover.
+        wait_for(lambda: len([p for p in pods(api, "controller") if ready(p)]) == 2, 120, "2 ready controller pods")
         holder = lease_holder(api)
         leader_pod = core.read_namespaced_pod(holder_pod(holder), NAMESPACE)
         pending = provision(http, ids, 5)
