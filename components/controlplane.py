@@ -185,7 +185,7 @@ class ControlPlaneArgs(TypedDict):
     """Extra labels on every object."""
     await_deployments: NotRequired[bool]
     """Whether ``pulumi up`` waits for the controller and broker Deployments to become Available and for the
-    broker Service to find ready pods (default true). False (``pulumi.com/skipAwait`` on those three) for a
+    broker and webhook Services to find ready pods (default true). False (``pulumi.com/skipAwait`` on those four) for a
     cluster whose pods cannot start yet, e.g. a control plane without nodes: the objects are created and ``up``
     goes on."""
     controller: NotRequired[ControllerArgs]
@@ -666,7 +666,7 @@ class ControlPlane(pulumi.ComponentResource):
             )
             self.webhook_service: k8s.core.v1.Service | None = k8s.core.v1.Service(
                 f"{name}-controller-webhook",
-                metadata=meta(names.webhook, "controller"),
+                metadata=deployment_meta(names.webhook, "controller"),
                 spec={
                     "type": "ClusterIP",
                     "selector": selector_labels("controller"),
