@@ -8,7 +8,7 @@ from pathlib import Path
 import uvicorn
 from kubernetes import client, config
 
-from opbroker.broker import connections
+from opbroker.broker import connections, kubeclient
 from opbroker.broker.app import create_app
 from opbroker.broker.settings import Settings
 
@@ -20,6 +20,7 @@ API_CONNECTIONS = 48
 def kubernetes_client(kubeconfig: Path | None = None) -> client.ApiClient:
     """A client for ``kubeconfig``; without one, the in-cluster service account, then ``~/.kube/config``.
 
+    Every call has a deadline and its sockets TCP keepalive (:mod:`opbroker.broker.kubeclient`).
     Its User-Agent names the broker, so API server audit logs (and the benchmarks) can tell its requests apart.
     Its connection pool is as large as the request thread pool plus the index's watches: a smaller pool
     makes urllib3 discard the surplus connections after each request, and every new one costs the API
@@ -34,7 +35,7 @@ def kubernetes_client(kubeconfig: Path | None = None) -> client.ApiClient:
         except config.ConfigException:
             config.load_kube_config(client_configuration=configuration)
     configuration.connection_pool_maxsize = API_CONNECTIONS
-    api = client.ApiClient(configuration)
+    api = kubeclient.BoundedApiClient(configuration)  # deadlines on every call and watch, keepalive
     api.user_agent = USER_AGENT
     return api
 

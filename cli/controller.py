@@ -48,6 +48,25 @@ def run(
     lease_seconds: Annotated[
         int, typer.Option(help="Leader lease duration in seconds (the longest failover).", min=3)
     ] = 15,
+    request_timeout: Annotated[
+        float,
+        typer.Option(help="Seconds an API request may wait for each read of its answer (connecting: 10 s).", min=0.5),
+    ] = 60.0,
+    watch_seconds: Annotated[
+        int,
+        typer.Option(
+            help="Server-side duration of the controller's watches; one silent for a quarter longer is restarted.",
+            min=1,
+        ),
+    ] = 60,
+    stuck_seconds: Annotated[
+        float,
+        typer.Option(
+            help="Liveness fails when a reconcile runs this long, work waits while no reconcile moves this long, "
+            "or the API server answers nothing this long.",
+            min=1,
+        ),
+    ] = 120.0,
     multicluster: Annotated[
         bool,
         typer.Option(help="Master of several clusters: schedule onto SFClusters, hand instances to sister clusters."),
@@ -140,6 +159,9 @@ def run(
         metrics_port=metrics_port,
         api_wait_seconds=api_wait_seconds,
         lease_seconds=lease_seconds,
+        request_timeout_seconds=request_timeout,
+        watch_seconds=watch_seconds,
+        stuck_seconds=stuck_seconds,
         multicluster=multicluster,
         scheduler=scheduler.value,
         cluster_probe_seconds=cluster_probe_seconds,

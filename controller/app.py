@@ -53,7 +53,9 @@ class Controller:
         self.runtime = Runtime(workers=settings.total_workers)
         memories = self.runtime.memories
         self.index = memories.keep(SourceIndex())
-        self.watchers = SourceWatchers(self.kube, self.index, self.runtime.enqueue_threadsafe)
+        self.watchers = SourceWatchers(
+            self.kube, self.index, self.runtime.enqueue_threadsafe, watch_seconds=settings.timeouts.watch
+        )
         self.renderer = Renderer(fetcher=HttpFetcher(settings.template_fetch))
         deps = Deps(
             self.kube,
@@ -260,8 +262,16 @@ def build_registry(controller: Controller, *, kubeconfig: str | None) -> kopf.Op
     @kopf.on.startup(registry=registry)
     async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         settings.posting.enabled = False  # our Events are posted deliberately, on state changes only
+        # Deadlines on kopf's own requests (lists, patches) and watches, as on the controller's other clients
+        # (opbroker.controller.clients): a watch ends server-side after 300 s, client-side a quarter later, and
+        # is restarted when it delivers no event and no bookmark for the watch deadline.
+        timeouts = controller.settings.timeouts
+        settings.networking.connect_timeout = timeouts.connect
+        settings.networking.request_timeout = timeouts.connect + timeouts.request  # kopf's is for the whole call
+        settings.watching.connect_timeout = timeouts.connect
         settings.watching.server_timeout = 300
-        settings.watching.client_timeout = 330
+        settings.watching.client_timeout = timeouts.watch_read(300)
+        settings.watching.inactivity_timeout = timeouts.watch_read()
         settings.batching.idle_timeout = 0.5
         settings.batching.batch_window = 0.05
         if events_only(registry):

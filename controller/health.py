@@ -13,6 +13,11 @@ the Prometheus ``/metrics``, all on the metrics port.
   from a starting API server). Not alive, not ready; the process exits right after, and the probe catches
   the case where it would not.
 
+Checks added with :meth:`Health.add_check` refine the picture in the standby and running phases: a *liveness*
+check (workers stuck: :meth:`opbroker.controller.reconciler.Runtime.stuck`; the API server silent past the
+stuck bound: :class:`opbroker.controller.contact.ApiContact`) makes the process not alive — a restart re-dials
+and re-lists; a *readiness* check (the API server silent past a probe period or two) only makes it not ready.
+
 kopf's own ``--liveness`` endpoint is not used: only the leader runs kopf, so a standby would have none.
 """
 
@@ -22,6 +27,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from enum import Enum
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -35,6 +41,16 @@ PATHS = ("/metrics", "/healthz", "/readyz")
 HEARTBEAT_SECONDS = 5.0
 #: A heartbeat older than this means kopf's event loop no longer runs (liveness fails).
 STALE_AFTER_SECONDS = 60.0
+
+
+#: A check: None when fine, else why not.
+Check = Callable[[], str | None]
+
+
+@dataclass(frozen=True)
+class _Check:
+    check: Check
+    liveness: bool
 
 
 class Phase(Enum):
@@ -57,6 +73,24 @@ class Health:
         self._phase = Phase.WAITING
         self._detail = "waiting for the API server"
         self._beat = clock()
+        self._checks: list[_Check] = []
+
+    def add_check(self, check: Check, *, liveness: bool) -> None:
+        """Consult ``check`` while standing by or running: for liveness (a failing one also fails readiness)
+        or for readiness only."""
+        with self._lock:
+            self._checks.append(_Check(check, liveness))
+
+    def _failing(self, *, liveness: bool) -> str | None:
+        with self._lock:
+            if self._phase not in (Phase.STANDBY, Phase.RUNNING):
+                return None
+            checks = [c.check for c in self._checks if c.liveness or not liveness]
+        for check in checks:
+            problem = check()
+            if problem:
+                return problem
+        return None
 
     @property
     def phase(self) -> Phase:
@@ -88,13 +122,18 @@ class Health:
                 age = self._clock() - self._beat
                 if age > self._stale_after:
                     return False, f"kopf's event loop has not beaten for {age:.0f} s"
-            return True, f"{self._phase.value}: {self._detail}"
+            fine = f"{self._phase.value}: {self._detail}"
+        problem = self._failing(liveness=True)
+        return (False, problem) if problem else (True, fine)
 
     def readiness(self) -> tuple[bool, str]:
         """(ready, why): alive, and past waiting for the API server."""
         alive, why = self.liveness()
         if not alive:
             return False, why
+        problem = self._failing(liveness=False)
+        if problem:
+            return False, problem
         with self._lock:
             return self._phase is not Phase.WAITING, f"{self._phase.value}: {self._detail}"
 

@@ -21,6 +21,7 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
 from opbroker.api.meta import ResourceRef
+from opbroker.controller import clients
 from opbroker.controller.access import Access, AccessReviews, api_reviewer
 from opbroker.controller.refusals import Refusal, Severity, refusal, severity
 from opbroker.controller.store import UNKNOWN, ObjectStore
@@ -155,8 +156,7 @@ class Kube:
         with own._acting_lock:
             door = own._acting.get(user)
             if door is None:
-                api = client.ApiClient(own.api_client.configuration)
-                api.user_agent = own.api_client.user_agent  # audit logs tell the controller's requests apart
+                api = clients.sibling(own.api_client)  # same deadlines; the user agent tells the controller apart
                 api.set_default_header("Impersonate-User", user)  # type: ignore[no-untyped-call]
                 door = Kube(api, store=own.store, reviews=own.reviews, acting_for=own, user=user)
                 own._acting[user] = door

@@ -2,7 +2,13 @@
 
 Two replicas run active-passive: each campaigns for a Lease in the control-plane namespace; only the
 holder runs kopf. A leader that loses its lease exits the process at once (as controller-runtime does),
-so it can never act alongside the new leader; its pod restarts as a candidate.
+so it can never act alongside the new leader; its pod restarts as a candidate. A leader whose renewals do
+not succeed within the renew deadline (two thirds of the lease) — failing or hanging — exits too, before a
+standby may take the lease over (:mod:`opbroker.controller.leadership`).
+
+Every API client the process builds has deadlines and TCP keepalive (:mod:`opbroker.controller.clients`);
+their answers, and a probe when the cluster is quiet, tell the health probes whether the API server still
+answers (:mod:`opbroker.controller.contact`).
 
 Before campaigning, and again before kopf starts, the process waits (bounded by ``api_wait_seconds``) until
 the API server serves every resource the kopf handlers watch (:mod:`opbroker.controller.apiready`): kopf
@@ -25,10 +31,10 @@ from typing import Any
 
 import kopf
 from kubernetes import client, config
-from kubernetes.leaderelection import electionconfig, leaderelection
+from kubernetes.leaderelection import electionconfig
 from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 
-from opbroker.controller import apiready, health
+from opbroker.controller import apiready, clients, contact, health, leadership
 from opbroker.controller.app import Controller, build_registry
 from opbroker.controller.settings import ControllerSettings
 
@@ -38,8 +44,14 @@ USER_AGENT = "opbroker-controller"
 EXIT_GRACE_SECONDS = 10.0
 
 
-def api_client_for(kubeconfig: str | None) -> client.ApiClient:
-    """The official client, configured from a kubeconfig or the pod's service account."""
+def api_client_for(
+    kubeconfig: str | None,
+    *,
+    timeouts: clients.Timeouts = clients.DEFAULT_TIMEOUTS,
+    reached: contact.ApiContact | None = None,
+) -> client.ApiClient:
+    """The official client, configured from a kubeconfig or the pod's service account, with ``timeouts`` on
+    every call; each answer is reported to ``reached``."""
     if kubeconfig:
         config.load_kube_config(config_file=kubeconfig)
     else:
@@ -49,9 +61,13 @@ def api_client_for(kubeconfig: str | None) -> client.ApiClient:
             config.load_kube_config()
     configuration = client.Configuration.get_default_copy()
     configuration.connection_pool_maxsize = 32
-    api = client.ApiClient(configuration)
-    api.user_agent = USER_AGENT  # so audit logs (and the benchmarks) can tell the controller's requests apart
-    return api
+    # The user agent lets audit logs (and the benchmarks) tell the controller's requests apart.
+    return clients.bounded(
+        configuration,
+        timeouts=timeouts,
+        on_answer=reached.answered if reached is not None else None,
+        user_agent=USER_AGENT,
+    )
 
 
 async def run_operator(
@@ -92,8 +108,14 @@ def run(settings: ControllerSettings, *, kubeconfig: str | None) -> None:
         health.serve(state, settings.metrics_port)
     if kubeconfig:
         os.environ["KUBECONFIG"] = kubeconfig
-    api = api_client_for(kubeconfig)  # also loads the default configuration the lease lock uses
+    reached = contact.ApiContact()
+    api = api_client_for(kubeconfig, timeouts=settings.timeouts, reached=reached)
     controller = Controller(api, settings)
+    probe_every = min(contact.PROBE_SECONDS, settings.stuck_seconds / 4)
+    contact.start_probe(api, reached, every=probe_every)
+    state.add_check(lambda: reached.problem(settings.stuck_seconds), liveness=True)
+    state.add_check(lambda: reached.problem(3 * probe_every), liveness=False)
+    state.add_check(lambda: controller.runtime.stuck(settings.stuck_seconds), liveness=True)
     if settings.webhook_port is not None:
         controller.service_catalog.serve_webhook(settings)
     registry = build_registry(controller, kubeconfig=kubeconfig)
@@ -139,6 +161,12 @@ def run(settings: ControllerSettings, *, kubeconfig: str | None) -> None:
         operate(check_the_api=False)
     identity = f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
     lock = LeaseLock(settings.lease_name, settings.namespace, identity)
+    # Each lease request ends well within the renew deadline (the library's own client has no deadline).
+    lease_seconds = max(1.0, settings.renew_deadline / 4)
+    lease_timeouts = clients.Timeouts(connect=lease_seconds, request=lease_seconds)
+    lock.api_instance = client.CoordinationV1Api(
+        clients.bounded(api.configuration, timeouts=lease_timeouts, on_answer=reached.answered, user_agent=USER_AGENT)
+    )
     leading = threading.Event()
 
     def terminate(signum: int, _frame: object) -> None:
@@ -154,21 +182,34 @@ def run(settings: ControllerSettings, *, kubeconfig: str | None) -> None:
     signal.signal(signal.SIGTERM, terminate)
     signal.signal(signal.SIGINT, terminate)
 
+    def overdue(age: float) -> None:
+        logger.error(
+            "%s stops acting: its lease was last renewed %.1f s ago, past the renew deadline (%.1f s of a %d s "
+            "lease); exiting before a standby may take over",
+            identity,
+            age,
+            settings.renew_deadline,
+            settings.lease_seconds,
+        )
+        state.stopped("the lease could not be renewed in time")
+        _exit(1)
+
     def lead() -> None:
         logger.info("%s became the leader; starting reconciliation", identity)
         leading.set()
+        leadership.guard(election, settings.renew_deadline, overdue)
         operate(check_the_api=True)
 
     def lost() -> None:
         logger.error("%s lost the leadership; exiting so that only one controller acts", identity)
         _exit(1)
 
-    election = leaderelection.LeaderElection(
+    election = leadership.GuardedElection(
         electionconfig.Config(
             lock,
             # Whole seconds: the Lease API stores an integer, and the library refuses periods under 1 s.
             lease_duration=settings.lease_seconds,
-            renew_deadline=max(2, settings.lease_seconds * 2 // 3),
+            renew_deadline=settings.renew_deadline,
             retry_period=max(1, settings.lease_seconds // 8),
             onstarted_leading=lead,
             onstopped_leading=lost,
@@ -176,7 +217,7 @@ def run(settings: ControllerSettings, *, kubeconfig: str | None) -> None:
     )
     state.standby()
     logger.info("%s campaigning for lease %s/%s", identity, settings.namespace, settings.lease_name)
-    election.run()
+    election.run()  # type: ignore[no-untyped-call]
     _exit(1)  # the election loop only returns when leading ended
 
 

@@ -16,6 +16,7 @@ from opbroker.api.conventions import (
     catalog_namespaces,
 )
 from opbroker.controller.claims.settings import ClaimsSettings
+from opbroker.controller.clients import Timeouts
 from opbroker.rendering.urlpolicy import FetchPolicy
 
 
@@ -37,6 +38,16 @@ class ControllerSettings:
     lease_name: str = "opbroker-controller"
     lease_seconds: int = 15
     """How long a leader's lease lasts without renewal: the longest a failover takes."""
+    request_timeout_seconds: float = 60.0
+    """How long an API request may wait for each read of its answer (connecting has 10 s): the API server's own
+    default request timeout, past which it gives up itself. See :mod:`opbroker.controller.clients`."""
+    watch_seconds: int = 60
+    """Server-side duration of each of the controller's watch requests; a watch that delivers nothing (no event,
+    no bookmark, no end) for a quarter longer is dead and restarted from its last resourceVersion."""
+    stuck_seconds: float = 120.0
+    """Liveness fails (``/healthz`` 503) when a reconcile has run this long, keys wait while no reconcile started
+    or finished this long, or the API server has answered nothing (its probe included) this long. Readiness
+    fails after three probe periods (15 s) of silence."""
     metrics_port: int | None = None
     """Serve Prometheus metrics and the health probes (``/healthz``, ``/readyz``) on this port (0.0.0.0); None
     to disable."""
@@ -90,6 +101,17 @@ class ControllerSettings:
     def trusted_namespaces(self) -> tuple[str, ...]:
         """Where catalog entries are read from (:func:`opbroker.api.conventions.catalog_namespaces`)."""
         return catalog_namespaces(self.namespace, self.catalog_namespaces)
+
+    @property
+    def timeouts(self) -> Timeouts:
+        """The deadlines of the controller's API clients."""
+        return Timeouts(request=self.request_timeout_seconds, watch=self.watch_seconds)
+
+    @property
+    def renew_deadline(self) -> float:
+        """Seconds a leader keeps acting without renewing its lease (client-go's renewDeadline): two thirds of the
+        lease, so it has stopped before a standby may take the lease over."""
+        return self.lease_seconds * 2 / 3
 
     @property
     def total_workers(self) -> int:

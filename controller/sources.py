@@ -7,6 +7,11 @@ no restart is needed when a plan introduces a new operator kind.
 
 ``SourceIndex`` is the pure part (which owner keys depend on which object); ``SourceWatchers`` runs one
 watch per kind in a thread and reports the owners of every changed object to a callback.
+
+Each watch request asks the API server to end it after ``watch_seconds`` and for bookmarks; the client's read
+deadline (:mod:`opbroker.controller.clients`) fails one that delivers nothing for a quarter longer — a dead
+connection — and a stream that outlives that deadline (events trickling past its end) is ended client-side.
+After a failure the kind's store entries are dropped (reads go to the API) until it is listed again.
 """
 
 from __future__ import annotations
@@ -18,10 +23,12 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+import urllib3
 from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
 
 from opbroker.api.meta import ResourceRef
+from opbroker.controller.clients import Timeouts
 from opbroker.controller.kube import Kube
 from opbroker.controller.reconciler.keys import Key
 
@@ -58,6 +65,14 @@ def _listing(resource: Any, api_version: str, kind: str, version: list[str | Non
         if token is None:
             version.append(meta.get("resourceVersion"))
             return
+
+
+def _timed_out(exc: BaseException) -> bool:
+    """Whether ``exc`` is a read deadline that passed (urllib3 wraps it when it gave up retrying)."""
+    reason = getattr(exc, "reason", None)
+    return isinstance(exc, urllib3.exceptions.ReadTimeoutError) or isinstance(
+        reason, urllib3.exceptions.ReadTimeoutError
+    )
 
 
 class SourceIndex:
@@ -99,8 +114,11 @@ class SourceIndex:
 class SourceWatchers:
     """One watch thread per (apiVersion, kind), started the first time a reconcile needs it."""
 
-    def __init__(self, kube: Kube, index: SourceIndex, on_change: Callable[[Key], None]) -> None:
+    def __init__(
+        self, kube: Kube, index: SourceIndex, on_change: Callable[[Key], None], *, watch_seconds: int = 60
+    ) -> None:
         self._kube = kube
+        self._watch_seconds = watch_seconds
         self._index = index
         self._on_change = on_change
         self._lock = threading.Lock()
@@ -183,15 +201,22 @@ class SourceWatchers:
                     resource_version = versions[0]
                     self._listed[type_key].set()
                 watcher = watch.Watch()
+                deadline = time.monotonic() + Timeouts(watch=self._watch_seconds).watch_read()
                 for event in self._kube.dynamic.watch(
-                    resource, resource_version=resource_version, timeout=60, watcher=watcher
+                    resource,
+                    resource_version=resource_version,
+                    timeout=self._watch_seconds,
+                    watcher=watcher,
+                    allow_watch_bookmarks=True,
                 ):
-                    if self._stop.is_set():
+                    if self._stop.is_set() or time.monotonic() > deadline:
                         watcher.stop()
                         break
                     raw: dict[str, Any] = event["raw_object"]
                     meta = raw.get("metadata") or {}
                     resource_version = meta.get("resourceVersion", resource_version)
+                    if event["type"] == "BOOKMARK":
+                        continue
                     if event["type"] == "ERROR":
                         if raw.get("code") == 410:  # resourceVersion too old: relist
                             resource_version = None
@@ -210,8 +235,9 @@ class SourceWatchers:
                     continue
                 logger.warning("watch of %s %s failed (HTTP %s); retrying", api_version, kind, exc.status)
                 self._stop.wait(2.0)
-            except Exception as exc:
-                logger.warning("watch of %s %s failed (%s); retrying", api_version, kind, type(exc).__name__)
+            except Exception as exc:  # a dead stream (its read deadline: the watchdog), a refused connection, ...
+                why = "delivered nothing within its deadline" if _timed_out(exc) else f"failed ({type(exc).__name__})"
+                logger.warning("watch of %s %s %s; listing it again", api_version, kind, why)
                 resource_version = None
                 store.forget_type(type_key)  # events may be lost: read from the API until listed again
                 self._stop.wait(2.0)

@@ -8,6 +8,9 @@ reading its current state, not the event. Events only *enqueue* keys. The queue 
 * many events for one key collapse into one reconcile;
 * a failing key is retried with exponential backoff (per key, reset on success), and a key that is
   waiting on something outside (an operator's status) is re-checked after the delay its reconcile asked for.
+
+It also tells whether its workers are stuck (:meth:`WorkQueue.stuck`, for the liveness probe): a reconcile
+running past a bound, or keys waiting for a worker while no reconcile has started or finished for as long.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import contextlib
 import heapq
 import itertools
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
@@ -61,6 +65,11 @@ class WorkQueue:
         self._sequence = itertools.count()
         self._wakeup = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        # When each running reconcile started, and when one last started or finished (monotonic): read by the
+        # health server's threads, hence the lock.
+        self._progress_lock = threading.Lock()
+        self._running_since: dict[Hashable, float] = {}
+        self._moved_at = time.monotonic()
 
     # -- producers -----------------------------------------------------------------------------------
 
@@ -95,6 +104,14 @@ class WorkQueue:
         """Keys being reconciled now."""
         return len(self._processing)
 
+    def stuck(self, bound: float, now: float | None = None) -> str | None:
+        """Why the workers look stuck (None: they do not). Thread-safe."""
+        now = time.monotonic() if now is None else now
+        with self._progress_lock:
+            running = list(self._running_since.values())
+            moved_at = self._moved_at
+        return stuck(now=now, running_since=running, waiting=self._ready.qsize(), moved_at=moved_at, bound=bound)
+
     # -- running -------------------------------------------------------------------------------------
 
     def start(self) -> None:
@@ -123,6 +140,8 @@ class WorkQueue:
             key = await self._ready.get()
             self._queued.discard(key)
             self._processing.add(key)
+            with self._progress_lock:
+                self._running_since[key] = self._moved_at = time.monotonic()
             try:
                 outcome = await self._reconcile(key)
             except asyncio.CancelledError:
@@ -140,7 +159,22 @@ class WorkQueue:
                 if outcome.requeue_after is not None:
                     self.add_after(key, outcome.requeue_after)
             finally:
+                with self._progress_lock:
+                    self._running_since.pop(key, None)
+                    self._moved_at = time.monotonic()
                 self._processing.discard(key)
                 if key in self._dirty:
                     self._dirty.discard(key)
                     self.add(key)
+
+
+def stuck(*, now: float, running_since: list[float], waiting: int, moved_at: float, bound: float) -> str | None:
+    """Why workers look stuck, from their bookkeeping (pure): a reconcile started more than ``bound`` seconds
+    ago and still running, or keys waiting for a worker while no reconcile started or finished (``moved_at``)
+    for ``bound`` seconds."""
+    oldest = min(running_since, default=None)
+    if oldest is not None and now - oldest > bound:
+        return f"a reconcile has been running for {now - oldest:.0f} s (bound {bound:.0f} s)"
+    if waiting and now - moved_at > bound:
+        return f"{waiting} keys wait for a worker and no reconcile has moved for {now - moved_at:.0f} s"
+    return None

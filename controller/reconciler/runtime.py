@@ -97,6 +97,10 @@ class Runtime:
     def depth(self) -> int:
         return self.queue.depth if self.queue is not None else 0
 
+    def stuck(self, bound: float) -> str | None:
+        """Why the workers look stuck (see :meth:`WorkQueue.stuck`); None before the runtime starts."""
+        return self.queue.stuck(bound) if self.queue is not None else None
+
     @property
     def idle(self) -> bool:
         """Nothing waiting, nothing being reconciled."""

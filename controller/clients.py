@@ -1,0 +1,134 @@
+"""The controller's Kubernetes API clients, every one with deadlines and TCP keepalive.
+
+The official client has no default timeout: a call whose connection stops answering (a load balancer that
+lost its state, a NAT table flush, a half-dead API server) waits for ever, and with it a reconcile worker or a
+watch. :class:`BoundedApiClient` gives every call that names no ``_request_timeout`` of its own a deadline,
+chosen once, here, from :class:`Timeouts`:
+
+* an ordinary request: ``connect`` to dial (and TLS), then ``request`` per read of the answer;
+* a watch (``watch=true``): ``connect``, then at most :meth:`Timeouts.watch_read` per read — its server-side
+  ``timeoutSeconds`` plus a quarter. The API server ends every watch at ``timeoutSeconds`` and sends bookmarks
+  in between, so a watch that delivers nothing (no event, no bookmark, no end) for that long is dead: the read
+  fails and the watch's loop starts a new one from its last resourceVersion (the watchdog);
+
+and urllib3 retries a failed read at most once (its default retries an idempotent call three times, which
+would quadruple the bound). TCP keepalive (client-go's timings: probes after 30 s idle) lets the kernel close
+a connection whose peer vanished while it was idle. Every HTTP answer is reported to ``on_answer`` (the
+controller's :class:`~opbroker.controller.contact.ApiContact`), whatever its status: it proves the path works.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import urllib3
+from kubernetes import client
+
+#: Seconds to dial the API server and finish the TLS handshake.
+CONNECT_SECONDS = 10.0
+#: Seconds an ordinary request may wait for each read of its answer: the API server's own default
+#: ``--request-timeout`` (60 s), past which it gives up on a request itself.
+REQUEST_SECONDS = 60.0
+#: Server-side duration of a watch request that names none.
+WATCH_SECONDS = 60
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Deadlines of the controller's API calls (see the module docstring)."""
+
+    connect: float = CONNECT_SECONDS
+    request: float = REQUEST_SECONDS
+    watch: int = WATCH_SECONDS
+    """The server-side duration (``timeoutSeconds``) of the controller's own watches."""
+
+    def watch_read(self, server_seconds: float | None = None) -> float:
+        """The longest a watch ending after ``server_seconds`` (default :attr:`watch`) may deliver nothing."""
+        seconds = float(server_seconds if server_seconds else self.watch)
+        return seconds + max(1.0, seconds / 4)
+
+    def for_url(self, url: str) -> tuple[float, float]:
+        """(connect, read) timeouts for a request to ``url``: a watch's, or an ordinary request's."""
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query)
+        if (query.get("watch") or [""])[0].lower() in ("true", "1"):
+            try:
+                server_seconds = float((query.get("timeoutSeconds") or ["0"])[0])
+            except ValueError:
+                server_seconds = 0.0
+            return (self.connect, self.watch_read(server_seconds or None))
+        return (self.connect, self.request)
+
+
+DEFAULT_TIMEOUTS = Timeouts()
+
+#: urllib3's retries: a dropped connection is dialled again, a failed read is retried once (idempotent calls
+#: only, as urllib3 does), nothing else — the reconcile's own error table retries with backoff.
+RETRIES = urllib3.Retry(total=3, connect=3, read=1, redirect=0, status=0, other=0)
+
+
+class BoundedApiClient(client.ApiClient):
+    """An ``ApiClient`` whose calls all have deadlines, on keepalive sockets (see the module docstring)."""
+
+    def __init__(
+        self,
+        configuration: client.Configuration,
+        *,
+        timeouts: Timeouts = DEFAULT_TIMEOUTS,
+        on_answer: Callable[[], None] | None = None,
+    ) -> None:
+        configuration.keep_alive = True  # read when the pool is built, in the constructor
+        if configuration.retries is None:
+            configuration.retries = RETRIES
+        super().__init__(configuration)
+        self.timeouts = timeouts
+        self.on_answer = on_answer
+
+    def call_api(
+        self,
+        method: str,
+        url: str,
+        header_params: dict[str, str] | None = None,
+        body: Any = None,
+        post_params: list[tuple[str, Any]] | None = None,
+        _request_timeout: Any = None,
+    ) -> Any:
+        if _request_timeout is None:
+            _request_timeout = self.timeouts.for_url(url)
+        response = super().call_api(
+            method,
+            url,
+            header_params=header_params,
+            body=body,
+            post_params=post_params,
+            _request_timeout=_request_timeout,
+        )
+        if self.on_answer is not None:
+            self.on_answer()
+        return response
+
+
+def bounded(
+    configuration: client.Configuration,
+    *,
+    timeouts: Timeouts = DEFAULT_TIMEOUTS,
+    on_answer: Callable[[], None] | None = None,
+    user_agent: str | None = None,
+) -> BoundedApiClient:
+    """A :class:`BoundedApiClient` over ``configuration`` (which gains keepalive and bounded retries)."""
+    api = BoundedApiClient(configuration, timeouts=timeouts, on_answer=on_answer)
+    if user_agent:
+        api.user_agent = user_agent
+    return api
+
+
+def sibling(api: client.ApiClient) -> client.ApiClient:
+    """A new client sharing ``api``'s configuration, deadlines and answer hook (its own headers and pool)."""
+    if isinstance(api, BoundedApiClient):
+        twin: client.ApiClient = BoundedApiClient(api.configuration, timeouts=api.timeouts, on_answer=api.on_answer)
+    else:
+        twin = client.ApiClient(api.configuration)
+    twin.user_agent = api.user_agent
+    return twin

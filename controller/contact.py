@@ -1,0 +1,70 @@
+"""Whether the API server still answers the controller: the last answer's age, kept fresh by a probe.
+
+Every HTTP answer to one of the controller's clients counts (:mod:`opbroker.controller.clients` reports them);
+when none came for a probe period, :func:`probe_forever` asks for ``/version`` (readable by every
+authenticated user), with a deadline, so the age stays meaningful in a quiet cluster. A controller whose
+requests get no answer at all for long is cut off — the health probes report it (:mod:`.health`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from kubernetes import client
+
+logger = logging.getLogger(__name__)
+
+#: How often the probe runs when nothing else has answered.
+PROBE_SECONDS = 5.0
+
+
+class ApiContact:
+    """The time of the API server's last answer. Thread-safe; the clock is injectable."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._last = clock()
+
+    def answered(self) -> None:
+        now = self._clock()
+        with self._lock:
+            self._last = now
+
+    def silence(self) -> float:
+        """Seconds since the last answer."""
+        now = self._clock()
+        with self._lock:
+            return now - self._last
+
+    def problem(self, bound: float) -> str | None:
+        """A reason for the probes when no answer came for longer than ``bound`` seconds, else None."""
+        silence = self.silence()
+        if silence <= bound:
+            return None
+        return f"the API server has not answered the controller for {silence:.0f} s (bound {bound:.0f} s)"
+
+
+def probe_forever(
+    api: client.ApiClient, contact: ApiContact, stop: threading.Event, *, every: float = PROBE_SECONDS
+) -> None:
+    """Until ``stop``: every ``every`` seconds without an answer, GET ``/version`` (deadline ``every``)."""
+    while not stop.wait(every):
+        if contact.silence() < every:
+            continue
+        try:
+            client.VersionApi(api).get_code(_request_timeout=(every, every))
+        except Exception as exc:  # any failure is the silence the probes report; the error is only logged
+            logger.debug("the API server did not answer the probe: %s", type(exc).__name__)
+        else:
+            contact.answered()
+
+
+def start_probe(api: client.ApiClient, contact: ApiContact, *, every: float = PROBE_SECONDS) -> threading.Event:
+    """:func:`probe_forever` in a daemon thread; set the returned event to stop it."""
+    stop = threading.Event()
+    threading.Thread(target=probe_forever, args=(api, contact, stop), kwargs={"every": every}, daemon=True).start()
+    return stop
