@@ -23,7 +23,7 @@ from kubernetes.dynamic.exceptions import ResourceNotFoundError
 from opbroker.api.meta import ResourceRef
 from opbroker.controller import clients
 from opbroker.controller.access import Access, AccessReviews, api_reviewer
-from opbroker.controller.refusals import Refusal, Severity, refusal, severity
+from opbroker.controller.refusals import Refusal, Severity, masked_status, refusal, severity
 from opbroker.controller.store import UNKNOWN, ObjectStore
 
 logger = logging.getLogger(__name__)
@@ -51,10 +51,17 @@ class Refused(ApiException):
 
 
 def _refused(exc: ApiException, manifest: dict[str, Any], keep: tuple[str, ...] = ()) -> ApiException:
-    """``exc`` as :class:`Refused` when the object (not the API server's state) is what was refused."""
-    if severity(exc.status) is Severity.TRANSIENT:
+    """``exc`` as :class:`Refused` when the object (not the API server's state) is what was refused; else the
+    same error (status, reason, headers) with its body masked the same way: an answer to a write may echo the
+    object's values, and the exception's text ends up in logs and events when its retries give up."""
+    if severity(exc.status) is not Severity.TRANSIENT:
+        return Refused(refusal(exc.status, exc.body, manifest, keep))
+    if exc.body is None:
         return exc
-    return Refused(refusal(exc.status, exc.body, manifest, keep))
+    answer = ApiException(status=exc.status, reason=exc.reason)
+    answer.headers = exc.headers
+    answer.body = masked_status(exc.status, exc.body, manifest, keep)
+    return answer
 
 
 @dataclass(frozen=True)
@@ -387,16 +394,20 @@ class Kube:
         return None if response is None else _json(response)
 
     def apply_secret(self, manifest: dict[str, Any]) -> dict[str, Any]:
-        """Create or update a Secret we own, by server-side apply (no read needed); the Secret as written."""
-        response = self.core.patch_namespaced_secret(
-            manifest["metadata"]["name"],
-            manifest["metadata"]["namespace"],
-            manifest,
-            field_manager=FIELD_MANAGER,
-            force=True,
-            _content_type="application/apply-patch+yaml",
-            _preload_content=False,
-        )
+        """Create or update a Secret we own, by server-side apply (no read needed); the Secret as written. An
+        error answer is masked like any refused write's: it may echo the Secret's values."""
+        try:
+            response = self.core.patch_namespaced_secret(
+                manifest["metadata"]["name"],
+                manifest["metadata"]["namespace"],
+                manifest,
+                field_manager=FIELD_MANAGER,
+                force=True,
+                _content_type="application/apply-patch+yaml",
+                _preload_content=False,
+            )
+        except ApiException as exc:
+            raise _refused(exc, manifest, self._named()) from None
         return _as_dict(self._keep(_json(response)))
 
     def emit_event(self, obj: dict[str, Any], *, reason: str, message: str, warning: bool = False) -> None:

@@ -12,17 +12,24 @@ own explanation. Which refusals count as what:
 * **transient** — 409 Conflict (re-read and retry), 429 and 5xx, connection errors: the API server's
   state, not the object's; retried with backoff for as long as it takes.
 
-The explanation never carries values: the API server quotes the offending value (``Invalid value:
-"..."``), and a rendered value may be a password. Every quoted string in its message is masked, except the
-object's own name and namespace, which are no secret and the most useful part.
+The explanation never carries values: a rendered value may be a password, and the API server echoes values
+in more than one format — quoted (``Invalid value: "..."``), but also unquoted (server-side apply prints a
+number where a string belongs as ``got &value.valueUnstructured{Value:4815162342}``; an admission policy's or
+webhook's message says whatever it was written to say). So masking does not depend on quoting: every value
+the refused object carries (each leaf string and number, with its escaped, per-line and base64 forms, and a
+Secret's decoded ``data``) is masked wherever it occurs in the message, and then every quoted string left is
+masked too — except the object's own kind, name and namespace, which are no secret and the most useful part.
 
 Pure.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -30,7 +37,16 @@ from typing import Any
 PERMANENT_STATUSES = frozenset({400, 413, 422})
 COUNTED_STATUSES = frozenset({403, 404})
 MAX_MESSAGE = 1000
-_QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"')
+#: Shortest value of the object masked wherever it occurs in a message. Shorter ones ("1", "TCP", "v1") occur
+#: in every message as ordinary words and numbers: masking them would leave nothing to read. (A shorter value
+#: the API server quotes is still masked, as every quoted string is.)
+MIN_MASKED = 4
+#: How much of the API server's message is read at most (characters): the part shown is MAX_MESSAGE; masking
+#: scans a bounded text, so a huge message costs bounded time (each value is searched for in it).
+MAX_SCANNED = 16 * 1024
+MASK = "…"
+#: A double-quoted string, or one left open at the end (cut by MAX_SCANNED, or never closed): masked to the end.
+_QUOTED = re.compile(r'"(?:[^"\\]|\\.)*(?:(")|\\?$)')
 
 
 class Severity(StrEnum):
@@ -47,14 +63,103 @@ def severity(status: int | None) -> Severity:
     return Severity.TRANSIENT
 
 
-def masked(message: str, keep: tuple[str, ...] = ()) -> str:
-    """``message`` with every double-quoted string replaced by ``"…"`` unless it is one of ``keep``."""
+def _leaves(value: Any) -> Iterator[Any]:
+    """Every leaf (string, number) of a wire object: values only, not keys (field names are no secret)."""
+    if isinstance(value, dict):
+        for item in value.values():
+            yield from _leaves(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _leaves(item)
+    elif isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        yield value
+
+
+def _decoded(value: str) -> str | None:
+    """The text a base64 value (a Secret's ``data``) stands for, if it is base64 of UTF-8 text."""
+    try:
+        return base64.b64decode(value, validate=True).decode()
+    except (binascii.Error, ValueError):
+        return None
+
+
+def _forms(text: str) -> Iterator[str]:
+    """The ways the API server may print ``text``: as is, escaped (Go's %q and JSON escape quotes, backslashes
+    and newlines), line by line (a message may quote one line of a certificate or a config file), and base64
+    (a Secret's ``stringData`` is echoed as ``data``)."""
+    yield text
+    yield json.dumps(text, ensure_ascii=False)[1:-1]
+    yield from (line.strip() for line in text.splitlines())
+    yield base64.b64encode(text.encode()).decode().rstrip("=")
+
+
+def echoed_values(manifest: dict[str, Any]) -> frozenset[str]:
+    """Every value of ``manifest`` (the object as sent) that masking hides wherever it occurs, in every form
+    the API server may print it (see :func:`_forms`), each at least :data:`MIN_MASKED` long."""
+    texts: list[str] = [str(leaf) for leaf in _leaves(manifest)]
+    if manifest.get("kind") == "Secret":
+        texts += [d for d in map(_decoded, (manifest.get("data") or {}).values()) if isinstance(d, str)]
+    if manifest.get("kind") == "ConfigMap":
+        texts += [d for d in map(_decoded, (manifest.get("binaryData") or {}).values()) if isinstance(d, str)]
+    return frozenset(form for text in texts for form in _forms(text) if len(form) >= MIN_MASKED)
+
+
+def _occurrences(text: str, needles: Iterable[str]) -> list[tuple[int, int]]:
+    """Every (start, end) at which one of ``needles`` occurs in ``text``, overlapping ones included. A needle
+    whose first MIN_MASKED characters occur nowhere in the text is not searched for (many values, short text)."""
+    grams = {text[i : i + MIN_MASKED] for i in range(len(text) - MIN_MASKED + 1)}
+    spans: list[tuple[int, int]] = []
+    for needle in needles:
+        if needle[:MIN_MASKED] not in grams:
+            continue
+        start = text.find(needle)
+        while start != -1:
+            spans.append((start, start + len(needle)))
+            start = text.find(needle, start + 1)
+    return spans
+
+
+def _mask_values(text: str, values: Iterable[str], keep: tuple[str, ...]) -> str:
+    """``text`` with every occurrence of every value replaced by :data:`MASK` (overlapping occurrences merged,
+    so no part of either survives), except where an occurrence lies wholly inside an occurrence of a ``keep``
+    string (a value that is part of the object's own name is no secret: the name is shown)."""
+    kept = _occurrences(text, [k for k in keep if len(k) >= MIN_MASKED])
+    spans = sorted(
+        (start, end)
+        for start, end in _occurrences(text, values)
+        if not any(k_start <= start and end <= k_end for k_start, k_end in kept)
+    )
+    out: list[str] = []
+    at = 0
+    for start, end in spans:
+        if end <= at:
+            continue
+        if start >= at:
+            out.append(text[at:start])
+            out.append(MASK)
+        at = end
+    out.append(text[at:])
+    return "".join(out)
+
+
+def masked(message: str, keep: tuple[str, ...] = (), values: Iterable[str] = ()) -> str:
+    """``message`` with every one of ``values`` masked wherever it occurs (quoted or not), then every
+    double-quoted string left replaced by ``"…"`` unless it is one of ``keep``. A message longer than
+    :data:`MAX_SCANNED` is cut first, a value or quoted string cut open at the end masked to the end."""
+    values = tuple(values)
+    if len(message) > MAX_SCANNED:
+        # A value cut open here would not match: drop what could be the start of one.
+        longest = max((len(v) for v in values), default=0)
+        message = message[: max(0, MAX_SCANNED - longest)] + MASK
     kept = {json.dumps(k) for k in keep if k}
 
     def mask(match: re.Match[str]) -> str:
-        return match.group(0) if match.group(0) in kept else '"…"'
+        quoted = match.group(0)
+        if quoted in kept:
+            return quoted
+        return f'"{MASK}"' if match.group(1) else f'"{MASK}'
 
-    return _QUOTED.sub(mask, message)
+    return _QUOTED.sub(mask, _mask_values(message, values, tuple(k for k in keep if k)))
 
 
 @dataclass(frozen=True)
@@ -93,14 +198,24 @@ def refusal(status: int, body: Any, manifest: dict[str, Any], keep: tuple[str, .
             loaded = None
         parsed = loaded if isinstance(loaded, dict) else {}
     message = str(parsed.get("message") or "no explanation given")
-    text = masked(message, keep=(name, namespace or "", *keep))
+    kind = str(manifest.get("kind") or "object")
+    api_version = str(manifest.get("apiVersion") or "")
+    text = masked(message, keep=(name, namespace or "", kind, api_version, *keep), values=echoed_values(manifest))
     if len(text) > MAX_MESSAGE:
         text = text[: MAX_MESSAGE - 1] + "…"
     return Refusal(
         status=status,
         reason=str(parsed.get("reason") or "Unknown"),
-        kind=str(manifest.get("kind") or "object"),
+        kind=kind,
         namespace=namespace,
         name=name,
         message=text,
     )
+
+
+def masked_status(status: int | None, body: Any, manifest: dict[str, Any], keep: tuple[str, ...] = ()) -> str:
+    """An error answer to a write of ``manifest`` that is not a refusal of the object (409, 429, 5xx: retried),
+    as a Status whose message is masked like a refusal's and whose details (each cause quotes a value) are
+    dropped: the answer's text goes into logs and events when the retries give up."""
+    found = refusal(status or 0, body, manifest, keep)
+    return json.dumps({"kind": "Status", "code": status, "reason": found.reason, "message": found.message})

@@ -1,12 +1,15 @@
 """Where the Kubernetes binaries live, and building them when they are missing.
 
 Kubernetes and etcd are built from their Go modules by ``build.sh`` (once per machine, cached outside
-the repository by version). The control plane needs etcd, kube-apiserver, kube-controller-manager,
+the repository by version and by the fingerprint of the committed wrapper module ``kubebuild/``: its go.mod
+and go.sum pin every module, so binaries built from other pins are never taken for these). The control plane needs etcd, kube-apiserver, kube-controller-manager,
 kube-scheduler and kubectl; the opt-in node also kubelet, kube-proxy and the pause binary.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
 import subprocess
 from dataclasses import dataclass
@@ -28,8 +31,29 @@ def cache_dir() -> Path:
     return Path(os.environ.get("OPBROKER_CACHE") or Path.home() / ".cache" / "opbroker")
 
 
+def kube_module() -> Path:
+    """The committed wrapper module Kubernetes and etcd are compiled from (go.mod, go.sum, two Go files)."""
+    return Path(str(resources.files("opbroker.devcluster") / "kubebuild"))
+
+
+@functools.cache
+def module_key(module: Path) -> str:
+    """The fingerprint of a committed Go wrapper module (or a folder of them), which names its build's cache
+    folder: a change of any pin in go.mod or go.sum (or of its Go files) builds anew beside the old binaries.
+    The same digest as the build scripts' ``module_key``: sha256 over ``sha256sum``'s lines for the folder's
+    go.mod, go.sum and ``*.go`` files, in byte order of their ``./``-relative paths."""
+    names = ("go.mod", "go.sum")
+    files = sorted(
+        "./" + path.relative_to(module).as_posix()
+        for path in module.rglob("*")
+        if path.is_file() and (path.name in names or path.suffix == ".go")
+    )
+    lines = "".join(f"{hashlib.sha256((module / name).read_bytes()).hexdigest()}  {name}\n" for name in files)
+    return hashlib.sha256(lines.encode()).hexdigest()[:12]
+
+
 def kube_bin_dir() -> Path:
-    return cache_dir() / f"kube-{KUBE_VERSION}" / "bin"
+    return cache_dir() / f"kube-{KUBE_VERSION}-{module_key(kube_module())}" / "bin"
 
 
 @dataclass(frozen=True)
@@ -80,6 +104,7 @@ def build_script() -> Path:
 
 
 def _build(*flags: str) -> None:
+    # The versions are the wrapper module's; passed so that the script refuses a module pinning others.
     env = {
         **os.environ,
         "OPBROKER_CACHE": str(cache_dir()),

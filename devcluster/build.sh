@@ -1,27 +1,55 @@
 #!/usr/bin/env bash
 # Build the local Kubernetes (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl,
 # and for the opt-in node kubelet, kube-proxy and the pause binary) from the Go module proxy, once per
-# machine; the binaries are cached in $OPBROKER_CACHE/kube-$KUBE_VERSION/bin.
+# machine; the binaries are cached in $OPBROKER_CACHE/kube-$KUBE_VERSION-<key>/bin.
 #
 # Why a wrapper module: k8s.io/kubernetes's go.mod replaces every k8s.io/* staging module with a
 # directory (./staging/src/...) that the published module zip leaves out, and `go install pkg@version`
-# refuses modules with replace directives. So a throwaway module requires k8s.io/kubernetes and pins
+# refuses modules with replace directives. So a wrapper module requires k8s.io/kubernetes and pins
 # each staging module to its published v0.x twin, the way downstream projects vendor Kubernetes.
 # etcd's own main package lives in its root module (same replace problem); its main is one line over
 # go.etcd.io/etcd/server/v3/etcdmain, so the wrapper carries that line.
 #
-# Usage: build.sh [--node]   (--node also builds kubelet, kube-proxy and pause)
+# The wrapper module is committed (devcluster/kubebuild: go.mod, go.sum, the Go files; re-pinned by
+# scripts/pin-go-wrappers.sh) and compiled with -mod=readonly: nothing is resolved here, every module is the
+# version go.mod names and every download is checked against go.sum. The versions come from that go.mod.
+# The cache folder is keyed by the module's files (kube-<version>-<key>): a change of any pin builds anew
+# beside the old binaries instead of reusing them.
+#
+# Usage: build.sh [--node]        (--node also builds kubelet, kube-proxy and pause)
+#        build.sh --print-bin-dir (where the binaries of the committed pins are, or would be, cached)
 set -euo pipefail
 
 CACHE="${OPBROKER_CACHE:-$HOME/.cache/opbroker}"
-KUBE_VERSION="${KUBE_VERSION:-1.37.2}"
-ETCD_VERSION="${ETCD_VERSION:-3.7.3}"
-BIN="$CACHE/kube-$KUBE_VERSION/bin"
-WORK="$CACHE/kube-$KUBE_VERSION/build"
+MODULE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/kubebuild"
 START=$(date +%s)
 
 say() { printf '[kube-build %4ss] %s\n' "$(( $(date +%s) - START ))" "$*"; }
 die() { say "ERROR: $*" >&2; exit 1; }
+
+[ -f "$MODULE/go.mod" ] && [ -f "$MODULE/go.sum" ] || die "the wrapper module $MODULE (go.mod, go.sum) is missing"
+# The module's fingerprint (devcluster/binaries.py computes the same): sha256 over `sha256sum` of its files.
+module_key() { (cd "$1" && find . -type f \( -name go.mod -o -name go.sum -o -name '*.go' \) | LC_ALL=C sort \
+  | xargs sha256sum | sha256sum | cut -c1-12); }
+pinned() { sed -nE "s#^[[:space:]]*$1 v([0-9][0-9.]*)( // indirect)?\$#\\1#p" "$MODULE/go.mod" | head -1; }
+PINNED_KUBE=$(pinned k8s.io/kubernetes)
+PINNED_ETCD=$(pinned go.etcd.io/etcd/server/v3)
+[ -n "$PINNED_KUBE" ] && [ -n "$PINNED_ETCD" ] || die "$MODULE/go.mod pins no k8s.io/kubernetes or etcd version"
+for pair in "KUBE_VERSION:$PINNED_KUBE" "ETCD_VERSION:$PINNED_ETCD"; do
+  name=${pair%%:*}
+  if [ -n "${!name:-}" ] && [ "${!name}" != "${pair#*:}" ]; then
+    die "$name=${!name} but the committed wrapper module pins ${pair#*:}: re-pin with scripts/pin-go-wrappers.sh"
+  fi
+done
+KUBE_VERSION=$PINNED_KUBE
+ETCD_VERSION=$PINNED_ETCD
+ROOT="$CACHE/kube-$KUBE_VERSION-$(module_key "$MODULE")"
+BIN="$ROOT/bin"
+WORK="$ROOT/build"
+if [ "${1:-}" = "--print-bin-dir" ]; then
+  printf '%s\n' "$BIN"
+  exit 0
+fi
 
 CONTROL_PLANE=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
 NODE=(kubelet kube-proxy)
@@ -46,67 +74,20 @@ GO_MINOR=$(go env GOVERSION | sed -E 's/^go1\.([0-9]+).*/\1/')
 [ "$GO_MINOR" -ge 26 ] || die "Kubernetes $KUBE_VERSION needs Go 1.26 or newer, found $(go env GOVERSION)"
 
 mkdir -p "$BIN" "$WORK"
-export GOFLAGS="-mod=mod -buildvcs=false"
+export GOFLAGS="-mod=readonly -buildvcs=false"
+export GOWORK=off
 export CGO_ENABLED=0
 export GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
 
 # --- the wrapper module ---------------------------------------------------------------------------
-say "step 1/3: resolving k8s.io/kubernetes v$KUBE_VERSION and its staging modules"
-cd "$WORK"
-go mod download -json "k8s.io/kubernetes@v$KUBE_VERSION" >kubernetes.json || die "cannot download k8s.io/kubernetes@v$KUBE_VERSION from $(go env GOPROXY)"
-KUBE_MOD=$(sed -nE 's/.*"GoMod": "(.*)".*/\1/p' kubernetes.json)
-KUBE_DIR=$(sed -nE 's/.*"Dir": "(.*)".*/\1/p' kubernetes.json)
-STAGING_VERSION="v0.${KUBE_VERSION#1.}"
-{
-  echo "module opbroker.local/kubebuild"
-  echo
-  echo "go $(sed -nE 's/^go ([0-9.]+)$/\1/p' "$KUBE_MOD")"
-  echo
-  echo "require ("
-  echo "	k8s.io/kubernetes v$KUBE_VERSION"
-  echo "	go.etcd.io/etcd/server/v3 v$ETCD_VERSION"
-  echo ")"
-  echo
-  echo "replace ("
-  # Every staging module the kubernetes go.mod redirects; the sample-* ones are never published
-  # past what Kubernetes itself needs, so they point at the newest tag the proxy has.
-  sed -nE 's#^\s+(k8s.io/[a-z0-9-]+) => \./staging/.*#\1#p' "$KUBE_MOD" | while read -r m; do
-    case "$m" in
-      k8s.io/sample-*) ;;
-      *) echo "	$m => $m $STAGING_VERSION" ;;
-    esac
-  done
-  echo ")"
-} >go.mod
-mkdir -p cmd/etcd
-cat >cmd/etcd/main.go <<'GO'
-// etcd's own main (go.etcd.io/etcd/v3/main.go), carried here because that module cannot be
-// `go install`ed: its go.mod has replace directives.
-package main
-
-import (
-	"os"
-
-	"go.etcd.io/etcd/server/v3/etcdmain"
-)
-
-func main() { etcdmain.Main(os.Args) }
-GO
-cat >tools.go <<'GO'
-//go:build tools
-
-package kubebuild
-
-import (
-	_ "k8s.io/kubernetes/cmd/kube-apiserver"
-	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
-	_ "k8s.io/kubernetes/cmd/kube-proxy"
-	_ "k8s.io/kubernetes/cmd/kube-scheduler"
-	_ "k8s.io/kubernetes/cmd/kubectl"
-	_ "k8s.io/kubernetes/cmd/kubelet"
-)
-GO
-go mod tidy -e >tidy.log 2>&1 || { cat tidy.log; die "go mod tidy failed"; }
+say "step 1/3: downloading the pinned modules (each checked against go.sum)"
+# Built from a copy: the build writes nothing into the checkout (or the installed package).
+rm -rf "$WORK/module"
+cp -R "$MODULE" "$WORK/module"
+cd "$WORK/module"
+go mod download >download.log 2>&1 || { cat download.log; die "go mod download failed"; }
+KUBE_DIR=$(go mod download -json k8s.io/kubernetes | sed -nE 's/.*"Dir": "(.*)".*/\1/p')
+[ -d "$KUBE_DIR" ] || die "k8s.io/kubernetes v$KUBE_VERSION is not in the module cache after the download"
 
 # --- the binaries -------------------------------------------------------------------------------------
 say "step 2/3: compiling (this is the long part: ~15-25 min on 2 cores, cached afterwards)"

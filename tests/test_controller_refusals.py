@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import base64
 import json
 
 import pytest
 
-from opbroker.controller.refusals import MAX_MESSAGE, Severity, masked, refusal, severity
+from opbroker.controller.refusals import (
+    MAX_MESSAGE,
+    MAX_SCANNED,
+    Severity,
+    echoed_values,
+    masked,
+    refusal,
+    severity,
+)
 
 MANIFEST = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "9c3e-cfg", "namespace": "team-a"}}
 
@@ -65,3 +74,74 @@ def test_masking_leaves_unquoted_text_alone() -> None:
     assert masked('spec.size: Invalid value: 0: must be >= 1, name "a"', keep=("a",)) == (
         'spec.size: Invalid value: 0: must be >= 1, name "a"'
     )
+
+
+# --- masking that does not depend on quoting (issue 25) ----------------------------------------------------
+
+PIN = 4815162342
+SECRET = {
+    "apiVersion": "v1",
+    "kind": "Secret",
+    "metadata": {"name": "9c3e-creds", "namespace": "team-a"},
+    "stringData": {"pin": PIN, "password": "correct horse battery"},
+    "data": {"token": base64.b64encode(b"tok-3f9a8b7c").decode()},
+}
+
+
+def test_a_number_server_side_apply_echoes_unquoted_is_masked() -> None:
+    """The API server's own text for a Secret whose ``stringData`` carries a number (a template rendered a
+    numeric PIN without quotes): server-side apply prints the value unquoted."""
+    status = {
+        "kind": "Status",
+        "code": 500,
+        "reason": "InternalError",
+        "message": "failed to create typed patch object (/v1, Kind=Secret): .stringData.pin: expected string, "
+        f"got &value.valueUnstructured{{Value:{PIN}}}",
+    }
+    text = refusal(422, status, SECRET).describe()
+    assert str(PIN) not in text, text
+    assert ".stringData.pin: expected string" in text and "team-a/9c3e-creds" in text
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "admission webhook denied the request: password correct horse battery is too guessable",
+        "ValidatingAdmissionPolicy 'p' denied request: token tok-3f9a8b7c is revoked",  # data, decoded
+        f"data[token]: {base64.b64encode(b'correct horse battery').decode()} is not allowed",  # base64 form
+        "the value 'correct horse battery' (single quotes) is refused",
+        "first line of correct horse batt",  # no full occurrence: not masked (and no quotes either)
+    ],
+)
+def test_values_of_the_object_are_masked_however_they_are_printed(message: str) -> None:
+    text = masked(message, keep=("9c3e-creds", "team-a"), values=echoed_values(SECRET))
+    for secret in ("correct horse battery", "tok-3f9a8b7c", base64.b64encode(b"correct horse battery").decode()):
+        assert secret not in text, text
+    if "batt" in message and "battery" not in message:
+        assert text == message
+
+
+def test_overlapping_values_leave_no_part_of_either() -> None:
+    text = masked("got abcdefghij here", values=("abcdef", "defghij"))
+    assert text == "got … here"
+
+
+def test_a_value_inside_the_objects_own_name_does_not_mask_the_name() -> None:
+    manifest = {"kind": "ConfigMap", "metadata": {"name": "postgres-main", "namespace": "ns"}, "data": {"a": "postgres"}}
+    status = {"message": 'ConfigMap "postgres-main" is invalid: data[a]: postgres is not allowed'}
+    text = refusal(422, status, manifest).message
+    assert text == 'ConfigMap "postgres-main" is invalid: data[a]: … is not allowed', text
+
+
+def test_a_message_cut_for_length_leaves_no_part_of_a_value_or_a_quoted_string() -> None:
+    secret = "s" * 40
+    cut_value = "x" * (MAX_SCANNED - 10) + secret + " tail"
+    assert "sss" not in masked(cut_value, values=(secret,))
+    cut_quote = "y" * (MAX_SCANNED - 5) + ' "p@ssword-that-is-long" tail'
+    text = masked(cut_quote, values=("unrelated",))
+    assert "p@ss" not in text and text.endswith("…")
+
+
+def test_short_values_and_keys_are_not_masked() -> None:
+    manifest = {"kind": "ConfigMap", "metadata": {"name": "n"}, "data": {"replicas": "3", "tcp": "TCP"}}
+    assert echoed_values(manifest) == frozenset({"ConfigMap", "Q29uZmlnTWFw"})
