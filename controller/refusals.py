@@ -87,6 +87,8 @@ def _forms(text: str) -> Iterator[str]:
     """The ways the API server may print ``text``: as is, escaped (Go's %q and JSON escape quotes, backslashes
     and newlines), line by line (a message may quote one line of a certificate or a config file), and base64
     (a Secret's ``stringData`` is echoed as ``data``)."""
+    if len(text) < MIN_MASKED:
+        return
     yield text
     yield json.dumps(text, ensure_ascii=False)[1:-1]
     yield from (line.strip() for line in text.splitlines())

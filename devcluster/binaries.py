@@ -2,8 +2,9 @@
 
 Kubernetes and etcd are built from their Go modules by ``build.sh`` (once per machine, cached outside
 the repository by version and by the fingerprint of the committed wrapper module ``kubebuild/``: its go.mod
-and go.sum pin every module, so binaries built from other pins are never taken for these). The control plane needs etcd, kube-apiserver, kube-controller-manager,
-kube-scheduler and kubectl; the opt-in node also kubelet, kube-proxy and the pause binary.
+and go.sum pin every module, so binaries built from other pins are never taken for these). The control plane
+needs etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl; the opt-in node also kubelet,
+kube-proxy and the pause binary.
 """
 
 from __future__ import annotations

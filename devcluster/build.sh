@@ -31,7 +31,7 @@ die() { say "ERROR: $*" >&2; exit 1; }
 # The module's fingerprint (devcluster/binaries.py computes the same): sha256 over `sha256sum` of its files.
 module_key() { (cd "$1" && find . -type f \( -name go.mod -o -name go.sum -o -name '*.go' \) | LC_ALL=C sort \
   | xargs sha256sum | sha256sum | cut -c1-12); }
-pinned() { sed -nE "s#^[[:space:]]*$1 v([0-9][0-9.]*)( // indirect)?\$#\\1#p" "$MODULE/go.mod" | head -1; }
+pinned() { sed -nE "s#^(require)?[[:space:]]*$1 v([0-9][0-9.]*)( // indirect)?\$#\\2#p" "$MODULE/go.mod" | head -1; }
 PINNED_KUBE=$(pinned k8s.io/kubernetes)
 PINNED_ETCD=$(pinned go.etcd.io/etcd/server/v3)
 [ -n "$PINNED_KUBE" ] && [ -n "$PINNED_ETCD" ] || die "$MODULE/go.mod pins no k8s.io/kubernetes or etcd version"

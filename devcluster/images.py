@@ -3,9 +3,10 @@ the node's sandbox (pause) image, as OCI archives that ``ctr images import`` tak
 
 The opbroker image is what the repository's ``Containerfile`` describes (``IMAGE``), made from the same
 parts: a Debian bookworm root filesystem (mmdebstrap, from Debian's packages) with its ``python3``, a virtual
-environment at ``/opt/opbroker`` holding the opbroker wheel and the exact dependency versions of this
-checkout's ``.venv`` (built into a wheelhouse first, installed with ``--no-index``), run as the non-root
-user 65532 with ``opbroker`` as its entry point. umoci turns the tree into an OCI image.
+environment at ``/opt/opbroker`` holding the opbroker wheel and the dependencies ``requirements.lock`` pins
+(downloaded into a wheelhouse first, each file checked against the lock's sha256, and installed inside the
+root filesystem with ``--no-index --require-hashes``, checked again), run as the non-root user 65532 with
+``opbroker`` as its entry point. umoci turns the tree into an OCI image.
 
 Archives are cached in ``<cache>/images`` under a digest of everything that goes in, so an unchanged
 checkout is not rebuilt.
@@ -133,31 +134,33 @@ def pause_image(pause_binary: Path, progress: Progress = print) -> Path:
     return archive
 
 
+#: Every runtime dependency of opbroker (and the setuptools and wheel that build it), each version pinned with
+#: the sha256 of every file it is published as; written by ``scripts/lock-requirements.sh``.
+LOCK = REPOSITORY / "requirements.lock"
+
+
+def _pip(*args: str) -> list[str]:
+    return [sys.executable, "-m", "pip", *args, "--quiet", "--disable-pip-version-check"]
+
+
 def _wheelhouse(directory: Path, progress: Progress) -> list[Path]:
-    """The opbroker wheel and every dependency at the version this checkout's environment runs."""
-    frozen = _run(
-        "pip freeze", [sys.executable, "-m", "pip", "freeze", "--exclude-editable", "--disable-pip-version-check"]
-    ).stdout
-    constraints = directory / "constraints.txt"
-    constraints.write_text(frozen)
-    progress("collecting the opbroker wheel and its dependencies (pip wheel)")
+    """The locked dependencies' wheels (pip checks each against the lock's hash; no source archive, so nothing
+    is built from one) and the opbroker wheel, built from this checkout with no index: its build's setuptools
+    and wheel come from the wheelhouse, checked like the rest."""
+    wheels = directory / "wheels"
+    progress("downloading the locked dependencies (pip download --require-hashes)")
+    _run(
+        "pip download",
+        _pip("download", "--require-hashes", "--only-binary=:all:", "--dest", str(wheels), "--requirement", str(LOCK)),
+    )
+    progress("building the opbroker wheel (pip wheel, offline)")
     _run(
         "pip wheel",
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--quiet",
-            "--disable-pip-version-check",
-            "--wheel-dir",
-            str(directory / "wheels"),
-            "--constraint",
-            str(constraints),
-            str(REPOSITORY),
-        ],
+        _pip(
+            "wheel", "--no-deps", "--no-index", "--find-links", str(wheels), "--wheel-dir", str(wheels), str(REPOSITORY)
+        ),
     )
-    return sorted((directory / "wheels").glob("*.whl"))
+    return sorted(wheels.glob("*.whl"))
 
 
 #: opbroker image archives kept in the cache (each checkout change makes a new one of ~90 MiB).
@@ -202,7 +205,7 @@ def opbroker_image(progress: Progress = print, *, use_cache: bool = True) -> tup
         work = Path(tmp)
         wheels = _wheelhouse(work, progress)
         renderer = _gorender_binary(progress)
-        recipe = repr(IMAGE).encode()
+        recipe = repr(IMAGE).encode() + LOCK.read_bytes()
         key = _digest(recipe, *(_wheel_content(w) for w in wheels), renderer.read_bytes())
         archive = cache_dir() / "images" / f"opbroker-{opbroker_version()}-{key}.tar"
         if archive.exists() and use_cache:
@@ -213,8 +216,10 @@ def opbroker_image(progress: Progress = print, *, use_cache: bool = True) -> tup
         progress(f"building the root filesystem from Debian {IMAGE.debian_suite} (mmdebstrap)")
         venv = IMAGE.venv
         hooks = [
-            f'mkdir -p "$1/tmp/wheels" && cp {work}/wheels/*.whl "$1/tmp/wheels/"',
+            f'mkdir -p "$1/tmp/wheels" && cp {work}/wheels/*.whl {LOCK} "$1/tmp/wheels/"',
             f'chroot "$1" python3 -m venv {venv}',
+            f'chroot "$1" {venv}/bin/pip install --quiet --no-index --no-compile --find-links /tmp/wheels'
+            f" --require-hashes --requirement /tmp/wheels/{LOCK.name}",
             f'chroot "$1" {venv}/bin/pip install --quiet --no-index --no-compile --find-links /tmp/wheels opbroker',
             f'chroot "$1" {venv}/bin/pip uninstall --quiet --yes pip',
             f'install -m 0755 {renderer} "$1{IMAGE.gorender}"',

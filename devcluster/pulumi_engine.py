@@ -1,8 +1,8 @@
 """Running the real Pulumi engine (the engine tests, the bench suite ``pulumi``): the ``pulumi`` CLI, the YAML
 language host and the Kubernetes resource plugin built by ``scripts/build-pulumi.sh`` (cached in
-``$OPBROKER_CACHE/pulumi-<version>/bin``), the opbroker component provider and policy pack as plugins
-(``provider/plugins``), a local file backend, the passphrase secrets provider, no update checks and no plugin
-downloads.
+``$OPBROKER_CACHE/pulumi-<version>-<key of the wrapper modules>/bin``), the opbroker component provider and
+policy pack as plugins (``provider/plugins``), a local file backend, the passphrase secrets provider, no update
+checks and no plugin downloads.
 
 Programs are Pulumi YAML: the Python language host is not served by the module proxy (see the README), so what
 the Python programs declare is declared through the component provider, from the same args (``yaml_properties``
@@ -26,13 +26,16 @@ from typing import Any
 
 import yaml
 
+from opbroker.devcluster.binaries import module_key
 from opbroker.provider import host
 
 REPO = Path(__file__).resolve().parent.parent  # devcluster/ sits at the repository's root
 PULUMI_VERSION = "3.260.0"
 PULUMI_KUBERNETES_VERSION = "4.25.0"
 CACHE = Path(os.environ.get("OPBROKER_CACHE", Path.home() / ".cache" / "opbroker"))
-BIN = CACHE / f"pulumi-{PULUMI_VERSION}" / "bin"
+#: The committed wrapper modules scripts/build-pulumi.sh compiles (their go.mod and go.sum pin every module).
+MODULES = REPO / "devcluster" / "pulumibuild"
+BIN = CACHE / f"pulumi-{PULUMI_VERSION}-{module_key(MODULES)}" / "bin"
 PLUGINS = REPO / "provider" / "plugins"
 PASSPHRASE = "opbroker-engine-tests"
 #: Longest any one engine command may take: a hang fails the test instead of sitting it out.

@@ -1,36 +1,34 @@
 #!/usr/bin/env bash
 # Build the Pulumi engine opbroker's engine tests run: the `pulumi` CLI, the YAML language host and the
 # Kubernetes resource plugin, from the Go module proxy, once per machine. The binaries are cached in
-# $OPBROKER_CACHE/pulumi-$PULUMI_VERSION/bin (tests put that folder first on PATH, where the engine finds
-# language hosts and "ambient" resource plugins). Each build's time is recorded in build-*.json beside it.
+# $OPBROKER_CACHE/pulumi-$PULUMI_VERSION-<key>/bin (tests put that folder first on PATH, where the engine
+# finds language hosts and "ambient" resource plugins). Each build's time is recorded in build-*.json beside it.
 #
 # Why wrapper modules (the same pattern as devcluster/build.sh): github.com/pulumi/pulumi/pkg/v3 replaces
 # sdk/v3 with ../sdk and pulumi-kubernetes/provider/v4 replaces its sdk/v4 with ../sdk, and `go install
-# pkg@version` refuses modules with replace directives. A throwaway module per binary requires the module
-# and pins the replaced one to the same release (replace directives of non-main modules are ignored), so
-# each binary builds against exactly the dependency versions its release was tested with.
+# pkg@version` refuses modules with replace directives. A wrapper module per binary requires the module and
+# pins the replaced one to the same release (replace directives of non-main modules are ignored), so each
+# binary builds against exactly the dependency versions its release was tested with.
+#
+# The wrapper modules are committed (devcluster/pulumibuild/{pulumi,yaml,kubernetes}: go.mod, go.sum, the Go
+# files; re-pinned by scripts/pin-go-wrappers.sh) and compiled with -mod=readonly: nothing is resolved here,
+# every download is checked against go.sum, and the versions come from those go.mod files. The cache folder is
+# keyed by the modules' files (pulumi-<version>-<key>): a change of any pin builds anew.
 #
 # The Kubernetes provider's main embeds `schema-embed.json` and `terraform-mapping-embed.json`, which
 # upstream's `go generate` writes from the module's schema.json (with the version filled in) and
 # terraform-mapping.json; the published module leaves them out, so the wrapper carries a three-line main
-# and writes both files from the downloaded module's own JSON.
+# and the build writes both files from the downloaded (go.sum-checked) module's own JSON.
 #
 # Not built: the Python language host (module github.com/pulumi/pulumi/sdk/python/cmd/pulumi-language-python/v3)
 # — every pseudo-version of it answers 403 on the module proxy here; see README "Deploying with Pulumi".
 #
-# Usage: build-pulumi.sh            (builds what is missing; a no-op when cached)
+# Usage: build-pulumi.sh                  (builds what is missing; a no-op when cached)
+#        build-pulumi.sh --print-bin-dir  (where the binaries of the committed pins are, or would be, cached)
 set -euo pipefail
 
 CACHE="${OPBROKER_CACHE:-$HOME/.cache/opbroker}"
-PULUMI_VERSION="${PULUMI_VERSION:-3.260.0}"
-PULUMI_YAML_VERSION="${PULUMI_YAML_VERSION:-1.25.0}"
-# pulumi-kubernetes v4.25.0 is commit f47bc2d6f199 (tag v4.25.0); the proxy serves the provider module only
-# by that pseudo-version (its tagged versions answer 403).
-PULUMI_KUBERNETES_VERSION="${PULUMI_KUBERNETES_VERSION:-4.25.0}"
-PULUMI_KUBERNETES_MODULE_VERSION="${PULUMI_KUBERNETES_MODULE_VERSION:-v4.0.0-20260115033456-f47bc2d6f199}"
-ROOT="$CACHE/pulumi-$PULUMI_VERSION"
-BIN="$ROOT/bin"
-WORK="$ROOT/build"
+MODULES="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/devcluster/pulumibuild"
 START=$(date +%s)
 
 say() { printf '[pulumi-build %4ss] %s\n' "$(($(date +%s) - START))" "$*"; }
@@ -38,6 +36,31 @@ die() {
   say "ERROR: $*" >&2
   exit 1
 }
+
+for m in pulumi yaml kubernetes; do
+  [ -f "$MODULES/$m/go.mod" ] && [ -f "$MODULES/$m/go.sum" ] || die "the wrapper module $MODULES/$m (go.mod, go.sum) is missing"
+done
+# The modules' fingerprint (devcluster/binaries.py computes the same): sha256 over `sha256sum` of their files.
+module_key() {
+  (cd "$1" && find . -type f \( -name go.mod -o -name go.sum -o -name '*.go' \) | LC_ALL=C sort |
+    xargs sha256sum | sha256sum | cut -c1-12)
+}
+pinned() { sed -nE "s#^(require)?[[:space:]]*$2 (v[0-9][^ ]*)( // indirect)?\$#\\2#p" "$MODULES/$1/go.mod" | head -1; }
+PULUMI_VERSION=$(pinned pulumi github.com/pulumi/pulumi/pkg/v3)
+PULUMI_VERSION=${PULUMI_VERSION#v}
+PULUMI_YAML_VERSION=$(pinned yaml github.com/pulumi/pulumi-yaml)
+PULUMI_YAML_VERSION=${PULUMI_YAML_VERSION#v}
+PULUMI_KUBERNETES_VERSION=$(pinned kubernetes github.com/pulumi/pulumi-kubernetes/sdk/v4)
+PULUMI_KUBERNETES_VERSION=${PULUMI_KUBERNETES_VERSION#v}
+[ -n "$PULUMI_VERSION" ] && [ -n "$PULUMI_YAML_VERSION" ] && [ -n "$PULUMI_KUBERNETES_VERSION" ] ||
+  die "a wrapper module under $MODULES pins no pulumi, pulumi-yaml or pulumi-kubernetes version"
+ROOT="$CACHE/pulumi-$PULUMI_VERSION-$(module_key "$MODULES")"
+BIN="$ROOT/bin"
+WORK="$ROOT/build"
+if [ "${1:-}" = "--print-bin-dir" ]; then
+  printf '%s\n' "$BIN"
+  exit 0
+fi
 
 missing=()
 for t in pulumi pulumi-language-yaml pulumi-resource-kubernetes; do [ -x "$BIN/$t" ] || missing+=("$t"); done
@@ -52,55 +75,28 @@ GO_MINOR=$(go env GOVERSION | sed -E 's/^go1\.([0-9]+).*/\1/')
 [ "$GO_MINOR" -ge 26 ] || die "pulumi $PULUMI_VERSION needs Go 1.26 or newer, found $(go env GOVERSION)"
 
 mkdir -p "$BIN" "$WORK"
-export GOFLAGS="-mod=mod -buildvcs=false"
+export GOFLAGS="-mod=readonly -buildvcs=false"
+export GOWORK=off
 export CGO_ENABLED=0
 export GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
 
-# One wrapper module: wrapper NAME REQUIRE... -- REPLACE...
-wrapper() {
-  local name=$1
-  shift
-  local dir="$WORK/$name"
-  mkdir -p "$dir"
-  {
-    echo "module opbroker.local/pulumibuild/$name"
-    echo
-    echo "go 1.26"
-    echo
-    echo "require ("
-    while [ $# -gt 0 ] && [ "$1" != -- ]; do
-      echo "	$1"
-      shift
-    done
-    echo ")"
-    [ "${1:-}" = -- ] && shift
-    if [ $# -gt 0 ]; then
-      echo
-      echo "replace ("
-      for r in "$@"; do echo "	$r"; done
-      echo ")"
-    fi
-  } >"$dir/go.mod"
+# A copy of one committed wrapper module in the work folder (the build writes nothing into the checkout), its
+# pinned modules downloaded and checked against go.sum; prints the copy's folder.
+module() {
+  local dir="$WORK/$1"
+  rm -rf "$dir"
+  cp -R "$MODULES/$1" "$dir"
+  (cd "$dir" && go mod download >download.log 2>&1) || {
+    cat "$dir/download.log" >&2
+    return 1
+  }
   printf '%s\n' "$dir"
 }
 
 build_pulumi() {
   local t0 dir
   t0=$(date +%s)
-  # pkg/v3's own replace of github.com/atotto/clipboard is repeated: it is part of what the release builds with.
-  dir=$(wrapper pulumi "github.com/pulumi/pulumi/pkg/v3 v$PULUMI_VERSION" "github.com/pulumi/pulumi/sdk/v3 v$PULUMI_VERSION" -- \
-    "github.com/atotto/clipboard => github.com/tgummerer/clipboard v0.0.0-20241001131231-d02d263e614e")
-  cat >"$dir/tools.go" <<'GO'
-//go:build tools
-
-package pulumibuild
-
-import _ "github.com/pulumi/pulumi/pkg/v3/cmd/pulumi"
-GO
-  (cd "$dir" && go mod tidy -e >tidy.log 2>&1) || {
-    cat "$dir/tidy.log"
-    return 1
-  }
+  dir=$(module pulumi) || return 1
   (cd "$dir" && go build -trimpath -o "$BIN/pulumi" \
     -ldflags "-s -w -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=v$PULUMI_VERSION" \
     github.com/pulumi/pulumi/pkg/v3/cmd/pulumi) || return 1
@@ -110,18 +106,7 @@ GO
 build_yaml() {
   local t0 dir
   t0=$(date +%s)
-  dir=$(wrapper yaml "github.com/pulumi/pulumi-yaml v$PULUMI_YAML_VERSION")
-  cat >"$dir/tools.go" <<'GO'
-//go:build tools
-
-package pulumibuild
-
-import _ "github.com/pulumi/pulumi-yaml/cmd/pulumi-language-yaml"
-GO
-  (cd "$dir" && go mod tidy -e >tidy.log 2>&1) || {
-    cat "$dir/tidy.log"
-    return 1
-  }
+  dir=$(module yaml) || return 1
   (cd "$dir" && go build -trimpath -o "$BIN/pulumi-language-yaml" \
     -ldflags "-s -w -X github.com/pulumi/pulumi-yaml/pkg/version.Version=v$PULUMI_YAML_VERSION" \
     github.com/pulumi/pulumi-yaml/cmd/pulumi-language-yaml) || return 1
@@ -131,35 +116,10 @@ GO
 build_kubernetes() {
   local t0 dir module_dir
   t0=$(date +%s)
-  dir=$(wrapper kubernetes \
-    "github.com/pulumi/pulumi-kubernetes/provider/v4 $PULUMI_KUBERNETES_MODULE_VERSION" \
-    "github.com/pulumi/pulumi-kubernetes/sdk/v4 v$PULUMI_KUBERNETES_VERSION")
-  mkdir -p "$dir/cmd/pulumi-resource-kubernetes"
-  cat >"$dir/cmd/pulumi-resource-kubernetes/main.go" <<'GO'
-// The Kubernetes resource plugin's main (upstream's is the same call): serve the provider with the schema
-// and Terraform mapping that build-pulumi.sh writes next to this file from the provider module's JSON.
-package main
-
-import (
-	_ "embed"
-
-	"github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/provider"
-	"github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/version"
-)
-
-//go:embed schema-embed.json
-var schema []byte
-
-//go:embed terraform-mapping-embed.json
-var terraformMapping []byte
-
-func main() { provider.Serve("kubernetes", version.Version, schema, terraformMapping) }
-GO
-  (cd "$dir" && go mod tidy -e >tidy.log 2>&1) || {
-    cat "$dir/tidy.log"
-    return 1
-  }
-  module_dir=$(cd "$dir" && go list -m -f '{{.Dir}}' github.com/pulumi/pulumi-kubernetes/provider/v4)
+  dir=$(module kubernetes) || return 1
+  module_dir=$(cd "$dir" && go mod download -json github.com/pulumi/pulumi-kubernetes/provider/v4 |
+    sed -nE 's/.*"Dir": "(.*)".*/\1/p')
+  [ -d "$module_dir" ] || return 1
   # What upstream's generate.go does: the schema with its version set, both files re-serialized compactly.
   python3 - "$module_dir/cmd/pulumi-resource-kubernetes" "$dir/cmd/pulumi-resource-kubernetes" \
     "$PULUMI_KUBERNETES_VERSION" <<'PY'

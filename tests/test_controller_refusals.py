@@ -127,7 +127,11 @@ def test_overlapping_values_leave_no_part_of_either() -> None:
 
 
 def test_a_value_inside_the_objects_own_name_does_not_mask_the_name() -> None:
-    manifest = {"kind": "ConfigMap", "metadata": {"name": "postgres-main", "namespace": "ns"}, "data": {"a": "postgres"}}
+    manifest = {
+        "kind": "ConfigMap",
+        "metadata": {"name": "postgres-main", "namespace": "ns"},
+        "data": {"a": "postgres"},
+    }
     status = {"message": 'ConfigMap "postgres-main" is invalid: data[a]: postgres is not allowed'}
     text = refusal(422, status, manifest).message
     assert text == 'ConfigMap "postgres-main" is invalid: data[a]: … is not allowed', text

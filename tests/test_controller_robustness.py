@@ -300,6 +300,44 @@ metadata:
     assert not [text for text in everything_said() if "s3cr3t" in text]
 
 
+def test_a_value_the_api_server_echoes_unquoted_never_leaves_the_controller(
+    api_client: client.ApiClient, namespace: str, catalog_namespace: str, tmp_path: Path, controller: Process
+) -> None:
+    """A template renders a numeric PIN into a Secret's ``stringData`` without quotes: the API server's
+    server-side apply refuses it and prints the number unquoted (``got &value.valueUnstructured{Value:…}``).
+    The operation fails with that explanation, the PIN masked in the status, the events and the log."""
+    pin = 8_675_309_421
+    plan = install_plan(
+        api_client,
+        catalog_namespace,
+        tmp_path,
+        f"unquoted-{namespace}",
+        """
+apiVersion: v1
+kind: Secret
+metadata:
+  name: {{ instance.metadata.name }}-creds
+stringData:
+  pin: {{ parameter("/pin") }}
+""",
+    )
+    provision(api_client, namespace, "pinned", plan_id=plan, parameters={"pin": pin})
+
+    def failed() -> dict[str, Any] | None:
+        found = custom(api_client).get_namespaced_custom_object(
+            GROUP, VERSION, namespace, "sfserviceinstances", "pinned"
+        )
+        return found if (found.get("status") or {}).get("state") == "failed" else None
+
+    instance: dict[str, Any] = wait_for(failed, 90, "the instance to fail")
+    error = instance["status"]["error"]
+    assert f"Secret {namespace}/pinned-creds" in error and "stringData.pin" in error, error
+    events = client.CoreV1Api(api_client).list_namespaced_event(namespace).items
+    said = [str(instance["status"]), *(e.message or "" for e in events), controller.log.read_text()]
+    assert any("stringData.pin" in e.message for e in events if e.message)
+    assert not [text for text in said if str(pin) in text]
+
+
 def test_a_refusal_that_can_be_fixed_elsewhere_is_retried_and_counted(
     api_client: client.ApiClient, namespace: str, catalog_namespace: str, tmp_path: Path
 ) -> None:

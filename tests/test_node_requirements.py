@@ -105,7 +105,9 @@ def _containerfile_final_stage() -> list[str]:
 
 def test_containerfile_describes_the_locally_built_image() -> None:
     stage = _containerfile_final_stage()
-    assert stage[0] == f"FROM docker.io/library/debian:{IMAGE.debian_suite}-slim"
+    assert stage[0] == "FROM ${DEBIAN}"
+    base = re.search(r"^ARG DEBIAN=(\S+)$", (REPOSITORY / "Containerfile").read_text(), re.MULTILINE)
+    assert base is not None and base.group(1).startswith(f"docker.io/library/debian:{IMAGE.debian_suite}-slim")
     instructions = {line.split()[0]: line.split(None, 1)[1] for line in stage}
     assert instructions["USER"] == IMAGE.user
     assert instructions["ENTRYPOINT"] == '["' + '", "'.join(IMAGE.entrypoint) + '"]'
