@@ -149,3 +149,30 @@ def test_a_message_cut_for_length_leaves_no_part_of_a_value_or_a_quoted_string()
 def test_short_values_and_keys_are_not_masked() -> None:
     manifest = {"kind": "ConfigMap", "metadata": {"name": "n"}, "data": {"replicas": "3", "tcp": "TCP"}}
     assert echoed_values(manifest) == frozenset({"ConfigMap", "Q29uZmlnTWFw"})
+
+
+def test_a_retried_answer_to_a_write_is_masked_too() -> None:
+    """A 500 to an apply is retried, and its text reaches logs and events when retries give up: its body is
+    masked like a refusal's, its status kept (callers tell 409 and 5xx apart by it)."""
+    from kubernetes.client.exceptions import ApiException
+
+    from opbroker.controller.kube import Refused, _refused
+
+    body = json.dumps(
+        {
+            "kind": "Status",
+            "code": 500,
+            "reason": "InternalError",
+            "message": f"failed to create typed patch object (/v1, Kind=Secret): .stringData.pin: expected string, "
+            f"got &value.valueUnstructured{{Value:{PIN}}}",
+            "details": {"causes": [{"message": f"Value:{PIN}"}]},
+        }
+    )
+    raw = ApiException(status=500, reason="Internal Server Error")
+    raw.body = body
+    answer = _refused(raw, SECRET)
+    assert not isinstance(answer, Refused) and answer.status == 500
+    assert str(PIN) not in str(answer) and ".stringData.pin: expected string" in str(answer)
+    refused = ApiException(status=422, reason="Unprocessable Entity")
+    refused.body = body
+    assert isinstance(_refused(refused, SECRET), Refused) and str(PIN) not in str(_refused(refused, SECRET))
