@@ -3,6 +3,7 @@ active-passive replicas with leader election, metrics."""
 
 from __future__ import annotations
 
+import base64
 import re
 import urllib.request
 from pathlib import Path
@@ -300,42 +301,106 @@ metadata:
     assert not [text for text in everything_said() if "s3cr3t" in text]
 
 
+def _echoing_policy(api: client.ApiClient, namespace: str) -> str:
+    """A ValidatingAdmissionPolicy, bound to ``namespace`` only, refusing a ConfigMap or Secret with a ``pin``
+    and naming the pin in its message unquoted (a messageExpression says whatever its author wrote): a
+    ConfigMap's as text, a Secret's as the base64 the API server holds. Returns its name once enforced."""
+    name = f"echo-pin-{namespace}"
+    admission = client.AdmissionregistrationV1Api(api)
+    admission.create_validating_admission_policy(
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": name},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {
+                    "resourceRules": [
+                        {
+                            "apiGroups": [""],
+                            "apiVersions": ["v1"],
+                            "operations": ["CREATE", "UPDATE"],
+                            "resources": ["secrets", "configmaps"],
+                        }
+                    ]
+                },
+                "validations": [
+                    {
+                        "expression": "!has(object.data) || !('pin' in object.data)",
+                        "messageExpression": "'pin ' + string(object.data['pin']) + ' is on the deny list'",
+                    }
+                ],
+            },
+        }
+    )
+    admission.create_validating_admission_policy_binding(
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": name},
+            "spec": {
+                "policyName": name,
+                "validationActions": ["Deny"],
+                "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}},
+            },
+        }
+    )
+    probe = {"metadata": {"name": "probe"}, "stringData": {"pin": "probe-value"}}
+
+    def enforced() -> bool:
+        try:
+            client.CoreV1Api(api).create_namespaced_secret(namespace, probe, dry_run="All")
+        except ApiException as exc:
+            return exc.status == 422 and "is on the deny list" in str(exc.body)
+        return False
+
+    wait_for(enforced, 30, "the admission policy to be enforced")
+    return name
+
+
 def test_a_value_the_api_server_echoes_unquoted_never_leaves_the_controller(
     api_client: client.ApiClient, namespace: str, catalog_namespace: str, tmp_path: Path, controller: Process
 ) -> None:
-    """A template renders a numeric PIN into a Secret's ``stringData`` without quotes: the API server's
-    server-side apply refuses it and prints the number unquoted (``got &value.valueUnstructured{Value:…}``).
-    The operation fails with that explanation, the PIN masked in the status, the events and the log."""
-    pin = 8_675_309_421
-    plan = install_plan(
-        api_client,
-        catalog_namespace,
-        tmp_path,
-        f"unquoted-{namespace}",
-        """
+    """An admission policy refuses a rendered ConfigMap and a rendered Secret, and its message echoes their value
+    unquoted (the API server's own text: ``... denied request: pin s3cr3t-8675309 is on the deny list``, and for
+    the Secret the value's base64). Each operation fails with that explanation (ApplyRefused), the value
+    masked in the status, the events and the controller's log."""
+    pins = {"ConfigMap": "s3cr3t-8675309", "Secret": "0th3r-s3cr3t-42"}
+    encoded = base64.b64encode(pins["Secret"].encode()).decode()
+    policy = _echoing_policy(api_client, namespace)
+    try:
+        plan = install_plan(
+            api_client,
+            catalog_namespace,
+            tmp_path,
+            f"unquoted-{namespace}",
+            """
 apiVersion: v1
-kind: Secret
+kind: {{ parameter("/kind") }}
 metadata:
   name: {{ instance.metadata.name }}-creds
-stringData:
-  pin: {{ parameter("/pin") }}
+{% if parameter("/kind") == "Secret" %}stringData{% else %}data{% endif %}:
+  pin: "{{ parameter("/pin") }}"
 """,
-    )
-    provision(api_client, namespace, "pinned", plan_id=plan, parameters={"pin": pin})
-
-    def failed() -> dict[str, Any] | None:
-        found = custom(api_client).get_namespaced_custom_object(
-            GROUP, VERSION, namespace, "sfserviceinstances", "pinned"
         )
-        return found if (found.get("status") or {}).get("state") == "failed" else None
-
-    instance: dict[str, Any] = wait_for(failed, 90, "the instance to fail")
-    error = instance["status"]["error"]
-    assert f"Secret {namespace}/pinned-creds" in error and "stringData.pin" in error, error
+        for kind, pin in pins.items():
+            provision(api_client, namespace, kind.lower(), plan_id=plan, parameters={"kind": kind, "pin": pin})
+        failed = {kind: failed_with_error(api_client, namespace, kind.lower()) for kind in pins}
+    finally:
+        admission = client.AdmissionregistrationV1Api(api_client)
+        admission.delete_validating_admission_policy_binding(policy)
+        admission.delete_validating_admission_policy(policy)
+    for kind, instance in failed.items():
+        error = instance["status"]["error"]
+        where = f"{namespace}/{kind.lower()}-creds"
+        assert error.startswith(f"the API server refused {kind} {where} (422 Invalid): "), error
+        assert "denied request: pin … is on the deny list" in error, error
+    wait_for(lambda: "ApplyRefused" in str(client.CoreV1Api(api_client).list_namespaced_event(namespace)), 10, "events")
     events = client.CoreV1Api(api_client).list_namespaced_event(namespace).items
-    said = [str(instance["status"]), *(e.message or "" for e in events), controller.log.read_text()]
-    assert any("stringData.pin" in e.message for e in events if e.message)
-    assert not [text for text in said if str(pin) in text]
+    said = [*(str(i["status"]) for i in failed.values()), *(e.message or "" for e in events)]
+    said.append(controller.log.read_text())
+    for secret in (*pins.values(), encoded.rstrip("=")):
+        assert not [text for text in said if secret in text], secret
 
 
 def test_a_refusal_that_can_be_fixed_elsewhere_is_retried_and_counted(
