@@ -46,6 +46,7 @@ class Controller:
     def __init__(self, api_client: client.ApiClient, settings: ControllerSettings) -> None:
         self.settings = settings
         self.kube = Kube(api_client)
+        metrics.report_store(self.kube.store.census)
         # kopf's watches keep our instances and bindings in the store: reconciles read them from there.
         self.kube.store.feed(INSTANCES.store_key)
         self.kube.store.feed(BINDINGS.store_key)
@@ -53,8 +54,14 @@ class Controller:
         self.runtime = Runtime(workers=settings.total_workers)
         memories = self.runtime.memories
         self.index = memories.keep(SourceIndex())
+        # Secrets by metadata only: the cluster's other Secrets cost a key and a version each, not their
+        # bodies; the bodies reconciles read are fetched on demand (see controller.sources).
         self.watchers = SourceWatchers(
-            self.kube, self.index, self.runtime.enqueue_threadsafe, watch_seconds=settings.timeouts.watch
+            self.kube,
+            self.index,
+            self.runtime.enqueue_threadsafe,
+            watch_seconds=settings.timeouts.watch,
+            metadata_only=[SECRETS],
         )
         self.renderer = Renderer(fetcher=HttpFetcher(settings.template_fetch))
         deps = Deps(
@@ -101,7 +108,7 @@ class Controller:
     def start(self) -> None:
         self.load_catalog()
         self.runtime.start()
-        # One Secret watch for everyone: the claims' events and the store's Secrets (the plans' sources).
+        # One Secret watch for everyone: the claims' events and the store's Secret versions (the plans' sources).
         self.watchers.subscribe(SECRETS, lambda _event_type, secret: self.claims.on_secret(secret))
         runtime = self.runtime
         self._trimmer = asyncio.get_running_loop().create_task(

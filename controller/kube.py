@@ -222,7 +222,11 @@ class Kube:
                 target = {"kind": ref.kind, "metadata": {"name": ref.name, "namespace": namespace}}
                 raise _refused(exc, target, self._named()) from None
             raise
-        return None if found is None else _as_dict(found.to_dict())
+        if found is None:
+            return None
+        body = _as_dict(found.to_dict())
+        self.store.fill((ref.api_version, ref.kind), body)  # held by metadata only: keep the body read
+        return body
 
     def version_of(self, ref: ResourceRef) -> str | None:
         """The object's resourceVersion (None: it does not exist): from the store when it knows, else a GET."""
@@ -367,15 +371,21 @@ class Kube:
     # -- secrets and events --------------------------------------------------------------------------
 
     def read_secret(self, namespace: str, name: str, *, stored: bool = False) -> dict[str, Any] | None:
-        """The Secret (None if it does not exist); ``stored``: from the store when the Secret watch feeds it
-        (for Secrets only this controller writes, whose every write goes into the store too)."""
+        """The Secret (None if it does not exist); ``stored``: from the store when it holds the Secret's
+        body (for Secrets only this controller writes, whose every write goes into the store too), and the
+        body read is kept there (the Secret watch delivers metadata only, see ``controller.sources``)."""
         if stored:
             held = self.store.lookup(SECRETS, namespace, name)
             if held is not UNKNOWN:
                 self._may_get("", "secrets", "Secret", namespace, name)
                 return _as_optional_dict(held)
         response = _unless(404, lambda: self.core.read_namespaced_secret(name, namespace, _preload_content=False))
-        return None if response is None else _json(response)
+        if response is None:
+            return None
+        secret = _json(response)
+        if stored:
+            self.store.fill(SECRETS, {"apiVersion": "v1", "kind": "Secret", **secret})
+        return secret
 
     def delete_secret(self, namespace: str, name: str, *, uid: str | None = None) -> bool:
         """Delete a Secret — only the one with ``uid`` if given; False if it was gone (or replaced)."""

@@ -1,13 +1,17 @@
-"""Prometheus metrics of the controller: instances/bindings by state, reconcile durations, errors."""
+"""Prometheus metrics of the controller: instances/bindings by state, reconcile durations, errors, and what
+its object store holds."""
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from opbroker.controller.store import Census, TypeKey
 
 RECONCILE_SECONDS = Histogram(
     "opbroker_reconcile_seconds",
@@ -21,6 +25,39 @@ OBJECTS_BY_STATE = Gauge("opbroker_objects", "Instances and bindings by state", 
 #: and keys being reconciled. Both 0, with the reconcile count standing still, is an idle controller.
 WORKQUEUE_DEPTH = Gauge("opbroker_workqueue_depth", "Keys waiting in the reconcile queue (ready or delayed)")
 WORKQUEUE_IN_FLIGHT = Gauge("opbroker_workqueue_in_flight", "Keys being reconciled")
+
+
+class _StoreCensus:
+    """``opbroker_store_objects{api_version,kind,held}`` (held: ``body`` or ``metadata`` only) and
+    ``opbroker_store_body_bytes{api_version,kind}``, read from the store at each scrape: whether the cluster's
+    other Secrets stay out of the controller's memory is visible from outside (and tested so)."""
+
+    def __init__(self) -> None:
+        self.census: Callable[[], Mapping[TypeKey, Census]] | None = None
+
+    def collect(self) -> Iterable[Metric]:
+        objects = GaugeMetricFamily(
+            "opbroker_store_objects", "Objects the store knows, by whether it holds their body", labels=STORE_LABELS
+        )
+        body_bytes = GaugeMetricFamily(
+            "opbroker_store_body_bytes", "Bytes of the bodies the store holds (JSON text)", labels=STORE_LABELS[:2]
+        )
+        for (api_version, kind), found in sorted((self.census() if self.census else {}).items()):
+            objects.add_metric([api_version, kind, "body"], found.bodies)
+            objects.add_metric([api_version, kind, "metadata"], found.objects - found.bodies)
+            body_bytes.add_metric([api_version, kind], found.body_bytes)
+        return [objects, body_bytes]
+
+
+STORE_LABELS = ["api_version", "kind", "held"]
+STORE_CENSUS = _StoreCensus()
+REGISTRY.register(STORE_CENSUS)  # type: ignore[arg-type]
+
+
+def report_store(census: Callable[[], Mapping[TypeKey, Census]]) -> None:
+    """Report this store from now on (the last controller of the process wins, as the queue gauges do)."""
+    STORE_CENSUS.census = census
+
 
 _states: dict[Hashable, tuple[str, str]] = {}
 _lock = threading.Lock()

@@ -12,6 +12,12 @@ Each watch request asks the API server to end it after ``watch_seconds`` and for
 deadline (:mod:`opbroker.controller.clients`) fails one that delivers nothing for a quarter longer — a dead
 connection — and a stream that outlives that deadline (events trickling past its end) is ended client-side.
 After a failure the kind's store entries are dropped (reads go to the API) until it is listed again.
+
+Kinds named ``metadata_only`` (the controller names Secrets) are listed and watched as
+``PartialObjectMetadata``: the API server sends each object's metadata, never its body, so neither the
+transfer, nor the parsing, nor the store grows with the size or the number of the cluster's other Secrets.
+The store learns their versions (a bound binding's restart check needs nothing more), and the bodies a
+reconcile reads are fetched on demand and kept while they are current (see ``controller.store``).
 """
 
 from __future__ import annotations
@@ -47,19 +53,28 @@ def _with_type(item: dict[str, Any], api_version: str, kind: str) -> dict[str, A
     return {**item, "apiVersion": api_version, "kind": kind}
 
 
+#: What a metadata-only list and watch ask for (as client-go's metadata informers do): the API server answers
+#: ``PartialObjectMetadataList`` / ``PartialObjectMetadata`` — every object's metadata, without its data.
+METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+METADATA_WATCH = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+
 #: Objects per page when a watch lists its kind: the store takes them in page by page, so listing 40 000
 #: Secrets never holds them all as parsed objects at once (their memory would stay with the process).
 LIST_PAGE = 5_000
 
 
-def _listing(resource: Any, api_version: str, kind: str, version: list[str | None]) -> Iterator[dict[str, Any]]:
+def _listing(
+    resource: Any, api_version: str, kind: str, version: list[str | None], *, metadata_only: bool = False
+) -> Iterator[dict[str, Any]]:
     """Every object of ``resource``, listed in pages as plain JSON (the dynamic client's own objects cost
-    more than the request); the listing's resourceVersion is appended to ``version`` at its end."""
+    more than the request); the listing's resourceVersion is appended to ``version`` at its end.
+    ``metadata_only``: each object's metadata alone (see :data:`METADATA_LIST`)."""
     token: str | None = None
+    headers = {"header_params": {"Accept": METADATA_LIST}} if metadata_only else {}
     while True:
-        page = json.loads(resource.get(limit=LIST_PAGE, _continue=token, serialize=False).data)
+        page = json.loads(resource.get(limit=LIST_PAGE, _continue=token, serialize=False, **headers).data)
         for item in page.get("items") or []:
-            yield _with_type(item, api_version, kind)
+            yield _metadata_of(item, api_version, kind) if metadata_only else _with_type(item, api_version, kind)
         meta = page.get("metadata") or {}
         token = meta.get("continue") or None
         if token is None:
@@ -72,6 +87,27 @@ def _timed_out(exc: BaseException) -> bool:
     reason = getattr(exc, "reason", None)
     return isinstance(exc, urllib3.exceptions.ReadTimeoutError) or isinstance(
         reason, urllib3.exceptions.ReadTimeoutError
+    )
+
+
+def _metadata_of(item: dict[str, Any], api_version: str, kind: str) -> dict[str, Any]:
+    """What a metadata-only watch passes on of an object: its type and metadata, nothing else (whatever else
+    an API server might send; annotations stay — listeners may look at them — but the store keeps none)."""
+    return {"apiVersion": api_version, "kind": kind, "metadata": item.get("metadata") or {}}
+
+
+def _metadata_events(
+    resource: Any, resource_version: str | None, watcher: watch.Watch, watch_seconds: int
+) -> Iterator[dict[str, Any]]:
+    """``resource``'s watch events as ``PartialObjectMetadata`` (raw JSON; the dynamic client's ``watch``
+    sends no Accept header of ours)."""
+    yield from watcher.stream(
+        resource.get,
+        resource_version=resource_version,
+        timeout_seconds=watch_seconds,
+        allow_watch_bookmarks=True,
+        serialize=False,
+        header_params={"Accept": METADATA_WATCH},
     )
 
 
@@ -115,10 +151,17 @@ class SourceWatchers:
     """One watch thread per (apiVersion, kind), started the first time a reconcile needs it."""
 
     def __init__(
-        self, kube: Kube, index: SourceIndex, on_change: Callable[[Key], None], *, watch_seconds: int = 60
+        self,
+        kube: Kube,
+        index: SourceIndex,
+        on_change: Callable[[Key], None],
+        *,
+        watch_seconds: int = 60,
+        metadata_only: Iterable[tuple[str, str]] = (),
     ) -> None:
         self._kube = kube
         self._watch_seconds = watch_seconds
+        self._metadata_only = frozenset(metadata_only)
         self._index = index
         self._on_change = on_change
         self._lock = threading.Lock()
@@ -190,6 +233,7 @@ class SourceWatchers:
         resource_version: str | None = None
         store = self._kube.store
         type_key = (api_version, kind)
+        bodies = type_key not in self._metadata_only
         while not self._stop.is_set():
             try:
                 resource = self._kube.dynamic.resources.get(api_version=api_version, kind=kind)
@@ -197,22 +241,30 @@ class SourceWatchers:
                     # Listed, then watched from that version on: the store holds the whole kind (an
                     # informer's list-and-watch), so reconciles need not GET these objects.
                     versions: list[str | None] = []
-                    store.replace(type_key, self._told(type_key, _listing(resource, api_version, kind, versions)))
+                    listing = _listing(resource, api_version, kind, versions, metadata_only=not bodies)
+                    store.replace(type_key, self._told(type_key, listing), bodies=bodies)
                     resource_version = versions[0]
                     self._listed[type_key].set()
                 watcher = watch.Watch()
                 deadline = time.monotonic() + Timeouts(watch=self._watch_seconds).watch_read()
-                for event in self._kube.dynamic.watch(
-                    resource,
-                    resource_version=resource_version,
-                    timeout=self._watch_seconds,
-                    watcher=watcher,
-                    allow_watch_bookmarks=True,
-                ):
+                events = (
+                    self._kube.dynamic.watch(
+                        resource,
+                        resource_version=resource_version,
+                        timeout=self._watch_seconds,
+                        watcher=watcher,
+                        allow_watch_bookmarks=True,
+                    )
+                    if bodies
+                    else _metadata_events(resource, resource_version, watcher, self._watch_seconds)
+                )
+                for event in events:
                     if self._stop.is_set() or time.monotonic() > deadline:
                         watcher.stop()
                         break
                     raw: dict[str, Any] = event["raw_object"]
+                    if not bodies and event["type"] != "ERROR":
+                        raw = _metadata_of(raw, api_version, kind)
                     meta = raw.get("metadata") or {}
                     resource_version = meta.get("resourceVersion", resource_version)
                     if event["type"] == "BOOKMARK":
@@ -224,7 +276,10 @@ class SourceWatchers:
                     if event["type"] == "DELETED":
                         store.remove(type_key, raw)
                     elif event["type"] in ("ADDED", "MODIFIED"):
-                        store.put(type_key, raw)
+                        if bodies:
+                            store.put(type_key, raw)
+                        else:
+                            store.note(type_key, raw)
                     self._tell(type_key, event["type"], raw)
                     key = (api_version, kind, meta.get("namespace") or "", meta.get("name", ""))
                     for owner in self._index.owners_of(key):

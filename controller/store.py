@@ -21,13 +21,23 @@ the way in — nothing reads them and they are the bulk of an object. Each objec
 text (with its resourceVersion beside it), not as dicts: a copy is made on every read anyway, and
 ``json.loads`` makes it about as fast as copying dicts did, while the text takes a fraction of their memory
 (a controller over 15 000 settled objects holds some 60 000 of them, most of them Secrets).
+
+Some types are held by *metadata only* (Secrets: see ``SourceWatchers``): their watch delivers no bodies, and
+the store knows of each object only that it exists and its resourceVersion — enough to answer
+``version_of`` (a bound binding's restart check) and "absent means absent", but ``lookup`` answers
+``UNKNOWN`` until a body is read from the API (``fill``) or written by the controller (``put``). A body is
+held while its version is the newest the watch reported; when the object moves on, only the new version is
+kept and the next read goes to the API again. So the bodies held are those the controller read or wrote,
+never those of the cluster's other Secrets.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from opbroker.controller.objects import resource_version
@@ -38,7 +48,18 @@ StoreKey = tuple[str, str, str, str]  # apiVersion, kind name or plural, namespa
 #: ``lookup`` answers: the store does not know (read from the API), or the object is known not to exist.
 UNKNOWN = object()
 
-Held = tuple[str | None, str]  # resourceVersion, the object as compact JSON (without managedFields)
+#: resourceVersion, and the object as compact JSON (without managedFields) or None: held by metadata only.
+Held = tuple[str | None, str | None]
+
+
+@dataclass(frozen=True)
+class Census:
+    """What the store holds of one type: objects known, bodies held, and the bodies' size in bytes (of their
+    JSON text; the process's memory for them is a small multiple). The controller's metrics report it."""
+
+    objects: int = 0
+    bodies: int = 0
+    body_bytes: int = 0
 
 
 class ObjectStore:
@@ -57,12 +78,19 @@ class ObjectStore:
         with self._lock:
             self._fed.add(type_key)
 
-    def replace(self, type_key: TypeKey, objects: Iterable[dict[str, Any]]) -> None:
-        """A full listing of ``type_key``: from now on it is complete (absent means absent)."""
-        fresh = {_key(type_key, obj): _slim(obj) for obj in objects}
+    def replace(self, type_key: TypeKey, objects: Iterable[dict[str, Any]], *, bodies: bool = True) -> None:
+        """A full listing of ``type_key``: from now on it is complete (absent means absent). ``bodies``
+        False: a listing of metadata only; a body held of the very version listed is kept."""
+        if bodies:
+            fresh = {_key(type_key, obj): _slim(obj) for obj in objects}
+        else:
+            fresh = {_key(type_key, obj): (resource_version(obj), None) for obj in objects}
         with self._lock:
             for key in [key for key in self._objects if key[:2] == type_key]:
-                del self._objects[key]
+                held = self._objects.pop(key)
+                listed = fresh.get(key)
+                if listed is not None and listed[1] is None and held[1] is not None and held[0] == listed[0]:
+                    fresh[key] = held
             self._objects.update(fresh)
             self._fed.add(type_key)
             self._complete.add(type_key)
@@ -87,6 +115,30 @@ class ObjectStore:
                 return
             self._objects[key] = slim
 
+    def note(self, type_key: TypeKey, obj: dict[str, Any]) -> None:
+        """A metadata-only event: ``obj`` exists at its version. A body held of that version stays; an older
+        one goes (the next read fetches the object); a newer copy is kept as it is."""
+        key = _key(type_key, obj)
+        version = resource_version(obj)
+        with self._lock:
+            if type_key not in self._fed:
+                return
+            held = self._objects.get(key)
+            if held is not None and (held[0] == version or _newer(held[0], version)):
+                return
+            self._objects[key] = (version, None)
+
+    def fill(self, type_key: TypeKey, obj: dict[str, Any]) -> None:
+        """A body read from the API for an object held by metadata only: kept unless the version held is
+        newer. Never adds an object the store does not hold (it may have been deleted since the read)."""
+        key = _key(type_key, obj)
+        slim = _slim(obj)
+        with self._lock:
+            held = self._objects.get(key)
+            if type_key not in self._fed or held is None or held[1] is not None or _newer(held[0], slim[0]):
+                return
+            self._objects[key] = slim
+
     def remove(self, type_key: TypeKey, obj: dict[str, Any]) -> None:
         """``obj`` was deleted; a copy newer than the deletion (a new object of the same name) stays."""
         key = _key(type_key, obj)
@@ -105,7 +157,9 @@ class ObjectStore:
     def lookup(self, type_key: TypeKey, namespace: str | None, name: str) -> Any:
         """A deep copy of the object, None if it is known not to exist, or ``UNKNOWN``."""
         held = self._held(type_key, namespace, name)
-        return json.loads(held[1]) if isinstance(held, tuple) else held
+        if not isinstance(held, tuple):
+            return held
+        return UNKNOWN if held[1] is None else json.loads(held[1])
 
     def version_of(self, type_key: TypeKey, namespace: str | None, name: str) -> Any:
         """The object's resourceVersion (no copy made), None if it is known not to exist, or ``UNKNOWN``."""
@@ -127,10 +181,24 @@ class ObjectStore:
         with self._lock:
             return len(self._objects)
 
+    def census(self) -> dict[TypeKey, Census]:
+        """Per type: objects known, bodies held and their bytes (one pass over the store, under its lock)."""
+        counts: dict[TypeKey, list[int]] = {}
+        with self._lock:
+            for key, (_, text) in self._objects.items():
+                found = counts.setdefault(key[:2], [0, 0, 0])
+                found[0] += 1
+                if text is not None:
+                    found[1] += 1
+                    found[2] += len(text)
+        return {type_key: Census(*found) for type_key, found in counts.items()}
+
 
 def _key(type_key: TypeKey, obj: dict[str, Any]) -> StoreKey:
+    """The object's key; its namespace interned (thousands of keys share a few namespaces, and each parsed
+    object brings its own copy of the name)."""
     meta = obj.get("metadata") or {}
-    return (*type_key, meta.get("namespace") or "", meta.get("name", ""))
+    return (*type_key, sys.intern(meta.get("namespace") or ""), meta.get("name", ""))
 
 
 def _slim(obj: dict[str, Any]) -> Held:
