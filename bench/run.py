@@ -24,6 +24,7 @@ from bench import (
     renderer,
     restart,
     servicecatalog,
+    unrelated,
 )
 from bench.common import machine
 
@@ -37,6 +38,7 @@ SUITES = (
     "bindings",
     "restart",
     "servicecatalog",
+    "secrets",
     "cluster",
     "pulumi",
 )
@@ -46,6 +48,7 @@ FULL = {
     "restart": (restart.DEFAULT_INSTANCES, restart.DEFAULT_BINDINGS),
     "claims": (10_000, 1_000),
     "servicecatalog": 1_000,
+    "secrets": (unrelated.DEFAULT_SECRETS, unrelated.DEFAULT_INSTANCES),
     "renderer": 5.0,
     "jinja-bombs": None,
     "gotemplate": 5.0,
@@ -58,6 +61,7 @@ QUICK = {
     "restart": (20, 40),
     "claims": (1_000, 100),
     "servicecatalog": 20,
+    "secrets": (200, 5),
     "renderer": 0.5,
     "jinja-bombs": None,
     "gotemplate": 0.5,
@@ -128,10 +132,15 @@ def run_suites(
         log(f"restart: a fresh controller over {count} settled instances and {bound} bindings ...")
         results["restart"] = restart.run(count, bound)
         record(results)
+    if "secrets" in suites:
+        count, instances = sizes["secrets"]
+        log(f"secrets: {count} unrelated Secrets beside {instances} bound instances ...")
+        results["secrets"] = unrelated.run(count, instances)
+        record(results)
     return results
 
 
-#: What ``--compare`` runs on both trees (provisioning at one size: N=1000).
+#: What ``--compare`` runs on both trees (provisioning at one size: N=1000); ``--suite`` picks others.
 COMPARED = ("restart", "provisioning", "bindings")
 COMPARED_PROVISIONING = 1000
 
@@ -142,11 +151,12 @@ def run_compare(
     log: Any = print,
     record: Any = lambda _results: None,
     provisioning_size: int = COMPARED_PROVISIONING,
+    suites: tuple[str, ...] = COMPARED,
 ) -> dict[str, Any]:
-    """The restart, provisioning (N=1000) and bindings suites on ``ref``'s code and on this tree's, in the same
-    run: suite by suite, ``ref`` first, so both meet the same machine (see bench/compare.py)."""
+    """The ``suites`` (default: restart, provisioning N=1000, bindings) on ``ref``'s code and on this tree's, in
+    the same run: suite by suite, ``ref`` first, so both meet the same machine (see bench/compare.py)."""
     sizes = {**sizes, "provisioning": (provisioning_size,)}
-    results: dict[str, Any] = {"machine": machine(), "sizes": sizes, "targets": TARGETS}
+    results: dict[str, Any] = {"machine": machine(), "sizes": sizes, "targets": TARGETS, "suites": list(suites)}
     after = compare.this_tree()
     with compare.other_tree(ref) as before:
         trees = {"before": before, "after": after}
@@ -155,7 +165,7 @@ def run_compare(
             for name, tree in trees.items()
         }
         results["compare"] = found
-        for suite in COMPARED:
+        for suite in suites:
             for name, tree in trees.items():
                 log(f"[{name}: {tree.ref} {tree.commit[:10]}]")
                 with compare.using(tree):
@@ -245,6 +255,8 @@ def summary_markdown(results: dict[str, Any]) -> str:
         lines += servicecatalog_markdown(results["servicecatalog"])
     if "restart" in results:
         lines += restart_markdown(results["restart"], results["machine"])
+    if "secrets" in results:
+        lines += secrets_markdown(results["secrets"])
     if "renderer" in results:
         r = results["renderer"]
         lines += [
@@ -351,12 +363,50 @@ def restart_markdown(r: dict[str, Any], m: dict[str, Any]) -> list[str]:
     ]
 
 
+def secrets_markdown(r: dict[str, Any]) -> list[str]:
+    watched, restarted = r["watched"], r["restart"]
+    return [
+        "## Unrelated Secrets in the cluster",
+        "",
+        f"{r['secrets']} Secrets of {r['payload_bytes']} bytes each that nothing of opbroker's uses, created beside "
+        f"{r['instances']} instances and {r['bindings']} bindings ({r['create_seconds']} s):",
+        "",
+        "| controller | RSS MiB before | after | growth MiB | bytes per Secret | Secret bodies held |",
+        "|---|---|---|---|---|---|",
+        *(
+            f"| {label} | {x['rss_mib_before']} | {x['rss_mib_after']} | {x['growth_mib']} | "
+            f"{x['growth_bytes_per_secret']} | {_bodies(store)} |"
+            for label, x, store in (
+                ("running (Secrets arrive by its watch)", watched, watched["store_after"]),
+                ("restarted (Secrets in its first listing)", restarted, restarted["store_after"]),
+            )
+        ),
+        "",
+        f"Restart reads (gets / lists / watches) before the Secrets: {_reads(restarted['reads_before'])}, after: "
+        f"{_reads(restarted['reads_after'])}; writes after: {restarted['writes_after']}.",
+        "",
+    ]
+
+
+def _bodies(store: dict[str, float] | None) -> str:
+    """Secret bodies held of Secrets known, from the store metrics (a tree without them: n/a)."""
+    if not store:
+        return "n/a (no store metrics)"
+    bodies, metadata = int(store.get("objects_body", 0)), int(store.get("objects_metadata", 0))
+    return f"{bodies} of {bodies + metadata}"
+
+
+def _reads(reads: dict[str, int]) -> str:
+    return f"{reads['get']} / {reads['list']} / {reads['watch']}"
+
+
 def pending_note(results: dict[str, Any]) -> list[str]:
     """A line naming the suites a compare has not measured on both sides: the results files are written after
     each suite, so a file taken while the run goes on (or after it was cut short) holds only part of it — the
     2026-11-25T05:48 compare was committed 21 minutes into its run, before its bindings suite, hence n/a."""
     c = results["compare"]
-    missing = [suite for suite in COMPARED if not all(suite in c[side] for side in ("before", "after"))]
+    asked = results.get("suites") or COMPARED
+    missing = [suite for suite in asked if not all(suite in c[side] for side in ("before", "after"))]
     if not missing:
         return []
     return [f"**Partial run**: not measured on both sides (yet): {', '.join(missing)} (n/a below).", ""]
@@ -377,6 +427,83 @@ def compare_markdown(results: dict[str, Any]) -> str:
         return f"| {label} | {values[0]} | {values[1]} |"
 
     prov = str(results["sizes"]["provisioning"][0])
+    asked = results.get("suites") or COMPARED
+    secrets = "secrets"
+    rows = {
+        "restart": [
+            row("restart: controller writes", lambda s: s["restart"]["restart"]["writes"]),
+            row("restart: access reviews (not writes)", lambda s: s["restart"]["restart"]["access_reviews"]),
+            row(
+                "restart: gets / lists / watches",
+                lambda s: "{get} / {list} / {watch}".format(**s["restart"]["restart"]["reads"]),
+            ),
+            row("restart: ready s", lambda s: s["restart"]["restart"]["ready_seconds"]),
+            row("restart: idle s", lambda s: s["restart"]["restart"]["idle_seconds"]),
+            row("restart: CPU s to idle", lambda s: s["restart"]["restart"]["cpu_seconds_to_idle"]),
+            row("restart: KiB per settled object", lambda s: s["restart"]["memory_per_object_kib"]),
+        ],
+        "provisioning": [
+            row(f"provisioning {prov}: inst/s", lambda s: s["provisioning"][prov]["instances_per_second"]),
+            row(f"provisioning {prov}: writes/inst", lambda s: s["provisioning"][prov]["opbroker_writes_per_instance"]),
+            row(
+                f"provisioning {prov}: controller CPU ms/inst",
+                lambda s: s["provisioning"][prov]["controller_cpu_ms_per_instance"],
+            ),
+            row(f"provisioning {prov}: utilisation", lambda s: s["provisioning"][prov]["utilisation"]),
+            row(
+                f"provisioning {prov}: access reviews",
+                lambda s: s["provisioning"][prov]["controller_access_reviews"],
+            ),
+        ],
+        "bindings": [
+            row("bindings: bindings/s", lambda s: s["bindings"]["bindings_per_second"]),
+            row("bindings: writes/binding", lambda s: s["bindings"]["opbroker_writes_per_binding"]),
+            row(
+                "bindings: controller gets/binding",
+                lambda s: round(
+                    s["bindings"]["requests_by_verb"]["controller"].get("get", 0) / s["bindings"]["bindings"], 3
+                ),
+            ),
+            row("bindings: controller CPU ms/binding", lambda s: s["bindings"]["controller_cpu_ms_per_binding"]),
+            row("bindings: utilisation", lambda s: s["bindings"]["utilisation"]),
+            row("bindings: access reviews", lambda s: s["bindings"]["controller_access_reviews"]),
+        ],
+        secrets: [
+            row(
+                "secrets: unrelated Secrets (bytes of data each)",
+                lambda s: f"{s[secrets]['secrets']} ({s[secrets]['payload_bytes']})",
+            ),
+            row(
+                "secrets: running controller RSS MiB before → after",
+                lambda s: f"{s[secrets]['watched']['rss_mib_before']} → {s[secrets]['watched']['rss_mib_after']}",
+            ),
+            row(
+                "secrets: running controller growth bytes/Secret",
+                lambda s: s[secrets]["watched"]["growth_bytes_per_secret"],
+            ),
+            row(
+                "secrets: restarted controller RSS MiB before → after",
+                lambda s: f"{s[secrets]['restart']['rss_mib_before']} → {s[secrets]['restart']['rss_mib_after']}",
+            ),
+            row(
+                "secrets: restarted controller growth bytes/Secret",
+                lambda s: s[secrets]["restart"]["growth_bytes_per_secret"],
+            ),
+            row("secrets: Secret bodies held (running)", lambda s: _bodies(s[secrets]["watched"]["store_after"])),
+            row(
+                "secrets: controller CPU s taking the Secrets in",
+                lambda s: s[secrets]["watched"]["controller_cpu_seconds"],
+            ),
+            row(
+                "secrets: restart gets / lists / watches (with them)",
+                lambda s: _reads(s[secrets]["restart"]["reads_after"]),
+            ),
+            row(
+                "secrets: restart CPU s to idle (with them)",
+                lambda s: s[secrets]["restart"]["cpu_seconds_to_idle_after"],
+            ),
+        ],
+    }
     return "\n".join(
         [
             "# Before and after, same run",
@@ -389,32 +516,7 @@ def compare_markdown(results: dict[str, Any]) -> str:
             *pending_note(results),
             "| figure | before | after |",
             "|---|---|---|",
-            row("restart: controller writes", lambda s: s["restart"]["restart"]["writes"]),
-            row("restart: access reviews (not writes)", lambda s: s["restart"]["restart"]["access_reviews"]),
-            row(
-                "restart: gets / lists / watches",
-                lambda s: "{get} / {list} / {watch}".format(**s["restart"]["restart"]["reads"]),
-            ),
-            row("restart: ready s", lambda s: s["restart"]["restart"]["ready_seconds"]),
-            row("restart: idle s", lambda s: s["restart"]["restart"]["idle_seconds"]),
-            row("restart: CPU s to idle", lambda s: s["restart"]["restart"]["cpu_seconds_to_idle"]),
-            row("restart: KiB per settled object", lambda s: s["restart"]["memory_per_object_kib"]),
-            row(f"provisioning {prov}: inst/s", lambda s: s["provisioning"][prov]["instances_per_second"]),
-            row(f"provisioning {prov}: writes/inst", lambda s: s["provisioning"][prov]["opbroker_writes_per_instance"]),
-            row(
-                f"provisioning {prov}: controller CPU ms/inst",
-                lambda s: s["provisioning"][prov]["controller_cpu_ms_per_instance"],
-            ),
-            row(f"provisioning {prov}: utilisation", lambda s: s["provisioning"][prov]["utilisation"]),
-            row(
-                f"provisioning {prov}: access reviews",
-                lambda s: s["provisioning"][prov]["controller_access_reviews"],
-            ),
-            row("bindings: bindings/s", lambda s: s["bindings"]["bindings_per_second"]),
-            row("bindings: writes/binding", lambda s: s["bindings"]["opbroker_writes_per_binding"]),
-            row("bindings: controller CPU ms/binding", lambda s: s["bindings"]["controller_cpu_ms_per_binding"]),
-            row("bindings: utilisation", lambda s: s["bindings"]["utilisation"]),
-            row("bindings: access reviews", lambda s: s["bindings"]["controller_access_reviews"]),
+            *(line for suite in asked for line in rows.get(suite, [])),
             "",
         ]
     )
@@ -491,10 +593,18 @@ def main() -> None:
         help=f"restart suite size (default {restart.DEFAULT_INSTANCES} {restart.DEFAULT_BINDINGS})",
     )
     parser.add_argument(
+        "--secrets",
+        nargs=2,
+        type=int,
+        metavar=("SECRETS", "INSTANCES"),
+        help=f"secrets suite size (default {unrelated.DEFAULT_SECRETS} {unrelated.DEFAULT_INSTANCES})",
+    )
+    parser.add_argument(
         "--compare",
         metavar="GIT_REF",
-        help="run the restart, provisioning (N=1000) and bindings suites on GIT_REF's code and this tree's, "
-        "in this run (results: compare-<date>.json and COMPARE.md)",
+        help="run the restart, provisioning (N=1000) and bindings suites (or those named by --suite) on GIT_REF's "
+        "code and this tree's, in this run (results: compare-<date>.json and COMPARE.md, or COMPARE-<suites>.md "
+        "for other suites)",
     )
     args = parser.parse_args()
     sizes = dict(QUICK if args.quick else FULL)
@@ -504,11 +614,14 @@ def main() -> None:
         sizes["restart"] = tuple(args.restart)
     if args.servicecatalog:
         sizes["servicecatalog"] = args.servicecatalog
+    if args.secrets:
+        sizes["secrets"] = tuple(args.secrets)
     keep = not (args.no_record or args.quick)
     started = time.perf_counter()
     if args.compare:
-        if args.suite:
-            parser.error("--compare runs its own suites (restart, provisioning, bindings)")
+        compared_suites = tuple(args.suite or COMPARED)
+        # The default compare is COMPARE.md; one of other suites gets a file of its own beside it.
+        summary_file = "COMPARE.md" if compared_suites == COMPARED else f"COMPARE-{'-'.join(compared_suites)}.md"
 
         def record_compare(results: dict[str, Any]) -> None:
             results["seconds"] = round(time.perf_counter() - started, 1)
@@ -516,13 +629,14 @@ def main() -> None:
                 RESULTS.mkdir(exist_ok=True)
                 stamp = results["machine"]["date"].replace(":", "")
                 (RESULTS / f"compare-{stamp}.json").write_text(json.dumps(results, indent=2) + "\n")
-                (RESULTS / "COMPARE.md").write_text(compare_markdown(results) + "\n")
+                (RESULTS / summary_file).write_text(compare_markdown(results) + "\n")
 
         compared = run_compare(
             args.compare,
             sizes,
             record=record_compare,
             provisioning_size=min(sizes["provisioning"]) if args.quick else COMPARED_PROVISIONING,
+            suites=compared_suites,
         )
         record_compare(compared)
         print(compare_markdown(compared) if keep else json.dumps(compared, indent=2))
