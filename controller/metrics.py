@@ -51,7 +51,7 @@ class _StoreCensus:
 
 STORE_LABELS = ["api_version", "kind", "held"]
 STORE_CENSUS = _StoreCensus()
-REGISTRY.register(STORE_CENSUS)  # type: ignore[arg-type]
+REGISTRY.register(STORE_CENSUS)
 
 
 def report_store(census: Callable[[], Mapping[TypeKey, Census]]) -> None:
