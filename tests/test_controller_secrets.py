@@ -102,12 +102,16 @@ PAYLOAD = 4096  # bytes of data per unrelated Secret
 
 
 def store_metrics(port: int) -> dict[tuple[str, ...], float]:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    """The store's Secret figures from the controller's /metrics (none while its endpoint is not up yet)."""
+    try:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    except OSError:
+        return {}
     found: dict[tuple[str, ...], float] = {}
     for name, labels, value in re.findall(r"^(opbroker_store_\w+)\{([^}]*)\} (\S+)$", text, re.M):
-        if 'api_version="v1",kind="Secret"' in labels:
-            held = re.search(r'held="(\w+)"', labels)
-            found[(name, held.group(1) if held else "")] = float(value)
+        label = dict(re.findall(r'(\w+)="([^"]*)"', labels))
+        if (label.get("api_version"), label.get("kind")) == SECRETS:
+            found[(name, label.get("held", ""))] = float(value)
     return found
 
 
