@@ -55,3 +55,24 @@ def test_the_restart_benchmark_counts_a_fresh_controller_over_settled_objects() 
     assert isinstance(r["memory_per_object_kib"], float)
     markdown = run.summary_markdown({"machine": machine(), "suite_dates": {}, "restart": r})
     assert "Controller restart over settled objects" in markdown and "| 18 settled objects |" in markdown
+
+
+def test_the_secrets_benchmark_measures_the_controller_beside_unrelated_secrets() -> None:
+    from bench.common import machine
+
+    sizes = {**run.QUICK, "secrets": (60, 2)}
+    results = run.run_suites(["secrets"], sizes, log=lambda _m: None)
+    r = results["secrets"]
+    assert (r["secrets"], r["instances"], r["bindings"]) == (60, 2, 2)
+    for measured in (r["watched"], r["restart"]):
+        assert measured["rss_mib_before"] > 0 and measured["rss_mib_after"] > 0
+    # The store knows every unrelated Secret by its version and holds the bodies of the few it uses only.
+    for store in (r["watched"]["store_after"], r["restart"]["store_after"]):
+        assert store["objects_metadata"] >= 60 and store["objects_body"] <= 8
+    assert r["restart"]["writes_after"] == 0
+    assert "Unrelated Secrets in the cluster" in run.summary_markdown({"machine": machine(), "secrets": r})
+    side = {"ref": "x", "commit": "0" * 40, "secrets": r}
+    compared = {"machine": machine(), "sizes": sizes, "suites": ["secrets"], "compare": {"before": side, "after": side}}
+    markdown = run.compare_markdown(compared)
+    assert "secrets: Secret bodies held (running)" in markdown and "restart:" not in markdown
+    assert "Partial run" not in markdown
