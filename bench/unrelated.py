@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import os
+import ssl
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -120,7 +121,8 @@ def create_secrets(bench: Bench, namespace: str, count: int, payload: int, concu
     url = f"{cluster['server']}/api/v1/namespaces/{namespace}/secrets"
     started = time.perf_counter()
     try:
-        with httpx.Client(verify=ca.name, headers=headers, limits=limits, timeout=60) as http:
+        verify = ssl.create_default_context(cafile=ca.name)
+        with httpx.Client(verify=verify, headers=headers, limits=limits, timeout=60) as http:
 
             def create(index: int) -> int:
                 data = {"blob": base64.b64encode(os.urandom(payload)).decode()}
