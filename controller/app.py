@@ -18,7 +18,7 @@ from typing import Any
 import kopf
 from kubernetes import client
 
-from opbroker.api.conventions import catalog_id, resource_name
+from opbroker.api.conventions import LABEL_MANAGED_BY, MANAGED_BY, catalog_id, resource_name
 from opbroker.controller import decisions, identities, metrics, trim
 from opbroker.controller.bindings import BindingReconciler
 from opbroker.controller.catalog import Catalog
@@ -55,13 +55,14 @@ class Controller:
         memories = self.runtime.memories
         self.index = memories.keep(SourceIndex())
         # Secrets by metadata only: the cluster's other Secrets cost a key and a version each, not their
-        # bodies; the bodies reconciles read are fetched on demand (see controller.sources).
+        # bodies; our own are listed with theirs, those reconciles read are fetched on demand (controller.sources).
         self.watchers = SourceWatchers(
             self.kube,
             self.index,
             self.runtime.enqueue_threadsafe,
             watch_seconds=settings.timeouts.watch,
             metadata_only=[SECRETS],
+            own_bodies={SECRETS: f"{LABEL_MANAGED_BY}={MANAGED_BY}"},
         )
         self.renderer = Renderer(fetcher=HttpFetcher(settings.template_fetch))
         deps = Deps(

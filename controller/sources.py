@@ -17,7 +17,10 @@ Kinds named ``metadata_only`` (the controller names Secrets) are listed and watc
 ``PartialObjectMetadata``: the API server sends each object's metadata, never its body, so neither the
 transfer, nor the parsing, nor the store grows with the size or the number of the cluster's other Secrets.
 The store learns their versions (a bound binding's restart check needs nothing more), and the bodies a
-reconcile reads are fetched on demand and kept while they are current (see ``controller.store``).
+reconcile reads are fetched on demand and kept while they are current (see ``controller.store``). The
+controller's own Secrets (registries, credentials: ``own_bodies`` names their label) are also listed with their
+bodies after each metadata listing, so a restarted controller reads its registries from memory, as before,
+without a GET each; their later changes come from its own writes.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import urllib3
@@ -64,13 +67,21 @@ LIST_PAGE = 5_000
 
 
 def _listing(
-    resource: Any, api_version: str, kind: str, version: list[str | None], *, metadata_only: bool = False
+    resource: Any,
+    api_version: str,
+    kind: str,
+    version: list[str | None],
+    *,
+    metadata_only: bool = False,
+    label_selector: str | None = None,
 ) -> Iterator[dict[str, Any]]:
-    """Every object of ``resource``, listed in pages as plain JSON (the dynamic client's own objects cost
-    more than the request); the listing's resourceVersion is appended to ``version`` at its end.
-    ``metadata_only``: each object's metadata alone (see :data:`METADATA_LIST`)."""
+    """Every object of ``resource`` (with ``label_selector``: those it selects), listed in pages as plain JSON
+    (the dynamic client's own objects cost more than the request); the listing's resourceVersion is appended
+    to ``version`` at its end. ``metadata_only``: each object's metadata alone (see :data:`METADATA_LIST`)."""
     token: str | None = None
-    headers = {"header_params": {"Accept": METADATA_LIST}} if metadata_only else {}
+    headers: dict[str, Any] = {"header_params": {"Accept": METADATA_LIST}} if metadata_only else {}
+    if label_selector:
+        headers["label_selector"] = label_selector
     while True:
         page = json.loads(resource.get(limit=LIST_PAGE, _continue=token, serialize=False, **headers).data)
         for item in page.get("items") or []:
@@ -158,10 +169,12 @@ class SourceWatchers:
         *,
         watch_seconds: int = 60,
         metadata_only: Iterable[tuple[str, str]] = (),
+        own_bodies: Mapping[tuple[str, str], str] | None = None,
     ) -> None:
         self._kube = kube
         self._watch_seconds = watch_seconds
         self._metadata_only = frozenset(metadata_only)
+        self._own_bodies = dict(own_bodies or {})
         self._index = index
         self._on_change = on_change
         self._lock = threading.Lock()
@@ -244,6 +257,10 @@ class SourceWatchers:
                     listing = _listing(resource, api_version, kind, versions, metadata_only=not bodies)
                     store.replace(type_key, self._told(type_key, listing), bodies=bodies)
                     resource_version = versions[0]
+                    own = self._own_bodies.get(type_key)
+                    if not bodies and own:
+                        for obj in _listing(resource, api_version, kind, [], label_selector=own):
+                            store.fill(type_key, obj)
                     self._listed[type_key].set()
                 watcher = watch.Watch()
                 deadline = time.monotonic() + Timeouts(watch=self._watch_seconds).watch_read()

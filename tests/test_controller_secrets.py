@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import threading
 import urllib.request
 import uuid
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any
 from kubernetes import client
 
 from opbroker.api.conventions import CREDENTIALS_KEY
-from opbroker.controller.sources import METADATA_LIST, _listing
+from opbroker.controller.sources import METADATA_LIST, SourceIndex, SourceWatchers, _listing
 from opbroker.controller.store import UNKNOWN, Census, ObjectStore
 from opbroker.devcluster import ControlPlane
 from opbroker.devcluster.controlplane import free_ports
@@ -93,6 +94,42 @@ def test_a_metadata_listing_asks_for_metadata_and_passes_no_body_on() -> None:
     assert asked == [{"Accept": METADATA_LIST}]
     assert listed == {"apiVersion": "v1", "kind": "Secret", "metadata": secret("a", "3")["metadata"]}
     assert version == ["4"]
+
+
+def test_the_controllers_own_secrets_are_listed_with_their_bodies() -> None:
+    """After the metadata listing, the Secrets labelled as opbroker's are listed with their bodies: a restarted
+    controller reads its registries and credentials Secrets from memory (no GET each), the rest stays unread."""
+    store = ObjectStore()
+    asked: list[dict[str, Any]] = []
+    seen: dict[str, Any] = {}
+
+    class Resource:
+        def get(self, **params: Any) -> Any:
+            if params.get("watch"):  # listed: look at the store as the watch begins, then stop
+                seen.update(own=store.lookup(SECRETS, "ns", "registry"), other=store.lookup(SECRETS, "ns", "other"))
+                watchers.stop()
+                raise RuntimeError("the test ends here")
+            asked.append({k: v for k, v in params.items() if k in ("header_params", "label_selector")})
+            if params.get("label_selector"):
+                items = [secret("registry", "3", data={"k": "cmVn"})]
+            else:
+                items = [{"metadata": secret(n, "3")["metadata"]} for n in ("registry", "other")]
+            return SimpleNamespace(data=json.dumps({"items": items, "metadata": {"resourceVersion": "4"}}).encode())
+
+    kube = SimpleNamespace(store=store, dynamic=SimpleNamespace(resources=SimpleNamespace(get=lambda **_: Resource())))
+    own = "app.kubernetes.io/managed-by=opbroker"
+    watchers = SourceWatchers(
+        kube,  # type: ignore[arg-type]
+        SourceIndex(),
+        lambda _key: None,
+        metadata_only=[SECRETS],
+        own_bodies={SECRETS: own},
+    )
+    watchers._listed[SECRETS] = threading.Event()
+    watchers._watch(*SECRETS)
+    assert asked == [{"header_params": {"Accept": METADATA_LIST}}, {"label_selector": own}]
+    assert seen["own"]["data"] == {"k": "cmVn"}
+    assert seen["other"] is UNKNOWN
 
 
 # -- the controller over a cluster with many Secrets not its own -------------------------------------------
