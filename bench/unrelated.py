@@ -6,7 +6,8 @@ restarted once over them (the baseline restart). Then N Secrets of ``payload`` b
 straight through the API (16 keep-alive connections, no client library) in a namespace of their own, and:
 
 * **watched**: the running controller's resident memory once it has taken them in (its CPU time standing
-  still for ``quiet`` seconds after the last create), against before the first create;
+  still for ``quiet`` seconds after the last create), against before the first create, and the CPU seconds
+  it spent from the first create until then;
 * **restart**: a fresh controller started with the same flags over the cluster with the N Secrets (they now
   arrive in its first listing), idle, against the baseline restart — and the API requests it made until idle
   (gets, lists, watches: the settled objects' restart must still read no Secret);
@@ -69,8 +70,10 @@ def run(
         before = {"rss_kib": vm_rss_kib(pid), "store": store_secrets(port)}
 
         other = bench.namespace("unrelated")
+        cpu_before = pid_usage(pid)["cpu_seconds"]
         created = create_secrets(bench, other, secrets, payload, concurrency)
-        cpu_seconds = settle_cpu(pid, quiet)
+        wait_settled(pid, quiet)
+        cpu_seconds = round(pid_usage(pid)["cpu_seconds"] - cpu_before, 2)
         watched = {"rss_kib": vm_rss_kib(pid), "store": store_secrets(port), "cpu_seconds_settling": cpu_seconds}
 
         relisted = restart(bench, port, expected=objects, quiet=quiet)
@@ -138,17 +141,16 @@ def create_secrets(bench: Bench, namespace: str, count: int, payload: int, concu
     return {"seconds": round(time.perf_counter() - started, 1)}
 
 
-def settle_cpu(pid: int, quiet: float, timeout: float = 600.0) -> float:
+def wait_settled(pid: int, quiet: float, timeout: float = 600.0) -> None:
     """Wait until the process's CPU time moves by less than 0.05 s over ``quiet`` seconds (it has taken in
-    what its watches delivered); the CPU seconds it spent from the call on."""
-    start = pid_usage(pid)["cpu_seconds"]
+    what its watches delivered)."""
     deadline = time.monotonic() + timeout
-    last = start
+    last = pid_usage(pid)["cpu_seconds"]
     while time.monotonic() < deadline:
         time.sleep(quiet)
         now = pid_usage(pid)["cpu_seconds"]
         if now - last < 0.05:
-            return round(now - start, 2)
+            return
         last = now
     raise TimeoutError(f"the controller kept busy for {timeout:.0f} s")
 

@@ -64,6 +64,11 @@ METADATA_WATCH = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 #: Objects per page when a watch lists its kind: the store takes them in page by page, so listing 40 000
 #: Secrets never holds them all as parsed objects at once (their memory would stay with the process).
 LIST_PAGE = 5_000
+#: Objects per page of a metadata-only listing: each page is parsed whole (an object's metadata, managedFields
+#: included, is 1 to 2 KiB parsed) and what Python's allocator takes for it stays with the process, so a restart
+#: over 10 000 unrelated Secrets listed 5 000 at a time grew by 25 MiB for 2.7 MiB held; 500 keep the peak
+#: near 1 MiB for 20 requests instead of 2.
+METADATA_PAGE = 500
 
 
 def _listing(
@@ -83,7 +88,8 @@ def _listing(
     if label_selector:
         headers["label_selector"] = label_selector
     while True:
-        page = json.loads(resource.get(limit=LIST_PAGE, _continue=token, serialize=False, **headers).data)
+        limit = METADATA_PAGE if metadata_only else LIST_PAGE
+        page = json.loads(resource.get(limit=limit, _continue=token, serialize=False, **headers).data)
         for item in page.get("items") or []:
             yield _metadata_of(item, api_version, kind) if metadata_only else _with_type(item, api_version, kind)
         meta = page.get("metadata") or {}
