@@ -60,6 +60,14 @@ if [ "${1:-}" = "--node" ]; then
   TARGETS+=("${NODE[@]}")
 fi
 
+# One build per cache folder at a time: a second caller (a test run beside setup) waits, then finds it cached.
+mkdir -p "$CACHE"
+exec 9>"$ROOT.lock"
+if ! flock -n 9; then
+  say "another build into $ROOT is running: waiting for it to finish"
+  flock 9
+fi
+
 missing=()
 for t in "${TARGETS[@]}" etcd; do [ -x "$BIN/$t" ] || missing+=("$t"); done
 if [ "$WANT_NODE" = 1 ] && [ ! -x "$BIN/pause" ]; then missing+=(pause); fi

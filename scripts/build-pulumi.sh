@@ -62,6 +62,14 @@ if [ "${1:-}" = "--print-bin-dir" ]; then
   exit 0
 fi
 
+# One build per cache folder at a time: a second caller (a test run beside setup) waits, then finds it cached.
+mkdir -p "$CACHE"
+exec 9>"$ROOT.lock"
+if ! flock -n 9; then
+  say "another build into $ROOT is running: waiting for it to finish"
+  flock 9
+fi
+
 missing=()
 for t in pulumi pulumi-language-yaml pulumi-resource-kubernetes; do [ -x "$BIN/$t" ] || missing+=("$t"); done
 if [ ${#missing[@]} = 0 ]; then
