@@ -378,25 +378,36 @@ def service(name: str, sid: str, **extra: Any) -> dict[str, Any]:
     }
 
 
+def read(*services: dict[str, Any]) -> tuple[Any, ...]:
+    """The services as the controller gets them: read by the OSB client."""
+    from opbroker import osbclient
+
+    return osbclient.catalog.read({"services": list(services)}).services
+
+
+def desired(raw: dict[str, Any]) -> dict[str, Any]:
+    body, problems = relisting.desired_class(BROKER, read(raw)[0])
+    assert body is not None and not problems, problems
+    return body
+
+
 def held(body: dict[str, Any], **status: Any) -> dict[str, Any]:
     return {**body, "metadata": {**body["metadata"], "resourceVersion": "7"}, "status": status}
 
 
 def test_class_changes() -> None:
-    same = relisting.desired_class(BROKER, service("Same", "1"))
-    changed = relisting.desired_class(BROKER, service("Changed", "2"))
-    gone = relisting.desired_class(BROKER, service("Gone", "3"))
-    back = relisting.desired_class(BROKER, service("Back", "4"))
-    theirs = {**relisting.desired_class(BROKER, service("Taken", "5")), "brokerName": "other"}
-    catalog = {
-        "services": [
-            service("Same", "1"),
-            service("Changed", "2", description="new"),
-            service("Back", "4"),
-            service("Taken", "5"),
-            service("New_One", "6"),
-        ]
-    }
+    same = desired(service("Same", "1"))
+    changed = desired(service("Changed", "2"))
+    gone = desired(service("Gone", "3"))
+    back = desired(service("Back", "4"))
+    theirs = {**desired(service("Taken", "5")), "brokerName": "other"}
+    catalog = read(
+        service("Same", "1"),
+        service("Changed", "2", description="new"),
+        service("Back", "4"),
+        service("Taken", "5"),
+        service("New_One", "6"),
+    )
     changes = relisting.class_changes(
         BROKER,
         catalog,
@@ -482,12 +493,17 @@ def test_a_plans_maximum_polling_duration_is_listed_and_shortens_the_polling() -
 
     limited = service("Limited", "7")
     limited["plans"][0]["maximum_polling_duration"] = 30
-    listed_plan = relisting.desired_class(BROKER, limited)["plans"][0]
+    listed_plan = desired(limited)["plans"][0]
     assert listed_plan["maximumPollingDuration"] == 30
-    for bad in (0, -5, "30", True, 1.5):  # a broker's mistake in an optional field is left out, not fatal
+    as_text = service("Text", "9")
+    as_text["plans"][0]["maximum_polling_duration"] = "30"  # a number sent as a string is the number
+    assert desired(as_text)["plans"][0]["maximumPollingDuration"] == 30
+    for bad in (0, -5, "soon", True, 1.5):  # a broker's mistake in an optional field is left out, not fatal
         broken = service("Broken", "8")
         broken["plans"][0]["maximum_polling_duration"] = bad
-        assert "maximumPollingDuration" not in relisting.desired_class(BROKER, broken)["plans"][0]
+        (read_service,) = read(broken)
+        body, _ = relisting.desired_class(BROKER, read_service)
+        assert body is not None and "maximumPollingDuration" not in body["plans"][0]
 
     controllers = osbclient.Backoff(base=1.0, maximum=30.0, max_duration=3600.0)
     broker_ = osbclient.Broker(url="http://b")

@@ -21,7 +21,7 @@ from opbroker.api.conventions import DEFAULT_NAMESPACE
 from opbroker.controller.decisions import ready_condition
 from opbroker.controller.reasons import Reason
 from opbroker.controller.reconciler import Key, Memories, Outcome, PerKey, requeue
-from opbroker.controller.servicecatalog.endpoints import EndpointProblem, auth_secret_ref, endpoint
+from opbroker.controller.servicecatalog.endpoints import EndpointProblem, accepted_version, auth_secret_ref, endpoint
 from opbroker.controller.servicecatalog.resources import BROKERS, CLASSES, CatalogApi
 
 
@@ -108,7 +108,7 @@ class Resolver:
         try:
             ref = auth_secret_ref(body["spec"], control_plane=self.control_plane)  # raises before any read
             secret = self.api.secret_data(ref[1], ref[2]) if ref else None
-            return endpoint(body["spec"], secret)
+            return endpoint(body["spec"], secret, version=accepted_version(body))
         except EndpointProblem as exc:
             raise Unresolved(exc.reason, f"broker {name!r}: {exc}") from exc
 
