@@ -251,6 +251,14 @@ def say(api: CatalogApi, plural: str, body: dict[str, Any], *, ready: bool, reas
     api.kube.emit_event(body, reason=reason.value, message=message, warning=not ready)
 
 
+def warn_ignored(api: CatalogApi, body: dict[str, Any], warnings: tuple[str, ...], what: str) -> None:
+    """A warning event naming the optional fields of a broker's answer that were dropped (wrong type): the
+    answer was used without them. Never values of credentials (the client does not quote those)."""
+    if warnings:
+        message = f"the broker's answer to the {what} had fields of the wrong type, ignored: " + "; ".join(warnings)
+        api.kube.emit_event(body, reason=Reason.ANSWER_FIELDS_IGNORED.value, message=message, warning=True)
+
+
 def terminal_mitigation(body: dict[str, Any]) -> bool:
     """Whether the orphan mitigation under way follows a final failure (the provision or bind was marked
     failed for this generation) rather than one to retry once mitigated."""
