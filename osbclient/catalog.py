@@ -111,9 +111,8 @@ def read(payload: Mapping[str, Any], version: str = versions.LATEST) -> Catalog:
         raise NotACatalog(f"the catalog has no services array (services is {tolerance.type_name(services)})")
     problems: list[Problem] = []
     if len(services) > MAX_SERVICES:
-        problems.append(
-            Problem(None, None, "services", f"holds {len(services)} services: only the first {MAX_SERVICES} are read", True)
-        )
+        read_only = f"holds {len(services)} services: only the first {MAX_SERVICES} are read"
+        problems.append(Problem(None, None, "services", read_only, True))
     read_services: list[Service] = []
     ids: set[str] = set()
     names: set[str] = set()
@@ -147,7 +146,8 @@ def _required(raw: Mapping[str, Any], key: str) -> str | None:
 
 def _service(raw: Any, index: int, version: str, problems: list[Problem]) -> Service | None:
     if not isinstance(raw, dict):
-        problems.append(Problem(f"service #{index + 1}", None, "", f"is {tolerance.type_name(raw)}, not an object", True))
+        what = f"is {tolerance.type_name(raw)}, not an object"
+        problems.append(Problem(f"service #{index + 1}", None, "", what, True))
         return None
     label = _label(raw, index, "service")
     for key in ("id", "name"):
@@ -174,7 +174,8 @@ def _service(raw: Any, index: int, version: str, problems: list[Problem]) -> Ser
         names.add(plan.name)
         plans.append(plan)
     if len(raw_plans) > MAX_PLANS:
-        problems.append(Problem(label, None, "plans", f"holds {len(raw_plans)} plans: only the first {MAX_PLANS} are read", True))
+        read_only = f"holds {len(raw_plans)} plans: only the first {MAX_PLANS} are read"
+        problems.append(Problem(label, None, "plans", read_only, True))
     if not plans:
         problems.append(Problem(label, None, "plans", "has no usable plan left", True))
         return None
@@ -199,7 +200,8 @@ def _service(raw: Any, index: int, version: str, problems: list[Problem]) -> Ser
 
 def _plan(service: str, raw: Any, index: int, version: str, problems: list[Problem]) -> Plan | None:
     if not isinstance(raw, dict):
-        problems.append(Problem(service, f"plan #{index + 1}", "", f"is {tolerance.type_name(raw)}, not an object", True))
+        what = f"is {tolerance.type_name(raw)}, not an object"
+        problems.append(Problem(service, f"plan #{index + 1}", "", what, True))
         return None
     label = _label(raw, index, "plan")
     for key in ("id", "name"):

@@ -162,7 +162,13 @@ def test_the_broker_and_the_client_read_empty_the_same_way(value: Any, absent: b
     """One rule for both sides: the broker's request models use the client's ``absent_if_blank``."""
     assert bodies.absent_if_blank is osb.tolerance.absent_if_blank
     assert (osb.tolerance.absent_if_blank(value) is None) is absent
-    request = {"service_id": "s", "plan_id": "p", "organization_guid": "o", "space_guid": "s", "maintenance_info": value}
+    request = {
+        "service_id": "s",
+        "plan_id": "p",
+        "organization_guid": "o",
+        "space_guid": "s",
+        "maintenance_info": value,
+    }
     if absent or isinstance(value.get("version"), str):
         parsed = bodies.ProvisionRequest.model_validate(request)
         assert (parsed.maintenance_info is None) is absent

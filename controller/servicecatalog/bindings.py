@@ -30,12 +30,12 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, ClassVar
 
+from kubernetes.client.exceptions import ApiException
+
 from opbroker import osbclient
 from opbroker.api.conventions import DEFAULT_NAMESPACE
 from opbroker.api.primaza import ApplicationSelector
 from opbroker.api.servicecatalog import BindingOperation, ProvisionStatus, UnbindStatus
-from kubernetes.client.exceptions import ApiException
-
 from opbroker.controller import refusals
 from opbroker.controller.claims import workloads
 from opbroker.controller.kube import Kube

@@ -79,7 +79,9 @@ def catalog(suffix: str, *, bad_entries: bool = True) -> dict[str, Any]:
         }
     ]
     if bad_entries:
-        services.append({"id": EMPTY_SERVICE_ID, "name": f"legacy-empty-{suffix}", "description": "", "bindable": False})
+        services.append(
+            {"id": EMPTY_SERVICE_ID, "name": f"legacy-empty-{suffix}", "description": "", "bindable": False}
+        )
     return {"services": services}
 
 
@@ -204,7 +206,6 @@ class LegacyBroker:
             self.bindings[binding_id] = {"instance_id": instance_id, "credentials": credentials}
             answer = {
                 "credentials": credentials,
-                "syslog_drain_url": "",
                 "route_service_url": "",
                 "volume_mounts": [],
                 "syslog_drain_url": 0,
