@@ -201,3 +201,44 @@ def test_one_bad_plan_or_service_is_named_and_skipped_and_the_rest_listed(
     assert events[0].type == "Warning" and "plan 'Bad Plan': name" in events[0].message
     log = controller.log.read_text()[start:]
     assert "Traceback" not in log and name not in "".join(line for line in log.splitlines() if " ERROR " in line)
+
+
+@pytest.mark.parametrize("legacy_broker", [{"version": "2.17", "credential_key": "db port"}], indirect=True, ids=str)
+def test_credentials_a_secret_cannot_hold_fail_the_binding_for_good_and_are_unbound(
+    api_client: client.ApiClient, namespace: str, controller: Process, legacy_broker: tuple[LegacyBroker, str]
+) -> None:
+    start = len(controller.log.read_text())
+    broker, name = legacy_broker
+    fetched(api_client, name)
+    create(
+        api_client,
+        namespace,
+        "instances",
+        "Instance",
+        "keydb",
+        {"serviceClassName": f"legacy-db-{broker.suffix}", "planName": "small"},
+    )
+    wait_for(lambda: ready(get(api_client, "instances", "keydb", namespace)) == ("True", "Provisioned"), 30, "ready")
+    create(api_client, namespace, "bindings", "Binding", "keybinding", {"instanceRef": {"name": "keydb"}})
+
+    def refused() -> dict[str, Any] | None:
+        found = get(api_client, "bindings", "keybinding", namespace)
+        failed = condition(found, "Failed")
+        settled = found and not (found.get("status") or {}).get("orphanMitigationInProgress")
+        return found if failed and failed["reason"] == "BindResultRefused" and settled else None
+
+    binding = wait_for(refused, 30, "the binding to fail for good")
+    assert ready(binding) == ("False", "OrphanMitigationSuccessful")
+    assert "'db port'" in condition(binding, "Failed")["message"]
+    assert broker.bindings == {}  # orphan mitigation unbound what the broker made
+    binds = len(broker.calls("PUT", "/service_bindings/"))
+    assert binds == 1
+    with pytest.raises(ApiException):
+        client.CoreV1Api(api_client).read_namespaced_secret("keybinding", namespace)
+    log = controller.log.read_text()[start:]
+    assert "Traceback" not in log and broker.password not in log
+    delete(api_client, namespace, "bindings", "keybinding")
+    wait_for(lambda: get(api_client, "bindings", "keybinding", namespace) is None, 30, "the binding to go")
+    assert len(broker.calls("PUT", "/service_bindings/")) == binds  # never bound again
+    delete(api_client, namespace, "instances", "keydb")
+    wait_for(lambda: get(api_client, "instances", "keydb", namespace) is None, 30, "the instance to go")

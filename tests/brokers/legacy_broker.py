@@ -99,6 +99,8 @@ class LegacyBroker:
     version: str = "2.14"
     suffix: str = "x"
     bad_entries: bool = True
+    credential_key: str = "port"
+    """The key of the credential sent as a number in a string; one with a space cannot be a Secret's key."""
     username: str = "legacy"
     password: str = PASSWORD
     instances: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -202,7 +204,8 @@ class LegacyBroker:
                 return 400, {"description": "service_id and plan_id are required"}, {}
             if instance_id not in self.instances:
                 return 404, {"description": "no such instance"}, {}
-            credentials = {"username": f"u-{binding_id[:6]}", "password": PASSWORD + "-bound", "port": "5432"}
+            credentials = {"username": f"u-{binding_id[:6]}", "password": PASSWORD + "-bound"}
+            credentials[self.credential_key] = "5432"
             self.bindings[binding_id] = {"instance_id": instance_id, "credentials": credentials}
             answer = {
                 "credentials": credentials,
