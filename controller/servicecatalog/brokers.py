@@ -252,7 +252,7 @@ def with_refusals(
 ) -> tuple[dict[str, Any], tuple[Reason, str, bool] | None]:
     """The planned status and event, with the classes the API server refused counted out and named. Pure."""
     conditions = status.get("conditions") or []
-    held = next((c for c in conditions if c.get("type") == CATALOG_COMPLETE), {})
+    held: dict[str, Any] = next((c for c in conditions if c.get("type") == CATALOG_COMPLETE), {})
     earlier = held.get("message", "") if held.get("reason") != Reason.ALL_ENTRIES_LISTED.value else ""
     named = "; ".join(p.describe() for p in refused[:NAMED_PROBLEMS])
     message = f"{len(refused)} class(es) refused by the API server and skipped: {named}" + (

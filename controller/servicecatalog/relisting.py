@@ -142,7 +142,11 @@ def class_changes(
     """Compare the catalog's services with the classes held (every class of that name, whichever broker made it)."""
     name = broker["metadata"]["name"]
     by_name = {c["metadata"]["name"]: c for c in held}
-    create, update, restored, conflicts, problems = [], [], [], [], []
+    create: list[dict[str, Any]] = []
+    update: list[dict[str, Any]] = []
+    restored: list[str] = []
+    conflicts: list[str] = []
+    problems: list[Problem] = []
     wanted = set()
     for service in services:
         want, skipped = desired_class(broker, service)
