@@ -216,6 +216,12 @@ class BrokerAuthInfo(WireModel):
         return self
 
 
+#: The OSB API versions the controller speaks to a Broker, newest first (the OSB client's ``versions.SUPPORTED``;
+#: a test keeps the two equal — the resource model cannot import the client).
+OSB_VERSIONS: tuple[str, ...] = ("2.17", "2.16", "2.15", "2.14", "2.13")
+OSBVersion = Literal["2.17", "2.16", "2.15", "2.14", "2.13"]
+
+
 class RelistBehavior(StrEnum):
     """When the controller fetches the broker's catalog again."""
 
@@ -244,6 +250,11 @@ class BrokerSpec(WireModel):
     OSB paths."""
     auth_info: BrokerAuthInfo | None = None
     """How to authenticate to the broker; none when the broker needs no authentication."""
+    broker_api_version: OSBVersion = Field(default="2.17", alias="brokerAPIVersion")
+    """The OSB API version to speak first (`X-Broker-API-Version`): 2.17 (the default) to 2.13. A broker that
+    answers 412 is asked again one version lower, down to 2.13; the version it accepted is recorded in
+    status.brokerAPIVersion and spoken from then on. The controller tries this version again (upward) only when
+    the spec changes or relistRequests is increased, never on a periodic relist."""
     ca_bundle: str | None = Field(default=None, json_schema_extra={"format": "byte"})
     """Base64 of a PEM bundle of CA certificates trusted for the broker's serving certificate (instead of the
     system's)."""
@@ -321,7 +332,9 @@ class BrokerStatus(WireModel):
     conditions: list[Condition] | None = None
     """`Ready`: True once the catalog was fetched and the ServiceClasses written (reason FetchedCatalog);
     False with reason ErrorFetchingCatalog, ErrorGettingAuthCredentials or ErrorSyncingCatalog and the error
-    in the message. `Failed`: True when the controller stopped retrying."""
+    in the message. `CatalogComplete`: after each fetch, True (reason AllEntriesListed, or CatalogFieldsIgnored
+    when optional fields of the wrong type were dropped) or False (CatalogEntriesSkipped) naming every service
+    and plan that could not become a class, and the field why; the rest of the catalog is listed either way."""
     last_catalog_retrieval_time: datetime | None = None
     """When the catalog was last fetched successfully."""
     operation_start_time: datetime | None = None
@@ -332,6 +345,9 @@ class BrokerStatus(WireModel):
     """The spec.relistRequests the last fetch answered."""
     service_class_count: int | None = Field(default=None, ge=0)
     """How many ServiceClasses the broker's catalog currently offers (removed ones excluded)."""
+    broker_api_version: OSBVersion | None = Field(default=None, alias="brokerAPIVersion")
+    """The OSB API version the broker accepted at the last catalog fetch: spec.brokerAPIVersion, or an older
+    one it stepped down to after 412s. Every request for the Broker's Instances and Bindings starts from it."""
 
 
 class Broker(_CatalogResource):
@@ -344,6 +360,7 @@ class Broker(_CatalogResource):
     SHORT_NAMES: ClassVar[tuple[str, ...]] = ("scbroker",)
     PRINTER_COLUMNS: ClassVar[tuple[tuple[str, str, str], ...]] = (
         ("URL", ".spec.url", "string"),
+        ("OSB", ".status.brokerAPIVersion", "string"),
         ("Status", _ready_reason(), "string"),
         ("Classes", ".status.serviceClassCount", "integer"),
         ("Catalog-Fetched", ".status.lastCatalogRetrievalTime", "date"),

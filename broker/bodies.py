@@ -10,7 +10,9 @@ struct as ``{}`` (or with empty strings, ``{"version": ""}``), an unset string a
 object every field of which is empty, and for an optional string that is empty, "empty" means "not sent":
 they read as absent. Required fields get no such leniency (an empty ``plan_id`` on provision stays 400),
 and an object with one real value is validated as sent (``{"version": 3}`` stays 400). Fields a newer API
-version defines are ignored in a request of an older version, as unknown fields are (:func:`as_of`).
+version defines are ignored in a request of an older version, as unknown fields are (:func:`as_of`). The rule
+and the version table are the OSB client's (``opbroker.osbclient.tolerance``, ``opbroker.osbclient.versions``):
+opbroker reads what a platform sends exactly as it reads what a broker answers.
 
 Pure: no I/O.
 """
@@ -21,18 +23,11 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
 
+from opbroker.osbclient import versions
+from opbroker.osbclient.tolerance import absent_if_blank
+
 NonEmpty = Annotated[str, StringConstraints(min_length=1)]
 FreeForm = dict[str, Any]
-
-
-def absent_if_blank(value: Any) -> Any:
-    """``None`` for an object whose every field is ``None`` or ``""`` (``{}`` included) and for ``""``."""
-    if value == "":
-        return None
-    if isinstance(value, dict) and all(field is None or field == "" for field in value.values()):
-        return None
-    return value
-
 
 #: An optional string a generated client may send as ``""`` when unset.
 OptionalId = Annotated[NonEmpty | None, BeforeValidator(absent_if_blank)]
@@ -63,7 +58,7 @@ class MaintenanceInfo(RequestBody):
 OptionalMaintenanceInfo = Annotated[MaintenanceInfo | None, BeforeValidator(absent_if_blank)]
 
 #: The first API version that defines ``maintenance_info``; older requests have it ignored.
-MAINTENANCE_INFO_SINCE = (2, 15)
+MAINTENANCE_INFO_SINCE = versions.SINCE[versions.Feature.MAINTENANCE_INFO]
 
 
 class PreviousValues(RequestBody):

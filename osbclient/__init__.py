@@ -1,9 +1,13 @@
-"""A client for any Open Service Broker (API v2.17), shared by the Pulumi provider and the controllers.
+"""A client for any Open Service Broker (API v2.13 to v2.17), shared by the Pulumi provider and the controllers.
 
 A leaf library: it imports nothing else of opbroker (an import-linter contract holds it to that), so any
 process that talks to a broker can use it. One module per job:
 
 * ``config``: the broker endpoint (URL, basic or bearer auth, TLS trust, timeouts, version, identity);
+* ``versions``: the versions spoken (2.17 down to 2.13, stepped down on 412) and what each defines;
+* ``tolerance``: how answers are read (empty means absent, unknown ignored, odd optional fields dropped), the
+  one rule the broker side applies to requests too;
+* ``catalog``: a catalog as typed values, odd entries skipped and reported;
 * ``client``: ``Client``, one method per OSB endpoint;
 * ``results``: what the broker answered;
 * ``errors``: what went wrong, by kind;
@@ -12,6 +16,7 @@ process that talks to a broker can use it. One module per job:
 * ``classification``: whether a failure is worth retrying.
 """
 
+from opbroker.osbclient import catalog, tolerance, versions
 from opbroker.osbclient.classification import Failure, classify, is_retryable
 from opbroker.osbclient.client import Client
 from opbroker.osbclient.config import (
@@ -33,6 +38,7 @@ from opbroker.osbclient.errors import (
     Gone,
     MalformedResponse,
     NotFound,
+    NotInVersion,
     OperationFailed,
     OperationTimeout,
     OSBError,
@@ -82,6 +88,7 @@ __all__ = [
     "MalformedResponse",
     "NextPoll",
     "NotFound",
+    "NotInVersion",
     "OSBError",
     "OperationFailed",
     "OperationTimeout",
@@ -95,6 +102,7 @@ __all__ = [
     "TransportFailure",
     "Unauthorized",
     "Unprocessable",
+    "catalog",
     "classify",
     "is_retryable",
     "kubernetes_identity",
@@ -102,5 +110,7 @@ __all__ = [
     "needs_orphan_mitigation_after",
     "next_poll",
     "parse_retry_after",
+    "tolerance",
+    "versions",
     "wait",
 ]

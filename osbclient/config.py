@@ -17,8 +17,10 @@ from types import MappingProxyType
 from typing import Any
 from urllib.parse import urlsplit
 
-#: The OSB version this client speaks (``X-Broker-API-Version``).
-API_VERSION = "2.17"
+from opbroker.osbclient import versions
+
+#: The OSB version this client speaks first (``X-Broker-API-Version``); it steps down to older ones on 412.
+API_VERSION = versions.LATEST
 
 _REDACTED = "***"
 
@@ -125,7 +127,8 @@ class Broker:
     """One broker endpoint. ``timeout`` bounds each HTTP request (reading, writing, waiting for a pooled
     connection), ``connect_timeout`` the TCP and TLS handshake; polling an operation has its own limits
     (``opbroker.osbclient.polling``). ``originating_identity`` is the default for requests that do not name
-    their own."""
+    their own. ``api_version``: the version to speak first (one of ``versions.SUPPORTED``); the client steps
+    down from it on 412, never above it."""
 
     url: str
     auth: Auth | None = None
@@ -144,6 +147,7 @@ class Broker:
             raise ValueError("put broker credentials in auth=, not in the URL")
         if self.timeout <= 0 or self.connect_timeout <= 0:
             raise ValueError("timeouts must be positive")
+        versions.parse(self.api_version)  # raises for a version the client does not speak
 
     def secrets(self) -> tuple[str, ...]:
         return self.auth.secrets() if self.auth is not None else ()

@@ -130,6 +130,16 @@ class ResponseLost(TransportFailure):
     summary = "the request was sent but no answer came back"
 
 
+class NotInVersion(BrokerError):
+    """The call needs something the OSB version the broker speaks does not define (a GET of a binding, or
+    asynchronous bindings, before 2.14): nothing was sent. Permanent for that broker."""
+
+    def __init__(self, what: str, feature: str, since: str, version: str) -> None:
+        self.feature = feature
+        self.version = version
+        super().__init__(what, f"{what}: {feature} needs OSB {since} or later; the broker speaks {version}")
+
+
 class OperationFailed(BrokerError):
     """An asynchronous operation ended with ``state: failed``."""
 

@@ -25,7 +25,9 @@ class InstanceResult:
     operation: str | None = None
     dashboard_url: str | None = None
     metadata: dict[str, Any] | None = None
-    """OSB 2.17 instance metadata (``labels``, ``attributes``), when the broker returned it."""
+    """OSB 2.16+ instance metadata (``labels``, ``attributes``), when the broker returned it."""
+    warnings: tuple[str, ...] = ()
+    """Optional fields of the answer that were dropped (wrong type), each naming the field."""
 
     @property
     def is_async(self) -> bool:
@@ -49,7 +51,10 @@ class BindingResult:
     endpoints: list[Any] | None = None
     parameters: dict[str, Any] | None = None
     metadata: dict[str, Any] | None = None
-    """OSB 2.17 binding metadata (``expires_at``, ``renew_before``), when the broker returned it."""
+    """OSB 2.16+ binding metadata (``expires_at``, ``renew_before``), when the broker returned it."""
+    warnings: tuple[str, ...] = ()
+    """Optional fields of the answer that were dropped (wrong type), each naming the field (never a value of
+    the credentials: their field is dropped whole)."""
 
     @property
     def is_async(self) -> bool:
@@ -69,6 +74,7 @@ class LastOperation:
     description: str | None = None
     retry_after: float | None = None
     gone: bool = False
+    warnings: tuple[str, ...] = ()
 
     @property
     def done(self) -> bool:

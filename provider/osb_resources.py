@@ -5,7 +5,9 @@ The providers are thin: validate inputs (``check``), decide replace-or-update (`
 ``opbroker.osbclient`` and poll ``last_operation`` until the broker is done. A failed or abandoned create
 is followed by a best-effort DELETE (orphan mitigation, as platforms do), so nothing half-created leaks
 when Pulumi records no resource. Credentials come back as secret outputs; the broker password is a secret
-input and output.
+input and output. ``api_version`` (default 2.17) is the OSB version spoken first; the client steps down on
+412 as the Service Catalog controller does (``osbclient.versions``) and the version the broker accepted is the
+output ``broker_api_version``, spoken first again by the resource's later operations.
 """
 
 from __future__ import annotations
@@ -89,6 +91,10 @@ def _check_common(news: Mapping[str, Any], required: tuple[str, ...]) -> list[pu
         value = news.get(key)
         if _known(value) and (not isinstance(value, int | float) or value <= 0):
             failures.append(pulumi.dynamic.CheckFailure(key, f"must be a positive number of seconds, got {value!r}"))
+    version = news.get("api_version")
+    if _known(version) and version not in osb.versions.SUPPORTED:
+        supported = ", ".join(osb.versions.SUPPORTED)
+        failures.append(pulumi.dynamic.CheckFailure("api_version", f"must be one of {supported}, got {version!r}"))
     for key in ("parameters", "context", "bind_resource"):
         value = news.get(key)
         if _known(value) and not isinstance(value, dict):
@@ -111,7 +117,7 @@ class _OSBProvider(pulumi.dynamic.ResourceProvider):
             osb.Broker(
                 url=str(props["broker_url"]),
                 auth=osb.BasicAuth(str(props["broker_username"]), str(props["broker_password"])),
-                api_version=str(props.get("api_version") or osb.API_VERSION),
+                api_version=str(props.get("broker_api_version") or props.get("api_version") or osb.API_VERSION),
             )
         )
 
@@ -173,7 +179,13 @@ class ServiceInstanceProvider(_OSBProvider):
                 if not needs_mitigation(exc):
                     raise
                 raise RuntimeError(f"{exc}{self._mitigate(client, p)}") from exc
-        outs = {**p, "dashboard_url": result.dashboard_url, "state": last.state, "description": last.description}
+        outs = {
+            **p,
+            "dashboard_url": result.dashboard_url,
+            "state": last.state,
+            "description": last.description,
+            "broker_api_version": client.version,
+        }
         return pulumi.dynamic.CreateResult(instance_id, outs)
 
     def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> pulumi.dynamic.UpdateResult:
@@ -192,7 +204,7 @@ class ServiceInstanceProvider(_OSBProvider):
                 previous_values={"service_id": o.get("service_id"), "plan_id": o.get("plan_id")},
             )
             last = self._settle(client, n, result, f"update of instance {instance_id}", gone_ok=False)
-        outs.update(state=last.state, description=last.description)
+        outs.update(state=last.state, description=last.description, broker_api_version=client.version)
         if result.dashboard_url:
             outs["dashboard_url"] = result.dashboard_url
         return pulumi.dynamic.UpdateResult(outs)
@@ -213,7 +225,7 @@ class ServiceInstanceProvider(_OSBProvider):
                     k: fetched[k] for k in ("plan_id", "parameters", "dashboard_url") if fetched.get(k) is not None
                 }
                 return pulumi.dynamic.ReadResult(instance_id, {**p, **found})
-            except osb.OSBError:
+            except (osb.OSBError, osb.NotInVersion):
                 last = client.last_operation(
                     instance_id, operation=None, service_id=p.get("service_id"), plan_id=p.get("plan_id")
                 )
@@ -304,13 +316,17 @@ class ServiceBindingProvider(_OSBProvider):
             "syslog_drain_url": result.syslog_drain_url,
             "route_service_url": result.route_service_url,
             "volume_mounts": result.volume_mounts,
+            "broker_api_version": client.version,
         }
         return pulumi.dynamic.CreateResult(binding_id, outs)
 
     def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> pulumi.dynamic.UpdateResult:
         # Only connection settings reach here (everything else replaces): keep what the broker returned.
         o = _props(olds)
-        kept = {k: o.get(k) for k in ("credentials", "syslog_drain_url", "route_service_url", "volume_mounts")}
+        kept = {
+            k: o.get(k)
+            for k in ("credentials", "syslog_drain_url", "route_service_url", "volume_mounts", "broker_api_version")
+        }
         return pulumi.dynamic.UpdateResult({**_props(news), **kept})
 
     def read(self, id_: str, props: dict[str, Any]) -> pulumi.dynamic.ReadResult:
@@ -331,6 +347,8 @@ class ServiceBindingProvider(_OSBProvider):
                 return pulumi.dynamic.ReadResult(binding_id, {**p, **fresh})
             except (osb.NotFound, osb.Gone):
                 return pulumi.dynamic.ReadResult("", {})
+            except osb.NotInVersion:
+                return pulumi.dynamic.ReadResult(binding_id, p)  # 2.13 can tell neither the binding nor its absence
             except osb.OSBError:
                 last = client.binding_last_operation(
                     instance_id, binding_id, operation=None, service_id=p["service_id"], plan_id=p["plan_id"]
@@ -390,6 +408,8 @@ class ServiceInstance(pulumi.dynamic.Resource, module="opbroker", name="ServiceI
     """Dashboard URL the broker returned, if any."""
     state: pulumi.Output[str]
     """State of the last operation (``succeeded``)."""
+    broker_api_version: pulumi.Output[str]
+    """The OSB version the broker accepted (``api_version`` or an older one it stepped down to on 412)."""
 
     def __init__(
         self,
@@ -405,7 +425,7 @@ class ServiceInstance(pulumi.dynamic.Resource, module="opbroker", name="ServiceI
         organization_guid: pulumi.Input[str] | None = None,
         space_guid: pulumi.Input[str] | None = None,
         instance_id: pulumi.Input[str] | None = None,
-        api_version: str = osb.API_VERSION,
+        api_version: str | None = None,
         timeout: float = DEFAULT_TIMEOUT,
         poll_interval: float = DEFAULT_POLL_INTERVAL,
         orphan_mitigation: bool = True,
@@ -422,13 +442,14 @@ class ServiceInstance(pulumi.dynamic.Resource, module="opbroker", name="ServiceI
             "organization_guid": organization_guid or pulumi.get_organization(),
             "space_guid": space_guid or f"{pulumi.get_project()}-{pulumi.get_stack()}",
             "instance_id": instance_id,
-            "api_version": api_version,
+            "api_version": api_version or osb.API_VERSION,
             "timeout": timeout,
             "poll_interval": poll_interval,
             "orphan_mitigation": orphan_mitigation,
             "dashboard_url": None,
             "state": None,
             "description": None,
+            "broker_api_version": None,
         }
         secret = pulumi.ResourceOptions(additional_secret_outputs=["broker_password"])
         super().__init__(ServiceInstanceProvider(), resource_name, props, pulumi.ResourceOptions.merge(opts, secret))
@@ -444,6 +465,8 @@ class ServiceBinding(pulumi.dynamic.Resource, module="opbroker", name="ServiceBi
     syslog_drain_url: pulumi.Output[str | None]
     route_service_url: pulumi.Output[str | None]
     volume_mounts: pulumi.Output[list[Any] | None]
+    broker_api_version: pulumi.Output[str]
+    """The OSB version the broker accepted (``api_version`` or an older one it stepped down to on 412)."""
 
     def __init__(
         self,
@@ -459,7 +482,7 @@ class ServiceBinding(pulumi.dynamic.Resource, module="opbroker", name="ServiceBi
         bind_resource: pulumi.Input[Mapping[str, Any]] | None = None,
         context: pulumi.Input[Mapping[str, Any]] | None = None,
         binding_id: pulumi.Input[str] | None = None,
-        api_version: str = osb.API_VERSION,
+        api_version: str | None = None,
         timeout: float = DEFAULT_TIMEOUT,
         poll_interval: float = DEFAULT_POLL_INTERVAL,
         orphan_mitigation: bool = True,
@@ -476,7 +499,7 @@ class ServiceBinding(pulumi.dynamic.Resource, module="opbroker", name="ServiceBi
             "bind_resource": bind_resource,
             "context": context if context is not None else _platform_context(),
             "binding_id": binding_id,
-            "api_version": api_version,
+            "api_version": api_version or osb.API_VERSION,
             "timeout": timeout,
             "poll_interval": poll_interval,
             "orphan_mitigation": orphan_mitigation,
@@ -484,6 +507,7 @@ class ServiceBinding(pulumi.dynamic.Resource, module="opbroker", name="ServiceBi
             "syslog_drain_url": None,
             "route_service_url": None,
             "volume_mounts": None,
+            "broker_api_version": None,
         }
         secret = pulumi.ResourceOptions(additional_secret_outputs=["credentials", "broker_password"])
         super().__init__(ServiceBindingProvider(), resource_name, props, pulumi.ResourceOptions.merge(opts, secret))

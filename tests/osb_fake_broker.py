@@ -84,6 +84,8 @@ class FakeBroker:
     """Sent as ``Retry-After`` with every in-progress last_operation."""
     gone_after_delete: bool = False
     """After a finished deprovision, answer last_operation with 410 (else keep answering succeeded)."""
+    speaks: tuple[str, ...] | None = None
+    """The X-Broker-API-Versions accepted (412 for any other); None: every 2.x."""
     instances: dict[str, Instance] = field(default_factory=dict)
     bindings: dict[str, Binding] = field(default_factory=dict)
     requests: list[Recorded] = field(default_factory=list)
@@ -123,7 +125,7 @@ def build_app(broker: FakeBroker) -> FastAPI:
         if request.headers.get("authorization") != expected:
             return _error(401, "Unauthorized", "bad credentials")
         version = request.headers.get("x-broker-api-version", "")
-        if not version.startswith("2."):
+        if not version.startswith("2.") or (broker.speaks is not None and version not in broker.speaks):
             return _error(412, "PreconditionFailed", f"unsupported X-Broker-API-Version {version!r}")
         response = await call_next(request)
         identity = request.headers.get("x-broker-api-request-identity")

@@ -106,6 +106,7 @@ def test_broker_with_basic_auth_creates_a_secret_it_names_and_never_holds_the_pa
             "relistBehavior": "Manual",
             "relistDuration": "15m",
             "relistRequests": 0,
+            "brokerAPIVersion": "2.17",  # the model's default
         },
     }
     assert PASSWORD not in json.dumps(cr.plain_inputs())

@@ -115,6 +115,7 @@ def test_service_catalog_scopes_names_and_columns() -> None:
     assert columns == {
         "Broker": [
             ("URL", ".spec.url"),
+            ("OSB", ".status.brokerAPIVersion"),
             ("Status", ready),
             ("Classes", ".status.serviceClassCount"),
             ("Catalog-Fetched", ".status.lastCatalogRetrievalTime"),

@@ -88,11 +88,19 @@ def test_every_request_carries_auth_version_and_a_fresh_request_identity(url: st
 
 
 @pytest.mark.parametrize(
-    ("password", "version", "error", "status"),
-    [("wrong", "2.17", osb.Unauthorized, 401), (PASSWORD, "1.0", osb.PreconditionFailed, 412)],
+    ("password", "speaks", "error", "status"),
+    [("wrong", None, osb.Unauthorized, 401), (PASSWORD, ("2.99",), osb.PreconditionFailed, 412)],
 )
-def test_errors_map_by_status(url: str, password: str, version: str, error: type[osb.OSBError], status: int) -> None:
-    config = osb.Broker(url, auth=osb.BasicAuth("broker-user", password), api_version=version)
+def test_errors_map_by_status(
+    url: str,
+    broker: FakeBroker,
+    password: str,
+    speaks: tuple[str, ...] | None,
+    error: type[osb.OSBError],
+    status: int,
+) -> None:
+    broker.speaks = speaks
+    config = osb.Broker(url, auth=osb.BasicAuth("broker-user", password))
     with osb.Client(config) as client, pytest.raises(error) as raised:
         client.catalog()
     assert raised.value.status == status
@@ -306,7 +314,7 @@ def test_no_log_line_carries_a_secret(url: str, broker: FakeBroker, caplog: pyte
         with pytest.raises(osb.NotFound):
             client.get_binding("nope", "nope")  # an error path too
     logged = "\n".join(f"{r.getMessage()} {r.args!r}" for r in caplog.records)
-    assert "OSB GET /v2/catalog: 200" in logged  # there are log lines to check
+    assert "OSB GET /v2/catalog (2.17): 200" in logged  # there are log lines to check
     assert PASSWORD not in logged
     assert base64.b64encode(f"{broker.username}:{PASSWORD}".encode()).decode() not in logged
 

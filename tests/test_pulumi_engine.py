@@ -476,6 +476,7 @@ def test_service_catalog_components_create_broker_instance_and_binding_without_a
         "relistBehavior": "Duration",
         "relistDuration": "5m",
         "relistRequests": 0,
+        "brokerAPIVersion": "2.17",  # the model's default
     }
     assert "pulumi.com/waitFor" not in broker["metadata"]["annotations"]
     instance = custom.get_namespaced_custom_object(

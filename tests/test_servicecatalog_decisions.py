@@ -378,25 +378,36 @@ def service(name: str, sid: str, **extra: Any) -> dict[str, Any]:
     }
 
 
+def read(*services: dict[str, Any]) -> tuple[Any, ...]:
+    """The services as the controller gets them: read by the OSB client."""
+    from opbroker import osbclient
+
+    return osbclient.catalog.read({"services": list(services)}).services
+
+
+def desired(raw: dict[str, Any]) -> dict[str, Any]:
+    body, problems = relisting.desired_class(BROKER, read(raw)[0])
+    assert body is not None and not problems, problems
+    return body
+
+
 def held(body: dict[str, Any], **status: Any) -> dict[str, Any]:
     return {**body, "metadata": {**body["metadata"], "resourceVersion": "7"}, "status": status}
 
 
 def test_class_changes() -> None:
-    same = relisting.desired_class(BROKER, service("Same", "1"))
-    changed = relisting.desired_class(BROKER, service("Changed", "2"))
-    gone = relisting.desired_class(BROKER, service("Gone", "3"))
-    back = relisting.desired_class(BROKER, service("Back", "4"))
-    theirs = {**relisting.desired_class(BROKER, service("Taken", "5")), "brokerName": "other"}
-    catalog = {
-        "services": [
-            service("Same", "1"),
-            service("Changed", "2", description="new"),
-            service("Back", "4"),
-            service("Taken", "5"),
-            service("New_One", "6"),
-        ]
-    }
+    same = desired(service("Same", "1"))
+    changed = desired(service("Changed", "2"))
+    gone = desired(service("Gone", "3"))
+    back = desired(service("Back", "4"))
+    theirs = {**desired(service("Taken", "5")), "brokerName": "other"}
+    catalog = read(
+        service("Same", "1"),
+        service("Changed", "2", description="new"),
+        service("Back", "4"),
+        service("Taken", "5"),
+        service("New_One", "6"),
+    )
     changes = relisting.class_changes(
         BROKER,
         catalog,
@@ -482,12 +493,17 @@ def test_a_plans_maximum_polling_duration_is_listed_and_shortens_the_polling() -
 
     limited = service("Limited", "7")
     limited["plans"][0]["maximum_polling_duration"] = 30
-    listed_plan = relisting.desired_class(BROKER, limited)["plans"][0]
+    listed_plan = desired(limited)["plans"][0]
     assert listed_plan["maximumPollingDuration"] == 30
-    for bad in (0, -5, "30", True, 1.5):  # a broker's mistake in an optional field is left out, not fatal
+    as_text = service("Text", "9")
+    as_text["plans"][0]["maximum_polling_duration"] = "30"  # a number sent as a string is the number
+    assert desired(as_text)["plans"][0]["maximumPollingDuration"] == 30
+    for bad in (0, -5, "soon", True, 1.5):  # a broker's mistake in an optional field is left out, not fatal
         broken = service("Broken", "8")
         broken["plans"][0]["maximum_polling_duration"] = bad
-        assert "maximumPollingDuration" not in relisting.desired_class(BROKER, broken)["plans"][0]
+        (read_service,) = read(broken)
+        body, _ = relisting.desired_class(BROKER, read_service)
+        assert body is not None and "maximumPollingDuration" not in body["plans"][0]
 
     controllers = osbclient.Backoff(base=1.0, maximum=30.0, max_duration=3600.0)
     broker_ = osbclient.Broker(url="http://b")
@@ -512,3 +528,90 @@ def test_a_final_failure_survives_its_orphan_mitigation() -> None:
     kept = keeping_failed(final, listed, keep=True)
     assert [c["type"] for c in kept] == ["Ready", "Failed"] and kept[1] == failed  # ...unless it is kept
     assert keeping_failed(final, listed, keep=False) == listed
+
+
+@pytest.mark.parametrize(
+    ("reason", "spec", "status", "want"),
+    [
+        ("never fetched", {}, {}, "2.17"),
+        ("pinned, never fetched", {"brokerAPIVersion": "2.15"}, {}, "2.15"),
+        ("accepted before, same spec", {}, {"observedGeneration": 1, "brokerAPIVersion": "2.14"}, "2.14"),
+        ("the spec changed: probe upward", {}, {"observedGeneration": 0, "brokerAPIVersion": "2.14"}, "2.17"),
+        (
+            "a relist was requested: probe upward",
+            {"relistRequests": 1},
+            {"observedGeneration": 1, "brokerAPIVersion": "2.14", "reconciledRelistRequests": 0},
+            "2.17",
+        ),
+        (
+            "never above the spec",
+            {"brokerAPIVersion": "2.14"},
+            {"observedGeneration": 1, "brokerAPIVersion": "2.16"},
+            "2.14",
+        ),
+        ("an unknown recorded version", {}, {"observedGeneration": 1, "brokerAPIVersion": "9.9"}, "2.17"),
+    ],
+)
+def test_the_version_a_catalog_fetch_starts_from(
+    reason: str, spec: dict[str, Any], status: dict[str, Any], want: str
+) -> None:
+    body = {"metadata": {"name": "b", "generation": 1}, "spec": {"url": "http://b", **spec}, "status": status}
+    assert relisting.version_to_speak(body) == want, reason
+
+
+def test_an_instances_broker_speaks_the_version_its_broker_accepted() -> None:
+    spec = {"url": "http://b"}
+    assert endpoints.endpoint(spec, None).api_version == "2.17"
+    assert endpoints.accepted_version({"spec": spec, "status": {"brokerAPIVersion": "2.13"}}) == "2.13"
+    pinned = {"spec": {**spec, "brokerAPIVersion": "2.14"}, "status": {"brokerAPIVersion": "2.16"}}
+    assert endpoints.accepted_version(pinned) == "2.14"  # the spec was lowered since the fetch
+    assert endpoints.accepted_version({"spec": spec, "status": {}}) is None
+    assert endpoints.endpoint(spec, None, version="2.13").api_version == "2.13"
+
+
+def test_a_plan_or_class_the_model_refuses_is_skipped_and_named() -> None:
+    from opbroker import osbclient
+
+    raw = service("Svc", "1")
+    raw["plans"] = [{"name": "Two Words", "id": "p1"}, {"name": "fine", "id": "p2"}]
+    body, problems = relisting.desired_class(BROKER, read(raw)[0])
+    assert body is not None and [p["name"] for p in body["plans"]] == ["fine"]
+    (problem,) = problems
+    assert (problem.service, problem.plan, problem.field, problem.skipped) == ("Svc", "Two Words", "name", True)
+    spaced = service("Has Space", "2")  # an externalName must hold no whitespace: the class cannot be written
+    body, problems = relisting.desired_class(BROKER, read(spaced)[0])
+    assert body is None and problems[-1].field == "externalName"
+    changes = relisting.class_changes(BROKER, read(service("Svc", "1"), spaced, service("svc", "3")), [])
+    assert [c["externalName"] for c in changes.create] == ["Svc"]
+    assert [(p.service, p.field) for p in changes.problems] == [("Has Space", "externalName"), ("svc", "name")]
+    assert changes.listed == 1
+    assert isinstance(changes.problems[0], osbclient.catalog.Problem)
+
+
+def test_catalog_completeness_and_refusals_become_a_condition_and_an_event() -> None:
+    from opbroker import osbclient
+    from opbroker.controller.servicecatalog import brokers
+
+    ok, event = brokers.completeness([], (), generation=3)
+    assert [(c["type"], c["status"], c["reason"]) for c in ok] == [("CatalogComplete", "True", "AllEntriesListed")]
+    assert event is None
+    dropped = osbclient.catalog.Problem("db", "small", "free", "is a string ('x'), not a boolean: ignored", False)
+    skipped = osbclient.catalog.Problem("db", "Bad Plan", "name", "cannot be represented", True)
+    listed, event = brokers.completeness(ok, (dropped,), generation=3)
+    assert (listed[-1]["status"], listed[-1]["reason"]) == ("True", "CatalogFieldsIgnored")
+    conditions, event = brokers.completeness(listed, (dropped, skipped), generation=3)
+    (complete,) = [c for c in conditions if c["type"] == "CatalogComplete"]
+    assert (complete["status"], complete["reason"]) == ("False", "CatalogEntriesSkipped")
+    assert complete["message"].index("plan 'Bad Plan'") < complete["message"].index("plan 'small'")  # skipped first
+    assert event is not None and event[0] is Reason.CATALOG_ENTRIES_SKIPPED and event[2] is True
+    many = [osbclient.catalog.Problem("s", f"p{i}", "name", "x", True) for i in range(20)]
+    assert "and 12 more" in brokers.completeness([], many, generation=1)[0][0]["message"]
+
+    refused = osbclient.catalog.Problem("db", None, "(object)", "the API server refused ServiceClass db (422)", True)
+    status = {"serviceClassCount": 2, "conditions": ok}
+    body = {"metadata": {"generation": 3}}
+    new_status, event = brokers.with_refusals(status, [refused], body, None)
+    assert new_status["serviceClassCount"] == 1
+    (complete,) = [c for c in new_status["conditions"] if c["type"] == "CatalogComplete"]
+    assert complete["status"] == "False" and "refused ServiceClass db" in complete["message"]
+    assert event is not None and event[0] is Reason.CATALOG_ENTRIES_SKIPPED

@@ -24,15 +24,19 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, ClassVar
 
+from kubernetes.client.exceptions import ApiException
+
 from opbroker import osbclient
 from opbroker.api.conventions import DEFAULT_NAMESPACE
 from opbroker.api.primaza import ApplicationSelector
 from opbroker.api.servicecatalog import BindingOperation, ProvisionStatus, UnbindStatus
+from opbroker.controller import refusals
 from opbroker.controller.claims import workloads
 from opbroker.controller.kube import Kube
 from opbroker.controller.reasons import Reason
@@ -54,11 +58,20 @@ from opbroker.controller.servicecatalog.common import (
     say,
     terminal_mitigation,
     timestamp,
+    warn_ignored,
 )
 from opbroker.controller.servicecatalog.endpoints import identity_of
 from opbroker.controller.servicecatalog.resources import BINDINGS, FINALIZER, INSTANCES, CatalogApi
 
 SECRET_TYPE = "servicecatalog.k8s.io/binding-credentials"
+#: What a Secret's data key may be (the API server refuses any other): credentials with another key cannot be
+#: stored, so the bind fails for good (and is unbound) instead of being written again and again.
+_SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
+
+
+def unstorable_keys(credentials: dict[str, Any] | None) -> list[str]:
+    """The credential keys a Secret cannot hold (pure; the names of credentials are no secret, their values are)."""
+    return [key for key in credentials or {} if not _SECRET_KEY.match(key)]
 
 
 class Step(StrEnum):
@@ -314,6 +327,7 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
             )
         except osbclient.BrokerError as exc:
             return self._failed(facts, str(exc), exc=exc)
+        warn_ignored(self.api, body, result.warnings, "bind")
         if result.is_async:
             self.polls.put(facts.key, 0)
             self.api.patch_status(BINDINGS, body, {"asyncOpInProgress": True, "lastOperation": result.operation})
@@ -416,11 +430,28 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
         body = facts.body
         meta = body["metadata"]
         name = secret_name(body)
+        unstorable = unstorable_keys(result.credentials)
+        if unstorable:
+            shown = ", ".join(repr(key[:64]) for key in unstorable[:5])
+            message = (
+                f"the broker's credentials hold key(s) a Secret cannot ({shown}: only letters, digits, '-', '_' "
+                "and '.'): nothing was written"
+            )
+            return self._failed(facts, message, mitigate=True, reason=Reason.BIND_RESULT_REFUSED, final=True)
         data = {
             key: base64.b64encode((value if isinstance(value, str) else json.dumps(value)).encode()).decode()
             for key, value in (result.credentials or {}).items()
         }
-        if not self._write_secret(body, data):
+        try:
+            written = self._write_secret(body, data)
+        except ApiException as exc:
+            if refusals.severity(exc.status) is not refusals.Severity.PERMANENT:
+                raise
+            manifest = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "data": data}
+            found = refusals.refusal(exc.status, exc.body, manifest)
+            message = f"the credentials cannot be stored: {found.describe()}"
+            return self._failed(facts, message, mitigate=True, reason=Reason.BIND_RESULT_REFUSED, final=True)
+        if not written:
             message = f"Secret {name!r} appeared meanwhile and was not made by this Binding: it is left untouched"
             return self._failed(facts, message, mitigate=True, reason=Reason.SECRET_NOT_OWNED)
         self.retries.forget(facts.key)

@@ -5,6 +5,12 @@ refused, ``AuthSecretNotInControlPlane``, unread) and — only when a relist is 
 held; plan (pure) turns that into class writes and the Broker's status; act writes them. A relist is due
 on a new or changed spec, a bumped ``relistRequests``, a failed last attempt, or ``relistDuration`` after
 the last success (``relistBehavior: Manual`` relists on request only).
+
+The fetch speaks the version :func:`relisting.version_to_speak` picks and records the one the broker accepted
+(``status.brokerAPIVersion``). One odd entry never hides the rest: services and plans that cannot be read or
+represented are skipped, the others become classes, and condition ``CatalogComplete`` plus a warning event
+name each one skipped (service, plan, field). A class the API server still refuses (400, 413, 422: the same
+object would be refused again) is reported the same way after the writes, never retried hot.
 """
 
 from __future__ import annotations
@@ -15,9 +21,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
+from kubernetes.client.exceptions import ApiException
+
 from opbroker import osbclient
 from opbroker.api.conventions import DEFAULT_NAMESPACE
 from opbroker.api.servicecatalog import parse_go_duration
+from opbroker.controller import refusals
+from opbroker.controller.decisions import now as now_text
 from opbroker.controller.decisions import ready_condition
 from opbroker.controller.reasons import Reason
 from opbroker.controller.reconciler import DONE, Key, ObservePlanAct, Outcome, requeue
@@ -30,6 +40,10 @@ logger = logging.getLogger(__name__)
 
 #: After a failed fetch, when to try again (the runtime's error backoff is for exceptions; this is a verdict).
 RETRY_SECONDS = 10.0
+#: At most this many problems are named in a condition or event (both are cut at 1 KiB anyway); the count says
+#: how many more there were.
+NAMED_PROBLEMS = 8
+CATALOG_COMPLETE = "CatalogComplete"
 
 
 @dataclass(frozen=True)
@@ -38,9 +52,11 @@ class BrokerFacts:
     body: dict[str, Any]
     now: datetime
     due_in: float | None
-    catalog: dict[str, Any] | None = None
+    catalog: osbclient.catalog.Catalog | None = None
     classes: tuple[dict[str, Any], ...] = ()
     problem: tuple[Reason, str] | None = None
+    spoken: str | None = None
+    """The OSB version the broker accepted for the fetch."""
 
 
 @dataclass(frozen=True)
@@ -81,19 +97,21 @@ class BrokerReconciler(ObservePlanAct[BrokerFacts, BrokerAction]):
         if due_in is None or due_in > 0:
             return facts
         try:
-            catalog = self.fetch(body)
+            catalog, spoken = self.fetch(body)
         except EndpointProblem as exc:
             return BrokerFacts(key, body, now, due_in, problem=(exc.reason, str(exc)))
         except osbclient.BrokerError as exc:
             return BrokerFacts(key, body, now, due_in, problem=(Reason.ERROR_FETCHING_CATALOG, str(exc)))
         classes = tuple(self.api.list(CLASSES))
-        return BrokerFacts(key, body, now, due_in, catalog=catalog, classes=classes)
+        return BrokerFacts(key, body, now, due_in, catalog=catalog, classes=classes, spoken=spoken)
 
-    def fetch(self, body: dict[str, Any]) -> dict[str, Any]:
+    def fetch(self, body: dict[str, Any]) -> tuple[osbclient.catalog.Catalog, str]:
+        """The catalog, read entry by entry, and the OSB version the broker accepted."""
         ref = auth_secret_ref(body["spec"], control_plane=self.control_plane)  # raises before any read
         secret = self.api.secret_data(ref[1], ref[2]) if ref else None
-        with osbclient.Client(endpoint(body["spec"], secret), transport=self.transport) as client:
-            return client.catalog()
+        start = relisting.version_to_speak(body)
+        with osbclient.Client(endpoint(body["spec"], secret, version=start), transport=self.transport) as client:
+            return client.read_catalog(), client.version
 
     @staticmethod
     def plan(facts: BrokerFacts) -> Sequence[BrokerAction]:
@@ -114,9 +132,9 @@ class BrokerReconciler(ObservePlanAct[BrokerFacts, BrokerAction]):
                 ComeBack(RETRY_SECONDS),
             )
         assert facts.catalog is not None
-        changes = relisting.class_changes(body, facts.catalog, facts.classes)
-        count = len(facts.catalog.get("services") or []) - len(changes.conflicts)
-        message = f"fetched the catalog: {count} service class(es)"
+        changes = relisting.class_changes(body, facts.catalog.services, facts.classes)
+        count = changes.listed
+        message = f"fetched the catalog (OSB {facts.spoken}): {count} service class(es)"
         if changes.conflicts:
             message += "; not offered (a class of that name belongs to another broker): " + ", ".join(changes.conflicts)
         conditions = ready_condition(
@@ -126,13 +144,16 @@ class BrokerReconciler(ObservePlanAct[BrokerFacts, BrokerAction]):
             message=message,
             generation=meta.get("generation"),
         )
+        problems = (*facts.catalog.problems, *changes.problems)
+        conditions, problem_event = completeness(conditions, problems, generation=meta.get("generation"))
         new_status = {
             **base,
             "conditions": conditions,
             "lastCatalogRetrievalTime": relisting.now_text(facts.now),
             "serviceClassCount": count,
+            "brokerAPIVersion": facts.spoken,
         }
-        event = (Reason.CLASS_NAME_CONFLICT, message, True) if changes.conflicts else None
+        event = (Reason.CLASS_NAME_CONFLICT, message, True) if changes.conflicts else problem_event
         actions: list[BrokerAction] = [WriteClasses(changes), WriteStatus(new_status, event=event)]
         if spec.get("relistBehavior", "Duration") == "Duration":
             actions.append(ComeBack(parse_go_duration(spec.get("relistDuration") or "15m").total_seconds()))
@@ -140,23 +161,33 @@ class BrokerReconciler(ObservePlanAct[BrokerFacts, BrokerAction]):
 
     def act(self, facts: BrokerFacts, actions: Sequence[BrokerAction]) -> Outcome:
         outcome = DONE
+        refused: list[osbclient.catalog.Problem] = []
         for action in actions:
             if isinstance(action, ComeBack):
                 outcome = requeue(max(action.seconds, 0.5))
             elif isinstance(action, WriteClasses):
-                self._write_classes(action.changes)
+                refused.extend(self._write_classes(action.changes))
             else:
-                self.api.patch_status(BROKERS, facts.body, action.status)
-                if action.event is not None:
-                    reason, message, warning = action.event
+                status, event = action.status, action.event
+                if refused:  # what the API server refused joins what was skipped before writing
+                    status, event = with_refusals(status, refused, facts.body, event)
+                self.api.patch_status(BROKERS, facts.body, status)
+                if event is not None:
+                    reason, message, warning = event
                     self.api.kube.emit_event(facts.body, reason=reason.value, message=message, warning=warning)
         return outcome
 
-    def _write_classes(self, changes: ClassChanges) -> None:
+    def _write_classes(self, changes: ClassChanges) -> list[osbclient.catalog.Problem]:
+        """Write the classes; each one the API server refuses for good (400, 413, 422) is returned as a problem
+        and the others are written all the same. Other failures (conflicts, an unavailable server) raise."""
+        refused = []
         for body in changes.create:
-            self.api.create(CLASSES, body)
+            refused.extend(self._refusal(body, lambda b=body: self.api.create(CLASSES, b)))
         for body in changes.update:
-            self.api.patch(CLASSES, "", body["metadata"]["name"], _replacement_patch(body))
+            name = body["metadata"]["name"]
+            refused.extend(
+                self._refusal(body, lambda b=body, n=name: self.api.patch(CLASSES, "", n, _replacement_patch(b)))
+            )
         for name in changes.removed:
             held = self.api.get(CLASSES, "", name)
             if held is not None:
@@ -165,6 +196,88 @@ class BrokerReconciler(ObservePlanAct[BrokerFacts, BrokerAction]):
             held = self.api.get(CLASSES, "", name)
             if held is not None:
                 self.api.patch_status(CLASSES, held, {"removedFromBrokerCatalog": False}, guarded=False)
+        return refused
+
+    @staticmethod
+    def _refusal(body: dict[str, Any], write: Any) -> list[osbclient.catalog.Problem]:
+        try:
+            write()
+        except ApiException as exc:
+            if refusals.severity(exc.status) is not refusals.Severity.PERMANENT:
+                raise
+            found = refusals.refusal(exc.status, exc.body, body)
+            logger.warning("%s; the class is skipped", found.describe())
+            return [osbclient.catalog.Problem(body.get("externalName"), None, "(object)", found.describe(), True)]
+        return []
+
+
+def completeness(
+    conditions: list[dict[str, Any]], problems: Sequence[osbclient.catalog.Problem], *, generation: int | None
+) -> tuple[list[dict[str, Any]], tuple[Reason, str, bool] | None]:
+    """``conditions`` with ``CatalogComplete`` set from ``problems``, and the warning event to record (None
+    when there is nothing to say). Pure."""
+    skipped = [p for p in problems if p.skipped]
+    if skipped:
+        reason, status = Reason.CATALOG_ENTRIES_SKIPPED, "False"
+        head = f"{len(skipped)} catalog entr(ies) skipped, the rest listed"
+    elif problems:
+        reason, status = Reason.CATALOG_FIELDS_IGNORED, "True"
+        head = f"every entry listed; {len(problems)} optional field(s) of the wrong type ignored"
+    else:
+        reason, status = Reason.ALL_ENTRIES_LISTED, "True"
+        head = "every service and plan of the catalog is listed"
+    ordered = [*skipped, *(p for p in problems if not p.skipped)]
+    named = "; ".join(p.describe() for p in ordered[:NAMED_PROBLEMS])
+    more = f"; and {len(ordered) - NAMED_PROBLEMS} more" if len(ordered) > NAMED_PROBLEMS else ""
+    message = f"{head}: {named}{more}" if ordered else head
+    old = next((c for c in conditions if c.get("type") == CATALOG_COMPLETE), None)
+    changed = old is None or old.get("status") != status
+    condition = {
+        "type": CATALOG_COMPLETE,
+        "status": status,
+        "reason": reason.value,
+        "message": message[:1024],
+        "lastTransitionTime": now_text() if changed or old is None else old.get("lastTransitionTime"),
+        "observedGeneration": generation,
+    }
+    kept = [c for c in conditions if c.get("type") != CATALOG_COMPLETE]
+    return [*kept, condition], ((reason, message, True) if ordered else None)
+
+
+def with_refusals(
+    status: dict[str, Any],
+    refused: Sequence[osbclient.catalog.Problem],
+    body: dict[str, Any],
+    event: tuple[Reason, str, bool] | None,
+) -> tuple[dict[str, Any], tuple[Reason, str, bool] | None]:
+    """The planned status and event, with the classes the API server refused counted out and named. Pure."""
+    conditions = status.get("conditions") or []
+    held: dict[str, Any] = next((c for c in conditions if c.get("type") == CATALOG_COMPLETE), {})
+    earlier = held.get("message", "") if held.get("reason") != Reason.ALL_ENTRIES_LISTED.value else ""
+    named = "; ".join(p.describe() for p in refused[:NAMED_PROBLEMS])
+    message = f"{len(refused)} class(es) refused by the API server and skipped: {named}" + (
+        f"; before that: {earlier}" if earlier else ""
+    )
+    condition = {
+        **held,
+        "type": CATALOG_COMPLETE,
+        "status": "False",
+        "reason": Reason.CATALOG_ENTRIES_SKIPPED.value,
+        "message": message[:1024],
+        "lastTransitionTime": held.get("lastTransitionTime") if held.get("status") == "False" else now_text(),
+        "observedGeneration": (body.get("metadata") or {}).get("generation"),
+    }
+    count = max(0, int(status.get("serviceClassCount") or 0) - len(refused))
+    new_status = {
+        **status,
+        "serviceClassCount": count,
+        "conditions": [*(c for c in conditions if c.get("type") != CATALOG_COMPLETE), condition],
+    }
+    return new_status, (event if event and event[0] is Reason.CLASS_NAME_CONFLICT else None) or (
+        Reason.CATALOG_ENTRIES_SKIPPED,
+        message,
+        True,
+    )
 
 
 def _replacement_patch(body: dict[str, Any]) -> dict[str, Any]:

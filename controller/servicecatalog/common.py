@@ -21,7 +21,7 @@ from opbroker.api.conventions import DEFAULT_NAMESPACE
 from opbroker.controller.decisions import ready_condition
 from opbroker.controller.reasons import Reason
 from opbroker.controller.reconciler import Key, Memories, Outcome, PerKey, requeue
-from opbroker.controller.servicecatalog.endpoints import EndpointProblem, auth_secret_ref, endpoint
+from opbroker.controller.servicecatalog.endpoints import EndpointProblem, accepted_version, auth_secret_ref, endpoint
 from opbroker.controller.servicecatalog.resources import BROKERS, CLASSES, CatalogApi
 
 
@@ -108,7 +108,7 @@ class Resolver:
         try:
             ref = auth_secret_ref(body["spec"], control_plane=self.control_plane)  # raises before any read
             secret = self.api.secret_data(ref[1], ref[2]) if ref else None
-            return endpoint(body["spec"], secret)
+            return endpoint(body["spec"], secret, version=accepted_version(body))
         except EndpointProblem as exc:
             raise Unresolved(exc.reason, f"broker {name!r}: {exc}") from exc
 
@@ -249,6 +249,14 @@ def say(api: CatalogApi, plural: str, body: dict[str, Any], *, ready: bool, reas
         return
     api.patch_status(plural, body, {"conditions": conditions(body, ready=ready, reason=reason, message=message)})
     api.kube.emit_event(body, reason=reason.value, message=message, warning=not ready)
+
+
+def warn_ignored(api: CatalogApi, body: dict[str, Any], warnings: tuple[str, ...], what: str) -> None:
+    """A warning event naming the optional fields of a broker's answer that were dropped (wrong type): the
+    answer was used without them. Never values of credentials (the client does not quote those)."""
+    if warnings:
+        message = f"the broker's answer to the {what} had fields of the wrong type, ignored: " + "; ".join(warnings)
+        api.kube.emit_event(body, reason=Reason.ANSWER_FIELDS_IGNORED.value, message=message, warning=True)
 
 
 def terminal_mitigation(body: dict[str, Any]) -> bool:

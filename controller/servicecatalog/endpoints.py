@@ -56,8 +56,11 @@ def auth_secret_ref(spec: Mapping[str, Any], *, control_plane: str) -> tuple[str
     return ref
 
 
-def endpoint(spec: Mapping[str, Any], secret: Mapping[str, str] | None) -> osbclient.Broker:
-    """The OSB endpoint for a Broker ``spec``; ``secret``: the decoded auth Secret (None if it is missing)."""
+def endpoint(
+    spec: Mapping[str, Any], secret: Mapping[str, str] | None, *, version: str | None = None
+) -> osbclient.Broker:
+    """The OSB endpoint for a Broker ``spec``; ``secret``: the decoded auth Secret (None if it is missing);
+    ``version``: the OSB version to speak first (default ``spec.brokerAPIVersion``, else the newest)."""
     ref = _auth_ref(spec)
     auth: osbclient.Auth | None = None
     if ref is not None:
@@ -78,7 +81,26 @@ def endpoint(spec: Mapping[str, Any], secret: Mapping[str, str] | None) -> osbcl
         ca_pem=base64.b64decode(ca) if ca else None,
         insecure_skip_tls_verify=bool(spec.get("insecureSkipTLSVerify")),
     )
-    return osbclient.Broker(url=spec["url"], auth=auth, tls=tls)
+    return osbclient.Broker(url=spec["url"], auth=auth, tls=tls, api_version=speaking(spec, version))
+
+
+def speaking(spec: Mapping[str, Any], version: str | None) -> str:
+    """``version`` if the client speaks it, else the spec's, else the newest."""
+    for candidate in (version, spec.get("brokerAPIVersion")):
+        if candidate in osbclient.versions.SUPPORTED:
+            return str(candidate)
+    return osbclient.API_VERSION
+
+
+def accepted_version(broker: Mapping[str, Any]) -> str | None:
+    """The version a Broker's status records as accepted by the broker at the last catalog fetch — what its
+    Instances and Bindings speak — unless it is newer than the spec's (the spec changed since)."""
+    held = (broker.get("status") or {}).get("brokerAPIVersion")
+    wanted = speaking(broker.get("spec") or {}, None)
+    if held not in osbclient.versions.SUPPORTED:
+        return None
+    order = osbclient.versions.SUPPORTED.index
+    return str(held) if order(held) >= order(wanted) else wanted
 
 
 def identity_of(obj: Mapping[str, Any]) -> osbclient.OriginatingIdentity:

@@ -55,6 +55,7 @@ from opbroker.controller.servicecatalog.common import (
     say,
     terminal_mitigation,
     timestamp,
+    warn_ignored,
 )
 from opbroker.controller.servicecatalog.endpoints import identity_of
 from opbroker.controller.servicecatalog.resources import BINDINGS, FINALIZER, INSTANCES, CatalogApi
@@ -300,6 +301,7 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
                 )
         except osbclient.BrokerError as exc:
             return self._call_failed(facts, operation, exc)
+        warn_ignored(self.api, body, result.warnings, operation.value.lower())
         if result.is_async:
             self.polls.put(facts.key, 0)
             self.api.patch_status(

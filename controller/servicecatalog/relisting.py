@@ -3,6 +3,15 @@
 A service gone from the catalog is not deleted: its ServiceClass is marked ``removedFromBrokerCatalog`` so
 existing instances keep working (they deprovision through it); no new instance may use it. A service that
 comes back is unmarked. A class name taken by another broker's service is a conflict, reported, not taken.
+
+The catalog arrives read entry by entry (``osbclient.catalog``); each plan and each class is then checked
+against the ServiceClass model — the same model the CRD is generated from, so what passes here the API server
+accepts — and one that cannot be represented (a plan name with a space, which an Instance could not name) is
+skipped and reported as a :class:`osbclient.catalog.Problem`, never written to be refused.
+
+Which OSB version to speak (:func:`version_to_speak`): the one the Broker's status records as accepted, so a
+periodic relist costs no 412s; spec.brokerAPIVersion again (a probe upward) when the spec changed or a relist was
+requested (``relistRequests``).
 """
 
 from __future__ import annotations
@@ -12,15 +21,21 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from pydantic import ValidationError
+
+from opbroker import osbclient
 from opbroker.api.servicecatalog import (
     SERVICE_CATALOG_GROUP,
     SERVICE_CATALOG_VERSION,
     RelistBehavior,
     ServiceClass,
+    ServicePlan,
     parse_go_duration,
     service_class_name,
 )
 from opbroker.controller.servicecatalog.resources import BROKER_LABEL
+
+Problem = osbclient.catalog.Problem
 
 
 @dataclass(frozen=True)
@@ -33,32 +48,54 @@ class ClassChanges:
     restored: tuple[str, ...] = ()
     conflicts: tuple[str, ...] = field(default=())
     """Service names whose class name belongs to another broker."""
+    problems: tuple[Problem, ...] = ()
+    """Plans and services left out because a ServiceClass cannot represent them."""
+    listed: int = 0
+    """How many classes the catalog offers (written or kept)."""
 
 
-def desired_class(broker: Mapping[str, Any], service: Mapping[str, Any]) -> dict[str, Any]:
-    """The ServiceClass for one catalog ``service`` of ``broker`` (top-level fields, as in the seed)."""
-    meta = broker["metadata"]
-    plans = [
-        _compact(
-            name=plan["name"],
-            externalID=plan["id"],
-            description=plan.get("description", ""),
-            free=plan.get("free", True),
-            bindable=plan.get("bindable"),
-            externalMetadata=plan.get("metadata"),
-            instanceCreateParameterSchema=_schema(plan, "service_instance", "create"),
-            instanceUpdateParameterSchema=_schema(plan, "service_instance", "update"),
-            bindingCreateParameterSchema=_schema(plan, "service_binding", "create"),
-            maintenanceInfo=plan.get("maintenance_info"),
-            maximumPollingDuration=_positive_int(plan.get("maximum_polling_duration")),
-        )
-        for plan in service.get("plans") or []
-    ]
+def desired_plan(plan: osbclient.catalog.Plan) -> dict[str, Any]:
+    """One plan of a ServiceClass (wire form), from a plan read from the catalog."""
     return _compact(
+        name=plan.name,
+        externalID=plan.id,
+        description=plan.description,
+        free=True if plan.free is None else plan.free,
+        bindable=plan.bindable,
+        externalMetadata=_plain(plan.metadata),
+        instanceCreateParameterSchema=_plain(plan.instance_create_schema),
+        instanceUpdateParameterSchema=_plain(plan.instance_update_schema),
+        bindingCreateParameterSchema=_plain(plan.binding_create_schema),
+        maintenanceInfo=_compact(version=plan.maintenance_info.version, description=plan.maintenance_info.description)
+        if plan.maintenance_info
+        else None,
+        maximumPollingDuration=plan.maximum_polling_duration,
+    )
+
+
+def desired_class(
+    broker: Mapping[str, Any], service: osbclient.catalog.Service
+) -> tuple[dict[str, Any] | None, tuple[Problem, ...]]:
+    """The ServiceClass for one catalog ``service`` of ``broker`` (top-level fields, as in the seed), with only
+    the plans the model accepts; None when the class itself cannot be represented (or no plan can). Each plan
+    or class left out is a skipping problem naming the field."""
+    meta = broker["metadata"]
+    problems: list[Problem] = []
+    plans = []
+    for plan in service.plans:
+        body = desired_plan(plan)
+        refused = _refusal(ServicePlan, body)
+        if refused is not None:
+            problems.append(Problem(service.name, plan.name, *refused, True))
+            continue
+        plans.append(body)
+    if not plans:
+        return None, (*problems, Problem(service.name, None, "plans", "has no plan a ServiceClass can hold", True))
+    body = _compact(
         apiVersion=f"{SERVICE_CATALOG_GROUP}/{SERVICE_CATALOG_VERSION}",
         kind=ServiceClass.KIND,
         metadata={
-            "name": service_class_name(service["name"]),
+            "name": service_class_name(service.name),
             "labels": {BROKER_LABEL: meta["name"]},
             "ownerReferences": [
                 {
@@ -72,32 +109,57 @@ def desired_class(broker: Mapping[str, Any], service: Mapping[str, Any]) -> dict
             ],
         },
         brokerName=meta["name"],
-        externalName=service["name"],
-        externalID=service["id"],
-        description=service.get("description", ""),
-        bindable=bool(service.get("bindable", False)),
-        planUpdatable=bool(service.get("plan_updateable", False)),
-        tags=service.get("tags") or None,
-        requires=service.get("requires") or None,
-        externalMetadata=service.get("metadata"),
+        externalName=service.name,
+        externalID=service.id,
+        description=service.description,
+        bindable=service.bindable,
+        planUpdatable=service.plan_updateable,
+        tags=list(service.tags) or None,
+        requires=list(service.requires) or None,
+        externalMetadata=_plain(service.metadata),
         plans=plans,
     )
+    refused = _refusal(ServiceClass, body)
+    if refused is not None:
+        return None, (*problems, Problem(service.name, None, *refused, True))
+    return body, tuple(problems)
+
+
+def _refusal(model: type[ServicePlan] | type[ServiceClass], body: Mapping[str, Any]) -> tuple[str, str] | None:
+    """``(field, why)`` of the first error the model finds in ``body``, None when it accepts it."""
+    try:
+        model.model_validate(body)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        field = ".".join(str(part) for part in error["loc"]) or "(object)"
+        return field, f"cannot be represented: {error['msg']}"
+    return None
 
 
 def class_changes(
-    broker: Mapping[str, Any], catalog: Mapping[str, Any], held: Sequence[Mapping[str, Any]]
+    broker: Mapping[str, Any], services: Sequence[osbclient.catalog.Service], held: Sequence[Mapping[str, Any]]
 ) -> ClassChanges:
-    """Compare the catalog with the classes held (every class of that name, whichever broker made it)."""
+    """Compare the catalog's services with the classes held (every class of that name, whichever broker made it)."""
     name = broker["metadata"]["name"]
     by_name = {c["metadata"]["name"]: c for c in held}
-    create, update, restored, conflicts = [], [], [], []
+    create: list[dict[str, Any]] = []
+    update: list[dict[str, Any]] = []
+    restored: list[str] = []
+    conflicts: list[str] = []
+    problems: list[Problem] = []
     wanted = set()
-    for service in catalog.get("services") or []:
-        want = desired_class(broker, service)
+    for service in services:
+        want, skipped = desired_class(broker, service)
+        problems.extend(skipped)
+        if want is None:
+            continue
         class_name = want["metadata"]["name"]
+        if class_name in wanted:
+            problems.append(Problem(service.name, None, "name", f"makes the class name {class_name!r} again", True))
+            continue
         current = by_name.get(class_name)
         if current is not None and current.get("brokerName") != name:
-            conflicts.append(service["name"])
+            conflicts.append(service.name)
             continue
         wanted.add(class_name)
         if current is None:
@@ -119,7 +181,31 @@ def class_changes(
             and not (c.get("status") or {}).get("removedFromBrokerCatalog")
         )
     )
-    return ClassChanges(tuple(create), tuple(update), removed, tuple(restored), tuple(conflicts))
+    return ClassChanges(
+        tuple(create), tuple(update), removed, tuple(restored), tuple(conflicts), tuple(problems), len(wanted)
+    )
+
+
+def version_to_speak(broker: Mapping[str, Any]) -> str:
+    """The OSB version a catalog fetch starts from: the status's accepted one, unless the spec changed or a
+    relist was requested (then spec.brokerAPIVersion again, which may be a newer one the broker learnt since)."""
+    spec, status = broker.get("spec") or {}, broker.get("status") or {}
+    wanted = spec.get("brokerAPIVersion") or osbclient.API_VERSION
+    if wanted not in osbclient.versions.SUPPORTED:
+        wanted = osbclient.API_VERSION
+    held = status.get("brokerAPIVersion")
+    if held not in osbclient.versions.SUPPORTED or _probe_due(broker):
+        return str(wanted)
+    order = osbclient.versions.SUPPORTED.index
+    return str(held) if order(held) >= order(wanted) else str(wanted)  # never above the spec's
+
+
+def _probe_due(broker: Mapping[str, Any]) -> bool:
+    spec, status = broker.get("spec") or {}, broker.get("status") or {}
+    meta = broker.get("metadata") or {}
+    if status.get("observedGeneration") != meta.get("generation"):
+        return True
+    return int(spec.get("relistRequests") or 0) > int(status.get("reconciledRelistRequests") or 0)
 
 
 def relist_due(broker: Mapping[str, Any], now: datetime) -> float | None:
@@ -152,15 +238,8 @@ def _content(obj: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in obj.items() if k not in ("metadata", "status", "apiVersion", "kind")}
 
 
-def _schema(plan: Mapping[str, Any], kind: str, action: str) -> Any:
-    schemas = plan.get("schemas") or {}
-    return (((schemas.get(kind) or {}).get(action) or {}).get("parameters")) or None
-
-
-def _positive_int(value: Any) -> int | None:
-    """An OSB integer that must be positive, or None when absent or unusable (a broker's mistake in an
-    optional field must not stop its whole catalog from being listed)."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
+def _plain(value: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    return dict(value) if value is not None else None
 
 
 def _compact(**values: Any) -> dict[str, Any]:
