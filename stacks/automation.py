@@ -142,7 +142,7 @@ def _change(metadata: auto.StepEventMetadata) -> Change:
 
 
 def preview(
-    stack: auto.Stack, *, policy_packs: Sequence[str] = (), deadline: float = COMMAND_DEADLINE, **options: Any
+    stack: auto.Stack, *, policy_packs: Sequence[str] | None = None, deadline: float = COMMAND_DEADLINE, **options: Any
 ) -> Preview:
     """``pulumi preview --diff``: the change summary, each planned change with its properties, and the text."""
     changes: list[Change] = []
@@ -154,7 +154,7 @@ def preview(
 
     with _deadline(stack, deadline):
         result = stack.preview(
-            diff=True, color="never", policy_packs=list(policy_packs) or None, on_event=on_event, **options
+            diff=True, color="never", policy_packs=list(policy_packs or ()) or None, on_event=on_event, **options
         )
     summary = {str(getattr(op, "value", op)): n for op, n in result.change_summary.items()}
     return Preview(summary, tuple(changes), result.stdout)
@@ -168,11 +168,12 @@ def deploy(
     **options: Any,
 ) -> Deployment:
     """Preview, then ``up`` if there is a change and ``approve`` (given the preview) says yes (None: always).
+    ``options`` go to both (``program``, ``policy_packs``, ``target``, ...).
 
     The ``up`` runs the program again: what it applies is what the program declares then, which is what the
     preview showed unless the program or the cluster changed in between.
     """
-    planned = preview(stack, deadline=deadline, policy_packs=options.get("policy_packs") or ())
+    planned = preview(stack, deadline=deadline, **options)
     if not planned.has_changes or (approve is not None and not approve(planned)):
         return Deployment(planned, None)
     return Deployment(planned, up(stack, deadline=deadline, **options))
