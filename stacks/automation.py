@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -205,21 +204,14 @@ def outputs(stack: auto.Stack) -> dict[str, Any]:
 # -- the deadline: interrupt the engine command this process started ----------------------------------------
 
 
-def _engine_binary(stack: auto.Stack) -> str:
-    command = stack.workspace.pulumi_command.command
-    return os.path.realpath(command if os.path.isabs(command) else (shutil.which(command) or command))
-
-
-def _children_running(binary: str) -> list[int]:
-    """This process's children whose executable is ``binary`` (Linux ``/proc``; elsewhere none are found)."""
-    found = []
+def _children() -> set[int]:
+    """This process's children (Linux ``/proc``; elsewhere none are found)."""
+    found = set()
     me = os.getpid()
     for entry in Path("/proc").glob("[0-9]*"):
         try:
-            stat = (entry / "stat").read_text()
-            parent = int(stat.rsplit(")", 1)[1].split()[1])
-            if parent == me and os.path.realpath(entry / "exe") == binary:
-                found.append(int(entry.name))
+            if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == me:
+                found.add(int(entry.name))
         except (OSError, ValueError, IndexError):
             continue  # gone meanwhile, or not ours to read
     return found
@@ -227,14 +219,14 @@ def _children_running(binary: str) -> list[int]:
 
 @contextlib.contextmanager
 def _deadline(stack: auto.Stack, seconds: float) -> Iterator[None]:
-    """Interrupt (SIGINT: the engine cancels and stops its plugins) the engine commands this process runs when
-    ``seconds`` pass, kill them ``INTERRUPT_GRACE`` later, and raise :class:`EngineDeadlineError`. Commands
-    run concurrently from other threads of this process are interrupted too."""
-    binary = _engine_binary(stack)
+    """Interrupt (SIGINT: the engine cancels and stops its plugins) the engine command when ``seconds`` pass,
+    kill it ``INTERRUPT_GRACE`` later, and raise :class:`EngineDeadlineError`. The command is found as a child
+    this process started during the call: one started meanwhile by another thread is interrupted too."""
+    before = _children()
     expired = threading.Event()
 
     def signal_children(signum: int) -> None:
-        for pid in _children_running(binary):
+        for pid in _children() - before:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signum)
 
