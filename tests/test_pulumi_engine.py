@@ -248,6 +248,7 @@ def test_a_changed_plan_field_previews_as_exactly_that_change_and_up_applies_it(
         "osb.servicefabrik.io", "v1alpha1", NAMESPACE, "sfplans", "demo-db-small"
     )
     assert live["spec"]["description"] == new_description
+    stacks.up(stack)  # the root stack as it is again
 
 
 def test_an_invalid_plan_fails_preview_naming_the_field(stack: auto.Stack) -> None:
