@@ -115,7 +115,7 @@ def run_suites(
         results["cluster"] = cluster.run()
         record(results)
     if "pulumi" in suites:
-        log("pulumi (preview and up of the root stack with the real engine) ...")
+        log("pulumi (preview, up, no-op preview and destroy of the Python root stack with the real engine) ...")
         results["pulumi"] = pulumi.run()
         record(results)
     if "bindings" in suites:
@@ -528,9 +528,10 @@ def pulumi_markdown(p: dict[str, Any]) -> list[str]:
     return [
         f"## Pulumi engine (pulumi {p['pulumi']}, pulumi-kubernetes {p['pulumi_kubernetes']})",
         "",
-        f"Cold build: {builds or 'no record'}. The root stack's {p['resources']} resources on a control plane "
-        f"without a node: `pulumi preview` {s['preview']} s, `pulumi up` {s['up']} s, a second preview (nothing to "
-        f"change) {s['preview_unchanged']} s, `pulumi destroy` {s['destroy']} s.",
+        f"Cold build: {builds or 'no record'}. The {p.get('program', 'root stack (Pulumi YAML translation)')}: "
+        f"{p['resources']} resources on a control plane without a node: `pulumi preview` {s['preview']} s, "
+        f"`pulumi up` {s['up']} s, a second preview (nothing to change) {s['preview_unchanged']} s, "
+        f"`pulumi destroy` {s['destroy']} s.",
         "",
     ]
 

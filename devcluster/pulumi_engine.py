@@ -4,9 +4,10 @@ language host and the Kubernetes resource plugin built by ``scripts/build-pulumi
 policy pack as plugins (``provider/plugins``), a local file backend, the passphrase secrets provider, no update
 checks and no plugin downloads.
 
-Programs are Pulumi YAML: the Python language host is not served by the module proxy (see the README), so what
-the Python programs declare is declared through the component provider, from the same args (``yaml_properties``
-turns a component's Python args into the provider schema's property names).
+Python programs run as the Automation API's inline programs (``opbroker.stacks``): in this process, whose own
+language server the engine talks to, so no Python language host is needed (it is not built here: the module proxy
+does not serve it). Pulumi YAML programs (the example for other languages, the Service Catalog components, the
+policy pack's counter-examples) run through ``Project`` with the YAML language host.
 """
 
 from __future__ import annotations
@@ -18,16 +19,17 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import yaml
+from pulumi import automation as auto
 
+from opbroker import stacks
 from opbroker.devcluster.binaries import module_key
-from opbroker.provider import host
 
 REPO = Path(__file__).resolve().parent.parent  # devcluster/ sits at the repository's root
 PULUMI_VERSION = "3.260.0"
@@ -85,6 +87,18 @@ class Engine:
             }
         )
         return env
+
+    def settings(self, work_dir: Path) -> stacks.Settings:
+        """The same engine, home, backend and passphrase for ``opbroker.stacks`` (the Automation API)."""
+        env = self.env()
+        return stacks.Settings(
+            backend_url=self.backend.as_uri(),
+            passphrase=PASSPHRASE,
+            engine=BIN.parent,
+            pulumi_home=self.home,
+            work_dir=work_dir,
+            env={k: v for k, v in env.items() if k not in ("PULUMI_HOME", "PULUMI_BACKEND_URL")},
+        )
 
     def run(self, cwd: Path, *args: str, expect_failure: bool = False, timeout: float = COMMAND_TIMEOUT) -> Result:
         command = [str(BIN / "pulumi"), *args, "--non-interactive", "--color", "never"]
@@ -157,56 +171,7 @@ def new_project(engine: Engine, folder: Path, program: Mapping[str, Any], stack:
     return project
 
 
-# -- component args (as the Python components take them) -> Pulumi YAML properties ---------------------------
-
-_SCHEMA: dict[str, Any] | None = None
-
-
-def provider_schema() -> dict[str, Any]:
-    global _SCHEMA
-    if _SCHEMA is None:
-        _SCHEMA = host.schema()
-    return _SCHEMA
-
-
-def camel(key: str) -> str:
-    head, *rest = key.rstrip("_").split("_")
-    return head + "".join(part[:1].upper() + part[1:] for part in rest)
-
-
-def _convert(value: Any, spec: Mapping[str, Any]) -> Any:
-    schema = provider_schema()
-    ref = spec.get("$ref", "")
-    if ref.startswith("#/types/"):
-        type_spec = schema["types"][ref.removeprefix("#/types/")]
-        if type_spec.get("enum"):
-            return value
-        return _convert_object(value, type_spec.get("properties") or {}, ref)
-    if spec.get("type") == "array" and isinstance(value, list):
-        return [_convert(item, spec.get("items") or {}) for item in value]
-    if (
-        spec.get("type") == "object"
-        and isinstance(value, Mapping)
-        and isinstance(spec.get("additionalProperties"), dict)
-    ):
-        return {k: _convert(v, spec["additionalProperties"]) for k, v in value.items()}
-    return value
-
-
-def _convert_object(args: Mapping[str, Any], properties: Mapping[str, Any], where: str) -> dict[str, Any]:
-    converted = {}
-    for key, value in args.items():
-        name = camel(key)
-        if name not in properties:
-            raise KeyError(f"{where}: {key!r} ({name!r}) is not a property of the provider schema")
-        converted[name] = _convert(value, properties[name])
-    return converted
-
-
-def yaml_properties(token: str, args: Mapping[str, Any]) -> dict[str, Any]:
-    """A component's Python args as the properties a Pulumi YAML program gives it (schema names, nested types)."""
-    resource = provider_schema()["resources"][token]
-    return escape_object(_convert_object(args, resource["inputProperties"], token))
+# -- Pulumi YAML values ------------------------------------------------------------------------------------
 
 
 def escape(value: Any) -> Any:
@@ -216,71 +181,53 @@ def escape(value: Any) -> Any:
     if isinstance(value, list):
         return [escape(v) for v in value]
     if isinstance(value, dict):
-        return escape_object(value)
+        return {k: escape(v) for k, v in value.items()}
     return value
 
 
-def escape_object(value: Mapping[str, Any]) -> dict[str, Any]:
-    """:func:`escape` for an object's every value."""
-    return {k: escape(v) for k, v in value.items()}
+# -- the root stack as an inline program (opbroker.stacks) -------------------------------------------------
 
-
-# -- the root stack as a Pulumi YAML program ----------------------------------------------------------------
-
+ROOT_STACK = REPO / "examples" / "stack"
+ROOT_STACK_PROJECT = "opbroker"  # Pulumi.yaml's name: the program's config keys are opbroker:<key>
 ROOT_STACK_NAMESPACE = "opbroker"
 ROOT_STACK_IMAGE = "opbroker:engine-test"
 
 
 def declarations() -> ModuleType:
     """``examples/stack/declarations.py``: what the root stack declares."""
-    spec = importlib.util.spec_from_file_location("stack_declarations", REPO / "examples" / "stack" / "declarations.py")
+    spec = importlib.util.spec_from_file_location("stack_declarations", ROOT_STACK / "declarations.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-def root_stack_program(
-    password: str, *, retain_crds: bool | None = None, plan_changes: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    """The root stack (examples/stack) as a Pulumi YAML program: the same components with the same args, for a
-    cluster without nodes (``await_deployments`` false)."""
-    d = declarations()
-    namespace = ROOT_STACK_NAMESPACE
-    control_plane = d.control_plane_args(
-        image=ROOT_STACK_IMAGE,
-        namespace=namespace,
-        await_deployments=False,
-        broker={"replicas": 2, "password": password},
-    )
-    if retain_crds is not None:
-        control_plane["retain_crds"] = retain_crds
-    resources: dict[str, Any] = {
-        "opbroker": {
-            "type": "opbroker:index:ControlPlane",
-            "properties": yaml_properties("opbroker:index:ControlPlane", control_plane),
-        }
-    }
-    for kind, name, args in d.catalog(namespace):
-        if plan_changes and name in plan_changes:
-            args = {**args, **plan_changes[name]}
-        token = f"opbroker:index:{kind}"
-        properties = yaml_properties(token, args)
-        # The catalog gets the ControlPlane's `namespace` output (known once its CRDs and namespace exist).
-        assert properties["namespace"] == namespace
-        properties["namespace"] = "${opbroker.namespace}"
-        resources[name] = {"type": token, "properties": properties}
+def root_stack_config(password: str, *, image: str = ROOT_STACK_IMAGE, node: bool = False) -> dict[str, Any]:
+    """The root stack's config for a local cluster: ``awaitDeployments`` false without a node (pods never
+    start), the broker password a secret."""
     return {
-        "name": "opbroker-engine",
-        "runtime": "yaml",
-        "resources": resources,
-        "outputs": {
-            "namespace": "${opbroker.namespace}",
-            "crds": "${opbroker.crdNames}",
-            "brokerUrl": "${opbroker.brokerUrl}",
-            "brokerUsername": "${opbroker.brokerUsername}",
-            "brokerPassword": "${opbroker.brokerPassword}",
-            "plan": "${postgresql-small.planId}",
-            "service": "${postgresql.serviceId}",
-        },
+        "image": image,
+        "namespace": ROOT_STACK_NAMESPACE,
+        "awaitDeployments": "true" if node else "false",
+        "brokerPassword": auto.ConfigValue(password, secret=True),
     }
+
+
+def root_stack(
+    engine: Engine,
+    work_dir: Path,
+    password: str,
+    *,
+    stack: str = "test",
+    program: Callable[[], None] | None = None,
+    node: bool = False,
+    image: str = ROOT_STACK_IMAGE,
+) -> auto.Stack:
+    """The Python root stack (``examples/stack``, or ``program`` in its place) as an inline program."""
+    return stacks.select_stack(
+        ROOT_STACK_PROJECT,
+        stack,
+        program or stacks.python_program(ROOT_STACK),
+        engine.settings(work_dir),
+        config=root_stack_config(password, image=image, node=node),
+    )

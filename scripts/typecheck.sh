@@ -8,7 +8,7 @@ source scripts/package-tree.sh
 # Whole packages: every layer, strict.
 modules=(
   -p opbroker.api -p opbroker.osbclient -p opbroker.rendering -p opbroker.gorender
-  -p opbroker.broker -p opbroker.provider -p opbroker.devcluster -p opbroker.components -p opbroker.cli
+  -p opbroker.broker -p opbroker.provider -p opbroker.devcluster -p opbroker.components -p opbroker.stacks -p opbroker.cli
   -p opbroker.controller
 )
 MYPYPATH=.typecheck exec .venv/bin/mypy --strict --follow-imports=silent "${modules[@]}" "$@"

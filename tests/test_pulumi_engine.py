@@ -1,13 +1,11 @@
 """The real Pulumi engine against a local control plane (no node): `pulumi preview`, `up`, `refresh` and `destroy`
-of the root stack's declarations, preview diffs of one plan field, errors naming the field, the policy pack
-through the policy protocol, the Pulumi YAML example through the component provider, and the Service Catalog
-components (Broker, Instance, Binding) against the CRDs with no controller running.
+of the Python root stack (examples/stack) and the Python example (examples/pulumi-python) as inline Automation API
+programs (``opbroker.stacks``: the program runs in this process, no Python language host), preview diffs of one
+plan field, errors naming the field, the policy pack through the policy protocol, the Pulumi YAML example through
+the component provider (the proof for every other language), and the Service Catalog components (Broker,
+Instance, Binding) against the CRDs with no controller running.
 
-The programs are Pulumi YAML using the component provider: the Python language host is not served by the
-module proxy, so the Python root stack cannot run under this engine (see tests/pulumi_engine_support.py and
-the README). The root stack's args come from ``examples/stack/declarations.py``, which its ``__main__.py``
-uses too, and a test checks that the engine's plan holds exactly the resources the Python program registers
-(under Pulumi's mocks). Tests in this module share one stack and run in order.
+Tests in this module share one stack and run in order.
 """
 
 from __future__ import annotations
@@ -19,6 +17,7 @@ import runpy
 import secrets
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,9 @@ import pytest
 import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
+from pulumi import automation as auto
 
+from opbroker import stacks
 from opbroker.api import SFPlan as SFPlanModel
 from opbroker.api import SFService as SFServiceModel
 from opbroker.api.crd import all_crds
@@ -38,15 +39,15 @@ from opbroker.devcluster.pulumi_engine import (
     PULUMI_KUBERNETES_VERSION,
     PULUMI_VERSION,
     REPO,
+    ROOT_STACK,
     ROOT_STACK_IMAGE,
     ROOT_STACK_NAMESPACE,
     Engine,
-    Project,
     declarations,
     escape,
     new_project,
+    root_stack,
 )
-from opbroker.devcluster.pulumi_engine import root_stack_program as engine_program
 
 pytest_plugins = ["tests.pulumi_engine_support"]
 
@@ -58,8 +59,28 @@ PLAN_CR = "kubernetes:osb.servicefabrik.io/v1alpha1:SFPlan"
 SERVICE_CR = "kubernetes:osb.servicefabrik.io/v1alpha1:SFService"
 
 
-def root_stack_program(**changes: Any) -> dict[str, Any]:
-    return engine_program(PASSWORD, **changes)
+def root_stack_with(plan_changes: dict[str, dict[str, Any]]) -> Callable[[], None]:
+    """The root stack's own program with some plans' args changed: ``__main__.py`` runs as it is, importing a
+    ``declarations`` whose catalog carries the changes."""
+    main = stacks.python_program(ROOT_STACK)
+
+    def program() -> None:
+        changed = declarations()
+        original = changed.catalog
+        changed.catalog = lambda namespace: [  # type: ignore[attr-defined]
+            (kind, name, {**args, **plan_changes.get(name, {})}) for kind, name, args in original(namespace)
+        ]
+        saved = sys.modules.get("declarations")
+        sys.modules["declarations"] = changed
+        try:
+            main()
+        finally:
+            if saved is None:
+                sys.modules.pop("declarations", None)
+            else:
+                sys.modules["declarations"] = saved
+
+    return program
 
 
 def python_root_stack_registrations() -> set[tuple[str, str]]:
@@ -90,12 +111,20 @@ def api(engine: Engine) -> client.ApiClient:
 
 
 @pytest.fixture(scope="module")
-def stack(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> Project:
-    return new_project(engine, tmp_path_factory.mktemp("root-stack"), root_stack_program())
+def stack(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> auto.Stack:
+    return root_stack(engine, tmp_path_factory.mktemp("root-stack"), PASSWORD)
 
 
 def steps(preview_json: dict[str, Any]) -> list[dict[str, Any]]:
     return [s for s in preview_json.get("steps") or [] if s.get("op") != "same"]
+
+
+def changes(preview: stacks.Preview) -> list[tuple[str, tuple[str, str]]]:
+    return [(c.op, urn_type_and_name(c.urn)) for c in preview.changes]
+
+
+def state_resources(stack: auto.Stack) -> list[dict[str, Any]]:
+    return list(stack.export_stack().deployment.get("resources") or [])
 
 
 # -- 1. the root stack: preview lists every resource, up creates them --------------------------------------------
@@ -110,18 +139,19 @@ def test_engine_binaries_report_the_versions_the_sdks_are_pinned_to(engine: Engi
     assert (BIN / "pulumi-resource-kubernetes").is_file()
 
 
-def test_preview_of_the_root_stack_lists_every_resource_the_python_program_registers(stack: Project) -> None:
-    result = stack.run("preview", "--json")
-    preview = json.loads(result.stdout)
-    planned = {urn_type_and_name(s["urn"]) for s in steps(preview) if s["op"] == "create"}
+def test_preview_of_the_root_stack_lists_every_resource_the_python_program_registers(stack: auto.Stack) -> None:
+    preview = stacks.preview(stack)
+    planned = {name for op, name in changes(preview) if op == "create"}
     expected = {(t, n) for t, n in python_root_stack_registrations() if not t.startswith("pulumi:")}
     assert expected - planned == set(), f"the engine's plan misses {sorted(expected - planned)}"
-    assert planned - expected - {("pulumi:pulumi:Stack", "opbroker-engine-test")} == set()
+    engine_own = {("pulumi:pulumi:Stack", "opbroker-test"), ("pulumi:providers:kubernetes", "default_4_25_0")}
+    assert planned - expected - engine_own == set()
+    assert preview.summary == {"create": len(planned) - 1}  # the summary leaves out the default provider
     assert sum(1 for t, _ in planned if t == CRD_TYPE) == len(all_crds())
 
 
-def test_up_creates_the_control_plane_and_the_catalog_dev_applies(stack: Project, api: client.ApiClient) -> None:
-    stack.up()
+def test_up_creates_the_control_plane_and_the_catalog_dev_applies(stack: auto.Stack, api: client.ApiClient) -> None:
+    stacks.up(stack)
 
     crds = {c.metadata.name for c in client.ApiextensionsV1Api(api).list_custom_resource_definition().items}
     assert {c["metadata"]["name"] for c in all_crds()} <= crds
@@ -144,7 +174,8 @@ def test_up_creates_the_control_plane_and_the_catalog_dev_applies(stack: Project
         )
         assert model.model_validate({**document, "spec": live["spec"]}).spec == model.model_validate(document).spec
 
-    outputs = stack.outputs()
+    outputs = stacks.outputs(stack)
+    assert stack.outputs()["brokerPassword"].secret
     assert outputs["brokerUrl"] == "http://opbroker-broker.opbroker.svc:8080"
     assert outputs["brokerUsername"] == "opbroker"
     assert outputs["brokerPassword"] == PASSWORD
@@ -153,13 +184,14 @@ def test_up_creates_the_control_plane_and_the_catalog_dev_applies(stack: Project
     assert outputs["plan"] == declarations().PLAN_ID
 
 
-def test_a_second_up_changes_nothing(stack: Project) -> None:
-    preview = json.loads(stack.run("preview", "--json").stdout)
-    assert steps(preview) == [], f"unexpected changes: {[(s['op'], s['urn']) for s in steps(preview)]}"
+def test_a_second_up_changes_nothing(stack: auto.Stack) -> None:
+    preview = stacks.preview(stack)
+    assert changes(preview) == []
+    assert stacks.deploy(stack).up is None  # nothing to do: no up
 
 
 def test_wait_for_ready_completes_once_the_controller_reports_the_catalog_ready(
-    stack: Project, api: client.ApiClient, tmp_path: Path
+    engine: Engine, stack: auto.Stack, api: client.ApiClient, tmp_path: Path
 ) -> None:
     controller = Process(
         "controller",
@@ -168,7 +200,7 @@ def test_wait_for_ready_completes_once_the_controller_reports_the_catalog_ready(
             "controller",
             "run",
             "--kubeconfig",
-            str(stack.engine.kubeconfig),
+            str(engine.kubeconfig),
             "--no-leader-election",
             "--namespace",
             NAMESPACE,
@@ -178,63 +210,66 @@ def test_wait_for_ready_completes_once_the_controller_reports_the_catalog_ready(
     controller.start()
     try:
         waiting = {"wait_for_ready": True}
-        stack.write(root_stack_program(plan_changes={"demo-db": waiting, "demo-db-small": waiting}))
-        result = stack.up()
+        started = time.monotonic()
+        stacks.up(stack, program=root_stack_with({"demo-db": waiting, "demo-db-small": waiting}))
+        seconds = time.monotonic() - started
     finally:
         controller.stop()
-    assert result.seconds < 120
+    assert seconds < 120
     custom = client.CustomObjectsApi(api)
     for plural, name in (("sfservices", "demo-db"), ("sfplans", "demo-db-small")):
         live = custom.get_namespaced_custom_object("osb.servicefabrik.io", "v1alpha1", NAMESPACE, plural, name)
         assert live["metadata"]["annotations"]["pulumi.com/waitFor"] == "condition=Ready"
         ready = next(c for c in live["status"]["conditions"] if c["type"] == "Ready")
         assert ready["status"] == "True"
-    stack.write(root_stack_program())
-    stack.up()
+    stacks.up(stack)
 
 
 # -- 2. preview diffs before rollout -----------------------------------------------------------------------------
 
 
 def test_a_changed_plan_field_previews_as_exactly_that_change_and_up_applies_it(
-    stack: Project, api: client.ApiClient
+    stack: auto.Stack, api: client.ApiClient
 ) -> None:
     new_description = "1 GB demo database, now described differently"
-    stack.write(root_stack_program(plan_changes={"demo-db-small": {"description": new_description}}))
-    preview = json.loads(stack.run("preview", "--diff", "--json").stdout)
-    changed = [(s["op"], urn_type_and_name(s["urn"])) for s in steps(preview)]
-    assert changed == [("update", (PLAN_CR, "demo-db-small"))]
-    (step,) = steps(preview)
-    assert set(step["detailedDiff"]) == {"spec.description"}
-    text = stack.preview().stdout
-    assert new_description in text and "1 GB demo database, ready after about a second" in text
+    program = root_stack_with({"demo-db-small": {"description": new_description}})
+    preview = stacks.preview(stack, program=program)
+    assert changes(preview) == [("update", (PLAN_CR, "demo-db-small"))]
+    (change,) = preview.changes
+    assert change.properties == {"spec.description": "update"}
+    assert new_description in preview.text and "1 GB demo database, ready after about a second" in preview.text
 
-    stack.up()
+    deployed = stacks.deploy(stack, approve=lambda planned: planned.changes == preview.changes, program=program)
+    assert deployed.preview.changes == preview.changes
+    assert deployed.up is not None and deployed.up.summary.resource_changes is not None
+    assert deployed.up.summary.resource_changes["update"] == 1
+    assert set(deployed.up.summary.resource_changes) == {"update", "same"}
     live = client.CustomObjectsApi(api).get_namespaced_custom_object(
         "osb.servicefabrik.io", "v1alpha1", NAMESPACE, "sfplans", "demo-db-small"
     )
     assert live["spec"]["description"] == new_description
+    stacks.up(stack)  # the root stack as it is again
 
 
-def test_an_invalid_plan_fails_preview_naming_the_field(stack: Project) -> None:
-    stack.write(
-        root_stack_program(
-            plan_changes={"demo-db-small": {"templates": [{"action": "provison", "type": "jinja2", "content": "{}"}]}}
-        )
+def test_an_invalid_plan_fails_preview_naming_the_field(stack: auto.Stack) -> None:
+    program = root_stack_with(
+        {"demo-db-small": {"templates": [{"action": "provison", "type": "jinja2", "content": "{}"}]}}
     )
-    result = stack.preview(expect_failure=True)
-    # The component provider refuses the value before the component runs, naming the property and the value.
-    assert "property templates[0].action with value '{provison}'" in result.output
-    assert "Invalid value provison" in result.output
+    with pytest.raises(auto.CommandError) as failed:
+        stacks.preview(stack, program=program)
+    # The component refuses the args before it registers anything, naming the component, the field and the values.
+    assert "SFPlan 'demo-db-small' is invalid:\n  templates[0].action: Input should be 'provision'" in str(failed.value)
 
 
-def test_a_template_that_does_not_compile_fails_preview_naming_the_template(stack: Project) -> None:
+def test_a_template_that_does_not_compile_fails_preview_naming_the_template(stack: auto.Stack) -> None:
     broken = {"action": "provision", "type": "jinja2", "content": "kind: {{ plan.spec.context.storageGB "}
     status = {"action": "status", "type": "jinja2", "content": "provision: {state: succeeded}"}
-    stack.write(root_stack_program(plan_changes={"demo-db-small": {"templates": [broken, status]}}))
-    result = stack.preview(expect_failure=True)
-    assert "templates[0]" in result.output
-    stack.write(root_stack_program())
+    with pytest.raises(auto.CommandError) as failed:
+        stacks.preview(stack, program=root_stack_with({"demo-db-small": {"templates": [broken, status]}}))
+    assert "SFPlan 'demo-db-small' is invalid:\n  templates[0]: plan 'demo-db-small', action 'provision', " in str(
+        failed.value
+    )
+    assert "template provision line 1: syntax error" in str(failed.value)
 
 
 # -- policies through the policy protocol -----------------------------------------------------------------------
@@ -256,11 +291,11 @@ BAD_PLAN = {
 
 
 def test_the_policy_pack_passes_the_root_stack_and_rejects_what_its_policies_name(
-    engine: Engine, stack: Project, tmp_path: Path
+    engine: Engine, stack: auto.Stack, tmp_path: Path
 ) -> None:
     policy_pack = str(REPO / "provider" / "policypack")
-    passed = stack.preview("--policy-pack", policy_pack)
-    assert "opbroker" in passed.output
+    passed = stacks.preview(stack, policy_packs=[policy_pack])
+    assert "opbroker" in passed.text and not passed.changes
 
     program = {
         "name": "opbroker-policies",
@@ -290,10 +325,64 @@ def test_the_policy_pack_passes_the_root_stack_and_rejects_what_its_policies_nam
     assert "spec.schemas.service_instance.create.parameters" in result.output
 
 
+# -- the Python example (examples/pulumi-python) against the root stack's control plane ---------------------------
+
+EXAMPLE = REPO / "examples" / "pulumi-python"
+EXAMPLE_PROJECT = "opbroker-example-python"
+OSB_GROUP = "osb.servicefabrik.io"
+
+
+def test_the_python_example_previews_deploys_and_destroys_as_an_inline_program(
+    engine: Engine, stack: auto.Stack, api: client.ApiClient, tmp_path: Path
+) -> None:
+    # Without brokerUrl: its OSB ServiceInstance/ServiceBinding are dynamic providers, which the engine runs
+    # only through the CLI distribution's pulumi-python plugin (they become provider resources after issue 26).
+    kubeconfig = engine.kubeconfig.read_text()
+    example = stacks.select_stack(
+        EXAMPLE_PROJECT,
+        "test",
+        stacks.python_program(EXAMPLE),
+        engine.settings(tmp_path),
+        config={"namespace": NAMESPACE, "cluster2Kubeconfig": auto.ConfigValue(kubeconfig, secret=True)},
+    )
+    preview = stacks.preview(example)
+    planned = {name for op, name in changes(preview) if op == "create"}
+    objects = {
+        ("SFService", "redis"),
+        ("SFPlan", "redis-small"),
+        ("SFCluster", "cluster-2"),
+        ("RegisteredService", "orders-db"),
+        ("ServiceClaim", "orders-app-db"),
+    }
+    for kind, name in objects:
+        assert (f"opbroker:index:{kind}", name) in planned
+        assert any(t.startswith("kubernetes:") and t.endswith(f":{kind}") and n == name for t, n in planned), name
+    assert ("kubernetes:core/v1:Secret", "cluster-2-kubeconfig") in planned
+
+    stacks.up(example)
+    custom = client.CustomObjectsApi(api)
+    plan = custom.get_namespaced_custom_object(
+        OSB_GROUP, "v1alpha1", NAMESPACE, "sfplans", stacks.outputs(example)["plan"]
+    )
+    assert plan["spec"]["templates"][0]["content"] == (EXAMPLE / "templates" / "provision.yaml.j2").read_text()
+    secret = client.CoreV1Api(api).read_namespaced_secret("2-kubeconfig", NAMESPACE)
+    assert base64.b64decode(secret.data["kubeconfig"]).decode() == kubeconfig
+    assert kubeconfig not in json.dumps(example.export_stack().deployment)  # a secret in the state
+    assert changes(stacks.preview(example)) == []
+
+    stacks.destroy(example)
+    with pytest.raises(ApiException) as gone:
+        custom.get_namespaced_custom_object(OSB_GROUP, "v1alpha1", NAMESPACE, "sfplans", plan["metadata"]["name"])
+    assert gone.value.status == 404
+    assert changes(stacks.preview(stack)) == []  # the root stack's own objects are untouched
+
+
 # -- 5. refresh reports drift; destroy keeps retained CRDs -----------------------------------------------------
 
 
-def test_refresh_reports_an_object_deleted_and_one_changed_out_of_band(stack: Project, api: client.ApiClient) -> None:
+def test_refresh_reports_an_object_deleted_and_one_changed_out_of_band(
+    stack: auto.Stack, api: client.ApiClient
+) -> None:
     custom = client.CustomObjectsApi(api)
     custom.delete_namespaced_custom_object("osb.servicefabrik.io", "v1alpha1", NAMESPACE, "sfservices", "demo-db")
     custom.patch_namespaced_custom_object(
@@ -304,15 +393,14 @@ def test_refresh_reports_an_object_deleted_and_one_changed_out_of_band(stack: Pr
         declarations().PLAN_ID,  # the object's name: the plan id (Service Fabrik's convention)
         {"spec": {"description": "edited with kubectl"}},
     )
-    refreshed = stack.run("refresh", "--yes", "--skip-preview", "--diff")
-    assert "demo-db" in refreshed.output and "deleted" in refreshed.output
-    assert "edited with kubectl" in refreshed.output
+    refreshed = stacks.refresh(stack)
+    assert "demo-db" in refreshed.stdout and "deleted" in refreshed.stdout
+    assert "edited with kubectl" in refreshed.stdout
     # The drift is in the state now: the next preview puts back what the program declares.
-    preview = json.loads(stack.run("preview", "--json").stdout)
-    ops = {urn_type_and_name(s["urn"]): s["op"] for s in steps(preview)}
+    ops = {name: op for op, name in changes(stacks.preview(stack))}
     assert ops[(SERVICE_CR, "demo-db")] == "create"
     assert ops[(PLAN_CR, "postgresql-small")] == "update"
-    stack.up()
+    stacks.up(stack)
     live = custom.get_namespaced_custom_object(
         "osb.servicefabrik.io", "v1alpha1", NAMESPACE, "sfplans", declarations().PLAN_ID
     )
@@ -323,24 +411,24 @@ def crd_names(api: client.ApiClient) -> set[str]:
     return {c.metadata.name for c in client.ApiextensionsV1Api(api).list_custom_resource_definition().items}
 
 
-def test_destroy_keeps_the_retained_crds(stack: Project, api: client.ApiClient) -> None:
-    stack.run("destroy", "--yes", "--skip-preview")
+def test_destroy_keeps_the_retained_crds(stack: auto.Stack, api: client.ApiClient) -> None:
+    stacks.destroy(stack)
     ours = {c["metadata"]["name"] for c in all_crds()}
     assert ours <= crd_names(api)
     with pytest.raises(ApiException) as gone:
         client.AppsV1Api(api).read_namespaced_deployment("opbroker-broker", NAMESPACE)
     assert gone.value.status == 404
-    assert stack.resources() == []
+    assert state_resources(stack) == []
 
 
 def test_with_retain_crds_false_destroy_removes_them(engine: Engine, api: client.ApiClient, tmp_path: Path) -> None:
     # The retained CRDs are in the cluster: a new stack adopts them (the Kubernetes provider's upsert).
-    program = root_stack_program(retain_crds=False)
-    project = new_project(engine, tmp_path / "not-retained", program, stack="crds-not-retained")
-    project.up()
+    not_retained = root_stack(engine, tmp_path, PASSWORD, stack="crds-not-retained")
+    not_retained.set_config("retainCrds", auto.ConfigValue("false"))
+    stacks.up(not_retained)
     ours = {c["metadata"]["name"] for c in all_crds()}
     assert ours <= crd_names(api)
-    project.run("destroy", "--yes", "--skip-preview")
+    stacks.destroy(not_retained)
     assert not ours & crd_names(api)
 
 

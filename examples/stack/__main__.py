@@ -2,6 +2,7 @@
 
     pulumi config set image <registry>/opbroker:<tag>          # the image holding the opbroker command
     pulumi config set --secret brokerPassword <password>       # optional: generated when unset
+    pulumi config set retainCrds false                         # optional: destroy removes the CRDs too
     pulumi preview && pulumi up
 
 The catalog is a PostgreSQL offering backed by the Zalando postgres-operator, with a small inline jinja2
@@ -14,8 +15,8 @@ import pulumi
 from declarations import catalog, control_plane_args
 
 from opbroker.api.conventions import DEFAULT_NAMESPACE
-from opbroker.components import ControlPlane, SFPlan, SFService
 from opbroker.provider.host import version
+from opbroker.stacks import control_plane_with_catalog
 
 config = pulumi.Config()
 namespace = config.get("namespace") or DEFAULT_NAMESPACE
@@ -23,26 +24,19 @@ broker: dict = {"replicas": config.get_int("brokerReplicas") or 2}
 password = config.get_secret("brokerPassword")
 if password is not None:
     broker["password"] = password
-
-control_plane = ControlPlane(
-    "opbroker",
-    control_plane_args(
-        image=config.get("image") or f"opbroker:{version()}",
-        namespace=namespace,
-        # `pulumi config set awaitDeployments false` on a cluster whose pods cannot start yet (no nodes).
-        await_deployments=config.get_bool("awaitDeployments") is not False,
-        broker=broker,
-    ),
+control_plane = control_plane_args(
+    image=config.get("image") or f"opbroker:{version()}",
+    namespace=namespace,
+    # `pulumi config set awaitDeployments false` on a cluster whose pods cannot start yet (no nodes).
+    await_deployments=config.get_bool("awaitDeployments") is not False,
+    broker=broker,
 )
-# The catalog waits for the CRDs and the namespace, not for the controller and broker to be running.
-after_crds = pulumi.ResourceOptions(depends_on=control_plane.catalog_prerequisites)
-components = {"SFService": SFService, "SFPlan": SFPlan}
-declared = {name: components[kind](name, args, after_crds) for kind, name, args in catalog(namespace)}
+retain_crds = config.get_bool("retainCrds")  # `false`: destroy removes the CRDs (and every object of theirs)
+if retain_crds is not None:
+    control_plane["retain_crds"] = retain_crds
 
-pulumi.export("namespace", control_plane.namespace)
-pulumi.export("crds", control_plane.crd_names)
-pulumi.export("brokerUrl", control_plane.broker_url)
-pulumi.export("brokerUsername", control_plane.broker_username)
-pulumi.export("brokerPassword", control_plane.broker_password)
-pulumi.export("plan", declared["postgresql-small"].plan_id)  # type: ignore[attr-defined]
-pulumi.export("service", declared["postgresql"].service_id)  # type: ignore[attr-defined]
+# The catalog waits for the CRDs and the namespace, not for the controller and broker to be running; the stack
+# exports namespace, crds, brokerUrl, brokerUsername and brokerPassword (opbroker.stacks).
+declared = control_plane_with_catalog(control_plane, catalog(namespace)).catalog
+pulumi.export("plan", declared["postgresql-small"].plan_id)  # type: ignore[union-attr]
+pulumi.export("service", declared["postgresql"].service_id)  # type: ignore[union-attr]

@@ -1,7 +1,7 @@
 """What the root stack declares, as plain data: the ControlPlane's args and the catalog's components.
 
-``__main__.py`` registers these with the Python components; the engine tests declare the very same args in a
-Pulumi YAML program through the component provider (``tests/test_pulumi_engine.py``), so both run one stack.
+``__main__.py`` registers these through ``opbroker.stacks.control_plane_with_catalog``; the engine tests run that
+very program inline (``tests/test_pulumi_engine.py``) and change one plan's args through this module.
 """
 
 from pathlib import Path

@@ -1,0 +1,250 @@
+"""The Automation API with the settings spelled out: select a stack with an inline program, preview it into
+a change list, ``up``, ``refresh``, ``destroy`` — each engine command under a deadline.
+
+Nothing is read from or kept in module state: every setting is in :class:`Settings`, every result is returned.
+The functions take and return the Automation API's own objects (``auto.Stack``, ``auto.UpResult``, ...), so
+anything this module does not wrap is one ``stack.<method>`` away.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pulumi import automation as auto
+
+#: Longest one engine command may run, in seconds. An ``up`` that awaits Deployments waits up to
+#: pulumi-kubernetes' own 10-minute await; past this the command is interrupted and fails instead of hanging.
+COMMAND_DEADLINE = 900.0
+#: After an interrupt at the deadline, how long the engine gets to cancel cleanly before it is killed.
+INTERRUPT_GRACE = 30.0
+
+
+class EngineDeadlineError(RuntimeError):
+    """An engine command ran past its deadline and was interrupted."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Where a stack's state and secrets live and which engine runs it.
+
+    ``backend_url``: the state backend (``file:///...``, ``s3://...``, a Pulumi Cloud URL). ``passphrase``: the
+    passphrase secrets provider's passphrase (``secrets_provider`` "passphrase"; leave it None for another
+    provider such as ``awskms://...``). ``engine``: the folder holding ``bin/pulumi`` (None: ``pulumi`` on
+    ``PATH``). ``pulumi_home``: the engine's plugins and credentials (None: ``~/.pulumi``). ``work_dir``: where
+    the workspace writes ``Pulumi.yaml`` and ``Pulumi.<stack>.yaml`` (None: a new temporary folder). ``env``: more
+    environment for the engine and the plugins it starts (e.g. ``KUBECONFIG``).
+    """
+
+    backend_url: str
+    passphrase: str | None = field(default=None, repr=False)
+    secrets_provider: str = "passphrase"
+    engine: Path | None = None
+    pulumi_home: Path | None = None
+    work_dir: Path | None = None
+    env: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    def environment(self) -> dict[str, str]:
+        env = {"PULUMI_SKIP_UPDATE_CHECK": "true", **self.env}
+        if self.passphrase is not None:
+            env["PULUMI_CONFIG_PASSPHRASE"] = self.passphrase
+        return env
+
+    def workspace_options(self, project: str) -> auto.LocalWorkspaceOptions:
+        return auto.LocalWorkspaceOptions(
+            work_dir=str(self.work_dir) if self.work_dir else None,
+            pulumi_home=str(self.pulumi_home) if self.pulumi_home else None,
+            env_vars=self.environment(),
+            secrets_provider=self.secrets_provider,
+            project_settings=auto.ProjectSettings(
+                name=project, runtime="python", backend=auto.ProjectBackend(url=self.backend_url)
+            ),
+            pulumi_command=auto.PulumiCommand(root=str(self.engine)) if self.engine else None,
+        )
+
+
+def select_stack(
+    project: str,
+    stack: str,
+    program: Callable[[], None],
+    settings: Settings,
+    *,
+    config: Mapping[str, str | auto.ConfigValue] | None = None,
+) -> auto.Stack:
+    """``auto.create_or_select_stack`` with an inline program; ``config`` (``key`` or ``project:key``, a
+    ``ConfigValue(secret=True)`` for a secret) is written to the stack before it is returned."""
+    if settings.work_dir is not None:
+        settings.work_dir.mkdir(parents=True, exist_ok=True)
+    selected = auto.create_or_select_stack(
+        stack_name=stack, project_name=project, program=program, opts=settings.workspace_options(project)
+    )
+    if config:
+        values = {k: v if isinstance(v, auto.ConfigValue) else auto.ConfigValue(v) for k, v in config.items()}
+        selected.set_all_config(values)
+    return selected
+
+
+@dataclass(frozen=True)
+class Change:
+    """One step the engine plans other than ``same``: the operation, the resource, and the properties that
+    differ (``properties``: the provider's detailed diff, property path to kind such as ``update``; ``diffs``:
+    the top-level keys)."""
+
+    op: str
+    urn: str
+    type: str
+    diffs: tuple[str, ...]
+    properties: Mapping[str, str]
+
+    @property
+    def name(self) -> str:
+        return self.urn.rsplit("::", 1)[-1]
+
+
+@dataclass(frozen=True)
+class Preview:
+    """What ``pulumi preview --diff`` planned: counts by operation, every change, and the engine's diff text."""
+
+    summary: Mapping[str, int]
+    changes: tuple[Change, ...]
+    text: str
+
+    @property
+    def has_changes(self) -> bool:
+        return bool(self.changes)
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """:func:`deploy`'s outcome: the preview, and ``up``'s result when it ran (None: nothing to do, or not
+    approved)."""
+
+    preview: Preview
+    up: auto.UpResult | None
+
+
+def _change(metadata: auto.StepEventMetadata) -> Change:
+    detailed = metadata.detailed_diff or {}
+    return Change(
+        op=str(getattr(metadata.op, "value", metadata.op)),
+        urn=metadata.urn,
+        type=metadata.type,
+        diffs=tuple(metadata.diffs or ()),
+        properties={path: str(getattr(d.diff_kind, "value", d.diff_kind)) for path, d in detailed.items()},
+    )
+
+
+def preview(
+    stack: auto.Stack, *, policy_packs: Sequence[str] | None = None, deadline: float = COMMAND_DEADLINE, **options: Any
+) -> Preview:
+    """``pulumi preview --diff``: the change summary, each planned change with its properties, and the text."""
+    changes: list[Change] = []
+
+    def on_event(event: auto.EngineEvent) -> None:
+        pre = event.resource_pre_event
+        if pre is not None and pre.metadata.op != auto.OpType.SAME:
+            changes.append(_change(pre.metadata))
+
+    with _deadline(stack, deadline):
+        result = stack.preview(
+            diff=True, color="never", policy_packs=list(policy_packs or ()) or None, on_event=on_event, **options
+        )
+    summary = {str(getattr(op, "value", op)): n for op, n in result.change_summary.items()}
+    return Preview(summary, tuple(changes), result.stdout)
+
+
+def deploy(
+    stack: auto.Stack,
+    *,
+    approve: Callable[[Preview], bool] | None = None,
+    deadline: float = COMMAND_DEADLINE,
+    **options: Any,
+) -> Deployment:
+    """Preview, then ``up`` if there is a change and ``approve`` (given the preview) says yes (None: always).
+    ``options`` go to both (``program``, ``policy_packs``, ``target``, ...).
+
+    The ``up`` runs the program again: what it applies is what the program declares then, which is what the
+    preview showed unless the program or the cluster changed in between.
+    """
+    planned = preview(stack, deadline=deadline, **options)
+    if not planned.has_changes or (approve is not None and not approve(planned)):
+        return Deployment(planned, None)
+    return Deployment(planned, up(stack, deadline=deadline, **options))
+
+
+def up(stack: auto.Stack, *, deadline: float = COMMAND_DEADLINE, **options: Any) -> auto.UpResult:
+    """``pulumi up --yes --skip-preview`` (the Automation API's ``stack.up``)."""
+    with _deadline(stack, deadline):
+        return stack.up(**{"color": "never", **options})
+
+
+def refresh(stack: auto.Stack, *, deadline: float = COMMAND_DEADLINE, **options: Any) -> auto.RefreshResult:
+    """``pulumi refresh --yes``: the state takes what the cluster holds; the result's stdout shows the drift."""
+    with _deadline(stack, deadline):
+        return stack.refresh(**{"color": "never", "diff": True, **options})
+
+
+def destroy(stack: auto.Stack, *, deadline: float = COMMAND_DEADLINE, **options: Any) -> auto.DestroyResult:
+    """``pulumi destroy --yes``."""
+    with _deadline(stack, deadline):
+        return stack.destroy(**{"color": "never", **options})
+
+
+def outputs(stack: auto.Stack) -> dict[str, Any]:
+    """The stack's outputs as plain values, secrets included (``stack.outputs()`` keeps the secret flag)."""
+    return {name: output.value for name, output in stack.outputs().items()}
+
+
+# -- the deadline: interrupt the engine command this process started ----------------------------------------
+
+
+def _children() -> set[int]:
+    """This process's children (Linux ``/proc``; elsewhere none are found)."""
+    found = set()
+    me = os.getpid()
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == me:
+                found.add(int(entry.name))
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile, or not ours to read
+    return found
+
+
+@contextlib.contextmanager
+def _deadline(stack: auto.Stack, seconds: float) -> Iterator[None]:
+    """Interrupt (SIGINT: the engine cancels and stops its plugins) the engine command when ``seconds`` pass,
+    kill it ``INTERRUPT_GRACE`` later, and raise :class:`EngineDeadlineError`. The command is found as a child
+    this process started during the call: one started meanwhile by another thread is interrupted too."""
+    before = _children()
+    expired = threading.Event()
+
+    def signal_children(signum: int) -> None:
+        for pid in _children() - before:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
+
+    def interrupt() -> None:
+        expired.set()
+        signal_children(signal.SIGINT)
+
+    interrupter = threading.Timer(seconds, interrupt)
+    killer = threading.Timer(seconds + INTERRUPT_GRACE, signal_children, (signal.SIGKILL,))
+    for timer in (interrupter, killer):
+        timer.daemon = True
+        timer.start()
+    try:
+        yield
+    except auto.CommandError as exc:
+        if expired.is_set():
+            raise EngineDeadlineError(f"the engine command ran past its deadline of {seconds:.0f} s") from exc
+        raise
+    finally:
+        interrupter.cancel()
+        killer.cancel()
