@@ -97,7 +97,7 @@ type configurationTemplate struct {
 // couchbaseResult is the render's output (as JSON text).
 type couchbaseResult struct {
 	// Registry holds the keys this render set: the registry entries and the newly generated values.
-	Registry map[string]any         `json:"registry"`
+	Registry map[string]any          `json:"registry"`
 	Objects  []configurationTemplate `json:"objects"`
 }
 
