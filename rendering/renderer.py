@@ -345,10 +345,10 @@ class Renderer:
     def _check_go(self, spec: TemplateSpec, label: str, plan: SFPlan) -> None:
         if spec.type is TemplateType.COUCHBASE:
             configuration = couchbase.parse(self._texts.text(spec), action=spec.action.value)
-            values = couchbase.request(
+            request = couchbase.request(
                 configuration, values={}, parameters=None, snippet_templates=couchbase.snippets(plan.spec.snippets)
             )
-            self.go.check_couchbase(name=spec.action.value, values=values)
+            self.go.check_couchbase(name=spec.action.value, values=request)
         elif spec.type is TemplateType.HELM:
             self._helm_action(spec)
             chart = self._texts.chart(spec) if spec.url is None else None
