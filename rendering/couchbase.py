@@ -17,7 +17,9 @@ the registry keys to persist: registry entries and newly generated values).
 
 from __future__ import annotations
 
+import functools
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +32,8 @@ from opbroker.rendering.errors import RenderError, TemplateSourceError
 #: Which plan actions a Couchbase template can serve: it renders objects (and registry entries), as the
 #: broker's serviceInstance and serviceBinding sections do.
 ACTIONS = frozenset({"provision", "bind", "unbind"})
+#: What a registry key may be: registries are stored in Secrets, one data key per registry key.
+REGISTRY_KEY = re.compile(r"[-._a-zA-Z0-9]{1,253}")
 
 
 @dataclass(frozen=True)
@@ -76,7 +80,13 @@ def _json(value: Any, what: str) -> Any:
 
 
 def parse(text: str, *, action: str) -> Configuration:
-    """Read a ``couchbase`` template's content (see the module docstring)."""
+    """Read a ``couchbase`` template's content (see the module docstring); parsed once per text and action (a
+    plan's template is rendered for every instance; the result is only read, never changed)."""
+    return _parse(text, action)
+
+
+@functools.lru_cache(maxsize=256)
+def _parse(text: str, action: str) -> Configuration:
     document = _load(text, f"the {action} template")
     entries: Any = []
     if (
@@ -113,15 +123,26 @@ def parse(text: str, *, action: str) -> Configuration:
             raise TemplateSourceError(
                 f"registry entry {index} of the {action} template must be {{name: <key>, value: <string>}}"
             )
+        if not REGISTRY_KEY.fullmatch(entry["name"]):
+            raise TemplateSourceError(
+                f"registry entry {index} of the {action} template: {entry['name']!r} cannot be a registry key "
+                "(letters, digits, '-', '_' and '.', at most 253: registries are stored in Secrets)"
+            )
         registry_entries.append({"name": entry["name"], "value": entry["value"]})
     return Configuration(registry=tuple(registry_entries), templates=checked)
 
 
 def snippets(texts: Mapping[str, str] | None) -> dict[str, dict[str, Any]]:
     """The plan's snippets that are Couchbase templates: a configuration template, or a bare object (its
-    resource template). Other snippets (jinja2 text) are left out: ``snippet`` cannot name them."""
+    resource template). Other snippets (jinja2 text) are left out: ``snippet`` cannot name them. Parsed once
+    per set of snippets."""
+    return dict(_snippets(tuple(sorted((texts or {}).items()))))
+
+
+@functools.lru_cache(maxsize=64)
+def _snippets(texts: tuple[tuple[str, str], ...]) -> tuple[tuple[str, dict[str, Any]], ...]:
     found: dict[str, dict[str, Any]] = {}
-    for name, text in (texts or {}).items():
+    for name, text in texts:
         try:
             value = yaml.load(text, Loader=functions._NoAliasLoader)
         except yaml.YAMLError:
@@ -130,7 +151,7 @@ def snippets(texts: Mapping[str, str] | None) -> dict[str, dict[str, Any]]:
             found[name] = _template(value, name, f"snippet {name!r}")
         elif isinstance(value, Mapping):
             found[name] = {"name": name, "template": _json(value, f"snippet {name!r}")}
-    return found
+    return tuple(found.items())
 
 
 def request(

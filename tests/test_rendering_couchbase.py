@@ -150,6 +150,7 @@ templates: []
         ("name: x\ntemplate:\n  v: '{{ parameter \"/p\" | required }}'\n", "required value is nil"),
         ("name: x\ntemplate:\n  apiVersion: v1\n  kind: Secret\n", "missing metadata.name"),
         ("registry:\n- name: namespace\n  value: '{{ registry \"instance-id\" }}'\n", "read-only"),
+        ("registry:\n- name: my key\n  value: x\n", "cannot be a registry key"),
     ],
 )
 def test_bad_content_gets_a_clear_error(renderer: Renderer, content: str, message: str) -> None:
