@@ -29,11 +29,14 @@ class TemplateAction(StrEnum):
 
 class TemplateType(StrEnum):
     """The template language. ``jinja2`` is rendered in-process; Service Fabrik's ``gotemplate`` (Go's
-    text/template with sprig) and ``helm`` (a chart rendered by helm's engine) by the Go renderer."""
+    text/template with sprig), ``helm`` (a chart rendered by helm's engine) and the Couchbase service broker's
+    configuration templates (``couchbase``: objects whose string attributes are Go templates) by the Go
+    renderer."""
 
     JINJA2 = "jinja2"
     GOTEMPLATE = "gotemplate"
     HELM = "helm"
+    COUCHBASE = "couchbase"
 
 
 class TemplateSpec(WireModel):
@@ -74,6 +77,19 @@ class TemplateSpec(WireModel):
             )
         if self.url is None and (self.allow_http or self.digest is not None):
             raise ValueError("allowHttp and digest apply to a url template only")
+        return self
+
+    @model_validator(mode="after")
+    def _couchbase_actions(self) -> TemplateSpec:
+        if self.type is TemplateType.COUCHBASE and self.action not in (
+            TemplateAction.PROVISION,
+            TemplateAction.BIND,
+            TemplateAction.UNBIND,
+        ):
+            raise ValueError(
+                f"a couchbase template renders objects (provision, bind, unbind), not {self.action.value}; "
+                "write this template as gotemplate or jinja2"
+            )
         return self
 
     @model_validator(mode="after")

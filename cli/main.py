@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from opbroker.cli import broker, cluster, controller, dev, gorender, manifests, plan, render
+from opbroker.cli import broker, cluster, controller, dev, gorender, importer, manifests, plan, render
 
 app = typer.Typer(
     name="opbroker",
@@ -21,6 +21,7 @@ app.command("render")(render.render)
 app.add_typer(controller.app, name="controller")
 app.add_typer(plan.app, name="plan")
 app.command("dev")(dev.dev)
+app.add_typer(importer.app, name="import")
 
 
 if __name__ == "__main__":

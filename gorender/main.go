@@ -122,6 +122,9 @@ func (s *Server) run(req *Request) (string, error) {
 	case "ping":
 		return "pong", nil
 	case "check":
+		if req.Engine == "couchbase" {
+			return "", CheckCouchbase(req)
+		}
 		if req.Engine == "helm" {
 			if _, err := s.charts.Load(req.Chart); err != nil && len(req.Chart) > 0 {
 				return "", err
@@ -145,8 +148,10 @@ func (s *Server) run(req *Request) (string, error) {
 			return Execute(tmpl, req.Values, req.Limits)
 		case "helm":
 			return RenderChart(s.templates, s.charts, req)
+		case "couchbase":
+			return RenderCouchbase(req)
 		}
-		return "", &RenderError{Kind: "request", Message: fmt.Sprintf("unknown engine %q (gotemplate or helm)", req.Engine)}
+		return "", &RenderError{Kind: "request", Message: fmt.Sprintf("unknown engine %q (gotemplate, helm or couchbase)", req.Engine)}
 	}
 	return "", &RenderError{Kind: "request", Message: fmt.Sprintf("unknown op %q (render, check or ping)", req.Op)}
 }

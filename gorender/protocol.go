@@ -20,7 +20,7 @@ type Request struct {
 	ID int64 `json:"id"`
 	// Op is "render", "check" (parse only, no execution) or "ping".
 	Op string `json:"op"`
-	// Engine is "gotemplate" or "helm".
+	// Engine is "gotemplate", "helm" or "couchbase" (configuration templates in Values, couchbase.go).
 	Engine string `json:"engine"`
 	// Name names the template in errors (the action: "provision", "status", ...).
 	Name string `json:"name"`

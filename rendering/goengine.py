@@ -240,6 +240,15 @@ class GoEngine:
         }
         return self._call(request, values, shared)
 
+    def render_couchbase(self, *, name: str, values: Mapping[str, Any]) -> str:
+        """Render Couchbase configuration templates (``rendering.couchbase.request`` builds ``values``); the
+        answer is JSON: the rendered objects and the registry keys the render set."""
+        return self._call({"op": "render", "engine": "couchbase", "name": name}, values)
+
+    def check_couchbase(self, *, name: str, values: Mapping[str, Any]) -> None:
+        """Parse every dynamic attribute of Couchbase configuration templates without evaluating any."""
+        self._call({"op": "check", "engine": "couchbase", "name": name}, values)
+
     def check(self, *, engine: str, name: str, template: str, chart: bytes | None = None) -> None:
         """Parse a template (and load a chart) without rendering it: what ``validate --templates`` needs."""
         request: dict[str, Any] = {"op": "check", "engine": engine, "name": name, "template": template}

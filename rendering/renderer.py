@@ -25,7 +25,17 @@ from jinja2.exceptions import SecurityError
 
 from opbroker.api.catalog import SFPlan, TemplateAction, TemplateSpec, TemplateType
 from opbroker.api.meta import ResourceRef
-from opbroker.rendering import functions, goengine, interpolation, loading, output, registry, state, status
+from opbroker.rendering import (
+    couchbase,
+    functions,
+    goengine,
+    interpolation,
+    loading,
+    output,
+    registry,
+    state,
+    status,
+)
 from opbroker.rendering.environment import PlanEnvironment
 from opbroker.rendering.errors import RenderError, RenderLimitError, TemplateSecurityError, TemplateSourceError
 from opbroker.rendering.limits import Budget, Limits
@@ -160,7 +170,9 @@ class Renderer:
             parameters = _spec_field(inputs.binding, "parameters")
         spec = plan.spec.template(action)
         objects: tuple[output.RenderedObject, ...] = ()
-        if spec is not None:
+        if spec is not None and spec.type is TemplateType.COUCHBASE:
+            objects = self._render_couchbase(plan, spec, inputs, work, parameters)
+        elif spec is not None:
 
             def parse(text: str, current: state.RenderState) -> tuple[output.RenderedObject, ...]:
                 documents = output.prune_all(output.parse_documents(text, current), limit=self.limits.max_output_bytes)
@@ -207,7 +219,7 @@ class Renderer:
         if template.type is not TemplateType.JINJA2:
             label = loading.label(template)
             try:
-                self._check_go(template, label)
+                self._check_go(template, label, plan)
             except RenderError as exc:
                 raise self._located(exc, plan, template.action, label) from exc
             return
@@ -271,6 +283,31 @@ class Renderer:
         except Exception as exc:
             raise self._located(exc, plan, spec.action, label) from exc
 
+    def _render_couchbase(
+        self, plan: SFPlan, spec: TemplateSpec, inputs: RenderInputs, work: registry.Registry, parameters: Any
+    ) -> tuple[output.RenderedObject, ...]:
+        """Render a ``couchbase`` template: each dynamic attribute is evaluated by the Go renderer (Couchbase's
+        functions are Go template functions there); registry entries and generated values land in ``work``."""
+        label = loading.label(spec)
+        try:
+            self.go.start()
+            configuration = couchbase.parse(self._texts.text(spec), action=spec.action.value)
+            values = couchbase.request(
+                configuration,
+                values=work.snapshot(),
+                parameters=parameters,
+                snippet_templates=couchbase.snippets(plan.spec.snippets),
+            )
+            budget = Budget(self.limits)
+            text = self.go.render_couchbase(name=spec.action.value, values=values)
+            objects = couchbase.result(
+                text, work, namespace=inputs.namespace, singleton=spec.singleton, adopt=spec.adopt
+            )
+            budget.check_time()
+            return objects
+        except Exception as exc:
+            raise self._located(exc, plan, spec.action, label) from exc
+
     def _text(self, template: Template, variables: dict[str, Any], current: state.RenderState) -> str:
         limit = self.limits.max_output_bytes
         size = 0
@@ -305,8 +342,14 @@ class Renderer:
             shared=shared,
         )
 
-    def _check_go(self, spec: TemplateSpec, label: str) -> None:
-        if spec.type is TemplateType.HELM:
+    def _check_go(self, spec: TemplateSpec, label: str, plan: SFPlan) -> None:
+        if spec.type is TemplateType.COUCHBASE:
+            configuration = couchbase.parse(self._texts.text(spec), action=spec.action.value)
+            request = couchbase.request(
+                configuration, values={}, parameters=None, snippet_templates=couchbase.snippets(plan.spec.snippets)
+            )
+            self.go.check_couchbase(name=spec.action.value, values=request)
+        elif spec.type is TemplateType.HELM:
             self._helm_action(spec)
             chart = self._texts.chart(spec) if spec.url is None else None
             values = self._texts.values_template(spec)
