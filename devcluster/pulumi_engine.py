@@ -41,6 +41,9 @@ BIN = CACHE / f"pulumi-{PULUMI_VERSION}-{module_key(MODULES)}" / "bin"
 #: The component provider's folder: Pulumi.yaml's ``packages: {opbroker: <it>}`` (the engine runs the executable
 #: ``pulumi-resource-opbroker`` beside its PulumiPlugin.yaml, no language host).
 PROVIDER = REPO / "provider"
+#: The ``packages:`` of a Pulumi YAML program using ``opbroker:index:*`` (the key is the package's name: the engine
+#: looks for ``pulumi-resource-<key>`` in the folder).
+PACKAGES = {"opbroker": str(PROVIDER)}
 #: The policy pack as an executable analyzer: ``--policy-pack <it>``.
 POLICY_PACK = REPO / "provider" / "policypack" / "pulumi-analyzer-opbroker"
 PASSPHRASE = "opbroker-engine-tests"
@@ -279,6 +282,7 @@ def root_stack_program(
     return {
         "name": "opbroker-engine",
         "runtime": "yaml",
+        "packages": PACKAGES,
         "resources": resources,
         "outputs": {
             "namespace": "${opbroker.namespace}",

@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import re
 import runpy
 import secrets
 import shutil
@@ -36,6 +37,7 @@ from opbroker.components import testing
 from opbroker.devcluster.processes import Process
 from opbroker.devcluster.pulumi_engine import (
     BIN,
+    PACKAGES,
     POLICY_PACK,
     PROVIDER,
     PULUMI_KUBERNETES_VERSION,
@@ -273,8 +275,8 @@ def test_the_policy_pack_passes_the_root_stack_and_rejects_what_its_policies_nam
     assert_no_python_host_or_plugin_folder_on_path(engine)
     policy_pack = str(POLICY_PACK)
     passed = stack.preview("--policy-pack", policy_pack)
-    assert "opbroker@v0.0.1 (local: " in passed.output  # the engine shortens long paths in the middle
-    assert "/pulumi-analyzer-opbroker)" in passed.output
+    # `preview --diff` lists the packs it ran as name|local|path (a long path shortened in the middle), version.
+    assert re.search(r"^ +opbroker\|local\|\S*/pulumi-analyzer-opbroker +0\.0\.1$", passed.output, re.MULTILINE)
 
     program = {
         "name": "opbroker-policies",
@@ -369,7 +371,7 @@ def test_the_pulumi_yaml_example_previews_and_deploys_through_the_component_prov
     # The example's own `packages:` path, relative to its folder, made absolute for the copy: the engine runs
     # the executable beside the provider's PulumiPlugin.yaml, with no Python language host and nothing on PATH.
     assert (REPO / "examples" / "pulumi-yaml" / program["packages"]["opbroker"]).resolve() == PROVIDER
-    program["packages"] = {"opbroker": str(PROVIDER)}
+    program["packages"] = PACKAGES
     assert_no_python_host_or_plugin_folder_on_path(engine)
     project = new_project(engine, tmp_path / "yaml-example", program)
     project.run("config", "set", "--secret", "brokerPassword", PASSWORD)
@@ -437,6 +439,7 @@ def test_service_catalog_components_create_broker_instance_and_binding_without_a
     program = {
         "name": "opbroker-servicecatalog",
         "runtime": "yaml",
+        "packages": PACKAGES,
         "resources": {
             "apps": {"type": "kubernetes:core/v1:Namespace", "properties": {"metadata": {"name": SVCAT_NAMESPACE}}},
             "best-db": {
