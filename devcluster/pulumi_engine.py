@@ -1,8 +1,10 @@
 """Running the real Pulumi engine (the engine tests, the bench suite ``pulumi``): the ``pulumi`` CLI, the YAML
 language host and the Kubernetes resource plugin built by ``scripts/build-pulumi.sh`` (cached in
 ``$OPBROKER_CACHE/pulumi-<version>-<key of the wrapper modules>/bin``), the opbroker component provider and
-policy pack as plugins (``provider/plugins``), a local file backend, the passphrase secrets provider, no update
-checks and no plugin downloads.
+policy pack as executables the engine starts directly (``provider/pulumi-resource-opbroker`` through a
+``packages:`` path, ``provider/policypack/pulumi-analyzer-opbroker`` through ``--policy-pack``; nothing of the
+repository on ``PATH``), a local file backend, the passphrase secrets provider, no update checks and no plugin
+downloads.
 
 Python programs run as the Automation API's inline programs (``opbroker.stacks``): in this process, whose own
 language server the engine talks to, so no Python language host is needed (it is not built here: the module proxy
@@ -38,7 +40,14 @@ CACHE = Path(os.environ.get("OPBROKER_CACHE", Path.home() / ".cache" / "opbroker
 #: The committed wrapper modules scripts/build-pulumi.sh compiles (their go.mod and go.sum pin every module).
 MODULES = REPO / "devcluster" / "pulumibuild"
 BIN = CACHE / f"pulumi-{PULUMI_VERSION}-{module_key(MODULES)}" / "bin"
-PLUGINS = REPO / "provider" / "plugins"
+#: The component provider's folder: Pulumi.yaml's ``packages: {opbroker: <it>}`` (the engine runs the executable
+#: ``pulumi-resource-opbroker`` beside its PulumiPlugin.yaml, no language host).
+PROVIDER = REPO / "provider"
+#: The ``packages:`` of a Pulumi YAML program using ``opbroker:index:*`` (the key is the package's name: the engine
+#: looks for ``pulumi-resource-<key>`` in the folder).
+PACKAGES = {"opbroker": str(PROVIDER)}
+#: The policy pack as an executable analyzer: ``--policy-pack <it>``.
+POLICY_PACK = REPO / "provider" / "policypack" / "pulumi-analyzer-opbroker"
 PASSPHRASE = "opbroker-engine-tests"
 #: Longest any one engine command may take: a hang fails the test instead of sitting it out.
 COMMAND_TIMEOUT = 240
@@ -74,7 +83,7 @@ class Engine:
         env = {k: v for k, v in os.environ.items() if not k.startswith("PULUMI_")}
         env.update(
             {
-                "PATH": os.pathsep.join([str(BIN), str(PLUGINS), str(Path(sys.executable).parent), env["PATH"]]),
+                "PATH": os.pathsep.join([str(BIN), str(Path(sys.executable).parent), env["PATH"]]),
                 "PULUMI_HOME": str(self.home),
                 "PULUMI_BACKEND_URL": self.backend.as_uri(),
                 "PULUMI_CONFIG_PASSPHRASE": PASSPHRASE,

@@ -1,5 +1,5 @@
-"""Entry point of the opbroker component provider plugin (declared by ``PulumiPlugin.yaml``; also started as the
-executable plugin ``provider/plugins/pulumi-resource-opbroker``).
+"""Entry point of the opbroker component provider plugin (declared by ``PulumiPlugin.yaml``; started by the
+executable ``pulumi-resource-opbroker`` beside it, which the engine prefers to the manifest's runtime).
 
 The Pulumi CLI starts it when a program in any language uses ``opbroker:index:*`` resources; it is also
 runnable as ``python -m opbroker.provider``. The schema is inferred from the components' typed args.

@@ -1,9 +1,24 @@
 #!/usr/bin/env bash
 # Install everything opbroker needs on a fresh machine: the virtual environment at .venv/ with the
-# package and its tools, the Go template renderer and the local Kubernetes control plane (each built once,
-# cached outside the repo).
+# package and its tools, the Go template renderer, the local Kubernetes control plane and the Pulumi engine
+# (each built once, cached outside the repo).
+#
+# Usage: setup.sh                          (everything: what scripts/test.sh needs)
+#        setup.sh --without-pulumi-engine  (all but the Pulumi engine: what scripts/demo.sh needs — the demo
+#                                           never runs it, and its cold build is the longest step)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+PULUMI_ENGINE=yes
+for arg in "$@"; do
+  case "$arg" in
+    --without-pulumi-engine) PULUMI_ENGINE=no ;;
+    *)
+      echo "[setup] unknown argument: $arg (usage: scripts/setup.sh [--without-pulumi-engine])" >&2
+      exit 2
+      ;;
+  esac
+done
 
 PYTHON="${PYTHON:-python3.11}"
 command -v "$PYTHON" >/dev/null || PYTHON=python3
@@ -40,5 +55,9 @@ echo "[setup] making sure the Go template renderer (gotemplate and helm plans) i
 
 # The Pulumi engine the engine tests run (pulumi, the YAML language host, the Kubernetes resource plugin),
 # built from Go modules once per machine and cached next to the Kubernetes binaries.
-echo "[setup] making sure the Pulumi engine binaries are built"
-scripts/build-pulumi.sh
+if [ "$PULUMI_ENGINE" = yes ]; then
+  echo "[setup] making sure the Pulumi engine binaries are built"
+  scripts/build-pulumi.sh
+else
+  echo "[setup] not building the Pulumi engine (--without-pulumi-engine; scripts/setup.sh builds it)"
+fi

@@ -7,13 +7,19 @@ mutated to show each violation.
 
 import ast
 import copy
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pulumi
 import pulumi_kubernetes as k8s
 import pytest
 import yaml
+from google.protobuf import empty_pb2, struct_pb2
+from pulumi.runtime.proto import analyzer_pb2, analyzer_pb2_grpc
 from pulumi_policy import EnforcementLevel, PolicyResourceOptions, ResourceValidationArgs
 from pulumi_policy.proxy import unknown_checking_proxy
 
@@ -97,6 +103,47 @@ def test_every_policy_is_mandatory_and_the_pack_is_built_only_in_its_entry_point
     pack = REPO / "provider" / "policypack"
     assert "PolicyPack(" in (pack / "__main__.py").read_text()
     assert yaml.safe_load((pack / "PulumiPolicy.yaml").read_text())["runtime"]["name"] == "python"
+
+
+def test_the_pack_is_an_executable_analyzer_serving_the_policy_protocol(tmp_path: Path) -> None:
+    # Started the way the engine (v3.255+) starts an executable `--policy-pack`: in the program's folder (not the
+    # pack's), the engine's address as its argument, the analyzer's port read from the first line of stdout.
+    executable = REPO / "provider" / "policypack" / "pulumi-analyzer-opbroker"
+    assert os.access(executable, os.X_OK)
+    pack = subprocess.Popen(
+        [str(executable), "127.0.0.1:1"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        env={**os.environ, "OPBROKER_PYTHON": sys.executable},
+        text=True,
+    )
+    try:
+        assert pack.stdout is not None
+        port = int(pack.stdout.readline())
+        rules = [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]
+        properties = struct_pb2.Struct()
+        properties.update({"metadata": {"name": "everything"}, "rules": rules})
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = analyzer_pb2_grpc.AnalyzerStub(channel)
+            info = stub.GetAnalyzerInfo(empty_pb2.Empty(), timeout=30)
+            reply = stub.Analyze(
+                analyzer_pb2.AnalyzeRequest(
+                    type=CLUSTER_ROLE,
+                    properties=properties,
+                    urn=f"urn:pulumi:dev::p::{CLUSTER_ROLE}::everything",
+                    name="everything",
+                ),
+                timeout=30,
+            )
+    finally:
+        pack.terminate()
+        pack.wait(10)
+    assert info.name == "opbroker"
+    assert [p.name for p in info.policies] == [p.name for p in policies.POLICIES]
+    assert [(d.policyName, d.enforcementLevel) for d in reply.diagnostics] == [
+        ("opbroker-no-wildcard-rbac", analyzer_pb2.MANDATORY)
+    ]
+    assert "grants '*' verbs on '*' resources" in reply.diagnostics[0].message
 
 
 def test_the_control_plane_rbac_passes(recorded: dict[tuple[str, str], dict[str, Any]]) -> None:

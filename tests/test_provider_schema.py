@@ -37,10 +37,10 @@ def test_the_plugin_manifest_declares_a_python_plugin() -> None:
 
 
 def test_the_plugin_serves_every_component_under_the_opbroker_name() -> None:
-    # Started the way the engine starts it (provider/plugins/pulumi-resource-opbroker, the entry point
-    # __main__.py): it prints its port and answers GetSchema over gRPC.
+    # Started the way the engine starts it (the executable beside PulumiPlugin.yaml, which the engine prefers to
+    # the manifest's runtime; the entry point __main__.py): it prints its port and answers GetSchema over gRPC.
     plugin = subprocess.Popen(
-        [str(PROVIDER / "plugins" / "pulumi-resource-opbroker"), "127.0.0.1:1"],
+        [str(PROVIDER / "pulumi-resource-opbroker"), "127.0.0.1:1"],
         stdout=subprocess.PIPE,
         env={**os.environ, "OPBROKER_PYTHON": sys.executable},
         text=True,

@@ -13,8 +13,10 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import re
 import runpy
 import secrets
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -36,6 +38,9 @@ from opbroker.components import testing
 from opbroker.devcluster.processes import Process
 from opbroker.devcluster.pulumi_engine import (
     BIN,
+    PACKAGES,
+    POLICY_PACK,
+    PROVIDER,
     PULUMI_KUBERNETES_VERSION,
     PULUMI_VERSION,
     REPO,
@@ -113,6 +118,14 @@ def api(engine: Engine) -> client.ApiClient:
 @pytest.fixture(scope="module")
 def stack(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> auto.Stack:
     return root_stack(engine, tmp_path_factory.mktemp("root-stack"), PASSWORD)
+
+
+def assert_no_python_host_or_plugin_folder_on_path(engine: Engine) -> None:
+    """What the engine could otherwise have used to start the provider or the pack: a Python language host, or
+    an opbroker plugin found on PATH ("ambient")."""
+    path = engine.env()["PATH"]
+    for binary in ("pulumi-language-python", "pulumi-resource-opbroker", "pulumi-analyzer-policy-python"):
+        assert shutil.which(binary, path=path) is None, f"{binary} is on the engine's PATH"
 
 
 def steps(preview_json: dict[str, Any]) -> list[dict[str, Any]]:
@@ -293,9 +306,14 @@ BAD_PLAN = {
 def test_the_policy_pack_passes_the_root_stack_and_rejects_what_its_policies_name(
     engine: Engine, stack: auto.Stack, tmp_path: Path
 ) -> None:
-    policy_pack = str(REPO / "provider" / "policypack")
+    # The pack is an executable analyzer the engine starts itself: no language host, nothing on PATH.
+    assert_no_python_host_or_plugin_folder_on_path(engine)
+    policy_pack = str(POLICY_PACK)
     passed = stacks.preview(stack, policy_packs=[policy_pack])
-    assert "opbroker" in passed.text and not passed.changes
+    assert not passed.changes
+    # The preview lists the packs it ran as name|local|path (a long path shortened in the middle), version.
+    ran = re.search(r"^ +opbroker\|local\|\S*/pulumi-analyzer-opbroker +0\.0\.1$", passed.text, re.MULTILINE)
+    assert ran, passed.text
 
     program = {
         "name": "opbroker-policies",
@@ -440,7 +458,11 @@ def test_the_pulumi_yaml_example_previews_and_deploys_through_the_component_prov
 ) -> None:
     example = yaml.safe_load((REPO / "examples" / "pulumi-yaml" / "Pulumi.yaml").read_text())
     program = copy.deepcopy(example)
-    program.pop("packages")  # the provider runs as an ambient plugin here (provider/plugins)
+    # The example's own `packages:` path, relative to its folder, made absolute for the copy: the engine runs
+    # the executable beside the provider's PulumiPlugin.yaml, with no Python language host and nothing on PATH.
+    assert (REPO / "examples" / "pulumi-yaml" / program["packages"]["opbroker"]).resolve() == PROVIDER
+    program["packages"] = PACKAGES
+    assert_no_python_host_or_plugin_folder_on_path(engine)
     project = new_project(engine, tmp_path / "yaml-example", program)
     project.run("config", "set", "--secret", "brokerPassword", PASSWORD)
     project.run("config", "set", "namespace", "opbroker-yaml")
@@ -507,6 +529,7 @@ def test_service_catalog_components_create_broker_instance_and_binding_without_a
     program = {
         "name": "opbroker-servicecatalog",
         "runtime": "yaml",
+        "packages": PACKAGES,
         "resources": {
             "apps": {"type": "kubernetes:core/v1:Namespace", "properties": {"metadata": {"name": SVCAT_NAMESPACE}}},
             "best-db": {
