@@ -186,6 +186,8 @@ class Controller:
             self._enqueue(key)  # a tenant's: never in the catalog; its reconcile warns (once per generation)
             return
         previous = self.catalog.plan_id_of(body)
+        services = {self._service_of(b) for b in self.catalog.plan_bodies(previous or "") if Key.of("plan", b) == key}
+        services.add(self._service_of(body))
         if event_type == "DELETED":
             self.catalog.remove_plan(body)
         else:
@@ -200,6 +202,20 @@ class Controller:
             self._enqueue_siblings("plan", key, self.catalog.plan_holders(plan_id))
             for member in self._plan_members.of(plan_id):
                 self._enqueue(member)
+        for service_id in services:
+            self._enqueue_guarded_services(service_id)
+
+    @staticmethod
+    def _service_of(body: dict[str, Any]) -> str:
+        service_id = (body.get("spec") or {}).get("serviceId")
+        return service_id if isinstance(service_id, str) else ""
+
+    def _enqueue_guarded_services(self, service_id: str) -> None:
+        """Queue the services declaring ``service_id`` whose finalizer may change with a plan or an instance
+        of it (issue 29): one not held yet (a new plan holds it), or one being deleted (it may now go)."""
+        for service in self.catalog.service_bodies(service_id):
+            if decisions.plan_needs_count(service):
+                self._enqueue(Key.of("service", service))
 
     def on_instance(self, event_type: str, body: dict[str, Any]) -> None:
         key = Key.of("instance", body)
@@ -211,6 +227,7 @@ class Controller:
             for plan in self.catalog.plan_bodies((body.get("spec") or {}).get("planId", "")):
                 if decisions.withdrawn(plan):
                     self._enqueue(Key.of("plan", plan))  # its deletion may have waited for this instance
+            self._enqueue_guarded_services(self._service_of(body))  # as may its service's
             return
         self._plan_members.link((body.get("spec") or {}).get("planId", ""), key)
         if self._worth_a_reconcile(key, body):

@@ -17,7 +17,7 @@ from opbroker.api import TemplateAction
 from opbroker.api.conventions import FINALIZER, LABEL_INSTANCE, LABEL_PLAN, instance_registry_name
 from opbroker.api.meta import ResourceRef
 from opbroker.api.osb import OperationState
-from opbroker.controller import decisions, identities, teardown
+from opbroker.controller import decisions, identities, singletons, teardown
 from opbroker.controller.catalog import PlanEntry
 from opbroker.controller.decisions import Step
 from opbroker.controller.kube import BINDINGS, INSTANCES, Kube, Refused, ref_of
@@ -162,6 +162,11 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
             except NotOwned as exc:
                 self.status.transition(
                     instance, state=OperationState.FAILED, reason=Reason.OBJECT_NOT_OWNED, error=str(exc)
+                )
+                return DONE
+            except singletons.SingletonFull as exc:
+                self.status.transition(
+                    instance, state=OperationState.FAILED, reason=Reason.SINGLETON_FULL, error=str(exc)
                 )
                 return DONE
         return DONE
@@ -398,11 +403,13 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
     ) -> None:
         """Apply one rendered object, unless it exists and is not this instance's (``ownership``). A singleton is
         shared by every instance of the plan: if it exists already (made by opbroker for this plan, or adopted)
-        it is left as it is and merely gains our owner reference, so it lives while any owner does."""
+        it is left as it is and merely gains our owner reference (or, where none can reach it, our entry among its
+        tracked users), so it lives while any user does."""
         if not singleton:
             apply_owned(kube, manifest, owner_uids=(owner["metadata"]["uid"],), adopt=adopt)
             return
-        if kube.create(manifest) is not None:
+        uid = owner["metadata"]["uid"]
+        if kube.create(manifest if owned else singletons.tracked(manifest, uid)) is not None:
             return
         ref = ref_of(manifest)
         live = kube.get(ref)
@@ -411,7 +418,8 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
         plan_label = manifest["metadata"]["labels"].get(LABEL_PLAN)
         if not adopt and not decisions.shared_singleton(live, plan_label=plan_label):
             raise NotOwned(ref)
-        if not owned:
+        if not owned:  # owner references cannot reach it: opbroker tracks its users (``singletons``)
+            singletons.join(kube, ref, live, uid)
             return
         owners = live["metadata"].get("ownerReferences") or []
         ours = owner_reference(owner)

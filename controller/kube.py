@@ -208,10 +208,11 @@ class Kube:
 
     # -- generic objects (rendered resources, sources) ------------------------------------------------
 
-    def get(self, ref: ResourceRef) -> dict[str, Any] | None:
+    def get(self, ref: ResourceRef, *, fresh: bool = False) -> dict[str, Any] | None:
+        """The object (None: it does not exist); ``fresh`` reads past the store, after a 409."""
         resource = self._resource(ref.api_version, ref.kind)
         namespace = ref.namespace if resource.namespaced else None
-        cached = self.store.lookup((ref.api_version, ref.kind), namespace, ref.name)
+        cached = UNKNOWN if fresh else self.store.lookup((ref.api_version, ref.kind), namespace, ref.name)
         if cached is not UNKNOWN:
             self._may_read(resource, namespace, ref.name)
             return _as_optional_dict(cached)
@@ -288,15 +289,17 @@ class Kube:
         )
         return None if patched is None else self._keep(patched.to_dict())
 
-    def delete(self, ref: ResourceRef) -> bool:
-        """Delete (background propagation); False if it was already gone."""
+    def delete(self, ref: ResourceRef, *, resource_version: str | None = None) -> bool:
+        """Delete (background propagation); False if it was already gone. With ``resource_version``, only that
+        version of it (a 409 ``ApiException`` when it changed since: a guarded write)."""
         resource = self._resource(ref.api_version, ref.kind)
         namespace = ref.namespace if resource.namespaced else None
+        body: dict[str, Any] = {"propagationPolicy": "Background"}
+        if resource_version is not None:
+            body["preconditions"] = {"resourceVersion": resource_version}
         deleted = _unless(
             404,
-            lambda: self.dynamic.delete(
-                resource, name=ref.name, namespace=namespace, body={"propagationPolicy": "Background"}
-            ),
+            lambda: self.dynamic.delete(resource, name=ref.name, namespace=namespace, body=body),
         )
         return deleted is not None
 
