@@ -19,7 +19,7 @@ import kopf
 from kubernetes import client
 
 from opbroker.api.conventions import LABEL_MANAGED_BY, MANAGED_BY, catalog_id, resource_name
-from opbroker.controller import decisions, identities, metrics, trim
+from opbroker.controller import decisions, identities, metrics, registry_sweep, trim
 from opbroker.controller.bindings import BindingReconciler
 from opbroker.controller.catalog import Catalog
 from opbroker.controller.catalog_entries import PlanEntryReconciler, ServiceEntryReconciler
@@ -99,6 +99,7 @@ class Controller:
         self._instance_bindings: Dependents[Key] = memories.keep(Dependents())
         self._fingerprints: PerKey[tuple[Any, ...]] = memories.keep(PerKey())
         self._trimmer: asyncio.Task[None] | None = None
+        self._housekeeper: asyncio.Task[None] | None = None
 
     def namespace_door(self, namespace: str) -> Kube:
         """Where writes into a consumer's namespace go for no plan: its ``opbroker`` account (issue 24)."""
@@ -114,6 +115,10 @@ class Controller:
         runtime = self.runtime
         self._trimmer = asyncio.get_running_loop().create_task(
             trim.trim_when_settled(lambda: runtime.reconciles, lambda: runtime.idle), name="memory trim"
+        )
+        self._housekeeper = asyncio.get_running_loop().create_task(
+            registry_sweep.keep_house(self.kube, self.settings.registries_namespace, self.namespace_door),
+            name="registry housekeeping",
         )
         if self.multicluster is not None:
             self.multicluster.start()
@@ -132,8 +137,9 @@ class Controller:
                 self.catalog.upsert_plan(body)
 
     async def stop(self) -> None:
-        if self._trimmer is not None:
-            self._trimmer.cancel()
+        for task in (self._trimmer, self._housekeeper):
+            if task is not None:
+                task.cancel()
         self.watchers.stop()
         self.claims.stop()
         if self.multicluster is not None:

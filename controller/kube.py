@@ -390,6 +390,26 @@ class Kube:
             self.store.fill(SECRETS, {"apiVersion": "v1", "kind": "Secret", **secret})
         return secret
 
+    def list_secrets(self, namespace: str | None, *, label_selector: str, limit: int = 500) -> list[dict[str, Any]]:
+        """The Secrets in ``namespace`` (None: every namespace) matching ``label_selector``, read ``limit`` a page
+        (bodies included: for Secrets this controller wrote, never for a cluster's worth)."""
+        found: list[dict[str, Any]] = []
+        token: str | None = None
+        while True:
+            if namespace is None:
+                response = self.core.list_secret_for_all_namespaces(
+                    label_selector=label_selector, limit=limit, _continue=token, _preload_content=False
+                )
+            else:
+                response = self.core.list_namespaced_secret(
+                    namespace, label_selector=label_selector, limit=limit, _continue=token, _preload_content=False
+                )
+            page = _json(response)
+            found.extend(page.get("items") or [])
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return found
+
     def delete_secret(self, namespace: str, name: str, *, uid: str | None = None) -> bool:
         """Delete a Secret — only the one with ``uid`` if given; False if it was gone (or replaced)."""
         options = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid) if uid else None)

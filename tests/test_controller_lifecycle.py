@@ -17,7 +17,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from opbroker.api.conventions import CREDENTIALS_KEY, FINALIZER
+from opbroker.api.conventions import CREDENTIALS_KEY, DEFAULT_NAMESPACE, FINALIZER
 from opbroker.controller import decisions
 from opbroker.devcluster import ControlPlane
 from tests.controller_support import Process, apply_yaml, controller_command, wait_for
@@ -118,7 +118,11 @@ def test_provision_bind_unbind_deprovision(api_client: client.ApiClient, namespa
     database = get(api_client, namespace, "databases", "db1", *DB[:2])
     assert database is not None and database["spec"]["version"] == "15"
     assert database["metadata"]["ownerReferences"][0]["uid"] == instance["metadata"]["uid"]
-    registry = core.read_namespaced_secret("db1-registry", namespace)
+    # The registry is kept in the control plane's namespace (issue 29), named by the instance's uid.
+    assert not core.list_namespaced_secret(namespace, field_selector="metadata.name=db1-registry").items
+    registry = core.read_namespaced_secret(
+        f"opbroker-instance-registry-{instance['metadata']['uid']}", DEFAULT_NAMESPACE
+    )
     assert json.loads(base64.b64decode(registry.data["instance-id"])) == "db1"
 
     bind(api_client, namespace, "b1", "db1")
@@ -152,6 +156,10 @@ def test_provision_bind_unbind_deprovision(api_client: client.ApiClient, namespa
         90,
         "registry and credentials Secrets to be collected",
     )
+    # The registries went with their instance and binding, though no owner reference could reach them.
+    assert not core.list_namespaced_secret(
+        DEFAULT_NAMESPACE, label_selector=f"opbroker.io/owner-namespace={namespace}"
+    ).items
 
 
 def test_deprovision_waits_while_bindings_exist(api_client: client.ApiClient, namespace: str) -> None:
@@ -261,9 +269,11 @@ def test_killed_controller_converges_without_duplicates(
     databases = custom(api_client).list_namespaced_custom_object(*DB[:2], namespace, DB[2])["items"]
     assert sorted(d["metadata"]["name"] for d in databases) == names
     registries = (
-        client.CoreV1Api(api_client).list_namespaced_secret(namespace, label_selector="opbroker.io/instance").items
+        client.CoreV1Api(api_client)
+        .list_namespaced_secret(DEFAULT_NAMESPACE, label_selector=f"opbroker.io/owner-namespace={namespace}")
+        .items
     )
-    assert sorted(s.metadata.name for s in registries) == sorted(f"{n}-registry" for n in names)
+    assert sorted(s.metadata.labels["opbroker.io/instance"] for s in registries) == names
 
 
 def test_a_bind_that_raced_a_deprovision_does_not_block_it(api_client: client.ApiClient, namespace: str) -> None:
