@@ -241,10 +241,16 @@ def subjects(
             if (instance.get("spec") or {}).get("planId") != plan_id or is_deleting(instance):
                 continue
             cluster = (instance.get("spec") or {}).get("clusterId") or ""
-            place = registries.place(instance, kind="instance", namespace=registry_namespace)
             try:
                 where = cluster_kube(cluster)
-                registry = registries.read(where, place)
+                # Registries are named by the uid of the instance the cluster's controller reconciles: on a
+                # sister cluster that is its replica, not the master's object.
+                meta = instance["metadata"]
+                local = where.get_custom(INSTANCES, meta["namespace"], meta["name"]) if cluster else None
+                owner = local if local is not None else instance
+                registry = registries.read(
+                    where, registries.place(owner, kind="instance", namespace=registry_namespace)
+                )
             except Exception as exc:
                 yield Subject(instance, None, _nothing, service, problem=f"cannot read from cluster {cluster!r}: {exc}")
                 continue
