@@ -8,7 +8,7 @@ from typing import Any
 from kubernetes import client
 
 from opbroker.api.conventions import LABEL_MANAGED_BY, MANAGED_BY
-from opbroker.controller import registries
+from opbroker.controller import registries, registry_sweep
 from opbroker.controller.kube import Kube
 from opbroker.controller.objects import owner_reference
 from opbroker.controller.registries import RegistryCache, encode
@@ -115,5 +115,38 @@ def test_the_sweep_deletes_registries_whose_owner_is_gone(api_client: client.Api
         alive = {("instance", namespace, "live"): live["metadata"]["uid"]}
         assert registries.sweep(kube, cp, lambda *key: alive.get(key)) == [orphan.name]
         assert names(api_client, cp) == sorted([kept.name, "unrelated"])
+    finally:
+        client.CoreV1Api(api_client).delete_namespace(cp)
+
+
+def test_the_start_up_housekeeping_moves_every_registry_from_its_old_place(
+    api_client: client.ApiClient, namespace: str
+) -> None:
+    """An upgrade's first pass moves registries of instances that are not reconciled again: the values at the
+    new place, the old Secret gone; a credentials-like Secret and an orphan's registry are left to others."""
+    cp = side_namespace(api_client, namespace)
+    try:
+        custom, core = client.CustomObjectsApi(api_client), client.CoreV1Api(api_client)
+        body = {
+            "apiVersion": "osb.servicefabrik.io/v1alpha1",
+            "kind": "SFServiceInstance",
+            "metadata": {"name": "inst"},
+            "spec": {"instanceId": "inst", "serviceId": "s", "planId": "p"},
+        }
+        instance = custom.create_namespaced_custom_object(
+            "osb.servicefabrik.io", "v1alpha1", namespace, "sfserviceinstances", body
+        )
+        core.create_namespaced_secret(
+            namespace, secret("inst-registry", managed=True, owned_by=instance, password="kept-across-the-upgrade")
+        )
+        core.create_namespaced_secret(
+            namespace, secret("inst-credentials", managed=True, owned_by=instance, password="not a registry")
+        )
+        kube = Kube(api_client)
+        assert registry_sweep.move_legacy(kube, cp, lambda _ns: kube) >= 1
+        where = registries.place(instance, kind="instance", namespace=cp)
+        assert registries.read(kube, where) == {"password": "kept-across-the-upgrade"}
+        assert names(api_client, cp) == [where.name]
+        assert set(names(api_client, namespace)) == {"inst-credentials"}
     finally:
         client.CoreV1Api(api_client).delete_namespace(cp)
