@@ -61,6 +61,9 @@ ANNOTATION_REQUEST_IDENTITY = f"{DOMAIN}/request-identity"
 
 #: On a rendered object: shared by every instance of the plan (created once, owned by all, deleted with the last).
 ANNOTATION_SINGLETON = f"{DOMAIN}/singleton"
+#: On a shared singleton owner references cannot hold (cluster-scoped, or in another namespace than its users):
+#: the JSON list of the uids of the instances using it. opbroker deletes it when the last one leaves.
+ANNOTATION_SINGLETON_USERS = f"{DOMAIN}/singleton-users"
 
 #: Key of the credentials Secret that holds the bind response (JSON object with ``credentials`` etc.).
 CREDENTIALS_KEY = "response"

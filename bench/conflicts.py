@@ -32,6 +32,7 @@ from kubernetes import client
 from bench import invariants
 from bench.common import Bench
 from bench.workload import converge
+from opbroker.api.conventions import DEFAULT_NAMESPACE
 from opbroker.broker.operations import Token
 
 BODIES = {"A": "org-a", "B": "org-b"}
@@ -578,10 +579,11 @@ def race_probe(bench: Bench, namespace: str, *, trials: int, seed: int) -> dict[
 
 
 def recreate_probe(bench: Bench, namespace: str, *, trials: int, seed: int) -> dict[str, Any]:
-    """Deprovision an instance and provision the same id again before the garbage collector has removed the
-    old incarnation's registry Secret (held for two seconds by a finalizer, as a busy collector would): does
-    the new incarnation get a registry Secret of its own once the old one is gone? (It cannot finish before:
-    anything written into the old Secret goes with it.) ``trials`` ids, one after the other."""
+    """Deprovision an instance and provision the same id again while the old incarnation's registry Secret is
+    still there (held for two seconds by a finalizer, as a busy collector would): does the new incarnation get
+    a registry Secret of its own, never the old one's values? Registries are kept in the control plane's
+    namespace, named by their instance's uid (issue 29), so the two never share a Secret. ``trials`` ids, one
+    after the other."""
     core = client.CoreV1Api(bench.api)
     ids = bench.plan_ids()
     hold = {"metadata": {"finalizers": ["reliability.opbroker.io/hold"]}}
@@ -603,31 +605,38 @@ def recreate_probe(bench: Bench, namespace: str, *, trials: int, seed: int) -> d
     def succeeded(obj: dict[str, Any] | None) -> bool:
         return obj is not None and (obj.get("status") or {}).get("state") == "succeeded"
 
+    def registry_of(uid: str) -> Any:
+        name = f"opbroker-instance-registry-{uid}"
+        found = core.list_namespaced_secret(DEFAULT_NAMESPACE, field_selector=f"metadata.name={name}").items
+        return found[0] if found else None
+
     with bench.osb(4) as http:
         for index in range(trials):
             name = f"again{seed % 1000:03d}-{index:02d}"
-            registry = f"{name}-registry"
             _send(http, ids, namespace, name, "provision", "A").raise_for_status()
             old = wait(name, succeeded)
-            core.patch_namespaced_secret(registry, namespace, hold)
+            assert old is not None
+            old_registry = f"opbroker-instance-registry-{old['metadata']['uid']}"
+            core.patch_namespaced_secret(old_registry, DEFAULT_NAMESPACE, hold)
             _send(http, ids, namespace, name, "deprovision", "-").raise_for_status()
             wait(name, lambda obj: obj is None)
             _send(http, ids, namespace, name, "provision", "A").raise_for_status()
-            time.sleep(2.0)  # the new incarnation meets the old Secret, held while it is being deleted
+            time.sleep(2.0)  # the new incarnation runs while the old Secret is held, being deleted
             early = instance(name)
-            core.patch_namespaced_secret(registry, namespace, {"metadata": {"finalizers": None}})
+            core.patch_namespaced_secret(old_registry, DEFAULT_NAMESPACE, {"metadata": {"finalizers": None}})
             new = wait(name, succeeded)
-            time.sleep(3.0)  # whatever the collector was going to delete is gone; the new registry must remain
-            found = core.list_namespaced_secret(namespace, field_selector=f"metadata.name={registry}").items
-            owners = [ref.uid for ref in found[0].metadata.owner_references or []] if found else None
-            assert old is not None and new is not None
+            time.sleep(3.0)  # whatever was going to be deleted is gone; the new registry must remain
+            assert new is not None
+            found = registry_of(new["metadata"]["uid"])
+            owner = (found.metadata.annotations or {}).get("opbroker.io/owner-uid") if found is not None else None
             results.append(
                 {
                     "instance": name,
                     "new_uid": new["metadata"]["uid"],
-                    "registry_owners": owners,
+                    "registry_owners": [owner] if owner else None,
+                    "old_registry_left": registry_of(old["metadata"]["uid"]) is not None,
                     "state_while_old_secret_held": ((early or {}).get("status") or {}).get("state"),
                 }
             )
-    missing = [r for r in results if r["registry_owners"] != [r["new_uid"]]]
+    missing = [r for r in results if r["registry_owners"] != [r["new_uid"]] or r["old_registry_left"]]
     return {"trials": trials, "without_own_registry": len(missing), "details": results, "violations": len(missing)}

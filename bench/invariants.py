@@ -24,13 +24,17 @@ from typing import Any
 from kubernetes import client
 
 from opbroker.api.conventions import (
+    ANNOTATION_OWNER_UID,
     CREDENTIALS_SECRET_TYPE,
+    DEFAULT_NAMESPACE,
     FINALIZER,
+    LABEL_INSTANCE,
     LABEL_MANAGED_BY,
     MANAGED_BY,
     credentials_secret_name,
     instance_registry_name,
 )
+from opbroker.controller.registries import LABEL_OWNER_NAMESPACE
 
 OSB_GROUP, DEMO_GROUP, VERSION = "osb.servicefabrik.io", "demo.opbroker.io", "v1alpha1"
 DATABASE_API = f"{DEMO_GROUP}/{VERSION}"
@@ -60,6 +64,8 @@ class Snapshot:
     databases: list[dict[str, Any]]
     secrets: list[dict[str, Any]]
     services: list[dict[str, Any]]
+    registries: list[dict[str, Any]] = field(default_factory=list)
+    """The namespace's instances' and bindings' registries, kept in the control plane's namespace (issue 29)."""
 
 
 def snapshot(api: client.ApiClient, namespace: str) -> Snapshot:
@@ -79,6 +85,9 @@ def snapshot(api: client.ApiClient, namespace: str) -> Snapshot:
         databases=items(DEMO_GROUP, "databases"),
         secrets=plain(core.list_namespaced_secret(namespace)),
         services=plain(core.list_namespaced_service(namespace)),
+        registries=plain(
+            core.list_namespaced_secret(DEFAULT_NAMESPACE, label_selector=f"{LABEL_OWNER_NAMESPACE}={namespace}")
+        ),
     )
 
 
@@ -226,13 +235,18 @@ def violations(expected: Expected, snap: Snapshot, namespace: str) -> list[str]:
         owners = _owner_uids(service)
         if owners and not set(owners) & database_uids:
             found.append(f"orphan: operator Service {_name(service)} (its Database is gone)")
+    registry_owners = {(s["metadata"].get("annotations") or {}).get(ANNOTATION_OWNER_UID) for s in snap.registries}
+    for registry in snap.registries:
+        uid = (registry["metadata"].get("annotations") or {}).get(ANNOTATION_OWNER_UID)
+        if uid not in live_uids:
+            found.append(f"orphan: registry Secret {_name(registry)} (owner {uid} is not live)")
     for name in sorted(expected.live_instances):
-        registry = secrets.get(instance_registry_name(name))
         instance = instances.get(name)
-        if instance is not None and (registry is None or _owner_uids(registry) != [_uid(instance)]):
-            found.append(f"instance {name}: registry Secret missing or not owned by it")
+        if instance is not None and _uid(instance) not in registry_owners:
+            found.append(f"instance {name}: registry Secret missing")
     for name in sorted(expected.gone_instances):
-        if instance_registry_name(name) in secrets or name in databases:
+        gone_registry = any((r["metadata"].get("labels") or {}).get(LABEL_INSTANCE) == name for r in snap.registries)
+        if instance_registry_name(name) in secrets or gone_registry or name in databases:
             found.append(f"instance {name}: deprovisioned, but its Database or registry Secret remains")
     return found
 

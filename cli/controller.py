@@ -31,6 +31,13 @@ def run(
             "Catalog objects anywhere else are ignored with a Warning event. Give the broker the same list."
         ),
     ] = None,
+    registry_namespace: Annotated[
+        str | None,
+        typer.Option(
+            help="Where instances' and bindings' registries (generated passwords, keys) are kept: a namespace "
+            "consumers cannot read (default: --namespace)."
+        ),
+    ] = None,
     workers: Annotated[int, typer.Option(help="Concurrent reconciles.")] = 4,
     error_threshold: Annotated[int, typer.Option(help="Consecutive errors before an operation is failed.")] = 8,
     poll_seconds: Annotated[float, typer.Option(help="Re-check interval for in-progress operations.")] = 10.0,
@@ -152,6 +159,7 @@ def run(
     settings = ControllerSettings(
         namespace=namespace,
         catalog_namespaces=tuple(catalog_namespace or ()),
+        registry_namespace=registry_namespace,
         workers=workers,
         error_threshold=error_threshold,
         status_poll_seconds=poll_seconds,

@@ -89,6 +89,10 @@ def diff(
     kubeconfig: KubeconfigOption = None,
     namespace: NamespaceOption = DEFAULT_NAMESPACE,
     instance_namespace: InstanceNamespaceOption = None,
+    registry_namespace: Annotated[
+        str | None,
+        typer.Option(help="Where the controller keeps registries (its --registry-namespace; default: --namespace)."),
+    ] = None,
     context: Annotated[int, typer.Option(help="Lines of context around each change.", min=0)] = 3,
     show_unchanged: Annotated[bool, typer.Option(help="Also list the instances that do not change.")] = False,
 ) -> None:
@@ -115,7 +119,12 @@ def diff(
     renderer = Renderer()
     diffs = []
     for subject in rollouts.subjects(
-        kube, plan_id, namespace=instance_namespace, service=service, cluster_kube=_cluster_kubes(kube, namespace)
+        kube,
+        plan_id,
+        namespace=instance_namespace,
+        service=service,
+        cluster_kube=_cluster_kubes(kube, namespace),
+        registry_namespace=registry_namespace or namespace,
     ):
         found = rollouts.preview(
             renderer,

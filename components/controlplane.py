@@ -362,6 +362,7 @@ class Names:
         self.broker = "opbroker-broker"
         self.broker_credentials = "opbroker-broker-credentials"
         self.leader_election = "opbroker-controller-leader-election"
+        self.registries = "opbroker-controller-registries"
         self.controller_cluster_role = f"opbroker:{namespace}:controller"
         self.plan_account = DEFAULT_PLAN_SERVICE_ACCOUNT
         self.plan_cluster_role = f"opbroker:{namespace}:{DEFAULT_PLAN_SERVICE_ACCOUNT}"
@@ -643,9 +644,23 @@ class ControlPlane(pulumi.ComponentResource):
             subjects=[{"kind": "ServiceAccount", "name": names.controller, "namespace": ns}],
             opts=child(election_role, controller_sa),
         )
+        # The registries of instances and bindings (issue 29), kept here where no consumer can read them.
+        registries_role = k8s.rbac.v1.Role(
+            f"{name}-controller-registries",
+            metadata=meta(names.registries, "controller"),
+            rules=[r.to_manifest() for r in rbac.registry_rules()],
+            opts=child(*in_namespace),
+        )
+        registries_binding = k8s.rbac.v1.RoleBinding(
+            f"{name}-controller-registries",
+            metadata=meta(names.registries, "controller"),
+            role_ref=role_ref("Role", names.registries),
+            subjects=[{"kind": "ServiceAccount", "name": names.controller, "namespace": ns}],
+            opts=child(registries_role, controller_sa),
+        )
         # The admission webhook: its Secret's rights, its Service, and its registration (the CA filled in by the
         # controller, the one right it has on the configuration).
-        controller_needs: list[pulumi.Resource] = [controller_binding, election_binding]
+        controller_needs: list[pulumi.Resource] = [controller_binding, election_binding, registries_binding]
         controller_ports = [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}]
         controller_flags = s.controller.flags()
         if s.controller.webhook:

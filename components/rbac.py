@@ -272,6 +272,13 @@ def controller_namespace_rules(lease: str = LEADER_LEASE) -> list[Rule]:
     ]
 
 
+def registry_rules() -> list[Rule]:
+    """The controller's Role on the registries it keeps in the control-plane namespace (issue 29): written with
+    its own rights, not a plan's (the plan's account needs nothing there), listed by the orphan sweep. Registries
+    are named by their owner's uid, so no name limits it."""
+    return [Rule(("",), ("secrets",), ("get", "list", "watch", "create", "update", "patch", "delete"))]
+
+
 def broker_rules(*, request_rules: bool = True) -> list[Rule]:
     """The broker's Role in the control-plane namespace: read the catalog and its own auth Secret and, unless
     ``request_rules`` is False (they are cluster-wide then, see :func:`broker_cluster_rules`), record requests

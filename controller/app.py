@@ -19,7 +19,7 @@ import kopf
 from kubernetes import client
 
 from opbroker.api.conventions import LABEL_MANAGED_BY, MANAGED_BY, catalog_id, resource_name
-from opbroker.controller import decisions, identities, metrics, trim
+from opbroker.controller import decisions, identities, metrics, registry_sweep, trim
 from opbroker.controller.bindings import BindingReconciler
 from opbroker.controller.catalog import Catalog
 from opbroker.controller.catalog_entries import PlanEntryReconciler, ServiceEntryReconciler
@@ -99,6 +99,7 @@ class Controller:
         self._instance_bindings: Dependents[Key] = memories.keep(Dependents())
         self._fingerprints: PerKey[tuple[Any, ...]] = memories.keep(PerKey())
         self._trimmer: asyncio.Task[None] | None = None
+        self._housekeeper: asyncio.Task[None] | None = None
 
     def namespace_door(self, namespace: str) -> Kube:
         """Where writes into a consumer's namespace go for no plan: its ``opbroker`` account (issue 24)."""
@@ -114,6 +115,10 @@ class Controller:
         runtime = self.runtime
         self._trimmer = asyncio.get_running_loop().create_task(
             trim.trim_when_settled(lambda: runtime.reconciles, lambda: runtime.idle), name="memory trim"
+        )
+        self._housekeeper = asyncio.get_running_loop().create_task(
+            registry_sweep.keep_house(self.kube, self.settings.registries_namespace, self.namespace_door),
+            name="registry housekeeping",
         )
         if self.multicluster is not None:
             self.multicluster.start()
@@ -132,8 +137,9 @@ class Controller:
                 self.catalog.upsert_plan(body)
 
     async def stop(self) -> None:
-        if self._trimmer is not None:
-            self._trimmer.cancel()
+        for task in (self._trimmer, self._housekeeper):
+            if task is not None:
+                task.cancel()
         self.watchers.stop()
         self.claims.stop()
         if self.multicluster is not None:
@@ -186,6 +192,8 @@ class Controller:
             self._enqueue(key)  # a tenant's: never in the catalog; its reconcile warns (once per generation)
             return
         previous = self.catalog.plan_id_of(body)
+        services = {self._service_of(b) for b in self.catalog.plan_bodies(previous or "") if Key.of("plan", b) == key}
+        services.add(self._service_of(body))
         if event_type == "DELETED":
             self.catalog.remove_plan(body)
         else:
@@ -200,6 +208,20 @@ class Controller:
             self._enqueue_siblings("plan", key, self.catalog.plan_holders(plan_id))
             for member in self._plan_members.of(plan_id):
                 self._enqueue(member)
+        for service_id in services:
+            self._enqueue_guarded_services(service_id)
+
+    @staticmethod
+    def _service_of(body: dict[str, Any]) -> str:
+        service_id = (body.get("spec") or {}).get("serviceId")
+        return service_id if isinstance(service_id, str) else ""
+
+    def _enqueue_guarded_services(self, service_id: str) -> None:
+        """Queue the services declaring ``service_id`` whose finalizer may change with a plan or an instance
+        of it (issue 29): one not held yet (a new plan holds it), or one being deleted (it may now go)."""
+        for service in self.catalog.service_bodies(service_id):
+            if decisions.plan_needs_count(service):
+                self._enqueue(Key.of("service", service))
 
     def on_instance(self, event_type: str, body: dict[str, Any]) -> None:
         key = Key.of("instance", body)
@@ -211,6 +233,7 @@ class Controller:
             for plan in self.catalog.plan_bodies((body.get("spec") or {}).get("planId", "")):
                 if decisions.withdrawn(plan):
                     self._enqueue(Key.of("plan", plan))  # its deletion may have waited for this instance
+            self._enqueue_guarded_services(self._service_of(body))  # as may its service's
             return
         self._plan_members.link((body.get("spec") or {}).get("planId", ""), key)
         if self._worth_a_reconcile(key, body):

@@ -28,14 +28,12 @@ from opbroker.api.conventions import (
     LABEL_INSTANCE,
     LABEL_MANAGED_BY,
     MANAGED_BY,
-    binding_registry_name,
     credentials_secret_name,
-    instance_registry_name,
     resource_name,
 )
 from opbroker.api.meta import ResourceRef
 from opbroker.api.osb import OperationState
-from opbroker.controller import decisions, identities, teardown
+from opbroker.controller import decisions, identities, registries, teardown
 from opbroker.controller.catalog import PlanEntry
 from opbroker.controller.decisions import Step
 from opbroker.controller.kube import BINDINGS, INSTANCES, Kube, Refused, ref_of
@@ -236,23 +234,22 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
             return self.deps.kube
         return self.deps.kube.acting_as(identities.plan_user(entry.body, self.deps.settings))
 
+    def _place(self, owner: dict[str, Any], kind: str) -> registries.Place:
+        """Where a registry is kept: the registry namespace, which consumers cannot read."""
+        return registries.place(owner, kind=kind, namespace=self.deps.settings.registries_namespace)
+
     def _registries(
-        self, binding: dict[str, Any], instance: dict[str, Any]
+        self, binding: dict[str, Any], instance: dict[str, Any], entry: PlanEntry
     ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-        kube = self.deps.kube
-        namespace = binding["metadata"]["namespace"]
-        instance_meta, binding_meta = instance["metadata"], binding["metadata"]
-        cache = self.deps.registries
-        instance_registry = cache.load(
-            kube, namespace, instance_registry_name(instance_meta["name"]), instance_meta["uid"], claim=False
-        )
-        binding_registry = cache.load(kube, namespace, binding_registry_name(binding_meta["name"]), binding_meta["uid"])
+        kube, legacy, cache = self.deps.kube, self._actor(entry), self.deps.registries
+        instance_registry = cache.load(kube, self._place(instance, "instance"), legacy=legacy)
+        binding_registry = cache.load(kube, self._place(binding, "binding"), legacy=legacy)
         return instance_registry, binding_registry
 
     def _inputs(
         self, binding: dict[str, Any], instance: dict[str, Any], entry: PlanEntry, sources: dict[str, Any] | None = None
     ) -> Any:
-        instance_registry, binding_registry = self._registries(binding, instance)
+        instance_registry, binding_registry = self._registries(binding, instance, entry)
         return inputs_for(
             self.deps,
             instance=instance,
@@ -290,11 +287,7 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
         labels = {LABEL_INSTANCE: instance["metadata"]["name"], LABEL_BINDING: meta["name"]}
         if rendered.binding_registry is not None and rendered.binding_registry != inputs.binding_registry:
             self.deps.registries.save(
-                kube,
-                name=binding_registry_name(meta["name"]),
-                owner=binding,
-                values=rendered.binding_registry,
-                labels=labels,
+                self.deps.kube, self._place(binding, "binding"), rendered.binding_registry, labels
             )
         for obj in rendered.objects:
             ref = ref_of(obj.manifest)
@@ -542,6 +535,9 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
         if terminating:
             teardown.announce(kube, binding, scope)
         delete_credentials(actor, binding)
+        place = self._place(binding, "binding")
+        registries.delete(kube, place)  # its own namespace's: no owner reference can take it along
+        self.deps.registries.forget(place)
         meta = binding["metadata"]  # as last written: the status write above replaced the object's contents
         finalizers = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
         kube.patch_custom(
@@ -551,7 +547,6 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
             {"metadata": {"finalizers": finalizers or None, "resourceVersion": meta["resourceVersion"]}},
         )
         self.deps.index.forget(Key("binding", meta["namespace"], meta["name"]))
-        self.deps.registries.forget(meta["namespace"], binding_registry_name(meta["name"]), meta["uid"])
         return DONE
 
     def _watch(self, binding: dict[str, Any], refs: list[Any]) -> set[tuple[str, str]]:

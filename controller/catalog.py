@@ -246,6 +246,20 @@ class Catalog:
                 }
             )
 
+    def plan_bodies_of_service(self, service_id: str) -> list[dict[str, Any]]:
+        """The bodies of every trusted SFPlan whose ``serviceId`` is ``service_id``."""
+        with self._lock:
+            return [
+                entry.body
+                for _, entry in self._plans.entries.values()
+                if (entry.body.get("spec") or {}).get("serviceId") == service_id
+            ]
+
+    def service_bodies(self, service_id: str) -> list[dict[str, Any]]:
+        """The bodies of every trusted SFService declaring ``service_id``."""
+        with self._lock:
+            return [self._services.entries[k][1].body for k in self._services.holders(service_id)]
+
     def plans(self) -> Iterable[PlanEntry]:
         """Every plan served (an id declared twice is not)."""
         with self._lock:

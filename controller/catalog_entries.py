@@ -1,9 +1,9 @@
-"""Reconciling SFService and SFPlan: report whether the controller accepted each catalog entry, and keep a
-plan while instances use it.
+"""Reconciling SFService and SFPlan: report whether the controller accepted each catalog entry, keep a plan
+while instances use it, and a service while plans or instances use it.
 
 observe reads the entry (fresh from the API: the store does not hold catalog entries), checks it — outside the
 trusted namespaces it is only warned about; in them, another trusted object declaring its id makes it a
-duplicate — and, for a plan whose finalizer depends on it, counts the instances using it; plan is pure
+duplicate — and, for an entry whose finalizer depends on it, counts what uses it; plan is pure
 (:func:`opbroker.controller.catalog_status.status_patch`, :func:`opbroker.controller.decisions.plan_guard_step`);
 act writes the patch, guarded by the resourceVersion the verdict was made on, and sets the finalizer
 (see :mod:`opbroker.controller.plan_guard`).
@@ -24,9 +24,9 @@ from opbroker.api.errors import field_errors
 from opbroker.controller import catalog_status, decisions
 from opbroker.controller.catalog import Catalog, ref
 from opbroker.controller.catalog_status import Verdict
-from opbroker.controller.decisions import PlanGuard
+from opbroker.controller.decisions import PlanGuard, ServiceUsers
 from opbroker.controller.kube import INSTANCES, PLANS, SERVICES, Kind, Kube
-from opbroker.controller.plan_guard import set_plan_finalizer
+from opbroker.controller.plan_guard import set_finalizer
 from opbroker.controller.reconciler import DONE, Key, ObservePlanAct, Outcome
 from opbroker.rendering import Renderer
 from opbroker.rendering.checking import check_plan
@@ -38,7 +38,10 @@ class EntryFacts:
     body: dict[str, Any]
     verdict: Verdict
     users: int = 0
-    """Instances using the plan; counted only when the plan's finalizer depends on it."""
+    """Instances using the plan, or plans and instances using the service; counted only when the entry's
+    finalizer depends on it."""
+    service_users: ServiceUsers | None = None
+    """For a service: its users, by kind (for the message of a deletion that waits)."""
     trusted: bool = True
     """The object lives in a trusted namespace (else it is a tenant's: warned about, never served)."""
     warned: bool = False
@@ -71,9 +74,18 @@ class Warn:
 
 EntryAction = WriteStatus | SetFinalizer | RecheckLater | Warn
 
-#: How often a plan whose deletion waits for its instances is looked at again (an instance's deletion also
-#: queues it: this is the safety net).
+#: How often a plan whose deletion waits for its instances (or a service, for its plans and instances) is looked
+#: at again (an instance's or plan's deletion also queues it: this is the safety net).
 PLAN_IN_USE_RECHECK_SECONDS = 30.0
+
+
+def waiting(facts: EntryFacts, verdict: Verdict) -> list[EntryAction]:
+    """A deletion that waits for the entry's users: say why (status and a Warning event), look again later."""
+    patch = catalog_status.status_patch(facts.body, verdict)
+    return [
+        *([WriteStatus(patch, warning=verdict)] if patch is not None else []),
+        RecheckLater(PLAN_IN_USE_RECHECK_SECONDS),
+    ]
 
 
 def _mark(body: dict[str, Any]) -> tuple[Any, Any]:
@@ -94,6 +106,20 @@ class ServiceEntryReconciler(ObservePlanAct[EntryFacts, EntryAction]):
         self._warned_lock = threading.Lock()
 
     def observe(self, key: Key) -> EntryFacts | None:
+        facts = self.observe_entry(key)
+        if facts is None or not facts.trusted or not decisions.plan_needs_count(facts.body):
+            return facts
+        service_id = catalog_id(facts.body)
+        others = [b for b in self.catalog.service_bodies(service_id) if Catalog.key(b) != (key.namespace, key.name)]
+        if decisions.is_deleting(facts.body) and any(not decisions.is_deleting(other) for other in others):
+            return facts  # another trusted SFService declares the id and stays: it serves the plans, none waits
+        users = decisions.service_users(
+            self.catalog.plan_bodies_of_service(service_id), self.kube.list_custom(INSTANCES, None), service_id
+        )
+        return EntryFacts(key, facts.body, facts.verdict, users.plans + users.instances, users)
+
+    def observe_entry(self, key: Key) -> EntryFacts | None:
+        """The entry and its verdict, without counting its users."""
         body = self.kube.get_custom(self.resource, key.namespace, key.name, fresh=True)
         if body is None:
             return None
@@ -128,7 +154,7 @@ class ServiceEntryReconciler(ObservePlanAct[EntryFacts, EntryAction]):
         """An object outside the trusted namespaces: warned about once per generation; never held (a finalizer
         of ours left from a time it was trusted is dropped when it is deleted, so it can go)."""
         actions: list[EntryAction] = []
-        held = facts.key.kind == "plan" and decisions.has_finalizer(facts.body)  # only plans are ever held
+        held = decisions.has_finalizer(facts.body)
         if held and decisions.is_deleting(facts.body):
             actions.append(SetFinalizer(hold=False))
         elif not facts.warned:
@@ -137,8 +163,22 @@ class ServiceEntryReconciler(ObservePlanAct[EntryFacts, EntryAction]):
 
     @staticmethod
     def plan(facts: EntryFacts) -> Sequence[EntryAction]:
+        """Ready as checked — unless the service is being deleted under plans or instances, which it then waits
+        for (as a plan waits for its instances)."""
         if not facts.trusted:
             return ServiceEntryReconciler.untrusted(facts)
+        guard = decisions.plan_guard_step(facts.body, users=facts.users)
+        if guard is PlanGuard.RELEASE:
+            return (SetFinalizer(hold=False),)
+        actions: list[EntryAction] = [SetFinalizer(hold=True)] if guard is PlanGuard.HOLD else []
+        if guard is PlanGuard.WAIT:
+            users = facts.service_users or ServiceUsers(0, facts.users)
+            return [*actions, *waiting(facts, catalog_status.service_in_use_verdict(users.plans, users.instances))]
+        return [*actions, *ServiceEntryReconciler.as_checked(facts)]
+
+    @staticmethod
+    def as_checked(facts: EntryFacts) -> Sequence[EntryAction]:
+        """The status write announcing the entry's verdict, if its status does not say it yet."""
         patch = catalog_status.status_patch(facts.body, facts.verdict)
         return () if patch is None else (WriteStatus(patch),)
 
@@ -146,7 +186,7 @@ class ServiceEntryReconciler(ObservePlanAct[EntryFacts, EntryAction]):
         outcome = DONE
         for action in actions:
             if isinstance(action, SetFinalizer):
-                set_plan_finalizer(self.kube, facts.body, hold=action.hold)
+                set_finalizer(self.kube, self.resource, facts.body, hold=action.hold)
             elif isinstance(action, RecheckLater):
                 outcome = Outcome(requeue_after=action.seconds)
             elif isinstance(action, Warn):
@@ -189,7 +229,7 @@ class PlanEntryReconciler(ServiceEntryReconciler):
         return self.catalog.plan_holders(osb_id)
 
     def observe(self, key: Key) -> EntryFacts | None:
-        facts = super().observe(key)
+        facts = self.observe_entry(key)
         if facts is None or not facts.trusted or not decisions.plan_needs_count(facts.body):
             return facts
         plan_id = catalog_id(facts.body)
@@ -209,13 +249,8 @@ class PlanEntryReconciler(ServiceEntryReconciler):
             return (SetFinalizer(hold=False),)  # deleted and unused: it goes, nothing more is written to it
         actions: list[EntryAction] = [SetFinalizer(hold=True)] if guard is PlanGuard.HOLD else []
         if guard is PlanGuard.WAIT:
-            verdict = catalog_status.in_use_verdict(facts.users)
-            patch = catalog_status.status_patch(facts.body, verdict)
-            if patch is not None:
-                actions.append(WriteStatus(patch, warning=verdict))
-            actions.append(RecheckLater(PLAN_IN_USE_RECHECK_SECONDS))
-            return actions
-        return [*actions, *ServiceEntryReconciler.plan(facts)]
+            return [*actions, *waiting(facts, catalog_status.in_use_verdict(facts.users))]
+        return [*actions, *ServiceEntryReconciler.as_checked(facts)]
 
     def verdict(self, body: dict[str, Any]) -> Verdict:
         key, mark = Key(self.kind, *Catalog.key(body)), _mark(body)

@@ -83,6 +83,16 @@ def in_use_verdict(users: int) -> Verdict:
     )
 
 
+def service_in_use_verdict(plans: int, instances: int) -> Verdict:
+    """A service being deleted that ``plans`` SFPlans and ``instances`` service instances still use."""
+    return Verdict(
+        False,
+        Reason.SERVICE_IN_USE,
+        f"deletion waits: {plans} plan(s) and {instances} service instance(s) still use this service; it goes "
+        "once they are gone",
+    )
+
+
 def status_patch(body: dict[str, Any], verdict: Verdict) -> dict[str, Any] | None:
     """The status patch announcing ``verdict`` for ``body``, or None if its status already says so."""
     meta = body.get("metadata") or {}

@@ -12,11 +12,19 @@ import binascii
 import datetime
 import hashlib
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from opbroker.api.conventions import ANNOTATION_SINGLETON, CREDENTIALS_KEY, FINALIZER, LABEL_PLAN, owned_by
+from opbroker.api.conventions import (
+    ANNOTATION_SINGLETON,
+    ANNOTATION_SINGLETON_USERS,
+    CREDENTIALS_KEY,
+    FINALIZER,
+    LABEL_PLAN,
+    owned_by,
+)
 from opbroker.api.meta import ResourceRef
 from opbroker.api.osb import OperationState
 from opbroker.controller.objects import ref_key
@@ -335,7 +343,7 @@ def terminating_teardown_message(namespace: str, scope: TeardownScope) -> str:
 
 
 class PlanGuard(StrEnum):
-    """What the finalizer of an SFPlan needs."""
+    """What the finalizer of an SFPlan (or an SFService) needs."""
 
     NOTHING = "nothing"
     HOLD = "hold"
@@ -354,6 +362,7 @@ def plan_needs_count(plan: dict[str, Any]) -> bool:
 
 
 def plan_guard_step(plan: dict[str, Any], *, users: int) -> PlanGuard:
+    """The finalizer step of a catalog entry (an SFPlan, or an SFService: issue 29) that ``users`` objects use."""
     held = has_finalizer(plan)
     if is_deleting(plan):
         if not held:
@@ -370,6 +379,37 @@ def plan_users(instances: list[dict[str, Any]], plan_id: str) -> int:
         for instance in instances
         if (instance.get("spec") or {}).get("planId") == plan_id
         and not (is_deleting(instance) and not has_finalizer(instance))
+    )
+
+
+@dataclass(frozen=True)
+class ServiceUsers:
+    """What keeps an SFService from going (issue 29): the trusted SFPlans and the instances naming its id."""
+
+    plans: int
+    instances: int
+
+    def __bool__(self) -> bool:
+        return bool(self.plans or self.instances)
+
+
+def service_users(plans: list[dict[str, Any]], instances: list[dict[str, Any]], service_id: str) -> ServiceUsers:
+    """Who uses the service ``service_id``: ``plans`` declaring it (a plan deleted without our finalizer is
+    gone already and does not count; one held by its instances does) and ``instances`` naming it (counted as
+    :func:`plan_users` counts)."""
+    return ServiceUsers(
+        plans=sum(
+            1
+            for plan in plans
+            if (plan.get("spec") or {}).get("serviceId") == service_id
+            and not (is_deleting(plan) and not has_finalizer(plan))
+        ),
+        instances=sum(
+            1
+            for instance in instances
+            if (instance.get("spec") or {}).get("serviceId") == service_id
+            and not (is_deleting(instance) and not has_finalizer(instance))
+        ),
     )
 
 
@@ -432,12 +472,40 @@ def letting_go(live: dict[str, Any] | None, *, owner_uid: str) -> Letting:
         return Letting.GONE
     meta = live.get("metadata") or {}
     owners = meta.get("ownerReferences") or []
-    referenced = any(o.get("uid") == owner_uid for o in owners)
+    users = singleton_users(live)
+    referenced = any(o.get("uid") == owner_uid for o in owners) or owner_uid in users
     if not referenced and not owned_by(live, owner_uid):
         return Letting.LEAVE
-    if any(o.get("uid") != owner_uid for o in owners):
+    if any(o.get("uid") != owner_uid for o in owners) or any(u != owner_uid for u in users):
         return Letting.UNOWN if referenced else Letting.LEAVE
     return Letting.WAIT if meta.get("deletionTimestamp") else Letting.DELETE
+
+
+#: The most instances one tracked singleton may list (:data:`ANNOTATION_SINGLETON_USERS`): 39 bytes a uid, so
+#: 5 000 stay under 200 KiB, clear of the API server's 256 KiB for all of an object's annotations together.
+MAX_SINGLETON_USERS = 5000
+
+
+def singleton_users(live: dict[str, Any] | None) -> tuple[str, ...]:
+    """The instances a shared singleton records as its users (:data:`ANNOTATION_SINGLETON_USERS`); none when it
+    records none or the annotation is not a JSON list of strings (written by hand: nobody is taken for a user)."""
+    annotations = ((live or {}).get("metadata") or {}).get("annotations") or {}
+    raw = annotations.get(ANNOTATION_SINGLETON_USERS)
+    if not isinstance(raw, str):
+        return ()
+    try:
+        users = json.loads(raw)
+    except json.JSONDecodeError:
+        return ()
+    if not isinstance(users, list) or not all(isinstance(u, str) for u in users):
+        return ()
+    return tuple(users)
+
+
+def users_annotation(users: Iterable[str]) -> str | None:
+    """The annotation's value for ``users`` (sorted, each once); None — remove it — for nobody."""
+    unique = sorted(set(users))
+    return json.dumps(unique, separators=(",", ":")) if unique else None
 
 
 def shared_singleton(live: dict[str, Any], *, plan_label: str | None) -> bool:

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from opbroker.api import TemplateAction
-from opbroker.api.conventions import FINALIZER, LABEL_INSTANCE, LABEL_PLAN, instance_registry_name
+from opbroker.api.conventions import FINALIZER, LABEL_INSTANCE, LABEL_PLAN
 from opbroker.api.meta import ResourceRef
 from opbroker.api.osb import OperationState
-from opbroker.controller import decisions, identities, teardown
+from opbroker.controller import decisions, identities, registries, singletons, teardown
 from opbroker.controller.catalog import PlanEntry
 from opbroker.controller.decisions import Step
 from opbroker.controller.kube import BINDINGS, INSTANCES, Kube, Refused, ref_of
@@ -164,6 +164,11 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
                     instance, state=OperationState.FAILED, reason=Reason.OBJECT_NOT_OWNED, error=str(exc)
                 )
                 return DONE
+            except singletons.SingletonFull as exc:
+                self.status.transition(
+                    instance, state=OperationState.FAILED, reason=Reason.SINGLETON_FULL, error=str(exc)
+                )
+                return DONE
         return DONE
 
     def reread(self, key: Key) -> None:
@@ -191,9 +196,7 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
         and the apply's record rides along with the final state (see ``AppliedMemory``).
         """
         assert entry.model is not None
-        meta = instance["metadata"]
-        registry_name = instance_registry_name(meta["name"])
-        registry = self.deps.registries.load(self._actor(entry), meta["namespace"], registry_name, meta["uid"]) or {}
+        registry = self.deps.registries.load(self.deps.kube, self._place(instance), legacy=self._actor(entry)) or {}
         source_refs = self.deps.renderer.render_sources(
             entry.model, inputs_for(self.deps, instance=instance, plan=entry, registry=registry)
         )
@@ -230,9 +233,7 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
         )
         labels = {LABEL_INSTANCE: meta["name"], LABEL_PLAN: entry.body["metadata"]["name"]}
         if rendered.registry != registry:
-            self.deps.registries.save(
-                kube, name=instance_registry_name(meta["name"]), owner=instance, values=rendered.registry, labels=labels
-            )
+            self.deps.registries.save(self.deps.kube, self._place(instance), rendered.registry, labels)
         for obj in rendered.objects:
             _, namespaced = kube.plural_of(obj.manifest["apiVersion"], obj.manifest["kind"])
             owned = namespaced and same_namespace(obj.manifest, instance)
@@ -331,9 +332,7 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
             and entry.model.spec.template(TemplateAction.STATUS)
         ):
             try:
-                registry = self.deps.registries.load(
-                    actor, meta["namespace"], instance_registry_name(meta["name"]), meta["uid"], claim=False
-                )
+                registry = self.deps.registries.load(self.deps.kube, self._place(instance), legacy=actor)
                 inputs = inputs_for(self.deps, instance=instance, plan=entry, registry=registry)
                 source_refs = self.deps.renderer.render_sources(entry.model, inputs)
                 self._watch(instance, [*source_refs.values(), *refs_of(status)])
@@ -372,6 +371,9 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
             return Outcome(requeue_after=self.deps.settings.status_poll_seconds)
         if terminating:
             teardown.announce(kube, instance, scope)
+        place = self._place(instance)
+        registries.delete(kube, place)  # its own namespace's: no owner reference can take it along
+        self.deps.registries.forget(place)
         meta = instance["metadata"]  # as last written: the status write above replaced the object's contents
         finalizers = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
         kube.patch_custom(
@@ -381,10 +383,13 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
             {"metadata": {"finalizers": finalizers or None, "resourceVersion": meta["resourceVersion"]}},
         )
         self.deps.index.forget(Key("instance", meta["namespace"], meta["name"]))
-        self.deps.registries.forget(meta["namespace"], instance_registry_name(meta["name"]), meta["uid"])
         return DONE
 
     # -- helpers -------------------------------------------------------------------------------------
+
+    def _place(self, instance: dict[str, Any]) -> registries.Place:
+        """Where the instance's registry is kept: the registry namespace, which consumers cannot read."""
+        return registries.place(instance, kind="instance", namespace=self.deps.settings.registries_namespace)
 
     def _actor(self, entry: PlanEntry | None) -> Kube:
         """The door a plan's work goes through: its ServiceAccount's rights (see ``identities``)."""
@@ -398,11 +403,13 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
     ) -> None:
         """Apply one rendered object, unless it exists and is not this instance's (``ownership``). A singleton is
         shared by every instance of the plan: if it exists already (made by opbroker for this plan, or adopted)
-        it is left as it is and merely gains our owner reference, so it lives while any owner does."""
+        it is left as it is and merely gains our owner reference (or, where none can reach it, our entry among its
+        tracked users), so it lives while any user does."""
         if not singleton:
             apply_owned(kube, manifest, owner_uids=(owner["metadata"]["uid"],), adopt=adopt)
             return
-        if kube.create(manifest) is not None:
+        uid = owner["metadata"]["uid"]
+        if kube.create(manifest if owned else singletons.tracked(manifest, uid)) is not None:
             return
         ref = ref_of(manifest)
         live = kube.get(ref)
@@ -411,7 +418,8 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
         plan_label = manifest["metadata"]["labels"].get(LABEL_PLAN)
         if not adopt and not decisions.shared_singleton(live, plan_label=plan_label):
             raise NotOwned(ref)
-        if not owned:
+        if not owned:  # owner references cannot reach it: opbroker tracks its users (``singletons``)
+            singletons.join(kube, ref, live, uid)
             return
         owners = live["metadata"].get("ownerReferences") or []
         ours = owner_reference(owner)

@@ -208,10 +208,11 @@ class Kube:
 
     # -- generic objects (rendered resources, sources) ------------------------------------------------
 
-    def get(self, ref: ResourceRef) -> dict[str, Any] | None:
+    def get(self, ref: ResourceRef, *, fresh: bool = False) -> dict[str, Any] | None:
+        """The object (None: it does not exist); ``fresh`` reads past the store, after a 409."""
         resource = self._resource(ref.api_version, ref.kind)
         namespace = ref.namespace if resource.namespaced else None
-        cached = self.store.lookup((ref.api_version, ref.kind), namespace, ref.name)
+        cached = UNKNOWN if fresh else self.store.lookup((ref.api_version, ref.kind), namespace, ref.name)
         if cached is not UNKNOWN:
             self._may_read(resource, namespace, ref.name)
             return _as_optional_dict(cached)
@@ -288,15 +289,17 @@ class Kube:
         )
         return None if patched is None else self._keep(patched.to_dict())
 
-    def delete(self, ref: ResourceRef) -> bool:
-        """Delete (background propagation); False if it was already gone."""
+    def delete(self, ref: ResourceRef, *, resource_version: str | None = None) -> bool:
+        """Delete (background propagation); False if it was already gone. With ``resource_version``, only that
+        version of it (a 409 ``ApiException`` when it changed since: a guarded write)."""
         resource = self._resource(ref.api_version, ref.kind)
         namespace = ref.namespace if resource.namespaced else None
+        body: dict[str, Any] = {"propagationPolicy": "Background"}
+        if resource_version is not None:
+            body["preconditions"] = {"resourceVersion": resource_version}
         deleted = _unless(
             404,
-            lambda: self.dynamic.delete(
-                resource, name=ref.name, namespace=namespace, body={"propagationPolicy": "Background"}
-            ),
+            lambda: self.dynamic.delete(resource, name=ref.name, namespace=namespace, body=body),
         )
         return deleted is not None
 
@@ -386,6 +389,26 @@ class Kube:
         if stored:
             self.store.fill(SECRETS, {"apiVersion": "v1", "kind": "Secret", **secret})
         return secret
+
+    def list_secrets(self, namespace: str | None, *, label_selector: str, limit: int = 500) -> list[dict[str, Any]]:
+        """The Secrets in ``namespace`` (None: every namespace) matching ``label_selector``, read ``limit`` a page
+        (bodies included: for Secrets this controller wrote, never for a cluster's worth)."""
+        found: list[dict[str, Any]] = []
+        token: str | None = None
+        while True:
+            if namespace is None:
+                response = self.core.list_secret_for_all_namespaces(
+                    label_selector=label_selector, limit=limit, _continue=token, _preload_content=False
+                )
+            else:
+                response = self.core.list_namespaced_secret(
+                    namespace, label_selector=label_selector, limit=limit, _continue=token, _preload_content=False
+                )
+            page = _json(response)
+            found.extend(page.get("items") or [])
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return found
 
     def delete_secret(self, namespace: str, name: str, *, uid: str | None = None) -> bool:
         """Delete a Secret — only the one with ``uid`` if given; False if it was gone (or replaced)."""

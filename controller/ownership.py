@@ -1,10 +1,11 @@
 """Applying and releasing what a plan renders, only where the live object says it is ours (issue 24).
 
 opbroker deletes, un-owns or overwrites an object only when the live object carries its owner's stamp (the
-``opbroker.io/owner-uid`` annotation, or an owner reference of a shared singleton): a record in a status proves
-nothing by itself — a tenant may write its own objects' status. An object that exists without the stamp is never
-taken over, unless the plan's template declares adoption. The decisions are :func:`decisions.takeover` and
-:func:`decisions.letting_go`; this module is their I/O, through whichever door (identity) the caller acts with.
+``opbroker.io/owner-uid`` annotation, or an owner reference or tracked-users entry of a shared singleton): a
+record in a status proves nothing by itself — a tenant may write its own objects' status. An object that exists
+without the stamp is never taken over, unless the plan's template declares adoption. The decisions are
+:func:`decisions.takeover` and :func:`decisions.letting_go`; this module is their I/O, through whichever door
+(identity) the caller acts with.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import logging
 from typing import Any
 
 from opbroker.api.meta import ResourceRef
-from opbroker.controller import decisions
+from opbroker.controller import decisions, singletons
 from opbroker.controller.decisions import Letting, Takeover
 from opbroker.controller.kube import FIELD_MANAGER, Kube, ref_of
 
@@ -54,7 +55,8 @@ def apply_owned(
 
 def release(kube: Kube, ref: ResourceRef, *, owner_uid: str) -> bool:
     """Let go of an object recorded as ``owner_uid``'s: delete it when it is ours alone, drop our owner reference
-    when it is shared, and leave it untouched when it is not ours at all.
+    or our entry among its tracked users (``singletons``) when it is shared, and leave it untouched when it is
+    not ours at all.
 
     Returns True while the object still exists and is ours to wait for (deletion in progress).
     """
@@ -64,12 +66,9 @@ def release(kube: Kube, ref: ResourceRef, *, owner_uid: str) -> bool:
         where = f"{ref.namespace}/{ref.name}" if ref.namespace else ref.name
         logger.warning("left %s %s alone: recorded as released, but it is not ours", ref.kind, where)
         return False
-    if step is Letting.UNOWN:
+    if step is Letting.UNOWN or (step is Letting.DELETE and decisions.singleton_users(live)):
         assert live is not None
-        owners = live["metadata"].get("ownerReferences") or []
-        others = [o for o in owners if o.get("uid") != owner_uid]
-        kube.merge_patch(ref, {"metadata": {"ownerReferences": others}})
-        return False
+        return singletons.leave(kube, ref, live, owner_uid)  # guarded: others join and leave meanwhile
     if step is Letting.DELETE:
         kube.delete(ref)
     return step in (Letting.DELETE, Letting.WAIT)

@@ -1,4 +1,5 @@
-"""The finalizer that keeps an SFPlan while service instances use it, as Service Fabrik guards deregistration.
+"""The finalizer that keeps an SFPlan while service instances use it, and an SFService while plans or instances
+use it, as Service Fabrik guards the deregistration of both.
 
 Deleting a plan under live instances would strand them: their updates, bindings and deprovision all render
 the plan's templates. So:
@@ -11,7 +12,12 @@ the plan's templates. So:
 * the finalizer goes when the plan's deletion is reconciled and no instance uses it — reconciled again when
   an instance of a withdrawn plan is deleted, and every 30 s while it waits.
 
-The decisions are pure (``decisions.plan_guard_step``, ``decisions.plan_users``); this is the one write.
+An SFService is guarded the same way (issue 29): it carries the finalizer while trusted SFPlans or instances
+name its id (``ServiceEntryReconciler``, queued by every event of such a plan); deleted meanwhile, it waits,
+Ready=False with reason ``ServiceInUse`` and how many plans and instances hold it, and goes with the last.
+
+The decisions are pure (``decisions.plan_guard_step``, ``decisions.plan_users``, ``decisions.service_users``);
+this is the one write.
 """
 
 from __future__ import annotations
@@ -21,30 +27,36 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from opbroker.api.conventions import FINALIZER
-from opbroker.controller.kube import PLANS, Kube
+from opbroker.controller.kube import PLANS, Kind, Kube
 
 
 def set_plan_finalizer(kube: Kube, plan: dict[str, Any], *, hold: bool) -> None:
-    """Add (``hold``) or drop the controller's finalizer on ``plan``, guarded by its resourceVersion.
+    """Add (``hold``) or drop the controller's finalizer on ``plan`` (:func:`set_finalizer`)."""
+    set_finalizer(kube, PLANS, plan, hold=hold)
+
+
+def set_finalizer(kube: Kube, kind: Kind, entry: dict[str, Any], *, hold: bool) -> None:
+    """Add (``hold``) or drop the controller's finalizer on a catalog ``entry`` (an SFPlan or an SFService),
+    guarded by its resourceVersion.
 
     The copy may be stale (the catalog keeps the last watch event's): on a conflict the plan is read afresh
     once, and nothing is done if it already is as wanted or is gone. Adding to a plan being deleted is
     refused by the API server (no new finalizers then), which the caller sees as an error — the right answer
     for an instance racing the plan's deletion.
     """
-    meta = plan["metadata"]
+    meta = entry["metadata"]
     for attempt in range(2):
         finalizers = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
         if hold:
             finalizers.append(FINALIZER)
         patch = {"metadata": {"finalizers": finalizers or None, "resourceVersion": meta.get("resourceVersion")}}
         try:
-            kube.patch_custom(PLANS, meta["namespace"], meta["name"], patch)
+            kube.patch_custom(kind, meta["namespace"], meta["name"], patch)
             return
         except ApiException as exc:
             if exc.status != 409 or attempt:
                 raise
-        fresh = kube.get_custom(PLANS, meta["namespace"], meta["name"], fresh=True)
+        fresh = kube.get_custom(kind, meta["namespace"], meta["name"], fresh=True)
         if fresh is None:
             return
         meta = fresh["metadata"]

@@ -1,19 +1,84 @@
 """Per-instance and per-binding registries, stored as Secrets of JSON values (the Couchbase model).
 
-What goes in them is decided by the renderer (``opbroker.rendering``); this module only reads and writes
-the Secret. A registry Secret is owned by its instance or binding, so it goes when they go.
+What goes in them is decided by the renderer (``opbroker.rendering``); this module only reads, writes, moves and
+deletes the Secret.
+
+Where (issue 29): in the control-plane namespace (``--registry-namespace``, default the controller's own), as
+the Couchbase broker keeps them in its namespace, because they hold what consumers must not read — an instance's
+generated admin password, its CA key. A consumer's rights in its own namespace reach no registry. The Secret is
+named by its owner's uid (``opbroker-instance-registry-<uid>``), so an instance deprovisioned and provisioned
+again under the same name never meets its predecessor's values; labels name the owner's kind, namespace and
+name, and the ``opbroker.io/owner-uid`` annotation its uid.
+
+Cleanup: owner references cannot cross namespaces, so the registry is deleted by the teardown of its instance or
+binding (:func:`delete`), and :func:`sweep` deletes those whose owner is gone all the same (a teardown that never
+ran: a finalizer removed by hand, an object deleted while no controller ran).
+
+Upgrade: a registry still at its old place (``<name>-registry`` beside the instance, owned through an owner
+reference) is moved on first use — written to the new place with the same values, then deleted — so no
+generated value changes (:meth:`RegistryCache.load`); :func:`read` (previews) reads either place.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from opbroker.api.conventions import ANNOTATION_OWNER_UID, LABEL_MANAGED_BY, MANAGED_BY
+from opbroker.api.conventions import (
+    ANNOTATION_OWNER_UID,
+    DOMAIN,
+    LABEL_MANAGED_BY,
+    MANAGED_BY,
+    binding_registry_name,
+    instance_registry_name,
+)
 from opbroker.controller.kube import Kube
-from opbroker.controller.objects import owner_reference
-from opbroker.controller.reconciler import TemporaryError
+
+logger = logging.getLogger(__name__)
+
+#: On a registry Secret: whose registry it is (``instance`` or ``binding``), and the owner's namespace; the
+#: owner's name is under ``opbroker.io/instance`` or ``opbroker.io/binding``. The sweep lists by the first.
+LABEL_REGISTRY_OF = f"{DOMAIN}/registry-of"
+LABEL_OWNER_NAMESPACE = f"{DOMAIN}/owner-namespace"
+_OWNER_LABEL = {"instance": f"{DOMAIN}/instance", "binding": f"{DOMAIN}/binding"}
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where the registry of one instance or binding lives, and where it lived before issue 29."""
+
+    namespace: str
+    """The registry namespace (the control plane's)."""
+    name: str
+    kind: str
+    """``instance`` or ``binding``."""
+    owner_namespace: str
+    owner_name: str
+    owner_uid: str
+
+    @property
+    def legacy_name(self) -> str:
+        """The Secret's name at its old place, in the owner's namespace."""
+        if self.kind == "instance":
+            return instance_registry_name(self.owner_name)
+        return binding_registry_name(self.owner_name)
+
+
+def place(owner: dict[str, Any], *, kind: str, namespace: str) -> Place:
+    """The registry place of ``owner`` (an SFServiceInstance or SFServiceBinding as on the wire)."""
+    meta = owner["metadata"]
+    return Place(
+        namespace=namespace,
+        name=f"opbroker-{kind}-registry-{meta['uid']}",
+        kind=kind,
+        owner_namespace=meta["namespace"],
+        owner_name=meta["name"],
+        owner_uid=meta["uid"],
+    )
 
 
 def decode(secret: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -37,44 +102,31 @@ def encode(values: dict[str, Any]) -> dict[str, str]:
     }
 
 
-def load(kube: Kube, namespace: str, name: str, owner_uid: str | None = None) -> dict[str, Any] | None:
-    """The registry, or None if there is none — or if the Secret belongs to an earlier object of the same
-    name (an instance deprovisioned and provisioned again before the garbage collector ran): a new
-    instance must never inherit the previous one's passwords."""
-    secret = kube.read_secret(namespace, name)
-    if secret is not None and owner_uid is not None and not is_owned_by(secret, owner_uid):
-        return None
-    return decode(secret)
+def stamped(secret: dict[str, Any] | None, owner_uid: str) -> bool:
+    """True if ``secret`` is the live registry (at the new place) of ``owner_uid``."""
+    meta = (secret or {}).get("metadata") or {}
+    return not meta.get("deletionTimestamp") and (meta.get("annotations") or {}).get(ANNOTATION_OWNER_UID) == owner_uid
 
 
-def is_owned_by(secret: dict[str, Any], owner_uid: str) -> bool:
-    """True if the Secret is the live registry of the object with ``owner_uid`` (and of nothing else)."""
-    meta = secret.get("metadata") or {}
+def legacy_owned(secret: dict[str, Any] | None, owner_uid: str) -> bool:
+    """True if ``secret`` is the registry at the old place of ``owner_uid`` (owned by it alone). One of an
+    earlier object of the same name is not: the garbage collector deletes it with its owner."""
+    meta = (secret or {}).get("metadata") or {}
     owners = {o.get("uid") for o in meta.get("ownerReferences") or []}
-    return not meta.get("deletionTimestamp") and owners == {owner_uid}
-
-
-def clear_the_way(kube: Kube, secret: dict[str, Any], owner_uid: str) -> None:
-    """Make room for the registry of ``owner_uid`` where another object's Secret of that name stands.
-
-    Writing into that Secret would be lost: the one of an earlier object of the same name (deprovisioned
-    and provisioned again) is deleted by the garbage collector, with whatever we wrote into it. So it is
-    deleted now — by uid, so only that Secret — and the caller waits (TemporaryError: retried with
-    backoff) until it is gone. A Secret that is not a registry of ours is never touched: that is reported.
-    """
-    meta = secret.get("metadata") or {}
-    name = meta.get("name", "")
     ours = (meta.get("labels") or {}).get(LABEL_MANAGED_BY) == MANAGED_BY
-    if not ours or not meta.get("ownerReferences"):
-        raise TemporaryError(f"Secret {name!r} exists but is not a registry managed by opbroker; rename or delete it")
-    if not meta.get("deletionTimestamp"):
-        kube.delete_secret(meta.get("namespace", ""), name, uid=meta.get("uid"))
-    raise TemporaryError(f"waiting for the registry Secret {name!r} of an earlier object of this name to be deleted")
+    return ours and not meta.get("deletionTimestamp") and owners == {owner_uid}
 
 
-def save(
-    kube: Kube, *, name: str, owner: dict[str, Any], values: dict[str, Any], labels: dict[str, str]
-) -> dict[str, Any]:
+def read(kube: Kube, where: Place) -> dict[str, Any] | None:
+    """The registry, at its place or (not moved yet) its old one; None if there is none. Reads only."""
+    secret = kube.read_secret(where.namespace, where.name)
+    if stamped(secret, where.owner_uid):
+        return decode(secret)
+    legacy = kube.read_secret(where.owner_namespace, where.legacy_name)
+    return decode(legacy) if legacy_owned(legacy, where.owner_uid) else None
+
+
+def save(kube: Kube, where: Place, values: dict[str, Any], labels: dict[str, str]) -> dict[str, Any]:
     """Write the registry (server-side apply, so repeating it changes nothing); the Secret as written."""
     return kube.apply_secret(
         {
@@ -82,15 +134,51 @@ def save(
             "kind": "Secret",
             "type": "Opaque",
             "metadata": {
-                "name": name,
-                "namespace": owner["metadata"]["namespace"],
-                "labels": {LABEL_MANAGED_BY: MANAGED_BY, **labels},
-                "annotations": {ANNOTATION_OWNER_UID: owner["metadata"]["uid"]},
-                "ownerReferences": [owner_reference(owner)],
+                "name": where.name,
+                "namespace": where.namespace,
+                "labels": {
+                    LABEL_MANAGED_BY: MANAGED_BY,
+                    **labels,
+                    LABEL_REGISTRY_OF: where.kind,
+                    LABEL_OWNER_NAMESPACE: where.owner_namespace,
+                    _OWNER_LABEL[where.kind]: where.owner_name,
+                },
+                "annotations": {ANNOTATION_OWNER_UID: where.owner_uid},
             },
             "data": encode(values),
         }
     )
+
+
+def delete(kube: Kube, where: Place) -> None:
+    """Delete the registry with its owner's teardown (nothing if it is gone)."""
+    kube.delete_secret(where.namespace, where.name)
+
+
+def sweep(kube: Kube, namespace: str, owner_uid_of: Callable[[str, str, str], str | None]) -> list[str]:
+    """Delete the registries in ``namespace`` whose owner is gone; the names deleted.
+
+    ``owner_uid_of(kind, namespace, name)``: the uid of the live instance or binding (None: there is none). A
+    registry whose owner of that name has another uid belongs to an earlier object of the name: it goes too.
+    Each delete names the Secret's uid, so a registry written anew meanwhile is never deleted by mistake.
+    """
+    deleted = []
+    for secret in kube.list_secrets(namespace, label_selector=LABEL_REGISTRY_OF):
+        meta = secret.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        kind = labels.get(LABEL_REGISTRY_OF, "")
+        owner_name = labels.get(_OWNER_LABEL.get(kind, ""), "")
+        owner_namespace = labels.get(LABEL_OWNER_NAMESPACE, "")
+        uid = (meta.get("annotations") or {}).get(ANNOTATION_OWNER_UID)
+        if kind not in _OWNER_LABEL or not owner_name or not owner_namespace or not uid:
+            continue  # not one we wrote: left alone
+        if owner_uid_of(kind, owner_namespace, owner_name) == uid:
+            continue
+        if kube.delete_secret(namespace, meta["name"], uid=meta.get("uid")):
+            logger.info("deleted registry %s/%s: its %s %s/%s is gone", namespace, meta["name"], kind,
+                        owner_namespace, owner_name)  # fmt: skip
+            deleted.append(meta["name"])
+    return deleted
 
 
 class RegistryCache:
@@ -102,41 +190,50 @@ class RegistryCache:
     """
 
     def __init__(self) -> None:
-        self._values: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self._values: dict[str, dict[str, Any]] = {}
 
-    def load(
-        self, kube: Kube, namespace: str, name: str, owner_uid: str, *, claim: bool = True
-    ) -> dict[str, Any] | None:
-        """The registry of ``owner_uid``, or None if it has none yet.
+    def load(self, kube: Kube, where: Place, *, legacy: Kube) -> dict[str, Any] | None:
+        """The registry of ``where``'s owner, or None if it has none yet.
 
-        ``claim``: the caller may write the registry, so a Secret of that name left by an earlier object
-        must be gone first (see ``clear_the_way``); without it, such a Secret merely reads as no registry.
+        ``kube`` reaches the registry namespace (the controller's own rights), ``legacy`` the owner's namespace
+        (the rights the owner's plan acts with), where a registry from before issue 29 is moved from: written
+        to its place with the same values, then deleted there.
         """
-        key = (namespace, name, owner_uid)
-        cached = self._values.get(key)
+        cached = self._values.get(where.name)
         if cached is None:
-            secret = kube.read_secret(namespace, name, stored=True)  # registries are written by us alone
-            if secret is None:
-                return None  # nothing of ours yet: ask again next time
-            if not is_owned_by(secret, owner_uid):
-                if claim:
-                    clear_the_way(kube, secret, owner_uid)
-                return None
-            cached = decode(secret) or {}
-            self._values[key] = cached
+            secret = kube.read_secret(where.namespace, where.name, stored=True)  # registries are written by us alone
+            if stamped(secret, where.owner_uid):
+                cached = decode(secret) or {}
+            else:
+                cached = self._move(kube, where, legacy)
+                if cached is None:
+                    return None  # nothing of ours yet: ask again next time
+            self._values[where.name] = cached
         return dict(cached)
 
-    def save(
-        self, kube: Kube, *, name: str, owner: dict[str, Any], values: dict[str, Any], labels: dict[str, str]
-    ) -> None:
-        written = save(kube, name=name, owner=owner, values=values, labels=labels)
-        uid = owner["metadata"]["uid"]
-        if not is_owned_by(written, uid):
-            # The Secret written is not ours alone (an earlier object's, appeared since ``load``): our
-            # values are not safe in it. It goes, and the reconcile is repeated once it has.
-            self.forget(owner["metadata"]["namespace"], name, uid)
-            clear_the_way(kube, written, uid)
-        self._values[(owner["metadata"]["namespace"], name, uid)] = dict(values)
+    @staticmethod
+    def _move(kube: Kube, where: Place, legacy: Kube) -> dict[str, Any] | None:
+        old = legacy.read_secret(where.owner_namespace, where.legacy_name)
+        if not legacy_owned(old, where.owner_uid):
+            return None
+        assert old is not None
+        values = decode(old) or {}
+        labels = {k: v for k, v in (old["metadata"].get("labels") or {}).items() if k.startswith(DOMAIN)}
+        save(kube, where, values, labels)
+        legacy.delete_secret(where.owner_namespace, where.legacy_name, uid=old["metadata"].get("uid"))
+        logger.info(
+            "moved the registry of %s %s/%s to %s/%s",
+            where.kind,
+            where.owner_namespace,
+            where.owner_name,
+            where.namespace,
+            where.name,
+        )
+        return values
 
-    def forget(self, namespace: str, name: str, owner_uid: str) -> None:
-        self._values.pop((namespace, name, owner_uid), None)
+    def save(self, kube: Kube, where: Place, values: dict[str, Any], labels: dict[str, str]) -> None:
+        save(kube, where, values, labels)
+        self._values[where.name] = dict(values)
+
+    def forget(self, where: Place) -> None:
+        self._values.pop(where.name, None)

@@ -29,7 +29,6 @@ from kubernetes.client.exceptions import ApiException
 
 from opbroker.api import TemplateAction
 from opbroker.api.catalog import SFPlan
-from opbroker.api.conventions import instance_registry_name
 from opbroker.api.meta import ResourceRef
 from opbroker.api.osb import OperationState
 from opbroker.controller import registries
@@ -228,22 +227,30 @@ def subjects(
     namespace: str | None,
     service: dict[str, Any] | None,
     cluster_kube: Callable[[str], Kube],
+    registry_namespace: str,
     page_size: int = 200,
 ) -> Iterator[Subject]:
     """The plan's instances (not being deleted) with their registries and a live-sources fetcher.
 
     ``cluster_kube`` gives the API of the cluster an instance is placed on (its registry and the objects
     its templates read live there); it may raise, and the instance is then reported, not skipped.
+    ``registry_namespace``: where the controller keeps registries there (its ``--registry-namespace``).
     """
     for page in pages(kube, namespace=namespace, limit=page_size):
         for instance in page:
             if (instance.get("spec") or {}).get("planId") != plan_id or is_deleting(instance):
                 continue
             cluster = (instance.get("spec") or {}).get("clusterId") or ""
-            meta = instance["metadata"]
             try:
                 where = cluster_kube(cluster)
-                registry = registries.load(where, meta["namespace"], instance_registry_name(meta["name"]))
+                # Registries are named by the uid of the instance the cluster's controller reconciles: on a
+                # sister cluster that is its replica, not the master's object.
+                meta = instance["metadata"]
+                local = where.get_custom(INSTANCES, meta["namespace"], meta["name"]) if cluster else None
+                owner = local if local is not None else instance
+                registry = registries.read(
+                    where, registries.place(owner, kind="instance", namespace=registry_namespace)
+                )
             except Exception as exc:
                 yield Subject(instance, None, _nothing, service, problem=f"cannot read from cluster {cluster!r}: {exc}")
                 continue

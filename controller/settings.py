@@ -28,6 +28,9 @@ class ControllerSettings:
     """The trusted namespaces SFServices and SFPlans are read from (``--catalog-namespace``, repeatable); empty:
     ``namespace`` alone. The broker's ``--catalog-namespace`` must name the same. Any other namespace's are a
     tenant's: ignored with a Warning event."""
+    registry_namespace: str | None = None
+    """Where the registries of instances and bindings are kept (``--registry-namespace``; None: :attr:`namespace`):
+    they hold generated passwords and keys, so a namespace consumers cannot read (issue 29)."""
     error_threshold: int = 8
     """Consecutive errors after which an operation is marked failed instead of retried."""
     status_poll_seconds: float = 10.0
@@ -96,6 +99,11 @@ class ControllerSettings:
     (``--template-allow-network``), the proxy (``--template-proxy``); never the ``*_PROXY`` variables."""
     claims: ClaimsSettings = field(default_factory=ClaimsSettings)
     """The claims subsystem: SLA order, catalog environments, binding root, probe timeout, its workers."""
+
+    @property
+    def registries_namespace(self) -> str:
+        """Where registries are kept: :attr:`registry_namespace`, else the control plane's."""
+        return self.registry_namespace or self.namespace
 
     @property
     def trusted_namespaces(self) -> tuple[str, ...]:

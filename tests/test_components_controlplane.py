@@ -85,6 +85,8 @@ def test_every_child_is_registered_once_under_the_component(default: Any) -> Non
             ("rbac.authorization.k8s.io/v1:ClusterRoleBinding", "opbroker-broker"),
             ("rbac.authorization.k8s.io/v1:Role", "opbroker-controller-leader-election"),
             ("rbac.authorization.k8s.io/v1:RoleBinding", "opbroker-controller-leader-election"),
+            ("rbac.authorization.k8s.io/v1:Role", "opbroker-controller-registries"),
+            ("rbac.authorization.k8s.io/v1:RoleBinding", "opbroker-controller-registries"),
             ("rbac.authorization.k8s.io/v1:Role", "opbroker-controller-webhook"),
             ("rbac.authorization.k8s.io/v1:RoleBinding", "opbroker-controller-webhook"),
             ("core/v1:Service", "opbroker-controller-webhook"),
@@ -243,6 +245,22 @@ def test_controller_leader_election_role_is_namespaced_to_leases(default: Any) -
     ]
 
 
+def test_controller_keeps_registries_in_its_namespace_with_its_own_role(default: Any) -> None:
+    """Issue 29: registries live in the control-plane namespace, written with the controller's own rights."""
+    mocks, _ = default
+    role = inputs(mocks, ROLE, "opbroker-controller-registries")
+    assert role["metadata"]["namespace"] == "opbroker"
+    assert role["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["secrets"],
+            "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+        }
+    ]
+    binding = inputs(mocks, ROLE_BINDING, "opbroker-controller-registries")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "opbroker-controller", "namespace": "opbroker"}]
+
+
 BROKER_CATALOG_RULES = [
     {"apiGroups": ["osb.servicefabrik.io"], "resources": ["sfservices", "sfplans"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]},
@@ -327,7 +345,7 @@ def test_broker_allowed_namespaces_become_flags_and_a_selector_may_read_namespac
 def test_no_rule_anywhere_grants_everything(default: Any) -> None:
     mocks, _ = default
     rules = [rule for t in (CLUSTER_ROLE, ROLE) for r in mocks.of_type(t) for rule in r.plain_inputs()["rules"]]
-    assert len(rules) == 35
+    assert len(rules) == 36
     for rule in rules:
         assert not rbac.grants_everything(rule)
         assert "*" not in rule["verbs"] and "*" not in rule["resources"] and "*" not in rule["apiGroups"]

@@ -417,3 +417,18 @@ def test_a_plan_in_use_is_not_ready_and_says_why() -> None:
     assert (verdict.ready, verdict.reason) == (False, Reason.PLAN_IN_USE)
     assert verdict.message.startswith("deletion waits: 2 service instance(s) still use this plan")
     assert catalog_status.plan_verdict(None).reason == Reason.ACCEPTED
+
+
+def test_a_tracked_singleton_is_let_go_by_each_user_and_deleted_by_the_last() -> None:
+    """Issue 29: a singleton owner references cannot hold lists its users; only the last one deletes it."""
+    users = '["a","b"]'
+    live = {"metadata": {"annotations": {"opbroker.io/singleton-users": users}, "resourceVersion": "1"}}
+    assert decisions.letting_go(live, owner_uid="a") is decisions.Letting.UNOWN
+    last = {"metadata": {"annotations": {"opbroker.io/singleton-users": '["b"]'}}}
+    assert decisions.letting_go(last, owner_uid="b") is decisions.Letting.DELETE
+    assert decisions.letting_go(last, owner_uid="c") is decisions.Letting.LEAVE
+    forged = {"metadata": {"annotations": {"opbroker.io/singleton-users": '{"b": 1}'}}}
+    assert decisions.singleton_users(forged) == ()
+    assert decisions.letting_go(forged, owner_uid="b") is decisions.Letting.LEAVE
+    assert decisions.users_annotation(["b", "a", "b"]) == '["a","b"]'
+    assert decisions.users_annotation([]) is None

@@ -17,7 +17,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from opbroker.api.conventions import CREDENTIALS_KEY, FINALIZER
+from opbroker.api.conventions import CREDENTIALS_KEY, DEFAULT_NAMESPACE, FINALIZER
 from opbroker.controller import decisions
 from opbroker.devcluster import ControlPlane
 from tests.controller_support import Process, apply_yaml, controller_command, wait_for
@@ -118,7 +118,11 @@ def test_provision_bind_unbind_deprovision(api_client: client.ApiClient, namespa
     database = get(api_client, namespace, "databases", "db1", *DB[:2])
     assert database is not None and database["spec"]["version"] == "15"
     assert database["metadata"]["ownerReferences"][0]["uid"] == instance["metadata"]["uid"]
-    registry = core.read_namespaced_secret("db1-registry", namespace)
+    # The registry is kept in the control plane's namespace (issue 29), named by the instance's uid.
+    assert not core.list_namespaced_secret(namespace, field_selector="metadata.name=db1-registry").items
+    registry = core.read_namespaced_secret(
+        f"opbroker-instance-registry-{instance['metadata']['uid']}", DEFAULT_NAMESPACE
+    )
     assert json.loads(base64.b64decode(registry.data["instance-id"])) == "db1"
 
     bind(api_client, namespace, "b1", "db1")
@@ -152,6 +156,10 @@ def test_provision_bind_unbind_deprovision(api_client: client.ApiClient, namespa
         90,
         "registry and credentials Secrets to be collected",
     )
+    # The registries went with their instance and binding, though no owner reference could reach them.
+    assert not core.list_namespaced_secret(
+        DEFAULT_NAMESPACE, label_selector=f"opbroker.io/owner-namespace={namespace}"
+    ).items
 
 
 def test_deprovision_waits_while_bindings_exist(api_client: client.ApiClient, namespace: str) -> None:
@@ -261,9 +269,11 @@ def test_killed_controller_converges_without_duplicates(
     databases = custom(api_client).list_namespaced_custom_object(*DB[:2], namespace, DB[2])["items"]
     assert sorted(d["metadata"]["name"] for d in databases) == names
     registries = (
-        client.CoreV1Api(api_client).list_namespaced_secret(namespace, label_selector="opbroker.io/instance").items
+        client.CoreV1Api(api_client)
+        .list_namespaced_secret(DEFAULT_NAMESPACE, label_selector=f"opbroker.io/owner-namespace={namespace}")
+        .items
     )
-    assert sorted(s.metadata.name for s in registries) == sorted(f"{n}-registry" for n in names)
+    assert sorted(s.metadata.labels["opbroker.io/instance"] for s in registries) == names
 
 
 def test_a_bind_that_raced_a_deprovision_does_not_block_it(api_client: client.ApiClient, namespace: str) -> None:
@@ -591,3 +601,64 @@ def test_a_plan_in_use_is_not_deleted_until_its_instances_are(
     wait_for(
         lambda: gone(api_client, catalog_namespace, "sfplans", plan_name), 30, "the plan to go with its last instance"
     )
+
+
+GUARDED_SERVICE = """
+apiVersion: osb.servicefabrik.io/v1alpha1
+kind: SFService
+metadata: {{name: {name}}}
+spec:
+  name: {name}
+  id: {name}
+  description: a service deleted while a plan and an instance use it
+  bindable: true
+"""
+
+
+def test_a_service_in_use_is_not_deleted_until_its_plans_and_instances_are(
+    api_client: client.ApiClient, namespace: str, catalog_namespace: str, tmp_path: Any
+) -> None:
+    """Issue 29: an SFService could be deleted under its plans and instances (only SFPlan was guarded). The
+    controller holds a finalizer on it while plans or instances name it; deleted meanwhile, it says why it waits
+    (Ready=False ServiceInUse, and an Event) and goes with the last of them."""
+    core = client.CoreV1Api(api_client)
+    service_name, plan_name = f"gsvc-{namespace}", f"gsvc-plan-{namespace}"
+    (tmp_path / "service.yaml").write_text(GUARDED_SERVICE.format(name=service_name))
+    plan_text = GUARDED_PLAN.format(name=plan_name).replace(f"serviceId: {SERVICE_ID}", f"serviceId: {service_name}")
+    (tmp_path / "plan.yaml").write_text(plan_text)
+    apply_yaml(api_client, tmp_path / "service.yaml", catalog_namespace)
+    apply_yaml(api_client, tmp_path / "plan.yaml", catalog_namespace)
+
+    def service() -> dict[str, Any] | None:
+        return get(api_client, catalog_namespace, "sfservices", service_name)
+
+    wait_for(lambda: FINALIZER in ((service() or {})["metadata"].get("finalizers") or []), 30, "the service held")
+    provision(api_client, namespace, "svcuser", plan_id=plan_name, service_id=service_name)
+    wait_state(api_client, namespace, "sfserviceinstances", "svcuser", "succeeded")
+
+    custom(api_client).delete_namespaced_custom_object(GROUP, VERSION, catalog_namespace, "sfservices", service_name)
+
+    def ready_message() -> str | None:
+        ready = [c for c in ((service() or {}).get("status") or {}).get("conditions") or [] if c["type"] == "Ready"]
+        return ready[0]["message"] if ready and ready[0]["reason"] == "ServiceInUse" else None
+
+    wait_for(lambda: ready_message() is not None, 30, "the service to say why its deletion waits")
+    assert ready_message() == (
+        "deletion waits: 1 plan(s) and 1 service instance(s) still use this service; it goes once they are gone"
+    )
+    waiting = service()
+    assert waiting is not None and waiting["metadata"]["deletionTimestamp"]
+    events = core.list_namespaced_event(catalog_namespace).items
+    assert any(e.reason == "ServiceInUse" and e.involved_object.name == service_name for e in events)
+
+    custom(api_client).delete_namespaced_custom_object(GROUP, VERSION, namespace, "sfserviceinstances", "svcuser")
+    wait_for(lambda: gone(api_client, namespace, "sfserviceinstances", "svcuser"), 30, "the instance to go")
+    wait_for(
+        lambda: (ready_message() or "").startswith("deletion waits: 1 plan(s) and 0 service instance(s)"),
+        40,
+        "the service to wait for its plan alone",
+    )
+    assert service() is not None
+
+    custom(api_client).delete_namespaced_custom_object(GROUP, VERSION, catalog_namespace, "sfplans", plan_name)
+    wait_for(lambda: service() is None, 30, "the service to go with its last plan")

@@ -1,22 +1,22 @@
-"""Registries against a real API server: an earlier object's Secret is never written into or adopted."""
+"""Registries against a real API server (issue 29): kept in the control plane's namespace, named by their
+owner's uid, moved from their old place beside the instance without changing a value, swept when orphaned."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import pytest
 from kubernetes import client
 
 from opbroker.api.conventions import LABEL_MANAGED_BY, MANAGED_BY
+from opbroker.controller import registries, registry_sweep
 from opbroker.controller.kube import Kube
 from opbroker.controller.objects import owner_reference
-from opbroker.controller.reconciler import TemporaryError
 from opbroker.controller.registries import RegistryCache, encode
 
 
 def owner(api_client: client.ApiClient, namespace: str, name: str = "inst") -> dict[str, Any]:
     """An owner that exists (a ConfigMap stands in for an instance): an owner reference to nothing would have
-    the garbage collector delete the registry Secret on its own, racing the test."""
+    the garbage collector delete the old-place Secret on its own, racing the test."""
     live = client.CoreV1Api(api_client).create_namespaced_config_map(namespace, {"metadata": {"name": name}})
     return {
         "apiVersion": "v1",
@@ -25,44 +25,128 @@ def owner(api_client: client.ApiClient, namespace: str, name: str = "inst") -> d
     }
 
 
-def secret(name: str, *, managed: bool, owned_by: dict[str, Any] | None) -> dict[str, object]:
+def secret(name: str, *, managed: bool, owned_by: dict[str, Any] | None, password: str) -> dict[str, object]:
     metadata: dict[str, object] = {"name": name}
     if managed:
-        metadata["labels"] = {LABEL_MANAGED_BY: MANAGED_BY}
+        metadata["labels"] = {LABEL_MANAGED_BY: MANAGED_BY, "opbroker.io/instance": "inst"}
     if owned_by is not None:
         metadata["ownerReferences"] = [owner_reference(owned_by)]
-    return {"metadata": metadata, "data": encode({"password": "the earlier one's"})}
+    return {"metadata": metadata, "data": encode({"password": password})}
 
 
-def test_saved_registry_is_served_without_reading_it_again(api_client: client.ApiClient, namespace: str) -> None:
-    kube, cache = Kube(api_client), RegistryCache()
-    new = owner(api_client, namespace)
-    assert cache.load(kube, namespace, "inst-registry", new["metadata"]["uid"]) is None
-    cache.save(kube, name="inst-registry", owner=new, values={"password": "p"}, labels={})
-    client.CoreV1Api(api_client).delete_namespaced_secret("inst-registry", namespace)
-    # The write's answer proved the Secret ours: the copy is served (the deletion above is not seen).
-    assert cache.load(kube, namespace, "inst-registry", new["metadata"]["uid"]) == {"password": "p"}
+def side_namespace(api_client: client.ApiClient, namespace: str) -> str:
+    """A namespace standing in for the control plane's (the session's own is shared by every test)."""
+    name = f"{namespace}-cp"
+    client.CoreV1Api(api_client).create_namespace({"metadata": {"name": name}})
+    return name
 
 
-def test_an_earlier_objects_registry_is_removed_not_adopted(api_client: client.ApiClient, namespace: str) -> None:
-    core = client.CoreV1Api(api_client)
-    other = owner(api_client, namespace, "another-owner")
-    core.create_namespaced_secret(namespace, secret("inst-registry", managed=True, owned_by=other))
-    kube, cache = Kube(api_client), RegistryCache()
-    uid = owner(api_client, namespace)["metadata"]["uid"]
-    # Read-only callers (teardown) just see no registry; the Secret stays.
-    assert cache.load(kube, namespace, "inst-registry", uid, claim=False) is None
-    assert core.list_namespaced_secret(namespace, field_selector="metadata.name=inst-registry").items
-    with pytest.raises(TemporaryError, match="earlier object"):
-        cache.load(kube, namespace, "inst-registry", uid)
-    assert not core.list_namespaced_secret(namespace, field_selector="metadata.name=inst-registry").items
-    assert cache.load(kube, namespace, "inst-registry", uid) is None
+def names(api_client: client.ApiClient, namespace: str) -> list[str]:
+    return sorted(s.metadata.name for s in client.CoreV1Api(api_client).list_namespaced_secret(namespace).items)
 
 
-def test_a_secret_that_is_not_a_registry_of_ours_is_left_alone(api_client: client.ApiClient, namespace: str) -> None:
-    core = client.CoreV1Api(api_client)
-    core.create_namespaced_secret(namespace, secret("inst-registry", managed=False, owned_by=None))
-    kube, cache = Kube(api_client), RegistryCache()
-    with pytest.raises(TemporaryError, match="not a registry managed by opbroker"):
-        cache.load(kube, namespace, "inst-registry", owner(api_client, namespace)["metadata"]["uid"])
-    assert core.read_namespaced_secret("inst-registry", namespace).data is not None
+def test_saved_registry_is_kept_in_the_registry_namespace_and_served_without_reading_it_again(
+    api_client: client.ApiClient, namespace: str
+) -> None:
+    cp = side_namespace(api_client, namespace)
+    try:
+        kube, cache = Kube(api_client), RegistryCache()
+        where = registries.place(owner(api_client, namespace), kind="instance", namespace=cp)
+        assert cache.load(kube, where, legacy=kube) is None
+        cache.save(kube, where, {"password": "p"}, {})
+        assert names(api_client, cp) == [where.name] and where.name.endswith(where.owner_uid)
+        assert not [n for n in names(api_client, namespace) if n.endswith("registry")], "nothing beside the owner"
+        client.CoreV1Api(api_client).delete_namespaced_secret(where.name, cp)
+        # The write's answer proved the Secret ours: the copy is served (the deletion above is not seen).
+        assert cache.load(kube, where, legacy=kube) == {"password": "p"}
+    finally:
+        client.CoreV1Api(api_client).delete_namespace(cp)
+
+
+def test_a_registry_at_its_old_place_is_moved_with_its_values(api_client: client.ApiClient, namespace: str) -> None:
+    cp = side_namespace(api_client, namespace)
+    try:
+        core = client.CoreV1Api(api_client)
+        new = owner(api_client, namespace)
+        core.create_namespaced_secret(
+            namespace, secret("inst-registry", managed=True, owned_by=new, password="generated-before")
+        )
+        kube = Kube(api_client)
+        where = registries.place(new, kind="instance", namespace=cp)
+        assert registries.read(kube, where) == {"password": "generated-before"}, "previews read the old place"
+        assert RegistryCache().load(kube, where, legacy=kube) == {"password": "generated-before"}
+        assert "inst-registry" not in names(api_client, namespace)
+        assert RegistryCache().load(kube, where, legacy=kube) == {"password": "generated-before"}
+    finally:
+        client.CoreV1Api(api_client).delete_namespace(cp)
+
+
+def test_an_earlier_objects_registry_at_the_old_place_is_not_moved(
+    api_client: client.ApiClient, namespace: str
+) -> None:
+    cp = side_namespace(api_client, namespace)
+    try:
+        core = client.CoreV1Api(api_client)
+        other = owner(api_client, namespace, "another-owner")
+        core.create_namespaced_secret(
+            namespace, secret("inst-registry", managed=True, owned_by=other, password="the earlier one's")
+        )
+        core.create_namespaced_secret(namespace, secret("x-registry", managed=False, owned_by=None, password="x"))
+        kube = Kube(api_client)
+        where = registries.place(owner(api_client, namespace), kind="instance", namespace=cp)
+        assert RegistryCache().load(kube, where, legacy=kube) is None
+        assert registries.read(kube, where) is None
+        assert {"inst-registry", "x-registry"} <= set(names(api_client, namespace)), "neither is touched"
+        assert names(api_client, cp) == []
+    finally:
+        client.CoreV1Api(api_client).delete_namespace(cp)
+
+
+def test_the_sweep_deletes_registries_whose_owner_is_gone(api_client: client.ApiClient, namespace: str) -> None:
+    cp = side_namespace(api_client, namespace)
+    try:
+        kube = Kube(api_client)
+        live, gone = owner(api_client, namespace, "live"), owner(api_client, namespace, "gone")
+        kept, orphan = (registries.place(o, kind="instance", namespace=cp) for o in (live, gone))
+        for where in (kept, orphan):
+            registries.save(kube, where, {"password": "p"}, {})
+        core = client.CoreV1Api(api_client)
+        core.create_namespaced_secret(cp, {"metadata": {"name": "unrelated"}})
+        alive = {("instance", namespace, "live"): live["metadata"]["uid"]}
+        assert registries.sweep(kube, cp, lambda *key: alive.get(key)) == [orphan.name]
+        assert names(api_client, cp) == sorted([kept.name, "unrelated"])
+    finally:
+        client.CoreV1Api(api_client).delete_namespace(cp)
+
+
+def test_the_start_up_housekeeping_moves_every_registry_from_its_old_place(
+    api_client: client.ApiClient, namespace: str
+) -> None:
+    """An upgrade's first pass moves registries of instances that are not reconciled again: the values at the
+    new place, the old Secret gone; a credentials-like Secret and an orphan's registry are left to others."""
+    cp = side_namespace(api_client, namespace)
+    try:
+        custom, core = client.CustomObjectsApi(api_client), client.CoreV1Api(api_client)
+        body = {
+            "apiVersion": "osb.servicefabrik.io/v1alpha1",
+            "kind": "SFServiceInstance",
+            "metadata": {"name": "inst"},
+            "spec": {"instanceId": "inst", "serviceId": "s", "planId": "p"},
+        }
+        instance = custom.create_namespaced_custom_object(
+            "osb.servicefabrik.io", "v1alpha1", namespace, "sfserviceinstances", body
+        )
+        core.create_namespaced_secret(
+            namespace, secret("inst-registry", managed=True, owned_by=instance, password="kept-across-the-upgrade")
+        )
+        core.create_namespaced_secret(
+            namespace, secret("inst-credentials", managed=True, owned_by=instance, password="not a registry")
+        )
+        kube = Kube(api_client)
+        assert registry_sweep.move_legacy(kube, cp, lambda _ns: kube) >= 1
+        where = registries.place(instance, kind="instance", namespace=cp)
+        assert registries.read(kube, where) == {"password": "kept-across-the-upgrade"}
+        assert names(api_client, cp) == [where.name]
+        assert set(names(api_client, namespace)) == {"inst-credentials"}
+    finally:
+        client.CoreV1Api(api_client).delete_namespace(cp)

@@ -1,0 +1,83 @@
+"""The registries' housekeeping (issue 29): moving those from before issue 29 out of consumers' namespaces, and
+deleting those whose instance or binding is gone.
+
+Registries live in the registry namespace, where no owner reference from a consumer's namespace reaches; their
+owner's teardown deletes them. This pass catches the rest: at the leader's start (so an upgrade moves every
+registry at once, not only those of objects reconciled again) and every :data:`SWEEP_SECONDS` after.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from opbroker.api.conventions import LABEL_MANAGED_BY, MANAGED_BY
+from opbroker.controller import registries
+from opbroker.controller.kube import BINDINGS, INSTANCES, Kube
+
+logger = logging.getLogger(__name__)
+
+#: How often orphaned registries are looked for: a teardown deletes its own, so this only catches a finalizer
+#: removed by hand or an object deleted while no controller ran; one list of the registry namespace's
+#: registries (by label) and one GET per registry.
+SWEEP_SECONDS = 600.0
+#: The old place's registries are recognised by these labels (and their name and owner reference).
+LEGACY_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY},opbroker.io/instance,!{registries.LABEL_REGISTRY_OF}"
+_KINDS = {"instance": INSTANCES, "binding": BINDINGS}
+_OWNER_KINDS = {"SFServiceInstance": "instance", "SFServiceBinding": "binding"}
+
+
+def owner_uid_of(kube: Kube) -> Callable[[str, str, str], str | None]:
+    """The uid of the live instance or binding ``(kind, namespace, name)``, read past the store."""
+
+    def lookup(kind: str, namespace: str, name: str) -> str | None:
+        found = kube.get_custom(_KINDS[kind], namespace, name, fresh=True)
+        return None if found is None else str(found["metadata"]["uid"])
+
+    return lookup
+
+
+def move_legacy(kube: Kube, namespace: str, door: Callable[[str], Kube]) -> int:
+    """Move every registry still at its old place (``<name>-registry`` beside its owner) into ``namespace``,
+    values unchanged; the old Secret is deleted through ``door(its namespace)``. The number moved."""
+    moved = 0
+    for secret in kube.list_secrets(None, label_selector=LEGACY_SELECTOR):
+        meta = secret.get("metadata") or {}
+        owners = meta.get("ownerReferences") or []
+        if len(owners) != 1 or owners[0].get("kind") not in _OWNER_KINDS or not meta["name"].endswith("-registry"):
+            continue  # a credentials Secret, or nothing of ours
+        kind = _OWNER_KINDS[owners[0]["kind"]]
+        owner = kube.get_custom(_KINDS[kind], meta["namespace"], owners[0]["name"], fresh=True)
+        if owner is None or owner["metadata"]["uid"] != owners[0].get("uid"):
+            continue  # the garbage collector takes it with its owner
+        where = registries.place(owner, kind=kind, namespace=namespace)
+        if where.legacy_name != meta["name"]:
+            continue
+        if not registries.stamped(kube.read_secret(where.namespace, where.name), where.owner_uid):
+            if not registries.legacy_owned(secret, where.owner_uid):
+                continue
+            labels = {k: v for k, v in (meta.get("labels") or {}).items() if k.startswith("opbroker.io/")}
+            registries.save(kube, where, registries.decode(secret) or {}, labels)
+        door(meta["namespace"]).delete_secret(meta["namespace"], meta["name"], uid=meta.get("uid"))
+        moved += 1
+    return moved
+
+
+def housekeeping(kube: Kube, namespace: str, door: Callable[[str], Kube]) -> None:
+    """One pass: move the old place's registries, delete the orphans. Errors are logged, never raised (the
+    next pass tries again)."""
+    try:
+        moved = move_legacy(kube, namespace, door)
+        if moved:
+            logger.info("moved %d registries into namespace %s", moved, namespace)
+        registries.sweep(kube, namespace, owner_uid_of(kube))
+    except Exception:
+        logger.exception("registry housekeeping failed; tried again in %.0f s", SWEEP_SECONDS)
+
+
+async def keep_house(kube: Kube, namespace: str, door: Callable[[str], Kube], every: float = SWEEP_SECONDS) -> None:
+    """Run :func:`housekeeping` now and every ``every`` seconds, in a thread (its calls block)."""
+    while True:
+        await asyncio.to_thread(housekeeping, kube, namespace, door)
+        await asyncio.sleep(every)

@@ -1,0 +1,111 @@
+"""Shared singletons that owner references cannot hold, tracked by opbroker (issue 29).
+
+A singleton (``opbroker.io/singleton: "true"``) in its instances' namespace is held by their owner references:
+the last owner's release deletes it, the garbage collector does too. One that is cluster-scoped (the seed's
+ClusterRole) or in another namespace cannot carry owner references to them, so opbroker keeps the list of its
+users on the object itself, in :data:`ANNOTATION_SINGLETON_USERS` (a JSON list of instance uids):
+
+* an instance that creates the singleton creates it listing itself; one that finds it adds itself;
+* an instance's release removes itself; the last one deletes the object (``ownership.release``).
+
+Why on the object and not in a record of our own: the list and the object then live and die together (no
+record to leak or to disagree with what exists), and every change is one write guarded by the object's
+resourceVersion, so two instances joining or leaving at once never lose each other's entry: the loser of the
+race gets a 409, reads the object afresh and repeats. Deleting the last user's singleton is guarded the same
+way (a precondition on the version), so an instance that joined in between keeps it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from opbroker.api.conventions import ANNOTATION_SINGLETON_USERS
+from opbroker.api.meta import ResourceRef
+from opbroker.controller import decisions
+from opbroker.controller.kube import Kube
+from opbroker.controller.reconciler import Conflict
+
+#: Tries of a guarded write before the reconcile is repeated (each after a fresh read): a handful of instances
+#: joining one singleton at the same moment all get through without a round in the queue.
+ATTEMPTS = 5
+
+
+class SingletonFull(RuntimeError):
+    """The singleton lists :data:`decisions.MAX_SINGLETON_USERS` instances already; this one is refused."""
+
+    def __init__(self, ref: ResourceRef) -> None:
+        where = f"{ref.namespace}/{ref.name}" if ref.namespace else ref.name
+        super().__init__(
+            f"{ref.kind} {where} is shared by {decisions.MAX_SINGLETON_USERS} instances already, the most opbroker "
+            "tracks on one object; give the plan's singleton a name per group of instances"
+        )
+        self.ref = ref
+
+
+def tracked(manifest: dict[str, Any], owner_uid: str) -> dict[str, Any]:
+    """A copy of a singleton's manifest that, created, lists ``owner_uid`` as its first user."""
+    metadata = dict(manifest.get("metadata") or {})
+    metadata["annotations"] = {**(metadata.get("annotations") or {}), ANNOTATION_SINGLETON_USERS: f'["{owner_uid}"]'}
+    return {**manifest, "metadata": metadata}
+
+
+def join(kube: Kube, ref: ResourceRef, live: dict[str, Any], owner_uid: str) -> None:
+    """List ``owner_uid`` among the users of the existing singleton ``live`` (nothing when it is listed)."""
+    for _ in range(ATTEMPTS):
+        users = decisions.singleton_users(live)
+        if owner_uid in users:
+            return
+        if len(users) >= decisions.MAX_SINGLETON_USERS:
+            raise SingletonFull(ref)
+        patch = {
+            "metadata": {
+                "annotations": {ANNOTATION_SINGLETON_USERS: decisions.users_annotation([*users, owner_uid])},
+                "resourceVersion": live["metadata"]["resourceVersion"],
+            }
+        }
+        try:
+            if kube.merge_patch(ref, patch) is not None:
+                return
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+        fresh = kube.get(ref, fresh=True)
+        if fresh is None:
+            raise Conflict(f"{ref.kind} {ref.name} went while this instance joined it; it is made again")
+        live = fresh
+    raise Conflict(f"{ref.kind} {ref.name} kept changing while this instance joined it")
+
+
+def leave(kube: Kube, ref: ResourceRef, live: dict[str, Any], owner_uid: str) -> bool:
+    """Remove ``owner_uid`` from a shared object's owners (owner references and tracked users) — or delete it
+    when it is the last — each write guarded by the version read. True while a deletion is in progress."""
+    current: dict[str, Any] | None = live
+    for _ in range(ATTEMPTS):
+        step = decisions.letting_go(current, owner_uid=owner_uid)
+        if step in (decisions.Letting.GONE, decisions.Letting.LEAVE):
+            return False
+        if step is decisions.Letting.WAIT:
+            return True
+        assert current is not None
+        meta = current["metadata"]
+        try:
+            if step is decisions.Letting.DELETE:
+                kube.delete(ref, resource_version=meta["resourceVersion"])
+                return True
+            owners = meta.get("ownerReferences") or []
+            users = decisions.singleton_users(current)
+            changes: dict[str, Any] = {"resourceVersion": meta["resourceVersion"]}
+            if any(o.get("uid") == owner_uid for o in owners):
+                changes["ownerReferences"] = [o for o in owners if o.get("uid") != owner_uid]
+            if owner_uid in users:
+                rest = decisions.users_annotation(u for u in users if u != owner_uid)
+                changes["annotations"] = {ANNOTATION_SINGLETON_USERS: rest}
+            kube.merge_patch(ref, {"metadata": changes})
+            return False
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+        current = kube.get(ref, fresh=True)
+    raise Conflict(f"{ref.kind} {ref.name} kept changing while this instance let go of it")
