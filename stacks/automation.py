@@ -19,11 +19,17 @@ from typing import Any
 
 from pulumi import automation as auto
 
+import opbroker.provider
+
 #: Longest one engine command may run, in seconds. An ``up`` that awaits Deployments waits up to
 #: pulumi-kubernetes' own 10-minute await; past this the command is interrupted and fails instead of hanging.
 COMMAND_DEADLINE = 900.0
 #: After an interrupt at the deadline, how long the engine gets to cancel cleanly before it is killed.
 INTERRUPT_GRACE = 30.0
+
+
+#: The opbroker provider plugin's folder: ``PulumiPlugin.yaml`` and the executable ``pulumi-resource-opbroker``.
+PROVIDER_FOLDER = Path(opbroker.provider.__file__).resolve().parent
 
 
 class EngineDeadlineError(RuntimeError):
@@ -39,7 +45,11 @@ class Settings:
     provider such as ``awskms://...``). ``engine``: the folder holding ``bin/pulumi`` (None: ``pulumi`` on
     ``PATH``). ``pulumi_home``: the engine's plugins and credentials (None: ``~/.pulumi``). ``work_dir``: where
     the workspace writes ``Pulumi.yaml`` and ``Pulumi.<stack>.yaml`` (None: a new temporary folder). ``env``: more
-    environment for the engine and the plugins it starts (e.g. ``KUBECONFIG``).
+    environment for the engine and the plugins it starts (e.g. ``KUBECONFIG``). ``packages``: the project's
+    ``packages:`` (name to a plugin folder), written into that ``Pulumi.yaml``: the engine starts a resource
+    plugin from its folder's executable ``pulumi-resource-<name>`` (default: the opbroker provider, which serves
+    ``opbroker.provider.osb_resources``' ServiceInstance and ServiceBinding), nothing on ``PATH`` or in the
+    Pulumi home.
     """
 
     backend_url: str
@@ -49,6 +59,7 @@ class Settings:
     pulumi_home: Path | None = None
     work_dir: Path | None = None
     env: Mapping[str, str] = field(default_factory=dict, repr=False)
+    packages: Mapping[str, str] = field(default_factory=lambda: {"opbroker": str(PROVIDER_FOLDER)})
 
     def environment(self) -> dict[str, str]:
         env = {"PULUMI_SKIP_UPDATE_CHECK": "true", **self.env}
@@ -62,11 +73,29 @@ class Settings:
             pulumi_home=str(self.pulumi_home) if self.pulumi_home else None,
             env_vars=self.environment(),
             secrets_provider=self.secrets_provider,
-            project_settings=auto.ProjectSettings(
-                name=project, runtime="python", backend=auto.ProjectBackend(url=self.backend_url)
+            project_settings=_ProjectSettings(
+                name=project,
+                runtime="python",
+                backend=auto.ProjectBackend(url=self.backend_url),
+                packages=dict(self.packages),
             ),
             pulumi_command=auto.PulumiCommand(root=str(self.engine)) if self.engine else None,
         )
+
+
+class _ProjectSettings(auto.ProjectSettings):
+    """``auto.ProjectSettings`` with the project's ``packages:``, which the Automation API's class does not have
+    (the engine reads it from ``Pulumi.yaml`` for every runtime, inline programs included)."""
+
+    def __init__(self, *args: Any, packages: Mapping[str, str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.packages = dict(packages)
+
+    def to_dict(self) -> dict[str, Any]:
+        written = dict(super().to_dict())
+        if self.packages:
+            written["packages"] = dict(self.packages)
+        return written
 
 
 def select_stack(

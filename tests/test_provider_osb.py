@@ -15,7 +15,7 @@ import pytest
 from pulumi.runtime import rpc
 
 from opbroker import osbclient as osb
-from opbroker.provider.osb_resources import ServiceBindingProvider, ServiceInstanceProvider
+from opbroker.provider.osb_providers import ServiceBindingProvider, ServiceInstanceProvider
 from tests.osb_fake_broker import PLAN_ASYNC, PLAN_ASYNC_BIND, SERVICE_ID, FakeBroker, serve
 
 
