@@ -15,8 +15,8 @@ import asyncio
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import grpc
-from google.protobuf import empty_pb2, struct_pb2
+import grpc  # type: ignore[import-untyped]  # no stubs installed
+from google.protobuf import empty_pb2, struct_pb2  # type: ignore[import-untyped]
 from pulumi.provider import server
 from pulumi.runtime import proto, rpc
 

@@ -14,7 +14,7 @@ import sys
 from importlib import metadata
 from typing import Any
 
-import grpc
+import grpc  # type: ignore[import-untyped]  # no stubs installed
 import pulumi
 from pulumi.provider.experimental.component import ComponentProvider
 from pulumi.provider.server import ComponentInitError

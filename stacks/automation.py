@@ -9,6 +9,7 @@ anything this module does not wrap is one ``stack.<method>`` away.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import signal
 import threading
@@ -19,8 +20,6 @@ from typing import Any
 
 from pulumi import automation as auto
 
-import opbroker.provider
-
 #: Longest one engine command may run, in seconds. An ``up`` that awaits Deployments waits up to
 #: pulumi-kubernetes' own 10-minute await; past this the command is interrupted and fails instead of hanging.
 COMMAND_DEADLINE = 900.0
@@ -28,8 +27,17 @@ COMMAND_DEADLINE = 900.0
 INTERRUPT_GRACE = 30.0
 
 
-#: The opbroker provider plugin's folder: ``PulumiPlugin.yaml`` and the executable ``pulumi-resource-opbroker``.
-PROVIDER_FOLDER = Path(opbroker.provider.__file__).resolve().parent
+def _provider_folder() -> Path:
+    """The opbroker provider plugin's folder (``PulumiPlugin.yaml`` and the executable ``pulumi-resource-opbroker``
+    beside the package ``opbroker.provider``): a path handed to the engine, no code of the provider imported."""
+    spec = importlib.util.find_spec("opbroker.provider")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the opbroker.provider package is not installed")
+    return Path(next(iter(spec.submodule_search_locations))).resolve()
+
+
+#: The opbroker provider plugin's folder: Settings' default ``packages: {opbroker: <it>}``.
+PROVIDER_FOLDER = _provider_folder()
 
 
 class EngineDeadlineError(RuntimeError):
