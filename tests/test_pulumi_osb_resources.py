@@ -220,3 +220,29 @@ def test_a_python_inline_program_uses_the_typed_classes_through_the_plugin(
 
     stacks.destroy(stack)
     assert fake.bindings == {} and fake.instances[instance_id].deleted
+
+
+def test_an_instance_dropped_from_the_state_is_adopted_again_by_its_id(
+    engine: Engine, broker: tuple[FakeBroker, str], tmp_path: Path
+) -> None:
+    """The README's way from the dynamic-provider version's state: drop the old resource from the state without
+    touching the broker, declare the new one with the same id and attributes; `up` adopts the broker's instance
+    (OSB: a repeated provision with the same attributes is a 200) instead of provisioning a second one."""
+    fake, url = broker
+    program = osb_program(url, "opbroker-osb-adopt", instanceId="kept")
+    del program["resources"]["app"]
+    program["outputs"] = {"instanceId": "${db.instanceId}"}
+    project = project_for(engine, tmp_path / "adopt", program)
+    project.up()
+    (urn,) = [r["urn"] for r in of_type(project, INSTANCE)]
+    project.run("state", "delete", urn, "--yes", "--force")
+    assert of_type(project, INSTANCE) == []
+
+    before = len(fake.requests)
+    project.up()
+    (put,) = [r for r in fake.requests[before:] if r.method == "PUT"]
+    assert put.path == "/v2/service_instances/kept"
+    assert [r for r in fake.requests[before:] if r.path.endswith("/last_operation")] == []  # answered 200: no poll
+    assert len(of_type(project, INSTANCE)) == 1 and not fake.instances["kept"].deleted
+    project.run("destroy", "--yes", "--skip-preview")
+    assert fake.instances["kept"].deleted
