@@ -19,9 +19,13 @@ import grpc  # type: ignore[import-untyped]  # no stubs installed
 from google.protobuf import empty_pb2, struct_pb2  # type: ignore[import-untyped]
 from pulumi.provider import server
 from pulumi.runtime import proto, rpc
+from pulumi.runtime.proto import engine_pb2, engine_pb2_grpc
 
 from opbroker.provider import osb_providers as logic
 from opbroker.provider import osb_schema as schema
+
+#: Seconds a warning to the engine may take; the engine answers at once, a hang loses only the warning.
+LOG_DEADLINE = 10.0
 
 _LOGIC: Mapping[str, Callable[[], logic.ServiceInstanceProvider | logic.ServiceBindingProvider]] = {
     schema.INSTANCE_TYPE: logic.ServiceInstanceProvider,
@@ -68,6 +72,15 @@ class ProviderServicer(server.ProviderServicer):
     async def _fail(self, context: grpc.aio.ServicerContext, exc: Exception) -> None:
         """The engine shows ``details`` as the error: the OSB message, no Python traceback."""
         await context.abort(grpc.StatusCode.UNKNOWN, f"{type(exc).__name__}: {exc}")
+
+    async def _warn(self, urn: str, message: str) -> None:
+        """A warning on the resource, shown by the engine (best effort: a failed log loses only the warning)."""
+        try:
+            async with grpc.aio.insecure_channel(self.engine_address) as channel:
+                request = engine_pb2.LogRequest(severity=engine_pb2.WARNING, message=message, urn=urn)
+                await engine_pb2_grpc.EngineStub(channel).Log(request, timeout=LOG_DEADLINE)
+        except grpc.RpcError:
+            pass
 
     def _logic(self, type_: str, context: grpc.aio.ServicerContext) -> Any:
         make = _LOGIC.get(type_)
@@ -118,6 +131,8 @@ class ProviderServicer(server.ProviderServicer):
         except Exception as exc:
             await self._fail(context, exc)
             raise
+        if result.note:
+            await self._warn(request.urn, result.note)
         if not result.id:
             return proto.ReadResponse(id="")  # gone at the broker: the engine drops it from the state
         return proto.ReadResponse(

@@ -88,10 +88,12 @@ class UpdateResult:
 
 @dataclass(frozen=True)
 class ReadResult:
-    """What the broker holds; an empty ``id`` means the broker no longer has it."""
+    """What the broker holds; an empty ``id`` means the broker no longer has it. ``note``: why the state was kept
+    as it was when the broker could not tell (a warning for the user)."""
 
     id: str
     outs: dict[str, Any]
+    note: str | None = None
 
 
 def _plain(value: Any) -> Any:
@@ -311,13 +313,18 @@ class ServiceInstanceProvider(_OSBProvider):
                     k: fetched[k] for k in ("plan_id", "parameters", "dashboard_url") if fetched.get(k) is not None
                 }
                 return ReadResult(instance_id, {**p, **found})
-            except (osb.OSBError, osb.NotInVersion):
+            except (osb.OSBError, osb.NotInVersion) as exc:
+                why = "it is not in this OSB version" if isinstance(exc, osb.NotInVersion) else str(exc)
                 last = client.last_operation(
                     instance_id, operation=None, service_id=p.get("service_id"), plan_id=p.get("plan_id")
                 )
         if last.gone:
             return ReadResult("", {})
-        return ReadResult(instance_id, p)
+        note = (
+            f"the broker does not serve the instance fetch ({why}) and its last operation does not say the "
+            f"instance is gone: refresh kept instance {instance_id} as the state holds it"
+        )
+        return ReadResult(instance_id, p, note)
 
     def delete(self, _id: str, props: dict[str, Any]) -> None:
         p = _props(props)
@@ -434,14 +441,20 @@ class ServiceBindingProvider(_OSBProvider):
             except (osb.NotFound, osb.Gone):
                 return ReadResult("", {})
             except osb.NotInVersion:
-                return ReadResult(binding_id, p)  # 2.13 can tell neither the binding nor its absence
-            except osb.OSBError:
+                note = f"OSB {client.version} can tell neither binding {binding_id} nor its absence: refresh kept it"
+                return ReadResult(binding_id, p, note)
+            except osb.OSBError as exc:
                 last = client.binding_last_operation(
                     instance_id, binding_id, operation=None, service_id=p["service_id"], plan_id=p["plan_id"]
                 )
+                why = str(exc)
         if last.gone:
             return ReadResult("", {})
-        return ReadResult(binding_id, p)
+        note = (
+            f"the broker does not serve the binding fetch ({why}) and its last operation does not say the "
+            f"binding is gone: refresh kept binding {binding_id} as the state holds it"
+        )
+        return ReadResult(binding_id, p, note)
 
     def delete(self, _id: str, props: dict[str, Any]) -> None:
         p = _props(props)

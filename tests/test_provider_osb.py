@@ -345,3 +345,16 @@ def test_check_fills_the_defaults_every_language_gets_from_the_platform() -> Non
     assert (given["space_guid"], given["timeout"]) == ("mine", 5.0)
     binding = ServiceBindingProvider().check({}, {**news, "instance_id": "i"}, custom.platform_of(urn)).inputs
     assert binding["context"]["project"] == "shop" and "organization_guid" not in binding
+
+
+def test_read_keeps_an_instance_the_broker_cannot_fetch_says_so_and_drops_one_that_is_gone(
+    url: str, broker: FakeBroker, clock: FakeClock
+) -> None:
+    provider = ServiceInstanceProvider(clock=clock, sleep=clock.sleep)
+    outs = provider.create(instance_props(url, broker)).outs
+    kept = provider.read("inst-1", outs)  # this broker serves no GET of an instance: the last operation decides
+    assert kept.id == "inst-1" and kept.outs == outs
+    assert kept.note is not None and "does not serve the instance fetch" in kept.note
+    broker.instances["inst-1"].deleted, broker.gone_after_delete = True, True  # deprovisioned out of band
+    gone = provider.read("inst-1", outs)
+    assert (gone.id, gone.outs, gone.note) == ("", {}, None)

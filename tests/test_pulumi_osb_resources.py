@@ -152,8 +152,10 @@ def test_refresh_reports_an_instance_deleted_at_the_broker_out_of_band(
     project = project_for(engine, tmp_path / "refresh", program)
     project.up()
     instance_id = project.outputs()["instanceId"]
-    assert project.run("refresh", "--yes", "--skip-preview").returncode == 0
+    kept = project.run("refresh", "--yes", "--skip-preview")
     assert len(of_type(project, INSTANCE)) == 1  # there at the broker: kept
+    # This broker serves no GET of an instance (OSB's instances_retrievable): the provider says why it kept it.
+    assert "does not serve the instance fetch" in kept.output and f"refresh kept instance {instance_id}" in kept.output
 
     fake.instances[instance_id].deleted = True  # deprovisioned behind Pulumi's back
     fake.gone_after_delete = True
