@@ -126,6 +126,12 @@ class ProviderServicer(server.ProviderServicer):
         inputs, input_secret = _decode(type_, request.inputs)
         if not props:
             props = inputs  # an import by id: what the program declares is all there is
+        if not props.get("broker_url"):
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"{type_} {request.id!r}: an id alone does not say which broker holds it; declare the resource with "
+                "its broker connection and the same id instead (README: the dynamic-provider version's state)",
+            )
         try:
             result = await asyncio.to_thread(self._logic(type_, context).read, request.id, props)
         except Exception as exc:

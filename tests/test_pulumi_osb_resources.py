@@ -5,7 +5,7 @@ host, nothing on PATH), against the OSB broker of tests/osb_fake_broker.py serve
 Covers, from Pulumi YAML (the proof for every language): provision → bind → outputs with the credentials secret →
 a no-op preview → unbind → deprovision on destroy; ``pulumi refresh`` after the instance was deleted at the broker
 out of band reports it and drops it from the state; a failed provision is the ``up``'s error, after orphan
-mitigation (the broker saw the DELETE). From Python: an inline Automation API program (``opbroker.stacks``) using
+mitigation (the broker saw the DELETE); an instance dropped from the state is adopted again by its id. From Python: an inline Automation API program (``opbroker.stacks``) using
 the typed classes of ``opbroker.provider.osb_resources``. No Kubernetes cluster is involved.
 """
 
@@ -164,6 +164,9 @@ def test_refresh_reports_an_instance_deleted_at_the_broker_out_of_band(
     assert of_type(project, INSTANCE) == []
     planned = json.loads(project.run("preview", "--json").stdout)
     assert [s["op"] for s in planned["steps"] if s["urn"].endswith("::db")] == ["create"]
+    # `pulumi import` by id alone: refused with what to do instead (an id does not name the broker).
+    imported = project.run("import", INSTANCE, "other", instance_id, "--yes", "--skip-preview", expect_failure=True)
+    assert "an id alone does not say which broker holds it" in imported.output
     project.run("destroy", "--yes", "--skip-preview")
 
 
