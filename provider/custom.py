@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import grpc  # type: ignore[import-untyped]  # no stubs installed
+import pulumi
 from google.protobuf import empty_pb2, struct_pb2  # type: ignore[import-untyped]
 from pulumi.provider import server
 from pulumi.runtime import proto, rpc
@@ -47,10 +48,29 @@ def _secret_keys(props: Mapping[str, Any]) -> set[str]:
     return {k for k, v in props.items() if rpc.is_rpc_secret(v)}
 
 
-def _decode(type_: str, struct: struct_pb2.Struct, *, keep_unknowns: bool = False) -> tuple[dict[str, Any], set[str]]:
+async def _settled(value: Any) -> Any:
+    """Output values (the engine sends them, dependencies and all, since the provider accepts outputs — a
+    component's output passed on, e.g. ``${postgresql.serviceId}`` in YAML) as plain values: unknown during a
+    preview, secret-wrapped when secret."""
+    if isinstance(value, pulumi.Output):
+        if not await value.is_known():
+            return rpc.UNKNOWN
+        plain = await _settled(await value.future())
+        return rpc.wrap_rpc_secret(plain) if await value.is_secret() else plain
+    if isinstance(value, dict):
+        return {k: await _settled(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [await _settled(v) for v in value]
+    return value
+
+
+async def _decode(
+    type_: str, struct: struct_pb2.Struct, *, keep_unknowns: bool = False
+) -> tuple[dict[str, Any], set[str]]:
     """The properties in snake_case with their secret wrappers removed, and the names that were secret."""
-    raw = schema.to_python(type_, rpc.deserialize_properties(struct, keep_unknowns=keep_unknowns) or {})
-    return {k: logic._plain(v) for k, v in raw.items()}, _secret_keys(raw)
+    raw = await _settled(rpc.deserialize_properties(struct, keep_unknowns=keep_unknowns) or {})
+    named = schema.to_python(type_, raw)
+    return {k: logic._plain(v) for k, v in named.items()}, _secret_keys(named)
 
 
 async def _encode(type_: str, props: Mapping[str, Any], secret: set[str]) -> struct_pb2.Struct:
@@ -90,8 +110,8 @@ class ProviderServicer(server.ProviderServicer):
 
     async def Check(self, request: proto.CheckRequest, context: grpc.aio.ServicerContext) -> Any:
         type_ = type_of(request.urn)
-        olds, _ = _decode(type_, request.olds, keep_unknowns=True)
-        news, secret = _decode(type_, request.news, keep_unknowns=True)
+        olds, _ = await _decode(type_, request.olds, keep_unknowns=True)
+        news, secret = await _decode(type_, request.news, keep_unknowns=True)
         result = self._logic(type_, context).check(olds, news, platform_of(request.urn))
         failures = [
             proto.CheckFailure(property=_wire_names(type_, [f.property])[0], reason=f.reason) for f in result.failures
@@ -100,8 +120,8 @@ class ProviderServicer(server.ProviderServicer):
 
     async def Diff(self, request: proto.DiffRequest, context: grpc.aio.ServicerContext) -> Any:
         type_ = type_of(request.urn)
-        olds, _ = _decode(type_, request.olds, keep_unknowns=True)
-        news, _ = _decode(type_, request.news, keep_unknowns=True)
+        olds, _ = await _decode(type_, request.olds, keep_unknowns=True)
+        news, _ = await _decode(type_, request.news, keep_unknowns=True)
         result = self._logic(type_, context).diff(request.id, olds, news)
         return proto.DiffResponse(
             changes=proto.DiffResponse.DIFF_SOME if result.changes else proto.DiffResponse.DIFF_NONE,
@@ -112,7 +132,7 @@ class ProviderServicer(server.ProviderServicer):
 
     async def Create(self, request: proto.CreateRequest, context: grpc.aio.ServicerContext) -> Any:
         type_ = type_of(request.urn)
-        props, secret = _decode(type_, request.properties)
+        props, secret = await _decode(type_, request.properties)
         try:
             result = await asyncio.to_thread(self._logic(type_, context).create, props)
         except Exception as exc:  # the OSB error (after orphan mitigation) is the engine's error
@@ -122,8 +142,8 @@ class ProviderServicer(server.ProviderServicer):
 
     async def Read(self, request: proto.ReadRequest, context: grpc.aio.ServicerContext) -> Any:
         type_ = type_of(request.urn)
-        props, secret = _decode(type_, request.properties)
-        inputs, input_secret = _decode(type_, request.inputs)
+        props, secret = await _decode(type_, request.properties)
+        inputs, input_secret = await _decode(type_, request.inputs)
         if not props:
             props = inputs  # an import by id: what the program declares is all there is
         if not props.get("broker_url"):
@@ -149,8 +169,8 @@ class ProviderServicer(server.ProviderServicer):
 
     async def Update(self, request: proto.UpdateRequest, context: grpc.aio.ServicerContext) -> Any:
         type_ = type_of(request.urn)
-        olds, _ = _decode(type_, request.olds)
-        news, secret = _decode(type_, request.news)
+        olds, _ = await _decode(type_, request.olds)
+        news, secret = await _decode(type_, request.news)
         try:
             result = await asyncio.to_thread(self._logic(type_, context).update, request.id, olds, news)
         except Exception as exc:
@@ -160,7 +180,7 @@ class ProviderServicer(server.ProviderServicer):
 
     async def Delete(self, request: proto.DeleteRequest, context: grpc.aio.ServicerContext) -> Any:
         type_ = type_of(request.urn)
-        props, _ = _decode(type_, request.properties)
+        props, _ = await _decode(type_, request.properties)
         try:
             await asyncio.to_thread(self._logic(type_, context).delete, request.id, props)
         except Exception as exc:
