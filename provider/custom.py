@@ -18,6 +18,7 @@ from typing import Any
 import grpc  # type: ignore[import-untyped]  # no stubs installed
 import pulumi
 from google.protobuf import empty_pb2, struct_pb2  # type: ignore[import-untyped]
+from pulumi.output import Unknown
 from pulumi.provider import server
 from pulumi.runtime import proto, rpc
 from pulumi.runtime.proto import engine_pb2, engine_pb2_grpc
@@ -51,7 +52,9 @@ def _secret_keys(props: Mapping[str, Any]) -> set[str]:
 async def _settled(value: Any) -> Any:
     """Output values (the engine sends them, dependencies and all, since the provider accepts outputs — a
     component's output passed on, e.g. ``${postgresql.serviceId}`` in YAML) as plain values: unknown during a
-    preview, secret-wrapped when secret."""
+    preview (``rpc.UNKNOWN``, which the OSB logic knows), secret-wrapped when secret."""
+    if isinstance(value, Unknown):  # what deserializing with keep_unknowns makes of an unknown
+        return rpc.UNKNOWN
     if isinstance(value, pulumi.Output):
         if not await value.is_known():
             return rpc.UNKNOWN

@@ -5,8 +5,9 @@ host, nothing on PATH), against the OSB broker of tests/osb_fake_broker.py serve
 Covers, from Pulumi YAML (the proof for every language): provision → bind → outputs with the credentials secret →
 a no-op preview → unbind → deprovision on destroy; ``pulumi refresh`` after the instance was deleted at the broker
 out of band reports it and drops it from the state; a failed provision is the ``up``'s error, after orphan
-mitigation (the broker saw the DELETE); an instance dropped from the state is adopted again by its id. From Python: an inline Automation API program (``opbroker.stacks``) using
-the typed classes of ``opbroker.provider.osb_resources``. No Kubernetes cluster is involved.
+mitigation (the broker saw the DELETE); an instance dropped from the state is adopted again by its id; ``pulumi
+import`` by id alone is refused. From Python: an inline Automation API program (``opbroker.stacks``) using the
+typed classes of ``opbroker.provider.osb_resources``. No Kubernetes cluster is involved.
 """
 
 from __future__ import annotations
