@@ -105,7 +105,9 @@ class ProviderServicer(server.ProviderServicer):
         except grpc.RpcError:
             pass
 
-    def _logic(self, type_: str, context: grpc.aio.ServicerContext) -> Any:
+    @staticmethod
+    def _logic(type_: str) -> Any:
+        """The OSB logic of a resource type (a new one per call: it holds no state between calls)."""
         make = _LOGIC.get(type_)
         if make is None:
             raise ValueError(f"the opbroker provider has no custom resource {type_!r}")
@@ -115,7 +117,7 @@ class ProviderServicer(server.ProviderServicer):
         type_ = type_of(request.urn)
         olds, _ = await _decode(type_, request.olds, keep_unknowns=True)
         news, secret = await _decode(type_, request.news, keep_unknowns=True)
-        result = self._logic(type_, context).check(olds, news, platform_of(request.urn))
+        result = self._logic(type_).check(olds, news, platform_of(request.urn))
         failures = [
             proto.CheckFailure(property=_wire_names(type_, [f.property])[0], reason=f.reason) for f in result.failures
         ]
@@ -125,7 +127,7 @@ class ProviderServicer(server.ProviderServicer):
         type_ = type_of(request.urn)
         olds, _ = await _decode(type_, request.olds, keep_unknowns=True)
         news, _ = await _decode(type_, request.news, keep_unknowns=True)
-        result = self._logic(type_, context).diff(request.id, olds, news)
+        result = self._logic(type_).diff(request.id, olds, news)
         return proto.DiffResponse(
             changes=proto.DiffResponse.DIFF_SOME if result.changes else proto.DiffResponse.DIFF_NONE,
             replaces=_wire_names(type_, result.replaces),
@@ -137,7 +139,7 @@ class ProviderServicer(server.ProviderServicer):
         type_ = type_of(request.urn)
         props, secret = await _decode(type_, request.properties)
         try:
-            result = await asyncio.to_thread(self._logic(type_, context).create, props)
+            result = await asyncio.to_thread(self._logic(type_).create, props)
         except Exception as exc:  # the OSB error (after orphan mitigation) is the engine's error
             await self._fail(context, exc)
             raise
@@ -156,7 +158,7 @@ class ProviderServicer(server.ProviderServicer):
                 "its broker connection and the same id instead (README: the dynamic-provider version's state)",
             )
         try:
-            result = await asyncio.to_thread(self._logic(type_, context).read, request.id, props)
+            result = await asyncio.to_thread(self._logic(type_).read, request.id, props)
         except Exception as exc:
             await self._fail(context, exc)
             raise
@@ -175,7 +177,7 @@ class ProviderServicer(server.ProviderServicer):
         olds, _ = await _decode(type_, request.olds)
         news, secret = await _decode(type_, request.news)
         try:
-            result = await asyncio.to_thread(self._logic(type_, context).update, request.id, olds, news)
+            result = await asyncio.to_thread(self._logic(type_).update, request.id, olds, news)
         except Exception as exc:
             await self._fail(context, exc)
             raise
@@ -185,7 +187,7 @@ class ProviderServicer(server.ProviderServicer):
         type_ = type_of(request.urn)
         props, _ = await _decode(type_, request.properties)
         try:
-            await asyncio.to_thread(self._logic(type_, context).delete, request.id, props)
+            await asyncio.to_thread(self._logic(type_).delete, request.id, props)
         except Exception as exc:
             await self._fail(context, exc)
             raise
