@@ -1,18 +1,28 @@
-"""The component provider: the components of ``opbroker.components``, usable from every Pulumi language.
+"""The opbroker provider: the components of ``opbroker.components`` and the OSB resources ``ServiceInstance`` and
+``ServiceBinding`` (``opbroker.provider.custom``), usable from every Pulumi language.
 
-``provider/__main__.py`` hosts it (the plugin's entry point, declared by ``PulumiPlugin.yaml``); tests and
-``python -m opbroker.provider.schemagen`` build the same provider in-process to read its schema.
+``provider/__main__.py`` hosts it (:func:`serve`; the plugin's entry point, declared by ``PulumiPlugin.yaml``); tests
+and ``python -m opbroker.provider.schemagen`` build the same provider in-process to read its schema: the one the
+SDK infers from the components' args, plus the OSB resources' entries (``opbroker.provider.osb_schema``).
 """
 
+import argparse
+import asyncio
+import contextlib
 import json
+import sys
 from importlib import metadata
 from typing import Any
 
+import grpc  # type: ignore[import-untyped]  # no stubs installed
 import pulumi
 from pulumi.provider.experimental.component import ComponentProvider
 from pulumi.provider.server import ComponentInitError
+from pulumi.runtime._grpc_settings import _GRPC_CHANNEL_OPTIONS
+from pulumi.runtime.proto import provider_pb2_grpc
 
 from opbroker.components import COMPONENTS
+from opbroker.provider import custom, osb_schema
 
 #: The package name: type tokens are ``opbroker:index:<Component>``.
 PACKAGE = "opbroker"
@@ -49,14 +59,38 @@ class OpbrokerProvider(ComponentProvider):
 
 
 def provider() -> ComponentProvider:
-    """The component provider for every opbroker component (the schema is inferred from their args)."""
-    return OpbrokerProvider(list(COMPONENTS), PACKAGE, version=version())
+    """The provider: every opbroker component (the schema inferred from their args) and the OSB resources."""
+    made = OpbrokerProvider(list(COMPONENTS), PACKAGE, version=version())
+    if made.schema is None:  # a ComponentProvider always has one (inferred from the args); the base Provider may not
+        raise RuntimeError("the component provider has no schema")
+    inferred = json.loads(made.schema)
+    inferred["resources"] = {**inferred.get("resources", {}), **osb_schema.resources()}
+    made.schema = json.dumps(inferred)
+    return made
 
 
 def schema() -> dict[str, Any]:
     """The provider's Pulumi package schema."""
-    text = provider().schema
-    if text is None:  # a ComponentProvider always has one (inferred from the args); the base Provider may not
-        raise RuntimeError("the component provider has no schema")
-    parsed: dict[str, Any] = json.loads(text)
+    parsed: dict[str, Any] = json.loads(provider().schema or "{}")
     return parsed
+
+
+def serve(args: list[str]) -> None:
+    """Serve the provider to the engine at ``args[0]`` (what ``pulumi.provider.main`` does, with the servicer that
+    also serves the OSB resources): print the gRPC port, serve until stopped."""
+    parser = argparse.ArgumentParser(description="the opbroker Pulumi provider (gRPC server)")
+    parser.add_argument("engine", help="the Pulumi engine's address")
+    known, _ = parser.parse_known_args(args)
+
+    async def run() -> None:
+        grpc_server = grpc.aio.server(options=_GRPC_CHANNEL_OPTIONS)
+        servicer = custom.ProviderServicer(provider(), args, engine_address=known.engine)
+        provider_pb2_grpc.add_ResourceProviderServicer_to_server(servicer, grpc_server)
+        port = grpc_server.add_insecure_port(address="127.0.0.1:0")
+        await grpc_server.start()
+        sys.stdout.buffer.write(f"{port}\n".encode())
+        sys.stdout.buffer.flush()
+        await grpc_server.wait_for_termination()
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(run())

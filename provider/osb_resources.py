@@ -1,406 +1,49 @@
-"""Pulumi dynamic resources that provision and bind through *any* OSB broker: ``ServiceInstance`` and
-``ServiceBinding``.
+"""The typed Python face of the provider's OSB resources: ``ServiceInstance`` and ``ServiceBinding`` are
+``pulumi.CustomResource`` classes of type ``opbroker:index:ServiceInstance``/``ServiceBinding``, served by the
+opbroker provider plugin (``provider/pulumi-resource-opbroker``) as in every other language. Nothing of the
+provider runs in the program: the engine starts the plugin, which provisions and binds (``osb_providers``).
 
-The providers are thin: validate inputs (``check``), decide replace-or-update (``diff``), then call
-``opbroker.osbclient`` and poll ``last_operation`` until the broker is done. A failed or abandoned create
-is followed by a best-effort DELETE (orphan mitigation, as platforms do), so nothing half-created leaks
-when Pulumi records no resource. Credentials come back as secret outputs; the broker password is a secret
-input and output. ``api_version`` (default 2.17) is the OSB version spoken first; the client steps down on
-412 as the Service Catalog controller does (``osbclient.versions``) and the version the broker accepted is the
-output ``broker_api_version``, spoken first again by the resource's later operations.
+The engine finds the plugin through the project's ``packages: {opbroker: <provider folder>}`` (what
+``opbroker.stacks.Settings`` writes for inline programs; a ``pulumi up`` project lists it in its Pulumi.yaml).
+
+State written by the dynamic-provider version of these classes (type ``pulumi-python:dynamic:Resource``) is not
+carried over: see the README (*OSB resources*) for the re-import.
 """
 
 from __future__ import annotations
 
-import time
-import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import pulumi
-import pulumi.dynamic
-from pulumi.runtime import rpc
 
-from opbroker import osbclient as osb
-
-#: Inputs whose change cannot be applied in place: a different instance at the broker.
-INSTANCE_REPLACE_KEYS = ("broker_url", "instance_id", "service_id", "organization_guid", "space_guid")
-#: Inputs an OSB update (PATCH) changes in place.
-INSTANCE_UPDATE_KEYS = ("plan_id", "parameters", "context")
-#: Inputs that only change how we talk to the broker.
-CONNECTION_KEYS = ("broker_username", "broker_password", "api_version", "timeout", "poll_interval", "orphan_mitigation")
-#: Bindings are immutable in OSB: any change of these is a new binding.
-BINDING_REPLACE_KEYS = (
-    "broker_url",
-    "binding_id",
-    "instance_id",
-    "service_id",
-    "plan_id",
-    "parameters",
-    "bind_resource",
-    "context",
-)
-_PROVIDER_KEY = "__provider"
-DEFAULT_TIMEOUT = 1800.0
-DEFAULT_POLL_INTERVAL = 2.0
-#: Backoff doubles from poll_interval up to this (or poll_interval, when larger).
-MAX_POLL_INTERVAL = 30.0
+from opbroker.provider import osb_schema as schema
+from opbroker.provider.osb_providers import DEFAULT_POLL_INTERVAL, DEFAULT_TIMEOUT
 
 
-def _plain(value: Any) -> Any:
-    """Values without RPC secret wrappers (the engine normally strips them; be safe either way)."""
-    if rpc.is_rpc_secret(value):
-        return _plain(rpc.unwrap_rpc_secret(value))
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    return value
+class _OSBResource(pulumi.CustomResource):
+    """Python names (snake_case) to the provider's (camelCase) and back, from the schema's table."""
+
+    _token: str
+
+    def __init__(self, resource_name: str, props: dict[str, Any], opts: pulumi.ResourceOptions | None) -> None:
+        outputs = {p.name: None for p in schema.PROPS[self._token] if not p.input}
+        secret = [p.name for p in schema.PROPS[self._token] if p.secret]
+        merged = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(additional_secret_outputs=secret))
+        super().__init__(self._token, resource_name, {**props, **outputs}, merged)
+
+    def translate_input_property(self, prop: str) -> str:
+        return schema.to_wire(self._token, {prop: None}).popitem()[0]
+
+    def translate_output_property(self, prop: str) -> str:
+        return schema.to_python(self._token, {prop: None}).popitem()[0]
 
 
-def _props(props: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: _plain(v) for k, v in props.items() if k != _PROVIDER_KEY}
-
-
-def _known(value: Any) -> bool:
-    return value is not None and value != rpc.UNKNOWN
-
-
-def needs_mitigation(exc: Exception) -> bool:
-    """Whether a failed create may have left something at the broker: a failed or abandoned async
-    operation, a malformed success, a server error or a failed connection. A 4xx changed nothing.
-
-    Deliberately broader than the OSB table (``osbclient.needs_orphan_mitigation_after``): a best-effort
-    DELETE also follows a malformed 200 and a broker that could not be reached, since Pulumi records nothing
-    for a failed create and the DELETE is harmless when there is nothing to delete."""
-    if isinstance(exc, osb.OperationFailed | osb.OperationTimeout | osb.MalformedResponse | osb.TransportFailure):
-        return True
-    return isinstance(exc, osb.OSBError) and exc.status >= 500
-
-
-def _check_common(news: Mapping[str, Any], required: tuple[str, ...]) -> list[pulumi.dynamic.CheckFailure]:
-    failures = []
-    url = news.get("broker_url")
-    if _known(url) and not (isinstance(url, str) and url.startswith(("http://", "https://"))):
-        failures.append(pulumi.dynamic.CheckFailure("broker_url", f"must be an http(s) URL, got {url!r}"))
-    for key in required:
-        value = news.get(key)
-        if value is None or (value != rpc.UNKNOWN and (not isinstance(value, str) or not value.strip())):
-            failures.append(pulumi.dynamic.CheckFailure(key, "is required (a non-empty string)"))
-    for key in ("timeout", "poll_interval"):
-        value = news.get(key)
-        if _known(value) and (not isinstance(value, int | float) or value <= 0):
-            failures.append(pulumi.dynamic.CheckFailure(key, f"must be a positive number of seconds, got {value!r}"))
-    version = news.get("api_version")
-    if _known(version) and version not in osb.versions.SUPPORTED:
-        supported = ", ".join(osb.versions.SUPPORTED)
-        failures.append(pulumi.dynamic.CheckFailure("api_version", f"must be one of {supported}, got {version!r}"))
-    for key in ("parameters", "context", "bind_resource"):
-        value = news.get(key)
-        if _known(value) and not isinstance(value, dict):
-            failures.append(pulumi.dynamic.CheckFailure(key, "must be an object"))
-    return failures
-
-
-class _OSBProvider(pulumi.dynamic.ResourceProvider):
-    """What both providers share: the broker connection and the polling settings (injectable clock)."""
-
-    def __init__(
-        self, *, clock: Callable[[], float] | None = None, sleep: Callable[[float], None] | None = None
-    ) -> None:
-        super().__init__()
-        self._clock = clock
-        self._sleep = sleep
-
-    def client(self, props: Mapping[str, Any]) -> osb.Client:
-        return osb.Client(
-            osb.Broker(
-                url=str(props["broker_url"]),
-                auth=osb.BasicAuth(str(props["broker_username"]), str(props["broker_password"])),
-                api_version=str(props.get("broker_api_version") or props.get("api_version") or osb.API_VERSION),
-            )
-        )
-
-    def backoff(self, props: Mapping[str, Any]) -> osb.Backoff:
-        interval = float(props.get("poll_interval") or DEFAULT_POLL_INTERVAL)
-        return osb.Backoff(
-            base=interval,
-            maximum=max(interval, MAX_POLL_INTERVAL),
-            max_duration=float(props.get("timeout") or DEFAULT_TIMEOUT),
-        )
-
-    def wait(self, poll: Callable[[], osb.LastOperation], what: str, props: Mapping[str, Any]) -> osb.LastOperation:
-        """Poll until done, with this provider's clock (tests fake it)."""
-        return osb.wait(
-            poll,
-            what=what,
-            backoff=self.backoff(props),
-            clock=self._clock or time.monotonic,
-            sleep=self._sleep or time.sleep,
-        )
-
-
-class ServiceInstanceProvider(_OSBProvider):
-    """Provision, update and deprovision one service instance at an OSB broker."""
-
-    def check(self, olds: dict[str, Any], news: dict[str, Any]) -> pulumi.dynamic.CheckResult:
-        inputs = dict(news)
-        if not inputs.get("instance_id"):
-            inputs["instance_id"] = olds.get("instance_id") or str(uuid.uuid4())
-        required = ("broker_url", "broker_username", "service_id", "plan_id", "organization_guid", "space_guid")
-        return pulumi.dynamic.CheckResult(inputs, _check_common(inputs, required))
-
-    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> pulumi.dynamic.DiffResult:
-        olds, news = _props(olds), _props(news)
-        replaces = [k for k in INSTANCE_REPLACE_KEYS if olds.get(k) != news.get(k)]
-        keys = (*INSTANCE_REPLACE_KEYS, *INSTANCE_UPDATE_KEYS, *CONNECTION_KEYS)
-        changed = any(olds.get(k) != news.get(k) for k in keys)
-        # The same instance id cannot exist twice at the broker: delete first when it is kept.
-        same_id = olds.get("instance_id") == news.get("instance_id")
-        return pulumi.dynamic.DiffResult(changes=changed, replaces=replaces, delete_before_replace=same_id)
-
-    def create(self, props: dict[str, Any]) -> pulumi.dynamic.CreateResult:
-        p = _props(props)
-        instance_id = str(p["instance_id"])
-        what = f"provision of instance {instance_id}"
-        with self.client(p) as client:
-            try:
-                result = client.provision(
-                    instance_id,
-                    service_id=p["service_id"],
-                    plan_id=p["plan_id"],
-                    organization_guid=p["organization_guid"],
-                    space_guid=p["space_guid"],
-                    parameters=p.get("parameters"),
-                    context=p.get("context"),
-                )
-                last = self._settle(client, p, result, what, gone_ok=False)
-            except Exception as exc:
-                if not needs_mitigation(exc):
-                    raise
-                raise RuntimeError(f"{exc}{self._mitigate(client, p)}") from exc
-        outs = {
-            **p,
-            "dashboard_url": result.dashboard_url,
-            "state": last.state,
-            "description": last.description,
-            "broker_api_version": client.version,
-        }
-        return pulumi.dynamic.CreateResult(instance_id, outs)
-
-    def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> pulumi.dynamic.UpdateResult:
-        o, n = _props(olds), _props(news)
-        outs = {**n, "dashboard_url": o.get("dashboard_url"), "state": o.get("state"), "description": None}
-        if all(o.get(k) == n.get(k) for k in INSTANCE_UPDATE_KEYS):
-            return pulumi.dynamic.UpdateResult(outs)  # only the connection changed
-        instance_id = str(n["instance_id"])
-        with self.client(n) as client:
-            result = client.update(
-                instance_id,
-                service_id=n["service_id"],
-                plan_id=n["plan_id"] if n.get("plan_id") != o.get("plan_id") else None,
-                parameters=n.get("parameters") if n.get("parameters") != o.get("parameters") else None,
-                context=n.get("context") if n.get("context") != o.get("context") else None,
-                previous_values={"service_id": o.get("service_id"), "plan_id": o.get("plan_id")},
-            )
-            last = self._settle(client, n, result, f"update of instance {instance_id}", gone_ok=False)
-        outs.update(state=last.state, description=last.description, broker_api_version=client.version)
-        if result.dashboard_url:
-            outs["dashboard_url"] = result.dashboard_url
-        return pulumi.dynamic.UpdateResult(outs)
-
-    def read(self, id_: str, props: dict[str, Any]) -> pulumi.dynamic.ReadResult:
-        """``pulumi refresh``: the instance as the broker holds it, or gone (an empty id) when the broker no
-        longer has it. Brokers that serve the fetch (``instances_retrievable``) report plan, parameters and
-        dashboard; the others are asked for the last operation without a token, which answers 410 Gone for an
-        instance that is no more."""
-        p = _props(props)
-        instance_id = str(p.get("instance_id") or id_)
-        with self.client(p) as client:
-            try:
-                fetched = client.get_instance(instance_id, service_id=p.get("service_id"), plan_id=p.get("plan_id"))
-                if fetched is None:
-                    return pulumi.dynamic.ReadResult("", {})
-                found = {
-                    k: fetched[k] for k in ("plan_id", "parameters", "dashboard_url") if fetched.get(k) is not None
-                }
-                return pulumi.dynamic.ReadResult(instance_id, {**p, **found})
-            except (osb.OSBError, osb.NotInVersion):
-                last = client.last_operation(
-                    instance_id, operation=None, service_id=p.get("service_id"), plan_id=p.get("plan_id")
-                )
-        if last.gone:
-            return pulumi.dynamic.ReadResult("", {})
-        return pulumi.dynamic.ReadResult(instance_id, p)
-
-    def delete(self, _id: str, props: dict[str, Any]) -> None:
-        p = _props(props)
-        instance_id = str(p["instance_id"])
-        with self.client(p) as client:
-            result = client.deprovision(instance_id, service_id=p["service_id"], plan_id=p["plan_id"])
-            self._settle(client, p, result, f"deprovision of instance {instance_id}", gone_ok=True)
-
-    def _settle(
-        self, client: osb.Client, p: Mapping[str, Any], result: osb.InstanceResult, what: str, *, gone_ok: bool
-    ) -> osb.LastOperation:
-        """The final state of an operation: immediate for 200/201/410, polled for 202. A 410 while polling
-        means done for a deprovision (``gone_ok``) and a failure otherwise."""
-        if not result.is_async:
-            return osb.LastOperation(state=osb.SUCCEEDED, gone=result.gone)
-
-        def poll() -> osb.LastOperation:
-            return client.last_operation(
-                str(p["instance_id"]), operation=result.operation, service_id=p["service_id"], plan_id=p["plan_id"]
-            )
-
-        last = self.wait(poll, what, p)
-        if last.gone and not gone_ok:
-            raise osb.OperationFailed(what, "the broker says the instance is gone")
-        return last
-
-    def _mitigate(self, client: osb.Client, p: Mapping[str, Any]) -> str:
-        """Orphan mitigation after a failed create: ask the broker to delete; report what it said."""
-        if p.get("orphan_mitigation") is False:
-            return "; orphan mitigation disabled, the instance may remain at the broker"
-        try:
-            result = client.deprovision(str(p["instance_id"]), service_id=p["service_id"], plan_id=p["plan_id"])
-        except (osb.BrokerError, OSError) as exc:
-            return f"; orphan mitigation (deprovision) failed too: {exc}"
-        return f"; orphan mitigation: deprovision requested (broker answered {result.status})"
-
-
-class ServiceBindingProvider(_OSBProvider):
-    """Bind and unbind at an OSB broker; the bind response's credentials become a secret output."""
-
-    def check(self, olds: dict[str, Any], news: dict[str, Any]) -> pulumi.dynamic.CheckResult:
-        inputs = dict(news)
-        if not inputs.get("binding_id"):
-            inputs["binding_id"] = olds.get("binding_id") or str(uuid.uuid4())
-        required = ("broker_url", "broker_username", "instance_id", "service_id", "plan_id")
-        return pulumi.dynamic.CheckResult(inputs, _check_common(inputs, required))
-
-    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> pulumi.dynamic.DiffResult:
-        olds, news = _props(olds), _props(news)
-        replaces = [k for k in BINDING_REPLACE_KEYS if olds.get(k) != news.get(k)]
-        changed = bool(replaces) or any(olds.get(k) != news.get(k) for k in CONNECTION_KEYS)
-        same_id = olds.get("binding_id") == news.get("binding_id")
-        return pulumi.dynamic.DiffResult(changes=changed, replaces=replaces, delete_before_replace=same_id)
-
-    def create(self, props: dict[str, Any]) -> pulumi.dynamic.CreateResult:
-        p = _props(props)
-        instance_id, binding_id = str(p["instance_id"]), str(p["binding_id"])
-        what = f"bind {binding_id} to instance {instance_id}"
-        with self.client(p) as client:
-            try:
-                result = client.bind(
-                    instance_id,
-                    binding_id,
-                    service_id=p["service_id"],
-                    plan_id=p["plan_id"],
-                    parameters=p.get("parameters"),
-                    bind_resource=p.get("bind_resource"),
-                    context=p.get("context"),
-                )
-                if result.is_async:
-                    self._poll(client, p, result.operation, what, gone_ok=False)
-                    result = client.get_binding(
-                        instance_id, binding_id, service_id=p["service_id"], plan_id=p["plan_id"]
-                    )
-            except Exception as exc:
-                if not needs_mitigation(exc):
-                    raise
-                raise RuntimeError(f"{exc}{self._mitigate(client, p)}") from exc
-        outs = {
-            **p,
-            "credentials": result.credentials or {},
-            "syslog_drain_url": result.syslog_drain_url,
-            "route_service_url": result.route_service_url,
-            "volume_mounts": result.volume_mounts,
-            "broker_api_version": client.version,
-        }
-        return pulumi.dynamic.CreateResult(binding_id, outs)
-
-    def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> pulumi.dynamic.UpdateResult:
-        # Only connection settings reach here (everything else replaces): keep what the broker returned.
-        o = _props(olds)
-        kept = {
-            k: o.get(k)
-            for k in ("credentials", "syslog_drain_url", "route_service_url", "volume_mounts", "broker_api_version")
-        }
-        return pulumi.dynamic.UpdateResult({**_props(news), **kept})
-
-    def read(self, id_: str, props: dict[str, Any]) -> pulumi.dynamic.ReadResult:
-        """``pulumi refresh``: the binding as the broker serves it (fresh credentials, for a broker that
-        rotates them), or gone (an empty id). Brokers that do not serve the fetch (``bindings_retrievable``)
-        are asked for the last operation without a token: 410 Gone means the binding is no more."""
-        p = _props(props)
-        instance_id, binding_id = str(p["instance_id"]), str(p.get("binding_id") or id_)
-        with self.client(p) as client:
-            try:
-                fetched = client.get_binding(instance_id, binding_id, service_id=p["service_id"], plan_id=p["plan_id"])
-                fresh = {
-                    "credentials": fetched.credentials or {},
-                    "syslog_drain_url": fetched.syslog_drain_url,
-                    "route_service_url": fetched.route_service_url,
-                    "volume_mounts": fetched.volume_mounts,
-                }
-                return pulumi.dynamic.ReadResult(binding_id, {**p, **fresh})
-            except (osb.NotFound, osb.Gone):
-                return pulumi.dynamic.ReadResult("", {})
-            except osb.NotInVersion:
-                return pulumi.dynamic.ReadResult(binding_id, p)  # 2.13 can tell neither the binding nor its absence
-            except osb.OSBError:
-                last = client.binding_last_operation(
-                    instance_id, binding_id, operation=None, service_id=p["service_id"], plan_id=p["plan_id"]
-                )
-        if last.gone:
-            return pulumi.dynamic.ReadResult("", {})
-        return pulumi.dynamic.ReadResult(binding_id, p)
-
-    def delete(self, _id: str, props: dict[str, Any]) -> None:
-        p = _props(props)
-        instance_id, binding_id = str(p["instance_id"]), str(p["binding_id"])
-        with self.client(p) as client:
-            result = client.unbind(instance_id, binding_id, service_id=p["service_id"], plan_id=p["plan_id"])
-            if result.is_async:
-                self._poll(client, p, result.operation, f"unbind {binding_id} from {instance_id}", gone_ok=True)
-
-    def _poll(
-        self, client: osb.Client, p: Mapping[str, Any], operation: str | None, what: str, *, gone_ok: bool
-    ) -> osb.LastOperation:
-        def poll() -> osb.LastOperation:
-            return client.binding_last_operation(
-                str(p["instance_id"]),
-                str(p["binding_id"]),
-                operation=operation,
-                service_id=p["service_id"],
-                plan_id=p["plan_id"],
-            )
-
-        last = self.wait(poll, what, p)
-        if last.gone and not gone_ok:
-            raise osb.OperationFailed(what, "the broker says the binding is gone")
-        return last
-
-    def _mitigate(self, client: osb.Client, p: Mapping[str, Any]) -> str:
-        if p.get("orphan_mitigation") is False:
-            return "; orphan mitigation disabled, the binding may remain at the broker"
-        try:
-            result = client.unbind(
-                str(p["instance_id"]), str(p["binding_id"]), service_id=p["service_id"], plan_id=p["plan_id"]
-            )
-        except (osb.BrokerError, OSError) as exc:
-            return f"; orphan mitigation (unbind) failed too: {exc}"
-        return f"; orphan mitigation: unbind requested (broker answered {result.status})"
-
-
-def _platform_context() -> dict[str, Any]:
-    return {"platform": "pulumi", "project": pulumi.get_project(), "stack": pulumi.get_stack()}
-
-
-class ServiceInstance(pulumi.dynamic.Resource, module="opbroker", name="ServiceInstance"):
+class ServiceInstance(_OSBResource):
     """A service instance at any OSB broker, provisioned on create, updated in place for plan, parameter
     and context changes, deprovisioned on delete. Async operations are polled until done or ``timeout``."""
+
+    _token = schema.INSTANCE_TYPE
 
     instance_id: pulumi.Output[str]
     """The OSB instance id (generated unless given)."""
@@ -438,25 +81,22 @@ class ServiceInstance(pulumi.dynamic.Resource, module="opbroker", name="ServiceI
             "service_id": service_id,
             "plan_id": plan_id,
             "parameters": parameters,
-            "context": context if context is not None else _platform_context(),
-            "organization_guid": organization_guid or pulumi.get_organization(),
-            "space_guid": space_guid or f"{pulumi.get_project()}-{pulumi.get_stack()}",
+            "context": context,
+            "organization_guid": organization_guid,
+            "space_guid": space_guid,
             "instance_id": instance_id,
-            "api_version": api_version or osb.API_VERSION,
+            "api_version": api_version,
             "timeout": timeout,
             "poll_interval": poll_interval,
             "orphan_mitigation": orphan_mitigation,
-            "dashboard_url": None,
-            "state": None,
-            "description": None,
-            "broker_api_version": None,
         }
-        secret = pulumi.ResourceOptions(additional_secret_outputs=["broker_password"])
-        super().__init__(ServiceInstanceProvider(), resource_name, props, pulumi.ResourceOptions.merge(opts, secret))
+        super().__init__(resource_name, props, opts)
 
 
-class ServiceBinding(pulumi.dynamic.Resource, module="opbroker", name="ServiceBinding"):
+class ServiceBinding(_OSBResource):
     """A binding at any OSB broker; its credentials (and the broker password) are secret outputs."""
+
+    _token = schema.BINDING_TYPE
 
     binding_id: pulumi.Output[str]
     """The OSB binding id (generated unless given)."""
@@ -497,17 +137,11 @@ class ServiceBinding(pulumi.dynamic.Resource, module="opbroker", name="ServiceBi
             "plan_id": plan_id,
             "parameters": parameters,
             "bind_resource": bind_resource,
-            "context": context if context is not None else _platform_context(),
+            "context": context,
             "binding_id": binding_id,
-            "api_version": api_version or osb.API_VERSION,
+            "api_version": api_version,
             "timeout": timeout,
             "poll_interval": poll_interval,
             "orphan_mitigation": orphan_mitigation,
-            "credentials": None,
-            "syslog_drain_url": None,
-            "route_service_url": None,
-            "volume_mounts": None,
-            "broker_api_version": None,
         }
-        secret = pulumi.ResourceOptions(additional_secret_outputs=["credentials", "broker_password"])
-        super().__init__(ServiceBindingProvider(), resource_name, props, pulumi.ResourceOptions.merge(opts, secret))
+        super().__init__(resource_name, props, opts)

@@ -9,6 +9,7 @@ anything this module does not wrap is one ``stack.<method>`` away.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import signal
 import threading
@@ -26,6 +27,19 @@ COMMAND_DEADLINE = 900.0
 INTERRUPT_GRACE = 30.0
 
 
+def _provider_folder() -> Path:
+    """The opbroker provider plugin's folder (``PulumiPlugin.yaml`` and the executable ``pulumi-resource-opbroker``
+    beside the package ``opbroker.provider``): a path handed to the engine, no code of the provider imported."""
+    spec = importlib.util.find_spec("opbroker.provider")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the opbroker.provider package is not installed")
+    return Path(next(iter(spec.submodule_search_locations))).resolve()
+
+
+#: The opbroker provider plugin's folder: Settings' default ``packages: {opbroker: <it>}``.
+PROVIDER_FOLDER = _provider_folder()
+
+
 class EngineDeadlineError(RuntimeError):
     """An engine command ran past its deadline and was interrupted."""
 
@@ -39,7 +53,11 @@ class Settings:
     provider such as ``awskms://...``). ``engine``: the folder holding ``bin/pulumi`` (None: ``pulumi`` on
     ``PATH``). ``pulumi_home``: the engine's plugins and credentials (None: ``~/.pulumi``). ``work_dir``: where
     the workspace writes ``Pulumi.yaml`` and ``Pulumi.<stack>.yaml`` (None: a new temporary folder). ``env``: more
-    environment for the engine and the plugins it starts (e.g. ``KUBECONFIG``).
+    environment for the engine and the plugins it starts (e.g. ``KUBECONFIG``). ``packages``: the project's
+    ``packages:`` (name to a plugin folder), written into that ``Pulumi.yaml``: the engine starts a resource
+    plugin from its folder's executable ``pulumi-resource-<name>`` (default: the opbroker provider, which serves
+    ``opbroker.provider.osb_resources``' ServiceInstance and ServiceBinding), nothing on ``PATH`` or in the
+    Pulumi home.
     """
 
     backend_url: str
@@ -49,6 +67,7 @@ class Settings:
     pulumi_home: Path | None = None
     work_dir: Path | None = None
     env: Mapping[str, str] = field(default_factory=dict, repr=False)
+    packages: Mapping[str, str] = field(default_factory=lambda: {"opbroker": str(PROVIDER_FOLDER)})
 
     def environment(self) -> dict[str, str]:
         env = {"PULUMI_SKIP_UPDATE_CHECK": "true", **self.env}
@@ -62,11 +81,29 @@ class Settings:
             pulumi_home=str(self.pulumi_home) if self.pulumi_home else None,
             env_vars=self.environment(),
             secrets_provider=self.secrets_provider,
-            project_settings=auto.ProjectSettings(
-                name=project, runtime="python", backend=auto.ProjectBackend(url=self.backend_url)
+            project_settings=_ProjectSettings(
+                name=project,
+                runtime="python",
+                backend=auto.ProjectBackend(url=self.backend_url),
+                packages=dict(self.packages),
             ),
             pulumi_command=auto.PulumiCommand(root=str(self.engine)) if self.engine else None,
         )
+
+
+class _ProjectSettings(auto.ProjectSettings):
+    """``auto.ProjectSettings`` with the project's ``packages:``, which the Automation API's class does not have
+    (the engine reads it from ``Pulumi.yaml`` for every runtime, inline programs included)."""
+
+    def __init__(self, *args: Any, packages: Mapping[str, str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.packages = dict(packages)
+
+    def to_dict(self) -> dict[str, Any]:
+        written = dict(super().to_dict())
+        if self.packages:
+            written["packages"] = dict(self.packages)
+        return written
 
 
 def select_stack(

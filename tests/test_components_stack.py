@@ -92,7 +92,7 @@ def test_the_python_example_runs_with_and_without_a_broker(tmp_path: Path) -> No
     folder = REPO / "examples" / "pulumi-python"
     project = "opbroker-example-python"
     without = run_program(folder, project)
-    assert not any(r.type.startswith("pulumi-python:dynamic") for r in without.registrations)
+    assert not any(r.type.startswith("opbroker:index:Service") and "Claim" not in r.type for r in without.registrations)
     plan = without.one(PLAN_CR, "redis-small").plain_inputs()["spec"]
     assert plan["templates"][0]["content"] == (folder / "templates" / "provision.yaml.j2").read_text()
 
@@ -105,11 +105,12 @@ def test_the_python_example_runs_with_and_without_a_broker(tmp_path: Path) -> No
             f"{project}:cluster2Kubeconfig": "apiVersion: v1",
         },
     )
-    instance = with_broker.one("pulumi-python:dynamic/opbroker:ServiceInstance", "orders-cache")
-    binding = with_broker.one("pulumi-python:dynamic/opbroker:ServiceBinding", "orders-cache-app")
-    assert instance.plain_inputs()["plan_id"] == binding.plain_inputs()["plan_id"]
-    assert testing.is_secret(instance.inputs["broker_password"])
-    assert set(binding.additional_secret_outputs) == {"credentials", "broker_password"}
+    # The provider's custom resources (no dynamic provider): the wire's camelCase names, the secrets marked.
+    instance = with_broker.one("opbroker:index:ServiceInstance", "orders-cache")
+    binding = with_broker.one("opbroker:index:ServiceBinding", "orders-cache-app")
+    assert instance.plain_inputs()["planId"] == binding.plain_inputs()["planId"]
+    assert testing.is_secret(instance.inputs["brokerPassword"])
+    assert set(binding.additional_secret_outputs) == {"credentials", "brokerPassword"}
     assert with_broker.one("kubernetes:core/v1:Secret", "cluster-2-kubeconfig")
 
 

@@ -1,7 +1,7 @@
 """OSB over HTTP against the real broker *and* the real controller and demo operator, on the real control
 plane: what a platform sees. (tests/test_broker_*.py cover every error case with a stand-in controller.)
 
-Also: the Pulumi OSB resources (provider/osb_resources.py) against our own broker.
+Also: the Pulumi OSB resources (provider/osb_providers.py) against our own broker.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from opbroker.provider.osb_resources import ServiceBindingProvider, ServiceInstanceProvider
+from opbroker.provider.osb_providers import ServiceBindingProvider, ServiceInstanceProvider
 from tests.controller_support import DEMO, apply_yaml, wait_for
 
 pytestmark = pytest.mark.usefixtures("controller")

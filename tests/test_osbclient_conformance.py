@@ -15,7 +15,7 @@ import pytest
 
 from opbroker import osbclient as osb
 from opbroker.broker import bodies
-from opbroker.provider.osb_resources import ServiceBindingProvider, ServiceInstanceProvider
+from opbroker.provider.osb_providers import ServiceBindingProvider, ServiceInstanceProvider
 from tests.brokers.legacy_broker import ASYNC_PLAN, SERVICE_ID, SYNC_PLAN, LegacyBroker, serve
 
 

@@ -1,4 +1,5 @@
-"""Provisioning and binding through any OSB broker: the dynamic providers' check/diff/create/update/delete,
+"""Provisioning and binding through any OSB broker: the OSB logic of the provider's ServiceInstance and
+ServiceBinding resources (provider/osb_providers.py: check/diff/create/update/delete, called directly),
 against a small OSB broker served on 127.0.0.1 (tests/osb_fake_broker.py). The client they use
 (opbroker.osbclient) has its own tests in tests/test_osbclient.py.
 
@@ -15,7 +16,7 @@ import pytest
 from pulumi.runtime import rpc
 
 from opbroker import osbclient as osb
-from opbroker.provider.osb_resources import ServiceBindingProvider, ServiceInstanceProvider
+from opbroker.provider.osb_providers import ServiceBindingProvider, ServiceInstanceProvider
 from tests.osb_fake_broker import PLAN_ASYNC, PLAN_ASYNC_BIND, SERVICE_ID, FakeBroker, serve
 
 
@@ -325,3 +326,35 @@ def test_a_mitigation_that_cannot_reach_the_broker_is_reported_with_the_first_er
     assert "broker answered 500 (backend down)" in message
     assert "orphan mitigation (deprovision) failed too: deprovision of instance inst-1: could not reach" in message
     assert isinstance(raised.value.__cause__, osb.ServerError)
+
+
+def test_check_fills_the_defaults_every_language_gets_from_the_platform() -> None:
+    from opbroker.provider import custom
+    from opbroker.provider.osb_providers import Platform
+
+    urn = "urn:pulumi:dev::shop::opbroker:index:ServiceInstance::db"
+    assert custom.type_of(urn) == "opbroker:index:ServiceInstance"
+    assert custom.platform_of(urn) == Platform(project="shop", stack="dev")
+    news = {"broker_url": "http://b", "broker_username": "u", "service_id": "s", "plan_id": "p", "timeout": None}
+    inputs = ServiceInstanceProvider().check({}, {**news, "__provider": "pickled"}, custom.platform_of(urn)).inputs
+    assert inputs["context"] == {"platform": "pulumi", "project": "shop", "stack": "dev"}
+    assert (inputs["organization_guid"], inputs["space_guid"]) == ("shop", "shop-dev")
+    assert (inputs["api_version"], inputs["timeout"], inputs["poll_interval"]) == ("2.17", 1800.0, 2.0)
+    assert inputs["orphan_mitigation"] is True and "__provider" not in inputs
+    given = ServiceInstanceProvider().check({}, {**news, "space_guid": "mine", "timeout": 5.0}).inputs
+    assert (given["space_guid"], given["timeout"]) == ("mine", 5.0)
+    binding = ServiceBindingProvider().check({}, {**news, "instance_id": "i"}, custom.platform_of(urn)).inputs
+    assert binding["context"]["project"] == "shop" and "organization_guid" not in binding
+
+
+def test_read_keeps_an_instance_the_broker_cannot_fetch_says_so_and_drops_one_that_is_gone(
+    url: str, broker: FakeBroker, clock: FakeClock
+) -> None:
+    provider = ServiceInstanceProvider(clock=clock, sleep=clock.sleep)
+    outs = provider.create(instance_props(url, broker)).outs
+    kept = provider.read("inst-1", outs)  # this broker serves no GET of an instance: the last operation decides
+    assert kept.id == "inst-1" and kept.outs == outs
+    assert kept.note is not None and "does not serve the instance fetch" in kept.note
+    broker.instances["inst-1"].deleted, broker.gone_after_delete = True, True  # deprovisioned out of band
+    gone = provider.read("inst-1", outs)
+    assert (gone.id, gone.outs, gone.note) == ("", {}, None)

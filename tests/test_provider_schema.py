@@ -23,6 +23,7 @@ from opbroker.provider import host, schemagen
 REPO = Path(__file__).resolve().parent.parent
 PROVIDER = REPO / "provider"
 TOKENS = [f"opbroker:index:{c.__name__}" for c in COMPONENTS]
+OSB_TOKENS = ["opbroker:index:ServiceInstance", "opbroker:index:ServiceBinding"]
 
 
 @pytest.fixture(scope="module")
@@ -56,13 +57,13 @@ def test_the_plugin_serves_every_component_under_the_opbroker_name() -> None:
         plugin.terminate()
         plugin.wait(10)
     assert served["name"] == host.PACKAGE == "opbroker"
-    assert sorted(served["resources"]) == sorted(TOKENS)
+    assert sorted(served["resources"]) == sorted(TOKENS + OSB_TOKENS)
 
 
 def test_the_schema_has_every_component_with_documented_inputs(schema: dict[str, Any]) -> None:
     assert schema["name"] == "opbroker"
-    assert sorted(schema["resources"]) == sorted(TOKENS)
-    for token in TOKENS:
+    assert sorted(schema["resources"]) == sorted(TOKENS + OSB_TOKENS)
+    for token in TOKENS:  # the components (the OSB resources have a test of their own)
         resource = schema["resources"][token]
         assert resource["isComponent"] is True
         assert resource["description"]
@@ -102,6 +103,25 @@ def test_the_schema_spells_inputs_in_camel_case_with_the_right_requirements(sche
     cluster = schema["resources"]["opbroker:index:SFCluster"]["inputProperties"]
     assert "plain" not in cluster["kubeconfig"]
     assert cluster["clusterId"]["plain"] is True
+
+
+def test_the_osb_resources_are_custom_resources_with_their_secrets_marked(schema: dict[str, Any]) -> None:
+    instance, binding = (schema["resources"][token] for token in OSB_TOKENS)
+    for resource in (instance, binding):
+        assert not resource.get("isComponent")
+        assert resource["inputProperties"]["brokerPassword"]["secret"] is True
+        assert resource["properties"]["brokerPassword"]["secret"] is True
+        assert {"brokerUrl", "brokerUsername", "brokerPassword", "serviceId", "planId"} <= set(
+            resource["requiredInputs"]
+        )
+        for name, prop in resource["properties"].items():
+            assert prop.get("description"), f"{name} has no description"
+    assert binding["properties"]["credentials"]["secret"] is True
+    assert "credentials" not in binding["inputProperties"]
+    assert "instanceId" in binding["requiredInputs"] and "instanceId" not in instance["requiredInputs"]
+    assert {"dashboardUrl", "state", "brokerApiVersion", "instanceId"} <= set(instance["properties"])
+    assert instance["inputProperties"]["timeout"]["type"] == "number"
+    assert instance["inputProperties"]["parameters"]["additionalProperties"]["$ref"] == "pulumi.json#/Any"
 
 
 def test_the_checked_in_schema_is_current() -> None:

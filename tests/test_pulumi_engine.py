@@ -2,7 +2,9 @@
 of the Python root stack (examples/stack) and the Python example (examples/pulumi-python) as inline Automation API
 programs (``opbroker.stacks``: the program runs in this process, no Python language host), preview diffs of one
 plan field, errors naming the field, the policy pack through the policy protocol, the Pulumi YAML example through
-the component provider (the proof for every other language), and the Service Catalog components (Broker,
+the component provider (the proof for every other language), the OSB ServiceInstance/ServiceBinding of both
+examples against an OSB broker the test serves (provision, bind, secret credentials, unbind then deprovision on
+destroy; tests/test_pulumi_osb_resources.py has refresh and failures), and the Service Catalog components (Broker,
 Instance, Binding) against the CRDs with no controller running.
 
 Tests in this module share one stack and run in order.
@@ -48,11 +50,13 @@ from opbroker.devcluster.pulumi_engine import (
     ROOT_STACK_IMAGE,
     ROOT_STACK_NAMESPACE,
     Engine,
+    Project,
     declarations,
     escape,
     new_project,
     root_stack,
 )
+from tests.osb_fake_broker import FakeBroker, serve
 
 pytest_plugins = ["tests.pulumi_engine_support"]
 
@@ -103,6 +107,20 @@ def python_root_stack_registrations() -> set[tuple[str, str]]:
     with testing.mocked(project="opbroker", config=config_) as mocks:
         pulumi.runtime.test(program)()
     return {(r.type, r.name) for r in mocks.registrations}
+
+
+SECRET_SIG = "4dabf18193072939515e22adb298388d"
+INSTANCE_TYPE = "opbroker:index:ServiceInstance"
+BINDING_TYPE = "opbroker:index:ServiceBinding"
+
+
+def assert_unbound_then_deprovisioned(broker: FakeBroker, since: int, instance_id: str) -> None:
+    """What a destroy of an instance with one binding sent the OSB broker: the unbind, then the deprovision."""
+    deletes = [r.path for r in broker.requests[since:] if r.method == "DELETE"]
+    assert len(deletes) == 2, deletes
+    assert deletes[0].startswith(f"/v2/service_instances/{instance_id}/service_bindings/")
+    assert deletes[1] == f"/v2/service_instances/{instance_id}"
+    assert broker.bindings == {} and broker.instances[instance_id].deleted
 
 
 def urn_type_and_name(urn: str) -> tuple[str, str]:
@@ -353,16 +371,30 @@ OSB_GROUP = "osb.servicefabrik.io"
 def test_the_python_example_previews_deploys_and_destroys_as_an_inline_program(
     engine: Engine, stack: auto.Stack, api: client.ApiClient, tmp_path: Path
 ) -> None:
-    # Without brokerUrl: its OSB ServiceInstance/ServiceBinding are dynamic providers, which the engine runs
-    # only through the CLI distribution's pulumi-python plugin (they become provider resources after issue 26).
+    # With brokerUrl: its OSB ServiceInstance/ServiceBinding (the provider's custom resources, through the plugin
+    # the stack's `packages:` names) provision and bind at an OSB broker this test serves.
     kubeconfig = engine.kubeconfig.read_text()
-    example = stacks.select_stack(
-        EXAMPLE_PROJECT,
-        "test",
-        stacks.python_program(EXAMPLE),
-        engine.settings(tmp_path),
-        config={"namespace": NAMESPACE, "cluster2Kubeconfig": auto.ConfigValue(kubeconfig, secret=True)},
-    )
+    broker = FakeBroker(username="opbroker", password=PASSWORD, polls=1)
+    with serve(broker) as broker_url:
+        example = stacks.select_stack(
+            EXAMPLE_PROJECT,
+            "test",
+            stacks.python_program(EXAMPLE),
+            engine.settings(tmp_path),
+            config={
+                "namespace": NAMESPACE,
+                "cluster2Kubeconfig": auto.ConfigValue(kubeconfig, secret=True),
+                "brokerUrl": broker_url,
+                "brokerPassword": auto.ConfigValue(PASSWORD, secret=True),
+            },
+        )
+        deploy_and_destroy_the_python_example(example, api, broker, kubeconfig)
+    assert changes(stacks.preview(stack)) == []  # the root stack's own objects are untouched
+
+
+def deploy_and_destroy_the_python_example(
+    example: auto.Stack, api: client.ApiClient, broker: FakeBroker, kubeconfig: str
+) -> None:
     preview = stacks.preview(example)
     planned = {name for op, name in changes(preview) if op == "create"}
     objects = {
@@ -376,6 +408,7 @@ def test_the_python_example_previews_deploys_and_destroys_as_an_inline_program(
         assert (f"opbroker:index:{kind}", name) in planned
         assert any(t.startswith("kubernetes:") and t.endswith(f":{kind}") and n == name for t, n in planned), name
     assert ("kubernetes:core/v1:Secret", "cluster-2-kubeconfig") in planned
+    assert {(INSTANCE_TYPE, "orders-cache"), (BINDING_TYPE, "orders-cache-app")} <= planned
 
     stacks.up(example)
     custom = client.CustomObjectsApi(api)
@@ -386,13 +419,18 @@ def test_the_python_example_previews_deploys_and_destroys_as_an_inline_program(
     secret = client.CoreV1Api(api).read_namespaced_secret("2-kubeconfig", NAMESPACE)
     assert base64.b64decode(secret.data["kubeconfig"]).decode() == kubeconfig
     assert kubeconfig not in json.dumps(example.export_stack().deployment)  # a secret in the state
+    outputs = example.outputs()
+    instance_id = outputs["cacheInstance"].value
+    assert broker.instances[instance_id].body["plan_id"] == "0a4e4f5c-8d2b-4b8e-9f0e-6c7d8e9fa102"
+    assert outputs["cacheCredentials"].secret and outputs["cacheCredentials"].value["password"] == "s3cr3t"
     assert changes(stacks.preview(example)) == []
 
+    before = len(broker.requests)
     stacks.destroy(example)
+    assert_unbound_then_deprovisioned(broker, before, instance_id)
     with pytest.raises(ApiException) as gone:
         custom.get_namespaced_custom_object(OSB_GROUP, "v1alpha1", NAMESPACE, "sfplans", plan["metadata"]["name"])
     assert gone.value.status == 404
-    assert changes(stacks.preview(stack)) == []  # the root stack's own objects are untouched
 
 
 # -- 5. refresh reports drift; destroy keeps retained CRDs -----------------------------------------------------
@@ -467,10 +505,19 @@ def test_the_pulumi_yaml_example_previews_and_deploys_through_the_component_prov
     project.run("config", "set", "--secret", "brokerPassword", PASSWORD)
     project.run("config", "set", "namespace", "opbroker-yaml")
     project.run("config", "set", "awaitDeployments", "false")  # no node: the pods never start
+    # The example's ServiceInstance/ServiceBinding provision and bind at an OSB broker this test serves.
+    broker = FakeBroker(username="opbroker", password=PASSWORD, polls=1)
+    with serve(broker) as broker_url:
+        project.run("config", "set", "osbBrokerUrl", broker_url)
+        deploy_and_destroy_the_yaml_example(project, broker)
+
+
+def deploy_and_destroy_the_yaml_example(project: Project, broker: FakeBroker) -> None:
     preview = json.loads(project.run("preview", "--json").stdout)
     planned = {urn_type_and_name(s["urn"]) for s in steps(preview)}
     assert ("opbroker:index:SFPlan", "small") in planned
     assert ("kubernetes:autoscaling/v2:HorizontalPodAutoscaler", "controlPlane-broker") in planned
+    assert {(INSTANCE_TYPE, "ordersDb"), (BINDING_TYPE, "ordersApp")} <= planned
     project.up()
     # Through the component provider the engine records the ControlPlane component as what the plan needs (the
     # `namespace` output's own dependencies, its CRDs and namespace, stay inside the provider), and the output
@@ -487,7 +534,15 @@ def test_the_pulumi_yaml_example_previews_and_deploys_through_the_component_prov
     assert outputs["brokerUrl"] == "http://opbroker-broker.opbroker-yaml.svc:8080"
     assert outputs["brokerPassword"] == PASSWORD
     assert outputs["plan"] == "b7f3a3f2-5a1c-4a52-a39f-2c4e3d9a7e21"
+    instance_id = outputs["ordersDbInstanceId"]
+    put = json.loads(broker.calls("PUT", f"/service_instances/{instance_id}")[0].body)
+    assert (put["service_id"], put["plan_id"]) == ("6d4c3b8e-3e4f-4d8e-9c55-0a8f5c1d2b10", outputs["plan"])
+    assert outputs["ordersDbCredentials"]["password"] == "s3cr3t"
+    binding = next(r for r in state if r["type"] == BINDING_TYPE)
+    assert binding["outputs"]["credentials"][SECRET_SIG] and binding["outputs"]["brokerPassword"][SECRET_SIG]
+    before = len(broker.requests)
     project.run("destroy", "--yes", "--skip-preview")
+    assert_unbound_then_deprovisioned(broker, before, instance_id)
 
 
 # -- 4. the Service Catalog components: Broker, Instance, Binding (CRDs installed, no controller) ---------------

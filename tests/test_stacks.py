@@ -76,6 +76,18 @@ def test_settings_give_the_engine_the_passphrase_but_never_show_it(tmp_path: Pat
     assert options.secrets_provider == "passphrase"
 
 
+def test_settings_name_the_opbroker_provider_folder_as_a_package_of_the_project() -> None:
+    # The engine finds the plugin serving ServiceInstance/ServiceBinding through the Pulumi.yaml the workspace
+    # writes: `packages: {opbroker: <folder with pulumi-resource-opbroker>}` (nothing on PATH, nothing installed).
+    written = stacks.Settings("file:///state").workspace_options("p").project_settings
+    assert written is not None
+    packages = written.to_dict()["packages"]
+    assert packages == {"opbroker": str(Path(__file__).resolve().parent.parent / "provider")}
+    assert (Path(packages["opbroker"]) / "pulumi-resource-opbroker").is_file()
+    other = stacks.Settings("file:///state", packages={}).workspace_options("p").project_settings
+    assert other is not None and "packages" not in other.to_dict()
+
+
 #: A ``pulumi`` that answers every command at once, except a preview, which it never finishes.
 STAND_IN = """#!/bin/sh
 case "$*" in

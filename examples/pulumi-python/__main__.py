@@ -1,6 +1,7 @@
 """The opbroker components from Python: a catalog whose templates are files, a second cluster with its
 kubeconfig, a registered service and a claim on it — and, when ``brokerUrl`` is configured, an instance
-and a binding provisioned through that OSB broker (ours or anyone's).
+and a binding provisioned through that OSB broker (ours or anyone's), resources of the opbroker provider
+plugin (Pulumi.yaml's ``packages``; ``opbroker.stacks.Settings`` writes the same for inline programs).
 
     pulumi config set namespace opbroker                      # where the control plane runs
     pulumi config set --secret cluster2Kubeconfig "$(cat kubeconfig-2)"   # optional
