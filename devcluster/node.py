@@ -322,9 +322,12 @@ def _kubepods_pids() -> set[int]:
     for root in roots:
         if not root.is_dir():
             continue
-        for procs in root.rglob("cgroup.procs"):
-            with contextlib.suppress(OSError, ValueError):
-                pids.update(int(line) for line in procs.read_text().split())
+        # os.walk, not Path.rglob: cgroups vanish while pods stop, and rglob raises on a folder that went away
+        # between listing and entering it (seen in test_node); walk skips it (errors go to onerror, ignored).
+        for folder, _, names in os.walk(root, onerror=lambda _: None):
+            if "cgroup.procs" in names:
+                with contextlib.suppress(OSError, ValueError):
+                    pids.update(int(line) for line in (Path(folder) / "cgroup.procs").read_text().split())
     return pids
 
 
