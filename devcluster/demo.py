@@ -43,8 +43,13 @@ def _poll(http: httpx.Client, path: str, operation: str | None, say: Say, timeou
     raise DemoFailed(f"{path} did not finish within {timeout:.0f}s")
 
 
-def run_demo(endpoint: Endpoint, say: Say) -> None:
-    """Provision, bind, show the credentials, unbind, deprovision. Raises DemoFailed on any surprise."""
+def run_demo(endpoint: Endpoint, say: Say, *, service_name: str | None = None, namespace: str = DEMO_NAMESPACE) -> None:
+    """Provision, bind, show the credentials, unbind, deprovision. Raises DemoFailed on any surprise.
+
+    ``service_name``: the catalog's service to walk through (its first plan); None takes the catalog's first
+    service. ``namespace``: the request context's namespace (the broker must allow it; a Pulumi-deployed broker
+    allows its own namespace).
+    """
     # GUIDs, as platforms send them (most Cloud Foundry instance GUIDs start with a digit; this one always does).
     instance_id = "0" + str(uuid.uuid4())[1:]
     binding_id = str(uuid.uuid4())
@@ -52,7 +57,10 @@ def run_demo(endpoint: Endpoint, say: Say) -> None:
         base_url=endpoint.url, auth=(endpoint.username, endpoint.password), headers=HEADERS, timeout=30
     ) as http:
         catalog = _expect(http.get("/v2/catalog"), 200)
-        service = catalog["services"][0]
+        services = [s for s in catalog["services"] if service_name is None or s["name"] == service_name]
+        if not services:
+            raise DemoFailed(f"the catalog has no service named {service_name!r}")
+        service = services[0]
         plan = service["plans"][0]
         say(f"[bold]1. catalog[/bold]: service {service['name']!r}, plan {plan['name']!r}")
         ids = {"service_id": service["id"], "plan_id": plan["id"]}
@@ -62,7 +70,7 @@ def run_demo(endpoint: Endpoint, say: Say) -> None:
             **ids,
             "organization_guid": "demo-org",
             "space_guid": "demo-space",
-            "context": {"platform": "kubernetes", "namespace": DEMO_NAMESPACE},
+            "context": {"platform": "kubernetes", "namespace": namespace},
             "parameters": {"version": "16"},
         }
         accepted = _expect(
