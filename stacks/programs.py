@@ -40,8 +40,12 @@ def control_plane_with_catalog(
 ) -> Deployed:
     """Register the ControlPlane and the catalog; call it inside a Pulumi program.
 
-    Each catalog object waits for the control plane's CRDs and namespace only (``catalog_prerequisites``), not
-    for the controller and broker to be running. With ``export`` the stack exports ``namespace``, ``crds``,
+    Each catalog object depends on the control plane's CRDs and namespace (``catalog_prerequisites``) and on the
+    controller's Deployment: ``destroy`` deletes the catalog while the controller still runs, which must release
+    its finalizer on every plan an instance ever used (``opbroker.controller.plan_guard``) and on the services
+    (with the controller deleted alongside, the plans and the CRDs wait forever; seen on a node in
+    tests/test_pulumi_node.py). The price: with ``await_deployments`` the catalog is created once the controller's
+    rollout is done, not before. With ``export`` the stack exports ``namespace``, ``crds``,
     ``brokerUrl``, ``brokerUsername`` and ``brokerPassword`` (a secret), as the root stack does.
     """
     entries = list(catalog)
@@ -49,7 +53,7 @@ def control_plane_with_catalog(
     if unknown:
         raise ValueError(f"catalog components {unknown} are not one of {sorted(CATALOG_COMPONENTS)}")
     plane = ControlPlane(name, cast(ControlPlaneArgs, dict(control_plane)))
-    after_crds = pulumi.ResourceOptions(depends_on=plane.catalog_prerequisites)
+    after_crds = pulumi.ResourceOptions(depends_on=[*plane.catalog_prerequisites, plane.controller])
     declared = {
         resource: CATALOG_COMPONENTS[kind](resource, dict(args), after_crds)  # type: ignore[arg-type]
         for kind, resource, args in entries

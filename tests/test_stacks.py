@@ -34,15 +34,18 @@ CATALOG: list[stacks.CatalogEntry] = [
 ]
 
 
-def test_the_catalog_waits_for_the_crds_and_namespace_not_for_the_deployments() -> None:
+def test_the_catalog_depends_on_the_crds_namespace_and_controller_not_the_broker() -> None:
+    """The controller's Deployment too: destroy then deletes the catalog while the controller runs to release
+    its finalizers (tests/test_pulumi_node.py); the broker's is left out."""
     with testing.mocked() as mocks:
         pulumi.runtime.test(lambda: stacks.control_plane_with_catalog({"image": "opbroker:1"}, CATALOG))()
     plan = mocks.one(PLAN_CR, "db-small")
     crds = {r.urn for r in mocks.of_type("kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition")}
-    deployments = {r.urn for r in mocks.of_type("kubernetes:apps/v1:Deployment")}
+    deployments = {r.name: r.urn for r in mocks.of_type("kubernetes:apps/v1:Deployment")}
     assert crds and crds <= set(plan.dependencies)
     assert mocks.one("kubernetes:core/v1:Namespace", "opbroker-namespace").urn in plan.dependencies
-    assert deployments and not deployments & set(plan.dependencies)
+    assert deployments["opbroker-controller"] in plan.dependencies
+    assert deployments["opbroker-broker"] not in plan.dependencies
 
 
 def test_a_catalog_component_other_than_sfservice_or_sfplan_is_refused_before_anything_registers() -> None:
