@@ -184,7 +184,6 @@ def _location(plan: str, kind: wire.Kind) -> dict[str, str]:
 @router.post("/plans/{plan}/preview", status_code=202, summary="Preview a plan change, per instance")
 def start_preview(plan: PlanName, body: PreviewBody, request: Request) -> JSONResponse:
     admin = admin_of(request)
-    _known(admin, plan)
     wanted = wire.PreviewRequest(
         plan=plan,
         proposed=body.proposed,
@@ -201,6 +200,7 @@ def start_preview(plan: PlanName, body: PreviewBody, request: Request) -> JSONRe
             errors.http_body(413, f"the proposed plan takes {size} bytes; at most {wire.MAX_PLAN_BYTES}"),
             status_code=413,
         )
+    _known(admin, plan)
     admin.submit(wire.Kind.PREVIEW, wanted)
     return JSONResponse(
         {"phase": wire.Phase.PENDING.value},

@@ -105,6 +105,9 @@ def _admin_authenticator(settings: Settings, api_client: client.ApiClient, osb: 
 
 def create_app(settings: Settings, api_client: client.ApiClient) -> FastAPI:
     """The broker app for one process. Credentials are checked now, so a misconfiguration stops start-up."""
+    secret = settings.admin_credentials_secret
+    if secret is not None and secret == settings.credentials_secret:
+        raise ConfigurationError("--admin-credentials-secret must not be the OSB credentials Secret")
     authenticator = Authenticator(settings, api_client)
     authenticator.verify()
     admin_authenticator = _admin_authenticator(settings, api_client, authenticator)

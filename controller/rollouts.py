@@ -458,6 +458,10 @@ def update_instances(
             meta = instance["metadata"]
             if not dry_run:
                 pacer.wait()
+                if should_stop():  # asked again: the wait may have been long
+                    result.stopped = True
+                    progress(result)
+                    return result
                 if not _mark(kube, instance, plan_id=plan_id, plan_hash=plan_hash, only_outdated=only_outdated):
                     result.skipped[Skip.BUSY] += 1
                     continue
