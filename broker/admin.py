@@ -86,17 +86,16 @@ class Admin:
             if exc.status == 404:
                 return None
             raise
-        return {
-            "metadata": {"name": found.metadata.name, "resourceVersion": found.metadata.resource_version},
-            "data": dict(found.data or {}),
-        }
+        meta = found.metadata or client.V1ObjectMeta()
+        data = dict(found.data or {})
+        return {"metadata": {"name": meta.name, "resourceVersion": meta.resource_version}, "data": data}
 
     def submit(self, kind: wire.Kind, request: wire.PreviewRequest | wire.RolloutRequest) -> None:
         """Record ``request``; one left by an earlier request of the plan is replaced when it may be (a preview
         always, a rollout once finished), else 409."""
         manifest = wire.configmap(kind, self.namespace, request)
         try:
-            self.core.create_namespaced_config_map(self.namespace, manifest)
+            self.core.create_namespaced_config_map(self.namespace, _typed(manifest))
             return
         except ApiException as exc:
             if exc.status != 409:
@@ -112,7 +111,7 @@ class Admin:
                 )
         manifest["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
         try:
-            self.core.replace_namespaced_config_map(manifest["metadata"]["name"], self.namespace, manifest)
+            self.core.replace_namespaced_config_map(manifest["metadata"]["name"], self.namespace, _typed(manifest))
         except ApiException as exc:
             if exc.status in (404, 409):
                 raise errors.BrokerError(errors.Reason.CONFLICT, "another request changed it meanwhile") from None
@@ -154,6 +153,19 @@ class Admin:
 
     def _retry(self, finished: bool) -> dict[str, str] | None:
         return None if finished else {"Retry-After": str(self.retry_after)}
+
+
+def _typed(manifest: dict[str, Any]) -> client.V1ConfigMap:
+    meta = manifest["metadata"]
+    return client.V1ConfigMap(
+        metadata=client.V1ObjectMeta(
+            name=meta["name"],
+            namespace=meta["namespace"],
+            labels=meta["labels"],
+            resource_version=meta.get("resourceVersion"),
+        ),
+        data=manifest["data"],
+    )
 
 
 def _readable(read: Any) -> Any:

@@ -26,7 +26,7 @@ from opbroker.api.catalog import SFPlan
 from opbroker.api.meta import ResourceRef
 from opbroker.controller import rollouts
 from opbroker.controller.catalog import spec_hash
-from opbroker.controller.kube import Kube
+from opbroker.controller.kube import PLANS, Kube
 from opbroker.rendering import Renderer
 
 log = logging.getLogger("opbroker.controller.admin")
@@ -115,7 +115,7 @@ class AdminRequests:
 
     def preview(self, request: wire.PreviewRequest) -> wire.PreviewAnswer:
         """One page of per-instance diffs for ``request``."""
-        current = self.kube.get_custom(rollouts.PLANS, self.namespace, request.plan)
+        current = self.kube.get_custom(PLANS, self.namespace, request.plan)
         if current is None:
             return wire.PreviewAnswer(phase=wire.Phase.FAILED, message=f"no SFPlan {request.plan!r}")
         try:
@@ -196,7 +196,7 @@ class AdminRequests:
         if request.cancelled:
             self._answer(obj, wire.RolloutAnswer(phase=wire.Phase.CANCELLED, message=note, updated_at=_now()))
             return
-        plan = self.kube.get_custom(rollouts.PLANS, self.namespace, request.plan)
+        plan = self.kube.get_custom(PLANS, self.namespace, request.plan)
         if plan is None:
             self._answer(
                 obj,
