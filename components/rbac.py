@@ -264,8 +264,8 @@ def writes_beyond_own(rules: Sequence[Rule]) -> list[Rule]:
 
 
 def controller_namespace_rules(lease: str = LEADER_LEASE) -> list[Rule]:
-    """The controller's Role in the control-plane namespace: leader election through one Lease. Creating
-    cannot be limited to a name; reading and renewing can."""
+    """The controller's Role in the control-plane namespace: leader election through one Lease (creating cannot
+    be limited to a name; reading and renewing can), and the admin API's requests, ConfigMaps named per plan."""
     return [
         Rule(("coordination.k8s.io",), ("leases",), ("create",)),
         Rule(("coordination.k8s.io",), ("leases",), ("get", "update"), resource_names=(lease,)),
