@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from kubernetes.client.exceptions import ApiException
+
 from opbroker.api import adminrequests as wire
 from opbroker.api.catalog import SFPlan
 from opbroker.api.meta import ResourceRef
@@ -111,7 +113,12 @@ class AdminRequests:
             return
         if request is None:
             return
-        self._answer(obj, self.preview(request))
+        try:
+            answer = self.preview(request)
+        except Exception as exc:  # answered, not retried every pass: the admin asks again
+            log.warning("preview of plan %s failed: %s", request.plan, type(exc).__name__)
+            answer = wire.PreviewAnswer(phase=wire.Phase.FAILED, message=_failure(exc))
+        self._answer(obj, answer)
 
     def preview(self, request: wire.PreviewRequest) -> wire.PreviewAnswer:
         """One page of per-instance diffs for ``request``."""
@@ -232,9 +239,7 @@ class AdminRequests:
             )
         except Exception as exc:
             log.warning("rollout of plan %s failed: %s", request.plan, type(exc).__name__)
-            self._answer(
-                obj, answer(rollouts.UpdateReport(), wire.Phase.FAILED, _short(f"{type(exc).__name__}: {exc}"))
-            )
+            self._answer(obj, answer(rollouts.UpdateReport(), wire.Phase.FAILED, _failure(exc)))
             return
         self._answer(obj, answer(report, wire.Phase.CANCELLED if report.stopped else wire.Phase.SUCCEEDED))
 
@@ -274,6 +279,14 @@ class _CancelCheck:
             if left <= 0:
                 return
             self._sleep(min(left, CANCEL_CHECK_SECONDS))
+
+
+def _failure(exc: Exception) -> str | None:
+    """What went wrong, for the answer: a Kubernetes error by status and reason only (its body may echo what
+    was sent or read)."""
+    if isinstance(exc, ApiException):
+        return f"Kubernetes API error {exc.status} {exc.reason}"
+    return _short(f"{type(exc).__name__}: {exc}")
 
 
 def _short(text: str | None, limit: int = 2048) -> str | None:
