@@ -97,11 +97,22 @@ class AdminRequests:
 
     # -- preview ----------------------------------------------------------------------------------------
 
-    def _answer(self, obj: dict[str, Any], answer: wire.PreviewAnswer | wire.RolloutAnswer) -> None:
+    def _answer(
+        self, obj: dict[str, Any], answer: wire.PreviewAnswer | wire.RolloutAnswer, *, guarded: bool = False
+    ) -> None:
+        """Write ``answer``; ``guarded``: only onto the version of the request it answers (a preview replaced
+        while it was rendered is answered at the next pass, not with the old one's diffs)."""
         text = answer.to_json()
         if len(text.encode()) > wire.MAX_ANSWER_BYTES:  # cannot happen within the limits; never write past them
             text = type(answer)(phase=wire.Phase.FAILED, message="the answer exceeds its size limit").to_json()
-        self.kube.merge_patch(_ref(self.namespace, obj["metadata"]["name"]), {"data": {wire.ANSWER_KEY: text}})
+        patch: dict[str, Any] = {"data": {wire.ANSWER_KEY: text}}
+        if guarded:
+            patch["metadata"] = {"resourceVersion": obj["metadata"]["resourceVersion"]}
+        try:
+            self.kube.merge_patch(_ref(self.namespace, obj["metadata"]["name"]), patch)
+        except ApiException as exc:
+            if not (guarded and exc.status == 409):
+                raise
 
     def _preview(self, obj: dict[str, Any]) -> None:
         try:
@@ -109,7 +120,7 @@ class AdminRequests:
                 return
             request = wire.preview_request(obj)
         except wire.Unreadable as exc:
-            self._answer(obj, wire.PreviewAnswer(phase=wire.Phase.FAILED, message=str(exc)))
+            self._answer(obj, wire.PreviewAnswer(phase=wire.Phase.FAILED, message=str(exc)), guarded=True)
             return
         if request is None:
             return
@@ -118,7 +129,7 @@ class AdminRequests:
         except Exception as exc:  # answered, not retried every pass: the admin asks again
             log.warning("preview of plan %s failed: %s", request.plan, type(exc).__name__)
             answer = wire.PreviewAnswer(phase=wire.Phase.FAILED, message=_failure(exc))
-        self._answer(obj, answer)
+        self._answer(obj, answer, guarded=True)
 
     def preview(self, request: wire.PreviewRequest) -> wire.PreviewAnswer:
         """One page of per-instance diffs for ``request``."""
