@@ -34,7 +34,7 @@ from starlette.routing import Match, Route
 
 from opbroker.api.errors import field_path
 from opbroker.api.selectors import SelectorError
-from opbroker.broker import bodies, errors, headers, routes
+from opbroker.broker import admin, bodies, errors, headers, routes
 from opbroker.broker.authentication import Authenticator, ConfigurationError
 from opbroker.broker.bodylimit import BodySizeLimit
 from opbroker.broker.locating import NamespaceIndex
@@ -86,10 +86,31 @@ def _endpoint(candidates: Sequence[Route], request: Request) -> str:
     return str(getattr(route, "path", "unmatched"))
 
 
+def _admin_authenticator(settings: Settings, api_client: client.ApiClient, osb: Authenticator) -> Authenticator | None:
+    """The admin API's credentials (None: it is not served). Refused when they are the OSB platform's: the
+    platform may provision, it must not re-render every instance of a plan."""
+    if not settings.admin_enabled:
+        return None
+    if (
+        settings.admin_credentials_secret is not None
+        and settings.admin_credentials_secret == settings.credentials_secret
+    ):
+        raise ConfigurationError("--admin-credentials-secret must not be the OSB credentials Secret")
+    checked = Authenticator(settings.admin_credentials(), api_client)
+    checked.verify()
+    if checked.expected() == osb.expected():
+        raise ConfigurationError("the admin credentials must differ from the OSB credentials")
+    return checked
+
+
 def create_app(settings: Settings, api_client: client.ApiClient) -> FastAPI:
     """The broker app for one process. Credentials are checked now, so a misconfiguration stops start-up."""
+    secret = settings.admin_credentials_secret
+    if secret is not None and secret == settings.credentials_secret:
+        raise ConfigurationError("--admin-credentials-secret must not be the OSB credentials Secret")
     authenticator = Authenticator(settings, api_client)
     authenticator.verify()
+    admin_authenticator = _admin_authenticator(settings, api_client, authenticator)
     index = NamespaceIndex(api_client, (Kind.INSTANCE, Kind.BINDING)) if settings.namespace_index else None
     repository = Repository(api_client, settings, index)
 
@@ -128,6 +149,9 @@ def create_app(settings: Settings, api_client: client.ApiClient) -> FastAPI:
     except SelectorError as exc:
         raise ConfigurationError(f"--allowed-namespace-selector: {exc}") from None
     app.include_router(routes.router)
+    if admin_authenticator is not None:
+        app.state.admin = admin.Admin(api_client, settings.namespace, settings.retry_after)
+        app.include_router(admin.router)
     metrics_need_credentials = settings.metrics_port is None and settings.metrics_authentication
     # Added before the edge middleware below, so it runs inside it: credentials and version first, then size.
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
@@ -138,7 +162,11 @@ def create_app(settings: Settings, api_client: client.ApiClient) -> FastAPI:
         identity = headers.request_identity(request.headers.get(headers.REQUEST_IDENTITY_HEADER))
         try:
             osb = request.url.path.startswith("/v2/") or request.url.path == "/v2"
-            if osb or (metrics_need_credentials and request.url.path == METRICS):
+            if admin_authenticator is not None and request.url.path.startswith(admin.PREFIX + "/"):
+                authorized = await run_in_threadpool(admin_authenticator.check, request.headers.get("authorization"))
+                if not authorized:
+                    raise errors.BrokerError(errors.Reason.UNAUTHORIZED, "valid admin credentials are required")
+            elif osb or (metrics_need_credentials and request.url.path == METRICS):
                 authorized = await run_in_threadpool(authenticator.check, request.headers.get("authorization"))
                 if not authorized:
                     raise errors.BrokerError(errors.Reason.UNAUTHORIZED, "valid basic-auth credentials are required")
@@ -218,7 +246,9 @@ def create_app(settings: Settings, api_client: client.ApiClient) -> FastAPI:
 
     # Every route is declared now: the templates the metrics count by name (the middleware, the lifespan and
     # /metrics above use these two once requests come).
-    candidates = [route for route in (*app.router.routes, *routes.router.routes) if isinstance(route, Route)]
+    candidates = [
+        route for route in (*app.router.routes, *routes.router.routes, *admin.router.routes) if isinstance(route, Route)
+    ]
     metrics = Metrics(route.path for route in candidates)
     app.state.metrics = metrics
     app.state.index = index

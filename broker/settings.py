@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 
@@ -12,6 +13,8 @@ from opbroker.broker.readiness import DEFAULT_DEADLINE
 
 USERNAME_ENV = "OPBROKER_BROKER_USERNAME"
 PASSWORD_ENV = "OPBROKER_BROKER_PASSWORD"
+ADMIN_USERNAME_ENV = "OPBROKER_ADMIN_USERNAME"
+ADMIN_PASSWORD_ENV = "OPBROKER_ADMIN_PASSWORD"
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,26 @@ class Settings:
     """How long an accepted deprovision waits, before its DELETE, for the bindings whose binds lost the race to
     it (withdrawn, held by the controller's finalizer) to be gone (see :mod:`opbroker.broker.effects`)."""
 
+    admin_credentials_secret: str | None = None
+    """Secret (in ``namespace``) with ``username``/``password`` keys for the admin API (``/admin``,
+    :mod:`opbroker.broker.admin`); they must differ from the OSB credentials. Neither this nor
+    ``admin_username``/``admin_password``: the admin API is not served (404)."""
+    admin_username: str | None = None
+    admin_password: str | None = None
+
+    @property
+    def admin_enabled(self) -> bool:
+        return self.admin_credentials_secret is not None or bool(self.admin_username and self.admin_password)
+
+    def admin_credentials(self) -> Settings:
+        """These settings with the admin credentials in the OSB credentials' place (for an ``Authenticator``)."""
+        return dataclasses.replace(
+            self,
+            credentials_secret=self.admin_credentials_secret,
+            username=self.admin_username,
+            password=self.admin_password,
+        )
+
     @property
     def trusted_namespaces(self) -> tuple[str, ...]:
         """Where the catalog is read from (:func:`opbroker.api.conventions.catalog_namespaces`)."""
@@ -83,4 +106,6 @@ class Settings:
         """Settings with basic-auth credentials taken from the environment when not given."""
         values.setdefault("username", os.environ.get(USERNAME_ENV) or None)
         values.setdefault("password", os.environ.get(PASSWORD_ENV) or None)
+        values.setdefault("admin_username", os.environ.get(ADMIN_USERNAME_ENV) or None)
+        values.setdefault("admin_password", os.environ.get(ADMIN_PASSWORD_ENV) or None)
         return cls(**values)  # type: ignore[arg-type]

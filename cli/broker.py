@@ -63,6 +63,13 @@ def serve(
             "(else OPBROKER_BROKER_USERNAME / OPBROKER_BROKER_PASSWORD)."
         ),
     ] = None,
+    admin_credentials_secret: Annotated[
+        str | None,
+        typer.Option(
+            help="Secret in --namespace with 'username'/'password' for the admin API under /admin (else "
+            "OPBROKER_ADMIN_USERNAME / OPBROKER_ADMIN_PASSWORD; neither: no admin API). Must differ from the OSB ones."
+        ),
+    ] = None,
     sync_timeout: Annotated[float, typer.Option(help="Seconds a synchronous plan's request waits.")] = 60.0,
     retry_after: Annotated[int, typer.Option(help="Retry-After seconds sent while operations are pending.")] = 5,
     max_body_bytes: Annotated[
@@ -107,6 +114,7 @@ def serve(
         allowed_namespaces=tuple(allowed_namespace or ()),
         allowed_namespace_selector=allowed_namespace_selector,
         credentials_secret=credentials_secret,
+        admin_credentials_secret=admin_credentials_secret,
         sync_timeout=sync_timeout,
         retry_after=retry_after,
         max_body_bytes=max_body_bytes,

@@ -40,49 +40,6 @@ def _kube(kubeconfig: str | None) -> Any:
     return Kube(api_client_for(kubeconfig))
 
 
-def _find_plan(kube: Any, namespace: str, wanted: str) -> dict[str, Any] | None:
-    from opbroker.controller.kube import PLANS
-
-    for plan in kube.list_custom(PLANS, namespace):
-        spec = plan.get("spec") or {}
-        if wanted in (plan["metadata"]["name"], spec.get("id"), spec.get("name")):
-            found: dict[str, Any] = plan
-            return found
-    return None
-
-
-def _service(kube: Any, namespace: str, service_id: str) -> dict[str, Any] | None:
-    from opbroker.controller.kube import SERVICES
-
-    return next(
-        (s for s in kube.list_custom(SERVICES, namespace) if (s.get("spec") or {}).get("id") == service_id), None
-    )
-
-
-def _cluster_kubes(kube: Any, namespace: str) -> Any:
-    """Instance cluster id → the API holding its registry and sources (the master for "" and "1")."""
-    from opbroker.controller.multicluster.clusters import CLUSTERS, KUBECONFIG_KEY
-    from opbroker.controller.multicluster.scheduling import MASTER
-    from opbroker.controller.multicluster.sisters import SisterKube, client_from_kubeconfig
-    from opbroker.controller.rollouts import decode_kubeconfig
-
-    cache: dict[str, Any] = {"": kube, MASTER: kube}
-
-    def lookup(cluster: str) -> Any:
-        if cluster not in cache:
-            sfcluster = kube.get_custom(CLUSTERS, namespace, cluster)
-            if sfcluster is None:
-                raise LookupError(f"no SFCluster {cluster!r} in namespace {namespace!r}")
-            secret = kube.read_secret(namespace, sfcluster["spec"]["secretRef"])
-            text = decode_kubeconfig(secret, KUBECONFIG_KEY)
-            if text is None:
-                raise LookupError(f"the Secret {namespace}/{sfcluster['spec']['secretRef']} holds no kubeconfig")
-            cache[cluster] = SisterKube(client_from_kubeconfig(text))
-        return cache[cluster]
-
-    return lookup
-
-
 @app.command()
 def diff(
     new_plan: Annotated[Path, typer.Argument(help="The changed SFPlan (may carry its SFService too).")],
@@ -107,33 +64,22 @@ def diff(
         raise typer.Exit(1) from None
     kube = _kube(kubeconfig)
     plan_id = proposed.spec.id
-    current_body = _find_plan(kube, namespace, plan_id)
+    current_body = rollouts.find_plan(kube, namespace, plan_id)
     if current_body is None:
         err.print(f"[red]error:[/red] plan {plan_id!r} is not in namespace {namespace!r}: nothing to compare with")
         raise typer.Exit(1)
-    from opbroker.api.catalog import SFPlan
-
-    current = SFPlan.model_validate(current_body)
-    proposed_body = {**proposed.to_manifest(), "metadata": {**current_body["metadata"]}}
-    service = _service(kube, namespace, current.spec.service_id)
-    renderer = Renderer()
     diffs = []
-    for subject in rollouts.subjects(
+    for found in rollouts.previews(
         kube,
-        plan_id,
-        namespace=instance_namespace,
-        service=service,
-        cluster_kube=_cluster_kubes(kube, namespace),
+        Renderer(),
+        namespace=namespace,
         registry_namespace=registry_namespace or namespace,
+        current_body=current_body,
+        proposed=proposed,
+        proposed_service=proposed_service,
+        instance_namespace=instance_namespace,
+        context=context,
     ):
-        found = rollouts.preview(
-            renderer,
-            subject,
-            current=(current, current_body),
-            proposed=(proposed, proposed_body),
-            proposed_service=proposed_service,
-            context=context,
-        )
         diffs.append(found)
         where = f"{found.namespace}/{found.name}"
         if found.change is rollouts.Change.CHANGED:
@@ -171,7 +117,7 @@ def update_instances(
     from opbroker.controller.catalog import spec_hash
 
     kube = _kube(kubeconfig)
-    body = _find_plan(kube, namespace, plan)
+    body = rollouts.find_plan(kube, namespace, plan)
     if body is None:
         err.print(f"[red]error:[/red] no plan {plan!r} in namespace {namespace!r}")
         raise typer.Exit(1)

@@ -264,11 +264,13 @@ def writes_beyond_own(rules: Sequence[Rule]) -> list[Rule]:
 
 
 def controller_namespace_rules(lease: str = LEADER_LEASE) -> list[Rule]:
-    """The controller's Role in the control-plane namespace: leader election through one Lease. Creating
-    cannot be limited to a name; reading and renewing can."""
+    """The controller's Role in the control-plane namespace: leader election through one Lease (creating cannot
+    be limited to a name; reading and renewing can), and the admin API's requests, ConfigMaps named per plan."""
     return [
         Rule(("coordination.k8s.io",), ("leases",), ("create",)),
         Rule(("coordination.k8s.io",), ("leases",), ("get", "update"), resource_names=(lease,)),
+        # The admin API's requests (opbroker.api.adminrequests): read them, write their answers.
+        Rule(("",), ("configmaps",), ("get", "list", "watch", "patch")),
     ]
 
 
@@ -285,7 +287,12 @@ def broker_rules(*, request_rules: bool = True) -> list[Rule]:
     and read credentials Secrets there."""
     catalog = (SFService.PLURAL, SFPlan.PLURAL)
     group = SFService.GROUP
-    rules = [Rule((group,), catalog, READ_VERBS), Rule(("",), ("secrets",), ("get",))]
+    rules = [
+        Rule((group,), catalog, READ_VERBS),
+        Rule(("",), ("secrets",), ("get",)),
+        # The admin API's requests (opbroker.broker.admin): recorded here, answered by the controller.
+        Rule(("",), ("configmaps",), ("get", "create", "update", "patch")),
+    ]
     return rules + (broker_cluster_rules() if request_rules else [])
 
 

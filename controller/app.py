@@ -13,13 +13,14 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import threading
 from typing import Any
 
 import kopf
 from kubernetes import client
 
 from opbroker.api.conventions import LABEL_MANAGED_BY, MANAGED_BY, catalog_id, resource_name
-from opbroker.controller import decisions, identities, metrics, registry_sweep, trim
+from opbroker.controller import admin_requests, decisions, identities, metrics, registry_sweep, trim
 from opbroker.controller.bindings import BindingReconciler
 from opbroker.controller.catalog import Catalog
 from opbroker.controller.catalog_entries import PlanEntryReconciler, ServiceEntryReconciler
@@ -100,6 +101,7 @@ class Controller:
         self._fingerprints: PerKey[tuple[Any, ...]] = memories.keep(PerKey())
         self._trimmer: asyncio.Task[None] | None = None
         self._housekeeper: asyncio.Task[None] | None = None
+        self._admin_stop: threading.Event | None = None
 
     def namespace_door(self, namespace: str) -> Kube:
         """Where writes into a consumer's namespace go for no plan: its ``opbroker`` account (issue 24)."""
@@ -122,6 +124,13 @@ class Controller:
         )
         if self.multicluster is not None:
             self.multicluster.start()
+        # The admin API's previews and rollouts, written by the broker into the control-plane namespace.
+        self._admin_stop = admin_requests.AdminRequests(
+            self.kube,
+            namespace=self.settings.namespace,
+            registry_namespace=self.settings.registries_namespace,
+            renderer=lambda: self.renderer,
+        ).start()
 
     def load_catalog(self) -> None:
         """Read every SFService and SFPlan of the trusted namespaces once, before the first reconcile.
@@ -137,6 +146,8 @@ class Controller:
                 self.catalog.upsert_plan(body)
 
     async def stop(self) -> None:
+        if self._admin_stop is not None:
+            self._admin_stop.set()
         for task in (self._trimmer, self._housekeeper):
             if task is not None:
                 task.cancel()

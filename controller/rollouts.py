@@ -33,7 +33,7 @@ from opbroker.api.meta import ResourceRef
 from opbroker.api.osb import OperationState
 from opbroker.controller import registries
 from opbroker.controller.decisions import is_deleting
-from opbroker.controller.kube import INSTANCES, Kube, json_object
+from opbroker.controller.kube import INSTANCES, PLANS, SERVICES, Kube, json_object
 from opbroker.rendering import Renderer, RenderError, RenderInputs
 from opbroker.rendering.output import RenderedObject
 
@@ -229,16 +229,21 @@ def subjects(
     cluster_kube: Callable[[str], Kube],
     registry_namespace: str,
     page_size: int = 200,
+    after: str | None = None,
 ) -> Iterator[Subject]:
     """The plan's instances (not being deleted) with their registries and a live-sources fetcher.
 
     ``cluster_kube`` gives the API of the cluster an instance is placed on (its registry and the objects
     its templates read live there); it may raise, and the instance is then reported, not skipped.
     ``registry_namespace``: where the controller keeps registries there (its ``--registry-namespace``).
+    ``after``: only the instances after this ``namespace/name`` in the API server's list order (its storage key
+    order, which is this string's), a cursor for pages of previews.
     """
     for page in pages(kube, namespace=namespace, limit=page_size):
         for instance in page:
             if (instance.get("spec") or {}).get("planId") != plan_id or is_deleting(instance):
+                continue
+            if after is not None and f"{instance['metadata']['namespace']}/{instance['metadata']['name']}" <= after:
                 continue
             cluster = (instance.get("spec") or {}).get("clusterId") or ""
             try:
@@ -268,6 +273,82 @@ def _nothing(refs: dict[str, ResourceRef]) -> dict[str, dict[str, Any] | None]:
 def decode_kubeconfig(secret: dict[str, Any] | None, key: str = "kubeconfig") -> str | None:
     encoded = ((secret or {}).get("data") or {}).get(key)
     return base64.b64decode(encoded).decode("utf-8") if encoded else None
+
+
+def find_plan(kube: Kube, namespace: str, wanted: str) -> dict[str, Any] | None:
+    """The SFPlan of ``namespace`` whose name, OSB id or OSB name is ``wanted``."""
+    for plan in kube.list_custom(PLANS, namespace):
+        spec = plan.get("spec") or {}
+        if wanted in (plan["metadata"]["name"], spec.get("id"), spec.get("name")):
+            found: dict[str, Any] = plan
+            return found
+    return None
+
+
+def find_service(kube: Kube, namespace: str, service_id: str) -> dict[str, Any] | None:
+    return next(
+        (s for s in kube.list_custom(SERVICES, namespace) if (s.get("spec") or {}).get("id") == service_id), None
+    )
+
+
+def cluster_kubes(kube: Kube, namespace: str) -> Callable[[str], Kube]:
+    """Instance cluster id → the API holding its registry and sources (the master for "" and "1")."""
+    from opbroker.controller.multicluster.clusters import CLUSTERS, KUBECONFIG_KEY
+    from opbroker.controller.multicluster.scheduling import MASTER
+    from opbroker.controller.multicluster.sisters import SisterKube, client_from_kubeconfig
+
+    cache: dict[str, Kube] = {"": kube, MASTER: kube}
+
+    def lookup(cluster: str) -> Kube:
+        if cluster not in cache:
+            sfcluster = kube.get_custom(CLUSTERS, namespace, cluster)
+            if sfcluster is None:
+                raise LookupError(f"no SFCluster {cluster!r} in namespace {namespace!r}")
+            secret = kube.read_secret(namespace, sfcluster["spec"]["secretRef"])
+            text = decode_kubeconfig(secret, KUBECONFIG_KEY)
+            if text is None:
+                raise LookupError(f"the Secret {namespace}/{sfcluster['spec']['secretRef']} holds no kubeconfig")
+            cache[cluster] = SisterKube(client_from_kubeconfig(text))
+        return cache[cluster]
+
+    return lookup
+
+
+def previews(
+    kube: Kube,
+    renderer: Renderer,
+    *,
+    namespace: str,
+    registry_namespace: str,
+    current_body: dict[str, Any],
+    proposed: SFPlan,
+    proposed_service: dict[str, Any] | None,
+    instance_namespace: str | None,
+    context: int = 3,
+    after: str | None = None,
+) -> Iterator[InstanceDiff]:
+    """:func:`preview` for each instance of the plan ``current_body`` (in list order, namespace then name):
+    what ``opbroker plan diff`` prints and the admin API's preview answers."""
+    current = SFPlan.model_validate(current_body)
+    proposed_body = {**proposed.to_manifest(), "metadata": {**current_body["metadata"]}}
+    service = find_service(kube, namespace, current.spec.service_id)
+    for subject in subjects(
+        kube,
+        current.spec.id,
+        namespace=instance_namespace,
+        service=service,
+        cluster_kube=cluster_kubes(kube, namespace),
+        registry_namespace=registry_namespace,
+        after=after,
+    ):
+        yield preview(
+            renderer,
+            subject,
+            current=(current, current_body),
+            proposed=(proposed, proposed_body),
+            proposed_service=proposed_service,
+            context=context,
+        )
 
 
 # -- mass update ---------------------------------------------------------------------------------------------
@@ -336,6 +417,8 @@ class UpdateReport:
     pages: int = 0
     unsettled: list[tuple[str, str]] = field(default_factory=list)
     """Marked instances still busy when ``wait`` timed out."""
+    stopped: bool = False
+    """``should_stop`` said so before every instance was seen (the admin API's cancel)."""
 
 
 def update_instances(
@@ -350,15 +433,22 @@ def update_instances(
     dry_run: bool = False,
     wait: float | None = None,
     report: Callable[[str], None] = lambda _line: None,
+    should_stop: Callable[[], bool] = lambda: False,
+    progress: Callable[[UpdateReport], None] = lambda _report: None,
 ) -> UpdateReport:
     """Mark the plan's instances for re-render, ``batch_size`` per page; ``wait`` seconds per page for them
-    to finish (None: do not wait)."""
+    to finish (None: do not wait). ``should_stop`` is asked before each mark (the admin API's cancel: what
+    is marked stays marked), ``progress`` is told the counts after each page."""
     result = UpdateReport()
     seen: set[tuple[str, str]] = set()
     for page in pages(kube, namespace=namespace, limit=batch_size):
         result.pages += 1
         batch: list[tuple[str, str]] = []
         for instance in page:
+            if should_stop():
+                result.stopped = True
+                progress(result)
+                return result
             reason = verdict(instance, plan_id=plan_id, plan_hash=plan_hash, only_outdated=only_outdated, marked=seen)
             if reason is Skip.OTHER_PLAN:
                 continue
@@ -368,6 +458,10 @@ def update_instances(
             meta = instance["metadata"]
             if not dry_run:
                 pacer.wait()
+                if should_stop():  # asked again: the wait may have been long
+                    result.stopped = True
+                    progress(result)
+                    return result
                 if not _mark(kube, instance, plan_id=plan_id, plan_hash=plan_hash, only_outdated=only_outdated):
                     result.skipped[Skip.BUSY] += 1
                     continue
@@ -379,6 +473,7 @@ def update_instances(
             report(f"page {result.pages}: {verb} {len(batch)}: " + ", ".join(f"{ns}/{name}" for ns, name in batch))
         if batch and wait is not None and not dry_run:
             result.unsettled += _settle(kube, batch, timeout=wait)
+        progress(result)
     return result
 
 

@@ -242,6 +242,8 @@ def test_controller_leader_election_role_is_namespaced_to_leases(default: Any) -
             "verbs": ["get", "update"],
             "resourceNames": ["opbroker-controller"],
         },
+        # The admin API's requests (issue 29): read there, answered there.
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch", "patch"]},
     ]
 
 
@@ -264,6 +266,7 @@ def test_controller_keeps_registries_in_its_namespace_with_its_own_role(default:
 BROKER_CATALOG_RULES = [
     {"apiGroups": ["osb.servicefabrik.io"], "resources": ["sfservices", "sfplans"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]},
+    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "update", "patch"]},
 ]
 BROKER_REQUEST_RULES = [
     {
@@ -345,7 +348,7 @@ def test_broker_allowed_namespaces_become_flags_and_a_selector_may_read_namespac
 def test_no_rule_anywhere_grants_everything(default: Any) -> None:
     mocks, _ = default
     rules = [rule for t in (CLUSTER_ROLE, ROLE) for r in mocks.of_type(t) for rule in r.plain_inputs()["rules"]]
-    assert len(rules) == 36
+    assert len(rules) == 38  # two for the admin API's requests (issue 29)
     for rule in rules:
         assert not rbac.grants_everything(rule)
         assert "*" not in rule["verbs"] and "*" not in rule["resources"] and "*" not in rule["apiGroups"]
