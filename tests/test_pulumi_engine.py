@@ -253,7 +253,26 @@ def test_wait_for_ready_completes_once_the_controller_reports_the_catalog_ready(
         assert live["metadata"]["annotations"]["pulumi.com/waitFor"] == "condition=Ready"
         ready = next(c for c in live["status"]["conditions"] if c["type"] == "Ready")
         assert ready["status"] == "True"
+    release_guards_of_a_controller_gone_for_good(custom)
     stacks.up(stack)
+
+
+def release_guards_of_a_controller_gone_for_good(custom: client.CustomObjectsApi) -> None:
+    """The controller ran for the test above only; the module's later tests run without one.
+
+    It guarded the catalog with its teardown finalizer (a service and a plan in use are kept until released), so
+    the later deletions (refresh after an out-of-band delete, destroy) would wait for a controller that never comes
+    back. Removed as an operator does after uninstalling a controller for good.
+    """
+    for plural in ("sfservices", "sfplans"):
+        for item in custom.list_namespaced_custom_object("osb.servicefabrik.io", "v1alpha1", NAMESPACE, plural)[
+            "items"
+        ]:
+            if item["metadata"].get("finalizers"):
+                patch = {"metadata": {"finalizers": None, "resourceVersion": item["metadata"]["resourceVersion"]}}
+                custom.patch_namespaced_custom_object(
+                    "osb.servicefabrik.io", "v1alpha1", NAMESPACE, plural, item["metadata"]["name"], patch
+                )
 
 
 # -- 2. preview diffs before rollout -----------------------------------------------------------------------------
@@ -502,13 +521,13 @@ def test_the_pulumi_yaml_example_previews_and_deploys_through_the_component_prov
     program["packages"] = PACKAGES
     assert_no_python_host_or_plugin_folder_on_path(engine)
     project = new_project(engine, tmp_path / "yaml-example", program)
-    project.run("config", "set", "--secret", "brokerPassword", PASSWORD)
-    project.run("config", "set", "namespace", "opbroker-yaml")
-    project.run("config", "set", "awaitDeployments", "false")  # no node: the pods never start
+    project.set_config("brokerPassword", PASSWORD, secret=True)
+    project.set_config("namespace", "opbroker-yaml")
+    project.set_config("awaitDeployments", "false")  # no node: the pods never start
     # The example's ServiceInstance/ServiceBinding provision and bind at an OSB broker this test serves.
     broker = FakeBroker(username="opbroker", password=PASSWORD, polls=1)
     with serve(broker) as broker_url:
-        project.run("config", "set", "osbBrokerUrl", broker_url)
+        project.set_config("osbBrokerUrl", broker_url)
         deploy_and_destroy_the_yaml_example(project, broker)
 
 

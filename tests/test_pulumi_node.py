@@ -293,15 +293,15 @@ def test_the_yaml_example_runs_on_the_node_and_its_osb_resources_provision_and_b
     engine: Engine, api: client.ApiClient, image: str, demo_operator: Process, tmp_path: Path
 ) -> None:
     project = new_project(engine, tmp_path / "yaml-example", yaml_example(with_osb_resources=False))
-    project.run("config", "set", "--secret", "brokerPassword", PASSWORD)
-    project.run("config", "set", "namespace", YAML_NAMESPACE)
-    project.run("config", "set", "image", image)
+    project.set_config("brokerPassword", PASSWORD, secret=True)
+    project.set_config("namespace", YAML_NAMESPACE)
+    project.set_config("image", image)
     try:
         with phase("yaml example: up of the control plane and the catalog"):
             project.up()
         assert_pods_run_the_local_image(api, YAML_NAMESPACE, image)
         endpoint = broker_endpoint(api, YAML_NAMESPACE, engine.kubeconfig)
-        project.run("config", "set", "osbBrokerUrl", endpoint.url)
+        project.set_config("osbBrokerUrl", endpoint.url)
         project.write(yaml_example(with_osb_resources=True))
         with phase("yaml example: up of the ServiceInstance and ServiceBinding (provision, bind)"):
             project.up()

@@ -87,7 +87,7 @@ def project_for(engine: Engine, folder: Path, program: dict[str, Any]) -> Projec
     for binary in ("pulumi-language-python", "pulumi-resource-opbroker"):
         assert shutil.which(binary, path=engine.env()["PATH"]) is None, f"{binary} is on the engine's PATH"
     project = new_project(engine, folder, program)
-    project.run("config", "set", "--secret", "brokerPassword", PASSWORD)
+    project.set_config("brokerPassword", PASSWORD, secret=True)
     return project
 
 
