@@ -21,14 +21,28 @@ import pytest
 import yaml
 from kubernetes import client
 
+from opbroker.devcluster import ControlPlane
 from tests.broker_support import Harness, start_broker
-from tests.controller_support import apply_yaml, wait_for
+from tests.controller_support import Process, apply_yaml, controller_command, wait_for
 from tests.test_controller_lifecycle import DB, get, provision, wait_state
 from tests.test_plan_diff_cli import BREAKING, GROWING, ONE_GB, PLAN, write
 
-pytestmark = pytest.mark.usefixtures("controller")
+pytestmark = pytest.mark.usefixtures("module_controller")
 
 ADMIN = ("operator", "admin-s3cret-for-rollouts")
+
+
+@pytest.fixture(scope="module")
+def module_controller(
+    control_plane: ControlPlane, demo_operator: Process, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Process]:
+    """A controller for this module only, stopped at its end. The session's (``controller``) would keep running
+    into the broker tests after this one, which play the controller's part themselves (tests/broker_support.py)
+    and whose instances it would fail ("plan not in the catalog": their plans are not in its catalog)."""
+    process = Process("controller-admin", controller_command(control_plane), tmp_path_factory.mktemp("logs"))
+    process.start()
+    yield process
+    process.stop()
 
 
 @pytest.fixture(scope="module")

@@ -50,10 +50,12 @@ def test_the_root_stack_deploys_the_control_plane_and_a_catalog_after_the_crds()
     plan = mocks.one(PLAN_CR, "postgresql-small")
     service = mocks.one(SERVICE_CR, "postgresql")
     assert crd_urns <= set(plan.dependencies) and crd_urns <= set(service.dependencies)
-    # ... and the namespace, but not the Deployments: the catalog must not wait for pods to be Available.
+    # ... and the namespace and the controller's Deployment (destroy deletes the catalog while the controller
+    # still runs to release its teardown finalizers), not the broker's.
     namespace_urn = mocks.one("kubernetes:core/v1:Namespace", "opbroker-namespace").urn
-    deployment_urns = {r.urn for r in mocks.of_type("kubernetes:apps/v1:Deployment")}
-    assert namespace_urn in plan.dependencies and not deployment_urns & set(plan.dependencies)
+    controller_urn = mocks.one("kubernetes:apps/v1:Deployment", "opbroker-controller").urn
+    broker_urn = mocks.one("kubernetes:apps/v1:Deployment", "opbroker-broker").urn
+    assert {namespace_urn, controller_urn} <= set(plan.dependencies) and broker_urn not in plan.dependencies
     spec = plan.plain_inputs()["spec"]
     assert [t["action"] for t in spec["templates"]] == ["provision", "sources", "status"]
     assert {t["type"] for t in spec["templates"]} == {"jinja2"}

@@ -97,7 +97,8 @@ def test_a_claim_gets_nothing_from_a_namespace_that_did_not_share(
     assert found["state"] == "Pending" and not found.get("registeredService")
     assert f"namespace '{victim.namespace}' shares no registered service with '{tenant.namespace}'" in found["reason"]
     assert "db" not in [c["name"].split("/")[-1] for c in found.get("candidates") or []]  # not even named
-    assert "ReferenceNotShared" in event_reasons(tenant.api, tenant.namespace, "grab")
+    # The Event follows the status write: waited for, not expected at once.
+    wait_for(lambda: "ReferenceNotShared" in event_reasons(tenant.api, tenant.namespace, "grab"), 30, "the event")
     assert secret_data(tenant.api, tenant.namespace, "grab-binding") is None
     assert secrets_holding(api_client, tenant.namespace, VICTIM_PASSWORD) == []
     assert status(api_client, victim.namespace, RS, "db").get("claimedBy") is None
@@ -246,7 +247,7 @@ def test_a_secret_the_claim_did_not_stamp_is_never_overwritten(api_client: clien
     )
     wait_for(lambda: ready(tenant.api, ns, CLAIM, "app").get("reason") == "ObjectNotOwned", 15, "ObjectNotOwned")
     assert "'app-binding' exists and is not stamped as this claim's" in ready(tenant.api, ns, CLAIM, "app")["message"]
-    assert "ObjectNotOwned" in event_reasons(tenant.api, ns, "app")
+    wait_for(lambda: "ObjectNotOwned" in event_reasons(tenant.api, ns, "app"), 30, "the event")  # after the status
     after = core.read_namespaced_secret("app-binding", ns)
     assert after.metadata.resource_version == written
     assert secret_data(tenant.api, ns, "app-binding") == {"mine": "keep"}
