@@ -70,8 +70,29 @@ if ! flock -n 9; then
   flock 9
 fi
 
+# Each binary's own wrapper module and its fingerprint: a binary whose module did not change is taken from the
+# folder of an earlier pin set (a new YAML host pin rebuilds only the YAML host), never rebuilt.
+module_of() {
+  case "$1" in
+    pulumi) echo pulumi ;;
+    pulumi-language-yaml) echo yaml ;;
+    pulumi-resource-kubernetes) echo kubernetes ;;
+  esac
+}
+mkdir -p "$BIN"
 missing=()
-for t in pulumi pulumi-language-yaml pulumi-resource-kubernetes; do [ -x "$BIN/$t" ] || missing+=("$t"); done
+for t in pulumi pulumi-language-yaml pulumi-resource-kubernetes; do
+  [ -x "$BIN/$t" ] && continue
+  key=$(module_key "$MODULES/$(module_of "$t")")
+  for earlier in "$CACHE"/pulumi-"$PULUMI_VERSION"-*/bin; do
+    if [ "$earlier" != "$BIN" ] && [ -x "$earlier/$t" ] && [ "$(cat "$earlier/$t.key" 2>/dev/null)" = "$key" ]; then
+      cp "$earlier/$t" "$BIN/$t.tmp" && mv "$BIN/$t.tmp" "$BIN/$t" && printf '%s\n' "$key" >"$BIN/$t.key"
+      say "$t taken from $earlier (its wrapper module is unchanged)"
+      break
+    fi
+  done
+  [ -x "$BIN/$t" ] || missing+=("$t")
+done
 if [ ${#missing[@]} = 0 ]; then
   say "cached binaries found in $BIN"
   exit 0
@@ -164,7 +185,10 @@ if [ "$failed" != 0 ]; then
   for log in "$WORK"/pulumi.log "$WORK"/yaml.log "$WORK"/kubernetes.log; do [ -f "$log" ] && tail -20 "$log"; done
   die "a build failed (logs in $WORK)"
 fi
-for t in "${missing[@]}"; do [ -x "$BIN/$t" ] || die "$t is missing from $BIN after the build"; done
+for t in "${missing[@]}"; do
+  [ -x "$BIN/$t" ] || die "$t is missing from $BIN after the build"
+  module_key "$MODULES/$(module_of "$t")" >"$BIN/$t.key"
+done
 printf '{"seconds": %s, "built": "%s", "go": "%s", "cpus": %s, "pulumi": "%s", "pulumi_yaml": "%s", "pulumi_kubernetes": "%s"}\n' \
   "$(($(date +%s) - START))" "${missing[*]}" "$(go env GOVERSION)" "$(nproc)" "$PULUMI_VERSION" "$PULUMI_YAML_VERSION" \
   "$PULUMI_KUBERNETES_VERSION" >"$ROOT/build-$(date +%Y%m%dT%H%M%S).json"

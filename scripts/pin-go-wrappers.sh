@@ -18,7 +18,7 @@ ROOT=$PWD
 KUBE_VERSION="${KUBE_VERSION:-1.37.2}"
 ETCD_VERSION="${ETCD_VERSION:-3.7.3}"
 PULUMI_VERSION="${PULUMI_VERSION:-3.260.0}"
-PULUMI_YAML_VERSION="${PULUMI_YAML_VERSION:-1.25.0}"
+PULUMI_YAML_VERSION="${PULUMI_YAML_VERSION:-1.38.3}"
 # pulumi-kubernetes v4.25.0 is commit f47bc2d6f199 (tag v4.25.0); the proxy serves the provider module only
 # by that pseudo-version (its tagged versions answer 403).
 PULUMI_KUBERNETES_VERSION="${PULUMI_KUBERNETES_VERSION:-4.25.0}"

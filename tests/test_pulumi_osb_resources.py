@@ -20,9 +20,10 @@ from typing import Any
 
 import pulumi
 import pytest
+import yaml
 
 from opbroker import stacks
-from opbroker.devcluster.pulumi_engine import BIN, PACKAGES, Engine, Project, new_project
+from opbroker.devcluster.pulumi_engine import BIN, PACKAGES, PROVIDER, Engine, Project, new_project
 from opbroker.provider.osb_resources import ServiceBinding, ServiceInstance
 from tests.osb_fake_broker import PLAN_ASYNC, SERVICE_ID, FakeBroker, serve
 
@@ -252,3 +253,39 @@ def test_an_instance_dropped_from_the_state_is_adopted_again_by_its_id(
     assert len(of_type(project, INSTANCE)) == 1 and not fake.instances["kept"].deleted
     project.run("destroy", "--yes", "--skip-preview")
     assert fake.instances["kept"].deleted
+
+
+def test_package_add_of_the_provider_executable_then_its_plugin_install_provisions_without_a_python_host(
+    broker: tuple[FakeBroker, str], tmp_path: Path
+) -> None:
+    """The README's `pulumi package add` path, as a user runs it, with a home of its own (the plugin it installs
+    must not serve the module's other tests). The folder form (`package add ./provider`) runs a
+    `PulumiPlugin.yaml` plugin through the Python language host, which this engine lacks; the executable form
+    reads the schema from the provider itself, writes the package's SDK (for YAML: a package declaration) and
+    links it as `opbroker@<version>`, a version the engine then takes from its plugin cache."""
+    fake, url = broker
+    for folder in ("home", "state"):
+        (tmp_path / folder).mkdir()
+    own = Engine(tmp_path / "home", tmp_path / "state", tmp_path / "no-cluster")
+    program = osb_program(url, name="opbroker-package-add")
+    del program["packages"]
+    project = project_for(own, tmp_path / "project", program)
+    executable = PROVIDER / "pulumi-resource-opbroker"
+
+    own.run(project.dir, "package", "add", str(executable))
+    linked = yaml.safe_load((project.dir / "Pulumi.yaml").read_text())["packages"]["opbroker"]
+    name, _, version = linked.partition("@")
+    assert name == "opbroker" and version, linked
+    declaration = yaml.safe_load((project.dir / "sdks" / "opbroker" / f"opbroker-{version}.yaml").read_text())
+    assert declaration["name"] == "opbroker" and declaration["version"] == version
+    # Linked by version, not by path: until the plugin is installed the engine has nowhere to find it.
+    missing = project.preview(expect_failure=True)
+    assert "no resource plugin 'pulumi-resource-opbroker' found" in missing.output, missing.output
+    assert f"v{version}" in missing.output
+
+    own.run(project.dir, "plugin", "install", "resource", "opbroker", version, "--file", str(executable))
+    project.up()
+    instance_id = project.outputs()["instanceId"]
+    assert instance_id in fake.instances and fake.instances[instance_id].body["plan_id"] == PLAN_ASYNC
+    project.run("destroy", "--yes", "--skip-preview")
+    assert fake.instances[instance_id].deleted
