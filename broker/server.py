@@ -60,6 +60,7 @@ def server(
             http=connections.protocol(settings.request_head_timeout),
             ws="none",
             h11_max_incomplete_event_size=settings.max_request_head_bytes,
+            access_log=False,  # the raw request line; the app logs a bounded one (opbroker.broker.access)
         )
     )
 
