@@ -72,17 +72,7 @@ def ensure_pki(directory: Path, *, extra_ips: tuple[str, ...] = ()) -> Pki:
     directory.mkdir(parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.UTC)
 
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca = certificates.issue(
-        certificates.Subject("opbroker-local-ca"),
-        ca_key.public_key(),
-        signing_key=ca_key,
-        issuer=None,
-        now=now,
-        days=DAYS,
-        ca=True,
-        path_length=0,
-    )
+    ca_key, ca = certificates.new_ca("opbroker-local-ca", now=now, days=DAYS)
 
     serving_key = ec.generate_private_key(ec.SECP256R1())
     serving = certificates.issue(

@@ -16,7 +16,7 @@ from typing import Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.asymmetric import ed25519
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -109,3 +109,14 @@ def issue(
         builder = builder.add_extension(x509.SubjectAlternativeName(alternative), critical=False)
     algorithm = None if isinstance(signing_key, ed25519.Ed25519PrivateKey) else hashes.SHA256()
     return builder.sign(signing_key, algorithm)
+
+
+def new_ca(
+    common_name: str, *, now: datetime.datetime, days: float
+) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+    """A new self-signed CA on a P-256 key that signs leaf certificates only (path length 0), with its key."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    certificate = issue(
+        Subject(common_name), key.public_key(), signing_key=key, issuer=None, now=now, days=days, ca=True, path_length=0
+    )
+    return key, certificate

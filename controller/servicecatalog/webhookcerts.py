@@ -60,17 +60,7 @@ def issue(hosts: Sequence[str], *, now: datetime.datetime, ca: Bundle | None = N
     """A serving certificate for ``hosts`` (DNS names or IP addresses) signed by ``ca``'s CA (a new CA when
     None). Pure but for the randomness of keys and serials."""
     if ca is None:
-        ca_key = ec.generate_private_key(ec.SECP256R1())
-        ca_cert = certificates.issue(
-            certificates.Subject("opbroker webhook CA"),
-            ca_key.public_key(),
-            signing_key=ca_key,
-            issuer=None,
-            now=now,
-            days=CA_DAYS,
-            ca=True,
-            path_length=0,
-        )
+        ca_key, ca_cert = certificates.new_ca("opbroker webhook CA", now=now, days=CA_DAYS)
     else:
         loaded_key = serialization.load_pem_private_key(ca.ca_key, password=None)
         assert isinstance(loaded_key, ec.EllipticCurvePrivateKey)
