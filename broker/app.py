@@ -45,6 +45,20 @@ from opbroker.broker.repository import Repository
 from opbroker.broker.settings import Settings
 
 log = logging.getLogger("opbroker.broker")
+#: One line per request, instead of uvicorn's access log (which prints the raw request line, up to the 16 KiB
+#: request head, control characters included): method and route as the metrics label them, the path cut and
+#: escaped, the status and the duration. Never a header, a query or a body.
+access_log = logging.getLogger("opbroker.broker.access")
+#: Characters of the request path an access line shows (an instance and a binding id fit; a 16 KiB path does not).
+ACCESS_PATH_CHARS = 200
+
+
+def shown_path(path: str) -> str:
+    """``path`` for a log line: at most :data:`ACCESS_PATH_CHARS` characters, control characters escaped."""
+    cut = path[:ACCESS_PATH_CHARS]
+    escaped = cut.encode("unicode_escape").decode("ascii")
+    return escaped + ("…" if len(path) > ACCESS_PATH_CHARS else "")
+
 
 DESCRIPTION = """\
 Open Service Broker API v2.17 for the services of opbroker's catalog (SFService/SFPlan).
@@ -180,8 +194,15 @@ def create_app(settings: Settings, api_client: client.ApiClient) -> FastAPI:
             response = JSONResponse(errors.http_body(500, "internal broker error"), status_code=500)
         if identity is not None:
             response.headers[headers.REQUEST_IDENTITY_HEADER] = identity
-        metrics.observe(
-            _endpoint(candidates, request), request.method, response.status_code, time.perf_counter() - started
+        endpoint, seconds = _endpoint(candidates, request), time.perf_counter() - started
+        metrics.observe(endpoint, request.method, response.status_code, seconds)
+        access_log.info(
+            "%s %s %s %d %.3fs",
+            method_label(request.method),
+            endpoint,
+            shown_path(request.url.path),
+            response.status_code,
+            seconds,
         )
         return response
 

@@ -10,6 +10,7 @@ import base64
 import threading
 import time
 
+import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -52,7 +53,7 @@ class Authenticator:
             try:
                 self._cached = self._read_secret(settings.credentials_secret)
                 self._read_at = time.monotonic()
-            except (ApiException, OSError) as exc:
+            except (ApiException, OSError, urllib3.exceptions.HTTPError) as exc:  # refused, timed out, retried out
                 if self._cached is None:
                     raise errors.BrokerError(
                         errors.Reason.UNAVAILABLE,

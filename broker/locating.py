@@ -17,8 +17,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from opbroker.api.catalog import OSB_GROUP
-from opbroker.broker import kubeclient
 from opbroker.broker.records import Kind
+from opbroker.kubeclient import answers
 
 log = logging.getLogger(__name__)
 VERSION = "v1alpha1"
@@ -34,7 +34,7 @@ class NamespaceIndex:
         self._lock = threading.Lock()
         self._names: dict[Kind, dict[str, str]] = {kind: {} for kind in self._kinds}
         self._stopped = threading.Event()
-        self._watches: list[kubeclient.Watch] = []
+        self._watches: list[answers.Watch] = []
         self._threads: list[threading.Thread] = []
         self.synced = {kind: threading.Event() for kind in self._kinds}
 
@@ -72,7 +72,7 @@ class NamespaceIndex:
                 self._stopped.wait(1.0)
 
     def _relist(self, kind: Kind) -> str:
-        listed: dict[str, Any] = kubeclient.json_object(
+        listed: dict[str, Any] = answers.json_object(
             self._custom.list_cluster_custom_object(OSB_GROUP, VERSION, kind.plural)
         )
         names = {item["metadata"]["name"]: item["metadata"]["namespace"] for item in listed.get("items", [])}
@@ -82,7 +82,7 @@ class NamespaceIndex:
 
     def _follow(self, kind: Kind, version: str) -> str | None:
         """Apply watch events from ``version``; the version to resume from, or ``None`` to relist."""
-        stream = kubeclient.Watch()
+        stream = answers.Watch()
         self._watches.append(stream)
         try:
             for event in stream.stream(

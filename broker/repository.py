@@ -27,12 +27,13 @@ from kubernetes.client.exceptions import ApiException
 
 from opbroker.api import conventions
 from opbroker.api.catalog import OSB_GROUP, SFPlan, SFService
-from opbroker.broker import catalogs, errors, kubeclient
+from opbroker.broker import catalogs, errors
 from opbroker.broker.catalogs import Catalog
 from opbroker.broker.decisions import settled
 from opbroker.broker.locating import NamespaceIndex
 from opbroker.broker.records import Kind, Record
 from opbroker.broker.settings import Settings
+from opbroker.kubeclient import answers
 
 log = logging.getLogger(__name__)
 VERSION = "v1alpha1"
@@ -91,7 +92,7 @@ class Repository:
         return catalog
 
     def _list(self, plural: str, namespace: str, **kwargs: Any) -> list[dict[str, Any]]:
-        listed: dict[str, Any] = kubeclient.json_object(
+        listed: dict[str, Any] = answers.json_object(
             self.custom.list_namespaced_custom_object(OSB_GROUP, VERSION, namespace, plural, **kwargs)
         )
         items: list[dict[str, Any]] = listed.get("items", [])
@@ -131,7 +132,7 @@ class Repository:
 
     def get(self, kind: Kind, namespace: str, name: str) -> Record | None:
         try:
-            found: dict[str, Any] = kubeclient.json_object(
+            found: dict[str, Any] = answers.json_object(
                 self.custom.get_namespaced_custom_object(OSB_GROUP, VERSION, namespace, kind.plural, name)
             )
         except ApiException as exc:
@@ -168,7 +169,7 @@ class Repository:
             # every object of the kind). Two replicas creating one id into two namespaces within the index's
             # lag could both succeed; the same namespace is caught by the API server's AlreadyExists.
             return None
-        listed: dict[str, Any] = kubeclient.json_object(
+        listed: dict[str, Any] = answers.json_object(
             self.custom.list_cluster_custom_object(
                 OSB_GROUP, VERSION, kind.plural, field_selector=f"metadata.name={name}"
             )
@@ -220,7 +221,7 @@ class Repository:
         """Create the object; ``None`` if one with that name appeared meanwhile (the caller decides again)."""
         namespace = manifest["metadata"]["namespace"]
         try:
-            created: dict[str, Any] = kubeclient.json_object(
+            created: dict[str, Any] = answers.json_object(
                 self.custom.create_namespaced_custom_object(OSB_GROUP, VERSION, namespace, kind.plural, manifest)
             )
         except ApiException as exc:
@@ -233,7 +234,7 @@ class Repository:
         return record
 
     def write_status(self, record: Record, status: dict[str, Any]) -> Record:
-        patched: dict[str, Any] = kubeclient.json_object(
+        patched: dict[str, Any] = answers.json_object(
             self.custom.patch_namespaced_custom_object_status(
                 OSB_GROUP, VERSION, record.namespace, record.kind.plural, record.name, {"status": status}
             )
@@ -250,7 +251,7 @@ class Repository:
         """
         guarded = {"metadata": {"resourceVersion": record.resource_version}, "status": status}
         try:
-            patched: dict[str, Any] = kubeclient.json_object(
+            patched: dict[str, Any] = answers.json_object(
                 self.custom.patch_namespaced_custom_object_status(
                     OSB_GROUP, VERSION, record.namespace, record.kind.plural, record.name, guarded
                 )
@@ -266,7 +267,7 @@ class Repository:
         (or is gone) since ``record`` was read, and nothing was written."""
         guarded = {"metadata": {"resourceVersion": record.resource_version}, "status": status}
         try:
-            patched: dict[str, Any] = kubeclient.json_object(
+            patched: dict[str, Any] = answers.json_object(
                 self.custom.patch_namespaced_custom_object_status(
                     OSB_GROUP, VERSION, record.namespace, record.kind.plural, record.name, guarded
                 )
@@ -280,7 +281,7 @@ class Repository:
     def patch(self, record: Record, operations: list[dict[str, Any]]) -> Record:
         """Apply a JSON patch whose first operation tests the resourceVersion; a lost race is a 422."""
         try:
-            patched: dict[str, Any] = kubeclient.json_object(
+            patched: dict[str, Any] = answers.json_object(
                 self.custom.patch_namespaced_custom_object(
                     OSB_GROUP,
                     VERSION,
@@ -362,7 +363,7 @@ class Repository:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
-            stream = kubeclient.Watch()
+            stream = answers.Watch()
             try:
                 for event in stream.stream(
                     self.custom.list_namespaced_custom_object,

@@ -8,19 +8,23 @@ from pathlib import Path
 import uvicorn
 from kubernetes import client, config
 
-from opbroker.broker import connections, kubeclient
+from opbroker.broker import connections
 from opbroker.broker.app import create_app
 from opbroker.broker.settings import Settings
+from opbroker.kubeclient import deadlines
 
 USER_AGENT = "opbroker-broker"
 #: Connections kept to the API server: the request thread pool (40, Starlette's default) plus watches.
 API_CONNECTIONS = 48
+#: The broker's deadlines: per read of an ordinary request's answer half the 60 s an OSB platform commonly waits
+#: for the broker, so the broker answers (an error) before the platform gives up on it; watches as the controller's.
+TIMEOUTS = deadlines.Timeouts(request=30.0)
 
 
-def kubernetes_client(kubeconfig: Path | None = None) -> client.ApiClient:
+def kubernetes_client(kubeconfig: Path | None = None, timeouts: deadlines.Timeouts = TIMEOUTS) -> client.ApiClient:
     """A client for ``kubeconfig``; without one, the in-cluster service account, then ``~/.kube/config``.
 
-    Every call has a deadline and its sockets TCP keepalive (:mod:`opbroker.broker.kubeclient`).
+    Every call has a deadline (``timeouts``) and its sockets TCP keepalive (:mod:`opbroker.kubeclient.deadlines`).
     Its User-Agent names the broker, so API server audit logs (and the benchmarks) can tell its requests apart.
     Its connection pool is as large as the request thread pool plus the index's watches: a smaller pool
     makes urllib3 discard the surplus connections after each request, and every new one costs the API
@@ -35,9 +39,7 @@ def kubernetes_client(kubeconfig: Path | None = None) -> client.ApiClient:
         except config.ConfigException:
             config.load_kube_config(client_configuration=configuration)
     configuration.connection_pool_maxsize = API_CONNECTIONS
-    api = kubeclient.BoundedApiClient(configuration)  # deadlines on every call and watch, keepalive
-    api.user_agent = USER_AGENT
-    return api
+    return deadlines.bounded(configuration, timeouts=timeouts, user_agent=USER_AGENT)
 
 
 def server(
@@ -58,6 +60,7 @@ def server(
             http=connections.protocol(settings.request_head_timeout),
             ws="none",
             h11_max_incomplete_event_size=settings.max_request_head_bytes,
+            access_log=False,  # the raw request line; the app logs a bounded one (opbroker.broker.access)
         )
     )
 

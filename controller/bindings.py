@@ -33,7 +33,7 @@ from opbroker.api.conventions import (
 )
 from opbroker.api.meta import ResourceRef
 from opbroker.api.osb import OperationState
-from opbroker.controller import decisions, identities, registries, teardown
+from opbroker.controller import decisions, finalizers, identities, registries, teardown
 from opbroker.controller.catalog import PlanEntry
 from opbroker.controller.decisions import Step
 from opbroker.controller.kube import BINDINGS, INSTANCES, Kube, Refused, ref_of
@@ -163,8 +163,9 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
         namespace, name = facts.key.namespace, facts.key.name
         for step in actions:
             if step == Step.ADD_FINALIZER:
-                finalizers = [*(binding["metadata"].get("finalizers") or []), FINALIZER]
-                kube.patch_custom(BINDINGS, namespace, name, {"metadata": {"finalizers": finalizers}})
+                patch = finalizers.adding(binding["metadata"], FINALIZER)
+                if patch is not None:
+                    kube.patch_custom(BINDINGS, namespace, name, patch)
                 return self.reconcile(facts.key)
             if step == Step.TEARDOWN:
                 return self._teardown(binding, instance, entry)
@@ -539,13 +540,9 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
         registries.delete(kube, place)  # its own namespace's: no owner reference can take it along
         self.deps.registries.forget(place)
         meta = binding["metadata"]  # as last written: the status write above replaced the object's contents
-        finalizers = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
-        kube.patch_custom(
-            BINDINGS,
-            meta["namespace"],
-            meta["name"],
-            {"metadata": {"finalizers": finalizers or None, "resourceVersion": meta["resourceVersion"]}},
-        )
+        patch = finalizers.removing(meta, FINALIZER)
+        if patch is not None:
+            kube.patch_custom(BINDINGS, meta["namespace"], meta["name"], patch)
         self.deps.index.forget(Key("binding", meta["namespace"], meta["name"]))
         return DONE
 

@@ -17,7 +17,7 @@ from opbroker.api import TemplateAction
 from opbroker.api.conventions import FINALIZER, LABEL_INSTANCE, LABEL_PLAN
 from opbroker.api.meta import ResourceRef
 from opbroker.api.osb import OperationState
-from opbroker.controller import decisions, identities, registries, singletons, teardown
+from opbroker.controller import decisions, finalizers, identities, registries, singletons, teardown
 from opbroker.controller.catalog import PlanEntry
 from opbroker.controller.decisions import Step
 from opbroker.controller.kube import BINDINGS, INSTANCES, Kube, Refused, ref_of
@@ -116,10 +116,9 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
         instance, entry = facts.body, facts.entry
         for step in actions:
             if step == Step.ADD_FINALIZER:
-                finalizers = [*(instance["metadata"].get("finalizers") or []), FINALIZER]
-                self.deps.kube.patch_custom(
-                    INSTANCES, facts.key.namespace, facts.key.name, {"metadata": {"finalizers": finalizers}}
-                )
+                patch = finalizers.adding(instance["metadata"], FINALIZER)
+                if patch is not None:
+                    self.deps.kube.patch_custom(INSTANCES, facts.key.namespace, facts.key.name, patch)
                 return self.reconcile(facts.key)
             if step == Step.BLOCKED:
                 self.status.transition(
@@ -375,13 +374,9 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
         registries.delete(kube, place)  # its own namespace's: no owner reference can take it along
         self.deps.registries.forget(place)
         meta = instance["metadata"]  # as last written: the status write above replaced the object's contents
-        finalizers = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
-        kube.patch_custom(
-            INSTANCES,
-            meta["namespace"],
-            meta["name"],
-            {"metadata": {"finalizers": finalizers or None, "resourceVersion": meta["resourceVersion"]}},
-        )
+        patch = finalizers.removing(meta, FINALIZER)
+        if patch is not None:
+            kube.patch_custom(INSTANCES, meta["namespace"], meta["name"], patch)
         self.deps.index.forget(Key("instance", meta["namespace"], meta["name"]))
         return DONE
 

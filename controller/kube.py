@@ -21,10 +21,11 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
 from opbroker.api.meta import ResourceRef
-from opbroker.controller import clients
 from opbroker.controller.access import Access, AccessReviews, api_reviewer
 from opbroker.controller.refusals import Refusal, Severity, masked_status, refusal, severity
 from opbroker.controller.store import UNKNOWN, ObjectStore
+from opbroker.kubeclient import deadlines
+from opbroker.kubeclient.answers import json_object
 
 logger = logging.getLogger(__name__)
 
@@ -163,7 +164,7 @@ class Kube:
         with own._acting_lock:
             door = own._acting.get(user)
             if door is None:
-                api = clients.sibling(own.api_client)  # same deadlines; the user agent tells the controller apart
+                api = deadlines.sibling(own.api_client)  # same deadlines; the user agent tells the controller apart
                 api.set_default_header("Impersonate-User", user)  # type: ignore[no-untyped-call]
                 door = Kube(api, store=own.store, reviews=own.reviews, acting_for=own, user=user)
                 own._acting[user] = door
@@ -508,13 +509,6 @@ def _as_optional_dict(value: Any) -> dict[str, Any] | None:
 
 def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def json_object(answer: object) -> dict[str, Any]:
-    """A custom-object API answer (annotated ``object`` by the client) as the JSON object it is."""
-    if not isinstance(answer, dict):
-        raise TypeError(f"the Kubernetes API answered a {type(answer).__name__}, not a JSON object")
-    return answer
 
 
 def event_body(obj: dict[str, Any], *, reason: str, message: str, warning: bool = False) -> dict[str, Any]:

@@ -33,7 +33,8 @@ from opbroker.api.meta import ResourceRef
 from opbroker.api.osb import OperationState
 from opbroker.controller import registries
 from opbroker.controller.decisions import is_deleting
-from opbroker.controller.kube import INSTANCES, PLANS, SERVICES, Kube, json_object
+from opbroker.controller.kube import INSTANCES, PLANS, SERVICES, Kube
+from opbroker.kubeclient.answers import json_object
 from opbroker.rendering import Renderer, RenderError, RenderInputs
 from opbroker.rendering.output import RenderedObject
 

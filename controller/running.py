@@ -6,7 +6,7 @@ so it can never act alongside the new leader; its pod restarts as a candidate. A
 not succeed within the renew deadline (two thirds of the lease) — failing or hanging — exits too, before a
 standby may take the lease over (:mod:`opbroker.controller.leadership`).
 
-Every API client the process builds has deadlines and TCP keepalive (:mod:`opbroker.controller.clients`);
+Every API client the process builds has deadlines and TCP keepalive (:mod:`opbroker.kubeclient.deadlines`);
 their answers, and a probe when the cluster is quiet, tell the health probes whether the API server still
 answers (:mod:`opbroker.controller.contact`).
 
@@ -34,9 +34,10 @@ from kubernetes import client, config
 from kubernetes.leaderelection import electionconfig
 from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 
-from opbroker.controller import apiready, clients, contact, health, leadership
+from opbroker.controller import apiready, contact, health, leadership
 from opbroker.controller.app import Controller, build_registry
 from opbroker.controller.settings import ControllerSettings
+from opbroker.kubeclient import deadlines
 
 logger = logging.getLogger(__name__)
 USER_AGENT = "opbroker-controller"
@@ -47,7 +48,7 @@ EXIT_GRACE_SECONDS = 10.0
 def api_client_for(
     kubeconfig: str | None,
     *,
-    timeouts: clients.Timeouts = clients.DEFAULT_TIMEOUTS,
+    timeouts: deadlines.Timeouts = deadlines.DEFAULT_TIMEOUTS,
     reached: contact.ApiContact | None = None,
 ) -> client.ApiClient:
     """The official client, configured from a kubeconfig or the pod's service account, with ``timeouts`` on
@@ -62,7 +63,7 @@ def api_client_for(
     configuration = client.Configuration.get_default_copy()
     configuration.connection_pool_maxsize = 32
     # The user agent lets audit logs (and the benchmarks) tell the controller's requests apart.
-    return clients.bounded(
+    return deadlines.bounded(
         configuration,
         timeouts=timeouts,
         on_answer=reached.answered if reached is not None else None,
@@ -163,9 +164,9 @@ def run(settings: ControllerSettings, *, kubeconfig: str | None) -> None:
     lock = LeaseLock(settings.lease_name, settings.namespace, identity)
     # Each lease request ends well within the renew deadline (the library's own client has no deadline).
     lease_seconds = max(1.0, settings.renew_deadline / 4)
-    lease_timeouts = clients.Timeouts(connect=lease_seconds, request=lease_seconds)
+    lease_timeouts = deadlines.Timeouts(connect=lease_seconds, request=lease_seconds)
     lock.api_instance = client.CoordinationV1Api(
-        clients.bounded(api.configuration, timeouts=lease_timeouts, on_answer=reached.answered, user_agent=USER_AGENT)
+        deadlines.bounded(api.configuration, timeouts=lease_timeouts, on_answer=reached.answered, user_agent=USER_AGENT)
     )
     leading = threading.Event()
 

@@ -16,7 +16,7 @@ from opbroker.api.conventions import (
     catalog_namespaces,
 )
 from opbroker.controller.claims.settings import ClaimsSettings
-from opbroker.controller.clients import Timeouts
+from opbroker.kubeclient.deadlines import Timeouts
 from opbroker.rendering.urlpolicy import FetchPolicy
 
 

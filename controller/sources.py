@@ -37,9 +37,9 @@ from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
 
 from opbroker.api.meta import ResourceRef
-from opbroker.controller.clients import Timeouts
 from opbroker.controller.kube import Kube
 from opbroker.controller.reconciler.keys import Key
+from opbroker.kubeclient.deadlines import Timeouts
 
 logger = logging.getLogger(__name__)
 

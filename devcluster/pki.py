@@ -13,9 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
-from cryptography.x509.oid import NameOID
+
+from opbroker.rendering import certificates
+
+#: How long the local cluster's certificates last: ten years (a dev cluster is never renewed).
+DAYS = 3650
 
 
 @dataclass(frozen=True)
@@ -49,13 +53,6 @@ def _write_key(path: Path, key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) 
     path.chmod(0o600)
 
 
-def _name(common_name: str, organization: str | None = None) -> x509.Name:
-    attributes = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
-    if organization:
-        attributes.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization))
-    return x509.Name(attributes)
-
-
 def ensure_pki(directory: Path, *, extra_ips: tuple[str, ...] = ()) -> Pki:
     """Create the PKI in ``directory`` unless it is already there (certificates last ten years).
 
@@ -73,75 +70,41 @@ def ensure_pki(directory: Path, *, extra_ips: tuple[str, ...] = ()) -> Pki:
     if all(p.exists() for p in pki.files()) and _covers(pki.serving_cert, extra_ips):
         return pki
     directory.mkdir(parents=True, exist_ok=True)
-    now = datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=5)
-    expiry = now + datetime.timedelta(days=3650)
+    now = datetime.datetime.now(datetime.UTC)
 
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(_name("opbroker-local-ca"))
-        .issuer_name(_name("opbroker-local-ca"))
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now)
-        .not_valid_after(expiry)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                key_cert_sign=True,
-                crl_sign=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
+    ca_key, ca = certificates.new_ca("opbroker-local-ca", now=now, days=DAYS)
 
     serving_key = ec.generate_private_key(ec.SECP256R1())
-    serving = (
-        x509.CertificateBuilder()
-        .subject_name(_name("kube-apiserver"))
-        .issuer_name(ca.subject)
-        .public_key(serving_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now)
-        .not_valid_after(expiry)
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [
-                    x509.DNSName("localhost"),
-                    x509.DNSName("kubernetes"),
-                    x509.DNSName("kubernetes.default"),
-                    x509.DNSName("kubernetes.default.svc"),
-                    x509.DNSName("kubernetes.default.svc.cluster.local"),
-                    x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-                    *(x509.IPAddress(ipaddress.ip_address(ip)) for ip in extra_ips),
-                ]
+    serving = certificates.issue(
+        certificates.Subject(
+            "kube-apiserver",
+            dns_names=(
+                "localhost",
+                "kubernetes",
+                "kubernetes.default",
+                "kubernetes.default.svc",
+                "kubernetes.default.svc.cluster.local",
             ),
-            critical=False,
-        )
-        .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .sign(ca_key, hashes.SHA256())
+            ip_addresses=(ipaddress.ip_address("127.0.0.1"), *(ipaddress.ip_address(ip) for ip in extra_ips)),
+        ),
+        serving_key.public_key(),
+        signing_key=ca_key,
+        issuer=ca,
+        now=now,
+        days=DAYS,
+        usages=[certificates.SERVER_AUTH],
     )
 
     # What the API server shows kubelets; in system:masters, so kubelet's webhook authorizer lets it in.
     kubelet_client_key = ec.generate_private_key(ec.SECP256R1())
-    kubelet_client = (
-        x509.CertificateBuilder()
-        .subject_name(_name("kube-apiserver-kubelet-client", "system:masters"))
-        .issuer_name(ca.subject)
-        .public_key(kubelet_client_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now)
-        .not_valid_after(expiry)
-        .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-        .sign(ca_key, hashes.SHA256())
+    kubelet_client = certificates.issue(
+        certificates.Subject("kube-apiserver-kubelet-client", organization="system:masters"),
+        kubelet_client_key.public_key(),
+        signing_key=ca_key,
+        issuer=ca,
+        now=now,
+        days=DAYS,
+        usages=[certificates.CLIENT_AUTH],
     )
 
     pki.ca_cert.write_bytes(ca.public_bytes(serialization.Encoding.PEM))

@@ -21,11 +21,11 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from opbroker.rendering import state
+from opbroker.rendering import certificates, state
 from opbroker.rendering.errors import RenderError
 
 PASSWORD_ALPHABET = string.ascii_letters + string.digits
@@ -149,51 +149,21 @@ def generate_certificate(
 
     def make() -> str:
         subject_key = _load_key(privateKey, by)
-        subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, commonName)])
         if caCert is not None and caKey is not None:
             issuer_cert: x509.Certificate | None = _load_cert(caCert, by)
             signing_key = _load_key(caKey, by)
         else:
             issuer_cert, signing_key = None, subject_key
-        issuer = issuer_cert.subject if issuer_cert is not None else subject
-        now = datetime.datetime.now(datetime.UTC)
-        public_key = subject_key.public_key()
-        builder = (
-            x509.CertificateBuilder()
-            .subject_name(subject)
-            .issuer_name(issuer)
-            .public_key(public_key)
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=days))
-            .add_extension(x509.BasicConstraints(ca=bool(isCA), path_length=None), critical=True)
-            .add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key), critical=False)
+        certificate = certificates.issue(
+            certificates.Subject(commonName, dns_names=tuple(dns), ip_addresses=tuple(ips)),
+            subject_key.public_key(),
+            signing_key=signing_key,
+            issuer=issuer_cert,
+            now=datetime.datetime.now(datetime.UTC),
+            days=days,
+            ca=bool(isCA),
+            usages=[_USAGES[u] for u in usages],
         )
-        authority: Any = issuer_cert.public_key() if issuer_cert is not None else public_key
-        builder = builder.add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(authority), critical=False)
-        if isCA:
-            builder = builder.add_extension(
-                x509.KeyUsage(
-                    digital_signature=True,
-                    content_commitment=False,
-                    key_encipherment=False,
-                    data_encipherment=False,
-                    key_agreement=False,
-                    key_cert_sign=True,
-                    crl_sign=True,
-                    encipher_only=False,
-                    decipher_only=False,
-                ),
-                critical=True,
-            )
-        elif usages:
-            builder = builder.add_extension(x509.ExtendedKeyUsage([_USAGES[u] for u in usages]), critical=False)
-        alt_names: list[x509.GeneralName] = [x509.DNSName(name) for name in dns]
-        alt_names += [x509.IPAddress(ip) for ip in ips]
-        if alt_names:
-            builder = builder.add_extension(x509.SubjectAlternativeName(alt_names), critical=False)
-        algorithm = None if isinstance(signing_key, ed25519.Ed25519PrivateKey) else hashes.SHA256()
-        certificate = builder.sign(signing_key, algorithm)
         return certificate.public_bytes(serialization.Encoding.PEM).decode("ascii")
 
     return _remembered(key, make, by)

@@ -4,6 +4,6 @@
 # .typecheck/opbroker/<folder> -> <folder>. Put .typecheck on their path.
 tree=.typecheck/opbroker
 mkdir -p "$tree"
-for pkg in api osbclient rendering gorender broker controller devcluster provider components stacks cli; do
+for pkg in api osbclient kubeclient rendering gorender broker controller devcluster provider components stacks cli; do
   ln -sfn "../../$pkg" "$tree/$pkg"
 done

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 source scripts/package-tree.sh
 # Whole packages: every layer, strict.
 modules=(
-  -p opbroker.api -p opbroker.osbclient -p opbroker.rendering -p opbroker.gorender
+  -p opbroker.api -p opbroker.osbclient -p opbroker.kubeclient -p opbroker.rendering -p opbroker.gorender
   -p opbroker.broker -p opbroker.provider -p opbroker.devcluster -p opbroker.components -p opbroker.stacks -p opbroker.cli
   -p opbroker.controller
 )

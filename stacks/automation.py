@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import os
-import signal
-import threading
+import shutil
+import tempfile
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +25,8 @@ from pulumi import automation as auto
 COMMAND_DEADLINE = 900.0
 #: After an interrupt at the deadline, how long the engine gets to cancel cleanly before it is killed.
 INTERRUPT_GRACE = 30.0
+#: The environment variable that carries one call's deadline to the engine wrapper (see :func:`engine_command`).
+DEADLINE_ENV = "OPBROKER_ENGINE_DEADLINE"
 
 
 def _provider_folder() -> Path:
@@ -42,6 +44,10 @@ PROVIDER_FOLDER = _provider_folder()
 
 class EngineDeadlineError(RuntimeError):
     """An engine command ran past its deadline and was interrupted."""
+
+
+class EngineNotFoundError(RuntimeError):
+    """No ``pulumi`` to run: ``Settings.engine`` names none and there is none on ``PATH``."""
 
 
 @dataclass(frozen=True)
@@ -87,8 +93,33 @@ class Settings:
                 backend=auto.ProjectBackend(url=self.backend_url),
                 packages=dict(self.packages),
             ),
-            pulumi_command=auto.PulumiCommand(root=str(self.engine)) if self.engine else None,
         )
+
+    def engine_command(self) -> auto.PulumiCommand:
+        """The engine (``engine/bin/pulumi``, or ``pulumi`` on ``PATH``) behind a wrapper that runs every command
+        under coreutils ``timeout``: SIGINT at the deadline of the call (the engine cancels and stops its
+        plugins), SIGKILL ``INTERRUPT_GRACE`` later. Each call sets its deadline in the workspace environment
+        (:data:`DEADLINE_ENV`), so exactly the command of that call is stopped. The wrapper is written into
+        ``work_dir`` (or a new temporary folder); the engine's own folder stays first on ``PATH`` for the
+        language hosts and plugins it finds there."""
+        real = self.engine / "bin" / "pulumi" if self.engine else shutil.which("pulumi")
+        if real is None or not Path(real).is_file():
+            raise EngineNotFoundError(f"no pulumi engine at {real or 'PATH'}: set Settings.engine or install pulumi")
+        root = (
+            self.work_dir / ".opbroker-engine" if self.work_dir else Path(tempfile.mkdtemp(prefix="opbroker-engine-"))
+        )
+        (root / "bin").mkdir(parents=True, exist_ok=True)
+        wrapper = root / "bin" / "pulumi"
+        real_bin = Path(real).resolve().parent
+        wrapper.write_text(
+            "#!/bin/sh\n"
+            "# opbroker.stacks: the Pulumi engine under the deadline of the call (exit 124 when it ran past it).\n"
+            f'PATH="{real_bin}:$PATH"; export PATH\n'
+            f'exec timeout --signal=INT --kill-after={INTERRUPT_GRACE:g} "${{{DEADLINE_ENV}:-{COMMAND_DEADLINE:g}}}" '
+            f'"{Path(real).resolve()}" "$@"\n'
+        )
+        wrapper.chmod(0o755)
+        return auto.PulumiCommand(root=str(root))
 
 
 class _ProjectSettings(auto.ProjectSettings):
@@ -118,9 +149,9 @@ def select_stack(
     ``ConfigValue(secret=True)`` for a secret) is written to the stack before it is returned."""
     if settings.work_dir is not None:
         settings.work_dir.mkdir(parents=True, exist_ok=True)
-    selected = auto.create_or_select_stack(
-        stack_name=stack, project_name=project, program=program, opts=settings.workspace_options(project)
-    )
+    options = settings.workspace_options(project)
+    options.pulumi_command = settings.engine_command()
+    selected = auto.create_or_select_stack(stack_name=stack, project_name=project, program=program, opts=options)
     if config:
         values = {k: v if isinstance(v, auto.ConfigValue) else auto.ConfigValue(v) for k, v in config.items()}
         selected.set_all_config(values)
@@ -238,50 +269,26 @@ def outputs(stack: auto.Stack) -> dict[str, Any]:
     return {name: output.value for name, output in stack.outputs().items()}
 
 
-# -- the deadline: interrupt the engine command this process started ----------------------------------------
-
-
-def _children() -> set[int]:
-    """This process's children (Linux ``/proc``; elsewhere none are found)."""
-    found = set()
-    me = os.getpid()
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == me:
-                found.add(int(entry.name))
-        except (OSError, ValueError, IndexError):
-            continue  # gone meanwhile, or not ours to read
-    return found
+# -- the deadline: one call's limit, handed to the engine wrapper ----------------------------------------------
 
 
 @contextlib.contextmanager
 def _deadline(stack: auto.Stack, seconds: float) -> Iterator[None]:
-    """Interrupt (SIGINT: the engine cancels and stops its plugins) the engine command when ``seconds`` pass,
-    kill it ``INTERRUPT_GRACE`` later, and raise :class:`EngineDeadlineError`. The command is found as a child
-    this process started during the call: one started meanwhile by another thread is interrupted too."""
-    before = _children()
-    expired = threading.Event()
-
-    def signal_children(signum: int) -> None:
-        for pid in _children() - before:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signum)
-
-    def interrupt() -> None:
-        expired.set()
-        signal_children(signal.SIGINT)
-
-    interrupter = threading.Timer(seconds, interrupt)
-    killer = threading.Timer(seconds + INTERRUPT_GRACE, signal_children, (signal.SIGKILL,))
-    for timer in (interrupter, killer):
-        timer.daemon = True
-        timer.start()
+    """Run one engine command under ``seconds`` (the wrapper of :meth:`Settings.engine_command` interrupts it
+    then) and raise :class:`EngineDeadlineError` when it failed for that reason."""
+    env = stack.workspace.env_vars
+    assert isinstance(env, dict), "Settings gives every workspace its own environment dict"
+    previous = env.get(DEADLINE_ENV)
+    env[DEADLINE_ENV] = f"{seconds:g}"
+    started = time.monotonic()
     try:
         yield
     except auto.CommandError as exc:
-        if expired.is_set():
+        if time.monotonic() - started >= seconds:
             raise EngineDeadlineError(f"the engine command ran past its deadline of {seconds:.0f} s") from exc
         raise
     finally:
-        interrupter.cancel()
-        killer.cancel()
+        if previous is None:
+            env.pop(DEADLINE_ENV, None)
+        else:
+            env[DEADLINE_ENV] = previous

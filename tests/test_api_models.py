@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,21 +16,57 @@ from opbroker.api import (
     TemplateType,
 )
 from opbroker.api.errors import ManifestError
-from opbroker.api.manifests import check_file, check_text, load_resources
+from opbroker.api.manifests import check_file, check_text, load_documents, load_resources
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def kept(original: Any, dumped: Any, path: str = "") -> list[str]:
+    """Where ``dumped`` lost or changed a value ``original`` set (fields the model adds with defaults are fine, and
+    so is a field the seed sets to null, which Kubernetes treats as absent)."""
+    if isinstance(original, dict):
+        if not isinstance(dumped, dict):
+            return [f"{path or '.'}: a {type(dumped).__name__}, not an object"]
+        return [
+            problem
+            for key, value in original.items()
+            for problem in (
+                kept(value, dumped[key], f"{path}.{key}")
+                if key in dumped
+                else ([] if value is None else [f"{path}.{key}: dropped"])
+            )
+        ]
+    if isinstance(original, list):
+        if not isinstance(dumped, list) or len(dumped) != len(original):
+            return [f"{path}: {original!r} became {dumped!r}"]
+        return [
+            problem
+            for i, (a, b) in enumerate(zip(original, dumped, strict=True))
+            for problem in kept(a, b, f"{path}[{i}]")
+        ]
+    return [] if original == dumped else [f"{path}: {original!r} became {dumped!r}"]
 
 
 def test_every_seed_manifest_loads_unchanged(seed_manifests: list[Path]) -> None:
     kinds = []
     for path in seed_manifests:
+        documents = dict(load_documents(path.read_text(), str(path)))
         for checked in check_file(path):
             assert checked.ok, checked.error()
             if checked.resource is not None:
                 kinds.append(checked.kind)
-                # Loading then dumping keeps every field the seed set (nothing silently dropped).
-                assert checked.resource.to_manifest()["spec"]
+                # Loading then dumping keeps every field the seed set, with its value (nothing silently dropped).
+                original = documents[checked.document]
+                assert kept(original["spec"], checked.resource.to_manifest()["spec"]) == [], path.name
     assert sorted(kinds) == ["SFCluster", "SFPlan", "SFService", "SFServiceBinding", "SFServiceInstance"]
+
+
+def test_the_seed_check_sees_a_dropped_or_changed_field() -> None:
+    assert kept({"a": {"b": 1, "c": [1, 2]}}, {"a": {"b": 1, "c": [1, 2]}, "d": 0}) == []
+    assert kept({"a": {"b": 1}}, {"a": {}}) == [".a.b: dropped"]
+    assert kept({"a": [1, 2]}, {"a": [1]}) == [".a: [1, 2] became [1]"]
+    assert kept({"a": "x"}, {"a": "y"}) == [".a: 'x' became 'y'"]
+    assert kept({"a": None, "b": 1}, {"b": 1}) == []
 
 
 def test_seed_secret_is_reported_as_skipped(seed_manifests: list[Path]) -> None:

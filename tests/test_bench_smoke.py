@@ -51,7 +51,8 @@ def test_the_restart_benchmark_counts_a_fresh_controller_over_settled_objects() 
         assert measured["rss_kib"] > 0 and measured["cpu_seconds_to_idle"] > 0
         assert measured["ready_seconds"] <= measured["idle_seconds"]
     assert r["restart"]["reconciles"] >= 18
-    assert r["controller_writes"] == r["restart"]["writes"] >= 0
+    # Settled objects need no write: a fresh controller that rewrote them (a status churn) would count here.
+    assert r["controller_writes"] == r["restart"]["writes"] == 0
     assert isinstance(r["memory_per_object_kib"], float)
     markdown = run.summary_markdown({"machine": machine(), "suite_dates": {}, "restart": r})
     assert "Controller restart over settled objects" in markdown and "| 18 settled objects |" in markdown

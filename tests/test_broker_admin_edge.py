@@ -4,7 +4,8 @@ points at a closed port, and every request here is decided before a call would b
 Covers: the admin API needs credentials of its own (the OSB platform's are refused there, and the admin's are
 refused on ``/v2``); it is not served without admin credentials; a broker configured with the same credentials
 for both does not start; pacing, page sizes, unknown fields and plan names are checked (400) and a proposed plan
-too large for its request object is refused (413) before the plan is looked up.
+too large for its request object is refused (413) before the plan is looked up. And a broker whose credentials
+Secret cannot be reached at start-up says so in one line (it let urllib3's MaxRetryError escape as a traceback).
 """
 
 from __future__ import annotations
@@ -124,3 +125,8 @@ def test_request_names_stay_valid_and_distinct_for_long_plan_names() -> None:
     names = {adminrequests.object_name(adminrequests.Kind.ROLLOUT, plan) for plan in (one, two)}
     assert len(names) == 2 and all(len(name) <= 253 for name in names)
     assert adminrequests.object_name(adminrequests.Kind.PREVIEW, "small") == "opbroker-preview-small"
+
+
+def test_a_credentials_secret_out_of_reach_at_start_up_is_a_clear_configuration_error() -> None:
+    with pytest.raises(ConfigurationError, match=r"cannot read the credentials Secret opbroker/creds: MaxRetryError"):
+        create_app(Settings(credentials_secret="creds", namespace="opbroker"), unreachable_api())

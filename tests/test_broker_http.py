@@ -7,6 +7,7 @@ health, readiness, metrics, credentials from a Secret (and their rotation), and 
 from __future__ import annotations
 
 import base64
+import logging
 import os
 import shutil
 import subprocess
@@ -71,6 +72,19 @@ def test_request_identity_is_echoed_everywhere(broker: Harness, osb: httpx.Clien
     with broker.client(auth=None) as anonymous:
         denied = anonymous.get("/v2/catalog", headers={"X-Broker-API-Request-Identity": "trace-8"})
     assert denied.headers["X-Broker-API-Request-Identity"] == "trace-8"
+
+
+def test_the_access_log_is_one_bounded_line_per_request(broker: Harness, caplog: pytest.LogCaptureFixture) -> None:
+    """uvicorn's access log printed the raw request line (up to the 16 KiB head, control characters decoded);
+    the broker's own line shows the route, the path cut to 200 characters and escaped, the status."""
+    assert broker.background.server.config.access_log is False
+    hostile = "/v2/service_instances/" + "a" * 8000 + "%0aFORGED 200 OK"
+    with caplog.at_level(logging.INFO, logger="opbroker.broker.access"), broker.client(auth=None) as anonymous:
+        assert anonymous.get(hostile).status_code == 401
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "opbroker.broker.access"]
+    assert line.startswith("GET /v2/service_instances/{instance_id} /v2/service_instances/aaa")
+    assert " 401 " in line and "\n" not in line and "FORGED" not in line
+    assert len(line) < 300
 
 
 def test_unknown_fields_are_ignored(osb: httpx.Client) -> None:

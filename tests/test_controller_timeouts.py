@@ -26,12 +26,12 @@ import pytest
 import yaml
 from kubernetes import client
 
-from opbroker.broker import kubeclient
-from opbroker.broker.server import kubernetes_client
-from opbroker.controller import clients, contact, health, leadership
+from opbroker.broker import server as broker_server
+from opbroker.controller import contact, health, leadership
 from opbroker.controller.reconciler import queue
 from opbroker.devcluster import ControlPlane
 from opbroker.devcluster.controlplane import free_ports
+from opbroker.kubeclient import deadlines
 from tests.blackhole import BlackHole
 from tests.controller_support import OPBROKER, Process, wait_for
 from tests.test_controller_lifecycle import provision, wait_state
@@ -52,7 +52,7 @@ from tests.test_controller_robustness import lease_holder
     ],
 )
 def test_every_controller_call_gets_a_deadline_and_a_watch_its_own(url: str, want: tuple[float, float]) -> None:
-    assert clients.Timeouts().for_url(url) == want
+    assert deadlines.Timeouts().for_url(url) == want
 
 
 @pytest.mark.parametrize(
@@ -64,7 +64,7 @@ def test_every_controller_call_gets_a_deadline_and_a_watch_its_own(url: str, wan
     ],
 )
 def test_every_broker_call_gets_a_deadline_and_a_watch_its_own(url: str, want: tuple[float, float]) -> None:
-    assert kubeclient.timeouts_for(url) == want
+    assert broker_server.TIMEOUTS.for_url(url) == want
 
 
 @pytest.mark.parametrize(
@@ -172,13 +172,13 @@ def ends(call: Any, within: float) -> BaseException | None:
     return outcome[0]
 
 
-def test_a_broker_call_into_a_black_hole_ends_at_its_deadline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_broker_call_into_a_black_hole_ends_at_its_deadline(tmp_path: Path) -> None:
     hole = BlackHole(lambda: ("127.0.0.1", 9))
     hole.swallow()
-    monkeypatch.setattr(kubeclient, "REQUEST_SECONDS", 1.0)
-    monkeypatch.setattr(kubeclient, "CONNECT_SECONDS", 1.0)
     try:
-        api = kubernetes_client(black_holed_kubeconfig(hole, tmp_path / "kc"))
+        api = broker_server.kubernetes_client(
+            black_holed_kubeconfig(hole, tmp_path / "kc"), timeouts=deadlines.Timeouts(connect=1, request=1)
+        )
         failure = ends(lambda: client.CoreV1Api(api).read_namespace("default"), within=60)
         assert failure is not None and hole.swallowed >= 1
     finally:
@@ -192,12 +192,14 @@ def test_a_controller_call_into_a_black_hole_ends_at_its_deadline(tmp_path: Path
     configuration.host = hole.url
     configuration.verify_ssl = False
     reached = contact.ApiContact()
-    api = clients.bounded(configuration, timeouts=clients.Timeouts(connect=1, request=1), on_answer=reached.answered)
+    api = deadlines.bounded(
+        configuration, timeouts=deadlines.Timeouts(connect=1, request=1), on_answer=reached.answered
+    )
     try:
         failure = ends(lambda: client.CoreV1Api(api).read_namespace("default"), within=60)
         assert failure is not None and hole.swallowed >= 1
         # and a sibling (an impersonating door) keeps the deadlines
-        twin = clients.sibling(api)
+        twin = deadlines.sibling(api)
         assert ends(lambda: client.CoreV1Api(twin).read_namespace("default"), within=60) is not None
     finally:
         hole.close()

@@ -437,6 +437,21 @@ def test_operator_outcome_is_reported(world: World, phase: str, state: str, reas
     assert len(world.kube.writes("apply", "ConfigMap")) == 0  # the pending apply is not repeated
 
 
+def test_a_finalizer_another_controller_added_meanwhile_is_kept(world: World) -> None:
+    """Our finalizer write carries the resourceVersion the list was read at: from a stale read it is refused
+    (409), not written over the other controller's finalizer; the retry on a fresh read adds ours beside it."""
+    world.instance(finalizer=False)
+    delivered = world.get()  # what the watch delivered ...
+    world.kube.patch_custom(INSTANCES, NS, "db", {"metadata": {"finalizers": ["other.example/keep"]}})  # ... is stale
+    world.kube.store.feed(INSTANCES.store_key)
+    world.kube.store.put(INSTANCES.store_key, delivered)
+
+    assert world.reconcile() == Outcome(requeue_after=CONFLICT_RETRY_SECONDS)
+    assert world.get()["metadata"]["finalizers"] == ["other.example/keep"]
+    world.reconcile()
+    assert world.get()["metadata"]["finalizers"] == ["other.example/keep", FINALIZER]
+
+
 def test_conflict_on_status_write_rereads(world: World) -> None:
     world.instance(status={"state": "in_queue"})
     delivered = world.get()  # what the watch delivered ...

@@ -4,10 +4,9 @@ Aspects covered, on one shared local stack: the controller SIGKILLed at random p
 provisioning run still converges with nothing lost, duplicated or orphaned (scenario 1); concurrent
 identical and conflicting OSB requests for the same ids get OSB's answers and leave exactly the state
 those answers promise (scenario 4: binds and deprovisions on different ids, no id re-created); a bind
-racing a deprovision ends consistently (the bind reported failed, the instance gone, nothing left
-behind). Two known bugs are expected failures until fixed: the broker accepting both the bind and the
-deprovision, and an instance provisioned again under the same id adopting its previous incarnation's
-registry Secret.
+racing a deprovision ends consistently: never both accepted, the one accepted succeeds, the one refused
+gets an OSB answer, nothing is left behind; an instance provisioned again under the same id gets a registry
+of its own, not its previous incarnation's.
 """
 
 from __future__ import annotations
@@ -57,11 +56,16 @@ def test_conflicting_requests_get_osb_answers_and_leave_the_promised_state(bench
 
 def test_bind_racing_a_deprovision_ends_consistently(bench: Bench) -> None:
     result = conflicts.race_probe(bench, bench.namespace("smoke-race"), trials=3, seed=7)
-    both = result["both_accepted"]
+    assert result["answers_off_osb"] == []
+    assert result["both_accepted"] == 0, result["outcomes"]
+    assert sum(result["outcomes"].values()) == 3
+    # Each trial: one of the two accepted and its operation succeeded, or both refused (the platform retries).
+    won = result["last_operation_of_the_one_accepted"]
+    assert {state for states in won.values() for state in states} <= {"succeeded"}, won
+    assert sum(sum(states.values()) for states in won.values()) + result["both_refused"] == 3
     assert result["stuck_deleting_instances"] == 0
-    assert result["last_operation_after_both_accepted"]["bind"].get("failed", 0) == both
-    assert result["last_operation_after_both_accepted"]["deprovision"].get("succeeded", 0) == both
     assert result["resource_check"]["converged"], result["resource_check"]
+    assert result["violations"] == 0
 
 
 def test_bind_and_deprovision_at_once_are_not_both_accepted(bench: Bench) -> None:

@@ -8,7 +8,8 @@ and the resulting objects are bounded; the limits are configurable.
 
 from __future__ import annotations
 
-import time
+import re
+import threading
 import tracemalloc
 
 import pytest
@@ -19,6 +20,8 @@ from opbroker.rendering import Limits, Renderer, RenderError, RenderInputs, Rend
 HEAD = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\ndata:\n  v: "
 INPUTS = RenderInputs(instance={"metadata": {"name": "i"}, "spec": {"parameters": {"n": 3}}}, default_namespace="n")
 FAST = Renderer(limits=Limits(timeout=0.3))
+#: Only against a hang: a render the deadline failed to stop would otherwise block the whole suite.
+WATCHDOG_SECONDS = 120
 
 
 def plan(content: str) -> SFPlan:
@@ -72,11 +75,26 @@ def render(content: str, renderer: Renderer = FAST) -> object:
     ],
 )
 def test_runaway_templates_are_stopped_quickly(reason: str, body: str, message: str) -> None:
-    started = time.monotonic()
-    with pytest.raises(RenderLimitError, match=message) as caught:
-        render(body)
-    assert time.monotonic() - started < 2.0, reason
-    assert "plan 'limits', action 'provision', template provision line 6" in str(caught.value)
+    # How soon after the 0.3 s deadline a render stops is measured in the bench (suite jinja-bombs), not here;
+    # this test shows *that* the deadline or a structural limit stops it, with the error naming where. The
+    # watchdog only keeps a broken deadline from hanging the suite: it is no speed claim.
+    outcome: list[BaseException | None] = []
+
+    def attempt() -> None:
+        try:
+            render(body)
+            outcome.append(None)
+        except BaseException as exc:  # handed to the test thread as it is
+            outcome.append(exc)
+
+    worker = threading.Thread(target=attempt, daemon=True)
+    worker.start()
+    worker.join(WATCHDOG_SECONDS)
+    assert outcome, f"{reason}: still rendering after {WATCHDOG_SECONDS} s, the deadline did not stop it"
+    caught = outcome[0]
+    assert isinstance(caught, RenderLimitError), f"{reason}: {caught!r}"
+    assert re.search(message, str(caught)), str(caught)
+    assert "plan 'limits', action 'provision', template provision line 6" in str(caught)
 
 
 @pytest.mark.parametrize(

@@ -34,6 +34,7 @@ from kubernetes.client.exceptions import ApiException
 
 from opbroker.api.cluster import RESOURCE_GROUP
 from opbroker.api.meta import ResourceRef
+from opbroker.controller import finalizers
 from opbroker.controller.catalog import spec_hash
 from opbroker.controller.decisions import is_deleting
 from opbroker.controller.kube import Kind
@@ -400,15 +401,15 @@ class ClusterReconciler(ObservePlanAct[ClusterFacts, ClusterAction]):
     @staticmethod
     def plan(facts: ClusterFacts) -> Sequence[ClusterAction]:
         meta = facts.body["metadata"]
-        finalizers = list(meta.get("finalizers") or [])
+        present = list(meta.get("finalizers") or [])
         removing = is_deleting(facts.body)
         actions: list[ClusterAction] = []
-        if not removing and CLUSTER_FINALIZER not in finalizers:
-            actions.append(AddFinalizer((*finalizers, CLUSTER_FINALIZER)))
+        if not removing and CLUSTER_FINALIZER not in present:
+            actions.append(AddFinalizer((*present, CLUSTER_FINALIZER)))
         if facts.reachable and not removing:
             actions.append(Replicate())
-        if removing and not facts.remaining and CLUSTER_FINALIZER in finalizers:
-            return [*actions, Release(tuple(f for f in finalizers if f != CLUSTER_FINALIZER))]
+        if removing and not facts.remaining and CLUSTER_FINALIZER in present:
+            return [*actions, Release(tuple(f for f in present if f != CLUSTER_FINALIZER))]
         current = facts.body.get("status") or {}
         wanted = cluster_status(facts)
         patch = {k: v for k, v in wanted.items() if k != "conditions" and current.get(k) != v}
@@ -430,7 +431,10 @@ class ClusterReconciler(ObservePlanAct[ClusterFacts, ClusterAction]):
         for action in actions:
             if isinstance(action, AddFinalizer):
                 patched = kube.patch_custom(
-                    CLUSTERS, self.namespace, name, {"metadata": {"finalizers": list(action.finalizers)}}
+                    CLUSTERS,
+                    self.namespace,
+                    name,
+                    finalizers.replacing(facts.body["metadata"], list(action.finalizers)),
                 )
                 if patched is not None:
                     self.registry.upsert(patched)
@@ -447,12 +451,7 @@ class ClusterReconciler(ObservePlanAct[ClusterFacts, ClusterAction]):
                     CLUSTERS,
                     self.namespace,
                     name,
-                    {
-                        "metadata": {
-                            "finalizers": list(action.finalizers) or None,
-                            "resourceVersion": facts.body["metadata"]["resourceVersion"],
-                        }
-                    },
+                    finalizers.replacing(facts.body["metadata"], list(action.finalizers)),
                 )
                 logger.info("cluster %s released: no instance is placed on it any more", name)
                 self.registry.remove(name)

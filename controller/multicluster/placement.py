@@ -38,7 +38,7 @@ from opbroker.api.conventions import FINALIZER, credentials_secret_name, resourc
 from opbroker.api.osb import OperationState
 from opbroker.api.selectors import SelectorError
 from opbroker.api.selectors import parse as parse_selector
-from opbroker.controller import identities
+from opbroker.controller import finalizers, identities
 from opbroker.controller.bindings import delete_credentials
 from opbroker.controller.catalog import PlanEntry
 from opbroker.controller.decisions import TERMINAL, is_deleting
@@ -340,27 +340,19 @@ class MultiClusterPlacement:
 
     def _hold(self, obj: dict[str, Any], kind: Kind) -> None:
         meta = obj["metadata"]
-        finalizers = meta.get("finalizers") or []
-        if FINALIZER in finalizers:
+        patch = finalizers.adding(meta, FINALIZER)
+        if patch is None:
             return
-        patched = self.deps.kube.patch_custom(
-            kind, meta["namespace"], meta["name"], {"metadata": {"finalizers": [*finalizers, FINALIZER]}}
-        )
+        patched = self.deps.kube.patch_custom(kind, meta["namespace"], meta["name"], patch)
         if patched is not None:
             obj.clear()
             obj.update(patched)
 
     def _release(self, obj: dict[str, Any], kind: Kind) -> None:
         meta = obj["metadata"]
-        if FINALIZER not in (meta.get("finalizers") or []):
-            return
-        finalizers = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
-        self.deps.kube.patch_custom(
-            kind,
-            meta["namespace"],
-            meta["name"],
-            {"metadata": {"finalizers": finalizers or None, "resourceVersion": meta["resourceVersion"]}},
-        )
+        patch = finalizers.removing(meta, FINALIZER)
+        if patch is not None:
+            self.deps.kube.patch_custom(kind, meta["namespace"], meta["name"], patch)
 
     def _hand_over(
         self, obj: dict[str, Any], state: ClusterState, kind: Kind, writer: StatusWriter, *, copy_exists: bool

@@ -20,12 +20,13 @@ import yaml
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
-from opbroker.controller import clients
-from opbroker.controller.kube import BINDINGS, INSTANCES, Kind, Kube, json_object
+from opbroker.controller.kube import BINDINGS, INSTANCES, Kind, Kube
 from opbroker.controller.multicluster import kubeconfigs, quantities
 from opbroker.controller.multicluster.quantities import Resources
 from opbroker.controller.multicluster.reasons import LABEL_REPLICATED
 from opbroker.controller.reconciler.keys import Key
+from opbroker.kubeclient import deadlines
+from opbroker.kubeclient.answers import json_object
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +63,7 @@ def client_from_kubeconfig(text: str) -> client.ApiClient:
         raise KubeconfigError(f"the kubeconfig is not usable: {type(exc).__name__}: {exc}") from exc
     configuration.connection_pool_maxsize = 16
     configuration.retries = 0  # an unreachable sister must fail fast, not hang in urllib3 retries
-    return clients.bounded(configuration)  # deadlines on every call and watch, keepalive
+    return deadlines.bounded(configuration)  # deadlines on every call and watch, keepalive
 
 
 class SisterKube(Kube):

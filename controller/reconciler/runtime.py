@@ -31,8 +31,17 @@ from opbroker.controller.reconciler.queue import WorkQueue
 
 logger = logging.getLogger(__name__)
 
-#: After a conflict, the reconcile runs again this soon (on a fresh read).
+#: After a conflict, the reconcile runs again this soon (on a fresh read) ...
 CONFLICT_RETRY_SECONDS = 0.05
+#: ... doubling with each conflict in a row up to this: a key whose writes keep losing (another writer rewriting
+#: the object in a loop) is retried every few seconds, not at 20 Hz for ever. A reconcile that ends otherwise
+#: starts the count again.
+CONFLICT_RETRY_CAP_SECONDS = 5.0
+
+
+def conflict_delay(streak: int) -> float:
+    """The wait before the reconcile after the ``streak``-th conflict in a row (1 for the first)."""
+    return float(min(CONFLICT_RETRY_CAP_SECONDS, CONFLICT_RETRY_SECONDS * 2 ** min(streak - 1, 16)))
 
 
 class Runtime:
@@ -43,6 +52,8 @@ class Runtime:
         self.memories = memories or Memories()
         self._kinds: dict[str, Reconciler] = {}
         self._rechecks: PerKey[float] = self.memories.keep(PerKey())
+        self._conflicts: PerKey[int] = self.memories.keep(PerKey())
+        """Conflicts in a row per key (see :data:`CONFLICT_RETRY_CAP_SECONDS`)."""
         self.queue: WorkQueue | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.reconciles = 0
@@ -124,10 +135,14 @@ class Runtime:
                 metrics.RECONCILE_ERRORS.labels(kind=key.kind, reason=failure.label).inc()
                 if failure.handling is Handling.REREAD:
                     reconciler.reread(key)
-                    return Outcome(requeue_after=CONFLICT_RETRY_SECONDS)
+                    streak = (self._conflicts.get(key) or 0) + 1
+                    self._conflicts.put(key, streak)
+                    return Outcome(requeue_after=conflict_delay(streak))
+                self._conflicts.forget(key)
                 if failure.handling is Handling.TRANSIENT:
                     raise TemporaryError(failure.message) from exc
                 raise
+        self._conflicts.forget(key)
         return self._coalesced(key, outcome)
 
     async def _reconcile(self, key: object) -> Outcome:

@@ -26,11 +26,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+
+from opbroker.rendering import certificates
 
 logger = logging.getLogger(__name__)
 
@@ -59,55 +60,21 @@ def issue(hosts: Sequence[str], *, now: datetime.datetime, ca: Bundle | None = N
     """A serving certificate for ``hosts`` (DNS names or IP addresses) signed by ``ca``'s CA (a new CA when
     None). Pure but for the randomness of keys and serials."""
     if ca is None:
-        ca_key = ec.generate_private_key(ec.SECP256R1())
-        ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "opbroker webhook CA")])
-        ca_cert = (
-            x509.CertificateBuilder()
-            .subject_name(ca_name)
-            .issuer_name(ca_name)
-            .public_key(ca_key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=CA_DAYS))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-            .add_extension(
-                x509.KeyUsage(
-                    digital_signature=False,
-                    content_commitment=False,
-                    key_encipherment=False,
-                    data_encipherment=False,
-                    key_agreement=False,
-                    key_cert_sign=True,
-                    crl_sign=True,
-                    encipher_only=False,
-                    decipher_only=False,
-                ),
-                critical=True,
-            )
-            .sign(ca_key, hashes.SHA256())
-        )
+        ca_key, ca_cert = certificates.new_ca("opbroker webhook CA", now=now, days=CA_DAYS)
     else:
         loaded_key = serialization.load_pem_private_key(ca.ca_key, password=None)
         assert isinstance(loaded_key, ec.EllipticCurvePrivateKey)
         ca_key, ca_cert = loaded_key, x509.load_pem_x509_certificate(ca.ca_cert)
     key = ec.generate_private_key(ec.SECP256R1())
-    names: list[x509.GeneralName] = []
-    for host in hosts:
-        try:
-            names.append(x509.IPAddress(ipaddress.ip_address(host)))
-        except ValueError:
-            names.append(x509.DNSName(host))
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])]))
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=LEAF_DAYS))
-        .add_extension(x509.SubjectAlternativeName(names), critical=False)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .sign(ca_key, hashes.SHA256())
+    dns_names, ip_addresses = certificates.hosts(hosts)
+    cert = certificates.issue(
+        certificates.Subject(hosts[0], dns_names=dns_names, ip_addresses=ip_addresses),
+        key.public_key(),
+        signing_key=ca_key,
+        issuer=ca_cert,
+        now=now,
+        days=LEAF_DAYS,
+        usages=[certificates.SERVER_AUTH],
     )
     pem = serialization.Encoding.PEM
     pkcs8, plain = serialization.PrivateFormat.PKCS8, serialization.NoEncryption()

@@ -29,6 +29,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from tests.osb_fake_broker import Recorded
+
 SERVICE_ID = "0f1c6a55-1e33-4c1f-9a4b-0000000000a1"
 SYNC_PLAN = "0f1c6a55-1e33-4c1f-9a4b-0000000000b1"  # "small": every operation finishes in the answer
 ASYNC_PLAN = "0f1c6a55-1e33-4c1f-9a4b-0000000000b2"  # "large": provision/deprovision answer 202
@@ -83,15 +85,6 @@ def catalog(suffix: str, *, bad_entries: bool = True) -> dict[str, Any]:
             {"id": EMPTY_SERVICE_ID, "name": f"legacy-empty-{suffix}", "description": "", "bindable": False}
         )
     return {"services": services}
-
-
-@dataclass
-class Recorded:
-    method: str
-    path: str
-    query: dict[str, str]
-    headers: dict[str, str]
-    body: Any
 
 
 @dataclass

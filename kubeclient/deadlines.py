@@ -1,4 +1,4 @@
-"""The controller's Kubernetes API clients, every one with deadlines and TCP keepalive.
+"""Kubernetes API clients with deadlines on every call and TCP keepalive (the broker's and the controller's).
 
 The official client has no default timeout: a call whose connection stops answering (a load balancer that
 lost its state, a NAT table flush, a half-dead API server) waits for ever, and with it a reconcile worker or a
@@ -15,6 +15,9 @@ and urllib3 retries a failed read at most once (its default retries an idempoten
 would quadruple the bound). TCP keepalive (client-go's timings: probes after 30 s idle) lets the kernel close
 a connection whose peer vanished while it was idle. Every HTTP answer is reported to ``on_answer`` (the
 controller's :class:`~opbroker.controller.contact.ApiContact`), whatever its status: it proves the path works.
+
+Each process picks its own :class:`Timeouts` (the broker answers OSB platforms within their 60 s, so its
+requests get half of that; the controller waits as long as the API server itself).
 """
 
 from __future__ import annotations
@@ -38,12 +41,12 @@ WATCH_SECONDS = 60
 
 @dataclass(frozen=True)
 class Timeouts:
-    """Deadlines of the controller's API calls (see the module docstring)."""
+    """Deadlines of one process's API calls (see the module docstring)."""
 
     connect: float = CONNECT_SECONDS
     request: float = REQUEST_SECONDS
     watch: int = WATCH_SECONDS
-    """The server-side duration (``timeoutSeconds``) of the controller's own watches."""
+    """The server-side duration (``timeoutSeconds``) of the process's own watches, and of a watch naming none."""
 
     def watch_read(self, server_seconds: float | None = None) -> float:
         """The longest a watch ending after ``server_seconds`` (default :attr:`watch`) may deliver nothing."""
@@ -65,7 +68,7 @@ class Timeouts:
 DEFAULT_TIMEOUTS = Timeouts()
 
 #: urllib3's retries: a dropped connection is dialled again, a failed read is retried once (idempotent calls
-#: only, as urllib3 does), nothing else — the reconcile's own error table retries with backoff.
+#: only, as urllib3 does), nothing else — the callers retry with backoff (the reconcile's error table).
 RETRIES = urllib3.Retry(total=3, connect=3, read=1, redirect=0, status=0, other=0)
 
 

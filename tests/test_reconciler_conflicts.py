@@ -1,0 +1,88 @@
+"""A key whose guarded writes keep losing is retried with a growing delay, not at 20 Hz for ever.
+
+A conflict (HTTP 409) means the object changed between the read and the write: the reconcile runs again on a
+fresh read, soon. But another writer rewriting the object in a loop would make that "soon" a busy loop; the
+delay doubles with each conflict in a row, up to a cap, and starts again once a reconcile ends otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import ClassVar
+
+import pytest
+
+from opbroker.controller.reconciler import Conflict
+from opbroker.controller.reconciler.keys import Key
+from opbroker.controller.reconciler.outcomes import DONE, Outcome, TemporaryError
+from opbroker.controller.reconciler.runtime import (
+    CONFLICT_RETRY_CAP_SECONDS,
+    CONFLICT_RETRY_SECONDS,
+    Runtime,
+    conflict_delay,
+)
+
+KEY = Key("scripted", "ns", "a")
+OTHER = Key("scripted", "ns", "b")
+
+
+class Scripted:
+    """Answers each reconcile with the next of ``script``: an outcome, or an exception to raise."""
+
+    kind: ClassVar[str] = "scripted"
+
+    def __init__(self, script: list[Outcome | Exception]) -> None:
+        self._script: Iterator[Outcome | Exception] = iter(script)
+        self.rereads: list[Key] = []
+
+    def reconcile(self, key: Key) -> Outcome:
+        step = next(self._script)
+        if isinstance(step, Exception):
+            raise step
+        return step
+
+    def reread(self, key: Key) -> None:
+        self.rereads.append(key)
+
+
+def runtime_for(script: list[Outcome | Exception]) -> tuple[Runtime, Scripted]:
+    runtime = Runtime(workers=1)
+    reconciler = Scripted(script)
+    runtime.register(reconciler)
+    return runtime, reconciler
+
+
+def test_conflicts_in_a_row_double_the_delay_up_to_the_cap() -> None:
+    runtime, reconciler = runtime_for([Conflict("409") for _ in range(12)])
+    delays = [runtime.reconcile_now(KEY).requeue_after for _ in range(12)]
+    assert delays[:4] == [CONFLICT_RETRY_SECONDS, 0.1, 0.2, 0.4]
+    assert delays == sorted(delays) and delays[-1] == CONFLICT_RETRY_CAP_SECONDS
+    assert reconciler.rereads == [KEY] * 12  # every retry reads the object afresh
+
+
+def test_a_reconcile_that_ends_otherwise_starts_the_count_again() -> None:
+    runtime, _ = runtime_for([Conflict("409"), Conflict("409"), Conflict("409"), DONE, Conflict("409")])
+    assert [runtime.reconcile_now(KEY).requeue_after for _ in range(3)] == [0.05, 0.1, 0.2]
+    assert runtime.reconcile_now(KEY) == DONE
+    assert runtime.reconcile_now(KEY).requeue_after == CONFLICT_RETRY_SECONDS
+
+
+def test_a_failure_also_ends_the_streak_and_keys_count_apart() -> None:
+    runtime, _ = runtime_for([Conflict("409"), Conflict("409"), TemporaryError("down"), Conflict("409")])
+    assert runtime.reconcile_now(KEY).requeue_after == 0.05
+    assert runtime.reconcile_now(OTHER).requeue_after == 0.05  # another key's streak is its own
+    with pytest.raises(TemporaryError):
+        runtime.reconcile_now(KEY)
+    assert runtime.reconcile_now(KEY).requeue_after == 0.05
+
+
+def test_a_forgotten_key_starts_with_the_shortest_delay() -> None:
+    runtime, _ = runtime_for([Conflict("409"), Conflict("409")])
+    runtime.reconcile_now(KEY)
+    runtime.forget(KEY)  # the object was deleted (and may come back under the same name)
+    assert runtime.reconcile_now(KEY).requeue_after == CONFLICT_RETRY_SECONDS
+
+
+def test_the_delay_is_bounded_for_any_streak() -> None:
+    assert conflict_delay(1) == CONFLICT_RETRY_SECONDS
+    assert conflict_delay(10**9) == CONFLICT_RETRY_CAP_SECONDS
