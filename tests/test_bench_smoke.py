@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from bench import run
+
+pytestmark = pytest.mark.apiserver  # its benchmarks start a local control plane (tests/conftest.py)
 
 
 def test_quick_benchmarks_measure_what_they_claim() -> None:

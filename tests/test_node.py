@@ -32,6 +32,8 @@ from opbroker.devcluster.demo import HEADERS, run_demo
 from opbroker.devcluster.devstack import DevStack, Endpoint
 from tests.controller_support import wait_for
 
+pytestmark = pytest.mark.apiserver  # its own fixtures start a local control plane (tests/conftest.py)
+
 NAMESPACE = "opbroker"
 NAMES = Names(NAMESPACE)
 LEASE_SECONDS = ControllerSettings().lease_seconds

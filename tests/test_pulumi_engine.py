@@ -58,6 +58,8 @@ from opbroker.devcluster.pulumi_engine import (
 )
 from tests.osb_fake_broker import FakeBroker, serve
 
+pytestmark = pytest.mark.apiserver  # its own fixtures start a local control plane (tests/conftest.py)
+
 pytest_plugins = ["tests.pulumi_engine_support"]
 
 NAMESPACE = ROOT_STACK_NAMESPACE

@@ -56,6 +56,8 @@ from opbroker.devcluster.incluster import DEMO_OPERATOR_RULE, broker_service_url
 from opbroker.devcluster.processes import Process
 from opbroker.devcluster.pulumi_engine import PACKAGES, REPO, Engine, escape, new_project, root_stack
 
+pytestmark = pytest.mark.apiserver  # its own fixtures start a local control plane (tests/conftest.py)
+
 pytest_plugins = ["tests.pulumi_engine_support"]
 
 PASSWORD = secrets.token_urlsafe(16)

@@ -19,6 +19,8 @@ import pytest
 from bench import conflicts, scenarios
 from bench.common import Bench, bench_stack
 
+pytestmark = pytest.mark.apiserver  # its own fixtures start a local control plane (tests/conftest.py)
+
 
 @pytest.fixture(scope="module")
 def bench() -> Iterator[Bench]:

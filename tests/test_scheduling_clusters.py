@@ -28,6 +28,8 @@ from tests.multicluster_support import (
     wait_state,
 )
 
+pytestmark = pytest.mark.apiserver  # its own fixtures start a local control plane (tests/conftest.py)
+
 INSTANCES = "sfserviceinstances"
 
 
