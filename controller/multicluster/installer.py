@@ -12,6 +12,7 @@ sister's bounded client (:func:`opbroker.controller.clients.bounded`: a deadline
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -26,6 +27,17 @@ from opbroker.controller.kube import Kube
 FIELD_MANAGER = "opbroker-master"
 #: The ``app.kubernetes.io/managed-by`` label of those objects (the component's say ``pulumi``).
 MANAGED_BY = "opbroker-master"
+
+
+@dataclass(frozen=True)
+class Installation:
+    """What the last installation step in a sister came to, for the SFCluster's ``ControllerInstalled``
+    condition. ``removed``: the objects are gone and the condition goes with them."""
+
+    ok: bool
+    reason: str
+    message: str
+    removed: bool = False
 
 
 class InstallError(RuntimeError):
