@@ -29,28 +29,26 @@ import pulumi_random
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from opbroker.api import controllerinstall, errors, selectors
-from opbroker.api.conventions import DEFAULT_NAMESPACE, DEFAULT_PLAN_SERVICE_ACCOUNT
 from opbroker.api.controllerinstall import (
     CONTROLLER_RESOURCES,
-    HOST_KEY,
+    HOST_KEY,  # noqa: F401  # re-exported: the tests and the dev tooling read them from here
     METRICS_PORT,
-    RUN_AS_USER,
+    RUN_AS_USER,  # noqa: F401
     SKIP_AWAIT_ANNOTATION,
-    WEBHOOK_PORT,
-    ZONE_KEY,
+    WEBHOOK_PORT,  # noqa: F401
+    ZONE_KEY,  # noqa: F401
     ControllerSpec,
-    Names,
     PodSettings,
     common_labels,
-    controller_command,
     controller_objects,
-    controller_probes,
     downward_env,
     role_ref,
     selector_labels,
-    topology_spread,
-    webhook_flags,
 )
+from opbroker.api.controllerinstall import (
+    Names as Names,
+)
+from opbroker.api.conventions import DEFAULT_NAMESPACE
 from opbroker.api.crd import all_crds
 from opbroker.components import rbac, resources
 from opbroker.rendering.urlpolicy import FetchPolicy
@@ -514,15 +512,15 @@ class ControlPlane(pulumi.ComponentResource):
         # also applies into sister clusters; each is wrapped here in its typed resource, with its dependencies.
         objects = dict(controller_objects(controller_spec(s)))
 
-        def rbac_child(
-            cls: Any, resource_name: str, role: str, *depends_on: pulumi.Resource
-        ) -> pulumi.CustomResource:
+        def rbac_child(cls: Any, resource_name: str, role: str, *depends_on: pulumi.Resource) -> pulumi.CustomResource:
             body = {k: v for k, v in objects[role].items() if k not in ("apiVersion", "kind")}
             if "roleRef" in body:
                 body["role_ref"] = body.pop("roleRef")
             return cls(resource_name, **body, opts=child(*depends_on))  # type: ignore[no-any-return]
 
-        controller_sa = rbac_child(k8s.core.v1.ServiceAccount, f"{name}-controller", "controller-account", *in_namespace)
+        controller_sa = rbac_child(
+            k8s.core.v1.ServiceAccount, f"{name}-controller", "controller-account", *in_namespace
+        )
         broker_sa = k8s.core.v1.ServiceAccount(
             f"{name}-broker", metadata=meta(names.broker, "broker"), opts=child(*in_namespace)
         )

@@ -106,7 +106,12 @@ class Master:
 
     def patch_controller(self, name: str, controller: dict[str, Any] | None) -> None:
         self.custom.patch_namespaced_custom_object(
-            CLUSTERS.group, CLUSTERS.version, self.namespace, CLUSTERS.plural, name, {"spec": {"controller": controller}}
+            CLUSTERS.group,
+            CLUSTERS.version,
+            self.namespace,
+            CLUSTERS.plural,
+            name,
+            {"spec": {"controller": controller}},
         )
 
 
@@ -150,7 +155,9 @@ def contains(actual: Any, expected: Any, path: str = "") -> list[str]:
     if isinstance(expected, list):
         if not isinstance(actual, list) or len(actual) != len(expected):
             return [path]
-        return [p for i, (a, e) in enumerate(zip(actual, expected, strict=True)) for p in contains(a, e, f"{path}[{i}]")]
+        return [
+            p for i, (a, e) in enumerate(zip(actual, expected, strict=True)) for p in contains(a, e, f"{path}[{i}]")
+        ]
     return [] if actual == expected or (expected == "" and actual is None) else [path]
 
 
@@ -225,7 +232,9 @@ def test_deleting_the_sfcluster_removes_the_controller_first(
     master.register("gone", sister.kubeconfig.read_text(), {"image": "opbroker:one", "replicas": 1})
     master.reconcile("gone")
     expected = component_objects(ns, "opbroker:one")
-    assert installed(sister_api, [m for m in expected if m["kind"] == "Deployment"]) == ["Deployment/opbroker-controller"]
+    assert installed(sister_api, [m for m in expected if m["kind"] == "Deployment"]) == [
+        "Deployment/opbroker-controller"
+    ]
     body = master.cluster("gone")
     assert body is not None and body["metadata"].get("finalizers")
 

@@ -36,13 +36,12 @@ from typing import Any, ClassVar
 
 from kubernetes.client.exceptions import ApiException
 
-from opbroker.api.cluster import RESOURCE_GROUP
+from opbroker.api.cluster import RESOURCE_GROUP, SFClusterController
+from opbroker.api.controllerinstall import digest as objects_digest
 from opbroker.api.meta import ResourceRef
 from opbroker.controller.catalog import spec_hash
 from opbroker.controller.decisions import is_deleting
 from opbroker.controller.kube import Kind
-from opbroker.api.cluster import SFClusterController
-from opbroker.api.controllerinstall import digest as objects_digest
 from opbroker.controller.multicluster import installer, quantities, replicas
 from opbroker.controller.multicluster.installer import Installation, InstallError
 from opbroker.controller.multicluster.ledger import Ledger

@@ -106,7 +106,10 @@ def uninstall(kube: Kube, namespace: str) -> int:
     for _, manifest in removable(namespace):
         meta = manifest["metadata"]
         ref = ResourceRef(
-            api_version=manifest["apiVersion"], kind=manifest["kind"], name=meta["name"], namespace=meta.get("namespace")
+            api_version=manifest["apiVersion"],
+            kind=manifest["kind"],
+            name=meta["name"],
+            namespace=meta.get("namespace"),
         )
         try:
             deleted += bool(kube.delete(ref))
