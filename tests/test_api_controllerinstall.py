@@ -28,3 +28,26 @@ def test_removal_covers_every_object_any_installation_makes() -> None:
     for webhook in (True, False):
         wanted = installer.desired("ops", SFClusterController(image="x", webhook=webhook, replicas=3))
         assert {(m["kind"], m["metadata"]["name"]) for _, m in wanted} <= removable
+
+
+class _SlowKube:
+    """Each apply advances a fake clock by 25 s."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.applied: list[str] = []
+
+    def apply(self, manifest: dict[str, object], *, field_manager: str) -> dict[str, object]:
+        self.now += 25
+        self.applied.append(str(manifest["kind"]))
+        return manifest
+
+
+def test_an_installation_gives_up_after_its_time_and_says_how_far_it_got() -> None:
+    import pytest
+
+    kube = _SlowKube()
+    objects = installer.desired("ops", SFClusterController(image="x"))
+    with pytest.raises(installer.InstallError, match=r"gave up after 60s with 3 of \d+ objects applied"):
+        installer.install(kube, "ops", objects, clock=lambda: kube.now)  # type: ignore[arg-type]
+    assert len(kube.applied) == 3

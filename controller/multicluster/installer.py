@@ -11,7 +11,8 @@ sister's bounded client (:func:`opbroker.controller.clients.bounded`: a deadline
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +26,11 @@ from opbroker.controller.kube import Kube
 
 #: The field manager of everything the master applies into a sister.
 FIELD_MANAGER = "opbroker-master"
+#: Seconds one installation or removal may take in all, checked between calls (each call has its own deadline,
+#: the sister client's: connect 10 s, answer 60 s): a slow sister holds a worker for at most about this plus one
+#: call, and the rest is applied at the next probe. 60 s: a healthy API server applies the ~30 objects in well
+#: under 2 s.
+STEP_SECONDS = 60.0
 #: The ``app.kubernetes.io/managed-by`` label of those objects (the component's say ``pulumi``).
 MANAGED_BY = "opbroker-master"
 
@@ -88,10 +94,33 @@ def _failure(action: str, manifest: Mapping[str, Any], exc: Exception) -> Instal
     return InstallError(f"{action} {_what(manifest)} failed: {detail}")
 
 
-def install(kube: Kube, namespace: str, objects: Sequence[tuple[str, dict[str, Any]]]) -> int:
-    """Apply the prerequisites and the objects in order; the count applied. Stops at the first failure."""
+def _deadline(clock: Callable[[], float], seconds: float) -> Callable[[int, int, str], None]:
+    end = clock() + seconds
+
+    def check(done: int, total: int, action: str) -> None:
+        if clock() > end:
+            raise InstallError(
+                f"gave up after {seconds:g}s with {done} of {total} objects {action}; continued at the next probe"
+            )
+
+    return check
+
+
+def install(
+    kube: Kube,
+    namespace: str,
+    objects: Sequence[tuple[str, dict[str, Any]]],
+    *,
+    seconds: float = STEP_SECONDS,
+    clock: Callable[[], float] = time.monotonic,
+) -> int:
+    """Apply the prerequisites and the objects in order; the count applied. Stops at the first failure, or when
+    ``seconds`` have passed (:data:`STEP_SECONDS`)."""
     applied = 0
-    for manifest in [*prerequisites(namespace), *(o for _, o in objects)]:
+    manifests = [*prerequisites(namespace), *(o for _, o in objects)]
+    check = _deadline(clock, seconds)
+    for manifest in manifests:
+        check(applied, len(manifests), "applied")
         try:
             kube.apply(manifest, field_manager=FIELD_MANAGER)
         except Exception as exc:
@@ -100,10 +129,16 @@ def install(kube: Kube, namespace: str, objects: Sequence[tuple[str, dict[str, A
     return applied
 
 
-def uninstall(kube: Kube, namespace: str) -> int:
-    """Delete every object an installation may have made; the count deleted (absent ones are skipped)."""
+def uninstall(
+    kube: Kube, namespace: str, *, seconds: float = STEP_SECONDS, clock: Callable[[], float] = time.monotonic
+) -> int:
+    """Delete every object an installation may have made; the count deleted (absent ones are skipped). Bounded
+    like :func:`install`."""
     deleted = 0
-    for _, manifest in removable(namespace):
+    manifests = removable(namespace)
+    check = _deadline(clock, seconds)
+    for index, (_, manifest) in enumerate(manifests):
+        check(index, len(manifests), "removed")
         meta = manifest["metadata"]
         ref = ResourceRef(
             api_version=manifest["apiVersion"],
