@@ -28,8 +28,8 @@ from opbroker.controller.kube import Kube
 FIELD_MANAGER = "opbroker-master"
 #: Seconds one installation or removal may take in all, checked between calls (each call has its own deadline,
 #: the sister client's: connect 10 s, answer 60 s): a slow sister holds a worker for at most about this plus one
-#: call, and the rest is applied at the next probe. 60 s: a healthy API server applies the ~30 objects in well
-#: under 2 s.
+#: call, and the rest is applied at the next probe. 60 s: a local API server applied the 29 objects in 1.3 s
+#: (the first time, CRDs included).
 STEP_SECONDS = 60.0
 #: The ``app.kubernetes.io/managed-by`` label of those objects (the component's say ``pulumi``).
 MANAGED_BY = "opbroker-master"
