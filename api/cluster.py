@@ -6,7 +6,7 @@ The cluster named ``"1"`` is the master when it also provisions. Its kubeconfig 
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
@@ -18,12 +18,40 @@ RESOURCE_GROUP = "resource.servicefabrik.io"
 Quantity = int | str
 
 
+class SFClusterControllerRule(WireModel):
+    """An RBAC rule for the operator kinds the plans render in that cluster (as the ControlPlane's
+    ``controller.operator_rules``)."""
+
+    api_groups: list[str]
+    resources: list[str] = Field(min_length=1)
+    verbs: list[str] = Field(min_length=1)
+    resource_names: list[str] | None = None
+
+
+class SFClusterController(WireModel):
+    """Opt-in (issue 29): the master installs opbroker's controller into this cluster, with its RBAC, from the
+    same definitions the ControlPlane component uses (:mod:`opbroker.api.controllerinstall`); upgrades it when
+    these fields or the definitions change; removes it when this is withdrawn or the SFCluster is deleted."""
+
+    image: str = Field(min_length=1, max_length=512)
+    """The opbroker image the controller runs."""
+    replicas: int = Field(default=2, ge=1, le=10)
+    """Controller replicas (one leads, the others stand by)."""
+    image_pull_policy: Literal["IfNotPresent", "Always", "Never"] = "IfNotPresent"
+    operator_rules: list[SFClusterControllerRule] = Field(default_factory=list, max_length=64)
+    """Rules for the operator kinds the plans render there (granted to the default plan account)."""
+    webhook: bool = True
+    """Serve the Service Catalog admission webhook there (the ControlPlane's ``controller.webhook``)."""
+
+
 class SFClusterSpec(WireModel):
     secret_ref: str = Field(min_length=1)
     total_capacity: dict[str, Quantity] | None = None
     """Capacity declared by the operator of the cluster, used where nodes cannot be read."""
     scheduling_limit_percentage: int | None = Field(default=None, ge=0, le=100)
     """Capacity-aware scheduling keeps requests below this share of allocatable."""
+    controller: SFClusterController | None = None
+    """Install opbroker's controller into the cluster (absent: it is installed by hand, or not at all)."""
 
 
 class SFClusterStatus(WireModel):

@@ -28,8 +28,27 @@ import pulumi_kubernetes as k8s
 import pulumi_random
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from opbroker.api import errors, selectors, webhooks
-from opbroker.api.conventions import DEFAULT_NAMESPACE, DEFAULT_PLAN_SERVICE_ACCOUNT
+from opbroker.api import controllerinstall, errors, selectors
+from opbroker.api.controllerinstall import (
+    CONTROLLER_RESOURCES,
+    HOST_KEY,  # noqa: F401  # re-exported: the tests and the dev tooling read them from here
+    METRICS_PORT,
+    RUN_AS_USER,  # noqa: F401
+    SKIP_AWAIT_ANNOTATION,
+    WEBHOOK_PORT,  # noqa: F401
+    ZONE_KEY,  # noqa: F401
+    ControllerSpec,
+    PodSettings,
+    common_labels,
+    controller_objects,
+    downward_env,
+    role_ref,
+    selector_labels,
+)
+from opbroker.api.controllerinstall import (
+    Names as Names,
+)
+from opbroker.api.conventions import DEFAULT_NAMESPACE
 from opbroker.api.crd import all_crds
 from opbroker.components import rbac, resources
 from opbroker.rendering.urlpolicy import FetchPolicy
@@ -37,19 +56,8 @@ from opbroker.rendering.urlpolicy import FetchPolicy
 CONTROL_PLANE_TYPE = "opbroker:index:ControlPlane"
 #: Port of the broker's OSB API, /healthz and /readyz.
 PORT = 8080
-#: Port of the Prometheus metrics of controller and broker (and of the controller's health checks); the
-#: broker's Service does not expose it.
-METRICS_PORT = 9090
-#: Container port of the controller's admission webhook (HTTPS; the Service listens on ``webhooks.SERVICE_PORT``).
-WEBHOOK_PORT = 9443
-ZONE_KEY = "topology.kubernetes.io/zone"
-HOST_KEY = "kubernetes.io/hostname"
-#: Non-root user the containers run as (the conventional "nonroot" uid of distroless images).
-RUN_AS_USER = 65532
 USERNAME_KEY = "username"
 PASSWORD_KEY = "password"
-#: pulumi-kubernetes: create or update the object without waiting for it to become ready.
-SKIP_AWAIT_ANNOTATION = "pulumi.com/skipAwait"
 
 
 class ResourceRequirementsArgs(TypedDict):
@@ -220,7 +228,7 @@ class OperatorRule(_Settings):
 class Controller(_Settings):
     replicas: int = Field(default=2, ge=1)
     image: str | None = Field(default=None, min_length=1)
-    resources: Resources = Resources(requests={"cpu": "100m", "memory": "128Mi"}, limits={"memory": "512Mi"})
+    resources: Resources = Resources.model_validate(CONTROLLER_RESOURCES)
     operator_rules: list[OperatorRule] = Field(default_factory=list)
     workers: int | None = Field(default=None, ge=1, le=256)
     error_threshold: int | None = Field(default=None, ge=1)
@@ -352,59 +360,6 @@ def settings(name: str, args: ControlPlaneArgs) -> Settings:
 # -- pure builders: names, labels, pod specs ------------------------------------------------------------------
 
 
-class Names:
-    """Kubernetes names of the control plane's objects. Cluster-scoped ones carry the namespace, so two
-    control planes in one cluster do not collide."""
-
-    def __init__(self, namespace: str) -> None:
-        self.namespace = namespace
-        self.controller = "opbroker-controller"
-        self.broker = "opbroker-broker"
-        self.broker_credentials = "opbroker-broker-credentials"
-        self.leader_election = "opbroker-controller-leader-election"
-        self.registries = "opbroker-controller-registries"
-        self.controller_cluster_role = f"opbroker:{namespace}:controller"
-        self.plan_account = DEFAULT_PLAN_SERVICE_ACCOUNT
-        self.plan_cluster_role = f"opbroker:{namespace}:{DEFAULT_PLAN_SERVICE_ACCOUNT}"
-        self.broker_cluster_role = f"opbroker:{namespace}:broker"
-        self.webhook = "opbroker-controller-webhook"
-        """The webhook's Service, Role and RoleBinding."""
-        self.webhook_configuration = f"opbroker-servicecatalog-{namespace}"
-        self.webhook_secret = webhooks.SECRET
-
-
-def webhook_flags(names: Names) -> list[str]:
-    """The ``opbroker controller run`` flags that serve the webhook behind the ControlPlane's Service."""
-    return [
-        "--webhook-port", str(WEBHOOK_PORT),
-        "--webhook-service", names.webhook,
-        "--webhook-configuration", names.webhook_configuration,
-        "--webhook-secret", names.webhook_secret,
-    ]  # fmt: skip
-
-
-def selector_labels(component: str) -> dict[str, str]:
-    return {"app.kubernetes.io/name": "opbroker", "app.kubernetes.io/component": component}
-
-
-def common_labels(component: str, extra: dict[str, str]) -> dict[str, str]:
-    return {
-        **extra,
-        **selector_labels(component),
-        "app.kubernetes.io/part-of": "opbroker",
-        "app.kubernetes.io/managed-by": "pulumi",
-    }
-
-
-def topology_spread(component: str, when_unsatisfiable: str) -> list[dict[str, Any]]:
-    """Spread replicas over zones (as configured) and, always softly, over nodes."""
-    selector = {"matchLabels": selector_labels(component)}
-    return [
-        {"maxSkew": 1, "topologyKey": ZONE_KEY, "whenUnsatisfiable": when_unsatisfiable, "labelSelector": selector},
-        {"maxSkew": 1, "topologyKey": HOST_KEY, "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": selector},
-    ]
-
-
 def broker_probes() -> dict[str, Any]:
     return {
         "livenessProbe": {
@@ -423,35 +378,6 @@ def broker_probes() -> dict[str, Any]:
     }
 
 
-def controller_probes() -> dict[str, Any]:
-    """The controller's health endpoints on its metrics port (``opbroker.controller.health``). Liveness fails
-    once kopf's loop has stopped or its event loop hangs; readiness also waits for the API server to serve
-    the watched resources at start. A standby that does not lead is live and ready (it must not count against
-    the disruption budget); the startup wait is bounded by the process itself (``--api-wait-seconds``)."""
-    return {
-        "livenessProbe": {
-            "httpGet": {"path": "/healthz", "port": "metrics"},
-            "initialDelaySeconds": 10,
-            "periodSeconds": 10,
-            "timeoutSeconds": 2,
-            "failureThreshold": 3,
-        },
-        "readinessProbe": {
-            "httpGet": {"path": "/readyz", "port": "metrics"},
-            "periodSeconds": 5,
-            "timeoutSeconds": 2,
-            "failureThreshold": 3,
-        },
-    }
-
-
-def downward_env() -> list[dict[str, Any]]:
-    return [
-        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-        {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
-    ]
-
-
 def pod_template(
     s: Settings,
     *,
@@ -464,47 +390,43 @@ def pod_template(
     probes: dict[str, Any],
     resources_: Resources,
 ) -> dict[str, Any]:
-    """A hardened pod: non-root, read-only root filesystem, no privilege escalation, spread over zones."""
-    container = {
-        "name": component,
-        "image": image,
-        "imagePullPolicy": s.image_pull_policy,
-        "command": command,
-        "env": env,
-        "ports": ports,
-        **probes,
-        "resources": resources_.to_manifest(),
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
-        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
-    }
-    spec: dict[str, Any] = {
-        "serviceAccountName": service_account,
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": RUN_AS_USER,
-            "runAsGroup": RUN_AS_USER,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
-        "topologySpreadConstraints": topology_spread(component, s.zone_spread),
-        "containers": [container],
-        "volumes": [{"name": "tmp", "emptyDir": {}}],
-    }
-    if s.image_pull_secrets:
-        spec["imagePullSecrets"] = [{"name": n} for n in s.image_pull_secrets]
-    return {"metadata": {"labels": common_labels(component, s.labels)}, "spec": spec}
+    """A hardened pod (:func:`opbroker.api.controllerinstall.pod_template`) with the settings' pulling and spreading."""
+    return controllerinstall.pod_template(
+        pod_settings(s),
+        component=component,
+        service_account=service_account,
+        image=image,
+        command=command,
+        env=env,
+        ports=ports,
+        probes=probes,
+        resources=resources_.to_manifest(),
+    )
 
 
-def role_ref(kind: str, name: str) -> dict[str, str]:
-    return {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name}
+def pod_settings(s: Settings) -> PodSettings:
+    return PodSettings(
+        image_pull_policy=s.image_pull_policy,
+        image_pull_secrets=tuple(s.image_pull_secrets),
+        zone_spread=s.zone_spread,
+        labels=dict(s.labels),
+    )
 
 
-def controller_command(namespace: str, flags: list[str] | None = None) -> list[str]:
-    command = ["opbroker", "controller", "run", "--namespace", namespace, "--metrics-port", str(METRICS_PORT)]
-    return command + (flags or [])
+def controller_spec(s: Settings) -> ControllerSpec:
+    """The controller's part of the settings, as the pure source of its objects takes it."""
+    return ControllerSpec(
+        namespace=s.namespace,
+        image=s.controller.image or s.image,
+        replicas=s.controller.replicas,
+        resources=s.controller.resources.to_manifest(),
+        operator_rules=tuple(rule.model_dump(exclude_none=True) for rule in s.controller.operator_rules),
+        single_tenant=s.controller.single_tenant,
+        webhook=s.controller.webhook,
+        flags=tuple(s.controller.flags()),
+        pods=pod_settings(s),
+        await_deployments=s.await_deployments,
+    )
 
 
 def broker_command(namespace: str, flags: list[str] | None = None) -> list[str]:
@@ -586,125 +508,80 @@ class ControlPlane(pulumi.ComponentResource):
         #: (pulumi-kubernetes awaits them) before a single plan is created.
         self.catalog_prerequisites: list[pulumi.Resource] = [*in_namespace, *self.crds]
 
-        # RBAC: one ServiceAccount per process, rules enumerated in opbroker.components.rbac.
-        controller_sa = k8s.core.v1.ServiceAccount(
-            f"{name}-controller", metadata=meta(names.controller, "controller"), opts=child(*in_namespace)
+        # The controller's objects come from one pure source (opbroker.api.controllerinstall), which the master
+        # also applies into sister clusters; each is wrapped here in its typed resource, with its dependencies.
+        objects = dict(controller_objects(controller_spec(s)))
+
+        def rbac_child(cls: Any, resource_name: str, role: str, *depends_on: pulumi.Resource) -> pulumi.CustomResource:
+            body = {k: v for k, v in objects[role].items() if k not in ("apiVersion", "kind")}
+            if "roleRef" in body:
+                body["role_ref"] = body.pop("roleRef")
+            return cls(resource_name, **body, opts=child(*depends_on))  # type: ignore[no-any-return]
+
+        controller_sa = rbac_child(
+            k8s.core.v1.ServiceAccount, f"{name}-controller", "controller-account", *in_namespace
         )
         broker_sa = k8s.core.v1.ServiceAccount(
             f"{name}-broker", metadata=meta(names.broker, "broker"), opts=child(*in_namespace)
         )
-        operator_rules = [rule.model_dump(exclude_none=True) for rule in s.controller.operator_rules]
-        controller_role = k8s.rbac.v1.ClusterRole(
-            f"{name}-controller",
-            metadata=meta(names.controller_cluster_role, "controller", namespaced=False),
-            rules=[
-                r.to_manifest()
-                for r in rbac.controller_cluster_rules(
-                    operator_rules,
-                    single_tenant=s.controller.single_tenant,
-                    webhook_configuration=names.webhook_configuration if s.controller.webhook else None,
-                )
-            ],
-            opts=child(),
-        )
+        controller_role = rbac_child(k8s.rbac.v1.ClusterRole, f"{name}-controller", "controller-cluster-role")
         # The default plan account: what plans that name no account of their own act as (issue 24).
-        plan_sa = k8s.core.v1.ServiceAccount(
-            f"{name}-plans", metadata=meta(names.plan_account, "plans"), opts=child(*in_namespace)
-        )
-        plan_role = k8s.rbac.v1.ClusterRole(
-            f"{name}-plans",
-            metadata=meta(names.plan_cluster_role, "plans", namespaced=False),
-            rules=[r.to_manifest() for r in rbac.plan_account_rules(operator_rules)],
-            opts=child(),
-        )
-        k8s.rbac.v1.ClusterRoleBinding(
-            f"{name}-plans",
-            metadata=meta(names.plan_cluster_role, "plans", namespaced=False),
-            role_ref=role_ref("ClusterRole", names.plan_cluster_role),
-            subjects=[{"kind": "ServiceAccount", "name": names.plan_account, "namespace": ns}],
-            opts=child(plan_role, plan_sa),
-        )
-        controller_binding = k8s.rbac.v1.ClusterRoleBinding(
+        plan_sa = rbac_child(k8s.core.v1.ServiceAccount, f"{name}-plans", "plans-account", *in_namespace)
+        plan_role = rbac_child(k8s.rbac.v1.ClusterRole, f"{name}-plans", "plans-cluster-role")
+        rbac_child(k8s.rbac.v1.ClusterRoleBinding, f"{name}-plans", "plans-cluster-role-binding", plan_role, plan_sa)
+        controller_binding = rbac_child(
+            k8s.rbac.v1.ClusterRoleBinding,
             f"{name}-controller",
-            metadata=meta(names.controller_cluster_role, "controller", namespaced=False),
-            role_ref=role_ref("ClusterRole", names.controller_cluster_role),
-            subjects=[{"kind": "ServiceAccount", "name": names.controller, "namespace": ns}],
-            opts=child(controller_role, controller_sa),
+            "controller-cluster-role-binding",
+            controller_role,
+            controller_sa,
         )
-        election_role = k8s.rbac.v1.Role(
-            f"{name}-controller-leader-election",
-            metadata=meta(names.leader_election, "controller"),
-            rules=[r.to_manifest() for r in rbac.controller_namespace_rules()],
-            opts=child(*in_namespace),
-        )
-        election_binding = k8s.rbac.v1.RoleBinding(
-            f"{name}-controller-leader-election",
-            metadata=meta(names.leader_election, "controller"),
-            role_ref=role_ref("Role", names.leader_election),
-            subjects=[{"kind": "ServiceAccount", "name": names.controller, "namespace": ns}],
-            opts=child(election_role, controller_sa),
-        )
-        # The registries of instances and bindings (issue 29), kept here where no consumer can read them.
-        registries_role = k8s.rbac.v1.Role(
-            f"{name}-controller-registries",
-            metadata=meta(names.registries, "controller"),
-            rules=[r.to_manifest() for r in rbac.registry_rules()],
-            opts=child(*in_namespace),
-        )
-        registries_binding = k8s.rbac.v1.RoleBinding(
-            f"{name}-controller-registries",
-            metadata=meta(names.registries, "controller"),
-            role_ref=role_ref("Role", names.registries),
-            subjects=[{"kind": "ServiceAccount", "name": names.controller, "namespace": ns}],
-            opts=child(registries_role, controller_sa),
-        )
-        # The admission webhook: its Secret's rights, its Service, and its registration (the CA filled in by the
-        # controller, the one right it has on the configuration).
-        controller_needs: list[pulumi.Resource] = [controller_binding, election_binding, registries_binding]
-        controller_ports = [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}]
-        controller_flags = s.controller.flags()
-        if s.controller.webhook:
-            webhook_role = k8s.rbac.v1.Role(
-                f"{name}-controller-webhook",
-                metadata=meta(names.webhook, "controller"),
-                rules=[r.to_manifest() for r in rbac.webhook_namespace_rules(names.webhook_secret)],
-                opts=child(*in_namespace),
+        controller_needs: list[pulumi.Resource] = [controller_binding]
+        for role, suffix in (("leader-election", "leader-election"), ("registries", "registries")):
+            namespace_role = rbac_child(
+                k8s.rbac.v1.Role, f"{name}-controller-{suffix}", f"controller-{role}-role", *in_namespace
             )
             controller_needs.append(
-                k8s.rbac.v1.RoleBinding(
-                    f"{name}-controller-webhook",
-                    metadata=meta(names.webhook, "controller"),
-                    role_ref=role_ref("Role", names.webhook),
-                    subjects=[{"kind": "ServiceAccount", "name": names.controller, "namespace": ns}],
-                    opts=child(webhook_role, controller_sa),
+                rbac_child(
+                    k8s.rbac.v1.RoleBinding,
+                    f"{name}-controller-{suffix}",
+                    f"controller-{role}-role-binding",
+                    namespace_role,
+                    controller_sa,
                 )
             )
+        # The admission webhook: its Secret's rights, its Service, and its registration (the CA filled in by the
+        # controller, the one right it has on the configuration).
+        if s.controller.webhook:
+            webhook_role = rbac_child(
+                k8s.rbac.v1.Role, f"{name}-controller-webhook", "controller-webhook-role", *in_namespace
+            )
+            controller_needs.append(
+                rbac_child(
+                    k8s.rbac.v1.RoleBinding,
+                    f"{name}-controller-webhook",
+                    "controller-webhook-role-binding",
+                    webhook_role,
+                    controller_sa,
+                )
+            )
+            service = objects["controller-webhook-service"]
             self.webhook_service: k8s.core.v1.Service | None = k8s.core.v1.Service(
                 f"{name}-controller-webhook",
-                metadata=deployment_meta(names.webhook, "controller"),
-                spec={
-                    "type": "ClusterIP",
-                    "selector": selector_labels("controller"),
-                    "ports": [
-                        {"name": "webhook", "port": webhooks.SERVICE_PORT, "targetPort": "webhook", "protocol": "TCP"}
-                    ],
-                },
+                metadata=service["metadata"],
+                spec=service["spec"],
                 opts=child(*in_namespace),
             )
-            registration = webhooks.configuration(
-                b"", service=(ns, names.webhook, webhooks.SERVICE_PORT), name=names.webhook_configuration
-            )
+            registration = objects["webhook-configuration"]
             self.webhook_configuration: k8s.admissionregistration.v1.ValidatingWebhookConfiguration | None = (
                 k8s.admissionregistration.v1.ValidatingWebhookConfiguration(
                     f"{name}-webhook",
-                    metadata=meta(names.webhook_configuration, "controller", namespaced=False),
+                    metadata=registration["metadata"],
                     webhooks=registration["webhooks"],
                     opts=child(self.webhook_service, *self.crds),
                 )
             )
             controller_needs.append(self.webhook_configuration)
-            controller_ports.append({"name": "webhook", "containerPort": WEBHOOK_PORT, "protocol": "TCP"})
-            controller_flags += webhook_flags(names)
         else:
             self.webhook_service = None
             self.webhook_configuration = None
@@ -759,26 +636,11 @@ class ControlPlane(pulumi.ComponentResource):
         )
 
         # The controller: active-passive, leader election through a Lease.
-        controller_spec: dict[str, Any] = {
-            "replicas": s.controller.replicas,
-            "selector": {"matchLabels": selector_labels("controller")},
-            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
-            "template": pod_template(
-                s,
-                component="controller",
-                service_account=names.controller,
-                image=s.controller.image or s.image,
-                command=controller_command(ns, controller_flags),
-                env=downward_env(),
-                ports=controller_ports,
-                probes=controller_probes(),
-                resources_=s.controller.resources,
-            ),
-        }
+        deployment = objects["controller-deployment"]
         self.controller = k8s.apps.v1.Deployment(
             f"{name}-controller",
-            metadata=deployment_meta(names.controller, "controller"),
-            spec=controller_spec,
+            metadata=deployment["metadata"],
+            spec=deployment["spec"],
             opts=child(*self.crds, *controller_needs),
         )
 
@@ -831,13 +693,16 @@ class ControlPlane(pulumi.ComponentResource):
             },
             opts=child(*in_namespace),
         )
-        for component in ("controller", "broker"):
-            k8s.policy.v1.PodDisruptionBudget(
-                f"{name}-{component}",
-                metadata=meta(f"opbroker-{component}", component),
-                spec={"maxUnavailable": 1, "selector": {"matchLabels": selector_labels(component)}},
-                opts=child(*in_namespace),
-            )
+        budget = objects["controller-disruption-budget"]
+        k8s.policy.v1.PodDisruptionBudget(
+            f"{name}-controller", metadata=budget["metadata"], spec=budget["spec"], opts=child(*in_namespace)
+        )
+        k8s.policy.v1.PodDisruptionBudget(
+            f"{name}-broker",
+            metadata=meta(names.broker, "broker"),
+            spec={"maxUnavailable": 1, "selector": {"matchLabels": selector_labels("broker")}},
+            opts=child(*in_namespace),
+        )
         if s.broker.autoscaling is not None:
             scaling = s.broker.autoscaling
             k8s.autoscaling.v2.HorizontalPodAutoscaler(

@@ -88,6 +88,13 @@ class Reason(StrEnum):
     REACHABLE = "Reachable"
     INSTANCES_REMAIN = "InstancesRemain"
     CATALOG_FAILED = "CatalogReplicationFailed"
+    CONTROLLER_INSTALLED = "ControllerInstalled"
+    """The master applied the controller's objects into the sister (``spec.controller``)."""
+    CONTROLLER_INSTALL_FAILED = "ControllerInstallFailed"
+    """Applying them failed (the message names the object and the HTTP status, e.g. 403: the kubeconfig lacks
+    the rights): the SFCluster is not Ready."""
+    CONTROLLER_REMOVAL_FAILED = "ControllerRemovalFailed"
+    """Deleting them failed or the cluster is unreachable: a deleted SFCluster keeps its finalizer meanwhile."""
     # -- the Service Catalog kinds (Broker, Instance, Binding), with Service Catalog's own reason names ----------
     FETCHED_CATALOG = "FetchedCatalog"
     ERROR_FETCHING_CATALOG = "ErrorFetchingCatalog"

@@ -148,3 +148,22 @@ def test_an_sfcluster_with_an_exec_kubeconfig_is_not_ready_and_nothing_ran(tmp_p
     assert (ready["status"], ready["reason"]) == ("False", Reason.KUBECONFIG_REFUSED.value)
     assert "users[0].user.exec" in ready["message"]
     assert not marker.exists()
+
+
+def test_a_failed_controller_installation_makes_the_cluster_not_ready_and_says_why() -> None:
+    from opbroker.controller.multicluster.installer import Installation
+
+    failed = Installation(False, Reason.CONTROLLER_INSTALL_FAILED.value, "the master's kubeconfig may not apply x")
+    facts = clusters.ClusterFacts(
+        "c2", {"metadata": {"name": "c2", "generation": 1}}, True, "", None, 0, {}, None, 30.0, install=failed
+    )
+    conditions = {c["type"]: c for c in clusters.cluster_status(facts)["conditions"]}
+    assert (conditions["Ready"]["status"], conditions["Ready"]["reason"]) == ("False", "ControllerInstallFailed")
+    assert conditions["ControllerInstalled"]["status"] == "False"
+    assert "may not apply x" in conditions["Ready"]["message"]
+    # Removed: the condition goes, Ready follows reachability again.
+    removed = Installation(True, Reason.CONTROLLER_INSTALLED.value, "removed", removed=True)
+    body = {"metadata": {"name": "c2", "generation": 1}, "status": {"conditions": list(conditions.values())}}
+    facts = clusters.ClusterFacts("c2", body, True, "", None, 0, {}, None, 30.0, install=removed)
+    after = {c["type"]: c for c in clusters.cluster_status(facts)["conditions"]}
+    assert "ControllerInstalled" not in after and after["Ready"]["status"] == "True"

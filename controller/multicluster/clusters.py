@@ -14,6 +14,10 @@ cluster ``"1"``), the last probe's verdict and the watch of its copies. The sche
    naming a command or a file (``exec``, ``auth-provider``, ``tokenFile``, file paths) is refused before any
    client is built: not Ready, reason ``KubeconfigRefused``, the fields named (:mod:`.kubeconfigs`);
 3. replicates the catalog (SFService, SFPlan of the control-plane namespace) into sister clusters;
+3a. installs opbroker's controller into a sister whose ``spec.controller`` asks for it (:mod:`.installer`): applied
+   again when the definitions change (an upgrade), removed when the opt-in is withdrawn or the SFCluster is
+   deleted (before the finalizer goes); the ``ControllerInstalled`` condition says how it went, and a failed
+   installation makes the SFCluster not Ready;
 4. writes the status: instance count, capacity/allocatable (summed from nodes, else the declared
    ``spec.totalCapacity``), requests (from running pods where there are any, and from the plans of the
    instances placed there), reachability and the ``Ready`` condition — only when something changed.
@@ -32,13 +36,15 @@ from typing import Any, ClassVar
 
 from kubernetes.client.exceptions import ApiException
 
-from opbroker.api.cluster import RESOURCE_GROUP
+from opbroker.api.cluster import RESOURCE_GROUP, SFClusterController
+from opbroker.api.controllerinstall import digest as objects_digest
 from opbroker.api.meta import ResourceRef
 from opbroker.controller import finalizers
 from opbroker.controller.catalog import spec_hash
 from opbroker.controller.decisions import is_deleting
 from opbroker.controller.kube import Kind
-from opbroker.controller.multicluster import quantities, replicas
+from opbroker.controller.multicluster import installer, quantities, replicas
+from opbroker.controller.multicluster.installer import Installation, InstallError
 from opbroker.controller.multicluster.ledger import Ledger
 from opbroker.controller.multicluster.quantities import QuantityError, Resources
 from opbroker.controller.multicluster.reasons import CLUSTER_FINALIZER, LABEL_REPLICATED, ConditionType
@@ -88,6 +94,10 @@ class ClusterState:
     """(capacity, allocatable, requests) summed from the cluster's nodes and pods; None without nodes."""
     catalog: dict[tuple[str, str], str] = field(default_factory=dict)
     """Catalog objects replicated into the cluster: (plural, name) → hash of what was applied."""
+    installed: str | None = None
+    """Digest of the controller's objects applied into the cluster through this connection (None: not yet)."""
+    install: Installation | None = None
+    controller_pending: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -118,6 +128,7 @@ class ClusterState:
             self.kube.close()
         self.kube = None
         self.digest = None
+        self.installed = None
 
 
 class ClusterRegistry:
@@ -268,6 +279,10 @@ class ClusterFacts:
     probe_seconds: float
     refused: bool = False
     """Unreachable because its kubeconfig was refused (reason ``KubeconfigRefused``)."""
+    install: Installation | None = None
+    """The last step of the controller's installation in the cluster (None: nothing to say)."""
+    controller_pending: bool = False
+    """Being deleted with its controller not removed yet: the finalizer stays."""
 
 
 @dataclass(frozen=True)
@@ -312,16 +327,36 @@ def cluster_status(facts: ClusterFacts) -> dict[str, Any]:
         allocatable: dict[str, Any] | None = quantities.wire(facts.observed[1])
     else:
         capacity = allocatable = dict(declared) if declared else None
+    install = facts.install
+    install_failed = install is not None and not install.ok and not install.removed
+    if facts.reachable and install_failed:
+        assert install is not None
+        ready, reason, message = False, install.reason, install.message
+    elif facts.reachable:
+        ready, reason, message = True, Reason.REACHABLE.value, "the cluster answers"
+    else:
+        ready = False
+        reason = (Reason.KUBECONFIG_REFUSED if facts.refused else Reason.UNREACHABLE).value
+        message = facts.reason or "not probed yet"
     conditions = replicas.set_condition(
         (body.get("status") or {}).get("conditions"),
         ConditionType.READY,
-        status=bool(facts.reachable),
-        reason=(
-            Reason.REACHABLE if facts.reachable else Reason.KUBECONFIG_REFUSED if facts.refused else Reason.UNREACHABLE
-        ).value,
-        message="the cluster answers" if facts.reachable else facts.reason or "not probed yet",
+        status=ready,
+        reason=reason,
+        message=message,
         generation=generation,
     )
+    if install is not None and install.removed:
+        conditions = [c for c in conditions if c.get("type") != ConditionType.CONTROLLER_INSTALLED.value]
+    elif install is not None:
+        conditions = replicas.set_condition(
+            conditions,
+            ConditionType.CONTROLLER_INSTALLED,
+            status=install.ok,
+            reason=install.reason,
+            message=install.message,
+            generation=generation,
+        )
     remaining = facts.remaining
     if remaining is not None:
         shown = ", ".join(f"{k[1]}/{k[2]}" if isinstance(k, tuple) else str(k) for k in remaining[:5])
@@ -381,6 +416,7 @@ class ClusterReconciler(ObservePlanAct[ClusterFacts, ClusterAction]):
         state = self.registry.upsert(body)
         self.refresh(state)
         remaining = tuple(self.ledger.members(state.name)) if state.removing else None
+        self.converge_controller(state, blocked=bool(remaining))
         return ClusterFacts(
             name=state.name,
             body=state.body,
@@ -392,6 +428,8 @@ class ClusterReconciler(ObservePlanAct[ClusterFacts, ClusterAction]):
             remaining=remaining,
             probe_seconds=self.deps.settings.cluster_probe_seconds,
             refused=state.refused,
+            install=state.install,
+            controller_pending=state.controller_pending,
         )
 
     def gone(self, key: Key) -> Outcome:
@@ -408,7 +446,7 @@ class ClusterReconciler(ObservePlanAct[ClusterFacts, ClusterAction]):
             actions.append(AddFinalizer((*present, CLUSTER_FINALIZER)))
         if facts.reachable and not removing:
             actions.append(Replicate())
-        if removing and not facts.remaining and CLUSTER_FINALIZER in present:
+        if removing and not facts.remaining and not facts.controller_pending and CLUSTER_FINALIZER in present:
             return [*actions, Release(tuple(f for f in present if f != CLUSTER_FINALIZER))]
         current = facts.body.get("status") or {}
         wanted = cluster_status(facts)
@@ -467,6 +505,76 @@ class ClusterReconciler(ObservePlanAct[ClusterFacts, ClusterAction]):
             else:
                 outcome = Outcome(requeue_after=action.seconds)
         return outcome
+
+    # -- the controller in the sister (issue 29) --------------------------------------------------------
+
+    def converge_controller(self, state: ClusterState, *, blocked: bool) -> None:
+        """Install, upgrade or remove the controller in the cluster as ``spec.controller`` and the SFCluster's
+        life say; the outcome lands in ``state.install`` (and the status, through :func:`cluster_status`).
+
+        The master's own cluster is never touched (its control plane is installed by Pulumi). Applying happens
+        when the objects' digest differs from the one applied through this connection, so an unchanged cluster
+        costs nothing per probe; a failed step is retried at the next probe."""
+        if state.name == MASTER:
+            return
+        wanted_raw = state.spec.get("controller")
+        conditions = (state.body.get("status") or {}).get("conditions") or []
+        had = any(c.get("type") == ConditionType.CONTROLLER_INSTALLED.value for c in conditions)
+        state.controller_pending = False
+        if state.removing:
+            if wanted_raw is None or blocked or (state.install is not None and state.install.removed):
+                return  # withdrawn during deletion: left in place, the finalizer goes; or instances remain
+            self._remove_controller(state, pending_on_failure=True)
+            return
+        if wanted_raw is None:
+            if had and not (state.install is not None and state.install.removed):
+                self._remove_controller(state, pending_on_failure=False)
+            return
+        if not state.reachable or state.kube is None:
+            return
+        try:
+            wanted = SFClusterController.model_validate(wanted_raw)
+        except ValueError as exc:
+            state.install = Installation(False, Reason.CONTROLLER_INSTALL_FAILED.value, f"spec.controller: {exc}")
+            return
+        objects = installer.desired(self.namespace, wanted)
+        digest = objects_digest(objects)
+        if state.installed == digest:
+            return
+        try:
+            count = installer.install(state.kube, self.namespace, objects)
+        except InstallError as exc:
+            state.installed = None
+            state.install = Installation(False, Reason.CONTROLLER_INSTALL_FAILED.value, str(exc))
+            logger.warning("installing the controller into cluster %s failed: %s", state.name, exc)
+            return
+        state.installed = digest
+        state.install = Installation(
+            True,
+            Reason.CONTROLLER_INSTALLED.value,
+            f"image {wanted.image}, {wanted.replicas} replica(s): {count} objects applied (definitions {digest})",
+        )
+        logger.info("controller %s installed into cluster %s (%s)", wanted.image, state.name, digest)
+
+    def _remove_controller(self, state: ClusterState, *, pending_on_failure: bool) -> None:
+        if not state.reachable or state.kube is None:
+            state.controller_pending = pending_on_failure
+            state.install = Installation(
+                False,
+                Reason.CONTROLLER_REMOVAL_FAILED.value,
+                f"the cluster is unreachable: the controller cannot be removed ({state.reason or 'not probed'})",
+            )
+            return
+        try:
+            deleted = installer.uninstall(state.kube, self.namespace)
+        except InstallError as exc:
+            state.controller_pending = pending_on_failure
+            state.install = Installation(False, Reason.CONTROLLER_REMOVAL_FAILED.value, str(exc))
+            logger.warning("removing the controller from cluster %s failed: %s", state.name, exc)
+            return
+        state.installed = None
+        state.install = Installation(True, Reason.CONTROLLER_INSTALLED.value, "removed", removed=True)
+        logger.info("controller removed from cluster %s (%d objects deleted)", state.name, deleted)
 
     # -- connection and probe ------------------------------------------------------------------------
 

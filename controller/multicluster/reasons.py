@@ -24,3 +24,5 @@ class ConditionType(StrEnum):
     SCHEDULED = "Scheduled"
     CLUSTER_REACHABLE = "ClusterReachable"
     REMOVABLE = "Removable"
+    CONTROLLER_INSTALLED = "ControllerInstalled"
+    """Whether the master installed opbroker's controller into the cluster (``spec.controller``, issue 29)."""

@@ -1,0 +1,395 @@
+"""The controller's in-cluster objects as plain data: the one source of the ``ControlPlane`` component's controller
+part and of the master's installer for sister clusters (issue 29). Pure: no Pulumi, no Kubernetes client.
+
+:func:`controller_objects` returns, in creation order, every object the controller needs in a cluster — its
+ServiceAccount, ClusterRole and Roles with their bindings (rules from :mod:`opbroker.api.rbac`), the default plan
+account, the admission webhook's Service and registration, the Deployment (command line from the settings) and
+its disruption budget — each keyed by the role it plays (``controller-deployment``), so the component wraps each in
+its typed Pulumi resource and the installer server-side-applies them as they are. Names, labels and pod specs are
+built here too, and the broker's pods share the pod builder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from opbroker.api import rbac, webhooks
+from opbroker.api.conventions import DEFAULT_PLAN_SERVICE_ACCOUNT
+
+#: Port of the Prometheus metrics of controller and broker (and of the controller's health checks).
+METRICS_PORT = 9090
+#: Container port of the controller's admission webhook (HTTPS; the Service listens on ``webhooks.SERVICE_PORT``).
+WEBHOOK_PORT = 9443
+ZONE_KEY = "topology.kubernetes.io/zone"
+HOST_KEY = "kubernetes.io/hostname"
+#: Non-root user the containers run as (the conventional "nonroot" uid of distroless images).
+RUN_AS_USER = 65532
+#: pulumi-kubernetes: create or update the object without waiting for it to become ready.
+SKIP_AWAIT_ANNOTATION = "pulumi.com/skipAwait"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+#: The controller's default compute resources (requests 100m CPU / 128Mi, limit 512Mi).
+CONTROLLER_RESOURCES: Mapping[str, Mapping[str, str]] = {
+    "requests": {"cpu": "100m", "memory": "128Mi"},
+    "limits": {"memory": "512Mi"},
+}
+
+
+class Names:
+    """Kubernetes names of the control plane's objects. Cluster-scoped ones carry the namespace, so two
+    control planes in one cluster do not collide."""
+
+    def __init__(self, namespace: str) -> None:
+        self.namespace = namespace
+        self.controller = "opbroker-controller"
+        self.broker = "opbroker-broker"
+        self.broker_credentials = "opbroker-broker-credentials"
+        self.leader_election = "opbroker-controller-leader-election"
+        self.registries = "opbroker-controller-registries"
+        self.controller_cluster_role = f"opbroker:{namespace}:controller"
+        self.plan_account = DEFAULT_PLAN_SERVICE_ACCOUNT
+        self.plan_cluster_role = f"opbroker:{namespace}:{DEFAULT_PLAN_SERVICE_ACCOUNT}"
+        self.broker_cluster_role = f"opbroker:{namespace}:broker"
+        self.webhook = "opbroker-controller-webhook"
+        """The webhook's Service, Role and RoleBinding."""
+        self.webhook_configuration = f"opbroker-servicecatalog-{namespace}"
+        self.webhook_secret = webhooks.SECRET
+
+
+def webhook_flags(names: Names) -> list[str]:
+    """The ``opbroker controller run`` flags that serve the webhook behind the ControlPlane's Service."""
+    return [
+        "--webhook-port", str(WEBHOOK_PORT),
+        "--webhook-service", names.webhook,
+        "--webhook-configuration", names.webhook_configuration,
+        "--webhook-secret", names.webhook_secret,
+    ]  # fmt: skip
+
+
+def selector_labels(component: str) -> dict[str, str]:
+    return {"app.kubernetes.io/name": "opbroker", "app.kubernetes.io/component": component}
+
+
+def common_labels(component: str, extra: Mapping[str, str], managed_by: str = "pulumi") -> dict[str, str]:
+    return {
+        **extra,
+        **selector_labels(component),
+        "app.kubernetes.io/part-of": "opbroker",
+        MANAGED_BY_LABEL: managed_by,
+    }
+
+
+def topology_spread(component: str, when_unsatisfiable: str) -> list[dict[str, Any]]:
+    """Spread replicas over zones (as configured) and, always softly, over nodes."""
+    selector = {"matchLabels": selector_labels(component)}
+    return [
+        {"maxSkew": 1, "topologyKey": ZONE_KEY, "whenUnsatisfiable": when_unsatisfiable, "labelSelector": selector},
+        {"maxSkew": 1, "topologyKey": HOST_KEY, "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": selector},
+    ]
+
+
+def controller_probes() -> dict[str, Any]:
+    """The controller's health endpoints on its metrics port (``opbroker.controller.health``). Liveness fails
+    once kopf's loop has stopped or its event loop hangs; readiness also waits for the API server to serve
+    the watched resources at start. A standby that does not lead is live and ready (it must not count against
+    the disruption budget); the startup wait is bounded by the process itself (``--api-wait-seconds``)."""
+    return {
+        "livenessProbe": {
+            "httpGet": {"path": "/healthz", "port": "metrics"},
+            "initialDelaySeconds": 10,
+            "periodSeconds": 10,
+            "timeoutSeconds": 2,
+            "failureThreshold": 3,
+        },
+        "readinessProbe": {
+            "httpGet": {"path": "/readyz", "port": "metrics"},
+            "periodSeconds": 5,
+            "timeoutSeconds": 2,
+            "failureThreshold": 3,
+        },
+    }
+
+
+def downward_env() -> list[dict[str, Any]]:
+    return [
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+    ]
+
+
+@dataclass(frozen=True)
+class PodSettings:
+    """What every pod of the control plane shares: pulling, spreading, extra labels."""
+
+    image_pull_policy: str = "IfNotPresent"
+    image_pull_secrets: tuple[str, ...] = ()
+    zone_spread: str = "ScheduleAnyway"
+    labels: Mapping[str, str] = field(default_factory=dict)
+    managed_by: str = "pulumi"
+
+
+def pod_template(
+    pods: PodSettings,
+    *,
+    component: str,
+    service_account: str,
+    image: str,
+    command: list[str],
+    env: list[dict[str, Any]],
+    ports: list[dict[str, Any]],
+    probes: dict[str, Any],
+    resources: dict[str, Any],
+) -> dict[str, Any]:
+    """A hardened pod: non-root, read-only root filesystem, no privilege escalation, spread over zones."""
+    container = {
+        "name": component,
+        "image": image,
+        "imagePullPolicy": pods.image_pull_policy,
+        "command": command,
+        "env": env,
+        "ports": ports,
+        **probes,
+        "resources": resources,
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+    }
+    spec: dict[str, Any] = {
+        "serviceAccountName": service_account,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": RUN_AS_USER,
+            "runAsGroup": RUN_AS_USER,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "topologySpreadConstraints": topology_spread(component, pods.zone_spread),
+        "containers": [container],
+        "volumes": [{"name": "tmp", "emptyDir": {}}],
+    }
+    if pods.image_pull_secrets:
+        spec["imagePullSecrets"] = [{"name": n} for n in pods.image_pull_secrets]
+    return {"metadata": {"labels": common_labels(component, pods.labels, pods.managed_by)}, "spec": spec}
+
+
+def role_ref(kind: str, name: str) -> dict[str, str]:
+    return {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name}
+
+
+def controller_command(namespace: str, flags: Sequence[str] = ()) -> list[str]:
+    command = ["opbroker", "controller", "run", "--namespace", namespace, "--metrics-port", str(METRICS_PORT)]
+    return command + list(flags)
+
+
+@dataclass(frozen=True)
+class ControllerSpec:
+    """What decides the controller's objects: the ControlPlane's settings, or an SFCluster's ``spec.controller``."""
+
+    namespace: str
+    image: str
+    replicas: int = 2
+    resources: Mapping[str, Mapping[str, str]] = field(default_factory=lambda: dict(CONTROLLER_RESOURCES))
+    operator_rules: tuple[Mapping[str, Any], ...] = ()
+    single_tenant: bool = False
+    webhook: bool = True
+    flags: tuple[str, ...] = ()
+    """``opbroker controller run`` flags besides namespace, metrics port and webhook."""
+    pods: PodSettings = PodSettings()
+    await_deployments: bool = True
+    """False: the Deployment and the webhook Service carry ``pulumi.com/skipAwait`` (the component's option)."""
+
+
+def controller_objects(spec: ControllerSpec) -> list[tuple[str, dict[str, Any]]]:
+    """(role, manifest) of every object the controller needs in a cluster, in creation order (accounts and
+    roles before their bindings, everything before the Deployment). The namespace and the CRDs are not among
+    them: the ControlPlane creates those itself, the installer first (:func:`prerequisites`)."""
+    names = Names(spec.namespace)
+    ns = spec.namespace
+    pods = spec.pods
+
+    def meta(name: str, component: str, namespaced: bool = True) -> dict[str, Any]:
+        m: dict[str, Any] = {"name": name, "labels": common_labels(component, pods.labels, pods.managed_by)}
+        if namespaced:
+            m["namespace"] = ns
+        return m
+
+    def awaited_meta(name: str, component: str) -> dict[str, Any]:
+        m = meta(name, component)
+        if not spec.await_deployments:
+            m["annotations"] = {SKIP_AWAIT_ANNOTATION: "true"}
+        return m
+
+    def rbac_object(kind: str, name: str, component: str, **body: Any) -> dict[str, Any]:
+        namespaced = kind in ("Role", "RoleBinding")
+        return {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": kind,
+            "metadata": meta(name, component, namespaced),
+            **body,
+        }
+
+    def account(name: str, component: str) -> dict[str, Any]:
+        return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta(name, component)}
+
+    def subjects(account_name: str) -> list[dict[str, str]]:
+        return [{"kind": "ServiceAccount", "name": account_name, "namespace": ns}]
+
+    def rules(found: Sequence[rbac.Rule]) -> list[dict[str, Any]]:
+        return [r.to_manifest() for r in found]
+
+    operator_rules = [dict(rule) for rule in spec.operator_rules]
+    objects: list[tuple[str, dict[str, Any]]] = [
+        ("controller-account", account(names.controller, "controller")),
+        (
+            "controller-cluster-role",
+            rbac_object(
+                "ClusterRole",
+                names.controller_cluster_role,
+                "controller",
+                rules=rules(
+                    rbac.controller_cluster_rules(
+                        operator_rules,
+                        single_tenant=spec.single_tenant,
+                        webhook_configuration=names.webhook_configuration if spec.webhook else None,
+                    )
+                ),
+            ),
+        ),
+        # The default plan account: what plans that name no account of their own act as (issue 24).
+        ("plans-account", account(names.plan_account, "plans")),
+        (
+            "plans-cluster-role",
+            rbac_object(
+                "ClusterRole", names.plan_cluster_role, "plans", rules=rules(rbac.plan_account_rules(operator_rules))
+            ),
+        ),
+        (
+            "plans-cluster-role-binding",
+            rbac_object(
+                "ClusterRoleBinding",
+                names.plan_cluster_role,
+                "plans",
+                roleRef=role_ref("ClusterRole", names.plan_cluster_role),
+                subjects=subjects(names.plan_account),
+            ),
+        ),
+        (
+            "controller-cluster-role-binding",
+            rbac_object(
+                "ClusterRoleBinding",
+                names.controller_cluster_role,
+                "controller",
+                roleRef=role_ref("ClusterRole", names.controller_cluster_role),
+                subjects=subjects(names.controller),
+            ),
+        ),
+    ]
+    for role, name, found in (
+        ("leader-election", names.leader_election, rbac.controller_namespace_rules()),
+        # The registries of instances and bindings (issue 29), kept here where no consumer can read them.
+        ("registries", names.registries, rbac.registry_rules()),
+        *((("webhook", names.webhook, rbac.webhook_namespace_rules(names.webhook_secret)),) if spec.webhook else ()),
+    ):
+        objects.append((f"controller-{role}-role", rbac_object("Role", name, "controller", rules=rules(found))))
+        objects.append(
+            (
+                f"controller-{role}-role-binding",
+                rbac_object(
+                    "RoleBinding",
+                    name,
+                    "controller",
+                    roleRef=role_ref("Role", name),
+                    subjects=subjects(names.controller),
+                ),
+            )
+        )
+    ports: list[dict[str, Any]] = [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}]
+    flags = list(spec.flags)
+    if spec.webhook:
+        objects.append(
+            (
+                "controller-webhook-service",
+                {
+                    "apiVersion": "v1",
+                    "kind": "Service",
+                    "metadata": awaited_meta(names.webhook, "controller"),
+                    "spec": {
+                        "type": "ClusterIP",
+                        "selector": selector_labels("controller"),
+                        "ports": [
+                            {
+                                "name": "webhook",
+                                "port": webhooks.SERVICE_PORT,
+                                "targetPort": "webhook",
+                                "protocol": "TCP",
+                            }
+                        ],
+                    },
+                },
+            )
+        )
+        registration = webhooks.configuration(
+            b"", service=(ns, names.webhook, webhooks.SERVICE_PORT), name=names.webhook_configuration
+        )
+        objects.append(
+            (
+                "webhook-configuration",
+                {
+                    "apiVersion": "admissionregistration.k8s.io/v1",
+                    "kind": "ValidatingWebhookConfiguration",
+                    "metadata": meta(names.webhook_configuration, "controller", namespaced=False),
+                    "webhooks": registration["webhooks"],
+                },
+            )
+        )
+        ports.append({"name": "webhook", "containerPort": WEBHOOK_PORT, "protocol": "TCP"})
+        flags += webhook_flags(names)
+    objects.append(
+        (
+            "controller-deployment",
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": awaited_meta(names.controller, "controller"),
+                "spec": {
+                    "replicas": spec.replicas,
+                    "selector": {"matchLabels": selector_labels("controller")},
+                    "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
+                    "template": pod_template(
+                        pods,
+                        component="controller",
+                        service_account=names.controller,
+                        image=spec.image,
+                        command=controller_command(ns, flags),
+                        env=downward_env(),
+                        ports=ports,
+                        probes=controller_probes(),
+                        resources={k: dict(v) for k, v in spec.resources.items()},
+                    ),
+                },
+            },
+        )
+    )
+    objects.append(
+        (
+            "controller-disruption-budget",
+            {
+                "apiVersion": "policy/v1",
+                "kind": "PodDisruptionBudget",
+                "metadata": meta(names.controller, "controller"),
+                "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector_labels("controller")}},
+            },
+        )
+    )
+    return objects
+
+
+def digest(objects: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
+    """A short digest of the objects: what changed when an installation must be applied again."""
+    text = json.dumps([o for _, o in objects], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -1,0 +1,310 @@
+"""The least-privilege RBAC rules of the control plane, as plain data (no pulumi import).
+
+Every rule is spelt out: which groups, which resources, which verbs — derived from the resource model so
+a new kind gets its rules without anyone editing a list here. ``grants_everything`` is the one check the
+component and the policy pack share: no rule may grant ``*`` verbs on ``*`` resources.
+"""
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from opbroker.api import RESOURCE_KINDS, SFPlan, SFService, SFServiceBinding, SFServiceInstance
+from opbroker.api.conventions import DEFAULT_PLAN_SERVICE_ACCOUNT
+from opbroker.api.meta import KubeResource
+
+WILDCARD = "*"
+
+#: Verbs on a kind the controller owns: it reads, writes, finalizes and deletes them.
+OWNER_VERBS = ("get", "list", "watch", "create", "update", "patch", "delete")
+#: Verbs on the ``/status`` subresource of a kind the controller owns.
+STATUS_VERBS = ("get", "update", "patch")
+#: ``/finalizers`` needs ``update`` so owner references with blockOwnerDeletion can point at the kind.
+FINALIZER_VERBS = ("update",)
+READ_VERBS = ("get", "list", "watch")
+#: Workload kinds a claim may bind into (``opbroker.controller.claims.workloads.SUPPORTED_KINDS``).
+WORKLOADS = ("deployments", "statefulsets", "daemonsets")
+#: The Lease the controller replicas campaign for (the controller's default ``lease_name``).
+LEADER_LEASE = "opbroker-controller"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One PolicyRule of a Role or ClusterRole."""
+
+    api_groups: tuple[str, ...]
+    resources: tuple[str, ...]
+    verbs: tuple[str, ...]
+    resource_names: tuple[str, ...] = ()
+
+    def to_manifest(self) -> dict[str, Any]:
+        """The rule as the API server spells it (camelCase, no empty resourceNames)."""
+        rule: dict[str, Any] = {
+            "apiGroups": list(self.api_groups),
+            "resources": list(self.resources),
+            "verbs": list(self.verbs),
+        }
+        if self.resource_names:
+            rule["resourceNames"] = list(self.resource_names)
+        return rule
+
+    @classmethod
+    def from_args(cls, args: Mapping[str, Any]) -> "Rule":
+        """A rule from component args (snake_case) or a manifest (camelCase)."""
+
+        def field(snake: str, camel: str) -> tuple[str, ...]:
+            value = args.get(snake, args.get(camel)) or ()
+            return tuple(str(v) for v in value)
+
+        return cls(
+            api_groups=field("api_groups", "apiGroups"),
+            resources=field("resources", "resources"),
+            verbs=field("verbs", "verbs"),
+            resource_names=field("resource_names", "resourceNames"),
+        )
+
+
+def grants_everything(rule: Mapping[str, Any] | Rule) -> bool:
+    """Whether a rule grants every verb on every resource (``*`` on ``*``), whatever its groups."""
+    parsed = rule if isinstance(rule, Rule) else Rule.from_args(rule)
+    return WILDCARD in parsed.verbs and WILDCARD in parsed.resources
+
+
+def rule_problems(rules: Sequence[Mapping[str, Any]], path: str) -> list[tuple[str, str]]:
+    """(field path, reason) for every extra rule that is empty or grants ``*`` on ``*``."""
+    problems = []
+    for index, raw in enumerate(rules):
+        rule = Rule.from_args(raw)
+        where = f"{path}[{index}]"
+        if not rule.resources:
+            problems.append((f"{where}.resources", "at least one resource is required"))
+        if not rule.verbs:
+            problems.append((f"{where}.verbs", "at least one verb is required"))
+        if grants_everything(rule):
+            problems.append((where, "grants '*' verbs on '*' resources; name the operator kinds and verbs instead"))
+    return problems
+
+
+def _owned(kinds: Iterable[type[KubeResource]]) -> list[Rule]:
+    """Full ownership of the given kinds, one group at a time: the objects, their status, their finalizers."""
+    by_group: dict[str, list[str]] = {}
+    for kind in kinds:
+        by_group.setdefault(kind.GROUP, []).append(kind.PLURAL)
+    rules = []
+    for group, plurals in by_group.items():
+        rules.append(Rule((group,), tuple(plurals), OWNER_VERBS))
+        rules.append(Rule((group,), tuple(f"{p}/status" for p in plurals), STATUS_VERBS))
+        rules.append(Rule((group,), tuple(f"{p}/finalizers" for p in plurals), FINALIZER_VERBS))
+    return rules
+
+
+def controller_cluster_rules(
+    operator_rules: Sequence[Mapping[str, Any]] = (),
+    *,
+    single_tenant: bool = False,
+    webhook_configuration: str | None = None,
+) -> list[Rule]:
+    """The controller's ClusterRole (issue 24): it writes only its own kinds, Events, and — for everything else
+    — through identities the platform granted, which it impersonates; it reads what it watches.
+
+    * every opbroker kind (objects, status, finalizers), the Service Catalog kinds included;
+    * Events (create, patch) on state changes;
+    * ``impersonate`` on ServiceAccounts: a plan's work runs as the plan's account, writes into a consumer's
+      namespace for no plan as that namespace's ``opbroker`` account (Flux's model);
+    * SubjectAccessReviews (create): a read answered from the watch cache is first checked for the account the
+      plan acts as;
+    * reads only: Secrets (registries, credentials, sources, claims' endpoint Secrets — one watch), ConfigMaps,
+      namespaces, nodes and pods (capacity-aware scheduling), Jobs and workloads (claims), CRDs (kopf), and the
+      operator kinds the plans render (``operator_rules`` reduced to get/list/watch: the watch cache of
+      ``sources``).
+
+    ``single_tenant`` (the controller's ``--single-tenant``): the controller acts with its own rights, so it
+    gets the write rights it no longer delegates: the plans' operator kinds, Secrets, ConfigMaps, Jobs and the
+    claims' workload patches. Off by default.
+
+    ``webhook_configuration``: the name of the admission webhook's ValidatingWebhookConfiguration, which the
+    controller reads and patches (its ``caBundle``) — that one object only (:func:`webhook_cluster_rules`).
+    """
+    reads = [
+        Rule(("",), ("secrets", "configmaps"), READ_VERBS),
+        Rule(("",), ("nodes",), READ_VERBS),
+        Rule(("",), ("namespaces",), ("get",)),
+        Rule(("",), ("pods",), ("list",)),
+        Rule(("batch",), ("jobs",), READ_VERBS),
+        Rule(("apps",), WORKLOADS, READ_VERBS),
+        Rule(("apiextensions.k8s.io",), ("customresourcedefinitions",), READ_VERBS),
+    ]
+    operator = [Rule.from_args(rule) for rule in operator_rules]
+    if single_tenant:
+        delegated = [*tenant_write_rules(), *operator]
+    else:
+        delegated = [
+            Rule(r.api_groups, r.resources, tuple(v for v in r.verbs if v in READ_VERBS), r.resource_names)
+            for r in operator
+            if any(v in READ_VERBS for v in r.verbs)
+        ]
+    return [
+        *_owned(RESOURCE_KINDS),
+        Rule(("",), ("events",), ("create", "patch")),
+        Rule(("events.k8s.io",), ("events",), ("create", "patch")),
+        Rule(("",), ("serviceaccounts",), ("impersonate",)),
+        Rule(("authorization.k8s.io",), ("subjectaccessreviews",), ("create",)),
+        *(webhook_cluster_rules(webhook_configuration) if webhook_configuration else []),
+        *reads,
+        *delegated,
+    ]
+
+
+def webhook_cluster_rules(configuration: str) -> list[Rule]:
+    """The admission webhook's registration: read its ValidatingWebhookConfiguration and set its ``caBundle``
+    (the ControlPlane creates it). Limited by name: the controller can change no other webhook of the cluster."""
+    return [
+        Rule(
+            ("admissionregistration.k8s.io",), ("validatingwebhookconfigurations",), ("get", "patch"), (configuration,)
+        )
+    ]
+
+
+def webhook_namespace_rules(secret: str) -> list[Rule]:
+    """The admission webhook's Role in the control-plane namespace: the first replica creates the Secret with
+    the CA and serving certificate, every replica reads it and may renew it. Creating cannot be limited to a
+    name; reading and renewing can."""
+    return [
+        Rule(("",), ("secrets",), ("create",)),
+        Rule(("",), ("secrets",), ("get", "update"), resource_names=(secret,)),
+    ]
+
+
+def tenant_write_rules() -> list[Rule]:
+    """What opbroker writes into a consumer's namespace beside the plans' operator kinds: registries and
+    credentials Secrets, ConfigMaps, claims' health-check Jobs and workload projections."""
+    return [
+        Rule(("",), ("secrets",), ("get", "list", "watch", "create", "update", "patch", "delete")),
+        Rule(("",), ("configmaps",), ("get", "list", "watch", "create", "update", "patch", "delete")),
+        Rule(("batch",), ("jobs",), ("get", "list", "watch", "create", "delete")),
+        Rule(("apps",), WORKLOADS, ("get", "list", "watch", "patch")),
+    ]
+
+
+def plan_account_rules(operator_rules: Sequence[Mapping[str, Any]] = ()) -> list[Rule]:
+    """The default plan account's ClusterRole (``opbroker-plans``, granted by the ControlPlane component): the
+    operator kinds its plans render (``operator_rules``), and the Secrets and ConfigMaps of instances and
+    bindings (registries, credentials). A platform that wants a plan confined to some namespaces gives that plan
+    its own account (``spec.serviceAccountName``) and binds Roles in those namespaces instead."""
+    return [
+        Rule(("",), ("secrets",), ("get", "list", "watch", "create", "update", "patch", "delete")),
+        Rule(("",), ("configmaps",), ("get", "list", "watch", "create", "update", "patch", "delete")),
+        *(Rule.from_args(rule) for rule in operator_rules),
+    ]
+
+
+def plan_account_manifests(
+    namespace: str, rules: Sequence[Rule], account: str = DEFAULT_PLAN_SERVICE_ACCOUNT
+) -> list[dict[str, Any]]:
+    """A plan account, as the platform grants it outside Pulumi (``opbroker dev``, the tests): the
+    ServiceAccount, a ClusterRole with ``rules`` and its ClusterRoleBinding."""
+    role = f"opbroker:{namespace}:{account}"
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": account, "namespace": namespace}},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": role},
+            "rules": [rule.to_manifest() for rule in rules],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": role},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
+        },
+    ]
+
+
+#: Where a ClusterRole may grant write verbs (issue 24's RBAC check): opbroker's own API groups and the
+#: coordination, event, impersonation and access-review resources.
+WRITE_VERBS = frozenset(
+    {"create", "update", "patch", "delete", "deletecollection", "impersonate", "bind", "escalate", "*"}
+)
+
+
+def writes_beyond_own(rules: Sequence[Rule]) -> list[Rule]:
+    """The rules of a ClusterRole that grant a write verb outside opbroker's own groups, Leases, Events,
+    impersonation of ServiceAccounts and access reviews (a write limited by ``resourceNames`` to opbroker's own
+    webhook configuration aside)."""
+    own_groups = {kind.GROUP for kind in RESOURCE_KINDS}
+    allowed = {
+        ("coordination.k8s.io", "leases"),
+        ("", "events"),
+        ("events.k8s.io", "events"),
+        ("", "serviceaccounts"),
+        ("authorization.k8s.io", "subjectaccessreviews"),
+    }
+    wrong = []
+    for rule in rules:
+        if not WRITE_VERBS & set(rule.verbs):
+            continue
+        for group in rule.api_groups:
+            if group in own_groups:
+                continue
+            if (
+                group == "admissionregistration.k8s.io"
+                and rule.resource_names
+                and set(rule.resources) <= {"validatingwebhookconfigurations"}
+            ):
+                continue
+            if all((group, resource) in allowed for resource in rule.resources):
+                if group == "" and "serviceaccounts" in rule.resources and set(rule.verbs) != {"impersonate"}:
+                    wrong.append(rule)
+                continue
+            wrong.append(rule)
+            break
+    return wrong
+
+
+def controller_namespace_rules(lease: str = LEADER_LEASE) -> list[Rule]:
+    """The controller's Role in the control-plane namespace: leader election through one Lease (creating cannot
+    be limited to a name; reading and renewing can), and the admin API's requests, ConfigMaps named per plan."""
+    return [
+        Rule(("coordination.k8s.io",), ("leases",), ("create",)),
+        Rule(("coordination.k8s.io",), ("leases",), ("get", "update"), resource_names=(lease,)),
+        # The admin API's requests (opbroker.api.adminrequests): read them, write their answers.
+        Rule(("",), ("configmaps",), ("get", "list", "watch", "patch")),
+    ]
+
+
+def registry_rules() -> list[Rule]:
+    """The controller's Role on the registries it keeps in the control-plane namespace (issue 29): written with
+    its own rights, not a plan's (the plan's account needs nothing there), listed by the orphan sweep. Registries
+    are named by their owner's uid, so no name limits it."""
+    return [Rule(("",), ("secrets",), ("get", "list", "watch", "create", "update", "patch", "delete"))]
+
+
+def broker_rules(*, request_rules: bool = True) -> list[Rule]:
+    """The broker's Role in the control-plane namespace: read the catalog and its own auth Secret and, unless
+    ``request_rules`` is False (they are cluster-wide then, see :func:`broker_cluster_rules`), record requests
+    and read credentials Secrets there."""
+    catalog = (SFService.PLURAL, SFPlan.PLURAL)
+    group = SFService.GROUP
+    rules = [
+        Rule((group,), catalog, READ_VERBS),
+        Rule(("",), ("secrets",), ("get",)),
+        # The admin API's requests (opbroker.broker.admin): recorded here, answered by the controller.
+        Rule(("",), ("configmaps",), ("get", "create", "update", "patch")),
+    ]
+    return rules + (broker_cluster_rules() if request_rules else [])
+
+
+def broker_cluster_rules() -> list[Rule]:
+    """What the broker needs wherever instances live: with ``context_namespaces`` (the Kubernetes profile:
+    an instance goes to the namespace its request's context names) that is any namespace, so these go into a
+    ClusterRole. Recording requests, watching them (the broker's namespace index), reading binding
+    credentials Secrets."""
+    requests = (SFServiceInstance.PLURAL, SFServiceBinding.PLURAL)
+    group = SFService.GROUP
+    return [
+        Rule((group,), requests, ("create", "get", "list", "watch", "patch", "delete")),
+        Rule((group,), tuple(f"{p}/status" for p in requests), ("get", "patch")),
+        Rule(("",), ("secrets",), ("get",)),
+    ]
