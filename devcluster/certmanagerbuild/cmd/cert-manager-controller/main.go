@@ -62,19 +62,22 @@ func main() {
 	clusterResourceNamespace := flag.String("cluster-resource-namespace", "cert-manager",
 		"namespace of the Secrets ClusterIssuers refer to")
 	workers := flag.Int("workers", 2, "workers per controller")
+	ownerRef := flag.Bool("enable-certificate-owner-ref", true,
+		"make each Certificate the owner of its Secret, so deleting the Certificate deletes the Secret "+
+			"(upstream's flag, default false there; true here: a deprovisioned instance leaves no key behind)")
 	klog.InitFlags(nil)
 	flag.Parse()
 	if *kubeconfig == "" {
 		fmt.Fprintln(os.Stderr, "cert-manager-controller: --kubeconfig is required")
 		os.Exit(2)
 	}
-	if err := run(*kubeconfig, *namespace, *clusterResourceNamespace, *workers); err != nil {
+	if err := run(*kubeconfig, *namespace, *clusterResourceNamespace, *workers, *ownerRef); err != nil {
 		fmt.Fprintln(os.Stderr, "cert-manager-controller:", err)
 		os.Exit(1)
 	}
 }
 
-func run(kubeconfig, namespace, clusterResourceNamespace string, workers int) error {
+func run(kubeconfig, namespace, clusterResourceNamespace string, workers int, ownerRef bool) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	ctx = logf.NewContext(ctx, logf.Log.WithName("cert-manager-controller"))
@@ -88,6 +91,7 @@ func run(kubeconfig, namespace, clusterResourceNamespace string, workers int) er
 			ClusterResourceNamespace: clusterResourceNamespace,
 		},
 		CertificateOptions: controllerpkg.CertificateOptions{
+			EnableOwnerRef: ownerRef,
 			// Upstream's defaults (cmd/controller/app/options): a failed request is retried after 1 h, then
 			// with exponential backoff up to 32 h.
 			CertificateRequestMinimumBackoffDuration: time.Hour,
