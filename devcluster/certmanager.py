@@ -130,7 +130,11 @@ def install(api: client.ApiClient) -> None:
 def write_kubeconfig(api: client.ApiClient, admin_kubeconfig: Path, path: Path) -> Path:
     """A kubeconfig logged in as the controller's ServiceAccount (a TokenRequest token, :data:`TOKEN_SECONDS`),
     for the same server and CA as ``admin_kubeconfig``; written 0600."""
-    request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": TOKEN_SECONDS}}
+    request = {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "spec": {"expirationSeconds": TOKEN_SECONDS},
+    }
     try:
         answer = client.CoreV1Api(api).create_namespaced_service_account_token(ACCOUNT, NAMESPACE, request)
     except ApiException as exc:
@@ -153,3 +157,11 @@ def write_kubeconfig(api: client.ApiClient, admin_kubeconfig: Path, path: Path) 
 def controller_command(kubeconfig: Path, *extra: str) -> Sequence[str]:
     """The controller's command line (all namespaces; ``--v`` is klog's verbosity)."""
     return [str(controller_binary()), "--kubeconfig", str(kubeconfig), *extra]
+
+
+#: The plan account of examples/certificates (``spec.serviceAccountName``): what its templates render, in
+#: :func:`opbroker.devcluster.grants.grant_plan_account`'s form (Secrets are granted to every plan account).
+PLAN_ACCOUNT = "opbroker-certificates"
+PLAN_RULES: list[dict[str, Any]] = [
+    {"api_groups": ["cert-manager.io"], "resources": ["issuers", "certificates"], "verbs": _WRITE},
+]
