@@ -159,9 +159,9 @@ def controller_command(kubeconfig: Path, *extra: str) -> Sequence[str]:
     return [str(controller_binary()), "--kubeconfig", str(kubeconfig), *extra]
 
 
-#: The plan account of examples/certificates (``spec.serviceAccountName``): what its templates render, in
-#: :func:`opbroker.devcluster.grants.grant_plan_account`'s form (Secrets are granted to every plan account).
-PLAN_ACCOUNT = "opbroker-certificates"
+#: What examples/certificates renders, as operator rules for the plan account it acts as (the default,
+#: ``opbroker-plans``): :func:`opbroker.devcluster.grants.grant_plan_account`'s form, or the ControlPlane
+#: component's ``controller.operator_rules`` (Secrets are granted to every plan account).
 PLAN_RULES: list[dict[str, Any]] = [
     {"api_groups": ["cert-manager.io"], "resources": ["issuers", "certificates"], "verbs": _WRITE},
 ]

@@ -15,15 +15,15 @@ from opbroker.api.conventions import DEFAULT_NAMESPACE
 from opbroker.devcluster import ControlPlane, certmanager
 from opbroker.devcluster.grants import grant_plan_account
 from opbroker.devcluster.processes import Process
-from tests.controller_support import REPO, apply_yaml
+from tests.controller_support import REPO, TEST_PLAN_RULES, apply_yaml
 
 CATALOG = REPO / "examples" / "certificates" / "catalog.yaml"
 
 
 @pytest.fixture(scope="session")
 def certificates_catalog(api_client: client.ApiClient, catalog_namespace: str) -> list[dict[str, Any]]:
-    """The certificates service and plan, and the plan's account with the rights its templates need."""
-    grant_plan_account(api_client, DEFAULT_NAMESPACE, certmanager.PLAN_RULES, account=certmanager.PLAN_ACCOUNT)
+    """The certificates service and plan, and the default plan account also granted what the plan renders."""
+    grant_plan_account(api_client, DEFAULT_NAMESPACE, [*TEST_PLAN_RULES, *certmanager.PLAN_RULES])
     return apply_yaml(api_client, CATALOG, catalog_namespace)
 
 
