@@ -105,7 +105,8 @@ def run(instances: int) -> dict[str, Any]:
                     accepted = osb.put(path, params={"accepts_incomplete": "true"}, json=body)
                     assert _poll(osb, path, accepted.json()["operation"]) == "succeeded"
                     t1 = time.monotonic()
-                    bound = osb.put(binding, params={"accepts_incomplete": "true"}, json=ids)
+                    bound = osb.put(binding, params={"accepts_incomplete": "true"}, json=body)
+                    assert bound.status_code == 202, bound.text
                     assert _poll(osb, binding, bound.json()["operation"]) == "succeeded"
                     credentials = osb.get(binding).json()["credentials"]
                     first = _verified(credentials)

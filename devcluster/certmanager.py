@@ -130,22 +130,24 @@ def install(api: client.ApiClient) -> None:
 def write_kubeconfig(api: client.ApiClient, admin_kubeconfig: Path, path: Path) -> Path:
     """A kubeconfig logged in as the controller's ServiceAccount (a TokenRequest token, :data:`TOKEN_SECONDS`),
     for the same server and CA as ``admin_kubeconfig``; written 0600."""
-    request = {
-        "apiVersion": "authentication.k8s.io/v1",
-        "kind": "TokenRequest",
-        "spec": {"expirationSeconds": TOKEN_SECONDS},
-    }
+    # No audiences: the API server's own (what a pod's projected token carries).
+    request = client.AuthenticationV1TokenRequest(
+        spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=TOKEN_SECONDS)
+    )
     try:
         answer = client.CoreV1Api(api).create_namespaced_service_account_token(ACCOUNT, NAMESPACE, request)
     except ApiException as exc:
         raise CertManagerError(f"no token for {NAMESPACE}/{ACCOUNT}: {exc.status} {exc.reason}") from exc
+    token = answer.status.token if answer.status is not None else None
+    if not token:
+        raise CertManagerError(f"the TokenRequest for {NAMESPACE}/{ACCOUNT} answered no token")
     admin = yaml.safe_load(admin_kubeconfig.read_text())
     cluster = admin["clusters"][0]
     config = {
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [cluster],
-        "users": [{"name": ACCOUNT, "user": {"token": answer.status.token}}],
+        "users": [{"name": ACCOUNT, "user": {"token": token}}],
         "contexts": [{"name": ACCOUNT, "context": {"cluster": cluster["name"], "user": ACCOUNT}}],
         "current-context": ACCOUNT,
     }
