@@ -100,7 +100,7 @@ def run(instances: int) -> dict[str, Any]:
                 for _ in range(instances):
                     instance = str(uuid.uuid4())
                     path = f"/v2/service_instances/{instance}"
-                    binding = f"{path}/service_bindings/app"
+                    binding = f"{path}/service_bindings/{uuid.uuid4()}"
                     t0 = time.monotonic()
                     accepted = osb.put(path, params={"accepts_incomplete": "true"}, json=body)
                     assert _poll(osb, path, accepted.json()["operation"]) == "succeeded"
