@@ -53,6 +53,11 @@ echo "[setup] making sure the local Kubernetes binaries (control plane and node)
 echo "[setup] making sure the Go template renderer (gotemplate and helm plans) is built"
 .venv/bin/opbroker gorender build
 
+# cert-manager's controller and CRDs (tests/test_real_certmanager.py drives it through OSB), built from its Go
+# module once per machine and cached beside the rest.
+echo "[setup] making sure cert-manager (controller and CRDs) is built"
+scripts/build-cert-manager.sh
+
 # The Pulumi engine the engine tests run (pulumi, the YAML language host, the Kubernetes resource plugin),
 # built from Go modules once per machine and cached next to the Kubernetes binaries.
 if [ "$PULUMI_ENGINE" = yes ]; then

@@ -61,7 +61,8 @@ def test_the_root_stack_deploys_the_control_plane_and_a_catalog_after_the_crds()
     assert {t["type"] for t in spec["templates"]} == {"jinja2"}
     assert spec["serviceId"] == service.plain_inputs()["spec"]["id"]
     rules = mocks.one("kubernetes:rbac.authorization.k8s.io/v1:ClusterRole", "opbroker-controller").plain_inputs()
-    assert [r["apiGroups"] for r in rules["rules"][-2:]] == [["acid.zalan.do"], ["demo.opbroker.io"]]
+    groups = [r["apiGroups"] for r in rules["rules"][-3:]]
+    assert groups == [["acid.zalan.do"], ["demo.opbroker.io"], ["cert-manager.io"]]
 
 
 def test_the_root_stack_declares_the_same_demo_catalog_opbroker_dev_applies() -> None:
@@ -71,6 +72,14 @@ def test_the_root_stack_declares_the_same_demo_catalog_opbroker_dev_applies() ->
         declared = mocks.one(cr_type, document["metadata"]["name"]).plain_inputs()
         assert declared["metadata"]["name"] == document["metadata"]["name"]
         # The same spec, field for field, as the models read them.
+        assert model.model_validate({**document, "spec": declared["spec"]}).spec == model.model_validate(document).spec
+
+
+def test_the_root_stack_declares_the_certificates_catalog_of_examples() -> None:
+    mocks = run_program(REPO / "examples" / "stack", "opbroker")
+    documents = list(yaml.safe_load_all((REPO / "examples" / "certificates" / "catalog.yaml").read_text()))
+    for document, cr_type, model in zip(documents, (SERVICE_CR, PLAN_CR), (SFServiceModel, SFPlanModel), strict=True):
+        declared = mocks.one(cr_type, document["metadata"]["name"]).plain_inputs()
         assert model.model_validate({**document, "spec": declared["spec"]}).spec == model.model_validate(document).spec
 
 

@@ -76,6 +76,8 @@ deprovision:
 
 #: The demo catalog, exactly as `opbroker dev` applies it (the demo operator must run in the cluster).
 DEMO_CATALOG = Path(__file__).resolve().parent.parent / "demo_operator" / "catalog.yaml"
+#: TLS certificates issued by cert-manager (examples/certificates; cert-manager must run in the cluster).
+CERTIFICATES_CATALOG = Path(__file__).resolve().parent.parent / "certificates" / "catalog.yaml"
 
 #: Rules for the operator kinds the plans render: the controller may manage exactly those.
 OPERATOR_RULES = [
@@ -87,6 +89,11 @@ OPERATOR_RULES = [
     {
         "api_groups": ["demo.opbroker.io"],
         "resources": ["databases"],
+        "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+    },
+    {
+        "api_groups": ["cert-manager.io"],
+        "resources": ["issuers", "certificates"],
         "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
     },
 ]
@@ -161,7 +168,12 @@ def catalog(namespace: str) -> list[tuple[str, str, dict[str, Any]]]:
             },
         ),
     ]
-    for resource in load_resources(DEMO_CATALOG.read_text(), str(DEMO_CATALOG)):
+    resources = [
+        resource
+        for path in (DEMO_CATALOG, CERTIFICATES_CATALOG)
+        for resource in load_resources(path.read_text(), str(path))
+    ]
+    for resource in resources:
         object_args = {"namespace": namespace, "object_name": resource.metadata.name}
         args = {**resource.spec.model_dump(exclude_none=True), **object_args}
         if isinstance(resource, ServiceModel):
