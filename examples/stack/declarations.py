@@ -76,6 +76,9 @@ deprovision:
 
 #: The demo catalog, exactly as `opbroker dev` applies it (the demo operator must run in the cluster).
 DEMO_CATALOG = Path(__file__).resolve().parent.parent / "demo_operator" / "catalog.yaml"
+#: PostgreSQL from Debian's packages run by Kubernetes' own controllers (its image must be on the nodes:
+#: ``opbroker.devcluster.postgres_image``); no operator needed.
+POSTGRESQL_CATALOG = Path(__file__).resolve().parent.parent / "postgresql-statefulset" / "catalog.yaml"
 
 #: Rules for the operator kinds the plans render: the controller may manage exactly those.
 OPERATOR_RULES = [
@@ -89,6 +92,15 @@ OPERATOR_RULES = [
         "resources": ["databases"],
         "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
     },
+    # The PostgreSQL (Debian) plan's kinds: Kubernetes' own.
+    *(
+        {
+            "api_groups": [group],
+            "resources": [resource],
+            "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+        }
+        for group, resource in (("apps", "statefulsets"), ("", "services"), ("batch", "jobs"))
+    ),
 ]
 
 
@@ -161,7 +173,10 @@ def catalog(namespace: str) -> list[tuple[str, str, dict[str, Any]]]:
             },
         ),
     ]
-    for resource in load_resources(DEMO_CATALOG.read_text(), str(DEMO_CATALOG)):
+    for resource in (
+        *load_resources(DEMO_CATALOG.read_text(), str(DEMO_CATALOG)),
+        *load_resources(POSTGRESQL_CATALOG.read_text(), str(POSTGRESQL_CATALOG)),
+    ):
         object_args = {"namespace": namespace, "object_name": resource.metadata.name}
         args = {**resource.spec.model_dump(exclude_none=True), **object_args}
         if isinstance(resource, ServiceModel):
