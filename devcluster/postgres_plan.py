@@ -108,7 +108,7 @@ class Walk:
 def login(credentials: Credentials, *, timeout: float = 10.0) -> str:
     """Connect with the bound credentials from this machine (kube-proxy routes the Service's address) and
     run a query; returns the session's user as the server reports it."""
-    import pg8000.native
+    import pg8000.native  # type: ignore[import-untyped]  # no stubs, no py.typed
 
     connection = pg8000.native.Connection(
         credentials.username,
