@@ -19,6 +19,7 @@ from bench import (
     compare,
     gotemplate,
     jinja_bombs,
+    postgresql,
     provisioning,
     pulumi,
     renderer,
@@ -41,6 +42,7 @@ SUITES = (
     "secrets",
     "cluster",
     "pulumi",
+    "postgresql",
 )
 FULL = {
     "provisioning": (100, 1000, 5000),
@@ -54,6 +56,7 @@ FULL = {
     "gotemplate": 5.0,
     "cluster": None,
     "pulumi": None,
+    "postgresql": 3,
 }
 QUICK = {
     "provisioning": (20, 40),
@@ -67,6 +70,7 @@ QUICK = {
     "gotemplate": 0.5,
     "cluster": None,
     "pulumi": None,
+    "postgresql": 1,
 }
 
 TARGETS = {"utilisation": 0.5, "write_amplification": 1.5, "scale_curve_ratio": 1.5}
@@ -117,6 +121,10 @@ def run_suites(
     if "pulumi" in suites:
         log("pulumi (preview, up, no-op preview and destroy of the Python root stack with the real engine) ...")
         results["pulumi"] = pulumi.run()
+        record(results)
+    if "postgresql" in suites:
+        log("postgresql (the example plan on a node: provision → credentials, bind → login) ...")
+        results["postgresql"] = postgresql.run(sizes["postgresql"])
         record(results)
     if "bindings" in suites:
         count, instances = sizes["bindings"]
@@ -300,6 +308,8 @@ def summary_markdown(results: dict[str, Any]) -> str:
         lines += cluster_markdown(results["cluster"])
     if "pulumi" in results:
         lines += pulumi_markdown(results["pulumi"])
+    if "postgresql" in results:
+        lines += postgresql.markdown(results["postgresql"])
     return "\n".join(lines)
 
 

@@ -501,10 +501,21 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
                     rendered = self.deps.renderer.render_objects(
                         entry.model, TemplateAction.UNBIND, self._inputs(binding, instance, entry, sources)
                     )
+                    instance_refs = {ref_key(ref) for ref in refs_of(instance.get("status"))}
+                    labels = {LABEL_INSTANCE: instance["metadata"]["name"], LABEL_BINDING: meta["name"]}
                     for obj in rendered.objects:
+                        manifest = obj.manifest
+                        ref = ref_of(manifest)
+                        if ref_key(ref) not in instance_refs:
+                            # An object of the unbind's own (a Job that drops a database role): stamped and owned
+                            # like a bind object, so the next pass (the status template waits for it) may apply it
+                            # again and the binding's deletion takes it along.
+                            _, namespaced = actor.plural_of(ref.api_version, ref.kind)
+                            owned = namespaced and same_namespace(manifest, binding)
+                            manifest = stamp(manifest, owner=binding, labels=labels, owned=owned)
                         apply_owned(
                             actor,
-                            obj.manifest,
+                            manifest,
                             owner_uids=(meta["uid"], instance["metadata"]["uid"]),
                             adopt=obj.adopt,
                             field_manager=binding_field_manager(meta["name"]),

@@ -62,6 +62,7 @@ class DevStack:
         controller_args: tuple[str, ...] = (),
         controller_server: str | None = None,
         in_cluster: bool = False,
+        node: bool = False,
         controller_replicas: int = 2,
         allowed_namespace_selector: str | None = None,
     ) -> None:
@@ -69,6 +70,9 @@ class DevStack:
         self.allowed_namespace_selector = allowed_namespace_selector
         """Namespaces (by label) the broker accepts in a request's context besides the demo's (the bench's)."""
         self.in_cluster = in_cluster
+        self.node = node or in_cluster
+        """The cluster gets a node (pods run) even with the controller and broker as local processes: plans
+        whose objects are pods (``examples/postgresql-statefulset``) on the quickest stack to start."""
         self.controller_replicas = controller_replicas
         self.controller_args = controller_args
         self.controller_server = controller_server
@@ -96,7 +100,7 @@ class DevStack:
         if not self.in_cluster and not port_is_free(self.broker_port):
             raise DevStackError(f"port {self.broker_port} on 127.0.0.1 is taken; choose another with --port")
         try:
-            self.plane.up(node=self.in_cluster, progress=progress)
+            self.plane.up(node=self.node, progress=progress)
         except ControlPlaneError as exc:
             raise DevStackError(f"the control plane did not start: {exc}") from exc
         api = config.new_client_from_config(config_file=str(self.plane.kubeconfig))

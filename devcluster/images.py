@@ -139,6 +139,21 @@ def pause_image(pause_binary: Path, progress: Progress = print) -> Path:
 LOCK = REPOSITORY / "requirements.lock"
 
 
+def _mmdebstrap(suite: str, packages: tuple[str, ...], hooks: list[str], rootfs: Path) -> None:
+    """A minimal Debian root filesystem with ``packages`` from Debian's archive, then ``hooks`` run on it."""
+    command = [
+        "mmdebstrap",
+        "--quiet",
+        "--mode=root",
+        "--variant=minbase",
+        f"--include={','.join(packages)}",
+        *(f"--customize-hook={hook}" for hook in hooks),
+        suite,
+        str(rootfs),
+    ]
+    _run("mmdebstrap", command)
+
+
 def _pip(*args: str) -> list[str]:
     return [sys.executable, "-m", "pip", *args, "--quiet", "--disable-pip-version-check"]
 
@@ -231,17 +246,7 @@ def opbroker_image(progress: Progress = print, *, use_cache: bool = True) -> tup
             'chroot "$1" apt-get autoremove --quiet --yes --purge >/dev/null',
             'rm -rf "$1/var/lib/apt/lists"/* "$1/var/cache/apt"/* "$1/usr/share/doc" "$1/usr/share/man"',
         ]
-        command = [
-            "mmdebstrap",
-            "--quiet",
-            "--mode=root",
-            "--variant=minbase",
-            f"--include={','.join(IMAGE.runtime_packages + IMAGE.build_packages)}",
-            *(f"--customize-hook={hook}" for hook in hooks),
-            IMAGE.debian_suite,
-            str(rootfs),
-        ]
-        _run("mmdebstrap", command)
+        _mmdebstrap(IMAGE.debian_suite, IMAGE.runtime_packages + IMAGE.build_packages, hooks, rootfs)
         progress("packing the OCI image (umoci)")
         config = ["--config.user", IMAGE.user, "--config.workingdir", "/", "--no-history"]
         config += [f"--config.entrypoint={part}" for part in IMAGE.entrypoint]

@@ -662,3 +662,94 @@ def test_a_service_in_use_is_not_deleted_until_its_plans_and_instances_are(
 
     custom(api_client).delete_namespaced_custom_object(GROUP, VERSION, catalog_namespace, "sfplans", plan_name)
     wait_for(lambda: service() is None, 30, "the service to go with its last plan")
+
+
+WAITING_REVOKE_PLAN = """
+apiVersion: osb.servicefabrik.io/v1alpha1
+kind: SFPlan
+metadata: {{name: {name}}}
+spec:
+  name: {name}
+  id: {name}
+  serviceId: 6f4e7a0c-2f0a-4d5e-9b1a-0d6c1e0f5a11
+  description: an unbind that creates an object and waits for someone else to finish it (a Job that drops a role)
+  templates:
+  - action: provision
+    type: jinja2
+    content: |
+      apiVersion: v1
+      kind: ConfigMap
+      metadata:
+        name: {{{{ instance.metadata.name }}}}-db
+      data: {{size: small}}
+  - action: sources
+    type: jinja2
+    content: |
+      {{% if binding %}}
+      revoke:
+        apiVersion: v1
+        kind: ConfigMap
+        name: {{{{ binding.metadata.name }}}}-revoke
+        namespace: {{{{ instance.metadata.namespace }}}}
+      {{% endif %}}
+  - action: unbind
+    type: jinja2
+    content: |
+      apiVersion: v1
+      kind: ConfigMap
+      metadata:
+        name: {{{{ binding.metadata.name }}}}-revoke
+      data: {{user: "{{{{ binding.metadata.name }}}}"}}
+  - action: status
+    type: jinja2
+    content: |
+      provision:
+        state: succeeded
+      bind:
+        state: succeeded
+        response:
+          credentials: {{user: "{{{{ binding.metadata.name if binding else '' }}}}"}}
+      unbind:
+        state: {{{{ "succeeded" if revoke.metadata.annotations.done | default("") == "true" else "in progress" }}}}
+      deprovision:
+        state: succeeded
+"""
+
+
+def test_an_unbind_that_waits_for_its_own_object_applies_it_again_and_it_is_the_bindings(
+    api_client: client.ApiClient, namespace: str, catalog_namespace: str, tmp_path: Any
+) -> None:
+    """The PostgreSQL plan's unbind Job (examples/postgresql-statefulset): the unbind template's object is
+    applied on every pass while the status template waits for it. It was applied unstamped, so the second pass
+    refused it as someone else's object and failed the unbind; now it is stamped and owned by the binding
+    (the garbage collector takes it when the binding goes)."""
+    core = client.CoreV1Api(api_client)
+    plan_name = f"waiting-revoke-{uuid.uuid4().hex[:8]}"
+    plan_file = tmp_path / "plan.yaml"
+    plan_file.write_text(WAITING_REVOKE_PLAN.format(name=plan_name))
+    apply_yaml(api_client, plan_file, catalog_namespace)
+    provision(api_client, namespace, "wr1", plan_id=plan_name)
+    wait_state(api_client, namespace, "sfserviceinstances", "wr1", "succeeded")
+    bind(api_client, namespace, "b-wr1", "wr1", plan_id=plan_name)
+    binding = wait_state(api_client, namespace, "sfservicebindings", "b-wr1", "succeeded")
+    custom(api_client).delete_namespaced_custom_object(GROUP, VERSION, namespace, "sfservicebindings", "b-wr1")
+
+    def revoke() -> client.V1ConfigMap | None:
+        try:
+            return core.read_namespaced_config_map("b-wr1-revoke", namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    created = wait_for(revoke, 30, "the unbind's ConfigMap")
+    # Passes that find the object waiting (its own watch and a status poll) apply it again: still unbinding.
+    core.patch_namespaced_config_map("b-wr1-revoke", namespace, {"metadata": {"labels": {"touched": "1"}}})
+    time.sleep(3)
+    assert state_of(api_client, namespace, "sfservicebindings", "b-wr1") == "in progress", get(
+        api_client, namespace, "sfservicebindings", "b-wr1"
+    )
+    assert created.metadata.annotations.get("opbroker.io/owner-uid") == binding["metadata"]["uid"]
+    assert [r.uid for r in created.metadata.owner_references or []] == [binding["metadata"]["uid"]]
+    core.patch_namespaced_config_map("b-wr1-revoke", namespace, {"metadata": {"annotations": {"done": "true"}}})
+    wait_for(lambda: gone(api_client, namespace, "sfservicebindings", "b-wr1"), 30, "the binding to go")

@@ -78,6 +78,9 @@ deprovision:
 DEMO_CATALOG = Path(__file__).resolve().parent.parent / "demo_operator" / "catalog.yaml"
 #: TLS certificates issued by cert-manager (examples/certificates; cert-manager must run in the cluster).
 CERTIFICATES_CATALOG = Path(__file__).resolve().parent.parent / "certificates" / "catalog.yaml"
+#: PostgreSQL from Debian's packages run by Kubernetes' own controllers (its image must be on the nodes:
+#: ``opbroker.devcluster.postgres_image``); no operator needed.
+POSTGRESQL_CATALOG = Path(__file__).resolve().parent.parent / "postgresql-statefulset" / "catalog.yaml"
 
 #: Rules for the operator kinds the plans render: the controller may manage exactly those.
 OPERATOR_RULES = [
@@ -96,6 +99,15 @@ OPERATOR_RULES = [
         "resources": ["issuers", "certificates"],
         "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
     },
+    # The PostgreSQL (Debian) plan's kinds: Kubernetes' own.
+    *(
+        {
+            "api_groups": [group],
+            "resources": [resource],
+            "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+        }
+        for group, resource in (("apps", "statefulsets"), ("", "services"), ("batch", "jobs"))
+    ),
 ]
 
 
@@ -170,7 +182,7 @@ def catalog(namespace: str) -> list[tuple[str, str, dict[str, Any]]]:
     ]
     resources = [
         resource
-        for path in (DEMO_CATALOG, CERTIFICATES_CATALOG)
+        for path in (DEMO_CATALOG, CERTIFICATES_CATALOG, POSTGRESQL_CATALOG)
         for resource in load_resources(path.read_text(), str(path))
     ]
     for resource in resources:
