@@ -25,6 +25,8 @@ from opbroker.devcluster import postgres_plan
 from opbroker.devcluster.devstack import DEMO_NAMESPACE, DevStack, Endpoint
 from tests.controller_support import wait_for
 
+pytestmark = pytest.mark.apiserver  # its own fixture starts a cluster with a node (tests/conftest.py)
+
 
 def _say(message: str) -> None:
     print(f"[postgresql node] {message}")
