@@ -3,18 +3,20 @@
 # package and its tools, the Go template renderer, the local Kubernetes control plane and the Pulumi engine
 # (each built once, cached outside the repo).
 #
-# Usage: setup.sh                          (everything: what scripts/test.sh needs)
-#        setup.sh --without-pulumi-engine  (all but the Pulumi engine: what scripts/demo.sh needs — the demo
-#                                           never runs it, and its cold build is the longest step)
+# Usage: setup.sh          (everything: what scripts/test.sh needs)
+#        setup.sh --demo   (what scripts/demo.sh uses: the virtual environment, the control plane's binaries and the
+#                           Go renderer; not the node's binaries and Debian packages, cert-manager or the Pulumi
+#                           engine, which the demo never runs — `opbroker dev --in-cluster` builds the node's when
+#                           it needs them)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PULUMI_ENGINE=yes
+DEMO_ONLY=no
 for arg in "$@"; do
   case "$arg" in
-    --without-pulumi-engine) PULUMI_ENGINE=no ;;
+    --demo) DEMO_ONLY=yes ;;
     *)
-      echo "[setup] unknown argument: $arg (usage: scripts/setup.sh [--without-pulumi-engine])" >&2
+      echo "[setup] unknown argument: $arg (usage: scripts/setup.sh [--demo])" >&2
       exit 2
       ;;
   esac
@@ -30,6 +32,15 @@ if [ ! -x .venv/bin/python ]; then
 fi
 echo "[setup] installing opbroker and its tools into .venv"
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[dev,pulumi]"
+
+if [ "$DEMO_ONLY" = yes ]; then
+  echo "[setup] making sure the local Kubernetes control plane binaries are built"
+  .venv/bin/opbroker cluster build
+  echo "[setup] making sure the Go template renderer (gotemplate and helm plans) is built"
+  .venv/bin/opbroker gorender build
+  echo "[setup] the demo's parts are ready (not built: the node, cert-manager, the Pulumi engine)"
+  exit 0
+fi
 
 # The node (kubelet's containers) and the image build need Debian's containerd, runc, CNI plugins, iptables,
 # mmdebstrap and umoci. Installed when missing and this runs as root (as CI does); otherwise
@@ -60,9 +71,5 @@ scripts/build-cert-manager.sh
 
 # The Pulumi engine the engine tests run (pulumi, the YAML language host, the Kubernetes resource plugin),
 # built from Go modules once per machine and cached next to the Kubernetes binaries.
-if [ "$PULUMI_ENGINE" = yes ]; then
-  echo "[setup] making sure the Pulumi engine binaries are built"
-  scripts/build-pulumi.sh
-else
-  echo "[setup] not building the Pulumi engine (--without-pulumi-engine; scripts/setup.sh builds it)"
-fi
+echo "[setup] making sure the Pulumi engine binaries are built"
+scripts/build-pulumi.sh
