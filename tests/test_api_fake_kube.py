@@ -21,7 +21,7 @@ from opbroker.controller.kube import INSTANCES, Kube
 from tests.fake_kube import FakeKube
 
 
-@pytest.fixture(params=["fake", "real"])
+@pytest.fixture(params=["fake", pytest.param("real", marks=pytest.mark.apiserver)])
 def kube(request: pytest.FixtureRequest) -> tuple[Any, str]:
     """(the wrapper, a namespace to work in): the fake, or ``Kube`` on the session's API server."""
     if request.param == "fake":
