@@ -38,7 +38,7 @@ def seed_manifests() -> list[Path]:
 
 
 #: Fixtures that start a local control plane (the others that need one depend on these).
-APISERVER_FIXTURES = frozenset({"control_plane"})
+APISERVER_FIXTURES = frozenset({"control_plane", "multicluster"})
 _running: dict[str, pytest.Item | None] = {"item": None}
 
 

@@ -61,8 +61,16 @@ def test_the_root_stack_deploys_the_control_plane_and_a_catalog_after_the_crds()
     assert {t["type"] for t in spec["templates"]} == {"jinja2"}
     assert spec["serviceId"] == service.plain_inputs()["spec"]["id"]
     rules = mocks.one("kubernetes:rbac.authorization.k8s.io/v1:ClusterRole", "opbroker-controller").plain_inputs()
-    groups = [r["apiGroups"] for r in rules["rules"][-3:]]
-    assert groups == [["acid.zalan.do"], ["demo.opbroker.io"], ["cert-manager.io"]]
+    # The example plans' operator kinds, last, in the order declarations.OPERATOR_RULES gives them.
+    operator_rules = [(r["apiGroups"], r["resources"]) for r in rules["rules"][-6:]]
+    assert operator_rules == [
+        (["acid.zalan.do"], ["postgresqls"]),
+        (["demo.opbroker.io"], ["databases"]),
+        (["cert-manager.io"], ["issuers", "certificates"]),
+        (["apps"], ["statefulsets"]),
+        ([""], ["services"]),
+        (["batch"], ["jobs"]),
+    ]
 
 
 def test_the_root_stack_declares_the_same_demo_catalog_opbroker_dev_applies() -> None:
