@@ -110,7 +110,8 @@ class Engine:
         )
 
     def run(self, cwd: Path, *args: str, expect_failure: bool = False, timeout: float = COMMAND_TIMEOUT) -> Result:
-        command = [str(BIN / "pulumi"), *args, "--non-interactive", "--color", "never"]
+        # The global flags first: after a `--` in args they would be arguments.
+        command = [str(BIN / "pulumi"), "--non-interactive", "--color", "never", *args]
         start = time.monotonic()
         # Its own process group: on a timeout the CLI *and* its plugins go (killing only the CLI orphans them).
         process = subprocess.Popen(
@@ -149,6 +150,11 @@ class Project:
 
     def run(self, *args: str, expect_failure: bool = False) -> Result:
         return self.engine.run(self.dir, *args, "--stack", self.stack, expect_failure=expect_failure)
+
+    def set_config(self, key: str, value: str, *, secret: bool = False) -> None:
+        """Set one config value; `--` ends the flags, so a value starting with `-` (a random password) is a value."""
+        flags = ("--secret",) if secret else ()
+        self.engine.run(self.dir, "config", "set", "--stack", self.stack, *flags, key, "--", value)
 
     def write(self, program: Mapping[str, Any]) -> None:
         (self.dir / "Pulumi.yaml").write_text(yaml.safe_dump(dict(program), sort_keys=False, width=1000))

@@ -464,9 +464,9 @@ def test_the_pulumi_yaml_example_previews_and_deploys_through_the_component_prov
     program["packages"] = PACKAGES
     assert_no_python_host_or_plugin_folder_on_path(engine)
     project = new_project(engine, tmp_path / "yaml-example", program)
-    project.run("config", "set", "--secret", "brokerPassword", PASSWORD)
-    project.run("config", "set", "namespace", "opbroker-yaml")
-    project.run("config", "set", "awaitDeployments", "false")  # no node: the pods never start
+    project.set_config("brokerPassword", PASSWORD, secret=True)
+    project.set_config("namespace", "opbroker-yaml")
+    project.set_config("awaitDeployments", "false")  # no node: the pods never start
     preview = json.loads(project.run("preview", "--json").stdout)
     planned = {urn_type_and_name(s["urn"]) for s in steps(preview)}
     assert ("opbroker:index:SFPlan", "small") in planned
