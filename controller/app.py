@@ -305,7 +305,7 @@ def build_registry(controller: Controller, *, kubeconfig: str | None) -> kopf.Op
     async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         settings.posting.enabled = False  # our Events are posted deliberately, on state changes only
         # Deadlines on kopf's own requests (lists, patches) and watches, as on the controller's other clients
-        # (opbroker.controller.clients): a watch ends server-side after 300 s, client-side a quarter later, and
+        # (opbroker.kubeclient.deadlines): a watch ends server-side after 300 s, client-side a quarter later, and
         # is restarted when it delivers no event and no bookmark for the watch deadline.
         timeouts = controller.settings.timeouts
         settings.networking.connect_timeout = timeouts.connect

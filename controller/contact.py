@@ -1,6 +1,6 @@
 """Whether the API server still answers the controller: the last answer's age, kept fresh by a probe.
 
-Every HTTP answer to one of the controller's clients counts (:mod:`opbroker.controller.clients` reports them);
+Every HTTP answer to one of the controller's clients counts (:mod:`opbroker.kubeclient.deadlines` reports them);
 when none came for a probe period, :func:`probe_forever` asks for ``/version`` (readable by every
 authenticated user), with a deadline, so the age stays meaningful in a quiet cluster. A controller whose
 requests get no answer at all for long is cut off — the health probes report it (:mod:`.health`).

@@ -5,7 +5,7 @@ attempts: one renewal whose connection hangs holds the loop (and the leader keep
 request lasts — for ever without a timeout — while the standby takes the expired lease over. client-go's
 answer is a deadline on the renewal itself (``renewDeadline`` < ``leaseDuration``). Here:
 
-* the lease's client has deadlines (:mod:`opbroker.controller.clients`), so every attempt ends;
+* the lease's client has deadlines (:mod:`opbroker.kubeclient.deadlines`), so every attempt ends;
 * :class:`GuardedElection` remembers when its last successful renewal *started* (the lease the API server
   stored can be no older), and :func:`guard` checks, from a thread of its own, that it is younger than the
   renew deadline — if not, ``on_overdue`` runs (the controller exits), while a standby still sees the lease

@@ -43,7 +43,7 @@ class ControllerSettings:
     """How long a leader's lease lasts without renewal: the longest a failover takes."""
     request_timeout_seconds: float = 60.0
     """How long an API request may wait for each read of its answer (connecting has 10 s): the API server's own
-    default request timeout, past which it gives up itself. See :mod:`opbroker.controller.clients`."""
+    default request timeout, past which it gives up itself. See :mod:`opbroker.kubeclient.deadlines`."""
     watch_seconds: int = 60
     """Server-side duration of each of the controller's watch requests; a watch that delivers nothing (no event,
     no bookmark, no end) for a quarter longer is dead and restarted from its last resourceVersion."""

@@ -9,7 +9,7 @@ no restart is needed when a plan introduces a new operator kind.
 watch per kind in a thread and reports the owners of every changed object to a callback.
 
 Each watch request asks the API server to end it after ``watch_seconds`` and for bookmarks; the client's read
-deadline (:mod:`opbroker.controller.clients`) fails one that delivers nothing for a quarter longer — a dead
+deadline (:mod:`opbroker.kubeclient.deadlines`) fails one that delivers nothing for a quarter longer — a dead
 connection — and a stream that outlives that deadline (events trickling past its end) is ended client-side.
 After a failure the kind's store entries are dropped (reads go to the API) until it is listed again.
 

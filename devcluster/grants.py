@@ -1,7 +1,7 @@
 """What the platform team grants outside Pulumi, for ``opbroker dev`` and the tests: the default plan account
 (the ServiceAccount plans act as, see ``opbroker.controller.identities``) with the rights its plans need.
 
-The ControlPlane component creates the same objects from ``opbroker.components.rbac`` in a Pulumi stack.
+The ControlPlane component creates the same objects from ``opbroker.api.rbac`` in a Pulumi stack.
 """
 
 from __future__ import annotations

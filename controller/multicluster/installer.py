@@ -6,7 +6,7 @@ a sister runs what a Pulumi-installed control plane runs; before them the namesp
 server-side applied under the field manager ``opbroker-master`` (another manager's fields are left alone; a
 conflict on ours is forced), and deleted — in reverse order, CRDs and namespace kept (deleting a CRD deletes every
 object of its kind) — when the opt-in is withdrawn or the SFCluster is deleted. Every call goes through the
-sister's bounded client (:func:`opbroker.controller.clients.bounded`: a deadline on each); nothing is listed.
+sister's bounded client (:func:`opbroker.kubeclient.deadlines.bounded`: a deadline on each); nothing is listed.
 """
 
 from __future__ import annotations
