@@ -514,7 +514,8 @@ def test_a_plans_maximum_polling_duration_is_listed_and_shortens_the_polling() -
 
 
 def test_a_final_failure_survives_its_orphan_mitigation() -> None:
-    from opbroker.controller.servicecatalog.common import conditions, keeping_failed, terminal_mitigation
+    from opbroker.controller.servicecatalog.common import conditions
+    from opbroker.controller.servicecatalog.operations import keeping_failed, terminal_mitigation
 
     failed = {"type": "Failed", "status": "True", "reason": "AsyncOperationTimedOut", "message": "too slow"}
     final = obj(generation=2, observedGeneration=2, orphanMitigationInProgress=True, conditions=[failed])

@@ -40,28 +40,27 @@ from opbroker.controller import refusals
 from opbroker.controller.claims import workloads
 from opbroker.controller.kube import Kube
 from opbroker.controller.reasons import Reason
-from opbroker.controller.reconciler import DONE, Key, Memories, ObservePlanAct, Outcome, PerKey, requeue
-from opbroker.controller.servicecatalog import tenancy
+from opbroker.controller.reconciler import DONE, Key, Memories, ObservePlanAct, Outcome, requeue
+from opbroker.controller.servicecatalog import operations, tenancy
 from opbroker.controller.servicecatalog.common import (
     Clients,
     Offering,
-    PollClock,
     Resolver,
+    Tracking,
     Unresolved,
     checksum,
     conditions,
-    keeping_failed,
-    next_retry,
     now,
     pacing,
     parse_time,
     say,
-    terminal_mitigation,
     timestamp,
     warn_ignored,
 )
 from opbroker.controller.servicecatalog.endpoints import identity_of
+from opbroker.controller.servicecatalog.operations import Verdict, keeping_failed, terminal_mitigation
 from opbroker.controller.servicecatalog.resources import BINDINGS, FINALIZER, INSTANCES, CatalogApi
+from opbroker.osbclient import Request
 
 SECRET_TYPE = "servicecatalog.k8s.io/binding-credentials"
 #: What a Secret's data key may be (the API server refuses any other): credentials with another key cannot be
@@ -183,10 +182,8 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
         self.api = api
         self.writer: Callable[[str], Kube] = writer or (lambda namespace: api.kube)
         self.resolver = Resolver(api, control_plane)
-        self.polls: PerKey[int] = memories.keep(PerKey())
-        self.poll_clock = PollClock(memories)
-        self.retries: PerKey[int] = memories.keep(PerKey())
-        self.pacing = osbclient.Backoff(base=1.0, maximum=30.0, max_duration=max_operation_seconds)
+        polls = osbclient.Backoff(base=1.0, maximum=30.0, max_duration=max_operation_seconds)
+        self.tracking = Tracking(memories, polls)
         self.transport: Any = None
         self.clients = Clients()
 
@@ -290,8 +287,8 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
             self._status(body, ready=False, reason=facts.problem.reason, message=str(facts.problem))
             return requeue(30.0)  # the instance's changes queue the binding too
         assert facts.offering is not None
-        if step is Step.POLL and (wait := self.poll_clock.wait(facts.key)) > 0.05:
-            return requeue(wait)  # woken early (an event, an older re-check): not due yet
+        if step is Step.POLL and (early := self.tracking.early(facts.key)) is not None:
+            return early  # woken early (an event, an older re-check): not due yet
         client = self.clients.get(facts.offering.broker, self.transport)
         if step is Step.POLL:
             return self._poll(client, facts)
@@ -303,17 +300,18 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
         body, offering, instance = facts.body, facts.offering, facts.instance
         assert offering is not None and instance is not None and facts.parameters is not None
         binding_id = tenancy.external_id(body)
+        # Record first, send second: a crash in between repeats the request with the same id.
         self.api.patch_status(
             BINDINGS,
             body,
-            {
-                "externalID": binding_id,
-                "currentOperation": BindingOperation.BIND.value,
-                "operationStartTime": timestamp(now()),
-                "unbindStatus": UnbindStatus.REQUIRED.value,
-                "inProgressProperties": {"parametersChecksum": checksum(facts.parameters)},
-                "conditions": conditions(body, ready=False, reason=Reason.BINDING_IN_PROGRESS, message="binding"),
-            },
+            operations.recorded(
+                BindingOperation.BIND.value,
+                timestamp(now()),
+                externalID=binding_id,
+                unbindStatus=UnbindStatus.REQUIRED.value,
+                inProgressProperties={"parametersChecksum": checksum(facts.parameters)},
+                conditions=conditions(body, ready=False, reason=Reason.BINDING_IN_PROGRESS, message="binding"),
+            ),
         )
         try:
             result = client.bind(
@@ -326,12 +324,11 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
                 identity=identity_of(body),
             )
         except osbclient.BrokerError as exc:
-            return self._failed(facts, str(exc), exc=exc)
+            return self._decided(facts, Request.BIND, operations.refused(Request.BIND, exc))
         warn_ignored(self.api, body, result.warnings, "bind")
         if result.is_async:
-            self.polls.put(facts.key, 0)
-            self.api.patch_status(BINDINGS, body, {"asyncOpInProgress": True, "lastOperation": result.operation})
-            return self.poll_clock.schedule(facts.key, self.pacing.base)
+            self.api.patch_status(BINDINGS, body, operations.accepted(result.operation))
+            return self.tracking.accepted(facts.key)
         return self._bound(facts, result)
 
     def _poll(self, client: osbclient.Client, facts: BindingFacts) -> Outcome:
@@ -339,9 +336,11 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
         assert offering is not None and instance is not None
         status = body.get("status") or {}
         unbinding = status.get("currentOperation") == BindingOperation.UNBIND.value
+        request = Request.UNBIND if unbinding else Request.BIND
         instance_id = tenancy.external_id(instance)
+        answer: osbclient.LastOperation | osbclient.BrokerError
         try:
-            last = client.binding_last_operation(
+            answer = client.binding_last_operation(
                 instance_id,
                 tenancy.external_id(body),
                 operation=status.get("lastOperation"),
@@ -349,86 +348,61 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
                 plan_id=offering.plan_id,
             )
         except osbclient.BrokerError as exc:
-            if osbclient.is_retryable(exc):
-                return self._poll_later(facts, None)
-            last = osbclient.LastOperation(state=osbclient.FAILED, description=str(exc))
-        if unbinding and (last.gone or last.state == osbclient.SUCCEEDED):
-            return self._unbound(facts)
-        if last.state == osbclient.IN_PROGRESS:
-            return self._poll_later(facts, last.retry_after)
-        if last.state == osbclient.SUCCEEDED:
-            try:
+            answer = exc
+        decision = operations.polled(
+            request,
+            answer,
+            started=parse_time(status.get("operationStartTime")),
+            now=now(),
+            polls=self.tracking.poll(facts.key),
+            backoff=pacing(self.tracking.pacing, offering),
+        )
+        if decision.verdict is Verdict.SUCCEEDED and request is Request.BIND:
+            try:  # an asynchronous bind's credentials come with a fetch of the binding
                 result = client.get_binding(
                     instance_id, tenancy.external_id(body), service_id=offering.service_id, plan_id=offering.plan_id
                 )
             except osbclient.BrokerError as exc:
-                if osbclient.is_retryable(exc):
-                    return requeue(self._backoff(facts.key))
-                return self._failed(facts, f"fetching the bound credentials failed: {exc}", mitigate=True)
+                return self._decided(facts, request, operations.fetched(exc))
             return self._bound(facts, result)
-        # A bind the broker reports failed: mitigate (OSB), then stay failed until the spec changes.
-        description = last.description or "the broker reported failure"
-        return self._failed(facts, description, mitigate=not unbinding, final=True)
-
-    def _poll_later(self, facts: BindingFacts, retry_after: float | None) -> Outcome:
-        status = facts.body.get("status") or {}
-        polls = (self.polls.get(facts.key) or 0) + 1
-        self.polls.put(facts.key, polls)
-        started = parse_time(status.get("operationStartTime")) or now()
-        backoff = pacing(self.pacing, facts.offering)
-        due = osbclient.next_poll(started=started, now=now(), polls=polls, retry_after=retry_after, backoff=backoff)
-        if due.expired:
-            unbinding = status.get("currentOperation") == BindingOperation.UNBIND.value
-            message = f"the operation did not finish within {backoff.max_duration:.0f}s"
-            return self._failed(
-                facts, message, mitigate=not unbinding, reason=Reason.ASYNC_OPERATION_TIMED_OUT, final=True
-            )
-        return self.poll_clock.schedule(facts.key, max(due.delay, 0.2))
+        return self._decided(facts, request, decision)
 
     def _unbind(self, client: osbclient.Client, facts: BindingFacts) -> Outcome:
         body, offering, instance = facts.body, facts.offering, facts.instance
         assert offering is not None and instance is not None
         status = body.get("status") or {}
-        instance_id = tenancy.external_id(instance)
         self.api.patch_status(
             BINDINGS,
             body,
-            {
-                "currentOperation": BindingOperation.UNBIND.value,
-                "operationStartTime": timestamp(now()),
-                "conditions": keeping_failed(
+            operations.recorded(
+                BindingOperation.UNBIND.value,
+                timestamp(now()),
+                conditions=keeping_failed(
                     body,
                     conditions(body, ready=False, reason=Reason.UNBINDING, message="unbinding"),
                     keep=bool(status.get("orphanMitigationInProgress")) and terminal_mitigation(body),
                 ),
-            },
+            ),
         )
         try:
             result = client.unbind(
-                instance_id,
+                tenancy.external_id(instance),
                 tenancy.external_id(body),
                 service_id=offering.service_id,
                 plan_id=offering.plan_id,
                 identity=identity_of(body),
             )
         except osbclient.BrokerError as exc:
-            if osbclient.is_retryable(exc):
-                self._status(body, ready=False, reason=Reason.UNBIND_CALL_FAILED, message=f"{exc}; retrying")
-                return requeue(self._backoff(facts.key))
-            self.api.patch_status(BINDINGS, body, {"unbindStatus": UnbindStatus.FAILED.value})
-            self._status(body, ready=False, reason=Reason.UNBIND_CALL_FAILED, message=f"{exc}; retrying")
-            return requeue(self._backoff(facts.key))
+            return self._decided(facts, Request.UNBIND, operations.refused(Request.UNBIND, exc))
         if result.is_async:
-            self.polls.put(facts.key, 0)
-            self.api.patch_status(BINDINGS, body, {"asyncOpInProgress": True, "lastOperation": result.operation})
-            return self.poll_clock.schedule(facts.key, self.pacing.base)
+            self.api.patch_status(BINDINGS, body, operations.accepted(result.operation))
+            return self.tracking.accepted(facts.key)
         return self._unbound(facts)
 
     # -- outcomes ------------------------------------------------------------------------------------------------
 
     def _bound(self, facts: BindingFacts, result: osbclient.BindingResult) -> Outcome:
         body = facts.body
-        meta = body["metadata"]
         name = secret_name(body)
         unstorable = unstorable_keys(result.credentials)
         if unstorable:
@@ -454,26 +428,20 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
         if not written:
             message = f"Secret {name!r} appeared meanwhile and was not made by this Binding: it is left untouched"
             return self._failed(facts, message, mitigate=True, reason=Reason.SECRET_NOT_OWNED)
-        self.retries.forget(facts.key)
+        self.tracking.succeeded(facts.key)
         digest = self._project(facts, sorted(data), withdraw=False, data=data)
         status = body.get("status") or {}
         properties = {**(status.get("inProgressProperties") or {}), **({"projectionHash": digest} if digest else {})}
+        stored = f"the credentials are in Secret {name!r}"
         self.api.patch_status(
             BINDINGS,
             body,
-            {
-                "asyncOpInProgress": False,
-                "currentOperation": None,
-                "lastOperation": None,
-                "operationStartTime": None,
-                "secretName": name,
-                "externalProperties": properties,
-                "inProgressProperties": None,
-                "observedGeneration": meta.get("generation"),
-                "conditions": conditions(
-                    body, ready=True, reason=Reason.INJECTED_BINDING, message=f"the credentials are in Secret {name!r}"
-                ),
-            },
+            operations.finished(
+                body,
+                secretName=name,
+                externalProperties=properties,
+                conditions=conditions(body, ready=True, reason=Reason.INJECTED_BINDING, message=stored),
+            ),
         )
         self.api.kube.emit_event(body, reason=Reason.INJECTED_BINDING.value, message=f"credentials in Secret {name!r}")
         return DONE
@@ -486,46 +454,28 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
         revoked = not orphan and not body["metadata"].get("deletionTimestamp") and not facts.consented
         self._project(facts, [], withdraw=True)
         self._release_secret(body)
-        self.api.patch_status(
-            BINDINGS,
-            body,
-            {
-                "asyncOpInProgress": False,
-                "orphanMitigationInProgress": False,
-                "currentOperation": None,
-                "lastOperation": None,
-                "unbindStatus": UnbindStatus.SUCCEEDED.value,
-                **(
-                    {
-                        "conditions": keeping_failed(
-                            body,
-                            conditions(
-                                body,
-                                ready=False,
-                                reason=Reason.ORPHAN_MITIGATION_SUCCESSFUL,
-                                message="orphan mitigation unbound what the failed bind may have left; the "
-                                "binding stays failed until its spec changes",
-                            ),
-                            keep=True,
-                        )
-                    }
-                    if final
-                    else {}
-                ),
-                **(
-                    {
-                        "observedGeneration": None,  # bound again once consent returns
-                        "secretName": None,
-                        "externalProperties": None,
-                        "conditions": conditions(
-                            body, ready=False, reason=Reason.REFERENCE_NOT_SHARED, message=str(facts.problem)
-                        ),
-                    }
-                    if revoked and facts.problem is not None
-                    else {}
-                ),
-            },
-        )
+        fields: dict[str, Any] = {"unbindStatus": UnbindStatus.SUCCEEDED.value}
+        if final:
+            mitigated = conditions(
+                body,
+                ready=False,
+                reason=Reason.ORPHAN_MITIGATION_SUCCESSFUL,
+                message="orphan mitigation unbound what the failed bind may have left; the binding stays failed "
+                "until its spec changes",
+            )
+            fields["conditions"] = keeping_failed(body, mitigated, keep=True)
+        if revoked and facts.problem is not None:
+            fields.update(
+                {
+                    "observedGeneration": None,  # bound again once consent returns
+                    "secretName": None,
+                    "externalProperties": None,
+                    "conditions": conditions(
+                        body, ready=False, reason=Reason.REFERENCE_NOT_SHARED, message=str(facts.problem)
+                    ),
+                }
+            )
+        self.api.patch_status(BINDINGS, body, operations.removed(**fields))
         if body["metadata"].get("deletionTimestamp"):
             self.api.set_finalizer(BINDINGS, body, present=False)
             return DONE
@@ -536,61 +486,78 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
             return DONE  # the Instance's changes queue the Binding again
         if final:
             return DONE  # failed for good: a spec change queues it again
-        return requeue(self._backoff(facts.key)) if orphan else DONE
+        return self.tracking.retry(facts.key) if orphan else DONE
+
+    def _decided(self, facts: BindingFacts, request: Request, decision: operations.Decision) -> Outcome:
+        if decision.verdict is Verdict.POLL:
+            return self.tracking.schedule(facts.key, decision.delay)
+        if decision.verdict is Verdict.SUCCEEDED:  # an unbind (a bind's success is fetched first)
+            return self._unbound(facts)
+        failure = Reason.UNBIND_CALL_FAILED if request is Request.UNBIND else Reason.BIND_CALL_FAILED
+        if decision.verdict is Verdict.RETRY:
+            self._status(facts.body, ready=False, reason=failure, message=f"{decision.message}; retrying")
+            return self.tracking.retry(facts.key)
+        reason = Reason.ASYNC_OPERATION_TIMED_OUT if decision.timed_out else failure
+        if request is Request.UNBIND:  # sent again, after a pause: a deletion has no spec to change
+            body = facts.body
+            self.api.patch_status(
+                BINDINGS,
+                body,
+                {
+                    "asyncOpInProgress": False,
+                    "lastOperation": None,
+                    "unbindStatus": UnbindStatus.FAILED.value,
+                    "conditions": conditions(body, ready=False, reason=reason, message=f"{decision.message}; retrying"),
+                },
+            )
+            self.api.kube.emit_event(body, reason=reason.value, message=decision.message, warning=True)
+            return self.tracking.retry(facts.key)
+        return self._failed(
+            facts,
+            decision.message,
+            mitigate=decision.mitigate,
+            reason=reason,
+            final=decision.final,
+            refused=decision.refused,
+            answered=decision.answered,
+        )
 
     def _failed(
         self,
         facts: BindingFacts,
         message: str,
         *,
-        exc: osbclient.BrokerError | None = None,
-        mitigate: bool | None = None,
+        mitigate: bool,
         reason: Reason = Reason.BIND_CALL_FAILED,
         final: bool = False,
+        refused: bool = False,
+        answered: int | None = None,
     ) -> Outcome:
         """Record a failed bind. With ``mitigate``, orphan mitigation (an unbind) follows; ``final``: the
         broker's verdict (a failed or timed-out operation) stands, so the binding is marked failed now and
-        stays so once mitigated, until its spec changes (a 5xx or a lost answer is retried instead)."""
+        stays so once mitigated, until its spec changes (a 5xx or a lost answer is retried instead).
+        ``refused``: the bind request was refused for good (``answered``: the broker's status, if it sent one)."""
         body = facts.body
-        if mitigate is None:
-            assert exc is not None
-            mitigate = osbclient.needs_orphan_mitigation_after(osbclient.Request.BIND, exc)
-            if not mitigate and osbclient.is_retryable(exc):
-                self._status(body, ready=False, reason=reason, message=f"{message}; retrying")
-                return requeue(self._backoff(facts.key))
-        status: dict[str, Any] = {"asyncOpInProgress": False, "lastOperation": None}
         if mitigate:
-            status["orphanMitigationInProgress"] = True
-            if final:
-                status["currentOperation"] = None
-                status["inProgressProperties"] = None
-                status["observedGeneration"] = body["metadata"].get("generation")
-            status["conditions"] = conditions(
+            failure = conditions(
                 body, ready=False, reason=reason, message=f"{message}; orphan mitigation follows", failed=final
             )
-            self.api.patch_status(BINDINGS, body, status)
+            self.api.patch_status(BINDINGS, body, operations.mitigating(body, final=final, conditions=failure))
             self.api.kube.emit_event(body, reason=Reason.ORPHAN_MITIGATION.value, message=message, warning=True)
             return requeue(0)
-        if exc is not None and not (body.get("status") or {}).get("externalProperties"):  # never bound before
-            answered = exc.status if isinstance(exc, osbclient.OSBError) else None
+        extra: dict[str, Any] = {}
+        if refused and not (body.get("status") or {}).get("externalProperties"):  # never bound before
             reason, disown = tenancy.refusal(chosen_id=tenancy.chosen(body), status=answered, failure=reason)
             if disown:  # the broker made nothing of ours under this id: deleting the Binding asks it nothing
-                status["unbindStatus"] = UnbindStatus.NOT_REQUIRED.value
+                extra["unbindStatus"] = UnbindStatus.NOT_REQUIRED.value
             if reason is Reason.EXTERNAL_ID_IN_USE:
                 message = (
                     f"{message}: the broker already has a binding {tenancy.external_id(body)!r}, which is not this "
                     "Binding's; it is never unbound from here (create the Binding again with another externalID, "
                     "or none)"
                 )
-        status.update(
-            {
-                "currentOperation": None,
-                "inProgressProperties": None,
-                "observedGeneration": body["metadata"].get("generation"),
-                "conditions": conditions(body, ready=False, reason=reason, message=message, failed=True),
-            }
-        )
-        self.api.patch_status(BINDINGS, body, status)
+        failure = conditions(body, ready=False, reason=reason, message=message, failed=True)
+        self.api.patch_status(BINDINGS, body, operations.failed(body, conditions=failure, **extra))
         self.api.kube.emit_event(body, reason=reason.value, message=message, warning=True)
         return DONE
 
@@ -667,6 +634,3 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
 
     def _status(self, body: dict[str, Any], *, ready: bool, reason: Reason, message: str) -> None:
         say(self.api, BINDINGS, body, ready=ready, reason=reason, message=message)
-
-    def _backoff(self, key: Key) -> float:
-        return next_retry(self.retries, key)

@@ -21,6 +21,7 @@ from opbroker.api.conventions import DEFAULT_NAMESPACE
 from opbroker.controller.decisions import ready_condition
 from opbroker.controller.reasons import Reason
 from opbroker.controller.reconciler import Key, Memories, Outcome, PerKey, requeue
+from opbroker.controller.servicecatalog import operations
 from opbroker.controller.servicecatalog.endpoints import EndpointProblem, accepted_version, auth_secret_ref, endpoint
 from opbroker.controller.servicecatalog.resources import BROKERS, CLASSES, CatalogApi
 
@@ -143,12 +144,8 @@ class Resolver:
 
 
 def pacing(backoff: osbclient.Backoff, offering: Offering | None) -> osbclient.Backoff:
-    """The poll pacing for an operation on ``offering``: the controller's, its maximum duration shortened
-    to the plan's OSB ``maximum_polling_duration`` (``maximumPollingDuration``) when that is shorter."""
-    limit = (offering.plan.get("maximumPollingDuration") if offering is not None else None) or None
-    if not isinstance(limit, int) or limit >= backoff.max_duration:
-        return backoff
-    return osbclient.Backoff(base=backoff.base, maximum=backoff.maximum, max_duration=float(limit))
+    """The poll pacing for an operation on ``offering``: :func:`operations.deadline` of its plan."""
+    return operations.deadline(backoff, offering.plan if offering is not None else None)
 
 
 def removed(service_class: Mapping[str, Any]) -> bool:
@@ -180,24 +177,49 @@ class Clients:
             return found
 
 
-class PollClock:
-    """When each key's next ``last_operation`` poll is due (monotonic clock). The runtime may wake a key
-    earlier — a watch event (the status write after a 202 is one), a re-check scheduled before the broker
-    answered with ``Retry-After`` — so a poll step first asks :meth:`wait` and, while the time has not come,
-    only requeues for the rest: ``Retry-After`` and the backoff hold however often the key is queued. Lost
-    on a restart, which then polls at once."""
+class Tracking:
+    """What a reconciler remembers of each key's operation between reconciles (lost on a restart, which then
+    polls at once and starts the backoff over): the polls made, when the next poll is due (monotonic clock),
+    and the transient failures in a row.
 
-    def __init__(self, memories: Memories) -> None:
+    The runtime may wake a key earlier than its poll is due — a watch event (the status write after a 202 is
+    one), a re-check scheduled before the broker answered with ``Retry-After`` — so a poll first asks
+    :meth:`early` and, while the time has not come, only requeues for the rest: ``Retry-After`` and the
+    backoff hold however often the key is queued."""
+
+    def __init__(self, memories: Memories, pacing: osbclient.Backoff) -> None:
+        self.pacing = pacing
+        self.polls: PerKey[int] = memories.keep(PerKey())
         self.due: PerKey[float] = memories.keep(PerKey())
+        self.retries: PerKey[int] = memories.keep(PerKey())
+
+    def accepted(self, key: Key) -> Outcome:
+        """The broker accepted an operation (202): the first poll after the pacing's base."""
+        self.polls.put(key, 0)
+        return self.schedule(key, self.pacing.base)
+
+    def early(self, key: Key) -> Outcome | None:
+        """A requeue for the rest of the wait when ``key``'s poll is not due yet, else None (poll now)."""
+        due = self.due.get(key)
+        wait = 0.0 if due is None else due - time.monotonic()
+        return requeue(wait) if wait > 0.05 else None
+
+    def poll(self, key: Key) -> int:
+        """Count one more poll of ``key``'s operation; returns the count, this poll included."""
+        polls = (self.polls.get(key) or 0) + 1
+        self.polls.put(key, polls)
+        return polls
 
     def schedule(self, key: Key, delay: float) -> Outcome:
         self.due.put(key, time.monotonic() + delay)
         return requeue(delay)
 
-    def wait(self, key: Key) -> float:
-        """Seconds until ``key`` may be polled (≤ 0: now)."""
-        due = self.due.get(key)
-        return 0.0 if due is None else due - time.monotonic()
+    def retry(self, key: Key) -> Outcome:
+        """Requeue after one more transient failure (:func:`next_retry`)."""
+        return requeue(next_retry(self.retries, key))
+
+    def succeeded(self, key: Key) -> None:
+        self.retries.forget(key)
 
 
 def checksum(parameters: Mapping[str, Any]) -> str:
@@ -257,23 +279,6 @@ def warn_ignored(api: CatalogApi, body: dict[str, Any], warnings: tuple[str, ...
     if warnings:
         message = f"the broker's answer to the {what} had fields of the wrong type, ignored: " + "; ".join(warnings)
         api.kube.emit_event(body, reason=Reason.ANSWER_FIELDS_IGNORED.value, message=message, warning=True)
-
-
-def terminal_mitigation(body: dict[str, Any]) -> bool:
-    """Whether the orphan mitigation under way follows a final failure (the provision or bind was marked
-    failed for this generation) rather than one to retry once mitigated."""
-    status = body.get("status") or {}
-    return status.get("observedGeneration") == body["metadata"].get("generation") and any(
-        c.get("type") == "Failed" and c.get("status") == "True" for c in status.get("conditions") or []
-    )
-
-
-def keeping_failed(body: dict[str, Any], listed: list[dict[str, Any]], *, keep: bool) -> list[dict[str, Any]]:
-    """``listed`` (new conditions, which drop Failed) with the body's Failed condition put back when ``keep``."""
-    if not keep:
-        return listed
-    held = [c for c in (body.get("status") or {}).get("conditions") or [] if c.get("type") == "Failed"]
-    return [c for c in listed if c.get("type") != "Failed"] + held
 
 
 def next_retry(retries: PerKey[int], key: Key, *, base: float = 1.0, maximum: float = 60.0) -> float:

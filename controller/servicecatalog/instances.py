@@ -35,35 +35,38 @@ from opbroker import osbclient
 from opbroker.api.conventions import DEFAULT_NAMESPACE
 from opbroker.api.servicecatalog import DeprovisionStatus, InstanceOperation, ProvisionStatus
 from opbroker.controller.reasons import Reason
-from opbroker.controller.reconciler import DONE, Key, Memories, ObservePlanAct, Outcome, PerKey, requeue
-from opbroker.controller.servicecatalog import admission, tenancy
+from opbroker.controller.reconciler import DONE, Key, Memories, ObservePlanAct, Outcome, requeue
+from opbroker.controller.servicecatalog import admission, operations, tenancy
 from opbroker.controller.servicecatalog.bindingrefs import BindingRef
 from opbroker.controller.servicecatalog.common import (
     Clients,
     Offering,
-    PollClock,
     Resolver,
+    Tracking,
     Unresolved,
     checksum,
     conditions,
-    keeping_failed,
-    next_retry,
     now,
     pacing,
     parse_time,
     removed,
     say,
-    terminal_mitigation,
     timestamp,
     warn_ignored,
 )
 from opbroker.controller.servicecatalog.endpoints import identity_of
+from opbroker.controller.servicecatalog.operations import Verdict, keeping_failed, terminal_mitigation
 from opbroker.controller.servicecatalog.resources import BINDINGS, FINALIZER, INSTANCES, CatalogApi
+from opbroker.osbclient import Request
 
 logger = logging.getLogger(__name__)
 
-#: Pacing of retries after a transient failure, and of ``last_operation`` polls.
-RETRY = osbclient.Backoff(base=1.0, maximum=60.0, max_duration=float("inf"))
+#: The OSB request each operation sends.
+REQUESTS = {
+    InstanceOperation.PROVISION: Request.PROVISION,
+    InstanceOperation.UPDATE: Request.UPDATE,
+    InstanceOperation.DEPROVISION: Request.DEPROVISION,
+}
 
 
 class Step(StrEnum):
@@ -162,10 +165,9 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
     ) -> None:
         self.api = api
         self.resolver = Resolver(api, control_plane)
-        self.polls: PerKey[int] = memories.keep(PerKey())
-        self.poll_clock = PollClock(memories)
-        self.retries: PerKey[int] = memories.keep(PerKey())
-        self.pacing = osbclient.Backoff(base=1.0, maximum=30.0, max_duration=max_operation_seconds)
+        self.tracking = Tracking(
+            memories, osbclient.Backoff(base=1.0, maximum=30.0, max_duration=max_operation_seconds)
+        )
         self.transport: Any = None
         self.clients = Clients()
 
@@ -243,8 +245,8 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
             self._status(body, ready=False, reason=facts.problem.reason, message=str(facts.problem))
             return requeue(30.0)  # a class or Secret appearing also queues it
         assert facts.offering is not None
-        if step is Step.POLL and (wait := self.poll_clock.wait(facts.key)) > 0.05:
-            return requeue(wait)  # woken early (an event, an older re-check): not due yet
+        if step is Step.POLL and (early := self.tracking.early(facts.key)) is not None:
+            return early  # woken early (an event, an older re-check): not due yet
         client = self.clients.get(facts.offering.broker, self.transport)
         if step is Step.POLL:
             return self._poll(client, facts)
@@ -252,7 +254,7 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
             return self._deprovision(client, facts, mitigation=step is Step.MITIGATE)
         return self._provision_or_update(client, facts, update=step is Step.UPDATE)
 
-    # -- the operations --------------------------------------------------------------------------------------
+    # -- the operations (the protocol's decisions are ``operations``'; here only the calls) -------------------
 
     def _provision_or_update(self, client: osbclient.Client, facts: InstanceFacts, *, update: bool) -> Outcome:
         body, offering = facts.body, facts.offering
@@ -260,22 +262,20 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
         status = body.get("status") or {}
         external_id = tenancy.external_id(body)
         operation = InstanceOperation.UPDATE if update else InstanceOperation.PROVISION
-        asked = properties(offering, facts.parameters, body["spec"])
-        # Record first, send second: a crash in between repeats the request with the same id.
         reason = Reason.UPDATING if update else Reason.PROVISIONING
+        what = operation.value.lower()
+        # Record first, send second: a crash in between repeats the request with the same id.
         self.api.patch_status(
             INSTANCES,
             body,
-            {
-                "externalID": external_id,
-                "currentOperation": operation.value,
-                "operationStartTime": timestamp(now()),
-                "inProgressProperties": asked,
+            operations.recorded(
+                operation.value,
+                timestamp(now()),
+                externalID=external_id,
+                inProgressProperties=properties(offering, facts.parameters, body["spec"]),
                 **({} if update else {"deprovisionStatus": DeprovisionStatus.REQUIRED.value}),
-                "conditions": conditions(
-                    body, ready=update, reason=reason, message=f"{operation.value.lower()} requested"
-                ),
-            },
+                conditions=conditions(body, ready=update, reason=reason, message=f"{what} requested"),
+            ),
         )
         try:
             if update:
@@ -300,25 +300,19 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
                     identity=identity_of(body),
                 )
         except osbclient.BrokerError as exc:
-            return self._call_failed(facts, operation, exc)
-        warn_ignored(self.api, body, result.warnings, operation.value.lower())
+            return self._decided(facts, operation, operations.refused(REQUESTS[operation], exc))
+        warn_ignored(self.api, body, result.warnings, what)
         if result.is_async:
-            self.polls.put(facts.key, 0)
+            working = f"the broker is working on the {what}"
             self.api.patch_status(
                 INSTANCES,
                 body,
                 {
-                    "asyncOpInProgress": True,
-                    "lastOperation": result.operation,
-                    "conditions": conditions(
-                        body,
-                        ready=update,
-                        reason=reason,
-                        message=f"the broker is working on the {operation.value.lower()}",
-                    ),
+                    **operations.accepted(result.operation),
+                    "conditions": conditions(body, ready=update, reason=reason, message=working),
                 },
             )
-            return self.poll_clock.schedule(facts.key, self.pacing.base)
+            return self.tracking.accepted(facts.key)
         return self._succeeded(facts, operation, dashboard_url=result.dashboard_url)
 
     def _poll(self, client: osbclient.Client, facts: InstanceFacts) -> Outcome:
@@ -326,59 +320,36 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
         assert offering is not None
         status = body.get("status") or {}
         operation = InstanceOperation(status.get("currentOperation") or InstanceOperation.PROVISION.value)
+        answer: osbclient.LastOperation | osbclient.BrokerError
         try:
-            last = client.last_operation(
+            answer = client.last_operation(
                 tenancy.external_id(body),
                 operation=status.get("lastOperation"),
                 service_id=offering.service_id,
                 plan_id=offering.plan_id,
             )
         except osbclient.BrokerError as exc:
-            if osbclient.is_retryable(exc):
-                return self._poll_later(facts, None, f"polling the broker failed: {exc}")
-            last = osbclient.LastOperation(state=osbclient.FAILED, description=str(exc))
-        if last.gone and operation is InstanceOperation.DEPROVISION:
-            return self._deprovisioned(facts)
-        if last.state == osbclient.IN_PROGRESS:
-            return self._poll_later(facts, last.retry_after, last.description or "in progress")
-        if last.state == osbclient.SUCCEEDED and not last.gone:
-            if operation is InstanceOperation.DEPROVISION:
-                return self._deprovisioned(facts)
-            return self._succeeded(facts, operation, dashboard_url=None)
-        description = last.description or ("the instance is gone" if last.gone else "the broker reported failure")
-        # OSB: a provision whose last_operation answers "failed" may have left something behind: mitigate, then
-        # stay failed until the spec changes (the broker's verdict is final; retrying would fail alike).
-        provision = operation is InstanceOperation.PROVISION
-        return self._operation_failed(
-            facts, operation, description, mitigate=provision and not last.gone, terminal=provision
+            answer = exc
+        decision = operations.polled(
+            REQUESTS[operation],
+            answer,
+            started=parse_time(status.get("operationStartTime")),
+            now=now(),
+            polls=self.tracking.poll(facts.key),
+            backoff=pacing(self.tracking.pacing, offering),
         )
-
-    def _poll_later(self, facts: InstanceFacts, retry_after: float | None, description: str) -> Outcome:
-        status = facts.body.get("status") or {}
-        polls = (self.polls.get(facts.key) or 0) + 1
-        self.polls.put(facts.key, polls)
-        started = parse_time(status.get("operationStartTime")) or now()
-        backoff = pacing(self.pacing, facts.offering)
-        due = osbclient.next_poll(started=started, now=now(), polls=polls, retry_after=retry_after, backoff=backoff)
-        if due.expired:
-            operation = InstanceOperation(status.get("currentOperation") or InstanceOperation.PROVISION.value)
-            message = f"the {operation.value.lower()} did not finish within {backoff.max_duration:.0f}s"
-            return self._operation_failed(
-                facts, operation, message, mitigate=operation is InstanceOperation.PROVISION, timed_out=True
-            )
-        return self.poll_clock.schedule(facts.key, max(due.delay, 0.2))
+        return self._decided(facts, operation, decision)
 
     def _deprovision(self, client: osbclient.Client, facts: InstanceFacts, *, mitigation: bool) -> Outcome:
         body, offering = facts.body, facts.offering
         assert offering is not None
-        final = mitigation and terminal_mitigation(body)
         self.api.patch_status(
             INSTANCES,
             body,
-            {
-                "currentOperation": InstanceOperation.DEPROVISION.value,
-                "operationStartTime": timestamp(now()),
-                "conditions": keeping_failed(
+            operations.recorded(
+                InstanceOperation.DEPROVISION.value,
+                timestamp(now()),
+                conditions=keeping_failed(
                     body,
                     conditions(
                         body,
@@ -386,9 +357,9 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
                         reason=Reason.ORPHAN_MITIGATION if mitigation else Reason.DEPROVISIONING,
                         message="orphan mitigation: deprovisioning" if mitigation else "deprovisioning",
                     ),
-                    keep=final,
+                    keep=mitigation and terminal_mitigation(body),
                 ),
-            },
+            ),
         )
         try:
             result = client.deprovision(
@@ -398,37 +369,45 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
                 identity=identity_of(body),
             )
         except osbclient.BrokerError as exc:
-            return self._call_failed(facts, InstanceOperation.DEPROVISION, exc)
+            return self._decided(facts, InstanceOperation.DEPROVISION, operations.refused(Request.DEPROVISION, exc))
         if result.is_async:
-            self.polls.put(facts.key, 0)
-            self.api.patch_status(INSTANCES, body, {"asyncOpInProgress": True, "lastOperation": result.operation})
-            return self.poll_clock.schedule(facts.key, self.pacing.base)
+            self.api.patch_status(INSTANCES, body, operations.accepted(result.operation))
+            return self.tracking.accepted(facts.key)
         return self._deprovisioned(facts)
 
     # -- outcomes ----------------------------------------------------------------------------------------------
 
+    def _decided(self, facts: InstanceFacts, operation: InstanceOperation, decision: operations.Decision) -> Outcome:
+        if decision.verdict is Verdict.POLL:
+            return self.tracking.schedule(facts.key, decision.delay)
+        if decision.verdict is Verdict.SUCCEEDED:
+            if operation is InstanceOperation.DEPROVISION:
+                return self._deprovisioned(facts)
+            return self._succeeded(facts, operation, dashboard_url=None)
+        if decision.verdict is Verdict.RETRY:
+            self._status(
+                facts.body, ready=False, reason=_failure_reason(operation), message=f"{decision.message}; retrying"
+            )
+            return self.tracking.retry(facts.key)
+        return self._operation_failed(facts, operation, decision)
+
     def _succeeded(self, facts: InstanceFacts, operation: InstanceOperation, *, dashboard_url: str | None) -> Outcome:
         body = facts.body
         status = body.get("status") or {}
-        self.retries.forget(facts.key)
+        self.tracking.succeeded(facts.key)
         message = "provisioned" if operation is InstanceOperation.PROVISION else "updated"
         reason = Reason.PROVISIONED if operation is InstanceOperation.PROVISION else Reason.INSTANCE_UPDATED
         self.api.patch_status(
             INSTANCES,
             body,
-            {
-                "asyncOpInProgress": False,
-                "currentOperation": None,
-                "lastOperation": None,
-                "operationStartTime": None,
-                "provisionStatus": ProvisionStatus.PROVISIONED.value,
-                "deprovisionStatus": DeprovisionStatus.REQUIRED.value,
-                "externalProperties": status.get("inProgressProperties"),
-                "inProgressProperties": None,
-                "observedGeneration": body["metadata"].get("generation"),
+            operations.finished(
+                body,
+                provisionStatus=ProvisionStatus.PROVISIONED.value,
+                deprovisionStatus=DeprovisionStatus.REQUIRED.value,
+                externalProperties=status.get("inProgressProperties"),
                 **({"dashboardURL": dashboard_url} if dashboard_url else {}),
-                "conditions": conditions(body, ready=True, reason=reason, message=f"the broker {message} the instance"),
-            },
+                conditions=conditions(body, ready=True, reason=reason, message=f"the broker {message} the instance"),
+            ),
         )
         self.api.kube.emit_event(body, reason=reason.value, message=f"the broker {message} the instance")
         return DONE
@@ -439,109 +418,78 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
         mitigation = bool(status.get("orphanMitigationInProgress"))
         final = mitigation and terminal_mitigation(body)
         after = "the instance stays failed until its spec changes" if final else "provisioning is retried"
+        mitigated = conditions(
+            body,
+            ready=False,
+            reason=Reason.ORPHAN_MITIGATION_SUCCESSFUL,
+            message=f"orphan mitigation deprovisioned what the failed provision may have left; {after}",
+        )
         self.api.patch_status(
             INSTANCES,
             body,
-            {
-                "asyncOpInProgress": False,
-                "orphanMitigationInProgress": False,
-                "currentOperation": None,
-                "lastOperation": None,
-                "provisionStatus": ProvisionStatus.NOT_PROVISIONED.value,
-                "deprovisionStatus": DeprovisionStatus.SUCCEEDED.value,
-                **(
-                    {
-                        "conditions": keeping_failed(
-                            body,
-                            conditions(
-                                body,
-                                ready=False,
-                                reason=Reason.ORPHAN_MITIGATION_SUCCESSFUL,
-                                message="orphan mitigation deprovisioned what the failed provision may have left; "
-                                + after,
-                            ),
-                            keep=final,
-                        )
-                    }
-                    if mitigation
-                    else {}
-                ),
-            },
+            operations.removed(
+                provisionStatus=ProvisionStatus.NOT_PROVISIONED.value,
+                deprovisionStatus=DeprovisionStatus.SUCCEEDED.value,
+                **({"conditions": keeping_failed(body, mitigated, keep=final)} if mitigation else {}),
+            ),
         )
         if body["metadata"].get("deletionTimestamp"):
             self.api.set_finalizer(INSTANCES, body, present=False)
             return DONE
         if final:
             return DONE  # failed for good: a spec change queues it again
-        return requeue(self._backoff(facts.key))  # mitigation done: provision again, after a pause
-
-    def _call_failed(self, facts: InstanceFacts, operation: InstanceOperation, exc: osbclient.BrokerError) -> Outcome:
-        mitigate = operation is InstanceOperation.PROVISION and osbclient.needs_orphan_mitigation_after(
-            osbclient.Request.PROVISION, exc
-        )
-        if mitigate or not osbclient.is_retryable(exc):
-            answered = exc.status if isinstance(exc, osbclient.OSBError) else None
-            return self._operation_failed(facts, operation, str(exc), mitigate=mitigate, answered=answered)
-        reason = _failure_reason(operation)
-        self._status(facts.body, ready=False, reason=reason, message=f"{exc}; retrying")
-        return requeue(self._backoff(facts.key))
+        return self.tracking.retry(facts.key)  # mitigation done: provision again, after a pause
 
     def _operation_failed(
-        self,
-        facts: InstanceFacts,
-        operation: InstanceOperation,
-        message: str,
-        *,
-        mitigate: bool,
-        timed_out: bool = False,
-        terminal: bool = False,
-        answered: int | None = None,
+        self, facts: InstanceFacts, operation: InstanceOperation, decision: operations.Decision
     ) -> Outcome:
-        """``answered``: the broker's error status, when it answered one."""
-        body = facts.body
-        reason = Reason.ASYNC_OPERATION_TIMED_OUT if timed_out else _failure_reason(operation)
-        status: dict[str, Any] = {"asyncOpInProgress": False, "lastOperation": None}
-        if mitigate:
-            status["orphanMitigationInProgress"] = True
-            # A 5xx or a lost answer is retried once mitigated; a broker's "failed" or a poll past the maximum
-            # duration is final: the instance is marked failed now and stays so after mitigation.
-            final = timed_out or terminal
-            if final:
-                status["currentOperation"] = None
-                status["inProgressProperties"] = None
-                status["observedGeneration"] = body["metadata"].get("generation")
-            status["conditions"] = conditions(
-                body, ready=False, reason=reason, message=f"{message}; orphan mitigation follows", failed=final
+        body, message = facts.body, decision.message
+        reason = Reason.ASYNC_OPERATION_TIMED_OUT if decision.timed_out else _failure_reason(operation)
+        if decision.mitigate:
+            self.api.patch_status(
+                INSTANCES,
+                body,
+                operations.mitigating(
+                    body,
+                    final=decision.final,
+                    conditions=conditions(
+                        body,
+                        ready=False,
+                        reason=reason,
+                        message=f"{message}; orphan mitigation follows",
+                        failed=decision.final,
+                    ),
+                ),
             )
-            self.api.patch_status(INSTANCES, body, status)
             self.api.kube.emit_event(body, reason=Reason.ORPHAN_MITIGATION.value, message=message, warning=True)
             return requeue(0)
-        if operation is InstanceOperation.DEPROVISION:
-            status["deprovisionStatus"] = DeprovisionStatus.FAILED.value
-            status["conditions"] = conditions(body, ready=False, reason=reason, message=f"{message}; retrying")
-            self.api.patch_status(INSTANCES, body, status)
+        if operation is InstanceOperation.DEPROVISION:  # sent again, after a pause: a deletion has no spec to change
+            self.api.patch_status(
+                INSTANCES,
+                body,
+                {
+                    "asyncOpInProgress": False,
+                    "lastOperation": None,
+                    "deprovisionStatus": DeprovisionStatus.FAILED.value,
+                    "conditions": conditions(body, ready=False, reason=reason, message=f"{message}; retrying"),
+                },
+            )
             self.api.kube.emit_event(body, reason=reason.value, message=message, warning=True)
-            return requeue(self._backoff(facts.key))
+            return self.tracking.retry(facts.key)
+        extra: dict[str, Any] = {}
         provisioned = (body.get("status") or {}).get("provisionStatus") == ProvisionStatus.PROVISIONED.value
         if operation is InstanceOperation.PROVISION and not provisioned:
-            reason, disown = tenancy.refusal(chosen_id=tenancy.chosen(body), status=answered, failure=reason)
+            reason, disown = tenancy.refusal(chosen_id=tenancy.chosen(body), status=decision.answered, failure=reason)
             if disown:  # the broker made nothing of ours under this id: deleting the Instance asks it nothing
-                status["deprovisionStatus"] = DeprovisionStatus.NOT_REQUIRED.value
+                extra["deprovisionStatus"] = DeprovisionStatus.NOT_REQUIRED.value
             if reason is Reason.EXTERNAL_ID_IN_USE:
                 message = (
                     f"{message}: the broker already has an instance {tenancy.external_id(body)!r}, which is not this "
                     "Instance's; it is never updated, bound or deprovisioned from here (create the Instance again "
                     "with another externalID, or none)"
                 )
-        status.update(
-            {
-                "currentOperation": None,
-                "inProgressProperties": None,
-                "observedGeneration": body["metadata"].get("generation"),  # failed: waits for a spec change
-                "conditions": conditions(body, ready=provisioned, reason=reason, message=message, failed=True),
-            }
-        )
-        self.api.patch_status(INSTANCES, body, status)
+        failure = conditions(body, ready=provisioned, reason=reason, message=message, failed=True)
+        self.api.patch_status(INSTANCES, body, operations.failed(body, conditions=failure, **extra))
         self.api.kube.emit_event(body, reason=reason.value, message=message, warning=True)
         return DONE
 
@@ -549,9 +497,6 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
 
     def _status(self, body: dict[str, Any], *, ready: bool, reason: Reason, message: str) -> None:
         say(self.api, INSTANCES, body, ready=ready, reason=reason, message=message)
-
-    def _backoff(self, key: Key) -> float:
-        return next_retry(self.retries, key, base=RETRY.base, maximum=RETRY.maximum)
 
     def _bindings(self, body: dict[str, Any]) -> tuple[str, ...]:
         return tuple(admission.bindings_of(body, (BindingRef.of(b) for b in self.api.list(BINDINGS))))
