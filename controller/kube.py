@@ -72,6 +72,9 @@ class Kind:
     group: str
     version: str
     plural: str
+    namespaced: bool = True
+    """False for a cluster-scoped kind (the Service Catalog's Broker and ServiceClass): ``namespace`` is then
+    ignored by the ``*_custom`` methods."""
 
     @property
     def api_version(self) -> str:
@@ -311,6 +314,10 @@ class Kube:
         cached = UNKNOWN if fresh else self.store.lookup(kind.store_key, namespace, name)
         if cached is not UNKNOWN:
             return _as_optional_dict(cached)
+        if not kind.namespaced:
+            return _as_optional_dict(
+                _unless(404, lambda: self.custom.get_cluster_custom_object(kind.group, kind.version, kind.plural, name))
+            )
         return _as_optional_dict(
             _unless(
                 404,
@@ -323,13 +330,14 @@ class Kube:
     def _keep_custom(self, kind: Kind, namespace: str, name: str, obj: dict[str, Any] | None) -> dict[str, Any] | None:
         """Remember a write's answer; a 404 means the copy held (if any) is of an object that is gone."""
         if obj is None:
-            self.store.discard(kind.store_key, namespace, name)
+            self.store.discard(kind.store_key, namespace if kind.namespaced else None, name)
         else:
             self.store.put(kind.store_key, obj)
         return obj
 
     def list_custom(self, kind: Kind, namespace: str | None, label_selector: str = "") -> list[dict[str, Any]]:
-        if namespace is None:
+        """Every object of ``kind`` (in ``namespace``; everywhere when None or the kind is cluster-scoped)."""
+        if namespace is None or not kind.namespaced:
             listed = self.custom.list_cluster_custom_object(
                 kind.group, kind.version, kind.plural, label_selector=label_selector
             )
@@ -340,8 +348,25 @@ class Kube:
         items: list[dict[str, Any]] = json_object(listed).get("items", [])
         return items
 
+    def create_custom(self, kind: Kind, body: dict[str, Any]) -> dict[str, Any]:
+        """Create one of our objects (a 409 raises: it exists already)."""
+        namespace = body["metadata"].get("namespace") or ""
+        if kind.namespaced:
+            created = self.custom.create_namespaced_custom_object(
+                kind.group, kind.version, namespace, kind.plural, body
+            )
+        else:
+            created = self.custom.create_cluster_custom_object(kind.group, kind.version, kind.plural, body)
+        self._keep_custom(kind, namespace, body["metadata"]["name"], _as_dict(created))
+        return _as_dict(created)
+
     def delete_custom(self, kind: Kind, namespace: str, name: str) -> bool:
         """Delete one of our objects (its finalizer then runs); False if it was already gone."""
+        if not kind.namespaced:
+            gone = _unless(
+                404, lambda: self.custom.delete_cluster_custom_object(kind.group, kind.version, kind.plural, name)
+            )
+            return gone is not None
         deleted = _unless(
             404,
             lambda: self.custom.delete_namespaced_custom_object(kind.group, kind.version, namespace, kind.plural, name),
@@ -355,21 +380,36 @@ class Kube:
         body: dict[str, Any] = {"status": status}
         if resource_version:
             body["metadata"] = {"resourceVersion": resource_version}
-        patched = _unless(
-            404,
-            lambda: self.custom.patch_namespaced_custom_object_status(
-                kind.group, kind.version, namespace, kind.plural, name, body
-            ),
-        )
+        if not kind.namespaced:
+            patched = _unless(
+                404,
+                lambda: self.custom.patch_cluster_custom_object_status(
+                    kind.group, kind.version, kind.plural, name, body
+                ),
+            )
+        else:
+            patched = _unless(
+                404,
+                lambda: self.custom.patch_namespaced_custom_object_status(
+                    kind.group, kind.version, namespace, kind.plural, name, body
+                ),
+            )
         return self._keep_custom(kind, namespace, name, patched)
 
     def patch_custom(self, kind: Kind, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any] | None:
-        patched = _unless(
-            404,
-            lambda: self.custom.patch_namespaced_custom_object(
-                kind.group, kind.version, namespace, kind.plural, name, patch
-            ),
-        )
+        """A merge patch; include ``metadata.resourceVersion`` to guard it (409 if the object moved on)."""
+        if not kind.namespaced:
+            patched = _unless(
+                404,
+                lambda: self.custom.patch_cluster_custom_object(kind.group, kind.version, kind.plural, name, patch),
+            )
+        else:
+            patched = _unless(
+                404,
+                lambda: self.custom.patch_namespaced_custom_object(
+                    kind.group, kind.version, namespace, kind.plural, name, patch
+                ),
+            )
         return self._keep_custom(kind, namespace, name, patched)
 
     # -- secrets and events --------------------------------------------------------------------------

@@ -38,6 +38,7 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 
+from opbroker.api import servicecatalog
 from opbroker.api.meta import ResourceRef
 from opbroker.controller.kopfparts import copy_json
 from opbroker.controller.kube import FIELD_MANAGER, Kind, KubeError, clean_for_apply, event_body
@@ -79,6 +80,10 @@ DEFAULT_KINDS = (
     KindInfo("v1", "Secret", "secrets", custom=False),
     KindInfo("v1", "ConfigMap", "configmaps", custom=False),
     KindInfo("v1", "Namespace", "namespaces", namespaced=False, custom=False),
+    *(
+        KindInfo(f"{api.GROUP}/{api.VERSION}", api.KIND, api.PLURAL, namespaced=api.SCOPE == "Namespaced")
+        for api in (servicecatalog.Broker, servicecatalog.ServiceClass, servicecatalog.Instance, servicecatalog.Binding)
+    ),
 )
 
 
@@ -445,6 +450,17 @@ class FakeKube:
                 and (namespace is None or ns == namespace)
                 and _selected(obj, label_selector)
             ]
+
+    def create_custom(self, kind: Kind, body: dict[str, Any]) -> dict[str, Any]:
+        info = self._info_of(kind)
+        key = self._key(info, body["metadata"].get("namespace"), body["metadata"]["name"])
+        with self._lock:
+            self._log("create", info, key[2], key[3])
+            if key in self.objects:
+                raise api_error(409, "AlreadyExists", f"{info.plural} {key[3]!r} already exists")
+            created = self._create(info, key, body)
+            self._keep_custom(kind, key[2], key[3], created)
+            return created
 
     def delete_custom(self, kind: Kind, namespace: str, name: str) -> bool:
         info = self._info_of(kind)

@@ -11,7 +11,7 @@ import json
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -187,8 +187,12 @@ class Tracking:
     :meth:`early` and, while the time has not come, only requeues for the rest: ``Retry-After`` and the
     backoff hold however often the key is queued."""
 
-    def __init__(self, memories: Memories, pacing: osbclient.Backoff) -> None:
+    def __init__(
+        self, memories: Memories, pacing: osbclient.Backoff, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        """``clock``: seconds of a monotonic clock (tests pass a fake one instead of sleeping)."""
         self.pacing = pacing
+        self.clock = clock
         self.polls: PerKey[int] = memories.keep(PerKey())
         self.due: PerKey[float] = memories.keep(PerKey())
         self.retries: PerKey[int] = memories.keep(PerKey())
@@ -201,7 +205,7 @@ class Tracking:
     def early(self, key: Key) -> Outcome | None:
         """A requeue for the rest of the wait when ``key``'s poll is not due yet, else None (poll now)."""
         due = self.due.get(key)
-        wait = 0.0 if due is None else due - time.monotonic()
+        wait = 0.0 if due is None else due - self.clock()
         return requeue(wait) if wait > 0.05 else None
 
     def poll(self, key: Key) -> int:
@@ -211,7 +215,7 @@ class Tracking:
         return polls
 
     def schedule(self, key: Key, delay: float) -> Outcome:
-        self.due.put(key, time.monotonic() + delay)
+        self.due.put(key, self.clock() + delay)
         return requeue(delay)
 
     def retry(self, key: Key) -> Outcome:
