@@ -296,3 +296,17 @@ def test_an_asynchronous_bind_is_polled_then_fetched_into_a_secret(world: World)
     assert secret is not None and secret["data"]
     ready = world.condition("Ready", "creds", BINDINGS)
     assert ready is not None and ready["status"] == "True" and ready["reason"] == "InjectedBindResult"
+
+
+def test_a_deletion_deprovisions_and_a_410_on_its_poll_finishes_it(world: World) -> None:
+    world.api.create(INSTANCES, instance_body())
+    world.run(INSTANCE, times=5)
+    instance_id = world.status()["externalID"]
+    assert world.kube.delete_custom(instances_kind(), NAMESPACE, "db")
+    world.run(INSTANCE)  # the deprovision, accepted
+    assert world.status()["currentOperation"] == "Deprovision" and world.status()["asyncOpInProgress"] is True
+    world.broker.gone_after_delete = True
+    world.broker.instances[instance_id].deleted = True  # the broker finished it: its last_operation answers 410
+    world.run(INSTANCE)
+    assert world.broker.calls("GET", f"/{instance_id}/last_operation")  # polled, answered 410
+    assert world.api.get(INSTANCES, NAMESPACE, "db") is None  # deprovisioned: the finalizer let it go

@@ -325,3 +325,10 @@ def test_a_failure_for_good_waits_for_a_spec_change() -> None:
     assert patch["asyncOpInProgress"] is False and patch["currentOperation"] is None
     assert patch["inProgressProperties"] is None and patch["lastOperation"] is None
     assert patch["unbindStatus"] == "NotRequired" and patch["conditions"] == listed
+
+
+@pytest.mark.parametrize("field", ["deprovisionStatus", "unbindStatus"])
+def test_a_failed_removal_stays_owed(field: str) -> None:
+    listed = [{"type": "Ready", "status": "False"}]
+    patch = operations.removal_failed(field, conditions=listed)
+    assert patch == {"asyncOpInProgress": False, "lastOperation": None, field: "Failed", "conditions": listed}

@@ -50,9 +50,11 @@ from opbroker.controller.servicecatalog.common import (
     Unresolved,
     checksum,
     conditions,
+    mitigation_follows,
     now,
     pacing,
     parse_time,
+    removal_failed,
     say,
     timestamp,
     warn_ignored,
@@ -499,18 +501,7 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
             return self.tracking.retry(facts.key)
         reason = Reason.ASYNC_OPERATION_TIMED_OUT if decision.timed_out else failure
         if request is Request.UNBIND:  # sent again, after a pause: a deletion has no spec to change
-            body = facts.body
-            self.api.patch_status(
-                BINDINGS,
-                body,
-                {
-                    "asyncOpInProgress": False,
-                    "lastOperation": None,
-                    "unbindStatus": UnbindStatus.FAILED.value,
-                    "conditions": conditions(body, ready=False, reason=reason, message=f"{decision.message}; retrying"),
-                },
-            )
-            self.api.kube.emit_event(body, reason=reason.value, message=decision.message, warning=True)
+            removal_failed(self.api, BINDINGS, facts.body, "unbindStatus", reason=reason, message=decision.message)
             return self.tracking.retry(facts.key)
         return self._failed(
             facts,
@@ -539,12 +530,7 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Step]):
         ``refused``: the bind request was refused for good (``answered``: the broker's status, if it sent one)."""
         body = facts.body
         if mitigate:
-            failure = conditions(
-                body, ready=False, reason=reason, message=f"{message}; orphan mitigation follows", failed=final
-            )
-            self.api.patch_status(BINDINGS, body, operations.mitigating(body, final=final, conditions=failure))
-            self.api.kube.emit_event(body, reason=Reason.ORPHAN_MITIGATION.value, message=message, warning=True)
-            return requeue(0)
+            return mitigation_follows(self.api, BINDINGS, body, reason=reason, message=message, final=final)
         extra: dict[str, Any] = {}
         if refused and not (body.get("status") or {}).get("externalProperties"):  # never bound before
             reason, disown = tenancy.refusal(chosen_id=tenancy.chosen(body), status=answered, failure=reason)

@@ -285,6 +285,27 @@ def warn_ignored(api: CatalogApi, body: dict[str, Any], warnings: tuple[str, ...
         api.kube.emit_event(body, reason=Reason.ANSWER_FIELDS_IGNORED.value, message=message, warning=True)
 
 
+def mitigation_follows(
+    api: CatalogApi, plural: str, body: dict[str, Any], *, reason: Reason, message: str, final: bool
+) -> Outcome:
+    """Record a creation (provision, bind) failed with orphan mitigation to follow (:func:`operations.mitigating`)
+    and say so in an event; the mitigation runs on the next reconcile, at once."""
+    listed = conditions(body, ready=False, reason=reason, message=f"{message}; orphan mitigation follows", failed=final)
+    api.patch_status(plural, body, operations.mitigating(body, final=final, conditions=listed))
+    api.kube.emit_event(body, reason=Reason.ORPHAN_MITIGATION.value, message=message, warning=True)
+    return requeue(0)
+
+
+def removal_failed(
+    api: CatalogApi, plural: str, body: dict[str, Any], field: str, *, reason: Reason, message: str
+) -> None:
+    """Record a removal failed (:func:`operations.removal_failed`) and say so in an event; the caller requeues
+    it after a backoff (an object being deleted has no spec to change: the removal is sent until it succeeds)."""
+    listed = conditions(body, ready=False, reason=reason, message=f"{message}; retrying")
+    api.patch_status(plural, body, operations.removal_failed(field, conditions=listed))
+    api.kube.emit_event(body, reason=reason.value, message=message, warning=True)
+
+
 def next_retry(retries: PerKey[int], key: Key, *, base: float = 1.0, maximum: float = 60.0) -> float:
     """Seconds before retrying ``key`` after one more transient failure: doubling from ``base`` up to
     ``maximum`` (the count is forgotten on success)."""

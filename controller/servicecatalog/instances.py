@@ -46,9 +46,11 @@ from opbroker.controller.servicecatalog.common import (
     Unresolved,
     checksum,
     conditions,
+    mitigation_follows,
     now,
     pacing,
     parse_time,
+    removal_failed,
     removed,
     say,
     timestamp,
@@ -446,35 +448,9 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Step]):
         body, message = facts.body, decision.message
         reason = Reason.ASYNC_OPERATION_TIMED_OUT if decision.timed_out else _failure_reason(operation)
         if decision.mitigate:
-            self.api.patch_status(
-                INSTANCES,
-                body,
-                operations.mitigating(
-                    body,
-                    final=decision.final,
-                    conditions=conditions(
-                        body,
-                        ready=False,
-                        reason=reason,
-                        message=f"{message}; orphan mitigation follows",
-                        failed=decision.final,
-                    ),
-                ),
-            )
-            self.api.kube.emit_event(body, reason=Reason.ORPHAN_MITIGATION.value, message=message, warning=True)
-            return requeue(0)
+            return mitigation_follows(self.api, INSTANCES, body, reason=reason, message=message, final=decision.final)
         if operation is InstanceOperation.DEPROVISION:  # sent again, after a pause: a deletion has no spec to change
-            self.api.patch_status(
-                INSTANCES,
-                body,
-                {
-                    "asyncOpInProgress": False,
-                    "lastOperation": None,
-                    "deprovisionStatus": DeprovisionStatus.FAILED.value,
-                    "conditions": conditions(body, ready=False, reason=reason, message=f"{message}; retrying"),
-                },
-            )
-            self.api.kube.emit_event(body, reason=reason.value, message=message, warning=True)
+            removal_failed(self.api, INSTANCES, body, "deprovisionStatus", reason=reason, message=message)
             return self.tracking.retry(facts.key)
         extra: dict[str, Any] = {}
         provisioned = (body.get("status") or {}).get("provisionStatus") == ProvisionStatus.PROVISIONED.value

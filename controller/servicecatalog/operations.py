@@ -215,6 +215,12 @@ def mitigating(body: Mapping[str, Any], *, final: bool, conditions: list[dict[st
     return {**status, "conditions": conditions}
 
 
+def removal_failed(field: str, *, conditions: list[dict[str, Any]]) -> dict[str, Any]:
+    """A removal (deprovision, unbind) failed: nothing in flight, ``field`` (``deprovisionStatus`` or
+    ``unbindStatus``) ``Failed`` — the removal is still owed and is sent again after a backoff."""
+    return {"asyncOpInProgress": False, "lastOperation": None, field: "Failed", "conditions": conditions}
+
+
 def failed(body: Mapping[str, Any], *, conditions: list[dict[str, Any]], **fields: Any) -> dict[str, Any]:
     """An operation failed for good: nothing in flight, this generation observed (it waits for a spec change)."""
     return {
