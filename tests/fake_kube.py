@@ -447,7 +447,7 @@ class FakeKube:
                 copy_json(obj)
                 for (v, k, ns, _), obj in sorted(self.objects.items())
                 if (v, k) == (info.api_version, info.kind)
-                and (namespace is None or ns == namespace)
+                and (namespace is None or not info.namespaced or ns == namespace)
                 and _selected(obj, label_selector)
             ]
 

@@ -157,3 +157,42 @@ def test_secrets(kube: tuple[Any, str]) -> None:
     assert k.delete_secret(ns, "s", uid=written["metadata"]["uid"]) is True
     assert k.read_secret(ns, "s") is None
     assert k.delete_secret(ns, "s") is False
+
+
+def test_a_cluster_scoped_kind(kube: tuple[Any, str]) -> None:
+    """The Service Catalog's ServiceClass: created, read, patched and deleted without a namespace (the one
+    given is ignored), its status guarded like a namespaced kind's."""
+    from opbroker.controller.servicecatalog.resources import CLASSES, KINDS
+
+    k, ns = kube
+    kind = KINDS[CLASSES]
+    name = f"parity-{ns}"
+    body = {
+        "apiVersion": kind.api_version,
+        "kind": "ServiceClass",
+        "metadata": {"name": name, "labels": {"parity": ns}},
+        "brokerName": "no-such-broker",
+        "externalID": name,
+        "plans": [{"name": "small", "externalID": f"{name}-small"}],
+    }
+    created = k.create_custom(kind, body)
+    assert "namespace" not in created["metadata"] and created["metadata"]["generation"] == 1
+    with pytest.raises(ApiException) as exists:
+        k.create_custom(kind, body)
+    assert exists.value.status == 409
+    assert k.get_custom(kind, "any-namespace", name, fresh=True)["externalID"] == name
+    assert [c["metadata"]["name"] for c in k.list_custom(kind, "any-namespace", f"parity={ns}")] == [name]
+
+    first = rv(created)
+    marked = k.patch_custom_status(kind, "", name, {"removedFromBrokerCatalog": True}, resource_version=first)
+    assert marked["status"]["removedFromBrokerCatalog"] is True and rv(marked) != first
+    with pytest.raises(ApiException) as stale:
+        k.patch_custom_status(kind, "", name, {"removedFromBrokerCatalog": False}, resource_version=first)
+    assert stale.value.status == 409
+    described = k.patch_custom(kind, "", name, {"description": "d"})
+    assert described["metadata"]["generation"] == 2 and described["status"]["removedFromBrokerCatalog"] is True
+
+    assert k.delete_custom(kind, "", name) is True
+    assert k.get_custom(kind, "", name, fresh=True) is None
+    assert k.delete_custom(kind, "", name) is False
+    assert k.patch_custom(kind, "", name, {"description": "e"}) is None
