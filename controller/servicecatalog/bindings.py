@@ -4,7 +4,8 @@ The credentials go into the Secret named by ``spec.secretName`` (default: the bi
 binding's namespace, owned by the binding — never into a status, an event or a log. A Binding may live in
 another namespace than its Instance (``instanceRef.namespace``). The same rules as for instances hold: the
 binding id is recorded before the request, one operation at a time, asynchronous binds polled and then
-fetched, orphan mitigation (an unbind) after a bind whose outcome is unknown.
+fetched, orphan mitigation (an unbind) after a bind whose outcome is unknown — one protocol, decided by
+:mod:`.operations`; a failed unbind, like a failed deprovision, is recorded and sent again after a backoff.
 
 Tenancy (``tenancy``): a Binding uses an Instance in another namespace only with the Instance's consent
 (``spec.shareWith``) — without it nothing is sent to the broker (``ReferenceNotShared``), and consent withdrawn

@@ -1,8 +1,10 @@
 """Reconciling an Instance: provision, update and deprovision it through its broker, one operation at a time.
 
 observe resolves the class, plan and broker and merges the parameters; plan (:func:`next_step`, pure) picks
-the one step due from the status; act makes the OSB call and records its outcome. The rules, from the
-Service Catalog design and the OSB spec:
+the one step due from the status; act makes the OSB call and records its outcome. The OSB operation
+protocol — recording, polling, deadline, orphan mitigation, refusals — is decided by :mod:`.operations`,
+shared with Bindings; this module keeps the calls and what an outcome means for an Instance. The rules, from
+the Service Catalog design and the OSB spec:
 
 * the instance id (``status.externalID``) and the operation are recorded *before* the request is sent, so a
   crash between the two is retried with the same id (brokers answer a repeat 200);
