@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from opbroker.devcluster.controlplane import sweep_orphaned_etcd_data
@@ -22,6 +23,11 @@ def test_orphaned_etcd_data_goes_and_data_in_use_stays(tmp_path: Path) -> None:
     # A process naming `used` as its data directory, as etcd does on its command line.
     holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", f"--data-dir={used}"])
     try:
+        shown = Path(f"/proc/{holder.pid}/cmdline")
+        for _ in range(500):  # until its exec has put the arguments in place (a sweep in between would take it)
+            if f"--data-dir={used}".encode() in shown.read_bytes():
+                break
+            time.sleep(0.01)
         assert sweep_orphaned_etcd_data(tmp_path) == [orphan]
     finally:
         holder.kill()
