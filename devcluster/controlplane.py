@@ -124,6 +124,34 @@ def free_ports(count: int) -> list[int]:
             sock.close()
 
 
+#: Where etcd keeps a dev cluster's data: memory (see ``ControlPlane._etcd_data_dir``).
+SHM = Path("/dev/shm")
+
+
+def sweep_orphaned_etcd_data(shm: Path) -> list[Path]:
+    """Remove this user's etcd data directories in ``shm`` that no running process names with ``--data-dir``,
+    and return them. A control plane whose ``down`` never ran (a killed test run) leaves its directory behind, about
+    125 MB of memory each, until the machine restarts. A process being started this instant, not yet showing its
+    command line, could lose a directory it has not created yet: etcd creates it itself once running."""
+    pattern = f"opbroker-*-{os.getuid()}-etcd"
+    candidates = sorted(shm.glob(pattern)) if shm.is_dir() else []
+    if not candidates:
+        return []
+    in_use: set[str] = set()
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            arguments = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue  # gone meanwhile, or not ours to read
+        in_use.update(
+            a[len(b"--data-dir=") :].decode(errors="replace") for a in arguments if a.startswith(b"--data-dir=")
+        )
+    removed = [path for path in candidates if str(path) not in in_use]
+    for path in removed:
+        shutil.rmtree(path, ignore_errors=True)
+    return removed
+
+
 def _pid_runs(pid: int, executable: str) -> bool:
     """True if ``pid`` is alive and still runs ``executable`` (guards against pid reuse).
 
@@ -240,6 +268,8 @@ class ControlPlane:
             return current
         if self.state_file.exists():
             self.down(progress=lambda _msg: None)  # leftovers of a crashed run
+        for orphan in sweep_orphaned_etcd_data(SHM):
+            progress(f"removed {orphan}: etcd data in memory no running etcd uses (a control plane never stopped)")
 
         if apiserver_port is not None and not port_is_free(apiserver_port):
             raise ControlPlaneError(
@@ -451,9 +481,8 @@ class ControlPlane:
 
     def _etcd_data_dir(self) -> Path:
         """etcd data in memory (/dev/shm) where possible: a dev cluster needs speed, not durability."""
-        shm = Path("/dev/shm")
-        if shm.is_dir() and os.access(shm, os.W_OK):
-            return shm / f"opbroker-{self.name}-{os.getuid()}-etcd"
+        if SHM.is_dir() and os.access(SHM, os.W_OK):
+            return SHM / f"opbroker-{self.name}-{os.getuid()}-etcd"
         return self.dir / "etcd"
 
     def _write_kubeconfig(self, port: int, token: str, ca_cert: Path) -> None:
