@@ -1,0 +1,179 @@
+"""The one action vocabulary: what a kind's pure ``plan`` returns and :mod:`.executor` performs.
+
+Each action is an immutable value that says what to write, never whether: every decision (succeeded, failed,
+still in progress, give up, which objects to release, when to look again) is taken by the plan that builds the
+list. The executor runs the list in order and owns the how — the Kubernetes door, guarded writes, conflicts,
+refusal masking, ownership rules — and stops at the first action the cluster refuses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from opbroker.api.meta import ResourceRef
+from opbroker.controller.registries import Place
+
+
+@dataclass(frozen=True)
+class EnsureFinalizer:
+    """Add (``present``) or remove opbroker's finalizer, guarded by the resourceVersion last seen."""
+
+    present: bool = True
+
+
+@dataclass(frozen=True)
+class Event:
+    """A Kubernetes Event on the reconciled object (and, with ``log``, a warning line in the log)."""
+
+    reason: str
+    message: str
+    warning: bool = False
+    log: bool = False
+
+
+@dataclass(frozen=True)
+class WriteStatus:
+    """Merge ``patch`` into the status (conditions included, computed by the plan).
+
+    ``guarded``: carries the resourceVersion last seen, so a concurrent change fails it with a conflict.
+    ``settled``: the operation is over, so the objects its status template read stop enqueueing the object.
+    """
+
+    patch: Mapping[str, Any] = field(repr=False)
+    guarded: bool = True
+    settled: bool = False
+    event: Event | None = None
+    """Emitted after the write (an outcome's Event)."""
+
+
+@dataclass(frozen=True)
+class Apply:
+    """Apply one rendered object under the ownership rules (:mod:`.ownership`, :mod:`.singletons`).
+
+    ``as_user``: the identity the write is made as (a plan's ServiceAccount), None for the controller's own.
+    """
+
+    manifest: Mapping[str, Any] = field(repr=False)
+    owner_uid: str
+    owner_reference: Mapping[str, Any] = field(repr=False)
+    singleton: bool = False
+    owned: bool = True
+    """Owner references can reach it (same namespace); else a singleton tracks its users in an annotation."""
+    adopt: bool = False
+    as_user: str | None = None
+
+
+@dataclass(frozen=True)
+class Release:
+    """Let go of a recorded object: delete it when it is ours alone, drop our share when shared, leave it
+    alone when it is not ours (:func:`.ownership.release`)."""
+
+    ref: ResourceRef
+    owner_uid: str
+    as_user: str | None = None
+
+
+@dataclass(frozen=True)
+class Delete:
+    """Delete an object by reference (gone already is fine)."""
+
+    ref: ResourceRef
+    as_user: str | None = None
+
+
+@dataclass(frozen=True)
+class WriteSecret:
+    """Apply a Secret (server-side) with the controller's own identity."""
+
+    manifest: Mapping[str, Any] = field(repr=False)
+
+
+@dataclass(frozen=True)
+class HoldPlan:
+    """Put the finalizer on the SFPlan an instance is about to use (:mod:`.plan_guard`)."""
+
+    plan: Mapping[str, Any] = field(repr=False)
+
+
+@dataclass(frozen=True)
+class SaveRegistry:
+    """Persist an object's registry (values generated at render time) where consumers cannot read it."""
+
+    place: Place
+    registry: Mapping[str, Any] = field(repr=False)
+    labels: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class DropRegistry:
+    """Delete an object's registry (teardown)."""
+
+    place: Place
+
+
+@dataclass(frozen=True)
+class Track:
+    """Watch ``refs``: a change of any of them enqueues the object again (its status template reads them)."""
+
+    refs: tuple[ResourceRef, ...]
+
+
+@dataclass(frozen=True)
+class Remember:
+    """Keep the record of an apply in memory until the operation's outcome writes it (``AppliedMemory``)."""
+
+    version: tuple[Any, Any]
+    record: Mapping[str, Any] = field(repr=False)
+
+
+@dataclass(frozen=True)
+class Forget:
+    """Drop the remembered apply."""
+
+
+@dataclass(frozen=True)
+class ForgetObject:
+    """The object is released: drop what the controller tracks for it (its watched sources)."""
+
+
+@dataclass(frozen=True)
+class Requeue:
+    """Look at the object again after ``seconds`` (the reconcile ends)."""
+
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Continue:
+    """Observe again at once, within this reconcile: what was just written changes what is due (a finalizer
+    added, an apply recorded). Bounded by the reconciler (:data:`.executor.MAX_PASSES`)."""
+
+
+@dataclass(frozen=True)
+class Retry:
+    """End the reconcile with a temporary error (the queue backs off); written actions before it stand."""
+
+    message: str
+
+
+Action = (
+    EnsureFinalizer
+    | WriteStatus
+    | Event
+    | Apply
+    | Release
+    | Delete
+    | WriteSecret
+    | HoldPlan
+    | SaveRegistry
+    | DropRegistry
+    | Track
+    | Remember
+    | Forget
+    | ForgetObject
+    | Requeue
+    | Continue
+    | Retry
+)
