@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from opbroker.api.meta import ResourceRef
-from opbroker.controller.registries import Place
 
 
 @dataclass(frozen=True)
@@ -99,18 +99,16 @@ class HoldPlan:
 
 @dataclass(frozen=True)
 class SaveRegistry:
-    """Persist an object's registry (values generated at render time) where consumers cannot read it."""
+    """Persist the object's registry (values generated at render time) where consumers cannot read it (the
+    registry namespace: where is the executor's rule, :func:`.registries.place`)."""
 
-    place: Place
     registry: Mapping[str, Any] = field(repr=False)
     labels: Mapping[str, str]
 
 
 @dataclass(frozen=True)
 class DropRegistry:
-    """Delete an object's registry (teardown)."""
-
-    place: Place
+    """Delete the object's registry (teardown)."""
 
 
 @dataclass(frozen=True)
@@ -156,6 +154,27 @@ class Retry:
     """End the reconcile with a temporary error (the queue backs off); written actions before it stand."""
 
     message: str
+
+
+class Refused(StrEnum):
+    """Why the executor stopped an action list."""
+
+    OBJECT = "object"
+    """The API server refused a rendered object (its explanation masked: ``refusals``)."""
+    NOT_OWNED = "not-owned"
+    """A rendered object exists and is someone else's."""
+    SINGLETON_FULL = "singleton-full"
+    """A shared singleton lists as many users as it may."""
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """What the executor hands a kind's pure ``refused`` plan when it stopped: why, and what to say."""
+
+    why: Refused
+    message: str
+    permanent: bool = True
+    """False: the refusal can be fixed outside the request (a quota, a missing namespace): count and retry."""
 
 
 Action = (

@@ -33,6 +33,7 @@ from opbroker.controller.ownership import NotOwned, apply_owned, release
 from opbroker.controller.plan_guard import set_plan_finalizer
 from opbroker.controller.reconciler import DONE, Conflict, Key, Outcome, TemporaryError
 from opbroker.controller.reconciling import AppliedMemory, Deps
+from opbroker.controller.refusals import Severity
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +47,19 @@ Past it the key is requeued at once, so a plan that keeps asking to continue can
 REFUSALS = (Refused, NotOwned, singletons.SingletonFull)
 """What stops an action list: the cluster refused an object (or an object is not ours); the kind says why."""
 
-OnRefusal = Callable[[Exception], Sequence[a.Action]]
+OnRefusal = Callable[[a.Refusal], Sequence[a.Action]]
+
+
+def refusal_of(exc: Exception) -> a.Refusal:
+    """The pure value of a refusal: what a plan may decide on (the API server's explanation masked)."""
+    if isinstance(exc, Refused):
+        permanent = exc.refusal.severity is Severity.PERMANENT
+        return a.Refusal(
+            a.Refused.OBJECT, exc.refusal.describe() if permanent else str(exc) or type(exc).__name__, permanent
+        )
+    if isinstance(exc, NotOwned):
+        return a.Refusal(a.Refused.NOT_OWNED, str(exc))
+    return a.Refusal(a.Refused.SINGLETON_FULL, str(exc))
 
 
 class Executor:
@@ -72,7 +85,7 @@ class Executor:
         except REFUSALS as exc:
             if on_refusal is None:
                 raise
-            return run.all(on_refusal(exc))
+            return run.all(on_refusal(refusal_of(exc)))
 
 
 class _Run:
@@ -100,9 +113,7 @@ class _Run:
                 meta = self.body["metadata"]
                 patch = finalizers.adding(meta, FINALIZER) if present else finalizers.removing(meta, FINALIZER)
                 if patch is not None:
-                    written = self._guarded(lambda: deps.kube.patch_custom(self.x.kind, *self._where(), patch))
-                    if written is not None:
-                        self.body = written
+                    self._finalizers(patch)
             case a.WriteStatus(patch=patch, guarded=guarded, settled=settled, event=event):
                 version = self.body["metadata"].get("resourceVersion") if guarded else None
                 written = self._guarded(
@@ -131,9 +142,10 @@ class _Run:
                 deps.kube.apply_secret(dict(manifest))
             case a.HoldPlan(plan=plan):
                 set_plan_finalizer(deps.kube, dict(plan), hold=True)
-            case a.SaveRegistry(place=place, registry=registry, labels=labels):
-                deps.registries.save(deps.kube, place, dict(registry), dict(labels))
-            case a.DropRegistry(place=place):
+            case a.SaveRegistry(registry=registry, labels=labels):
+                deps.registries.save(deps.kube, self._place(), dict(registry), dict(labels))
+            case a.DropRegistry():
+                place = self._place()
                 registries.delete(deps.kube, place)  # its own namespace's: no owner reference can take it along
                 deps.registries.forget(place)
             case a.Track(refs=refs):
@@ -163,6 +175,17 @@ class _Run:
             if exc.status == 409:
                 raise Conflict(self.key.name) from exc
             raise
+
+    def _place(self) -> registries.Place:
+        """Where the object's registry is kept: the registry namespace, which consumers cannot read."""
+        namespace = self.x.deps.settings.registries_namespace
+        return registries.place(self.body, kind=self.x.key_kind, namespace=namespace)
+
+    def _finalizers(self, patch: dict[str, Any]) -> None:
+        kube = self.x.deps.kube
+        written = self._guarded(lambda: kube.patch_custom(self.x.kind, *self._where(), patch))
+        if written is not None:
+            self.body = written
 
     def _actor(self, user: str | None) -> Kube:
         kube = self.x.deps.kube
