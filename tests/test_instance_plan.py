@@ -185,6 +185,15 @@ ROWS: list[tuple[str, InstanceFacts, list[tuple[Any, ...]]]] = [
         [("forget",), GOING, ("release", "db"), ("track", ("db",)), ("requeue", 30.0)],
     ),
     (
+        "deleting: the template says gone, but a deleted object is still there: wait",
+        facts(
+            body(state="in progress", deleting=True, resources=[CM]),
+            teardown=Teardown(False, ((CM, Letting.WAIT),)),
+            report=Report(True, SUCCEEDED),
+        ),
+        [("forget",), ("release", "db"), ("track", ("db",)), ("requeue", 30.0)],
+    ),
+    (
         "deleting, already in progress, everything gone",
         facts(
             body(state="in progress", deleting=True, resources=[CM]),
@@ -255,6 +264,11 @@ ROWS: list[tuple[str, InstanceFacts, list[tuple[Any, ...]]]] = [
         "plan missing",
         facts(body(state="in_queue"), None),
         [("status", "failed", "PlanNotFound", "guarded", ("event", "PlanNotFound", True))],
+    ),
+    (
+        "plan missing, failed already: the status again, no second event",
+        facts(body(state="failed"), None),
+        [("status", "failed", "PlanNotFound", "guarded")],
     ),
     (
         "plan invalid",
