@@ -73,6 +73,8 @@ class Rendering:
     pieces: tuple[Piece, ...]
     registry: Mapping[str, Any] = dataclasses.field(repr=False)
     registry_changed: bool = False
+    sources: Mapping[str, ResourceRef] = dataclasses.field(default_factory=dict)
+    """The objects the ``sources`` template named for this render (the evaluation that follows reads them)."""
 
 
 @dataclass(frozen=True)

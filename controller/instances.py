@@ -24,12 +24,14 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from opbroker.api import TemplateAction
+from opbroker.api.meta import ResourceRef
 from opbroker.controller import actions as a
 from opbroker.controller import decisions, identities, registries, teardown
+from opbroker.controller.catalog import PlanEntry
 from opbroker.controller.decisions import Step
 from opbroker.controller.executor import AGAIN, MAX_PASSES, Executor
 from opbroker.controller.instance_plan import (
@@ -59,6 +61,13 @@ logger = logging.getLogger(__name__)
 # -- the reconciler -----------------------------------------------------------------------------------------
 
 
+def _carried(previous: InstanceFacts | None, entry: PlanEntry | None) -> Mapping[str, ResourceRef] | None:
+    """The sources the pass before rendered for the same plan version, to reuse (None: nothing to reuse)."""
+    if previous is None or previous.rendering is None or previous.entry is None or entry is None:
+        return None
+    return previous.rendering.sources if previous.entry.hash == entry.hash else None
+
+
 def limits_of(settings: ControllerSettings) -> Limits:
     return Limits(settings.status_poll_seconds, settings.max_operation_seconds, settings.error_threshold)
 
@@ -73,15 +82,15 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, a.Action]):
 
     def reconcile(self, key: Key) -> Outcome:
         """Observe, plan, act — again while the plan says :class:`~.actions.Continue`, up to MAX_PASSES."""
-        outcome = DONE
+        outcome, previous = DONE, None
         for _ in range(MAX_PASSES):
-            facts = self.observe(key)
+            facts = self.observe(key, previous)
             if facts is None:
                 return DONE
             placed = self.deps.placement.instance(dict(facts.instance.wire))  # multi-cluster: placed elsewhere
             if placed is not None:
                 return placed
-            outcome = self.act(facts, self.plan(facts))
+            outcome, previous = self.act(facts, self.plan(facts)), facts
             if outcome != AGAIN:
                 return outcome
         return outcome
@@ -100,7 +109,9 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, a.Action]):
 
     # -- observing -----------------------------------------------------------------------------------
 
-    def observe(self, key: Key) -> InstanceFacts | None:
+    def observe(self, key: Key, previous: InstanceFacts | None = None) -> InstanceFacts | None:
+        """The facts of one pass; ``previous``: the facts of this reconcile's pass before, whose render of the
+        ``sources`` template the evaluation right after an apply reuses (as one reconcile always did)."""
         body = self.deps.kube.get_custom(INSTANCES, key.namespace, key.name)
         if body is None:
             return None
@@ -123,7 +134,8 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, a.Action]):
             if Step.APPLY in due:
                 return dataclasses.replace(facts, rendering=self._render(facts))
             if Step.AWAIT_OUTCOME in due or Step.EVALUATE in due:
-                return dataclasses.replace(facts, report=self._report(facts, provision=True))
+                sources = _carried(previous, entry)
+                return dataclasses.replace(facts, report=self._report(facts, provision=True, sources=sources))
         except RenderError as exc:
             return dataclasses.replace(facts, render_error=str(exc) or type(exc).__name__)
         if Step.TEARDOWN in due:
@@ -170,9 +182,11 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, a.Action]):
             )
             for obj in rendered.objects
         )
-        return Rendering(pieces, rendered.registry, rendered.registry != registry)
+        return Rendering(pieces, rendered.registry, rendered.registry != registry, source_refs)
 
-    def _report(self, facts: InstanceFacts, *, provision: bool) -> Report | None:
+    def _report(
+        self, facts: InstanceFacts, *, provision: bool, sources: Mapping[str, ResourceRef] | None = None
+    ) -> Report | None:
         """The status template's verdict on the operation (None: the plan has no model to ask)."""
         entry, wire, kube = facts.entry, dict(facts.instance.wire), self._actor(facts)
         if entry is None or entry.model is None:
@@ -180,8 +194,12 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, a.Action]):
         registry = self._registry(facts)
         if entry.model.spec.template(TemplateAction.STATUS) is None:
             return Report(has_template=False, registry=registry)
-        source_refs = self.deps.renderer.render_sources(
-            entry.model, inputs_for(self.deps, instance=wire, plan=entry, registry=registry)
+        source_refs = (
+            dict(sources)
+            if sources is not None
+            else self.deps.renderer.render_sources(
+                entry.model, inputs_for(self.deps, instance=wire, plan=entry, registry=registry)
+            )
         )
         result = self.deps.renderer.render_status(
             entry.model,
