@@ -84,12 +84,13 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, a.Action]):
         """Observe, plan, act — again while the plan says :class:`~.actions.Continue`, up to MAX_PASSES."""
         outcome, previous = DONE, None
         for _ in range(MAX_PASSES):
-            facts = self.observe(key, previous)
-            if facts is None:
+            read = self._read(key)
+            if read is None:
                 return DONE
-            placed = self.deps.placement.instance(dict(facts.instance.wire))  # multi-cluster: placed elsewhere
+            placed = self.deps.placement.instance(dict(read.instance.wire))  # multi-cluster: placed elsewhere
             if placed is not None:
                 return placed
+            facts = self._gather(read, previous)
             outcome, previous = self.act(facts, self.plan(facts)), facts
             if outcome != AGAIN:
                 return outcome
@@ -109,16 +110,19 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, a.Action]):
 
     # -- observing -----------------------------------------------------------------------------------
 
-    def observe(self, key: Key, previous: InstanceFacts | None = None) -> InstanceFacts | None:
-        """The facts of one pass; ``previous``: the facts of this reconcile's pass before, whose render of the
-        ``sources`` template the evaluation right after an apply reuses (as one reconcile always did)."""
+    def observe(self, key: Key) -> InstanceFacts | None:
+        read = self._read(key)
+        return None if read is None else self._gather(read, None)
+
+    def _read(self, key: Key) -> InstanceFacts | None:
+        """The facts every pass starts from: the instance, its plan, its bindings' count, the apply pending."""
         body = self.deps.kube.get_custom(INSTANCES, key.namespace, key.name)
         if body is None:
             return None
         view = InstanceView.of(body)
         entry = self.deps.catalog.plan(view.plan_id)
         settings = self.deps.settings
-        facts = InstanceFacts(
+        return InstanceFacts(
             key,
             view,
             entry,
@@ -129,6 +133,11 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, a.Action]):
             datetime.datetime.now(datetime.UTC),
             identities.plan_user(entry.body, settings) if entry is not None else None,
         )
+
+    def _gather(self, facts: InstanceFacts, previous: InstanceFacts | None) -> InstanceFacts:
+        """Add what the step due needs read or rendered. ``previous``: this reconcile's pass before, whose render
+        of the ``sources`` template the evaluation right after an apply reuses (as one reconcile always did)."""
+        entry = facts.entry
         due = steps(facts)
         try:
             if Step.APPLY in due:
