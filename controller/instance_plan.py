@@ -123,6 +123,8 @@ class InstanceFacts:
     teardown: Teardown | None = None
     render_error: str | None = None
     """A template of the plan failed to render (apply, evaluation or teardown): why."""
+    refusal: a.Refusal | None = None
+    """The cluster refused a read the render needed (a source the plan's account may not read)."""
 
 
 # -- the pure plan ------------------------------------------------------------------------------------------
@@ -184,6 +186,8 @@ def _expand(step: Step, facts: InstanceFacts) -> Sequence[a.Action]:
         return (_transition(facts, OperationState.FAILED, Reason.CONTEXT_NAMESPACE_REFUSED, error=why),)
     if facts.render_error is not None:
         return _count_error(facts, facts.render_error, Reason.RENDER_FAILED)
+    if facts.refusal is not None:
+        return refused(facts, facts.refusal)
     if step == Step.APPLY:
         return _apply(facts)
     return _evaluate(facts, applied=facts.pending if step == Step.AWAIT_OUTCOME else {})

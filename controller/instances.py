@@ -33,7 +33,7 @@ from opbroker.controller import actions as a
 from opbroker.controller import decisions, identities, registries, teardown
 from opbroker.controller.catalog import PlanEntry
 from opbroker.controller.decisions import Step
-from opbroker.controller.executor import AGAIN, MAX_PASSES, Executor
+from opbroker.controller.executor import AGAIN, MAX_PASSES, Executor, refusal_of
 from opbroker.controller.instance_plan import (
     InstanceFacts,
     Limits,
@@ -45,7 +45,7 @@ from opbroker.controller.instance_plan import (
     refused,
     steps,
 )
-from opbroker.controller.kube import BINDINGS, INSTANCES, Kube
+from opbroker.controller.kube import BINDINGS, INSTANCES, Kube, Refused
 from opbroker.controller.reconciler import DONE, Key, Memories, ObservePlanAct, Outcome
 from opbroker.controller.reconciling import AppliedMemory, Deps
 from opbroker.controller.rendered import fetch_sources, inputs_for
@@ -147,6 +147,8 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, a.Action]):
                 return dataclasses.replace(facts, report=self._report(facts, provision=True, sources=sources))
         except RenderError as exc:
             return dataclasses.replace(facts, render_error=str(exc) or type(exc).__name__)
+        except Refused as exc:  # a source the plan's account may not read: the operation fails, masked
+            return dataclasses.replace(facts, refusal=refusal_of(exc))
         if Step.TEARDOWN in due:
             facts = dataclasses.replace(facts, teardown=self._gather_teardown(facts))
             assert facts.teardown is not None

@@ -156,6 +156,10 @@ def summary(actions: Sequence[a.Action]) -> list[tuple[Any, ...]]:
     return out
 
 
+def failed(reason: str) -> list[tuple[Any, ...]]:
+    return [("status", "failed", reason, "guarded", ("event", reason, True))]
+
+
 FIN = ("finalizer", True)
 RETRY = ("Retry",)
 GOING = ("status", "in progress", "Deprovisioning", "guarded")
@@ -306,6 +310,11 @@ ROWS: list[tuple[str, InstanceFacts, list[tuple[Any, ...]]]] = [
         [("status", None, None, "unguarded"), ("event", "RenderFailed", True), RETRY],
     ),
     (
+        "apply due, a source the plan's account may not read: failed, masked",
+        facts(body(state="in_queue"), refusal=a.Refusal(a.Refused.OBJECT, "403 Forbidden: Secret other/x")),
+        failed("ApplyRefused"),
+    ),
+    (
         "apply due, the template fails past the threshold: give up",
         facts(body(state="in_queue", errors=2), render_error="ZeroDivisionError"),
         [("status", "failed", "GaveUp", "unguarded"), ("event", "GaveUp", True)],
@@ -387,10 +396,6 @@ def test_the_outcome_carries_the_apply_record_and_the_report() -> None:
     assert isinstance(write, a.WriteStatus) and write.settled
     assert write.patch["observedGeneration"] == 1 and write.patch["appliedPlanHash"] == ENTRY.hash
     assert write.patch["dashboardUrl"] == "https://d" and write.patch["instanceUsable"] is True
-
-
-def failed(reason: str) -> list[tuple[Any, ...]]:
-    return [("status", "failed", reason, "guarded", ("event", reason, True))]
 
 
 REFUSALS = [
