@@ -2,8 +2,9 @@
 
 Every decision about an instance lives here and nowhere else — apply or wait, succeeded / failed / in progress,
 overdue, give up, which objects to release, when to look again — as functions of :class:`InstanceFacts` that
-return actions of the one vocabulary (:mod:`.actions`). No I/O, no clock, no Kubernetes client (the import
-contract checks it): ``tests/test_instance_plan.py`` tables them without a cluster. The reconciler that
+return actions of the one vocabulary (:mod:`.actions`). No I/O and no Kubernetes client (the import contract
+checks it); the moment of the read comes in the facts (``now``), so ages, deadlines and transition times are
+fixed by them: ``tests/test_instance_plan.py`` tables the plan without a cluster, on a fixed clock. The reconciler that
 observes the facts and runs the actions is :mod:`.instances`.
 """
 
@@ -39,11 +40,14 @@ from opbroker.rendering.status import SectionStatus
 
 @dataclass(frozen=True)
 class Limits:
-    """The settings a plan decides with."""
+    """The settings a plan decides with (defaults: ``ControllerSettings``')."""
 
     poll_seconds: float = 10.0
-    max_operation_seconds: float = 0.0
-    error_threshold: int = 5
+    """How long to wait before reading an operation in progress (or a teardown) again."""
+    max_operation_seconds: float = 7200.0
+    """An operation still in progress after this long fails (0: no limit)."""
+    error_threshold: int = 8
+    """Consecutive errors (a template that fails to render, a fixable refusal) before the operation fails."""
 
 
 @dataclass(frozen=True)

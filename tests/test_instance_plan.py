@@ -18,7 +18,7 @@ from opbroker.api.meta import ResourceRef
 from opbroker.controller import actions as a
 from opbroker.controller.catalog import Catalog, PlanEntry
 from opbroker.controller.decisions import Letting
-from opbroker.controller.executor import AGAIN, Executor, refusal_of
+from opbroker.controller.executor import AGAIN, MAX_PASSES, Executor, refusal_of
 from opbroker.controller.instance_plan import (
     InstanceFacts,
     Limits,
@@ -29,9 +29,10 @@ from opbroker.controller.instance_plan import (
     plan,
     refused,
 )
+from opbroker.controller.instances import InstanceReconciler
 from opbroker.controller.kube import INSTANCES, PLANS
 from opbroker.controller.ownership import NotOwned
-from opbroker.controller.reconciler import DONE, Conflict, Key, Outcome, TemporaryError
+from opbroker.controller.reconciler import DONE, Conflict, Key, Memories, Outcome, TemporaryError
 from opbroker.controller.reconciling import AppliedMemory, Deps, OwnWrites
 from opbroker.controller.settings import ControllerSettings
 from opbroker.controller.singletons import SingletonFull
@@ -539,3 +540,18 @@ def test_executor_holds_the_plan() -> None:
     run.run(KEY, created, [a.HoldPlan(held)])
     live = kube.custom_object(PLANS, "opbroker", "plan")
     assert live is not None and live["metadata"]["finalizers"] == [FINALIZER]
+
+
+def test_a_reconcile_makes_at_most_max_passes_then_asks_to_be_requeued_at_once() -> None:
+    """No recursion: a plan that keeps saying Continue gets MAX_PASSES fresh observations, then the queue."""
+    run, _, _ = executor()
+    reconciler = InstanceReconciler(run.deps, Memories())
+    passes: list[InstanceFacts] = []
+
+    def always_continue(the_facts: InstanceFacts) -> tuple[a.Action, ...]:
+        passes.append(the_facts)
+        return (a.Continue(),)
+
+    reconciler.plan = always_continue  # type: ignore[method-assign]
+    assert reconciler.reconcile(KEY) == AGAIN
+    assert len(passes) == MAX_PASSES
