@@ -63,6 +63,10 @@ class Apply:
     """Owner references can reach it (same namespace); else a singleton tracks its users in an annotation."""
     adopt: bool = False
     as_user: str | None = None
+    co_owners: tuple[str, ...] = ()
+    """Other owners whose stamp also lets it be written over (an unbind object: the binding's or the instance's)."""
+    field_manager: str | None = None
+    """The server-side apply field manager (a binding's own, on its instance's objects); None: opbroker's."""
 
 
 @dataclass(frozen=True)
@@ -85,9 +89,42 @@ class Delete:
 
 @dataclass(frozen=True)
 class WriteSecret:
-    """Apply a Secret (server-side) with the controller's own identity."""
+    """Apply a Secret (server-side) — never over a Secret of that name ``owner_uid`` did not make."""
 
     manifest: Mapping[str, Any] = field(repr=False)
+    owner_uid: str | None = None
+    as_user: str | None = None
+
+
+@dataclass(frozen=True)
+class DeleteSecret:
+    """Delete a Secret, only if an owner reference says it is ``owner_uid``'s (gone already is fine)."""
+
+    namespace: str
+    name: str
+    owner_uid: str
+    as_user: str | None = None
+
+
+@dataclass(frozen=True)
+class Log:
+    """A line in the controller's log only (no Event: what it says is not for the object's readers)."""
+
+    message: str
+    warning: bool = True
+
+
+@dataclass(frozen=True)
+class Follow:
+    """Remember in memory what a bound binding's credentials were last checked against (sources and digest)."""
+
+    refs: tuple[ResourceRef, ...]
+    digest: str
+
+
+@dataclass(frozen=True)
+class Unfollow:
+    """Drop the remembered sources (they are recorded in the status now)."""
 
 
 @dataclass(frozen=True)
@@ -185,6 +222,10 @@ Action = (
     | Release
     | Delete
     | WriteSecret
+    | DeleteSecret
+    | Log
+    | Follow
+    | Unfollow
     | HoldPlan
     | SaveRegistry
     | DropRegistry

@@ -26,12 +26,13 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from opbroker.api.conventions import FINALIZER, LABEL_PLAN
+from opbroker.api.meta import ResourceRef
 from opbroker.controller import actions as a
 from opbroker.controller import decisions, finalizers, registries, singletons
 from opbroker.controller.kube import Kind, Kube, Refused, ref_of
 from opbroker.controller.ownership import NotOwned, apply_owned, release
 from opbroker.controller.plan_guard import set_plan_finalizer
-from opbroker.controller.reconciler import DONE, Conflict, Key, Outcome, TemporaryError
+from opbroker.controller.reconciler import DONE, Conflict, Key, Outcome, PerKey, TemporaryError
 from opbroker.controller.reconciling import AppliedMemory, Deps
 from opbroker.controller.refusals import Severity
 
@@ -65,11 +66,19 @@ def refusal_of(exc: Exception) -> a.Refusal:
 class Executor:
     """Runs action lists for one kind (``kind``: its API resource; ``key_kind``: its queue key kind)."""
 
-    def __init__(self, deps: Deps, kind: Kind, key_kind: str, memory: AppliedMemory) -> None:
+    def __init__(
+        self,
+        deps: Deps,
+        kind: Kind,
+        key_kind: str,
+        memory: AppliedMemory,
+        followed: PerKey[tuple[tuple[ResourceRef, ...], str]] | None = None,
+    ) -> None:
         self.deps = deps
         self.kind = kind
         self.key_kind = key_kind
         self.memory = memory
+        self.followed = followed
 
     def run(
         self,
@@ -138,8 +147,22 @@ class _Run:
                 release(self._actor(user), ref, owner_uid=uid)
             case a.Delete(ref=ref, as_user=user):
                 self._actor(user).delete(ref)
-            case a.WriteSecret(manifest=manifest):
-                deps.kube.apply_secret(dict(manifest))
+            case a.WriteSecret(manifest=manifest, owner_uid=uid, as_user=user):
+                self._write_secret(dict(manifest), uid, self._actor(user))
+            case a.DeleteSecret(namespace=namespace, name=name, owner_uid=uid, as_user=user):
+                kube = self._actor(user)
+                secret = kube.read_secret(namespace, name)
+                owners = (secret or {}).get("metadata", {}).get("ownerReferences") or []
+                if secret is not None and any(owner.get("uid") == uid for owner in owners):
+                    kube.delete_secret(namespace, name, uid=secret["metadata"].get("uid"))
+            case a.Log(message=message, warning=warning):
+                logger.log(logging.WARNING if warning else logging.INFO, "%s: %s", self.key, message)
+            case a.Follow(refs=refs, digest=digest):
+                if self.x.followed is not None:
+                    self.x.followed.put(self.key, (refs, digest))
+            case a.Unfollow():
+                if self.x.followed is not None:
+                    self.x.followed.forget(self.key)
             case a.HoldPlan(plan=plan):
                 set_plan_finalizer(deps.kube, dict(plan), hold=True)
             case a.SaveRegistry(registry=registry, labels=labels):
@@ -176,6 +199,16 @@ class _Run:
                 raise Conflict(self.key.name) from exc
             raise
 
+    def _write_secret(self, manifest: dict[str, Any], owner_uid: str | None, kube: Kube) -> None:
+        """Apply a Secret, unless one of that name exists and is not ``owner_uid``'s (``NotOwned``)."""
+        meta = manifest["metadata"]
+        if owner_uid is not None:
+            live = kube.read_secret(meta["namespace"], meta["name"], stored=True)
+            if decisions.takeover(live, owner_uids=(owner_uid,), adopt=False) is decisions.Takeover.REFUSE:
+                ref = ResourceRef(api_version="v1", kind="Secret", name=meta["name"], namespace=meta["namespace"])
+                raise NotOwned(ref)
+        kube.apply_secret(manifest)
+
     def _place(self) -> registries.Place:
         """Where the object's registry is kept: the registry namespace, which consumers cannot read."""
         namespace = self.x.deps.settings.registries_namespace
@@ -200,7 +233,8 @@ class _Run:
         manifest = dict(action.manifest)
         uid = action.owner_uid
         if not action.singleton:
-            apply_owned(kube, manifest, owner_uids=(uid,), adopt=action.adopt)
+            manager = {"field_manager": action.field_manager} if action.field_manager else {}
+            apply_owned(kube, manifest, owner_uids=(uid, *action.co_owners), adopt=action.adopt, **manager)
             return
         if kube.create(manifest if action.owned else singletons.tracked(manifest, uid)) is not None:
             return

@@ -214,6 +214,72 @@ def _context_refused(facts: InstanceFacts) -> str | None:
     return decisions.context_namespace_refused(dict(facts.instance.wire), trusted_namespaces=facts.trusted)
 
 
+def write_status(
+    wire: Mapping[str, Any],
+    current: str | None,
+    now: datetime.datetime | None,
+    state: OperationState,
+    reason: Reason,
+    *,
+    description: str = "",
+    error: str | None = None,
+    extra: Mapping[str, Any] | None = None,
+    log: bool = False,
+) -> a.WriteStatus:
+    """Move an object (read as ``wire``, in state ``current``) to ``state``, with the Ready condition; an outcome
+    that changes the state gets its Event. Shared by every kind with an OSB operation (instances, bindings)."""
+    status = decisions.outcome_status(
+        dict(wire), state=state, reason=reason, description=description, error=error, at=now
+    )
+    status.update(extra or {})
+    settled = state in (OperationState.SUCCEEDED, OperationState.FAILED)
+    event = None
+    if settled and current != state.value:
+        message = error or description or state.value
+        event = a.Event(reason.value, message, warning=state == OperationState.FAILED, log=log)
+    return a.WriteStatus(status, settled=settled, event=event)
+
+
+def count_error(
+    wire: Mapping[str, Any], now: datetime.datetime | None, threshold: int, message: str, reason: Reason
+) -> tuple[a.Action, ...]:
+    """One more consecutive error: give up past the threshold (the operation failed), else retry with backoff."""
+    status, gave_up = decisions.error_status(dict(wire), message=message, threshold=threshold, at=now)
+    if gave_up:
+        return (
+            a.WriteStatus(status, guarded=False),
+            a.Event(Reason.GAVE_UP.value, status["error"], warning=True, log=True),
+        )
+    return (a.WriteStatus(status, guarded=False), a.Event(reason.value, message, warning=True), a.Retry(message))
+
+
+def still_in_progress(
+    wire: Mapping[str, Any],
+    current: str | None,
+    now: datetime.datetime | None,
+    limits: Limits,
+    last_operation: str | None,
+    applied: Mapping[str, Any],
+    version: tuple[Any, Any],
+) -> tuple[a.Action, ...]:
+    """The operator has not reported an outcome yet: look again later (keeping the apply's record), or fail the
+    operation once it has run past ``max_operation_seconds`` (writing the record with the failure)."""
+    age = decisions.overdue(dict(wire), max_seconds=limits.max_operation_seconds, at=now)
+    if age is None:
+        wait = decisions.poll_after(
+            dict(wire), poll_seconds=limits.poll_seconds, max_seconds=limits.max_operation_seconds, at=now
+        )
+        return (*((a.Remember(version, applied),) if applied else ()), a.Requeue(wait))
+    error = (
+        f"{last_operation or 'the operation'} timed out: no outcome {age:.0f}s after it was requested (limit "
+        f"{limits.max_operation_seconds:.0f}s); the plan's status template still reports it in progress"
+    )
+    failed = write_status(
+        wire, current, now, OperationState.FAILED, Reason.TIMED_OUT, error=error, extra=applied, log=True
+    )
+    return (a.Forget(), failed)
+
+
 def _transition(
     facts: InstanceFacts,
     state: OperationState,
@@ -224,31 +290,22 @@ def _transition(
     extra: Mapping[str, Any] | None = None,
     log: bool = False,
 ) -> a.WriteStatus:
-    """Move to ``state`` (with the Ready condition); an outcome that changes the state gets its Event."""
     view = facts.instance
-    status = decisions.outcome_status(
-        dict(view.wire), state=state, reason=reason, description=description, error=error, at=facts.now
+    return write_status(
+        view.wire,
+        view.status.state,
+        facts.now,
+        state,
+        reason,
+        description=description,
+        error=error,
+        extra=extra,
+        log=log,
     )
-    status.update(extra or {})
-    settled = state in (OperationState.SUCCEEDED, OperationState.FAILED)
-    event = None
-    if settled and view.status.state != state.value:
-        message = error or description or state.value
-        event = a.Event(reason.value, message, warning=state == OperationState.FAILED, log=log)
-    return a.WriteStatus(status, settled=settled, event=event)
 
 
 def _count_error(facts: InstanceFacts, message: str, reason: Reason) -> tuple[a.Action, ...]:
-    """One more consecutive error: give up past the threshold (the operation failed), else retry with backoff."""
-    status, gave_up = decisions.error_status(
-        dict(facts.instance.wire), message=message, threshold=facts.limits.error_threshold, at=facts.now
-    )
-    if gave_up:
-        return (
-            a.WriteStatus(status, guarded=False),
-            a.Event(Reason.GAVE_UP.value, status["error"], warning=True, log=True),
-        )
-    return (a.WriteStatus(status, guarded=False), a.Event(reason.value, message, warning=True), a.Retry(message))
+    return count_error(facts.instance.wire, facts.now, facts.limits.error_threshold, message, reason)
 
 
 def _plan_problem(facts: InstanceFacts) -> a.WriteStatus:
@@ -331,21 +388,11 @@ def _evaluate(facts: InstanceFacts, *, applied: Mapping[str, Any] | None) -> tup
     track = a.Track((*report.source_refs, *view.status.resources))
     section = report.section
     if section is None or section.state == OperationState.IN_PROGRESS.value:
-        wire, limits = dict(view.wire), facts.limits
-        age = decisions.overdue(wire, max_seconds=limits.max_operation_seconds, at=facts.now)
-        if age is None:
-            wait = decisions.poll_after(
-                wire, poll_seconds=limits.poll_seconds, max_seconds=limits.max_operation_seconds, at=facts.now
-            )
-            remember = (a.Remember((view.meta.generation, entry.hash), applied),) if applied else ()
-            return (track, *remember, a.Requeue(wait))
-        operation = view.status.last_operation_type or "the operation"
-        error = (
-            f"{operation} timed out: no outcome {age:.0f}s after it was requested (limit "
-            f"{limits.max_operation_seconds:.0f}s); the plan's status template still reports it in progress"
+        version = (view.meta.generation, entry.hash)
+        waiting = still_in_progress(
+            view.wire, view.status.state, facts.now, facts.limits, view.status.last_operation_type, applied, version
         )
-        timed_out = _transition(facts, OperationState.FAILED, Reason.TIMED_OUT, error=error, extra=applied, log=True)
-        return (track, a.Forget(), timed_out)
+        return (track, *waiting)
     reported = {
         "dashboardUrl": decisions.dashboard_url(section.dashboard_url, dict(report.registry)),
         "instanceUsable": section.instance_usable,

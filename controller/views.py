@@ -224,7 +224,12 @@ class BindingView:
     binding_id: str
     instance_ref: str
     """The instance it binds (``spec.instanceId``: the instance's OSB id or name)."""
+    plan_id: str
     status: OperationView
+    responded: bool
+    """A bind response is recorded (``status.response``): the binding was bound once."""
+    sources: tuple[ResourceRef, ...] | None
+    """What its credentials were last rendered from (``status.sources``; None: not recorded)."""
     sources_digest: str | None
     wire: Mapping[str, Any] = field(repr=False, compare=False)
 
@@ -237,7 +242,10 @@ class BindingView:
             meta=meta,
             binding_id=_text(spec.get("id")) or meta.name,
             instance_ref=_text(spec.get("instanceId")) or "",
+            plan_id=_text(spec.get("planId")) or "",
             status=OperationView.of(status),
+            responded=bool(status.get("response")),
+            sources=_refs(status.get("sources")) if isinstance(status.get("sources"), list) else None,
             sources_digest=_text(status.get("sourcesDigest")),
             wire=body,
         )
