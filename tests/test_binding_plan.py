@@ -28,11 +28,14 @@ from opbroker.controller.binding_plan import (
 )
 from opbroker.controller.catalog import PlanEntry
 from opbroker.controller.decisions import Letting
+from opbroker.controller.executor import Executor
 from opbroker.controller.instance_plan import Piece, Teardown
-from opbroker.controller.reconciler import Key
+from opbroker.controller.kube import BINDINGS
+from opbroker.controller.reconciler import DONE, Key, PerKey
+from opbroker.controller.reconciling import AppliedMemory
 from opbroker.controller.views import BindingView, InstanceView
 from opbroker.rendering.status import SectionStatus
-from tests.test_instance_plan import CM, ENTRY, LIMITS, NOW, NS, RETRY, ago, failed, summary
+from tests.test_instance_plan import CM, ENTRY, KEY, LIMITS, NOW, NS, RETRY, ago, executor, failed, summary
 from tests.test_instance_plan import body as instance_body
 
 USER = ResourceRef(api_version="v1", kind="ConfigMap", name="b-user", namespace=NS)
@@ -215,3 +218,34 @@ def test_a_refused_refresh_only_logs_and_a_refused_bind_fails() -> None:
     assert summary(refused(bound, refusal)) == [("Log",)]
     pending = facts(binding(state="in progress"), pending=PENDING, report=REPORTED)
     assert summary(refused(pending, refusal)) == failed("ObjectNotOwned")
+
+
+def test_executor_writes_credentials_only_over_a_secret_of_the_bindings_own() -> None:
+    run, kube, created = executor()
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "b-credentials", "namespace": NS}}
+    kube.apply_secret({**secret, "data": {"x": "eQ=="}})  # someone else's Secret of that name
+    kube.calls.clear()
+    seen: list[a.Refusal] = []
+    outcome = run.run(KEY, created, [a.WriteSecret(secret, owner_uid="b-1")], lambda r: seen.append(r) or ())
+    assert outcome == DONE and [r.why for r in seen] == [a.Refused.NOT_OWNED] and kube.calls == []
+
+
+def test_executor_deletes_a_secret_only_if_it_is_the_owners() -> None:
+    run, kube, created = executor()
+    owned = {"name": "mine", "namespace": NS, "ownerReferences": [{"uid": "b-1", "kind": "SFServiceBinding"}]}
+    kube.apply_secret({"apiVersion": "v1", "kind": "Secret", "metadata": owned})
+    kube.apply_secret({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "theirs", "namespace": NS}})
+    kube.calls.clear()
+    run.run(KEY, created, [a.DeleteSecret(NS, "theirs", "b-1"), a.DeleteSecret(NS, "mine", "b-1")])
+    assert [(c.verb, c.name) for c in kube.calls] == [("delete_secret", "mine")]
+    assert kube.read_secret(NS, "theirs") is not None
+
+
+def test_executor_keeps_what_a_binding_follows_in_memory() -> None:
+    base, kube, created = executor()
+    followed: PerKey[tuple[tuple[ResourceRef, ...], str]] = PerKey()
+    run = Executor(base.deps, BINDINGS, "binding", AppliedMemory(), followed)
+    run.run(KEY, created, [a.Follow((CM,), "d"), a.Log("noted", warning=False)])
+    assert followed.get(KEY) == ((CM,), "d") and kube.calls == []
+    run.run(KEY, created, [a.Unfollow()])
+    assert followed.get(KEY) is None
