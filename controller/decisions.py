@@ -209,23 +209,32 @@ def overdue(obj: dict[str, Any], *, max_seconds: float, at: datetime.datetime | 
     return age
 
 
-def poll_after(obj: dict[str, Any], *, poll_seconds: float, max_seconds: float) -> float:
+def poll_after(
+    obj: dict[str, Any], *, poll_seconds: float, max_seconds: float, at: datetime.datetime | None = None
+) -> float:
     """When to look at an in-progress operation again: the poll interval, or sooner when its deadline
     comes first (so a timed-out operation fails on time, not up to a poll later)."""
-    age = operation_age(obj)
+    age = operation_age(obj, at=at)
     if max_seconds <= 0 or age is None:
         return poll_seconds
     return max(0.5, min(poll_seconds, max_seconds - age + 0.5))
 
 
-def now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def now(at: datetime.datetime | None = None) -> str:
+    return (at or datetime.datetime.now(datetime.UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def ready_condition(
-    previous: list[dict[str, Any]] | None, *, ready: bool, reason: Reason, message: str, generation: int | None
+    previous: list[dict[str, Any]] | None,
+    *,
+    ready: bool,
+    reason: Reason,
+    message: str,
+    generation: int | None,
+    at: datetime.datetime | None = None,
 ) -> list[dict[str, Any]]:
-    """The conditions list with Ready set; the transition time only moves when the status flips."""
+    """The conditions list with Ready set; the transition time (``at``, default now) only moves when the
+    status flips."""
     conditions = [c for c in (previous or []) if c.get("type") != "Ready"]
     old = next((c for c in (previous or []) if c.get("type") == "Ready"), None)
     status = "True" if ready else "False"
@@ -236,7 +245,7 @@ def ready_condition(
             "status": status,
             "reason": reason.value,
             "message": message[:1024],
-            "lastTransitionTime": now() if changed else old.get("lastTransitionTime") if old else now(),
+            "lastTransitionTime": now(at) if changed else old.get("lastTransitionTime") if old else now(at),
             "observedGeneration": generation,
         }
     )
@@ -250,8 +259,9 @@ def outcome_status(
     reason: Reason,
     description: str = "",
     error: str | None = None,
+    at: datetime.datetime | None = None,
 ) -> dict[str, Any]:
-    """A status patch announcing ``state``, with the Ready condition to match."""
+    """A status patch announcing ``state``, with the Ready condition to match (changed ``at``, default now)."""
     ready = state == OperationState.SUCCEEDED
     message = error or description or state.value
     return {
@@ -264,11 +274,14 @@ def outcome_status(
             reason=reason,
             message=message,
             generation=_meta(obj).get("generation"),
+            at=at,
         ),
     }
 
 
-def error_status(obj: dict[str, Any], *, message: str, threshold: int) -> tuple[dict[str, Any], bool]:
+def error_status(
+    obj: dict[str, Any], *, message: str, threshold: int, at: datetime.datetime | None = None
+) -> tuple[dict[str, Any], bool]:
     """Count one more consecutive error; past ``threshold`` the operation is failed for good.
 
     Returns the status patch and whether the controller gave up (no more retries until a new request).
@@ -280,6 +293,7 @@ def error_status(obj: dict[str, Any], *, message: str, threshold: int) -> tuple[
             state=OperationState.FAILED,
             reason=Reason.GAVE_UP,
             error=f"gave up after {count} consecutive errors: {message}",
+            at=at,
         )
         patch["errorCount"] = count
         patch["observedGeneration"] = _meta(obj).get("generation")

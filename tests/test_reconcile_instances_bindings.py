@@ -32,6 +32,7 @@ from opbroker.controller.reconciler.runtime import CONFLICT_RETRY_SECONDS
 from opbroker.controller.reconciling import Deps, OwnWrites
 from opbroker.controller.settings import ControllerSettings
 from opbroker.controller.sources import SourceIndex
+from opbroker.controller.views import BindingView, InstanceView
 from opbroker.rendering import Renderer
 from tests.fake_kube import FakeKube
 
@@ -202,8 +203,8 @@ def test_instance_plan(
     pending: dict[str, Any] | None,
     expected: tuple[Step, ...],
 ) -> None:
-    facts = InstanceFacts(Key("instance", NS, "x"), instance, entry, bindings, pending)
-    assert tuple(InstanceReconciler.plan(facts)) == expected
+    facts = InstanceFacts(Key("instance", NS, "x"), InstanceView.of(instance), entry, bindings, pending)
+    assert tuple(InstanceReconciler.steps(facts)) == expected
 
 
 SUCCEEDED = body(state="succeeded", observed=1)
@@ -248,8 +249,9 @@ def test_binding_plan(
     pending: dict[str, Any] | None,
     expected: tuple[Step, ...],
 ) -> None:
-    facts = BindingFacts(Key("binding", NS, "x"), binding, instance, entry, pending)
-    assert tuple(BindingReconciler.plan(facts)) == expected
+    view = InstanceView.of(instance) if instance is not None else None
+    facts = BindingFacts(Key("binding", NS, "x"), BindingView.of(binding), view, entry, pending)
+    assert tuple(BindingReconciler.steps(facts)) == expected
 
 
 # -- whole reconciles against the fake ---------------------------------------------------------------------

@@ -1,0 +1,239 @@
+"""The one action vocabulary: what a kind's pure ``plan`` returns and :mod:`.executor` performs.
+
+Each action is an immutable value that says what to write, never whether: every decision (succeeded, failed,
+still in progress, give up, which objects to release, when to look again) is taken by the plan that builds the
+list. The executor runs the list in order and owns the how — the Kubernetes door, guarded writes, conflicts,
+refusal masking, ownership rules — and stops at the first action the cluster refuses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from opbroker.api.meta import ResourceRef
+
+
+@dataclass(frozen=True)
+class EnsureFinalizer:
+    """Add (``present``) or remove opbroker's finalizer, guarded by the resourceVersion last seen."""
+
+    present: bool = True
+
+
+@dataclass(frozen=True)
+class Event:
+    """A Kubernetes Event on the reconciled object (and, with ``log``, a warning line in the log)."""
+
+    reason: str
+    message: str
+    warning: bool = False
+    log: bool = False
+
+
+@dataclass(frozen=True)
+class WriteStatus:
+    """Merge ``patch`` into the status (conditions included, computed by the plan).
+
+    ``guarded``: carries the resourceVersion last seen, so a concurrent change fails it with a conflict.
+    ``settled``: the operation is over, so the objects its status template read stop enqueueing the object.
+    """
+
+    patch: Mapping[str, Any] = field(repr=False)
+    guarded: bool = True
+    settled: bool = False
+    event: Event | None = None
+    """Emitted after the write (an outcome's Event)."""
+
+
+@dataclass(frozen=True)
+class Apply:
+    """Apply one rendered object under the ownership rules (:mod:`.ownership`, :mod:`.singletons`).
+
+    ``as_user``: the identity the write is made as (a plan's ServiceAccount), None for the controller's own.
+    """
+
+    manifest: Mapping[str, Any] = field(repr=False)
+    owner_uid: str
+    owner_reference: Mapping[str, Any] = field(repr=False)
+    singleton: bool = False
+    owned: bool = True
+    """Owner references can reach it (same namespace); else a singleton tracks its users in an annotation."""
+    adopt: bool = False
+    as_user: str | None = None
+    co_owners: tuple[str, ...] = ()
+    """Other owners whose stamp also lets it be written over (an unbind object: the binding's or the instance's)."""
+    field_manager: str | None = None
+    """The server-side apply field manager (a binding's own, on its instance's objects); None: opbroker's."""
+
+
+@dataclass(frozen=True)
+class Release:
+    """Let go of a recorded object: delete it when it is ours alone, drop our share when shared, leave it
+    alone when it is not ours (:func:`.ownership.release`)."""
+
+    ref: ResourceRef
+    owner_uid: str
+    as_user: str | None = None
+
+
+@dataclass(frozen=True)
+class Delete:
+    """Delete an object by reference (gone already is fine)."""
+
+    ref: ResourceRef
+    as_user: str | None = None
+
+
+@dataclass(frozen=True)
+class WriteSecret:
+    """Apply a Secret (server-side) — never over a Secret of that name ``owner_uid`` did not make."""
+
+    manifest: Mapping[str, Any] = field(repr=False)
+    owner_uid: str | None = None
+    as_user: str | None = None
+
+
+@dataclass(frozen=True)
+class DeleteSecret:
+    """Delete a Secret, only if an owner reference says it is ``owner_uid``'s (gone already is fine)."""
+
+    namespace: str
+    name: str
+    owner_uid: str
+    as_user: str | None = None
+
+
+@dataclass(frozen=True)
+class Log:
+    """A line in the controller's log only (no Event: what it says is not for the object's readers)."""
+
+    message: str
+    warning: bool = True
+
+
+@dataclass(frozen=True)
+class Follow:
+    """Remember in memory what a bound binding's credentials were last checked against (sources and digest)."""
+
+    refs: tuple[ResourceRef, ...]
+    digest: str
+
+
+@dataclass(frozen=True)
+class Unfollow:
+    """Drop the remembered sources (they are recorded in the status now)."""
+
+
+@dataclass(frozen=True)
+class HoldPlan:
+    """Put the finalizer on the SFPlan an instance is about to use (:mod:`.plan_guard`)."""
+
+    plan: Mapping[str, Any] = field(repr=False)
+
+
+@dataclass(frozen=True)
+class SaveRegistry:
+    """Persist the object's registry (values generated at render time) where consumers cannot read it (the
+    registry namespace: where is the executor's rule, :func:`.registries.place`)."""
+
+    registry: Mapping[str, Any] = field(repr=False)
+    labels: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class DropRegistry:
+    """Delete the object's registry (teardown)."""
+
+
+@dataclass(frozen=True)
+class Track:
+    """Watch ``refs``: a change of any of them enqueues the object again (its status template reads them)."""
+
+    refs: tuple[ResourceRef, ...]
+
+
+@dataclass(frozen=True)
+class Remember:
+    """Keep the record of an apply in memory until the operation's outcome writes it (``AppliedMemory``)."""
+
+    version: tuple[Any, Any]
+    record: Mapping[str, Any] = field(repr=False)
+
+
+@dataclass(frozen=True)
+class Forget:
+    """Drop the remembered apply."""
+
+
+@dataclass(frozen=True)
+class ForgetObject:
+    """The object is released: drop what the controller tracks for it (its watched sources)."""
+
+
+@dataclass(frozen=True)
+class Requeue:
+    """Look at the object again after ``seconds`` (the reconcile ends)."""
+
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Continue:
+    """Observe again at once, within this reconcile: what was just written changes what is due (a finalizer
+    added, an apply recorded). Bounded by the reconciler (:data:`.executor.MAX_PASSES`)."""
+
+
+@dataclass(frozen=True)
+class Retry:
+    """End the reconcile with a temporary error (the queue backs off); written actions before it stand."""
+
+    message: str
+
+
+class Refused(StrEnum):
+    """Why the executor stopped an action list."""
+
+    OBJECT = "object"
+    """The API server refused a rendered object (its explanation masked: ``refusals``)."""
+    NOT_OWNED = "not-owned"
+    """A rendered object exists and is someone else's."""
+    SINGLETON_FULL = "singleton-full"
+    """A shared singleton lists as many users as it may."""
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """What the executor hands a kind's pure ``refused`` plan when it stopped: why, and what to say."""
+
+    why: Refused
+    message: str
+    permanent: bool = True
+    """False: the refusal can be fixed outside the request (a quota, a missing namespace): count and retry."""
+
+
+Action = (
+    EnsureFinalizer
+    | WriteStatus
+    | Event
+    | Apply
+    | Release
+    | Delete
+    | WriteSecret
+    | DeleteSecret
+    | Log
+    | Follow
+    | Unfollow
+    | HoldPlan
+    | SaveRegistry
+    | DropRegistry
+    | Track
+    | Remember
+    | Forget
+    | ForgetObject
+    | Requeue
+    | Continue
+    | Retry
+)

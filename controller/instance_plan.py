@@ -1,0 +1,457 @@
+"""The pure half of reconciling an SFServiceInstance: its facts, and the plan that turns them into actions.
+
+Every decision about an instance lives here and nowhere else — apply or wait, succeeded / failed / in progress,
+overdue, give up, which objects to release, when to look again — as functions of :class:`InstanceFacts` that
+return actions of the one vocabulary (:mod:`.actions`). No I/O and no Kubernetes client (the import contract
+checks it); the moment of the read comes in the facts (``now``), so ages, deadlines and transition times are
+fixed by them: ``tests/test_instance_plan.py`` tables the plan without a cluster, on a fixed clock. The reconciler that
+observes the facts and runs the actions is :mod:`.instances`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from opbroker.api.conventions import LABEL_INSTANCE, LABEL_PLAN
+from opbroker.api.meta import ResourceRef
+from opbroker.api.osb import OperationState
+from opbroker.controller import actions as a
+from opbroker.controller import decisions
+from opbroker.controller.catalog import PlanEntry
+from opbroker.controller.decisions import Letting, Step
+from opbroker.controller.objects import (
+    minus_refs,
+    owner_reference,
+    ref_dicts,
+    ref_key,
+    same_namespace,
+    stamp,
+    union_refs,
+)
+from opbroker.controller.reasons import Reason
+from opbroker.controller.reconciler.keys import Key
+from opbroker.controller.views import InstanceView
+from opbroker.rendering.status import SectionStatus
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The settings a plan decides with (defaults: ``ControllerSettings``')."""
+
+    poll_seconds: float = 10.0
+    """How long to wait before reading an operation in progress (or a teardown) again."""
+    max_operation_seconds: float = 7200.0
+    """An operation still in progress after this long fails (0: no limit)."""
+    error_threshold: int = 8
+    """Consecutive errors (a template that fails to render, a fixable refusal) before the operation fails."""
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One rendered object to apply, with what observe learnt of its kind (namespaced or not)."""
+
+    manifest: Mapping[str, Any] = dataclasses.field(repr=False)
+    singleton: bool = False
+    adopt: bool = False
+    namespaced: bool = True
+
+    @property
+    def ref(self) -> ResourceRef:
+        meta = self.manifest.get("metadata") or {}
+        return ResourceRef(
+            api_version=self.manifest["apiVersion"],
+            kind=self.manifest["kind"],
+            name=meta["name"],
+            namespace=meta.get("namespace"),
+        )
+
+
+@dataclass(frozen=True)
+class Rendering:
+    """The ``provision`` template's output for this generation: what an apply writes."""
+
+    pieces: tuple[Piece, ...]
+    registry: Mapping[str, Any] = dataclasses.field(repr=False)
+    registry_changed: bool = False
+    sources: Mapping[str, ResourceRef] = dataclasses.field(default_factory=dict)
+    """The objects the ``sources`` template named for this render (the evaluation that follows reads them)."""
+
+
+@dataclass(frozen=True)
+class Report:
+    """What the plan's status template says of the operation (``section``: provision or deprovision; None when
+    it renders none), and what it read."""
+
+    has_template: bool
+    section: SectionStatus | None = None
+    registry: Mapping[str, Any] = dataclasses.field(default_factory=dict, repr=False)
+    source_refs: tuple[ResourceRef, ...] = ()
+
+
+@dataclass(frozen=True)
+class Teardown:
+    """What a teardown decides on: whether the namespace is going, and how each recorded object may be let go."""
+
+    terminating: bool
+    letting: tuple[tuple[ResourceRef, Letting], ...] = ()
+
+    def of(self, ref: ResourceRef) -> Letting:
+        wanted = ref_key(ref)
+        return next((how for r, how in self.letting if ref_key(r) == wanted), Letting.GONE)
+
+
+@dataclass(frozen=True)
+class InstanceFacts:
+    """What one pass of a reconcile decides on, read once."""
+
+    key: Key
+    instance: InstanceView
+    entry: PlanEntry | None
+    live_bindings: int
+    """Bindings still referring to the instance (counted only while it is being deleted)."""
+    pending: Mapping[str, Any] | None
+    """The record of an apply of this generation and plan version whose outcome is still awaited."""
+    trusted: tuple[str, ...] = ()
+    """The control plane's namespaces (where the broker records instances whose context it checked)."""
+    limits: Limits = Limits()
+    now: datetime.datetime | None = None
+    """The moment of the read (None: the plan's clock); ages and transition times are measured from it."""
+    actor: str | None = None
+    """The identity the plan's objects are written as (its ServiceAccount; None: the controller's own)."""
+    rendering: Rendering | None = None
+    report: Report | None = None
+    teardown: Teardown | None = None
+    render_error: str | None = None
+    """A template of the plan failed to render (apply, evaluation or teardown): why."""
+    refusal: a.Refusal | None = None
+    """The cluster refused a read the render needed (a source the plan's account may not read)."""
+
+
+# -- the pure plan ------------------------------------------------------------------------------------------
+
+
+def steps(facts: InstanceFacts) -> tuple[Step, ...]:
+    """What the instance needs next (the first half of the plan, and what observe gathers facts for)."""
+    view, entry = facts.instance, facts.entry
+    step = decisions.next_instance_step(
+        dict(view.wire),
+        plan_hash=entry.hash if entry else None,
+        auto_update=bool(entry and entry.model and entry.model.spec.auto_update_instances),
+        live_bindings=facts.live_bindings,
+    )
+    if step == Step.NOTHING:
+        return ()
+    if step in (Step.ADD_FINALIZER, Step.BLOCKED, Step.TEARDOWN):
+        return (step,)
+    if entry is None or entry.model is None:
+        return (Step.REPORT_PLAN_PROBLEM,)
+    if step == Step.APPLY and decisions.refuses_new_instance(dict(view.wire), entry.body):
+        return (Step.REFUSE_WITHDRAWN,)
+    if step == Step.APPLY and _context_refused(facts):
+        return (Step.REFUSE_CONTEXT_NAMESPACE,)
+    if step == Step.APPLY and facts.pending is not None and view.status.in_progress:
+        return (Step.AWAIT_OUTCOME,)  # applied already; its outcome is pending
+    if step == Step.APPLY and not decisions.has_finalizer(entry.body) and not decisions.is_deleting(entry.body):
+        return (Step.HOLD_PLAN, Step.APPLY)  # the plan cannot be deleted while this instance uses it
+    return (step,)
+
+
+def plan(facts: InstanceFacts) -> tuple[a.Action, ...]:
+    """Every decision of a pass: the actions the facts call for."""
+    out: list[a.Action] = []
+    for step in steps(facts):
+        out.extend(_expand(step, facts))
+    return tuple(out)
+
+
+def _expand(step: Step, facts: InstanceFacts) -> Sequence[a.Action]:
+    entry = facts.entry
+    if step == Step.ADD_FINALIZER:
+        return (a.EnsureFinalizer(), a.Continue())
+    if step == Step.BLOCKED:
+        error = f"cannot deprovision: {facts.live_bindings} binding(s) still exist; unbind them first"
+        return (_transition(facts, OperationState.FAILED, Reason.BINDINGS_EXIST, error=error),)
+    if step == Step.TEARDOWN:
+        return _teardown(facts)
+    if step == Step.REPORT_PLAN_PROBLEM:
+        return (_plan_problem(facts),)
+    assert entry is not None
+    if step == Step.HOLD_PLAN:
+        return (a.HoldPlan(entry.body),)
+    if step == Step.REFUSE_WITHDRAWN:
+        error = f"plan {entry.body['metadata']['name']!r} is being deleted: it takes no new instances"
+        return (_transition(facts, OperationState.FAILED, Reason.PLAN_WITHDRAWN, error=error),)
+    if step == Step.REFUSE_CONTEXT_NAMESPACE:
+        why = _context_refused(facts) or ""
+        return (_transition(facts, OperationState.FAILED, Reason.CONTEXT_NAMESPACE_REFUSED, error=why),)
+    if facts.render_error is not None:
+        return _count_error(facts, facts.render_error, Reason.RENDER_FAILED)
+    if facts.refusal is not None:
+        return refused(facts, facts.refusal)
+    if step == Step.APPLY:
+        return _apply(facts)
+    return _evaluate(facts, applied=facts.pending if step == Step.AWAIT_OUTCOME else {})
+
+
+def refused(facts: InstanceFacts, refusal: a.Refusal) -> tuple[a.Action, ...]:
+    """What to write when the cluster refused an object of the apply (the executor stopped there)."""
+    if refusal.why is a.Refused.OBJECT and not refusal.permanent:  # fixable outside the request: count, retry
+        return _count_error(facts, refusal.message, Reason.APPLY_FAILED)
+    reason = {
+        a.Refused.OBJECT: Reason.APPLY_REFUSED,
+        a.Refused.NOT_OWNED: Reason.OBJECT_NOT_OWNED,
+        a.Refused.SINGLETON_FULL: Reason.SINGLETON_FULL,
+    }[refusal.why]
+    log = refusal.why is a.Refused.OBJECT
+    return (_transition(facts, OperationState.FAILED, reason, error=refusal.message, log=log),)
+
+
+def _context_refused(facts: InstanceFacts) -> str | None:
+    return decisions.context_namespace_refused(dict(facts.instance.wire), trusted_namespaces=facts.trusted)
+
+
+def write_status(
+    wire: Mapping[str, Any],
+    current: str | None,
+    now: datetime.datetime | None,
+    state: OperationState,
+    reason: Reason,
+    *,
+    description: str = "",
+    error: str | None = None,
+    extra: Mapping[str, Any] | None = None,
+    log: bool = False,
+) -> a.WriteStatus:
+    """Move an object (read as ``wire``, in state ``current``) to ``state``, with the Ready condition; an outcome
+    that changes the state gets its Event. Shared by every kind with an OSB operation (instances, bindings)."""
+    status = decisions.outcome_status(
+        dict(wire), state=state, reason=reason, description=description, error=error, at=now
+    )
+    status.update(extra or {})
+    settled = state in (OperationState.SUCCEEDED, OperationState.FAILED)
+    event = None
+    if settled and current != state.value:
+        message = error or description or state.value
+        event = a.Event(reason.value, message, warning=state == OperationState.FAILED, log=log)
+    return a.WriteStatus(status, settled=settled, event=event)
+
+
+def count_error(
+    wire: Mapping[str, Any], now: datetime.datetime | None, threshold: int, message: str, reason: Reason
+) -> tuple[a.Action, ...]:
+    """One more consecutive error: give up past the threshold (the operation failed), else retry with backoff."""
+    status, gave_up = decisions.error_status(dict(wire), message=message, threshold=threshold, at=now)
+    if gave_up:
+        return (
+            a.WriteStatus(status, guarded=False),
+            a.Event(Reason.GAVE_UP.value, status["error"], warning=True, log=True),
+        )
+    return (a.WriteStatus(status, guarded=False), a.Event(reason.value, message, warning=True), a.Retry(message))
+
+
+def still_in_progress(
+    wire: Mapping[str, Any],
+    current: str | None,
+    now: datetime.datetime | None,
+    limits: Limits,
+    last_operation: str | None,
+    applied: Mapping[str, Any],
+    version: tuple[Any, Any],
+) -> tuple[a.Action, ...]:
+    """The operator has not reported an outcome yet: look again later (keeping the apply's record), or fail the
+    operation once it has run past ``max_operation_seconds`` (writing the record with the failure)."""
+    age = decisions.overdue(dict(wire), max_seconds=limits.max_operation_seconds, at=now)
+    if age is None:
+        wait = decisions.poll_after(
+            dict(wire), poll_seconds=limits.poll_seconds, max_seconds=limits.max_operation_seconds, at=now
+        )
+        return (*((a.Remember(version, applied),) if applied else ()), a.Requeue(wait))
+    error = (
+        f"{last_operation or 'the operation'} timed out: no outcome {age:.0f}s after it was requested (limit "
+        f"{limits.max_operation_seconds:.0f}s); the plan's status template still reports it in progress"
+    )
+    failed = write_status(
+        wire, current, now, OperationState.FAILED, Reason.TIMED_OUT, error=error, extra=applied, log=True
+    )
+    return (a.Forget(), failed)
+
+
+def _transition(
+    facts: InstanceFacts,
+    state: OperationState,
+    reason: Reason,
+    *,
+    description: str = "",
+    error: str | None = None,
+    extra: Mapping[str, Any] | None = None,
+    log: bool = False,
+) -> a.WriteStatus:
+    view = facts.instance
+    return write_status(
+        view.wire,
+        view.status.state,
+        facts.now,
+        state,
+        reason,
+        description=description,
+        error=error,
+        extra=extra,
+        log=log,
+    )
+
+
+def _count_error(facts: InstanceFacts, message: str, reason: Reason) -> tuple[a.Action, ...]:
+    return count_error(facts.instance.wire, facts.now, facts.limits.error_threshold, message, reason)
+
+
+def _plan_problem(facts: InstanceFacts) -> a.WriteStatus:
+    entry, plan_id = facts.entry, facts.instance.plan_id
+    if entry is None:
+        reason, error = Reason.PLAN_NOT_FOUND, f"plan {plan_id!r} is not in the catalog"
+    elif entry.duplicates:
+        reason, error = Reason.DUPLICATE_ID, f"plan {plan_id!r} is not served: {entry.problem}"
+    else:
+        reason, error = Reason.PLAN_INVALID, f"plan {plan_id!r} is invalid: {entry.problem}"
+    return _transition(facts, OperationState.FAILED, reason, error=error)  # the plan's fix enqueues it again
+
+
+def _apply(facts: InstanceFacts) -> tuple[a.Action, ...]:
+    """Record, then apply ``provision``'s objects, release what it no longer renders, and continue: the next
+    pass reads the outcome. Moving to ``in progress`` and recording the resources is one status write; the
+    apply's own record rides along with the final state (kept meanwhile by ``Remember``)."""
+    view, entry, rendering = facts.instance, facts.entry, facts.rendering
+    assert entry is not None and rendering is not None
+    meta = view.meta
+    new_refs = [piece.ref for piece in rendering.pieces]
+    old_refs = list(view.status.resources)
+    labels = {LABEL_INSTANCE: meta.name, LABEL_PLAN: entry.body["metadata"]["name"]}
+    wire = dict(view.wire)
+    out: list[a.Action] = [
+        _transition(  # record first, apply second: a crash in between leaves nothing unrecorded
+            facts,
+            OperationState.IN_PROGRESS,
+            Reason.IN_PROGRESS,
+            description="applying",
+            extra={
+                "resources": ref_dicts(union_refs(old_refs, new_refs)),
+                **decisions.started_operation(wire, at=facts.now),
+            },
+        )
+    ]
+    if rendering.registry_changed:
+        out.append(a.SaveRegistry(rendering.registry, labels))
+    for piece in rendering.pieces:
+        owned = piece.namespaced and same_namespace(dict(piece.manifest), wire)
+        manifest = stamp(dict(piece.manifest), owner=wire, labels=labels, owned=owned, shared=piece.singleton)
+        out.append(
+            a.Apply(
+                manifest,
+                owner_uid=meta.uid,
+                owner_reference=owner_reference(wire),
+                singleton=piece.singleton,
+                owned=owned,
+                adopt=piece.adopt,
+                as_user=facts.actor,
+            )
+        )
+    out.extend(a.Release(gone, meta.uid, facts.actor) for gone in minus_refs(old_refs, new_refs))
+    record = {
+        "resources": ref_dicts(new_refs),
+        "appliedSpec": wire.get("spec"),
+        "appliedPlanHash": entry.hash,
+        "observedGeneration": meta.generation,
+        "errorCount": 0,
+    }
+    out += [a.Remember((meta.generation, entry.hash), record), a.Continue()]
+    return tuple(out)
+
+
+def _evaluate(facts: InstanceFacts, *, applied: Mapping[str, Any] | None) -> tuple[a.Action, ...]:
+    """Read the operation's outcome from the status template's ``provision`` section.
+
+    ``applied``: the record of the apply whose outcome this is (empty: recorded already)."""
+    view, report, entry = facts.instance, facts.report, facts.entry
+    assert report is not None and entry is not None
+    applied = dict(applied or {})
+    if not report.has_template:
+        dashboard = decisions.dashboard_url(None, dict(report.registry))
+        extra = {**applied, **({"dashboardUrl": dashboard} if dashboard else {})}
+        description = "resources applied (the plan has no status template)"
+        return (
+            a.Forget(),
+            _transition(facts, OperationState.SUCCEEDED, Reason.PROVISIONED, description=description, extra=extra),
+        )
+    track = a.Track((*report.source_refs, *view.status.resources))
+    section = report.section
+    if section is None or section.state == OperationState.IN_PROGRESS.value:
+        version = (view.meta.generation, entry.hash)
+        waiting = still_in_progress(
+            view.wire, view.status.state, facts.now, facts.limits, view.status.last_operation_type, applied, version
+        )
+        return (track, *waiting)
+    reported = {
+        "dashboardUrl": decisions.dashboard_url(section.dashboard_url, dict(report.registry)),
+        "instanceUsable": section.instance_usable,
+        "updateRepeatable": section.update_repeatable,
+    }
+    extra = {**applied, **{k: v for k, v in reported.items() if v is not None}}
+    description = section.description or ""
+    if section.state == OperationState.SUCCEEDED.value:
+        outcome = _transition(facts, OperationState.SUCCEEDED, Reason.PROVISIONED, description=description, extra=extra)
+    else:
+        error = section.error or section.description or "the operator reported a failure"
+        outcome = _transition(
+            facts, OperationState.FAILED, Reason.FAILED, description=description, error=error, extra=extra
+        )
+    return (track, a.Forget(), outcome)
+
+
+def _teardown(facts: InstanceFacts) -> tuple[a.Action, ...]:
+    """Deprovision: release every recorded object, wait for the ones deleted and for the status template's
+    ``deprovision`` verdict, then drop the registry and the finalizer."""
+    view, gathered = facts.instance, facts.teardown
+    assert gathered is not None
+    meta = view.meta
+    out: list[a.Action] = [a.Forget()]
+    if not view.status.in_progress:
+        out.append(_transition(facts, OperationState.IN_PROGRESS, Reason.DEPROVISIONING, description="deprovisioning"))
+    scope = decisions.teardown_scope(
+        list(view.status.resources), namespace=meta.namespace, namespace_terminating=gathered.terminating
+    )
+    done = True
+    for ref in scope.release:
+        letting = gathered.of(ref)
+        if letting is not Letting.GONE:
+            out.append(a.Release(ref, meta.uid, facts.actor))
+            done = done and letting not in (Letting.DELETE, Letting.WAIT)
+    report = facts.report
+    if scope.run_templates and report is not None and report.has_template:
+        out.append(a.Track((*report.source_refs, *view.status.resources)))
+        section = report.section
+        if facts.render_error is not None:
+            if not done:
+                return (*out, *_count_error(facts, facts.render_error, Reason.RENDER_FAILED))
+            # Everything recorded is gone, and the status template cannot speak for it (most often it reads the
+            # very objects that just went). Keeping the finalizer would hang the DELETE for good (a repeated
+            # DELETE only repeats this): finish, and say why in a Warning event.
+            message = (
+                f"every recorded object is deleted; the status template could not confirm it: {facts.render_error}"
+            )
+            out.append(a.Event(Reason.DEPROVISION_UNCONFIRMED.value, message, warning=True, log=True))
+            section = None
+        if section is not None:
+            if section.state == OperationState.FAILED.value:
+                error = section.error or section.description or "deprovision failed"
+                return (*out, _transition(facts, OperationState.FAILED, Reason.FAILED, error=error))
+            done = done and section.state == OperationState.SUCCEEDED.value
+    if not done:
+        return (*out, a.Requeue(facts.limits.poll_seconds))
+    if gathered.terminating:
+        out.append(
+            a.Event(Reason.NAMESPACE_TERMINATING.value, decisions.terminating_teardown_message(meta.namespace, scope))
+        )
+    return (*out, a.DropRegistry(), a.EnsureFinalizer(present=False), a.ForgetObject())

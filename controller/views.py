@@ -1,0 +1,255 @@
+"""Typed, read-only views over the wire objects the controller reconciles.
+
+A view is built once from the body the API server (or the store) returned, and the reconcilers decide on its
+attributes instead of reading string keys out of nested dicts. Views tolerate everything the server adds:
+they read the fields they name and ignore the rest, and a field of the wrong type (an object edited by hand)
+reads as absent rather than failing the reconcile.
+
+Why not the pydantic models of :mod:`opbroker.api`: those are the *contract* of what a user may write
+(``extra="forbid"``, patterns, minimum lengths), so they refuse objects the controller must still be able to
+reconcile — a status written by an older controller, a hand-made object with a typo — and validating every
+body on every reconcile would cost the controller CPU the bench counts. The views reuse the api's value types
+(:class:`~opbroker.api.meta.ResourceRef`, :class:`~opbroker.api.osb.OperationState`'s values) and its
+conventions (:data:`~opbroker.api.conventions.FINALIZER`).
+
+``wire`` keeps the body as read, for what needs the whole object (the renderer's inputs, owner references).
+Nothing writes to it: the executor (:mod:`.executor`) works from the versions its own writes return.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from opbroker.api.conventions import FINALIZER
+from opbroker.api.meta import ResourceRef
+from opbroker.api.osb import OperationState
+
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else _EMPTY
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _strings(value: object) -> tuple[str, ...]:
+    return tuple(v for v in value if isinstance(v, str)) if isinstance(value, list) else ()
+
+
+def _labels(value: object) -> Mapping[str, str]:
+    if not isinstance(value, Mapping):
+        return _EMPTY
+    return MappingProxyType({k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)})
+
+
+def _refs(value: object) -> tuple[ResourceRef, ...]:
+    """A status' recorded references; an entry that is not a reference is skipped (never released)."""
+    if not isinstance(value, list):
+        return ()
+    refs = []
+    for raw in value:
+        if isinstance(raw, Mapping) and raw.get("apiVersion") and raw.get("kind") and raw.get("name"):
+            refs.append(
+                ResourceRef(
+                    api_version=str(raw["apiVersion"]),
+                    kind=str(raw["kind"]),
+                    name=str(raw["name"]),
+                    namespace=_text(raw.get("namespace")),
+                )
+            )
+    return tuple(refs)
+
+
+@dataclass(frozen=True)
+class Meta:
+    """The ``metadata`` every kind shares."""
+
+    name: str
+    namespace: str
+    uid: str
+    generation: int | None
+    resource_version: str | None
+    finalizers: tuple[str, ...]
+    deleting: bool
+    """``deletionTimestamp`` is set: the object goes once its finalizers are removed."""
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    owner_uids: tuple[str, ...]
+    """The uids of its ``ownerReferences``."""
+
+    @classmethod
+    def of(cls, metadata: object) -> Meta:
+        meta = _mapping(metadata)
+        owners = meta.get("ownerReferences")
+        return cls(
+            name=_text(meta.get("name")) or "",
+            namespace=_text(meta.get("namespace")) or "",
+            uid=_text(meta.get("uid")) or "",
+            generation=_int(meta.get("generation")),
+            resource_version=_text(meta.get("resourceVersion")),
+            finalizers=_strings(meta.get("finalizers")),
+            deleting=bool(meta.get("deletionTimestamp")),
+            labels=_labels(meta.get("labels")),
+            annotations=_labels(meta.get("annotations")),
+            owner_uids=tuple(uid for o in owners if isinstance(o, Mapping) and (uid := _text(o.get("uid"))))
+            if isinstance(owners, list)
+            else (),
+        )
+
+    @property
+    def held(self) -> bool:
+        """Whether opbroker's finalizer is on the object."""
+        return FINALIZER in self.finalizers
+
+
+@dataclass(frozen=True)
+class ConditionView:
+    type: str
+    status: str
+    reason: str | None = None
+    message: str | None = None
+    last_transition_time: str | None = None
+    observed_generation: int | None = None
+
+
+def _conditions(value: object) -> tuple[ConditionView, ...]:
+    if not isinstance(value, list):
+        return ()
+    return tuple(
+        ConditionView(
+            type=str(c["type"]),
+            status=str(c.get("status") or "Unknown"),
+            reason=_text(c.get("reason")),
+            message=_text(c.get("message")),
+            last_transition_time=_text(c.get("lastTransitionTime")),
+            observed_generation=_int(c.get("observedGeneration")),
+        )
+        for c in value
+        if isinstance(c, Mapping) and isinstance(c.get("type"), str)
+    )
+
+
+@dataclass(frozen=True)
+class OperationView:
+    """What a status says of the current operation: its state and the fields the controller keeps beside it."""
+
+    state: str | None
+    """An :class:`OperationState` value, or None before the controller or broker wrote one."""
+    description: str | None
+    error: str | None
+    last_operation_type: str | None
+    """The broker's ``lastOperation.type`` (provision, update, bind...)."""
+    resources: tuple[ResourceRef, ...]
+    """Everything ever applied for the object and not released yet (``status.resources``)."""
+    observed_generation: int | None
+    error_count: int
+    conditions: tuple[ConditionView, ...]
+
+    @classmethod
+    def of(cls, status: object) -> OperationView:
+        s = _mapping(status)
+        return cls(
+            state=_text(s.get("state")),
+            description=_text(s.get("description")),
+            error=_text(s.get("error")),
+            last_operation_type=_text(_mapping(s.get("lastOperation")).get("type")),
+            resources=_refs(s.get("resources")),
+            observed_generation=_int(s.get("observedGeneration")),
+            error_count=_int(s.get("errorCount")) or 0,
+            conditions=_conditions(s.get("conditions")),
+        )
+
+    @property
+    def in_progress(self) -> bool:
+        return self.state == OperationState.IN_PROGRESS.value
+
+    def condition(self, type_: str) -> ConditionView | None:
+        return next((c for c in self.conditions if c.type == type_), None)
+
+
+@dataclass(frozen=True)
+class InstanceView:
+    """An SFServiceInstance as read."""
+
+    meta: Meta
+    instance_id: str
+    """The OSB instance id (``spec.instanceId``; the object's name when absent)."""
+    service_id: str
+    plan_id: str
+    context: Mapping[str, Any]
+    """The OSB request context (``spec.context``)."""
+    status: OperationView
+    applied_plan_hash: str | None
+    """The plan version last applied (``status.appliedPlanHash``; None: never applied)."""
+    wire: Mapping[str, Any] = field(repr=False, compare=False)
+    """The body as read, for the renderer's inputs (never written to)."""
+
+    @classmethod
+    def of(cls, body: Mapping[str, Any]) -> InstanceView:
+        meta = Meta.of(body.get("metadata"))
+        spec = _mapping(body.get("spec"))
+        status = _mapping(body.get("status"))
+        return cls(
+            meta=meta,
+            instance_id=_text(spec.get("instanceId")) or meta.name,
+            service_id=_text(spec.get("serviceId")) or "",
+            plan_id=_text(spec.get("planId")) or "",
+            context=_mapping(spec.get("context")),
+            status=OperationView.of(status),
+            applied_plan_hash=_text(status.get("appliedPlanHash")),
+            wire=body,
+        )
+
+    @property
+    def generation_pending(self) -> bool:
+        """The spec changed since the controller last applied it."""
+        return self.meta.generation != self.status.observed_generation
+
+
+@dataclass(frozen=True)
+class BindingView:
+    """An SFServiceBinding as read."""
+
+    meta: Meta
+    binding_id: str
+    instance_ref: str
+    """The instance it binds (``spec.instanceId``: the instance's OSB id or name)."""
+    plan_id: str
+    status: OperationView
+    responded: bool
+    """A bind response is recorded (``status.response``): the binding was bound once."""
+    sources: tuple[ResourceRef, ...] | None
+    """What its credentials were last rendered from (``status.sources``; None: not recorded)."""
+    sources_digest: str | None
+    wire: Mapping[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def of(cls, body: Mapping[str, Any]) -> BindingView:
+        meta = Meta.of(body.get("metadata"))
+        spec = _mapping(body.get("spec"))
+        status = _mapping(body.get("status"))
+        return cls(
+            meta=meta,
+            binding_id=_text(spec.get("id")) or meta.name,
+            instance_ref=_text(spec.get("instanceId")) or "",
+            plan_id=_text(spec.get("planId")) or "",
+            status=OperationView.of(status),
+            responded=bool(status.get("response")),
+            sources=_refs(status.get("sources")) if isinstance(status.get("sources"), list) else None,
+            sources_digest=_text(status.get("sourcesDigest")),
+            wire=body,
+        )
+
+    def binds(self, instance: InstanceView) -> bool:
+        """Whether this binding refers to ``instance`` (by OSB id or by name)."""
+        return self.instance_ref in (instance.instance_id, instance.meta.name)

@@ -1,0 +1,251 @@
+"""The binding's pure plan, tabled: facts in, the exact action list out (no cluster, fixed clock).
+
+Rows as in ``tests/test_instance_plan.py`` (whose :func:`summary` they share): wait for the instance or give
+up on it, bind, read the credentials back and publish them, follow a rotation, unbind.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from opbroker.api.conventions import CREDENTIALS_KEY, FINALIZER
+from opbroker.api.meta import ResourceRef
+from opbroker.controller import actions as a
+from opbroker.controller.binding_plan import (
+    BindingFacts,
+    BindPiece,
+    BindRendering,
+    BindReport,
+    Refresh,
+    Unbind,
+    plan,
+    refused,
+)
+from opbroker.controller.catalog import PlanEntry
+from opbroker.controller.decisions import Letting
+from opbroker.controller.executor import Executor
+from opbroker.controller.instance_plan import Piece, Teardown
+from opbroker.controller.kube import BINDINGS
+from opbroker.controller.reconciler import DONE, Key, PerKey
+from opbroker.controller.reconciling import AppliedMemory
+from opbroker.controller.views import BindingView, InstanceView
+from opbroker.rendering.status import SectionStatus
+from tests.test_instance_plan import CM, ENTRY, KEY, LIMITS, NOW, NS, RETRY, ago, executor, failed, summary
+from tests.test_instance_plan import body as instance_body
+
+USER = ResourceRef(api_version="v1", kind="ConfigMap", name="b-user", namespace=NS)
+OLD = ResourceRef(api_version="v1", kind="ConfigMap", name="b-old", namespace=NS)
+READY = instance_body(state="succeeded", observed=1, resources=[CM])
+SECRET_VALUE = "s3cr3t-value"
+CREDENTIALS = {"credentials": {"user": "b", "password": SECRET_VALUE}}
+
+
+def binding(
+    *,
+    state: str | None = None,
+    finalizer: bool = True,
+    deleting: bool = False,
+    observed: int | None = None,
+    resources: Sequence[ResourceRef] = (),
+    responded: bool = False,
+    digest: str | None = None,
+    started: float = 60.0,
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "b", "namespace": NS, "generation": 1, "uid": "b-1", "resourceVersion": "9"}
+    if finalizer:
+        meta["finalizers"] = [FINALIZER]
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    status: dict[str, Any] = {"operationStartedAt": ago(started)}
+    for key, value in (("state", state), ("observedGeneration", observed), ("sourcesDigest", digest)):
+        if value is not None:
+            status[key] = value
+    if resources:
+        status["resources"] = [r.model_dump(by_alias=True, exclude_none=True) for r in resources]
+    if responded:
+        status["response"] = {"secretRef": "b-credentials"}
+    spec = {"id": "b", "instanceId": "db", "serviceId": "svc-1", "planId": "plan-1"}
+    return {"apiVersion": "osb.servicefabrik.io/v1alpha1", "kind": "SFServiceBinding", "metadata": meta,
+            "spec": spec, "status": status}  # fmt: skip
+
+
+def facts(
+    the_binding: dict[str, Any], instance: dict[str, Any] | None = READY, entry: PlanEntry | None = ENTRY, **kw: Any
+) -> BindingFacts:
+    view = InstanceView.of(instance) if instance is not None else None
+    fields: dict[str, Any] = {"pending": None, "limits": LIMITS}
+    fields.update(kw)
+    return BindingFacts(Key("binding", NS, "b"), BindingView.of(the_binding), view, entry, now=NOW, **fields)
+
+
+def piece(name: str, *, instance_own: bool = False) -> BindPiece:
+    return BindPiece(
+        Piece({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": NS}}), instance_own
+    )
+
+
+def section(state: str, response: dict[str, Any] | None = None, error: str | None = None) -> SectionStatus:
+    return SectionStatus(state=state, response=response, error=error)  # type: ignore[arg-type]
+
+
+PENDING = {"resources": [], "observedGeneration": 1}
+BOUND = section("succeeded", CREDENTIALS)
+NO_CREDENTIALS = section("succeeded", {})
+REPORTED = BindReport(True, BOUND, source_refs=(CM,), digest="d-new")
+GOING = ("status", "in progress", "Unbinding", "guarded")
+FINISH = [("DeleteSecret",), ("DropRegistry",), ("finalizer", False), ("ForgetObject",)]
+PUBLISH = [
+    ("forget",),
+    ("WriteSecret",),
+    ("Unfollow",),
+    ("status", "succeeded", "Bound", "guarded", ("event", "Bound", False)),
+]
+
+ROWS: list[tuple[str, BindingFacts, list[tuple[Any, ...]]]] = [
+    ("new binding: finalizer, then observe again", facts(binding(finalizer=False)),
+     [("finalizer", True), ("Continue",)]),
+    ("instance still provisioning: look again later", facts(binding(), instance_body(state="in progress")),
+     [("requeue", 30.0)]),
+    ("instance failed", facts(binding(), instance_body(state="failed", observed=1)), failed("InstanceNotReady")),
+    ("instance gone, never bound: failed and removed", facts(binding(state="in_queue"), None),
+     [*failed("InstanceNotFound"), ("Delete",)]),
+    ("instance gone, bound once: failed, kept", facts(binding(state="in_queue", responded=True), None),
+     failed("InstanceNotFound")),
+    ("plan missing", facts(binding(), entry=None), failed("PlanNotFound")),
+    (
+        "bind due: record, apply its own (stamped) and the instance's (its field manager), remember, continue",
+        facts(binding(state="in_queue"), rendering=BindRendering((piece("b-user"), piece("db", instance_own=True)))),
+        [("status", "in progress", "InProgress", "guarded"), ("apply", "b-user", False, True),
+         ("apply", "db", False, True), ("remember",), ("Continue",)],
+    ),
+    (
+        "re-bind: the registry changed, an object no longer rendered is released",
+        facts(binding(state="update", observed=1, resources=[OLD]),
+              rendering=BindRendering((piece("b-user"),), {"k": "v"}, True)),
+        [("status", "in progress", "InProgress", "guarded"), ("SaveRegistry",), ("apply", "b-user", False, True),
+         ("release", "b-old"), ("remember",), ("Continue",)],
+    ),
+    ("bind due, the template fails: count, retry", facts(binding(state="in_queue"), render_error="boom"),
+     [("status", None, None, "unguarded"), ("event", "RenderFailed", True), RETRY]),
+    ("bind pending, credentials reported: publish, bound, follow the sources",
+     facts(binding(state="in progress"), pending=PENDING, report=REPORTED), [("track", ("db",)), *PUBLISH,
+                                                                              ("track", ("db",))]),
+    ("no status template: the registry's credentials are published",
+     facts(binding(state="in progress"), pending=PENDING, report=BindReport(False, credentials={"u": "x"})),
+     [("track", ()), *PUBLISH, ("track", ())]),
+    ("succeeded without credentials: still in progress",
+     facts(binding(state="in progress"), pending=PENDING, report=BindReport(True, NO_CREDENTIALS)),
+     [("track", ()), ("remember",), ("requeue", 30.0)]),
+    ("the operator reports the bind failed",
+     facts(binding(state="in progress"), pending=PENDING, report=BindReport(True, section("failed", error="no"))),
+     [("track", ()), ("forget",), *failed("Failed")]),
+    ("past its deadline: timed out",
+     facts(binding(state="in progress", observed=1, started=7200), report=BindReport(True, None)),
+     [("track", ()), ("forget",), *failed("OperationTimedOut")]),
+    ("bound, sources stand still: nothing", facts(binding(state="succeeded", observed=1), refresh=Refresh(True)), []),
+    ("bound, no status template: nothing", facts(binding(state="succeeded", observed=1)), []),
+    ("bound, the refresh cannot render: a log line, nothing written",
+     facts(binding(state="succeeded", observed=1), refresh=Refresh(render_error="boom")), [("Log",)]),
+    ("bound, mid-rotation (no credentials reported): keep the Secret, remember what was read",
+     facts(binding(state="succeeded", observed=1), refresh=Refresh(report=BindReport(True, NO_CREDENTIALS))),
+     [("track", ()), ("Follow",)]),
+    ("bound, the credentials rotated: rewrite, say so, record the sources",
+     facts(binding(state="succeeded", observed=1, digest="d-old"),
+           refresh=Refresh(report=REPORTED, secret_changed=True)),
+     [("track", ("db",)), ("WriteSecret",), ("Log",), ("event", "CredentialsRotated", False),
+      ("status", None, None, "unguarded"), ("Unfollow",)]),
+    ("bound, a source touched, credentials the same: remembered, not written",
+     facts(binding(state="succeeded", observed=1, digest="d-old"), refresh=Refresh(report=REPORTED)),
+     [("track", ("db",)), ("Follow",)]),
+    ("bound before digests were: the digest is recorded once",
+     facts(binding(state="succeeded", observed=1), refresh=Refresh(report=REPORTED)),
+     [("track", ("db",)), ("status", None, None, "unguarded"), ("Unfollow",)]),
+    ("unbind, instance gone, nothing recorded: done",
+     facts(binding(state="succeeded", deleting=True), None, None, unbind=Unbind(Teardown(False))),
+     [("forget",), GOING, *FINISH]),
+    ("unbind: its objects are applied first, the verdict read on the next pass",
+     facts(binding(state="succeeded", deleting=True, resources=[USER]),
+           unbind=Unbind(Teardown(False, ((USER, Letting.DELETE),)), True, (piece("b-drop"),), section("succeeded"))),
+     [("forget",), GOING, ("apply", "b-drop", False, True), ("Continue",)]),
+    ("unbind, applied on the pass before: release what it recorded, wait for it",
+     facts(binding(state="in progress", deleting=True, resources=[USER]),
+           unbind=Unbind(Teardown(False, ((USER, Letting.DELETE),)), True, (piece("b-drop"),), section("succeeded"),
+                         applied_before=True)),
+     [("forget",), ("release", "b-user"), ("requeue", 30.0)]),
+    ("unbind: the operator still working",
+     facts(binding(state="in progress", deleting=True),
+           unbind=Unbind(Teardown(False), True, (), section("in progress"))),
+     [("forget",), ("requeue", 30.0)]),
+    ("unbind: the operator reports failure",
+     facts(binding(state="in progress", deleting=True), unbind=Unbind(Teardown(False), True, (), section("failed"))),
+     [("forget",), *failed("Failed")]),
+    ("unbind: the template fails: count, retry",
+     facts(binding(state="in progress", deleting=True), unbind=Unbind(Teardown(False), True), render_error="x"),
+     [("forget",), ("status", None, None, "unguarded"), ("event", "RenderFailed", True), RETRY]),
+    ("unbind in a terminating namespace: no templates, said in an event",
+     facts(binding(state="succeeded", deleting=True, resources=[USER]), unbind=Unbind(Teardown(True))),
+     [("forget",), GOING, ("event", "NamespaceTerminating", False), *FINISH]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("the_facts", "expected"), [r[1:] for r in ROWS], ids=[r[0] for r in ROWS])
+def test_binding_plan_actions(the_facts: BindingFacts, expected: list[tuple[Any, ...]]) -> None:
+    assert summary(plan(the_facts)) == expected
+
+
+def test_the_credentials_go_only_into_the_secret_the_binding_owns() -> None:
+    actions = plan(facts(binding(state="in progress"), pending=PENDING, report=REPORTED))
+    (write,) = [act for act in actions if isinstance(act, a.WriteSecret)]
+    assert write.owner_uid == "b-1"
+    assert json.loads(base64.b64decode(write.manifest["data"][CREDENTIALS_KEY])) == CREDENTIALS
+    assert write.manifest["metadata"]["ownerReferences"][0]["uid"] == "b-1"
+    status = next(act for act in actions if isinstance(act, a.WriteStatus))
+    assert status.patch["response"] == {"secretRef": "b-credentials"}
+    assert status.patch["sourcesDigest"] == "d-new"
+    assert SECRET_VALUE not in repr(actions) and SECRET_VALUE not in json.dumps(dict(status.patch))
+
+
+def test_a_refused_refresh_only_logs_and_a_refused_bind_fails() -> None:
+    bound = facts(
+        binding(state="succeeded", observed=1, digest="d"), refresh=Refresh(report=REPORTED, secret_changed=True)
+    )
+    refusal = a.Refusal(a.Refused.NOT_OWNED, "Secret b-credentials is not ours")
+    assert summary(refused(bound, refusal)) == [("Log",)]
+    pending = facts(binding(state="in progress"), pending=PENDING, report=REPORTED)
+    assert summary(refused(pending, refusal)) == failed("ObjectNotOwned")
+
+
+def test_executor_writes_credentials_only_over_a_secret_of_the_bindings_own() -> None:
+    run, kube, created = executor()
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "b-credentials", "namespace": NS}}
+    kube.apply_secret({**secret, "data": {"x": "eQ=="}})  # someone else's Secret of that name
+    kube.calls.clear()
+    seen: list[a.Refusal] = []
+    outcome = run.run(KEY, created, [a.WriteSecret(secret, owner_uid="b-1")], lambda r: seen.append(r) or ())
+    assert outcome == DONE and [r.why for r in seen] == [a.Refused.NOT_OWNED] and kube.calls == []
+
+
+def test_executor_deletes_a_secret_only_if_it_is_the_owners() -> None:
+    run, kube, created = executor()
+    owned = {"name": "mine", "namespace": NS, "ownerReferences": [{"uid": "b-1", "kind": "SFServiceBinding"}]}
+    kube.apply_secret({"apiVersion": "v1", "kind": "Secret", "metadata": owned})
+    kube.apply_secret({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "theirs", "namespace": NS}})
+    kube.calls.clear()
+    run.run(KEY, created, [a.DeleteSecret(NS, "theirs", "b-1"), a.DeleteSecret(NS, "mine", "b-1")])
+    assert [(c.verb, c.name) for c in kube.calls] == [("delete_secret", "mine")]
+    assert kube.read_secret(NS, "theirs") is not None
+
+
+def test_executor_keeps_what_a_binding_follows_in_memory() -> None:
+    base, kube, created = executor()
+    followed: PerKey[tuple[tuple[ResourceRef, ...], str]] = PerKey()
+    run = Executor(base.deps, BINDINGS, "binding", AppliedMemory(), followed)
+    run.run(KEY, created, [a.Follow((CM,), "d"), a.Log("noted", warning=False)])
+    assert followed.get(KEY) == ((CM,), "d") and kube.calls == []
+    run.run(KEY, created, [a.Unfollow()])
+    assert followed.get(KEY) is None

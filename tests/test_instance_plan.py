@@ -1,0 +1,557 @@
+"""The instance's pure plan, tabled: facts in, the exact action list out (no cluster, no fake, fixed clock).
+
+Each row names a situation of an SFServiceInstance and the actions its plan must return, summarised as tuples
+(:func:`summary`) so a row reads as the list it asserts; a few tests below check whole patches. Then the one
+executor, against ``FakeKube``: each action of the vocabulary makes exactly the calls it should.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from opbroker.api.conventions import FINALIZER
+from opbroker.api.meta import ResourceRef
+from opbroker.controller import actions as a
+from opbroker.controller.catalog import Catalog, PlanEntry
+from opbroker.controller.decisions import Letting
+from opbroker.controller.executor import AGAIN, MAX_PASSES, Executor, refusal_of
+from opbroker.controller.instance_plan import (
+    InstanceFacts,
+    Limits,
+    Piece,
+    Rendering,
+    Report,
+    Teardown,
+    plan,
+    refused,
+)
+from opbroker.controller.instances import InstanceReconciler
+from opbroker.controller.kube import INSTANCES, PLANS
+from opbroker.controller.ownership import NotOwned
+from opbroker.controller.reconciler import DONE, Conflict, Key, Memories, Outcome, TemporaryError
+from opbroker.controller.reconciling import AppliedMemory, Deps, OwnWrites
+from opbroker.controller.settings import ControllerSettings
+from opbroker.controller.singletons import SingletonFull
+from opbroker.controller.sources import SourceIndex
+from opbroker.controller.views import BindingView, InstanceView
+from opbroker.rendering import Renderer
+from opbroker.rendering.status import SectionStatus
+from tests.fake_kube import FakeKube
+
+NS = "team"
+PLAN_ID = "plan-1"
+NOW = datetime.datetime(2026, 6, 1, 12, 0, 0, tzinfo=datetime.UTC)
+LIMITS = Limits(poll_seconds=30.0, max_operation_seconds=3600.0, error_threshold=3)
+CM = ResourceRef(api_version="v1", kind="ConfigMap", name="db", namespace=NS)
+OLD = ResourceRef(api_version="v1", kind="ConfigMap", name="old", namespace=NS)
+ELSEWHERE = ResourceRef(api_version="v1", kind="ConfigMap", name="far", namespace="other")
+
+
+def plan_body(*, held: bool = True, deleting: bool = False) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "plan", "namespace": "opbroker"}
+    if held:
+        meta["finalizers"] = [FINALIZER]
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    templates = [
+        {"action": "provision", "type": "jinja2", "content": "{}"},
+        {"action": "status", "type": "jinja2", "content": "{}"},
+    ]
+    spec = {"name": "small", "id": PLAN_ID, "serviceId": "svc-1", "description": "d", "templates": templates}
+    return {"apiVersion": "osb.servicefabrik.io/v1alpha1", "kind": "SFPlan", "metadata": meta, "spec": spec}
+
+
+ENTRY = Catalog().upsert_plan(plan_body())
+UNHELD = Catalog().upsert_plan(plan_body(held=False))
+WITHDRAWN = Catalog().upsert_plan(plan_body(deleting=True))
+INVALID = PlanEntry(body=plan_body(), model=None, problem="spec.templates: broken", hash="h")
+
+
+def ago(seconds: float) -> str:
+    return (NOW - datetime.timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def body(
+    *,
+    state: str | None = None,
+    finalizer: bool = True,
+    deleting: bool = False,
+    observed: int | None = None,
+    resources: Sequence[ResourceRef] = (),
+    errors: int = 0,
+    started: float = 60.0,
+    context_namespace: str | None = None,
+    namespace: str = NS,
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "db", "namespace": namespace, "generation": 1, "uid": "u-1"}
+    meta["resourceVersion"] = "7"
+    if finalizer:
+        meta["finalizers"] = [FINALIZER]
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    status: dict[str, Any] = {"operationStartedAt": ago(started)}
+    if state is not None:
+        status["state"] = state
+    if observed is not None:
+        status["observedGeneration"] = observed
+    if resources:
+        status["resources"] = [r.model_dump(by_alias=True, exclude_none=True) for r in resources]
+    if errors:
+        status["errorCount"] = errors
+    spec: dict[str, Any] = {"planId": PLAN_ID, "serviceId": "svc-1", "instanceId": "db"}
+    if context_namespace:
+        spec["context"] = {"namespace": context_namespace}
+    return {"apiVersion": INSTANCES.api_version, "kind": "SFServiceInstance", "metadata": meta, "spec": spec,
+            "status": status}  # fmt: skip
+
+
+def cm(name: str = "db") -> Piece:
+    return Piece({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": NS}})
+
+
+PENDING = {"resources": [], "observedGeneration": 1, "appliedPlanHash": ENTRY.hash}
+RENDERED = Rendering((cm(),), {})
+SUCCEEDED = SectionStatus(state="succeeded", description="ready")  # type: ignore[arg-type]
+FAILED = SectionStatus(state="failed", error="disk full")  # type: ignore[arg-type]
+WORKING = SectionStatus(state="in progress")  # type: ignore[arg-type]
+STATUS = Report(True, SUCCEEDED)
+
+
+def facts(instance: dict[str, Any], entry: PlanEntry | None = ENTRY, **kw: Any) -> InstanceFacts:
+    fields: dict[str, Any] = {"live_bindings": 0, "pending": None, "trusted": ("opbroker",), "limits": LIMITS}
+    fields.update(kw)
+    return InstanceFacts(Key("instance", NS, "db"), InstanceView.of(instance), entry, now=NOW, **fields)
+
+
+def summary(actions: Sequence[a.Action]) -> list[tuple[Any, ...]]:
+    """Each action as a short tuple: its kind and what distinguishes it."""
+    out: list[tuple[Any, ...]] = []
+    for act in actions:
+        match act:
+            case a.WriteStatus(patch=patch, guarded=guarded, event=event):
+                reason = next((c["reason"] for c in patch.get("conditions") or [] if c["type"] == "Ready"), None)
+                row: tuple[Any, ...] = ("status", patch.get("state"), reason, "guarded" if guarded else "unguarded")
+                out.append(row + ((("event", event.reason, event.warning),) if event else ()))
+            case a.Event(reason=reason, warning=warning):
+                out.append(("event", reason, warning))
+            case a.Apply(manifest=manifest, singleton=singleton, owned=owned):
+                out.append(("apply", manifest["metadata"]["name"], singleton, owned))
+            case a.Release(ref=ref):
+                out.append(("release", ref.name))
+            case a.EnsureFinalizer(present=present):
+                out.append(("finalizer", present))
+            case a.Track(refs=refs):
+                out.append(("track", tuple(r.name for r in refs)))
+            case a.Remember():
+                out.append(("remember",))
+            case a.Forget():
+                out.append(("forget",))
+            case a.Requeue(seconds=seconds):
+                out.append(("requeue", seconds))
+            case _:
+                out.append((type(act).__name__,))
+    return out
+
+
+def failed(reason: str) -> list[tuple[Any, ...]]:
+    return [("status", "failed", reason, "guarded", ("event", reason, True))]
+
+
+FIN = ("finalizer", True)
+RETRY = ("Retry",)
+GOING = ("status", "in progress", "Deprovisioning", "guarded")
+FINISH = [("DropRegistry",), ("finalizer", False), ("ForgetObject",)]
+APPLYING = ("status", "in progress", "InProgress", "guarded")
+
+ROWS: list[tuple[str, InstanceFacts, list[tuple[Any, ...]]]] = [
+    ("new instance: finalizer, then observe again", facts(body(finalizer=False)), [FIN, ("Continue",)]),
+    ("deleted, finalizer released: nothing", facts(body(deleting=True, finalizer=False)), []),
+    (
+        "deleting with bindings: blocked",
+        facts(body(state="succeeded", deleting=True), live_bindings=2),
+        [("status", "failed", "BindingsExist", "guarded", ("event", "BindingsExist", True))],
+    ),
+    (
+        "deleting, nothing recorded, the template confirms",
+        facts(body(state="succeeded", deleting=True), teardown=Teardown(False), report=Report(True, SUCCEEDED)),
+        [("forget",), GOING, ("track", ()), *FINISH],
+    ),
+    (
+        "deleting: a recorded object is deleted, then waited for",
+        facts(
+            body(state="succeeded", deleting=True, resources=[CM]),
+            teardown=Teardown(False, ((CM, Letting.DELETE),)),
+            report=Report(True, WORKING),
+        ),
+        [("forget",), GOING, ("release", "db"), ("track", ("db",)), ("requeue", 30.0)],
+    ),
+    (
+        "deleting: the template says gone, but a deleted object is still there: wait",
+        facts(
+            body(state="in progress", deleting=True, resources=[CM]),
+            teardown=Teardown(False, ((CM, Letting.WAIT),)),
+            report=Report(True, SUCCEEDED),
+        ),
+        [("forget",), ("release", "db"), ("track", ("db",)), ("requeue", 30.0)],
+    ),
+    (
+        "deleting, already in progress, everything gone",
+        facts(
+            body(state="in progress", deleting=True, resources=[CM]),
+            teardown=Teardown(False, ((CM, Letting.GONE),)),
+            report=Report(True, SUCCEEDED),
+        ),
+        [("forget",), ("track", ("db",)), *FINISH],
+    ),
+    (
+        "deleting: an object not ours is let go without waiting",
+        facts(
+            body(state="in progress", deleting=True, resources=[CM]),
+            teardown=Teardown(False, ((CM, Letting.LEAVE),)),
+            report=Report(True, SUCCEEDED),
+        ),
+        [("forget",), ("release", "db"), ("track", ("db",)), *FINISH],
+    ),
+    (
+        "deleting: the operator reports the deprovision failed",
+        facts(body(state="in progress", deleting=True), teardown=Teardown(False), report=Report(True, FAILED)),
+        [("forget",), ("track", ()), ("status", "failed", "Failed", "guarded", ("event", "Failed", True))],
+    ),
+    (
+        "deleting: the template fails once all is gone: finish, with a warning",
+        facts(
+            body(state="in progress", deleting=True),
+            teardown=Teardown(False),
+            report=Report(True),
+            render_error="boom",
+        ),
+        [("forget",), ("track", ()), ("event", "DeprovisionUnconfirmed", True), *FINISH],
+    ),
+    (
+        "deleting: the template fails while objects remain: count, retry",
+        facts(
+            body(state="in progress", deleting=True, resources=[CM]),
+            teardown=Teardown(False, ((CM, Letting.WAIT),)),
+            report=Report(True),
+            render_error="boom",
+        ),
+        [
+            ("forget",),
+            ("release", "db"),
+            ("track", ("db",)),
+            ("status", None, None, "unguarded"),
+            ("event", "RenderFailed", True),
+            RETRY,
+        ],
+    ),
+    (
+        "deleting in a terminating namespace: no templates, only what lives elsewhere",
+        facts(
+            body(state="succeeded", deleting=True, resources=[CM, ELSEWHERE]),
+            teardown=Teardown(True, ((ELSEWHERE, Letting.GONE),)),
+        ),
+        [("forget",), GOING, ("event", "NamespaceTerminating", False), *FINISH],
+    ),
+    (
+        "deleting with the plan gone: released all the same",
+        facts(
+            body(state="succeeded", deleting=True, resources=[CM]),
+            None,
+            teardown=Teardown(False, ((CM, Letting.GONE),)),
+        ),
+        [("forget",), GOING, *FINISH],
+    ),
+    (
+        "plan missing",
+        facts(body(state="in_queue"), None),
+        [("status", "failed", "PlanNotFound", "guarded", ("event", "PlanNotFound", True))],
+    ),
+    (
+        "plan missing, failed already: the status again, no second event",
+        facts(body(state="failed"), None),
+        [("status", "failed", "PlanNotFound", "guarded")],
+    ),
+    (
+        "plan invalid",
+        facts(body(state="in_queue"), INVALID),
+        [("status", "failed", "PlanInvalid", "guarded", ("event", "PlanInvalid", True))],
+    ),
+    (
+        "new instance of a withdrawn plan",
+        facts(body(state="in_queue"), WITHDRAWN),
+        [("status", "failed", "PlanWithdrawn", "guarded", ("event", "PlanWithdrawn", True))],
+    ),
+    (
+        "context names another tenant's namespace",
+        facts(body(state="in_queue", context_namespace="victim")),
+        [("status", "failed", "ContextNamespaceRefused", "guarded", ("event", "ContextNamespaceRefused", True))],
+    ),
+    (
+        "apply due: record, apply, remember, observe again",
+        facts(body(state="in_queue"), rendering=RENDERED),
+        [APPLYING, ("apply", "db", False, True), ("remember",), ("Continue",)],
+    ),
+    (
+        "apply due: the registry changed and an object is no longer rendered",
+        facts(body(state="update", observed=1, resources=[OLD]), rendering=Rendering((cm(),), {"k": "v"}, True)),
+        [APPLYING, ("SaveRegistry",), ("apply", "db", False, True), ("release", "old"), ("remember",), ("Continue",)],
+    ),
+    (
+        "apply due, the plan not held yet: held first",
+        facts(body(state="in_queue"), UNHELD, rendering=RENDERED),
+        [("HoldPlan",), APPLYING, ("apply", "db", False, True), ("remember",), ("Continue",)],
+    ),
+    (
+        "apply due, the template fails: count, retry",
+        facts(body(state="in_queue"), render_error="ZeroDivisionError"),
+        [("status", None, None, "unguarded"), ("event", "RenderFailed", True), RETRY],
+    ),
+    (
+        "apply due, a source the plan's account may not read: failed, masked",
+        facts(body(state="in_queue"), refusal=a.Refusal(a.Refused.OBJECT, "403 Forbidden: Secret other/x")),
+        failed("ApplyRefused"),
+    ),
+    (
+        "apply due, the template fails past the threshold: give up",
+        facts(body(state="in_queue", errors=2), render_error="ZeroDivisionError"),
+        [("status", "failed", "GaveUp", "unguarded"), ("event", "GaveUp", True)],
+    ),
+    (
+        "in progress, apply pending, operator working: remember, poll",
+        facts(body(state="in progress"), pending=PENDING, report=Report(True, WORKING)),
+        [("track", ()), ("remember",), ("requeue", 30.0)],
+    ),
+    (
+        "in progress, recorded, template renders no section: poll",
+        facts(body(state="in progress", observed=1, resources=[CM]), report=Report(True, None)),
+        [("track", ("db",)), ("requeue", 30.0)],
+    ),
+    (
+        "in progress near its deadline: look again at the deadline, not a poll later",
+        facts(body(state="in progress", observed=1, started=3590), report=Report(True, WORKING)),
+        [("track", ()), ("requeue", 10.5)],
+    ),
+    (
+        "in progress past its deadline: timed out",
+        facts(body(state="in progress", observed=1, started=7200), report=Report(True, WORKING)),
+        [
+            ("track", ()),
+            ("forget",),
+            ("status", "failed", "OperationTimedOut", "guarded", ("event", "OperationTimedOut", True)),
+        ],
+    ),
+    (
+        "apply pending, the operator reports success",
+        facts(body(state="in progress"), pending=PENDING, report=STATUS),
+        [
+            ("track", ()),
+            ("forget",),
+            ("status", "succeeded", "Provisioned", "guarded", ("event", "Provisioned", False)),
+        ],
+    ),
+    (
+        "apply pending, the operator reports failure",
+        facts(body(state="in progress"), pending=PENDING, report=Report(True, FAILED)),
+        [("track", ()), ("forget",), ("status", "failed", "Failed", "guarded", ("event", "Failed", True))],
+    ),
+    (
+        "a plan without status template: succeeded once applied",
+        facts(body(state="in progress"), pending=PENDING, report=Report(False)),
+        [("forget",), ("status", "succeeded", "Provisioned", "guarded", ("event", "Provisioned", False))],
+    ),
+    ("succeeded: nothing", facts(body(state="succeeded", observed=1)), []),
+    ("failed: nothing", facts(body(state="failed", observed=1)), []),
+    ("plan missing, nothing to do: nothing", facts(body(state="succeeded", observed=1), None), []),
+]
+
+
+@pytest.mark.parametrize(("the_facts", "expected"), [r[1:] for r in ROWS], ids=[r[0] for r in ROWS])
+def test_instance_plan_actions(the_facts: InstanceFacts, expected: list[tuple[Any, ...]]) -> None:
+    assert summary(plan(the_facts)) == expected
+
+
+def test_the_apply_records_before_it_applies_and_remembers_what_it_applied() -> None:
+    actions = plan(facts(body(state="update", observed=1, resources=[OLD]), rendering=RENDERED))
+    record, apply, remember = actions[0], actions[1], actions[3]
+    assert isinstance(record, a.WriteStatus) and isinstance(apply, a.Apply) and isinstance(remember, a.Remember)
+    assert record.patch["resources"] == [
+        {"apiVersion": "v1", "kind": "ConfigMap", "name": "old", "namespace": NS},
+        {"apiVersion": "v1", "kind": "ConfigMap", "name": "db", "namespace": NS},
+    ]
+    assert record.patch["operationStartedAt"] == "2026-06-01T12:00:00.000000Z"  # the facts' clock
+    (ready,) = record.patch["conditions"]
+    assert ready["lastTransitionTime"] == "2026-06-01T12:00:00Z" and ready["status"] == "False"
+    assert apply.owner_uid == "u-1" and apply.manifest["metadata"]["labels"]["opbroker.io/instance"] == "db"
+    assert remember.version == (1, ENTRY.hash)
+    assert remember.record["resources"] == [{"apiVersion": "v1", "kind": "ConfigMap", "name": "db", "namespace": NS}]
+    assert remember.record["observedGeneration"] == 1 and remember.record["errorCount"] == 0
+
+
+def test_the_outcome_carries_the_apply_record_and_the_report() -> None:
+    report = Report(True, SectionStatus(state="succeeded", dashboard_url="https://d", instance_usable=True))  # type: ignore[arg-type]
+    write = plan(facts(body(state="in progress"), pending=PENDING, report=report))[-1]
+    assert isinstance(write, a.WriteStatus) and write.settled
+    assert write.patch["observedGeneration"] == 1 and write.patch["appliedPlanHash"] == ENTRY.hash
+    assert write.patch["dashboardUrl"] == "https://d" and write.patch["instanceUsable"] is True
+
+
+REFUSALS = [
+    ("permanent refusal", a.Refusal(a.Refused.OBJECT, "forbidden: masked"), failed("ApplyRefused")),
+    (
+        "refusal fixable outside",
+        a.Refusal(a.Refused.OBJECT, "quota", permanent=False),
+        [("status", None, None, "unguarded"), ("event", "ApplyFailed", True), RETRY],
+    ),
+    ("object not ours", a.Refusal(a.Refused.NOT_OWNED, "not ours"), failed("ObjectNotOwned")),
+    ("singleton full", a.Refusal(a.Refused.SINGLETON_FULL, "full"), failed("SingletonFull")),
+]
+
+
+@pytest.mark.parametrize(("refusal", "expected"), [r[1:] for r in REFUSALS], ids=[r[0] for r in REFUSALS])
+def test_instance_refusal_actions(refusal: a.Refusal, expected: list[tuple[Any, ...]]) -> None:
+    assert summary(refused(facts(body(state="in progress")), refusal)) == expected
+
+
+def test_views_tolerate_what_the_server_adds_and_what_a_hand_wrote() -> None:
+    wire = body(state="succeeded", observed=1, resources=[CM])
+    wire["metadata"]["managedFields"] = [{"manager": "kubectl"}]
+    wire["metadata"]["ownerReferences"] = [{"uid": "o-1"}, "junk"]
+    wire["status"]["resources"].append({"kind": "no apiVersion"})
+    wire["status"]["futureField"] = {"x": 1}
+    wire["status"]["errorCount"] = "three"
+    view = InstanceView.of(wire)
+    assert view.meta.held and view.meta.uid == "u-1" and view.meta.owner_uids == ("o-1",)
+    assert view.status.resources == (CM,) and view.status.error_count == 0
+    assert view.instance_id == "db" and not view.generation_pending
+    binding = BindingView.of({"metadata": {"name": "b"}, "spec": {"instanceId": "db"}})
+    assert binding.binds(view) and binding.binding_id == "b" and binding.status.state is None
+
+
+# -- the executor, against FakeKube ---------------------------------------------------------------------------
+
+
+class Watchers:
+    def __init__(self) -> None:
+        self.kinds: set[tuple[str, str]] = set()
+
+    def ensure(self, kinds: Any) -> None:
+        self.kinds.update(kinds)
+
+
+def executor() -> tuple[Executor, FakeKube, dict[str, Any]]:
+    kube = FakeKube()
+    deps = Deps(
+        kube,  # type: ignore[arg-type]
+        Catalog(),
+        Renderer(),
+        ControllerSettings(),
+        SourceIndex(),
+        Watchers(),  # type: ignore[arg-type]
+        own_writes=OwnWrites(),
+    )
+    created = kube.create({**body(state="in_queue", finalizer=False), "status": None})
+    assert created is not None
+    kube.calls.clear()
+    return Executor(deps, INSTANCES, "instance", AppliedMemory()), kube, created
+
+
+KEY = Key("instance", NS, "db")
+STAMPED = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "db", "namespace": NS}, "data": {"a": "b"}}
+EXECUTED: list[tuple[str, list[a.Action], list[tuple[str, str]], Outcome]] = [
+    ("finalizer", [a.EnsureFinalizer()], [("patch", "SFServiceInstance")], DONE),
+    ("status with its event", [a.WriteStatus({"state": "failed"}, event=a.Event("Failed", "x", warning=True))],
+     [("patch_status", "SFServiceInstance"), ("event", "SFServiceInstance")], DONE),
+    ("event", [a.Event("Why", "because")], [("event", "SFServiceInstance")], DONE),
+    ("apply", [a.Apply(STAMPED, owner_uid="u-1", owner_reference={})], [("apply", "ConfigMap")], DONE),
+    ("delete", [a.Delete(CM)], [("delete", "ConfigMap")], DONE),
+    ("secret", [a.WriteSecret({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": NS}})],
+     [("apply_secret", "Secret")], DONE),
+    ("registry", [a.SaveRegistry({"k": "v"}, {})], [("apply_secret", "Secret")], DONE),
+    ("registry dropped", [a.DropRegistry()], [("delete_secret", "Secret")], DONE),
+    ("memory and tracking write nothing", [a.Remember((1, "h"), {}), a.Forget(), a.Track((CM,)), a.ForgetObject()],
+     [], DONE),
+    ("requeue: the shortest", [a.Requeue(30.0), a.Requeue(5.0)], [], Outcome(requeue_after=5.0)),
+    ("continue", [a.Continue()], [], AGAIN),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("actions", "verbs", "outcome"), [r[1:] for r in EXECUTED], ids=[r[0] for r in EXECUTED])
+def test_executor_maps_each_action_to_its_calls(
+    actions: list[a.Action], verbs: list[tuple[str, str]], outcome: Outcome
+) -> None:
+    run, kube, created = executor()
+    assert run.run(KEY, created, actions) == outcome
+    assert [(c.verb, c.kind) for c in kube.calls] == verbs
+
+
+def test_executor_guards_with_its_own_last_write_and_never_touches_the_body_read() -> None:
+    run, kube, created = executor()
+    before = repr(created)
+    run.run(KEY, created, [a.WriteStatus({"state": "in progress"}), a.EnsureFinalizer(), a.WriteStatus({"x": 1})])
+    live = kube.custom_object(INSTANCES, NS, "db")
+    assert live is not None and live["metadata"]["finalizers"] == [FINALIZER] and live["status"]["x"] == 1
+    assert repr(created) == before  # the facts' body is not the executor's scratch pad
+    assert run.deps.own_writes.caused(KEY, live["metadata"]["resourceVersion"])
+
+
+def test_executor_turns_a_stale_guarded_write_into_a_conflict() -> None:
+    run, kube, created = executor()
+    kube.patch_custom(INSTANCES, NS, "db", {"metadata": {"labels": {"moved": "on"}}})
+    with pytest.raises(Conflict):
+        run.run(KEY, created, [a.EnsureFinalizer()])
+    with pytest.raises(Conflict):
+        run.run(KEY, created, [a.WriteStatus({"state": "failed"})])
+    run.run(KEY, created, [a.WriteStatus({"state": "failed"}, guarded=False)])  # an error count is not guarded
+
+
+def test_executor_stops_at_a_refusal_and_runs_what_the_plan_says_of_it() -> None:
+    run, kube, created = executor()
+    seen: list[a.Refusal] = []
+
+    def on_refusal(refusal: a.Refusal) -> list[a.Action]:
+        seen.append(refusal)
+        return [a.Event("Refused", refusal.message)]
+
+    kube.create({**STAMPED, "metadata": {"name": "db", "namespace": NS}})  # someone else's ConfigMap
+    kube.calls.clear()
+    actions = [a.Apply(STAMPED, owner_uid="u-1", owner_reference={}), a.Requeue(1.0)]
+    assert run.run(KEY, created, actions, on_refusal) == DONE  # the requeue after the refusal never ran
+    assert [r.why for r in seen] == [a.Refused.NOT_OWNED]
+    assert [(c.verb, c.kind) for c in kube.calls] == [("event", "SFServiceInstance")]
+    assert refusal_of(SingletonFull(CM)).why is a.Refused.SINGLETON_FULL
+    assert refusal_of(NotOwned(CM)).why is a.Refused.NOT_OWNED
+
+
+def test_executor_retry_raises_after_the_writes_before_it() -> None:
+    run, kube, created = executor()
+    with pytest.raises(TemporaryError, match="again"):
+        run.run(KEY, created, [a.WriteStatus({"errorCount": 1}, guarded=False), a.Retry("again"), a.Requeue(1)])
+    assert [(c.verb, c.kind) for c in kube.calls] == [("patch_status", "SFServiceInstance")]
+
+
+def test_executor_holds_the_plan() -> None:
+    run, kube, created = executor()
+    held = kube.create(plan_body(held=False))
+    assert held is not None
+    run.run(KEY, created, [a.HoldPlan(held)])
+    live = kube.custom_object(PLANS, "opbroker", "plan")
+    assert live is not None and live["metadata"]["finalizers"] == [FINALIZER]
+
+
+def test_a_reconcile_makes_at_most_max_passes_then_asks_to_be_requeued_at_once() -> None:
+    """No recursion: a plan that keeps saying Continue gets MAX_PASSES fresh observations, then the queue."""
+    run, _, _ = executor()
+    reconciler = InstanceReconciler(run.deps, Memories())
+    passes: list[InstanceFacts] = []
+
+    def always_continue(the_facts: InstanceFacts) -> tuple[a.Action, ...]:
+        passes.append(the_facts)
+        return (a.Continue(),)
+
+    reconciler.plan = always_continue  # type: ignore[method-assign]
+    assert reconciler.reconcile(KEY) == AGAIN
+    assert len(passes) == MAX_PASSES
