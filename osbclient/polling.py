@@ -81,10 +81,7 @@ def delay_after(elapsed: float, polls: int, retry_after: float | None, backoff: 
     remaining = backoff.max_duration - elapsed
     if remaining <= 0:
         return EXPIRED
-    if retry_after is not None:
-        delay = max(0.0, retry_after)
-    else:
-        delay = backoff.delay(max(polls, 1))
+    delay = max(0.0, retry_after) if retry_after is not None else backoff.delay(max(polls, 1))
     # Never sleep past the deadline: the poll at the deadline is the last chance to see the outcome.
     return NextPoll(delay=min(delay, remaining))
 

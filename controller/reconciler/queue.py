@@ -164,7 +164,6 @@ class WorkQueue:
                     self._dirty.discard(key)
                     self.add(key)
 
-
     def _retry_delay(self, key: Hashable) -> float:
         """Count one more failure of ``key`` in a row; the wait before its retry."""
         failures = self._failures[key] = self._failures.get(key, 0) + 1
