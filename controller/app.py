@@ -118,7 +118,8 @@ class Controller:
         self.watchers.subscribe(SECRETS, lambda _event_type, secret: self.claims.on_secret(secret))
         runtime = self.runtime
         self._trimmer = asyncio.get_running_loop().create_task(
-            trim.trim_when_settled(lambda: runtime.reconciles, lambda: runtime.idle), name="memory trim"
+            trim.trim_when_settled(lambda: runtime.reconciles, lambda: runtime.idle, clock=runtime.clock),
+            name="memory trim",
         )
         self._housekeeper = asyncio.get_running_loop().create_task(
             registry_sweep.keep_house(self.kube, self.settings.registries_namespace, self.namespace_door),

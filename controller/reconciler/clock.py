@@ -35,6 +35,10 @@ class Clock(Protocol):
         """Return when ``event`` is set or ``timeout`` seconds (None: no limit) have passed on this clock."""
         ...
 
+    async def sleep(self, seconds: float) -> None:
+        """Return once ``seconds`` have passed on this clock."""
+        ...
+
 
 class SystemClock:
     """The real clock: ``time.monotonic``, ``datetime.now(UTC)``, asyncio's timers."""
@@ -48,6 +52,9 @@ class SystemClock:
     async def wait(self, event: asyncio.Event, timeout: float | None) -> None:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(event.wait(), timeout=timeout)
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
 
 
 #: The one real clock (stateless; every default points here).
@@ -92,6 +99,9 @@ class FakeClock:
     def waiting(self) -> int:
         """Waits with a timeout not yet over (a test can tell that a timer is armed)."""
         return sum(1 for _, alarm in self._alarms if not alarm.is_set())
+
+    async def sleep(self, seconds: float) -> None:
+        await self.wait(asyncio.Event(), seconds)
 
     async def wait(self, event: asyncio.Event, timeout: float | None) -> None:
         if timeout is None:
