@@ -31,6 +31,7 @@ from opbroker.controller.kube import BINDINGS, INSTANCES, PLANS, SECRETS, SERVIC
 from opbroker.controller.multicluster.runtime import MultiCluster
 from opbroker.controller.reasons import Reason
 from opbroker.controller.reconciler import DONE, Key, PerKey, Runtime
+from opbroker.controller.reconciler.clock import SYSTEM
 from opbroker.controller.reconciler.memory import Dependents
 from opbroker.controller.reconciling import Deps, OwnWrites
 from opbroker.controller.servicecatalog.handlers import ServiceCatalog, register_service_catalog
@@ -52,7 +53,8 @@ class Controller:
         self.kube.store.feed(INSTANCES.store_key)
         self.kube.store.feed(BINDINGS.store_key)
         self.catalog = Catalog(settings.trusted_namespaces)
-        self.runtime = Runtime(workers=settings.total_workers)
+        # The one clock: the runtime and its queue read time from it (tests of them pass a fake one).
+        self.runtime = Runtime(workers=settings.total_workers, clock=SYSTEM)
         memories = self.runtime.memories
         self.index = memories.keep(SourceIndex())
         # Secrets by metadata only: the cluster's other Secrets cost a key and a version each, not their
@@ -116,7 +118,8 @@ class Controller:
         self.watchers.subscribe(SECRETS, lambda _event_type, secret: self.claims.on_secret(secret))
         runtime = self.runtime
         self._trimmer = asyncio.get_running_loop().create_task(
-            trim.trim_when_settled(lambda: runtime.reconciles, lambda: runtime.idle), name="memory trim"
+            trim.trim_when_settled(lambda: runtime.reconciles, lambda: runtime.idle, clock=runtime.clock),
+            name="memory trim",
         )
         self._housekeeper = asyncio.get_running_loop().create_task(
             registry_sweep.keep_house(self.kube, self.settings.registries_namespace, self.namespace_door),

@@ -16,6 +16,8 @@ import ctypes.util
 import logging
 from collections.abc import Callable
 
+from opbroker.controller.reconciler.clock import SYSTEM, Clock
+
 logger = logging.getLogger(__name__)
 
 #: How often the queue is looked at.
@@ -35,15 +37,16 @@ def libc_trim() -> Callable[[], int] | None:
 
 
 async def trim_when_settled(
-    reconciles: Callable[[], int], idle: Callable[[], bool], *, every: float = CHECK_SECONDS
+    reconciles: Callable[[], int], idle: Callable[[], bool], *, every: float = CHECK_SECONDS, clock: Clock = SYSTEM
 ) -> None:
-    """Forever: once ``reconciles()`` has moved since the last trim and ``idle()`` holds, trim."""
+    """Forever: once ``reconciles()`` has moved since the last trim and ``idle()`` holds, trim (looking every
+    ``every`` seconds of ``clock``: the runtime's)."""
     trim = libc_trim()
     if trim is None:
         return
     trimmed_at = reconciles()
     while True:
-        await asyncio.sleep(every)
+        await clock.sleep(every)
         count = reconciles()
         if count != trimmed_at and idle():
             await asyncio.to_thread(trim)

@@ -25,8 +25,11 @@ _MAX_DOUBLINGS = 62
 
 @dataclass(frozen=True)
 class Backoff:
-    """Poll pacing: ``base`` seconds before the first poll and after the first answer, doubling after each
-    further poll up to ``maximum``; give up once ``max_duration`` seconds have passed since the start."""
+    """Exponential backoff, the one value type for it (OSB polls, the controller's retries and conflicts).
+
+    Poll pacing: ``base`` seconds before the first poll and after the first answer, doubling after each
+    further poll up to ``maximum``; give up once ``max_duration`` seconds have passed since the start
+    (``float("inf")``: never, for retries that go on as long as it takes)."""
 
     base: float = 2.0
     maximum: float = 30.0
@@ -37,6 +40,11 @@ class Backoff:
             raise ValueError(f"need 0 < base <= maximum, got base={self.base}, maximum={self.maximum}")
         if self.max_duration <= 0:
             raise ValueError(f"max_duration must be positive, got {self.max_duration}")
+
+    def delay(self, attempt: int) -> float:
+        """The wait before the next try after the ``attempt``-th in a row (1 for the first): ``base`` doubled
+        ``attempt - 1`` times, capped at ``maximum``; bounded for any ``attempt``."""
+        return float(min(self.base * 2.0 ** min(max(attempt - 1, 0), _MAX_DOUBLINGS), self.maximum))
 
 
 @dataclass(frozen=True)
@@ -73,10 +81,7 @@ def delay_after(elapsed: float, polls: int, retry_after: float | None, backoff: 
     remaining = backoff.max_duration - elapsed
     if remaining <= 0:
         return EXPIRED
-    if retry_after is not None:
-        delay = max(0.0, retry_after)
-    else:
-        delay = min(backoff.base * 2.0 ** min(max(polls - 1, 0), _MAX_DOUBLINGS), backoff.maximum)
+    delay = max(0.0, retry_after) if retry_after is not None else backoff.delay(max(polls, 1))
     # Never sleep past the deadline: the poll at the deadline is the last chance to see the outcome.
     return NextPoll(delay=min(delay, remaining))
 

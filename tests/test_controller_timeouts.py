@@ -15,7 +15,6 @@ from __future__ import annotations
 import datetime
 import re
 import threading
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -92,6 +91,25 @@ class Clock:
         return self.now
 
 
+class CountingClock(Clock):
+    """A fake clock that counts its reads, so a test can wait until a thread has looked at it (not sleep)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._reads = 0
+        self._read = threading.Condition()
+
+    def __call__(self) -> float:
+        with self._read:
+            self._reads += 1
+            self._read.notify_all()
+        return self.now
+
+    def reads_reach(self, count: int, *, within: float) -> bool:
+        with self._read:
+            return self._read.wait_for(lambda: self._reads >= count, timeout=within)
+
+
 def test_liveness_fails_on_its_checks_and_readiness_on_its_own() -> None:
     clock = Clock()
     reached = contact.ApiContact(clock=clock)
@@ -120,13 +138,13 @@ def test_the_lease_guard_fires_once_the_last_renewal_is_older_than_the_renew_dea
     class Election:
         renewed_at: float | None = 10.0
 
-    clock = Clock()
+    clock = CountingClock()
     clock.now = 15.0
     fired: list[float] = []
     done = threading.Event()
     thread = leadership.guard(Election(), 6, lambda age: (fired.append(age), done.set()), every=0.01, clock=clock)  # type: ignore[arg-type]
-    time.sleep(0.1)
-    assert fired == []  # 5 s old: fine
+    assert clock.reads_reach(3, within=10)  # the guard has looked three times ...
+    assert fired == []  # ... and found 5 s old fine (it looks after reading: the third read proves two looks)
     clock.now = 16.5
     assert done.wait(10)
     thread.join(10)

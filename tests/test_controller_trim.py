@@ -10,6 +10,7 @@ import os
 import pytest
 
 from opbroker.controller import trim
+from opbroker.controller.reconciler.clock import FakeClock
 
 
 def test_glibc_trim_is_found_here_and_gives_freed_memory_back() -> None:
@@ -42,21 +43,38 @@ def test_trims_once_per_burst_and_only_when_idle(monkeypatch: pytest.MonkeyPatch
     trims: list[int] = []
     state = {"reconciles": 0, "idle": False}
     monkeypatch.setattr(trim, "libc_trim", lambda: lambda: trims.append(state["reconciles"]) or 1)
+    clock = FakeClock()
+
+    async def waiting_on_the_clock() -> None:
+        """Until the trimmer waits for its next period (its trim runs in a thread: a real deadline bounds this)."""
+        deadline = asyncio.get_running_loop().time() + 10
+        await asyncio.sleep(0)
+        while clock.waiting != 1:
+            assert asyncio.get_running_loop().time() < deadline, "the trimmer does not wait on the clock"
+            await asyncio.sleep(0.001)
+
+    async def look() -> None:
+        """One period of the fake clock passes; return once the trimmer has looked (and trimmed, if it did)."""
+        clock.advance(trim.CHECK_SECONDS)
+        await waiting_on_the_clock()
 
     async def scenario() -> None:
         task = asyncio.create_task(
-            trim.trim_when_settled(lambda: state["reconciles"], lambda: bool(state["idle"]), every=0.01)
+            trim.trim_when_settled(lambda: state["reconciles"], lambda: bool(state["idle"]), clock=clock)
         )
-        await asyncio.sleep(0.05)
+        await waiting_on_the_clock()  # started: waits for its first look
+        await look()
         assert trims == []  # nothing happened yet
         state["reconciles"] = 10
-        await asyncio.sleep(0.05)
+        await look()
         assert trims == []  # busy: never while reconciles run
         state["idle"] = True
-        await asyncio.sleep(0.05)
+        await look()
         assert trims == [10]  # the burst settled: once
+        await look()
+        assert trims == [10]  # ... and only once
         state["reconciles"] = 12
-        await asyncio.sleep(0.05)
+        await look()
         assert trims == [10, 12]
         task.cancel()
 

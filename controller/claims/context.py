@@ -14,6 +14,7 @@ from opbroker.controller.claims.settings import ClaimsSettings
 from opbroker.controller.claims.store import Store
 from opbroker.controller.kube import Kind, Kube
 from opbroker.controller.reconciler import Conflict, Key
+from opbroker.controller.reconciler.clock import SYSTEM, Clock
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,8 @@ class Context:
     writer: Callable[[str], Kube] | None = None
     """The door writes into a namespace go through (its ``opbroker`` account, ``controller.identities``);
     None: the controller's own (single-tenant)."""
+    clock: Clock = SYSTEM
+    """The runtime's clock: a check's schedule (monotonic) and a Job's deadline (wall) are read from it."""
 
     def door(self, namespace: str) -> Kube:
         """Where a write of Secrets, Jobs or workloads into ``namespace`` goes (reads stay the controller's)."""

@@ -75,6 +75,7 @@ class Claims:
             enqueue=runtime.enqueue_threadsafe,
             osb_catalog=osb_catalog,
             writer=writer,
+            clock=runtime.clock,
         )
         self.registered = RegisteredReconciler(ctx)
         self.claims = ClaimReconciler(ctx)

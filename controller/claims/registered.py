@@ -26,7 +26,6 @@ import hashlib
 import json
 import logging
 import math
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -71,7 +70,7 @@ class RegisteredFacts:
     key: Key
     body: dict[str, Any]
     now: float
-    """``time.monotonic()`` at observe (schedules are on this clock)."""
+    """The runtime clock's ``monotonic()`` at observe (schedules are on this clock)."""
     wall: datetime.datetime
     """The wall clock at observe (a Job's deadline is on this one)."""
     probe_timeout: float
@@ -190,7 +189,7 @@ class RegisteredReconciler(ObservePlanAct[RegisteredFacts, RegisteredAction]):
         if service is None or service["metadata"].get("deletionTimestamp"):
             return None
         facts = RegisteredFacts(
-            key, service, time.monotonic(), datetime.datetime.now(datetime.UTC), self.ctx.settings.probe_timeout
+            key, service, self.ctx.clock.monotonic(), self.ctx.clock.now(), self.ctx.settings.probe_timeout
         )
         try:
             model = _model(service)

@@ -1,9 +1,11 @@
-"""The controller's one reconcile framework: keys, outcomes, the error table, per-key memory, the runtime.
+"""The controller's one reconcile framework: keys, outcomes, the error table, per-key memory, the clock,
+the runtime.
 
 Every kind the controller reconciles plugs in here as an :class:`ObservePlanAct` reconciler; see
 :mod:`.runtime` for what the framework owns and :mod:`.kinds` for what a kind supplies.
 """
 
+from opbroker.controller.reconciler.clock import SYSTEM, Clock, FakeClock, SystemClock
 from opbroker.controller.reconciler.failures import Failure, Handling, classify, namespace_terminating
 from opbroker.controller.reconciler.keys import Key
 from opbroker.controller.reconciler.kinds import ObservePlanAct, Reconciler
@@ -13,8 +15,11 @@ from opbroker.controller.reconciler.runtime import Runtime
 
 __all__ = [
     "DONE",
+    "SYSTEM",
+    "Clock",
     "Conflict",
     "Failure",
+    "FakeClock",
     "Forgetful",
     "Handling",
     "Key",
@@ -24,6 +29,7 @@ __all__ = [
     "PerKey",
     "Reconciler",
     "Runtime",
+    "SystemClock",
     "TemporaryError",
     "classify",
     "namespace_terminating",

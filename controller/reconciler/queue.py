@@ -9,6 +9,8 @@ reading its current state, not the event. Events only *enqueue* keys. The queue 
 * a failing key is retried with exponential backoff (per key, reset on success), and a key that is
   waiting on something outside (an operator's status) is re-checked after the delay its reconcile asked for.
 
+Time comes from the clock passed in (:mod:`.clock`): tests advance a fake one instead of sleeping.
+
 It also tells whether its workers are stuck (:meth:`WorkQueue.stuck`, for the liveness probe): a reconcile
 running past a bound, or keys waiting for a worker while no reconcile has started or finished for as long.
 """
@@ -16,35 +18,21 @@ running past a bound, or keys waiting for a worker while no reconcile has starte
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import heapq
 import itertools
 import logging
 import threading
-import time
 from collections.abc import Awaitable, Callable, Hashable
-from dataclasses import dataclass, field
 
+from opbroker.controller.reconciler.clock import SYSTEM, Clock
 from opbroker.controller.reconciler.outcomes import Outcome, TemporaryError
+from opbroker.osbclient import Backoff
 
 logger = logging.getLogger(__name__)
 
-
-@dataclass
-class Backoff:
-    """Exponential per-key backoff: base * 2^failures, capped."""
-
-    base: float = 0.5
-    cap: float = 60.0
-    failures: dict[Hashable, int] = field(default_factory=dict)
-
-    def next_delay(self, key: Hashable) -> float:
-        count = self.failures.get(key, 0)
-        self.failures[key] = count + 1
-        return float(min(self.cap, self.base * (2**count)))
-
-    def forget(self, key: Hashable) -> None:
-        self.failures.pop(key, None)
+#: A failed reconcile is retried after 0.5 s, doubling with each failure in a row up to a minute (client-go's
+#: item backoff has the same shape); it never gives up: the object's state, not a count, decides.
+RETRY = Backoff(base=0.5, maximum=60.0, max_duration=float("inf"))
 
 
 Reconcile = Callable[[Hashable], Awaitable[Outcome]]
@@ -53,10 +41,15 @@ Reconcile = Callable[[Hashable], Awaitable[Outcome]]
 class WorkQueue:
     """Keys in, reconciles out, with ``workers`` reconciles running concurrently."""
 
-    def __init__(self, reconcile: Reconcile, *, workers: int = 4, backoff: Backoff | None = None) -> None:
+    def __init__(
+        self, reconcile: Reconcile, *, workers: int = 4, backoff: Backoff = RETRY, clock: Clock = SYSTEM
+    ) -> None:
         self._reconcile = reconcile
         self._workers = workers
-        self._backoff = backoff or Backoff()
+        self._backoff = backoff
+        self._clock = clock
+        self._failures: dict[Hashable, int] = {}
+        """Failures in a row per key (reset on success or :meth:`forget`)."""
         self._ready: asyncio.Queue[Hashable] = asyncio.Queue()
         self._queued: set[Hashable] = set()
         self._processing: set[Hashable] = set()
@@ -69,7 +62,7 @@ class WorkQueue:
         # health server's threads, hence the lock.
         self._progress_lock = threading.Lock()
         self._running_since: dict[Hashable, float] = {}
-        self._moved_at = time.monotonic()
+        self._moved_at = clock.monotonic()
 
     # -- producers -----------------------------------------------------------------------------------
 
@@ -88,16 +81,21 @@ class WorkQueue:
         if delay <= 0:
             self.add(key)
             return
-        heapq.heappush(self._delayed, (time.monotonic() + delay, next(self._sequence), key))
+        heapq.heappush(self._delayed, (self._clock.monotonic() + delay, next(self._sequence), key))
         self._wakeup.set()
 
     def forget(self, key: Hashable) -> None:
         """The object is gone: drop its backoff history (pending entries run and find nothing)."""
-        self._backoff.forget(key)
+        self._failures.pop(key, None)
 
     @property
     def depth(self) -> int:
         return len(self._queued) + len(self._delayed)
+
+    @property
+    def ready(self) -> int:
+        """Keys waiting for a free worker (not those waiting for their time)."""
+        return self._ready.qsize()
 
     @property
     def in_flight(self) -> int:
@@ -106,11 +104,11 @@ class WorkQueue:
 
     def stuck(self, bound: float, now: float | None = None) -> str | None:
         """Why the workers look stuck (None: they do not). Thread-safe."""
-        now = time.monotonic() if now is None else now
+        now = self._clock.monotonic() if now is None else now
         with self._progress_lock:
             running = list(self._running_since.values())
             moved_at = self._moved_at
-        return stuck(now=now, running_since=running, waiting=self._ready.qsize(), moved_at=moved_at, bound=bound)
+        return stuck(now=now, running_since=running, waiting=self.ready, moved_at=moved_at, bound=bound)
 
     # -- running -------------------------------------------------------------------------------------
 
@@ -126,14 +124,13 @@ class WorkQueue:
 
     async def _timer(self) -> None:
         while True:
-            now = time.monotonic()
+            now = self._clock.monotonic()
             while self._delayed and self._delayed[0][0] <= now:
                 _, _, key = heapq.heappop(self._delayed)
                 self.add(key)
             timeout = self._delayed[0][0] - now if self._delayed else None
             self._wakeup.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wakeup.wait(), timeout=timeout)
+            await self._clock.wait(self._wakeup, timeout)
 
     async def _worker(self, index: int) -> None:
         while True:
@@ -141,31 +138,36 @@ class WorkQueue:
             self._queued.discard(key)
             self._processing.add(key)
             with self._progress_lock:
-                self._running_since[key] = self._moved_at = time.monotonic()
+                self._running_since[key] = self._moved_at = self._clock.monotonic()
             try:
                 outcome = await self._reconcile(key)
             except asyncio.CancelledError:
                 raise
             except TemporaryError as exc:
-                delay = self._backoff.next_delay(key)
+                delay = self._retry_delay(key)
                 logger.warning("reconcile of %s: %s; retrying in %.1fs", key, exc, delay)
                 self.add_after(key, delay)
             except Exception:
-                delay = self._backoff.next_delay(key)
+                delay = self._retry_delay(key)
                 logger.exception("reconcile of %s failed; retrying in %.1fs", key, delay)
                 self.add_after(key, delay)
             else:
-                self._backoff.forget(key)
+                self._failures.pop(key, None)
                 if outcome.requeue_after is not None:
                     self.add_after(key, outcome.requeue_after)
             finally:
                 with self._progress_lock:
                     self._running_since.pop(key, None)
-                    self._moved_at = time.monotonic()
+                    self._moved_at = self._clock.monotonic()
                 self._processing.discard(key)
                 if key in self._dirty:
                     self._dirty.discard(key)
                     self.add(key)
+
+    def _retry_delay(self, key: Hashable) -> float:
+        """Count one more failure of ``key`` in a row; the wait before its retry."""
+        failures = self._failures[key] = self._failures.get(key, 0) + 1
+        return self._backoff.delay(failures)
 
 
 def stuck(*, now: float, running_since: list[float], waiting: int, moved_at: float, bound: float) -> str | None:

@@ -12,22 +12,27 @@ and owns everything around it that used to be repeated per subsystem:
 * per-key memory (:mod:`.memory`): :meth:`forget` clears the key from every registered store and the queue's
   backoff when its object goes;
 * the reconcile duration and error metrics.
+
+Time comes from the clock passed in (:mod:`.clock`, the real one by default), and every wait grows by the one
+backoff type (``osbclient.Backoff``): the queue's retries (:data:`.queue.RETRY`) and conflicts
+(:data:`CONFLICTS`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 from opbroker.controller import metrics
+from opbroker.controller.reconciler.clock import SYSTEM, Clock
 from opbroker.controller.reconciler.failures import Handling, classify
 from opbroker.controller.reconciler.keys import Key
 from opbroker.controller.reconciler.kinds import Reconciler
 from opbroker.controller.reconciler.memory import Memories, PerKey
 from opbroker.controller.reconciler.outcomes import DONE, Outcome, TemporaryError
-from opbroker.controller.reconciler.queue import WorkQueue
+from opbroker.controller.reconciler.queue import RETRY, WorkQueue
+from opbroker.osbclient import Backoff
 
 logger = logging.getLogger(__name__)
 
@@ -37,19 +42,33 @@ CONFLICT_RETRY_SECONDS = 0.05
 #: the object in a loop) is retried every few seconds, not at 20 Hz for ever. A reconcile that ends otherwise
 #: starts the count again.
 CONFLICT_RETRY_CAP_SECONDS = 5.0
+#: The two above as the backoff conflicts follow (never gives up: a conflict is nobody's failure).
+CONFLICTS = Backoff(base=CONFLICT_RETRY_SECONDS, maximum=CONFLICT_RETRY_CAP_SECONDS, max_duration=float("inf"))
 
 
-def conflict_delay(streak: int) -> float:
+def conflict_delay(streak: int, backoff: Backoff = CONFLICTS) -> float:
     """The wait before the reconcile after the ``streak``-th conflict in a row (1 for the first)."""
-    return float(min(CONFLICT_RETRY_CAP_SECONDS, CONFLICT_RETRY_SECONDS * 2 ** min(streak - 1, 16)))
+    return backoff.delay(streak)
 
 
 class Runtime:
     """Keys in, reconciles out; see the module docstring."""
 
-    def __init__(self, *, workers: int, memories: Memories | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        workers: int,
+        memories: Memories | None = None,
+        clock: Clock = SYSTEM,
+        retry: Backoff = RETRY,
+        conflicts: Backoff = CONFLICTS,
+    ) -> None:
         self.workers = workers
         self.memories = memories or Memories()
+        self.clock = clock
+        """The one clock of the runtime and its queue (tests pass a :class:`.clock.FakeClock`)."""
+        self._retry = retry
+        self._conflict_backoff = conflicts
         self._kinds: dict[str, Reconciler] = {}
         self._rechecks: PerKey[float] = self.memories.keep(PerKey())
         self._conflicts: PerKey[int] = self.memories.keep(PerKey())
@@ -77,7 +96,7 @@ class Runtime:
         # Reconciles run their blocking API calls in threads: one per worker (asyncio's default pool is only
         # cpu+4 threads, which would silently cap the workers).
         self.loop.set_default_executor(ThreadPoolExecutor(self.workers, thread_name_prefix="reconcile"))
-        queue = self.queue = WorkQueue(self._reconcile, workers=self.workers)
+        queue = self.queue = WorkQueue(self._reconcile, workers=self.workers, backoff=self._retry, clock=self.clock)
         metrics.WORKQUEUE_DEPTH.set_function(lambda: queue.depth)
         metrics.WORKQUEUE_IN_FLIGHT.set_function(lambda: queue.in_flight)
         queue.start()
@@ -125,7 +144,7 @@ class Runtime:
         reconciler = self._kinds[key.kind]
         self.reconciles += 1
         due = self._rechecks.get(key)
-        if due is not None and due <= time.monotonic() + 0.01:
+        if due is not None and due <= self.clock.monotonic() + 0.01:
             self._rechecks.forget(key)
         with metrics.reconcile_timer(key.kind):
             try:
@@ -137,7 +156,7 @@ class Runtime:
                     reconciler.reread(key)
                     streak = (self._conflicts.get(key) or 0) + 1
                     self._conflicts.put(key, streak)
-                    return Outcome(requeue_after=conflict_delay(streak))
+                    return Outcome(requeue_after=conflict_delay(streak, self._conflict_backoff))
                 self._conflicts.forget(key)
                 if failure.handling is Handling.TRANSIENT:
                     raise TemporaryError(failure.message) from exc
@@ -154,7 +173,7 @@ class Runtime:
         delay = outcome.requeue_after
         if delay is None or delay <= CONFLICT_RETRY_SECONDS:
             return outcome
-        now = time.monotonic()
+        now = self.clock.monotonic()
         pending = self._rechecks.get(key)
         if pending is not None and now < pending <= now + delay + 0.01:
             return DONE

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, ClassVar
 
 from kubernetes.client.exceptions import ApiException
@@ -31,6 +31,7 @@ from opbroker.controller.decisions import now as now_text
 from opbroker.controller.decisions import ready_condition
 from opbroker.controller.reasons import Reason
 from opbroker.controller.reconciler import DONE, Key, ObservePlanAct, Outcome, requeue
+from opbroker.controller.reconciler.clock import SYSTEM, Clock
 from opbroker.controller.servicecatalog import relisting
 from opbroker.controller.servicecatalog.endpoints import EndpointProblem, auth_secret_ref, endpoint
 from opbroker.controller.servicecatalog.relisting import ClassChanges
@@ -81,8 +82,12 @@ BrokerAction = WriteClasses | WriteStatus | ComeBack
 class BrokerReconciler(ObservePlanAct[BrokerFacts, BrokerAction]):
     kind: ClassVar[str] = "scbroker"
 
-    def __init__(self, api: CatalogApi, *, control_plane: str = DEFAULT_NAMESPACE, transport: Any = None) -> None:
+    def __init__(
+        self, api: CatalogApi, *, control_plane: str = DEFAULT_NAMESPACE, transport: Any = None, clock: Clock = SYSTEM
+    ) -> None:
         self.api = api
+        self.clock = clock
+        """The runtime's: a relist is due by its wall clock (``status.lastCatalogRetrievalTime``)."""
         self.control_plane = control_plane
         """The only namespace a Broker's auth Secret is read from."""
         self.transport = transport
@@ -91,7 +96,7 @@ class BrokerReconciler(ObservePlanAct[BrokerFacts, BrokerAction]):
         body = self.api.get(BROKERS, "", key.name)
         if body is None or body["metadata"].get("deletionTimestamp"):
             return None  # its classes go with it (owner references)
-        now = datetime.now(UTC)
+        now = self.clock.now()
         due_in = relisting.relist_due(body, now)
         facts = BrokerFacts(key, body, now, due_in)
         if due_in is None or due_in > 0:

@@ -56,7 +56,7 @@ class ServiceCatalog:
         self.runtime = runtime
         api = self.api = CatalogApi(kube)
         memories = runtime.memories
-        self.brokers = BrokerReconciler(api, control_plane=control_plane)
+        self.brokers = BrokerReconciler(api, control_plane=control_plane, clock=runtime.clock)
         self.instances = InstanceReconciler(
             api, memories, control_plane=control_plane, max_operation_seconds=max_operation_seconds
         )
