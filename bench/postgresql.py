@@ -7,7 +7,7 @@ one binding), measured from this machine:
 * bind → working login: the bind PUT until the first login with its credentials worked;
 * provision (PUT → ``succeeded``), unbind and deprovision alone.
 
-The image comes from the cache (its cold build is recorded in the README: it is built once per recipe change).
+The image comes from the cache (its cold build is recorded in docs/examples.md: it is built once per recipe change).
 """
 
 from __future__ import annotations

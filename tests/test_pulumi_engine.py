@@ -543,7 +543,7 @@ def deploy_and_destroy_the_yaml_example(project: Project, broker: FakeBroker) ->
     # Through the component provider the engine records the ControlPlane component as what the plan needs (the
     # `namespace` output's own dependencies, its CRDs and namespace, stay inside the provider), and the output
     # is known only when the ControlPlane's construct returns, i.e. after all its children were registered:
-    # from another language the catalog waits for the Deployments when they are awaited (README).
+    # from another language the catalog waits for the Deployments when they are awaited (docs/pulumi.md).
     state = project.resources()
     plan = next(r for r in state if r["type"] == PLAN_CR)
     needs = set(plan.get("dependencies") or [])

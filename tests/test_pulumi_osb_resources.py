@@ -232,7 +232,7 @@ def test_a_python_inline_program_uses_the_typed_classes_through_the_plugin(
 def test_an_instance_dropped_from_the_state_is_adopted_again_by_its_id(
     engine: Engine, broker: tuple[FakeBroker, str], tmp_path: Path
 ) -> None:
-    """The README's way from the dynamic-provider version's state: drop the old resource from the state without
+    """docs/pulumi.md's way from the dynamic-provider version's state: drop the old resource from the state without
     touching the broker, declare the new one with the same id and attributes; `up` adopts the broker's instance
     (OSB: a repeated provision with the same attributes is a 200) instead of provisioning a second one."""
     fake, url = broker
@@ -258,7 +258,7 @@ def test_an_instance_dropped_from_the_state_is_adopted_again_by_its_id(
 def test_package_add_of_the_provider_executable_then_its_plugin_install_provisions_without_a_python_host(
     broker: tuple[FakeBroker, str], tmp_path: Path
 ) -> None:
-    """The README's `pulumi package add` path, as a user runs it, with a home of its own (the plugin it installs
+    """docs/pulumi.md's `pulumi package add` path, as a user runs it, with a home of its own (the plugin it installs
     must not serve the module's other tests). The folder form (`package add ./provider`) runs a
     `PulumiPlugin.yaml` plugin through the Python language host, which this engine lacks; the executable form
     reads the schema from the provider itself, writes the package's SDK (for YAML: a package declaration) and
