@@ -1,6 +1,6 @@
 """Bench suite ``postgresql``: the PostgreSQL example plan (``examples/postgresql-statefulset``) on a fresh
-cluster with a node, driven through OSB as tests/test_postgresql_node.py drives it. Per round (one instance,
-one binding), measured from this machine:
+cluster with a node, driven through OSB as tests/realservices/test_postgresql_node.py drives it. Per round
+(one instance, one binding), measured from this machine:
 
 * provision → usable credentials: the provision PUT until a login with a fresh binding's credentials worked
   (provision finished + bind finished + first login);
