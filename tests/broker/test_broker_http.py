@@ -226,6 +226,7 @@ def test_cli_refuses_to_start_without_credentials(control_plane: ControlPlane) -
     assert "no broker credentials" in result.stderr
 
 
+@pytest.mark.process
 def test_cli_prints_the_openapi_document() -> None:
     import json
 

@@ -27,6 +27,8 @@ from tests.brokers.fixture import (
     default_catalog,
 )
 
+pytestmark = pytest.mark.process  # runs another program (see tests/conftest.py)
+
 SYNC = {"service_id": DB_SERVICE, "plan_id": DB_SYNC_PLAN}
 ASYNC = {"service_id": DB_SERVICE, "plan_id": DB_ASYNC_PLAN}
 QUEUE = {"service_id": QUEUE_SERVICE, "plan_id": QUEUE_PLAN}

@@ -12,6 +12,7 @@ import pytest
 from opbroker.controller import trim
 
 
+@pytest.mark.process
 def test_glibc_trim_is_found_here_and_gives_freed_memory_back() -> None:
     """40 MB freed inside the heap (a small block allocated after them keeps the heap from shrinking on its own)
     stays resident until the trim found here hands it back to the kernel."""

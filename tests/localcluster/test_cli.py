@@ -8,7 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
+
+pytestmark = pytest.mark.process  # runs another program (see tests/conftest.py)
 
 REPO = Path(__file__).resolve().parents[2]
 OPBROKER = shutil.which("opbroker", path=str(Path(sys.executable).parent)) or "opbroker"

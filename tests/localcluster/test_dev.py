@@ -8,8 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from opbroker.devcluster import ControlPlane
 from opbroker.devcluster.controlplane import free_ports
+
+pytestmark = pytest.mark.process  # runs another program (see tests/conftest.py)
 
 OPBROKER = Path(sys.executable).parent / "opbroker"
 

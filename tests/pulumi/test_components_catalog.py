@@ -137,6 +137,7 @@ def test_sfplan_registers_the_validated_plan_in_wire_spelling() -> None:
     }
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("preview", [False, True])
 def test_sfplan_takes_the_seeds_gotemplate_templates_unchanged(preview: bool) -> None:
     import yaml
@@ -240,6 +241,7 @@ BAD_PLANS = [
 ]
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(("overrides", "field"), BAD_PLANS)
 @pytest.mark.parametrize("preview", [False, True])
 def test_a_bad_plan_fails_before_anything_is_registered(overrides: dict[str, Any], field: str, preview: bool) -> None:

@@ -105,6 +105,7 @@ def test_every_policy_is_mandatory_and_the_pack_is_built_only_in_its_entry_point
     assert yaml.safe_load((pack / "PulumiPolicy.yaml").read_text())["runtime"]["name"] == "python"
 
 
+@pytest.mark.process
 def test_the_pack_is_an_executable_analyzer_serving_the_policy_protocol(tmp_path: Path) -> None:
     # Started the way the engine (v3.255+) starts an executable `--policy-pack`: in the program's folder (not the
     # pack's), the engine's address as its argument, the analyzer's port read from the first line of stdout.

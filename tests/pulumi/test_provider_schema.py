@@ -37,6 +37,7 @@ def test_the_plugin_manifest_declares_a_python_plugin() -> None:
     assert (PROVIDER / manifest["runtime"]["options"]["virtualenv"]).resolve() == (REPO / ".venv").resolve()
 
 
+@pytest.mark.process
 def test_the_plugin_serves_every_component_under_the_opbroker_name() -> None:
     # Started the way the engine starts it (the executable beside PulumiPlugin.yaml, which the engine prefers to
     # the manifest's runtime; the entry point __main__.py): it prints its port and answers GetSchema over gRPC.

@@ -27,6 +27,8 @@ from opbroker.devcluster.pulumi_engine import BIN, PACKAGES, PROVIDER, Engine, P
 from opbroker.provider.osb_resources import ServiceBinding, ServiceInstance
 from tests.osb_fake_broker import PLAN_ASYNC, SERVICE_ID, FakeBroker, serve
 
+pytestmark = pytest.mark.process  # runs another program (see tests/conftest.py)
+
 INSTANCE = "opbroker:index:ServiceInstance"
 BINDING = "opbroker:index:ServiceBinding"
 PASSWORD = "fake-broker-password-7c1e"

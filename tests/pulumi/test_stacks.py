@@ -101,6 +101,7 @@ exit 0
 """
 
 
+@pytest.mark.process
 def test_an_engine_command_past_its_deadline_is_interrupted_and_named(tmp_path: Path) -> None:
     (tmp_path / "bin").mkdir()
     fake = tmp_path / "bin" / "pulumi"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import yaml
 
 from opbroker.api.catalog import SFPlan
@@ -188,6 +189,7 @@ def _zalando(path: str, **context: Any) -> tuple[SFPlan, dict[str, Any]]:
     return SFPlan.model_validate(body), body
 
 
+@pytest.mark.process
 def test_a_gotemplate_plan_diffs_like_a_jinja2_one() -> None:
     seed = "tests/data/seeds/sfplan-postgresql-zalando.yaml"
     port = "examples/catalog/postgresql-zalando-plan.yaml"

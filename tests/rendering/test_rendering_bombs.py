@@ -26,6 +26,8 @@ from opbroker.rendering import Limits, Renderer, RenderInputs, RenderLimitError,
 from tests.controller.test_reconcile_instances_bindings import plan_body
 from tests.fake_kube import FakeKube
 
+pytestmark = pytest.mark.process  # runs another program (see tests/conftest.py)
+
 LIMIT = Limits().max_output_bytes
 #: How much the rendering process may grow during a refused bomb: a few copies of the limit (an estimate is
 #: made before the work; escaping and Python's own objects make the real text a small factor larger).

@@ -64,6 +64,7 @@ def test_output_that_may_depend_on_the_request_only_warns() -> None:
     assert "missing apiVersion, kind, metadata.name" in verdict.warnings[0].message
 
 
+@pytest.mark.process
 def test_the_seeds_gotemplate_plan_checks_clean_through_the_go_renderer(seed_manifests: list[Path]) -> None:
     seed = next(p for p in seed_manifests if p.name == "sfplan-postgresql-zalando.yaml")
     (plan,) = load_resources(seed.read_text())

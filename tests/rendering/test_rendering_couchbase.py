@@ -52,6 +52,7 @@ def renderer() -> Any:
     renderer.go.close()
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("example", ["my-secret", "optional-namespace"])
 def test_the_seed_examples_render_as_the_seed_shows(renderer: Renderer, example: str) -> None:
     template = (FIXTURES / f"{example}.template.yaml").read_text()
@@ -63,6 +64,7 @@ def test_the_seed_examples_render_as_the_seed_shows(renderer: Renderer, example:
     assert manifest == expected
 
 
+@pytest.mark.process
 def test_a_given_optional_parameter_is_used_by_its_plain_name(renderer: Renderer) -> None:
     template = (FIXTURES / "optional-namespace.template.yaml").read_text()
     rendered = renderer.render_objects(
@@ -99,6 +101,7 @@ templates:
 """
 
 
+@pytest.mark.process
 def test_generated_values_are_kept_so_a_re_render_never_changes_them(renderer: Renderer) -> None:
     the_plan = plan(couchbase("provision", GENERATED))
     first = renderer.render_objects(the_plan, TemplateAction.PROVISION, inputs())
@@ -117,6 +120,7 @@ def test_generated_values_are_kept_so_a_re_render_never_changes_them(renderer: R
     assert fresh.registry["admin-password"] != first.registry["admin-password"]
 
 
+@pytest.mark.process
 def test_a_binding_inherits_the_instance_registry_and_sets_credentials(renderer: Renderer) -> None:
     bind = """
 registry:
@@ -161,6 +165,7 @@ def test_bad_content_gets_a_clear_error(renderer: Renderer, content: str, messag
 SECRET = "name: x\ntemplate:\n  apiVersion: v1\n  kind: Secret\n  metadata: {name: x}\n"
 
 
+@pytest.mark.process
 def test_reserved_registry_keys_never_reach_a_template(renderer: Renderer) -> None:
     content = SECRET + "  p: '{{ registry \"parameters\" }}'\n"
     rendered = renderer.render_objects(
@@ -184,6 +189,7 @@ def test_couchbase_templates_render_objects_only() -> None:
         plan(couchbase("status", "name: x\ntemplate: {}\n"))
 
 
+@pytest.mark.process
 def test_compile_finds_a_syntax_error(renderer: Renderer) -> None:
     the_plan = plan(couchbase("provision", "name: x\ntemplate:\n  v: '{{ registry \"a\" }'\n"))
     with pytest.raises(RenderError, match=r"malformed|unexpected"):

@@ -29,6 +29,7 @@ def test_the_cli_prints_the_checked_in_example() -> None:
     assert result.stdout == (EXAMPLE / "imported.yaml").read_text()
 
 
+@pytest.mark.process
 def test_the_imported_plan_renders_as_the_couchbase_broker_would() -> None:
     manifests = convert(CONFIG).manifests
     service, plan_manifest = manifests

@@ -31,6 +31,8 @@ from opbroker.rendering.checking import check_plan
 from opbroker.rendering.goengine import EngineCrashed, GoEngine
 from opbroker.rendering.renderer import release_name
 
+pytestmark = pytest.mark.process  # runs another program (see tests/conftest.py)
+
 REPO = Path(__file__).resolve().parents[2]
 CHART_DIR = REPO / "tests" / "data" / "charts" / "tiny"
 INSTANCE = {"metadata": {"name": "db1", "namespace": "team-a"}, "spec": {"instanceId": "db1", "planId": "p"}}

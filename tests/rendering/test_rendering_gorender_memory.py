@@ -29,6 +29,8 @@ from opbroker.rendering import Limits, Renderer, RenderInputs, RenderLimitError
 from opbroker.rendering.checking import check_plan
 from opbroker.rendering.goengine import DEFAULT_MEMORY_CEILING, EngineCrashed, GoEngine, PeakWatch, loggable
 
+pytestmark = pytest.mark.process  # runs another program (see tests/conftest.py)
+
 INSTANCE = {"metadata": {"name": "db1", "namespace": "team-a"}, "spec": {"instanceId": "db1", "planId": "p"}}
 CM = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\n"
 MIB = 1 << 20

@@ -20,6 +20,8 @@ import yaml
 from opbroker.api import OperationState, SFPlan, TemplateAction
 from opbroker.rendering import Renderer, RenderError, RenderInputs
 
+pytestmark = pytest.mark.process  # runs another program (see tests/conftest.py)
+
 REPO = Path(__file__).resolve().parents[2]
 INPUTS = REPO / "examples" / "catalog" / "render-inputs"
 SEED = SFPlan.model_validate(yaml.safe_load((REPO / "tests/data/seeds/sfplan-postgresql-zalando.yaml").read_text()))

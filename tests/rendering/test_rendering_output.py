@@ -330,6 +330,7 @@ def test_values_cannot_add_requirements_to_a_selector(value: str) -> None:
 # -- template types and absent templates ---------------------------------------------------------------------------
 
 
+@pytest.mark.process
 def test_gotemplate_output_goes_through_the_same_post_processing() -> None:
     # Null removal and the namespace default apply to Go's output exactly as to jinja2's.
     text = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .instance.metadata.name }}\ndata:\n  a: null\n"
@@ -339,6 +340,7 @@ def test_gotemplate_output_goes_through_the_same_post_processing() -> None:
     assert obj.manifest["data"] == {}
 
 
+@pytest.mark.process
 def test_a_helm_chart_for_status_is_refused_clearly() -> None:
     plan = make_plan(("status", "a: b"), kind="gotemplate")
     document = plan.to_manifest()

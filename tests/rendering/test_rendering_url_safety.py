@@ -406,6 +406,7 @@ def test_the_cache_is_bounded_in_bytes() -> None:
 OPBROKER = shutil.which("opbroker", path=str(Path(sys.executable).parent)) or "opbroker"
 
 
+@pytest.mark.process
 def test_validate_refuses_a_plain_http_template_and_the_controller_a_bad_network(tmp_path: Path) -> None:
     plan = url_plan("https://templates.example/p.yaml").to_manifest()
     plan["spec"]["templates"][0]["url"] = "http://templates.example/p.yaml"

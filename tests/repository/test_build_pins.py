@@ -68,6 +68,7 @@ def _requirements(go_mod: str) -> list[tuple[str, str]]:
     return [replaced.pop(m, (m, v)) for m, v in required] + list(replaced.values())
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("module", WRAPPERS, ids=lambda p: p.name)
 def test_each_wrapper_module_is_committed_and_pins_every_module_exactly(module: Path) -> None:
     go_mod, go_sum = module / "go.mod", module / "go.sum"
@@ -123,6 +124,7 @@ def _print_bin_dir(script: Path, cache: Path) -> Path:
     return Path(answer.stdout.strip())
 
 
+@pytest.mark.process
 def test_the_caches_are_keyed_by_the_pins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The scripts and the Python side agree on where the binaries of these pins live, and any change of
     go.sum moves it: a build from other pins never passes for this one."""
