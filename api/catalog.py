@@ -53,7 +53,7 @@ class TemplateSpec(WireModel):
     url: str | None = Field(default=None, pattern=r"^https?://")
     """Where the controller fetches the template (a helm template: its chart archive). ``https`` only, unless
     ``allowHttp`` says otherwise; redirects stay on the same scheme and never lead into the cluster's own
-    networks (see the README's "Template URLs")."""
+    networks (see docs/plans.md, "Template URLs")."""
     allow_http: bool = False
     """Fetch ``url`` over plain ``http``. Off by default: anyone on the path could change what the controller
     renders with the plan's rights. Pin the content with ``digest`` when you turn it on."""

@@ -7,7 +7,7 @@ Namespace's labels match its configured selector. The grammar and the semantics 
 the label is absent; an empty selector selects everything; ``in ()`` and a value left out between commas
 mean the empty value). No maintained Python library parses this
 form, so it is done here and checked against the API server's own selection in
-``tests/test_scheduling_clusters.py``.
+``tests/multicluster/test_scheduling_clusters.py``.
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
 """Bench suite ``postgresql``: the PostgreSQL example plan (``examples/postgresql-statefulset``) on a fresh
-cluster with a node, driven through OSB as tests/test_postgresql_node.py drives it. Per round (one instance,
-one binding), measured from this machine:
+cluster with a node, driven through OSB as tests/realservices/test_postgresql_node.py drives it. Per round
+(one instance, one binding), measured from this machine:
 
 * provision → usable credentials: the provision PUT until a login with a fresh binding's credentials worked
   (provision finished + bind finished + first login);
 * bind → working login: the bind PUT until the first login with its credentials worked;
 * provision (PUT → ``succeeded``), unbind and deprovision alone.
 
-The image comes from the cache (its cold build is recorded in the README: it is built once per recipe change).
+The image comes from the cache (its cold build is recorded in docs/examples.md: it is built once per recipe change).
 """
 
 from __future__ import annotations

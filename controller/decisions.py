@@ -2,7 +2,7 @@
 
 No I/O here: every function takes the facts (the object as on the wire, the plan entry, counts) and
 returns a decision or a status patch. The reconcilers perform what these decide, which keeps the state
-machine testable without a cluster (tests/test_controller_decisions.py).
+machine testable without a cluster (tests/controller/test_controller_decisions.py).
 """
 
 from __future__ import annotations

@@ -155,7 +155,7 @@ class ProviderServicer(server.ProviderServicer):
             await context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"{type_} {request.id!r}: an id alone does not say which broker holds it; declare the resource with "
-                "its broker connection and the same id instead (README: the dynamic-provider version's state)",
+                "its broker connection and the same id instead (docs/pulumi.md: the dynamic-provider version's state)",
             )
         try:
             result = await asyncio.to_thread(self._logic(type_).read, request.id, props)

@@ -7,7 +7,7 @@ The engine finds the plugin through the project's ``packages: {opbroker: <provid
 ``opbroker.stacks.Settings`` writes for inline programs; a ``pulumi up`` project lists it in its Pulumi.yaml).
 
 State written by the dynamic-provider version of these classes (type ``pulumi-python:dynamic:Resource``) is not
-carried over: see the README (*OSB resources*) for the re-import.
+carried over: see docs/pulumi.md (*OSB resources*) for the re-import.
 """
 
 from __future__ import annotations

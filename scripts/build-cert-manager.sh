@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build cert-manager's controller, the third-party operator tests/test_real_certmanager.py drives through OSB,
+# Build cert-manager's controller, the third-party operator tests/realservices/test_real_certmanager.py drives through OSB,
 # from the Go module github.com/cert-manager/cert-manager once per machine. The binary is cached in
 # $OPBROKER_CACHE/cert-manager-<version>-<key>/bin/cert-manager-controller, with the module's own CRD manifests
 # copied beside it (crds/, from deploy/crds of the go.sum-checked module) and each build's time recorded in

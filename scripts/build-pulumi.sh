@@ -21,7 +21,7 @@
 # and the build writes both files from the downloaded (go.sum-checked) module's own JSON.
 #
 # Not built: the Python language host (module github.com/pulumi/pulumi/sdk/python/cmd/pulumi-language-python/v3)
-# — every pseudo-version of it answers 403 on the module proxy here; see README "Deploying with Pulumi".
+# — every pseudo-version of it answers 403 on the module proxy here; see docs/pulumi.md.
 #
 # Usage: build-pulumi.sh                  (builds what is missing; a no-op when cached)
 #        build-pulumi.sh --print-bin-dir  (where the binaries of the committed pins are, or would be, cached)

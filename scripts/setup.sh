@@ -64,7 +64,7 @@ echo "[setup] making sure the local Kubernetes binaries (control plane and node)
 echo "[setup] making sure the Go template renderer (gotemplate and helm plans) is built"
 .venv/bin/opbroker gorender build
 
-# cert-manager's controller and CRDs (tests/test_real_certmanager.py drives it through OSB), built from its Go
+# cert-manager's controller and CRDs (tests/realservices/test_real_certmanager.py drives it through OSB), built from its Go
 # module once per machine and cached beside the rest.
 echo "[setup] making sure cert-manager (controller and CRDs) is built"
 scripts/build-cert-manager.sh

@@ -41,7 +41,7 @@ CHUNK = 64 * 1024
 
 @dataclass(frozen=True)
 class Limits:
-    """Bounds of the server; each default is explained in the README (Service Catalog, the webhook)."""
+    """Bounds of the server; each default is explained in docs/servicecatalog.md (the webhook)."""
 
     handshake_seconds: float = 5.0
     read_seconds: float = 5.0

@@ -3,7 +3,7 @@
 Why it exists: the controllers consume *any* OSB broker, so their tests must also meet a broker that is not
 opbroker's and behaves differently — synchronous-only plans, 5xx answers, time-outs, malformed JSON, 410 on
 delete, a catalog that changes between relists. To stay genuinely independent of our code it imports only the
-standard library (``tests/test_second_broker.py`` checks that), and it runs in a separate process so a
+standard library (``tests/broker/test_second_broker.py`` checks that), and it runs in a separate process so a
 controller under test talks to it over real HTTP(S) exactly as it would to a vendor's broker.
 
     python tests/brokers/second_broker.py --port 0 --port-file F [--tls-cert C --tls-key K]

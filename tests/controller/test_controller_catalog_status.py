@@ -1,0 +1,89 @@
+"""The controller reports whether it accepted each SFService and SFPlan (the Ready condition that Pulumi's
+``wait_for_ready`` and ``kubectl get`` read), on the real control plane."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from opbroker.controller.catalog_status import plan_verdict, service_verdict, status_patch
+from opbroker.controller.reasons import Reason
+from tests.controller.test_controller_robustness import install_plan
+from tests.controller_support import GROUP, VERSION, wait_for
+
+pytestmark = pytest.mark.usefixtures("controller")
+
+
+def ready_of(obj: dict[str, Any]) -> dict[str, Any] | None:
+    status = obj.get("status") or {}
+    if status.get("observedGeneration") != obj["metadata"]["generation"]:
+        return None
+    return next((c for c in status.get("conditions") or [] if c["type"] == "Ready"), None)
+
+
+def plan(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
+    found: dict[str, Any] = client.CustomObjectsApi(api).get_namespaced_custom_object(
+        GROUP, VERSION, namespace, "sfplans", name
+    )
+    return found
+
+
+def test_plans_and_services_get_a_ready_condition(
+    api_client: client.ApiClient, catalog_namespace: str, namespace: str, tmp_path: Path
+) -> None:
+    good = install_plan(api_client, catalog_namespace, tmp_path, f"good-{namespace}", "kind: ConfigMap\napiVersion: v1")
+    bad = install_plan(api_client, catalog_namespace, tmp_path, f"bad-{namespace}", "{{ instance.metadata.name ")
+
+    accepted = wait_for(lambda: ready_of(plan(api_client, catalog_namespace, good)), 20, "the good plan's Ready")
+    assert (accepted["status"], accepted["reason"]) == ("True", "Accepted")
+    refused = wait_for(lambda: ready_of(plan(api_client, catalog_namespace, bad)), 20, "the bad plan's Ready")
+    assert (refused["status"], refused["reason"]) == ("False", "PlanInvalid")
+    assert "templates[0]" in refused["message"], refused["message"]
+
+    # Fixed: a new generation, accepted; and the controller's own write causes no further writes.
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        catalog_namespace,
+        "sfplans",
+        bad,
+        {"spec": {"templates": [{"action": "provision", "type": "jinja2", "content": "{}"}]}},
+    )
+    fixed = wait_for(
+        lambda: (c := ready_of(plan(api_client, catalog_namespace, bad))) and c["status"] == "True" and c, 20, "fix"
+    )
+    assert fixed["observedGeneration"] == plan(api_client, catalog_namespace, bad)["metadata"]["generation"]
+    version = plan(api_client, catalog_namespace, bad)["metadata"]["resourceVersion"]
+    time.sleep(2)
+    assert plan(api_client, catalog_namespace, bad)["metadata"]["resourceVersion"] == version
+
+    service = client.CustomObjectsApi(api_client).get_namespaced_custom_object(
+        GROUP, VERSION, catalog_namespace, "sfservices", "demo-db"
+    )
+    condition = wait_for(
+        lambda: ready_of(
+            client.CustomObjectsApi(api_client).get_namespaced_custom_object(
+                GROUP, VERSION, catalog_namespace, "sfservices", "demo-db"
+            )
+        ),
+        20,
+        "the service's Ready",
+    )
+    assert (condition["status"], condition["reason"]) == ("True", "Accepted"), service
+
+
+def test_status_patch_is_none_when_the_status_already_says_it() -> None:
+    body: dict[str, Any] = {"metadata": {"generation": 3}, "status": {}}
+    verdict = plan_verdict(None)
+    patch = status_patch(body, verdict)
+    assert patch is not None and patch["observedGeneration"] == 3
+    assert status_patch({"metadata": {"generation": 3}, "status": patch}, verdict) is None
+    assert status_patch({"metadata": {"generation": 4}, "status": patch}, verdict) is not None
+    invalid = plan_verdict(None, ("templates[1]: unexpected end of template",))
+    changed = status_patch({"metadata": {"generation": 3}, "status": patch}, invalid)
+    assert changed is not None and changed["conditions"][0]["reason"] == Reason.PLAN_INVALID.value
+    assert service_verdict("spec.id: Field required").reason is Reason.SERVICE_INVALID

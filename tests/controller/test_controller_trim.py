@@ -1,0 +1,82 @@
+"""Memory is given back to the system after a burst of reconciles, once the queue has drained."""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import ctypes.util
+import os
+
+import pytest
+
+from opbroker.controller import trim
+from opbroker.controller.reconciler.clock import FakeClock
+
+
+@pytest.mark.process
+def test_glibc_trim_is_found_here_and_gives_freed_memory_back() -> None:
+    """40 MB freed inside the heap (a small block allocated after them keeps the heap from shrinking on its own)
+    stays resident until the trim found here hands it back to the kernel."""
+    found = trim.libc_trim()
+    assert found is not None
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    blocks = [libc.malloc(4096) for _ in range(10_000)]
+    for block in blocks:
+        ctypes.memset(block, 1, 4096)  # touched: resident
+    pin = libc.malloc(16)
+    for block in blocks:
+        libc.free(block)
+    before = resident_bytes()
+    assert found() == 1
+    released = before - resident_bytes()
+    libc.free(pin)
+    assert released > 30_000_000, released
+
+
+def resident_bytes() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def test_trims_once_per_burst_and_only_when_idle(monkeypatch: pytest.MonkeyPatch) -> None:
+    trims: list[int] = []
+    state = {"reconciles": 0, "idle": False}
+    monkeypatch.setattr(trim, "libc_trim", lambda: lambda: trims.append(state["reconciles"]) or 1)
+    clock = FakeClock()
+
+    async def waiting_on_the_clock() -> None:
+        """Until the trimmer waits for its next period (its trim runs in a thread: a real deadline bounds this)."""
+        deadline = asyncio.get_running_loop().time() + 10
+        await asyncio.sleep(0)
+        while clock.waiting != 1:
+            assert asyncio.get_running_loop().time() < deadline, "the trimmer does not wait on the clock"
+            await asyncio.sleep(0.001)
+
+    async def look() -> None:
+        """One period of the fake clock passes; return once the trimmer has looked (and trimmed, if it did)."""
+        clock.advance(trim.CHECK_SECONDS)
+        await waiting_on_the_clock()
+
+    async def scenario() -> None:
+        task = asyncio.create_task(
+            trim.trim_when_settled(lambda: state["reconciles"], lambda: bool(state["idle"]), clock=clock)
+        )
+        await waiting_on_the_clock()  # started: waits for its first look
+        await look()
+        assert trims == []  # nothing happened yet
+        state["reconciles"] = 10
+        await look()
+        assert trims == []  # busy: never while reconciles run
+        state["idle"] = True
+        await look()
+        assert trims == [10]  # the burst settled: once
+        await look()
+        assert trims == [10]  # ... and only once
+        state["reconciles"] = 12
+        await look()
+        assert trims == [10, 12]
+        task.cancel()
+
+    asyncio.run(scenario())
