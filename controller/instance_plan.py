@@ -4,7 +4,7 @@ Every decision about an instance lives here and nowhere else — apply or wait, 
 overdue, give up, which objects to release, when to look again — as functions of :class:`InstanceFacts` that
 return actions of the one vocabulary (:mod:`.actions`). No I/O and no Kubernetes client (the import contract
 checks it); the moment of the read comes in the facts (``now``), so ages, deadlines and transition times are
-fixed by them: ``tests/test_instance_plan.py`` tables the plan without a cluster, on a fixed clock. The reconciler that
+fixed by them: ``tests/controller/test_instance_plan.py`` tables the plan without a cluster, on a fixed clock. The reconciler that
 observes the facts and runs the actions is :mod:`.instances`.
 """
 

@@ -1,6 +1,6 @@
 """The binding's pure plan, tabled: facts in, the exact action list out (no cluster, fixed clock).
 
-Rows as in ``tests/test_instance_plan.py`` (whose :func:`summary` they share): wait for the instance or give
+Rows as in ``tests/controller/test_instance_plan.py`` (whose :func:`summary` they share): wait for the instance or give
 up on it, bind, read the credentials back and publish them, follow a rotation, unbind.
 """
 
@@ -35,8 +35,8 @@ from opbroker.controller.reconciler import DONE, Key, PerKey
 from opbroker.controller.reconciling import AppliedMemory
 from opbroker.controller.views import BindingView, InstanceView
 from opbroker.rendering.status import SectionStatus
-from tests.test_instance_plan import CM, ENTRY, KEY, LIMITS, NOW, NS, RETRY, ago, executor, failed, summary
-from tests.test_instance_plan import body as instance_body
+from tests.controller.test_instance_plan import CM, ENTRY, KEY, LIMITS, NOW, NS, RETRY, ago, executor, failed, summary
+from tests.controller.test_instance_plan import body as instance_body
 
 USER = ResourceRef(api_version="v1", kind="ConfigMap", name="b-user", namespace=NS)
 OLD = ResourceRef(api_version="v1", kind="ConfigMap", name="b-old", namespace=NS)
