@@ -12,8 +12,8 @@ from typing import Any
 
 from bench.common import summary
 from opbroker.api.primaza import ServiceState
-from opbroker.controller.claims import constraints, matching
-from opbroker.controller.claims.matching import Candidate, Request, SlaOrder
+from opbroker.controller.claims.core import constraints, matching
+from opbroker.controller.claims.core.matching import Candidate, Request, SlaOrder
 
 TYPES = [f"type{i}" for i in range(20)]
 PROVIDERS = ["aws", "gcp", "azure", "onprem", "sap"]

@@ -52,7 +52,7 @@ marked over this mark decides for itself, and may have been accepted. So an acce
 never undone: its own request does not unmark, and a mark written over it is undone back to it. A mark the
 request cannot undo (the instance keeps changing) stays, logged: binds are refused until the next
 deprovision carries it through. Nothing else needs undoing: the controller acts on a deprovision only once
-the instance is deleted, never on ``state: delete`` (:func:`opbroker.controller.decisions.next_instance_step`).
+the instance is deleted, never on ``state: delete`` (:func:`opbroker.controller.core.decisions.next_instance_step`).
 Other requests refuse a marked instance; one gap, older than this scheme: an update whose spec patch came
 before the mark and whose status write after it writes its ``lastOperation`` over the mark's
 (:meth:`Repository.queue_status` falls back to an unguarded write), leaving ``state: delete`` as the mark.

@@ -8,7 +8,7 @@ import typer
 
 from opbroker.api import webhooks
 from opbroker.api.conventions import DEFAULT_NAMESPACE, DEFAULT_PLAN_SERVICE_ACCOUNT, NAMESPACE_SERVICE_ACCOUNT
-from opbroker.controller.multicluster.scheduling import SchedulerName
+from opbroker.controller.multicluster.core.scheduling import SchedulerName
 from opbroker.controller.settings import ControllerSettings
 
 app = typer.Typer(

@@ -20,16 +20,17 @@ import kopf
 from kubernetes import client
 
 from opbroker.api.conventions import LABEL_MANAGED_BY, MANAGED_BY, catalog_id, resource_name
-from opbroker.controller import admin_requests, decisions, identities, metrics, registry_sweep, trim
+from opbroker.controller import admin_requests, identities, metrics, registry_sweep, trim
 from opbroker.controller.bindings import BindingReconciler
 from opbroker.controller.catalog import Catalog
 from opbroker.controller.catalog_entries import PlanEntryReconciler, ServiceEntryReconciler
 from opbroker.controller.claims.handlers import Claims, register_claims
+from opbroker.controller.core import decisions
+from opbroker.controller.core.reasons import Reason
 from opbroker.controller.instances import InstanceReconciler
 from opbroker.controller.kopfparts import EventsOnlyDiffBase, events_only, plain_body
 from opbroker.controller.kube import BINDINGS, INSTANCES, PLANS, SECRETS, SERVICES, Kube
 from opbroker.controller.multicluster.runtime import MultiCluster
-from opbroker.controller.reasons import Reason
 from opbroker.controller.reconciler import DONE, Key, PerKey, Runtime
 from opbroker.controller.reconciler.clock import SYSTEM
 from opbroker.controller.reconciler.memory import Dependents

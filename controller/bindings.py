@@ -23,9 +23,10 @@ from typing import Any, ClassVar
 from opbroker.api import TemplateAction
 from opbroker.api.conventions import credentials_secret_name, resource_name
 from opbroker.api.meta import ResourceRef
-from opbroker.controller import actions as a
-from opbroker.controller import decisions, identities, registries, teardown
-from opbroker.controller.binding_plan import (
+from opbroker.controller import identities, registries, teardown
+from opbroker.controller.core import actions as a
+from opbroker.controller.core import decisions
+from opbroker.controller.core.binding_plan import (
     BindingFacts,
     BindPiece,
     BindRendering,
@@ -38,16 +39,16 @@ from opbroker.controller.binding_plan import (
     refused,
     steps,
 )
-from opbroker.controller.decisions import Step
+from opbroker.controller.core.decisions import Step
+from opbroker.controller.core.instance_plan import Piece, Teardown
+from opbroker.controller.core.views import BindingView, InstanceView
 from opbroker.controller.executor import AGAIN, MAX_PASSES, Executor, refusal_of
-from opbroker.controller.instance_plan import Piece, Teardown
 from opbroker.controller.instances import limits_of
 from opbroker.controller.kube import BINDINGS, INSTANCES, Kube, Refused
 from opbroker.controller.objects import ref_key, resource_version
 from opbroker.controller.reconciler import DONE, Key, Memories, ObservePlanAct, Outcome, PerKey
 from opbroker.controller.reconciling import AppliedMemory, Deps
 from opbroker.controller.rendered import fetch_sources, inputs_for
-from opbroker.controller.views import BindingView, InstanceView
 from opbroker.rendering import RenderError, RenderInputs
 
 logger = logging.getLogger(__name__)

@@ -4,7 +4,8 @@ while instances use it, and a service while plans or instances use it.
 observe reads the entry (fresh from the API: the store does not hold catalog entries), checks it — outside the
 trusted namespaces it is only warned about; in them, another trusted object declaring its id makes it a
 duplicate — and, for an entry whose finalizer depends on it, counts what uses it; plan is pure
-(:func:`opbroker.controller.catalog_status.status_patch`, :func:`opbroker.controller.decisions.plan_guard_step`);
+(:func:`opbroker.controller.core.catalog_status.status_patch`,
+:func:`opbroker.controller.core.decisions.plan_guard_step`);
 act writes the patch, guarded by the resourceVersion the verdict was made on, and sets the finalizer
 (see :mod:`opbroker.controller.plan_guard`).
 """
@@ -21,10 +22,10 @@ from pydantic import ValidationError
 from opbroker.api import SFPlan, SFService
 from opbroker.api.conventions import catalog_id
 from opbroker.api.errors import field_errors
-from opbroker.controller import catalog_status, decisions
 from opbroker.controller.catalog import Catalog, ref
-from opbroker.controller.catalog_status import Verdict
-from opbroker.controller.decisions import PlanGuard, ServiceUsers
+from opbroker.controller.core import catalog_status, decisions
+from opbroker.controller.core.catalog_status import Verdict
+from opbroker.controller.core.decisions import PlanGuard, ServiceUsers
 from opbroker.controller.kube import INSTANCES, PLANS, SERVICES, Kind, Kube
 from opbroker.controller.plan_guard import set_finalizer
 from opbroker.controller.reconciler import DONE, Key, ObservePlanAct, Outcome

@@ -27,14 +27,15 @@ from kubernetes.client.exceptions import ApiException
 
 from opbroker.api.conventions import FINALIZER, LABEL_PLAN
 from opbroker.api.meta import ResourceRef
-from opbroker.controller import actions as a
-from opbroker.controller import decisions, finalizers, registries, singletons
+from opbroker.controller import registries, singletons
+from opbroker.controller.core import actions as a
+from opbroker.controller.core import decisions, finalizers
+from opbroker.controller.core.refusals import Severity
 from opbroker.controller.kube import Kind, Kube, Refused, ref_of
 from opbroker.controller.ownership import NotOwned, apply_owned, release
 from opbroker.controller.plan_guard import set_plan_finalizer
 from opbroker.controller.reconciler import DONE, Conflict, Key, Outcome, PerKey, TemporaryError
 from opbroker.controller.reconciling import AppliedMemory, Deps
-from opbroker.controller.refusals import Severity
 
 logger = logging.getLogger(__name__)
 

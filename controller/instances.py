@@ -29,12 +29,12 @@ from typing import Any, ClassVar
 
 from opbroker.api import TemplateAction
 from opbroker.api.meta import ResourceRef
-from opbroker.controller import actions as a
-from opbroker.controller import decisions, identities, registries, teardown
+from opbroker.controller import identities, registries, teardown
 from opbroker.controller.catalog import PlanEntry
-from opbroker.controller.decisions import Step
-from opbroker.controller.executor import AGAIN, MAX_PASSES, Executor, refusal_of
-from opbroker.controller.instance_plan import (
+from opbroker.controller.core import actions as a
+from opbroker.controller.core import decisions
+from opbroker.controller.core.decisions import Step
+from opbroker.controller.core.instance_plan import (
     InstanceFacts,
     Limits,
     Piece,
@@ -45,12 +45,13 @@ from opbroker.controller.instance_plan import (
     refused,
     steps,
 )
+from opbroker.controller.core.views import BindingView, InstanceView
+from opbroker.controller.executor import AGAIN, MAX_PASSES, Executor, refusal_of
 from opbroker.controller.kube import BINDINGS, INSTANCES, Kube, Refused
 from opbroker.controller.reconciler import DONE, Key, Memories, ObservePlanAct, Outcome
 from opbroker.controller.reconciling import AppliedMemory, Deps
 from opbroker.controller.rendered import fetch_sources, inputs_for
 from opbroker.controller.settings import ControllerSettings
-from opbroker.controller.views import BindingView, InstanceView
 from opbroker.rendering import RenderError
 
 __all__ = ["InstanceFacts", "InstanceReconciler"]

@@ -22,7 +22,7 @@ from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
 from opbroker.api.meta import ResourceRef
 from opbroker.controller.access import Access, AccessReviews, api_reviewer
-from opbroker.controller.refusals import Refusal, Severity, masked_status, refusal, severity
+from opbroker.controller.core.refusals import Refusal, Severity, masked_status, refusal, severity
 from opbroker.controller.store import UNKNOWN, ObjectStore
 from opbroker.kubeclient import deadlines
 from opbroker.kubeclient.answers import json_object
@@ -40,7 +40,7 @@ class KubeError(RuntimeError):
 
 class Refused(ApiException):
     """The API server refused an object we wrote, for a reason that lies in the object or its place (see
-    :mod:`opbroker.controller.refusals`). Still an ``ApiException`` (with status and reason) for callers that
+    :mod:`opbroker.controller.core.refusals`). Still an ``ApiException`` (with status and reason) for callers that
     handle those; its text is the refusal's masked description, never the response body."""
 
     def __init__(self, refusal: Refusal) -> None:

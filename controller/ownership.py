@@ -14,8 +14,9 @@ import logging
 from typing import Any
 
 from opbroker.api.meta import ResourceRef
-from opbroker.controller import decisions, singletons
-from opbroker.controller.decisions import Letting, Takeover
+from opbroker.controller import singletons
+from opbroker.controller.core import decisions
+from opbroker.controller.core.decisions import Letting, Takeover
 from opbroker.controller.kube import FIELD_MANAGER, Kube, ref_of
 
 logger = logging.getLogger(__name__)

@@ -10,12 +10,12 @@ from typing import Any, Protocol
 from kubernetes.client.exceptions import ApiException
 
 from opbroker.api.osb import OperationState
-from opbroker.controller import decisions
 from opbroker.controller.catalog import Catalog
+from opbroker.controller.core import decisions
+from opbroker.controller.core.reasons import Reason
+from opbroker.controller.core.refusals import Severity
 from opbroker.controller.kube import Kind, Kube, Refused
-from opbroker.controller.reasons import Reason
 from opbroker.controller.reconciler import DONE, Conflict, Key, Outcome, TemporaryError
-from opbroker.controller.refusals import Severity
 from opbroker.controller.registries import RegistryCache
 from opbroker.controller.settings import ControllerSettings
 from opbroker.controller.sources import SourceIndex, SourceWatchers
@@ -175,7 +175,7 @@ class StatusWriter:
     def refused(self, obj: dict[str, Any], exc: Refused) -> Outcome:
         """The API server refused a rendered object: a permanent refusal fails the operation now, with the
         API server's (masked) explanation; one that can be fixed outside the request is counted and retried
-        (see :mod:`opbroker.controller.refusals`)."""
+        (see :mod:`opbroker.controller.core.refusals`)."""
         if exc.refusal.severity is not Severity.PERMANENT:
             return self.fail_or_retry(obj, exc, Reason.APPLY_FAILED)
         logger.warning("%s %s: %s", obj["kind"], obj["metadata"]["name"], exc.refusal.describe())

@@ -32,7 +32,7 @@ from opbroker.api.catalog import SFPlan
 from opbroker.api.meta import ResourceRef
 from opbroker.api.osb import OperationState
 from opbroker.controller import registries
-from opbroker.controller.decisions import is_deleting
+from opbroker.controller.core.decisions import is_deleting
 from opbroker.controller.kube import INSTANCES, PLANS, SERVICES, Kube
 from opbroker.kubeclient.answers import json_object
 from opbroker.rendering import Renderer, RenderError, RenderInputs
@@ -295,7 +295,7 @@ def find_service(kube: Kube, namespace: str, service_id: str) -> dict[str, Any] 
 def cluster_kubes(kube: Kube, namespace: str) -> Callable[[str], Kube]:
     """Instance cluster id → the API holding its registry and sources (the master for "" and "1")."""
     from opbroker.controller.multicluster.clusters import CLUSTERS, KUBECONFIG_KEY
-    from opbroker.controller.multicluster.scheduling import MASTER
+    from opbroker.controller.multicluster.core.scheduling import MASTER
     from opbroker.controller.multicluster.sisters import SisterKube, client_from_kubeconfig
 
     cache: dict[str, Kube] = {"": kube, MASTER: kube}

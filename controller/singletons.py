@@ -23,7 +23,7 @@ from kubernetes.client.exceptions import ApiException
 
 from opbroker.api.conventions import ANNOTATION_SINGLETON_USERS
 from opbroker.api.meta import ResourceRef
-from opbroker.controller import decisions
+from opbroker.controller.core import decisions
 from opbroker.controller.kube import Kube
 from opbroker.controller.reconciler import Conflict
 

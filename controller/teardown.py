@@ -13,10 +13,10 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from opbroker.controller import decisions
-from opbroker.controller.decisions import TeardownScope
+from opbroker.controller.core import decisions
+from opbroker.controller.core.decisions import TeardownScope
+from opbroker.controller.core.reasons import Reason
 from opbroker.controller.kube import Kube
-from opbroker.controller.reasons import Reason
 
 logger = logging.getLogger(__name__)
 

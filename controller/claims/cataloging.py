@@ -15,10 +15,10 @@ from kubernetes.client.exceptions import ApiException
 
 from opbroker.api.meta import ResourceRef
 from opbroker.api.primaza import ServiceCatalog
-from opbroker.controller.claims import catalogs, names
 from opbroker.controller.claims.context import Context
+from opbroker.controller.claims.core import catalogs, names
+from opbroker.controller.claims.core.matching import Candidate
 from opbroker.controller.claims.kinds import CATALOGS
-from opbroker.controller.claims.matching import Candidate
 from opbroker.controller.reconciler import DONE, Key, ObservePlanAct, Outcome, namespace_terminating
 
 logger = logging.getLogger(__name__)

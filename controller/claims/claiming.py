@@ -38,11 +38,12 @@ from pydantic import ValidationError
 from opbroker.api.conventions import ANNOTATION_OWNER_UID, owned_by
 from opbroker.api.errors import field_errors
 from opbroker.api.primaza import ClaimState, RegisteredService, ServiceClaim, ServiceState
-from opbroker.controller.claims import conditions, matching, names, servicebinding, states, workloads
+from opbroker.controller.claims import servicebinding, workloads
 from opbroker.controller.claims.context import Context
+from opbroker.controller.claims.core import conditions, matching, names, states
 from opbroker.controller.claims.kinds import CLAIMS, REGISTERED_SERVICES
 from opbroker.controller.claims.settings import ClaimsSettings
-from opbroker.controller.reasons import Reason
+from opbroker.controller.core.reasons import Reason
 from opbroker.controller.reconciler import DONE, Conflict, Key, ObservePlanAct, Outcome
 
 logger = logging.getLogger(__name__)

@@ -34,10 +34,10 @@ import kopf
 
 from opbroker.api.primaza import ClaimState, RegisteredService
 from opbroker.controller.catalog import Catalog
-from opbroker.controller.claims import matching, names, registration
 from opbroker.controller.claims.cataloging import CatalogReconciler
 from opbroker.controller.claims.claiming import ClaimReconciler
 from opbroker.controller.claims.context import Context
+from opbroker.controller.claims.core import matching, names, registration
 from opbroker.controller.claims.kinds import CLAIMS, REGISTERED_SERVICES
 from opbroker.controller.claims.probes import Prober
 from opbroker.controller.claims.registered import RegisteredReconciler

@@ -29,9 +29,10 @@ from typing import Any
 
 from opbroker.api.conventions import ANNOTATION_OWNER_UID, LABEL_MANAGED_BY, MANAGED_BY
 from opbroker.api.primaza import HealthCheck
-from opbroker.controller.claims import names, servicebinding
-from opbroker.controller.claims.states import CheckOutcome, Result
-from opbroker.controller.reasons import Reason
+from opbroker.controller.claims import servicebinding
+from opbroker.controller.claims.core import names
+from opbroker.controller.claims.core.states import CheckOutcome, Result
+from opbroker.controller.core.reasons import Reason
 
 BINDING_ROOT = "/bindings"
 CONTAINER_NAME = "healthcheck"

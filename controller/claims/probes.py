@@ -31,8 +31,8 @@ from urllib.parse import urlsplit
 import httpx
 
 from opbroker.api.primaza import HealthCheck
-from opbroker.controller.claims.states import CheckOutcome, Result
-from opbroker.controller.reasons import Reason
+from opbroker.controller.claims.core.states import CheckOutcome, Result
+from opbroker.controller.core.reasons import Reason
 from opbroker.controller.reconciler.keys import Key
 
 _REFERENCE = re.compile(r"\$\(([A-Za-z0-9._-]+)\)")

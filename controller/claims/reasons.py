@@ -1,5 +1,5 @@
 """Why a registered service is not a candidate for a claim (condition and event reasons are
-:class:`opbroker.controller.reasons.Reason`)."""
+:class:`opbroker.controller.core.reasons.Reason`)."""
 
 from __future__ import annotations
 
@@ -19,4 +19,4 @@ class Rejection(StrEnum):
     NO_TYPE = "NoTypeIdentity"
     NOT_SHARED = "ReferenceNotShared"
     """In another namespace that does not share it with the claim's (never shown: such a service is not
-    judged; :func:`~opbroker.controller.claims.matching.rejections` names it for callers that ask)."""
+    judged; :func:`~opbroker.controller.claims.core.matching.rejections` names it for callers that ask)."""

@@ -37,13 +37,14 @@ from opbroker.api.conventions import ANNOTATION_OWNER_UID, owned_by
 from opbroker.api.errors import field_errors
 from opbroker.api.meta import ResourceRef
 from opbroker.api.primaza import HealthCheck, RegisteredService, ServiceState
-from opbroker.controller.claims import conditions, healthjobs, matching, names, probes, servicebinding, states
+from opbroker.controller.claims import healthjobs, probes, servicebinding
 from opbroker.controller.claims.context import Context
+from opbroker.controller.claims.core import conditions, matching, names, states
+from opbroker.controller.claims.core.states import CheckOutcome, Result
 from opbroker.controller.claims.kinds import CLAIMS, REGISTERED_SERVICES
 from opbroker.controller.claims.probes import Finished, Probe
-from opbroker.controller.claims.states import CheckOutcome, Result
 from opbroker.controller.claims.store import claim_info
-from opbroker.controller.reasons import Reason
+from opbroker.controller.core.reasons import Reason
 from opbroker.controller.reconciler import DONE, Key, ObservePlanAct, Outcome
 
 logger = logging.getLogger(__name__)

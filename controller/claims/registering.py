@@ -23,11 +23,12 @@ from opbroker.api.conventions import ANNOTATION_OWNER_UID
 from opbroker.api.meta import ResourceRef
 from opbroker.api.osb import OperationState
 from opbroker.api.primaza import RegisteredService
-from opbroker.controller.claims import names, registration, servicebinding
+from opbroker.controller.claims import servicebinding
 from opbroker.controller.claims.context import Context
+from opbroker.controller.claims.core import names, registration
 from opbroker.controller.claims.kinds import REGISTERED_SERVICES
+from opbroker.controller.core.reasons import Reason
 from opbroker.controller.kube import BINDINGS
-from opbroker.controller.reasons import Reason
 from opbroker.controller.reconciler import DONE, Key, ObservePlanAct, Outcome
 
 logger = logging.getLogger(__name__)

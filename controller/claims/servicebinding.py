@@ -21,7 +21,7 @@ from typing import Any
 
 from opbroker.api.conventions import ANNOTATION_OWNER_UID, LABEL_MANAGED_BY, MANAGED_BY
 from opbroker.api.primaza import ServiceEndpointDefinitionItem
-from opbroker.controller.claims import names
+from opbroker.controller.claims.core import names
 
 SECRET_TYPE_PREFIX = "servicebinding.io/"
 RESERVED_KEYS = ("type", "provider")

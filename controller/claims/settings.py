@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from opbroker.controller.claims.matching import DEFAULT_SLA_ORDER, SlaOrder
+from opbroker.controller.claims.core.matching import DEFAULT_SLA_ORDER, SlaOrder
 from opbroker.controller.claims.workloads import DEFAULT_BINDING_ROOT
 
 DEFAULT_ORDER = SlaOrder(DEFAULT_SLA_ORDER)

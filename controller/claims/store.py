@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from opbroker.controller.claims import matching
+from opbroker.controller.claims.core import matching
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from opbroker.api.primaza import ApplicationSelector, LabelSelector
-from opbroker.controller.claims import names
+from opbroker.controller.claims.core import names
 
 BINDING_ROOT_ENV = "SERVICE_BINDING_ROOT"
 DEFAULT_BINDING_ROOT = "/bindings"

@@ -39,16 +39,18 @@ from kubernetes.client.exceptions import ApiException
 from opbroker.api.cluster import RESOURCE_GROUP, SFClusterController
 from opbroker.api.controllerinstall import digest as objects_digest
 from opbroker.api.meta import ResourceRef
-from opbroker.controller import finalizers
 from opbroker.controller.catalog import spec_hash
-from opbroker.controller.decisions import is_deleting
+from opbroker.controller.core import finalizers
+from opbroker.controller.core.decisions import is_deleting
+from opbroker.controller.core.reasons import Reason
 from opbroker.controller.kube import Kind
-from opbroker.controller.multicluster import installer, quantities, replicas
+from opbroker.controller.multicluster import installer, quantities
+from opbroker.controller.multicluster.core import replicas
+from opbroker.controller.multicluster.core.ledger import Ledger
+from opbroker.controller.multicluster.core.scheduling import MASTER, ClusterView
 from opbroker.controller.multicluster.installer import Installation, InstallError
-from opbroker.controller.multicluster.ledger import Ledger
 from opbroker.controller.multicluster.quantities import QuantityError, Resources
 from opbroker.controller.multicluster.reasons import CLUSTER_FINALIZER, LABEL_REPLICATED, ConditionType
-from opbroker.controller.multicluster.scheduling import MASTER, ClusterView
 from opbroker.controller.multicluster.sisters import (
     KubeconfigError,
     KubeconfigRefused,
@@ -57,7 +59,6 @@ from opbroker.controller.multicluster.sisters import (
     client_from_kubeconfig,
 )
 from opbroker.controller.multicluster.sisters import kubeconfig_digest as digest_of
-from opbroker.controller.reasons import Reason
 from opbroker.controller.reconciler import DONE, Key, ObservePlanAct, Outcome
 from opbroker.controller.reconciling import Deps
 

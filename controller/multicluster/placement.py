@@ -38,18 +38,20 @@ from opbroker.api.conventions import FINALIZER, credentials_secret_name, resourc
 from opbroker.api.osb import OperationState
 from opbroker.api.selectors import SelectorError
 from opbroker.api.selectors import parse as parse_selector
-from opbroker.controller import finalizers, identities
+from opbroker.controller import identities
 from opbroker.controller.bindings import delete_credentials
 from opbroker.controller.catalog import PlanEntry
-from opbroker.controller.decisions import TERMINAL, is_deleting
+from opbroker.controller.core import finalizers
+from opbroker.controller.core.decisions import TERMINAL, is_deleting
+from opbroker.controller.core.reasons import Reason
 from opbroker.controller.kube import BINDINGS, INSTANCES, Kind, KubeError
-from opbroker.controller.multicluster import quantities, replicas, scheduling
+from opbroker.controller.multicluster import quantities
 from opbroker.controller.multicluster.clusters import CatalogReplicator, ClusterRegistry, ClusterState, describe
-from opbroker.controller.multicluster.ledger import Ledger
+from opbroker.controller.multicluster.core import replicas, scheduling
+from opbroker.controller.multicluster.core.ledger import Ledger
+from opbroker.controller.multicluster.core.scheduling import MASTER, Demand, SchedulerName
 from opbroker.controller.multicluster.quantities import QuantityError, Resources
 from opbroker.controller.multicluster.reasons import ANNOTATION_CLUSTER, ANNOTATION_MASTER_UID, ConditionType
-from opbroker.controller.multicluster.scheduling import MASTER, Demand, SchedulerName
-from opbroker.controller.reasons import Reason
 from opbroker.controller.reconciler import DONE, Key, Outcome, TemporaryError
 from opbroker.controller.reconciler.failures import server_failing
 from opbroker.controller.reconciling import Deps, StatusWriter

@@ -1,6 +1,6 @@
 """Names of the multi-cluster contract: labels, annotations, finalizer, condition types.
 
-Their reasons are members of :class:`opbroker.controller.reasons.Reason`.
+Their reasons are members of :class:`opbroker.controller.core.reasons.Reason`.
 """
 
 from __future__ import annotations

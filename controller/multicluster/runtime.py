@@ -28,7 +28,7 @@ from opbroker.controller.multicluster.clusters import (
     ClusterReconciler,
     ClusterRegistry,
 )
-from opbroker.controller.multicluster.ledger import Ledger
+from opbroker.controller.multicluster.core.ledger import Ledger
 from opbroker.controller.multicluster.placement import MultiClusterPlacement, plan_requests
 from opbroker.controller.multicluster.quantities import QuantityError, Resources
 from opbroker.controller.reconciler import Key, Runtime

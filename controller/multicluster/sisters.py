@@ -21,7 +21,8 @@ from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
 from opbroker.controller.kube import BINDINGS, INSTANCES, Kind, Kube
-from opbroker.controller.multicluster import kubeconfigs, quantities
+from opbroker.controller.multicluster import quantities
+from opbroker.controller.multicluster.core import kubeconfigs
 from opbroker.controller.multicluster.quantities import Resources
 from opbroker.controller.multicluster.reasons import LABEL_REPLICATED
 from opbroker.controller.reconciler.keys import Key

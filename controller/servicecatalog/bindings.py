@@ -37,12 +37,11 @@ from opbroker import osbclient
 from opbroker.api.conventions import DEFAULT_NAMESPACE
 from opbroker.api.primaza import ApplicationSelector
 from opbroker.api.servicecatalog import BindingOperation, ProvisionStatus, UnbindStatus
-from opbroker.controller import refusals
 from opbroker.controller.claims import workloads
+from opbroker.controller.core import refusals
+from opbroker.controller.core.reasons import Reason
 from opbroker.controller.kube import Kube
-from opbroker.controller.reasons import Reason
 from opbroker.controller.reconciler import DONE, Key, Memories, ObservePlanAct, Outcome, requeue
-from opbroker.controller.servicecatalog import operations, tenancy
 from opbroker.controller.servicecatalog.common import (
     Clients,
     Offering,
@@ -60,8 +59,9 @@ from opbroker.controller.servicecatalog.common import (
     timestamp,
     warn_ignored,
 )
-from opbroker.controller.servicecatalog.endpoints import identity_of
-from opbroker.controller.servicecatalog.operations import Verdict, keeping_failed, terminal_mitigation
+from opbroker.controller.servicecatalog.core import operations, tenancy
+from opbroker.controller.servicecatalog.core.endpoints import identity_of
+from opbroker.controller.servicecatalog.core.operations import Verdict, keeping_failed, terminal_mitigation
 from opbroker.controller.servicecatalog.resources import BINDINGS, FINALIZER, INSTANCES, CatalogApi
 from opbroker.osbclient import Request
 

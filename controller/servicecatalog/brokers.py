@@ -26,14 +26,14 @@ from kubernetes.client.exceptions import ApiException
 from opbroker import osbclient
 from opbroker.api.conventions import DEFAULT_NAMESPACE
 from opbroker.api.servicecatalog import parse_go_duration
-from opbroker.controller import refusals
-from opbroker.controller.decisions import now as now_text
-from opbroker.controller.decisions import ready_condition
-from opbroker.controller.reasons import Reason
+from opbroker.controller.core import refusals
+from opbroker.controller.core.decisions import now as now_text
+from opbroker.controller.core.decisions import ready_condition
+from opbroker.controller.core.reasons import Reason
 from opbroker.controller.reconciler import DONE, Key, ObservePlanAct, Outcome, requeue
 from opbroker.controller.reconciler.clock import SYSTEM, Clock
 from opbroker.controller.servicecatalog import relisting
-from opbroker.controller.servicecatalog.endpoints import EndpointProblem, auth_secret_ref, endpoint
+from opbroker.controller.servicecatalog.core.endpoints import EndpointProblem, auth_secret_ref, endpoint
 from opbroker.controller.servicecatalog.relisting import ClassChanges
 from opbroker.controller.servicecatalog.resources import BROKERS, CLASSES, CatalogApi
 

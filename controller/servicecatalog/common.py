@@ -18,11 +18,16 @@ from typing import Any
 
 from opbroker import osbclient
 from opbroker.api.conventions import DEFAULT_NAMESPACE
-from opbroker.controller.decisions import ready_condition
-from opbroker.controller.reasons import Reason
+from opbroker.controller.core.decisions import ready_condition
+from opbroker.controller.core.reasons import Reason
 from opbroker.controller.reconciler import Key, Memories, Outcome, PerKey, requeue
-from opbroker.controller.servicecatalog import operations
-from opbroker.controller.servicecatalog.endpoints import EndpointProblem, accepted_version, auth_secret_ref, endpoint
+from opbroker.controller.servicecatalog.core import operations
+from opbroker.controller.servicecatalog.core.endpoints import (
+    EndpointProblem,
+    accepted_version,
+    auth_secret_ref,
+    endpoint,
+)
 from opbroker.controller.servicecatalog.resources import BROKERS, CLASSES, CatalogApi
 
 

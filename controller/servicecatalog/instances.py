@@ -36,9 +36,8 @@ from typing import Any, ClassVar
 from opbroker import osbclient
 from opbroker.api.conventions import DEFAULT_NAMESPACE
 from opbroker.api.servicecatalog import DeprovisionStatus, InstanceOperation, ProvisionStatus
-from opbroker.controller.reasons import Reason
+from opbroker.controller.core.reasons import Reason
 from opbroker.controller.reconciler import DONE, Key, Memories, ObservePlanAct, Outcome, requeue
-from opbroker.controller.servicecatalog import admission, operations, tenancy
 from opbroker.controller.servicecatalog.bindingrefs import BindingRef
 from opbroker.controller.servicecatalog.common import (
     Clients,
@@ -58,8 +57,9 @@ from opbroker.controller.servicecatalog.common import (
     timestamp,
     warn_ignored,
 )
-from opbroker.controller.servicecatalog.endpoints import identity_of
-from opbroker.controller.servicecatalog.operations import Verdict, keeping_failed, terminal_mitigation
+from opbroker.controller.servicecatalog.core import admission, operations, tenancy
+from opbroker.controller.servicecatalog.core.endpoints import identity_of
+from opbroker.controller.servicecatalog.core.operations import Verdict, keeping_failed, terminal_mitigation
 from opbroker.controller.servicecatalog.resources import BINDINGS, FINALIZER, INSTANCES, CatalogApi
 from opbroker.osbclient import Request
 

@@ -35,9 +35,10 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from opbroker.api import webhooks
-from opbroker.controller.servicecatalog import admission, webhookcerts
+from opbroker.controller.servicecatalog import webhookcerts
 from opbroker.controller.servicecatalog.bindingrefs import BindingRefs
 from opbroker.controller.servicecatalog.bindingwatch import BindingWatch
+from opbroker.controller.servicecatalog.core import admission
 from opbroker.controller.servicecatalog.reviewserver import Limits, ReviewServer
 
 logger = logging.getLogger(__name__)

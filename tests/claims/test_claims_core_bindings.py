@@ -20,7 +20,8 @@ from opbroker.api.primaza import (
     LabelSelectorRequirement,
     ServiceEndpointDefinitionItem,
 )
-from opbroker.controller.claims import names, servicebinding, workloads
+from opbroker.controller.claims import servicebinding, workloads
+from opbroker.controller.claims.core import names
 
 DEFINITION = [
     ServiceEndpointDefinitionItem.model_validate({"name": "host", "value": "db.example"}),

@@ -19,11 +19,12 @@ import yaml
 from typer.testing import CliRunner
 
 from opbroker.api.primaza import HealthCheck, RegisteredService, ServiceState
-from opbroker.controller.claims import catalogs, constraints, healthjobs, names, registration, servicebinding
+from opbroker.controller.claims import healthjobs, servicebinding
 from opbroker.controller.claims import settings as claims_settings
-from opbroker.controller.claims.matching import Candidate, SlaOrder
-from opbroker.controller.claims.states import Result
-from opbroker.controller.reasons import Reason
+from opbroker.controller.claims.core import catalogs, constraints, names, registration
+from opbroker.controller.claims.core.matching import Candidate, SlaOrder
+from opbroker.controller.claims.core.states import Result
+from opbroker.controller.core.reasons import Reason
 
 REPO = Path(__file__).resolve().parents[2]
 

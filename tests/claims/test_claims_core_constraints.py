@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from opbroker.controller.claims import constraints
+from opbroker.controller.claims.core import constraints
 
 # (reason, environments, {environment: offered})
 CASES = [

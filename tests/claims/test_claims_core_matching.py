@@ -20,8 +20,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from opbroker.api.primaza import ServiceClaim, ServiceState
-from opbroker.controller.claims import constraints, matching
-from opbroker.controller.claims.matching import Candidate, Request, SlaOrder
+from opbroker.controller.claims.core import constraints, matching
+from opbroker.controller.claims.core.matching import Candidate, Request, SlaOrder
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "primaza" / "registeredservice-postgresql.yaml"
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import pytest
 
 from opbroker.api.primaza import ServiceState
-from opbroker.controller.claims import states
-from opbroker.controller.claims.states import CheckOutcome, Health, Result
-from opbroker.controller.reasons import Reason
+from opbroker.controller.claims.core import states
+from opbroker.controller.claims.core.states import CheckOutcome, Health, Result
+from opbroker.controller.core.reasons import Reason
 
 S = ServiceState
 H = Health

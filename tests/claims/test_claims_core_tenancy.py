@@ -19,12 +19,13 @@ import pytest
 from opbroker.api.conventions import ANNOTATION_OWNER_UID
 from opbroker.api.osb import OperationState
 from opbroker.api.primaza import ClaimState, ServiceState
-from opbroker.controller.claims import catalogs, claiming, matching, names, registered, registering, states
-from opbroker.controller.claims.matching import Candidate, Index, Request
+from opbroker.controller.claims import claiming, registered, registering
+from opbroker.controller.claims.core import catalogs, matching, names, states
+from opbroker.controller.claims.core.matching import Candidate, Index, Request
 from opbroker.controller.claims.reasons import Rejection
 from opbroker.controller.claims.settings import ClaimsSettings
 from opbroker.controller.claims.store import Store
-from opbroker.controller.reasons import Reason
+from opbroker.controller.core.reasons import Reason
 from opbroker.controller.reconciler import Key
 
 HOME, OTHER, THIRD = "team", "shared-db", "stranger"

@@ -14,8 +14,8 @@ from collections.abc import Hashable
 
 from opbroker.api.primaza import HealthCheck
 from opbroker.controller.claims import probes
-from opbroker.controller.claims.states import CheckOutcome, Result
-from opbroker.controller.reasons import Reason
+from opbroker.controller.claims.core.states import CheckOutcome, Result
+from opbroker.controller.core.reasons import Reason
 from tests.claims_support import TcpTarget, http_target, tcp_target
 
 

@@ -16,7 +16,7 @@ import pytest
 from kubernetes import client
 
 from opbroker.api.conventions import CREDENTIALS_KEY
-from opbroker.controller.claims import names
+from opbroker.controller.claims.core import names
 from tests.claims_support import create, get, secret_data, service_claim, status
 from tests.controller_support import wait_for
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from opbroker.controller.claims import names
+from opbroker.controller.claims.core import names
 from tests.claims_support import (
     TcpTarget,
     catalog_names,

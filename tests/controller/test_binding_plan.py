@@ -15,8 +15,9 @@ import pytest
 
 from opbroker.api.conventions import CREDENTIALS_KEY, FINALIZER
 from opbroker.api.meta import ResourceRef
-from opbroker.controller import actions as a
-from opbroker.controller.binding_plan import (
+from opbroker.controller.catalog import PlanEntry
+from opbroker.controller.core import actions as a
+from opbroker.controller.core.binding_plan import (
     BindingFacts,
     BindPiece,
     BindRendering,
@@ -26,14 +27,13 @@ from opbroker.controller.binding_plan import (
     plan,
     refused,
 )
-from opbroker.controller.catalog import PlanEntry
-from opbroker.controller.decisions import Letting
+from opbroker.controller.core.decisions import Letting
+from opbroker.controller.core.instance_plan import Piece, Teardown
+from opbroker.controller.core.views import BindingView, InstanceView
 from opbroker.controller.executor import Executor
-from opbroker.controller.instance_plan import Piece, Teardown
 from opbroker.controller.kube import BINDINGS
 from opbroker.controller.reconciler import DONE, Key, PerKey
 from opbroker.controller.reconciling import AppliedMemory
-from opbroker.controller.views import BindingView, InstanceView
 from opbroker.rendering.status import SectionStatus
 from tests.controller.test_instance_plan import CM, ENTRY, KEY, LIMITS, NOW, NS, RETRY, ago, executor, failed, summary
 from tests.controller.test_instance_plan import body as instance_body

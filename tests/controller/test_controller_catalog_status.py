@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from opbroker.controller.catalog_status import plan_verdict, service_verdict, status_patch
-from opbroker.controller.reasons import Reason
+from opbroker.controller.core.catalog_status import plan_verdict, service_verdict, status_patch
+from opbroker.controller.core.reasons import Reason
 from tests.controller.test_controller_robustness import install_plan
 from tests.controller_support import GROUP, VERSION, wait_for
 

@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from opbroker.api.conventions import FINALIZER, catalog_id, catalog_namespaces
-from opbroker.controller import catalog_status
 from opbroker.controller.catalog import Catalog
 from opbroker.controller.catalog_entries import (
     EntryFacts,
@@ -21,8 +20,9 @@ from opbroker.controller.catalog_entries import (
     Warn,
     WriteStatus,
 )
+from opbroker.controller.core import catalog_status
+from opbroker.controller.core.reasons import Reason
 from opbroker.controller.kube import PLANS, SERVICES
-from opbroker.controller.reasons import Reason
 from opbroker.controller.reconciler import DONE, Key, Runtime
 from opbroker.controller.settings import ControllerSettings
 from tests.controller.test_reconcile_instances_bindings import NS, PLAN_ID, RENDERER, SERVICE_ID, World, plan_body

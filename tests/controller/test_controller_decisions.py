@@ -11,9 +11,9 @@ import pytest
 
 from opbroker.api.conventions import CREDENTIALS_KEY, FINALIZER
 from opbroker.api.meta import ResourceRef
-from opbroker.controller import catalog_status, decisions
-from opbroker.controller.decisions import Step
-from opbroker.controller.reasons import Reason
+from opbroker.controller.core import catalog_status, decisions
+from opbroker.controller.core.decisions import Step
+from opbroker.controller.core.reasons import Reason
 
 
 def obj(

@@ -18,7 +18,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from opbroker.api.conventions import CREDENTIALS_KEY, DEFAULT_NAMESPACE, FINALIZER
-from opbroker.controller import decisions
+from opbroker.controller.core import decisions
 from opbroker.devcluster import ControlPlane
 from tests.controller_support import Process, apply_yaml, controller_command, wait_for
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from opbroker.controller.refusals import (
+from opbroker.controller.core.refusals import (
     MAX_MESSAGE,
     MAX_SCANNED,
     Severity,

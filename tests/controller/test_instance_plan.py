@@ -15,11 +15,10 @@ import pytest
 
 from opbroker.api.conventions import FINALIZER
 from opbroker.api.meta import ResourceRef
-from opbroker.controller import actions as a
 from opbroker.controller.catalog import Catalog, PlanEntry
-from opbroker.controller.decisions import Letting
-from opbroker.controller.executor import AGAIN, MAX_PASSES, Executor, refusal_of
-from opbroker.controller.instance_plan import (
+from opbroker.controller.core import actions as a
+from opbroker.controller.core.decisions import Letting
+from opbroker.controller.core.instance_plan import (
     InstanceFacts,
     Limits,
     Piece,
@@ -29,6 +28,8 @@ from opbroker.controller.instance_plan import (
     plan,
     refused,
 )
+from opbroker.controller.core.views import BindingView, InstanceView
+from opbroker.controller.executor import AGAIN, MAX_PASSES, Executor, refusal_of
 from opbroker.controller.instances import InstanceReconciler
 from opbroker.controller.kube import INSTANCES, PLANS
 from opbroker.controller.ownership import NotOwned
@@ -37,7 +38,6 @@ from opbroker.controller.reconciling import AppliedMemory, Deps, OwnWrites
 from opbroker.controller.settings import ControllerSettings
 from opbroker.controller.singletons import SingletonFull
 from opbroker.controller.sources import SourceIndex
-from opbroker.controller.views import BindingView, InstanceView
 from opbroker.rendering import Renderer
 from opbroker.rendering.status import SectionStatus
 from tests.fake_kube import FakeKube

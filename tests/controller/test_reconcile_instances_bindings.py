@@ -23,16 +23,16 @@ from opbroker.api.meta import ResourceRef
 from opbroker.controller.bindings import BindingFacts, BindingReconciler
 from opbroker.controller.catalog import Catalog, PlanEntry
 from opbroker.controller.catalog_entries import PlanEntryReconciler
-from opbroker.controller.decisions import Step
+from opbroker.controller.core.decisions import Step
+from opbroker.controller.core.reasons import Reason
+from opbroker.controller.core.views import BindingView, InstanceView
 from opbroker.controller.instances import InstanceFacts, InstanceReconciler
 from opbroker.controller.kube import BINDINGS, INSTANCES, PLANS
-from opbroker.controller.reasons import Reason
 from opbroker.controller.reconciler import DONE, Key, Outcome, Runtime, TemporaryError
 from opbroker.controller.reconciler.runtime import CONFLICT_RETRY_SECONDS
 from opbroker.controller.reconciling import Deps, OwnWrites
 from opbroker.controller.settings import ControllerSettings
 from opbroker.controller.sources import SourceIndex
-from opbroker.controller.views import BindingView, InstanceView
 from opbroker.rendering import Renderer
 from tests.fake_kube import FakeKube
 

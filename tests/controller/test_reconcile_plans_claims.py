@@ -12,13 +12,14 @@ import pytest
 from opbroker.api.conventions import ANNOTATION_OWNER_UID
 from opbroker.api.osb import OperationState
 from opbroker.api.primaza import ClaimState, ServiceState
-from opbroker.controller.claims import cataloging, claiming, names, registered, registering
-from opbroker.controller.claims.matching import Candidate, Index
+from opbroker.controller.claims import cataloging, claiming, registered, registering
+from opbroker.controller.claims.core import names
+from opbroker.controller.claims.core.matching import Candidate, Index
 from opbroker.controller.claims.probes import TcpProbe
 from opbroker.controller.claims.settings import ClaimsSettings
+from opbroker.controller.core.reasons import Reason
 from opbroker.controller.multicluster import clusters
 from opbroker.controller.multicluster.reasons import CLUSTER_FINALIZER
-from opbroker.controller.reasons import Reason
 from opbroker.controller.reconciler import Key
 
 NS = "team"

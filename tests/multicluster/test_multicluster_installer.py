@@ -17,11 +17,11 @@ import yaml
 from kubernetes import client, config, dynamic
 from kubernetes.client.exceptions import ApiException
 
+from opbroker.controller.core.reasons import Reason
 from opbroker.controller.kube import Kube
 from opbroker.controller.multicluster.clusters import CLUSTERS, CatalogReplicator, ClusterReconciler, ClusterRegistry
+from opbroker.controller.multicluster.core.ledger import Ledger
 from opbroker.controller.multicluster.installer import MANAGED_BY
-from opbroker.controller.multicluster.ledger import Ledger
-from opbroker.controller.reasons import Reason
 from opbroker.controller.reconciler import Key, Runtime
 from opbroker.controller.settings import ControllerSettings
 from opbroker.devcluster import ControlPlane

@@ -12,11 +12,12 @@ from typing import Any
 import pytest
 import yaml
 
-from opbroker.controller.multicluster import clusters, kubeconfigs
+from opbroker.controller.core.reasons import Reason
+from opbroker.controller.multicluster import clusters
 from opbroker.controller.multicluster.clusters import CLUSTERS, ClusterReconciler, ClusterRegistry
-from opbroker.controller.multicluster.ledger import Ledger
+from opbroker.controller.multicluster.core import kubeconfigs
+from opbroker.controller.multicluster.core.ledger import Ledger
 from opbroker.controller.multicluster.sisters import KubeconfigError, KubeconfigRefused, client_from_kubeconfig
-from opbroker.controller.reasons import Reason
 from opbroker.controller.reconciler import Key, Runtime
 from opbroker.controller.settings import ControllerSettings
 from tests.fake_kube import FakeKube, KindInfo

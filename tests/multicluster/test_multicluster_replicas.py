@@ -10,9 +10,9 @@ from __future__ import annotations
 import base64
 
 from opbroker.api.conventions import CREDENTIALS_KEY, CREDENTIALS_SECRET_TYPE
-from opbroker.controller.multicluster import replicas
+from opbroker.controller.core.reasons import Reason
+from opbroker.controller.multicluster.core import replicas
 from opbroker.controller.multicluster.reasons import ANNOTATION_MASTER_UID, LABEL_REPLICATED, ConditionType
-from opbroker.controller.reasons import Reason
 
 
 def master_instance(**status: object) -> dict:

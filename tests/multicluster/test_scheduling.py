@@ -15,8 +15,8 @@ import pytest
 
 from opbroker.api import selectors
 from opbroker.controller.multicluster import quantities
-from opbroker.controller.multicluster.ledger import Ledger
-from opbroker.controller.multicluster.scheduling import (
+from opbroker.controller.multicluster.core.ledger import Ledger
+from opbroker.controller.multicluster.core.scheduling import (
     MASTER,
     ClusterView,
     Constraint,

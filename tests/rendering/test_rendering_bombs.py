@@ -19,8 +19,8 @@ from bench import jinja_bombs
 from opbroker.api import SFPlan, TemplateAction
 from opbroker.controller.catalog import Catalog
 from opbroker.controller.catalog_entries import PlanEntryReconciler
+from opbroker.controller.core.reasons import Reason
 from opbroker.controller.kube import PLANS
-from opbroker.controller.reasons import Reason
 from opbroker.controller.reconciler import DONE, Key, Runtime
 from opbroker.rendering import Limits, Renderer, RenderInputs, RenderLimitError, sizing
 from tests.controller.test_reconcile_instances_bindings import plan_body

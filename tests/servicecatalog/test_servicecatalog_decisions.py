@@ -10,11 +10,12 @@ from typing import Any
 import pytest
 
 from opbroker.api.conventions import ANNOTATION_OWNER_UID
-from opbroker.controller.reasons import Reason
+from opbroker.controller.core.reasons import Reason
 from opbroker.controller.reconciler import Key
-from opbroker.controller.servicecatalog import bindings, endpoints, instances, relisting, tenancy
+from opbroker.controller.servicecatalog import bindings, instances, relisting
 from opbroker.controller.servicecatalog.bindingrefs import BindingRef
 from opbroker.controller.servicecatalog.common import Unresolved
+from opbroker.controller.servicecatalog.core import endpoints, tenancy
 from opbroker.controller.servicecatalog.resources import FINALIZER
 
 OFFERING: Any = object()  # next_step only asks whether there is one
@@ -462,7 +463,7 @@ def test_relist_due(reason: str, body: dict[str, Any], want: float | None) -> No
 
 
 def test_admission_refuses_deleting_an_instance_with_bindings() -> None:
-    from opbroker.controller.servicecatalog import admission
+    from opbroker.controller.servicecatalog.core import admission
 
     instance = {"metadata": {"name": "db", "namespace": "a"}, "spec": {"shareWith": ["b"]}}
     bindings_ = [
@@ -515,7 +516,7 @@ def test_a_plans_maximum_polling_duration_is_listed_and_shortens_the_polling() -
 
 def test_a_final_failure_survives_its_orphan_mitigation() -> None:
     from opbroker.controller.servicecatalog.common import conditions
-    from opbroker.controller.servicecatalog.operations import keeping_failed, terminal_mitigation
+    from opbroker.controller.servicecatalog.core.operations import keeping_failed, terminal_mitigation
 
     failed = {"type": "Failed", "status": "True", "reason": "AsyncOperationTimedOut", "message": "too slow"}
     final = obj(generation=2, observedGeneration=2, orphanMitigationInProgress=True, conditions=[failed])

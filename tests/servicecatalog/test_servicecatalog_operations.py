@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from opbroker import osbclient
-from opbroker.controller.servicecatalog import operations
-from opbroker.controller.servicecatalog.operations import MIN_POLL_DELAY, Decision, Verdict
+from opbroker.controller.servicecatalog.core import operations
+from opbroker.controller.servicecatalog.core.operations import MIN_POLL_DELAY, Decision, Verdict
 from opbroker.osbclient import Request
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

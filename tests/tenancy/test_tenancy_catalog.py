@@ -30,7 +30,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from opbroker.api import conventions
-from opbroker.controller.reasons import Reason
+from opbroker.controller.core.reasons import Reason
 from tests.broker_support import (
     ASYNC_PLAN,
     GROUP,

@@ -30,7 +30,7 @@ from typing import Any
 
 from opbroker.api.conventions import ANNOTATION_OWNER_UID, CREDENTIALS_KEY, LABEL_MANAGED_BY, MANAGED_BY, owned_by
 from opbroker.api.primaza import RegisteredService
-from opbroker.controller.claims import names
+from opbroker.controller.claims.core import names
 
 _KEY = re.compile(r"^[A-Za-z0-9._-]+$")
 DEFAULT_PROVIDER = "opbroker"

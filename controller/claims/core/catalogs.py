@@ -27,8 +27,8 @@ from typing import Any
 
 from opbroker.api.conventions import LABEL_MANAGED_BY, MANAGED_BY
 from opbroker.api.primaza import ServiceCatalog, ServiceState
-from opbroker.controller.claims import constraints, names
-from opbroker.controller.claims.matching import Candidate
+from opbroker.controller.claims.core import constraints, names
+from opbroker.controller.claims.core.matching import Candidate
 
 _OBJECT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 

@@ -47,7 +47,7 @@ from pydantic import ValidationError
 from opbroker.api.conventions import may_refer
 from opbroker.api.errors import field_errors
 from opbroker.api.primaza import RegisteredService, ServiceClaim, ServiceState
-from opbroker.controller.claims import constraints, names
+from opbroker.controller.claims.core import constraints, names
 from opbroker.controller.claims.reasons import Rejection
 
 IdentityPair = tuple[str, str]

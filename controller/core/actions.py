@@ -1,4 +1,4 @@
-"""The one action vocabulary: what a kind's pure ``plan`` returns and :mod:`.executor` performs.
+"""The one action vocabulary: what a kind's pure ``plan`` returns and :mod:`opbroker.controller.executor` performs.
 
 Each action is an immutable value that says what to write, never whether: every decision (succeeded, failed,
 still in progress, give up, which objects to release, when to look again) is taken by the plan that builds the
@@ -50,7 +50,8 @@ class WriteStatus:
 
 @dataclass(frozen=True)
 class Apply:
-    """Apply one rendered object under the ownership rules (:mod:`.ownership`, :mod:`.singletons`).
+    """Apply one rendered object under the ownership rules (:mod:`opbroker.controller.ownership`,
+    :mod:`opbroker.controller.singletons`).
 
     ``as_user``: the identity the write is made as (a plan's ServiceAccount), None for the controller's own.
     """

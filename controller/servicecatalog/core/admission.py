@@ -21,7 +21,7 @@ from typing import Any
 
 from opbroker.api import webhooks
 from opbroker.controller.servicecatalog.bindingrefs import BindingRef
-from opbroker.controller.servicecatalog.tenancy import shared_with
+from opbroker.controller.servicecatalog.core.tenancy import shared_with
 
 PATH = webhooks.PATH
 

@@ -26,8 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from opbroker.controller.decisions import ready_condition
-from opbroker.controller.reasons import Reason
+from opbroker.controller.core.decisions import ready_condition
+from opbroker.controller.core.reasons import Reason
 
 
 @dataclass(frozen=True)

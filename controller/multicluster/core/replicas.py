@@ -25,7 +25,8 @@ from opbroker.api.conventions import (
     MANAGED_BY,
 )
 from opbroker.api.osb import OperationState
-from opbroker.controller.decisions import REQUESTED
+from opbroker.controller.core.decisions import REQUESTED
+from opbroker.controller.core.reasons import Reason
 from opbroker.controller.multicluster.reasons import (
     ANNOTATION_CLUSTER,
     ANNOTATION_MASTER_UID,
@@ -33,7 +34,6 @@ from opbroker.controller.multicluster.reasons import (
     ConditionType,
 )
 from opbroker.controller.objects import owner_reference
-from opbroker.controller.reasons import Reason
 
 #: Instance status fields that the master takes over from the sister copy.
 INSTANCE_FIELDS = (

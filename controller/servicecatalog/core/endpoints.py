@@ -15,7 +15,7 @@ from typing import Any
 
 from opbroker import osbclient
 from opbroker.api.conventions import may_refer
-from opbroker.controller.reasons import Reason
+from opbroker.controller.core.reasons import Reason
 
 #: Sent as the originating platform with every request that acts for a user.
 PLATFORM = "kubernetes"

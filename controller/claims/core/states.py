@@ -32,8 +32,8 @@ from enum import StrEnum
 from typing import Any
 
 from opbroker.api.primaza import ServiceState
-from opbroker.controller.claims import conditions
-from opbroker.controller.reasons import Reason
+from opbroker.controller.claims.core import conditions
+from opbroker.controller.core.reasons import Reason
 
 HEALTHY_CONDITION = "Healthy"
 READY_CONDITION = "Ready"

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from opbroker.api.conventions import ANNOTATION_OWNER_UID, may_refer, owned_by
-from opbroker.controller.reasons import Reason
+from opbroker.controller.core.reasons import Reason
 
 #: The namespace of the UUIDs derived from object uids (uuid5): fixed, so a derived id never changes.
 _DERIVED = uuid.UUID("7f3c1a52-0b8e-5d2a-9c1e-6a4f2d8b0e31")

@@ -29,15 +29,15 @@ from opbroker.api.conventions import (
 )
 from opbroker.api.meta import ResourceRef
 from opbroker.api.osb import OperationState
-from opbroker.controller import actions as a
-from opbroker.controller import decisions
 from opbroker.controller.catalog import PlanEntry
-from opbroker.controller.decisions import Letting, Step
-from opbroker.controller.instance_plan import Limits, Piece, Teardown, count_error, still_in_progress, write_status
+from opbroker.controller.core import actions as a
+from opbroker.controller.core import decisions
+from opbroker.controller.core.decisions import Letting, Step
+from opbroker.controller.core.instance_plan import Limits, Piece, Teardown, count_error, still_in_progress, write_status
+from opbroker.controller.core.reasons import Reason
+from opbroker.controller.core.views import BindingView, InstanceView
 from opbroker.controller.objects import minus_refs, owner_reference, ref_dicts, same_namespace, stamp
-from opbroker.controller.reasons import Reason
 from opbroker.controller.reconciler.keys import Key
-from opbroker.controller.views import BindingView, InstanceView
 from opbroker.rendering.status import SectionStatus
 
 

@@ -27,8 +27,8 @@ from opbroker.api.conventions import (
 )
 from opbroker.api.meta import ResourceRef
 from opbroker.api.osb import OperationState
+from opbroker.controller.core.reasons import Reason
 from opbroker.controller.objects import ref_key
-from opbroker.controller.reasons import Reason
 from opbroker.rendering.registry import DASHBOARD_URL
 
 #: States in which the broker has asked for work the controller has not started yet.

@@ -4,8 +4,8 @@ Every decision about an instance lives here and nowhere else — apply or wait, 
 overdue, give up, which objects to release, when to look again — as functions of :class:`InstanceFacts` that
 return actions of the one vocabulary (:mod:`.actions`). No I/O and no Kubernetes client (the import contract
 checks it); the moment of the read comes in the facts (``now``), so ages, deadlines and transition times are
-fixed by them: ``tests/controller/test_instance_plan.py`` tables the plan without a cluster, on a fixed clock. The reconciler that
-observes the facts and runs the actions is :mod:`.instances`.
+fixed by them: ``tests/controller/test_instance_plan.py`` tables the plan without a cluster, on a fixed clock. The
+reconciler that observes the facts and runs the actions is :mod:`opbroker.controller.instances`.
 """
 
 from __future__ import annotations
@@ -19,10 +19,12 @@ from typing import Any
 from opbroker.api.conventions import LABEL_INSTANCE, LABEL_PLAN
 from opbroker.api.meta import ResourceRef
 from opbroker.api.osb import OperationState
-from opbroker.controller import actions as a
-from opbroker.controller import decisions
 from opbroker.controller.catalog import PlanEntry
-from opbroker.controller.decisions import Letting, Step
+from opbroker.controller.core import actions as a
+from opbroker.controller.core import decisions
+from opbroker.controller.core.decisions import Letting, Step
+from opbroker.controller.core.reasons import Reason
+from opbroker.controller.core.views import InstanceView
 from opbroker.controller.objects import (
     minus_refs,
     owner_reference,
@@ -32,9 +34,7 @@ from opbroker.controller.objects import (
     stamp,
     union_refs,
 )
-from opbroker.controller.reasons import Reason
 from opbroker.controller.reconciler.keys import Key
-from opbroker.controller.views import InstanceView
 from opbroker.rendering.status import SectionStatus
 
 
