@@ -9,9 +9,12 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from opbroker.devcluster.controlplane import sweep_orphaned_etcd_data
 
 
+@pytest.mark.process
 def test_orphaned_etcd_data_goes_and_data_in_use_stays(tmp_path: Path) -> None:
     uid = os.getuid()
     orphan = tmp_path / f"opbroker-gone-{uid}-etcd"
