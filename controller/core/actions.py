@@ -130,7 +130,7 @@ class Unfollow:
 
 @dataclass(frozen=True)
 class HoldPlan:
-    """Put the finalizer on the SFPlan an instance is about to use (:mod:`.plan_guard`)."""
+    """Put the finalizer on the SFPlan an instance is about to use (:mod:`opbroker.controller.plan_guard`)."""
 
     plan: Mapping[str, Any] = field(repr=False)
 
