@@ -42,11 +42,12 @@ from opbroker.controller.core.binding_plan import (
 from opbroker.controller.core.decisions import Step
 from opbroker.controller.core.instance_plan import Piece, Teardown
 from opbroker.controller.core.views import BindingView, InstanceView
-from opbroker.controller.executor import AGAIN, MAX_PASSES, Executor, refusal_of
+from opbroker.controller.executor import Executor, refusal_of
 from opbroker.controller.instances import limits_of
 from opbroker.controller.kube import BINDINGS, INSTANCES, Kube, Refused
 from opbroker.controller.objects import ref_key, resource_version
-from opbroker.controller.reconciler import DONE, Key, Memories, ObservePlanAct, Outcome, PerKey
+from opbroker.controller.passes import PassingReconciler
+from opbroker.controller.reconciler import Key, Memories, Outcome, PerKey
 from opbroker.controller.reconciling import AppliedMemory, Deps
 from opbroker.controller.rendered import fetch_sources, inputs_for
 from opbroker.rendering import RenderError, RenderInputs
@@ -83,7 +84,7 @@ def delete_credentials(kube: Kube, binding: dict[str, Any]) -> None:
         kube.delete_secret(meta["namespace"], secret["metadata"]["name"], uid=secret["metadata"].get("uid"))
 
 
-class BindingReconciler(ObservePlanAct[BindingFacts, a.Action]):
+class BindingReconciler(PassingReconciler[BindingFacts]):
     kind: ClassVar[str] = "binding"
 
     def __init__(self, deps: Deps, memories: Memories) -> None:
@@ -94,21 +95,8 @@ class BindingReconciler(ObservePlanAct[BindingFacts, a.Action]):
         as last checked by a refresh, when that wrote nothing (``status.sourcesDigest`` stays as it was)."""
         self.executor = Executor(deps, BINDINGS, self.kind, self.applied, self.followed)
 
-    def reconcile(self, key: Key) -> Outcome:
-        """Observe, plan, act — again while the plan says :class:`~.actions.Continue`, up to MAX_PASSES."""
-        outcome, previous = DONE, None
-        for _ in range(MAX_PASSES):
-            read = self._read(key)
-            if read is None:
-                return DONE
-            placed = self.deps.placement.binding(dict(read.binding.wire))  # multi-cluster: the instance's cluster
-            if placed is not None:
-                return placed
-            facts = self._gather(read, previous)
-            outcome, previous = self.act(facts, self.plan(facts)), facts
-            if outcome != AGAIN:
-                return outcome
-        return outcome
+    def placed(self, facts: BindingFacts) -> Outcome | None:
+        return self.deps.placement.binding(dict(facts.binding.wire))  # multi-cluster: the instance's cluster
 
     steps = staticmethod(steps)
 
@@ -124,11 +112,7 @@ class BindingReconciler(ObservePlanAct[BindingFacts, a.Action]):
 
     # -- observing -----------------------------------------------------------------------------------
 
-    def observe(self, key: Key) -> BindingFacts | None:
-        read = self._read(key)
-        return None if read is None else self._gather(read, None)
-
-    def _read(self, key: Key) -> BindingFacts | None:
+    def read(self, key: Key) -> BindingFacts | None:
         kube = self.deps.kube
         body = kube.get_custom(BINDINGS, key.namespace, key.name)
         if body is None:
@@ -150,7 +134,7 @@ class BindingReconciler(ObservePlanAct[BindingFacts, a.Action]):
             identities.plan_user(entry.body, settings) if entry is not None else None,
         )
 
-    def _gather(self, facts: BindingFacts, previous: BindingFacts | None) -> BindingFacts:
+    def gather(self, facts: BindingFacts, previous: BindingFacts | None) -> BindingFacts:
         due = steps(facts)
         try:
             if Step.APPLY in due:

@@ -12,8 +12,8 @@ Level-triggered, in three parts with one job each:
 * ``act`` hands them to the one :class:`~.executor.Executor`; a refusal met while applying is turned into
   actions by the pure :func:`.instance_plan.refused`.
 
-One reconcile may make up to :data:`~.executor.MAX_PASSES` such passes when a plan says
-:class:`~.actions.Continue` (after adding the finalizer; after an apply, whose outcome the next pass reads
+One reconcile (:mod:`opbroker.controller.passes`) may make up to :data:`~.executor.MAX_PASSES` such passes when
+a plan says :class:`~.actions.Continue` (after adding the finalizer; after an apply, whose outcome the next pass reads
 through the status template): each pass observes afresh, nothing recurses. Running it twice in a row, or
 after a crash at any point, converges to the same objects (server-side apply by name; everything ever applied
 is recorded in ``status.resources`` *before* it is applied, so nothing is orphaned).
@@ -46,9 +46,10 @@ from opbroker.controller.core.instance_plan import (
     steps,
 )
 from opbroker.controller.core.views import BindingView, InstanceView
-from opbroker.controller.executor import AGAIN, MAX_PASSES, Executor, refusal_of
+from opbroker.controller.executor import Executor, refusal_of
 from opbroker.controller.kube import BINDINGS, INSTANCES, Kube, Refused
-from opbroker.controller.reconciler import DONE, Key, Memories, ObservePlanAct, Outcome
+from opbroker.controller.passes import PassingReconciler
+from opbroker.controller.reconciler import Key, Memories, Outcome
 from opbroker.controller.reconciling import AppliedMemory, Deps
 from opbroker.controller.rendered import fetch_sources, inputs_for
 from opbroker.controller.settings import ControllerSettings
@@ -73,7 +74,7 @@ def limits_of(settings: ControllerSettings) -> Limits:
     return Limits(settings.status_poll_seconds, settings.max_operation_seconds, settings.error_threshold)
 
 
-class InstanceReconciler(ObservePlanAct[InstanceFacts, a.Action]):
+class InstanceReconciler(PassingReconciler[InstanceFacts]):
     kind: ClassVar[str] = "instance"
 
     def __init__(self, deps: Deps, memories: Memories) -> None:
@@ -81,21 +82,8 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, a.Action]):
         self.applied = memories.keep(AppliedMemory())
         self.executor = Executor(deps, INSTANCES, self.kind, self.applied)
 
-    def reconcile(self, key: Key) -> Outcome:
-        """Observe, plan, act — again while the plan says :class:`~.actions.Continue`, up to MAX_PASSES."""
-        outcome, previous = DONE, None
-        for _ in range(MAX_PASSES):
-            read = self._read(key)
-            if read is None:
-                return DONE
-            placed = self.deps.placement.instance(dict(read.instance.wire))  # multi-cluster: placed elsewhere
-            if placed is not None:
-                return placed
-            facts = self._gather(read, previous)
-            outcome, previous = self.act(facts, self.plan(facts)), facts
-            if outcome != AGAIN:
-                return outcome
-        return outcome
+    def placed(self, facts: InstanceFacts) -> Outcome | None:
+        return self.deps.placement.instance(dict(facts.instance.wire))  # multi-cluster: placed elsewhere
 
     steps = staticmethod(steps)
 
@@ -111,11 +99,7 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, a.Action]):
 
     # -- observing -----------------------------------------------------------------------------------
 
-    def observe(self, key: Key) -> InstanceFacts | None:
-        read = self._read(key)
-        return None if read is None else self._gather(read, None)
-
-    def _read(self, key: Key) -> InstanceFacts | None:
+    def read(self, key: Key) -> InstanceFacts | None:
         """The facts every pass starts from: the instance, its plan, its bindings' count, the apply pending."""
         body = self.deps.kube.get_custom(INSTANCES, key.namespace, key.name)
         if body is None:
@@ -135,7 +119,7 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, a.Action]):
             identities.plan_user(entry.body, settings) if entry is not None else None,
         )
 
-    def _gather(self, facts: InstanceFacts, previous: InstanceFacts | None) -> InstanceFacts:
+    def gather(self, facts: InstanceFacts, previous: InstanceFacts | None) -> InstanceFacts:
         """Add what the step due needs read or rendered. ``previous``: this reconcile's pass before, whose render
         of the ``sources`` template the evaluation right after an apply reuses (as one reconcile always did)."""
         entry = facts.entry
