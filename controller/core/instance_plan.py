@@ -153,8 +153,11 @@ def steps(facts: InstanceFacts) -> tuple[Step, ...]:
         return (Step.REFUSE_WITHDRAWN,)
     if step == Step.APPLY and _context_refused(facts):
         return (Step.REFUSE_CONTEXT_NAMESPACE,)
-    if step == Step.APPLY and facts.pending is not None and view.status.in_progress:
-        return (Step.AWAIT_OUTCOME,)  # applied already; its outcome is pending
+    if step in (Step.APPLY, Step.EVALUATE) and facts.pending is not None and view.status.in_progress:
+        # Applied already, its record waiting for the outcome: a re-render with no new generation (a mass
+        # update, a plan change) evaluates on the next pass as EVALUATE, and must still write that record
+        # (appliedPlanHash, appliedSpec) with the outcome.
+        return (Step.AWAIT_OUTCOME,)
     if step == Step.APPLY and not decisions.has_finalizer(entry.body) and not decisions.is_deleting(entry.body):
         return (Step.HOLD_PLAN, Step.APPLY)  # the plan cannot be deleted while this instance uses it
     return (step,)
@@ -338,9 +341,6 @@ def _apply(facts: InstanceFacts) -> tuple[a.Action, ...]:
             description="applying",
             extra={
                 "resources": ref_dicts(union_refs(old_refs, new_refs)),
-                # The plan version being applied, at once: a re-render of the same generation (a mass update)
-                # is evaluated as EVALUATE on the next pass, whose outcome does not carry the apply's record.
-                "appliedPlanHash": entry.hash,
                 **decisions.started_operation(wire, at=facts.now),
             },
         )

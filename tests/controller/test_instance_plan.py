@@ -399,14 +399,14 @@ def test_the_outcome_carries_the_apply_record_and_the_report() -> None:
     assert write.patch["dashboardUrl"] == "https://d" and write.patch["instanceUsable"] is True
 
 
-def test_a_re_render_records_the_plan_version_it_applies_with_the_in_progress_write() -> None:
+def test_a_re_render_of_the_same_generation_still_writes_its_apply_record_with_the_outcome() -> None:
     """A mass update (state ``update``, no new generation) is applied, then evaluated on the next pass as
-    EVALUATE, whose outcome does not carry the apply's record: the in-progress write records appliedPlanHash, or
-    the instance stays "outdated" for ever (``update-instances --only-outdated`` would mark it again)."""
-    actions = plan(facts(body(state="update", observed=1), rendering=RENDERED))
-    first = actions[0]
-    assert isinstance(first, a.WriteStatus) and first.patch["state"] == "in progress"
-    assert first.patch["appliedPlanHash"] == ENTRY.hash
+    EVALUATE: the record waiting in memory (the new appliedPlanHash, the resources now rendered) must ride along
+    with the outcome, or the instance stays "outdated" for ever (``update-instances --only-outdated`` marks it
+    again) and keeps objects it no longer renders in ``status.resources``."""
+    write = plan(facts(body(state="in progress", observed=1), pending=PENDING, report=STATUS))[-1]
+    assert isinstance(write, a.WriteStatus) and write.settled
+    assert write.patch["appliedPlanHash"] == ENTRY.hash and write.patch["state"] == "succeeded"
 
 
 REFUSALS = [
