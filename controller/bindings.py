@@ -42,10 +42,11 @@ from opbroker.controller.core.binding_plan import (
 from opbroker.controller.core.decisions import Step
 from opbroker.controller.core.instance_plan import Piece, Teardown
 from opbroker.controller.core.views import BindingView, InstanceView
-from opbroker.controller.executor import Executor, refusal_of
+from opbroker.controller.executor import refusal_of
 from opbroker.controller.instances import limits_of
 from opbroker.controller.kube import BINDINGS, INSTANCES, Kube, Refused
 from opbroker.controller.objects import ref_key, resource_version
+from opbroker.controller.osb_effects import osb_executor
 from opbroker.controller.passes import PassingReconciler
 from opbroker.controller.reconciler import Key, Memories, Outcome, PerKey
 from opbroker.controller.reconciling import AppliedMemory, Deps
@@ -93,7 +94,7 @@ class BindingReconciler(PassingReconciler[BindingFacts]):
         self.followed: PerKey[tuple[tuple[ResourceRef, ...], str]] = memories.keep(PerKey())
         """For bound bindings: the sources and digest (see ``decisions.sources_digest``) of the credentials
         as last checked by a refresh, when that wrote nothing (``status.sourcesDigest`` stays as it was)."""
-        self.executor = Executor(deps, BINDINGS, self.kind, self.applied, self.followed)
+        self.executor = osb_executor(deps, BINDINGS, self.kind, self.applied, self.followed)
 
     def placed(self, facts: BindingFacts) -> Outcome | None:
         return self.deps.placement.binding(dict(facts.binding.wire))  # multi-cluster: the instance's cluster

@@ -46,8 +46,9 @@ from opbroker.controller.core.instance_plan import (
     steps,
 )
 from opbroker.controller.core.views import BindingView, InstanceView
-from opbroker.controller.executor import Executor, refusal_of
+from opbroker.controller.executor import refusal_of
 from opbroker.controller.kube import BINDINGS, INSTANCES, Kube, Refused
+from opbroker.controller.osb_effects import osb_executor
 from opbroker.controller.passes import PassingReconciler
 from opbroker.controller.reconciler import Key, Memories, Outcome
 from opbroker.controller.reconciling import AppliedMemory, Deps
@@ -80,7 +81,7 @@ class InstanceReconciler(PassingReconciler[InstanceFacts]):
     def __init__(self, deps: Deps, memories: Memories) -> None:
         self.deps = deps
         self.applied = memories.keep(AppliedMemory())
-        self.executor = Executor(deps, INSTANCES, self.kind, self.applied)
+        self.executor = osb_executor(deps, INSTANCES, self.kind, self.applied)
 
     def placed(self, facts: InstanceFacts) -> Outcome | None:
         return self.deps.placement.instance(dict(facts.instance.wire))  # multi-cluster: placed elsewhere

@@ -30,8 +30,8 @@ from opbroker.controller.core.binding_plan import (
 from opbroker.controller.core.decisions import Letting
 from opbroker.controller.core.instance_plan import Piece, Teardown
 from opbroker.controller.core.views import BindingView, InstanceView
-from opbroker.controller.executor import Executor
 from opbroker.controller.kube import BINDINGS
+from opbroker.controller.osb_effects import osb_executor
 from opbroker.controller.reconciler import DONE, Key, PerKey
 from opbroker.controller.reconciling import AppliedMemory
 from opbroker.rendering.status import SectionStatus
@@ -244,7 +244,7 @@ def test_executor_deletes_a_secret_only_if_it_is_the_owners() -> None:
 def test_executor_keeps_what_a_binding_follows_in_memory() -> None:
     base, kube, created = executor()
     followed: PerKey[tuple[tuple[ResourceRef, ...], str]] = PerKey()
-    run = Executor(base.deps, BINDINGS, "binding", AppliedMemory(), followed)
+    run = osb_executor(base.deps, BINDINGS, "binding", AppliedMemory(), followed)
     run.run(KEY, created, [a.Follow((CM,), "d"), a.Log("noted", warning=False)])
     assert followed.get(KEY) == ((CM,), "d") and kube.calls == []
     run.run(KEY, created, [a.Unfollow()])

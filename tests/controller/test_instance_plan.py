@@ -7,6 +7,7 @@ executor, against ``FakeKube``: each action of the vocabulary makes exactly the 
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from collections.abc import Sequence
 from typing import Any
@@ -32,6 +33,7 @@ from opbroker.controller.core.views import BindingView, InstanceView
 from opbroker.controller.executor import AGAIN, MAX_PASSES, Executor, refusal_of
 from opbroker.controller.instances import InstanceReconciler
 from opbroker.controller.kube import INSTANCES, PLANS
+from opbroker.controller.osb_effects import osb_executor
 from opbroker.controller.ownership import NotOwned
 from opbroker.controller.reconciler import DONE, Conflict, Key, Memories, Outcome, TemporaryError
 from opbroker.controller.reconciling import AppliedMemory, Deps, OwnWrites
@@ -452,7 +454,18 @@ class Watchers:
         self.kinds.update(kinds)
 
 
-def executor() -> tuple[Executor, FakeKube, dict[str, Any]]:
+@dataclasses.dataclass(frozen=True)
+class Harness:
+    """The instance executor and the dependencies it was built from."""
+
+    executor: Executor
+    deps: Deps
+
+    def run(self, key: Key, body: dict[str, Any], actions: Sequence[a.Action], on_refusal: Any = None) -> Outcome:
+        return self.executor.run(key, body, actions, on_refusal)
+
+
+def executor() -> tuple[Harness, FakeKube, dict[str, Any]]:
     kube = FakeKube()
     deps = Deps(
         kube,  # type: ignore[arg-type]
@@ -466,7 +479,7 @@ def executor() -> tuple[Executor, FakeKube, dict[str, Any]]:
     created = kube.create({**body(state="in_queue", finalizer=False), "status": None})
     assert created is not None
     kube.calls.clear()
-    return Executor(deps, INSTANCES, "instance", AppliedMemory()), kube, created
+    return Harness(osb_executor(deps, INSTANCES, "instance", AppliedMemory()), deps), kube, created
 
 
 KEY = Key("instance", NS, "db")

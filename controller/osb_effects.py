@@ -1,0 +1,138 @@
+"""The effects of the OSB kinds (SFServiceInstance, SFServiceBinding): what their plans do beyond the executor's
+generic actions — rendered objects applied and released under the ownership rules, the credentials Secret, the
+plan's finalizer, the per-instance registry, the objects a status template follows, the apply record kept in
+memory.
+
+Each effect performs its action the same way every time and decides nothing: the plan said what, the rules in
+:mod:`.ownership` and :mod:`.singletons` say whether the cluster lets it (a refusal stops the list, see
+:mod:`.executor`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from opbroker.api.conventions import LABEL_PLAN
+from opbroker.api.meta import ResourceRef
+from opbroker.controller import registries, singletons
+from opbroker.controller.core import actions as a
+from opbroker.controller.core import decisions
+from opbroker.controller.executor import Effect, Executor, Run, Target
+from opbroker.controller.kube import Kind, Kube, ref_of
+from opbroker.controller.ownership import NotOwned, apply_owned, release
+from opbroker.controller.plan_guard import set_plan_finalizer
+from opbroker.controller.reconciler import PerKey
+from opbroker.controller.reconciling import AppliedMemory, Deps
+
+
+def osb_executor(
+    deps: Deps,
+    kind: Kind,
+    key_kind: str,
+    memory: AppliedMemory,
+    followed: PerKey[tuple[tuple[ResourceRef, ...], str]] | None = None,
+) -> Executor:
+    """The executor of an instance or binding reconciler (``kind``: its API resource; ``key_kind``: its key)."""
+    target = Target(deps.kube, kind, key_kind, own_writes=deps.own_writes, forget=deps.index.forget)
+    return Executor(target, osb_effects(deps, memory, followed))
+
+
+def osb_effects(
+    deps: Deps,
+    memory: AppliedMemory,
+    followed: PerKey[tuple[tuple[ResourceRef, ...], str]] | None = None,
+) -> Mapping[type, Effect]:
+    """The instance and binding actions, bound to the controller's dependencies."""
+
+    def place(run: Run) -> registries.Place:
+        """Where the object's registry is kept: the registry namespace, which consumers cannot read."""
+        return registries.place(run.body, kind=run.target.key_kind, namespace=deps.settings.registries_namespace)
+
+    def save_registry(run: Run, action: a.SaveRegistry) -> None:
+        deps.registries.save(deps.kube, place(run), dict(action.registry), dict(action.labels))
+
+    def drop_registry(run: Run, action: a.DropRegistry) -> None:
+        where = place(run)
+        registries.delete(deps.kube, where)  # its own namespace's: no owner reference can take it along
+        deps.registries.forget(where)
+
+    def follow(run: Run, action: a.Follow) -> None:
+        if followed is not None:
+            followed.put(run.key, (action.refs, action.digest))
+
+    def unfollow(run: Run, action: a.Unfollow) -> None:
+        if followed is not None:
+            followed.forget(run.key)
+
+    def release_object(run: Run, action: a.Release) -> None:
+        release(run.actor(action.as_user), action.ref, owner_uid=action.owner_uid)
+
+    return {
+        a.Apply: apply,
+        a.Release: release_object,
+        a.WriteSecret: write_secret,
+        a.DeleteSecret: delete_secret,
+        a.Follow: follow,
+        a.Unfollow: unfollow,
+        a.HoldPlan: lambda run, action: set_plan_finalizer(deps.kube, dict(action.plan), hold=True),
+        a.SaveRegistry: save_registry,
+        a.DropRegistry: drop_registry,
+        a.Track: lambda run, action: deps.watchers.ensure(deps.index.track(run.key, list(action.refs))),
+        a.Remember: lambda run, action: memory.remember(run.key, action.version, dict(action.record)),
+        a.Forget: lambda run, action: memory.forget(run.key),
+    }
+
+
+def write_secret(run: Run, action: a.WriteSecret) -> None:
+    """Apply a Secret, unless one of that name exists and is not the owner's (``NotOwned``)."""
+    kube = run.actor(action.as_user)
+    manifest = dict(action.manifest)
+    meta = manifest["metadata"]
+    if action.owner_uid is not None:
+        live = kube.read_secret(meta["namespace"], meta["name"], stored=True)
+        if decisions.takeover(live, owner_uids=(action.owner_uid,), adopt=False) is decisions.Takeover.REFUSE:
+            raise NotOwned(ResourceRef(api_version="v1", kind="Secret", name=meta["name"], namespace=meta["namespace"]))
+    kube.apply_secret(manifest)
+
+
+def delete_secret(run: Run, action: a.DeleteSecret) -> None:
+    """Delete the Secret if it is the owner's (another's of that name is left alone)."""
+    kube = run.actor(action.as_user)
+    secret = kube.read_secret(action.namespace, action.name)
+    owners = (secret or {}).get("metadata", {}).get("ownerReferences") or []
+    if secret is not None and any(owner.get("uid") == action.owner_uid for owner in owners):
+        kube.delete_secret(action.namespace, action.name, uid=secret["metadata"].get("uid"))
+
+
+def apply(run: Run, action: a.Apply) -> None:
+    """Apply one rendered object, unless it exists and is not this owner's (``ownership``). A singleton is
+    shared by every instance of the plan: if it exists already (made by opbroker for this plan, or adopted)
+    it is left as it is and merely gains our owner reference (or, where none can reach it, our entry among
+    its tracked users), so it lives while any user does."""
+    kube: Kube = run.actor(action.as_user)
+    manifest = dict(action.manifest)
+    uid = action.owner_uid
+    if not action.singleton:
+        manager = {"field_manager": action.field_manager} if action.field_manager else {}
+        apply_owned(kube, manifest, owner_uids=(uid, *action.co_owners), adopt=action.adopt, **manager)
+        return
+    if kube.create(manifest if action.owned else singletons.tracked(manifest, uid)) is not None:
+        return
+    ref = ref_of(manifest)
+    live = kube.get(ref)
+    if live is None:
+        return  # deleted meanwhile: the next reconcile creates it
+    plan_label = (manifest["metadata"].get("labels") or {}).get(LABEL_PLAN)
+    if not action.adopt and not decisions.shared_singleton(live, plan_label=plan_label):
+        raise NotOwned(ref)
+    if not action.owned:  # owner references cannot reach it: opbroker tracks its users (``singletons``)
+        singletons.join(kube, ref, live, uid)
+        return
+    owners: list[Any] = live["metadata"].get("ownerReferences") or []
+    if all(o.get("uid") != uid for o in owners):
+        patch = {
+            "ownerReferences": [*owners, dict(action.owner_reference)],
+            "resourceVersion": live["metadata"]["resourceVersion"],
+        }
+        kube.merge_patch(ref, {"metadata": patch})
