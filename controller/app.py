@@ -20,24 +20,25 @@ import kopf
 from kubernetes import client
 
 from opbroker.api.conventions import LABEL_MANAGED_BY, MANAGED_BY, catalog_id, resource_name
-from opbroker.controller import admin_requests, identities, metrics, registry_sweep, trim
+from opbroker.controller import admin_requests, identities, metrics, registry_sweep, trim, watches
 from opbroker.controller.bindings import BindingReconciler
 from opbroker.controller.catalog import Catalog
 from opbroker.controller.catalog_entries import PlanEntryReconciler, ServiceEntryReconciler
-from opbroker.controller.claims.handlers import Claims, register_claims
+from opbroker.controller.claims.handlers import Claims
 from opbroker.controller.core import decisions
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.instances import InstanceReconciler
-from opbroker.controller.kopfparts import EventsOnlyDiffBase, events_only, plain_body
+from opbroker.controller.kopfparts import EventsOnlyDiffBase, events_only
 from opbroker.controller.kube import BINDINGS, INSTANCES, PLANS, SECRETS, SERVICES, Kube
 from opbroker.controller.multicluster.runtime import MultiCluster
 from opbroker.controller.reconciler import DONE, Key, PerKey, Runtime
 from opbroker.controller.reconciler.clock import SYSTEM
 from opbroker.controller.reconciler.memory import Dependents
 from opbroker.controller.reconciling import Deps, OwnWrites
-from opbroker.controller.servicecatalog.handlers import ServiceCatalog, register_service_catalog
+from opbroker.controller.servicecatalog.handlers import ServiceCatalog
 from opbroker.controller.settings import ControllerSettings
 from opbroker.controller.sources import SourceIndex, SourceWatchers
+from opbroker.controller.watches import Watch
 from opbroker.rendering import HttpFetcher, Renderer
 
 logger = logging.getLogger(__name__)
@@ -162,6 +163,21 @@ class Controller:
         await self.runtime.stop()
 
     # -- events --------------------------------------------------------------------------------------
+
+    def watches(self) -> list[Watch]:
+        """The catalog entries, instances and bindings: what the controller's own reconcilers watch."""
+        return [
+            Watch.of(SERVICES, self.on_service, id="sfservices"),
+            Watch.of(PLANS, self.on_plan, id="sfplans"),
+            Watch.of(INSTANCES, self.on_instance, id="sfserviceinstances"),
+            Watch.of(BINDINGS, self.on_binding, id="sfservicebindings"),
+        ]
+
+    def all_watches(self) -> list[Watch]:
+        """Every subsystem's watches: the controller's, the clusters' (multi-cluster), the claims', the Service
+        Catalog's."""
+        clusters = self.multicluster.watches() if self.multicluster is not None else []
+        return [*self.watches(), *clusters, *self.claims.watches(), *self.service_catalog.watches()]
 
     def _enqueue(self, key: Key) -> None:
         self.runtime.enqueue(key)
@@ -328,26 +344,7 @@ def build_registry(controller: Controller, *, kubeconfig: str | None) -> kopf.Op
     async def cleanup(**_: Any) -> None:
         await controller.stop()
 
-    @kopf.on.event(SERVICES.group, SERVICES.version, SERVICES.plural, registry=registry)  # type: ignore[arg-type]
-    async def service_event(event: dict[str, Any], body: Any, **_: Any) -> None:
-        controller.on_service(str(event.get("type")), plain_body(body))
-
-    @kopf.on.event(PLANS.group, PLANS.version, PLANS.plural, registry=registry)  # type: ignore[arg-type]
-    async def plan_event(event: dict[str, Any], body: Any, **_: Any) -> None:
-        controller.on_plan(str(event.get("type")), plain_body(body))
-
-    @kopf.on.event(INSTANCES.group, INSTANCES.version, INSTANCES.plural, registry=registry)  # type: ignore[arg-type]
-    async def instance_event(event: dict[str, Any], body: Any, **_: Any) -> None:
-        controller.on_instance(str(event.get("type")), plain_body(body))
-
-    @kopf.on.event(BINDINGS.group, BINDINGS.version, BINDINGS.plural, registry=registry)  # type: ignore[arg-type]
-    async def binding_event(event: dict[str, Any], body: Any, **_: Any) -> None:
-        controller.on_binding(str(event.get("type")), plain_body(body))
-
-    if controller.multicluster is not None:
-        controller.multicluster.register(registry)  # SFClusters: scheduling targets, sister clusters
-    register_claims(registry, controller.claims)  # registered services and claims: their watches
-    register_service_catalog(registry, controller.service_catalog)  # Broker, ServiceClass, Instance, Binding
+    watches.register(registry, controller.all_watches())
     return registry
 
 

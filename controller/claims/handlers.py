@@ -26,11 +26,9 @@ What each watch enqueues:
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
-
-import kopf
 
 from opbroker.api.primaza import ClaimState, RegisteredService
 from opbroker.controller.catalog import Catalog
@@ -45,9 +43,9 @@ from opbroker.controller.claims.registering import RegistrationReconciler
 from opbroker.controller.claims.settings import ClaimsSettings
 from opbroker.controller.claims.store import Store
 from opbroker.controller.claims.workloads import SUPPORTED_KINDS
-from opbroker.controller.kopfparts import plain_body
 from opbroker.controller.kube import BINDINGS, Kube
 from opbroker.controller.reconciler import Key, Runtime
+from opbroker.controller.watches import Watch
 
 logger = logging.getLogger(__name__)
 
@@ -92,6 +90,24 @@ class Claims:
         self.runtime.enqueue(key)
 
     # -- events --------------------------------------------------------------------------------------
+
+    def watches(self) -> list[Watch]:
+        """Registered services, claims, the health checks' Jobs, the workloads a claim projects into (their
+        identity only) and the OSB bindings a registered service's credentials come from."""
+        workloads = [
+            Watch(api_version, kind.lower() + "s", self._on_workload, f"claims-{kind.lower()}", metadata_only=True)
+            for api_version, kind in SUPPORTED_KINDS
+        ]
+        return [
+            Watch.of(REGISTERED_SERVICES, self.on_registered_service, id="claims-registeredservices"),
+            Watch.of(CLAIMS, self.on_claim, id="claims-serviceclaims"),
+            Watch("batch/v1", "jobs", lambda _type, body: self.on_job(body), "claims-jobs"),
+            *workloads,
+            Watch.of(BINDINGS, self.on_binding, id="claims-sfservicebindings"),
+        ]
+
+    def _on_workload(self, _event_type: str, body: dict[str, Any]) -> None:
+        self.on_workload(body)
 
     def _enqueue_claims_for(self, namespace: str, *holders: str | None, pending: bool = True) -> None:
         """The holders of a service of ``namespace`` (their binding may need re-rendering; ``claimedBy`` may name
@@ -196,39 +212,3 @@ class Claims:
         generated = self.store.service(namespace, name)
         if registration.opted_in(body, plan) or generated is not None:
             self.enqueue(Key("registration", namespace, name))
-
-
-def _workload_handler(claims: Claims, api_version: str, kind: str) -> Callable[..., Awaitable[None]]:
-    async def workload_event(**kwargs: Any) -> None:
-        metadata = dict(kwargs["body"].get("metadata") or {})
-        claims.on_workload({"apiVersion": api_version, "kind": kind, "metadata": metadata})
-
-    return workload_event
-
-
-def register_claims(registry: kopf.OperatorRegistry, claims: Claims) -> None:
-    """Add the claims subsystem's watches to the controller's kopf registry (its only hook)."""
-
-    @kopf.on.event(
-        REGISTERED_SERVICES.group, REGISTERED_SERVICES.version, REGISTERED_SERVICES.plural, registry=registry
-    )
-    async def registered_service_event(**kwargs: Any) -> None:
-        claims.on_registered_service(str(kwargs["event"].get("type")), plain_body(kwargs["body"]))
-
-    @kopf.on.event(CLAIMS.group, CLAIMS.version, CLAIMS.plural, registry=registry)
-    async def claim_event(**kwargs: Any) -> None:
-        claims.on_claim(str(kwargs["event"].get("type")), plain_body(kwargs["body"]))
-
-    @kopf.on.event("batch", "v1", "jobs", registry=registry)
-    async def job_event(**kwargs: Any) -> None:
-        claims.on_job(plain_body(kwargs["body"]))
-
-    for api_version, kind in SUPPORTED_KINDS:
-        group, version = api_version.split("/")
-        kopf.on.event(group, version, kind.lower() + "s", registry=registry, id=f"claims-{kind.lower()}-event")(
-            _workload_handler(claims, api_version, kind)
-        )
-
-    @kopf.on.event(BINDINGS.group, BINDINGS.version, BINDINGS.plural, registry=registry)
-    async def claims_binding_event(**kwargs: Any) -> None:
-        claims.on_binding(str(kwargs["event"].get("type")), plain_body(kwargs["body"]))

@@ -18,9 +18,6 @@ import logging
 import threading
 from typing import Any
 
-import kopf
-
-from opbroker.controller.kopfparts import plain_body
 from opbroker.controller.kube import INSTANCES, PLANS, SERVICES
 from opbroker.controller.multicluster.clusters import (
     CLUSTERS,
@@ -33,6 +30,7 @@ from opbroker.controller.multicluster.placement import MultiClusterPlacement, pl
 from opbroker.controller.multicluster.quantities import QuantityError, Resources
 from opbroker.controller.reconciler import Key, Runtime
 from opbroker.controller.reconciling import Deps
+from opbroker.controller.watches import Watch
 
 logger = logging.getLogger(__name__)
 
@@ -118,12 +116,9 @@ class MultiCluster:
 
     # -- events (called on the event loop) ------------------------------------------------------------
 
-    def register(self, registry: kopf.OperatorRegistry) -> None:
-        """Add the SFCluster handler to the controller's kopf registry."""
-
-        @kopf.on.event(CLUSTERS.group, CLUSTERS.version, CLUSTERS.plural, registry=registry)  # type: ignore[arg-type]
-        async def cluster_event(event: dict[str, Any], body: Any, **_: Any) -> None:
-            self.on_cluster(str(event.get("type")), plain_body(body))
+    def watches(self) -> list[Watch]:
+        """The SFClusters (the catalog, instances and bindings reach it through the controller's own watches)."""
+        return [Watch.of(CLUSTERS, self.on_cluster, id="multicluster-sfclusters")]
 
     def on_cluster(self, event_type: str, body: dict[str, Any]) -> None:
         meta = body["metadata"]

@@ -14,14 +14,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
-
-import kopf
 
 from opbroker.api.servicecatalog import Binding, Broker, Instance, ServiceClass
 from opbroker.controller.claims.workloads import SUPPORTED_KINDS
-from opbroker.controller.kopfparts import plain_body
 from opbroker.controller.kube import Kube
 from opbroker.controller.reconciler import Key, Runtime
 from opbroker.controller.reconciler.memory import Dependents
@@ -30,6 +27,7 @@ from opbroker.controller.servicecatalog.brokers import BrokerReconciler
 from opbroker.controller.servicecatalog.instances import InstanceReconciler
 from opbroker.controller.servicecatalog.resources import GROUP, VERSION, CatalogApi
 from opbroker.controller.settings import ControllerSettings
+from opbroker.controller.watches import Watch
 
 if TYPE_CHECKING:
     from opbroker.controller.servicecatalog.webhook import Webhook
@@ -117,6 +115,24 @@ class ServiceCatalog:
 
         threading.Thread(target=start, name="webhook-start", daemon=True).start()
 
+    def watches(self) -> list[Watch]:
+        """Brokers, their classes, Instances, Bindings, and the workloads a Binding's credentials project into."""
+        api = f"{GROUP}/{VERSION}"
+        workloads = [
+            Watch(api_version, kind.lower() + "s", self._on_workload, f"servicecatalog-{kind.lower()}")
+            for api_version, kind in SUPPORTED_KINDS
+        ]
+        return [
+            Watch(api, Broker.PLURAL, self.on_broker, "servicecatalog-brokers"),
+            Watch(api, ServiceClass.PLURAL, lambda _type, body: self.on_class(body), "servicecatalog-classes"),
+            Watch(api, Instance.PLURAL, self.on_instance, "servicecatalog-instances"),
+            Watch(api, Binding.PLURAL, self.on_binding, "servicecatalog-bindings"),
+            *workloads,
+        ]
+
+    def _on_workload(self, _event_type: str, body: dict[str, Any]) -> None:
+        self.on_workload(body)
+
     def on_broker(self, event_type: str, body: dict[str, Any]) -> None:
         key = Key.of(BrokerReconciler.kind, body)
         if event_type == "DELETED":
@@ -157,37 +173,6 @@ class ServiceCatalog:
     def on_workload(self, body: dict[str, Any]) -> None:
         for key in self._projecting.of(body["metadata"].get("namespace", "")):
             self.runtime.enqueue(key)
-
-
-def register_service_catalog(registry: kopf.OperatorRegistry, catalog: ServiceCatalog) -> None:
-    @kopf.on.event(GROUP, VERSION, Broker.PLURAL, registry=registry)  # type: ignore[arg-type]
-    async def broker_event(event: dict[str, Any], body: Any, **_: Any) -> None:
-        catalog.on_broker(str(event.get("type")), plain_body(body))
-
-    @kopf.on.event(GROUP, VERSION, ServiceClass.PLURAL, registry=registry)  # type: ignore[arg-type]
-    async def class_event(event: dict[str, Any], body: Any, **_: Any) -> None:
-        catalog.on_class(plain_body(body))
-
-    @kopf.on.event(GROUP, VERSION, Instance.PLURAL, registry=registry)  # type: ignore[arg-type]
-    async def instance_event(event: dict[str, Any], body: Any, **_: Any) -> None:
-        catalog.on_instance(str(event.get("type")), plain_body(body))
-
-    @kopf.on.event(GROUP, VERSION, Binding.PLURAL, registry=registry)  # type: ignore[arg-type]
-    async def binding_event(event: dict[str, Any], body: Any, **_: Any) -> None:
-        catalog.on_binding(str(event.get("type")), plain_body(body))
-
-    for api_version, kind in SUPPORTED_KINDS:
-        group, version = api_version.split("/")
-        kopf.on.event(group, version, kind.lower() + "s", registry=registry, id=f"servicecatalog-{kind}")(
-            _workload_handler(catalog)
-        )
-
-
-def _workload_handler(catalog: ServiceCatalog) -> Callable[..., Awaitable[None]]:
-    async def workload_event(body: Any, **_: Any) -> None:
-        catalog.on_workload(plain_body(body))
-
-    return workload_event
 
 
 def _host_of(url: str) -> str:
