@@ -13,7 +13,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -250,10 +250,27 @@ class Kube:
             self.store.put((obj["apiVersion"], obj["kind"]), obj)
         return obj
 
-    def apply(self, manifest: dict[str, Any], *, field_manager: str = FIELD_MANAGER) -> dict[str, Any]:
-        """Server-side apply: creates or updates, never duplicates, leaves fields of other managers alone."""
+    @overload
+    def apply(self, manifest: dict[str, Any], *, field_manager: str = FIELD_MANAGER) -> dict[str, Any]: ...
+
+    @overload
+    def apply(
+        self, manifest: dict[str, Any], *, field_manager: str = FIELD_MANAGER, uid: str
+    ) -> dict[str, Any] | None: ...
+
+    def apply(
+        self, manifest: dict[str, Any], *, field_manager: str = FIELD_MANAGER, uid: str | None = None
+    ) -> dict[str, Any] | None:
+        """Server-side apply: creates or updates, never duplicates, leaves fields of other managers alone.
+
+        ``uid``: amend only the object of that uid, never create one. Server-side apply creates what does not
+        exist, so a partial object applied to amend someone else's (a binding's user added to its instance's
+        database) would otherwise bring a deleted object back, unstamped and half-specified; with the uid the
+        API server refuses instead (409 when none exists: None here; 422 when another of that name does)."""
         body = clean_for_apply(manifest)
         meta = body["metadata"]
+        if uid is not None:
+            meta["uid"] = uid
         resource = self._resource(body["apiVersion"], body["kind"])
         try:
             applied = self.dynamic.server_side_apply(
@@ -265,6 +282,8 @@ class Kube:
                 force_conflicts=True,
             )
         except ApiException as exc:
+            if uid is not None and exc.status == 409:
+                return None  # gone (or deleted and not yet replaced): nothing to amend
             raise _refused(exc, body, self._named()) from None
         return _as_dict(self._keep(applied.to_dict()))
 

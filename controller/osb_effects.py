@@ -115,7 +115,14 @@ def apply(run: Run, action: a.Apply) -> None:
     uid = action.owner_uid
     if not action.singleton:
         manager = {"field_manager": action.field_manager} if action.field_manager else {}
-        apply_owned(kube, manifest, owner_uids=(uid, *action.co_owners), adopt=action.adopt, **manager)
+        apply_owned(
+            kube,
+            manifest,
+            owner_uids=(uid, *action.co_owners),
+            adopt=action.adopt,
+            must_exist=action.must_exist,
+            **manager,
+        )
         return
     if kube.create(manifest if action.owned else singletons.tracked(manifest, uid)) is not None:
         return

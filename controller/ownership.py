@@ -41,17 +41,29 @@ def apply_owned(
     owner_uids: tuple[str, ...],
     adopt: bool = False,
     field_manager: str = FIELD_MANAGER,
+    must_exist: bool = False,
 ) -> None:
     """Server-side apply ``manifest`` unless the live object is someone else's (:class:`NotOwned`).
 
     ``owner_uids``: whose stamp makes the live object ours to write (a binding writes its own objects and its
     instance's). The check reads the live object (the store when it holds the kind); an object created by
     someone else in the instant between that read and the apply is the one case it cannot see.
+    ``must_exist``: the manifest amends an object that exists (a binding's part of its instance's object): when
+    it is gone nothing is written, and the apply carries the live uid, so an object deleted after the read is
+    not brought back by it (found: an unbind racing its instance's deprovision re-created the database,
+    unstamped, and the deprovision then waited for ever on an object not its own).
     """
     ref = ref_of(manifest)
-    if decisions.takeover(kube.get(ref), owner_uids=owner_uids, adopt=adopt) is Takeover.REFUSE:
+    live = kube.get(ref)
+    if decisions.takeover(live, owner_uids=owner_uids, adopt=adopt) is Takeover.REFUSE:
         raise NotOwned(ref)
-    kube.apply(manifest, field_manager=field_manager)
+    if not must_exist:
+        kube.apply(manifest, field_manager=field_manager)
+        return
+    uid = (live or {}).get("metadata", {}).get("uid")
+    if uid is None or kube.apply(manifest, field_manager=field_manager, uid=uid) is None:
+        where = f"{ref.namespace}/{ref.name}" if ref.namespace else ref.name
+        logger.info("%s %s is gone: nothing of it to amend", ref.kind, where)
 
 
 def release(kube: Kube, ref: ResourceRef, *, owner_uid: str) -> bool:

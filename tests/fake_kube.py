@@ -34,7 +34,7 @@ import json
 import threading
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 from kubernetes.client.rest import ApiException
 
@@ -363,13 +363,29 @@ class FakeKube:
         found = self.get(ref)
         return None if found is None else str(found["metadata"].get("resourceVersion", ""))
 
-    def apply(self, manifest: dict[str, Any], *, field_manager: str = FIELD_MANAGER) -> dict[str, Any]:
+    @overload
+    def apply(self, manifest: dict[str, Any], *, field_manager: str = FIELD_MANAGER) -> dict[str, Any]: ...
+
+    @overload
+    def apply(
+        self, manifest: dict[str, Any], *, field_manager: str = FIELD_MANAGER, uid: str
+    ) -> dict[str, Any] | None: ...
+
+    def apply(
+        self, manifest: dict[str, Any], *, field_manager: str = FIELD_MANAGER, uid: str | None = None
+    ) -> dict[str, Any] | None:
         config = clean_for_apply(manifest)
         meta = config["metadata"]
         info = self._info(config["apiVersion"], config["kind"])
         key = self._key(info, meta.get("namespace"), meta["name"])
         with self._lock:
             self._log("apply", info, key[2], key[3], field_manager)
+            if uid is not None:  # the API server's uid precondition: never create, never amend another
+                live_uid = (self.objects.get(key) or {}).get("metadata", {}).get("uid")
+                if live_uid is None:
+                    return None
+                if live_uid != uid:
+                    raise ApiException(status=422, reason="metadata.uid: field is immutable")
             managers = self.managed.setdefault(key, {})
             if key not in self.objects:
                 managers[field_manager] = copy_json(config)

@@ -68,6 +68,9 @@ class Apply:
     """Other owners whose stamp also lets it be written over (an unbind object: the binding's or the instance's)."""
     field_manager: str | None = None
     """The server-side apply field manager (a binding's own, on its instance's objects); None: opbroker's."""
+    must_exist: bool = False
+    """Amend an existing object only (a binding's part of its instance's object): gone, nothing is written —
+    never re-created half-specified by the apply."""
 
 
 @dataclass(frozen=True)

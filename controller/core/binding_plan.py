@@ -259,7 +259,10 @@ def _apply(facts: BindingFacts) -> tuple[a.Action, ...]:
     manager = binding_field_manager(meta.name)
     for p in rendering.pieces:
         if p.instance_own:  # the instance's own object (the live stamp must say so)
-            out.append(a.Apply(p.piece.manifest, instance.meta.uid, {}, field_manager=manager, as_user=facts.actor))
+            out.append(
+                a.Apply(p.piece.manifest, instance.meta.uid, {}, field_manager=manager, as_user=facts.actor,
+                        must_exist=True)
+            )  # fmt: skip
         else:
             manifest = _stamped(facts, p.piece, labels)
             out.append(a.Apply(manifest, meta.uid, {}, adopt=p.piece.adopt, as_user=facts.actor))
@@ -402,7 +405,7 @@ def _unbind(facts: BindingFacts) -> tuple[a.Action, ...]:
                 manifest = p.piece.manifest if p.instance_own else _stamped(facts, p.piece, labels)
                 out.append(
                     a.Apply(manifest, meta.uid, {}, adopt=p.piece.adopt, as_user=facts.actor,
-                            co_owners=(facts.instance.meta.uid,), field_manager=manager)
+                            co_owners=(facts.instance.meta.uid,), field_manager=manager, must_exist=p.instance_own)
                 )  # fmt: skip
             return (*out, a.Continue())  # the verdict is read after them, on the next pass
         section = unbind.section

@@ -249,3 +249,40 @@ def test_executor_keeps_what_a_binding_follows_in_memory() -> None:
     assert followed.get(KEY) == ((CM,), "d") and kube.calls == []
     run.run(KEY, created, [a.Unfollow()])
     assert followed.get(KEY) is None
+
+
+def test_a_bindings_part_of_its_instances_object_is_applied_only_while_that_object_exists() -> None:
+    """Found racing a deprovision: an unbind's partial database, applied after the deprovision deleted it, came back
+    unstamped and the deprovision waited on it for ever. Only the instance's object is marked; the binding's own
+    objects are still created."""
+    bind = plan(
+        facts(binding(state="in_queue"), rendering=BindRendering((piece("b-user"), piece("db", instance_own=True))))
+    )
+    pieces = (piece("b-drop"), piece("db", instance_own=True))
+    unbind = plan(
+        facts(binding(state="succeeded", deleting=True, resources=[USER]),
+              unbind=Unbind(Teardown(False), True, pieces, section("succeeded")))
+    )  # fmt: skip
+    for actions in (bind, unbind):
+        applied = {x.manifest["metadata"]["name"]: x.must_exist for x in actions if isinstance(x, a.Apply)}
+        assert applied.get("db") is True and False in applied.values()
+
+
+def test_an_apply_that_must_amend_writes_nothing_when_the_object_is_gone() -> None:
+    run, kube, created = executor()
+    manifest = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "db", "namespace": NS},
+        "data": {"u": "b"},
+    }
+    assert run.run(KEY, created, [a.Apply(manifest, "i-1", {}, must_exist=True)]) == DONE
+    assert kube.get(CM) is None  # not brought back
+    stamped = {**manifest, "metadata": {**manifest["metadata"], "annotations": {"opbroker.io/owner-uid": "i-1"}}}
+    live = kube.apply({**stamped, "data": {}})
+    kube.calls.clear()
+    run.run(KEY, created, [a.Apply(manifest, "i-1", {}, must_exist=True)])
+    amended = kube.get(CM)
+    assert (
+        amended is not None and amended["data"] == {"u": "b"} and amended["metadata"]["uid"] == live["metadata"]["uid"]
+    )
