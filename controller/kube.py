@@ -360,17 +360,29 @@ class Kube:
         self._keep_custom(kind, namespace, body["metadata"]["name"], _as_dict(created))
         return _as_dict(created)
 
-    def delete_custom(self, kind: Kind, namespace: str, name: str) -> bool:
-        """Delete one of our objects (its finalizer then runs); False if it was already gone."""
+    def delete_custom(self, kind: Kind, namespace: str, name: str, *, uid: str | None = None) -> bool:
+        """Delete one of our objects (its finalizer then runs); False if it was already gone. With ``uid`` only
+        that incarnation of the name: False too when the object of that name now is another (409)."""
+        body = {"preconditions": {"uid": uid}} if uid else None
         if not kind.namespaced:
             gone = _unless(
-                404, lambda: self.custom.delete_cluster_custom_object(kind.group, kind.version, kind.plural, name)
+                404,
+                lambda: self.custom.delete_cluster_custom_object(
+                    kind.group, kind.version, kind.plural, name, body=body
+                ),
             )
             return gone is not None
-        deleted = _unless(
-            404,
-            lambda: self.custom.delete_namespaced_custom_object(kind.group, kind.version, namespace, kind.plural, name),
-        )
+        try:
+            deleted = _unless(
+                404,
+                lambda: self.custom.delete_namespaced_custom_object(
+                    kind.group, kind.version, namespace, kind.plural, name, body=body
+                ),
+            )
+        except ApiException as exc:
+            if uid and exc.status == 409:
+                return False  # the name is another object's now: not ours to delete
+            raise
         return deleted is not None
 
     def patch_custom_status(

@@ -462,11 +462,16 @@ class FakeKube:
             self._keep_custom(kind, key[2], key[3], created)
             return created
 
-    def delete_custom(self, kind: Kind, namespace: str, name: str) -> bool:
+    def delete_custom(self, kind: Kind, namespace: str, name: str, *, uid: str | None = None) -> bool:
         info = self._info_of(kind)
         with self._lock:
             self._log("delete", info, namespace, name)
-            return self._delete(info, self._key(info, namespace, name))
+            try:
+                return self._delete(info, self._key(info, namespace, name), uid)
+            except ApiException as exc:
+                if uid is not None and exc.status == 409:
+                    return False
+                raise
 
     def patch_custom_status(
         self, kind: Kind, namespace: str, name: str, status: dict[str, Any], *, resource_version: str | None = None
