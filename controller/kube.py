@@ -363,7 +363,7 @@ class Kube:
     def delete_custom(self, kind: Kind, namespace: str, name: str, *, uid: str | None = None) -> bool:
         """Delete one of our objects (its finalizer then runs); False if it was already gone. With ``uid`` only
         that incarnation of the name: False too when the object of that name now is another (409)."""
-        body = {"preconditions": {"uid": uid}} if uid else None
+        body = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid)) if uid else None
         if not kind.namespaced:
             gone = _unless(
                 404,

@@ -51,7 +51,7 @@ from opbroker.controller.executor import Executor, Run, Target
 from opbroker.controller.kube import BINDINGS, INSTANCES, Kind, KubeError
 from opbroker.controller.multicluster import quantities
 from opbroker.controller.multicluster.clusters import CatalogReplicator, ClusterRegistry, ClusterState, describe
-from opbroker.controller.multicluster.core import placement_plan, scheduling
+from opbroker.controller.multicluster.core import placement_plan, replicas, scheduling
 from opbroker.controller.multicluster.core.ledger import Ledger
 from opbroker.controller.multicluster.core.placement_plan import (
     AnnotateCluster,
@@ -66,6 +66,7 @@ from opbroker.controller.multicluster.core.placement_plan import (
 from opbroker.controller.multicluster.core.scheduling import MASTER, Demand, SchedulerName
 from opbroker.controller.multicluster.quantities import QuantityError, Resources
 from opbroker.controller.multicluster.reasons import ANNOTATION_CLUSTER
+from opbroker.controller.multicluster.sisters import SisterKube
 from opbroker.controller.osb_effects import delete_secret, write_secret
 from opbroker.controller.reconciler import DONE, Key, Outcome, TemporaryError
 from opbroker.controller.reconciler.failures import server_failing
@@ -123,7 +124,7 @@ class MultiClusterPlacement:
             SetCluster: self._set_cluster,
             AnnotateCluster: self._annotate_cluster,
             ReplicateCatalog: lambda run, action: self.replicator.replicate(
-                self._sister(action.cluster), only=[dict(b) for b in action.bodies]
+                self._state(action.cluster), only=[dict(b) for b in action.bodies]
             ),
             HandOver: lambda run, action: self._hand_over(run, resource, action),
             DeleteCopy: lambda run, action: self._delete_copy(run, resource, action),
@@ -211,7 +212,7 @@ class MultiClusterPlacement:
         kube = self._sister(facts.cluster)
         copy = self._copy(facts, BINDINGS)
         instance_copied = True
-        if not meta.deleting and placement_plan.replicas.pending(dict(facts.obj)):
+        if not meta.deleting and replicas.pending(dict(facts.obj)):
             instance_name = resource_name((facts.obj.get("spec") or {}).get("instanceId", ""))
             instance_copied = kube.get_custom(INSTANCES, meta.namespace, instance_name) is not None
         source_name = placement_plan.source_secret_name(copy)
@@ -272,12 +273,17 @@ class MultiClusterPlacement:
     def _copy(self, facts: PlacementFacts, kind: Kind) -> dict[str, Any] | None:
         return self._sister(facts.cluster).get_custom(kind, facts.key.namespace, facts.key.name)
 
-    def _sister(self, cluster: str | None) -> Any:
+    def _sister(self, cluster: str | None) -> SisterKube:
         """The door to ``cluster`` (it answered the last probe; gone since: retried)."""
-        state: ClusterState | None = self.registry.get(cluster) if cluster else None
+        kube = self._state(cluster).kube
+        assert kube is not None
+        return kube
+
+    def _state(self, cluster: str | None) -> ClusterState:
+        state = self.registry.get(cluster) if cluster else None
         if state is None or state.kube is None:
             raise TemporaryError(f"cluster {cluster!r} is not connected")
-        return state.kube
+        return state
 
     @contextmanager
     def _sister_calls(self, cluster: str | None) -> Iterator[None]:

@@ -60,10 +60,11 @@ class SFClusterView:
         spec = _mapping(body.get("spec")) or {}
         status = _mapping(body.get("status")) or {}
         limit = spec.get("schedulingLimitPercentage")
+        secret_ref = spec.get("secretRef")
         conditions = status.get("conditions")
         return cls(
             meta=Meta.of(body.get("metadata")),
-            secret_ref=spec.get("secretRef") if isinstance(spec.get("secretRef"), str) else "",
+            secret_ref=secret_ref if isinstance(secret_ref, str) else "",
             total_capacity=_mapping(spec.get("totalCapacity")) or None,
             limit_percentage=limit if isinstance(limit, int) and not isinstance(limit, bool) else None,
             controller=_mapping(spec.get("controller")),
