@@ -59,6 +59,8 @@ def test_plans_and_services_get_a_ready_condition(
     )
     assert fixed["observedGeneration"] == plan(api_client, catalog_namespace, bad)["metadata"]["generation"]
     version = plan(api_client, catalog_namespace, bad)["metadata"]["resourceVersion"]
+    # No write is the only sign of "no further write" (the pure row: test_entry_plan's "status says it already"),
+    # so this wait stays.
     time.sleep(2)
     assert plan(api_client, catalog_namespace, bad)["metadata"]["resourceVersion"] == version
 

@@ -110,6 +110,14 @@ BOUND_COPY["status"]["response"] = {"secretRef": "theirs"}
 SOURCE = {"metadata": {"name": "theirs"}, "data": {"response": "e30="}}
 
 
+SAID_UNREACHABLE = copy.deepcopy(DELETING)
+SAID_UNREACHABLE["status"].update(
+    replicas.unreachable(
+        DELETING, cluster="c2", reason=Reason.CLUSTER_UNREACHABLE, message="cluster 'c2' is unreachable: timed out"
+    )
+)
+
+
 def lost_patch(obj: dict[str, Any]) -> dict[str, Any]:
     conditions = replicas.set_condition(
         replicas.reachable_condition(obj, "c2"), replicas.ConditionType.READY, status=False,
@@ -263,6 +271,11 @@ ROWS: list[tuple[str, PlacementFacts, list[Any] | None]] = [
         [DeleteCopy("c2", "cu", deprovision=True), a.Requeue(5.0)],
     ),
     ("deprovision: the copy is gone, released", facts(DELETING), [a.EnsureFinalizer(False)]),
+    (
+        "deprovision while the cluster is out of reach (said already): waits, not released",
+        facts(SAID_UNREACHABLE, reach=Reach(True, False, "timed out")),
+        [a.Requeue(30.0)],
+    ),
 ]
 
 BINDING_ROWS: list[tuple[str, PlacementFacts, list[Any] | None]] = [
