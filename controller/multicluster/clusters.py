@@ -314,6 +314,10 @@ class ClusterReconciler(ObservePlanAct[ClusterFacts, Any]):
         self.registry.remove(key.name)
         return DONE
 
+    def reread(self, key: Key) -> None:
+        """A guarded write conflicted: the next observe reads the SFCluster from the API, not a cached copy."""
+        self.deps.kube.store.discard(CLUSTERS.store_key, self.namespace, key.name)
+
     @staticmethod
     def plan(facts: ClusterFacts) -> Sequence[Any]:
         return cluster_plan.plan(facts)
