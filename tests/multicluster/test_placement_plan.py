@@ -266,6 +266,19 @@ ROWS: list[tuple[str, PlacementFacts, list[Any] | None]] = [
         ],
     ),
     (
+        "deprovision under live bindings, said already: nothing more",
+        facts(
+            instance(
+                state="failed",
+                held=True,
+                deleting=True,
+                error="cannot deprovision: 2 binding(s) still exist; unbind them first",
+            ),
+            live_bindings=2,
+        ),
+        [],
+    ),  # fmt: skip
+    (
         "deprovision: the copy is asked to go",
         facts(DELETING, copy=sister_copy(DELETING)),
         [DeleteCopy("c2", "cu", deprovision=True), a.Requeue(5.0)],

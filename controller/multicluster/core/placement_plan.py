@@ -22,7 +22,7 @@ from opbroker.api.osb import OperationState
 from opbroker.controller.core import actions as a
 from opbroker.controller.core.decisions import TERMINAL, outcome_status
 from opbroker.controller.core.reasons import Reason
-from opbroker.controller.core.views import Meta
+from opbroker.controller.core.views import Meta, OperationView
 from opbroker.controller.multicluster.core import replicas
 from opbroker.controller.multicluster.core.scheduling import MASTER
 from opbroker.controller.multicluster.reasons import ANNOTATION_CLUSTER, ANNOTATION_MASTER_UID, ConditionType
@@ -144,6 +144,16 @@ class PlacementFacts:
         status = self.obj.get("status")
         return status if isinstance(status, Mapping) else {}
 
+    @property
+    def operation(self) -> OperationView:
+        """What the master object's status says of the current operation."""
+        return OperationView.of(self.obj.get("status"))
+
+    @property
+    def copy_state(self) -> str | None:
+        """The copy's state (None: no copy, or none written yet)."""
+        return None if self.copy is None else OperationView.of(self.copy.get("status")).state
+
 
 # -- shared steps ---------------------------------------------------------------------------------------------
 
@@ -169,7 +179,7 @@ def write(facts: PlacementFacts, patch: Mapping[str, Any], event: tuple[Reason, 
     """Patch the master status; an Event goes with it when given, or when the state changed."""
     if not patch:
         return []
-    before = facts.status.get("state")
+    before = facts.operation.state
     after = patch.get("state", before)
     if event is None and after != before:
         event = (Reason.REPLICATED, f"{after} (reported by cluster {facts.cluster!r})")
@@ -216,7 +226,7 @@ def mirror(facts: PlacementFacts, fields: tuple[str, ...]) -> list[Any]:
     if not replicas.settled(dict(facts.copy)):
         return [a.Requeue(facts.poll_seconds)]
     patch = replicas.mirror(dict(facts.obj), dict(facts.copy), cluster=facts.cluster, fields=fields)
-    done = (facts.copy.get("status") or {}).get("state") in TERMINAL
+    done = facts.copy_state in TERMINAL
     return [*write(facts, patch), *([] if done else [a.Requeue(facts.poll_seconds)])]
 
 
@@ -233,11 +243,11 @@ def lost(facts: PlacementFacts) -> list[Any]:
         message=message,
         generation=facts.meta.generation,
     )
-    status = facts.status
+    operation = facts.operation
     patch: dict[str, Any] = {}
-    if status.get("state") != OperationState.FAILED.value or status.get("error") != message:
+    if operation.state != OperationState.FAILED.value or operation.error != message:
         patch = {"state": OperationState.FAILED.value, "error": message, "description": message}
-    if not replicas.same_conditions(conditions, status.get("conditions")):
+    if not replicas.same_conditions(conditions, facts.status.get("conditions")):
         patch["conditions"] = conditions
     return write(facts, patch, (Reason.CLUSTER_UNREACHABLE, message))
 
@@ -296,11 +306,10 @@ def instance(facts: PlacementFacts) -> list[Any] | None:
 
 def blocked(facts: PlacementFacts) -> list[Any]:
     error = f"cannot deprovision: {facts.live_bindings} binding(s) still exist; unbind them first"
-    status = facts.status
-    if status.get("state") == OperationState.FAILED.value and status.get("error") == error:
+    failed = facts.operation.state == OperationState.FAILED.value  # an outcome's Event only when the state changes
+    if failed and facts.operation.error == error:
         return []
     patch = outcome_status(dict(facts.obj), state=OperationState.FAILED, reason=Reason.BINDINGS_EXIST, error=error)
-    failed = status.get("state") == OperationState.FAILED.value  # an outcome's Event only when the state changes
     event = None if failed else a.Event(Reason.BINDINGS_EXIST.value, error, warning=True)
     return [a.WriteStatus(patch, settled=True, event=event)]
 
@@ -350,7 +359,7 @@ def unschedulable(facts: PlacementFacts, message: str) -> list[Any]:
         "observedGeneration": generation,
         "conditions": conditions,
     }
-    event = None if facts.status.get("state") == failed else a.Event(Reason.SCHEDULING_FAILED.value, message, True)
+    event = None if facts.operation.state == failed else a.Event(Reason.SCHEDULING_FAILED.value, message, True)
     return [
         a.WriteStatus(patch, event=event),
         a.Log(f"instance {facts.key.namespace}/{facts.key.name}: {message}"),
@@ -411,7 +420,7 @@ def binding_on(facts: PlacementFacts) -> list[Any]:
         return lost(facts)
     if not replicas.settled(dict(copy)):
         return [a.Requeue(facts.poll_seconds)]
-    if (copy.get("status") or {}).get("state") != OperationState.SUCCEEDED.value:
+    if facts.copy_state != OperationState.SUCCEEDED.value:
         return mirror(facts, replicas.BINDING_FIELDS)
     if facts.source is None:
         return [a.Requeue(facts.poll_seconds)]
