@@ -277,7 +277,7 @@ ROWS: list[tuple[str, PlacementFacts, list[Any] | None]] = [
             live_bindings=2,
         ),
         [],
-    ),  # fmt: skip
+    ),
     (
         "deprovision: the copy is asked to go",
         facts(DELETING, copy=sister_copy(DELETING)),
