@@ -68,7 +68,7 @@ from opbroker.controller.multicluster.quantities import QuantityError, Resources
 from opbroker.controller.multicluster.reasons import ANNOTATION_CLUSTER
 from opbroker.controller.multicluster.sisters import SisterKube
 from opbroker.controller.osb_effects import delete_secret, write_secret
-from opbroker.controller.reconciler import DONE, Key, Outcome, TemporaryError
+from opbroker.controller.reconciler import Key, Outcome, TemporaryError
 from opbroker.controller.reconciler.failures import server_failing
 from opbroker.controller.reconciling import Deps
 from opbroker.controller.rendered import inputs_for
@@ -266,8 +266,6 @@ class MultiClusterPlacement:
             actions = plan(facts)
             if actions is None:
                 return None
-            if not actions:
-                return DONE
             return self.executors[facts.key.kind].run(facts.key, facts.obj, actions)
 
     def _copy(self, facts: PlacementFacts, kind: Kind) -> dict[str, Any] | None:
