@@ -1,101 +1,41 @@
 """Reconciling SFService and SFPlan: report whether the controller accepted each catalog entry, keep a plan
 while instances use it, and a service while plans or instances use it.
 
-observe reads the entry (fresh from the API: the store does not hold catalog entries), checks it — outside the
-trusted namespaces it is only warned about; in them, another trusted object declaring its id makes it a
-duplicate — and, for an entry whose finalizer depends on it, counts what uses it; plan is pure
-(:func:`opbroker.controller.core.catalog_status.status_patch`,
-:func:`opbroker.controller.core.decisions.plan_guard_step`);
-act writes the patch, guarded by the resourceVersion the verdict was made on, and sets the finalizer
-(see :mod:`opbroker.controller.plan_guard`).
+observe reads the entry (fresh from the API: the store does not hold catalog entries) into a typed
+:class:`~.core.views.EntryView`, checks it — outside the trusted namespaces it is only warned about; in them,
+another trusted object declaring its id makes it a duplicate — and, for an entry whose finalizer depends on it,
+counts what uses it; plan is pure (:mod:`opbroker.controller.core.entry_plan`, table-tested); act hands the
+actions to the one :class:`~.executor.Executor` (the finalizer and the status written guarded by the
+resourceVersion the verdict was made on; see :mod:`opbroker.controller.plan_guard`).
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from pydantic import ValidationError
 
 from opbroker.api import SFPlan, SFService
-from opbroker.api.conventions import catalog_id
 from opbroker.api.errors import field_errors
 from opbroker.controller.catalog import Catalog, ref
-from opbroker.controller.core import catalog_status, decisions
+from opbroker.controller.core import catalog_status, decisions, entry_plan
 from opbroker.controller.core.catalog_status import Verdict
-from opbroker.controller.core.decisions import PlanGuard, ServiceUsers
+from opbroker.controller.core.entry_plan import EntryFacts, NoteWarned
+from opbroker.controller.core.views import EntryView
+from opbroker.controller.executor import Executor, Run, Target
 from opbroker.controller.kube import INSTANCES, PLANS, SERVICES, Kind, Kube
-from opbroker.controller.plan_guard import set_finalizer
 from opbroker.controller.reconciler import DONE, Key, ObservePlanAct, Outcome
 from opbroker.rendering import Renderer
 from opbroker.rendering.checking import check_plan
 
+__all__ = ["EntryFacts", "PlanEntryReconciler", "ServiceEntryReconciler"]
 
-@dataclass(frozen=True)
-class EntryFacts:
-    key: Key
-    body: dict[str, Any]
-    verdict: Verdict
-    users: int = 0
-    """Instances using the plan, or plans and instances using the service; counted only when the entry's
-    finalizer depends on it."""
-    service_users: ServiceUsers | None = None
-    """For a service: its users, by kind (for the message of a deletion that waits)."""
-    trusted: bool = True
-    """The object lives in a trusted namespace (else it is a tenant's: warned about, never served)."""
-    warned: bool = False
-    """Untrusted, and already warned about at this generation (by this controller process)."""
+Mark = tuple[str, int | None]
 
 
-@dataclass(frozen=True)
-class WriteStatus:
-    patch: dict[str, Any]
-    warning: Verdict | None = None
-    """Also say this in a Warning event (a deletion that waits)."""
-
-
-@dataclass(frozen=True)
-class SetFinalizer:
-    hold: bool
-
-
-@dataclass(frozen=True)
-class RecheckLater:
-    seconds: float
-
-
-@dataclass(frozen=True)
-class Warn:
-    """A Warning event on an object outside the trusted namespaces (its status is not ours to write)."""
-
-    verdict: Verdict
-
-
-EntryAction = WriteStatus | SetFinalizer | RecheckLater | Warn
-
-#: How often a plan whose deletion waits for its instances (or a service, for its plans and instances) is looked
-#: at again (an instance's or plan's deletion also queues it: this is the safety net).
-PLAN_IN_USE_RECHECK_SECONDS = 30.0
-
-
-def waiting(facts: EntryFacts, verdict: Verdict) -> list[EntryAction]:
-    """A deletion that waits for the entry's users: say why (status and a Warning event), look again later."""
-    patch = catalog_status.status_patch(facts.body, verdict)
-    return [
-        *([WriteStatus(patch, warning=verdict)] if patch is not None else []),
-        RecheckLater(PLAN_IN_USE_RECHECK_SECONDS),
-    ]
-
-
-def _mark(body: dict[str, Any]) -> tuple[Any, Any]:
-    """What a warning about an untrusted object was given for: its uid and generation."""
-    meta = body.get("metadata") or {}
-    return meta.get("uid"), meta.get("generation")
-
-
-class ServiceEntryReconciler(ObservePlanAct[EntryFacts, EntryAction]):
+class ServiceEntryReconciler(ObservePlanAct[EntryFacts, Any]):
     kind: ClassVar[str] = "service"
     resource: ClassVar[Kind] = SERVICES
 
@@ -103,44 +43,46 @@ class ServiceEntryReconciler(ObservePlanAct[EntryFacts, EntryAction]):
         self.kube = kube
         self.renderer = renderer
         self.catalog = catalog
-        self._warned: dict[Key, tuple[Any, Any]] = {}
+        self._warned: dict[Key, Mark] = {}
         self._warned_lock = threading.Lock()
+        self.executor = Executor(Target(kube, self.resource, self.kind), effects={NoteWarned: self._note_warned})
 
     def observe(self, key: Key) -> EntryFacts | None:
         facts = self.observe_entry(key)
-        if facts is None or not facts.trusted or not decisions.plan_needs_count(facts.body):
+        if facts is None or not facts.trusted or not entry_plan.entry_needs_count(facts.entry.meta):
             return facts
-        service_id = catalog_id(facts.body)
+        service_id = facts.entry.osb_id
         others = [b for b in self.catalog.service_bodies(service_id) if Catalog.key(b) != (key.namespace, key.name)]
-        if decisions.is_deleting(facts.body) and any(not decisions.is_deleting(other) for other in others):
+        if facts.entry.meta.deleting and any(not decisions.is_deleting(other) for other in others):
             return facts  # another trusted SFService declares the id and stays: it serves the plans, none waits
         users = decisions.service_users(
             self.catalog.plan_bodies_of_service(service_id), self.kube.list_custom(INSTANCES, None), service_id
         )
-        return EntryFacts(key, facts.body, facts.verdict, users.plans + users.instances, users)
+        return EntryFacts(key, facts.entry, facts.verdict, users.plans + users.instances, users)
 
     def observe_entry(self, key: Key) -> EntryFacts | None:
         """The entry and its verdict, without counting its users."""
         body = self.kube.get_custom(self.resource, key.namespace, key.name, fresh=True)
         if body is None:
             return None
+        entry = EntryView.of(body)
         if not self.catalog.trusts(body):
             verdict = catalog_status.untrusted_verdict(self.kind, key.namespace, tuple(sorted(self.catalog.trusted)))
             with self._warned_lock:
-                warned = self._warned.get(key) == _mark(body)
-            return EntryFacts(key, body, verdict, trusted=False, warned=warned)
-        others = [ref(k) for k in self.holders(catalog_id(body)) if k != (key.namespace, key.name)]
+                warned = self._warned.get(key) == entry.mark
+            return EntryFacts(key, entry, verdict, trusted=False, warned=warned)
+        others = [ref(k) for k in self.holders(entry.osb_id) if k != (key.namespace, key.name)]
         if others:
-            return EntryFacts(key, body, catalog_status.duplicate_verdict(self.kind, catalog_id(body), tuple(others)))
-        return EntryFacts(key, body, self.verdict(body))
+            return EntryFacts(key, entry, catalog_status.duplicate_verdict(self.kind, entry.osb_id, tuple(others)))
+        return EntryFacts(key, entry, self.verdict(entry))
 
     def holders(self, osb_id: str) -> list[tuple[str, str]]:
         """The trusted objects of this kind declaring ``osb_id``."""
         return self.catalog.service_holders(osb_id)
 
-    def verdict(self, body: dict[str, Any]) -> Verdict:
+    def verdict(self, entry: EntryView) -> Verdict:
         try:
-            SFService.model_validate(body)
+            SFService.model_validate(entry.wire)
         except ValidationError as exc:
             return catalog_status.service_verdict("; ".join(field_errors(exc)))
         return catalog_status.service_verdict(None)
@@ -151,64 +93,15 @@ class ServiceEntryReconciler(ObservePlanAct[EntryFacts, EntryAction]):
         return DONE
 
     @staticmethod
-    def untrusted(facts: EntryFacts) -> Sequence[EntryAction]:
-        """An object outside the trusted namespaces: warned about once per generation; never held (a finalizer
-        of ours left from a time it was trusted is dropped when it is deleted, so it can go)."""
-        actions: list[EntryAction] = []
-        held = decisions.has_finalizer(facts.body)
-        if held and decisions.is_deleting(facts.body):
-            actions.append(SetFinalizer(hold=False))
-        elif not facts.warned:
-            actions.append(Warn(facts.verdict))
-        return actions
+    def plan(facts: EntryFacts) -> Sequence[Any]:
+        return entry_plan.service_entry(facts)
 
-    @staticmethod
-    def plan(facts: EntryFacts) -> Sequence[EntryAction]:
-        """Ready as checked — unless the service is being deleted under plans or instances, which it then waits
-        for (as a plan waits for its instances)."""
-        if not facts.trusted:
-            return ServiceEntryReconciler.untrusted(facts)
-        guard = decisions.plan_guard_step(facts.body, users=facts.users)
-        if guard is PlanGuard.RELEASE:
-            return (SetFinalizer(hold=False),)
-        actions: list[EntryAction] = [SetFinalizer(hold=True)] if guard is PlanGuard.HOLD else []
-        if guard is PlanGuard.WAIT:
-            users = facts.service_users or ServiceUsers(0, facts.users)
-            return [*actions, *waiting(facts, catalog_status.service_in_use_verdict(users.plans, users.instances))]
-        return [*actions, *ServiceEntryReconciler.as_checked(facts)]
+    def act(self, facts: EntryFacts, actions: Sequence[Any]) -> Outcome:
+        return self.executor.run(facts.key, facts.entry.wire, actions)
 
-    @staticmethod
-    def as_checked(facts: EntryFacts) -> Sequence[EntryAction]:
-        """The status write announcing the entry's verdict, if its status does not say it yet."""
-        patch = catalog_status.status_patch(facts.body, facts.verdict)
-        return () if patch is None else (WriteStatus(patch),)
-
-    def act(self, facts: EntryFacts, actions: Sequence[EntryAction]) -> Outcome:
-        outcome = DONE
-        for action in actions:
-            if isinstance(action, SetFinalizer):
-                set_finalizer(self.kube, self.resource, facts.body, hold=action.hold)
-            elif isinstance(action, RecheckLater):
-                outcome = Outcome(requeue_after=action.seconds)
-            elif isinstance(action, Warn):
-                self.kube.emit_event(
-                    facts.body, reason=action.verdict.reason.value, message=action.verdict.message, warning=True
-                )
-                with self._warned_lock:
-                    self._warned[facts.key] = _mark(facts.body)
-            else:
-                self.kube.patch_custom_status(
-                    self.resource,
-                    facts.key.namespace,
-                    facts.key.name,
-                    action.patch,
-                    resource_version=facts.body["metadata"]["resourceVersion"],
-                )  # a 409 is a conflict: the runtime re-reads and decides again on the newer version
-                if action.warning is not None:
-                    self.kube.emit_event(
-                        facts.body, reason=action.warning.reason.value, message=action.warning.message, warning=True
-                    )
-        return outcome
+    def _note_warned(self, run: Run, action: NoteWarned) -> None:
+        with self._warned_lock:
+            self._warned[run.key] = action.mark
 
 
 class PlanEntryReconciler(ServiceEntryReconciler):
@@ -223,7 +116,7 @@ class PlanEntryReconciler(ServiceEntryReconciler):
 
     def __init__(self, kube: Kube, renderer: Renderer, catalog: Catalog) -> None:
         super().__init__(kube, renderer, catalog)
-        self._verdicts: dict[Key, tuple[tuple[Any, Any], Verdict]] = {}
+        self._verdicts: dict[Key, tuple[Mark, Verdict]] = {}
         self._verdicts_lock = threading.Lock()
 
     def holders(self, osb_id: str) -> list[tuple[str, str]]:
@@ -231,36 +124,27 @@ class PlanEntryReconciler(ServiceEntryReconciler):
 
     def observe(self, key: Key) -> EntryFacts | None:
         facts = self.observe_entry(key)
-        if facts is None or not facts.trusted or not decisions.plan_needs_count(facts.body):
+        if facts is None or not facts.trusted or not entry_plan.entry_needs_count(facts.entry.meta):
             return facts
-        plan_id = catalog_id(facts.body)
+        plan_id = facts.entry.osb_id
         others = [b for b in self.catalog.plan_bodies(plan_id) if Catalog.key(b) != (key.namespace, key.name)]
-        if decisions.is_deleting(facts.body) and any(not decisions.is_deleting(other) for other in others):
+        if facts.entry.meta.deleting and any(not decisions.is_deleting(other) for other in others):
             return facts  # another trusted SFPlan declares the id and stays: it serves the instances, none waits
         users = decisions.plan_users(self.kube.list_custom(INSTANCES, None), plan_id)
-        return EntryFacts(key, facts.body, facts.verdict, users)
+        return EntryFacts(key, facts.entry, facts.verdict, users)
 
     @staticmethod
-    def plan(facts: EntryFacts) -> Sequence[EntryAction]:
-        """Ready as checked — unless the plan is being deleted under instances, which it then waits for."""
-        if not facts.trusted:
-            return ServiceEntryReconciler.untrusted(facts)
-        guard = decisions.plan_guard_step(facts.body, users=facts.users)
-        if guard is PlanGuard.RELEASE:
-            return (SetFinalizer(hold=False),)  # deleted and unused: it goes, nothing more is written to it
-        actions: list[EntryAction] = [SetFinalizer(hold=True)] if guard is PlanGuard.HOLD else []
-        if guard is PlanGuard.WAIT:
-            return [*actions, *waiting(facts, catalog_status.in_use_verdict(facts.users))]
-        return [*actions, *ServiceEntryReconciler.as_checked(facts)]
+    def plan(facts: EntryFacts) -> Sequence[Any]:
+        return entry_plan.plan_entry(facts)
 
-    def verdict(self, body: dict[str, Any]) -> Verdict:
-        key, mark = Key(self.kind, *Catalog.key(body)), _mark(body)
+    def verdict(self, entry: EntryView) -> Verdict:
+        key, mark = Key(self.kind, entry.meta.namespace, entry.meta.name), entry.mark
         with self._verdicts_lock:
             known = self._verdicts.get(key)
         if known is not None and known[0] == mark:
             return known[1]
         try:
-            model = SFPlan.model_validate(body)
+            model = SFPlan.model_validate(entry.wire)
         except ValidationError as exc:
             return catalog_status.plan_verdict("; ".join(field_errors(exc)))
         check = check_plan(model, self.renderer)

@@ -11,11 +11,11 @@ import json
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, overload
 
-from kubernetes import client
+from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
@@ -367,6 +367,53 @@ class Kube:
         items: list[dict[str, Any]] = json_object(listed).get("items", [])
         return items
 
+    def list_custom_page(
+        self,
+        kind: Kind,
+        namespace: str | None,
+        *,
+        limit: int | None = None,
+        token: str | None = None,
+        label_selector: str = "",
+    ) -> tuple[list[dict[str, Any]], str | None, str | None]:
+        """One page of ``kind`` (in ``namespace``; everywhere when None): its items, the ``continue`` token of the
+        next page (None: the last) and the list's resourceVersion (where a watch starts). A token that expired
+        raises the API's 410."""
+        arguments: dict[str, Any] = {"label_selector": label_selector}
+        if limit:
+            arguments["limit"] = limit
+        if token:
+            arguments["_continue"] = token
+        if namespace is None or not kind.namespaced:
+            listed = self.custom.list_cluster_custom_object(kind.group, kind.version, kind.plural, **arguments)
+        else:
+            listed = self.custom.list_namespaced_custom_object(
+                kind.group, kind.version, namespace, kind.plural, **arguments
+            )
+        answer = json_object(listed)
+        meta = answer.get("metadata") or {}
+        return list(answer.get("items", [])), meta.get("continue") or None, meta.get("resourceVersion")
+
+    def watch_custom(
+        self, kind: Kind, *, resource_version: str, label_selector: str = "", timeout_seconds: int = 60
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
+        """The changes of ``kind`` everywhere since ``resource_version``, as (type, object), until the server ends
+        the watch (``timeout_seconds``) or the caller stops iterating."""
+        watcher = watch.Watch()
+        try:
+            for event in watcher.stream(
+                self.custom.list_cluster_custom_object,
+                kind.group,
+                kind.version,
+                kind.plural,
+                label_selector=label_selector,
+                resource_version=resource_version,
+                timeout_seconds=timeout_seconds,
+            ):
+                yield str(event["type"]), event["object"]
+        finally:
+            watcher.stop()
+
     def create_custom(self, kind: Kind, body: dict[str, Any]) -> dict[str, Any]:
         """Create one of our objects (a 409 raises: it exists already)."""
         namespace = body["metadata"].get("namespace") or ""
@@ -379,17 +426,29 @@ class Kube:
         self._keep_custom(kind, namespace, body["metadata"]["name"], _as_dict(created))
         return _as_dict(created)
 
-    def delete_custom(self, kind: Kind, namespace: str, name: str) -> bool:
-        """Delete one of our objects (its finalizer then runs); False if it was already gone."""
+    def delete_custom(self, kind: Kind, namespace: str, name: str, *, uid: str | None = None) -> bool:
+        """Delete one of our objects (its finalizer then runs); False if it was already gone. With ``uid`` only
+        that incarnation of the name: False too when the object of that name now is another (409)."""
+        body = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid)) if uid else None
         if not kind.namespaced:
             gone = _unless(
-                404, lambda: self.custom.delete_cluster_custom_object(kind.group, kind.version, kind.plural, name)
+                404,
+                lambda: self.custom.delete_cluster_custom_object(
+                    kind.group, kind.version, kind.plural, name, body=body
+                ),
             )
             return gone is not None
-        deleted = _unless(
-            404,
-            lambda: self.custom.delete_namespaced_custom_object(kind.group, kind.version, namespace, kind.plural, name),
-        )
+        try:
+            deleted = _unless(
+                404,
+                lambda: self.custom.delete_namespaced_custom_object(
+                    kind.group, kind.version, namespace, kind.plural, name, body=body
+                ),
+            )
+        except ApiException as exc:
+            if uid and exc.status == 409:
+                return False  # the name is another object's now: not ours to delete
+            raise
         return deleted is not None
 
     def patch_custom_status(
@@ -479,6 +538,40 @@ class Kube:
             if exc.status in (404, 409):
                 return False
             raise
+        return True
+
+    def create_namespace(self, name: str) -> bool:
+        """Create the Namespace; False when it exists already."""
+        created = _unless(
+            409, lambda: self.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+        )
+        return created is not None
+
+    # -- the cluster itself: version, nodes, pods, leases --------------------------------------------
+
+    def server_version(self, *, timeout: float) -> str:
+        """The API server's version (``/version``): one cheap request, raising if it does not answer in time."""
+        info = client.VersionApi(self.api_client).get_code(_request_timeout=timeout)
+        return str(info.git_version)
+
+    def list_nodes(self, *, timeout: float) -> list[client.V1Node]:
+        """Every Node (typed: their capacity and allocatable are read as quantities)."""
+        return list(self.core.list_node(_request_timeout=timeout).items)
+
+    def list_pods(self, *, field_selector: str, timeout: float) -> list[client.V1Pod]:
+        """The Pods of every namespace matching ``field_selector``."""
+        pods = self.core.list_pod_for_all_namespaces(field_selector=field_selector, _request_timeout=timeout)
+        return list(pods.items)
+
+    def release_lease(self, namespace: str, name: str, identity: str, *, timeout: float = 2.0) -> bool:
+        """Empty the Lease's holder if ``identity`` still holds it; False when someone else does. Conditional on
+        the version read (a replace carries it), so a lease taken meanwhile is left alone (409 raises)."""
+        leases = client.CoordinationV1Api(self.api_client)
+        lease = leases.read_namespaced_lease(name, namespace, _request_timeout=timeout)
+        if lease.spec is None or lease.spec.holder_identity != identity:
+            return False
+        lease.spec.holder_identity = None
+        leases.replace_namespaced_lease(name, namespace, lease, _request_timeout=timeout)
         return True
 
     def read_namespace(self, name: str) -> dict[str, Any] | None:

@@ -34,7 +34,6 @@ from opbroker.api.osb import OperationState
 from opbroker.controller import registries
 from opbroker.controller.core.decisions import is_deleting
 from opbroker.controller.kube import INSTANCES, PLANS, SERVICES, Kube
-from opbroker.kubeclient.answers import json_object
 from opbroker.rendering import Renderer, RenderError, RenderInputs
 from opbroker.rendering.output import RenderedObject
 
@@ -193,30 +192,14 @@ def pages(kube: Kube, *, namespace: str | None, limit: int) -> Iterator[list[dic
     """
     token: str | None = None
     while True:
-        listed: dict[str, Any]
-        arguments: dict[str, Any] = {"limit": limit}
-        if token:
-            arguments["_continue"] = token
         try:
-            if namespace is None:
-                listed = json_object(
-                    kube.custom.list_cluster_custom_object(
-                        INSTANCES.group, INSTANCES.version, INSTANCES.plural, **arguments
-                    )
-                )
-            else:
-                listed = json_object(
-                    kube.custom.list_namespaced_custom_object(
-                        INSTANCES.group, INSTANCES.version, namespace, INSTANCES.plural, **arguments
-                    )
-                )
+            items, token, _ = kube.list_custom_page(INSTANCES, namespace, limit=limit, token=token)
         except ApiException as exc:
             if exc.status == 410 and token:
                 token = None
                 continue
             raise
-        yield list(listed.get("items", []))
-        token = (listed.get("metadata") or {}).get("continue")
+        yield items
         if not token:
             return
 

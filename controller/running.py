@@ -36,6 +36,7 @@ from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 
 from opbroker.controller import apiready, contact, health, leadership
 from opbroker.controller.app import Controller, build_registry
+from opbroker.controller.kube import Kube
 from opbroker.controller.settings import ControllerSettings
 from opbroker.kubeclient import deadlines
 
@@ -226,13 +227,9 @@ def release_lease(api: client.ApiClient, namespace: str, name: str, identity: st
     """Give up the Lease if ``identity`` still holds it, as client-go's ``ReleaseOnCancel`` does: an empty
     holder lets a standby take it on its next try instead of after the lease duration. Conditional on the
     version read, so a lease someone else took meanwhile is left alone. Best effort: False when not done."""
-    leases = client.CoordinationV1Api(api)
     try:
-        lease = leases.read_namespaced_lease(name, namespace, _request_timeout=2)
-        if lease.spec is None or lease.spec.holder_identity != identity:
+        if not Kube(api).release_lease(namespace, name, identity, timeout=2.0):
             return False
-        lease.spec.holder_identity = None
-        leases.replace_namespaced_lease(name, namespace, lease, _request_timeout=2)
     except Exception:
         logger.warning("could not release lease %s/%s; the standby takes over when it expires", namespace, name)
         return False

@@ -33,6 +33,7 @@ import itertools
 import json
 import threading
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, overload
 
@@ -349,10 +350,10 @@ class FakeKube:
         info = self._info(api_version, kind)
         return info.plural, info.namespaced
 
-    def get(self, ref: ResourceRef) -> dict[str, Any] | None:
+    def get(self, ref: ResourceRef, *, fresh: bool = False) -> dict[str, Any] | None:
         info = self._info(ref.api_version, ref.kind)
         key = self._key(info, ref.namespace, ref.name)
-        cached = self.store.lookup((ref.api_version, ref.kind), key[2] or None, ref.name)
+        cached = UNKNOWN if fresh else self.store.lookup((ref.api_version, ref.kind), key[2] or None, ref.name)
         if cached is not UNKNOWN:
             return cached  # type: ignore[no-any-return]
         with self._lock:
@@ -429,11 +430,14 @@ class FakeKube:
             info, key, merge_patch(copy_json(old), patch), precondition=precondition, status_only=status_only
         )
 
-    def delete(self, ref: ResourceRef) -> bool:
+    def delete(self, ref: ResourceRef, *, resource_version: str | None = None) -> bool:
         info = self._info(ref.api_version, ref.kind)
         key = self._key(info, ref.namespace, ref.name)
         with self._lock:
             self._log("delete", info, key[2], key[3])
+            found = self.objects.get(key)
+            if found is not None and resource_version not in (None, found["metadata"]["resourceVersion"]):
+                raise api_error(409, "Conflict", "Precondition failed: the object has been modified")
             return self._delete(info, key)
 
     def list_objects(self, api_version: str, kind: str, namespace: str) -> list[dict[str, Any]]:
@@ -467,6 +471,29 @@ class FakeKube:
                 and _selected(obj, label_selector)
             ]
 
+    def list_custom_page(
+        self,
+        kind: Kind,
+        namespace: str | None,
+        *,
+        limit: int | None = None,
+        token: str | None = None,
+        label_selector: str = "",
+    ) -> tuple[list[dict[str, Any]], str | None, str | None]:
+        """Pages by position (the token is the next item's index); the version is the newest object's."""
+        items = self.list_custom(kind, namespace, label_selector)
+        start = int(token) if token else 0
+        end = start + limit if limit else len(items)
+        with self._lock:
+            version = str(max((int(o["metadata"]["resourceVersion"]) for o in self.objects.values()), default=999))
+        return items[start:end], (str(end) if end < len(items) else None), version
+
+    def watch_custom(
+        self, kind: Kind, *, resource_version: str, label_selector: str = "", timeout_seconds: int = 60
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
+        """Watches are not modelled: the watch ends at once with no change (as one whose time ran out)."""
+        return iter(())
+
     def create_custom(self, kind: Kind, body: dict[str, Any]) -> dict[str, Any]:
         info = self._info_of(kind)
         key = self._key(info, body["metadata"].get("namespace"), body["metadata"]["name"])
@@ -478,11 +505,16 @@ class FakeKube:
             self._keep_custom(kind, key[2], key[3], created)
             return created
 
-    def delete_custom(self, kind: Kind, namespace: str, name: str) -> bool:
+    def delete_custom(self, kind: Kind, namespace: str, name: str, *, uid: str | None = None) -> bool:
         info = self._info_of(kind)
         with self._lock:
             self._log("delete", info, namespace, name)
-            return self._delete(info, self._key(info, namespace, name))
+            try:
+                return self._delete(info, self._key(info, namespace, name), uid)
+            except ApiException as exc:
+                if uid is not None and exc.status == 409:
+                    return False
+                raise
 
     def patch_custom_status(
         self, kind: Kind, namespace: str, name: str, status: dict[str, Any], *, resource_version: str | None = None
@@ -505,6 +537,24 @@ class FakeKube:
 
     # -- Kube's methods: secrets and events --------------------------------------------------------------
 
+    def create_namespace(self, name: str) -> bool:
+        """Namespaces are not modelled: each exists already."""
+        return False
+
+    def server_version(self, *, timeout: float) -> str:
+        return "v1.fake"
+
+    def list_nodes(self, *, timeout: float) -> list[Any]:
+        """No nodes (a cluster's capacity is then its declared one)."""
+        return []
+
+    def list_pods(self, *, field_selector: str, timeout: float) -> list[Any]:
+        return []
+
+    def release_lease(self, namespace: str, name: str, identity: str, *, timeout: float = 2.0) -> bool:
+        """Leases are not modelled: none is held."""
+        return False
+
     def read_namespace(self, name: str) -> dict[str, Any] | None:
         """Namespaces are not modelled as objects: each exists, Active unless listed as terminating."""
         phase = "Terminating" if name in self.terminating_namespaces else "Active"
@@ -514,6 +564,14 @@ class FakeKube:
         with self._lock:
             found = self.objects.get(("v1", "Secret", namespace, name))
             return None if found is None else copy_json(found)
+
+    def list_secrets(self, namespace: str | None, *, label_selector: str, limit: int = 500) -> list[dict[str, Any]]:
+        with self._lock:
+            return [
+                copy_json(obj)
+                for (v, k, ns, _), obj in sorted(self.objects.items())
+                if (v, k) == ("v1", "Secret") and namespace in (None, ns) and _selected(obj, label_selector)
+            ]
 
     def delete_secret(self, namespace: str, name: str, *, uid: str | None = None) -> bool:
         info = self._info("v1", "Secret")

@@ -28,6 +28,7 @@ from typing import Any
 
 from opbroker.controller.core.decisions import ready_condition
 from opbroker.controller.core.reasons import Reason
+from opbroker.controller.core.views import EntryView, condition_wire
 
 
 @dataclass(frozen=True)
@@ -93,20 +94,17 @@ def service_in_use_verdict(plans: int, instances: int) -> Verdict:
     )
 
 
-def status_patch(body: dict[str, Any], verdict: Verdict) -> dict[str, Any] | None:
-    """The status patch announcing ``verdict`` for ``body``, or None if its status already says so."""
-    meta = body.get("metadata") or {}
-    status = body.get("status") or {}
-    generation = meta.get("generation")
-    conditions = status.get("conditions") or []
-    current = next((c for c in conditions if c.get("type") == "Ready"), None)
-    wanted = ready_condition(conditions, ready=verdict.ready, reason=verdict.reason, message=verdict.message,
-                             generation=generation)  # fmt: skip
-    new = next(c for c in wanted if c["type"] == "Ready")
+def status_patch(entry: EntryView, verdict: Verdict) -> dict[str, Any] | None:
+    """The status patch announcing ``verdict`` for ``entry``, or None if its status already says so."""
+    generation = entry.meta.generation
+    current = entry.condition("Ready")
     if (
         current is not None
-        and status.get("observedGeneration") == generation
-        and all(current.get(k) == new[k] for k in ("status", "reason", "message", "observedGeneration"))
+        and entry.observed_generation == generation
+        and (current.status, current.reason, current.message, current.observed_generation)
+        == ("True" if verdict.ready else "False", verdict.reason.value, verdict.message[:1024], generation)
     ):
         return None
+    wanted = ready_condition([condition_wire(c) for c in entry.conditions], ready=verdict.ready,
+                             reason=verdict.reason, message=verdict.message, generation=generation)  # fmt: skip
     return {"observedGeneration": generation, "conditions": wanted}

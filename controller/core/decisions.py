@@ -28,6 +28,7 @@ from opbroker.api.conventions import (
 from opbroker.api.meta import ResourceRef
 from opbroker.api.osb import OperationState
 from opbroker.controller.core.reasons import Reason
+from opbroker.controller.core.views import Meta
 from opbroker.controller.objects import ref_key
 from opbroker.rendering.registry import DASHBOARD_URL
 
@@ -369,20 +370,29 @@ class PlanGuard(StrEnum):
 
 
 def plan_needs_count(plan: dict[str, Any]) -> bool:
-    """Whether the plan's guard depends on how many instances use it (counting them is a cluster-wide list):
-    a held plan that is not being deleted keeps its finalizer without counting, and nothing can be added to
-    one being deleted that is not held."""
-    return is_deleting(plan) == has_finalizer(plan)
+    """Whether the plan's guard depends on how many instances use it (:func:`entry_needs_count`)."""
+    return entry_needs_count(Meta.of(plan.get("metadata")))
+
+
+def entry_needs_count(meta: Meta) -> bool:
+    """Whether a catalog entry's guard depends on how many objects use it (counting them is a cluster-wide list):
+    a held entry that is not being deleted keeps its finalizer without counting, and nothing can be added to one
+    being deleted that is not held."""
+    return meta.deleting == meta.held
 
 
 def plan_guard_step(plan: dict[str, Any], *, users: int) -> PlanGuard:
+    """The finalizer step of a catalog entry's body (:func:`entry_guard`)."""
+    return entry_guard(Meta.of(plan.get("metadata")), users=users)
+
+
+def entry_guard(meta: Meta, *, users: int) -> PlanGuard:
     """The finalizer step of a catalog entry (an SFPlan, or an SFService: issue 29) that ``users`` objects use."""
-    held = has_finalizer(plan)
-    if is_deleting(plan):
-        if not held:
+    if meta.deleting:
+        if not meta.held:
             return PlanGuard.NOTHING
         return PlanGuard.WAIT if users else PlanGuard.RELEASE
-    return PlanGuard.HOLD if users and not held else PlanGuard.NOTHING
+    return PlanGuard.HOLD if users and not meta.held else PlanGuard.NOTHING
 
 
 def plan_users(instances: list[dict[str, Any]], plan_id: str) -> int:

@@ -253,3 +253,49 @@ class BindingView:
     def binds(self, instance: InstanceView) -> bool:
         """Whether this binding refers to ``instance`` (by OSB id or by name)."""
         return self.instance_ref in (instance.instance_id, instance.meta.name)
+
+
+@dataclass(frozen=True)
+class EntryView:
+    """An SFService or SFPlan (a catalog entry) as read: its id and what its status says of it."""
+
+    meta: Meta
+    osb_id: str
+    """The OSB id it declares (``spec.id``; "" when absent)."""
+    observed_generation: int | None
+    conditions: tuple[ConditionView, ...]
+    wire: Mapping[str, Any] = field(repr=False, compare=False)
+    """The body as read, for what needs the whole object (validation, the trial render)."""
+
+    @classmethod
+    def of(cls, body: Mapping[str, Any]) -> EntryView:
+        status = _mapping(body.get("status"))
+        return cls(
+            meta=Meta.of(body.get("metadata")),
+            osb_id=_text(_mapping(body.get("spec")).get("id")) or "",
+            observed_generation=_int(status.get("observedGeneration")),
+            conditions=_conditions(status.get("conditions")),
+            wire=body,
+        )
+
+    @property
+    def mark(self) -> tuple[str, int | None]:
+        """What a verdict on it holds for: its uid and generation (a new spec is a new generation)."""
+        return self.meta.uid, self.meta.generation
+
+    def condition(self, type_: str) -> ConditionView | None:
+        return next((c for c in self.conditions if c.type == type_), None)
+
+
+def condition_wire(condition: ConditionView) -> dict[str, Any]:
+    """A condition as written back (a status patch replaces the whole list, so kept ones are written too)."""
+    wire: dict[str, Any] = {"type": condition.type, "status": condition.status}
+    for name, value in (
+        ("reason", condition.reason),
+        ("message", condition.message),
+        ("lastTransitionTime", condition.last_transition_time),
+        ("observedGeneration", condition.observed_generation),
+    ):
+        if value is not None:
+            wire[name] = value
+    return wire

@@ -31,7 +31,6 @@ import re
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import Any, ClassVar
 
 from kubernetes.client.exceptions import ApiException
@@ -40,16 +39,22 @@ from opbroker.api.cluster import RESOURCE_GROUP, SFClusterController
 from opbroker.api.controllerinstall import digest as objects_digest
 from opbroker.api.meta import ResourceRef
 from opbroker.controller.catalog import spec_hash
-from opbroker.controller.core import finalizers
-from opbroker.controller.core.decisions import is_deleting
 from opbroker.controller.core.reasons import Reason
+from opbroker.controller.executor import Executor, Run, Target
 from opbroker.controller.kube import Kind
 from opbroker.controller.multicluster import installer, quantities
-from opbroker.controller.multicluster.core import replicas
+from opbroker.controller.multicluster.core import cluster_plan, replicas
+from opbroker.controller.multicluster.core.cluster_plan import (
+    ClusterFacts,
+    Installation,
+    Replicate,
+    SFClusterView,
+    Unregister,
+)
 from opbroker.controller.multicluster.core.ledger import Ledger
 from opbroker.controller.multicluster.core.scheduling import MASTER, ClusterView
-from opbroker.controller.multicluster.installer import Installation, InstallError
-from opbroker.controller.multicluster.quantities import QuantityError, Resources
+from opbroker.controller.multicluster.installer import InstallError
+from opbroker.controller.multicluster.quantities import Resources
 from opbroker.controller.multicluster.reasons import CLUSTER_FINALIZER, LABEL_REPLICATED, ConditionType
 from opbroker.controller.multicluster.sisters import (
     KubeconfigError,
@@ -81,7 +86,8 @@ def describe(exc: BaseException) -> str:
 @dataclass
 class ClusterState:
     name: str
-    body: dict[str, Any]
+    cluster: SFClusterView
+    """The SFCluster as last read."""
     kube: SisterKube | None = None
     shared: bool = False
     """The client is the master's own (cluster "1"): never closed here."""
@@ -103,23 +109,10 @@ class ClusterState:
 
     @property
     def removing(self) -> bool:
-        return is_deleting(self.body)
-
-    @property
-    def spec(self) -> dict[str, Any]:
-        spec: dict[str, Any] = self.body.get("spec") or {}
-        return spec
-
-    def declared(self) -> Resources | None:
-        """``spec.totalCapacity`` parsed; None when absent or not made of quantities."""
-        try:
-            total = self.spec.get("totalCapacity")
-            return quantities.parse(total) if total else None
-        except QuantityError:
-            return None
+        return self.cluster.meta.deleting
 
     def allocatable(self) -> Resources | None:
-        return self.observed[1] if self.observed is not None else self.declared()
+        return self.observed[1] if self.observed is not None else self.cluster.declared()
 
     def close(self) -> None:
         if self.watch is not None:
@@ -140,13 +133,14 @@ class ClusterRegistry:
         self._clusters: dict[str, ClusterState] = {}
 
     def upsert(self, body: dict[str, Any]) -> ClusterState:
-        name = body["metadata"]["name"]
+        cluster = SFClusterView.of(body)
+        name = cluster.meta.name
         with self._lock:
             state = self._clusters.get(name)
             if state is None:
-                state = self._clusters[name] = ClusterState(name, body)
+                state = self._clusters[name] = ClusterState(name, cluster)
             else:
-                state.body = body
+                state.cluster = cluster
             return state
 
     def remove(self, name: str) -> None:
@@ -173,17 +167,16 @@ class ClusterRegistry:
             states = list(self._clusters.values())
         views = []
         for state in states:
-            labels = state.body["metadata"].get("labels") or {}
             views.append(
                 ClusterView(
                     name=state.name,
-                    labels=dict(labels),
+                    labels=dict(state.cluster.meta.labels),
                     reachable=bool(state.reachable),
                     removing=state.removing,
                     instances=ledger.count(state.name),
                     allocatable=state.allocatable(),
                     used=used_by(state, ledger, requests_of),
-                    limit_percentage=state.spec.get("schedulingLimitPercentage"),
+                    limit_percentage=state.cluster.limit_percentage,
                     reason=state.reason or ("not probed yet" if state.reachable is None else ""),
                 )
             )
@@ -264,127 +257,7 @@ def _plural(body: dict[str, Any]) -> str:
     return "sfservices" if body.get("kind") == "SFService" else "sfplans"
 
 
-@dataclass(frozen=True)
-class ClusterFacts:
-    """An SFCluster as read, with what the probe found and what the ledger places on it."""
-
-    name: str
-    body: dict[str, Any]
-    reachable: bool | None
-    reason: str
-    observed: tuple[Resources, Resources, Resources] | None
-    instances: int
-    used: Resources
-    remaining: tuple[Key, ...] | None
-    """The instances still placed on a cluster being deleted (None while it is not)."""
-    probe_seconds: float
-    refused: bool = False
-    """Unreachable because its kubeconfig was refused (reason ``KubeconfigRefused``)."""
-    install: Installation | None = None
-    """The last step of the controller's installation in the cluster (None: nothing to say)."""
-    controller_pending: bool = False
-    """Being deleted with its controller not removed yet: the finalizer stays."""
-
-
-@dataclass(frozen=True)
-class AddFinalizer:
-    finalizers: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Replicate:
-    """Copy the master's catalog into the (reachable) cluster."""
-
-
-@dataclass(frozen=True)
-class Release:
-    """Remove the finalizer: nothing is placed on the cluster being deleted any more."""
-
-    finalizers: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class WriteStatus:
-    patch: dict[str, Any]
-    event: str | None
-    """A warning to emit first: the removal just became blocked by the instances named."""
-
-
-@dataclass(frozen=True)
-class Requeue:
-    seconds: float
-
-
-ClusterAction = AddFinalizer | Replicate | Release | WriteStatus | Requeue
-
-
-def cluster_status(facts: ClusterFacts) -> dict[str, Any]:
-    """The status an SFCluster should have (pure)."""
-    body = facts.body
-    generation = body["metadata"].get("generation")
-    declared = (body.get("spec") or {}).get("totalCapacity")
-    if facts.observed is not None:
-        capacity: dict[str, Any] | None = quantities.wire(facts.observed[0])
-        allocatable: dict[str, Any] | None = quantities.wire(facts.observed[1])
-    else:
-        capacity = allocatable = dict(declared) if declared else None
-    install = facts.install
-    install_failed = install is not None and not install.ok and not install.removed
-    if facts.reachable and install_failed:
-        assert install is not None
-        ready, reason, message = False, install.reason, install.message
-    elif facts.reachable:
-        ready, reason, message = True, Reason.REACHABLE.value, "the cluster answers"
-    else:
-        ready = False
-        reason = (Reason.KUBECONFIG_REFUSED if facts.refused else Reason.UNREACHABLE).value
-        message = facts.reason or "not probed yet"
-    conditions = replicas.set_condition(
-        (body.get("status") or {}).get("conditions"),
-        ConditionType.READY,
-        status=ready,
-        reason=reason,
-        message=message,
-        generation=generation,
-    )
-    if install is not None and install.removed:
-        conditions = [c for c in conditions if c.get("type") != ConditionType.CONTROLLER_INSTALLED.value]
-    elif install is not None:
-        conditions = replicas.set_condition(
-            conditions,
-            ConditionType.CONTROLLER_INSTALLED,
-            status=install.ok,
-            reason=install.reason,
-            message=install.message,
-            generation=generation,
-        )
-    remaining = facts.remaining
-    if remaining is not None:
-        shown = ", ".join(f"{k[1]}/{k[2]}" if isinstance(k, tuple) else str(k) for k in remaining[:5])
-        more = f" and {len(remaining) - 5} more" if len(remaining) > 5 else ""
-        conditions = replicas.set_condition(
-            conditions,
-            ConditionType.REMOVABLE,
-            status=False,
-            reason=Reason.INSTANCES_REMAIN.value,
-            message=(
-                f"cannot remove cluster {facts.name!r}: {len(remaining)} instance(s) are placed on it "
-                f"({shown}{more}); deprovision them first"
-            ),
-            generation=generation,
-        )
-    return {
-        "serviceInstanceCount": facts.instances,
-        "capacity": capacity,
-        "allocatable": allocatable,
-        "requests": quantities.wire({k: v for k, v in facts.used.items() if v != Decimal(0)}),
-        "reachable": bool(facts.reachable),
-        "observedGeneration": generation,
-        "conditions": conditions,
-    }
-
-
-class ClusterReconciler(ObservePlanAct[ClusterFacts, ClusterAction]):
+class ClusterReconciler(ObservePlanAct[ClusterFacts, Any]):
     kind: ClassVar[str] = "cluster"
 
     def __init__(
@@ -404,6 +277,10 @@ class ClusterReconciler(ObservePlanAct[ClusterFacts, ClusterAction]):
         self.requests_of = requests_of
         self.enqueue_master = enqueue_master
         self.suspect = suspect
+        self.executor = Executor(
+            Target(deps.kube, CLUSTERS, self.kind, finalizer=CLUSTER_FINALIZER),
+            effects={Replicate: self._replicate, Unregister: self._unregister},
+        )
 
     @property
     def namespace(self) -> str:
@@ -420,7 +297,7 @@ class ClusterReconciler(ObservePlanAct[ClusterFacts, ClusterAction]):
         self.converge_controller(state, blocked=bool(remaining))
         return ClusterFacts(
             name=state.name,
-            body=state.body,
+            cluster=state.cluster,
             reachable=state.reachable,
             reason=state.reason,
             observed=state.observed,
@@ -437,75 +314,28 @@ class ClusterReconciler(ObservePlanAct[ClusterFacts, ClusterAction]):
         self.registry.remove(key.name)
         return DONE
 
-    @staticmethod
-    def plan(facts: ClusterFacts) -> Sequence[ClusterAction]:
-        meta = facts.body["metadata"]
-        present = list(meta.get("finalizers") or [])
-        removing = is_deleting(facts.body)
-        actions: list[ClusterAction] = []
-        if not removing and CLUSTER_FINALIZER not in present:
-            actions.append(AddFinalizer((*present, CLUSTER_FINALIZER)))
-        if facts.reachable and not removing:
-            actions.append(Replicate())
-        if removing and not facts.remaining and not facts.controller_pending and CLUSTER_FINALIZER in present:
-            return [*actions, Release(tuple(f for f in present if f != CLUSTER_FINALIZER))]
-        current = facts.body.get("status") or {}
-        wanted = cluster_status(facts)
-        patch = {k: v for k, v in wanted.items() if k != "conditions" and current.get(k) != v}
-        event = None
-        if not replicas.same_conditions(current.get("conditions"), wanted["conditions"]):
-            patch["conditions"] = wanted["conditions"]
-            newly_blocked = facts.remaining is not None and not any(
-                c.get("type") == ConditionType.REMOVABLE.value for c in current.get("conditions") or []
-            )
-            if newly_blocked:
-                event = next(c["message"] for c in wanted["conditions"] if c["type"] == ConditionType.REMOVABLE.value)
-        if patch or event is not None:
-            actions.append(WriteStatus(patch, event))
-        return [*actions, Requeue(facts.probe_seconds)]
+    def reread(self, key: Key) -> None:
+        """A guarded write conflicted: the next observe reads the SFCluster from the API, not a cached copy."""
+        self.deps.kube.store.discard(CLUSTERS.store_key, self.namespace, key.name)
 
-    def act(self, facts: ClusterFacts, actions: Sequence[ClusterAction]) -> Outcome:
-        kube, name = self.deps.kube, facts.name
-        outcome = DONE
-        for action in actions:
-            if isinstance(action, AddFinalizer):
-                patched = kube.patch_custom(
-                    CLUSTERS,
-                    self.namespace,
-                    name,
-                    finalizers.replacing(facts.body["metadata"], list(action.finalizers)),
-                )
-                if patched is not None:
-                    self.registry.upsert(patched)
-            elif isinstance(action, Replicate):
-                state = self.registry.get(name)
-                if state is None:
-                    continue
-                try:
-                    self.replicator.replicate(state)
-                except Exception as exc:  # a sister without our CRDs, say: reported, retried at the next probe
-                    logger.warning("replicating the catalog into cluster %s failed: %s", name, describe(exc))
-            elif isinstance(action, Release):
-                kube.patch_custom(
-                    CLUSTERS,
-                    self.namespace,
-                    name,
-                    finalizers.replacing(facts.body["metadata"], list(action.finalizers)),
-                )
-                logger.info("cluster %s released: no instance is placed on it any more", name)
-                self.registry.remove(name)
-            elif isinstance(action, WriteStatus):
-                if action.event is not None:
-                    kube.emit_event(
-                        facts.body, reason=Reason.INSTANCES_REMAIN.value, message=action.event, warning=True
-                    )
-                if action.patch:
-                    patched = kube.patch_custom_status(CLUSTERS, self.namespace, name, action.patch)
-                    if patched is not None:
-                        self.registry.upsert(patched)
-            else:
-                outcome = Outcome(requeue_after=action.seconds)
-        return outcome
+    @staticmethod
+    def plan(facts: ClusterFacts) -> Sequence[Any]:
+        return cluster_plan.plan(facts)
+
+    def act(self, facts: ClusterFacts, actions: Sequence[Any]) -> Outcome:
+        return self.executor.run(Key(self.kind, self.namespace, facts.name), facts.cluster.wire, actions)
+
+    def _replicate(self, run: Run, _: Replicate) -> None:
+        state = self.registry.get(run.key.name)
+        if state is None:
+            return
+        try:
+            self.replicator.replicate(state)
+        except Exception as exc:  # a sister without our CRDs, say: reported, retried at the next probe
+            logger.warning("replicating the catalog into cluster %s failed: %s", run.key.name, describe(exc))
+
+    def _unregister(self, run: Run, _: Unregister) -> None:
+        self.registry.remove(run.key.name)
 
     # -- the controller in the sister (issue 29) --------------------------------------------------------
 
@@ -518,9 +348,8 @@ class ClusterReconciler(ObservePlanAct[ClusterFacts, ClusterAction]):
         costs nothing per probe; a failed step is retried at the next probe."""
         if state.name == MASTER:
             return
-        wanted_raw = state.spec.get("controller")
-        conditions = (state.body.get("status") or {}).get("conditions") or []
-        had = any(c.get("type") == ConditionType.CONTROLLER_INSTALLED.value for c in conditions)
+        wanted_raw = state.cluster.controller
+        had = state.cluster.has_condition(ConditionType.CONTROLLER_INSTALLED)
         state.controller_pending = False
         if state.removing:
             if wanted_raw is None or blocked or (state.install is not None and state.install.removed):
@@ -608,7 +437,7 @@ class ClusterReconciler(ObservePlanAct[ClusterFacts, ClusterAction]):
                 state.kube = SisterKube(self.deps.kube.api_client)
                 state.shared = True
             return
-        ref = state.spec.get("secretRef") or ""
+        ref = state.cluster.secret_ref
         secret = self.deps.kube.read_secret(self.namespace, ref)
         if secret is None:
             raise KubeconfigError(f"the kubeconfig Secret {self.namespace}/{ref} does not exist")

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -33,17 +32,6 @@ FIELD_MANAGER = "opbroker-master"
 STEP_SECONDS = 60.0
 #: The ``app.kubernetes.io/managed-by`` label of those objects (the component's say ``pulumi``).
 MANAGED_BY = "opbroker-master"
-
-
-@dataclass(frozen=True)
-class Installation:
-    """What the last installation step in a sister came to, for the SFCluster's ``ControllerInstalled``
-    condition. ``removed``: the objects are gone and the condition goes with them."""
-
-    ok: bool
-    reason: str
-    message: str
-    removed: bool = False
 
 
 class InstallError(RuntimeError):

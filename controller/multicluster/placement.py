@@ -23,45 +23,67 @@ and returns the queue's outcome. Per instance:
 * **cluster out of reach** (probe failed, or no SFCluster of that name): the object gets
   ``ClusterReachable=False`` and a description saying so; its state is kept, nothing is lost, and it is
   reconciled again when the cluster answers.
+
+Observe, plan, act like every kind: :meth:`MultiClusterPlacement.instance` and :meth:`~MultiClusterPlacement.binding`
+gather :class:`~.core.placement_plan.PlacementFacts` (the master object, the cluster's state, the copy, the
+scheduler's choice), the pure :mod:`.core.placement_plan` decides, and the one executor runs the actions (the
+teardown finalizer and status writes guarded; the writes to sisters are placement's own effects, here). A failed
+call to a sister — reading the copy or writing it — makes the cluster suspect and the reconcile retry quietly.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-
-from opbroker.api.conventions import FINALIZER, credentials_secret_name, resource_name
+from opbroker.api.conventions import resource_name
 from opbroker.api.osb import OperationState
 from opbroker.api.selectors import SelectorError
 from opbroker.api.selectors import parse as parse_selector
 from opbroker.controller import identities
-from opbroker.controller.bindings import delete_credentials
 from opbroker.controller.catalog import PlanEntry
-from opbroker.controller.core import finalizers
-from opbroker.controller.core.decisions import TERMINAL, is_deleting
-from opbroker.controller.core.reasons import Reason
+from opbroker.controller.core import actions as a
+from opbroker.controller.executor import Executor, Run, Target
 from opbroker.controller.kube import BINDINGS, INSTANCES, Kind, KubeError
 from opbroker.controller.multicluster import quantities
 from opbroker.controller.multicluster.clusters import CatalogReplicator, ClusterRegistry, ClusterState, describe
-from opbroker.controller.multicluster.core import replicas, scheduling
+from opbroker.controller.multicluster.core import placement_plan, replicas, scheduling
 from opbroker.controller.multicluster.core.ledger import Ledger
+from opbroker.controller.multicluster.core.placement_plan import (
+    AnnotateCluster,
+    DeleteCopy,
+    HandOver,
+    PlacementFacts,
+    Reach,
+    ReplicateCatalog,
+    Scheduling,
+    SetCluster,
+)
 from opbroker.controller.multicluster.core.scheduling import MASTER, Demand, SchedulerName
 from opbroker.controller.multicluster.quantities import QuantityError, Resources
-from opbroker.controller.multicluster.reasons import ANNOTATION_CLUSTER, ANNOTATION_MASTER_UID, ConditionType
-from opbroker.controller.reconciler import DONE, Key, Outcome, TemporaryError
+from opbroker.controller.multicluster.reasons import ANNOTATION_CLUSTER
+from opbroker.controller.multicluster.sisters import SisterKube
+from opbroker.controller.osb_effects import delete_secret, write_secret
+from opbroker.controller.reconciler import Key, Outcome, TemporaryError
 from opbroker.controller.reconciler.failures import server_failing
-from opbroker.controller.reconciling import Deps, StatusWriter
+from opbroker.controller.reconciling import Deps
 from opbroker.controller.rendered import inputs_for
 from opbroker.rendering import RenderError
 
 logger = logging.getLogger(__name__)
 
-#: How soon a reconcile waiting for the controller's start-up (first list, first probes) looks again.
-NOT_READY_DELAY = 0.2
+NOT_READY_DELAY = placement_plan.NOT_READY_DELAY
+
+
+class Gone(TemporaryError):
+    """The master object vanished in the middle of an action list: the rest is not run; the retry finds it gone."""
+
+    def __init__(self, key: Key) -> None:
+        super().__init__(f"{key.kind} {key.namespace}/{key.name} is gone")
 
 
 class SchedulingError(Exception):
@@ -89,89 +111,71 @@ class MultiClusterPlacement:
         self.policy = SchedulerName(deps.settings.scheduler)
         self.previous: str | None = None
         self._decisions = threading.Lock()
-        self.instances = StatusWriter(deps, INSTANCES)
-        self.bindings = StatusWriter(deps, BINDINGS)
+        self.executors = {
+            kind: Executor(
+                Target(deps.kube, resource, kind, own_writes=deps.own_writes, forget=deps.index.forget),
+                effects=self._effects(resource),
+            )
+            for kind, resource in (("instance", INSTANCES), ("binding", BINDINGS))
+        }
+
+    def _effects(self, resource: Kind) -> Mapping[type, Any]:
+        return {
+            SetCluster: self._set_cluster,
+            AnnotateCluster: self._annotate_cluster,
+            ReplicateCatalog: lambda run, action: self.replicator.replicate(
+                self._state(action.cluster), only=[dict(b) for b in action.bodies]
+            ),
+            HandOver: lambda run, action: self._hand_over(run, resource, action),
+            DeleteCopy: lambda run, action: self._delete_copy(run, resource, action),
+            a.WriteSecret: write_secret,
+            a.DeleteSecret: delete_secret,
+        }
 
     # -- instances -----------------------------------------------------------------------------------
 
     def instance(self, instance: dict[str, Any]) -> Outcome | None:
-        if not self.ready.is_set():  # nothing is decided before the start-up picture (catalog, clusters) is whole
-            return Outcome(requeue_after=NOT_READY_DELAY)
-        cluster = (instance.get("spec") or {}).get("clusterId") or None
-        if cluster == MASTER or (cluster is None and _reconciled_here(instance)):
-            return None
-        if cluster is None:
-            return self._unscheduled(instance)
-        state = self._reachable(instance, cluster, self.instances)
-        if state is None:
-            return Outcome(requeue_after=self.deps.settings.cluster_probe_seconds)
-        with self._guard(cluster):
-            if is_deleting(instance):
-                live = self._live_bindings(instance)
-                if live:  # as in one cluster: no deprovision under live bindings (a binding's removal re-enqueues)
-                    return self._blocked(instance, live)
-                return self._teardown(instance, state, INSTANCES, self.instances, fields=replicas.INSTANCE_FIELDS)
-            self._hold(instance, INSTANCES)
-            return self._instance_on(instance, state)
+        facts = self._facts("instance", instance)
+        if facts.ready and facts.cluster is None and not facts.here and placement_plan.needs_schedule(instance):
+            facts = self._schedule(facts)
+        elif facts.reach is not None and facts.reach.reachable and facts.meta.deleting:
+            facts = _with(facts, live_bindings=self._live_bindings(instance))
+        return self._run(facts, placement_plan.instance, self._instance_reads)
 
-    def _live_bindings(self, instance: dict[str, Any]) -> int:
-        meta = instance["metadata"]
-        ids = {(instance.get("spec") or {}).get("instanceId") or meta["name"], meta["name"]}
-        bindings = self.deps.kube.list_custom(BINDINGS, meta["namespace"])
-        return sum(1 for b in bindings if (b.get("spec") or {}).get("instanceId") in ids)
+    def _instance_reads(self, facts: PlacementFacts) -> PlacementFacts:
+        """The sister's copy and the catalog a hand-over needs."""
+        entry = self.deps.catalog.plan((facts.obj.get("spec") or {}).get("planId", ""))
+        service = self._service_of(entry)
+        return _with(
+            facts,
+            copy=self._copy(facts, INSTANCES),
+            plan_known=entry is not None and entry.model is not None,
+            catalog=tuple(e.body for e in (entry, service) if e is not None),
+        )
 
-    def _blocked(self, instance: dict[str, Any], live: int) -> Outcome:
-        error = f"cannot deprovision: {live} binding(s) still exist; unbind them first"
-        status = instance.get("status") or {}
-        if status.get("state") != OperationState.FAILED.value or status.get("error") != error:
-            self.instances.transition(instance, state=OperationState.FAILED, reason=Reason.BINDINGS_EXIST, error=error)
-        return DONE
-
-    def _unscheduled(self, instance: dict[str, Any]) -> Outcome | None:
-        if is_deleting(instance):
-            self._release(instance, INSTANCES)  # never placed anywhere: nothing to tear down
-            return DONE
-        if not replicas.pending(instance):
-            return DONE  # a scheduling failure stays until the next request
+    def _schedule(self, facts: PlacementFacts) -> PlacementFacts:
+        """Ask the scheduler (and reserve its choice in the ledger at once, so concurrent decisions see it)."""
+        instance = facts.obj
         entry = self.deps.catalog.plan((instance.get("spec") or {}).get("planId", ""))
         if entry is None or entry.model is None:
-            return None  # the local reconciler reports the plan problem; it never applies without a plan
-        meta = instance["metadata"]
-        key = Key("instance", meta["namespace"], meta["name"])
+            return _with(facts, plan_known=False)
         try:
-            demand = self._demand(instance, entry)
+            demand = self._demand(dict(instance), entry)
         except SchedulingError as exc:
-            return self._unschedulable(instance, str(exc))
+            return _with(facts, scheduling=Scheduling(None, str(exc)))
         with self._decisions:
             views = self.registry.views(self.ledger, self.requests_of)
             decision = scheduling.schedule(self.policy, views, demand, previous=self.previous)
             if decision.cluster is not None:
-                self.ledger.observe(key, decision.cluster, entry.body["spec"]["id"])
+                self.ledger.observe(facts.key, decision.cluster, entry.body["spec"]["id"])
                 self.previous = decision.cluster
-        if decision.cluster is None:
-            return self._unschedulable(instance, decision.message)
-        patched = self.deps.kube.patch_custom(
-            INSTANCES,
-            meta["namespace"],
-            meta["name"],
-            {"spec": {"clusterId": decision.cluster}, "metadata": {"resourceVersion": meta["resourceVersion"]}},
-        )
-        if patched is None:
-            self.ledger.forget(key)
-            return DONE
-        message = f"{decision.message} by the {self.policy.value} scheduler"
-        conditions = replicas.set_condition(
-            (patched.get("status") or {}).get("conditions"),
-            ConditionType.SCHEDULED,
-            status=True,
-            reason=Reason.SCHEDULED.value,
-            message=message,
-            generation=patched["metadata"].get("generation"),
-        )
-        self.instances.patch(patched, {"conditions": conditions}, guarded=False)
-        self.deps.kube.emit_event(patched, reason=Reason.SCHEDULED.value, message=message)
-        logger.info("instance %s/%s %s", meta["namespace"], meta["name"], message)
-        return Outcome(requeue_after=0.0)
+        return _with(facts, scheduling=Scheduling(decision.cluster, decision.message, self.policy.value))
+
+    def _live_bindings(self, instance: Mapping[str, Any]) -> int:
+        meta = instance["metadata"]
+        ids = {(instance.get("spec") or {}).get("instanceId") or meta["name"], meta["name"]}
+        bindings = self.deps.kube.list_custom(BINDINGS, meta["namespace"])
+        return sum(1 for b in bindings if (b.get("spec") or {}).get("instanceId") in ids)
 
     def _demand(self, instance: dict[str, Any], entry: PlanEntry) -> Demand:
         assert entry.model is not None
@@ -192,53 +196,6 @@ class MultiClusterPlacement:
                 raise SchedulingError(f"the plan's context.requests are not quantities: {exc}") from exc
         return Demand(selector=selector, requests=requests) if selector is not None else Demand(requests=requests)
 
-    def _unschedulable(self, instance: dict[str, Any], message: str) -> Outcome:
-        meta = instance["metadata"]
-        conditions = (instance.get("status") or {}).get("conditions")
-        for kind in (ConditionType.SCHEDULED, ConditionType.READY):
-            conditions = replicas.set_condition(
-                conditions,
-                kind,
-                status=False,
-                reason=Reason.SCHEDULING_FAILED.value,
-                message=message,
-                generation=meta.get("generation"),
-            )
-        before = (instance.get("status") or {}).get("state")
-        self.instances.patch(
-            instance,
-            {
-                "state": OperationState.FAILED.value,
-                "description": message,
-                "error": message,
-                "observedGeneration": meta.get("generation"),
-                "conditions": conditions,
-            },
-        )
-        if before != OperationState.FAILED.value:
-            self.deps.kube.emit_event(instance, reason=Reason.SCHEDULING_FAILED.value, message=message, warning=True)
-        logger.warning("instance %s/%s: %s", meta["namespace"], meta["name"], message)
-        return DONE
-
-    def _instance_on(self, instance: dict[str, Any], state: ClusterState) -> Outcome | None:
-        kube = state.kube
-        assert kube is not None
-        meta = instance["metadata"]
-        copy = kube.get_custom(INSTANCES, meta["namespace"], meta["name"])
-        if copy is not None and _stale(copy, instance):
-            _delete(kube, INSTANCES, copy)  # left by an earlier instance of the same name: wait until it is gone
-            return Outcome(requeue_after=self.deps.settings.status_poll_seconds)
-        if replicas.pending(instance):
-            entry = self.deps.catalog.plan(instance["spec"].get("planId", ""))
-            if entry is None or entry.model is None:
-                return None  # the local reconciler reports the plan problem (it applies nothing without a plan)
-            bodies = [e.body for e in (entry, self._service_of(entry)) if e is not None]
-            self.replicator.replicate(state, only=bodies)
-            return self._hand_over(instance, state, INSTANCES, self.instances, copy_exists=copy is not None)
-        if copy is None:
-            return self._lost(instance, state, self.instances)
-        return self._mirror(instance, copy, state, self.instances, fields=replicas.INSTANCE_FIELDS)
-
     def _service_of(self, entry: PlanEntry | None) -> Any:
         if entry is None:
             return None
@@ -247,265 +204,133 @@ class MultiClusterPlacement:
     # -- bindings ------------------------------------------------------------------------------------
 
     def binding(self, binding: dict[str, Any]) -> Outcome | None:
-        if not self.ready.is_set():
-            return Outcome(requeue_after=NOT_READY_DELAY)
-        meta = binding["metadata"]
-        instance = self.deps.kube.get_custom(
-            INSTANCES, meta["namespace"], resource_name((binding.get("spec") or {}).get("instanceId", ""))
-        )
-        cluster = (meta.get("annotations") or {}).get(ANNOTATION_CLUSTER) or (
-            ((instance or {}).get("spec") or {}).get("clusterId") or None
-        )
-        if cluster == MASTER:
-            return None
-        if cluster is None:
-            if instance is not None and _reconciled_here(instance):
-                return None
-            if is_deleting(binding):
-                self._release(binding, BINDINGS)  # its instance was never placed: nothing to undo anywhere
-                return DONE
-            return None  # the local reconciler waits for (or fails with) the instance; it applies nothing
-        state = self._reachable(binding, cluster, self.bindings)
-        if state is None:
-            return Outcome(requeue_after=self.deps.settings.cluster_probe_seconds)
-        with self._guard(cluster):
-            if is_deleting(binding):  # the master's credentials Secret goes with it (owner reference)
-                return self._teardown(binding, state, BINDINGS, self.bindings, fields=replicas.BINDING_FIELDS)
-            self._hold(binding, BINDINGS)
-            return self._binding_on(binding, state)
+        return self._run(self._facts("binding", binding), placement_plan.binding, self._binding_reads)
 
-    def _binding_on(self, binding: dict[str, Any], state: ClusterState) -> Outcome:
-        kube = state.kube
-        assert kube is not None
-        meta = binding["metadata"]
-        copy = kube.get_custom(BINDINGS, meta["namespace"], meta["name"])
-        if copy is not None and _stale(copy, binding):
-            _delete(kube, BINDINGS, copy)
-            return Outcome(requeue_after=self.deps.settings.status_poll_seconds)
-        if replicas.pending(binding):
-            instance_name = resource_name(binding["spec"]["instanceId"])
-            if kube.get_custom(INSTANCES, meta["namespace"], instance_name) is None:
-                return Outcome(requeue_after=1.0)  # the instance is still being handed over
-            if (meta.get("annotations") or {}).get(ANNOTATION_CLUSTER) != state.name:
-                patched = self.deps.kube.patch_custom(
-                    BINDINGS,
-                    meta["namespace"],
-                    meta["name"],
-                    {"metadata": {"annotations": {ANNOTATION_CLUSTER: state.name}}},
-                )
-                if patched is None:
-                    return DONE
-                binding.clear()
-                binding.update(patched)
-            return self._hand_over(binding, state, BINDINGS, self.bindings, copy_exists=copy is not None)
-        if copy is None:
-            return self._lost(binding, state, self.bindings)
-        if not replicas.settled(copy):
-            return Outcome(requeue_after=self.deps.settings.status_poll_seconds)
-        theirs = copy.get("status") or {}
-        if theirs.get("state") == OperationState.SUCCEEDED.value:
-            source_name = (theirs.get("response") or {}).get("secretRef")
-            source = kube.read_secret(meta["namespace"], source_name) if source_name else None
-            if source is None:
-                return Outcome(requeue_after=self.deps.settings.status_poll_seconds)
-            name = credentials_secret_name(meta["name"])
-            # Into the consumer's namespace: as the plan's account, like every credentials Secret (issue 24).
-            entry = self.deps.catalog.plan((binding.get("spec") or {}).get("planId", ""))
-            user = identities.plan_user(entry.body, self.deps.settings) if entry is not None else None
-            self.deps.kube.acting_as(user).apply_secret(replicas.credentials_secret(binding, source, name))
-            patch = replicas.mirror(binding, copy, cluster=state.name, fields=replicas.BINDING_FIELDS)
-            if ((binding.get("status") or {}).get("response") or {}).get("secretRef") != name:
-                patch["response"] = {"secretRef": name}
-            self._write(binding, patch, self.bindings)
-            return DONE
-        return self._mirror(binding, copy, state, self.bindings, fields=replicas.BINDING_FIELDS)
+    def _binding_reads(self, facts: PlacementFacts) -> PlacementFacts:
+        """The sister's copy, its instance's copy (while handing over) and the credentials it bound."""
+        meta = facts.meta
+        kube = self._sister(facts.cluster)
+        copy = self._copy(facts, BINDINGS)
+        instance_copied = True
+        if not meta.deleting and replicas.pending(dict(facts.obj)):
+            instance_name = resource_name((facts.obj.get("spec") or {}).get("instanceId", ""))
+            instance_copied = kube.get_custom(INSTANCES, meta.namespace, instance_name) is not None
+        source_name = placement_plan.source_secret_name(copy)
+        source = kube.read_secret(meta.namespace, source_name) if source_name else None
+        entry = self.deps.catalog.plan((facts.obj.get("spec") or {}).get("planId", ""))
+        user = identities.plan_user(entry.body, self.deps.settings) if entry is not None else None
+        return _with(facts, copy=copy, instance_copied=instance_copied, source=source, plan_user=user)
 
     # -- shared steps ----------------------------------------------------------------------------------
 
-    def _reachable(self, obj: dict[str, Any], cluster: str, writer: StatusWriter) -> ClusterState | None:
-        """The cluster's state if it can be worked with; else the object is marked and None returned."""
+    def _facts(self, kind: str, obj: dict[str, Any]) -> PlacementFacts:
+        """What is known without asking a sister: the object, where it is placed, whether that cluster answers."""
+        settings = self.deps.settings
+        key = Key(kind, obj["metadata"]["namespace"], obj["metadata"]["name"])
+        facts = PlacementFacts(
+            key, obj, self.ready.is_set(), poll_seconds=settings.status_poll_seconds,
+            probe_seconds=settings.cluster_probe_seconds,
+        )  # fmt: skip
+        if not facts.ready:
+            return facts
+        if kind == "instance":
+            cluster = (obj.get("spec") or {}).get("clusterId") or None
+            here = placement_plan.reconciled_here(obj)
+        else:
+            instance = self.deps.kube.get_custom(
+                INSTANCES, key.namespace, resource_name((obj.get("spec") or {}).get("instanceId", ""))
+            )
+            cluster = facts.meta.annotations.get(ANNOTATION_CLUSTER) or (
+                ((instance or {}).get("spec") or {}).get("clusterId") or None
+            )
+            here = instance is not None and placement_plan.reconciled_here(instance)
+        if cluster is None or cluster == MASTER:
+            return _with(facts, cluster=cluster, here=here)
         state = self.registry.get(cluster)
         if state is None:
-            reason, message = Reason.CLUSTER_NOT_REGISTERED, f"cluster {cluster!r} is not registered (no SFCluster)"
-        elif not state.reachable or state.kube is None:
-            reason = Reason.CLUSTER_UNREACHABLE
-            message = f"cluster {cluster!r} is unreachable: {state.reason or 'not probed yet'}"
+            reach = Reach(registered=False, reachable=False)
         else:
-            return state
-        patch = replicas.unreachable(obj, cluster=cluster, reason=reason, message=message)
-        if patch:
-            self._write(obj, patch, writer, event=(reason, message))
-        return None
+            reach = Reach(True, bool(state.reachable) and state.kube is not None, state.reason)
+        return _with(facts, cluster=cluster, here=here, reach=reach)
 
-    def _guard(self, cluster: str) -> _SisterCalls:
-        return _SisterCalls(cluster, self.suspect)
-
-    def _hold(self, obj: dict[str, Any], kind: Kind) -> None:
-        meta = obj["metadata"]
-        patch = finalizers.adding(meta, FINALIZER)
-        if patch is None:
-            return
-        patched = self.deps.kube.patch_custom(kind, meta["namespace"], meta["name"], patch)
-        if patched is not None:
-            obj.clear()
-            obj.update(patched)
-
-    def _release(self, obj: dict[str, Any], kind: Kind) -> None:
-        meta = obj["metadata"]
-        patch = finalizers.removing(meta, FINALIZER)
-        if patch is not None:
-            self.deps.kube.patch_custom(kind, meta["namespace"], meta["name"], patch)
-
-    def _hand_over(
-        self, obj: dict[str, Any], state: ClusterState, kind: Kind, writer: StatusWriter, *, copy_exists: bool
-    ) -> Outcome:
-        """Copy the object and its requested state into the cluster; the master then says in progress."""
-        kube = state.kube
-        assert kube is not None
-        meta = obj["metadata"]
-        requested = replicas.requested_state(obj, copy_exists=copy_exists)
-        kube.ensure_namespace(meta["namespace"])
-        kube.apply(replicas.copy_of(obj))
-        kube.patch_custom_status(kind, meta["namespace"], meta["name"], {"state": requested})
-        message = f"handed to cluster {state.name!r}"
-        self._write(obj, replicas.handed_over(obj, cluster=state.name), writer, event=(Reason.REPLICATED, message))
-        return Outcome(requeue_after=self.deps.settings.status_poll_seconds)
-
-    def _mirror(
+    def _run(
         self,
-        obj: dict[str, Any],
-        copy: dict[str, Any],
-        state: ClusterState,
-        writer: StatusWriter,
-        *,
-        fields: tuple[str, ...],
-    ) -> Outcome:
-        if not replicas.settled(copy):
-            return Outcome(requeue_after=self.deps.settings.status_poll_seconds)
-        self._write(obj, replicas.mirror(obj, copy, cluster=state.name, fields=fields), writer)
-        if (copy.get("status") or {}).get("state") in TERMINAL:
-            return DONE
-        return Outcome(requeue_after=self.deps.settings.status_poll_seconds)
+        facts: PlacementFacts,
+        plan: Callable[[PlacementFacts], list[Any] | None],
+        reads: Callable[[PlacementFacts], PlacementFacts],
+    ) -> Outcome | None:
+        """Read what the sister holds (when it answers), plan, and run the actions; None: reconciled here."""
+        with self._sister_calls(facts.cluster):
+            if facts.reach is not None and facts.reach.reachable:
+                facts = reads(facts)
+            actions = plan(facts)
+            if actions is None:
+                return None
+            return self.executors[facts.key.kind].run(facts.key, facts.obj, actions)
 
-    def _lost(self, obj: dict[str, Any], state: ClusterState, writer: StatusWriter) -> Outcome:
-        """The copy is gone although the master asked for nothing: the cluster lost it. Said, not redone."""
-        message = f"the copy in cluster {state.name!r} has disappeared; a new update request re-creates it"
-        meta = obj["metadata"]
-        conditions = replicas.set_condition(
-            replicas.reachable_condition(obj, state.name),
-            ConditionType.READY,
-            status=False,
-            reason=Reason.CLUSTER_UNREACHABLE.value,
-            message=message,
-            generation=meta.get("generation"),
-        )
-        status = obj.get("status") or {}
-        patch: dict[str, Any] = {}
-        if status.get("state") != OperationState.FAILED.value or status.get("error") != message:
-            patch = {"state": OperationState.FAILED.value, "error": message, "description": message}
-        if not replicas.same_conditions(conditions, status.get("conditions")):
-            patch["conditions"] = conditions
-        self._write(obj, patch, writer, event=(Reason.CLUSTER_UNREACHABLE, message))
-        return DONE
+    def _copy(self, facts: PlacementFacts, kind: Kind) -> dict[str, Any] | None:
+        return self._sister(facts.cluster).get_custom(kind, facts.key.namespace, facts.key.name)
 
-    def _teardown(
-        self, obj: dict[str, Any], state: ClusterState, kind: Kind, writer: StatusWriter, *, fields: tuple[str, ...]
-    ) -> Outcome:
-        """Delete the copy, report its teardown, release the master object once the copy is gone."""
-        kube = state.kube
+    def _sister(self, cluster: str | None) -> SisterKube:
+        """The door to ``cluster`` (it answered the last probe; gone since: retried)."""
+        kube = self._state(cluster).kube
         assert kube is not None
-        meta = obj["metadata"]
-        if FINALIZER not in (meta.get("finalizers") or []):
-            return DONE
-        copy = kube.get_custom(kind, meta["namespace"], meta["name"])
-        if copy is not None:
-            if not is_deleting(copy):
-                kube.patch_custom_status(kind, meta["namespace"], meta["name"], {"state": OperationState.DELETE.value})
-                _delete(kube, kind, copy)
-            elif replicas.settled(copy):
-                self._write(obj, replicas.mirror(obj, copy, cluster=state.name, fields=fields), writer)
-            return Outcome(requeue_after=self.deps.settings.status_poll_seconds)
-        if kind is BINDINGS:
-            delete_credentials(self.deps.kube, obj)
-        self._release(obj, kind)
-        return DONE
+        return kube
 
-    def _write(
-        self,
-        obj: dict[str, Any],
-        patch: dict[str, Any],
-        writer: StatusWriter,
-        *,
-        event: tuple[Reason, str] | None = None,
-    ) -> None:
-        """Patch the master status; an Event goes with it when given, or when the state changed."""
-        if not patch:
-            return
-        before = (obj.get("status") or {}).get("state")
-        writer.patch(obj, patch)
-        after = patch.get("state", before)
-        if event is None and after != before:
-            event = (Reason.REPLICATED, f"{after} (reported by cluster {_cluster_of(obj)!r})")
-        if event is not None:
-            reason, message = event
-            warning = reason in _WARNINGS or after == OperationState.FAILED.value
-            self.deps.kube.emit_event(obj, reason=reason.value, message=message, warning=warning)
+    def _state(self, cluster: str | None) -> ClusterState:
+        state = self.registry.get(cluster) if cluster else None
+        if state is None or state.kube is None:
+            raise TemporaryError(f"cluster {cluster!r} is not connected")
+        return state
 
-
-_WARNINGS = frozenset({Reason.CLUSTER_UNREACHABLE, Reason.CLUSTER_NOT_REGISTERED, Reason.SCHEDULING_FAILED})
-
-
-def _cluster_of(obj: dict[str, Any]) -> str | None:
-    annotations = obj["metadata"].get("annotations") or {}
-    cluster: str | None = (obj.get("spec") or {}).get("clusterId") or annotations.get(ANNOTATION_CLUSTER)
-    return cluster
-
-
-class _SisterCalls:
-    """Turns a failed call to a sister into a probe of that cluster and a quiet retry with backoff."""
-
-    def __init__(self, cluster: str, suspect: Callable[[str, str], None]) -> None:
-        self.cluster = cluster
-        self.suspect = suspect
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, _: Any) -> None:
-        if exc is None:
-            return
-        if server_failing(exc):
-            self.suspect(self.cluster, describe(exc))
-            raise TemporaryError(f"cluster {self.cluster!r} did not answer: {describe(exc)}") from exc
-        if isinstance(exc, KubeError):
-            raise TemporaryError(f"cluster {self.cluster!r}: {exc}") from exc
-
-
-def _reconciled_here(instance: dict[str, Any]) -> bool:
-    """An unplaced instance already rendered by this controller (before multi-cluster was switched on)."""
-    status = instance.get("status") or {}
-    return bool(status.get("resources")) and not (instance.get("spec") or {}).get("clusterId")
-
-
-def _stale(copy: dict[str, Any], obj: dict[str, Any]) -> bool:
-    uid = (copy["metadata"].get("annotations") or {}).get(ANNOTATION_MASTER_UID)
-    return uid is not None and uid != obj["metadata"].get("uid")
-
-
-def _delete(kube: Any, kind: Kind, obj: dict[str, Any]) -> None:
-    meta = obj["metadata"]
-    try:
-        kube.custom.delete_namespaced_custom_object(
-            kind.group,
-            kind.version,
-            meta["namespace"],
-            kind.plural,
-            meta["name"],
-            body={"preconditions": {"uid": meta["uid"]}},
-        )
-    except ApiException as exc:
-        if exc.status not in (404, 409):
+    @contextmanager
+    def _sister_calls(self, cluster: str | None) -> Iterator[None]:
+        """A failed call to a sister makes the cluster suspect (probed at once) and the reconcile retry."""
+        try:
+            yield
+        except Exception as exc:
+            if cluster is None or cluster == MASTER:
+                raise
+            if server_failing(exc):
+                self.suspect(cluster, describe(exc))
+                raise TemporaryError(f"cluster {cluster!r} did not answer: {describe(exc)}") from exc
+            if isinstance(exc, KubeError):
+                raise TemporaryError(f"cluster {cluster!r}: {exc}") from exc
             raise
+
+    # -- effects: placement's own writes -------------------------------------------------------------
+
+    def _set_cluster(self, run: Run, action: SetCluster) -> None:
+        meta = run.body["metadata"]
+        patch = {"spec": {"clusterId": action.cluster}, "metadata": {"resourceVersion": meta["resourceVersion"]}}
+        written = run.guarded(lambda: self.deps.kube.patch_custom(INSTANCES, run.key.namespace, run.key.name, patch))
+        if written is None:
+            self.ledger.forget(run.key)  # gone meanwhile: the reservation goes with it, and nothing more is done
+            raise Gone(run.key)
+        run.replace(written)
+
+    def _annotate_cluster(self, run: Run, action: AnnotateCluster) -> None:
+        patch = {"metadata": {"annotations": {ANNOTATION_CLUSTER: action.cluster}}}
+        written = self.deps.kube.patch_custom(BINDINGS, run.key.namespace, run.key.name, patch)
+        if written is None:
+            raise Gone(run.key)  # nothing is handed over for a binding that no longer exists
+        run.replace(written)
+
+    def _hand_over(self, run: Run, kind: Kind, action: HandOver) -> None:
+        kube = self._sister(action.cluster)
+        kube.ensure_namespace(run.key.namespace)
+        kube.apply(dict(action.copy))
+        kube.patch_custom_status(kind, run.key.namespace, run.key.name, {"state": action.state})
+
+    def _delete_copy(self, run: Run, kind: Kind, action: DeleteCopy) -> None:
+        kube = self._sister(action.cluster)
+        if action.deprovision:
+            kube.patch_custom_status(kind, run.key.namespace, run.key.name, {"state": OperationState.DELETE.value})
+        kube.delete_custom(kind, run.key.namespace, run.key.name, uid=action.uid)
+
+
+def _with(facts: PlacementFacts, **changes: Any) -> PlacementFacts:
+    return dataclasses.replace(facts, **changes)
 
 
 def plan_requests(entry: PlanEntry) -> Resources:

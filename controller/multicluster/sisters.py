@@ -17,7 +17,7 @@ from decimal import Decimal
 from typing import Any
 
 import yaml
-from kubernetes import client, config, watch
+from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from opbroker.controller.kube import BINDINGS, INSTANCES, Kind, Kube
@@ -27,7 +27,6 @@ from opbroker.controller.multicluster.quantities import Resources
 from opbroker.controller.multicluster.reasons import LABEL_REPLICATED
 from opbroker.controller.reconciler.keys import Key
 from opbroker.kubeclient import deadlines
-from opbroker.kubeclient.answers import json_object
 
 logger = logging.getLogger(__name__)
 
@@ -80,18 +79,14 @@ class SisterKube(Kube):
 
     def probe(self) -> None:
         """One cheap request (``/version``); raises if the cluster does not answer in time."""
-        client.VersionApi(self.api_client).get_code(_request_timeout=PROBE_TIMEOUT)
+        self.server_version(timeout=PROBE_TIMEOUT)
 
     def ensure_namespace(self, name: str) -> None:
         """Create ``name`` unless it is known to exist (remembered, so it costs one call per namespace)."""
         with self._lock:
             if name in self._namespaces:
                 return
-        try:
-            self.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
+        self.create_namespace(name)  # False: it existed already, as well
         with self._lock:
             self._namespaces.add(name)
 
@@ -101,7 +96,7 @@ class SisterKube(Kube):
 
     def capacity(self) -> tuple[Resources, Resources, Resources] | None:
         """(capacity, allocatable, requests) summed over nodes and running pods; None without nodes."""
-        nodes = self.core.list_node(_request_timeout=PROBE_TIMEOUT * 3).items
+        nodes = self.list_nodes(timeout=PROBE_TIMEOUT * 3)
         if not nodes:
             return None
         statuses = [n.status for n in nodes if n.status is not None]
@@ -109,9 +104,9 @@ class SisterKube(Kube):
         allocatable = quantities.total(quantities.parse(s.allocatable or {}) for s in statuses)
         requests: Resources = {}
         try:
-            pods = self.core.list_pod_for_all_namespaces(
-                field_selector="status.phase!=Succeeded,status.phase!=Failed", _request_timeout=PROBE_TIMEOUT * 3
-            ).items
+            pods = self.list_pods(
+                field_selector="status.phase!=Succeeded,status.phase!=Failed", timeout=PROBE_TIMEOUT * 3
+            )
         except ApiException as exc:
             if exc.status != 403:
                 raise
@@ -155,31 +150,21 @@ class SisterWatch:
     def _watch(self, name: str, kind: Kind) -> None:
         resource_version: str | None = None
         failing = False
+        selector = f"{LABEL_REPLICATED}=true"
         while not self._stop.is_set():
-            watcher = watch.Watch()
             try:
                 if resource_version is None:
-                    listed = json_object(
-                        self._kube.custom.list_cluster_custom_object(
-                            kind.group, kind.version, kind.plural, label_selector=f"{LABEL_REPLICATED}=true"
-                        )
-                    )
-                    resource_version = listed["metadata"]["resourceVersion"]
-                    for item in listed.get("items", []):
+                    items, _, resource_version = self._kube.list_custom_page(kind, None, label_selector=selector)
+                    for item in items:
                         self._report(name, item)
-                for event in watcher.stream(
-                    self._kube.custom.list_cluster_custom_object,
-                    kind.group,
-                    kind.version,
-                    kind.plural,
-                    label_selector=f"{LABEL_REPLICATED}=true",
-                    resource_version=resource_version,
-                    timeout_seconds=60,
-                ):
+                assert resource_version is not None
+                changes = self._kube.watch_custom(
+                    kind, resource_version=resource_version, label_selector=selector, timeout_seconds=60
+                )
+                for event_type, obj in changes:
                     if self._stop.is_set():
                         break
-                    obj = event["object"]
-                    if event["type"] == "ERROR":
+                    if event_type == "ERROR":
                         resource_version = None
                         break
                     resource_version = obj["metadata"]["resourceVersion"]
@@ -193,8 +178,6 @@ class SisterWatch:
             except Exception as exc:
                 resource_version = None
                 failing = self._failed(name, type(exc).__name__, failing)
-            finally:
-                watcher.stop()
 
     def _report(self, name: str, obj: dict[str, Any]) -> None:
         meta = obj.get("metadata") or {}

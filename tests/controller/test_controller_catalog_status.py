@@ -12,6 +12,7 @@ from kubernetes import client
 
 from opbroker.controller.core.catalog_status import plan_verdict, service_verdict, status_patch
 from opbroker.controller.core.reasons import Reason
+from opbroker.controller.core.views import EntryView
 from tests.controller.test_controller_robustness import install_plan
 from tests.controller_support import GROUP, VERSION, wait_for
 
@@ -58,6 +59,8 @@ def test_plans_and_services_get_a_ready_condition(
     )
     assert fixed["observedGeneration"] == plan(api_client, catalog_namespace, bad)["metadata"]["generation"]
     version = plan(api_client, catalog_namespace, bad)["metadata"]["resourceVersion"]
+    # No write is the only sign of "no further write" (the pure row: test_entry_plan's "status says it already"),
+    # so this wait stays.
     time.sleep(2)
     assert plan(api_client, catalog_namespace, bad)["metadata"]["resourceVersion"] == version
 
@@ -79,11 +82,11 @@ def test_plans_and_services_get_a_ready_condition(
 def test_status_patch_is_none_when_the_status_already_says_it() -> None:
     body: dict[str, Any] = {"metadata": {"generation": 3}, "status": {}}
     verdict = plan_verdict(None)
-    patch = status_patch(body, verdict)
+    patch = status_patch(EntryView.of(body), verdict)
     assert patch is not None and patch["observedGeneration"] == 3
-    assert status_patch({"metadata": {"generation": 3}, "status": patch}, verdict) is None
-    assert status_patch({"metadata": {"generation": 4}, "status": patch}, verdict) is not None
+    assert status_patch(EntryView.of({"metadata": {"generation": 3}, "status": patch}), verdict) is None
+    assert status_patch(EntryView.of({"metadata": {"generation": 4}, "status": patch}), verdict) is not None
     invalid = plan_verdict(None, ("templates[1]: unexpected end of template",))
-    changed = status_patch({"metadata": {"generation": 3}, "status": patch}, invalid)
+    changed = status_patch(EntryView.of({"metadata": {"generation": 3}, "status": patch}), invalid)
     assert changed is not None and changed["conditions"][0]["reason"] == Reason.PLAN_INVALID.value
     assert service_verdict("spec.id: Field required").reason is Reason.SERVICE_INVALID

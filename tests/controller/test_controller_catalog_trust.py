@@ -12,16 +12,12 @@ import pytest
 
 from opbroker.api.conventions import FINALIZER, catalog_id, catalog_namespaces
 from opbroker.controller.catalog import Catalog
-from opbroker.controller.catalog_entries import (
-    EntryFacts,
-    PlanEntryReconciler,
-    ServiceEntryReconciler,
-    SetFinalizer,
-    Warn,
-    WriteStatus,
-)
+from opbroker.controller.catalog_entries import PlanEntryReconciler, ServiceEntryReconciler
+from opbroker.controller.core import actions as a
 from opbroker.controller.core import catalog_status
+from opbroker.controller.core.entry_plan import EntryFacts, NoteWarned
 from opbroker.controller.core.reasons import Reason
+from opbroker.controller.core.views import EntryView
 from opbroker.controller.kube import PLANS, SERVICES
 from opbroker.controller.reconciler import DONE, Key, Runtime
 from opbroker.controller.settings import ControllerSettings
@@ -262,28 +258,32 @@ def facts(body: dict[str, Any], *, trusted: bool = True, warned: bool = False, u
         if trusted
         else catalog_status.untrusted_verdict("plan", body["metadata"]["namespace"], ("opbroker",))
     )
-    return EntryFacts(Key.of("plan", body), body, verdict, users=users, trusted=trusted, warned=warned)
+    return EntryFacts(Key.of("plan", body), EntryView.of(body), verdict, users=users, trusted=trusted, warned=warned)
 
 
 DELETING_HELD = moved(plan_body(deleting=True), "tenant")
+UNTRUSTED = catalog_status.untrusted_verdict("plan", "tenant", ("opbroker",))
+WARNED = [a.Event(UNTRUSTED.reason.value, UNTRUSTED.message, warning=True), NoteWarned(("", None))]
 
 
 @pytest.mark.parametrize(
     ("given", "wanted"),
     [
-        (facts(moved(plan_body(held=False), "tenant"), trusted=False), [Warn]),
+        (facts(moved(plan_body(held=False), "tenant"), trusted=False), WARNED),
         (facts(moved(plan_body(held=False), "tenant"), trusted=False, warned=True), []),
-        (facts(moved(plan_body(), "tenant"), trusted=False, users=3), [Warn]),  # never held for its "users"
-        (facts(DELETING_HELD, trusted=False, warned=True), [SetFinalizer]),  # a finalizer of ours: let it go
-        (facts(plan_body(held=False)), [WriteStatus]),
+        (facts(moved(plan_body(), "tenant"), trusted=False, users=3), WARNED),  # never held for its "users"
+        (facts(DELETING_HELD, trusted=False, warned=True), [a.EnsureFinalizer(present=False)]),  # ours: let it go
     ],
-    ids=["untrusted: warned", "untrusted: warned already", "untrusted: never held", "untrusted: released", "trusted"],
+    ids=["untrusted: warned", "untrusted: warned already", "untrusted: never held", "untrusted: released"],
 )
-def test_entry_plan(given: EntryFacts, wanted: list[type]) -> None:
-    actions = PlanEntryReconciler.plan(given)
-    assert [type(a) for a in actions] == wanted
-    if wanted == [SetFinalizer]:
-        assert actions[0] == SetFinalizer(hold=False)
+def test_entry_plan(given: EntryFacts, wanted: list[Any]) -> None:
+    assert list(PlanEntryReconciler.plan(given)) == wanted
+
+
+def test_a_trusted_entry_gets_its_status_written() -> None:
+    (write,) = PlanEntryReconciler.plan(facts(plan_body(held=False)))
+    assert isinstance(write, a.WriteStatus) and write.guarded and write.event is None
+    assert write.patch["conditions"][-1]["reason"] == Reason.ACCEPTED.value
 
 
 def test_a_deleted_duplicate_goes_at_once_while_the_other_stays() -> None:

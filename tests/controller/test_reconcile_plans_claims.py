@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime
 import math
-from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -18,8 +17,6 @@ from opbroker.controller.claims.core.matching import Candidate, Index
 from opbroker.controller.claims.probes import TcpProbe
 from opbroker.controller.claims.settings import ClaimsSettings
 from opbroker.controller.core.reasons import Reason
-from opbroker.controller.multicluster import clusters
-from opbroker.controller.multicluster.reasons import CLUSTER_FINALIZER
 from opbroker.controller.reconciler import Key
 
 NS = "team"
@@ -332,61 +329,4 @@ def test_registered_plan_submits_the_probe_it_builds() -> None:
     assert registered.SetSchedule(registered.Schedule(submit.fingerprint, math.inf)) in actions
 
 
-# -- SFClusters ----------------------------------------------------------------------------------------
-
-
-def cluster(
-    *, finalizers: tuple[str, ...] = (CLUSTER_FINALIZER,), status: dict[str, Any] | None = None, **meta: Any
-) -> dict[str, Any]:
-    return {
-        "metadata": {
-            "name": "c2",
-            "namespace": "ctl",
-            "resourceVersion": "5",
-            "generation": 1,
-            "finalizers": list(finalizers),
-            **meta,
-        },
-        "spec": {"secretRef": "c2-kubeconfig"},
-        "status": status or {},
-    }
-
-
-def cluster_facts(
-    body: dict[str, Any], *, reachable: bool | None = True, remaining: Any = None
-) -> clusters.ClusterFacts:
-    return clusters.ClusterFacts(
-        "c2", body, reachable, "" if reachable else "refused", None, 0, {"cpu": Decimal(0)}, remaining, 30.0
-    )
-
-
-@pytest.mark.parametrize(
-    ("facts", "want"),
-    [
-        pytest.param(
-            cluster_facts(cluster(finalizers=())), ["AddFinalizer", "Replicate", "WriteStatus", "Requeue"], id="new"
-        ),
-        pytest.param(
-            cluster_facts(cluster(), reachable=False), ["WriteStatus", "Requeue"], id="unreachable-no-replication"
-        ),
-        pytest.param(cluster_facts(cluster(deletionTimestamp="now"), remaining=()), ["Release"], id="released"),
-        pytest.param(
-            cluster_facts(cluster(deletionTimestamp="now"), remaining=(("instance", "ns", "i1"),)),
-            ["WriteStatus", "Requeue"],
-            id="removal-blocked",
-        ),
-    ],
-)
-def test_cluster_plan(facts: clusters.ClusterFacts, want: list[str]) -> None:
-    actions = clusters.ClusterReconciler.plan(facts)
-    assert kinds(actions) == want
-    if facts.remaining:
-        write = actions[0]
-        assert isinstance(write, clusters.WriteStatus) and write.event is not None and "ns/i1" in write.event
-
-
-def test_cluster_plan_unchanged_status_is_not_rewritten() -> None:
-    facts = cluster_facts(cluster())
-    written = clusters.cluster_status(facts)
-    again = cluster_facts(cluster(status=written))
-    assert kinds(clusters.ClusterReconciler.plan(again)) == ["Replicate", "Requeue"]
+# The SFCluster plan's table: tests/multicluster/test_cluster_plan.py (exact action lists).

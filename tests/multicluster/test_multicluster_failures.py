@@ -110,6 +110,8 @@ def test_a_sister_going_away_keeps_its_instances_and_blocks_its_removal(multiclu
         # Unbind and deprovision wait for the cluster...
         for plural, name in (("sfservicebindings", "lost-b"), ("sfserviceinstances", "lost")):
             master.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
+        # Nothing signals "still waiting" (the master writes nothing more while the cluster is out of reach: the
+        # pure row is test_placement_plan's "deprovision while the cluster is out of reach"), so this wait stays.
         time.sleep(2)
         assert master.get("sfserviceinstances", namespace, "lost") is not None, "released only once the copy is gone"
         assert sfcluster() is not None

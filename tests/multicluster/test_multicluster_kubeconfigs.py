@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from opbroker.controller.core.reasons import Reason
-from opbroker.controller.multicluster import clusters
 from opbroker.controller.multicluster.clusters import CLUSTERS, ClusterReconciler, ClusterRegistry
-from opbroker.controller.multicluster.core import kubeconfigs
+from opbroker.controller.multicluster.core import cluster_plan, kubeconfigs
+from opbroker.controller.multicluster.core.cluster_plan import Installation
 from opbroker.controller.multicluster.core.ledger import Ledger
 from opbroker.controller.multicluster.sisters import KubeconfigError, KubeconfigRefused, client_from_kubeconfig
 from opbroker.controller.reconciler import Key, Runtime
@@ -96,9 +96,9 @@ def test_a_refused_kubeconfig_builds_no_client_and_runs_nothing(tmp_path: Path) 
 
 
 def test_the_status_names_the_reason() -> None:
-    facts = clusters.ClusterFacts(
+    facts = cluster_plan.ClusterFacts(
         "c2",
-        {"metadata": {"name": "c2", "generation": 1}},
+        cluster_plan.SFClusterView.of({"metadata": {"name": "c2", "generation": 1}}),
         False,
         "the kubeconfig is refused: x",
         None,
@@ -108,7 +108,7 @@ def test_the_status_names_the_reason() -> None:
         30.0,
         refused=True,
     )
-    (ready,) = clusters.cluster_status(facts)["conditions"]
+    (ready,) = cluster_plan.cluster_status(facts)["conditions"]
     assert (ready["status"], ready["reason"]) == ("False", Reason.KUBECONFIG_REFUSED.value)
     assert ready["message"] == "the kubeconfig is refused: x"
 
@@ -152,19 +152,30 @@ def test_an_sfcluster_with_an_exec_kubeconfig_is_not_ready_and_nothing_ran(tmp_p
 
 
 def test_a_failed_controller_installation_makes_the_cluster_not_ready_and_says_why() -> None:
-    from opbroker.controller.multicluster.installer import Installation
-
-    failed = Installation(False, Reason.CONTROLLER_INSTALL_FAILED.value, "the master's kubeconfig may not apply x")
-    facts = clusters.ClusterFacts(
-        "c2", {"metadata": {"name": "c2", "generation": 1}}, True, "", None, 0, {}, None, 30.0, install=failed
+    failed = cluster_plan.Installation(
+        False, Reason.CONTROLLER_INSTALL_FAILED.value, "the master's kubeconfig may not apply x"
     )
-    conditions = {c["type"]: c for c in clusters.cluster_status(facts)["conditions"]}
+    facts = cluster_plan.ClusterFacts(
+        "c2",
+        cluster_plan.SFClusterView.of({"metadata": {"name": "c2", "generation": 1}}),
+        True,
+        "",
+        None,
+        0,
+        {},
+        None,
+        30.0,
+        install=failed,
+    )
+    conditions = {c["type"]: c for c in cluster_plan.cluster_status(facts)["conditions"]}
     assert (conditions["Ready"]["status"], conditions["Ready"]["reason"]) == ("False", "ControllerInstallFailed")
     assert conditions["ControllerInstalled"]["status"] == "False"
     assert "may not apply x" in conditions["Ready"]["message"]
     # Removed: the condition goes, Ready follows reachability again.
     removed = Installation(True, Reason.CONTROLLER_INSTALLED.value, "removed", removed=True)
     body = {"metadata": {"name": "c2", "generation": 1}, "status": {"conditions": list(conditions.values())}}
-    facts = clusters.ClusterFacts("c2", body, True, "", None, 0, {}, None, 30.0, install=removed)
-    after = {c["type"]: c for c in clusters.cluster_status(facts)["conditions"]}
+    facts = cluster_plan.ClusterFacts(
+        "c2", cluster_plan.SFClusterView.of(body), True, "", None, 0, {}, None, 30.0, install=removed
+    )
+    after = {c["type"]: c for c in cluster_plan.cluster_status(facts)["conditions"]}
     assert "ControllerInstalled" not in after and after["Ready"]["status"] == "True"

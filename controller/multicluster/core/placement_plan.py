@@ -1,0 +1,443 @@
+"""The pure decisions of multi-cluster placement: where an instance or binding is reconciled, and what the
+master writes about it (:mod:`opbroker.controller.multicluster.placement` gathers the facts and runs the actions).
+
+:func:`instance` and :func:`binding` return None when the object is reconciled right here (placed on the
+master, cluster ``"1"``; or unplaced and already rendered here; or a plan problem the local reconciler
+reports), else the actions of the shared vocabulary (:mod:`opbroker.controller.core.actions`) plus the few of
+placement's own (:class:`SetCluster`, :class:`AnnotateCluster`, :class:`ReplicateCatalog`, :class:`HandOver`,
+:class:`DeleteCopy`: writes to a sister or to the master object's spec and metadata). Every decision of
+:mod:`~opbroker.controller.multicluster.placement`'s docstring is taken here: schedule or fail, hold the
+teardown finalizer, hand over, mirror back, report a lost copy or an unreachable cluster, refuse a deprovision
+under live bindings, tear down and release.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from opbroker.api.conventions import FINALIZER, credentials_secret_name
+from opbroker.api.osb import OperationState
+from opbroker.controller.core import actions as a
+from opbroker.controller.core.decisions import TERMINAL, outcome_status
+from opbroker.controller.core.reasons import Reason
+from opbroker.controller.core.views import Meta, OperationView
+from opbroker.controller.multicluster.core import replicas
+from opbroker.controller.multicluster.core.scheduling import MASTER
+from opbroker.controller.multicluster.reasons import ANNOTATION_CLUSTER, ANNOTATION_MASTER_UID, ConditionType
+from opbroker.controller.reconciler.keys import Key
+
+NOT_READY_DELAY = 0.2
+"""How soon a reconcile waiting for the controller's start-up (first list, first probes) looks again."""
+
+HANDOVER_WAIT_SECONDS = 1.0
+"""How soon a binding whose instance is still being handed over looks again."""
+
+WARNINGS = frozenset({Reason.CLUSTER_UNREACHABLE, Reason.CLUSTER_NOT_REGISTERED, Reason.SCHEDULING_FAILED})
+
+
+# -- placement's own actions ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SetCluster:
+    """Record the scheduler's choice in the master instance's ``spec.clusterId`` (guarded by the version read)."""
+
+    cluster: str
+
+
+@dataclass(frozen=True)
+class AnnotateCluster:
+    """Record on the master binding the cluster it is handed to (its instance may move; the binding stays)."""
+
+    cluster: str
+
+
+@dataclass(frozen=True)
+class ReplicateCatalog:
+    """Copy the plan and service an instance needs into ``cluster`` before the instance itself."""
+
+    cluster: str
+    bodies: tuple[Mapping[str, Any], ...] = field(repr=False)
+
+
+@dataclass(frozen=True)
+class HandOver:
+    """Apply the copy into ``cluster`` (its namespace first), then write the requested ``state`` on it."""
+
+    cluster: str
+    copy: Mapping[str, Any] = field(repr=False)
+    state: str
+
+
+@dataclass(frozen=True)
+class DeleteCopy:
+    """Delete the copy of that ``uid`` in ``cluster`` (gone, or another object of the name now: fine); with
+    ``deprovision`` the copy's state says so first, so the sister's controller tears it down."""
+
+    cluster: str
+    uid: str
+    deprovision: bool = False
+
+
+# -- facts ----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Reach:
+    """What the cluster registry says of the cluster an object is placed on."""
+
+    registered: bool
+    reachable: bool
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Scheduling:
+    """The scheduler's answer for an unplaced instance (its choice is reserved in the ledger as it is made)."""
+
+    cluster: str | None
+    message: str
+    policy: str = ""
+
+
+@dataclass(frozen=True)
+class PlacementFacts:
+    """An instance or binding on the master, and what placing it depends on."""
+
+    key: Key
+    obj: Mapping[str, Any] = field(repr=False)
+    """The master object as read (never written to)."""
+    ready: bool = True
+    """The start-up picture (catalog, clusters) is whole."""
+    cluster: str | None = None
+    """Where it is placed (an instance's ``spec.clusterId``; a binding's annotation, else its instance's)."""
+    reach: Reach | None = None
+    copy: Mapping[str, Any] | None = field(default=None, repr=False)
+    """The copy in the sister (read when the cluster answers)."""
+    here: bool = False
+    """Unplaced but already rendered by this controller (before multi-cluster was switched on); for a binding:
+    its instance is."""
+    plan_known: bool = True
+    """The catalog has a usable plan for it (else the local reconciler reports the problem)."""
+    catalog: tuple[Mapping[str, Any], ...] = field(default=(), repr=False)
+    """The plan and service bodies a handed-over instance needs in the sister."""
+    scheduling: Scheduling | None = None
+    live_bindings: int = 0
+    """An instance being deleted: bindings of it that still exist on the master."""
+    instance_copied: bool = True
+    """A binding: its instance's copy exists in the sister."""
+    source: Mapping[str, Any] | None = field(default=None, repr=False)
+    """A binding bound in the sister: the copy's credentials Secret there."""
+    plan_user: str | None = None
+    """The plan's ServiceAccount: the credentials Secret is written as it (issue 24)."""
+    poll_seconds: float = 5.0
+    probe_seconds: float = 30.0
+
+    @property
+    def meta(self) -> Meta:
+        return Meta.of(self.obj.get("metadata"))
+
+    @property
+    def status(self) -> Mapping[str, Any]:
+        status = self.obj.get("status")
+        return status if isinstance(status, Mapping) else {}
+
+    @property
+    def operation(self) -> OperationView:
+        """What the master object's status says of the current operation."""
+        return OperationView.of(self.obj.get("status"))
+
+    @property
+    def copy_state(self) -> str | None:
+        """The copy's state (None: no copy, or none written yet)."""
+        return None if self.copy is None else OperationView.of(self.copy.get("status")).state
+
+
+# -- shared steps ---------------------------------------------------------------------------------------------
+
+
+def reconciled_here(obj: Mapping[str, Any]) -> bool:
+    """An unplaced instance already rendered by this controller (before multi-cluster was switched on)."""
+    status, spec = obj.get("status") or {}, obj.get("spec") or {}
+    return bool(status.get("resources")) and not spec.get("clusterId")
+
+
+def stale(copy: Mapping[str, Any], obj: Mapping[str, Any]) -> bool:
+    """The copy was made for an earlier object of the same name (its master uid differs)."""
+    uid = Meta.of(copy.get("metadata")).annotations.get(ANNOTATION_MASTER_UID)
+    return uid is not None and uid != Meta.of(obj.get("metadata")).uid
+
+
+def needs_schedule(obj: Mapping[str, Any]) -> bool:
+    """An unplaced, living instance with a pending request: the scheduler is asked (then the plan decides)."""
+    return not Meta.of(obj.get("metadata")).deleting and replicas.pending(dict(obj))
+
+
+def write(facts: PlacementFacts, patch: Mapping[str, Any], event: tuple[Reason, str] | None = None) -> list[Any]:
+    """Patch the master status; an Event goes with it when given, or when the state changed."""
+    if not patch:
+        return []
+    before = facts.operation.state
+    after = patch.get("state", before)
+    if event is None and after != before:
+        event = (Reason.REPLICATED, f"{after} (reported by cluster {facts.cluster!r})")
+    said = None
+    if event is not None:
+        reason, message = event
+        said = a.Event(reason.value, message, warning=reason in WARNINGS or after == OperationState.FAILED.value)
+    return [a.WriteStatus(dict(patch), event=said)]
+
+
+def unreachable(facts: PlacementFacts) -> list[Any]:
+    """The cluster cannot be worked with: the object says so (its state kept); probed again later."""
+    assert facts.cluster is not None and facts.reach is not None
+    cluster = facts.cluster
+    if not facts.reach.registered:
+        reason, message = Reason.CLUSTER_NOT_REGISTERED, f"cluster {cluster!r} is not registered (no SFCluster)"
+    else:
+        reason = Reason.CLUSTER_UNREACHABLE
+        message = f"cluster {cluster!r} is unreachable: {facts.reach.reason or 'not probed yet'}"
+    patch = replicas.unreachable(dict(facts.obj), cluster=cluster, reason=reason, message=message)
+    return [*write(facts, patch, (reason, message)), a.Requeue(facts.probe_seconds)]
+
+
+def hold(facts: PlacementFacts) -> list[Any]:
+    return [] if FINALIZER in facts.meta.finalizers else [a.EnsureFinalizer(present=True)]
+
+
+def hand_over(facts: PlacementFacts) -> list[Any]:
+    """Copy the object and its requested state into the cluster; the master then says in progress."""
+    assert facts.cluster is not None
+    obj = dict(facts.obj)
+    requested = replicas.requested_state(obj, copy_exists=facts.copy is not None)
+    message = f"handed to cluster {facts.cluster!r}"
+    return [
+        HandOver(facts.cluster, replicas.copy_of(obj), requested),
+        *write(facts, replicas.handed_over(obj, cluster=facts.cluster), (Reason.REPLICATED, message)),
+        a.Requeue(facts.poll_seconds),
+    ]
+
+
+def mirror(facts: PlacementFacts, fields: tuple[str, ...]) -> list[Any]:
+    """Report the copy's status on the master, once it answers the current request."""
+    assert facts.copy is not None and facts.cluster is not None
+    if not replicas.settled(dict(facts.copy)):
+        return [a.Requeue(facts.poll_seconds)]
+    patch = replicas.mirror(dict(facts.obj), dict(facts.copy), cluster=facts.cluster, fields=fields)
+    done = facts.copy_state in TERMINAL
+    return [*write(facts, patch), *([] if done else [a.Requeue(facts.poll_seconds)])]
+
+
+def lost(facts: PlacementFacts) -> list[Any]:
+    """The copy is gone although the master asked for nothing: the cluster lost it. Said, not redone."""
+    assert facts.cluster is not None
+    message = f"the copy in cluster {facts.cluster!r} has disappeared; a new update request re-creates it"
+    obj = dict(facts.obj)
+    conditions = replicas.set_condition(
+        replicas.reachable_condition(obj, facts.cluster),
+        ConditionType.READY,
+        status=False,
+        reason=Reason.CLUSTER_UNREACHABLE.value,
+        message=message,
+        generation=facts.meta.generation,
+    )
+    operation = facts.operation
+    patch: dict[str, Any] = {}
+    if operation.state != OperationState.FAILED.value or operation.error != message:
+        patch = {"state": OperationState.FAILED.value, "error": message, "description": message}
+    if not replicas.same_conditions(conditions, facts.status.get("conditions")):
+        patch["conditions"] = conditions
+    return write(facts, patch, (Reason.CLUSTER_UNREACHABLE, message))
+
+
+def teardown(facts: PlacementFacts, fields: tuple[str, ...], *, credentials: bool) -> list[Any]:
+    """Delete the copy, report its teardown, release the master object once the copy is gone (a binding's
+    credentials Secret first: the garbage collector may take its time)."""
+    assert facts.cluster is not None
+    meta = facts.meta
+    if FINALIZER not in meta.finalizers:
+        return []
+    copy = facts.copy
+    if copy is not None:
+        copy_meta = Meta.of(copy.get("metadata"))
+        if not copy_meta.deleting:
+            return [DeleteCopy(facts.cluster, copy_meta.uid, deprovision=True), a.Requeue(facts.poll_seconds)]
+        if replicas.settled(dict(copy)):
+            patch = replicas.mirror(dict(facts.obj), dict(copy), cluster=facts.cluster, fields=fields)
+            return [*write(facts, patch), a.Requeue(facts.poll_seconds)]
+        return [a.Requeue(facts.poll_seconds)]
+    secret = [a.DeleteSecret(meta.namespace, credentials_secret_name(meta.name), meta.uid)] if credentials else []
+    return [*secret, a.EnsureFinalizer(present=False)]
+
+
+def _replaced_copy(facts: PlacementFacts) -> list[Any] | None:
+    """A copy left by an earlier object of the same name: delete it, wait until it is gone."""
+    if facts.copy is None or not stale(facts.copy, facts.obj):
+        return None
+    assert facts.cluster is not None
+    uid = Meta.of(facts.copy.get("metadata")).uid
+    return [DeleteCopy(facts.cluster, uid), a.Requeue(facts.poll_seconds)]
+
+
+# -- instances ------------------------------------------------------------------------------------------------
+
+
+def instance(facts: PlacementFacts) -> list[Any] | None:
+    """Where the instance is reconciled, and what the master does about it (None: right here)."""
+    if not facts.ready:  # nothing is decided before the start-up picture (catalog, clusters) is whole
+        return [a.Requeue(NOT_READY_DELAY)]
+    cluster = facts.cluster
+    if cluster == MASTER or (cluster is None and facts.here):
+        return None
+    if cluster is None:
+        return unscheduled(facts)
+    assert facts.reach is not None
+    if not facts.reach.reachable:
+        return unreachable(facts)
+    if facts.meta.deleting:
+        if facts.live_bindings:  # as in one cluster: no deprovision under live bindings (their removal re-enqueues)
+            return blocked(facts)
+        return teardown(facts, replicas.INSTANCE_FIELDS, credentials=False)
+    placed = instance_on(facts)
+    return None if placed is None else [*hold(facts), *placed]
+
+
+def blocked(facts: PlacementFacts) -> list[Any]:
+    error = f"cannot deprovision: {facts.live_bindings} binding(s) still exist; unbind them first"
+    failed = facts.operation.state == OperationState.FAILED.value  # an outcome's Event only when the state changes
+    if failed and facts.operation.error == error:
+        return []
+    patch = outcome_status(dict(facts.obj), state=OperationState.FAILED, reason=Reason.BINDINGS_EXIST, error=error)
+    event = None if failed else a.Event(Reason.BINDINGS_EXIST.value, error, warning=True)
+    return [a.WriteStatus(patch, settled=True, event=event)]
+
+
+def unscheduled(facts: PlacementFacts) -> list[Any] | None:
+    if facts.meta.deleting:
+        return [a.EnsureFinalizer(present=False)]  # never placed anywhere: nothing to tear down
+    if not needs_schedule(facts.obj):
+        return []  # a scheduling failure stays until the next request
+    if not facts.plan_known:
+        return None  # the local reconciler reports the plan problem; it never applies without a plan
+    decided = facts.scheduling
+    assert decided is not None
+    if decided.cluster is None:
+        return unschedulable(facts, decided.message)
+    message = f"{decided.message} by the {decided.policy} scheduler"
+    generation = facts.meta.generation
+    conditions = replicas.set_condition(
+        facts.status.get("conditions"),
+        ConditionType.SCHEDULED,
+        status=True,
+        reason=Reason.SCHEDULED.value,
+        message=message,
+        generation=None if generation is None else generation + 1,  # the spec write below makes the next one
+    )
+    return [
+        SetCluster(decided.cluster),
+        a.WriteStatus({"conditions": conditions}, guarded=False, event=a.Event(Reason.SCHEDULED.value, message)),
+        a.Log(f"instance {facts.key.namespace}/{facts.key.name} {message}", warning=False),
+        a.Requeue(0.0),
+    ]
+
+
+def unschedulable(facts: PlacementFacts, message: str) -> list[Any]:
+    generation = facts.meta.generation
+    conditions = facts.status.get("conditions")
+    for kind in (ConditionType.SCHEDULED, ConditionType.READY):
+        conditions = replicas.set_condition(
+            conditions, kind, status=False, reason=Reason.SCHEDULING_FAILED.value, message=message,
+            generation=generation,
+        )  # fmt: skip
+    failed = OperationState.FAILED.value
+    patch = {
+        "state": failed,
+        "description": message,
+        "error": message,
+        "observedGeneration": generation,
+        "conditions": conditions,
+    }
+    event = None if facts.operation.state == failed else a.Event(Reason.SCHEDULING_FAILED.value, message, True)
+    return [
+        a.WriteStatus(patch, event=event),
+        a.Log(f"instance {facts.key.namespace}/{facts.key.name}: {message}"),
+    ]
+
+
+def instance_on(facts: PlacementFacts) -> list[Any] | None:
+    replaced = _replaced_copy(facts)
+    if replaced is not None:
+        return replaced
+    if replicas.pending(dict(facts.obj)):
+        if not facts.plan_known:
+            return None  # the local reconciler reports the plan problem (it applies nothing without a plan)
+        assert facts.cluster is not None
+        return [ReplicateCatalog(facts.cluster, facts.catalog), *hand_over(facts)]
+    if facts.copy is None:
+        return lost(facts)
+    return mirror(facts, replicas.INSTANCE_FIELDS)
+
+
+# -- bindings -------------------------------------------------------------------------------------------------
+
+
+def binding(facts: PlacementFacts) -> list[Any] | None:
+    """Where the binding is reconciled, and what the master does about it (None: right here)."""
+    if not facts.ready:
+        return [a.Requeue(NOT_READY_DELAY)]
+    cluster = facts.cluster
+    if cluster == MASTER:
+        return None
+    if cluster is None:
+        if facts.here:
+            return None
+        if facts.meta.deleting:
+            return [a.EnsureFinalizer(present=False)]  # its instance was never placed: nothing to undo anywhere
+        return None  # the local reconciler waits for (or fails with) the instance; it applies nothing
+    assert facts.reach is not None
+    if not facts.reach.reachable:
+        return unreachable(facts)
+    if facts.meta.deleting:  # the master's credentials Secret goes with it
+        return teardown(facts, replicas.BINDING_FIELDS, credentials=True)
+    return [*hold(facts), *binding_on(facts)]
+
+
+def binding_on(facts: PlacementFacts) -> list[Any]:
+    assert facts.cluster is not None
+    replaced = _replaced_copy(facts)
+    if replaced is not None:
+        return replaced
+    obj = dict(facts.obj)
+    if replicas.pending(obj):
+        if not facts.instance_copied:
+            return [a.Requeue(HANDOVER_WAIT_SECONDS)]  # the instance is still being handed over
+        annotated = facts.meta.annotations.get(ANNOTATION_CLUSTER) == facts.cluster
+        return [*([] if annotated else [AnnotateCluster(facts.cluster)]), *hand_over(facts)]
+    copy = facts.copy
+    if copy is None:
+        return lost(facts)
+    if not replicas.settled(dict(copy)):
+        return [a.Requeue(facts.poll_seconds)]
+    if facts.copy_state != OperationState.SUCCEEDED.value:
+        return mirror(facts, replicas.BINDING_FIELDS)
+    if facts.source is None:
+        return [a.Requeue(facts.poll_seconds)]
+    name = credentials_secret_name(facts.meta.name)
+    patch = replicas.mirror(obj, dict(copy), cluster=facts.cluster, fields=replicas.BINDING_FIELDS)
+    if ((facts.status.get("response") or {}).get("secretRef")) != name:
+        patch["response"] = {"secretRef": name}
+    secret = replicas.credentials_secret(obj, dict(facts.source), name)
+    return [a.WriteSecret(secret, as_user=facts.plan_user), *write(facts, patch)]
+
+
+def source_secret_name(copy: Mapping[str, Any] | None) -> str | None:
+    """The credentials Secret a bound copy names in the sister (None: not bound, or not yet)."""
+    if copy is None or not replicas.settled(dict(copy)):
+        return None
+    status = copy.get("status") or {}
+    if status.get("state") != OperationState.SUCCEEDED.value:
+        return None
+    name = (status.get("response") or {}).get("secretRef")
+    return name if isinstance(name, str) and name else None

@@ -1,0 +1,70 @@
+"""The door's calls that placement, the sister watch and probe, the rollouts' pages and the lease release now make
+through ``kube.py`` instead of the client (against the real API server; FakeKube's answers: test_fake_kube_parity)."""
+
+from __future__ import annotations
+
+import datetime
+import itertools
+
+from kubernetes import client
+
+from opbroker.controller.kube import INSTANCES, Kube
+
+
+def instance(name: str, namespace: str) -> dict[str, object]:
+    return {
+        "apiVersion": INSTANCES.api_version,
+        "kind": "SFServiceInstance",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"instanceId": name, "serviceId": "s", "planId": "p"},
+    }
+
+
+def test_pages_watch_and_a_delete_by_uid(api_client: client.ApiClient, namespace: str) -> None:
+    kube = Kube(api_client)
+    for name in ("a", "b", "c"):
+        kube.create_custom(INSTANCES, instance(name, namespace))
+    first, token, version = kube.list_custom_page(INSTANCES, namespace, limit=2)
+    assert token is not None and version
+    rest, end, _ = kube.list_custom_page(INSTANCES, namespace, limit=2, token=token)
+    assert [o["metadata"]["name"] for o in first + rest] == ["a", "b", "c"] and end is None
+
+    _, _, since = kube.list_custom_page(INSTANCES, None)
+    assert since is not None
+    kube.patch_custom(INSTANCES, namespace, "a", {"metadata": {"labels": {"seen": "yes"}}})
+    changes = kube.watch_custom(INSTANCES, resource_version=since, timeout_seconds=5)
+    seen = next(obj for _, obj in changes if obj["metadata"]["namespace"] == namespace)
+    assert seen["metadata"]["labels"] == {"seen": "yes"}
+
+    uid = kube.get_custom(INSTANCES, namespace, "b", fresh=True)["metadata"]["uid"]  # type: ignore[index]
+    assert kube.delete_custom(INSTANCES, namespace, "b", uid="another-object") is False
+    assert kube.get_custom(INSTANCES, namespace, "b", fresh=True) is not None
+    assert kube.delete_custom(INSTANCES, namespace, "b", uid=uid) is True
+
+
+def test_namespaces_version_nodes_pods(api_client: client.ApiClient, namespace: str) -> None:
+    kube = Kube(api_client)
+    assert kube.create_namespace(namespace) is False  # exists already
+    assert kube.server_version(timeout=5.0).startswith("v1.")
+    assert isinstance(kube.list_nodes(timeout=5.0), list)
+    assert all(p.metadata.namespace for p in kube.list_pods(field_selector="status.phase!=Failed", timeout=5.0))
+
+
+_names = itertools.count()
+
+
+def test_the_lease_is_released_only_by_its_holder(api_client: client.ApiClient, namespace: str) -> None:
+    name = f"lease-{next(_names)}"
+    now = datetime.datetime.now(datetime.UTC)
+    client.CoordinationV1Api(api_client).create_namespaced_lease(
+        namespace,
+        client.V1Lease(
+            metadata=client.V1ObjectMeta(name=name),
+            spec=client.V1LeaseSpec(holder_identity="me", lease_duration_seconds=15, renew_time=now),
+        ),
+    )
+    kube = Kube(api_client)
+    assert kube.release_lease(namespace, name, "someone-else") is False
+    assert kube.release_lease(namespace, name, "me") is True
+    lease = client.CoordinationV1Api(api_client).read_namespaced_lease(name, namespace)
+    assert lease.spec.holder_identity is None
