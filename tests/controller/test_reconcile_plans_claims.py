@@ -12,11 +12,13 @@ import pytest
 from opbroker.api.conventions import ANNOTATION_OWNER_UID
 from opbroker.api.osb import OperationState
 from opbroker.api.primaza import ClaimState, ServiceState
-from opbroker.controller.claims import cataloging, claiming, registered, registering
-from opbroker.controller.claims.core import names
+from opbroker.controller.claims import cataloging, registered, registering
+from opbroker.controller.claims.core import claim_plan, names
 from opbroker.controller.claims.core.matching import Candidate, Index
+from opbroker.controller.claims.core.views import ClaimView, ServiceView
 from opbroker.controller.claims.probes import TcpProbe
 from opbroker.controller.claims.settings import ClaimsSettings
+from opbroker.controller.core import actions as acts
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.multicluster import clusters
 from opbroker.controller.multicluster.reasons import CLUSTER_FINALIZER
@@ -33,7 +35,8 @@ AVAILABLE = Candidate(
 
 
 def kinds(actions: Any) -> list[str]:
-    return [type(a).__name__ for a in actions]
+    """Action type names (a finalizer action says which way)."""
+    return [repr(a) if isinstance(a, acts.EnsureFinalizer) else type(a).__name__ for a in actions]
 
 
 # -- catalog -------------------------------------------------------------------------------------------
@@ -179,6 +182,14 @@ def service_body(name: str = "pg", *, claimed_by: str | None = None, state: str 
     }
 
 
+def claim_facts(
+    body: dict[str, Any], index: Index, *, holding: tuple[str, ...] = (), services: Any = None
+) -> claim_plan.ClaimFacts:
+    """ClaimFacts as observe builds them: views over the bodies."""
+    views = {k: None if v is None else ServiceView.of(v) for k, v in (services or {}).items()}
+    return claim_plan.ClaimFacts(ClaimView.of(body), SETTINGS, index, holding=holding, services=views)
+
+
 HELD = Candidate(
     "old", identity=frozenset({("type", "redis")}), state=ServiceState.CLAIMED, claimed_by="c1", namespace=NS
 )
@@ -193,17 +204,19 @@ SETTINGS = ClaimsSettings()
             claim(deletionTimestamp="now", status={"registeredService": "pg"}),
             (),
             {"pg": service_body(claimed_by="c1", state="Claimed")},
-            ["Release", "RemoveFinalizer"],
+            ["Release", "EnsureFinalizer(present=False)"],
             id="finalize-releases-what-it-holds",
         ),
         pytest.param(
             claim(deletionTimestamp="now", status={"registeredService": "pg"}),
             (),
             {"pg": service_body(claimed_by="other")},
-            ["RemoveFinalizer"],
+            ["EnsureFinalizer(present=False)"],
             id="finalize-never-frees-anothers",
         ),
-        pytest.param(claim(finalizers=()), (), {}, ["AddFinalizer", "WriteStatus"], id="new-claim-pending"),
+        pytest.param(
+            claim(finalizers=()), (), {}, ["EnsureFinalizer(present=True)", "WriteStatus"], id="new-claim-pending"
+        ),
         pytest.param(
             claim(status={"state": ClaimState.PENDING.value}), (), {}, ["WriteStatus"], id="pending-no-services"
         ),
@@ -222,23 +235,23 @@ SETTINGS = ClaimsSettings()
 )
 def test_claim_plan(body: dict[str, Any], index: Any, services: Any, want: list[str]) -> None:
     holding = tuple(c.name for c in index if c.claimed_by == "c1")
-    facts = claiming.ClaimFacts(body, SETTINGS, Index(index), holding=holding, services=services)
-    assert kinds(claiming.ClaimReconciler.plan(facts)) == want
+    facts = claim_facts(body, Index(index), holding=holding, services=services)
+    assert kinds(claim_plan.plan(facts)) == want
 
 
 def test_claim_plan_take_is_guarded_by_the_matched_version() -> None:
     chosen = Candidate(**{**AVAILABLE.__dict__, "resource_version": "42"})
-    facts = claiming.ClaimFacts(claim(), SETTINGS, Index([chosen]), services={"pg": service_body()})
-    take = next(a for a in claiming.ClaimReconciler.plan(facts) if isinstance(a, claiming.Take))
+    facts = claim_facts(claim(), Index([chosen]), services={"pg": service_body()})
+    take = next(a for a in claim_plan.plan(facts) if isinstance(a, claim_plan.Take))
     assert (take.service, take.resource_version, take.patch) == ("pg", "42", {"claimedBy": "c1", "state": "Claimed"})
 
 
 def test_claim_plan_invalid_spec() -> None:
     body = claim(status={"state": ClaimState.RESOLVED.value})
     body["spec"] = {"serviceClassIdentity": "not a list"}
-    actions = claiming.ClaimReconciler.plan(claiming.ClaimFacts(body, SETTINGS, Index([])))
+    actions = claim_plan.plan(claim_facts(body, Index([])))
     write = actions[-1]
-    assert isinstance(write, claiming.WriteStatus) and write.patch["state"] == ClaimState.INVALID.value
+    assert isinstance(write, acts.WriteStatus) and write.patch["state"] == ClaimState.INVALID.value
 
 
 # -- registered services -----------------------------------------------------------------------------------

@@ -1,0 +1,103 @@
+"""Typed, read-only views over the claims kinds' wire objects (as :mod:`opbroker.controller.core.views` for
+instances and bindings): the plans decide on attributes, not on string keys read out of nested dicts.
+
+They tolerate what the server adds (unknown fields are ignored) and a field of the wrong type reads as absent.
+``wire`` keeps the body as read for what needs the whole object (a pydantic model of the spec, a manifest's
+owner); nothing writes to it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from opbroker.api.conventions import ANNOTATION_OWNER_UID
+from opbroker.controller.core.views import Meta, _mapping, _strings, _text
+
+
+def _condition_list(value: object) -> tuple[Mapping[str, Any], ...]:
+    return tuple(c for c in value if isinstance(c, Mapping)) if isinstance(value, list) else ()
+
+
+@dataclass(frozen=True)
+class Stamped:
+    """What every stamped object shares: its metadata and whose it is (``opbroker.io/owner-uid``)."""
+
+    meta: Meta
+
+    def owned_by(self, uid: str) -> bool:
+        return bool(uid) and self.meta.annotations.get(ANNOTATION_OWNER_UID) == uid
+
+
+@dataclass(frozen=True)
+class ClaimView(Stamped):
+    """A ServiceClaim as read."""
+
+    state: str | None
+    registered_service: str | None
+    """The service the status says it holds (as the claim names it: ``ns/name`` when of another namespace)."""
+    binding_secret: str | None
+    reason: str | None
+    conditions: tuple[Mapping[str, Any], ...]
+    service_namespaces: tuple[str, ...]
+    """``spec.serviceNamespaces``, deduplicated in order."""
+    wire: Mapping[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def of(cls, body: Mapping[str, Any]) -> ClaimView:
+        status = _mapping(body.get("status"))
+        spec = _mapping(body.get("spec"))
+        return cls(
+            meta=Meta.of(body.get("metadata")),
+            state=_text(status.get("state")),
+            registered_service=_text(status.get("registeredService")),
+            binding_secret=_text(status.get("bindingSecret")),
+            reason=_text(status.get("reason")),
+            conditions=_condition_list(status.get("conditions")),
+            service_namespaces=tuple(dict.fromkeys(_strings(spec.get("serviceNamespaces")))),
+            wire=body,
+        )
+
+    def condition(self, type_: str) -> Mapping[str, Any] | None:
+        return next((c for c in self.conditions if c.get("type") == type_), None)
+
+
+@dataclass(frozen=True)
+class ServiceView(Stamped):
+    """A RegisteredService as read."""
+
+    state: str | None
+    claimed_by: str | None
+    consecutive_failures: int
+    conditions: tuple[Mapping[str, Any], ...]
+    wire: Mapping[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def of(cls, body: Mapping[str, Any]) -> ServiceView:
+        status = _mapping(body.get("status"))
+        failures = status.get("consecutiveFailures")
+        return cls(
+            meta=Meta.of(body.get("metadata")),
+            state=_text(status.get("state")),
+            claimed_by=_text(status.get("claimedBy")),
+            consecutive_failures=failures if isinstance(failures, int) and not isinstance(failures, bool) else 0,
+            conditions=_condition_list(status.get("conditions")),
+            wire=body,
+        )
+
+
+@dataclass(frozen=True)
+class ObjectView(Stamped):
+    """A Secret or a Job opbroker writes for a claim or a service: whose it is, its type, its version."""
+
+    type: str | None
+    wire: Mapping[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def of(cls, body: Mapping[str, Any]) -> ObjectView:
+        return cls(meta=Meta.of(body.get("metadata")), type=_text(body.get("type")), wire=body)
+
+    @classmethod
+    def maybe(cls, body: Mapping[str, Any] | None) -> ObjectView | None:
+        return None if body is None else cls.of(body)
