@@ -19,8 +19,8 @@ import pytest
 from opbroker.api.conventions import ANNOTATION_OWNER_UID
 from opbroker.api.osb import OperationState
 from opbroker.api.primaza import ClaimState, ServiceState
-from opbroker.controller.claims import registered, registering, servicebinding
-from opbroker.controller.claims.core import catalogs, claim_plan, matching, names, states
+from opbroker.controller.claims import registering, servicebinding
+from opbroker.controller.claims.core import catalogs, claim_plan, matching, names, registered_plan, states
 from opbroker.controller.claims.core.matching import Candidate, Index, Request
 from opbroker.controller.claims.core.views import ClaimView, ObjectView, ServiceView
 from opbroker.controller.claims.reasons import Rejection
@@ -365,9 +365,13 @@ def with_container_check(body: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
-def check_facts(**fields: Any) -> registered.RegisteredFacts:
+def check_facts(**fields: Any) -> registered_plan.RegisteredFacts:
+    """Facts as observe builds them: views over the service, its check's Job and Secret."""
     body = with_container_check(service())
-    return registered.RegisteredFacts(Key("registered", HOME, "pg"), body, NOW, WALL, 5.0, **fields)
+    views = {k: ObjectView.maybe(v) for k, v in fields.items() if k in ("job", "check_secret")}
+    return registered_plan.RegisteredFacts(
+        Key("registered", HOME, "pg"), ServiceView.of(body), NOW, WALL, 5.0, **{**fields, **views}
+    )
 
 
 def job(*, stamped: str | None) -> dict[str, Any]:
@@ -376,19 +380,19 @@ def job(*, stamped: str | None) -> dict[str, Any]:
 
 
 def outcome_reason(actions: Any) -> str:
-    write = next(a for a in actions if isinstance(a, registered.WriteStatus))
+    write = next(a for a in actions if isinstance(a, acts.WriteStatus))
     return str(next(c for c in write.patch["conditions"] if c["type"] == states.HEALTHY_CONDITION)["reason"])
 
 
 def test_a_job_without_the_services_stamp_is_never_deleted() -> None:
-    actions = registered.RegisteredReconciler.plan(check_facts(job=job(stamped=None)))
+    actions = registered_plan.plan(check_facts(job=job(stamped=None)))
     assert "DeleteJob" not in kinds(actions) and "StartJob" not in kinds(actions)
     assert outcome_reason(actions) == Reason.OBJECT_NOT_OWNED
 
 
 def test_a_check_secret_without_the_services_stamp_is_never_written() -> None:
     foreign = {"metadata": {"name": "pg-healthcheck", "namespace": HOME, "resourceVersion": "4"}}
-    actions = registered.RegisteredReconciler.plan(check_facts(check_secret=foreign))
+    actions = registered_plan.plan(check_facts(check_secret=foreign))
     assert "StartJob" not in kinds(actions)
     assert outcome_reason(actions) == Reason.OBJECT_NOT_OWNED
 
@@ -398,9 +402,7 @@ def test_the_check_runs_with_stamped_objects() -> None:
         "metadata": {"name": "pg-healthcheck", "annotations": {ANNOTATION_OWNER_UID: "pg-uid"}, "resourceVersion": "4"}
     }
     start = next(
-        a
-        for a in registered.RegisteredReconciler.plan(check_facts(check_secret=stamped))
-        if isinstance(a, registered.StartJob)
+        a for a in registered_plan.plan(check_facts(check_secret=stamped)) if isinstance(a, registered_plan.StartJob)
     )
     assert start.secret_version == "4"
     assert start.secret["metadata"]["annotations"] == {ANNOTATION_OWNER_UID: "pg-uid"}

@@ -12,8 +12,8 @@ import pytest
 from opbroker.api.conventions import ANNOTATION_OWNER_UID
 from opbroker.api.osb import OperationState
 from opbroker.api.primaza import ClaimState, ServiceState
-from opbroker.controller.claims import cataloging, registered, registering
-from opbroker.controller.claims.core import claim_plan, names
+from opbroker.controller.claims import cataloging, registering
+from opbroker.controller.claims.core import claim_plan, names, registered_plan
 from opbroker.controller.claims.core.matching import Candidate, Index
 from opbroker.controller.claims.core.views import ClaimView, ServiceView
 from opbroker.controller.claims.probes import TcpProbe
@@ -260,8 +260,9 @@ NOW = 1000.0
 WALL = datetime.datetime(2024, 1, 1, tzinfo=datetime.UTC)
 
 
-def registered_facts(body: dict[str, Any], **fields: Any) -> registered.RegisteredFacts:
-    return registered.RegisteredFacts(Key("registered", NS, body["metadata"]["name"]), body, NOW, WALL, 5.0, **fields)
+def registered_facts(body: dict[str, Any], **fields: Any) -> registered_plan.RegisteredFacts:
+    key = Key("registered", NS, body["metadata"]["name"])
+    return registered_plan.RegisteredFacts(key, ServiceView.of(body), NOW, WALL, 5.0, **fields)
 
 
 def with_check(body: dict[str, Any]) -> dict[str, Any]:
@@ -279,19 +280,19 @@ def new(body: dict[str, Any]) -> dict[str, Any]:
     [
         pytest.param(
             registered_facts(new(service_body())),
-            ["WriteStatus", "ForgetChecks", "WriteStatus"],
+            ["WriteStatus", "ForgetObject", "WriteStatus"],
             None,
             id="new-unchecked-becomes-available",
         ),
         pytest.param(
             registered_facts(service_body(claimed_by="c1")),
-            ["ForgetChecks", "WriteStatus"],
+            ["ForgetObject", "WriteStatus"],
             None,
             id="holder-gone-released",
         ),
         pytest.param(
             registered_facts(service_body(claimed_by="c1", state="Claimed"), holder_exists=True),
-            ["ForgetChecks", "WriteStatus"],
+            ["ForgetObject", "WriteStatus"],
             None,
             id="held-unchecked-claimed",
         ),
@@ -309,40 +310,40 @@ def new(body: dict[str, Any]) -> dict[str, Any]:
         ),
     ],
 )
-def test_registered_plan(facts: registered.RegisteredFacts, want: list[str], requeue: float | None) -> None:
-    actions = registered.RegisteredReconciler.plan(facts)
-    assert kinds(actions) == [*want, "Requeue"]
-    last = actions[-1]
-    assert isinstance(last, registered.Requeue) and last.seconds == requeue
+def test_registered_plan(facts: registered_plan.RegisteredFacts, want: list[str], requeue: float | None) -> None:
+    """No Requeue: the service's (or the prober's) next event brings it back."""
+    actions = registered_plan.plan(facts)
+    assert kinds(actions) == want
+    assert not any(isinstance(a, acts.Requeue) for a in actions) and requeue is None
 
 
 def test_registered_plan_missing_secret_is_undetermined() -> None:
     body = service_body()
     body["spec"]["serviceEndpointDefinition"] = [{"name": "pw", "valueFromSecret": {"name": "s", "key": "pw"}}]
-    actions = registered.RegisteredReconciler.plan(registered_facts(body, secrets={"s": None}))
-    assert kinds(actions) == ["DropSchedule", "WriteStatus", "Requeue"]
+    actions = registered_plan.plan(registered_facts(body, secrets={"s": None}))
+    assert kinds(actions) == ["DropSchedule", "WriteStatus"]
     write = actions[1]
-    assert isinstance(write, registered.WriteStatus) and write.patch["state"] == ServiceState.UNDETERMINED.value
+    assert isinstance(write, acts.WriteStatus) and write.patch["state"] == ServiceState.UNDETERMINED.value
 
 
 def test_registered_plan_probe_not_due_asks_to_come_back() -> None:
     body = with_check(service_body())
     check_fingerprint = next(
         a.schedule.fingerprint
-        for a in registered.RegisteredReconciler.plan(registered_facts(body))
-        if isinstance(a, registered.SetSchedule)
+        for a in registered_plan.plan(registered_facts(body))
+        if isinstance(a, registered_plan.SetSchedule)
     )
-    schedule = registered.Schedule(check_fingerprint, NOW + 10)
-    actions = registered.RegisteredReconciler.plan(registered_facts(body, schedule=schedule))
-    assert [a for a in actions if isinstance(a, registered.SubmitProbe)] == []
-    assert actions[-1] == registered.Requeue(10.0)
+    schedule = registered_plan.Schedule(check_fingerprint, NOW + 10)
+    actions = registered_plan.plan(registered_facts(body, schedule=schedule))
+    assert [a for a in actions if isinstance(a, registered_plan.SubmitProbe)] == []
+    assert actions[-1] == acts.Requeue(10.0)
 
 
 def test_registered_plan_submits_the_probe_it_builds() -> None:
-    actions = registered.RegisteredReconciler.plan(registered_facts(with_check(service_body())))
-    submit = next(a for a in actions if isinstance(a, registered.SubmitProbe))
+    actions = registered_plan.plan(registered_facts(with_check(service_body())))
+    submit = next(a for a in actions if isinstance(a, registered_plan.SubmitProbe))
     assert submit.probe == TcpProbe(host="db", port=5432, timeout=5.0)
-    assert registered.SetSchedule(registered.Schedule(submit.fingerprint, math.inf)) in actions
+    assert registered_plan.SetSchedule(registered_plan.Schedule(submit.fingerprint, math.inf)) in actions
 
 
 # -- SFClusters ----------------------------------------------------------------------------------------
