@@ -19,8 +19,16 @@ import pytest
 from opbroker.api.conventions import ANNOTATION_OWNER_UID
 from opbroker.api.osb import OperationState
 from opbroker.api.primaza import ClaimState, ServiceState
-from opbroker.controller.claims import registering, servicebinding
-from opbroker.controller.claims.core import catalogs, claim_plan, matching, names, registered_plan, states
+from opbroker.controller.claims import servicebinding
+from opbroker.controller.claims.core import (
+    catalogs,
+    claim_plan,
+    matching,
+    names,
+    registered_plan,
+    registering_plan,
+    states,
+)
 from opbroker.controller.claims.core.matching import Candidate, Index, Request
 from opbroker.controller.claims.core.views import ClaimView, ObjectView, ServiceView
 from opbroker.controller.claims.reasons import Rejection
@@ -28,6 +36,7 @@ from opbroker.controller.claims.settings import ClaimsSettings
 from opbroker.controller.claims.store import Store
 from opbroker.controller.core import actions as acts
 from opbroker.controller.core.reasons import Reason
+from opbroker.controller.core.views import BindingView
 from opbroker.controller.reconciler import Key
 
 HOME, OTHER, THIRD = "team", "shared-db", "stranger"
@@ -436,24 +445,28 @@ def endpoint(stamped: str | None) -> dict[str, Any]:
     return {"metadata": {"name": "b1-endpoint", "uid": "e-uid", "resourceVersion": "9", "annotations": annotations}}
 
 
-def registration_plan(**fields: Any) -> Any:
-    return registering.RegistrationReconciler.plan(
-        registering.RegistrationFacts(
-            Key("registration", HOME, "b1"), binding(), None, credentials=CREDENTIALS, **fields
+def registration_plan(*, endpoint_secret: dict[str, Any]) -> Any:
+    return registering_plan.plan(
+        registering_plan.RegistrationFacts(
+            Key("registration", HOME, "b1"),
+            BindingView.of(binding()),
+            None,
+            credentials=CREDENTIALS,
+            endpoint_secret=ObjectView.of(endpoint_secret),
         )
     )
 
 
 def test_an_endpoint_secret_without_the_bindings_stamp_is_never_overwritten() -> None:
     actions = registration_plan(endpoint_secret=endpoint(None))
-    assert kinds(actions) == ["TrackCredentials", "EmitEvent"]
+    assert kinds(actions) == ["TrackCredentials", "Event"]
     event = actions[1]
-    assert isinstance(event, registering.EmitEvent) and event.reason is Reason.OBJECT_NOT_OWNED and event.warning
+    assert isinstance(event, acts.Event) and event.reason == Reason.OBJECT_NOT_OWNED and event.warning
 
 
 def test_the_generated_objects_are_stamped_and_rewritten_guarded() -> None:
     register = next(
-        a for a in registration_plan(endpoint_secret=endpoint("b-uid")) if isinstance(a, registering.Register)
+        a for a in registration_plan(endpoint_secret=endpoint("b-uid")) if isinstance(a, registering_plan.Register)
     )
     assert register.secret_version == "9"
     assert register.endpoint_secret["metadata"]["annotations"] == {ANNOTATION_OWNER_UID: "b-uid"}
@@ -462,8 +475,10 @@ def test_the_generated_objects_are_stamped_and_rewritten_guarded() -> None:
 
 
 def test_unbinding_deletes_only_the_stamped_endpoint_secret() -> None:
-    gone = registering.RegistrationFacts(Key("registration", HOME, "b1"), None, None, endpoint_secret=endpoint(None))
-    assert kinds(registering.RegistrationReconciler.plan(gone)) == ["TrackCredentials"]
+    gone = registering_plan.RegistrationFacts(
+        Key("registration", HOME, "b1"), None, None, endpoint_secret=ObjectView.of(endpoint(None))
+    )
+    assert kinds(registering_plan.plan(gone)) == ["TrackCredentials"]
 
 
 # -- catalogs and the store -----------------------------------------------------------------------------------

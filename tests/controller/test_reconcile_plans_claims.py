@@ -12,14 +12,15 @@ import pytest
 from opbroker.api.conventions import ANNOTATION_OWNER_UID
 from opbroker.api.osb import OperationState
 from opbroker.api.primaza import ClaimState, ServiceState
-from opbroker.controller.claims import cataloging, registering
-from opbroker.controller.claims.core import claim_plan, names, registered_plan
+from opbroker.controller.claims import cataloging
+from opbroker.controller.claims.core import claim_plan, names, registered_plan, registering_plan
 from opbroker.controller.claims.core.matching import Candidate, Index
-from opbroker.controller.claims.core.views import ClaimView, ServiceView
+from opbroker.controller.claims.core.views import ClaimView, ObjectView, ServiceView
 from opbroker.controller.claims.probes import TcpProbe
 from opbroker.controller.claims.settings import ClaimsSettings
 from opbroker.controller.core import actions as acts
 from opbroker.controller.core.reasons import Reason
+from opbroker.controller.core.views import BindingView
 from opbroker.controller.multicluster import clusters
 from opbroker.controller.multicluster.reasons import CLUSTER_FINALIZER
 from opbroker.controller.reconciler import Key
@@ -126,20 +127,25 @@ CREDENTIALS = {"response": '{"credentials": {"host": "db", "port": 5432}}'}
         ),
         pytest.param(binding(state="in progress"), None, None, ["TrackCredentials"], id="not-succeeded"),
         pytest.param(binding(), None, None, ["TrackCredentials"], id="no-credentials-yet"),
-        pytest.param(binding(), None, CREDENTIALS, ["TrackCredentials", "Register", "EmitEvent"], id="register"),
+        pytest.param(binding(), None, CREDENTIALS, ["TrackCredentials", "Register", "Event"], id="register"),
         pytest.param(binding(), GENERATED, CREDENTIALS, ["TrackCredentials", "Register"], id="re-register-quietly"),
-        pytest.param(binding(), FOREIGN, CREDENTIALS, ["TrackCredentials", "EmitEvent"], id="conflict"),
+        pytest.param(binding(), FOREIGN, CREDENTIALS, ["TrackCredentials", "Event"], id="conflict"),
     ],
 )
 def test_registration_plan(body: Any, generated: Any, credentials: Any, want: list[str]) -> None:
-    facts = registering.RegistrationFacts(Key("registration", NS, "b1"), body, generated, credentials=credentials)
-    actions = registering.RegistrationReconciler.plan(facts)
+    facts = registering_plan.RegistrationFacts(
+        Key("registration", NS, "b1"),
+        None if body is None else BindingView.of(body),
+        ObjectView.maybe(generated),
+        credentials=credentials,
+    )
+    actions = registering_plan.plan(facts)
     assert kinds(actions) == want
     for action in actions:
-        if isinstance(action, registering.Register):
+        if isinstance(action, registering_plan.Register):
             assert action.manifest["spec"]["serviceEndpointDefinition"][0]["valueFromSecret"]["name"] == "b1-endpoint"
-        if isinstance(action, registering.EmitEvent) and generated is FOREIGN:
-            assert action.reason is Reason.REGISTRATION_CONFLICT and action.warning
+        if isinstance(action, acts.Event) and generated is FOREIGN:
+            assert action.reason == Reason.REGISTRATION_CONFLICT and action.warning
 
 
 # -- claims ----------------------------------------------------------------------------------------------
