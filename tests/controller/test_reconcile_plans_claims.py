@@ -12,8 +12,7 @@ import pytest
 from opbroker.api.conventions import ANNOTATION_OWNER_UID
 from opbroker.api.osb import OperationState
 from opbroker.api.primaza import ClaimState, ServiceState
-from opbroker.controller.claims import cataloging
-from opbroker.controller.claims.core import claim_plan, names, registered_plan, registering_plan
+from opbroker.controller.claims.core import catalog_plan, claim_plan, names, registered_plan, registering_plan
 from opbroker.controller.claims.core.matching import Candidate, Index
 from opbroker.controller.claims.core.views import ClaimView, ObjectView, ServiceView
 from opbroker.controller.claims.probes import TcpProbe
@@ -70,12 +69,12 @@ def kinds(actions: Any) -> list[str]:
     ],
 )
 def test_catalog_plan(services: Any, claim_envs: Any, configured: Any, existing: Any, want: list[str]) -> None:
-    facts = cataloging.CatalogFacts(NS, services, claim_envs, configured, existing, any_claims=bool(claim_envs))
+    facts = catalog_plan.CatalogFacts(NS, services, claim_envs, configured, existing, any_claims=bool(claim_envs))
     got = [
         f"apply {a.manifest['metadata']['name']}"
-        if isinstance(a, cataloging.ApplyCatalog)
-        else f"delete {a.environment}"
-        for a in cataloging.CatalogReconciler.plan(facts)
+        if isinstance(a, catalog_plan.ApplyCatalog)
+        else f"delete {a.ref.name}"
+        for a in catalog_plan.plan(facts)
     ]
     assert got == want
 
