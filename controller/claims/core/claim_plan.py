@@ -348,7 +348,7 @@ def _bind(
     if service is None:
         return [Rematch(chosen_ref)]
     spec = service_model(service).spec
-    resolution = servicebinding.resolve(spec.service_endpoint_definition, dict(facts.secrets))  # type: ignore[arg-type]
+    resolution = servicebinding.resolve(spec.service_endpoint_definition, facts.secrets)
     held_status = {
         "state": ClaimState.RESOLVED.value,
         "registeredService": chosen_ref,
