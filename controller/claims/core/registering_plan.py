@@ -86,7 +86,7 @@ def plan(facts: RegistrationFacts) -> list[RegistrationAction]:
     binding, generated, name = facts.binding, facts.generated, facts.key.name
     uid = (binding.meta.uid or None) if binding is not None else None
     endpoint = facts.endpoint_secret
-    if binding is None or binding.meta.deleting or not registration.opted_in(binding.wire, facts.plan):
+    if binding is None or binding.meta.deleting or not registration.opted_in(binding, facts.plan):
         ours = _generated_by(generated, name, uid)
         secret_ours = _generated_by(endpoint, name, uid)
         if ours or secret_ours:
@@ -112,12 +112,12 @@ def plan(facts: RegistrationFacts) -> list[RegistrationAction]:
         )
         return [track, a.Event(Reason.OBJECT_NOT_OWNED.value, message, warning=True)]
     try:
-        manifest = registration.registered_service(binding.wire, list(flat), service=facts.service, plan=facts.plan)
+        manifest = registration.registered_service(binding, list(flat), service=facts.service, plan=facts.plan)
     except ValidationError as exc:
         message = f"cannot register: {exc.error_count()} problem(s) with the generated RegisteredService"
         return [track, a.Event(Reason.REGISTRATION_CONFLICT.value, message, warning=True)]
     register = Register(
-        registration.endpoint_secret(binding.wire, flat),
+        registration.endpoint_secret(binding, flat),
         manifest,
         secret_version=endpoint.meta.resource_version if endpoint is not None else None,
     )

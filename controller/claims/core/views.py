@@ -42,12 +42,20 @@ class ClaimView(Stamped):
     conditions: tuple[Mapping[str, Any], ...]
     service_namespaces: tuple[str, ...]
     """``spec.serviceNamespaces``, deduplicated in order."""
+    environment: str
+    """``spec.environmentTag`` ("" when absent)."""
+    application_kind: tuple[str, str] | None
+    """The workload kind ``spec.application`` selects (apiVersion, kind; Deployments by default), None: none."""
     wire: Mapping[str, Any] = field(repr=False, compare=False)
 
     @classmethod
     def of(cls, body: Mapping[str, Any]) -> ClaimView:
         status = _mapping(body.get("status"))
         spec = _mapping(body.get("spec"))
+        application = spec.get("application")
+        kind = None
+        if isinstance(application, Mapping) and application:
+            kind = (_text(application.get("apiVersion")) or "apps/v1", _text(application.get("kind")) or "Deployment")
         return cls(
             meta=Meta.of(body.get("metadata")),
             state=_text(status.get("state")),
@@ -56,6 +64,8 @@ class ClaimView(Stamped):
             reason=_text(status.get("reason")),
             conditions=_condition_list(status.get("conditions")),
             service_namespaces=tuple(dict.fromkeys(_strings(spec.get("serviceNamespaces")))),
+            environment=_text(spec.get("environmentTag")) or "",
+            application_kind=kind,
             wire=body,
         )
 
@@ -71,18 +81,27 @@ class ServiceView(Stamped):
     claimed_by: str | None
     consecutive_failures: int
     conditions: tuple[Mapping[str, Any], ...]
+    endpoint_secrets: frozenset[str]
+    """The Secrets its endpoint definition reads (``valueFromSecret.name``), in its own namespace."""
     wire: Mapping[str, Any] = field(repr=False, compare=False)
 
     @classmethod
     def of(cls, body: Mapping[str, Any]) -> ServiceView:
         status = _mapping(body.get("status"))
         failures = status.get("consecutiveFailures")
+        items = _mapping(body.get("spec")).get("serviceEndpointDefinition")
+        secrets = frozenset(
+            name
+            for item in (items if isinstance(items, list) else ())
+            if isinstance(item, Mapping) and (name := _text(_mapping(item.get("valueFromSecret")).get("name")))
+        )
         return cls(
             meta=Meta.of(body.get("metadata")),
             state=_text(status.get("state")),
             claimed_by=_text(status.get("claimedBy")),
             consecutive_failures=failures if isinstance(failures, int) and not isinstance(failures, bool) else 0,
             conditions=_condition_list(status.get("conditions")),
+            endpoint_secrets=secrets,
             wire=body,
         )
 
