@@ -33,7 +33,7 @@ from opbroker.controller.claims import servicebinding
 from opbroker.controller.claims.context import Context
 from opbroker.controller.claims.core import matching, names, registered_plan
 from opbroker.controller.claims.core.registered_plan import RegisteredAction, RegisteredFacts, Schedule, Started
-from opbroker.controller.claims.core.views import ObjectView, ServiceView
+from opbroker.controller.claims.core.views import JobView, ObjectView, ServiceView
 from opbroker.controller.claims.kinds import CLAIMS, REGISTERED_SERVICES
 from opbroker.controller.claims.store import claim_info
 from opbroker.controller.executor import Executor, Run, Target
@@ -87,7 +87,7 @@ class RegisteredReconciler(ObservePlanAct[RegisteredFacts, RegisteredAction]):
         complete = servicebinding.resolve(definition, secrets).complete
         finished, running, job, check_secret = None, False, None, None
         if complete and check is not None and check.container is not None:
-            job = ObjectView.maybe(kube.get(registered_plan.job_ref(service)))
+            job = JobView.maybe(kube.get(registered_plan.job_ref(service)))
             check_secret = ObjectView.maybe(kube.read_secret(namespace, names.healthcheck_name(name)))
         elif complete and check is not None:
             finished, running = self.ctx.prober.take(key), self.ctx.prober.running(key)

@@ -213,9 +213,7 @@ def test_a_new_unchecked_service_becomes_available_through_the_executor(kube: Fa
     assert [r for _, r in reasons(kube)] == ["Registered", "Available"]
 
 
-def test_a_container_check_starts_its_stamped_job_and_comes_back_after_the_period(
-    kube: FakeKube, ctx: Context
-) -> None:
+def test_a_container_check_starts_its_stamped_job_and_comes_back_after_the_period(kube: FakeKube, ctx: Context) -> None:
     body = service(state="Available")
     body["spec"]["healthcheck"] = {"container": {"image": "example/check:1"}, "periodSeconds": 30}
     made = create(kube, REGISTERED_SERVICES, body)
@@ -252,7 +250,8 @@ def test_an_opted_in_binding_is_registered_and_told_so(kube: FakeKube, ctx: Cont
     kube.calls.clear()
     assert RegistrationReconciler(ctx).reconcile(Key("registration", NS, "b1")) == DONE
     generated = kube.custom_object(REGISTERED_SERVICES, NS, "b1")
-    assert generated is not None and generated["metadata"]["annotations"][ANNOTATION_OWNER_UID] == made["metadata"]["uid"]
+    assert generated is not None
+    assert generated["metadata"]["annotations"][ANNOTATION_OWNER_UID] == made["metadata"]["uid"]
     endpoint = kube.read_secret(NS, names.endpoint_secret_name("b1"))
     assert endpoint is not None
     assert reasons(kube) == [("SFServiceBinding", "ServiceRegistered")]

@@ -30,7 +30,7 @@ from opbroker.controller.claims.core import (
     states,
 )
 from opbroker.controller.claims.core.matching import Candidate, Index, Request
-from opbroker.controller.claims.core.views import ClaimView, ObjectView, ServiceView
+from opbroker.controller.claims.core.views import ClaimView, JobView, ObjectView, ServiceView
 from opbroker.controller.claims.reasons import Rejection
 from opbroker.controller.claims.settings import ClaimsSettings
 from opbroker.controller.claims.store import Store
@@ -377,7 +377,11 @@ def with_container_check(body: dict[str, Any]) -> dict[str, Any]:
 def check_facts(**fields: Any) -> registered_plan.RegisteredFacts:
     """Facts as observe builds them: views over the service, its check's Job and Secret."""
     body = with_container_check(service())
-    views = {k: ObjectView.maybe(v) for k, v in fields.items() if k in ("job", "check_secret")}
+    views: dict[str, Any] = {}
+    if "job" in fields:
+        views["job"] = JobView.maybe(fields["job"])
+    if "check_secret" in fields:
+        views["check_secret"] = ObjectView.maybe(fields["check_secret"])
     return registered_plan.RegisteredFacts(
         Key("registered", HOME, "pg"), ServiceView.of(body), NOW, WALL, 5.0, **{**fields, **views}
     )

@@ -26,7 +26,7 @@ from opbroker.api.primaza import HealthCheck, RegisteredService, ServiceState
 from opbroker.controller.claims import healthjobs, probes, servicebinding
 from opbroker.controller.claims.core import conditions, names, states
 from opbroker.controller.claims.core.states import CheckOutcome, Result
-from opbroker.controller.claims.core.views import ObjectView, ServiceView
+from opbroker.controller.claims.core.views import JobView, ObjectView, ServiceView
 from opbroker.controller.claims.probes import Finished, Probe
 from opbroker.controller.core import actions as a
 from opbroker.controller.core.reasons import Reason
@@ -67,7 +67,7 @@ class RegisteredFacts:
     """A TCP/HTTP probe's result, taken from the prober."""
     running: bool = False
     """A TCP/HTTP probe of the service is running."""
-    job: ObjectView | None = None
+    job: JobView | None = None
     """The container check's Job, as it exists."""
     check_secret: ObjectView | None = None
     """The container check's Secret, as it exists."""
@@ -139,6 +139,25 @@ RegisteredAction = (
 )
 
 
+@dataclass(frozen=True)
+class Status:
+    """What a RegisteredService's status says (as read, then as the plan's first write leaves it)."""
+
+    state: str | None
+    claimed_by: str | None
+    failures: int
+    conditions: list[dict[str, Any]] | None
+
+    @classmethod
+    def of(cls, service: ServiceView) -> Status:
+        listed = [dict(c) for c in service.conditions]
+        return cls(service.state, service.claimed_by, service.consecutive_failures, listed or None)
+
+    def record(self) -> states.HealthRecord:
+        """The health record the status keeps (its ``Healthy`` condition and failure count)."""
+        return states.record_from_status({"conditions": self.conditions, "consecutiveFailures": self.failures})
+
+
 def job_ref(service: ServiceView) -> ResourceRef:
     meta = service.meta
     return ResourceRef(
@@ -161,29 +180,27 @@ def _requeue(seconds: float | None) -> list[RegisteredAction]:
 
 def plan(facts: RegisteredFacts) -> list[RegisteredAction]:
     service = facts.service
-    status: dict[str, Any] = dict(service.wire.get("status") or {})
+    status = Status.of(service)
     generation = service.meta.generation
     try:
         model = service_model(service)
     except ValidationError as exc:
         invalid = CheckOutcome(Result.UNDETERMINED, Reason.SPEC_INVALID, "; ".join(field_errors(exc)))
-        record = states.record_after(states.record_from_status(status), invalid)
-        written, _ = _write(status, ServiceState.UNDETERMINED, record, status.get("claimedBy"), generation)
+        record = states.record_after(status.record(), invalid)
+        written, _ = _write(status, ServiceState.UNDETERMINED, record, status.claimed_by, generation)
         return written
     actions: list[RegisteredAction] = []
-    current = ServiceState(status["state"]) if status.get("state") else None
+    current = ServiceState(status.state) if status.state else None
     if current is None:
-        written, status = _write(
-            status, ServiceState.REGISTERED, states.NEVER_CHECKED, status.get("claimedBy"), generation
-        )
+        written, status = _write(status, ServiceState.REGISTERED, states.NEVER_CHECKED, status.claimed_by, generation)
         actions.extend(written)
         current = ServiceState.REGISTERED
 
-    holder = status.get("claimedBy") or None
+    holder = status.claimed_by
     held = holder is not None and facts.holder_exists
     spec = model.spec
     resolution = servicebinding.resolve(spec.service_endpoint_definition, facts.secrets)
-    record = states.record_from_status(status)
+    record = status.record()
     check = spec.healthcheck
 
     def finish(outcome: CheckOutcome | None, requeue: float | None) -> list[RegisteredAction]:
@@ -228,9 +245,9 @@ def plan(facts: RegisteredFacts) -> list[RegisteredAction]:
         if job.meta.annotations.get(names.ANNOTATION_FINGERPRINT) != fingerprint:
             # a run of an older check (or older credentials): replace it
             return [*actions, DeleteJob(), SetSchedule(Schedule(fingerprint, now)), *finish(None, 0.5)]
-        outcome = healthjobs.read(job.wire, deadline=period, now=facts.wall)
+        outcome = healthjobs.read(job, deadline=period, now=facts.wall)
         if outcome is None:
-            waiting = max(0.05, healthjobs.remaining(job.wire, deadline=period, now=facts.wall))
+            waiting = max(0.05, healthjobs.remaining(job, deadline=period, now=facts.wall))
             return [*actions, SetSchedule(Schedule(fingerprint, due)), *finish(None, waiting)]
         return [*actions, DeleteJob(), SetSchedule(Schedule(fingerprint, now + period)), *finish(outcome, period)]
     if now < due:
@@ -308,17 +325,15 @@ def _probe_plan(
 
 
 def _write(
-    status: dict[str, Any],
+    status: Status,
     state: ServiceState,
     record: states.HealthRecord,
     claimed_by: str | None,
     generation: int | None,
-) -> tuple[list[RegisteredAction], dict[str, Any]]:
+) -> tuple[list[RegisteredAction], Status]:
     """The status write (none when nothing changes) and the status after it."""
-    previous = status.get("state")
-    new_conditions = states.status_conditions(
-        status.get("conditions"), record=record, state=state, generation=generation
-    )
+    previous = status.state
+    new_conditions = states.status_conditions(status.conditions, record=record, state=state, generation=generation)
     wanted = {
         "state": state.value,
         "claimedBy": claimed_by,
@@ -327,20 +342,21 @@ def _write(
     }
     unchanged = (
         previous == state.value
-        and (status.get("claimedBy") or None) == claimed_by
-        and int(status.get("consecutiveFailures") or 0) == record.failures
-        and conditions.same(status.get("conditions"), new_conditions)
+        and status.claimed_by == claimed_by
+        and status.failures == record.failures
+        and conditions.same(status.conditions, new_conditions)
     )
     if unchanged:
         return [], status
     event: a.Event | None = None
     if previous != state.value:
         detail = "" if state in (ServiceState.REGISTERED, ServiceState.CLAIMED) else f": {record.message}"
-        if status.get("claimedBy") and not claimed_by:
-            detail += f" (claim {status['claimedBy']!r} no longer exists)"
+        if status.claimed_by and not claimed_by:
+            detail += f" (claim {status.claimed_by!r} no longer exists)"
         event = a.Event(
             states.transition_reason(state).value,
             f"{previous or 'new'} -> {state.value}{detail}",
             warning=state in (ServiceState.UNREACHABLE, ServiceState.UNDETERMINED),
         )
-    return [a.WriteStatus(wanted, event=event)], {**status, **wanted}
+    after = Status(state.value, claimed_by, record.failures, new_conditions)
+    return [a.WriteStatus(wanted, event=event)], after

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from opbroker.api.conventions import ANNOTATION_OWNER_UID
-from opbroker.controller.core.views import Meta, _mapping, _strings, _text
+from opbroker.controller.core.views import ConditionView, Meta, _conditions, _mapping, _strings, _text
 
 
 def _condition_list(value: object) -> tuple[Mapping[str, Any], ...]:
@@ -119,4 +119,28 @@ class ObjectView(Stamped):
 
     @classmethod
     def maybe(cls, body: Mapping[str, Any] | None) -> ObjectView | None:
+        return None if body is None else cls.of(body)
+
+
+@dataclass(frozen=True)
+class JobView(ObjectView):
+    """A container check's Job as read: its conditions (Complete, Failed) and when it was created."""
+
+    conditions: tuple[ConditionView, ...] = ()
+    created: object = None
+    """``metadata.creationTimestamp`` (text on the wire; a datetime from some clients)."""
+
+    @classmethod
+    def of(cls, body: Mapping[str, Any]) -> JobView:
+        meta = _mapping(body.get("metadata"))
+        return cls(
+            meta=Meta.of(meta),
+            type=None,
+            wire=body,
+            conditions=_conditions(_mapping(body.get("status")).get("conditions")),
+            created=meta.get("creationTimestamp"),
+        )
+
+    @classmethod
+    def maybe(cls, body: Mapping[str, Any] | None) -> JobView | None:
         return None if body is None else cls.of(body)
