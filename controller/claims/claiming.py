@@ -115,6 +115,7 @@ class ClaimReconciler(ObservePlanAct[ClaimFacts, ClaimAction]):
             binding_secret=ObjectView.maybe(binding_secret),
             binding_data=servicebinding.decode(binding_secret),
             workloads=listed,
+            now=self.ctx.clock.now(),
         )
 
     def _index(self, namespace: str, looks_in: Sequence[str]) -> matching.Index:

@@ -13,6 +13,7 @@ says Resolved, Pending or Invalid.
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,6 +53,9 @@ class ClaimFacts:
     """Its decoded data."""
     workloads: tuple[Mapping[str, Any], ...] = ()
     """The namespace's workloads of the supported kinds."""
+    now: datetime.datetime | None = None
+    """The injected clock's wall time at observe: a flipped condition's transition time (None: read the wall
+    clock when planning — tests that do not look at it)."""
 
 
 # -- the claim's own actions (performed by claiming's effects) ---------------------------------------------
@@ -253,9 +257,12 @@ def _unbind_unless_done(facts: ClaimFacts) -> list[ClaimAction]:
     return _unbind(facts) if not settled or claim.binding_secret else []
 
 
-def _write(claim: ClaimView, wanted: dict[str, Any], *, ready: bool, reason: Reason, message: str) -> list[ClaimAction]:
+def _write(
+    facts: ClaimFacts, wanted: dict[str, Any], *, ready: bool, reason: Reason, message: str
+) -> list[ClaimAction]:
     """The status write with its Ready condition (none when nothing changes), and an Event when the state,
     the service held or the reason changes."""
+    claim = facts.claim
     old_conditions = [dict(c) for c in claim.conditions] or None
     new_conditions = conditions.with_condition(
         old_conditions,
@@ -264,6 +271,7 @@ def _write(claim: ClaimView, wanted: dict[str, Any], *, ready: bool, reason: Rea
         reason=reason.value,
         message=message,
         generation=claim.meta.generation,
+        timestamp=conditions.stamp(facts.now) if facts.now is not None else None,
     )
     current = {
         "state": claim.state,
@@ -303,7 +311,7 @@ def _invalid(facts: ClaimFacts, message: str) -> list[ClaimAction]:
     return [
         *_releases(facts, keep=None),
         *_unbind_unless_done(facts),
-        *_write(facts.claim, wanted, ready=False, reason=Reason.CLAIM_INVALID, message=message),
+        *_write(facts, wanted, ready=False, reason=Reason.CLAIM_INVALID, message=message),
     ]
 
 
@@ -336,7 +344,7 @@ def _pending(facts: ClaimFacts, match: matching.Match) -> list[ClaimAction]:
     reason = Reason.MATCH_LOST if previous or lost else Reason.NO_MATCH
     if match.unshared:
         reason = Reason.REFERENCE_NOT_SHARED
-    return [*_unbind_unless_done(facts), *_write(claim, wanted, ready=False, reason=reason, message=summary)]
+    return [*_unbind_unless_done(facts), *_write(facts, wanted, ready=False, reason=reason, message=summary)]
 
 
 def _bind(
@@ -358,7 +366,7 @@ def _bind(
     if not resolution.complete:
         message = f"cannot render the binding: {'; '.join(resolution.missing)}"
         # the Secret's watch event brings the claim back
-        return _write(claim, held_status, ready=False, reason=Reason.BINDING_FAILED, message=message)
+        return _write(facts, held_status, ready=False, reason=Reason.BINDING_FAILED, message=message)
     service_type = chosen.service_type or ""
     provider = next((i.value for i in spec.service_class_identity if i.name == "provider"), None)
     data = servicebinding.binding_data(
@@ -378,7 +386,7 @@ def _bind(
                 f"Secret {secret_name!r} exists and is not stamped as this claim's ({ANNOTATION_OWNER_UID}): "
                 "left untouched; delete or rename it"
             )
-            return _write(claim, held_status, ready=False, reason=Reason.OBJECT_NOT_OWNED, message=message)
+            return _write(facts, held_status, ready=False, reason=Reason.OBJECT_NOT_OWNED, message=message)
         if existing.type != manifest["type"]:  # a Secret's type is immutable
             actions.append(DeleteSecret(secret_name, existing.meta.uid or None))
             existing = None
@@ -405,5 +413,5 @@ def _bind(
     reason = Reason.BOUND if ready else Reason.SERVICE_NOT_READY
     return [
         *actions,
-        *_write(claim, {**held_status, "bindingSecret": secret_name}, ready=ready, reason=reason, message=message),
+        *_write(facts, {**held_status, "bindingSecret": secret_name}, ready=ready, reason=reason, message=message),
     ]

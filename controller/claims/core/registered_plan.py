@@ -182,17 +182,20 @@ def plan(facts: RegisteredFacts) -> list[RegisteredAction]:
     service = facts.service
     status = Status.of(service)
     generation = service.meta.generation
+    stamp = conditions.stamp(facts.wall)
     try:
         model = service_model(service)
     except ValidationError as exc:
         invalid = CheckOutcome(Result.UNDETERMINED, Reason.SPEC_INVALID, "; ".join(field_errors(exc)))
         record = states.record_after(status.record(), invalid)
-        written, _ = _write(status, ServiceState.UNDETERMINED, record, status.claimed_by, generation)
+        written, _ = _write(status, ServiceState.UNDETERMINED, record, status.claimed_by, generation, stamp)
         return written
     actions: list[RegisteredAction] = []
     current = ServiceState(status.state) if status.state else None
     if current is None:
-        written, status = _write(status, ServiceState.REGISTERED, states.NEVER_CHECKED, status.claimed_by, generation)
+        written, status = _write(
+            status, ServiceState.REGISTERED, states.NEVER_CHECKED, status.claimed_by, generation, stamp
+        )
         actions.extend(written)
         current = ServiceState.REGISTERED
 
@@ -209,18 +212,18 @@ def plan(facts: RegisteredFacts) -> list[RegisteredAction]:
         assert check is not None
         health = states.health_of(after, checked=True, threshold=check.failure_threshold)
         state = states.next_state(current, health, held=held)
-        written, _ = _write(status, state, after, holder if held else None, generation)
+        written, _ = _write(status, state, after, holder if held else None, generation, stamp)
         return [*written, *_requeue(requeue)]
 
     if not resolution.complete:
         missing = CheckOutcome(Result.UNDETERMINED, Reason.SECRET_MISSING, "; ".join(resolution.missing))
         record = states.record_after(record, missing)
         state = states.next_state(current, states.Health.UNDETERMINED, held=held)
-        written, _ = _write(status, state, record, holder if held else None, generation)
+        written, _ = _write(status, state, record, holder if held else None, generation, stamp)
         return [*actions, DropSchedule(), *written]
     if check is None:
         state = states.next_state(current, states.Health.UNCHECKED, held=held)
-        written, _ = _write(status, state, states.UNCHECKED_RECORD, holder if held else None, generation)
+        written, _ = _write(status, state, states.UNCHECKED_RECORD, holder if held else None, generation, stamp)
         return [*actions, a.ForgetObject(), *written]
 
     service_type = _identity(model, "type")
@@ -330,10 +333,14 @@ def _write(
     record: states.HealthRecord,
     claimed_by: str | None,
     generation: int | None,
+    timestamp: str,
 ) -> tuple[list[RegisteredAction], Status]:
-    """The status write (none when nothing changes) and the status after it."""
+    """The status write (none when nothing changes) and the status after it (``timestamp``: a flipped
+    condition's transition time)."""
     previous = status.state
-    new_conditions = states.status_conditions(status.conditions, record=record, state=state, generation=generation)
+    new_conditions = states.status_conditions(
+        status.conditions, record=record, state=state, generation=generation, timestamp=timestamp
+    )
     wanted = {
         "state": state.value,
         "claimedBy": claimed_by,
