@@ -144,15 +144,16 @@ class Store:
 
     def upsert_claim(self, body: Mapping[str, Any]) -> tuple[ClaimInfo | None, ClaimInfo]:
         info = claim_info(body)
-        namespace = body["metadata"]["namespace"]
+        namespace = Meta.of(body.get("metadata")).namespace
         with self._lock:
             previous = self._claims.setdefault(namespace, {}).get(info.name)
             self._claims[namespace][info.name] = info
         return previous, info
 
     def remove_claim(self, body: Mapping[str, Any]) -> ClaimInfo | None:
+        meta = Meta.of(body.get("metadata"))
         with self._lock:
-            return self._claims.get(body["metadata"]["namespace"], {}).pop(body["metadata"]["name"], None)
+            return self._claims.get(meta.namespace, {}).pop(meta.name, None)
 
     def claim(self, namespace: str, name: str) -> ClaimInfo | None:
         with self._lock:

@@ -284,7 +284,7 @@ def _write(
     ) and conditions.same(old_conditions, new_conditions)
     if unchanged:
         return []
-    old_reason = (claim.condition(READY) or {}).get("reason")
+    old_reason = claim.condition_reason(READY)
     changed = (claim.state, claim.registered_service, old_reason) != (
         wanted.get("state"),
         wanted.get("registeredService"),
@@ -296,8 +296,7 @@ def _write(
 
 def _candidates(claim: ClaimView) -> Any:
     """``status.candidates`` as read (compared whole: the verdicts are plain JSON)."""
-    status = claim.wire.get("status")
-    return (status.get("candidates") if isinstance(status, Mapping) else None) or None
+    return [dict(c) for c in claim.candidates] or None
 
 
 def _invalid(facts: ClaimFacts, message: str) -> list[ClaimAction]:
@@ -329,7 +328,7 @@ def _pending(facts: ClaimFacts, match: matching.Match) -> list[ClaimAction]:
         summary += "; " + "; ".join(
             f"namespace {other!r} shares no registered service with {namespace!r}" for other in match.unshared
         )
-    lost = (claim.condition(READY) or {}).get("reason") == Reason.MATCH_LOST
+    lost = claim.condition_reason(READY) == Reason.MATCH_LOST
     if previous:
         summary = f"registered service {previous!r} no longer matches; {summary}"
     elif lost and claim.state == ClaimState.PENDING.value:  # still Pending since the loss: keep saying so

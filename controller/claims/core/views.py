@@ -40,6 +40,8 @@ class ClaimView(Stamped):
     binding_secret: str | None
     reason: str | None
     conditions: tuple[Mapping[str, Any], ...]
+    candidates: tuple[Mapping[str, Any], ...]
+    """``status.candidates``: the verdicts last written (plain JSON, compared whole)."""
     service_namespaces: tuple[str, ...]
     """``spec.serviceNamespaces``, deduplicated in order."""
     environment: str
@@ -63,6 +65,7 @@ class ClaimView(Stamped):
             binding_secret=_text(status.get("bindingSecret")),
             reason=_text(status.get("reason")),
             conditions=_condition_list(status.get("conditions")),
+            candidates=_condition_list(status.get("candidates")),
             service_namespaces=tuple(dict.fromkeys(_strings(spec.get("serviceNamespaces")))),
             environment=_text(spec.get("environmentTag")) or "",
             application_kind=kind,
@@ -71,6 +74,10 @@ class ClaimView(Stamped):
 
     def condition(self, type_: str) -> Mapping[str, Any] | None:
         return next((c for c in self.conditions if c.get("type") == type_), None)
+
+    def condition_reason(self, type_: str) -> str | None:
+        """The reason of its condition ``type_`` (None: no such condition, or no reason)."""
+        return _text((self.condition(type_) or {}).get("reason"))
 
 
 @dataclass(frozen=True)
