@@ -6,14 +6,12 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-
 from opbroker.controller.catalog import Catalog
 from opbroker.controller.claims.probes import Prober
 from opbroker.controller.claims.settings import ClaimsSettings
 from opbroker.controller.claims.store import Store
-from opbroker.controller.kube import Kind, Kube
-from opbroker.controller.reconciler import Conflict, Key
+from opbroker.controller.kube import Kube
+from opbroker.controller.reconciler import Key
 from opbroker.controller.reconciler.clock import SYSTEM, Clock
 
 
@@ -46,18 +44,6 @@ class Context:
         if resource_version is not None:
             manifest = {**manifest, "metadata": {**manifest["metadata"], "resourceVersion": resource_version}}
         self.door(manifest["metadata"]["namespace"]).apply_secret(manifest)
-
-    def patch_status(self, kind: Kind, obj: dict[str, Any], status: dict[str, Any]) -> dict[str, Any] | None:
-        """Merge ``status`` into ``obj``'s status, guarded by its resourceVersion (Conflict on 409)."""
-        meta = obj["metadata"]
-        try:
-            return self.kube.patch_custom_status(
-                kind, meta["namespace"], meta["name"], status, resource_version=meta.get("resourceVersion")
-            )
-        except ApiException as exc:
-            if exc.status == 409:
-                raise Conflict(meta["name"]) from exc
-            raise
 
 
 def key(kind: str, namespace: str, name: str) -> Hashable:

@@ -32,6 +32,7 @@ from opbroker.api.primaza import HealthCheck
 from opbroker.controller.claims import servicebinding
 from opbroker.controller.claims.core import names
 from opbroker.controller.claims.core.states import CheckOutcome, Result
+from opbroker.controller.claims.core.views import JobView
 from opbroker.controller.core.reasons import Reason
 
 BINDING_ROOT = "/bindings"
@@ -103,8 +104,12 @@ def manifests(
     return secret, job
 
 
-def _created(job: Mapping[str, Any]) -> datetime.datetime | None:
-    raw = (job.get("metadata") or {}).get("creationTimestamp")
+def _job(job: JobView | Mapping[str, Any]) -> JobView:
+    return job if isinstance(job, JobView) else JobView.of(job)
+
+
+def _created(job: JobView) -> datetime.datetime | None:
+    raw = job.created
     if isinstance(raw, datetime.datetime):
         return raw if raw.tzinfo else raw.replace(tzinfo=datetime.UTC)
     if not raw:
@@ -112,22 +117,23 @@ def _created(job: Mapping[str, Any]) -> datetime.datetime | None:
     return datetime.datetime.fromisoformat(str(raw).replace("Z", "+00:00"))
 
 
-def read(job: Mapping[str, Any], *, deadline: float, now: datetime.datetime) -> CheckOutcome | None:
+def read(job: JobView | Mapping[str, Any], *, deadline: float, now: datetime.datetime) -> CheckOutcome | None:
     """What a health-check Job says: an outcome, or None while it may still finish."""
-    for condition in (job.get("status") or {}).get("conditions") or []:
-        if condition.get("status") != "True":
+    job = _job(job)
+    for condition in job.conditions:
+        if condition.status != "True":
             continue
-        if condition.get("type") == "Complete":
+        if condition.type == "Complete":
             return CheckOutcome(Result.PASSED, Reason.HEALTHY, "health-check container succeeded")
-        if condition.get("type") == "Failed":
-            if condition.get("reason") == "DeadlineExceeded":
+        if condition.type == "Failed":
+            if condition.reason == "DeadlineExceeded":
                 return CheckOutcome(
                     Result.UNDETERMINED, Reason.CHECK_DEADLINE, f"health-check Job did not finish within {deadline:g}s"
                 )
             return CheckOutcome(
                 Result.FAILED,
                 Reason.PROBE_FAILED,
-                f"health-check container failed ({condition.get('reason') or 'Failed'})",
+                f"health-check container failed ({condition.reason or 'Failed'})",
             )
     created = _created(job)
     if created is not None and (now - created).total_seconds() >= deadline:
@@ -139,9 +145,9 @@ def read(job: Mapping[str, Any], *, deadline: float, now: datetime.datetime) -> 
     return None
 
 
-def remaining(job: Mapping[str, Any], *, deadline: float, now: datetime.datetime) -> float:
+def remaining(job: JobView | Mapping[str, Any], *, deadline: float, now: datetime.datetime) -> float:
     """Seconds until the deadline of a running Job."""
-    created = _created(job)
+    created = _created(_job(job))
     if created is None:
         return deadline
     return max(0.0, deadline - (now - created).total_seconds())

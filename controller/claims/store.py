@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from opbroker.controller.claims.core import matching
+from opbroker.controller.claims.core.views import ClaimView, ServiceView
+from opbroker.controller.core.views import Meta
 
 
 @dataclass(frozen=True)
@@ -29,29 +31,14 @@ class ClaimInfo:
 
 
 def claim_info(body: Mapping[str, Any]) -> ClaimInfo:
-    spec = body.get("spec") or {}
-    status = body.get("status") or {}
-    application = spec.get("application")
-    kind = (application.get("apiVersion", "apps/v1"), application.get("kind", "Deployment")) if application else None
+    claim = ClaimView.of(body)
     return ClaimInfo(
-        name=body["metadata"]["name"],
-        environment=str(spec.get("environmentTag") or ""),
-        application_kind=kind,
-        registered_service=status.get("registeredService") or None,
-        state=status.get("state") or None,
-        service_namespaces=tuple(str(n) for n in spec.get("serviceNamespaces") or () if isinstance(n, str)),
-    )
-
-
-def secret_names(body: Mapping[str, Any]) -> frozenset[str]:
-    """The Secrets a RegisteredService's endpoint definition reads."""
-    items = (body.get("spec") or {}).get("serviceEndpointDefinition") or []
-    return frozenset(
-        str(item["valueFromSecret"]["name"])
-        for item in items
-        if isinstance(item, Mapping)
-        and isinstance(item.get("valueFromSecret"), Mapping)
-        and item["valueFromSecret"].get("name")
+        name=claim.meta.name,
+        environment=claim.environment,
+        application_kind=claim.application_kind,
+        registered_service=claim.registered_service,
+        state=claim.state,
+        service_namespaces=claim.service_namespaces,
     )
 
 
@@ -70,18 +57,20 @@ class Store:
     # -- registered services -------------------------------------------------------------------------
 
     def upsert_service(self, body: Mapping[str, Any]) -> tuple[matching.Candidate | None, matching.Candidate]:
-        candidate = matching.candidate_of(body)
-        namespace = body["metadata"]["namespace"]
+        view = ServiceView.of(body)
+        candidate = matching.candidate_of(view)
+        namespace = view.meta.namespace
         with self._lock:
             previous = self._services.setdefault(namespace, {}).get(candidate.name)
             self._services[namespace][candidate.name] = candidate
             self._indexes.pop(namespace, None)
-            self._track_secrets(namespace, candidate.name, secret_names(body))
+            self._track_secrets(namespace, candidate.name, view.endpoint_secrets)
             self._track_sharing(previous, candidate)
         return previous, candidate
 
     def remove_service(self, body: Mapping[str, Any]) -> matching.Candidate | None:
-        namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+        meta = Meta.of(body.get("metadata"))
+        namespace, name = meta.namespace, meta.name
         with self._lock:
             previous = self._services.get(namespace, {}).pop(name, None)
             self._indexes.pop(namespace, None)
@@ -155,15 +144,16 @@ class Store:
 
     def upsert_claim(self, body: Mapping[str, Any]) -> tuple[ClaimInfo | None, ClaimInfo]:
         info = claim_info(body)
-        namespace = body["metadata"]["namespace"]
+        namespace = Meta.of(body.get("metadata")).namespace
         with self._lock:
             previous = self._claims.setdefault(namespace, {}).get(info.name)
             self._claims[namespace][info.name] = info
         return previous, info
 
     def remove_claim(self, body: Mapping[str, Any]) -> ClaimInfo | None:
+        meta = Meta.of(body.get("metadata"))
         with self._lock:
-            return self._claims.get(body["metadata"]["namespace"], {}).pop(body["metadata"]["name"], None)
+            return self._claims.get(meta.namespace, {}).pop(meta.name, None)
 
     def claim(self, namespace: str, name: str) -> ClaimInfo | None:
         with self._lock:

@@ -19,13 +19,24 @@ import pytest
 from opbroker.api.conventions import ANNOTATION_OWNER_UID
 from opbroker.api.osb import OperationState
 from opbroker.api.primaza import ClaimState, ServiceState
-from opbroker.controller.claims import claiming, registered, registering
-from opbroker.controller.claims.core import catalogs, matching, names, states
+from opbroker.controller.claims import servicebinding
+from opbroker.controller.claims.core import (
+    catalogs,
+    claim_plan,
+    matching,
+    names,
+    registered_plan,
+    registering_plan,
+    states,
+)
 from opbroker.controller.claims.core.matching import Candidate, Index, Request
+from opbroker.controller.claims.core.views import ClaimView, JobView, ObjectView, ServiceView
 from opbroker.controller.claims.reasons import Rejection
 from opbroker.controller.claims.settings import ClaimsSettings
 from opbroker.controller.claims.store import Store
+from opbroker.controller.core import actions as acts
 from opbroker.controller.core.reasons import Reason
+from opbroker.controller.core.views import BindingView
 from opbroker.controller.reconciler import Key
 
 HOME, OTHER, THIRD = "team", "shared-db", "stranger"
@@ -250,52 +261,60 @@ def facts(body: dict[str, Any], *bodies: dict[str, Any], binding_secret: dict[st
         for ref, b in by_ref.items()
         if b["status"].get("claimedBy") == names.qualified(HOME, "c1", home=b["metadata"]["namespace"])
     )
-    return claiming.ClaimFacts(body, SETTINGS, index, holding=holding, services=by_ref, binding_secret=binding_secret)
+    return claim_plan.ClaimFacts(
+        ClaimView.of(body),
+        SETTINGS,
+        index,
+        holding=holding,
+        services={ref: ServiceView.of(b) for ref, b in by_ref.items()},
+        binding_secret=ObjectView.maybe(binding_secret),
+        binding_data=servicebinding.decode(binding_secret),
+    )
 
 
 def kinds(actions: Any) -> list[str]:
     return [type(a).__name__ for a in actions]
 
 
-def status_write(actions: Any) -> claiming.WriteStatus:
-    return next(a for a in actions if isinstance(a, claiming.WriteStatus))
+def status_write(actions: Any) -> acts.WriteStatus:
+    return next(a for a in actions if isinstance(a, acts.WriteStatus))
 
 
-def ready_reason(write: claiming.WriteStatus) -> str:
+def ready_reason(write: acts.WriteStatus) -> str:
     return str(next(c for c in write.patch["conditions"] if c["type"] == "Ready")["reason"])
 
 
 def test_a_shared_service_of_a_named_namespace_is_taken_there() -> None:
-    actions = claiming.ClaimReconciler.plan(facts(claim(looks_in=[OTHER]), service(namespace=OTHER, share_with=[HOME])))
+    actions = claim_plan.plan(facts(claim(looks_in=[OTHER]), service(namespace=OTHER, share_with=[HOME])))
     assert kinds(actions) == ["Take", "ApplySecret", "WriteStatus"]
     take = actions[0]
-    assert isinstance(take, claiming.Take)
+    assert isinstance(take, claim_plan.Take)
     assert (take.namespace, take.service, take.patch["claimedBy"]) == (OTHER, "pg", f"{HOME}/c1")
     apply = actions[1]
-    assert isinstance(apply, claiming.ApplySecret) and apply.manifest["metadata"]["namespace"] == HOME
+    assert isinstance(apply, claim_plan.ApplySecret) and apply.manifest["metadata"]["namespace"] == HOME
     assert apply.manifest["metadata"]["annotations"] == {ANNOTATION_OWNER_UID: "claim-uid"}
     assert apply.resource_version is None  # none was there
     assert status_write(actions).patch["registeredService"] == f"{OTHER}/pg"
 
 
 def test_an_unshared_namespace_is_refused_by_name_and_nothing_is_bound() -> None:
-    actions = claiming.ClaimReconciler.plan(facts(claim(looks_in=[OTHER]), service(namespace=OTHER)))
+    actions = claim_plan.plan(facts(claim(looks_in=[OTHER]), service(namespace=OTHER)))
     assert kinds(actions) == ["WriteStatus"]
     write = status_write(actions)
     assert write.patch["state"] == ClaimState.PENDING.value and write.patch["candidates"] == []
     assert ready_reason(write) == Reason.REFERENCE_NOT_SHARED
     assert f"namespace {OTHER!r} shares no registered service with {HOME!r}" in write.patch["reason"]
-    assert write.event is not None and write.event.reason is Reason.REFERENCE_NOT_SHARED and write.event.warning
+    assert write.event is not None and write.event.reason == Reason.REFERENCE_NOT_SHARED and write.event.warning
 
 
 def test_a_withdrawn_share_releases_the_service_and_unbinds() -> None:
     held = service(namespace=OTHER, claimed_by=f"{HOME}/c1", state="Claimed")  # shareWith removed meanwhile
     body = claim(looks_in=[OTHER], status={"state": "Resolved", "registeredService": f"{OTHER}/pg"})
-    actions = claiming.ClaimReconciler.plan(facts(body, held, binding_secret=secret()))
+    actions = claim_plan.plan(facts(body, held, binding_secret=secret()))
     assert kinds(actions) == ["Release", "DeleteSecret", "WriteStatus"]
     release = actions[0]
-    assert isinstance(release, claiming.Release) and release.service["metadata"]["namespace"] == OTHER
-    assert actions[1] == claiming.DeleteSecret("c1-binding", "secret-uid")
+    assert isinstance(release, claim_plan.Release) and release.namespace == OTHER
+    assert actions[1] == claim_plan.DeleteSecret("c1-binding", "secret-uid")
     assert ready_reason(status_write(actions)) == Reason.REFERENCE_NOT_SHARED
 
 
@@ -304,7 +323,7 @@ def test_a_forged_status_record_releases_nothing_of_another_claim() -> None:
     claim of its own namespace: not released, not taken."""
     theirs = service(namespace=OTHER, claimed_by="c1", state="Claimed", share_with=["*"])
     body = claim(looks_in=[OTHER], status={"registeredService": f"{OTHER}/pg"})
-    actions = claiming.ClaimReconciler.plan(facts(body, theirs))
+    actions = claim_plan.plan(facts(body, theirs))
     assert "Release" not in kinds(actions) and "Take" not in kinds(actions)
 
 
@@ -317,7 +336,7 @@ NOT_OWNED = [
 
 @pytest.mark.parametrize(("reason", "existing"), NOT_OWNED, ids=[n[0] for n in NOT_OWNED])
 def test_a_binding_secret_without_the_claims_stamp_is_never_written(reason: str, existing: dict[str, Any]) -> None:
-    actions = claiming.ClaimReconciler.plan(facts(claim(), service(), binding_secret=existing))
+    actions = claim_plan.plan(facts(claim(), service(), binding_secret=existing))
     assert kinds(actions) == ["Take", "WriteStatus"]
     write = status_write(actions)
     assert ready_reason(write) == Reason.OBJECT_NOT_OWNED
@@ -328,22 +347,20 @@ def test_a_binding_secret_without_the_claims_stamp_is_never_written(reason: str,
 def test_a_binding_secret_without_the_claims_stamp_is_never_deleted(reason: str, existing: dict[str, Any]) -> None:
     held = service(claimed_by="c1", state="Claimed")
     body = claim(deletionTimestamp="now", status={"registeredService": "pg"})
-    assert kinds(claiming.ClaimReconciler.plan(facts(body, held, binding_secret=existing))) == [
+    assert kinds(claim_plan.plan(facts(body, held, binding_secret=existing))) == [
         "Release",
-        "RemoveFinalizer",
+        "EnsureFinalizer",
     ]
 
 
 def test_the_stamped_binding_secret_is_rewritten_guarded_and_deleted_by_uid() -> None:
     held = service(claimed_by="c1", state="Claimed")
-    actions = claiming.ClaimReconciler.plan(
-        facts(claim(status={"registeredService": "pg"}), held, binding_secret=secret())
-    )
-    apply = next(a for a in actions if isinstance(a, claiming.ApplySecret))
+    actions = claim_plan.plan(facts(claim(status={"registeredService": "pg"}), held, binding_secret=secret()))
+    apply = next(a for a in actions if isinstance(a, claim_plan.ApplySecret))
     assert apply.resource_version == "11"
     body = claim(deletionTimestamp="now", status={"registeredService": "pg"})
-    actions = claiming.ClaimReconciler.plan(facts(body, held, binding_secret=secret()))
-    assert claiming.DeleteSecret("c1-binding", "secret-uid") in actions
+    actions = claim_plan.plan(facts(body, held, binding_secret=secret()))
+    assert claim_plan.DeleteSecret("c1-binding", "secret-uid") in actions
 
 
 # -- health checks ------------------------------------------------------------------------------------------
@@ -357,9 +374,17 @@ def with_container_check(body: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
-def check_facts(**fields: Any) -> registered.RegisteredFacts:
+def check_facts(**fields: Any) -> registered_plan.RegisteredFacts:
+    """Facts as observe builds them: views over the service, its check's Job and Secret."""
     body = with_container_check(service())
-    return registered.RegisteredFacts(Key("registered", HOME, "pg"), body, NOW, WALL, 5.0, **fields)
+    views: dict[str, Any] = {}
+    if "job" in fields:
+        views["job"] = JobView.maybe(fields["job"])
+    if "check_secret" in fields:
+        views["check_secret"] = ObjectView.maybe(fields["check_secret"])
+    return registered_plan.RegisteredFacts(
+        Key("registered", HOME, "pg"), ServiceView.of(body), NOW, WALL, 5.0, **{**fields, **views}
+    )
 
 
 def job(*, stamped: str | None) -> dict[str, Any]:
@@ -368,19 +393,19 @@ def job(*, stamped: str | None) -> dict[str, Any]:
 
 
 def outcome_reason(actions: Any) -> str:
-    write = next(a for a in actions if isinstance(a, registered.WriteStatus))
+    write = next(a for a in actions if isinstance(a, acts.WriteStatus))
     return str(next(c for c in write.patch["conditions"] if c["type"] == states.HEALTHY_CONDITION)["reason"])
 
 
 def test_a_job_without_the_services_stamp_is_never_deleted() -> None:
-    actions = registered.RegisteredReconciler.plan(check_facts(job=job(stamped=None)))
+    actions = registered_plan.plan(check_facts(job=job(stamped=None)))
     assert "DeleteJob" not in kinds(actions) and "StartJob" not in kinds(actions)
     assert outcome_reason(actions) == Reason.OBJECT_NOT_OWNED
 
 
 def test_a_check_secret_without_the_services_stamp_is_never_written() -> None:
     foreign = {"metadata": {"name": "pg-healthcheck", "namespace": HOME, "resourceVersion": "4"}}
-    actions = registered.RegisteredReconciler.plan(check_facts(check_secret=foreign))
+    actions = registered_plan.plan(check_facts(check_secret=foreign))
     assert "StartJob" not in kinds(actions)
     assert outcome_reason(actions) == Reason.OBJECT_NOT_OWNED
 
@@ -390,9 +415,7 @@ def test_the_check_runs_with_stamped_objects() -> None:
         "metadata": {"name": "pg-healthcheck", "annotations": {ANNOTATION_OWNER_UID: "pg-uid"}, "resourceVersion": "4"}
     }
     start = next(
-        a
-        for a in registered.RegisteredReconciler.plan(check_facts(check_secret=stamped))
-        if isinstance(a, registered.StartJob)
+        a for a in registered_plan.plan(check_facts(check_secret=stamped)) if isinstance(a, registered_plan.StartJob)
     )
     assert start.secret_version == "4"
     assert start.secret["metadata"]["annotations"] == {ANNOTATION_OWNER_UID: "pg-uid"}
@@ -426,24 +449,28 @@ def endpoint(stamped: str | None) -> dict[str, Any]:
     return {"metadata": {"name": "b1-endpoint", "uid": "e-uid", "resourceVersion": "9", "annotations": annotations}}
 
 
-def registration_plan(**fields: Any) -> Any:
-    return registering.RegistrationReconciler.plan(
-        registering.RegistrationFacts(
-            Key("registration", HOME, "b1"), binding(), None, credentials=CREDENTIALS, **fields
+def registration_plan(*, endpoint_secret: dict[str, Any]) -> Any:
+    return registering_plan.plan(
+        registering_plan.RegistrationFacts(
+            Key("registration", HOME, "b1"),
+            BindingView.of(binding()),
+            None,
+            credentials=CREDENTIALS,
+            endpoint_secret=ObjectView.of(endpoint_secret),
         )
     )
 
 
 def test_an_endpoint_secret_without_the_bindings_stamp_is_never_overwritten() -> None:
     actions = registration_plan(endpoint_secret=endpoint(None))
-    assert kinds(actions) == ["TrackCredentials", "EmitEvent"]
+    assert kinds(actions) == ["TrackCredentials", "Event"]
     event = actions[1]
-    assert isinstance(event, registering.EmitEvent) and event.reason is Reason.OBJECT_NOT_OWNED and event.warning
+    assert isinstance(event, acts.Event) and event.reason == Reason.OBJECT_NOT_OWNED and event.warning
 
 
 def test_the_generated_objects_are_stamped_and_rewritten_guarded() -> None:
     register = next(
-        a for a in registration_plan(endpoint_secret=endpoint("b-uid")) if isinstance(a, registering.Register)
+        a for a in registration_plan(endpoint_secret=endpoint("b-uid")) if isinstance(a, registering_plan.Register)
     )
     assert register.secret_version == "9"
     assert register.endpoint_secret["metadata"]["annotations"] == {ANNOTATION_OWNER_UID: "b-uid"}
@@ -452,8 +479,10 @@ def test_the_generated_objects_are_stamped_and_rewritten_guarded() -> None:
 
 
 def test_unbinding_deletes_only_the_stamped_endpoint_secret() -> None:
-    gone = registering.RegistrationFacts(Key("registration", HOME, "b1"), None, None, endpoint_secret=endpoint(None))
-    assert kinds(registering.RegistrationReconciler.plan(gone)) == ["TrackCredentials"]
+    gone = registering_plan.RegistrationFacts(
+        Key("registration", HOME, "b1"), None, None, endpoint_secret=ObjectView.of(endpoint(None))
+    )
+    assert kinds(registering_plan.plan(gone)) == ["TrackCredentials"]
 
 
 # -- catalogs and the store -----------------------------------------------------------------------------------

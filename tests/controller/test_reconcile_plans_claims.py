@@ -11,12 +11,14 @@ import pytest
 from opbroker.api.conventions import ANNOTATION_OWNER_UID
 from opbroker.api.osb import OperationState
 from opbroker.api.primaza import ClaimState, ServiceState
-from opbroker.controller.claims import cataloging, claiming, registered, registering
-from opbroker.controller.claims.core import names
+from opbroker.controller.claims.core import catalog_plan, claim_plan, names, registered_plan, registering_plan
 from opbroker.controller.claims.core.matching import Candidate, Index
+from opbroker.controller.claims.core.views import ClaimView, ObjectView, ServiceView
 from opbroker.controller.claims.probes import TcpProbe
 from opbroker.controller.claims.settings import ClaimsSettings
+from opbroker.controller.core import actions as acts
 from opbroker.controller.core.reasons import Reason
+from opbroker.controller.core.views import BindingView
 from opbroker.controller.reconciler import Key
 
 NS = "team"
@@ -30,7 +32,8 @@ AVAILABLE = Candidate(
 
 
 def kinds(actions: Any) -> list[str]:
-    return [type(a).__name__ for a in actions]
+    """Action type names (a finalizer action says which way)."""
+    return [repr(a) if isinstance(a, acts.EnsureFinalizer) else type(a).__name__ for a in actions]
 
 
 # -- catalog -------------------------------------------------------------------------------------------
@@ -63,12 +66,12 @@ def kinds(actions: Any) -> list[str]:
     ],
 )
 def test_catalog_plan(services: Any, claim_envs: Any, configured: Any, existing: Any, want: list[str]) -> None:
-    facts = cataloging.CatalogFacts(NS, services, claim_envs, configured, existing, any_claims=bool(claim_envs))
+    facts = catalog_plan.CatalogFacts(NS, services, claim_envs, configured, existing, any_claims=bool(claim_envs))
     got = [
         f"apply {a.manifest['metadata']['name']}"
-        if isinstance(a, cataloging.ApplyCatalog)
-        else f"delete {a.environment}"
-        for a in cataloging.CatalogReconciler.plan(facts)
+        if isinstance(a, catalog_plan.ApplyCatalog)
+        else f"delete {a.ref.name}"
+        for a in catalog_plan.plan(facts)
     ]
     assert got == want
 
@@ -120,20 +123,25 @@ CREDENTIALS = {"response": '{"credentials": {"host": "db", "port": 5432}}'}
         ),
         pytest.param(binding(state="in progress"), None, None, ["TrackCredentials"], id="not-succeeded"),
         pytest.param(binding(), None, None, ["TrackCredentials"], id="no-credentials-yet"),
-        pytest.param(binding(), None, CREDENTIALS, ["TrackCredentials", "Register", "EmitEvent"], id="register"),
+        pytest.param(binding(), None, CREDENTIALS, ["TrackCredentials", "Register", "Event"], id="register"),
         pytest.param(binding(), GENERATED, CREDENTIALS, ["TrackCredentials", "Register"], id="re-register-quietly"),
-        pytest.param(binding(), FOREIGN, CREDENTIALS, ["TrackCredentials", "EmitEvent"], id="conflict"),
+        pytest.param(binding(), FOREIGN, CREDENTIALS, ["TrackCredentials", "Event"], id="conflict"),
     ],
 )
 def test_registration_plan(body: Any, generated: Any, credentials: Any, want: list[str]) -> None:
-    facts = registering.RegistrationFacts(Key("registration", NS, "b1"), body, generated, credentials=credentials)
-    actions = registering.RegistrationReconciler.plan(facts)
+    facts = registering_plan.RegistrationFacts(
+        Key("registration", NS, "b1"),
+        None if body is None else BindingView.of(body),
+        ObjectView.maybe(generated),
+        credentials=credentials,
+    )
+    actions = registering_plan.plan(facts)
     assert kinds(actions) == want
     for action in actions:
-        if isinstance(action, registering.Register):
+        if isinstance(action, registering_plan.Register):
             assert action.manifest["spec"]["serviceEndpointDefinition"][0]["valueFromSecret"]["name"] == "b1-endpoint"
-        if isinstance(action, registering.EmitEvent) and generated is FOREIGN:
-            assert action.reason is Reason.REGISTRATION_CONFLICT and action.warning
+        if isinstance(action, acts.Event) and generated is FOREIGN:
+            assert action.reason == Reason.REGISTRATION_CONFLICT and action.warning
 
 
 # -- claims ----------------------------------------------------------------------------------------------
@@ -176,6 +184,14 @@ def service_body(name: str = "pg", *, claimed_by: str | None = None, state: str 
     }
 
 
+def claim_facts(
+    body: dict[str, Any], index: Index, *, holding: tuple[str, ...] = (), services: Any = None
+) -> claim_plan.ClaimFacts:
+    """ClaimFacts as observe builds them: views over the bodies."""
+    views = {k: None if v is None else ServiceView.of(v) for k, v in (services or {}).items()}
+    return claim_plan.ClaimFacts(ClaimView.of(body), SETTINGS, index, holding=holding, services=views)
+
+
 HELD = Candidate(
     "old", identity=frozenset({("type", "redis")}), state=ServiceState.CLAIMED, claimed_by="c1", namespace=NS
 )
@@ -190,17 +206,19 @@ SETTINGS = ClaimsSettings()
             claim(deletionTimestamp="now", status={"registeredService": "pg"}),
             (),
             {"pg": service_body(claimed_by="c1", state="Claimed")},
-            ["Release", "RemoveFinalizer"],
+            ["Release", "EnsureFinalizer(present=False)"],
             id="finalize-releases-what-it-holds",
         ),
         pytest.param(
             claim(deletionTimestamp="now", status={"registeredService": "pg"}),
             (),
             {"pg": service_body(claimed_by="other")},
-            ["RemoveFinalizer"],
+            ["EnsureFinalizer(present=False)"],
             id="finalize-never-frees-anothers",
         ),
-        pytest.param(claim(finalizers=()), (), {}, ["AddFinalizer", "WriteStatus"], id="new-claim-pending"),
+        pytest.param(
+            claim(finalizers=()), (), {}, ["EnsureFinalizer(present=True)", "WriteStatus"], id="new-claim-pending"
+        ),
         pytest.param(
             claim(status={"state": ClaimState.PENDING.value}), (), {}, ["WriteStatus"], id="pending-no-services"
         ),
@@ -219,23 +237,23 @@ SETTINGS = ClaimsSettings()
 )
 def test_claim_plan(body: dict[str, Any], index: Any, services: Any, want: list[str]) -> None:
     holding = tuple(c.name for c in index if c.claimed_by == "c1")
-    facts = claiming.ClaimFacts(body, SETTINGS, Index(index), holding=holding, services=services)
-    assert kinds(claiming.ClaimReconciler.plan(facts)) == want
+    facts = claim_facts(body, Index(index), holding=holding, services=services)
+    assert kinds(claim_plan.plan(facts)) == want
 
 
 def test_claim_plan_take_is_guarded_by_the_matched_version() -> None:
     chosen = Candidate(**{**AVAILABLE.__dict__, "resource_version": "42"})
-    facts = claiming.ClaimFacts(claim(), SETTINGS, Index([chosen]), services={"pg": service_body()})
-    take = next(a for a in claiming.ClaimReconciler.plan(facts) if isinstance(a, claiming.Take))
+    facts = claim_facts(claim(), Index([chosen]), services={"pg": service_body()})
+    take = next(a for a in claim_plan.plan(facts) if isinstance(a, claim_plan.Take))
     assert (take.service, take.resource_version, take.patch) == ("pg", "42", {"claimedBy": "c1", "state": "Claimed"})
 
 
 def test_claim_plan_invalid_spec() -> None:
     body = claim(status={"state": ClaimState.RESOLVED.value})
     body["spec"] = {"serviceClassIdentity": "not a list"}
-    actions = claiming.ClaimReconciler.plan(claiming.ClaimFacts(body, SETTINGS, Index([])))
+    actions = claim_plan.plan(claim_facts(body, Index([])))
     write = actions[-1]
-    assert isinstance(write, claiming.WriteStatus) and write.patch["state"] == ClaimState.INVALID.value
+    assert isinstance(write, acts.WriteStatus) and write.patch["state"] == ClaimState.INVALID.value
 
 
 # -- registered services -----------------------------------------------------------------------------------
@@ -244,8 +262,9 @@ NOW = 1000.0
 WALL = datetime.datetime(2024, 1, 1, tzinfo=datetime.UTC)
 
 
-def registered_facts(body: dict[str, Any], **fields: Any) -> registered.RegisteredFacts:
-    return registered.RegisteredFacts(Key("registered", NS, body["metadata"]["name"]), body, NOW, WALL, 5.0, **fields)
+def registered_facts(body: dict[str, Any], **fields: Any) -> registered_plan.RegisteredFacts:
+    key = Key("registered", NS, body["metadata"]["name"])
+    return registered_plan.RegisteredFacts(key, ServiceView.of(body), NOW, WALL, 5.0, **fields)
 
 
 def with_check(body: dict[str, Any]) -> dict[str, Any]:
@@ -263,19 +282,19 @@ def new(body: dict[str, Any]) -> dict[str, Any]:
     [
         pytest.param(
             registered_facts(new(service_body())),
-            ["WriteStatus", "ForgetChecks", "WriteStatus"],
+            ["WriteStatus", "ForgetObject", "WriteStatus"],
             None,
             id="new-unchecked-becomes-available",
         ),
         pytest.param(
             registered_facts(service_body(claimed_by="c1")),
-            ["ForgetChecks", "WriteStatus"],
+            ["ForgetObject", "WriteStatus"],
             None,
             id="holder-gone-released",
         ),
         pytest.param(
             registered_facts(service_body(claimed_by="c1", state="Claimed"), holder_exists=True),
-            ["ForgetChecks", "WriteStatus"],
+            ["ForgetObject", "WriteStatus"],
             None,
             id="held-unchecked-claimed",
         ),
@@ -293,40 +312,40 @@ def new(body: dict[str, Any]) -> dict[str, Any]:
         ),
     ],
 )
-def test_registered_plan(facts: registered.RegisteredFacts, want: list[str], requeue: float | None) -> None:
-    actions = registered.RegisteredReconciler.plan(facts)
-    assert kinds(actions) == [*want, "Requeue"]
-    last = actions[-1]
-    assert isinstance(last, registered.Requeue) and last.seconds == requeue
+def test_registered_plan(facts: registered_plan.RegisteredFacts, want: list[str], requeue: float | None) -> None:
+    """No Requeue: the service's (or the prober's) next event brings it back."""
+    actions = registered_plan.plan(facts)
+    assert kinds(actions) == want
+    assert not any(isinstance(a, acts.Requeue) for a in actions) and requeue is None
 
 
 def test_registered_plan_missing_secret_is_undetermined() -> None:
     body = service_body()
     body["spec"]["serviceEndpointDefinition"] = [{"name": "pw", "valueFromSecret": {"name": "s", "key": "pw"}}]
-    actions = registered.RegisteredReconciler.plan(registered_facts(body, secrets={"s": None}))
-    assert kinds(actions) == ["DropSchedule", "WriteStatus", "Requeue"]
+    actions = registered_plan.plan(registered_facts(body, secrets={"s": None}))
+    assert kinds(actions) == ["DropSchedule", "WriteStatus"]
     write = actions[1]
-    assert isinstance(write, registered.WriteStatus) and write.patch["state"] == ServiceState.UNDETERMINED.value
+    assert isinstance(write, acts.WriteStatus) and write.patch["state"] == ServiceState.UNDETERMINED.value
 
 
 def test_registered_plan_probe_not_due_asks_to_come_back() -> None:
     body = with_check(service_body())
     check_fingerprint = next(
         a.schedule.fingerprint
-        for a in registered.RegisteredReconciler.plan(registered_facts(body))
-        if isinstance(a, registered.SetSchedule)
+        for a in registered_plan.plan(registered_facts(body))
+        if isinstance(a, registered_plan.SetSchedule)
     )
-    schedule = registered.Schedule(check_fingerprint, NOW + 10)
-    actions = registered.RegisteredReconciler.plan(registered_facts(body, schedule=schedule))
-    assert [a for a in actions if isinstance(a, registered.SubmitProbe)] == []
-    assert actions[-1] == registered.Requeue(10.0)
+    schedule = registered_plan.Schedule(check_fingerprint, NOW + 10)
+    actions = registered_plan.plan(registered_facts(body, schedule=schedule))
+    assert [a for a in actions if isinstance(a, registered_plan.SubmitProbe)] == []
+    assert actions[-1] == acts.Requeue(10.0)
 
 
 def test_registered_plan_submits_the_probe_it_builds() -> None:
-    actions = registered.RegisteredReconciler.plan(registered_facts(with_check(service_body())))
-    submit = next(a for a in actions if isinstance(a, registered.SubmitProbe))
+    actions = registered_plan.plan(registered_facts(with_check(service_body())))
+    submit = next(a for a in actions if isinstance(a, registered_plan.SubmitProbe))
     assert submit.probe == TcpProbe(host="db", port=5432, timeout=5.0)
-    assert registered.SetSchedule(registered.Schedule(submit.fingerprint, math.inf)) in actions
+    assert registered_plan.SetSchedule(registered_plan.Schedule(submit.fingerprint, math.inf)) in actions
 
 
 # The SFCluster plan's table: tests/multicluster/test_cluster_plan.py (exact action lists).

@@ -9,7 +9,12 @@ ConditionStatus = Literal["True", "False", "Unknown"]
 
 
 def now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return stamp(datetime.datetime.now(datetime.UTC))
+
+
+def stamp(moment: datetime.datetime) -> str:
+    """A condition's ``lastTransitionTime`` for ``moment`` (UTC, seconds)."""
+    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def with_condition(

@@ -48,6 +48,7 @@ from opbroker.api.conventions import may_refer
 from opbroker.api.errors import field_errors
 from opbroker.api.primaza import RegisteredService, ServiceClaim, ServiceState
 from opbroker.controller.claims.core import constraints, names
+from opbroker.controller.claims.core.views import ServiceView
 from opbroker.controller.claims.reasons import Rejection
 
 IdentityPair = tuple[str, str]
@@ -81,24 +82,25 @@ class Candidate:
         return (self.namespace, self.name)
 
 
-def candidate_of(body: Mapping[str, Any]) -> Candidate:
-    """Digest a RegisteredService as on the wire (an invalid one becomes a candidate with a problem)."""
-    meta = body.get("metadata") or {}
-    status = body.get("status") or {}
+def candidate_of(service: ServiceView | Mapping[str, Any]) -> Candidate:
+    """Digest a RegisteredService (a view, or the body as on the wire); an invalid one becomes a candidate with a
+    problem."""
+    view = service if isinstance(service, ServiceView) else ServiceView.of(service)
+    meta = view.meta
     try:
-        state = ServiceState(status["state"]) if status.get("state") else None
+        state = ServiceState(view.state) if view.state else None
     except ValueError:
         state = None
     common: dict[str, Any] = {
-        "name": meta.get("name", ""),
+        "name": meta.name,
         "state": state,
-        "claimed_by": status.get("claimedBy") or None,
-        "deleting": bool(meta.get("deletionTimestamp")),
-        "resource_version": meta.get("resourceVersion"),
-        "namespace": meta.get("namespace") or "",
+        "claimed_by": view.claimed_by,
+        "deleting": meta.deleting,
+        "resource_version": meta.resource_version,
+        "namespace": meta.namespace,
     }
     try:
-        model = RegisteredService.model_validate({k: v for k, v in body.items() if k != "status"})
+        model = RegisteredService.model_validate({k: v for k, v in view.wire.items() if k != "status"})
     except ValidationError as exc:
         return Candidate(problem="; ".join(field_errors(exc)), **common)
     spec = model.spec

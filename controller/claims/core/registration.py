@@ -29,30 +29,46 @@ from collections.abc import Mapping
 from typing import Any
 
 from opbroker.api.conventions import ANNOTATION_OWNER_UID, CREDENTIALS_KEY, LABEL_MANAGED_BY, MANAGED_BY, owned_by
+from opbroker.api.osb import SFServiceBinding
 from opbroker.api.primaza import RegisteredService
 from opbroker.controller.claims.core import names
+from opbroker.controller.core.views import BindingView, Meta, _mapping, _text
 
 _KEY = re.compile(r"^[A-Za-z0-9._-]+$")
 DEFAULT_PROVIDER = "opbroker"
 
 
-def _meta(obj: Mapping[str, Any] | None, field: str) -> dict[str, str]:
-    found: dict[str, str] = ((obj or {}).get("metadata") or {}).get(field) or {}
-    return found
+Binding = BindingView | Mapping[str, Any]
+"""A broker binding: its view, or its body as on the wire (the watch handlers hand in bodies)."""
 
 
-def opted_in(binding: Mapping[str, Any], plan: Mapping[str, Any] | None) -> bool:
-    own = _meta(binding, "annotations").get(names.ANNOTATION_REGISTER)
+def _view(binding: Binding) -> BindingView:
+    return binding if isinstance(binding, BindingView) else BindingView.of(binding)
+
+
+def _entry_meta(entry: Mapping[str, Any] | None) -> Meta:
+    """The metadata of a catalog entry body (SFPlan, SFService) the OSB catalog holds."""
+    return Meta.of((entry or {}).get("metadata"))
+
+
+def _entry_name(entry: Mapping[str, Any] | None) -> str | None:
+    """A catalog entry's ``spec.name``."""
+    spec = (entry or {}).get("spec")
+    name = spec.get("name") if isinstance(spec, Mapping) else None
+    return name if isinstance(name, str) and name else None
+
+
+def opted_in(binding: Binding, plan: Mapping[str, Any] | None) -> bool:
+    own = _view(binding).meta.annotations.get(names.ANNOTATION_REGISTER)
     if own is not None:
         return own.strip().lower() == "true"
-    plan_value = _meta(plan, "labels").get(names.ANNOTATION_REGISTER) or _meta(plan, "annotations").get(
-        names.ANNOTATION_REGISTER
-    )
+    plan_meta = _entry_meta(plan)
+    plan_value = plan_meta.labels.get(names.ANNOTATION_REGISTER) or plan_meta.annotations.get(names.ANNOTATION_REGISTER)
     return (plan_value or "").strip().lower() == "true"
 
 
-def setting(binding: Mapping[str, Any], plan: Mapping[str, Any] | None, key: str) -> str | None:
-    return _meta(binding, "annotations").get(key) or _meta(plan, "annotations").get(key)
+def setting(binding: Binding, plan: Mapping[str, Any] | None, key: str) -> str | None:
+    return _view(binding).meta.annotations.get(key) or _entry_meta(plan).annotations.get(key)
 
 
 def credentials_of(secret_data: Mapping[str, str] | None) -> dict[str, Any] | None:
@@ -78,32 +94,32 @@ def flatten(credentials: Mapping[str, Any]) -> dict[str, str]:
     return dict(sorted(flat.items()))
 
 
-def _owner(binding: Mapping[str, Any]) -> dict[str, Any]:
-    meta = binding["metadata"]
+def _owner(binding: BindingView) -> dict[str, Any]:
     return {
-        "apiVersion": binding["apiVersion"],
-        "kind": binding["kind"],
-        "name": meta["name"],
-        "uid": meta["uid"],
+        "apiVersion": SFServiceBinding.api_version_string(),
+        "kind": SFServiceBinding.KIND,
+        "name": binding.meta.name,
+        "uid": binding.meta.uid,
         "blockOwnerDeletion": True,
     }
 
 
-def _labels(binding: Mapping[str, Any]) -> dict[str, str]:
-    return {LABEL_MANAGED_BY: MANAGED_BY, names.LABEL_SOURCE_BINDING: names.label_value(binding["metadata"]["name"])}
+def _labels(binding: BindingView) -> dict[str, str]:
+    return {LABEL_MANAGED_BY: MANAGED_BY, names.LABEL_SOURCE_BINDING: names.label_value(binding.meta.name)}
 
 
-def endpoint_secret(binding: Mapping[str, Any], flat: Mapping[str, str]) -> dict[str, Any]:
-    meta = binding["metadata"]
+def endpoint_secret(binding: Binding, flat: Mapping[str, str]) -> dict[str, Any]:
+    view = _view(binding)
+    meta = view.meta
     return {
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": {
-            "name": names.endpoint_secret_name(meta["name"]),
-            "namespace": meta["namespace"],
-            "labels": _labels(binding),
-            "annotations": {ANNOTATION_OWNER_UID: meta["uid"]},
-            "ownerReferences": [_owner(binding)],
+            "name": names.endpoint_secret_name(meta.name),
+            "namespace": meta.namespace,
+            "labels": _labels(view),
+            "annotations": {ANNOTATION_OWNER_UID: meta.uid},
+            "ownerReferences": [_owner(view)],
         },
         "type": "Opaque",
         "data": {key: base64.b64encode(value.encode()).decode() for key, value in flat.items()},
@@ -111,23 +127,23 @@ def endpoint_secret(binding: Mapping[str, Any], flat: Mapping[str, str]) -> dict
 
 
 def registered_service(
-    binding: Mapping[str, Any],
+    binding: Binding,
     keys: list[str],
     *,
     service: Mapping[str, Any] | None,
     plan: Mapping[str, Any] | None,
 ) -> dict[str, Any]:
     """The RegisteredService standing for a broker binding (see the module docstring)."""
-    meta = binding["metadata"]
-    spec = binding.get("spec") or {}
-    service_name = ((service or {}).get("spec") or {}).get("name") or spec.get("serviceId", "")
-    plan_name = ((plan or {}).get("spec") or {}).get("name") or spec.get("planId", "")
+    view = _view(binding)
+    meta = view.meta
+    service_name = _entry_name(service) or _text(_mapping(view.wire.get("spec")).get("serviceId")) or ""
+    plan_name = _entry_name(plan) or view.plan_id
     identity = [
         {"name": "type", "value": setting(binding, plan, names.ANNOTATION_TYPE) or service_name},
         {"name": "provider", "value": setting(binding, plan, names.ANNOTATION_PROVIDER) or DEFAULT_PROVIDER},
         {"name": "plan", "value": plan_name},
     ]
-    secret = names.endpoint_secret_name(meta["name"])
+    secret = names.endpoint_secret_name(meta.name)
     body: dict[str, Any] = {
         "serviceClassIdentity": identity,
         "serviceEndpointDefinition": [{"name": k, "valueFromSecret": {"name": secret, "key": k}} for k in keys],
@@ -142,11 +158,11 @@ def registered_service(
         "apiVersion": RegisteredService.api_version_string(),
         "kind": RegisteredService.KIND,
         "metadata": {
-            "name": meta["name"],
-            "namespace": meta["namespace"],
-            "labels": _labels(binding),
-            "annotations": {ANNOTATION_OWNER_UID: meta["uid"]},
-            "ownerReferences": [_owner(binding)],
+            "name": meta.name,
+            "namespace": meta.namespace,
+            "labels": _labels(view),
+            "annotations": {ANNOTATION_OWNER_UID: meta.uid},
+            "ownerReferences": [_owner(view)],
         },
         "spec": body,
     }

@@ -179,8 +179,10 @@ def status_conditions(
     record: HealthRecord,
     state: ServiceState,
     generation: int | None,
+    timestamp: str | None = None,
 ) -> list[dict[str, Any]]:
-    """The ``Healthy`` condition (the persisted health record) and ``Ready`` (Available or Claimed)."""
+    """The ``Healthy`` condition (the persisted health record) and ``Ready`` (Available or Claimed);
+    ``timestamp``: a flipped condition's transition time (the injected clock's; None: the wall clock now)."""
     healthy: conditions.ConditionStatus = "Unknown"
     if record.result == Result.PASSED:
         healthy = "True"
@@ -193,6 +195,7 @@ def status_conditions(
         reason=record.reason.value,
         message=record.message,
         generation=generation,
+        timestamp=timestamp,
     )
     ready = state in (ServiceState.AVAILABLE, ServiceState.CLAIMED)
     return conditions.with_condition(
@@ -202,6 +205,7 @@ def status_conditions(
         reason=transition_reason(state).value,
         message=f"state {state.value}",
         generation=generation,
+        timestamp=timestamp,
     )
 
 

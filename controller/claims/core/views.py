@@ -1,0 +1,153 @@
+"""Typed, read-only views over the claims kinds' wire objects (as :mod:`opbroker.controller.core.views` for
+instances and bindings): the plans decide on attributes, not on string keys read out of nested dicts.
+
+They tolerate what the server adds (unknown fields are ignored) and a field of the wrong type reads as absent.
+``wire`` keeps the body as read for what needs the whole object (a pydantic model of the spec, a manifest's
+owner); nothing writes to it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from opbroker.api.conventions import ANNOTATION_OWNER_UID
+from opbroker.controller.core.views import ConditionView, Meta, _conditions, _mapping, _strings, _text
+
+
+def _condition_list(value: object) -> tuple[Mapping[str, Any], ...]:
+    return tuple(c for c in value if isinstance(c, Mapping)) if isinstance(value, list) else ()
+
+
+@dataclass(frozen=True)
+class Stamped:
+    """What every stamped object shares: its metadata and whose it is (``opbroker.io/owner-uid``)."""
+
+    meta: Meta
+
+    def owned_by(self, uid: str) -> bool:
+        return bool(uid) and self.meta.annotations.get(ANNOTATION_OWNER_UID) == uid
+
+
+@dataclass(frozen=True)
+class ClaimView(Stamped):
+    """A ServiceClaim as read."""
+
+    state: str | None
+    registered_service: str | None
+    """The service the status says it holds (as the claim names it: ``ns/name`` when of another namespace)."""
+    binding_secret: str | None
+    reason: str | None
+    conditions: tuple[Mapping[str, Any], ...]
+    candidates: tuple[Mapping[str, Any], ...]
+    """``status.candidates``: the verdicts last written (plain JSON, compared whole)."""
+    service_namespaces: tuple[str, ...]
+    """``spec.serviceNamespaces``, deduplicated in order."""
+    environment: str
+    """``spec.environmentTag`` ("" when absent)."""
+    application_kind: tuple[str, str] | None
+    """The workload kind ``spec.application`` selects (apiVersion, kind; Deployments by default), None: none."""
+    wire: Mapping[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def of(cls, body: Mapping[str, Any]) -> ClaimView:
+        status = _mapping(body.get("status"))
+        spec = _mapping(body.get("spec"))
+        application = spec.get("application")
+        kind = None
+        if isinstance(application, Mapping) and application:
+            kind = (_text(application.get("apiVersion")) or "apps/v1", _text(application.get("kind")) or "Deployment")
+        return cls(
+            meta=Meta.of(body.get("metadata")),
+            state=_text(status.get("state")),
+            registered_service=_text(status.get("registeredService")),
+            binding_secret=_text(status.get("bindingSecret")),
+            reason=_text(status.get("reason")),
+            conditions=_condition_list(status.get("conditions")),
+            candidates=_condition_list(status.get("candidates")),
+            service_namespaces=tuple(dict.fromkeys(_strings(spec.get("serviceNamespaces")))),
+            environment=_text(spec.get("environmentTag")) or "",
+            application_kind=kind,
+            wire=body,
+        )
+
+    def condition(self, type_: str) -> Mapping[str, Any] | None:
+        return next((c for c in self.conditions if c.get("type") == type_), None)
+
+    def condition_reason(self, type_: str) -> str | None:
+        """The reason of its condition ``type_`` (None: no such condition, or no reason)."""
+        return _text((self.condition(type_) or {}).get("reason"))
+
+
+@dataclass(frozen=True)
+class ServiceView(Stamped):
+    """A RegisteredService as read."""
+
+    state: str | None
+    claimed_by: str | None
+    consecutive_failures: int
+    conditions: tuple[Mapping[str, Any], ...]
+    endpoint_secrets: frozenset[str]
+    """The Secrets its endpoint definition reads (``valueFromSecret.name``), in its own namespace."""
+    wire: Mapping[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def of(cls, body: Mapping[str, Any]) -> ServiceView:
+        status = _mapping(body.get("status"))
+        failures = status.get("consecutiveFailures")
+        items = _mapping(body.get("spec")).get("serviceEndpointDefinition")
+        secrets = frozenset(
+            name
+            for item in (items if isinstance(items, list) else ())
+            if isinstance(item, Mapping) and (name := _text(_mapping(item.get("valueFromSecret")).get("name")))
+        )
+        return cls(
+            meta=Meta.of(body.get("metadata")),
+            state=_text(status.get("state")),
+            claimed_by=_text(status.get("claimedBy")),
+            consecutive_failures=failures if isinstance(failures, int) and not isinstance(failures, bool) else 0,
+            conditions=_condition_list(status.get("conditions")),
+            endpoint_secrets=secrets,
+            wire=body,
+        )
+
+
+@dataclass(frozen=True)
+class ObjectView(Stamped):
+    """A Secret or a Job opbroker writes for a claim or a service: whose it is, its type, its version."""
+
+    type: str | None
+    wire: Mapping[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def of(cls, body: Mapping[str, Any]) -> ObjectView:
+        return cls(meta=Meta.of(body.get("metadata")), type=_text(body.get("type")), wire=body)
+
+    @classmethod
+    def maybe(cls, body: Mapping[str, Any] | None) -> ObjectView | None:
+        return None if body is None else cls.of(body)
+
+
+@dataclass(frozen=True)
+class JobView(ObjectView):
+    """A container check's Job as read: its conditions (Complete, Failed) and when it was created."""
+
+    conditions: tuple[ConditionView, ...] = ()
+    created: object = None
+    """``metadata.creationTimestamp`` (text on the wire; a datetime from some clients)."""
+
+    @classmethod
+    def of(cls, body: Mapping[str, Any]) -> JobView:
+        meta = _mapping(body.get("metadata"))
+        return cls(
+            meta=Meta.of(meta),
+            type=None,
+            wire=body,
+            conditions=_conditions(_mapping(body.get("status")).get("conditions")),
+            created=meta.get("creationTimestamp"),
+        )
+
+    @classmethod
+    def maybe(cls, body: Mapping[str, Any] | None) -> JobView | None:
+        return None if body is None else cls.of(body)
