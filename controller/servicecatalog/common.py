@@ -12,7 +12,6 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -28,32 +27,8 @@ from opbroker.controller.servicecatalog.core.endpoints import (
     auth_secret_ref,
     endpoint,
 )
+from opbroker.controller.servicecatalog.core.offering import Offering, Unresolved
 from opbroker.controller.servicecatalog.resources import BROKERS, CLASSES, CatalogApi
-
-
-class Unresolved(ValueError):
-    """Something the object refers to is missing or unusable; ``reason`` names what, for its condition."""
-
-    def __init__(self, reason: Reason, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-
-
-@dataclass(frozen=True)
-class Offering:
-    """The class, plan and broker an Instance uses, resolved."""
-
-    service_class: dict[str, Any]
-    plan: dict[str, Any]
-    broker: osbclient.Broker
-
-    @property
-    def service_id(self) -> str:
-        return str(self.service_class["externalID"])
-
-    @property
-    def plan_id(self) -> str:
-        return str(self.plan["externalID"])
 
 
 class Resolver:

@@ -58,7 +58,7 @@ class ServiceCatalog:
         memories = runtime.memories
         self.brokers = BrokerReconciler(api, control_plane=control_plane, clock=runtime.clock)
         self.instances = InstanceReconciler(
-            api, memories, control_plane=control_plane, max_operation_seconds=max_operation_seconds
+            api, memories, control_plane=control_plane, max_operation_seconds=max_operation_seconds, clock=runtime.clock
         )
         self.bindings = BindingReconciler(
             api, memories, control_plane=control_plane, max_operation_seconds=max_operation_seconds, writer=writer

@@ -19,6 +19,7 @@ from kubernetes.client.exceptions import ApiException
 from opbroker.api.servicecatalog import Binding, Broker, Instance, ServiceClass
 from opbroker.controller.kube import Kind, Kube
 from opbroker.controller.reconciler import Conflict
+from opbroker.controller.servicecatalog.core.views import FINALIZER
 
 GROUP, VERSION = Broker.GROUP, Broker.VERSION
 BROKERS, CLASSES, INSTANCES, BINDINGS = Broker.PLURAL, ServiceClass.PLURAL, Instance.PLURAL, Binding.PLURAL
@@ -26,7 +27,6 @@ CLUSTER_SCOPED = frozenset({BROKERS, CLASSES})
 
 #: The label naming the Broker a ServiceClass came from (relists find their classes by it).
 BROKER_LABEL = "servicecatalog.k8s.io/broker"
-FINALIZER = "servicecatalog.k8s.io/opbroker"
 
 
 #: Where each kind lives in the API (the Kube door's own addressing).

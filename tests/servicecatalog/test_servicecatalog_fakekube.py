@@ -7,14 +7,14 @@ from __future__ import annotations
 import base64
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from opbroker.api.conventions import DEFAULT_NAMESPACE
 from opbroker.api.servicecatalog import Binding, Broker, Instance, ServiceClass
-from opbroker.controller.reconciler import Conflict, Key, Memories, Outcome
+from opbroker.controller.reconciler import Conflict, FakeClock, Key, Memories, Outcome
 from opbroker.controller.servicecatalog import bindings, instances
 from opbroker.controller.servicecatalog.resources import (
     BINDINGS,
@@ -125,10 +125,8 @@ class World:
     broker: FakeBroker
     instances: instances.InstanceReconciler
     bindings: bindings.BindingReconciler
-    clock: list[float]
-    """The poll clock (monotonic seconds), advanced by the test instead of sleeping."""
-    wall: list[datetime]
-    """The wall clock operations are timed by (``operationStartTime``)."""
+    clock: FakeClock
+    """The reconcilers' clock (polls due, ``operationStartTime``, deadlines), advanced instead of sleeping."""
 
     def instance(self, name: str = "db") -> dict[str, Any]:
         found = self.api.get(INSTANCES, NAMESPACE, name)
@@ -153,8 +151,7 @@ class World:
         return outcomes
 
     def tick(self, seconds: float) -> None:
-        self.clock[0] += seconds
-        self.wall[0] += timedelta(seconds=seconds)
+        self.clock.advance(seconds)
 
     def polls(self) -> int:
         return len(self.broker.calls("GET", "/last_operation"))
@@ -165,9 +162,7 @@ def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
     broker = FakeBroker()
     kube = FakeKube()
     api = CatalogApi(kube)
-    clock, wall = [1000.0], [datetime(2026, 1, 1, tzinfo=UTC)]
-    for module in (instances, bindings):
-        monkeypatch.setattr(module, "now", lambda: wall[0])
+    clock = FakeClock(wall=datetime(2026, 1, 1, tzinfo=UTC))
     with serve(broker) as url:
         credentials = {"username": broker.username, "password": broker.password}
         kube.create(
@@ -194,12 +189,10 @@ def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
             kube,
             api,
             broker,
-            instances.InstanceReconciler(api, memories, max_operation_seconds=3600),
-            bindings.BindingReconciler(api, memories, max_operation_seconds=3600),
+            instances.InstanceReconciler(api, memories, max_operation_seconds=3600, clock=clock),
+            bindings.BindingReconciler(api, memories, max_operation_seconds=3600, clock=clock),
             clock,
-            wall,
         )
-        w.instances.tracking.clock = w.bindings.tracking.clock = lambda: clock[0]
         yield w
 
 
