@@ -294,3 +294,94 @@ def test_an_async_binds_success_is_fetched() -> None:
     body = binding(asyncOpInProgress=True, currentOperation="Bind", operationStartTime=STAMP)
     done = osbclient.LastOperation(state=osbclient.SUCCEEDED)
     assert calls_of(bp.polled(bfacts(body), bp.Request.BIND, done, body)) == [("get_binding", ("ext-1", "ext-1"))]
+
+
+# -- what the API-server tests used to sleep on: nothing is sent (the decision, not a wait) ---------------------
+
+NOT_SHARED = Unresolved(Reason.REFERENCE_NOT_SHARED, "instance p/orders-db is not shared with namespace 'n'")
+NOT_OWNED = Unresolved(Reason.SECRET_NOT_OWNED, "Secret 'db-admin' exists and was not made by this Binding")
+IN_USE = Unresolved(Reason.EXTERNAL_ID_IN_USE, "the id is held by another object")
+
+
+def unresolved(problem: Unresolved) -> list[Any]:
+    """What an object that may not act writes: its Ready condition and Event, a look again in 30 s — no Call."""
+    event = a.Event(problem.reason.value, str(problem), warning=True)
+    written = a.WriteStatus({"conditions": [ready("False", problem.reason, str(problem))]}, event=event)
+    return [written, a.Requeue(30.0)]
+
+
+@pytest.mark.parametrize(
+    ("row", "given"),
+    [
+        ("not shared with its namespace", bfacts(binding(), consented=False, offering=None, problem=NOT_SHARED)),
+        ("shared, but not resolved (no consent)", bfacts(binding(), consented=False, problem=NOT_SHARED)),
+        ("its secretName is someone else's Secret", bfacts(binding(), problem=NOT_OWNED)),
+    ],
+)
+def test_a_binding_that_may_not_use_its_instance_sends_nothing(row: str, given: bp.BindingFacts) -> None:
+    assert given.problem is not None
+    assert bp.plan(given) == unresolved(given.problem), row
+
+
+FORGED = {"provisionStatus": "Provisioned", "deprovisionStatus": "Required", "externalID": "victims"}
+
+
+@pytest.mark.parametrize(
+    ("row", "given", "want"),
+    [
+        ("instance, status forged", facts(obj(**FORGED), owns_id=False, problem=IN_USE), unresolved(IN_USE)),
+        (
+            "instance, forged operation in flight",
+            facts(obj(asyncOpInProgress=True, **FORGED), owns_id=False, problem=IN_USE),
+            unresolved(IN_USE),
+        ),
+        (
+            "instance deleted, forged: no deprovision",
+            facts(obj(deleting=True, **FORGED), owns_id=False, problem=IN_USE),
+            [a.EnsureFinalizer(False)],
+        ),
+        (
+            "binding, forged bound",
+            bfacts(binding(unbindStatus="Required"), owns_ids=False, problem=IN_USE),
+            unresolved(IN_USE),
+        ),
+        (
+            "binding deleted, forged bound: no unbind",
+            bfacts(binding(deleting=True, unbindStatus="Required"), owns_ids=False, problem=IN_USE),
+            [bp.ReleaseCredentials("n", "creds", "u-1"), a.EnsureFinalizer(False)],
+        ),
+    ],
+)
+def test_an_object_without_its_id_sends_nothing(row: str, given: Any, want: list[Any]) -> None:
+    plan = bp.plan if isinstance(given, bp.BindingFacts) else ip.plan
+    assert plan(given) == want, row
+
+
+FAILED = {"type": "Failed", "status": "True", "reason": "ProvisionCallFailed", "message": "no", "observedGeneration": 1}
+
+
+def test_a_final_mitigation_ends_without_a_retry_and_then_nothing_is_due() -> None:
+    """A provision failed for good, its orphan mitigation done: one status write, no requeue, no pacing — and
+    the status it leaves plans nothing (no provision until the spec changes)."""
+    mitigating = obj(orphanMitigationInProgress=True, observedGeneration=1, conditions=[FAILED])
+    (write,) = ip.removal_answered(facts(mitigating), osbclient.InstanceResult(200), mitigating)
+    assert isinstance(write, a.WriteStatus) and write.event is None
+    after = {**mitigating, "status": {**mitigating["status"], **write.patch}}
+    assert (
+        after["status"]["deprovisionStatus"] == "Succeeded" and after["status"]["orphanMitigationInProgress"] is False
+    )
+    ready_now = next(c for c in after["status"]["conditions"] if c["type"] == "Ready")
+    assert ready_now["reason"] == Reason.ORPHAN_MITIGATION_SUCCESSFUL.value and "stays failed" in ready_now["message"]
+    assert ip.plan(facts(after)) == []
+
+
+def test_a_final_bind_mitigation_ends_without_a_retry_and_then_nothing_is_due() -> None:
+    failed = {**FAILED, "reason": "BindCallFailed"}
+    mitigating = binding(orphanMitigationInProgress=True, observedGeneration=1, conditions=[failed])
+    mitigating["status"]["unbindStatus"] = "Required"
+    release, write = bp.removal_answered(bfacts(mitigating), osbclient.BindingResult(200), mitigating)
+    assert release == bp.ReleaseCredentials("n", "creds", "u-1") and isinstance(write, a.WriteStatus)
+    after = {**mitigating, "status": {**mitigating["status"], **write.patch}}
+    ready_now = next(c for c in after["status"]["conditions"] if c["type"] == "Ready")
+    assert ready_now["reason"] == Reason.ORPHAN_MITIGATION_SUCCESSFUL.value and "stays failed" in ready_now["message"]
+    assert bp.plan(bfacts(after)) == []
