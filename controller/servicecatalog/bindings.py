@@ -37,11 +37,11 @@ from opbroker.api.servicecatalog import ProvisionStatus
 from opbroker.controller.claims import workloads
 from opbroker.controller.core import refusals
 from opbroker.controller.core.reasons import Reason
-from opbroker.controller.executor import Executor, Run, Target
+from opbroker.controller.executor import Effect, Executor, Run, Target
 from opbroker.controller.kube import Kube
 from opbroker.controller.reconciler import SYSTEM, Clock, Key, Memories, ObservePlanAct, Outcome
 from opbroker.controller.servicecatalog import effects
-from opbroker.controller.servicecatalog.common import Clients, Resolver, Unresolved, pacing
+from opbroker.controller.servicecatalog.common import Clients, Resolver, pacing
 from opbroker.controller.servicecatalog.core import binding_plan, tenancy
 from opbroker.controller.servicecatalog.core.binding_plan import (
     SECRET_TYPE,
@@ -60,7 +60,9 @@ from opbroker.controller.servicecatalog.core.binding_plan import (
     unstorable_keys,
 )
 from opbroker.controller.servicecatalog.core.calls import POLLS
-from opbroker.controller.servicecatalog.resources import BINDINGS, FINALIZER, INSTANCES, KINDS, CatalogApi
+from opbroker.controller.servicecatalog.core.offering import Unresolved
+from opbroker.controller.servicecatalog.core.views import FINALIZER
+from opbroker.controller.servicecatalog.resources import BINDINGS, INSTANCES, KINDS, CatalogApi
 
 __all__ = [
     "SECRET_TYPE",
@@ -101,7 +103,11 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Any]):
         self.transport: Any = None
         self.clients = Clients()
         target = Target(api.kube, KINDS[BINDINGS], self.kind, finalizer=FINALIZER)
-        own = {StoreCredentials: self._store, ReleaseCredentials: self._release, Project: self._project}
+        own: dict[type, Effect] = {
+            StoreCredentials: self._store,
+            ReleaseCredentials: self._release,
+            Project: self._project,
+        }
         self.executor = Executor(target, {**effects.effects(self.clients, lambda: self.transport, self.paces), **own})
 
     def observe(self, key: Key) -> BindingFacts | None:
@@ -185,10 +191,6 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Any]):
             f"instance {namespace}/{name} is not shared with namespace {own!r} (or does not exist): its owner must "
             f"list {own!r} (or '*') in the Instance's spec.shareWith; nothing is sent to the broker until then",
         )
-
-    def _holds(self, body: dict[str, Any], plural: str) -> bool:
-        """Whether ``body`` holds its OSB id (a chosen id is checked against every object of its kind)."""
-        return not tenancy.chosen(body) or tenancy.holds_external_id(body, self.api.list(plural))
 
     def _holds(self, body: dict[str, Any], plural: str) -> bool:
         """Whether ``body`` holds its OSB id (a chosen id is checked against every object of its kind)."""

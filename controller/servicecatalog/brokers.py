@@ -169,8 +169,8 @@ class BrokerReconciler(ObservePlanAct[BrokerFacts, Any]):
             "serviceClassCount": count,
             "brokerAPIVersion": facts.spoken,
         }
-        event = (Reason.CLASS_NAME_CONFLICT, message, True) if changes.conflicts else problem_event
-        actions: list[Any] = [WriteClasses(changes, partial(relisted, new_status, event, facts.now))]
+        said = (Reason.CLASS_NAME_CONFLICT, message, True) if changes.conflicts else problem_event
+        actions: list[Any] = [WriteClasses(changes, partial(relisted, new_status, said, facts.now))]
         if spec.get("relistBehavior", "Duration") == "Duration":
             actions.append(come_back(parse_go_duration(spec.get("relistDuration") or "15m").total_seconds()))
         return actions

@@ -39,7 +39,7 @@ from opbroker.controller.executor import Executor, Target
 from opbroker.controller.reconciler import SYSTEM, Clock, Key, Memories, ObservePlanAct, Outcome
 from opbroker.controller.servicecatalog import effects
 from opbroker.controller.servicecatalog.bindingrefs import BindingRef
-from opbroker.controller.servicecatalog.common import Clients, Resolver, Unresolved, pacing, removed
+from opbroker.controller.servicecatalog.common import Clients, Resolver, pacing, removed
 from opbroker.controller.servicecatalog.core import admission, instance_plan, tenancy
 from opbroker.controller.servicecatalog.core.calls import POLLS
 from opbroker.controller.servicecatalog.core.instance_plan import (
@@ -49,7 +49,9 @@ from opbroker.controller.servicecatalog.core.instance_plan import (
     next_step,
     properties,
 )
-from opbroker.controller.servicecatalog.resources import BINDINGS, FINALIZER, INSTANCES, KINDS, CatalogApi
+from opbroker.controller.servicecatalog.core.offering import Unresolved
+from opbroker.controller.servicecatalog.core.views import FINALIZER
+from opbroker.controller.servicecatalog.resources import BINDINGS, INSTANCES, KINDS, CatalogApi
 
 logger = logging.getLogger(__name__)
 
