@@ -1,7 +1,7 @@
-"""What Instances and Bindings share: resolving class, plan and broker; parameters; status conditions.
-
-Pure helpers, plus :class:`Resolver` (reads). A parameter Secret's values are merged into ``parameters``
-here and never written anywhere but the request to the broker: the status keeps only a checksum.
+"""What Instances and Bindings share at the edge: resolving class, plan and broker and the parameters
+(:class:`Resolver`, reads), and one OSB client per broker (:class:`Clients`). The decisions are the plans'
+(``core``). A parameter Secret's values are merged into ``parameters`` here and never written anywhere but the
+request to the broker: the status keeps only a checksum.
 """
 
 from __future__ import annotations
