@@ -213,8 +213,8 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Any]):
         namespace, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
         door = self.writer(namespace)  # writes as the namespace's account; reads are the controller's
         outcome: str
+        live = self.api.kube.read_secret(namespace, name)
         try:
-            live = self.api.kube.read_secret(namespace, name)
             if not tenancy.may_write_secret(live, action.owner_uid):
                 outcome = Stored.NOT_OURS
             elif live is None:
