@@ -302,6 +302,8 @@ def test_an_instance_never_acts_for_another_tenants_instance_id(
     wait_for(lambda: get(attacker.api, "instances", "squat", attacker.namespace) is None, 30, "the squatter gone")
     wait_for(lambda: get(attacker.api, "bindings", "steal", attacker.namespace) is None, 30, "its binding gone")
     assert [r for r in second_broker.requests() if r["method"] == "DELETE"] == []
+    # The deletions were reconciled on the forged status: nothing was sent for the victim's id, start to end.
+    assert instance_requests(second_broker, victim_id) == [] and binding_requests(second_broker) == []
     assert victim_id in second_broker.state()["instances"]
     assert_unchanged(before, snapshot(api_client, victim.namespace))
 
