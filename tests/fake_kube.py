@@ -595,5 +595,5 @@ class FakeKube:
     def emit_event(self, obj: dict[str, Any], *, reason: str, message: str, warning: bool = False) -> None:
         meta = obj["metadata"]
         with self._lock:
-            self.calls.append(Call("event", obj["kind"], meta["namespace"], meta["name"]))
+            self.calls.append(Call("event", obj["kind"], meta.get("namespace", ""), meta["name"]))
             self.events.append(event_body(obj, reason=reason, message=message, warning=warning))

@@ -2,7 +2,9 @@
 
 observe reads the Broker, its auth Secret (only from the control-plane namespace: one named elsewhere is
 refused, ``AuthSecretNotInControlPlane``, unread) and — only when a relist is due — the catalog and the classes
-held; plan (pure) turns that into class writes and the Broker's status; act writes them. A relist is due
+held; plan (pure) turns that into class writes and the Broker's status; act only runs those actions through the
+one executor (the class writes are an effect whose refusals the pure :func:`relisted` turns into the status
+written after them). A relist is due
 on a new or changed spec, a bumped ``relistRequests``, a failed last attempt, or ``relistDuration`` after
 the last success (``relistBehavior: Manual`` relists on request only).
 
@@ -16,9 +18,10 @@ object would be refused again) is reported the same way after the writes, never 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from typing import Any, ClassVar
 
 from kubernetes.client.exceptions import ApiException
@@ -26,16 +29,18 @@ from kubernetes.client.exceptions import ApiException
 from opbroker import osbclient
 from opbroker.api.conventions import DEFAULT_NAMESPACE
 from opbroker.api.servicecatalog import parse_go_duration
+from opbroker.controller.core import actions as a
 from opbroker.controller.core import refusals
 from opbroker.controller.core.decisions import now as now_text
 from opbroker.controller.core.decisions import ready_condition
 from opbroker.controller.core.reasons import Reason
-from opbroker.controller.reconciler import DONE, Key, ObservePlanAct, Outcome, requeue
+from opbroker.controller.executor import Executor, Run, Target
+from opbroker.controller.reconciler import Key, ObservePlanAct, Outcome
 from opbroker.controller.reconciler.clock import SYSTEM, Clock
 from opbroker.controller.servicecatalog import relisting
 from opbroker.controller.servicecatalog.core.endpoints import EndpointProblem, auth_secret_ref, endpoint
 from opbroker.controller.servicecatalog.relisting import ClassChanges
-from opbroker.controller.servicecatalog.resources import BROKERS, CLASSES, CatalogApi
+from opbroker.controller.servicecatalog.resources import BROKERS, CLASSES, KINDS, CatalogApi
 
 logger = logging.getLogger(__name__)
 
@@ -62,24 +67,24 @@ class BrokerFacts:
 
 @dataclass(frozen=True)
 class WriteClasses:
+    """Write the classes of a relist; ``then``: the pure continuation that turns the ones the API server
+    refused for good into the actions that follow (:func:`relisted`)."""
+
     changes: ClassChanges
+    then: Callable[[list[osbclient.catalog.Problem], Mapping[str, Any]], Sequence[Any]] | None = field(
+        default=None, compare=False, repr=False
+    )
 
 
-@dataclass(frozen=True)
-class WriteStatus:
-    status: dict[str, Any]
-    event: tuple[Reason, str, bool] | None = None
+#: The shortest wait before a Broker is looked at again (a relist due "now" must not make a busy loop).
+MIN_COME_BACK = 0.5
 
 
-@dataclass(frozen=True)
-class ComeBack:
-    seconds: float
+def come_back(seconds: float) -> a.Requeue:
+    return a.Requeue(max(seconds, MIN_COME_BACK))
 
 
-BrokerAction = WriteClasses | WriteStatus | ComeBack
-
-
-class BrokerReconciler(ObservePlanAct[BrokerFacts, BrokerAction]):
+class BrokerReconciler(ObservePlanAct[BrokerFacts, Any]):
     kind: ClassVar[str] = "scbroker"
 
     def __init__(
@@ -91,6 +96,8 @@ class BrokerReconciler(ObservePlanAct[BrokerFacts, BrokerAction]):
         self.control_plane = control_plane
         """The only namespace a Broker's auth Secret is read from."""
         self.transport = transport
+        target = Target(api.kube, KINDS[BROKERS], self.kind)
+        self.executor = Executor(target, {WriteClasses: self._write})
 
     def observe(self, key: Key) -> BrokerFacts | None:
         body = self.api.get(BROKERS, "", key.name)
@@ -119,23 +126,26 @@ class BrokerReconciler(ObservePlanAct[BrokerFacts, BrokerAction]):
             return client.read_catalog(), client.version
 
     @staticmethod
-    def plan(facts: BrokerFacts) -> Sequence[BrokerAction]:
+    def plan(facts: BrokerFacts) -> Sequence[Any]:
         body = facts.body
         meta, spec, status = body["metadata"], body.get("spec") or {}, body.get("status") or {}
         if facts.due_in is not None and facts.due_in > 0:
-            return (ComeBack(facts.due_in),)
+            return (come_back(facts.due_in),)
         if facts.due_in is None and facts.catalog is None and facts.problem is None:
             return ()
         base = {"observedGeneration": meta.get("generation"), "reconciledRelistRequests": spec.get("relistRequests", 0)}
         if facts.problem is not None:
             reason, message = facts.problem
             conditions = ready_condition(
-                status.get("conditions"), ready=False, reason=reason, message=message, generation=meta.get("generation")
+                status.get("conditions"),
+                ready=False,
+                reason=reason,
+                message=message,
+                generation=meta.get("generation"),
+                at=facts.now,
             )
-            return (
-                WriteStatus({**base, "conditions": conditions}, event=(reason, message, True)),
-                ComeBack(RETRY_SECONDS),
-            )
+            event = a.Event(reason.value, message, warning=True)
+            return (a.WriteStatus({**base, "conditions": conditions}, event=event), come_back(RETRY_SECONDS))
         assert facts.catalog is not None
         changes = relisting.class_changes(body, facts.catalog.services, facts.classes)
         count = changes.listed
@@ -148,9 +158,10 @@ class BrokerReconciler(ObservePlanAct[BrokerFacts, BrokerAction]):
             reason=Reason.FETCHED_CATALOG,
             message=message,
             generation=meta.get("generation"),
+            at=facts.now,
         )
         problems = (*facts.catalog.problems, *changes.problems)
-        conditions, problem_event = completeness(conditions, problems, generation=meta.get("generation"))
+        conditions, problem_event = completeness(conditions, problems, generation=meta.get("generation"), now=facts.now)
         new_status = {
             **base,
             "conditions": conditions,
@@ -158,29 +169,21 @@ class BrokerReconciler(ObservePlanAct[BrokerFacts, BrokerAction]):
             "serviceClassCount": count,
             "brokerAPIVersion": facts.spoken,
         }
-        event = (Reason.CLASS_NAME_CONFLICT, message, True) if changes.conflicts else problem_event
-        actions: list[BrokerAction] = [WriteClasses(changes), WriteStatus(new_status, event=event)]
+        said = (Reason.CLASS_NAME_CONFLICT, message, True) if changes.conflicts else problem_event
+        actions: list[Any] = [WriteClasses(changes, partial(relisted, new_status, said, facts.now))]
         if spec.get("relistBehavior", "Duration") == "Duration":
-            actions.append(ComeBack(parse_go_duration(spec.get("relistDuration") or "15m").total_seconds()))
+            actions.append(come_back(parse_go_duration(spec.get("relistDuration") or "15m").total_seconds()))
         return actions
 
-    def act(self, facts: BrokerFacts, actions: Sequence[BrokerAction]) -> Outcome:
-        outcome = DONE
-        refused: list[osbclient.catalog.Problem] = []
-        for action in actions:
-            if isinstance(action, ComeBack):
-                outcome = requeue(max(action.seconds, 0.5))
-            elif isinstance(action, WriteClasses):
-                refused.extend(self._write_classes(action.changes))
-            else:
-                status, event = action.status, action.event
-                if refused:  # what the API server refused joins what was skipped before writing
-                    status, event = with_refusals(status, refused, facts.body, event)
-                self.api.patch_status(BROKERS, facts.body, status)
-                if event is not None:
-                    reason, message, warning = event
-                    self.api.kube.emit_event(facts.body, reason=reason.value, message=message, warning=warning)
-        return outcome
+    def act(self, facts: BrokerFacts, actions: Sequence[Any]) -> Outcome:
+        return self.executor.run(facts.key, facts.body, actions)
+
+    def _write(self, run: Run, action: WriteClasses) -> None:
+        """The class writes' effect: what the API server refused goes to the plan's continuation."""
+        refused = self._write_classes(action.changes)
+        if action.then is not None:
+            for follow in action.then(refused, run.body):
+                run.perform(follow)
 
     def _write_classes(self, changes: ClassChanges) -> list[osbclient.catalog.Problem]:
         """Write the classes; each one the API server refuses for good (400, 413, 422) is returned as a problem
@@ -217,7 +220,11 @@ class BrokerReconciler(ObservePlanAct[BrokerFacts, BrokerAction]):
 
 
 def completeness(
-    conditions: list[dict[str, Any]], problems: Sequence[osbclient.catalog.Problem], *, generation: int | None
+    conditions: list[dict[str, Any]],
+    problems: Sequence[osbclient.catalog.Problem],
+    *,
+    generation: int | None,
+    now: datetime | None = None,
 ) -> tuple[list[dict[str, Any]], tuple[Reason, str, bool] | None]:
     """``conditions`` with ``CatalogComplete`` set from ``problems``, and the warning event to record (None
     when there is nothing to say). Pure."""
@@ -242,7 +249,7 @@ def completeness(
         "status": status,
         "reason": reason.value,
         "message": message[:1024],
-        "lastTransitionTime": now_text() if changed or old is None else old.get("lastTransitionTime"),
+        "lastTransitionTime": now_text(now) if changed or old is None else old.get("lastTransitionTime"),
         "observedGeneration": generation,
     }
     kept = [c for c in conditions if c.get("type") != CATALOG_COMPLETE]
@@ -254,6 +261,7 @@ def with_refusals(
     refused: Sequence[osbclient.catalog.Problem],
     body: dict[str, Any],
     event: tuple[Reason, str, bool] | None,
+    now: datetime | None = None,
 ) -> tuple[dict[str, Any], tuple[Reason, str, bool] | None]:
     """The planned status and event, with the classes the API server refused counted out and named. Pure."""
     conditions = status.get("conditions") or []
@@ -269,7 +277,7 @@ def with_refusals(
         "status": "False",
         "reason": Reason.CATALOG_ENTRIES_SKIPPED.value,
         "message": message[:1024],
-        "lastTransitionTime": held.get("lastTransitionTime") if held.get("status") == "False" else now_text(),
+        "lastTransitionTime": held.get("lastTransitionTime") if held.get("status") == "False" else now_text(now),
         "observedGeneration": (body.get("metadata") or {}).get("generation"),
     }
     count = max(0, int(status.get("serviceClassCount") or 0) - len(refused))
@@ -283,6 +291,21 @@ def with_refusals(
         message,
         True,
     )
+
+
+def relisted(
+    status: dict[str, Any],
+    event: tuple[Reason, str, bool] | None,
+    now: datetime,
+    refused: Sequence[osbclient.catalog.Problem],
+    body: Mapping[str, Any],
+) -> list[Any]:
+    """The Broker's status after its classes were written: as planned, or with the refused ones counted out and
+    named (:func:`with_refusals`). Pure."""
+    if refused:
+        status, event = with_refusals(status, refused, dict(body), event, now)
+    said = None if event is None else a.Event(event[0].value, event[1], warning=event[2])
+    return [a.WriteStatus(status, event=said)]
 
 
 def _replacement_patch(body: dict[str, Any]) -> dict[str, Any]:

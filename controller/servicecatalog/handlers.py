@@ -56,10 +56,15 @@ class ServiceCatalog:
         memories = runtime.memories
         self.brokers = BrokerReconciler(api, control_plane=control_plane, clock=runtime.clock)
         self.instances = InstanceReconciler(
-            api, memories, control_plane=control_plane, max_operation_seconds=max_operation_seconds
+            api, memories, control_plane=control_plane, max_operation_seconds=max_operation_seconds, clock=runtime.clock
         )
         self.bindings = BindingReconciler(
-            api, memories, control_plane=control_plane, max_operation_seconds=max_operation_seconds, writer=writer
+            api,
+            memories,
+            control_plane=control_plane,
+            max_operation_seconds=max_operation_seconds,
+            writer=writer,
+            clock=runtime.clock,
         )
         for reconciler in (self.brokers, self.instances, self.bindings):
             runtime.register(reconciler)

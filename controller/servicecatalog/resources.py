@@ -19,6 +19,7 @@ from kubernetes.client.exceptions import ApiException
 from opbroker.api.servicecatalog import Binding, Broker, Instance, ServiceClass
 from opbroker.controller.kube import Kind, Kube
 from opbroker.controller.reconciler import Conflict
+from opbroker.controller.servicecatalog.core.views import FINALIZER as FINALIZER
 
 GROUP, VERSION = Broker.GROUP, Broker.VERSION
 BROKERS, CLASSES, INSTANCES, BINDINGS = Broker.PLURAL, ServiceClass.PLURAL, Instance.PLURAL, Binding.PLURAL
@@ -26,7 +27,6 @@ CLUSTER_SCOPED = frozenset({BROKERS, CLASSES})
 
 #: The label naming the Broker a ServiceClass came from (relists find their classes by it).
 BROKER_LABEL = "servicecatalog.k8s.io/broker"
-FINALIZER = "servicecatalog.k8s.io/opbroker"
 
 
 #: Where each kind lives in the API (the Kube door's own addressing).
@@ -79,18 +79,6 @@ class CatalogApi:
             patched = self.kube.patch_custom_status(
                 KINDS[plural], meta.get("namespace", ""), meta["name"], status, resource_version=version
             )
-        if patched is not None:
-            obj.clear()
-            obj.update(patched)
-        return patched
-
-    def set_finalizer(self, plural: str, obj: dict[str, Any], *, present: bool) -> dict[str, Any] | None:
-        meta = obj["metadata"]
-        finalizers = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
-        if present:
-            finalizers.append(FINALIZER)
-        patch = {"metadata": {"finalizers": finalizers or None, "resourceVersion": meta["resourceVersion"]}}
-        patched = self.patch(plural, meta.get("namespace", ""), meta["name"], patch)
         if patched is not None:
             obj.clear()
             obj.update(patched)

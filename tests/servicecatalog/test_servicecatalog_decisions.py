@@ -514,9 +514,12 @@ def test_a_plans_maximum_polling_duration_is_listed_and_shortens_the_polling() -
     assert pacing(controllers, None) is controllers
 
 
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
 def test_a_final_failure_survives_its_orphan_mitigation() -> None:
-    from opbroker.controller.servicecatalog.common import conditions
     from opbroker.controller.servicecatalog.core.operations import keeping_failed, terminal_mitigation
+    from opbroker.controller.servicecatalog.core.statuses import conditions
 
     failed = {"type": "Failed", "status": "True", "reason": "AsyncOperationTimedOut", "message": "too slow"}
     final = obj(generation=2, observedGeneration=2, orphanMitigationInProgress=True, conditions=[failed])
@@ -525,7 +528,7 @@ def test_a_final_failure_survives_its_orphan_mitigation() -> None:
     assert terminal_mitigation(final)
     assert not terminal_mitigation(retried) and not terminal_mitigation(changed)  # a spec change means retry
 
-    listed = conditions(final, ready=False, reason=Reason.ORPHAN_MITIGATION, message="deprovisioning")
+    listed = conditions(final, ready=False, reason=Reason.ORPHAN_MITIGATION, message="deprovisioning", now=T0)
     assert [c["type"] for c in listed] == ["Ready"]  # new conditions drop Failed...
     kept = keeping_failed(final, listed, keep=True)
     assert [c["type"] for c in kept] == ["Ready", "Failed"] and kept[1] == failed  # ...unless it is kept

@@ -15,7 +15,6 @@ import itertools
 import json
 import re
 import secrets
-import time
 from typing import Any
 
 import pytest
@@ -739,8 +738,12 @@ def test_an_async_provision_past_the_plans_maximum_polling_duration_is_failed_an
     assert second_broker.state()["instances"] == {}  # the deprovision reached the broker
     assert instance_calls(second_broker) == ["PUT", "DELETE"]
     stuck = get(api_client, "instances", "stuck", namespace)
-    assert ready(stuck) is not None and ready(stuck)[0] == "False"  # type: ignore[index]
-    time.sleep(5)  # failed for good: no provision is retried without a spec change
+    # Failed for good: the controller's last word says so (no provision is retried without a spec change — the
+    # plan's decision, table-tested in test_servicecatalog_plans.py::…final_mitigation…).
+    assert (
+        ready(stuck) == ("False", "OrphanMitigationSuccessful")
+        and "stays failed" in condition(stuck, "Ready")["message"]
+    )  # type: ignore[index]
     assert instance_calls(second_broker) == ["PUT", "DELETE"]
 
     custom(api_client).patch_namespaced_custom_object(
@@ -882,7 +885,13 @@ def test_an_async_bind_the_broker_fails_is_mitigated_and_stays_failed(
     with pytest.raises(ApiException) as gone:
         client.CoreV1Api(api_client).read_namespaced_secret("doomed", namespace)
     assert gone.value.status == 404
-    time.sleep(5)  # failed for good: no bind is retried without a spec change
+    # Failed for good: the controller's last word says so (no bind is retried without a spec change — the plan's
+    # decision, table-tested in test_servicecatalog_plans.py::…final_mitigation…).
+    doomed = get(api_client, "bindings", "doomed", namespace)
+    assert (
+        ready(doomed) == ("False", "OrphanMitigationSuccessful")
+        and "stays failed" in condition(doomed, "Ready")["message"]
+    )  # type: ignore[index]
     assert binds() == ["PUT", "DELETE"]
 
     second_broker.settings(failed_operations={})
@@ -929,7 +938,13 @@ def test_an_async_provision_the_broker_fails_is_mitigated_and_stays_failed(
     wait_for(failed_and_mitigated, 60, "the provision failed and mitigated")
     assert instance_calls(second_broker) == ["PUT", "DELETE"]
     assert second_broker.state()["instances"] == {}
-    time.sleep(5)  # failed for good: no provision is retried without a spec change
+    # Failed for good: the controller's last word says so (no provision is retried without a spec change — the
+    # plan's decision, table-tested in test_servicecatalog_plans.py::…final_mitigation…).
+    broken = get(api_client, "instances", "broken", namespace)
+    assert (
+        ready(broken) == ("False", "OrphanMitigationSuccessful")
+        and "stays failed" in condition(broken, "Ready")["message"]
+    )  # type: ignore[index]
     assert instance_calls(second_broker) == ["PUT", "DELETE"]
 
     second_broker.settings(failed_operations={})

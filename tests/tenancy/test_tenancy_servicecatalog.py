@@ -15,7 +15,6 @@ namespace) is snapshotted and must come out unchanged.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -137,7 +136,8 @@ def test_a_binding_gets_no_credentials_to_an_instance_not_shared_with_its_namesp
     )
     # Events are posted after the status write: wait for it, do not expect it at once.
     wait_for(lambda: events_of(attacker, "steal", "ReferenceNotShared"), 30, "an event saying why")
-    time.sleep(3)  # a bind wrongly sent would show by now
+    # No bind is sent while the Instance is not shared: the plan's decision (no Call in the actions of an
+    # unresolved Binding: test_servicecatalog_plans.py::test_a_binding_that_may_not_use_its_instance_sends_nothing).
     assert binding_requests(second_broker) == []
     refused(lambda: attacker.core.read_namespaced_secret("steal", attacker.namespace), 404)
     assert_unchanged(before, snapshot(api_client, victim.namespace))
@@ -292,7 +292,8 @@ def test_an_instance_never_acts_for_another_tenants_instance_id(
     forge_status(attacker, "instances", "squat", forged)
     create(attacker.api, attacker.namespace, "bindings", "Binding", "steal", {"instanceRef": {"name": "squat"}})
     wait_for(lambda: reason_of(attacker, "bindings", "steal") == ("False", "ExternalIDInUse"), 30, "no binding")
-    time.sleep(3)  # a provision or bind wrongly sent would show by now
+    # Neither the Instance nor the Binding sends anything for an id it does not hold, whatever its status claims:
+    # the plans' decision (test_servicecatalog_plans.py::test_an_object_without_its_id_sends_nothing).
     assert instance_requests(second_broker, victim_id) == [] and binding_requests(second_broker) == []
     refused(lambda: attacker.core.read_namespaced_secret("steal", attacker.namespace), 404)
 
@@ -301,6 +302,8 @@ def test_an_instance_never_acts_for_another_tenants_instance_id(
     wait_for(lambda: get(attacker.api, "instances", "squat", attacker.namespace) is None, 30, "the squatter gone")
     wait_for(lambda: get(attacker.api, "bindings", "steal", attacker.namespace) is None, 30, "its binding gone")
     assert [r for r in second_broker.requests() if r["method"] == "DELETE"] == []
+    # The deletions were reconciled on the forged status: nothing was sent for the victim's id, start to end.
+    assert instance_requests(second_broker, victim_id) == [] and binding_requests(second_broker) == []
     assert victim_id in second_broker.state()["instances"]
     assert_unchanged(before, snapshot(api_client, victim.namespace))
 
@@ -361,7 +364,8 @@ def test_a_binding_never_acts_for_another_tenants_binding_id(
     create(attacker.api, attacker.namespace, "bindings", "Binding", "steal", spec)
     wait_for(lambda: reason_of(attacker, "bindings", "steal") == ("False", "ExternalIDInUse"), 30, "the refusal")
     forge_status(attacker, "bindings", "steal", {"unbindStatus": "Required", "externalID": victim_binding})
-    time.sleep(3)
+    # The deletion below is reconciled on the forged status (the Binding goes only once the controller has read
+    # it): its finalizer is released without an unbind (test_servicecatalog_plans.py::…without_its_id…).
     delete(attacker.api, attacker.namespace, "bindings", "steal")
     wait_for(lambda: get(attacker.api, "bindings", "steal", attacker.namespace) is None, 30, "the binding gone")
     assert binding_requests(second_broker) == []
@@ -421,7 +425,9 @@ def test_a_broker_reads_no_secret_outside_the_control_plane_namespace(
             30,
             "the Broker refused",
         )
-        time.sleep(3)  # a catalog request wrongly sent would show by now
+        # No catalog is fetched with a Secret outside the control plane: refused before any read (test_servicecatalog_
+        # decisions.py::test_a_brokers_credentials_are_read_only_from_the_control_plane_namespace); the plan then
+        # writes only the refusal and comes back.
         assert second_broker.requests() == []
         broker = get(registrar, "brokers", name)
         assert "v1ct1m-pw" not in json.dumps(broker)
@@ -455,7 +461,8 @@ def test_a_binding_never_overwrites_or_deletes_a_secret_it_did_not_create(
     create(tenant.api, tenant.namespace, "bindings", "Binding", "clobber", spec)
     wait_for(lambda: reason_of(tenant, "bindings", "clobber") == ("False", "SecretNotOwned"), 30, "the refusal")
     wait_for(lambda: events_of(tenant, "clobber", "SecretNotOwned"), 30, "the SecretNotOwned event")
-    time.sleep(3)
+    # No bind is sent while the Secret is not the Binding's: the plan's decision (an unresolved Binding's actions
+    # hold no Call: test_servicecatalog_plans.py::test_a_binding_that_may_not_use_its_instance_sends_nothing).
     assert binding_requests(second_broker) == []
     delete(tenant.api, tenant.namespace, "bindings", "clobber")
     wait_for(lambda: get(tenant.api, "bindings", "clobber", tenant.namespace) is None, 30, "the binding gone")

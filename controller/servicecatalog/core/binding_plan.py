@@ -1,0 +1,538 @@
+"""A Binding's plan: every decision of binding, storing the credentials, projecting and unbinding, pure.
+
+Like :mod:`.instance_plan`: :func:`plan` turns the facts into actions — the executor's generic ones,
+:class:`~.calls.Call` for an OSB request (its answer decided by :func:`answered`, :func:`polled`,
+:func:`fetched`, :func:`removal_answered`), and the Binding's own effects: :class:`StoreCredentials` (its
+outcome decided by :func:`stored`), :class:`ReleaseCredentials` and :class:`Project`.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from enum import StrEnum
+from functools import partial
+from typing import Any
+
+from opbroker import osbclient
+from opbroker.api.primaza import ApplicationSelector
+from opbroker.api.servicecatalog import BindingOperation, UnbindStatus
+from opbroker.controller.claims import workloads
+from opbroker.controller.core import actions as a
+from opbroker.controller.core.reasons import Reason
+from opbroker.controller.reconciler.keys import Key
+from opbroker.controller.servicecatalog.core import calls, operations, tenancy
+from opbroker.controller.servicecatalog.core.calls import Call, Pacing
+from opbroker.controller.servicecatalog.core.endpoints import identity_of
+from opbroker.controller.servicecatalog.core.offering import Offering, Unresolved
+from opbroker.controller.servicecatalog.core.operations import Verdict, keeping_failed, terminal_mitigation
+from opbroker.controller.servicecatalog.core.statuses import (
+    checksum,
+    conditions,
+    ignored,
+    mitigation_follows,
+    parse_time,
+    removal_failed,
+    said,
+    timestamp,
+)
+from opbroker.controller.servicecatalog.core.views import CatalogObject
+from opbroker.osbclient import Request
+
+SECRET_TYPE = "servicecatalog.k8s.io/binding-credentials"
+#: What a Secret's data key may be (the API server refuses any other): credentials with another key cannot be
+#: stored, so the bind fails for good (and is unbound) instead of being written again and again.
+_SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
+#: Seconds before a Binding whose references do not resolve is looked at again (its instance's changes
+#: queue it too).
+UNRESOLVED_RECHECK = 30.0
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+class Step(StrEnum):
+    NOTHING = "nothing"
+    ADD_FINALIZER = "add-finalizer"
+    REMOVE_FINALIZER = "remove-finalizer"
+    UNRESOLVED = "unresolved"
+    BIND = "bind"
+    POLL = "poll"
+    UNBIND = "unbind"
+    MITIGATE = "mitigate"
+    PROJECT = "project"
+    """A bound binding whose selected workloads do not all carry its projection (or others still do)."""
+
+
+# -- the Binding's own actions ------------------------------------------------------------------------------------
+
+
+class Stored(StrEnum):
+    WRITTEN = "written"
+    NOT_OURS = "not-ours"
+    """A Secret of that name appeared meanwhile without the Binding's stamp: left untouched."""
+
+
+@dataclass(frozen=True)
+class StoreCredentials:
+    """Write the credentials Secret ``manifest`` — created, or over the live one only when it carries the
+    Binding's stamp (``tenancy.may_write_secret``) — as the namespace's account; ``then`` decides on the
+    outcome (:class:`Stored`, or the API server's masked refusal as a string)."""
+
+    manifest: Mapping[str, Any] = field(repr=False)
+    owner_uid: str
+    then: Any = field(default=None, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class ReleaseCredentials:
+    """Delete the credentials Secret if the live one carries the Binding's stamp, else leave it."""
+
+    namespace: str
+    name: str
+    owner_uid: str
+
+
+@dataclass(frozen=True)
+class Project:
+    """Server-side apply ``patches`` (workload projections and withdrawals) as ``field_manager``, as the
+    namespace's account."""
+
+    namespace: str
+    field_manager: str
+    patches: tuple[Mapping[str, Any], ...] = field(repr=False)
+
+
+# -- facts --------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BindingFacts:
+    key: Key
+    body: Mapping[str, Any] = field(repr=False)
+    instance: Mapping[str, Any] | None = field(repr=False)
+    offering: Offering | None
+    parameters: Mapping[str, Any] | None
+    problem: Unresolved | None
+    workloads: tuple[Mapping[str, Any], ...] = field(default=(), repr=False)
+    """The binding namespace's workloads of its application's kind (listed only with ``spec.application``)."""
+    consented: bool = True
+    """The Instance exists and may be used from the Binding's namespace (``tenancy.shared_with``)."""
+    owns_ids: bool = True
+    """The Binding holds its binding id and the Instance its instance id (``tenancy.holds_external_id``)."""
+    secret_data: Mapping[str, str] | None = field(default=None, repr=False)
+    """The live credentials Secret's (encoded) data, when read (to project it)."""
+    pacing: Pacing = field(default_factory=Pacing)
+    now: datetime = _EPOCH
+    monotonic: float = 0.0
+    polls: osbclient.Backoff = calls.POLLS
+    binding: CatalogObject = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "binding", CatalogObject.of(self.body))
+
+
+def unstorable_keys(credentials: Mapping[str, Any] | None) -> list[str]:
+    """The credential keys a Secret cannot hold (the names of credentials are no secret, their values are)."""
+    return [key for key in credentials or {} if not _SECRET_KEY.match(key)]
+
+
+def field_manager(binding: str) -> str:
+    """The server-side-apply field manager owning exactly one Binding's projection into workloads."""
+    return f"opbroker-scbinding-{binding}"[:128]
+
+
+def application_of(body: Mapping[str, Any]) -> ApplicationSelector | None:
+    raw = (body.get("spec") or {}).get("application")
+    return ApplicationSelector.model_validate(raw) if raw else None
+
+
+def instance_ref(body: Mapping[str, Any]) -> tuple[str, str]:
+    ref = (body.get("spec") or {}).get("instanceRef") or {}
+    return ref.get("namespace") or body["metadata"]["namespace"], ref.get("name", "")
+
+
+def secret_name(body: Mapping[str, Any]) -> str:
+    return str((body.get("spec") or {}).get("secretName") or body["metadata"]["name"])
+
+
+def projection_drift(facts: BindingFacts) -> bool:
+    """Whether a selected workload lacks the projection of the current Secret, or an unselected one has it."""
+    body = facts.body
+    application = application_of(body)
+    name = facts.binding.meta.name
+    digest = facts.binding.status.external_properties.get("projectionHash")
+    for workload in facts.workloads:
+        annotations = (workloads.pod_template(workload).get("metadata") or {}).get("annotations") or {}
+        has = workloads.hash_annotation(name) in annotations
+        selected = application is not None and workloads.selected(application, workload)
+        if selected and (not has or annotations.get(workloads.hash_annotation(name)) != digest):
+            return True
+        if not selected and workloads.managed_by(workload, field_manager(name)):
+            return True
+    return False
+
+
+def projection(facts: BindingFacts, data: Mapping[str, str], *, withdraw: bool) -> tuple[list[Any], str | None]:
+    """The actions projecting the Secret (``data``) into the selected workloads and withdrawing it from the
+    others (all, with ``withdraw``), and the content hash the pods carry (a new one rolls them), None without
+    an application."""
+    body = facts.body
+    name = facts.binding.meta.name
+    application = None if withdraw else application_of(body)
+    digest = hashlib.sha256(json.dumps(dict(data), sort_keys=True).encode()).hexdigest()[:16]
+    manager = field_manager(name)
+    patches: list[Mapping[str, Any]] = []
+    for workload in facts.workloads:
+        if application is not None and workloads.selected(application, workload):
+            patches.append(
+                workloads.projection(
+                    dict(workload), claim=name, secret_name=secret_name(body), keys=sorted(data), content_hash=digest
+                )
+            )
+        elif workloads.managed_by(workload, manager):
+            patches.append(workloads.unprojection(workload))
+    done = [Project(facts.binding.meta.namespace, manager, tuple(patches))] if patches else []
+    return done, digest if application is not None else None
+
+
+def next_step(facts: BindingFacts) -> Step:
+    binding = facts.binding
+    status, deleting = binding.status, binding.meta.deleting
+    if not binding.held:
+        return Step.NOTHING if deleting else Step.ADD_FINALIZER
+    if not facts.owns_ids:
+        # Someone else's binding or instance id: nothing is ever sent for it, whatever the status says.
+        return Step.REMOVE_FINALIZER if deleting else Step.UNRESOLVED
+    if status.async_op:
+        return Step.POLL
+    if status.orphan_mitigation:
+        return Step.MITIGATE
+    bound = status.unbind_owed
+    if deleting:
+        if bound:
+            return Step.UNBIND if facts.offering is not None else Step.UNRESOLVED
+        return Step.REMOVE_FINALIZER
+    if not facts.consented:  # no consent (or no instance): nothing is bound; consent withdrawn unbinds
+        return Step.UNBIND if bound and facts.offering is not None else Step.UNRESOLVED
+    if facts.problem is not None:
+        return Step.UNRESOLVED
+    if binding.observed:
+        settled = status.unbind_status == UnbindStatus.REQUIRED.value and status.secret_name
+        return Step.PROJECT if settled and projection_drift(facts) else Step.NOTHING
+    return Step.BIND
+
+
+def plan(facts: BindingFacts) -> list[Any]:
+    step = next_step(facts)
+    body, now = facts.body, facts.now
+    match step:
+        case Step.NOTHING:
+            return []
+        case Step.ADD_FINALIZER:
+            return [a.EnsureFinalizer(True), a.Continue()]
+        case Step.PROJECT:
+            return projection(facts, facts.secret_data or {}, withdraw=False)[0]
+        case Step.REMOVE_FINALIZER:
+            return [*released(facts), a.EnsureFinalizer(False)]
+        case Step.UNRESOLVED:
+            assert facts.problem is not None
+            problem = facts.problem
+            return [
+                *said(body, ready=False, reason=problem.reason, message=str(problem), now=now),
+                a.Requeue(UNRESOLVED_RECHECK),
+            ]
+        case Step.POLL:
+            return calls.early(facts.pacing, facts.monotonic) or poll(facts)
+        case Step.UNBIND | Step.MITIGATE:
+            return unbind(facts)
+        case _:
+            return bind(facts)
+
+
+def released(facts: BindingFacts) -> list[Any]:
+    """Withdraw the projection and delete the credentials Secret (if it is the Binding's)."""
+    meta = facts.binding.meta
+    withdrawn, _ = projection(facts, {}, withdraw=True)
+    return [*withdrawn, ReleaseCredentials(meta.namespace, secret_name(facts.body), meta.uid)]
+
+
+# -- the requests -------------------------------------------------------------------------------------------------
+
+
+def _ids(facts: BindingFacts) -> tuple[str, str]:
+    assert facts.instance is not None
+    return tenancy.external_id(facts.instance), tenancy.external_id(facts.body)
+
+
+def bind(facts: BindingFacts) -> list[Any]:
+    body, offering, parameters = facts.body, facts.offering, facts.parameters
+    assert offering is not None and parameters is not None
+    instance_id, binding_id = _ids(facts)
+    record = a.WriteStatus(
+        operations.recorded(
+            BindingOperation.BIND.value,
+            timestamp(facts.now),
+            externalID=binding_id,
+            unbindStatus=UnbindStatus.REQUIRED.value,
+            inProgressProperties={"parametersChecksum": checksum(parameters)},
+            conditions=conditions(
+                body, ready=False, reason=Reason.BINDING_IN_PROGRESS, message="binding", now=facts.now
+            ),
+        )
+    )
+    kwargs = {
+        "service_id": offering.service_id,
+        "plan_id": offering.plan_id,
+        "parameters": dict(parameters),
+        "context": {"platform": "kubernetes", "namespace": facts.binding.meta.namespace},
+        "identity": identity_of(body),
+    }
+    return [record, Call(offering.broker, "bind", (instance_id, binding_id), kwargs, partial(answered, facts))]
+
+
+def poll(facts: BindingFacts) -> list[Any]:
+    offering, status = facts.offering, facts.binding.status
+    assert offering is not None
+    request = Request.UNBIND if status.current_operation == BindingOperation.UNBIND.value else Request.BIND
+    kwargs = {"operation": status.last_operation, "service_id": offering.service_id, "plan_id": offering.plan_id}
+    then = partial(polled, facts, request)
+    return [Call(offering.broker, "binding_last_operation", _ids(facts), kwargs, then)]
+
+
+def unbind(facts: BindingFacts) -> list[Any]:
+    body, offering = facts.body, facts.offering
+    assert offering is not None
+    mitigation = facts.binding.status.orphan_mitigation
+    listed = conditions(body, ready=False, reason=Reason.UNBINDING, message="unbinding", now=facts.now)
+    record = a.WriteStatus(
+        operations.recorded(
+            BindingOperation.UNBIND.value,
+            timestamp(facts.now),
+            conditions=keeping_failed(body, listed, keep=mitigation and terminal_mitigation(body)),
+        )
+    )
+    kwargs = {"service_id": offering.service_id, "plan_id": offering.plan_id, "identity": identity_of(body)}
+    return [record, Call(offering.broker, "unbind", _ids(facts), kwargs, partial(removal_answered, facts))]
+
+
+# -- what an answer leads to (``body``: the Binding as last written) --------------------------------------------
+
+
+def answered(facts: BindingFacts, answer: Any, body: Mapping[str, Any]) -> list[Any]:
+    """A bind's answer."""
+    if isinstance(answer, osbclient.BrokerError):
+        return decided(facts, Request.BIND, operations.refused(Request.BIND, answer), body)
+    warned = ignored(answer.warnings, "bind")
+    if answer.is_async:
+        accepted = a.WriteStatus(operations.accepted(answer.operation))
+        return [*warned, accepted, *calls.accepted(facts.pacing, facts.polls, facts.monotonic)]
+    return [*warned, *bound(facts, answer, body)]
+
+
+def polled(facts: BindingFacts, request: Request, answer: Any, body: Mapping[str, Any]) -> list[Any]:
+    """A ``last_operation`` poll's answer; an asynchronous bind that succeeded is fetched (its credentials)."""
+    pacing = replace(facts.pacing, polls=facts.pacing.polls + 1)
+    decision = operations.polled(
+        request,
+        answer,
+        started=parse_time(facts.binding.status.operation_start),
+        now=facts.now,
+        polls=pacing.polls,
+        backoff=facts.polls,
+    )
+    facts = replace(facts, pacing=pacing)
+    if decision.verdict is Verdict.SUCCEEDED and request is Request.BIND:
+        offering = facts.offering
+        assert offering is not None
+        kwargs = {"service_id": offering.service_id, "plan_id": offering.plan_id}
+        return [Call(offering.broker, "get_binding", _ids(facts), kwargs, partial(fetched, facts))]
+    return decided(facts, request, decision, body)
+
+
+def fetched(facts: BindingFacts, answer: Any, body: Mapping[str, Any]) -> list[Any]:
+    """An asynchronous bind's fetch."""
+    if isinstance(answer, osbclient.BrokerError):
+        return decided(facts, Request.BIND, operations.fetched(answer), body)
+    return bound(facts, answer, body)
+
+
+def removal_answered(facts: BindingFacts, answer: Any, body: Mapping[str, Any]) -> list[Any]:
+    """An unbind's answer (a deletion's, consent withdrawn, or orphan mitigation's)."""
+    if isinstance(answer, osbclient.BrokerError):
+        return decided(facts, Request.UNBIND, operations.refused(Request.UNBIND, answer), body)
+    if answer.is_async:
+        accepted = a.WriteStatus(operations.accepted(answer.operation))
+        return [accepted, *calls.accepted(facts.pacing, facts.polls, facts.monotonic)]
+    return unbound(facts, body)
+
+
+def bound(facts: BindingFacts, result: Any, body: Mapping[str, Any]) -> list[Any]:
+    """The broker bound: store the credentials (their outcome decided by :func:`stored`)."""
+    credentials: Mapping[str, Any] = result.credentials or {}
+    unstorable = unstorable_keys(credentials)
+    if unstorable:
+        shown = ", ".join(repr(key[:64]) for key in unstorable[:5])
+        message = (
+            f"the broker's credentials hold key(s) a Secret cannot ({shown}: only letters, digits, '-', '_' "
+            "and '.'): nothing was written"
+        )
+        return failed(facts, body, message, mitigate=True, reason=Reason.BIND_RESULT_REFUSED, final=True)
+    data = {
+        key: base64.b64encode((value if isinstance(value, str) else json.dumps(value)).encode()).decode()
+        for key, value in credentials.items()
+    }
+    return [StoreCredentials(secret_manifest(body, data), facts.binding.meta.uid, partial(stored, facts, data))]
+
+
+def stored(facts: BindingFacts, data: Mapping[str, str], outcome: str, body: Mapping[str, Any]) -> list[Any]:
+    """What writing the credentials Secret came to: the binding is ready, or the bind failed (mitigated)."""
+    name = secret_name(body)
+    if outcome == Stored.NOT_OURS:
+        message = f"Secret {name!r} appeared meanwhile and was not made by this Binding: it is left untouched"
+        return failed(facts, body, message, mitigate=True, reason=Reason.SECRET_NOT_OWNED)
+    if outcome != Stored.WRITTEN:
+        message = f"the credentials cannot be stored: {outcome}"
+        return failed(facts, body, message, mitigate=True, reason=Reason.BIND_RESULT_REFUSED, final=True)
+    projected, digest = projection(facts, data, withdraw=False)
+    asked = CatalogObject.of(body).status.in_progress_properties
+    properties = {**asked, **({"projectionHash": digest} if digest else {})}
+    stored_in = f"the credentials are in Secret {name!r}"
+    patch = operations.finished(
+        body,
+        secretName=name,
+        externalProperties=properties,
+        conditions=conditions(body, ready=True, reason=Reason.INJECTED_BINDING, message=stored_in, now=facts.now),
+    )
+    event = a.Event(Reason.INJECTED_BINDING.value, f"credentials in Secret {name!r}")
+    return [*calls.succeeded(facts.pacing), *projected, a.WriteStatus(patch, event=event)]
+
+
+def unbound(facts: BindingFacts, body: Mapping[str, Any]) -> list[Any]:
+    binding = CatalogObject.of(body)
+    orphan = binding.status.orphan_mitigation
+    final = orphan and terminal_mitigation(body)
+    # Consent withdrawn from a bound Binding (not deleted, no mitigation): it waits for consent again.
+    revoked = not orphan and not binding.meta.deleting and not facts.consented
+    fields: dict[str, Any] = {"unbindStatus": UnbindStatus.SUCCEEDED.value}
+    if final:
+        mitigated = conditions(
+            body,
+            ready=False,
+            reason=Reason.ORPHAN_MITIGATION_SUCCESSFUL,
+            message="orphan mitigation unbound what the failed bind may have left; the binding stays failed "
+            "until its spec changes",
+            now=facts.now,
+        )
+        fields["conditions"] = keeping_failed(body, mitigated, keep=True)
+    if revoked and facts.problem is not None:
+        fields.update(
+            {
+                "observedGeneration": None,  # bound again once consent returns
+                "secretName": None,
+                "externalProperties": None,
+                "conditions": conditions(
+                    body, ready=False, reason=Reason.REFERENCE_NOT_SHARED, message=str(facts.problem), now=facts.now
+                ),
+            }
+        )
+    done = [*released(facts), a.WriteStatus(operations.removed(**fields))]
+    if binding.meta.deleting:
+        return [*done, a.EnsureFinalizer(False)]
+    if revoked:
+        # The Instance's changes queue the Binding again.
+        return [*done, a.Event(Reason.REFERENCE_NOT_SHARED.value, str(facts.problem), warning=True)]
+    if final:
+        return done  # failed for good: a spec change queues it again
+    return [*done, *calls.retried(facts.pacing)] if orphan else done
+
+
+def decided(facts: BindingFacts, request: Request, decision: operations.Decision, body: Mapping[str, Any]) -> list[Any]:
+    if decision.verdict is Verdict.POLL:
+        return calls.scheduled(facts.pacing, decision.delay, facts.monotonic)
+    if decision.verdict is Verdict.SUCCEEDED:  # an unbind (a bind's success is fetched first)
+        return unbound(facts, body)
+    failure = Reason.UNBIND_CALL_FAILED if request is Request.UNBIND else Reason.BIND_CALL_FAILED
+    if decision.verdict is Verdict.RETRY:
+        message = f"{decision.message}; retrying"
+        return [*said(body, ready=False, reason=failure, message=message, now=facts.now), *calls.retried(facts.pacing)]
+    reason = Reason.ASYNC_OPERATION_TIMED_OUT if decision.timed_out else failure
+    if request is Request.UNBIND:  # sent again, after a pause: a deletion has no spec to change
+        return [
+            *removal_failed(body, "unbindStatus", reason=reason, message=decision.message, now=facts.now),
+            *calls.retried(facts.pacing),
+        ]
+    return failed(
+        facts,
+        body,
+        decision.message,
+        mitigate=decision.mitigate,
+        reason=reason,
+        final=decision.final,
+        refused=decision.refused,
+        answered=decision.answered,
+    )
+
+
+def failed(
+    facts: BindingFacts,
+    body: Mapping[str, Any],
+    message: str,
+    *,
+    mitigate: bool,
+    reason: Reason = Reason.BIND_CALL_FAILED,
+    final: bool = False,
+    refused: bool = False,
+    answered: int | None = None,
+) -> list[Any]:
+    """A failed bind. With ``mitigate``, orphan mitigation (an unbind) follows; ``final``: the broker's verdict
+    (a failed or timed-out operation) stands, so the binding is marked failed now and stays so once mitigated,
+    until its spec changes (a 5xx or a lost answer is retried instead). ``refused``: the bind request was
+    refused for good (``answered``: the broker's status, if it sent one)."""
+    now = facts.now
+    if mitigate:
+        return mitigation_follows(body, reason=reason, message=message, final=final, now=now)
+    extra: dict[str, Any] = {}
+    if refused and not CatalogObject.of(body).status.external_properties:  # never bound before
+        reason, disown = tenancy.refusal(chosen_id=tenancy.chosen(body), status=answered, failure=reason)
+        if disown:  # the broker made nothing of ours under this id: deleting the Binding asks it nothing
+            extra["unbindStatus"] = UnbindStatus.NOT_REQUIRED.value
+        if reason is Reason.EXTERNAL_ID_IN_USE:
+            message = (
+                f"{message}: the broker already has a binding {tenancy.external_id(body)!r}, which is not this "
+                "Binding's; it is never unbound from here (create the Binding again with another externalID, "
+                "or none)"
+            )
+    failure = conditions(body, ready=False, reason=reason, message=message, failed=True, now=now)
+    event = a.Event(reason.value, message, warning=True)
+    return [a.WriteStatus(operations.failed(body, conditions=failure, **extra), event=event)]
+
+
+def secret_manifest(body: Mapping[str, Any], data: Mapping[str, str]) -> dict[str, Any]:
+    """The credentials Secret: owned by the Binding, stamped with its uid (the only Secret it overwrites)."""
+    meta = CatalogObject.of(body).meta
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": SECRET_TYPE,
+        "metadata": {
+            "name": secret_name(body),
+            "namespace": meta.namespace,
+            "labels": {"servicecatalog.k8s.io/binding": meta.name},
+            "annotations": tenancy.stamp(meta.uid),
+            "ownerReferences": [
+                {
+                    "apiVersion": body["apiVersion"],
+                    "kind": body["kind"],
+                    "name": meta.name,
+                    "uid": meta.uid,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "data": dict(data),
+    }

@@ -1,0 +1,413 @@
+"""An Instance's plan: every decision of provisioning, updating and deprovisioning it, pure.
+
+:func:`plan` turns the facts (the Instance as read, what it refers to resolved, its pacing and the clock's
+reading) into actions of the one vocabulary, the executor's generic ones (finalizer, status with its Event,
+requeue) and :class:`~.calls.Call` for an OSB request. A call's answer is decided here too: the call carries
+the function (:func:`answered`, :func:`polled`, :func:`removal_answered`) that makes the next actions of it —
+the effect that sends it only hands the answer over. The protocol's own decisions (refusals, polls,
+deadline, orphan mitigation) are :mod:`.operations`'; this module says what an outcome means for an Instance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from enum import StrEnum
+from functools import partial
+from typing import Any
+
+from opbroker import osbclient
+from opbroker.api.servicecatalog import DeprovisionStatus, InstanceOperation, ProvisionStatus
+from opbroker.controller.core import actions as a
+from opbroker.controller.core.reasons import Reason
+from opbroker.controller.reconciler.keys import Key
+from opbroker.controller.servicecatalog.core import calls, operations, tenancy
+from opbroker.controller.servicecatalog.core.calls import Call, Pacing
+from opbroker.controller.servicecatalog.core.endpoints import identity_of
+from opbroker.controller.servicecatalog.core.offering import Offering, Unresolved
+from opbroker.controller.servicecatalog.core.operations import Verdict, keeping_failed, terminal_mitigation
+from opbroker.controller.servicecatalog.core.statuses import (
+    checksum,
+    conditions,
+    ignored,
+    mitigation_follows,
+    parse_time,
+    removal_failed,
+    said,
+    timestamp,
+)
+from opbroker.controller.servicecatalog.core.views import CatalogObject
+from opbroker.osbclient import Request
+
+#: The OSB request each operation sends.
+REQUESTS = {
+    InstanceOperation.PROVISION: Request.PROVISION,
+    InstanceOperation.UPDATE: Request.UPDATE,
+    InstanceOperation.DEPROVISION: Request.DEPROVISION,
+}
+#: Seconds before an Instance whose references do not resolve is looked at again (a class or Secret
+#: appearing also queues it).
+UNRESOLVED_RECHECK = 30.0
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+class Step(StrEnum):
+    NOTHING = "nothing"
+    ADD_FINALIZER = "add-finalizer"
+    REMOVE_FINALIZER = "remove-finalizer"
+    BLOCKED = "blocked"
+    UNRESOLVED = "unresolved"
+    PROVISION = "provision"
+    UPDATE = "update"
+    SETTLE = "settle"
+    """A spec change that asks the broker for nothing (only ``shareWith`` moved): recorded as observed."""
+    DEPROVISION = "deprovision"
+    POLL = "poll"
+    MITIGATE = "mitigate"
+
+
+@dataclass(frozen=True)
+class InstanceFacts:
+    key: Key
+    body: Mapping[str, Any] = field(repr=False)
+    offering: Offering | None
+    parameters: Mapping[str, Any] | None
+    problem: Unresolved | None
+    bindings: tuple[str, ...]
+    """``namespace/name`` of the Bindings referring to it (read only while it is being deleted)."""
+    owns_id: bool = True
+    """Whether it holds its instance id (``tenancy.holds_external_id``); when not, ``problem`` says why."""
+    desired: Mapping[str, Any] | None = None
+    """What the broker should have the instance as (:func:`properties`); None when not resolved."""
+    pacing: Pacing = field(default_factory=Pacing)
+    """What is remembered of its operation (polls, when the next is due, retries)."""
+    now: datetime = _EPOCH
+    """The wall clock's reading (timestamps, the operation's deadline)."""
+    monotonic: float = 0.0
+    """The monotonic clock's reading (when a poll is due)."""
+    polls: osbclient.Backoff = calls.POLLS
+    """The poll pacing, its deadline shortened to the plan's ``maximum_polling_duration`` (``operations.deadline``)."""
+    instance: CatalogObject = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "instance", CatalogObject.of(self.body))
+
+
+#: The properties whose change is sent to the broker as an update (``updateRequests`` is 0 when unrecorded).
+UPDATED_BY = ("planExternalID", "parametersChecksum", "updateRequests")
+
+
+def properties(offering: Offering, parameters: Mapping[str, Any], spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The plan, parameters checksum and ``updateRequests`` an operation asks the broker for."""
+    return {
+        "planName": offering.plan["name"],
+        "planExternalID": offering.plan_id,
+        "parametersChecksum": checksum(parameters),
+        "updateRequests": int(spec.get("updateRequests") or 0),
+    }
+
+
+def needs_update(held: Mapping[str, Any] | None, desired: Mapping[str, Any] | None) -> bool:
+    """Whether a provisioned instance whose spec changed asks the broker for anything: another plan, other
+    parameters, or a bumped ``updateRequests``. A change of anything else — whom it is shared with — is not an
+    OSB update."""
+    if desired is None:
+        return True
+    held = held or {}
+    return any(held.get(key, 0 if key == "updateRequests" else None) != desired.get(key) for key in UPDATED_BY)
+
+
+def next_step(facts: InstanceFacts) -> Step:
+    """The one step due, from the status (one operation at a time)."""
+    instance = facts.instance
+    status, deleting = instance.status, instance.meta.deleting
+    if not instance.held:
+        return Step.NOTHING if deleting else Step.ADD_FINALIZER
+    if not facts.owns_id:
+        # Someone else's id: nothing is ever sent for it, whatever the status (its owner can write it) says.
+        return Step.REMOVE_FINALIZER if deleting else Step.UNRESOLVED
+    if status.async_op:
+        return Step.POLL  # one operation at a time, a deletion included
+    if status.orphan_mitigation:
+        return Step.MITIGATE
+    if deleting:
+        if facts.bindings:
+            return Step.BLOCKED
+        if status.deprovision_owed:
+            return Step.DEPROVISION if facts.offering is not None else Step.UNRESOLVED
+        return Step.REMOVE_FINALIZER
+    if facts.problem is not None:
+        return Step.UNRESOLVED
+    if instance.observed:
+        return Step.NOTHING  # settled, or failed and waiting for a spec change
+    if status.provisioned:
+        return Step.UPDATE if needs_update(status.external_properties, facts.desired) else Step.SETTLE
+    return Step.PROVISION
+
+
+def plan(facts: InstanceFacts) -> list[Any]:
+    """The actions of the step due."""
+    step = next_step(facts)
+    body, now = facts.body, facts.now
+    match step:
+        case Step.NOTHING:
+            return []
+        case Step.ADD_FINALIZER:
+            return [a.EnsureFinalizer(True), a.Continue()]
+        case Step.REMOVE_FINALIZER:
+            return [a.EnsureFinalizer(False)]
+        case Step.SETTLE:
+            return [a.WriteStatus({"observedGeneration": facts.instance.meta.generation})]
+        case Step.BLOCKED:
+            names = ", ".join(facts.bindings)
+            message = (
+                f"deletion waits: {len(facts.bindings)} binding(s) still use this instance ({names}); delete them first"
+            )
+            # No requeue: a binding's deletion queues the instance again.
+            return said(body, ready=False, reason=Reason.INSTANCE_DELETE_BLOCKED, message=message, now=now)
+        case Step.UNRESOLVED:
+            assert facts.problem is not None
+            problem = facts.problem
+            return [
+                *said(body, ready=False, reason=problem.reason, message=str(problem), now=now),
+                a.Requeue(UNRESOLVED_RECHECK),
+            ]
+        case Step.POLL:
+            return calls.early(facts.pacing, facts.monotonic) or poll(facts)
+        case Step.MITIGATE | Step.DEPROVISION:
+            return deprovision(facts, mitigation=step is Step.MITIGATE)
+        case _:
+            return provision_or_update(facts, update=step is Step.UPDATE)
+
+
+# -- the requests -------------------------------------------------------------------------------------------------
+
+
+def provision_or_update(facts: InstanceFacts, *, update: bool) -> list[Any]:
+    """Record the operation, then send it (record first: a crash in between repeats it with the same id)."""
+    body, offering, parameters = facts.body, facts.offering, facts.parameters
+    assert offering is not None and parameters is not None
+    external_id = tenancy.external_id(body)
+    operation = InstanceOperation.UPDATE if update else InstanceOperation.PROVISION
+    reason = Reason.UPDATING if update else Reason.PROVISIONING
+    what = operation.value.lower()
+    record = a.WriteStatus(
+        operations.recorded(
+            operation.value,
+            timestamp(facts.now),
+            externalID=external_id,
+            inProgressProperties=properties(offering, parameters, facts.instance.spec),
+            **({} if update else {"deprovisionStatus": DeprovisionStatus.REQUIRED.value}),
+            conditions=conditions(body, ready=update, reason=reason, message=f"{what} requested", now=facts.now),
+        )
+    )
+    meta = facts.instance.meta
+    common = {"parameters": dict(parameters), "context": context(body), "identity": identity_of(body)}
+    if update:
+        held_plan = facts.instance.status.external_properties.get("planExternalID")
+        kwargs = {
+            "service_id": offering.service_id,
+            "plan_id": offering.plan_id if offering.plan_id != held_plan else None,
+            **common,
+        }
+    else:
+        kwargs = {
+            "service_id": offering.service_id,
+            "plan_id": offering.plan_id,
+            "organization_guid": meta.namespace,
+            "space_guid": meta.namespace,
+            **common,
+        }
+    then = partial(answered, facts, operation)
+    return [record, Call(offering.broker, what, (external_id,), kwargs, then)]
+
+
+def poll(facts: InstanceFacts) -> list[Any]:
+    offering, status = facts.offering, facts.instance.status
+    assert offering is not None
+    operation = _operation(status.current_operation)
+    kwargs = {"operation": status.last_operation, "service_id": offering.service_id, "plan_id": offering.plan_id}
+    then = partial(polled, facts, operation)
+    return [Call(offering.broker, "last_operation", (tenancy.external_id(facts.body),), kwargs, then)]
+
+
+def deprovision(facts: InstanceFacts, *, mitigation: bool) -> list[Any]:
+    body, offering = facts.body, facts.offering
+    assert offering is not None
+    listed = conditions(
+        body,
+        ready=False,
+        reason=Reason.ORPHAN_MITIGATION if mitigation else Reason.DEPROVISIONING,
+        message="orphan mitigation: deprovisioning" if mitigation else "deprovisioning",
+        now=facts.now,
+    )
+    record = a.WriteStatus(
+        operations.recorded(
+            InstanceOperation.DEPROVISION.value,
+            timestamp(facts.now),
+            conditions=keeping_failed(body, listed, keep=mitigation and terminal_mitigation(body)),
+        )
+    )
+    kwargs = {"service_id": offering.service_id, "plan_id": offering.plan_id, "identity": identity_of(body)}
+    then = partial(removal_answered, facts)
+    return [record, Call(offering.broker, "deprovision", (tenancy.external_id(body),), kwargs, then)]
+
+
+# -- what an answer leads to (``body``: the Instance as last written, the operation recorded) ------------------
+
+
+def answered(facts: InstanceFacts, operation: InstanceOperation, answer: Any, body: Mapping[str, Any]) -> list[Any]:
+    """A provision's or update's answer."""
+    if isinstance(answer, osbclient.BrokerError):
+        return decided(facts, operation, operations.refused(REQUESTS[operation], answer), body)
+    update = operation is InstanceOperation.UPDATE
+    what = operation.value.lower()
+    warned = ignored(answer.warnings, what)
+    if answer.is_async:
+        reason = Reason.UPDATING if update else Reason.PROVISIONING
+        working = conditions(
+            body, ready=update, reason=reason, message=f"the broker is working on the {what}", now=facts.now
+        )
+        accepted = a.WriteStatus({**operations.accepted(answer.operation), "conditions": working})
+        return [*warned, accepted, *calls.accepted(facts.pacing, facts.polls, facts.monotonic)]
+    return [*warned, *succeeded(facts, operation, body, dashboard_url=answer.dashboard_url)]
+
+
+def polled(facts: InstanceFacts, operation: InstanceOperation, answer: Any, body: Mapping[str, Any]) -> list[Any]:
+    """A ``last_operation`` poll's answer (this poll counted)."""
+    pacing = replace(facts.pacing, polls=facts.pacing.polls + 1)
+    decision = operations.polled(
+        REQUESTS[operation],
+        answer,
+        started=parse_time(facts.instance.status.operation_start),
+        now=facts.now,
+        polls=pacing.polls,
+        backoff=facts.polls,
+    )
+    return decided(replace(facts, pacing=pacing), operation, decision, body)
+
+
+def removal_answered(facts: InstanceFacts, answer: Any, body: Mapping[str, Any]) -> list[Any]:
+    """A deprovision's answer (a deletion's, or orphan mitigation's)."""
+    if isinstance(answer, osbclient.BrokerError):
+        refused = operations.refused(Request.DEPROVISION, answer)
+        return decided(facts, InstanceOperation.DEPROVISION, refused, body)
+    if answer.is_async:
+        accepted = a.WriteStatus(operations.accepted(answer.operation))
+        return [accepted, *calls.accepted(facts.pacing, facts.polls, facts.monotonic)]
+    return deprovisioned(facts, body)
+
+
+def decided(
+    facts: InstanceFacts, operation: InstanceOperation, decision: operations.Decision, body: Mapping[str, Any]
+) -> list[Any]:
+    if decision.verdict is Verdict.POLL:
+        return calls.scheduled(facts.pacing, decision.delay, facts.monotonic)
+    if decision.verdict is Verdict.SUCCEEDED:
+        if operation is InstanceOperation.DEPROVISION:
+            return deprovisioned(facts, body)
+        return succeeded(facts, operation, body, dashboard_url=None)
+    if decision.verdict is Verdict.RETRY:
+        message = f"{decision.message}; retrying"
+        return [
+            *said(body, ready=False, reason=failure_reason(operation), message=message, now=facts.now),
+            *calls.retried(facts.pacing),
+        ]
+    return operation_failed(facts, operation, decision, body)
+
+
+def succeeded(
+    facts: InstanceFacts, operation: InstanceOperation, body: Mapping[str, Any], *, dashboard_url: str | None
+) -> list[Any]:
+    provision = operation is InstanceOperation.PROVISION
+    message = f"the broker {'provisioned' if provision else 'updated'} the instance"
+    reason = Reason.PROVISIONED if provision else Reason.INSTANCE_UPDATED
+    asked = CatalogObject.of(body).status.in_progress_properties
+    patch = operations.finished(
+        body,
+        provisionStatus=ProvisionStatus.PROVISIONED.value,
+        deprovisionStatus=DeprovisionStatus.REQUIRED.value,
+        externalProperties=dict(asked) or None,
+        **({"dashboardURL": dashboard_url} if dashboard_url else {}),
+        conditions=conditions(body, ready=True, reason=reason, message=message, now=facts.now),
+    )
+    return [*calls.succeeded(facts.pacing), a.WriteStatus(patch, event=a.Event(reason.value, message))]
+
+
+def deprovisioned(facts: InstanceFacts, body: Mapping[str, Any]) -> list[Any]:
+    instance = CatalogObject.of(body)
+    mitigation = instance.status.orphan_mitigation
+    final = mitigation and terminal_mitigation(body)
+    fields: dict[str, Any] = {}
+    if mitigation:
+        after = "the instance stays failed until its spec changes" if final else "provisioning is retried"
+        mitigated = conditions(
+            body,
+            ready=False,
+            reason=Reason.ORPHAN_MITIGATION_SUCCESSFUL,
+            message=f"orphan mitigation deprovisioned what the failed provision may have left; {after}",
+            now=facts.now,
+        )
+        fields["conditions"] = keeping_failed(body, mitigated, keep=final)
+    write = a.WriteStatus(
+        operations.removed(
+            provisionStatus=ProvisionStatus.NOT_PROVISIONED.value,
+            deprovisionStatus=DeprovisionStatus.SUCCEEDED.value,
+            **fields,
+        )
+    )
+    if instance.meta.deleting:
+        return [write, a.EnsureFinalizer(False)]
+    if final:
+        return [write]  # failed for good: a spec change queues it again
+    return [write, *calls.retried(facts.pacing)]  # mitigation done: provision again, after a pause
+
+
+def operation_failed(
+    facts: InstanceFacts, operation: InstanceOperation, decision: operations.Decision, body: Mapping[str, Any]
+) -> list[Any]:
+    message, now = decision.message, facts.now
+    reason = Reason.ASYNC_OPERATION_TIMED_OUT if decision.timed_out else failure_reason(operation)
+    if decision.mitigate:
+        return mitigation_follows(body, reason=reason, message=message, final=decision.final, now=now)
+    if operation is InstanceOperation.DEPROVISION:  # sent again, after a pause: a deletion has no spec to change
+        return [
+            *removal_failed(body, "deprovisionStatus", reason=reason, message=message, now=now),
+            *calls.retried(facts.pacing),
+        ]
+    extra: dict[str, Any] = {}
+    provisioned = CatalogObject.of(body).status.provisioned
+    if operation is InstanceOperation.PROVISION and not provisioned:
+        reason, disown = tenancy.refusal(chosen_id=tenancy.chosen(body), status=decision.answered, failure=reason)
+        if disown:  # the broker made nothing of ours under this id: deleting the Instance asks it nothing
+            extra["deprovisionStatus"] = DeprovisionStatus.NOT_REQUIRED.value
+        if reason is Reason.EXTERNAL_ID_IN_USE:
+            message = (
+                f"{message}: the broker already has an instance {tenancy.external_id(body)!r}, which is not this "
+                "Instance's; it is never updated, bound or deprovisioned from here (create the Instance again "
+                "with another externalID, or none)"
+            )
+    failure = conditions(body, ready=provisioned, reason=reason, message=message, failed=True, now=now)
+    event = a.Event(reason.value, message, warning=True)
+    return [a.WriteStatus(operations.failed(body, conditions=failure, **extra), event=event)]
+
+
+def context(body: Mapping[str, Any]) -> dict[str, Any]:
+    meta = CatalogObject.of(body).meta
+    return {"platform": "kubernetes", "namespace": meta.namespace, "instance_name": meta.name}
+
+
+def failure_reason(operation: InstanceOperation) -> Reason:
+    return {
+        InstanceOperation.PROVISION: Reason.PROVISION_CALL_FAILED,
+        InstanceOperation.UPDATE: Reason.UPDATE_CALL_FAILED,
+        InstanceOperation.DEPROVISION: Reason.DEPROVISION_CALL_FAILED,
+    }[operation]
+
+
+def _operation(value: str | None) -> InstanceOperation:
+    try:
+        return InstanceOperation(value or InstanceOperation.PROVISION.value)
+    except ValueError:
+        return InstanceOperation.PROVISION

@@ -1,0 +1,37 @@
+"""What an Instance or Binding refers to, resolved (class, plan, broker), or why it could not be.
+
+Values only; the reads that resolve them are ``servicecatalog.common.Resolver``'s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from opbroker import osbclient
+from opbroker.controller.core.reasons import Reason
+
+
+class Unresolved(ValueError):
+    """Something the object refers to is missing or unusable; ``reason`` names what, for its condition."""
+
+    def __init__(self, reason: Reason, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Offering:
+    """The class, plan and broker an Instance uses, resolved."""
+
+    service_class: dict[str, Any]
+    plan: dict[str, Any]
+    broker: osbclient.Broker
+
+    @property
+    def service_id(self) -> str:
+        return str(self.service_class["externalID"])
+
+    @property
+    def plan_id(self) -> str:
+        return str(self.plan["externalID"])

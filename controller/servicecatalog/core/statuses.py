@@ -1,0 +1,95 @@
+"""What the Service Catalog kinds write about themselves: conditions, and the status writes with their Events.
+
+Pure: each function returns values — a conditions list, or the executor's actions (:class:`~.actions.WriteStatus`
+with its :class:`~.actions.Event`) — computed from the object as read and the time (a parameter: no clock
+is read here).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from opbroker.controller.core import actions as a
+from opbroker.controller.core.decisions import ready_condition
+from opbroker.controller.core.reasons import Reason
+from opbroker.controller.servicecatalog.core import operations
+
+
+def checksum(parameters: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(parameters, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def timestamp(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(text: str | None) -> datetime | None:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
+
+
+def conditions(
+    body: Mapping[str, Any], *, ready: bool, reason: Reason, message: str, now: datetime, failed: bool = False
+) -> list[dict[str, Any]]:
+    """Ready as given; Failed=True only for a failure that waits for a spec change (no retries)."""
+    status = body.get("status") or {}
+    generation = (body.get("metadata") or {}).get("generation")
+    listed = ready_condition(
+        status.get("conditions"), ready=ready, reason=reason, message=message, generation=generation, at=now
+    )
+    listed = [c for c in listed if c.get("type") != "Failed"]
+    if failed:
+        listed.append(
+            {
+                "type": "Failed",
+                "status": "True",
+                "reason": reason.value,
+                "message": message[:1024],
+                "lastTransitionTime": timestamp(now),
+                "observedGeneration": generation,
+            }
+        )
+    return listed
+
+
+def said(body: Mapping[str, Any], *, ready: bool, reason: Reason, message: str, now: datetime) -> list[Any]:
+    """Set the Ready condition and record an Event — nothing when it says so already (no write, no event)."""
+    current: Mapping[str, Any] = next(
+        (c for c in (body.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), {}
+    )
+    if current.get("reason") == reason.value and current.get("message") == message[:1024]:
+        return []
+    patch = {"conditions": conditions(body, ready=ready, reason=reason, message=message, now=now)}
+    return [a.WriteStatus(patch, event=a.Event(reason.value, message, warning=not ready))]
+
+
+def ignored(warnings: tuple[str, ...], what: str) -> list[Any]:
+    """A warning Event naming the optional fields of a broker's answer that were dropped (wrong type): the
+    answer was used without them. Never values of credentials (the client does not quote those)."""
+    if not warnings:
+        return []
+    message = f"the broker's answer to the {what} had fields of the wrong type, ignored: " + "; ".join(warnings)
+    return [a.Event(Reason.ANSWER_FIELDS_IGNORED.value, message, warning=True)]
+
+
+def mitigation_follows(
+    body: Mapping[str, Any], *, reason: Reason, message: str, final: bool, now: datetime
+) -> list[Any]:
+    """A creation (provision, bind) failed with orphan mitigation to follow (:func:`operations.mitigating`),
+    said in an Event; the mitigation runs at once, on the next pass."""
+    listed = conditions(
+        body, ready=False, reason=reason, message=f"{message}; orphan mitigation follows", failed=final, now=now
+    )
+    event = a.Event(Reason.ORPHAN_MITIGATION.value, message, warning=True)
+    return [a.WriteStatus(operations.mitigating(body, final=final, conditions=listed), event=event), a.Requeue(0)]
+
+
+def removal_failed(body: Mapping[str, Any], field: str, *, reason: Reason, message: str, now: datetime) -> list[Any]:
+    """A removal failed (:func:`operations.removal_failed`), said in an Event; the caller requeues it after a
+    backoff (an object being deleted has no spec to change: the removal is sent until it succeeds)."""
+    listed = conditions(body, ready=False, reason=reason, message=f"{message}; retrying", now=now)
+    event = a.Event(reason.value, message, warning=True)
+    return [a.WriteStatus(operations.removal_failed(field, conditions=listed), event=event)]

@@ -1,0 +1,50 @@
+"""The effects of the Service Catalog kinds' own actions (:mod:`.core.calls`), for the one executor.
+
+Each performs its action and decides nothing: a :class:`~.core.calls.Call` sends its request through the shared
+``osbclient`` client of its broker and hands the answer (or the error it raised) to the call's pure
+continuation, performing the actions that returns; a :class:`~.core.calls.KeepPacing` stores the key's pacing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from opbroker import osbclient
+from opbroker.controller.executor import Effect, Run
+from opbroker.controller.reconciler import Key, Memories, PerKey
+from opbroker.controller.servicecatalog.common import Clients
+from opbroker.controller.servicecatalog.core.calls import Call, KeepPacing, Pacing
+
+
+class Paces:
+    """Each key's :class:`Pacing`, between reconciles (forgotten with the key)."""
+
+    def __init__(self, memories: Memories) -> None:
+        self._paces: PerKey[Pacing] = memories.keep(PerKey())
+
+    def of(self, key: Key) -> Pacing:
+        return self._paces.get(key) or Pacing()
+
+    def keep(self, key: Key, pacing: Pacing) -> None:
+        self._paces.put(key, pacing)
+
+
+def effects(clients: Clients, transport: Callable[[], Any], paces: Paces) -> dict[type, Effect]:
+    """The effects of the calls and the pacing; ``transport``: the HTTP transport (tests pass one in)."""
+
+    def call(run: Run, action: Call) -> None:
+        client = clients.get(action.broker, transport())
+        answer: Any
+        try:
+            answer = getattr(client, action.method)(*action.args, **action.kwargs)
+        except osbclient.BrokerError as exc:
+            answer = exc
+        if action.then is not None:
+            for follow in action.then(answer, run.body):
+                run.perform(follow)
+
+    def keep(run: Run, action: KeepPacing) -> None:
+        paces.keep(run.key, action.pacing)
+
+    return {Call: call, KeepPacing: keep}
