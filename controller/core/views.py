@@ -30,19 +30,23 @@ from opbroker.api.osb import OperationState
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
-def _mapping(value: object) -> Mapping[str, Any]:
+# Field readers shared by every kind's views: a field of the wrong type reads as absent (a tenant may write
+# anything into an object the controller reads; it must not make the controller fail).
+
+
+def mapping_of(value: object) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else _EMPTY
 
 
-def _text(value: object) -> str | None:
+def text_of(value: object) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def _int(value: object) -> int | None:
+def int_of(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _strings(value: object) -> tuple[str, ...]:
+def strings_of(value: object) -> tuple[str, ...]:
     return tuple(v for v in value if isinstance(v, str)) if isinstance(value, list) else ()
 
 
@@ -64,7 +68,7 @@ def _refs(value: object) -> tuple[ResourceRef, ...]:
                     api_version=str(raw["apiVersion"]),
                     kind=str(raw["kind"]),
                     name=str(raw["name"]),
-                    namespace=_text(raw.get("namespace")),
+                    namespace=text_of(raw.get("namespace")),
                 )
             )
     return tuple(refs)
@@ -89,19 +93,19 @@ class Meta:
 
     @classmethod
     def of(cls, metadata: object) -> Meta:
-        meta = _mapping(metadata)
+        meta = mapping_of(metadata)
         owners = meta.get("ownerReferences")
         return cls(
-            name=_text(meta.get("name")) or "",
-            namespace=_text(meta.get("namespace")) or "",
-            uid=_text(meta.get("uid")) or "",
-            generation=_int(meta.get("generation")),
-            resource_version=_text(meta.get("resourceVersion")),
-            finalizers=_strings(meta.get("finalizers")),
+            name=text_of(meta.get("name")) or "",
+            namespace=text_of(meta.get("namespace")) or "",
+            uid=text_of(meta.get("uid")) or "",
+            generation=int_of(meta.get("generation")),
+            resource_version=text_of(meta.get("resourceVersion")),
+            finalizers=strings_of(meta.get("finalizers")),
             deleting=bool(meta.get("deletionTimestamp")),
             labels=_labels(meta.get("labels")),
             annotations=_labels(meta.get("annotations")),
-            owner_uids=tuple(uid for o in owners if isinstance(o, Mapping) and (uid := _text(o.get("uid"))))
+            owner_uids=tuple(uid for o in owners if isinstance(o, Mapping) and (uid := text_of(o.get("uid"))))
             if isinstance(owners, list)
             else (),
         )
@@ -122,17 +126,17 @@ class ConditionView:
     observed_generation: int | None = None
 
 
-def _conditions(value: object) -> tuple[ConditionView, ...]:
+def conditions_of(value: object) -> tuple[ConditionView, ...]:
     if not isinstance(value, list):
         return ()
     return tuple(
         ConditionView(
             type=str(c["type"]),
             status=str(c.get("status") or "Unknown"),
-            reason=_text(c.get("reason")),
-            message=_text(c.get("message")),
-            last_transition_time=_text(c.get("lastTransitionTime")),
-            observed_generation=_int(c.get("observedGeneration")),
+            reason=text_of(c.get("reason")),
+            message=text_of(c.get("message")),
+            last_transition_time=text_of(c.get("lastTransitionTime")),
+            observed_generation=int_of(c.get("observedGeneration")),
         )
         for c in value
         if isinstance(c, Mapping) and isinstance(c.get("type"), str)
@@ -157,16 +161,16 @@ class OperationView:
 
     @classmethod
     def of(cls, status: object) -> OperationView:
-        s = _mapping(status)
+        s = mapping_of(status)
         return cls(
-            state=_text(s.get("state")),
-            description=_text(s.get("description")),
-            error=_text(s.get("error")),
-            last_operation_type=_text(_mapping(s.get("lastOperation")).get("type")),
+            state=text_of(s.get("state")),
+            description=text_of(s.get("description")),
+            error=text_of(s.get("error")),
+            last_operation_type=text_of(mapping_of(s.get("lastOperation")).get("type")),
             resources=_refs(s.get("resources")),
-            observed_generation=_int(s.get("observedGeneration")),
-            error_count=_int(s.get("errorCount")) or 0,
-            conditions=_conditions(s.get("conditions")),
+            observed_generation=int_of(s.get("observedGeneration")),
+            error_count=int_of(s.get("errorCount")) or 0,
+            conditions=conditions_of(s.get("conditions")),
         )
 
     @property
@@ -197,16 +201,16 @@ class InstanceView:
     @classmethod
     def of(cls, body: Mapping[str, Any]) -> InstanceView:
         meta = Meta.of(body.get("metadata"))
-        spec = _mapping(body.get("spec"))
-        status = _mapping(body.get("status"))
+        spec = mapping_of(body.get("spec"))
+        status = mapping_of(body.get("status"))
         return cls(
             meta=meta,
-            instance_id=_text(spec.get("instanceId")) or meta.name,
-            service_id=_text(spec.get("serviceId")) or "",
-            plan_id=_text(spec.get("planId")) or "",
-            context=_mapping(spec.get("context")),
+            instance_id=text_of(spec.get("instanceId")) or meta.name,
+            service_id=text_of(spec.get("serviceId")) or "",
+            plan_id=text_of(spec.get("planId")) or "",
+            context=mapping_of(spec.get("context")),
             status=OperationView.of(status),
-            applied_plan_hash=_text(status.get("appliedPlanHash")),
+            applied_plan_hash=text_of(status.get("appliedPlanHash")),
             wire=body,
         )
 
@@ -236,17 +240,17 @@ class BindingView:
     @classmethod
     def of(cls, body: Mapping[str, Any]) -> BindingView:
         meta = Meta.of(body.get("metadata"))
-        spec = _mapping(body.get("spec"))
-        status = _mapping(body.get("status"))
+        spec = mapping_of(body.get("spec"))
+        status = mapping_of(body.get("status"))
         return cls(
             meta=meta,
-            binding_id=_text(spec.get("id")) or meta.name,
-            instance_ref=_text(spec.get("instanceId")) or "",
-            plan_id=_text(spec.get("planId")) or "",
+            binding_id=text_of(spec.get("id")) or meta.name,
+            instance_ref=text_of(spec.get("instanceId")) or "",
+            plan_id=text_of(spec.get("planId")) or "",
             status=OperationView.of(status),
             responded=bool(status.get("response")),
             sources=_refs(status.get("sources")) if isinstance(status.get("sources"), list) else None,
-            sources_digest=_text(status.get("sourcesDigest")),
+            sources_digest=text_of(status.get("sourcesDigest")),
             wire=body,
         )
 
@@ -269,12 +273,12 @@ class EntryView:
 
     @classmethod
     def of(cls, body: Mapping[str, Any]) -> EntryView:
-        status = _mapping(body.get("status"))
+        status = mapping_of(body.get("status"))
         return cls(
             meta=Meta.of(body.get("metadata")),
-            osb_id=_text(_mapping(body.get("spec")).get("id")) or "",
-            observed_generation=_int(status.get("observedGeneration")),
-            conditions=_conditions(status.get("conditions")),
+            osb_id=text_of(mapping_of(body.get("spec")).get("id")) or "",
+            observed_generation=int_of(status.get("observedGeneration")),
+            conditions=conditions_of(status.get("conditions")),
             wire=body,
         )
 

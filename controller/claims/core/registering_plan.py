@@ -19,7 +19,7 @@ from opbroker.controller.claims.core import names, registration
 from opbroker.controller.claims.core.views import ObjectView
 from opbroker.controller.core import actions as a
 from opbroker.controller.core.reasons import Reason
-from opbroker.controller.core.views import BindingView, _mapping, _text
+from opbroker.controller.core.views import BindingView, mapping_of, text_of
 from opbroker.controller.reconciler.keys import Key
 
 
@@ -71,7 +71,7 @@ RegistrationAction = TrackCredentials | RemoveGenerated | Register | a.Event
 
 def credentials_secret(binding: BindingView) -> str | None:
     """The binding's credentials Secret (``status.response.secretRef``)."""
-    return _text(_mapping(_mapping(binding.wire.get("status")).get("response")).get("secretRef"))
+    return text_of(mapping_of(mapping_of(binding.wire.get("status")).get("response")).get("secretRef"))
 
 
 def succeeded(binding: BindingView) -> bool:

@@ -32,7 +32,7 @@ from opbroker.api.conventions import ANNOTATION_OWNER_UID, CREDENTIALS_KEY, LABE
 from opbroker.api.osb import SFServiceBinding
 from opbroker.api.primaza import RegisteredService
 from opbroker.controller.claims.core import names
-from opbroker.controller.core.views import BindingView, Meta, _mapping, _text
+from opbroker.controller.core.views import BindingView, Meta, mapping_of, text_of
 
 _KEY = re.compile(r"^[A-Za-z0-9._-]+$")
 DEFAULT_PROVIDER = "opbroker"
@@ -136,7 +136,7 @@ def registered_service(
     """The RegisteredService standing for a broker binding (see the module docstring)."""
     view = _view(binding)
     meta = view.meta
-    service_name = _entry_name(service) or _text(_mapping(view.wire.get("spec")).get("serviceId")) or ""
+    service_name = _entry_name(service) or text_of(mapping_of(view.wire.get("spec")).get("serviceId")) or ""
     plan_name = _entry_name(plan) or view.plan_id
     identity = [
         {"name": "type", "value": setting(binding, plan, names.ANNOTATION_TYPE) or service_name},

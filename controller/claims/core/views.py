@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from opbroker.api.conventions import ANNOTATION_OWNER_UID
-from opbroker.controller.core.views import ConditionView, Meta, _conditions, _mapping, _strings, _text
+from opbroker.controller.core.views import ConditionView, Meta, conditions_of, mapping_of, strings_of, text_of
 
 
 def _condition_list(value: object) -> tuple[Mapping[str, Any], ...]:
@@ -52,22 +52,23 @@ class ClaimView(Stamped):
 
     @classmethod
     def of(cls, body: Mapping[str, Any]) -> ClaimView:
-        status = _mapping(body.get("status"))
-        spec = _mapping(body.get("spec"))
+        status = mapping_of(body.get("status"))
+        spec = mapping_of(body.get("spec"))
         application = spec.get("application")
         kind = None
         if isinstance(application, Mapping) and application:
-            kind = (_text(application.get("apiVersion")) or "apps/v1", _text(application.get("kind")) or "Deployment")
+            api_version = text_of(application.get("apiVersion")) or "apps/v1"
+            kind = (api_version, text_of(application.get("kind")) or "Deployment")
         return cls(
             meta=Meta.of(body.get("metadata")),
-            state=_text(status.get("state")),
-            registered_service=_text(status.get("registeredService")),
-            binding_secret=_text(status.get("bindingSecret")),
-            reason=_text(status.get("reason")),
+            state=text_of(status.get("state")),
+            registered_service=text_of(status.get("registeredService")),
+            binding_secret=text_of(status.get("bindingSecret")),
+            reason=text_of(status.get("reason")),
             conditions=_condition_list(status.get("conditions")),
             candidates=_condition_list(status.get("candidates")),
-            service_namespaces=tuple(dict.fromkeys(_strings(spec.get("serviceNamespaces")))),
-            environment=_text(spec.get("environmentTag")) or "",
+            service_namespaces=tuple(dict.fromkeys(strings_of(spec.get("serviceNamespaces")))),
+            environment=text_of(spec.get("environmentTag")) or "",
             application_kind=kind,
             wire=body,
         )
@@ -77,7 +78,7 @@ class ClaimView(Stamped):
 
     def condition_reason(self, type_: str) -> str | None:
         """The reason of its condition ``type_`` (None: no such condition, or no reason)."""
-        return _text((self.condition(type_) or {}).get("reason"))
+        return text_of((self.condition(type_) or {}).get("reason"))
 
 
 @dataclass(frozen=True)
@@ -94,18 +95,18 @@ class ServiceView(Stamped):
 
     @classmethod
     def of(cls, body: Mapping[str, Any]) -> ServiceView:
-        status = _mapping(body.get("status"))
+        status = mapping_of(body.get("status"))
         failures = status.get("consecutiveFailures")
-        items = _mapping(body.get("spec")).get("serviceEndpointDefinition")
+        items = mapping_of(body.get("spec")).get("serviceEndpointDefinition")
         secrets = frozenset(
             name
             for item in (items if isinstance(items, list) else ())
-            if isinstance(item, Mapping) and (name := _text(_mapping(item.get("valueFromSecret")).get("name")))
+            if isinstance(item, Mapping) and (name := text_of(mapping_of(item.get("valueFromSecret")).get("name")))
         )
         return cls(
             meta=Meta.of(body.get("metadata")),
-            state=_text(status.get("state")),
-            claimed_by=_text(status.get("claimedBy")),
+            state=text_of(status.get("state")),
+            claimed_by=text_of(status.get("claimedBy")),
             consecutive_failures=failures if isinstance(failures, int) and not isinstance(failures, bool) else 0,
             conditions=_condition_list(status.get("conditions")),
             endpoint_secrets=secrets,
@@ -122,7 +123,7 @@ class ObjectView(Stamped):
 
     @classmethod
     def of(cls, body: Mapping[str, Any]) -> ObjectView:
-        return cls(meta=Meta.of(body.get("metadata")), type=_text(body.get("type")), wire=body)
+        return cls(meta=Meta.of(body.get("metadata")), type=text_of(body.get("type")), wire=body)
 
     @classmethod
     def maybe(cls, body: Mapping[str, Any] | None) -> ObjectView | None:
@@ -139,12 +140,12 @@ class JobView(ObjectView):
 
     @classmethod
     def of(cls, body: Mapping[str, Any]) -> JobView:
-        meta = _mapping(body.get("metadata"))
+        meta = mapping_of(body.get("metadata"))
         return cls(
             meta=Meta.of(meta),
             type=None,
             wire=body,
-            conditions=_conditions(_mapping(body.get("status")).get("conditions")),
+            conditions=conditions_of(mapping_of(body.get("status")).get("conditions")),
             created=meta.get("creationTimestamp"),
         )
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from opbroker.api.servicecatalog import DeprovisionStatus, ProvisionStatus, UnbindStatus
-from opbroker.controller.core.views import ConditionView, Meta, _conditions, _int, _mapping, _text
+from opbroker.controller.core.views import ConditionView, Meta, conditions_of, int_of, mapping_of, text_of
 
 #: The Service Catalog kinds' finalizer (the executor Target's, for Instances and Bindings).
 FINALIZER = "servicecatalog.k8s.io/opbroker"
@@ -41,21 +41,21 @@ class OperationStatus:
 
     @classmethod
     def of(cls, status: object) -> OperationStatus:
-        s = _mapping(status)
+        s = mapping_of(status)
         return cls(
             async_op=s.get("asyncOpInProgress") is True,
             orphan_mitigation=s.get("orphanMitigationInProgress") is True,
-            current_operation=_text(s.get("currentOperation")),
-            last_operation=_text(s.get("lastOperation")),
-            operation_start=_text(s.get("operationStartTime")),
-            observed_generation=_int(s.get("observedGeneration")),
-            provision_status=_text(s.get("provisionStatus")),
-            deprovision_status=_text(s.get("deprovisionStatus")),
-            unbind_status=_text(s.get("unbindStatus")),
-            external_properties=_mapping(s.get("externalProperties")),
-            in_progress_properties=_mapping(s.get("inProgressProperties")),
-            secret_name=_text(s.get("secretName")),
-            conditions=_conditions(s.get("conditions")),
+            current_operation=text_of(s.get("currentOperation")),
+            last_operation=text_of(s.get("lastOperation")),
+            operation_start=text_of(s.get("operationStartTime")),
+            observed_generation=int_of(s.get("observedGeneration")),
+            provision_status=text_of(s.get("provisionStatus")),
+            deprovision_status=text_of(s.get("deprovisionStatus")),
+            unbind_status=text_of(s.get("unbindStatus")),
+            external_properties=mapping_of(s.get("externalProperties")),
+            in_progress_properties=mapping_of(s.get("inProgressProperties")),
+            secret_name=text_of(s.get("secretName")),
+            conditions=conditions_of(s.get("conditions")),
         )
 
     @property
@@ -100,4 +100,4 @@ class CatalogObject:
 
     @property
     def spec(self) -> Mapping[str, Any]:
-        return _mapping(self.wire.get("spec"))
+        return mapping_of(self.wire.get("spec"))
