@@ -40,6 +40,7 @@ from opbroker.controller.servicecatalog.core.statuses import (
     removal_failed,
     said,
     timestamp,
+    unresolved,
 )
 from opbroker.controller.servicecatalog.core.views import CatalogObject
 from opbroker.osbclient import Request
@@ -48,9 +49,6 @@ SECRET_TYPE = "servicecatalog.k8s.io/binding-credentials"
 #: What a Secret's data key may be (the API server refuses any other): credentials with another key cannot be
 #: stored, so the bind fails for good (and is unbound) instead of being written again and again.
 _SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
-#: Seconds before a Binding whose references do not resolve is looked at again (its instance's changes
-#: queue it too).
-UNRESOLVED_RECHECK = 30.0
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -240,11 +238,7 @@ def plan(facts: BindingFacts) -> list[Any]:
             return [*released(facts), a.EnsureFinalizer(False)]
         case Step.UNRESOLVED:
             assert facts.problem is not None
-            problem = facts.problem
-            return [
-                *said(body, ready=False, reason=problem.reason, message=str(problem), now=now),
-                a.Requeue(UNRESOLVED_RECHECK),
-            ]
+            return unresolved(body, facts.problem, now=now)
         case Step.POLL:
             return calls.early(facts.pacing, facts.monotonic) or poll(facts)
         case Step.UNBIND | Step.MITIGATE:

@@ -36,6 +36,7 @@ from opbroker.controller.servicecatalog.core.statuses import (
     removal_failed,
     said,
     timestamp,
+    unresolved,
 )
 from opbroker.controller.servicecatalog.core.views import CatalogObject
 from opbroker.osbclient import Request
@@ -46,9 +47,6 @@ REQUESTS = {
     InstanceOperation.UPDATE: Request.UPDATE,
     InstanceOperation.DEPROVISION: Request.DEPROVISION,
 }
-#: Seconds before an Instance whose references do not resolve is looked at again (a class or Secret
-#: appearing also queues it).
-UNRESOLVED_RECHECK = 30.0
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -168,11 +166,7 @@ def plan(facts: InstanceFacts) -> list[Any]:
             return said(body, ready=False, reason=Reason.INSTANCE_DELETE_BLOCKED, message=message, now=now)
         case Step.UNRESOLVED:
             assert facts.problem is not None
-            problem = facts.problem
-            return [
-                *said(body, ready=False, reason=problem.reason, message=str(problem), now=now),
-                a.Requeue(UNRESOLVED_RECHECK),
-            ]
+            return unresolved(body, facts.problem, now=now)
         case Step.POLL:
             return calls.early(facts.pacing, facts.monotonic) or poll(facts)
         case Step.MITIGATE | Step.DEPROVISION:

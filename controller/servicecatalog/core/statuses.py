@@ -17,6 +17,11 @@ from opbroker.controller.core import actions as a
 from opbroker.controller.core.decisions import ready_condition
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.servicecatalog.core import operations
+from opbroker.controller.servicecatalog.core.offering import Unresolved
+
+#: Seconds before an Instance or Binding whose references do not resolve is looked at again (a class, a Secret or
+#: its instance appearing or changing also queues it).
+UNRESOLVED_RECHECK = 30.0
 
 
 def checksum(parameters: Mapping[str, Any]) -> str:
@@ -64,6 +69,15 @@ def said(body: Mapping[str, Any], *, ready: bool, reason: Reason, message: str, 
         return []
     patch = {"conditions": conditions(body, ready=ready, reason=reason, message=message, now=now)}
     return [a.WriteStatus(patch, event=a.Event(reason.value, message, warning=not ready))]
+
+
+def unresolved(body: Mapping[str, Any], problem: Unresolved, *, now: datetime) -> list[Any]:
+    """What an object whose references do not resolve gets: its Ready condition says why (once), and a look again
+    after :data:`UNRESOLVED_RECHECK`."""
+    return [
+        *said(body, ready=False, reason=problem.reason, message=str(problem), now=now),
+        a.Requeue(UNRESOLVED_RECHECK),
+    ]
 
 
 def ignored(warnings: tuple[str, ...], what: str) -> list[Any]:
