@@ -3,7 +3,6 @@ each situation of a trusted entry (the untrusted ones: test_controller_catalog_t
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from typing import Any
 
@@ -17,6 +16,7 @@ from opbroker.controller.core.entry_plan import IN_USE_RECHECK_SECONDS, EntryFac
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import EntryView
 from opbroker.controller.reconciler import Key
+from tests.plan_support import timeless
 
 ACCEPTED = catalog_status.plan_verdict(None)
 
@@ -61,19 +61,6 @@ def ready(verdict: catalog_status.Verdict) -> dict[str, Any]:
         "message": verdict.message,
         "observedGeneration": 2,
     }
-
-
-def timeless(actions: Any) -> list[Any]:
-    """The actions with every condition's transition time dropped (it is the clock's, not the plan's)."""
-    shown = []
-    for action in actions:
-        if isinstance(action, a.WriteStatus):
-            patch = copy.deepcopy(dict(action.patch))
-            for condition in patch.get("conditions") or []:
-                condition.pop("lastTransitionTime", None)
-            action = dataclasses.replace(action, patch=patch)
-        shown.append(action)
-    return shown
 
 
 IN_USE = catalog_status.in_use_verdict(3)

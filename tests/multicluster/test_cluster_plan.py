@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from typing import Any
 
@@ -21,6 +20,7 @@ from opbroker.controller.multicluster.core.cluster_plan import (
 )
 from opbroker.controller.multicluster.reasons import CLUSTER_FINALIZER
 from opbroker.controller.reconciler import Key
+from tests.plan_support import timeless
 
 PLACED = (Key("instance", "team", "db"),)
 
@@ -49,18 +49,6 @@ def facts(
         return made
     body = {**body, "status": cluster_status(made)}
     return dataclasses.replace(made, cluster=SFClusterView.of(body))
-
-
-def timeless(actions: list[Any]) -> list[Any]:
-    shown = []
-    for action in actions:
-        if isinstance(action, a.WriteStatus):
-            patch = copy.deepcopy(dict(action.patch))
-            for condition in patch.get("conditions") or []:
-                condition.pop("lastTransitionTime", None)
-            action = dataclasses.replace(action, patch=patch)
-        shown.append(action)
-    return shown
 
 
 def status(given: ClusterFacts, event: a.Event | None = None) -> a.WriteStatus:

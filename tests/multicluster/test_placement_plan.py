@@ -4,7 +4,6 @@ the master runs (None: reconciled right here). The end-to-end behaviour: test_mu
 from __future__ import annotations
 
 import copy
-import dataclasses
 from typing import Any
 
 import pytest
@@ -25,6 +24,7 @@ from opbroker.controller.multicluster.core.placement_plan import (
 )
 from opbroker.controller.multicluster.reasons import ANNOTATION_CLUSTER, ANNOTATION_MASTER_UID
 from opbroker.controller.reconciler import Key
+from tests.plan_support import timeless
 
 UP = Reach(True, True)
 PLAN = {"kind": "SFPlan", "metadata": {"name": "small"}, "spec": {"id": "p1"}}
@@ -81,18 +81,8 @@ def facts(obj: dict[str, Any], *, kind: str = "instance", **known: Any) -> Place
     )
 
 
-def timeless(actions: Any) -> Any:
-    if actions is None:
-        return None
-    shown = []
-    for action in actions:
-        if isinstance(action, a.WriteStatus):
-            patch = copy.deepcopy(dict(action.patch))
-            for condition in patch.get("conditions") or []:
-                condition.pop("lastTransitionTime", None)
-            action = dataclasses.replace(action, patch=patch)
-        shown.append(action)
-    return shown
+def timeless_or_none(actions: Any) -> Any:
+    return None if actions is None else timeless(actions)
 
 
 PENDING = instance()
@@ -335,12 +325,12 @@ BINDING_ROWS: list[tuple[str, PlacementFacts, list[Any] | None]] = [
 
 @pytest.mark.parametrize(("given", "wanted"), [(f, w) for _, f, w in ROWS], ids=[i for i, _, _ in ROWS])
 def test_instance_placement(given: PlacementFacts, wanted: list[Any] | None) -> None:
-    assert timeless(p.instance(given)) == timeless(wanted)
+    assert timeless_or_none(p.instance(given)) == timeless_or_none(wanted)
 
 
 @pytest.mark.parametrize(("given", "wanted"), [(f, w) for _, f, w in BINDING_ROWS], ids=[i for i, _, _ in BINDING_ROWS])
 def test_binding_placement(given: PlacementFacts, wanted: list[Any] | None) -> None:
-    assert timeless(p.binding(given)) == timeless(wanted)
+    assert timeless_or_none(p.binding(given)) == timeless_or_none(wanted)
 
 
 def test_the_credentials_secret_is_named_only_once_the_copy_is_bound() -> None:
