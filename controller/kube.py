@@ -85,6 +85,14 @@ class Kind:
         return (self.api_version, self.plural)
 
 
+#: ``PartialObjectMetadataList``: every object's metadata, without its data (metadata-only listings).
+METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+#: Objects per page of a metadata-only listing: each page is parsed whole (an object's metadata, managedFields
+#: included, is 1 to 2 KiB parsed) and what Python's allocator takes for it stays with the process, so a restart
+#: over 10 000 unrelated Secrets listed 5 000 at a time grew by 25 MiB for 2.7 MiB held; 500 keep the peak
+#: near 1 MiB for 20 requests instead of 2.
+METADATA_PAGE = 500
+
 #: Identities acted as at once, at most (each keeps a connection pool); the least recently used goes first.
 MAX_ACTING_IDENTITIES = 64
 
@@ -394,6 +402,29 @@ class Kube:
         meta = answer.get("metadata") or {}
         return list(answer.get("items", [])), meta.get("continue") or None, meta.get("resourceVersion")
 
+    def uids_of(self, kind: Kind) -> dict[tuple[str, str], str]:
+        """The uid of every object of ``kind`` by (namespace, name): a metadata-only listing, :data:`METADATA_PAGE`
+        a page — what a sweep needs to know of thousands of objects for a few requests, not one GET each."""
+        found: dict[tuple[str, str], str] = {}
+        token: str | None = None
+        while True:
+            response = self.custom.list_cluster_custom_object(
+                kind.group,
+                kind.version,
+                kind.plural,
+                limit=METADATA_PAGE,
+                _continue=token,
+                _preload_content=False,
+                _headers={"Accept": METADATA_LIST},
+            )
+            page = _json(response)
+            for item in page.get("items") or []:
+                meta = item.get("metadata") or {}
+                found[(meta.get("namespace") or "", meta.get("name") or "")] = str(meta.get("uid") or "")
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return found
+
     def watch_custom(
         self, kind: Kind, *, resource_version: str, label_selector: str = "", timeout_seconds: int = 60
     ) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -529,9 +560,14 @@ class Kube:
             if not token:
                 return found
 
-    def delete_secret(self, namespace: str, name: str, *, uid: str | None = None) -> bool:
-        """Delete a Secret — only the one with ``uid`` if given; False if it was gone (or replaced)."""
-        options = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid) if uid else None)
+    def delete_secret(
+        self, namespace: str, name: str, *, uid: str | None = None, resource_version: str | None = None
+    ) -> bool:
+        """Delete a Secret — only the one with ``uid``, only at ``resource_version``, if given; False if it was
+        gone (or replaced, or written since)."""
+        guarded = uid or resource_version
+        preconditions = client.V1Preconditions(uid=uid, resource_version=resource_version) if guarded else None
+        options = client.V1DeleteOptions(preconditions=preconditions)
         try:
             self.core.delete_namespaced_secret(name, namespace, body=options)
         except ApiException as exc:

@@ -160,7 +160,8 @@ def sweep(kube: Kube, namespace: str, owner_uid_of: Callable[[str, str, str], st
 
     ``owner_uid_of(kind, namespace, name)``: the uid of the live instance or binding (None: there is none). A
     registry whose owner of that name has another uid belongs to an earlier object of the name: it goes too.
-    Each delete names the Secret's uid, so a registry written anew meanwhile is never deleted by mistake.
+    Each delete names the Secret's uid and the resourceVersion listed, so a registry written anew meanwhile
+    (re-created, or rewritten for a new owner of the name) is never deleted by mistake.
     """
     deleted = []
     for secret in kube.list_secrets(namespace, label_selector=LABEL_REGISTRY_OF):
@@ -174,7 +175,9 @@ def sweep(kube: Kube, namespace: str, owner_uid_of: Callable[[str, str, str], st
             continue  # not one we wrote: left alone
         if owner_uid_of(kind, owner_namespace, owner_name) == uid:
             continue
-        if kube.delete_secret(namespace, meta["name"], uid=meta.get("uid")):
+        if kube.delete_secret(
+            namespace, meta["name"], uid=meta.get("uid"), resource_version=meta.get("resourceVersion")
+        ):
             logger.info("deleted registry %s/%s: its %s %s/%s is gone", namespace, meta["name"], kind,
                         owner_namespace, owner_name)  # fmt: skip
             deleted.append(meta["name"])

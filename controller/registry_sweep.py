@@ -20,7 +20,7 @@ logger = logging.getLogger(__name__)
 
 #: How often orphaned registries are looked for: a teardown deletes its own, so this only catches a finalizer
 #: removed by hand or an object deleted while no controller ran; one list of the registry namespace's
-#: registries (by label) and one GET per registry.
+#: registries (by label) and one metadata-only listing of instances and of bindings.
 SWEEP_SECONDS = 600.0
 #: The old place's registries are recognised by these labels (and their name and owner reference).
 LEGACY_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY},opbroker.io/instance,!{registries.LABEL_REGISTRY_OF}"
@@ -29,11 +29,17 @@ _OWNER_KINDS = {"SFServiceInstance": "instance", "SFServiceBinding": "binding"}
 
 
 def owner_uid_of(kube: Kube) -> Callable[[str, str, str], str | None]:
-    """The uid of the live instance or binding ``(kind, namespace, name)``, read past the store."""
+    """The uid of the live instance or binding ``(kind, namespace, name)``, read past the store: each kind is
+    listed (metadata only) at its first question — one request per 500 objects instead of a GET per registry
+    (at a restart over 2 000 bindings those GETs were a fifth of the controller's CPU until idle). Listed after
+    the registries were: a registry is written after its owner exists, so its owner is in the listing unless it
+    is gone, and one that went and came back under its name shows its new uid."""
+    listed: dict[str, dict[tuple[str, str], str]] = {}
 
     def lookup(kind: str, namespace: str, name: str) -> str | None:
-        found = kube.get_custom(_KINDS[kind], namespace, name, fresh=True)
-        return None if found is None else str(found["metadata"]["uid"])
+        if kind not in listed:
+            listed[kind] = kube.uids_of(_KINDS[kind])
+        return listed[kind].get((namespace, name))
 
     return lookup
 

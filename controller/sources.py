@@ -37,7 +37,7 @@ from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
 
 from opbroker.api.meta import ResourceRef
-from opbroker.controller.kube import Kube
+from opbroker.controller.kube import METADATA_LIST, METADATA_PAGE, Kube
 from opbroker.controller.reconciler.keys import Key
 from opbroker.kubeclient.deadlines import Timeouts
 
@@ -57,18 +57,12 @@ def _with_type(item: dict[str, Any], api_version: str, kind: str) -> dict[str, A
 
 
 #: What a metadata-only list and watch ask for (as client-go's metadata informers do): the API server answers
-#: ``PartialObjectMetadataList`` / ``PartialObjectMetadata`` — every object's metadata, without its data.
-METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+#: ``PartialObjectMetadata``: one object's metadata, without its data (a metadata-only watch's events).
 METADATA_WATCH = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 
 #: Objects per page when a watch lists its kind: the store takes them in page by page, so listing 40 000
 #: Secrets never holds them all as parsed objects at once (their memory would stay with the process).
 LIST_PAGE = 5_000
-#: Objects per page of a metadata-only listing: each page is parsed whole (an object's metadata, managedFields
-#: included, is 1 to 2 KiB parsed) and what Python's allocator takes for it stays with the process, so a restart
-#: over 10 000 unrelated Secrets listed 5 000 at a time grew by 25 MiB for 2.7 MiB held; 500 keep the peak
-#: near 1 MiB for 20 requests instead of 2.
-METADATA_PAGE = 500
 
 
 def _listing(

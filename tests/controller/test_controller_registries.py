@@ -150,3 +150,57 @@ def test_the_start_up_housekeeping_moves_every_registry_from_its_old_place(
         assert set(names(api_client, namespace)) == {"inst-credentials"}
     finally:
         client.CoreV1Api(api_client).delete_namespace(cp)
+
+
+def test_the_sweep_deletes_no_registry_written_since_it_was_listed(
+    api_client: client.ApiClient, namespace: str
+) -> None:
+    """A registry listed for an owner that is gone, then rewritten (a new owner of the name saved its values
+    into the same Secret) before the sweep deletes it: the delete names the version listed and is refused."""
+    cp = side_namespace(api_client, namespace)
+    try:
+        kube = Kube(api_client)
+        where = registries.place(owner(api_client, namespace, "reused"), kind="instance", namespace=cp)
+        registries.save(kube, where, {"password": "the first owner's"}, {})
+
+        def rewritten_meanwhile(*_key: str) -> str | None:
+            registries.save(kube, where, {"password": "written since the listing"}, {"opbroker.io/x": "y"})
+            return None  # the owner the listing knew is gone
+
+        assert registries.sweep(kube, cp, rewritten_meanwhile) == []
+        assert registries.read(kube, where) == {"password": "written since the listing"}
+    finally:
+        client.CoreV1Api(api_client).delete_namespace(cp)
+
+
+def test_the_sweep_learns_its_owners_uids_from_one_listing_per_kind(
+    api_client: client.ApiClient, namespace: str
+) -> None:
+    """Owners are looked up in one metadata-only listing of each kind, made at the first question: no GET per
+    registry (thousands of them at a restart), and an owner that is not listed has no uid."""
+    custom = client.CustomObjectsApi(api_client)
+    uids = {}
+    for name in ("a", "b"):
+        body = {
+            "apiVersion": "osb.servicefabrik.io/v1alpha1",
+            "kind": "SFServiceInstance",
+            "metadata": {"name": f"listed-{name}"},
+            "spec": {"instanceId": f"listed-{name}", "serviceId": "s", "planId": "p"},
+        }
+        made = custom.create_namespaced_custom_object(
+            "osb.servicefabrik.io", "v1alpha1", namespace, "sfserviceinstances", body
+        )
+        uids[name] = made["metadata"]["uid"]
+    kube = Kube(api_client)
+    asked: list[str] = []
+    listing, getting = kube.custom.list_cluster_custom_object, kube.custom.get_namespaced_custom_object
+    kube.custom.list_cluster_custom_object = lambda *args, **kw: asked.append("list") or listing(*args, **kw)  # type: ignore[method-assign]
+    kube.custom.get_namespaced_custom_object = lambda *args, **kw: asked.append("get") or getting(*args, **kw)  # type: ignore[method-assign]
+    lookup = registry_sweep.owner_uid_of(kube)
+    assert lookup("instance", namespace, "listed-a") == uids["a"]
+    assert lookup("instance", namespace, "listed-b") == uids["b"]
+    assert lookup("instance", namespace, "never-made") is None
+    assert lookup("instance", "another-namespace", "listed-a") is None
+    assert asked == ["list"], "one listing of instances, no GET"
+    assert lookup("binding", namespace, "listed-a") is None
+    assert asked == ["list", "list"], "bindings listed at their first question"

@@ -18,7 +18,8 @@ from typing import Any
 from kubernetes import client
 
 from opbroker.api.conventions import CREDENTIALS_KEY
-from opbroker.controller.sources import METADATA_LIST, SourceIndex, SourceWatchers, _listing
+from opbroker.controller.kube import METADATA_LIST
+from opbroker.controller.sources import SourceIndex, SourceWatchers, _listing
 from opbroker.controller.store import UNKNOWN, Census, ObjectStore
 from opbroker.devcluster import ControlPlane
 from opbroker.devcluster.controlplane import free_ports
