@@ -58,12 +58,19 @@ def other_tree(ref: str) -> Iterator[Tree]:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+def environment(tree: Tree) -> dict[str, str]:
+    """What a process's environment needs (over the harness's) to import ``tree``'s code."""
+    if tree.pythonpath is None:
+        return {}
+    saved = os.environ.get("PYTHONPATH")
+    return {"PYTHONPATH": os.pathsep.join(p for p in (str(tree.pythonpath), saved) if p)}
+
+
 @contextmanager
 def using(tree: Tree) -> Iterator[None]:
     """Processes started meanwhile import ``tree``'s code."""
     saved = os.environ.get("PYTHONPATH")
-    if tree.pythonpath is not None:
-        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(tree.pythonpath), saved) if p)
+    os.environ.update(environment(tree))
     try:
         yield
     finally:

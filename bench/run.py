@@ -174,6 +174,15 @@ def run_compare(
         }
         results["compare"] = found
         for suite in suites:
+            if suite == "restart":
+                # One cluster, restarts of both sides alternating (see restart.run_alternating).
+                count, bound = sizes["restart"]
+                log(f"restart: {count} instances, {bound} bindings; each side's controller restarted in turn ...")
+                sides = {name: compare.environment(tree) for name, tree in trees.items()}
+                for name, measured in restart.run_alternating(count, bound, sides).items():
+                    found[name][suite] = measured
+                record(results)
+                continue
             for name, tree in trees.items():
                 log(f"[{name}: {tree.ref} {tree.commit[:10]}]")
                 with compare.using(tree):
@@ -450,6 +459,12 @@ def compare_markdown(results: dict[str, Any]) -> str:
             row("restart: ready s", lambda s: s["restart"]["restart"]["ready_seconds"]),
             row("restart: idle s", lambda s: s["restart"]["restart"]["idle_seconds"]),
             row("restart: CPU s to idle", lambda s: s["restart"]["restart"]["cpu_seconds_to_idle"]),
+            row(
+                "restart: CPU s to idle, each run",
+                lambda s: " / ".join(map(str, s["restart"]["runs"]["cpu_seconds_to_idle"])),
+            ),
+            row("restart: idle s, each run", lambda s: " / ".join(map(str, s["restart"]["runs"]["idle_seconds"]))),
+            row("restart: gets, each run", lambda s: " / ".join(map(str, s["restart"]["runs"]["gets"]))),
             row("restart: KiB per settled object", lambda s: s["restart"]["memory_per_object_kib"]),
         ],
         "provisioning": [
@@ -523,6 +538,15 @@ def compare_markdown(results: dict[str, Any]) -> str:
             "broker of each side import that side's code (checked: `imports` in the JSON file); the harness, the "
             "CRDs and the demo operator are this tree's. Reproduce: `python -m bench.run --compare <ref>`.",
             "",
+            *(
+                [
+                    f"Restart: one cluster settled by this tree's controller; {after['restart']['note']} "
+                    "The restart's row is the run of the median CPU; the CPU, idle and gets of every run follow.",
+                    "",
+                ]
+                if "note" in after.get("restart", {})
+                else []
+            ),
             *pending_note(results),
             "| figure | before | after |",
             "|---|---|---|",

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from bench import run
@@ -81,3 +84,30 @@ def test_the_secrets_benchmark_measures_the_controller_beside_unrelated_secrets(
     markdown = run.compare_markdown(compared)
     assert "secrets: Secret bodies held (running)" in markdown and "restart:" not in markdown
     assert "Partial run" not in markdown
+
+
+def test_the_compared_restart_alternates_the_sides_controllers_on_one_cluster(tmp_path: Path) -> None:
+    """Each side's controller restarted in turn (A B B A) over the same settled objects, started with that
+    side's environment (read back from the process), every run's figures kept and the median's reported."""
+    from bench import restart
+    from bench.common import machine
+
+    sides = {"before": {"PYTHONPATH": str(tmp_path)}, "after": {}}
+    answers = restart.run_alternating(4, 8, sides, rounds=2, quiet=2.0)
+    assert set(answers) == {"before", "after"}
+    for name, r in answers.items():
+        assert r["order"] == ["before", "after", "after", "before"]
+        assert (r["objects"], len(r["runs"]["cpu_seconds_to_idle"])) == (12, 2)
+        assert r["restart"]["cpu_seconds_to_idle"] in r["runs"]["cpu_seconds_to_idle"]
+        assert r["runs"]["writes"] == [0, 0] and r["restart"]["objects_seen"] == 12
+        expected = str(tmp_path) if name == "before" else os.environ.get("PYTHONPATH")
+        assert r["restart"]["pythonpath"] == expected and r["empty"]["pythonpath"] == expected
+    side = {"ref": "x", "commit": "0" * 40}
+    compared = {
+        "machine": machine(),
+        "sizes": {"provisioning": (1,)},
+        "suites": ["restart"],
+        "compare": {"before": {**side, "restart": answers["before"]}, "after": {**side, "restart": answers["after"]}},
+    }
+    markdown = run.compare_markdown(compared)
+    assert "restart: CPU s to idle, each run" in markdown and "sides alternating: before after after before" in markdown
