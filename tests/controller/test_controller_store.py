@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import kopf
@@ -103,6 +104,44 @@ def test_json_copies_share_nothing() -> None:
     copied["a"][0]["b"] = 2
     copied["c"]["d"] = "set"
     assert original == {"a": [{"b": 1}, "x"], "c": {"d": None}}
+
+
+def test_the_census_kept_as_objects_change_is_the_census_counted() -> None:
+    """Every way an object enters, changes or leaves the store keeps the census a scrape reads (without a pass
+    over the store) equal to one counted afresh: random operations over two types, bodies and metadata only."""
+    rng = random.Random(28)
+    store = ObjectStore()
+    secret = ("v1", "Secret")
+    store.feed(DB)
+    for step in range(3_000):
+        type_key = rng.choice((DB, secret))
+        name, version = f"o{rng.randrange(8)}", str(rng.randrange(1, 30))
+        body = {
+            **obj(name, version),
+            "apiVersion": type_key[0],
+            "kind": type_key[1],
+            "spec": {"n": "x" * rng.randrange(9)},
+        }
+        match rng.randrange(8):
+            case 0:
+                store.put(type_key, body)
+            case 1:
+                store.note(type_key, body)
+            case 2:
+                store.fill(type_key, body)
+            case 3:
+                store.remove(type_key, body)
+            case 4:
+                store.discard(type_key, "ns", name)
+            case 5:
+                listed = [{**body, "metadata": {**body["metadata"], "name": f"o{i}"}} for i in range(rng.randrange(4))]
+                store.replace(type_key, listed, bodies=rng.random() < 0.5)
+            case 6:
+                store.forget_type(type_key)
+            case _:
+                store.feed(type_key)
+        assert store.census() == store.counted(), f"after step {step}"
+    assert store.census(), "the walk ended with something held"
 
 
 def test_the_lean_diff_base_is_used_only_without_changing_handlers() -> None:
