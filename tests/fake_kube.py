@@ -323,13 +323,19 @@ class FakeKube:
             self.store.put(kind.store_key, obj)
         return obj
 
-    def _delete(self, info: KindInfo, key: ObjectKey, uid: str | None = None) -> bool:
+    def _delete(
+        self, info: KindInfo, key: ObjectKey, uid: str | None = None, resource_version: str | None = None
+    ) -> bool:
         obj = self.objects.get(key)
         if obj is None:
             return False
         meta = obj["metadata"]
         if uid is not None and meta["uid"] != uid:
             raise api_error(409, "Conflict", f"Precondition failed: UID in precondition: {uid}, UID in object meta")
+        if resource_version is not None and meta["resourceVersion"] != resource_version:
+            raise api_error(
+                409, "Conflict", f"Precondition failed: ResourceVersion in precondition: {resource_version}"
+            )
         if not meta.get("finalizers"):
             del self.objects[key]
             self.managed.pop(key, None)
@@ -471,6 +477,15 @@ class FakeKube:
                 and _selected(obj, label_selector)
             ]
 
+    def uids_of(self, kind: Kind) -> dict[tuple[str, str], str]:
+        info = self._info_of(kind)
+        with self._lock:
+            return {
+                (ns, name): obj["metadata"]["uid"]
+                for (v, k, ns, name), obj in self.objects.items()
+                if (v, k) == (info.api_version, info.kind)
+            }
+
     def list_custom_page(
         self,
         kind: Kind,
@@ -573,12 +588,14 @@ class FakeKube:
                 if (v, k) == ("v1", "Secret") and namespace in (None, ns) and _selected(obj, label_selector)
             ]
 
-    def delete_secret(self, namespace: str, name: str, *, uid: str | None = None) -> bool:
+    def delete_secret(
+        self, namespace: str, name: str, *, uid: str | None = None, resource_version: str | None = None
+    ) -> bool:
         info = self._info("v1", "Secret")
         with self._lock:
             self._log("delete_secret", info, namespace, name)
             try:
-                return self._delete(info, self._key(info, namespace, name), uid=uid)
+                return self._delete(info, self._key(info, namespace, name), uid=uid, resource_version=resource_version)
             except ApiException as exc:
                 if exc.status == 409:
                     return False
