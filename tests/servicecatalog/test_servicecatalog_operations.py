@@ -12,6 +12,7 @@ import pytest
 from opbroker import osbclient
 from opbroker.controller.servicecatalog.core import operations
 from opbroker.controller.servicecatalog.core.operations import MIN_POLL_DELAY, Decision, Verdict
+from opbroker.controller.servicecatalog.core.views import PlanEntry
 from opbroker.osbclient import Request
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -230,13 +231,13 @@ def test_an_operation_without_a_recorded_start_is_timed_from_now() -> None:
 def test_the_deadline_is_the_shorter_of_the_controllers_and_the_plans(
     plan: dict[str, Any] | None, max_duration: float
 ) -> None:
-    backoff = operations.deadline(PACING, plan)
+    backoff = operations.deadline(PACING, None if plan is None else PlanEntry.of(plan))
     assert backoff.max_duration == max_duration
     assert (backoff.base, backoff.maximum) == (PACING.base, PACING.maximum)
 
 
 def test_the_plans_deadline_fails_a_poll_the_controllers_would_allow() -> None:
-    short = operations.deadline(PACING, {"maximumPollingDuration": 30})
+    short = operations.deadline(PACING, PlanEntry.of({"maximumPollingDuration": 30}))
     at = T0 + timedelta(seconds=31)
     assert operations.polled(P, IN_PROGRESS, started=T0, now=at, polls=3, backoff=PACING).verdict is Verdict.POLL
     decision = operations.polled(P, IN_PROGRESS, started=T0, now=at, polls=3, backoff=short)

@@ -128,9 +128,12 @@ class BindingFacts:
     monotonic: float = 0.0
     polls: osbclient.Backoff = calls.POLLS
     binding: CatalogObject = field(init=False, repr=False)
+    target: CatalogObject | None = field(init=False, repr=False)
+    """The Instance as read (a view of ``instance``)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "binding", CatalogObject.of(self.body))
+        object.__setattr__(self, "target", None if self.instance is None else CatalogObject.of(self.instance))
 
 
 def unstorable_keys(credentials: Mapping[str, Any] | None) -> list[str]:
@@ -143,24 +146,25 @@ def field_manager(binding: str) -> str:
     return f"opbroker-scbinding-{binding}"[:128]
 
 
-def application_of(body: Mapping[str, Any]) -> ApplicationSelector | None:
-    raw = (body.get("spec") or {}).get("application")
+def application_of(binding: CatalogObject) -> ApplicationSelector | None:
+    """The workloads a Binding's credentials project into (``spec.application``), None: none."""
+    raw = binding.binding_spec.application
     return ApplicationSelector.model_validate(raw) if raw else None
 
 
 def instance_ref(body: Mapping[str, Any]) -> tuple[str, str]:
-    ref = (body.get("spec") or {}).get("instanceRef") or {}
-    return ref.get("namespace") or body["metadata"]["namespace"], ref.get("name", "")
+    """A Binding's Instance: (namespace, name)."""
+    return CatalogObject.of(body).instance_ref
 
 
 def secret_name(body: Mapping[str, Any]) -> str:
-    return str((body.get("spec") or {}).get("secretName") or body["metadata"]["name"])
+    """A Binding's credentials Secret's name."""
+    return CatalogObject.of(body).secret_name
 
 
 def projection_drift(facts: BindingFacts) -> bool:
     """Whether a selected workload lacks the projection of the current Secret, or an unselected one has it."""
-    body = facts.body
-    application = application_of(body)
+    application = application_of(facts.binding)
     name = facts.binding.meta.name
     digest = facts.binding.status.external_properties.get("projectionHash")
     for workload in facts.workloads:
@@ -178,9 +182,8 @@ def projection(facts: BindingFacts, data: Mapping[str, str], *, withdraw: bool) 
     """The actions projecting the Secret (``data``) into the selected workloads and withdrawing it from the
     others (all, with ``withdraw``), and the content hash the pods carry (a new one rolls them), None without
     an application."""
-    body = facts.body
     name = facts.binding.meta.name
-    application = None if withdraw else application_of(body)
+    application = None if withdraw else application_of(facts.binding)
     digest = hashlib.sha256(json.dumps(dict(data), sort_keys=True).encode()).hexdigest()[:16]
     manager = field_manager(name)
     patches: list[Mapping[str, Any]] = []
@@ -188,7 +191,11 @@ def projection(facts: BindingFacts, data: Mapping[str, str], *, withdraw: bool) 
         if application is not None and workloads.selected(application, workload):
             patches.append(
                 workloads.projection(
-                    dict(workload), claim=name, secret_name=secret_name(body), keys=sorted(data), content_hash=digest
+                    dict(workload),
+                    claim=name,
+                    secret_name=facts.binding.secret_name,
+                    keys=sorted(data),
+                    content_hash=digest,
                 )
             )
         elif workloads.managed_by(workload, manager):
@@ -251,15 +258,15 @@ def released(facts: BindingFacts) -> list[Any]:
     """Withdraw the projection and delete the credentials Secret (if it is the Binding's)."""
     meta = facts.binding.meta
     withdrawn, _ = projection(facts, {}, withdraw=True)
-    return [*withdrawn, ReleaseCredentials(meta.namespace, secret_name(facts.body), meta.uid)]
+    return [*withdrawn, ReleaseCredentials(meta.namespace, facts.binding.secret_name, meta.uid)]
 
 
 # -- the requests -------------------------------------------------------------------------------------------------
 
 
 def _ids(facts: BindingFacts) -> tuple[str, str]:
-    assert facts.instance is not None
-    return tenancy.external_id(facts.instance), tenancy.external_id(facts.body)
+    assert facts.target is not None
+    return tenancy.external_id(facts.target), tenancy.external_id(facts.binding)
 
 
 def bind(facts: BindingFacts) -> list[Any]:
@@ -283,7 +290,7 @@ def bind(facts: BindingFacts) -> list[Any]:
         "plan_id": offering.plan_id,
         "parameters": dict(parameters),
         "context": {"platform": "kubernetes", "namespace": facts.binding.meta.namespace},
-        "identity": identity_of(body),
+        "identity": identity_of(facts.binding.meta),
     }
     return [record, Call(offering.broker, "bind", (instance_id, binding_id), kwargs, partial(answered, facts))]
 
@@ -309,7 +316,11 @@ def unbind(facts: BindingFacts) -> list[Any]:
             conditions=keeping_failed(body, listed, keep=mitigation and terminal_mitigation(body)),
         )
     )
-    kwargs = {"service_id": offering.service_id, "plan_id": offering.plan_id, "identity": identity_of(body)}
+    kwargs = {
+        "service_id": offering.service_id,
+        "plan_id": offering.plan_id,
+        "identity": identity_of(facts.binding.meta),
+    }
     return [record, Call(offering.broker, "unbind", _ids(facts), kwargs, partial(removal_answered, facts))]
 
 
@@ -490,13 +501,14 @@ def failed(
     if mitigate:
         return mitigation_follows(body, reason=reason, message=message, final=final, now=now)
     extra: dict[str, Any] = {}
-    if refused and not CatalogObject.of(body).status.external_properties:  # never bound before
-        reason, disown = tenancy.refusal(chosen_id=tenancy.chosen(body), status=answered, failure=reason)
+    written = CatalogObject.of(body)
+    if refused and not written.status.external_properties:  # never bound before
+        reason, disown = tenancy.refusal(chosen_id=tenancy.chosen(written), status=answered, failure=reason)
         if disown:  # the broker made nothing of ours under this id: deleting the Binding asks it nothing
             extra["unbindStatus"] = UnbindStatus.NOT_REQUIRED.value
         if reason is Reason.EXTERNAL_ID_IN_USE:
             message = (
-                f"{message}: the broker already has a binding {tenancy.external_id(body)!r}, which is not this "
+                f"{message}: the broker already has a binding {tenancy.external_id(written)!r}, which is not this "
                 "Binding's; it is never unbound from here (create the Binding again with another externalID, "
                 "or none)"
             )
@@ -507,26 +519,18 @@ def failed(
 
 def secret_manifest(body: Mapping[str, Any], data: Mapping[str, str]) -> dict[str, Any]:
     """The credentials Secret: owned by the Binding, stamped with its uid (the only Secret it overwrites)."""
-    meta = CatalogObject.of(body).meta
+    binding = CatalogObject.of(body)
+    meta = binding.meta
     return {
         "apiVersion": "v1",
         "kind": "Secret",
         "type": SECRET_TYPE,
         "metadata": {
-            "name": secret_name(body),
+            "name": binding.secret_name,
             "namespace": meta.namespace,
             "labels": {"servicecatalog.k8s.io/binding": meta.name},
             "annotations": tenancy.stamp(meta.uid),
-            "ownerReferences": [
-                {
-                    "apiVersion": body["apiVersion"],
-                    "kind": body["kind"],
-                    "name": meta.name,
-                    "uid": meta.uid,
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
+            "ownerReferences": [binding.owner_reference],
         },
         "data": dict(data),
     }

@@ -38,7 +38,7 @@ from opbroker.controller.servicecatalog.core.statuses import (
     timestamp,
     unresolved,
 )
-from opbroker.controller.servicecatalog.core.views import CatalogObject
+from opbroker.controller.servicecatalog.core.views import CatalogObject, InstanceSpec
 from opbroker.osbclient import Request
 
 #: The OSB request each operation sends.
@@ -96,13 +96,14 @@ class InstanceFacts:
 UPDATED_BY = ("planExternalID", "parametersChecksum", "updateRequests")
 
 
-def properties(offering: Offering, parameters: Mapping[str, Any], spec: Mapping[str, Any]) -> dict[str, Any]:
-    """The plan, parameters checksum and ``updateRequests`` an operation asks the broker for."""
+def properties(offering: Offering, parameters: Mapping[str, Any], spec: InstanceSpec) -> dict[str, Any]:
+    """The plan, parameters checksum and ``updateRequests`` an operation asks the broker for (written into the
+    status: a plain dict)."""
     return {
-        "planName": offering.plan["name"],
+        "planName": offering.plan.name,
         "planExternalID": offering.plan_id,
         "parametersChecksum": checksum(parameters),
-        "updateRequests": int(spec.get("updateRequests") or 0),
+        "updateRequests": spec.update_requests,
     }
 
 
@@ -182,7 +183,7 @@ def provision_or_update(facts: InstanceFacts, *, update: bool) -> list[Any]:
     """Record the operation, then send it (record first: a crash in between repeats it with the same id)."""
     body, offering, parameters = facts.body, facts.offering, facts.parameters
     assert offering is not None and parameters is not None
-    external_id = tenancy.external_id(body)
+    external_id = tenancy.external_id(facts.instance)
     operation = InstanceOperation.UPDATE if update else InstanceOperation.PROVISION
     reason = Reason.UPDATING if update else Reason.PROVISIONING
     what = operation.value.lower()
@@ -191,13 +192,13 @@ def provision_or_update(facts: InstanceFacts, *, update: bool) -> list[Any]:
             operation.value,
             timestamp(facts.now),
             externalID=external_id,
-            inProgressProperties=properties(offering, parameters, facts.instance.spec),
+            inProgressProperties=properties(offering, parameters, facts.instance.instance_spec),
             **({} if update else {"deprovisionStatus": DeprovisionStatus.REQUIRED.value}),
             conditions=conditions(body, ready=update, reason=reason, message=f"{what} requested", now=facts.now),
         )
     )
     meta = facts.instance.meta
-    common = {"parameters": dict(parameters), "context": context(body), "identity": identity_of(body)}
+    common = {"parameters": dict(parameters), "context": context(body), "identity": identity_of(facts.instance.meta)}
     if update:
         held_plan = facts.instance.status.external_properties.get("planExternalID")
         kwargs = {
@@ -223,7 +224,7 @@ def poll(facts: InstanceFacts) -> list[Any]:
     operation = _operation(status.current_operation)
     kwargs = {"operation": status.last_operation, "service_id": offering.service_id, "plan_id": offering.plan_id}
     then = partial(polled, facts, operation)
-    return [Call(offering.broker, "last_operation", (tenancy.external_id(facts.body),), kwargs, then)]
+    return [Call(offering.broker, "last_operation", (tenancy.external_id(facts.instance),), kwargs, then)]
 
 
 def deprovision(facts: InstanceFacts, *, mitigation: bool) -> list[Any]:
@@ -243,9 +244,13 @@ def deprovision(facts: InstanceFacts, *, mitigation: bool) -> list[Any]:
             conditions=keeping_failed(body, listed, keep=mitigation and terminal_mitigation(body)),
         )
     )
-    kwargs = {"service_id": offering.service_id, "plan_id": offering.plan_id, "identity": identity_of(body)}
+    kwargs = {
+        "service_id": offering.service_id,
+        "plan_id": offering.plan_id,
+        "identity": identity_of(facts.instance.meta),
+    }
     then = partial(removal_answered, facts)
-    return [record, Call(offering.broker, "deprovision", (tenancy.external_id(body),), kwargs, then)]
+    return [record, Call(offering.broker, "deprovision", (tenancy.external_id(facts.instance),), kwargs, then)]
 
 
 # -- what an answer leads to (``body``: the Instance as last written, the operation recorded) ------------------
@@ -371,14 +376,15 @@ def operation_failed(
             *calls.retried(facts.pacing),
         ]
     extra: dict[str, Any] = {}
-    provisioned = CatalogObject.of(body).status.provisioned
+    written = CatalogObject.of(body)
+    provisioned = written.status.provisioned
     if operation is InstanceOperation.PROVISION and not provisioned:
-        reason, disown = tenancy.refusal(chosen_id=tenancy.chosen(body), status=decision.answered, failure=reason)
+        reason, disown = tenancy.refusal(chosen_id=tenancy.chosen(written), status=decision.answered, failure=reason)
         if disown:  # the broker made nothing of ours under this id: deleting the Instance asks it nothing
             extra["deprovisionStatus"] = DeprovisionStatus.NOT_REQUIRED.value
         if reason is Reason.EXTERNAL_ID_IN_USE:
             message = (
-                f"{message}: the broker already has an instance {tenancy.external_id(body)!r}, which is not this "
+                f"{message}: the broker already has an instance {tenancy.external_id(written)!r}, which is not this "
                 "Instance's; it is never updated, bound or deprovisioned from here (create the Instance again "
                 "with another externalID, or none)"
             )

@@ -36,6 +36,7 @@ from enum import StrEnum
 from typing import Any
 
 from opbroker import osbclient
+from opbroker.controller.servicecatalog.core.views import PlanEntry
 from opbroker.osbclient import Request
 
 #: Creations: what orphan mitigation undoes (the spec's table, "provision, bind").
@@ -79,11 +80,11 @@ class Decision:
     """A refused request: the broker's HTTP status, when it answered one (409 means the id is taken)."""
 
 
-def deadline(backoff: osbclient.Backoff, plan: Mapping[str, Any] | None) -> osbclient.Backoff:
+def deadline(backoff: osbclient.Backoff, plan: PlanEntry | None) -> osbclient.Backoff:
     """The poll pacing for an operation on ``plan``: the controller's, its maximum duration shortened to the
     plan's OSB ``maximum_polling_duration`` (``maximumPollingDuration``) when that is shorter (never longer)."""
-    limit = (plan or {}).get("maximumPollingDuration") or None
-    if not isinstance(limit, int) or isinstance(limit, bool) or limit >= backoff.max_duration:
+    limit = plan.maximum_polling_duration if plan is not None else None
+    if limit is None or limit >= backoff.max_duration:
         return backoff
     return osbclient.Backoff(base=backoff.base, maximum=backoff.maximum, max_duration=float(limit))
 
