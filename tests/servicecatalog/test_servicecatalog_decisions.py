@@ -543,9 +543,9 @@ def test_a_final_failure_survives_its_orphan_mitigation() -> None:
     from opbroker.controller.servicecatalog.core.statuses import conditions
 
     failed = {"type": "Failed", "status": "True", "reason": "AsyncOperationTimedOut", "message": "too slow"}
-    final = obj(generation=2, observedGeneration=2, orphanMitigationInProgress=True, conditions=[failed])
-    retried = obj(generation=2, orphanMitigationInProgress=True)  # a 5xx: no verdict for this generation
-    changed = obj(generation=3, observedGeneration=2, orphanMitigationInProgress=True, conditions=[failed])
+    final = V(obj(generation=2, observedGeneration=2, orphanMitigationInProgress=True, conditions=[failed]))
+    retried = V(obj(generation=2, orphanMitigationInProgress=True))  # a 5xx: no verdict for this generation
+    changed = V(obj(generation=3, observedGeneration=2, orphanMitigationInProgress=True, conditions=[failed]))
     assert terminal_mitigation(final)
     assert not terminal_mitigation(retried) and not terminal_mitigation(changed)  # a spec change means retry
 

@@ -233,7 +233,7 @@ def next_step(facts: BindingFacts) -> Step:
 
 def plan(facts: BindingFacts) -> list[Any]:
     step = next_step(facts)
-    body, now = facts.body, facts.now
+    now = facts.now
     match step:
         case Step.NOTHING:
             return []
@@ -245,7 +245,7 @@ def plan(facts: BindingFacts) -> list[Any]:
             return [*released(facts), a.EnsureFinalizer(False)]
         case Step.UNRESOLVED:
             assert facts.problem is not None
-            return unresolved(body, facts.problem, now=now)
+            return unresolved(facts.binding, facts.problem, now=now)
         case Step.POLL:
             return calls.early(facts.pacing, facts.monotonic) or poll(facts)
         case Step.UNBIND | Step.MITIGATE:
@@ -270,7 +270,7 @@ def _ids(facts: BindingFacts) -> tuple[str, str]:
 
 
 def bind(facts: BindingFacts) -> list[Any]:
-    body, offering, parameters = facts.body, facts.offering, facts.parameters
+    binding, offering, parameters = facts.binding, facts.offering, facts.parameters
     assert offering is not None and parameters is not None
     instance_id, binding_id = _ids(facts)
     record = a.WriteStatus(
@@ -281,7 +281,7 @@ def bind(facts: BindingFacts) -> list[Any]:
             unbindStatus=UnbindStatus.REQUIRED.value,
             inProgressProperties={"parametersChecksum": checksum(parameters)},
             conditions=conditions(
-                body, ready=False, reason=Reason.BINDING_IN_PROGRESS, message="binding", now=facts.now
+                binding, ready=False, reason=Reason.BINDING_IN_PROGRESS, message="binding", now=facts.now
             ),
         )
     )
@@ -305,15 +305,15 @@ def poll(facts: BindingFacts) -> list[Any]:
 
 
 def unbind(facts: BindingFacts) -> list[Any]:
-    body, offering = facts.body, facts.offering
+    binding, offering = facts.binding, facts.offering
     assert offering is not None
     mitigation = facts.binding.status.orphan_mitigation
-    listed = conditions(body, ready=False, reason=Reason.UNBINDING, message="unbinding", now=facts.now)
+    listed = conditions(binding, ready=False, reason=Reason.UNBINDING, message="unbinding", now=facts.now)
     record = a.WriteStatus(
         operations.recorded(
             BindingOperation.UNBIND.value,
             timestamp(facts.now),
-            conditions=keeping_failed(body, listed, keep=mitigation and terminal_mitigation(body)),
+            conditions=keeping_failed(binding, listed, keep=mitigation and terminal_mitigation(binding)),
         )
     )
     kwargs = {
@@ -329,17 +329,19 @@ def unbind(facts: BindingFacts) -> list[Any]:
 
 def answered(facts: BindingFacts, answer: Any, body: Mapping[str, Any]) -> list[Any]:
     """A bind's answer."""
+    written = CatalogObject.of(body)
     if isinstance(answer, osbclient.BrokerError):
-        return decided(facts, Request.BIND, operations.refused(Request.BIND, answer), body)
+        return decided(facts, Request.BIND, operations.refused(Request.BIND, answer), written)
     warned = ignored(answer.warnings, "bind")
     if answer.is_async:
         accepted = a.WriteStatus(operations.accepted(answer.operation))
         return [*warned, accepted, *calls.accepted(facts.pacing, facts.polls, facts.monotonic)]
-    return [*warned, *bound(facts, answer, body)]
+    return [*warned, *bound(facts, answer, written)]
 
 
 def polled(facts: BindingFacts, request: Request, answer: Any, body: Mapping[str, Any]) -> list[Any]:
     """A ``last_operation`` poll's answer; an asynchronous bind that succeeded is fetched (its credentials)."""
+    written = CatalogObject.of(body)
     pacing = replace(facts.pacing, polls=facts.pacing.polls + 1)
     decision = operations.polled(
         request,
@@ -355,27 +357,29 @@ def polled(facts: BindingFacts, request: Request, answer: Any, body: Mapping[str
         assert offering is not None
         kwargs = {"service_id": offering.service_id, "plan_id": offering.plan_id}
         return [Call(offering.broker, "get_binding", _ids(facts), kwargs, partial(fetched, facts))]
-    return decided(facts, request, decision, body)
+    return decided(facts, request, decision, written)
 
 
 def fetched(facts: BindingFacts, answer: Any, body: Mapping[str, Any]) -> list[Any]:
     """An asynchronous bind's fetch."""
+    written = CatalogObject.of(body)
     if isinstance(answer, osbclient.BrokerError):
-        return decided(facts, Request.BIND, operations.fetched(answer), body)
-    return bound(facts, answer, body)
+        return decided(facts, Request.BIND, operations.fetched(answer), written)
+    return bound(facts, answer, written)
 
 
 def removal_answered(facts: BindingFacts, answer: Any, body: Mapping[str, Any]) -> list[Any]:
     """An unbind's answer (a deletion's, consent withdrawn, or orphan mitigation's)."""
+    written = CatalogObject.of(body)
     if isinstance(answer, osbclient.BrokerError):
-        return decided(facts, Request.UNBIND, operations.refused(Request.UNBIND, answer), body)
+        return decided(facts, Request.UNBIND, operations.refused(Request.UNBIND, answer), written)
     if answer.is_async:
         accepted = a.WriteStatus(operations.accepted(answer.operation))
         return [accepted, *calls.accepted(facts.pacing, facts.polls, facts.monotonic)]
-    return unbound(facts, body)
+    return unbound(facts, written)
 
 
-def bound(facts: BindingFacts, result: Any, body: Mapping[str, Any]) -> list[Any]:
+def bound(facts: BindingFacts, result: Any, written: CatalogObject) -> list[Any]:
     """The broker bound: store the credentials (their outcome decided by :func:`stored`)."""
     credentials: Mapping[str, Any] = result.credentials or {}
     unstorable = unstorable_keys(credentials)
@@ -385,54 +389,55 @@ def bound(facts: BindingFacts, result: Any, body: Mapping[str, Any]) -> list[Any
             f"the broker's credentials hold key(s) a Secret cannot ({shown}: only letters, digits, '-', '_' "
             "and '.'): nothing was written"
         )
-        return failed(facts, body, message, mitigate=True, reason=Reason.BIND_RESULT_REFUSED, final=True)
+        return failed(facts, written, message, mitigate=True, reason=Reason.BIND_RESULT_REFUSED, final=True)
     data = {
         key: base64.b64encode((value if isinstance(value, str) else json.dumps(value)).encode()).decode()
         for key, value in credentials.items()
     }
-    return [StoreCredentials(secret_manifest(body, data), facts.binding.meta.uid, partial(stored, facts, data))]
+    return [StoreCredentials(secret_manifest(written, data), facts.binding.meta.uid, partial(stored, facts, data))]
 
 
 def stored(facts: BindingFacts, data: Mapping[str, str], outcome: str, body: Mapping[str, Any]) -> list[Any]:
     """What writing the credentials Secret came to: the binding is ready, or the bind failed (mitigated)."""
-    name = secret_name(body)
+    written = CatalogObject.of(body)
+    name = written.secret_name
     if outcome == Stored.NOT_OURS:
         message = f"Secret {name!r} appeared meanwhile and was not made by this Binding: it is left untouched"
-        return failed(facts, body, message, mitigate=True, reason=Reason.SECRET_NOT_OWNED)
+        return failed(facts, written, message, mitigate=True, reason=Reason.SECRET_NOT_OWNED)
     if outcome != Stored.WRITTEN:
         message = f"the credentials cannot be stored: {outcome}"
-        return failed(facts, body, message, mitigate=True, reason=Reason.BIND_RESULT_REFUSED, final=True)
+        return failed(facts, written, message, mitigate=True, reason=Reason.BIND_RESULT_REFUSED, final=True)
     projected, digest = projection(facts, data, withdraw=False)
-    asked = CatalogObject.of(body).status.in_progress_properties
+    asked = written.status.in_progress_properties
     properties = {**asked, **({"projectionHash": digest} if digest else {})}
     stored_in = f"the credentials are in Secret {name!r}"
     patch = operations.finished(
-        body,
+        written,
         secretName=name,
         externalProperties=properties,
-        conditions=conditions(body, ready=True, reason=Reason.INJECTED_BINDING, message=stored_in, now=facts.now),
+        conditions=conditions(written, ready=True, reason=Reason.INJECTED_BINDING, message=stored_in, now=facts.now),
     )
     event = a.Event(Reason.INJECTED_BINDING.value, f"credentials in Secret {name!r}")
     return [*calls.succeeded(facts.pacing), *projected, a.WriteStatus(patch, event=event)]
 
 
-def unbound(facts: BindingFacts, body: Mapping[str, Any]) -> list[Any]:
-    binding = CatalogObject.of(body)
+def unbound(facts: BindingFacts, written: CatalogObject) -> list[Any]:
+    binding = written
     orphan = binding.status.orphan_mitigation
-    final = orphan and terminal_mitigation(body)
+    final = orphan and terminal_mitigation(written)
     # Consent withdrawn from a bound Binding (not deleted, no mitigation): it waits for consent again.
     revoked = not orphan and not binding.meta.deleting and not facts.consented
     fields: dict[str, Any] = {"unbindStatus": UnbindStatus.SUCCEEDED.value}
     if final:
         mitigated = conditions(
-            body,
+            written,
             ready=False,
             reason=Reason.ORPHAN_MITIGATION_SUCCESSFUL,
             message="orphan mitigation unbound what the failed bind may have left; the binding stays failed "
             "until its spec changes",
             now=facts.now,
         )
-        fields["conditions"] = keeping_failed(body, mitigated, keep=True)
+        fields["conditions"] = keeping_failed(written, mitigated, keep=True)
     if revoked and facts.problem is not None:
         fields.update(
             {
@@ -440,7 +445,7 @@ def unbound(facts: BindingFacts, body: Mapping[str, Any]) -> list[Any]:
                 "secretName": None,
                 "externalProperties": None,
                 "conditions": conditions(
-                    body, ready=False, reason=Reason.REFERENCE_NOT_SHARED, message=str(facts.problem), now=facts.now
+                    written, ready=False, reason=Reason.REFERENCE_NOT_SHARED, message=str(facts.problem), now=facts.now
                 ),
             }
         )
@@ -455,24 +460,27 @@ def unbound(facts: BindingFacts, body: Mapping[str, Any]) -> list[Any]:
     return [*done, *calls.retried(facts.pacing)] if orphan else done
 
 
-def decided(facts: BindingFacts, request: Request, decision: operations.Decision, body: Mapping[str, Any]) -> list[Any]:
+def decided(facts: BindingFacts, request: Request, decision: operations.Decision, written: CatalogObject) -> list[Any]:
     if decision.verdict is Verdict.POLL:
         return calls.scheduled(facts.pacing, decision.delay, facts.monotonic)
     if decision.verdict is Verdict.SUCCEEDED:  # an unbind (a bind's success is fetched first)
-        return unbound(facts, body)
+        return unbound(facts, written)
     failure = Reason.UNBIND_CALL_FAILED if request is Request.UNBIND else Reason.BIND_CALL_FAILED
     if decision.verdict is Verdict.RETRY:
         message = f"{decision.message}; retrying"
-        return [*said(body, ready=False, reason=failure, message=message, now=facts.now), *calls.retried(facts.pacing)]
+        return [
+            *said(written, ready=False, reason=failure, message=message, now=facts.now),
+            *calls.retried(facts.pacing),
+        ]
     reason = Reason.ASYNC_OPERATION_TIMED_OUT if decision.timed_out else failure
     if request is Request.UNBIND:  # sent again, after a pause: a deletion has no spec to change
         return [
-            *removal_failed(body, "unbindStatus", reason=reason, message=decision.message, now=facts.now),
+            *removal_failed(written, "unbindStatus", reason=reason, message=decision.message, now=facts.now),
             *calls.retried(facts.pacing),
         ]
     return failed(
         facts,
-        body,
+        written,
         decision.message,
         mitigate=decision.mitigate,
         reason=reason,
@@ -484,7 +492,7 @@ def decided(facts: BindingFacts, request: Request, decision: operations.Decision
 
 def failed(
     facts: BindingFacts,
-    body: Mapping[str, Any],
+    written: CatalogObject,
     message: str,
     *,
     mitigate: bool,
@@ -499,9 +507,8 @@ def failed(
     refused for good (``answered``: the broker's status, if it sent one)."""
     now = facts.now
     if mitigate:
-        return mitigation_follows(body, reason=reason, message=message, final=final, now=now)
+        return mitigation_follows(written, reason=reason, message=message, final=final, now=now)
     extra: dict[str, Any] = {}
-    written = CatalogObject.of(body)
     if refused and not written.status.external_properties:  # never bound before
         reason, disown = tenancy.refusal(chosen_id=tenancy.chosen(written), status=answered, failure=reason)
         if disown:  # the broker made nothing of ours under this id: deleting the Binding asks it nothing
@@ -512,14 +519,14 @@ def failed(
                 "Binding's; it is never unbound from here (create the Binding again with another externalID, "
                 "or none)"
             )
-    failure = conditions(body, ready=False, reason=reason, message=message, failed=True, now=now)
+    failure = conditions(written, ready=False, reason=reason, message=message, failed=True, now=now)
     event = a.Event(reason.value, message, warning=True)
-    return [a.WriteStatus(operations.failed(body, conditions=failure, **extra), event=event)]
+    return [a.WriteStatus(operations.failed(written, conditions=failure, **extra), event=event)]
 
 
-def secret_manifest(body: Mapping[str, Any], data: Mapping[str, str]) -> dict[str, Any]:
+def secret_manifest(written: CatalogObject, data: Mapping[str, str]) -> dict[str, Any]:
     """The credentials Secret: owned by the Binding, stamped with its uid (the only Secret it overwrites)."""
-    binding = CatalogObject.of(body)
+    binding = written
     meta = binding.meta
     return {
         "apiVersion": "v1",
