@@ -34,7 +34,7 @@ from kubernetes.client.exceptions import ApiException
 from opbroker import osbclient
 from opbroker.api.conventions import DEFAULT_NAMESPACE
 from opbroker.controller.claims import workloads
-from opbroker.controller.claims.core.views import ObjectView
+from opbroker.controller.claims.core.views import ObjectView, WorkloadView
 from opbroker.controller.core import refusals
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import mapping_of
@@ -154,11 +154,11 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Any]):
             except Unresolved as exc:
                 problem = problem or exc
         application = application_of(binding)
-        listed: tuple[dict[str, Any], ...] = ()
+        listed: tuple[WorkloadView, ...] = ()
         if application is not None or binding.status.external_properties.get("projectionHash"):
             kinds = {(application.api_version, application.kind)} if application else set(workloads.SUPPORTED_KINDS)
             listed = tuple(
-                w
+                WorkloadView.of(w)
                 for api_version, kind in sorted(kinds)
                 for w in self.api.kube.list_objects(api_version, kind, key.namespace)
             )

@@ -152,3 +152,79 @@ class JobView(ObjectView):
     @classmethod
     def maybe(cls, body: Mapping[str, Any] | None) -> JobView | None:
         return None if body is None else cls.of(body)
+
+
+#: The env var a container may set to choose where bindings are mounted (servicebinding.io).
+BINDING_ROOT_ENV = "SERVICE_BINDING_ROOT"
+
+
+@dataclass(frozen=True)
+class ContainerView:
+    """One container (or init container) of a workload's pod template, as far as a projection reads it."""
+
+    name: str
+    sets_binding_root: bool
+    """It has an env entry ``SERVICE_BINDING_ROOT`` (the first one counts, as for the kubelet)."""
+    binding_root: str | None
+    """That entry's literal ``value`` (None: absent, or set from elsewhere with ``valueFrom``)."""
+
+    @classmethod
+    def of(cls, raw: object) -> ContainerView:
+        container = mapping_of(raw)
+        env = container.get("env")
+        entry = next(
+            (
+                e
+                for e in (env if isinstance(env, list) else ())
+                if isinstance(e, Mapping) and e.get("name") == BINDING_ROOT_ENV
+            ),
+            None,
+        )
+        return cls(
+            name=text_of(container.get("name")) or "",
+            sets_binding_root=entry is not None,
+            binding_root=text_of(entry.get("value")) if entry is not None else None,
+        )
+
+
+def _containers(value: object) -> tuple[ContainerView, ...]:
+    return tuple(ContainerView.of(c) for c in value if isinstance(c, Mapping)) if isinstance(value, list) else ()
+
+
+@dataclass(frozen=True)
+class WorkloadView:
+    """A Deployment, StatefulSet or DaemonSet as a claim's (or a Service Catalog Binding's) projection reads it:
+    which it is, its labels, its pod template's annotations and containers, who manages its fields."""
+
+    meta: Meta
+    api_version: str
+    kind: str
+    template_annotations: Mapping[str, str]
+    """``spec.template.metadata.annotations`` (a projection's content hash is one)."""
+    init_containers: tuple[ContainerView, ...]
+    containers: tuple[ContainerView, ...]
+    managers: frozenset[str]
+    """The field managers of ``metadata.managedFields`` (a claim's projection has one of its own)."""
+    wire: Mapping[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def of(cls, body: Mapping[str, Any]) -> WorkloadView:
+        metadata = mapping_of(body.get("metadata"))
+        template = mapping_of(mapping_of(body.get("spec")).get("template"))
+        pod = mapping_of(template.get("spec"))
+        annotations = mapping_of(mapping_of(template.get("metadata")).get("annotations"))
+        managed = metadata.get("managedFields")
+        return cls(
+            meta=Meta.of(metadata),
+            api_version=text_of(body.get("apiVersion")) or "",
+            kind=text_of(body.get("kind")) or "",
+            template_annotations={k: v for k, v in annotations.items() if isinstance(v, str)},
+            init_containers=_containers(pod.get("initContainers")),
+            containers=_containers(pod.get("containers")),
+            managers=frozenset(
+                m
+                for entry in (managed if isinstance(managed, list) else ())
+                if (m := text_of(mapping_of(entry).get("manager")))
+            ),
+            wire=body,
+        )

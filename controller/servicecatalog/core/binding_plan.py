@@ -23,6 +23,7 @@ from opbroker import osbclient
 from opbroker.api.primaza import ApplicationSelector
 from opbroker.api.servicecatalog import BindingOperation, UnbindStatus
 from opbroker.controller.claims import workloads
+from opbroker.controller.claims.core.views import WorkloadView
 from opbroker.controller.core import actions as a
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.reconciler.keys import Key
@@ -115,7 +116,7 @@ class BindingFacts:
     offering: Offering | None
     parameters: Mapping[str, Any] | None
     problem: Unresolved | None
-    workloads: tuple[Mapping[str, Any], ...] = field(default=(), repr=False)
+    workloads: tuple[WorkloadView, ...] = field(default=(), repr=False)
     """The binding namespace's workloads of its application's kind (listed only with ``spec.application``)."""
     consented: bool = True
     """The Instance exists and may be used from the Binding's namespace (``tenancy.shared_with``)."""
@@ -168,10 +169,9 @@ def projection_drift(facts: BindingFacts) -> bool:
     name = facts.binding.meta.name
     digest = facts.binding.status.external_properties.get("projectionHash")
     for workload in facts.workloads:
-        annotations = (workloads.pod_template(workload).get("metadata") or {}).get("annotations") or {}
-        has = workloads.hash_annotation(name) in annotations
+        held = workload.template_annotations.get(workloads.hash_annotation(name))
         selected = application is not None and workloads.selected(application, workload)
-        if selected and (not has or annotations.get(workloads.hash_annotation(name)) != digest):
+        if selected and (held is None or held != digest):
             return True
         if not selected and workloads.managed_by(workload, field_manager(name)):
             return True
@@ -191,7 +191,7 @@ def projection(facts: BindingFacts, data: Mapping[str, str], *, withdraw: bool) 
         if application is not None and workloads.selected(application, workload):
             patches.append(
                 workloads.projection(
-                    dict(workload),
+                    workload,
                     claim=name,
                     secret_name=facts.binding.secret_name,
                     keys=sorted(data),
