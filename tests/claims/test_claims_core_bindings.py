@@ -22,7 +22,7 @@ from opbroker.api.primaza import (
 )
 from opbroker.controller.claims import servicebinding, workloads
 from opbroker.controller.claims.core import names
-from opbroker.controller.claims.core.views import WorkloadView
+from opbroker.controller.claims.core.views import OwnerRef, WorkloadView
 
 DEFINITION = [
     ServiceEndpointDefinitionItem.model_validate({"name": "host", "value": "db.example"}),
@@ -87,7 +87,7 @@ def test_the_binding_secret_is_servicebinding_io_compliant_and_owned_by_the_clai
         "metadata": {"name": "orders-db", "namespace": "shop", "uid": "u-1"},
     }
     data = {"type": "postgresql", "provider": "aws", "host": "h"}
-    secret = servicebinding.claim_binding_secret(claim, data, "postgresql")
+    secret = servicebinding.claim_binding_secret(OwnerRef.of(claim), data, "postgresql")
     assert secret["type"] == "servicebinding.io/postgresql"
     assert secret["metadata"]["name"] == "orders-db-binding"
     assert secret["metadata"]["ownerReferences"] == [

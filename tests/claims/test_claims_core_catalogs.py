@@ -24,6 +24,7 @@ from opbroker.controller.claims import settings as claims_settings
 from opbroker.controller.claims.core import catalogs, constraints, names, registration
 from opbroker.controller.claims.core.matching import Candidate, SlaOrder
 from opbroker.controller.claims.core.states import Result
+from opbroker.controller.claims.core.views import OwnerRef
 from opbroker.controller.core.reasons import Reason
 
 REPO = Path(__file__).resolve().parents[2]
@@ -106,7 +107,7 @@ RS = {
 def test_the_container_check_job_mounts_the_endpoint_definition() -> None:
     data = {"type": "postgresql", "host": "db", "password": "pw-9f3a"}
     secret, job = healthjobs.manifests(
-        RS,
+        OwnerRef.of(RS),
         check(container={"image": "postgres:14", "command": "pg_isready -h $HOST"}, periodSeconds=9),
         data,
         service_type="postgresql",

@@ -25,7 +25,7 @@ from opbroker.api.errors import field_errors
 from opbroker.api.primaza import ClaimState, RegisteredService, ServiceClaim, ServiceState
 from opbroker.controller.claims import servicebinding, workloads
 from opbroker.controller.claims.core import conditions, matching, names, states
-from opbroker.controller.claims.core.views import ClaimView, ObjectView, ServiceView, WorkloadView
+from opbroker.controller.claims.core.views import ClaimView, ObjectView, OwnerRef, ServiceView, WorkloadView
 from opbroker.controller.claims.settings import ClaimsSettings
 from opbroker.controller.core import actions as a
 from opbroker.controller.core.reasons import Reason
@@ -374,7 +374,7 @@ def _bind(
         values=resolution.values,
         keys=model.spec.service_endpoint_definition_keys,
     )
-    manifest = servicebinding.claim_binding_secret(claim.wire, data, service_type)
+    manifest = servicebinding.claim_binding_secret(OwnerRef.of(claim.wire), data, service_type)
     secret_name = manifest["metadata"]["name"]
     existing = facts.binding_secret
     actions: list[ClaimAction] = []

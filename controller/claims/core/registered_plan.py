@@ -26,7 +26,7 @@ from opbroker.api.primaza import HealthCheck, RegisteredService, ServiceState
 from opbroker.controller.claims import healthjobs, probes, servicebinding
 from opbroker.controller.claims.core import conditions, names, states
 from opbroker.controller.claims.core.states import CheckOutcome, Result
-from opbroker.controller.claims.core.views import JobView, ObjectView, ServiceView
+from opbroker.controller.claims.core.views import JobView, ObjectView, OwnerRef, ServiceView
 from opbroker.controller.claims.probes import Finished, Probe
 from opbroker.controller.core import actions as a
 from opbroker.controller.core.reasons import Reason
@@ -273,7 +273,7 @@ def plan(facts: RegisteredFacts) -> list[RegisteredAction]:
         keys=resolution.values,
     )
     secret, job_manifest = healthjobs.manifests(
-        dict(service.wire), check, data, service_type=service_type, fingerprint=fingerprint
+        OwnerRef.of(service.wire), check, data, service_type=service_type, fingerprint=fingerprint
     )
     start = StartJob(
         secret,

@@ -21,6 +21,39 @@ def _condition_list(value: object) -> tuple[Mapping[str, Any], ...]:
 
 
 @dataclass(frozen=True)
+class OwnerRef:
+    """What an owner reference names: the object that owns (and whose uid stamps) a Secret or Job written."""
+
+    api_version: str
+    kind: str
+    name: str
+    namespace: str
+    uid: str
+
+    @classmethod
+    def of(cls, body: Mapping[str, Any]) -> OwnerRef:
+        meta = Meta.of(body.get("metadata"))
+        return cls(
+            api_version=text_of(body.get("apiVersion")) or "",
+            kind=text_of(body.get("kind")) or "",
+            name=meta.name,
+            namespace=meta.namespace,
+            uid=meta.uid,
+        )
+
+    def controlling(self) -> dict[str, Any]:
+        """The owner reference written (controlling, blocking the owner's deletion until it is gone)."""
+        return {
+            "apiVersion": self.api_version,
+            "kind": self.kind,
+            "name": self.name,
+            "uid": self.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+
+
+@dataclass(frozen=True)
 class Stamped:
     """What every stamped object shares: its metadata and whose it is (``opbroker.io/owner-uid``)."""
 
@@ -137,16 +170,24 @@ class JobView(ObjectView):
     conditions: tuple[ConditionView, ...] = ()
     created: object = None
     """``metadata.creationTimestamp`` (text on the wire; a datetime from some clients)."""
+    owners: tuple[tuple[str, str], ...] = ()
+    """(kind, name) of each of its ``ownerReferences`` (a check's Job is its RegisteredService's)."""
 
     @classmethod
     def of(cls, body: Mapping[str, Any]) -> JobView:
         meta = mapping_of(body.get("metadata"))
+        refs = meta.get("ownerReferences")
         return cls(
             meta=Meta.of(meta),
             type=None,
             wire=body,
             conditions=conditions_of(mapping_of(body.get("status")).get("conditions")),
             created=meta.get("creationTimestamp"),
+            owners=tuple(
+                (kind, name)
+                for ref in (refs if isinstance(refs, list) else ())
+                if (kind := text_of(mapping_of(ref).get("kind"))) and (name := text_of(mapping_of(ref).get("name")))
+            ),
         )
 
     @classmethod
