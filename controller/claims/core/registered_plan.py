@@ -155,7 +155,7 @@ class Status:
 
     def record(self) -> states.HealthRecord:
         """The health record the status keeps (its ``Healthy`` condition and failure count)."""
-        return states.record_from_status({"conditions": self.conditions, "consecutiveFailures": self.failures})
+        return states.record_from_status(self.conditions, self.failures)
 
 
 def job_ref(service: ServiceView) -> ResourceRef:
