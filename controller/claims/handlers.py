@@ -44,6 +44,7 @@ from opbroker.controller.claims.registering import RegistrationReconciler
 from opbroker.controller.claims.settings import ClaimsSettings
 from opbroker.controller.claims.store import Store
 from opbroker.controller.claims.workloads import SUPPORTED_KINDS
+from opbroker.controller.core.views import BindingView
 from opbroker.controller.kube import BINDINGS, Kube
 from opbroker.controller.reconciler import Key, Runtime
 from opbroker.controller.watches import Watch
@@ -202,14 +203,14 @@ class Claims:
         job = JobView.of(body)
         if names.LABEL_REGISTERED_SERVICE not in job.meta.labels:
             return
-        for kind, name in job.owners:
-            if kind == RegisteredService.KIND:
+        for kind, name, _uid in job.owners:
+            if kind == RegisteredService.KIND and name:
                 self.enqueue(Key("registered", job.meta.namespace, name))
 
     def on_binding(self, event_type: str, body: dict[str, Any]) -> None:
-        meta = ObjectView.of(body).meta
-        namespace, name = meta.namespace, meta.name
-        plan = self.registrations.plan_of(body)
+        binding = BindingView.of(body)
+        namespace, name = binding.meta.namespace, binding.meta.name
+        plan = self.registrations.plan_of(binding)
         generated = self.store.service(namespace, name)
-        if registration.opted_in(body, plan) or generated is not None:
+        if registration.opted_in(binding, plan) or generated is not None:
             self.enqueue(Key("registration", namespace, name))

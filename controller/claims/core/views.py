@@ -147,16 +147,28 @@ class ServiceView(Stamped):
         )
 
 
+def _owners(metadata: Mapping[str, Any]) -> tuple[tuple[str, str, str], ...]:
+    refs = metadata.get("ownerReferences")
+    return tuple(
+        (text_of(ref.get("kind")) or "", text_of(ref.get("name")) or "", text_of(ref.get("uid")) or "")
+        for ref in (refs if isinstance(refs, list) else ())
+        if isinstance(ref, Mapping)
+    )
+
+
 @dataclass(frozen=True)
 class ObjectView(Stamped):
     """A Secret or a Job opbroker writes for a claim or a service: whose it is, its type, its version."""
 
     type: str | None
     wire: Mapping[str, Any] = field(repr=False, compare=False)
+    owners: tuple[tuple[str, str, str], ...] = ()
+    """(kind, name, uid) of each of its ``ownerReferences`` ("" for a missing field)."""
 
     @classmethod
     def of(cls, body: Mapping[str, Any]) -> ObjectView:
-        return cls(meta=Meta.of(body.get("metadata")), type=text_of(body.get("type")), wire=body)
+        metadata = mapping_of(body.get("metadata"))
+        return cls(meta=Meta.of(metadata), type=text_of(body.get("type")), wire=body, owners=_owners(metadata))
 
     @classmethod
     def maybe(cls, body: Mapping[str, Any] | None) -> ObjectView | None:
@@ -170,24 +182,17 @@ class JobView(ObjectView):
     conditions: tuple[ConditionView, ...] = ()
     created: object = None
     """``metadata.creationTimestamp`` (text on the wire; a datetime from some clients)."""
-    owners: tuple[tuple[str, str], ...] = ()
-    """(kind, name) of each of its ``ownerReferences`` (a check's Job is its RegisteredService's)."""
 
     @classmethod
     def of(cls, body: Mapping[str, Any]) -> JobView:
         meta = mapping_of(body.get("metadata"))
-        refs = meta.get("ownerReferences")
         return cls(
             meta=Meta.of(meta),
             type=None,
             wire=body,
+            owners=_owners(meta),
             conditions=conditions_of(mapping_of(body.get("status")).get("conditions")),
             created=meta.get("creationTimestamp"),
-            owners=tuple(
-                (kind, name)
-                for ref in (refs if isinstance(refs, list) else ())
-                if (kind := text_of(mapping_of(ref).get("kind"))) and (name := text_of(mapping_of(ref).get("name")))
-            ),
         )
 
     @classmethod
@@ -269,3 +274,20 @@ class WorkloadView:
             ),
             wire=body,
         )
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    """An SFService or SFPlan of the OSB catalog, as far as an automatic registration reads it."""
+
+    meta: Meta
+    name: str | None
+    """``spec.name``: the service's or plan's name in the catalog."""
+
+    @classmethod
+    def of(cls, body: Mapping[str, Any]) -> CatalogEntry:
+        return cls(meta=Meta.of(body.get("metadata")), name=text_of(mapping_of(body.get("spec")).get("name")))
+
+    @classmethod
+    def maybe(cls, body: Mapping[str, Any] | None) -> CatalogEntry | None:
+        return None if body is None else cls.of(body)
