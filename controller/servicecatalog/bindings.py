@@ -62,7 +62,7 @@ from opbroker.controller.servicecatalog.core.binding_plan import (
 )
 from opbroker.controller.servicecatalog.core.calls import POLLS
 from opbroker.controller.servicecatalog.core.offering import Unresolved
-from opbroker.controller.servicecatalog.core.views import FINALIZER, CatalogObject, PlanEntry
+from opbroker.controller.servicecatalog.core.views import FINALIZER, CatalogObject
 from opbroker.controller.servicecatalog.resources import BINDINGS, INSTANCES, KINDS, CatalogApi
 
 __all__ = [
@@ -141,7 +141,7 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Any]):
         offering = parameters = None
         if target is not None:  # also without consent: withdrawn consent unbinds what was bound
             try:
-                held = PlanEntry.recorded(target.status.external_properties)
+                held = target.status.held_plan
                 offering = self.resolver.offering(target.instance_spec, held.name or None, held)
                 if problem is None:
                     spec = binding.binding_spec
@@ -155,7 +155,7 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Any]):
                 problem = problem or exc
         application = application_of(binding)
         listed: tuple[WorkloadView, ...] = ()
-        if application is not None or binding.status.external_properties.get("projectionHash"):
+        if application is not None or binding.status.projection_hash:
             kinds = {(application.api_version, application.kind)} if application else set(workloads.SUPPORTED_KINDS)
             listed = tuple(
                 WorkloadView.of(w)

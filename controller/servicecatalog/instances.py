@@ -49,7 +49,7 @@ from opbroker.controller.servicecatalog.core.instance_plan import (
     properties,
 )
 from opbroker.controller.servicecatalog.core.offering import Unresolved
-from opbroker.controller.servicecatalog.core.views import FINALIZER, CatalogObject, PlanEntry
+from opbroker.controller.servicecatalog.core.views import FINALIZER, CatalogObject
 from opbroker.controller.servicecatalog.resources import BINDINGS, INSTANCES, KINDS, CatalogApi
 
 logger = logging.getLogger(__name__)
@@ -91,7 +91,7 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Any]):
         offering = parameters = problem = None
         try:
             # The plan the broker has the instance on (or is being asked for, mid-operation).
-            held = PlanEntry.recorded(status.external_properties or status.in_progress_properties)
+            held = status.held_plan if status.external_properties else status.asked_plan
             plan_name = (held.name or None) if deleting else None
             offering = self.resolver.offering(spec, plan_name, held)
             parameters = (

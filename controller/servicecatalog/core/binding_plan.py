@@ -167,7 +167,7 @@ def projection_drift(facts: BindingFacts) -> bool:
     """Whether a selected workload lacks the projection of the current Secret, or an unselected one has it."""
     application = application_of(facts.binding)
     name = facts.binding.meta.name
-    digest = facts.binding.status.external_properties.get("projectionHash")
+    digest = facts.binding.status.projection_hash
     for workload in facts.workloads:
         held = workload.template_annotations.get(workloads.hash_annotation(name))
         selected = application is not None and workloads.selected(application, workload)

@@ -201,7 +201,7 @@ def provision_or_update(facts: InstanceFacts, *, update: bool) -> list[Any]:
     meta = facts.instance.meta
     common = {"parameters": dict(parameters), "context": context(meta), "identity": identity_of(meta)}
     if update:
-        held_plan = facts.instance.status.external_properties.get("planExternalID")
+        held_plan = facts.instance.status.held_plan.external_id or None
         kwargs = {
             "service_id": offering.service_id,
             "plan_id": offering.plan_id if offering.plan_id != held_plan else None,

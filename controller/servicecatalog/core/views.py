@@ -28,6 +28,35 @@ from opbroker.controller.core.views import (
 FINALIZER = "servicecatalog.k8s.io/opbroker"
 
 
+@dataclass(frozen=True)
+class PlanEntry:
+    """One plan of a ServiceClass (``plans[]``), or the one an Instance's status recorded."""
+
+    name: str
+    external_id: str
+    maximum_polling_duration: int | None
+    """Seconds the broker allows an operation on it to take (None: not limited by the catalog)."""
+
+    @classmethod
+    def of(cls, raw: object) -> PlanEntry:
+        plan = mapping_of(raw)
+        return cls(
+            name=text_of(plan.get("name")) or "",
+            external_id=text_of(plan.get("externalID")) or "",
+            maximum_polling_duration=int_of(plan.get("maximumPollingDuration")) or None,
+        )
+
+    @classmethod
+    def recorded(cls, properties: Mapping[str, Any]) -> PlanEntry:
+        """The plan an Instance's status records (``externalProperties``' ``planName`` and ``planExternalID``;
+        "" when not recorded)."""
+        return cls(
+            name=text_of(properties.get("planName")) or "",
+            external_id=text_of(properties.get("planExternalID")) or "",
+            maximum_polling_duration=None,
+        )
+
+
 def owner_reference(wire: Mapping[str, Any], meta: Meta, *, block_deletion: bool) -> dict[str, Any]:
     """A controlling owner reference to the object ``wire`` (with ``meta``), for a manifest written."""
     return {
@@ -59,10 +88,18 @@ class OperationStatus:
     in_progress_properties: Mapping[str, Any]
     secret_name: str | None
     conditions: tuple[ConditionView, ...]
+    held_plan: PlanEntry
+    """The plan ``externalProperties`` records the broker has the instance on ("" fields: none recorded)."""
+    asked_plan: PlanEntry
+    """The plan ``inProgressProperties`` records the operation under way asks for."""
+    projection_hash: str | None
+    """A Binding's ``externalProperties.projectionHash``: the content hash its workloads carry."""
 
     @classmethod
     def of(cls, status: object) -> OperationStatus:
         s = mapping_of(status)
+        held = mapping_of(s.get("externalProperties"))
+        asked = mapping_of(s.get("inProgressProperties"))
         return cls(
             async_op=s.get("asyncOpInProgress") is True,
             orphan_mitigation=s.get("orphanMitigationInProgress") is True,
@@ -73,10 +110,13 @@ class OperationStatus:
             provision_status=text_of(s.get("provisionStatus")),
             deprovision_status=text_of(s.get("deprovisionStatus")),
             unbind_status=text_of(s.get("unbindStatus")),
-            external_properties=mapping_of(s.get("externalProperties")),
-            in_progress_properties=mapping_of(s.get("inProgressProperties")),
+            external_properties=held,
+            in_progress_properties=asked,
             secret_name=text_of(s.get("secretName")),
             conditions=conditions_of(s.get("conditions")),
+            held_plan=PlanEntry.recorded(held),
+            asked_plan=PlanEntry.recorded(asked),
+            projection_hash=text_of(held.get("projectionHash")),
         )
 
     @property
@@ -323,35 +363,6 @@ class BrokerView:
     def owner_reference(self) -> dict[str, Any]:
         """An owner reference to it, controlling, not blocking its deletion (written into its classes)."""
         return owner_reference(self.wire, self.meta, block_deletion=False)
-
-
-@dataclass(frozen=True)
-class PlanEntry:
-    """One plan of a ServiceClass (``plans[]``), or the one an Instance's status recorded."""
-
-    name: str
-    external_id: str
-    maximum_polling_duration: int | None
-    """Seconds the broker allows an operation on it to take (None: not limited by the catalog)."""
-
-    @classmethod
-    def of(cls, raw: object) -> PlanEntry:
-        plan = mapping_of(raw)
-        return cls(
-            name=text_of(plan.get("name")) or "",
-            external_id=text_of(plan.get("externalID")) or "",
-            maximum_polling_duration=int_of(plan.get("maximumPollingDuration")) or None,
-        )
-
-    @classmethod
-    def recorded(cls, properties: Mapping[str, Any]) -> PlanEntry:
-        """The plan an Instance's status records (``externalProperties``' ``planName`` and ``planExternalID``;
-        "" when not recorded)."""
-        return cls(
-            name=text_of(properties.get("planName")) or "",
-            external_id=text_of(properties.get("planExternalID")) or "",
-            maximum_polling_duration=None,
-        )
 
 
 @dataclass(frozen=True)
