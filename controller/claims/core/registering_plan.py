@@ -16,10 +16,10 @@ from pydantic import ValidationError
 from opbroker.api.conventions import ANNOTATION_OWNER_UID
 from opbroker.api.osb import OperationState
 from opbroker.controller.claims.core import names, registration
-from opbroker.controller.claims.core.views import CatalogEntry, ObjectView
+from opbroker.controller.claims.core.views import CatalogEntry, ObjectView, credentials_secret_of
 from opbroker.controller.core import actions as a
 from opbroker.controller.core.reasons import Reason
-from opbroker.controller.core.views import BindingView, mapping_of, text_of
+from opbroker.controller.core.views import BindingView
 from opbroker.controller.reconciler.keys import Key
 
 
@@ -71,7 +71,7 @@ RegistrationAction = TrackCredentials | RemoveGenerated | Register | a.Event
 
 def credentials_secret(binding: BindingView) -> str | None:
     """The binding's credentials Secret (``status.response.secretRef``)."""
-    return text_of(mapping_of(mapping_of(binding.wire.get("status")).get("response")).get("secretRef"))
+    return credentials_secret_of(binding)
 
 
 def succeeded(binding: BindingView) -> bool:

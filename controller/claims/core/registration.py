@@ -32,8 +32,8 @@ from opbroker.api.conventions import ANNOTATION_OWNER_UID, CREDENTIALS_KEY, LABE
 from opbroker.api.osb import SFServiceBinding
 from opbroker.api.primaza import RegisteredService
 from opbroker.controller.claims.core import names
-from opbroker.controller.claims.core.views import CatalogEntry, ObjectView
-from opbroker.controller.core.views import BindingView, mapping_of, text_of
+from opbroker.controller.claims.core.views import CatalogEntry, ObjectView, service_id_of
+from opbroker.controller.core.views import BindingView
 
 _KEY = re.compile(r"^[A-Za-z0-9._-]+$")
 DEFAULT_PROVIDER = "opbroker"
@@ -175,4 +175,4 @@ def generated_by(obj: ObjectView | None, binding_name: str, binding_uid: str | N
 
 def service_id(binding: BindingView) -> str:
     """The binding's ``spec.serviceId`` (the SFService it is of), "" when absent."""
-    return text_of(mapping_of(binding.wire.get("spec")).get("serviceId")) or ""
+    return service_id_of(binding)

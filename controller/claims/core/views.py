@@ -13,7 +13,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from opbroker.api.conventions import ANNOTATION_OWNER_UID
-from opbroker.controller.core.views import ConditionView, Meta, conditions_of, mapping_of, strings_of, text_of
+from opbroker.controller.core.views import (
+    BindingView,
+    ConditionView,
+    Meta,
+    conditions_of,
+    mapping_of,
+    strings_of,
+    text_of,
+)
 
 
 def _condition_list(value: object) -> tuple[Mapping[str, Any], ...]:
@@ -291,3 +299,13 @@ class CatalogEntry:
     @classmethod
     def maybe(cls, body: Mapping[str, Any] | None) -> CatalogEntry | None:
         return None if body is None else cls.of(body)
+
+
+def service_id_of(binding: BindingView) -> str:
+    """A broker binding's ``spec.serviceId`` (the SFService it is of; "" when absent)."""
+    return text_of(mapping_of(binding.wire.get("spec")).get("serviceId")) or ""
+
+
+def credentials_secret_of(binding: BindingView) -> str | None:
+    """A broker binding's credentials Secret (``status.response.secretRef``; None: none recorded)."""
+    return text_of(mapping_of(mapping_of(binding.wire.get("status")).get("response")).get("secretRef"))
