@@ -9,6 +9,7 @@ from opbroker.controller.claims.core.views import (
     CatalogEntry,
     ContainerView,
     JobView,
+    ListedCatalog,
     ObjectView,
     OwnerRef,
     WorkloadView,
@@ -112,3 +113,10 @@ def test_a_catalog_entry_and_a_broker_bindings_registration_fields() -> None:
     assert (service_id_of(binding), credentials_secret_of(binding)) == ("svc", "creds")
     odd = BindingView.of({"metadata": {"name": "b"}, "spec": {"serviceId": 1}, "status": {"response": "creds"}})
     assert (service_id_of(odd), credentials_secret_of(odd)) == ("", None)
+
+
+def test_a_listed_catalog_is_its_name_and_services() -> None:
+    listed = {"metadata": {"name": "dev"}, "spec": {"services": [{"name": "db"}], "other": 1}, "status": {}}
+    assert (ListedCatalog.of(listed).meta.name, ListedCatalog.of(listed).services) == ("dev", [{"name": "db"}])
+    assert ListedCatalog.of({"metadata": {"name": "dev"}, "spec": {"services": "db"}}).services == []
+    assert ListedCatalog.of({"spec": None}).services == []

@@ -309,3 +309,18 @@ def service_id_of(binding: BindingView) -> str:
 def credentials_secret_of(binding: BindingView) -> str | None:
     """A broker binding's credentials Secret (``status.response.secretRef``; None: none recorded)."""
     return text_of(mapping_of(mapping_of(binding.wire.get("status")).get("response")).get("secretRef"))
+
+
+@dataclass(frozen=True)
+class ListedCatalog:
+    """A claims ServiceCatalog (one per namespace and environment) as read: its name and the services it lists, as
+    written (compared whole with the ones wanted)."""
+
+    meta: Meta
+    services: list[Any]
+    """``spec.services`` (empty when absent or not a list)."""
+
+    @classmethod
+    def of(cls, body: Mapping[str, Any]) -> ListedCatalog:
+        services = mapping_of(body.get("spec")).get("services")
+        return cls(meta=Meta.of(body.get("metadata")), services=services if isinstance(services, list) else [])
