@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from opbroker.api.meta import ResourceRef
 from opbroker.api.primaza import RegisteredService
@@ -44,10 +44,6 @@ class RegistrationReconciler(ObservePlanAct[RegistrationFacts, RegistrationActio
     def plan_of(self, binding: BindingView) -> CatalogEntry | None:
         entry = self.ctx.osb_catalog.plan(binding.plan_id)
         return CatalogEntry.of(entry.body) if entry else None
-
-    def wanted(self, binding: dict[str, Any]) -> bool:
-        view = BindingView.of(binding)
-        return registration.opted_in(view, self.plan_of(view))
 
     def observe(self, key: Key) -> RegistrationFacts:
         kube = self.ctx.kube
