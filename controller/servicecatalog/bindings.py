@@ -212,8 +212,7 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Any]):
         """Write the credentials Secret — created stamped with the Binding's uid, or overwritten when the live
         one carries that stamp (guarded by the version read); the outcome to the plan. A permanent refusal of
         the API server is handed over masked; a transient one fails the reconcile (retried)."""
-        manifest = action.manifest
-        namespace, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
+        manifest, namespace, name = action.manifest, action.namespace, action.name
         door = self.writer(namespace)  # writes as the namespace's account; reads are the controller's
         outcome: str
         live = self.api.kube.read_secret(namespace, name)

@@ -83,6 +83,9 @@ class StoreCredentials:
 
     manifest: Mapping[str, Any] = field(repr=False)
     owner_uid: str
+    namespace: str
+    name: str
+    """Where the Secret goes (the manifest's namespace and name)."""
     then: Any = field(default=None, repr=False, compare=False)
 
 
@@ -394,7 +397,9 @@ def bound(facts: BindingFacts, result: Any, written: CatalogObject) -> list[Any]
         key: base64.b64encode((value if isinstance(value, str) else json.dumps(value)).encode()).decode()
         for key, value in credentials.items()
     }
-    return [StoreCredentials(secret_manifest(written, data), facts.binding.meta.uid, partial(stored, facts, data))]
+    manifest = secret_manifest(written, data)
+    meta = facts.binding.meta
+    return [StoreCredentials(manifest, meta.uid, meta.namespace, written.secret_name, partial(stored, facts, data))]
 
 
 def stored(facts: BindingFacts, data: Mapping[str, str], outcome: str, body: Mapping[str, Any]) -> list[Any]:
