@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import partial
 from typing import Any, ClassVar
@@ -158,13 +158,11 @@ class BrokerReconciler(ObservePlanAct[BrokerFacts, Any]):
         )
         problems = (*facts.catalog.problems, *changes.problems)
         conditions, problem_event = completeness(conditions, problems, generation=generation, now=facts.now)
-        new_status = {
-            **base,
-            "conditions": conditions,
-            "lastCatalogRetrievalTime": relisting.now_text(facts.now),
-            "serviceClassCount": count,
-            "brokerAPIVersion": facts.spoken,
-        }
+        new_status = RelistStatus(
+            {**base, "lastCatalogRetrievalTime": relisting.now_text(facts.now), "brokerAPIVersion": facts.spoken},
+            conditions_of(conditions),
+            count,
+        )
         said = (Reason.CLASS_NAME_CONFLICT, message, True) if changes.conflicts else problem_event
         actions: list[Any] = [WriteClasses(changes, partial(relisted, new_status, said, facts.now))]
         if spec.relist_behavior == "Duration":
@@ -256,38 +254,49 @@ def _complete(conditions: object) -> ConditionView | None:
     return next((c for c in conditions_of(conditions) if c.type == CATALOG_COMPLETE), None)
 
 
+@dataclass(frozen=True)
+class RelistStatus:
+    """The Broker's status a relist plans, written after its classes (:func:`relisted`)."""
+
+    fields: Mapping[str, Any]
+    """The status fields the refusals do not change (generation, relist requests, time, version)."""
+    conditions: tuple[ConditionView, ...]
+    count: int
+    """``serviceClassCount``: the classes listed."""
+
+    def wire(self) -> dict[str, Any]:
+        """The status patch written."""
+        conditions = [condition_wire(c) for c in self.conditions]
+        return {**self.fields, "conditions": conditions, "serviceClassCount": self.count}
+
+
 def with_refusals(
-    status: Mapping[str, Any],
+    status: RelistStatus,
     refused: Sequence[osbclient.catalog.Problem],
-    body: Mapping[str, Any],
+    generation: int | None,
     event: tuple[Reason, str, bool] | None,
     now: datetime | None = None,
-) -> tuple[dict[str, Any], tuple[Reason, str, bool] | None]:
-    """The planned status (as :meth:`BrokerReconciler.plan` built it) and event, with the classes the API server
-    refused counted out and named; ``body``: the Broker as last written. Pure."""
-    listed = conditions_of(status.get("conditions"))
-    held = _complete(listed)
+) -> tuple[RelistStatus, tuple[Reason, str, bool] | None]:
+    """The planned status and event, with the classes the API server refused counted out and named;
+    ``generation``: the Broker's as last written. Pure."""
+    held = _complete(status.conditions)
     earlier = held.message or "" if held is not None and held.reason != Reason.ALL_ENTRIES_LISTED.value else ""
     named = "; ".join(p.describe() for p in refused[:NAMED_PROBLEMS])
     message = f"{len(refused)} class(es) refused by the API server and skipped: {named}" + (
         f"; before that: {earlier}" if earlier else ""
     )
-    condition = {
-        "type": CATALOG_COMPLETE,
-        "status": "False",
-        "reason": Reason.CATALOG_ENTRIES_SKIPPED.value,
-        "message": message[:1024],
-        "lastTransitionTime": held.last_transition_time
+    condition = ConditionView(
+        type=CATALOG_COMPLETE,
+        status="False",
+        reason=Reason.CATALOG_ENTRIES_SKIPPED.value,
+        message=message[:1024],
+        last_transition_time=held.last_transition_time
         if held is not None and held.status == "False"
         else now_text(now),
-        "observedGeneration": BrokerView.of(body).meta.generation,
-    }
-    count = max(0, int(status.get("serviceClassCount") or 0) - len(refused))
-    new_status = {
-        **status,
-        "serviceClassCount": count,
-        "conditions": [*(condition_wire(c) for c in listed if c.type != CATALOG_COMPLETE), condition],
-    }
+        observed_generation=generation,
+    )
+    kept = tuple(c for c in status.conditions if c.type != CATALOG_COMPLETE)
+    new_status = replace(status, conditions=(*kept, condition), count=max(0, status.count - len(refused)))
     return new_status, (event if event and event[0] is Reason.CLASS_NAME_CONFLICT else None) or (
         Reason.CATALOG_ENTRIES_SKIPPED,
         message,
@@ -296,18 +305,18 @@ def with_refusals(
 
 
 def relisted(
-    status: dict[str, Any],
+    status: RelistStatus,
     event: tuple[Reason, str, bool] | None,
     now: datetime,
     refused: Sequence[osbclient.catalog.Problem],
     body: Mapping[str, Any],
 ) -> list[Any]:
     """The Broker's status after its classes were written: as planned, or with the refused ones counted out and
-    named (:func:`with_refusals`). Pure."""
+    named (:func:`with_refusals`); ``body``: the Broker as last written. Pure."""
     if refused:
-        status, event = with_refusals(status, refused, body, event, now)
+        status, event = with_refusals(status, refused, BrokerView.of(body).meta.generation, event, now)
     said = None if event is None else a.Event(event[0].value, event[1], warning=event[2])
-    return [a.WriteStatus(status, event=said)]
+    return [a.WriteStatus(status.wire(), event=said)]
 
 
 def _replacement_patch(body: dict[str, Any]) -> dict[str, Any]:

@@ -11,6 +11,7 @@ import pytest
 
 from opbroker.api.conventions import ANNOTATION_OWNER_UID
 from opbroker.controller.core.reasons import Reason
+from opbroker.controller.core.views import conditions_of
 from opbroker.controller.reconciler import Key
 from opbroker.controller.servicecatalog import bindings, instances, relisting
 from opbroker.controller.servicecatalog.bindingrefs import BindingRef
@@ -634,10 +635,10 @@ def test_catalog_completeness_and_refusals_become_a_condition_and_an_event() -> 
     assert "and 12 more" in brokers.completeness([], many, generation=1)[0][0]["message"]
 
     refused = osbclient.catalog.Problem("db", None, "(object)", "the API server refused ServiceClass db (422)", True)
-    status = {"serviceClassCount": 2, "conditions": ok}
-    body = {"metadata": {"generation": 3}}
-    new_status, event = brokers.with_refusals(status, [refused], body, None)
-    assert new_status["serviceClassCount"] == 1
+    status = brokers.RelistStatus({"observedGeneration": 3}, conditions_of(ok), 2)
+    written, event = brokers.with_refusals(status, [refused], 3, None)
+    new_status = written.wire()
+    assert new_status["serviceClassCount"] == 1 and new_status["observedGeneration"] == 3
     (complete,) = [c for c in new_status["conditions"] if c["type"] == "CatalogComplete"]
     assert complete["status"] == "False" and "refused ServiceClass db" in complete["message"]
     assert event is not None and event[0] is Reason.CATALOG_ENTRIES_SKIPPED
