@@ -16,6 +16,7 @@ from kubernetes.client.exceptions import ApiException
 from opbroker.controller.claims.context import Context
 from opbroker.controller.claims.core import catalog_plan, names
 from opbroker.controller.claims.core.catalog_plan import CatalogAction, CatalogFacts
+from opbroker.controller.claims.core.views import ListedCatalog
 from opbroker.controller.claims.kinds import CATALOGS
 from opbroker.controller.executor import Executor, Run, Target
 from opbroker.controller.reconciler import Key, ObservePlanAct, Outcome, namespace_terminating
@@ -34,7 +35,7 @@ class CatalogReconciler(ObservePlanAct[CatalogFacts, CatalogAction]):
         store, namespace = self.ctx.store, key.namespace
         claims = store.claims(namespace)
         listed = self.ctx.kube.list_custom(CATALOGS, namespace, label_selector=f"{names.LABEL_CATALOG}=true")
-        existing = {item["metadata"]["name"]: (item.get("spec") or {}).get("services", []) for item in listed}
+        existing = {catalog.meta.name: catalog.services for catalog in map(ListedCatalog.of, listed)}
         return CatalogFacts(
             namespace=namespace,
             services=tuple(store.services(namespace)),

@@ -38,7 +38,7 @@ from opbroker.controller.claims import servicebinding, workloads
 from opbroker.controller.claims.context import Context
 from opbroker.controller.claims.core import claim_plan, matching, names
 from opbroker.controller.claims.core.claim_plan import ClaimAction, ClaimFacts
-from opbroker.controller.claims.core.views import ClaimView, ObjectView, ServiceView
+from opbroker.controller.claims.core.views import ClaimView, ObjectView, ServiceView, WorkloadView
 from opbroker.controller.claims.kinds import CLAIMS, REGISTERED_SERVICES
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.executor import Executor, Run, Target
@@ -100,7 +100,7 @@ class ClaimReconciler(ObservePlanAct[ClaimFacts, ClaimAction]):
                 for secret in sorted(servicebinding.referenced_secrets(definition))
             }
         listed = tuple(
-            workload
+            WorkloadView.of(workload)
             for api_version, kind in workloads.SUPPORTED_KINDS
             for workload in kube.list_objects(api_version, kind, namespace)
         )

@@ -36,6 +36,7 @@ from opbroker.controller.claims.cataloging import CatalogReconciler
 from opbroker.controller.claims.claiming import ClaimReconciler
 from opbroker.controller.claims.context import Context
 from opbroker.controller.claims.core import matching, names, registration
+from opbroker.controller.claims.core.views import JobView, ObjectView, WorkloadView
 from opbroker.controller.claims.kinds import CLAIMS, REGISTERED_SERVICES
 from opbroker.controller.claims.probes import Prober
 from opbroker.controller.claims.registered import RegisteredReconciler
@@ -43,6 +44,7 @@ from opbroker.controller.claims.registering import RegistrationReconciler
 from opbroker.controller.claims.settings import ClaimsSettings
 from opbroker.controller.claims.store import Store
 from opbroker.controller.claims.workloads import SUPPORTED_KINDS
+from opbroker.controller.core.views import BindingView
 from opbroker.controller.kube import BINDINGS, Kube
 from opbroker.controller.reconciler import Key, Runtime
 from opbroker.controller.watches import Watch
@@ -137,8 +139,8 @@ class Claims:
             self.enqueue(Key("catalog", target, ""))
 
     def on_registered_service(self, event_type: str, body: dict[str, Any]) -> None:
-        meta = body["metadata"]
-        namespace, name = meta["namespace"], meta["name"]
+        meta = ObjectView.of(body).meta
+        namespace, name = meta.namespace, meta.name
         key = Key("registered", namespace, name)
         if event_type == "DELETED":
             previous = self.store.remove_service(body)
@@ -161,8 +163,8 @@ class Claims:
                 self.enqueue(Key("catalog", namespace, ""))
 
     def on_claim(self, event_type: str, body: dict[str, Any]) -> None:
-        meta = body["metadata"]
-        namespace, name = meta["namespace"], meta["name"]
+        meta = ObjectView.of(body).meta
+        namespace, name = meta.namespace, meta.name
         if event_type == "DELETED":
             previous = self.store.remove_claim(body)
             self.runtime.forget(Key("claim", namespace, name))
@@ -177,8 +179,8 @@ class Claims:
     def on_secret(self, body: dict[str, Any]) -> None:
         """A Secret was listed, added, changed or deleted. Called in the Secret watch's thread (the store is
         thread-safe; keys go to the runtime's loop); only the Secret's metadata is looked at."""
-        meta = body["metadata"]
-        namespace, name = meta.get("namespace", ""), meta["name"]
+        meta = ObjectView.of(body).meta
+        namespace, name = meta.namespace, meta.name
         enqueue = self.runtime.enqueue_threadsafe
         for service in self.store.readers_of(namespace, name):
             enqueue(Key("registered", namespace, service))
@@ -190,25 +192,25 @@ class Claims:
             enqueue(Key("registration", namespace, binding))
 
     def on_workload(self, body: dict[str, Any]) -> None:
-        meta = body["metadata"]
-        namespace = meta.get("namespace", "")
-        kind = (body.get("apiVersion", ""), body.get("kind", ""))
+        workload = WorkloadView.of(body)
+        namespace = workload.meta.namespace
+        kind = (workload.api_version, workload.kind)
         for claim in self.store.claims(namespace):
             if claim.application_kind == kind:
                 self.enqueue(Key("claim", namespace, claim.name))
 
     def on_job(self, body: dict[str, Any]) -> None:
-        meta = body["metadata"]
-        if names.LABEL_REGISTERED_SERVICE not in (meta.get("labels") or {}):
+        job = JobView.of(body)
+        if names.LABEL_REGISTERED_SERVICE not in job.meta.labels:
             return
-        for owner in meta.get("ownerReferences") or []:
-            if owner.get("kind") == RegisteredService.KIND:
-                self.enqueue(Key("registered", meta["namespace"], owner["name"]))
+        for kind, name, _uid in job.owners:
+            if kind == RegisteredService.KIND and name:
+                self.enqueue(Key("registered", job.meta.namespace, name))
 
     def on_binding(self, event_type: str, body: dict[str, Any]) -> None:
-        meta = body["metadata"]
-        namespace, name = meta["namespace"], meta["name"]
-        plan = self.registrations.plan_of(body)
+        binding = BindingView.of(body)
+        namespace, name = binding.meta.namespace, binding.meta.name
+        plan = self.registrations.plan_of(binding)
         generated = self.store.service(namespace, name)
-        if registration.opted_in(body, plan) or generated is not None:
+        if registration.opted_in(binding, plan) or generated is not None:
             self.enqueue(Key("registration", namespace, name))

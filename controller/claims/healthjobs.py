@@ -32,7 +32,7 @@ from opbroker.api.primaza import HealthCheck
 from opbroker.controller.claims import servicebinding
 from opbroker.controller.claims.core import names
 from opbroker.controller.claims.core.states import CheckOutcome, Result
-from opbroker.controller.claims.core.views import JobView
+from opbroker.controller.claims.core.views import JobView, OwnerRef
 from opbroker.controller.core.reasons import Reason
 
 BINDING_ROOT = "/bindings"
@@ -52,16 +52,15 @@ def env_name(key: str) -> str:
 
 
 def manifests(
-    service: Mapping[str, Any], check: HealthCheck, data: Mapping[str, str], *, service_type: str, fingerprint: str
+    service: OwnerRef, check: HealthCheck, data: Mapping[str, str], *, service_type: str, fingerprint: str
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(Secret, Job) for one run of a container check, both owned by the RegisteredService and stamped with
     its uid (``opbroker.io/owner-uid``): in its namespace, with its endpoint values only."""
     assert check.container is not None
-    meta = service["metadata"]
-    name = names.healthcheck_name(meta["name"])
-    labels = {names.LABEL_REGISTERED_SERVICE: names.label_value(meta["name"])}
+    name = names.healthcheck_name(service.name)
+    labels = {names.LABEL_REGISTERED_SERVICE: names.label_value(service.name)}
     secret = servicebinding.binding_secret(
-        name=name, namespace=meta["namespace"], data=data, service_type=service_type, owner=service, labels=labels
+        name=name, namespace=service.namespace, data=data, service_type=service_type, owner=service, labels=labels
     )
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,
@@ -73,7 +72,7 @@ def manifests(
                 for key in sorted(data)
             ),
         ],
-        "volumeMounts": [{"name": "endpoint", "mountPath": f"{BINDING_ROOT}/{meta['name']}", "readOnly": True}],
+        "volumeMounts": [{"name": "endpoint", "mountPath": f"{BINDING_ROOT}/{service.name}", "readOnly": True}],
     }
     if check.container.command:
         container["command"] = ["/bin/sh", "-c", check.container.command]
@@ -82,10 +81,10 @@ def manifests(
         "kind": "Job",
         "metadata": {
             "name": name,
-            "namespace": meta["namespace"],
+            "namespace": service.namespace,
             "labels": {LABEL_MANAGED_BY: MANAGED_BY, **labels},
-            "annotations": {names.ANNOTATION_FINGERPRINT: fingerprint, ANNOTATION_OWNER_UID: meta["uid"]},
-            "ownerReferences": secret["metadata"]["ownerReferences"],
+            "annotations": {names.ANNOTATION_FINGERPRINT: fingerprint, ANNOTATION_OWNER_UID: service.uid},
+            "ownerReferences": [service.controlling()],
         },
         "spec": {
             "backoffLimit": 0,

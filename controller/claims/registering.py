@@ -15,8 +15,8 @@ writing or removing the generated objects are the effects below, which decide no
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from collections.abc import Sequence
+from typing import ClassVar
 
 from opbroker.api.meta import ResourceRef
 from opbroker.api.primaza import RegisteredService
@@ -24,7 +24,7 @@ from opbroker.controller.claims import servicebinding
 from opbroker.controller.claims.context import Context
 from opbroker.controller.claims.core import names, registering_plan, registration
 from opbroker.controller.claims.core.registering_plan import RegistrationAction, RegistrationFacts
-from opbroker.controller.claims.core.views import ObjectView
+from opbroker.controller.claims.core.views import CatalogEntry, ObjectView
 from opbroker.controller.claims.kinds import REGISTERED_SERVICES
 from opbroker.controller.core.views import BindingView
 from opbroker.controller.executor import Executor, Run, Target
@@ -41,12 +41,9 @@ class RegistrationReconciler(ObservePlanAct[RegistrationFacts, RegistrationActio
         self.ctx = ctx
         self.executor = executor(ctx)
 
-    def plan_of(self, binding: Mapping[str, Any]) -> Mapping[str, Any] | None:
-        entry = self.ctx.osb_catalog.plan(BindingView.of(binding).plan_id)
-        return entry.body if entry else None
-
-    def wanted(self, binding: dict[str, Any]) -> bool:
-        return registration.opted_in(binding, self.plan_of(binding))
+    def plan_of(self, binding: BindingView) -> CatalogEntry | None:
+        entry = self.ctx.osb_catalog.plan(binding.plan_id)
+        return CatalogEntry.of(entry.body) if entry else None
 
     def observe(self, key: Key) -> RegistrationFacts:
         kube = self.ctx.kube
@@ -56,8 +53,7 @@ class RegistrationReconciler(ObservePlanAct[RegistrationFacts, RegistrationActio
         if body is None:
             return RegistrationFacts(key, None, generated, endpoint_secret=endpoint)
         binding = BindingView.of(body)
-        service_id = (body.get("spec") or {}).get("serviceId", "")
-        service = self.ctx.osb_catalog.service(service_id if isinstance(service_id, str) else "")
+        service = self.ctx.osb_catalog.service(registration.service_id(binding))
         secret = registering_plan.credentials_secret(binding)
         credentials = None
         if secret and registering_plan.succeeded(binding) and not binding.meta.deleting:
@@ -66,8 +62,8 @@ class RegistrationReconciler(ObservePlanAct[RegistrationFacts, RegistrationActio
             key,
             binding,
             generated,
-            self.plan_of(body),
-            service.body if service else None,
+            self.plan_of(binding),
+            CatalogEntry.of(service.body) if service else None,
             credentials,
             endpoint_secret=endpoint,
         )

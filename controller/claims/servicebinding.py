@@ -22,6 +22,8 @@ from typing import Any
 from opbroker.api.conventions import ANNOTATION_OWNER_UID, LABEL_MANAGED_BY, MANAGED_BY
 from opbroker.api.primaza import ServiceEndpointDefinitionItem
 from opbroker.controller.claims.core import names
+from opbroker.controller.claims.core.views import OwnerRef
+from opbroker.controller.core.views import mapping_of
 
 SECRET_TYPE_PREFIX = "servicebinding.io/"
 RESERVED_KEYS = ("type", "provider")
@@ -49,12 +51,12 @@ def decode(secret: Mapping[str, Any] | None) -> dict[str, str] | None:
     if secret is None:
         return None
     decoded: dict[str, str] = {}
-    for key, value in (secret.get("data") or {}).items():
+    for key, value in mapping_of(secret.get("data")).items():
         try:
             decoded[key] = base64.b64decode(value or "", validate=True).decode("utf-8")
         except (binascii.Error, UnicodeDecodeError):
             continue
-    decoded.update({k: str(v) for k, v in (secret.get("stringData") or {}).items()})
+    decoded.update({k: str(v) for k, v in mapping_of(secret.get("stringData")).items()})
     return decoded
 
 
@@ -107,12 +109,11 @@ def binding_secret(
     namespace: str,
     data: Mapping[str, str],
     service_type: str,
-    owner: Mapping[str, Any],
+    owner: OwnerRef,
     labels: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The binding Secret manifest, owned (as controller) by ``owner`` and stamped with its uid
     (``opbroker.io/owner-uid``: only a Secret carrying it is ever rewritten or deleted); values base64-encoded."""
-    meta = owner["metadata"]
     return {
         "apiVersion": "v1",
         "kind": "Secret",
@@ -120,30 +121,21 @@ def binding_secret(
             "name": name,
             "namespace": namespace,
             "labels": {LABEL_MANAGED_BY: MANAGED_BY, **(labels or {})},
-            "annotations": {ANNOTATION_OWNER_UID: meta["uid"]},
-            "ownerReferences": [
-                {
-                    "apiVersion": owner["apiVersion"],
-                    "kind": owner["kind"],
-                    "name": meta["name"],
-                    "uid": meta["uid"],
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
+            "annotations": {ANNOTATION_OWNER_UID: owner.uid},
+            "ownerReferences": [owner.controlling()],
         },
         "type": secret_type(service_type),
         "data": {key: base64.b64encode(value.encode()).decode() for key, value in sorted(data.items())},
     }
 
 
-def claim_binding_secret(claim: Mapping[str, Any], data: Mapping[str, str], service_type: str) -> dict[str, Any]:
-    meta = claim["metadata"]
+def claim_binding_secret(claim: OwnerRef, data: Mapping[str, str], service_type: str) -> dict[str, Any]:
+    """The claim's binding Secret (in its namespace, named after it)."""
     return binding_secret(
-        name=names.binding_secret_name(meta["name"]),
-        namespace=meta["namespace"],
+        name=names.binding_secret_name(claim.name),
+        namespace=claim.namespace,
         data=data,
         service_type=service_type,
         owner=claim,
-        labels={names.LABEL_CLAIM: names.label_value(meta["name"])},
+        labels={names.LABEL_CLAIM: names.label_value(claim.name)},
     )

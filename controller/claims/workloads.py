@@ -22,13 +22,14 @@ manager removes exactly what this claim added — other claims' entries and the 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from opbroker.api.primaza import ApplicationSelector, LabelSelector
 from opbroker.controller.claims.core import names
+from opbroker.controller.claims.core.views import BINDING_ROOT_ENV, ContainerView, WorkloadView
 
-BINDING_ROOT_ENV = "SERVICE_BINDING_ROOT"
+__all__ = ["BINDING_ROOT_ENV", "DEFAULT_BINDING_ROOT", "SUPPORTED_KINDS", "WorkloadView"]
 DEFAULT_BINDING_ROOT = "/bindings"
 #: Workload kinds a claim may bind into (all have ``spec.template``), as (apiVersion, kind).
 SUPPORTED_KINDS: tuple[tuple[str, str], ...] = (
@@ -62,17 +63,16 @@ def selector_matches(selector: LabelSelector, labels: Mapping[str, str] | None) 
     return True
 
 
-def selected(application: ApplicationSelector, workload: Mapping[str, Any]) -> bool:
+def selected(application: ApplicationSelector, workload: WorkloadView) -> bool:
     """Whether ``workload`` (same namespace as the claim, checked by the caller) is bound into."""
-    if workload.get("apiVersion") != application.api_version or workload.get("kind") != application.kind:
+    if (workload.api_version, workload.kind) != (application.api_version, application.kind):
         return False
-    meta = workload.get("metadata") or {}
-    if meta.get("deletionTimestamp"):
+    if workload.meta.deleting:
         return False
     if application.name is not None:
-        return bool(meta.get("name") == application.name)
+        return workload.meta.name == application.name
     assert application.selector is not None
-    return selector_matches(application.selector, meta.get("labels"))
+    return selector_matches(application.selector, workload.meta.labels)
 
 
 def volume_name(claim: str) -> str:
@@ -92,23 +92,17 @@ def env_name(claim: str, key: str) -> str:
     return env_prefix(claim) + re.sub(r"[^A-Za-z0-9]", "_", key).upper()
 
 
-def pod_template(workload: Mapping[str, Any]) -> dict[str, Any]:
-    template: dict[str, Any] = (workload.get("spec") or {}).get("template") or {}
-    return template
-
-
-def _root_of(container: Mapping[str, Any], default_root: str) -> tuple[str, bool]:
+def _root_of(container: ContainerView, default_root: str) -> tuple[str, bool]:
     """(binding root, whether we may set the env var): the container's literal value wins."""
-    for env in container.get("env") or []:
-        if env.get("name") == BINDING_ROOT_ENV:
-            if env.get("value"):
-                return str(env["value"]).rstrip("/") or "/", True
-            return default_root, False  # set from elsewhere (valueFrom): leave it alone
-    return default_root, True
+    if not container.sets_binding_root:
+        return default_root, True
+    if container.binding_root:
+        return container.binding_root.rstrip("/") or "/", True
+    return default_root, False  # set from elsewhere (valueFrom): leave it alone
 
 
 def projection(
-    workload: Mapping[str, Any],
+    workload: WorkloadView,
     *,
     claim: str,
     secret_name: str,
@@ -117,13 +111,11 @@ def projection(
     default_root: str = DEFAULT_BINDING_ROOT,
 ) -> dict[str, Any]:
     """The server-side-apply patch that projects a binding into ``workload`` (see the module docstring)."""
-    meta = workload["metadata"]
-    spec = pod_template(workload).get("spec") or {}
     volume = volume_name(claim)
     projected: dict[str, list[dict[str, Any]]] = {}
-    for field in ("initContainers", "containers"):
+    for field, containers in (("initContainers", workload.init_containers), ("containers", workload.containers)):
         entries = []
-        for container in spec.get(field) or []:
+        for container in containers:
             root, set_root = _root_of(container, default_root)
             env: list[dict[str, Any]] = [{"name": BINDING_ROOT_ENV, "value": root}] if set_root else []
             env += [
@@ -133,7 +125,7 @@ def projection(
             mount_path = f"{root.rstrip('/')}/{claim}"
             entries.append(
                 {
-                    "name": container["name"],
+                    "name": container.name,
                     "env": env,
                     "volumeMounts": [{"name": volume, "mountPath": mount_path, "readOnly": True}],
                 }
@@ -141,9 +133,7 @@ def projection(
         if entries:
             projected[field] = entries
     return {
-        "apiVersion": workload["apiVersion"],
-        "kind": workload["kind"],
-        "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+        **_identity(workload),
         "spec": {
             "template": {
                 "metadata": {"annotations": {hash_annotation(claim): content_hash}},
@@ -153,17 +143,20 @@ def projection(
     }
 
 
-def unprojection(workload: Mapping[str, Any]) -> dict[str, Any]:
+def unprojection(workload: WorkloadView) -> dict[str, Any]:
     """The empty apply that, under a claim's field manager, removes everything that claim projected."""
-    meta = workload["metadata"]
+    return _identity(workload)
+
+
+def _identity(workload: WorkloadView) -> dict[str, Any]:
+    """What names the workload in an apply patch."""
     return {
-        "apiVersion": workload["apiVersion"],
-        "kind": workload["kind"],
-        "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+        "apiVersion": workload.api_version,
+        "kind": workload.kind,
+        "metadata": {"name": workload.meta.name, "namespace": workload.meta.namespace},
     }
 
 
-def managed_by(workload: Mapping[str, Any], manager: str) -> bool:
+def managed_by(workload: WorkloadView, manager: str) -> bool:
     """Whether ``manager`` owns any field of ``workload`` (i.e. a claim's projection is in it)."""
-    entries: Iterable[Mapping[str, Any]] = (workload.get("metadata") or {}).get("managedFields") or []
-    return any(entry.get("manager") == manager for entry in entries)
+    return manager in workload.managers

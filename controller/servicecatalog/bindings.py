@@ -33,10 +33,11 @@ from kubernetes.client.exceptions import ApiException
 
 from opbroker import osbclient
 from opbroker.api.conventions import DEFAULT_NAMESPACE
-from opbroker.api.servicecatalog import ProvisionStatus
 from opbroker.controller.claims import workloads
+from opbroker.controller.claims.core.views import ObjectView, WorkloadView
 from opbroker.controller.core import refusals
 from opbroker.controller.core.reasons import Reason
+from opbroker.controller.core.views import mapping_of
 from opbroker.controller.executor import Effect, Executor, Run, Target
 from opbroker.controller.kube import Kube
 from opbroker.controller.reconciler import SYSTEM, Clock, Key, Memories, ObservePlanAct, Outcome
@@ -61,7 +62,7 @@ from opbroker.controller.servicecatalog.core.binding_plan import (
 )
 from opbroker.controller.servicecatalog.core.calls import POLLS
 from opbroker.controller.servicecatalog.core.offering import Unresolved
-from opbroker.controller.servicecatalog.core.views import FINALIZER
+from opbroker.controller.servicecatalog.core.views import FINALIZER, CatalogObject
 from opbroker.controller.servicecatalog.resources import BINDINGS, INSTANCES, KINDS, CatalogApi
 
 __all__ = [
@@ -114,11 +115,13 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Any]):
         body = self.api.get(BINDINGS, key.namespace, key.name)
         if body is None:
             return None
-        namespace, name = instance_ref(body)
+        binding = CatalogObject.of(body)
+        namespace, name = binding.instance_ref
         instance = self.api.get(INSTANCES, namespace, name)
-        consented = instance is not None and tenancy.shared_with(instance, key.namespace)
-        problem = self._reference_problem(body, consented)
-        owns_ids = self._holds(body, BINDINGS) and (instance is None or self._holds(instance, INSTANCES))
+        target = None if instance is None else CatalogObject.of(instance)
+        consented = target is not None and tenancy.shared_with(target, key.namespace)
+        problem = self._reference_problem(binding, consented)
+        owns_ids = self._holds(binding, BINDINGS) and (target is None or self._holds(target, INSTANCES))
         if problem is None and not owns_ids:
             problem = Unresolved(
                 Reason.EXTERNAL_ID_IN_USE,
@@ -126,36 +129,36 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Any]):
                 "the Binding is deleted without an unbind); create the Binding again with another externalID, or none",
             )
         live = None
-        if problem is None and not bool(body["metadata"].get("deletionTimestamp")):
-            live = self.api.kube.read_secret(key.namespace, secret_name(body))
-            if not tenancy.may_write_secret(live, body["metadata"]["uid"]):
+        if problem is None and not binding.meta.deleting:
+            live = self.api.kube.read_secret(key.namespace, binding.secret_name)
+            if not tenancy.may_write_secret(live, binding.meta.uid):
                 problem = Unresolved(
                     Reason.SECRET_NOT_OWNED,
-                    f"Secret {secret_name(body)!r} exists and was not made by this Binding (it lacks the Binding's "
+                    f"Secret {binding.secret_name!r} exists and was not made by this Binding (it lacks the Binding's "
                     "opbroker.io/owner-uid): it is neither overwritten nor deleted; delete it, or create the Binding "
                     "again with another secretName",
                 )
         offering = parameters = None
-        if instance is not None:  # also without consent: withdrawn consent unbinds what was bound
+        if target is not None:  # also without consent: withdrawn consent unbinds what was bound
             try:
-                held = (instance.get("status") or {}).get("externalProperties") or {}
-                offering = self.resolver.offering(instance["spec"], held.get("planName"), held)
+                held = target.status.held_plan
+                offering = self.resolver.offering(target.instance_spec, held.name or None, held)
                 if problem is None:
-                    parameters = self.resolver.parameters(key.namespace, body.get("spec") or {})
-                    ready = (instance.get("status") or {}).get("provisionStatus") == ProvisionStatus.PROVISIONED.value
-                    if not ready or (instance.get("status") or {}).get("asyncOpInProgress"):
+                    spec = binding.binding_spec
+                    parameters = self.resolver.parameters(key.namespace, spec.parameters, spec.parameters_from)
+                    if not target.status.provisioned or target.status.async_op:
                         raise Unresolved(
                             Reason.ERROR_INSTANCE_NOT_READY,
                             f"instance {namespace}/{name} is not ready (provisioned, idle) yet",
                         )
             except Unresolved as exc:
                 problem = problem or exc
-        application = application_of(body)
-        listed: tuple[dict[str, Any], ...] = ()
-        if application is not None or (body.get("status") or {}).get("externalProperties", {}).get("projectionHash"):
+        application = application_of(binding)
+        listed: tuple[WorkloadView, ...] = ()
+        if application is not None or binding.status.projection_hash:
             kinds = {(application.api_version, application.kind)} if application else set(workloads.SUPPORTED_KINDS)
             listed = tuple(
-                w
+                WorkloadView.of(w)
                 for api_version, kind in sorted(kinds)
                 for w in self.api.kube.list_objects(api_version, kind, key.namespace)
             )
@@ -169,7 +172,7 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Any]):
             listed,
             consented,
             owns_ids,
-            secret_data=(live or {}).get("data") or {},
+            secret_data=mapping_of((live or {}).get("data")),
             pacing=self.paces.of(key),
             now=self.clock.now(),
             monotonic=self.clock.monotonic(),
@@ -177,13 +180,13 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Any]):
         )
 
     @staticmethod
-    def _reference_problem(body: dict[str, Any], consented: bool) -> Unresolved | None:
+    def _reference_problem(binding: CatalogObject, consented: bool) -> Unresolved | None:
         """Why the Binding may not use its Instance, if it may not. An Instance in another namespace that is
         missing reads the same as one not shared: a Binding learns nothing of other namespaces."""
         if consented:
             return None
-        namespace, name = instance_ref(body)
-        own = body["metadata"]["namespace"]
+        namespace, name = binding.instance_ref
+        own = binding.meta.namespace
         if namespace == own:
             return Unresolved(Reason.REFERENCES_NON_EXISTENT_INSTANCE, f"instance {namespace}/{name} does not exist")
         return Unresolved(
@@ -192,9 +195,9 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Any]):
             f"list {own!r} (or '*') in the Instance's spec.shareWith; nothing is sent to the broker until then",
         )
 
-    def _holds(self, body: dict[str, Any], plural: str) -> bool:
-        """Whether ``body`` holds its OSB id (a chosen id is checked against every object of its kind)."""
-        return not tenancy.chosen(body) or tenancy.holds_external_id(body, self.api.list(plural))
+    def _holds(self, obj: CatalogObject, plural: str) -> bool:
+        """Whether ``obj`` holds its OSB id (a chosen id is checked against every object of its kind)."""
+        return not tenancy.chosen(obj) or tenancy.holds_external_id(obj, map(CatalogObject.of, self.api.list(plural)))
 
     @staticmethod
     def plan(facts: BindingFacts) -> Sequence[Any]:
@@ -209,8 +212,7 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Any]):
         """Write the credentials Secret — created stamped with the Binding's uid, or overwritten when the live
         one carries that stamp (guarded by the version read); the outcome to the plan. A permanent refusal of
         the API server is handed over masked; a transient one fails the reconcile (retried)."""
-        manifest = action.manifest
-        namespace, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
+        manifest, namespace, name = action.manifest, action.namespace, action.name
         door = self.writer(namespace)  # writes as the namespace's account; reads are the controller's
         outcome: str
         live = self.api.kube.read_secret(namespace, name)
@@ -222,7 +224,7 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Any]):
             else:
                 guarded = {
                     **manifest,
-                    "metadata": {**manifest["metadata"], "resourceVersion": live["metadata"]["resourceVersion"]},
+                    "metadata": {**manifest["metadata"], "resourceVersion": ObjectView.of(live).meta.resource_version},
                 }
                 door.apply_secret(guarded)  # a change meanwhile: 409
                 outcome = Stored.WRITTEN
@@ -239,7 +241,7 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Any]):
         """Delete the credentials Secret if the live one carries the Binding's stamp, else leave it."""
         live = self.api.kube.read_secret(action.namespace, action.name)
         if live is not None and tenancy.may_write_secret(live, action.owner_uid):
-            self.writer(action.namespace).delete_secret(action.namespace, action.name, uid=live["metadata"]["uid"])
+            self.writer(action.namespace).delete_secret(action.namespace, action.name, uid=ObjectView.of(live).meta.uid)
 
     def _project(self, run: Run, action: Project) -> None:
         door = self.writer(action.namespace)

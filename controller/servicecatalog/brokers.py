@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import partial
 from typing import Any, ClassVar
@@ -34,11 +34,13 @@ from opbroker.controller.core import refusals
 from opbroker.controller.core.decisions import now as now_text
 from opbroker.controller.core.decisions import ready_condition
 from opbroker.controller.core.reasons import Reason
+from opbroker.controller.core.views import ConditionView, condition_wire, conditions_of
 from opbroker.controller.executor import Executor, Run, Target
 from opbroker.controller.reconciler import Key, ObservePlanAct, Outcome
 from opbroker.controller.reconciler.clock import SYSTEM, Clock
 from opbroker.controller.servicecatalog import relisting
 from opbroker.controller.servicecatalog.core.endpoints import EndpointProblem, auth_secret_ref, endpoint
+from opbroker.controller.servicecatalog.core.views import BrokerView, ServiceClassView
 from opbroker.controller.servicecatalog.relisting import ClassChanges
 from opbroker.controller.servicecatalog.resources import BROKERS, CLASSES, KINDS, CatalogApi
 
@@ -55,11 +57,11 @@ CATALOG_COMPLETE = "CatalogComplete"
 @dataclass(frozen=True)
 class BrokerFacts:
     key: Key
-    body: dict[str, Any]
+    broker: BrokerView
     now: datetime
     due_in: float | None
     catalog: osbclient.catalog.Catalog | None = None
-    classes: tuple[dict[str, Any], ...] = ()
+    classes: tuple[ServiceClassView, ...] = ()
     problem: tuple[Reason, str] | None = None
     spoken: str | None = None
     """The OSB version the broker accepted for the fetch."""
@@ -101,82 +103,74 @@ class BrokerReconciler(ObservePlanAct[BrokerFacts, Any]):
 
     def observe(self, key: Key) -> BrokerFacts | None:
         body = self.api.get(BROKERS, "", key.name)
-        if body is None or body["metadata"].get("deletionTimestamp"):
+        if body is None:
+            return None
+        broker = BrokerView.of(body)
+        if broker.meta.deleting:
             return None  # its classes go with it (owner references)
         now = self.clock.now()
-        due_in = relisting.relist_due(body, now)
-        facts = BrokerFacts(key, body, now, due_in)
+        due_in = relisting.relist_due(broker, now)
+        facts = BrokerFacts(key, broker, now, due_in)
         if due_in is None or due_in > 0:
             return facts
         try:
-            catalog, spoken = self.fetch(body)
+            catalog, spoken = self.fetch(broker)
         except EndpointProblem as exc:
-            return BrokerFacts(key, body, now, due_in, problem=(exc.reason, str(exc)))
+            return BrokerFacts(key, broker, now, due_in, problem=(exc.reason, str(exc)))
         except osbclient.BrokerError as exc:
-            return BrokerFacts(key, body, now, due_in, problem=(Reason.ERROR_FETCHING_CATALOG, str(exc)))
-        classes = tuple(self.api.list(CLASSES))
-        return BrokerFacts(key, body, now, due_in, catalog=catalog, classes=classes, spoken=spoken)
+            return BrokerFacts(key, broker, now, due_in, problem=(Reason.ERROR_FETCHING_CATALOG, str(exc)))
+        classes = tuple(ServiceClassView.of(c) for c in self.api.list(CLASSES))
+        return BrokerFacts(key, broker, now, due_in, catalog=catalog, classes=classes, spoken=spoken)
 
-    def fetch(self, body: dict[str, Any]) -> tuple[osbclient.catalog.Catalog, str]:
+    def fetch(self, broker: BrokerView) -> tuple[osbclient.catalog.Catalog, str]:
         """The catalog, read entry by entry, and the OSB version the broker accepted."""
-        ref = auth_secret_ref(body["spec"], control_plane=self.control_plane)  # raises before any read
-        secret = self.api.secret_data(ref[1], ref[2]) if ref else None
-        start = relisting.version_to_speak(body)
-        with osbclient.Client(endpoint(body["spec"], secret, version=start), transport=self.transport) as client:
+        ref = auth_secret_ref(broker.spec, control_plane=self.control_plane)  # raises before any read
+        secret = self.api.secret_data(ref.namespace, ref.name) if ref else None
+        start = relisting.version_to_speak(broker)
+        with osbclient.Client(endpoint(broker.spec, secret, version=start), transport=self.transport) as client:
             return client.read_catalog(), client.version
 
     @staticmethod
     def plan(facts: BrokerFacts) -> Sequence[Any]:
-        body = facts.body
-        meta, spec, status = body["metadata"], body.get("spec") or {}, body.get("status") or {}
+        broker = facts.broker
+        generation, spec = broker.meta.generation, broker.spec
+        held = [condition_wire(c) for c in broker.conditions]
         if facts.due_in is not None and facts.due_in > 0:
             return (come_back(facts.due_in),)
         if facts.due_in is None and facts.catalog is None and facts.problem is None:
             return ()
-        base = {"observedGeneration": meta.get("generation"), "reconciledRelistRequests": spec.get("relistRequests", 0)}
+        base = {"observedGeneration": generation, "reconciledRelistRequests": spec.relist_requests}
         if facts.problem is not None:
             reason, message = facts.problem
             conditions = ready_condition(
-                status.get("conditions"),
-                ready=False,
-                reason=reason,
-                message=message,
-                generation=meta.get("generation"),
-                at=facts.now,
+                held, ready=False, reason=reason, message=message, generation=generation, at=facts.now
             )
             event = a.Event(reason.value, message, warning=True)
             return (a.WriteStatus({**base, "conditions": conditions}, event=event), come_back(RETRY_SECONDS))
         assert facts.catalog is not None
-        changes = relisting.class_changes(body, facts.catalog.services, facts.classes)
+        changes = relisting.class_changes(broker, facts.catalog.services, facts.classes)
         count = changes.listed
         message = f"fetched the catalog (OSB {facts.spoken}): {count} service class(es)"
         if changes.conflicts:
             message += "; not offered (a class of that name belongs to another broker): " + ", ".join(changes.conflicts)
         conditions = ready_condition(
-            status.get("conditions"),
-            ready=True,
-            reason=Reason.FETCHED_CATALOG,
-            message=message,
-            generation=meta.get("generation"),
-            at=facts.now,
+            held, ready=True, reason=Reason.FETCHED_CATALOG, message=message, generation=generation, at=facts.now
         )
         problems = (*facts.catalog.problems, *changes.problems)
-        conditions, problem_event = completeness(conditions, problems, generation=meta.get("generation"), now=facts.now)
-        new_status = {
-            **base,
-            "conditions": conditions,
-            "lastCatalogRetrievalTime": relisting.now_text(facts.now),
-            "serviceClassCount": count,
-            "brokerAPIVersion": facts.spoken,
-        }
+        conditions, problem_event = completeness(conditions, problems, generation=generation, now=facts.now)
+        new_status = RelistStatus(
+            {**base, "lastCatalogRetrievalTime": relisting.now_text(facts.now), "brokerAPIVersion": facts.spoken},
+            conditions_of(conditions),
+            count,
+        )
         said = (Reason.CLASS_NAME_CONFLICT, message, True) if changes.conflicts else problem_event
         actions: list[Any] = [WriteClasses(changes, partial(relisted, new_status, said, facts.now))]
-        if spec.get("relistBehavior", "Duration") == "Duration":
-            actions.append(come_back(parse_go_duration(spec.get("relistDuration") or "15m").total_seconds()))
+        if spec.relist_behavior == "Duration":
+            actions.append(come_back(parse_go_duration(spec.relist_duration).total_seconds()))
         return actions
 
     def act(self, facts: BrokerFacts, actions: Sequence[Any]) -> Outcome:
-        return self.executor.run(facts.key, facts.body, actions)
+        return self.executor.run(facts.key, facts.broker.wire, actions)
 
     def _write(self, run: Run, action: WriteClasses) -> None:
         """The class writes' effect: what the API server refused goes to the plan's continuation."""
@@ -242,50 +236,67 @@ def completeness(
     named = "; ".join(p.describe() for p in ordered[:NAMED_PROBLEMS])
     more = f"; and {len(ordered) - NAMED_PROBLEMS} more" if len(ordered) > NAMED_PROBLEMS else ""
     message = f"{head}: {named}{more}" if ordered else head
-    old = next((c for c in conditions if c.get("type") == CATALOG_COMPLETE), None)
-    changed = old is None or old.get("status") != status
+    old = _complete(conditions)
+    changed = old is None or old.status != status
     condition = {
         "type": CATALOG_COMPLETE,
         "status": status,
         "reason": reason.value,
         "message": message[:1024],
-        "lastTransitionTime": now_text(now) if changed or old is None else old.get("lastTransitionTime"),
+        "lastTransitionTime": old.last_transition_time if old is not None and not changed else now_text(now),
         "observedGeneration": generation,
     }
-    kept = [c for c in conditions if c.get("type") != CATALOG_COMPLETE]
+    kept = [condition_wire(c) for c in conditions_of(conditions) if c.type != CATALOG_COMPLETE]
     return [*kept, condition], ((reason, message, True) if ordered else None)
 
 
+def _complete(conditions: object) -> ConditionView | None:
+    return next((c for c in conditions_of(conditions) if c.type == CATALOG_COMPLETE), None)
+
+
+@dataclass(frozen=True)
+class RelistStatus:
+    """The Broker's status a relist plans, written after its classes (:func:`relisted`)."""
+
+    fields: Mapping[str, Any]
+    """The status fields the refusals do not change (generation, relist requests, time, version)."""
+    conditions: tuple[ConditionView, ...]
+    count: int
+    """``serviceClassCount``: the classes listed."""
+
+    def wire(self) -> dict[str, Any]:
+        """The status patch written."""
+        conditions = [condition_wire(c) for c in self.conditions]
+        return {**self.fields, "conditions": conditions, "serviceClassCount": self.count}
+
+
 def with_refusals(
-    status: dict[str, Any],
+    status: RelistStatus,
     refused: Sequence[osbclient.catalog.Problem],
-    body: dict[str, Any],
+    generation: int | None,
     event: tuple[Reason, str, bool] | None,
     now: datetime | None = None,
-) -> tuple[dict[str, Any], tuple[Reason, str, bool] | None]:
-    """The planned status and event, with the classes the API server refused counted out and named. Pure."""
-    conditions = status.get("conditions") or []
-    held: dict[str, Any] = next((c for c in conditions if c.get("type") == CATALOG_COMPLETE), {})
-    earlier = held.get("message", "") if held.get("reason") != Reason.ALL_ENTRIES_LISTED.value else ""
+) -> tuple[RelistStatus, tuple[Reason, str, bool] | None]:
+    """The planned status and event, with the classes the API server refused counted out and named;
+    ``generation``: the Broker's as last written. Pure."""
+    held = _complete(status.conditions)
+    earlier = held.message or "" if held is not None and held.reason != Reason.ALL_ENTRIES_LISTED.value else ""
     named = "; ".join(p.describe() for p in refused[:NAMED_PROBLEMS])
     message = f"{len(refused)} class(es) refused by the API server and skipped: {named}" + (
         f"; before that: {earlier}" if earlier else ""
     )
-    condition = {
-        **held,
-        "type": CATALOG_COMPLETE,
-        "status": "False",
-        "reason": Reason.CATALOG_ENTRIES_SKIPPED.value,
-        "message": message[:1024],
-        "lastTransitionTime": held.get("lastTransitionTime") if held.get("status") == "False" else now_text(now),
-        "observedGeneration": (body.get("metadata") or {}).get("generation"),
-    }
-    count = max(0, int(status.get("serviceClassCount") or 0) - len(refused))
-    new_status = {
-        **status,
-        "serviceClassCount": count,
-        "conditions": [*(c for c in conditions if c.get("type") != CATALOG_COMPLETE), condition],
-    }
+    condition = ConditionView(
+        type=CATALOG_COMPLETE,
+        status="False",
+        reason=Reason.CATALOG_ENTRIES_SKIPPED.value,
+        message=message[:1024],
+        last_transition_time=held.last_transition_time
+        if held is not None and held.status == "False"
+        else now_text(now),
+        observed_generation=generation,
+    )
+    kept = tuple(c for c in status.conditions if c.type != CATALOG_COMPLETE)
+    new_status = replace(status, conditions=(*kept, condition), count=max(0, status.count - len(refused)))
     return new_status, (event if event and event[0] is Reason.CLASS_NAME_CONFLICT else None) or (
         Reason.CATALOG_ENTRIES_SKIPPED,
         message,
@@ -294,18 +305,18 @@ def with_refusals(
 
 
 def relisted(
-    status: dict[str, Any],
+    status: RelistStatus,
     event: tuple[Reason, str, bool] | None,
     now: datetime,
     refused: Sequence[osbclient.catalog.Problem],
     body: Mapping[str, Any],
 ) -> list[Any]:
     """The Broker's status after its classes were written: as planned, or with the refused ones counted out and
-    named (:func:`with_refusals`). Pure."""
+    named (:func:`with_refusals`); ``body``: the Broker as last written. Pure."""
     if refused:
-        status, event = with_refusals(status, refused, dict(body), event, now)
+        status, event = with_refusals(status, refused, BrokerView.of(body).meta.generation, event, now)
     said = None if event is None else a.Event(event[0].value, event[1], warning=event[2])
-    return [a.WriteStatus(status, event=said)]
+    return [a.WriteStatus(status.wire(), event=said)]
 
 
 def _replacement_patch(body: dict[str, Any]) -> dict[str, Any]:

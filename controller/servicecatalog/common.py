@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from opbroker import osbclient
@@ -23,6 +23,13 @@ from opbroker.controller.servicecatalog.core.endpoints import (
     endpoint,
 )
 from opbroker.controller.servicecatalog.core.offering import Offering, Unresolved
+from opbroker.controller.servicecatalog.core.views import (
+    BrokerView,
+    InstanceSpec,
+    PlanEntry,
+    SecretKeyRef,
+    ServiceClassView,
+)
 from opbroker.controller.servicecatalog.resources import BROKERS, CLASSES, CatalogApi
 
 
@@ -32,87 +39,86 @@ class Resolver:
         self.control_plane = control_plane
         """The only namespace a Broker's auth Secret is read from."""
 
-    def service_class(self, name: str) -> dict[str, Any]:
+    def service_class(self, name: str) -> ServiceClassView:
         """By object name, or by the broker's name for the service (``externalName``)."""
         found = self.api.get(CLASSES, "", name)
-        if found is None:
-            matches = [c for c in self.api.list(CLASSES) if c.get("externalName") == name]
-            if len(matches) > 1:
-                brokers = ", ".join(sorted(c.get("brokerName", "?") for c in matches))
-                raise Unresolved(
-                    Reason.REFERENCES_NON_EXISTENT_CLASS,
-                    f"service class {name!r} is offered by several brokers ({brokers}): name its object instead",
-                )
-            found = matches[0] if matches else None
-        if found is None:
+        if found is not None:
+            return ServiceClassView.of(found)
+        matches = [c for c in map(ServiceClassView.of, self.api.list(CLASSES)) if c.external_name == name]
+        if len(matches) > 1:
+            brokers = ", ".join(sorted(c.broker_name or "?" for c in matches))
+            raise Unresolved(
+                Reason.REFERENCES_NON_EXISTENT_CLASS,
+                f"service class {name!r} is offered by several brokers ({brokers}): name its object instead",
+            )
+        if not matches:
             raise Unresolved(Reason.REFERENCES_NON_EXISTENT_CLASS, f"service class {name!r} does not exist")
-        return found
+        return matches[0]
 
-    def offering(
-        self, spec: Mapping[str, Any], plan_name: str | None = None, held: Mapping[str, Any] | None = None
-    ) -> Offering:
+    def offering(self, spec: InstanceSpec, plan_name: str | None = None, held: PlanEntry | None = None) -> Offering:
         """The class, plan and broker for an Instance ``spec`` (the plan ``plan_name`` if given). ``held``: the
-        Instance's ``status.externalProperties``, the plan the broker has it on: when a relist dropped that
-        plan from the class, the instance keeps using it by its recorded id (to deprovision, unbind, stay
+        plan the Instance's status records the broker has it on (``externalProperties``): when a relist dropped
+        that plan from the class, the instance keeps using it by its recorded id (to deprovision, unbind, stay
         Ready); only new provisions and plan changes need a plan the catalog lists."""
-        service_class = self.service_class(spec["serviceClassName"])
-        plans = service_class.get("plans") or []
-        held = held or {}
-        wanted = plan_name or spec.get("planName") or held.get("planName")
-        if wanted is None:
+        service_class = self.service_class(spec.class_name)
+        plans = service_class.plans
+        wanted = plan_name or spec.plan_name or (held.name if held is not None else None)
+        if not wanted:
             if len(plans) != 1:
                 raise Unresolved(
                     Reason.REFERENCES_NON_EXISTENT_PLAN,
-                    f"service class {service_class['metadata']['name']!r} has {len(plans)} plans: name one in planName",
+                    f"service class {service_class.meta.name!r} has {len(plans)} plans: name one in planName",
                 )
             plan = plans[0]
         else:
-            plan = next((p for p in plans if p["name"] == wanted), None)
-            if plan is None and wanted == held.get("planName") and held.get("planExternalID"):
-                plan = {"name": wanted, "externalID": held["planExternalID"]}  # gone from the catalog since
-            if plan is None:
+            found = service_class.plan(wanted)
+            if found is None and held is not None and wanted == held.name and held.external_id:
+                found = held  # gone from the catalog since
+            if found is None:
                 raise Unresolved(
                     Reason.REFERENCES_NON_EXISTENT_PLAN,
-                    f"service class {service_class['metadata']['name']!r} has no plan {wanted!r}",
+                    f"service class {service_class.meta.name!r} has no plan {wanted!r}",
                 )
-        return Offering(service_class, plan, self.broker(service_class["brokerName"]))
+            plan = found
+        return Offering(service_class, plan, self.broker(service_class.broker_name))
 
     def broker(self, name: str) -> osbclient.Broker:
         body = self.api.get(BROKERS, "", name)
         if body is None:
             raise Unresolved(Reason.REFERENCES_NON_EXISTENT_BROKER, f"broker {name!r} does not exist")
+        broker = BrokerView.of(body)
         try:
-            ref = auth_secret_ref(body["spec"], control_plane=self.control_plane)  # raises before any read
-            secret = self.api.secret_data(ref[1], ref[2]) if ref else None
-            return endpoint(body["spec"], secret, version=accepted_version(body))
+            ref = auth_secret_ref(broker.spec, control_plane=self.control_plane)  # raises before any read
+            secret = self.api.secret_data(ref.namespace, ref.name) if ref else None
+            return endpoint(broker.spec, secret, version=accepted_version(broker))
         except EndpointProblem as exc:
             raise Unresolved(exc.reason, f"broker {name!r}: {exc}") from exc
 
-    def parameters(self, namespace: str, spec: Mapping[str, Any]) -> dict[str, Any]:
-        """``parameters`` with every ``parametersFrom`` Secret key's JSON object merged in. ``namespace``: the
-        object's own — the only one its Secrets are read from (a ``secretKeyRef`` has no namespace field)."""
-        merged = dict(spec.get("parameters") or {})
-        for source in spec.get("parametersFrom") or []:
-            ref = source["secretKeyRef"]
-            data = self.api.secret_data(namespace, ref["name"])
-            if data is None or ref["key"] not in data:
-                raise Unresolved(
-                    Reason.ERROR_PARAMETERS, f"parametersFrom: Secret {ref['name']!r} has no key {ref['key']!r}"
-                )
+    def parameters(
+        self, namespace: str, parameters: Mapping[str, Any], sources: Sequence[SecretKeyRef]
+    ) -> dict[str, Any]:
+        """``parameters`` with every ``parametersFrom`` Secret key's (``sources``) JSON object merged in.
+        ``namespace``: the object's own — the only one its Secrets are read from (a ``secretKeyRef`` has no
+        namespace field)."""
+        merged = dict(parameters)
+        for ref in sources:
+            data = self.api.secret_data(namespace, ref.name)
+            if data is None or ref.key not in data:
+                raise Unresolved(Reason.ERROR_PARAMETERS, f"parametersFrom: Secret {ref.name!r} has no key {ref.key!r}")
             try:
-                value = json.loads(data[ref["key"]])
+                value = json.loads(data[ref.key])
             except json.JSONDecodeError:
                 value = None
             if not isinstance(value, dict):
                 raise Unresolved(
                     Reason.ERROR_PARAMETERS,
-                    f"parametersFrom: Secret {ref['name']!r} key {ref['key']!r} is not a JSON object",
+                    f"parametersFrom: Secret {ref.name!r} key {ref.key!r} is not a JSON object",
                 )
             overlap = set(merged) & set(value)
             if overlap:
                 raise Unresolved(
                     Reason.ERROR_PARAMETERS,
-                    f"parametersFrom: Secret {ref['name']!r} repeats parameter(s) {', '.join(sorted(overlap))}",
+                    f"parametersFrom: Secret {ref.name!r} repeats parameter(s) {', '.join(sorted(overlap))}",
                 )
             merged.update(value)
         return merged
@@ -121,11 +127,6 @@ class Resolver:
 def pacing(backoff: osbclient.Backoff, offering: Offering | None) -> osbclient.Backoff:
     """The poll pacing for an operation on ``offering``: :func:`operations.deadline` of its plan."""
     return operations.deadline(backoff, offering.plan if offering is not None else None)
-
-
-def removed(service_class: Mapping[str, Any]) -> bool:
-    """Whether the class's service is gone from its broker's catalog (existing instances keep using it)."""
-    return bool((service_class.get("status") or {}).get("removedFromBrokerCatalog"))
 
 
 class Clients:

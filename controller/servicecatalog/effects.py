@@ -30,14 +30,28 @@ class Paces:
         self._paces.put(key, pacing)
 
 
+#: The client method each :attr:`Call.method` names: an explicit table, so a call the client has no method for (a
+#: typo in a plan) fails loudly instead of reaching any attribute of the client.
+METHODS: dict[str, Callable[[osbclient.Client], Callable[..., Any]]] = {
+    "provision": lambda client: client.provision,
+    "update": lambda client: client.update,
+    "deprovision": lambda client: client.deprovision,
+    "last_operation": lambda client: client.last_operation,
+    "bind": lambda client: client.bind,
+    "get_binding": lambda client: client.get_binding,
+    "binding_last_operation": lambda client: client.binding_last_operation,
+    "unbind": lambda client: client.unbind,
+}
+
+
 def effects(clients: Clients, transport: Callable[[], Any], paces: Paces) -> dict[type, Effect]:
     """The effects of the calls and the pacing; ``transport``: the HTTP transport (tests pass one in)."""
 
     def call(run: Run, action: Call) -> None:
-        client = clients.get(action.broker, transport())
+        method = METHODS[action.method](clients.get(action.broker, transport()))
         answer: Any
         try:
-            answer = getattr(client, action.method)(*action.args, **action.kwargs)
+            answer = method(*action.args, **action.kwargs)
         except osbclient.BrokerError as exc:
             answer = exc
         if action.then is not None:

@@ -19,11 +19,13 @@ from typing import TYPE_CHECKING, Any
 
 from opbroker.api.servicecatalog import Binding, Broker, Instance, ServiceClass
 from opbroker.controller.claims.workloads import SUPPORTED_KINDS
+from opbroker.controller.core.views import Meta
 from opbroker.controller.kube import Kube
 from opbroker.controller.reconciler import Key, Runtime
 from opbroker.controller.reconciler.memory import Dependents
-from opbroker.controller.servicecatalog.bindings import BindingReconciler, instance_ref
+from opbroker.controller.servicecatalog.bindings import BindingReconciler
 from opbroker.controller.servicecatalog.brokers import BrokerReconciler
+from opbroker.controller.servicecatalog.core.views import CatalogObject, ServiceClassView
 from opbroker.controller.servicecatalog.instances import InstanceReconciler
 from opbroker.controller.servicecatalog.resources import GROUP, VERSION, CatalogApi
 from opbroker.controller.settings import ControllerSettings
@@ -146,7 +148,8 @@ class ServiceCatalog:
             self.runtime.enqueue(key)
 
     def on_class(self, body: dict[str, Any]) -> None:
-        for name in {body["metadata"]["name"], body.get("externalName") or ""}:
+        service_class = ServiceClassView.of(body)
+        for name in {service_class.meta.name, service_class.external_name}:
             for key in self._class_users.of(name):
                 self.runtime.enqueue(key)
 
@@ -155,28 +158,29 @@ class ServiceCatalog:
         if event_type == "DELETED":
             self.runtime.forget(key)
             return
-        self._class_users.link((body.get("spec") or {}).get("serviceClassName", ""), key)
+        self._class_users.link(CatalogObject.of(body).instance_spec.class_name, key)
         self.runtime.enqueue(key)
         for binding in self._instance_bindings.of(key):
             self.runtime.enqueue(binding)
 
     def on_binding(self, event_type: str, body: dict[str, Any]) -> None:
         key = Key.of(BindingReconciler.kind, body)
-        namespace, name = instance_ref(body)
+        binding = CatalogObject.of(body)
+        namespace, name = binding.instance_ref
         instance = Key(InstanceReconciler.kind, namespace, name)
         if event_type == "DELETED":
             self.runtime.forget(key)
             self.runtime.enqueue(instance)
             return
         self._instance_bindings.link(instance, key)
-        if (body.get("spec") or {}).get("application"):
+        if binding.binding_spec.application:
             self._projecting.link(key.namespace, key)
         self.runtime.enqueue(key)
-        if body["metadata"].get("deletionTimestamp"):
+        if binding.meta.deleting:
             self.runtime.enqueue(instance)
 
     def on_workload(self, body: dict[str, Any]) -> None:
-        for key in self._projecting.of(body["metadata"].get("namespace", "")):
+        for key in self._projecting.of(Meta.of(body.get("metadata")).namespace):
             self.runtime.enqueue(key)
 
 

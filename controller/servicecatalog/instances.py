@@ -33,13 +33,12 @@ from typing import Any, ClassVar
 
 from opbroker import osbclient
 from opbroker.api.conventions import DEFAULT_NAMESPACE
-from opbroker.api.servicecatalog import ProvisionStatus
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.executor import Executor, Target
 from opbroker.controller.reconciler import SYSTEM, Clock, Key, Memories, ObservePlanAct, Outcome
 from opbroker.controller.servicecatalog import effects
 from opbroker.controller.servicecatalog.bindingrefs import BindingRef
-from opbroker.controller.servicecatalog.common import Clients, Resolver, pacing, removed
+from opbroker.controller.servicecatalog.common import Clients, Resolver, pacing
 from opbroker.controller.servicecatalog.core import admission, instance_plan, tenancy
 from opbroker.controller.servicecatalog.core.calls import POLLS
 from opbroker.controller.servicecatalog.core.instance_plan import (
@@ -50,7 +49,7 @@ from opbroker.controller.servicecatalog.core.instance_plan import (
     properties,
 )
 from opbroker.controller.servicecatalog.core.offering import Unresolved
-from opbroker.controller.servicecatalog.core.views import FINALIZER
+from opbroker.controller.servicecatalog.core.views import FINALIZER, CatalogObject
 from opbroker.controller.servicecatalog.resources import BINDINGS, INSTANCES, KINDS, CatalogApi
 
 logger = logging.getLogger(__name__)
@@ -87,37 +86,36 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Any]):
         body = self.api.get(INSTANCES, key.namespace, key.name)
         if body is None:
             return None
-        spec = body.get("spec") or {}
-        deleting = bool(body["metadata"].get("deletionTimestamp"))
+        instance = CatalogObject.of(body)
+        spec, status, deleting = instance.instance_spec, instance.status, instance.meta.deleting
         offering = parameters = problem = None
         try:
-            status = body.get("status") or {}
             # The plan the broker has the instance on (or is being asked for, mid-operation).
-            held = status.get("externalProperties") or status.get("inProgressProperties") or {}
-            plan_name = held.get("planName") if deleting else None
+            held = status.held_plan if status.external_properties else status.asked_plan
+            plan_name = (held.name or None) if deleting else None
             offering = self.resolver.offering(spec, plan_name, held)
-            parameters = None if deleting else self.resolver.parameters(key.namespace, spec)
-            if (
-                not deleting
-                and removed(offering.service_class)
-                and status.get("provisionStatus") != ProvisionStatus.PROVISIONED.value
-            ):
+            parameters = (
+                None if deleting else self.resolver.parameters(key.namespace, spec.parameters, spec.parameters_from)
+            )
+            if not deleting and offering.service_class.removed and not status.provisioned:
                 raise Unresolved(
                     Reason.REFERENCES_REMOVED_CLASS,
-                    f"service class {offering.service_class['metadata']['name']!r} was removed from broker "
-                    f"{offering.service_class.get('brokerName')!r}'s catalog: no new instance can be provisioned "
+                    f"service class {offering.service_class.meta.name!r} was removed from broker "
+                    f"{offering.service_class.broker_name!r}'s catalog: no new instance can be provisioned "
                     "from it (existing ones keep working)",
                 )
         except Unresolved as exc:
             problem = exc
-        owns_id = not tenancy.chosen(body) or tenancy.holds_external_id(body, self.api.list(INSTANCES))
+        owns_id = not tenancy.chosen(instance) or tenancy.holds_external_id(
+            instance, map(CatalogObject.of, self.api.list(INSTANCES))
+        )
         if not owns_id:
             problem = Unresolved(
                 Reason.EXTERNAL_ID_IN_USE,
-                f"externalID {tenancy.external_id(body)!r} is held by another Instance: this one sends nothing for "
+                f"externalID {tenancy.external_id(instance)!r} is held by another Instance: this one sends nothing for "
                 "it (and is deleted without a deprovision); create the Instance again with another externalID, or none",
             )
-        bindings = self._bindings(body) if deleting else ()
+        bindings = self._bindings(instance) if deleting else ()
         desired = properties(offering, parameters, spec) if offering is not None and parameters is not None else None
         return InstanceFacts(
             key,
@@ -143,5 +141,5 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Any]):
 
     # -- helpers -------------------------------------------------------------------------------------------------
 
-    def _bindings(self, body: dict[str, Any]) -> tuple[str, ...]:
-        return tuple(admission.bindings_of(body, (BindingRef.of(b) for b in self.api.list(BINDINGS))))
+    def _bindings(self, instance: CatalogObject) -> tuple[str, ...]:
+        return tuple(admission.bindings_of(instance, (BindingRef.of(b) for b in self.api.list(BINDINGS))))

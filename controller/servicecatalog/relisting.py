@@ -33,6 +33,7 @@ from opbroker.api.servicecatalog import (
     parse_go_duration,
     service_class_name,
 )
+from opbroker.controller.servicecatalog.core.views import BrokerView, ServiceClassView
 from opbroker.controller.servicecatalog.resources import BROKER_LABEL
 
 Problem = osbclient.catalog.Problem
@@ -74,12 +75,11 @@ def desired_plan(plan: osbclient.catalog.Plan) -> dict[str, Any]:
 
 
 def desired_class(
-    broker: Mapping[str, Any], service: osbclient.catalog.Service
+    broker: BrokerView, service: osbclient.catalog.Service
 ) -> tuple[dict[str, Any] | None, tuple[Problem, ...]]:
     """The ServiceClass for one catalog ``service`` of ``broker`` (top-level fields, as in the seed), with only
     the plans the model accepts; None when the class itself cannot be represented (or no plan can). Each plan
-    or class left out is a skipping problem naming the field."""
-    meta = broker["metadata"]
+    or class left out is a skipping problem naming the field. (A manifest written, so a plain dict.)"""
     problems: list[Problem] = []
     plans = []
     for plan in service.plans:
@@ -96,19 +96,10 @@ def desired_class(
         kind=ServiceClass.KIND,
         metadata={
             "name": service_class_name(service.name),
-            "labels": {BROKER_LABEL: meta["name"]},
-            "ownerReferences": [
-                {
-                    "apiVersion": broker["apiVersion"],
-                    "kind": broker["kind"],
-                    "name": meta["name"],
-                    "uid": meta["uid"],
-                    "controller": True,
-                    "blockOwnerDeletion": False,
-                }
-            ],
+            "labels": {BROKER_LABEL: broker.meta.name},
+            "ownerReferences": [broker.owner_reference],
         },
-        brokerName=meta["name"],
+        brokerName=broker.meta.name,
         externalName=service.name,
         externalID=service.id,
         description=service.description,
@@ -137,11 +128,11 @@ def _refusal(model: type[ServicePlan] | type[ServiceClass], body: Mapping[str, A
 
 
 def class_changes(
-    broker: Mapping[str, Any], services: Sequence[osbclient.catalog.Service], held: Sequence[Mapping[str, Any]]
+    broker: BrokerView, services: Sequence[osbclient.catalog.Service], held: Sequence[ServiceClassView]
 ) -> ClassChanges:
     """Compare the catalog's services with the classes held (every class of that name, whichever broker made it)."""
-    name = broker["metadata"]["name"]
-    by_name = {c["metadata"]["name"]: c for c in held}
+    name = broker.meta.name
+    by_name = {c.meta.name: c for c in held}
     create: list[dict[str, Any]] = []
     update: list[dict[str, Any]] = []
     restored: list[str] = []
@@ -153,85 +144,79 @@ def class_changes(
         problems.extend(skipped)
         if want is None:
             continue
-        class_name = want["metadata"]["name"]
+        class_name = service_class_name(service.name)
         if class_name in wanted:
             problems.append(Problem(service.name, None, "name", f"makes the class name {class_name!r} again", True))
             continue
         current = by_name.get(class_name)
-        if current is not None and current.get("brokerName") != name:
+        if current is not None and current.broker_name != name:
             conflicts.append(service.name)
             continue
         wanted.add(class_name)
         if current is None:
             create.append(want)
             continue
-        if (current.get("status") or {}).get("removedFromBrokerCatalog"):
+        if current.removed:
             restored.append(class_name)
-        if _content(current) != _content(want):
-            replacement = {**current, **{k: v for k, v in want.items() if k != "metadata"}}
-            for key in set(current) - set(want) - {"metadata", "status", "apiVersion", "kind"}:
-                replacement.pop(key)
-            update.append(replacement)
+        content = _content(want)
+        if current.content != content:
+            update.append(_replacement(current, content))
     removed = tuple(
-        sorted(
-            n
-            for n, c in by_name.items()
-            if c.get("brokerName") == name
-            and n not in wanted
-            and not (c.get("status") or {}).get("removedFromBrokerCatalog")
-        )
+        sorted(n for n, c in by_name.items() if c.broker_name == name and n not in wanted and not c.removed)
     )
     return ClassChanges(
         tuple(create), tuple(update), removed, tuple(restored), tuple(conflicts), tuple(problems), len(wanted)
     )
 
 
-def version_to_speak(broker: Mapping[str, Any]) -> str:
+def _replacement(current: ServiceClassView, content: Mapping[str, Any]) -> dict[str, Any]:
+    """The held class (its metadata with the resourceVersion, status, apiVersion, kind) with ``content`` as its
+    top-level fields: what is written over it."""
+    held = dict(current.wire)
+    for key in current.content:
+        if key not in content:
+            held.pop(key)
+    return {**held, **content}
+
+
+def version_to_speak(broker: BrokerView) -> str:
     """The OSB version a catalog fetch starts from: the status's accepted one, unless the spec changed or a
     relist was requested (then spec.brokerAPIVersion again, which may be a newer one the broker learnt since)."""
-    spec, status = broker.get("spec") or {}, broker.get("status") or {}
-    wanted = spec.get("brokerAPIVersion") or osbclient.API_VERSION
+    wanted = broker.spec.api_version or osbclient.API_VERSION
     if wanted not in osbclient.versions.SUPPORTED:
         wanted = osbclient.API_VERSION
-    held = status.get("brokerAPIVersion")
+    held = broker.accepted_api_version
     if held not in osbclient.versions.SUPPORTED or _probe_due(broker):
-        return str(wanted)
+        return wanted
+    assert held is not None
     order = osbclient.versions.SUPPORTED.index
-    return str(held) if order(held) >= order(wanted) else str(wanted)  # never above the spec's
+    return held if order(held) >= order(wanted) else wanted  # never above the spec's
 
 
-def _probe_due(broker: Mapping[str, Any]) -> bool:
-    spec, status = broker.get("spec") or {}, broker.get("status") or {}
-    meta = broker.get("metadata") or {}
-    if status.get("observedGeneration") != meta.get("generation"):
-        return True
-    return int(spec.get("relistRequests") or 0) > int(status.get("reconciledRelistRequests") or 0)
+def _probe_due(broker: BrokerView) -> bool:
+    """The spec changed since the last fetch, or a relist was requested since."""
+    return (
+        broker.observed_generation != broker.meta.generation
+        or broker.spec.relist_requests > broker.reconciled_relist_requests
+    )
 
 
-def relist_due(broker: Mapping[str, Any], now: datetime) -> float | None:
+def relist_due(broker: BrokerView, now: datetime) -> float | None:
     """Seconds until the next relist is due (≤ 0: now), or None when only a request would cause one."""
-    spec, status = broker.get("spec") or {}, broker.get("status") or {}
-    meta = broker.get("metadata") or {}
-    if status.get("observedGeneration") != meta.get("generation"):
-        return 0.0  # new or changed spec
-    if int(spec.get("relistRequests") or 0) > int(status.get("reconciledRelistRequests") or 0):
+    if _probe_due(broker):
+        return 0.0  # new or changed spec, or a relist requested
+    last = broker.last_catalog_retrieval
+    if not last or not broker.ready:
         return 0.0
-    last = status.get("lastCatalogRetrievalTime")
-    if not last or not _ready(status):
-        return 0.0
-    if spec.get("relistBehavior", RelistBehavior.DURATION.value) == RelistBehavior.MANUAL.value:
+    if broker.spec.relist_behavior == RelistBehavior.MANUAL.value:
         return None
-    interval = parse_go_duration(spec.get("relistDuration") or "15m").total_seconds()
+    interval = parse_go_duration(broker.spec.relist_duration).total_seconds()
     since = (now - datetime.fromisoformat(last.replace("Z", "+00:00"))).total_seconds()
     return interval - since
 
 
 def now_text(now: datetime) -> str:
     return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _ready(status: Mapping[str, Any]) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
 
 
 def _content(obj: Mapping[str, Any]) -> dict[str, Any]:

@@ -39,6 +39,7 @@ from opbroker.controller.servicecatalog import webhookcerts
 from opbroker.controller.servicecatalog.bindingrefs import BindingRefs
 from opbroker.controller.servicecatalog.bindingwatch import BindingWatch
 from opbroker.controller.servicecatalog.core import admission
+from opbroker.controller.servicecatalog.core.views import ReviewRequest
 from opbroker.controller.servicecatalog.reviewserver import Limits, ReviewServer
 
 logger = logging.getLogger(__name__)
@@ -62,12 +63,9 @@ def answer(refs: BindingRefs, body: bytes) -> tuple[int, bytes]:
     if not refs.synced:
         return 503, json.dumps({"error": "the Bindings are not listed yet"}).encode()
     try:
-        request = json.loads(body)["request"]
-        instance = request.get("oldObject") or {
-            "metadata": {"namespace": request.get("namespace"), "name": request.get("name")}
-        }
-        meta = instance.get("metadata") or {}
-        found = refs.referring_to(str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        request = ReviewRequest.of(json.loads(body)["request"])
+        instance = request.instance
+        found = refs.referring_to(instance.meta.namespace, instance.meta.name)
         review = admission.review(request, admission.bindings_of(instance, found))
     except (ValueError, KeyError, TypeError, AttributeError):
         return 400, json.dumps({"error": "not an admission.k8s.io/v1 AdmissionReview"}).encode()

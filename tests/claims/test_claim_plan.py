@@ -12,7 +12,7 @@ from opbroker.controller.claims import servicebinding
 from opbroker.controller.claims.core import claim_plan, matching, names
 from opbroker.controller.claims.core.claim_plan import ApplySecret, DeleteSecret, Release, Rematch, Take
 from opbroker.controller.claims.core.matching import Index
-from opbroker.controller.claims.core.views import ClaimView, ObjectView, ServiceView
+from opbroker.controller.claims.core.views import ClaimView, ObjectView, OwnerRef, ServiceView
 from opbroker.controller.claims.settings import ClaimsSettings
 from opbroker.controller.core.actions import EnsureFinalizer, Event, WriteStatus
 
@@ -96,7 +96,7 @@ def ready(status: str, reason: str, message: str) -> dict[str, Any]:
 
 def binding_secret() -> dict[str, Any]:
     data = {"type": "postgres", "host": "db"}
-    return servicebinding.claim_binding_secret(claim(), data, "postgres")
+    return servicebinding.claim_binding_secret(OwnerRef.of(claim()), data, "postgres")
 
 
 PENDING = "no registered services in namespace 'team'"

@@ -22,6 +22,7 @@ from opbroker.api.primaza import (
 )
 from opbroker.controller.claims import servicebinding, workloads
 from opbroker.controller.claims.core import names
+from opbroker.controller.claims.core.views import OwnerRef, WorkloadView
 
 DEFINITION = [
     ServiceEndpointDefinitionItem.model_validate({"name": "host", "value": "db.example"}),
@@ -86,7 +87,7 @@ def test_the_binding_secret_is_servicebinding_io_compliant_and_owned_by_the_clai
         "metadata": {"name": "orders-db", "namespace": "shop", "uid": "u-1"},
     }
     data = {"type": "postgresql", "provider": "aws", "host": "h"}
-    secret = servicebinding.claim_binding_secret(claim, data, "postgresql")
+    secret = servicebinding.claim_binding_secret(OwnerRef.of(claim), data, "postgresql")
     assert secret["type"] == "servicebinding.io/postgresql"
     assert secret["metadata"]["name"] == "orders-db-binding"
     assert secret["metadata"]["ownerReferences"] == [
@@ -180,7 +181,7 @@ def deployment(name: str = "web", labels: dict[str, str] | None = None, **spec: 
     ],
 )
 def test_selected(application: ApplicationSelector, workload: dict[str, Any], expected: bool) -> None:
-    assert workloads.selected(application, workload) == expected
+    assert workloads.selected(application, WorkloadView.of(workload)) == expected
 
 
 def test_only_workload_kinds_with_a_pod_template_are_supported() -> None:
@@ -191,7 +192,11 @@ def test_only_workload_kinds_with_a_pod_template_are_supported() -> None:
 
 def test_the_projection_mounts_the_secret_sets_the_root_and_env_and_the_hash() -> None:
     patch = workloads.projection(
-        deployment(), claim="orders-db", secret_name="orders-db-binding", keys=["type", "host"], content_hash="abc"
+        WorkloadView.of(deployment()),
+        claim="orders-db",
+        secret_name="orders-db-binding",
+        keys=["type", "host"],
+        content_hash="abc",
     )
     template = patch["spec"]["template"]
     assert patch["metadata"] == {"name": "web", "namespace": "shop"}
@@ -218,9 +223,9 @@ def test_the_projection_keeps_a_root_the_container_sets_and_covers_init_containe
     workload["spec"]["template"]["spec"]["containers"][0]["env"] = [
         {"name": "SERVICE_BINDING_ROOT", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}}
     ]
-    spec = workloads.projection(workload, claim="c1", secret_name="s", keys=["host"], content_hash="h")["spec"][
-        "template"
-    ]["spec"]
+    spec = workloads.projection(
+        WorkloadView.of(workload), claim="c1", secret_name="s", keys=["host"], content_hash="h"
+    )["spec"]["template"]["spec"]
     (init,) = spec["initContainers"]
     assert init["volumeMounts"][0]["mountPath"] == "/srv/b/c1"
     assert init["env"][0] == {"name": "SERVICE_BINDING_ROOT", "value": "/srv/b"}
@@ -231,7 +236,12 @@ def test_the_projection_keeps_a_root_the_container_sets_and_covers_init_containe
 
 def test_a_custom_default_root() -> None:
     patch = workloads.projection(
-        deployment(), claim="c", secret_name="s", keys=[], content_hash="h", default_root="/var/bindings"
+        WorkloadView.of(deployment()),
+        claim="c",
+        secret_name="s",
+        keys=[],
+        content_hash="h",
+        default_root="/var/bindings",
     )
     container = patch["spec"]["template"]["spec"]["containers"][0]
     assert container["env"] == [{"name": "SERVICE_BINDING_ROOT", "value": "/var/bindings"}]
@@ -239,7 +249,7 @@ def test_a_custom_default_root() -> None:
 
 
 def test_withdrawal_and_field_managers() -> None:
-    assert workloads.unprojection(deployment()) == {
+    assert workloads.unprojection(WorkloadView.of(deployment())) == {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {"name": "web", "namespace": "shop"},
@@ -248,8 +258,8 @@ def test_withdrawal_and_field_managers() -> None:
         **deployment(),
         "metadata": {**deployment()["metadata"], "managedFields": [{"manager": "opbroker-claim-c1"}]},
     }
-    assert workloads.managed_by(managed, names.field_manager("c1"))
-    assert not workloads.managed_by(managed, names.field_manager("c2"))
+    assert workloads.managed_by(WorkloadView.of(managed), names.field_manager("c1"))
+    assert not workloads.managed_by(WorkloadView.of(managed), names.field_manager("c2"))
 
 
 @pytest.mark.parametrize(

@@ -24,6 +24,7 @@ from opbroker.controller.claims import settings as claims_settings
 from opbroker.controller.claims.core import catalogs, constraints, names, registration
 from opbroker.controller.claims.core.matching import Candidate, SlaOrder
 from opbroker.controller.claims.core.states import Result
+from opbroker.controller.claims.core.views import CatalogEntry, ObjectView, OwnerRef
 from opbroker.controller.core.reasons import Reason
 
 REPO = Path(__file__).resolve().parents[2]
@@ -106,7 +107,7 @@ RS = {
 def test_the_container_check_job_mounts_the_endpoint_definition() -> None:
     data = {"type": "postgresql", "host": "db", "password": "pw-9f3a"}
     secret, job = healthjobs.manifests(
-        RS,
+        OwnerRef.of(RS),
         check(container={"image": "postgres:14", "command": "pg_isready -h $HOST"}, periodSeconds=9),
         data,
         service_type="postgresql",
@@ -194,7 +195,7 @@ def test_opting_in(binding_annotation: str | None, plan_label: str | None, expec
     if plan_label is not None:
         plan["metadata"]["labels"][names.ANNOTATION_REGISTER] = plan_label
     annotations = {names.ANNOTATION_REGISTER: binding_annotation} if binding_annotation is not None else {}
-    assert registration.opted_in(binding(annotations), plan) == expected
+    assert registration.opted_in(binding(annotations), CatalogEntry.of(plan)) == expected
 
 
 def test_credentials_are_flattened() -> None:
@@ -216,7 +217,8 @@ def test_the_generated_registered_service_for_the_demo_catalog() -> None:
         names.ANNOTATION_ENVIRONMENTS: "dev, !prod",
     }
     source = binding(annotations)
-    manifest = registration.registered_service(source, ["hostname", "password"], service=service, plan=plan)
+    entries = {"service": CatalogEntry.of(service), "plan": CatalogEntry.of(plan)}
+    manifest = registration.registered_service(source, ["hostname", "password"], **entries)
     model = RegisteredService.model_validate(manifest)
     assert [(i.name, i.value) for i in model.spec.service_class_identity] == [
         ("type", "postgresql"),
@@ -232,8 +234,9 @@ def test_the_generated_registered_service_for_the_demo_catalog() -> None:
     assert model.spec.sla == "L2"
     assert model.spec.constraints is not None and model.spec.constraints.environments == ["dev", "!prod"]
     assert manifest["metadata"]["ownerReferences"][0]["uid"] == "u-b1"
-    assert registration.generated_by(manifest, "b1") and not registration.generated_by(manifest, "b2")
-    plain = registration.registered_service(binding(), ["uri"], service=service, plan=plan)
+    generated = ObjectView.of(manifest)
+    assert registration.generated_by(generated, "b1") and not registration.generated_by(generated, "b2")
+    plain = registration.registered_service(binding(), ["uri"], **entries)
     assert plain["spec"]["serviceClassIdentity"][0] == {"name": "type", "value": "demo-db"}
     secret = registration.endpoint_secret(source, {"hostname": "db"})
     assert secret["metadata"]["name"] == "b1-endpoint" and servicebinding.decode(secret) == {"hostname": "db"}

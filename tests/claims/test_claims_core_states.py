@@ -125,7 +125,7 @@ def test_the_health_record_survives_the_status(record: states.HealthRecord) -> N
         "consecutiveFailures": record.failures,
         "conditions": states.status_conditions(None, record=record, state=S.AVAILABLE, generation=1),
     }
-    assert states.record_from_status(status) == record
+    assert states.record_from_status(status["conditions"], record.failures) == record
     again = states.status_conditions(status["conditions"], record=record, state=S.AVAILABLE, generation=1)
     assert again == status["conditions"]  # re-rendering an unchanged record changes nothing
 

@@ -11,12 +11,23 @@ import pytest
 
 from opbroker.api.conventions import ANNOTATION_OWNER_UID
 from opbroker.controller.core.reasons import Reason
+from opbroker.controller.core.views import conditions_of
 from opbroker.controller.reconciler import Key
 from opbroker.controller.servicecatalog import bindings, instances, relisting
 from opbroker.controller.servicecatalog.bindingrefs import BindingRef
 from opbroker.controller.servicecatalog.common import Unresolved
 from opbroker.controller.servicecatalog.core import endpoints, tenancy
+from opbroker.controller.servicecatalog.core.views import (
+    BrokerSpec,
+    BrokerView,
+    CatalogObject,
+    PlanEntry,
+    ReviewRequest,
+    ServiceClassView,
+)
 from opbroker.controller.servicecatalog.resources import FINALIZER
+
+V = CatalogObject.of
 
 OFFERING: Any = object()  # next_step only asks whether there is one
 
@@ -241,10 +252,10 @@ def claimant(uid: str, created: str, external_id: str | None = None) -> dict[str
 
 def test_an_id_is_derived_from_the_uid_unless_chosen_and_never_read_from_the_status() -> None:
     derived = claimant("u1", "2026-01-01T00:00:00Z")
-    assert tenancy.external_id(derived) == tenancy.derived_id("u1") != tenancy.derived_id("u2")
-    assert tenancy.external_id({**derived, "status": {"externalID": "victim"}}) == tenancy.derived_id("u1")
-    assert tenancy.external_id(claimant("u1", "2026-01-01T00:00:00Z", "mine")) == "mine"
-    assert not tenancy.chosen(derived) and tenancy.chosen(claimant("u1", "t", "mine"))
+    assert tenancy.external_id(V(derived)) == tenancy.derived_id("u1") != tenancy.derived_id("u2")
+    assert tenancy.external_id(V({**derived, "status": {"externalID": "victim"}})) == tenancy.derived_id("u1")
+    assert tenancy.external_id(V(claimant("u1", "2026-01-01T00:00:00Z", "mine"))) == "mine"
+    assert not tenancy.chosen(V(derived)) and tenancy.chosen(V(claimant("u1", "t", "mine")))
 
 
 VICTIM_ID = tenancy.derived_id("victim")
@@ -303,7 +314,7 @@ HOLD_CASES = [
 
 @pytest.mark.parametrize(("body", "others", "holds"), [c[1:] for c in HOLD_CASES], ids=[c[0] for c in HOLD_CASES])
 def test_who_holds_an_external_id(body: dict[str, Any], others: list[dict[str, Any]], holds: bool) -> None:
-    assert tenancy.holds_external_id(body, others) is holds
+    assert tenancy.holds_external_id(V(body), [V(o) for o in others]) is holds
 
 
 @pytest.mark.parametrize(
@@ -339,7 +350,7 @@ def instance_in(namespace: str, share_with: list[str] | None = None) -> dict[str
 def test_an_instance_is_used_from_another_namespace_only_with_consent(
     instance: dict[str, Any], referrer: str, want: bool
 ) -> None:
-    assert tenancy.shared_with(instance, referrer) is want
+    assert tenancy.shared_with(V(instance), referrer) is want
 
 
 def test_a_binding_touches_only_a_secret_it_stamped() -> None:
@@ -357,10 +368,14 @@ def test_a_brokers_credentials_are_read_only_from_the_control_plane_namespace() 
     def spec(namespace: str) -> dict[str, Any]:
         return {"url": "http://b", "authInfo": {"basic": {"secretRef": {"namespace": namespace, "name": "auth"}}}}
 
-    assert endpoints.auth_secret_ref(spec("opbroker"), control_plane="opbroker") == ("basic", "opbroker", "auth")
-    assert endpoints.auth_secret_ref({"url": "http://b"}, control_plane="opbroker") is None
+    assert endpoints.auth_secret_ref(BrokerSpec.of(spec("opbroker")), control_plane="opbroker") == (
+        "basic",
+        "opbroker",
+        "auth",
+    )
+    assert endpoints.auth_secret_ref(BrokerSpec.of({"url": "http://b"}), control_plane="opbroker") is None
     with pytest.raises(endpoints.SecretOutsideControlPlane) as refused:
-        endpoints.auth_secret_ref(spec("payments"), control_plane="opbroker")
+        endpoints.auth_secret_ref(BrokerSpec.of(spec("payments")), control_plane="opbroker")
     assert refused.value.reason is Reason.AUTH_SECRET_NOT_IN_CONTROL_PLANE
     assert "payments/auth" in str(refused.value) and "opbroker" in str(refused.value)
 
@@ -387,7 +402,7 @@ def read(*services: dict[str, Any]) -> tuple[Any, ...]:
 
 
 def desired(raw: dict[str, Any]) -> dict[str, Any]:
-    body, problems = relisting.desired_class(BROKER, read(raw)[0])
+    body, problems = relisting.desired_class(BrokerView.of(BROKER), read(raw)[0])
     assert body is not None and not problems, problems
     return body
 
@@ -410,9 +425,12 @@ def test_class_changes() -> None:
         service("New_One", "6"),
     )
     changes = relisting.class_changes(
-        BROKER,
+        BrokerView.of(BROKER),
         catalog,
-        [held(same), held(changed), held(gone), held(back, removedFromBrokerCatalog=True), held(theirs)],
+        [
+            ServiceClassView.of(c)
+            for c in (held(same), held(changed), held(gone), held(back, removedFromBrokerCatalog=True), held(theirs))
+        ],
     )
     assert [c["metadata"]["name"] for c in changes.create] == ["new-one"]
     assert [(c["metadata"]["name"], c["description"]) for c in changes.update] == [("changed", "new")]
@@ -459,7 +477,7 @@ def listed(minutes_ago: int, **extra: Any) -> dict[str, Any]:
     ],
 )
 def test_relist_due(reason: str, body: dict[str, Any], want: float | None) -> None:
-    assert relisting.relist_due(body, NOW) == want, reason
+    assert relisting.relist_due(BrokerView.of(body), NOW) == want, reason
 
 
 def test_admission_refuses_deleting_an_instance_with_bindings() -> None:
@@ -478,14 +496,16 @@ def test_admission_refuses_deleting_an_instance_with_bindings() -> None:
         },
     ]
     refs = [BindingRef.of(b) for b in bindings_]
-    found = admission.bindings_of(instance, refs)
+    found = admission.bindings_of(V(instance), refs)
     assert found == ["a/same-ns", "b/other-ns"]
-    assert admission.bindings_of({**instance, "spec": {}}, refs) == ["a/same-ns"]
-    refused = admission.review({"uid": "u1", "operation": "DELETE", "oldObject": instance}, found)["response"]
+    assert admission.bindings_of(V({**instance, "spec": {}}), refs) == ["a/same-ns"]
+    request = ReviewRequest.of({"uid": "u1", "operation": "DELETE", "oldObject": instance})
+    refused = admission.review(request, found)["response"]
     assert refused["uid"] == "u1" and refused["allowed"] is False and refused["status"]["code"] == 409
     assert "a/same-ns, b/other-ns" in refused["status"]["message"]
-    assert admission.review({"uid": "u2", "operation": "DELETE", "oldObject": instance}, [])["response"]["allowed"]
-    assert admission.review({"uid": "u3", "operation": "UPDATE"}, found)["response"]["allowed"]
+    deleting = ReviewRequest.of({"uid": "u2", "operation": "DELETE", "oldObject": instance})
+    assert admission.review(deleting, [])["response"]["allowed"]
+    assert admission.review(ReviewRequest.of({"uid": "u3", "operation": "UPDATE"}), found)["response"]["allowed"]
 
 
 def test_a_plans_maximum_polling_duration_is_listed_and_shortens_the_polling() -> None:
@@ -503,14 +523,16 @@ def test_a_plans_maximum_polling_duration_is_listed_and_shortens_the_polling() -
         broken = service("Broken", "8")
         broken["plans"][0]["maximum_polling_duration"] = bad
         (read_service,) = read(broken)
-        body, _ = relisting.desired_class(BROKER, read_service)
+        body, _ = relisting.desired_class(BrokerView.of(BROKER), read_service)
         assert body is not None and "maximumPollingDuration" not in body["plans"][0]
 
     controllers = osbclient.Backoff(base=1.0, maximum=30.0, max_duration=3600.0)
     broker_ = osbclient.Broker(url="http://b")
-    assert pacing(controllers, Offering({}, listed_plan, broker_)).max_duration == 30.0
-    assert pacing(controllers, Offering({}, {"maximumPollingDuration": 7200}, broker_)) is controllers  # never longer
-    assert pacing(controllers, Offering({}, {"name": "p"}, broker_)) is controllers
+    none = ServiceClassView.of({})
+    assert pacing(controllers, Offering(none, PlanEntry.of(listed_plan), broker_)).max_duration == 30.0
+    longer = PlanEntry.of({"maximumPollingDuration": 7200})
+    assert pacing(controllers, Offering(none, longer, broker_)) is controllers  # never longer
+    assert pacing(controllers, Offering(none, PlanEntry.of({"name": "p"}), broker_)) is controllers
     assert pacing(controllers, None) is controllers
 
 
@@ -522,9 +544,9 @@ def test_a_final_failure_survives_its_orphan_mitigation() -> None:
     from opbroker.controller.servicecatalog.core.statuses import conditions
 
     failed = {"type": "Failed", "status": "True", "reason": "AsyncOperationTimedOut", "message": "too slow"}
-    final = obj(generation=2, observedGeneration=2, orphanMitigationInProgress=True, conditions=[failed])
-    retried = obj(generation=2, orphanMitigationInProgress=True)  # a 5xx: no verdict for this generation
-    changed = obj(generation=3, observedGeneration=2, orphanMitigationInProgress=True, conditions=[failed])
+    final = V(obj(generation=2, observedGeneration=2, orphanMitigationInProgress=True, conditions=[failed]))
+    retried = V(obj(generation=2, orphanMitigationInProgress=True))  # a 5xx: no verdict for this generation
+    changed = V(obj(generation=3, observedGeneration=2, orphanMitigationInProgress=True, conditions=[failed]))
     assert terminal_mitigation(final)
     assert not terminal_mitigation(retried) and not terminal_mitigation(changed)  # a spec change means retry
 
@@ -561,17 +583,17 @@ def test_the_version_a_catalog_fetch_starts_from(
     reason: str, spec: dict[str, Any], status: dict[str, Any], want: str
 ) -> None:
     body = {"metadata": {"name": "b", "generation": 1}, "spec": {"url": "http://b", **spec}, "status": status}
-    assert relisting.version_to_speak(body) == want, reason
+    assert relisting.version_to_speak(BrokerView.of(body)) == want, reason
 
 
 def test_an_instances_broker_speaks_the_version_its_broker_accepted() -> None:
     spec = {"url": "http://b"}
-    assert endpoints.endpoint(spec, None).api_version == "2.17"
-    assert endpoints.accepted_version({"spec": spec, "status": {"brokerAPIVersion": "2.13"}}) == "2.13"
+    assert endpoints.endpoint(BrokerSpec.of(spec), None).api_version == "2.17"
+    assert endpoints.accepted_version(BrokerView.of({"spec": spec, "status": {"brokerAPIVersion": "2.13"}})) == "2.13"
     pinned = {"spec": {**spec, "brokerAPIVersion": "2.14"}, "status": {"brokerAPIVersion": "2.16"}}
-    assert endpoints.accepted_version(pinned) == "2.14"  # the spec was lowered since the fetch
-    assert endpoints.accepted_version({"spec": spec, "status": {}}) is None
-    assert endpoints.endpoint(spec, None, version="2.13").api_version == "2.13"
+    assert endpoints.accepted_version(BrokerView.of(pinned)) == "2.14"  # the spec was lowered since the fetch
+    assert endpoints.accepted_version(BrokerView.of({"spec": spec, "status": {}})) is None
+    assert endpoints.endpoint(BrokerSpec.of(spec), None, version="2.13").api_version == "2.13"
 
 
 def test_a_plan_or_class_the_model_refuses_is_skipped_and_named() -> None:
@@ -579,14 +601,14 @@ def test_a_plan_or_class_the_model_refuses_is_skipped_and_named() -> None:
 
     raw = service("Svc", "1")
     raw["plans"] = [{"name": "Two Words", "id": "p1"}, {"name": "fine", "id": "p2"}]
-    body, problems = relisting.desired_class(BROKER, read(raw)[0])
+    body, problems = relisting.desired_class(BrokerView.of(BROKER), read(raw)[0])
     assert body is not None and [p["name"] for p in body["plans"]] == ["fine"]
     (problem,) = problems
     assert (problem.service, problem.plan, problem.field, problem.skipped) == ("Svc", "Two Words", "name", True)
     spaced = service("Has Space", "2")  # an externalName must hold no whitespace: the class cannot be written
-    body, problems = relisting.desired_class(BROKER, read(spaced)[0])
+    body, problems = relisting.desired_class(BrokerView.of(BROKER), read(spaced)[0])
     assert body is None and problems[-1].field == "externalName"
-    changes = relisting.class_changes(BROKER, read(service("Svc", "1"), spaced, service("svc", "3")), [])
+    changes = relisting.class_changes(BrokerView.of(BROKER), read(service("Svc", "1"), spaced, service("svc", "3")), [])
     assert [c["externalName"] for c in changes.create] == ["Svc"]
     assert [(p.service, p.field) for p in changes.problems] == [("Has Space", "externalName"), ("svc", "name")]
     assert changes.listed == 1
@@ -613,10 +635,10 @@ def test_catalog_completeness_and_refusals_become_a_condition_and_an_event() -> 
     assert "and 12 more" in brokers.completeness([], many, generation=1)[0][0]["message"]
 
     refused = osbclient.catalog.Problem("db", None, "(object)", "the API server refused ServiceClass db (422)", True)
-    status = {"serviceClassCount": 2, "conditions": ok}
-    body = {"metadata": {"generation": 3}}
-    new_status, event = brokers.with_refusals(status, [refused], body, None)
-    assert new_status["serviceClassCount"] == 1
+    status = brokers.RelistStatus({"observedGeneration": 3}, conditions_of(ok), 2)
+    written, event = brokers.with_refusals(status, [refused], 3, None)
+    new_status = written.wire()
+    assert new_status["serviceClassCount"] == 1 and new_status["observedGeneration"] == 3
     (complete,) = [c for c in new_status["conditions"] if c["type"] == "CatalogComplete"]
     assert complete["status"] == "False" and "refused ServiceClass db" in complete["message"]
     assert event is not None and event[0] is Reason.CATALOG_ENTRIES_SKIPPED

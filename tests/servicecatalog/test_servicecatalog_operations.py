@@ -12,6 +12,7 @@ import pytest
 from opbroker import osbclient
 from opbroker.controller.servicecatalog.core import operations
 from opbroker.controller.servicecatalog.core.operations import MIN_POLL_DELAY, Decision, Verdict
+from opbroker.controller.servicecatalog.core.views import CatalogObject, PlanEntry
 from opbroker.osbclient import Request
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -230,13 +231,13 @@ def test_an_operation_without_a_recorded_start_is_timed_from_now() -> None:
 def test_the_deadline_is_the_shorter_of_the_controllers_and_the_plans(
     plan: dict[str, Any] | None, max_duration: float
 ) -> None:
-    backoff = operations.deadline(PACING, plan)
+    backoff = operations.deadline(PACING, None if plan is None else PlanEntry.of(plan))
     assert backoff.max_duration == max_duration
     assert (backoff.base, backoff.maximum) == (PACING.base, PACING.maximum)
 
 
 def test_the_plans_deadline_fails_a_poll_the_controllers_would_allow() -> None:
-    short = operations.deadline(PACING, {"maximumPollingDuration": 30})
+    short = operations.deadline(PACING, PlanEntry.of({"maximumPollingDuration": 30}))
     at = T0 + timedelta(seconds=31)
     assert operations.polled(P, IN_PROGRESS, started=T0, now=at, polls=3, backoff=PACING).verdict is Verdict.POLL
     decision = operations.polled(P, IN_PROGRESS, started=T0, now=at, polls=3, backoff=short)
@@ -285,7 +286,7 @@ def test_the_id_and_operation_are_recorded_before_the_request_and_the_acceptance
 
 
 def test_a_finished_creation_observes_its_generation_and_clears_the_operation() -> None:
-    patch = operations.finished(body(generation=4), secretName="s")
+    patch = operations.finished(CatalogObject.of(body(generation=4)), secretName="s")
     assert patch == {
         "asyncOpInProgress": False,
         "currentOperation": None,
@@ -307,7 +308,7 @@ def test_a_finished_removal_ends_any_mitigation() -> None:
 @pytest.mark.parametrize("final", [True, False])
 def test_orphan_mitigation_follows_a_failure_final_or_not(final: bool) -> None:
     listed = [{"type": "Ready", "status": "False"}]
-    patch = operations.mitigating(body(generation=5), final=final, conditions=listed)
+    patch = operations.mitigating(CatalogObject.of(body(generation=5)), final=final, conditions=listed)
     assert patch["orphanMitigationInProgress"] is True
     assert patch["asyncOpInProgress"] is False and patch["lastOperation"] is None
     assert patch["conditions"] == listed
@@ -320,7 +321,7 @@ def test_orphan_mitigation_follows_a_failure_final_or_not(final: bool) -> None:
 
 def test_a_failure_for_good_waits_for_a_spec_change() -> None:
     listed = [{"type": "Failed", "status": "True"}]
-    patch = operations.failed(body(generation=2), conditions=listed, unbindStatus="NotRequired")
+    patch = operations.failed(CatalogObject.of(body(generation=2)), conditions=listed, unbindStatus="NotRequired")
     assert patch["observedGeneration"] == 2  # settled at this generation: only a spec change moves it
     assert patch["asyncOpInProgress"] is False and patch["currentOperation"] is None
     assert patch["inProgressProperties"] is None and patch["lastOperation"] is None

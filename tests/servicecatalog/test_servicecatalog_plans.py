@@ -19,14 +19,16 @@ from opbroker.controller.servicecatalog.core import binding_plan as bp
 from opbroker.controller.servicecatalog.core import instance_plan as ip
 from opbroker.controller.servicecatalog.core.calls import RETRIES, Call, KeepPacing, Pacing
 from opbroker.controller.servicecatalog.core.offering import Offering, Unresolved
-from opbroker.controller.servicecatalog.core.views import FINALIZER
+from opbroker.controller.servicecatalog.core.views import FINALIZER, PlanEntry, ServiceClassView
 
 pytestmark = pytest.mark.unit
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 STAMP = "2026-01-01T00:00:00Z"
 BROKER = osbclient.Broker(url="http://broker")
-OFFERING = Offering({"externalID": "svc"}, {"name": "small", "externalID": "plan-1"}, BROKER)
+OFFERING = Offering(
+    ServiceClassView.of({"externalID": "svc"}), PlanEntry.of({"name": "small", "externalID": "plan-1"}), BROKER
+)
 KEY = Key("scinstance", "n", "db")
 BKEY = Key("scbinding", "n", "creds")
 

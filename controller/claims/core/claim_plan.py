@@ -25,7 +25,7 @@ from opbroker.api.errors import field_errors
 from opbroker.api.primaza import ClaimState, RegisteredService, ServiceClaim, ServiceState
 from opbroker.controller.claims import servicebinding, workloads
 from opbroker.controller.claims.core import conditions, matching, names, states
-from opbroker.controller.claims.core.views import ClaimView, ObjectView, ServiceView
+from opbroker.controller.claims.core.views import ClaimView, ObjectView, OwnerRef, ServiceView, WorkloadView
 from opbroker.controller.claims.settings import ClaimsSettings
 from opbroker.controller.core import actions as a
 from opbroker.controller.core.reasons import Reason
@@ -51,7 +51,7 @@ class ClaimFacts:
     """The claim's binding Secret as it exists."""
     binding_data: Mapping[str, str] | None = None
     """Its decoded data."""
-    workloads: tuple[Mapping[str, Any], ...] = ()
+    workloads: tuple[WorkloadView, ...] = ()
     """The namespace's workloads of the supported kinds."""
     now: datetime.datetime | None = None
     """The injected clock's wall time at observe: a flipped condition's transition time (None: read the wall
@@ -222,10 +222,10 @@ def _projection(
     patches: list[Mapping[str, Any]] = []
     projected = 0
     for workload in facts.workloads:
-        if application is not None and workloads.selected(application, dict(workload)):
+        if application is not None and workloads.selected(application, workload):
             patches.append(
                 workloads.projection(
-                    dict(workload),
+                    workload,
                     claim=claim,
                     secret_name=secret_name,
                     keys=keys,
@@ -234,8 +234,8 @@ def _projection(
                 )
             )
             projected += 1
-        elif workloads.managed_by(dict(workload), manager):
-            patches.append(workloads.unprojection(dict(workload)))
+        elif workloads.managed_by(workload, manager):
+            patches.append(workloads.unprojection(workload))
     return ApplyWorkloads(tuple(patches)), projected
 
 
@@ -374,7 +374,7 @@ def _bind(
         values=resolution.values,
         keys=model.spec.service_endpoint_definition_keys,
     )
-    manifest = servicebinding.claim_binding_secret(claim.wire, data, service_type)
+    manifest = servicebinding.claim_binding_secret(OwnerRef.of(claim.wire), data, service_type)
     secret_name = manifest["metadata"]["name"]
     existing = facts.binding_secret
     actions: list[ClaimAction] = []

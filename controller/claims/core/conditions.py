@@ -1,9 +1,13 @@
-"""Kubernetes-style conditions on plain status dicts. Pure (the clock is a parameter)."""
+"""Kubernetes-style conditions: read as :class:`ConditionView`, written as plain dicts. Pure (the clock is a
+parameter)."""
 
 from __future__ import annotations
 
 import datetime
+from collections.abc import Iterable
 from typing import Any, Literal
+
+from opbroker.controller.core.views import ConditionView, condition_wire, conditions_of
 
 ConditionStatus = Literal["True", "False", "Unknown"]
 
@@ -18,7 +22,7 @@ def stamp(moment: datetime.datetime) -> str:
 
 
 def with_condition(
-    previous: list[dict[str, Any]] | None,
+    previous: object,
     *,
     type_: str,
     status: ConditionStatus,
@@ -27,31 +31,39 @@ def with_condition(
     generation: int | None,
     timestamp: str | None = None,
 ) -> list[dict[str, Any]]:
-    """``previous`` with the condition ``type_`` replaced; its transition time moves only when it flips."""
-    old = next((c for c in previous or [] if c.get("type") == type_), None)
-    flipped = old is None or old.get("status") != status
+    """``previous`` (as read) with the condition ``type_`` replaced; its transition time moves only when it
+    flips. The list is written whole (a status patch replaces it), so the kept conditions are written too."""
+    held = conditions_of(previous)
+    old = find(held, type_)
+    flipped = old is None or old.status != status
     condition = {
         "type": type_,
         "status": status,
         "reason": reason,
         "message": message[:1024],
-        "lastTransitionTime": (timestamp or now()) if flipped or old is None else old.get("lastTransitionTime"),
+        "lastTransitionTime": (timestamp or now()) if flipped or old is None else old.last_transition_time,
         "observedGeneration": generation,
     }
-    return [*(c for c in previous or [] if c.get("type") != type_), condition]
+    return [*(condition_wire(c) for c in held if c.type != type_), condition]
 
 
-def find(conditions: list[dict[str, Any]] | None, type_: str) -> dict[str, Any] | None:
-    return next((c for c in conditions or [] if c.get("type") == type_), None)
+def find(conditions: Iterable[ConditionView], type_: str) -> ConditionView | None:
+    return next((c for c in conditions if c.type == type_), None)
 
 
-def same(first: list[dict[str, Any]] | None, second: list[dict[str, Any]] | None) -> bool:
-    """Equal ignoring order and transition times (so an unchanged status is never re-written)."""
+def same(first: object, second: object) -> bool:
+    """Whether two condition lists (as read or as built) are equal ignoring order and transition times (so an
+    unchanged status is never re-written)."""
 
-    def canonical(conditions: list[dict[str, Any]] | None) -> list[tuple[Any, ...]]:
+    def canonical(listed: object) -> list[tuple[str, str, str, str, int]]:
         return sorted(
-            (c.get("type"), c.get("status"), c.get("reason"), c.get("message"), c.get("observedGeneration"))
-            for c in conditions or []
+            (c.type, c.status, c.reason or "", c.message or "", _generation(c.observed_generation))
+            for c in conditions_of(listed)
         )
 
     return canonical(first) == canonical(second)
+
+
+def _generation(observed: int | None) -> int:
+    """An observed generation, sortable (-1: none)."""
+    return -1 if observed is None else observed

@@ -26,7 +26,7 @@ from opbroker.api.primaza import HealthCheck, RegisteredService, ServiceState
 from opbroker.controller.claims import healthjobs, probes, servicebinding
 from opbroker.controller.claims.core import conditions, names, states
 from opbroker.controller.claims.core.states import CheckOutcome, Result
-from opbroker.controller.claims.core.views import JobView, ObjectView, ServiceView
+from opbroker.controller.claims.core.views import JobView, ObjectView, OwnerRef, ServiceView
 from opbroker.controller.claims.probes import Finished, Probe
 from opbroker.controller.core import actions as a
 from opbroker.controller.core.reasons import Reason
@@ -155,7 +155,7 @@ class Status:
 
     def record(self) -> states.HealthRecord:
         """The health record the status keeps (its ``Healthy`` condition and failure count)."""
-        return states.record_from_status({"conditions": self.conditions, "consecutiveFailures": self.failures})
+        return states.record_from_status(self.conditions, self.failures)
 
 
 def job_ref(service: ServiceView) -> ResourceRef:
@@ -273,7 +273,7 @@ def plan(facts: RegisteredFacts) -> list[RegisteredAction]:
         keys=resolution.values,
     )
     secret, job_manifest = healthjobs.manifests(
-        dict(service.wire), check, data, service_type=service_type, fingerprint=fingerprint
+        OwnerRef.of(service.wire), check, data, service_type=service_type, fingerprint=fingerprint
     )
     start = StartJob(
         secret,

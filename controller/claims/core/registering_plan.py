@@ -16,10 +16,10 @@ from pydantic import ValidationError
 from opbroker.api.conventions import ANNOTATION_OWNER_UID
 from opbroker.api.osb import OperationState
 from opbroker.controller.claims.core import names, registration
-from opbroker.controller.claims.core.views import ObjectView
+from opbroker.controller.claims.core.views import CatalogEntry, ObjectView, credentials_secret_of
 from opbroker.controller.core import actions as a
 from opbroker.controller.core.reasons import Reason
-from opbroker.controller.core.views import BindingView, mapping_of, text_of
+from opbroker.controller.core.views import BindingView
 from opbroker.controller.reconciler.keys import Key
 
 
@@ -29,10 +29,10 @@ class RegistrationFacts:
     binding: BindingView | None
     generated: ObjectView | None
     """The RegisteredService named after the binding, whoever made it."""
-    plan: Mapping[str, Any] | None = None
-    """The binding's SFPlan (catalog entry body)."""
-    service: Mapping[str, Any] | None = None
-    """The binding's SFService (catalog entry body)."""
+    plan: CatalogEntry | None = None
+    """The binding's SFPlan."""
+    service: CatalogEntry | None = None
+    """The binding's SFService."""
     credentials: Mapping[str, str] | None = None
     """The decoded credentials Secret (read only once the binding has succeeded)."""
     endpoint_secret: ObjectView | None = None
@@ -71,7 +71,7 @@ RegistrationAction = TrackCredentials | RemoveGenerated | Register | a.Event
 
 def credentials_secret(binding: BindingView) -> str | None:
     """The binding's credentials Secret (``status.response.secretRef``)."""
-    return text_of(mapping_of(mapping_of(binding.wire.get("status")).get("response")).get("secretRef"))
+    return credentials_secret_of(binding)
 
 
 def succeeded(binding: BindingView) -> bool:
@@ -79,7 +79,7 @@ def succeeded(binding: BindingView) -> bool:
 
 
 def _generated_by(obj: ObjectView | None, name: str, uid: str | None) -> bool:
-    return registration.generated_by(None if obj is None else obj.wire, name, uid)
+    return registration.generated_by(obj, name, uid)
 
 
 def plan(facts: RegistrationFacts) -> list[RegistrationAction]:

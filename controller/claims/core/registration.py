@@ -28,11 +28,12 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from opbroker.api.conventions import ANNOTATION_OWNER_UID, CREDENTIALS_KEY, LABEL_MANAGED_BY, MANAGED_BY, owned_by
+from opbroker.api.conventions import ANNOTATION_OWNER_UID, CREDENTIALS_KEY, LABEL_MANAGED_BY, MANAGED_BY
 from opbroker.api.osb import SFServiceBinding
 from opbroker.api.primaza import RegisteredService
 from opbroker.controller.claims.core import names
-from opbroker.controller.core.views import BindingView, Meta, mapping_of, text_of
+from opbroker.controller.claims.core.views import CatalogEntry, ObjectView, service_id_of
+from opbroker.controller.core.views import BindingView
 
 _KEY = re.compile(r"^[A-Za-z0-9._-]+$")
 DEFAULT_PROVIDER = "opbroker"
@@ -46,29 +47,18 @@ def _view(binding: Binding) -> BindingView:
     return binding if isinstance(binding, BindingView) else BindingView.of(binding)
 
 
-def _entry_meta(entry: Mapping[str, Any] | None) -> Meta:
-    """The metadata of a catalog entry body (SFPlan, SFService) the OSB catalog holds."""
-    return Meta.of((entry or {}).get("metadata"))
-
-
-def _entry_name(entry: Mapping[str, Any] | None) -> str | None:
-    """A catalog entry's ``spec.name``."""
-    spec = (entry or {}).get("spec")
-    name = spec.get("name") if isinstance(spec, Mapping) else None
-    return name if isinstance(name, str) and name else None
-
-
-def opted_in(binding: Binding, plan: Mapping[str, Any] | None) -> bool:
+def opted_in(binding: Binding, plan: CatalogEntry | None) -> bool:
     own = _view(binding).meta.annotations.get(names.ANNOTATION_REGISTER)
     if own is not None:
         return own.strip().lower() == "true"
-    plan_meta = _entry_meta(plan)
-    plan_value = plan_meta.labels.get(names.ANNOTATION_REGISTER) or plan_meta.annotations.get(names.ANNOTATION_REGISTER)
+    if plan is None:
+        return False
+    plan_value = plan.meta.labels.get(names.ANNOTATION_REGISTER) or plan.meta.annotations.get(names.ANNOTATION_REGISTER)
     return (plan_value or "").strip().lower() == "true"
 
 
-def setting(binding: Binding, plan: Mapping[str, Any] | None, key: str) -> str | None:
-    return _view(binding).meta.annotations.get(key) or _entry_meta(plan).annotations.get(key)
+def setting(binding: Binding, plan: CatalogEntry | None, key: str) -> str | None:
+    return _view(binding).meta.annotations.get(key) or (plan.meta.annotations.get(key) if plan is not None else None)
 
 
 def credentials_of(secret_data: Mapping[str, str] | None) -> dict[str, Any] | None:
@@ -130,14 +120,14 @@ def registered_service(
     binding: Binding,
     keys: list[str],
     *,
-    service: Mapping[str, Any] | None,
-    plan: Mapping[str, Any] | None,
+    service: CatalogEntry | None,
+    plan: CatalogEntry | None,
 ) -> dict[str, Any]:
     """The RegisteredService standing for a broker binding (see the module docstring)."""
     view = _view(binding)
     meta = view.meta
-    service_name = _entry_name(service) or text_of(mapping_of(view.wire.get("spec")).get("serviceId")) or ""
-    plan_name = _entry_name(plan) or view.plan_id
+    service_name = (service.name if service is not None else None) or service_id(view)
+    plan_name = (plan.name if plan is not None else None) or view.plan_id
     identity = [
         {"name": "type", "value": setting(binding, plan, names.ANNOTATION_TYPE) or service_name},
         {"name": "provider", "value": setting(binding, plan, names.ANNOTATION_PROVIDER) or DEFAULT_PROVIDER},
@@ -170,7 +160,7 @@ def registered_service(
     return manifest
 
 
-def generated_by(obj: Mapping[str, Any] | None, binding_name: str, binding_uid: str | None = None) -> bool:
+def generated_by(obj: ObjectView | None, binding_name: str, binding_uid: str | None = None) -> bool:
     """Whether ``obj`` (the RegisteredService or the endpoint Secret) is the one generated for the binding
     (never touch others): stamped with the binding's uid — ``binding_uid``, or, once the binding is gone, the uid
     of the binding of that name the object is owned by."""
@@ -178,11 +168,11 @@ def generated_by(obj: Mapping[str, Any] | None, binding_name: str, binding_uid: 
         return False
     if binding_uid is None:
         binding_uid = next(
-            (
-                str(owner.get("uid"))
-                for owner in (obj.get("metadata") or {}).get("ownerReferences") or []
-                if owner.get("kind") == "SFServiceBinding" and owner.get("name") == binding_name
-            ),
-            None,
+            (uid for kind, name, uid in obj.owners if kind == "SFServiceBinding" and name == binding_name), None
         )
-    return binding_uid is not None and owned_by(dict(obj), binding_uid)
+    return binding_uid is not None and obj.owned_by(binding_uid)
+
+
+def service_id(binding: BindingView) -> str:
+    """The binding's ``spec.serviceId`` (the SFService it is of), "" when absent."""
+    return service_id_of(binding)

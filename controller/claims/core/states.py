@@ -34,6 +34,7 @@ from typing import Any
 from opbroker.api.primaza import ServiceState
 from opbroker.controller.claims.core import conditions
 from opbroker.controller.core.reasons import Reason
+from opbroker.controller.core.views import conditions_of
 
 HEALTHY_CONDITION = "Healthy"
 READY_CONDITION = "Ready"
@@ -82,19 +83,18 @@ class HealthRecord:
 NEVER_CHECKED = HealthRecord(result=None, failures=0, reason=Reason.CHECK_PENDING, message="not checked yet")
 
 
-def record_from_status(status: dict[str, Any] | None) -> HealthRecord:
-    """Read the health record back from a RegisteredService status."""
-    status = status or {}
-    condition = conditions.find(status.get("conditions"), HEALTHY_CONDITION)
-    failures = int(status.get("consecutiveFailures") or 0)
+def record_from_status(listed: object, failures: int) -> HealthRecord:
+    """Read the health record back from a RegisteredService status: its conditions (as read) and
+    ``consecutiveFailures``."""
+    condition = conditions.find(conditions_of(listed), HEALTHY_CONDITION)
     if condition is None:
         return NEVER_CHECKED
     try:
-        reason = Reason(condition.get("reason") or "")
+        reason = Reason(condition.reason or "")
     except ValueError:
         reason = Reason.CHECK_PENDING
-    message = str(condition.get("message") or "")
-    match condition.get("status"):
+    message = condition.message or ""
+    match condition.status:
         case "True":
             return HealthRecord(Result.PASSED, failures, reason, message)
         case "False":
@@ -174,7 +174,7 @@ def transition_reason(state: ServiceState) -> Reason:
 
 
 def status_conditions(
-    previous: list[dict[str, Any]] | None,
+    previous: object,
     *,
     record: HealthRecord,
     state: ServiceState,

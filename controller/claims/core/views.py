@@ -13,11 +13,52 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from opbroker.api.conventions import ANNOTATION_OWNER_UID
-from opbroker.controller.core.views import ConditionView, Meta, conditions_of, mapping_of, strings_of, text_of
+from opbroker.controller.core.views import (
+    BindingView,
+    ConditionView,
+    Meta,
+    conditions_of,
+    mapping_of,
+    strings_of,
+    text_of,
+)
 
 
 def _condition_list(value: object) -> tuple[Mapping[str, Any], ...]:
     return tuple(c for c in value if isinstance(c, Mapping)) if isinstance(value, list) else ()
+
+
+@dataclass(frozen=True)
+class OwnerRef:
+    """What an owner reference names: the object that owns (and whose uid stamps) a Secret or Job written."""
+
+    api_version: str
+    kind: str
+    name: str
+    namespace: str
+    uid: str
+
+    @classmethod
+    def of(cls, body: Mapping[str, Any]) -> OwnerRef:
+        meta = Meta.of(body.get("metadata"))
+        return cls(
+            api_version=text_of(body.get("apiVersion")) or "",
+            kind=text_of(body.get("kind")) or "",
+            name=meta.name,
+            namespace=meta.namespace,
+            uid=meta.uid,
+        )
+
+    def controlling(self) -> dict[str, Any]:
+        """The owner reference written (controlling, blocking the owner's deletion until it is gone)."""
+        return {
+            "apiVersion": self.api_version,
+            "kind": self.kind,
+            "name": self.name,
+            "uid": self.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
 
 
 @dataclass(frozen=True)
@@ -114,16 +155,28 @@ class ServiceView(Stamped):
         )
 
 
+def _owners(metadata: Mapping[str, Any]) -> tuple[tuple[str, str, str], ...]:
+    refs = metadata.get("ownerReferences")
+    return tuple(
+        (text_of(ref.get("kind")) or "", text_of(ref.get("name")) or "", text_of(ref.get("uid")) or "")
+        for ref in (refs if isinstance(refs, list) else ())
+        if isinstance(ref, Mapping)
+    )
+
+
 @dataclass(frozen=True)
 class ObjectView(Stamped):
     """A Secret or a Job opbroker writes for a claim or a service: whose it is, its type, its version."""
 
     type: str | None
     wire: Mapping[str, Any] = field(repr=False, compare=False)
+    owners: tuple[tuple[str, str, str], ...] = ()
+    """(kind, name, uid) of each of its ``ownerReferences`` ("" for a missing field)."""
 
     @classmethod
     def of(cls, body: Mapping[str, Any]) -> ObjectView:
-        return cls(meta=Meta.of(body.get("metadata")), type=text_of(body.get("type")), wire=body)
+        metadata = mapping_of(body.get("metadata"))
+        return cls(meta=Meta.of(metadata), type=text_of(body.get("type")), wire=body, owners=_owners(metadata))
 
     @classmethod
     def maybe(cls, body: Mapping[str, Any] | None) -> ObjectView | None:
@@ -145,6 +198,7 @@ class JobView(ObjectView):
             meta=Meta.of(meta),
             type=None,
             wire=body,
+            owners=_owners(meta),
             conditions=conditions_of(mapping_of(body.get("status")).get("conditions")),
             created=meta.get("creationTimestamp"),
         )
@@ -152,3 +206,121 @@ class JobView(ObjectView):
     @classmethod
     def maybe(cls, body: Mapping[str, Any] | None) -> JobView | None:
         return None if body is None else cls.of(body)
+
+
+#: The env var a container may set to choose where bindings are mounted (servicebinding.io).
+BINDING_ROOT_ENV = "SERVICE_BINDING_ROOT"
+
+
+@dataclass(frozen=True)
+class ContainerView:
+    """One container (or init container) of a workload's pod template, as far as a projection reads it."""
+
+    name: str
+    sets_binding_root: bool
+    """It has an env entry ``SERVICE_BINDING_ROOT`` (the first one counts, as for the kubelet)."""
+    binding_root: str | None
+    """That entry's literal ``value`` (None: absent, or set from elsewhere with ``valueFrom``)."""
+
+    @classmethod
+    def of(cls, raw: object) -> ContainerView:
+        container = mapping_of(raw)
+        env = container.get("env")
+        entry = next(
+            (
+                e
+                for e in (env if isinstance(env, list) else ())
+                if isinstance(e, Mapping) and e.get("name") == BINDING_ROOT_ENV
+            ),
+            None,
+        )
+        return cls(
+            name=text_of(container.get("name")) or "",
+            sets_binding_root=entry is not None,
+            binding_root=text_of(entry.get("value")) if entry is not None else None,
+        )
+
+
+def _containers(value: object) -> tuple[ContainerView, ...]:
+    return tuple(ContainerView.of(c) for c in value if isinstance(c, Mapping)) if isinstance(value, list) else ()
+
+
+@dataclass(frozen=True)
+class WorkloadView:
+    """A Deployment, StatefulSet or DaemonSet as a claim's (or a Service Catalog Binding's) projection reads it:
+    which it is, its labels, its pod template's annotations and containers, who manages its fields."""
+
+    meta: Meta
+    api_version: str
+    kind: str
+    template_annotations: Mapping[str, str]
+    """``spec.template.metadata.annotations`` (a projection's content hash is one)."""
+    init_containers: tuple[ContainerView, ...]
+    containers: tuple[ContainerView, ...]
+    managers: frozenset[str]
+    """The field managers of ``metadata.managedFields`` (a claim's projection has one of its own)."""
+    wire: Mapping[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def of(cls, body: Mapping[str, Any]) -> WorkloadView:
+        metadata = mapping_of(body.get("metadata"))
+        template = mapping_of(mapping_of(body.get("spec")).get("template"))
+        pod = mapping_of(template.get("spec"))
+        annotations = mapping_of(mapping_of(template.get("metadata")).get("annotations"))
+        managed = metadata.get("managedFields")
+        return cls(
+            meta=Meta.of(metadata),
+            api_version=text_of(body.get("apiVersion")) or "",
+            kind=text_of(body.get("kind")) or "",
+            template_annotations={k: v for k, v in annotations.items() if isinstance(v, str)},
+            init_containers=_containers(pod.get("initContainers")),
+            containers=_containers(pod.get("containers")),
+            managers=frozenset(
+                m
+                for entry in (managed if isinstance(managed, list) else ())
+                if (m := text_of(mapping_of(entry).get("manager")))
+            ),
+            wire=body,
+        )
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    """An SFService or SFPlan of the OSB catalog, as far as an automatic registration reads it."""
+
+    meta: Meta
+    name: str | None
+    """``spec.name``: the service's or plan's name in the catalog."""
+
+    @classmethod
+    def of(cls, body: Mapping[str, Any]) -> CatalogEntry:
+        return cls(meta=Meta.of(body.get("metadata")), name=text_of(mapping_of(body.get("spec")).get("name")))
+
+    @classmethod
+    def maybe(cls, body: Mapping[str, Any] | None) -> CatalogEntry | None:
+        return None if body is None else cls.of(body)
+
+
+def service_id_of(binding: BindingView) -> str:
+    """A broker binding's ``spec.serviceId`` (the SFService it is of; "" when absent)."""
+    return text_of(mapping_of(binding.wire.get("spec")).get("serviceId")) or ""
+
+
+def credentials_secret_of(binding: BindingView) -> str | None:
+    """A broker binding's credentials Secret (``status.response.secretRef``; None: none recorded)."""
+    return text_of(mapping_of(mapping_of(binding.wire.get("status")).get("response")).get("secretRef"))
+
+
+@dataclass(frozen=True)
+class ListedCatalog:
+    """A claims ServiceCatalog (one per namespace and environment) as read: its name and the services it lists, as
+    written (compared whole with the ones wanted)."""
+
+    meta: Meta
+    services: list[Any]
+    """``spec.services`` (empty when absent or not a list)."""
+
+    @classmethod
+    def of(cls, body: Mapping[str, Any]) -> ListedCatalog:
+        services = mapping_of(body.get("spec")).get("services")
+        return cls(meta=Meta.of(body.get("metadata")), services=services if isinstance(services, list) else [])

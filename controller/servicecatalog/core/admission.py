@@ -16,39 +16,37 @@ and the HTTPS server and the registration are in ``webhook``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
 from opbroker.api import webhooks
 from opbroker.controller.servicecatalog.bindingrefs import BindingRef
 from opbroker.controller.servicecatalog.core.tenancy import shared_with
+from opbroker.controller.servicecatalog.core.views import CatalogObject, ReviewRequest
 
 PATH = webhooks.PATH
 
 
-def bindings_of(instance: Mapping[str, Any], refs: Iterable[BindingRef]) -> list[str]:
+def bindings_of(instance: CatalogObject, refs: Iterable[BindingRef]) -> list[str]:
     """``namespace/name`` of every Binding in ``refs`` whose ``instanceRef`` is ``instance`` and that may use it:
     one in another namespace that the Instance does not share with (``spec.shareWith``) is bound to nothing, and
     must not keep another team's Instance from being deleted."""
-    meta = instance.get("metadata") or {}
-    wanted = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+    wanted = (instance.meta.namespace, instance.meta.name)
     return sorted(
         f"{ref.namespace}/{ref.name}" for ref in refs if ref.instance == wanted and shared_with(instance, ref.namespace)
     )
 
 
-def review(request: Mapping[str, Any], bindings: list[str]) -> dict[str, Any]:
+def review(request: ReviewRequest, bindings: list[str]) -> dict[str, Any]:
     """The AdmissionReview answer for ``request`` (an ``admission.k8s.io/v1`` request): refused when it
-    deletes an Instance that ``bindings`` still refer to."""
-    uid = request.get("uid", "")
-    allowed = request.get("operation") != "DELETE" or not bindings
-    response: dict[str, Any] = {"uid": uid, "allowed": allowed}
+    deletes an Instance that ``bindings`` still refer to. (A manifest written: a plain dict.)"""
+    allowed = request.operation != "DELETE" or not bindings
+    response: dict[str, Any] = {"uid": request.uid, "allowed": allowed}
     if not allowed:
-        name = ((request.get("oldObject") or {}).get("metadata") or {}).get("name") or request.get("name")
         response["status"] = {
             "code": 409,
             "reason": "Conflict",
-            "message": f"instance {name!r} still has {len(bindings)} binding(s) ({', '.join(bindings)}): "
-            "delete them first",
+            "message": f"instance {request.instance.meta.name!r} still has {len(bindings)} binding(s) "
+            f"({', '.join(bindings)}): delete them first",
         }
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}

@@ -23,6 +23,7 @@ from opbroker import osbclient
 from opbroker.api.primaza import ApplicationSelector
 from opbroker.api.servicecatalog import BindingOperation, UnbindStatus
 from opbroker.controller.claims import workloads
+from opbroker.controller.claims.core.views import WorkloadView
 from opbroker.controller.core import actions as a
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.reconciler.keys import Key
@@ -82,6 +83,9 @@ class StoreCredentials:
 
     manifest: Mapping[str, Any] = field(repr=False)
     owner_uid: str
+    namespace: str
+    name: str
+    """Where the Secret goes (the manifest's namespace and name)."""
     then: Any = field(default=None, repr=False, compare=False)
 
 
@@ -115,7 +119,7 @@ class BindingFacts:
     offering: Offering | None
     parameters: Mapping[str, Any] | None
     problem: Unresolved | None
-    workloads: tuple[Mapping[str, Any], ...] = field(default=(), repr=False)
+    workloads: tuple[WorkloadView, ...] = field(default=(), repr=False)
     """The binding namespace's workloads of its application's kind (listed only with ``spec.application``)."""
     consented: bool = True
     """The Instance exists and may be used from the Binding's namespace (``tenancy.shared_with``)."""
@@ -128,9 +132,12 @@ class BindingFacts:
     monotonic: float = 0.0
     polls: osbclient.Backoff = calls.POLLS
     binding: CatalogObject = field(init=False, repr=False)
+    target: CatalogObject | None = field(init=False, repr=False)
+    """The Instance as read (a view of ``instance``)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "binding", CatalogObject.of(self.body))
+        object.__setattr__(self, "target", None if self.instance is None else CatalogObject.of(self.instance))
 
 
 def unstorable_keys(credentials: Mapping[str, Any] | None) -> list[str]:
@@ -143,31 +150,31 @@ def field_manager(binding: str) -> str:
     return f"opbroker-scbinding-{binding}"[:128]
 
 
-def application_of(body: Mapping[str, Any]) -> ApplicationSelector | None:
-    raw = (body.get("spec") or {}).get("application")
+def application_of(binding: CatalogObject) -> ApplicationSelector | None:
+    """The workloads a Binding's credentials project into (``spec.application``), None: none."""
+    raw = binding.binding_spec.application
     return ApplicationSelector.model_validate(raw) if raw else None
 
 
 def instance_ref(body: Mapping[str, Any]) -> tuple[str, str]:
-    ref = (body.get("spec") or {}).get("instanceRef") or {}
-    return ref.get("namespace") or body["metadata"]["namespace"], ref.get("name", "")
+    """A Binding's Instance: (namespace, name)."""
+    return CatalogObject.of(body).instance_ref
 
 
 def secret_name(body: Mapping[str, Any]) -> str:
-    return str((body.get("spec") or {}).get("secretName") or body["metadata"]["name"])
+    """A Binding's credentials Secret's name."""
+    return CatalogObject.of(body).secret_name
 
 
 def projection_drift(facts: BindingFacts) -> bool:
     """Whether a selected workload lacks the projection of the current Secret, or an unselected one has it."""
-    body = facts.body
-    application = application_of(body)
+    application = application_of(facts.binding)
     name = facts.binding.meta.name
-    digest = facts.binding.status.external_properties.get("projectionHash")
+    digest = facts.binding.status.projection_hash
     for workload in facts.workloads:
-        annotations = (workloads.pod_template(workload).get("metadata") or {}).get("annotations") or {}
-        has = workloads.hash_annotation(name) in annotations
+        held = workload.template_annotations.get(workloads.hash_annotation(name))
         selected = application is not None and workloads.selected(application, workload)
-        if selected and (not has or annotations.get(workloads.hash_annotation(name)) != digest):
+        if selected and (held is None or held != digest):
             return True
         if not selected and workloads.managed_by(workload, field_manager(name)):
             return True
@@ -178,9 +185,8 @@ def projection(facts: BindingFacts, data: Mapping[str, str], *, withdraw: bool) 
     """The actions projecting the Secret (``data``) into the selected workloads and withdrawing it from the
     others (all, with ``withdraw``), and the content hash the pods carry (a new one rolls them), None without
     an application."""
-    body = facts.body
     name = facts.binding.meta.name
-    application = None if withdraw else application_of(body)
+    application = None if withdraw else application_of(facts.binding)
     digest = hashlib.sha256(json.dumps(dict(data), sort_keys=True).encode()).hexdigest()[:16]
     manager = field_manager(name)
     patches: list[Mapping[str, Any]] = []
@@ -188,7 +194,11 @@ def projection(facts: BindingFacts, data: Mapping[str, str], *, withdraw: bool) 
         if application is not None and workloads.selected(application, workload):
             patches.append(
                 workloads.projection(
-                    dict(workload), claim=name, secret_name=secret_name(body), keys=sorted(data), content_hash=digest
+                    workload,
+                    claim=name,
+                    secret_name=facts.binding.secret_name,
+                    keys=sorted(data),
+                    content_hash=digest,
                 )
             )
         elif workloads.managed_by(workload, manager):
@@ -226,7 +236,7 @@ def next_step(facts: BindingFacts) -> Step:
 
 def plan(facts: BindingFacts) -> list[Any]:
     step = next_step(facts)
-    body, now = facts.body, facts.now
+    now = facts.now
     match step:
         case Step.NOTHING:
             return []
@@ -238,7 +248,7 @@ def plan(facts: BindingFacts) -> list[Any]:
             return [*released(facts), a.EnsureFinalizer(False)]
         case Step.UNRESOLVED:
             assert facts.problem is not None
-            return unresolved(body, facts.problem, now=now)
+            return unresolved(facts.binding, facts.problem, now=now)
         case Step.POLL:
             return calls.early(facts.pacing, facts.monotonic) or poll(facts)
         case Step.UNBIND | Step.MITIGATE:
@@ -251,19 +261,19 @@ def released(facts: BindingFacts) -> list[Any]:
     """Withdraw the projection and delete the credentials Secret (if it is the Binding's)."""
     meta = facts.binding.meta
     withdrawn, _ = projection(facts, {}, withdraw=True)
-    return [*withdrawn, ReleaseCredentials(meta.namespace, secret_name(facts.body), meta.uid)]
+    return [*withdrawn, ReleaseCredentials(meta.namespace, facts.binding.secret_name, meta.uid)]
 
 
 # -- the requests -------------------------------------------------------------------------------------------------
 
 
 def _ids(facts: BindingFacts) -> tuple[str, str]:
-    assert facts.instance is not None
-    return tenancy.external_id(facts.instance), tenancy.external_id(facts.body)
+    assert facts.target is not None
+    return tenancy.external_id(facts.target), tenancy.external_id(facts.binding)
 
 
 def bind(facts: BindingFacts) -> list[Any]:
-    body, offering, parameters = facts.body, facts.offering, facts.parameters
+    binding, offering, parameters = facts.binding, facts.offering, facts.parameters
     assert offering is not None and parameters is not None
     instance_id, binding_id = _ids(facts)
     record = a.WriteStatus(
@@ -274,7 +284,7 @@ def bind(facts: BindingFacts) -> list[Any]:
             unbindStatus=UnbindStatus.REQUIRED.value,
             inProgressProperties={"parametersChecksum": checksum(parameters)},
             conditions=conditions(
-                body, ready=False, reason=Reason.BINDING_IN_PROGRESS, message="binding", now=facts.now
+                binding, ready=False, reason=Reason.BINDING_IN_PROGRESS, message="binding", now=facts.now
             ),
         )
     )
@@ -283,7 +293,7 @@ def bind(facts: BindingFacts) -> list[Any]:
         "plan_id": offering.plan_id,
         "parameters": dict(parameters),
         "context": {"platform": "kubernetes", "namespace": facts.binding.meta.namespace},
-        "identity": identity_of(body),
+        "identity": identity_of(facts.binding.meta),
     }
     return [record, Call(offering.broker, "bind", (instance_id, binding_id), kwargs, partial(answered, facts))]
 
@@ -298,18 +308,22 @@ def poll(facts: BindingFacts) -> list[Any]:
 
 
 def unbind(facts: BindingFacts) -> list[Any]:
-    body, offering = facts.body, facts.offering
+    binding, offering = facts.binding, facts.offering
     assert offering is not None
     mitigation = facts.binding.status.orphan_mitigation
-    listed = conditions(body, ready=False, reason=Reason.UNBINDING, message="unbinding", now=facts.now)
+    listed = conditions(binding, ready=False, reason=Reason.UNBINDING, message="unbinding", now=facts.now)
     record = a.WriteStatus(
         operations.recorded(
             BindingOperation.UNBIND.value,
             timestamp(facts.now),
-            conditions=keeping_failed(body, listed, keep=mitigation and terminal_mitigation(body)),
+            conditions=keeping_failed(binding, listed, keep=mitigation and terminal_mitigation(binding)),
         )
     )
-    kwargs = {"service_id": offering.service_id, "plan_id": offering.plan_id, "identity": identity_of(body)}
+    kwargs = {
+        "service_id": offering.service_id,
+        "plan_id": offering.plan_id,
+        "identity": identity_of(facts.binding.meta),
+    }
     return [record, Call(offering.broker, "unbind", _ids(facts), kwargs, partial(removal_answered, facts))]
 
 
@@ -318,17 +332,19 @@ def unbind(facts: BindingFacts) -> list[Any]:
 
 def answered(facts: BindingFacts, answer: Any, body: Mapping[str, Any]) -> list[Any]:
     """A bind's answer."""
+    written = CatalogObject.of(body)
     if isinstance(answer, osbclient.BrokerError):
-        return decided(facts, Request.BIND, operations.refused(Request.BIND, answer), body)
+        return decided(facts, Request.BIND, operations.refused(Request.BIND, answer), written)
     warned = ignored(answer.warnings, "bind")
     if answer.is_async:
         accepted = a.WriteStatus(operations.accepted(answer.operation))
         return [*warned, accepted, *calls.accepted(facts.pacing, facts.polls, facts.monotonic)]
-    return [*warned, *bound(facts, answer, body)]
+    return [*warned, *bound(facts, answer, written)]
 
 
 def polled(facts: BindingFacts, request: Request, answer: Any, body: Mapping[str, Any]) -> list[Any]:
     """A ``last_operation`` poll's answer; an asynchronous bind that succeeded is fetched (its credentials)."""
+    written = CatalogObject.of(body)
     pacing = replace(facts.pacing, polls=facts.pacing.polls + 1)
     decision = operations.polled(
         request,
@@ -344,27 +360,29 @@ def polled(facts: BindingFacts, request: Request, answer: Any, body: Mapping[str
         assert offering is not None
         kwargs = {"service_id": offering.service_id, "plan_id": offering.plan_id}
         return [Call(offering.broker, "get_binding", _ids(facts), kwargs, partial(fetched, facts))]
-    return decided(facts, request, decision, body)
+    return decided(facts, request, decision, written)
 
 
 def fetched(facts: BindingFacts, answer: Any, body: Mapping[str, Any]) -> list[Any]:
     """An asynchronous bind's fetch."""
+    written = CatalogObject.of(body)
     if isinstance(answer, osbclient.BrokerError):
-        return decided(facts, Request.BIND, operations.fetched(answer), body)
-    return bound(facts, answer, body)
+        return decided(facts, Request.BIND, operations.fetched(answer), written)
+    return bound(facts, answer, written)
 
 
 def removal_answered(facts: BindingFacts, answer: Any, body: Mapping[str, Any]) -> list[Any]:
     """An unbind's answer (a deletion's, consent withdrawn, or orphan mitigation's)."""
+    written = CatalogObject.of(body)
     if isinstance(answer, osbclient.BrokerError):
-        return decided(facts, Request.UNBIND, operations.refused(Request.UNBIND, answer), body)
+        return decided(facts, Request.UNBIND, operations.refused(Request.UNBIND, answer), written)
     if answer.is_async:
         accepted = a.WriteStatus(operations.accepted(answer.operation))
         return [accepted, *calls.accepted(facts.pacing, facts.polls, facts.monotonic)]
-    return unbound(facts, body)
+    return unbound(facts, written)
 
 
-def bound(facts: BindingFacts, result: Any, body: Mapping[str, Any]) -> list[Any]:
+def bound(facts: BindingFacts, result: Any, written: CatalogObject) -> list[Any]:
     """The broker bound: store the credentials (their outcome decided by :func:`stored`)."""
     credentials: Mapping[str, Any] = result.credentials or {}
     unstorable = unstorable_keys(credentials)
@@ -374,54 +392,57 @@ def bound(facts: BindingFacts, result: Any, body: Mapping[str, Any]) -> list[Any
             f"the broker's credentials hold key(s) a Secret cannot ({shown}: only letters, digits, '-', '_' "
             "and '.'): nothing was written"
         )
-        return failed(facts, body, message, mitigate=True, reason=Reason.BIND_RESULT_REFUSED, final=True)
+        return failed(facts, written, message, mitigate=True, reason=Reason.BIND_RESULT_REFUSED, final=True)
     data = {
         key: base64.b64encode((value if isinstance(value, str) else json.dumps(value)).encode()).decode()
         for key, value in credentials.items()
     }
-    return [StoreCredentials(secret_manifest(body, data), facts.binding.meta.uid, partial(stored, facts, data))]
+    manifest = secret_manifest(written, data)
+    meta = facts.binding.meta
+    return [StoreCredentials(manifest, meta.uid, meta.namespace, written.secret_name, partial(stored, facts, data))]
 
 
 def stored(facts: BindingFacts, data: Mapping[str, str], outcome: str, body: Mapping[str, Any]) -> list[Any]:
     """What writing the credentials Secret came to: the binding is ready, or the bind failed (mitigated)."""
-    name = secret_name(body)
+    written = CatalogObject.of(body)
+    name = written.secret_name
     if outcome == Stored.NOT_OURS:
         message = f"Secret {name!r} appeared meanwhile and was not made by this Binding: it is left untouched"
-        return failed(facts, body, message, mitigate=True, reason=Reason.SECRET_NOT_OWNED)
+        return failed(facts, written, message, mitigate=True, reason=Reason.SECRET_NOT_OWNED)
     if outcome != Stored.WRITTEN:
         message = f"the credentials cannot be stored: {outcome}"
-        return failed(facts, body, message, mitigate=True, reason=Reason.BIND_RESULT_REFUSED, final=True)
+        return failed(facts, written, message, mitigate=True, reason=Reason.BIND_RESULT_REFUSED, final=True)
     projected, digest = projection(facts, data, withdraw=False)
-    asked = CatalogObject.of(body).status.in_progress_properties
+    asked = written.status.in_progress_properties
     properties = {**asked, **({"projectionHash": digest} if digest else {})}
     stored_in = f"the credentials are in Secret {name!r}"
     patch = operations.finished(
-        body,
+        written,
         secretName=name,
         externalProperties=properties,
-        conditions=conditions(body, ready=True, reason=Reason.INJECTED_BINDING, message=stored_in, now=facts.now),
+        conditions=conditions(written, ready=True, reason=Reason.INJECTED_BINDING, message=stored_in, now=facts.now),
     )
     event = a.Event(Reason.INJECTED_BINDING.value, f"credentials in Secret {name!r}")
     return [*calls.succeeded(facts.pacing), *projected, a.WriteStatus(patch, event=event)]
 
 
-def unbound(facts: BindingFacts, body: Mapping[str, Any]) -> list[Any]:
-    binding = CatalogObject.of(body)
+def unbound(facts: BindingFacts, written: CatalogObject) -> list[Any]:
+    binding = written
     orphan = binding.status.orphan_mitigation
-    final = orphan and terminal_mitigation(body)
+    final = orphan and terminal_mitigation(written)
     # Consent withdrawn from a bound Binding (not deleted, no mitigation): it waits for consent again.
     revoked = not orphan and not binding.meta.deleting and not facts.consented
     fields: dict[str, Any] = {"unbindStatus": UnbindStatus.SUCCEEDED.value}
     if final:
         mitigated = conditions(
-            body,
+            written,
             ready=False,
             reason=Reason.ORPHAN_MITIGATION_SUCCESSFUL,
             message="orphan mitigation unbound what the failed bind may have left; the binding stays failed "
             "until its spec changes",
             now=facts.now,
         )
-        fields["conditions"] = keeping_failed(body, mitigated, keep=True)
+        fields["conditions"] = keeping_failed(written, mitigated, keep=True)
     if revoked and facts.problem is not None:
         fields.update(
             {
@@ -429,7 +450,7 @@ def unbound(facts: BindingFacts, body: Mapping[str, Any]) -> list[Any]:
                 "secretName": None,
                 "externalProperties": None,
                 "conditions": conditions(
-                    body, ready=False, reason=Reason.REFERENCE_NOT_SHARED, message=str(facts.problem), now=facts.now
+                    written, ready=False, reason=Reason.REFERENCE_NOT_SHARED, message=str(facts.problem), now=facts.now
                 ),
             }
         )
@@ -444,24 +465,27 @@ def unbound(facts: BindingFacts, body: Mapping[str, Any]) -> list[Any]:
     return [*done, *calls.retried(facts.pacing)] if orphan else done
 
 
-def decided(facts: BindingFacts, request: Request, decision: operations.Decision, body: Mapping[str, Any]) -> list[Any]:
+def decided(facts: BindingFacts, request: Request, decision: operations.Decision, written: CatalogObject) -> list[Any]:
     if decision.verdict is Verdict.POLL:
         return calls.scheduled(facts.pacing, decision.delay, facts.monotonic)
     if decision.verdict is Verdict.SUCCEEDED:  # an unbind (a bind's success is fetched first)
-        return unbound(facts, body)
+        return unbound(facts, written)
     failure = Reason.UNBIND_CALL_FAILED if request is Request.UNBIND else Reason.BIND_CALL_FAILED
     if decision.verdict is Verdict.RETRY:
         message = f"{decision.message}; retrying"
-        return [*said(body, ready=False, reason=failure, message=message, now=facts.now), *calls.retried(facts.pacing)]
+        return [
+            *said(written, ready=False, reason=failure, message=message, now=facts.now),
+            *calls.retried(facts.pacing),
+        ]
     reason = Reason.ASYNC_OPERATION_TIMED_OUT if decision.timed_out else failure
     if request is Request.UNBIND:  # sent again, after a pause: a deletion has no spec to change
         return [
-            *removal_failed(body, "unbindStatus", reason=reason, message=decision.message, now=facts.now),
+            *removal_failed(written, "unbindStatus", reason=reason, message=decision.message, now=facts.now),
             *calls.retried(facts.pacing),
         ]
     return failed(
         facts,
-        body,
+        written,
         decision.message,
         mitigate=decision.mitigate,
         reason=reason,
@@ -473,7 +497,7 @@ def decided(facts: BindingFacts, request: Request, decision: operations.Decision
 
 def failed(
     facts: BindingFacts,
-    body: Mapping[str, Any],
+    written: CatalogObject,
     message: str,
     *,
     mitigate: bool,
@@ -488,45 +512,37 @@ def failed(
     refused for good (``answered``: the broker's status, if it sent one)."""
     now = facts.now
     if mitigate:
-        return mitigation_follows(body, reason=reason, message=message, final=final, now=now)
+        return mitigation_follows(written, reason=reason, message=message, final=final, now=now)
     extra: dict[str, Any] = {}
-    if refused and not CatalogObject.of(body).status.external_properties:  # never bound before
-        reason, disown = tenancy.refusal(chosen_id=tenancy.chosen(body), status=answered, failure=reason)
+    if refused and not written.status.external_properties:  # never bound before
+        reason, disown = tenancy.refusal(chosen_id=tenancy.chosen(written), status=answered, failure=reason)
         if disown:  # the broker made nothing of ours under this id: deleting the Binding asks it nothing
             extra["unbindStatus"] = UnbindStatus.NOT_REQUIRED.value
         if reason is Reason.EXTERNAL_ID_IN_USE:
             message = (
-                f"{message}: the broker already has a binding {tenancy.external_id(body)!r}, which is not this "
+                f"{message}: the broker already has a binding {tenancy.external_id(written)!r}, which is not this "
                 "Binding's; it is never unbound from here (create the Binding again with another externalID, "
                 "or none)"
             )
-    failure = conditions(body, ready=False, reason=reason, message=message, failed=True, now=now)
+    failure = conditions(written, ready=False, reason=reason, message=message, failed=True, now=now)
     event = a.Event(reason.value, message, warning=True)
-    return [a.WriteStatus(operations.failed(body, conditions=failure, **extra), event=event)]
+    return [a.WriteStatus(operations.failed(written, conditions=failure, **extra), event=event)]
 
 
-def secret_manifest(body: Mapping[str, Any], data: Mapping[str, str]) -> dict[str, Any]:
+def secret_manifest(written: CatalogObject, data: Mapping[str, str]) -> dict[str, Any]:
     """The credentials Secret: owned by the Binding, stamped with its uid (the only Secret it overwrites)."""
-    meta = CatalogObject.of(body).meta
+    binding = written
+    meta = binding.meta
     return {
         "apiVersion": "v1",
         "kind": "Secret",
         "type": SECRET_TYPE,
         "metadata": {
-            "name": secret_name(body),
+            "name": binding.secret_name,
             "namespace": meta.namespace,
             "labels": {"servicecatalog.k8s.io/binding": meta.name},
             "annotations": tenancy.stamp(meta.uid),
-            "ownerReferences": [
-                {
-                    "apiVersion": body["apiVersion"],
-                    "kind": body["kind"],
-                    "name": meta.name,
-                    "uid": meta.uid,
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
+            "ownerReferences": [binding.owner_reference],
         },
         "data": dict(data),
     }

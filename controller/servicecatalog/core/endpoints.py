@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Mapping
-from typing import Any
 
 from opbroker import osbclient
 from opbroker.api.conventions import may_refer
 from opbroker.controller.core.reasons import Reason
+from opbroker.controller.core.views import Meta
+from opbroker.controller.servicecatalog.core.views import AuthRef, BrokerSpec, BrokerView
 
 #: Sent as the originating platform with every request that acts for a user.
 PLATFORM = "kubernetes"
@@ -33,79 +34,68 @@ class SecretOutsideControlPlane(EndpointProblem):
     reason = Reason.AUTH_SECRET_NOT_IN_CONTROL_PLANE
 
 
-def _auth_ref(spec: Mapping[str, Any]) -> tuple[str, str, str] | None:
-    auth = spec.get("authInfo") or {}
-    for kind in ("basic", "bearer"):
-        ref = (auth.get(kind) or {}).get("secretRef")
-        if ref:
-            return kind, ref.get("namespace") or "default", ref["name"]
-    return None
-
-
-def auth_secret_ref(spec: Mapping[str, Any], *, control_plane: str) -> tuple[str, str, str] | None:
+def auth_secret_ref(spec: BrokerSpec, *, control_plane: str) -> AuthRef | None:
     """``(kind, namespace, name)`` of the Secret holding the broker's credentials, if it has any; raises
     :class:`SecretOutsideControlPlane` when it is not in ``control_plane`` (Secrets are shared with nobody:
     ``may_refer`` without a ``shareWith``)."""
-    ref = _auth_ref(spec)
-    if ref is not None and not may_refer(referrer_namespace=control_plane, target_namespace=ref[1]):
-        kind, namespace, name = ref
+    ref = spec.auth
+    if ref is not None and not may_refer(referrer_namespace=control_plane, target_namespace=ref.namespace):
         raise SecretOutsideControlPlane(
-            f"the {kind} auth Secret {namespace}/{name} is not in the control-plane namespace {control_plane!r}: "
-            "a Broker's credentials are read only from there, so it was not read and nothing was sent"
+            f"the {ref.kind} auth Secret {ref.namespace}/{ref.name} is not in the control-plane namespace "
+            f"{control_plane!r}: a Broker's credentials are read only from there, so it was not read and nothing "
+            "was sent"
         )
     return ref
 
 
-def endpoint(
-    spec: Mapping[str, Any], secret: Mapping[str, str] | None, *, version: str | None = None
-) -> osbclient.Broker:
+def endpoint(spec: BrokerSpec, secret: Mapping[str, str] | None, *, version: str | None = None) -> osbclient.Broker:
     """The OSB endpoint for a Broker ``spec``; ``secret``: the decoded auth Secret (None if it is missing);
     ``version``: the OSB version to speak first (default ``spec.brokerAPIVersion``, else the newest)."""
-    ref = _auth_ref(spec)
+    ref = spec.auth
     auth: osbclient.Auth | None = None
     if ref is not None:
-        kind, namespace, name = ref
+        where = f"the {ref.kind} auth Secret {ref.namespace}/{ref.name}"
         if secret is None:
-            raise EndpointProblem(f"the {kind} auth Secret {namespace}/{name} does not exist")
-        needed = ("username", "password") if kind == "basic" else ("token",)
-        missing = [key for key in needed if not secret.get(key)]
+            raise EndpointProblem(f"{where} does not exist")
+        needed = ("username", "password") if ref.kind == "basic" else ("token",)
+        found = {key: secret.get(key) or "" for key in needed}
+        missing = [key for key, value in found.items() if not value]
         if missing:
-            raise EndpointProblem(f"the {kind} auth Secret {namespace}/{name} has no {' or '.join(missing)}")
+            raise EndpointProblem(f"{where} has no {' or '.join(missing)}")
         auth = (
-            osbclient.BasicAuth(secret["username"], secret["password"])
-            if kind == "basic"
-            else osbclient.BearerToken(secret["token"])
+            osbclient.BasicAuth(found["username"], found["password"])
+            if ref.kind == "basic"
+            else osbclient.BearerToken(found["token"])
         )
-    ca = spec.get("caBundle")
     tls = osbclient.TLS(
-        ca_pem=base64.b64decode(ca) if ca else None,
-        insecure_skip_tls_verify=bool(spec.get("insecureSkipTLSVerify")),
+        ca_pem=base64.b64decode(spec.ca_bundle) if spec.ca_bundle else None,
+        insecure_skip_tls_verify=spec.insecure_skip_tls_verify,
     )
-    return osbclient.Broker(url=spec["url"], auth=auth, tls=tls, api_version=speaking(spec, version))
+    return osbclient.Broker(url=spec.url, auth=auth, tls=tls, api_version=speaking(spec, version))
 
 
-def speaking(spec: Mapping[str, Any], version: str | None) -> str:
+def speaking(spec: BrokerSpec, version: str | None) -> str:
     """``version`` if the client speaks it, else the spec's, else the newest."""
-    for candidate in (version, spec.get("brokerAPIVersion")):
+    for candidate in (version, spec.api_version):
         if candidate in osbclient.versions.SUPPORTED:
             return str(candidate)
     return osbclient.API_VERSION
 
 
-def accepted_version(broker: Mapping[str, Any]) -> str | None:
+def accepted_version(broker: BrokerView) -> str | None:
     """The version a Broker's status records as accepted by the broker at the last catalog fetch — what its
     Instances and Bindings speak — unless it is newer than the spec's (the spec changed since)."""
-    held = (broker.get("status") or {}).get("brokerAPIVersion")
-    wanted = speaking(broker.get("spec") or {}, None)
+    held = broker.accepted_api_version
+    wanted = speaking(broker.spec, None)
     if held not in osbclient.versions.SUPPORTED:
         return None
+    assert held is not None
     order = osbclient.versions.SUPPORTED.index
-    return str(held) if order(held) >= order(wanted) else wanted
+    return held if order(held) >= order(wanted) else wanted
 
 
-def identity_of(obj: Mapping[str, Any]) -> osbclient.OriginatingIdentity:
-    """The originating identity for a request made for ``obj``: who last changed it is not known to a
-    controller, so it is the object itself (its namespace and uid), which a broker can audit against."""
-    meta = obj.get("metadata") or {}
-    username = f"system:serviceaccount-object:{meta.get('namespace', '')}:{meta.get('name', '')}"
-    return osbclient.kubernetes_identity(username, meta.get("uid", ""))
+def identity_of(meta: Meta) -> osbclient.OriginatingIdentity:
+    """The originating identity for a request made for the object of ``meta``: who last changed it is not known
+    to a controller, so it is the object itself (its namespace and uid), which a broker can audit against."""
+    username = f"system:serviceaccount-object:{meta.namespace}:{meta.name}"
+    return osbclient.kubernetes_identity(username, meta.uid)

@@ -21,6 +21,7 @@ from opbroker import osbclient
 from opbroker.api.servicecatalog import DeprovisionStatus, InstanceOperation, ProvisionStatus
 from opbroker.controller.core import actions as a
 from opbroker.controller.core.reasons import Reason
+from opbroker.controller.core.views import Meta
 from opbroker.controller.reconciler.keys import Key
 from opbroker.controller.servicecatalog.core import calls, operations, tenancy
 from opbroker.controller.servicecatalog.core.calls import Call, Pacing
@@ -38,7 +39,7 @@ from opbroker.controller.servicecatalog.core.statuses import (
     timestamp,
     unresolved,
 )
-from opbroker.controller.servicecatalog.core.views import CatalogObject
+from opbroker.controller.servicecatalog.core.views import CatalogObject, InstanceSpec
 from opbroker.osbclient import Request
 
 #: The OSB request each operation sends.
@@ -96,13 +97,14 @@ class InstanceFacts:
 UPDATED_BY = ("planExternalID", "parametersChecksum", "updateRequests")
 
 
-def properties(offering: Offering, parameters: Mapping[str, Any], spec: Mapping[str, Any]) -> dict[str, Any]:
-    """The plan, parameters checksum and ``updateRequests`` an operation asks the broker for."""
+def properties(offering: Offering, parameters: Mapping[str, Any], spec: InstanceSpec) -> dict[str, Any]:
+    """The plan, parameters checksum and ``updateRequests`` an operation asks the broker for (written into the
+    status: a plain dict)."""
     return {
-        "planName": offering.plan["name"],
+        "planName": offering.plan.name,
         "planExternalID": offering.plan_id,
         "parametersChecksum": checksum(parameters),
-        "updateRequests": int(spec.get("updateRequests") or 0),
+        "updateRequests": spec.update_requests,
     }
 
 
@@ -147,7 +149,7 @@ def next_step(facts: InstanceFacts) -> Step:
 def plan(facts: InstanceFacts) -> list[Any]:
     """The actions of the step due."""
     step = next_step(facts)
-    body, now = facts.body, facts.now
+    instance, now = facts.instance, facts.now
     match step:
         case Step.NOTHING:
             return []
@@ -163,10 +165,10 @@ def plan(facts: InstanceFacts) -> list[Any]:
                 f"deletion waits: {len(facts.bindings)} binding(s) still use this instance ({names}); delete them first"
             )
             # No requeue: a binding's deletion queues the instance again.
-            return said(body, ready=False, reason=Reason.INSTANCE_DELETE_BLOCKED, message=message, now=now)
+            return said(instance, ready=False, reason=Reason.INSTANCE_DELETE_BLOCKED, message=message, now=now)
         case Step.UNRESOLVED:
             assert facts.problem is not None
-            return unresolved(body, facts.problem, now=now)
+            return unresolved(instance, facts.problem, now=now)
         case Step.POLL:
             return calls.early(facts.pacing, facts.monotonic) or poll(facts)
         case Step.MITIGATE | Step.DEPROVISION:
@@ -180,9 +182,9 @@ def plan(facts: InstanceFacts) -> list[Any]:
 
 def provision_or_update(facts: InstanceFacts, *, update: bool) -> list[Any]:
     """Record the operation, then send it (record first: a crash in between repeats it with the same id)."""
-    body, offering, parameters = facts.body, facts.offering, facts.parameters
+    instance, offering, parameters = facts.instance, facts.offering, facts.parameters
     assert offering is not None and parameters is not None
-    external_id = tenancy.external_id(body)
+    external_id = tenancy.external_id(instance)
     operation = InstanceOperation.UPDATE if update else InstanceOperation.PROVISION
     reason = Reason.UPDATING if update else Reason.PROVISIONING
     what = operation.value.lower()
@@ -191,15 +193,15 @@ def provision_or_update(facts: InstanceFacts, *, update: bool) -> list[Any]:
             operation.value,
             timestamp(facts.now),
             externalID=external_id,
-            inProgressProperties=properties(offering, parameters, facts.instance.spec),
+            inProgressProperties=properties(offering, parameters, facts.instance.instance_spec),
             **({} if update else {"deprovisionStatus": DeprovisionStatus.REQUIRED.value}),
-            conditions=conditions(body, ready=update, reason=reason, message=f"{what} requested", now=facts.now),
+            conditions=conditions(instance, ready=update, reason=reason, message=f"{what} requested", now=facts.now),
         )
     )
     meta = facts.instance.meta
-    common = {"parameters": dict(parameters), "context": context(body), "identity": identity_of(body)}
+    common = {"parameters": dict(parameters), "context": context(meta), "identity": identity_of(meta)}
     if update:
-        held_plan = facts.instance.status.external_properties.get("planExternalID")
+        held_plan = facts.instance.status.held_plan.external_id or None
         kwargs = {
             "service_id": offering.service_id,
             "plan_id": offering.plan_id if offering.plan_id != held_plan else None,
@@ -223,14 +225,14 @@ def poll(facts: InstanceFacts) -> list[Any]:
     operation = _operation(status.current_operation)
     kwargs = {"operation": status.last_operation, "service_id": offering.service_id, "plan_id": offering.plan_id}
     then = partial(polled, facts, operation)
-    return [Call(offering.broker, "last_operation", (tenancy.external_id(facts.body),), kwargs, then)]
+    return [Call(offering.broker, "last_operation", (tenancy.external_id(facts.instance),), kwargs, then)]
 
 
 def deprovision(facts: InstanceFacts, *, mitigation: bool) -> list[Any]:
-    body, offering = facts.body, facts.offering
+    instance, offering = facts.instance, facts.offering
     assert offering is not None
     listed = conditions(
-        body,
+        instance,
         ready=False,
         reason=Reason.ORPHAN_MITIGATION if mitigation else Reason.DEPROVISIONING,
         message="orphan mitigation: deprovisioning" if mitigation else "deprovisioning",
@@ -240,12 +242,16 @@ def deprovision(facts: InstanceFacts, *, mitigation: bool) -> list[Any]:
         operations.recorded(
             InstanceOperation.DEPROVISION.value,
             timestamp(facts.now),
-            conditions=keeping_failed(body, listed, keep=mitigation and terminal_mitigation(body)),
+            conditions=keeping_failed(instance, listed, keep=mitigation and terminal_mitigation(instance)),
         )
     )
-    kwargs = {"service_id": offering.service_id, "plan_id": offering.plan_id, "identity": identity_of(body)}
+    kwargs = {
+        "service_id": offering.service_id,
+        "plan_id": offering.plan_id,
+        "identity": identity_of(instance.meta),
+    }
     then = partial(removal_answered, facts)
-    return [record, Call(offering.broker, "deprovision", (tenancy.external_id(body),), kwargs, then)]
+    return [record, Call(offering.broker, "deprovision", (tenancy.external_id(facts.instance),), kwargs, then)]
 
 
 # -- what an answer leads to (``body``: the Instance as last written, the operation recorded) ------------------
@@ -253,23 +259,25 @@ def deprovision(facts: InstanceFacts, *, mitigation: bool) -> list[Any]:
 
 def answered(facts: InstanceFacts, operation: InstanceOperation, answer: Any, body: Mapping[str, Any]) -> list[Any]:
     """A provision's or update's answer."""
+    written = CatalogObject.of(body)
     if isinstance(answer, osbclient.BrokerError):
-        return decided(facts, operation, operations.refused(REQUESTS[operation], answer), body)
+        return decided(facts, operation, operations.refused(REQUESTS[operation], answer), written)
     update = operation is InstanceOperation.UPDATE
     what = operation.value.lower()
     warned = ignored(answer.warnings, what)
     if answer.is_async:
         reason = Reason.UPDATING if update else Reason.PROVISIONING
         working = conditions(
-            body, ready=update, reason=reason, message=f"the broker is working on the {what}", now=facts.now
+            written, ready=update, reason=reason, message=f"the broker is working on the {what}", now=facts.now
         )
         accepted = a.WriteStatus({**operations.accepted(answer.operation), "conditions": working})
         return [*warned, accepted, *calls.accepted(facts.pacing, facts.polls, facts.monotonic)]
-    return [*warned, *succeeded(facts, operation, body, dashboard_url=answer.dashboard_url)]
+    return [*warned, *succeeded(facts, operation, written, dashboard_url=answer.dashboard_url)]
 
 
 def polled(facts: InstanceFacts, operation: InstanceOperation, answer: Any, body: Mapping[str, Any]) -> list[Any]:
     """A ``last_operation`` poll's answer (this poll counted)."""
+    written = CatalogObject.of(body)
     pacing = replace(facts.pacing, polls=facts.pacing.polls + 1)
     decision = operations.polled(
         REQUESTS[operation],
@@ -279,71 +287,72 @@ def polled(facts: InstanceFacts, operation: InstanceOperation, answer: Any, body
         polls=pacing.polls,
         backoff=facts.polls,
     )
-    return decided(replace(facts, pacing=pacing), operation, decision, body)
+    return decided(replace(facts, pacing=pacing), operation, decision, written)
 
 
 def removal_answered(facts: InstanceFacts, answer: Any, body: Mapping[str, Any]) -> list[Any]:
     """A deprovision's answer (a deletion's, or orphan mitigation's)."""
+    written = CatalogObject.of(body)
     if isinstance(answer, osbclient.BrokerError):
         refused = operations.refused(Request.DEPROVISION, answer)
-        return decided(facts, InstanceOperation.DEPROVISION, refused, body)
+        return decided(facts, InstanceOperation.DEPROVISION, refused, written)
     if answer.is_async:
         accepted = a.WriteStatus(operations.accepted(answer.operation))
         return [accepted, *calls.accepted(facts.pacing, facts.polls, facts.monotonic)]
-    return deprovisioned(facts, body)
+    return deprovisioned(facts, written)
 
 
 def decided(
-    facts: InstanceFacts, operation: InstanceOperation, decision: operations.Decision, body: Mapping[str, Any]
+    facts: InstanceFacts, operation: InstanceOperation, decision: operations.Decision, written: CatalogObject
 ) -> list[Any]:
     if decision.verdict is Verdict.POLL:
         return calls.scheduled(facts.pacing, decision.delay, facts.monotonic)
     if decision.verdict is Verdict.SUCCEEDED:
         if operation is InstanceOperation.DEPROVISION:
-            return deprovisioned(facts, body)
-        return succeeded(facts, operation, body, dashboard_url=None)
+            return deprovisioned(facts, written)
+        return succeeded(facts, operation, written, dashboard_url=None)
     if decision.verdict is Verdict.RETRY:
         message = f"{decision.message}; retrying"
         return [
-            *said(body, ready=False, reason=failure_reason(operation), message=message, now=facts.now),
+            *said(written, ready=False, reason=failure_reason(operation), message=message, now=facts.now),
             *calls.retried(facts.pacing),
         ]
-    return operation_failed(facts, operation, decision, body)
+    return operation_failed(facts, operation, decision, written)
 
 
 def succeeded(
-    facts: InstanceFacts, operation: InstanceOperation, body: Mapping[str, Any], *, dashboard_url: str | None
+    facts: InstanceFacts, operation: InstanceOperation, written: CatalogObject, *, dashboard_url: str | None
 ) -> list[Any]:
     provision = operation is InstanceOperation.PROVISION
     message = f"the broker {'provisioned' if provision else 'updated'} the instance"
     reason = Reason.PROVISIONED if provision else Reason.INSTANCE_UPDATED
-    asked = CatalogObject.of(body).status.in_progress_properties
+    asked = written.status.in_progress_properties
     patch = operations.finished(
-        body,
+        written,
         provisionStatus=ProvisionStatus.PROVISIONED.value,
         deprovisionStatus=DeprovisionStatus.REQUIRED.value,
         externalProperties=dict(asked) or None,
         **({"dashboardURL": dashboard_url} if dashboard_url else {}),
-        conditions=conditions(body, ready=True, reason=reason, message=message, now=facts.now),
+        conditions=conditions(written, ready=True, reason=reason, message=message, now=facts.now),
     )
     return [*calls.succeeded(facts.pacing), a.WriteStatus(patch, event=a.Event(reason.value, message))]
 
 
-def deprovisioned(facts: InstanceFacts, body: Mapping[str, Any]) -> list[Any]:
-    instance = CatalogObject.of(body)
+def deprovisioned(facts: InstanceFacts, written: CatalogObject) -> list[Any]:
+    instance = written
     mitigation = instance.status.orphan_mitigation
-    final = mitigation and terminal_mitigation(body)
+    final = mitigation and terminal_mitigation(written)
     fields: dict[str, Any] = {}
     if mitigation:
         after = "the instance stays failed until its spec changes" if final else "provisioning is retried"
         mitigated = conditions(
-            body,
+            written,
             ready=False,
             reason=Reason.ORPHAN_MITIGATION_SUCCESSFUL,
             message=f"orphan mitigation deprovisioned what the failed provision may have left; {after}",
             now=facts.now,
         )
-        fields["conditions"] = keeping_failed(body, mitigated, keep=final)
+        fields["conditions"] = keeping_failed(written, mitigated, keep=final)
     write = a.WriteStatus(
         operations.removed(
             provisionStatus=ProvisionStatus.NOT_PROVISIONED.value,
@@ -359,36 +368,35 @@ def deprovisioned(facts: InstanceFacts, body: Mapping[str, Any]) -> list[Any]:
 
 
 def operation_failed(
-    facts: InstanceFacts, operation: InstanceOperation, decision: operations.Decision, body: Mapping[str, Any]
+    facts: InstanceFacts, operation: InstanceOperation, decision: operations.Decision, written: CatalogObject
 ) -> list[Any]:
     message, now = decision.message, facts.now
     reason = Reason.ASYNC_OPERATION_TIMED_OUT if decision.timed_out else failure_reason(operation)
     if decision.mitigate:
-        return mitigation_follows(body, reason=reason, message=message, final=decision.final, now=now)
+        return mitigation_follows(written, reason=reason, message=message, final=decision.final, now=now)
     if operation is InstanceOperation.DEPROVISION:  # sent again, after a pause: a deletion has no spec to change
         return [
-            *removal_failed(body, "deprovisionStatus", reason=reason, message=message, now=now),
+            *removal_failed(written, "deprovisionStatus", reason=reason, message=message, now=now),
             *calls.retried(facts.pacing),
         ]
     extra: dict[str, Any] = {}
-    provisioned = CatalogObject.of(body).status.provisioned
+    provisioned = written.status.provisioned
     if operation is InstanceOperation.PROVISION and not provisioned:
-        reason, disown = tenancy.refusal(chosen_id=tenancy.chosen(body), status=decision.answered, failure=reason)
+        reason, disown = tenancy.refusal(chosen_id=tenancy.chosen(written), status=decision.answered, failure=reason)
         if disown:  # the broker made nothing of ours under this id: deleting the Instance asks it nothing
             extra["deprovisionStatus"] = DeprovisionStatus.NOT_REQUIRED.value
         if reason is Reason.EXTERNAL_ID_IN_USE:
             message = (
-                f"{message}: the broker already has an instance {tenancy.external_id(body)!r}, which is not this "
+                f"{message}: the broker already has an instance {tenancy.external_id(written)!r}, which is not this "
                 "Instance's; it is never updated, bound or deprovisioned from here (create the Instance again "
                 "with another externalID, or none)"
             )
-    failure = conditions(body, ready=provisioned, reason=reason, message=message, failed=True, now=now)
+    failure = conditions(written, ready=provisioned, reason=reason, message=message, failed=True, now=now)
     event = a.Event(reason.value, message, warning=True)
-    return [a.WriteStatus(operations.failed(body, conditions=failure, **extra), event=event)]
+    return [a.WriteStatus(operations.failed(written, conditions=failure, **extra), event=event)]
 
 
-def context(body: Mapping[str, Any]) -> dict[str, Any]:
-    meta = CatalogObject.of(body).meta
+def context(meta: Meta) -> dict[str, Any]:
     return {"platform": "kubernetes", "namespace": meta.namespace, "instance_name": meta.name}
 
 

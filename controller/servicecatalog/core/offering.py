@@ -6,10 +6,10 @@ Values only; the reads that resolve them are ``servicecatalog.common.Resolver``'
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from opbroker import osbclient
 from opbroker.controller.core.reasons import Reason
+from opbroker.controller.servicecatalog.core.views import PlanEntry, ServiceClassView
 
 
 class Unresolved(ValueError):
@@ -24,14 +24,14 @@ class Unresolved(ValueError):
 class Offering:
     """The class, plan and broker an Instance uses, resolved."""
 
-    service_class: dict[str, Any]
-    plan: dict[str, Any]
+    service_class: ServiceClassView
+    plan: PlanEntry
     broker: osbclient.Broker
 
     @property
     def service_id(self) -> str:
-        return str(self.service_class["externalID"])
+        return self.service_class.external_id
 
     @property
     def plan_id(self) -> str:
-        return str(self.plan["externalID"])
+        return self.plan.external_id

@@ -29,13 +29,14 @@ Kubernetes and HTTP calls, and the per-kind outcome (a Secret written, a finaliz
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
 from opbroker import osbclient
+from opbroker.controller.core.views import condition_wire
+from opbroker.controller.servicecatalog.core.views import CatalogObject, PlanEntry
 from opbroker.osbclient import Request
 
 #: Creations: what orphan mitigation undoes (the spec's table, "provision, bind").
@@ -79,11 +80,11 @@ class Decision:
     """A refused request: the broker's HTTP status, when it answered one (409 means the id is taken)."""
 
 
-def deadline(backoff: osbclient.Backoff, plan: Mapping[str, Any] | None) -> osbclient.Backoff:
+def deadline(backoff: osbclient.Backoff, plan: PlanEntry | None) -> osbclient.Backoff:
     """The poll pacing for an operation on ``plan``: the controller's, its maximum duration shortened to the
     plan's OSB ``maximum_polling_duration`` (``maximumPollingDuration``) when that is shorter (never longer)."""
-    limit = (plan or {}).get("maximumPollingDuration") or None
-    if not isinstance(limit, int) or isinstance(limit, bool) or limit >= backoff.max_duration:
+    limit = plan.maximum_polling_duration if plan is not None else None
+    if limit is None or limit >= backoff.max_duration:
         return backoff
     return osbclient.Backoff(base=backoff.base, maximum=backoff.maximum, max_duration=float(limit))
 
@@ -182,7 +183,7 @@ def accepted(operation: str | None) -> dict[str, Any]:
     return {"asyncOpInProgress": True, "lastOperation": operation}
 
 
-def finished(body: Mapping[str, Any], **fields: Any) -> dict[str, Any]:
+def finished(obj: CatalogObject, **fields: Any) -> dict[str, Any]:
     """A creation or update done: nothing in flight, this generation observed."""
     return {
         "asyncOpInProgress": False,
@@ -190,7 +191,7 @@ def finished(body: Mapping[str, Any], **fields: Any) -> dict[str, Any]:
         "lastOperation": None,
         "operationStartTime": None,
         "inProgressProperties": None,
-        "observedGeneration": _generation(body),
+        "observedGeneration": obj.meta.generation,
         **fields,
     }
 
@@ -206,12 +207,14 @@ def removed(**fields: Any) -> dict[str, Any]:
     }
 
 
-def mitigating(body: Mapping[str, Any], *, final: bool, conditions: list[dict[str, Any]]) -> dict[str, Any]:
+def mitigating(obj: CatalogObject, *, final: bool, conditions: list[dict[str, Any]]) -> dict[str, Any]:
     """A creation failed with orphan mitigation to follow. ``final``: its failure stands for this generation
     (the conditions carry ``Failed``), so nothing of the operation is kept to be retried."""
     status: dict[str, Any] = {"asyncOpInProgress": False, "lastOperation": None, "orphanMitigationInProgress": True}
     if final:
-        status.update({"currentOperation": None, "inProgressProperties": None, "observedGeneration": _generation(body)})
+        status.update(
+            {"currentOperation": None, "inProgressProperties": None, "observedGeneration": obj.meta.generation}
+        )
     return {**status, "conditions": conditions}
 
 
@@ -221,14 +224,14 @@ def removal_failed(field: str, *, conditions: list[dict[str, Any]]) -> dict[str,
     return {"asyncOpInProgress": False, "lastOperation": None, field: "Failed", "conditions": conditions}
 
 
-def failed(body: Mapping[str, Any], *, conditions: list[dict[str, Any]], **fields: Any) -> dict[str, Any]:
+def failed(obj: CatalogObject, *, conditions: list[dict[str, Any]], **fields: Any) -> dict[str, Any]:
     """An operation failed for good: nothing in flight, this generation observed (it waits for a spec change)."""
     return {
         "asyncOpInProgress": False,
         "lastOperation": None,
         "currentOperation": None,
         "inProgressProperties": None,
-        "observedGeneration": _generation(body),
+        "observedGeneration": obj.meta.generation,
         **fields,
         "conditions": conditions,
     }
@@ -237,25 +240,18 @@ def failed(body: Mapping[str, Any], *, conditions: list[dict[str, Any]], **field
 # -- orphan mitigation's memory of a final failure --------------------------------------------------------------
 
 
-def terminal_mitigation(body: Mapping[str, Any]) -> bool:
+def terminal_mitigation(obj: CatalogObject) -> bool:
     """Whether the orphan mitigation under way follows a final failure (the provision or bind was marked
     failed for this generation) rather than one to retry once mitigated."""
-    status = body.get("status") or {}
-    return status.get("observedGeneration") == _generation(body) and any(
-        c.get("type") == "Failed" and c.get("status") == "True" for c in status.get("conditions") or []
-    )
+    return obj.observed and any(c.type == "Failed" and c.status == "True" for c in obj.status.conditions)
 
 
-def keeping_failed(body: Mapping[str, Any], listed: list[dict[str, Any]], *, keep: bool) -> list[dict[str, Any]]:
-    """``listed`` (new conditions, which drop Failed) with the body's Failed condition put back when ``keep``."""
+def keeping_failed(obj: CatalogObject, listed: list[dict[str, Any]], *, keep: bool) -> list[dict[str, Any]]:
+    """``listed`` (new conditions, which drop Failed) with the object's Failed condition put back when ``keep``."""
     if not keep:
         return listed
-    held = [c for c in (body.get("status") or {}).get("conditions") or [] if c.get("type") == "Failed"]
+    held = [condition_wire(c) for c in obj.status.conditions if c.type == "Failed"]
     return [c for c in listed if c.get("type") != "Failed"] + held
-
-
-def _generation(body: Mapping[str, Any]) -> Any:
-    return (body.get("metadata") or {}).get("generation")
 
 
 def _target(request: Request) -> str:

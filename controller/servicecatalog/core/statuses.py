@@ -16,8 +16,10 @@ from typing import Any
 from opbroker.controller.core import actions as a
 from opbroker.controller.core.decisions import ready_condition
 from opbroker.controller.core.reasons import Reason
+from opbroker.controller.core.views import condition_wire
 from opbroker.controller.servicecatalog.core import operations
 from opbroker.controller.servicecatalog.core.offering import Unresolved
+from opbroker.controller.servicecatalog.core.views import CatalogObject
 
 #: Seconds before an Instance or Binding whose references do not resolve is looked at again (a class, a Secret or
 #: its instance appearing or changing also queues it).
@@ -37,15 +39,13 @@ def parse_time(text: str | None) -> datetime | None:
 
 
 def conditions(
-    body: Mapping[str, Any], *, ready: bool, reason: Reason, message: str, now: datetime, failed: bool = False
+    obj: CatalogObject, *, ready: bool, reason: Reason, message: str, now: datetime, failed: bool = False
 ) -> list[dict[str, Any]]:
-    """Ready as given; Failed=True only for a failure that waits for a spec change (no retries)."""
-    status = body.get("status") or {}
-    generation = (body.get("metadata") or {}).get("generation")
-    listed = ready_condition(
-        status.get("conditions"), ready=ready, reason=reason, message=message, generation=generation, at=now
-    )
-    listed = [c for c in listed if c.get("type") != "Failed"]
+    """Ready as given; Failed=True only for a failure that waits for a spec change (no retries). (The conditions
+    written: the status patch replaces the whole list, so the kept ones are written too.)"""
+    generation = obj.meta.generation
+    held = [condition_wire(c) for c in obj.status.conditions if c.type != "Failed"]
+    listed = ready_condition(held, ready=ready, reason=reason, message=message, generation=generation, at=now)
     if failed:
         listed.append(
             {
@@ -60,22 +60,20 @@ def conditions(
     return listed
 
 
-def said(body: Mapping[str, Any], *, ready: bool, reason: Reason, message: str, now: datetime) -> list[Any]:
+def said(obj: CatalogObject, *, ready: bool, reason: Reason, message: str, now: datetime) -> list[Any]:
     """Set the Ready condition and record an Event — nothing when it says so already (no write, no event)."""
-    current: Mapping[str, Any] = next(
-        (c for c in (body.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), {}
-    )
-    if current.get("reason") == reason.value and current.get("message") == message[:1024]:
+    current = obj.status.condition("Ready")
+    if current is not None and current.reason == reason.value and current.message == message[:1024]:
         return []
-    patch = {"conditions": conditions(body, ready=ready, reason=reason, message=message, now=now)}
+    patch = {"conditions": conditions(obj, ready=ready, reason=reason, message=message, now=now)}
     return [a.WriteStatus(patch, event=a.Event(reason.value, message, warning=not ready))]
 
 
-def unresolved(body: Mapping[str, Any], problem: Unresolved, *, now: datetime) -> list[Any]:
+def unresolved(obj: CatalogObject, problem: Unresolved, *, now: datetime) -> list[Any]:
     """What an object whose references do not resolve gets: its Ready condition says why (once), and a look again
     after :data:`UNRESOLVED_RECHECK`."""
     return [
-        *said(body, ready=False, reason=problem.reason, message=str(problem), now=now),
+        *said(obj, ready=False, reason=problem.reason, message=str(problem), now=now),
         a.Requeue(UNRESOLVED_RECHECK),
     ]
 
@@ -89,21 +87,19 @@ def ignored(warnings: tuple[str, ...], what: str) -> list[Any]:
     return [a.Event(Reason.ANSWER_FIELDS_IGNORED.value, message, warning=True)]
 
 
-def mitigation_follows(
-    body: Mapping[str, Any], *, reason: Reason, message: str, final: bool, now: datetime
-) -> list[Any]:
+def mitigation_follows(obj: CatalogObject, *, reason: Reason, message: str, final: bool, now: datetime) -> list[Any]:
     """A creation (provision, bind) failed with orphan mitigation to follow (:func:`operations.mitigating`),
     said in an Event; the mitigation runs at once, on the next pass."""
     listed = conditions(
-        body, ready=False, reason=reason, message=f"{message}; orphan mitigation follows", failed=final, now=now
+        obj, ready=False, reason=reason, message=f"{message}; orphan mitigation follows", failed=final, now=now
     )
     event = a.Event(Reason.ORPHAN_MITIGATION.value, message, warning=True)
-    return [a.WriteStatus(operations.mitigating(body, final=final, conditions=listed), event=event), a.Requeue(0)]
+    return [a.WriteStatus(operations.mitigating(obj, final=final, conditions=listed), event=event), a.Requeue(0)]
 
 
-def removal_failed(body: Mapping[str, Any], field: str, *, reason: Reason, message: str, now: datetime) -> list[Any]:
+def removal_failed(obj: CatalogObject, field: str, *, reason: Reason, message: str, now: datetime) -> list[Any]:
     """A removal failed (:func:`operations.removal_failed`), said in an Event; the caller requeues it after a
     backoff (an object being deleted has no spec to change: the removal is sent until it succeeds)."""
-    listed = conditions(body, ready=False, reason=reason, message=f"{message}; retrying", now=now)
+    listed = conditions(obj, ready=False, reason=reason, message=f"{message}; retrying", now=now)
     event = a.Event(reason.value, message, warning=True)
     return [a.WriteStatus(operations.removal_failed(field, conditions=listed), event=event)]

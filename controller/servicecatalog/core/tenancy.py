@@ -29,6 +29,7 @@ from typing import Any
 
 from opbroker.api.conventions import ANNOTATION_OWNER_UID, may_refer, owned_by
 from opbroker.controller.core.reasons import Reason
+from opbroker.controller.servicecatalog.core.views import CatalogObject
 
 #: The namespace of the UUIDs derived from object uids (uuid5): fixed, so a derived id never changes.
 _DERIVED = uuid.UUID("7f3c1a52-0b8e-5d2a-9c1e-6a4f2d8b0e31")
@@ -39,40 +40,37 @@ def derived_id(uid: str) -> str:
     return str(uuid.uuid5(_DERIVED, uid))
 
 
-def chosen(body: Mapping[str, Any]) -> bool:
+def chosen(obj: CatalogObject) -> bool:
     """Whether the object chose its OSB id (``spec.externalID``)."""
-    return bool((body.get("spec") or {}).get("externalID"))
+    return obj.chosen_id is not None
 
 
-def external_id(body: Mapping[str, Any]) -> str:
-    """The OSB id the Instance or Binding ``body`` acts with: ``spec.externalID``, else derived from its uid."""
-    given = (body.get("spec") or {}).get("externalID")
-    return str(given) if given else derived_id(str((body.get("metadata") or {}).get("uid", "")))
+def external_id(obj: CatalogObject) -> str:
+    """The OSB id the Instance or Binding acts with: ``spec.externalID``, else derived from its uid."""
+    return obj.chosen_id or derived_id(obj.meta.uid)
 
 
-def holds_external_id(body: Mapping[str, Any], others: Iterable[Mapping[str, Any]]) -> bool:
-    """Whether ``body`` holds its OSB id against ``others`` (every object of its kind in the cluster; itself
+def holds_external_id(obj: CatalogObject, others: Iterable[CatalogObject]) -> bool:
+    """Whether ``obj`` holds its OSB id against ``others`` (every object of its kind in the cluster; itself
     may be among them): a derived id always; a chosen one unless another object has it derived, or chose it
     earlier or in the same second (creationTimestamp, which no tenant can set)."""
-    if not chosen(body):
+    if not chosen(obj):
         return True
-    meta = body.get("metadata") or {}
-    mine, created = external_id(body), str(meta.get("creationTimestamp") or "")
+    mine = external_id(obj)
     for other in others:
-        other_meta = other.get("metadata") or {}
-        if other_meta.get("uid") == meta.get("uid") or external_id(other) != mine:
+        if other.meta.uid == obj.meta.uid or external_id(other) != mine:
             continue
-        if not chosen(other) or str(other_meta.get("creationTimestamp") or "") <= created:
+        if not chosen(other) or other.created <= obj.created:
             return False
     return True
 
 
-def shared_with(instance: Mapping[str, Any], namespace: str) -> bool:
+def shared_with(instance: CatalogObject, namespace: str) -> bool:
     """Whether a Binding in ``namespace`` may use ``instance`` (its own namespace, or listed in shareWith)."""
     return may_refer(
         referrer_namespace=namespace,
-        target_namespace=str((instance.get("metadata") or {}).get("namespace", "")),
-        share_with=list((instance.get("spec") or {}).get("shareWith") or ()),
+        target_namespace=instance.meta.namespace,
+        share_with=list(instance.instance_spec.share_with),
     )
 
 
