@@ -45,7 +45,7 @@ from opbroker.controller.core.instance_plan import (
     refused,
     steps,
 )
-from opbroker.controller.core.views import BindingView, InstanceView
+from opbroker.controller.core.views import BindingView, InstanceView, ObjectView
 from opbroker.controller.executor import refusal_of
 from opbroker.controller.kube import BINDINGS, INSTANCES, Kube, Refused
 from opbroker.controller.osb_effects import osb_executor
@@ -213,7 +213,10 @@ class InstanceReconciler(PassingReconciler[InstanceFacts]):
         scope = decisions.teardown_scope(
             list(view.status.resources), namespace=view.meta.namespace, namespace_terminating=terminating
         )
-        letting = tuple((ref, decisions.letting_go(kube.get(ref), owner_uid=view.meta.uid)) for ref in scope.release)
+        letting = tuple(
+            (ref, decisions.letting_go(ObjectView.maybe(kube.get(ref)), owner_uid=view.meta.uid))
+            for ref in scope.release
+        )
         return Teardown(terminating, letting)
 
     def _live_bindings(self, instance: InstanceView) -> int:

@@ -16,6 +16,7 @@ from kubernetes.client.exceptions import ApiException
 from opbroker.controller.core import decisions
 from opbroker.controller.core.decisions import TeardownScope
 from opbroker.controller.core.reasons import Reason
+from opbroker.controller.core.views import ObjectView, namespace_terminating
 from opbroker.controller.kube import Kube
 
 logger = logging.getLogger(__name__)
@@ -24,7 +25,7 @@ logger = logging.getLogger(__name__)
 def namespace_going(kube: Kube, namespace: str) -> bool:
     """Whether ``namespace`` is being deleted (or already gone)."""
     try:
-        return decisions.namespace_terminating(kube.read_namespace(namespace))
+        return namespace_terminating(kube.read_namespace(namespace))
     except ApiException as exc:
         if exc.status == 403:  # a ClusterRole from before namespaces could be read: teardown as before
             return False
@@ -34,7 +35,8 @@ def namespace_going(kube: Kube, namespace: str) -> bool:
 def announce(kube: Kube, obj: dict[str, Any], scope: TeardownScope) -> None:
     """Say why the finalizer goes without the plan's teardown: in the log and, best effort, an Event (the
     namespace may already refuse new Events)."""
-    meta = obj["metadata"]
-    message = decisions.terminating_teardown_message(meta["namespace"], scope)
-    logger.info("%s %s/%s: %s", obj.get("kind"), meta["namespace"], meta["name"], message)
+    view = ObjectView.of(obj)
+    meta = view.meta
+    message = decisions.terminating_teardown_message(meta.namespace, scope)
+    logger.info("%s %s/%s: %s", view.kind or None, meta.namespace, meta.name, message)
     kube.emit_event(obj, reason=Reason.NAMESPACE_TERMINATING.value, message=message)
