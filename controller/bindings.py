@@ -158,10 +158,10 @@ class BindingReconciler(PassingReconciler[BindingFacts]):
         namespace = self.deps.settings.registries_namespace
         instance, binding = dict(facts.instance.wire), dict(facts.binding.wire)
         instance_registry = cache.load(
-            kube, registries.place(instance, kind="instance", namespace=namespace), legacy=legacy
+            kube, registries.place(facts.instance.meta, kind="instance", namespace=namespace), legacy=legacy
         )
         binding_registry = cache.load(
-            kube, registries.place(binding, kind="binding", namespace=namespace), legacy=legacy
+            kube, registries.place(facts.binding.meta, kind="binding", namespace=namespace), legacy=legacy
         )
         return inputs_for(
             self.deps,

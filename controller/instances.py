@@ -153,7 +153,7 @@ class InstanceReconciler(PassingReconciler[InstanceFacts]):
 
     def _registry(self, facts: InstanceFacts) -> dict[str, Any]:
         namespace = self.deps.settings.registries_namespace
-        where = registries.place(dict(facts.instance.wire), kind="instance", namespace=namespace)
+        where = registries.place(facts.instance.meta, kind="instance", namespace=namespace)
         return self.deps.registries.load(self.deps.kube, where, legacy=self._actor(facts)) or {}
 
     def _render(self, facts: InstanceFacts) -> Rendering:

@@ -47,7 +47,9 @@ def osb_effects(
 
     def place(run: Run) -> registries.Place:
         """Where the object's registry is kept: the registry namespace, which consumers cannot read."""
-        return registries.place(run.body, kind=run.target.key_kind, namespace=deps.settings.registries_namespace)
+        return registries.place(
+            ObjectView.of(run.body).meta, kind=run.target.key_kind, namespace=deps.settings.registries_namespace
+        )
 
     def save_registry(run: Run, action: a.SaveRegistry) -> None:
         deps.registries.save(deps.kube, place(run), dict(action.registry), dict(action.labels))
