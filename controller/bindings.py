@@ -156,7 +156,6 @@ class BindingReconciler(PassingReconciler[BindingFacts]):
         assert facts.instance is not None and facts.entry is not None
         kube, legacy, cache = self.deps.kube, self._actor(facts), self.deps.registries
         namespace = self.deps.settings.registries_namespace
-        instance, binding = dict(facts.instance.wire), dict(facts.binding.wire)
         instance_registry = cache.load(
             kube, registries.place(facts.instance.meta, kind="instance", namespace=namespace), legacy=legacy
         )
@@ -165,10 +164,10 @@ class BindingReconciler(PassingReconciler[BindingFacts]):
         )
         return inputs_for(
             self.deps,
-            instance=instance,
+            instance=facts.instance,
             plan=facts.entry,
             registry=instance_registry,
-            binding=binding,
+            binding=facts.binding,
             binding_registry=binding_registry,
             sources=sources,
         )

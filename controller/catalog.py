@@ -251,11 +251,7 @@ class Catalog:
         """The ids of every trusted SFPlan whose ``serviceId`` is ``service_id``."""
         with self._lock:
             return sorted(
-                {
-                    plan_id
-                    for plan_id, entry in self._plans.entries.values()
-                    if (entry.body.get("spec") or {}).get("serviceId") == service_id
-                }
+                {plan_id for plan_id, entry in self._plans.entries.values() if entry.view.service_id == service_id}
             )
 
     def plan_views_of_service(self, service_id: str) -> list[EntryView]:

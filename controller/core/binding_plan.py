@@ -324,7 +324,7 @@ def _succeed(
         OperationState.SUCCEEDED,
         Reason.BOUND,
         description="credentials ready",
-        extra={**applied, "response": {"secretRef": secret["metadata"]["name"]}},
+        extra={**applied, "response": {"secretRef": credentials_secret_name(binding.meta.name)}},
     )
     # The outcome stops tracking what the status template read; a bound binding goes on following it, so that
     # its credentials follow a rotation (see _refresh).
