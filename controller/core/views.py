@@ -18,6 +18,7 @@ Nothing writes to it: the executor (:mod:`opbroker.controller.executor`) works f
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -360,6 +361,8 @@ class EntryView:
     """The OSB id it declares (``spec.id``; "" when absent)."""
     service_id: str
     """An SFPlan's service (``spec.serviceId``; "" when absent, and for an SFService)."""
+    spec: Mapping[str, Any]
+    """The spec as read, whole (what a plan's version is hashed from)."""
     observed_generation: int | None
     conditions: tuple[ConditionView, ...]
     wire: Mapping[str, Any] = field(repr=False, compare=False)
@@ -372,6 +375,7 @@ class EntryView:
             meta=Meta.of(body.get("metadata")),
             osb_id=text_of(spec.get("id")) or "",
             service_id=text_of(spec.get("serviceId")) or "",
+            spec=spec,
             observed_generation=int_of(status.get("observedGeneration")),
             conditions=conditions_of(status.get("conditions")),
             wire=body,
@@ -423,6 +427,25 @@ class ObjectView:
     def maybe(cls, body: Mapping[str, Any] | None) -> ObjectView | None:
         """The view of ``body``, None for no object (a read that found nothing)."""
         return None if body is None else cls.of(body)
+
+
+@dataclass(frozen=True)
+class ApiStatus:
+    """The API server's answer to a refused request (a ``Status``, as text or parsed): what it says and why;
+    anything else in it (its details quote the values refused) is never read."""
+
+    message: str | None
+    reason: str | None
+
+    @classmethod
+    def of(cls, body: object) -> ApiStatus:
+        if isinstance(body, (str, bytes)):
+            try:
+                body = json.loads(body)
+            except ValueError:
+                body = None
+        parsed = mapping_of(body)
+        return cls(message=text_of(parsed.get("message")), reason=text_of(parsed.get("reason")))
 
 
 @dataclass(frozen=True)
