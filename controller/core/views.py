@@ -449,6 +449,45 @@ class ApiStatus:
 
 
 @dataclass(frozen=True)
+class ApiResource:
+    """One entry of an API group version's discovery document (``resources``)."""
+
+    name: str
+    """The plural (``sfserviceinstances``; a subresource's is ``<plural>/<sub>``)."""
+    kind: str
+    singular_name: str | None
+    short_names: tuple[str, ...]
+    verbs: frozenset[str]
+
+    @classmethod
+    def of(cls, entry: object) -> ApiResource:
+        raw = mapping_of(entry)
+        return cls(
+            name=text_of(raw.get("name")) or "",
+            kind=text_of(raw.get("kind")) or "",
+            singular_name=text_of(raw.get("singularName")),
+            short_names=strings_of(raw.get("shortNames")),
+            verbs=frozenset(strings_of(raw.get("verbs"))),
+        )
+
+    @property
+    def subresource(self) -> bool:
+        return "/" in self.name
+
+    def named(self, name: str) -> bool:
+        """Whether a selector's ``name`` denotes it (like kopf: plural, kind, singular or a short name)."""
+        lowered = name.lower()
+        names = {self.name, self.kind.lower(), self.singular_name, *self.short_names}
+        return lowered in names or name == self.kind
+
+
+def resources_of(discovery: object) -> tuple[ApiResource, ...]:
+    """The ``resources`` of a discovery document (parsed)."""
+    listed = mapping_of(discovery).get("resources")
+    return tuple(ApiResource.of(r) for r in listed) if isinstance(listed, list) else ()
+
+
+@dataclass(frozen=True)
 class SecretView:
     """A Secret as read: its metadata and its (base64) data; a value that is not a string reads as absent."""
 
