@@ -30,6 +30,7 @@ from opbroker.controller import rollouts
 from opbroker.controller.catalog import spec_hash
 from opbroker.controller.core.views import EntryView, ObjectView
 from opbroker.controller.kube import PLANS, Kube
+from opbroker.controller.objects import Manifest
 from opbroker.rendering import Renderer
 
 log = logging.getLogger("opbroker.controller.admin")
@@ -106,7 +107,7 @@ class AdminRequests:
         text = answer.to_json()
         if len(text.encode()) > wire.MAX_ANSWER_BYTES:  # cannot happen within the limits; never write past them
             text = type(answer)(phase=wire.Phase.FAILED, message="the answer exceeds its size limit").to_json()
-        patch: dict[str, Any] = {"data": {wire.ANSWER_KEY: text}}
+        patch: Manifest = {"data": {wire.ANSWER_KEY: text}}
         meta = ObjectView.of(obj).meta
         if guarded:
             patch["metadata"] = {"resourceVersion": meta.resource_version}

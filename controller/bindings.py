@@ -41,7 +41,7 @@ from opbroker.controller.core.binding_plan import (
 )
 from opbroker.controller.core.decisions import Step
 from opbroker.controller.core.instance_plan import Piece, Teardown
-from opbroker.controller.core.views import BindingView, InstanceView, Meta, ObjectView, SecretView
+from opbroker.controller.core.views import BindingView, InstanceView, ObjectView, SecretView
 from opbroker.controller.executor import refusal_of
 from opbroker.controller.instances import limits_of
 from opbroker.controller.kube import BINDINGS, INSTANCES, Kube, Refused
@@ -60,26 +60,12 @@ __all__ = [
     "BindingFacts",
     "BindingReconciler",
     "binding_field_manager",
-    "delete_credentials",
     "followed_status",
 ]
 
 #: How long a bound binding's check waits for the first listing of its sources' kinds (after a restart):
 #: until then the store does not know them, and each check would read its sources with GETs.
 LISTING_WAIT_SECONDS = 30.0
-
-
-def delete_credentials(kube: Kube, binding: dict[str, Any]) -> None:
-    """Delete the binding's credentials Secret as the binding goes (only the one it owns).
-
-    The owner reference would let the garbage collector do it too, but in its own time: on a young cluster
-    it learns of a new custom resource kind only at its next discovery resync (30 s), and until then the
-    credentials of a binding that no longer exists would stay readable.
-    """
-    meta = Meta.of(binding.get("metadata"))
-    secret = ObjectView.maybe(kube.read_secret(meta.namespace, credentials_secret_name(meta.name)))
-    if secret is not None and secret.meta.owned_by(meta.uid):
-        kube.delete_secret(meta.namespace, secret.meta.name, uid=secret.meta.uid or None)
 
 
 class BindingReconciler(PassingReconciler[BindingFacts]):

@@ -11,7 +11,6 @@ without the stamp is never taken over, unless the plan's template declares adopt
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from opbroker.api.meta import ResourceRef
 from opbroker.controller import singletons
@@ -19,6 +18,7 @@ from opbroker.controller.core import decisions
 from opbroker.controller.core.decisions import Letting, Takeover
 from opbroker.controller.core.views import ObjectView
 from opbroker.controller.kube import FIELD_MANAGER, Kube, ref_of
+from opbroker.controller.objects import Manifest
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ class NotOwned(RuntimeError):
 
 def apply_owned(
     kube: Kube,
-    manifest: dict[str, Any],
+    manifest: Manifest,
     *,
     owner_uids: tuple[str, ...],
     adopt: bool = False,
