@@ -90,11 +90,11 @@ def write_secret(run: Run, action: a.WriteSecret) -> None:
     """Apply a Secret, unless one of that name exists and is not the owner's (``NotOwned``)."""
     kube = run.actor(action.as_user)
     manifest = dict(action.manifest)
-    meta = manifest["metadata"]
     if action.owner_uid is not None:
-        live = ObjectView.maybe(kube.read_secret(meta["namespace"], meta["name"], stored=True))
+        ref = ref_of(manifest)
+        live = ObjectView.maybe(kube.read_secret(ref.namespace or "", ref.name, stored=True))
         if decisions.takeover(live, owner_uids=(action.owner_uid,), adopt=False) is decisions.Takeover.REFUSE:
-            raise NotOwned(ResourceRef(api_version="v1", kind="Secret", name=meta["name"], namespace=meta["namespace"]))
+            raise NotOwned(ref)
     kube.apply_secret(manifest)
 
 
@@ -131,7 +131,7 @@ def apply(run: Run, action: a.Apply) -> None:
     live = ObjectView.maybe(kube.get(ref))
     if live is None:
         return  # deleted meanwhile: the next reconcile creates it
-    plan_label = (manifest["metadata"].get("labels") or {}).get(LABEL_PLAN)
+    plan_label = ObjectView.of(manifest).meta.labels.get(LABEL_PLAN)
     if not action.adopt and not decisions.shared_singleton(live.meta, plan_label=plan_label):
         raise NotOwned(ref)
     if not action.owned:  # owner references cannot reach it: opbroker tracks its users (``singletons``)
