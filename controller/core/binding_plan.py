@@ -36,7 +36,7 @@ from opbroker.controller.core.decisions import Letting, Step
 from opbroker.controller.core.instance_plan import Limits, Piece, Teardown, count_error, still_in_progress, write_status
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import BindingView, InstanceView
-from opbroker.controller.objects import minus_refs, ref_dicts, reference_to, same_namespace, stamp
+from opbroker.controller.objects import Manifest, minus_refs, ref_dicts, reference_to, same_namespace, stamp
 from opbroker.controller.reconciler.keys import Key
 from opbroker.rendering.status import SectionStatus
 
@@ -46,7 +46,7 @@ def binding_field_manager(binding_name: str) -> str:
     return f"opbroker-binding-{binding_name}"[:128]
 
 
-def followed_status(refs: Sequence[ResourceRef], digest: str) -> dict[str, Any]:
+def followed_status(refs: Sequence[ResourceRef], digest: str) -> Manifest:
     """The status fields recording what a binding's credentials were rendered from."""
     return {"sources": ref_dicts(list(refs)), "sourcesDigest": digest}
 
@@ -220,7 +220,7 @@ def _expand(step: Step, facts: BindingFacts) -> Sequence[a.Action]:
     return _evaluate(facts, applied=facts.pending if step == Step.AWAIT_OUTCOME else {})
 
 
-def _stamped(facts: BindingFacts, piece: Piece, labels: Mapping[str, str]) -> dict[str, Any]:
+def _stamped(facts: BindingFacts, piece: Piece, labels: Mapping[str, str]) -> Manifest:
     owned = piece.namespaced and same_namespace(piece.manifest, facts.binding.meta)
     return stamp(dict(piece.manifest), owner=facts.binding, labels=dict(labels), owned=owned)
 
@@ -273,7 +273,7 @@ def _apply(facts: BindingFacts) -> tuple[a.Action, ...]:
     return (*out, a.Remember((meta.generation, entry.hash), record), a.Continue())
 
 
-def credentials_secret(binding: BindingView, response: Mapping[str, Any]) -> dict[str, Any]:
+def credentials_secret(binding: BindingView, response: Mapping[str, Any]) -> Manifest:
     """The Secret holding a binding's credentials, owned by the binding."""
     meta = binding.meta
     return {
