@@ -80,11 +80,6 @@ def is_deleting(obj: Mapping[str, Any]) -> bool:
     return Meta.of(obj.get("metadata")).deleting
 
 
-def _generation_pending(view: InstanceView | BindingView) -> bool:
-    """True if the spec changed since the controller last applied it."""
-    return view.meta.generation != view.status.observed_generation
-
-
 def next_instance_step(instance: InstanceView, *, plan_hash: str | None, auto_update: bool, live_bindings: int) -> Step:
     """Decide what an instance needs next (the plan itself is checked by the caller)."""
     meta, status = instance.meta, instance.status
@@ -94,7 +89,7 @@ def next_instance_step(instance: InstanceView, *, plan_hash: str | None, auto_up
         return Step.BLOCKED if live_bindings else Step.TEARDOWN
     if not meta.held:
         return Step.ADD_FINALIZER
-    if status.state in REQUESTED or _generation_pending(instance):
+    if status.state in REQUESTED or instance.generation_pending:
         return Step.APPLY
     if auto_update and plan_hash is not None and instance.applied_plan_hash not in (None, plan_hash):
         return Step.APPLY
@@ -110,7 +105,7 @@ def next_binding_step(binding: BindingView, *, instance_state: str | None) -> St
         return Step.TEARDOWN if meta.held else Step.NOTHING
     if not meta.held:
         return Step.ADD_FINALIZER
-    if status.state in REQUESTED or _generation_pending(binding):
+    if status.state in REQUESTED or binding.generation_pending:
         return Step.APPLY if instance_state == OperationState.SUCCEEDED.value else Step.BLOCKED
     if status.in_progress:
         return Step.EVALUATE

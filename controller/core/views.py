@@ -349,6 +349,11 @@ class BindingView:
             wire=body,
         )
 
+    @property
+    def generation_pending(self) -> bool:
+        """The spec changed since the controller last applied it."""
+        return self.meta.generation != self.status.observed_generation
+
     def binds(self, instance: InstanceView) -> bool:
         """Whether this binding refers to ``instance`` (by OSB id or by name)."""
         return self.instance_ref in (instance.instance_id, instance.meta.name)
