@@ -28,7 +28,9 @@ from opbroker.api.catalog import SFPlan
 from opbroker.api.meta import ResourceRef
 from opbroker.controller import rollouts
 from opbroker.controller.catalog import spec_hash
+from opbroker.controller.core.views import EntryView, ObjectView
 from opbroker.controller.kube import PLANS, Kube
+from opbroker.controller.objects import Manifest
 from opbroker.rendering import Renderer
 
 log = logging.getLogger("opbroker.controller.admin")
@@ -105,11 +107,12 @@ class AdminRequests:
         text = answer.to_json()
         if len(text.encode()) > wire.MAX_ANSWER_BYTES:  # cannot happen within the limits; never write past them
             text = type(answer)(phase=wire.Phase.FAILED, message="the answer exceeds its size limit").to_json()
-        patch: dict[str, Any] = {"data": {wire.ANSWER_KEY: text}}
+        patch: Manifest = {"data": {wire.ANSWER_KEY: text}}
+        meta = ObjectView.of(obj).meta
         if guarded:
-            patch["metadata"] = {"resourceVersion": obj["metadata"]["resourceVersion"]}
+            patch["metadata"] = {"resourceVersion": meta.resource_version}
         try:
-            self.kube.merge_patch(_ref(self.namespace, obj["metadata"]["name"]), patch)
+            self.kube.merge_patch(_ref(self.namespace, meta.name), patch)
         except ApiException as exc:
             if not (guarded and exc.status == 409):
                 raise
@@ -140,7 +143,7 @@ class AdminRequests:
             proposed = SFPlan.model_validate(request.proposed)
         except ValueError as exc:
             return wire.PreviewAnswer(phase=wire.Phase.FAILED, message=f"the proposed plan is invalid: {exc}")
-        if proposed.spec.id != (current.get("spec") or {}).get("id"):
+        if proposed.spec.id != (EntryView.of(current).osb_id or None):
             return wire.PreviewAnswer(
                 phase=wire.Phase.FAILED, message="the proposed plan's spec.id is not the plan's: a plan keeps its id"
             )
@@ -186,7 +189,7 @@ class AdminRequests:
     # -- rollout ----------------------------------------------------------------------------------------
 
     def _rollout(self, obj: dict[str, Any], *, background: bool) -> None:
-        name = obj["metadata"]["name"]
+        name = ObjectView.of(obj).meta.name
         with self._lock:
             if name in self._running and self._running[name].is_alive():
                 return
@@ -221,8 +224,8 @@ class AdminRequests:
                 wire.RolloutAnswer(phase=wire.Phase.FAILED, message=f"no SFPlan {request.plan!r}", updated_at=_now()),
             )
             return
-        spec = plan.get("spec") or {}
-        cancel = _CancelCheck(self.kube, _ref(self.namespace, obj["metadata"]["name"]), self._clock)
+        entry = EntryView.of(plan)
+        cancel = _CancelCheck(self.kube, _ref(self.namespace, ObjectView.of(obj).meta.name), self._clock)
 
         def answer(report: rollouts.UpdateReport, phase: wire.Phase, message: str | None = note) -> wire.RolloutAnswer:
             return wire.RolloutAnswer(
@@ -239,8 +242,8 @@ class AdminRequests:
         try:
             report = rollouts.update_instances(
                 self.kube,
-                plan_id=spec.get("id") or plan["metadata"]["name"],
-                plan_hash=spec_hash(spec),
+                plan_id=entry.osb_id or entry.meta.name,
+                plan_hash=spec_hash(dict(entry.spec)),
                 namespace=request.instance_namespace,
                 batch_size=request.batch_size,
                 pacer=rollouts.Pacer(request.rate, clock=self._clock, sleep=cancel.sleep),

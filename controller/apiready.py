@@ -24,6 +24,8 @@ from typing import Any
 import kopf
 from kubernetes import client
 
+from opbroker.controller.core.views import ApiResource, ApiStatus, resources_of
+
 logger = logging.getLogger(__name__)
 
 #: How often the check runs while something is missing.
@@ -99,24 +101,13 @@ def _first_line(text: str, limit: int = 120) -> str:
 
 def _answer(status: int, body: str) -> str:
     """A short account of an error answer: the Status message if there is one, else the body's first line."""
-    try:
-        message = json.loads(body).get("message")
-    except (ValueError, AttributeError):
-        message = None
-    return f"HTTP {status}: {_first_line(str(message) if message else body)}"
+    message = ApiStatus.of(body).message
+    return f"HTTP {status}: {_first_line(message or body)}"
 
 
-def _match(resources: Iterable[dict[str, Any]], name: str) -> dict[str, Any] | None:
+def _match(resources: Iterable[ApiResource], name: str) -> ApiResource | None:
     """The discovery entry a selector name denotes (like kopf: plural, kind, singular or a short name)."""
-    lowered = name.lower()
-    for resource in resources:
-        if "/" in resource.get("name", ""):
-            continue  # subresources
-        names = {resource.get("name"), resource.get("kind", "").lower(), resource.get("singularName")}
-        names.update(resource.get("shortNames") or [])
-        if lowered in names or name == resource.get("kind"):
-            return resource
-    return None
+    return next((r for r in resources if not r.subresource and r.named(name)), None)
 
 
 def missing(api: client.ApiClient, wanted: Iterable[Wanted]) -> list[str]:
@@ -131,17 +122,16 @@ def missing(api: client.ApiClient, wanted: Iterable[Wanted]) -> list[str]:
             if status != 200:
                 problems.extend(f"{item} (discovery {_answer(status, body)})" for item in items)
                 continue
-            resources = json.loads(body).get("resources") or []
+            resources = resources_of(json.loads(body))
             for item in items:
                 found = _match(resources, item.name)
                 if found is None:
                     problems.append(f"{item} (not in discovery)")
                     continue
-                verbs = set(found.get("verbs") or [])
-                if not {"list", "watch"} <= verbs:
-                    problems.append(f"{item} (not listable and watchable: verbs {sorted(verbs)})")
+                if not {"list", "watch"} <= found.verbs:
+                    problems.append(f"{item} (not listable and watchable: verbs {sorted(found.verbs)})")
                     continue
-                status, body = _get(api, f"{path}/{found['name']}", [("limit", 1)])
+                status, body = _get(api, f"{path}/{found.name}", [("limit", 1)])
                 if status == 403:
                     problems.append(f"{item} (forbidden: the controller's RBAC lacks list on it)")
                 elif status != 200:

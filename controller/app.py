@@ -27,6 +27,7 @@ from opbroker.controller.catalog_entries import PlanEntryReconciler, ServiceEntr
 from opbroker.controller.claims.handlers import Claims
 from opbroker.controller.core import decisions
 from opbroker.controller.core.reasons import Reason
+from opbroker.controller.core.views import EntryView, EventView
 from opbroker.controller.instances import InstanceReconciler
 from opbroker.controller.kopfparts import EventsOnlyDiffBase, events_only
 from opbroker.controller.kube import BINDINGS, INSTANCES, PLANS, SECRETS, SERVICES, Kube
@@ -191,8 +192,7 @@ class Controller:
         if event_type == "DELETED":
             self.catalog.remove_service(body)
         else:
-            self.catalog.upsert_service(body)
-            self._enqueue_unreported("service", body)
+            self._enqueue_unreported("service", self.catalog.upsert_service(body).view)
         if self.multicluster is not None:
             self.multicluster.on_catalog("sfservices", event_type, body)
         for service_id in {i for i in (previous, catalog_id(body)) if i}:
@@ -208,14 +208,13 @@ class Controller:
             if (namespace, name) != (key.namespace, key.name):
                 self._enqueue(Key(kind, namespace, name))
 
-    def _enqueue_unreported(self, kind: str, body: dict[str, Any]) -> None:
+    def _enqueue_unreported(self, kind: str, entry: EntryView) -> None:
         """Queue a catalog entry whose Ready condition does not yet speak of its current generation, or
         reports a duplicate id (which other objects decide: one may have gone while no controller ran)."""
-        meta, status = body["metadata"], body.get("status") or {}
-        ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
-        duplicate = ready is not None and ready.get("reason") == Reason.DUPLICATE_ID.value
-        if ready is None or duplicate or status.get("observedGeneration") != meta.get("generation"):
-            self._enqueue(Key.of(kind, body))
+        ready = entry.condition("Ready")
+        duplicate = ready is not None and ready.reason == Reason.DUPLICATE_ID.value
+        if ready is None or duplicate or entry.observed_generation != entry.meta.generation:
+            self._enqueue(Key(kind, entry.meta.namespace, entry.meta.name))
 
     def on_plan(self, event_type: str, body: dict[str, Any]) -> None:
         key = Key.of("plan", body)
@@ -223,16 +222,17 @@ class Controller:
             self._enqueue(key)  # a tenant's: never in the catalog; its reconcile warns (once per generation)
             return
         previous = self.catalog.plan_id_of(body)
-        services = {self._service_of(b) for b in self.catalog.plan_bodies(previous or "") if Key.of("plan", b) == key}
-        services.add(self._service_of(body))
+        services = {p.service_id for p in self.catalog.plan_views(previous or "") if _key_of("plan", p) == key}
         if event_type == "DELETED":
+            services.add(EntryView.of(body).service_id)
             self.catalog.remove_plan(body)
         else:
-            self.catalog.upsert_plan(body)
-            if decisions.is_deleting(body) and decisions.has_finalizer(body):
+            entry = self.catalog.upsert_plan(body).view
+            services.add(entry.service_id)
+            if entry.meta.deleting and entry.meta.held:
                 self._enqueue(key)  # held by its instances: released once none is left
             else:
-                self._enqueue_unreported("plan", body)
+                self._enqueue_unreported("plan", entry)
         if self.multicluster is not None:
             self.multicluster.on_catalog("sfplans", event_type, body)
         for plan_id in {i for i in (previous, catalog_id(body)) if i}:
@@ -242,40 +242,37 @@ class Controller:
         for service_id in services:
             self._enqueue_guarded_services(service_id)
 
-    @staticmethod
-    def _service_of(body: dict[str, Any]) -> str:
-        service_id = (body.get("spec") or {}).get("serviceId")
-        return service_id if isinstance(service_id, str) else ""
-
     def _enqueue_guarded_services(self, service_id: str) -> None:
         """Queue the services declaring ``service_id`` whose finalizer may change with a plan or an instance
         of it (issue 29): one not held yet (a new plan holds it), or one being deleted (it may now go)."""
-        for service in self.catalog.service_bodies(service_id):
-            if decisions.plan_needs_count(service):
-                self._enqueue(Key.of("service", service))
+        for service in self.catalog.service_views(service_id):
+            if decisions.entry_needs_count(service.meta):
+                self._enqueue(_key_of("service", service))
 
     def on_instance(self, event_type: str, body: dict[str, Any]) -> None:
         key = Key.of("instance", body)
         if self.multicluster is not None:
             self.multicluster.on_instance(event_type, body)
         self._store(INSTANCES.store_key, event_type, body)
+        seen = EventView.of(body)
         if event_type == "DELETED":
             self.runtime.forget(key)
-            for plan in self.catalog.plan_bodies((body.get("spec") or {}).get("planId", "")):
+            for plan in self.catalog.plan_views(seen.plan_id):
                 if decisions.withdrawn(plan):
-                    self._enqueue(Key.of("plan", plan))  # its deletion may have waited for this instance
-            self._enqueue_guarded_services(self._service_of(body))  # as may its service's
+                    self._enqueue(_key_of("plan", plan))  # its deletion may have waited for this instance
+            self._enqueue_guarded_services(seen.service_id)  # as may its service's
             return
-        self._plan_members.link((body.get("spec") or {}).get("planId", ""), key)
-        if self._worth_a_reconcile(key, body):
+        self._plan_members.link(seen.plan_id, key)
+        if self._worth_a_reconcile(key, seen):
             self._enqueue(key)
         for binding in self._instance_bindings.of(key):
             self._enqueue(binding)
-        metrics.observe_state("instance", key, (body.get("status") or {}).get("state") or "none")
+        metrics.observe_state("instance", key, seen.state or "none")
 
     def on_binding(self, event_type: str, body: dict[str, Any]) -> None:
         key = Key.of("binding", body)
-        instance_key = Key("instance", key.namespace, resource_name((body.get("spec") or {}).get("instanceId", "")))
+        seen = EventView.of(body)
+        instance_key = Key("instance", key.namespace, resource_name(seen.instance_ref))
         self._store(BINDINGS.store_key, event_type, body)
         if event_type == "DELETED":
             self.runtime.forget(key)
@@ -283,9 +280,9 @@ class Controller:
             metrics.observe_state("binding", key, None)
             return
         self._instance_bindings.link(instance_key, key)
-        if self._worth_a_reconcile(key, body):
+        if self._worth_a_reconcile(key, seen):
             self._enqueue(key)
-        metrics.observe_state("binding", key, (body.get("status") or {}).get("state") or "none")
+        metrics.observe_state("binding", key, seen.state or "none")
 
     def _store(self, type_key: tuple[str, str], event_type: str, body: dict[str, Any]) -> None:
         """Keep the store current — before anything is enqueued, so a reconcile never reads older."""
@@ -294,18 +291,21 @@ class Controller:
         else:
             self.kube.store.put(type_key, body)
 
-    def _worth_a_reconcile(self, key: Key, body: dict[str, Any]) -> bool:
+    def _worth_a_reconcile(self, key: Key, seen: EventView) -> bool:
         """False for events that change nothing a reconcile decides on.
 
         Our own writes (their reconcile already decided what comes next), and changes that leave the spec
         generation, the requested state, deletion and our finalizer as they were — such as the broker
         recording ``lastOperation`` after the controller had already started.
         """
-        seen = decisions.fingerprint(body)
-        previous = self._fingerprints.put(key, seen)
-        if self.own_writes.caused(key, body["metadata"].get("resourceVersion")):
+        previous = self._fingerprints.put(key, seen.fingerprint)
+        if self.own_writes.caused(key, seen.resource_version):
             return False
-        return previous != seen
+        return previous != seen.fingerprint
+
+
+def _key_of(kind: str, entry: EntryView) -> Key:
+    return Key(kind, entry.meta.namespace, entry.meta.name)
 
 
 def build_registry(controller: Controller, *, kubeconfig: str | None) -> kopf.OperatorRegistry:

@@ -41,7 +41,7 @@ from opbroker.controller.core.binding_plan import (
 )
 from opbroker.controller.core.decisions import Step
 from opbroker.controller.core.instance_plan import Piece, Teardown
-from opbroker.controller.core.views import BindingView, InstanceView
+from opbroker.controller.core.views import BindingView, InstanceView, ObjectView, SecretView
 from opbroker.controller.executor import refusal_of
 from opbroker.controller.instances import limits_of
 from opbroker.controller.kube import BINDINGS, INSTANCES, Kube, Refused
@@ -60,29 +60,12 @@ __all__ = [
     "BindingFacts",
     "BindingReconciler",
     "binding_field_manager",
-    "delete_credentials",
     "followed_status",
 ]
 
 #: How long a bound binding's check waits for the first listing of its sources' kinds (after a restart):
 #: until then the store does not know them, and each check would read its sources with GETs.
 LISTING_WAIT_SECONDS = 30.0
-
-
-def delete_credentials(kube: Kube, binding: dict[str, Any]) -> None:
-    """Delete the binding's credentials Secret as the binding goes (only the one it owns).
-
-    The owner reference would let the garbage collector do it too, but in its own time: on a young cluster
-    it learns of a new custom resource kind only at its next discovery resync (30 s), and until then the
-    credentials of a binding that no longer exists would stay readable.
-    """
-    meta = binding["metadata"]
-    secret = kube.read_secret(meta["namespace"], credentials_secret_name(meta["name"]))
-    if secret is None:
-        return
-    owners = secret["metadata"].get("ownerReferences") or []
-    if any(owner.get("uid") == meta["uid"] for owner in owners):
-        kube.delete_secret(meta["namespace"], secret["metadata"]["name"], uid=secret["metadata"].get("uid"))
 
 
 class BindingReconciler(PassingReconciler[BindingFacts]):
@@ -159,19 +142,18 @@ class BindingReconciler(PassingReconciler[BindingFacts]):
         assert facts.instance is not None and facts.entry is not None
         kube, legacy, cache = self.deps.kube, self._actor(facts), self.deps.registries
         namespace = self.deps.settings.registries_namespace
-        instance, binding = dict(facts.instance.wire), dict(facts.binding.wire)
         instance_registry = cache.load(
-            kube, registries.place(instance, kind="instance", namespace=namespace), legacy=legacy
+            kube, registries.place(facts.instance.meta, kind="instance", namespace=namespace), legacy=legacy
         )
         binding_registry = cache.load(
-            kube, registries.place(binding, kind="binding", namespace=namespace), legacy=legacy
+            kube, registries.place(facts.binding.meta, kind="binding", namespace=namespace), legacy=legacy
         )
         return inputs_for(
             self.deps,
-            instance=instance,
+            instance=facts.instance,
             plan=facts.entry,
             registry=instance_registry,
-            binding=binding,
+            binding=facts.binding,
             binding_registry=binding_registry,
             sources=sources,
         )
@@ -209,8 +191,8 @@ class BindingReconciler(PassingReconciler[BindingFacts]):
         versions = [(ref, resource_version(fetched.get(name))) for name, ref in refs.items()]
         return decisions.sources_digest(
             plan_hash=facts.entry.hash,
-            instance=dict(facts.instance.wire),
-            binding=dict(facts.binding.wire),
+            instance=facts.instance.meta,
+            binding=facts.binding.meta,
             versions=versions,
         )
 
@@ -259,7 +241,7 @@ class BindingReconciler(PassingReconciler[BindingFacts]):
                 name=credentials_secret_name(binding.meta.name),
                 namespace=binding.meta.namespace,
             )
-            changed = decisions.credentials_changed(self._actor(facts).get(secret), response)
+            changed = decisions.credentials_changed(SecretView.maybe(self._actor(facts).get(secret)), response)
         return Refresh(report=report, secret_changed=changed)
 
     def _unchanged(self, facts: BindingFacts) -> bool:
@@ -279,7 +261,7 @@ class BindingReconciler(PassingReconciler[BindingFacts]):
         self.deps.watchers.wait_listed({(ref.api_version, ref.kind) for ref in refs} & kinds, LISTING_WAIT_SECONDS)
         versions = [(ref, self.deps.kube.version_of(ref)) for ref in refs]
         current = decisions.sources_digest(
-            plan_hash=entry.hash, instance=dict(instance.wire), binding=dict(binding.wire), versions=versions
+            plan_hash=entry.hash, instance=instance.meta, binding=binding.meta, versions=versions
         )
         return current == digest
 
@@ -290,7 +272,10 @@ class BindingReconciler(PassingReconciler[BindingFacts]):
         scope = decisions.teardown_scope(
             list(binding.status.resources), namespace=binding.meta.namespace, namespace_terminating=terminating
         )
-        letting = tuple((ref, decisions.letting_go(kube.get(ref), owner_uid=binding.meta.uid)) for ref in scope.release)
+        letting = tuple(
+            (ref, decisions.letting_go(ObjectView.maybe(kube.get(ref)), owner_uid=binding.meta.uid))
+            for ref in scope.release
+        )
         gathered = Teardown(terminating, letting)
         if not scope.run_templates or instance is None or entry is None or entry.model is None:
             return dataclasses.replace(facts, unbind=Unbind(gathered))

@@ -15,10 +15,11 @@ reports each of them (``DuplicateId``) until one goes; then the other serves aga
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -27,6 +28,7 @@ from pydantic import ValidationError
 from opbroker.api import SFPlan, SFService
 from opbroker.api.conventions import DEFAULT_NAMESPACE, catalog_id
 from opbroker.api.errors import field_errors
+from opbroker.controller.core.views import EntryView, Meta
 
 
 def spec_hash(spec: dict[str, Any]) -> str:
@@ -38,12 +40,18 @@ def spec_hash(spec: dict[str, Any]) -> str:
 @dataclass(frozen=True)
 class PlanEntry:
     body: dict[str, Any]
+    """The SFPlan as read: what templates see as ``plan`` (never written to)."""
     model: SFPlan | None
     problem: str | None
     hash: str
     duplicates: tuple[str, ...] = ()
     """``namespace/name`` of every trusted SFPlan (or, for a plan whose service id is declared twice, SFService)
     declaring the id, when more than one does: then the entry is not served (no model)."""
+
+    @functools.cached_property
+    def view(self) -> EntryView:
+        """The plan's typed view (its metadata, ids), built at its first use and kept with the entry."""
+        return EntryView.of(self.body)
 
 
 @dataclass(frozen=True)
@@ -53,6 +61,10 @@ class ServiceEntry:
     problem: str | None
     duplicates: tuple[str, ...] = ()
     """As :attr:`PlanEntry.duplicates`."""
+
+    @functools.cached_property
+    def view(self) -> EntryView:
+        return EntryView.of(self.body)
 
 
 ObjectKey = tuple[str, str]
@@ -114,13 +126,13 @@ class Catalog:
         self._services: _Held[ServiceEntry] = _Held()
 
     @staticmethod
-    def key(body: dict[str, Any]) -> ObjectKey:
-        meta = body["metadata"]
-        return meta.get("namespace", ""), meta["name"]
+    def key(body: Mapping[str, Any]) -> ObjectKey:
+        meta = Meta.of(body.get("metadata"))
+        return meta.namespace, meta.name
 
-    def trusts(self, body: dict[str, Any]) -> bool:
+    def trusts(self, body: Mapping[str, Any]) -> bool:
         """Whether ``body`` lives in a trusted namespace (only such objects enter the catalog)."""
-        return (body.get("metadata") or {}).get("namespace") in self.trusted
+        return Meta.of(body.get("metadata")).namespace in self.trusted
 
     # -- feeding -------------------------------------------------------------------------------------
 
@@ -191,8 +203,8 @@ class Catalog:
                 duplicates = tuple(ref(k) for k in holders)
                 problem = duplicate_problem("plan", plan_id, holders)
                 return PlanEntry(first.body, None, problem, spec_hash({"duplicates": duplicates}), duplicates)
-            service_id = (first.body.get("spec") or {}).get("serviceId")
-            services = self._services.holders(service_id) if isinstance(service_id, str) else []
+            service_id = first.view.service_id
+            services = self._services.holders(service_id) if service_id else []
         if len(services) > 1:
             duplicates = tuple(ref(k) for k in services)
             problem = duplicate_problem("service", str(service_id), services)
@@ -221,10 +233,10 @@ class Catalog:
         with self._lock:
             return self._services.holders(service_id)
 
-    def plan_bodies(self, plan_id: str) -> list[dict[str, Any]]:
-        """The bodies of every trusted SFPlan declaring ``plan_id``."""
+    def plan_views(self, plan_id: str) -> list[EntryView]:
+        """Every trusted SFPlan declaring ``plan_id``, as read."""
         with self._lock:
-            return [self._plans.entries[k][1].body for k in self._plans.holders(plan_id)]
+            return [self._plans.entries[k][1].view for k in self._plans.holders(plan_id)]
 
     def plan_id_of(self, body: dict[str, Any]) -> str | None:
         """The id the catalog holds ``body``'s object under (None: not held)."""
@@ -239,26 +251,18 @@ class Catalog:
         """The ids of every trusted SFPlan whose ``serviceId`` is ``service_id``."""
         with self._lock:
             return sorted(
-                {
-                    plan_id
-                    for plan_id, entry in self._plans.entries.values()
-                    if (entry.body.get("spec") or {}).get("serviceId") == service_id
-                }
+                {plan_id for plan_id, entry in self._plans.entries.values() if entry.view.service_id == service_id}
             )
 
-    def plan_bodies_of_service(self, service_id: str) -> list[dict[str, Any]]:
-        """The bodies of every trusted SFPlan whose ``serviceId`` is ``service_id``."""
+    def plan_views_of_service(self, service_id: str) -> list[EntryView]:
+        """Every trusted SFPlan whose ``serviceId`` is ``service_id``, as read."""
         with self._lock:
-            return [
-                entry.body
-                for _, entry in self._plans.entries.values()
-                if (entry.body.get("spec") or {}).get("serviceId") == service_id
-            ]
+            return [entry.view for _, entry in self._plans.entries.values() if entry.view.service_id == service_id]
 
-    def service_bodies(self, service_id: str) -> list[dict[str, Any]]:
-        """The bodies of every trusted SFService declaring ``service_id``."""
+    def service_views(self, service_id: str) -> list[EntryView]:
+        """Every trusted SFService declaring ``service_id``, as read."""
         with self._lock:
-            return [self._services.entries[k][1].body for k in self._services.holders(service_id)]
+            return [self._services.entries[k][1].view for k in self._services.holders(service_id)]
 
     def plans(self) -> Iterable[PlanEntry]:
         """Every plan served (an id declared twice is not)."""

@@ -23,7 +23,7 @@ from opbroker.controller.catalog import Catalog, ref
 from opbroker.controller.core import catalog_status, decisions, entry_plan
 from opbroker.controller.core.catalog_status import Verdict
 from opbroker.controller.core.entry_plan import EntryFacts, NoteWarned
-from opbroker.controller.core.views import EntryView
+from opbroker.controller.core.views import EntryView, InstanceView
 from opbroker.controller.executor import Executor, Run, Target
 from opbroker.controller.kube import INSTANCES, PLANS, SERVICES, Kind, Kube
 from opbroker.controller.reconciler import DONE, Key, ObservePlanAct, Outcome
@@ -52,11 +52,11 @@ class ServiceEntryReconciler(ObservePlanAct[EntryFacts, Any]):
         if facts is None or not facts.trusted or not entry_plan.entry_needs_count(facts.entry.meta):
             return facts
         service_id = facts.entry.osb_id
-        others = [b for b in self.catalog.service_bodies(service_id) if Catalog.key(b) != (key.namespace, key.name)]
-        if facts.entry.meta.deleting and any(not decisions.is_deleting(other) for other in others):
+        others = [v for v in self.catalog.service_views(service_id) if _key(v) != (key.namespace, key.name)]
+        if facts.entry.meta.deleting and any(not other.meta.deleting for other in others):
             return facts  # another trusted SFService declares the id and stays: it serves the plans, none waits
         users = decisions.service_users(
-            self.catalog.plan_bodies_of_service(service_id), self.kube.list_custom(INSTANCES, None), service_id
+            self.catalog.plan_views_of_service(service_id), _instances(self.kube), service_id
         )
         return EntryFacts(key, facts.entry, facts.verdict, users.plans + users.instances, users)
 
@@ -127,10 +127,10 @@ class PlanEntryReconciler(ServiceEntryReconciler):
         if facts is None or not facts.trusted or not entry_plan.entry_needs_count(facts.entry.meta):
             return facts
         plan_id = facts.entry.osb_id
-        others = [b for b in self.catalog.plan_bodies(plan_id) if Catalog.key(b) != (key.namespace, key.name)]
-        if facts.entry.meta.deleting and any(not decisions.is_deleting(other) for other in others):
+        others = [v for v in self.catalog.plan_views(plan_id) if _key(v) != (key.namespace, key.name)]
+        if facts.entry.meta.deleting and any(not other.meta.deleting for other in others):
             return facts  # another trusted SFPlan declares the id and stays: it serves the instances, none waits
-        users = decisions.plan_users(self.kube.list_custom(INSTANCES, None), plan_id)
+        users = decisions.plan_users(_instances(self.kube), plan_id)
         return EntryFacts(key, facts.entry, facts.verdict, users)
 
     @staticmethod
@@ -158,3 +158,12 @@ class PlanEntryReconciler(ServiceEntryReconciler):
         with self._verdicts_lock:
             self._verdicts.pop(key, None)
         return super().gone(key)
+
+
+def _key(entry: EntryView) -> tuple[str, str]:
+    return entry.meta.namespace, entry.meta.name
+
+
+def _instances(kube: Kube) -> list[InstanceView]:
+    """Every instance, as read (for a count of an entry's users: only while a guard depends on it)."""
+    return [InstanceView.of(body) for body in kube.list_custom(INSTANCES, None)]

@@ -45,7 +45,7 @@ from opbroker.controller.core.instance_plan import (
     refused,
     steps,
 )
-from opbroker.controller.core.views import BindingView, InstanceView
+from opbroker.controller.core.views import BindingView, InstanceView, ObjectView
 from opbroker.controller.executor import refusal_of
 from opbroker.controller.kube import BINDINGS, INSTANCES, Kube, Refused
 from opbroker.controller.osb_effects import osb_executor
@@ -153,22 +153,22 @@ class InstanceReconciler(PassingReconciler[InstanceFacts]):
 
     def _registry(self, facts: InstanceFacts) -> dict[str, Any]:
         namespace = self.deps.settings.registries_namespace
-        where = registries.place(dict(facts.instance.wire), kind="instance", namespace=namespace)
+        where = registries.place(facts.instance.meta, kind="instance", namespace=namespace)
         return self.deps.registries.load(self.deps.kube, where, legacy=self._actor(facts)) or {}
 
     def _render(self, facts: InstanceFacts) -> Rendering:
         """What ``provision`` renders now (with the objects its ``sources`` name, as they are)."""
-        entry, wire, kube = facts.entry, dict(facts.instance.wire), self._actor(facts)
+        entry, view, kube = facts.entry, facts.instance, self._actor(facts)
         assert entry is not None and entry.model is not None
         registry = self._registry(facts)
         source_refs = self.deps.renderer.render_sources(
-            entry.model, inputs_for(self.deps, instance=wire, plan=entry, registry=registry)
+            entry.model, inputs_for(self.deps, instance=view, plan=entry, registry=registry)
         )
         sources = fetch_sources(kube, source_refs)
         rendered = self.deps.renderer.render_objects(
             entry.model,
             TemplateAction.PROVISION,
-            inputs_for(self.deps, instance=wire, plan=entry, registry=registry, sources=sources),
+            inputs_for(self.deps, instance=view, plan=entry, registry=registry, sources=sources),
         )
         pieces = tuple(
             Piece(
@@ -185,7 +185,7 @@ class InstanceReconciler(PassingReconciler[InstanceFacts]):
         self, facts: InstanceFacts, *, provision: bool, sources: Mapping[str, ResourceRef] | None = None
     ) -> Report | None:
         """The status template's verdict on the operation (None: the plan has no model to ask)."""
-        entry, wire, kube = facts.entry, dict(facts.instance.wire), self._actor(facts)
+        entry, view, kube = facts.entry, facts.instance, self._actor(facts)
         if entry is None or entry.model is None:
             return None
         registry = self._registry(facts)
@@ -195,13 +195,13 @@ class InstanceReconciler(PassingReconciler[InstanceFacts]):
             dict(sources)
             if sources is not None
             else self.deps.renderer.render_sources(
-                entry.model, inputs_for(self.deps, instance=wire, plan=entry, registry=registry)
+                entry.model, inputs_for(self.deps, instance=view, plan=entry, registry=registry)
             )
         )
         result = self.deps.renderer.render_status(
             entry.model,
             inputs_for(
-                self.deps, instance=wire, plan=entry, registry=registry, sources=fetch_sources(kube, source_refs)
+                self.deps, instance=view, plan=entry, registry=registry, sources=fetch_sources(kube, source_refs)
             ),
         )
         section = result.provision if provision else result.deprovision
@@ -213,7 +213,10 @@ class InstanceReconciler(PassingReconciler[InstanceFacts]):
         scope = decisions.teardown_scope(
             list(view.status.resources), namespace=view.meta.namespace, namespace_terminating=terminating
         )
-        letting = tuple((ref, decisions.letting_go(kube.get(ref), owner_uid=view.meta.uid)) for ref in scope.release)
+        letting = tuple(
+            (ref, decisions.letting_go(ObjectView.maybe(kube.get(ref)), owner_uid=view.meta.uid))
+            for ref in scope.release
+        )
         return Teardown(terminating, letting)
 
     def _live_bindings(self, instance: InstanceView) -> int:

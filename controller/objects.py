@@ -1,20 +1,26 @@
-"""Small pure helpers over Kubernetes objects as dicts: owner references, labels, references."""
+"""Small pure helpers over Kubernetes objects: owner references, labels, references; the objects read come as
+views (:mod:`.core.views`), the manifests written are plain dicts (:data:`Manifest`)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from opbroker.api.conventions import ANNOTATION_OWNER_UID, LABEL_MANAGED_BY, MANAGED_BY
 from opbroker.api.meta import ResourceRef
+from opbroker.controller.core.views import Meta, ObjectView, Owner
+
+Manifest = dict[str, Any]
+"""A body (or a part of one) the controller writes, built as a plain dict."""
 
 
-def owner_reference(owner: dict[str, Any], *, controller: bool = False) -> dict[str, Any]:
-    meta = owner["metadata"]
-    reference = {
-        "apiVersion": owner["apiVersion"],
-        "kind": owner["kind"],
-        "name": meta["name"],
-        "uid": meta["uid"],
+def reference_to(owner: Owner, *, controller: bool = False) -> Manifest:
+    """The owner reference naming ``owner`` (a view of the object read)."""
+    reference: Manifest = {
+        "apiVersion": owner.api_version,
+        "kind": owner.kind,
+        "name": owner.meta.name,
+        "uid": owner.meta.uid,
         "blockOwnerDeletion": True,
     }
     if controller:
@@ -22,10 +28,14 @@ def owner_reference(owner: dict[str, Any], *, controller: bool = False) -> dict[
     return reference
 
 
-def resource_version(obj: dict[str, Any] | None) -> str | None:
+def owner_reference(owner: Mapping[str, Any], *, controller: bool = False) -> Manifest:
+    """:func:`reference_to` an object as read (for callers holding the body)."""
+    return reference_to(ObjectView.of(owner), controller=controller)
+
+
+def resource_version(obj: Mapping[str, Any] | None) -> str | None:
     """The object's ``metadata.resourceVersion``; None for no object or no version."""
-    version = ((obj or {}).get("metadata") or {}).get("resourceVersion")
-    return version if isinstance(version, str) else None
+    return None if obj is None else Meta.of(obj.get("metadata")).resource_version
 
 
 def ref_key(ref: ResourceRef) -> tuple[str, str, str, str]:
@@ -33,12 +43,7 @@ def ref_key(ref: ResourceRef) -> tuple[str, str, str, str]:
     return (ref.api_version, ref.kind, ref.namespace or "", ref.name)
 
 
-def refs_of(status: dict[str, Any] | None) -> list[ResourceRef]:
-    """The references recorded in a status' ``resources`` list."""
-    return [ResourceRef.model_validate(raw) for raw in (status or {}).get("resources") or []]
-
-
-def ref_dicts(refs: list[ResourceRef]) -> list[dict[str, Any]]:
+def ref_dicts(refs: list[ResourceRef]) -> list[Manifest]:
     return [ref.model_dump(by_alias=True, exclude_none=True) for ref in refs]
 
 
@@ -54,9 +59,7 @@ def minus_refs(first: list[ResourceRef], second: list[ResourceRef]) -> list[Reso
     return [ref for ref in first if ref_key(ref) not in drop]
 
 
-def stamp(
-    manifest: dict[str, Any], *, owner: dict[str, Any], labels: dict[str, str], owned: bool, shared: bool = False
-) -> dict[str, Any]:
+def stamp(manifest: Manifest, *, owner: Owner, labels: dict[str, str], owned: bool, shared: bool = False) -> Manifest:
     """A copy of a rendered object labelled as ours, stamped with its owner's uid (the proof, checked on the live
     object, that opbroker may later change or delete it; not for a ``shared`` singleton, whose owners are its
     owner references) and, when ``owned``, owned by ``owner``.
@@ -69,13 +72,14 @@ def stamp(
     metadata["labels"] = {**(metadata.get("labels") or {}), LABEL_MANAGED_BY: MANAGED_BY, **labels}
     if not shared:
         annotations = metadata.get("annotations") or {}
-        metadata["annotations"] = {**annotations, ANNOTATION_OWNER_UID: owner["metadata"]["uid"]}
+        metadata["annotations"] = {**annotations, ANNOTATION_OWNER_UID: owner.meta.uid}
     if owned:
-        others = [r for r in metadata.get("ownerReferences") or [] if r.get("uid") != owner["metadata"]["uid"]]
-        metadata["ownerReferences"] = [*others, owner_reference(owner)]
+        others = [r for r in metadata.get("ownerReferences") or [] if r.get("uid") != owner.meta.uid]
+        metadata["ownerReferences"] = [*others, reference_to(owner)]
     return {**manifest, "metadata": metadata}
 
 
-def same_namespace(manifest: dict[str, Any], owner: dict[str, Any]) -> bool:
+def same_namespace(manifest: Mapping[str, Any], owner: Meta) -> bool:
+    """Whether a manifest to write goes into ``owner``'s namespace (where an owner reference to it works)."""
     namespace = (manifest.get("metadata") or {}).get("namespace")
-    return namespace is not None and namespace == owner["metadata"].get("namespace")
+    return namespace is not None and namespace == owner.namespace

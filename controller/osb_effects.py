@@ -11,13 +11,13 @@ Each effect performs its action the same way every time and decides nothing: the
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from opbroker.api.conventions import LABEL_PLAN
 from opbroker.api.meta import ResourceRef
 from opbroker.controller import registries, singletons
 from opbroker.controller.core import actions as a
 from opbroker.controller.core import decisions
+from opbroker.controller.core.views import ObjectView
 from opbroker.controller.executor import Effect, Executor, Run, Target
 from opbroker.controller.kube import Kind, Kube, ref_of
 from opbroker.controller.ownership import NotOwned, apply_owned, release
@@ -47,7 +47,9 @@ def osb_effects(
 
     def place(run: Run) -> registries.Place:
         """Where the object's registry is kept: the registry namespace, which consumers cannot read."""
-        return registries.place(run.body, kind=run.target.key_kind, namespace=deps.settings.registries_namespace)
+        return registries.place(
+            ObjectView.of(run.body).meta, kind=run.target.key_kind, namespace=deps.settings.registries_namespace
+        )
 
     def save_registry(run: Run, action: a.SaveRegistry) -> None:
         deps.registries.save(deps.kube, place(run), dict(action.registry), dict(action.labels))
@@ -88,21 +90,20 @@ def write_secret(run: Run, action: a.WriteSecret) -> None:
     """Apply a Secret, unless one of that name exists and is not the owner's (``NotOwned``)."""
     kube = run.actor(action.as_user)
     manifest = dict(action.manifest)
-    meta = manifest["metadata"]
     if action.owner_uid is not None:
-        live = kube.read_secret(meta["namespace"], meta["name"], stored=True)
+        ref = ref_of(manifest)
+        live = ObjectView.maybe(kube.read_secret(ref.namespace or "", ref.name, stored=True))
         if decisions.takeover(live, owner_uids=(action.owner_uid,), adopt=False) is decisions.Takeover.REFUSE:
-            raise NotOwned(ResourceRef(api_version="v1", kind="Secret", name=meta["name"], namespace=meta["namespace"]))
+            raise NotOwned(ref)
     kube.apply_secret(manifest)
 
 
 def delete_secret(run: Run, action: a.DeleteSecret) -> None:
     """Delete the Secret if it is the owner's (another's of that name is left alone)."""
     kube = run.actor(action.as_user)
-    secret = kube.read_secret(action.namespace, action.name)
-    owners = (secret or {}).get("metadata", {}).get("ownerReferences") or []
-    if secret is not None and any(owner.get("uid") == action.owner_uid for owner in owners):
-        kube.delete_secret(action.namespace, action.name, uid=secret["metadata"].get("uid"))
+    secret = ObjectView.maybe(kube.read_secret(action.namespace, action.name))
+    if secret is not None and secret.meta.owned_by(action.owner_uid):
+        kube.delete_secret(action.namespace, action.name, uid=secret.meta.uid or None)
 
 
 def apply(run: Run, action: a.Apply) -> None:
@@ -127,19 +128,18 @@ def apply(run: Run, action: a.Apply) -> None:
     if kube.create(manifest if action.owned else singletons.tracked(manifest, uid)) is not None:
         return
     ref = ref_of(manifest)
-    live = kube.get(ref)
+    live = ObjectView.maybe(kube.get(ref))
     if live is None:
         return  # deleted meanwhile: the next reconcile creates it
-    plan_label = (manifest["metadata"].get("labels") or {}).get(LABEL_PLAN)
-    if not action.adopt and not decisions.shared_singleton(live, plan_label=plan_label):
+    plan_label = ObjectView.of(manifest).meta.labels.get(LABEL_PLAN)
+    if not action.adopt and not decisions.shared_singleton(live.meta, plan_label=plan_label):
         raise NotOwned(ref)
     if not action.owned:  # owner references cannot reach it: opbroker tracks its users (``singletons``)
         singletons.join(kube, ref, live, uid)
         return
-    owners: list[Any] = live["metadata"].get("ownerReferences") or []
-    if all(o.get("uid") != uid for o in owners):
+    if not live.meta.owned_by(uid):
         patch = {
-            "ownerReferences": [*owners, dict(action.owner_reference)],
-            "resourceVersion": live["metadata"]["resourceVersion"],
+            "ownerReferences": [*(dict(o.wire) for o in live.meta.owners), dict(action.owner_reference)],
+            "resourceVersion": live.meta.resource_version,
         }
         kube.merge_patch(ref, {"metadata": patch})

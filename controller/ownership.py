@@ -11,13 +11,14 @@ without the stamp is never taken over, unless the plan's template declares adopt
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from opbroker.api.meta import ResourceRef
 from opbroker.controller import singletons
 from opbroker.controller.core import decisions
 from opbroker.controller.core.decisions import Letting, Takeover
+from opbroker.controller.core.views import ObjectView
 from opbroker.controller.kube import FIELD_MANAGER, Kube, ref_of
+from opbroker.controller.objects import Manifest
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +37,7 @@ class NotOwned(RuntimeError):
 
 def apply_owned(
     kube: Kube,
-    manifest: dict[str, Any],
+    manifest: Manifest,
     *,
     owner_uids: tuple[str, ...],
     adopt: bool = False,
@@ -54,13 +55,13 @@ def apply_owned(
     unstamped, and the deprovision then waited for ever on an object not its own).
     """
     ref = ref_of(manifest)
-    live = kube.get(ref)
+    live = ObjectView.maybe(kube.get(ref))
     if decisions.takeover(live, owner_uids=owner_uids, adopt=adopt) is Takeover.REFUSE:
         raise NotOwned(ref)
     if not must_exist:
         kube.apply(manifest, field_manager=field_manager)
         return
-    uid = (live or {}).get("metadata", {}).get("uid")
+    uid = live.meta.uid or None if live is not None else None
     if uid is None or kube.apply(manifest, field_manager=field_manager, uid=uid) is None:
         where = f"{ref.namespace}/{ref.name}" if ref.namespace else ref.name
         logger.info("%s %s is gone: nothing of it to amend", ref.kind, where)
@@ -73,13 +74,13 @@ def release(kube: Kube, ref: ResourceRef, *, owner_uid: str) -> bool:
 
     Returns True while the object still exists and is ours to wait for (deletion in progress).
     """
-    live = kube.get(ref)
+    live = ObjectView.maybe(kube.get(ref))
     step = decisions.letting_go(live, owner_uid=owner_uid)
     if step is Letting.LEAVE:
         where = f"{ref.namespace}/{ref.name}" if ref.namespace else ref.name
         logger.warning("left %s %s alone: recorded as released, but it is not ours", ref.kind, where)
         return False
-    if step is Letting.UNOWN or (step is Letting.DELETE and decisions.singleton_users(live)):
+    if step is Letting.UNOWN or (step is Letting.DELETE and live is not None and decisions.singleton_users(live.meta)):
         assert live is not None
         return singletons.leave(kube, ref, live, owner_uid)  # guarded: others join and leave meanwhile
     if step is Letting.DELETE:

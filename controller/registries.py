@@ -36,7 +36,9 @@ from opbroker.api.conventions import (
     binding_registry_name,
     instance_registry_name,
 )
+from opbroker.controller.core.views import Meta, SecretView
 from opbroker.controller.kube import Kube
+from opbroker.controller.objects import Manifest
 
 logger = logging.getLogger(__name__)
 
@@ -68,25 +70,24 @@ class Place:
         return binding_registry_name(self.owner_name)
 
 
-def place(owner: dict[str, Any], *, kind: str, namespace: str) -> Place:
-    """The registry place of ``owner`` (an SFServiceInstance or SFServiceBinding as on the wire)."""
-    meta = owner["metadata"]
+def place(owner: Meta, *, kind: str, namespace: str) -> Place:
+    """The registry place of ``owner`` (an SFServiceInstance's or SFServiceBinding's metadata)."""
     return Place(
         namespace=namespace,
-        name=f"opbroker-{kind}-registry-{meta['uid']}",
+        name=f"opbroker-{kind}-registry-{owner.uid}",
         kind=kind,
-        owner_namespace=meta["namespace"],
-        owner_name=meta["name"],
-        owner_uid=meta["uid"],
+        owner_namespace=owner.namespace,
+        owner_name=owner.name,
+        owner_uid=owner.uid,
     )
 
 
-def decode(secret: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The registry held by a Secret, or None if there is no Secret yet."""
+def decode(secret: SecretView | None) -> dict[str, Any] | None:
+    """The registry (its JSON values) held by a Secret, or None if there is no Secret yet."""
     if secret is None:
         return None
     values: dict[str, Any] = {}
-    for key, encoded in (secret.get("data") or {}).items():
+    for key, encoded in secret.data.items():
         raw = base64.b64decode(encoded).decode("utf-8")
         try:
             values[key] = json.loads(raw)
@@ -102,31 +103,36 @@ def encode(values: dict[str, Any]) -> dict[str, str]:
     }
 
 
-def stamped(secret: dict[str, Any] | None, owner_uid: str) -> bool:
+def stamped(secret: SecretView | None, owner_uid: str) -> bool:
     """True if ``secret`` is the live registry (at the new place) of ``owner_uid``."""
-    meta = (secret or {}).get("metadata") or {}
-    return not meta.get("deletionTimestamp") and (meta.get("annotations") or {}).get(ANNOTATION_OWNER_UID) == owner_uid
+    return secret is not None and not secret.meta.deleting and secret.meta.stamped(owner_uid)
 
 
-def legacy_owned(secret: dict[str, Any] | None, owner_uid: str) -> bool:
+def legacy_owned(secret: SecretView | None, owner_uid: str) -> bool:
     """True if ``secret`` is the registry at the old place of ``owner_uid`` (owned by it alone). One of an
     earlier object of the same name is not: the garbage collector deletes it with its owner."""
-    meta = (secret or {}).get("metadata") or {}
-    owners = {o.get("uid") for o in meta.get("ownerReferences") or []}
-    ours = (meta.get("labels") or {}).get(LABEL_MANAGED_BY) == MANAGED_BY
-    return ours and not meta.get("deletionTimestamp") and owners == {owner_uid}
+    if secret is None:
+        return False
+    meta = secret.meta
+    ours = meta.labels.get(LABEL_MANAGED_BY) == MANAGED_BY
+    return ours and not meta.deleting and set(meta.owner_uids) == {owner_uid}
+
+
+def domain_labels(secret: SecretView) -> dict[str, str]:
+    """The ``opbroker.io/`` labels of a registry, carried along when it moves."""
+    return {k: v for k, v in secret.meta.labels.items() if k.startswith(DOMAIN)}
 
 
 def read(kube: Kube, where: Place) -> dict[str, Any] | None:
     """The registry, at its place or (not moved yet) its old one; None if there is none. Reads only."""
-    secret = kube.read_secret(where.namespace, where.name)
+    secret = SecretView.maybe(kube.read_secret(where.namespace, where.name))
     if stamped(secret, where.owner_uid):
         return decode(secret)
-    legacy = kube.read_secret(where.owner_namespace, where.legacy_name)
+    legacy = SecretView.maybe(kube.read_secret(where.owner_namespace, where.legacy_name))
     return decode(legacy) if legacy_owned(legacy, where.owner_uid) else None
 
 
-def save(kube: Kube, where: Place, values: dict[str, Any], labels: dict[str, str]) -> dict[str, Any]:
+def save(kube: Kube, where: Place, values: dict[str, Any], labels: dict[str, str]) -> Manifest:
     """Write the registry (server-side apply, so repeating it changes nothing); the Secret as written."""
     return kube.apply_secret(
         {
@@ -164,23 +170,20 @@ def sweep(kube: Kube, namespace: str, owner_uid_of: Callable[[str, str, str], st
     (re-created, or rewritten for a new owner of the name) is never deleted by mistake.
     """
     deleted = []
-    for secret in kube.list_secrets(namespace, label_selector=LABEL_REGISTRY_OF):
-        meta = secret.get("metadata") or {}
-        labels = meta.get("labels") or {}
-        kind = labels.get(LABEL_REGISTRY_OF, "")
-        owner_name = labels.get(_OWNER_LABEL.get(kind, ""), "")
-        owner_namespace = labels.get(LABEL_OWNER_NAMESPACE, "")
-        uid = (meta.get("annotations") or {}).get(ANNOTATION_OWNER_UID)
+    for listed in kube.list_secrets(namespace, label_selector=LABEL_REGISTRY_OF):
+        meta = Meta.of(listed.get("metadata"))
+        kind = meta.labels.get(LABEL_REGISTRY_OF, "")
+        owner_name = meta.labels.get(_OWNER_LABEL.get(kind, ""), "")
+        owner_namespace = meta.labels.get(LABEL_OWNER_NAMESPACE, "")
+        uid = meta.annotations.get(ANNOTATION_OWNER_UID)
         if kind not in _OWNER_LABEL or not owner_name or not owner_namespace or not uid:
             continue  # not one we wrote: left alone
         if owner_uid_of(kind, owner_namespace, owner_name) == uid:
             continue
-        if kube.delete_secret(
-            namespace, meta["name"], uid=meta.get("uid"), resource_version=meta.get("resourceVersion")
-        ):
-            logger.info("deleted registry %s/%s: its %s %s/%s is gone", namespace, meta["name"], kind,
+        if kube.delete_secret(namespace, meta.name, uid=meta.uid or None, resource_version=meta.resource_version):
+            logger.info("deleted registry %s/%s: its %s %s/%s is gone", namespace, meta.name, kind,
                         owner_namespace, owner_name)  # fmt: skip
-            deleted.append(meta["name"])
+            deleted.append(meta.name)
     return deleted
 
 
@@ -204,7 +207,7 @@ class RegistryCache:
         """
         cached = self._values.get(where.name)
         if cached is None:
-            secret = kube.read_secret(where.namespace, where.name, stored=True)  # registries are written by us alone
+            secret = SecretView.maybe(kube.read_secret(where.namespace, where.name, stored=True))  # written by us alone
             if stamped(secret, where.owner_uid):
                 cached = decode(secret) or {}
             else:
@@ -216,14 +219,12 @@ class RegistryCache:
 
     @staticmethod
     def _move(kube: Kube, where: Place, legacy: Kube) -> dict[str, Any] | None:
-        old = legacy.read_secret(where.owner_namespace, where.legacy_name)
-        if not legacy_owned(old, where.owner_uid):
+        old = SecretView.maybe(legacy.read_secret(where.owner_namespace, where.legacy_name))
+        if old is None or not legacy_owned(old, where.owner_uid):
             return None
-        assert old is not None
         values = decode(old) or {}
-        labels = {k: v for k, v in (old["metadata"].get("labels") or {}).items() if k.startswith(DOMAIN)}
-        save(kube, where, values, labels)
-        legacy.delete_secret(where.owner_namespace, where.legacy_name, uid=old["metadata"].get("uid"))
+        save(kube, where, values, domain_labels(old))
+        legacy.delete_secret(where.owner_namespace, where.legacy_name, uid=old.meta.uid or None)
         logger.info(
             "moved the registry of %s %s/%s to %s/%s",
             where.kind,

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from opbroker.api.conventions import LABEL_MANAGED_BY, MANAGED_BY
 from opbroker.controller import registries
+from opbroker.controller.core.views import ObjectView, SecretView
 from opbroker.controller.kube import BINDINGS, INSTANCES, Kube
 
 logger = logging.getLogger(__name__)
@@ -48,24 +49,23 @@ def move_legacy(kube: Kube, namespace: str, door: Callable[[str], Kube]) -> int:
     """Move every registry still at its old place (``<name>-registry`` beside its owner) into ``namespace``,
     values unchanged; the old Secret is deleted through ``door(its namespace)``. The number moved."""
     moved = 0
-    for secret in kube.list_secrets(None, label_selector=LEGACY_SELECTOR):
-        meta = secret.get("metadata") or {}
-        owners = meta.get("ownerReferences") or []
-        if len(owners) != 1 or owners[0].get("kind") not in _OWNER_KINDS or not meta["name"].endswith("-registry"):
+    for listed in kube.list_secrets(None, label_selector=LEGACY_SELECTOR):
+        secret = SecretView.of(listed)
+        meta, owners = secret.meta, secret.meta.owners
+        if len(owners) != 1 or owners[0].kind not in _OWNER_KINDS or not meta.name.endswith("-registry"):
             continue  # a credentials Secret, or nothing of ours
-        kind = _OWNER_KINDS[owners[0]["kind"]]
-        owner = kube.get_custom(_KINDS[kind], meta["namespace"], owners[0]["name"], fresh=True)
-        if owner is None or owner["metadata"]["uid"] != owners[0].get("uid"):
+        kind = _OWNER_KINDS[owners[0].kind]
+        owner = ObjectView.maybe(kube.get_custom(_KINDS[kind], meta.namespace, owners[0].name or "", fresh=True))
+        if owner is None or owner.meta.uid != owners[0].uid:
             continue  # the garbage collector takes it with its owner
-        where = registries.place(owner, kind=kind, namespace=namespace)
-        if where.legacy_name != meta["name"]:
+        where = registries.place(owner.meta, kind=kind, namespace=namespace)
+        if where.legacy_name != meta.name:
             continue
-        if not registries.stamped(kube.read_secret(where.namespace, where.name), where.owner_uid):
+        if not registries.stamped(SecretView.maybe(kube.read_secret(where.namespace, where.name)), where.owner_uid):
             if not registries.legacy_owned(secret, where.owner_uid):
                 continue
-            labels = {k: v for k, v in (meta.get("labels") or {}).items() if k.startswith("opbroker.io/")}
-            registries.save(kube, where, registries.decode(secret) or {}, labels)
-        door(meta["namespace"]).delete_secret(meta["namespace"], meta["name"], uid=meta.get("uid"))
+            registries.save(kube, where, registries.decode(secret) or {}, registries.domain_labels(secret))
+        door(meta.namespace).delete_secret(meta.namespace, meta.name, uid=meta.uid or None)
         moved += 1
     return moved
 

@@ -3,10 +3,12 @@ objects no longer rendered is :mod:`opbroker.controller.ownership`'s)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from opbroker.api.meta import ResourceRef
 from opbroker.controller.catalog import PlanEntry
+from opbroker.controller.core.views import BindingView, InstanceView
 from opbroker.controller.kube import Kube
 from opbroker.controller.reconciling import Deps
 from opbroker.rendering import RenderInputs
@@ -15,27 +17,26 @@ from opbroker.rendering import RenderInputs
 def inputs_for(
     deps: Deps,
     *,
-    instance: dict[str, Any],
+    instance: InstanceView,
     plan: PlanEntry,
-    registry: dict[str, Any] | None,
-    binding: dict[str, Any] | None = None,
-    binding_registry: dict[str, Any] | None = None,
-    sources: dict[str, dict[str, Any] | None] | None = None,
+    registry: Mapping[str, Any] | None,
+    binding: BindingView | None = None,
+    binding_registry: Mapping[str, Any] | None = None,
+    sources: Mapping[str, Mapping[str, Any] | None] | None = None,
 ) -> RenderInputs:
-    """Everything a template may see. Namespace precedence (template → request → ours) is the renderer's."""
-    service_id = (plan.body.get("spec") or {}).get("serviceId", "")
-    service = deps.catalog.service(service_id)
-    context = (instance.get("spec") or {}).get("context") or {}
+    """Everything a template may see (the objects as read, whole: templates may read any field). Namespace
+    precedence (template → request → ours) is the renderer's."""
+    service = deps.catalog.service(plan.view.service_id)
     return RenderInputs(
         service=service.body if service else {},
         plan=plan.body,
-        instance=instance,
-        binding=binding,
+        instance=instance.wire,
+        binding=binding.wire if binding is not None else None,
         sources=sources or {},
         registry=registry or {},
         binding_registry=binding_registry,
-        default_namespace=instance["metadata"]["namespace"],
-        context_namespace=context.get("namespace"),
+        default_namespace=instance.meta.namespace,
+        context_namespace=instance.context_namespace,
     )
 
 

@@ -33,6 +33,7 @@ from opbroker.api.meta import ResourceRef
 from opbroker.api.osb import OperationState
 from opbroker.controller import registries
 from opbroker.controller.core.decisions import is_deleting
+from opbroker.controller.core.views import Meta
 from opbroker.controller.kube import INSTANCES, PLANS, SERVICES, Kube
 from opbroker.rendering import Renderer, RenderError, RenderInputs
 from opbroker.rendering.output import RenderedObject
@@ -238,7 +239,8 @@ def subjects(
                 local = where.get_custom(INSTANCES, meta["namespace"], meta["name"]) if cluster else None
                 owner = local if local is not None else instance
                 registry = registries.read(
-                    where, registries.place(owner, kind="instance", namespace=registry_namespace)
+                    where,
+                    registries.place(Meta.of(owner.get("metadata")), kind="instance", namespace=registry_namespace),
                 )
             except Exception as exc:
                 yield Subject(instance, None, _nothing, service, problem=f"cannot read from cluster {cluster!r}: {exc}")

@@ -17,14 +17,14 @@ way (a precondition on the version), so an instance that joined in between keeps
 
 from __future__ import annotations
 
-from typing import Any
-
 from kubernetes.client.exceptions import ApiException
 
 from opbroker.api.conventions import ANNOTATION_SINGLETON_USERS
 from opbroker.api.meta import ResourceRef
 from opbroker.controller.core import decisions
+from opbroker.controller.core.views import ObjectView
 from opbroker.controller.kube import Kube
+from opbroker.controller.objects import Manifest
 from opbroker.controller.reconciler import Conflict
 
 #: Tries of a guarded write before the reconcile is repeated (each after a fresh read): a handful of instances
@@ -44,17 +44,17 @@ class SingletonFull(RuntimeError):
         self.ref = ref
 
 
-def tracked(manifest: dict[str, Any], owner_uid: str) -> dict[str, Any]:
+def tracked(manifest: Manifest, owner_uid: str) -> Manifest:
     """A copy of a singleton's manifest that, created, lists ``owner_uid`` as its first user."""
     metadata = dict(manifest.get("metadata") or {})
     metadata["annotations"] = {**(metadata.get("annotations") or {}), ANNOTATION_SINGLETON_USERS: f'["{owner_uid}"]'}
     return {**manifest, "metadata": metadata}
 
 
-def join(kube: Kube, ref: ResourceRef, live: dict[str, Any], owner_uid: str) -> None:
+def join(kube: Kube, ref: ResourceRef, live: ObjectView, owner_uid: str) -> None:
     """List ``owner_uid`` among the users of the existing singleton ``live`` (nothing when it is listed)."""
     for _ in range(ATTEMPTS):
-        users = decisions.singleton_users(live)
+        users = decisions.singleton_users(live.meta)
         if owner_uid in users:
             return
         if len(users) >= decisions.MAX_SINGLETON_USERS:
@@ -62,7 +62,7 @@ def join(kube: Kube, ref: ResourceRef, live: dict[str, Any], owner_uid: str) -> 
         patch = {
             "metadata": {
                 "annotations": {ANNOTATION_SINGLETON_USERS: decisions.users_annotation([*users, owner_uid])},
-                "resourceVersion": live["metadata"]["resourceVersion"],
+                "resourceVersion": live.meta.resource_version,
             }
         }
         try:
@@ -74,14 +74,14 @@ def join(kube: Kube, ref: ResourceRef, live: dict[str, Any], owner_uid: str) -> 
         fresh = kube.get(ref, fresh=True)
         if fresh is None:
             raise Conflict(f"{ref.kind} {ref.name} went while this instance joined it; it is made again")
-        live = fresh
+        live = ObjectView.of(fresh)
     raise Conflict(f"{ref.kind} {ref.name} kept changing while this instance joined it")
 
 
-def leave(kube: Kube, ref: ResourceRef, live: dict[str, Any], owner_uid: str) -> bool:
+def leave(kube: Kube, ref: ResourceRef, live: ObjectView, owner_uid: str) -> bool:
     """Remove ``owner_uid`` from a shared object's owners (owner references and tracked users) — or delete it
     when it is the last — each write guarded by the version read. True while a deletion is in progress."""
-    current: dict[str, Any] | None = live
+    current: ObjectView | None = live
     for _ in range(ATTEMPTS):
         step = decisions.letting_go(current, owner_uid=owner_uid)
         if step in (decisions.Letting.GONE, decisions.Letting.LEAVE):
@@ -89,16 +89,15 @@ def leave(kube: Kube, ref: ResourceRef, live: dict[str, Any], owner_uid: str) ->
         if step is decisions.Letting.WAIT:
             return True
         assert current is not None
-        meta = current["metadata"]
+        meta = current.meta
         try:
             if step is decisions.Letting.DELETE:
-                kube.delete(ref, resource_version=meta["resourceVersion"])
+                kube.delete(ref, resource_version=meta.resource_version)
                 return True
-            owners = meta.get("ownerReferences") or []
-            users = decisions.singleton_users(current)
-            changes: dict[str, Any] = {"resourceVersion": meta["resourceVersion"]}
-            if any(o.get("uid") == owner_uid for o in owners):
-                changes["ownerReferences"] = [o for o in owners if o.get("uid") != owner_uid]
+            users = decisions.singleton_users(meta)
+            changes: Manifest = {"resourceVersion": meta.resource_version}
+            if meta.owned_by(owner_uid):
+                changes["ownerReferences"] = [dict(o.wire) for o in meta.owners if o.uid != owner_uid]
             if owner_uid in users:
                 rest = decisions.users_annotation(u for u in users if u != owner_uid)
                 changes["annotations"] = {ANNOTATION_SINGLETON_USERS: rest}
@@ -107,5 +106,5 @@ def leave(kube: Kube, ref: ResourceRef, live: dict[str, Any], owner_uid: str) ->
         except ApiException as exc:
             if exc.status != 409:
                 raise
-        current = kube.get(ref, fresh=True)
+        current = ObjectView.maybe(kube.get(ref, fresh=True))
     raise Conflict(f"{ref.kind} {ref.name} kept changing while this instance let go of it")

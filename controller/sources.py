@@ -25,6 +25,7 @@ without a GET each; their later changes come from its own writes.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
@@ -37,6 +38,7 @@ from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
 
 from opbroker.api.meta import ResourceRef
+from opbroker.controller.core.views import ListPage, WatchEvent
 from opbroker.controller.kube import METADATA_LIST, METADATA_PAGE, Kube
 from opbroker.controller.reconciler.keys import Key
 from opbroker.kubeclient.deadlines import Timeouts
@@ -51,7 +53,7 @@ def object_key(ref: ResourceRef) -> ObjectKey:
     return (ref.api_version, ref.kind, ref.namespace or "", ref.name)
 
 
-def _with_type(item: dict[str, Any], api_version: str, kind: str) -> dict[str, Any]:
+def _with_type(item: Mapping[str, Any], api_version: str, kind: str) -> dict[str, Any]:
     """List items carry no apiVersion/kind; the store's copies are served as if read one by one."""
     return {**item, "apiVersion": api_version, "kind": kind}
 
@@ -83,13 +85,12 @@ def _listing(
         headers["label_selector"] = label_selector
     while True:
         limit = METADATA_PAGE if metadata_only else LIST_PAGE
-        page = json.loads(resource.get(limit=limit, _continue=token, serialize=False, **headers).data)
-        for item in page.get("items") or []:
+        page = ListPage.of(json.loads(resource.get(limit=limit, _continue=token, serialize=False, **headers).data))
+        for item in page.items:
             yield _metadata_of(item, api_version, kind) if metadata_only else _with_type(item, api_version, kind)
-        meta = page.get("metadata") or {}
-        token = meta.get("continue") or None
+        token = page.continue_token
         if token is None:
-            version.append(meta.get("resourceVersion"))
+            version.append(page.resource_version)
             return
 
 
@@ -101,7 +102,7 @@ def _timed_out(exc: BaseException) -> bool:
     )
 
 
-def _metadata_of(item: dict[str, Any], api_version: str, kind: str) -> dict[str, Any]:
+def _metadata_of(item: Mapping[str, Any], api_version: str, kind: str) -> dict[str, Any]:
     """What a metadata-only watch passes on of an object: its type and metadata, nothing else (whatever else
     an API server might send; annotations stay — listeners may look at them — but the store keeps none)."""
     return {"apiVersion": api_version, "kind": kind, "metadata": item.get("metadata") or {}}
@@ -263,6 +264,7 @@ class SourceWatchers:
                             store.fill(type_key, obj)
                     self._listed[type_key].set()
                 watcher = watch.Watch()
+                metadata_of = functools.partial(_metadata_of, api_version=api_version, kind=kind)
                 deadline = time.monotonic() + Timeouts(watch=self._watch_seconds).watch_read()
                 events = (
                     self._kube.dynamic.watch(
@@ -275,30 +277,28 @@ class SourceWatchers:
                     if bodies
                     else _metadata_events(resource, resource_version, watcher, self._watch_seconds)
                 )
-                for event in events:
+                for sent in events:
                     if self._stop.is_set() or time.monotonic() > deadline:
                         watcher.stop()
                         break
-                    raw: dict[str, Any] = event["raw_object"]
-                    if not bodies and event["type"] != "ERROR":
-                        raw = _metadata_of(raw, api_version, kind)
-                    meta = raw.get("metadata") or {}
-                    resource_version = meta.get("resourceVersion", resource_version)
-                    if event["type"] == "BOOKMARK":
+                    event = WatchEvent.of(sent, None if bodies else metadata_of)
+                    resource_version = event.resource_version or resource_version
+                    if event.type == "BOOKMARK":
                         continue
-                    if event["type"] == "ERROR":
-                        if raw.get("code") == 410:  # resourceVersion too old: relist
+                    if event.type == "ERROR":
+                        if event.code == 410:  # resourceVersion too old: relist
                             resource_version = None
                         break
-                    if event["type"] == "DELETED":
+                    raw = event.object
+                    if event.type == "DELETED":
                         store.remove(type_key, raw)
-                    elif event["type"] in ("ADDED", "MODIFIED"):
+                    elif event.type in ("ADDED", "MODIFIED"):
                         if bodies:
                             store.put(type_key, raw)
                         else:
                             store.note(type_key, raw)
-                    self._tell(type_key, event["type"], raw)
-                    key = (api_version, kind, meta.get("namespace") or "", meta.get("name", ""))
+                    self._tell(type_key, event.type, raw)
+                    key = (api_version, kind, event.namespace, event.name)
                     for owner in self._index.owners_of(key):
                         self._on_change(owner)
             except ApiException as exc:

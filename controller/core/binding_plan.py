@@ -36,7 +36,7 @@ from opbroker.controller.core.decisions import Letting, Step
 from opbroker.controller.core.instance_plan import Limits, Piece, Teardown, count_error, still_in_progress, write_status
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import BindingView, InstanceView
-from opbroker.controller.objects import minus_refs, owner_reference, ref_dicts, same_namespace, stamp
+from opbroker.controller.objects import Manifest, minus_refs, ref_dicts, reference_to, same_namespace, stamp
 from opbroker.controller.reconciler.keys import Key
 from opbroker.rendering.status import SectionStatus
 
@@ -46,7 +46,7 @@ def binding_field_manager(binding_name: str) -> str:
     return f"opbroker-binding-{binding_name}"[:128]
 
 
-def followed_status(refs: Sequence[ResourceRef], digest: str) -> dict[str, Any]:
+def followed_status(refs: Sequence[ResourceRef], digest: str) -> Manifest:
     """The status fields recording what a binding's credentials were rendered from."""
     return {"sources": ref_dicts(list(refs)), "sourcesDigest": digest}
 
@@ -129,7 +129,7 @@ def steps(facts: BindingFacts) -> tuple[Step, ...]:
     """What the binding needs next."""
     binding, instance, entry = facts.binding, facts.instance, facts.entry
     state = instance.status.state if instance is not None else None
-    step = decisions.next_binding_step(dict(binding.wire), instance_state=state)
+    step = decisions.next_binding_step(binding, instance_state=state)
     if step == Step.NOTHING:
         return ()
     if step in (Step.ADD_FINALIZER, Step.TEARDOWN):
@@ -176,15 +176,13 @@ def _transition(
     extra: Mapping[str, Any] | None = None,
     log: bool = False,
 ) -> a.WriteStatus:
-    view = facts.binding
     return write_status(
-        view.wire, view.status.state, facts.now, state, reason, description=description, error=error, extra=extra,
-        log=log,
-    )  # fmt: skip
+        facts.binding, facts.now, state, reason, description=description, error=error, extra=extra, log=log
+    )
 
 
 def _count_error(facts: BindingFacts, message: str, reason: Reason) -> tuple[a.Action, ...]:
-    return count_error(facts.binding.wire, facts.now, facts.limits.error_threshold, message, reason)
+    return count_error(facts.binding, facts.now, facts.limits.error_threshold, message, reason)
 
 
 def _expand(step: Step, facts: BindingFacts) -> Sequence[a.Action]:
@@ -203,7 +201,7 @@ def _expand(step: Step, facts: BindingFacts) -> Sequence[a.Action]:
         failed = _transition(facts, OperationState.FAILED, Reason.INSTANCE_NOT_FOUND, error=error)
         if binding.responded:
             return (failed,)
-        return (failed, a.Delete(ResourceRef(api_version=str(binding.wire.get("apiVersion")), kind="SFServiceBinding",
+        return (failed, a.Delete(ResourceRef(api_version=binding.api_version, kind="SFServiceBinding",
                                              name=binding.meta.name, namespace=binding.meta.namespace)))  # fmt: skip
     if step == Step.REPORT_INSTANCE_FAILED:
         error = "the instance's last operation failed; it cannot be bound"
@@ -222,10 +220,9 @@ def _expand(step: Step, facts: BindingFacts) -> Sequence[a.Action]:
     return _evaluate(facts, applied=facts.pending if step == Step.AWAIT_OUTCOME else {})
 
 
-def _stamped(facts: BindingFacts, piece: Piece, labels: Mapping[str, str]) -> dict[str, Any]:
-    wire = dict(facts.binding.wire)
-    owned = piece.namespaced and same_namespace(dict(piece.manifest), wire)
-    return stamp(dict(piece.manifest), owner=wire, labels=dict(labels), owned=owned)
+def _stamped(facts: BindingFacts, piece: Piece, labels: Mapping[str, str]) -> Manifest:
+    owned = piece.namespaced and same_namespace(piece.manifest, facts.binding.meta)
+    return stamp(dict(piece.manifest), owner=facts.binding, labels=dict(labels), owned=owned)
 
 
 def _labels(facts: BindingFacts) -> dict[str, str]:
@@ -250,7 +247,7 @@ def _apply(facts: BindingFacts) -> tuple[a.Action, ...]:
             description="binding",
             extra={
                 "resources": ref_dicts([*old_refs, *minus_refs(own_refs, old_refs)]),
-                **decisions.started_operation(dict(binding.wire), at=facts.now),
+                **decisions.started_operation(binding.status, at=facts.now),
             },
         )
     ]
@@ -269,14 +266,14 @@ def _apply(facts: BindingFacts) -> tuple[a.Action, ...]:
     out.extend(a.Release(gone, meta.uid, facts.actor) for gone in minus_refs(old_refs, own_refs))
     record = {
         "resources": ref_dicts(own_refs),
-        "appliedSpec": binding.wire.get("spec"),
+        "appliedSpec": binding.spec,
         "observedGeneration": meta.generation,
         "errorCount": 0,
     }
     return (*out, a.Remember((meta.generation, entry.hash), record), a.Continue())
 
 
-def credentials_secret(binding: BindingView, response: Mapping[str, Any]) -> dict[str, Any]:
+def credentials_secret(binding: BindingView, response: Mapping[str, Any]) -> Manifest:
     """The Secret holding a binding's credentials, owned by the binding."""
     meta = binding.meta
     return {
@@ -288,7 +285,7 @@ def credentials_secret(binding: BindingView, response: Mapping[str, Any]) -> dic
             "namespace": meta.namespace,
             "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_BINDING: meta.name},
             "annotations": {ANNOTATION_OWNER_UID: meta.uid},
-            "ownerReferences": [owner_reference(dict(binding.wire), controller=True)],
+            "ownerReferences": [reference_to(binding, controller=True)],
         },
         "data": {CREDENTIALS_KEY: base64.b64encode(json.dumps(dict(response)).encode()).decode()},
     }
@@ -312,13 +309,7 @@ def _evaluate(facts: BindingFacts, *, applied: Mapping[str, Any] | None) -> tupl
     if waiting or not response.get("credentials"):
         # Not done, or "succeeded" without credentials: the objects that produce them are not there yet.
         version = (binding.meta.generation, entry.hash)
-        view = binding
-        return (
-            track,
-            *still_in_progress(
-                view.wire, view.status.state, facts.now, facts.limits, view.status.last_operation_type, applied, version
-            ),
-        )
+        return (track, *still_in_progress(binding, facts.now, facts.limits, applied, version))
     followed = followed_status(report.source_refs, report.digest)
     return (track, *_succeed(facts, response, {**applied, **followed}, watched))
 
@@ -333,7 +324,7 @@ def _succeed(
         OperationState.SUCCEEDED,
         Reason.BOUND,
         description="credentials ready",
-        extra={**applied, "response": {"secretRef": secret["metadata"]["name"]}},
+        extra={**applied, "response": {"secretRef": credentials_secret_name(binding.meta.name)}},
     )
     # The outcome stops tracking what the status template read; a bound binding goes on following it, so that
     # its credentials follow a rotation (see _refresh).

@@ -24,11 +24,11 @@ Pure: the verdict and the patch are computed from the object and the check's fin
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-from opbroker.controller.core.decisions import ready_condition
+from opbroker.controller.core.decisions import ready_conditions
 from opbroker.controller.core.reasons import Reason
-from opbroker.controller.core.views import EntryView, condition_wire
+from opbroker.controller.core.views import EntryView
+from opbroker.controller.objects import Manifest
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ def service_in_use_verdict(plans: int, instances: int) -> Verdict:
     )
 
 
-def status_patch(entry: EntryView, verdict: Verdict) -> dict[str, Any] | None:
+def status_patch(entry: EntryView, verdict: Verdict) -> Manifest | None:
     """The status patch announcing ``verdict`` for ``entry``, or None if its status already says so."""
     generation = entry.meta.generation
     current = entry.condition("Ready")
@@ -105,6 +105,6 @@ def status_patch(entry: EntryView, verdict: Verdict) -> dict[str, Any] | None:
         == ("True" if verdict.ready else "False", verdict.reason.value, verdict.message[:1024], generation)
     ):
         return None
-    wanted = ready_condition([condition_wire(c) for c in entry.conditions], ready=verdict.ready,
-                             reason=verdict.reason, message=verdict.message, generation=generation)  # fmt: skip
+    wanted = ready_conditions(entry.conditions, ready=verdict.ready, reason=verdict.reason, message=verdict.message,
+                              generation=generation)  # fmt: skip
     return {"observedGeneration": generation, "conditions": wanted}

@@ -1,8 +1,10 @@
 """Pure decisions of the reconcilers: what to do next, and what the status should then say.
 
-No I/O here: every function takes the facts (the object as on the wire, the plan entry, counts) and
-returns a decision or a status patch. The reconcilers perform what these decide, which keeps the state
-machine testable without a cluster (tests/controller/test_controller_decisions.py).
+No I/O here, and no reading of wire bodies: every function takes the facts (the typed views of
+:mod:`.views` — an instance, a binding, a live object's metadata, a Secret — the plan entry, counts) and
+returns a decision or a status patch (a :data:`Manifest`: what the controller writes stays a plain dict).
+The reconcilers perform what these decide, which keeps the state machine testable without a cluster
+(tests/controller/test_controller_decisions.py).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import binascii
 import datetime
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -21,15 +23,24 @@ from opbroker.api.conventions import (
     ANNOTATION_SINGLETON,
     ANNOTATION_SINGLETON_USERS,
     CREDENTIALS_KEY,
-    FINALIZER,
     LABEL_PLAN,
-    owned_by,
 )
 from opbroker.api.meta import ResourceRef
 from opbroker.api.osb import OperationState
 from opbroker.controller.core.reasons import Reason
-from opbroker.controller.core.views import Meta
-from opbroker.controller.objects import ref_key
+from opbroker.controller.core.views import (
+    BindingView,
+    ConditionView,
+    EntryView,
+    InstanceView,
+    Meta,
+    ObjectView,
+    OperationView,
+    SecretView,
+    condition_wire,
+    conditions_of,
+)
+from opbroker.controller.objects import Manifest, ref_key
 from opbroker.rendering.registry import DASHBOARD_URL
 
 #: States in which the broker has asked for work the controller has not started yet.
@@ -64,85 +75,53 @@ class Step(StrEnum):
     """An instance whose request context names a namespace other than its own: fail it, apply nothing."""
 
 
-def _meta(obj: dict[str, Any]) -> dict[str, Any]:
-    meta: dict[str, Any] = obj.get("metadata") or {}
-    return meta
+def is_deleting(obj: Mapping[str, Any]) -> bool:
+    """Whether a body (as read) is being deleted; code holding a view asks ``view.meta.deleting``."""
+    return Meta.of(obj.get("metadata")).deleting
 
 
-def _status(obj: dict[str, Any]) -> dict[str, Any]:
-    status: dict[str, Any] = obj.get("status") or {}
-    return status
-
-
-def is_deleting(obj: dict[str, Any]) -> bool:
-    return bool(_meta(obj).get("deletionTimestamp"))
-
-
-def has_finalizer(obj: dict[str, Any]) -> bool:
-    return FINALIZER in (_meta(obj).get("finalizers") or [])
-
-
-def generation_pending(obj: dict[str, Any]) -> bool:
-    """True if the spec changed since the controller last applied it."""
-    return _meta(obj).get("generation") != _status(obj).get("observedGeneration")
-
-
-def fingerprint(obj: dict[str, Any]) -> tuple[Any, ...]:
-    """What a reconcile decides on; an event that leaves it unchanged needs no reconcile."""
-    meta = _meta(obj)
-    return (
-        meta.get("generation"),
-        meta.get("deletionTimestamp"),
-        has_finalizer(obj),
-        _status(obj).get("state"),
-        _status(obj).get("observedGeneration"),
-    )
-
-
-def next_instance_step(
-    instance: dict[str, Any], *, plan_hash: str | None, auto_update: bool, live_bindings: int
-) -> Step:
+def next_instance_step(instance: InstanceView, *, plan_hash: str | None, auto_update: bool, live_bindings: int) -> Step:
     """Decide what an instance needs next (the plan itself is checked by the caller)."""
-    status = _status(instance)
-    if is_deleting(instance):
-        if not has_finalizer(instance):
+    meta, status = instance.meta, instance.status
+    if meta.deleting:
+        if not meta.held:
             return Step.NOTHING
         return Step.BLOCKED if live_bindings else Step.TEARDOWN
-    if not has_finalizer(instance):
+    if not meta.held:
         return Step.ADD_FINALIZER
-    if status.get("state") in REQUESTED or generation_pending(instance):
+    if status.state in REQUESTED or instance.generation_pending:
         return Step.APPLY
-    if auto_update and plan_hash is not None and status.get("appliedPlanHash") not in (None, plan_hash):
+    if auto_update and plan_hash is not None and instance.applied_plan_hash not in (None, plan_hash):
         return Step.APPLY
-    if status.get("state") == OperationState.IN_PROGRESS.value:
+    if status.in_progress:
         return Step.EVALUATE
     return Step.NOTHING
 
 
-def next_binding_step(binding: dict[str, Any], *, instance_state: str | None) -> Step:
+def next_binding_step(binding: BindingView, *, instance_state: str | None) -> Step:
     """Decide what a binding needs next."""
-    status = _status(binding)
-    if is_deleting(binding):
-        return Step.TEARDOWN if has_finalizer(binding) else Step.NOTHING
-    if not has_finalizer(binding):
+    meta, status = binding.meta, binding.status
+    if meta.deleting:
+        return Step.TEARDOWN if meta.held else Step.NOTHING
+    if not meta.held:
         return Step.ADD_FINALIZER
-    if status.get("state") in REQUESTED or generation_pending(binding):
+    if status.state in REQUESTED or binding.generation_pending:
         return Step.APPLY if instance_state == OperationState.SUCCEEDED.value else Step.BLOCKED
-    if status.get("state") == OperationState.IN_PROGRESS.value:
+    if status.in_progress:
         return Step.EVALUATE
-    if status.get("state") == OperationState.SUCCEEDED.value:
+    if status.state == OperationState.SUCCEEDED.value:
         # Bound: the credentials follow the objects they were read from (a rotated password, a moved host).
         return Step.REFRESH
     return Step.NOTHING
 
 
-def credentials_changed(secret: dict[str, Any] | None, response: dict[str, Any]) -> bool:
+def credentials_changed(secret: SecretView | None, response: Mapping[str, Any]) -> bool:
     """Whether the binding's credentials Secret (as read; None: missing) no longer holds ``response``.
 
     Compared as JSON values, so key order or formatting never cause a write; an unreadable Secret is rewritten.
     """
-    encoded = ((secret or {}).get("data") or {}).get(CREDENTIALS_KEY)
-    if not isinstance(encoded, str):
+    encoded = secret.data.get(CREDENTIALS_KEY) if secret is not None else None
+    if encoded is None:
         return True
     try:
         held = json.loads(base64.b64decode(encoded, validate=True))
@@ -154,8 +133,8 @@ def credentials_changed(secret: dict[str, Any] | None, response: dict[str, Any])
 def sources_digest(
     *,
     plan_hash: str | None,
-    instance: dict[str, Any],
-    binding: dict[str, Any],
+    instance: Meta,
+    binding: Meta,
     versions: list[tuple[ResourceRef, str | None]],
 ) -> str:
     """What a bound binding's credentials were rendered from, in a few bytes: the plan version, the
@@ -167,18 +146,17 @@ def sources_digest(
     """
     facts = [
         plan_hash,
-        [(_meta(obj).get("uid"), _meta(obj).get("generation")) for obj in (instance, binding)],
+        [(meta.uid or None, meta.generation) for meta in (instance, binding)],
         sorted((ref_key(ref), version or "") for ref, version in versions),
     ]
     return hashlib.sha256(json.dumps(facts, separators=(",", ":")).encode()).hexdigest()[:32]
 
 
-def operation_age(obj: dict[str, Any], *, at: datetime.datetime | None = None) -> float | None:
+def operation_age(status: OperationView, *, at: datetime.datetime | None = None) -> float | None:
     """Seconds since the object's current operation began (``status.operationStartedAt``, written by the
     controller, else the broker's ``lastOperation.startedAt``); None when no start is recorded or readable."""
-    status = _status(obj)
-    started = status.get("operationStartedAt") or (status.get("lastOperation") or {}).get("startedAt")
-    if not isinstance(started, str):
+    started = status.started_at or status.requested_at
+    if started is None:
         return None
     try:
         when = datetime.datetime.fromisoformat(started)
@@ -189,33 +167,31 @@ def operation_age(obj: dict[str, Any], *, at: datetime.datetime | None = None) -
     return ((at or datetime.datetime.now(datetime.UTC)) - when).total_seconds()
 
 
-def started_operation(obj: dict[str, Any], *, at: datetime.datetime | None = None) -> dict[str, Any]:
+def started_operation(status: OperationView, *, at: datetime.datetime | None = None) -> dict[str, str]:
     """The status field to write with the move to ``in progress``, so the operation's age can be measured:
     the broker's ``lastOperation.startedAt`` when the broker asked for this operation (state ``in_queue`` or
     ``update``), else now — a change made through the API, a plan roll-out, an object created without the
     broker. ``lastOperation`` itself is the broker's record of its requests and is never written here."""
-    status = _status(obj)
-    requested = (status.get("lastOperation") or {}).get("startedAt")
-    if status.get("state") in REQUESTED - {None} and isinstance(requested, str):
-        return {"operationStartedAt": requested}
+    if status.state in REQUESTED - {None} and status.requested_at is not None:
+        return {"operationStartedAt": status.requested_at}
     moment = (at or datetime.datetime.now(datetime.UTC)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     return {"operationStartedAt": moment}
 
 
-def overdue(obj: dict[str, Any], *, max_seconds: float, at: datetime.datetime | None = None) -> float | None:
+def overdue(status: OperationView, *, max_seconds: float, at: datetime.datetime | None = None) -> float | None:
     """The operation's age if it has run longer than ``max_seconds`` (0: no limit), else None."""
-    age = operation_age(obj, at=at)
+    age = operation_age(status, at=at)
     if max_seconds <= 0 or age is None or age <= max_seconds:
         return None
     return age
 
 
 def poll_after(
-    obj: dict[str, Any], *, poll_seconds: float, max_seconds: float, at: datetime.datetime | None = None
+    status: OperationView, *, poll_seconds: float, max_seconds: float, at: datetime.datetime | None = None
 ) -> float:
     """When to look at an in-progress operation again: the poll interval, or sooner when its deadline
     comes first (so a timed-out operation fails on time, not up to a poll later)."""
-    age = operation_age(obj, at=at)
+    age = operation_age(status, at=at)
     if max_seconds <= 0 or age is None:
         return poll_seconds
     return max(0.5, min(poll_seconds, max_seconds - age + 0.5))
@@ -225,84 +201,101 @@ def now(at: datetime.datetime | None = None) -> str:
     return (at or datetime.datetime.now(datetime.UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _ready(
+    old: ConditionView | None, *, ready: bool, reason: Reason, message: str, generation: int | None,
+    at: datetime.datetime | None,
+) -> Manifest:  # fmt: skip
+    status = "True" if ready else "False"
+    changed = old is None or old.status != status
+    return {
+        "type": "Ready",
+        "status": status,
+        "reason": reason.value,
+        "message": message[:1024],
+        "lastTransitionTime": now(at) if changed or old is None else old.last_transition_time,
+        "observedGeneration": generation,
+    }
+
+
 def ready_condition(
-    previous: list[dict[str, Any]] | None,
+    previous: list[Manifest] | None,
     *,
     ready: bool,
     reason: Reason,
     message: str,
     generation: int | None,
     at: datetime.datetime | None = None,
-) -> list[dict[str, Any]]:
-    """The conditions list with Ready set; the transition time (``at``, default now) only moves when the
-    status flips."""
-    conditions = [c for c in (previous or []) if c.get("type") != "Ready"]
-    old = next((c for c in (previous or []) if c.get("type") == "Ready"), None)
-    status = "True" if ready else "False"
-    changed = old is None or old.get("status") != status
-    conditions.append(
-        {
-            "type": "Ready",
-            "status": status,
-            "reason": reason.value,
-            "message": message[:1024],
-            "lastTransitionTime": now(at) if changed else old.get("lastTransitionTime") if old else now(at),
-            "observedGeneration": generation,
-        }
-    )
-    return conditions
+) -> list[Manifest]:
+    """The conditions list (as read, kept as they are) with Ready set; the transition time (``at``, default now)
+    only moves when the status flips."""
+    old = next(iter(conditions_of([c for c in (previous or []) if c.get("type") == "Ready"][:1])), None)
+    kept = [c for c in (previous or []) if c.get("type") != "Ready"]
+    return [*kept, _ready(old, ready=ready, reason=reason, message=message, generation=generation, at=at)]
+
+
+def ready_conditions(
+    previous: Sequence[ConditionView],
+    *,
+    ready: bool,
+    reason: Reason,
+    message: str,
+    generation: int | None,
+    at: datetime.datetime | None = None,
+) -> list[Manifest]:
+    """:func:`ready_condition` over a view's conditions: the others written back as read, Ready set."""
+    old = next((c for c in previous if c.type == "Ready"), None)
+    kept = [condition_wire(c) for c in previous if c.type != "Ready"]
+    return [*kept, _ready(old, ready=ready, reason=reason, message=message, generation=generation, at=at)]
 
 
 def outcome_status(
-    obj: dict[str, Any],
+    status: OperationView,
+    generation: int | None,
     *,
     state: OperationState,
     reason: Reason,
     description: str = "",
     error: str | None = None,
     at: datetime.datetime | None = None,
-) -> dict[str, Any]:
-    """A status patch announcing ``state``, with the Ready condition to match (changed ``at``, default now)."""
+) -> Manifest:
+    """A status patch announcing ``state`` for an object whose status reads ``status`` and whose generation is
+    ``generation``, with the Ready condition to match (changed ``at``, default now)."""
     ready = state == OperationState.SUCCEEDED
     message = error or description or state.value
     return {
         "state": state.value,
         "description": description or None,
         "error": error,
-        "conditions": ready_condition(
-            _status(obj).get("conditions"),
-            ready=ready,
-            reason=reason,
-            message=message,
-            generation=_meta(obj).get("generation"),
-            at=at,
+        "conditions": ready_conditions(
+            status.conditions, ready=ready, reason=reason, message=message, generation=generation, at=at
         ),
     }
 
 
 def error_status(
-    obj: dict[str, Any], *, message: str, threshold: int, at: datetime.datetime | None = None
-) -> tuple[dict[str, Any], bool]:
+    status: OperationView, generation: int | None, *, message: str, threshold: int, at: datetime.datetime | None = None
+) -> tuple[Manifest, bool]:
     """Count one more consecutive error; past ``threshold`` the operation is failed for good.
 
     Returns the status patch and whether the controller gave up (no more retries until a new request).
     """
-    count = int(_status(obj).get("errorCount") or 0) + 1
+    count = status.error_count + 1
     if count >= threshold:
         patch = outcome_status(
-            obj,
+            status,
+            generation,
             state=OperationState.FAILED,
             reason=Reason.GAVE_UP,
             error=f"gave up after {count} consecutive errors: {message}",
             at=at,
         )
         patch["errorCount"] = count
-        patch["observedGeneration"] = _meta(obj).get("generation")
+        patch["observedGeneration"] = generation
         return patch, True
     return {"errorCount": count, "description": f"retrying after error {count}/{threshold}: {message}"}, False
 
 
-def dashboard_url(reported: str | None, registry: dict[str, Any] | None) -> str | None:
+def dashboard_url(reported: str | None, registry: Mapping[str, Any] | None) -> str | None:
     """The instance's dashboard URL: what the status template reports, else the registry's ``dashboard-url``
     (the Couchbase broker's read-write key, set by a template with ``setRegistry``); None when neither has
     one (or the registry's is not a non-empty string)."""
@@ -310,14 +303,6 @@ def dashboard_url(reported: str | None, registry: dict[str, Any] | None) -> str 
         return reported
     value = (registry or {}).get(DASHBOARD_URL)
     return value if isinstance(value, str) and value else None
-
-
-def namespace_terminating(namespace: dict[str, Any] | None) -> bool:
-    """Whether a Namespace (as read; None: it does not exist) is going: phase ``Terminating`` or a
-    ``deletionTimestamp``. Nothing can be created in it any more (the API server answers 403)."""
-    if namespace is None:
-        return True
-    return is_deleting(namespace) or (namespace.get("status") or {}).get("phase") == "Terminating"
 
 
 @dataclass(frozen=True)
@@ -369,21 +354,11 @@ class PlanGuard(StrEnum):
     """Being deleted and unused: drop the finalizer."""
 
 
-def plan_needs_count(plan: dict[str, Any]) -> bool:
-    """Whether the plan's guard depends on how many instances use it (:func:`entry_needs_count`)."""
-    return entry_needs_count(Meta.of(plan.get("metadata")))
-
-
 def entry_needs_count(meta: Meta) -> bool:
     """Whether a catalog entry's guard depends on how many objects use it (counting them is a cluster-wide list):
     a held entry that is not being deleted keeps its finalizer without counting, and nothing can be added to one
     being deleted that is not held."""
     return meta.deleting == meta.held
-
-
-def plan_guard_step(plan: dict[str, Any], *, users: int) -> PlanGuard:
-    """The finalizer step of a catalog entry's body (:func:`entry_guard`)."""
-    return entry_guard(Meta.of(plan.get("metadata")), users=users)
 
 
 def entry_guard(meta: Meta, *, users: int) -> PlanGuard:
@@ -395,15 +370,10 @@ def entry_guard(meta: Meta, *, users: int) -> PlanGuard:
     return PlanGuard.HOLD if users and not meta.held else PlanGuard.NOTHING
 
 
-def plan_users(instances: list[dict[str, Any]], plan_id: str) -> int:
+def plan_users(instances: Iterable[InstanceView], plan_id: str) -> int:
     """How many of ``instances`` use the plan ``plan_id``. One being deleted without our finalizer is gone
     already (its DELETE completes without us), so it does not count."""
-    return sum(
-        1
-        for instance in instances
-        if (instance.get("spec") or {}).get("planId") == plan_id
-        and not (is_deleting(instance) and not has_finalizer(instance))
-    )
+    return sum(1 for instance in instances if instance.plan_id == plan_id and not instance.meta.leaving)
 
 
 @dataclass(frozen=True)
@@ -417,36 +387,25 @@ class ServiceUsers:
         return bool(self.plans or self.instances)
 
 
-def service_users(plans: list[dict[str, Any]], instances: list[dict[str, Any]], service_id: str) -> ServiceUsers:
+def service_users(plans: Iterable[EntryView], instances: Iterable[InstanceView], service_id: str) -> ServiceUsers:
     """Who uses the service ``service_id``: ``plans`` declaring it (a plan deleted without our finalizer is
     gone already and does not count; one held by its instances does) and ``instances`` naming it (counted as
     :func:`plan_users` counts)."""
     return ServiceUsers(
-        plans=sum(
-            1
-            for plan in plans
-            if (plan.get("spec") or {}).get("serviceId") == service_id
-            and not (is_deleting(plan) and not has_finalizer(plan))
-        ),
-        instances=sum(
-            1
-            for instance in instances
-            if (instance.get("spec") or {}).get("serviceId") == service_id
-            and not (is_deleting(instance) and not has_finalizer(instance))
-        ),
+        plans=sum(1 for plan in plans if plan.service_id == service_id and not plan.meta.leaving),
+        instances=sum(1 for i in instances if i.service_id == service_id and not i.meta.leaving),
     )
 
 
-def withdrawn(plan: dict[str, Any] | None) -> bool:
+def withdrawn(plan: EntryView | None) -> bool:
     """A plan being deleted is withdrawn: it takes no new instances; its existing ones keep working."""
-    return plan is not None and is_deleting(plan)
+    return plan is not None and plan.meta.deleting
 
 
-def refuses_new_instance(instance: dict[str, Any], plan: dict[str, Any] | None) -> bool:
+def refuses_new_instance(instance: InstanceView, plan: EntryView | None) -> bool:
     """Whether ``instance`` is a new provision (nothing applied yet) of a withdrawn plan."""
-    status = _status(instance)
-    never_applied = not status.get("resources") and status.get("appliedPlanHash") is None
-    return withdrawn(plan) and not is_deleting(instance) and never_applied
+    never_applied = not instance.status.records_resources and instance.applied_plan_hash is None
+    return withdrawn(plan) and not instance.meta.deleting and never_applied
 
 
 # -- ownership (issue 24): what opbroker may do to an object that exists already ---------------------------------
@@ -465,13 +424,13 @@ class Takeover(StrEnum):
     """It exists and is someone else's: leave it untouched and fail the operation."""
 
 
-def takeover(live: dict[str, Any] | None, *, owner_uids: tuple[str, ...], adopt: bool) -> Takeover:
+def takeover(live: ObjectView | None, *, owner_uids: tuple[str, ...], adopt: bool) -> Takeover:
     """Whether a rendered object may be written over ``live``: only one stamped as one of ``owner_uids`` (an
     instance's, or a binding's and its instance's), or any when the template adopts. A record in a status
     proves nothing; the live object's stamp does."""
     if live is None:
         return Takeover.CREATE
-    if any(owned_by(live, uid) for uid in owner_uids):
+    if any(live.meta.stamped(uid) for uid in owner_uids):
         return Takeover.UPDATE
     return Takeover.ADOPT if adopt else Takeover.REFUSE
 
@@ -489,20 +448,19 @@ class Letting(StrEnum):
     """Not ours (no stamp, no owner reference of ours): never deleted or changed, whatever a status records."""
 
 
-def letting_go(live: dict[str, Any] | None, *, owner_uid: str) -> Letting:
+def letting_go(live: ObjectView | None, *, owner_uid: str) -> Letting:
     """How to let go of ``live``, recorded as ``owner_uid``'s: only an object stamped as its own, or owned by it
     through an owner reference (a shared singleton, or an object from before stamps), is ever touched."""
     if live is None:
         return Letting.GONE
-    meta = live.get("metadata") or {}
-    owners = meta.get("ownerReferences") or []
-    users = singleton_users(live)
-    referenced = any(o.get("uid") == owner_uid for o in owners) or owner_uid in users
-    if not referenced and not owned_by(live, owner_uid):
+    meta = live.meta
+    users = singleton_users(meta)
+    referenced = meta.owned_by(owner_uid) or owner_uid in users
+    if not referenced and not meta.stamped(owner_uid):
         return Letting.LEAVE
-    if any(o.get("uid") != owner_uid for o in owners) or any(u != owner_uid for u in users):
+    if any(uid != owner_uid for uid in meta.owner_uids) or any(u != owner_uid for u in users):
         return Letting.UNOWN if referenced else Letting.LEAVE
-    return Letting.WAIT if meta.get("deletionTimestamp") else Letting.DELETE
+    return Letting.WAIT if meta.deleting else Letting.DELETE
 
 
 #: The most instances one tracked singleton may list (:data:`ANNOTATION_SINGLETON_USERS`): 39 bytes a uid, so
@@ -510,12 +468,11 @@ def letting_go(live: dict[str, Any] | None, *, owner_uid: str) -> Letting:
 MAX_SINGLETON_USERS = 5000
 
 
-def singleton_users(live: dict[str, Any] | None) -> tuple[str, ...]:
+def singleton_users(meta: Meta | None) -> tuple[str, ...]:
     """The instances a shared singleton records as its users (:data:`ANNOTATION_SINGLETON_USERS`); none when it
     records none or the annotation is not a JSON list of strings (written by hand: nobody is taken for a user)."""
-    annotations = ((live or {}).get("metadata") or {}).get("annotations") or {}
-    raw = annotations.get(ANNOTATION_SINGLETON_USERS)
-    if not isinstance(raw, str):
+    raw = meta.annotations.get(ANNOTATION_SINGLETON_USERS) if meta is not None else None
+    if raw is None:
         return ()
     try:
         users = json.loads(raw)
@@ -532,26 +489,24 @@ def users_annotation(users: Iterable[str]) -> str | None:
     return json.dumps(unique, separators=(",", ":")) if unique else None
 
 
-def shared_singleton(live: dict[str, Any], *, plan_label: str | None) -> bool:
-    """Whether an existing object is a singleton opbroker made for this plan (so an instance may share it)."""
-    meta = live.get("metadata") or {}
+def shared_singleton(live: Meta, *, plan_label: str | None) -> bool:
+    """Whether an existing object (its metadata) is a singleton opbroker made for this plan (so an instance may
+    share it)."""
     return (
-        (meta.get("annotations") or {}).get(ANNOTATION_SINGLETON) == "true"
+        live.annotations.get(ANNOTATION_SINGLETON) == "true"
         and bool(plan_label)
-        and ((meta.get("labels") or {}).get(LABEL_PLAN) == plan_label)
+        and live.labels.get(LABEL_PLAN) == plan_label
     )
 
 
-def context_namespace_refused(instance: dict[str, Any], *, trusted_namespaces: tuple[str, ...]) -> str | None:
+def context_namespace_refused(instance: InstanceView, *, trusted_namespaces: tuple[str, ...]) -> str | None:
     """Why the request context's namespace may not receive this instance's objects (None: it may).
 
     The OSB context names where a consumer's objects go; the broker accepts only namespaces the platform allows
     and records the instance there (or, without context namespaces, in the control plane's namespace). An
     instance created directly in a tenant's namespace may name only that namespace: anything else would let one
     tenant direct a plan's objects into another's namespace."""
-    context = (instance.get("spec") or {}).get("context") or {}
-    wanted = context.get("namespace") if isinstance(context, dict) else None
-    home = _meta(instance).get("namespace")
+    wanted, home = instance.context_namespace, instance.meta.namespace
     if not wanted or wanted == home or home in trusted_namespaces:
         return None
     return (

@@ -24,12 +24,12 @@ from opbroker.controller.core import actions as a
 from opbroker.controller.core import decisions
 from opbroker.controller.core.decisions import Letting, Step
 from opbroker.controller.core.reasons import Reason
-from opbroker.controller.core.views import InstanceView
+from opbroker.controller.core.views import BindingView, InstanceView
 from opbroker.controller.objects import (
     minus_refs,
-    owner_reference,
     ref_dicts,
     ref_key,
+    reference_to,
     same_namespace,
     stamp,
     union_refs,
@@ -138,7 +138,7 @@ def steps(facts: InstanceFacts) -> tuple[Step, ...]:
     """What the instance needs next (the first half of the plan, and what observe gathers facts for)."""
     view, entry = facts.instance, facts.entry
     step = decisions.next_instance_step(
-        dict(view.wire),
+        view,
         plan_hash=entry.hash if entry else None,
         auto_update=bool(entry and entry.model and entry.model.spec.auto_update_instances),
         live_bindings=facts.live_bindings,
@@ -149,7 +149,7 @@ def steps(facts: InstanceFacts) -> tuple[Step, ...]:
         return (step,)
     if entry is None or entry.model is None:
         return (Step.REPORT_PLAN_PROBLEM,)
-    if step == Step.APPLY and decisions.refuses_new_instance(dict(view.wire), entry.body):
+    if step == Step.APPLY and decisions.refuses_new_instance(view, entry.view):
         return (Step.REFUSE_WITHDRAWN,)
     if step == Step.APPLY and _context_refused(facts):
         return (Step.REFUSE_CONTEXT_NAMESPACE,)
@@ -158,7 +158,7 @@ def steps(facts: InstanceFacts) -> tuple[Step, ...]:
         # update, a plan change) evaluates on the next pass as EVALUATE, and must still write that record
         # (appliedPlanHash, appliedSpec) with the outcome.
         return (Step.AWAIT_OUTCOME,)
-    if step == Step.APPLY and not decisions.has_finalizer(entry.body) and not decisions.is_deleting(entry.body):
+    if step == Step.APPLY and not entry.view.meta.held and not entry.view.meta.deleting:
         return (Step.HOLD_PLAN, Step.APPLY)  # the plan cannot be deleted while this instance uses it
     return (step,)
 
@@ -186,7 +186,7 @@ def _expand(step: Step, facts: InstanceFacts) -> Sequence[a.Action]:
     if step == Step.HOLD_PLAN:
         return (a.HoldPlan(entry.body),)
     if step == Step.REFUSE_WITHDRAWN:
-        error = f"plan {entry.body['metadata']['name']!r} is being deleted: it takes no new instances"
+        error = f"plan {entry.view.meta.name!r} is being deleted: it takes no new instances"
         return (_transition(facts, OperationState.FAILED, Reason.PLAN_WITHDRAWN, error=error),)
     if step == Step.REFUSE_CONTEXT_NAMESPACE:
         why = _context_refused(facts) or ""
@@ -214,12 +214,11 @@ def refused(facts: InstanceFacts, refusal: a.Refusal) -> tuple[a.Action, ...]:
 
 
 def _context_refused(facts: InstanceFacts) -> str | None:
-    return decisions.context_namespace_refused(dict(facts.instance.wire), trusted_namespaces=facts.trusted)
+    return decisions.context_namespace_refused(facts.instance, trusted_namespaces=facts.trusted)
 
 
 def write_status(
-    wire: Mapping[str, Any],
-    current: str | None,
+    view: InstanceView | BindingView,
     now: datetime.datetime | None,
     state: OperationState,
     reason: Reason,
@@ -229,25 +228,27 @@ def write_status(
     extra: Mapping[str, Any] | None = None,
     log: bool = False,
 ) -> a.WriteStatus:
-    """Move an object (read as ``wire``, in state ``current``) to ``state``, with the Ready condition; an outcome
-    that changes the state gets its Event. Shared by every kind with an OSB operation (instances, bindings)."""
+    """Move an object (read as ``view``) to ``state``, with the Ready condition; an outcome that changes the state
+    gets its Event. Shared by every kind with an OSB operation (instances, bindings)."""
     status = decisions.outcome_status(
-        dict(wire), state=state, reason=reason, description=description, error=error, at=now
+        view.status, view.meta.generation, state=state, reason=reason, description=description, error=error, at=now
     )
     status.update(extra or {})
     settled = state in (OperationState.SUCCEEDED, OperationState.FAILED)
     event = None
-    if settled and current != state.value:
+    if settled and view.status.state != state.value:
         message = error or description or state.value
         event = a.Event(reason.value, message, warning=state == OperationState.FAILED, log=log)
     return a.WriteStatus(status, settled=settled, event=event)
 
 
 def count_error(
-    wire: Mapping[str, Any], now: datetime.datetime | None, threshold: int, message: str, reason: Reason
+    view: InstanceView | BindingView, now: datetime.datetime | None, threshold: int, message: str, reason: Reason
 ) -> tuple[a.Action, ...]:
     """One more consecutive error: give up past the threshold (the operation failed), else retry with backoff."""
-    status, gave_up = decisions.error_status(dict(wire), message=message, threshold=threshold, at=now)
+    status, gave_up = decisions.error_status(
+        view.status, view.meta.generation, message=message, threshold=threshold, at=now
+    )
     if gave_up:
         return (
             a.WriteStatus(status, guarded=False),
@@ -257,29 +258,26 @@ def count_error(
 
 
 def still_in_progress(
-    wire: Mapping[str, Any],
-    current: str | None,
+    view: InstanceView | BindingView,
     now: datetime.datetime | None,
     limits: Limits,
-    last_operation: str | None,
     applied: Mapping[str, Any],
     version: tuple[Any, Any],
 ) -> tuple[a.Action, ...]:
     """The operator has not reported an outcome yet: look again later (keeping the apply's record), or fail the
     operation once it has run past ``max_operation_seconds`` (writing the record with the failure)."""
-    age = decisions.overdue(dict(wire), max_seconds=limits.max_operation_seconds, at=now)
+    age = decisions.overdue(view.status, max_seconds=limits.max_operation_seconds, at=now)
     if age is None:
         wait = decisions.poll_after(
-            dict(wire), poll_seconds=limits.poll_seconds, max_seconds=limits.max_operation_seconds, at=now
+            view.status, poll_seconds=limits.poll_seconds, max_seconds=limits.max_operation_seconds, at=now
         )
         return (*((a.Remember(version, applied),) if applied else ()), a.Requeue(wait))
     error = (
-        f"{last_operation or 'the operation'} timed out: no outcome {age:.0f}s after it was requested (limit "
-        f"{limits.max_operation_seconds:.0f}s); the plan's status template still reports it in progress"
+        f"{view.status.last_operation_type or 'the operation'} timed out: no outcome {age:.0f}s after it was "
+        f"requested (limit {limits.max_operation_seconds:.0f}s); the plan's status template still reports it in "
+        "progress"
     )
-    failed = write_status(
-        wire, current, now, OperationState.FAILED, Reason.TIMED_OUT, error=error, extra=applied, log=True
-    )
+    failed = write_status(view, now, OperationState.FAILED, Reason.TIMED_OUT, error=error, extra=applied, log=True)
     return (a.Forget(), failed)
 
 
@@ -293,10 +291,8 @@ def _transition(
     extra: Mapping[str, Any] | None = None,
     log: bool = False,
 ) -> a.WriteStatus:
-    view = facts.instance
     return write_status(
-        view.wire,
-        view.status.state,
+        facts.instance,
         facts.now,
         state,
         reason,
@@ -308,7 +304,7 @@ def _transition(
 
 
 def _count_error(facts: InstanceFacts, message: str, reason: Reason) -> tuple[a.Action, ...]:
-    return count_error(facts.instance.wire, facts.now, facts.limits.error_threshold, message, reason)
+    return count_error(facts.instance, facts.now, facts.limits.error_threshold, message, reason)
 
 
 def _plan_problem(facts: InstanceFacts) -> a.WriteStatus:
@@ -331,8 +327,7 @@ def _apply(facts: InstanceFacts) -> tuple[a.Action, ...]:
     meta = view.meta
     new_refs = [piece.ref for piece in rendering.pieces]
     old_refs = list(view.status.resources)
-    labels = {LABEL_INSTANCE: meta.name, LABEL_PLAN: entry.body["metadata"]["name"]}
-    wire = dict(view.wire)
+    labels = {LABEL_INSTANCE: meta.name, LABEL_PLAN: entry.view.meta.name}
     out: list[a.Action] = [
         _transition(  # record first, apply second: a crash in between leaves nothing unrecorded
             facts,
@@ -341,20 +336,20 @@ def _apply(facts: InstanceFacts) -> tuple[a.Action, ...]:
             description="applying",
             extra={
                 "resources": ref_dicts(union_refs(old_refs, new_refs)),
-                **decisions.started_operation(wire, at=facts.now),
+                **decisions.started_operation(view.status, at=facts.now),
             },
         )
     ]
     if rendering.registry_changed:
         out.append(a.SaveRegistry(rendering.registry, labels))
     for piece in rendering.pieces:
-        owned = piece.namespaced and same_namespace(dict(piece.manifest), wire)
-        manifest = stamp(dict(piece.manifest), owner=wire, labels=labels, owned=owned, shared=piece.singleton)
+        owned = piece.namespaced and same_namespace(piece.manifest, meta)
+        manifest = stamp(dict(piece.manifest), owner=view, labels=labels, owned=owned, shared=piece.singleton)
         out.append(
             a.Apply(
                 manifest,
                 owner_uid=meta.uid,
-                owner_reference=owner_reference(wire),
+                owner_reference=reference_to(view),
                 singleton=piece.singleton,
                 owned=owned,
                 adopt=piece.adopt,
@@ -364,7 +359,7 @@ def _apply(facts: InstanceFacts) -> tuple[a.Action, ...]:
     out.extend(a.Release(gone, meta.uid, facts.actor) for gone in minus_refs(old_refs, new_refs))
     record = {
         "resources": ref_dicts(new_refs),
-        "appliedSpec": wire.get("spec"),
+        "appliedSpec": view.spec,
         "appliedPlanHash": entry.hash,
         "observedGeneration": meta.generation,
         "errorCount": 0,
@@ -392,9 +387,7 @@ def _evaluate(facts: InstanceFacts, *, applied: Mapping[str, Any] | None) -> tup
     section = report.section
     if section is None or section.state == OperationState.IN_PROGRESS.value:
         version = (view.meta.generation, entry.hash)
-        waiting = still_in_progress(
-            view.wire, view.status.state, facts.now, facts.limits, view.status.last_operation_type, applied, version
-        )
+        waiting = still_in_progress(view, facts.now, facts.limits, applied, version)
         return (track, *waiting)
     reported = {
         "dashboardUrl": decisions.dashboard_url(section.dashboard_url, dict(report.registry)),

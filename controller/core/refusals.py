@@ -29,10 +29,12 @@ import base64
 import binascii
 import json
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
+
+from opbroker.controller.core.views import ApiStatus, ObjectView
 
 PERMANENT_STATUSES = frozenset({400, 413, 422})
 COUNTED_STATUSES = frozenset({403, 404})
@@ -95,7 +97,7 @@ def _forms(text: str) -> Iterator[str]:
     yield base64.b64encode(text.encode()).decode().rstrip("=")
 
 
-def echoed_values(manifest: dict[str, Any]) -> frozenset[str]:
+def echoed_values(manifest: Mapping[str, Any]) -> frozenset[str]:
     """Every value of ``manifest`` (the object as sent) that masking hides wherever it occurs, in every form
     the API server may print it (see :func:`_forms`), each at least :data:`MIN_MASKED` long."""
     texts: list[str] = [str(leaf) for leaf in _leaves(manifest)]
@@ -184,30 +186,20 @@ class Refusal:
         return f"the API server refused {self.kind} {where} ({self.status} {self.reason}): {self.message}"
 
 
-def refusal(status: int, body: Any, manifest: dict[str, Any], keep: tuple[str, ...] = ()) -> Refusal:
+def refusal(status: int, body: Any, manifest: Mapping[str, Any], keep: tuple[str, ...] = ()) -> Refusal:
     """The :class:`Refusal` for an error answer (``body``: the API server's Status, as text or parsed) to
     a write of ``manifest``; ``keep``: more quoted strings that are no secret (the identity acted as, which an
     RBAC refusal names and its reader needs)."""
-    meta = manifest.get("metadata") or {}
-    name, namespace = str(meta.get("name") or ""), meta.get("namespace")
-    parsed: dict[str, Any] = {}
-    if isinstance(body, dict):
-        parsed = body
-    elif isinstance(body, (str, bytes)):
-        try:
-            loaded = json.loads(body)
-        except ValueError:
-            loaded = None
-        parsed = loaded if isinstance(loaded, dict) else {}
-    message = str(parsed.get("message") or "no explanation given")
-    kind = str(manifest.get("kind") or "object")
-    api_version = str(manifest.get("apiVersion") or "")
-    text = masked(message, keep=(name, namespace or "", kind, api_version, *keep), values=echoed_values(manifest))
+    sent, answer = ObjectView.of(manifest), ApiStatus.of(body)
+    name, namespace = sent.meta.name, sent.meta.namespace or None
+    message = answer.message or "no explanation given"
+    kind = sent.kind or "object"
+    text = masked(message, keep=(name, namespace or "", kind, sent.api_version, *keep), values=echoed_values(manifest))
     if len(text) > MAX_MESSAGE:
         text = text[: MAX_MESSAGE - 1] + "…"
     return Refusal(
         status=status,
-        reason=str(parsed.get("reason") or "Unknown"),
+        reason=answer.reason or "Unknown",
         kind=kind,
         namespace=namespace,
         name=name,
@@ -215,7 +207,7 @@ def refusal(status: int, body: Any, manifest: dict[str, Any], keep: tuple[str, .
     )
 
 
-def masked_status(status: int | None, body: Any, manifest: dict[str, Any], keep: tuple[str, ...] = ()) -> str:
+def masked_status(status: int | None, body: Any, manifest: Mapping[str, Any], keep: tuple[str, ...] = ()) -> str:
     """An error answer to a write of ``manifest`` that is not a refusal of the object (409, 429, 5xx: retried),
     as a Status whose message is masked like a refusal's and whose details (each cause quotes a value) are
     dropped: the answer's text goes into logs and events when the retries give up."""

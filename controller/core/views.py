@@ -18,12 +18,13 @@ Nothing writes to it: the executor (:mod:`opbroker.controller.executor`) works f
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple, Protocol
 
-from opbroker.api.conventions import FINALIZER
+from opbroker.api.conventions import ANNOTATION_OWNER_UID, FINALIZER
 from opbroker.api.meta import ResourceRef
 from opbroker.api.osb import OperationState
 
@@ -35,6 +36,8 @@ _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
 def mapping_of(value: object) -> Mapping[str, Any]:
+    if type(value) is dict:  # parsed JSON, the common case: spares the slower check against the Mapping ABC
+        return value
     return value if isinstance(value, Mapping) else _EMPTY
 
 
@@ -74,6 +77,41 @@ def _refs(value: object) -> tuple[ResourceRef, ...]:
     return tuple(refs)
 
 
+def _spec(body: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    spec = body.get("spec")
+    return spec if isinstance(spec, Mapping) else None
+
+
+@dataclass(frozen=True)
+class OwnerRef:
+    """One of ``metadata.ownerReferences``."""
+
+    uid: str
+    api_version: str | None = None
+    kind: str | None = None
+    name: str | None = None
+    controller: bool = False
+    wire: Mapping[str, Any] = field(default_factory=lambda: _EMPTY, repr=False, compare=False)
+    """The entry as read, whole: what a patch of the list writes back for the owners it keeps."""
+
+
+def owner_refs_of(value: object) -> tuple[OwnerRef, ...]:
+    if not isinstance(value, list):
+        return ()
+    return tuple(
+        OwnerRef(
+            uid=uid,
+            api_version=text_of(o.get("apiVersion")),
+            kind=text_of(o.get("kind")),
+            name=text_of(o.get("name")),
+            controller=o.get("controller") is True,
+            wire=o,
+        )
+        for o in value
+        if isinstance(o, Mapping) and (uid := text_of(o.get("uid")))
+    )
+
+
 @dataclass(frozen=True)
 class Meta:
     """The ``metadata`` every kind shares."""
@@ -88,13 +126,12 @@ class Meta:
     """``deletionTimestamp`` is set: the object goes once its finalizers are removed."""
     labels: Mapping[str, str]
     annotations: Mapping[str, str]
-    owner_uids: tuple[str, ...]
-    """The uids of its ``ownerReferences``."""
+    owners: tuple[OwnerRef, ...]
+    """Its ``ownerReferences`` (an entry without a uid is skipped: it names no owner)."""
 
     @classmethod
     def of(cls, metadata: object) -> Meta:
         meta = mapping_of(metadata)
-        owners = meta.get("ownerReferences")
         return cls(
             name=text_of(meta.get("name")) or "",
             namespace=text_of(meta.get("namespace")) or "",
@@ -105,15 +142,46 @@ class Meta:
             deleting=bool(meta.get("deletionTimestamp")),
             labels=_labels(meta.get("labels")),
             annotations=_labels(meta.get("annotations")),
-            owner_uids=tuple(uid for o in owners if isinstance(o, Mapping) and (uid := text_of(o.get("uid"))))
-            if isinstance(owners, list)
-            else (),
+            owners=owner_refs_of(meta.get("ownerReferences")),
         )
+
+    @property
+    def owner_uids(self) -> tuple[str, ...]:
+        """The uids of its ``ownerReferences``."""
+        return tuple(o.uid for o in self.owners)
+
+    def owned_by(self, uid: str) -> bool:
+        """Whether an owner reference names ``uid``."""
+        return any(o.uid == uid for o in self.owners)
+
+    def stamped(self, uid: str) -> bool:
+        """Whether it carries opbroker's owner stamp for ``uid`` (:data:`ANNOTATION_OWNER_UID`): the proof that
+        opbroker made it for that owner (see :func:`opbroker.api.conventions.owned_by`)."""
+        return self.annotations.get(ANNOTATION_OWNER_UID) == uid
 
     @property
     def held(self) -> bool:
         """Whether opbroker's finalizer is on the object."""
         return FINALIZER in self.finalizers
+
+    @property
+    def leaving(self) -> bool:
+        """Being deleted without opbroker's finalizer: its DELETE completes without the controller, so it is
+        gone already as far as a count of users goes."""
+        return self.deleting and not self.held
+
+
+class Owner(Protocol):
+    """What an owner reference names: any view of an object (its kind and its metadata)."""
+
+    @property
+    def api_version(self) -> str: ...
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def meta(self) -> Meta: ...
 
 
 @dataclass(frozen=True)
@@ -158,19 +226,29 @@ class OperationView:
     observed_generation: int | None
     error_count: int
     conditions: tuple[ConditionView, ...]
+    records_resources: bool = False
+    """``status.resources`` holds anything, even entries that are not references: something was applied."""
+    started_at: str | None = None
+    """When the controller saw the current operation begin (``status.operationStartedAt``)."""
+    requested_at: str | None = None
+    """When the broker was asked for it (``status.lastOperation.startedAt``)."""
 
     @classmethod
     def of(cls, status: object) -> OperationView:
         s = mapping_of(status)
+        last = mapping_of(s.get("lastOperation"))
         return cls(
             state=text_of(s.get("state")),
             description=text_of(s.get("description")),
             error=text_of(s.get("error")),
-            last_operation_type=text_of(mapping_of(s.get("lastOperation")).get("type")),
+            last_operation_type=text_of(last.get("type")),
             resources=_refs(s.get("resources")),
             observed_generation=int_of(s.get("observedGeneration")),
             error_count=int_of(s.get("errorCount")) or 0,
             conditions=conditions_of(s.get("conditions")),
+            records_resources=bool(s.get("resources")),
+            started_at=text_of(s.get("operationStartedAt")),
+            requested_at=text_of(last.get("startedAt")),
         )
 
     @property
@@ -185,6 +263,8 @@ class OperationView:
 class InstanceView:
     """An SFServiceInstance as read."""
 
+    api_version: str
+    kind: str
     meta: Meta
     instance_id: str
     """The OSB instance id (``spec.instanceId``; the object's name when absent)."""
@@ -192,9 +272,13 @@ class InstanceView:
     plan_id: str
     context: Mapping[str, Any]
     """The OSB request context (``spec.context``)."""
+    context_namespace: str | None
+    """The namespace the request context names (``spec.context.namespace``)."""
     status: OperationView
     applied_plan_hash: str | None
     """The plan version last applied (``status.appliedPlanHash``; None: never applied)."""
+    spec: Mapping[str, Any] | None
+    """The spec as read, whole (recorded with an apply as ``status.appliedSpec``)."""
     wire: Mapping[str, Any] = field(repr=False, compare=False)
     """The body as read, for the renderer's inputs (never written to)."""
 
@@ -204,13 +288,17 @@ class InstanceView:
         spec = mapping_of(body.get("spec"))
         status = mapping_of(body.get("status"))
         return cls(
+            api_version=text_of(body.get("apiVersion")) or "",
+            kind=text_of(body.get("kind")) or "",
             meta=meta,
             instance_id=text_of(spec.get("instanceId")) or meta.name,
             service_id=text_of(spec.get("serviceId")) or "",
             plan_id=text_of(spec.get("planId")) or "",
-            context=mapping_of(spec.get("context")),
+            context=(context := mapping_of(spec.get("context"))),
+            context_namespace=text_of(context.get("namespace")),
             status=OperationView.of(status),
             applied_plan_hash=text_of(status.get("appliedPlanHash")),
+            spec=_spec(body),
             wire=body,
         )
 
@@ -224,6 +312,8 @@ class InstanceView:
 class BindingView:
     """An SFServiceBinding as read."""
 
+    api_version: str
+    kind: str
     meta: Meta
     binding_id: str
     instance_ref: str
@@ -235,6 +325,8 @@ class BindingView:
     sources: tuple[ResourceRef, ...] | None
     """What its credentials were last rendered from (``status.sources``; None: not recorded)."""
     sources_digest: str | None
+    spec: Mapping[str, Any] | None
+    """The spec as read, whole (recorded with a bind as ``status.appliedSpec``)."""
     wire: Mapping[str, Any] = field(repr=False, compare=False)
 
     @classmethod
@@ -243,6 +335,8 @@ class BindingView:
         spec = mapping_of(body.get("spec"))
         status = mapping_of(body.get("status"))
         return cls(
+            api_version=text_of(body.get("apiVersion")) or "",
+            kind=text_of(body.get("kind")) or "",
             meta=meta,
             binding_id=text_of(spec.get("id")) or meta.name,
             instance_ref=text_of(spec.get("instanceId")) or "",
@@ -251,8 +345,14 @@ class BindingView:
             responded=bool(status.get("response")),
             sources=_refs(status.get("sources")) if isinstance(status.get("sources"), list) else None,
             sources_digest=text_of(status.get("sourcesDigest")),
+            spec=_spec(body),
             wire=body,
         )
+
+    @property
+    def generation_pending(self) -> bool:
+        """The spec changed since the controller last applied it."""
+        return self.meta.generation != self.status.observed_generation
 
     def binds(self, instance: InstanceView) -> bool:
         """Whether this binding refers to ``instance`` (by OSB id or by name)."""
@@ -266,6 +366,10 @@ class EntryView:
     meta: Meta
     osb_id: str
     """The OSB id it declares (``spec.id``; "" when absent)."""
+    service_id: str
+    """An SFPlan's service (``spec.serviceId``; "" when absent, and for an SFService)."""
+    spec: Mapping[str, Any]
+    """The spec as read, whole (what a plan's version is hashed from)."""
     observed_generation: int | None
     conditions: tuple[ConditionView, ...]
     wire: Mapping[str, Any] = field(repr=False, compare=False)
@@ -273,10 +377,12 @@ class EntryView:
 
     @classmethod
     def of(cls, body: Mapping[str, Any]) -> EntryView:
-        status = mapping_of(body.get("status"))
+        status, spec = mapping_of(body.get("status")), mapping_of(body.get("spec"))
         return cls(
             meta=Meta.of(body.get("metadata")),
-            osb_id=text_of(mapping_of(body.get("spec")).get("id")) or "",
+            osb_id=text_of(spec.get("id")) or "",
+            service_id=text_of(spec.get("serviceId")) or "",
+            spec=spec,
             observed_generation=int_of(status.get("observedGeneration")),
             conditions=conditions_of(status.get("conditions")),
             wire=body,
@@ -303,3 +409,215 @@ def condition_wire(condition: ConditionView) -> dict[str, Any]:
         if value is not None:
             wire[name] = value
     return wire
+
+
+@dataclass(frozen=True)
+class ObjectView:
+    """Any object as read (a live object the controller may write over or release, a singleton, a Namespace):
+    its identity and metadata."""
+
+    api_version: str
+    kind: str
+    meta: Meta
+    wire: Mapping[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def of(cls, body: Mapping[str, Any]) -> ObjectView:
+        return cls(
+            api_version=text_of(body.get("apiVersion")) or "",
+            kind=text_of(body.get("kind")) or "",
+            meta=Meta.of(body.get("metadata")),
+            wire=body,
+        )
+
+    @classmethod
+    def maybe(cls, body: Mapping[str, Any] | None) -> ObjectView | None:
+        """The view of ``body``, None for no object (a read that found nothing)."""
+        return None if body is None else cls.of(body)
+
+
+@dataclass(frozen=True)
+class ApiStatus:
+    """The API server's answer to a refused request (a ``Status``, as text or parsed): what it says and why;
+    anything else in it (its details quote the values refused) is never read."""
+
+    message: str | None
+    reason: str | None
+
+    @classmethod
+    def of(cls, body: object) -> ApiStatus:
+        if isinstance(body, (str, bytes)):
+            try:
+                body = json.loads(body)
+            except ValueError:
+                body = None
+        parsed = mapping_of(body)
+        return cls(message=text_of(parsed.get("message")), reason=text_of(parsed.get("reason")))
+
+
+@dataclass(frozen=True)
+class ApiResource:
+    """One entry of an API group version's discovery document (``resources``)."""
+
+    name: str
+    """The plural (``sfserviceinstances``; a subresource's is ``<plural>/<sub>``)."""
+    kind: str
+    singular_name: str | None
+    short_names: tuple[str, ...]
+    verbs: frozenset[str]
+
+    @classmethod
+    def of(cls, entry: object) -> ApiResource:
+        raw = mapping_of(entry)
+        return cls(
+            name=text_of(raw.get("name")) or "",
+            kind=text_of(raw.get("kind")) or "",
+            singular_name=text_of(raw.get("singularName")),
+            short_names=strings_of(raw.get("shortNames")),
+            verbs=frozenset(strings_of(raw.get("verbs"))),
+        )
+
+    @property
+    def subresource(self) -> bool:
+        return "/" in self.name
+
+    def named(self, name: str) -> bool:
+        """Whether a selector's ``name`` denotes it (like kopf: plural, kind, singular or a short name)."""
+        lowered = name.lower()
+        names = {self.name, self.kind.lower(), self.singular_name, *self.short_names}
+        return lowered in names or name == self.kind
+
+
+def resources_of(discovery: object) -> tuple[ApiResource, ...]:
+    """The ``resources`` of a discovery document (parsed)."""
+    listed = mapping_of(discovery).get("resources")
+    return tuple(ApiResource.of(r) for r in listed) if isinstance(listed, list) else ()
+
+
+@dataclass(frozen=True, slots=True)
+class ListPage:
+    """One page of a list answer (parsed JSON): its items, and where the next page or the watch starts."""
+
+    items: tuple[Mapping[str, Any], ...]
+    """The objects listed (without apiVersion and kind: a list's items carry none); an item that is not an
+    object is skipped."""
+    continue_token: str | None
+    """Where the next page starts (None: this was the last)."""
+    resource_version: str | None
+    """The listing's version (a watch from it misses nothing)."""
+
+    @classmethod
+    def of(cls, page: object) -> ListPage:
+        raw = mapping_of(page)
+        meta = mapping_of(raw.get("metadata"))
+        items = raw.get("items")
+        return cls(
+            items=tuple(i for i in items if isinstance(i, Mapping)) if isinstance(items, list) else (),
+            continue_token=text_of(meta.get("continue")),
+            resource_version=text_of(meta.get("resourceVersion")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class WatchEvent:
+    """One event of a watch stream: its type, its object as sent, and the few fields the stream itself needs
+    (built for every event of every watched kind, so it reads no more: no labels, no owners)."""
+
+    type: str
+    """ADDED, MODIFIED, DELETED, BOOKMARK or ERROR."""
+    object: dict[str, Any]
+    """The object (for ERROR: the Status), as sent: passed on whole to the store and the listeners."""
+    resource_version: str | None
+    namespace: str
+    name: str
+    code: int | None
+    """An ERROR's HTTP code (410: the version asked for is too old, list again)."""
+
+    @classmethod
+    def of(cls, event: Mapping[str, Any], body: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> WatchEvent:
+        """``event`` as the watch yields it; ``body``: what to pass on of an object instead of the object itself
+        (a metadata-only watch passes on its metadata alone; never applied to an ERROR's Status)."""
+        sent = event.get("raw_object")
+        raw: dict[str, Any] = sent if isinstance(sent, dict) else {}
+        type_ = text_of(event.get("type")) or ""
+        obj = raw if body is None or type_ == "ERROR" else body(raw)
+        meta = mapping_of(obj.get("metadata"))
+        return cls(
+            type=type_,
+            object=obj,
+            resource_version=text_of(meta.get("resourceVersion")),
+            namespace=text_of(meta.get("namespace")) or "",
+            name=text_of(meta.get("name")) or "",
+            code=int_of(raw.get("code")),
+        )
+
+
+@dataclass(frozen=True)
+class SecretView:
+    """A Secret as read: its metadata and its (base64) data; a value that is not a string reads as absent."""
+
+    meta: Meta
+    type: str | None
+    data: Mapping[str, str]
+    wire: Mapping[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def of(cls, body: Mapping[str, Any]) -> SecretView:
+        return cls(
+            meta=Meta.of(body.get("metadata")),
+            type=text_of(body.get("type")),
+            data=_labels(body.get("data")),
+            wire=body,
+        )
+
+    @classmethod
+    def maybe(cls, body: Mapping[str, Any] | None) -> SecretView | None:
+        return None if body is None else cls.of(body)
+
+
+def namespace_terminating(namespace: Mapping[str, Any] | None) -> bool:
+    """Whether a Namespace (as read; None: it does not exist) is going: phase ``Terminating`` or a
+    ``deletionTimestamp``. Nothing can be created in it any more (the API server answers 403)."""
+    if namespace is None:
+        return True
+    meta = Meta.of(namespace.get("metadata"))
+    return meta.deleting or mapping_of(namespace.get("status")).get("phase") == "Terminating"
+
+
+class EventView(NamedTuple):
+    """What the watch handlers read of an instance's or a binding's event, and no more: it is built for every
+    event (thousands at a restart), so it reads a handful of fields and no conditions or references (and is a
+    named tuple: a frozen dataclass' construction costs twice as much)."""
+
+    plan_id: str
+    service_id: str
+    instance_ref: str
+    """A binding's instance (``spec.instanceId``; "" for an instance)."""
+    state: str | None
+    resource_version: str | None
+    fingerprint: tuple[Any, ...]
+    """What a reconcile decides on (generation, deletion, our finalizer, state, observed generation): an event
+    that leaves it unchanged needs no reconcile."""
+
+    @classmethod
+    def of(cls, body: Mapping[str, Any]) -> EventView:
+        meta, spec, status = (
+            mapping_of(body.get("metadata")),
+            mapping_of(body.get("spec")),
+            mapping_of(body.get("status")),
+        )
+        state = status.get("state")
+        return cls(
+            plan_id=text_of(spec.get("planId")) or "",
+            service_id=text_of(spec.get("serviceId")) or "",
+            instance_ref=text_of(spec.get("instanceId")) or "",
+            state=text_of(state),
+            resource_version=text_of(meta.get("resourceVersion")),
+            fingerprint=(
+                meta.get("generation"),
+                meta.get("deletionTimestamp"),
+                FINALIZER in strings_of(meta.get("finalizers")),
+                state,
+                status.get("observedGeneration"),
+            ),
+        )

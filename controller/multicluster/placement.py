@@ -47,6 +47,7 @@ from opbroker.api.selectors import parse as parse_selector
 from opbroker.controller import identities
 from opbroker.controller.catalog import PlanEntry
 from opbroker.controller.core import actions as a
+from opbroker.controller.core.views import InstanceView
 from opbroker.controller.executor import Executor, Run, Target
 from opbroker.controller.kube import BINDINGS, INSTANCES, Kind, KubeError
 from opbroker.controller.multicluster import quantities
@@ -183,7 +184,7 @@ class MultiClusterPlacement:
         if self.policy in (SchedulerName.LABEL_SELECTOR, SchedulerName.CAPACITY_AWARE):
             try:
                 rendered = self.deps.renderer.render_cluster_selector(
-                    entry.model, inputs_for(self.deps, instance=instance, plan=entry, registry=None)
+                    entry.model, inputs_for(self.deps, instance=InstanceView.of(instance), plan=entry, registry=None)
                 )
                 selector = parse_selector(rendered)
             except (RenderError, SelectorError) as exc:

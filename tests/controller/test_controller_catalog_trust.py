@@ -107,7 +107,7 @@ def test_two_trusted_plans_with_one_id_are_both_refused_until_one_goes() -> None
     assert entry.duplicates == ("opbroker/plan", "platform/copy")
     assert entry.problem is not None and "opbroker/plan" in entry.problem and "platform/copy" in entry.problem
     assert list(catalog.plans()) == []
-    assert len(catalog.plan_bodies(PLAN_ID)) == 2
+    assert len(catalog.plan_views(PLAN_ID)) == 2
 
     catalog.remove_plan(first)  # the one that stays serves again, whichever was first
     entry = catalog.plan(PLAN_ID)

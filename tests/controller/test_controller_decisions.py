@@ -14,6 +14,16 @@ from opbroker.api.meta import ResourceRef
 from opbroker.controller.core import catalog_status, decisions
 from opbroker.controller.core.decisions import Step
 from opbroker.controller.core.reasons import Reason
+from opbroker.controller.core.views import (
+    BindingView,
+    EntryView,
+    InstanceView,
+    Meta,
+    ObjectView,
+    OperationView,
+    SecretView,
+    namespace_terminating,
+)
 
 
 def obj(
@@ -78,7 +88,12 @@ INSTANCE_CASES = [
 def test_next_instance_step(
     reason: str, instance: dict[str, Any], plan_hash: str, auto: bool, bindings: int, want: Step
 ) -> None:
-    assert decisions.next_instance_step(instance, plan_hash=plan_hash, auto_update=auto, live_bindings=bindings) == want
+    assert (
+        decisions.next_instance_step(
+            InstanceView.of(instance), plan_hash=plan_hash, auto_update=auto, live_bindings=bindings
+        )
+        == want
+    )
 
 
 BINDING_CASES = [
@@ -99,7 +114,7 @@ BINDING_CASES = [
     ("reason", "binding", "instance_state", "want"), BINDING_CASES, ids=[c[0] for c in BINDING_CASES]
 )
 def test_next_binding_step(reason: str, binding: dict[str, Any], instance_state: str | None, want: Step) -> None:
-    assert decisions.next_binding_step(binding, instance_state=instance_state) == want
+    assert decisions.next_binding_step(BindingView.of(binding), instance_state=instance_state) == want
 
 
 def test_ready_condition_keeps_transition_time_while_unchanged() -> None:
@@ -114,10 +129,12 @@ def test_ready_condition_keeps_transition_time_while_unchanged() -> None:
 
 def test_errors_are_counted_then_the_operation_fails() -> None:
     instance = obj(state="in progress", observed=1)
-    patch, gave_up = decisions.error_status(instance, message="boom", threshold=3)
+    view = InstanceView.of(instance)
+    patch, gave_up = decisions.error_status(view.status, view.meta.generation, message="boom", threshold=3)
     assert (patch["errorCount"], gave_up) == (1, False)
     instance["status"]["errorCount"] = 2
-    patch, gave_up = decisions.error_status(instance, message="boom", threshold=3)
+    view = InstanceView.of(instance)
+    patch, gave_up = decisions.error_status(view.status, view.meta.generation, message="boom", threshold=3)
     assert gave_up
     assert patch["state"] == "failed"
     assert patch["error"] == "gave up after 3 consecutive errors: boom"
@@ -125,6 +142,11 @@ def test_errors_are_counted_then_the_operation_fails() -> None:
 
 
 # -- the maximum operation duration ------------------------------------------------------------------------
+
+
+def status_of(instance: dict[str, Any]) -> OperationView:
+    return InstanceView.of(instance).status
+
 
 AT = datetime.datetime(2026, 1, 1, 1, 0, 0, tzinfo=datetime.UTC)
 
@@ -149,15 +171,15 @@ def started(at: str | None, state: str = "in progress", **last: Any) -> dict[str
     ],
 )
 def test_overdue(reason: str, instance: dict[str, Any], limit: float, want: float | None) -> None:
-    assert decisions.overdue(instance, max_seconds=limit, at=AT) == want, reason
+    assert decisions.overdue(status_of(instance), max_seconds=limit, at=AT) == want, reason
 
 
 def test_poll_after_comes_no_later_than_the_deadline() -> None:
     fresh = started(decisions.now())
-    assert decisions.poll_after(fresh, poll_seconds=10, max_seconds=3600) == 10
-    assert 0.5 <= decisions.poll_after(fresh, poll_seconds=10, max_seconds=3) <= 3.5
-    assert decisions.poll_after(started(None), poll_seconds=10, max_seconds=3) == 10
-    assert decisions.poll_after(fresh, poll_seconds=10, max_seconds=0) == 10
+    assert decisions.poll_after(status_of(fresh), poll_seconds=10, max_seconds=3600) == 10
+    assert 0.5 <= decisions.poll_after(status_of(fresh), poll_seconds=10, max_seconds=3) <= 3.5
+    assert decisions.poll_after(status_of(started(None)), poll_seconds=10, max_seconds=3) == 10
+    assert decisions.poll_after(status_of(fresh), poll_seconds=10, max_seconds=0) == 10
 
 
 @pytest.mark.parametrize(
@@ -179,13 +201,13 @@ def test_poll_after_comes_no_later_than_the_deadline() -> None:
     ],
 )
 def test_started_operation(reason: str, instance: dict[str, Any], want: str) -> None:
-    assert decisions.started_operation(instance, at=AT) == {"operationStartedAt": want}, reason
+    assert decisions.started_operation(status_of(instance), at=AT) == {"operationStartedAt": want}, reason
 
 
 def test_the_controllers_start_wins_over_the_brokers_for_the_age() -> None:
     instance = started("2025-01-01T00:00:00Z", state="in progress")
     instance["status"]["operationStartedAt"] = "2026-01-01T00:59:00Z"
-    assert decisions.operation_age(instance, at=AT) == 60.0
+    assert decisions.operation_age(status_of(instance), at=AT) == 60.0
 
 
 # -- the dashboard URL (issue 18: a registry's dashboard-url never reached dashboardUrl) ----------------------
@@ -239,7 +261,7 @@ def ref(name: str, namespace: str | None) -> ResourceRef:
     ],
 )
 def test_namespace_terminating(reason: str, namespace: dict[str, Any] | None, want: bool) -> None:
-    assert decisions.namespace_terminating(namespace) is want, reason
+    assert namespace_terminating(namespace) is want, reason
 
 
 HERE, ELSEWHERE, CLUSTER = ref("db", "n"), ref("db", "other"), ref("scoped", None)
@@ -292,7 +314,7 @@ CREDS = {"credentials": {"username": "u", "password": "p1"}}
     ],
 )
 def test_credentials_changed(reason: str, secret: dict[str, Any] | None, want: bool) -> None:
-    assert decisions.credentials_changed(secret, CREDS) is want, reason
+    assert decisions.credentials_changed(SecretView.maybe(secret), CREDS) is want, reason
 
 
 SECRET = ResourceRef(api_version="v1", kind="Secret", name="s", namespace="ns")
@@ -307,6 +329,7 @@ def digest(**changes: Any) -> str:
         "versions": [(SECRET, "10"), (DATABASE, "11")],
         **changes,
     }
+    facts["instance"], facts["binding"] = (Meta.of(facts[k]["metadata"]) for k in ("instance", "binding"))
     return decisions.sources_digest(**facts)
 
 
@@ -350,7 +373,7 @@ def plan(*, held: bool = False, deleting: bool = False) -> dict[str, Any]:
     ],
 )
 def test_plan_guard_step(reason: str, the_plan: dict[str, Any], users: int, want: decisions.PlanGuard) -> None:
-    assert decisions.plan_guard_step(the_plan, users=users) is want, reason
+    assert decisions.entry_guard(EntryView.of(the_plan).meta, users=users) is want, reason
 
 
 @pytest.mark.parametrize(
@@ -363,7 +386,7 @@ def test_plan_guard_step(reason: str, the_plan: dict[str, Any], users: int, want
     ],
 )
 def test_plan_needs_count(reason: str, the_plan: dict[str, Any], want: bool) -> None:
-    assert decisions.plan_needs_count(the_plan) is want, reason
+    assert decisions.entry_needs_count(EntryView.of(the_plan).meta) is want, reason
 
 
 def user(name: str, plan_id: str = "p1", **kw: Any) -> dict[str, Any]:
@@ -381,7 +404,7 @@ def test_plan_users() -> None:
         user("d", plan_id="p2"),
         user("e"),
     ]
-    assert decisions.plan_users(instances, "p1") == 3
+    assert decisions.plan_users(map(InstanceView.of, instances), "p1") == 3
     assert decisions.plan_users([], "p1") == 0
 
 
@@ -409,7 +432,9 @@ def test_plan_users() -> None:
 def test_refuses_new_instance(
     reason: str, instance: dict[str, Any], the_plan: dict[str, Any] | None, want: bool
 ) -> None:
-    assert decisions.refuses_new_instance(instance, the_plan) is want, reason
+    assert (
+        decisions.refuses_new_instance(InstanceView.of(instance), EntryView.of(the_plan) if the_plan else None) is want
+    ), reason
 
 
 def test_a_plan_in_use_is_not_ready_and_says_why() -> None:
@@ -423,12 +448,12 @@ def test_a_tracked_singleton_is_let_go_by_each_user_and_deleted_by_the_last() ->
     """Issue 29: a singleton owner references cannot hold lists its users; only the last one deletes it."""
     users = '["a","b"]'
     live = {"metadata": {"annotations": {"opbroker.io/singleton-users": users}, "resourceVersion": "1"}}
-    assert decisions.letting_go(live, owner_uid="a") is decisions.Letting.UNOWN
-    last = {"metadata": {"annotations": {"opbroker.io/singleton-users": '["b"]'}}}
+    assert decisions.letting_go(ObjectView.of(live), owner_uid="a") is decisions.Letting.UNOWN
+    last = ObjectView.of({"metadata": {"annotations": {"opbroker.io/singleton-users": '["b"]'}}})
     assert decisions.letting_go(last, owner_uid="b") is decisions.Letting.DELETE
     assert decisions.letting_go(last, owner_uid="c") is decisions.Letting.LEAVE
-    forged = {"metadata": {"annotations": {"opbroker.io/singleton-users": '{"b": 1}'}}}
-    assert decisions.singleton_users(forged) == ()
+    forged = ObjectView.of({"metadata": {"annotations": {"opbroker.io/singleton-users": '{"b": 1}'}}})
+    assert decisions.singleton_users(forged.meta) == ()
     assert decisions.letting_go(forged, owner_uid="b") is decisions.Letting.LEAVE
     assert decisions.users_annotation(["b", "a", "b"]) == '["a","b"]'
     assert decisions.users_annotation([]) is None

@@ -19,6 +19,7 @@ from kubernetes.client.exceptions import ApiException
 
 from opbroker.api.conventions import CREDENTIALS_KEY, DEFAULT_NAMESPACE, FINALIZER
 from opbroker.controller.core import decisions
+from opbroker.controller.core.views import BindingView
 from opbroker.devcluster import ControlPlane
 from tests.controller_support import Process, apply_yaml, controller_command, wait_for
 
@@ -348,7 +349,7 @@ def test_an_operation_without_outcome_fails_after_the_maximum_duration(
         bind(api_client, namespace, "quietb1", "fine1", plan_id=plan_name)
         binding = wait_state(api_client, namespace, "sfservicebindings", "quietb1", "failed", timeout=30)
         assert "timed out: no outcome " in binding["status"]["error"]
-        started = decisions.operation_age(binding)
+        started = decisions.operation_age(BindingView.of(binding).status)
         assert started is not None and started >= 4
     finally:
         limited.stop()

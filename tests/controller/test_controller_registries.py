@@ -9,9 +9,15 @@ from kubernetes import client
 
 from opbroker.api.conventions import LABEL_MANAGED_BY, MANAGED_BY
 from opbroker.controller import registries, registry_sweep
+from opbroker.controller.core.views import Meta
 from opbroker.controller.kube import Kube
 from opbroker.controller.objects import owner_reference
 from opbroker.controller.registries import RegistryCache, encode
+
+
+def place(owner: dict[str, Any], *, kind: str, namespace: str) -> registries.Place:
+    """Where ``owner``'s registry lives (``registries.place`` of its metadata)."""
+    return registries.place(Meta.of(owner["metadata"]), kind=kind, namespace=namespace)
 
 
 def owner(api_client: client.ApiClient, namespace: str, name: str = "inst") -> dict[str, Any]:
@@ -51,7 +57,7 @@ def test_saved_registry_is_kept_in_the_registry_namespace_and_served_without_rea
     cp = side_namespace(api_client, namespace)
     try:
         kube, cache = Kube(api_client), RegistryCache()
-        where = registries.place(owner(api_client, namespace), kind="instance", namespace=cp)
+        where = place(owner(api_client, namespace), kind="instance", namespace=cp)
         assert cache.load(kube, where, legacy=kube) is None
         cache.save(kube, where, {"password": "p"}, {})
         assert names(api_client, cp) == [where.name] and where.name.endswith(where.owner_uid)
@@ -72,7 +78,7 @@ def test_a_registry_at_its_old_place_is_moved_with_its_values(api_client: client
             namespace, secret("inst-registry", managed=True, owned_by=new, password="generated-before")
         )
         kube = Kube(api_client)
-        where = registries.place(new, kind="instance", namespace=cp)
+        where = place(new, kind="instance", namespace=cp)
         assert registries.read(kube, where) == {"password": "generated-before"}, "previews read the old place"
         assert RegistryCache().load(kube, where, legacy=kube) == {"password": "generated-before"}
         assert "inst-registry" not in names(api_client, namespace)
@@ -93,7 +99,7 @@ def test_an_earlier_objects_registry_at_the_old_place_is_not_moved(
         )
         core.create_namespaced_secret(namespace, secret("x-registry", managed=False, owned_by=None, password="x"))
         kube = Kube(api_client)
-        where = registries.place(owner(api_client, namespace), kind="instance", namespace=cp)
+        where = place(owner(api_client, namespace), kind="instance", namespace=cp)
         assert RegistryCache().load(kube, where, legacy=kube) is None
         assert registries.read(kube, where) is None
         assert {"inst-registry", "x-registry"} <= set(names(api_client, namespace)), "neither is touched"
@@ -107,7 +113,7 @@ def test_the_sweep_deletes_registries_whose_owner_is_gone(api_client: client.Api
     try:
         kube = Kube(api_client)
         live, gone = owner(api_client, namespace, "live"), owner(api_client, namespace, "gone")
-        kept, orphan = (registries.place(o, kind="instance", namespace=cp) for o in (live, gone))
+        kept, orphan = (place(o, kind="instance", namespace=cp) for o in (live, gone))
         for where in (kept, orphan):
             registries.save(kube, where, {"password": "p"}, {})
         core = client.CoreV1Api(api_client)
@@ -144,7 +150,7 @@ def test_the_start_up_housekeeping_moves_every_registry_from_its_old_place(
         )
         kube = Kube(api_client)
         assert registry_sweep.move_legacy(kube, cp, lambda _ns: kube) >= 1
-        where = registries.place(instance, kind="instance", namespace=cp)
+        where = place(instance, kind="instance", namespace=cp)
         assert registries.read(kube, where) == {"password": "kept-across-the-upgrade"}
         assert names(api_client, cp) == [where.name]
         assert set(names(api_client, namespace)) == {"inst-credentials"}
@@ -160,7 +166,7 @@ def test_the_sweep_deletes_no_registry_written_since_it_was_listed(
     cp = side_namespace(api_client, namespace)
     try:
         kube = Kube(api_client)
-        where = registries.place(owner(api_client, namespace, "reused"), kind="instance", namespace=cp)
+        where = place(owner(api_client, namespace, "reused"), kind="instance", namespace=cp)
         registries.save(kube, where, {"password": "the first owner's"}, {})
 
         def rewritten_meanwhile(*_key: str) -> str | None:

@@ -309,7 +309,9 @@ def blocked(facts: PlacementFacts) -> list[Any]:
     failed = facts.operation.state == OperationState.FAILED.value  # an outcome's Event only when the state changes
     if failed and facts.operation.error == error:
         return []
-    patch = outcome_status(dict(facts.obj), state=OperationState.FAILED, reason=Reason.BINDINGS_EXIST, error=error)
+    patch = outcome_status(
+        facts.operation, facts.meta.generation, state=OperationState.FAILED, reason=Reason.BINDINGS_EXIST, error=error
+    )
     event = None if failed else a.Event(Reason.BINDINGS_EXIST.value, error, warning=True)
     return [a.WriteStatus(patch, settled=True, event=event)]
 
