@@ -16,7 +16,6 @@ from opbroker.controller.multicluster.core import replicas
 from opbroker.controller.multicluster.core.views import ReplicaView, SecretView
 from opbroker.controller.multicluster.reasons import ANNOTATION_MASTER_UID, LABEL_REPLICATED, ConditionType
 
-
 V = ReplicaView.of
 
 
