@@ -160,7 +160,7 @@ class MultiClusterPlacement:
         if entry is None or entry.model is None:
             return _with(facts, plan_known=False)
         try:
-            demand = self._demand(dict(facts.obj.wire), entry)
+            demand = self._demand(facts.obj, entry)
         except SchedulingError as exc:
             return _with(facts, scheduling=Scheduling(None, str(exc)))
         with self._decisions:
@@ -177,13 +177,13 @@ class MultiClusterPlacement:
         bindings = self.deps.kube.list_custom(BINDINGS, instance.meta.namespace)
         return sum(1 for b in bindings if ReplicaView.of(b).instance_ref in ids)
 
-    def _demand(self, instance: dict[str, Any], entry: PlanEntry) -> Demand:
+    def _demand(self, instance: ReplicaView, entry: PlanEntry) -> Demand:
         assert entry.model is not None
         selector = None
         if self.policy in (SchedulerName.LABEL_SELECTOR, SchedulerName.CAPACITY_AWARE):
             try:
                 rendered = self.deps.renderer.render_cluster_selector(
-                    entry.model, inputs_for(self.deps, instance=instance, plan=entry, registry=None)
+                    entry.model, inputs_for(self.deps, instance=dict(instance.wire), plan=entry, registry=None)
                 )
                 selector = parse_selector(rendered)
             except (RenderError, SelectorError) as exc:
