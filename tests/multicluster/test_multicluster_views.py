@@ -111,3 +111,11 @@ def test_sfcluster_view_reads_wrong_types_as_absent() -> None:
     assert (view.secret_ref, view.total_capacity, view.limit_percentage, view.controller) == ("", None, None, None)
     assert view.conditions == () and view.declared() is None
     assert SFClusterView.of({"metadata": {"name": "c4"}, "spec": {"totalCapacity": {"cpu": "many"}}}).declared() is None
+
+
+def test_a_condition_written_with_an_empty_message_is_not_written_again() -> None:
+    """What is written (a condition with message "") reads back through the view as no message: still the same."""
+    wanted = replicas.set_condition((), ConditionType.READY, status=False, reason="Unreachable", message="")
+    read_back = ReplicaView.of(copy_body(conditions=replicas.wire(wanted))).status.conditions
+    assert read_back[0].message is None
+    assert replicas.same_conditions(wanted, read_back)

@@ -147,7 +147,9 @@ def wire(conditions: Iterable[ConditionView]) -> list[dict[str, Any]]:
 
 
 def _comparable(conditions: Iterable[ConditionView]) -> list[tuple[str, str, str | None, str | None]]:
-    return sorted(((c.type, c.status, c.reason, c.message) for c in conditions), key=repr)
+    # An empty reason or message reads back as absent (the views' rule): both compare as None, so a condition
+    # written with "" is not written again on every pass.
+    return sorted(((c.type, c.status, c.reason or None, c.message or None) for c in conditions), key=repr)
 
 
 def same_conditions(first: Iterable[ConditionView], second: Iterable[ConditionView]) -> bool:
