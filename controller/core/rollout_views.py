@@ -14,7 +14,7 @@ from typing import Any
 
 from opbroker.controller.core.views import InstanceView, Meta, mapping_of, text_of
 
-__all__ = ["PlanView", "RolloutInstance"]
+__all__ = ["AdminRequestView", "PlanView", "RolloutInstance"]
 
 
 @dataclass(frozen=True)
@@ -89,3 +89,21 @@ class PlanView:
     def plan_id(self) -> str:
         """The id its instances name (``spec.id``; the object's name when absent)."""
         return self.osb_id or self.meta.name
+
+
+@dataclass(frozen=True)
+class AdminRequestView:
+    """A preview or rollout request of the admin API (a ConfigMap, :mod:`opbroker.api.adminrequests`): its identity,
+    which an answer is written to; its request and answer are read by that module's parsers from ``wire``."""
+
+    meta: Meta
+    wire: Mapping[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def of(cls, body: Mapping[str, Any]) -> AdminRequestView:
+        return cls(meta=Meta.of(body.get("metadata")), wire=body)
+
+    @property
+    def body(self) -> dict[str, Any]:
+        """The ConfigMap as the request parsers take it."""
+        return dict(self.wire)

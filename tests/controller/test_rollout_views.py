@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from opbroker.controller.core.rollout_views import PlanView, RolloutInstance
+from opbroker.controller.core.rollout_views import AdminRequestView, PlanView, RolloutInstance
 from opbroker.controller.rollouts import Skip, verdict
 
 
@@ -48,3 +48,12 @@ def test_plan_view_answers_to_its_name_id_and_osb_name() -> None:
     unnamed = PlanView.of({"metadata": {"name": "n"}, "spec": {"id": 7, "name": None}})
     assert (unnamed.osb_id, unnamed.osb_name, unnamed.plan_id) == (None, None, "n")
     assert not unnamed.answers_to("7")
+
+
+def test_admin_request_view_names_the_configmap_an_answer_goes_to() -> None:
+    body = {"metadata": {"name": "opbroker-rollout-p", "resourceVersion": "8", "labels": {"x": "y"}}, "data": {}}
+    view = AdminRequestView.of(body)
+    assert (view.meta.name, view.meta.resource_version) == ("opbroker-rollout-p", "8")
+    assert view.body == body and view.body is not body, "the parsers get a copy; the body read is never written"
+    garbled = AdminRequestView.of({"metadata": {"name": 3, "resourceVersion": 8}})
+    assert (garbled.meta.name, garbled.meta.resource_version) == ("", None)
