@@ -64,8 +64,8 @@ def diff(
         raise typer.Exit(1) from None
     kube = _kube(kubeconfig)
     plan_id = proposed.spec.id
-    current_body = rollouts.find_plan(kube, namespace, plan_id)
-    if current_body is None:
+    current = rollouts.find_plan(kube, namespace, plan_id)
+    if current is None:
         err.print(f"[red]error:[/red] plan {plan_id!r} is not in namespace {namespace!r}: nothing to compare with")
         raise typer.Exit(1)
     diffs = []
@@ -74,7 +74,7 @@ def diff(
         Renderer(),
         namespace=namespace,
         registry_namespace=registry_namespace or namespace,
-        current_body=current_body,
+        current_body=current.wire,
         proposed=proposed,
         proposed_service=proposed_service,
         instance_namespace=instance_namespace,
@@ -117,15 +117,14 @@ def update_instances(
     from opbroker.controller.catalog import spec_hash
 
     kube = _kube(kubeconfig)
-    body = rollouts.find_plan(kube, namespace, plan)
-    if body is None:
+    found = rollouts.find_plan(kube, namespace, plan)
+    if found is None:
         err.print(f"[red]error:[/red] no plan {plan!r} in namespace {namespace!r}")
         raise typer.Exit(1)
-    spec = body.get("spec") or {}
     result = rollouts.update_instances(
         kube,
-        plan_id=spec.get("id") or body["metadata"]["name"],
-        plan_hash=spec_hash(spec),
+        plan_id=found.plan_id,
+        plan_hash=spec_hash(dict(found.spec)),
         namespace=instance_namespace,
         batch_size=batch_size,
         pacer=rollouts.Pacer(rate),
@@ -137,7 +136,7 @@ def update_instances(
     skipped = ", ".join(f"{count} {reason.value}" for reason, count in sorted(result.skipped.items()))
     verb = "would mark" if dry_run else "marked"
     out.print(
-        f"plan {spec.get('name')!r}: {verb} {len(result.marked)} instance(s) for update in {result.pages} page(s)"
+        f"plan {found.osb_name!r}: {verb} {len(result.marked)} instance(s) for update in {result.pages} page(s)"
         + (f"; skipped {skipped}" if skipped else "")
     )
     if result.unsettled:

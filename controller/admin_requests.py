@@ -19,7 +19,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
@@ -28,7 +27,7 @@ from opbroker.api.catalog import SFPlan
 from opbroker.api.meta import ResourceRef
 from opbroker.controller import rollouts
 from opbroker.controller.catalog import spec_hash
-from opbroker.controller.core.views import EntryView, ObjectView
+from opbroker.controller.core.rollout_views import AdminRequestView, PlanView
 from opbroker.controller.kube import PLANS, Kube
 from opbroker.controller.objects import Manifest
 from opbroker.rendering import Renderer
@@ -85,12 +84,12 @@ class AdminRequests:
 
     def run_once(self, *, background: bool = True) -> None:
         """Answer every pending preview; start every rollout not finished and not running here."""
-        for obj in self.kube.list_objects("v1", "ConfigMap", self.namespace):
-            kind = wire.kind_of(obj)
+        for body in self.kube.list_objects("v1", "ConfigMap", self.namespace):
+            kind = wire.kind_of(body)
             if kind is wire.Kind.PREVIEW:
-                self._preview(obj)
+                self._preview(AdminRequestView.of(body))
             elif kind is wire.Kind.ROLLOUT:
-                self._rollout(obj, background=background)
+                self._rollout(AdminRequestView.of(body), background=background)
 
     def wait(self, timeout: float) -> None:
         """Join the rollout threads (tests)."""
@@ -100,7 +99,7 @@ class AdminRequests:
     # -- preview ----------------------------------------------------------------------------------------
 
     def _answer(
-        self, obj: dict[str, Any], answer: wire.PreviewAnswer | wire.RolloutAnswer, *, guarded: bool = False
+        self, obj: AdminRequestView, answer: wire.PreviewAnswer | wire.RolloutAnswer, *, guarded: bool = False
     ) -> None:
         """Write ``answer``; ``guarded``: only onto the version of the request it answers (a preview replaced
         while it was rendered is answered at the next pass, not with the old one's diffs)."""
@@ -108,20 +107,19 @@ class AdminRequests:
         if len(text.encode()) > wire.MAX_ANSWER_BYTES:  # cannot happen within the limits; never write past them
             text = type(answer)(phase=wire.Phase.FAILED, message="the answer exceeds its size limit").to_json()
         patch: Manifest = {"data": {wire.ANSWER_KEY: text}}
-        meta = ObjectView.of(obj).meta
         if guarded:
-            patch["metadata"] = {"resourceVersion": meta.resource_version}
+            patch["metadata"] = {"resourceVersion": obj.meta.resource_version}
         try:
-            self.kube.merge_patch(_ref(self.namespace, meta.name), patch)
+            self.kube.merge_patch(_ref(self.namespace, obj.meta.name), patch)
         except ApiException as exc:
             if not (guarded and exc.status == 409):
                 raise
 
-    def _preview(self, obj: dict[str, Any]) -> None:
+    def _preview(self, obj: AdminRequestView) -> None:
         try:
-            if wire.preview_answer(obj) is not None:
+            if wire.preview_answer(obj.body) is not None:
                 return
-            request = wire.preview_request(obj)
+            request = wire.preview_request(obj.body)
         except wire.Unreadable as exc:
             self._answer(obj, wire.PreviewAnswer(phase=wire.Phase.FAILED, message=str(exc)), guarded=True)
             return
@@ -143,7 +141,7 @@ class AdminRequests:
             proposed = SFPlan.model_validate(request.proposed)
         except ValueError as exc:
             return wire.PreviewAnswer(phase=wire.Phase.FAILED, message=f"the proposed plan is invalid: {exc}")
-        if proposed.spec.id != (EntryView.of(current).osb_id or None):
+        if proposed.spec.id != PlanView.of(current).osb_id:
             return wire.PreviewAnswer(
                 phase=wire.Phase.FAILED, message="the proposed plan's spec.id is not the plan's: a plan keeps its id"
             )
@@ -188,14 +186,14 @@ class AdminRequests:
 
     # -- rollout ----------------------------------------------------------------------------------------
 
-    def _rollout(self, obj: dict[str, Any], *, background: bool) -> None:
-        name = ObjectView.of(obj).meta.name
+    def _rollout(self, obj: AdminRequestView, *, background: bool) -> None:
+        name = obj.meta.name
         with self._lock:
             if name in self._running and self._running[name].is_alive():
                 return
         try:
-            answer = wire.rollout_answer(obj)
-            request = wire.rollout_request(obj)
+            answer = wire.rollout_answer(obj.body)
+            request = wire.rollout_request(obj.body)
         except wire.Unreadable as exc:
             self._answer(obj, wire.RolloutAnswer(phase=wire.Phase.FAILED, message=str(exc), updated_at=_now()))
             return
@@ -211,21 +209,21 @@ class AdminRequests:
         else:
             self.roll_out(obj, request, resumed)
 
-    def roll_out(self, obj: dict[str, Any], request: wire.RolloutRequest, resumed: bool = False) -> None:
+    def roll_out(self, obj: AdminRequestView, request: wire.RolloutRequest, resumed: bool = False) -> None:
         """Execute ``request`` to its end (or its cancel), its answer rewritten after every page."""
         note = "resumed after a controller restart: instances already re-rendered are skipped" if resumed else None
         if request.cancelled:
             self._answer(obj, wire.RolloutAnswer(phase=wire.Phase.CANCELLED, message=note, updated_at=_now()))
             return
-        plan = self.kube.get_custom(PLANS, self.namespace, request.plan)
-        if plan is None:
+        found = self.kube.get_custom(PLANS, self.namespace, request.plan)
+        if found is None:
             self._answer(
                 obj,
                 wire.RolloutAnswer(phase=wire.Phase.FAILED, message=f"no SFPlan {request.plan!r}", updated_at=_now()),
             )
             return
-        entry = EntryView.of(plan)
-        cancel = _CancelCheck(self.kube, _ref(self.namespace, ObjectView.of(obj).meta.name), self._clock)
+        plan = PlanView.of(found)
+        cancel = _CancelCheck(self.kube, _ref(self.namespace, obj.meta.name), self._clock)
 
         def answer(report: rollouts.UpdateReport, phase: wire.Phase, message: str | None = note) -> wire.RolloutAnswer:
             return wire.RolloutAnswer(
@@ -242,8 +240,8 @@ class AdminRequests:
         try:
             report = rollouts.update_instances(
                 self.kube,
-                plan_id=entry.osb_id or entry.meta.name,
-                plan_hash=spec_hash(dict(entry.spec)),
+                plan_id=plan.plan_id,
+                plan_hash=spec_hash(dict(plan.spec)),
                 namespace=request.instance_namespace,
                 batch_size=request.batch_size,
                 pacer=rollouts.Pacer(request.rate, clock=self._clock, sleep=cancel.sleep),

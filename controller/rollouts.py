@@ -19,7 +19,7 @@ import dataclasses
 import difflib
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -32,9 +32,10 @@ from opbroker.api.catalog import SFPlan
 from opbroker.api.meta import ResourceRef
 from opbroker.api.osb import OperationState
 from opbroker.controller import registries
-from opbroker.controller.core.decisions import is_deleting
-from opbroker.controller.core.views import Meta
+from opbroker.controller.core.rollout_views import PlanView, RolloutInstance
+from opbroker.controller.core.views import EntryView, InstanceView, Meta
 from opbroker.controller.kube import INSTANCES, PLANS, SERVICES, Kube
+from opbroker.controller.multicluster.core.views import SecretView, SFClusterView
 from opbroker.rendering import Renderer, RenderError, RenderInputs
 from opbroker.rendering.output import RenderedObject
 
@@ -65,7 +66,7 @@ class InstanceDiff:
 class Subject:
     """One instance and what rendering it needs, read from its cluster."""
 
-    instance: dict[str, Any]
+    instance: RolloutInstance
     registry: dict[str, Any] | None
     fetch: Fetch
     service: dict[str, Any] | None = None
@@ -94,13 +95,8 @@ def manifests_text(objects: Iterable[RenderedObject]) -> str:
     """Rendered objects as canonical YAML (sorted by identity and keys), the text the diff compares."""
 
     def identity(obj: RenderedObject) -> tuple[str, str, str, str]:
-        meta = obj.manifest.get("metadata") or {}
-        return (
-            obj.manifest.get("apiVersion", ""),
-            obj.manifest.get("kind", ""),
-            meta.get("namespace") or "",
-            meta.get("name", ""),
-        )
+        ref = obj.ref  # the renderer makes sure every object has these
+        return ref.api_version, ref.kind, ref.namespace or "", ref.name
 
     documents = [
         yaml.safe_dump(obj.manifest, sort_keys=True, default_flow_style=False) for obj in sorted(objects, key=identity)
@@ -123,11 +119,10 @@ def _inputs(
     subject: Subject, plan_body: dict[str, Any], registry: dict[str, Any] | None, service: dict[str, Any] | None
 ) -> RenderInputs:
     instance = subject.instance
-    context = (instance.get("spec") or {}).get("context") or {}
     return RenderInputs(
-        instance=instance,
-        default_namespace=instance["metadata"]["namespace"],
-        context_namespace=context.get("namespace"),
+        instance=instance.wire,
+        default_namespace=instance.meta.namespace,
+        context_namespace=instance.context_namespace,
         service=service or {},
         plan=plan_body,
         registry=registry or {},
@@ -150,8 +145,7 @@ def preview(
     context: int = 3,
 ) -> InstanceDiff:
     """How one instance's ``provision`` objects change from the current plan to the proposed one."""
-    meta = subject.instance["metadata"]
-    namespace, name = meta["namespace"], meta["name"]
+    namespace, name = subject.instance.key
     if subject.problem is not None:
         return InstanceDiff(namespace, name, Change.FAILING, error=subject.problem)
     note = None
@@ -225,19 +219,20 @@ def subjects(
     order, which is this string's), a cursor for pages of previews.
     """
     for page in pages(kube, namespace=namespace, limit=page_size):
-        for instance in page:
-            if (instance.get("spec") or {}).get("planId") != plan_id or is_deleting(instance):
+        for body in page:
+            instance = RolloutInstance.of(body)
+            if instance.view.plan_id != plan_id or instance.meta.deleting:
                 continue
-            if after is not None and f"{instance['metadata']['namespace']}/{instance['metadata']['name']}" <= after:
+            if after is not None and instance.where <= after:
                 continue
-            cluster = (instance.get("spec") or {}).get("clusterId") or ""
+            cluster = instance.cluster_id
             try:
                 where = cluster_kube(cluster)
                 # Registries are named by the uid of the instance the cluster's controller reconciles: on a
                 # sister cluster that is its replica, not the master's object.
-                meta = instance["metadata"]
-                local = where.get_custom(INSTANCES, meta["namespace"], meta["name"]) if cluster else None
-                owner = local if local is not None else instance
+                namespace_, name = instance.key
+                local = where.get_custom(INSTANCES, namespace_, name) if cluster else None
+                owner = local if local is not None else dict(instance.wire)
                 registry = registries.read(
                     where,
                     registries.place(Meta.of(owner.get("metadata")), kind="instance", namespace=registry_namespace),
@@ -256,25 +251,19 @@ def _nothing(refs: dict[str, ResourceRef]) -> dict[str, dict[str, Any] | None]:
     return {name: None for name in refs}
 
 
-def decode_kubeconfig(secret: dict[str, Any] | None, key: str = "kubeconfig") -> str | None:
-    encoded = ((secret or {}).get("data") or {}).get(key)
+def decode_kubeconfig(secret: Mapping[str, Any] | None, key: str = "kubeconfig") -> str | None:
+    encoded = None if secret is None else SecretView.of(secret).data.get(key)
     return base64.b64decode(encoded).decode("utf-8") if encoded else None
 
 
-def find_plan(kube: Kube, namespace: str, wanted: str) -> dict[str, Any] | None:
+def find_plan(kube: Kube, namespace: str, wanted: str) -> PlanView | None:
     """The SFPlan of ``namespace`` whose name, OSB id or OSB name is ``wanted``."""
-    for plan in kube.list_custom(PLANS, namespace):
-        spec = plan.get("spec") or {}
-        if wanted in (plan["metadata"]["name"], spec.get("id"), spec.get("name")):
-            found: dict[str, Any] = plan
-            return found
-    return None
+    return next((p for p in map(PlanView.of, kube.list_custom(PLANS, namespace)) if p.answers_to(wanted)), None)
 
 
 def find_service(kube: Kube, namespace: str, service_id: str) -> dict[str, Any] | None:
-    return next(
-        (s for s in kube.list_custom(SERVICES, namespace) if (s.get("spec") or {}).get("id") == service_id), None
-    )
+    """The SFService of ``namespace`` with that OSB id (as read: the renderer's input)."""
+    return next((s for s in kube.list_custom(SERVICES, namespace) if EntryView.of(s).osb_id == service_id), None)
 
 
 def cluster_kubes(kube: Kube, namespace: str) -> Callable[[str], Kube]:
@@ -287,13 +276,15 @@ def cluster_kubes(kube: Kube, namespace: str) -> Callable[[str], Kube]:
 
     def lookup(cluster: str) -> Kube:
         if cluster not in cache:
-            sfcluster = kube.get_custom(CLUSTERS, namespace, cluster)
-            if sfcluster is None:
+            body = kube.get_custom(CLUSTERS, namespace, cluster)
+            if body is None:
                 raise LookupError(f"no SFCluster {cluster!r} in namespace {namespace!r}")
-            secret = kube.read_secret(namespace, sfcluster["spec"]["secretRef"])
-            text = decode_kubeconfig(secret, KUBECONFIG_KEY)
+            secret_ref = SFClusterView.of(body).secret_ref
+            if not secret_ref:
+                raise LookupError(f"the SFCluster {cluster!r} names no kubeconfig Secret")
+            text = decode_kubeconfig(kube.read_secret(namespace, secret_ref), KUBECONFIG_KEY)
             if text is None:
-                raise LookupError(f"the Secret {namespace}/{sfcluster['spec']['secretRef']} holds no kubeconfig")
+                raise LookupError(f"the Secret {namespace}/{secret_ref} holds no kubeconfig")
             cache[cluster] = SisterKube(client_from_kubeconfig(text))
         return cache[cluster]
 
@@ -306,7 +297,7 @@ def previews(
     *,
     namespace: str,
     registry_namespace: str,
-    current_body: dict[str, Any],
+    current_body: Mapping[str, Any],
     proposed: SFPlan,
     proposed_service: dict[str, Any] | None,
     instance_namespace: str | None,
@@ -316,7 +307,7 @@ def previews(
     """:func:`preview` for each instance of the plan ``current_body`` (in list order, namespace then name):
     what ``opbroker plan diff`` prints and the admin API's preview answers."""
     current = SFPlan.model_validate(current_body)
-    proposed_body = {**proposed.to_manifest(), "metadata": {**current_body["metadata"]}}
+    proposed_body = {**proposed.to_manifest(), "metadata": {**PlanView.of(current_body).metadata}}
     service = find_service(kube, namespace, current.spec.service_id)
     for subject in subjects(
         kube,
@@ -330,7 +321,7 @@ def previews(
         yield preview(
             renderer,
             subject,
-            current=(current, current_body),
+            current=(current, dict(current_body)),
             proposed=(proposed, proposed_body),
             proposed_service=proposed_service,
             context=context,
@@ -362,19 +353,24 @@ BUSY_STATES = frozenset(
 
 
 def verdict(
-    instance: dict[str, Any], *, plan_id: str, plan_hash: str | None, only_outdated: bool, marked: set[tuple[str, str]]
+    instance: RolloutInstance,
+    *,
+    plan_id: str,
+    plan_hash: str | None,
+    only_outdated: bool,
+    marked: set[tuple[str, str]],
 ) -> Skip | None:
     """None if ``instance`` is to be marked for re-render, else why not. Pure."""
-    meta, spec, status = instance["metadata"], instance.get("spec") or {}, instance.get("status") or {}
-    if spec.get("planId") != plan_id:
+    view = instance.view
+    if view.plan_id != plan_id:
         return Skip.OTHER_PLAN
-    if (meta["namespace"], meta["name"]) in marked:
+    if instance.key in marked:
         return Skip.MARKED
-    if is_deleting(instance):
+    if view.meta.deleting:
         return Skip.DELETING
-    if status.get("state") in BUSY_STATES:
+    if view.status.state in BUSY_STATES:
         return Skip.BUSY
-    if only_outdated and plan_hash is not None and status.get("appliedPlanHash") == plan_hash:
+    if only_outdated and plan_hash is not None and view.applied_plan_hash == plan_hash:
         return Skip.CURRENT
     return None
 
@@ -430,7 +426,8 @@ def update_instances(
     for page in pages(kube, namespace=namespace, limit=batch_size):
         result.pages += 1
         batch: list[tuple[str, str]] = []
-        for instance in page:
+        for body in page:
+            instance = RolloutInstance.of(body)
             if should_stop():
                 result.stopped = True
                 progress(result)
@@ -441,7 +438,6 @@ def update_instances(
             if reason is not None:
                 result.skipped[reason] += 1
                 continue
-            meta = instance["metadata"]
             if not dry_run:
                 pacer.wait()
                 if should_stop():  # asked again: the wait may have been long
@@ -451,9 +447,9 @@ def update_instances(
                 if not _mark(kube, instance, plan_id=plan_id, plan_hash=plan_hash, only_outdated=only_outdated):
                     result.skipped[Skip.BUSY] += 1
                     continue
-            batch.append((meta["namespace"], meta["name"]))
-            result.marked.append((meta["namespace"], meta["name"]))
-            seen.add((meta["namespace"], meta["name"]))
+            batch.append(instance.key)
+            result.marked.append(instance.key)
+            seen.add(instance.key)
         if batch:
             verb = "would mark" if dry_run else "marked"
             report(f"page {result.pages}: {verb} {len(batch)}: " + ", ".join(f"{ns}/{name}" for ns, name in batch))
@@ -463,31 +459,31 @@ def update_instances(
     return result
 
 
-def _mark(kube: Kube, instance: dict[str, Any], *, plan_id: str, plan_hash: str | None, only_outdated: bool) -> bool:
+def _mark(kube: Kube, instance: RolloutInstance, *, plan_id: str, plan_hash: str | None, only_outdated: bool) -> bool:
     """Write ``state: update`` unless the instance moved on meanwhile (then decided once more on a fresh read)."""
-    meta = instance["metadata"]
+    namespace, name = instance.key
     for _ in range(2):
         try:
             kube.patch_custom_status(
                 INSTANCES,
-                meta["namespace"],
-                meta["name"],
+                namespace,
+                name,
                 {
                     "state": OperationState.UPDATE.value,
                     "description": "update requested for the whole plan (mass update)",
                 },
-                resource_version=instance["metadata"]["resourceVersion"],
+                resource_version=instance.meta.resource_version,
             )
             return True
         except ApiException as exc:
             if exc.status != 409:
                 raise
-        fresh = kube.get_custom(INSTANCES, meta["namespace"], meta["name"], fresh=True)
-        if fresh is None or verdict(
-            fresh, plan_id=plan_id, plan_hash=plan_hash, only_outdated=only_outdated, marked=set()
-        ):
+        body = kube.get_custom(INSTANCES, namespace, name, fresh=True)
+        if body is None:
             return False
-        instance = fresh
+        instance = RolloutInstance.of(body)
+        if verdict(instance, plan_id=plan_id, plan_hash=plan_hash, only_outdated=only_outdated, marked=set()):
+            return False
     return False
 
 
@@ -500,8 +496,7 @@ def _settle(kube: Kube, batch: list[tuple[str, str]], *, timeout: float) -> list
         still = []
         for namespace, name in waiting:
             found = kube.get_custom(INSTANCES, namespace, name)
-            state = ((found or {}).get("status") or {}).get("state")
-            if found is not None and state in BUSY_STATES:
+            if found is not None and InstanceView.of(found).status.state in BUSY_STATES:
                 still.append((namespace, name))
         waiting = still
     return waiting

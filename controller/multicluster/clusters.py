@@ -29,7 +29,7 @@ import base64
 import logging
 import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -48,11 +48,11 @@ from opbroker.controller.multicluster.core.cluster_plan import (
     ClusterFacts,
     Installation,
     Replicate,
-    SFClusterView,
     Unregister,
 )
 from opbroker.controller.multicluster.core.ledger import Ledger
 from opbroker.controller.multicluster.core.scheduling import MASTER, ClusterView
+from opbroker.controller.multicluster.core.views import ReplicaView, SecretView, SFClusterView
 from opbroker.controller.multicluster.installer import InstallError
 from opbroker.controller.multicluster.quantities import Resources
 from opbroker.controller.multicluster.reasons import CLUSTER_FINALIZER, LABEL_REPLICATED, ConditionType
@@ -132,8 +132,7 @@ class ClusterRegistry:
         self._lock = threading.Lock()
         self._clusters: dict[str, ClusterState] = {}
 
-    def upsert(self, body: dict[str, Any]) -> ClusterState:
-        cluster = SFClusterView.of(body)
+    def upsert(self, cluster: SFClusterView) -> ClusterState:
         name = cluster.meta.name
         with self._lock:
             state = self._clusters.get(name)
@@ -200,39 +199,39 @@ class CatalogReplicator:
     def __init__(self, namespace: str) -> None:
         self.namespace = namespace
         self._lock = threading.Lock()
-        self._bodies: dict[tuple[str, str], dict[str, Any]] = {}
+        self._bodies: dict[tuple[str, str], ReplicaView] = {}
 
-    def observe(self, plural: str, event_type: str, body: dict[str, Any]) -> bool:
+    def observe(self, plural: str, event_type: str, body: Mapping[str, Any]) -> bool:
         """Remember a catalog event; True if it concerns the control-plane namespace."""
-        meta = body["metadata"]
-        if meta.get("namespace") != self.namespace:
+        entry = ReplicaView.of(body)
+        if entry.meta.namespace != self.namespace:
             return False
         with self._lock:
             if event_type == "DELETED":
-                self._bodies.pop((plural, meta["name"]), None)
+                self._bodies.pop((plural, entry.meta.name), None)
             else:
-                self._bodies[(plural, meta["name"])] = body
+                self._bodies[(plural, entry.meta.name)] = entry
         return True
 
-    def bodies(self) -> dict[tuple[str, str], dict[str, Any]]:
+    def bodies(self) -> dict[tuple[str, str], ReplicaView]:
         with self._lock:
             return dict(self._bodies)
 
-    def replicate(self, state: ClusterState, only: list[dict[str, Any]] | None = None) -> None:
+    def replicate(self, state: ClusterState, only: Iterable[Mapping[str, Any]] | None = None) -> None:
         """Apply what the cluster lacks; without ``only`` also delete copies the master no longer has."""
         kube = state.kube
         if kube is None or state.name == MASTER:
             return
         bodies = self.bodies()
-        wanted = (
-            {(_plural(b), b["metadata"]["name"]): b for b in only if b["metadata"].get("namespace") == self.namespace}
-            if only is not None
-            else bodies
-        )
+        if only is not None:
+            entries = [ReplicaView.of(b) for b in only]
+            wanted = {(_plural(e), e.meta.name): e for e in entries if e.meta.namespace == self.namespace}
+        else:
+            wanted = bodies
         with state.lock:
             for key, body in sorted(wanted.items()):
                 copy = replicas.copy_of(body)
-                digest = spec_hash({"metadata": copy["metadata"], "spec": copy["spec"]})
+                digest = spec_hash({"metadata": copy["metadata"], "spec": copy["spec"]})  # the manifest written
                 if state.catalog.get(key) == digest:
                     continue
                 kube.ensure_namespace(self.namespace)
@@ -245,7 +244,7 @@ class CatalogReplicator:
                 kind = "SFService" if plural == "sfservices" else "SFPlan"
                 ref = ResourceRef(api_version=f"{_GROUP}/v1alpha1", kind=kind, name=name, namespace=self.namespace)
                 live = kube.get(ref)
-                if live is not None and (live["metadata"].get("labels") or {}).get(LABEL_REPLICATED) == "true":
+                if live is not None and ReplicaView.of(live).meta.labels.get(LABEL_REPLICATED) == "true":
                     kube.delete(ref)
                 state.catalog.pop(key, None)
 
@@ -253,8 +252,8 @@ class CatalogReplicator:
 _GROUP = "osb.servicefabrik.io"
 
 
-def _plural(body: dict[str, Any]) -> str:
-    return "sfservices" if body.get("kind") == "SFService" else "sfplans"
+def _plural(entry: ReplicaView) -> str:
+    return "sfservices" if entry.kind == "SFService" else "sfplans"
 
 
 class ClusterReconciler(ObservePlanAct[ClusterFacts, Any]):
@@ -291,7 +290,7 @@ class ClusterReconciler(ObservePlanAct[ClusterFacts, Any]):
         body = self.deps.kube.get_custom(CLUSTERS, self.namespace, key.name)
         if body is None:
             return None
-        state = self.registry.upsert(body)
+        state = self.registry.upsert(SFClusterView.of(body))
         self.refresh(state)
         remaining = tuple(self.ledger.members(state.name)) if state.removing else None
         self.converge_controller(state, blocked=bool(remaining))
@@ -441,7 +440,7 @@ class ClusterReconciler(ObservePlanAct[ClusterFacts, Any]):
         secret = self.deps.kube.read_secret(self.namespace, ref)
         if secret is None:
             raise KubeconfigError(f"the kubeconfig Secret {self.namespace}/{ref} does not exist")
-        encoded = (secret.get("data") or {}).get(KUBECONFIG_KEY)
+        encoded = SecretView.of(secret).data.get(KUBECONFIG_KEY)
         if not encoded:
             raise KubeconfigError(f"the Secret {self.namespace}/{ref} has no key {KUBECONFIG_KEY!r}")
         text = base64.b64decode(encoded).decode("utf-8", errors="replace")

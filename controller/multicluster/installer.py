@@ -68,18 +68,26 @@ def removable(namespace: str) -> list[tuple[str, dict[str, Any]]]:
     return list(reversed(every))
 
 
-def _what(manifest: Mapping[str, Any]) -> str:
+def _ref(manifest: Mapping[str, Any]) -> ResourceRef:
+    """Which object one of the manifests built here (by :func:`desired`, :func:`prerequisites`) is."""
     meta = manifest["metadata"]
-    where = f"{meta['namespace']}/" if meta.get("namespace") else ""
-    return f"{manifest['kind']} {where}{meta['name']}"
+    return ResourceRef(
+        api_version=manifest["apiVersion"], kind=manifest["kind"], name=meta["name"], namespace=meta.get("namespace")
+    )
+
+
+def _what(ref: ResourceRef) -> str:
+    where = f"{ref.namespace}/" if ref.namespace else ""
+    return f"{ref.kind} {where}{ref.name}"
 
 
 def _failure(action: str, manifest: Mapping[str, Any], exc: Exception) -> InstallError:
     status = getattr(exc, "status", None)
+    what = _what(_ref(manifest))
     if status == 403:
-        return InstallError(f"the master's kubeconfig may not {action} {_what(manifest)} in the cluster (HTTP 403)")
+        return InstallError(f"the master's kubeconfig may not {action} {what} in the cluster (HTTP 403)")
     detail = f"HTTP {status}" if status is not None else type(exc).__name__
-    return InstallError(f"{action} {_what(manifest)} failed: {detail}")
+    return InstallError(f"{action} {what} failed: {detail}")
 
 
 def _deadline(clock: Callable[[], float], seconds: float) -> Callable[[int, int, str], None]:
@@ -127,15 +135,8 @@ def uninstall(
     check = _deadline(clock, seconds)
     for index, (_, manifest) in enumerate(manifests):
         check(index, len(manifests), "removed")
-        meta = manifest["metadata"]
-        ref = ResourceRef(
-            api_version=manifest["apiVersion"],
-            kind=manifest["kind"],
-            name=meta["name"],
-            namespace=meta.get("namespace"),
-        )
         try:
-            deleted += bool(kube.delete(ref))
+            deleted += bool(kube.delete(_ref(manifest)))
         except ApiException as exc:
             raise _failure("delete", manifest, exc) from None
         except Exception as exc:

@@ -65,6 +65,7 @@ from opbroker.controller.multicluster.core.placement_plan import (
     SetCluster,
 )
 from opbroker.controller.multicluster.core.scheduling import MASTER, Demand, SchedulerName
+from opbroker.controller.multicluster.core.views import ReplicaView, SecretView
 from opbroker.controller.multicluster.quantities import QuantityError, Resources
 from opbroker.controller.multicluster.reasons import ANNOTATION_CLUSTER
 from opbroker.controller.multicluster.sisters import SisterKube
@@ -135,17 +136,17 @@ class MultiClusterPlacement:
 
     # -- instances -----------------------------------------------------------------------------------
 
-    def instance(self, instance: dict[str, Any]) -> Outcome | None:
-        facts = self._facts("instance", instance)
-        if facts.ready and facts.cluster is None and not facts.here and placement_plan.needs_schedule(instance):
+    def instance(self, instance: Mapping[str, Any]) -> Outcome | None:
+        facts = self._facts("instance", ReplicaView.of(instance))
+        if facts.ready and facts.cluster is None and not facts.here and placement_plan.needs_schedule(facts.obj):
             facts = self._schedule(facts)
         elif facts.reach is not None and facts.reach.reachable and facts.meta.deleting:
-            facts = _with(facts, live_bindings=self._live_bindings(instance))
+            facts = _with(facts, live_bindings=self._live_bindings(facts.obj))
         return self._run(facts, placement_plan.instance, self._instance_reads)
 
     def _instance_reads(self, facts: PlacementFacts) -> PlacementFacts:
         """The sister's copy and the catalog a hand-over needs."""
-        entry = self.deps.catalog.plan((facts.obj.get("spec") or {}).get("planId", ""))
+        entry = self.deps.catalog.plan(facts.obj.plan_id)
         service = self._service_of(entry)
         return _with(
             facts,
@@ -156,35 +157,35 @@ class MultiClusterPlacement:
 
     def _schedule(self, facts: PlacementFacts) -> PlacementFacts:
         """Ask the scheduler (and reserve its choice in the ledger at once, so concurrent decisions see it)."""
-        instance = facts.obj
-        entry = self.deps.catalog.plan((instance.get("spec") or {}).get("planId", ""))
+        entry = self.deps.catalog.plan(facts.obj.plan_id)
         if entry is None or entry.model is None:
             return _with(facts, plan_known=False)
         try:
-            demand = self._demand(dict(instance), entry)
+            demand = self._demand(facts.obj, entry)
         except SchedulingError as exc:
             return _with(facts, scheduling=Scheduling(None, str(exc)))
         with self._decisions:
             views = self.registry.views(self.ledger, self.requests_of)
             decision = scheduling.schedule(self.policy, views, demand, previous=self.previous)
             if decision.cluster is not None:
-                self.ledger.observe(facts.key, decision.cluster, entry.body["spec"]["id"])
+                self.ledger.observe(facts.key, decision.cluster, entry.model.spec.id)
                 self.previous = decision.cluster
         return _with(facts, scheduling=Scheduling(decision.cluster, decision.message, self.policy.value))
 
-    def _live_bindings(self, instance: Mapping[str, Any]) -> int:
-        meta = instance["metadata"]
-        ids = {(instance.get("spec") or {}).get("instanceId") or meta["name"], meta["name"]}
-        bindings = self.deps.kube.list_custom(BINDINGS, meta["namespace"])
-        return sum(1 for b in bindings if (b.get("spec") or {}).get("instanceId") in ids)
+    def _live_bindings(self, instance: ReplicaView) -> int:
+        name = instance.meta.name
+        ids = {instance.instance_ref or name, name}
+        bindings = self.deps.kube.list_custom(BINDINGS, instance.meta.namespace)
+        return sum(1 for b in bindings if ReplicaView.of(b).instance_ref in ids)
 
-    def _demand(self, instance: dict[str, Any], entry: PlanEntry) -> Demand:
+    def _demand(self, instance: ReplicaView, entry: PlanEntry) -> Demand:
         assert entry.model is not None
         selector = None
         if self.policy in (SchedulerName.LABEL_SELECTOR, SchedulerName.CAPACITY_AWARE):
             try:
                 rendered = self.deps.renderer.render_cluster_selector(
-                    entry.model, inputs_for(self.deps, instance=InstanceView.of(instance), plan=entry, registry=None)
+                    entry.model,
+                    inputs_for(self.deps, instance=InstanceView.of(instance.wire), plan=entry, registry=None),
                 )
                 selector = parse_selector(rendered)
             except (RenderError, SelectorError) as exc:
@@ -198,14 +199,16 @@ class MultiClusterPlacement:
         return Demand(selector=selector, requests=requests) if selector is not None else Demand(requests=requests)
 
     def _service_of(self, entry: PlanEntry | None) -> Any:
-        if entry is None:
+        """The plan's service (only copied with a usable plan: without one nothing is handed over)."""
+        if entry is None or entry.model is None:
             return None
-        return self.deps.catalog.service((entry.body.get("spec") or {}).get("serviceId", ""))
+        return self.deps.catalog.service(entry.model.spec.service_id)
 
     # -- bindings ------------------------------------------------------------------------------------
 
-    def binding(self, binding: dict[str, Any]) -> Outcome | None:
-        return self._run(self._facts("binding", binding), placement_plan.binding, self._binding_reads)
+    def binding(self, binding: Mapping[str, Any]) -> Outcome | None:
+        facts = self._facts("binding", ReplicaView.of(binding))
+        return self._run(facts, placement_plan.binding, self._binding_reads)
 
     def _binding_reads(self, facts: PlacementFacts) -> PlacementFacts:
         """The sister's copy, its instance's copy (while handing over) and the credentials it bound."""
@@ -213,21 +216,22 @@ class MultiClusterPlacement:
         kube = self._sister(facts.cluster)
         copy = self._copy(facts, BINDINGS)
         instance_copied = True
-        if not meta.deleting and replicas.pending(dict(facts.obj)):
-            instance_name = resource_name((facts.obj.get("spec") or {}).get("instanceId", ""))
+        if not meta.deleting and replicas.pending(facts.obj):
+            instance_name = resource_name(facts.obj.instance_ref)
             instance_copied = kube.get_custom(INSTANCES, meta.namespace, instance_name) is not None
         source_name = placement_plan.source_secret_name(copy)
-        source = kube.read_secret(meta.namespace, source_name) if source_name else None
-        entry = self.deps.catalog.plan((facts.obj.get("spec") or {}).get("planId", ""))
+        secret = kube.read_secret(meta.namespace, source_name) if source_name else None
+        source = None if secret is None else SecretView.of(secret)
+        entry = self.deps.catalog.plan(facts.obj.plan_id)
         user = identities.plan_user(entry.body, self.deps.settings) if entry is not None else None
         return _with(facts, copy=copy, instance_copied=instance_copied, source=source, plan_user=user)
 
     # -- shared steps ----------------------------------------------------------------------------------
 
-    def _facts(self, kind: str, obj: dict[str, Any]) -> PlacementFacts:
+    def _facts(self, kind: str, obj: ReplicaView) -> PlacementFacts:
         """What is known without asking a sister: the object, where it is placed, whether that cluster answers."""
         settings = self.deps.settings
-        key = Key(kind, obj["metadata"]["namespace"], obj["metadata"]["name"])
+        key = Key(kind, obj.meta.namespace, obj.meta.name)
         facts = PlacementFacts(
             key, obj, self.ready.is_set(), poll_seconds=settings.status_poll_seconds,
             probe_seconds=settings.cluster_probe_seconds,
@@ -235,14 +239,13 @@ class MultiClusterPlacement:
         if not facts.ready:
             return facts
         if kind == "instance":
-            cluster = (obj.get("spec") or {}).get("clusterId") or None
+            cluster = obj.cluster_id
             here = placement_plan.reconciled_here(obj)
         else:
-            instance = self.deps.kube.get_custom(
-                INSTANCES, key.namespace, resource_name((obj.get("spec") or {}).get("instanceId", ""))
-            )
+            body = self.deps.kube.get_custom(INSTANCES, key.namespace, resource_name(obj.instance_ref))
+            instance = None if body is None else ReplicaView.of(body)
             cluster = facts.meta.annotations.get(ANNOTATION_CLUSTER) or (
-                ((instance or {}).get("spec") or {}).get("clusterId") or None
+                None if instance is None else instance.cluster_id
             )
             here = instance is not None and placement_plan.reconciled_here(instance)
         if cluster is None or cluster == MASTER:
@@ -267,10 +270,11 @@ class MultiClusterPlacement:
             actions = plan(facts)
             if actions is None:
                 return None
-            return self.executors[facts.key.kind].run(facts.key, facts.obj, actions)
+            return self.executors[facts.key.kind].run(facts.key, facts.obj.wire, actions)
 
-    def _copy(self, facts: PlacementFacts, kind: Kind) -> dict[str, Any] | None:
-        return self._sister(facts.cluster).get_custom(kind, facts.key.namespace, facts.key.name)
+    def _copy(self, facts: PlacementFacts, kind: Kind) -> ReplicaView | None:
+        body = self._sister(facts.cluster).get_custom(kind, facts.key.namespace, facts.key.name)
+        return None if body is None else ReplicaView.of(body)
 
     def _sister(self, cluster: str | None) -> SisterKube:
         """The door to ``cluster`` (it answered the last probe; gone since: retried)."""
@@ -302,8 +306,8 @@ class MultiClusterPlacement:
     # -- effects: placement's own writes -------------------------------------------------------------
 
     def _set_cluster(self, run: Run, action: SetCluster) -> None:
-        meta = run.body["metadata"]
-        patch = {"spec": {"clusterId": action.cluster}, "metadata": {"resourceVersion": meta["resourceVersion"]}}
+        version = ReplicaView.of(run.body).meta.resource_version
+        patch = {"spec": {"clusterId": action.cluster}, "metadata": {"resourceVersion": version}}
         written = run.guarded(lambda: self.deps.kube.patch_custom(INSTANCES, run.key.namespace, run.key.name, patch))
         if written is None:
             self.ledger.forget(run.key)  # gone meanwhile: the reservation goes with it, and nothing more is done

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 from opbroker.controller.kube import INSTANCES, PLANS, SERVICES
@@ -26,6 +27,7 @@ from opbroker.controller.multicluster.clusters import (
     ClusterRegistry,
 )
 from opbroker.controller.multicluster.core.ledger import Ledger
+from opbroker.controller.multicluster.core.views import ReplicaView, SFClusterView
 from opbroker.controller.multicluster.placement import MultiClusterPlacement, plan_requests
 from opbroker.controller.multicluster.quantities import QuantityError, Resources
 from opbroker.controller.reconciler import Key, Runtime
@@ -98,13 +100,13 @@ class MultiCluster:
                 if catalog.seed_plan(body):
                     self.replicator.observe("sfplans", "ADDED", body)
         for body in kube.list_custom(CLUSTERS, self.deps.settings.namespace):
-            self.registry.upsert(body)
+            self.registry.upsert(SFClusterView.of(body))
         newest: tuple[str, str] | None = None
         for item in kube.list_custom(INSTANCES, None):
-            meta, spec = item["metadata"], item.get("spec") or {}
-            cluster = spec.get("clusterId") or None
-            self.ledger.observe(Key("instance", meta["namespace"], meta["name"]), cluster, spec.get("planId", ""))
-            created = meta.get("creationTimestamp") or ""
+            instance = ReplicaView.of(item)
+            cluster = instance.cluster_id
+            self.ledger.observe(Key("instance", instance.meta.namespace, instance.meta.name), cluster, instance.plan_id)
+            created = instance.created or ""
             if cluster and (newest is None or created >= newest[0]):
                 newest = (created, cluster)
         self.placement.previous = newest[1] if newest else None
@@ -120,30 +122,30 @@ class MultiCluster:
         """The SFClusters (the catalog, instances and bindings reach it through the controller's own watches)."""
         return [Watch.of(CLUSTERS, self.on_cluster, id="multicluster-sfclusters")]
 
-    def on_cluster(self, event_type: str, body: dict[str, Any]) -> None:
-        meta = body["metadata"]
-        if meta.get("namespace") != self.deps.settings.namespace:
+    def on_cluster(self, event_type: str, body: Mapping[str, Any]) -> None:
+        cluster = SFClusterView.of(body)
+        if cluster.meta.namespace != self.deps.settings.namespace:
             return
         if event_type != "DELETED":
-            self.registry.upsert(body)
-        self.enqueue_cluster(meta["name"])
+            self.registry.upsert(cluster)
+        self.enqueue_cluster(cluster.meta.name)
 
-    def on_catalog(self, plural: str, event_type: str, body: dict[str, Any]) -> None:
+    def on_catalog(self, plural: str, event_type: str, body: Mapping[str, Any]) -> None:
         if self.replicator.observe(plural, event_type, body):
             for name in self.registry.names():
                 self.enqueue_cluster(name)
 
-    def on_instance(self, event_type: str, body: dict[str, Any]) -> None:
-        meta, spec = body["metadata"], body.get("spec") or {}
-        key = Key("instance", meta["namespace"], meta["name"])
+    def on_instance(self, event_type: str, body: Mapping[str, Any]) -> None:
+        instance = ReplicaView.of(body)
+        key = Key("instance", instance.meta.namespace, instance.meta.name)
         if event_type == "DELETED":
             cluster = self.ledger.forget(key)
             if cluster is not None:
                 self.enqueue_cluster(cluster)  # its count changed; a removal may be waiting for this
             return
-        cluster = spec.get("clusterId") or None
+        cluster = instance.cluster_id
         if cluster is not None:  # a placement is never undone, so an older event without one is ignored
-            self.ledger.observe(key, cluster, spec.get("planId", ""))
+            self.ledger.observe(key, cluster, instance.plan_id)
 
     # -- helpers ---------------------------------------------------------------------------------------
 

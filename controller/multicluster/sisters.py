@@ -14,7 +14,6 @@ import logging
 import threading
 from collections.abc import Callable
 from decimal import Decimal
-from typing import Any
 
 import yaml
 from kubernetes import client, config
@@ -23,6 +22,7 @@ from kubernetes.client.exceptions import ApiException
 from opbroker.controller.kube import BINDINGS, INSTANCES, Kind, Kube
 from opbroker.controller.multicluster import quantities
 from opbroker.controller.multicluster.core import kubeconfigs
+from opbroker.controller.multicluster.core.views import ReplicaView
 from opbroker.controller.multicluster.quantities import Resources
 from opbroker.controller.multicluster.reasons import LABEL_REPLICATED
 from opbroker.controller.reconciler.keys import Key
@@ -156,7 +156,7 @@ class SisterWatch:
                 if resource_version is None:
                     items, _, resource_version = self._kube.list_custom_page(kind, None, label_selector=selector)
                     for item in items:
-                        self._report(name, item)
+                        self._report(name, ReplicaView.of(item))
                 assert resource_version is not None
                 changes = self._kube.watch_custom(
                     kind, resource_version=resource_version, label_selector=selector, timeout_seconds=60
@@ -167,8 +167,9 @@ class SisterWatch:
                     if event_type == "ERROR":
                         resource_version = None
                         break
-                    resource_version = obj["metadata"]["resourceVersion"]
-                    self._report(name, obj)
+                    copy = ReplicaView.of(obj)
+                    resource_version = copy.meta.resource_version  # None: listed again after this stream
+                    self._report(name, copy)
                 failing = False
             except ApiException as exc:
                 if exc.status == 410:
@@ -179,9 +180,8 @@ class SisterWatch:
                 resource_version = None
                 failing = self._failed(name, type(exc).__name__, failing)
 
-    def _report(self, name: str, obj: dict[str, Any]) -> None:
-        meta = obj.get("metadata") or {}
-        self._on_change(Key(name, meta.get("namespace", ""), meta.get("name", "")))
+    def _report(self, name: str, copy: ReplicaView) -> None:
+        self._on_change(Key(name, copy.meta.namespace, copy.meta.name))
 
     def _failed(self, name: str, what: str, failing: bool) -> bool:
         if not failing:

@@ -8,11 +8,15 @@ nothing changed; the unreachable mark (state kept, no churn); the credentials Se
 from __future__ import annotations
 
 import base64
+import dataclasses
 
 from opbroker.api.conventions import CREDENTIALS_KEY, CREDENTIALS_SECRET_TYPE
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.multicluster.core import replicas
+from opbroker.controller.multicluster.core.views import ReplicaView, SecretView
 from opbroker.controller.multicluster.reasons import ANNOTATION_MASTER_UID, LABEL_REPLICATED, ConditionType
+
+V = ReplicaView.of
 
 
 def master_instance(**status: object) -> dict:
@@ -39,14 +43,14 @@ def master_instance(**status: object) -> dict:
 
 
 def copy_with(**status: object) -> dict:
-    copy = replicas.copy_of(master_instance())
+    copy = replicas.copy_of(V(master_instance()))
     copy["metadata"]["generation"] = 1
     copy["status"] = dict(status)
     return copy
 
 
 def test_copy_keeps_name_spec_and_opbroker_annotations_only() -> None:
-    copy = replicas.copy_of(master_instance(state="in_queue"))
+    copy = replicas.copy_of(V(master_instance(state="in_queue")))
     assert copy["metadata"] == {
         "name": "db1",
         "namespace": "team-a",
@@ -59,11 +63,11 @@ def test_copy_keeps_name_spec_and_opbroker_annotations_only() -> None:
 
 def test_requested_and_settled() -> None:
     for state in (None, "in_queue", "update"):
-        assert replicas.requested(master_instance(state=state))
-        assert not replicas.settled(copy_with(state=state))
+        assert replicas.requested(V(master_instance(state=state)))
+        assert not replicas.settled(V(copy_with(state=state)))
     for state in ("in progress", "succeeded", "failed", "delete"):
-        assert not replicas.requested(master_instance(state=state))
-        assert replicas.settled(copy_with(state=state))
+        assert not replicas.requested(V(master_instance(state=state)))
+        assert replicas.settled(V(copy_with(state=state)))
 
 
 def test_mirror_takes_the_copy_status_and_ready_condition() -> None:
@@ -77,7 +81,7 @@ def test_mirror_takes_the_copy_status_and_ready_condition() -> None:
         conditions=[ready],
     )
     master = master_instance(state="in progress", description="handed to cluster 'sister'", error=None)
-    patch = replicas.mirror(master, copy, cluster="sister", fields=replicas.INSTANCE_FIELDS)
+    patch = replicas.mirror(V(master), V(copy), cluster="sister", fields=replicas.INSTANCE_FIELDS)
     assert patch["state"] == "succeeded"
     assert patch["dashboardUrl"] == "https://d/db1" and patch["appliedPlanHash"] == "h1"
     assert "resources" not in patch, "the copy's resources live in the sister; the master does not list them"
@@ -85,21 +89,24 @@ def test_mirror_takes_the_copy_status_and_ready_condition() -> None:
     assert by_type["Ready"]["status"] == "True" and by_type["Ready"]["observedGeneration"] == 2
     assert by_type["ClusterReachable"]["status"] == "True"
     master["status"].update(patch)
-    assert replicas.mirror(master, copy, cluster="sister", fields=replicas.INSTANCE_FIELDS) == {}, (
+    assert replicas.mirror(V(master), V(copy), cluster="sister", fields=replicas.INSTANCE_FIELDS) == {}, (
         "once mirrored, an idle reconcile writes nothing"
     )
 
 
 def test_mirror_clears_fields_the_copy_no_longer_has() -> None:
     master = master_instance(state="failed", error="boom")
-    patch = replicas.mirror(master, copy_with(state="succeeded"), cluster="s", fields=replicas.INSTANCE_FIELDS)
+    patch = replicas.mirror(V(master), V(copy_with(state="succeeded")), cluster="s", fields=replicas.INSTANCE_FIELDS)
     assert patch["error"] is None and patch["state"] == "succeeded"
 
 
 def test_unreachable_keeps_the_state_and_is_written_once() -> None:
     master = master_instance(state="succeeded", description="ready")
     patch = replicas.unreachable(
-        master, cluster="sister", reason=Reason.CLUSTER_UNREACHABLE, message="cluster 'sister' is unreachable: refused"
+        V(master),
+        cluster="sister",
+        reason=Reason.CLUSTER_UNREACHABLE,
+        message="cluster 'sister' is unreachable: refused",
     )
     assert "state" not in patch
     assert patch["description"] == "cluster 'sister' is unreachable: refused; the last known state (succeeded) is kept"
@@ -107,22 +114,24 @@ def test_unreachable_keeps_the_state_and_is_written_once() -> None:
     assert (condition["status"], condition["reason"]) == ("False", "ClusterUnreachable")
     master["status"].update(patch)
     assert (
-        replicas.unreachable(master, cluster="sister", reason=Reason.CLUSTER_UNREACHABLE, message=condition["message"])
+        replicas.unreachable(
+            V(master), cluster="sister", reason=Reason.CLUSTER_UNREACHABLE, message=condition["message"]
+        )
         == {}
     )
 
 
 def test_condition_transition_time_moves_only_on_a_flip() -> None:
-    first = replicas.set_condition(None, ConditionType.READY, status=False, reason="A", message="m")
-    first[0]["lastTransitionTime"] = "2000-01-01T00:00:00Z"
+    (made,) = replicas.set_condition((), ConditionType.READY, status=False, reason="A", message="m")
+    first = (dataclasses.replace(made, last_transition_time="2000-01-01T00:00:00Z"),)
     same = replicas.set_condition(first, ConditionType.READY, status=False, reason="B", message="n")
-    assert same[0]["lastTransitionTime"] == "2000-01-01T00:00:00Z"
+    assert same[0].last_transition_time == "2000-01-01T00:00:00Z"
     flipped = replicas.set_condition(first, ConditionType.READY, status=True, reason="A", message="m")
-    assert flipped[0]["lastTransitionTime"] != "2000-01-01T00:00:00Z"
+    assert flipped[0].last_transition_time != "2000-01-01T00:00:00Z"
 
 
 def test_handed_over_says_in_progress_for_this_generation() -> None:
-    patch = replicas.handed_over(master_instance(state="in_queue", error="old"), cluster="sister")
+    patch = replicas.handed_over(V(master_instance(state="in_queue", error="old")), cluster="sister")
     assert patch["state"] == "in progress" and patch["error"] is None
     assert patch["observedGeneration"] == 2 and patch["appliedSpec"]["clusterId"] == "sister"
 
@@ -135,7 +144,7 @@ def test_credentials_secret_copies_the_response_only_owned_by_the_master_binding
     }
     response = base64.b64encode(b'{"credentials": {"password": "p"}}').decode()
     source = {"data": {CREDENTIALS_KEY: response, "other": "eA=="}, "metadata": {"name": "b1-credentials"}}
-    secret = replicas.credentials_secret(binding, source, "b1-credentials")
+    secret = replicas.credentials_secret(V(binding), SecretView.of(source), "b1-credentials")
     assert secret["data"] == {CREDENTIALS_KEY: response}
     assert secret["type"] == CREDENTIALS_SECRET_TYPE
     assert secret["metadata"]["ownerReferences"][0]["uid"] == "uid-b"
@@ -144,20 +153,20 @@ def test_credentials_secret_copies_the_response_only_owned_by_the_master_binding
 
 def test_a_copy_failing_only_for_a_plan_not_seen_yet_is_not_mirrored() -> None:
     waiting = copy_with(state="failed", conditions=[{"type": "Ready", "status": "False", "reason": "PlanNotFound"}])
-    assert not replicas.settled(waiting), "the sister's plan event is on its way: that failure heals itself"
+    assert not replicas.settled(V(waiting)), "the sister's plan event is on its way: that failure heals itself"
     real = copy_with(state="failed", conditions=[{"type": "Ready", "status": "False", "reason": "Failed"}])
-    assert replicas.settled(real)
+    assert replicas.settled(V(real))
 
 
 def test_pending_covers_requests_and_unobserved_specs() -> None:
-    assert replicas.pending(master_instance(state="in_queue", observedGeneration=2))
-    assert replicas.pending(master_instance(state="failed", observedGeneration=1)), "a failure that never saw gen 2"
-    assert not replicas.pending(master_instance(state="failed", observedGeneration=2))
-    assert not replicas.pending(master_instance(state="succeeded", observedGeneration=2))
+    assert replicas.pending(V(master_instance(state="in_queue", observedGeneration=2)))
+    assert replicas.pending(V(master_instance(state="failed", observedGeneration=1))), "a failure that never saw gen 2"
+    assert not replicas.pending(V(master_instance(state="failed", observedGeneration=2)))
+    assert not replicas.pending(V(master_instance(state="succeeded", observedGeneration=2)))
 
 
 def test_requested_state_for_the_copy() -> None:
-    assert replicas.requested_state(master_instance(state="update"), copy_exists=True) == "update"
-    assert replicas.requested_state(master_instance(state="in_queue"), copy_exists=True) == "in_queue"
-    assert replicas.requested_state(master_instance(state="failed"), copy_exists=False) == "in_queue"
-    assert replicas.requested_state(master_instance(state="succeeded"), copy_exists=True) == "update"
+    assert replicas.requested_state(V(master_instance(state="update")), copy_exists=True) == "update"
+    assert replicas.requested_state(V(master_instance(state="in_queue")), copy_exists=True) == "in_queue"
+    assert replicas.requested_state(V(master_instance(state="failed")), copy_exists=False) == "in_queue"
+    assert replicas.requested_state(V(master_instance(state="succeeded")), copy_exists=True) == "update"

@@ -13,6 +13,7 @@ from opbroker.controller.catalog import Catalog
 from opbroker.controller.kube import INSTANCES
 from opbroker.controller.multicluster.clusters import CLUSTERS, CatalogReplicator, ClusterRegistry
 from opbroker.controller.multicluster.core.ledger import Ledger
+from opbroker.controller.multicluster.core.views import SFClusterView
 from opbroker.controller.multicluster.placement import MultiClusterPlacement
 from opbroker.controller.multicluster.reasons import ANNOTATION_MASTER_UID
 from opbroker.controller.reconciler import DONE, Outcome
@@ -43,7 +44,9 @@ def placement() -> tuple[MultiClusterPlacement, FakeKube, FakeSister]:
         index=types.SimpleNamespace(forget=print),
     )
     registry = ClusterRegistry()
-    state = registry.upsert({"metadata": {"name": "c2", "namespace": "opbroker"}, "spec": {"secretRef": "s"}})
+    state = registry.upsert(
+        SFClusterView.of({"metadata": {"name": "c2", "namespace": "opbroker"}, "spec": {"secretRef": "s"}})
+    )
     state.kube, state.reachable = sister, True  # type: ignore[assignment]
     ready = threading.Event()
     ready.set()

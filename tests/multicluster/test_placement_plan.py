@@ -22,11 +22,13 @@ from opbroker.controller.multicluster.core.placement_plan import (
     Scheduling,
     SetCluster,
 )
+from opbroker.controller.multicluster.core.views import ReplicaView, SecretView
 from opbroker.controller.multicluster.reasons import ANNOTATION_CLUSTER, ANNOTATION_MASTER_UID
 from opbroker.controller.reconciler import Key
 from tests.plan_support import timeless
 
 UP = Reach(True, True)
+V = ReplicaView.of
 PLAN = {"kind": "SFPlan", "metadata": {"name": "small"}, "spec": {"id": "p1"}}
 
 
@@ -66,7 +68,7 @@ def binding(
 
 
 def sister_copy(obj: dict[str, Any], *, state: str = "succeeded", uid: str = "cu", **extra: Any) -> dict[str, Any]:
-    made = replicas.copy_of(obj)
+    made = replicas.copy_of(V(obj))
     made["metadata"]["uid"] = uid
     made["metadata"].update(extra)
     made["status"] = {"state": state, "description": "done", "error": None}
@@ -76,8 +78,12 @@ def sister_copy(obj: dict[str, Any], *, state: str = "succeeded", uid: str = "cu
 def facts(obj: dict[str, Any], *, kind: str = "instance", **known: Any) -> PlacementFacts:
     cluster = known.pop("cluster", "c2" if kind == "binding" else (obj["spec"].get("clusterId") or None))
     reach = known.pop("reach", UP if cluster not in (None, "1") else None)
+    if known.get("copy") is not None:
+        known["copy"] = V(known["copy"])
+    if known.get("source") is not None:
+        known["source"] = SecretView.of(known["source"])
     return PlacementFacts(
-        Key(kind, "team", obj["metadata"]["name"]), obj, cluster=cluster, reach=reach, catalog=(PLAN,), **known
+        Key(kind, "team", obj["metadata"]["name"]), V(obj), cluster=cluster, reach=reach, catalog=(PLAN,), **known
     )
 
 
@@ -90,7 +96,7 @@ HELD = instance(held=True)
 PLACED = instance(state="succeeded", held=True, observedGeneration=1, description="done", error=None)
 DELETING = instance(state="delete", held=True, deleting=True)
 UNPLACED = instance(cluster=None)
-HANDED = replicas.handed_over(PENDING, cluster="c2")
+HANDED = replicas.handed_over(V(PENDING), cluster="c2")
 UNREACHABLE = "cluster 'c2' is not registered (no SFCluster)"
 LOST = "the copy in cluster 'c2' has disappeared; a new update request re-creates it"
 SUCCEEDED_COPY = sister_copy(PLACED)
@@ -103,17 +109,17 @@ SOURCE = {"metadata": {"name": "theirs"}, "data": {"response": "e30="}}
 SAID_UNREACHABLE = copy.deepcopy(DELETING)
 SAID_UNREACHABLE["status"].update(
     replicas.unreachable(
-        DELETING, cluster="c2", reason=Reason.CLUSTER_UNREACHABLE, message="cluster 'c2' is unreachable: timed out"
+        V(DELETING), cluster="c2", reason=Reason.CLUSTER_UNREACHABLE, message="cluster 'c2' is unreachable: timed out"
     )
 )
 
 
 def lost_patch(obj: dict[str, Any]) -> dict[str, Any]:
     conditions = replicas.set_condition(
-        replicas.reachable_condition(obj, "c2"), replicas.ConditionType.READY, status=False,
+        replicas.reachable_condition(V(obj), "c2"), replicas.ConditionType.READY, status=False,
         reason=Reason.CLUSTER_UNREACHABLE.value, message=LOST, generation=1,
     )  # fmt: skip
-    return {"state": "failed", "error": LOST, "description": LOST, "conditions": conditions}
+    return {"state": "failed", "error": LOST, "description": LOST, "conditions": replicas.wire(conditions)}
 
 
 ROWS: list[tuple[str, PlacementFacts, list[Any] | None]] = [
@@ -178,7 +184,7 @@ ROWS: list[tuple[str, PlacementFacts, list[Any] | None]] = [
         facts(HELD, reach=Reach(False, False)),
         [
             a.WriteStatus(
-                replicas.unreachable(HELD, cluster="c2", reason=Reason.CLUSTER_NOT_REGISTERED, message=UNREACHABLE),
+                replicas.unreachable(V(HELD), cluster="c2", reason=Reason.CLUSTER_NOT_REGISTERED, message=UNREACHABLE),
                 event=a.Event(Reason.CLUSTER_NOT_REGISTERED.value, UNREACHABLE, True),
             ),
             a.Requeue(30.0),
@@ -190,7 +196,7 @@ ROWS: list[tuple[str, PlacementFacts, list[Any] | None]] = [
         [
             a.EnsureFinalizer(True),
             ReplicateCatalog("c2", (PLAN,)),
-            HandOver("c2", replicas.copy_of(PENDING), "in_queue"),
+            HandOver("c2", replicas.copy_of(V(PENDING)), "in_queue"),
             a.WriteStatus(HANDED, event=a.Event(Reason.REPLICATED.value, "handed to cluster 'c2'")),
             a.Requeue(5.0),
         ],
@@ -206,8 +212,8 @@ ROWS: list[tuple[str, PlacementFacts, list[Any] | None]] = [
         [
             a.WriteStatus(
                 replicas.mirror(
-                    instance(state="in progress", held=True),
-                    SUCCEEDED_COPY,
+                    V(instance(state="in progress", held=True)),
+                    V(SUCCEEDED_COPY),
                     cluster="c2",
                     fields=replicas.INSTANCE_FIELDS,
                 ),
@@ -298,12 +304,12 @@ BINDING_ROWS: list[tuple[str, PlacementFacts, list[Any] | None]] = [
         facts(BOUND, kind="binding", copy=BOUND_COPY, source=SOURCE, plan_user="system:serviceaccount:x:plan"),
         [
             a.WriteSecret(
-                replicas.credentials_secret(BOUND, SOURCE, credentials_secret_name("b")),
+                replicas.credentials_secret(V(BOUND), SecretView.of(SOURCE), credentials_secret_name("b")),
                 as_user="system:serviceaccount:x:plan",
             ),
             a.WriteStatus(
                 {
-                    **replicas.mirror(BOUND, BOUND_COPY, cluster="c2", fields=replicas.BINDING_FIELDS),
+                    **replicas.mirror(V(BOUND), V(BOUND_COPY), cluster="c2", fields=replicas.BINDING_FIELDS),
                     "response": {"secretRef": credentials_secret_name("b")},
                 },
                 event=a.Event(Reason.REPLICATED.value, "succeeded (reported by cluster 'c2')"),
@@ -334,6 +340,6 @@ def test_binding_placement(given: PlacementFacts, wanted: list[Any] | None) -> N
 
 
 def test_the_credentials_secret_is_named_only_once_the_copy_is_bound() -> None:
-    assert p.source_secret_name(BOUND_COPY) == "theirs"
-    assert p.source_secret_name(sister_copy(BOUND, state="in progress")) is None
+    assert p.source_secret_name(V(BOUND_COPY)) == "theirs"
+    assert p.source_secret_name(V(sister_copy(BOUND, state="in progress"))) is None
     assert p.source_secret_name(None) is None

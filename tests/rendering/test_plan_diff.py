@@ -16,6 +16,7 @@ import yaml
 from opbroker.api.catalog import SFPlan
 from opbroker.api.meta import ResourceRef
 from opbroker.controller import rollouts
+from opbroker.controller.core.rollout_views import RolloutInstance
 from opbroker.controller.rollouts import Change, Pacer, Skip, Subject
 from opbroker.rendering import Renderer
 
@@ -73,7 +74,7 @@ def fetch(refs: dict[str, ResourceRef]) -> dict[str, dict[str, Any] | None]:
 
 
 def subject(name: str, registry: dict[str, Any] | None = None, **parameters: str) -> Subject:
-    return Subject(instance(name, **parameters), registry, fetch)
+    return Subject(RolloutInstance.of(instance(name, **parameters)), registry, fetch)
 
 
 BASELINE = {"version": "16"}
@@ -126,7 +127,9 @@ def test_stored_registry_values_are_used_on_both_sides() -> None:
 
 
 def test_an_instance_whose_inputs_could_not_be_read_is_reported() -> None:
-    broken = Subject(instance("db-x"), None, fetch, problem="cannot read from cluster 'sister': refused")
+    broken = Subject(
+        RolloutInstance.of(instance("db-x")), None, fetch, problem="cannot read from cluster 'sister': refused"
+    )
     result = rollouts.preview(Renderer(), broken, current=plan(), proposed=plan(EXTRA))
     assert (result.change, result.error) == (Change.FAILING, "cannot read from cluster 'sister': refused")
 
@@ -143,7 +146,9 @@ def with_status(name: str, **fields: Any) -> dict[str, Any]:
 
 def test_verdict_marks_settled_instances_of_the_plan_only() -> None:
     def verdict(item: dict[str, Any], only_outdated: bool = False, marked: set[tuple[str, str]] | None = None) -> Any:
-        return rollouts.verdict(item, plan_id="p", plan_hash="h2", only_outdated=only_outdated, marked=marked or set())
+        return rollouts.verdict(
+            RolloutInstance.of(item), plan_id="p", plan_hash="h2", only_outdated=only_outdated, marked=marked or set()
+        )
 
     assert verdict(with_status("a", state="succeeded", appliedPlanHash="h1")) is None
     assert verdict(with_status("a", state="failed")) is None

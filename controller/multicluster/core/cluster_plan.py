@@ -16,72 +16,22 @@ finalizer is ``cluster-protection`` (:data:`~opbroker.controller.multicluster.re
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
 from opbroker.controller.core import actions as a
 from opbroker.controller.core.reasons import Reason
-from opbroker.controller.core.views import Meta
+from opbroker.controller.core.views import ConditionView
 from opbroker.controller.multicluster import quantities
 from opbroker.controller.multicluster.core import replicas
-from opbroker.controller.multicluster.quantities import QuantityError, Resources
+from opbroker.controller.multicluster.core.views import SFClusterView
+from opbroker.controller.multicluster.quantities import Resources
 from opbroker.controller.multicluster.reasons import CLUSTER_FINALIZER, ConditionType
 from opbroker.controller.reconciler.keys import Key
 
 __all__ = ["ClusterFacts", "Installation", "Replicate", "SFClusterView", "Unregister", "cluster_status", "plan"]
-
-
-def _mapping(value: object) -> Mapping[str, Any] | None:
-    return value if isinstance(value, Mapping) else None
-
-
-@dataclass(frozen=True)
-class SFClusterView:
-    """An SFCluster as read (fields the server adds are ignored; a field of the wrong type reads as absent)."""
-
-    meta: Meta
-    secret_ref: str
-    """The Secret (in the control-plane namespace) holding the cluster's kubeconfig."""
-    total_capacity: Mapping[str, Any] | None
-    """``spec.totalCapacity`` as written (quantities, parsed by :meth:`declared`)."""
-    limit_percentage: int | None
-    """``spec.schedulingLimitPercentage``."""
-    controller: Mapping[str, Any] | None
-    """``spec.controller``: opbroker's controller asked for in the sister (None: not asked)."""
-    reported: Mapping[str, Any]
-    """The status as read, compared field by field with the wanted one (a write only when something changed)."""
-    conditions: tuple[Mapping[str, Any], ...]
-    wire: Mapping[str, Any] = field(repr=False, compare=False)
-
-    @classmethod
-    def of(cls, body: Mapping[str, Any]) -> SFClusterView:
-        spec = _mapping(body.get("spec")) or {}
-        status = _mapping(body.get("status")) or {}
-        limit = spec.get("schedulingLimitPercentage")
-        secret_ref = spec.get("secretRef")
-        conditions = status.get("conditions")
-        return cls(
-            meta=Meta.of(body.get("metadata")),
-            secret_ref=secret_ref if isinstance(secret_ref, str) else "",
-            total_capacity=_mapping(spec.get("totalCapacity")) or None,
-            limit_percentage=limit if isinstance(limit, int) and not isinstance(limit, bool) else None,
-            controller=_mapping(spec.get("controller")),
-            reported=status,
-            conditions=tuple(c for c in conditions if isinstance(c, Mapping)) if isinstance(conditions, list) else (),
-            wire=body,
-        )
-
-    def declared(self) -> Resources | None:
-        """``spec.totalCapacity`` parsed; None when absent or not made of quantities."""
-        try:
-            return quantities.parse(dict(self.total_capacity)) if self.total_capacity else None
-        except QuantityError:
-            return None
-
-    def has_condition(self, kind: ConditionType) -> bool:
-        return any(c.get("type") == kind.value for c in self.conditions)
 
 
 @dataclass(frozen=True)
@@ -127,16 +77,31 @@ class Unregister:
     """The SFCluster is released: drop the cluster from the registry (its client and watch close)."""
 
 
-def cluster_status(facts: ClusterFacts) -> dict[str, Any]:
-    """The status an SFCluster should have."""
+def cluster_status(facts: ClusterFacts, conditions: tuple[ConditionView, ...] | None = None) -> dict[str, Any]:
+    """The status an SFCluster should have (the manifest written); ``conditions``: :func:`cluster_conditions`,
+    when the caller has them already."""
     cluster = facts.cluster
-    generation = cluster.meta.generation
     capacity: dict[str, Any] | None
     allocatable: dict[str, Any] | None
     if facts.observed is not None:
         capacity, allocatable = quantities.wire(facts.observed[0]), quantities.wire(facts.observed[1])
     else:
         capacity = allocatable = dict(cluster.total_capacity) if cluster.total_capacity else None
+    return {
+        "serviceInstanceCount": facts.instances,
+        "capacity": capacity,
+        "allocatable": allocatable,
+        "requests": quantities.wire({k: v for k, v in facts.used.items() if v != Decimal(0)}),
+        "reachable": bool(facts.reachable),
+        "observedGeneration": cluster.meta.generation,
+        "conditions": replicas.wire(cluster_conditions(facts) if conditions is None else conditions),
+    }
+
+
+def cluster_conditions(facts: ClusterFacts) -> tuple[ConditionView, ...]:
+    """The conditions an SFCluster should have: ``Ready``, ``ControllerInstalled``, ``Removable``."""
+    cluster = facts.cluster
+    generation = cluster.meta.generation
     install = facts.install
     install_failed = install is not None and not install.ok and not install.removed
     if facts.reachable and install_failed:
@@ -149,7 +114,7 @@ def cluster_status(facts: ClusterFacts) -> dict[str, Any]:
         reason = (Reason.KUBECONFIG_REFUSED if facts.refused else Reason.UNREACHABLE).value
         message = facts.reason or "not probed yet"
     conditions = replicas.set_condition(
-        [dict(c) for c in cluster.conditions],
+        cluster.conditions,
         ConditionType.READY,
         status=ready,
         reason=reason,
@@ -157,7 +122,7 @@ def cluster_status(facts: ClusterFacts) -> dict[str, Any]:
         generation=generation,
     )
     if install is not None and install.removed:
-        conditions = [c for c in conditions if c.get("type") != ConditionType.CONTROLLER_INSTALLED.value]
+        conditions = tuple(c for c in conditions if c.type != ConditionType.CONTROLLER_INSTALLED.value)
     elif install is not None:
         conditions = replicas.set_condition(
             conditions,
@@ -177,15 +142,7 @@ def cluster_status(facts: ClusterFacts) -> dict[str, Any]:
             message=blocked_message(facts.name, remaining),
             generation=generation,
         )
-    return {
-        "serviceInstanceCount": facts.instances,
-        "capacity": capacity,
-        "allocatable": allocatable,
-        "requests": quantities.wire({k: v for k, v in facts.used.items() if v != Decimal(0)}),
-        "reachable": bool(facts.reachable),
-        "observedGeneration": generation,
-        "conditions": conditions,
-    }
+    return conditions
 
 
 def blocked_message(name: str, remaining: Sequence[Key]) -> str:
@@ -214,12 +171,13 @@ def plan(facts: ClusterFacts) -> list[Any]:
             a.Log(f"cluster {facts.name} released: no instance is placed on it any more", warning=False),
             Unregister(),
         ]
-    wanted = cluster_status(facts)
+    conditions = cluster_conditions(facts)
+    wanted = cluster_status(facts, conditions)
     current = cluster.reported
     patch = {k: v for k, v in wanted.items() if k != "conditions" and current.get(k) != v}
     event = None
-    if not replicas.same_conditions([dict(c) for c in cluster.conditions], wanted["conditions"]):
-        patch["conditions"] = wanted["conditions"]
+    if not replicas.same_conditions(cluster.conditions, conditions):
+        patch["conditions"] = replicas.wire(conditions)
         if facts.remaining is not None and not cluster.has_condition(ConditionType.REMOVABLE):
             message = blocked_message(facts.name, facts.remaining)
             event = a.Event(Reason.INSTANCES_REMAIN.value, message, warning=True)

@@ -25,7 +25,8 @@ from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import Meta, OperationView
 from opbroker.controller.multicluster.core import replicas
 from opbroker.controller.multicluster.core.scheduling import MASTER
-from opbroker.controller.multicluster.reasons import ANNOTATION_CLUSTER, ANNOTATION_MASTER_UID, ConditionType
+from opbroker.controller.multicluster.core.views import ReplicaView, SecretView
+from opbroker.controller.multicluster.reasons import ANNOTATION_CLUSTER, ConditionType
 from opbroker.controller.reconciler.keys import Key
 
 NOT_READY_DELAY = 0.2
@@ -107,14 +108,15 @@ class PlacementFacts:
     """An instance or binding on the master, and what placing it depends on."""
 
     key: Key
-    obj: Mapping[str, Any] = field(repr=False)
-    """The master object as read (never written to)."""
+    obj: ReplicaView = field(repr=False)
+    """The master object as read (never written to; ``obj.wire`` is what the executor's guarded writes start
+    from)."""
     ready: bool = True
     """The start-up picture (catalog, clusters) is whole."""
     cluster: str | None = None
     """Where it is placed (an instance's ``spec.clusterId``; a binding's annotation, else its instance's)."""
     reach: Reach | None = None
-    copy: Mapping[str, Any] | None = field(default=None, repr=False)
+    copy: ReplicaView | None = field(default=None, repr=False)
     """The copy in the sister (read when the cluster answers)."""
     here: bool = False
     """Unplaced but already rendered by this controller (before multi-cluster was switched on); for a binding:
@@ -128,7 +130,7 @@ class PlacementFacts:
     """An instance being deleted: bindings of it that still exist on the master."""
     instance_copied: bool = True
     """A binding: its instance's copy exists in the sister."""
-    source: Mapping[str, Any] | None = field(default=None, repr=False)
+    source: SecretView | None = field(default=None, repr=False)
     """A binding bound in the sister: the copy's credentials Secret there."""
     plan_user: str | None = None
     """The plan's ServiceAccount: the credentials Secret is written as it (issue 24)."""
@@ -137,42 +139,36 @@ class PlacementFacts:
 
     @property
     def meta(self) -> Meta:
-        return Meta.of(self.obj.get("metadata"))
-
-    @property
-    def status(self) -> Mapping[str, Any]:
-        status = self.obj.get("status")
-        return status if isinstance(status, Mapping) else {}
+        return self.obj.meta
 
     @property
     def operation(self) -> OperationView:
         """What the master object's status says of the current operation."""
-        return OperationView.of(self.obj.get("status"))
+        return self.obj.status
 
     @property
     def copy_state(self) -> str | None:
         """The copy's state (None: no copy, or none written yet)."""
-        return None if self.copy is None else OperationView.of(self.copy.get("status")).state
+        return None if self.copy is None else self.copy.status.state
 
 
 # -- shared steps ---------------------------------------------------------------------------------------------
 
 
-def reconciled_here(obj: Mapping[str, Any]) -> bool:
+def reconciled_here(obj: ReplicaView) -> bool:
     """An unplaced instance already rendered by this controller (before multi-cluster was switched on)."""
-    status, spec = obj.get("status") or {}, obj.get("spec") or {}
-    return bool(status.get("resources")) and not spec.get("clusterId")
+    return obj.rendered and not obj.cluster_id
 
 
-def stale(copy: Mapping[str, Any], obj: Mapping[str, Any]) -> bool:
+def stale(copy: ReplicaView, obj: ReplicaView) -> bool:
     """The copy was made for an earlier object of the same name (its master uid differs)."""
-    uid = Meta.of(copy.get("metadata")).annotations.get(ANNOTATION_MASTER_UID)
-    return uid is not None and uid != Meta.of(obj.get("metadata")).uid
+    uid = copy.master_uid
+    return uid is not None and uid != obj.meta.uid
 
 
-def needs_schedule(obj: Mapping[str, Any]) -> bool:
+def needs_schedule(obj: ReplicaView) -> bool:
     """An unplaced, living instance with a pending request: the scheduler is asked (then the plan decides)."""
-    return not Meta.of(obj.get("metadata")).deleting and replicas.pending(dict(obj))
+    return not obj.meta.deleting and replicas.pending(obj)
 
 
 def write(facts: PlacementFacts, patch: Mapping[str, Any], event: tuple[Reason, str] | None = None) -> list[Any]:
@@ -199,7 +195,7 @@ def unreachable(facts: PlacementFacts) -> list[Any]:
     else:
         reason = Reason.CLUSTER_UNREACHABLE
         message = f"cluster {cluster!r} is unreachable: {facts.reach.reason or 'not probed yet'}"
-    patch = replicas.unreachable(dict(facts.obj), cluster=cluster, reason=reason, message=message)
+    patch = replicas.unreachable(facts.obj, cluster=cluster, reason=reason, message=message)
     return [*write(facts, patch, (reason, message)), a.Requeue(facts.probe_seconds)]
 
 
@@ -210,7 +206,7 @@ def hold(facts: PlacementFacts) -> list[Any]:
 def hand_over(facts: PlacementFacts) -> list[Any]:
     """Copy the object and its requested state into the cluster; the master then says in progress."""
     assert facts.cluster is not None
-    obj = dict(facts.obj)
+    obj = facts.obj
     requested = replicas.requested_state(obj, copy_exists=facts.copy is not None)
     message = f"handed to cluster {facts.cluster!r}"
     return [
@@ -223,9 +219,9 @@ def hand_over(facts: PlacementFacts) -> list[Any]:
 def mirror(facts: PlacementFacts, fields: tuple[str, ...]) -> list[Any]:
     """Report the copy's status on the master, once it answers the current request."""
     assert facts.copy is not None and facts.cluster is not None
-    if not replicas.settled(dict(facts.copy)):
+    if not replicas.settled(facts.copy):
         return [a.Requeue(facts.poll_seconds)]
-    patch = replicas.mirror(dict(facts.obj), dict(facts.copy), cluster=facts.cluster, fields=fields)
+    patch = replicas.mirror(facts.obj, facts.copy, cluster=facts.cluster, fields=fields)
     done = facts.copy_state in TERMINAL
     return [*write(facts, patch), *([] if done else [a.Requeue(facts.poll_seconds)])]
 
@@ -234,9 +230,8 @@ def lost(facts: PlacementFacts) -> list[Any]:
     """The copy is gone although the master asked for nothing: the cluster lost it. Said, not redone."""
     assert facts.cluster is not None
     message = f"the copy in cluster {facts.cluster!r} has disappeared; a new update request re-creates it"
-    obj = dict(facts.obj)
     conditions = replicas.set_condition(
-        replicas.reachable_condition(obj, facts.cluster),
+        replicas.reachable_condition(facts.obj, facts.cluster),
         ConditionType.READY,
         status=False,
         reason=Reason.CLUSTER_UNREACHABLE.value,
@@ -247,8 +242,8 @@ def lost(facts: PlacementFacts) -> list[Any]:
     patch: dict[str, Any] = {}
     if operation.state != OperationState.FAILED.value or operation.error != message:
         patch = {"state": OperationState.FAILED.value, "error": message, "description": message}
-    if not replicas.same_conditions(conditions, facts.status.get("conditions")):
-        patch["conditions"] = conditions
+    if not replicas.same_conditions(conditions, operation.conditions):
+        patch["conditions"] = replicas.wire(conditions)
     return write(facts, patch, (Reason.CLUSTER_UNREACHABLE, message))
 
 
@@ -261,11 +256,10 @@ def teardown(facts: PlacementFacts, fields: tuple[str, ...], *, credentials: boo
         return []
     copy = facts.copy
     if copy is not None:
-        copy_meta = Meta.of(copy.get("metadata"))
-        if not copy_meta.deleting:
-            return [DeleteCopy(facts.cluster, copy_meta.uid, deprovision=True), a.Requeue(facts.poll_seconds)]
-        if replicas.settled(dict(copy)):
-            patch = replicas.mirror(dict(facts.obj), dict(copy), cluster=facts.cluster, fields=fields)
+        if not copy.meta.deleting:
+            return [DeleteCopy(facts.cluster, copy.meta.uid, deprovision=True), a.Requeue(facts.poll_seconds)]
+        if replicas.settled(copy):
+            patch = replicas.mirror(facts.obj, copy, cluster=facts.cluster, fields=fields)
             return [*write(facts, patch), a.Requeue(facts.poll_seconds)]
         return [a.Requeue(facts.poll_seconds)]
     secret = [a.DeleteSecret(meta.namespace, credentials_secret_name(meta.name), meta.uid)] if credentials else []
@@ -277,8 +271,7 @@ def _replaced_copy(facts: PlacementFacts) -> list[Any] | None:
     if facts.copy is None or not stale(facts.copy, facts.obj):
         return None
     assert facts.cluster is not None
-    uid = Meta.of(facts.copy.get("metadata")).uid
-    return [DeleteCopy(facts.cluster, uid), a.Requeue(facts.poll_seconds)]
+    return [DeleteCopy(facts.cluster, facts.copy.meta.uid), a.Requeue(facts.poll_seconds)]
 
 
 # -- instances ------------------------------------------------------------------------------------------------
@@ -330,7 +323,7 @@ def unscheduled(facts: PlacementFacts) -> list[Any] | None:
     message = f"{decided.message} by the {decided.policy} scheduler"
     generation = facts.meta.generation
     conditions = replicas.set_condition(
-        facts.status.get("conditions"),
+        facts.operation.conditions,
         ConditionType.SCHEDULED,
         status=True,
         reason=Reason.SCHEDULED.value,
@@ -339,7 +332,9 @@ def unscheduled(facts: PlacementFacts) -> list[Any] | None:
     )
     return [
         SetCluster(decided.cluster),
-        a.WriteStatus({"conditions": conditions}, guarded=False, event=a.Event(Reason.SCHEDULED.value, message)),
+        a.WriteStatus(
+            {"conditions": replicas.wire(conditions)}, guarded=False, event=a.Event(Reason.SCHEDULED.value, message)
+        ),
         a.Log(f"instance {facts.key.namespace}/{facts.key.name} {message}", warning=False),
         a.Requeue(0.0),
     ]
@@ -347,7 +342,7 @@ def unscheduled(facts: PlacementFacts) -> list[Any] | None:
 
 def unschedulable(facts: PlacementFacts, message: str) -> list[Any]:
     generation = facts.meta.generation
-    conditions = facts.status.get("conditions")
+    conditions = facts.operation.conditions
     for kind in (ConditionType.SCHEDULED, ConditionType.READY):
         conditions = replicas.set_condition(
             conditions, kind, status=False, reason=Reason.SCHEDULING_FAILED.value, message=message,
@@ -359,7 +354,7 @@ def unschedulable(facts: PlacementFacts, message: str) -> list[Any]:
         "description": message,
         "error": message,
         "observedGeneration": generation,
-        "conditions": conditions,
+        "conditions": replicas.wire(conditions),
     }
     event = None if facts.operation.state == failed else a.Event(Reason.SCHEDULING_FAILED.value, message, True)
     return [
@@ -372,7 +367,7 @@ def instance_on(facts: PlacementFacts) -> list[Any] | None:
     replaced = _replaced_copy(facts)
     if replaced is not None:
         return replaced
-    if replicas.pending(dict(facts.obj)):
+    if replicas.pending(facts.obj):
         if not facts.plan_known:
             return None  # the local reconciler reports the plan problem (it applies nothing without a plan)
         assert facts.cluster is not None
@@ -411,7 +406,7 @@ def binding_on(facts: PlacementFacts) -> list[Any]:
     replaced = _replaced_copy(facts)
     if replaced is not None:
         return replaced
-    obj = dict(facts.obj)
+    obj = facts.obj
     if replicas.pending(obj):
         if not facts.instance_copied:
             return [a.Requeue(HANDOVER_WAIT_SECONDS)]  # the instance is still being handed over
@@ -420,26 +415,24 @@ def binding_on(facts: PlacementFacts) -> list[Any]:
     copy = facts.copy
     if copy is None:
         return lost(facts)
-    if not replicas.settled(dict(copy)):
+    if not replicas.settled(copy):
         return [a.Requeue(facts.poll_seconds)]
     if facts.copy_state != OperationState.SUCCEEDED.value:
         return mirror(facts, replicas.BINDING_FIELDS)
     if facts.source is None:
         return [a.Requeue(facts.poll_seconds)]
     name = credentials_secret_name(facts.meta.name)
-    patch = replicas.mirror(obj, dict(copy), cluster=facts.cluster, fields=replicas.BINDING_FIELDS)
-    if ((facts.status.get("response") or {}).get("secretRef")) != name:
+    patch = replicas.mirror(obj, copy, cluster=facts.cluster, fields=replicas.BINDING_FIELDS)
+    if obj.secret_ref != name:
         patch["response"] = {"secretRef": name}
-    secret = replicas.credentials_secret(obj, dict(facts.source), name)
+    secret = replicas.credentials_secret(obj, facts.source, name)
     return [a.WriteSecret(secret, as_user=facts.plan_user), *write(facts, patch)]
 
 
-def source_secret_name(copy: Mapping[str, Any] | None) -> str | None:
+def source_secret_name(copy: ReplicaView | None) -> str | None:
     """The credentials Secret a bound copy names in the sister (None: not bound, or not yet)."""
-    if copy is None or not replicas.settled(dict(copy)):
+    if copy is None or not replicas.settled(copy):
         return None
-    status = copy.get("status") or {}
-    if status.get("state") != OperationState.SUCCEEDED.value:
+    if copy.status.state != OperationState.SUCCEEDED.value:
         return None
-    name = (status.get("response") or {}).get("secretRef")
-    return name if isinstance(name, str) and name else None
+    return copy.secret_ref

@@ -8,10 +8,15 @@
   ``ClusterReachable=False`` condition and a description; the state itself is kept.
 * :func:`credentials_secret` — the master's copy of a binding's credentials Secret, owned by the master
   binding, so the broker reads credentials from the master alone.
+
+The objects read come in as :class:`~.views.ReplicaView`; what goes out (the copy, status patches, the Secret) are
+the manifests written, plain dicts. Conditions are :class:`~opbroker.controller.core.views.ConditionView` values
+until a patch is written (:func:`wire`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from collections.abc import Iterable
 from typing import Any
@@ -27,6 +32,8 @@ from opbroker.api.conventions import (
 from opbroker.api.osb import OperationState
 from opbroker.controller.core.decisions import REQUESTED
 from opbroker.controller.core.reasons import Reason
+from opbroker.controller.core.views import ConditionView, condition_wire
+from opbroker.controller.multicluster.core.views import ReplicaView, SecretView
 from opbroker.controller.multicluster.reasons import (
     ANNOTATION_CLUSTER,
     ANNOTATION_MASTER_UID,
@@ -55,46 +62,45 @@ def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def copy_of(obj: dict[str, Any]) -> dict[str, Any]:
+def copy_of(obj: ReplicaView) -> dict[str, Any]:
     """The object as the master wants it in a sister cluster (applied with server-side apply)."""
-    meta = obj["metadata"]
+    meta = obj.meta
     annotations = {
         key: value
-        for key, value in (meta.get("annotations") or {}).items()
+        for key, value in meta.annotations.items()
         if key.startswith(f"{DOMAIN}/") and key != ANNOTATION_CLUSTER
     }
-    if meta.get("uid"):
-        annotations[ANNOTATION_MASTER_UID] = meta["uid"]
+    if meta.uid:
+        annotations[ANNOTATION_MASTER_UID] = meta.uid
     metadata: dict[str, Any] = {
-        "name": meta["name"],
-        "namespace": meta["namespace"],
-        "labels": {**(meta.get("labels") or {}), LABEL_REPLICATED: "true"},
+        "name": meta.name,
+        "namespace": meta.namespace,
+        "labels": {**meta.labels, LABEL_REPLICATED: "true"},
     }
     if annotations:
         metadata["annotations"] = annotations
-    return {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "metadata": metadata, "spec": obj.get("spec") or {}}
+    return {"apiVersion": obj.api_version, "kind": obj.kind, "metadata": metadata, "spec": dict(obj.spec)}
 
 
-def requested(obj: dict[str, Any]) -> bool:
+def requested(obj: ReplicaView) -> bool:
     """The broker asked for work on the master object that has not been handed to the sister yet."""
-    return (obj.get("status") or {}).get("state") in REQUESTED
+    return obj.status.state in REQUESTED
 
 
-def pending(obj: dict[str, Any]) -> bool:
+def pending(obj: ReplicaView) -> bool:
     """A request, or a spec the sister has not been given (also after a failure that did not observe it)."""
-    meta, status = obj.get("metadata") or {}, obj.get("status") or {}
-    return requested(obj) or meta.get("generation") != status.get("observedGeneration")
+    return requested(obj) or obj.meta.generation != obj.status.observed_generation
 
 
-def requested_state(obj: dict[str, Any], *, copy_exists: bool) -> str:
+def requested_state(obj: ReplicaView, *, copy_exists: bool) -> str:
     """The state to write on the copy: the broker's request, else a new provision or an update."""
-    state = (obj.get("status") or {}).get("state")
+    state = obj.status.state
     if state in (OperationState.IN_QUEUE.value, OperationState.UPDATE.value):
         return str(state)
     return OperationState.UPDATE.value if copy_exists else OperationState.IN_QUEUE.value
 
 
-def settled(copy: dict[str, Any]) -> bool:
+def settled(copy: ReplicaView) -> bool:
     """Whether the copy's status answers the current request and may be mirrored.
 
     Not while its state is still a request. The master always writes the requested state to the copy
@@ -103,52 +109,57 @@ def settled(copy: dict[str, Any]) -> bool:
     seen the plan yet (the master copies the plan first, but the sister's watches of plans and instances
     are separate streams): that failure heals itself once the plan event arrives there.
     """
-    status = copy.get("status") or {}
-    if status.get("state") in REQUESTED:
+    state = copy.status.state
+    if state in REQUESTED:
         return False
-    conditions: list[dict[str, Any]] = status.get("conditions") or []
-    ready = next((c for c in conditions if c.get("type") == ConditionType.READY.value), {})
-    return not (status.get("state") == OperationState.FAILED.value and ready.get("reason") == PLAN_NOT_FOUND)
+    ready = copy.condition(ConditionType.READY)
+    return not (state == OperationState.FAILED.value and ready is not None and ready.reason == PLAN_NOT_FOUND)
 
 
 def set_condition(
-    conditions: Iterable[dict[str, Any]] | None,
+    conditions: Iterable[ConditionView],
     kind: ConditionType,
     *,
     status: bool,
     reason: str,
     message: str,
     generation: int | None = None,
-) -> list[dict[str, Any]]:
+) -> tuple[ConditionView, ...]:
     """``conditions`` with one condition set; its transition time only moves when its status flips."""
-    previous = list(conditions or [])
-    old = next((c for c in previous if c.get("type") == kind.value), None)
+    previous = tuple(conditions)
+    old = next((c for c in previous if c.type == kind.value), None)
     value = "True" if status else "False"
-    moved = old is None or old.get("status") != value
-    condition = {
-        "type": kind.value,
-        "status": value,
-        "reason": reason,
-        "message": message[:1024],
-        "lastTransitionTime": _now() if moved or old is None else old.get("lastTransitionTime") or _now(),
-    }
-    if generation is not None:
-        condition["observedGeneration"] = generation
-    return [*(c for c in previous if c.get("type") != kind.value), condition]
+    moved = old is None or old.status != value
+    condition = ConditionView(
+        type=kind.value,
+        status=value,
+        reason=reason,
+        message=message[:1024],
+        last_transition_time=_now() if moved or old is None else old.last_transition_time or _now(),
+        observed_generation=generation,
+    )
+    return (*(c for c in previous if c.type != kind.value), condition)
 
 
-def _comparable(conditions: Iterable[dict[str, Any]] | None) -> list[tuple[Any, ...]]:
-    return sorted((c.get("type"), c.get("status"), c.get("reason"), c.get("message")) for c in conditions or [])
+def wire(conditions: Iterable[ConditionView]) -> list[dict[str, Any]]:
+    """Conditions as a status patch writes them (the whole list: a patch replaces it)."""
+    return [condition_wire(c) for c in conditions]
 
 
-def same_conditions(first: Iterable[dict[str, Any]] | None, second: Iterable[dict[str, Any]] | None) -> bool:
+def _comparable(conditions: Iterable[ConditionView]) -> list[tuple[str, str, str | None, str | None]]:
+    # An empty reason or message reads back as absent (the views' rule): both compare as None, so a condition
+    # written with "" is not written again on every pass.
+    return sorted(((c.type, c.status, c.reason or None, c.message or None) for c in conditions), key=repr)
+
+
+def same_conditions(first: Iterable[ConditionView], second: Iterable[ConditionView]) -> bool:
     """Equal apart from transition times and generations (what is worth a write)."""
     return _comparable(first) == _comparable(second)
 
 
-def reachable_condition(obj: dict[str, Any], cluster: str) -> list[dict[str, Any]]:
+def reachable_condition(obj: ReplicaView, cluster: str) -> tuple[ConditionView, ...]:
     return set_condition(
-        (obj.get("status") or {}).get("conditions"),
+        obj.status.conditions,
         ConditionType.CLUSTER_REACHABLE,
         status=True,
         reason=Reason.CLUSTER_REACHABLE.value,
@@ -156,75 +167,74 @@ def reachable_condition(obj: dict[str, Any], cluster: str) -> list[dict[str, Any
     )
 
 
-def mirror(master: dict[str, Any], copy: dict[str, Any], *, cluster: str, fields: tuple[str, ...]) -> dict[str, Any]:
+def mirror(master: ReplicaView, copy: ReplicaView, *, cluster: str, fields: tuple[str, ...]) -> dict[str, Any]:
     """The master status patch reporting the copy's status (empty when the master already says it).
 
-    Takes the listed fields and the copy's ``Ready`` condition, and marks the cluster reachable.
+    Takes the listed fields (verbatim) and the copy's ``Ready`` condition, and marks the cluster reachable.
     """
-    theirs = copy.get("status") or {}
-    ours = master.get("status") or {}
-    patch = {name: theirs.get(name) for name in fields if ours.get(name) != theirs.get(name)}
+    theirs, ours = copy.reported, master.reported
+    patch: dict[str, Any] = {name: theirs.get(name) for name in fields if ours.get(name) != theirs.get(name)}
     conditions = reachable_condition(master, cluster)
-    ready = next((c for c in theirs.get("conditions") or [] if c.get("type") == ConditionType.READY.value), None)
+    ready = copy.condition(ConditionType.READY)
     if ready is not None:
-        conditions = [
-            *(c for c in conditions if c.get("type") != ConditionType.READY.value),
-            {**ready, "observedGeneration": (master.get("metadata") or {}).get("generation")},
-        ]
-    if not same_conditions(conditions, ours.get("conditions")):
-        patch["conditions"] = conditions
+        conditions = (
+            *(c for c in conditions if c.type != ConditionType.READY.value),
+            dataclasses.replace(ready, observed_generation=master.meta.generation),
+        )
+    if not same_conditions(conditions, master.status.conditions):
+        patch["conditions"] = wire(conditions)
     return patch
 
 
-def unreachable(obj: dict[str, Any], *, cluster: str, reason: Reason, message: str) -> dict[str, Any]:
+def unreachable(obj: ReplicaView, *, cluster: str, reason: Reason, message: str) -> dict[str, Any]:
     """The patch marking ``obj`` as out of reach (empty if it says so already). The state is kept."""
-    status = obj.get("status") or {}
-    description = f"{message}; the last known state ({status.get('state') or 'none'}) is kept"
+    status = obj.status
+    description = f"{message}; the last known state ({status.state or 'none'}) is kept"
     conditions = set_condition(
-        status.get("conditions"), ConditionType.CLUSTER_REACHABLE, status=False, reason=reason.value, message=message
+        status.conditions, ConditionType.CLUSTER_REACHABLE, status=False, reason=reason.value, message=message
     )
     patch: dict[str, Any] = {}
-    if status.get("description") != description:
+    if status.description != description:
         patch["description"] = description
-    if not same_conditions(conditions, status.get("conditions")):
-        patch["conditions"] = conditions
+    if not same_conditions(conditions, status.conditions):
+        patch["conditions"] = wire(conditions)
     return patch
 
 
-def handed_over(obj: dict[str, Any], *, cluster: str) -> dict[str, Any]:
+def handed_over(obj: ReplicaView, *, cluster: str) -> dict[str, Any]:
     """The master status once a request has been copied to ``cluster``: in progress there."""
-    meta = obj["metadata"]
+    generation = obj.meta.generation
     conditions = set_condition(
-        (obj.get("status") or {}).get("conditions"),
+        obj.status.conditions,
         ConditionType.READY,
         status=False,
         reason=Reason.IN_PROGRESS.value,
         message=f"handed to cluster {cluster!r}",
-        generation=meta.get("generation"),
+        generation=generation,
     )
     return {
         "state": OperationState.IN_PROGRESS.value,
         "description": f"handed to cluster {cluster!r}",
         "error": None,
-        "observedGeneration": meta.get("generation"),
-        "appliedSpec": obj.get("spec"),
-        "conditions": conditions,
+        "observedGeneration": generation,
+        "appliedSpec": dict(obj.spec),
+        "conditions": wire(conditions),
     }
 
 
-def credentials_secret(binding: dict[str, Any], source: dict[str, Any], name: str) -> dict[str, Any]:
+def credentials_secret(binding: ReplicaView, source: SecretView, name: str) -> dict[str, Any]:
     """The master's copy of a sister credentials Secret: the response key only, owned by the master binding."""
-    data = {CREDENTIALS_KEY: (source.get("data") or {})[CREDENTIALS_KEY]}
-    meta = binding["metadata"]
+    data = {CREDENTIALS_KEY: source.data[CREDENTIALS_KEY]}
+    meta = binding.meta
     return {
         "apiVersion": "v1",
         "kind": "Secret",
         "type": CREDENTIALS_SECRET_TYPE,
         "metadata": {
             "name": name,
-            "namespace": meta["namespace"],
-            "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_BINDING: meta["name"]},
-            "ownerReferences": [owner_reference(binding, controller=True)],
+            "namespace": meta.namespace,
+            "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_BINDING: meta.name},
+            "ownerReferences": [owner_reference(dict(binding.wire), controller=True)],
         },
         "data": data,
     }
