@@ -62,42 +62,70 @@ def run(
         wait_idle(bench.process("controller"), port, expected=0, quiet=quiet, timeout=120)
         # The baseline: a controller started over the empty cluster, measured as the restart below is.
         empty = restart(bench, port, expected=0, quiet=quiet)
-        namespace = bench.namespace("bench")
-        provisioned = provision_all(bench, namespace, instances, concurrency)
-        names = provisioned.pop("names")
-        settle: dict[str, Any] = {
-            "instances_seconds": provisioned["total_seconds"],
-            "instances_failed": provisioned["failed"],
-        }
-        if bindings:
-            per_instance = max(1, bindings // len(names))
-            targets = names if bindings >= len(names) else names[:bindings]
-            bound = bind_all(bench, namespace, targets, per_instance, concurrency)
-            settle |= {"bindings_seconds": bound["total_seconds"], "bindings_failed": bound["failed"]}
-            bindings = bound["bindings"]
+        names, bindings, settle = settle_objects(bench, port, instances, bindings, concurrency, quiet)
         objects = len(names) + bindings
-        settle["controller_idle"] = wait_idle(bench.process("controller"), port, expected=objects, quiet=quiet)
         settled = restart(bench, port, expected=objects, quiet=quiet)
         load_after = os.getloadavg()
+    return summary((len(names), bindings), quiet, (load, load_after), settle, empty, settled, writes=settled["writes"])
+
+
+def summary(
+    sizes: tuple[int, int],
+    quiet: float,
+    loads: tuple[tuple[float, ...], tuple[float, ...]],
+    settle: dict[str, Any],
+    empty: dict[str, Any],
+    settled: dict[str, Any],
+    *,
+    writes: int,
+) -> dict[str, Any]:
+    """A restart suite's answer: the restart measured over the settled objects beside the empty cluster's, the
+    memory per object between them, and the targets (``writes``: the most any restart counted)."""
+    instances, bindings = sizes
+    objects = instances + bindings
     per_object = (settled["rss_kib"] - empty["rss_kib"]) / objects if objects else float("nan")
     return {
-        "instances": len(names),
+        "instances": instances,
         "bindings": bindings,
         "objects": objects,
         "quiet_seconds": quiet,
-        "load_average_before": [round(x, 2) for x in load],
-        "load_average_after": [round(x, 2) for x in load_after],
+        "load_average_before": [round(x, 2) for x in loads[0]],
+        "load_average_after": [round(x, 2) for x in loads[1]],
         "settle": settle,
         "empty": empty,
         "restart": settled,
-        "controller_writes": settled["writes"],
+        "controller_writes": writes,
         "memory_per_object_kib": round(per_object, 2),
         "targets": TARGETS,
         "targets_met": {
-            "controller_writes": settled["writes"] <= TARGETS["controller_writes"],
+            "controller_writes": writes <= TARGETS["controller_writes"],
             "memory_per_object_kib": per_object <= TARGETS["memory_per_object_kib"],
         },
     }
+
+
+def settle_objects(
+    bench: Bench, port: int, instances: int, bindings: int, concurrency: int, quiet: float
+) -> tuple[list[str], int, dict[str, Any]]:
+    """Provision ``instances`` and bind ``bindings`` (spread evenly over them) through the OSB API, then wait for
+    the controller to go idle: the instances' names, the bindings made, and how long it took."""
+    namespace = bench.namespace("bench")
+    provisioned = provision_all(bench, namespace, instances, concurrency)
+    names: list[str] = provisioned.pop("names")
+    settle: dict[str, Any] = {
+        "instances_seconds": provisioned["total_seconds"],
+        "instances_failed": provisioned["failed"],
+    }
+    if bindings:
+        per_instance = max(1, bindings // len(names))
+        targets = names if bindings >= len(names) else names[:bindings]
+        bound = bind_all(bench, namespace, targets, per_instance, concurrency)
+        settle |= {"bindings_seconds": bound["total_seconds"], "bindings_failed": bound["failed"]}
+        bindings = bound["bindings"]
+    settle["controller_idle"] = wait_idle(
+        bench.process("controller"), port, expected=len(names) + bindings, quiet=quiet
+    )
+    return names, bindings, settle
 
 
 def run_alternating(
@@ -127,21 +155,8 @@ def run_alternating(
         base_env = dict(bench.process("controller").env or {})
         wait_idle(bench.process("controller"), port, expected=0, quiet=quiet, timeout=120)
         empty = {name: restart(bench, port, expected=0, quiet=quiet, env={**base_env, **sides[name]}) for name in names}
-        namespace = bench.namespace("bench")
-        provisioned = provision_all(bench, namespace, instances, concurrency)
-        made = provisioned.pop("names")
-        settle: dict[str, Any] = {
-            "instances_seconds": provisioned["total_seconds"],
-            "instances_failed": provisioned["failed"],
-        }
-        if bindings:
-            per_instance = max(1, bindings // len(made))
-            targets = made if bindings >= len(made) else made[:bindings]
-            bound = bind_all(bench, namespace, targets, per_instance, concurrency)
-            settle |= {"bindings_seconds": bound["total_seconds"], "bindings_failed": bound["failed"]}
-            bindings = bound["bindings"]
+        made, bindings, settle = settle_objects(bench, port, instances, bindings, concurrency, quiet)
         objects = len(made) + bindings
-        settle["controller_idle"] = wait_idle(bench.process("controller"), port, expected=objects, quiet=quiet)
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
         for name in order:
             env = {**base_env, **sides[name]}
@@ -151,18 +166,10 @@ def run_alternating(
     for name in names:
         by_cpu = sorted(runs[name], key=lambda run: run["cpu_seconds_to_idle"])
         median = by_cpu[len(by_cpu) // 2]
-        per_object = (median["rss_kib"] - empty[name]["rss_kib"]) / objects if objects else float("nan")
+        writes = max(run["writes"] for run in runs[name])
         answers[name] = {
-            "instances": len(made),
-            "bindings": bindings,
-            "objects": objects,
-            "quiet_seconds": quiet,
-            "load_average_before": [round(x, 2) for x in load],
-            "load_average_after": [round(x, 2) for x in load_after],
-            "settle": settle,
+            **summary((len(made), bindings), quiet, (load, load_after), settle, empty[name], median, writes=writes),
             "order": order,
-            "empty": empty[name],
-            "restart": median,
             "runs": {
                 "cpu_seconds_to_idle": [run["cpu_seconds_to_idle"] for run in runs[name]],
                 "idle_seconds": [run["idle_seconds"] for run in runs[name]],
@@ -170,13 +177,6 @@ def run_alternating(
                 "gets": [run["reads"]["get"] for run in runs[name]],
                 "writes": [run["writes"] for run in runs[name]],
                 "rss_kib": [run["rss_kib"] for run in runs[name]],
-            },
-            "controller_writes": max(run["writes"] for run in runs[name]),
-            "memory_per_object_kib": round(per_object, 2),
-            "targets": TARGETS,
-            "targets_met": {
-                "controller_writes": max(run["writes"] for run in runs[name]) <= TARGETS["controller_writes"],
-                "memory_per_object_kib": per_object <= TARGETS["memory_per_object_kib"],
             },
             "note": f"Median of {rounds} restarts per side on one cluster, sides alternating: {' '.join(order)}.",
         }
