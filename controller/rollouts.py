@@ -33,9 +33,9 @@ from opbroker.api.meta import ResourceRef
 from opbroker.api.osb import OperationState
 from opbroker.controller import registries
 from opbroker.controller.core.rollout_views import PlanView, RolloutInstance
-from opbroker.controller.core.views import EntryView, InstanceView, Meta
+from opbroker.controller.core.views import EntryView, InstanceView, Meta, SecretView
 from opbroker.controller.kube import INSTANCES, PLANS, SERVICES, Kube
-from opbroker.controller.multicluster.core.views import SecretView, SFClusterView
+from opbroker.controller.multicluster.core.views import SFClusterView
 from opbroker.rendering import Renderer, RenderError, RenderInputs
 from opbroker.rendering.output import RenderedObject
 

@@ -40,6 +40,7 @@ from opbroker.api.controllerinstall import digest as objects_digest
 from opbroker.api.meta import ResourceRef
 from opbroker.controller.catalog import spec_hash
 from opbroker.controller.core.reasons import Reason
+from opbroker.controller.core.views import SecretView
 from opbroker.controller.executor import Executor, Run, Target
 from opbroker.controller.kube import Kind
 from opbroker.controller.multicluster import installer, quantities
@@ -52,7 +53,7 @@ from opbroker.controller.multicluster.core.cluster_plan import (
 )
 from opbroker.controller.multicluster.core.ledger import Ledger
 from opbroker.controller.multicluster.core.scheduling import MASTER, ClusterView
-from opbroker.controller.multicluster.core.views import ReplicaView, SecretView, SFClusterView
+from opbroker.controller.multicluster.core.views import ReplicaView, SFClusterView
 from opbroker.controller.multicluster.installer import InstallError
 from opbroker.controller.multicluster.quantities import Resources
 from opbroker.controller.multicluster.reasons import CLUSTER_FINALIZER, LABEL_REPLICATED, ConditionType

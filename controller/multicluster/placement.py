@@ -47,7 +47,7 @@ from opbroker.api.selectors import parse as parse_selector
 from opbroker.controller import identities
 from opbroker.controller.catalog import PlanEntry
 from opbroker.controller.core import actions as a
-from opbroker.controller.core.views import InstanceView
+from opbroker.controller.core.views import InstanceView, SecretView
 from opbroker.controller.executor import Executor, Run, Target
 from opbroker.controller.kube import BINDINGS, INSTANCES, Kind, KubeError
 from opbroker.controller.multicluster import quantities
@@ -65,7 +65,7 @@ from opbroker.controller.multicluster.core.placement_plan import (
     SetCluster,
 )
 from opbroker.controller.multicluster.core.scheduling import MASTER, Demand, SchedulerName
-from opbroker.controller.multicluster.core.views import ReplicaView, SecretView
+from opbroker.controller.multicluster.core.views import ReplicaView
 from opbroker.controller.multicluster.quantities import QuantityError, Resources
 from opbroker.controller.multicluster.reasons import ANNOTATION_CLUSTER
 from opbroker.controller.multicluster.sisters import SisterKube

@@ -12,8 +12,9 @@ import dataclasses
 
 from opbroker.api.conventions import CREDENTIALS_KEY, CREDENTIALS_SECRET_TYPE
 from opbroker.controller.core.reasons import Reason
+from opbroker.controller.core.views import SecretView
 from opbroker.controller.multicluster.core import replicas
-from opbroker.controller.multicluster.core.views import ReplicaView, SecretView
+from opbroker.controller.multicluster.core.views import ReplicaView
 from opbroker.controller.multicluster.reasons import ANNOTATION_MASTER_UID, LABEL_REPLICATED, ConditionType
 
 V = ReplicaView.of

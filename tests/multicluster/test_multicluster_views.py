@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from opbroker.controller.core.views import SecretView
 from opbroker.controller.multicluster.core import placement_plan, replicas
-from opbroker.controller.multicluster.core.views import ReplicaView, SecretView, SFClusterView
+from opbroker.controller.multicluster.core.views import ReplicaView, SFClusterView
 from opbroker.controller.multicluster.reasons import ANNOTATION_MASTER_UID, ConditionType
 
 

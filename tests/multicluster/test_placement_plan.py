@@ -11,6 +11,7 @@ import pytest
 from opbroker.api.conventions import FINALIZER, credentials_secret_name
 from opbroker.controller.core import actions as a
 from opbroker.controller.core.reasons import Reason
+from opbroker.controller.core.views import SecretView
 from opbroker.controller.multicluster.core import placement_plan as p
 from opbroker.controller.multicluster.core import replicas
 from opbroker.controller.multicluster.core.placement_plan import (
@@ -22,7 +23,7 @@ from opbroker.controller.multicluster.core.placement_plan import (
     Scheduling,
     SetCluster,
 )
-from opbroker.controller.multicluster.core.views import ReplicaView, SecretView
+from opbroker.controller.multicluster.core.views import ReplicaView
 from opbroker.controller.multicluster.reasons import ANNOTATION_CLUSTER, ANNOTATION_MASTER_UID
 from opbroker.controller.reconciler import Key
 from tests.plan_support import timeless

@@ -22,10 +22,10 @@ from opbroker.api.osb import OperationState
 from opbroker.controller.core import actions as a
 from opbroker.controller.core.decisions import TERMINAL, outcome_status
 from opbroker.controller.core.reasons import Reason
-from opbroker.controller.core.views import Meta, OperationView
+from opbroker.controller.core.views import Meta, OperationView, SecretView
 from opbroker.controller.multicluster.core import replicas
 from opbroker.controller.multicluster.core.scheduling import MASTER
-from opbroker.controller.multicluster.core.views import ReplicaView, SecretView
+from opbroker.controller.multicluster.core.views import ReplicaView
 from opbroker.controller.multicluster.reasons import ANNOTATION_CLUSTER, ConditionType
 from opbroker.controller.reconciler.keys import Key
 

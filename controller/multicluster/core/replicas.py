@@ -32,8 +32,8 @@ from opbroker.api.conventions import (
 from opbroker.api.osb import OperationState
 from opbroker.controller.core.decisions import REQUESTED
 from opbroker.controller.core.reasons import Reason
-from opbroker.controller.core.views import ConditionView, condition_wire
-from opbroker.controller.multicluster.core.views import ReplicaView, SecretView
+from opbroker.controller.core.views import ConditionView, SecretView, condition_wire
+from opbroker.controller.multicluster.core.views import ReplicaView
 from opbroker.controller.multicluster.reasons import (
     ANNOTATION_CLUSTER,
     ANNOTATION_MASTER_UID,

@@ -9,7 +9,7 @@ writes to it.
 
 * :class:`ReplicaView` — an instance or binding on the master, or its copy in a sister (and a catalog entry
   being copied there): what is copied over, and what its status says.
-* :class:`SecretView` — a Secret's ``data`` (a bound copy's credentials in the sister).
+(A Secret is read through the shared :class:`~opbroker.controller.core.views.SecretView`.)
 * :class:`SFClusterView` — an SFCluster.
 """
 
@@ -32,7 +32,7 @@ from opbroker.controller.multicluster import quantities
 from opbroker.controller.multicluster.quantities import QuantityError, Resources
 from opbroker.controller.multicluster.reasons import ANNOTATION_MASTER_UID, ConditionType
 
-__all__ = ["ReplicaView", "SFClusterView", "SecretView"]
+__all__ = ["ReplicaView", "SFClusterView"]
 
 
 @dataclass(frozen=True)
@@ -88,23 +88,6 @@ class ReplicaView:
 
     def condition(self, type_: ConditionType) -> ConditionView | None:
         return self.status.condition(type_.value)
-
-
-@dataclass(frozen=True)
-class SecretView:
-    """A Secret as read: its ``data`` (values base64, as the API returns them); entries that are not text are
-    left out."""
-
-    meta: Meta
-    data: Mapping[str, str]
-
-    @classmethod
-    def of(cls, body: Mapping[str, Any]) -> SecretView:
-        data = mapping_of(body.get("data"))
-        return cls(
-            meta=Meta.of(body.get("metadata")),
-            data={k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, str)},
-        )
 
 
 @dataclass(frozen=True)
