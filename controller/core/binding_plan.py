@@ -163,7 +163,8 @@ def refused(facts: BindingFacts, refusal: a.Refusal) -> tuple[a.Action, ...]:
     if refusal.why is a.Refused.OBJECT and not refusal.permanent:
         return _count_error(facts, refusal.message, Reason.APPLY_FAILED)
     reason = Reason.APPLY_REFUSED if refusal.why is a.Refused.OBJECT else Reason.OBJECT_NOT_OWNED
-    return (_transition(facts, OperationState.FAILED, reason, error=refusal.message, log=True),)
+    answered = {"observedGeneration": facts.binding.meta.generation}  # refused for good: no re-apply until asked
+    return (_transition(facts, OperationState.FAILED, reason, error=refusal.message, extra=answered, log=True),)
 
 
 def _transition(

@@ -187,10 +187,10 @@ def _expand(step: Step, facts: InstanceFacts) -> Sequence[a.Action]:
         return (a.HoldPlan(entry.body),)
     if step == Step.REFUSE_WITHDRAWN:
         error = f"plan {entry.view.meta.name!r} is being deleted: it takes no new instances"
-        return (_transition(facts, OperationState.FAILED, Reason.PLAN_WITHDRAWN, error=error),)
+        return (_answer_failed(facts, Reason.PLAN_WITHDRAWN, error),)
     if step == Step.REFUSE_CONTEXT_NAMESPACE:
         why = _context_refused(facts) or ""
-        return (_transition(facts, OperationState.FAILED, Reason.CONTEXT_NAMESPACE_REFUSED, error=why),)
+        return (_answer_failed(facts, Reason.CONTEXT_NAMESPACE_REFUSED, why),)
     if facts.render_error is not None:
         return _count_error(facts, facts.render_error, Reason.RENDER_FAILED)
     if facts.refusal is not None:
@@ -209,8 +209,14 @@ def refused(facts: InstanceFacts, refusal: a.Refusal) -> tuple[a.Action, ...]:
         a.Refused.NOT_OWNED: Reason.OBJECT_NOT_OWNED,
         a.Refused.SINGLETON_FULL: Reason.SINGLETON_FULL,
     }[refusal.why]
-    log = refusal.why is a.Refused.OBJECT
-    return (_transition(facts, OperationState.FAILED, reason, error=refusal.message, log=log),)
+    return (_answer_failed(facts, reason, refusal.message, log=refusal.why is a.Refused.OBJECT),)
+
+
+def _answer_failed(facts: InstanceFacts, reason: Reason, error: str, *, log: bool = False) -> a.WriteStatus:
+    """The request is refused for good: failed, and this generation answered (``observedGeneration``), so no
+    later event (the plan's hold, a watched object) applies it again; a new request (an update) does."""
+    answered = {"observedGeneration": facts.instance.meta.generation}
+    return _transition(facts, OperationState.FAILED, reason, error=error, extra=answered, log=log)
 
 
 def _context_refused(facts: InstanceFacts) -> str | None:

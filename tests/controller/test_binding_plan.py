@@ -218,6 +218,8 @@ def test_a_refused_refresh_only_logs_and_a_refused_bind_fails() -> None:
     assert summary(refused(bound, refusal)) == [("Log",)]
     pending = facts(binding(state="in progress"), pending=PENDING, report=REPORTED)
     assert summary(refused(pending, refusal)) == failed("ObjectNotOwned")
+    (write,) = refused(pending, refusal)
+    assert isinstance(write, a.WriteStatus) and write.patch["observedGeneration"] == 1  # answered: not re-applied
 
 
 def test_executor_writes_credentials_only_over_a_secret_of_the_bindings_own() -> None:

@@ -428,6 +428,24 @@ def test_instance_refusal_actions(refusal: a.Refusal, expected: list[tuple[Any, 
     assert summary(refused(facts(body(state="in progress")), refusal)) == expected
 
 
+@pytest.mark.parametrize(
+    "refusal",
+    [
+        a.Refusal(a.Refused.OBJECT, "forbidden"),
+        a.Refusal(a.Refused.NOT_OWNED, "x"),
+        a.Refusal(a.Refused.SINGLETON_FULL, "x"),
+    ],
+)
+def test_a_refusal_for_good_answers_the_generation(refusal: a.Refusal) -> None:
+    """A refused request is answered (``observedGeneration``): a later event of the same generation (the plan's
+    hold, a watched object) must not apply it again — CI caught a second apply flipping the failed instance back
+    to in progress for a moment; only a new request (update, new generation) applies again."""
+    (write, *_) = refused(facts(body(state="in progress")), refusal)
+    assert isinstance(write, a.WriteStatus) and write.patch["observedGeneration"] == 1
+    answered = body(state="failed", observed=1)
+    assert plan(facts(answered, rendering=RENDERED)) == ()
+
+
 def test_views_tolerate_what_the_server_adds_and_what_a_hand_wrote() -> None:
     wire = body(state="succeeded", observed=1, resources=[CM])
     wire["metadata"]["managedFields"] = [{"manager": "kubectl"}]

@@ -133,6 +133,7 @@ def test_an_existing_object_is_not_taken_over_unless_the_template_adopts_it(
     create_instance(tenant, instance_body("taker", plan_id=plan))
     failed = wait_state(tenant.api, tenant.namespace, "sfserviceinstances", "taker", "failed")
     assert failed["status"]["conditions"][0]["reason"] == "ObjectNotOwned"
+    assert failed["status"]["observedGeneration"] == failed["metadata"]["generation"]  # answered, not retried
     assert "ConfigMap" in failed["status"]["error"] and "app-settings" in failed["status"]["error"]
     tenant.custom.delete_namespaced_custom_object(GROUP, VERSION, tenant.namespace, "sfserviceinstances", "taker")
     wait_for(lambda: get(tenant.api, tenant.namespace, "sfserviceinstances", "taker") is None, 40, "the deprovision")
