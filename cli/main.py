@@ -11,8 +11,8 @@ from __future__ import annotations
 import importlib
 from collections.abc import Mapping
 
-import click
 import typer
+import typer._click as click  # Typer 0.29 vendors click: its groups take and give its own click's types
 import typer.core
 import typer.main
 

@@ -1,12 +1,11 @@
-"""Before kopf starts: wait, bounded, until the API server serves every resource the controller watches.
+"""Before the watches start: wait, bounded, until the API server serves every resource the controller watches.
 
-kopf resolves its handlers' resources once, from discovery, when it starts. Started while a kube-apiserver
-is itself starting — custom resources answer ``404 page not found`` until its CRD handlers are installed,
-and discovery lacks them — kopf logs "Unresolved resources cannot be served" and never watches them: the
-controller stays up and idle for good. So the controller first checks, for every resource its kopf handlers
-name, that discovery lists it (with ``list`` and ``watch``) and that a list of it (``limit=1``) answers 200,
-logging what is still missing every few seconds; after a bounded wait it gives up, and the process exits
-non-zero so its supervisor (the pod's restart policy) tries again.
+Started while a kube-apiserver is itself starting, custom resources answer ``404 page not found`` until its
+CRD handlers are installed, and discovery lacks them (kopf, which ran the watches before issue 31, then logged
+"Unresolved resources cannot be served" and never watched them). So the controller first checks, for every
+resource its watches name, that discovery lists it (with ``list`` and ``watch``) and that a list of it
+(``limit=1``) answers 200, logging what is still missing every few seconds; after a bounded wait it gives up,
+and the process exits non-zero so its supervisor (the pod's restart policy) tries again.
 
 A 403 is reported as such: the controller's RBAC lacks ``list`` on that resource, which no wait will fix but
 which the message then names.
@@ -21,10 +20,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import kopf
 from kubernetes import client
 
 from opbroker.controller.core.views import ApiResource, ApiStatus, resources_of
+from opbroker.controller.watches import Watch
 
 logger = logging.getLogger(__name__)
 
@@ -38,8 +37,8 @@ REQUEST_TIMEOUT = (3.0, 5.0)
 
 @dataclass(frozen=True, order=True)
 class Wanted:
-    """A resource kopf will watch: group ("" is the core group), version, and the name a handler gave
-    (plural, kind, singular or short name, as kopf's selectors accept)."""
+    """A resource the controller will watch: group ("" is the core group), version, and its name (plural, kind,
+    singular or short name, as discovery lists them)."""
 
     group: str
     version: str
@@ -54,25 +53,12 @@ class Wanted:
         return f"{self.name}.{self.group}/{self.version}" if self.group else f"{self.name} ({self.version})"
 
 
-def watched_by(registry: kopf.OperatorRegistry) -> list[Wanted]:
-    """Every specific resource the registry's handlers make kopf watch (fuzzy selectors are skipped)."""
-    handlers: list[Any] = [
-        *registry._watching.get_all_handlers(),
-        *registry._changing.get_all_handlers(),
-        *registry._spawning.get_all_handlers(),
-        *registry._indexing.get_all_handlers(),
-    ]
+def wanted_of(watches: Iterable[Watch]) -> list[Wanted]:
+    """Every resource the controller's watches name, once each."""
     wanted = set()
-    for handler in handlers:
-        selector = handler.selector
-        if selector is None or selector.group is None or selector.version is None:
-            continue
-        name = next(
-            (n for n in (selector.plural, selector.kind, selector.singular, selector.any_name) if isinstance(n, str)),
-            None,
-        )
-        if name:
-            wanted.add(Wanted(selector.group, selector.version, name))
+    for watch in watches:
+        group, _, version = watch.api_version.rpartition("/")
+        wanted.add(Wanted(group, version, watch.plural))
     return sorted(wanted)
 
 

@@ -1,11 +1,12 @@
-"""The controller process: kopf delivers watch events, the one runtime runs level-triggered reconciles.
+"""The controller process: the informers deliver watch events, the one runtime runs level-triggered reconciles.
 
-kopf watches SFService, SFPlan, SFServiceInstance and SFServiceBinding (reconnects, resourceVersions,
-login), and the claims and multi-cluster subsystems add their own watches. SFServices and SFPlans are watched
+The informers (:mod:`opbroker.controller.informers`) list and watch SFService, SFPlan, SFServiceInstance and
+SFServiceBinding, and the claims, multi-cluster and Service Catalog subsystems add their own watches; kopf runs
+the process's loop (startup, cleanup, signals). SFServices and SFPlans are watched
 cluster-wide, but only those of the trusted namespaces enter the catalog; any other is queued only to be
 warned about (see :mod:`opbroker.controller.catalog`). Event handlers do nothing but
 update the in-memory catalog and indexes and enqueue keys on the :class:`~opbroker.controller.reconciler.Runtime`;
-``kopf.on.event`` is used on purpose: it keeps no progress annotations on our objects (no extra writes).
+nothing is written for an event (no progress annotations).
 """
 
 from __future__ import annotations
@@ -14,13 +15,14 @@ import asyncio
 import dataclasses
 import logging
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 import kopf
 from kubernetes import client
 
 from opbroker.api.conventions import LABEL_MANAGED_BY, MANAGED_BY, catalog_id, resource_name
-from opbroker.controller import admin_requests, identities, metrics, registry_sweep, trim, watches
+from opbroker.controller import admin_requests, identities, metrics, registry_sweep, trim
 from opbroker.controller.bindings import BindingReconciler
 from opbroker.controller.catalog import Catalog
 from opbroker.controller.catalog_entries import PlanEntryReconciler, ServiceEntryReconciler
@@ -28,8 +30,8 @@ from opbroker.controller.claims.handlers import Claims
 from opbroker.controller.core import decisions
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import EntryView, EventView
+from opbroker.controller.informers import Informers
 from opbroker.controller.instances import InstanceReconciler
-from opbroker.controller.kopfparts import EventsOnlyDiffBase, events_only
 from opbroker.controller.kube import BINDINGS, INSTANCES, PLANS, SECRETS, SERVICES, Kube
 from opbroker.controller.multicluster.runtime import MultiCluster
 from opbroker.controller.reconciler import DONE, Key, PerKey, Runtime
@@ -52,9 +54,11 @@ class Controller:
         self.settings = settings
         self.kube = Kube(api_client)
         metrics.report_store(self.kube.store.census)
-        # kopf's watches keep our instances and bindings in the store: reconciles read them from there.
+        # The informers keep our instances and bindings in the store (complete once listed): reconciles read
+        # them from there.
         self.kube.store.feed(INSTANCES.store_key)
         self.kube.store.feed(BINDINGS.store_key)
+        self.informers: Informers | None = None
         self.catalog = Catalog(settings.trusted_namespaces)
         # The one clock: the runtime and its queue read time from it (tests of them pass a fake one).
         self.runtime = Runtime(workers=settings.total_workers, clock=SYSTEM)
@@ -137,11 +141,25 @@ class Controller:
             registry_namespace=self.settings.registries_namespace,
             renderer=lambda: self.renderer,
         ).start()
+        self.informers = Informers(self.kube.api_client, self.all_watches(), on_listed=self._listed, on_lost=self._lost)
+        self.informers.start()
+
+    def _listed(self, resource: tuple[str, str], objects: Sequence[dict[str, Any]]) -> None:
+        """A whole listing of one of our kinds: its store type is complete (absent means absent)."""
+        for kind in (INSTANCES, BINDINGS):
+            if resource == (f"{kind.group}/{kind.version}", kind.plural):
+                self.kube.store.replace(kind.store_key, objects)
+
+    def _lost(self, resource: tuple[str, str]) -> None:
+        """A stream broke off: events may be missed until it is listed again, so reads go to the API."""
+        for kind in (INSTANCES, BINDINGS):
+            if resource == (f"{kind.group}/{kind.version}", kind.plural):
+                self.kube.store.forget_type(kind.store_key)
 
     def load_catalog(self) -> None:
         """Read every SFService and SFPlan of the trusted namespaces once, before the first reconcile.
 
-        kopf watches each kind in a stream of its own, so after a (re)start an instance's event can arrive
+        Each kind is watched in a stream of its own, so after a (re)start an instance's event can arrive
         before its plan's; reconciled then, the instance would be failed with "plan not in the catalog"
         (the reliability suite's controller kills found three). The watches keep the catalog current after.
         """
@@ -152,6 +170,8 @@ class Controller:
                 self.catalog.upsert_plan(body)
 
     async def stop(self) -> None:
+        if self.informers is not None:
+            self.informers.stop()
         if self._admin_stop is not None:
             self._admin_stop.set()
         for task in (self._trimmer, self._housekeeper):
@@ -309,7 +329,7 @@ def _key_of(kind: str, entry: EntryView) -> Key:
 
 
 def build_registry(controller: Controller, *, kubeconfig: str | None) -> kopf.OperatorRegistry:
-    """The kopf handlers: thin adapters from watch events to the controller."""
+    """kopf's part: login, and the controller started and stopped with kopf's loop (the informers watch)."""
     registry = kopf.OperatorRegistry()
 
     @kopf.on.login(registry=registry)
@@ -324,27 +344,16 @@ def build_registry(controller: Controller, *, kubeconfig: str | None) -> kopf.Op
     @kopf.on.startup(registry=registry)
     async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         settings.posting.enabled = False  # our Events are posted deliberately, on state changes only
-        # Deadlines on kopf's own requests (lists, patches) and watches, as on the controller's other clients
-        # (opbroker.kubeclient.deadlines): a watch ends server-side after 300 s, client-side a quarter later, and
-        # is restarted when it delivers no event and no bookmark for the watch deadline.
+        # Deadlines on whatever kopf itself still asks of the API server (it watches nothing: the informers do).
         timeouts = controller.settings.timeouts
         settings.networking.connect_timeout = timeouts.connect
         settings.networking.request_timeout = timeouts.connect + timeouts.request  # kopf's is for the whole call
-        settings.watching.connect_timeout = timeouts.connect
-        settings.watching.server_timeout = 300
-        settings.watching.client_timeout = timeouts.watch_read(300)
-        settings.watching.inactivity_timeout = timeouts.watch_read()
-        settings.batching.idle_timeout = 0.5
-        settings.batching.batch_window = 0.05
-        if events_only(registry):
-            settings.persistence.diffbase_storage = EventsOnlyDiffBase()
         controller.start()
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup(**_: Any) -> None:
         await controller.stop()
 
-    watches.register(registry, controller.all_watches())
     return registry
 
 

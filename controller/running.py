@@ -11,9 +11,10 @@ their answers, and a probe when the cluster is quiet, tell the health probes whe
 answers (:mod:`opbroker.controller.contact`).
 
 Before campaigning, and again before kopf starts, the process waits (bounded by ``api_wait_seconds``) until
-the API server serves every resource the kopf handlers watch (:mod:`opbroker.controller.apiready`): kopf
-started against a kube-apiserver that is itself starting would never watch the custom resources missing
-from discovery. When kopf's loop ends — on a signal, or because its watchers gave up — the process exits
+the API server serves every resource the controller watches (:mod:`opbroker.controller.apiready`): a watch
+started against a kube-apiserver that is itself starting would fail on the custom resources missing from
+discovery. The watches themselves are the informers' (:mod:`opbroker.controller.informers`), started with
+kopf's loop. When kopf's loop ends — on a signal — the process exits
 non-zero, so the pod restarts. :mod:`opbroker.controller.health` reports all of this on the metrics port
 (``/healthz``, ``/readyz``) for the pod's probes.
 """
@@ -121,10 +122,10 @@ def run(settings: ControllerSettings, *, kubeconfig: str | None) -> None:
     if settings.webhook_port is not None:
         controller.service_catalog.serve_webhook(settings)
     registry = build_registry(controller, kubeconfig=kubeconfig)
-    wanted = apiready.watched_by(registry)
+    wanted = apiready.wanted_of(controller.all_watches())
 
     def wait_for_the_api() -> None:
-        """Bounded: exits the process when the API server does not serve what kopf watches in time."""
+        """Bounded: exits the process when the API server does not serve what the controller watches in time."""
         problems = apiready.wait_until_served(api, wanted, timeout=settings.api_wait_seconds, on_wait=state.waiting)
         if problems:
             state.stopped("the API server does not serve what the controller watches")

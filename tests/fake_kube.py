@@ -41,7 +41,7 @@ from kubernetes.client.rest import ApiException
 
 from opbroker.api import servicecatalog
 from opbroker.api.meta import ResourceRef
-from opbroker.controller.kopfparts import copy_json
+from opbroker.controller.jsoncopy import copy_json
 from opbroker.controller.kube import FIELD_MANAGER, Kind, KubeError, clean_for_apply, event_body
 from opbroker.controller.store import UNKNOWN, ObjectStore
 

@@ -97,7 +97,14 @@ class Claims:
         """Registered services, claims, the health checks' Jobs, the workloads a claim projects into (their
         identity only) and the OSB bindings a registered service's credentials come from."""
         workloads = [
-            Watch(api_version, kind.lower() + "s", self._on_workload, f"claims-{kind.lower()}", metadata_only=True)
+            Watch(
+                api_version,
+                kind.lower() + "s",
+                self._on_workload,
+                f"claims-{kind.lower()}",
+                metadata_only=True,
+                kind=kind,
+            )
             for api_version, kind in SUPPORTED_KINDS
         ]
         return [

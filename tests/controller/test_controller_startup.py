@@ -25,7 +25,7 @@ from kubernetes import client, config
 
 from bench.faults import NotReadyApiserver, TcpProxy
 from opbroker.controller import apiready, health
-from opbroker.controller.app import Controller, build_registry
+from opbroker.controller.app import Controller
 from opbroker.controller.settings import ControllerSettings
 from opbroker.devcluster import ControlPlane
 from opbroker.devcluster.controlplane import free_ports
@@ -101,9 +101,9 @@ def test_the_health_server_answers_probes_and_metrics() -> None:
         server.server_close()
 
 
-def test_the_wait_covers_every_resource_kopf_watches() -> None:
+def test_the_wait_covers_every_resource_the_controller_watches() -> None:
     controller = Controller(client.ApiClient(), ControllerSettings(multicluster=True))
-    wanted = apiready.watched_by(build_registry(controller, kubeconfig=None))
+    wanted = apiready.wanted_of(controller.all_watches())
     assert set(CRDS) <= set(wanted)
     assert {
         apiready.Wanted("resource.servicefabrik.io", "v1alpha1", "sfclusters"),

@@ -5,9 +5,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-import kopf
-
-from opbroker.controller.kopfparts import copy_json, events_only
+from opbroker.controller.jsoncopy import copy_json
 from opbroker.controller.store import UNKNOWN, ObjectStore
 
 DB = ("demo.opbroker.io/v1", "Database")
@@ -144,26 +142,8 @@ def test_the_census_kept_as_objects_change_is_the_census_counted() -> None:
     assert store.census(), "the walk ended with something held"
 
 
-def test_the_lean_diff_base_is_used_only_without_changing_handlers() -> None:
-    registry = kopf.OperatorRegistry()
-    kopf.on.event("x.io", "v1", "things", registry=registry)(lambda **_: None)
-    assert events_only(registry)
-    kopf.on.update("x.io", "v1", "things", registry=registry)(lambda **_: None)
-    assert not events_only(registry)  # an update handler needs kopf's diff base: keep kopf's storage
-
-
-def test_the_controllers_own_registry_has_event_handlers_only() -> None:
-    from kubernetes import client
-
-    from opbroker.controller.app import Controller, build_registry
-    from opbroker.controller.settings import ControllerSettings
-
-    registry = build_registry(Controller(client.ApiClient(), ControllerSettings()), kubeconfig=None)
-    assert events_only(registry)
-
-
 def test_the_catalog_is_read_before_the_first_reconcile(api_client: Any, demo_catalog: list[dict[str, Any]]) -> None:
-    """After a restart kopf may deliver an instance before its plan; the catalog is loaded first."""
+    """After a restart an instance's event may come before its plan's; the catalog is loaded first."""
     from opbroker.controller.app import Controller
     from opbroker.controller.settings import ControllerSettings
 

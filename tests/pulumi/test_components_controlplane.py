@@ -14,7 +14,7 @@ from opbroker.api.crd import all_crds
 from opbroker.components import ControlPlane, InvalidArgsError, SFPlan, rbac, testing
 from opbroker.components.testing import Registration
 from opbroker.controller import apiready, health
-from opbroker.controller.app import Controller, build_registry
+from opbroker.controller.app import Controller
 from opbroker.controller.claims.workloads import SUPPORTED_KINDS
 from opbroker.controller.settings import ControllerSettings
 
@@ -207,12 +207,12 @@ def allowed(rules: list[dict[str, Any]], group: str, resource: str) -> set[str]:
 
 
 def test_the_controller_may_do_what_its_code_does(default: Any) -> None:
-    """Cross-check against the controller itself: every resource its kopf handlers watch (read from its
-    registry), and the calls of the claims subsystem and the scheduler."""
+    """Cross-check against the controller itself: every resource its watches name (read from the
+    controller), and the calls of the claims subsystem and the scheduler."""
     mocks, _ = default
     rules = inputs(mocks, CLUSTER_ROLE, "opbroker-controller")["rules"]
     controller = Controller(client.ApiClient(), ControllerSettings(multicluster=True))
-    watched = apiready.watched_by(build_registry(controller, kubeconfig=None))
+    watched = apiready.wanted_of(controller.all_watches())
     assert len(watched) >= 12
     for resource in watched:
         assert {"list", "watch"} <= allowed(rules, resource.group, resource.name), resource

@@ -1,0 +1,159 @@
+"""The informers (issue 31: the controller's watches without kopf): list, then watch, against the real API
+server; each handler's own copy; the identity only for a metadata-only watch; deletions missed while a stream was
+broken delivered when it is listed again; a bounded line; a prompt stop."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from opbroker.controller.informers import Informers, lines_of, resources_of
+from opbroker.controller.watches import Watch
+from tests.controller_support import wait_for
+
+GROUP, VERSION, PLURAL = "osb.servicefabrik.io", "v1alpha1", "sfserviceinstances"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+
+class Recorder:
+    """A handler that keeps (type, name) of the events of one namespace, and the bodies it was given."""
+
+    def __init__(self, namespace: str) -> None:
+        self.namespace = namespace
+        self.events: list[tuple[str, str]] = []
+        self.bodies: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, event_type: str, body: dict[str, Any]) -> None:
+        if body["metadata"].get("namespace") != self.namespace:
+            return
+        with self.lock:
+            self.events.append((event_type, body["metadata"]["name"]))
+            self.bodies.append(body)
+
+    def saw(self, event_type: str, name: str) -> bool:
+        with self.lock:
+            return (event_type, name) in self.events
+
+
+def instance(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "SFServiceInstance",
+        "metadata": {"name": name, "labels": {"t": "informers"}},
+        "spec": {"instanceId": name, "serviceId": "s", "planId": "p"},
+    }
+
+
+@pytest.fixture
+def custom(api_client: client.ApiClient) -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(api_client)
+
+
+@pytest.fixture
+def started(api_client: client.ApiClient, namespace: str) -> Iterator[tuple[Informers, Recorder, Recorder, list[Any]]]:
+    whole, identity = Recorder(namespace), Recorder(namespace)
+    listings: list[Any] = []
+    watches = [
+        Watch(API_VERSION, PLURAL, whole, "whole"),
+        Watch(API_VERSION, PLURAL, identity, "identity", metadata_only=True, kind="SFServiceInstance"),
+    ]
+    informers = Informers(api_client, watches, on_listed=lambda key, objects: listings.append((key, objects)))
+    yield informers, whole, identity, listings
+    informers.stop()
+
+
+def test_listed_then_watched_each_handler_with_its_own_copy(
+    custom: client.CustomObjectsApi, namespace: str, started: tuple[Informers, Recorder, Recorder, list[Any]]
+) -> None:
+    informers, whole, identity, listings = started
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, instance("before"))
+    informers.start()
+    assert informers.wait_listed(30)
+    wait_for(lambda: whole.saw("ADDED", "before") and identity.saw("ADDED", "before"), 30, "the listing")
+    ((key, objects),) = listings
+    assert key == (API_VERSION, PLURAL)
+    listed = next(o for o in objects if o["metadata"]["name"] == "before")
+    assert listed["kind"] == "SFServiceInstance" and listed["apiVersion"] == API_VERSION  # list items lack them
+
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, instance("after"))
+    custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "after", {"spec": {"planId": "q"}})
+    custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "after")
+    wait_for(lambda: whole.saw("DELETED", "after") and identity.saw("DELETED", "after"), 30, "the watch events")
+    assert [e for e in whole.events if e[1] == "after"] == [
+        ("ADDED", "after"),
+        ("MODIFIED", "after"),
+        ("DELETED", "after"),
+    ]
+
+    body = next(b for b in whole.bodies if b["metadata"]["name"] == "before")
+    assert body["spec"]["planId"] == "p"
+    shown = next(b for b in identity.bodies if b["metadata"]["name"] == "before")
+    assert set(shown) == {"apiVersion", "kind", "metadata"} and shown["kind"] == "SFServiceInstance"
+    shown["metadata"]["name"] = "changed by the second handler"
+    assert body["metadata"]["name"] == "before"  # each handler's copy is its own
+
+
+def test_a_relisting_delivers_the_deletions_the_broken_stream_missed(
+    custom: client.CustomObjectsApi, namespace: str, started: tuple[Informers, Recorder, Recorder, list[Any]]
+) -> None:
+    """What a relisting does after a broken stream: an object known before and now absent is delivered as
+    deleted (kopf's relisting never did: the deletion was lost for good)."""
+    informers, whole, _, _ = started
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, instance("kept"))
+    (resource,) = informers.resources
+    ghost = {
+        "apiVersion": API_VERSION,
+        "kind": "SFServiceInstance",
+        "metadata": {"name": "gone", "namespace": namespace},
+    }
+    known = {(namespace, "gone"): ghost}
+    thread = threading.Thread(target=informers._dispatch, daemon=True)
+    thread.start()
+    informers._list(resource, known)
+    wait_for(lambda: whole.saw("DELETED", "gone") and whole.saw("ADDED", "kept"), 10, "the relisting's events")
+    assert (namespace, "gone") not in known and (namespace, "kept") in known
+    assert set(known[(namespace, "kept")]["metadata"]) <= {"name", "namespace", "uid", "resourceVersion"}
+
+
+def test_stop_ends_every_stream_at_once(api_client: client.ApiClient) -> None:
+    informers = Informers(api_client, [Watch(API_VERSION, PLURAL, lambda *_: None, "quiet")], watch_seconds=300)
+    informers.start()
+    assert informers.wait_listed(30)
+    wait_for(lambda: informers._streams, 10, "the watch to start")
+    informers.stop()
+    for thread in informers._threads:
+        thread.join(10)
+    assert not any(thread.is_alive() for thread in informers._threads)
+
+
+class Chunks:
+    def __init__(self, *chunks: bytes) -> None:
+        self.chunks = chunks
+
+    def stream(self, amt: Any = None, decode_content: bool = False) -> Iterator[bytes]:
+        yield from self.chunks
+
+
+def test_lines_are_split_across_chunks_and_bounded() -> None:
+    assert list(lines_of(Chunks(b'{"a"', b':1}\n{"b":2}\n\n{"c"', b":3}"))) == [b'{"a":1}', b'{"b":2}', b'{"c":3}']
+    with pytest.raises(ValueError, match="over 16 bytes"):
+        list(lines_of(Chunks(b"x" * 10, b"y" * 10), limit=16))
+
+
+def test_a_metadata_only_watch_must_name_its_kind_and_ids_are_unique() -> None:
+    handler = lambda *_: None  # noqa: E731
+    with pytest.raises(ValueError, match="must name its kind"):
+        resources_of([Watch("apps/v1", "deployments", handler, "a", metadata_only=True)])
+    with pytest.raises(ValueError, match="two watches"):
+        resources_of([Watch("apps/v1", "deployments", handler, "a"), Watch("apps/v1", "jobs", handler, "a")])
+    with pytest.raises(ValueError, match="core-group"):
+        resources_of([Watch("v1", "secrets", handler, "s")])
+    (one,) = resources_of(
+        [Watch("apps/v1", "deployments", handler, "a"), Watch("apps/v1", "deployments", handler, "b")]
+    )
+    assert [w.id for w in one.watches] == ["a", "b"] and not one.metadata_only
