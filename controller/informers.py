@@ -31,6 +31,7 @@ as under kopf's loop. A handler that raises is logged; the stream goes on. A lin
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import logging
 import queue
@@ -46,6 +47,7 @@ from kubernetes.client.exceptions import ApiException
 from opbroker.controller.core.views import ListPage, WatchEvent
 from opbroker.controller.kube import METADATA_LIST
 from opbroker.controller.watches import Watch
+from opbroker.kubeclient import deadlines
 
 logger = logging.getLogger(__name__)
 
@@ -147,8 +149,8 @@ class Informers:
         watch_seconds: int = WATCH_SECONDS,
         list_page: int = LIST_PAGE,
     ) -> None:
-        self._custom = client.CustomObjectsApi(api_client)
         self.resources = resources_of(watches)
+        self._custom = client.CustomObjectsApi(_own_client(api_client, connections=len(self.resources)))
         self._on_listed = on_listed
         self._on_lost = on_lost
         self._watch_seconds = watch_seconds
@@ -327,6 +329,16 @@ def _typed(resource: Resource, item: Mapping[str, Any], kind: str | None) -> dic
     if resource.metadata_only:
         return {"apiVersion": resource.api_version, "kind": kind, "metadata": item.get("metadata") or {}}
     return {**item, "apiVersion": resource.api_version, "kind": kind}
+
+
+def _own_client(api_client: client.ApiClient, *, connections: int) -> client.ApiClient:
+    """A client beside ``api_client`` (same server, credentials and deadlines) with a pool of its own, one
+    connection per stream: a watch holds its connection for minutes, and taken from the reconciles' pool the
+    streams left it short — urllib3 then dialled (TLS handshake) and dropped a connection per request beyond it,
+    one for nearly every status write while provisioning."""
+    configuration = copy.copy(api_client.configuration)
+    configuration.connection_pool_maxsize = max(1, connections)
+    return deadlines.sibling_with(api_client, configuration)
 
 
 def _accept(resource: Resource, metadata_type: str) -> dict[str, Any]:

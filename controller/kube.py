@@ -638,7 +638,14 @@ class Kube:
         event = event_body(obj, reason=reason, message=message, warning=warning)
         try:
             # A plain dict serialises as the Event it describes; the client annotates only its model class.
-            self.core.create_namespaced_event(event["metadata"]["namespace"], event, _preload_content=False)  # type: ignore[arg-type]
+            response: Any = self.core.create_namespaced_event(
+                event["metadata"]["namespace"],
+                event,  # type: ignore[arg-type]
+                _preload_content=False,
+            )
+            # Read to its end, which hands the connection back to the pool. Left unread, each Event kept its
+            # connection until the garbage collector closed it: about one new TLS connection per instance.
+            response.read()
         except ApiException as exc:
             logger.warning("could not record event %s on %s: HTTP %s", reason, meta["name"], exc.status)
 

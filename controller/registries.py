@@ -219,7 +219,9 @@ class RegistryCache:
 
     @staticmethod
     def _move(kube: Kube, where: Place, legacy: Kube) -> dict[str, Any] | None:
-        old = SecretView.maybe(legacy.read_secret(where.owner_namespace, where.legacy_name))
+        # Through the store: the Secret watch knows every Secret's name, so a registry never written at the old
+        # place (every registry since issue 29) costs no GET — it was one 404 per new instance and binding.
+        old = SecretView.maybe(legacy.read_secret(where.owner_namespace, where.legacy_name, stored=True))
         if old is None or not legacy_owned(old, where.owner_uid):
             return None
         values = decode(old) or {}

@@ -129,9 +129,15 @@ def bounded(
 
 def sibling(api: client.ApiClient) -> client.ApiClient:
     """A new client sharing ``api``'s configuration, deadlines and answer hook (its own headers and pool)."""
+    return sibling_with(api, api.configuration)
+
+
+def sibling_with(api: client.ApiClient, configuration: client.Configuration) -> client.ApiClient:
+    """A new client over ``configuration`` (read when its pool is built) with ``api``'s deadlines, answer hook and
+    user agent."""
     if isinstance(api, BoundedApiClient):
-        twin: client.ApiClient = BoundedApiClient(api.configuration, timeouts=api.timeouts, on_answer=api.on_answer)
+        twin: client.ApiClient = BoundedApiClient(configuration, timeouts=api.timeouts, on_answer=api.on_answer)
     else:
-        twin = client.ApiClient(api.configuration)
+        twin = client.ApiClient(configuration)
     twin.user_agent = api.user_agent
     return twin

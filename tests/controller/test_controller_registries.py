@@ -10,7 +10,7 @@ from kubernetes import client
 from opbroker.api.conventions import LABEL_MANAGED_BY, MANAGED_BY
 from opbroker.controller import registries, registry_sweep
 from opbroker.controller.core.views import Meta
-from opbroker.controller.kube import Kube
+from opbroker.controller.kube import SECRETS, Kube
 from opbroker.controller.objects import owner_reference
 from opbroker.controller.registries import RegistryCache, encode
 
@@ -65,6 +65,25 @@ def test_saved_registry_is_kept_in_the_registry_namespace_and_served_without_rea
         client.CoreV1Api(api_client).delete_namespaced_secret(where.name, cp)
         # The write's answer proved the Secret ours: the copy is served (the deletion above is not seen).
         assert cache.load(kube, where, legacy=kube) == {"password": "p"}
+    finally:
+        client.CoreV1Api(api_client).delete_namespace(cp)
+
+
+def test_a_new_owner_costs_no_read_of_the_old_place_when_the_secrets_are_watched(
+    api_client: client.ApiClient, namespace: str
+) -> None:
+    """Issue 31: the Secret watch knows every Secret's name, so looking for a registry at its old place (before
+    issue 29) is answered by the store — it was a GET answered 404 for every new instance and binding."""
+    cp = side_namespace(api_client, namespace)
+    try:
+        kube = Kube(api_client)
+        kube.store.replace(SECRETS, [], bodies=False)  # what the Secret watch's listing makes of an empty cluster
+        reads: list[str] = []
+        original = kube.core.read_namespaced_secret
+        kube.core.read_namespaced_secret = lambda name, *a, **kw: reads.append(name) or original(name, *a, **kw)  # type: ignore[method-assign]
+        where = place(owner(api_client, namespace), kind="instance", namespace=cp)
+        assert RegistryCache().load(kube, where, legacy=kube) is None
+        assert reads == []
     finally:
         client.CoreV1Api(api_client).delete_namespace(cp)
 
