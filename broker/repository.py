@@ -58,7 +58,9 @@ class Repository:
         self.index = index
         self.custom = client.CustomObjectsApi(api_client)
         self.core = client.CoreV1Api(api_client)
+        #: The catalog and when its read began.
         self._catalog: tuple[float, Catalog] | None = None
+        self._catalog_lock = threading.Lock()
         self._namespaces: OrderedDict[str, tuple[float, dict[str, str] | None]] = OrderedDict()
         self._namespaces_lock = threading.Lock()
 
@@ -68,16 +70,34 @@ class Repository:
         """The catalog, read at most once per ``CATALOG_TTL`` seconds — and at once when a request names a
         service or plan id the cached one lacks, so a plan registered a moment ago is never refused.
 
-        A change to an existing plan is seen within the TTL; replicas may differ by that much.
+        A change to an existing plan is seen within the TTL; replicas may differ by that much. One thread reads
+        at a time: requests finding the catalog stale while a read is under way wait for it and take its result
+        if it began after they asked (as fresh as a read of their own), instead of each listing the catalog
+        again (32 concurrent provisions made 61 reads of a 2 s TTL in 20 s; issue 31).
         """
         wanted = [i for i in wanting if i]
+        asked = time.monotonic()
+        if (cached := self._usable_catalog(wanted, asked)) is not None:
+            return cached
+        with self._catalog_lock:
+            latest = self._catalog
+            if latest is not None and latest[0] >= asked:
+                return latest[1]
+            if (cached := self._usable_catalog(wanted, time.monotonic())) is not None:
+                return cached
+            began = time.monotonic()
+            catalog = self._read_catalog()
+            self._catalog = (began, catalog)
+            return catalog
+
+    def _usable_catalog(self, wanted: list[str], now: float) -> Catalog | None:
+        """The cached catalog if it is fresh and has every ``wanted`` id."""
         cached = self._catalog
-        fresh = cached is not None and time.monotonic() - cached[0] < CATALOG_TTL
-        if cached is not None and fresh and all(cached[1].service(i) or cached[1].plan(i) for i in wanted):
+        if cached is None or now - cached[0] >= CATALOG_TTL:
+            return None
+        if all(cached[1].service(i) or cached[1].plan(i) for i in wanted):
             return cached[1]
-        catalog = self._read_catalog()
-        self._catalog = (time.monotonic(), catalog)
-        return catalog
+        return None
 
     def _read_catalog(self) -> Catalog:
         """SFServices and SFPlans of the trusted namespaces only (:func:`catalogs.read` decides the rest)."""
@@ -140,6 +160,12 @@ class Repository:
                 return None
             raise
         return Record.from_object(kind, found)
+
+    def located(self, kind: Kind, name: str) -> Record | None:
+        """The object called ``name`` where the namespace index says it is (one GET), or None: the index does
+        not know the name, or it was not there (the index is a hint; the caller asks :meth:`find` then)."""
+        namespace = self.index.get(kind, name) if self.index is not None else None
+        return self.get(kind, namespace, name) if namespace else None
 
     def find(
         self, kind: Kind, name: str, hints: Iterable[str | None] = (), *, before_create: bool = False

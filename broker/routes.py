@@ -370,9 +370,15 @@ def bind(
 
 
 def _binding(broker: Broker, instance_id: str, binding_id: str) -> Record | None:
-    instance = broker.repository.find(Kind.INSTANCE, resource_name(instance_id))
+    """The binding ``binding_id`` of instance ``instance_id``: where the namespace index says it is (one GET), else
+    beside the instance (a binding lives in its instance's namespace), found first."""
+    repository, name = broker.repository, resource_name(binding_id)
+    located = repository.located(Kind.BINDING, name)
+    if located is not None and located.spec.get("instanceId") == instance_id:
+        return located
+    instance = repository.find(Kind.INSTANCE, resource_name(instance_id))
     hints = [instance.namespace] if instance is not None else []
-    return broker.repository.find(Kind.BINDING, resource_name(binding_id), hints=hints)
+    return repository.find(Kind.BINDING, name, hints=hints)
 
 
 @router.delete(
