@@ -115,7 +115,17 @@ class Edge:
         request_headers = Headers(scope=scope)
         identity = headers.request_identity(request_headers.get(headers.REQUEST_IDENTITY_HEADER))
         status = 500
-        answered = False
+        answered = recorded = False
+        path = url_path(scope)
+
+        def record() -> None:
+            nonlocal recorded
+            recorded = True
+            endpoint, seconds = self._endpoint(scope), time.perf_counter() - started
+            self.metrics().observe(endpoint, scope["method"], status, seconds)
+            access_log.info(
+                "%s %s %s %d %.3fs", method_label(scope["method"]), endpoint, shown_path(path), status, seconds
+            )
 
         async def send_answer(message: Message) -> None:
             nonlocal status, answered
@@ -124,9 +134,10 @@ class Edge:
                 status = message["status"]
                 if identity is not None:
                     MutableHeaders(scope=message)[headers.REQUEST_IDENTITY_HEADER] = identity
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                record()  # before the last of the answer leaves: the client never sees it before the log does
             await send(message)
 
-        path = url_path(scope)
         try:
             refusal = await self._refusal(path, request_headers)
             if refusal is not None:
@@ -139,9 +150,9 @@ class Edge:
             log.exception("unhandled error in %s %s", method_label(scope["method"]), self._endpoint(scope))
             failed = JSONResponse(errors.http_body(500, "internal broker error"), status_code=500)
             await failed(scope, receive, send_answer)
-        endpoint, seconds = self._endpoint(scope), time.perf_counter() - started
-        self.metrics().observe(endpoint, scope["method"], status, seconds)
-        access_log.info("%s %s %s %d %.3fs", method_label(scope["method"]), endpoint, shown_path(path), status, seconds)
+        finally:
+            if not recorded:
+                record()
 
     def _endpoint(self, scope: Scope) -> str:
         return endpoint_of(self.candidates(), scope)
