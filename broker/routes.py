@@ -30,7 +30,7 @@ ApiVersion = Literal["2.12", "2.13", "2.14", "2.15", "2.16", "2.17"]
 assert set(ApiVersion.__args__) == set(headers.SUPPORTED_VERSIONS)  # type: ignore[attr-defined]
 
 
-def request_meta(
+async def request_meta(
     api_version: Annotated[
         ApiVersion, Header(alias=headers.VERSION_HEADER, description="OSB API version (412 if missing or unsupported).")
     ],
@@ -76,11 +76,13 @@ class Broker:
         namespaces.admit(namespace, self.namespaces, labels)
 
 
-def broker_of(request: Request) -> Broker:
+async def broker_of(request: Request) -> Broker:
     broker: Broker = request.app.state.broker
     return broker
 
 
+# The dependencies are ``async`` (pure, no I/O): FastAPI runs a plain ``def`` dependency on a worker thread, and
+# those two hops per request cost more than the route's own thread (issue 31's profile).
 Meta = Annotated[headers.RequestMeta, Depends(request_meta)]
 Service = Annotated[Broker, Depends(broker_of)]
 InstanceId = Annotated[str, Path(min_length=1, description="OSB instance id.")]

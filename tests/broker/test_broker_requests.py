@@ -133,3 +133,27 @@ def stored_secret(stand_in: StandInController, harness: Harness, name: str) -> s
     assert stored is not None
     secret: str = stored["status"]["response"]["secretRef"]
     return secret
+
+
+def test_an_osb_request_takes_one_worker_thread_hop(
+    broker: Harness, osb: httpx.Client, stand_in: StandInController, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A poll went to anyio's thread pool four times: the credentials check, each of the two ``def`` dependencies,
+    then the route. Each hop costs the event loop a wake-up and a thread switch; only the route (which calls the
+    API server) needs a thread, the credentials being already read."""
+    import anyio.to_thread
+
+    instance_id = ready_instance(osb, stand_in, broker)
+    poll = f"/v2/service_instances/{instance_id}/last_operation"
+    assert osb.get(poll).status_code == 200  # the credentials read, out of the count
+    hops: list[str] = []
+    original = anyio.to_thread.run_sync
+
+    async def counted(func: Any, *args: Any, **kwargs: Any) -> Any:
+        hops.append(getattr(func, "__name__", type(func).__name__))
+        return await original(func, *args, **kwargs)
+
+    monkeypatch.setattr(anyio.to_thread, "run_sync", counted)
+    answer = osb.get(poll)
+    assert answer.status_code == 200 and answer.json()["state"] == "succeeded", answer.text
+    assert len(hops) == 1, hops
