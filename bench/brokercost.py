@@ -8,13 +8,14 @@ binding and N binding last_operation polls. Per phase: the broker's CPU ms per r
 time over the phase — the namespace index's watch events the phase causes included), and the API requests the
 broker made per OSB request, by verb (audit log).
 
-Run it alone (``python -m bench.brokercost N``, under ``flock /tmp/bench.lock``) or as the ``broker`` suite.
+Run it alone, under ``flock /tmp/bench.lock``: ``python -m bench.brokercost --requests N`` (one run, printed) or
+``--compare GIT_REF --runs K`` (K runs of each side, alternating; ``bench/results/BROKERCOST.md`` and the JSON).
 """
 
 from __future__ import annotations
 
 import os
-import sys
+import statistics
 import time
 import uuid
 from collections.abc import Callable
@@ -156,7 +157,87 @@ def markdown(result: dict[str, Any]) -> list[str]:
     return lines
 
 
-if __name__ == "__main__":
-    import json
+def run_compare(ref: str, count: int, runs: int) -> dict[str, Any]:
+    """``runs`` runs of each side, ``ref``'s code and this tree's, alternating (A B B A A B ...), fresh stacks."""
+    from bench import compare
+    from bench.common import machine
 
-    print(json.dumps(run(int(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_REQUESTS), indent=2))
+    results: dict[str, Any] = {"machine": machine(), "requests": count, "runs": runs, "sides": {}}
+    this = compare.this_tree()
+    with compare.other_tree(ref) as other:
+        sides = {"before": other, "after": this}
+        for side, tree in sides.items():
+            results["sides"][side] = {"ref": tree.ref, "commit": tree.commit, "imports": compare.imported_from(tree)}
+            results["sides"][side]["runs"] = []
+        order = [("before", "after") if i % 2 == 0 else ("after", "before") for i in range(runs)]
+        for pair in order:
+            for side in pair:
+                with compare.using(sides[side]):
+                    measured = run(count)
+                measured["load_average"] = os.getloadavg()
+                results["sides"][side]["runs"].append(measured)
+                print(f"  [{side}]", *markdown(measured)[4:], sep="\n", flush=True)
+    for side in results["sides"].values():
+        side["median"] = {
+            phase: {
+                key: statistics.median(r["phases"][phase][key] for r in side["runs"])
+                for key in ("broker_cpu_ms_per_request", "broker_api_requests_per_request")
+            }
+            for phase in PHASES
+        }
+    return results
+
+
+def compare_markdown(results: dict[str, Any]) -> str:
+    """BROKERCOST.md: the medians of both sides, per request kind, and each run's load."""
+    before, after = results["sides"]["before"], results["sides"]["after"]
+    lines = [
+        "# Broker cost per OSB request, before and after (`python -m bench.brokercost --compare`)",
+        "",
+        f"{results['machine']['date']}, {results['machine']['cpus']} cores (shared), {results['requests']} requests "
+        f"of each kind per run, 32 concurrent; median of {results['runs']} runs per side, sides alternating on fresh "
+        f"stacks. Before: {before['ref']} ({before['commit'][:7]}); after: {after['commit'][:7]}. Load average "
+        f"(1 min) at the end of each run: before {[round(r['load_average'][0], 1) for r in before['runs']]}, after "
+        f"{[round(r['load_average'][0], 1) for r in after['runs']]}.",
+        "",
+        "| request | broker CPU ms/request before | after | API requests/request before | after |",
+        "|---|---|---|---|---|",
+    ]
+    for phase in PHASES:
+        b, a = before["median"][phase], after["median"][phase]
+        lines.append(
+            f"| {phase} | {b['broker_cpu_ms_per_request']} | {a['broker_cpu_ms_per_request']} | "
+            f"{b['broker_api_requests_per_request']} | {a['broker_api_requests_per_request']} |"
+        )
+    lines += ["", "API requests the broker made, by verb and resource (first run of each side):", ""]
+    for name, side in (("before", before), ("after", after)):
+        lines += [f"*{name}*", "", *markdown(side["runs"][0])[2:], ""]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    import argparse
+    import json
+    from pathlib import Path
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=DEFAULT_REQUESTS, help="requests of each kind per run")
+    parser.add_argument("--compare", metavar="GIT_REF", help="measure GIT_REF's code and this tree's, alternating")
+    parser.add_argument("--runs", type=int, default=3, help="runs per side with --compare")
+    parser.add_argument("--no-record", action="store_true", help="print, do not write bench/results files")
+    args = parser.parse_args()
+    if not args.compare:
+        print(json.dumps(run(args.requests), indent=2))
+        return
+    results = run_compare(args.compare, args.requests, args.runs)
+    text = compare_markdown(results)
+    print(text)
+    if not args.no_record:
+        folder = Path(__file__).resolve().parent / "results"
+        stamp = results["machine"]["date"].replace(":", "")
+        (folder / f"brokercost-{stamp}.json").write_text(json.dumps(results, indent=2) + "\n")
+        (folder / "BROKERCOST.md").write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
