@@ -205,10 +205,10 @@ def create_app(settings: Settings, api_client: client.ApiClient) -> FastAPI:
 
     # Every route is declared now: the templates the metrics count by name (the middleware, the lifespan and
     # /metrics above use these two once requests come).
-    candidates = [
+    candidates: list[Route] = [
         route for route in (*app.router.routes, *routes.router.routes, *admin.router.routes) if isinstance(route, Route)
     ]
-    metrics = Metrics(route.path for route in candidates)
+    metrics: Metrics = Metrics(route.path for route in candidates)
     app.state.metrics = metrics
     app.state.index = index
     return app

@@ -20,7 +20,7 @@ def json_object(answer: object) -> dict[str, Any]:
     return answer
 
 
-class _DecodedOnce(watch.Watch):  # type: ignore[misc]
+class _DecodedOnce(watch.Watch):
     """The client's watch, decoding each event line once.
 
     For a custom object the client decodes the line, encodes the object again and decodes that (its generic
@@ -49,7 +49,7 @@ class Watch:
     only watches made through it: each event is decoded once, see :class:`_DecodedOnce`)."""
 
     def __init__(self) -> None:
-        self._watch: Any = _DecodedOnce()
+        self._watch: Any = _DecodedOnce()  # type: ignore[no-untyped-call]
 
     def stream(self, list_call: Callable[..., object], *args: Any, **kwargs: Any) -> Iterator[dict[str, Any]]:
         events: Iterator[dict[str, Any]] = self._watch.stream(list_call, *args, **kwargs)
