@@ -126,8 +126,9 @@ def test_the_broker_cost_benchmark_measures_each_request_kind() -> None:
         assert measured["requests"] == 4 and measured["broker_cpu_ms_per_request"] >= 0
         # Each OSB request reads or writes something (the audit log attributes it to the broker).
         assert measured["broker_api_requests_per_request"] >= 1, measured
-    # A poll is one GET of its object; a bind creates the binding and queues it (besides its reads).
+    # A poll is one GET of its object; a bind creates the binding and queues it (besides its reads; a queueing
+    # the controller overtook is written again, without the state).
     assert result["phases"]["instance_last_operation"]["broker_api_requests"] == {"get sfserviceinstances": 4}
     bind = result["phases"]["bind"]["broker_api_requests"]
-    assert bind["create sfservicebindings"] == 4 and bind["patch sfservicebindings/status"] == 4
+    assert bind["create sfservicebindings"] == 4 and bind["patch sfservicebindings/status"] >= 4
     assert "| provision |" in "\n".join(brokercost.markdown(result))
