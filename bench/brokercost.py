@@ -205,9 +205,9 @@ def compare_markdown(results: dict[str, Any]) -> str:
     ]
     for phase in PHASES:
         b, a = before["median"][phase], after["median"][phase]
+        cpu, calls = "broker_cpu_ms_per_request", "broker_api_requests_per_request"
         lines.append(
-            f"| {phase} | {b['broker_cpu_ms_per_request']} | {a['broker_cpu_ms_per_request']} | "
-            f"{b['broker_api_requests_per_request']} | {a['broker_api_requests_per_request']} |"
+            f"| {phase} | {b[cpu]:.2f} | {a[cpu]:.2f} ({a[cpu] / b[cpu] - 1:+.0%}) | {b[calls]:.3f} | {a[calls]:.3f} |"
         )
     lines += ["", "API requests the broker made, by verb and resource (first run of each side):", ""]
     for name, side in (("before", before), ("after", after)):
@@ -225,7 +225,12 @@ def main() -> None:
     parser.add_argument("--compare", metavar="GIT_REF", help="measure GIT_REF's code and this tree's, alternating")
     parser.add_argument("--runs", type=int, default=3, help="runs per side with --compare")
     parser.add_argument("--no-record", action="store_true", help="print, do not write bench/results files")
+    parser.add_argument("--report", metavar="JSON", help="write BROKERCOST.md again from a recorded compare")
     args = parser.parse_args()
+    folder = Path(__file__).resolve().parent / "results"
+    if args.report:
+        (folder / "BROKERCOST.md").write_text(compare_markdown(json.loads(Path(args.report).read_text())) + "\n")
+        return
     if not args.compare:
         print(json.dumps(run(args.requests), indent=2))
         return
@@ -233,7 +238,6 @@ def main() -> None:
     text = compare_markdown(results)
     print(text)
     if not args.no_record:
-        folder = Path(__file__).resolve().parent / "results"
         stamp = results["machine"]["date"].replace(":", "")
         (folder / f"brokercost-{stamp}.json").write_text(json.dumps(results, indent=2) + "\n")
         (folder / "BROKERCOST.md").write_text(text + "\n")
