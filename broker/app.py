@@ -16,48 +16,34 @@ its own, within a deadline (:mod:`opbroker.broker.readiness`).
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 import urllib3.exceptions
 from fastapi import FastAPI, Request
-from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from prometheus_client import start_http_server
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.routing import Match, Route
+from starlette.routing import Route
 
 from opbroker.api.errors import field_path
 from opbroker.api.selectors import SelectorError
-from opbroker.broker import admin, bodies, errors, headers, routes
+from opbroker.broker import admin, bodies, errors, routes
 from opbroker.broker.authentication import Authenticator, ConfigurationError
 from opbroker.broker.bodylimit import BodySizeLimit
+from opbroker.broker.edge import METRICS, Edge, error_response
 from opbroker.broker.locating import NamespaceIndex
-from opbroker.broker.metrics import Metrics, method_label
+from opbroker.broker.metrics import Metrics
 from opbroker.broker.readiness import Readiness
 from opbroker.broker.records import Kind
 from opbroker.broker.repository import Repository
 from opbroker.broker.settings import Settings
 
 log = logging.getLogger("opbroker.broker")
-#: One line per request, instead of uvicorn's access log (which prints the raw request line, up to the 16 KiB
-#: request head, control characters included): method and route as the metrics label them, the path cut and
-#: escaped, the status and the duration. Never a header, a query or a body.
-access_log = logging.getLogger("opbroker.broker.access")
-#: Characters of the request path an access line shows (an instance and a binding id fit; a 16 KiB path does not).
-ACCESS_PATH_CHARS = 200
-
-
-def shown_path(path: str) -> str:
-    """``path`` for a log line: at most :data:`ACCESS_PATH_CHARS` characters, control characters escaped."""
-    cut = path[:ACCESS_PATH_CHARS]
-    escaped = cut.encode("unicode_escape").decode("ascii")
-    return escaped + ("…" if len(path) > ACCESS_PATH_CHARS else "")
 
 
 DESCRIPTION = """\
@@ -69,12 +55,6 @@ bind are recorded as SFServiceInstance/SFServiceBinding resources that opbroker'
 """
 
 
-def error_response(error: errors.BrokerError) -> JSONResponse:
-    status, body = errors.to_response(error)
-    extra = {"WWW-Authenticate": 'Basic realm="opbroker"'} if status == 401 else None
-    return JSONResponse(body, status_code=status, headers=extra)
-
-
 def _validation_description(exc: RequestValidationError) -> str:
     """Which field is wrong and why, never the submitted value (bodies may carry secrets)."""
     problems = []
@@ -84,20 +64,7 @@ def _validation_description(exc: RequestValidationError) -> str:
     return "invalid request: " + "; ".join(problems)
 
 
-HEALTHZ, READYZ, METRICS = "/healthz", "/readyz", "/metrics"
-
-
-def _endpoint(candidates: Sequence[Route], request: Request) -> str:
-    """The route template (bounded label cardinality for metrics), or ``unmatched``. ``candidates``: every route,
-    those of included routers too (a request refused before routing, a 401, has no route in its scope yet)."""
-    route = request.scope.get("route")
-    if route is None:
-        for candidate in candidates:
-            match, _ = candidate.matches(request.scope)
-            if match is Match.FULL:
-                route = candidate
-                break
-    return str(getattr(route, "path", "unmatched"))
+HEALTHZ, READYZ = "/healthz", "/readyz"
 
 
 def _admin_authenticator(settings: Settings, api_client: client.ApiClient, osb: Authenticator) -> Authenticator | None:
@@ -166,45 +133,16 @@ def create_app(settings: Settings, api_client: client.ApiClient) -> FastAPI:
     if admin_authenticator is not None:
         app.state.admin = admin.Admin(api_client, settings.namespace, settings.retry_after)
         app.include_router(admin.router)
-    metrics_need_credentials = settings.metrics_port is None and settings.metrics_authentication
     # Added before the edge middleware below, so it runs inside it: credentials and version first, then size.
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
-
-    @app.middleware("http")
-    async def osb_edge(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        started = time.perf_counter()
-        identity = headers.request_identity(request.headers.get(headers.REQUEST_IDENTITY_HEADER))
-        try:
-            osb = request.url.path.startswith("/v2/") or request.url.path == "/v2"
-            if admin_authenticator is not None and request.url.path.startswith(admin.PREFIX + "/"):
-                authorized = await run_in_threadpool(admin_authenticator.check, request.headers.get("authorization"))
-                if not authorized:
-                    raise errors.BrokerError(errors.Reason.UNAUTHORIZED, "valid admin credentials are required")
-            elif osb or (metrics_need_credentials and request.url.path == METRICS):
-                authorized = await run_in_threadpool(authenticator.check, request.headers.get("authorization"))
-                if not authorized:
-                    raise errors.BrokerError(errors.Reason.UNAUTHORIZED, "valid basic-auth credentials are required")
-            if osb:
-                headers.check_api_version(request.headers.get(headers.VERSION_HEADER))
-            response = await call_next(request)
-        except errors.BrokerError as exc:
-            response = error_response(exc)
-        except Exception:
-            log.exception("unhandled error in %s %s", method_label(request.method), _endpoint(candidates, request))
-            response = JSONResponse(errors.http_body(500, "internal broker error"), status_code=500)
-        if identity is not None:
-            response.headers[headers.REQUEST_IDENTITY_HEADER] = identity
-        endpoint, seconds = _endpoint(candidates, request), time.perf_counter() - started
-        metrics.observe(endpoint, request.method, response.status_code, seconds)
-        access_log.info(
-            "%s %s %s %d %.3fs",
-            method_label(request.method),
-            endpoint,
-            shown_path(request.url.path),
-            response.status_code,
-            seconds,
-        )
-        return response
+    app.add_middleware(
+        Edge,
+        authenticator=authenticator,
+        admin=(admin_authenticator, admin.PREFIX) if admin_authenticator is not None else None,
+        metrics_need_credentials=settings.metrics_port is None and settings.metrics_authentication,
+        candidates=lambda: candidates,
+        metrics=lambda: metrics,
+    )
 
     @app.exception_handler(errors.BrokerError)
     async def broker_error(_request: Request, exc: errors.BrokerError) -> JSONResponse:
@@ -267,10 +205,10 @@ def create_app(settings: Settings, api_client: client.ApiClient) -> FastAPI:
 
     # Every route is declared now: the templates the metrics count by name (the middleware, the lifespan and
     # /metrics above use these two once requests come).
-    candidates = [
+    candidates: list[Route] = [
         route for route in (*app.router.routes, *routes.router.routes, *admin.router.routes) if isinstance(route, Route)
     ]
-    metrics = Metrics(route.path for route in candidates)
+    metrics: Metrics = Metrics(route.path for route in candidates)
     app.state.metrics = metrics
     app.state.index = index
     return app

@@ -27,8 +27,8 @@ class Authenticator:
         self.settings = settings
         self._core = client.CoreV1Api(api_client) if api_client is not None else None
         self._lock = threading.Lock()
-        self._cached: tuple[str, str] | None = None
-        self._read_at = 0.0
+        #: The credentials last read from the Secret and when (one attribute: read without the lock).
+        self._read: tuple[tuple[str, str], float] | None = None
 
     def verify(self) -> None:
         """Fail fast at start-up when no usable credentials are configured."""
@@ -47,20 +47,32 @@ class Authenticator:
                 f"no broker credentials: give a Secret (--credentials-secret) or set {USERNAME_ENV} and {PASSWORD_ENV}",
             )
         with self._lock:
-            fresh = time.monotonic() - self._read_at < settings.credentials_ttl
-            if self._cached is not None and fresh:
-                return self._cached
+            read = self._read
+            if read is not None and time.monotonic() - read[1] < settings.credentials_ttl:
+                return read[0]
             try:
-                self._cached = self._read_secret(settings.credentials_secret)
-                self._read_at = time.monotonic()
+                self._read = (self._read_secret(settings.credentials_secret), time.monotonic())
             except (ApiException, OSError, urllib3.exceptions.HTTPError) as exc:  # refused, timed out, retried out
-                if self._cached is None:
+                if read is None:
                     raise errors.BrokerError(
                         errors.Reason.UNAVAILABLE,
                         f"cannot read the credentials Secret {settings.namespace}/{settings.credentials_secret}: "
                         f"{getattr(exc, 'status', None) or type(exc).__name__}",
                     ) from None
-            return self._cached
+                return read[0]
+            return self._read[0]
+
+    def cached(self) -> tuple[str, str] | None:
+        """The expected credentials when they are at hand without I/O (from the environment, or a Secret read
+        less than ``credentials_ttl`` ago); None when :meth:`expected` must read (or refuse). Never blocks:
+        the event loop asks this before every request, and sends only the rest to a worker thread."""
+        settings = self.settings
+        if settings.credentials_secret is None:
+            return (settings.username, settings.password) if settings.username and settings.password else None
+        read = self._read
+        if read is not None and time.monotonic() - read[1] < settings.credentials_ttl:
+            return read[0]
+        return None
 
     def _read_secret(self, name: str) -> tuple[str, str]:
         assert self._core is not None

@@ -51,6 +51,9 @@ class OperationType(StrEnum):
         return self in (OperationType.DEPROVISION, OperationType.UNBIND)
 
 
+_TYPES = frozenset(OperationType)
+
+
 @dataclass(frozen=True)
 class Token:
     type: OperationType
@@ -88,7 +91,7 @@ class Token:
             raise bad from exc
         if not (isinstance(raw, list) and len(raw) == 5 and all(isinstance(p, str) for p in raw[:4])):
             raise bad
-        if not isinstance(raw[4], int) or isinstance(raw[4], bool) or raw[0] not in set(OperationType):
+        if not isinstance(raw[4], int) or isinstance(raw[4], bool) or raw[0] not in _TYPES:
             raise bad
         return cls(OperationType(raw[0]), raw[1], raw[2], raw[3], raw[4])
 

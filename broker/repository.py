@@ -20,6 +20,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future
 from typing import Any
 
 from kubernetes import client
@@ -58,7 +59,11 @@ class Repository:
         self.index = index
         self.custom = client.CustomObjectsApi(api_client)
         self.core = client.CoreV1Api(api_client)
+        #: The catalog and when its read began.
         self._catalog: tuple[float, Catalog] | None = None
+        self._catalog_lock = threading.Lock()
+        #: The catalog read under way (when it began, its result), which requests finding the cache stale join.
+        self._catalog_flight: tuple[float, Future[Catalog]] | None = None
         self._namespaces: OrderedDict[str, tuple[float, dict[str, str] | None]] = OrderedDict()
         self._namespaces_lock = threading.Lock()
 
@@ -68,16 +73,54 @@ class Repository:
         """The catalog, read at most once per ``CATALOG_TTL`` seconds — and at once when a request names a
         service or plan id the cached one lacks, so a plan registered a moment ago is never refused.
 
-        A change to an existing plan is seen within the TTL; replicas may differ by that much.
+        A change to an existing plan is seen within the TTL; replicas may differ by that much. One read at a
+        time: a request finding the catalog stale while a read is under way waits for that read (its answer or
+        its error) instead of listing the catalog again — 32 concurrent provisions made 61 reads of a 2 s TTL
+        in 20 s (issue 31). If that read began before the request and lacks an id the request names, the
+        request waits for one more (begun after it): so at most two reads' time, each bounded by its deadline.
         """
         wanted = [i for i in wanting if i]
+        asked = time.monotonic()
+        if (cached := self._usable_catalog(wanted, asked)) is not None:
+            return cached
+        while True:
+            with self._catalog_lock:
+                flight = self._catalog_flight
+                leading = flight is None
+                if flight is None:
+                    flight = self._catalog_flight = (time.monotonic(), Future())
+            began, read = flight
+            if leading:
+                self._lead_catalog_read(began, read)
+            catalog: Catalog = read.result()
+            if began >= asked or all(catalog.service(i) or catalog.plan(i) for i in wanted):
+                return catalog
+
+    def _lead_catalog_read(self, began: float, read: Future[Catalog]) -> None:
+        """Read the catalog for every request waiting on ``read`` and keep it; the next read may begin as soon
+        as this one has its result (the flight is cleared before anyone is told)."""
+        try:
+            catalog = self._read_catalog()
+        except BaseException as exc:
+            self._land()
+            read.set_exception(exc)
+            return
+        self._catalog = (began, catalog)
+        self._land()
+        read.set_result(catalog)
+
+    def _land(self) -> None:
+        with self._catalog_lock:
+            self._catalog_flight = None
+
+    def _usable_catalog(self, wanted: list[str], now: float) -> Catalog | None:
+        """The cached catalog if it is fresh and has every ``wanted`` id."""
         cached = self._catalog
-        fresh = cached is not None and time.monotonic() - cached[0] < CATALOG_TTL
-        if cached is not None and fresh and all(cached[1].service(i) or cached[1].plan(i) for i in wanted):
+        if cached is None or now - cached[0] >= CATALOG_TTL:
+            return None
+        if all(cached[1].service(i) or cached[1].plan(i) for i in wanted):
             return cached[1]
-        catalog = self._read_catalog()
-        self._catalog = (time.monotonic(), catalog)
-        return catalog
+        return None
 
     def _read_catalog(self) -> Catalog:
         """SFServices and SFPlans of the trusted namespaces only (:func:`catalogs.read` decides the rest)."""
@@ -140,6 +183,12 @@ class Repository:
                 return None
             raise
         return Record.from_object(kind, found)
+
+    def located(self, kind: Kind, name: str) -> Record | None:
+        """The object called ``name`` where the namespace index says it is (one GET), or None: the index does
+        not know the name, or it was not there (the index is a hint; the caller asks :meth:`find` then)."""
+        namespace = self.index.get(kind, name) if self.index is not None else None
+        return self.get(kind, namespace, name) if namespace else None
 
     def find(
         self, kind: Kind, name: str, hints: Iterable[str | None] = (), *, before_create: bool = False

@@ -30,7 +30,7 @@ ApiVersion = Literal["2.12", "2.13", "2.14", "2.15", "2.16", "2.17"]
 assert set(ApiVersion.__args__) == set(headers.SUPPORTED_VERSIONS)  # type: ignore[attr-defined]
 
 
-def request_meta(
+async def request_meta(
     api_version: Annotated[
         ApiVersion, Header(alias=headers.VERSION_HEADER, description="OSB API version (412 if missing or unsupported).")
     ],
@@ -76,11 +76,13 @@ class Broker:
         namespaces.admit(namespace, self.namespaces, labels)
 
 
-def broker_of(request: Request) -> Broker:
+async def broker_of(request: Request) -> Broker:
     broker: Broker = request.app.state.broker
     return broker
 
 
+# The dependencies are ``async`` (pure, no I/O): FastAPI runs a plain ``def`` dependency on a worker thread, a hop
+# each (a wake-up of the event loop and a thread switch); the route, which calls the API server, needs the only one.
 Meta = Annotated[headers.RequestMeta, Depends(request_meta)]
 Service = Annotated[Broker, Depends(broker_of)]
 InstanceId = Annotated[str, Path(min_length=1, description="OSB instance id.")]
@@ -370,9 +372,15 @@ def bind(
 
 
 def _binding(broker: Broker, instance_id: str, binding_id: str) -> Record | None:
-    instance = broker.repository.find(Kind.INSTANCE, resource_name(instance_id))
+    """The binding ``binding_id`` of instance ``instance_id``: where the namespace index says it is (one GET), else
+    beside the instance (a binding lives in its instance's namespace), found first."""
+    repository, name = broker.repository, resource_name(binding_id)
+    located = repository.located(Kind.BINDING, name)
+    if located is not None and located.spec.get("instanceId") == instance_id:
+        return located
+    instance = repository.find(Kind.INSTANCE, resource_name(instance_id))
     hints = [instance.namespace] if instance is not None else []
-    return broker.repository.find(Kind.BINDING, resource_name(binding_id), hints=hints)
+    return repository.find(Kind.BINDING, name, hints=hints)
 
 
 @router.delete(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 from pathlib import Path
@@ -132,6 +133,11 @@ def serve(
     out.print(f"opbroker broker on http://{host}:{port} (catalog from {', '.join(settings.trusted_namespaces)})")
     if metrics_port is not None:
         out.print(f"metrics on http://{host}:{metrics_port}/metrics")
+    # What start-up built (the Kubernetes client's ~100 000 objects of models, FastAPI, pydantic) lives as long as
+    # the process: out of the collector's reach, a full collection walks only what requests leave behind (it
+    # walked them all, ~0.1 s each time; issue 31).
+    gc.collect()
+    gc.freeze()
     served.run()
 
 

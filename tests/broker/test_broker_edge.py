@@ -279,7 +279,11 @@ def test_health_answers_while_every_request_thread_hangs() -> None:
     osb = httpx.Client(base_url=url, auth=AUTH, headers={"X-Broker-API-Version": "2.17"}, timeout=120)
     probe = httpx.Client(base_url=url, timeout=5)  # the kubelet's patience is 2 s; 5 s is generous
     try:
-        hung = [pool.submit(lambda: osb.get("/v2/catalog").status_code) for _ in range(48)]
+        # Polls of 48 instances: a GET each (catalog requests would share one read of the catalog).
+        hung = [
+            pool.submit(lambda i=i: osb.get(f"/v2/service_instances/hung-{i}/last_operation").status_code)
+            for i in range(48)
+        ]
         wait_for(lambda: len(hole.held) >= 40, timeout=30, what="every request thread to wait on the API server")
         alive = probe.get("/healthz")
         assert alive.status_code == 200 and alive.json() == {"status": "ok"}

@@ -111,3 +111,24 @@ def test_the_compared_restart_alternates_the_sides_controllers_on_one_cluster(tm
     }
     markdown = run.compare_markdown(compared)
     assert "restart: CPU s to idle, each run" in markdown and "sides alternating: before after after before" in markdown
+
+
+def test_the_broker_cost_benchmark_measures_each_request_kind() -> None:
+    from bench import brokercost
+    from bench.common import bench_stack
+
+    with bench_stack(f"brokercost-smoke-{os.getpid()}") as bench:
+        bench.make_operator_instant()
+        result = brokercost.measure(bench, bench.namespace("bench"), 4, concurrency=2)
+    assert result["failed"] == 0 and set(result["phases"]) == set(brokercost.PHASES)
+    for phase in brokercost.PHASES:
+        measured = result["phases"][phase]
+        assert measured["requests"] == 4 and measured["broker_cpu_ms_per_request"] >= 0
+        # Each OSB request reads or writes something (the audit log attributes it to the broker).
+        assert measured["broker_api_requests_per_request"] >= 1, measured
+    # A poll is one GET of its object; a bind creates the binding and queues it (besides its reads; a queueing
+    # the controller overtook is written again, without the state).
+    assert result["phases"]["instance_last_operation"]["broker_api_requests"] == {"get sfserviceinstances": 4}
+    bind = result["phases"]["bind"]["broker_api_requests"]
+    assert bind["create sfservicebindings"] == 4 and bind["patch sfservicebindings/status"] >= 4
+    assert "| provision |" in "\n".join(brokercost.markdown(result))
