@@ -130,7 +130,7 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Any]):
             )
         live = None
         if problem is None and not binding.meta.deleting:
-            live = self.api.kube.read_secret(key.namespace, binding.secret_name)
+            live = self.api.read_secret(key.namespace, binding.secret_name)
             if not tenancy.may_write_secret(live, binding.meta.uid):
                 problem = Unresolved(
                     Reason.SECRET_NOT_OWNED,
@@ -203,6 +203,10 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Any]):
     def plan(facts: BindingFacts) -> Sequence[Any]:
         return binding_plan.plan(facts)
 
+    def reread(self, key: Key) -> None:
+        """A guarded write met a conflict: the next observe reads the object from the API."""
+        self.api.forget(BINDINGS, key.namespace, key.name)
+
     def act(self, facts: BindingFacts, actions: Sequence[Any]) -> Outcome:
         return self.executor.run(facts.key, facts.body, actions)
 
@@ -215,7 +219,7 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Any]):
         manifest, namespace, name = action.manifest, action.namespace, action.name
         door = self.writer(namespace)  # writes as the namespace's account; reads are the controller's
         outcome: str
-        live = self.api.kube.read_secret(namespace, name)
+        live = self.api.read_secret(namespace, name)
         try:
             if not tenancy.may_write_secret(live, action.owner_uid):
                 outcome = Stored.NOT_OURS
@@ -239,7 +243,7 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Any]):
 
     def _release(self, run: Run, action: ReleaseCredentials) -> None:
         """Delete the credentials Secret if the live one carries the Binding's stamp, else leave it."""
-        live = self.api.kube.read_secret(action.namespace, action.name)
+        live = self.api.read_secret(action.namespace, action.name)
         if live is not None and tenancy.may_write_secret(live, action.owner_uid):
             self.writer(action.namespace).delete_secret(action.namespace, action.name, uid=ObjectView.of(live).meta.uid)
 

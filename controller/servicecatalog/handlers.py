@@ -1,6 +1,7 @@
 """The Service Catalog kinds' watches: kopf events mapped to keys on the controller's one runtime.
 
-What each watch enqueues:
+Each event of the four kinds is first kept in the controller's store (``CatalogApi.keep``), where the
+reconcilers read it from, then mapped to the keys it concerns. What each watch enqueues:
 
 * Broker: itself (a relist is due when its spec or ``relistRequests`` changed);
 * ServiceClass: the Instances naming it (a class appearing or changing may resolve them);
@@ -27,7 +28,15 @@ from opbroker.controller.servicecatalog.bindings import BindingReconciler
 from opbroker.controller.servicecatalog.brokers import BrokerReconciler
 from opbroker.controller.servicecatalog.core.views import CatalogObject, ServiceClassView
 from opbroker.controller.servicecatalog.instances import InstanceReconciler
-from opbroker.controller.servicecatalog.resources import GROUP, VERSION, CatalogApi
+from opbroker.controller.servicecatalog.resources import (
+    BINDINGS,
+    BROKERS,
+    CLASSES,
+    GROUP,
+    INSTANCES,
+    VERSION,
+    CatalogApi,
+)
 from opbroker.controller.settings import ControllerSettings
 from opbroker.controller.watches import Watch
 
@@ -55,6 +64,7 @@ class ServiceCatalog:
         ``writer``: the door writes into a consumer's namespace go through."""
         self.runtime = runtime
         api = self.api = CatalogApi(kube)
+        api.watched()  # the watches below keep the four kinds in the store: reconciles read them from there
         memories = runtime.memories
         self.brokers = BrokerReconciler(api, control_plane=control_plane, clock=runtime.clock)
         self.instances = InstanceReconciler(
@@ -131,7 +141,7 @@ class ServiceCatalog:
         ]
         return [
             Watch(api, Broker.PLURAL, self.on_broker, "servicecatalog-brokers"),
-            Watch(api, ServiceClass.PLURAL, lambda _type, body: self.on_class(body), "servicecatalog-classes"),
+            Watch(api, ServiceClass.PLURAL, self._on_class, "servicecatalog-classes"),
             Watch(api, Instance.PLURAL, self.on_instance, "servicecatalog-instances"),
             Watch(api, Binding.PLURAL, self.on_binding, "servicecatalog-bindings"),
             *workloads,
@@ -140,7 +150,12 @@ class ServiceCatalog:
     def _on_workload(self, _event_type: str, body: dict[str, Any]) -> None:
         self.on_workload(body)
 
+    def _on_class(self, event_type: str, body: dict[str, Any]) -> None:
+        self.api.keep(CLASSES, event_type, body)
+        self.on_class(body)
+
     def on_broker(self, event_type: str, body: dict[str, Any]) -> None:
+        self.api.keep(BROKERS, event_type, body)
         key = Key.of(BrokerReconciler.kind, body)
         if event_type == "DELETED":
             self.runtime.forget(key)
@@ -154,6 +169,7 @@ class ServiceCatalog:
                 self.runtime.enqueue(key)
 
     def on_instance(self, event_type: str, body: dict[str, Any]) -> None:
+        self.api.keep(INSTANCES, event_type, body)
         key = Key.of(InstanceReconciler.kind, body)
         if event_type == "DELETED":
             self.runtime.forget(key)
@@ -164,6 +180,7 @@ class ServiceCatalog:
             self.runtime.enqueue(binding)
 
     def on_binding(self, event_type: str, body: dict[str, Any]) -> None:
+        self.api.keep(BINDINGS, event_type, body)
         key = Key.of(BindingReconciler.kind, body)
         binding = CatalogObject.of(body)
         namespace, name = binding.instance_ref

@@ -136,6 +136,10 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Any]):
     def plan(facts: InstanceFacts) -> Sequence[Any]:
         return instance_plan.plan(facts)
 
+    def reread(self, key: Key) -> None:
+        """A guarded write met a conflict: the next observe reads the object from the API."""
+        self.api.forget(INSTANCES, key.namespace, key.name)
+
     def act(self, facts: InstanceFacts, actions: Sequence[Any]) -> Outcome:
         return self.executor.run(facts.key, facts.body, actions)
 
