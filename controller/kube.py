@@ -639,7 +639,8 @@ class Kube:
         event = event_body(obj, reason=reason, message=message, warning=warning)
         try:
             # A plain dict serialises as the Event it describes; the client annotates only its model class.
-            response = self.core.create_namespaced_event(event["metadata"]["namespace"], event, _preload_content=False)  # type: ignore[arg-type]
+            namespace = event["metadata"]["namespace"]
+            response: Any = self.core.create_namespaced_event(namespace, event, _preload_content=False)  # type: ignore[arg-type]
             # The answer is not needed, but an unread one keeps its connection from the pool for good: the next
             # request then dials (and TLS-handshakes) a new one — some 10 % of the controller's samples under the
             # Service Catalog bench, one handshake per event.
