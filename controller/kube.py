@@ -574,6 +574,7 @@ class Kube:
             if exc.status in (404, 409):
                 return False
             raise
+        self.store.discard(SECRETS, namespace, name)  # gone: a read until its watch event says so must not find it
         return True
 
     def create_namespace(self, name: str) -> bool:

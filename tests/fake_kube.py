@@ -595,11 +595,16 @@ class FakeKube:
         with self._lock:
             self._log("delete_secret", info, namespace, name)
             try:
-                return self._delete(info, self._key(info, namespace, name), uid=uid, resource_version=resource_version)
+                deleted = self._delete(
+                    info, self._key(info, namespace, name), uid=uid, resource_version=resource_version
+                )
             except ApiException as exc:
                 if exc.status == 409:
                     return False
                 raise
+            if deleted:
+                self.store.discard(("v1", "Secret"), namespace, name)  # as Kube does
+            return deleted
 
     def apply_secret(self, manifest: dict[str, Any]) -> dict[str, Any]:
         with self._lock:

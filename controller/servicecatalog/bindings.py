@@ -41,6 +41,7 @@ from opbroker.controller.core.views import mapping_of
 from opbroker.controller.executor import Effect, Executor, Run, Target
 from opbroker.controller.kube import Kube
 from opbroker.controller.reconciler import SYSTEM, Clock, Key, Memories, ObservePlanAct, Outcome
+from opbroker.controller.reconciling import OwnWrites
 from opbroker.controller.servicecatalog import effects
 from opbroker.controller.servicecatalog.common import Clients, Resolver, pacing
 from opbroker.controller.servicecatalog.core import binding_plan, tenancy
@@ -103,7 +104,9 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Any]):
         self.paces = effects.Paces(memories)
         self.transport: Any = None
         self.clients = Clients()
-        target = Target(api.kube, KINDS[BINDINGS], self.kind, finalizer=FINALIZER)
+        self.own_writes = memories.keep(OwnWrites())
+        """The resourceVersions our status writes got: their watch events need no reconcile (see ``handlers``)."""
+        target = Target(api.kube, KINDS[BINDINGS], self.kind, finalizer=FINALIZER, own_writes=self.own_writes)
         own: dict[type, Effect] = {
             StoreCredentials: self._store,
             ReleaseCredentials: self._release,
@@ -130,7 +133,7 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Any]):
             )
         live = None
         if problem is None and not binding.meta.deleting:
-            live = self.api.kube.read_secret(key.namespace, binding.secret_name)
+            live = self.api.read_secret(key.namespace, binding.secret_name)
             if not tenancy.may_write_secret(live, binding.meta.uid):
                 problem = Unresolved(
                     Reason.SECRET_NOT_OWNED,
@@ -203,6 +206,10 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Any]):
     def plan(facts: BindingFacts) -> Sequence[Any]:
         return binding_plan.plan(facts)
 
+    def reread(self, key: Key) -> None:
+        """A guarded write met a conflict: the next observe reads the object from the API."""
+        self.api.forget(BINDINGS, key.namespace, key.name)
+
     def act(self, facts: BindingFacts, actions: Sequence[Any]) -> Outcome:
         return self.executor.run(facts.key, facts.body, actions)
 
@@ -215,7 +222,7 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Any]):
         manifest, namespace, name = action.manifest, action.namespace, action.name
         door = self.writer(namespace)  # writes as the namespace's account; reads are the controller's
         outcome: str
-        live = self.api.kube.read_secret(namespace, name)
+        live = self.api.read_secret(namespace, name)
         try:
             if not tenancy.may_write_secret(live, action.owner_uid):
                 outcome = Stored.NOT_OURS
@@ -239,7 +246,7 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Any]):
 
     def _release(self, run: Run, action: ReleaseCredentials) -> None:
         """Delete the credentials Secret if the live one carries the Binding's stamp, else leave it."""
-        live = self.api.kube.read_secret(action.namespace, action.name)
+        live = self.api.read_secret(action.namespace, action.name)
         if live is not None and tenancy.may_write_secret(live, action.owner_uid):
             self.writer(action.namespace).delete_secret(action.namespace, action.name, uid=ObjectView.of(live).meta.uid)
 

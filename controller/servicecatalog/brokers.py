@@ -169,6 +169,10 @@ class BrokerReconciler(ObservePlanAct[BrokerFacts, Any]):
             actions.append(come_back(parse_go_duration(spec.relist_duration).total_seconds()))
         return actions
 
+    def reread(self, key: Key) -> None:
+        """A guarded write met a conflict: the next observe reads the Broker from the API."""
+        self.api.forget(BROKERS, "", key.name)
+
     def act(self, facts: BrokerFacts, actions: Sequence[Any]) -> Outcome:
         return self.executor.run(facts.key, facts.broker.wire, actions)
 

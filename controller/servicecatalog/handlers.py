@@ -1,12 +1,19 @@
 """The Service Catalog kinds' watches: kopf events mapped to keys on the controller's one runtime.
 
-What each watch enqueues:
+Each event of the four kinds is first kept in the controller's store (``CatalogApi.keep``), where the
+reconcilers read it from, then mapped to the keys it concerns. What each watch enqueues:
 
 * Broker: itself (a relist is due when its spec or ``relistRequests`` changed);
 * ServiceClass: the Instances naming it (a class appearing or changing may resolve them);
 * Instance: itself, and the Bindings of it (they wait for it to be ready);
 * Binding: itself; when it is deleted, its Instance (whose deletion may have waited for it);
 * Deployment / StatefulSet / DaemonSet: the Bindings of its namespace that project into workloads.
+
+An Instance's or Binding's own key is not enqueued for the event of a status write of ours (its
+resourceVersion is the one the write got: ``OwnWrites``, as for the OSB kinds): the reconcile that wrote it has
+already decided what comes next — a poll's requeue, a retry, nothing until a change — so another one would
+only read and plan again (three per object). The keys that depend on it are enqueued all the same: an Instance
+made Ready by our write wakes its Bindings.
 """
 
 from __future__ import annotations
@@ -21,13 +28,22 @@ from opbroker.api.servicecatalog import Binding, Broker, Instance, ServiceClass
 from opbroker.controller.claims.workloads import SUPPORTED_KINDS
 from opbroker.controller.core.views import Meta
 from opbroker.controller.kube import Kube
+from opbroker.controller.objects import resource_version
 from opbroker.controller.reconciler import Key, Runtime
 from opbroker.controller.reconciler.memory import Dependents
 from opbroker.controller.servicecatalog.bindings import BindingReconciler
 from opbroker.controller.servicecatalog.brokers import BrokerReconciler
 from opbroker.controller.servicecatalog.core.views import CatalogObject, ServiceClassView
 from opbroker.controller.servicecatalog.instances import InstanceReconciler
-from opbroker.controller.servicecatalog.resources import GROUP, VERSION, CatalogApi
+from opbroker.controller.servicecatalog.resources import (
+    BINDINGS,
+    BROKERS,
+    CLASSES,
+    GROUP,
+    INSTANCES,
+    VERSION,
+    CatalogApi,
+)
 from opbroker.controller.settings import ControllerSettings
 from opbroker.controller.watches import Watch
 
@@ -55,6 +71,7 @@ class ServiceCatalog:
         ``writer``: the door writes into a consumer's namespace go through."""
         self.runtime = runtime
         api = self.api = CatalogApi(kube)
+        api.watched()  # the watches below keep the four kinds in the store: reconciles read them from there
         memories = runtime.memories
         self.brokers = BrokerReconciler(api, control_plane=control_plane, clock=runtime.clock)
         self.instances = InstanceReconciler(
@@ -131,7 +148,7 @@ class ServiceCatalog:
         ]
         return [
             Watch(api, Broker.PLURAL, self.on_broker, "servicecatalog-brokers"),
-            Watch(api, ServiceClass.PLURAL, lambda _type, body: self.on_class(body), "servicecatalog-classes"),
+            Watch(api, ServiceClass.PLURAL, self._on_class, "servicecatalog-classes"),
             Watch(api, Instance.PLURAL, self.on_instance, "servicecatalog-instances"),
             Watch(api, Binding.PLURAL, self.on_binding, "servicecatalog-bindings"),
             *workloads,
@@ -140,7 +157,12 @@ class ServiceCatalog:
     def _on_workload(self, _event_type: str, body: dict[str, Any]) -> None:
         self.on_workload(body)
 
+    def _on_class(self, event_type: str, body: dict[str, Any]) -> None:
+        self.api.keep(CLASSES, event_type, body)
+        self.on_class(body)
+
     def on_broker(self, event_type: str, body: dict[str, Any]) -> None:
+        self.api.keep(BROKERS, event_type, body)
         key = Key.of(BrokerReconciler.kind, body)
         if event_type == "DELETED":
             self.runtime.forget(key)
@@ -154,16 +176,19 @@ class ServiceCatalog:
                 self.runtime.enqueue(key)
 
     def on_instance(self, event_type: str, body: dict[str, Any]) -> None:
+        self.api.keep(INSTANCES, event_type, body)
         key = Key.of(InstanceReconciler.kind, body)
         if event_type == "DELETED":
             self.runtime.forget(key)
             return
         self._class_users.link(CatalogObject.of(body).instance_spec.class_name, key)
-        self.runtime.enqueue(key)
+        if not self.instances.own_writes.caused(key, resource_version(body)):
+            self.runtime.enqueue(key)
         for binding in self._instance_bindings.of(key):
             self.runtime.enqueue(binding)
 
     def on_binding(self, event_type: str, body: dict[str, Any]) -> None:
+        self.api.keep(BINDINGS, event_type, body)
         key = Key.of(BindingReconciler.kind, body)
         binding = CatalogObject.of(body)
         namespace, name = binding.instance_ref
@@ -175,7 +200,8 @@ class ServiceCatalog:
         self._instance_bindings.link(instance, key)
         if binding.binding_spec.application:
             self._projecting.link(key.namespace, key)
-        self.runtime.enqueue(key)
+        if not self.bindings.own_writes.caused(key, resource_version(body)):
+            self.runtime.enqueue(key)
         if binding.meta.deleting:
             self.runtime.enqueue(instance)
 

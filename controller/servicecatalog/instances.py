@@ -36,6 +36,7 @@ from opbroker.api.conventions import DEFAULT_NAMESPACE
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.executor import Executor, Target
 from opbroker.controller.reconciler import SYSTEM, Clock, Key, Memories, ObservePlanAct, Outcome
+from opbroker.controller.reconciling import OwnWrites
 from opbroker.controller.servicecatalog import effects
 from opbroker.controller.servicecatalog.bindingrefs import BindingRef
 from opbroker.controller.servicecatalog.common import Clients, Resolver, pacing
@@ -77,7 +78,9 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Any]):
         self.paces = effects.Paces(memories)
         self.transport: Any = None
         self.clients = Clients()
-        target = Target(api.kube, KINDS[INSTANCES], self.kind, finalizer=FINALIZER)
+        self.own_writes = memories.keep(OwnWrites())
+        """The resourceVersions our status writes got: their watch events need no reconcile (see ``handlers``)."""
+        target = Target(api.kube, KINDS[INSTANCES], self.kind, finalizer=FINALIZER, own_writes=self.own_writes)
         self.executor = Executor(target, effects.effects(self.clients, lambda: self.transport, self.paces))
 
     # -- observe / plan / act ------------------------------------------------------------------------------
@@ -135,6 +138,10 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Any]):
     @staticmethod
     def plan(facts: InstanceFacts) -> Sequence[Any]:
         return instance_plan.plan(facts)
+
+    def reread(self, key: Key) -> None:
+        """A guarded write met a conflict: the next observe reads the object from the API."""
+        self.api.forget(INSTANCES, key.namespace, key.name)
 
     def act(self, facts: InstanceFacts, actions: Sequence[Any]) -> Outcome:
         return self.executor.run(facts.key, facts.body, actions)

@@ -68,3 +68,23 @@ def test_the_lease_is_released_only_by_its_holder(api_client: client.ApiClient, 
     assert kube.release_lease(namespace, name, "me") is True
     lease = client.CoordinationV1Api(api_client).read_namespaced_lease(name, namespace)
     assert lease.spec.holder_identity is None
+
+
+def test_events_give_their_connection_back_to_the_pool(api_client: client.ApiClient, namespace: str) -> None:
+    """An event's answer is not read, but its connection must be reusable: one kept from the pool made the next
+    request dial and TLS-handshake a new one, once per event (the Service Catalog bench's profile)."""
+    twin = client.ApiClient(api_client.configuration)  # a pool of its own: its connections counted alone
+    try:
+        kube = Kube(twin)
+        subject = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace, "uid": "u"}}
+        for n in range(10):
+            kube.emit_event(
+                {**subject, "metadata": {**subject["metadata"], "namespace": namespace}}, reason="Probe", message=str(n)
+            )
+            assert kube.read_namespace(namespace) is not None
+        pool = twin.rest_client.pool_manager.connection_from_url(twin.configuration.host)
+        assert pool.num_connections == 1  # 20 requests one after the other: one connection
+        events = client.CoreV1Api(api_client).list_namespaced_event(namespace, field_selector="reason=Probe").items
+        assert len(events) == 10
+    finally:
+        twin.close()

@@ -370,3 +370,59 @@ def test_a_conflicting_status_write_is_the_runtimes_conflict(world: World) -> No
     with pytest.raises(Conflict):
         world.instances.act(facts, world.instances.plan(facts))
     assert not world.broker.calls("PUT")  # recorded first, so nothing was sent
+
+
+# -- the watch handlers: the store first, then the keys ------------------------------------------------------------
+
+
+def test_events_are_kept_in_the_store_and_our_own_status_writes_wake_only_the_dependents() -> None:
+    """Reads come from what the watches delivered (no GET: the fake's objects are left stale on purpose), and the
+    event of a status write of ours enqueues the Bindings waiting on the Instance, not the Instance itself (the
+    reconcile that wrote it decided what comes next); a change by anyone else enqueues both."""
+    from opbroker.controller.core import actions as a
+    from opbroker.controller.reconciler import Runtime
+    from opbroker.controller.servicecatalog.handlers import ServiceCatalog
+
+    kube = FakeKube()
+    runtime = Runtime(workers=1)
+    catalog = ServiceCatalog(kube, runtime, control_plane=DEFAULT_NAMESPACE, max_operation_seconds=60.0)
+    enqueued: list[Key] = []
+    runtime.enqueue = enqueued.append  # type: ignore[method-assign]
+    created = kube.create_custom(KINDS[INSTANCES], instance_body())
+    instance_key = Key(instances.InstanceReconciler.kind, NAMESPACE, "db")
+    binding = {
+        "apiVersion": API_VERSION,
+        "kind": Binding.KIND,
+        "metadata": {"name": "app", "namespace": NAMESPACE, "resourceVersion": "1"},
+        "spec": {"instanceRef": {"name": "db"}},
+    }
+    binding_key = Key(bindings.BindingReconciler.kind, NAMESPACE, "app")
+    catalog.on_binding("ADDED", binding)
+    assert enqueued == [binding_key]
+
+    enqueued.clear()
+    changed = {**created, "metadata": {**created["metadata"], "resourceVersion": "5000", "labels": {"by": "a user"}}}
+    catalog.on_instance("MODIFIED", changed)
+    assert enqueued == [instance_key, binding_key]
+    read = catalog.api.get(INSTANCES, NAMESPACE, "db")
+    assert read is not None and read["metadata"]["labels"] == {"by": "a user"}  # the event's copy, not the fake's
+
+    write = [a.WriteStatus({"provisionStatus": "Provisioned"})]
+    with pytest.raises(Conflict):  # a copy that is not the object's version: the guarded write refuses it...
+        catalog.instances.executor.run(instance_key, read, write)
+    catalog.instances.reread(instance_key)  # ...and the runtime has the next observe read past the store
+    fresh = catalog.api.get(INSTANCES, NAMESPACE, "db")
+    assert fresh is not None and fresh["metadata"]["resourceVersion"] == created["metadata"]["resourceVersion"]
+
+    enqueued.clear()
+    calls = len(kube.calls)
+    catalog.instances.executor.run(instance_key, fresh, write)
+    assert [c.verb for c in kube.calls[calls:]] == ["patch_status"]
+    ours = kube.get_custom(KINDS[INSTANCES], NAMESPACE, "db", fresh=True)
+    assert ours is not None and ours["status"]["provisionStatus"] == "Provisioned"
+    catalog.on_instance("MODIFIED", ours)
+    assert enqueued == [binding_key]  # the Binding waits for its Instance; the Instance need not look again
+
+    enqueued.clear()
+    catalog.on_binding("MODIFIED", {**binding, "metadata": {**binding["metadata"], "resourceVersion": "2"}})
+    assert enqueued == [binding_key]
