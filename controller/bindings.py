@@ -92,7 +92,7 @@ class BindingReconciler(PassingReconciler[BindingFacts]):
         return self.executor.run(facts.key, facts.binding.wire, actions, lambda refusal: refused(facts, refusal))
 
     def reread(self, key: Key) -> None:
-        self.deps.kube.store.discard(BINDINGS.store_key, key.namespace, key.name)
+        self.deps.kube.store.stale(BINDINGS.store_key, key.namespace, key.name)
 
     # -- observing -----------------------------------------------------------------------------------
 

@@ -96,7 +96,7 @@ class InstanceReconciler(PassingReconciler[InstanceFacts]):
         return self.executor.run(facts.key, facts.instance.wire, actions, lambda refusal: refused(facts, refusal))
 
     def reread(self, key: Key) -> None:
-        self.deps.kube.store.discard(INSTANCES.store_key, key.namespace, key.name)
+        self.deps.kube.store.stale(INSTANCES.store_key, key.namespace, key.name)
 
     # -- observing -----------------------------------------------------------------------------------
 

@@ -175,6 +175,17 @@ class ObjectStore:
             if held is not None and not _newer(held[0], resource_version(obj)):
                 self._release(key)
 
+    def stale(self, type_key: TypeKey, namespace: str | None, name: str) -> None:
+        """A guarded write found the copy held behind (409): serve it no longer — the next read goes to the API.
+        The object exists, so a complete type must not answer "absent" meanwhile (``discard`` would: a reconcile
+        retried after a conflict then found its object gone and stopped, for good); its version stays known."""
+        key = (*type_key, namespace or "", name)
+        with self._lock:
+            if type_key not in self._fed:
+                return
+            held = self._objects.get(key)
+            self._hold(key, (held[0] if held is not None else None, None))
+
     def discard(self, type_key: TypeKey, namespace: str | None, name: str) -> None:
         """The API answered 404 for this object: whatever copy is held is of an object that is gone."""
         with self._lock:

@@ -316,7 +316,7 @@ class ClusterReconciler(ObservePlanAct[ClusterFacts, Any]):
 
     def reread(self, key: Key) -> None:
         """A guarded write conflicted: the next observe reads the SFCluster from the API, not a cached copy."""
-        self.deps.kube.store.discard(CLUSTERS.store_key, self.namespace, key.name)
+        self.deps.kube.store.stale(CLUSTERS.store_key, self.namespace, key.name)
 
     @staticmethod
     def plan(facts: ClusterFacts) -> Sequence[Any]:

@@ -79,6 +79,22 @@ def test_a_broken_watch_stops_serving_its_type() -> None:
     assert store.lookup(DB, "ns", "a") is UNKNOWN
 
 
+def test_a_conflicts_stale_copy_is_read_again_never_taken_for_absent() -> None:
+    """Issue 31's informers make our kinds complete; a reconcile's 409 dropped its object's copy with ``discard``,
+    so the retry read "absent" and the instance stayed in_queue for good (7 of 1 000 in a bench). ``stale`` makes
+    the next read go to the API, and a newer event is held again."""
+    store = ObjectStore()
+    store.replace(DB, [obj("a", "5")])
+    store.stale(DB, "ns", "a")
+    assert store.lookup(DB, "ns", "a") is UNKNOWN
+    assert store.version_of(DB, "ns", "a") == "5"
+    store.put(DB, obj("a", "6"))
+    assert store.lookup(DB, "ns", "a")["metadata"]["resourceVersion"] == "6"
+    store.stale(DB, "ns", "unseen")  # a conflict on an object the store never held: unknown, not absent
+    assert store.lookup(DB, "ns", "unseen") is UNKNOWN
+    assert store.census() == store.counted()
+
+
 def test_versions_are_answered_without_a_copy() -> None:
     store = ObjectStore()
     assert store.version_of(DB, "ns", "a") is UNKNOWN

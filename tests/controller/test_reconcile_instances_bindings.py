@@ -454,12 +454,18 @@ def test_a_finalizer_another_controller_added_meanwhile_is_kept(world: World) ->
     assert world.get()["metadata"]["finalizers"] == ["other.example/keep", FINALIZER]
 
 
-def test_conflict_on_status_write_rereads(world: World) -> None:
+@pytest.mark.parametrize("fed_by", ["events", "a listing"])
+def test_conflict_on_status_write_rereads(world: World, fed_by: str) -> None:
+    """Fed by a listing, the store is complete (absent means absent): the conflict must leave the copy unknown, not
+    absent — with ``discard`` the retry found no instance and the instance stayed in_queue for good (issue 31)."""
     world.instance(status={"state": "in_queue"})
     delivered = world.get()  # what the watch delivered ...
     world.kube.patch_custom(INSTANCES, NS, "db", {"metadata": {"labels": {"touched": "yes"}}})  # ... is now stale
-    world.kube.store.feed(INSTANCES.store_key)
-    world.kube.store.put(INSTANCES.store_key, delivered)
+    if fed_by == "events":
+        world.kube.store.feed(INSTANCES.store_key)
+        world.kube.store.put(INSTANCES.store_key, delivered)
+    else:
+        world.kube.store.replace(INSTANCES.store_key, [delivered])
     world.kube.calls.clear()
 
     assert world.reconcile() == Outcome(requeue_after=CONFLICT_RETRY_SECONDS)
