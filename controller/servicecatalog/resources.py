@@ -77,7 +77,7 @@ class CatalogApi:
 
     def forget(self, plural: str, namespace: str, name: str) -> None:
         """A guarded write met a conflict: drop the copy held, so the next read goes to the API."""
-        self.kube.store.discard(KINDS[plural].store_key, namespace if plural not in CLUSTER_SCOPED else None, name)
+        self.kube.store.stale(KINDS[plural].store_key, namespace if plural not in CLUSTER_SCOPED else None, name)
 
     def get(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
         return self.kube.get_custom(KINDS[plural], namespace, name)
