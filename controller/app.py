@@ -141,7 +141,13 @@ class Controller:
             registry_namespace=self.settings.registries_namespace,
             renderer=lambda: self.renderer,
         ).start()
-        self.informers = Informers(self.kube.api_client, self.all_watches(), on_listed=self._listed, on_lost=self._lost)
+        self.informers = Informers(
+            self.kube.api_client,
+            self.all_watches(),
+            on_listed=self._listed,
+            on_lost=self._lost,
+            watch_seconds=self.settings.timeouts.watch,
+        )
         self.informers.start()
 
     def _listed(self, resource: tuple[str, str], objects: Sequence[dict[str, Any]]) -> None:

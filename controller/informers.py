@@ -53,8 +53,9 @@ logger = logging.getLogger(__name__)
 
 #: Objects per page of a listing (a restart over 15 000 objects lists them in a few dozen requests).
 LIST_PAGE = 500
-#: The server-side duration of each watch request (the API server ends it; the next resumes where it ended).
-WATCH_SECONDS = 300
+#: The server-side duration of each watch request by default (the API server ends it; the next resumes where it
+#: ended); the controller passes its ``--watch-seconds``.
+WATCH_SECONDS = 60
 #: Events waiting for the dispatcher, at most; a stream beyond it waits.
 QUEUE_EVENTS = 10_000
 #: The longest line of a watch stream (one event) read before it is refused and the resource listed again.
