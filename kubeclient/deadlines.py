@@ -22,6 +22,8 @@ requests get half of that; the controller waits as long as the API server itself
 
 from __future__ import annotations
 
+import threading
+import time
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -72,6 +74,38 @@ DEFAULT_TIMEOUTS = Timeouts()
 RETRIES = urllib3.Retry(total=3, connect=3, read=1, redirect=0, status=0, other=0)
 
 
+#: At most one run of a configuration's credentials hook per this many seconds (see :class:`ThrottledRefresh`).
+REFRESH_SECONDS = 10.0
+
+
+class ThrottledRefresh:
+    """A configuration's ``refresh_api_key_hook``, run at most once per ``seconds``.
+
+    The client runs the hook before every request. A kubeconfig's hook sets the server, CA and proxy on the
+    configuration again each time (the host setter reads the proxy environment: every variable of it), and was
+    2.8 % of the controller's CPU while provisioning (issue 31, py-spy). Tokens it refreshes are rotated minutes
+    before they expire (kubelet renews a projected token at 80 % of its life; the in-cluster loader re-reads its
+    file once a minute), so a refresh at most ``seconds`` late loses nothing.
+    """
+
+    def __init__(
+        self, hook: Callable[[Any], None], seconds: float = REFRESH_SECONDS, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.hook = hook
+        self.seconds = seconds
+        self.clock = clock
+        self._next = float("-inf")
+        self._lock = threading.Lock()
+
+    def __call__(self, configuration: Any) -> None:
+        now = self.clock()
+        with self._lock:
+            if now < self._next:
+                return
+            self._next = now + self.seconds
+        self.hook(configuration)
+
+
 class BoundedApiClient(client.ApiClient):
     """An ``ApiClient`` whose calls all have deadlines, on keepalive sockets (see the module docstring)."""
 
@@ -85,6 +119,9 @@ class BoundedApiClient(client.ApiClient):
         configuration.keep_alive = True  # read when the pool is built, in the constructor
         if configuration.retries is None:
             configuration.retries = RETRIES
+        hook = configuration.refresh_api_key_hook
+        if hook is not None and not isinstance(hook, ThrottledRefresh):
+            configuration.refresh_api_key_hook = ThrottledRefresh(hook)
         super().__init__(configuration)
         self.timeouts = timeouts
         self.on_answer = on_answer
