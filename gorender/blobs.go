@@ -31,14 +31,14 @@ func (b *Blobs) resolve(req *Request, private bool) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for key, raw := range req.Blobs {
-		var holder Request
-		if err := decodeRequest(append(append([]byte(`{"values":{"v":`), raw...), '}', '}'), &holder); err != nil {
+		value, err := decodeValue(raw)
+		if err != nil {
 			return &RenderError{Kind: "request", Message: fmt.Sprintf("shared value %s is not JSON: %v", key, err)}
 		}
 		if len(b.values) >= maxBlobs {
 			b.values = map[string]any{}
 		}
-		b.values[key] = holder.Values["v"]
+		b.values[key] = value
 	}
 	if len(req.Shared) > 0 && req.Values == nil {
 		req.Values = map[string]any{}
