@@ -8,8 +8,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
-	"fmt"
-	"io"
 	"testing"
 )
 
@@ -54,18 +52,14 @@ func BenchmarkServe(b *testing.B) {
 	}
 }
 
+// countingWriter discards the answers, noting whether one was an error.
 type countingWriter struct {
-	n      int
 	failed bool
 }
 
 func (w *countingWriter) Write(p []byte) (int, error) {
-	if bytes.Contains(p, []byte(`"ok":false`)) || (len(p) > 4 && !bytes.Contains(p, []byte(`"ok":true`)) && bytes.Contains(p, []byte(`"error"`))) {
+	if bytes.Contains(p, []byte(`"error":`)) {
 		w.failed = true
 	}
-	w.n += len(p)
 	return len(p), nil
 }
-
-var _ io.Writer = (*countingWriter)(nil)
-var _ = fmt.Sprint
