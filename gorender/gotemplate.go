@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"sync"
 	"text/template"
+	"text/template/parse"
 	"time"
 )
 
@@ -26,11 +27,159 @@ type Templates struct {
 	mu     sync.Mutex
 	parsed map[cacheKey]*template.Template
 	byKey  map[string]*template.Template
+	// changes remembers MayChange's verdict per parsed template (bounded like the caches above).
+	changes map[*template.Template]bool
 }
 
 // NewTemplates makes an empty cache.
 func NewTemplates() *Templates {
-	return &Templates{parsed: map[cacheKey]*template.Template{}, byKey: map[string]*template.Template{}}
+	return &Templates{
+		parsed:  map[cacheKey]*template.Template{},
+		byKey:   map[string]*template.Template{},
+		changes: map[*template.Template]bool{},
+	}
+}
+
+// changingFuncs are the functions of the gotemplate function map that write into a map they are given:
+// sprig's set and unset write one entry of their first argument; the merges write into their first argument
+// at any depth. Every other function builds new values, and text/template itself only reads its data
+// (`$x = ...` rebinds a variable, it writes nothing).
+var changingFuncs = map[string]bool{
+	"set": true, "unset": true, "merge": true, "mergeOverwrite": true, "mustMerge": true, "mustMergeOverwrite": true,
+}
+
+// MayChange tells whether executing tmpl may change the values it is given. It may not when every call of a
+// changing function is a set or unset whose first argument is a variable that every declaration and
+// assignment of that name (in any template of the set) binds to a new `dict`: such a call writes only into
+// a map the render made itself. (A map inside it may be the caller's, but set and unset write the top level
+// only; a merge writes at any depth, so any merge may change them.) A render of a template that cannot
+// change its values needs no private copy of shared values.
+func (t *Templates) MayChange(tmpl *template.Template) bool {
+	t.mu.Lock()
+	verdict, ok := t.changes[tmpl]
+	t.mu.Unlock()
+	if ok {
+		return verdict
+	}
+	walk := changeWalk{fresh: map[string]bool{}}
+	for _, each := range tmpl.Templates() {
+		if each.Tree != nil && each.Root != nil {
+			walk.node(each.Root)
+		}
+	}
+	verdict = walk.changing
+	for _, name := range walk.setTargets {
+		if !walk.fresh[name] {
+			verdict = true
+		}
+	}
+	t.mu.Lock()
+	if len(t.changes) >= maxCached {
+		t.changes = map[*template.Template]bool{}
+	}
+	t.changes[tmpl] = verdict
+	t.mu.Unlock()
+	return verdict
+}
+
+// changeWalk gathers what MayChange judges from a template's parse trees.
+type changeWalk struct {
+	// changing: a changing function is used other than as set/unset on a plain variable.
+	changing bool
+	// fresh: per variable name, whether every declaration and assignment seen binds a new dict.
+	fresh map[string]bool
+	// setTargets: the variables set and unset write into.
+	setTargets []string
+}
+
+func (w *changeWalk) node(node parse.Node) {
+	switch n := node.(type) {
+	case *parse.ListNode:
+		if n != nil {
+			for _, item := range n.Nodes {
+				w.node(item)
+			}
+		}
+	case *parse.ActionNode:
+		w.pipe(n.Pipe, false)
+	case *parse.IfNode:
+		w.branch(&n.BranchNode, false)
+	case *parse.RangeNode:
+		w.branch(&n.BranchNode, true)
+	case *parse.WithNode:
+		w.branch(&n.BranchNode, false)
+	case *parse.TemplateNode:
+		w.pipe(n.Pipe, false)
+	case *parse.PipeNode:
+		w.pipe(n, false)
+	case *parse.ChainNode:
+		w.node(n.Node)
+	case *parse.IdentifierNode:
+		// a changing function anywhere but at the head of a command (where command() looks) is not judged
+		if changingFuncs[n.Ident] {
+			w.changing = true
+		}
+	}
+}
+
+func (w *changeWalk) branch(n *parse.BranchNode, ranging bool) {
+	w.pipe(n.Pipe, ranging)
+	w.node(n.List)
+	w.node(n.ElseList)
+}
+
+// pipe judges a pipeline; ranging: its variables are bound to the items of what it yields, not to it.
+func (w *changeWalk) pipe(p *parse.PipeNode, ranging bool) {
+	if p == nil {
+		return
+	}
+	fresh := !ranging && len(p.Cmds) == 1 && len(p.Cmds[0].Args) > 0 && isIdent(p.Cmds[0].Args[0], "dict")
+	for _, v := range p.Decl {
+		if len(v.Ident) != 1 {
+			w.changing = true
+			continue
+		}
+		previous, seen := w.fresh[v.Ident[0]]
+		w.fresh[v.Ident[0]] = fresh && (!seen || previous)
+	}
+	for _, cmd := range p.Cmds {
+		w.command(cmd)
+	}
+}
+
+func (w *changeWalk) command(cmd *parse.CommandNode) {
+	args := cmd.Args
+	if len(args) > 0 {
+		if ident, ok := args[0].(*parse.IdentifierNode); ok && changingFuncs[ident.Ident] {
+			target, plain := variable(args[1:])
+			if (ident.Ident == "set" || ident.Ident == "unset") && plain {
+				w.setTargets = append(w.setTargets, target)
+			} else {
+				w.changing = true
+			}
+			args = args[1:]
+		}
+	}
+	for _, arg := range args {
+		w.node(arg)
+	}
+}
+
+// variable is the name of a plain variable (`$m`, no field after it) heading args.
+func variable(args []parse.Node) (string, bool) {
+	if len(args) == 0 {
+		return "", false
+	}
+	v, ok := args[0].(*parse.VariableNode)
+	if !ok || len(v.Ident) != 1 {
+		return "", false
+	}
+	return v.Ident[0], true
+}
+
+func isIdent(node parse.Node, name string) bool {
+	ident, ok := node.(*parse.IdentifierNode)
+	return ok && ident.Ident == name
 }
 
 // ForRequest parses the request's template, or finds it by the client's key when the text was sent before.

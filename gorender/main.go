@@ -21,6 +21,7 @@ import (
 	"runtime/debug"
 	"runtime/metrics"
 	"strconv"
+	"sync"
 	"time"
 )
 
@@ -78,11 +79,19 @@ type Server struct {
 	charts    *Charts
 	blobs     *Blobs
 	memory    Memory
+	// exit ends the process after a fatal answer was written (a runaway render cannot be stopped).
+	exit func()
 }
 
 // NewServer makes a server with empty caches and the default memory policy.
 func NewServer() *Server {
-	return &Server{templates: NewTemplates(), charts: NewCharts(), blobs: NewBlobs(), memory: NewMemory(defaultMemoryCeiling)}
+	return &Server{
+		templates: NewTemplates(), charts: NewCharts(), blobs: NewBlobs(), memory: NewMemory(defaultMemoryCeiling),
+		exit: func() {
+			fmt.Fprintln(os.Stderr, "gorender:", errFatal)
+			os.Exit(3)
+		},
+	}
 }
 
 // Handle answers one request; it never panics (a panic inside an engine becomes an error).
@@ -136,19 +145,26 @@ func (s *Server) run(req *Request) (string, error) {
 		_, err := s.templates.Parse(req.Name, req.Template, req.Limits.MaxOutputBytes)
 		return "", err
 	case "render":
-		if err := s.blobs.resolve(req); err != nil {
-			return "", err
-		}
 		switch req.Engine {
 		case "gotemplate":
 			tmpl, err := s.templates.ForRequest(req)
 			if err != nil {
 				return "", err
 			}
+			if err := s.blobs.resolve(req, s.templates.MayChange(tmpl)); err != nil {
+				return "", err
+			}
 			return Execute(tmpl, req.Values, req.Limits)
 		case "helm":
+			// a chart's templates are parsed per render by helm's engine: always a private copy
+			if err := s.blobs.resolve(req, true); err != nil {
+				return "", err
+			}
 			return RenderChart(s.templates, s.charts, req)
 		case "couchbase":
+			if err := s.blobs.resolve(req, true); err != nil {
+				return "", err
+			}
 			return RenderCouchbase(req)
 		}
 		return "", &RenderError{Kind: "request", Message: fmt.Sprintf("unknown engine %q (gotemplate, helm or couchbase)", req.Engine)}
@@ -157,44 +173,79 @@ func (s *Server) run(req *Request) (string, error) {
 }
 
 // HandleWithin answers req, or a fatal limit error if the render outlives its time plus a grace period or
-// its heap grows past the memory watchdog's limit.
+// its heap grows past the memory watchdog's limit (the render then goes on in a goroutine of its own).
 func (s *Server) HandleWithin(req *Request) Response {
 	done := make(chan Response, 1)
-	go func() { done <- s.Handle(req) }()
+	go s.Answer(req, func(resp Response) { done <- resp })
+	return <-done
+}
+
+// Answer renders req on the calling goroutine and calls answer exactly once: with the render's response, or
+// from the watchdog with a fatal limit error if the render outlives its time plus a grace period or its heap
+// grows past the memory watchdog's limit (the render cannot be stopped from outside its goroutine, so it runs
+// on, and Answer returns only when it ends). The watchdog runs on timers, which fire only for a slow render:
+// a render that ends within the first sample (most take well under a millisecond) costs no switch to another
+// goroutine or thread. Handing each request to a goroutine of its own and waiting on a ticker cost two
+// thread wake-ups per request, which on a busy machine were most of a render's wall time.
+func (s *Server) Answer(req *Request, answer func(Response)) {
 	limit := time.Duration(req.Limits.TimeoutMs)*time.Millisecond + watchdogGrace
 	if req.Limits.TimeoutMs <= 0 {
 		limit = 2*time.Second + watchdogGrace
 	}
-	timer := time.NewTimer(limit)
-	defer timer.Stop()
-	sampler := time.NewTicker(memorySampling)
-	defer sampler.Stop()
-	for {
-		select {
-		case resp := <-done:
-			return resp
-		case <-sampler.C:
-			if heapBytes() <= s.memory.Watchdog {
-				continue
-			}
-			if heap := liveHeapBytes(); heap > s.memory.Watchdog {
-				err := &RenderError{Kind: "limit", Template: req.Name, Fatal: true, Message: fmt.Sprintf(
-					"rendering used more than the renderer's memory limit of %d MiB (heap at %d MiB)", s.memory.Watchdog>>20, heap>>20)}
-				return Response{ID: req.ID, Error: err}
-			}
-		case <-timer.C:
-			err := timeoutError(limit - watchdogGrace)
-			err.Template, err.Fatal = req.Name, true
-			return Response{ID: req.ID, Error: err}
+	var (
+		mu       sync.Mutex
+		answered bool
+		sampler  *time.Timer
+	)
+	claim := func(resp Response) {
+		mu.Lock()
+		defer mu.Unlock()
+		if !answered {
+			answered = true
+			answer(resp)
 		}
 	}
+	timer := time.AfterFunc(limit, func() {
+		err := timeoutError(limit - watchdogGrace)
+		err.Template, err.Fatal = req.Name, true
+		claim(Response{ID: req.ID, Error: err})
+	})
+	var sample func()
+	sample = func() {
+		if heapBytes() > s.memory.Watchdog {
+			if heap := liveHeapBytes(); heap > s.memory.Watchdog {
+				claim(Response{ID: req.ID, Error: &RenderError{Kind: "limit", Template: req.Name, Fatal: true, Message: fmt.Sprintf(
+					"rendering used more than the renderer's memory limit of %d MiB (heap at %d MiB)", s.memory.Watchdog>>20, heap>>20)}})
+				return
+			}
+		}
+		mu.Lock()
+		if !answered {
+			sampler.Reset(memorySampling)
+		}
+		mu.Unlock()
+	}
+	mu.Lock()
+	sampler = time.AfterFunc(memorySampling, sample)
+	mu.Unlock()
+	resp := s.Handle(req)
+	claim(resp)
+	timer.Stop()
+	mu.Lock()
+	sampler.Stop()
+	mu.Unlock()
 }
 
 func serve(in io.Reader, out io.Writer, memory Memory) error {
-	reader := bufio.NewReaderSize(in, 1<<16)
-	writer := bufio.NewWriterSize(out, 1<<16)
 	server := NewServer()
 	server.memory = memory
+	return server.serve(in, out)
+}
+
+// serve answers the frames of in on out, one at a time, each rendered on this goroutine (see Answer).
+func (server *Server) serve(in io.Reader, out io.Writer) error {
+	reader := bufio.NewReaderSize(in, 1<<16)
+	writer := bufio.NewWriterSize(out, 1<<16)
 	for {
 		frame, err := readFrame(reader)
 		if errors.Is(err, io.EOF) {
@@ -203,21 +254,23 @@ func serve(in io.Reader, out io.Writer, memory Memory) error {
 		if err != nil {
 			return err
 		}
+		var written error
+		send := func(resp Response) {
+			if written = writeFrame(writer, resp); written == nil {
+				written = writer.Flush()
+			}
+			if resp.Error != nil && resp.Error.Fatal {
+				server.exit() // from the watchdog, while the runaway render holds this loop
+			}
+		}
 		var req Request
-		var resp Response
 		if err := decodeRequest(frame, &req); err != nil {
-			resp = Response{Error: &RenderError{Kind: "request", Message: fmt.Sprintf("the request is not valid JSON: %v", err)}}
+			send(Response{Error: &RenderError{Kind: "request", Message: fmt.Sprintf("the request is not valid JSON: %v", err)}})
 		} else {
-			resp = server.HandleWithin(&req)
+			server.Answer(&req, send)
 		}
-		if err := writeFrame(writer, resp); err != nil {
-			return err
-		}
-		if err := writer.Flush(); err != nil {
-			return err
-		}
-		if resp.Error != nil && resp.Error.Fatal {
-			return errFatal
+		if written != nil {
+			return written
 		}
 	}
 }

@@ -300,3 +300,31 @@ func TestTemplatesAreSentOnceByKey(t *testing.T) {
 		t.Fatalf("got %+v", resp.Error)
 	}
 }
+
+func TestServeAnswersARunawayRenderFromTheWatchdogAndExits(t *testing.T) {
+	s := NewServer()
+	exited := make(chan struct{})
+	s.exit = func() {
+		close(exited)
+		select {} // the process would end here; the runaway render holds serve's goroutine
+	}
+	var in, out bytes.Buffer
+	runaway := Request{ID: 7, Op: "render", Engine: "gotemplate", Name: "p", Limits: Limits{TimeoutMs: 50, MaxOutputBytes: 1 << 30},
+		Template: `{{ range until 100000 }}{{ range until 100000 }}{{ end }}{{ end }}`}
+	if err := writeFrame(&in, runaway); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = s.serve(&in, &out) }()
+	<-exited
+	frame, err := readFrame(&out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var resp Response
+	if err := json.Unmarshal(frame, &resp); err != nil {
+		t.Fatal(err)
+	}
+	if resp.ID != 7 || resp.OK || resp.Error.Kind != "limit" || !resp.Error.Fatal {
+		t.Fatalf("got %+v", resp)
+	}
+}
