@@ -41,7 +41,6 @@ from opbroker.controller.core.views import mapping_of
 from opbroker.controller.executor import Effect, Executor, Run, Target
 from opbroker.controller.kube import Kube
 from opbroker.controller.reconciler import SYSTEM, Clock, Key, Memories, ObservePlanAct, Outcome
-from opbroker.controller.reconciling import OwnWrites
 from opbroker.controller.servicecatalog import effects
 from opbroker.controller.servicecatalog.common import Clients, Resolver, pacing
 from opbroker.controller.servicecatalog.core import binding_plan, tenancy
@@ -104,9 +103,7 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Any]):
         self.paces = effects.Paces(memories)
         self.transport: Any = None
         self.clients = Clients()
-        self.own_writes = memories.keep(OwnWrites())
-        """The resourceVersions our status writes got: their watch events need no reconcile (see ``handlers``)."""
-        target = Target(api.kube, KINDS[BINDINGS], self.kind, finalizer=FINALIZER, own_writes=self.own_writes)
+        target = Target(api.kube, KINDS[BINDINGS], self.kind, finalizer=FINALIZER)
         own: dict[type, Effect] = {
             StoreCredentials: self._store,
             ReleaseCredentials: self._release,

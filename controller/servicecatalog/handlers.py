@@ -8,12 +8,6 @@ reconcilers read it from, then mapped to the keys it concerns. What each watch e
 * Instance: itself, and the Bindings of it (they wait for it to be ready);
 * Binding: itself; when it is deleted, its Instance (whose deletion may have waited for it);
 * Deployment / StatefulSet / DaemonSet: the Bindings of its namespace that project into workloads.
-
-An Instance's or Binding's own key is not enqueued for the event of a status write of ours (its
-resourceVersion is the one the write got: ``OwnWrites``, as for the OSB kinds): the reconcile that wrote it has
-already decided what comes next — a poll's requeue, a retry, nothing until a change — so another one would
-only read and plan again (three per object). The keys that depend on it are enqueued all the same: an Instance
-made Ready by our write wakes its Bindings.
 """
 
 from __future__ import annotations
@@ -28,7 +22,6 @@ from opbroker.api.servicecatalog import Binding, Broker, Instance, ServiceClass
 from opbroker.controller.claims.workloads import SUPPORTED_KINDS
 from opbroker.controller.core.views import Meta
 from opbroker.controller.kube import Kube
-from opbroker.controller.objects import resource_version
 from opbroker.controller.reconciler import Key, Runtime
 from opbroker.controller.reconciler.memory import Dependents
 from opbroker.controller.servicecatalog.bindings import BindingReconciler
@@ -182,8 +175,7 @@ class ServiceCatalog:
             self.runtime.forget(key)
             return
         self._class_users.link(CatalogObject.of(body).instance_spec.class_name, key)
-        if not self.instances.own_writes.caused(key, resource_version(body)):
-            self.runtime.enqueue(key)
+        self.runtime.enqueue(key)
         for binding in self._instance_bindings.of(key):
             self.runtime.enqueue(binding)
 
@@ -200,8 +192,7 @@ class ServiceCatalog:
         self._instance_bindings.link(instance, key)
         if binding.binding_spec.application:
             self._projecting.link(key.namespace, key)
-        if not self.bindings.own_writes.caused(key, resource_version(body)):
-            self.runtime.enqueue(key)
+        self.runtime.enqueue(key)
         if binding.meta.deleting:
             self.runtime.enqueue(instance)
 

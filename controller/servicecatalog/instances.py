@@ -36,7 +36,6 @@ from opbroker.api.conventions import DEFAULT_NAMESPACE
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.executor import Executor, Target
 from opbroker.controller.reconciler import SYSTEM, Clock, Key, Memories, ObservePlanAct, Outcome
-from opbroker.controller.reconciling import OwnWrites
 from opbroker.controller.servicecatalog import effects
 from opbroker.controller.servicecatalog.bindingrefs import BindingRef
 from opbroker.controller.servicecatalog.common import Clients, Resolver, pacing
@@ -78,9 +77,7 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Any]):
         self.paces = effects.Paces(memories)
         self.transport: Any = None
         self.clients = Clients()
-        self.own_writes = memories.keep(OwnWrites())
-        """The resourceVersions our status writes got: their watch events need no reconcile (see ``handlers``)."""
-        target = Target(api.kube, KINDS[INSTANCES], self.kind, finalizer=FINALIZER, own_writes=self.own_writes)
+        target = Target(api.kube, KINDS[INSTANCES], self.kind, finalizer=FINALIZER)
         self.executor = Executor(target, effects.effects(self.clients, lambda: self.transport, self.paces))
 
     # -- observe / plan / act ------------------------------------------------------------------------------
