@@ -40,12 +40,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from opbroker.controller.core.views import ListPage, WatchEvent
-from opbroker.controller.kube import METADATA_LIST
+from opbroker.controller.jsoncopy import copy_json
+from opbroker.controller.kube import METADATA_LIST, METADATA_WATCH
 from opbroker.controller.watches import Watch
 from opbroker.kubeclient import deadlines
 
@@ -64,7 +64,6 @@ MAX_EVENT_BYTES = 8 * 1024 * 1024
 #: Seconds to wait after a failed list or watch before the next attempt.
 RETRY_SECONDS = 2.0
 
-METADATA_WATCH = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 
 Listed = Callable[[tuple[str, str], Sequence[dict[str, Any]]], None]
 """Told a resource's whole listing: its (apiVersion, plural) and the objects listed."""
@@ -232,7 +231,7 @@ class Informers:
             except Exception as exc:  # a dead stream (its read deadline), a refused connection, an oversized event
                 if self._stop.is_set():
                     return
-                why = "delivered nothing within its deadline" if _timed_out(exc) else f"failed ({exc!r:.200})"
+                why = "delivered nothing within its deadline" if deadlines.timed_out(exc) else f"failed ({exc!r:.200})"
                 self._lost(resource, why)
                 version = None
 
@@ -352,21 +351,12 @@ def _identity(obj: Mapping[str, Any]) -> tuple[str, str]:
 
 
 def _copy(obj: Mapping[str, Any], *, metadata_only: bool) -> dict[str, Any]:
-    """A handler's own copy of an event's object (JSON values only: a round trip through ``json`` is the copy)."""
+    """A handler's own copy of an event's object."""
     if metadata_only:
-        return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": _deep(obj.get("metadata"))}
-    copied: dict[str, Any] = json.loads(json.dumps(obj))
+        return {
+            "apiVersion": obj.get("apiVersion"),
+            "kind": obj.get("kind"),
+            "metadata": copy_json(obj.get("metadata") or {}),
+        }
+    copied: dict[str, Any] = copy_json(dict(obj))
     return copied
-
-
-def _deep(value: Any) -> Any:
-    copied = json.loads(json.dumps(value if value is not None else {}))
-    return copied
-
-
-def _timed_out(exc: BaseException) -> bool:
-    """Whether ``exc`` is a read deadline that passed (urllib3 wraps it when it gave up retrying)."""
-    reason = getattr(exc, "reason", None)
-    return isinstance(exc, urllib3.exceptions.ReadTimeoutError) or isinstance(
-        reason, urllib3.exceptions.ReadTimeoutError
-    )

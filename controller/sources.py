@@ -33,14 +33,14 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-import urllib3
 from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
 
 from opbroker.api.meta import ResourceRef
 from opbroker.controller.core.views import ListPage, WatchEvent
-from opbroker.controller.kube import METADATA_LIST, METADATA_PAGE, Kube
+from opbroker.controller.kube import METADATA_LIST, METADATA_PAGE, METADATA_WATCH, Kube
 from opbroker.controller.reconciler.keys import Key
+from opbroker.kubeclient import deadlines
 from opbroker.kubeclient.deadlines import Timeouts
 
 logger = logging.getLogger(__name__)
@@ -60,7 +60,6 @@ def _with_type(item: Mapping[str, Any], api_version: str, kind: str) -> dict[str
 
 #: What a metadata-only list and watch ask for (as client-go's metadata informers do): the API server answers
 #: ``PartialObjectMetadata``: one object's metadata, without its data (a metadata-only watch's events).
-METADATA_WATCH = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 
 #: Objects per page when a watch lists its kind: the store takes them in page by page, so listing 40 000
 #: Secrets never holds them all as parsed objects at once (their memory would stay with the process).
@@ -92,14 +91,6 @@ def _listing(
         if token is None:
             version.append(page.resource_version)
             return
-
-
-def _timed_out(exc: BaseException) -> bool:
-    """Whether ``exc`` is a read deadline that passed (urllib3 wraps it when it gave up retrying)."""
-    reason = getattr(exc, "reason", None)
-    return isinstance(exc, urllib3.exceptions.ReadTimeoutError) or isinstance(
-        reason, urllib3.exceptions.ReadTimeoutError
-    )
 
 
 def _metadata_of(item: Mapping[str, Any], api_version: str, kind: str) -> dict[str, Any]:
@@ -308,7 +299,11 @@ class SourceWatchers:
                 logger.warning("watch of %s %s failed (HTTP %s); retrying", api_version, kind, exc.status)
                 self._stop.wait(2.0)
             except Exception as exc:  # a dead stream (its read deadline: the watchdog), a refused connection, ...
-                why = "delivered nothing within its deadline" if _timed_out(exc) else f"failed ({type(exc).__name__})"
+                why = (
+                    "delivered nothing within its deadline"
+                    if deadlines.timed_out(exc)
+                    else f"failed ({type(exc).__name__})"
+                )
                 logger.warning("watch of %s %s %s; listing it again", api_version, kind, why)
                 resource_version = None
                 store.forget_type(type_key)  # events may be lost: read from the API until listed again

@@ -178,3 +178,12 @@ def sibling_with(api: client.ApiClient, configuration: client.Configuration) -> 
         twin = client.ApiClient(configuration)
     twin.user_agent = api.user_agent
     return twin
+
+
+def timed_out(exc: BaseException) -> bool:
+    """Whether ``exc`` is a read deadline that passed (urllib3 wraps it when it gave up retrying): a watch's
+    watchdog firing, as the watch loops tell it apart from other failures."""
+    reason = getattr(exc, "reason", None)
+    return isinstance(exc, urllib3.exceptions.ReadTimeoutError) or isinstance(
+        reason, urllib3.exceptions.ReadTimeoutError
+    )
