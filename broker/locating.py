@@ -19,6 +19,7 @@ from kubernetes.client.exceptions import ApiException
 from opbroker.api.catalog import OSB_GROUP
 from opbroker.broker.records import Kind
 from opbroker.kubeclient import answers
+from opbroker.kubeclient.lean import LeanCustomObjects
 
 log = logging.getLogger(__name__)
 VERSION = "v1alpha1"
@@ -28,7 +29,7 @@ class NamespaceIndex:
     """name → namespace for each kind, kept by one list+watch thread per kind."""
 
     def __init__(self, api_client: client.ApiClient, kinds: Iterable[Kind], *, watch_seconds: int = 60) -> None:
-        self._custom = client.CustomObjectsApi(api_client)
+        self._custom = LeanCustomObjects(api_client)
         self._kinds = tuple(kinds)
         self._watch_seconds = watch_seconds
         self._lock = threading.Lock()

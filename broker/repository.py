@@ -35,6 +35,7 @@ from opbroker.broker.locating import NamespaceIndex
 from opbroker.broker.records import Kind, Record
 from opbroker.broker.settings import Settings
 from opbroker.kubeclient import answers
+from opbroker.kubeclient.lean import LeanCustomObjects, object_path
 
 log = logging.getLogger(__name__)
 VERSION = "v1alpha1"
@@ -57,8 +58,9 @@ class Repository:
     def __init__(self, api_client: client.ApiClient, settings: Settings, index: NamespaceIndex | None = None) -> None:
         self.settings = settings
         self.index = index
-        self.custom = client.CustomObjectsApi(api_client)
-        self.core = client.CoreV1Api(api_client)
+        self.custom = LeanCustomObjects(api_client)
+        """Every request of the broker's, as plain JSON (``kubeclient.lean``: the typed client's per-call
+        machinery cost more than the request)."""
         #: The catalog and when its read began.
         self._catalog: tuple[float, Catalog] | None = None
         self._catalog_lock = threading.Lock()
@@ -152,8 +154,8 @@ class Repository:
             if cached is not None and now - cached[0] < self.settings.namespace_labels_ttl:
                 return cached[1]
         try:
-            found = self.core.read_namespace(name)
-            labels: dict[str, str] | None = dict((found.metadata.labels if found.metadata else None) or {})
+            found = answers.json_object(self.custom.request("GET", object_path("/api/v1", "namespaces", None, name)))
+            labels: dict[str, str] | None = dict((found.get("metadata") or {}).get("labels") or {})
         except ApiException as exc:
             if exc.status != 404:
                 raise
@@ -370,7 +372,7 @@ class Repository:
                 record.namespace,
                 record.kind.plural,
                 record.name,
-                body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=record.uid)),
+                body={"preconditions": {"uid": record.uid}},
             )
         except ApiException as exc:
             if exc.status not in (404, 409):
@@ -386,12 +388,13 @@ class Repository:
         if not binding.secret_ref:
             raise unavailable
         try:
-            secret = self.core.read_namespaced_secret(binding.secret_ref, binding.namespace)
+            path = object_path("/api/v1", "secrets", binding.namespace, binding.secret_ref)
+            secret = answers.json_object(self.custom.request("GET", path))
         except ApiException as exc:
             if exc.status == 404:
                 raise unavailable from None
             raise
-        encoded = (secret.data or {}).get(conventions.CREDENTIALS_KEY)
+        encoded = (secret.get("data") or {}).get(conventions.CREDENTIALS_KEY)
         try:
             response = json.loads(base64.b64decode(encoded or ""))
         except ValueError:

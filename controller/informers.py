@@ -48,6 +48,7 @@ from opbroker.controller.jsoncopy import copy_json
 from opbroker.controller.kube import METADATA_LIST, METADATA_WATCH
 from opbroker.controller.watches import Watch
 from opbroker.kubeclient import deadlines
+from opbroker.kubeclient.lean import LeanCustomObjects
 
 logger = logging.getLogger(__name__)
 
@@ -150,7 +151,7 @@ class Informers:
         list_page: int = LIST_PAGE,
     ) -> None:
         self.resources = resources_of(watches)
-        self._custom = client.CustomObjectsApi(_own_client(api_client, connections=len(self.resources)))
+        self._custom = LeanCustomObjects(_own_client(api_client, connections=len(self.resources)))
         self._on_listed = on_listed
         self._on_lost = on_lost
         self._watch_seconds = watch_seconds

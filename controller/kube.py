@@ -7,7 +7,6 @@ one object); decisions live elsewhere. Objects are plain dicts as on the wire.
 from __future__ import annotations
 
 import datetime
-import json
 import logging
 import threading
 from collections import OrderedDict
@@ -26,6 +25,7 @@ from opbroker.controller.core.refusals import Refusal, Severity, masked_status, 
 from opbroker.controller.store import UNKNOWN, ObjectStore
 from opbroker.kubeclient import deadlines
 from opbroker.kubeclient.answers import json_object
+from opbroker.kubeclient.lean import APPLY_PATCH, MERGE_PATCH, LeanCustomObjects, api_root, object_path
 
 logger = logging.getLogger(__name__)
 
@@ -138,8 +138,10 @@ class Kube:
     ) -> None:
         self.api_client = api_client
         self.store = store if store is not None else ObjectStore()
-        self.custom = client.CustomObjectsApi(api_client)
+        self.custom = LeanCustomObjects(api_client)
+        """Our custom resources and every other per-object request, as plain JSON (``kubeclient.lean``)."""
         self.core = client.CoreV1Api(api_client)
+        """The typed client, for the rare calls that read typed models (nodes, pods, leases)."""
         self.reviews = reviews if reviews is not None else AccessReviews(api_reviewer(api_client))
         self.user = user
         """Who this door acts as: None for the controller itself, else the impersonated user (see
@@ -230,8 +232,9 @@ class Kube:
         if cached is not UNKNOWN:
             self._may_read(resource, namespace, ref.name)
             return _as_optional_dict(cached)
+        path = _path_of(ref.api_version, resource, namespace, ref.name)
         try:
-            found = _unless(404, lambda: self.dynamic.get(resource, name=ref.name, namespace=namespace))
+            found = _unless(404, lambda: self.custom.request("GET", path))
         except ApiException as exc:
             if exc.status == 403:
                 target = {"kind": ref.kind, "metadata": {"name": ref.name, "namespace": namespace}}
@@ -239,7 +242,7 @@ class Kube:
             raise
         if found is None:
             return None
-        body = _as_dict(found.to_dict())
+        body = _as_dict(found)
         self.store.fill((ref.api_version, ref.kind), body)  # held by metadata only: keep the body read
         return body
 
@@ -282,58 +285,47 @@ class Kube:
         if uid is not None:
             meta["uid"] = uid
         resource = self._resource(body["apiVersion"], body["kind"])
+        path = _path_of(body["apiVersion"], resource, meta.get("namespace"), meta["name"])
         try:
-            applied = self.dynamic.server_side_apply(
-                resource,
+            applied = self.custom.request(
+                "PATCH",
+                path,
+                query=(("fieldManager", field_manager), ("force", True)),
                 body=body,
-                name=meta["name"],
-                namespace=meta.get("namespace") if resource.namespaced else None,
-                field_manager=field_manager,
-                force_conflicts=True,
+                content_type=APPLY_PATCH,
             )
         except ApiException as exc:
             if uid is not None and exc.status == 409:
                 return None  # gone (or deleted and not yet replaced): nothing to amend
             raise _refused(exc, body, self._named()) from None
-        return _as_dict(self._keep(applied.to_dict()))
+        return _as_dict(self._keep(applied))
 
     def create(self, manifest: dict[str, Any]) -> dict[str, Any] | None:
         """Create; None if it already exists (the caller adopts it instead)."""
         body = clean_for_apply(manifest)
         resource = self._resource(body["apiVersion"], body["kind"])
-        namespace = body["metadata"].get("namespace") if resource.namespaced else None
+        path = _path_of(body["apiVersion"], resource, body["metadata"].get("namespace"))
         try:
-            created = _unless(409, lambda: self.dynamic.create(resource, body=body, namespace=namespace))
+            created = _unless(409, lambda: self.custom.request("POST", path, body=body))
         except ApiException as exc:
             raise _refused(exc, body, self._named()) from None
-        return None if created is None else self._keep(created.to_dict())
+        return None if created is None else self._keep(created)
 
     def merge_patch(self, ref: ResourceRef, patch: dict[str, Any]) -> dict[str, Any] | None:
         resource = self._resource(ref.api_version, ref.kind)
-        patched = _unless(
-            404,
-            lambda: self.dynamic.patch(
-                resource,
-                body=patch,
-                name=ref.name,
-                namespace=ref.namespace if resource.namespaced else None,
-                content_type="application/merge-patch+json",
-            ),
-        )
-        return None if patched is None else self._keep(patched.to_dict())
+        path = _path_of(ref.api_version, resource, ref.namespace, ref.name)
+        patched = _unless(404, lambda: self.custom.request("PATCH", path, body=patch, content_type=MERGE_PATCH))
+        return None if patched is None else self._keep(patched)
 
     def delete(self, ref: ResourceRef, *, resource_version: str | None = None) -> bool:
         """Delete (background propagation); False if it was already gone. With ``resource_version``, only that
         version of it (a 409 ``ApiException`` when it changed since: a guarded write)."""
         resource = self._resource(ref.api_version, ref.kind)
-        namespace = ref.namespace if resource.namespaced else None
+        path = _path_of(ref.api_version, resource, ref.namespace, ref.name)
         body: dict[str, Any] = {"propagationPolicy": "Background"}
         if resource_version is not None:
             body["preconditions"] = {"resourceVersion": resource_version}
-        deleted = _unless(
-            404,
-            lambda: self.dynamic.delete(resource, name=ref.name, namespace=namespace, body=body),
-        )
+        deleted = _unless(404, lambda: self.custom.request("DELETE", path, body=body))
         return deleted is not None
 
     # -- our own custom resources --------------------------------------------------------------------
@@ -410,16 +402,16 @@ class Kube:
         found: dict[tuple[str, str], str] = {}
         token: str | None = None
         while True:
-            response = self.custom.list_cluster_custom_object(
-                kind.group,
-                kind.version,
-                kind.plural,
-                limit=METADATA_PAGE,
-                _continue=token,
-                _preload_content=False,
-                _headers={"Accept": METADATA_LIST},
+            page = json_object(
+                self.custom.list_cluster_custom_object(
+                    kind.group,
+                    kind.version,
+                    kind.plural,
+                    limit=METADATA_PAGE,
+                    _continue=token,
+                    _headers={"Accept": METADATA_LIST},
+                )
             )
-            page = _json(response)
             for item in page.get("items") or []:
                 meta = item.get("metadata") or {}
                 found[(meta.get("namespace") or "", meta.get("name") or "")] = str(meta.get("uid") or "")
@@ -462,7 +454,7 @@ class Kube:
     def delete_custom(self, kind: Kind, namespace: str, name: str, *, uid: str | None = None) -> bool:
         """Delete one of our objects (its finalizer then runs); False if it was already gone. With ``uid`` only
         that incarnation of the name: False too when the object of that name now is another (409)."""
-        body = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid)) if uid else None
+        body = {"preconditions": {"uid": uid}} if uid else None
         if not kind.namespaced:
             gone = _unless(
                 404,
@@ -534,10 +526,11 @@ class Kube:
             if held is not UNKNOWN:
                 self._may_get("", "secrets", "Secret", namespace, name)
                 return _as_optional_dict(held)
-        response = _unless(404, lambda: self.core.read_namespaced_secret(name, namespace, _preload_content=False))
-        if response is None:
+        secret = _as_optional_dict(
+            _unless(404, lambda: self.custom.request("GET", object_path("/api/v1", "secrets", namespace, name)))
+        )
+        if secret is None:
             return None
-        secret = _json(response)
         if stored:
             self.store.fill(SECRETS, {"apiVersion": "v1", "kind": "Secret", **secret})
         return secret
@@ -547,16 +540,10 @@ class Kube:
         (bodies included: for Secrets this controller wrote, never for a cluster's worth)."""
         found: list[dict[str, Any]] = []
         token: str | None = None
+        path = object_path("/api/v1", "secrets", namespace)
         while True:
-            if namespace is None:
-                response = self.core.list_secret_for_all_namespaces(
-                    label_selector=label_selector, limit=limit, _continue=token, _preload_content=False
-                )
-            else:
-                response = self.core.list_namespaced_secret(
-                    namespace, label_selector=label_selector, limit=limit, _continue=token, _preload_content=False
-                )
-            page = _json(response)
+            query = (("labelSelector", label_selector), ("limit", limit), ("continue", token))
+            page = _as_dict(self.custom.request("GET", path, query=query))
             found.extend(page.get("items") or [])
             token = (page.get("metadata") or {}).get("continue")
             if not token:
@@ -567,11 +554,10 @@ class Kube:
     ) -> bool:
         """Delete a Secret — only the one with ``uid``, only at ``resource_version``, if given; False if it was
         gone (or replaced, or written since)."""
-        guarded = uid or resource_version
-        preconditions = client.V1Preconditions(uid=uid, resource_version=resource_version) if guarded else None
-        options = client.V1DeleteOptions(preconditions=preconditions)
+        preconditions = {"uid": uid, "resourceVersion": resource_version}
+        body = {"preconditions": {key: value for key, value in preconditions.items() if value}}
         try:
-            self.core.delete_namespaced_secret(name, namespace, body=options)
+            self.custom.request("DELETE", object_path("/api/v1", "secrets", namespace, name), body=body)
         except ApiException as exc:
             if exc.status in (404, 409):
                 return False
@@ -615,40 +601,33 @@ class Kube:
 
     def read_namespace(self, name: str) -> dict[str, Any] | None:
         """The Namespace (None if it does not exist)."""
-        response = _unless(404, lambda: self.core.read_namespace(name, _preload_content=False))
-        return None if response is None else _json(response)
+        found = _unless(404, lambda: self.custom.request("GET", object_path("/api/v1", "namespaces", None, name)))
+        return _as_optional_dict(found)
 
     def apply_secret(self, manifest: dict[str, Any]) -> dict[str, Any]:
         """Create or update a Secret we own, by server-side apply (no read needed); the Secret as written. An
         error answer is masked like any refused write's: it may echo the Secret's values."""
+        path = object_path("/api/v1", "secrets", manifest["metadata"]["namespace"], manifest["metadata"]["name"])
         try:
-            response = self.core.patch_namespaced_secret(
-                manifest["metadata"]["name"],
-                manifest["metadata"]["namespace"],
-                manifest,
-                field_manager=FIELD_MANAGER,
-                force=True,
-                _content_type="application/apply-patch+yaml",
-                _preload_content=False,
+            written = self.custom.request(
+                "PATCH",
+                path,
+                query=(("fieldManager", FIELD_MANAGER), ("force", True)),
+                body=manifest,
+                content_type=APPLY_PATCH,
             )
         except ApiException as exc:
             raise _refused(exc, manifest, self._named()) from None
-        return _as_dict(self._keep(_json(response)))
+        return _as_dict(self._keep(written))
 
     def emit_event(self, obj: dict[str, Any], *, reason: str, message: str, warning: bool = False) -> None:
         """Record a Kubernetes Event on ``obj``. Best effort: a lost event must not fail a reconcile."""
         meta = obj["metadata"]
         event = event_body(obj, reason=reason, message=message, warning=warning)
         try:
-            # A plain dict serialises as the Event it describes; the client annotates only its model class.
-            response: Any = self.core.create_namespaced_event(
-                event["metadata"]["namespace"],
-                event,  # type: ignore[arg-type]
-                _preload_content=False,
-            )
-            # Read to its end, which hands the connection back to the pool. Left unread, each Event kept its
-            # connection until the garbage collector closed it: about one new TLS connection per instance.
-            response.read()
+            # The answer is read to its end, which hands the connection back to the pool (an Event's answer left
+            # unread kept its connection until the garbage collector closed it: one new TLS connection each).
+            self.custom.request("POST", object_path("/api/v1", "events", event["metadata"]["namespace"]), body=event)
         except ApiException as exc:
             logger.warning("could not record event %s on %s: HTTP %s", reason, meta["name"], exc.status)
 
@@ -657,8 +636,8 @@ class Kube:
     def list_objects(self, api_version: str, kind: str, namespace: str) -> list[dict[str, Any]]:
         """Every object of a namespaced kind in ``namespace``, as plain dicts (managedFields included)."""
         resource = self._resource(api_version, kind)
-        listed = self.dynamic.get(resource, namespace=namespace)
-        items: list[dict[str, Any]] = [item.to_dict() for item in listed.items]
+        listed = _as_dict(self.custom.request("GET", _path_of(api_version, resource, namespace)))
+        items: list[dict[str, Any]] = listed.get("items") or []
         for item in items:  # list items carry no type meta; callers apply them back
             item.setdefault("apiVersion", api_version)
             item.setdefault("kind", kind)
@@ -679,6 +658,12 @@ class _ActingDynamicClient(DynamicClient):
         return self._discovery.resources
 
 
+def _path_of(api_version: str, resource: Any, namespace: str | None, name: str | None = None) -> str:
+    """The path of a discovered ``resource`` (its collection, or the object ``name``); ``namespace`` is ignored
+    for a cluster-scoped one."""
+    return object_path(api_root(api_version), resource.name, namespace if resource.namespaced else None, name)
+
+
 def _unless(status: int, call: Callable[[], Any]) -> Any:
     """``call()``, or None when the API answers ``status`` (404: it is gone; 409: it exists already)."""
     try:
@@ -692,12 +677,6 @@ def _unless(status: int, call: Callable[[], Any]) -> Any:
 def _as_dict(value: Any) -> dict[str, Any]:
     result: dict[str, Any] = value
     return result
-
-
-def _json(response: Any) -> dict[str, Any]:
-    """The body of a response read with ``_preload_content=False``: plain JSON, skipping the client's
-    model classes (building a V1Secret or V1Event and serialising it back cost more than the request)."""
-    return _as_dict(json.loads(response.data))
 
 
 def _as_optional_dict(value: Any) -> dict[str, Any] | None:

@@ -19,6 +19,7 @@ from kubernetes.client.exceptions import ApiException
 
 from opbroker.controller.servicecatalog.bindingrefs import BindingRef, BindingRefs
 from opbroker.controller.servicecatalog.resources import BINDINGS, GROUP, VERSION
+from opbroker.kubeclient.lean import LeanCustomObjects
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +37,7 @@ class BindingWatch:
     """Lists, then watches, Bindings into ``refs`` until :meth:`stop`."""
 
     def __init__(self, api_client: client.ApiClient, refs: BindingRefs) -> None:
-        self._custom = client.CustomObjectsApi(api_client)
+        self._custom = LeanCustomObjects(api_client)
         self.refs = refs
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="webhook-bindings", daemon=True)

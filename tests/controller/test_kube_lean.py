@@ -1,0 +1,235 @@
+"""The lean requests (``kubeclient.lean``): the hot calls as plain JSON, past the generated client's machinery.
+
+Aspects: the request sent (method, path, query, content type, credentials, the client's default headers such as
+``Impersonate-User``, the deadline) and the answer or error handed back, as the generated client would (unit, on
+a recording ApiClient); and on the real API server, every door of the controller that now goes through it —
+custom objects, their status, guarded deletes, generic objects by server-side apply, Secrets, Events, a watch —
+answering what the generated client reads back, and an impersonating door refused as its user.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client import exceptions
+
+from opbroker.api.meta import ResourceRef
+from opbroker.controller.kube import BINDINGS, Kube, Refused
+from opbroker.kubeclient import answers, deadlines
+from opbroker.kubeclient.lean import LeanCustomObjects, object_path
+
+# -- the request sent, the answer read (no cluster) ---------------------------------------------------------
+
+
+class _Answer:
+    """What ``call_api`` hands back (``rest.RESTResponse``'s surface the lean client reads)."""
+
+    def __init__(self, status: int, body: bytes) -> None:
+        self.status, self.reason, self.data = status, "reason", body
+        self.response = self
+        self.headers: dict[str, str] = {"Content-Type": "application/json"}
+
+    def read(self) -> bytes:
+        return self.data
+
+    def getheaders(self) -> dict[str, str]:
+        return self.headers
+
+
+class Recording(deadlines.BoundedApiClient):
+    """A bounded client whose requests are recorded and answered from a list, never sent."""
+
+    def __init__(self, answers_: list[_Answer]) -> None:
+        configuration = client.Configuration(host="https://api.example:6443")
+        configuration.api_key = {"authorization": "token-1"}
+        configuration.api_key_prefix = {"authorization": "Bearer"}
+        super().__init__(configuration)
+        self.answers = answers_
+        self.sent: list[dict[str, Any]] = []
+
+    def call_api(self, method: str, url: str, header_params: Any = None, body: Any = None, **rest: Any) -> Any:
+        timeout = rest.get("_request_timeout") or self.timeouts.for_url(url)
+        self.sent.append({"method": method, "url": url, "headers": header_params, "body": body, "timeout": timeout})
+        return self.answers.pop(0)
+
+
+def test_a_status_patch_is_one_merge_patch_with_the_credentials_and_default_headers() -> None:
+    api = Recording([_Answer(200, b'{"kind": "Thing", "status": {"state": "ok"}}')])
+    api.set_default_header("Impersonate-User", "system:serviceaccount:t:plan")  # type: ignore[no-untyped-call]
+    answer = LeanCustomObjects(api).patch_namespaced_custom_object_status(
+        "g.io", "v1", "ns 1", "things", "a/b", {"status": {"state": "ok"}}
+    )
+    assert answer == {"kind": "Thing", "status": {"state": "ok"}}
+    (sent,) = api.sent
+    assert (sent["method"], sent["url"]) == (
+        "PATCH",
+        "https://api.example:6443/apis/g.io/v1/namespaces/ns%201/things/a%2Fb/status",
+    )
+    assert sent["headers"]["Content-Type"] == "application/merge-patch+json"
+    assert sent["headers"]["Accept"] == "application/json"
+    assert sent["headers"]["authorization"] == "Bearer token-1"
+    assert sent["headers"]["Impersonate-User"] == "system:serviceaccount:t:plan"
+    assert sent["headers"]["User-Agent"] == api.user_agent
+    assert sent["body"] == {"status": {"state": "ok"}}
+    assert sent["timeout"] == (deadlines.CONNECT_SECONDS, deadlines.REQUEST_SECONDS)
+
+
+def test_the_generated_clients_arguments_become_the_apis_query_and_a_list_is_a_json_patch() -> None:
+    api = Recording([_Answer(200, b'{"items": []}'), _Answer(200, b"{}"), _Answer(200, b"{}")])
+    lean = LeanCustomObjects(api)
+    lean.list_cluster_custom_object(
+        "g.io", "v1", "things", label_selector="a=b", limit=5, _continue="tok", _headers={"Accept": "x/y"}
+    )
+    lean.patch_cluster_custom_object("g.io", "v1", "things", "n", [{"op": "test", "path": "/a", "value": 1}])
+    lean.delete_namespaced_custom_object("g.io", "v1", "ns", "things", "n", body={"preconditions": {"uid": "u"}})
+    listing, patch, delete = api.sent
+    assert listing["url"] == "https://api.example:6443/apis/g.io/v1/things?labelSelector=a%3Db&limit=5&continue=tok"
+    assert listing["headers"]["Accept"] == "x/y" and "Content-Type" not in listing["headers"]
+    assert patch["headers"]["Content-Type"] == "application/json-patch+json"
+    assert (delete["method"], delete["body"]) == ("DELETE", {"preconditions": {"uid": "u"}})
+    with pytest.raises(TypeError, match="labelselector"):
+        lean.list_cluster_custom_object("g.io", "v1", "things", labelselector="a=b")  # a typo is not sent silently
+    with pytest.raises(TypeError, match="Impersonate-User"):
+        lean.list_cluster_custom_object("g.io", "v1", "things", _headers={"Impersonate-User": "x"})
+
+
+def test_an_error_answer_raises_the_generated_clients_exception_with_its_body() -> None:
+    status = {"kind": "Status", "code": 409, "reason": "Conflict", "message": "the object has been modified"}
+    api = Recording([_Answer(409, json.dumps(status).encode()), _Answer(404, b"{}")])
+    lean = LeanCustomObjects(api)
+    with pytest.raises(exceptions.ConflictException) as conflict:
+        lean.patch_namespaced_custom_object_status("g.io", "v1", "ns", "things", "n", {"status": {}})
+    assert conflict.value.status == 409 and json.loads(conflict.value.body) == status
+    with pytest.raises(exceptions.NotFoundException):
+        lean.get_namespaced_custom_object("g.io", "v1", "ns", "things", "n")
+
+
+def test_paths_of_core_and_grouped_collections_and_objects() -> None:
+    assert object_path("/api/v1", "secrets", "ns", "s") == "/api/v1/namespaces/ns/secrets/s"
+    assert object_path("/api/v1", "namespaces", None, "ns") == "/api/v1/namespaces/ns"
+    assert object_path("/apis/g/v1", "things", None) == "/apis/g/v1/things"
+    assert object_path("/apis/g/v1", "things", "ns", "n", "status") == "/apis/g/v1/namespaces/ns/things/n/status"
+
+
+# -- every door on the real API server ---------------------------------------------------------------------
+
+
+def _binding(namespace: str, name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": BINDINGS.api_version,
+        "kind": "SFServiceBinding",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"instanceId": "i-1", "serviceId": "s", "planId": "p", "id": name},
+    }
+
+
+def test_the_controllers_doors_answer_what_the_generated_client_reads(
+    api_client: client.ApiClient, namespace: str
+) -> None:
+    kube = Kube(api_client)
+    generated = client.CustomObjectsApi(api_client)
+    name = f"b-{uuid.uuid4().hex[:6]}"
+    created = kube.create_custom(BINDINGS, _binding(namespace, name))
+    read_back = generated.get_namespaced_custom_object(
+        BINDINGS.group, BINDINGS.version, namespace, BINDINGS.plural, name
+    )
+    assert created == read_back
+    assert kube.get_custom(BINDINGS, namespace, name, fresh=True) == read_back
+
+    patched = kube.patch_custom_status(
+        BINDINGS, namespace, name, {"state": "succeeded"}, resource_version=created["metadata"]["resourceVersion"]
+    )
+    assert patched is not None and patched["status"]["state"] == "succeeded"
+    with pytest.raises(exceptions.ApiException) as stale:  # the guard: the object moved on since that version
+        kube.patch_custom_status(
+            BINDINGS, namespace, name, {"state": "failed"}, resource_version=created["metadata"]["resourceVersion"]
+        )
+    assert stale.value.status == 409
+    assert kube.patch_custom_status(BINDINGS, namespace, "absent", {"state": "x"}) is None
+
+    listed = kube.list_custom(BINDINGS, namespace)
+    assert [item["metadata"]["name"] for item in listed] == [name]
+    assert kube.uids_of(BINDINGS)[(namespace, name)] == created["metadata"]["uid"]
+
+    assert kube.delete_custom(BINDINGS, namespace, name, uid="another-incarnation") is False
+    assert kube.get_custom(BINDINGS, namespace, name, fresh=True) is not None, "a wrong uid deletes nothing"
+    assert kube.delete_custom(BINDINGS, namespace, name, uid=created["metadata"]["uid"]) is True
+    assert kube.delete_custom(BINDINGS, namespace, name) is False
+
+
+def test_generic_objects_secrets_and_events_through_the_lean_requests(
+    api_client: client.ApiClient, namespace: str
+) -> None:
+    kube = Kube(api_client)
+    core = client.CoreV1Api(api_client)
+    config_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm", "namespace": namespace}}
+    applied = kube.apply({**config_map, "data": {"a": "1"}})
+    assert applied["data"] == {"a": "1"}
+    assert core.read_namespaced_config_map("cm", namespace).data == {"a": "1"}
+    ref = ResourceRef(api_version="v1", kind="ConfigMap", name="cm", namespace=namespace)
+    assert kube.merge_patch(ref, {"data": {"b": "2"}})["data"] == {"a": "1", "b": "2"}  # type: ignore[index]
+    assert kube.get(ref, fresh=True)["data"] == {"a": "1", "b": "2"}  # type: ignore[index]
+    assert kube.create({**config_map, "data": {}}) is None, "it exists: the caller adopts it"
+    with pytest.raises(exceptions.ApiException) as moved:  # a guarded delete of a version that is not the latest
+        kube.delete(ref, resource_version=applied["metadata"]["resourceVersion"])
+    assert moved.value.status == 409
+    assert kube.delete(ref) is True and kube.delete(ref) is False
+    assert kube.get(ref, fresh=True) is None
+
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": namespace}}
+    written = kube.apply_secret({**secret, "stringData": {"password": "p"}})
+    assert kube.read_secret(namespace, "s") == written
+    assert "s" in [item["metadata"]["name"] for item in kube.list_secrets(namespace, label_selector="")]
+    assert kube.delete_secret(namespace, "s", uid="not-its-uid") is False
+    assert kube.delete_secret(namespace, "s", uid=written["metadata"]["uid"]) is True
+    assert kube.read_secret(namespace, "s") is None
+    assert kube.read_namespace(namespace)["metadata"]["name"] == namespace  # type: ignore[index]
+    assert kube.read_namespace(f"{namespace}-absent") is None
+
+    kube.emit_event(written, reason="Written", message="m" * 2000)
+    (event,) = core.list_namespaced_event(namespace, field_selector="reason=Written").items
+    assert event.involved_object.name == "s" and len(event.message) == 1024
+
+
+def test_a_watch_streams_through_the_lean_client(api_client: client.ApiClient, namespace: str) -> None:
+    lean = LeanCustomObjects(api_client)
+    listed = lean.list_namespaced_custom_object(BINDINGS.group, BINDINGS.version, namespace, "sfservicebindings")
+    lean.create_namespaced_custom_object(
+        BINDINGS.group, BINDINGS.version, namespace, "sfservicebindings", _binding(namespace, "w")
+    )
+    stream = answers.Watch()
+    events = stream.stream(
+        lean.list_namespaced_custom_object,
+        BINDINGS.group,
+        BINDINGS.version,
+        namespace,
+        "sfservicebindings",
+        resource_version=listed["metadata"]["resourceVersion"],
+        timeout_seconds=10,
+    )
+    first = next(events)
+    stream.stop()
+    assert (first["type"], first["object"]["metadata"]["name"]) == ("ADDED", "w")
+
+
+def test_an_acting_door_is_refused_as_its_user(api_client: client.ApiClient, namespace: str) -> None:
+    """The impersonating door's header rides on every lean request: a user with no rights is refused (and the
+    refusal names that user), where the controller's own door may write."""
+    door = Kube(api_client).acting_as(f"system:serviceaccount:{namespace}:nobody")
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "x", "namespace": namespace}}
+    with pytest.raises(Refused) as refused:
+        door.apply_secret({**secret, "stringData": {"password": "never-echoed"}})
+    assert refused.value.status == 403 and "nobody" in str(refused.value.body)
+    assert "never-echoed" not in str(refused.value.body)
+    with pytest.raises(exceptions.ApiException) as denied:
+        door.custom.get_namespaced_custom_object(BINDINGS.group, BINDINGS.version, namespace, "sfservicebindings", "w")
+    assert denied.value.status == 403
+    assert kube_secret_names(api_client, namespace).isdisjoint({"x"}), "nothing was written"
+
+
+def kube_secret_names(api_client: client.ApiClient, namespace: str) -> set[str]:
+    return {item.metadata.name for item in client.CoreV1Api(api_client).list_namespaced_secret(namespace).items}
