@@ -22,6 +22,7 @@ non-zero, so the pod restarts. :mod:`opbroker.controller.health` reports all of 
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -151,6 +152,11 @@ def run(settings: ControllerSettings, *, kubeconfig: str | None) -> None:
     def operate(*, check_the_api: bool) -> None:
         if check_the_api:  # a standby may have waited long for the lease: the API server may be starting now
             wait_for_the_api()
+        # What start-up built (the Kubernetes client's models, kopf, pydantic, the controller's parts) lives as long
+        # as the process: frozen out of the collector's reach, a full collection during a restart's listings walks
+        # only what they allocate (the broker does the same; issue 31).
+        gc.collect()
+        gc.freeze()
         # Not asyncio.run(): its teardown waits for the reconcile threads, and one blocked on the API would
         # keep a controller whose kopf has stopped up for good. Whatever happens, the process exits here.
         loop = asyncio.new_event_loop()
