@@ -79,8 +79,14 @@ def test_a_new_owner_costs_no_read_of_the_old_place_when_the_secrets_are_watched
         kube = Kube(api_client)
         kube.store.replace(SECRETS, [], bodies=False)  # what the Secret watch's listing makes of an empty cluster
         reads: list[str] = []
-        original = kube.core.read_namespaced_secret
-        kube.core.read_namespaced_secret = lambda name, *a, **kw: reads.append(name) or original(name, *a, **kw)  # type: ignore[method-assign]
+        send = kube.custom.request
+
+        def spy(method: str, path: str, **options: Any) -> Any:  # every request of the door goes through here
+            if "/secrets/" in path:
+                reads.append(path)
+            return send(method, path, **options)
+
+        kube.custom.request = spy  # type: ignore[method-assign]
         where = place(owner(api_client, namespace), kind="instance", namespace=cp)
         assert RegistryCache().load(kube, where, legacy=kube) is None
         assert reads == []
