@@ -7,6 +7,7 @@ one object); decisions live elsewhere. Objects are plain dicts as on the wire.
 from __future__ import annotations
 
 import datetime
+import functools
 import logging
 import threading
 from collections import OrderedDict
@@ -76,12 +77,14 @@ class Kind:
     """False for a cluster-scoped kind (the Service Catalog's Broker and ServiceClass): ``namespace`` is then
     ignored by the ``*_custom`` methods."""
 
-    @property
+    @functools.cached_property
     def api_version(self) -> str:
         return f"{self.group}/{self.version}"
 
-    @property
+    @functools.cached_property
     def store_key(self) -> tuple[str, str]:
+        """One tuple for the kind's life: every key the store holds of it shares its strings (a new string per
+        call cost each held object its own copy)."""
         return (self.api_version, self.plural)
 
 

@@ -104,6 +104,12 @@ class ThrottledRefresh:
                 return
             self._next = now + self.seconds
         self.hook(configuration)
+        installed = configuration.refresh_api_key_hook
+        if installed is not self:
+            # A kubeconfig's hook installs itself again each time it runs (``KubeConfigLoader._set_config``):
+            # keep throttling what it installed, or every request after the first refresh runs it again.
+            self.hook = installed
+            configuration.refresh_api_key_hook = self
 
 
 class BoundedApiClient(client.ApiClient):
