@@ -48,6 +48,7 @@ from opbroker.controller.jsoncopy import copy_json
 from opbroker.controller.kube import METADATA_LIST, METADATA_WATCH
 from opbroker.controller.watches import Watch
 from opbroker.kubeclient import deadlines
+from opbroker.kubeclient.answers import json_object
 from opbroker.kubeclient.lean import LeanCustomObjects
 
 logger = logging.getLogger(__name__)
@@ -250,16 +251,16 @@ class Informers:
         token: str | None = None
         listed_version: str | None = None
         while True:
-            response: Any = self._custom.list_cluster_custom_object(
-                group,
-                version,
-                resource.plural,
-                limit=self._list_page,
-                _continue=token,
-                _preload_content=False,
-                **_accept(resource, METADATA_LIST),
+            answer = json_object(
+                self._custom.list_cluster_custom_object(
+                    group,
+                    version,
+                    resource.plural,
+                    limit=self._list_page,
+                    _continue=token,
+                    **_accept(resource, METADATA_LIST),
+                )
             )
-            answer = json.loads(response.data)
             page = ListPage.of(answer)
             kind = kind or resource.kind or str(answer.get("kind") or "").removesuffix("List") or None
             for item in page.items:
