@@ -26,7 +26,7 @@ from opbroker.controller.core.refusals import Refusal, Severity, masked_status, 
 from opbroker.controller.store import UNKNOWN, ObjectStore
 from opbroker.kubeclient import deadlines
 from opbroker.kubeclient.answers import json_object
-from opbroker.kubeclient.lean import APPLY_PATCH, MERGE_PATCH, LeanCustomObjects, api_root, object_path
+from opbroker.kubeclient.lean import MERGE_PATCH, LeanCustomObjects, api_root, object_path
 
 logger = logging.getLogger(__name__)
 
@@ -290,13 +290,7 @@ class Kube:
         resource = self._resource(body["apiVersion"], body["kind"])
         path = _path_of(body["apiVersion"], resource, meta.get("namespace"), meta["name"])
         try:
-            applied = self.custom.request(
-                "PATCH",
-                path,
-                query=(("fieldManager", field_manager), ("force", True)),
-                body=body,
-                content_type=APPLY_PATCH,
-            )
+            applied = self.custom.server_side_apply(path, body, field_manager=field_manager)
         except ApiException as exc:
             if uid is not None and exc.status == 409:
                 return None  # gone (or deleted and not yet replaced): nothing to amend
@@ -612,13 +606,7 @@ class Kube:
         error answer is masked like any refused write's: it may echo the Secret's values."""
         path = object_path("/api/v1", "secrets", manifest["metadata"]["namespace"], manifest["metadata"]["name"])
         try:
-            written = self.custom.request(
-                "PATCH",
-                path,
-                query=(("fieldManager", FIELD_MANAGER), ("force", True)),
-                body=manifest,
-                content_type=APPLY_PATCH,
-            )
+            written = self.custom.server_side_apply(path, manifest, field_manager=FIELD_MANAGER)
         except ApiException as exc:
             raise _refused(exc, manifest, self._named()) from None
         return _as_dict(self._keep(written))

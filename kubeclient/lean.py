@@ -96,6 +96,12 @@ class LeanApi:
             raise ApiException.from_response(http_resp=response, body=data.decode("utf-8", "replace"), data=None)
         return json.loads(data) if data else None
 
+    def server_side_apply(self, path: str, body: dict[str, Any], *, field_manager: str) -> Any:
+        """Server-side apply of ``body`` at ``path`` as ``field_manager``, taking over fields others own
+        (``force``): the object as written."""
+        query = (("fieldManager", field_manager), ("force", True))
+        return self.request("PATCH", path, query=query, body=body, content_type=APPLY_PATCH)
+
 
 class LeanCustomObjects(LeanApi):
     """``CustomObjectsApi``'s methods that opbroker calls, same names and arguments, answers as plain JSON.
