@@ -144,17 +144,24 @@ class Controller:
         self.informers = Informers(
             self.kube.api_client,
             self.all_watches(),
+            on_page=self._listed_page,
             on_listed=self._listed,
             on_lost=self._lost,
             watch_seconds=self.settings.timeouts.watch,
         )
         self.informers.start()
 
-    def _listed(self, resource: tuple[str, str], objects: Sequence[dict[str, Any]]) -> None:
+    def _listed_page(self, resource: tuple[str, str], objects: Sequence[dict[str, Any]]) -> None:
+        """A page of a listing of one of our kinds: held in the store before its events are handled."""
+        for kind in (INSTANCES, BINDINGS):
+            if resource == (f"{kind.group}/{kind.version}", kind.plural):
+                self.kube.store.hold_page(kind.store_key, objects)
+
+    def _listed(self, resource: tuple[str, str], listed: frozenset[tuple[str, str]]) -> None:
         """A whole listing of one of our kinds: its store type is complete (absent means absent)."""
         for kind in (INSTANCES, BINDINGS):
             if resource == (f"{kind.group}/{kind.version}", kind.plural):
-                self.kube.store.replace(kind.store_key, objects)
+                self.kube.store.complete(kind.store_key, listed)
 
     def _lost(self, resource: tuple[str, str]) -> None:
         """A stream broke off: events may be missed until it is listed again, so reads go to the API."""

@@ -8,8 +8,11 @@ type's store that it is *complete*, so a reconcile that missed an object read it
 made some 300 such GETs). Here each resource is watched as client-go's informers do:
 
 * listed in pages of :data:`LIST_PAGE`, as plain JSON (no client models), each item given its ``apiVersion``
-  and ``kind`` (list items carry none) and delivered as ``ADDED``; then ``on_listed`` is told the whole listing
-  (the controller makes its store complete for its own kinds);
+  and ``kind`` (list items carry none); each page is told to ``on_page`` (the controller holds it in its store)
+  and its objects delivered as ``ADDED`` before the next page is read, so only a page and the queue's events are
+  ever parsed at once (a restart over 15 000 objects used to parse every listing whole first: a transient peak
+  of memory the process then kept); at the end ``on_listed`` is told the identities of everything listed (the
+  controller makes its store complete for its own kinds);
 * watched from the listing's resourceVersion, with bookmarks, the server ending each watch after
   ``watch_seconds`` and the client's read deadline (:mod:`opbroker.kubeclient.deadlines`) failing one that
   delivers nothing for a quarter longer; the next watch resumes from the last version seen;
@@ -58,8 +61,9 @@ LIST_PAGE = 500
 #: The server-side duration of each watch request by default (the API server ends it; the next resumes where it
 #: ended); the controller passes its ``--watch-seconds``.
 WATCH_SECONDS = 60
-#: Events waiting for the dispatcher, at most; a stream beyond it waits.
-QUEUE_EVENTS = 10_000
+#: Events waiting for the dispatcher, at most; a stream beyond it waits. A listing is paced by it: parsed objects
+#: wait here, so the bound is what a restart holds of them at once (about 1 000 objects of a few KiB each), not 10 000.
+QUEUE_EVENTS = 1_000
 #: The longest line of a watch stream (one event) read before it is refused and the resource listed again.
 #: The API server stores objects of at most 1.5 MiB (etcd's request limit); their JSON is about that size.
 MAX_EVENT_BYTES = 8 * 1024 * 1024
@@ -67,8 +71,12 @@ MAX_EVENT_BYTES = 8 * 1024 * 1024
 RETRY_SECONDS = 2.0
 
 
-Listed = Callable[[tuple[str, str], Sequence[dict[str, Any]]], None]
-"""Told a resource's whole listing: its (apiVersion, plural) and the objects listed."""
+Identity = tuple[str, str]
+"""An object's namespace ("" for a cluster-scoped one) and name."""
+Page = Callable[[tuple[str, str], Sequence[dict[str, Any]]], None]
+"""Told each page of a resource's listing before its objects are delivered: (apiVersion, plural), the objects."""
+Listed = Callable[[tuple[str, str], frozenset[Identity]], None]
+"""Told that a resource's listing is whole (every page told): (apiVersion, plural), the identities listed."""
 Lost = Callable[[tuple[str, str]], None]
 """Told that a resource's stream broke off (events may have been missed until it is listed again)."""
 
@@ -146,6 +154,7 @@ class Informers:
         api_client: client.ApiClient,
         watches: Iterable[Watch],
         *,
+        on_page: Page | None = None,
         on_listed: Listed | None = None,
         on_lost: Lost | None = None,
         watch_seconds: int = WATCH_SECONDS,
@@ -153,6 +162,7 @@ class Informers:
     ) -> None:
         self.resources = resources_of(watches)
         self._custom = LeanCustomObjects(_own_client(api_client, connections=len(self.resources)))
+        self._on_page = on_page
         self._on_listed = on_listed
         self._on_lost = on_lost
         self._watch_seconds = watch_seconds
@@ -217,7 +227,7 @@ class Informers:
 
     def _run(self, resource: Resource) -> None:
         """List, then watch, until stopped; list again whenever the watch cannot resume."""
-        known: dict[tuple[str, str], dict[str, Any]] = {}
+        known: dict[Identity, dict[str, Any]] = {}
         version: str | None = None
         while not self._stop.is_set():
             try:
@@ -243,11 +253,12 @@ class Informers:
             self._on_lost(resource.key)
         self._stop.wait(RETRY_SECONDS)
 
-    def _list(self, resource: Resource, known: dict[tuple[str, str], dict[str, Any]]) -> str | None:
-        """List ``resource`` whole, deliver each object (and the deletion of each known one now absent)."""
+    def _list(self, resource: Resource, known: dict[Identity, dict[str, Any]]) -> str | None:
+        """List ``resource`` page by page, delivering each page's objects before reading the next, then the
+        deletion of each object known before and now absent."""
         group, _, version = resource.api_version.rpartition("/")
         kind: str | None = None
-        objects: list[dict[str, Any]] = []
+        listed: dict[Identity, dict[str, Any]] = {}
         token: str | None = None
         listed_version: str | None = None
         while True:
@@ -263,26 +274,28 @@ class Informers:
             )
             page = ListPage.of(answer)
             kind = kind or resource.kind or str(answer.get("kind") or "").removesuffix("List") or None
-            for item in page.items:
-                objects.append(_typed(resource, item, kind))
+            objects = [_typed(resource, item, kind) for item in page.items]
+            if self._on_page is not None:
+                self._on_page(resource.key, objects)
+            for obj in objects:
+                listed[_identity(obj)] = tombstone(obj)
+            for obj in objects:
+                self._deliver(resource, "ADDED", obj)
             listed_version = page.resource_version
             token = page.continue_token
             if token is None:
                 break
-        now = {_identity(obj): obj for obj in objects}
-        gone = [known[key] for key in known if key not in now]
+        gone = [known[key] for key in known if key not in listed]
         known.clear()
-        known.update((key, tombstone(obj)) for key, obj in now.items())
+        known.update(listed)
         if self._on_listed is not None:
-            self._on_listed(resource.key, objects)
+            self._on_listed(resource.key, frozenset(listed))
         for obj in gone:
             self._deliver(resource, "DELETED", obj)
-        for obj in objects:
-            self._deliver(resource, "ADDED", obj)
         self._listed[resource.key].set()
         return listed_version
 
-    def _watch(self, resource: Resource, since: str | None, known: dict[tuple[str, str], dict[str, Any]]) -> str | None:
+    def _watch(self, resource: Resource, since: str | None, known: dict[Identity, dict[str, Any]]) -> str | None:
         """Watch ``resource`` from ``since`` until the server ends the watch; the last version seen (None: list
         again)."""
         group, _, version = resource.api_version.rpartition("/")
@@ -347,7 +360,7 @@ def _accept(resource: Resource, metadata_type: str) -> dict[str, Any]:
     return {"_headers": {"Accept": metadata_type}} if resource.metadata_only else {}
 
 
-def _identity(obj: Mapping[str, Any]) -> tuple[str, str]:
+def _identity(obj: Mapping[str, Any]) -> Identity:
     meta = obj.get("metadata") or {}
     return str(meta.get("namespace") or ""), str(meta.get("name") or "")
 

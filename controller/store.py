@@ -36,7 +36,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -123,6 +123,27 @@ class ObjectStore:
             self._fed.add(type_key)
             self._complete.add(type_key)
 
+    def hold_page(self, type_key: TypeKey, objects: Iterable[dict[str, Any]]) -> None:
+        """One page of a listing of ``type_key`` that arrives page by page: each object held (a newer copy held
+        stays), and the type fed from now on — complete only once :meth:`complete` is told the whole listing,
+        so until then an object not held yet is read from the API rather than taken for absent."""
+        slim = [(_key(type_key, obj), _slim(obj)) for obj in objects]
+        with self._lock:
+            self._fed.add(type_key)
+            for key, held in slim:
+                mine = self._objects.get(key)
+                if mine is None or not _newer(mine[0], held[0]):
+                    self._hold(key, held)
+
+    def complete(self, type_key: TypeKey, listed: Collection[tuple[str, str]]) -> None:
+        """The listing whose pages :meth:`hold_page` held is whole: ``listed`` names (namespace, name) every
+        object in it. What is held of the type beyond it is gone; from now on absent means absent."""
+        with self._lock:
+            for key in [key for key in self._objects if key[:2] == type_key and key[2:] not in listed]:
+                self._release(key)
+            self._fed.add(type_key)
+            self._complete.add(type_key)
+
     def forget_type(self, type_key: TypeKey) -> None:
         """The watch of ``type_key`` broke off: serve nothing of it until it is listed or fed again."""
         with self._lock:
@@ -134,7 +155,16 @@ class ObjectStore:
     def put(self, type_key: TypeKey, obj: dict[str, Any]) -> None:
         """Keep ``obj`` unless the copy held is newer (or the type is not fed: nothing keeps it fresh)."""
         key = _key(type_key, obj)
-        slim = _slim(obj)
+        version = resource_version(obj)
+        with self._lock:
+            if type_key not in self._fed:
+                return
+            held = self._objects.get(key)
+            if held is not None and (
+                _newer(held[0], version) or (version is not None and held[0] == version and held[1] is not None)
+            ):
+                return  # newer, or this very version (its watch event after our write's answer, or a listed page)
+        slim = _slim(obj)  # serialised outside the lock; the check is made again under it
         with self._lock:
             if type_key not in self._fed:
                 return

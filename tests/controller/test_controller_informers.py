@@ -62,7 +62,12 @@ def started(api_client: client.ApiClient, namespace: str) -> Iterator[tuple[Info
         Watch(API_VERSION, PLURAL, whole, "whole"),
         Watch(API_VERSION, PLURAL, identity, "identity", metadata_only=True, kind="SFServiceInstance"),
     ]
-    informers = Informers(api_client, watches, on_listed=lambda key, objects: listings.append((key, objects)))
+    informers = Informers(
+        api_client,
+        watches,
+        on_page=lambda key, objects: listings.append(("page", key, list(objects))),
+        on_listed=lambda key, listed: listings.append(("listed", key, listed)),
+    )
     yield informers, whole, identity, listings
     informers.stop()
 
@@ -75,8 +80,11 @@ def test_listed_then_watched_each_handler_with_its_own_copy(
     informers.start()
     assert informers.wait_listed(30)
     wait_for(lambda: whole.saw("ADDED", "before") and identity.saw("ADDED", "before"), 30, "the listing")
-    ((key, objects),) = listings
-    assert key == (API_VERSION, PLURAL)
+    *pages, (told, key, identities) = listings
+    assert told == "listed" and key == (API_VERSION, PLURAL) and (namespace, "before") in identities
+    assert pages and all(what == "page" and at == key for what, at, _ in pages)
+    objects = [obj for _, _, page in pages for obj in page]
+    assert {(o["metadata"].get("namespace", ""), o["metadata"]["name"]) for o in objects} == identities
     listed = next(o for o in objects if o["metadata"]["name"] == "before")
     assert listed["kind"] == "SFServiceInstance" and listed["apiVersion"] == API_VERSION  # list items lack them
 
@@ -118,6 +126,42 @@ def test_a_relisting_delivers_the_deletions_the_broken_stream_missed(
     wait_for(lambda: whole.saw("DELETED", "gone") and whole.saw("ADDED", "kept"), 10, "the relisting's events")
     assert (namespace, "gone") not in known and (namespace, "kept") in known
     assert set(known[(namespace, "kept")]["metadata"]) <= {"name", "namespace", "uid", "resourceVersion"}
+
+
+def test_a_listing_is_told_and_delivered_page_by_page(
+    api_client: client.ApiClient, custom: client.CustomObjectsApi, namespace: str
+) -> None:
+    """Each page is told, and its objects queued for delivery, before the next page is read: a listing is never
+    parsed whole (a restart's transient peak of memory); the end of the listing is told once, with every identity."""
+    for name in ("p1", "p2", "p3"):
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, instance(name))
+    told: list[tuple[str, Any]] = []
+    informers = Informers(
+        api_client,
+        [Watch(API_VERSION, PLURAL, lambda *_: None, "quiet")],
+        on_page=lambda _key, objects: told.append(("page", [o["metadata"]["name"] for o in objects])),
+        on_listed=lambda _key, listed: told.append(("listed", listed)),
+        list_page=1,
+    )
+    queued: list[tuple[str, str]] = []
+    informers._deliver = lambda _resource, event_type, obj: (  # type: ignore[method-assign]
+        told.append(("delivered", obj["metadata"]["name"])),
+        queued.append((event_type, obj["metadata"]["name"])),
+    )
+    (resource,) = informers.resources
+    informers._list(resource, {})
+    mine = {"p1", "p2", "p3"}  # the API server may hold other tests' instances too: their pages are left out
+    seen = [e for e in told if (e[0] == "page" and mine & set(e[1])) or (e[0] == "delivered" and e[1] in mine)]
+    assert seen == [
+        ("page", ["p1"]),
+        ("delivered", "p1"),
+        ("page", ["p2"]),
+        ("delivered", "p2"),
+        ("page", ["p3"]),
+        ("delivered", "p3"),
+    ]
+    assert told[-1][0] == "listed" and {(namespace, n) for n in ("p1", "p2", "p3")} <= told[-1][1]
+    assert all(event_type == "ADDED" for event_type, _ in queued)
 
 
 def test_stop_ends_every_stream_at_once(api_client: client.ApiClient) -> None:
