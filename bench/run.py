@@ -414,6 +414,35 @@ def secrets_markdown(r: dict[str, Any]) -> list[str]:
     ]
 
 
+def _catalog_rows(phase: str, what: str) -> list[tuple[str, Any]]:
+    """The Service Catalog suite's figures per object of one phase: CPU of the controller (its SC reconcile and
+    the OSB reconcile behind it), the broker and the API server, and the broker's GETs (its polls' reads)."""
+
+    def per_object(process: str) -> Any:
+        return lambda s: _ms_per(s["servicecatalog"][phase], process)
+
+    def both(s: dict[str, Any]) -> float:
+        p = s["servicecatalog"][phase]
+        return round(_ms_per(p, "controller") + _ms_per(p, "broker"), 2)
+
+    def broker_gets(s: dict[str, Any]) -> float:
+        p = s["servicecatalog"][phase]
+        return round(p["requests_by_verb"]["broker"].get("get", 0) / p["objects"], 2)
+
+    return [
+        (f"{what}s/s", lambda s: s["servicecatalog"][phase]["per_second"]),
+        (f"controller CPU ms/{what}", per_object("controller")),
+        (f"broker CPU ms/{what}", per_object("broker")),
+        (f"controller + broker CPU ms/{what}", both),
+        (f"API server CPU ms/{what}", per_object("kube-apiserver")),
+        (f"broker GETs/{what}", broker_gets),
+    ]
+
+
+def _ms_per(phase: dict[str, Any], process: str) -> float:
+    return round(phase["cpu_seconds_by_process"][process] * 1000 / phase["objects"], 2)
+
+
 def _bodies(store: dict[str, float] | None) -> str:
     """Secret bodies held of Secrets known, from the store metrics (a tree without them: n/a)."""
     if not store:
@@ -499,6 +528,13 @@ def compare_markdown(results: dict[str, Any]) -> str:
             row("bindings: controller CPU ms/binding", lambda s: s["bindings"]["controller_cpu_ms_per_binding"]),
             row("bindings: utilisation", lambda s: s["bindings"]["utilisation"]),
             row("bindings: access reviews", lambda s: s["bindings"]["controller_access_reviews"]),
+        ],
+        "servicecatalog": [
+            *(
+                row(f"servicecatalog: {label}", pick)
+                for phase, what in (("instances_phase", "Instance"), ("bindings_phase", "Binding"))
+                for label, pick in _catalog_rows(phase, what)
+            ),
         ],
         secrets: [
             row(
