@@ -170,7 +170,7 @@ def sweep(kube: Kube, namespace: str, owner_uid_of: Callable[[str, str, str], st
     (re-created, or rewritten for a new owner of the name) is never deleted by mistake.
     """
     deleted = []
-    for listed in kube.list_secrets(namespace, label_selector=LABEL_REGISTRY_OF):
+    for listed in kube.list_secrets(namespace, label_selector=LABEL_REGISTRY_OF, metadata_only=True):
         meta = Meta.of(listed.get("metadata"))
         kind = meta.labels.get(LABEL_REGISTRY_OF, "")
         owner_name = meta.labels.get(_OWNER_LABEL.get(kind, ""), "")

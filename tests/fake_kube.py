@@ -580,10 +580,12 @@ class FakeKube:
             found = self.objects.get(("v1", "Secret", namespace, name))
             return None if found is None else copy_json(found)
 
-    def list_secrets(self, namespace: str | None, *, label_selector: str, limit: int = 500) -> list[dict[str, Any]]:
+    def list_secrets(
+        self, namespace: str | None, *, label_selector: str, limit: int = 500, metadata_only: bool = False
+    ) -> list[dict[str, Any]]:
         with self._lock:
             return [
-                copy_json(obj)
+                {"metadata": copy_json(obj["metadata"])} if metadata_only else copy_json(obj)
                 for (v, k, ns, _), obj in sorted(self.objects.items())
                 if (v, k) == ("v1", "Secret") and namespace in (None, ns) and _selected(obj, label_selector)
             ]

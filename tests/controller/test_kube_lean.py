@@ -184,6 +184,10 @@ def test_generic_objects_secrets_and_events_through_the_lean_requests(
     written = kube.apply_secret({**secret, "stringData": {"password": "p"}})
     assert kube.read_secret(namespace, "s") == written
     assert "s" in [item["metadata"]["name"] for item in kube.list_secrets(namespace, label_selector="")]
+    (shown,) = [
+        i for i in kube.list_secrets(namespace, label_selector="", metadata_only=True) if i["metadata"]["name"] == "s"
+    ]
+    assert "data" not in shown and shown["metadata"]["uid"] == written["metadata"]["uid"]  # no body sent
     assert kube.delete_secret(namespace, "s", uid="not-its-uid") is False
     assert kube.delete_secret(namespace, "s", uid=written["metadata"]["uid"]) is True
     assert kube.read_secret(namespace, "s") is None
