@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import json
 import logging
 import queue
 import threading
@@ -50,7 +49,7 @@ from opbroker.controller.core.views import ListPage, WatchEvent
 from opbroker.controller.jsoncopy import copy_json
 from opbroker.controller.kube import METADATA_LIST, METADATA_WATCH
 from opbroker.controller.watches import Watch
-from opbroker.kubeclient import deadlines
+from opbroker.kubeclient import deadlines, jsontext
 from opbroker.kubeclient.answers import json_object
 from opbroker.kubeclient.lean import LeanCustomObjects
 
@@ -316,7 +315,7 @@ class Informers:
             for line in lines_of(response):
                 if self._stop.is_set():
                     return since
-                sent = json.loads(line)
+                sent = jsontext.loads(line)
                 event = WatchEvent.of({"type": sent.get("type"), "raw_object": sent.get("object")})
                 if event.type == "ERROR":
                     return since if event.code != 410 else None

@@ -26,7 +26,6 @@ without a GET each; their later changes come from its own writes.
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import threading
 import time
@@ -40,7 +39,7 @@ from opbroker.api.meta import ResourceRef
 from opbroker.controller.core.views import ListPage, WatchEvent
 from opbroker.controller.kube import METADATA_LIST, METADATA_PAGE, METADATA_WATCH, Kube
 from opbroker.controller.reconciler.keys import Key
-from opbroker.kubeclient import deadlines
+from opbroker.kubeclient import deadlines, jsontext
 from opbroker.kubeclient.deadlines import Timeouts
 
 logger = logging.getLogger(__name__)
@@ -84,7 +83,7 @@ def _listing(
         headers["label_selector"] = label_selector
     while True:
         limit = METADATA_PAGE if metadata_only else LIST_PAGE
-        page = ListPage.of(json.loads(resource.get(limit=limit, _continue=token, serialize=False, **headers).data))
+        page = ListPage.of(jsontext.loads(resource.get(limit=limit, _continue=token, serialize=False, **headers).data))
         for item in page.items:
             yield _metadata_of(item, api_version, kind) if metadata_only else _with_type(item, api_version, kind)
         token = page.continue_token

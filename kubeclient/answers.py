@@ -12,6 +12,8 @@ from typing import Any
 
 from kubernetes import watch
 
+from opbroker.kubeclient import jsontext
+
 
 def json_object(answer: object) -> dict[str, Any]:
     """A custom-object API answer as the JSON object it is."""
@@ -33,7 +35,7 @@ class _DecodedOnce(watch.Watch):
         if not data or data.isspace():
             return None
         try:
-            event: dict[str, Any] = json.loads(data)
+            event: dict[str, Any] = jsontext.loads(data)
         except json.JSONDecodeError:
             return None
         event["raw_object"] = obj = event.get("object")

@@ -18,13 +18,14 @@ replaces that client where it is built (and the client's ``watch`` streams throu
 
 from __future__ import annotations
 
-import json
 import urllib.parse
 from collections.abc import Iterable
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+
+from opbroker.kubeclient import jsontext
 
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
@@ -94,7 +95,7 @@ class LeanApi:
         data = response.read()
         if not 200 <= response.status <= 299:
             raise ApiException.from_response(http_resp=response, body=data.decode("utf-8", "replace"), data=None)
-        return json.loads(data) if data else None
+        return jsontext.loads(data) if data else None
 
     def server_side_apply(self, path: str, body: dict[str, Any], *, field_manager: str) -> Any:
         """Server-side apply of ``body`` at ``path`` as ``field_manager``, taking over fields others own

@@ -139,7 +139,17 @@ def test_objects_are_held_as_compact_text() -> None:
     store = ObjectStore()
     store.replace(DB, [obj("a", "7", spec={"users": {"main": ["owner"]}})])
     ((version, text),) = store._objects.values()
-    assert version == "7" and isinstance(text, str) and "managedFields" not in text and ": " not in text
+    assert version == "7" and isinstance(text, bytes) and b"managedFields" not in text and b": " not in text
+
+
+def test_what_orjson_refuses_the_standard_library_holds() -> None:
+    """The store's JSON goes through orjson (kubeclient.jsontext); what orjson cannot write — an integer beyond 64
+    bits, a lone surrogate, a non-string key — is written by the standard library and read back as it was."""
+    store = ObjectStore()
+    store.feed(DB)
+    odd = {"big": 2**70, "surrogate": "\ud800", "é": "ü"}
+    store.put(DB, obj("a", "1", spec=odd))
+    assert store.lookup(DB, "ns", "a")["spec"] == odd
 
 
 def test_json_copies_share_nothing() -> None:
