@@ -36,7 +36,7 @@ from kubernetes import client, config
 from kubernetes.leaderelection import electionconfig
 from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 
-from opbroker.controller import apiready, contact, health, leadership
+from opbroker.controller import apiready, contact, health, leadership, trim
 from opbroker.controller.app import Controller, build_registry
 from opbroker.controller.kube import Kube
 from opbroker.controller.settings import ControllerSettings
@@ -103,6 +103,7 @@ async def _beat(state: health.Health) -> None:
 
 def run(settings: ControllerSettings, *, kubeconfig: str | None) -> None:
     """The ``opbroker controller run`` entry point. Never returns: the process exits when kopf's loop ends."""
+    trim.limit_arenas()  # before any thread of ours allocates (see trim.ARENAS)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("kopf.objects").setLevel(logging.WARNING)  # one line per handled event is noise
     # The election library logs every renewal and every retry (a line a second, forever); ours log changes.

@@ -6,6 +6,8 @@ import asyncio
 import ctypes
 import ctypes.util
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -33,6 +35,38 @@ def test_glibc_trim_is_found_here_and_gives_freed_memory_back() -> None:
     released = before - resident_bytes()
     libc.free(pin)
     assert released > 30_000_000, released
+
+
+ARENAS_PROBE = """
+import ctypes, ctypes.util, sys, threading
+from opbroker.controller import trim
+if sys.argv[1] == "limited":
+    assert trim.limit_arenas(2)
+libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+held = []
+def allocate():
+    held.extend(libc.malloc(1024) for _ in range(1000))
+threads = [threading.Thread(target=allocate) for _ in range(6)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+libc.malloc_stats()  # one "Arena n:" paragraph per arena, on stderr
+"""
+
+
+@pytest.mark.process
+@pytest.mark.parametrize(("mode", "most"), [("limited", 2), ("default", None)])
+def test_the_allocator_is_held_to_two_arenas(mode: str, most: int | None) -> None:
+    """With the limit, six allocating threads share two arenas; without it glibc gives them more (so the test
+    can tell): each thread's arena holds what it allocated among what it freed, out of a trim's reach."""
+    shown = subprocess.run([sys.executable, "-c", ARENAS_PROBE, mode], capture_output=True, text=True, check=True)
+    arenas = shown.stderr.count("Arena ")
+    if most is None:
+        assert arenas > 2, shown.stderr
+    else:
+        assert 1 <= arenas <= most, shown.stderr
 
 
 def resident_bytes() -> int:
