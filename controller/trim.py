@@ -41,8 +41,8 @@ _M_ARENA_MAX = -8
 #: Arenas the controller's allocator may use. glibc gives each thread that meets contention an arena of its own
 #: (up to 8 per core); what an informer thread allocates for a listing — the store's texts among it — then sits in
 #: that thread's arena between what it freed, and no trim can hand that back. Measured on a restart over 1 000
-#: instances + 2 000 bindings (session 13, three restarts each): 21.3–22.9 KiB per settled object with glibc's
-#: default, 17.7–18.0 with 2 arenas, 16.4 with 1; the CPU to idle the same within the runs' spread.
+#: instances + 2 000 bindings (session 13, three restarts each): 21.3 to 22.9 KiB per settled object with glibc's
+#: default, 17.7 to 18.0 with 2 arenas, 16.4 with 1; the CPU to idle the same within the runs' spread.
 ARENAS = 2
 
 
