@@ -145,13 +145,19 @@ def provision_all(bench: Bench, namespace: str, count: int, concurrency: int) ->
 
 
 def run(count: int, concurrency: int = 32) -> dict[str, Any]:
-    from bench.common import bench_stack
+    from bench.common import bench_stack, process_usage
 
     with bench_stack(f"prov-{count}-{os.getpid()}") as bench:
         bench.make_operator_instant()
         raw = raw_write_rate(bench.endpoint.kubeconfig, bench.namespace("raw"))
+        rss_before = process_usage(bench.process("controller"))["rss_mib"]
         result = provision_all(bench, bench.namespace("bench"), count, concurrency)
+        rss_after = process_usage(bench.process("controller"))["rss_mib"]
     result.pop("names")
+    # The controller's resident memory before the first instance and once every instance is ready (not a settled
+    # restart's figure: it includes what the work of provisioning left allocated; the restart suite has that one).
+    result["controller_rss_mib"] = {"before": rss_before, "after": rss_after}
+    result["controller_memory_kib_per_instance"] = round(1024 * (rss_after - rss_before) / count, 2)
     result["raw_write_rate"] = raw
     result["utilisation"] = round(result["api_writes_per_second"] / raw["writes_per_second"], 3)
     result["write_amplification"] = round(result["opbroker_writes_per_instance"] / MINIMUM_WRITES_PER_INSTANCE, 3)

@@ -651,6 +651,13 @@ def main() -> None:
     parser.add_argument("--suite", action="append", choices=SUITES, help="run only these (repeatable)")
     parser.add_argument("--no-record", action="store_true", help="print, do not write results files")
     parser.add_argument(
+        "--provisioning",
+        nargs="+",
+        type=int,
+        metavar="N",
+        help=f"provisioning suite sizes (default {' '.join(map(str, FULL['provisioning']))}; a compare: N=1000)",
+    )
+    parser.add_argument(
         "--bindings",
         nargs=2,
         type=int,
@@ -686,6 +693,8 @@ def main() -> None:
     )
     args = parser.parse_args()
     sizes = dict(QUICK if args.quick else FULL)
+    if args.provisioning:
+        sizes["provisioning"] = tuple(args.provisioning)
     if args.bindings:
         sizes["bindings"] = tuple(args.bindings)
     if args.restart:
