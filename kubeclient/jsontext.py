@@ -31,9 +31,16 @@ def loads(text: bytes | bytearray | memoryview | str) -> Any:
 
 
 def dumps(value: Any) -> bytes:
-    """Compact JSON of JSON-shaped ``value`` as UTF-8 bytes (anything not JSON written as its ``str``)."""
+    """Compact JSON of JSON-shaped ``value`` as UTF-8 bytes (anything not JSON written as its ``str``), in an
+    allocation of its own size.
+
+    orjson writes into a buffer it grows, then shrinks the buffer in place to the text's length; a text held for
+    long (the store's) then keeps a freed tail beside it that only smaller allocations can reuse. Measured on a
+    restart over 5 000 instances + 10 000 bindings (session 13, a CI run beside it): 27.3 KiB per settled object
+    held that way, 15.3 to 15.4 with the text copied into an exact allocation, 15.5 to 15.6 with the standard library.
+    """
     try:
-        return orjson.dumps(value, default=str)
+        return memoryview(orjson.dumps(value, default=str)).tobytes()
     except orjson.JSONEncodeError:
         # ASCII escapes: a lone surrogate (which UTF-8 cannot hold) is written as ``\udXXX`` and read back as it was.
         return json.dumps(value, separators=(",", ":"), default=str).encode()
