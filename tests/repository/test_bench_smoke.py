@@ -25,6 +25,7 @@ def test_quick_benchmarks_measure_what_they_claim() -> None:
         assert 5 <= provisioned["opbroker_writes_per_instance"] <= 9
         assert provisioned["raw_write_rate"]["writes_per_second"] > 0
         assert 0 < provisioned["utilisation"] < 1
+        assert provisioned["controller_rss_mib"]["after"] > 0 and "controller_memory_kib_per_instance" in provisioned
     assert set(results["scale_curve"]["ratios"]) >= {"opbroker_writes_per_instance", "controller_cpu_ms_per_instance"}
     markdown = run.summary_markdown(results)
     assert "| 10 |" in markdown and "Renderer" in markdown
