@@ -127,14 +127,11 @@ class ObjectStore:
     def hold_page(self, type_key: TypeKey, objects: Iterable[dict[str, Any]]) -> None:
         """One page of a listing of ``type_key`` that arrives page by page: each object held (a newer copy held
         stays), and the type fed from now on — complete only once :meth:`complete` is told the whole listing,
-        so until then an object not held yet is read from the API rather than taken for absent."""
-        slim = [(_key(type_key, obj), _slim(obj)) for obj in objects]
-        with self._lock:
-            self._fed.add(type_key)
-            for key, held in slim:
-                mine = self._objects.get(key)
-                if mine is None or not _newer(mine[0], held[0]):
-                    self._hold(key, held)
+        so until then an object not held yet is read from the API rather than taken for absent. Each object goes
+        through :meth:`put`: a relisting's object already held at its version is not serialised again."""
+        self.feed(type_key)
+        for obj in objects:
+            self.put(type_key, obj)
 
     def complete(self, type_key: TypeKey, listed: Collection[tuple[str, str]]) -> None:
         """The listing whose pages :meth:`hold_page` held is whole: ``listed`` names (namespace, name) every
