@@ -15,6 +15,7 @@ import ctypes
 import ctypes.util
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from opbroker.controller.reconciler.clock import SYSTEM, Clock
 
@@ -24,12 +25,18 @@ logger = logging.getLogger(__name__)
 CHECK_SECONDS = 5.0
 
 
+def _libc_function(name: str) -> Any:
+    """The C library's function ``name``, or None where there is none (no glibc: musl, macOS)."""
+    try:
+        return getattr(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6"), name)
+    except (OSError, AttributeError):
+        return None
+
+
 def libc_trim() -> Callable[[], int] | None:
     """glibc's ``malloc_trim(0)``, or None where there is none."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        trim = libc.malloc_trim
-    except (OSError, AttributeError):
+    trim = _libc_function("malloc_trim")
+    if trim is None:
         return None
     trim.argtypes = [ctypes.c_size_t]
     trim.restype = ctypes.c_int
@@ -49,10 +56,8 @@ ARENAS = 2
 def limit_arenas(count: int = ARENAS) -> bool:
     """Let glibc's allocator create at most ``count`` arenas (``mallopt(M_ARENA_MAX)``), as ``MALLOC_ARENA_MAX``
     would; whether it took (False without glibc). Called first thing, before the controller starts threads."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
+    mallopt = _libc_function("mallopt")
+    if mallopt is None:
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
