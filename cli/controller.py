@@ -41,6 +41,13 @@ def run(
     workers: Annotated[int, typer.Option(help="Concurrent reconciles.")] = 4,
     error_threshold: Annotated[int, typer.Option(help="Consecutive errors before an operation is failed.")] = 8,
     poll_seconds: Annotated[float, typer.Option(help="Re-check interval for in-progress operations.")] = 10.0,
+    poll_max_seconds: Annotated[
+        float,
+        typer.Option(
+            help="Longest re-check interval: an operation's grows with its age (a quarter of it) from --poll-seconds "
+            "up to this (source watches report changes sooner)."
+        ),
+    ] = 60.0,
     leader_election: Annotated[bool, typer.Option(help="Campaign for a Lease (active-passive replicas).")] = True,
     metrics_port: Annotated[
         int | None, typer.Option(help="Serve Prometheus metrics and /healthz, /readyz on this port.")
@@ -163,6 +170,7 @@ def run(
         workers=workers,
         error_threshold=error_threshold,
         status_poll_seconds=poll_seconds,
+        status_poll_max_seconds=poll_max_seconds,
         leader_election=leader_election,
         metrics_port=metrics_port,
         api_wait_seconds=api_wait_seconds,

@@ -72,7 +72,12 @@ def _carried(previous: InstanceFacts | None, entry: PlanEntry | None) -> Mapping
 
 
 def limits_of(settings: ControllerSettings) -> Limits:
-    return Limits(settings.status_poll_seconds, settings.max_operation_seconds, settings.error_threshold)
+    return Limits(
+        settings.status_poll_seconds,
+        settings.max_operation_seconds,
+        settings.error_threshold,
+        max_poll_seconds=settings.status_poll_max_seconds,
+    )
 
 
 class InstanceReconciler(PassingReconciler[InstanceFacts]):

@@ -11,7 +11,9 @@ watch per kind in a thread and reports the owners of every changed object to a c
 Each watch request asks the API server to end it after ``watch_seconds`` and for bookmarks; the client's read
 deadline (:mod:`opbroker.kubeclient.deadlines`) fails one that delivers nothing for a quarter longer — a dead
 connection — and a stream that outlives that deadline (events trickling past its end) is ended client-side.
-After a failure the kind's store entries are dropped (reads go to the API) until it is listed again.
+After a failure the kind's store entries are dropped (reads go to the API) until it is listed again; the events
+of the gap are lost, so once listed again every owner depending on an object of the kind is reported changed (a
+relisting informer's resync). The owners' polls are a safety net only, and back off with an operation's age.
 
 Kinds named ``metadata_only`` (the controller names Secrets) are listed and watched as
 ``PartialObjectMetadata``: the API server sends each object's metadata, never its body, so neither the
@@ -150,6 +152,11 @@ class SourceIndex:
         with self._lock:
             return set(self._owners.get(key, set()))
 
+    def owners_of_kind(self, kind: tuple[str, str]) -> set[Key]:
+        """Every owner depending on an object of ``kind`` (apiVersion, kind)."""
+        with self._lock:
+            return {owner for key, owners in self._owners.items() if key[:2] == kind for owner in owners}
+
 
 class SourceWatchers:
     """One watch thread per (apiVersion, kind), started the first time a reconcile needs it."""
@@ -163,8 +170,10 @@ class SourceWatchers:
         watch_seconds: int = 60,
         metadata_only: Iterable[tuple[str, str]] = (),
         own_bodies: Mapping[tuple[str, str], str] | None = None,
+        retry_seconds: float = 2.0,
     ) -> None:
         self._kube = kube
+        self._retry_seconds = retry_seconds
         self._watch_seconds = watch_seconds
         self._metadata_only = frozenset(metadata_only)
         self._own_bodies = dict(own_bodies or {})
@@ -240,6 +249,7 @@ class SourceWatchers:
         store = self._kube.store
         type_key = (api_version, kind)
         bodies = type_key not in self._metadata_only
+        listed_before = False
         while not self._stop.is_set():
             try:
                 resource = self._kube.dynamic.resources.get(api_version=api_version, kind=kind)
@@ -255,6 +265,10 @@ class SourceWatchers:
                         for obj in _listing(resource, api_version, kind, [], label_selector=own):
                             store.fill(type_key, obj)
                     self._listed[type_key].set()
+                    if listed_before:  # listed again after a failure: what changed in the gap was never told
+                        for owner in self._index.owners_of_kind(type_key):
+                            self._on_change(owner)
+                    listed_before = True
                 watcher = watch.Watch()
                 metadata_of = functools.partial(_metadata_of, api_version=api_version, kind=kind)
                 deadline = time.monotonic() + Timeouts(watch=self._watch_seconds).watch_read()
@@ -288,7 +302,7 @@ class SourceWatchers:
                     resource_version = None
                     continue
                 logger.warning("watch of %s %s failed (HTTP %s); retrying", api_version, kind, exc.status)
-                self._stop.wait(2.0)
+                self._stop.wait(self._retry_seconds)
             except Exception as exc:  # a dead stream (its read deadline: the watchdog), a refused connection, ...
                 why = (
                     "delivered nothing within its deadline"
@@ -298,5 +312,5 @@ class SourceWatchers:
                 logger.warning("watch of %s %s %s; listing it again", api_version, kind, why)
                 resource_version = None
                 store.forget_type(type_key)  # events may be lost: read from the API until listed again
-                self._stop.wait(2.0)
+                self._stop.wait(self._retry_seconds)
         store.forget_type(type_key)

@@ -187,14 +187,30 @@ def overdue(status: OperationView, *, max_seconds: float, at: datetime.datetime 
 
 
 def poll_after(
-    status: OperationView, *, poll_seconds: float, max_seconds: float, at: datetime.datetime | None = None
+    status: OperationView,
+    *,
+    poll_seconds: float,
+    max_seconds: float,
+    max_poll_seconds: float | None = None,
+    at: datetime.datetime | None = None,
 ) -> float:
-    """When to look at an in-progress operation again: the poll interval, or sooner when its deadline
-    comes first (so a timed-out operation fails on time, not up to a poll later)."""
+    """When to look at an in-progress operation again.
+
+    The poll is a safety net: a change of any object the status template reads enqueues the owner through its
+    source watch at once. So the interval grows with the operation's age — ``poll_seconds`` while it is young,
+    then a quarter of its age, at most ``max_poll_seconds`` (None: no growth) — and an operation that waits
+    long (a slow operator, a backlog of thousands) is re-evaluated a few dozen times, not once per
+    ``poll_seconds`` for as long as it waits. It never comes later than the operation's deadline, so a timed-out
+    operation fails on time, not up to a poll later."""
     age = operation_age(status, at=at)
-    if max_seconds <= 0 or age is None:
+    if age is None:
         return poll_seconds
-    return max(0.5, min(poll_seconds, max_seconds - age + 0.5))
+    wait = poll_seconds
+    if max_poll_seconds is not None and max_poll_seconds > poll_seconds:
+        wait = min(max(poll_seconds, age / 4), max_poll_seconds)
+    if max_seconds <= 0:
+        return wait
+    return max(0.5, min(wait, max_seconds - age + 0.5))
 
 
 def now(at: datetime.datetime | None = None) -> str:

@@ -48,6 +48,9 @@ class Limits:
     """An operation still in progress after this long fails (0: no limit)."""
     error_threshold: int = 8
     """Consecutive errors (a template that fails to render, a fixable refusal) before the operation fails."""
+    max_poll_seconds: float = 60.0
+    """The longest an operation in progress waits between two readings: its wait grows with its age up to this
+    (``decisions.poll_after``); source watches report changes sooner."""
 
 
 @dataclass(frozen=True)
@@ -275,7 +278,11 @@ def still_in_progress(
     age = decisions.overdue(view.status, max_seconds=limits.max_operation_seconds, at=now)
     if age is None:
         wait = decisions.poll_after(
-            view.status, poll_seconds=limits.poll_seconds, max_seconds=limits.max_operation_seconds, at=now
+            view.status,
+            poll_seconds=limits.poll_seconds,
+            max_seconds=limits.max_operation_seconds,
+            max_poll_seconds=limits.max_poll_seconds,
+            at=now,
         )
         return (*((a.Remember(version, applied),) if applied else ()), a.Requeue(wait))
     error = (

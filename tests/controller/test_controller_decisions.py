@@ -183,6 +183,28 @@ def test_poll_after_comes_no_later_than_the_deadline() -> None:
 
 
 @pytest.mark.parametrize(
+    ("reason", "started_at", "limit", "cap", "want"),
+    [
+        ("young: the poll interval", "2026-01-01T00:59:30Z", 3600, 60, 10.0),
+        ("40 s old: still the poll interval (a quarter of its age)", "2026-01-01T00:59:20Z", 3600, 60, 10.0),
+        ("two minutes old: a quarter of its age", "2026-01-01T00:58:00Z", 3600, 60, 30.0),
+        ("an hour old: the cap", "2026-01-01T00:00:00Z", 7200, 60, 60.0),
+        ("the deadline still comes first", "2026-01-01T00:00:00Z", 3620, 60, 20.5),
+        ("no limit: the cap alone", "2025-12-31T00:00:00Z", 0, 60, 60.0),
+        ("no cap: no growth", "2026-01-01T00:00:00Z", 7200, None, 10.0),
+        ("a cap below the poll interval: no growth", "2026-01-01T00:00:00Z", 7200, 5, 10.0),
+        ("no start recorded: the poll interval", None, 7200, 60, 10.0),
+    ],
+)
+def test_poll_after_backs_off_with_the_operations_age(
+    reason: str, started_at: str | None, limit: float, cap: float | None, want: float
+) -> None:
+    status = status_of(started(started_at))
+    got = decisions.poll_after(status, poll_seconds=10, max_seconds=limit, max_poll_seconds=cap, at=AT)
+    assert got == want, reason
+
+
+@pytest.mark.parametrize(
     ("reason", "instance", "want"),
     [
         (

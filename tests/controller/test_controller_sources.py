@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import threading
 from types import SimpleNamespace
 from typing import Any
 
+from opbroker.api.meta import ResourceRef
 from opbroker.controller.sources import SourceIndex, SourceWatchers, _listing
 from opbroker.controller.store import ObjectStore
 
@@ -62,3 +64,46 @@ def test_a_failing_subscriber_does_not_stop_the_watch() -> None:
     watchers._listeners[SECRETS] = [broken, lambda _t, obj: heard.append(obj["metadata"]["name"])]
     watchers._tell(SECRETS, "MODIFIED", {"metadata": {"name": "x"}})
     assert heard == ["x"]
+
+
+class FailingWatchResource(PagedResource):
+    """Lists like :class:`PagedResource`; every watch request fails as a dropped connection does. The
+    ``on_watch`` hook runs first (the test stops the watchers from it)."""
+
+    def __init__(self, names: list[str], on_watch: Any) -> None:
+        super().__init__(names, page=10)
+        self.on_watch, self.watches = on_watch, 0
+
+    def get(self, **kwargs: Any) -> Any:  # type: ignore[override]
+        if not kwargs.get("watch"):
+            return super().get(limit=kwargs["limit"], _continue=kwargs["_continue"], serialize=kwargs["serialize"])
+        self.watches += 1
+        self.on_watch(self.watches)
+        raise ConnectionError("connection reset")
+
+
+def test_owners_are_told_after_a_relisting_because_the_gaps_events_are_lost() -> None:
+    """A watch that fails is listed again; what changed between the failure and the new listing was never told,
+    so every owner depending on an object of the kind is reported changed once (its poll is only a safety
+    net). The first listing reports nobody: the owners' own reconciles have just read what it holds."""
+    index = SourceIndex()
+    pod = ("v1", "Pod", "ns", "a")
+    index.track(("i", "ns", "one"), [ResourceRef(api_version="v1", kind="Pod", namespace="ns", name="a")])
+    index.track(("i", "ns", "two"), [ResourceRef(api_version="v1", kind="Pod", namespace="ns", name="b")])
+    index.track(("i", "ns", "other"), [ResourceRef(api_version="v1", kind="ConfigMap", namespace="ns", name="a")])
+    told: list[tuple[int, Any]] = []
+    watchers: SourceWatchers
+
+    def on_watch(count: int) -> None:
+        if count == 2:
+            watchers.stop()
+
+    resource = FailingWatchResource(["a", "b"], on_watch)
+    dynamic = SimpleNamespace(resources=SimpleNamespace(get=lambda api_version, kind: resource))
+    kube = SimpleNamespace(store=ObjectStore(), dynamic=dynamic)
+    watchers = SourceWatchers(kube, index, lambda key: told.append((resource.watches, key)), retry_seconds=0)  # type: ignore[arg-type]
+    watchers._listed[("v1", "Pod")] = threading.Event()
+    watchers._watch("v1", "Pod")
+    assert resource.watches == 2 and resource.calls == 2  # listed, failed, listed again, stopped
+    assert sorted(told) == [(1, ("i", "ns", "one")), (1, ("i", "ns", "two"))]
+    assert index.owners_of(pod) == {("i", "ns", "one")}

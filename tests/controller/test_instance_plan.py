@@ -333,6 +333,16 @@ ROWS: list[tuple[str, InstanceFacts, list[tuple[Any, ...]]]] = [
         [("track", ("db",)), ("requeue", 30.0)],
     ),
     (
+        "in progress for 160 s: the poll backs off to a quarter of the operation's age",
+        facts(body(state="in progress", observed=1, started=160), report=Report(True, WORKING)),
+        [("track", ()), ("requeue", 40.0)],
+    ),
+    (
+        "in progress for 20 minutes: the poll backs off no further than its cap",
+        facts(body(state="in progress", observed=1, started=1200), report=Report(True, WORKING)),
+        [("track", ()), ("requeue", 60.0)],
+    ),
+    (
         "in progress near its deadline: look again at the deadline, not a poll later",
         facts(body(state="in progress", observed=1, started=3590), report=Report(True, WORKING)),
         [("track", ()), ("requeue", 10.5)],
