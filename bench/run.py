@@ -655,7 +655,8 @@ def main() -> None:
         nargs="+",
         type=int,
         metavar="N",
-        help=f"provisioning suite sizes (default {' '.join(map(str, FULL['provisioning']))}; a compare: N=1000)",
+        help=f"provisioning suite sizes (default {' '.join(map(str, FULL['provisioning']))}; a compare: one N, "
+        "default 1000)",
     )
     parser.add_argument(
         "--bindings",
@@ -718,12 +719,14 @@ def main() -> None:
                 (RESULTS / f"compare-{stamp}.json").write_text(json.dumps(results, indent=2) + "\n")
                 (RESULTS / summary_file).write_text(compare_markdown(results) + "\n")
 
+        if args.provisioning and len(args.provisioning) > 1:
+            parser.error("a compare runs the provisioning suite at one size: give --provisioning one N")
+        if args.provisioning:
+            provisioning_size = args.provisioning[0]
+        else:
+            provisioning_size = min(sizes["provisioning"]) if args.quick else COMPARED_PROVISIONING
         compared = run_compare(
-            args.compare,
-            sizes,
-            record=record_compare,
-            provisioning_size=min(sizes["provisioning"]) if args.quick else COMPARED_PROVISIONING,
-            suites=compared_suites,
+            args.compare, sizes, record=record_compare, provisioning_size=provisioning_size, suites=compared_suites
         )
         record_compare(compared)
         print(compare_markdown(compared) if keep else json.dumps(compared, indent=2))
