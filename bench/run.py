@@ -439,6 +439,24 @@ def _catalog_rows(phase: str, what: str) -> list[tuple[str, Any]]:
     ]
 
 
+def _cost_rows(label: str, what: str, pick: Any, count: str) -> list[tuple[str, Any]]:
+    """CPU per object of the broker and the API server beside the controller's, and issue 31's ratio
+    ((controller + broker) / API server): ``pick`` finds the suite's result, ``count`` its number of objects."""
+
+    def per_object(process: str) -> Any:
+        return lambda s: round(pick(s)["cpu_seconds_by_process"][process] * 1000 / pick(s)[count], 2)
+
+    def ratio(s: dict[str, Any]) -> float:
+        cpu = pick(s)["cpu_seconds_by_process"]
+        return round((cpu["controller"] + cpu["broker"]) / cpu["kube-apiserver"], 3)
+
+    return [
+        (f"{label}: broker CPU ms/{what}", per_object("broker")),
+        (f"{label}: API server CPU ms/{what}", per_object("kube-apiserver")),
+        (f"{label}: (controller + broker) / API server CPU", ratio),
+    ]
+
+
 def _ms_per(phase: dict[str, Any], process: str) -> float:
     return round(phase["cpu_seconds_by_process"][process] * 1000 / phase["objects"], 2)
 
@@ -510,6 +528,12 @@ def compare_markdown(results: dict[str, Any]) -> str:
                 f"provisioning {prov}: controller CPU ms/inst",
                 lambda s: s["provisioning"][prov]["controller_cpu_ms_per_instance"],
             ),
+            *(
+                row(label, pick)
+                for label, pick in _cost_rows(
+                    f"provisioning {prov}", "inst", lambda s: s["provisioning"][prov], "instances"
+                )
+            ),
             row(f"provisioning {prov}: utilisation", lambda s: s["provisioning"][prov]["utilisation"]),
             row(
                 f"provisioning {prov}: access reviews",
@@ -526,6 +550,10 @@ def compare_markdown(results: dict[str, Any]) -> str:
                 ),
             ),
             row("bindings: controller CPU ms/binding", lambda s: s["bindings"]["controller_cpu_ms_per_binding"]),
+            *(
+                row(label, pick)
+                for label, pick in _cost_rows("bindings", "binding", lambda s: s["bindings"], "bindings")
+            ),
             row("bindings: utilisation", lambda s: s["bindings"]["utilisation"]),
             row("bindings: access reviews", lambda s: s["bindings"]["controller_access_reviews"]),
         ],
