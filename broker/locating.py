@@ -4,6 +4,12 @@ Later OSB requests (DELETE, GET, bind) carry only the OSB id, not the namespace 
 recorded in. The index turns "which namespace?" into one GET instead of a cluster-wide list. It is a
 hint, never the truth: a hit is confirmed by a GET, and a miss falls back to an authoritative list, so
 two replicas whose indexes differ by a few milliseconds still give the same answer.
+
+A name and a namespace are all it keeps, so it lists and watches metadata only (``PartialObjectMetadata``, in
+pages of :data:`~opbroker.kubeclient.lean.METADATA_PAGE`): the controller patches each instance's status about
+four times per operation, and a full watch made the broker receive and decode every one of those bodies (the
+top of its profile once its requests were answered, issue 31) and listed every instance of the cluster in one
+answer.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from kubernetes.client.exceptions import ApiException
 from opbroker.api.catalog import OSB_GROUP
 from opbroker.broker.records import Kind
 from opbroker.kubeclient import answers
-from opbroker.kubeclient.lean import LeanCustomObjects
+from opbroker.kubeclient.lean import METADATA_LIST, METADATA_PAGE, METADATA_WATCH, LeanCustomObjects
 
 log = logging.getLogger(__name__)
 VERSION = "v1alpha1"
@@ -73,13 +79,30 @@ class NamespaceIndex:
                 self._stopped.wait(1.0)
 
     def _relist(self, kind: Kind) -> str:
-        listed: dict[str, Any] = answers.json_object(
-            self._custom.list_cluster_custom_object(OSB_GROUP, VERSION, kind.plural)
-        )
-        names = {item["metadata"]["name"]: item["metadata"]["namespace"] for item in listed.get("items", [])}
+        names: dict[str, str] = {}
+        token: str | None = None
+        while True:
+            page: dict[str, Any] = answers.json_object(
+                self._custom.list_cluster_custom_object(
+                    OSB_GROUP,
+                    VERSION,
+                    kind.plural,
+                    limit=METADATA_PAGE,
+                    _continue=token,
+                    _headers={"Accept": METADATA_LIST},
+                )
+            )
+            for item in page.get("items") or []:
+                meta = item.get("metadata") or {}
+                if meta.get("name") and meta.get("namespace"):
+                    names[meta["name"]] = meta["namespace"]
+            listed = page.get("metadata") or {}
+            token = listed.get("continue")
+            if not token:
+                break
         with self._lock:
             self._names[kind] = names
-        return str(listed["metadata"]["resourceVersion"])
+        return str(listed["resourceVersion"])
 
     def _follow(self, kind: Kind, version: str) -> str | None:
         """Apply watch events from ``version``; the version to resume from, or ``None`` to relist."""
@@ -93,6 +116,7 @@ class NamespaceIndex:
                 kind.plural,
                 resource_version=version,
                 timeout_seconds=self._watch_seconds,
+                _headers={"Accept": METADATA_WATCH},
             ):
                 if self._stopped.is_set() or event["type"] == "ERROR":
                     return None

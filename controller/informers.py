@@ -47,11 +47,10 @@ from kubernetes.client.exceptions import ApiException
 
 from opbroker.controller.core.views import ListPage, WatchEvent
 from opbroker.controller.jsoncopy import copy_json
-from opbroker.controller.kube import METADATA_LIST, METADATA_WATCH
 from opbroker.controller.watches import Watch
 from opbroker.kubeclient import deadlines, jsontext
 from opbroker.kubeclient.answers import json_object
-from opbroker.kubeclient.lean import LeanCustomObjects
+from opbroker.kubeclient.lean import METADATA_LIST, METADATA_WATCH, LeanCustomObjects
 
 logger = logging.getLogger(__name__)
 

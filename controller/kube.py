@@ -26,7 +26,15 @@ from opbroker.controller.core.refusals import Refusal, Severity, masked_status, 
 from opbroker.controller.store import UNKNOWN, ObjectStore
 from opbroker.kubeclient import deadlines
 from opbroker.kubeclient.answers import json_object
-from opbroker.kubeclient.lean import JSON, MERGE_PATCH, LeanCustomObjects, api_root, object_path
+from opbroker.kubeclient.lean import (
+    JSON,
+    MERGE_PATCH,
+    METADATA_LIST,
+    METADATA_PAGE,
+    LeanCustomObjects,
+    api_root,
+    object_path,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -87,16 +95,6 @@ class Kind:
         call cost each held object its own copy)."""
         return (self.api_version, self.plural)
 
-
-#: ``PartialObjectMetadataList``: every object's metadata, without its data (metadata-only listings).
-METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
-#: A watch of the same (each event's object is its ``PartialObjectMetadata``).
-METADATA_WATCH = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
-#: Objects per page of a metadata-only listing: each page is parsed whole (an object's metadata, managedFields
-#: included, is 1 to 2 KiB parsed) and what Python's allocator takes for it stays with the process, so a restart
-#: over 10 000 unrelated Secrets listed 5 000 at a time grew by 25 MiB for 2.7 MiB held; 500 keep the peak
-#: near 1 MiB for 20 requests instead of 2.
-METADATA_PAGE = 500
 
 #: Identities acted as at once, at most (each keeps a connection pool); the least recently used goes first.
 MAX_ACTING_IDENTITIES = 64

@@ -39,10 +39,11 @@ from kubernetes.client.exceptions import ApiException
 
 from opbroker.api.meta import ResourceRef
 from opbroker.controller.core.views import ListPage, WatchEvent
-from opbroker.controller.kube import METADATA_LIST, METADATA_PAGE, METADATA_WATCH, Kube
+from opbroker.controller.kube import Kube
 from opbroker.controller.reconciler.keys import Key
 from opbroker.kubeclient import deadlines, jsontext
 from opbroker.kubeclient.deadlines import Timeouts
+from opbroker.kubeclient.lean import METADATA_LIST, METADATA_PAGE, METADATA_WATCH
 
 logger = logging.getLogger(__name__)
 

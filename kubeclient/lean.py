@@ -33,6 +33,16 @@ JSON_PATCH = "application/json-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"
 """Server-side apply's content type; its body is sent as JSON (JSON is YAML)."""
 
+#: ``PartialObjectMetadataList``: every object's metadata, without its data (metadata-only listings).
+METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+#: A watch of the same (each event's object is its ``PartialObjectMetadata``).
+METADATA_WATCH = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+#: Objects per page of a metadata-only listing: each page is parsed whole (an object's metadata, managedFields
+#: included, is 1 to 2 KiB parsed) and what Python's allocator takes for it stays with the process, so a restart
+#: over 10 000 unrelated Secrets listed 5 000 at a time grew by 25 MiB for 2.7 MiB held; 500 keep the peak
+#: near 1 MiB for 20 requests instead of 2.
+METADATA_PAGE = 500
+
 
 def api_root(api_version: str) -> str:
     """``/api/v1`` for the core group, ``/apis/<group>/<version>`` for any other."""

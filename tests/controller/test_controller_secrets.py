@@ -18,11 +18,11 @@ from typing import Any
 from kubernetes import client
 
 from opbroker.api.conventions import CREDENTIALS_KEY
-from opbroker.controller.kube import METADATA_LIST
 from opbroker.controller.sources import SourceIndex, SourceWatchers, _listing
 from opbroker.controller.store import UNKNOWN, Census, ObjectStore
 from opbroker.devcluster import ControlPlane
 from opbroker.devcluster.controlplane import free_ports
+from opbroker.kubeclient.lean import METADATA_LIST
 from tests.controller.test_controller_lifecycle import bind, provision, wait_state
 from tests.controller_support import Process, controller_command, wait_for
 
