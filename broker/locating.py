@@ -25,7 +25,7 @@ from kubernetes.client.exceptions import ApiException
 from opbroker.api.catalog import OSB_GROUP
 from opbroker.broker.records import Kind
 from opbroker.kubeclient import answers
-from opbroker.kubeclient.lean import METADATA_LIST, METADATA_PAGE, METADATA_WATCH, LeanCustomObjects
+from opbroker.kubeclient.lean import METADATA_PAGE, METADATA_WATCH, LeanCustomObjects
 
 log = logging.getLogger(__name__)
 VERSION = "v1alpha1"
@@ -80,26 +80,13 @@ class NamespaceIndex:
 
     def _relist(self, kind: Kind) -> str:
         names: dict[str, str] = {}
-        token: str | None = None
-        while True:
-            page: dict[str, Any] = answers.json_object(
-                self._custom.list_cluster_custom_object(
-                    OSB_GROUP,
-                    VERSION,
-                    kind.plural,
-                    limit=METADATA_PAGE,
-                    _continue=token,
-                    _headers={"Accept": METADATA_LIST},
-                )
-            )
+        listed: dict[str, Any] = {}
+        for page in self._custom.cluster_metadata_pages(OSB_GROUP, VERSION, kind.plural, limit=METADATA_PAGE):
             for item in page.get("items") or []:
                 meta = item.get("metadata") or {}
                 if meta.get("name") and meta.get("namespace"):
                     names[meta["name"]] = meta["namespace"]
             listed = page.get("metadata") or {}
-            token = listed.get("continue")
-            if not token:
-                break
         with self._lock:
             self._names[kind] = names
         return str(listed["resourceVersion"])

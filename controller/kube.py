@@ -30,7 +30,6 @@ from opbroker.kubeclient.lean import (
     JSON,
     MERGE_PATCH,
     METADATA_LIST,
-    METADATA_PAGE,
     LeanCustomObjects,
     api_root,
     object_path,
@@ -395,24 +394,11 @@ class Kube:
         """The uid of every object of ``kind`` by (namespace, name): a metadata-only listing, :data:`METADATA_PAGE`
         a page — what a sweep needs to know of thousands of objects for a few requests, not one GET each."""
         found: dict[tuple[str, str], str] = {}
-        token: str | None = None
-        while True:
-            page = json_object(
-                self.custom.list_cluster_custom_object(
-                    kind.group,
-                    kind.version,
-                    kind.plural,
-                    limit=METADATA_PAGE,
-                    _continue=token,
-                    _headers={"Accept": METADATA_LIST},
-                )
-            )
+        for page in self.custom.cluster_metadata_pages(kind.group, kind.version, kind.plural):
             for item in page.get("items") or []:
                 meta = item.get("metadata") or {}
                 found[(meta.get("namespace") or "", meta.get("name") or "")] = str(meta.get("uid") or "")
-            token = (page.get("metadata") or {}).get("continue")
-            if not token:
-                return found
+        return found
 
     def watch_custom(
         self, kind: Kind, *, resource_version: str, label_selector: str = "", timeout_seconds: int = 60

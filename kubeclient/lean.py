@@ -19,7 +19,7 @@ replaces that client where it is built (and the client's ``watch`` streams throu
 from __future__ import annotations
 
 import urllib.parse
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from kubernetes import client
@@ -137,6 +137,24 @@ class LeanCustomObjects(LeanApi):
         self, group: str, version: str, namespace: str, plural: str, **options: Any
     ) -> Any:
         return self._call("GET", _custom(group, version, plural, namespace), options)
+
+    def cluster_metadata_pages(
+        self, group: str, version: str, plural: str, *, limit: int = METADATA_PAGE
+    ) -> Iterator[dict[str, Any]]:
+        """Every object of ``plural`` cluster-wide, as ``PartialObjectMetadataList`` pages of ``limit`` objects (a
+        page's ``items`` hold each object's metadata alone; the last page's ``metadata.resourceVersion`` is the
+        listing's, to watch from), one request per page as the caller reads on."""
+        token: str | None = None
+        while True:
+            page = self.list_cluster_custom_object(
+                group, version, plural, limit=limit, _continue=token, _headers={"Accept": METADATA_LIST}
+            )
+            if not isinstance(page, dict):
+                raise TypeError(f"the Kubernetes API answered a {type(page).__name__}, not a JSON object")
+            yield page
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return
 
     def list_cluster_custom_object(self, group: str, version: str, plural: str, **options: Any) -> Any:
         return self._call("GET", _custom(group, version, plural), options)
