@@ -44,10 +44,10 @@ def run(
     poll_max_seconds: Annotated[
         float,
         typer.Option(
-            help="Longest re-check interval: an operation's grows with its age (a quarter of it) from --poll-seconds "
-            "up to this (source watches report changes sooner)."
+            help="Longest re-check interval: while every object an operation's status template reads is watched, its "
+            "interval grows with its age (half of it) from --poll-seconds up to this (the watch reports changes)."
         ),
-    ] = 60.0,
+    ] = 300.0,
     leader_election: Annotated[bool, typer.Option(help="Campaign for a Lease (active-passive replicas).")] = True,
     metrics_port: Annotated[
         int | None, typer.Option(help="Serve Prometheus metrics and /healthz, /readyz on this port.")

@@ -116,6 +116,7 @@ class BindingReconciler(PassingReconciler[BindingFacts]):
             limits_of(settings),
             datetime.datetime.now(datetime.UTC),
             identities.plan_user(entry.body, settings) if entry is not None else None,
+            watched_kinds=self.deps.watchers.live,
         )
 
     def gather(self, facts: BindingFacts, previous: BindingFacts | None) -> BindingFacts:

@@ -123,6 +123,7 @@ class InstanceReconciler(PassingReconciler[InstanceFacts]):
             limits_of(settings),
             datetime.datetime.now(datetime.UTC),
             identities.plan_user(entry.body, settings) if entry is not None else None,
+            watched_kinds=self.deps.watchers.live,
         )
 
     def gather(self, facts: InstanceFacts, previous: InstanceFacts | None) -> InstanceFacts:

@@ -35,10 +35,11 @@ class ControllerSettings:
     """Consecutive errors after which an operation is marked failed instead of retried."""
     status_poll_seconds: float = 10.0
     """Safety-net re-check of in-progress operations; source watches usually react much sooner."""
-    status_poll_max_seconds: float = 60.0
-    """The safety net's longest interval: an operation's re-check interval grows with its age (a quarter of it,
-    from :attr:`status_poll_seconds`) up to this, so a long wait is not paid for with a status render every
-    :attr:`status_poll_seconds` (at or below :attr:`status_poll_seconds`: no growth)."""
+    status_poll_max_seconds: float = 300.0
+    """The safety net's longest interval: when every object an operation's status template reads is of a kind
+    whose watch is live, its re-check interval grows with its age (half of it, from :attr:`status_poll_seconds`)
+    up to this, so a long wait is not paid for with a status render every :attr:`status_poll_seconds`; otherwise
+    the poll is the only news and stays at :attr:`status_poll_seconds` (at or below it: no growth)."""
     workers: int = 4
     """Reconciles running at once (each does blocking API calls in a thread)."""
     leader_election: bool = True

@@ -185,12 +185,24 @@ class SourceWatchers:
         self._listed: dict[tuple[str, str], threading.Event] = {}
         self._unlisted: set[tuple[str, str]] = set()
         self._listeners: dict[tuple[str, str], list[Listener]] = {}
+        self._live: frozenset[tuple[str, str]] = frozenset()
         self._stop = threading.Event()
 
     @property
     def watched(self) -> set[tuple[str, str]]:
         with self._lock:
             return set(self._threads)
+
+    @property
+    def live(self) -> frozenset[tuple[str, str]]:
+        """The kinds whose watch is live: listed, and not failed since (a watch resumed after a refused request is
+        live again with its first event). A change of their objects reaches the owners at once, so an owner's
+        poll may back off; any other kind's owners are polled at the fixed interval."""
+        return self._live
+
+    def _mark(self, kind: tuple[str, str], *, live: bool) -> None:
+        with self._lock:
+            self._live = self._live | {kind} if live else self._live - {kind}
 
     def ensure(self, kinds: Iterable[tuple[str, str]]) -> None:
         for kind in kinds:
@@ -266,6 +278,7 @@ class SourceWatchers:
                         for obj in _listing(resource, api_version, kind, [], label_selector=own):
                             store.fill(type_key, obj)
                     self._listed[type_key].set()
+                    self._mark(type_key, live=True)
                     if listed_before:  # listed again after a failure: what changed in the gap was never told
                         for owner in self._index.owners_of_kind(type_key):
                             self._on_change(owner)
@@ -279,10 +292,13 @@ class SourceWatchers:
                         watcher.stop()
                         break
                     event = WatchEvent.of(sent, None if bodies else metadata_of)
+                    if type_key not in self._live:
+                        self._mark(type_key, live=True)
                     resource_version = event.resource_version or resource_version
                     if event.type == "BOOKMARK":
                         continue
                     if event.type == "ERROR":
+                        self._mark(type_key, live=False)
                         if event.code == 410:  # resourceVersion too old: relist
                             resource_version = None
                         break
@@ -299,6 +315,7 @@ class SourceWatchers:
                     for owner in self._index.owners_of(key):
                         self._on_change(owner)
             except ApiException as exc:
+                self._mark(type_key, live=False)
                 if exc.status == 410:
                     resource_version = None
                     continue
@@ -310,8 +327,10 @@ class SourceWatchers:
                     if deadlines.timed_out(exc)
                     else f"failed ({type(exc).__name__})"
                 )
+                self._mark(type_key, live=False)
                 logger.warning("watch of %s %s %s; listing it again", api_version, kind, why)
                 resource_version = None
                 store.forget_type(type_key)  # events may be lost: read from the API until listed again
                 self._stop.wait(self._retry_seconds)
+        self._mark(type_key, live=False)
         store.forget_type(type_key)

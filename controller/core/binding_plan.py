@@ -33,7 +33,15 @@ from opbroker.controller.catalog import PlanEntry
 from opbroker.controller.core import actions as a
 from opbroker.controller.core import decisions
 from opbroker.controller.core.decisions import Letting, Step
-from opbroker.controller.core.instance_plan import Limits, Piece, Teardown, count_error, still_in_progress, write_status
+from opbroker.controller.core.instance_plan import (
+    Limits,
+    Piece,
+    Teardown,
+    count_error,
+    still_in_progress,
+    watched,
+    write_status,
+)
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import BindingView, InstanceView
 from opbroker.controller.objects import Manifest, minus_refs, ref_dicts, reference_to, same_namespace, stamp
@@ -123,6 +131,8 @@ class BindingFacts:
     unbind: Unbind | None = None
     render_error: str | None = None
     refusal: a.Refusal | None = None
+    watched_kinds: frozenset[tuple[str, str]] = frozenset()
+    """The (apiVersion, kind)s whose watch is live at the read (see ``InstanceFacts.watched_kinds``)."""
 
 
 def steps(facts: BindingFacts) -> tuple[Step, ...]:
@@ -297,10 +307,10 @@ def _evaluate(facts: BindingFacts, *, applied: Mapping[str, Any] | None) -> tupl
     binding, report, entry = facts.binding, facts.report, facts.entry
     assert report is not None and entry is not None
     applied = dict(applied or {})
-    watched = (*report.source_refs, *binding.status.resources)
-    track = a.Track(watched)
+    refs = (*report.source_refs, *binding.status.resources)
+    track = a.Track(refs)
     if not report.has_template:
-        return (track, *_succeed(facts, {"credentials": dict(report.credentials)}, applied, watched))
+        return (track, *_succeed(facts, {"credentials": dict(report.credentials)}, applied, refs))
     section = report.section
     waiting = section is None or section.state == OperationState.IN_PROGRESS.value
     response = (section.response if section else None) or {}
@@ -310,9 +320,12 @@ def _evaluate(facts: BindingFacts, *, applied: Mapping[str, Any] | None) -> tupl
     if waiting or not response.get("credentials"):
         # Not done, or "succeeded" without credentials: the objects that produce them are not there yet.
         version = (binding.meta.generation, entry.hash)
-        return (track, *still_in_progress(binding, facts.now, facts.limits, applied, version))
+        polling = still_in_progress(
+            binding, facts.now, facts.limits, applied, version, watched=watched(refs, facts.watched_kinds)
+        )
+        return (track, *polling)
     followed = followed_status(report.source_refs, report.digest)
-    return (track, *_succeed(facts, response, {**applied, **followed}, watched))
+    return (track, *_succeed(facts, response, {**applied, **followed}, refs))
 
 
 def _succeed(

@@ -197,17 +197,18 @@ def poll_after(
     """When to look at an in-progress operation again.
 
     The poll is a safety net: a change of any object the status template reads enqueues the owner through its
-    source watch at once. So the interval grows with the operation's age — ``poll_seconds`` while it is young,
-    then a quarter of its age, at most ``max_poll_seconds`` (None: no growth) — and an operation that waits
-    long (a slow operator, a backlog of thousands) is re-evaluated a few dozen times, not once per
-    ``poll_seconds`` for as long as it waits. It never comes later than the operation's deadline, so a timed-out
-    operation fails on time, not up to a poll later."""
+    source watch at once (the caller passes ``max_poll_seconds`` only when every such object's kind is watched).
+    So the interval grows with the operation's age — ``poll_seconds`` while it is young, then half its age, at
+    most ``max_poll_seconds`` (None: no growth) — and an operation that waits long (a slow operator, a backlog
+    of thousands) is re-evaluated about a dozen times, not once per ``poll_seconds`` for as long as it waits.
+    It never comes later than the operation's deadline, so a timed-out operation fails on time, not up to a
+    poll later."""
     age = operation_age(status, at=at)
     if age is None:
         return poll_seconds
     wait = poll_seconds
     if max_poll_seconds is not None and max_poll_seconds > poll_seconds:
-        wait = min(max(poll_seconds, age / 4), max_poll_seconds)
+        wait = min(max(poll_seconds, age / 2), max_poll_seconds)
     if max_seconds <= 0:
         return wait
     return max(0.5, min(wait, max_seconds - age + 0.5))

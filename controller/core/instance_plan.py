@@ -48,9 +48,10 @@ class Limits:
     """An operation still in progress after this long fails (0: no limit)."""
     error_threshold: int = 8
     """Consecutive errors (a template that fails to render, a fixable refusal) before the operation fails."""
-    max_poll_seconds: float = 60.0
-    """The longest an operation in progress waits between two readings: its wait grows with its age up to this
-    (``decisions.poll_after``); source watches report changes sooner."""
+    max_poll_seconds: float = 300.0
+    """The longest an operation in progress waits between two readings when every object its status template
+    reads is of a watched kind: its wait grows with its age up to this (``decisions.poll_after``), since the
+    watch reports a change at once. Otherwise it is read every ``poll_seconds``."""
 
 
 @dataclass(frozen=True)
@@ -132,6 +133,8 @@ class InstanceFacts:
     """A template of the plan failed to render (apply, evaluation or teardown): why."""
     refusal: a.Refusal | None = None
     """The cluster refused a read the render needed (a source the plan's account may not read)."""
+    watched_kinds: frozenset[tuple[str, str]] = frozenset()
+    """The (apiVersion, kind)s whose watch is live at the read: a change of their objects enqueues the owner."""
 
 
 # -- the pure plan ------------------------------------------------------------------------------------------
@@ -266,22 +269,32 @@ def count_error(
     return (a.WriteStatus(status, guarded=False), a.Event(reason.value, message, warning=True), a.Retry(message))
 
 
+def watched(refs: Sequence[ResourceRef], kinds: frozenset[tuple[str, str]]) -> bool:
+    """Whether every object of ``refs`` is of a kind in ``kinds`` (those watched): then the watch, not the poll,
+    tells of its changes."""
+    return all((ref.api_version, ref.kind) in kinds for ref in refs)
+
+
 def still_in_progress(
     view: InstanceView | BindingView,
     now: datetime.datetime | None,
     limits: Limits,
     applied: Mapping[str, Any],
     version: tuple[Any, Any],
+    *,
+    watched: bool = False,
 ) -> tuple[a.Action, ...]:
     """The operator has not reported an outcome yet: look again later (keeping the apply's record), or fail the
-    operation once it has run past ``max_operation_seconds`` (writing the record with the failure)."""
+    operation once it has run past ``max_operation_seconds`` (writing the record with the failure). ``watched``:
+    every object the status template reads is of a watched kind, so the poll may back off with the operation's
+    age; else it comes every ``poll_seconds``, the only news of a change."""
     age = decisions.overdue(view.status, max_seconds=limits.max_operation_seconds, at=now)
     if age is None:
         wait = decisions.poll_after(
             view.status,
             poll_seconds=limits.poll_seconds,
             max_seconds=limits.max_operation_seconds,
-            max_poll_seconds=limits.max_poll_seconds,
+            max_poll_seconds=limits.max_poll_seconds if watched else None,
             at=now,
         )
         return (*((a.Remember(version, applied),) if applied else ()), a.Requeue(wait))
@@ -400,7 +413,9 @@ def _evaluate(facts: InstanceFacts, *, applied: Mapping[str, Any] | None) -> tup
     section = report.section
     if section is None or section.state == OperationState.IN_PROGRESS.value:
         version = (view.meta.generation, entry.hash)
-        waiting = still_in_progress(view, facts.now, facts.limits, applied, version)
+        waiting = still_in_progress(
+            view, facts.now, facts.limits, applied, version, watched=watched(track.refs, facts.watched_kinds)
+        )
         return (track, *waiting)
     reported = {
         "dashboardUrl": decisions.dashboard_url(section.dashboard_url, dict(report.registry)),

@@ -185,12 +185,12 @@ def test_poll_after_comes_no_later_than_the_deadline() -> None:
 @pytest.mark.parametrize(
     ("reason", "started_at", "limit", "cap", "want"),
     [
-        ("young: the poll interval", "2026-01-01T00:59:30Z", 3600, 60, 10.0),
-        ("40 s old: still the poll interval (a quarter of its age)", "2026-01-01T00:59:20Z", 3600, 60, 10.0),
-        ("two minutes old: a quarter of its age", "2026-01-01T00:58:00Z", 3600, 60, 30.0),
-        ("an hour old: the cap", "2026-01-01T00:00:00Z", 7200, 60, 60.0),
-        ("the deadline still comes first", "2026-01-01T00:00:00Z", 3620, 60, 20.5),
-        ("no limit: the cap alone", "2025-12-31T00:00:00Z", 0, 60, 60.0),
+        ("young: the poll interval", "2026-01-01T00:59:50Z", 3600, 300, 10.0),
+        ("20 s old: still the poll interval (half its age)", "2026-01-01T00:59:40Z", 3600, 300, 10.0),
+        ("two minutes old: half its age", "2026-01-01T00:58:00Z", 3600, 300, 60.0),
+        ("an hour old: the cap", "2026-01-01T00:00:00Z", 7200, 300, 300.0),
+        ("the deadline still comes first", "2026-01-01T00:00:00Z", 3620, 300, 20.5),
+        ("no limit: the cap alone", "2025-12-31T00:00:00Z", 0, 300, 300.0),
         ("no cap: no growth", "2026-01-01T00:00:00Z", 7200, None, 10.0),
         ("a cap below the poll interval: no growth", "2026-01-01T00:00:00Z", 7200, 5, 10.0),
         ("no start recorded: the poll interval", None, 7200, 60, 10.0),

@@ -107,3 +107,31 @@ def test_owners_are_told_after_a_relisting_because_the_gaps_events_are_lost() ->
     assert resource.watches == 2 and resource.calls == 2  # listed, failed, listed again, stopped
     assert sorted(told) == [(1, ("i", "ns", "one")), (1, ("i", "ns", "two"))]
     assert index.owners_of(pod) == {("i", "ns", "one")}
+
+
+def test_a_kind_is_live_from_its_listing_until_its_watch_fails() -> None:
+    """``live`` names the kinds whose changes reach their owners at once (their polls may back off): listed and
+    not failed since. A failed watch takes its kind out until it is listed again; a stopped one too."""
+    pod = ("v1", "Pod")
+    watchers: SourceWatchers
+    seen: list[tuple[str, bool]] = []
+
+    class Recording(FailingWatchResource):
+        def get(self, **kwargs: Any) -> Any:  # type: ignore[override]
+            seen.append(("watch" if kwargs.get("watch") else "list", pod in watchers.live))
+            return super().get(**kwargs)
+
+    def on_watch(count: int) -> None:
+        if count == 2:
+            watchers.stop()
+
+    resource = Recording(["a"], on_watch)
+    dynamic = SimpleNamespace(resources=SimpleNamespace(get=lambda api_version, kind: resource))
+    kube = SimpleNamespace(store=ObjectStore(), dynamic=dynamic)
+    watchers = SourceWatchers(kube, SourceIndex(), lambda _key: None, retry_seconds=0)  # type: ignore[arg-type]
+    watchers._listed[pod] = threading.Event()
+    assert pod not in watchers.live
+    watchers._watch(*pod)
+    # listed: live when watching; the watch failed: not live while listing again; live again once listed
+    assert seen == [("list", False), ("watch", True), ("list", False), ("watch", True)]
+    assert pod not in watchers.live  # stopped

@@ -333,14 +333,28 @@ ROWS: list[tuple[str, InstanceFacts, list[tuple[Any, ...]]]] = [
         [("track", ("db",)), ("requeue", 30.0)],
     ),
     (
-        "in progress for 160 s: the poll backs off to a quarter of the operation's age",
+        "in progress for 160 s, nothing to watch: the poll backs off to half the operation's age",
         facts(body(state="in progress", observed=1, started=160), report=Report(True, WORKING)),
-        [("track", ()), ("requeue", 40.0)],
+        [("track", ()), ("requeue", 80.0)],
     ),
     (
-        "in progress for 20 minutes: the poll backs off no further than its cap",
+        "in progress for 20 minutes, nothing to watch: the poll backs off no further than its cap",
         facts(body(state="in progress", observed=1, started=1200), report=Report(True, WORKING)),
-        [("track", ()), ("requeue", 60.0)],
+        [("track", ()), ("requeue", 300.0)],
+    ),
+    (
+        "in progress for 160 s, its object's kind not watched: the poll is the only news, at the fixed interval",
+        facts(body(state="in progress", observed=1, resources=[CM], started=160), report=Report(True, WORKING)),
+        [("track", ("db",)), ("requeue", 30.0)],
+    ),
+    (
+        "in progress for 160 s, its object's kind watched: the poll backs off",
+        facts(
+            body(state="in progress", observed=1, resources=[CM], started=160),
+            report=Report(True, WORKING),
+            watched_kinds=frozenset({("v1", "ConfigMap")}),
+        ),
+        [("track", ("db",)), ("requeue", 80.0)],
     ),
     (
         "in progress near its deadline: look again at the deadline, not a poll later",
@@ -480,6 +494,11 @@ class Watchers:
 
     def ensure(self, kinds: Any) -> None:
         self.kinds.update(kinds)
+
+    @property
+    def live(self) -> frozenset[tuple[str, str]]:
+        """The kinds asked for, as if each watch were live at once."""
+        return frozenset(self.kinds)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -266,6 +266,11 @@ class Watchers:
     def ensure(self, kinds: Iterable[tuple[str, str]]) -> None:
         self.kinds.update(kinds)
 
+    @property
+    def live(self) -> frozenset[tuple[str, str]]:
+        """The kinds asked for, as if each watch were live at once."""
+        return frozenset(self.kinds)
+
     def wait_listed(self, kinds: Iterable[tuple[str, str]], timeout: float) -> bool:
         return set(kinds) <= self.kinds
 
