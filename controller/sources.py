@@ -262,7 +262,6 @@ class SourceWatchers:
         store = self._kube.store
         type_key = (api_version, kind)
         bodies = type_key not in self._metadata_only
-        listed_before = False
         while not self._stop.is_set():
             try:
                 resource = self._kube.dynamic.resources.get(api_version=api_version, kind=kind)
@@ -277,12 +276,12 @@ class SourceWatchers:
                     if not bodies and own:
                         for obj in _listing(resource, api_version, kind, [], label_selector=own):
                             store.fill(type_key, obj)
-                    self._listed[type_key].set()
-                    self._mark(type_key, live=True)
-                    if listed_before:  # listed again after a failure: what changed in the gap was never told
+                    listed = self._listed[type_key]
+                    if listed.is_set():  # listed again after a failure: what changed in the gap was never told
                         for owner in self._index.owners_of_kind(type_key):
                             self._on_change(owner)
-                    listed_before = True
+                    listed.set()
+                    self._mark(type_key, live=True)
                 watcher = watch.Watch()
                 metadata_of = functools.partial(_metadata_of, api_version=api_version, kind=kind)
                 deadline = time.monotonic() + Timeouts(watch=self._watch_seconds).watch_read()

@@ -26,6 +26,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from opbroker.kubeclient import jsontext
+from opbroker.kubeclient.answers import json_object
 
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
@@ -146,11 +147,11 @@ class LeanCustomObjects(LeanApi):
         listing's, to watch from), one request per page as the caller reads on."""
         token: str | None = None
         while True:
-            page = self.list_cluster_custom_object(
-                group, version, plural, limit=limit, _continue=token, _headers={"Accept": METADATA_LIST}
+            page = json_object(
+                self.list_cluster_custom_object(
+                    group, version, plural, limit=limit, _continue=token, _headers={"Accept": METADATA_LIST}
+                )
             )
-            if not isinstance(page, dict):
-                raise TypeError(f"the Kubernetes API answered a {type(page).__name__}, not a JSON object")
             yield page
             token = (page.get("metadata") or {}).get("continue")
             if not token:

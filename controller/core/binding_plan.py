@@ -37,9 +37,9 @@ from opbroker.controller.core.instance_plan import (
     Limits,
     Piece,
     Teardown,
+    all_watched,
     count_error,
     still_in_progress,
-    watched,
     write_status,
 )
 from opbroker.controller.core.reasons import Reason
@@ -321,7 +321,7 @@ def _evaluate(facts: BindingFacts, *, applied: Mapping[str, Any] | None) -> tupl
         # Not done, or "succeeded" without credentials: the objects that produce them are not there yet.
         version = (binding.meta.generation, entry.hash)
         polling = still_in_progress(
-            binding, facts.now, facts.limits, applied, version, watched=watched(refs, facts.watched_kinds)
+            binding, facts.now, facts.limits, applied, version, watched=all_watched(refs, facts.watched_kinds)
         )
         return (track, *polling)
     followed = followed_status(report.source_refs, report.digest)

@@ -269,7 +269,7 @@ def count_error(
     return (a.WriteStatus(status, guarded=False), a.Event(reason.value, message, warning=True), a.Retry(message))
 
 
-def watched(refs: Sequence[ResourceRef], kinds: frozenset[tuple[str, str]]) -> bool:
+def all_watched(refs: Sequence[ResourceRef], kinds: frozenset[tuple[str, str]]) -> bool:
     """Whether every object of ``refs`` is of a kind in ``kinds`` (those watched): then the watch, not the poll,
     tells of its changes."""
     return all((ref.api_version, ref.kind) in kinds for ref in refs)
@@ -414,7 +414,7 @@ def _evaluate(facts: InstanceFacts, *, applied: Mapping[str, Any] | None) -> tup
     if section is None or section.state == OperationState.IN_PROGRESS.value:
         version = (view.meta.generation, entry.hash)
         waiting = still_in_progress(
-            view, facts.now, facts.limits, applied, version, watched=watched(track.refs, facts.watched_kinds)
+            view, facts.now, facts.limits, applied, version, watched=all_watched(track.refs, facts.watched_kinds)
         )
         return (track, *waiting)
     reported = {
