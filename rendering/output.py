@@ -14,6 +14,8 @@ is the template author's. Then:
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,9 +61,15 @@ class _Loader(_Base):  # type: ignore[misc]
 
     current: state.RenderState
 
+    reusable: bool = True
+    """False once a mapping key held a marker: resolved while parsing, it is this render's alone."""
+
     def construct_yaml_str(self, node: ScalarNode) -> Any:
         text = self.construct_scalar(node)
-        return interpolation.resolve_scalar(text, plain_style=not node.style, current=self.current)
+        nonce = self.current.nonce
+        if nonce not in text.lower():
+            return text
+        return _Deferred(text.replace(nonce, _HOLE), plain_style=not node.style)
 
     def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[str, Any]:
         if not isinstance(node, MappingNode):
@@ -73,6 +81,9 @@ class _Loader(_Base):  # type: ignore[misc]
         seen: set[str] = set()
         for position, (key_node, value_node) in enumerate(node.value):
             key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, _Deferred):
+                key = key.resolve(self.current)
+                self.reusable = False
             if isinstance(key, Mapping | list) or key is None:
                 raise ConstructorError(
                     "while constructing a mapping", node.start_mark, "a key must be a string", key_node.start_mark
@@ -92,8 +103,25 @@ _Loader.add_constructor("tag:yaml.org,2002:str", _Loader.construct_yaml_str)
 _Loader.add_constructor("tag:yaml.org,2002:timestamp", _Loader.construct_yaml_str)
 
 
-def parse_documents(text: str, current: state.RenderState) -> list[Any]:
-    """Every YAML document of the rendered text, with interpolations resolved (empty documents are None)."""
+def parse_documents(text: str, current: state.RenderState, parsed: ParsedTexts | None = None) -> list[Any]:
+    """Every YAML document of the rendered text, with interpolations resolved (empty documents are None).
+
+    ``parsed``: texts parsed before, by their shape (see :class:`ParsedTexts`); a text of the same shape is
+    not parsed again, only its scalars with markers are resolved against this render's values.
+    """
+    shape = text.replace(current.nonce, _HOLE)
+    reusable = parsed is not None and not current.verbatim and _HOLE not in text
+    skeletons = parsed.get(shape) if parsed is not None and reusable else None
+    if skeletons is None:
+        skeletons, reusable_parse = _parse(text, current)
+        if parsed is not None and reusable and reusable_parse:
+            parsed.put(shape, skeletons)
+    return [_materialize(skeleton, current, {}) for skeleton in skeletons]
+
+
+def _parse(text: str, current: state.RenderState) -> tuple[tuple[Any, ...], bool]:
+    """The documents of ``text`` with each scalar holding markers left :class:`_Deferred`, and whether they may
+    serve another render of the same shape."""
     loader = _Loader(text)
     loader.current = current
     try:
@@ -101,11 +129,102 @@ def parse_documents(text: str, current: state.RenderState) -> list[Any]:
         while loader.check_data():
             documents.append(loader.get_data())
             current.budget.check_time()
-        return documents
+        return tuple(documents), loader.reusable
     except yaml.YAMLError as exc:
         raise RenderError(f"the rendered text is not valid YAML: {_yaml_problem(exc, text, current)}") from None
     finally:
         loader.dispose()
+
+
+def _materialize(value: Any, current: state.RenderState, copies: dict[int, Any]) -> Any:
+    """``value`` with every :class:`_Deferred` scalar resolved against ``current``, in containers of its own (the
+    parse's are kept for the next render). ``copies``: what was made of each container and scalar already, by
+    identity — a YAML alias is the same object as its anchor, and stays one (an alias bomb is not expanded
+    here; the pruning's size bound refuses it as before)."""
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    if id(value) in copies:
+        return copies[id(value)]
+    if isinstance(value, _Deferred):
+        resolved = copies[id(value)] = value.resolve(current)
+        return resolved
+    if isinstance(value, dict):
+        mapping: dict[Any, Any] = {}
+        copies[id(value)] = mapping
+        for key, item in value.items():
+            mapping[key] = _materialize(item, current, copies)
+        return mapping
+    if isinstance(value, list):
+        items: list[Any] = []
+        copies[id(value)] = items
+        items.extend(_materialize(item, current, copies) for item in value)
+        return items
+    if isinstance(value, tuple):  # !!omap and !!pairs: (key, value) pairs
+        return tuple(_materialize(item, current, copies) for item in value)
+    if isinstance(value, set):
+        return set(value)
+    return value  # bytes (!!binary): immutable
+
+
+@dataclass(frozen=True, slots=True)
+class _Deferred:
+    """A scalar that holds interpolation markers, as parsed: its render's nonce replaced by :data:`_HOLE`, so
+    any render of the same shape can resolve it against its own values."""
+
+    text: str
+    plain_style: bool
+
+    def resolve(self, current: state.RenderState) -> Any:
+        text = self.text.replace(_HOLE, current.nonce)
+        return interpolation.resolve_scalar(text, plain_style=self.plain_style, current=current)
+
+
+#: Where the render's nonce stood in a text's shape: a character YAML refuses, so no parsed scalar holds one.
+_HOLE = "\x00"
+
+
+class ParsedTexts:
+    """The parse of rendered texts, kept by their shape: the text with the render's nonce taken out.
+
+    Why: parsing the YAML of a render was ~40 % of a render's CPU (py-spy, issue 31), yet renders of one plan
+    mostly produce the same text but for their markers — every value is a marker, so a ``sources`` or
+    ``status`` text differs between two instances only by the nonce. Safe because a text's structure is its
+    template's own characters (values are never in it): the same shape parses the same, and each render's
+    values are still put in by :func:`~.interpolation.resolve_scalar` alone. Not kept: a Go template's text (it
+    holds the values themselves, credentials included), a text whose mapping keys hold markers (resolved while
+    parsing: one render's), and texts larger than :attr:`max_text_bytes`. Bounded by count and by the bytes of
+    the texts kept (the parsed documents are a few times that); least recently used go first.
+    """
+
+    def __init__(self, *, max_texts: int = 1024, max_text_bytes: int = 64 * 1024, max_bytes: int = 4 * 1024 * 1024):
+        self.max_texts = max_texts
+        self.max_text_bytes = max_text_bytes
+        self.max_bytes = max_bytes
+        self._kept: OrderedDict[str, tuple[Any, ...]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, shape: str) -> tuple[Any, ...] | None:
+        with self._lock:
+            documents = self._kept.get(shape)
+            if documents is not None:
+                self._kept.move_to_end(shape)
+            return documents
+
+    def put(self, shape: str, documents: tuple[Any, ...]) -> None:
+        if len(shape) > self.max_text_bytes:
+            return
+        with self._lock:
+            if shape in self._kept:
+                return
+            self._kept[shape] = documents
+            self._bytes += len(shape)
+            while len(self._kept) > self.max_texts or self._bytes > self.max_bytes:
+                evicted, _ = self._kept.popitem(last=False)
+                self._bytes -= len(evicted)
+
+    def __len__(self) -> int:
+        return len(self._kept)
 
 
 def _yaml_problem(exc: yaml.YAMLError, text: str, current: state.RenderState) -> str:

@@ -141,6 +141,7 @@ class Renderer:
         self._environments: OrderedDict[str, PlanEnvironment] = OrderedDict()
         self._templates: OrderedDict[tuple[str, str, str], Template] = OrderedDict()
         self._plan_manifests: OrderedDict[int, tuple[SFPlan, dict[str, Any]]] = OrderedDict()
+        self._parsed = output.ParsedTexts()
 
     # -- public API ---------------------------------------------------------------------------------------------
 
@@ -175,7 +176,9 @@ class Renderer:
         elif spec is not None:
 
             def parse(text: str, current: state.RenderState) -> tuple[output.RenderedObject, ...]:
-                documents = output.prune_all(output.parse_documents(text, current), limit=self.limits.max_output_bytes)
+                documents = output.prune_all(
+                    output.parse_documents(text, current, self._parsed), limit=self.limits.max_output_bytes
+                )
                 return output.objects(documents, namespace=inputs.namespace, singleton=spec.singleton, adopt=spec.adopt)
 
             objects = self._render(plan, spec, inputs, work, parameters, parse)
@@ -369,7 +372,7 @@ class Renderer:
         return output.prune(document, limit=self.limits.max_output_bytes)
 
     def _single(self, text: str, current: state.RenderState, what: str) -> Any:
-        documents = [d for d in output.parse_documents(text, current) if d is not None]
+        documents = [d for d in output.parse_documents(text, current, self._parsed) if d is not None]
         if len(documents) > 1:
             raise RenderError(f"the {what} template must render one YAML document, got {len(documents)}")
         return self._pruned(documents[0]) if documents else None
