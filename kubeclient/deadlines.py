@@ -22,6 +22,7 @@ requests get half of that; the controller waits as long as the API server itself
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import urllib.parse
@@ -31,6 +32,8 @@ from typing import Any
 
 import urllib3
 from kubernetes import client
+from kubernetes.client import rest
+from kubernetes.client.exceptions import ApiException
 
 #: Seconds to dial the API server and finish the TLS handshake.
 CONNECT_SECONDS = 10.0
@@ -57,6 +60,8 @@ class Timeouts:
 
     def for_url(self, url: str) -> tuple[float, float]:
         """(connect, read) timeouts for a request to ``url``: a watch's, or an ordinary request's."""
+        if "watch=" not in url:  # no watch parameter (a name or an encoded value holds no "="): not parsed
+            return (self.connect, self.request)
         query = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query)
         if (query.get("watch") or [""])[0].lower() in ("true", "1"):
             try:
@@ -131,6 +136,9 @@ class BoundedApiClient(client.ApiClient):
         super().__init__(configuration)
         self.timeouts = timeouts
         self.on_answer = on_answer
+        self._server_pool: urllib3.HTTPConnectionPool | None = None
+        self._path_prefix = urllib.parse.urlsplit(configuration.host).path.rstrip("/")
+        self._timeouts_made: dict[Any, urllib3.Timeout] = {}
 
     def call_api(
         self,
@@ -143,17 +151,105 @@ class BoundedApiClient(client.ApiClient):
     ) -> Any:
         if _request_timeout is None:
             _request_timeout = self.timeouts.for_url(url)
-        response = super().call_api(
-            method,
-            url,
-            header_params=header_params,
-            body=body,
-            post_params=post_params,
-            _request_timeout=_request_timeout,
-        )
+        headers = header_params or {}
+        pool = None if post_params else self._direct_pool(url, headers.get("Content-Type"), body)
+        if pool is None:
+            response = super().call_api(
+                method,
+                url,
+                header_params=header_params,
+                body=body,
+                post_params=post_params,
+                _request_timeout=_request_timeout,
+            )
+        else:
+            response = self._send(pool, method, url, headers, body, _request_timeout)
         if self.on_answer is not None:
             self.on_answer()
         return response
+
+    def _direct_pool(self, url: str, content_type: str | None, body: Any) -> urllib3.HTTPConnectionPool | None:
+        """The connection pool of the API server, for a request :meth:`_send` can make as the client would (no
+        body, or a JSON one); None for any other (a proxy's, a form's, a URL of another host): the client's path."""
+        if body is not None and not (isinstance(body, dict | list) and content_type in _JSON_BODIES):
+            return None
+        if content_type == JSON_PATCH and not isinstance(body, list):
+            return None  # the client sends it as a strategic merge patch
+        manager = self.rest_client.pool_manager
+        host = self.configuration.host
+        if (
+            type(manager) is not urllib3.PoolManager
+            or not url.startswith(host)
+            or url[len(host) : len(host) + 1] != "/"
+        ):
+            return None
+        pool = self._server_pool
+        if pool is None or pool.pool is None:  # none yet, or closed by its manager
+            pool = self._server_pool = manager.connection_from_url(host)
+        return pool
+
+    def _send(
+        self,
+        pool: urllib3.HTTPConnectionPool,
+        method: str,
+        url: str,
+        headers: dict[str, str],
+        body: Any,
+        timeout: Any,
+    ) -> rest.RESTResponse:
+        """The request the client's ``RESTClientObject.request`` makes, made on the API server's pool directly.
+
+        Why: that path checks the content type against four patterns and has urllib3's pool manager parse the
+        URL and look its pool up again, on every request (issue 31). The same request is sent — the body as the
+        client's ``json.dumps`` writes it, the pool's retries, ``timeout``,
+        the answer unread (the caller reads it, or streams a watch), an SSL failure an ``ApiException`` of
+        status 0. Left out: following a redirect (the API server sends none; a 3xx is an error answer here).
+        """
+        path = self._path_prefix + url[len(self.configuration.host) :]
+        try:
+            answer = pool.urlopen(
+                method,
+                path,
+                body=None if body is None else json.dumps(body),
+                headers=headers,
+                timeout=self._timeout(timeout),
+                preload_content=False,
+                redirect=False,
+                assert_same_host=False,
+            )
+        except urllib3.exceptions.SSLError as exc:
+            raise ApiException(status=0, reason=f"{type(exc).__name__}\n{exc}") from exc
+        return rest.RESTResponse(answer)
+
+    def _timeout(self, timeout: Any) -> urllib3.Timeout | None:
+        """urllib3's ``Timeout`` of a ``_request_timeout`` as the client reads it (seconds; (connect, read); else
+        none), made once per value."""
+        if not isinstance(timeout, int | float | tuple) or not timeout:
+            return None
+        made = self._timeouts_made.get(timeout)
+        if made is None:
+            if isinstance(timeout, tuple):
+                if len(timeout) != 2:
+                    return None
+                made = urllib3.Timeout(connect=timeout[0], read=timeout[1])
+            else:
+                made = urllib3.Timeout(total=timeout)
+            if len(self._timeouts_made) < 64:
+                self._timeouts_made[timeout] = made
+        return made
+
+
+JSON_PATCH = "application/json-patch+json"
+#: Content types whose body the client encodes as JSON (server-side apply's YAML included: JSON is YAML).
+_JSON_BODIES = frozenset(
+    {
+        "application/json",
+        "application/merge-patch+json",
+        "application/strategic-merge-patch+json",
+        "application/apply-patch+yaml",
+        JSON_PATCH,
+    }
+)
 
 
 def bounded(
