@@ -34,7 +34,9 @@ def osb_executor(
     followed: PerKey[tuple[tuple[ResourceRef, ...], str]] | None = None,
 ) -> Executor:
     """The executor of an instance or binding reconciler (``kind``: its API resource; ``key_kind``: its key)."""
-    target = Target(deps.kube, kind, key_kind, own_writes=deps.own_writes, forget=deps.index.forget)
+    target = Target(
+        deps.kube, kind, key_kind, own_writes=deps.own_writes, forget=deps.index.forget, wrote=deps.index.wrote
+    )
     return Executor(target, osb_effects(deps, memory, followed))
 
 
@@ -116,7 +118,7 @@ def apply(run: Run, action: a.Apply) -> None:
     uid = action.owner_uid
     if not action.singleton:
         manager = {"field_manager": action.field_manager} if action.field_manager else {}
-        apply_owned(
+        written = apply_owned(
             kube,
             manifest,
             owner_uids=(uid, *action.co_owners),
@@ -124,6 +126,8 @@ def apply(run: Run, action: a.Apply) -> None:
             must_exist=action.must_exist,
             **manager,
         )
+        if written is not None and run.target.wrote is not None:
+            run.target.wrote(run.key, written)
         return
     if kube.create(manifest if action.owned else singletons.tracked(manifest, uid)) is not None:
         return

@@ -11,6 +11,7 @@ without the stamp is never taken over, unless the plan's template declares adopt
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from opbroker.api.meta import ResourceRef
 from opbroker.controller import singletons
@@ -43,8 +44,9 @@ def apply_owned(
     adopt: bool = False,
     field_manager: str = FIELD_MANAGER,
     must_exist: bool = False,
-) -> None:
-    """Server-side apply ``manifest`` unless the live object is someone else's (:class:`NotOwned`).
+) -> dict[str, Any] | None:
+    """Server-side apply ``manifest`` unless the live object is someone else's (:class:`NotOwned`); the object
+    as written (None: nothing was).
 
     ``owner_uids``: whose stamp makes the live object ours to write (a binding writes its own objects and its
     instance's). The check reads the live object (the store when it holds the kind); an object created by
@@ -59,12 +61,13 @@ def apply_owned(
     if decisions.takeover(live, owner_uids=owner_uids, adopt=adopt) is Takeover.REFUSE:
         raise NotOwned(ref)
     if not must_exist:
-        kube.apply(manifest, field_manager=field_manager)
-        return
+        return kube.apply(manifest, field_manager=field_manager)
     uid = live.meta.uid or None if live is not None else None
-    if uid is None or kube.apply(manifest, field_manager=field_manager, uid=uid) is None:
+    written = None if uid is None else kube.apply(manifest, field_manager=field_manager, uid=uid)
+    if written is None:
         where = f"{ref.namespace}/{ref.name}" if ref.namespace else ref.name
         logger.info("%s %s is gone: nothing of it to amend", ref.kind, where)
+    return written
 
 
 def release(kube: Kube, ref: ResourceRef, *, owner_uid: str) -> bool:

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from opbroker.api.meta import ResourceRef
+from opbroker.controller import sources
 from opbroker.controller.sources import SourceIndex, SourceWatchers, _listing
 from opbroker.controller.store import ObjectStore
 
@@ -135,3 +136,57 @@ def test_a_kind_is_live_from_its_listing_until_its_watch_fails() -> None:
     # listed: live when watching; the watch failed: not live while listing again; live again once listed
     assert seen == [("list", False), ("watch", True), ("list", False), ("watch", True)]
     assert pod not in watchers.live  # stopped
+
+
+def _database(name: str, version: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "demo.io/v1",
+        "kind": "Database",
+        "metadata": {"namespace": "ns", "name": name, "resourceVersion": version},
+    }
+
+
+def test_the_echo_of_an_owners_own_apply_tells_only_the_other_owners(monkeypatch: Any) -> None:
+    """An owner's apply is noted with the version it wrote; the watch event of that version (its echo) tells
+    the other owners of the object, not the writer — whose reconcile evaluated the object as written — and any
+    later version (the operator's) tells the writer too. Forgetting an owner, or no longer tracking the object,
+    drops the note."""
+    ref = ResourceRef(api_version="demo.io/v1", kind="Database", namespace="ns", name="db")
+    writer, reader = ("i", "ns", "writer"), ("i", "ns", "reader")
+    index = SourceIndex()
+    index.track(writer, [ref])
+    index.track(reader, [ref])
+    index.wrote(writer, _database("db", "7"))
+    key = ("demo.io/v1", "Database", "ns", "db")
+    assert index.owners_of(key, "7") == {reader}
+    assert index.owners_of(key, "8") == {writer, reader}
+    assert index.owners_of(key) == {writer, reader}
+
+    events = [
+        {"type": "ADDED", "raw_object": _database("db", "7")},
+        {"type": "MODIFIED", "raw_object": _database("db", "8")},
+    ]
+    told: list[Any] = []
+    watchers: SourceWatchers
+
+    def stream(*_: Any, **__: Any) -> Any:
+        yield from events
+        watchers.stop()
+
+    monkeypatch.setattr(sources, "_events", stream)
+    listing = PagedResource([], page=10)
+    dynamic = SimpleNamespace(resources=SimpleNamespace(get=lambda api_version, kind: listing))
+    kube = SimpleNamespace(store=ObjectStore(), dynamic=dynamic)
+    watchers = SourceWatchers(kube, index, told.append, retry_seconds=0)  # type: ignore[arg-type]
+    watchers._listed[("demo.io/v1", "Database")] = threading.Event()
+    watchers._watch("demo.io/v1", "Database")
+    assert told[0] == reader and len(told) == 3  # version 7: the reader alone
+    assert sorted(told[1:]) == sorted([writer, reader])  # version 8: both
+
+    index.track(writer, [])  # no longer depends on it: the note goes with it
+    index.track(writer, [ref])
+    assert index.owners_of(key, "7") == {writer, reader}
+    index.wrote(writer, _database("db", "9"))
+    index.forget(writer)
+    index.track(writer, [ref])
+    assert index.owners_of(key, "9") == {writer, reader}

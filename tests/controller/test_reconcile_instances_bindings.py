@@ -406,6 +406,10 @@ def test_new_instance_is_provisioned_then_reported(world: World) -> None:
     ]
     assert world.event_reasons() == []
     assert ("v1", "ConfigMap") in world.watchers.kinds
+    # the watch event of the apply's own version tells nobody: this reconcile evaluated the object as written
+    applied = ("v1", "ConfigMap", NS, "db")
+    assert world.index.owners_of(applied, configmap["metadata"]["resourceVersion"]) == set()
+    assert world.index.owners_of(applied) == {Key("instance", NS, "db")}
 
     world.kube.calls.clear()
     world.operator("db", phase="Ready")
