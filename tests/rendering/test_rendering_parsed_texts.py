@@ -15,10 +15,11 @@ from typing import Any
 
 import pytest
 
-from opbroker.api import SFPlan, TemplateAction
+from opbroker.api import TemplateAction
 from opbroker.rendering import Limits, Renderer, RenderError, RenderInputs, RenderLimitError, output, registry, state
 from opbroker.rendering.interpolation import marker
 from opbroker.rendering.limits import Budget
+from tests.rendering.test_rendering_output import make_plan
 
 
 def render_state(*values: Any, verbatim: bool = False) -> state.RenderState:
@@ -134,18 +135,7 @@ def test_an_aliased_scalar_with_a_marker_is_resolved_once() -> None:
 def test_an_alias_bomb_is_refused_on_every_render_of_its_template() -> None:
     levels = ["a0: &a0 [{{ instance.metadata.name }}, x, x, x, x, x, x, x, x, x]"]
     levels += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
-    plan = SFPlan.model_validate(
-        {
-            "metadata": {"name": "bomb"},
-            "spec": {
-                "name": "p",
-                "id": "plan-id",
-                "description": "d",
-                "serviceId": "s",
-                "templates": [{"action": "status", "type": "jinja2", "content": "\n".join(levels)}],
-            },
-        }
-    )
+    plan = make_plan(("status", "\n".join(levels)))
     renderer = Renderer()
     for name in ("one", "two"):
         inputs = RenderInputs(instance={"metadata": {"name": name}, "spec": {}}, default_namespace="ns")
@@ -169,25 +159,8 @@ def test_the_cache_keeps_the_most_recent_texts_within_its_bounds() -> None:
 
 
 def test_a_renderer_renders_the_same_template_for_many_instances_from_one_parse(parses: list[str]) -> None:
-    plan = SFPlan.model_validate(
-        {
-            "metadata": {"name": "many"},
-            "spec": {
-                "name": "p",
-                "id": "plan-id",
-                "description": "d",
-                "serviceId": "s",
-                "templates": [
-                    {
-                        "action": "provision",
-                        "type": "jinja2",
-                        "content": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ instance.metadata.name }}\n"
-                        "data:\n  size: {{ instance.spec.parameters.size }}\n",
-                    }
-                ],
-            },
-        }
-    )
+    content = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ instance.metadata.name }}\n"
+    plan = make_plan(("provision", content + "data:\n  size: {{ instance.spec.parameters.size }}\n"))
     renderer = Renderer()
     for name, size in (("a", 1), ("b", 2), ("c", 3)):
         instance = {"metadata": {"name": name}, "spec": {"parameters": {"size": size}}}
