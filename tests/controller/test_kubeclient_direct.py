@@ -195,3 +195,10 @@ def test_what_the_direct_path_does_not_make_goes_the_official_way(server: tuple[
 def test_the_deadlines_are_urllib3s_as_the_official_client_reads_them(given: Any, want: Any) -> None:
     made = deadlines.BoundedApiClient(configuration("http://127.0.0.1:1"))._timeout(given)
     assert repr(made) == repr(want)
+
+
+def test_a_url_of_another_host_or_port_goes_the_official_way() -> None:
+    api = deadlines.BoundedApiClient(configuration("http://127.0.0.1:1"))
+    assert api._direct_pool("http://127.0.0.1:1/api/v1/namespaces", None, None) is not None
+    assert api._direct_pool("http://127.0.0.1:10/api/v1/namespaces", None, None) is None  # the host is a prefix
+    assert api._direct_pool("http://elsewhere:1/api/v1/namespaces", None, None) is None
