@@ -25,7 +25,7 @@ from kubernetes import client
 from opbroker.api.conventions import LABEL_MANAGED_BY, MANAGED_BY, catalog_id, resource_name
 from opbroker.controller import admin_requests, identities, metrics, registry_sweep, trim
 from opbroker.controller.bindings import BindingReconciler
-from opbroker.controller.catalog import Catalog
+from opbroker.controller.catalog import Catalog, PlanEntry
 from opbroker.controller.catalog_entries import PlanEntryReconciler, ServiceEntryReconciler
 from opbroker.controller.claims.handlers import Claims
 from opbroker.controller.core import decisions
@@ -109,7 +109,7 @@ class Controller:
         self._plan_members: Dependents[str] = memories.keep(Dependents())
         self._instance_bindings: Dependents[Key] = memories.keep(Dependents())
         self._fingerprints: PerKey[tuple[Any, ...]] = memories.keep(PerKey())
-        self._plan_reads: PerKey[str] = memories.keep(PerKey())
+        self._plan_reads: PerKey[tuple[str, str]] = memories.keep(PerKey())
         self._trimmer: asyncio.Task[None] | None = None
         self._housekeeper: asyncio.Task[None] | None = None
         self._admin_stop: threading.Event | None = None
@@ -258,11 +258,13 @@ class Controller:
             return
         previous = self.catalog.plan_id_of(body)
         services = {p.service_id for p in self.catalog.plan_views(previous or "") if _key_of("plan", p) == key}
+        planned: PlanEntry | None = None
         if event_type == "DELETED":
             services.add(EntryView.of(body).service_id)
             self.catalog.remove_plan(body)
         else:
-            entry = self.catalog.upsert_plan(body).view
+            planned = self.catalog.upsert_plan(body)
+            entry = planned.view
             services.add(entry.service_id)
             if entry.meta.deleting and entry.meta.held:
                 self._enqueue(key)  # held by its instances: released once none is left
@@ -270,10 +272,12 @@ class Controller:
                 self._enqueue_unreported("plan", entry)
         if self.multicluster is not None:
             self.multicluster.on_catalog("sfplans", event_type, body)
-        read = None if event_type == "DELETED" else what_instances_read(body)
-        members_decide_anew = read is None or self._plan_reads.put(key, read) != read
-        if read is None:
+        if planned is None:  # deleted: its instances decide anew (they may wait for it, or hold it)
             self._plan_reads.forget(key)
+            members_decide_anew = True
+        else:
+            read = what_instances_read(planned)
+            members_decide_anew = self._plan_reads.put(key, read) != read
         for plan_id in {i for i in (previous, catalog_id(body)) if i}:
             self._enqueue_siblings("plan", key, self.catalog.plan_holders(plan_id))
             if members_decide_anew:
@@ -344,14 +348,14 @@ class Controller:
         return previous != seen.fingerprint
 
 
-def what_instances_read(plan: dict[str, Any]) -> str:
-    """What the instances and bindings of ``plan`` decide on, as one text: its spec and its metadata (held,
-    being deleted, its identity), less what every write changes — not its status, which the plan's own
-    reconcile writes and no instance reads. A plan event that leaves this as it was needs no instance of the
-    plan reconciled (each such status write brought every instance of the plan back: about one reconcile in
-    eight of a provisioning run, issue 31)."""
-    meta = {name: value for name, value in (plan.get("metadata") or {}).items() if name not in _EVERY_WRITE}
-    return json.dumps([plan.get("spec"), meta], sort_keys=True, default=str)
+def what_instances_read(plan: PlanEntry) -> tuple[str, str]:
+    """What the instances and bindings of ``plan`` decide on: its spec (by the hash the catalog keeps of it) and
+    its metadata (held, being deleted, its identity) as text, less what every write changes — not its status,
+    which the plan's own reconcile writes and no instance reads. A plan event that leaves this as it was needs no
+    instance of the plan reconciled (each such status write brought every instance of the plan back: about one
+    reconcile in eight of a provisioning run, issue 31)."""
+    meta = {name: value for name, value in (plan.body.get("metadata") or {}).items() if name not in _EVERY_WRITE}
+    return plan.hash, json.dumps(meta, sort_keys=True, default=str)
 
 
 #: Metadata every write of an object changes (the plan's status writes included).

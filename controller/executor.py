@@ -85,7 +85,7 @@ class Target:
     """Where our writes' resourceVersions are noted, so the watch events they cause are not reconciled again."""
     forget: Callable[[Key], None] | None = None
     """What :class:`~.actions.ForgetObject` and a ``settled`` status write call (the objects it followed)."""
-    wrote: Callable[[Key, Mapping[str, Any]], None] | None = None
+    wrote: Callable[[Key, dict[str, Any]], None] | None = None
     """Told of each object an apply of the reconciled object's wrote (the answer), so the watch event it causes
     does not bring that object back (:meth:`~.sources.SourceIndex.wrote`)."""
 

@@ -39,7 +39,7 @@ from kubernetes.client.exceptions import ApiException
 
 from opbroker.api.meta import ResourceRef
 from opbroker.controller.core.views import ListPage, WatchEvent
-from opbroker.controller.kube import Kube
+from opbroker.controller.kube import Kube, ref_of
 from opbroker.controller.reconciler.keys import Key
 from opbroker.kubeclient import deadlines, jsontext
 from opbroker.kubeclient.deadlines import Timeouts
@@ -155,7 +155,7 @@ class SourceIndex:
             self._objects.pop(owner, None)
             self._written.pop(owner, None)
 
-    def wrote(self, owner: Key, written: Mapping[str, Any]) -> None:
+    def wrote(self, owner: Key, written: dict[str, Any]) -> None:
         """``owner``'s reconcile wrote ``written`` (its apply's answer, which the store now holds).
 
         The watch event of that version is the write's own echo: the reconcile that made it evaluates the
@@ -163,11 +163,10 @@ class SourceIndex:
         a whole reconcile per instance (its sources and status rendered, ~1 of ~4 reconciles per provision,
         issue 31). Every other owner of the object is told as before; any later version tells this one too.
         """
-        meta = written.get("metadata") or {}
-        version = meta.get("resourceVersion")
-        if not version or not written.get("apiVersion") or not written.get("kind"):
+        version = (written.get("metadata") or {}).get("resourceVersion")
+        if not version:
             return
-        key = (written["apiVersion"], written["kind"], meta.get("namespace") or "", meta.get("name") or "")
+        key = object_key(ref_of(written))
         with self._lock:
             self._written.setdefault(owner, {})[key] = version
 

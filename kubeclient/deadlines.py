@@ -35,6 +35,8 @@ from kubernetes import client
 from kubernetes.client import rest
 from kubernetes.client.exceptions import ApiException
 
+from opbroker.kubeclient.lean import APPLY_PATCH, JSON, JSON_PATCH, MERGE_PATCH
+
 #: Seconds to dial the API server and finish the TLS handshake.
 CONNECT_SECONDS = 10.0
 #: Seconds an ordinary request may wait for each read of its answer: the API server's own default
@@ -239,17 +241,8 @@ class BoundedApiClient(client.ApiClient):
         return made
 
 
-JSON_PATCH = "application/json-patch+json"
 #: Content types whose body the client encodes as JSON (server-side apply's YAML included: JSON is YAML).
-_JSON_BODIES = frozenset(
-    {
-        "application/json",
-        "application/merge-patch+json",
-        "application/strategic-merge-patch+json",
-        "application/apply-patch+yaml",
-        JSON_PATCH,
-    }
-)
+_JSON_BODIES = frozenset({JSON, MERGE_PATCH, "application/strategic-merge-patch+json", APPLY_PATCH, JSON_PATCH})
 
 
 def bounded(

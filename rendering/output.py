@@ -109,13 +109,17 @@ def parse_documents(text: str, current: state.RenderState, parsed: ParsedTexts |
     ``parsed``: texts parsed before, by their shape (see :class:`ParsedTexts`); a text of the same shape is
     not parsed again, only its scalars with markers are resolved against this render's values.
     """
-    shape = text.replace(current.nonce, _HOLE)
-    reusable = parsed is not None and not current.verbatim and _HOLE not in text
-    skeletons = parsed.get(shape) if parsed is not None and reusable else None
-    if skeletons is None:
-        skeletons, reusable_parse = _parse(text, current)
-        if parsed is not None and reusable and reusable_parse:
-            parsed.put(shape, skeletons)
+    if parsed is None or current.verbatim or _HOLE in text:
+        skeletons, _ = _parse(text, current)
+    else:
+        shape = text.replace(current.nonce, _HOLE)
+        kept = parsed.get(shape)
+        if kept is None:
+            skeletons, reusable = _parse(text, current)
+            if reusable:
+                parsed.put(shape, skeletons)
+        else:
+            skeletons = kept
     return [_materialize(skeleton, current, {}) for skeleton in skeletons]
 
 
