@@ -54,6 +54,13 @@ LABEL_BINDING = f"{DOMAIN}/binding"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "opbroker"
 
+#: On every SFServiceInstance and SFServiceBinding the broker records for an OSB request (value
+#: :data:`RECORDED_BY_BROKER`): only such an object answers for an OSB id. A tenant may create an object of either
+#: kind under any name in its own namespace; it never answers for an id, because no account but opbroker's may
+#: write a label under ``opbroker.io/`` on opbroker's kinds (``opbroker.api.admission``).
+LABEL_RECORDED_BY = f"{DOMAIN}/recorded-by"
+RECORDED_BY_BROKER = "broker"
+
 #: JSON of the decoded ``X-Broker-API-Originating-Identity`` of the request that last changed the object.
 ANNOTATION_ORIGINATING_IDENTITY = f"{DOMAIN}/originating-identity"
 #: The ``X-Broker-API-Request-Identity`` of that request, for tracing.

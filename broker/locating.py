@@ -22,6 +22,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from opbroker.api import conventions
 from opbroker.api.catalog import OSB_GROUP
 from opbroker.broker.records import Kind
 from opbroker.kubeclient import answers
@@ -29,30 +30,44 @@ from opbroker.kubeclient.lean import METADATA_PAGE, METADATA_WATCH, LeanCustomOb
 
 log = logging.getLogger(__name__)
 VERSION = "v1alpha1"
+#: The label selector of the objects the broker recorded: the only ones that answer for an OSB id.
+RECORDED = f"{conventions.LABEL_RECORDED_BY}={conventions.RECORDED_BY_BROKER}"
 
 
 class NamespaceIndex:
-    """name → namespace for each kind, kept by one list+watch thread per kind."""
+    """name → namespaces for each kind, kept by one list+watch thread per kind.
+
+    Only objects the broker recorded (``repository.RECORDED``, a label no tenant may write) are listed and
+    watched: a tenant's same-named object in its own namespace never becomes a hint. A name recorded in two
+    namespaces is held with both, so :meth:`get` gives no hint and the caller's list reports the duplicate.
+    """
 
     def __init__(self, api_client: client.ApiClient, kinds: Iterable[Kind], *, watch_seconds: int = 60) -> None:
         self._custom = LeanCustomObjects(api_client)
         self._kinds = tuple(kinds)
         self._watch_seconds = watch_seconds
         self._lock = threading.Lock()
-        self._names: dict[Kind, dict[str, str]] = {kind: {} for kind in self._kinds}
+        self._names: dict[Kind, dict[str, set[str]]] = {kind: {} for kind in self._kinds}
         self._stopped = threading.Event()
         self._watches: list[answers.Watch] = []
         self._threads: list[threading.Thread] = []
         self.synced = {kind: threading.Event() for kind in self._kinds}
 
     def get(self, kind: Kind, name: str) -> str | None:
+        """The one namespace ``name`` was recorded in; None when none or several (the caller looks further)."""
         with self._lock:
-            return self._names[kind].get(name)
+            namespaces = self._names[kind].get(name)
+            return next(iter(namespaces)) if namespaces is not None and len(namespaces) == 1 else None
+
+    def seen(self, kind: Kind, name: str) -> bool:
+        """Whether ``name`` was recorded in any namespace."""
+        with self._lock:
+            return bool(self._names[kind].get(name))
 
     def note(self, kind: Kind, name: str, namespace: str) -> None:
         """Remember a location learnt from a request (the watch confirms or corrects it shortly)."""
         with self._lock:
-            self._names[kind][name] = namespace
+            self._names[kind].setdefault(name, set()).add(namespace)
 
     def start(self) -> None:
         for kind in self._kinds:
@@ -79,13 +94,15 @@ class NamespaceIndex:
                 self._stopped.wait(1.0)
 
     def _relist(self, kind: Kind) -> str:
-        names: dict[str, str] = {}
+        names: dict[str, set[str]] = {}
         listed: dict[str, Any] = {}
-        for page in self._custom.cluster_metadata_pages(OSB_GROUP, VERSION, kind.plural, limit=METADATA_PAGE):
+        for page in self._custom.cluster_metadata_pages(
+            OSB_GROUP, VERSION, kind.plural, limit=METADATA_PAGE, label_selector=RECORDED
+        ):
             for item in page.get("items") or []:
                 meta = item.get("metadata") or {}
                 if meta.get("name") and meta.get("namespace"):
-                    names[meta["name"]] = meta["namespace"]
+                    names.setdefault(meta["name"], set()).add(meta["namespace"])
             listed = page.get("metadata") or {}
         with self._lock:
             self._names[kind] = names
@@ -102,6 +119,7 @@ class NamespaceIndex:
                 VERSION,
                 kind.plural,
                 resource_version=version,
+                label_selector=RECORDED,
                 timeout_seconds=self._watch_seconds,
                 _headers={"Accept": METADATA_WATCH},
             ):
@@ -113,11 +131,17 @@ class NamespaceIndex:
                 namespace: str | None = meta.get("namespace")
                 if not name:
                     continue
+                if not namespace:
+                    continue
                 with self._lock:
                     if event["type"] == "DELETED":
-                        self._names[kind].pop(name, None)
-                    elif namespace:
-                        self._names[kind][name] = namespace
+                        left = self._names[kind].get(name, set()) - {namespace}
+                        if left:
+                            self._names[kind][name] = left
+                        else:
+                            self._names[kind].pop(name, None)
+                    else:
+                        self._names[kind].setdefault(name, set()).add(namespace)
         except ApiException as exc:
             if exc.status != 410:  # 410: resourceVersion too old, relist
                 raise

@@ -69,6 +69,9 @@ class Record:
     secret_ref: str | None = None
     status: Mapping[str, Any] = field(default_factory=dict)
     """The status as stored (to write back exactly what a deprovision's mark replaced)."""
+    recorded: bool = True
+    """The broker recorded it for an OSB request (:data:`~opbroker.api.conventions.LABEL_RECORDED_BY`): only such
+    an object answers for an OSB id."""
 
     @classmethod
     def from_object(cls, kind: Kind, obj: Mapping[str, Any]) -> Record:
@@ -97,6 +100,7 @@ class Record:
             update_repeatable=status.get("updateRepeatable"),
             secret_ref=response.get("secretRef") if isinstance(response, Mapping) else None,
             status=dict(status),
+            recorded=(meta.get("labels") or {}).get(conventions.LABEL_RECORDED_BY) == conventions.RECORDED_BY_BROKER,
         )
 
 
@@ -160,6 +164,7 @@ def labels(*, service_id: str, plan_id: str, instance_name: str, binding_name: s
     """Labels from the conventions; OSB ids pass through :func:`conventions.resource_name` to be valid values."""
     result = {
         conventions.LABEL_MANAGED_BY: conventions.MANAGED_BY,
+        conventions.LABEL_RECORDED_BY: conventions.RECORDED_BY_BROKER,
         conventions.LABEL_SERVICE: conventions.resource_name(service_id),
         conventions.LABEL_PLAN: conventions.resource_name(plan_id),
         conventions.LABEL_INSTANCE: instance_name,

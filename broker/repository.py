@@ -31,7 +31,7 @@ from opbroker.api.catalog import OSB_GROUP, SFPlan, SFService
 from opbroker.broker import catalogs, errors
 from opbroker.broker.catalogs import Catalog
 from opbroker.broker.decisions import settled
-from opbroker.broker.locating import NamespaceIndex
+from opbroker.broker.locating import RECORDED, NamespaceIndex
 from opbroker.broker.records import Kind, Record
 from opbroker.broker.settings import Settings
 from opbroker.kubeclient import answers
@@ -187,15 +187,23 @@ class Repository:
         return Record.from_object(kind, found)
 
     def located(self, kind: Kind, name: str) -> Record | None:
-        """The object called ``name`` where the namespace index says it is (one GET), or None: the index does
-        not know the name, or it was not there (the index is a hint; the caller asks :meth:`find` then)."""
+        """The recorded object called ``name`` where the namespace index says it is (one GET), or None: the index
+        does not know the name, or it was not there (the index is a hint; the caller asks :meth:`find` then)."""
         namespace = self.index.get(kind, name) if self.index is not None else None
-        return self.get(kind, namespace, name) if namespace else None
+        record = self.get(kind, namespace, name) if namespace else None
+        return record if record is not None and record.recorded else None
 
     def find(
         self, kind: Kind, name: str, hints: Iterable[str | None] = (), *, before_create: bool = False
     ) -> Record | None:
-        """The object called ``name`` wherever it lives: hinted namespaces first, then (if needed) a list.
+        """The object the broker recorded for the OSB id whose name is ``name``, wherever it lives: hinted
+        namespaces first, then (if needed) a list.
+
+        Only an object carrying the broker's record stamp (``Record.recorded``) answers for an id: a tenant may
+        create an SFServiceInstance under any name in its own namespace, and the stamp is a label no tenant may
+        write (``opbroker.api.admission``). An unstamped object in the namespace the caller would create into
+        holds the name there: refused (409) naming it, never chosen. Two stamped objects of one name (one id
+        recorded into two namespaces) are reported (409), not chosen either.
 
         ``before_create``: the caller creates the object if none is found, into the first hinted namespace.
         Then a name the synced index has never seen is taken as absent without a GET (a provision or bind
@@ -203,31 +211,47 @@ class Repository:
         exist after all, in that namespace, the create fails with AlreadyExists and the caller asks again
         without ``before_create``. Elsewhere, the index's lag is the same window the list below accepts.
         """
+        hinted = [namespace for namespace in hints if namespace]
+        index_seen = self.index is not None and self.index.seen(kind, name)
         index_hint = self.index.get(kind, name) if self.index is not None else None
-        if before_create and index_hint is None and self.index is not None and self.index.synced[kind].is_set():
+        synced = self.index is not None and self.index.synced[kind].is_set()
+        if before_create and synced and not index_seen:
             return None
         tried: list[str] = []
-        for namespace in (*hints, index_hint, self.settings.default_instance_namespace):
+        for namespace in (*hinted, index_hint, self.settings.default_instance_namespace):
             if namespace and namespace not in tried:
                 tried.append(namespace)
                 record = self.get(kind, namespace, name)
-                if record is not None:
+                if record is not None and record.recorded:
                     return record
+                if record is not None and hinted and namespace == hinted[0]:
+                    raise errors.BrokerError(
+                        errors.Reason.CONFLICT,
+                        f"{kind.plural} {namespace}/{name} exists but was not recorded by the broker: it answers for "
+                        "no OSB id, and the id cannot be recorded there while it exists",
+                    )
         if not self.settings.context_namespaces:
             return None
-        if self.index is not None and self.index.synced[kind].is_set() and index_hint is None:
+        if synced and not index_seen:
             # The synced index has never seen it: skip the cluster-wide list (it costs the API server a scan of
             # every object of the kind). Two replicas creating one id into two namespaces within the index's
             # lag could both succeed; the same namespace is caught by the API server's AlreadyExists.
             return None
         listed: dict[str, Any] = answers.json_object(
             self.custom.list_cluster_custom_object(
-                OSB_GROUP, VERSION, kind.plural, field_selector=f"metadata.name={name}"
+                OSB_GROUP, VERSION, kind.plural, field_selector=f"metadata.name={name}", label_selector=RECORDED
             )
         )
-        items = sorted(listed.get("items", []), key=lambda item: item["metadata"].get("creationTimestamp", ""))
+        items = listed.get("items", [])
         if not items:
             return None
+        if len(items) > 1:
+            where = sorted(str(item["metadata"].get("namespace")) for item in items)
+            raise errors.BrokerError(
+                errors.Reason.CONFLICT,
+                f"the OSB id of {kind.plural} {name} is recorded in more than one namespace ({', '.join(where)}): "
+                "none answers for it until an administrator removes the extra one",
+            )
         record = Record.from_object(kind, items[0])
         if self.index is not None:
             self.index.note(kind, record.name, record.namespace)

@@ -28,7 +28,7 @@ import pulumi_kubernetes as k8s
 import pulumi_random
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from opbroker.api import controllerinstall, errors, selectors
+from opbroker.api import admission, controllerinstall, errors, selectors
 from opbroker.api.controllerinstall import (
     CONTROLLER_RESOURCES,
     HOST_KEY,  # noqa: F401  # re-exported: the tests and the dev tooling read them from here
@@ -507,6 +507,25 @@ class ControlPlane(pulumi.ComponentResource):
         #: the namespace. Not the component itself: that would wait for the Deployments to become Available
         #: (pulumi-kubernetes awaits them) before a single plan is created.
         self.catalog_prerequisites: list[pulumi.Resource] = [*in_namespace, *self.crds]
+
+        # The facts opbroker acts on (status, its labels and annotations, placement, admin requests) are kept by
+        # the API server: only the controller's and the broker's accounts may write them (issue 42).
+        writers = admission.control_plane_writers(ns, names.controller, names.broker)
+        self.admission_policies: list[pulumi.CustomResource] = []
+        for role, manifest in admission.manifests(ns, writers):
+            policy_kind = (
+                k8s.admissionregistration.v1.ValidatingAdmissionPolicy
+                if manifest["kind"] == "ValidatingAdmissionPolicy"
+                else k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding
+            )
+            self.admission_policies.append(
+                policy_kind(
+                    f"{name}-{role}",
+                    metadata=manifest["metadata"],
+                    spec=manifest["spec"],
+                    opts=child(*self.crds, *self.admission_policies),
+                )
+            )
 
         # The controller's objects come from one pure source (opbroker.api.controllerinstall), which the master
         # also applies into sister clusters; each is wrapped here in its typed resource, with its dependencies.

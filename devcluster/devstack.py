@@ -28,6 +28,7 @@ from kubernetes.client.exceptions import ApiException
 
 from opbroker.api.conventions import DEFAULT_NAMESPACE
 from opbroker.controller.kube import Kube
+from opbroker.devcluster.admission import install_admission
 from opbroker.devcluster.controlplane import ControlPlane, ControlPlaneError, port_is_free
 from opbroker.devcluster.crds import install_crds
 from opbroker.devcluster.processes import Process
@@ -106,8 +107,9 @@ class DevStack:
         api = config.new_client_from_config(config_file=str(self.plane.kubeconfig))
         if self.in_cluster:
             return self._up_in_cluster(api, progress)
-        progress("installing opbroker's CRDs and the demo operator's CRD")
+        progress("installing opbroker's CRDs, its admission policies and the demo operator's CRD")
         install_crds(api)
+        install_admission(api, DEFAULT_NAMESPACE)
         install_crds(api, [yaml.safe_load((DEMO_OPERATOR / "crd.yaml").read_text())])
         self._apply_catalog(api, progress)
         self._ensure_gorender(progress)

@@ -140,16 +140,29 @@ class LeanCustomObjects(LeanApi):
         return self._call("GET", _custom(group, version, plural, namespace), options)
 
     def cluster_metadata_pages(
-        self, group: str, version: str, plural: str, *, limit: int = METADATA_PAGE
+        self,
+        group: str,
+        version: str,
+        plural: str,
+        *,
+        limit: int = METADATA_PAGE,
+        label_selector: str | None = None,
     ) -> Iterator[dict[str, Any]]:
-        """Every object of ``plural`` cluster-wide, as ``PartialObjectMetadataList`` pages of ``limit`` objects (a
-        page's ``items`` hold each object's metadata alone; the last page's ``metadata.resourceVersion`` is the
-        listing's, to watch from), one request per page as the caller reads on."""
+        """Every object of ``plural`` cluster-wide (those ``label_selector`` selects, when given), as
+        ``PartialObjectMetadataList`` pages of ``limit`` objects (a page's ``items`` hold each object's metadata
+        alone; the last page's ``metadata.resourceVersion`` is the listing's, to watch from), one request per page
+        as the caller reads on."""
         token: str | None = None
         while True:
             page = json_object(
                 self.list_cluster_custom_object(
-                    group, version, plural, limit=limit, _continue=token, _headers={"Accept": METADATA_LIST}
+                    group,
+                    version,
+                    plural,
+                    limit=limit,
+                    _continue=token,
+                    label_selector=label_selector,
+                    _headers={"Accept": METADATA_LIST},
                 )
             )
             yield page

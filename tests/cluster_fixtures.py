@@ -15,6 +15,7 @@ import pytest
 from kubernetes import client, config
 
 from opbroker.devcluster import ControlPlane
+from opbroker.devcluster.admission import install_admission
 from opbroker.devcluster.crds import install_crds
 
 
@@ -32,6 +33,7 @@ def control_plane() -> Iterator[ControlPlane]:
 def api_client(control_plane: ControlPlane) -> Iterator[client.ApiClient]:
     api = config.new_client_from_config(config_file=str(control_plane.kubeconfig))
     install_crds(api)
+    install_admission(api)
     yield api
     api.close()
 

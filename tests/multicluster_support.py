@@ -29,6 +29,7 @@ from kubernetes.client.exceptions import ApiException
 
 from opbroker.api.conventions import DEFAULT_NAMESPACE
 from opbroker.devcluster import ControlPlane
+from opbroker.devcluster.admission import install_admission
 from opbroker.devcluster.crds import install_crds
 from opbroker.devcluster.processes import Process
 from tests.controller_support import DEMO, OPBROKER, apply_yaml, broker_ready, controller_command, wait_for
@@ -88,6 +89,7 @@ def start_cluster(name: str) -> Cluster:
     plane.up(progress=lambda message: print(f"[{name}] {message}"))
     api = config.new_client_from_config(config_file=str(plane.kubeconfig))
     install_crds(api)
+    install_admission(api)
     install_crds(api, [yaml.safe_load((DEMO / "crd.yaml").read_text())])
     try:
         client.CoreV1Api(api).create_namespace({"metadata": {"name": DEFAULT_NAMESPACE}})

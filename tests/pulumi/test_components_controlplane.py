@@ -74,6 +74,14 @@ def test_every_child_is_registered_once_under_the_component(default: Any) -> Non
         [
             ("core/v1:Namespace", "opbroker-namespace"),
             *crds,
+            *(
+                (f"admissionregistration.k8s.io/v1:{kind}", f"opbroker-{role}-policy{suffix}")
+                for role in ("facts", "admin-requests")
+                for kind, suffix in (
+                    ("ValidatingAdmissionPolicy", ""),
+                    ("ValidatingAdmissionPolicyBinding", "-binding"),
+                )
+            ),
             ("core/v1:ServiceAccount", "opbroker-controller"),
             ("core/v1:ServiceAccount", "opbroker-broker"),
             ("rbac.authorization.k8s.io/v1:ClusterRole", "opbroker-controller"),
