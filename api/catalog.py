@@ -11,7 +11,7 @@ from typing import ClassVar
 
 from pydantic import Field, model_validator
 
-from opbroker.api.meta import Condition, FreeForm, KubeResource, WireModel
+from opbroker.api.meta import Condition, FreeForm, KubeResource, NamespaceName, WireModel
 
 OSB_GROUP = "osb.servicefabrik.io"
 
@@ -226,6 +226,11 @@ class SFPlanSpec(WireModel):
     manager: Manager | None = None
     context: FreeForm | None = None
     """Context for the templates (``plan.spec.context``); ``requests`` feeds capacity-aware scheduling."""
+    namespaces: list[NamespaceName] | None = Field(default=None, max_length=64)
+    """Namespaces the plan's templates may write into besides the one the instance's objects go to (its own, or
+    its request's ``context.namespace`` where honoured): shared infrastructure a platform team grants the plan's
+    account. A rendered object in any other namespace is refused at render (``RenderFailed``), whichever step
+    renders it — a tenant's parameters or context cannot move a plan's objects into another team's namespace."""
     service_account_name: str | None = Field(
         default=None, min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
     )

@@ -9,10 +9,13 @@ reconciler's back.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
+
+#: A namespace's name (a DNS-1123 label).
+NamespaceName = Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
 
 #: Free-form JSON objects passed through verbatim (OSB context, parameters, catalog metadata).
 #: In the CRD they become ``x-kubernetes-preserve-unknown-fields`` objects.

@@ -9,14 +9,12 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from opbroker.api.meta import Condition, KubeResource, WireModel
+from opbroker.api.meta import Condition, KubeResource, NamespaceName, WireModel
 
 PRIMAZA_GROUP = "primaza.io"
 
 #: A DNS-1123-ish key usable as a file name under $SERVICE_BINDING_ROOT and as a Secret key.
 EndpointKey = str
-#: A namespace's name (a DNS-1123 label).
-NamespaceName = Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
 #: In a ``shareWith`` list: a namespace's name, or ``*`` for every namespace.
 ShareTarget = Annotated[str, Field(min_length=1, max_length=63, pattern=r"^(\*|[a-z0-9]([-a-z0-9]*[a-z0-9])?)$")]
 

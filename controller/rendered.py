@@ -8,6 +8,7 @@ from typing import Any
 
 from opbroker.api.meta import ResourceRef
 from opbroker.controller.catalog import PlanEntry
+from opbroker.controller.core.template_inputs import template_inputs
 from opbroker.controller.core.views import BindingView, InstanceView
 from opbroker.controller.kube import Kube
 from opbroker.controller.reconciling import Deps
@@ -24,19 +25,18 @@ def inputs_for(
     binding_registry: Mapping[str, Any] | None = None,
     sources: Mapping[str, Mapping[str, Any] | None] | None = None,
 ) -> RenderInputs:
-    """Everything a template may see (the objects as read, whole: templates may read any field). Namespace
-    precedence (template → request → ours) is the renderer's."""
+    """Everything a template may see, from the one builder (:func:`template_inputs`: which namespaces the objects
+    may go to is decided there)."""
     service = deps.catalog.service(plan.view.service_id)
-    return RenderInputs(
-        service=service.body if service else {},
+    return template_inputs(
+        instance,
+        control_plane=deps.settings.namespace,
+        service=service.body if service else None,
         plan=plan.body,
-        instance=instance.wire,
+        registry=registry,
         binding=binding.wire if binding is not None else None,
-        sources=sources or {},
-        registry=registry or {},
         binding_registry=binding_registry,
-        default_namespace=instance.meta.namespace,
-        context_namespace=instance.context_namespace,
+        sources=sources,
     )
 
 

@@ -33,6 +33,7 @@ from opbroker.api.meta import ResourceRef
 from opbroker.api.osb import OperationState
 from opbroker.controller import registries
 from opbroker.controller.core.rollout_views import PlanView, RolloutInstance
+from opbroker.controller.core.template_inputs import template_inputs
 from opbroker.controller.core.views import EntryView, InstanceView, Meta, SecretView
 from opbroker.controller.kube import INSTANCES, PLANS, SERVICES, Kube
 from opbroker.controller.multicluster.core.views import SFClusterView
@@ -116,16 +117,14 @@ def unified(current: str, proposed: str, label: str, *, context: int = 3) -> str
 
 
 def _inputs(
-    subject: Subject, plan_body: dict[str, Any], registry: dict[str, Any] | None, service: dict[str, Any] | None
+    subject: Subject,
+    plan_body: dict[str, Any],
+    registry: dict[str, Any] | None,
+    service: dict[str, Any] | None,
+    control_plane: str,
 ) -> RenderInputs:
-    instance = subject.instance
-    return RenderInputs(
-        instance=instance.wire,
-        default_namespace=instance.meta.namespace,
-        context_namespace=instance.context_namespace,
-        service=service or {},
-        plan=plan_body,
-        registry=registry or {},
+    return template_inputs(
+        subject.instance.view, control_plane=control_plane, service=service, plan=plan_body, registry=registry
     )
 
 
@@ -142,16 +141,21 @@ def preview(
     current: tuple[SFPlan, dict[str, Any]],
     proposed: tuple[SFPlan, dict[str, Any]],
     proposed_service: dict[str, Any] | None = None,
+    control_plane: str,
     context: int = 3,
 ) -> InstanceDiff:
-    """How one instance's ``provision`` objects change from the current plan to the proposed one."""
+    """How one instance's ``provision`` objects change from the current plan to the proposed one.
+    ``control_plane``: the control plane's namespace (where honouring a context namespace is the broker's call)."""
     namespace, name = subject.instance.key
     if subject.problem is not None:
         return InstanceDiff(namespace, name, Change.FAILING, error=subject.problem)
     note = None
     try:
         before, registry = _render(
-            renderer, current[0], _inputs(subject, current[1], subject.registry, subject.service), subject.fetch
+            renderer,
+            current[0],
+            _inputs(subject, current[1], subject.registry, subject.service, control_plane),
+            subject.fetch,
         )
     except RenderError as exc:
         before, registry = "", dict(subject.registry or {})
@@ -160,7 +164,7 @@ def preview(
         after, _ = _render(
             renderer,
             proposed[0],
-            _inputs(subject, proposed[1], registry, proposed_service or subject.service),
+            _inputs(subject, proposed[1], registry, proposed_service or subject.service, control_plane),
             subject.fetch,
         )
     except RenderError as exc:
@@ -325,6 +329,7 @@ def previews(
             proposed=(proposed, proposed_body),
             proposed_service=proposed_service,
             context=context,
+            control_plane=namespace,
         )
 
 

@@ -359,6 +359,27 @@ def objects(
     return tuple(rendered)
 
 
+def confine(rendered: tuple[RenderedObject, ...], *, allowed: frozenset[str]) -> tuple[RenderedObject, ...]:
+    """The objects, if every namespaced one is in ``allowed`` (the namespace the instance's objects go to and the
+    ones its plan declares, ``SFPlan.spec.namespaces``); else a :class:`RenderError` naming the first outside.
+    Cluster-scoped objects are the plan account's rights' business (RBAC), as they always were.
+
+    Every render of objects ends here, whatever the step (provision, update, bind, unbind, previews): the
+    namespace a template writes into is a request of the template's, and the template sees tenant-written
+    values (parameters, context)."""
+    for obj in rendered:
+        metadata = obj.manifest["metadata"]
+        namespace = metadata.get("namespace")
+        if obj.manifest["kind"] in CLUSTER_SCOPED_KINDS or namespace is None or namespace in allowed:
+            continue
+        raise RenderError(
+            f"{obj.manifest['kind']} {metadata['name']!r} would go into namespace {namespace!r}: a plan writes only "
+            f"into {', '.join(repr(n) for n in sorted(allowed))} (the instance's namespace and the plan's "
+            "spec.namespaces)"
+        )
+    return rendered
+
+
 def refs(document: Any, *, namespace: str) -> dict[str, ResourceRef]:
     """The ``sources`` map: name → object reference, with the same namespace defaulting as objects."""
     if document is None:

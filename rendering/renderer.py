@@ -182,6 +182,10 @@ class Renderer:
                 return output.objects(documents, namespace=inputs.namespace, singleton=spec.singleton, adopt=spec.adopt)
 
             objects = self._render(plan, spec, inputs, work, parameters, parse)
+        try:
+            objects = output.confine(objects, allowed=frozenset((inputs.namespace, *(plan.spec.namespaces or ()))))
+        except RenderError as exc:
+            raise exc.located(plan=self._name(plan), action=action.value) from None
         if action is TemplateAction.PROVISION:
             return Rendered(objects=objects, registry=work.snapshot())
         return Rendered(objects=objects, registry=instance_registry, binding_registry=work.snapshot())

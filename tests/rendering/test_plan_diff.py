@@ -77,12 +77,18 @@ def subject(name: str, registry: dict[str, Any] | None = None, **parameters: str
     return Subject(RolloutInstance.of(instance(name, **parameters)), registry, fetch)
 
 
+#: The control plane's namespace the previews are made for (the instances live elsewhere).
+CONTROL_PLANE = "opbroker"
+
 BASELINE = {"version": "16"}
 
 
 def run(subjects: list[Subject]) -> list[rollouts.InstanceDiff]:
     renderer = Renderer()
-    return [rollouts.preview(renderer, s, current=plan(), proposed=plan(EXTRA)) for s in subjects]
+    return [
+        rollouts.preview(renderer, s, current=plan(), proposed=plan(EXTRA), control_plane=CONTROL_PLANE)
+        for s in subjects
+    ]
 
 
 def test_a_change_that_alters_some_instances_and_not_others() -> None:
@@ -114,14 +120,20 @@ def test_an_irrelevant_change_leaves_instances_unchanged() -> None:
     body = yaml.safe_load(PLAN.format(extra=""))
     body["spec"]["description"] = "only the description changed"
     proposed = (SFPlan.model_validate(body), body)
-    result = rollouts.preview(Renderer(), subject("db-a", version="14"), current=current, proposed=proposed)
+    result = rollouts.preview(
+        Renderer(), subject("db-a", version="14"), current=current, proposed=proposed, control_plane=CONTROL_PLANE
+    )
     assert result.change is Change.UNCHANGED and result.diff == ""
 
 
 def test_stored_registry_values_are_used_on_both_sides() -> None:
     current, proposed = plan(), plan(EXTRA)
     result = rollouts.preview(
-        Renderer(), subject("db-b", {"admin": "stored-password"}, version="16"), current=current, proposed=proposed
+        Renderer(),
+        subject("db-b", {"admin": "stored-password"}, version="16"),
+        current=current,
+        proposed=proposed,
+        control_plane=CONTROL_PLANE,
     )
     assert " password: stored-password" in result.diff  # context line, unchanged
 
@@ -130,7 +142,7 @@ def test_an_instance_whose_inputs_could_not_be_read_is_reported() -> None:
     broken = Subject(
         RolloutInstance.of(instance("db-x")), None, fetch, problem="cannot read from cluster 'sister': refused"
     )
-    result = rollouts.preview(Renderer(), broken, current=plan(), proposed=plan(EXTRA))
+    result = rollouts.preview(Renderer(), broken, current=plan(), proposed=plan(EXTRA), control_plane=CONTROL_PLANE)
     assert (result.change, result.error) == (Change.FAILING, "cannot read from cluster 'sister': refused")
 
 
@@ -199,9 +211,17 @@ def test_a_gotemplate_plan_diffs_like_a_jinja2_one() -> None:
     seed = "tests/data/seeds/sfplan-postgresql-zalando.yaml"
     port = "examples/catalog/postgresql-zalando-plan.yaml"
     renderer = Renderer()
-    moved = rollouts.preview(renderer, subject("db-a"), current=_zalando(port), proposed=_zalando(seed))
+    moved = rollouts.preview(
+        renderer, subject("db-a"), current=_zalando(port), proposed=_zalando(seed), control_plane=CONTROL_PLANE
+    )
     assert moved.change is Change.UNCHANGED, "the jinja2 port and the seed's gotemplate plan render the same"
-    bigger = rollouts.preview(renderer, subject("db-a"), current=_zalando(seed), proposed=_zalando(seed, diskGB=40))
+    bigger = rollouts.preview(
+        renderer,
+        subject("db-a"),
+        current=_zalando(seed),
+        proposed=_zalando(seed, diskGB=40),
+        control_plane=CONTROL_PLANE,
+    )
     assert bigger.change is Change.CHANGED
     assert "-    size: 20Gi\n+    size: 40Gi\n" in bigger.diff
     renderer.go.close()

@@ -30,7 +30,9 @@ INSTANCE = {
 }
 
 
-def make_plan(*templates: tuple[str, str], kind: str = "jinja2", singleton: bool = False) -> SFPlan:
+def make_plan(
+    *templates: tuple[str, str], kind: str = "jinja2", singleton: bool = False, namespaces: list[str] | None = None
+) -> SFPlan:
     return SFPlan.model_validate(
         {
             "metadata": {"name": "output"},
@@ -40,6 +42,7 @@ def make_plan(*templates: tuple[str, str], kind: str = "jinja2", singleton: bool
                 "description": "d",
                 "serviceId": "s",
                 "templates": [{"action": a, "type": kind, "content": c, "singleton": singleton} for a, c in templates],
+                "namespaces": namespaces,
             },
         }
     )
@@ -49,8 +52,9 @@ def inputs(**overrides: Any) -> RenderInputs:
     return RenderInputs(**({"instance": INSTANCE, "default_namespace": "controller-ns"} | overrides))
 
 
-def objects(content: str, **overrides: Any) -> list[dict[str, Any]]:
-    rendered = RENDERER.render_objects(make_plan(("provision", content)), TemplateAction.PROVISION, inputs(**overrides))
+def objects(content: str, *, namespaces: list[str] | None = None, **overrides: Any) -> list[dict[str, Any]]:
+    plan = make_plan(("provision", content), namespaces=namespaces)
+    rendered = RENDERER.render_objects(plan, TemplateAction.PROVISION, inputs(**overrides))
     return [o.manifest for o in rendered.objects]
 
 
@@ -99,8 +103,38 @@ def test_many_adjacent_nulls_are_all_removed() -> None:
     ],
 )
 def test_namespace_precedence(reason: str, metadata_ns: str, context_ns: str | None, want: str) -> None:
-    (manifest,) = objects(CM + metadata_ns, context_namespace=context_ns)
+    (manifest,) = objects(CM + metadata_ns, context_namespace=context_ns, namespaces=["explicit"])
     assert manifest["metadata"]["namespace"] == want, reason
+
+
+@pytest.mark.parametrize("action", ["provision", "bind", "unbind"])
+@pytest.mark.parametrize(
+    ("written", "context_ns"),
+    [
+        ("  namespace: {{ parameter('/ns') }}\n", None),  # a tenant's parameter names the namespace
+        ("  namespace: {{ instance.spec.context.namespace }}\n", None),  # the refused context, read directly
+        ("  namespace: other-team\n", "ctx"),  # a fixed namespace the plan does not declare
+    ],
+)
+def test_an_object_outside_the_instance_namespace_and_the_plans_is_refused(
+    action: str, written: str, context_ns: str | None
+) -> None:
+    """Confinement in one place (issue 42): whatever renders objects, an object may go only into the namespace the
+    instance's objects go to and the namespaces its plan declares."""
+    instance = {**INSTANCE, "spec": {"parameters": {"ns": "other-team"}, "context": {"namespace": "other-team"}}}
+    binding = {"metadata": {"name": "b"}, "spec": {"parameters": {"ns": "other-team"}}}
+    plan = make_plan((action, CM + written), namespaces=["shared-infra"])
+    with pytest.raises(RenderError, match="would go into namespace 'other-team'"):
+        RENDERER.render_objects(
+            plan,
+            TemplateAction(action),
+            inputs(instance=instance, binding=binding, context_namespace=context_ns, binding_registry={}),
+        )
+    declared = make_plan((action, CM + "  namespace: shared-infra\n"), namespaces=["shared-infra"])
+    rendered = RENDERER.render_objects(
+        declared, TemplateAction(action), inputs(instance=instance, binding=binding, binding_registry={})
+    )
+    assert [o.manifest["metadata"]["namespace"] for o in rendered.objects] == ["shared-infra"]
 
 
 def test_cluster_scoped_kinds_get_no_namespace() -> None:
