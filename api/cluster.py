@@ -6,26 +6,48 @@ The cluster named ``"1"`` is the master when it also provisions. Its kubeconfig 
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field, model_validator
 
 from opbroker.api.meta import Condition, KubeResource, WireModel
+from opbroker.api.policyrules import EVERYTHING_REFUSED, grants_everything
 
 RESOURCE_GROUP = "resource.servicefabrik.io"
 
+#: A ServiceAccount's name (as an SFPlan's ``serviceAccountName``).
+AccountName = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")]
+#: One word of an RBAC rule: a group, resource, verb or name.
+RuleWord = Annotated[str, Field(max_length=253)]
 #: A Kubernetes quantity: ``2``, ``"500m"``, ``"16Gi"``.
 Quantity = int | str
 
 
 class SFClusterControllerRule(WireModel):
     """An RBAC rule for the operator kinds the plans render in that cluster (as the ControlPlane's
-    ``controller.operator_rules``)."""
+    ``controller.operator_rules``); `*` verbs on `*` resources is refused, as there."""
 
-    api_groups: list[str]
-    resources: list[str] = Field(min_length=1)
-    verbs: list[str] = Field(min_length=1)
-    resource_names: list[str] | None = None
+    # The same refusal twice: by the API server (an SFCluster written with kubectl) and by the model (the
+    # controller's installer reads the spec through it before granting anything).
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {"rule": "!('*' in self.verbs && '*' in self.resources)", "message": EVERYTHING_REFUSED}
+            ]
+        }
+    )
+
+    # Bounded, so the API server can bound the rule's cost.
+    api_groups: list[RuleWord] = Field(max_length=32)
+    resources: list[RuleWord] = Field(min_length=1, max_length=64)
+    verbs: list[RuleWord] = Field(min_length=1, max_length=16)
+    resource_names: list[RuleWord] | None = Field(default=None, max_length=64)
+
+    @model_validator(mode="after")
+    def _not_everything(self) -> SFClusterControllerRule:
+        if grants_everything(self.model_dump()):
+            raise ValueError(EVERYTHING_REFUSED)
+        return self
 
 
 class SFClusterController(WireModel):
@@ -39,7 +61,13 @@ class SFClusterController(WireModel):
     """Controller replicas (one leads, the others stand by)."""
     image_pull_policy: Literal["IfNotPresent", "Always", "Never"] = "IfNotPresent"
     operator_rules: list[SFClusterControllerRule] = Field(default_factory=list, max_length=64)
-    """Rules for the operator kinds the plans render there (granted to the default plan account)."""
+    """Rules for the operator kinds the plans render there (granted to the default plan account in the
+    control-plane namespace and in each namespace onboarded there)."""
+    cluster_operator_rules: list[SFClusterControllerRule] = Field(default_factory=list, max_length=64)
+    """Rules for cluster-scoped kinds the plans render there (granted to the default plan account cluster-wide:
+    no RoleBinding can grant them)."""
+    plan_accounts: list[AccountName] = Field(default_factory=list, max_length=64)
+    """Further plan accounts (SFPlans' `serviceAccountName`) the controller may impersonate there."""
     webhook: bool = True
     """Serve the Service Catalog admission webhook there (the ControlPlane's ``controller.webhook``)."""
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,7 +51,12 @@ class Names:
         self.registries = "opbroker-controller-registries"
         self.controller_cluster_role = f"opbroker:{namespace}:controller"
         self.plan_account = DEFAULT_PLAN_SERVICE_ACCOUNT
-        self.plan_cluster_role = f"opbroker:{namespace}:{DEFAULT_PLAN_SERVICE_ACCOUNT}"
+        self.plan_cluster_role = rbac.plan_role_name(namespace)
+        """The default plan account's ClusterRole, bound per namespace (RoleBindings of the same name)."""
+        self.plan_cluster_scoped_role = rbac.plan_cluster_role_name(namespace)
+        """Its cluster-scoped kinds' ClusterRole, bound cluster-wide (only with ``cluster_operator_rules``)."""
+        self.namespace_writer = f"opbroker:{namespace}:namespace-writer"
+        """What onboarded namespaces' ``opbroker`` accounts are bound to (:func:`rbac.tenant_write_rules`)."""
         self.broker_cluster_role = f"opbroker:{namespace}:broker"
         self.webhook = "opbroker-controller-webhook"
         """The webhook's Service, Role and RoleBinding."""
@@ -195,6 +200,13 @@ class ControllerSpec:
     replicas: int = 2
     resources: Mapping[str, Mapping[str, str]] = field(default_factory=lambda: dict(CONTROLLER_RESOURCES))
     operator_rules: tuple[Mapping[str, Any], ...] = ()
+    """The operator kinds plans render, granted to the default plan account per namespace."""
+    cluster_operator_rules: tuple[Mapping[str, Any], ...] = ()
+    """Rules of cluster-scoped kinds plans render, granted to the default plan account cluster-wide."""
+    plan_accounts: tuple[str, ...] = ()
+    """Further plan accounts' names (SFPlans' ``serviceAccountName``) the controller may impersonate."""
+    tenant_namespaces: tuple[str, ...] = ()
+    """Consumer namespaces to onboard: their ``opbroker`` account and the default plan account's rights there."""
     single_tenant: bool = False
     webhook: bool = True
     flags: tuple[str, ...] = ()
@@ -233,6 +245,9 @@ def controller_objects(spec: ControllerSpec) -> list[tuple[str, dict[str, Any]]]
             **body,
         }
 
+    def meta_labels(component: str) -> dict[str, Any]:
+        return {"labels": common_labels(component, pods.labels, pods.managed_by)}
+
     def account(name: str, component: str) -> dict[str, Any]:
         return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta(name, component)}
 
@@ -243,6 +258,7 @@ def controller_objects(spec: ControllerSpec) -> list[tuple[str, dict[str, Any]]]
         return [r.to_manifest() for r in found]
 
     operator_rules = [dict(rule) for rule in spec.operator_rules]
+    cluster_operator_rules = [dict(rule) for rule in spec.cluster_operator_rules]
     objects: list[tuple[str, dict[str, Any]]] = [
         ("controller-account", account(names.controller, "controller")),
         (
@@ -256,6 +272,8 @@ def controller_objects(spec: ControllerSpec) -> list[tuple[str, dict[str, Any]]]
                         operator_rules,
                         single_tenant=spec.single_tenant,
                         webhook_configuration=names.webhook_configuration if spec.webhook else None,
+                        cluster_operator_rules=cluster_operator_rules,
+                        plan_accounts=spec.plan_accounts,
                     )
                 ),
             ),
@@ -268,16 +286,18 @@ def controller_objects(spec: ControllerSpec) -> list[tuple[str, dict[str, Any]]]
                 "ClusterRole", names.plan_cluster_role, "plans", rules=rules(rbac.plan_account_rules(operator_rules))
             ),
         ),
+        # Bound where plans act, never cluster-wide: this namespace here, each onboarded one below (issue 42).
         (
-            "plans-cluster-role-binding",
+            "plans-role-binding",
             rbac_object(
-                "ClusterRoleBinding",
+                "RoleBinding",
                 names.plan_cluster_role,
                 "plans",
                 roleRef=role_ref("ClusterRole", names.plan_cluster_role),
                 subjects=subjects(names.plan_account),
             ),
         ),
+        *plan_cluster_scoped(spec, names, rbac_object, subjects),
         (
             "controller-cluster-role-binding",
             rbac_object(
@@ -289,6 +309,7 @@ def controller_objects(spec: ControllerSpec) -> list[tuple[str, dict[str, Any]]]
             ),
         ),
     ]
+    objects += onboarded(spec, names, lambda m: {**m, "metadata": {**m["metadata"], **meta_labels("namespaces")}})
     for role, name, found in (
         ("leader-election", names.leader_election, rbac.controller_namespace_rules()),
         # The registries of instances and bindings (issue 29), kept here where no consumer can read them.
@@ -386,6 +407,52 @@ def controller_objects(spec: ControllerSpec) -> list[tuple[str, dict[str, Any]]]
             },
         )
     )
+    return objects
+
+
+def plan_cluster_scoped(
+    spec: ControllerSpec, names: Names, rbac_object: Callable[..., dict[str, Any]], subjects: Callable[[str], Any]
+) -> list[tuple[str, dict[str, Any]]]:
+    """The default plan account's cluster-scoped kinds (``cluster_operator_rules``): a ClusterRole and its
+    ClusterRoleBinding — none without such rules."""
+    if not spec.cluster_operator_rules:
+        return []
+    rules = [rbac.Rule.from_args(rule).to_manifest() for rule in spec.cluster_operator_rules]
+    role = names.plan_cluster_scoped_role
+    return [
+        ("plans-cluster-scoped-role", rbac_object("ClusterRole", role, "plans", rules=rules)),
+        (
+            "plans-cluster-scoped-role-binding",
+            rbac_object(
+                "ClusterRoleBinding",
+                role,
+                "plans",
+                roleRef=role_ref("ClusterRole", role),
+                subjects=subjects(names.plan_account),
+            ),
+        ),
+    ]
+
+
+def onboarded(
+    spec: ControllerSpec, names: Names, labelled: Callable[[dict[str, Any]], dict[str, Any]]
+) -> list[tuple[str, dict[str, Any]]]:
+    """The onboarding of ``tenant_namespaces`` (:func:`rbac.onboarding_manifests`): the namespace writer's
+    ClusterRole once, then per namespace its ``opbroker`` account, that account's binding and the default plan
+    account's binding — keyed ``tenant-<namespace>-<kind>``."""
+    if not spec.tenant_namespaces:
+        return []
+    writer = rbac.namespace_writer_manifest(names.namespace_writer)
+    objects = [("namespace-writer-cluster-role", labelled(writer))]
+    for namespace in spec.tenant_namespaces:
+        account, writer_binding, plans_binding = rbac.onboarding_manifests(
+            namespace, spec.namespace, (names.plan_account,), writer=names.namespace_writer
+        )
+        objects += [
+            (f"tenant-{namespace}-account", labelled(account)),
+            (f"tenant-{namespace}-writer-binding", labelled(writer_binding)),
+            (f"tenant-{namespace}-plans-binding", labelled(plans_binding)),
+        ]
     return objects
 
 

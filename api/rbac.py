@@ -6,14 +6,15 @@ component and the policy pack share: no rule may grant ``*`` verbs on ``*`` reso
 """
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from opbroker.api import RESOURCE_KINDS, SFPlan, SFService, SFServiceBinding, SFServiceInstance
-from opbroker.api.conventions import DEFAULT_PLAN_SERVICE_ACCOUNT
+from opbroker.api.conventions import DEFAULT_PLAN_SERVICE_ACCOUNT, NAMESPACE_SERVICE_ACCOUNT
 from opbroker.api.meta import KubeResource
-
-WILDCARD = "*"
+from opbroker.api.policyrules import WILDCARD as WILDCARD  # re-exported: the rules' one vocabulary
+from opbroker.api.policyrules import Rule as Rule
+from opbroker.api.policyrules import grants_everything as grants_everything
+from opbroker.api.policyrules import rule_problems as rule_problems
 
 #: Verbs on a kind the controller owns: it reads, writes, finalizes and deletes them.
 OWNER_VERBS = ("get", "list", "watch", "create", "update", "patch", "delete")
@@ -26,63 +27,6 @@ READ_VERBS = ("get", "list", "watch")
 WORKLOADS = ("deployments", "statefulsets", "daemonsets")
 #: The Lease the controller replicas campaign for (the controller's default ``lease_name``).
 LEADER_LEASE = "opbroker-controller"
-
-
-@dataclass(frozen=True)
-class Rule:
-    """One PolicyRule of a Role or ClusterRole."""
-
-    api_groups: tuple[str, ...]
-    resources: tuple[str, ...]
-    verbs: tuple[str, ...]
-    resource_names: tuple[str, ...] = ()
-
-    def to_manifest(self) -> dict[str, Any]:
-        """The rule as the API server spells it (camelCase, no empty resourceNames)."""
-        rule: dict[str, Any] = {
-            "apiGroups": list(self.api_groups),
-            "resources": list(self.resources),
-            "verbs": list(self.verbs),
-        }
-        if self.resource_names:
-            rule["resourceNames"] = list(self.resource_names)
-        return rule
-
-    @classmethod
-    def from_args(cls, args: Mapping[str, Any]) -> "Rule":
-        """A rule from component args (snake_case) or a manifest (camelCase)."""
-
-        def field(snake: str, camel: str) -> tuple[str, ...]:
-            value = args.get(snake, args.get(camel)) or ()
-            return tuple(str(v) for v in value)
-
-        return cls(
-            api_groups=field("api_groups", "apiGroups"),
-            resources=field("resources", "resources"),
-            verbs=field("verbs", "verbs"),
-            resource_names=field("resource_names", "resourceNames"),
-        )
-
-
-def grants_everything(rule: Mapping[str, Any] | Rule) -> bool:
-    """Whether a rule grants every verb on every resource (``*`` on ``*``), whatever its groups."""
-    parsed = rule if isinstance(rule, Rule) else Rule.from_args(rule)
-    return WILDCARD in parsed.verbs and WILDCARD in parsed.resources
-
-
-def rule_problems(rules: Sequence[Mapping[str, Any]], path: str) -> list[tuple[str, str]]:
-    """(field path, reason) for every extra rule that is empty or grants ``*`` on ``*``."""
-    problems = []
-    for index, raw in enumerate(rules):
-        rule = Rule.from_args(raw)
-        where = f"{path}[{index}]"
-        if not rule.resources:
-            problems.append((f"{where}.resources", "at least one resource is required"))
-        if not rule.verbs:
-            problems.append((f"{where}.verbs", "at least one verb is required"))
-        if grants_everything(rule):
-            problems.append((where, "grants '*' verbs on '*' resources; name the operator kinds and verbs instead"))
-    return problems
 
 
 def _owned(kinds: Iterable[type[KubeResource]]) -> list[Rule]:
@@ -98,25 +42,46 @@ def _owned(kinds: Iterable[type[KubeResource]]) -> list[Rule]:
     return rules
 
 
+def impersonated_accounts(plan_accounts: Sequence[str] = ()) -> tuple[str, ...]:
+    """The ServiceAccount names the controller may impersonate: the default plan account, every plan account
+    the platform declared (``plan_accounts``: the names SFPlans' ``serviceAccountName`` may give) and each
+    consumer namespace's ``opbroker`` account. Sorted and without repeats, so a rule built from them is stable."""
+    return tuple(sorted({DEFAULT_PLAN_SERVICE_ACCOUNT, NAMESPACE_SERVICE_ACCOUNT, *plan_accounts}))
+
+
+def impersonation_rule(plan_accounts: Sequence[str] = ()) -> Rule:
+    """Impersonating ServiceAccounts by name (:func:`impersonated_accounts`). The controller sends only
+    ``Impersonate-User: system:serviceaccount:<ns>:<name>``, which the API server authorises as ``impersonate``
+    on ``serviceaccounts`` with that namespace and name (the account's groups follow from it, unchecked), so no
+    rule for users or groups exists. The names hold in every namespace: a consumer namespace's own account named
+    like a plan account can do only what that namespace's admin could grant it; plans act only as accounts of the
+    trusted catalog namespaces (:mod:`opbroker.controller.identities`)."""
+    return Rule(("",), ("serviceaccounts",), ("impersonate",), impersonated_accounts(plan_accounts))
+
+
 def controller_cluster_rules(
     operator_rules: Sequence[Mapping[str, Any]] = (),
     *,
     single_tenant: bool = False,
     webhook_configuration: str | None = None,
+    cluster_operator_rules: Sequence[Mapping[str, Any]] = (),
+    plan_accounts: Sequence[str] = (),
 ) -> list[Rule]:
     """The controller's ClusterRole (issue 24): it writes only its own kinds, Events, and — for everything else
     — through identities the platform granted, which it impersonates; it reads what it watches.
 
     * every opbroker kind (objects, status, finalizers), the Service Catalog kinds included;
     * Events (create, patch) on state changes;
-    * ``impersonate`` on ServiceAccounts: a plan's work runs as the plan's account, writes into a consumer's
-      namespace for no plan as that namespace's ``opbroker`` account (Flux's model);
+    * ``impersonate`` on the plan accounts and the namespaces' ``opbroker`` account, by name
+      (:func:`impersonation_rule`; ``plan_accounts`` are the extra names plans may give): a plan's work runs as
+      the plan's account, writes into a consumer's namespace for no plan as that namespace's account (Flux's
+      model). Not in ``single_tenant``, which impersonates no one;
     * SubjectAccessReviews (create): a read answered from the watch cache is first checked for the account the
       plan acts as;
     * reads only: Secrets (registries, credentials, sources, claims' endpoint Secrets — one watch), ConfigMaps,
       namespaces, nodes and pods (capacity-aware scheduling), Jobs and workloads (claims), CRDs (kopf), and the
-      operator kinds the plans render (``operator_rules`` reduced to get/list/watch: the watch cache of
-      ``sources``).
+      operator kinds the plans render (``operator_rules`` and ``cluster_operator_rules`` reduced to
+      get/list/watch: the watch cache of ``sources``).
 
     ``single_tenant`` (the controller's ``--single-tenant``): the controller acts with its own rights, so it
     gets the write rights it no longer delegates: the plans' operator kinds, Secrets, ConfigMaps, Jobs and the
@@ -134,7 +99,7 @@ def controller_cluster_rules(
         Rule(("apps",), WORKLOADS, READ_VERBS),
         Rule(("apiextensions.k8s.io",), ("customresourcedefinitions",), READ_VERBS),
     ]
-    operator = [Rule.from_args(rule) for rule in operator_rules]
+    operator = [Rule.from_args(rule) for rule in (*operator_rules, *cluster_operator_rules)]
     if single_tenant:
         delegated = [*tenant_write_rules(), *operator]
     else:
@@ -147,7 +112,7 @@ def controller_cluster_rules(
         *_owned(RESOURCE_KINDS),
         Rule(("",), ("events",), ("create", "patch")),
         Rule(("events.k8s.io",), ("events",), ("create", "patch")),
-        Rule(("",), ("serviceaccounts",), ("impersonate",)),
+        *([] if single_tenant else [impersonation_rule(plan_accounts)]),
         Rule(("authorization.k8s.io",), ("subjectaccessreviews",), ("create",)),
         *(webhook_cluster_rules(webhook_configuration) if webhook_configuration else []),
         *reads,
@@ -187,10 +152,10 @@ def tenant_write_rules() -> list[Rule]:
 
 
 def plan_account_rules(operator_rules: Sequence[Mapping[str, Any]] = ()) -> list[Rule]:
-    """The default plan account's ClusterRole (``opbroker-plans``, granted by the ControlPlane component): the
-    operator kinds its plans render (``operator_rules``), and the Secrets and ConfigMaps of instances and
-    bindings (registries, credentials). A platform that wants a plan confined to some namespaces gives that plan
-    its own account (``spec.serviceAccountName``) and binds Roles in those namespaces instead."""
+    """The default plan account's ClusterRole (``opbroker-plans``), granted by RoleBindings — in the control-plane
+    namespace and in each onboarded consumer namespace (:func:`onboarding_manifests`), nowhere else: the operator
+    kinds its plans render (``operator_rules``), and the Secrets and ConfigMaps of instances and bindings
+    (credentials). A plan confined to fewer namespaces gets its own account (``spec.serviceAccountName``)."""
     return [
         Rule(("",), ("secrets",), ("get", "list", "watch", "create", "update", "patch", "delete")),
         Rule(("",), ("configmaps",), ("get", "list", "watch", "create", "update", "patch", "delete")),
@@ -198,27 +163,106 @@ def plan_account_rules(operator_rules: Sequence[Mapping[str, Any]] = ()) -> list
     ]
 
 
+def plan_role_name(control_plane: str, account: str = DEFAULT_PLAN_SERVICE_ACCOUNT) -> str:
+    """The ClusterRole of a plan account of the control plane in ``control_plane`` (bound per namespace)."""
+    return f"opbroker:{control_plane}:{account}"
+
+
+def plan_cluster_role_name(control_plane: str, account: str = DEFAULT_PLAN_SERVICE_ACCOUNT) -> str:
+    """The ClusterRole of a plan account's cluster-scoped kinds (bound cluster-wide: a RoleBinding cannot grant
+    them)."""
+    return f"{plan_role_name(control_plane, account)}:cluster"
+
+
+def _binding(
+    kind: str, name: str, role: str, account: str, account_namespace: str, namespace: str | None = None
+) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": name}
+    if namespace is not None:
+        metadata["namespace"] = namespace
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": kind,
+        "metadata": metadata,
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": account_namespace}],
+    }
+
+
+def _cluster_role(name: str, rules: Sequence[Rule]) -> dict[str, Any]:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": name},
+        "rules": [rule.to_manifest() for rule in rules],
+    }
+
+
 def plan_account_manifests(
-    namespace: str, rules: Sequence[Rule], account: str = DEFAULT_PLAN_SERVICE_ACCOUNT
+    namespace: str,
+    rules: Sequence[Rule],
+    account: str = DEFAULT_PLAN_SERVICE_ACCOUNT,
+    *,
+    cluster_rules: Sequence[Rule] = (),
 ) -> list[dict[str, Any]]:
     """A plan account, as the platform grants it outside Pulumi (``opbroker dev``, the tests): the
-    ServiceAccount, a ClusterRole with ``rules`` and its ClusterRoleBinding."""
-    role = f"opbroker:{namespace}:{account}"
-    return [
+    ServiceAccount in the control-plane ``namespace``, a ClusterRole with ``rules`` bound by a RoleBinding in that
+    namespace only (each consumer namespace gets its own at onboarding, :func:`onboarding_manifests`), and —
+    only when ``cluster_rules`` are given — a second ClusterRole with them and a ClusterRoleBinding. The platform
+    declares which rules are cluster-wide: those of cluster-scoped kinds (a ClusterRole a plan renders), which
+    no RoleBinding can grant, and what such an object itself grants (RBAC's escalation check)."""
+    role = plan_role_name(namespace, account)
+    manifests = [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": account, "namespace": namespace}},
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRole",
-            "metadata": {"name": role},
-            "rules": [rule.to_manifest() for rule in rules],
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": role},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
-        },
+        _cluster_role(role, rules),
+        plan_binding(namespace, namespace, account),
+    ]
+    if cluster_rules:
+        cluster_role = plan_cluster_role_name(namespace, account)
+        manifests += [
+            _cluster_role(cluster_role, cluster_rules),
+            _binding("ClusterRoleBinding", cluster_role, cluster_role, account, namespace),
+        ]
+    return manifests
+
+
+#: The ClusterRole a consumer namespace's ``opbroker`` account is bound to there (:func:`onboarding_manifests`).
+NAMESPACE_WRITER = "opbroker-namespace-writer"
+
+
+def namespace_writer_manifest(name: str = NAMESPACE_WRITER) -> dict[str, Any]:
+    """The ClusterRole of :func:`tenant_write_rules`, bound in each onboarded namespace to its ``opbroker``
+    account."""
+    return _cluster_role(name, tenant_write_rules())
+
+
+def plan_binding(namespace: str, control_plane: str, account: str = DEFAULT_PLAN_SERVICE_ACCOUNT) -> dict[str, Any]:
+    """The RoleBinding that lets ``control_plane``'s plan ``account`` write in ``namespace``: its ClusterRole
+    (:func:`plan_role_name`), bound there and nowhere else."""
+    role = plan_role_name(control_plane, account)
+    return _binding("RoleBinding", role, role, account, control_plane, namespace)
+
+
+def onboarding_manifests(
+    namespace: str,
+    control_plane: str,
+    plan_accounts: Sequence[str] = (DEFAULT_PLAN_SERVICE_ACCOUNT,),
+    *,
+    writer: str = NAMESPACE_WRITER,
+) -> list[dict[str, Any]]:
+    """What the platform grants in a new consumer namespace: its ``opbroker`` account (Flux's default service
+    account, per tenant) bound to the ``writer`` ClusterRole (:func:`namespace_writer_manifest`), and each of
+    the control plane's ``plan_accounts`` bound there (:func:`plan_binding`) — the only places a plan account
+    writes are its control plane's namespace and the namespaces onboarded so."""
+    account = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": NAMESPACE_SERVICE_ACCOUNT, "namespace": namespace},
+    }
+    return [
+        account,
+        _binding("RoleBinding", writer, writer, NAMESPACE_SERVICE_ACCOUNT, namespace, namespace),
+        *(plan_binding(namespace, control_plane, plan) for plan in plan_accounts),
     ]
 
 
@@ -231,8 +275,9 @@ WRITE_VERBS = frozenset(
 
 def writes_beyond_own(rules: Sequence[Rule]) -> list[Rule]:
     """The rules of a ClusterRole that grant a write verb outside opbroker's own groups, Leases, Events,
-    impersonation of ServiceAccounts and access reviews (a write limited by ``resourceNames`` to opbroker's own
-    webhook configuration aside)."""
+    impersonation of ServiceAccounts by name and access reviews (a write limited by ``resourceNames`` to
+    opbroker's own webhook configuration aside). Impersonating every ServiceAccount (no ``resourceNames``) is
+    cluster-admin in effect, and is caught."""
     own_groups = {kind.GROUP for kind in RESOURCE_KINDS}
     allowed = {
         ("coordination.k8s.io", "leases"),
@@ -255,7 +300,11 @@ def writes_beyond_own(rules: Sequence[Rule]) -> list[Rule]:
             ):
                 continue
             if all((group, resource) in allowed for resource in rule.resources):
-                if group == "" and "serviceaccounts" in rule.resources and set(rule.verbs) != {"impersonate"}:
+                if (
+                    group == ""
+                    and "serviceaccounts" in rule.resources
+                    and (set(rule.verbs) != {"impersonate"} or not rule.resource_names)
+                ):
                     wrong.append(rule)
                 continue
             wrong.append(rule)

@@ -93,8 +93,14 @@ class ControllerArgs(TypedDict):
     """Compute resources (default: requests 100m CPU / 128Mi, limit 512Mi)."""
     operator_rules: NotRequired[list[PolicyRuleArgs]]
     """Rules for the operator kinds the plans render (e.g. ``acid.zalan.do`` ``postgresqls``): granted to the
-    default plan account ``opbroker-plans``, which plans act as (the controller itself gets only their read
-    verbs, for its watch cache)."""
+    default plan account ``opbroker-plans``, which plans act as, in the control plane's namespace and each of
+    ``tenant_namespaces`` (RoleBindings; the controller itself gets only their read verbs, for its watch cache)."""
+    cluster_operator_rules: NotRequired[list[PolicyRuleArgs]]
+    """Rules for cluster-scoped kinds the plans render (e.g. a ClusterRole), which no RoleBinding can grant:
+    granted to ``opbroker-plans`` cluster-wide (a ClusterRoleBinding). Only these are cluster-wide."""
+    plan_accounts: NotRequired[list[str]]
+    """Names of further plan accounts (SFPlans' ``serviceAccountName``) the controller may impersonate, besides
+    ``opbroker-plans`` and the namespaces' ``opbroker``: it may impersonate no other ServiceAccount."""
     single_tenant: NotRequired[bool]
     """Act with the controller's own rights instead of the plans' accounts (``--single-tenant``; default
     false): only for a cluster with one tenant. The controller's ClusterRole then writes the operator kinds,
@@ -200,6 +206,10 @@ class ControlPlaneArgs(TypedDict):
     """Controller settings."""
     broker: NotRequired[BrokerArgs]
     """Broker settings."""
+    tenant_namespaces: NotRequired[list[str]]
+    """Consumer namespaces to onboard: each gets its ``opbroker`` account bound to what opbroker writes there for
+    no plan, and ``opbroker-plans`` bound to its rules there (default none; a namespace onboarded by other means
+    needs the same objects, see docs/security.md)."""
 
 
 # -- validation: the args as a frozen settings model with the defaults ------------------------------------
@@ -230,6 +240,10 @@ class Controller(_Settings):
     image: str | None = Field(default=None, min_length=1)
     resources: Resources = Resources.model_validate(CONTROLLER_RESOURCES)
     operator_rules: list[OperatorRule] = Field(default_factory=list)
+    cluster_operator_rules: list[OperatorRule] = Field(default_factory=list)
+    plan_accounts: list[Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", max_length=253)]] = Field(
+        default_factory=list
+    )
     workers: int | None = Field(default=None, ge=1, le=256)
     error_threshold: int | None = Field(default=None, ge=1)
     max_operation_seconds: float | None = Field(default=None, ge=0)
@@ -337,6 +351,9 @@ class Settings(_Settings):
     await_deployments: bool = True
     controller: Controller = Controller()
     broker: Broker = Broker()
+    tenant_namespaces: list[Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)]] = Field(
+        default_factory=list
+    )
 
 
 def settings(name: str, args: ControlPlaneArgs) -> Settings:
@@ -350,8 +367,14 @@ def settings(name: str, args: ControlPlaneArgs) -> Settings:
     except ValidationError as exc:
         problems = [line.partition(": ")[::2] for line in errors.field_errors(exc)]
         raise resources.InvalidArgsError("ControlPlane", name, problems) from None
-    rules = [rule.model_dump(exclude_none=True) for rule in validated.controller.operator_rules]
-    rule_problems = rbac.rule_problems(rules, "controller.operator_rules")
+    rule_problems = [
+        problem
+        for field in ("operator_rules", "cluster_operator_rules")
+        for problem in rbac.rule_problems(
+            [rule.model_dump(exclude_none=True) for rule in getattr(validated.controller, field)],
+            f"controller.{field}",
+        )
+    ]
     if rule_problems:
         raise resources.InvalidArgsError("ControlPlane", name, rule_problems)
     return validated
@@ -421,6 +444,11 @@ def controller_spec(s: Settings) -> ControllerSpec:
         replicas=s.controller.replicas,
         resources=s.controller.resources.to_manifest(),
         operator_rules=tuple(rule.model_dump(exclude_none=True) for rule in s.controller.operator_rules),
+        cluster_operator_rules=tuple(
+            rule.model_dump(exclude_none=True) for rule in s.controller.cluster_operator_rules
+        ),
+        plan_accounts=tuple(s.controller.plan_accounts),
+        tenant_namespaces=tuple(s.tenant_namespaces),
         single_tenant=s.controller.single_tenant,
         webhook=s.controller.webhook,
         flags=tuple(s.controller.flags()),
@@ -547,7 +575,30 @@ class ControlPlane(pulumi.ComponentResource):
         # The default plan account: what plans that name no account of their own act as (issue 24).
         plan_sa = rbac_child(k8s.core.v1.ServiceAccount, f"{name}-plans", "plans-account", *in_namespace)
         plan_role = rbac_child(k8s.rbac.v1.ClusterRole, f"{name}-plans", "plans-cluster-role")
-        rbac_child(k8s.rbac.v1.ClusterRoleBinding, f"{name}-plans", "plans-cluster-role-binding", plan_role, plan_sa)
+        # Bound per namespace (issue 42): here, and in each onboarded namespace (below); cluster-wide only the
+        # cluster-scoped kinds, when there are any.
+        rbac_child(k8s.rbac.v1.RoleBinding, f"{name}-plans", "plans-role-binding", plan_role, plan_sa, *in_namespace)
+        if "plans-cluster-scoped-role" in objects:
+            scoped = rbac_child(k8s.rbac.v1.ClusterRole, f"{name}-plans-cluster", "plans-cluster-scoped-role")
+            rbac_child(
+                k8s.rbac.v1.ClusterRoleBinding,
+                f"{name}-plans-cluster",
+                "plans-cluster-scoped-role-binding",
+                scoped,
+                plan_sa,
+            )
+        # The onboarded namespaces (``tenant_namespaces``): the writer's ClusterRole, then per namespace an account
+        # and two RoleBindings (the account's to the writer, the plan account's to its ClusterRole).
+        granted: dict[str, pulumi.Resource] = {names.plan_cluster_role: plan_role}
+        for role in [r for r in objects if r == "namespace-writer-cluster-role" or r.startswith("tenant-")]:
+            kind = objects[role]["kind"]
+            if kind == "ClusterRole":
+                granted[names.namespace_writer] = rbac_child(k8s.rbac.v1.ClusterRole, f"{name}-{role}", role)
+            elif kind == "ServiceAccount":
+                rbac_child(k8s.core.v1.ServiceAccount, f"{name}-{role}", role)
+            else:
+                bound = granted[objects[role]["roleRef"]["name"]]
+                rbac_child(k8s.rbac.v1.RoleBinding, f"{name}-{role}", role, bound)
         controller_binding = rbac_child(
             k8s.rbac.v1.ClusterRoleBinding,
             f"{name}-controller",

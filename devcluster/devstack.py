@@ -244,11 +244,13 @@ class DevStack:
             if exc.status != 409:
                 raise
         kube = Kube(api)
-        from opbroker.devcluster.grants import grant_plan_account
+        from opbroker.devcluster.grants import grant_plan_account, onboard_namespace
         from opbroker.devcluster.incluster import DEMO_OPERATOR_RULE
 
         grant_plan_account(api, DEFAULT_NAMESPACE, [DEMO_OPERATOR_RULE])
         progress(f"granted the plan account {DEFAULT_NAMESPACE}/opbroker-plans the demo operator's Databases")
+        onboard_namespace(api, DEMO_NAMESPACE)  # the plan account writes only where it is bound
+        progress(f"onboarded the namespace {DEMO_NAMESPACE} (its opbroker account, the plan account's rights)")
         for document in yaml.safe_load_all((DEMO_OPERATOR / "catalog.yaml").read_text()):
             manifest: dict[str, Any] = {
                 **document,

@@ -1,7 +1,10 @@
 """What the platform team grants outside Pulumi, for ``opbroker dev`` and the tests: the default plan account
-(the ServiceAccount plans act as, see ``opbroker.controller.identities``) with the rights its plans need.
+(the ServiceAccount plans act as, see ``opbroker.controller.identities``) with the rights its plans need, and the
+onboarding of a consumer namespace.
 
-The ControlPlane component creates the same objects from ``opbroker.api.rbac`` in a Pulumi stack.
+The objects come from ``opbroker.api.rbac``, as the ControlPlane component's do (``tenant_namespaces``,
+``controller.cluster_operator_rules``): a plan account is bound in its control plane's namespace and in each
+onboarded namespace, cluster-wide only for the cluster-scoped kinds it is given.
 """
 
 from __future__ import annotations
@@ -11,9 +14,12 @@ from typing import Any
 
 from kubernetes import client
 
-from opbroker.api.conventions import DEFAULT_PLAN_SERVICE_ACCOUNT, NAMESPACE_SERVICE_ACCOUNT
+from opbroker.api.conventions import DEFAULT_NAMESPACE, DEFAULT_PLAN_SERVICE_ACCOUNT
 from opbroker.components import rbac
 from opbroker.controller.kube import Kube
+
+#: The ClusterRole a consumer namespace's ``opbroker`` account is bound to there (:func:`onboard_namespace`).
+NAMESPACE_WRITER = rbac.NAMESPACE_WRITER
 
 
 def grant_plan_account(
@@ -22,42 +28,35 @@ def grant_plan_account(
     operator_rules: Sequence[Mapping[str, Any]],
     *,
     account: str = DEFAULT_PLAN_SERVICE_ACCOUNT,
+    cluster_rules: Sequence[Mapping[str, Any]] = (),
 ) -> None:
-    """Create (or update) the plan account ``namespace/account`` with the ClusterRole of
-    :func:`rbac.plan_account_rules` for ``operator_rules``."""
+    """Create (or update) the plan account ``namespace/account``: a ClusterRole of :func:`rbac.plan_account_rules`
+    for ``operator_rules`` bound in ``namespace`` (onboarded namespaces get their own binding,
+    :func:`onboard_namespace`), and ``cluster_rules`` — cluster-scoped kinds — bound cluster-wide."""
     kube = Kube(api)
-    for manifest in rbac.plan_account_manifests(namespace, rbac.plan_account_rules(operator_rules), account):
+    manifests = rbac.plan_account_manifests(
+        namespace,
+        rbac.plan_account_rules(operator_rules),
+        account,
+        cluster_rules=[rbac.Rule.from_args(rule) for rule in cluster_rules],
+    )
+    for manifest in manifests:
         kube.apply(manifest, field_manager="opbroker-dev")
 
 
-#: The ClusterRole a consumer namespace's ``opbroker`` account is bound to there (:func:`onboard_namespace`).
-NAMESPACE_WRITER = "opbroker-namespace-writer"
-
-
-def onboard_namespace(api: client.ApiClient, namespace: str) -> None:
-    """What the platform does for a new consumer namespace: its ``opbroker`` account (Flux's default service
-    account, per tenant), bound there to :data:`NAMESPACE_WRITER` (:func:`rbac.tenant_write_rules`: what opbroker
-    writes into a namespace for no plan — Service Catalog Binding Secrets, claims' Secrets, Jobs, projections)."""
+def onboard_namespace(
+    api: client.ApiClient,
+    namespace: str,
+    *,
+    control_plane: str = DEFAULT_NAMESPACE,
+    plan_accounts: Sequence[str] = (DEFAULT_PLAN_SERVICE_ACCOUNT,),
+) -> None:
+    """What the platform does for a new consumer namespace (:func:`rbac.onboarding_manifests`): its ``opbroker``
+    account (Flux's default service account, per tenant), bound there to :data:`NAMESPACE_WRITER`
+    (:func:`rbac.tenant_write_rules`: what opbroker writes into a namespace for no plan — Service Catalog Binding
+    Secrets, claims' Secrets, Jobs, projections), and ``control_plane``'s ``plan_accounts`` bound there to their
+    ClusterRoles (granted by :func:`grant_plan_account`)."""
     kube = Kube(api)
-    manifests: list[dict[str, Any]] = [
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRole",
-            "metadata": {"name": NAMESPACE_WRITER},
-            "rules": [rule.to_manifest() for rule in rbac.tenant_write_rules()],
-        },
-        {
-            "apiVersion": "v1",
-            "kind": "ServiceAccount",
-            "metadata": {"name": NAMESPACE_SERVICE_ACCOUNT, "namespace": namespace},
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": {"name": NAMESPACE_WRITER, "namespace": namespace},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": NAMESPACE_WRITER},
-            "subjects": [{"kind": "ServiceAccount", "name": NAMESPACE_SERVICE_ACCOUNT, "namespace": namespace}],
-        },
-    ]
+    manifests = [rbac.namespace_writer_manifest(), *rbac.onboarding_manifests(namespace, control_plane, plan_accounts)]
     for manifest in manifests:
         kube.apply(manifest, field_manager="opbroker-dev")

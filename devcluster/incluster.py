@@ -46,6 +46,7 @@ def dev_control_plane_args(image: str, password: str, controller_replicas: int =
             "allowed_namespaces": [DEMO_NAMESPACE],  # the demo's requests name it in their context
         },
         "controller": {"replicas": controller_replicas, "operator_rules": [DEMO_OPERATOR_RULE]},
+        "tenant_namespaces": [DEMO_NAMESPACE],  # onboarded: the plan account writes there, and only there
     }
 
 

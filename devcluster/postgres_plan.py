@@ -18,7 +18,7 @@ from opbroker.controller.kube import Kube
 from opbroker.devcluster.controlplane import ControlPlane
 from opbroker.devcluster.demo import HEADERS, DemoFailed, Say, _expect, _poll
 from opbroker.devcluster.devstack import DEMO_NAMESPACE, EXAMPLES, Endpoint
-from opbroker.devcluster.grants import grant_plan_account
+from opbroker.devcluster.grants import grant_plan_account, onboard_namespace
 from opbroker.devcluster.incluster import DEMO_OPERATOR_RULE
 from opbroker.devcluster.postgres_image import postgres_image
 
@@ -42,6 +42,7 @@ def install(plane: ControlPlane, api: client.ApiClient, say: Say) -> None:
     plane.import_image(archive, name)
     say(f"imported {name} into the node")
     grant_plan_account(api, DEFAULT_NAMESPACE, [DEMO_OPERATOR_RULE, *PLAN_RULES])
+    onboard_namespace(api, DEMO_NAMESPACE)  # where the demo's instances live: the plan account is bound there
     kube = Kube(api)
     for document in yaml.safe_load_all(CATALOG.read_text()):
         kube.apply({**document, "metadata": {**document["metadata"], "namespace": DEFAULT_NAMESPACE}})

@@ -26,6 +26,7 @@ from opbroker.api import conventions
 from opbroker.broker.server import BackgroundServer, server
 from opbroker.broker.settings import Settings
 from opbroker.devcluster.controlplane import free_ports
+from tests.cluster_fixtures import onboard
 
 GROUP, VERSION = "osb.servicefabrik.io", "v1alpha1"
 INSTANCES, BINDINGS = "sfserviceinstances", "sfservicebindings"
@@ -131,6 +132,7 @@ def install_catalog(api_client: client.ApiClient, namespace: str) -> None:
 def create_namespace(api_client: client.ApiClient, prefix: str = "b") -> str:
     name = f"{prefix}-{uuid.uuid4().hex[:10]}"
     client.CoreV1Api(api_client).create_namespace({"metadata": {"name": name, "labels": {"opbroker.io/test": "true"}}})
+    onboard(api_client, name)  # as tests/cluster_fixtures.py's namespaces: the plan account is bound there
     return name
 
 

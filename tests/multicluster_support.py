@@ -32,6 +32,7 @@ from opbroker.devcluster import ControlPlane
 from opbroker.devcluster.admission import install_admission
 from opbroker.devcluster.crds import install_crds
 from opbroker.devcluster.processes import Process
+from tests.cluster_fixtures import onboard
 from tests.controller_support import DEMO, OPBROKER, apply_yaml, broker_ready, controller_command, wait_for
 
 GROUP, VERSION = "osb.servicefabrik.io", "v1alpha1"
@@ -323,6 +324,7 @@ def mc_namespace(multicluster: MultiClusterEnv) -> Iterator[str]:
     """A fresh namespace on the master; afterwards its bindings and instances are deleted everywhere."""
     name = f"mc-{uuid.uuid4().hex[:8]}"
     multicluster.master.core.create_namespace({"metadata": {"name": name, "labels": {"opbroker.io/test": "true"}}})
+    onboard(multicluster.master.api, name)  # the master provisions too; sisters' namespaces the master onboards
     yield name
     master = multicluster.master
     for plural in ("sfservicebindings", "sfserviceinstances"):

@@ -449,7 +449,7 @@ class ClusterReconciler(ObservePlanAct[ClusterFacts, Any]):
         if digest == state.digest and state.kube is not None:
             return
         state.close()
-        state.kube = SisterKube(client_from_kubeconfig(text))
+        state.kube = SisterKube(client_from_kubeconfig(text), control_plane=self.namespace)
         state.digest = digest
         state.catalog.clear()
 

@@ -18,7 +18,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from opbroker.api import controllerinstall
-from opbroker.api.cluster import SFClusterController
+from opbroker.api.cluster import SFClusterController, SFClusterControllerRule
 from opbroker.api.crd import all_crds
 from opbroker.api.meta import ResourceRef
 from opbroker.controller.kube import Kube
@@ -46,6 +46,8 @@ def desired(namespace: str, controller: SFClusterController) -> list[tuple[str, 
         image=controller.image,
         replicas=controller.replicas,
         operator_rules=tuple(rule.model_dump(exclude_none=True) for rule in controller.operator_rules),
+        cluster_operator_rules=tuple(rule.model_dump(exclude_none=True) for rule in controller.cluster_operator_rules),
+        plan_accounts=tuple(controller.plan_accounts),
         webhook=controller.webhook,
         pods=controllerinstall.PodSettings(image_pull_policy=controller.image_pull_policy, managed_by=MANAGED_BY),
     )
@@ -64,7 +66,9 @@ def prerequisites(namespace: str) -> list[dict[str, Any]]:
 def removable(namespace: str) -> list[tuple[str, dict[str, Any]]]:
     """Every object an installation may have made, whatever its settings were (names depend on the namespace
     only): what removal deletes, in reverse creation order."""
-    every = desired(namespace, SFClusterController(image="removed", webhook=True))
+    # A cluster-scoped rule makes the plan account's cluster-scoped role part of it (its name is fixed too).
+    scoped = SFClusterControllerRule(api_groups=["removed"], resources=["removed"], verbs=["get"])
+    every = desired(namespace, SFClusterController(image="removed", webhook=True, cluster_operator_rules=[scoped]))
     return list(reversed(every))
 
 

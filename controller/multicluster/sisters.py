@@ -19,6 +19,7 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from opbroker.api import rbac
 from opbroker.controller.kube import BINDINGS, INSTANCES, Kind, Kube
 from opbroker.controller.multicluster import quantities
 from opbroker.controller.multicluster.core import kubeconfigs
@@ -69,10 +70,13 @@ def client_from_kubeconfig(text: str) -> client.ApiClient:
 class SisterKube(Kube):
     """:class:`Kube` plus what the master needs of a sister: namespaces, a probe, capacity."""
 
-    def __init__(self, api_client: client.ApiClient) -> None:
+    def __init__(self, api_client: client.ApiClient, *, control_plane: str | None = None) -> None:
         super().__init__(api_client)
         self._namespaces: set[str] = set()
         self._lock = threading.Lock()
+        self.control_plane = control_plane
+        """The sister's control-plane namespace: a namespace the master creates there is onboarded for its
+        default plan account (None: the master's own cluster, whose namespaces the platform onboards)."""
 
     def close(self) -> None:
         self.api_client.close()  # type: ignore[no-untyped-call]  # the client's ApiClient.close is unannotated
@@ -86,7 +90,11 @@ class SisterKube(Kube):
         with self._lock:
             if name in self._namespaces:
                 return
-        self.create_namespace(name)  # False: it existed already, as well
+        created = self.create_namespace(name)  # False: it existed already, as well
+        if created and self.control_plane is not None and name != self.control_plane:
+            # The plan account is bound per namespace (issue 42): the namespace the master made for an instance
+            # is onboarded for it, as the platform onboards a consumer namespace; one it found is the platform's.
+            self.apply(rbac.plan_binding(name, self.control_plane), field_manager="opbroker-master")
         with self._lock:
             self._namespaces.add(name)
 

@@ -21,6 +21,7 @@ from opbroker.api.conventions import CREDENTIALS_KEY, DEFAULT_NAMESPACE, FINALIZ
 from opbroker.controller.core import decisions
 from opbroker.controller.core.views import BindingView
 from opbroker.devcluster import ControlPlane
+from tests.cluster_fixtures import onboard
 from tests.controller_support import Process, apply_yaml, controller_command, wait_for
 
 GROUP, VERSION = "osb.servicefabrik.io", "v1alpha1"
@@ -472,6 +473,7 @@ def test_deleting_a_namespace_that_holds_a_bound_instance_finishes(
     plan_file.write_text(REVOKING_PLAN.format(name=plan_name))
     apply_yaml(api_client, plan_file, catalog_namespace)
     core.create_namespace({"metadata": {"name": name, "labels": {"opbroker.io/test": "true"}}})
+    onboard(api_client, name)  # the plan account writes only where it is bound
     for db in ("nsdb1", "nsdb2"):  # the demo operator's plan, and one whose unbind creates an object
         provision(api_client, name, db, **({"plan_id": plan_name} if db == "nsdb2" else {}))
     for db, plan in (("nsdb1", PLAN_ID), ("nsdb2", plan_name)):

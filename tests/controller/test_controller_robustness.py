@@ -15,6 +15,7 @@ from kubernetes.client.exceptions import ApiException
 
 from opbroker.devcluster import ControlPlane
 from opbroker.devcluster.controlplane import free_ports
+from tests.cluster_fixtures import onboard
 from tests.controller.test_controller_lifecycle import GROUP, VERSION, custom, gone, provision, wait_state
 from tests.controller_support import Process, apply_yaml, controller_command, wait_for
 
@@ -142,6 +143,7 @@ def test_objects_in_other_namespaces_are_cleaned_up_by_the_controller(
 ) -> None:
     side = f"{namespace}-side"
     client.CoreV1Api(api_client).create_namespace({"metadata": {"name": side}})
+    onboard(api_client, side)  # the plan writes there: its account is bound there
     try:
         plan = install_plan(
             api_client,

@@ -12,7 +12,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from opbroker.devcluster.grants import grant_plan_account
+from opbroker.devcluster.grants import grant_plan_account, onboard_namespace
 from tests.controller.test_controller_lifecycle import GROUP, VERSION, custom, gone, provision, wait_state
 from tests.controller_support import OWNER_VERBS, apply_yaml, wait_for
 
@@ -47,13 +47,23 @@ spec:
 """
 
 
-def install(api: client.ApiClient, catalog_namespace: str, tmp_path: Path, name: str, shared: str) -> str:
+def install(
+    api: client.ApiClient, catalog_namespace: str, tmp_path: Path, name: str, shared: str, *namespaces: str
+) -> str:
+    """The plan, and its own account: bound in ``namespaces`` (where it writes), cluster-wide for ClusterRoles —
+    and for reading ConfigMaps, which the ClusterRole it renders grants (RBAC grants only what one holds)."""
     grant_plan_account(
         api,
         catalog_namespace,
-        [{"api_groups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "verbs": list(OWNER_VERBS)}],
+        [],
         account=ACCOUNT,
+        cluster_rules=[
+            {"api_groups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "verbs": list(OWNER_VERBS)},
+            {"api_groups": [""], "resources": ["configmaps"], "verbs": ["get"]},
+        ],
     )
+    for namespace in namespaces:
+        onboard_namespace(api, namespace, control_plane=catalog_namespace, plan_accounts=(ACCOUNT,))
     indented = "\n".join("      " + line for line in shared.strip("\n").splitlines())
     path = tmp_path / f"{name}.yaml"
     path.write_text(PLAN.format(name=name, account=ACCOUNT, shared=indented))
@@ -110,6 +120,7 @@ rules:
   resources: ["configmaps"]
   verbs: ["get"]
 """,
+        namespace,
     )
     rbac = client.RbacAuthorizationV1Api(api_client)
 
@@ -151,6 +162,8 @@ metadata:
 data:
   creator: "{{{{ instance.metadata.name }}}}"
 """,
+            namespace,
+            side,
         )
 
         def read() -> Any:

@@ -16,6 +16,7 @@ import uuid
 from typing import Any
 
 from opbroker.api.conventions import DEFAULT_NAMESPACE
+from tests.cluster_fixtures import onboard
 from tests.controller_support import wait_for
 from tests.multicluster_support import (
     CLUSTER_GROUP,
@@ -43,6 +44,7 @@ def test_a_sister_going_away_keeps_its_instances_and_blocks_its_removal(multiclu
     gone = start_cluster(f"mcgone-{os.getpid()}")
     namespace = f"mcf-{uuid.uuid4().hex[:8]}"
     master.core.create_namespace({"metadata": {"name": namespace}})
+    onboard(master.api, namespace)
     try:
         start_provisioner(gone, multicluster.log_dir)
         register(master, "gone", gone, labels={"name": "gone"}, capacity={"cpu": 2}, limit=None)

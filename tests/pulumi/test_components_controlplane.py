@@ -88,7 +88,7 @@ def test_every_child_is_registered_once_under_the_component(default: Any) -> Non
             ("rbac.authorization.k8s.io/v1:ClusterRoleBinding", "opbroker-controller"),
             ("core/v1:ServiceAccount", "opbroker-plans"),
             ("rbac.authorization.k8s.io/v1:ClusterRole", "opbroker-plans"),
-            ("rbac.authorization.k8s.io/v1:ClusterRoleBinding", "opbroker-plans"),
+            ("rbac.authorization.k8s.io/v1:RoleBinding", "opbroker-plans"),
             ("rbac.authorization.k8s.io/v1:ClusterRole", "opbroker-broker"),
             ("rbac.authorization.k8s.io/v1:ClusterRoleBinding", "opbroker-broker"),
             ("rbac.authorization.k8s.io/v1:Role", "opbroker-controller-leader-election"),
@@ -158,7 +158,12 @@ def test_controller_cluster_role_enumerates_every_rule(default: Any) -> None:
         {"apiGroups": ["servicecatalog.k8s.io"], "resources": [f"{p}/finalizers" for p in svcat], "verbs": ["update"]},
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
         {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
-        {"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["impersonate"]},
+        {
+            "apiGroups": [""],
+            "resources": ["serviceaccounts"],
+            "verbs": ["impersonate"],
+            "resourceNames": ["opbroker", "opbroker-plans"],
+        },
         {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
         {
             "apiGroups": ["admissionregistration.k8s.io"],
@@ -190,8 +195,60 @@ def test_no_cluster_role_writes_beyond_opbroker_own() -> None:
     plans = inputs(mocks, CLUSTER_ROLE, "opbroker-plans")["rules"]
     assert allowed(plans, "acid.zalan.do", "postgresqls") == set(OWNER)
     assert allowed(plans, "", "secrets") == set(OWNER)
-    binding = inputs(mocks, CLUSTER_ROLE_BINDING, "opbroker-plans")
+    binding = inputs(mocks, ROLE_BINDING, "opbroker-plans")
+    assert binding["metadata"]["namespace"] == "opbroker"
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "opbroker-plans", "namespace": "opbroker"}]
+    assert "opbroker-plans" not in {r.name for r in mocks.of_type(CLUSTER_ROLE_BINDING)}, "bound per namespace"
+
+
+def test_onboarded_namespaces_bind_their_account_and_the_plan_account_there_only() -> None:
+    """Issue 42: the plan account writes where it is bound — the control plane's namespace and each of
+    ``tenant_namespaces`` (RoleBindings to its ClusterRole) — and each onboarded namespace's ``opbroker`` account
+    gets what opbroker writes there for no plan; cluster-wide only the cluster-scoped kinds declared."""
+    scoped = {"api_groups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "verbs": OWNER}
+    mocks, _ = deploy({"tenant_namespaces": ["team-a", "team-b"], "controller": {"cluster_operator_rules": [scoped]}})
+    plan_bindings = [
+        r.plain_inputs()
+        for r in mocks.of_type(ROLE_BINDING)
+        if r.plain_inputs()["roleRef"]["name"] == "opbroker:opbroker:opbroker-plans"
+    ]
+    assert sorted(b["metadata"]["namespace"] for b in plan_bindings) == ["opbroker", "team-a", "team-b"]
+    for binding in plan_bindings:
+        assert binding["roleRef"]["kind"] == "ClusterRole"
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "opbroker-plans", "namespace": "opbroker"}]
+    writer = inputs(mocks, CLUSTER_ROLE, "opbroker-namespace-writer-cluster-role")
+    assert [rbac.Rule.from_args(r) for r in writer["rules"]] == rbac.tenant_write_rules()
+    for namespace in ("team-a", "team-b"):
+        account = inputs(mocks, "kubernetes:core/v1:ServiceAccount", f"opbroker-tenant-{namespace}-account")
+        assert account["metadata"]["namespace"] == namespace and account["metadata"]["name"] == "opbroker"
+        binding = inputs(mocks, ROLE_BINDING, f"opbroker-tenant-{namespace}-writer-binding")
+        assert binding["roleRef"]["name"] == writer["metadata"]["name"]
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "opbroker", "namespace": namespace}]
+    cluster_wide = inputs(mocks, CLUSTER_ROLE_BINDING, "opbroker-plans-cluster")
+    assert cluster_wide["subjects"] == [{"kind": "ServiceAccount", "name": "opbroker-plans", "namespace": "opbroker"}]
+    role = inputs(mocks, CLUSTER_ROLE, "opbroker-plans-cluster")
+    assert role["metadata"]["name"] == cluster_wide["roleRef"]["name"] == "opbroker:opbroker:opbroker-plans:cluster"
+    assert role["rules"] == [
+        {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "verbs": OWNER}
+    ]
+    plans = inputs(mocks, CLUSTER_ROLE, "opbroker-plans")["rules"]
+    assert allowed(plans, "rbac.authorization.k8s.io", "clusterroles") == set()
+    controller = inputs(mocks, CLUSTER_ROLE, "opbroker-controller")["rules"]
+    assert allowed(controller, "rbac.authorization.k8s.io", "clusterroles") == set(READ)
+
+
+def test_the_controller_impersonates_the_declared_plan_accounts_by_name_only() -> None:
+    mocks, _ = deploy({"controller": {"plan_accounts": ["postgres-plans", "opbroker-plans"]}})
+    rules = inputs(mocks, CLUSTER_ROLE, "opbroker-controller")["rules"]
+    (impersonation,) = [r for r in rules if "impersonate" in r["verbs"]]
+    assert impersonation == {
+        "apiGroups": [""],
+        "resources": ["serviceaccounts"],
+        "verbs": ["impersonate"],
+        "resourceNames": ["opbroker", "opbroker-plans", "postgres-plans"],
+    }
+    single = inputs(deploy({"controller": {"single_tenant": True}})[0], CLUSTER_ROLE, "opbroker-controller")["rules"]
+    assert not [r for r in single if "impersonate" in r["verbs"]], "a single-tenant controller impersonates no one"
 
 
 def test_the_rbac_check_finds_writes_beyond_opbroker_own() -> None:
@@ -199,6 +256,9 @@ def test_the_rbac_check_finds_writes_beyond_opbroker_own() -> None:
     assert rbac.writes_beyond_own(rbac.controller_cluster_rules(single_tenant=True))
     assert rbac.writes_beyond_own([rbac.Rule(("",), ("secrets",), ("create",))])
     assert rbac.writes_beyond_own([rbac.Rule(("",), ("serviceaccounts",), ("create",))])
+    # Impersonating every ServiceAccount is cluster-admin in effect; by name it is what the controller needs.
+    assert rbac.writes_beyond_own([rbac.Rule(("",), ("serviceaccounts",), ("impersonate",))])
+    assert rbac.writes_beyond_own([rbac.Rule(("",), ("serviceaccounts",), ("impersonate",), ("opbroker",))]) == []
     webhook = rbac.Rule(("admissionregistration.k8s.io",), ("validatingwebhookconfigurations",), ("patch",), ("x",))
     assert rbac.writes_beyond_own([webhook]) == []
     assert rbac.writes_beyond_own([rbac.Rule(("coordination.k8s.io",), ("leases",), ("create",))]) == []
@@ -230,7 +290,11 @@ def test_the_controller_may_do_what_its_code_does(default: Any) -> None:
     for api_version, kind in SUPPORTED_KINDS:
         group = api_version.split("/")[0]
         assert allowed(rules, group, kind.lower() + "s") == set(READ), kind
-    assert allowed(rules, "", "serviceaccounts") == {"impersonate"}
+    assert allowed(rules, "", "serviceaccounts") == set(), "impersonation only by name"
+    (impersonation,) = [r for r in rules if r["resources"] == ["serviceaccounts"]]
+    assert impersonation["resourceNames"] == sorted(
+        {ControllerSettings().default_plan_service_account, ControllerSettings().namespace_service_account}
+    )
     # Capacity-aware scheduling; Events; kopf's CRD observation.
     assert "list" in allowed(rules, "", "pods") and "list" in allowed(rules, "", "nodes")
     assert "create" in allowed(rules, "", "events")
@@ -327,7 +391,7 @@ def test_broker_without_context_namespaces_has_rights_in_its_namespace_only() ->
     role = inputs(mocks, ROLE, "opbroker-broker")
     assert role["rules"] == BROKER_CATALOG_RULES + BROKER_REQUEST_RULES
     assert sorted(r.name for r in mocks.of_type(CLUSTER_ROLE)) == ["opbroker-controller", "opbroker-plans"]
-    assert sorted(r.name for r in mocks.of_type(CLUSTER_ROLE_BINDING)) == ["opbroker-controller", "opbroker-plans"]
+    assert sorted(r.name for r in mocks.of_type(CLUSTER_ROLE_BINDING)) == ["opbroker-controller"]
     broker = inputs(mocks, DEPLOYMENT, "opbroker-broker")
     assert broker["spec"]["template"]["spec"]["containers"][0]["command"][-1] == "--no-context-namespaces"
 
@@ -714,6 +778,12 @@ def test_custom_resources_created_after_the_control_plane_wait_for_its_crds() ->
             {"controller": {"operator_rules": [{"api_groups": [""], "resources": [], "verbs": ["get"]}]}},
             "controller.operator_rules[0].resources",
         ),
+        (
+            {"controller": {"cluster_operator_rules": [{"api_groups": [""], "resources": ["*"], "verbs": ["*"]}]}},
+            "controller.cluster_operator_rules[0]",
+        ),
+        ({"controller": {"plan_accounts": ["Not An Account"]}}, "controller.plan_accounts[0]"),
+        ({"tenant_namespaces": ["Team_A"]}, "tenant_namespaces[0]"),
     ],
 )
 def test_bad_settings_name_their_field_and_register_nothing(args: dict[str, Any], field: str) -> None:
