@@ -111,7 +111,7 @@ def facts_policy(name: str, writers: Writers) -> dict[str, Any]:
     plurals = sorted(kind.PLURAL for kind in RESOURCE_KINDS)
     instances = SFServiceInstance.PLURAL
     cluster_id = (
-        "request.resource.resource != '" + instances + "' || request.subResource != '' || "
+        "request.resource.resource != '" + instances + "' || variables.status || "
         "(oldObject == null ? !has(object.spec.clusterId) : "
         "(has(object.spec.clusterId) == has(oldObject.spec.clusterId) && "
         "(!has(object.spec.clusterId) || object.spec.clusterId == oldObject.spec.clusterId)))"
@@ -133,10 +133,14 @@ def facts_policy(name: str, writers: Writers) -> dict[str, Any]:
                 ]
             },
             "matchConditions": [{"name": "not-opbroker", "expression": f"!({writers.cel()})"}],
-            "variables": [*_facts_of("labels"), *_facts_of("annotations")],
+            "variables": [
+                {"name": "status", "expression": "has(request.subResource) && request.subResource == 'status'"},
+                *_facts_of("labels"),
+                *_facts_of("annotations"),
+            ],
             "validations": [
                 {
-                    "expression": "request.subResource != 'status'",
+                    "expression": "!variables.status",
                     "messageExpression": (
                         "'the status of ' + request.resource.resource + ' is written by opbroker alone: '"
                         " + 'it records what opbroker did, a request goes in the spec'"

@@ -34,6 +34,9 @@ def api_client(control_plane: ControlPlane) -> Iterator[client.ApiClient]:
     api = config.new_client_from_config(config_file=str(control_plane.kubeconfig))
     install_crds(api)
     install_admission(api)
+    from tests.tenancy_support import await_facts_enforced
+
+    await_facts_enforced(api)
     yield api
     api.close()
 

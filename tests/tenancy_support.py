@@ -10,7 +10,8 @@ nothing of it changed.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,6 +70,23 @@ def service_account_client(
     configuration.api_key = {"authorization": answer.status.token}
     configuration.api_key_prefix = {"authorization": "Bearer"}
     return client.ApiClient(configuration)
+
+
+def await_enforced(dry_run: Callable[[], object], timeout: float = 10.0) -> None:
+    """Wait until the API server enforces a policy just installed: ``dry_run`` (a dry-run write the policy refuses)
+    is refused with 403. The API server takes a new ValidatingAdmissionPolicy up through an informer, within a
+    second or so; a write sent before that passes."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            dry_run()
+        except ApiException as exc:
+            if exc.status == 403:
+                return
+            raise
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the admission policy was not enforced within {timeout:.0f}s")
+        time.sleep(0.1)
 
 
 def ensure_service_account(admin: client.ApiClient, namespace: str, name: str) -> None:
@@ -190,3 +208,32 @@ def refused(call: Any, *statuses: int) -> ApiException:
         assert exc.status in (statuses or (403,)), f"refused with {exc.status}, not {statuses or (403,)}: {exc.reason}"
         return exc
     raise AssertionError("the API server accepted what the tenant may not do")
+
+
+def await_facts_enforced(admin: client.ApiClient) -> None:
+    """Wait until the API server enforces the facts policy (``opbroker.api.admission``) just installed: a probe
+    ServiceAccount allowed to create SFServiceInstances in ``default`` is refused one carrying opbroker's label."""
+    namespace, name = "default", "opbroker-admission-probe"
+    ensure_service_account(admin, namespace, name)
+    rules = [{"apiGroups": ["osb.servicefabrik.io"], "resources": ["sfserviceinstances"], "verbs": ["create"]}]
+    try:
+        grant(admin, namespace, name, rules, {"kind": "ServiceAccount", "name": name, "namespace": namespace})
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+    probe = service_account_client(admin, namespace, name, seconds=600)
+    body = {
+        "apiVersion": "osb.servicefabrik.io/v1alpha1",
+        "kind": "SFServiceInstance",
+        "metadata": {"name": "probe", "labels": {"opbroker.io/recorded-by": "broker"}},
+        "spec": {"serviceId": "s", "planId": "p", "organizationGuid": "o", "spaceGuid": "s"},
+    }
+    custom = client.CustomObjectsApi(probe)
+    try:
+        await_enforced(
+            lambda: custom.create_namespaced_custom_object(
+                "osb.servicefabrik.io", "v1alpha1", namespace, "sfserviceinstances", body, dry_run="All"
+            )
+        )
+    finally:
+        probe.close()

@@ -45,6 +45,7 @@ from tests.broker_support import (
 from tests.tenancy_support import (
     Tenant,
     assert_unchanged,
+    await_enforced,
     ensure_service_account,
     grant,
     make_tenant,
@@ -212,6 +213,7 @@ def test_only_the_broker_writes_admin_requests(api_client: client.ApiClient, adm
     )
     writer = client.CoreV1Api(service_account_client(api_client, namespace, "writer"))
     forged = {"metadata": {"name": "rollout-x", "labels": {ADMIN_REQUEST_LABEL: "rollout"}}, "data": {"a": "b"}}
+    await_enforced(lambda: writer.create_namespaced_config_map(namespace, forged, dry_run="All"))
     refused(writer.create_namespaced_config_map, namespace, forged)
     writer.create_namespaced_config_map(namespace, {"metadata": {"name": "plain"}, "data": {"a": "b"}})
     refused(
@@ -281,7 +283,13 @@ def test_a_same_named_object_in_another_namespace_never_answers_for_a_victims_id
         assert stand_in.get("binding", victim, binding) is not None
         assert stand_in.get("binding", tenant.namespace, binding) is None
         # The victim's instance is the one the platform deprovisions; the impostor is left as it was.
+        unbound = osb.delete(
+            f"/v2/service_instances/{victim_id}/service_bindings/{binding_id}",
+            params={"accepts_incomplete": "true", "service_id": SERVICE, "plan_id": ASYNC_PLAN},
+        )
+        assert unbound.status_code == 202, unbound.text
         stand_in.release("binding", victim, binding)
+        wait_for(lambda: stand_in.get("binding", victim, binding) is None, what="the binding gone")
         gone = osb.delete(
             f"/v2/service_instances/{victim_id}",
             params={"accepts_incomplete": "true", "service_id": SERVICE, "plan_id": ASYNC_PLAN},
