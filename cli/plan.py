@@ -78,6 +78,7 @@ def diff(
         proposed=proposed,
         proposed_service=proposed_service,
         instance_namespace=instance_namespace,
+        acting=None,  # the CLI's user reads with its own rights
         context=context,
     ):
         diffs.append(found)

@@ -19,6 +19,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
@@ -57,10 +58,13 @@ class AdminRequests:
         *,
         namespace: str,
         registry_namespace: str,
+        plan_user: Callable[[dict[str, Any]], str | None],
         renderer: Callable[[], Renderer] = Renderer,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.kube = kube
+        self._plan_user = plan_user
+        """The user a plan acts as (``identities.plan_user``): a preview's live reads act as the current plan's."""
         self.namespace = namespace
         self.registry_namespace = registry_namespace
         self._renderer = renderer
@@ -156,6 +160,7 @@ class AdminRequests:
             proposed=proposed,
             proposed_service=request.proposed_service,
             instance_namespace=request.instance_namespace,
+            acting=self._plan_user(current),
             context=request.context,
             after=request.after,
         ):

@@ -141,6 +141,7 @@ class Controller:
             self.kube,
             namespace=self.settings.namespace,
             registry_namespace=self.settings.registries_namespace,
+            plan_user=lambda plan: identities.plan_user(plan, self.settings),
             renderer=lambda: self.renderer,
         ).start()
         self.informers = Informers(

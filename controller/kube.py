@@ -23,6 +23,7 @@ from kubernetes.dynamic.exceptions import ResourceNotFoundError
 from opbroker.api.meta import ResourceRef
 from opbroker.controller.access import Access, AccessReviews, api_reviewer
 from opbroker.controller.core.refusals import Refusal, Severity, masked_status, refusal, severity
+from opbroker.controller.served import ServedKinds
 from opbroker.controller.store import UNKNOWN, ObjectStore
 from opbroker.kubeclient import deadlines
 from opbroker.kubeclient.answers import json_object
@@ -147,6 +148,8 @@ class Kube:
         """Who this door acts as: None for the controller itself, else the impersonated user (see
         :meth:`acting_as`)."""
         self._own = acting_for
+        self.served: ServedKinds = acting_for.served if acting_for is not None else ServedKinds(self._discovery)
+        """Which kinds the API server serves (one index for every door: :mod:`opbroker.controller.served`)."""
         self._dynamic: DynamicClient | None = None
         self._dynamic_lock = threading.Lock()
         self._acting: OrderedDict[str, Kube] = OrderedDict()
@@ -207,15 +210,29 @@ class Kube:
         return (self.user,) if self.user else ()
 
     def _resource(self, api_version: str, kind: str) -> Any:
+        """The discovery entry of a kind the API server serves. Asked of :attr:`served` first: a kind it does not
+        serve (made up by a template or a record) never reaches the official discovery, which reads every group
+        again and empties the cache all doors share on each kind it lacks. A served kind its cache lacks (a CRD
+        installed since it was read) refreshes it once."""
+        if not self.served.served(api_version, kind):
+            raise KubeError(f"the API server does not serve {kind} in {api_version}")
         try:
             return self.dynamic.resources.get(api_version=api_version, kind=kind)
         except ResourceNotFoundError:
-            # A CRD installed after our discovery: refresh once, then give up clearly.
             self.dynamic.resources.invalidate_cache()
             try:
                 return self.dynamic.resources.get(api_version=api_version, kind=kind)
             except ResourceNotFoundError as exc:
                 raise KubeError(f"the API server does not serve {kind} in {api_version}") from exc
+
+    def _discovery(self, path: str) -> object | None:
+        """A discovery document (None: the group version is not served), as the controller reads it."""
+        try:
+            return json_object(self.custom.request("GET", path))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
 
     def plural_of(self, api_version: str, kind: str) -> tuple[str, bool]:
         """(plural, namespaced) of a kind, from discovery."""

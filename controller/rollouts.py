@@ -17,6 +17,8 @@ from __future__ import annotations
 import base64
 import dataclasses
 import difflib
+import hashlib
+import json
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -100,9 +102,32 @@ def manifests_text(objects: Iterable[RenderedObject]) -> str:
         return ref.api_version, ref.kind, ref.namespace or "", ref.name
 
     documents = [
-        yaml.safe_dump(obj.manifest, sort_keys=True, default_flow_style=False) for obj in sorted(objects, key=identity)
+        yaml.safe_dump(redacted(obj.manifest), sort_keys=True, default_flow_style=False)
+        for obj in sorted(objects, key=identity)
     ]
     return "---\n".join(documents)
+
+
+#: The fields of a Secret whose values a diff never shows.
+SECRET_FIELDS = ("data", "stringData")
+
+
+def redacted(manifest: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A Secret's values replaced by a digest of each (a change still shows, the value never: generated passwords
+    and keys live there, and a preview's answer is stored in a ConfigMap); any other object as it is."""
+    if manifest.get("apiVersion") != "v1" or manifest.get("kind") != "Secret":
+        return manifest
+    shown = dict(manifest)
+    for field_name in SECRET_FIELDS:
+        values = manifest.get(field_name)
+        if isinstance(values, Mapping):
+            shown[field_name] = {key: _digest(value) for key, value in values.items()}
+    return shown
+
+
+def _digest(value: object) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    return f"(redacted, sha256 {hashlib.sha256(text.encode()).hexdigest()[:12]})"
 
 
 def unified(current: str, proposed: str, label: str, *, context: int = 3) -> str:
@@ -211,6 +236,7 @@ def subjects(
     service: dict[str, Any] | None,
     cluster_kube: Callable[[str], Kube],
     registry_namespace: str,
+    acting: str | None,
     page_size: int = 200,
     after: str | None = None,
 ) -> Iterator[Subject]:
@@ -221,6 +247,9 @@ def subjects(
     ``registry_namespace``: where the controller keeps registries there (its ``--registry-namespace``).
     ``after``: only the instances after this ``namespace/name`` in the API server's list order (its storage key
     order, which is this string's), a cursor for pages of previews.
+    ``acting``: the user the templates' live reads (``sources``) act as — the plan's account, as every render
+    of the controller's (issue 42: the preview once read them with the controller's own rights); None: the
+    door's own identity (``opbroker plan diff`` runs with its user's).
     """
     for page in pages(kube, namespace=namespace, limit=page_size):
         for body in page:
@@ -244,7 +273,7 @@ def subjects(
             except Exception as exc:
                 yield Subject(instance, None, _nothing, service, problem=f"cannot read from cluster {cluster!r}: {exc}")
                 continue
-            yield Subject(instance, registry, _fetcher(where), service)
+            yield Subject(instance, registry, _fetcher(where.acting_as(acting)), service)
 
 
 def _fetcher(kube: Kube) -> Fetch:
@@ -305,6 +334,7 @@ def previews(
     proposed: SFPlan,
     proposed_service: dict[str, Any] | None,
     instance_namespace: str | None,
+    acting: str | None,
     context: int = 3,
     after: str | None = None,
 ) -> Iterator[InstanceDiff]:
@@ -320,6 +350,7 @@ def previews(
         service=service,
         cluster_kube=cluster_kubes(kube, namespace),
         registry_namespace=registry_namespace,
+        acting=acting,
         after=after,
     ):
         yield preview(

@@ -118,6 +118,10 @@ def _events(
     )
 
 
+#: The most kinds the source watches follow (a thread each); the operator kinds of a platform's plans are a few.
+MAX_WATCHED_KINDS = 128
+
+
 class SourceIndex:
     """Which owners (instance/binding keys) depend on which objects. Thread-safe."""
 
@@ -186,7 +190,13 @@ class SourceIndex:
 
 
 class SourceWatchers:
-    """One watch thread per (apiVersion, kind), started the first time a reconcile needs it."""
+    """One watch thread per (apiVersion, kind), started the first time a reconcile needs it.
+
+    Only for a kind the API server serves (``Kube.served``: a made-up kind starts nothing, and its refs are read
+    as any unwatched object is), and at most ``max_kinds`` of them: the kinds come from what templates render,
+    and a tenant's parameters reach templates, so the number of threads is bounded here, not by the plans'
+    goodwill (issue 42). A kind refused for the bound is logged once and read without a watch.
+    """
 
     def __init__(
         self,
@@ -198,8 +208,11 @@ class SourceWatchers:
         metadata_only: Iterable[tuple[str, str]] = (),
         own_bodies: Mapping[tuple[str, str], str] | None = None,
         retry_seconds: float = 2.0,
+        max_kinds: int = MAX_WATCHED_KINDS,
     ) -> None:
         self._kube = kube
+        self._max_kinds = max_kinds
+        self._over_budget: set[tuple[str, str]] = set()
         self._retry_seconds = retry_seconds
         self._watch_seconds = watch_seconds
         self._metadata_only = frozenset(metadata_only)
@@ -234,6 +247,16 @@ class SourceWatchers:
         for kind in kinds:
             with self._lock:
                 if kind in self._threads or self._stop.is_set():
+                    continue
+            if not self._kube.served.served(*kind):
+                continue
+            with self._lock:
+                if kind in self._threads or self._stop.is_set():
+                    continue
+                if len(self._threads) >= self._max_kinds:
+                    if kind not in self._over_budget and len(self._over_budget) < self._max_kinds:
+                        self._over_budget.add(kind)
+                        logger.warning("not watching %s %s: %d kinds are watched already", *kind, self._max_kinds)
                     continue
                 thread = threading.Thread(target=self._watch, args=kind, name=f"watch-{kind[1]}", daemon=True)
                 self._threads[kind] = thread

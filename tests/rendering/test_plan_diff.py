@@ -19,6 +19,7 @@ from opbroker.controller import rollouts
 from opbroker.controller.core.rollout_views import RolloutInstance
 from opbroker.controller.rollouts import Change, Pacer, Skip, Subject
 from opbroker.rendering import Renderer
+from opbroker.rendering.output import RenderedObject
 
 PLAN = """
 apiVersion: osb.servicefabrik.io/v1alpha1
@@ -225,3 +226,25 @@ def test_a_gotemplate_plan_diffs_like_a_jinja2_one() -> None:
     assert bigger.change is Change.CHANGED
     assert "-    size: 20Gi\n+    size: 40Gi\n" in bigger.diff
     renderer.go.close()
+
+
+def test_a_secrets_values_never_appear_in_a_diff_but_their_change_does() -> None:
+    """Generated passwords and keys live in Secrets a plan renders; a preview's answer is stored in a ConfigMap
+    (issue 42): the diff shows a digest of each value, so a change is visible and the value is not."""
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "s", "namespace": "n"},
+        "stringData": {"password": "the-stored-password"},
+        "data": {"key": "c2VjcmV0"},
+    }
+    changed = {**secret, "stringData": {"password": "another-password"}}
+    before = rollouts.manifests_text([RenderedObject(manifest=secret)])
+    after = rollouts.manifests_text([RenderedObject(manifest=changed)])
+    diff = rollouts.unified(before, after, "n/i")
+    for value in ("the-stored-password", "another-password", "c2VjcmV0"):
+        assert value not in before + after + diff
+    assert "-  password: (redacted, sha256 " in diff and "+  password: (redacted, sha256 " in diff
+    assert "key: (redacted, sha256 " in before and "key:" not in diff  # unchanged: no line in the diff
+    config = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"k": "shown"}}
+    assert "shown" in rollouts.manifests_text([RenderedObject(manifest=config)])
