@@ -22,8 +22,8 @@ from typing import Any
 import kopf
 from kubernetes import client
 
-from opbroker.api.conventions import LABEL_MANAGED_BY, MANAGED_BY, catalog_id, resource_name
-from opbroker.controller import admin_requests, identities, metrics, registry_sweep, trim
+from opbroker.api.conventions import catalog_id, resource_name
+from opbroker.controller import admin_requests, identities, metrics, registries, registry_sweep, trim
 from opbroker.controller.bindings import BindingReconciler
 from opbroker.controller.catalog import Catalog, PlanEntry
 from opbroker.controller.catalog_entries import PlanEntryReconciler, ServiceEntryReconciler
@@ -73,7 +73,7 @@ class Controller:
             self.runtime.enqueue_threadsafe,
             watch_seconds=settings.timeouts.watch,
             metadata_only=[SECRETS],
-            own_bodies={SECRETS: f"{LABEL_MANAGED_BY}={MANAGED_BY}"},
+            own_bodies={SECRETS: (settings.registries_namespace, registries.LABEL_REGISTRY_OF)},
         )
         self.renderer = Renderer(fetcher=HttpFetcher(settings.template_fetch))
         deps = Deps(

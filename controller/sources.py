@@ -20,9 +20,10 @@ Kinds named ``metadata_only`` (the controller names Secrets) are listed and watc
 transfer, nor the parsing, nor the store grows with the size or the number of the cluster's other Secrets.
 The store learns their versions (a bound binding's restart check needs nothing more), and the bodies a
 reconcile reads are fetched on demand and kept while they are current (see ``controller.store``). The
-controller's own Secrets (registries, credentials: ``own_bodies`` names their label) are also listed with their
-bodies after each metadata listing, so a restarted controller reads its registries from memory, as before,
-without a GET each; their later changes come from its own writes.
+controller's own Secrets (its registries: ``own_bodies`` names their namespace and label) are also listed with
+their bodies after each metadata listing, so a restarted controller reads its registries from memory, as before,
+without a GET each; their later changes come from its own writes. Only there: a label is anyone's to write, and
+a tenant's Secrets labelled like opbroker's were once all held, bodies and all, from every namespace (issue 42).
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ def _listing(
     *,
     metadata_only: bool = False,
     label_selector: str | None = None,
+    namespace: str | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Every object of ``resource`` (with ``label_selector``: those it selects), listed in pages as plain JSON
     (the dynamic client's own objects cost more than the request); the listing's resourceVersion is appended
@@ -84,6 +86,8 @@ def _listing(
     headers: dict[str, Any] = {"header_params": {"Accept": METADATA_LIST}} if metadata_only else {}
     if label_selector:
         headers["label_selector"] = label_selector
+    if namespace:
+        headers["namespace"] = namespace
     while True:
         limit = METADATA_PAGE if metadata_only else LIST_PAGE
         page = ListPage.of(jsontext.loads(resource.get(limit=limit, _continue=token, serialize=False, **headers).data))
@@ -206,7 +210,7 @@ class SourceWatchers:
         *,
         watch_seconds: int = 60,
         metadata_only: Iterable[tuple[str, str]] = (),
-        own_bodies: Mapping[tuple[str, str], str] | None = None,
+        own_bodies: Mapping[tuple[str, str], tuple[str, str]] | None = None,
         retry_seconds: float = 2.0,
         max_kinds: int = MAX_WATCHED_KINDS,
     ) -> None:
@@ -323,7 +327,10 @@ class SourceWatchers:
                     resource_version = versions[0]
                     own = self._own_bodies.get(type_key)
                     if not bodies and own:
-                        for obj in _listing(resource, api_version, kind, [], label_selector=own):
+                        own_namespace, own_selector = own
+                        for obj in _listing(
+                            resource, api_version, kind, [], label_selector=own_selector, namespace=own_namespace
+                        ):
                             store.fill(type_key, obj)
                     listed = self._listed[type_key]
                     if listed.is_set():  # listed again after a failure: what changed in the gap was never told

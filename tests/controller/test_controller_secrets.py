@@ -98,8 +98,9 @@ def test_a_metadata_listing_asks_for_metadata_and_passes_no_body_on() -> None:
 
 
 def test_the_controllers_own_secrets_are_listed_with_their_bodies() -> None:
-    """After the metadata listing, the Secrets labelled as opbroker's are listed with their bodies: a restarted
-    controller reads its registries and credentials Secrets from memory (no GET each), the rest stays unread."""
+    """After the metadata listing, the registries (in the registries' namespace only: a label is anyone's to write,
+    issue 42) are listed with their bodies: a restarted controller reads them from memory (no GET each), the rest
+    stays unread."""
     store = ObjectStore()
     asked: list[dict[str, Any]] = []
     seen: dict[str, Any] = {}
@@ -110,7 +111,7 @@ def test_the_controllers_own_secrets_are_listed_with_their_bodies() -> None:
                 seen.update(own=store.lookup(SECRETS, "ns", "registry"), other=store.lookup(SECRETS, "ns", "other"))
                 watchers.stop()
                 raise RuntimeError("the test ends here")
-            asked.append({k: v for k, v in params.items() if k in ("header_params", "label_selector")})
+            asked.append({k: v for k, v in params.items() if k in ("header_params", "label_selector", "namespace")})
             if params.get("label_selector"):
                 items = [secret("registry", "3", data={"k": "cmVn"})]
             else:
@@ -118,17 +119,17 @@ def test_the_controllers_own_secrets_are_listed_with_their_bodies() -> None:
             return SimpleNamespace(data=json.dumps({"items": items, "metadata": {"resourceVersion": "4"}}).encode())
 
     kube = SimpleNamespace(store=store, dynamic=SimpleNamespace(resources=SimpleNamespace(get=lambda **_: Resource())))
-    own = "app.kubernetes.io/managed-by=opbroker"
+    own = "opbroker.io/registry-of"
     watchers = SourceWatchers(
         kube,  # type: ignore[arg-type]
         SourceIndex(),
         lambda _key: None,
         metadata_only=[SECRETS],
-        own_bodies={SECRETS: own},
+        own_bodies={SECRETS: ("ns", own)},
     )
     watchers._listed[SECRETS] = threading.Event()
     watchers._watch(*SECRETS)
-    assert asked == [{"header_params": {"Accept": METADATA_LIST}}, {"label_selector": own}]
+    assert asked == [{"header_params": {"Accept": METADATA_LIST}}, {"label_selector": own, "namespace": "ns"}]
     assert seen["own"]["data"] == {"k": "cmVn"}
     assert seen["other"] is UNKNOWN
 
