@@ -9,12 +9,33 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import ClassVar
+from typing import Annotated, ClassVar
 
-from pydantic import Field
+from pydantic import AfterValidator, Field, WithJsonSchema
 
 from opbroker.api.catalog import OSB_GROUP, MaintenanceInfo
 from opbroker.api.meta import Condition, FreeForm, KubeResource, ResourceRef, WireModel
+from opbroker.osbclient.paths import ID_PATTERN, ID_RULE, MAX_ID_BYTES, check_id
+
+#: The CEL rule the API server checks an OSB id with: the client's own pattern (RE2 reads it as Python does) and
+#: byte bound (``maxLength`` counts characters, and keeps the rule's cost bounded).
+OSB_ID_RULE = f"self.matches(r'{ID_PATTERN}') && size(bytes(self)) <= {MAX_ID_BYTES}"
+
+#: An OSB instance or binding id that is sent in a URL path: the OSB client's one rule
+#: (``opbroker.osbclient.paths``), checked by pydantic with the client's own check and by the API server with
+#: the same pattern, so a tenant cannot create an object whose id would point the client's URL elsewhere.
+OSBId = Annotated[
+    str,
+    AfterValidator(lambda value: check_id(value, what="externalID")),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": MAX_ID_BYTES,
+            "x-kubernetes-validations": [{"rule": OSB_ID_RULE, "message": f"externalID: {ID_RULE}"}],
+        }
+    ),
+]
 
 
 class OperationState(StrEnum):

@@ -37,6 +37,7 @@ from pydantic.alias_generators import to_camel
 from opbroker.api.catalog import MaintenanceInfo
 from opbroker.api.conventions import SHARE_WITH_ALL
 from opbroker.api.meta import Condition, FreeForm, KubeResource, ObjectMeta, WireModel
+from opbroker.api.osb import OSBId
 from opbroker.api.primaza import ApplicationSelector
 
 SERVICE_CATALOG_GROUP = "servicecatalog.k8s.io"
@@ -537,12 +538,13 @@ class InstanceSpec(WireModel):
     parameters_from: list[ParametersFromSource] | None = None
     """Parameters read from Secrets (e.g. passwords): each names a Secret key holding a JSON object whose
     fields are merged into parameters."""
-    external_id: str | None = Field(default=None, min_length=1, max_length=253, alias="externalID")
+    external_id: OSBId | None = Field(default=None, alias="externalID")
     """The OSB instance id to use. When omitted the controller derives a UUID from the Instance's uid (so only
     this Instance can ever hold it) and records it in status.externalID. Immutable. A chosen id is this
     Instance's only if no earlier Instance in the cluster holds it and the broker lets it be created: an id
     the broker already has (409) is someone else's, and the Instance fails (`ExternalIDInUse`) without ever
-    updating, binding or deprovisioning it."""
+    updating, binding or deprovisioning it. It is sent in OSB URLs, so: 1 to 255 bytes (UTF-8) without '/', '?',
+    '#', '%' or control characters, and not '.' or '..'."""
     share_with: list[ShareTarget] | None = Field(default=None, json_schema_extra={"x-kubernetes-list-type": "set"})
     """Namespaces whose Bindings may bind to this Instance (`*`: every namespace); Bindings in the Instance's
     own namespace always may. A Binding elsewhere gets credentials to the Instance and keeps it from being
@@ -696,10 +698,11 @@ class BindingSpec(WireModel):
     parameters_from: list[ParametersFromSource] | None = None
     """Parameters read from Secrets: each names a Secret key holding a JSON object whose fields are merged
     into parameters."""
-    external_id: str | None = Field(default=None, min_length=1, max_length=253, alias="externalID")
+    external_id: OSBId | None = Field(default=None, alias="externalID")
     """The OSB binding id to use. When omitted the controller derives a UUID from the Binding's uid and records
     it in status.externalID. Immutable. As for an Instance, a chosen id held by an earlier Binding, or one the
-    broker already has (409), is not this Binding's: it fails (`ExternalIDInUse`) and never unbinds it."""
+    broker already has (409), is not this Binding's: it fails (`ExternalIDInUse`) and never unbinds it. The same
+    rule as an Instance's externalID applies (it is sent in OSB URLs)."""
     application: ApplicationSelector | None = None
     """Workloads in the Binding's namespace (Deployments, StatefulSets or DaemonSets, by name or by label
     selector) the credentials Secret is projected into, the servicebinding.io way ServiceClaims do: a read-only

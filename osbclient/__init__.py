@@ -9,6 +9,7 @@ process that talks to a broker can use it. One module per job:
   one rule the broker side applies to requests too;
 * ``catalog``: a catalog as typed values, odd entries skipped and reported;
 * ``client``: ``Client``, one method per OSB endpoint;
+* ``paths``: every OSB path the client sends, its ids checked against the one id rule and percent-encoded;
 * ``results``: what the broker answered;
 * ``errors``: what went wrong, by kind;
 * ``polling``: when to poll ``last_operation`` again (blocking ``wait``, non-blocking ``next_poll``);
@@ -16,7 +17,7 @@ process that talks to a broker can use it. One module per job:
 * ``classification``: whether a failure is worth retrying.
 """
 
-from opbroker.osbclient import catalog, tolerance, versions
+from opbroker.osbclient import catalog, paths, tolerance, versions
 from opbroker.osbclient.classification import Failure, classify, is_retryable
 from opbroker.osbclient.client import Client
 from opbroker.osbclient.config import (
@@ -52,6 +53,7 @@ from opbroker.osbclient.errors import (
     Unprocessable,
 )
 from opbroker.osbclient.mitigation import Request, needs_orphan_mitigation, needs_orphan_mitigation_after
+from opbroker.osbclient.paths import ID_RULE, MAX_ID_BYTES, InvalidID, check_id
 from opbroker.osbclient.polling import EXPIRED, Backoff, NextPoll, next_poll, parse_retry_after, wait
 from opbroker.osbclient.results import (
     FAILED,
@@ -66,7 +68,9 @@ __all__ = [
     "API_VERSION",
     "EXPIRED",
     "FAILED",
+    "ID_RULE",
     "IN_PROGRESS",
+    "MAX_ID_BYTES",
     "SUCCEEDED",
     "TLS",
     "Auth",
@@ -84,6 +88,7 @@ __all__ = [
     "Forbidden",
     "Gone",
     "InstanceResult",
+    "InvalidID",
     "LastOperation",
     "MalformedResponse",
     "NextPoll",
@@ -103,6 +108,7 @@ __all__ = [
     "Unauthorized",
     "Unprocessable",
     "catalog",
+    "check_id",
     "classify",
     "is_retryable",
     "kubernetes_identity",
@@ -110,6 +116,7 @@ __all__ = [
     "needs_orphan_mitigation_after",
     "next_poll",
     "parse_retry_after",
+    "paths",
     "tolerance",
     "versions",
     "wait",

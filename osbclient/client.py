@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 
 from opbroker.osbclient import catalog as catalogs
-from opbroker.osbclient import tolerance, versions
+from opbroker.osbclient import paths, tolerance, versions
 from opbroker.osbclient.config import Broker, OriginatingIdentity
 from opbroker.osbclient.errors import (
     BrokerUnreachable,
@@ -135,7 +135,7 @@ class Client:
 
         response, payload, version = self._request(
             "PUT",
-            f"/v2/service_instances/{instance_id}",
+            paths.instance(instance_id),
             what=f"provision of instance {instance_id}",
             shape=shape,
             identity=identity or self.broker.originating_identity,
@@ -174,7 +174,7 @@ class Client:
 
         response, payload, version = self._request(
             "PATCH",
-            f"/v2/service_instances/{instance_id}",
+            paths.instance(instance_id),
             what=f"update of instance {instance_id}",
             shape=shape,
             ok=(200, 202),
@@ -188,7 +188,7 @@ class Client:
         """DELETE the instance (accepts_incomplete): 200 done, 202 in progress, 410 already gone."""
         response, payload, version = self._request(
             "DELETE",
-            f"/v2/service_instances/{instance_id}",
+            paths.instance(instance_id),
             what=f"deprovision of instance {instance_id}",
             shape=_fixed({"accepts_incomplete": "true", "service_id": service_id, "plan_id": plan_id}),
             ok=(200, 202, 410),
@@ -208,7 +208,7 @@ class Client:
         try:
             _, payload, version = self._request(
                 "GET",
-                f"/v2/service_instances/{instance_id}",
+                paths.instance(instance_id),
                 what=what,
                 shape=_hints(service_id, plan_id),
                 ok=(200,),
@@ -224,7 +224,7 @@ class Client:
         """GET the instance's last_operation; a 410 comes back as ``gone`` (deprovision finished)."""
         params = _compact(operation=operation, service_id=service_id, plan_id=plan_id)
         return self._last_operation(
-            f"/v2/service_instances/{instance_id}/last_operation", params, what=f"last_operation of {instance_id}"
+            paths.instance_last_operation(instance_id), params, what=f"last_operation of {instance_id}"
         )
 
     @property
@@ -262,7 +262,7 @@ class Client:
 
         response, payload, version = self._request(
             "PUT",
-            f"/v2/service_instances/{instance_id}/service_bindings/{binding_id}",
+            paths.binding(instance_id, binding_id),
             what=f"bind {binding_id} to instance {instance_id}",
             shape=shape,
             identity=identity or self.broker.originating_identity,
@@ -278,7 +278,7 @@ class Client:
         self._require(Feature.FETCH, what)
         response, payload, version = self._request(
             "GET",
-            f"/v2/service_instances/{instance_id}/service_bindings/{binding_id}",
+            paths.binding(instance_id, binding_id),
             what=what,
             shape=_hints(service_id, plan_id),
             ok=(200,),
@@ -293,7 +293,7 @@ class Client:
         self._require(Feature.ASYNC_BINDINGS, f"last_operation of binding {binding_id}")
         params = _compact(operation=operation, service_id=service_id, plan_id=plan_id)
         return self._last_operation(
-            f"/v2/service_instances/{instance_id}/service_bindings/{binding_id}/last_operation",
+            paths.binding_last_operation(instance_id, binding_id),
             params,
             what=f"last_operation of binding {binding_id}",
         )
@@ -314,7 +314,7 @@ class Client:
 
         response, payload, version = self._request(
             "DELETE",
-            f"/v2/service_instances/{instance_id}/service_bindings/{binding_id}",
+            paths.binding(instance_id, binding_id),
             what=f"unbind {binding_id} from instance {instance_id}",
             shape=shape,
             ok=(200, 202, 410),

@@ -135,6 +135,9 @@ class Reason(StrEnum):
     EXTERNAL_ID_IN_USE = "ExternalIDInUse"
     """An Instance's or Binding's chosen ``externalID`` belongs to someone else: an earlier object in the cluster
     holds it, or the broker already has it (409)."""
+    INVALID_EXTERNAL_ID = "InvalidExternalID"
+    """An Instance's or Binding's chosen ``externalID`` breaks the OSB id rule (``osbclient.paths.ID_RULE``): made
+    before the schema refused such ids, it would point the client's URL at another object; nothing is sent for it."""
     SECRET_NOT_OWNED = "SecretNotOwned"
     """A Binding's ``secretName`` names a Secret the Binding did not create (no owner-uid stamp of its own)."""
     AUTH_SECRET_NOT_IN_CONTROL_PLANE = "AuthSecretNotInControlPlane"

@@ -122,7 +122,16 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Any]):
         consented = target is not None and tenancy.shared_with(target, key.namespace)
         problem = self._reference_problem(binding, consented)
         owns_ids = self._holds(binding, BINDINGS) and (target is None or self._holds(target, INSTANCES))
-        if problem is None and not owns_ids:
+        invalid = tenancy.id_problem(binding)
+        invalid_target = None if target is None else tenancy.id_problem(target)
+        if problem is None and (invalid or invalid_target):
+            problem = Unresolved(
+                Reason.INVALID_EXTERNAL_ID,
+                f"{'the binding' if invalid else 'its instance'}'s externalID: {invalid or invalid_target}; nothing is "
+                "sent for it (and the Binding is deleted without an unbind): create it again with a valid externalID, "
+                "or none",
+            )
+        elif problem is None and not owns_ids:
             problem = Unresolved(
                 Reason.EXTERNAL_ID_IN_USE,
                 "the binding's externalID, or its instance's, is held by another object: nothing is sent for it (and "

@@ -22,7 +22,8 @@ Bindings. The rules, from the Service Catalog design and the OSB spec:
 * the instance id is ``spec.externalID`` or one derived from the Instance's uid, never taken from the status
   (``tenancy``): an Instance that does not hold its chosen id — an earlier Instance has it — sends nothing for
   it, not even a deprovision when deleted, and one whose chosen id the broker refuses to create (409: someone
-  else's) fails with ``ExternalIDInUse`` and is deleted without a deprovision.
+  else's) fails with ``ExternalIDInUse`` and is deleted without a deprovision; one whose chosen id breaks the OSB
+  id rule (made before the schema refused it) fails with ``InvalidExternalID`` and sends nothing, ever.
 """
 
 from __future__ import annotations
@@ -109,7 +110,14 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Any]):
         owns_id = not tenancy.chosen(instance) or tenancy.holds_external_id(
             instance, map(CatalogObject.of, self.api.list(INSTANCES))
         )
-        if not owns_id:
+        invalid = tenancy.id_problem(instance)
+        if invalid is not None:
+            problem = Unresolved(
+                Reason.INVALID_EXTERNAL_ID,
+                f"externalID: {invalid}; this Instance sends nothing for it (and is deleted without a deprovision): "
+                "create the Instance again with a valid externalID, or none",
+            )
+        elif not owns_id:
             problem = Unresolved(
                 Reason.EXTERNAL_ID_IN_USE,
                 f"externalID {tenancy.external_id(instance)!r} is held by another Instance: this one sends nothing for "

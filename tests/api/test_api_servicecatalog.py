@@ -19,10 +19,14 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from opbroker import osbclient
 from opbroker.api import Binding, Broker, Instance, RelistBehavior, ServiceClass, service_class_name
+from opbroker.api.crd import crd_for
 from opbroker.api.manifests import check_file, check_text
+from opbroker.api.osb import OSB_ID_RULE
 from opbroker.api.servicecatalog import SERVICE_CATALOG_GROUP, parse_go_duration
 from opbroker.devcluster import ControlPlane, find_binaries
+from opbroker.osbclient import paths
 
 SEED = Path(__file__).resolve().parents[1] / "data" / "servicecatalog"
 SEED_FILES = ("broker.yaml", "serviceclass.yaml", "instance.yaml", "binding.yaml")
@@ -276,6 +280,36 @@ def test_binding_names_and_application_are_checked() -> None:
     assert problems(credentials) == ("status.credentials: Extra inputs are not permitted",)
 
 
+#: Ids that would take an OSB URL out of its segment (issue 42), and ids the rule lets through (percent-encoded).
+ESCAPING_IDS = ("../victim/service_bindings/x", "x/../victim", "a/b", "a?b", "a#b", "%2e%2e", ".", "..", "a\nb")
+PLAIN_IDS = ("5b1c8a7e-4a0f-4c1e-9d3a-0e2f6b7c8d9a", "...", "a b", "ünïcödé", "x" * osbclient.MAX_ID_BYTES)
+TOO_LONG_IDS = ("x" * (osbclient.MAX_ID_BYTES + 1), "é" * 128)  # 256 characters; 256 bytes in 128 characters
+
+
+def test_an_external_id_follows_the_osb_clients_id_rule() -> None:
+    """Instance and Binding ``spec.externalID`` are checked with the client's own check, naming the rule."""
+    binding = kubernetes_names(seed("binding.yaml"))
+    for bad in (*ESCAPING_IDS, *TOO_LONG_IDS):
+        for document in (instance(externalID=bad), {**binding, "spec": {**binding["spec"], "externalID": bad}}):
+            (problem,) = problems(document)
+            assert problem.startswith("spec.externalID: externalID: ") and problem.endswith(osbclient.ID_RULE)
+    for good in PLAIN_IDS:
+        assert Instance.model_validate(instance(externalID=good)).spec.external_id == good
+        spec = {**binding["spec"], "externalID": good}
+        assert Binding.model_validate({**binding, "spec": spec}).spec.external_id == good
+
+
+def test_the_crds_carry_the_osb_clients_id_rule() -> None:
+    """The API server checks the same pattern and byte bound as the client (one definition: ``osbclient.paths``)."""
+    for model in (Instance, Binding):
+        (crd_version,) = crd_for(model)["spec"]["versions"]
+        field = crd_version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["externalID"]
+        assert field["maxLength"] == osbclient.MAX_ID_BYTES and field["minLength"] == 1
+        (validation,) = field["x-kubernetes-validations"]
+        assert validation == {"rule": OSB_ID_RULE, "message": f"externalID: {osbclient.ID_RULE}"}
+        assert f"r'{paths.ID_PATTERN}'" in validation["rule"] and f"<= {osbclient.MAX_ID_BYTES}" in validation["rule"]
+
+
 def test_names_and_durations_helpers() -> None:
     assert service_class_name("smallDB") == "smalldb"
     assert service_class_name("Best_Data Base") == "best-data-base"
@@ -399,6 +433,26 @@ def test_the_schema_rules_hold_on_a_real_api_server(custom: client.CustomObjects
         {"spec": {"instanceRef": {"name": "other"}}},
     )
     assert "instanceRef is immutable" in message
+
+
+def test_the_api_server_refuses_an_external_id_that_would_leave_its_url_segment(
+    custom: client.CustomObjectsApi, namespace: str
+) -> None:
+    """The CEL rule, evaluated by the API server (RE2, bytes): every escaping or too long id is refused on create
+    naming the rule; every id the client would send as one segment is accepted."""
+    group = SERVICE_CATALOG_GROUP
+    for n, bad in enumerate((*ESCAPING_IDS, *TOO_LONG_IDS)):
+        document = {**instance(externalID=bad), "metadata": {"name": f"bad-{n}"}}
+        message = refusal(custom.create_namespaced_custom_object, group, VERSION, namespace, "instances", document)
+        assert osbclient.ID_RULE in message, (bad, message)
+        binding = {**kubernetes_names(seed("binding.yaml")), "metadata": {"name": f"bad-{n}"}}
+        binding["spec"] = {**binding["spec"], "externalID": bad}
+        message = refusal(custom.create_namespaced_custom_object, group, VERSION, namespace, "bindings", binding)
+        assert osbclient.ID_RULE in message, (bad, message)
+    for n, good in enumerate((*PLAIN_IDS, "é" * 127)):
+        document = {**instance(externalID=good), "metadata": {"name": f"good-{n}"}}
+        created = custom.create_namespaced_custom_object(group, VERSION, namespace, "instances", document)
+        assert created["spec"]["externalID"] == good
 
 
 def openapi_schemas(api_client: client.ApiClient) -> dict[str, Any]:

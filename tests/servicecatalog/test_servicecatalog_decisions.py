@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from opbroker import osbclient
 from opbroker.api.conventions import ANNOTATION_OWNER_UID
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import conditions_of
@@ -309,12 +310,26 @@ HOLD_CASES = [
         [{**claimant("b", "2026-01-01T00:00:00Z"), "status": {"externalID": "x"}}],
         True,
     ),
+    (
+        "a chosen id that breaks the OSB id rule (made before the schema refused it): held by nobody",
+        claimant("a", "2026-01-01T00:00:00Z", f"../{VICTIM_ID}/service_bindings/x"),
+        [],
+        False,
+    ),
 ]
 
 
 @pytest.mark.parametrize(("body", "others", "holds"), [c[1:] for c in HOLD_CASES], ids=[c[0] for c in HOLD_CASES])
 def test_who_holds_an_external_id(body: dict[str, Any], others: list[dict[str, Any]], holds: bool) -> None:
     assert tenancy.holds_external_id(V(body), [V(o) for o in others]) is holds
+
+
+@pytest.mark.parametrize("chosen", ["../victim/service_bindings/x", "x/../victim", ".", "..", "a?b", "%2e%2e"])
+def test_a_chosen_id_that_would_leave_its_url_segment_is_named_by_the_rule(chosen: str) -> None:
+    problem = tenancy.id_problem(V(claimant("a", "2026-01-01T00:00:00Z", chosen)))
+    assert problem is not None and problem.endswith(osbclient.ID_RULE)
+    assert tenancy.id_problem(V(claimant("a", "2026-01-01T00:00:00Z", "a b ünïcödé"))) is None
+    assert tenancy.id_problem(V(claimant("a", "2026-01-01T00:00:00Z"))) is None  # a derived id is a UUID
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from opbroker import osbclient
 from opbroker.api.conventions import DEFAULT_NAMESPACE
 from opbroker.api.servicecatalog import Binding, Broker, Instance, ServiceClass
 from opbroker.controller.reconciler import Conflict, FakeClock, Key, Memories, Outcome
@@ -358,6 +359,45 @@ def test_a_bindings_deletion_releases_only_its_own_secret_then_its_finalizer(wor
     assert world.api.get(BINDINGS, NAMESPACE, "creds") is None
     assert world.kube.read_secret(NAMESPACE, "creds") is None
     assert [r for r in world.broker.requests if r.method == "DELETE" and "/service_bindings/" in r.path]
+
+
+def test_an_external_id_made_before_the_schema_refused_it_sends_nothing_ever(world: World) -> None:
+    """An Instance and a Binding whose ``spec.externalID`` would leave its URL segment (the schema refuses them
+    now; these predate it): ``InvalidExternalID`` naming the rule, no request to the broker, not even when deleted
+    with a forged status claiming a provision or a bind."""
+    world.api.create(INSTANCES, instance_body())
+    world.run(INSTANCE, times=5)
+    victim = world.status()["externalID"]
+    world.broker.requests.clear()
+    squat = instance_body("squat")
+    squat["spec"]["externalID"] = f"../{victim}/service_bindings/x"
+    world.api.create(INSTANCES, squat)
+    binding = {
+        "apiVersion": API_VERSION,
+        "kind": Binding.KIND,
+        "metadata": {"name": "creds", "namespace": NAMESPACE},
+        "spec": {"instanceRef": {"name": "db"}, "externalID": f"x/../../{victim}"},
+    }
+    world.api.create(BINDINGS, binding)
+    squatter = Key(instances.InstanceReconciler.kind, NAMESPACE, "squat")
+    world.run(squatter, times=2)
+    world.run(BINDING, times=2)
+    for name, plural in (("squat", INSTANCES), ("creds", BINDINGS)):
+        ready = world.condition("Ready", name, plural)
+        assert ready is not None and ready["status"] == "False" and ready["reason"] == "InvalidExternalID"
+        assert osbclient.ID_RULE in ready["message"]
+    forged = {"provisionStatus": "Provisioned", "deprovisionStatus": "Required", "externalID": victim}
+    world.api.patch_status(INSTANCES, world.instance("squat"), forged, guarded=False)
+    bound = world.api.get(BINDINGS, NAMESPACE, "creds")
+    assert bound is not None
+    world.api.patch_status(BINDINGS, bound, {"unbindStatus": "Required"}, guarded=False)
+    assert world.kube.delete_custom(KINDS[BINDINGS], NAMESPACE, "creds")
+    assert world.kube.delete_custom(instances_kind(), NAMESPACE, "squat")
+    world.run(BINDING)
+    world.run(squatter)
+    assert world.api.get(BINDINGS, NAMESPACE, "creds") is None and world.api.get(INSTANCES, NAMESPACE, "squat") is None
+    assert world.broker.requests == []
+    assert world.status()["externalID"] == victim and victim in world.broker.instances
 
 
 def test_a_conflicting_status_write_is_the_runtimes_conflict(world: World) -> None:

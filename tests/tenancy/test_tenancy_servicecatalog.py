@@ -10,17 +10,21 @@ namespace) is snapshotted and must come out unchanged.
    else's — one an earlier object holds, or one the broker already has (409) — whatever its status claims.
 4. A Broker reads its auth Secret only from the control-plane namespace.
 5. A Binding never overwrites or deletes a Secret it did not create.
+6. An ``externalID`` that would take the OSB client's URL out of its segment (``../<victim id>/...``) is refused
+   by the API server on create.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import pytest
 from kubernetes import client
 
+from opbroker import osbclient
 from opbroker.api.conventions import ANNOTATION_OWNER_UID, DEFAULT_NAMESPACE
 from tests.brokers.fixture import DB_SERVICE, DB_SYNC_PLAN, SecondBroker
 from tests.cluster_fixtures import onboard
@@ -370,6 +374,42 @@ def test_a_binding_never_acts_for_another_tenants_binding_id(
     wait_for(lambda: get(attacker.api, "bindings", "steal", attacker.namespace) is None, 30, "the binding gone")
     assert binding_requests(second_broker) == []
     assert len(second_broker.state()["bindings"]) == 1  # the victim's, still there
+    assert_unchanged(before, snapshot(api_client, victim.namespace))
+
+
+def test_an_external_id_with_dot_segments_is_refused_and_reaches_nothing_of_the_victim(
+    api_client: client.ApiClient,
+    registered: tuple[str, str],
+    second_broker: SecondBroker,
+    tenant: Tenant,
+    attacker: Tenant,
+) -> None:
+    """The ids the review found (issue 42): ``../<victim id>/service_bindings/x`` made the OSB client bind on the
+    victim's instance, ``x/../<victim id>`` reach the instance itself (httpx resolves dot segments). The API server
+    refuses each on create, for an Instance and a Binding alike, naming the rule; the broker hears nothing for the
+    victim's id and the victim is unchanged. (An id made before the schema held the rule: the controller's
+    ``InvalidExternalID``, test_servicecatalog_fakekube.py::test_an_external_id_made_before_the_schema_refused_it_…;
+    the client's own check: test_osbclient_paths.py.)"""
+    _, suffix = registered
+    victim = tenant
+    victim_id = provisioned_instance(victim, suffix, "orders-db")["status"]["externalID"]
+    provisioned_instance(attacker, suffix, "own-db")
+    before = snapshot(api_client, victim.namespace)
+    second_broker.clear_requests()
+
+    escaping = (f"../{victim_id}/service_bindings/x", f"x/../{victim_id}", f"%2e%2e/{victim_id}", "..", ".")
+    for n, external_id in enumerate(escaping):
+        instance = {"serviceClassName": f"second-db-{suffix}", "planName": "sync-small", "externalID": external_id}
+        binding = {"instanceRef": {"name": "own-db"}, "externalID": external_id}
+        for plural, kind, spec in (("instances", "Instance", instance), ("bindings", "Binding", binding)):
+            attempt = partial(create, attacker.api, attacker.namespace, plural, kind, f"squat-{n}", spec)
+            message = json.loads(refused(attempt, 422).body)["message"]
+            assert "spec.externalID" in message and osbclient.ID_RULE in message, message
+            assert get(attacker.api, plural, f"squat-{n}", attacker.namespace) is None
+
+    assert [r for r in second_broker.requests() if victim_id in r["path"]] == []
+    assert binding_requests(second_broker) == []
+    assert victim_id in second_broker.state()["instances"]
     assert_unchanged(before, snapshot(api_client, victim.namespace))
 
 

@@ -13,6 +13,9 @@ nothing elsewhere. So nothing here trusts a status: what decides comes from what
   while no other object of the kind in the cluster has a better claim on it: a derived id beats a chosen one,
   an earlier chosen one a later one, and two chosen in the same second leave it to neither. An object that
   does not hold its id never sends anything for it — not even a deprovision or an unbind when deleted.
+* **Valid ids** (:func:`id_problem`): a chosen id goes into an OSB URL, so it must keep the OSB client's one id
+  rule (``opbroker.osbclient.paths``). The API server refuses a bad one on create; one made before it did is
+  held by nobody: nothing is ever sent for it (``InvalidExternalID``), as for an id someone else holds.
 * **Refusals** (:func:`refusal`): a chosen id the broker refuses to create (409: it has it already, with
   other attributes) is someone else's; any permanent refusal of a chosen id means the broker made nothing of
   ours under it, so deleting the object asks nothing of the broker.
@@ -30,6 +33,7 @@ from typing import Any
 from opbroker.api.conventions import ANNOTATION_OWNER_UID, may_refer, owned_by
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.servicecatalog.core.views import CatalogObject
+from opbroker.osbclient import paths
 
 #: The namespace of the UUIDs derived from object uids (uuid5): fixed, so a derived id never changes.
 _DERIVED = uuid.UUID("7f3c1a52-0b8e-5d2a-9c1e-6a4f2d8b0e31")
@@ -50,12 +54,21 @@ def external_id(obj: CatalogObject) -> str:
     return obj.chosen_id or derived_id(obj.meta.uid)
 
 
+def id_problem(obj: CatalogObject) -> str | None:
+    """Why the object's chosen id may not be sent in an OSB URL (a sentence naming the rule), None when it may or
+    when the object chose none (a derived id is a UUID)."""
+    return None if obj.chosen_id is None else paths.id_problem(obj.chosen_id)
+
+
 def holds_external_id(obj: CatalogObject, others: Iterable[CatalogObject]) -> bool:
     """Whether ``obj`` holds its OSB id against ``others`` (every object of its kind in the cluster; itself
     may be among them): a derived id always; a chosen one unless another object has it derived, or chose it
-    earlier or in the same second (creationTimestamp, which no tenant can set)."""
+    earlier or in the same second (creationTimestamp, which no tenant can set). An id that breaks the id rule
+    (:func:`id_problem`) is held by nobody."""
     if not chosen(obj):
         return True
+    if id_problem(obj) is not None:
+        return False
     mine = external_id(obj)
     for other in others:
         if other.meta.uid == obj.meta.uid or external_id(other) != mine:
