@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 from opbroker.api import TemplateAction
 from opbroker.api.conventions import credentials_secret_name, resource_name
 from opbroker.api.meta import ResourceRef
-from opbroker.controller import identities, registries, teardown
+from opbroker.controller import identities, ownership, registries, teardown
 from opbroker.controller.core import actions as a
 from opbroker.controller.core import decisions
 from opbroker.controller.core.binding_plan import (
@@ -41,7 +41,7 @@ from opbroker.controller.core.binding_plan import (
 )
 from opbroker.controller.core.decisions import Step
 from opbroker.controller.core.instance_plan import Piece, Teardown
-from opbroker.controller.core.views import BindingView, InstanceView, ObjectView, SecretView
+from opbroker.controller.core.views import BindingView, InstanceView, SecretView
 from opbroker.controller.executor import refusal_of
 from opbroker.controller.instances import limits_of
 from opbroker.controller.kube import BINDINGS, INSTANCES, Kube, Refused
@@ -273,10 +273,7 @@ class BindingReconciler(PassingReconciler[BindingFacts]):
         scope = decisions.teardown_scope(
             list(binding.status.resources), namespace=binding.meta.namespace, namespace_terminating=terminating
         )
-        letting = tuple(
-            (ref, decisions.letting_go(ObjectView.maybe(kube.get(ref)), owner_uid=binding.meta.uid))
-            for ref in scope.release
-        )
+        letting = tuple((ref, ownership.letting(kube, ref, owner_uid=binding.meta.uid)[0]) for ref in scope.release)
         gathered = Teardown(terminating, letting)
         if not scope.run_templates or instance is None or entry is None or entry.model is None:
             return dataclasses.replace(facts, unbind=Unbind(gathered))

@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 
 from opbroker.api import TemplateAction
 from opbroker.api.meta import ResourceRef
-from opbroker.controller import identities, registries, teardown
+from opbroker.controller import identities, ownership, registries, teardown
 from opbroker.controller.catalog import PlanEntry
 from opbroker.controller.core import actions as a
 from opbroker.controller.core import decisions
@@ -45,7 +45,7 @@ from opbroker.controller.core.instance_plan import (
     refused,
     steps,
 )
-from opbroker.controller.core.views import BindingView, InstanceView, ObjectView
+from opbroker.controller.core.views import BindingView, InstanceView
 from opbroker.controller.executor import refusal_of
 from opbroker.controller.kube import BINDINGS, INSTANCES, Kube, Refused
 from opbroker.controller.osb_effects import osb_executor
@@ -219,10 +219,7 @@ class InstanceReconciler(PassingReconciler[InstanceFacts]):
         scope = decisions.teardown_scope(
             list(view.status.resources), namespace=view.meta.namespace, namespace_terminating=terminating
         )
-        letting = tuple(
-            (ref, decisions.letting_go(ObjectView.maybe(kube.get(ref)), owner_uid=view.meta.uid))
-            for ref in scope.release
-        )
+        letting = tuple((ref, ownership.letting(kube, ref, owner_uid=view.meta.uid)[0]) for ref in scope.release)
         return Teardown(terminating, letting)
 
     def _live_bindings(self, instance: InstanceView) -> int:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from kubernetes.client.exceptions import ApiException
+
 from opbroker.api.meta import ResourceRef
 from opbroker.controller import singletons
 from opbroker.controller.core import decisions
@@ -70,15 +72,33 @@ def apply_owned(
     return written
 
 
+def readable(kube: Kube, ref: ResourceRef) -> tuple[bool, dict[str, Any] | None]:
+    """(whether the acting account may read it, the live object or None). An object the account may not even
+    read (403) is not ours: it could not have been written with these rights, and a record naming it (a stale
+    one, or one forged before the API server kept records) must not hold the owner's deletion for ever."""
+    try:
+        return True, kube.get(ref)
+    except ApiException as exc:
+        if exc.status != 403:
+            raise
+        return False, None
+
+
+def letting(kube: Kube, ref: ResourceRef, *, owner_uid: str) -> tuple[Letting, ObjectView | None]:
+    """What letting go of a recorded object means (:func:`decisions.letting_go`), an unreadable one left alone."""
+    may_read, found = readable(kube, ref)
+    live = ObjectView.maybe(found)
+    return (decisions.letting_go(live, owner_uid=owner_uid) if may_read else Letting.LEAVE), live
+
+
 def release(kube: Kube, ref: ResourceRef, *, owner_uid: str) -> bool:
     """Let go of an object recorded as ``owner_uid``'s: delete it when it is ours alone, drop our owner reference
     or our entry among its tracked users (``singletons``) when it is shared, and leave it untouched when it is
-    not ours at all.
+    not ours at all (or not even readable by the acting account: :func:`readable`).
 
     Returns True while the object still exists and is ours to wait for (deletion in progress).
     """
-    live = ObjectView.maybe(kube.get(ref))
-    step = decisions.letting_go(live, owner_uid=owner_uid)
+    step, live = letting(kube, ref, owner_uid=owner_uid)
     if step is Letting.LEAVE:
         where = f"{ref.namespace}/{ref.name}" if ref.namespace else ref.name
         logger.warning("left %s %s alone: recorded as released, but it is not ours", ref.kind, where)

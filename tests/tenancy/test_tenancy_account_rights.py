@@ -21,6 +21,8 @@ from opbroker.api.accountrights import ANYWHERE, CONTROL_PLANE, ONBOARDED
 from opbroker.api.conventions import service_account_user
 from opbroker.controller.kube import Kube
 from opbroker.devcluster.incluster import DEMO_OPERATOR_RULE, control_plane_manifests
+from opbroker.kubeclient.answers import json_object
+from opbroker.kubeclient.lean import LeanCustomObjects
 
 WRITES = ("create", "update", "patch", "delete", "deletecollection", "impersonate", "escalate", "bind")
 CLUSTER_SCOPED_RULE = {"api_groups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "verbs": ["create"]}
@@ -73,8 +75,10 @@ def served(api: client.ApiClient) -> list[tuple[str, str, bool]]:
     subresources), opbroker's own groups aside."""
     own = {kind.GROUP for kind in RESOURCE_KINDS}
 
+    lean = LeanCustomObjects(api)
+
     def get(path: str) -> Any:
-        return api.call_api(path, "GET", response_type="object", auth_settings=["BearerToken"])[0]
+        return json_object(lean.request("GET", path))
 
     lists = [("", get("/api/v1"))]
     for group in get("/apis")["groups"]:

@@ -44,13 +44,11 @@ from tests.broker_support import (
 )
 from tests.tenancy_support import (
     Tenant,
-    assert_unchanged,
     await_enforced,
     ensure_service_account,
     grant,
     make_tenant,
     service_account_client,
-    snapshot,
 )
 
 SC_GROUP, SC_VERSION = "servicecatalog.k8s.io", "v1alpha1"
@@ -99,7 +97,8 @@ def test_a_tenant_cannot_write_the_status_of_any_opbroker_kind(
     current = admin.get_namespaced_custom_object(GROUP, VERSION, namespace, INSTANCES, name)
     refused(tenant.custom.replace_namespaced_custom_object_status, GROUP, VERSION, namespace, INSTANCES, name, current)
     after = admin.get_namespaced_custom_object(GROUP, VERSION, namespace, INSTANCES, name)
-    assert after["status"] == {"state": "failed", "error": "refused"}
+    # (A controller running in the same session may have written its own verdict meanwhile: never the tenant's.)
+    assert after["status"]["state"] == "failed" and "resources" not in after["status"], after["status"]
 
     # The Service Catalog Instance: "provisioned at the broker" and "deprovision owed" are facts too.
     sc = {
@@ -270,7 +269,9 @@ def test_a_same_named_object_in_another_namespace_never_answers_for_a_victims_id
     tenant.custom.create_namespaced_custom_object(
         GROUP, VERSION, tenant.namespace, INSTANCES, instance_body(name, planId=ASYNC_PLAN)
     )
-    attacker_before = snapshot(api_client, tenant.namespace)
+    impostor = client.CustomObjectsApi(api_client).get_namespaced_custom_object(
+        GROUP, VERSION, tenant.namespace, INSTANCES, name
+    )
     binding_id = new_id()
     with harness.client() as osb:
         bound = osb.put(
@@ -297,7 +298,17 @@ def test_a_same_named_object_in_another_namespace_never_answers_for_a_victims_id
         assert gone.status_code == 202, gone.text
     marked = stand_in.get("instance", victim, name)
     assert marked is not None and marked["status"]["state"] == "delete"
-    assert_unchanged(attacker_before, snapshot(api_client, tenant.namespace))
+    # The impostor answered for nothing: not marked, not deleted, no binding beside it (a controller running in
+    # the same session may have refused it meanwhile; that is its own verdict, not the broker's doing).
+    after = stand_in.get("instance", tenant.namespace, name)
+    assert after is not None and after["spec"] == impostor["spec"] and "deletionTimestamp" not in after["metadata"]
+    assert (after.get("status") or {}).get("state") != "delete"
+    assert (
+        client.CustomObjectsApi(api_client).list_namespaced_custom_object(
+            GROUP, VERSION, tenant.namespace, "sfservicebindings"
+        )["items"]
+        == []
+    )
 
 
 def test_an_id_held_by_an_unrecorded_object_or_recorded_twice_is_refused_not_chosen(

@@ -95,9 +95,10 @@ def test_an_instance_cannot_direct_its_objects_into_another_namespace(
 def test_a_forged_resource_record_deletes_nothing_of_the_victim(
     api_client: client.ApiClient, tenant: Tenant, victim: str
 ) -> None:
-    """Attack 3 (release): a tenant may write its own instance's status; it lists the victim's Secret and
-    ConfigMap in ``status.resources`` and deprovisions. Today release deletes whatever has no other owner; now
-    only what carries the instance's own stamp."""
+    """Attack 3 (release): a tenant lists the victim's Secret and ConfigMap in its instance's ``status.resources``
+    and deprovisions. The API server refuses the tenant's status write (issue 42: status is opbroker's); and were
+    a record forged anyway (here by the admin, standing in for a bug), release deletes only what carries the
+    instance's own stamp."""
     create_instance(tenant, instance_body("forger"))
     ready = wait_state(tenant.api, tenant.namespace, "sfserviceinstances", "forger", "succeeded")
     database = client.CustomObjectsApi(api_client).get_namespaced_custom_object(
@@ -110,7 +111,12 @@ def test_a_forged_resource_record_deletes_nothing_of_the_victim(
         {"apiVersion": "v1", "kind": "Secret", "name": "db-admin", "namespace": victim},
         {"apiVersion": "v1", "kind": "ConfigMap", "name": "precious", "namespace": victim},
     ]
-    tenant.custom.patch_namespaced_custom_object_status(
+    with pytest.raises(ApiException) as refused:
+        tenant.custom.patch_namespaced_custom_object_status(
+            GROUP, VERSION, tenant.namespace, "sfserviceinstances", "forger", {"status": {"resources": forged}}
+        )
+    assert refused.value.status == 403 and "written by opbroker alone" in refused.value.body
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object_status(
         GROUP, VERSION, tenant.namespace, "sfserviceinstances", "forger", {"status": {"resources": forged}}
     )
     tenant.custom.delete_namespaced_custom_object(GROUP, VERSION, tenant.namespace, "sfserviceinstances", "forger")
@@ -166,8 +172,9 @@ def test_a_plan_acts_only_with_its_accounts_rights(
     api_client: client.ApiClient, tenant: Tenant, catalog_namespace: str, tmp_path: Path, victim: str
 ) -> None:
     """Attack 3 (a plan can touch anything): a plan naming an account the platform granted one namespace
-    (the tenant's) renders into whatever namespace a parameter names; there it is refused with the API server's
-    own answer, and nothing of the victim changes; in the tenant's namespace it works."""
+    (the tenant's) renders into whatever namespace a parameter names. Even a namespace the plan declares (so the
+    render lets it through) is refused there with the API server's own answer, and nothing of the victim
+    changes; in the tenant's namespace it works."""
     account = confined_account(api_client, catalog_namespace, tenant.namespace)
     content = (
         "apiVersion: v1\nkind: ConfigMap\n"
@@ -175,7 +182,12 @@ def test_a_plan_acts_only_with_its_accounts_rights(
         "data: {made: by-plan}\n"
     )
     plan = install_plan(
-        api_client, catalog_namespace, tmp_path, [jinja("provision", content)], serviceAccountName=account
+        api_client,
+        catalog_namespace,
+        tmp_path,
+        [jinja("provision", content)],
+        serviceAccountName=account,
+        namespaces=[victim],
     )
     before = snapshot(api_client, victim)
     create_instance(tenant, instance_body("reach", plan_id=plan, parameters={"ns": victim}))
@@ -186,6 +198,25 @@ def test_a_plan_acts_only_with_its_accounts_rights(
     create_instance(tenant, instance_body("home", plan_id=plan, parameters={"ns": tenant.namespace}))
     wait_state(tenant.api, tenant.namespace, "sfserviceinstances", "home", "succeeded")
     assert tenant.core.read_namespaced_config_map("home", tenant.namespace).data == {"made": "by-plan"}
+
+
+def test_a_plan_writes_only_into_the_instance_namespace_and_the_namespaces_it_declares(
+    api_client: client.ApiClient, tenant: Tenant, catalog_namespace: str, tmp_path: Path, victim: str
+) -> None:
+    """Confinement in one place (issue 42): whatever account a plan has, an object its template puts into a
+    namespace neither the instance's nor declared by the plan (``spec.namespaces``) is refused at render, before
+    any request; the instance fails with the reason, nothing of the victim changes."""
+    content = (
+        "apiVersion: v1\nkind: ConfigMap\n"
+        'metadata: {name: "{{ instance.metadata.name }}", namespace: "{{ parameter(\'/ns\') }}"}\n'
+        "data: {made: by-plan}\n"
+    )
+    plan = install_plan(api_client, catalog_namespace, tmp_path, [jinja("provision", content)])
+    before = snapshot(api_client, victim)
+    create_instance(tenant, instance_body("escape", plan_id=plan, parameters={"ns": victim}))
+    failed = wait_state(tenant.api, tenant.namespace, "sfserviceinstances", "escape", "failed", timeout=60)
+    assert f"would go into namespace '{victim}'" in failed["status"]["error"], failed["status"]
+    assert_unchanged(before, snapshot(api_client, victim))
 
 
 def test_sources_read_only_what_the_plans_account_may_read(

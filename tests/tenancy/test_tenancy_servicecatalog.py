@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from opbroker import osbclient
 from opbroker.api.conventions import ANNOTATION_OWNER_UID, DEFAULT_NAMESPACE
@@ -263,12 +264,19 @@ def test_parameters_come_only_from_secrets_of_the_objects_own_namespace(
 # -- 3. someone else's external id ---------------------------------------------------------------------------------
 
 
-def forge_status(tenant: Tenant, plural: str, name: str, status: dict[str, Any]) -> None:
-    """What a tenant may do to its own object: write its status."""
+def forge_status(tenant: Tenant, plural: str, name: str, status: dict[str, Any], admin: client.ApiClient) -> None:
+    """A tenant forging its own object's status: the API server refuses it (issue 42: status is opbroker's record,
+    ``opbroker.api.admission``). The same status is then written by the admin — standing in for a bug that let
+    one through — so the test shows the controller acts on no status it did not earn either."""
     found = get(tenant.api, plural, name, tenant.namespace)
     assert found is not None
     status = {**status, "observedGeneration": found["metadata"]["generation"]}
-    custom(tenant.api).patch_namespaced_custom_object_status(
+    with pytest.raises(ApiException) as refused_write:
+        custom(tenant.api).patch_namespaced_custom_object_status(
+            GROUP, VERSION, tenant.namespace, plural, name, {"status": status}
+        )
+    assert refused_write.value.status == 403 and "written by opbroker alone" in (refused_write.value.body or "")
+    custom(admin).patch_namespaced_custom_object_status(
         GROUP, VERSION, tenant.namespace, plural, name, {"status": status}
     )
 
@@ -293,7 +301,7 @@ def test_an_instance_never_acts_for_another_tenants_instance_id(
     create(attacker.api, attacker.namespace, "instances", "Instance", "squat", spec)
     wait_for(lambda: reason_of(attacker, "instances", "squat") == ("False", "ExternalIDInUse"), 30, "the refusal")
     forged = {"provisionStatus": "Provisioned", "deprovisionStatus": "Required", "externalID": victim_id}
-    forge_status(attacker, "instances", "squat", forged)
+    forge_status(attacker, "instances", "squat", forged, api_client)
     create(attacker.api, attacker.namespace, "bindings", "Binding", "steal", {"instanceRef": {"name": "squat"}})
     wait_for(lambda: reason_of(attacker, "bindings", "steal") == ("False", "ExternalIDInUse"), 30, "no binding")
     # Neither the Instance nor the Binding sends anything for an id it does not hold, whatever its status claims:
@@ -367,7 +375,7 @@ def test_a_binding_never_acts_for_another_tenants_binding_id(
     spec = {"instanceRef": {"namespace": victim.namespace, "name": "orders-db"}, "externalID": victim_binding}
     create(attacker.api, attacker.namespace, "bindings", "Binding", "steal", spec)
     wait_for(lambda: reason_of(attacker, "bindings", "steal") == ("False", "ExternalIDInUse"), 30, "the refusal")
-    forge_status(attacker, "bindings", "steal", {"unbindStatus": "Required", "externalID": victim_binding})
+    forge_status(attacker, "bindings", "steal", {"unbindStatus": "Required", "externalID": victim_binding}, api_client)
     # The deletion below is reconciled on the forged status (the Binding goes only once the controller has read
     # it): its finalizer is released without an unbind (test_servicecatalog_plans.py::…without_its_id…).
     delete(attacker.api, attacker.namespace, "bindings", "steal")
