@@ -78,3 +78,23 @@ def test_ddmin_finds_the_two_actions_that_together_fail() -> None:
 def test_ddmin_stops_when_the_budget_is_spent() -> None:
     actions = [Action("ordinary", "delete", "sfplans", str(i)) for i in range(64)]
     assert ddmin(actions, lambda c: actions[3] in c, lambda: False) == actions
+
+
+@pytest.mark.parametrize(
+    ("path", "bad"),
+    [
+        ("/v2/service_instances/abc", False),
+        ("/v2/service_instances/abc/last_operation", False),
+        ("/v2/service_instances/abc/service_bindings/b-1", False),
+        ("/v2/service_instances/x%2F..%2Fabc", False),  # escaped: one segment, the tenant's own odd id
+        ("/v2/service_instances/%252e%252e", False),
+        ("/v2/service_instances/..", True),
+        ("/v2/service_instances/%2e%2e", True),
+        ("/v2/service_instances/x/../abc", True),
+        ("/v2/service_instances/abc/service_bindings/b/c", True),
+    ],
+)
+def test_a_broker_path_is_malformed_when_an_id_was_put_in_unescaped(path: str, bad: bool) -> None:
+    from tests.tenancy.fuzz.invariants import malformed
+
+    assert malformed(path) is bad

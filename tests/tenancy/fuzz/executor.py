@@ -388,7 +388,7 @@ def release(stack: Stack, pair: Pair) -> None:
     for name in (pair.tenant_ns, pair.victim_ns):
         with contextlib.suppress(ApiException):
             core.delete_namespace(name)
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         left = list(_leftovers(custom, pair.tenant_ns)) + list(_leftovers(custom, pair.victim_ns))
         if not left:

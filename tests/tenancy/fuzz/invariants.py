@@ -75,11 +75,12 @@ class Watcher:
     namespaces: set[str] = field(default_factory=set)
     platform_active: bool = False
     events: list[Event] = field(default_factory=list)
-    last_event_at: float = 0.0
     lock: threading.Lock = field(default_factory=threading.Lock)
     stopping: threading.Event = field(default_factory=threading.Event)
     threads: list[threading.Thread] = field(default_factory=list)
-    ready: threading.Barrier | None = None
+    listed: dict[str, threading.Event] = field(default_factory=dict)
+    """Per watched resource: set once its first list answered (so no event of a run is missed)."""
+    victim_event_at: float = 0.0
 
     def start(self) -> None:
         core = client.CoreV1Api(self.admin)
@@ -94,13 +95,16 @@ class Watcher:
                 return custom.list_cluster_custom_object(group, version, plural, **kw)
 
             sources.append((plural, lister))
-        self.ready = threading.Barrier(len(sources) + 1)
         for resource, lister in sources:
+            self.listed[resource] = threading.Event()
             thread = threading.Thread(target=self._run, args=(resource, lister), name=f"fuzz-watch-{resource}")
             thread.daemon = True
             thread.start()
             self.threads.append(thread)
-        self.ready.wait(60)
+        deadline = time.monotonic() + 60
+        for resource, listed in self.listed.items():
+            if not listed.wait(max(0.0, deadline - time.monotonic())):
+                raise RuntimeError(f"the fuzzer's watch of {resource} never listed")
 
     def stop(self) -> None:
         self.stopping.set()
@@ -108,16 +112,13 @@ class Watcher:
     def _run(self, resource: str, lister: Callable[..., Any]) -> None:
         """List once for a resourceVersion, then watch from the last version seen; list again only after 410."""
         version: str | None = None
-        waiting = True
         while not self.stopping.is_set():
             try:
                 if version is None:
                     listed = lister(limit=1)
                     meta = listed["metadata"] if isinstance(listed, dict) else listed.metadata
                     version = meta["resourceVersion"] if isinstance(meta, dict) else meta.resource_version
-                if waiting and self.ready is not None:
-                    waiting = False
-                    self.ready.wait(60)
+                self.listed[resource].set()
                 stream = watch.Watch().stream(lister, resource_version=version, timeout_seconds=30)
                 for raw in stream:
                     if self.stopping.is_set():
@@ -125,9 +126,7 @@ class Watcher:
                     version = self._record(resource, raw) or version
             except ApiException as exc:
                 if exc.status == 404:  # a kind this API server does not serve
-                    if waiting and self.ready is not None:
-                        waiting = False
-                        self.ready.wait(60)
+                    self.listed[resource].set()
                     return
                 if exc.status == 410:
                     version = None
@@ -149,7 +148,8 @@ class Watcher:
             labels = tuple(sorted((meta.get("labels") or {}).items()))
             event = Event(now, raw["type"], resource, namespace, meta["name"], labels, self.platform_active)
             self.events.append(event)
-            self.last_event_at = now
+            if namespace not in (DEFAULT_NAMESPACE,):
+                self.victim_event_at = now
         return version
 
     def drain(self) -> list[Event]:
@@ -165,7 +165,7 @@ class Watcher:
             yield
         finally:
             deadline = time.monotonic() + SETTLE_BOUND
-            while time.monotonic() < deadline and time.monotonic() - self.last_event_at < QUIET_SECONDS:
+            while time.monotonic() < deadline and time.monotonic() - self.victim_event_at < QUIET_SECONDS:
                 time.sleep(0.1)
             self.platform_active = False
 
@@ -189,6 +189,13 @@ def nothing_outside_changed(pair: Pair, events: list[Event]) -> list[Violation]:
     return found
 
 
+def malformed(path: str) -> bool:
+    """Not one well-formed OSB path: an id put in unescaped (``/``, ``?``, ``#``) adds segments; ``.``/``..``
+    (also as ``%2e``) are dot segments a server or proxy resolves to another resource."""
+    segments = path.split("/")
+    return OSB_PATH.match(path) is None or any(s in (".", "..") or unquote(s) in (".", "..") for s in segments)
+
+
 OSB_PATH = re.compile(r"^/v2/service_instances/([^/]+)(?:/service_bindings/([^/]+))?(?:/last_operation)?$")
 
 
@@ -202,9 +209,7 @@ def brokers_asked_only_for_own_ids(pair: Pair, requests: list[dict[str, Any]]) -
         if path == "/v2/catalog":
             continue
         match = OSB_PATH.match(path)
-        segments = path.split("/")
-        decoded = [unquote(s) for s in segments]
-        if match is None or any(s in (".", "..") for s in decoded) or any("/" in s for s in decoded):
+        if match is None or malformed(path):
             found.append(Violation("brokers_asked_only_for_own_ids", f"{request.get('method')} {path}: malformed"))
             continue
         if request.get("explained"):

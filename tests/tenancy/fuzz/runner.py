@@ -114,6 +114,8 @@ class Fuzzer:
         self.stack, self.options, self.log = stack, options, log
         self.watcher = Watcher(stack.admin)
         self.watcher.start()
+        self.baseline: ControllerFigures | None = None
+        """The controller's figures before the first run: bounds hold across every seed (a leak adds up)."""
 
     def close(self) -> None:
         self.watcher.stop()
@@ -155,7 +157,9 @@ class Fuzzer:
                 pair.setup_victim()
             self._broker_requests(pair, explained=True)
             watcher.drain()
-            start = controller_figures(self.stack.controller_pid, self.stack.metrics_url)
+            if self.baseline is None:
+                self.baseline = controller_figures(self.stack.controller_pid, self.stack.metrics_url)
+            start = self.baseline
             baseline = settled_snapshots(pair)
             done = 0
             for index, act in enumerate(actions):
