@@ -25,8 +25,9 @@ def test_a_seed_does_not_depend_on_the_global_random_state() -> None:
 
 
 def test_every_family_appears_and_platform_steps_come_every_k() -> None:
-    plan = generate(3, 2000, platform_every=20)
+    plan = generate(3, 2000, platform_every=20, disabled={})
     assert {a.family for a in plan.actions} == {f.name for f in FAMILIES} | {"platform"}
+    assert not {a.family for a in generate(3, 2000).actions} & set(generator.DISABLED)
     assert [i for i, a in enumerate(plan.actions) if a.verb == "platform"] == list(range(19, 2000, 20))
 
 

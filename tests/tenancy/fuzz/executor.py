@@ -41,6 +41,9 @@ FUZZ_TENANT_RULES: list[Json] = [
 ]
 REQUEST_TIMEOUT = 15
 PROVISION_BOUND = 45.0
+VICTIM_VERSION = "15"
+"""The victim's provision parameter (the demo plan's schema allows `version`): a GET answered from another
+object shows another value."""
 """Seconds a victim's new instance (OSB or Service Catalog) may take to be ready (invariant 5)."""
 
 
@@ -239,7 +242,7 @@ class Pair:
     def _osb_provision(self, osb: httpx.Client, instance_id: str) -> None:
         path = f"/v2/service_instances/{instance_id}"
         answer = osb.put(
-            path, params={"accepts_incomplete": "true"}, json=self._body(parameters={"owner": self.victim_ns})
+            path, params={"accepts_incomplete": "true"}, json=self._body(parameters={"version": VICTIM_VERSION})
         )
         self._poll(osb, path, answer, f"provision {instance_id}")
 
@@ -348,7 +351,7 @@ class Pair:
         problems = []
         with self.stack.osb() as osb:
             got = osb.get(f"/v2/service_instances/{v.sf_instance_id}")
-            if got.status_code != 200 or (got.json().get("parameters") or {}).get("owner") != self.victim_ns:
+            if got.status_code != 200 or (got.json().get("parameters") or {}).get("version") != VICTIM_VERSION:
                 problems.append(f"GET instance {v.sf_instance_id}: {got.status_code} {got.text[:300]}")
             path = f"/v2/service_instances/{v.sf_instance_id}/service_bindings/{v.sf_binding_id}"
             bound = osb.get(path)

@@ -57,6 +57,8 @@ class Failure:
     family: str
     action: str
     shrunk: list[str] = field(default_factory=list)
+    families: list[str] = field(default_factory=list)
+    """The tenant families left in the shrunk list: the ones to suspect."""
     shrink_trials: int = 0
     shrink_seconds: float = 0.0
 
@@ -65,6 +67,7 @@ class Failure:
             f"seed {self.seed}: invariant {self.invariant} broken at step {self.step} (family {self.family})",
             f"  {self.message}",
             f"  last action: {self.action}",
+            f"  families in the shrunk list: {', '.join(self.families) or 'none (the platform alone)'}",
             f"  shrunk to {len(self.shrunk)} action(s) ({self.shrink_trials} trials, {self.shrink_seconds:.0f} s):",
             *(f"    {i}. {a}" for i, a in enumerate(self.shrunk, 1)),
             f"  rerun: OPBROKER_FUZZ_SEED={self.seed} OPBROKER_FUZZ_STEPS={steps} "
@@ -95,7 +98,9 @@ class Figures:
     failures: list[Failure] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
-        data = asdict(self)
+        data = asdict(self)  # asdict rebuilds a Counter from its items (counting them): take the counts as they are
+        for name in ("invariants_checked", "outcomes", "families"):
+            data[name] = dict(getattr(self, name))
         data["refusals"] = {k: v for k, v in self.outcomes.items() if k != "ok"}
         return data
 
@@ -245,6 +250,7 @@ class Fuzzer:
 
         shrunk = ddmin(list(actions[: result.index + 1]), fails, lambda: time.monotonic() < deadline)
         failure.shrunk = [str(a) for a in shrunk]
+        failure.families = sorted({a.family for a in shrunk} - {"platform"})
         failure.shrink_trials, failure.shrink_seconds = trials, time.monotonic() - started
         return failure
 
