@@ -522,6 +522,10 @@ DISABLED: dict[str, str] = {
     "SFServiceInstance in the tenant's namespace with the victim's instanceId makes the broker's GET of the victim's "
     "instance answer 404 'not provisioned (yet)' or the tenant's parameters (seed 4, shrunk to that one create). "
     "Enable once the broker keys its index by the object that holds the id.",
+    "separators": "finds on main (2026-12-02) ids put unescaped into the Service Catalog client's OSB URLs: an "
+    "Instance with spec.externalID '%2e%2e/<id>' makes the controller send PUT /v2/service_instances/%2e%2e/<id> "
+    "(seed 6, shrunk to 2 actions), and one with '<victim's id>?x=' sends PUT for the victim's own instance id "
+    "(seed 7). Enable once ids are validated at the schema and percent-encoded in every URL.",
 }
 
 
