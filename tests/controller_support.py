@@ -134,10 +134,22 @@ def controller_command(control_plane: ControlPlane, *extra: str) -> list[str]:
 
 
 @pytest.fixture(scope="session")
+def controller_metrics_port() -> int:
+    """The session controller's metrics port (``/metrics``: the work queue's depth, which the tenant fuzzer
+    bounds)."""
+    (port,) = free_ports(1)
+    return port
+
+
+@pytest.fixture(scope="session")
 def controller(
-    control_plane: ControlPlane, demo_operator: Process, tmp_path_factory: pytest.TempPathFactory
+    control_plane: ControlPlane,
+    demo_operator: Process,
+    controller_metrics_port: int,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Process]:
-    process = Process("controller", controller_command(control_plane), tmp_path_factory.mktemp("logs"))
+    command = controller_command(control_plane, "--metrics-port", str(controller_metrics_port))
+    process = Process("controller", command, tmp_path_factory.mktemp("logs"))
     process.start()
     yield process
     process.stop()
