@@ -517,16 +517,9 @@ FAMILY_NAMES = frozenset(f.name for f in FAMILIES)
 #: Families switched off, each with the reason (printed at every run and recorded with the figures). Empty: on
 #: current main every family runs, so the fuzzer reports the known holes; an integrator who must keep CI green
 #: before a fix lands names the family here with the issue that will close it — never silently.
-DISABLED: dict[str, str] = {
-    "victim_ids": "finds on main (2026-12-02) the broker's OSB id index, last writer wins across namespaces: one "
-    "SFServiceInstance in the tenant's namespace with the victim's instanceId makes the broker's GET of the victim's "
-    "instance answer 404 'not provisioned (yet)' or the tenant's parameters (seed 4, shrunk to that one create). "
-    "Enable once the broker keys its index by the object that holds the id.",
-    "separators": "finds on main (2026-12-02) ids put unescaped into the Service Catalog client's OSB URLs: an "
-    "Instance with spec.externalID '%2e%2e/<id>' makes the controller send PUT /v2/service_instances/%2e%2e/<id> "
-    "(seed 6, shrunk to 2 actions), and one with '<victim's id>?x=' sends PUT for the victim's own instance id "
-    "(seed 7). Enable once ids are validated at the schema and percent-encoded in every URL.",
-}
+#: Families switched off, each with the reason (none: every hole the families found on main is closed by the model
+#: of issue 42 — the broker's id stamp closed ``victim_ids``, validated and encoded ids closed ``separators``).
+DISABLED: dict[str, str] = {}
 
 
 @dataclass(frozen=True)
