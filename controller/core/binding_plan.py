@@ -429,9 +429,12 @@ def _unbind(facts: BindingFacts) -> tuple[a.Action, ...]:
     if gathered.terminating:
         message = decisions.terminating_teardown_message(meta.namespace, scope)
         out.append(a.Event(Reason.NAMESPACE_TERMINATING.value, message))
+    else:
+        # In a terminating namespace the credentials Secret goes with it — and the plan account's grant there (a
+        # RoleBinding of that namespace) may already be gone, so deleting it would be refused for ever.
+        out.append(a.DeleteSecret(meta.namespace, credentials_secret_name(meta.name), meta.uid, facts.actor))
     return (
         *out,
-        a.DeleteSecret(meta.namespace, credentials_secret_name(meta.name), meta.uid, facts.actor),
         a.DropRegistry(),
         a.EnsureFinalizer(present=False),
         a.ForgetObject(),

@@ -31,6 +31,7 @@ spec:
   id: {name}
   serviceId: 6f4e7a0c-2f0a-4d5e-9b1a-0d6c1e0f5a11
   description: a plan made for one test
+  namespaces: {namespaces}
   templates:
   - action: provision
     type: jinja2
@@ -39,10 +40,18 @@ spec:
 """
 
 
-def install_plan(api: client.ApiClient, catalog_namespace: str, tmp_path: Path, name: str, content: str) -> str:
+def install_plan(
+    api: client.ApiClient,
+    catalog_namespace: str,
+    tmp_path: Path,
+    name: str,
+    content: str,
+    namespaces: tuple[str, ...] = (),
+) -> str:
+    """The plan, declaring ``namespaces`` besides the instance's as where it may write (``spec.namespaces``)."""
     path = tmp_path / f"{name}.yaml"
     indented = "\n".join("      " + line for line in content.strip("\n").splitlines())
-    path.write_text(PLAN.format(name=name, content=indented))
+    path.write_text(PLAN.format(name=name, content=indented, namespaces=list(namespaces)))
     apply_yaml(api, path, catalog_namespace)
     return name
 
@@ -158,6 +167,7 @@ metadata:
   namespace: {side}
 data: {{a: "1"}}
 """,
+            namespaces=(side,),
         )
         provision(api_client, namespace, "x1", plan_id=plan)
         wait_state(api_client, namespace, "sfserviceinstances", "x1", "succeeded")
@@ -408,7 +418,9 @@ metadata:
 def test_a_refusal_that_can_be_fixed_elsewhere_is_retried_and_counted(
     api_client: client.ApiClient, namespace: str, catalog_namespace: str, tmp_path: Path
 ) -> None:
-    """An object for a namespace that does not exist (404) may work once it does: counted retries."""
+    """An object for a namespace that does not exist may work once it does (and once the platform onboards it:
+    the plan account is bound per namespace, so the API server answers 403 naming the account before it would say
+    404): counted retries."""
     plan = install_plan(
         api_client,
         catalog_namespace,
@@ -421,9 +433,10 @@ metadata:
   name: {{ instance.metadata.name }}
   namespace: {{ parameter("/target") }}
 """,
+        namespaces=(f"{namespace}-nowhere",),
     )
     provision(api_client, namespace, "away", plan_id=plan, parameters={"target": f"{namespace}-nowhere"})
     instance = wait_state(api_client, namespace, "sfserviceinstances", "away", "failed", timeout=40)
     assert instance["status"]["errorCount"] == 4  # the session controller runs with --error-threshold 4
     assert "gave up after 4 consecutive errors: the API server refused ConfigMap" in instance["status"]["error"]
-    assert "(404 NotFound)" in instance["status"]["error"]
+    assert "(403 Forbidden)" in instance["status"]["error"] and "opbroker-plans" in instance["status"]["error"]

@@ -33,6 +33,7 @@ spec:
   serviceId: 6f4e7a0c-2f0a-4d5e-9b1a-0d6c1e0f5a11
   description: a plan sharing one object among its instances
   serviceAccountName: {account}
+  namespaces: {namespaces}
   templates:
   - action: provision
     type: jinja2
@@ -50,8 +51,9 @@ spec:
 def install(
     api: client.ApiClient, catalog_namespace: str, tmp_path: Path, name: str, shared: str, *namespaces: str
 ) -> str:
-    """The plan, and its own account: bound in ``namespaces`` (where it writes), cluster-wide for ClusterRoles —
-    and for reading ConfigMaps, which the ClusterRole it renders grants (RBAC grants only what one holds)."""
+    """The plan, and its own account: bound in ``namespaces`` (where it writes, which the plan declares too:
+    ``spec.namespaces``), cluster-wide for ClusterRoles — and for reading ConfigMaps, which the ClusterRole it
+    renders grants (RBAC grants only what one holds)."""
     grant_plan_account(
         api,
         catalog_namespace,
@@ -66,7 +68,7 @@ def install(
         onboard_namespace(api, namespace, control_plane=catalog_namespace, plan_accounts=(ACCOUNT,))
     indented = "\n".join("      " + line for line in shared.strip("\n").splitlines())
     path = tmp_path / f"{name}.yaml"
-    path.write_text(PLAN.format(name=name, account=ACCOUNT, shared=indented))
+    path.write_text(PLAN.format(name=name, account=ACCOUNT, shared=indented, namespaces=list(namespaces)))
     apply_yaml(api, path, catalog_namespace)
     return name
 

@@ -23,10 +23,14 @@ FIXTURES = REPO / "tests" / "data" / "seeds" / "couchbase"
 BASE = yaml.safe_load((REPO / "tests/data/seeds/sfplan-postgresql-zalando.yaml").read_text())
 
 
-def plan(*templates: dict[str, Any], snippets: dict[str, str] | None = None) -> SFPlan:
+def plan(
+    *templates: dict[str, Any], snippets: dict[str, str] | None = None, namespaces: list[str] | None = None
+) -> SFPlan:
     document = {**BASE, "spec": {**BASE["spec"], "templates": list(templates)}}
     if snippets is not None:
         document["spec"]["snippets"] = snippets
+    if namespaces is not None:
+        document["spec"]["namespaces"] = namespaces
     return SFPlan.model_validate(document)
 
 
@@ -66,13 +70,21 @@ def test_the_seed_examples_render_as_the_seed_shows(renderer: Renderer, example:
 
 @pytest.mark.process
 def test_a_given_optional_parameter_is_used_by_its_plain_name(renderer: Renderer) -> None:
+    """The seed's parameter names the namespace; a plan writes there only when it declares it (issue 42:
+    ``spec.namespaces``), else the render is refused naming it."""
     template = (FIXTURES / "optional-namespace.template.yaml").read_text()
     rendered = renderer.render_objects(
-        plan(couchbase("provision", template)),
+        plan(couchbase("provision", template), namespaces=["avalon"]),
         TemplateAction.PROVISION,
         inputs(instance=instance({"my-namespace": "avalon"})),
     )
     assert rendered.objects[0].manifest["metadata"] == {"name": "my-secret", "namespace": "avalon"}
+    with pytest.raises(RenderError, match="would go into namespace 'avalon'"):
+        renderer.render_objects(
+            plan(couchbase("provision", template)),
+            TemplateAction.PROVISION,
+            inputs(instance=instance({"my-namespace": "avalon"})),
+        )
 
 
 GENERATED = """
