@@ -105,66 +105,59 @@ def _unchanged(field: str) -> str:
     )
 
 
-def facts_policy(name: str, writers: Writers) -> dict[str, Any]:
-    """The policy over opbroker's kinds: status, ``opbroker.io/`` labels and annotations, placement."""
-    groups = sorted({kind.GROUP for kind in RESOURCE_KINDS})
-    plurals = sorted(kind.PLURAL for kind in RESOURCE_KINDS)
-    instances = SFServiceInstance.PLURAL
-    cluster_id = (
-        "request.resource.resource != '" + instances + "' || variables.status || "
-        "(oldObject == null ? !has(object.spec.clusterId) : "
-        "(has(object.spec.clusterId) == has(oldObject.spec.clusterId) && "
-        "(!has(object.spec.clusterId) || object.spec.clusterId == oldObject.spec.clusterId)))"
-    )
+def _policy(name: str, constraints: dict[str, Any], conditions: list[dict[str, str]], **spec: Any) -> dict[str, Any]:
+    """A ValidatingAdmissionPolicy that fails closed (one the API server cannot evaluate refuses)."""
     return {
         "apiVersion": API_VERSION,
         "kind": "ValidatingAdmissionPolicy",
         "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "opbroker"}},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {
-                "resourceRules": [
-                    {
-                        "apiGroups": groups,
-                        "apiVersions": ["*"],
-                        "operations": ["CREATE", "UPDATE"],
-                        "resources": [*plurals, *(f"{plural}/status" for plural in plurals)],
-                    }
-                ]
-            },
-            "matchConditions": [{"name": "not-opbroker", "expression": f"!({writers.cel()})"}],
-            "variables": [
-                {"name": "status", "expression": "has(request.subResource) && request.subResource == 'status'"},
-                *_facts_of("labels"),
-                *_facts_of("annotations"),
-            ],
-            "validations": [
-                {
-                    "expression": "!variables.status",
-                    "messageExpression": (
-                        "'the status of ' + request.resource.resource + ' is written by opbroker alone: '"
-                        " + 'it records what opbroker did, a request goes in the spec'"
-                    ),
-                    "reason": REFUSAL_REASON,
-                },
-                {
-                    "expression": _unchanged("labels"),
-                    "message": f"labels under {FACT_PREFIX} are written by opbroker alone",
-                    "reason": REFUSAL_REASON,
-                },
-                {
-                    "expression": _unchanged("annotations"),
-                    "message": f"annotations under {FACT_PREFIX} are written by opbroker alone",
-                    "reason": REFUSAL_REASON,
-                },
-                {
-                    "expression": cluster_id,
-                    "message": "spec.clusterId is the scheduler's choice: opbroker alone sets it",
-                    "reason": REFUSAL_REASON,
-                },
-            ],
-        },
+        "spec": {"failurePolicy": "Fail", "matchConstraints": constraints, "matchConditions": conditions, **spec},
     }
+
+
+def _refusing(expression: str, message: str) -> dict[str, str]:
+    return {"expression": expression, "message": message, "reason": REFUSAL_REASON}
+
+
+def facts_policy(name: str, writers: Writers) -> dict[str, Any]:
+    """The policy over opbroker's kinds: status, ``opbroker.io/`` labels and annotations, placement."""
+    plurals = sorted(kind.PLURAL for kind in RESOURCE_KINDS)
+    rule = {
+        "apiGroups": sorted({kind.GROUP for kind in RESOURCE_KINDS}),
+        "apiVersions": ["*"],
+        "operations": ["CREATE", "UPDATE"],
+        "resources": [*plurals, *(f"{plural}/status" for plural in plurals)],
+    }
+    cluster_id = (
+        "request.resource.resource != '" + SFServiceInstance.PLURAL + "' || variables.status || "
+        "(oldObject == null ? !has(object.spec.clusterId) : "
+        "(has(object.spec.clusterId) == has(oldObject.spec.clusterId) && "
+        "(!has(object.spec.clusterId) || object.spec.clusterId == oldObject.spec.clusterId)))"
+    )
+    status = {
+        "expression": "!variables.status",
+        "messageExpression": (
+            "'the status of ' + request.resource.resource + ' is written by opbroker alone: '"
+            " + 'it records what opbroker did, a request goes in the spec'"
+        ),
+        "reason": REFUSAL_REASON,
+    }
+    return _policy(
+        name,
+        {"resourceRules": [rule]},
+        [{"name": "not-opbroker", "expression": f"!({writers.cel()})"}],
+        variables=[
+            {"name": "status", "expression": "has(request.subResource) && request.subResource == 'status'"},
+            *_facts_of("labels"),
+            *_facts_of("annotations"),
+        ],
+        validations=[
+            status,
+            _refusing(_unchanged("labels"), f"labels under {FACT_PREFIX} are written by opbroker alone"),
+            _refusing(_unchanged("annotations"), f"annotations under {FACT_PREFIX} are written by opbroker alone"),
+            _refusing(cluster_id, "spec.clusterId is the scheduler's choice: opbroker alone sets it"),
+        ],
+    )
 
 
 def admin_requests_policy(name: str, namespace: str, writers: Writers) -> dict[str, Any]:
@@ -176,36 +169,21 @@ def admin_requests_policy(name: str, namespace: str, writers: Writers) -> dict[s
         f"(object != null && has(object.metadata.labels) && '{label}' in object.metadata.labels) || "
         f"(oldObject != null && has(oldObject.metadata.labels) && '{label}' in oldObject.metadata.labels)"
     )
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "opbroker"}},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {
-                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
-                "resourceRules": [
-                    {
-                        "apiGroups": [""],
-                        "apiVersions": ["v1"],
-                        "operations": ["CREATE", "UPDATE", "DELETE"],
-                        "resources": ["configmaps"],
-                    }
-                ],
-            },
-            "matchConditions": [
-                {"name": "admin-request", "expression": labelled},
-                {"name": "not-opbroker", "expression": f"!({writers.cel()})"},
-            ],
-            "validations": [
-                {
-                    "expression": "false",
-                    "message": f"ConfigMaps labelled {label} are admin requests: the broker alone writes them",
-                    "reason": REFUSAL_REASON,
-                }
-            ],
+    rule = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE", "DELETE"]}
+    return _policy(
+        name,
+        {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+            "resourceRules": [{**rule, "resources": ["configmaps"]}],
         },
-    }
+        [
+            {"name": "admin-request", "expression": labelled},
+            {"name": "not-opbroker", "expression": f"!({writers.cel()})"},
+        ],
+        validations=[
+            _refusing("false", f"ConfigMaps labelled {label} are admin requests: the broker alone writes them")
+        ],
+    )
 
 
 def binding(policy: dict[str, Any]) -> dict[str, Any]:
