@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from opbroker.api import adminrequests
+from opbroker.api.controllerinstall import Names
 from opbroker.api.conventions import DOMAIN, service_account_user
 from opbroker.api.osb import SFServiceInstance
 from opbroker.api.registry import RESOURCE_KINDS
@@ -65,9 +66,13 @@ class Writers:
         )
 
 
-def control_plane_writers(namespace: str, controller: str, broker: str) -> Writers:
-    """The controller's and the broker's ServiceAccounts in the control-plane namespace, and administrators."""
-    return Writers(users=(service_account_user(namespace, controller), service_account_user(namespace, broker)))
+def control_plane_writers(namespace: str) -> Writers:
+    """The controller's and the broker's ServiceAccounts in the control-plane namespace (named as
+    :class:`~opbroker.api.controllerinstall.Names` names them), and administrators."""
+    names = Names(namespace)
+    return Writers(
+        users=(service_account_user(namespace, names.controller), service_account_user(namespace, names.broker))
+    )
 
 
 def _cel_list(values: Iterable[str]) -> str:
@@ -203,8 +208,10 @@ def policy_names(namespace: str) -> tuple[str, str]:
     return f"opbroker-{namespace}-facts", f"opbroker-{namespace}-admin-requests"
 
 
-def manifests(namespace: str, writers: Writers) -> list[tuple[str, dict[str, Any]]]:
-    """(role, manifest) of both policies and their bindings, in creation order (a binding after its policy)."""
+def manifests(namespace: str) -> list[tuple[str, dict[str, Any]]]:
+    """(role, manifest) of both policies and their bindings for the control plane in ``namespace``, in creation
+    order (a binding after its policy)."""
+    writers = control_plane_writers(namespace)
     facts, admin = policy_names(namespace)
     policies = {
         "facts": facts_policy(facts, writers),

@@ -129,9 +129,7 @@ class NamespaceIndex:
                 version = meta.get("resourceVersion") or version
                 name: str | None = meta.get("name")
                 namespace: str | None = meta.get("namespace")
-                if not name:
-                    continue
-                if not namespace:
+                if not name or not namespace:
                     continue
                 with self._lock:
                     if event["type"] == "DELETED":

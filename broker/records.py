@@ -69,7 +69,7 @@ class Record:
     secret_ref: str | None = None
     status: Mapping[str, Any] = field(default_factory=dict)
     """The status as stored (to write back exactly what a deprovision's mark replaced)."""
-    recorded: bool = True
+    recorded: bool = False
     """The broker recorded it for an OSB request (:data:`~opbroker.api.conventions.LABEL_RECORDED_BY`): only such
     an object answers for an OSB id."""
 

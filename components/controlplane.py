@@ -538,9 +538,8 @@ class ControlPlane(pulumi.ComponentResource):
 
         # The facts opbroker acts on (status, its labels and annotations, placement, admin requests) are kept by
         # the API server: only the controller's and the broker's accounts may write them (issue 42).
-        writers = admission.control_plane_writers(ns, names.controller, names.broker)
         self.admission_policies: list[pulumi.CustomResource] = []
-        for role, manifest in admission.manifests(ns, writers):
+        for role, manifest in admission.manifests(ns):
             policy_kind = (
                 k8s.admissionregistration.v1.ValidatingAdmissionPolicy
                 if manifest["kind"] == "ValidatingAdmissionPolicy"

@@ -72,29 +72,25 @@ def apply_owned(
     return written
 
 
-def readable(kube: Kube, ref: ResourceRef) -> tuple[bool, dict[str, Any] | None]:
-    """(whether the acting account may read it, the live object or None). An object the account may not even
-    read (403) is not ours: it could not have been written with these rights, and a record naming it (a stale
-    one, or one forged before the API server kept records) must not hold the owner's deletion for ever."""
+def letting(kube: Kube, ref: ResourceRef, *, owner_uid: str) -> tuple[Letting, ObjectView | None]:
+    """What letting go of a recorded object means (:func:`decisions.letting_go`), and the live object.
+
+    An object the acting account may not even read (403) is not ours: it could not have been written with these
+    rights, and a record naming it (a stale one, or one forged before the API server kept records) must not hold
+    the owner's deletion for ever — it is left alone."""
     try:
-        return True, kube.get(ref)
+        live = ObjectView.maybe(kube.get(ref))
     except ApiException as exc:
         if exc.status != 403:
             raise
-        return False, None
-
-
-def letting(kube: Kube, ref: ResourceRef, *, owner_uid: str) -> tuple[Letting, ObjectView | None]:
-    """What letting go of a recorded object means (:func:`decisions.letting_go`), an unreadable one left alone."""
-    may_read, found = readable(kube, ref)
-    live = ObjectView.maybe(found)
-    return (decisions.letting_go(live, owner_uid=owner_uid) if may_read else Letting.LEAVE), live
+        return Letting.LEAVE, None
+    return decisions.letting_go(live, owner_uid=owner_uid), live
 
 
 def release(kube: Kube, ref: ResourceRef, *, owner_uid: str) -> bool:
     """Let go of an object recorded as ``owner_uid``'s: delete it when it is ours alone, drop our owner reference
     or our entry among its tracked users (``singletons``) when it is shared, and leave it untouched when it is
-    not ours at all (or not even readable by the acting account: :func:`readable`).
+    not ours at all (or not even readable by the acting account: :func:`letting`).
 
     Returns True while the object still exists and is ours to wait for (deletion in progress).
     """

@@ -6,7 +6,6 @@ from __future__ import annotations
 from kubernetes import client
 
 from opbroker.api import admission
-from opbroker.api.controllerinstall import Names
 from opbroker.api.conventions import DEFAULT_NAMESPACE
 from opbroker.controller.kube import Kube
 
@@ -15,8 +14,6 @@ def install_admission(api: client.ApiClient, namespace: str = DEFAULT_NAMESPACE)
     """Create or update the policies and their bindings for the control plane in ``namespace`` (idempotent).
     The API server enforces a new policy within about a second (its policy informer); callers that must see it
     enforced at once wait with :func:`wait_enforced`."""
-    names = Names(namespace)
-    writers = admission.control_plane_writers(namespace, names.controller, names.broker)
     kube = Kube(api)
-    for _, manifest in admission.manifests(namespace, writers):
+    for _, manifest in admission.manifests(namespace):
         kube.apply(manifest, field_manager="opbroker-dev")

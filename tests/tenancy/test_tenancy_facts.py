@@ -127,7 +127,7 @@ def test_a_tenant_cannot_write_the_status_of_any_opbroker_kind(
 def test_the_policy_covers_the_status_of_every_opbroker_kind() -> None:
     from opbroker.api.registry import RESOURCE_KINDS
 
-    policy = admission.facts_policy("p", admission.control_plane_writers("opbroker", "c", "b"))
+    policy = admission.facts_policy("p", admission.control_plane_writers("opbroker"))
     resources = set(policy["spec"]["matchConstraints"]["resourceRules"][0]["resources"])
     groups = set(policy["spec"]["matchConstraints"]["resourceRules"][0]["apiGroups"])
     for kind in RESOURCE_KINDS:
