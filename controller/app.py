@@ -25,6 +25,7 @@ from kubernetes import client
 from opbroker.api.conventions import catalog_id, resource_name
 from opbroker.controller import admin_requests, identities, metrics, registries, registry_sweep, trim
 from opbroker.controller.bindings import BindingReconciler
+from opbroker.controller.budgets import Budgeting
 from opbroker.controller.catalog import Catalog, PlanEntry
 from opbroker.controller.catalog_entries import PlanEntryReconciler, ServiceEntryReconciler
 from opbroker.controller.claims.handlers import Claims
@@ -42,6 +43,7 @@ from opbroker.controller.reconciling import Deps, OwnWrites
 from opbroker.controller.servicecatalog.handlers import ServiceCatalog
 from opbroker.controller.settings import ControllerSettings
 from opbroker.controller.sources import SourceIndex, SourceWatchers
+from opbroker.controller.store import ObjectStore
 from opbroker.controller.watches import Watch
 from opbroker.rendering import HttpFetcher, Renderer
 
@@ -53,7 +55,10 @@ class Controller:
 
     def __init__(self, api_client: client.ApiClient, settings: ControllerSettings) -> None:
         self.settings = settings
-        self.kube = Kube(api_client)
+        exempt = settings.budget_exempt
+        cache_bytes = settings.budgets.cached_bytes or None
+        self.kube = Kube(api_client, store=ObjectStore(namespace_bytes=cache_bytes, exempt=exempt))
+        self.budgets = Budgeting(settings.budgets, store=self.kube.store, exempt=exempt)
         metrics.report_store(self.kube.store.census)
         # The informers keep our instances and bindings in the store (complete once listed): reconciles read
         # them from there.
@@ -84,6 +89,7 @@ class Controller:
             self.index,
             self.watchers,
             own_writes=memories.keep(OwnWrites()),
+            budgets=self.budgets,
         )
         self.own_writes = deps.own_writes
         self.multicluster = MultiCluster(deps, self.runtime) if settings.multicluster else None
@@ -300,6 +306,7 @@ class Controller:
             self.multicluster.on_instance(event_type, body)
         self._store(INSTANCES.store_key, event_type, body)
         seen = EventView.of(body)
+        self.budgets.observe(key, None if event_type == "DELETED" else seen.state)
         if event_type == "DELETED":
             self.runtime.forget(key)
             for plan in self.catalog.plan_views(seen.plan_id):
@@ -319,6 +326,7 @@ class Controller:
         seen = EventView.of(body)
         instance_key = Key("instance", key.namespace, resource_name(seen.instance_ref))
         self._store(BINDINGS.store_key, event_type, body)
+        self.budgets.observe(key, None if event_type == "DELETED" else seen.state)
         if event_type == "DELETED":
             self.runtime.forget(key)
             self._enqueue(instance_key)  # a deprovision may have been waiting for this binding to go

@@ -89,6 +89,7 @@ class BindingReconciler(PassingReconciler[BindingFacts]):
         return plan(facts)
 
     def act(self, facts: BindingFacts, actions: Sequence[a.Action]) -> Outcome:
+        self.deps.budgets.note(facts.key, actions)
         return self.executor.run(facts.key, facts.binding.wire, actions, lambda refusal: refused(facts, refusal))
 
     def reread(self, key: Key) -> None:
@@ -117,6 +118,7 @@ class BindingReconciler(PassingReconciler[BindingFacts]):
             datetime.datetime.now(datetime.UTC),
             identities.plan_user(entry.body, settings) if entry is not None else None,
             watched_kinds=self.deps.watchers.live,
+            over_budget=self.deps.budgets.refusal(key),
         )
 
     def gather(self, facts: BindingFacts, previous: BindingFacts | None) -> BindingFacts:

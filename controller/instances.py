@@ -98,6 +98,7 @@ class InstanceReconciler(PassingReconciler[InstanceFacts]):
         return plan(facts)
 
     def act(self, facts: InstanceFacts, actions: Sequence[a.Action]) -> Outcome:
+        self.deps.budgets.note(facts.key, actions)
         return self.executor.run(facts.key, facts.instance.wire, actions, lambda refusal: refused(facts, refusal))
 
     def reread(self, key: Key) -> None:
@@ -124,6 +125,7 @@ class InstanceReconciler(PassingReconciler[InstanceFacts]):
             datetime.datetime.now(datetime.UTC),
             identities.plan_user(entry.body, settings) if entry is not None else None,
             watched_kinds=self.deps.watchers.live,
+            over_budget=self.deps.budgets.refusal(key),
         )
 
     def gather(self, facts: InstanceFacts, previous: InstanceFacts | None) -> InstanceFacts:

@@ -7,6 +7,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from opbroker.controller.budgets import Budgeting
 from opbroker.controller.catalog import Catalog
 from opbroker.controller.kube import Kube
 from opbroker.controller.reconciler import Key, Outcome
@@ -54,6 +55,7 @@ class Deps:
     placement: Placement = LOCAL
     own_writes: OwnWrites = field(default_factory=lambda: OwnWrites())
     registries: RegistryCache = field(default_factory=RegistryCache)
+    budgets: Budgeting = field(default_factory=Budgeting)
 
 
 class OwnWrites:

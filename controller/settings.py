@@ -16,6 +16,7 @@ from opbroker.api.conventions import (
     catalog_namespaces,
 )
 from opbroker.controller.claims.settings import ClaimsSettings
+from opbroker.controller.core.budgets import NamespaceBudgets
 from opbroker.kubeclient.deadlines import Timeouts
 from opbroker.rendering.urlpolicy import FetchPolicy
 
@@ -104,6 +105,10 @@ class ControllerSettings:
     (``--template-allow-network``), the proxy (``--template-proxy``); never the ``*_PROXY`` variables."""
     claims: ClaimsSettings = field(default_factory=ClaimsSettings)
     """The claims subsystem: SLA order, catalog environments, binding root, probe timeout, its workers."""
+    budgets: NamespaceBudgets = field(default_factory=NamespaceBudgets)
+    """What one namespace may make the controller hold and run at once (``--namespace-operations``,
+    ``--namespace-cache-mib``; issue 42): past a budget a new operation waits, saying why in its Ready condition.
+    The control plane's namespaces are exempt (:attr:`budget_exempt`)."""
 
     @property
     def registries_namespace(self) -> str:
@@ -114,6 +119,12 @@ class ControllerSettings:
     def trusted_namespaces(self) -> tuple[str, ...]:
         """Where catalog entries are read from (:func:`opbroker.api.conventions.catalog_namespaces`)."""
         return catalog_namespaces(self.namespace, self.catalog_namespaces)
+
+    @property
+    def budget_exempt(self) -> tuple[str, ...]:
+        """The namespaces no budget bounds: the control plane's, the catalog's and the registries' (only the
+        platform writes there)."""
+        return (*self.trusted_namespaces, self.registries_namespace)
 
     @property
     def timeouts(self) -> Timeouts:

@@ -64,9 +64,18 @@ class Census:
 
 
 class ObjectStore:
-    """Latest known versions of watched objects. Thread-safe: watches, kopf and workers share it."""
+    """Latest known versions of watched objects. Thread-safe: watches, kopf and workers share it.
 
-    def __init__(self) -> None:
+    ``namespace_bytes``: the most body bytes held for one namespace (None: no bound) — a tenant is admin of its
+    namespace and may fill it with objects of every watched kind up to the API server's size of each, and what
+    the store holds is the controller's memory. A body past the budget is not held: the object is known by its
+    version only (reads go to the API server, as for a metadata-only type) and its namespace is *over budget*
+    (:meth:`over_budget`) while its objects want more than the budget; the controller then starts no new
+    operation there (``controller.budgets``). Namespaces in ``exempt`` (the control plane's, where the catalog and
+    the registries live) and cluster-scoped objects are not bounded: only the platform writes there.
+    """
+
+    def __init__(self, *, namespace_bytes: int | None = None, exempt: Collection[str] = ()) -> None:
         self._lock = threading.Lock()
         self._objects: dict[StoreKey, Held] = {}
         self._fed: set[TypeKey] = set()
@@ -74,19 +83,43 @@ class ObjectStore:
         # The census, kept as objects come and go: a scrape reads it without walking (and locking) the store —
         # walking 60 000 objects under the lock at each scrape held up every reconcile's read meanwhile.
         self._counts: dict[TypeKey, list[int]] = {}
+        self._namespace_bytes = namespace_bytes
+        self._exempt = frozenset(exempt) | {""}
+        self._held_bytes: dict[str, int] = {}
+        """Body bytes held per bounded namespace (no entry: none)."""
+        self._refused: dict[StoreKey, int] = {}
+        """Bodies not held for their namespace's budget: their size (the key is held by version only)."""
+        self._refused_bytes: dict[str, int] = {}
 
     def _hold(self, key: StoreKey, held: Held) -> None:
-        """Hold ``held`` at ``key`` (under the lock), keeping the census."""
+        """Hold ``held`` at ``key`` (under the lock), keeping the census and the namespace's budget."""
         self._release(key)
+        held = self._within_budget(key, held)
         self._objects[key] = held
         counts = self._counts.setdefault(key[:2], [0, 0, 0])
         counts[0] += 1
         if held[1] is not None:
             counts[1] += 1
             counts[2] += len(held[1])
+            if key[2] not in self._exempt:
+                self._held_bytes[key[2]] = self._held_bytes.get(key[2], 0) + len(held[1])
+
+    def _within_budget(self, key: StoreKey, held: Held) -> Held:
+        """``held``, or its version alone when its body would take its namespace past the budget (recorded)."""
+        namespace, body = key[2], held[1]
+        if body is None or self._namespace_bytes is None or namespace in self._exempt:
+            return held
+        if self._held_bytes.get(namespace, 0) + len(body) <= self._namespace_bytes:
+            return held
+        self._refused[key] = len(body)
+        self._refused_bytes[namespace] = self._refused_bytes.get(namespace, 0) + len(body)
+        return held[0], None
 
     def _release(self, key: StoreKey) -> None:
-        """Hold nothing at ``key`` (under the lock), keeping the census."""
+        """Hold nothing at ``key`` (under the lock), keeping the census and the namespace's budget."""
+        refused = self._refused.pop(key, None)
+        if refused is not None:
+            _less(self._refused_bytes, key[2], refused)
         held = self._objects.pop(key, None)
         if held is None:
             return
@@ -95,6 +128,8 @@ class ObjectStore:
         if held[1] is not None:
             counts[1] -= 1
             counts[2] -= len(held[1])
+            if key[2] not in self._exempt:
+                _less(self._held_bytes, key[2], len(held[1]))
         if not counts[0]:
             del self._counts[key[:2]]
 
@@ -248,6 +283,19 @@ class ObjectStore:
         with self._lock:
             return len(self._objects)
 
+    def over_budget(self, namespace: str) -> bool:
+        """Whether ``namespace``'s objects want more body bytes than its budget: some are not held for it, and
+        those held and not held together are past it (once objects go, the rest may fit again)."""
+        with self._lock:
+            refused = self._refused_bytes.get(namespace, 0)
+            wanted = self._held_bytes.get(namespace, 0) + refused
+            return bool(refused) and self._namespace_bytes is not None and wanted > self._namespace_bytes
+
+    def namespace_bytes(self, namespace: str) -> tuple[int, int]:
+        """Body bytes of ``namespace`` held, and not held for its budget."""
+        with self._lock:
+            return self._held_bytes.get(namespace, 0), self._refused_bytes.get(namespace, 0)
+
     def census(self) -> dict[TypeKey, Census]:
         """Per type: objects known, bodies held and their bytes (kept as they change: no pass over the store)."""
         with self._lock:
@@ -264,6 +312,15 @@ class ObjectStore:
                     found[1] += 1
                     found[2] += len(text)
         return {type_key: Census(*found) for type_key, found in counts.items()}
+
+
+def _less(counts: dict[str, int], namespace: str, amount: int) -> None:
+    """Take ``amount`` from ``namespace``'s count, dropping it at zero (no entry per namespace ever seen)."""
+    left = counts.get(namespace, 0) - amount
+    if left > 0:
+        counts[namespace] = left
+    else:
+        counts.pop(namespace, None)
 
 
 def _key(type_key: TypeKey, obj: dict[str, Any]) -> StoreKey:

@@ -34,7 +34,10 @@ class Limits:
     """What one render may consume. The defaults suit a controller rendering many plans per second.
 
     ``timeout`` is wall time for one render (template, YAML parsing and post-processing);
-    ``max_output_bytes`` bounds the rendered text, every string/list built on the way (in bytes of text, see
+    ``max_objects`` bounds the objects one render writes (and the objects its ``sources`` map names): each is an
+    API write, a record in the instance's ``status.resources`` and a read at every status render, and parameters a
+    tenant writes can multiply them (a loop over a list parameter) within the byte limit; ``max_output_bytes``
+    bounds the rendered text, every string/list built on the way (in bytes of text, see
     :mod:`sizing`), everything written into the objects and everything written into the registry;
     ``max_template_bytes`` bounds a template's source (inline, decoded or fetched); ``fetch_timeout`` is the one
     deadline of a ``url`` fetch (DNS, connect, TLS, redirects and body together), ``url_cache_ttl`` how long a
@@ -43,6 +46,7 @@ class Limits:
     """
 
     timeout: float = 2.0
+    max_objects: int = 256
     max_output_bytes: int = 1 << 20
     max_template_bytes: int = 1 << 20
     fetch_timeout: float = 10.0

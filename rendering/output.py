@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sized
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from yaml.constructor import ConstructorError
@@ -377,6 +377,18 @@ def confine(rendered: tuple[RenderedObject, ...], *, allowed: frozenset[str]) ->
             f"into {', '.join(repr(n) for n in sorted(allowed))} (the instance's namespace and the plan's "
             "spec.namespaces)"
         )
+    return rendered
+
+
+SizedT = TypeVar("SizedT", bound=Sized)
+
+
+def bounded(rendered: SizedT, *, limit: int, what: str = "objects") -> SizedT:
+    """The objects (or ``sources`` entries), if there are at most ``limit``; else a :class:`RenderLimitError`
+    saying how many. A per-instance budget (issue 42): a loop over a tenant's list parameter must not make one
+    instance thousands of API writes, records and status reads."""
+    if len(rendered) > limit:
+        raise RenderLimitError(f"the template rendered {len(rendered)} {what}, over the limit of {limit} per render")
     return rendered
 
 

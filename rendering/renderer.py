@@ -184,6 +184,7 @@ class Renderer:
             objects = self._render(plan, spec, inputs, work, parameters, parse)
         try:
             objects = output.confine(objects, allowed=frozenset((inputs.namespace, *(plan.spec.namespaces or ()))))
+            objects = output.bounded(objects, limit=self.limits.max_objects)
         except RenderError as exc:
             raise exc.located(plan=self._name(plan), action=action.value) from None
         if action is TemplateAction.PROVISION:
@@ -198,6 +199,7 @@ class Renderer:
 
         def parse(text: str, current: state.RenderState) -> dict[str, ResourceRef]:
             refs = output.refs(self._single(text, current, "sources"), namespace=inputs.namespace)
+            output.bounded(refs, limit=self.limits.max_objects, what="sources")
             hidden = sorted(set(refs) & RESERVED_VARIABLES)
             if hidden:
                 raise RenderError(f"sources entries {hidden} would hide template variables or functions; rename them")

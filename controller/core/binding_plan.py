@@ -40,6 +40,7 @@ from opbroker.controller.core.instance_plan import (
     all_watched,
     count_error,
     still_in_progress,
+    wait_for_budget,
     write_status,
 )
 from opbroker.controller.core.reasons import Reason
@@ -133,6 +134,8 @@ class BindingFacts:
     refusal: a.Refusal | None = None
     watched_kinds: frozenset[tuple[str, str]] = frozenset()
     """The (apiVersion, kind)s whose watch is live at the read (see ``InstanceFacts.watched_kinds``)."""
+    over_budget: str | None = None
+    """Why the namespace may start no new operation now (see ``InstanceFacts.over_budget``)."""
 
 
 def steps(facts: BindingFacts) -> tuple[Step, ...]:
@@ -156,6 +159,8 @@ def steps(facts: BindingFacts) -> tuple[Step, ...]:
         return (Step.REPORT_PLAN_PROBLEM,)
     if step == Step.APPLY and facts.pending is not None and binding.status.in_progress:
         return (Step.AWAIT_OUTCOME,)
+    if step == Step.APPLY and facts.over_budget is not None and not binding.status.in_progress:
+        return (Step.WAIT_FOR_BUDGET,)
     return (step,)
 
 
@@ -219,6 +224,8 @@ def _expand(step: Step, facts: BindingFacts) -> Sequence[a.Action]:
         return (_transition(facts, OperationState.FAILED, Reason.INSTANCE_NOT_READY, error=error),)
     if step == Step.BLOCKED:
         return (a.Requeue(facts.limits.poll_seconds),)
+    if step == Step.WAIT_FOR_BUDGET:
+        return wait_for_budget(binding, facts.now, facts.limits, facts.over_budget or "")
     if step == Step.REPORT_PLAN_PROBLEM:
         error = f"plan {binding.plan_id!r} is " + ("not in the catalog" if entry is None else "invalid")
         return (_transition(facts, OperationState.FAILED, Reason.PLAN_NOT_FOUND, error=error),)

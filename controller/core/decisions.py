@@ -73,6 +73,8 @@ class Step(StrEnum):
     """A new instance of a plan being deleted: fail it (the plan takes no new instances)."""
     REFUSE_CONTEXT_NAMESPACE = "refuse-context-namespace"
     """An instance whose request context names a namespace other than its own: fail it, apply nothing."""
+    WAIT_FOR_BUDGET = "wait-for-budget"
+    """A new operation in a namespace at its budget (``core.budgets``): say so in Ready, look again later."""
 
 
 def is_deleting(obj: Mapping[str, Any]) -> bool:

@@ -135,6 +135,8 @@ class InstanceFacts:
     """The cluster refused a read the render needed (a source the plan's account may not read)."""
     watched_kinds: frozenset[tuple[str, str]] = frozenset()
     """The (apiVersion, kind)s whose watch is live at the read: a change of their objects enqueues the owner."""
+    over_budget: str | None = None
+    """Why the namespace may start no new operation now (``core.budgets.refusal``; None: it may)."""
 
 
 # -- the pure plan ------------------------------------------------------------------------------------------
@@ -159,6 +161,8 @@ def steps(facts: InstanceFacts) -> tuple[Step, ...]:
         return (Step.REFUSE_WITHDRAWN,)
     if step == Step.APPLY and _context_refused(facts):
         return (Step.REFUSE_CONTEXT_NAMESPACE,)
+    if step == Step.APPLY and facts.over_budget is not None and not view.status.in_progress:
+        return (Step.WAIT_FOR_BUDGET,)
     if step in (Step.APPLY, Step.EVALUATE) and facts.pending is not None and view.status.in_progress:
         # Applied already, its record waiting for the outcome: a re-render with no new generation (a mass
         # update, a plan change) evaluates on the next pass as EVALUATE, and must still write that record
@@ -197,6 +201,8 @@ def _expand(step: Step, facts: InstanceFacts) -> Sequence[a.Action]:
     if step == Step.REFUSE_CONTEXT_NAMESPACE:
         why = _context_refused(facts) or ""
         return (_answer_failed(facts, Reason.CONTEXT_NAMESPACE_REFUSED, why),)
+    if step == Step.WAIT_FOR_BUDGET:
+        return wait_for_budget(facts.instance, facts.now, facts.limits, facts.over_budget or "")
     if facts.render_error is not None:
         return _count_error(facts, facts.render_error, Reason.RENDER_FAILED)
     if facts.refusal is not None:
@@ -252,6 +258,32 @@ def write_status(
         message = error or description or state.value
         event = a.Event(reason.value, message, warning=state == OperationState.FAILED, log=log)
     return a.WriteStatus(status, settled=settled, event=event)
+
+
+def wait_for_budget(
+    view: InstanceView | BindingView, now: datetime.datetime | None, limits: Limits, why: str
+) -> tuple[a.Action, ...]:
+    """A new operation that waits for its namespace's budget: its Ready condition says why (written once, not at
+    every look — the state stays what the broker requested), and it is looked at again after ``poll_seconds``. Shared
+    by instances and bindings."""
+    ready = view.status.condition("Ready")
+    again = a.Requeue(limits.poll_seconds)
+    if ready is not None and ready.reason == Reason.NAMESPACE_BUDGET_EXCEEDED.value:
+        return (again,)
+    state = _requested_state(view.status.state)
+    status = decisions.outcome_status(
+        view.status, view.meta.generation, state=state, reason=Reason.NAMESPACE_BUDGET_EXCEEDED, description=why, at=now
+    )
+    event = a.Event(Reason.NAMESPACE_BUDGET_EXCEEDED.value, why, warning=True)
+    return (a.WriteStatus(status, event=event), again)
+
+
+def _requested_state(state: str | None) -> OperationState:
+    """The state a waiting request keeps: the one the broker wrote (in queue, update), else in queue."""
+    try:
+        return OperationState(state) if state else OperationState.IN_QUEUE
+    except ValueError:
+        return OperationState.IN_QUEUE
 
 
 def count_error(

@@ -43,6 +43,8 @@ class Reason(StrEnum):
     """A shared singleton owner references cannot hold lists the most users opbroker tracks (issue 29)."""
     CONTEXT_NAMESPACE_REFUSED = "ContextNamespaceRefused"
     """An instance's request context names another namespace than the instance's own (issue 24)."""
+    NAMESPACE_BUDGET_EXCEEDED = "NamespaceBudgetExceeded"
+    """A new operation waits: its namespace is at a budget (``core.budgets``: operations, cached bytes)."""
     UNTRUSTED_NAMESPACE = "UntrustedNamespace"
     """An SFService or SFPlan outside the trusted namespaces: ignored (a Warning event on it), never served."""
     DUPLICATE_ID = "DuplicateId"
