@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from opbroker.api import TemplateAction
 from opbroker.controller.budgets import Budgeting
 from opbroker.controller.core import actions as a
 from opbroker.controller.core.binding_plan import plan as binding_plan
@@ -15,7 +16,6 @@ from opbroker.controller.core.budgets import NamespaceBudgets, NamespaceUsage, r
 from opbroker.controller.core.instance_plan import plan as instance_plan
 from opbroker.controller.reconciler import Key
 from opbroker.controller.store import UNKNOWN, ObjectStore
-from opbroker.api import TemplateAction
 from opbroker.rendering import Renderer, RenderLimitError
 from opbroker.rendering.limits import Limits
 from tests.controller import test_binding_plan as bindings
