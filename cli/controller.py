@@ -39,6 +39,14 @@ def run(
         ),
     ] = None,
     workers: Annotated[int, typer.Option(help="Concurrent reconciles.")] = 4,
+    namespace_workers: Annotated[
+        int,
+        typer.Option(
+            help="Concurrent reconciles of one namespace; the other namespaces' work is served in turn meanwhile, "
+            "so a tenant flooding its namespace holds at most this many workers.",
+            min=1,
+        ),
+    ] = 2,
     error_threshold: Annotated[int, typer.Option(help="Consecutive errors before an operation is failed.")] = 8,
     poll_seconds: Annotated[float, typer.Option(help="Re-check interval for in-progress operations.")] = 10.0,
     poll_max_seconds: Annotated[
@@ -168,6 +176,7 @@ def run(
         catalog_namespaces=tuple(catalog_namespace or ()),
         registry_namespace=registry_namespace,
         workers=workers,
+        namespace_workers=namespace_workers,
         error_threshold=error_threshold,
         status_poll_seconds=poll_seconds,
         status_poll_max_seconds=poll_max_seconds,

@@ -67,7 +67,9 @@ class Controller:
         self.informers: Informers | None = None
         self.catalog = Catalog(settings.trusted_namespaces)
         # The one clock: the runtime and its queue read time from it (tests of them pass a fake one).
-        self.runtime = Runtime(workers=settings.total_workers, clock=SYSTEM)
+        self.runtime = Runtime(
+            workers=settings.total_workers, namespace_workers=settings.namespace_workers, clock=SYSTEM
+        )
         memories = self.runtime.memories
         self.index = memories.keep(SourceIndex())
         # Secrets by metadata only: the cluster's other Secrets cost a key and a version each, not their

@@ -43,6 +43,11 @@ class ControllerSettings:
     the poll is the only news and stays at :attr:`status_poll_seconds` (at or below it: no growth)."""
     workers: int = 4
     """Reconciles running at once (each does blocking API calls in a thread)."""
+    namespace_workers: int = 2
+    """Reconciles of one namespace at once, of all the runtime's workers (:attr:`total_workers`); the other
+    namespaces' keys are served in turn meanwhile (issue 42: nothing a tenant writes sizes the controller). A
+    tenant that floods its namespace with objects holds at most this many workers, and another namespace's next
+    key waits for at most one key of each namespace with work ready, not for the flood."""
     leader_election: bool = True
     lease_name: str = "opbroker-controller"
     lease_seconds: int = 15

@@ -1,4 +1,5 @@
-"""The runtime's rate-limited work queue with client-go semantics, for level-triggered reconciliation.
+"""The runtime's rate-limited work queue with client-go semantics, for level-triggered reconciliation, fair
+across namespaces.
 
 Why our own queue on top of kopf: kopf delivers watch events; what to do about an object is decided by
 reading its current state, not the event. Events only *enqueue* keys. The queue guarantees that
@@ -9,10 +10,28 @@ reading its current state, not the event. Events only *enqueue* keys. The queue 
 * a failing key is retried with exponential backoff (per key, reset on success), and a key that is
   waiting on something outside (an operator's status) is re-checked after the delay its reconcile asked for.
 
+Why fair (issue 42, nothing a tenant writes sizes the controller): with one FIFO, a tenant that creates a
+thousand objects in its namespace puts a thousand keys ahead of every other namespace's next change. So ready
+keys are held per *tenant* (a key's namespace; cluster-scoped keys share the tenant ``""``), each tenant's in
+the order they came, and the tenants are served in turn:
+
+* round robin: a worker takes the first key of the first tenant in the rotation and puts that tenant at the
+  back. With ``T`` tenants holding ready keys, a key that is first in its tenant's line starts after at most
+  ``T - 1`` keys of other tenants start (each is served at most once before it), whatever their backlog;
+* a cap per tenant (``per_tenant``): no more than that many of one tenant's reconciles run at once. A tenant at
+  its cap keeps its place in the rotation but is skipped until one of its reconciles finishes, so a flood holds
+  at most ``per_tenant`` of the ``workers`` and the others are served by the rest. A worker that finds only
+  capped tenants waits until a reconcile finishes or a key is added (no polling);
+* bounded bookkeeping: a tenant is kept only while it has keys ready or running, so the structures grow with
+  the keys in the queue, never with the number of namespaces ever seen. Skipping capped tenants costs at most
+  ``workers / per_tenant`` steps per key taken (only a tenant with a running reconcile can be capped).
+
 Time comes from the clock passed in (:mod:`.clock`): tests advance a fake one instead of sleeping.
 
 It also tells whether its workers are stuck (:meth:`WorkQueue.stuck`, for the liveness probe): a reconcile
-running past a bound, or keys waiting for a worker while no reconcile has started or finished for as long.
+running past a bound, or keys waiting for a worker while no reconcile has started or finished for as long. Keys
+held back by their tenant's cap do not count as waiting for a worker (see :attr:`WorkQueue.held`): they wait for
+their tenant's own reconciles, which the first check watches; while other tenants progress, nothing is stuck.
 """
 
 from __future__ import annotations
@@ -22,9 +41,11 @@ import heapq
 import itertools
 import logging
 import threading
+from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Hashable
 
 from opbroker.controller.reconciler.clock import SYSTEM, Clock
+from opbroker.controller.reconciler.keys import Key
 from opbroker.controller.reconciler.outcomes import Outcome, TemporaryError
 from opbroker.osbclient import Backoff
 
@@ -36,45 +57,80 @@ RETRY = Backoff(base=0.5, maximum=60.0, max_duration=float("inf"))
 
 
 Reconcile = Callable[[Hashable], Awaitable[Outcome]]
+Tenant = Callable[[Hashable], str]
+"""Whose a key is, for fairness: keys of one tenant are served in order and capped together."""
+
+
+def namespace_of(key: Hashable) -> str:
+    """The default tenant of a key: a :class:`.keys.Key`'s namespace; ``""`` for anything else (and for
+    cluster-scoped keys, whose namespace is empty)."""
+    return key.namespace if isinstance(key, Key) else ""
 
 
 class WorkQueue:
-    """Keys in, reconciles out, with ``workers`` reconciles running concurrently."""
+    """Keys in, reconciles out, with ``workers`` reconciles running concurrently, at most ``per_tenant`` of
+    them (default: half the workers, at least one) for one tenant, tenants served in turn."""
 
     def __init__(
-        self, reconcile: Reconcile, *, workers: int = 4, backoff: Backoff = RETRY, clock: Clock = SYSTEM
+        self,
+        reconcile: Reconcile,
+        *,
+        workers: int = 4,
+        per_tenant: int | None = None,
+        tenant: Tenant = namespace_of,
+        backoff: Backoff = RETRY,
+        clock: Clock = SYSTEM,
     ) -> None:
+        per_tenant = max(1, workers // 2) if per_tenant is None else per_tenant
+        if workers < 1 or per_tenant < 1:
+            raise ValueError(f"a work queue needs at least one worker and one per tenant ({workers}, {per_tenant})")
         self._reconcile = reconcile
         self._workers = workers
+        self._per_tenant = per_tenant
+        self._tenant = tenant
         self._backoff = backoff
         self._clock = clock
         self._failures: dict[Hashable, int] = {}
         """Failures in a row per key (reset on success or :meth:`forget`)."""
-        self._ready: asyncio.Queue[Hashable] = asyncio.Queue()
+        self._lines: OrderedDict[str, deque[Hashable]] = OrderedDict()
+        """Ready keys per tenant, each tenant's in arrival order; the dict's order is the rotation. Only tenants
+        with a ready key are in it."""
         self._queued: set[Hashable] = set()
+        """Every ready key (those in :attr:`_lines`), to collapse repeated adds."""
         self._processing: set[Hashable] = set()
         self._dirty: set[Hashable] = set()
         self._delayed: list[tuple[float, int, Hashable]] = []
         self._sequence = itertools.count()
         self._wakeup = asyncio.Event()
+        """Wakes the timer: a delayed key was added."""
+        self._changed = asyncio.Event()
+        """Wakes idle workers: a key was added or a reconcile finished (a capped tenant may be served again)."""
         self._tasks: list[asyncio.Task[None]] = []
-        # When each running reconcile started, and when one last started or finished (monotonic): read by the
-        # health server's threads, hence the lock.
+        # When each running reconcile started, and when one last started or finished (monotonic), and how many
+        # reconciles each tenant runs (only tenants running one): read by the health server's threads, hence
+        # the lock.
         self._progress_lock = threading.Lock()
         self._running_since: dict[Hashable, float] = {}
+        self._running: dict[str, int] = {}
         self._moved_at = clock.monotonic()
 
     # -- producers -----------------------------------------------------------------------------------
 
     def add(self, key: Hashable) -> None:
-        """Reconcile ``key`` as soon as a worker is free (at most once however often it is added)."""
+        """Reconcile ``key`` as soon as a worker is free and its tenant's turn comes (at most once however
+        often it is added)."""
         if key in self._processing:
             self._dirty.add(key)
             return
         if key in self._queued:
             return
         self._queued.add(key)
-        self._ready.put_nowait(key)
+        tenant = self._tenant(key)
+        line = self._lines.get(tenant)
+        if line is None:
+            line = self._lines[tenant] = deque()  # a tenant new to the rotation joins at its back
+        line.append(key)
+        self._changed.set()
 
     def add_after(self, key: Hashable, delay: float) -> None:
         """Reconcile ``key`` after ``delay`` seconds (earlier if it is added meanwhile)."""
@@ -94,13 +150,26 @@ class WorkQueue:
 
     @property
     def ready(self) -> int:
-        """Keys waiting for a free worker (not those waiting for their time)."""
-        return self._ready.qsize()
+        """Keys waiting for a free worker: ready keys of tenants below their cap (not those waiting for their
+        time, nor those held back by their tenant's cap: :attr:`held`). Thread-safe."""
+        with self._progress_lock:
+            return self._waiting()
+
+    @property
+    def held(self) -> int:
+        """Ready keys held back because their tenant runs ``per_tenant`` reconciles already. Thread-safe."""
+        with self._progress_lock:
+            return self._held()
 
     @property
     def in_flight(self) -> int:
         """Keys being reconciled now."""
         return len(self._processing)
+
+    @property
+    def tenants(self) -> int:
+        """Tenants the queue keeps anything for (a key ready or running): zero once everything has run."""
+        return len(self._lines.keys() | self._running.keys())
 
     def stuck(self, bound: float, now: float | None = None) -> str | None:
         """Why the workers look stuck (None: they do not). Thread-safe."""
@@ -108,7 +177,22 @@ class WorkQueue:
         with self._progress_lock:
             running = list(self._running_since.values())
             moved_at = self._moved_at
-        return stuck(now=now, running_since=running, waiting=self.ready, moved_at=moved_at, bound=bound)
+            waiting = self._waiting()
+        return stuck(now=now, running_since=running, waiting=waiting, moved_at=moved_at, bound=bound)
+
+    def _held(self) -> int:
+        """:attr:`held`, under the lock: only a tenant running a reconcile can be capped, so this looks at no
+        more tenants than there are workers (and at the lines only by length, safe from another thread)."""
+        held = 0
+        for tenant, running in self._running.items():
+            if running >= self._per_tenant:
+                line = self._lines.get(tenant)
+                held += len(line) if line is not None else 0
+        return held
+
+    def _waiting(self) -> int:
+        """:attr:`ready`, under the lock."""
+        return max(0, len(self._queued) - self._held())
 
     # -- running -------------------------------------------------------------------------------------
 
@@ -132,13 +216,64 @@ class WorkQueue:
             self._wakeup.clear()
             await self._clock.wait(self._wakeup, timeout)
 
+    async def _next(self) -> tuple[Hashable, str]:
+        """The next key to reconcile and its tenant, marked running; waits while there is none a worker may
+        take (no key ready, or only keys of capped tenants)."""
+        while True:
+            taken = self._take()
+            if taken is not None:
+                return taken
+            # Nothing awaits between the look and the clear: no add or finish can slip in and be missed.
+            self._changed.clear()
+            await self._changed.wait()
+
+    def _take(self) -> tuple[Hashable, str] | None:
+        """The first key of the first tenant in the rotation below its cap, marked running; that tenant goes
+        to the back of the rotation (or leaves it, its line empty). None: no tenant may be served now."""
+        tenant = self._turn()
+        if tenant is None:
+            return None
+        line = self._lines[tenant]
+        key = line.popleft()
+        if line:
+            self._lines.move_to_end(tenant)
+        else:
+            del self._lines[tenant]
+        self._queued.discard(key)
+        self._processing.add(key)
+        with self._progress_lock:
+            self._running[tenant] = self._running.get(tenant, 0) + 1
+            self._running_since[key] = self._moved_at = self._clock.monotonic()
+        return key, tenant
+
+    def _turn(self) -> str | None:
+        """The first tenant in the rotation below its cap (None: every tenant with a ready key is capped).
+        Only the capped tenants before it are looked at: no more than ``workers / per_tenant``."""
+        for tenant in self._lines:
+            if self._running.get(tenant, 0) < self._per_tenant:
+                return tenant
+        return None
+
+    def _finished(self, key: Hashable, tenant: str) -> None:
+        """``key``'s reconcile is over: its tenant runs one fewer (and is forgotten once it runs none), a dirty
+        key goes back in line, and idle workers look again (the tenant may have been at its cap)."""
+        with self._progress_lock:
+            self._running_since.pop(key, None)
+            self._moved_at = self._clock.monotonic()
+            running = self._running[tenant] - 1
+            if running:
+                self._running[tenant] = running
+            else:
+                del self._running[tenant]
+        self._processing.discard(key)
+        if key in self._dirty:
+            self._dirty.discard(key)
+            self.add(key)
+        self._changed.set()
+
     async def _worker(self, index: int) -> None:
         while True:
-            key = await self._ready.get()
-            self._queued.discard(key)
-            self._processing.add(key)
-            with self._progress_lock:
-                self._running_since[key] = self._moved_at = self._clock.monotonic()
+            key, tenant = await self._next()
             try:
                 outcome = await self._reconcile(key)
             except asyncio.CancelledError:
@@ -156,13 +291,7 @@ class WorkQueue:
                 if outcome.requeue_after is not None:
                     self.add_after(key, outcome.requeue_after)
             finally:
-                with self._progress_lock:
-                    self._running_since.pop(key, None)
-                    self._moved_at = self._clock.monotonic()
-                self._processing.discard(key)
-                if key in self._dirty:
-                    self._dirty.discard(key)
-                    self.add(key)
+                self._finished(key, tenant)
 
     def _retry_delay(self, key: Hashable) -> float:
         """Count one more failure of ``key`` in a row; the wait before its retry."""

@@ -4,7 +4,8 @@ Watch handlers (kopf ``on.event``) only enqueue keys. The runtime hands each key
 registered for its ``kind`` — instances, bindings, catalog entries, claims, clusters — in a worker thread,
 and owns everything around it that used to be repeated per subsystem:
 
-* the queue (:mod:`.queue`): one worker per key at a time, events collapsed, per-key backoff;
+* the queue (:mod:`.queue`): one worker per key at a time, events collapsed, per-key backoff, namespaces served
+  in turn with at most ``namespace_workers`` reconciles of one namespace at once;
 * failures, mapped by one table (:mod:`.failures`): conflicts re-read at once, transport errors and API
   server overload retried with backoff as one log line, anything else retried with a traceback;
 * re-checks: a reconcile's ``requeue_after`` is dropped when an earlier re-check of the key is already due
@@ -58,12 +59,15 @@ class Runtime:
         self,
         *,
         workers: int,
+        namespace_workers: int | None = None,
         memories: Memories | None = None,
         clock: Clock = SYSTEM,
         retry: Backoff = RETRY,
         conflicts: Backoff = CONFLICTS,
     ) -> None:
         self.workers = workers
+        self.namespace_workers = namespace_workers
+        """Reconciles of one namespace at once (the queue's ``per_tenant``; None: its default, half the workers)."""
         self.memories = memories or Memories()
         self.clock = clock
         """The one clock of the runtime and its queue (tests pass a :class:`.clock.FakeClock`)."""
@@ -96,7 +100,13 @@ class Runtime:
         # Reconciles run their blocking API calls in threads: one per worker (asyncio's default pool is only
         # cpu+4 threads, which would silently cap the workers).
         self.loop.set_default_executor(ThreadPoolExecutor(self.workers, thread_name_prefix="reconcile"))
-        queue = self.queue = WorkQueue(self._reconcile, workers=self.workers, backoff=self._retry, clock=self.clock)
+        queue = self.queue = WorkQueue(
+            self._reconcile,
+            workers=self.workers,
+            per_tenant=self.namespace_workers,
+            backoff=self._retry,
+            clock=self.clock,
+        )
         metrics.WORKQUEUE_DEPTH.set_function(lambda: queue.depth)
         metrics.WORKQUEUE_IN_FLIGHT.set_function(lambda: queue.in_flight)
         queue.start()
