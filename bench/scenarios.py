@@ -18,7 +18,7 @@ from typing import Any
 from kubernetes import config
 
 from bench import faults, invariants, workload
-from bench.common import BENCH_AGENT, BENCH_NAMESPACE_LABEL, AuditCounter, Bench, bench_stack
+from bench.common import BENCH_AGENT, BENCH_NAMESPACE_LABEL, AuditCounter, Bench, bench_stack, one_tenant_flags
 from opbroker.controller.running import EXIT_GRACE_SECONDS
 from opbroker.devcluster.controlplane import free_ports
 from opbroker.devcluster.devstack import DevStack
@@ -45,7 +45,7 @@ def proxied_stack(name: str, *, workers: int = 8) -> Iterator[tuple[Bench, fault
         f"bench-{name}",
         broker_port=broker_port,
         audit=True,
-        controller_args=("--workers", str(workers)),
+        controller_args=one_tenant_flags(workers),
         controller_server=proxy.url,
         allowed_namespace_selector=BENCH_NAMESPACE_LABEL,
     )

@@ -8,6 +8,7 @@ import typer
 
 from opbroker.api import webhooks
 from opbroker.api.conventions import DEFAULT_NAMESPACE, DEFAULT_PLAN_SERVICE_ACCOUNT, NAMESPACE_SERVICE_ACCOUNT
+from opbroker.controller.core.budgets import NamespaceBudgets
 from opbroker.controller.multicluster.core.scheduling import SchedulerName
 from opbroker.controller.settings import ControllerSettings
 
@@ -47,6 +48,22 @@ def run(
             min=1,
         ),
     ] = 2,
+    namespace_operations: Annotated[
+        int,
+        typer.Option(
+            help="Operations (provision, update, bind) in progress at once in one namespace; a new one past it "
+            "waits (Ready=False, NamespaceBudgetExceeded). 0: no budget. The control plane's namespaces are exempt.",
+            min=0,
+        ),
+    ] = NamespaceBudgets.operations,
+    namespace_cache_mib: Annotated[
+        int,
+        typer.Option(
+            help="MiB of one namespace's objects the controller keeps in memory; past it they are read from the "
+            "API server and the namespace's new operations wait. 0: no budget.",
+            min=0,
+        ),
+    ] = NamespaceBudgets.cached_bytes >> 20,
     error_threshold: Annotated[int, typer.Option(help="Consecutive errors before an operation is failed.")] = 8,
     poll_seconds: Annotated[float, typer.Option(help="Re-check interval for in-progress operations.")] = 10.0,
     poll_max_seconds: Annotated[
@@ -177,6 +194,7 @@ def run(
         registry_namespace=registry_namespace,
         workers=workers,
         namespace_workers=namespace_workers,
+        budgets=NamespaceBudgets(operations=namespace_operations, cached_bytes=namespace_cache_mib << 20),
         error_threshold=error_threshold,
         status_poll_seconds=poll_seconds,
         status_poll_max_seconds=poll_max_seconds,

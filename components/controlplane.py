@@ -107,6 +107,14 @@ class ControllerArgs(TypedDict):
     Secrets, ConfigMaps, Jobs and workloads itself."""
     workers: NotRequired[int]
     """Concurrent reconciles (``--workers``; default: the controller's own, 4)."""
+    namespace_workers: NotRequired[int]
+    """Concurrent reconciles of one namespace (``--namespace-workers``; default 2): a tenant flooding its
+    namespace holds at most this many workers while the other namespaces are served in turn."""
+    namespace_operations: NotRequired[int]
+    """Operations in progress at once in one namespace (``--namespace-operations``; default 64; 0: no budget)."""
+    namespace_cache_mib: NotRequired[int]
+    """MiB of one namespace's objects the controller keeps in memory (``--namespace-cache-mib``; default 64;
+    0: no budget)."""
     error_threshold: NotRequired[int]
     """Consecutive errors before an operation is failed (``--error-threshold``; default 8)."""
     max_operation_seconds: NotRequired[float]
@@ -245,6 +253,9 @@ class Controller(_Settings):
         default_factory=list
     )
     workers: int | None = Field(default=None, ge=1, le=256)
+    namespace_workers: int | None = Field(default=None, ge=1, le=256)
+    namespace_operations: int | None = Field(default=None, ge=0)
+    namespace_cache_mib: int | None = Field(default=None, ge=0)
     error_threshold: int | None = Field(default=None, ge=1)
     max_operation_seconds: float | None = Field(default=None, ge=0)
     multicluster: bool = False
@@ -277,6 +288,12 @@ class Controller(_Settings):
         flags: list[str] = []
         if self.workers is not None:
             flags += ["--workers", str(self.workers)]
+        if self.namespace_workers is not None:
+            flags += ["--namespace-workers", str(self.namespace_workers)]
+        if self.namespace_operations is not None:
+            flags += ["--namespace-operations", str(self.namespace_operations)]
+        if self.namespace_cache_mib is not None:
+            flags += ["--namespace-cache-mib", str(self.namespace_cache_mib)]
         if self.error_threshold is not None:
             flags += ["--error-threshold", str(self.error_threshold)]
         if self.max_operation_seconds is not None:

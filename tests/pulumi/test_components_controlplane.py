@@ -649,6 +649,9 @@ def test_settings_are_configurable() -> None:
                 "resources": {"requests": {"cpu": "1"}},
                 "operator_rules": [operator_rule],
                 "workers": 16,
+                "namespace_workers": 3,
+                "namespace_operations": 20,
+                "namespace_cache_mib": 0,
                 "error_threshold": 5,
                 "max_operation_seconds": 900,
                 "multicluster": True,
@@ -673,7 +676,8 @@ def test_settings_are_configurable() -> None:
     assert container["resources"] == {"requests": {"cpu": "1"}}
     assert container["command"][:5] == ["opbroker", "controller", "run", "--namespace", "platform"]
     assert container["command"][7:] == [
-        "--workers", "16", "--error-threshold", "5", "--max-operation-seconds", "900", "--multicluster",
+        "--workers", "16", "--namespace-workers", "3", "--namespace-operations", "20", "--namespace-cache-mib", "0",
+        "--error-threshold", "5", "--max-operation-seconds", "900", "--multicluster",
         "--scheduler", "least-utilized", "--template-allow-network", "10.96.0.0/12",
         "--template-proxy", "http://egress.proxy:3128", "--webhook-port", "9443",
         "--webhook-service", "opbroker-controller-webhook",
