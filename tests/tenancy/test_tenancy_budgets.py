@@ -101,8 +101,10 @@ def test_a_tenants_flood_waits_at_its_namespaces_budgets_and_the_victim_provisio
         for name in names:
             tenant_instance(tenant, name, plan, stall=True)
         wait_for(
-            lambda: sum(state(api_client, tenant.namespace, n) == "in progress" for n in names) == 3
-            and sum(waiting(api_client, tenant.namespace, n) for n in names) == 3,
+            lambda: (
+                sum(state(api_client, tenant.namespace, n) == "in progress" for n in names) == 3
+                and sum(waiting(api_client, tenant.namespace, n) for n in names) == 3
+            ),
             60,
             "three instances in progress and three waiting for the budget",
         )
