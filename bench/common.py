@@ -249,15 +249,21 @@ def one_tenant_flags(workers: int) -> tuple[str, ...]:
 
 
 @contextmanager
-def bench_stack(name: str, *, workers: int = 8, controller_args: tuple[str, ...] = ()) -> Iterator[Bench]:
+def bench_stack(
+    name: str, *, workers: int = 8, controller_args: tuple[str, ...] = (), one_tenant: bool = True
+) -> Iterator[Bench]:
     """A fresh control plane with audit logging, the controller, the broker and the demo operator.
-    ``controller_args`` are added to the controller's flags (e.g. ``--metrics-port``)."""
+    ``controller_args`` are added to the controller's flags (e.g. ``--metrics-port``); ``one_tenant`` False keeps
+    the controller's per-namespace budgets (:func:`one_tenant_flags` lifts them)."""
     (port,) = free_ports(1)
     stack = DevStack(
         f"bench-{name}",
         broker_port=port,
         audit=True,
-        controller_args=(*one_tenant_flags(workers), *controller_args),
+        controller_args=(
+            *(one_tenant_flags(workers) if one_tenant else ("--workers", str(workers))),
+            *controller_args,
+        ),
         allowed_namespace_selector=BENCH_NAMESPACE_LABEL,
     )
     stack.plane.down(progress=lambda _message: None)  # a fresh control plane, even after an interrupted run
