@@ -104,14 +104,14 @@ def flood(bench: Bench, *, instances: int, pad_kib: int, victims: int) -> dict[s
     assert controller.popen is not None
     sampler = Sampler(controller.popen.pid)
     before = sampler.now()
-    pad = "x" * (pad_kib * 1024)
+    padded = {"pad": "x" * (pad_kib * 1024)}
 
     def create(index: int) -> None:
         body = {
             "apiVersion": f"{GROUP}/{VERSION}",
             "kind": "SFServiceInstance",
             "metadata": {"name": f"f{index}"},
-            "spec": {"serviceId": service_id, "planId": STALLING, "instanceId": f"f{index}"} | {"parameters": {"pad": pad}},
+            "spec": {"serviceId": service_id, "planId": STALLING, "instanceId": f"f{index}", "parameters": padded},
         }
         client.CustomObjectsApi(bench.api).create_namespaced_custom_object(GROUP, VERSION, tenant, PLURAL, body)
 
