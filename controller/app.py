@@ -113,6 +113,7 @@ class Controller:
             control_plane=settings.namespace,
             max_operation_seconds=settings.max_operation_seconds,
             writer=self.namespace_door,
+            budgets=self.budgets,
         )
         self._plan_members: Dependents[str] = memories.keep(Dependents())
         self._instance_bindings: Dependents[Key] = memories.keep(Dependents())

@@ -33,6 +33,7 @@ from kubernetes.client.exceptions import ApiException
 
 from opbroker import osbclient
 from opbroker.api.conventions import DEFAULT_NAMESPACE
+from opbroker.controller.budgets import Budgeting
 from opbroker.controller.claims import workloads
 from opbroker.controller.claims.core.views import ObjectView, WorkloadView
 from opbroker.controller.core import refusals
@@ -92,10 +93,13 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Any]):
         max_operation_seconds: float = 3600.0,
         writer: Callable[[str], Kube] | None = None,
         clock: Clock = SYSTEM,
+        budgets: Budgeting | None = None,
     ) -> None:
         """``writer``: the door writes into a namespace go through (that namespace's ``opbroker`` account, see
         ``controller.identities``); default the controller's own (single-tenant). ``clock``: the runtime's."""
         self.api = api
+        self.budgets = budgets if budgets is not None else Budgeting()
+        """The namespace budgets a new operation is checked against (``controller.budgets``)."""
         self.writer: Callable[[str], Kube] = writer or (lambda namespace: api.kube)
         self.resolver = Resolver(api, control_plane)
         self.clock = clock
@@ -186,6 +190,7 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Any]):
             now=self.clock.now(),
             monotonic=self.clock.monotonic(),
             polls=pacing(self.polls, offering),
+            over_budget=self.budgets.refusal(key),
         )
 
     @staticmethod

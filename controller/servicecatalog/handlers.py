@@ -18,7 +18,9 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from opbroker.api.osb import OperationState
 from opbroker.api.servicecatalog import Binding, Broker, Instance, ServiceClass
+from opbroker.controller.budgets import Budgeting
 from opbroker.controller.claims.workloads import SUPPORTED_KINDS
 from opbroker.controller.core.views import Meta
 from opbroker.controller.kube import Kube
@@ -59,16 +61,24 @@ class ServiceCatalog:
         control_plane: str,
         max_operation_seconds: float,
         writer: Callable[[str], Kube] | None = None,
+        budgets: Budgeting | None = None,
     ) -> None:
         """``control_plane``: the controller's namespace, the only one Brokers' auth Secrets are read from;
-        ``writer``: the door writes into a consumer's namespace go through."""
+        ``writer``: the door writes into a consumer's namespace go through; ``budgets``: the namespaces' budgets
+        (``controller.budgets``), which count the Instances' and Bindings' operations in progress too."""
+        self.budgets = budgets if budgets is not None else Budgeting()
         self.runtime = runtime
         api = self.api = CatalogApi(kube)
         api.watched()  # the watches below keep the four kinds in the store: reconciles read them from there
         memories = runtime.memories
         self.brokers = BrokerReconciler(api, control_plane=control_plane, clock=runtime.clock)
         self.instances = InstanceReconciler(
-            api, memories, control_plane=control_plane, max_operation_seconds=max_operation_seconds, clock=runtime.clock
+            api,
+            memories,
+            control_plane=control_plane,
+            max_operation_seconds=max_operation_seconds,
+            clock=runtime.clock,
+            budgets=self.budgets,
         )
         self.bindings = BindingReconciler(
             api,
@@ -77,6 +87,7 @@ class ServiceCatalog:
             max_operation_seconds=max_operation_seconds,
             writer=writer,
             clock=runtime.clock,
+            budgets=self.budgets,
         )
         for reconciler in (self.brokers, self.instances, self.bindings):
             runtime.register(reconciler)
@@ -171,6 +182,7 @@ class ServiceCatalog:
     def on_instance(self, event_type: str, body: dict[str, Any]) -> None:
         self.api.keep(INSTANCES, event_type, body)
         key = Key.of(InstanceReconciler.kind, body)
+        self._count(key, event_type, body)
         if event_type == "DELETED":
             self.runtime.forget(key)
             return
@@ -185,6 +197,7 @@ class ServiceCatalog:
         binding = CatalogObject.of(body)
         namespace, name = binding.instance_ref
         instance = Key(InstanceReconciler.kind, namespace, name)
+        self._count(key, event_type, body)
         if event_type == "DELETED":
             self.runtime.forget(key)
             self.runtime.enqueue(instance)
@@ -195,6 +208,11 @@ class ServiceCatalog:
         self.runtime.enqueue(key)
         if binding.meta.deleting:
             self.runtime.enqueue(instance)
+
+    def _count(self, key: Key, event_type: str, body: dict[str, Any]) -> None:
+        """Keep the budgets' count of operations in progress: an asynchronous operation the broker still runs."""
+        running = event_type != "DELETED" and CatalogObject.of(body).status.async_op
+        self.budgets.observe(key, OperationState.IN_PROGRESS.value if running else None)
 
     def on_workload(self, body: dict[str, Any]) -> None:
         for key in self._projecting.of(Meta.of(body.get("metadata")).namespace):

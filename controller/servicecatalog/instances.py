@@ -34,6 +34,7 @@ from typing import Any, ClassVar
 
 from opbroker import osbclient
 from opbroker.api.conventions import DEFAULT_NAMESPACE
+from opbroker.controller.budgets import Budgeting
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.executor import Executor, Target
 from opbroker.controller.reconciler import SYSTEM, Clock, Key, Memories, ObservePlanAct, Outcome
@@ -69,9 +70,12 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Any]):
         control_plane: str = DEFAULT_NAMESPACE,
         max_operation_seconds: float = 3600.0,
         clock: Clock = SYSTEM,
+        budgets: Budgeting | None = None,
     ) -> None:
         """``clock``: the runtime's (timestamps, the operation deadline, when a poll is due)."""
         self.api = api
+        self.budgets = budgets if budgets is not None else Budgeting()
+        """The namespace budgets a new operation is checked against (``controller.budgets``)."""
         self.resolver = Resolver(api, control_plane)
         self.clock = clock
         self.polls = osbclient.Backoff(base=POLLS.base, maximum=POLLS.maximum, max_duration=max_operation_seconds)
@@ -138,6 +142,7 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Any]):
             now=self.clock.now(),
             monotonic=self.clock.monotonic(),
             polls=pacing(self.polls, offering),
+            over_budget=self.budgets.refusal(key),
         )
 
     @staticmethod

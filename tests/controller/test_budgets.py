@@ -160,3 +160,30 @@ def test_a_render_writes_at_most_max_objects(count: int, refused: bool) -> None:
             renderer.render_objects(plan, TemplateAction.PROVISION, inputs)
     else:
         assert len(renderer.render_objects(plan, TemplateAction.PROVISION, inputs).objects) == 8
+
+
+# -- the Service Catalog's Instances and Bindings ------------------------------------------------------------------
+
+
+def test_a_service_catalog_instance_or_binding_past_the_budget_asks_its_broker_nothing() -> None:
+    from opbroker.controller.servicecatalog.core import binding_plan as sc_binding
+    from opbroker.controller.servicecatalog.core import instance_plan as sc_instance
+    from opbroker.controller.servicecatalog.core.calls import Call
+    from tests.servicecatalog import test_servicecatalog_plans as sc
+
+    for actions in (
+        sc_instance.plan(sc.facts(sc.obj(), over_budget=WHY)),
+        sc_binding.plan(sc.bfacts(sc.binding(), over_budget=WHY)),
+    ):
+        assert not [x for x in actions if isinstance(x, Call)]
+        write, again = actions
+        assert isinstance(write, a.WriteStatus) and isinstance(again, a.Requeue)
+        assert write.patch["conditions"][0]["reason"] == "NamespaceBudgetExceeded"
+        assert write.event is not None and write.event.message == WHY
+    said = [sc.ready("False", sc.Reason.NAMESPACE_BUDGET_EXCEEDED, "counted before")]
+    assert sc_instance.plan(sc.facts(sc.obj(conditions=said), over_budget=WHY)) == [a.Requeue(30.0)]
+    running = sc.facts(sc.obj(asyncOpInProgress=True, operationStartTime=sc.STAMP), over_budget=WHY)
+    assert sc_instance.next_step(running) is sc_instance.Step.POLL  # what runs goes on
+    going = sc.facts(sc.obj(deleting=True, deprovisionStatus="Required"), over_budget=WHY)
+    assert sc_instance.next_step(going) is sc_instance.Step.DEPROVISION  # and what gives back is never held
+    assert [c for c in sc_instance.plan(sc.facts(sc.obj())) if isinstance(c, Call)]  # within budget: it asks

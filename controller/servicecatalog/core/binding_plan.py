@@ -42,6 +42,7 @@ from opbroker.controller.servicecatalog.core.statuses import (
     said,
     timestamp,
     unresolved,
+    waiting_for_budget,
 )
 from opbroker.controller.servicecatalog.core.views import CatalogObject
 from opbroker.osbclient import Request
@@ -64,6 +65,8 @@ class Step(StrEnum):
     MITIGATE = "mitigate"
     PROJECT = "project"
     """A bound binding whose selected workloads do not all carry its projection (or others still do)."""
+    WAIT_FOR_BUDGET = "wait-for-budget"
+    """A bind its namespace's budget holds back (``controller.core.budgets``)."""
 
 
 # -- the Binding's own actions ------------------------------------------------------------------------------------
@@ -131,6 +134,8 @@ class BindingFacts:
     now: datetime = _EPOCH
     monotonic: float = 0.0
     polls: osbclient.Backoff = calls.POLLS
+    over_budget: str | None = None
+    """Why the namespace may start no new operation now (``controller.core.budgets.refusal``; None: it may)."""
     binding: CatalogObject = field(init=False, repr=False)
     target: CatalogObject | None = field(init=False, repr=False)
     """The Instance as read (a view of ``instance``)."""
@@ -231,7 +236,7 @@ def next_step(facts: BindingFacts) -> Step:
     if binding.observed:
         settled = status.unbind_status == UnbindStatus.REQUIRED.value and status.secret_name
         return Step.PROJECT if settled and projection_drift(facts) else Step.NOTHING
-    return Step.BIND
+    return Step.WAIT_FOR_BUDGET if facts.over_budget is not None else Step.BIND
 
 
 def plan(facts: BindingFacts) -> list[Any]:
@@ -249,6 +254,8 @@ def plan(facts: BindingFacts) -> list[Any]:
         case Step.UNRESOLVED:
             assert facts.problem is not None
             return unresolved(facts.binding, facts.problem, now=now)
+        case Step.WAIT_FOR_BUDGET:
+            return waiting_for_budget(facts.binding, facts.over_budget or "", now=now)
         case Step.POLL:
             return calls.early(facts.pacing, facts.monotonic) or poll(facts)
         case Step.UNBIND | Step.MITIGATE:

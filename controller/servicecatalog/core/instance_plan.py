@@ -38,6 +38,7 @@ from opbroker.controller.servicecatalog.core.statuses import (
     said,
     timestamp,
     unresolved,
+    waiting_for_budget,
 )
 from opbroker.controller.servicecatalog.core.views import CatalogObject, InstanceSpec
 from opbroker.osbclient import Request
@@ -64,6 +65,8 @@ class Step(StrEnum):
     DEPROVISION = "deprovision"
     POLL = "poll"
     MITIGATE = "mitigate"
+    WAIT_FOR_BUDGET = "wait-for-budget"
+    """A provision or update its namespace's budget holds back (``controller.core.budgets``)."""
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,8 @@ class InstanceFacts:
     """The monotonic clock's reading (when a poll is due)."""
     polls: osbclient.Backoff = calls.POLLS
     """The poll pacing, its deadline shortened to the plan's ``maximum_polling_duration`` (``operations.deadline``)."""
+    over_budget: str | None = None
+    """Why the namespace may start no new operation now (``controller.core.budgets.refusal``; None: it may)."""
     instance: CatalogObject = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -141,9 +146,11 @@ def next_step(facts: InstanceFacts) -> Step:
         return Step.UNRESOLVED
     if instance.observed:
         return Step.NOTHING  # settled, or failed and waiting for a spec change
-    if status.provisioned:
-        return Step.UPDATE if needs_update(status.external_properties, facts.desired) else Step.SETTLE
-    return Step.PROVISION
+    if status.provisioned and not needs_update(status.external_properties, facts.desired):
+        return Step.SETTLE
+    if facts.over_budget is not None:
+        return Step.WAIT_FOR_BUDGET
+    return Step.UPDATE if status.provisioned else Step.PROVISION
 
 
 def plan(facts: InstanceFacts) -> list[Any]:
@@ -171,6 +178,8 @@ def plan(facts: InstanceFacts) -> list[Any]:
             return unresolved(instance, facts.problem, now=now)
         case Step.POLL:
             return calls.early(facts.pacing, facts.monotonic) or poll(facts)
+        case Step.WAIT_FOR_BUDGET:
+            return waiting_for_budget(instance, facts.over_budget or "", now=now)
         case Step.MITIGATE | Step.DEPROVISION:
             return deprovision(facts, mitigation=step is Step.MITIGATE)
         case _:

@@ -69,6 +69,16 @@ def said(obj: CatalogObject, *, ready: bool, reason: Reason, message: str, now: 
     return [a.WriteStatus(patch, event=a.Event(reason.value, message, warning=not ready))]
 
 
+def waiting_for_budget(obj: CatalogObject, why: str, *, now: datetime) -> list[Any]:
+    """A request its namespace's budget holds back (``controller.core.budgets``): Ready says why — once, not at each
+    look (the counts in the message move) — and a look again after :data:`UNRESOLVED_RECHECK`."""
+    current = obj.status.condition("Ready")
+    again = a.Requeue(UNRESOLVED_RECHECK)
+    if current is not None and current.reason == Reason.NAMESPACE_BUDGET_EXCEEDED.value:
+        return [again]
+    return [*said(obj, ready=False, reason=Reason.NAMESPACE_BUDGET_EXCEEDED, message=why, now=now), again]
+
+
 def unresolved(obj: CatalogObject, problem: Unresolved, *, now: datetime) -> list[Any]:
     """What an object whose references do not resolve gets: its Ready condition says why (once), and a look again
     after :data:`UNRESOLVED_RECHECK`."""
