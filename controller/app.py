@@ -68,7 +68,10 @@ class Controller:
         self.catalog = Catalog(settings.trusted_namespaces)
         # The one clock: the runtime and its queue read time from it (tests of them pass a fake one).
         self.runtime = Runtime(
-            workers=settings.total_workers, namespace_workers=settings.namespace_workers, clock=SYSTEM
+            workers=settings.total_workers,
+            namespace_workers=settings.namespace_workers,
+            uncapped_namespaces=settings.budget_exempt,
+            clock=SYSTEM,
         )
         memories = self.runtime.memories
         self.index = memories.keep(SourceIndex())

@@ -21,7 +21,9 @@ the order they came, and the tenants are served in turn:
 * a cap per tenant (``per_tenant``): no more than that many of one tenant's reconciles run at once. A tenant at
   its cap keeps its place in the rotation but is skipped until one of its reconciles finishes, so a flood holds
   at most ``per_tenant`` of the ``workers`` and the others are served by the rest. A worker that finds only
-  capped tenants waits until a reconcile finishes or a key is added (no polling);
+  capped tenants waits until a reconcile finishes or a key is added (no polling). Tenants named ``uncapped`` (the
+  platform's own namespaces: every instance of a platform that sends no ``context.namespace`` lives in the control
+  plane's) may use every worker, still in turn;
 * bounded bookkeeping: a tenant is kept only while it has keys ready or running, so the structures grow with
   the keys in the queue, never with the number of namespaces ever seen. Skipping capped tenants costs at most
   ``workers / per_tenant`` steps per key taken (only a tenant with a running reconcile can be capped).
@@ -42,7 +44,7 @@ import itertools
 import logging
 import threading
 from collections import OrderedDict, deque
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable, Collection, Hashable
 
 from opbroker.controller.reconciler.clock import SYSTEM, Clock
 from opbroker.controller.reconciler.keys import Key
@@ -78,6 +80,7 @@ class WorkQueue:
         workers: int = 4,
         per_tenant: int | None = None,
         tenant: Tenant = namespace_of,
+        uncapped: Collection[str] = (),
         backoff: Backoff = RETRY,
         clock: Clock = SYSTEM,
     ) -> None:
@@ -88,6 +91,9 @@ class WorkQueue:
         self._workers = workers
         self._per_tenant = per_tenant
         self._tenant = tenant
+        self._uncapped = frozenset(uncapped)
+        """Tenants any number of workers may serve at once (still in turn): the platform's own namespaces — the
+        control plane's, where every instance of a platform without ``context.namespace`` is recorded."""
         self._backoff = backoff
         self._clock = clock
         self._failures: dict[Hashable, int] = {}
@@ -185,7 +191,7 @@ class WorkQueue:
         more tenants than there are workers (and at the lines only by length, safe from another thread)."""
         held = 0
         for tenant, running in self._running.items():
-            if running >= self._per_tenant:
+            if running >= self._cap(tenant):
                 line = self._lines.get(tenant)
                 held += len(line) if line is not None else 0
         return held
@@ -250,9 +256,13 @@ class WorkQueue:
         """The first tenant in the rotation below its cap (None: every tenant with a ready key is capped).
         Only the capped tenants before it are looked at: no more than ``workers / per_tenant``."""
         for tenant in self._lines:
-            if self._running.get(tenant, 0) < self._per_tenant:
+            if self._running.get(tenant, 0) < self._cap(tenant):
                 return tenant
         return None
+
+    def _cap(self, tenant: str) -> int:
+        """How many of ``tenant``'s reconciles may run at once."""
+        return self._workers if tenant in self._uncapped else self._per_tenant
 
     def _finished(self, key: Hashable, tenant: str) -> None:
         """``key``'s reconcile is over: its tenant runs one fewer (and is forgotten once it runs none), a dirty

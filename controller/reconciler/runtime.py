@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
 
 from opbroker.controller import metrics
@@ -60,6 +61,7 @@ class Runtime:
         *,
         workers: int,
         namespace_workers: int | None = None,
+        uncapped_namespaces: Collection[str] = (),
         memories: Memories | None = None,
         clock: Clock = SYSTEM,
         retry: Backoff = RETRY,
@@ -68,6 +70,8 @@ class Runtime:
         self.workers = workers
         self.namespace_workers = namespace_workers
         """Reconciles of one namespace at once (the queue's ``per_tenant``; None: its default, half the workers)."""
+        self.uncapped_namespaces = tuple(uncapped_namespaces)
+        """Namespaces every worker may serve at once (the platform's own: see the queue's ``uncapped``)."""
         self.memories = memories or Memories()
         self.clock = clock
         """The one clock of the runtime and its queue (tests pass a :class:`.clock.FakeClock`)."""
@@ -104,6 +108,7 @@ class Runtime:
             self._reconcile,
             workers=self.workers,
             per_tenant=self.namespace_workers,
+            uncapped=self.uncapped_namespaces,
             backoff=self._retry,
             clock=self.clock,
         )

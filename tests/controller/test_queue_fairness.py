@@ -44,7 +44,9 @@ class Floor:
     first, one at a time). At each start it counts the tenant's reconciles running, so a broken cap cannot hide
     between two assertions."""
 
-    def __init__(self, *, workers: int, per_tenant: int | None, tenant: Tenant = namespace_of) -> None:
+    def __init__(
+        self, *, workers: int, per_tenant: int | None, tenant: Tenant = namespace_of, uncapped: tuple[str, ...] = ()
+    ) -> None:
         self.clock = FakeClock()
         self.tenant = tenant
         self.started: list[Hashable] = []
@@ -54,7 +56,9 @@ class Floor:
         self.most_in_flight = 0
         self._holds: deque[asyncio.Future[None]] = deque()
         """One per running reconcile, oldest first: set to let it finish."""
-        self.queue = WorkQueue(self._reconcile, workers=workers, per_tenant=per_tenant, tenant=tenant, clock=self.clock)
+        self.queue = WorkQueue(
+            self._reconcile, workers=workers, per_tenant=per_tenant, tenant=tenant, uncapped=uncapped, clock=self.clock
+        )
 
     async def _reconcile(self, key: Hashable) -> Outcome:
         tenant = self.tenant(key)
@@ -88,8 +92,10 @@ class Floor:
 
 
 @asynccontextmanager
-async def floor(*, workers: int, per_tenant: int | None, tenant: Tenant = namespace_of) -> AsyncIterator[Floor]:
-    made = Floor(workers=workers, per_tenant=per_tenant, tenant=tenant)
+async def floor(
+    *, workers: int, per_tenant: int | None, tenant: Tenant = namespace_of, uncapped: tuple[str, ...] = ()
+) -> AsyncIterator[Floor]:
+    made = Floor(workers=workers, per_tenant=per_tenant, tenant=tenant, uncapped=uncapped)
     made.queue.start()
     try:
         yield made
@@ -311,3 +317,23 @@ def test_the_namespace_workers_flag_reaches_the_settings_and_refuses_zero(monkey
     assert namespace_workers_from(monkeypatch) == (0, [ControllerSettings().namespace_workers])
     assert namespace_workers_from(monkeypatch, "--namespace-workers", "3") == (0, [3])
     assert namespace_workers_from(monkeypatch, "--namespace-workers", "0") == (2, [])  # typer's usage error
+
+
+def test_the_platforms_own_namespace_may_use_every_worker_still_in_turn() -> None:
+    """The control plane's namespace holds every instance of a platform that sends no ``context.namespace``: a cap
+    of half the workers there would halve such a platform's throughput. It is uncapped, and still takes its turn."""
+
+    async def scenario() -> None:
+        platform, tenant = keys("opbroker", 10), keys("team", 10)
+        async with floor(workers=4, per_tenant=1, uncapped=("opbroker",)) as f:
+            f.add(*platform)
+            await settle()
+            assert f.queue.in_flight == 4 and f.most_of_one_tenant == 4  # every worker on the platform's keys
+            f.add(*tenant)
+            await f.finish(2)
+            assert tenant[0] in f.started[-2:]  # of the next two keys started, one is the tenant's: its turn
+            await f.drain()
+            assert Counter(namespace_of(k) for k in f.started) == {"opbroker": 10, "team": 10}
+            assert f.queue.tenants == 0
+
+    run(scenario())
