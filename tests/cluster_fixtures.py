@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from kubernetes import client, config
@@ -48,13 +49,22 @@ def onboard(api: client.ApiClient, namespace: str) -> None:
     onboard_namespace(api, namespace)
 
 
+@contextmanager
+def onboarded_namespace(api: client.ApiClient, prefix: str = "t") -> Iterator[str]:
+    """A fresh namespace (``<prefix>-<random>``), onboarded (:func:`onboard`), deleted on exit (the namespace
+    controller empties it)."""
+    name = f"{prefix}-{uuid.uuid4().hex[:10]}"
+    core = client.CoreV1Api(api)
+    core.create_namespace({"metadata": {"name": name, "labels": {"opbroker.io/test": "true"}}})
+    onboard(api, name)  # the platform onboards every consumer namespace (its opbroker account)
+    try:
+        yield name
+    finally:
+        core.delete_namespace(name)
+
+
 @pytest.fixture
 def namespace(api_client: client.ApiClient) -> Iterator[str]:
-    """A fresh namespace for one test, onboarded (:func:`onboard`), deleted afterwards (the namespace controller
-    empties it)."""
-    name = f"t-{uuid.uuid4().hex[:10]}"
-    core = client.CoreV1Api(api_client)
-    core.create_namespace({"metadata": {"name": name, "labels": {"opbroker.io/test": "true"}}})
-    onboard(api_client, name)
-    yield name
-    core.delete_namespace(name)
+    """A fresh namespace for one test (:func:`onboarded_namespace`)."""
+    with onboarded_namespace(api_client) as name:
+        yield name

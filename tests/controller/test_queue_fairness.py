@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter, deque
-from collections.abc import AsyncIterator, Awaitable, Hashable
+from collections.abc import AsyncIterator, Hashable
 from contextlib import asynccontextmanager
 
 import pytest
@@ -21,18 +21,7 @@ from opbroker.controller.reconciler.clock import FakeClock
 from opbroker.controller.reconciler.keys import Key
 from opbroker.controller.reconciler.queue import Tenant, WorkQueue, namespace_of
 from opbroker.controller.settings import ControllerSettings
-
-#: Loop turns that let the queue's tasks run until they all wait (as in ``test_workqueue``).
-SETTLE_TURNS = 50
-
-
-async def settle() -> None:
-    for _ in range(SETTLE_TURNS):
-        await asyncio.sleep(0)
-
-
-def run(coro: Awaitable[None]) -> None:
-    asyncio.run(coro)  # type: ignore[arg-type]
+from tests.controller.test_workqueue import run, settle
 
 
 def keys(namespace: str, count: int) -> list[Key]:

@@ -10,7 +10,6 @@ victim namespace's instance, provisioned by the platform, is unchanged and a new
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ import pytest
 from kubernetes import client
 
 from opbroker.devcluster.controlplane import ControlPlane
-from tests.cluster_fixtures import onboard
+from tests.cluster_fixtures import onboarded_namespace
 from tests.controller.test_controller_lifecycle import (
     GROUP,
     STALLING_PLAN,
@@ -37,12 +36,8 @@ SERVICE_ID = "6f4e7a0c-2f0a-4d5e-9b1a-0d6c1e0f5a11"
 
 @pytest.fixture
 def victim(api_client: client.ApiClient) -> Iterator[str]:
-    name = f"v-{uuid.uuid4().hex[:10]}"
-    core = client.CoreV1Api(api_client)
-    core.create_namespace({"metadata": {"name": name, "labels": {"opbroker.io/test": "true"}}})
-    onboard(api_client, name)
-    yield name
-    core.delete_namespace(name)
+    with onboarded_namespace(api_client, "v") as name:
+        yield name
 
 
 def tenant_instance(tenant: Tenant, name: str, plan: str, **parameters: Any) -> None:

@@ -12,7 +12,6 @@ namespace that its claim names is taken there, and lost (released, credentials w
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -31,7 +30,7 @@ from tests.claims_support import (
     service_claim,
     status,
 )
-from tests.cluster_fixtures import onboard
+from tests.cluster_fixtures import onboarded_namespace
 from tests.controller_support import wait_for
 from tests.tenancy_support import Tenant, assert_unchanged, make_tenant, snapshot
 
@@ -44,15 +43,11 @@ VICTIM_PASSWORD = "victim-pw-3f1c"
 @pytest.fixture
 def victim(api_client: client.ApiClient) -> Iterator[Tenant]:
     """A second tenant, in a namespace of its own, holding a database password."""
-    name = f"v-{uuid.uuid4().hex[:10]}"
-    core = client.CoreV1Api(api_client)
-    core.create_namespace({"metadata": {"name": name, "labels": {"opbroker.io/test": "true"}}})
-    onboard(api_client, name)  # the platform onboards every consumer namespace (its opbroker account)
-    acting = make_tenant(api_client, name)
-    put_secret(acting.api, name, "db-credentials", {"password": VICTIM_PASSWORD})
-    yield acting
-    acting.api.close()
-    core.delete_namespace(name)
+    with onboarded_namespace(api_client, "v") as name:
+        acting = make_tenant(api_client, name)
+        put_secret(acting.api, name, "db-credentials", {"password": VICTIM_PASSWORD})
+        yield acting
+        acting.api.close()
 
 
 def ready(api: client.ApiClient, namespace: str, kind: str, name: str) -> dict[str, Any]:
