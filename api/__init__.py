@@ -7,6 +7,7 @@ talks to a cluster, so every other package can depend on it.
 
 from opbroker.api.catalog import (
     DashboardClient,
+    DeletionPolicy,
     InstanceSchemas,
     ParameterSchema,
     PlanSchemas,
@@ -26,6 +27,7 @@ from opbroker.api.meta import Condition, KubeResource, ObjectMeta, ResourceRef
 from opbroker.api.osb import (
     BindingResponse,
     OperationState,
+    RecordedResource,
     SFServiceBinding,
     SFServiceBindingSpec,
     SFServiceBindingStatus,
@@ -99,6 +101,7 @@ __all__ = [
     "ClaimState",
     "Condition",
     "DashboardClient",
+    "DeletionPolicy",
     "DeprovisionStatus",
     "HealthCheck",
     "Instance",
@@ -116,6 +119,7 @@ __all__ = [
     "ParametersFromSource",
     "PlanSchemas",
     "ProvisionStatus",
+    "RecordedResource",
     "RegisteredService",
     "RegisteredServiceSpec",
     "RegisteredServiceStatus",

@@ -39,6 +39,21 @@ class TemplateType(StrEnum):
     COUCHBASE = "couchbase"
 
 
+class DeletionPolicy(StrEnum):
+    """What opbroker does with an object a template rendered when it lets go of it: when its instance is
+    deprovisioned, its binding unbound, or an update no longer renders it."""
+
+    DELETE = "delete"
+    """Delete it (the default): opbroker manages the object for as long as its owner lives."""
+    ORPHAN = "orphan"
+    """Leave it in place, no longer opbroker's: its stamp (``opbroker.io/`` labels, ``opbroker.io/owner-uid``)
+    and its owner reference are removed, so neither opbroker nor the garbage collector deletes it."""
+
+
+#: The templates whose objects are recorded in ``status.resources``: the only ones a deletion policy applies to.
+RECORDED_ACTIONS = frozenset({TemplateAction.PROVISION, TemplateAction.BIND})
+
+
 class TemplateSpec(WireModel):
     """One template of a plan. Exactly one source: inline ``content``, base64 ``contentEncoded`` or ``url``.
 
@@ -67,6 +82,12 @@ class TemplateSpec(WireModel):
     """Objects this template renders may already exist without opbroker having made them: adopt them (stamp
     them as the instance's or binding's own, and delete them with it). Without it, an existing object opbroker
     did not make for this owner is never taken over: the operation fails (reason ``ObjectNotOwned``)."""
+    deletion_policy: DeletionPolicy | None = None
+    """What happens to this template's objects when opbroker lets go of them (deprovision, unbind, an update
+    that no longer renders them): ``delete`` (absent: the default), or ``orphan`` — left in place without
+    opbroker's stamp and owner reference (a database whose data must outlive the instance). Recorded with each
+    object when it is applied (``status.resources``): a change takes effect for an instance at its next apply.
+    ``provision`` and ``bind`` templates only (their objects are the recorded ones)."""
 
     @model_validator(mode="after")
     def _url_options(self) -> TemplateSpec:
@@ -77,6 +98,21 @@ class TemplateSpec(WireModel):
             )
         if self.url is None and (self.allow_http or self.digest is not None):
             raise ValueError("allowHttp and digest apply to a url template only")
+        return self
+
+    @property
+    def deletion(self) -> DeletionPolicy:
+        """The template's deletion policy, the default (delete) when it names none. Absent stays absent on the
+        wire: a plan written before policies (or through the Pulumi components) keeps its spec, and its hash."""
+        return self.deletion_policy or DeletionPolicy.DELETE
+
+    @model_validator(mode="after")
+    def _deletion_policy(self) -> TemplateSpec:
+        if self.deletion is DeletionPolicy.ORPHAN and self.action not in RECORDED_ACTIONS:
+            raise ValueError(
+                f"deletionPolicy: orphan applies to provision and bind templates (whose objects opbroker records and "
+                f"later lets go of), not to {self.action.value}"
+            )
         return self
 
     @model_validator(mode="after")

@@ -72,6 +72,16 @@ ANNOTATION_SINGLETON = f"{DOMAIN}/singleton"
 #: the JSON list of the uids of the instances using it. opbroker deletes it when the last one leaves.
 ANNOTATION_SINGLETON_USERS = f"{DOMAIN}/singleton-users"
 
+#: On an SFServiceInstance, an SFServiceBinding or the SFPlan they use (value :data:`PAUSED`): the controller stops
+#: every step for the object but its deletion — no apply, no evaluation or poll, no refresh of credentials — and
+#: says so in a ``Paused`` condition; a deprovision or unbind is never held up by it. Removed, reconciling resumes
+#: from the live state. An administrator's tool: the admission policy (``opbroker.api.admission``) lets no account
+#: but opbroker's own and cluster administrators write a key under ``opbroker.io/`` on opbroker's kinds, so a
+#: tenant can neither pause its objects nor lift a pause.
+ANNOTATION_PAUSED = f"{DOMAIN}/paused"
+#: The value of :data:`ANNOTATION_PAUSED` that pauses (any other value, or none, does not).
+PAUSED = "true"
+
 #: Key of the credentials Secret that holds the bind response (JSON object with ``credentials`` etc.).
 CREDENTIALS_KEY = "response"
 #: Secret type of binding credentials Secrets, so they are recognisable and never mistaken for others.

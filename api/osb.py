@@ -13,7 +13,7 @@ from typing import Annotated, ClassVar
 
 from pydantic import AfterValidator, Field, WithJsonSchema
 
-from opbroker.api.catalog import OSB_GROUP, MaintenanceInfo
+from opbroker.api.catalog import OSB_GROUP, DeletionPolicy, MaintenanceInfo
 from opbroker.api.meta import Condition, FreeForm, KubeResource, ResourceRef, WireModel
 from opbroker.osbclient.paths import ID_PATTERN, ID_RULE, MAX_ID_BYTES, check_id
 
@@ -58,6 +58,18 @@ class LastOperation(WireModel):
     started_at: datetime | None = None
 
 
+class RecordedResource(ResourceRef):
+    """An object applied for an instance or binding (a ``status.resources`` entry): where it is, and what opbroker
+    does with it when it lets go of it.
+
+    The policy is recorded when the object is applied, from the template that rendered it: the plan may change
+    (or go) before the teardown, and what was promised for an object must hold for it then."""
+
+    deletion_policy: DeletionPolicy | None = None
+    """The rendering template's ``deletionPolicy`` at the apply; absent (a status written before policies were
+    recorded, or the default) is ``delete``."""
+
+
 class SFServiceInstanceSpec(WireModel):
     """An OSB provision (or update) request, recorded verbatim."""
 
@@ -90,8 +102,9 @@ class SFServiceInstanceStatus(WireModel):
     """The spec the current resources were rendered from."""
     applied_plan_hash: str | None = None
     """Hash of the plan spec the resources were rendered from (``autoUpdateInstances`` compares it)."""
-    resources: list[ResourceRef] | None = None
-    """Every object applied for the instance; one no longer rendered is deleted."""
+    resources: list[RecordedResource] | None = None
+    """Every object applied for the instance; one no longer rendered is let go (deleted, unless its template's
+    ``deletionPolicy`` is ``orphan``)."""
     error_count: int | None = Field(default=None, ge=0)
     """Consecutive reconcile errors; past the controller's threshold the operation is marked failed."""
     observed_generation: int | None = None
@@ -143,7 +156,8 @@ class SFServiceBindingStatus(WireModel):
     asked for it, else when the controller started it (a change through the API, a plan roll-out). The
     controller fails an operation still in progress ``--max-operation-seconds`` after this."""
     applied_spec: FreeForm | None = None
-    resources: list[ResourceRef] | None = None
+    resources: list[RecordedResource] | None = None
+    """Every object applied for the binding (its ``bind`` template's own), each with its deletion policy."""
     sources: list[ResourceRef] | None = None
     """The objects the plan's ``sources`` named when the credentials were read: a bound binding follows them
     (a rotated password reaches its credentials Secret)."""

@@ -14,9 +14,9 @@ from typing import Any, NotRequired, TypedDict
 
 import pulumi
 
+from opbroker.api import DeletionPolicy, TemplateAction, TemplateType
 from opbroker.api import SFPlan as SFPlanModel
 from opbroker.api import SFService as SFServiceModel
-from opbroker.api import TemplateAction, TemplateType
 from opbroker.api.conventions import resource_name
 from opbroker.components import resources
 from opbroker.rendering import Renderer
@@ -106,6 +106,10 @@ class TemplateArgs(TypedDict):
     adopt: NotRequired[bool]
     """Objects this template renders may already exist without opbroker having made them: take them over (stamp
     them as the instance's or binding's own). Without it such an object is left alone and the operation fails."""
+    deletion_policy: NotRequired[DeletionPolicy]
+    """What happens to this template's objects when opbroker lets go of them (deprovision, unbind, an update that
+    no longer renders them): ``delete`` (the default), or ``orphan``: left in place without opbroker's stamp and
+    owner reference. ``provision`` and ``bind`` templates only."""
 
 
 class ParameterSchemaArgs(TypedDict):

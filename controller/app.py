@@ -17,7 +17,7 @@ import json
 import logging
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import kopf
 from kubernetes import client
@@ -121,7 +121,7 @@ class Controller:
         self._plan_members: Dependents[str] = memories.keep(Dependents())
         self._instance_bindings: Dependents[Key] = memories.keep(Dependents())
         self._fingerprints: PerKey[tuple[Any, ...]] = memories.keep(PerKey())
-        self._plan_reads: PerKey[tuple[str, str]] = memories.keep(PerKey())
+        self._plan_reads: PerKey[PlanRead] = memories.keep(PerKey())
         self._trimmer: asyncio.Task[None] | None = None
         self._housekeeper: asyncio.Task[None] | None = None
         self._admin_stop: threading.Event | None = None
@@ -286,16 +286,21 @@ class Controller:
         if self.multicluster is not None:
             self.multicluster.on_catalog("sfplans", event_type, body)
         if planned is None:  # deleted: its instances decide anew (they may wait for it, or hold it)
-            self._plan_reads.forget(key)
-            members_decide_anew = True
+            before = self._plan_reads.forget(key)
+            members_decide_anew, pause_moved = True, before is not None and before.paused
         else:
             read = what_instances_read(planned)
-            members_decide_anew = self._plan_reads.put(key, read) != read
+            before = self._plan_reads.put(key, read)
+            members_decide_anew = before != read
+            pause_moved = (before is not None and before.paused) != read.paused
         for plan_id in {i for i in (previous, catalog_id(body)) if i}:
             self._enqueue_siblings("plan", key, self.catalog.plan_holders(plan_id))
             if members_decide_anew:
                 for member in self._plan_members.of(plan_id):
                     self._enqueue(member)
+                    if pause_moved:  # a binding is paused by its plan too: told directly, not through its instance
+                        for binding in self._instance_bindings.of(member):
+                            self._enqueue(binding)
         for service_id in services:
             self._enqueue_guarded_services(service_id)
 
@@ -354,8 +359,8 @@ class Controller:
         """False for events that change nothing a reconcile decides on.
 
         Our own writes (their reconcile already decided what comes next), and changes that leave the spec
-        generation, the requested state, deletion and our finalizer as they were — such as the broker
-        recording ``lastOperation`` after the controller had already started.
+        generation, the requested state, deletion, our finalizer and the pause annotation as they were — such as
+        the broker recording ``lastOperation`` after the controller had already started (:attr:`EventView.fingerprint`).
         """
         previous = self._fingerprints.put(key, seen.fingerprint)
         if self.own_writes.caused(key, seen.resource_version):
@@ -363,14 +368,24 @@ class Controller:
         return previous != seen.fingerprint
 
 
-def what_instances_read(plan: PlanEntry) -> tuple[str, str]:
+class PlanRead(NamedTuple):
+    """What the instances and bindings of a plan decide on (:func:`what_instances_read`)."""
+
+    spec_hash: str
+    metadata: str
+    """Its metadata as text, less what every write changes."""
+    paused: bool
+    """Its pause annotation (part of ``metadata`` too): a change brings the bindings of its instances back as well."""
+
+
+def what_instances_read(plan: PlanEntry) -> PlanRead:
     """What the instances and bindings of ``plan`` decide on: its spec (by the hash the catalog keeps of it) and
-    its metadata (held, being deleted, its identity) as text, less what every write changes — not its status,
-    which the plan's own reconcile writes and no instance reads. A plan event that leaves this as it was needs no
-    instance of the plan reconciled (each such status write brought every instance of the plan back: about one
-    reconcile in eight of a provisioning run, issue 31)."""
+    its metadata (held, being deleted, its identity, its annotations — the pause among them) as text, less what
+    every write changes — not its status, which the plan's own reconcile writes and no instance reads. A plan event
+    that leaves this as it was needs no instance of the plan reconciled (each such status write brought every
+    instance of the plan back: about one reconcile in eight of a provisioning run, issue 31)."""
     meta = {name: value for name, value in (plan.body.get("metadata") or {}).items() if name not in _EVERY_WRITE}
-    return plan.hash, json.dumps(meta, sort_keys=True, default=str)
+    return PlanRead(plan.hash, json.dumps(meta, sort_keys=True, default=str), plan.view.meta.paused)
 
 
 #: Metadata every write of an object changes (the plan's status writes included).

@@ -20,7 +20,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from opbroker.api import TemplateAction
+from opbroker.api import DeletionPolicy, TemplateAction
 from opbroker.api.conventions import credentials_secret_name, resource_name
 from opbroker.api.meta import ResourceRef
 from opbroker.controller import identities, ownership, registries, teardown
@@ -166,12 +166,14 @@ class BindingReconciler(PassingReconciler[BindingFacts]):
         source_refs = self.deps.renderer.render_sources(facts.entry.model, self._inputs(facts))
         return source_refs, fetch_sources(self._actor(facts), source_refs)
 
-    def _pieces(self, facts: BindingFacts, objects: Sequence[Any], *, kinds_of_own: bool) -> tuple[BindPiece, ...]:
+    def _pieces(
+        self, facts: BindingFacts, objects: Sequence[Any], *, kinds_of_own: bool, policy: DeletionPolicy
+    ) -> tuple[BindPiece, ...]:
         assert facts.instance is not None
         instance_refs = {ref_key(ref) for ref in facts.instance.status.resources}
         kube, out = self._actor(facts), []
         for obj in objects:
-            piece = Piece(obj.manifest, adopt=obj.adopt)
+            piece = Piece(obj.manifest, adopt=obj.adopt, deletion_policy=policy)
             if ref_key(piece.ref) in instance_refs:
                 out.append(BindPiece(piece, instance_own=True))
             else:
@@ -185,8 +187,10 @@ class BindingReconciler(PassingReconciler[BindingFacts]):
         inputs = self._inputs(facts, sources)
         rendered = self.deps.renderer.render_objects(facts.entry.model, action, inputs)
         changed = rendered.binding_registry is not None and rendered.binding_registry != inputs.binding_registry
+        template = facts.entry.model.spec.template(action)
+        policy = template.deletion if template is not None else DeletionPolicy.DELETE
         return BindRendering(
-            self._pieces(facts, rendered.objects, kinds_of_own=True), rendered.binding_registry, changed
+            self._pieces(facts, rendered.objects, kinds_of_own=True, policy=policy), rendered.binding_registry, changed
         )
 
     def _digest(self, facts: BindingFacts, refs: Mapping[str, ResourceRef], fetched: Mapping[str, Any]) -> str:

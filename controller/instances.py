@@ -27,7 +27,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from opbroker.api import TemplateAction
+from opbroker.api import DeletionPolicy, TemplateAction
 from opbroker.api.meta import ResourceRef
 from opbroker.controller import identities, ownership, registries, teardown
 from opbroker.controller.catalog import PlanEntry
@@ -178,12 +178,15 @@ class InstanceReconciler(PassingReconciler[InstanceFacts]):
             TemplateAction.PROVISION,
             inputs_for(self.deps, instance=view, plan=entry, registry=registry, sources=sources),
         )
+        template = entry.model.spec.template(TemplateAction.PROVISION)
+        policy = template.deletion if template is not None else DeletionPolicy.DELETE
         pieces = tuple(
             Piece(
                 obj.manifest,
                 obj.singleton,
                 obj.adopt,
                 kube.plural_of(obj.manifest["apiVersion"], obj.manifest["kind"])[1],
+                policy,
             )
             for obj in rendered.objects
         )

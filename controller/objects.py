@@ -3,10 +3,18 @@ views (:mod:`.core.views`), the manifests written are plain dicts (:data:`Manife
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from opbroker.api.conventions import ANNOTATION_OWNER_UID, LABEL_MANAGED_BY, MANAGED_BY
+from opbroker.api.catalog import DeletionPolicy
+from opbroker.api.conventions import (
+    ANNOTATION_OWNER_UID,
+    LABEL_BINDING,
+    LABEL_INSTANCE,
+    LABEL_MANAGED_BY,
+    LABEL_PLAN,
+    MANAGED_BY,
+)
 from opbroker.api.meta import ResourceRef
 from opbroker.controller.core.views import Meta, ObjectView, Owner
 
@@ -47,6 +55,17 @@ def ref_dicts(refs: list[ResourceRef]) -> list[Manifest]:
     return [ref.model_dump(by_alias=True, exclude_none=True) for ref in refs]
 
 
+def recorded(refs: list[ResourceRef], orphans: Iterable[ResourceRef] = ()) -> list[Manifest]:
+    """``status.resources`` entries for ``refs``: each reference, with ``deletionPolicy: orphan`` when it is one of
+    ``orphans``. The default (delete) is not written, so an entry reads the same as one recorded before policies
+    were, and such an old entry is deleted as it always was."""
+    kept = {ref_key(ref) for ref in orphans}
+    return [
+        {**entry, "deletionPolicy": DeletionPolicy.ORPHAN.value} if ref_key(ref) in kept else entry
+        for ref, entry in zip(refs, ref_dicts(refs), strict=True)
+    ]
+
+
 def union_refs(first: list[ResourceRef], second: list[ResourceRef]) -> list[ResourceRef]:
     seen: dict[tuple[str, str, str, str], ResourceRef] = {}
     for ref in [*first, *second]:
@@ -57,6 +76,11 @@ def union_refs(first: list[ResourceRef], second: list[ResourceRef]) -> list[Reso
 def minus_refs(first: list[ResourceRef], second: list[ResourceRef]) -> list[ResourceRef]:
     drop = {ref_key(ref) for ref in second}
     return [ref for ref in first if ref_key(ref) not in drop]
+
+
+#: The labels :func:`stamp` may add (``managed-by`` and the ones the instance and binding plans pass): what an orphaned
+#: object loses with its stamp (:func:`.core.decisions.orphaning`).
+STAMP_LABELS = (LABEL_MANAGED_BY, LABEL_INSTANCE, LABEL_PLAN, LABEL_BINDING)
 
 
 def stamp(manifest: Manifest, *, owner: Owner, labels: dict[str, str], owned: bool, shared: bool = False) -> Manifest:

@@ -1,7 +1,7 @@
 """The effects of the OSB kinds (SFServiceInstance, SFServiceBinding): what their plans do beyond the executor's
-generic actions — rendered objects applied and released under the ownership rules, the credentials Secret, the
-plan's finalizer, the per-instance registry, the objects a status template follows, the apply record kept in
-memory.
+generic actions — rendered objects applied, released and orphaned under the ownership rules, the credentials
+Secret, the plan's finalizer, the per-instance registry, the objects a status template follows, the apply record
+kept in memory.
 
 Each effect performs its action the same way every time and decides nothing: the plan said what, the rules in
 :mod:`.ownership` and :mod:`.singletons` say whether the cluster lets it (a refusal stops the list, see
@@ -20,7 +20,7 @@ from opbroker.controller.core import decisions
 from opbroker.controller.core.views import ObjectView
 from opbroker.controller.executor import Effect, Executor, Run, Target
 from opbroker.controller.kube import Kind, Kube, ref_of
-from opbroker.controller.ownership import NotOwned, apply_owned, release
+from opbroker.controller.ownership import NotOwned, apply_owned, orphan, release
 from opbroker.controller.plan_guard import set_plan_finalizer
 from opbroker.controller.reconciler import PerKey
 from opbroker.controller.reconciling import AppliedMemory, Deps
@@ -72,9 +72,13 @@ def osb_effects(
     def release_object(run: Run, action: a.Release) -> None:
         release(run.actor(action.as_user), action.ref, owner_uid=action.owner_uid)
 
+    def orphan_object(run: Run, action: a.Orphan) -> None:
+        orphan(run.actor(action.as_user), action.ref, owner_uid=action.owner_uid)
+
     return {
         a.Apply: apply,
         a.Release: release_object,
+        a.Orphan: orphan_object,
         a.WriteSecret: write_secret,
         a.DeleteSecret: delete_secret,
         a.Follow: follow,

@@ -1,4 +1,4 @@
-"""Applying and releasing what a plan renders, only where the live object says it is ours (issue 24).
+"""Applying, releasing and orphaning what a plan renders, only where the live object says it is ours (issue 24).
 
 opbroker deletes, un-owns or overwrites an object only when the live object carries its owner's stamp (the
 ``opbroker.io/owner-uid`` annotation, or an owner reference or tracked-users entry of a shared singleton): a
@@ -105,3 +105,20 @@ def release(kube: Kube, ref: ResourceRef, *, owner_uid: str) -> bool:
     if step is Letting.DELETE:
         kube.delete(ref)
     return step in (Letting.DELETE, Letting.WAIT)
+
+
+def orphan(kube: Kube, ref: ResourceRef, *, owner_uid: str) -> None:
+    """Let go of an object recorded as ``owner_uid``'s without deleting it (its template's ``deletionPolicy:
+    orphan``): one merge patch, guarded by the version read, drops the owner's reference, its share of a singleton
+    and its stamp (:func:`decisions.orphaning`). An object gone, being deleted, not ours (orphaned already) or not
+    readable by the acting account (see :func:`letting`) is left as it is. A 409 (it changed since the read) reaches
+    the runtime as a conflict: the reconcile reads again."""
+    _, live = letting(kube, ref, owner_uid=owner_uid)  # unreadable: None, nothing to orphan
+    patch = decisions.orphaning(live, owner_uid=owner_uid)
+    if patch is None:
+        return
+    kube.merge_patch(ref, {"metadata": patch})
+    where = f"{ref.namespace}/{ref.name}" if ref.namespace else ref.name
+    logger.info(
+        "orphaned %s %s: left in place without the stamp of %s (deletionPolicy: orphan)", ref.kind, where, owner_uid
+    )

@@ -84,6 +84,17 @@ class Release:
 
 
 @dataclass(frozen=True)
+class Orphan:
+    """Let go of a recorded object without deleting it (its template's ``deletionPolicy: orphan``): drop
+    ``owner_uid``'s owner reference, its entry among a singleton's users and its stamp; opbroker's labels too once
+    no other owner of opbroker's holds it (:func:`.decisions.orphaning`). It then outlives its owner, unmanaged."""
+
+    ref: ResourceRef
+    owner_uid: str
+    as_user: str | None = None
+
+
+@dataclass(frozen=True)
 class Delete:
     """Delete an object by reference (gone already is fine)."""
 
@@ -224,6 +235,7 @@ Action = (
     | Event
     | Apply
     | Release
+    | Orphan
     | Delete
     | WriteSecret
     | DeleteSecret

@@ -32,20 +32,33 @@ from opbroker.api.osb import OperationState
 from opbroker.controller.catalog import PlanEntry
 from opbroker.controller.core import actions as a
 from opbroker.controller.core import decisions
-from opbroker.controller.core.decisions import Letting, Step
+from opbroker.controller.core.decisions import Step
 from opbroker.controller.core.instance_plan import (
     Limits,
     Piece,
     Teardown,
     all_watched,
     count_error,
+    let_go,
+    no_longer_rendered,
+    orphans_of,
+    pause,
+    resume,
     still_in_progress,
     wait_for_budget,
     write_status,
 )
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import BindingView, InstanceView
-from opbroker.controller.objects import Manifest, minus_refs, ref_dicts, reference_to, same_namespace, stamp
+from opbroker.controller.objects import (
+    Manifest,
+    minus_refs,
+    recorded,
+    ref_dicts,
+    reference_to,
+    same_namespace,
+    stamp,
+)
 from opbroker.controller.reconciler.keys import Key
 from opbroker.rendering.status import SectionStatus
 
@@ -138,9 +151,17 @@ class BindingFacts:
     """Why the namespace may start no new operation now (see ``InstanceFacts.over_budget``)."""
 
 
+def _paused_where(facts: BindingFacts) -> str | None:
+    plan = facts.entry.view.meta if facts.entry is not None else None
+    return decisions.paused_where(facts.binding.meta, plan, kind="binding")
+
+
 def steps(facts: BindingFacts) -> tuple[Step, ...]:
     """What the binding needs next."""
     binding, instance, entry = facts.binding, facts.instance, facts.entry
+    paused = decisions.pause_step(binding.meta, binding.status, _paused_where(facts))
+    if paused is not None:
+        return () if paused is Step.NOTHING else (paused,)
     state = instance.status.state if instance is not None else None
     step = decisions.next_binding_step(binding, instance_state=state)
     if step == Step.NOTHING:
@@ -203,6 +224,10 @@ def _count_error(facts: BindingFacts, message: str, reason: Reason) -> tuple[a.A
 
 def _expand(step: Step, facts: BindingFacts) -> Sequence[a.Action]:
     binding, instance, entry = facts.binding, facts.instance, facts.entry
+    if step == Step.PAUSE:
+        return pause(binding, facts.now, _paused_where(facts) or "")
+    if step == Step.RESUME:
+        return resume(binding, facts.now)
     if step == Step.ADD_FINALIZER:
         return (a.EnsureFinalizer(), a.Continue())
     if step == Step.TEARDOWN:
@@ -254,8 +279,12 @@ def _apply(facts: BindingFacts) -> tuple[a.Action, ...]:
     binding, instance, entry, rendering = facts.binding, facts.instance, facts.entry, facts.rendering
     assert instance is not None and entry is not None and rendering is not None
     meta = binding.meta
-    own_refs = [p.piece.ref for p in rendering.pieces if not p.instance_own]
+    own = [p.piece for p in rendering.pieces if not p.instance_own]
+    own_refs = [piece.ref for piece in own]
     old_refs = list(binding.status.resources)
+    # Each object's policy as its template says now; an object no longer rendered keeps the one recorded with it.
+    new_orphans = orphans_of(own)
+    orphans = [*minus_refs(list(binding.status.orphans), own_refs), *new_orphans]
     labels = _labels(facts)
     out: list[a.Action] = [
         _transition(  # record first, apply second (one write together with the move to "in progress")
@@ -264,7 +293,7 @@ def _apply(facts: BindingFacts) -> tuple[a.Action, ...]:
             Reason.IN_PROGRESS,
             description="binding",
             extra={
-                "resources": ref_dicts([*old_refs, *minus_refs(own_refs, old_refs)]),
+                "resources": recorded([*old_refs, *minus_refs(own_refs, old_refs)], orphans),
                 **decisions.started_operation(binding.status, at=facts.now),
             },
         )
@@ -281,9 +310,9 @@ def _apply(facts: BindingFacts) -> tuple[a.Action, ...]:
         else:
             manifest = _stamped(facts, p.piece, labels)
             out.append(a.Apply(manifest, meta.uid, {}, adopt=p.piece.adopt, as_user=facts.actor))
-    out.extend(a.Release(gone, meta.uid, facts.actor) for gone in minus_refs(old_refs, own_refs))
+    out.extend(no_longer_rendered(minus_refs(old_refs, own_refs), binding.status.orphans, meta.uid, facts.actor))
     record = {
-        "resources": ref_dicts(own_refs),
+        "resources": recorded(own_refs, new_orphans),
         "appliedSpec": binding.spec,
         "observedGeneration": meta.generation,
         "errorCount": 0,
@@ -426,13 +455,12 @@ def _unbind(facts: BindingFacts) -> tuple[a.Action, ...]:
                 error = section.error or "unbind failed"
                 return (*out, _transition(facts, OperationState.FAILED, Reason.FAILED, error=error))
             done = section.state == OperationState.SUCCEEDED.value
-    for ref in scope.release:
-        letting = gathered.of(ref)
-        if letting is not Letting.GONE:
-            out.append(a.Release(ref, meta.uid, facts.actor))
-            done = done and letting not in (Letting.DELETE, Letting.WAIT)
-    if not done:
+    letting = let_go(scope.release, gathered, binding.status.orphans, meta.uid, facts.actor)
+    out.extend(letting.actions)
+    if not done or letting.waiting:
         return (*out, a.Requeue(facts.limits.poll_seconds))
+    if letting.orphaned:
+        out.append(a.Event(Reason.ORPHANED.value, decisions.orphaned_message(letting.orphaned, why="unbound")))
     if gathered.terminating:
         message = decisions.terminating_teardown_message(meta.namespace, scope)
         out.append(a.Event(Reason.NAMESPACE_TERMINATING.value, message))

@@ -20,10 +20,15 @@ from enum import StrEnum
 from typing import Any
 
 from opbroker.api.conventions import (
+    ANNOTATION_OWNER_UID,
+    ANNOTATION_PAUSED,
     ANNOTATION_SINGLETON,
     ANNOTATION_SINGLETON_USERS,
     CREDENTIALS_KEY,
+    LABEL_MANAGED_BY,
     LABEL_PLAN,
+    MANAGED_BY,
+    PAUSED,
 )
 from opbroker.api.meta import ResourceRef
 from opbroker.api.osb import OperationState
@@ -40,7 +45,7 @@ from opbroker.controller.core.views import (
     condition_wire,
     conditions_of,
 )
-from opbroker.controller.objects import Manifest, ref_key
+from opbroker.controller.objects import STAMP_LABELS, Manifest, ref_key
 from opbroker.rendering.registry import DASHBOARD_URL
 
 #: States in which the broker has asked for work the controller has not started yet.
@@ -75,6 +80,10 @@ class Step(StrEnum):
     """An instance whose request context names a namespace other than its own: fail it, apply nothing."""
     WAIT_FOR_BUDGET = "wait-for-budget"
     """A new operation in a namespace at its budget (``core.budgets``): say so in Ready, look again later."""
+    PAUSE = "pause"
+    """Paused (:func:`pause_step`), not said yet: the ``Paused`` condition and an Event, nothing else."""
+    RESUME = "resume"
+    """The pause is lifted: ``Paused`` becomes False, then the next pass decides from the facts as usual."""
 
 
 def is_deleting(obj: Mapping[str, Any]) -> bool:
@@ -115,6 +124,73 @@ def next_binding_step(binding: BindingView, *, instance_state: str | None) -> St
         # Bound: the credentials follow the objects they were read from (a rotated password, a moved host).
         return Step.REFRESH
     return Step.NOTHING
+
+
+# -- pause (issue 43): an administrator stops everything but the deletion -----------------------------------------
+
+#: The condition a pause is reported in (True while paused, False with reason ``Resumed`` once lifted).
+PAUSED_CONDITION = "Paused"
+
+
+def paused_where(meta: Meta, plan: Meta | None, *, kind: str) -> str | None:
+    """Where the pause of an object (``kind``: instance, binding) comes from, in words: its own annotation, its plan's
+    (the catalog entry the reconcile holds), or both; None when neither pauses it (:attr:`Meta.paused`)."""
+    places = []
+    if meta.paused:
+        places.append(f"the {kind} itself")
+    if plan is not None and plan.paused:
+        places.append(f"its plan {plan.namespace}/{plan.name}")
+    return " and ".join(places) or None
+
+
+def paused_message(where: str) -> str:
+    """What the ``Paused`` condition and its Event say of a pause found on ``where``."""
+    return (
+        f'reconciling is paused by the annotation {ANNOTATION_PAUSED}: "{PAUSED}" on {where}: nothing is applied, '
+        "evaluated or refreshed until it is removed; a deletion still proceeds"
+    )
+
+
+RESUMED_MESSAGE = f"the annotation {ANNOTATION_PAUSED} is gone: reconciling resumes from the live state"
+
+
+def pause_step(meta: Meta, status: OperationView, where: str | None) -> Step | None:
+    """What a pause asks of a reconcile before any other decision, ``where`` being :func:`paused_where`'s answer.
+
+    None: not paused, and no pause to lift — decide as usual. :attr:`Step.NOTHING`: paused, and the condition says
+    so already (written once, not at every look: the object's and its plan's events keep coming). :attr:`Step.PAUSE`:
+    paused, not said yet (or said of another place). :attr:`Step.RESUME`: the condition says paused, the annotations
+    no longer do. A deletion is never paused: the teardown runs whatever the annotations say, so a deprovision or an
+    unbind is never blocked by a pause."""
+    if meta.deleting:
+        return None
+    said = status.condition(PAUSED_CONDITION)
+    if where is not None:
+        current = said is not None and said.status == "True" and said.message == paused_message(where)
+        return Step.NOTHING if current else Step.PAUSE
+    if said is not None and said.status == "True":
+        return Step.RESUME
+    return None
+
+
+def pause_status(
+    status: OperationView, generation: int | None, *, paused: bool, message: str, at: datetime.datetime | None = None
+) -> Manifest:
+    """The status patch of a pause (``paused``) or of its end: the ``Paused`` condition set, every other condition
+    written back as read (a patch replaces the list), nothing else — the operation's state stays as it was."""
+    value = "True" if paused else "False"
+    old = status.condition(PAUSED_CONDITION)
+    moved = old is None or old.status != value
+    condition = {
+        "type": PAUSED_CONDITION,
+        "status": value,
+        "reason": (Reason.PAUSED if paused else Reason.RESUMED).value,
+        "message": message[:1024],
+        "lastTransitionTime": now(at) if moved or old is None else old.last_transition_time,
+        "observedGeneration": generation,
+    }
+    kept = [condition_wire(c) for c in status.conditions if c.type != PAUSED_CONDITION]
+    return {"conditions": [*kept, condition]}
 
 
 def credentials_changed(secret: SecretView | None, response: Mapping[str, Any]) -> bool:
@@ -480,6 +556,56 @@ def letting_go(live: ObjectView | None, *, owner_uid: str) -> Letting:
     if any(uid != owner_uid for uid in meta.owner_uids) or any(u != owner_uid for u in users):
         return Letting.UNOWN if referenced else Letting.LEAVE
     return Letting.WAIT if meta.deleting else Letting.DELETE
+
+
+def orphaning(live: ObjectView | None, *, owner_uid: str) -> Manifest | None:
+    """The metadata merge patch that lets ``owner_uid`` go of ``live`` and leaves it in place (its template's
+    ``deletionPolicy: orphan``); None when nothing on it is the owner's — gone, being deleted already, or not its
+    (:func:`letting_go`'s LEAVE, which is also what an object orphaned before reads as).
+
+    Dropped: the owner's reference (the garbage collector would delete the object with its owner), its entry among a
+    shared singleton's users, and its stamp (:data:`ANNOTATION_OWNER_UID`: no later owner of that uid may write over
+    it). While another owner holds it (a singleton's other instances) opbroker's labels stay, since those owners'
+    rules read them (:func:`shared_singleton`); with none left the labels :func:`~.objects.stamp` adds go too, so the
+    object is nobody's of opbroker's and no listing of opbroker's own objects picks it up again. Guarded by the
+    version read (a 409 re-reads)."""
+    step = letting_go(live, owner_uid=owner_uid)
+    if live is None or step not in (Letting.DELETE, Letting.UNOWN):
+        return None
+    meta = live.meta
+    patch: Manifest = {"resourceVersion": meta.resource_version}
+    if meta.owned_by(owner_uid):
+        patch["ownerReferences"] = [dict(o.wire) for o in meta.owners if o.uid != owner_uid]
+    annotations: dict[str, str | None] = {}
+    if meta.stamped(owner_uid):
+        annotations[ANNOTATION_OWNER_UID] = None
+    users = singleton_users(meta)
+    if owner_uid in users:
+        annotations[ANNOTATION_SINGLETON_USERS] = users_annotation(u for u in users if u != owner_uid)
+    if annotations:
+        patch["annotations"] = annotations
+    if step is Letting.DELETE:
+        labels = {
+            name: None
+            for name in STAMP_LABELS
+            if name in meta.labels and (name != LABEL_MANAGED_BY or meta.labels[name] == MANAGED_BY)
+        }
+        if labels:
+            patch["labels"] = labels
+    return patch
+
+
+#: The most objects an :func:`orphaned_message` names (an Event's message is cut at 1 024 characters).
+ORPHANS_NAMED = 10
+
+
+def orphaned_message(refs: Sequence[ResourceRef], *, why: str) -> str:
+    """The Event of objects let go without deletion (``deletionPolicy: orphan``), each named by kind, namespace and
+    name; ``why`` says when (the teardown, an update that no longer renders them)."""
+    named = [f"{ref.kind} {ref.namespace}/{ref.name}" if ref.namespace else f"{ref.kind} {ref.name}" for ref in refs]
+    more = len(named) - ORPHANS_NAMED
+    listed = ", ".join(named[:ORPHANS_NAMED]) + (f" and {more} more" if more > 0 else "")
+    return f"{why}: left in place, no longer managed by opbroker (deletionPolicy: orphan): {listed}"
 
 
 #: The most instances one tracked singleton may list (:data:`ANNOTATION_SINGLETON_USERS`): 39 bytes a uid, so

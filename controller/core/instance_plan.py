@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from opbroker.api.catalog import DeletionPolicy
 from opbroker.api.conventions import LABEL_INSTANCE, LABEL_PLAN
 from opbroker.api.meta import ResourceRef
 from opbroker.api.osb import OperationState
@@ -27,7 +28,7 @@ from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import BindingView, InstanceView
 from opbroker.controller.objects import (
     minus_refs,
-    ref_dicts,
+    recorded,
     ref_key,
     reference_to,
     same_namespace,
@@ -62,6 +63,8 @@ class Piece:
     singleton: bool = False
     adopt: bool = False
     namespaced: bool = True
+    deletion_policy: DeletionPolicy = DeletionPolicy.DELETE
+    """Its template's ``deletionPolicy``: recorded with the object when it is applied, and what its teardown does."""
 
     @property
     def ref(self) -> ResourceRef:
@@ -108,6 +111,84 @@ class Teardown:
         return next((how for r, how in self.letting if ref_key(r) == wanted), Letting.GONE)
 
 
+def orphans_of(pieces: Sequence[Piece]) -> list[ResourceRef]:
+    """The rendered objects whose template says ``deletionPolicy: orphan``."""
+    return [piece.ref for piece in pieces if piece.deletion_policy is DeletionPolicy.ORPHAN]
+
+
+@dataclass(frozen=True)
+class LettingGo:
+    """The actions that let go of recorded objects (:func:`let_go`), and what they leave behind."""
+
+    actions: tuple[a.Action, ...]
+    waiting: bool
+    """An object deleted (now or before) is still there: the teardown waits for it."""
+    orphaned: tuple[ResourceRef, ...]
+    """Objects left in place by their ``deletionPolicy: orphan`` (named in the teardown's Event)."""
+
+
+def let_go(
+    refs: Sequence[ResourceRef],
+    teardown: Teardown,
+    orphans: Sequence[ResourceRef],
+    owner_uid: str,
+    actor: str | None,
+) -> LettingGo:
+    """Let go of the recorded ``refs`` in a teardown: an object recorded as an orphan (``orphans``, the status'
+    record: the plan may have changed since) is orphaned — never deleted, never waited for — and any other is
+    released (deleted when ours alone, and waited for). An orphan already let go (not ours any more) gets no action
+    and is still named; one gone or being deleted by someone else is not."""
+    orphan_keys = {ref_key(ref) for ref in orphans}
+    out: list[a.Action] = []
+    waiting, orphaned = False, []
+    for ref in refs:
+        letting = teardown.of(ref)
+        if letting is Letting.GONE:
+            continue
+        if ref_key(ref) in orphan_keys:
+            if letting in (Letting.DELETE, Letting.UNOWN):
+                out.append(a.Orphan(ref, owner_uid, actor))
+            if letting is not Letting.WAIT:
+                orphaned.append(ref)
+            continue
+        out.append(a.Release(ref, owner_uid, actor))
+        waiting = waiting or letting in (Letting.DELETE, Letting.WAIT)
+    return LettingGo(tuple(out), waiting, tuple(orphaned))
+
+
+def no_longer_rendered(
+    gone: Sequence[ResourceRef], orphans: Sequence[ResourceRef], owner_uid: str, actor: str | None
+) -> tuple[a.Action, ...]:
+    """Let go of recorded objects an apply no longer renders: each released, or orphaned when it was recorded so
+    (then an Event names them)."""
+    orphan_keys = {ref_key(ref) for ref in orphans}
+    kept = [ref for ref in gone if ref_key(ref) in orphan_keys]
+    out: list[a.Action] = [
+        a.Orphan(ref, owner_uid, actor) if ref_key(ref) in orphan_keys else a.Release(ref, owner_uid, actor)
+        for ref in gone
+    ]
+    if kept:
+        out.append(a.Event(Reason.ORPHANED.value, decisions.orphaned_message(kept, why="no longer rendered")))
+    return tuple(out)
+
+
+def pause(view: InstanceView | BindingView, now: datetime.datetime | None, where: str) -> tuple[a.Action, ...]:
+    """Say once that the object is paused (``where``: :func:`.decisions.paused_where`): the ``Paused`` condition and
+    an Event; nothing else is written, applied or asked (no poll either: the pause is lifted by an annotation, whose
+    event brings the object back). Shared by instances and bindings."""
+    message = decisions.paused_message(where)
+    patch = decisions.pause_status(view.status, view.meta.generation, paused=True, message=message, at=now)
+    return (a.WriteStatus(patch, event=a.Event(Reason.PAUSED.value, message)),)
+
+
+def resume(view: InstanceView | BindingView, now: datetime.datetime | None) -> tuple[a.Action, ...]:
+    """The pause is lifted: ``Paused`` False (reason ``Resumed``) and an Event, then a fresh pass decides from the
+    facts as usual (the live state, not what was due when the pause began). Shared by instances and bindings."""
+    message = decisions.RESUMED_MESSAGE
+    patch = decisions.pause_status(view.status, view.meta.generation, paused=False, message=message, at=now)
+    return (a.WriteStatus(patch, event=a.Event(Reason.RESUMED.value, message)), a.Continue())
+
+
 @dataclass(frozen=True)
 class InstanceFacts:
     """What one pass of a reconcile decides on, read once."""
@@ -142,9 +223,17 @@ class InstanceFacts:
 # -- the pure plan ------------------------------------------------------------------------------------------
 
 
+def _paused_where(facts: InstanceFacts) -> str | None:
+    plan = facts.entry.view.meta if facts.entry is not None else None
+    return decisions.paused_where(facts.instance.meta, plan, kind="instance")
+
+
 def steps(facts: InstanceFacts) -> tuple[Step, ...]:
     """What the instance needs next (the first half of the plan, and what observe gathers facts for)."""
     view, entry = facts.instance, facts.entry
+    paused = decisions.pause_step(view.meta, view.status, _paused_where(facts))
+    if paused is not None:
+        return () if paused is Step.NOTHING else (paused,)
     step = decisions.next_instance_step(
         view,
         plan_hash=entry.hash if entry else None,
@@ -183,6 +272,10 @@ def plan(facts: InstanceFacts) -> tuple[a.Action, ...]:
 
 def _expand(step: Step, facts: InstanceFacts) -> Sequence[a.Action]:
     entry = facts.entry
+    if step == Step.PAUSE:
+        return pause(facts.instance, facts.now, _paused_where(facts) or "")
+    if step == Step.RESUME:
+        return resume(facts.instance, facts.now)
     if step == Step.ADD_FINALIZER:
         return (a.EnsureFinalizer(), a.Continue())
     if step == Step.BLOCKED:
@@ -385,6 +478,9 @@ def _apply(facts: InstanceFacts) -> tuple[a.Action, ...]:
     meta = view.meta
     new_refs = [piece.ref for piece in rendering.pieces]
     old_refs = list(view.status.resources)
+    # Each object's policy as its template says now; an object no longer rendered keeps the one recorded with it.
+    new_orphans = orphans_of(rendering.pieces)
+    orphans = [*minus_refs(list(view.status.orphans), new_refs), *new_orphans]
     labels = {LABEL_INSTANCE: meta.name, LABEL_PLAN: entry.view.meta.name}
     out: list[a.Action] = [
         _transition(  # record first, apply second: a crash in between leaves nothing unrecorded
@@ -393,7 +489,7 @@ def _apply(facts: InstanceFacts) -> tuple[a.Action, ...]:
             Reason.IN_PROGRESS,
             description="applying",
             extra={
-                "resources": ref_dicts(union_refs(old_refs, new_refs)),
+                "resources": recorded(union_refs(old_refs, new_refs), orphans),
                 **decisions.started_operation(view.status, at=facts.now),
             },
         )
@@ -414,9 +510,9 @@ def _apply(facts: InstanceFacts) -> tuple[a.Action, ...]:
                 as_user=facts.actor,
             )
         )
-    out.extend(a.Release(gone, meta.uid, facts.actor) for gone in minus_refs(old_refs, new_refs))
+    out.extend(no_longer_rendered(minus_refs(old_refs, new_refs), view.status.orphans, meta.uid, facts.actor))
     record = {
-        "resources": ref_dicts(new_refs),
+        "resources": recorded(new_refs, new_orphans),
         "appliedSpec": view.spec,
         "appliedPlanHash": entry.hash,
         "observedGeneration": meta.generation,
@@ -478,12 +574,9 @@ def _teardown(facts: InstanceFacts) -> tuple[a.Action, ...]:
     scope = decisions.teardown_scope(
         list(view.status.resources), namespace=meta.namespace, namespace_terminating=gathered.terminating
     )
-    done = True
-    for ref in scope.release:
-        letting = gathered.of(ref)
-        if letting is not Letting.GONE:
-            out.append(a.Release(ref, meta.uid, facts.actor))
-            done = done and letting not in (Letting.DELETE, Letting.WAIT)
+    letting = let_go(scope.release, gathered, view.status.orphans, meta.uid, facts.actor)
+    out.extend(letting.actions)
+    done = not letting.waiting
     report = facts.report
     if scope.run_templates and report is not None and report.has_template:
         out.append(a.Track((*report.source_refs, *view.status.resources)))
@@ -506,6 +599,8 @@ def _teardown(facts: InstanceFacts) -> tuple[a.Action, ...]:
             done = done and section.state == OperationState.SUCCEEDED.value
     if not done:
         return (*out, a.Requeue(facts.limits.poll_seconds))
+    if letting.orphaned:
+        out.append(a.Event(Reason.ORPHANED.value, decisions.orphaned_message(letting.orphaned, why="deprovisioned")))
     if gathered.terminating:
         out.append(
             a.Event(Reason.NAMESPACE_TERMINATING.value, decisions.terminating_teardown_message(meta.namespace, scope))

@@ -45,6 +45,13 @@ class Reason(StrEnum):
     """An instance's request context names another namespace than the instance's own (issue 24)."""
     NAMESPACE_BUDGET_EXCEEDED = "NamespaceBudgetExceeded"
     """A new operation waits: its namespace is at a budget (``core.budgets``: operations, cached bytes)."""
+    PAUSED = "Paused"
+    """An instance or binding (or its plan) carries ``opbroker.io/paused: "true"``: nothing but its deletion is
+    reconciled (condition ``Paused``, and an Event)."""
+    RESUMED = "Resumed"
+    """The pause annotation is gone: reconciling goes on from the live state (condition ``Paused`` False)."""
+    ORPHANED = "Orphaned"
+    """Objects of a template with ``deletionPolicy: orphan`` were let go without deletion (the Event lists them)."""
     UNTRUSTED_NAMESPACE = "UntrustedNamespace"
     """An SFService or SFPlan outside the trusted namespaces: ignored (a Warning event on it), never served."""
     DUPLICATE_ID = "DuplicateId"

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, NamedTuple, Protocol
 
-from opbroker.api.conventions import ANNOTATION_OWNER_UID, FINALIZER
+from opbroker.api.catalog import DeletionPolicy
+from opbroker.api.conventions import ANNOTATION_OWNER_UID, ANNOTATION_PAUSED, FINALIZER, PAUSED
 from opbroker.api.meta import ResourceRef
 from opbroker.api.osb import OperationState
 
@@ -75,6 +76,14 @@ def _refs(value: object) -> tuple[ResourceRef, ...]:
                 )
             )
     return tuple(refs)
+
+
+def _orphans(value: object) -> tuple[ResourceRef, ...]:
+    """The recorded references whose ``deletionPolicy`` is ``orphan`` (any other value, or none, is delete)."""
+    if not isinstance(value, list):
+        return ()
+    kept = [raw for raw in value if isinstance(raw, Mapping) and raw.get("deletionPolicy") == DeletionPolicy.ORPHAN]
+    return _refs(kept)
 
 
 def _spec(body: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -160,6 +169,12 @@ class Meta:
         return self.annotations.get(ANNOTATION_OWNER_UID) == uid
 
     @property
+    def paused(self) -> bool:
+        """Whether an administrator paused the object (:data:`ANNOTATION_PAUSED` is :data:`PAUSED`): opbroker
+        changes nothing for it but its deletion."""
+        return self.annotations.get(ANNOTATION_PAUSED) == PAUSED
+
+    @property
     def held(self) -> bool:
         """Whether opbroker's finalizer is on the object."""
         return FINALIZER in self.finalizers
@@ -232,6 +247,9 @@ class OperationView:
     """When the controller saw the current operation begin (``status.operationStartedAt``)."""
     requested_at: str | None = None
     """When the broker was asked for it (``status.lastOperation.startedAt``)."""
+    orphans: tuple[ResourceRef, ...] = ()
+    """The recorded objects to be let go without deletion (their entry's ``deletionPolicy: orphan``, recorded from
+    the template that rendered them when they were applied); every other recorded object is deleted."""
 
     @classmethod
     def of(cls, status: object) -> OperationView:
@@ -249,6 +267,7 @@ class OperationView:
             records_resources=bool(s.get("resources")),
             started_at=text_of(s.get("operationStartedAt")),
             requested_at=text_of(last.get("startedAt")),
+            orphans=_orphans(s.get("resources")),
         )
 
     @property
@@ -596,8 +615,8 @@ class EventView(NamedTuple):
     state: str | None
     resource_version: str | None
     fingerprint: tuple[Any, ...]
-    """What a reconcile decides on (generation, deletion, our finalizer, state, observed generation): an event
-    that leaves it unchanged needs no reconcile."""
+    """What a reconcile decides on (generation, deletion, our finalizer, state, observed generation, paused): an
+    event that leaves it unchanged needs no reconcile."""
 
     @classmethod
     def of(cls, body: Mapping[str, Any]) -> EventView:
@@ -619,5 +638,6 @@ class EventView(NamedTuple):
                 FINALIZER in strings_of(meta.get("finalizers")),
                 state,
                 status.get("observedGeneration"),
+                mapping_of(meta.get("annotations")).get(ANNOTATION_PAUSED) == PAUSED,
             ),
         )

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from opbroker.api import (
+    DeletionPolicy,
     RegisteredService,
     SFPlan,
     SFService,
@@ -169,6 +170,41 @@ def test_template_needs_exactly_one_source() -> None:
     assert problems == (
         "spec.templates[0]: exactly one of content, contentEncoded or url is required (got content, url)",
     )
+
+
+def test_deletion_policy_defaults_to_delete_and_orphans_only_recorded_objects() -> None:
+    """``deletionPolicy: orphan`` applies to the templates whose objects are recorded (provision, bind); elsewhere
+    it would promise what no teardown does, so it is refused, naming the template."""
+    templates = (
+        "  templates: [{action: provision, type: jinja2, content: x, deletionPolicy: orphan},"
+        " {action: bind, type: jinja2, content: y}]\n"
+    )
+    (plan,) = load_resources(PLAN_HEAD + templates)
+    assert isinstance(plan, SFPlan)
+    provision, bind = plan.spec.templates
+    assert (provision.deletion, bind.deletion) == (DeletionPolicy.ORPHAN, DeletionPolicy.DELETE)
+    assert "deletionPolicy" not in plan.to_manifest()["spec"]["templates"][1]  # the default is not written
+    status = "  templates: [{action: status, type: jinja2, content: x, deletionPolicy: orphan}]\n"
+    assert _problems(PLAN_HEAD + status) == (
+        "spec.templates[0]: deletionPolicy: orphan applies to provision and bind templates (whose objects opbroker "
+        "records and later lets go of), not to status",
+    )
+    assert _problems(PLAN_HEAD + "  templates: [{action: provision, type: jinja2, content: x, deletionPolicy: keep}]\n")
+
+
+def test_a_recorded_resource_keeps_its_deletion_policy_and_reads_without_one() -> None:
+    status = {
+        "resources": [
+            {"apiVersion": "v1", "kind": "ConfigMap", "name": "a", "deletionPolicy": "orphan"},
+            {"apiVersion": "v1", "kind": "ConfigMap", "name": "b"},
+        ]
+    }
+    instance = SFServiceInstance.model_validate(
+        {"metadata": {"name": "i"}, "spec": {"serviceId": "s", "planId": "p"}, "status": status}
+    )
+    assert instance.status is not None and instance.status.resources is not None
+    assert [r.deletion_policy for r in instance.status.resources] == [DeletionPolicy.ORPHAN, None]
+    assert instance.to_manifest()["status"] == status
 
 
 def test_duplicate_template_action_is_refused() -> None:

@@ -13,10 +13,12 @@ from typing import Any
 
 import pytest
 
-from opbroker.api.conventions import CREDENTIALS_KEY, FINALIZER
+from opbroker.api.catalog import DeletionPolicy
+from opbroker.api.conventions import ANNOTATION_PAUSED, CREDENTIALS_KEY, FINALIZER, PAUSED
 from opbroker.api.meta import ResourceRef
 from opbroker.controller.catalog import PlanEntry
 from opbroker.controller.core import actions as a
+from opbroker.controller.core import decisions
 from opbroker.controller.core.binding_plan import (
     BindingFacts,
     BindPiece,
@@ -31,11 +33,26 @@ from opbroker.controller.core.decisions import Letting
 from opbroker.controller.core.instance_plan import Piece, Teardown
 from opbroker.controller.core.views import BindingView, InstanceView
 from opbroker.controller.kube import BINDINGS
+from opbroker.controller.objects import recorded
 from opbroker.controller.osb_effects import osb_executor
 from opbroker.controller.reconciler import DONE, Key, PerKey
 from opbroker.controller.reconciling import AppliedMemory
 from opbroker.rendering.status import SectionStatus
-from tests.controller.test_instance_plan import CM, ENTRY, KEY, LIMITS, NOW, NS, RETRY, ago, executor, failed, summary
+from tests.controller.test_instance_plan import (
+    CM,
+    ENTRY,
+    KEY,
+    LIMITS,
+    NOW,
+    NS,
+    PAUSED_PLAN,
+    RETRY,
+    ago,
+    executor,
+    failed,
+    said_paused,
+    summary,
+)
 from tests.controller.test_instance_plan import body as instance_body
 
 USER = ResourceRef(api_version="v1", kind="ConfigMap", name="b-user", namespace=NS)
@@ -55,8 +72,13 @@ def binding(
     responded: bool = False,
     digest: str | None = None,
     started: float = 60.0,
+    orphans: Sequence[ResourceRef] = (),
+    paused: bool = False,
+    conditions: Sequence[dict[str, Any]] = (),
 ) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": "b", "namespace": NS, "generation": 1, "uid": "b-1", "resourceVersion": "9"}
+    if paused:
+        meta["annotations"] = {ANNOTATION_PAUSED: PAUSED}
     if finalizer:
         meta["finalizers"] = [FINALIZER]
     if deleting:
@@ -66,7 +88,9 @@ def binding(
         if value is not None:
             status[key] = value
     if resources:
-        status["resources"] = [r.model_dump(by_alias=True, exclude_none=True) for r in resources]
+        status["resources"] = recorded(list(resources), orphans)
+    if conditions:
+        status["conditions"] = list(conditions)
     if responded:
         status["response"] = {"secretRef": "b-credentials"}
     spec = {"id": "b", "instanceId": "db", "serviceId": "svc-1", "planId": "plan-1"}
@@ -83,10 +107,13 @@ def facts(
     return BindingFacts(Key("binding", NS, "b"), BindingView.of(the_binding), view, entry, now=NOW, **fields)
 
 
-def piece(name: str, *, instance_own: bool = False) -> BindPiece:
+def piece(name: str, *, instance_own: bool = False, orphan: bool = False) -> BindPiece:
+    policy = DeletionPolicy.ORPHAN if orphan else DeletionPolicy.DELETE
     return BindPiece(
-        Piece({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": NS}}), instance_own
-    )
+        Piece({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": NS}},
+              deletion_policy=policy),
+        instance_own,
+    )  # fmt: skip
 
 
 def section(state: str, response: dict[str, Any] | None = None, error: str | None = None) -> SectionStatus:
@@ -98,6 +125,8 @@ BOUND = section("succeeded", CREDENTIALS)
 NO_CREDENTIALS = section("succeeded", {})
 REPORTED = BindReport(True, BOUND, source_refs=(CM,), digest="d-new")
 GOING = ("status", "in progress", "Unbinding", "guarded")
+PAUSING = [("status", None, None, "guarded", ("event", "Paused", False))]
+ITSELF, BY_PLAN = "the binding itself", "its plan opbroker/plan"
 FINISH = [("DeleteSecret",), ("DropRegistry",), ("finalizer", False), ("ForgetObject",)]
 PUBLISH = [
     ("forget",),
@@ -198,12 +227,70 @@ ROWS: list[tuple[str, BindingFacts, list[tuple[Any, ...]]]] = [
     ("unbind in a terminating namespace: no templates, said in an event; its Secret goes with the namespace",
      facts(binding(state="succeeded", deleting=True, resources=[USER]), unbind=Unbind(Teardown(True))),
      [("forget",), GOING, ("event", "NamespaceTerminating", False), *FINISH[1:]]),
+    # -- pause ---------------------------------------------------------------------------------------------------
+    ("paused, bind due: the Paused condition and its event, nothing bound",
+     facts(binding(state="in_queue", paused=True), rendering=BindRendering((piece("b-user"),))), PAUSING),
+    ("paused and said so: nothing", facts(binding(state="in_queue", paused=True, conditions=[said_paused(ITSELF)])),
+     []),
+    ("bound, paused and said so: no refresh, the credentials stay",
+     facts(binding(state="succeeded", observed=1, paused=True, conditions=[said_paused(ITSELF)]),
+           refresh=Refresh(report=REPORTED, secret_changed=True)), []),
+    ("in progress, paused by its plan: no evaluation", facts(binding(state="in progress"), entry=PAUSED_PLAN,
+                                                            pending=PENDING, report=REPORTED), PAUSING),
+    ("its instance gone, paused: not abandoned meanwhile", facts(binding(state="in_queue", paused=True), None),
+     PAUSING),
+    ("paused and deleted: the unbind proceeds",
+     facts(binding(state="succeeded", deleting=True, paused=True, conditions=[said_paused(ITSELF)]), None, None,
+           unbind=Unbind(Teardown(False))),
+     [("forget",), GOING, *FINISH]),
+    ("paused by its plan and deleted: the unbind proceeds",
+     facts(binding(state="succeeded", deleting=True, resources=[USER]), entry=PAUSED_PLAN,
+           unbind=Unbind(Teardown(False, ((USER, Letting.DELETE),)), True, (), section("succeeded"))),
+     [("forget",), GOING, ("release", "b-user"), ("requeue", 30.0)]),
+    ("resumed: Paused False, then a fresh pass",
+     facts(binding(state="succeeded", observed=1, conditions=[said_paused(BY_PLAN)]), refresh=Refresh(True)),
+     [("status", None, None, "guarded", ("event", "Resumed", False)), ("Continue",)]),
+    # -- deletion policy ---------------------------------------------------------------------------------------------
+    ("unbind: an object recorded as an orphan is orphaned, not waited for, and named",
+     facts(binding(state="in progress", deleting=True, resources=[USER, OLD], orphans=[USER]),
+           unbind=Unbind(Teardown(False, ((USER, Letting.DELETE), (OLD, Letting.GONE))), True, (),
+                         section("succeeded"))),
+     [("forget",), ("orphan", "b-user"), ("event", "Orphaned", False), *FINISH]),
+    ("unbind: an orphan and an object to delete: the deleted one is waited for",
+     facts(binding(state="in progress", deleting=True, resources=[USER, OLD], orphans=[USER]),
+           unbind=Unbind(Teardown(False, ((USER, Letting.DELETE), (OLD, Letting.DELETE))), True, (),
+                         section("succeeded"))),
+     [("forget",), ("orphan", "b-user"), ("release", "b-old"), ("requeue", 30.0)]),
+    ("re-bind: an object recorded as an orphan and no longer rendered is orphaned, and named",
+     facts(binding(state="update", observed=1, resources=[OLD], orphans=[OLD]),
+           rendering=BindRendering((piece("b-user", orphan=True),))),
+     [("status", "in progress", "InProgress", "guarded"), ("apply", "b-user", False, True), ("orphan", "b-old"),
+      ("event", "Orphaned", False), ("remember",), ("Continue",)]),
 ]  # fmt: skip
 
 
 @pytest.mark.parametrize(("the_facts", "expected"), [r[1:] for r in ROWS], ids=[r[0] for r in ROWS])
 def test_binding_plan_actions(the_facts: BindingFacts, expected: list[tuple[Any, ...]]) -> None:
     assert summary(plan(the_facts)) == expected
+
+
+def test_a_bind_records_the_deletion_policy_of_its_own_objects_only() -> None:
+    """The binding's own objects are recorded with their template's policy; the instance's objects it amends are
+    the instance's records, never the binding's."""
+    rendering = BindRendering((piece("b-user", orphan=True), piece("db", instance_own=True, orphan=True)))
+    actions = plan(facts(binding(state="in_queue"), rendering=rendering))
+    record, remember = actions[0], next(x for x in actions if isinstance(x, a.Remember))
+    assert isinstance(record, a.WriteStatus)
+    user = {"apiVersion": "v1", "kind": "ConfigMap", "name": "b-user", "namespace": NS, "deletionPolicy": "orphan"}
+    assert record.patch["resources"] == [user] and remember.record["resources"] == [user]
+
+
+def test_a_binding_paused_by_its_plan_says_so_in_its_condition() -> None:
+    (write,) = plan(facts(binding(state="succeeded", observed=1), entry=PAUSED_PLAN, refresh=Refresh(True)))
+    assert isinstance(write, a.WriteStatus) and set(write.patch) == {"conditions"}
+    (paused,) = write.patch["conditions"]
+    assert (paused["type"], paused["status"], paused["reason"]) == ("Paused", "True", "Paused")
+    assert paused["message"] == decisions.paused_message(BY_PLAN)
 
 
 def test_the_credentials_go_only_into_the_secret_the_binding_owns() -> None:

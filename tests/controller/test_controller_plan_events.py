@@ -2,7 +2,8 @@
 
 Aspects covered: a plan's first event, a change of its spec, of its metadata (held by its instances, being
 deleted, a label) and its deletion queue every instance of it; a write of its status alone (the plan's own
-reconcile reporting) and a write that changes nothing queue none of them.
+reconcile reporting) and a write that changes nothing queue none of them. A change of its pause annotation queues
+its instances' bindings too; an instance's own pause annotation is worth a reconcile.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 
 from kubernetes import client
 
+from opbroker.api.conventions import ANNOTATION_PAUSED, PAUSED
 from opbroker.controller.app import Controller
 from opbroker.controller.reconciler import Key
 from opbroker.controller.settings import ControllerSettings
@@ -67,3 +69,52 @@ def test_only_a_change_instances_decide_on_brings_them_back() -> None:
     queued.clear()
     made.on_plan("ADDED", spec_changed)  # made again under its name: its instances decide anew
     assert queued.count(MEMBER) == 1
+
+
+def test_pausing_a_plan_brings_back_its_instances_and_their_bindings() -> None:
+    """A binding is paused by its plan too, and its instance's own events may not come (an instance paused already
+    writes nothing more): the plan's pause, set or lifted, queues the bindings of its instances directly."""
+    made, queued = controller()
+    binding = Key("binding", "tenant", "b")
+    made._instance_bindings.link(MEMBER, binding)
+    plan = written(plan_body(), "1")
+    made.on_plan("ADDED", plan)
+    queued.clear()
+
+    paused = written(plan, "2")
+    paused["metadata"]["annotations"] = {ANNOTATION_PAUSED: PAUSED}
+    made.on_plan("MODIFIED", paused)
+    assert queued.count(MEMBER) == 1 and queued.count(binding) == 1
+
+    queued.clear()
+    labelled = written(paused, "3")
+    labelled["metadata"]["labels"] = {"tier": "gold"}
+    made.on_plan("MODIFIED", labelled)  # the instances decide anew; the pause stands: the bindings need not
+    assert queued.count(MEMBER) == 1 and binding not in queued
+
+    queued.clear()
+    resumed = written(labelled, "4")
+    resumed["metadata"]["annotations"] = {}
+    made.on_plan("MODIFIED", resumed)
+    assert queued.count(MEMBER) == 1 and queued.count(binding) == 1
+
+
+def test_an_instance_whose_pause_annotation_changes_is_reconciled() -> None:
+    made, queued = controller()
+    instance = {
+        "apiVersion": "osb.servicefabrik.io/v1alpha1",
+        "kind": "SFServiceInstance",
+        "metadata": {"name": "db", "namespace": "tenant", "resourceVersion": "1", "generation": 1},
+        "spec": {"planId": PLAN_ID, "serviceId": "svc", "instanceId": "db"},
+        "status": {"state": "succeeded", "observedGeneration": 1},
+    }
+    made.on_instance("ADDED", instance)
+    queued.clear()
+    noted = written(instance, "2")
+    noted["metadata"]["annotations"] = {"note": "x"}
+    made.on_instance("MODIFIED", noted)
+    assert MEMBER not in queued  # an annotation no reconcile decides on
+    paused = written(noted, "3")
+    paused["metadata"]["annotations"] = {ANNOTATION_PAUSED: PAUSED}
+    made.on_instance("MODIFIED", paused)
+    assert queued == [MEMBER]

@@ -9,15 +9,29 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import json
 from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 
-from opbroker.api.conventions import FINALIZER
+from opbroker.api.catalog import DeletionPolicy
+from opbroker.api.conventions import (
+    ANNOTATION_OWNER_UID,
+    ANNOTATION_PAUSED,
+    ANNOTATION_SINGLETON_USERS,
+    FINALIZER,
+    LABEL_INSTANCE,
+    LABEL_MANAGED_BY,
+    LABEL_PLAN,
+    MANAGED_BY,
+    PAUSED,
+)
 from opbroker.api.meta import ResourceRef
 from opbroker.controller.catalog import Catalog, PlanEntry
 from opbroker.controller.core import actions as a
+from opbroker.controller.core import decisions
 from opbroker.controller.core.decisions import Letting
 from opbroker.controller.core.instance_plan import (
     InstanceFacts,
@@ -29,10 +43,11 @@ from opbroker.controller.core.instance_plan import (
     plan,
     refused,
 )
-from opbroker.controller.core.views import BindingView, InstanceView
+from opbroker.controller.core.views import BindingView, InstanceView, ObjectView
 from opbroker.controller.executor import AGAIN, MAX_PASSES, Executor, refusal_of
 from opbroker.controller.instances import InstanceReconciler
 from opbroker.controller.kube import INSTANCES, PLANS
+from opbroker.controller.objects import recorded, stamp
 from opbroker.controller.osb_effects import osb_executor
 from opbroker.controller.ownership import NotOwned
 from opbroker.controller.reconciler import DONE, Conflict, Key, Memories, Outcome, TemporaryError
@@ -53,8 +68,10 @@ OLD = ResourceRef(api_version="v1", kind="ConfigMap", name="old", namespace=NS)
 ELSEWHERE = ResourceRef(api_version="v1", kind="ConfigMap", name="far", namespace="other")
 
 
-def plan_body(*, held: bool = True, deleting: bool = False) -> dict[str, Any]:
+def plan_body(*, held: bool = True, deleting: bool = False, paused: bool = False) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": "plan", "namespace": "opbroker"}
+    if paused:
+        meta["annotations"] = {ANNOTATION_PAUSED: PAUSED}
     if held:
         meta["finalizers"] = [FINALIZER]
     if deleting:
@@ -71,6 +88,7 @@ ENTRY = Catalog().upsert_plan(plan_body())
 UNHELD = Catalog().upsert_plan(plan_body(held=False))
 WITHDRAWN = Catalog().upsert_plan(plan_body(deleting=True))
 INVALID = PlanEntry(body=plan_body(), model=None, problem="spec.templates: broken", hash="h")
+PAUSED_PLAN = Catalog().upsert_plan(plan_body(paused=True))
 
 
 def ago(seconds: float) -> str:
@@ -88,9 +106,16 @@ def body(
     started: float = 60.0,
     context_namespace: str | None = None,
     namespace: str = NS,
+    orphans: Sequence[ResourceRef] = (),
+    paused: bool = False,
+    conditions: Sequence[dict[str, Any]] = (),
 ) -> dict[str, Any]:
+    """An SFServiceInstance as read. ``orphans``: the ``resources`` recorded with ``deletionPolicy: orphan``;
+    ``paused``: the pause annotation on it; ``conditions``: its status' conditions."""
     meta: dict[str, Any] = {"name": "db", "namespace": namespace, "generation": 1, "uid": "u-1"}
     meta["resourceVersion"] = "7"
+    if paused:
+        meta["annotations"] = {ANNOTATION_PAUSED: PAUSED}
     if finalizer:
         meta["finalizers"] = [FINALIZER]
     if deleting:
@@ -101,9 +126,11 @@ def body(
     if observed is not None:
         status["observedGeneration"] = observed
     if resources:
-        status["resources"] = [r.model_dump(by_alias=True, exclude_none=True) for r in resources]
+        status["resources"] = recorded(list(resources), orphans)
     if errors:
         status["errorCount"] = errors
+    if conditions:
+        status["conditions"] = list(conditions)
     spec: dict[str, Any] = {"planId": PLAN_ID, "serviceId": "svc-1", "instanceId": "db"}
     if context_namespace:
         spec["context"] = {"namespace": context_namespace}
@@ -111,8 +138,18 @@ def body(
             "status": status}  # fmt: skip
 
 
-def cm(name: str = "db") -> Piece:
-    return Piece({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": NS}})
+def cm(name: str = "db", *, orphan: bool = False) -> Piece:
+    policy = DeletionPolicy.ORPHAN if orphan else DeletionPolicy.DELETE
+    return Piece({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": NS}},
+                 deletion_policy=policy)  # fmt: skip
+
+
+def said_paused(where: str) -> dict[str, Any]:
+    """A ``Paused`` condition as a pause found on ``where`` wrote it."""
+    return {"type": "Paused", "status": "True", "reason": "Paused", "message": decisions.paused_message(where)}
+
+
+RESUMED = {"type": "Paused", "status": "False", "reason": "Resumed", "message": decisions.RESUMED_MESSAGE}
 
 
 PENDING = {"resources": [], "observedGeneration": 1, "appliedPlanHash": ENTRY.hash}
@@ -144,6 +181,8 @@ def summary(actions: Sequence[a.Action]) -> list[tuple[Any, ...]]:
                 out.append(("apply", manifest["metadata"]["name"], singleton, owned))
             case a.Release(ref=ref):
                 out.append(("release", ref.name))
+            case a.Orphan(ref=ref):
+                out.append(("orphan", ref.name))
             case a.EnsureFinalizer(present=present):
                 out.append(("finalizer", present))
             case a.Track(refs=refs):
@@ -168,6 +207,10 @@ RETRY = ("Retry",)
 GOING = ("status", "in progress", "Deprovisioning", "guarded")
 FINISH = [("DropRegistry",), ("finalizer", False), ("ForgetObject",)]
 APPLYING = ("status", "in progress", "InProgress", "guarded")
+PAUSING = [("status", None, None, "guarded", ("event", "Paused", False))]  # the Paused condition alone, said once
+RESUMING = [("status", None, None, "guarded", ("event", "Resumed", False)), ("Continue",)]
+ORPHANED = ("event", "Orphaned", False)
+ITSELF, BY_PLAN = "the instance itself", "its plan opbroker/plan"
 
 ROWS: list[tuple[str, InstanceFacts, list[tuple[Any, ...]]]] = [
     ("new instance: finalizer, then observe again", facts(body(finalizer=False)), [FIN, ("Continue",)]),
@@ -392,7 +435,77 @@ ROWS: list[tuple[str, InstanceFacts, list[tuple[Any, ...]]]] = [
     ("succeeded: nothing", facts(body(state="succeeded", observed=1)), []),
     ("failed: nothing", facts(body(state="failed", observed=1)), []),
     ("plan missing, nothing to do: nothing", facts(body(state="succeeded", observed=1), None), []),
-]
+    # -- pause: an administrator stops everything but the deletion -------------------------------------------------
+    ("paused, apply due: the Paused condition and its event, nothing applied",
+     facts(body(state="in_queue", paused=True), rendering=RENDERED), PAUSING),
+    ("paused before its finalizer: not even that", facts(body(finalizer=False, paused=True)), PAUSING),
+    ("paused and said so: nothing at all", facts(body(state="in_queue", paused=True, conditions=[said_paused(ITSELF)]),
+                                                 rendering=RENDERED), []),
+    ("paused in progress and said so: no evaluation, no poll",
+     facts(body(state="in progress", observed=1, paused=True, conditions=[said_paused(ITSELF)]),
+           pending=PENDING, report=Report(True, WORKING)), []),
+    ("paused in progress past its deadline: not even failed", facts(
+        body(state="in progress", observed=1, started=7200, paused=True, conditions=[said_paused(ITSELF)]),
+        report=Report(True, WORKING)), []),
+    ("paused, succeeded: said all the same", facts(body(state="succeeded", observed=1, paused=True)), PAUSING),
+    ("paused by its plan", facts(body(state="in_queue"), PAUSED_PLAN, rendering=RENDERED), PAUSING),
+    ("paused by its plan and said so", facts(body(state="in_queue", conditions=[said_paused(BY_PLAN)]), PAUSED_PLAN),
+     []),
+    ("paused by its plan, said of the instance: said again, naming the plan",
+     facts(body(state="succeeded", observed=1, conditions=[said_paused(ITSELF)]), PAUSED_PLAN), PAUSING),
+    ("paused and deleted: the teardown proceeds",
+     facts(body(state="succeeded", deleting=True, resources=[CM], paused=True, conditions=[said_paused(ITSELF)]),
+           teardown=Teardown(False, ((CM, Letting.DELETE),)), report=Report(True, WORKING)),
+     [("forget",), GOING, ("release", "db"), ("track", ("db",)), ("requeue", 30.0)]),
+    ("paused by its plan and deleted: the teardown finishes",
+     facts(body(state="in progress", deleting=True, resources=[CM]), PAUSED_PLAN,
+           teardown=Teardown(False, ((CM, Letting.GONE),)), report=Report(True, SUCCEEDED)),
+     [("forget",), ("track", ("db",)), *FINISH]),
+    ("paused, deleted with bindings: blocked as ever", facts(body(state="succeeded", deleting=True, paused=True),
+                                                            live_bindings=1), failed("BindingsExist")),
+    ("resumed: Paused False, then a fresh pass",
+     facts(body(state="in_queue", conditions=[said_paused(ITSELF)]), rendering=RENDERED), RESUMING),
+    ("resumed, deleted meanwhile: the teardown, the condition left as it is",
+     facts(body(state="in progress", deleting=True, conditions=[said_paused(ITSELF)]), teardown=Teardown(False),
+           report=Report(True, SUCCEEDED)), [("forget",), ("track", ()), *FINISH]),
+    ("resumed and said so: the apply due is made", facts(body(state="in_queue", conditions=[RESUMED]),
+                                                         rendering=RENDERED),
+     [APPLYING, ("apply", "db", False, True), ("remember",), ("Continue",)]),
+    ("resumed in progress: evaluated from the live state",
+     facts(body(state="in progress", observed=1, conditions=[RESUMED]), report=STATUS),
+     [("track", ()), ("forget",), ("status", "succeeded", "Provisioned", "guarded", ("event", "Provisioned", False))]),
+    # -- deletion policy: orphan leaves the object in place, without opbroker's stamp --------------------------------
+    ("deleting: an object recorded as an orphan is orphaned, not waited for, and named",
+     facts(body(state="succeeded", deleting=True, resources=[CM], orphans=[CM]),
+           teardown=Teardown(False, ((CM, Letting.DELETE),)), report=Report(True, SUCCEEDED)),
+     [("forget",), GOING, ("orphan", "db"), ("track", ("db",)), ORPHANED, *FINISH]),
+    ("deleting: an orphan shared with other instances: our share dropped, it stays",
+     facts(body(state="succeeded", deleting=True, resources=[CM], orphans=[CM]),
+           teardown=Teardown(False, ((CM, Letting.UNOWN),)), report=Report(True, SUCCEEDED)),
+     [("forget",), GOING, ("orphan", "db"), ("track", ("db",)), ORPHANED, *FINISH]),
+    ("deleting: an orphan and an object to delete: the deleted one is waited for",
+     facts(body(state="succeeded", deleting=True, resources=[CM, OLD], orphans=[CM]),
+           teardown=Teardown(False, ((CM, Letting.DELETE), (OLD, Letting.DELETE))), report=Report(True, SUCCEEDED)),
+     [("forget",), GOING, ("orphan", "db"), ("release", "old"), ("track", ("db", "old")), ("requeue", 30.0)]),
+    ("deleting: orphaned on the pass before (not ours any more): no action, named when done",
+     facts(body(state="in progress", deleting=True, resources=[CM, OLD], orphans=[CM]),
+           teardown=Teardown(False, ((CM, Letting.LEAVE), (OLD, Letting.GONE))), report=Report(True, SUCCEEDED)),
+     [("forget",), ("track", ("db", "old")), ORPHANED, *FINISH]),
+    ("deleting: an orphan someone deletes already, or gone: no action, not named",
+     facts(body(state="in progress", deleting=True, resources=[CM, OLD], orphans=[CM, OLD]),
+           teardown=Teardown(False, ((CM, Letting.WAIT), (OLD, Letting.GONE))), report=Report(True, SUCCEEDED)),
+     [("forget",), ("track", ("db", "old")), *FINISH]),
+    ("deleting in a terminating namespace: an orphan elsewhere is orphaned",
+     facts(body(state="succeeded", deleting=True, resources=[CM, ELSEWHERE], orphans=[ELSEWHERE]),
+           teardown=Teardown(True, ((ELSEWHERE, Letting.DELETE),))),
+     [("forget",), GOING, ("orphan", "far"), ORPHANED, ("event", "NamespaceTerminating", False), *FINISH]),
+    ("apply: an object recorded as an orphan and no longer rendered is orphaned, and named",
+     facts(body(state="update", observed=1, resources=[OLD], orphans=[OLD]), rendering=RENDERED),
+     [APPLYING, ("apply", "db", False, True), ("orphan", "old"), ORPHANED, ("remember",), ("Continue",)]),
+    ("apply: an orphan template's object is applied as any other",
+     facts(body(state="in_queue"), rendering=Rendering((cm(orphan=True),), {})),
+     [APPLYING, ("apply", "db", False, True), ("remember",), ("Continue",)]),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(("the_facts", "expected"), [r[1:] for r in ROWS], ids=[r[0] for r in ROWS])
@@ -415,6 +528,86 @@ def test_the_apply_records_before_it_applies_and_remembers_what_it_applied() -> 
     assert remember.version == (1, ENTRY.hash)
     assert remember.record["resources"] == [{"apiVersion": "v1", "kind": "ConfigMap", "name": "db", "namespace": NS}]
     assert remember.record["observedGeneration"] == 1 and remember.record["errorCount"] == 0
+
+
+def test_the_apply_records_each_objects_deletion_policy() -> None:
+    """The policy is recorded with the object at the apply (the teardown acts on the record, not on the plan as it
+    is then): a rendered object takes its template's policy now; one no longer rendered keeps its recorded one until
+    the outcome's record, which holds what is rendered now."""
+    actions = plan(
+        facts(
+            body(state="update", observed=1, resources=[CM, OLD], orphans=[CM, OLD]),
+            rendering=Rendering((cm(), cm("new", orphan=True)), {}),
+        )
+    )
+    record, remember = actions[0], next(x for x in actions if isinstance(x, a.Remember))
+    assert isinstance(record, a.WriteStatus)
+    new = {"apiVersion": "v1", "kind": "ConfigMap", "name": "new", "namespace": NS}
+    assert record.patch["resources"] == [
+        {"apiVersion": "v1", "kind": "ConfigMap", "name": "db", "namespace": NS},  # its template says delete now
+        {"apiVersion": "v1", "kind": "ConfigMap", "name": "old", "namespace": NS, "deletionPolicy": "orphan"},
+        {**new, "deletionPolicy": "orphan"},
+    ]
+    assert remember.record["resources"] == [
+        {"apiVersion": "v1", "kind": "ConfigMap", "name": "db", "namespace": NS},
+        {**new, "deletionPolicy": "orphan"},
+    ]
+    assert [x.ref.name for x in actions if isinstance(x, a.Orphan)] == ["old"]
+    assert not any(isinstance(x, a.Release) for x in actions)
+
+
+def test_the_orphans_event_names_each_object_by_kind_namespace_and_name() -> None:
+    actions = plan(
+        facts(
+            body(state="in progress", deleting=True, resources=[CM, ELSEWHERE], orphans=[CM, ELSEWHERE]),
+            teardown=Teardown(False, ((CM, Letting.DELETE), (ELSEWHERE, Letting.LEAVE))),
+            report=Report(True, SUCCEEDED),
+        )
+    )
+    (event,) = [x for x in actions if isinstance(x, a.Event)]
+    assert event.reason == "Orphaned" and not event.warning
+    assert event.message == (
+        "deprovisioned: left in place, no longer managed by opbroker (deletionPolicy: orphan): "
+        "ConfigMap team/db, ConfigMap other/far"
+    )
+    orphan = next(x for x in actions if isinstance(x, a.Orphan))
+    assert (orphan.owner_uid, orphan.as_user) == ("u-1", None)
+    many = [ResourceRef(api_version="v1", kind="ConfigMap", name=f"c{i}", namespace=NS) for i in range(12)]
+    assert decisions.orphaned_message(many, why="x").endswith("ConfigMap team/c9 and 2 more")
+
+
+def test_a_pause_writes_its_condition_alone_and_keeps_the_others() -> None:
+    ready = {"type": "Ready", "status": "True", "reason": "Provisioned", "message": "ok"}
+    (write,) = plan(facts(body(state="succeeded", observed=1, conditions=[ready]), PAUSED_PLAN))
+    assert isinstance(write, a.WriteStatus) and write.guarded and not write.settled
+    assert set(write.patch) == {"conditions"}, "the operation's state stays as it was"
+    kept, paused = write.patch["conditions"]
+    assert kept == ready
+    assert paused == {
+        "type": "Paused",
+        "status": "True",
+        "reason": "Paused",
+        "message": decisions.paused_message("its plan opbroker/plan"),
+        "lastTransitionTime": "2026-06-01T12:00:00Z",
+        "observedGeneration": 1,
+    }
+    assert write.event is not None and write.event.message == paused["message"]
+    both = plan(facts(body(state="succeeded", observed=1, paused=True), PAUSED_PLAN))[0]
+    assert isinstance(both, a.WriteStatus)
+    assert "on the instance itself and its plan opbroker/plan" in both.patch["conditions"][-1]["message"]
+
+
+def test_a_resume_turns_the_condition_false_and_looks_again() -> None:
+    paused = {**said_paused(ITSELF), "lastTransitionTime": "2026-05-01T00:00:00Z"}
+    write, again = plan(facts(body(state="succeeded", observed=1, conditions=[paused])))
+    assert isinstance(write, a.WriteStatus) and isinstance(again, a.Continue)
+    (condition,) = write.patch["conditions"]
+    assert (condition["status"], condition["reason"], condition["lastTransitionTime"]) == (
+        "False",
+        "Resumed",
+        "2026-06-01T12:00:00Z",
+    )
+    assert plan(facts(body(state="succeeded", observed=1, conditions=[condition]))) == ()  # said once
 
 
 def test_the_outcome_carries_the_apply_record_and_the_report() -> None:
@@ -538,6 +731,7 @@ EXECUTED: list[tuple[str, list[a.Action], list[tuple[str, str]], Outcome]] = [
     ("event", [a.Event("Why", "because")], [("event", "SFServiceInstance")], DONE),
     ("apply", [a.Apply(STAMPED, owner_uid="u-1", owner_reference={})], [("apply", "ConfigMap")], DONE),
     ("delete", [a.Delete(CM)], [("delete", "ConfigMap")], DONE),
+    ("orphan of an object that is gone: nothing written", [a.Orphan(CM, "u-1")], [], DONE),
     ("secret", [a.WriteSecret({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": NS}})],
      [("apply_secret", "Secret")], DONE),
     ("registry", [a.SaveRegistry({"k": "v"}, {})], [("apply_secret", "Secret")], DONE),
@@ -601,6 +795,101 @@ def test_executor_retry_raises_after_the_writes_before_it() -> None:
     with pytest.raises(TemporaryError, match="again"):
         run.run(KEY, created, [a.WriteStatus({"errorCount": 1}, guarded=False), a.Retry("again"), a.Requeue(1)])
     assert [(c.verb, c.kind) for c in kube.calls] == [("patch_status", "SFServiceInstance")]
+
+
+def stamped_cm(kube: FakeKube, *, owners: Sequence[str], users: Sequence[str] = ()) -> dict[str, Any]:
+    """The instance's ConfigMap as its apply left it (stamped for ``u-1`` unless shared), with a label and an
+    annotation of the operator's own beside opbroker's."""
+    manifest = stamp(
+        {**STAMPED, "metadata": {"name": "db", "namespace": NS, "labels": {"app": "db"}, "annotations": {"x": "y"}}},
+        owner=InstanceView.of(body()),
+        labels={LABEL_INSTANCE: "db", LABEL_PLAN: "plan"},
+        owned=False,
+        shared=bool(users),
+    )
+    meta = manifest["metadata"]
+    meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "SFServiceInstance", "name": o, "uid": o} for o in owners]
+    if users:
+        meta["annotations"][ANNOTATION_SINGLETON_USERS] = json.dumps(list(users))
+    return kube.apply(manifest)
+
+
+def test_executor_orphans_an_object_of_ours_alone_as_the_plans_account() -> None:
+    """``deletionPolicy: orphan``: the object stays, without our owner reference (the garbage collector would delete
+    it with the instance), our stamp and opbroker's labels; what the operator wrote on it stays. Once orphaned it is
+    nobody's of opbroker's: a second orphan writes nothing, and a release never deletes it."""
+    run, kube, created = executor()
+    stamped_cm(kube, owners=["u-1"])
+    kube.calls.clear()
+    assert run.run(KEY, created, [a.Orphan(CM, "u-1", as_user="system:serviceaccount:opbroker:plans")]) == DONE
+    assert [(c.verb, c.kind, c.name) for c in kube.calls] == [("patch", "ConfigMap", "db")]
+    assert kube.acted_as == ["system:serviceaccount:opbroker:plans"]
+    live = kube.get(CM)
+    assert live is not None
+    meta = live["metadata"]
+    assert meta["labels"] == {"app": "db"} and meta["annotations"] == {"x": "y"}
+    assert meta.get("ownerReferences", []) == [] and live["data"] == {"a": "b"}
+    kube.calls.clear()
+    run.run(KEY, created, [a.Orphan(CM, "u-1"), a.Release(CM, "u-1")])
+    assert kube.calls == [] and kube.get(CM) is not None
+
+
+def test_executor_orphans_only_its_share_of_an_object_others_hold() -> None:
+    """A singleton other instances use: our owner reference and our entry among its users go, opbroker's labels
+    stay (the other users' rules read them), and it is not deleted even though we were the last tracked user."""
+    run, kube, created = executor()
+    stamped_cm(kube, owners=["u-1", "u-2"], users=["u-1"])
+    kube.calls.clear()
+    run.run(KEY, created, [a.Orphan(CM, "u-1")])
+    live = kube.get(CM)
+    assert live is not None
+    meta = live["metadata"]
+    assert [o["uid"] for o in meta["ownerReferences"]] == ["u-2"]
+    assert ANNOTATION_SINGLETON_USERS not in meta["annotations"]
+    assert meta["labels"][LABEL_PLAN] == "plan" and meta["labels"][LABEL_MANAGED_BY] == MANAGED_BY
+
+
+def test_executor_leaves_an_object_not_ours_untouched_when_orphaning() -> None:
+    run, kube, created = executor()
+    kube.apply({**STAMPED, "metadata": {"name": "db", "namespace": NS, "labels": {LABEL_MANAGED_BY: MANAGED_BY}}})
+    kube.calls.clear()
+    run.run(KEY, created, [a.Orphan(CM, "u-1")])
+    live = kube.get(CM)
+    assert kube.calls == [] and live is not None and live["metadata"]["labels"] == {LABEL_MANAGED_BY: MANAGED_BY}
+
+
+def test_an_orphan_is_guarded_by_the_version_it_read() -> None:
+    """The patch carries the version read: an object changed since (a singleton another instance joined) is a 409,
+    and the reconcile reads again rather than writing over the change."""
+    live = ObjectView.of(
+        {
+            "metadata": {
+                "name": "db",
+                "resourceVersion": "5",
+                "labels": {LABEL_MANAGED_BY: "someone-else", LABEL_INSTANCE: "db"},
+                "annotations": {ANNOTATION_OWNER_UID: "u-1"},
+                "ownerReferences": [{"uid": "u-1", "kind": "SFServiceInstance"}],
+            }
+        }
+    )
+    patch = decisions.orphaning(live, owner_uid="u-1")
+    assert patch == {
+        "resourceVersion": "5",
+        "ownerReferences": [],
+        "annotations": {ANNOTATION_OWNER_UID: None},
+        "labels": {LABEL_INSTANCE: None},  # a managed-by that is not ours is not ours to remove
+    }
+    assert decisions.orphaning(None, owner_uid="u-1") is None
+    going = ObjectView.of({"metadata": {**live.wire["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z"}})
+    assert decisions.orphaning(going, owner_uid="u-1") is None
+    run, kube, created = executor()
+    stale = stamped_cm(kube, owners=["u-1"])
+    kube.merge_patch(CM, {"metadata": {"labels": {"moved": "on"}}})  # changed after the copy the read will get
+    kube.store.feed(("v1", "ConfigMap"))
+    kube.store.put(("v1", "ConfigMap"), stale)
+    with pytest.raises(ApiException) as refused:
+        run.run(KEY, created, [a.Orphan(CM, "u-1")])
+    assert refused.value.status == 409
 
 
 def test_executor_holds_the_plan() -> None:

@@ -18,7 +18,14 @@ from typing import Any
 
 import pytest
 
-from opbroker.api.conventions import CREDENTIALS_KEY, FINALIZER
+from opbroker.api.conventions import (
+    ANNOTATION_OWNER_UID,
+    ANNOTATION_PAUSED,
+    CREDENTIALS_KEY,
+    FINALIZER,
+    LABEL_MANAGED_BY,
+    PAUSED,
+)
 from opbroker.api.meta import ResourceRef
 from opbroker.controller.bindings import BindingFacts, BindingReconciler
 from opbroker.controller.catalog import Catalog, PlanEntry
@@ -94,15 +101,22 @@ SERVICE = {
 }
 
 
-def plan_body(*, status: bool = True, held: bool = True, deleting: bool = False) -> dict[str, Any]:
+def plan_body(
+    *, status: bool = True, held: bool = True, deleting: bool = False, orphan: bool = False, paused: bool = False
+) -> dict[str, Any]:
+    """The test plan; ``orphan``: its provision and bind templates say ``deletionPolicy: orphan``; ``paused``: the
+    pause annotation on it."""
+    policy = {"deletionPolicy": "orphan"} if orphan else {}
     templates = [
         {"action": "sources", "type": "jinja2", "content": SOURCES},
-        {"action": "provision", "type": "jinja2", "content": PROVISION},
-        {"action": "bind", "type": "jinja2", "content": BIND},
+        {"action": "provision", "type": "jinja2", "content": PROVISION, **policy},
+        {"action": "bind", "type": "jinja2", "content": BIND, **policy},
     ]
     if status:
         templates.append({"action": "status", "type": "jinja2", "content": STATUS})
     meta: dict[str, Any] = {"name": "plan", "namespace": "opbroker"}
+    if paused:
+        meta["annotations"] = {ANNOTATION_PAUSED: PAUSED}
     if held:
         meta["finalizers"] = [FINALIZER]  # instances use it (see plan_guard)
     if deleting:
@@ -712,6 +726,106 @@ def test_unbind_releases_the_binding(world: World) -> None:
     assert world.reconcile("binding", "b") == DONE
     assert world.kube.custom_object(BINDINGS, NS, "b") is None
     assert world.configmap("db") is not None  # the instance's objects stay
+
+
+def pause(world: World, kind: str = "instance", name: str = "db", *, paused: bool = True) -> None:
+    """An administrator sets (or removes) the pause annotation on the object."""
+    kinds = INSTANCES if kind == "instance" else BINDINGS
+    world.kube.patch_custom(
+        kinds, NS, name, {"metadata": {"annotations": {ANNOTATION_PAUSED: PAUSED if paused else None}}}
+    )
+    world.kube.calls.clear()
+    world.kube.events.clear()
+
+
+def paused_condition(world: World, kind: str = "instance", name: str = "db") -> tuple[str, str, str]:
+    (paused,) = [c for c in world.status(kind, name)["conditions"] if c["type"] == "Paused"]
+    return paused["status"], paused["reason"], paused["message"]
+
+
+def test_a_paused_instance_is_left_alone_until_resumed(world: World) -> None:
+    world.instance(finalizer=False, status={"state": "in_queue"})
+    pause(world)
+    assert world.reconcile() == DONE
+    assert world.verbs() == [("patch_status", "SFServiceInstance"), ("event", "SFServiceInstance")]  # nothing else
+    assert world.event_reasons() == [("Paused", "Normal")]
+    state, reason, message = paused_condition(world)
+    assert (state, reason) == ("True", "Paused") and "on the instance itself" in message
+    assert world.configmap("db") is None and world.status()["state"] == "in_queue"
+    world.kube.calls.clear()
+    assert world.reconcile() == DONE and world.verbs() == []  # said once: a look writes nothing
+
+    pause(world, paused=False)
+    world.reconcile()
+    assert paused_condition(world)[:2] == ("False", "Resumed")
+    assert ("Resumed", "Normal") in world.event_reasons()
+    configmap = world.configmap("db")
+    assert configmap is not None and world.status()["state"] == "in progress"  # resumed from the facts: applied
+
+
+def test_a_paused_plan_pauses_its_instances_but_never_their_deprovision(world: World) -> None:
+    provisioned(world)
+    world.catalog.upsert_plan(plan_body(paused=True))
+    world.operator("db", phase="Failed", message="boom")  # the operator moves; nobody evaluates it while paused
+    world.kube.patch_custom_status(INSTANCES, NS, "db", {"state": "in progress"})
+    world.kube.calls.clear()
+    assert world.reconcile() == DONE
+    assert paused_condition(world)[2].endswith(
+        "on its plan opbroker/plan: nothing is applied, evaluated or refreshed until it is removed; a deletion still "
+        "proceeds"
+    )
+    assert world.status()["state"] == "in progress"
+
+    world.kube.delete_custom(INSTANCES, NS, "db")
+    assert world.reconcile() == Outcome(requeue_after=POLL)  # the teardown runs all the same
+    assert world.configmap("db") is None
+    assert world.reconcile() == DONE
+    assert world.kube.custom_object(INSTANCES, NS, "db") is None
+
+
+def test_a_paused_binding_keeps_its_credentials_as_they_are(world: World) -> None:
+    provisioned(world)
+    world.binding("b")
+    world.reconcile("binding", "b")
+    assert world.status("binding", "b")["state"] == "succeeded"
+    pause(world, "binding", "b")
+    assert world.reconcile("binding", "b") == DONE
+    assert paused_condition(world, "binding", "b")[:2] == ("True", "Paused")
+    world.kube.delete_custom(BINDINGS, NS, "b")
+    world.reconcile("binding", "b")
+    world.reconcile("binding", "b")
+    assert world.kube.custom_object(BINDINGS, NS, "b") is None  # unbound all the same
+
+
+def test_orphan_templates_leave_their_objects_in_place_without_opbrokers_stamp(world: World) -> None:
+    """``deletionPolicy: orphan``: recorded with each object at its apply, and at the unbind and the deprovision the
+    objects stay — without opbroker's labels, owner-uid stamp and owner reference — and an Event names them."""
+    world.catalog.upsert_plan(plan_body(status=False, orphan=True))
+    world.instance(status={"state": "in_queue"})
+    assert world.reconcile() == DONE
+    db = {"apiVersion": "v1", "kind": "ConfigMap", "name": "db", "namespace": NS, "deletionPolicy": "orphan"}
+    assert world.status()["resources"] == [db]
+    world.binding("b")
+    world.reconcile("binding", "b")
+    assert world.status("binding", "b")["resources"] == [{**db, "name": "b-user"}]
+
+    world.kube.events.clear()
+    world.kube.delete_custom(BINDINGS, NS, "b")
+    assert world.reconcile("binding", "b") == DONE  # nothing deleted, nothing to wait for
+    assert world.kube.custom_object(BINDINGS, NS, "b") is None
+    world.kube.delete_custom(INSTANCES, NS, "db")
+    assert world.reconcile() == DONE
+    assert world.kube.custom_object(INSTANCES, NS, "db") is None
+    for name in ("b-user", "db"):
+        left = world.configmap(name)
+        assert left is not None, f"{name} was deleted"
+        meta = left["metadata"]
+        assert not meta.get("ownerReferences") and ANNOTATION_OWNER_UID not in (meta.get("annotations") or {})
+        assert not any(
+            label.startswith("opbroker.io/") or label == LABEL_MANAGED_BY for label in meta.get("labels", {})
+        )
+    orphaned = [e["message"] for e in world.kube.events if e["reason"] == "Orphaned"]
+    assert [m.rsplit(": ", 1)[-1] for m in orphaned] == ["ConfigMap team/b-user", "ConfigMap team/db"]
 
 
 # -- catalog entries ----------------------------------------------------------------------------------------

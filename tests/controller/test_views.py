@@ -149,6 +149,33 @@ def test_an_operation_view_reads_when_it_started() -> None:
     )
 
 
+def test_an_operation_view_reads_which_recorded_objects_are_orphans() -> None:
+    """``deletionPolicy: orphan`` on a ``status.resources`` entry; absent (a status from before policies), ``delete``
+    or anything else is deleted as it always was."""
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "namespace": "n"}
+    status = OperationView.of(
+        {
+            "resources": [
+                {**cm, "name": "kept", "deletionPolicy": "orphan"},
+                {**cm, "name": "old"},
+                {**cm, "name": "plain", "deletionPolicy": "delete"},
+                {**cm, "name": "odd", "deletionPolicy": "Orphan"},
+                {"kind": "no apiVersion", "deletionPolicy": "orphan"},
+            ]
+        }
+    )
+    assert [r.name for r in status.resources] == ["kept", "old", "plain", "odd"]
+    assert [r.name for r in status.orphans] == ["kept"]
+    assert OperationView.of({"resources": "x"}).orphans == ()
+
+
+def test_meta_reads_a_pause_only_from_its_one_value() -> None:
+    assert Meta.of({"annotations": {"opbroker.io/paused": "true"}}).paused
+    for value in ("True", "yes", "", 1):
+        assert not Meta.of({"annotations": {"opbroker.io/paused": value}}).paused
+    assert not Meta.of({}).paused
+
+
 def test_instance_and_binding_views_read_their_type_spec_and_context() -> None:
     body = {
         "apiVersion": "servicefabrik.io/v1alpha1",
@@ -181,7 +208,7 @@ def test_an_entry_view_reads_its_service_and_spec() -> None:
 
 
 def test_an_event_view_reads_what_the_watch_handlers_need() -> None:
-    body = {
+    body: dict[str, Any] = {
         "metadata": {"resourceVersion": "7", "generation": 2, "finalizers": [FINALIZER]},
         "spec": {"planId": "p", "serviceId": "s", "instanceId": "i"},
         "status": {"state": "succeeded", "observedGeneration": 2, "conditions": [{"type": "Ready"}]},
@@ -194,11 +221,15 @@ def test_an_event_view_reads_what_the_watch_handlers_need() -> None:
         "succeeded",
         "7",
     )
-    assert seen.fingerprint == (2, None, True, "succeeded", 2)
+    assert seen.fingerprint == (2, None, True, "succeeded", 2, False)
     body["status"]["conditions"] = []  # a change no reconcile decides on
+    body["metadata"]["annotations"] = {"note": "x", "opbroker.io/paused": "no"}  # nor is this
     assert EventView.of(body).fingerprint == seen.fingerprint
+    body["metadata"]["annotations"]["opbroker.io/paused"] = "true"  # an administrator paused it: reconciled
+    paused = EventView.of(body).fingerprint
+    assert paused != seen.fingerprint and paused[-1] is True
     body["metadata"]["deletionTimestamp"] = "now"
-    assert EventView.of(body).fingerprint != seen.fingerprint
+    assert EventView.of(body).fingerprint != paused
     odd = EventView.of({"metadata": "x", "spec": {"planId": 3}, "status": {"state": 4}})
     assert (odd.plan_id, odd.state, odd.resource_version, odd.fingerprint[2]) == ("", None, None, False)
 

@@ -86,7 +86,16 @@ def test_the_schema_spells_inputs_in_camel_case_with_the_right_requirements(sche
     template = schema["types"]["opbroker:index:TemplateArgs"]
     assert template["required"] == ["action"]
     sources = {"content", "contentEncoded", "url", "file"}
-    assert set(template["properties"]) == {"action", "type", *sources, "allowHttp", "digest", "singleton", "adopt"}
+    assert set(template["properties"]) == {
+        "action",
+        "type",
+        *sources,
+        "allowHttp",
+        "digest",
+        "singleton",
+        "adopt",
+        "deletionPolicy",
+    }
     actions = [e["value"] for e in schema["types"]["opbroker:index:TemplateAction"]["enum"]]
     assert actions == ["provision", "bind", "unbind", "sources", "status", "clusterSelector"]
     control_plane = schema["resources"]["opbroker:index:ControlPlane"]
