@@ -8,6 +8,7 @@ talks to a cluster, so every other package can depend on it.
 from opbroker.api.catalog import (
     DashboardClient,
     DeletionPolicy,
+    DriftPolicy,
     InstanceSchemas,
     ParameterSchema,
     PlanSchemas,
@@ -103,6 +104,7 @@ __all__ = [
     "DashboardClient",
     "DeletionPolicy",
     "DeprovisionStatus",
+    "DriftPolicy",
     "HealthCheck",
     "Instance",
     "InstanceOperation",

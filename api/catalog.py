@@ -50,6 +50,19 @@ class DeletionPolicy(StrEnum):
     and its owner reference are removed, so neither opbroker nor the garbage collector deletes it."""
 
 
+class DriftPolicy(StrEnum):
+    """What opbroker does when an object a template rendered no longer holds what it renders (issue 43, day two):
+    someone deleted it, or changed a field the template sets."""
+
+    CORRECT = "correct"
+    """Set it back (the default): created again, or the fields the template sets applied again; an Event names the
+    object and the fields."""
+    REPORT = "report"
+    """Leave it, and say so: ``Synced=False`` (reason ``DriftDetected``) and an Event."""
+    IGNORE = "ignore"
+    """Do not compare it at all (an object an operator or a person is expected to change)."""
+
+
 #: The templates whose objects are recorded in ``status.resources``: the only ones a deletion policy applies to.
 RECORDED_ACTIONS = frozenset({TemplateAction.PROVISION, TemplateAction.BIND})
 
@@ -88,6 +101,25 @@ class TemplateSpec(WireModel):
     opbroker's stamp and owner reference (a database whose data must outlive the instance). Recorded with each
     object when it is applied (``status.resources``): a change takes effect for an instance at its next apply.
     ``provision`` and ``bind`` templates only (their objects are the recorded ones)."""
+
+    drift: DriftPolicy | None = None
+    """What happens when one of this template's objects is changed or deleted outside opbroker once its instance is
+    provisioned: ``correct`` (absent: the default) sets it back, ``report`` only says so (``Synced=False``, an Event),
+    ``ignore`` leaves it alone. ``provision`` templates only (docs/controller.md, "Day two")."""
+
+    @property
+    def drift_policy(self) -> DriftPolicy:
+        """The template's drift policy, the default (correct) when it names none (absent stays absent on the wire,
+        so existing plans keep their hash)."""
+        return self.drift or DriftPolicy.CORRECT
+
+    @model_validator(mode="after")
+    def _drift_provision_only(self) -> TemplateSpec:
+        if self.drift is not None and self.action is not TemplateAction.PROVISION:
+            raise ValueError(
+                f"drift applies to provision templates (the objects kept as declared), not to {self.action.value}"
+            )
+        return self
 
     @model_validator(mode="after")
     def _url_options(self) -> TemplateSpec:

@@ -73,6 +73,20 @@ def run(
             "interval grows with its age (half of it) from --poll-seconds up to this (the watch reports changes)."
         ),
     ] = 300.0,
+    resync_seconds: Annotated[
+        float,
+        typer.Option(
+            help="Day two: check each provisioned instance again this long after its last check (±10 %) even without "
+            "an event, the safety net for a missed one (0: never).",
+            min=0,
+        ),
+    ] = 600.0,
+    live_status_seconds: Annotated[
+        float,
+        typer.Option(
+            help="Day two: at most one change of an instance's live status (Ready) written per this long.", min=0
+        ),
+    ] = 10.0,
     leader_election: Annotated[bool, typer.Option(help="Campaign for a Lease (active-passive replicas).")] = True,
     metrics_port: Annotated[
         int | None, typer.Option(help="Serve Prometheus metrics and /healthz, /readyz on this port.")
@@ -198,6 +212,8 @@ def run(
         error_threshold=error_threshold,
         status_poll_seconds=poll_seconds,
         status_poll_max_seconds=poll_max_seconds,
+        resync_seconds=resync_seconds,
+        live_status_seconds=live_status_seconds,
         leader_election=leader_election,
         metrics_port=metrics_port,
         api_wait_seconds=api_wait_seconds,

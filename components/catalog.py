@@ -14,7 +14,7 @@ from typing import Any, NotRequired, TypedDict
 
 import pulumi
 
-from opbroker.api import DeletionPolicy, TemplateAction, TemplateType
+from opbroker.api import DeletionPolicy, DriftPolicy, TemplateAction, TemplateType
 from opbroker.api import SFPlan as SFPlanModel
 from opbroker.api import SFService as SFServiceModel
 from opbroker.api.conventions import resource_name
@@ -110,6 +110,10 @@ class TemplateArgs(TypedDict):
     """What happens to this template's objects when opbroker lets go of them (deprovision, unbind, an update that
     no longer renders them): ``delete`` (the default), or ``orphan``: left in place without opbroker's stamp and
     owner reference. ``provision`` and ``bind`` templates only."""
+    drift: NotRequired[DriftPolicy]
+    """What happens when one of this template's objects is changed or deleted outside opbroker once its instance is
+    provisioned: ``correct`` (the default) sets it back, ``report`` only says so, ``ignore`` leaves it alone.
+    ``provision`` templates only."""
 
 
 class ParameterSchemaArgs(TypedDict):

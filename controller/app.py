@@ -320,6 +320,7 @@ class Controller:
         self.budgets.observe(key, None if event_type == "DELETED" else seen.state)
         if event_type == "DELETED":
             self.runtime.forget(key)
+            metrics.observe_health(key, None)
             for plan in self.catalog.plan_views(seen.plan_id):
                 if decisions.withdrawn(plan):
                     self._enqueue(_key_of("plan", plan))  # its deletion may have waited for this instance

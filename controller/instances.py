@@ -27,16 +27,18 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from opbroker.api import DeletionPolicy, TemplateAction
+from opbroker.api import DeletionPolicy, DriftPolicy, TemplateAction
 from opbroker.api.meta import ResourceRef
 from opbroker.controller import identities, ownership, registries, teardown
 from opbroker.controller.catalog import PlanEntry
 from opbroker.controller.core import actions as a
-from opbroker.controller.core import decisions
+from opbroker.controller.core import decisions, drift
 from opbroker.controller.core.decisions import Step
 from opbroker.controller.core.instance_plan import (
+    Check,
     InstanceFacts,
     Limits,
+    Observed,
     Piece,
     Rendering,
     Report,
@@ -50,10 +52,11 @@ from opbroker.controller.executor import refusal_of
 from opbroker.controller.kube import BINDINGS, INSTANCES, Kube, Refused
 from opbroker.controller.osb_effects import osb_executor
 from opbroker.controller.passes import PassingReconciler
-from opbroker.controller.reconciler import Key, Memories, Outcome
-from opbroker.controller.reconciling import AppliedMemory, Deps
+from opbroker.controller.reconciler import Key, Memories, Outcome, PerKey
+from opbroker.controller.reconciling import AppliedMemory, DayTwo, Deps
 from opbroker.controller.rendered import fetch_sources, inputs_for
 from opbroker.controller.settings import ControllerSettings
+from opbroker.controller.sources import object_key
 from opbroker.rendering import RenderError
 
 __all__ = ["InstanceFacts", "InstanceReconciler"]
@@ -77,6 +80,13 @@ def limits_of(settings: ControllerSettings) -> Limits:
         settings.max_operation_seconds,
         settings.error_threshold,
         max_poll_seconds=settings.status_poll_max_seconds,
+        resync_seconds=settings.resync_seconds,
+        live_status_seconds=settings.live_status_seconds,
+        drift_bounds=drift.Bounds(
+            max_corrections=settings.drift_corrections,
+            window_seconds=settings.drift_window_seconds,
+            backoff_seconds=settings.drift_backoff_seconds,
+        ),
     )
 
 
@@ -86,7 +96,9 @@ class InstanceReconciler(PassingReconciler[InstanceFacts]):
     def __init__(self, deps: Deps, memories: Memories) -> None:
         self.deps = deps
         self.applied = memories.keep(AppliedMemory())
-        self.executor = osb_executor(deps, INSTANCES, self.kind, self.applied)
+        self.day_two: PerKey[DayTwo] = memories.keep(PerKey())
+        """Day two: what each settled instance's checks read, wrote and corrected (``DayTwo``)."""
+        self.executor = osb_executor(deps, INSTANCES, self.kind, self.applied, day_two=self.day_two)
 
     def placed(self, facts: InstanceFacts) -> Outcome | None:
         return self.deps.placement.instance(dict(facts.instance.wire))  # multi-cluster: placed elsewhere
@@ -134,6 +146,8 @@ class InstanceReconciler(PassingReconciler[InstanceFacts]):
         entry = facts.entry
         due = steps(facts)
         try:
+            if Step.CHECK in due:
+                return self._gather_check(facts)
             if Step.APPLY in due:
                 return dataclasses.replace(facts, rendering=self._render(facts))
             if Step.AWAIT_OUTCOME in due or Step.EVALUATE in due:
@@ -180,6 +194,7 @@ class InstanceReconciler(PassingReconciler[InstanceFacts]):
         )
         template = entry.model.spec.template(TemplateAction.PROVISION)
         policy = template.deletion if template is not None else DeletionPolicy.DELETE
+        drift = template.drift_policy if template is not None else DriftPolicy.CORRECT
         pieces = tuple(
             Piece(
                 obj.manifest,
@@ -187,6 +202,7 @@ class InstanceReconciler(PassingReconciler[InstanceFacts]):
                 obj.adopt,
                 kube.plural_of(obj.manifest["apiVersion"], obj.manifest["kind"])[1],
                 policy,
+                drift,
             )
             for obj in rendered.objects
         )
@@ -217,6 +233,43 @@ class InstanceReconciler(PassingReconciler[InstanceFacts]):
         )
         section = result.provision if provision else result.deprovision
         return Report(True, section, registry, tuple(source_refs.values()))
+
+    def _gather_check(self, facts: InstanceFacts) -> InstanceFacts:
+        """Day two: what a settled instance's check decides on. Nothing is rendered when nothing it read last time
+        has moved (the digest of those objects' versions, from the store, matches the one recorded when it was last
+        found as declared): a resync over thousands of settled instances costs a few store lookups each. Else
+        ``provision`` is rendered, each object it renders read live, and the status template asked."""
+        key, view, entry = facts.key, facts.instance, facts.entry
+        assert entry is not None
+        memo = self.day_two.get(key) or DayTwo()
+        if memo.digest and self._digest(facts, memo.refs) == memo.digest:
+            return dataclasses.replace(facts, check=Check(memo.digest, unchanged=True))
+        try:
+            rendering = self._render(facts)
+            report = self._report(facts, provision=True, sources=rendering.sources)
+            kube = self._actor(facts)
+            observed = tuple(
+                Observed(piece, kube.get(piece.ref), memo.corrections.get(object_key(piece.ref), ()))
+                for piece in rendering.pieces
+            )
+        except RenderError as exc:
+            check = Check("", last_live_write=memo.last_live_write)
+            return dataclasses.replace(facts, check=check, render_error=str(exc) or type(exc).__name__)
+        except Refused as exc:
+            check = Check("", last_live_write=memo.last_live_write)
+            return dataclasses.replace(facts, check=check, refusal=refusal_of(exc))
+        refs = tuple(
+            {object_key(r): r for r in (*(report.source_refs if report else ()), *view.status.resources)}.values()
+        )
+        check = Check(self._digest(facts, refs), False, observed, refs, memo.last_live_write)
+        return dataclasses.replace(facts, rendering=rendering, report=report, check=check)
+
+    def _digest(self, facts: InstanceFacts, refs: Sequence[ResourceRef]) -> str:
+        """The versions of what a check reads (``refs``), with the plan's version and the instance's generation."""
+        assert facts.entry is not None
+        meta = facts.instance.meta
+        versions = [(ref, self._actor(facts).version_of(ref)) for ref in refs]
+        return decisions.sources_digest(plan_hash=facts.entry.hash, instance=meta, binding=meta, versions=versions)
 
     def _gather_teardown(self, facts: InstanceFacts) -> Teardown:
         view, kube = facts.instance, self._actor(facts)

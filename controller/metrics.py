@@ -21,6 +21,11 @@ RECONCILE_SECONDS = Histogram(
 )
 RECONCILE_ERRORS = Counter("opbroker_reconcile_errors_total", "Reconciles that raised", ["kind", "reason"])
 OBJECTS_BY_STATE = Gauge("opbroker_objects", "Instances and bindings by state", ["kind", "state"])
+INSTANCES_BY_HEALTH = Gauge(
+    "opbroker_instance_health",
+    "Provisioned instances by what their status template says of them now (ready, unready, unknown)",
+    ["health"],
+)
 #: The reconcile queue (set to read the live queue when the controller starts): keys waiting (ready or delayed)
 #: and keys being reconciled. Both 0, with the reconcile count standing still, is an idle controller.
 WORKQUEUE_DEPTH = Gauge("opbroker_workqueue_depth", "Keys waiting in the reconcile queue (ready or delayed)")
@@ -82,3 +87,17 @@ def observe_state(kind: str, key: Hashable, state: str | None) -> None:
             current = (kind, state)
             _states[key] = current
             OBJECTS_BY_STATE.labels(*current).inc()
+
+
+_health: dict[Hashable, str] = {}
+
+
+def observe_health(key: Hashable, health: str | None) -> None:
+    """Keep the by-health gauge exact: move a provisioned instance to ``health`` (None: it is gone)."""
+    with _lock:
+        previous = _health.pop(key, None)
+        if previous is not None:
+            INSTANCES_BY_HEALTH.labels(previous).dec()
+        if health is not None:
+            _health[key] = health
+            INSTANCES_BY_HEALTH.labels(health).inc()

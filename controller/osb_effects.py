@@ -10,20 +10,25 @@ Each effect performs its action the same way every time and decides nothing: the
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 from collections.abc import Mapping
+from typing import Any
 
 from opbroker.api.conventions import LABEL_PLAN
 from opbroker.api.meta import ResourceRef
-from opbroker.controller import registries, singletons
+from opbroker.controller import metrics, registries, singletons
 from opbroker.controller.core import actions as a
-from opbroker.controller.core import decisions
+from opbroker.controller.core import decisions, drift
+from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import ObjectView
 from opbroker.controller.executor import Effect, Executor, Run, Target
 from opbroker.controller.kube import Kind, Kube, ref_of
 from opbroker.controller.ownership import NotOwned, apply_owned, orphan, release
 from opbroker.controller.plan_guard import set_plan_finalizer
 from opbroker.controller.reconciler import PerKey
-from opbroker.controller.reconciling import AppliedMemory, Deps
+from opbroker.controller.reconciling import AppliedMemory, DayTwo, Deps
+from opbroker.controller.sources import object_key
 
 
 def osb_executor(
@@ -32,20 +37,49 @@ def osb_executor(
     key_kind: str,
     memory: AppliedMemory,
     followed: PerKey[tuple[tuple[ResourceRef, ...], str]] | None = None,
+    *,
+    day_two: PerKey[DayTwo] | None = None,
 ) -> Executor:
     """The executor of an instance or binding reconciler (``kind``: its API resource; ``key_kind``: its key)."""
     target = Target(
         deps.kube, kind, key_kind, own_writes=deps.own_writes, forget=deps.index.forget, wrote=deps.index.wrote
     )
-    return Executor(target, osb_effects(deps, memory, followed))
+    return Executor(target, osb_effects(deps, memory, followed, day_two=day_two))
 
 
 def osb_effects(
     deps: Deps,
     memory: AppliedMemory,
     followed: PerKey[tuple[tuple[ResourceRef, ...], str]] | None = None,
+    *,
+    day_two: PerKey[DayTwo] | None = None,
 ) -> Mapping[type, Effect]:
     """The instance and binding actions, bound to the controller's dependencies."""
+    checks: PerKey[DayTwo] = day_two if day_two is not None else PerKey()
+
+    def correct(run: Run, action: a.Correct) -> None:
+        """Set a drifted object back; only a write that changed it is an Event and counts for the fight bound."""
+        ref = ref_of(dict(action.apply.manifest))
+        before = run.actor(action.apply.as_user).version_of(ref)
+        written = apply(run, action.apply)
+        after = (written or {}).get("metadata", {}).get("resourceVersion") if written is not None else None
+        if written is None or after == before:
+            return  # nothing changed: a value the API server normalises, or a singleton left as it is
+        memo = checks.get(run.key) or DayTwo()
+        when = datetime.datetime.now(datetime.UTC)
+        key = object_key(ref)
+        corrections = {k: v for k, v in memo.corrections.items() if k != key}
+        corrections[key] = (*memo.corrections.get(key, ())[-8:], when)
+        checks.put(run.key, dataclasses.replace(memo, corrections=corrections, digest=""))
+        run.perform(a.Event(Reason.DRIFT_CORRECTED.value, drift.drift_message(ref, action.fields, corrected=True)))
+
+    def checked(run: Run, action: a.Checked) -> None:
+        memo = checks.get(run.key) or DayTwo()
+        last = action.at if action.live_written else memo.last_live_write
+        checks.put(run.key, dataclasses.replace(memo, refs=action.refs, digest=action.digest, last_live_write=last))
+
+    def report_health(run: Run, action: a.ReportHealth) -> None:
+        metrics.observe_health(run.key, action.health)
 
     def place(run: Run) -> registries.Place:
         """Where the object's registry is kept: the registry namespace, which consumers cannot read."""
@@ -76,7 +110,7 @@ def osb_effects(
         orphan(run.actor(action.as_user), action.ref, owner_uid=action.owner_uid)
 
     return {
-        a.Apply: apply,
+        a.Apply: lambda run, action: void(apply(run, action)),
         a.Release: release_object,
         a.Orphan: orphan_object,
         a.WriteSecret: write_secret,
@@ -88,6 +122,9 @@ def osb_effects(
         a.DropRegistry: drop_registry,
         a.Track: lambda run, action: deps.watchers.ensure(deps.index.track(run.key, list(action.refs))),
         a.Remember: lambda run, action: memory.remember(run.key, action.version, dict(action.record)),
+        a.Correct: correct,
+        a.Checked: checked,
+        a.ReportHealth: report_health,
         a.Forget: lambda run, action: memory.forget(run.key),
     }
 
@@ -112,7 +149,11 @@ def delete_secret(run: Run, action: a.DeleteSecret) -> None:
         kube.delete_secret(action.namespace, action.name, uid=secret.meta.uid or None)
 
 
-def apply(run: Run, action: a.Apply) -> None:
+def void(_: object) -> None:
+    """An effect's result is nothing (the apply's answer matters to a correction only)."""
+
+
+def apply(run: Run, action: a.Apply) -> dict[str, Any] | None:
     """Apply one rendered object, unless it exists and is not this owner's (``ownership``). A singleton is
     shared by every instance of the plan: if it exists already (made by opbroker for this plan, or adopted)
     it is left as it is and merely gains our owner reference (or, where none can reach it, our entry among
@@ -132,22 +173,24 @@ def apply(run: Run, action: a.Apply) -> None:
         )
         if written is not None and run.target.wrote is not None:
             run.target.wrote(run.key, written)
-        return
-    if kube.create(manifest if action.owned else singletons.tracked(manifest, uid)) is not None:
-        return
+        return written
+    created = kube.create(manifest if action.owned else singletons.tracked(manifest, uid))
+    if created is not None:
+        return created
     ref = ref_of(manifest)
     live = ObjectView.maybe(kube.get(ref))
     if live is None:
-        return  # deleted meanwhile: the next reconcile creates it
+        return None  # deleted meanwhile: the next reconcile creates it
     plan_label = ObjectView.of(manifest).meta.labels.get(LABEL_PLAN)
     if not action.adopt and not decisions.shared_singleton(live.meta, plan_label=plan_label):
         raise NotOwned(ref)
     if not action.owned:  # owner references cannot reach it: opbroker tracks its users (``singletons``)
         singletons.join(kube, ref, live, uid)
-        return
+        return None
     if not live.meta.owned_by(uid):
         patch = {
             "ownerReferences": [*(dict(o.wire) for o in live.meta.owners), dict(action.owner_reference)],
             "resourceVersion": live.meta.resource_version,
         }
         kube.merge_patch(ref, {"metadata": patch})
+    return None

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import datetime
 import logging
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from opbroker.api.meta import ResourceRef
 from opbroker.controller.budgets import Budgeting
 from opbroker.controller.catalog import Catalog
 from opbroker.controller.kube import Kube
 from opbroker.controller.reconciler import Key, Outcome
 from opbroker.controller.registries import RegistryCache
 from opbroker.controller.settings import ControllerSettings
-from opbroker.controller.sources import SourceIndex, SourceWatchers
+from opbroker.controller.sources import ObjectKey, SourceIndex, SourceWatchers
 from opbroker.rendering import Renderer
 
 logger = logging.getLogger(__name__)
@@ -82,6 +84,19 @@ class OwnWrites:
 
 def key_of(kind: str, obj: dict[str, Any]) -> Key:
     return Key.of(kind, obj)
+
+
+@dataclass(frozen=True)
+class DayTwo:
+    """What the controller remembers of a settled instance's checks (issue 43): what the last one read and the
+    digest of those objects' versions when it found everything as declared, when a live-status change was last
+    written (the debounce), and when each object was set back (the fight bound). Lost on a restart: the first check
+    after one renders and compares again, and the bounds start afresh."""
+
+    refs: tuple[ResourceRef, ...] = ()
+    digest: str = ""
+    last_live_write: datetime.datetime | None = None
+    corrections: Mapping[ObjectKey, tuple[datetime.datetime, ...]] = field(default_factory=dict)
 
 
 class AppliedMemory:

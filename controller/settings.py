@@ -41,6 +41,19 @@ class ControllerSettings:
     whose watch is live, its re-check interval grows with its age (half of it, from :attr:`status_poll_seconds`)
     up to this, so a long wait is not paid for with a status render every :attr:`status_poll_seconds`; otherwise
     the poll is the only news and stays at :attr:`status_poll_seconds` (at or below it: no growth)."""
+    resync_seconds: float = 600.0
+    """Day two: a provisioned instance is checked again this long after its last check (±10 % by uid) even when no
+    event came — the safety net for a missed one (``--resync-seconds``; 0: never). A check that finds nothing it
+    read moved renders nothing."""
+    live_status_seconds: float = 10.0
+    """Day two: at most one live-status change (Ready and its Event) is written per instance per this many seconds,
+    so an operator flapping between healthy and failing does not flood writes."""
+    drift_corrections: int = 3
+    """Day two: corrections of one object within :attr:`drift_window_seconds` before opbroker stops (``Synced=False``
+    naming the other writer): two writers fighting over a field end there, not in a hot loop."""
+    drift_window_seconds: float = 300.0
+    drift_backoff_seconds: float = 2.0
+    """Day two: the wait after an object's first correction before the next; it doubles with each in the window."""
     workers: int = 4
     """Reconciles running at once (each does blocking API calls in a thread)."""
     namespace_workers: int = 2

@@ -8,6 +8,7 @@ refusal masking, ownership rules — and stops at the first action the cluster r
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -171,6 +172,36 @@ class Track:
 
 
 @dataclass(frozen=True)
+class Correct:
+    """Day two: set a drifted object back (``apply``, performed as any apply), then — only if the write changed it —
+    an Event naming ``fields`` (``core.drift.drift_message``) and the correction counted for the fight bound. A
+    write that changed nothing (a value the API server normalises, found different by the comparison) is silent."""
+
+    apply: Apply
+    fields: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Checked:
+    """Day two: the instance was found as declared: remember ``digest`` (what its check read), so a resync or an
+    event that changes none of it costs no render. ``live_written``: a live-status change was written now."""
+
+    digest: str
+    live_written: bool = False
+    refs: tuple[ResourceRef, ...] = ()
+    """What the check read: the next one computes its digest over these."""
+    at: datetime.datetime | None = None
+    """The moment of the check (a live-status write is remembered at it)."""
+
+
+@dataclass(frozen=True)
+class ReportHealth:
+    """Day two: count the instance under ``health`` (``core.live_status.Health``) in the metric."""
+
+    health: str
+
+
+@dataclass(frozen=True)
 class Remember:
     """Keep the record of an apply in memory until the operation's outcome writes it (``AppliedMemory``)."""
 
@@ -246,6 +277,9 @@ Action = (
     | SaveRegistry
     | DropRegistry
     | Track
+    | Correct
+    | Checked
+    | ReportHealth
     | Remember
     | Forget
     | ForgetObject

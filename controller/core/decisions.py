@@ -84,6 +84,9 @@ class Step(StrEnum):
     """Paused (:func:`pause_step`), not said yet: the ``Paused`` condition and an Event, nothing else."""
     RESUME = "resume"
     """The pause is lifted: ``Paused`` becomes False, then the next pass decides from the facts as usual."""
+    CHECK = "check"
+    """Day two: a provisioned instance, settled — its status template's verdict shown live, its rendered objects
+    compared with the live ones (``core.drift``, ``core.live_status``)."""
 
 
 def is_deleting(obj: Mapping[str, Any]) -> bool:
@@ -106,6 +109,8 @@ def next_instance_step(instance: InstanceView, *, plan_hash: str | None, auto_up
         return Step.APPLY
     if status.in_progress:
         return Step.EVALUATE
+    if status.state == OperationState.SUCCEEDED.value:
+        return Step.CHECK
     return Step.NOTHING
 
 
@@ -290,6 +295,16 @@ def poll_after(
     if max_seconds <= 0:
         return wait
     return max(0.5, min(wait, max_seconds - age + 0.5))
+
+
+def resync_after(uid: str, seconds: float) -> float:
+    """When a settled object is looked at again without any event (the safety net for a missed one): ``seconds``
+    spread over ±10 % by the object's uid, so 20 000 objects settled in one burst do not all come back in the same
+    second — each keeps its own phase, every period."""
+    if seconds <= 0:
+        return 0.0
+    fraction = int(hashlib.sha256(uid.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
+    return seconds * (0.9 + 0.2 * fraction)
 
 
 def now(at: datetime.datetime | None = None) -> str:

@@ -16,16 +16,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from opbroker.api.catalog import DeletionPolicy
+from opbroker.api.catalog import DeletionPolicy, DriftPolicy
 from opbroker.api.conventions import LABEL_INSTANCE, LABEL_PLAN
 from opbroker.api.meta import ResourceRef
 from opbroker.api.osb import OperationState
 from opbroker.controller.catalog import PlanEntry
 from opbroker.controller.core import actions as a
-from opbroker.controller.core import decisions
+from opbroker.controller.core import decisions, drift, live_status
 from opbroker.controller.core.decisions import Letting, Step
 from opbroker.controller.core.reasons import Reason
-from opbroker.controller.core.views import BindingView, InstanceView
+from opbroker.controller.core.views import BindingView, InstanceView, condition_wire
 from opbroker.controller.objects import (
     minus_refs,
     recorded,
@@ -53,6 +53,13 @@ class Limits:
     """The longest an operation in progress waits between two readings when every object its status template
     reads is of a watched kind: its wait grows with its age up to this (``decisions.poll_after``), since the
     watch reports a change at once. Otherwise it is read every ``poll_seconds``."""
+    resync_seconds: float = 600.0
+    """Day two: a settled instance is looked at again this long after its last look (±10 %, by uid) even when no
+    event came — the safety net for a missed one (0: never)."""
+    live_status_seconds: float = 10.0
+    """Day two: at most one live-status change (Ready, its Event) written per instance per this many seconds."""
+    drift_bounds: drift.Bounds = dataclasses.field(default_factory=drift.Bounds)
+    """Day two: how often one object may be set back before it counts as a fight."""
 
 
 @dataclass(frozen=True)
@@ -65,6 +72,8 @@ class Piece:
     namespaced: bool = True
     deletion_policy: DeletionPolicy = DeletionPolicy.DELETE
     """Its template's ``deletionPolicy``: recorded with the object when it is applied, and what its teardown does."""
+    drift: DriftPolicy = DriftPolicy.CORRECT
+    """Its template's ``drift``: what a settled instance's check does when the live object differs."""
 
     @property
     def ref(self) -> ResourceRef:
@@ -190,6 +199,30 @@ def resume(view: InstanceView | BindingView, now: datetime.datetime | None) -> t
 
 
 @dataclass(frozen=True)
+class Observed:
+    """Day two: one object ``provision`` renders now, and the live object (None: gone) it is compared with."""
+
+    piece: Piece
+    live: Mapping[str, Any] | None = dataclasses.field(repr=False)
+    history: tuple[datetime.datetime, ...] = ()
+    """When it was set back before (the corrections that changed it, inside the fight window)."""
+
+
+@dataclass(frozen=True)
+class Check:
+    """Day two: what a settled instance's check read. ``unchanged``: nothing it read last time has moved (the
+    ``digest`` of their versions matches the one recorded when it was last found as declared): nothing to do."""
+
+    digest: str
+    unchanged: bool = False
+    observed: tuple[Observed, ...] = ()
+    refs: tuple[ResourceRef, ...] = ()
+    """What the check read (the status template's sources and the recorded objects): followed by the watch."""
+    last_live_write: datetime.datetime | None = None
+    """When a live-status change was last written (the debounce, ``core.live_status``)."""
+
+
+@dataclass(frozen=True)
 class InstanceFacts:
     """What one pass of a reconcile decides on, read once."""
 
@@ -218,6 +251,8 @@ class InstanceFacts:
     """The (apiVersion, kind)s whose watch is live at the read: a change of their objects enqueues the owner."""
     over_budget: str | None = None
     """Why the namespace may start no new operation now (``core.budgets.refusal``; None: it may)."""
+    check: Check | None = None
+    """Day two: what a settled instance's check read (``Step.CHECK``)."""
 
 
 # -- the pure plan ------------------------------------------------------------------------------------------
@@ -244,6 +279,8 @@ def steps(facts: InstanceFacts) -> tuple[Step, ...]:
         return ()
     if step in (Step.ADD_FINALIZER, Step.BLOCKED, Step.TEARDOWN):
         return (step,)
+    if step == Step.CHECK:  # a settled instance whose plan is gone or broken keeps its last verdict
+        return (step,) if entry is not None and entry.model is not None else ()
     if entry is None or entry.model is None:
         return (Step.REPORT_PLAN_PROBLEM,)
     if step == Step.APPLY and decisions.refuses_new_instance(view, entry.view):
@@ -283,6 +320,8 @@ def _expand(step: Step, facts: InstanceFacts) -> Sequence[a.Action]:
         return (_transition(facts, OperationState.FAILED, Reason.BINDINGS_EXIST, error=error),)
     if step == Step.TEARDOWN:
         return _teardown(facts)
+    if step == Step.CHECK:
+        return check(facts)
     if step == Step.REPORT_PLAN_PROBLEM:
         return (_plan_problem(facts),)
     assert entry is not None
@@ -307,6 +346,8 @@ def _expand(step: Step, facts: InstanceFacts) -> Sequence[a.Action]:
 
 def refused(facts: InstanceFacts, refusal: a.Refusal) -> tuple[a.Action, ...]:
     """What to write when the cluster refused an object of the apply (the executor stopped there)."""
+    if facts.check is not None:  # a correction of a settled instance: its operation stays as it ended
+        return _check_refused(facts, refusal)
     if refusal.why is a.Refused.OBJECT and not refusal.permanent:  # fixable outside the request: count, retry
         return _count_error(facts, refusal.message, Reason.APPLY_FAILED)
     reason = {
@@ -496,20 +537,7 @@ def _apply(facts: InstanceFacts) -> tuple[a.Action, ...]:
     ]
     if rendering.registry_changed:
         out.append(a.SaveRegistry(rendering.registry, labels))
-    for piece in rendering.pieces:
-        owned = piece.namespaced and same_namespace(piece.manifest, meta)
-        manifest = stamp(dict(piece.manifest), owner=view, labels=labels, owned=owned, shared=piece.singleton)
-        out.append(
-            a.Apply(
-                manifest,
-                owner_uid=meta.uid,
-                owner_reference=reference_to(view),
-                singleton=piece.singleton,
-                owned=owned,
-                adopt=piece.adopt,
-                as_user=facts.actor,
-            )
-        )
+    out.extend(apply_action(facts, piece) for piece in rendering.pieces)
     out.extend(no_longer_rendered(minus_refs(old_refs, new_refs), view.status.orphans, meta.uid, facts.actor))
     record = {
         "resources": recorded(new_refs, new_orphans),
@@ -520,6 +548,26 @@ def _apply(facts: InstanceFacts) -> tuple[a.Action, ...]:
     }
     out += [a.Remember((meta.generation, entry.hash), record), a.Continue()]
     return tuple(out)
+
+
+def apply_action(facts: InstanceFacts, piece: Piece) -> a.Apply:
+    """The apply of one rendered object of the instance: stamped as its own, labelled with it and its plan, owned
+    through an owner reference where one can reach it. The same for the first apply and a day-two correction."""
+    view, entry = facts.instance, facts.entry
+    assert entry is not None
+    meta = view.meta
+    labels = {LABEL_INSTANCE: meta.name, LABEL_PLAN: entry.view.meta.name}
+    owned = piece.namespaced and same_namespace(piece.manifest, meta)
+    manifest = stamp(dict(piece.manifest), owner=view, labels=labels, owned=owned, shared=piece.singleton)
+    return a.Apply(
+        manifest,
+        owner_uid=meta.uid,
+        owner_reference=reference_to(view),
+        singleton=piece.singleton,
+        owned=owned,
+        adopt=piece.adopt,
+        as_user=facts.actor,
+    )
 
 
 def _evaluate(facts: InstanceFacts, *, applied: Mapping[str, Any] | None) -> tuple[a.Action, ...]:
@@ -533,10 +581,9 @@ def _evaluate(facts: InstanceFacts, *, applied: Mapping[str, Any] | None) -> tup
         dashboard = decisions.dashboard_url(None, dict(report.registry))
         extra = {**applied, **({"dashboardUrl": dashboard} if dashboard else {})}
         description = "resources applied (the plan has no status template)"
-        return (
-            a.Forget(),
-            _transition(facts, OperationState.SUCCEEDED, Reason.PROVISIONED, description=description, extra=extra),
-        )
+        outcome = _transition(facts, OperationState.SUCCEEDED, Reason.PROVISIONED, description=description, extra=extra)
+        track = a.Track(view.status.resources or tuple(ref for ref in _applied_refs(applied)))
+        return (track, a.Forget(), dataclasses.replace(outcome, settled=False), *_resync(facts))
     track = a.Track((*report.source_refs, *view.status.resources))
     section = report.section
     if section is None or section.state == OperationState.IN_PROGRESS.value:
@@ -554,6 +601,9 @@ def _evaluate(facts: InstanceFacts, *, applied: Mapping[str, Any] | None) -> tup
     description = section.description or ""
     if section.state == OperationState.SUCCEEDED.value:
         outcome = _transition(facts, OperationState.SUCCEEDED, Reason.PROVISIONED, description=description, extra=extra)
+        # Provisioned: the instance stays followed (day two: its objects' changes bring it back for a check) and is
+        # looked at again after the resync period whatever happens.
+        return (track, a.Forget(), dataclasses.replace(outcome, settled=False), *_resync(facts))
     else:
         error = section.error or section.description or "the operator reported a failure"
         outcome = _transition(
@@ -606,3 +656,181 @@ def _teardown(facts: InstanceFacts) -> tuple[a.Action, ...]:
             a.Event(Reason.NAMESPACE_TERMINATING.value, decisions.terminating_teardown_message(meta.namespace, scope))
         )
     return (*out, a.DropRegistry(), a.EnsureFinalizer(present=False), a.ForgetObject())
+
+
+def _applied_refs(applied: Mapping[str, Any]) -> tuple[ResourceRef, ...]:
+    """The objects an apply's record names (``resources``), as references."""
+    out = []
+    for entry in applied.get("resources") or ():
+        if isinstance(entry, Mapping) and entry.get("apiVersion") and entry.get("kind") and entry.get("name"):
+            out.append(
+                ResourceRef(
+                    api_version=entry["apiVersion"],
+                    kind=entry["kind"],
+                    name=entry["name"],
+                    namespace=entry.get("namespace"),
+                )
+            )
+    return tuple(out)
+
+
+# -- day two: a settled instance kept as declared ------------------------------------------------------------
+
+
+def _resync(facts: InstanceFacts) -> tuple[a.Action, ...]:
+    """The look after the resync period (none when it is 0)."""
+    seconds = decisions.resync_after(facts.instance.meta.uid, facts.limits.resync_seconds)
+    return (a.Requeue(seconds),) if seconds > 0 else ()
+
+
+#: What the Synced condition says when every rendered object holds what its template renders.
+IN_SYNC_MESSAGE = "every object the plan renders holds what its templates render"
+SYNCED_CONDITION = "Synced"
+
+
+@dataclass(frozen=True)
+class _Condition:
+    """A condition to show: type, status, reason, message."""
+
+    type: str
+    ok: bool
+    reason: Reason
+    message: str
+
+
+def _shows(view: InstanceView, wanted: _Condition) -> bool:
+    """Whether the status shows ``wanted`` already. An absent Synced is as good as a True one: an instance that has
+    never drifted is not written to say so (20 000 settled instances cost no write)."""
+    found = view.status.condition(wanted.type)
+    if found is None:
+        return wanted.ok and wanted.type == SYNCED_CONDITION
+    if wanted.ok:
+        return found.status == "True"
+    return found.status == "False" and found.reason == wanted.reason.value and found.message == wanted.message[:1024]
+
+
+def _conditions_patch(
+    view: InstanceView, changes: Sequence[_Condition], now: datetime.datetime | None
+) -> dict[str, Any]:
+    """The status patch that sets ``changes`` and writes every other condition back as read."""
+    types = {c.type for c in changes}
+    kept = [condition_wire(c) for c in view.status.conditions if c.type not in types]
+    new = []
+    for change in changes:
+        old = view.status.condition(change.type)
+        value = "True" if change.ok else "False"
+        moved = old is None or old.status != value
+        new.append(
+            {
+                "type": change.type,
+                "status": value,
+                "reason": change.reason.value,
+                "message": change.message[:1024],
+                "lastTransitionTime": decisions.now(now) if moved or old is None else old.last_transition_time,
+                "observedGeneration": view.meta.generation,
+            }
+        )
+    return {"conditions": [*kept, *new]}
+
+
+def check(facts: InstanceFacts) -> tuple[a.Action, ...]:
+    """Day two: keep a settled instance as declared, and show what its operator says of it.
+
+    Every object ``provision`` renders now is compared with the live one (``core.drift``): one deleted, or with a
+    field the template sets changed, is set back (``drift: correct``, as the plan's account, rate-limited per object
+    with backoff), only reported (``report``: ``Synced=False``), or left (``ignore``). An object set back too often in
+    a short time has another writer: correcting it stops (``Synced=False`` naming that writer). The status template's
+    verdict becomes the Ready condition (``core.live_status``), debounced; ``state`` and ``lastOperation`` stay as the
+    last operation left them. A check that finds everything as declared records what it read (``Checked``), so the
+    next look with nothing changed costs no render."""
+    view, limits, found = facts.instance, facts.limits, facts.check
+    resync = _resync(facts)
+    if found is None or found.unchanged:
+        return resync
+    now = facts.now or datetime.datetime.now(datetime.UTC)
+    out: list[a.Action] = [a.Track(found.refs)] if found.refs else []
+    events: list[a.Event] = []
+    waits: list[float] = []
+    corrections = 0
+    problem = facts.render_error or (facts.refusal.message if facts.refusal is not None else None)
+    if problem is not None:
+        reason = Reason.RENDER_FAILED if facts.render_error is not None else Reason.APPLY_REFUSED
+        synced = _Condition(SYNCED_CONDITION, False, reason, f"cannot check the rendered objects: {problem}")
+    else:
+        synced = _Condition(SYNCED_CONDITION, True, Reason.IN_SYNC, IN_SYNC_MESSAGE)
+        fights: list[str] = []
+        reported: list[str] = []
+        for seen in found.observed:
+            piece = seen.piece
+            if piece.drift is DriftPolicy.IGNORE or piece.singleton:  # a shared singleton is left as it is
+                continue
+            action = apply_action(facts, piece)
+            paths = drift.differences(action.manifest, seen.live)
+            if not paths:
+                continue
+            if piece.drift is DriftPolicy.REPORT:
+                reported.append(drift.drift_message(piece.ref, paths, corrected=False))
+                continue
+            decision = drift.verdict(seen.history, now, limits.drift_bounds)
+            if decision.verdict is drift.Verdict.CORRECT:
+                out.append(a.Correct(action, paths))
+                corrections += 1
+                continue
+            waits.append(decision.after)
+            if decision.verdict is drift.Verdict.FIGHT:
+                managers = drift.other_managers(seen.live, OWN_MANAGERS_PREFIX)
+                fights.append(drift.fight_message(piece.ref, paths, managers, limits.drift_bounds))
+        if fights:
+            synced = _Condition(SYNCED_CONDITION, False, Reason.DRIFT_FIGHT, fights[0])
+        elif reported:
+            synced = _Condition(SYNCED_CONDITION, False, Reason.DRIFT_DETECTED, "; ".join(reported))
+    changes: list[_Condition] = []
+    if not _shows(view, synced):
+        changes.append(synced)
+        if not synced.ok:
+            events.append(a.Event(synced.reason.value, synced.message, warning=True))
+        elif view.status.condition(SYNCED_CONDITION) is not None:
+            events.append(a.Event(Reason.IN_SYNC.value, IN_SYNC_MESSAGE))
+    health = live_status.Health.UNKNOWN
+    live_written = False
+    verdict = live_status.verdict_of(facts.report.section) if facts.report and facts.report.has_template else None
+    if verdict is not None and problem is None:
+        health = verdict.health
+        ready = view.status.condition("Ready")
+        change = live_status.change(
+            ready, verdict, last_write=found.last_live_write, now=now, min_seconds=limits.live_status_seconds
+        )
+        if change is not None and change.write:
+            changes.append(_Condition("Ready", verdict.ready, verdict.reason, verdict.message))
+            events.append(a.Event(verdict.reason.value, verdict.message, warning=not verdict.ready))
+            live_written = True
+        elif change is not None:
+            waits.append(change.wait)
+    if changes:
+        out.append(a.WriteStatus(_conditions_patch(view, changes, now)))
+        out.extend(events)
+    settled = not corrections and not waits and problem is None
+    out.append(a.Checked(found.digest if settled else "", live_written=live_written, refs=found.refs, at=now))
+    out.append(a.ReportHealth(health.value))
+    if corrections:  # the corrections' own echoes are not events: look again soon to see them hold
+        waits.append(limits.drift_bounds.backoff_seconds)
+    if waits:
+        out.append(a.Requeue(max(0.5, min(waits))))
+    return (*out, *resync)
+
+
+#: The prefix of opbroker's own field managers (the controller's, a binding's on its instance's objects): never named
+#: as the other party of a fight.
+OWN_MANAGERS_PREFIX = "opbroker-"
+
+
+def _check_refused(facts: InstanceFacts, refusal: a.Refusal) -> tuple[a.Action, ...]:
+    """A correction the cluster refused (the plan's account may not write there; the object is someone else's now):
+    the instance's operation stays as it ended, ``Synced=False`` says why, and the resync looks again."""
+    view = facts.instance
+    synced = _Condition(SYNCED_CONDITION, False, Reason.APPLY_REFUSED, f"a correction was refused: {refusal.message}")
+    out: list[a.Action] = []
+    if not _shows(view, synced):
+        out.append(a.WriteStatus(_conditions_patch(view, [synced], facts.now)))
+        out.append(a.Event(synced.reason.value, synced.message, warning=True))
+    return (*out, *_resync(facts))

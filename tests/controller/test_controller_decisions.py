@@ -58,7 +58,7 @@ INSTANCE_CASES = [
     ("broker's update is applied", obj(state="update", observed=1), "h", False, 0, Step.APPLY),
     ("spec changed since last apply", obj(state="succeeded", generation=2, observed=1), "h", False, 0, Step.APPLY),
     ("in progress is evaluated", obj(state="in progress", observed=1), "h", False, 0, Step.EVALUATE),
-    ("succeeded needs nothing", obj(state="succeeded", observed=1, applied_hash="h"), "h", False, 0, Step.NOTHING),
+    ("succeeded is checked (day two)", obj(state="succeeded", observed=1, applied_hash="h"), "h", False, 0, Step.CHECK),
     ("failed needs nothing", obj(state="failed", observed=1), "h", False, 0, Step.NOTHING),
     (
         "plan change re-renders with autoUpdate",
@@ -69,12 +69,12 @@ INSTANCE_CASES = [
         Step.APPLY,
     ),
     (
-        "plan change ignored without autoUpdate",
+        "plan change not applied without autoUpdate (only checked)",
         obj(state="succeeded", observed=1, applied_hash="old"),
         "new",
         False,
         0,
-        Step.NOTHING,
+        Step.CHECK,
     ),
     ("deletion tears down", obj(state="delete", observed=1, deleting=True), "h", False, 0, Step.TEARDOWN),
     ("deletion waits for bindings", obj(state="delete", observed=1, deleting=True), "h", False, 2, Step.BLOCKED),

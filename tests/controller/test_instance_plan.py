@@ -191,6 +191,8 @@ def summary(actions: Sequence[a.Action]) -> list[tuple[Any, ...]]:
                 out.append(("remember",))
             case a.Forget():
                 out.append(("forget",))
+            case a.Requeue(seconds=seconds) if seconds >= 0.9 * Limits().resync_seconds:
+                out.append(("resync",))
             case a.Requeue(seconds=seconds):
                 out.append(("requeue", seconds))
             case _:
@@ -420,6 +422,7 @@ ROWS: list[tuple[str, InstanceFacts, list[tuple[Any, ...]]]] = [
             ("track", ()),
             ("forget",),
             ("status", "succeeded", "Provisioned", "guarded", ("event", "Provisioned", False)),
+            ("resync",),
         ],
     ),
     (
@@ -430,9 +433,14 @@ ROWS: list[tuple[str, InstanceFacts, list[tuple[Any, ...]]]] = [
     (
         "a plan without status template: succeeded once applied",
         facts(body(state="in progress"), pending=PENDING, report=Report(False)),
-        [("forget",), ("status", "succeeded", "Provisioned", "guarded", ("event", "Provisioned", False))],
+        [
+            ("track", ()),
+            ("forget",),
+            ("status", "succeeded", "Provisioned", "guarded", ("event", "Provisioned", False)),
+            ("resync",),
+        ],
     ),
-    ("succeeded: nothing", facts(body(state="succeeded", observed=1)), []),
+    ("succeeded, nothing read for its check: looked at again after the resync", facts(body(state="succeeded", observed=1)), [("resync",)]),
     ("failed: nothing", facts(body(state="failed", observed=1)), []),
     ("plan missing, nothing to do: nothing", facts(body(state="succeeded", observed=1), None), []),
     # -- pause: an administrator stops everything but the deletion -------------------------------------------------
@@ -473,7 +481,8 @@ ROWS: list[tuple[str, InstanceFacts, list[tuple[Any, ...]]]] = [
      [APPLYING, ("apply", "db", False, True), ("remember",), ("Continue",)]),
     ("resumed in progress: evaluated from the live state",
      facts(body(state="in progress", observed=1, conditions=[RESUMED]), report=STATUS),
-     [("track", ()), ("forget",), ("status", "succeeded", "Provisioned", "guarded", ("event", "Provisioned", False))]),
+     [("track", ()), ("forget",), ("status", "succeeded", "Provisioned", "guarded", ("event", "Provisioned", False)),
+      ("resync",)]),
     # -- deletion policy: orphan leaves the object in place, without opbroker's stamp --------------------------------
     ("deleting: an object recorded as an orphan is orphaned, not waited for, and named",
      facts(body(state="succeeded", deleting=True, resources=[CM], orphans=[CM]),
@@ -607,13 +616,18 @@ def test_a_resume_turns_the_condition_false_and_looks_again() -> None:
         "Resumed",
         "2026-06-01T12:00:00Z",
     )
-    assert plan(facts(body(state="succeeded", observed=1, conditions=[condition]))) == ()  # said once
+    said_once = plan(facts(body(state="succeeded", observed=1, conditions=[condition])))
+    assert [type(action) for action in said_once] == [a.Requeue]  # said once: the day-two check goes on
 
 
 def test_the_outcome_carries_the_apply_record_and_the_report() -> None:
     report = Report(True, SectionStatus(state="succeeded", dashboard_url="https://d", instance_usable=True))  # type: ignore[arg-type]
-    write = plan(facts(body(state="in progress"), pending=PENDING, report=report))[-1]
-    assert isinstance(write, a.WriteStatus) and write.settled
+    write = next(
+        x
+        for x in plan(facts(body(state="in progress"), pending=PENDING, report=report))
+        if isinstance(x, a.WriteStatus)
+    )
+    assert not write.settled  # provisioned: its objects stay followed (day two)
     assert write.patch["observedGeneration"] == 1 and write.patch["appliedPlanHash"] == ENTRY.hash
     assert write.patch["dashboardUrl"] == "https://d" and write.patch["instanceUsable"] is True
 
@@ -623,8 +637,11 @@ def test_a_re_render_of_the_same_generation_still_writes_its_apply_record_with_t
     EVALUATE: the record waiting in memory (the new appliedPlanHash, the resources now rendered) must ride along
     with the outcome, or the instance stays "outdated" for ever (``update-instances --only-outdated`` marks it
     again) and keeps objects it no longer renders in ``status.resources``."""
-    write = plan(facts(body(state="in progress", observed=1), pending=PENDING, report=STATUS))[-1]
-    assert isinstance(write, a.WriteStatus) and write.settled
+    write = next(
+        x
+        for x in plan(facts(body(state="in progress", observed=1), pending=PENDING, report=STATUS))
+        if isinstance(x, a.WriteStatus)
+    )
     assert write.patch["appliedPlanHash"] == ENTRY.hash and write.patch["state"] == "succeeded"
 
 

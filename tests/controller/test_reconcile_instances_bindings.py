@@ -188,7 +188,7 @@ INSTANCE_PLANS = [
     ("in progress, applied (no record)", body(state="in progress"), ENTRY, 0, None, (Step.APPLY,)),
     ("in progress, recorded", body(state="in progress", observed=1), ENTRY, 0, None, (Step.EVALUATE,)),
     ("re-requested while pending", body(state="in_queue"), ENTRY, 0, PENDING, (Step.APPLY,)),
-    ("succeeded needs nothing", body(state="succeeded", observed=1), ENTRY, 0, None, ()),
+    ("succeeded is checked (day two)", body(state="succeeded", observed=1), ENTRY, 0, None, (Step.CHECK,)),
     ("failed needs nothing", body(state="failed", observed=1), ENTRY, 0, None, ()),
     ("deleting with bindings", body(state="succeeded", deleting=True), ENTRY, 2, None, (Step.BLOCKED,)),
     ("deleting without bindings", body(state="succeeded", deleting=True), ENTRY, 0, None, (Step.TEARDOWN,)),
@@ -611,7 +611,8 @@ def test_plan_problem_is_reported(world: World, plan_id: str, reason: Reason) ->
 def test_plan_without_status_template_succeeds_on_apply(world: World) -> None:
     world.catalog.upsert_plan(plan_body(status=False))
     world.instance(status={"state": "in_queue"})
-    assert world.reconcile() == DONE
+    outcome = world.reconcile()
+    assert outcome.requeue_after is not None and outcome.requeue_after >= 540  # provisioned: the day-two resync
     status = world.status()
     assert status["state"] == "succeeded" and status["observedGeneration"] == 1
     assert status["appliedPlanHash"] == world.catalog.plan(PLAN_ID).hash  # type: ignore[union-attr]
@@ -802,7 +803,7 @@ def test_orphan_templates_leave_their_objects_in_place_without_opbrokers_stamp(w
     objects stay — without opbroker's labels, owner-uid stamp and owner reference — and an Event names them."""
     world.catalog.upsert_plan(plan_body(status=False, orphan=True))
     world.instance(status={"state": "in_queue"})
-    assert world.reconcile() == DONE
+    assert world.reconcile().requeue_after is not None  # provisioned: the day-two resync
     db = {"apiVersion": "v1", "kind": "ConfigMap", "name": "db", "namespace": NS, "deletionPolicy": "orphan"}
     assert world.status()["resources"] == [db]
     world.binding("b")

@@ -95,6 +95,7 @@ def test_the_schema_spells_inputs_in_camel_case_with_the_right_requirements(sche
         "singleton",
         "adopt",
         "deletionPolicy",
+        "drift",
     }
     actions = [e["value"] for e in schema["types"]["opbroker:index:TemplateAction"]["enum"]]
     assert actions == ["provision", "bind", "unbind", "sources", "status", "clusterSelector"]
