@@ -61,6 +61,15 @@ from opbroker.rendering import RenderError
 
 __all__ = ["InstanceFacts", "InstanceReconciler"]
 
+#: The prefix of opbroker's own field managers (the controller's, a binding's on its instance's objects): never named
+#: as the other party of a fight.
+OWN_MANAGERS_PREFIX = "opbroker-"
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
 logger = logging.getLogger(__name__)
 
 
@@ -247,11 +256,7 @@ class InstanceReconciler(PassingReconciler[InstanceFacts]):
         try:
             rendering = self._render(facts)
             report = self._report(facts, provision=True, sources=rendering.sources)
-            kube = self._actor(facts)
-            observed = tuple(
-                Observed(piece, kube.get(piece.ref), memo.corrections.get(object_key(piece.ref), ()))
-                for piece in rendering.pieces
-            )
+            observed = tuple(self._observe(facts, piece, memo) for piece in rendering.pieces)
         except RenderError as exc:
             check = Check("", last_live_write=memo.last_live_write)
             return dataclasses.replace(facts, check=check, render_error=str(exc) or type(exc).__name__)
@@ -263,6 +268,18 @@ class InstanceReconciler(PassingReconciler[InstanceFacts]):
         )
         check = Check(self._digest(facts, refs), False, observed, refs, memo.last_live_write)
         return dataclasses.replace(facts, rendering=rendering, report=report, check=check)
+
+    def _observe(self, facts: InstanceFacts, piece: Piece, memo: DayTwo) -> Observed:
+        """One rendered object, live; when a drift of it would be a fight, read past the store to name the other
+        writer (the store keeps no ``managedFields``)."""
+        kube = self._actor(facts)
+        history = drift.recent(
+            memo.corrections.get(object_key(piece.ref), ()), facts.now or _now(), facts.limits.drift_bounds
+        )
+        if not drift.fighting(history, facts.now or _now(), facts.limits.drift_bounds):
+            return Observed(piece, kube.get(piece.ref), history)
+        live = kube.get(piece.ref, fresh=True)
+        return Observed(piece, live, history, drift.other_managers(live, OWN_MANAGERS_PREFIX))
 
     def _digest(self, facts: InstanceFacts, refs: Sequence[ResourceRef]) -> str:
         """The versions of what a check reads (``refs``), with the plan's version and the instance's generation."""

@@ -147,6 +147,12 @@ def verdict(history: Sequence[datetime.datetime], now: datetime.datetime, bounds
     return Decision(Verdict.CORRECT)
 
 
+def fighting(history: Sequence[datetime.datetime], now: datetime.datetime, bounds: Bounds) -> bool:
+    """Whether a drift found now would be a fight (:func:`verdict` says FIGHT): then the reconciler reads the object
+    past its store (which keeps no ``managedFields``) to name the other writer."""
+    return verdict(history, now, bounds).verdict is Verdict.FIGHT
+
+
 def recent(
     history: Sequence[datetime.datetime], now: datetime.datetime, bounds: Bounds
 ) -> tuple[datetime.datetime, ...]:

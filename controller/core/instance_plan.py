@@ -206,6 +206,9 @@ class Observed:
     live: Mapping[str, Any] | None = dataclasses.field(repr=False)
     history: tuple[datetime.datetime, ...] = ()
     """When it was set back before (the corrections that changed it, inside the fight window)."""
+    managers: tuple[str, ...] = ()
+    """When a drift of it would be a fight (``drift.fighting``): the other field managers writing it, the most
+    recent first (``drift.other_managers``, read past the store, which keeps no ``managedFields``)."""
 
 
 @dataclass(frozen=True)
@@ -778,8 +781,7 @@ def check(facts: InstanceFacts) -> tuple[a.Action, ...]:
                 continue
             waits.append(decision.after)
             if decision.verdict is drift.Verdict.FIGHT:
-                managers = drift.other_managers(seen.live, OWN_MANAGERS_PREFIX)
-                fights.append(drift.fight_message(piece.ref, paths, managers, limits.drift_bounds))
+                fights.append(drift.fight_message(piece.ref, paths, seen.managers, limits.drift_bounds))
         if fights:
             synced = _Condition(SYNCED_CONDITION, False, Reason.DRIFT_FIGHT, fights[0])
         elif reported:
@@ -817,11 +819,6 @@ def check(facts: InstanceFacts) -> tuple[a.Action, ...]:
     if waits:
         out.append(a.Requeue(max(0.5, min(waits))))
     return (*out, *resync)
-
-
-#: The prefix of opbroker's own field managers (the controller's, a binding's on its instance's objects): never named
-#: as the other party of a fight.
-OWN_MANAGERS_PREFIX = "opbroker-"
 
 
 def _check_refused(facts: InstanceFacts, refusal: a.Refusal) -> tuple[a.Action, ...]:

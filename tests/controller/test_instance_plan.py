@@ -440,7 +440,8 @@ ROWS: list[tuple[str, InstanceFacts, list[tuple[Any, ...]]]] = [
             ("resync",),
         ],
     ),
-    ("succeeded, nothing read for its check: looked at again after the resync", facts(body(state="succeeded", observed=1)), [("resync",)]),
+    ("succeeded, nothing read for its check: looked at again after the resync",
+     facts(body(state="succeeded", observed=1)), [("resync",)]),
     ("failed: nothing", facts(body(state="failed", observed=1)), []),
     ("plan missing, nothing to do: nothing", facts(body(state="succeeded", observed=1), None), []),
     # -- pause: an administrator stops everything but the deletion -------------------------------------------------

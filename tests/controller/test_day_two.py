@@ -1,0 +1,301 @@
+"""Day two (issue 43), through the real controller on the real control plane: a provisioned instance stays as
+declared, and what its operator says of it now is shown.
+
+The session's controller serves the demo catalog; the demo operator plays the operator (its Database's
+``status.phase``, which the plan's status template reads). Where a test plays the operator itself (a failure, a
+recovery), it writes the Database's status the way the operator would. Every reaction comes from a watch: the
+session controller's resync is the default 10 minutes, far beyond these tests' timeouts.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from opbroker.api.conventions import ANNOTATION_OWNER_UID, ANNOTATION_PAUSED, PAUSED
+from tests.controller.test_controller_lifecycle import (
+    DB,
+    GROUP,
+    SERVICE_ID,
+    VERSION,
+    custom,
+    get,
+    gone,
+    provision,
+    wait_state,
+)
+from tests.controller_support import DEMO, wait_for
+
+pytestmark = pytest.mark.usefixtures("controller")
+
+INSTANCES = "sfserviceinstances"
+#: The demo plan copied with ``drift: report`` and ``deletionPolicy: orphan`` on its provision template.
+KEEPING_PLAN_ID = "5d1f0e0a-43b0-4c1a-8f7e-2a9d3c6b1e07"
+
+
+def database(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any] | None:
+    return get(api, namespace, DB[2], name, *DB[:2])
+
+
+def patch_database(api: client.ApiClient, namespace: str, name: str, patch: dict[str, Any], manager: str) -> None:
+    custom(api).patch_namespaced_custom_object(*DB[:2], namespace, DB[2], name, patch, field_manager=manager)
+
+
+def report_phase(api: client.ApiClient, namespace: str, name: str, phase: str, message: str) -> None:
+    """Write the Database's status as its operator would."""
+    body = {"status": {"phase": phase, "message": message}}
+    custom(api).patch_namespaced_custom_object_status(*DB[:2], namespace, DB[2], name, body)
+
+
+def condition(instance: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
+    conditions = ((instance or {}).get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c.get("type") == type_), None)
+
+
+def instance(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any] | None:
+    return get(api, namespace, INSTANCES, name)
+
+
+def events(api: client.ApiClient, namespace: str, name: str, reason: str) -> list[client.CoreV1Event]:
+    found = client.CoreV1Api(api).list_namespaced_event(namespace).items
+    return [e for e in found if e.reason == reason and e.involved_object.name == name]
+
+
+def provisioned(api: client.ApiClient, namespace: str, name: str, **kwargs: Any) -> dict[str, Any]:
+    provision(api, namespace, name, **kwargs)
+    found = wait_state(api, namespace, INSTANCES, name, "succeeded")
+    wait_for(lambda: (database(api, namespace, name) or {}).get("status", {}).get("phase") == "Running", 30, "Running")
+    return found
+
+
+def test_a_deleted_operator_resource_is_created_again_with_an_event_and_ready_back(
+    api_client: client.ApiClient, namespace: str
+) -> None:
+    before = provisioned(api_client, namespace, "drift-deleted")
+    old_uid = database(api_client, namespace, "drift-deleted")["metadata"]["uid"]  # type: ignore[index]
+    custom(api_client).delete_namespaced_custom_object(*DB[:2], namespace, DB[2], "drift-deleted")
+
+    def back() -> bool:
+        found = database(api_client, namespace, "drift-deleted")
+        return found is not None and found["metadata"]["uid"] != old_uid
+
+    wait_for(back, 30, "the Database to be created again")
+    again = database(api_client, namespace, "drift-deleted")
+    assert again is not None and again["metadata"]["annotations"][ANNOTATION_OWNER_UID] == before["metadata"]["uid"]
+    assert again["spec"]["version"] == "16"
+    corrected = events(api_client, namespace, "drift-deleted", "DriftCorrected")
+    assert corrected and "was deleted: created again" in corrected[0].message
+    # The operator brings it up again; Ready follows it, and the OSB history is untouched.
+    wait_for(
+        lambda: (
+            (condition(instance(api_client, namespace, "drift-deleted"), "Ready") or {}).get("status") == "True"
+            and (database(api_client, namespace, "drift-deleted") or {}).get("status", {}).get("phase") == "Running"
+        ),
+        30,
+        "Ready again",
+    )
+    after = instance(api_client, namespace, "drift-deleted")
+    assert after is not None and after["status"]["state"] == "succeeded"
+    assert after["status"].get("lastOperation") == before["status"].get("lastOperation")
+
+
+def test_a_field_the_template_sets_is_set_back_and_one_it_never_set_is_left(
+    api_client: client.ApiClient, namespace: str
+) -> None:
+    provisioned(api_client, namespace, "drift-field")
+    patch = {"metadata": {"labels": {"team": "blue"}}, "spec": {"version": "14"}}
+    patch_database(api_client, namespace, "drift-field", patch, "kubectl-edit")
+    wait_for(
+        lambda: (database(api_client, namespace, "drift-field") or {}).get("spec", {}).get("version") == "16",
+        30,
+        "spec.version set back",
+    )
+    found = database(api_client, namespace, "drift-field")
+    assert found is not None and found["metadata"]["labels"]["team"] == "blue"  # never opbroker's: left
+    (corrected,) = events(api_client, namespace, "drift-field", "DriftCorrected")
+    assert "fields spec.version: set back" in corrected.message
+    assert "14" not in corrected.message and "16" not in corrected.message  # fields named, values never
+
+
+def test_an_operator_failure_shows_in_ready_with_its_words_and_recovers(
+    api_client: client.ApiClient, namespace: str, controller_metrics_port: int
+) -> None:
+    provisioned(api_client, namespace, "live-status")
+    report_phase(api_client, namespace, "live-status", "Failed", "disk full on node-3")
+
+    def ready_is(status: str, reason: str) -> bool:
+        found = condition(instance(api_client, namespace, "live-status"), "Ready") or {}
+        return found.get("status") == status and found.get("reason") == reason
+
+    wait_for(lambda: ready_is("False", "OperatorFailed"), 30, "Ready=False OperatorFailed")
+    seen = instance(api_client, namespace, "live-status")
+    assert condition(seen, "Ready")["message"] == "disk full on node-3"  # type: ignore[index]
+    assert seen is not None and seen["status"]["state"] == "succeeded"  # the last operation did succeed
+    (warning,) = events(api_client, namespace, "live-status", "OperatorFailed")
+    assert warning.type == "Warning" and warning.message == "disk full on node-3"
+    assert health_count(controller_metrics_port, "unready") >= 1
+
+    report_phase(api_client, namespace, "live-status", "Running", "ready")
+    wait_for(lambda: ready_is("True", "OperatorReady"), 30, "Ready=True again")
+    assert events(api_client, namespace, "live-status", "OperatorReady")
+
+
+def health_count(port: int, health: str) -> float:
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    prefix = f'opbroker_instance_health{{health="{health}"}} '
+    return next((float(line[len(prefix) :]) for line in text.splitlines() if line.startswith(prefix)), 0.0)
+
+
+def test_a_flapping_operator_writes_a_bounded_number_of_live_status_changes(
+    api_client: client.ApiClient, namespace: str
+) -> None:
+    """Twenty flaps in about four seconds: at most one live-status change per 10 s (the session controller's
+    default), so one or two writes, not twenty; the last verdict is shown once the flapping stops."""
+    provisioned(api_client, namespace, "flappy")
+    started = time.monotonic()
+    for i in range(20):
+        report_phase(api_client, namespace, "flappy", "Failed" if i % 2 == 0 else "Running", f"flap {i}")
+        time.sleep(0.2)
+    flapped = time.monotonic() - started
+    report_phase(api_client, namespace, "flappy", "Failed", "down for good")
+    wait_for(
+        lambda: (condition(instance(api_client, namespace, "flappy"), "Ready") or {}).get("message") == "down for good",
+        30,
+        "the last verdict shown",
+    )
+    written = len(events(api_client, namespace, "flappy", "OperatorFailed")) + len(
+        events(api_client, namespace, "flappy", "OperatorReady")
+    )
+    elapsed = time.monotonic() - started
+    assert written <= 1 + int(elapsed // 10) + 1, (written, flapped, elapsed)
+
+
+def test_paused_nothing_changes_until_resumed(api_client: client.ApiClient, namespace: str) -> None:
+    provisioned(api_client, namespace, "paused")
+    annotate = {"metadata": {"annotations": {ANNOTATION_PAUSED: PAUSED}}}
+    custom(api_client).patch_namespaced_custom_object(GROUP, VERSION, namespace, INSTANCES, "paused", annotate)
+    wait_for(
+        lambda: (condition(instance(api_client, namespace, "paused"), "Paused") or {}).get("status") == "True",
+        30,
+        "Paused=True",
+    )
+    custom(api_client).delete_namespaced_custom_object(*DB[:2], namespace, DB[2], "paused")
+    wait_for(lambda: database(api_client, namespace, "paused") is None, 30, "the Database gone")
+    time.sleep(3)  # what a paused controller does not do cannot be waited for
+    assert database(api_client, namespace, "paused") is None
+    assert not events(api_client, namespace, "paused", "DriftCorrected")
+
+    resume = {"metadata": {"annotations": {ANNOTATION_PAUSED: None}}}
+    custom(api_client).patch_namespaced_custom_object(GROUP, VERSION, namespace, INSTANCES, "paused", resume)
+    wait_for(lambda: database(api_client, namespace, "paused") is not None, 30, "the Database back once resumed")
+    resumed = condition(instance(api_client, namespace, "paused"), "Paused")
+    assert resumed is not None and (resumed["status"], resumed["reason"]) == ("False", "Resumed")
+
+
+@pytest.fixture(scope="module")
+def keeping_plan(api_client: client.ApiClient, catalog_namespace: str) -> Iterator[str]:
+    """The demo plan with ``drift: report`` and ``deletionPolicy: orphan`` on its provision template."""
+    docs = list(yaml.safe_load_all((DEMO / "catalog.yaml").read_text()))
+    plan = copy.deepcopy(next(d for d in docs if d["kind"] == "SFPlan"))
+    plan["metadata"] = {"name": "demo-db-keeping", "labels": {"serviceId": SERVICE_ID}}
+    plan["spec"].update(id=KEEPING_PLAN_ID, name="keeping")
+    for template in plan["spec"]["templates"]:
+        if template["action"] == "provision":
+            template.update(drift="report", deletionPolicy="orphan")
+        if template["action"] == "status":  # an orphan stays: the deprovision has nothing to wait for
+            deprovision = '  state: {{ "in progress" if database else "succeeded" }}'
+            assert deprovision in template["content"]
+            template["content"] = template["content"].replace(deprovision, "  state: succeeded")
+    custom(api_client).create_namespaced_custom_object(GROUP, VERSION, catalog_namespace, "sfplans", plan)
+    yield KEEPING_PLAN_ID
+    try:
+        custom(api_client).delete_namespaced_custom_object(
+            GROUP, VERSION, catalog_namespace, "sfplans", "demo-db-keeping"
+        )
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+
+
+def test_drift_report_says_so_and_orphan_survives_deprovision_without_the_stamp(
+    api_client: client.ApiClient, namespace: str, keeping_plan: str
+) -> None:
+    def ready_plan() -> bool:
+        try:
+            provision(api_client, namespace, "kept", plan_id=keeping_plan)
+        except ApiException:
+            return False
+        return True
+
+    wait_for(ready_plan, 30, "the keeping plan to be served")
+    wait_state(api_client, namespace, INSTANCES, "kept", "succeeded")
+    patch_database(api_client, namespace, "kept", {"spec": {"version": "14"}}, "kubectl-edit")
+    wait_for(
+        lambda: (condition(instance(api_client, namespace, "kept"), "Synced") or {}).get("reason") == "DriftDetected",
+        30,
+        "Synced=False DriftDetected",
+    )
+    synced = condition(instance(api_client, namespace, "kept"), "Synced")
+    assert synced is not None and synced["status"] == "False" and "spec.version" in synced["message"]
+    assert (database(api_client, namespace, "kept") or {})["spec"]["version"] == "14"  # reported, not set back
+    assert events(api_client, namespace, "kept", "DriftDetected")
+
+    custom(api_client).delete_namespaced_custom_object(GROUP, VERSION, namespace, INSTANCES, "kept")
+    wait_for(lambda: gone(api_client, namespace, INSTANCES, "kept"), 30, "deprovisioned")
+    left = database(api_client, namespace, "kept")
+    assert left is not None, "an orphan survives its instance"
+    meta = left["metadata"]
+    assert ANNOTATION_OWNER_UID not in (meta.get("annotations") or {}) and not meta.get("ownerReferences")
+    assert not any(k.startswith("opbroker.io/") for k in meta.get("labels") or {})
+    custom(api_client).delete_namespaced_custom_object(*DB[:2], namespace, DB[2], "kept")
+
+
+def test_two_writers_fighting_over_a_field_end_in_synced_false_naming_the_other(
+    api_client: client.ApiClient, namespace: str
+) -> None:
+    """A rival controller sets spec.version to 14 whenever it is not: opbroker sets it back a few times (with
+    backoff), then stops and names the rival. Its corrections are counted: bounded, not a hot loop."""
+    provisioned(api_client, namespace, "fought")
+    stop = threading.Event()
+    rival_writes = 0
+
+    def rival() -> None:
+        nonlocal rival_writes
+        while not stop.is_set():
+            found = database(api_client, namespace, "fought")
+            if found is not None and found["spec"].get("version") != "14":
+                patch_database(api_client, namespace, "fought", {"spec": {"version": "14"}}, "rival-operator")
+                rival_writes += 1
+            stop.wait(0.3)
+
+    thread = threading.Thread(target=rival, daemon=True)
+    thread.start()
+    try:
+        wait_for(
+            lambda: (
+                (condition(instance(api_client, namespace, "fought"), "Synced") or {}).get("reason") == "DriftFight"
+            ),
+            60,
+            "Synced=False DriftFight",
+        )
+        synced = condition(instance(api_client, namespace, "fought"), "Synced")
+        assert synced is not None and synced["status"] == "False"
+        assert "'rival-operator'" in synced["message"] and "spec.version" in synced["message"]
+        corrections = len(events(api_client, namespace, "fought", "DriftCorrected"))
+        time.sleep(5)  # the rival goes on: opbroker must not
+        assert len(events(api_client, namespace, "fought", "DriftCorrected")) == corrections
+    finally:
+        stop.set()
+        thread.join(5)
+    assert corrections <= 3 and rival_writes <= corrections + 1, (corrections, rival_writes)
