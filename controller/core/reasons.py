@@ -52,6 +52,10 @@ class Reason(StrEnum):
     """The pause annotation is gone: reconciling goes on from the live state (condition ``Paused`` False)."""
     ORPHANED = "Orphaned"
     """Objects of a template with ``deletionPolicy: orphan`` were let go without deletion (the Event lists them)."""
+    ABANDONED = "Abandoned"
+    """An administrator let go of an instance or binding whose teardown could not finish (``opbroker instance
+    abandon``): its recorded objects deleted or orphaned without waiting, opbroker's finalizer removed (a Warning
+    Event naming who and why)."""
     UNTRUSTED_NAMESPACE = "UntrustedNamespace"
     """An SFService or SFPlan outside the trusted namespaces: ignored (a Warning event on it), never served."""
     DUPLICATE_ID = "DuplicateId"
