@@ -180,8 +180,6 @@ def _reported(outcome: Outcome) -> None:
     out.print(f"abandoned {escape(target.named)}: finalizer {escape(outcome.finalizer)}")
     for step in outcome.objects:
         out.print(f"  {escape(WORDS[step.fate][1])}: {escape(step.named)}")
-    if not outcome.event:
-        err.print(f"[yellow]warning:[/yellow] the Abandoned event on {escape(target.named)} could not be recorded")
 
 
 def _summary(done: list[Outcome]) -> None:

@@ -4,11 +4,12 @@
 :func:`read_instance` and :func:`read_binding` read what the pure plan decides on (the object, the namespace's
 bindings, each recorded object's metadata); :func:`perform` does what it decided, object after object, with the
 caller's own rights (a kubeconfig's user, never the controller's): per object abandoned, the reason annotation
-(:data:`~opbroker.api.conventions.ANNOTATION_ABANDONED_REASON`), a binding's DELETE when it was not being deleted yet,
-each recorded object deleted, released or orphaned (a 409 re-reads it and decides again), the registry dropped as a
-deprovision drops it, the Warning Event, and last opbroker's finalizer — guarded by the version read
-(:mod:`.core.finalizers`), so no other finalizer is lost. Nothing waits for a deletion to finish. The first error
-stops it with the object's finalizer still on: what was done is reported, and running it again goes on from there.
+(:data:`~opbroker.api.conventions.ANNOTATION_ABANDONED_REASON`), a binding's DELETE when it was not being deleted
+yet, each recorded object deleted, released or orphaned (a 409 re-reads it and decides again), the registry dropped
+as a deprovision drops it, the Warning Event (best effort, as every Event of the controller's), and last opbroker's
+finalizer — guarded by the version read (:mod:`.core.finalizers`), so no other finalizer is lost. Nothing waits for
+a deletion to finish. The first error stops it with the object's finalizer still on: what was done is reported, and
+running it again goes on from there.
 """
 
 from __future__ import annotations
@@ -27,9 +28,8 @@ from opbroker.controller.core import abandon, decisions, finalizers
 from opbroker.controller.core.abandon import Abandoning, AbandonPlan, Fate, ObjectStep
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import ApiStatus, BindingView, InstanceView, ObjectView
-from opbroker.controller.kube import BINDINGS, INSTANCES, Kind, Kube, KubeError, Refused, event_body
+from opbroker.controller.kube import BINDINGS, INSTANCES, Kind, Kube, KubeError, Refused
 from opbroker.controller.objects import ref_key
-from opbroker.kubeclient.lean import object_path
 
 logger = logging.getLogger(__name__)
 
@@ -121,8 +121,6 @@ class Outcome:
     """Each recorded object with what became of it (decided again after a conflict)."""
     finalizer: str = ""
     """``removed``, or why not (gone meanwhile, not there any more)."""
-    event: bool = False
-    """The Warning Event was recorded."""
 
 
 def perform(
@@ -163,7 +161,8 @@ def _abandon(kube: Kube, target: Abandoning, *, reason: str, by: str | None, reg
     where = registries.place(meta, kind=target.registry_kind, namespace=registry_namespace)
     _refusing(f"delete the registry of {target.named}", lambda: registries.delete(kube, where))
     done = Abandoning(target.kind, meta, tuple(outcome.objects), target.delete_first)
-    outcome.event = _event(kube, written, abandon.event_message(done, reason=reason, by=by))
+    kube.emit_event(written, reason=Reason.ABANDONED.value, message=abandon.event_message(done, reason=reason, by=by),
+                    warning=True)  # fmt: skip
     outcome.finalizer = _drop_finalizer(kube, kind, target)
     return outcome
 
@@ -192,17 +191,6 @@ def _let_go(kube: Kube, step: ObjectStep, *, owner_uid: str) -> ObjectStep:
         fresh = seen.get(ref_key(step.ref))
         step = abandon.object_step(step.ref, fresh, owner_uid=owner_uid, policy=step.policy, readable=not unreadable)
     raise Stopped(f"{step.named} kept changing while it was let go of")
-
-
-def _event(kube: Kube, obj: dict[str, Any], message: str) -> bool:
-    """The Warning Event ``Abandoned`` on ``obj``; False when it could not be recorded (said on the log)."""
-    event = event_body(obj, reason=Reason.ABANDONED.value, message=message, warning=True)
-    try:
-        kube.custom.request("POST", object_path("/api/v1", "events", event["metadata"]["namespace"]), body=event)
-    except ApiException as exc:
-        logger.warning("could not record the Abandoned event: %s", _said(exc))
-        return False
-    return True
 
 
 def _drop_finalizer(kube: Kube, kind: Kind, target: Abandoning) -> str:
