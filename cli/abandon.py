@@ -167,7 +167,7 @@ def _preview(plan: AbandonPlan, registry_namespace: str) -> None:
         for step in target.objects:
             policy = step.policy.value
             out.print(f"  {escape(step.named)} (recorded: {policy}): {escape(WORDS[step.fate][0])}")
-        out.print(f"  its registry (in {escape(registry_namespace)}): delete")
+        out.print(f"  its registry in {escape(registry_namespace)} (if any): delete")
         others = [f for f in target.meta.finalizers if f != FINALIZER]
         kept = f"; kept: {', '.join(others)}" if others else ""
         out.print(f"  finalizer {FINALIZER}: remove{escape(kept)} — nothing waits for the deletions")
