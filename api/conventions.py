@@ -82,6 +82,13 @@ ANNOTATION_PAUSED = f"{DOMAIN}/paused"
 #: The value of :data:`ANNOTATION_PAUSED` that pauses (any other value, or none, does not).
 PAUSED = "true"
 
+#: On an SFServiceInstance or SFServiceBinding an administrator abandoned (``opbroker instance abandon``, ``opbroker
+#: binding abandon``): why, as given with ``--reason``. Written before opbroker's finalizer is removed, so the object's
+#: last version (an audit log, a watch's DELETED event) says why it went without its teardown.
+ANNOTATION_ABANDONED_REASON = f"{DOMAIN}/abandoned-reason"
+#: Beside :data:`ANNOTATION_ABANDONED_REASON`: who abandoned it, when the API server said (a SelfSubjectReview).
+ANNOTATION_ABANDONED_BY = f"{DOMAIN}/abandoned-by"
+
 #: Key of the credentials Secret that holds the bind response (JSON object with ``credentials`` etc.).
 CREDENTIALS_KEY = "response"
 #: Secret type of binding credentials Secrets, so they are recognisable and never mistaken for others.

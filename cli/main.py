@@ -27,6 +27,8 @@ COMMANDS: Mapping[str, str] = {
     "plan": "opbroker.cli.plan:app",
     "dev": "opbroker.cli.dev:dev",
     "import": "opbroker.cli.importer:app",
+    "instance": "opbroker.cli.abandon:instance_app",
+    "binding": "opbroker.cli.abandon:binding_app",
 }
 """Each command's name → ``module:attribute``: a Typer group, or a function that is one command."""
 

@@ -53,11 +53,12 @@ def api_client_for(
     *,
     timeouts: deadlines.Timeouts = deadlines.DEFAULT_TIMEOUTS,
     reached: contact.ApiContact | None = None,
+    context: str | None = None,
 ) -> client.ApiClient:
-    """The official client, configured from a kubeconfig or the pod's service account, with ``timeouts`` on
-    every call; each answer is reported to ``reached``."""
-    if kubeconfig:
-        config.load_kube_config(config_file=kubeconfig)
+    """The official client, configured from a kubeconfig (its ``context``: default the current one) or the pod's
+    service account, with ``timeouts`` on every call; each answer is reported to ``reached``."""
+    if kubeconfig or context:
+        config.load_kube_config(config_file=kubeconfig, context=context)
     else:
         try:
             config.load_incluster_config()

@@ -67,6 +67,10 @@ class Reason(StrEnum):
     """Day two: another writer keeps changing what opbroker sets back: correcting stopped (Synced False)."""
     IN_SYNC = "InSync"
     """Day two: every rendered object holds what its template renders again (Synced True)."""
+    ABANDONED = "Abandoned"
+    """An administrator let go of an instance or binding whose teardown could not finish (``opbroker instance
+    abandon``): its recorded objects deleted or orphaned without waiting, opbroker's finalizer removed (a Warning
+    Event naming who and why)."""
     UNTRUSTED_NAMESPACE = "UntrustedNamespace"
     """An SFService or SFPlan outside the trusted namespaces: ignored (a Warning event on it), never served."""
     DUPLICATE_ID = "DuplicateId"

@@ -49,5 +49,7 @@ def test_help_still_lists_every_command() -> None:
         "plan",
         "dev",
         "import",
+        "instance",
+        "binding",
     ):
         assert command in done.stdout
