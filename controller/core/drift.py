@@ -64,8 +64,8 @@ def _compare(desired: Any, live: Any, path: str, out: list[str]) -> None:
         return
     if desired is None:
         return  # a null in a manifest sets nothing (server-side apply drops it)
-    if desired != live and not _same_number(desired, live):
-        out.append(path)
+    if isinstance(desired, bool) != isinstance(live, bool) or (desired != live and not _same_number(desired, live)):
+        out.append(path)  # True == 1 in Python, not on the wire
 
 
 def _same_number(desired: Any, live: Any) -> bool:
