@@ -315,6 +315,23 @@ def finished(osb: httpx.Client, path: str, answer: httpx.Response) -> str:
     return "succeeded"
 
 
+def provision_body(service_id: str, plan_id: str, namespace: str, parameters: dict[str, Any]) -> dict[str, Any]:
+    """A platform's provision request for the plan, into ``namespace``."""
+    return {
+        "service_id": service_id,
+        "plan_id": plan_id,
+        "organization_guid": "org",
+        "space_guid": "space",
+        "context": {"platform": "kubernetes", "namespace": namespace},
+        "parameters": parameters,
+    }
+
+
+def status_of(api: client.ApiClient, namespace: str, plural: str, name: str) -> Any:
+    """An instance's or binding's status, for an assertion's message."""
+    return (get(api, namespace, plural, name) or {}).get("status")
+
+
 def recorded(api: client.ApiClient, namespace: str, plural: str, name: str) -> list[ResourceRef]:
     """What the controller recorded as rendered for an instance or binding (``status.resources``)."""
     obj = get(api, namespace, plural, name)
@@ -345,14 +362,7 @@ def test_a_plan_of_each_template_type_provisions_binds_unbinds_and_deprovisions_
     accepted = osb.put(
         path,
         params={"accepts_incomplete": "true"},
-        json={
-            "service_id": case.service_id,
-            "plan_id": case.plan_id,
-            "organization_guid": "org",
-            "space_guid": "space",
-            "context": {"platform": "kubernetes", "namespace": namespace},
-            "parameters": case.parameters,
-        },
+        json=provision_body(case.service_id, case.plan_id, namespace, case.parameters),
     )
     assert accepted.status_code == 202, accepted.text
     assert finished(osb, path, accepted) == "succeeded", get(
@@ -388,3 +398,59 @@ def test_a_plan_of_each_template_type_provisions_binds_unbinds_and_deprovisions_
     for ref in (*rendered, *case.extra_rendered):
         wait_for(lambda ref=ref: read(kube, ref) is None, 30, f"{ref} to go with the deprovision")
     assert get(api_client, namespace, "sfserviceinstances", served.instance) is None
+
+
+def test_couchbase_instances_share_the_singleton_and_keep_their_generated_password_through_an_update(
+    request: pytest.FixtureRequest,
+    osb: httpx.Client,
+    api_client: client.ApiClient,
+    catalog_namespace: str,
+    namespace: str,
+) -> None:
+    """What sets a Couchbase plan apart, over OSB: its ``singleton: true`` ClusterRole serves every instance and
+    goes with the last; the admin password its registry entry generates is kept through an update that renders
+    the instance again."""
+    request.getfixturevalue("couchbase_plan")
+    onboard_namespace(
+        api_client,
+        namespace,
+        control_plane=catalog_namespace,
+        plan_accounts=(DEFAULT_PLAN_SERVICE_ACCOUNT, COUCHBASE_ACCOUNT),
+    )
+    kube = Kube(api_client)
+    service_id, plan_id = COUCHBASE_IDS
+    ids = {"service_id": service_id, "plan_id": plan_id, "accepts_incomplete": "true"}
+    suffix = uuid.uuid4().hex[:8]
+    instances = [Served(kube, namespace, f"cb{n}-{suffix}") for n in (1, 2)]
+    body = provision_body(service_id, plan_id, namespace, {})
+    for served in instances:
+        path = f"/v2/service_instances/{served.instance}"
+        accepted = osb.put(path, params={"accepts_incomplete": "true"}, json=body)
+        assert finished(osb, path, accepted) == "succeeded", status_of(
+            api_client, namespace, "sfserviceinstances", served.instance
+        )
+        check_couchbase(served)
+    passwords = {s.instance: secret_value(_instance_secret(s) or {}, "password") for s in instances}
+
+    first, second = instances
+    path = f"/v2/service_instances/{first.instance}"
+    updated = osb.patch(
+        path,
+        params={"accepts_incomplete": "true"},
+        json={"service_id": service_id, "plan_id": plan_id, "parameters": {"my-namespace": namespace}},
+    )
+    assert finished(osb, path, updated) == "succeeded", updated.text
+    instance = get(api_client, namespace, "sfserviceinstances", first.instance)
+    assert instance is not None and instance["spec"]["parameters"] == {"my-namespace": namespace}
+    assert secret_value(_instance_secret(first) or {}, "password") == passwords[first.instance]
+
+    removed = osb.delete(path, params=ids)
+    assert finished(osb, path, removed) == "succeeded", removed.text
+    wait_for(lambda: _instance_secret(first) is None, 30, "the first instance's Secret to go")
+    assert read(kube, COUCHBASE_ROLE) is not None, "the shared ClusterRole went while the second instance uses it"
+    assert secret_value(_instance_secret(second) or {}, "password") == passwords[second.instance]
+
+    path = f"/v2/service_instances/{second.instance}"
+    removed = osb.delete(path, params=ids)
+    assert finished(osb, path, removed) == "succeeded", removed.text
+    wait_for(lambda: read(kube, COUCHBASE_ROLE) is None, 30, "the shared ClusterRole to go with its last user")
