@@ -365,7 +365,7 @@ def test_a_plan_of_each_template_type_provisions_binds_unbinds_and_deprovisions_
         json=provision_body(case.service_id, case.plan_id, namespace, case.parameters),
     )
     assert accepted.status_code == 202, accepted.text
-    assert finished(osb, path, accepted) == "succeeded", get(
+    assert finished(osb, path, accepted) == "succeeded", status_of(
         api_client, namespace, "sfserviceinstances", served.instance
     )
     rendered = recorded(api_client, namespace, "sfserviceinstances", served.instance)
