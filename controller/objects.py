@@ -9,6 +9,7 @@ from typing import Any
 from opbroker.api.catalog import DeletionPolicy
 from opbroker.api.conventions import (
     ANNOTATION_OWNER_UID,
+    ANNOTATION_SINGLETON,
     LABEL_BINDING,
     LABEL_INSTANCE,
     LABEL_MANAGED_BY,
@@ -88,14 +89,22 @@ def stamp(manifest: Manifest, *, owner: Owner, labels: dict[str, str], owned: bo
     object, that opbroker may later change or delete it; not for a ``shared`` singleton, whose owners are its
     owner references) and, when ``owned``, owned by ``owner``.
 
+    A ``shared`` singleton is annotated ``opbroker.io/singleton: "true"`` whatever made it one (the annotation in
+    the template, the template's ``singleton: true``, a Couchbase configuration template's ``singleton: true``):
+    the next instance of the plan recognises an object it may share by that annotation on the live object
+    (:func:`.core.decisions.shared_singleton`), and without it a second instance of a plan whose singletons come
+    from the template's flag was refused the object as another's (``ObjectNotOwned``).
+
     Owner references only work inside one namespace; objects rendered into another namespace (or cluster
     scoped) are cleaned up by the controller itself from ``status.resources``, where their stamp says they are
     the owner's.
     """
     metadata = dict(manifest.get("metadata") or {})
     metadata["labels"] = {**(metadata.get("labels") or {}), LABEL_MANAGED_BY: MANAGED_BY, **labels}
-    if not shared:
-        annotations = metadata.get("annotations") or {}
+    annotations = metadata.get("annotations") or {}
+    if shared:
+        metadata["annotations"] = {**annotations, ANNOTATION_SINGLETON: "true"}
+    else:
         metadata["annotations"] = {**annotations, ANNOTATION_OWNER_UID: owner.meta.uid}
     if owned:
         others = [r for r in metadata.get("ownerReferences") or [] if r.get("uid") != owner.meta.uid]

@@ -182,7 +182,11 @@ def apply(run: Run, action: a.Apply) -> dict[str, Any] | None:
     if live is None:
         return None  # deleted meanwhile: the next reconcile creates it
     plan_label = ObjectView.of(manifest).meta.labels.get(LABEL_PLAN)
-    if not action.adopt and not decisions.shared_singleton(live.meta, plan_label=plan_label):
+    if not (
+        action.adopt
+        or decisions.shared_singleton(live.meta, plan_label=plan_label)
+        or decisions.singleton_user(live.meta, uid)
+    ):
         raise NotOwned(ref)
     if not action.owned:  # owner references cannot reach it: opbroker tracks its users (``singletons``)
         singletons.join(kube, ref, live, uid)

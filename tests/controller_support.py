@@ -117,6 +117,34 @@ def demo_operator(
     process.stop()
 
 
+#: Copies of the seeds' manifests (unchanged; see tests/data/seeds/README.md).
+SEEDS = REPO / "tests" / "data" / "seeds"
+
+
+@pytest.fixture(scope="session")
+def zalando_catalog(api_client: client.ApiClient, catalog_namespace: str) -> None:
+    """The stand-in ``postgresql`` CRD and Service Fabrik's Zalando SFService and SFPlan (``gotemplate``),
+    unchanged."""
+    apply_yaml(api_client, REPO / "tests" / "data" / "zalando" / "postgresql-crd.yaml", catalog_namespace)
+    apply_yaml(api_client, SEEDS / "sfservice-postgresql.yaml", catalog_namespace)
+    apply_yaml(api_client, SEEDS / "sfplan-postgresql-zalando.yaml", catalog_namespace)
+
+
+@pytest.fixture(scope="session")
+def zalando_operator(
+    control_plane: ControlPlane, zalando_catalog: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Process]:
+    """The stand-in Zalando operator (``tests/zalando_standin.py``) for the seed's plan."""
+    process = Process(
+        "zalando-standin",
+        [sys.executable, str(REPO / "tests" / "zalando_standin.py"), "--kubeconfig", str(control_plane.kubeconfig)],
+        tmp_path_factory.mktemp("logs"),
+    )
+    process.start()
+    yield process
+    process.stop()
+
+
 def controller_command(control_plane: ControlPlane, *extra: str) -> list[str]:
     return [
         str(OPBROKER),
@@ -195,3 +223,12 @@ def osb_url(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactor
     wait_for(lambda: broker_ready(url), 60, "the broker to be ready")
     yield url, password
     process.stop()
+
+
+@pytest.fixture
+def osb(osb_url: tuple[str, str]) -> Iterator[httpx.Client]:
+    """An OSB v2.17 client of the session's broker (:func:`osb_url`), as a platform speaks to it."""
+    url, password = osb_url
+    headers = {"X-Broker-API-Version": "2.17"}
+    with httpx.Client(base_url=url, auth=("platform", password), headers=headers, timeout=60) as http:
+        yield http

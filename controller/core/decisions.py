@@ -659,6 +659,14 @@ def shared_singleton(live: Meta, *, plan_label: str | None) -> bool:
     )
 
 
+def singleton_user(live: Meta, owner_uid: str) -> bool:
+    """Whether an existing singleton already counts the instance ``owner_uid`` among its users (its owner
+    reference, or its entry in :data:`ANNOTATION_SINGLETON_USERS`): that instance applying it again (an update, a
+    roll-out) is one of its sharers, not a stranger taking it over — even on a singleton made before the stamp
+    annotated every singleton (:func:`~.objects.stamp`), which :func:`shared_singleton` does not recognise."""
+    return live.owned_by(owner_uid) or owner_uid in singleton_users(live)
+
+
 def context_namespace_refused(instance: InstanceView, *, trusted_namespaces: tuple[str, ...]) -> str | None:
     """Why the request context's namespace may not receive this instance's objects (None: it may).
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import copy
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -39,14 +38,6 @@ def large_plan(api_client: client.ApiClient, catalog_namespace: str, tmp_path_fa
     path.write_text(yaml.safe_dump(plan))
     apply_yaml(api_client, path, catalog_namespace)
     return LARGE_PLAN_ID
-
-
-@pytest.fixture
-def osb(osb_url: tuple[str, str]) -> Iterator[httpx.Client]:
-    url, password = osb_url
-    headers = {"X-Broker-API-Version": "2.17"}
-    with httpx.Client(base_url=url, auth=("platform", password), headers=headers, timeout=60) as http:
-        yield http
 
 
 def body(namespace: str, **extra: Any) -> dict[str, Any]:

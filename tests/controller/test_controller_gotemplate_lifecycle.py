@@ -1,11 +1,12 @@
 """Service Fabrik's Zalando plan, unchanged (gotemplate), through the real controller on the real control plane.
 
 A stand-in ``postgresql`` CRD (acid.zalan.do/v1) and a stand-in Zalando operator (``tests/zalando_standin.py``)
-play the operator's part; the seed's SFService and SFPlan are applied as they are. Covered: provision (the
-cluster rendered by Go's text/template, status read through the status template), bind (the bind template
-edits the live cluster's users, the credentials come from the operator's Secret through the status template
-and land in the binding's Secret only), unbind (the user goes) and deprovision (the cluster goes, the status
-template sees it gone); a plan whose gotemplate does not parse fails its instance with plan, action and line
+play the operator's part; the seed's SFService and SFPlan are applied as they are (both session fixtures of
+``tests/controller_support.py``: the template types' end-to-end test runs the same plan through the broker).
+Covered: provision (the cluster rendered by Go's text/template, status read through the status template), bind (the
+bind template edits the live cluster's users, the credentials come from the operator's Secret through the status
+template and land in the binding's Secret only), unbind (the user goes) and deprovision (the cluster goes, the
+status template sees it gone); a plan whose gotemplate does not parse fails its instance with plan, action and line
 and applies nothing.
 """
 
@@ -14,9 +15,6 @@ from __future__ import annotations
 import base64
 import copy
 import json
-import sys
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,13 +22,9 @@ import yaml
 from kubernetes import client
 
 from opbroker.api.conventions import CREDENTIALS_KEY
-from opbroker.devcluster import ControlPlane
-from opbroker.devcluster.processes import Process
 from tests.controller.test_controller_lifecycle import GROUP, VERSION, bind, custom, get, gone, provision, wait_state
-from tests.controller_support import apply_yaml, wait_for
+from tests.controller_support import SEEDS, apply_yaml, wait_for
 
-REPO = Path(__file__).resolve().parents[2]
-SEEDS = REPO / "tests" / "data" / "seeds"
 PG = ("acid.zalan.do", "v1", "postgresqls")
 SERVICE_ID = "24731fb8-7b84-5f57-914f-c3d55d793dd4"
 PLAN_ID = "39d7d4c8-6fe2-4c2a-a5ca-b826937d5a88"
@@ -40,11 +34,8 @@ BROKEN_PLAN_ID = "6b0e35a8-0a4e-4d0c-9f3e-8f1d2b9c7a55"
 
 
 @pytest.fixture(scope="session")
-def zalando_catalog(api_client: client.ApiClient, catalog_namespace: str, tmp_path_factory: Any) -> None:
-    """The stand-in CRD, the seed's service and plan unchanged, and a copy of the plan with a broken template."""
-    apply_yaml(api_client, REPO / "tests" / "data" / "zalando" / "postgresql-crd.yaml", catalog_namespace)
-    apply_yaml(api_client, SEEDS / "sfservice-postgresql.yaml", catalog_namespace)
-    apply_yaml(api_client, SEEDS / "sfplan-postgresql-zalando.yaml", catalog_namespace)
+def broken_zalando_plan(api_client: client.ApiClient, catalog_namespace: str, tmp_path_factory: Any) -> None:
+    """A copy of the seed's plan whose provision template does not parse."""
     broken = yaml.safe_load((SEEDS / "sfplan-postgresql-zalando.yaml").read_text())
     broken["metadata"] = {"name": BROKEN_PLAN_ID, "labels": {"serviceId": SERVICE_ID}}
     broken["spec"].update(id=BROKEN_PLAN_ID, name="broken")
@@ -55,21 +46,7 @@ def zalando_catalog(api_client: client.ApiClient, catalog_namespace: str, tmp_pa
     apply_yaml(api_client, path, catalog_namespace)
 
 
-@pytest.fixture(scope="session")
-def zalando_operator(
-    control_plane: ControlPlane, zalando_catalog: None, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Process]:
-    process = Process(
-        "zalando-standin",
-        [sys.executable, str(REPO / "tests" / "zalando_standin.py"), "--kubeconfig", str(control_plane.kubeconfig)],
-        tmp_path_factory.mktemp("logs"),
-    )
-    process.start()
-    yield process
-    process.stop()
-
-
-pytestmark = pytest.mark.usefixtures("zalando_operator", "controller")
+pytestmark = pytest.mark.usefixtures("zalando_operator", "broken_zalando_plan", "controller")
 
 
 def cluster(api: client.ApiClient, namespace: str, instance: str) -> dict[str, Any] | None:

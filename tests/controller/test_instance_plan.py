@@ -20,6 +20,7 @@ from opbroker.api.catalog import DeletionPolicy
 from opbroker.api.conventions import (
     ANNOTATION_OWNER_UID,
     ANNOTATION_PAUSED,
+    ANNOTATION_SINGLETON,
     ANNOTATION_SINGLETON_USERS,
     FINALIZER,
     LABEL_INSTANCE,
@@ -43,7 +44,7 @@ from opbroker.controller.core.instance_plan import (
     plan,
     refused,
 )
-from opbroker.controller.core.views import BindingView, InstanceView, ObjectView
+from opbroker.controller.core.views import BindingView, InstanceView, Meta, ObjectView
 from opbroker.controller.executor import AGAIN, MAX_PASSES, Executor, refusal_of
 from opbroker.controller.instances import InstanceReconciler
 from opbroker.controller.kube import INSTANCES, PLANS
@@ -830,6 +831,26 @@ def stamped_cm(kube: FakeKube, *, owners: Sequence[str], users: Sequence[str] = 
     if users:
         meta["annotations"][ANNOTATION_SINGLETON_USERS] = json.dumps(list(users))
     return kube.apply(manifest)
+
+
+def test_a_singleton_is_stamped_as_one_whatever_made_it_one() -> None:
+    """A template's ``singleton: true`` (or a Couchbase configuration template's) marks no annotation in the
+    rendered object; the stamp writes it, so the plan's next instance recognises the live object as a singleton
+    it may share (found end to end: a second instance of the imported Couchbase plan failed ``ObjectNotOwned``)."""
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "reader"}}
+    labels = {LABEL_INSTANCE: "db", LABEL_PLAN: "plan"}
+    shared = stamp(role, owner=InstanceView.of(body()), labels=labels, owned=False, shared=True)
+    assert shared["metadata"]["annotations"] == {ANNOTATION_SINGLETON: "true"}
+    assert decisions.shared_singleton(Meta.of(shared["metadata"]), plan_label="plan")
+    own = stamp(role, owner=InstanceView.of(body()), labels=labels, owned=False)
+    assert ANNOTATION_SINGLETON not in own["metadata"]["annotations"]
+    assert not decisions.shared_singleton(Meta.of(own["metadata"]), plan_label="plan")
+    # One made before the stamp said so is still its users' own: applying it again is no takeover.
+    made_before = {"name": "reader", "annotations": {ANNOTATION_SINGLETON_USERS: '["u-1"]'}}
+    assert decisions.singleton_user(Meta.of(made_before), "u-1")
+    assert not decisions.singleton_user(Meta.of(made_before), "u-2")
+    owned_before = {"name": "reader", "ownerReferences": [{"apiVersion": "v1", "kind": "X", "name": "a", "uid": "u-1"}]}
+    assert decisions.singleton_user(Meta.of(owned_before), "u-1")
 
 
 def test_executor_orphans_an_object_of_ours_alone_as_the_plans_account() -> None:

@@ -39,11 +39,12 @@ INSTANCE = {"metadata": {"name": "db1", "namespace": "team-a"}, "spec": {"instan
 CM = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .instance.metadata.name }}\n"
 
 
-def chart_archive() -> bytes:
-    """tests/data/charts/tiny packed as `helm package` does (a tiny/ folder in a .tgz)."""
+def chart_archive(directory: Path = CHART_DIR) -> bytes:
+    """A chart folder of tests/data/charts (tiny by default) packed as `helm package` does (a <name>/ folder in a
+    .tgz)."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
-        archive.add(CHART_DIR, arcname="tiny")
+        archive.add(directory, arcname=directory.name)
     return buffer.getvalue()
 
 
