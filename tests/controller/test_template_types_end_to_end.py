@@ -123,9 +123,8 @@ def delete_out_of_band_then_wait_back(api: client.ApiClient, ref: ResourceRef, t
     """Delete one rendered object behind opbroker's back and wait until it is there again — a new object (another
     uid), not the old one lingering — and return it.
 
-    Drift correction's check: an instance's objects are opbroker's to keep, so one deleted out of band must come
-    back without anyone asking. Not called by a test yet: drift correction is being built (issue 43), and the
-    test for each template type calls this once it lands."""
+    Drift correction's check (issue 43): an instance's objects are opbroker's to keep, so one deleted out of band
+    must come back without anyone asking."""
     kube = Kube(api)
     before = read(kube, ref)
     assert before is not None, f"{ref.kind} {ref.namespace}/{ref.name} must exist before it is deleted"
@@ -138,6 +137,15 @@ def delete_out_of_band_then_wait_back(api: client.ApiClient, ref: ResourceRef, t
 
     back: dict[str, Any] = wait_for(recreated, timeout, f"{ref.kind} {ref.namespace}/{ref.name} to be recreated")
     return back
+
+
+def holds(check: Callable[[Served], None], served: Served) -> bool:
+    """Whether ``check`` passes now (an object created again waits for its operator's status)."""
+    try:
+        check(served)
+    except (AssertionError, KeyError, TypeError):
+        return False
+    return True
 
 
 # -- each type: what its plan renders and what its credentials are -------------------------------------------------
@@ -373,6 +381,10 @@ def test_a_plan_of_each_template_type_provisions_binds_unbinds_and_deprovisions_
     for ref in (*rendered, *case.extra_rendered):
         assert read(kube, ref) is not None, f"{ref} is recorded as rendered but does not exist"
     case.check_provisioned(served)
+    # Day two: one of its objects deleted behind opbroker's back is created again, as rendered.
+    kept = next(ref for ref in rendered if ref.namespace == namespace)
+    delete_out_of_band_then_wait_back(api_client, kept, 60)
+    wait_for(lambda: holds(case.check_provisioned, served), 60, f"{kept} to be as provisioned again")
 
     binding_path = f"{path}/service_bindings/{served.binding}"
     bound = osb.put(
