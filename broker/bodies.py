@@ -210,6 +210,12 @@ class LastOperationBody(ResponseBody):
     update_repeatable: bool | None = None
 
 
+class InstanceMetadataBody(ResponseBody):
+    """OSB's ``metadata`` of a fetched instance: ``attributes`` are the broker's, for display (v2.17)."""
+
+    attributes: dict[str, str] | None = None
+
+
 class InstanceBody(ResponseBody):
     """A fetched service instance."""
 
@@ -218,6 +224,8 @@ class InstanceBody(ResponseBody):
     dashboard_url: str | None = None
     parameters: FreeForm | None = None
     maintenance_info: MaintenanceInfoBody | None = None
+    metadata: InstanceMetadataBody | None = None
+    """What the instance's operator says of it now (day two: its Ready condition), for the platform to show."""
 
 
 class BindingBody(BaseModel):

@@ -278,5 +278,6 @@ def fetch(*, instance_id: str, catalog: Catalog, existing: Record | None) -> Ans
         dashboard_url=existing.dashboard_url,
         parameters=existing.spec.get("parameters"),
         maintenance_info=bodies.MaintenanceInfoBody(version=info["version"]) if info else None,
+        metadata=bodies.InstanceMetadataBody(attributes=health) if (health := existing.health) else None,
     )
     return Answer(200, body.wire())

@@ -73,6 +73,19 @@ class Record:
     """The broker recorded it for an OSB request (:data:`~opbroker.api.conventions.LABEL_RECORDED_BY`): only such
     an object answers for an OSB id."""
 
+    @property
+    def health(self) -> dict[str, str] | None:
+        """The instance's live status as OSB ``metadata.attributes`` may show it (issue 43, day two): its Ready
+        condition's status, reason and message (the operator's words); None before any is written."""
+        conditions = self.status.get("conditions")
+        if not isinstance(conditions, list):
+            return None
+        ready = next((c for c in conditions if isinstance(c, Mapping) and c.get("type") == "Ready"), None)
+        if ready is None or not isinstance(ready.get("status"), str):
+            return None
+        shown = {"ready": ready["status"].lower(), "reason": ready.get("reason"), "message": ready.get("message")}
+        return {key: str(value) for key, value in shown.items() if isinstance(value, str) and value}
+
     @classmethod
     def from_object(cls, kind: Kind, obj: Mapping[str, Any]) -> Record:
         meta = obj.get("metadata") or {}

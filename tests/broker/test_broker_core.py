@@ -9,6 +9,7 @@ inputs, and what is wanted (a decision, or the error reason).
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 from typing import Any
 
@@ -576,6 +577,19 @@ def test_fetch_instance(reason: str, existing: Record | None, want: Any) -> None
         assert isinstance(got, Answer) and got.status == 200, reason
     else:
         assert got == want, reason
+
+
+def test_a_fetched_instance_says_what_its_operator_says_of_it_now() -> None:
+    """Day two: the instance's live Ready condition (the operator's words) is OSB's ``metadata.attributes``; the
+    last operation's outcome is not rewritten (it succeeded, the answer is 200)."""
+    existing = instance(request={"parameters": {"size": 2}})
+    ready = {"type": "Ready", "status": "False", "reason": "OperatorFailed", "message": "disk full"}
+    unhealthy = dataclasses.replace(existing, status={**existing.status, "conditions": [ready]})
+    got = outcome(lambda: instances.fetch(instance_id=IID, catalog=CATALOG, existing=unhealthy))
+    assert isinstance(got, Answer) and got.status == 200
+    assert got.body["metadata"] == {
+        "attributes": {"ready": "false", "reason": "OperatorFailed", "message": "disk full"}
+    }
 
 
 # -- bindings ------------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 from kubernetes import client
@@ -24,6 +25,7 @@ from opbroker.api.conventions import ANNOTATION_OWNER_UID, ANNOTATION_PAUSED, PA
 from tests.controller.test_controller_lifecycle import (
     DB,
     GROUP,
+    PLAN_ID,
     SERVICE_ID,
     VERSION,
     custom,
@@ -32,6 +34,7 @@ from tests.controller.test_controller_lifecycle import (
     provision,
     wait_state,
 )
+from tests.controller.test_template_types_end_to_end import finished, provision_body
 from tests.controller_support import DEMO, wait_for
 
 pytestmark = pytest.mark.usefixtures("controller")
@@ -299,3 +302,32 @@ def test_two_writers_fighting_over_a_field_end_in_synced_false_naming_the_other(
         stop.set()
         thread.join(5)
     assert corrections <= 3 and rival_writes <= corrections + 1, (corrections, rival_writes)
+
+
+def test_a_platform_fetching_the_instance_over_osb_sees_what_its_operator_says_now(
+    osb: httpx.Client, api_client: client.ApiClient, namespace: str
+) -> None:
+    """OSB v2.17's GET instance: the live Ready is shown in ``metadata.attributes``; the answer stays 200 (the
+    provision did succeed) and the last operation keeps saying so."""
+    path = "/v2/service_instances/osb-live"
+    accepted = osb.put(
+        path, params={"accepts_incomplete": "true"}, json=provision_body(SERVICE_ID, PLAN_ID, namespace, {})
+    )
+    assert finished(osb, path, accepted) == "succeeded"
+    wait_for(
+        lambda: (database(api_client, namespace, "osb-live") or {}).get("status", {}).get("phase") == "Running",
+        30,
+        "Running",
+    )
+    report_phase(api_client, namespace, "osb-live", "Failed", "replica lost")
+
+    def shown() -> dict[str, Any] | None:
+        answer = osb.get(path)
+        assert answer.status_code == 200, answer.text
+        attributes: dict[str, Any] = (answer.json().get("metadata") or {}).get("attributes") or {}
+        return attributes if attributes.get("ready") == "false" else None
+
+    attributes = wait_for(shown, 30, "the live status over OSB")
+    assert attributes == {"ready": "false", "reason": "OperatorFailed", "message": "replica lost"}
+    last = osb.get(f"{path}/last_operation", params={"operation": accepted.json().get("operation", "")})
+    assert last.status_code == 200 and last.json()["state"] == "succeeded"
