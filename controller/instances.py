@@ -254,9 +254,14 @@ class InstanceReconciler(PassingReconciler[InstanceFacts]):
         if memo.digest and self._digest(facts, memo.refs) == memo.digest:
             return dataclasses.replace(facts, check=Check(memo.digest, unchanged=True))
         try:
-            rendering = self._render(facts)
-            report = self._report(facts, provision=True, sources=rendering.sources)
-            observed = tuple(self._observe(facts, piece, memo) for piece in rendering.pieces)
+            if decisions.drift_checked(view, plan_hash=entry.hash):
+                rendering: Rendering | None = self._render(facts)
+                assert rendering is not None
+                report = self._report(facts, provision=True, sources=rendering.sources)
+                observed = tuple(self._observe(facts, piece, memo) for piece in rendering.pieces)
+            else:  # the plan changed since its apply: its live status only
+                rendering, observed = None, ()
+                report = self._report(facts, provision=True)
         except RenderError as exc:
             check = Check("", last_live_write=memo.last_live_write)
             return dataclasses.replace(facts, check=check, render_error=str(exc) or type(exc).__name__)

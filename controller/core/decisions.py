@@ -114,6 +114,14 @@ def next_instance_step(instance: InstanceView, *, plan_hash: str | None, auto_up
     return Step.NOTHING
 
 
+def drift_checked(instance: InstanceView, *, plan_hash: str | None) -> bool:
+    """Whether a settled instance's objects are compared with what its plan renders now: only while the plan is
+    the version it was applied with. A plan changed since (``autoUpdateInstances`` off, or the update not rolled
+    out yet) renders something the instance never asked for; correcting to it would be an update nobody
+    requested. Its live status is still shown."""
+    return instance.applied_plan_hash in (None, plan_hash)
+
+
 def next_binding_step(binding: BindingView, *, instance_state: str | None) -> Step:
     """Decide what a binding needs next."""
     meta, status = binding.meta, binding.status

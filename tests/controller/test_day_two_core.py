@@ -14,9 +14,9 @@ import pytest
 from opbroker.api.catalog import DriftPolicy
 from opbroker.api.meta import ResourceRef
 from opbroker.controller.core import actions as a
-from opbroker.controller.core import drift, live_status
+from opbroker.controller.core import decisions, drift, live_status
 from opbroker.controller.core.instance_plan import Check, Observed, Piece, Report, apply_action, plan
-from opbroker.controller.core.views import ConditionView
+from opbroker.controller.core.views import ConditionView, InstanceView
 from tests.controller.test_instance_plan import FAILED, NOW, SUCCEEDED, WORKING, body, facts
 
 DB = {"apiVersion": "demo/v1", "kind": "Database", "metadata": {"name": "db", "namespace": "team"}}
@@ -315,3 +315,15 @@ def test_a_status_template_saying_nothing_leaves_ready_alone() -> None:
 def test_a_shared_singleton_is_never_corrected() -> None:
     singleton = dataclasses.replace(CM_PIECE, singleton=True)
     assert "Correct" not in kinds(plan(checking(Observed(singleton, None))))
+
+
+def test_drift_is_checked_only_against_the_plan_version_the_instance_was_applied_with() -> None:
+    def applied(plan_hash: str | None) -> InstanceView:
+        wire = body(state="succeeded", observed=1)
+        if plan_hash is not None:
+            wire["status"]["appliedPlanHash"] = plan_hash
+        return InstanceView.of(wire)
+
+    assert decisions.drift_checked(applied("h1"), plan_hash="h1")
+    assert decisions.drift_checked(applied(None), plan_hash="h1")  # applied before the hash was recorded
+    assert not decisions.drift_checked(applied("h0"), plan_hash="h1")  # the plan changed, not rolled out
