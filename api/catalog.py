@@ -105,7 +105,7 @@ class TemplateSpec(WireModel):
     drift: DriftPolicy | None = None
     """What happens when one of this template's objects is changed or deleted outside opbroker once its instance is
     provisioned: ``correct`` (absent: the default) sets it back, ``report`` only says so (``Synced=False``, an Event),
-    ``ignore`` leaves it alone. ``provision`` templates only (docs/controller.md, "Day two")."""
+    ``ignore`` leaves it alone. ``provision`` and ``bind`` templates only (docs/controller.md, "Day two")."""
 
     @property
     def drift_policy(self) -> DriftPolicy:

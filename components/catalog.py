@@ -113,7 +113,7 @@ class TemplateArgs(TypedDict):
     drift: NotRequired[DriftPolicy]
     """What happens when one of this template's objects is changed or deleted outside opbroker once its instance is
     provisioned: ``correct`` (the default) sets it back, ``report`` only says so, ``ignore`` leaves it alone.
-    ``provision`` templates only."""
+    ``provision`` and ``bind`` templates only."""
 
 
 class ParameterSchemaArgs(TypedDict):

@@ -20,17 +20,18 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from opbroker.api import DeletionPolicy, TemplateAction
+from opbroker.api import DeletionPolicy, DriftPolicy, TemplateAction
 from opbroker.api.conventions import credentials_secret_name, resource_name
 from opbroker.api.meta import ResourceRef
 from opbroker.controller import identities, ownership, registries, teardown
 from opbroker.controller.core import actions as a
-from opbroker.controller.core import decisions
+from opbroker.controller.core import decisions, drift
 from opbroker.controller.core.binding_plan import (
     BindingFacts,
     BindPiece,
     BindRendering,
     BindReport,
+    ObservedBind,
     Refresh,
     Unbind,
     binding_field_manager,
@@ -40,17 +41,18 @@ from opbroker.controller.core.binding_plan import (
     steps,
 )
 from opbroker.controller.core.decisions import Step
-from opbroker.controller.core.instance_plan import Piece, Teardown
+from opbroker.controller.core.instance_plan import Observed, Piece, Teardown
 from opbroker.controller.core.views import BindingView, InstanceView, SecretView
 from opbroker.controller.executor import refusal_of
-from opbroker.controller.instances import limits_of
+from opbroker.controller.instances import OWN_MANAGERS_PREFIX, limits_of
 from opbroker.controller.kube import BINDINGS, INSTANCES, Kube, Refused
 from opbroker.controller.objects import ref_key, resource_version
 from opbroker.controller.osb_effects import osb_executor
 from opbroker.controller.passes import PassingReconciler
 from opbroker.controller.reconciler import Key, Memories, Outcome, PerKey
-from opbroker.controller.reconciling import AppliedMemory, Deps
+from opbroker.controller.reconciling import AppliedMemory, DayTwo, Deps
 from opbroker.controller.rendered import fetch_sources, inputs_for
+from opbroker.controller.sources import object_key
 from opbroker.rendering import RenderError, RenderInputs
 
 logger = logging.getLogger(__name__)
@@ -74,10 +76,12 @@ class BindingReconciler(PassingReconciler[BindingFacts]):
     def __init__(self, deps: Deps, memories: Memories) -> None:
         self.deps = deps
         self.applied = memories.keep(AppliedMemory())
+        self.day_two: PerKey[DayTwo] = memories.keep(PerKey())
+        """Day two: when each of the binding's objects was set back (the fight bound)."""
         self.followed: PerKey[tuple[tuple[ResourceRef, ...], str]] = memories.keep(PerKey())
         """For bound bindings: the sources and digest (see ``decisions.sources_digest``) of the credentials
         as last checked by a refresh, when that wrote nothing (``status.sourcesDigest`` stays as it was)."""
-        self.executor = osb_executor(deps, BINDINGS, self.kind, self.applied, self.followed)
+        self.executor = osb_executor(deps, BINDINGS, self.kind, self.applied, self.followed, day_two=self.day_two)
 
     def placed(self, facts: BindingFacts) -> Outcome | None:
         return self.deps.placement.binding(dict(facts.binding.wire))  # multi-cluster: the instance's cluster
@@ -167,13 +171,19 @@ class BindingReconciler(PassingReconciler[BindingFacts]):
         return source_refs, fetch_sources(self._actor(facts), source_refs)
 
     def _pieces(
-        self, facts: BindingFacts, objects: Sequence[Any], *, kinds_of_own: bool, policy: DeletionPolicy
+        self,
+        facts: BindingFacts,
+        objects: Sequence[Any],
+        *,
+        kinds_of_own: bool,
+        policy: DeletionPolicy,
+        drift_policy: DriftPolicy = DriftPolicy.CORRECT,
     ) -> tuple[BindPiece, ...]:
         assert facts.instance is not None
         instance_refs = {ref_key(ref) for ref in facts.instance.status.resources}
         kube, out = self._actor(facts), []
         for obj in objects:
-            piece = Piece(obj.manifest, adopt=obj.adopt, deletion_policy=policy)
+            piece = Piece(obj.manifest, adopt=obj.adopt, deletion_policy=policy, drift=drift_policy)
             if ref_key(piece.ref) in instance_refs:
                 out.append(BindPiece(piece, instance_own=True))
             else:
@@ -189,9 +199,9 @@ class BindingReconciler(PassingReconciler[BindingFacts]):
         changed = rendered.binding_registry is not None and rendered.binding_registry != inputs.binding_registry
         template = facts.entry.model.spec.template(action)
         policy = template.deletion if template is not None else DeletionPolicy.DELETE
-        return BindRendering(
-            self._pieces(facts, rendered.objects, kinds_of_own=True, policy=policy), rendered.binding_registry, changed
-        )
+        drift_policy = template.drift_policy if template is not None else DriftPolicy.CORRECT
+        pieces = self._pieces(facts, rendered.objects, kinds_of_own=True, policy=policy, drift_policy=drift_policy)
+        return BindRendering(pieces, rendered.binding_registry, changed)
 
     def _digest(self, facts: BindingFacts, refs: Mapping[str, ResourceRef], fetched: Mapping[str, Any]) -> str:
         assert facts.instance is not None and facts.entry is not None
@@ -238,6 +248,10 @@ class BindingReconciler(PassingReconciler[BindingFacts]):
         report = BindReport(
             True, result.bind, source_refs=tuple(source_refs.values()), digest=self._digest(facts, source_refs, fetched)
         )
+        try:
+            observed = self._observe_bind(facts)
+        except RenderError as exc:
+            return Refresh(render_error=str(exc) or type(exc).__name__)
         section = result.bind
         response = (section.response if section else None) or {}
         changed = False
@@ -249,7 +263,27 @@ class BindingReconciler(PassingReconciler[BindingFacts]):
                 namespace=binding.meta.namespace,
             )
             changed = decisions.credentials_changed(SecretView.maybe(self._actor(facts).get(secret)), response)
-        return Refresh(report=report, secret_changed=changed)
+        return Refresh(report=report, secret_changed=changed, observed=observed)
+
+    def _observe_bind(self, facts: BindingFacts) -> tuple[ObservedBind, ...]:
+        """Day two: what ``bind`` renders now, each object read live (past the store when a drift of it would be a
+        fight, to name the other writer), with when it was set back before."""
+        assert facts.entry is not None and facts.entry.model is not None
+        if facts.entry.model.spec.template(TemplateAction.BIND) is None:
+            return ()
+        rendering = self._render(facts, TemplateAction.BIND)
+        memo = self.day_two.get(facts.key) or DayTwo()
+        kube, now, bounds = self._actor(facts), datetime.datetime.now(datetime.UTC), facts.limits.drift_bounds
+        out = []
+        for p in rendering.pieces:
+            history = drift.recent(memo.corrections.get(object_key(p.piece.ref), ()), now, bounds)
+            if drift.fighting(history, now, bounds):
+                live = kube.get(p.piece.ref, fresh=True)
+                seen = Observed(p.piece, live, history, drift.other_managers(live, OWN_MANAGERS_PREFIX))
+            else:
+                seen = Observed(p.piece, kube.get(p.piece.ref), history)
+            out.append(ObservedBind(seen, p.instance_own))
+        return tuple(out)
 
     def _unchanged(self, facts: BindingFacts) -> bool:
         """True if what the credentials were last rendered from is still what it was (the digest matches);

@@ -35,16 +35,19 @@ from opbroker.controller.core import decisions
 from opbroker.controller.core.decisions import Step
 from opbroker.controller.core.instance_plan import (
     Limits,
+    Observed,
     Piece,
     Teardown,
     all_watched,
     count_error,
+    find_drift,
     let_go,
     no_longer_rendered,
     orphans_of,
     pause,
     resume,
     still_in_progress,
+    synced_actions,
     wait_for_budget,
     write_status,
 )
@@ -104,6 +107,15 @@ class BindReport:
 
 
 @dataclass(frozen=True)
+class ObservedBind:
+    """Day two: one object ``bind`` renders now (the binding's own, or its part of the instance's), and the live
+    object it is compared with."""
+
+    observed: Observed
+    instance_own: bool = False
+
+
+@dataclass(frozen=True)
 class Refresh:
     """A bound binding's check: its sources stand still (``unchanged``), or what rendering them again says."""
 
@@ -112,6 +124,8 @@ class Refresh:
     secret_changed: bool = False
     """The credentials Secret no longer holds what the report says (``decisions.credentials_changed``)."""
     render_error: str | None = None
+    observed: tuple[ObservedBind, ...] = ()
+    """Day two: what ``bind`` renders now, each with its live object (compared as an instance's are)."""
 
 
 @dataclass(frozen=True)
@@ -273,6 +287,20 @@ def _labels(facts: BindingFacts) -> dict[str, str]:
     return {LABEL_INSTANCE: facts.instance.meta.name, LABEL_BINDING: facts.binding.meta.name}
 
 
+def bind_apply(facts: BindingFacts, p: BindPiece) -> a.Apply:
+    """The apply of one object ``bind`` renders: the binding's part of its instance's object under the binding's
+    field manager (never creating it: the instance's object must exist), or the binding's own object, stamped and
+    owned. The same for the bind and a day-two correction."""
+    binding, instance = facts.binding, facts.instance
+    assert instance is not None
+    if p.instance_own:  # the instance's own object (the live stamp must say so)
+        manager = binding_field_manager(binding.meta.name)
+        return a.Apply(p.piece.manifest, instance.meta.uid, {}, field_manager=manager, as_user=facts.actor,
+                       must_exist=True)  # fmt: skip
+    manifest = _stamped(facts, p.piece, _labels(facts))
+    return a.Apply(manifest, binding.meta.uid, {}, adopt=p.piece.adopt, as_user=facts.actor)
+
+
 def _apply(facts: BindingFacts) -> tuple[a.Action, ...]:
     """Record, then apply ``bind``'s objects (the instance's own under the binding's field manager), release
     what it no longer renders, and continue: the next pass reads the outcome."""
@@ -300,16 +328,7 @@ def _apply(facts: BindingFacts) -> tuple[a.Action, ...]:
     ]
     if rendering.registry_changed and rendering.registry is not None:
         out.append(a.SaveRegistry(rendering.registry, labels))
-    manager = binding_field_manager(meta.name)
-    for p in rendering.pieces:
-        if p.instance_own:  # the instance's own object (the live stamp must say so)
-            out.append(
-                a.Apply(p.piece.manifest, instance.meta.uid, {}, field_manager=manager, as_user=facts.actor,
-                        must_exist=True)
-            )  # fmt: skip
-        else:
-            manifest = _stamped(facts, p.piece, labels)
-            out.append(a.Apply(manifest, meta.uid, {}, adopt=p.piece.adopt, as_user=facts.actor))
+    out.extend(bind_apply(facts, p) for p in rendering.pieces)
     out.extend(no_longer_rendered(minus_refs(old_refs, own_refs), binding.status.orphans, meta.uid, facts.actor))
     record = {
         "resources": recorded(own_refs, new_orphans),
@@ -392,18 +411,22 @@ def _refresh(facts: BindingFacts) -> tuple[a.Action, ...]:
     rotated password). Never fails the binding: while the operator reports no credentials (mid-rotation, say),
     the Secret keeps the last ones."""
     refresh, binding = facts.refresh, facts.binding
-    if refresh is None or refresh.unchanged:
-        return ()  # registry credentials (no status template: never re-rendered), or nothing moved
+    if refresh is None:
+        return ()  # registry credentials (no status template: never re-rendered)
+    resync = _resync(facts)
+    if refresh.unchanged:
+        return resync  # nothing moved
     if refresh.render_error is not None:
-        return (a.Log(f"credentials not refreshed: {refresh.render_error}"),)
+        return (a.Log(f"credentials not refreshed: {refresh.render_error}"), *resync)
     report = refresh.report
     assert report is not None
     track = a.Track((*report.source_refs, *binding.status.resources))
+    kept = _keep_declared(facts, refresh)
     section = report.section
     response = (section.response if section else None) or {}
     if section is None or section.state != OperationState.SUCCEEDED.value or not response.get("credentials"):
-        return (track, a.Follow(report.source_refs, report.digest))
-    out: list[a.Action] = [track]
+        return (track, *kept, a.Follow(report.source_refs, report.digest), *resync)
+    out: list[a.Action] = [track, *kept]
     if refresh.secret_changed:
         message = "the credentials changed at their source; the credentials Secret was rewritten"
         out += [
@@ -417,7 +440,28 @@ def _refresh(facts: BindingFacts) -> tuple[a.Action, ...]:
         out += [a.WriteStatus(followed_status(report.source_refs, report.digest), guarded=False), a.Unfollow()]
     else:
         out.append(a.Follow(report.source_refs, report.digest))
-    return tuple(out)
+    return (*out, *resync)
+
+
+def _resync(facts: BindingFacts) -> tuple[a.Action, ...]:
+    """A bound binding's look after the resync period (none when it is 0), as an instance's."""
+    seconds = decisions.resync_after(facts.binding.meta.uid, facts.limits.resync_seconds)
+    return (a.Requeue(seconds),) if seconds > 0 else ()
+
+
+def _keep_declared(facts: BindingFacts, refresh: Refresh) -> list[a.Action]:
+    """Day two for a bound binding: what ``bind`` renders now compared with the live objects, set back or reported
+    per its template's ``drift`` (``instance_plan.find_drift``, as for instances); ``Synced`` when it changes. An
+    object corrected is followed up after the backoff (its own write's echo brings nothing back)."""
+    now = facts.now or datetime.datetime.now(datetime.UTC)
+    pairs = [(seen.observed, bind_apply(facts, BindPiece(seen.observed.piece, seen.instance_own)))
+             for seen in refresh.observed]  # fmt: skip
+    findings = find_drift(pairs, now, facts.limits.drift_bounds)
+    out: list[a.Action] = [*findings.corrections, *synced_actions(facts.binding, findings.synced, now)]
+    waits = [*findings.waits, *((facts.limits.drift_bounds.backoff_seconds,) if findings.corrections else ())]
+    if waits:
+        out.append(a.Requeue(max(0.5, min(waits))))
+    return out
 
 
 def _unbind(facts: BindingFacts) -> tuple[a.Action, ...]:

@@ -692,7 +692,7 @@ SYNCED_CONDITION = "Synced"
 
 
 @dataclass(frozen=True)
-class _Condition:
+class Condition:
     """A condition to show: type, status, reason, message."""
 
     type: str
@@ -701,7 +701,7 @@ class _Condition:
     message: str
 
 
-def _shows(view: InstanceView, wanted: _Condition) -> bool:
+def shows(view: InstanceView | BindingView, wanted: Condition) -> bool:
     """Whether the status shows ``wanted`` already. An absent Synced is as good as a True one: an instance that has
     never drifted is not written to say so (20 000 settled instances cost no write)."""
     found = view.status.condition(wanted.type)
@@ -712,8 +712,8 @@ def _shows(view: InstanceView, wanted: _Condition) -> bool:
     return found.status == "False" and found.reason == wanted.reason.value and found.message == wanted.message[:1024]
 
 
-def _conditions_patch(
-    view: InstanceView, changes: Sequence[_Condition], now: datetime.datetime | None
+def conditions_patch(
+    view: InstanceView | BindingView, changes: Sequence[Condition], now: datetime.datetime | None
 ) -> dict[str, Any]:
     """The status patch that sets ``changes`` and writes every other condition back as read."""
     types = {c.type for c in changes}
@@ -758,36 +758,17 @@ def check(facts: InstanceFacts) -> tuple[a.Action, ...]:
     problem = facts.render_error or (facts.refusal.message if facts.refusal is not None else None)
     if problem is not None:
         reason = Reason.RENDER_FAILED if facts.render_error is not None else Reason.APPLY_REFUSED
-        synced = _Condition(SYNCED_CONDITION, False, reason, f"cannot check the rendered objects: {problem}")
+        synced = Condition(SYNCED_CONDITION, False, reason, f"cannot check the rendered objects: {problem}")
     else:
-        synced = _Condition(SYNCED_CONDITION, True, Reason.IN_SYNC, IN_SYNC_MESSAGE)
-        fights: list[str] = []
-        reported: list[str] = []
-        for seen in found.observed:
-            piece = seen.piece
-            if piece.drift is DriftPolicy.IGNORE or piece.singleton:  # a shared singleton is left as it is
-                continue
-            action = apply_action(facts, piece)
-            paths = drift.differences(action.manifest, seen.live)
-            if not paths:
-                continue
-            if piece.drift is DriftPolicy.REPORT:
-                reported.append(drift.drift_message(piece.ref, paths, corrected=False))
-                continue
-            decision = drift.verdict(seen.history, now, limits.drift_bounds)
-            if decision.verdict is drift.Verdict.CORRECT:
-                out.append(a.Correct(action, paths))
-                corrections += 1
-                continue
-            waits.append(decision.after)
-            if decision.verdict is drift.Verdict.FIGHT:
-                fights.append(drift.fight_message(piece.ref, paths, seen.managers, limits.drift_bounds))
-        if fights:
-            synced = _Condition(SYNCED_CONDITION, False, Reason.DRIFT_FIGHT, fights[0])
-        elif reported:
-            synced = _Condition(SYNCED_CONDITION, False, Reason.DRIFT_DETECTED, "; ".join(reported))
-    changes: list[_Condition] = []
-    if not _shows(view, synced):
+        findings = find_drift(
+            [(seen, apply_action(facts, seen.piece)) for seen in found.observed], now, limits.drift_bounds
+        )
+        out.extend(findings.corrections)
+        corrections = len(findings.corrections)
+        waits.extend(findings.waits)
+        synced = findings.synced
+    changes: list[Condition] = []
+    if not shows(view, synced):
         changes.append(synced)
         if not synced.ok:
             events.append(a.Event(synced.reason.value, synced.message, warning=True))
@@ -803,13 +784,13 @@ def check(facts: InstanceFacts) -> tuple[a.Action, ...]:
             ready, verdict, last_write=found.last_live_write, now=now, min_seconds=limits.live_status_seconds
         )
         if change is not None and change.write:
-            changes.append(_Condition("Ready", verdict.ready, verdict.reason, verdict.message))
+            changes.append(Condition("Ready", verdict.ready, verdict.reason, verdict.message))
             events.append(a.Event(verdict.reason.value, verdict.message, warning=not verdict.ready))
             live_written = True
         elif change is not None:
             waits.append(change.wait)
     if changes:
-        out.append(a.WriteStatus(_conditions_patch(view, changes, now)))
+        out.append(a.WriteStatus(conditions_patch(view, changes, now)))
         out.extend(events)
     settled = not corrections and not waits and problem is None
     out.append(a.Checked(found.digest if settled else "", live_written=live_written, refs=found.refs, at=now))
@@ -825,9 +806,67 @@ def _check_refused(facts: InstanceFacts, refusal: a.Refusal) -> tuple[a.Action, 
     """A correction the cluster refused (the plan's account may not write there; the object is someone else's now):
     the instance's operation stays as it ended, ``Synced=False`` says why, and the resync looks again."""
     view = facts.instance
-    synced = _Condition(SYNCED_CONDITION, False, Reason.APPLY_REFUSED, f"a correction was refused: {refusal.message}")
+    synced = Condition(SYNCED_CONDITION, False, Reason.APPLY_REFUSED, f"a correction was refused: {refusal.message}")
     out: list[a.Action] = []
-    if not _shows(view, synced):
-        out.append(a.WriteStatus(_conditions_patch(view, [synced], facts.now)))
+    if not shows(view, synced):
+        out.append(a.WriteStatus(conditions_patch(view, [synced], facts.now)))
         out.append(a.Event(synced.reason.value, synced.message, warning=True))
     return (*out, *_resync(facts))
+
+
+@dataclass(frozen=True)
+class Findings:
+    """What comparing rendered objects with the live ones found (:func:`find_drift`)."""
+
+    corrections: tuple[a.Correct, ...]
+    waits: tuple[float, ...]
+    """Seconds until an object held back (its backoff, or a fight's window) may be set back."""
+    synced: Condition
+
+
+def find_drift(observed: Sequence[tuple[Observed, a.Apply]], now: datetime.datetime, bounds: drift.Bounds) -> Findings:
+    """Compare each rendered object (with the apply that writes it: an instance's, a binding's) with the live one,
+    per its template's ``drift`` policy: what to set back now, what waits, and what ``Synced`` says. Shared by
+    instances (:func:`check`) and bindings (their refresh)."""
+    corrections: list[a.Correct] = []
+    waits: list[float] = []
+    fights: list[str] = []
+    reported: list[str] = []
+    for seen, action in observed:
+        piece = seen.piece
+        if piece.drift is DriftPolicy.IGNORE or piece.singleton:  # a shared singleton is left as it is
+            continue
+        paths = drift.differences(action.manifest, seen.live)
+        if not paths:
+            continue
+        if piece.drift is DriftPolicy.REPORT:
+            reported.append(drift.drift_message(piece.ref, paths, corrected=False))
+            continue
+        decision = drift.verdict(seen.history, now, bounds)
+        if decision.verdict is drift.Verdict.CORRECT:
+            corrections.append(a.Correct(action, paths))
+            continue
+        waits.append(decision.after)
+        if decision.verdict is drift.Verdict.FIGHT:
+            fights.append(drift.fight_message(piece.ref, paths, seen.managers, bounds))
+    if fights:
+        synced = Condition(SYNCED_CONDITION, False, Reason.DRIFT_FIGHT, fights[0])
+    elif reported:
+        synced = Condition(SYNCED_CONDITION, False, Reason.DRIFT_DETECTED, "; ".join(reported))
+    else:
+        synced = Condition(SYNCED_CONDITION, True, Reason.IN_SYNC, IN_SYNC_MESSAGE)
+    return Findings(tuple(corrections), tuple(waits), synced)
+
+
+def synced_actions(
+    view: InstanceView | BindingView, synced: Condition, now: datetime.datetime | None
+) -> list[a.Action]:
+    """The ``Synced`` condition written when it changes (never to say True of an object that never drifted), with
+    its Event. Shared by instances and bindings."""
+    if shows(view, synced):
+        return []
+    if not synced.ok:
+        event = a.Event(synced.reason.value, synced.message, warning=True)
+    else:
+        event = a.Event(Reason.IN_SYNC.value, IN_SYNC_MESSAGE)
+    return [a.WriteStatus(conditions_patch(view, [synced], now)), event]

@@ -55,6 +55,9 @@ from tests.controller.test_instance_plan import (
 )
 from tests.controller.test_instance_plan import body as instance_body
 
+#: The look after the resync period every bound binding ends with (``summary`` shows it so).
+RESYNC = ("resync",)
+
 USER = ResourceRef(api_version="v1", kind="ConfigMap", name="b-user", namespace=NS)
 OLD = ResourceRef(api_version="v1", kind="ConfigMap", name="b-old", namespace=NS)
 READY = instance_body(state="succeeded", observed=1, resources=[CM])
@@ -184,24 +187,25 @@ ROWS: list[tuple[str, BindingFacts, list[tuple[Any, ...]]]] = [
     ("past its deadline: timed out",
      facts(binding(state="in progress", observed=1, started=7200), report=BindReport(True, None)),
      [("track", ()), ("forget",), *failed("OperationTimedOut")]),
-    ("bound, sources stand still: nothing", facts(binding(state="succeeded", observed=1), refresh=Refresh(True)), []),
+    ("bound, sources stand still: only the next resync",
+     facts(binding(state="succeeded", observed=1), refresh=Refresh(True)), [RESYNC]),
     ("bound, no status template: nothing", facts(binding(state="succeeded", observed=1)), []),
     ("bound, the refresh cannot render: a log line, nothing written",
-     facts(binding(state="succeeded", observed=1), refresh=Refresh(render_error="boom")), [("Log",)]),
+     facts(binding(state="succeeded", observed=1), refresh=Refresh(render_error="boom")), [("Log",), RESYNC]),
     ("bound, mid-rotation (no credentials reported): keep the Secret, remember what was read",
      facts(binding(state="succeeded", observed=1), refresh=Refresh(report=BindReport(True, NO_CREDENTIALS))),
-     [("track", ()), ("Follow",)]),
+     [("track", ()), ("Follow",), RESYNC]),
     ("bound, the credentials rotated: rewrite, say so, record the sources",
      facts(binding(state="succeeded", observed=1, digest="d-old"),
            refresh=Refresh(report=REPORTED, secret_changed=True)),
      [("track", ("db",)), ("WriteSecret",), ("Log",), ("event", "CredentialsRotated", False),
-      ("status", None, None, "unguarded"), ("Unfollow",)]),
+      ("status", None, None, "unguarded"), ("Unfollow",), RESYNC]),
     ("bound, a source touched, credentials the same: remembered, not written",
      facts(binding(state="succeeded", observed=1, digest="d-old"), refresh=Refresh(report=REPORTED)),
-     [("track", ("db",)), ("Follow",)]),
+     [("track", ("db",)), ("Follow",), RESYNC]),
     ("bound before digests were: the digest is recorded once",
      facts(binding(state="succeeded", observed=1), refresh=Refresh(report=REPORTED)),
-     [("track", ("db",)), ("status", None, None, "unguarded"), ("Unfollow",)]),
+     [("track", ("db",)), ("status", None, None, "unguarded"), ("Unfollow",), RESYNC]),
     ("unbind, instance gone, nothing recorded: done",
      facts(binding(state="succeeded", deleting=True), None, None, unbind=Unbind(Teardown(False))),
      [("forget",), GOING, *FINISH]),

@@ -28,6 +28,7 @@ from tests.controller.test_controller_lifecycle import (
     PLAN_ID,
     SERVICE_ID,
     VERSION,
+    bind,
     custom,
     get,
     gone,
@@ -331,3 +332,25 @@ def test_a_platform_fetching_the_instance_over_osb_sees_what_its_operator_says_n
     assert attributes == {"ready": "false", "reason": "OperatorFailed", "message": "replica lost"}
     last = osb.get(f"{path}/last_operation", params={"operation": accepted.json().get("operation", "")})
     assert last.status_code == 200 and last.json()["state"] == "succeeded"
+
+
+def test_a_bindings_part_of_its_instances_object_is_set_back(api_client: client.ApiClient, namespace: str) -> None:
+    """The demo plan's bind adds the binding's user to its instance's Database (under the binding's own field
+    manager). Someone removes that user: the binding sets it back (an Event on the binding), its credentials follow."""
+    provisioned(api_client, namespace, "bound-db")
+    bind(api_client, namespace, "bound-b", "bound-db")
+    wait_state(api_client, namespace, "sfservicebindings", "bound-b", "succeeded")
+    users = (database(api_client, namespace, "bound-db") or {})["spec"]["users"]
+    (user,) = [name for name in users if name != "main"]
+    patch_database(api_client, namespace, "bound-db", {"spec": {"users": {user: None}}}, "kubectl-edit")
+    wait_for(
+        lambda: user in ((database(api_client, namespace, "bound-db") or {}).get("spec", {}).get("users") or {}),
+        30,
+        "the binding's user set back",
+    )
+    (corrected,) = events(api_client, namespace, "bound-b", "DriftCorrected")
+    assert f"spec.users.{user}" in corrected.message
+    found = database(api_client, namespace, "bound-db")
+    assert (
+        found is not None and found["spec"]["users"][user] == ["login"] and found["spec"]["users"]["main"] == ["owner"]
+    )

@@ -15,8 +15,12 @@ from opbroker.api.catalog import DriftPolicy
 from opbroker.api.meta import ResourceRef
 from opbroker.controller.core import actions as a
 from opbroker.controller.core import decisions, drift, live_status
+from opbroker.controller.core.binding_plan import BindPiece, ObservedBind, Refresh, bind_apply
+from opbroker.controller.core.binding_plan import plan as binding_plan
 from opbroker.controller.core.instance_plan import Check, Observed, Piece, Report, apply_action, plan
 from opbroker.controller.core.views import ConditionView, InstanceView
+from tests.controller.test_binding_plan import REPORTED, binding
+from tests.controller.test_binding_plan import facts as binding_facts
 from tests.controller.test_instance_plan import FAILED, NOW, SUCCEEDED, WORKING, body, facts
 
 DB = {"apiVersion": "demo/v1", "kind": "Database", "metadata": {"name": "db", "namespace": "team"}}
@@ -327,3 +331,23 @@ def test_drift_is_checked_only_against_the_plan_version_the_instance_was_applied
     assert decisions.drift_checked(applied("h1"), plan_hash="h1")
     assert decisions.drift_checked(applied(None), plan_hash="h1")  # applied before the hash was recorded
     assert not decisions.drift_checked(applied("h0"), plan_hash="h1")  # the plan changed, not rolled out
+
+
+# -- a bound binding's objects -------------------------------------------------------------------------------------
+
+
+def test_a_bound_binding_sets_back_its_part_of_the_instances_object_never_creating_it() -> None:
+    part = Piece({**DB, "spec": {"users": {"u1": ["login"]}}})
+    live = {**DB, "spec": {"users": {"main": ["owner"]}}}  # someone removed the binding's user
+    seen = ObservedBind(Observed(part, live), instance_own=True)
+    the_facts = binding_facts(
+        binding(state="succeeded", observed=1, digest="d-new"), refresh=Refresh(report=REPORTED, observed=(seen,))
+    )
+    actions = binding_plan(the_facts)
+    (correct,) = [x for x in actions if isinstance(x, a.Correct)]
+    assert correct.fields == ("spec.users.u1",)
+    assert correct.apply == bind_apply(the_facts, BindPiece(part, instance_own=True))
+    assert correct.apply.must_exist and correct.apply.field_manager == "opbroker-binding-b"
+    in_sync = ObservedBind(Observed(part, {**DB, "spec": {"users": {"main": ["owner"], "u1": ["login"]}}}), True)
+    quiet = binding_plan(dataclasses.replace(the_facts, refresh=Refresh(report=REPORTED, observed=(in_sync,))))
+    assert not [x for x in quiet if isinstance(x, (a.Correct, a.WriteStatus))]
