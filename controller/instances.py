@@ -251,9 +251,9 @@ class InstanceReconciler(PassingReconciler[InstanceFacts]):
         key, view, entry = facts.key, facts.instance, facts.entry
         assert entry is not None
         memo = self.day_two.get(key) or DayTwo()
-        if memo.digest and self._digest(facts, memo.refs) == memo.digest:
-            return dataclasses.replace(facts, check=Check(memo.digest, unchanged=True))
         try:
+            if memo.digest and self._digest(facts, memo.refs) == memo.digest:
+                return dataclasses.replace(facts, check=Check(memo.digest, unchanged=True))
             if decisions.drift_checked(view, plan_hash=entry.hash):
                 rendering: Rendering | None = self._render(facts)
                 assert rendering is not None
@@ -262,16 +262,16 @@ class InstanceReconciler(PassingReconciler[InstanceFacts]):
             else:  # the plan changed since its apply: its live status only
                 rendering, observed = None, ()
                 report = self._report(facts, provision=True)
+            read = (*(report.source_refs if report else ()), *view.status.resources)
+            refs = tuple({object_key(r): r for r in read}.values())
+            digest = self._digest(facts, refs)
         except RenderError as exc:
             check = Check("", last_live_write=memo.last_live_write)
             return dataclasses.replace(facts, check=check, render_error=str(exc) or type(exc).__name__)
         except Refused as exc:
             check = Check("", last_live_write=memo.last_live_write)
             return dataclasses.replace(facts, check=check, refusal=refusal_of(exc))
-        refs = tuple(
-            {object_key(r): r for r in (*(report.source_refs if report else ()), *view.status.resources)}.values()
-        )
-        check = Check(self._digest(facts, refs), False, observed, refs, memo.last_live_write)
+        check = Check(digest, False, observed, refs, memo.last_live_write)
         return dataclasses.replace(facts, rendering=rendering, report=report, check=check)
 
     def _observe(self, facts: InstanceFacts, piece: Piece, memo: DayTwo) -> Observed:
