@@ -120,6 +120,9 @@ class ControllerArgs(TypedDict):
     max_operation_seconds: NotRequired[float]
     """A provision, update or bind with no outcome this long after it was requested is failed
     (``--max-operation-seconds``; default 7200; 0: no limit)."""
+    resync_seconds: NotRequired[float]
+    """Day two: each provisioned instance and bound binding is checked again this long after its last check even
+    without an event (``--resync-seconds``; default 600, spread ±10 %; 0: never)."""
     multicluster: NotRequired[bool]
     """Run as the master of several clusters (``--multicluster``): SFClusters get scheduled onto and report
     Ready (default false)."""
@@ -258,6 +261,7 @@ class Controller(_Settings):
     namespace_cache_mib: int | None = Field(default=None, ge=0)
     error_threshold: int | None = Field(default=None, ge=1)
     max_operation_seconds: float | None = Field(default=None, ge=0)
+    resync_seconds: float | None = Field(default=None, ge=0)
     multicluster: bool = False
     single_tenant: bool = False
     scheduler: Literal["default", "round-robin", "least-utilized", "label-selector", "capacity-aware"] | None = None
@@ -298,6 +302,8 @@ class Controller(_Settings):
             flags += ["--error-threshold", str(self.error_threshold)]
         if self.max_operation_seconds is not None:
             flags += ["--max-operation-seconds", f"{self.max_operation_seconds:g}"]
+        if self.resync_seconds is not None:
+            flags += ["--resync-seconds", f"{self.resync_seconds:g}"]
         if self.multicluster:
             flags.append("--multicluster")
         if self.scheduler is not None:

@@ -654,6 +654,7 @@ def test_settings_are_configurable() -> None:
                 "namespace_cache_mib": 0,
                 "error_threshold": 5,
                 "max_operation_seconds": 900,
+                "resync_seconds": 300,
                 "multicluster": True,
                 "scheduler": "least-utilized",
                 "template_allow_networks": ["10.96.0.0/12"],
@@ -677,7 +678,7 @@ def test_settings_are_configurable() -> None:
     assert container["command"][:5] == ["opbroker", "controller", "run", "--namespace", "platform"]
     assert container["command"][7:] == [
         "--workers", "16", "--namespace-workers", "3", "--namespace-operations", "20", "--namespace-cache-mib", "0",
-        "--error-threshold", "5", "--max-operation-seconds", "900", "--multicluster",
+        "--error-threshold", "5", "--max-operation-seconds", "900", "--resync-seconds", "300", "--multicluster",
         "--scheduler", "least-utilized", "--template-allow-network", "10.96.0.0/12",
         "--template-proxy", "http://egress.proxy:3128", "--webhook-port", "9443",
         "--webhook-service", "opbroker-controller-webhook",
