@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -265,26 +265,41 @@ def test_drift_report_says_so_and_orphan_survives_deprovision_without_the_stamp(
     custom(api_client).delete_namespaced_custom_object(*DB[:2], namespace, DB[2], "kept")
 
 
+class Rival:
+    """Another writer of a Database's ``spec.version``: sets it to 14 whenever it reads otherwise, every 0.3 s, in a
+    thread of its own from creation until :meth:`stop`; counts its writes."""
+
+    def __init__(self, read: Callable[[], dict[str, Any] | None], write: Callable[[str], None]) -> None:
+        self.writes = 0
+        self._read, self._write = read, write
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            found = self._read()
+            if found is not None and found["spec"].get("version") != "14":
+                self._write("14")
+                self.writes += 1
+            self._stop.wait(0.3)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
 def test_two_writers_fighting_over_a_field_end_in_synced_false_naming_the_other(
     api_client: client.ApiClient, namespace: str
 ) -> None:
     """A rival controller sets spec.version to 14 whenever it is not: opbroker sets it back a few times (with
     backoff), then stops and names the rival. Its corrections are counted: bounded, not a hot loop."""
     provisioned(api_client, namespace, "fought")
-    stop = threading.Event()
-    rival_writes = 0
 
-    def rival() -> None:
-        nonlocal rival_writes
-        while not stop.is_set():
-            found = database(api_client, namespace, "fought")
-            if found is not None and found["spec"].get("version") != "14":
-                patch_database(api_client, namespace, "fought", {"spec": {"version": "14"}}, "rival-operator")
-                rival_writes += 1
-            stop.wait(0.3)
+    def rival(version: str) -> None:
+        patch_database(api_client, namespace, "fought", {"spec": {"version": version}}, "rival-operator")
 
-    thread = threading.Thread(target=rival, daemon=True)
-    thread.start()
+    writer = Rival(lambda: database(api_client, namespace, "fought"), rival)
     try:
         wait_for(
             lambda: (
@@ -300,9 +315,8 @@ def test_two_writers_fighting_over_a_field_end_in_synced_false_naming_the_other(
         time.sleep(5)  # the rival goes on: opbroker must not
         assert len(events(api_client, namespace, "fought", "DriftCorrected")) == corrections
     finally:
-        stop.set()
-        thread.join(5)
-    assert corrections <= 3 and rival_writes <= corrections + 1, (corrections, rival_writes)
+        writer.stop()
+    assert corrections <= 3 and writer.writes <= corrections + 1, (corrections, writer.writes)
 
 
 def test_a_platform_fetching_the_instance_over_osb_sees_what_its_operator_says_now(

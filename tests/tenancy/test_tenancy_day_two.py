@@ -12,7 +12,6 @@ namespace holds an instance the platform provisioned: nothing of it changes, no 
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -31,7 +30,7 @@ from tests.controller.test_controller_lifecycle import (
     provision,
     wait_state,
 )
-from tests.controller.test_day_two import condition, events
+from tests.controller.test_day_two import Rival, condition, events
 from tests.controller_support import wait_for
 from tests.tenancy_support import Tenant, assert_unchanged, refused, snapshot
 
@@ -141,19 +140,11 @@ def test_day_two_gives_a_tenant_no_way_out_of_its_namespace_and_no_hot_loop(
     )
 
     # Fighting the correction with a writer of its own: bounded, then Synced=False; no hot loop.
-    stop = threading.Event()
+    def rival(version: str) -> None:
+        spec = {"spec": {"version": version}}
+        tenant.custom.patch_namespaced_custom_object(*DB[:2], tenant.namespace, DB[2], "mine", spec)
 
-    def rival() -> None:
-        while not stop.is_set():
-            found = tenant_database(tenant, "mine")
-            if found is not None and found["spec"].get("version") != "14":
-                tenant.custom.patch_namespaced_custom_object(
-                    *DB[:2], tenant.namespace, DB[2], "mine", {"spec": {"version": "14"}}
-                )
-            stop.wait(0.3)
-
-    thread = threading.Thread(target=rival, daemon=True)
-    thread.start()
+    writer = Rival(lambda: tenant_database(tenant, "mine"), rival)
     try:
         wait_for(
             lambda: (
@@ -164,8 +155,7 @@ def test_day_two_gives_a_tenant_no_way_out_of_its_namespace_and_no_hot_loop(
             "Synced=False DriftFight",
         )
     finally:
-        stop.set()
-        thread.join(5)
+        writer.stop()
     corrections = events(api_client, tenant.namespace, "mine", "DriftCorrected")
     assert len(corrections) <= 2 + 3  # the delete and the edit above, then at most the bound of the fight
 
