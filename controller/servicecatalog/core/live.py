@@ -39,6 +39,7 @@ from opbroker.controller.core import actions as a
 from opbroker.controller.core.decisions import resync_after
 from opbroker.controller.core.instance_plan import SYNCED_CONDITION, Condition, conditions_patch, shows
 from opbroker.controller.core.reasons import Reason
+from opbroker.controller.core.views import mapping_of
 from opbroker.controller.servicecatalog.core import tenancy
 from opbroker.controller.servicecatalog.core.calls import DUE_SLACK, Call
 from opbroker.controller.servicecatalog.core.offering import Offering
@@ -117,7 +118,7 @@ def answered(now: datetime, answer: Any, body: Mapping[str, Any]) -> list[Any]:
     out: list[Any] = []
     patch: dict[str, Any] = {}
     dashboard = fetched.get("dashboard_url")
-    if dashboard and dashboard != written.wire.get("status", {}).get("dashboardURL"):
+    if dashboard and dashboard != mapping_of(written.wire.get("status")).get("dashboardURL"):
         patch["dashboardURL"] = dashboard
     changes: list[Condition] = []
     broker_reason: str | None = None
