@@ -451,6 +451,9 @@ class ServiceClass(_CatalogResource):
     """Whether Bindings to Instances of this class can be created (a plan may override it)."""
     plan_updatable: bool = False
     """Whether an Instance may change to another plan of the class after provisioning."""
+    instances_retrievable: bool = False
+    """Whether the broker answers a GET of an instance (OSB `instances_retrievable`): a provisioned Instance of
+    this class is then looked at again at the broker after each resync, its answer shown (live status, drift)."""
     tags: list[str] | None = None
     """The service's OSB tags."""
     requires: list[str] | None = None

@@ -117,6 +117,7 @@ class Controller:
             max_operation_seconds=settings.max_operation_seconds,
             writer=self.namespace_door,
             budgets=self.budgets,
+            resync_seconds=settings.resync_seconds,
         )
         self._plan_members: Dependents[str] = memories.keep(Dependents())
         self._instance_bindings: Dependents[Key] = memories.keep(Dependents())

@@ -3,7 +3,8 @@
 It behaves like a broker with asynchronous provisioning: PUT answers 202 and ``last_operation`` reports
 ``in progress`` for ``polls`` calls, then the outcome. Provision parameters steer the outcome:
 ``{"fail": "reason"}`` ends in ``failed``, ``{"stall": true}`` never finishes. Plan ``plan-async-bind``
-also binds asynchronously (credentials fetched with GET afterwards). It checks what brokers must check
+also binds asynchronously (credentials fetched with GET afterwards). A provisioned instance answers GET, its
+``attributes`` as ``metadata.attributes`` (what a test makes the broker say of it). It checks what brokers must check
 (basic auth → 401, ``X-Broker-API-Version`` → 412, missing ids → 400, ``accepts_incomplete`` → 422,
 conflicting repeats → 409, unknown ids → 410) and records every request for assertions.
 
@@ -54,6 +55,8 @@ class Instance:
     operation: Operation
     state: str = IN_PROGRESS
     deleted: bool = False
+    attributes: dict[str, Any] | None = None
+    """What a GET of the instance says in ``metadata.attributes`` (``ready``, ``reason``, ``message``); None: none."""
 
 
 @dataclass
@@ -86,6 +89,8 @@ class FakeBroker:
     """After a finished deprovision, answer last_operation with 410 (else keep answering succeeded)."""
     speaks: tuple[str, ...] | None = None
     """The X-Broker-API-Versions accepted (412 for any other); None: every 2.x."""
+    services: list[dict[str, Any]] | None = None
+    """The catalog's services (None: the one ``postgres`` service with its two plans)."""
     instances: dict[str, Instance] = field(default_factory=dict)
     bindings: dict[str, Binding] = field(default_factory=dict)
     requests: list[Recorded] = field(default_factory=list)
@@ -140,7 +145,7 @@ def build_app(broker: FakeBroker) -> FastAPI:
             {"id": PLAN_ASYNC_BIND, "name": "async-bind", "description": "async provisioning and binding"},
         ]
         service = {"id": SERVICE_ID, "name": "postgres", "description": "fake", "bindable": True, "plans": plans}
-        return {"services": [service]}
+        return {"services": broker.services if broker.services is not None else [service]}
 
     @app.put("/v2/service_instances/{instance_id}")
     async def provision(instance_id: str, request: Request) -> JSONResponse:
@@ -192,6 +197,19 @@ def build_app(broker: FakeBroker) -> FastAPI:
         instance.operation = broker.op("deprovision")
         instance.state = IN_PROGRESS
         return JSONResponse({"operation": instance.operation.id}, status_code=202)
+
+    @app.get("/v2/service_instances/{instance_id}")
+    async def fetch_instance(instance_id: str) -> JSONResponse:
+        instance = broker.instances.get(instance_id)
+        if instance is None or instance.deleted or instance.state != SUCCEEDED:
+            return _error(404, "NotFound", "no such instance (or still being provisioned)")
+        body = {
+            "service_id": instance.body["service_id"],
+            "plan_id": instance.body["plan_id"],
+            "dashboard_url": f"https://dashboard.example/{instance_id}",
+            **({"metadata": {"attributes": instance.attributes}} if instance.attributes is not None else {}),
+        }
+        return JSONResponse(body)
 
     @app.get("/v2/service_instances/{instance_id}/last_operation")
     async def last_operation(instance_id: str) -> JSONResponse:

@@ -14,7 +14,7 @@ import dataclasses
 import datetime
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from opbroker.api.catalog import DeletionPolicy, DriftPolicy
 from opbroker.api.conventions import LABEL_INSTANCE, LABEL_PLAN
@@ -25,7 +25,7 @@ from opbroker.controller.core import actions as a
 from opbroker.controller.core import decisions, drift, live_status
 from opbroker.controller.core.decisions import Letting, Step
 from opbroker.controller.core.reasons import Reason
-from opbroker.controller.core.views import BindingView, InstanceView, condition_wire
+from opbroker.controller.core.views import BindingView, ConditionView, InstanceView, Meta, condition_wire
 from opbroker.controller.objects import (
     minus_refs,
     recorded,
@@ -691,6 +691,24 @@ IN_SYNC_MESSAGE = "every object the plan renders holds what its templates render
 SYNCED_CONDITION = "Synced"
 
 
+class _HeldConditions(Protocol):
+    @property
+    def conditions(self) -> tuple[ConditionView, ...]: ...
+
+    def condition(self, type_: str) -> ConditionView | None: ...
+
+
+class Conditioned(Protocol):
+    """What :func:`shows` and :func:`conditions_patch` read of an object: its metadata and its conditions (an
+    SFServiceInstance's, an SFServiceBinding's, a Service Catalog Instance's)."""
+
+    @property
+    def meta(self) -> Meta: ...
+
+    @property
+    def status(self) -> _HeldConditions: ...
+
+
 @dataclass(frozen=True)
 class Condition:
     """A condition to show: type, status, reason, message."""
@@ -701,7 +719,7 @@ class Condition:
     message: str
 
 
-def shows(view: InstanceView | BindingView, wanted: Condition) -> bool:
+def shows(view: Conditioned, wanted: Condition) -> bool:
     """Whether the status shows ``wanted`` already. An absent Synced is as good as a True one: an instance that has
     never drifted is not written to say so (20 000 settled instances cost no write)."""
     found = view.status.condition(wanted.type)
@@ -712,9 +730,7 @@ def shows(view: InstanceView | BindingView, wanted: Condition) -> bool:
     return found.status == "False" and found.reason == wanted.reason.value and found.message == wanted.message[:1024]
 
 
-def conditions_patch(
-    view: InstanceView | BindingView, changes: Sequence[Condition], now: datetime.datetime | None
-) -> dict[str, Any]:
+def conditions_patch(view: Conditioned, changes: Sequence[Condition], now: datetime.datetime | None) -> dict[str, Any]:
     """The status patch that sets ``changes`` and writes every other condition back as read."""
     types = {c.type for c in changes}
     kept = [condition_wire(c) for c in view.status.conditions if c.type not in types]

@@ -159,6 +159,14 @@ class Reason(StrEnum):
     ERROR_INSTANCE_NOT_READY = "ErrorInstanceNotReady"
     REFERENCES_NON_EXISTENT_INSTANCE = "ReferencesNonexistentInstance"
     ASYNC_OPERATION_TIMED_OUT = "AsyncOperationTimedOut"
+    BROKER_REPORTS_UNREADY = "BrokerReportsUnready"
+    """Day two (``servicecatalog.core.live``): the broker's GET of a provisioned Instance says ``ready: false``
+    without a reason of its own (Ready False, the broker's message)."""
+    BROKER_REPORTS_READY = "BrokerReportsReady"
+    """Day two: the broker's GET says the Instance is ready again after a live check had said otherwise."""
+    GONE_AT_BROKER = "GoneAtBroker"
+    """Day two: the broker's GET of a provisioned Instance answered 404 or 410: it no longer knows the instance
+    (Ready False, a Warning Event; nothing is deleted)."""
     # -- tenancy of the Service Catalog kinds (issue 24) -------------------------------------------------------
     EXTERNAL_ID_IN_USE = "ExternalIDInUse"
     """An Instance's or Binding's chosen ``externalID`` belongs to someone else: an earlier object in the cluster

@@ -15,6 +15,21 @@ from opbroker.controller.executor import Effect, Run
 from opbroker.controller.reconciler import Key, Memories, PerKey
 from opbroker.controller.servicecatalog.common import Clients
 from opbroker.controller.servicecatalog.core.calls import Call, KeepPacing, Pacing
+from opbroker.controller.servicecatalog.core.live import KeepLook
+
+
+class Looks:
+    """When each Instance was last looked at at its broker (day two, :mod:`.core.live`), monotonic seconds; lost on
+    a restart (the first look then comes one resync period on)."""
+
+    def __init__(self, memories: Memories) -> None:
+        self._looks: PerKey[float] = memories.keep(PerKey())
+
+    def of(self, key: Key) -> float | None:
+        return self._looks.get(key)
+
+    def keep(self, key: Key, at: float) -> None:
+        self._looks.put(key, at)
 
 
 class Paces:
@@ -37,6 +52,7 @@ METHODS: dict[str, Callable[[osbclient.Client], Callable[..., Any]]] = {
     "update": lambda client: client.update,
     "deprovision": lambda client: client.deprovision,
     "last_operation": lambda client: client.last_operation,
+    "get_instance": lambda client: client.get_instance,
     "bind": lambda client: client.bind,
     "get_binding": lambda client: client.get_binding,
     "binding_last_operation": lambda client: client.binding_last_operation,
@@ -44,8 +60,11 @@ METHODS: dict[str, Callable[[osbclient.Client], Callable[..., Any]]] = {
 }
 
 
-def effects(clients: Clients, transport: Callable[[], Any], paces: Paces) -> dict[type, Effect]:
-    """The effects of the calls and the pacing; ``transport``: the HTTP transport (tests pass one in)."""
+def effects(
+    clients: Clients, transport: Callable[[], Any], paces: Paces, looks: Looks | None = None
+) -> dict[type, Effect]:
+    """The effects of the calls, the pacing and the looks (``looks``: an Instance's, :mod:`.core.live`);
+    ``transport``: the HTTP transport (tests pass one in)."""
 
     def call(run: Run, action: Call) -> None:
         method = METHODS[action.method](clients.get(action.broker, transport()))
@@ -61,4 +80,8 @@ def effects(clients: Clients, transport: Callable[[], Any], paces: Paces) -> dic
     def keep(run: Run, action: KeepPacing) -> None:
         paces.keep(run.key, action.pacing)
 
-    return {Call: call, KeepPacing: keep}
+    def keep_look(run: Run, action: KeepLook) -> None:
+        if looks is not None:
+            looks.keep(run.key, action.at)
+
+    return {Call: call, KeepPacing: keep, KeepLook: keep_look}

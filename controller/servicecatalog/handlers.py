@@ -62,10 +62,12 @@ class ServiceCatalog:
         max_operation_seconds: float,
         writer: Callable[[str], Kube] | None = None,
         budgets: Budgeting | None = None,
+        resync_seconds: float = 600.0,
     ) -> None:
         """``control_plane``: the controller's namespace, the only one Brokers' auth Secrets are read from;
         ``writer``: the door writes into a consumer's namespace go through; ``budgets``: the namespaces' budgets
-        (``controller.budgets``), which count the Instances' and Bindings' operations in progress too."""
+        (``controller.budgets``), which count the Instances' and Bindings' operations in progress too;
+        ``resync_seconds``: how often a settled Instance is looked at at its broker (``core.live``)."""
         self.budgets = budgets if budgets is not None else Budgeting()
         self.runtime = runtime
         api = self.api = CatalogApi(kube)
@@ -79,6 +81,7 @@ class ServiceCatalog:
             max_operation_seconds=max_operation_seconds,
             clock=runtime.clock,
             budgets=self.budgets,
+            resync_seconds=resync_seconds,
         )
         self.bindings = BindingReconciler(
             api,

@@ -71,8 +71,10 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Any]):
         max_operation_seconds: float = 3600.0,
         clock: Clock = SYSTEM,
         budgets: Budgeting | None = None,
+        resync_seconds: float = 600.0,
     ) -> None:
-        """``clock``: the runtime's (timestamps, the operation deadline, when a poll is due)."""
+        """``clock``: the runtime's (timestamps, the operation deadline, when a poll is due); ``resync_seconds``:
+        how often a settled Instance of an ``instances_retrievable`` class is looked at at its broker (0: never)."""
         self.api = api
         self.budgets = budgets if budgets is not None else Budgeting()
         """The namespace budgets a new operation is checked against (``controller.budgets``)."""
@@ -80,10 +82,12 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Any]):
         self.clock = clock
         self.polls = osbclient.Backoff(base=POLLS.base, maximum=POLLS.maximum, max_duration=max_operation_seconds)
         self.paces = effects.Paces(memories)
+        self.looks = effects.Looks(memories)
+        self.resync_seconds = resync_seconds
         self.transport: Any = None
         self.clients = Clients()
         target = Target(api.kube, KINDS[INSTANCES], self.kind, finalizer=FINALIZER)
-        self.executor = Executor(target, effects.effects(self.clients, lambda: self.transport, self.paces))
+        self.executor = Executor(target, effects.effects(self.clients, lambda: self.transport, self.paces, self.looks))
 
     # -- observe / plan / act ------------------------------------------------------------------------------
 
@@ -143,6 +147,8 @@ class InstanceReconciler(ObservePlanAct[InstanceFacts, Any]):
             monotonic=self.clock.monotonic(),
             polls=pacing(self.polls, offering),
             over_budget=self.budgets.refusal(key),
+            last_look=self.looks.of(key),
+            resync_seconds=self.resync_seconds,
         )
 
     @staticmethod

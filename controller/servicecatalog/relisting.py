@@ -105,6 +105,7 @@ def desired_class(
         description=service.description,
         bindable=service.bindable,
         planUpdatable=service.plan_updateable,
+        instancesRetrievable=service.instances_retrievable or None,  # absent when false: no churn on relist
         tags=list(service.tags) or None,
         requires=list(service.requires) or None,
         externalMetadata=_plain(service.metadata),

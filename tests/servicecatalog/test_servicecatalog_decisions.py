@@ -657,3 +657,14 @@ def test_catalog_completeness_and_refusals_become_a_condition_and_an_event() -> 
     (complete,) = [c for c in new_status["conditions"] if c["type"] == "CatalogComplete"]
     assert complete["status"] == "False" and "refused ServiceClass db" in complete["message"]
     assert event is not None and event[0] is Reason.CATALOG_ENTRIES_SKIPPED
+
+
+def test_a_class_says_whether_its_instances_are_retrievable_only_when_they_are() -> None:
+    """``instancesRetrievable`` is written for a service with ``instances_retrievable`` (day two looks at its
+    Instances at the broker), absent otherwise (classes relisted before stay unchanged)."""
+    retrievable = service("Fetchable", "9")
+    retrievable["instances_retrievable"] = True
+    body = desired(retrievable)
+    assert body["instancesRetrievable"] is True and ServiceClassView.of(body).instances_retrievable
+    plain = desired(service("Plain", "10"))
+    assert "instancesRetrievable" not in plain and not ServiceClassView.of(plain).instances_retrievable

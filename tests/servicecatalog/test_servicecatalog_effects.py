@@ -6,9 +6,10 @@ from __future__ import annotations
 from opbroker import osbclient
 from opbroker.controller.servicecatalog.effects import METHODS
 
-#: Every request the Service Catalog plans send (instance_plan, binding_plan).
+#: Every request the Service Catalog plans send (instance_plan, binding_plan, live).
 SENT = {
     "provision",
+    "get_instance",
     "update",
     "deprovision",
     "last_operation",

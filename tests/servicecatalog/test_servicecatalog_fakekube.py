@@ -216,6 +216,41 @@ def test_an_accepted_provision_is_recorded_first_then_polled_to_provisioned(worl
     assert world.run(INSTANCE)[0].requeue_after is None and world.polls() == 3  # settled: nothing more is asked
 
 
+def test_a_settled_instance_of_a_retrievable_class_is_fetched_once_per_resync(world: World) -> None:
+    """Day two (``core.live``) through the reconciler and its effects: the first look one period after it is seen
+    settled, one GET per period however often it is woken, the answer shown in Ready."""
+    world.api.patch(CLASSES, "", "postgres", {"instancesRetrievable": True})
+    world.api.create(INSTANCES, instance_body())
+    world.run(INSTANCE, times=5)  # finalizer, provision, three polls: provisioned
+    external_id = world.status()["externalID"]
+
+    def fetches() -> int:
+        return len([r for r in world.broker.calls("GET") if r.path == f"/v2/service_instances/{external_id}"])
+
+    period = world.instances.reconcile(INSTANCE).requeue_after  # seen settled: the first look one period on
+    assert period is not None and 540 <= period <= 660 and fetches() == 0
+    world.broker.instances[external_id].attributes = {"ready": "false", "message": "disk full"}
+    world.tick(100)
+    assert world.instances.reconcile(INSTANCE).requeue_after == pytest.approx(period - 100)  # woken early: it waits
+    assert fetches() == 0
+    world.tick(period - 100)
+    assert world.instances.reconcile(INSTANCE).requeue_after == pytest.approx(period) and fetches() == 1
+    ready = world.condition("Ready")
+    assert ready is not None and (ready["status"], ready["reason"], ready["message"]) == (
+        "False",
+        "BrokerReportsUnready",
+        "disk full",
+    )
+    assert world.status()["provisionStatus"] == "Provisioned"  # the operation's history kept
+    world.instances.reconcile(INSTANCE)  # its own write's watch event: no second GET this period
+    assert fetches() == 1
+    del world.broker.instances[external_id]
+    world.tick(period)
+    world.instances.reconcile(INSTANCE)
+    ready = world.condition("Ready")
+    assert fetches() == 2 and ready is not None and ready["reason"] == "GoneAtBroker"
+
+
 def test_a_poll_is_not_made_before_its_time_and_retry_after_is_honoured(world: World) -> None:
     world.broker.retry_after = 20
     world.broker.polls = 5

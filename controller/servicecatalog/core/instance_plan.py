@@ -23,7 +23,7 @@ from opbroker.controller.core import actions as a
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import Meta
 from opbroker.controller.reconciler.keys import Key
-from opbroker.controller.servicecatalog.core import calls, operations, tenancy
+from opbroker.controller.servicecatalog.core import calls, live, operations, tenancy
 from opbroker.controller.servicecatalog.core.calls import Call, Pacing
 from opbroker.controller.servicecatalog.core.endpoints import identity_of
 from opbroker.controller.servicecatalog.core.offering import Offering, Unresolved
@@ -92,6 +92,10 @@ class InstanceFacts:
     """The poll pacing, its deadline shortened to the plan's ``maximum_polling_duration`` (``operations.deadline``)."""
     over_budget: str | None = None
     """Why the namespace may start no new operation now (``controller.core.budgets.refusal``; None: it may)."""
+    last_look: float | None = None
+    """When it was last looked at at its broker, or first seen settled (monotonic; :mod:`.live`); None: not yet."""
+    resync_seconds: float = 0.0
+    """The resync period of a settled Instance's look at its broker (:mod:`.live`; 0: none)."""
     instance: CatalogObject = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -158,8 +162,15 @@ def plan(facts: InstanceFacts) -> list[Any]:
     step = next_step(facts)
     instance, now = facts.instance, facts.now
     match step:
-        case Step.NOTHING:
-            return []
+        case Step.NOTHING:  # a settled Instance of an instances_retrievable class is looked at again (day two)
+            return live.look(
+                instance,
+                facts.offering,
+                last=facts.last_look,
+                monotonic=facts.monotonic,
+                now=now,
+                resync_seconds=facts.resync_seconds,
+            )
         case Step.ADD_FINALIZER:
             return [a.EnsureFinalizer(True), a.Continue()]
         case Step.REMOVE_FINALIZER:

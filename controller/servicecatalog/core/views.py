@@ -377,6 +377,8 @@ class ServiceClassView:
     """Its plans; an entry that is not an object is skipped."""
     removed: bool
     """``status.removedFromBrokerCatalog``: gone from the catalog (existing instances keep it)."""
+    instances_retrievable: bool
+    """``instancesRetrievable``: its broker answers a GET of an instance (day two looks at them again)."""
     content: Mapping[str, Any]
     """Its top-level fields but metadata, status, apiVersion and kind: what a relist compares and rewrites."""
     wire: Mapping[str, Any] = field(repr=False, compare=False)
@@ -391,6 +393,7 @@ class ServiceClassView:
             external_id=text_of(body.get("externalID")) or "",
             plans=tuple(PlanEntry.of(p) for p in plans if isinstance(p, Mapping)) if isinstance(plans, list) else (),
             removed=mapping_of(body.get("status")).get("removedFromBrokerCatalog") is True,
+            instances_retrievable=body.get("instancesRetrievable") is True,
             content={k: v for k, v in body.items() if k not in _TOP_LEVEL_WIRE},
             wire=body,
         )
