@@ -155,6 +155,16 @@ class WorkQueue:
         return len(self._queued) + len(self._delayed)
 
     @property
+    def due(self) -> int:
+        """Keys due now: ready, or held back by their tenant's cap (not those waiting for their time)."""
+        return len(self._queued)
+
+    @property
+    def delayed(self) -> int:
+        """Entries waiting for their time (a key requeued twice before its time has two)."""
+        return len(self._delayed)
+
+    @property
     def ready(self) -> int:
         """Keys waiting for a free worker: ready keys of tenants below their cap (not those waiting for their
         time, nor those held back by their tenant's cap: :attr:`held`). Thread-safe."""
