@@ -742,6 +742,19 @@ def main() -> None:
         help=f"day-two suite size (default {day_two.DEFAULT_INSTANCES} {' '.join(map(str, day_two.DEFAULT_DRIFT))})",
     )
     parser.add_argument(
+        "--day-two-resync",
+        nargs=2,
+        type=float,
+        metavar=("DEFAULT", "SHORT"),
+        help="day-two suite: the resync periods of its two phases (default 600 120)",
+    )
+    parser.add_argument(
+        "--day-two-window",
+        type=float,
+        metavar="SECONDS",
+        help="day-two suite: watch the default resync this long (default: until a whole pass has run)",
+    )
+    parser.add_argument(
         "--compare",
         metavar="GIT_REF",
         help="run the restart, provisioning (N=1000) and bindings suites (or those named by --suite) on GIT_REF's "
@@ -768,6 +781,14 @@ def main() -> None:
             "drift_instances": drift_instances,
             "drifted": drifted,
         }
+    if args.day_two_resync:
+        sizes["day-two"] = {
+            **sizes["day-two"],
+            "resync_default": args.day_two_resync[0],
+            "resync_short": args.day_two_resync[1],
+        }
+    if args.day_two_window:
+        sizes["day-two"] = {**sizes["day-two"], "window": args.day_two_window}
     keep = not (args.no_record or args.quick)
     started = time.perf_counter()
     if args.compare:
