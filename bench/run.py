@@ -17,6 +17,7 @@ from bench import (
     claims,
     cluster,
     compare,
+    day_two,
     gotemplate,
     jinja_bombs,
     postgresql,
@@ -43,6 +44,7 @@ SUITES = (
     "cluster",
     "pulumi",
     "postgresql",
+    "day-two",
 )
 FULL = {
     "provisioning": (100, 1000, 5000),
@@ -57,6 +59,13 @@ FULL = {
     "cluster": None,
     "pulumi": None,
     "postgresql": 3,
+    "day-two": {
+        "instances": day_two.DEFAULT_INSTANCES,
+        "drift_instances": day_two.DEFAULT_DRIFT[0],
+        "drifted": day_two.DEFAULT_DRIFT[1],
+        "resync_default": day_two.RESYNC_DEFAULT,
+        "resync_short": day_two.RESYNC_SHORT,
+    },
 }
 QUICK = {
     "provisioning": (20, 40),
@@ -71,6 +80,8 @@ QUICK = {
     "cluster": None,
     "pulumi": None,
     "postgresql": 1,
+    # A resync period of seconds, so the windows that hold whole passes stay short.
+    "day-two": {"instances": 20, "drift_instances": 10, "drifted": 5, "resync_default": 20.0, "resync_short": 10.0},
 }
 
 TARGETS = {"utilisation": 0.5, "write_amplification": 1.5, "scale_curve_ratio": 1.5}
@@ -139,6 +150,14 @@ def run_suites(
         count, bound = sizes["restart"]
         log(f"restart: a fresh controller over {count} settled instances and {bound} bindings ...")
         results["restart"] = restart.run(count, bound)
+        record(results)
+    if "day-two" in suites:
+        log(
+            "day-two: idle cost of {instances} settled instances, drift repair over {drift_instances} ...".format(
+                **sizes["day-two"]
+            )
+        )
+        results["day-two"] = day_two.run(**sizes["day-two"])
         record(results)
     if "secrets" in suites:
         count, instances = sizes["secrets"]
@@ -274,6 +293,8 @@ def summary_markdown(results: dict[str, Any]) -> str:
         lines += restart_markdown(results["restart"], results["machine"])
     if "secrets" in results:
         lines += secrets_markdown(results["secrets"])
+    if "day-two" in results:
+        lines += day_two.markdown(results["day-two"])
     if "renderer" in results:
         r = results["renderer"]
         lines += [
@@ -714,6 +735,26 @@ def main() -> None:
         help=f"secrets suite size (default {unrelated.DEFAULT_SECRETS} {unrelated.DEFAULT_INSTANCES})",
     )
     parser.add_argument(
+        "--day-two",
+        nargs=3,
+        type=int,
+        metavar=("INSTANCES", "DRIFT_INSTANCES", "DRIFTED"),
+        help=f"day-two suite size (default {day_two.DEFAULT_INSTANCES} {' '.join(map(str, day_two.DEFAULT_DRIFT))})",
+    )
+    parser.add_argument(
+        "--day-two-resync",
+        nargs=2,
+        type=float,
+        metavar=("DEFAULT", "SHORT"),
+        help="day-two suite: the resync periods of its two phases (default 600 120)",
+    )
+    parser.add_argument(
+        "--day-two-window",
+        type=float,
+        metavar="SECONDS",
+        help="day-two suite: watch the default resync this long (default: until a whole pass has run)",
+    )
+    parser.add_argument(
         "--compare",
         metavar="GIT_REF",
         help="run the restart, provisioning (N=1000) and bindings suites (or those named by --suite) on GIT_REF's "
@@ -732,6 +773,22 @@ def main() -> None:
         sizes["servicecatalog"] = args.servicecatalog
     if args.secrets:
         sizes["secrets"] = tuple(args.secrets)
+    if args.day_two:
+        instances, drift_instances, drifted = args.day_two
+        sizes["day-two"] = {
+            **sizes["day-two"],
+            "instances": instances,
+            "drift_instances": drift_instances,
+            "drifted": drifted,
+        }
+    if args.day_two_resync:
+        sizes["day-two"] = {
+            **sizes["day-two"],
+            "resync_default": args.day_two_resync[0],
+            "resync_short": args.day_two_resync[1],
+        }
+    if args.day_two_window:
+        sizes["day-two"] = {**sizes["day-two"], "window": args.day_two_window}
     keep = not (args.no_record or args.quick)
     started = time.perf_counter()
     if args.compare:

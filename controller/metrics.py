@@ -30,6 +30,11 @@ INSTANCES_BY_HEALTH = Gauge(
 #: and keys being reconciled. Both 0, with the reconcile count standing still, is an idle controller.
 WORKQUEUE_DEPTH = Gauge("opbroker_workqueue_depth", "Keys waiting in the reconcile queue (ready or delayed)")
 WORKQUEUE_IN_FLIGHT = Gauge("opbroker_workqueue_in_flight", "Keys being reconciled")
+#: The depth's two parts. Since day two (issue 43) every provisioned instance waits for its resync, so the depth
+#: never drains: keys due now (``due``, ready or held by their tenant's cap) are what an idle controller has none
+#: of; ``delayed`` counts the entries waiting for their time (one key may have several).
+WORKQUEUE_DUE = Gauge("opbroker_workqueue_due", "Keys due now in the reconcile queue (ready or held by a tenant cap)")
+WORKQUEUE_DELAYED = Gauge("opbroker_workqueue_delayed", "Entries waiting for their time in the reconcile queue")
 
 
 class _StoreCensus:

@@ -106,6 +106,9 @@ class WorkQueue:
         self._processing: set[Hashable] = set()
         self._dirty: set[Hashable] = set()
         self._delayed: list[tuple[float, int, Hashable]] = []
+        self._due_at: dict[Hashable, float] = {}
+        """When each delayed key is due: one time per key, the earliest asked (an entry of :attr:`_delayed` that is
+        not its key's time here is stale, and skipped when it comes up)."""
         self._sequence = itertools.count()
         self._wakeup = asyncio.Event()
         """Wakes the timer: a delayed key was added."""
@@ -139,11 +142,20 @@ class WorkQueue:
         self._changed.set()
 
     def add_after(self, key: Hashable, delay: float) -> None:
-        """Reconcile ``key`` after ``delay`` seconds (earlier if it is added meanwhile)."""
+        """Reconcile ``key`` after ``delay`` seconds (earlier if it is added meanwhile). A key already waiting for
+        an earlier time keeps it (the reconcile then asks for its own next time); a later one is moved earlier. One
+        waiting time per key, as client-go's delaying queue keeps: each reconcile asks for its look after, and every
+        settled instance asks for its resync on every reconcile — kept each, the entries of a key grew by one per
+        event and never shrank (each firing reconcile asked for the next), so its resyncs multiplied."""
         if delay <= 0:
             self.add(key)
             return
-        heapq.heappush(self._delayed, (self._clock.monotonic() + delay, next(self._sequence), key))
+        due = self._clock.monotonic() + delay
+        waiting = self._due_at.get(key)
+        if waiting is not None and waiting <= due:
+            return
+        self._due_at[key] = due
+        heapq.heappush(self._delayed, (due, next(self._sequence), key))
         self._wakeup.set()
 
     def forget(self, key: Hashable) -> None:
@@ -152,7 +164,17 @@ class WorkQueue:
 
     @property
     def depth(self) -> int:
-        return len(self._queued) + len(self._delayed)
+        return len(self._queued) + len(self._due_at)
+
+    @property
+    def due(self) -> int:
+        """Keys due now: ready, or held back by their tenant's cap (not those waiting for their time)."""
+        return len(self._queued)
+
+    @property
+    def delayed(self) -> int:
+        """Keys waiting for their time."""
+        return len(self._due_at)
 
     @property
     def ready(self) -> int:
@@ -216,7 +238,10 @@ class WorkQueue:
         while True:
             now = self._clock.monotonic()
             while self._delayed and self._delayed[0][0] <= now:
-                _, _, key = heapq.heappop(self._delayed)
+                due, _, key = heapq.heappop(self._delayed)
+                if self._due_at.get(key) != due:
+                    continue  # stale: its key was moved earlier (and has run since)
+                del self._due_at[key]
                 self.add(key)
             timeout = self._delayed[0][0] - now if self._delayed else None
             self._wakeup.clear()

@@ -114,6 +114,8 @@ class Runtime:
         )
         metrics.WORKQUEUE_DEPTH.set_function(lambda: queue.depth)
         metrics.WORKQUEUE_IN_FLIGHT.set_function(lambda: queue.in_flight)
+        metrics.WORKQUEUE_DUE.set_function(lambda: queue.due)
+        metrics.WORKQUEUE_DELAYED.set_function(lambda: queue.delayed)
         queue.start()
 
     async def stop(self) -> None:

@@ -165,6 +165,47 @@ def test_a_key_added_meanwhile_runs_at_once_and_its_pending_recheck_still_comes(
         assert [at for _, at in calls] == [0.0, 3.0, 10.0]
 
 
+def test_a_key_keeps_one_recheck_however_often_it_is_reconciled_meanwhile() -> None:
+    # Every reconcile asks to look again after 10 s (a settled instance's resync); events at 3 and 4 s reconcile it
+    # meanwhile. It waits for one time, the earliest asked: looked at 10 s after its first reconcile, then every 10
+    # s — not once more per event (each re-check asked for the next one, so the events' re-checks went on for good).
+    def answers(key: Hashable, call: int) -> Outcome:
+        return Outcome(requeue_after=10.0)
+
+    @with_queue(answers)
+    async def scenario(queue: WorkQueue, clock: FakeClock, calls: list[tuple[Hashable, float]]) -> None:
+        queue.add("k")
+        await settle()
+        for at in (3.0, 1.0):
+            clock.advance(at)
+            queue.add("k")
+            await settle()
+        assert queue.delayed == 1 and queue.depth == 1
+        for _ in range(16):
+            clock.advance(1.0)
+            await settle()
+        assert [at for _, at in calls] == [0.0, 3.0, 4.0, 10.0, 20.0]
+        assert queue.delayed == 1
+
+
+def test_a_recheck_asked_earlier_moves_the_waiting_one() -> None:
+    def answers(key: Hashable, call: int) -> Outcome:
+        return Outcome(requeue_after=30.0) if call == 1 else Outcome(requeue_after=2.0) if call == 2 else DONE
+
+    @with_queue(answers)
+    async def scenario(queue: WorkQueue, clock: FakeClock, calls: list[tuple[Hashable, float]]) -> None:
+        queue.add("k")
+        await settle()
+        clock.advance(1.0)
+        queue.add("k")  # asks for 2 s: sooner than the 30 s waiting
+        await settle()
+        for _ in range(40):
+            clock.advance(1.0)
+            await settle()
+        assert [at for _, at in calls] == [0.0, 1.0, 3.0]  # the stale 30 s entry runs nothing
+        assert queue.depth == 0
+
+
 def test_forget_drops_the_failure_count() -> None:
     def answers(key: Hashable, call: int) -> Outcome:
         raise RuntimeError("down")
