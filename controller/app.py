@@ -23,7 +23,8 @@ import kopf
 from kubernetes import client
 
 from opbroker.api.conventions import catalog_id, resource_name
-from opbroker.controller import admin_requests, identities, metrics, registries, registry_sweep, trim
+from opbroker.api.meta import ResourceRef
+from opbroker.controller import admin_requests, identities, metrics, registries, registry_sweep, resync, trim
 from opbroker.controller.bindings import BindingReconciler
 from opbroker.controller.budgets import Budgeting
 from opbroker.controller.catalog import Catalog, PlanEntry
@@ -43,7 +44,7 @@ from opbroker.controller.reconciling import Deps, OwnWrites
 from opbroker.controller.servicecatalog.handlers import ServiceCatalog
 from opbroker.controller.settings import ControllerSettings
 from opbroker.controller.sources import SourceIndex, SourceWatchers
-from opbroker.controller.store import ObjectStore
+from opbroker.controller.store import UNKNOWN, ObjectStore
 from opbroker.controller.watches import Watch
 from opbroker.rendering import HttpFetcher, Renderer
 
@@ -125,6 +126,7 @@ class Controller:
         self._plan_reads: PerKey[PlanRead] = memories.keep(PerKey())
         self._trimmer: asyncio.Task[None] | None = None
         self._housekeeper: asyncio.Task[None] | None = None
+        self._resync: asyncio.Task[None] | None = None
         self._admin_stop: threading.Event | None = None
 
     def namespace_door(self, namespace: str) -> Kube:
@@ -142,6 +144,16 @@ class Controller:
         self._trimmer = asyncio.get_running_loop().create_task(
             trim.trim_when_settled(lambda: runtime.reconciles, lambda: runtime.idle, clock=runtime.clock),
             name="memory trim",
+        )
+        self._resync = asyncio.get_running_loop().create_task(
+            resync.resync_forever(
+                self._followed,
+                self._stored_version,
+                self._enqueue,
+                period=self.settings.resync_seconds,
+                clock=runtime.clock,
+            ),
+            name="day-two resync",
         )
         self._housekeeper = asyncio.get_running_loop().create_task(
             registry_sweep.keep_house(self.kube, self.settings.registries_namespace, self.namespace_door),
@@ -166,6 +178,19 @@ class Controller:
             watch_seconds=self.settings.timeouts.watch,
         )
         self.informers.start()
+
+    def _followed(self) -> list[resync.Followed]:
+        """The settled instances the resync sweeps: each with what its last check read, and the versions read."""
+        return [
+            resync.Followed(key, memo.refs, memo.versions) for key, memo in self.instances.day_two.items() if memo.refs
+        ]
+
+    def _stored_version(self, ref: ResourceRef) -> object:
+        """An object's version as the store holds it (None: known not to exist; ``resync.Unknown``: not held)."""
+        found = self.kube.store.version_of((ref.api_version, ref.kind), ref.namespace, ref.name)
+        if found is UNKNOWN:
+            return resync.Unknown
+        return None if found is None else str(found)
 
     def _listed_page(self, resource: tuple[str, str], objects: Sequence[dict[str, Any]]) -> None:
         """A page of a listing of one of our kinds: held in the store before its events are handled."""
@@ -203,7 +228,7 @@ class Controller:
             self.informers.stop()
         if self._admin_stop is not None:
             self._admin_stop.set()
-        for task in (self._trimmer, self._housekeeper):
+        for task in (self._trimmer, self._housekeeper, self._resync):
             if task is not None:
                 task.cancel()
         self.watchers.stop()

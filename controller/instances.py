@@ -252,7 +252,7 @@ class InstanceReconciler(PassingReconciler[InstanceFacts]):
         assert entry is not None
         memo = self.day_two.get(key) or DayTwo()
         try:
-            if memo.digest and self._digest(facts, memo.refs) == memo.digest:
+            if memo.digest and self._digest(facts, memo.refs)[0] == memo.digest:
                 return dataclasses.replace(facts, check=Check(memo.digest, unchanged=True))
             if decisions.drift_checked(view, plan_hash=entry.hash):
                 rendering: Rendering | None = self._render(facts)
@@ -264,14 +264,14 @@ class InstanceReconciler(PassingReconciler[InstanceFacts]):
                 report = self._report(facts, provision=True)
             read = (*(report.source_refs if report else ()), *view.status.resources)
             refs = tuple({object_key(r): r for r in read}.values())
-            digest = self._digest(facts, refs)
+            digest, versions = self._digest(facts, refs)
         except RenderError as exc:
             check = Check("", last_live_write=memo.last_live_write)
             return dataclasses.replace(facts, check=check, render_error=str(exc) or type(exc).__name__)
         except Refused as exc:
             check = Check("", last_live_write=memo.last_live_write)
             return dataclasses.replace(facts, check=check, refusal=refusal_of(exc))
-        check = Check(digest, False, observed, refs, memo.last_live_write)
+        check = Check(digest, False, observed, refs, memo.last_live_write, versions)
         return dataclasses.replace(facts, rendering=rendering, report=report, check=check)
 
     def _observe(self, facts: InstanceFacts, piece: Piece, memo: DayTwo) -> Observed:
@@ -286,12 +286,16 @@ class InstanceReconciler(PassingReconciler[InstanceFacts]):
         live = kube.get(piece.ref, fresh=True)
         return Observed(piece, live, history, drift.other_managers(live, OWN_MANAGERS_PREFIX))
 
-    def _digest(self, facts: InstanceFacts, refs: Sequence[ResourceRef]) -> str:
-        """The versions of what a check reads (``refs``), with the plan's version and the instance's generation."""
+    def _digest(self, facts: InstanceFacts, refs: Sequence[ResourceRef]) -> tuple[str, tuple[str | None, ...]]:
+        """The versions of what a check reads (``refs``), and their digest with the plan's version and the
+        instance's generation."""
         assert facts.entry is not None
         meta = facts.instance.meta
-        versions = [(ref, self._actor(facts).version_of(ref)) for ref in refs]
-        return decisions.sources_digest(plan_hash=facts.entry.hash, instance=meta, binding=meta, versions=versions)
+        versions = tuple(self._actor(facts).version_of(ref) for ref in refs)
+        digest = decisions.sources_digest(
+            plan_hash=facts.entry.hash, instance=meta, binding=meta, versions=list(zip(refs, versions, strict=True))
+        )
+        return digest, versions
 
     def _gather_teardown(self, facts: InstanceFacts) -> Teardown:
         view, kube = facts.instance, self._actor(facts)

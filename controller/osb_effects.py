@@ -70,13 +70,16 @@ def osb_effects(
         key = object_key(ref)
         corrections = {k: v for k, v in memo.corrections.items() if k != key}
         corrections[key] = (*memo.corrections.get(key, ())[-8:], when)
-        checks.put(run.key, dataclasses.replace(memo, corrections=corrections, digest=""))
+        checks.put(run.key, dataclasses.replace(memo, corrections=corrections, digest="", versions=()))
         run.perform(a.Event(Reason.DRIFT_CORRECTED.value, drift.drift_message(ref, action.fields, corrected=True)))
 
     def checked(run: Run, action: a.Checked) -> None:
         memo = checks.get(run.key) or DayTwo()
         last = action.at if action.live_written else memo.last_live_write
-        checks.put(run.key, dataclasses.replace(memo, refs=action.refs, digest=action.digest, last_live_write=last))
+        remembered = dataclasses.replace(
+            memo, refs=action.refs, versions=action.versions, digest=action.digest, last_live_write=last
+        )
+        checks.put(run.key, remembered)
 
     def report_health(run: Run, action: a.ReportHealth) -> None:
         metrics.observe_health(run.key, action.health)

@@ -94,6 +94,8 @@ class DayTwo:
     after one renders and compares again, and the bounds start afresh."""
 
     refs: tuple[ResourceRef, ...] = ()
+    versions: tuple[str | None, ...] = ()
+    """The versions of ``refs`` when it was last found as declared (empty: not since the last change)."""
     digest: str = ""
     last_live_write: datetime.datetime | None = None
     corrections: Mapping[ObjectKey, tuple[datetime.datetime, ...]] = field(default_factory=dict)

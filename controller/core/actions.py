@@ -190,6 +190,8 @@ class Checked:
     live_written: bool = False
     refs: tuple[ResourceRef, ...] = ()
     """What the check read: the next one computes its digest over these."""
+    versions: tuple[str | None, ...] = ()
+    """Their versions as read (empty: not found as declared, or not checked yet): what the resync sweep compares."""
     at: datetime.datetime | None = None
     """The moment of the check (a live-status write is remembered at it)."""
 

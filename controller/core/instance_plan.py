@@ -54,8 +54,8 @@ class Limits:
     reads is of a watched kind: its wait grows with its age up to this (``decisions.poll_after``), since the
     watch reports a change at once. Otherwise it is read every ``poll_seconds``."""
     resync_seconds: float = 600.0
-    """Day two: a settled instance is looked at again this long after its last look (±10 %, by uid) even when no
-    event came — the safety net for a missed one (0: never)."""
+    """Day two: a bound binding is looked at again this long after its last look (±10 %, by uid) even when no event
+    came (0: never). Instances are resynced by the sweep of ``controller.resync`` over the same period instead."""
     live_status_seconds: float = 10.0
     """Day two: at most one live-status change (Ready, its Event) written per instance per this many seconds."""
     drift_bounds: drift.Bounds = dataclasses.field(default_factory=drift.Bounds)
@@ -223,6 +223,8 @@ class Check:
     """What the check read (the status template's sources and the recorded objects): followed by the watch."""
     last_live_write: datetime.datetime | None = None
     """When a live-status change was last written (the debounce, ``core.live_status``)."""
+    versions: tuple[str | None, ...] = ()
+    """The versions of ``refs`` as read (what the resync sweep compares with the store's)."""
 
 
 @dataclass(frozen=True)
@@ -586,7 +588,7 @@ def _evaluate(facts: InstanceFacts, *, applied: Mapping[str, Any] | None) -> tup
         description = "resources applied (the plan has no status template)"
         outcome = _transition(facts, OperationState.SUCCEEDED, Reason.PROVISIONED, description=description, extra=extra)
         track = a.Track(view.status.resources or tuple(ref for ref in _applied_refs(applied)))
-        return (track, a.Forget(), dataclasses.replace(outcome, settled=False), *_resync(facts))
+        return (track, a.Forget(), dataclasses.replace(outcome, settled=False), a.Checked("", refs=track.refs))
     track = a.Track((*report.source_refs, *view.status.resources))
     section = report.section
     if section is None or section.state == OperationState.IN_PROGRESS.value:
@@ -604,9 +606,9 @@ def _evaluate(facts: InstanceFacts, *, applied: Mapping[str, Any] | None) -> tup
     description = section.description or ""
     if section.state == OperationState.SUCCEEDED.value:
         outcome = _transition(facts, OperationState.SUCCEEDED, Reason.PROVISIONED, description=description, extra=extra)
-        # Provisioned: the instance stays followed (day two: its objects' changes bring it back for a check) and is
-        # looked at again after the resync period whatever happens.
-        return (track, a.Forget(), dataclasses.replace(outcome, settled=False), *_resync(facts))
+        # Provisioned: the instance stays followed (day two: its objects' changes bring it back for a check), and what
+        # it reads is remembered without versions, so the next resync sweep (``controller.resync``) checks it once.
+        return (track, a.Forget(), dataclasses.replace(outcome, settled=False), a.Checked("", refs=track.refs))
     else:
         error = section.error or section.description or "the operator reported a failure"
         outcome = _transition(
@@ -678,12 +680,6 @@ def _applied_refs(applied: Mapping[str, Any]) -> tuple[ResourceRef, ...]:
 
 
 # -- day two: a settled instance kept as declared ------------------------------------------------------------
-
-
-def _resync(facts: InstanceFacts) -> tuple[a.Action, ...]:
-    """The look after the resync period (none when it is 0)."""
-    seconds = decisions.resync_after(facts.instance.meta.uid, facts.limits.resync_seconds)
-    return (a.Requeue(seconds),) if seconds > 0 else ()
 
 
 #: What the Synced condition says when every rendered object holds what its template renders.
@@ -763,9 +759,8 @@ def check(facts: InstanceFacts) -> tuple[a.Action, ...]:
     last operation left them. A check that finds everything as declared records what it read (``Checked``), so the
     next look with nothing changed costs no render."""
     view, limits, found = facts.instance, facts.limits, facts.check
-    resync = _resync(facts)
     if found is None or found.unchanged:
-        return resync
+        return ()  # nothing moved since it was found as declared: nothing to do (the resync sweep looks again)
     now = facts.now or datetime.datetime.now(datetime.UTC)
     out: list[a.Action] = [a.Track(found.refs)] if found.refs else []
     events: list[a.Event] = []
@@ -809,25 +804,30 @@ def check(facts: InstanceFacts) -> tuple[a.Action, ...]:
         out.append(a.WriteStatus(conditions_patch(view, changes, now)))
         out.extend(events)
     settled = not corrections and not waits and problem is None
-    out.append(a.Checked(found.digest if settled else "", live_written=live_written, refs=found.refs, at=now))
+    versions = found.versions if settled else ()
+    out.append(
+        a.Checked(
+            found.digest if settled else "", live_written=live_written, refs=found.refs, versions=versions, at=now
+        )
+    )
     out.append(a.ReportHealth(health.value))
     if corrections:  # the corrections' own echoes are not events: look again soon to see them hold
         waits.append(limits.drift_bounds.backoff_seconds)
     if waits:
         out.append(a.Requeue(max(0.5, min(waits))))
-    return (*out, *resync)
+    return tuple(out)
 
 
 def _check_refused(facts: InstanceFacts, refusal: a.Refusal) -> tuple[a.Action, ...]:
     """A correction the cluster refused (the plan's account may not write there; the object is someone else's now):
-    the instance's operation stays as it ended, ``Synced=False`` says why, and the resync looks again."""
+    the instance's operation stays as it ended, ``Synced=False`` says why, and the resync sweep looks again."""
     view = facts.instance
     synced = Condition(SYNCED_CONDITION, False, Reason.APPLY_REFUSED, f"a correction was refused: {refusal.message}")
     out: list[a.Action] = []
     if not shows(view, synced):
         out.append(a.WriteStatus(conditions_patch(view, [synced], facts.now)))
         out.append(a.Event(synced.reason.value, synced.message, warning=True))
-    return (*out, *_resync(facts))
+    return tuple(out)
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,11 @@ class PerKey(Generic[V]):
     def __len__(self) -> int:
         return len(self._values)
 
+    def items(self) -> list[tuple[Key, V]]:
+        """A snapshot of every key and its value (taken under the lock; the values are the ones remembered)."""
+        with self._lock:
+            return list(self._values.items())
+
 
 class Memories:
     """Every per-key store of a controller; :meth:`forget` clears a key from all of them."""

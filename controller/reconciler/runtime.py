@@ -150,8 +150,9 @@ class Runtime:
 
     @property
     def idle(self) -> bool:
-        """Nothing waiting, nothing being reconciled."""
-        return self.queue is None or (self.queue.depth == 0 and self.queue.in_flight == 0)
+        """Nothing due, nothing being reconciled (keys waiting for their time do not count: settled objects may wait
+        for a look much later — a bound binding's resync — and would keep the controller from ever being idle)."""
+        return self.queue is None or (self.queue.due == 0 and self.queue.in_flight == 0)
 
     # -- reconciling ---------------------------------------------------------------------------------
 

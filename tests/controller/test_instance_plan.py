@@ -423,7 +423,7 @@ ROWS: list[tuple[str, InstanceFacts, list[tuple[Any, ...]]]] = [
             ("track", ()),
             ("forget",),
             ("status", "succeeded", "Provisioned", "guarded", ("event", "Provisioned", False)),
-            ("resync",),
+            ("Checked",),
         ],
     ),
     (
@@ -438,11 +438,11 @@ ROWS: list[tuple[str, InstanceFacts, list[tuple[Any, ...]]]] = [
             ("track", ()),
             ("forget",),
             ("status", "succeeded", "Provisioned", "guarded", ("event", "Provisioned", False)),
-            ("resync",),
+            ("Checked",),
         ],
     ),
-    ("succeeded, nothing read for its check: looked at again after the resync",
-     facts(body(state="succeeded", observed=1)), [("resync",)]),
+    ("succeeded, nothing read for its check: nothing (the resync sweep looks again)",
+     facts(body(state="succeeded", observed=1)), []),
     ("failed: nothing", facts(body(state="failed", observed=1)), []),
     ("plan missing, nothing to do: nothing", facts(body(state="succeeded", observed=1), None), []),
     # -- pause: an administrator stops everything but the deletion -------------------------------------------------
@@ -484,7 +484,7 @@ ROWS: list[tuple[str, InstanceFacts, list[tuple[Any, ...]]]] = [
     ("resumed in progress: evaluated from the live state",
      facts(body(state="in progress", observed=1, conditions=[RESUMED]), report=STATUS),
      [("track", ()), ("forget",), ("status", "succeeded", "Provisioned", "guarded", ("event", "Provisioned", False)),
-      ("resync",)]),
+      ("Checked",)]),
     # -- deletion policy: orphan leaves the object in place, without opbroker's stamp --------------------------------
     ("deleting: an object recorded as an orphan is orphaned, not waited for, and named",
      facts(body(state="succeeded", deleting=True, resources=[CM], orphans=[CM]),
@@ -618,8 +618,7 @@ def test_a_resume_turns_the_condition_false_and_looks_again() -> None:
         "Resumed",
         "2026-06-01T12:00:00Z",
     )
-    said_once = plan(facts(body(state="succeeded", observed=1, conditions=[condition])))
-    assert [type(action) for action in said_once] == [a.Requeue]  # said once: the day-two check goes on
+    assert plan(facts(body(state="succeeded", observed=1, conditions=[condition]))) == ()  # said once
 
 
 def test_the_outcome_carries_the_apply_record_and_the_report() -> None:

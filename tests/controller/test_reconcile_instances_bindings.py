@@ -611,8 +611,7 @@ def test_plan_problem_is_reported(world: World, plan_id: str, reason: Reason) ->
 def test_plan_without_status_template_succeeds_on_apply(world: World) -> None:
     world.catalog.upsert_plan(plan_body(status=False))
     world.instance(status={"state": "in_queue"})
-    outcome = world.reconcile()
-    assert outcome.requeue_after is not None and outcome.requeue_after >= 540  # provisioned: the day-two resync
+    assert world.reconcile() == DONE
     status = world.status()
     assert status["state"] == "succeeded" and status["observedGeneration"] == 1
     assert status["appliedPlanHash"] == world.catalog.plan(PLAN_ID).hash  # type: ignore[union-attr]
@@ -808,7 +807,7 @@ def test_orphan_templates_leave_their_objects_in_place_without_opbrokers_stamp(w
     objects stay — without opbroker's labels, owner-uid stamp and owner reference — and an Event names them."""
     world.catalog.upsert_plan(plan_body(status=False, orphan=True))
     world.instance(status={"state": "in_queue"})
-    assert world.reconcile().requeue_after is not None  # provisioned: the day-two resync
+    assert world.reconcile() == DONE
     db = {"apiVersion": "v1", "kind": "ConfigMap", "name": "db", "namespace": NS, "deletionPolicy": "orphan"}
     assert world.status()["resources"] == [db]
     world.binding("b")
