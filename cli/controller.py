@@ -76,8 +76,8 @@ def run(
     resync_seconds: Annotated[
         float,
         typer.Option(
-            help="Day two: check each provisioned instance again this long after its last check (±10 %) even without "
-            "an event, the safety net for a missed one (0: never).",
+            help="Day two: the safety net for a missed event — every this many seconds, provisioned instances whose "
+            "objects moved without an event are checked, bound bindings looked at again (0: never).",
             min=0,
         ),
     ] = 600.0,

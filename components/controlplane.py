@@ -121,8 +121,8 @@ class ControllerArgs(TypedDict):
     """A provision, update or bind with no outcome this long after it was requested is failed
     (``--max-operation-seconds``; default 7200; 0: no limit)."""
     resync_seconds: NotRequired[float]
-    """Day two: each provisioned instance and bound binding is checked again this long after its last check even
-    without an event (``--resync-seconds``; default 600, spread ±10 %; 0: never)."""
+    """Day two: the safety net for a missed event (``--resync-seconds``; default 600; 0: never): every this long,
+    provisioned instances whose objects moved without an event are checked and bound bindings looked at again."""
     multicluster: NotRequired[bool]
     """Run as the master of several clusters (``--multicluster``): SFClusters get scheduled onto and report
     Ready (default false)."""

@@ -42,9 +42,9 @@ class ControllerSettings:
     up to this, so a long wait is not paid for with a status render every :attr:`status_poll_seconds`; otherwise
     the poll is the only news and stays at :attr:`status_poll_seconds` (at or below it: no growth)."""
     resync_seconds: float = 600.0
-    """Day two: a provisioned instance is checked again this long after its last check (±10 % by uid) even when no
-    event came — the safety net for a missed one (``--resync-seconds``; 0: never). A check that finds nothing it
-    read moved renders nothing."""
+    """Day two: the safety net for a missed event (``--resync-seconds``; 0: never). Every this many seconds the
+    resync sweep (``controller.resync``) queues the provisioned instances whose objects moved without an event; a
+    bound binding is looked at again this long after its last look (±10 % by uid)."""
     live_status_seconds: float = 10.0
     """Day two: at most one live-status change (Ready and its Event) is written per instance per this many seconds,
     so an operator flapping between healthy and failing does not flood writes."""
