@@ -56,7 +56,7 @@ from opbroker.controller.reconciler import Key, Memories, Outcome, PerKey
 from opbroker.controller.reconciling import AppliedMemory, DayTwo, Deps
 from opbroker.controller.rendered import fetch_sources, inputs_for
 from opbroker.controller.settings import ControllerSettings
-from opbroker.controller.sources import object_key
+from opbroker.controller.sources import ObjectKey, object_key
 from opbroker.rendering import RenderError
 
 __all__ = ["InstanceFacts", "InstanceReconciler"]
@@ -161,7 +161,8 @@ class InstanceReconciler(PassingReconciler[InstanceFacts]):
                 return dataclasses.replace(facts, rendering=self._render(facts))
             if Step.AWAIT_OUTCOME in due or Step.EVALUATE in due:
                 sources = _carried(previous, entry)
-                return dataclasses.replace(facts, report=self._report(facts, provision=True, sources=sources))
+                report = self._report(facts, provision=True, sources=sources)
+                return dataclasses.replace(facts, report=report, shapes=self._shapes(facts))
         except RenderError as exc:
             return dataclasses.replace(facts, render_error=str(exc) or type(exc).__name__)
         except Refused as exc:  # a source the plan's account may not read: the operation fails, masked
@@ -254,12 +255,14 @@ class InstanceReconciler(PassingReconciler[InstanceFacts]):
         try:
             if memo.digest and self._digest(facts, memo.refs)[0] == memo.digest:
                 return dataclasses.replace(facts, check=Check(memo.digest, unchanged=True))
-            if decisions.drift_checked(view, plan_hash=entry.hash):
+            shapes = self._shapes(facts)
+            compare = decisions.drift_checked(view, plan_hash=entry.hash) and not drift.unmoved(shapes, memo.shapes)
+            if compare:
                 rendering: Rendering | None = self._render(facts)
                 assert rendering is not None
                 report = self._report(facts, provision=True, sources=rendering.sources)
                 observed = tuple(self._observe(facts, piece, memo) for piece in rendering.pieces)
-            else:  # the plan changed since its apply: its live status only
+            else:  # nothing rendered moved (only status), or the plan changed since its apply: its live status only
                 rendering, observed = None, ()
                 report = self._report(facts, provision=True)
             read = (*(report.source_refs if report else ()), *view.status.resources)
@@ -271,8 +274,13 @@ class InstanceReconciler(PassingReconciler[InstanceFacts]):
         except Refused as exc:
             check = Check("", last_live_write=memo.last_live_write)
             return dataclasses.replace(facts, check=check, refusal=refusal_of(exc))
-        check = Check(digest, False, observed, refs, memo.last_live_write, versions)
+        check = Check(digest, False, observed, refs, memo.last_live_write, versions, shapes)
         return dataclasses.replace(facts, rendering=rendering, report=report, check=check)
+
+    def _shapes(self, facts: InstanceFacts) -> dict[ObjectKey, str | None]:
+        """The recorded objects' shapes (``drift.shape``) as the store holds them now."""
+        kube = self._actor(facts)
+        return {object_key(ref): drift.shape(kube.get(ref)) for ref in facts.instance.status.resources}
 
     def _observe(self, facts: InstanceFacts, piece: Piece, memo: DayTwo) -> Observed:
         """One rendered object, live; when a drift of it would be a fight, read past the store to name the other

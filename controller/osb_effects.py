@@ -70,14 +70,15 @@ def osb_effects(
         key = object_key(ref)
         corrections = {k: v for k, v in memo.corrections.items() if k != key}
         corrections[key] = (*memo.corrections.get(key, ())[-8:], when)
-        checks.put(run.key, dataclasses.replace(memo, corrections=corrections, digest="", versions=()))
+        checks.put(run.key, dataclasses.replace(memo, corrections=corrections, digest="", versions=(), shapes={}))
         run.perform(a.Event(Reason.DRIFT_CORRECTED.value, drift.drift_message(ref, action.fields, corrected=True)))
 
     def checked(run: Run, action: a.Checked) -> None:
         memo = checks.get(run.key) or DayTwo()
         last = action.at if action.live_written else memo.last_live_write
+        shapes = {key: shape for key, shape in action.shapes.items() if shape is not None}
         remembered = dataclasses.replace(
-            memo, refs=action.refs, versions=action.versions, digest=action.digest, last_live_write=last
+            memo, refs=action.refs, versions=action.versions, digest=action.digest, shapes=shapes, last_live_write=last
         )
         checks.put(run.key, remembered)
 

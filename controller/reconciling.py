@@ -96,6 +96,8 @@ class DayTwo:
     refs: tuple[ResourceRef, ...] = ()
     versions: tuple[str | None, ...] = ()
     """The versions of ``refs`` when it was last found as declared (empty: not since the last change)."""
+    shapes: Mapping[ObjectKey, str] = field(default_factory=dict)
+    """The rendered objects' shapes (``core.drift.shape``) when last found as declared."""
     digest: str = ""
     last_live_write: datetime.datetime | None = None
     corrections: Mapping[ObjectKey, tuple[datetime.datetime, ...]] = field(default_factory=dict)

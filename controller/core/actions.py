@@ -192,6 +192,9 @@ class Checked:
     """What the check read: the next one computes its digest over these."""
     versions: tuple[str | None, ...] = ()
     """Their versions as read (empty: not found as declared, or not checked yet): what the resync sweep compares."""
+    shapes: Mapping[Any, str | None] = field(default_factory=dict)
+    """The rendered objects' shapes as found declared (``core.drift.shape``): a later check whose objects all keep
+    them compares nothing (empty: compare at the next check)."""
     at: datetime.datetime | None = None
     """The moment of the check (a live-status write is remembered at it)."""
 

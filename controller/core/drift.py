@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import base64
 import datetime
+import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -102,6 +104,33 @@ def differences(desired: Mapping[str, Any], live: Mapping[str, Any] | None) -> t
 
 
 DELETED = "(deleted)"
+
+
+def shape(live: Mapping[str, Any] | None) -> str | None:
+    """What of a live object drift could have moved, in a few bytes: its uid and ``metadata.generation`` (the API
+    server bumps it on every change of the spec, never on a status write) with its labels and annotations (which
+    no generation counts). None — compare it — when the object is gone, or carries no generation (a ConfigMap, a
+    Secret: then nothing but a comparison tells). A settled instance whose rendered objects all keep the shape they
+    had when it was last found as declared needs no comparison: an operator reporting through ``status`` costs the
+    status template's evaluation, not a render of ``provision``."""
+    if live is None:
+        return None
+    meta = live.get("metadata") or {}
+    generation = meta.get("generation")
+    if not isinstance(generation, int):
+        return None
+    marks = json.dumps(
+        [meta.get("uid"), generation, meta.get("labels") or {}, meta.get("annotations") or {}],
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+    return hashlib.sha256(marks.encode()).hexdigest()[:24]
+
+
+def unmoved(shapes: Mapping[Any, str | None], remembered: Mapping[Any, str]) -> bool:
+    """Whether every rendered object (``shapes``, by key, as read now) has the shape remembered from the last check
+    that found it as declared (none remembered, or one without a shape: it must be compared)."""
+    return bool(shapes) and all(now is not None and remembered.get(key) == now for key, now in shapes.items())
 
 
 class Verdict(StrEnum):

@@ -225,6 +225,8 @@ class Check:
     """When a live-status change was last written (the debounce, ``core.live_status``)."""
     versions: tuple[str | None, ...] = ()
     """The versions of ``refs`` as read (what the resync sweep compares with the store's)."""
+    shapes: Mapping[Any, str | None] = dataclasses.field(default_factory=dict)
+    """The rendered objects' shapes as read (``drift.shape``, by object key): remembered when found as declared."""
 
 
 @dataclass(frozen=True)
@@ -258,6 +260,9 @@ class InstanceFacts:
     """Why the namespace may start no new operation now (``core.budgets.refusal``; None: it may)."""
     check: Check | None = None
     """Day two: what a settled instance's check read (``Step.CHECK``)."""
+    shapes: Mapping[Any, str | None] = dataclasses.field(default_factory=dict)
+    """Day two: the recorded objects' shapes (``drift.shape``) as the evaluation of an operation read them: at its
+    success they are what was applied and reported ready, remembered as declared."""
 
 
 # -- the pure plan ------------------------------------------------------------------------------------------
@@ -588,7 +593,8 @@ def _evaluate(facts: InstanceFacts, *, applied: Mapping[str, Any] | None) -> tup
         description = "resources applied (the plan has no status template)"
         outcome = _transition(facts, OperationState.SUCCEEDED, Reason.PROVISIONED, description=description, extra=extra)
         track = a.Track(view.status.resources or tuple(ref for ref in _applied_refs(applied)))
-        return (track, a.Forget(), dataclasses.replace(outcome, settled=False), a.Checked("", refs=track.refs))
+        seed = a.Checked("", refs=track.refs, shapes=dict(facts.shapes))
+        return (track, a.Forget(), dataclasses.replace(outcome, settled=False), seed)
     track = a.Track((*report.source_refs, *view.status.resources))
     section = report.section
     if section is None or section.state == OperationState.IN_PROGRESS.value:
@@ -608,7 +614,8 @@ def _evaluate(facts: InstanceFacts, *, applied: Mapping[str, Any] | None) -> tup
         outcome = _transition(facts, OperationState.SUCCEEDED, Reason.PROVISIONED, description=description, extra=extra)
         # Provisioned: the instance stays followed (day two: its objects' changes bring it back for a check), and what
         # it reads is remembered without versions, so the next resync sweep (``controller.resync``) checks it once.
-        return (track, a.Forget(), dataclasses.replace(outcome, settled=False), a.Checked("", refs=track.refs))
+        seed = a.Checked("", refs=track.refs, shapes=dict(facts.shapes))
+        return (track, a.Forget(), dataclasses.replace(outcome, settled=False), seed)
     else:
         error = section.error or section.description or "the operator reported a failure"
         outcome = _transition(
@@ -807,7 +814,12 @@ def check(facts: InstanceFacts) -> tuple[a.Action, ...]:
     versions = found.versions if settled else ()
     out.append(
         a.Checked(
-            found.digest if settled else "", live_written=live_written, refs=found.refs, versions=versions, at=now
+            found.digest if settled else "",
+            live_written=live_written,
+            refs=found.refs,
+            versions=versions,
+            shapes=dict(found.shapes) if settled and synced.ok else {},  # a drift only reported is still there
+            at=now,
         )
     )
     out.append(a.ReportHealth(health.value))

@@ -350,3 +350,33 @@ def test_a_bound_binding_sets_back_its_part_of_the_instances_object_never_creati
     in_sync = ObservedBind(Observed(part, {**DB, "spec": {"users": {"main": ["owner"], "u1": ["login"]}}}), True)
     quiet = binding_plan(dataclasses.replace(the_facts, refresh=Refresh(report=REPORTED, observed=(in_sync,))))
     assert not [x for x in quiet if isinstance(x, (a.Correct, a.WriteStatus))]
+
+
+# -- what a check may skip ------------------------------------------------------------------------------------------
+
+
+def test_a_shape_moves_with_the_spec_and_the_metadata_never_with_the_status() -> None:
+    database = {**DB, "metadata": {**DB["metadata"], "uid": "u", "generation": 3, "labels": {"a": "1"}}}
+    shape = drift.shape(database)
+    assert shape is not None
+    assert drift.shape({**database, "status": {"phase": "Failed"}}) == shape  # the operator reporting
+    assert drift.shape({**database, "metadata": {**database["metadata"], "generation": 4}}) != shape  # spec edited
+    assert drift.shape({**database, "metadata": {**database["metadata"], "labels": {"a": "2"}}}) != shape
+    assert drift.shape({**database, "metadata": {**database["metadata"], "uid": "v"}}) != shape  # created again
+    assert drift.shape({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}) is None  # no generation
+    assert drift.shape(None) is None  # gone
+    assert drift.unmoved({"k": shape}, {"k": shape})
+    assert not drift.unmoved({"k": shape}, {})  # nothing remembered
+    assert not drift.unmoved({"k": None}, {"k": "x"})  # must be compared
+    assert not drift.unmoved({}, {})  # nothing recorded: nothing to vouch for
+
+
+def test_shapes_are_remembered_only_when_everything_was_found_as_declared() -> None:
+    shapes = {("v1", "ConfigMap", "team", "db"): "s1"}
+    as_declared = plan(checking(Observed(CM_PIECE, live_of(CM_PIECE)), shapes=shapes))
+    assert [x.shapes for x in as_declared if isinstance(x, a.Checked)] == [shapes]
+    changed = live_of(CM_PIECE, size="9")
+    reported = plan(checking(Observed(dataclasses.replace(CM_PIECE, drift=DriftPolicy.REPORT), changed), shapes=shapes))
+    assert [x.shapes for x in reported if isinstance(x, a.Checked)] == [{}]  # the drift reported is still there
+    corrected = plan(checking(Observed(CM_PIECE, None), shapes=shapes))
+    assert [x.shapes for x in corrected if isinstance(x, a.Checked)] == [{}]
