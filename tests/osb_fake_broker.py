@@ -3,9 +3,9 @@
 It behaves like a broker with asynchronous provisioning: PUT answers 202 and ``last_operation`` reports
 ``in progress`` for ``polls`` calls, then the outcome. Provision parameters steer the outcome:
 ``{"fail": "reason"}`` ends in ``failed``, ``{"stall": true}`` never finishes. Plan ``plan-async-bind``
-also binds asynchronously (credentials fetched with GET afterwards). A provisioned instance answers GET, its
-``attributes`` as ``metadata.attributes`` (what a test makes the broker say of it). It checks what brokers must check
-(basic auth → 401, ``X-Broker-API-Version`` → 412, missing ids → 400, ``accepts_incomplete`` → 422,
+also binds asynchronously (credentials fetched with GET afterwards). With ``serves_fetch``, a provisioned instance
+answers GET, its ``attributes`` as ``metadata.attributes`` (what a test makes the broker say of it). It checks what
+brokers must check (basic auth → 401, ``X-Broker-API-Version`` → 412, missing ids → 400, ``accepts_incomplete`` → 422,
 conflicting repeats → 409, unknown ids → 410) and records every request for assertions.
 
 Our real broker is being written in ``opbroker.broker``; tests against it will sit beside these.
@@ -91,6 +91,9 @@ class FakeBroker:
     """The X-Broker-API-Versions accepted (412 for any other); None: every 2.x."""
     services: list[dict[str, Any]] | None = None
     """The catalog's services (None: the one ``postgres`` service with its two plans)."""
+    serves_fetch: bool = False
+    """Answer GET of a provisioned instance (``instances_retrievable``); off, as brokers before OSB 2.14 and
+    those that do not retrieve: the route is not served (405), which the Pulumi provider's tests rely on."""
     instances: dict[str, Instance] = field(default_factory=dict)
     bindings: dict[str, Binding] = field(default_factory=dict)
     requests: list[Recorded] = field(default_factory=list)
@@ -198,7 +201,6 @@ def build_app(broker: FakeBroker) -> FastAPI:
         instance.state = IN_PROGRESS
         return JSONResponse({"operation": instance.operation.id}, status_code=202)
 
-    @app.get("/v2/service_instances/{instance_id}")
     async def fetch_instance(instance_id: str) -> JSONResponse:
         instance = broker.instances.get(instance_id)
         if instance is None or instance.deleted or instance.state != SUCCEEDED:
@@ -210,6 +212,9 @@ def build_app(broker: FakeBroker) -> FastAPI:
             **({"metadata": {"attributes": instance.attributes}} if instance.attributes is not None else {}),
         }
         return JSONResponse(body)
+
+    if broker.serves_fetch:
+        app.get("/v2/service_instances/{instance_id}")(fetch_instance)
 
     @app.get("/v2/service_instances/{instance_id}/last_operation")
     async def last_operation(instance_id: str) -> JSONResponse:

@@ -155,7 +155,7 @@ class World:
 
 @pytest.fixture
 def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
-    broker = FakeBroker()
+    broker = FakeBroker(serves_fetch=True)  # day two: a settled instance of a retrievable class is fetched
     kube = FakeKube()
     api = CatalogApi(kube)
     clock = FakeClock(wall=datetime(2026, 1, 1, tzinfo=UTC))

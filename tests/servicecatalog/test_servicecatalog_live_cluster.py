@@ -51,7 +51,7 @@ def test_a_provisioned_instance_is_looked_at_at_its_broker_after_each_resync(
     tmp_path: Path,
 ) -> None:
     suffix = secrets.token_hex(3)
-    broker = FakeBroker(polls=1, services=services(suffix))
+    broker = FakeBroker(polls=1, services=services(suffix), serves_fetch=True)
     controller.stop()  # the session's controller resyncs every 600 s; this one every 3 s
     own = Process("controller-resync", controller_command(control_plane, "--resync-seconds", str(RESYNC)), tmp_path)
     own.start()
