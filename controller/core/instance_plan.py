@@ -25,7 +25,7 @@ from opbroker.controller.core import actions as a
 from opbroker.controller.core import decisions, drift, live_status
 from opbroker.controller.core.decisions import Letting, Step
 from opbroker.controller.core.reasons import Reason
-from opbroker.controller.core.views import BindingView, ConditionView, InstanceView, Meta, condition_wire
+from opbroker.controller.core.views import BindingView, ConditionView, InstanceView, Meta, condition_wire, recorded_refs
 from opbroker.controller.objects import (
     minus_refs,
     recorded,
@@ -592,7 +592,7 @@ def _evaluate(facts: InstanceFacts, *, applied: Mapping[str, Any] | None) -> tup
         extra = {**applied, **({"dashboardUrl": dashboard} if dashboard else {})}
         description = "resources applied (the plan has no status template)"
         outcome = _transition(facts, OperationState.SUCCEEDED, Reason.PROVISIONED, description=description, extra=extra)
-        track = a.Track(view.status.resources or tuple(ref for ref in _applied_refs(applied)))
+        track = a.Track(view.status.resources or recorded_refs(applied.get("resources")))
         seed = a.Checked("", refs=track.refs, shapes=dict(facts.shapes))
         return (track, a.Forget(), dataclasses.replace(outcome, settled=False), seed)
     track = a.Track((*report.source_refs, *view.status.resources))
@@ -668,22 +668,6 @@ def _teardown(facts: InstanceFacts) -> tuple[a.Action, ...]:
             a.Event(Reason.NAMESPACE_TERMINATING.value, decisions.terminating_teardown_message(meta.namespace, scope))
         )
     return (*out, a.DropRegistry(), a.EnsureFinalizer(present=False), a.ForgetObject())
-
-
-def _applied_refs(applied: Mapping[str, Any]) -> tuple[ResourceRef, ...]:
-    """The objects an apply's record names (``resources``), as references."""
-    out = []
-    for entry in applied.get("resources") or ():
-        if isinstance(entry, Mapping) and entry.get("apiVersion") and entry.get("kind") and entry.get("name"):
-            out.append(
-                ResourceRef(
-                    api_version=entry["apiVersion"],
-                    kind=entry["kind"],
-                    name=entry["name"],
-                    namespace=entry.get("namespace"),
-                )
-            )
-    return tuple(out)
 
 
 # -- day two: a settled instance kept as declared ------------------------------------------------------------
@@ -786,12 +770,9 @@ def check(facts: InstanceFacts) -> tuple[a.Action, ...]:
         waits.extend(findings.waits)
         synced = findings.synced
     changes: list[Condition] = []
-    if not shows(view, synced):
+    if not shows(view, synced):  # (never True of an instance without the condition: shows says so)
         changes.append(synced)
-        if not synced.ok:
-            events.append(a.Event(synced.reason.value, synced.message, warning=True))
-        elif view.status.condition(SYNCED_CONDITION) is not None:
-            events.append(a.Event(Reason.IN_SYNC.value, IN_SYNC_MESSAGE))
+        events.append(synced_event(synced))
     health = live_status.Health.UNKNOWN
     live_written = False
     verdict = live_status.verdict_of(facts.report.section) if facts.report and facts.report.has_template else None
@@ -833,13 +814,8 @@ def check(facts: InstanceFacts) -> tuple[a.Action, ...]:
 def _check_refused(facts: InstanceFacts, refusal: a.Refusal) -> tuple[a.Action, ...]:
     """A correction the cluster refused (the plan's account may not write there; the object is someone else's now):
     the instance's operation stays as it ended, ``Synced=False`` says why, and the resync sweep looks again."""
-    view = facts.instance
     synced = Condition(SYNCED_CONDITION, False, Reason.APPLY_REFUSED, f"a correction was refused: {refusal.message}")
-    out: list[a.Action] = []
-    if not shows(view, synced):
-        out.append(a.WriteStatus(conditions_patch(view, [synced], facts.now)))
-        out.append(a.Event(synced.reason.value, synced.message, warning=True))
-    return tuple(out)
+    return tuple(synced_actions(facts.instance, synced, facts.now))
 
 
 @dataclass(frozen=True)
@@ -893,8 +869,11 @@ def synced_actions(
     its Event. Shared by instances and bindings."""
     if shows(view, synced):
         return []
+    return [a.WriteStatus(conditions_patch(view, [synced], now)), synced_event(synced)]
+
+
+def synced_event(synced: Condition) -> a.Event:
+    """The Event of a change of ``Synced``: a Warning with its message when it turns False, ``InSync`` when back."""
     if not synced.ok:
-        event = a.Event(synced.reason.value, synced.message, warning=True)
-    else:
-        event = a.Event(Reason.IN_SYNC.value, IN_SYNC_MESSAGE)
-    return [a.WriteStatus(conditions_patch(view, [synced], now)), event]
+        return a.Event(synced.reason.value, synced.message, warning=True)
+    return a.Event(Reason.IN_SYNC.value, IN_SYNC_MESSAGE)

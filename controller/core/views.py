@@ -60,7 +60,7 @@ def _labels(value: object) -> Mapping[str, str]:
     return MappingProxyType({k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)})
 
 
-def _refs(value: object) -> tuple[ResourceRef, ...]:
+def recorded_refs(value: object) -> tuple[ResourceRef, ...]:
     """A status' recorded references; an entry that is not a reference is skipped (never released)."""
     if not isinstance(value, list):
         return ()
@@ -83,7 +83,7 @@ def _orphans(value: object) -> tuple[ResourceRef, ...]:
     if not isinstance(value, list):
         return ()
     kept = [raw for raw in value if isinstance(raw, Mapping) and raw.get("deletionPolicy") == DeletionPolicy.ORPHAN]
-    return _refs(kept)
+    return recorded_refs(kept)
 
 
 def _spec(body: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -260,7 +260,7 @@ class OperationView:
             description=text_of(s.get("description")),
             error=text_of(s.get("error")),
             last_operation_type=text_of(last.get("type")),
-            resources=_refs(s.get("resources")),
+            resources=recorded_refs(s.get("resources")),
             observed_generation=int_of(s.get("observedGeneration")),
             error_count=int_of(s.get("errorCount")) or 0,
             conditions=conditions_of(s.get("conditions")),
@@ -362,7 +362,7 @@ class BindingView:
             plan_id=text_of(spec.get("planId")) or "",
             status=OperationView.of(status),
             responded=bool(status.get("response")),
-            sources=_refs(status.get("sources")) if isinstance(status.get("sources"), list) else None,
+            sources=recorded_refs(status.get("sources")) if isinstance(status.get("sources"), list) else None,
             sources_digest=text_of(status.get("sourcesDigest")),
             spec=_spec(body),
             wire=body,
