@@ -25,7 +25,7 @@ from opbroker.api.conventions import credentials_secret_name, resource_name
 from opbroker.api.meta import ResourceRef
 from opbroker.controller import identities, ownership, registries, teardown
 from opbroker.controller.core import actions as a
-from opbroker.controller.core import decisions, drift
+from opbroker.controller.core import decisions
 from opbroker.controller.core.binding_plan import (
     BindingFacts,
     BindPiece,
@@ -41,10 +41,10 @@ from opbroker.controller.core.binding_plan import (
     steps,
 )
 from opbroker.controller.core.decisions import Step
-from opbroker.controller.core.instance_plan import Observed, Piece, Teardown
+from opbroker.controller.core.instance_plan import Piece, Teardown
 from opbroker.controller.core.views import BindingView, InstanceView, SecretView
 from opbroker.controller.executor import refusal_of
-from opbroker.controller.instances import OWN_MANAGERS_PREFIX, limits_of
+from opbroker.controller.instances import limits_of, observe
 from opbroker.controller.kube import BINDINGS, INSTANCES, Kube, Refused
 from opbroker.controller.objects import ref_key, resource_version
 from opbroker.controller.osb_effects import osb_executor
@@ -52,7 +52,6 @@ from opbroker.controller.passes import PassingReconciler
 from opbroker.controller.reconciler import Key, Memories, Outcome, PerKey
 from opbroker.controller.reconciling import AppliedMemory, DayTwo, Deps
 from opbroker.controller.rendered import fetch_sources, inputs_for
-from opbroker.controller.sources import object_key
 from opbroker.rendering import RenderError, RenderInputs
 
 logger = logging.getLogger(__name__)
@@ -274,16 +273,7 @@ class BindingReconciler(PassingReconciler[BindingFacts]):
         rendering = self._render(facts, TemplateAction.BIND)
         memo = self.day_two.get(facts.key) or DayTwo()
         kube, now, bounds = self._actor(facts), datetime.datetime.now(datetime.UTC), facts.limits.drift_bounds
-        out = []
-        for p in rendering.pieces:
-            history = drift.recent(memo.corrections.get(object_key(p.piece.ref), ()), now, bounds)
-            if drift.fighting(history, now, bounds):
-                live = kube.get(p.piece.ref, fresh=True)
-                seen = Observed(p.piece, live, history, drift.other_managers(live, OWN_MANAGERS_PREFIX))
-            else:
-                seen = Observed(p.piece, kube.get(p.piece.ref), history)
-            out.append(ObservedBind(seen, p.instance_own))
-        return tuple(out)
+        return tuple(ObservedBind(observe(kube, p.piece, memo, now, bounds), p.instance_own) for p in rendering.pieces)
 
     def _unchanged(self, facts: BindingFacts) -> bool:
         """True if what the credentials were last rendered from is still what it was (the digest matches);

@@ -70,6 +70,17 @@ def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
 
+def observe(kube: Kube, piece: Piece, memo: DayTwo, now: datetime.datetime, bounds: drift.Bounds) -> Observed:
+    """Day two: one rendered object (an instance's or a binding's), live, with when it was set back before; when a
+    drift of it would be a fight, read past the store to name the other writer (the store keeps no
+    ``managedFields``)."""
+    history = drift.recent(memo.corrections.get(object_key(piece.ref), ()), now, bounds)
+    if not drift.fighting(history, now, bounds):
+        return Observed(piece, kube.get(piece.ref), history)
+    live = kube.get(piece.ref, fresh=True)
+    return Observed(piece, live, history, drift.other_managers(live, OWN_MANAGERS_PREFIX))
+
+
 logger = logging.getLogger(__name__)
 
 
@@ -283,16 +294,7 @@ class InstanceReconciler(PassingReconciler[InstanceFacts]):
         return {object_key(ref): drift.shape(kube.get(ref)) for ref in facts.instance.status.resources}
 
     def _observe(self, facts: InstanceFacts, piece: Piece, memo: DayTwo) -> Observed:
-        """One rendered object, live; when a drift of it would be a fight, read past the store to name the other
-        writer (the store keeps no ``managedFields``)."""
-        kube = self._actor(facts)
-        history = drift.recent(
-            memo.corrections.get(object_key(piece.ref), ()), facts.now or _now(), facts.limits.drift_bounds
-        )
-        if not drift.fighting(history, facts.now or _now(), facts.limits.drift_bounds):
-            return Observed(piece, kube.get(piece.ref), history)
-        live = kube.get(piece.ref, fresh=True)
-        return Observed(piece, live, history, drift.other_managers(live, OWN_MANAGERS_PREFIX))
+        return observe(self._actor(facts), piece, memo, facts.now or _now(), facts.limits.drift_bounds)
 
     def _digest(self, facts: InstanceFacts, refs: Sequence[ResourceRef]) -> tuple[str, tuple[str | None, ...]]:
         """The versions of what a check reads (``refs``), and their digest with the plan's version and the
