@@ -32,6 +32,7 @@ from opbroker.api.conventions import (
 )
 from opbroker.api.meta import ResourceRef
 from opbroker.api.osb import OperationState
+from opbroker.controller.core.conditions import Condition, condition, with_conditions
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import (
     BindingView,
@@ -42,7 +43,6 @@ from opbroker.controller.core.views import (
     ObjectView,
     OperationView,
     SecretView,
-    condition_wire,
     conditions_of,
 )
 from opbroker.controller.objects import STAMP_LABELS, Manifest, ref_key
@@ -191,19 +191,8 @@ def pause_status(
 ) -> Manifest:
     """The status patch of a pause (``paused``) or of its end: the ``Paused`` condition set, every other condition
     written back as read (a patch replaces the list), nothing else — the operation's state stays as it was."""
-    value = "True" if paused else "False"
-    old = status.condition(PAUSED_CONDITION)
-    moved = old is None or old.status != value
-    condition = {
-        "type": PAUSED_CONDITION,
-        "status": value,
-        "reason": (Reason.PAUSED if paused else Reason.RESUMED).value,
-        "message": message[:1024],
-        "lastTransitionTime": now(at) if moved or old is None else old.last_transition_time,
-        "observedGeneration": generation,
-    }
-    kept = [condition_wire(c) for c in status.conditions if c.type != PAUSED_CONDITION]
-    return {"conditions": [*kept, condition]}
+    change = Condition(PAUSED_CONDITION, paused, Reason.PAUSED if paused else Reason.RESUMED, message)
+    return {"conditions": with_conditions(status.conditions, [change], generation, at)}
 
 
 def credentials_changed(secret: SecretView | None, response: Mapping[str, Any]) -> bool:
@@ -315,26 +304,6 @@ def resync_after(uid: str, seconds: float) -> float:
     return seconds * (0.9 + 0.2 * fraction)
 
 
-def now(at: datetime.datetime | None = None) -> str:
-    return (at or datetime.datetime.now(datetime.UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _ready(
-    old: ConditionView | None, *, ready: bool, reason: Reason, message: str, generation: int | None,
-    at: datetime.datetime | None,
-) -> Manifest:  # fmt: skip
-    status = "True" if ready else "False"
-    changed = old is None or old.status != status
-    return {
-        "type": "Ready",
-        "status": status,
-        "reason": reason.value,
-        "message": message[:1024],
-        "lastTransitionTime": now(at) if changed or old is None else old.last_transition_time,
-        "observedGeneration": generation,
-    }
-
-
 def ready_condition(
     previous: list[Manifest] | None,
     *,
@@ -347,8 +316,8 @@ def ready_condition(
     """The conditions list (as read, kept as they are) with Ready set; the transition time (``at``, default now)
     only moves when the status flips."""
     old = next(iter(conditions_of([c for c in (previous or []) if c.get("type") == "Ready"][:1])), None)
-    kept = [c for c in (previous or []) if c.get("type") != "Ready"]
-    return [*kept, _ready(old, ready=ready, reason=reason, message=message, generation=generation, at=at)]
+    kept = [c for c in (previous or []) if c.get("type") != "Ready"]  # as read: a Service Catalog one has more fields
+    return [*kept, condition(Condition("Ready", ready, reason, message), old, generation, at)]
 
 
 def ready_conditions(
@@ -361,9 +330,7 @@ def ready_conditions(
     at: datetime.datetime | None = None,
 ) -> list[Manifest]:
     """:func:`ready_condition` over a view's conditions: the others written back as read, Ready set."""
-    old = next((c for c in previous if c.type == "Ready"), None)
-    kept = [condition_wire(c) for c in previous if c.type != "Ready"]
-    return [*kept, _ready(old, ready=ready, reason=reason, message=message, generation=generation, at=at)]
+    return with_conditions(previous, [Condition("Ready", ready, reason, message)], generation, at)
 
 
 def outcome_status(

@@ -14,7 +14,7 @@ import dataclasses
 import datetime
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from opbroker.api.catalog import DeletionPolicy, DriftPolicy
 from opbroker.api.conventions import LABEL_INSTANCE, LABEL_PLAN
@@ -23,9 +23,10 @@ from opbroker.api.osb import OperationState
 from opbroker.controller.catalog import PlanEntry
 from opbroker.controller.core import actions as a
 from opbroker.controller.core import decisions, drift, live_status
+from opbroker.controller.core.conditions import SYNCED_CONDITION, Condition, conditions_patch, shows
 from opbroker.controller.core.decisions import Letting, Step
 from opbroker.controller.core.reasons import Reason
-from opbroker.controller.core.views import BindingView, ConditionView, InstanceView, Meta, condition_wire, recorded_refs
+from opbroker.controller.core.views import BindingView, InstanceView, recorded_refs
 from opbroker.controller.objects import (
     minus_refs,
     recorded,
@@ -675,68 +676,6 @@ def _teardown(facts: InstanceFacts) -> tuple[a.Action, ...]:
 
 #: What the Synced condition says when every rendered object holds what its template renders.
 IN_SYNC_MESSAGE = "every object the plan renders holds what its templates render"
-SYNCED_CONDITION = "Synced"
-
-
-class _HeldConditions(Protocol):
-    @property
-    def conditions(self) -> tuple[ConditionView, ...]: ...
-
-    def condition(self, type_: str) -> ConditionView | None: ...
-
-
-class Conditioned(Protocol):
-    """What :func:`shows` and :func:`conditions_patch` read of an object: its metadata and its conditions (an
-    SFServiceInstance's, an SFServiceBinding's, a Service Catalog Instance's)."""
-
-    @property
-    def meta(self) -> Meta: ...
-
-    @property
-    def status(self) -> _HeldConditions: ...
-
-
-@dataclass(frozen=True)
-class Condition:
-    """A condition to show: type, status, reason, message."""
-
-    type: str
-    ok: bool
-    reason: Reason
-    message: str
-
-
-def shows(view: Conditioned, wanted: Condition) -> bool:
-    """Whether the status shows ``wanted`` already. An absent Synced is as good as a True one: an instance that has
-    never drifted is not written to say so (20 000 settled instances cost no write)."""
-    found = view.status.condition(wanted.type)
-    if found is None:
-        return wanted.ok and wanted.type == SYNCED_CONDITION
-    if wanted.ok:
-        return found.status == "True"
-    return found.status == "False" and found.reason == wanted.reason.value and found.message == wanted.message[:1024]
-
-
-def conditions_patch(view: Conditioned, changes: Sequence[Condition], now: datetime.datetime | None) -> dict[str, Any]:
-    """The status patch that sets ``changes`` and writes every other condition back as read."""
-    types = {c.type for c in changes}
-    kept = [condition_wire(c) for c in view.status.conditions if c.type not in types]
-    new = []
-    for change in changes:
-        old = view.status.condition(change.type)
-        value = "True" if change.ok else "False"
-        moved = old is None or old.status != value
-        new.append(
-            {
-                "type": change.type,
-                "status": value,
-                "reason": change.reason.value,
-                "message": change.message[:1024],
-                "lastTransitionTime": decisions.now(now) if moved or old is None else old.last_transition_time,
-                "observedGeneration": view.meta.generation,
-            }
-        )
-    return {"conditions": [*kept, *new]}
 
 
 def check(facts: InstanceFacts) -> tuple[a.Action, ...]:

@@ -31,7 +31,7 @@ from opbroker.api.conventions import DEFAULT_NAMESPACE
 from opbroker.api.servicecatalog import parse_go_duration
 from opbroker.controller.core import actions as a
 from opbroker.controller.core import refusals
-from opbroker.controller.core.decisions import now as now_text
+from opbroker.controller.core.conditions import now as now_text
 from opbroker.controller.core.decisions import ready_condition
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import ConditionView, condition_wire, conditions_of

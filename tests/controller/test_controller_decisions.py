@@ -11,7 +11,7 @@ import pytest
 
 from opbroker.api.conventions import CREDENTIALS_KEY, FINALIZER
 from opbroker.api.meta import ResourceRef
-from opbroker.controller.core import catalog_status, decisions
+from opbroker.controller.core import catalog_status, conditions, decisions
 from opbroker.controller.core.decisions import Step
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import (
@@ -175,7 +175,7 @@ def test_overdue(reason: str, instance: dict[str, Any], limit: float, want: floa
 
 
 def test_poll_after_comes_no_later_than_the_deadline() -> None:
-    fresh = started(decisions.now())
+    fresh = started(conditions.now())
     assert decisions.poll_after(status_of(fresh), poll_seconds=10, max_seconds=3600) == 10
     assert 0.5 <= decisions.poll_after(status_of(fresh), poll_seconds=10, max_seconds=3) <= 3.5
     assert decisions.poll_after(status_of(started(None)), poll_seconds=10, max_seconds=3) == 10

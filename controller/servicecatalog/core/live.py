@@ -36,8 +36,8 @@ from typing import Any
 
 from opbroker import osbclient
 from opbroker.controller.core import actions as a
+from opbroker.controller.core.conditions import SYNCED_CONDITION, Condition, conditions_patch, shows
 from opbroker.controller.core.decisions import resync_after
-from opbroker.controller.core.instance_plan import SYNCED_CONDITION, Condition, conditions_patch, shows
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import mapping_of
 from opbroker.controller.servicecatalog.core import tenancy
