@@ -44,6 +44,7 @@ from opbroker.controller.core.instance_plan import (
     Report,
     Teardown,
     plan,
+    provisioned_by,
     refused,
     steps,
 )
@@ -173,7 +174,8 @@ class InstanceReconciler(PassingReconciler[InstanceFacts]):
             if Step.AWAIT_OUTCOME in due or Step.EVALUATE in due:
                 sources = _carried(previous, entry)
                 report = self._report(facts, provision=True, sources=sources)
-                return dataclasses.replace(facts, report=report, shapes=self._shapes(facts))
+                shapes = self._shapes(facts) if provisioned_by(report) else {}  # remembered by a success only
+                return dataclasses.replace(facts, report=report, shapes=shapes)
         except RenderError as exc:
             return dataclasses.replace(facts, render_error=str(exc) or type(exc).__name__)
         except Refused as exc:  # a source the plan's account may not read: the operation fails, masked

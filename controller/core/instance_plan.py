@@ -581,6 +581,17 @@ def apply_action(facts: InstanceFacts, piece: Piece) -> a.Apply:
     )
 
 
+def provisioned_by(report: Report | None) -> bool:
+    """Whether ``report`` (an evaluation's) ends the operation as provisioned — a plan without a status template
+    succeeds once applied. Only then are the recorded objects' shapes read (:attr:`InstanceFacts.shapes`): every
+    other evaluation pass of an operation would read them for nothing."""
+    if report is None:
+        return False
+    if not report.has_template:
+        return True
+    return report.section is not None and report.section.state == OperationState.SUCCEEDED.value
+
+
 def _evaluate(facts: InstanceFacts, *, applied: Mapping[str, Any] | None) -> tuple[a.Action, ...]:
     """Read the operation's outcome from the status template's ``provision`` section.
 
