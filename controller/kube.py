@@ -18,12 +18,11 @@ from typing import Any, overload
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
-from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
 from opbroker.api.meta import ResourceRef
 from opbroker.controller.access import Access, AccessReviews, api_reviewer
 from opbroker.controller.core.refusals import Refusal, Severity, masked_status, refusal, severity
-from opbroker.controller.served import ServedKinds
+from opbroker.controller.served import ServedKinds, ServedResource
 from opbroker.controller.store import UNKNOWN, ObjectStore
 from opbroker.kubeclient import deadlines
 from opbroker.kubeclient.answers import json_object
@@ -192,10 +191,10 @@ class Kube:
             own._acting.move_to_end(user)
             return door
 
-    def _may_read(self, resource: Any, namespace: str | None, name: str) -> None:
+    def _may_read(self, resource: ServedResource, namespace: str | None, name: str) -> None:
         """Raise :class:`Refused` unless the acting user may ``get`` ``resource`` there (the controller itself
         may read whatever its store holds)."""
-        self._may_get(resource.group or "", resource.name, resource.kind, namespace, name)
+        self._may_get(resource.group, resource.name, resource.kind, namespace, name)
 
     def _may_get(self, group: str, plural: str, kind: str, namespace: str | None, name: str) -> None:
         if self.user is None or self.reviews.allowed(Access(self.user, "get", group, plural, namespace)):
@@ -209,21 +208,13 @@ class Kube:
         """What an RBAC refusal may quote unmasked: the identity this door acts as (no secret)."""
         return (self.user,) if self.user else ()
 
-    def _resource(self, api_version: str, kind: str) -> Any:
-        """The discovery entry of a kind the API server serves. Asked of :attr:`served` first: a kind it does not
-        serve (made up by a template or a record) never reaches the official discovery, which reads every group
-        again and empties the cache all doors share on each kind it lacks. A served kind its cache lacks (a CRD
-        installed since it was read) refreshes it once."""
-        if not self.served.served(api_version, kind):
+    def _resource(self, api_version: str, kind: str) -> ServedResource:
+        """Where the objects of a kind the API server serves are (:mod:`opbroker.controller.served`, one index for
+        every door: a kind it does not serve — made up by a template or a record — is refused here)."""
+        resource = self.served.resource(api_version, kind)
+        if resource is None:
             raise KubeError(f"the API server does not serve {kind} in {api_version}")
-        try:
-            return self.dynamic.resources.get(api_version=api_version, kind=kind)
-        except ResourceNotFoundError:
-            self.dynamic.resources.invalidate_cache()
-            try:
-                return self.dynamic.resources.get(api_version=api_version, kind=kind)
-            except ResourceNotFoundError as exc:
-                raise KubeError(f"the API server does not serve {kind} in {api_version}") from exc
+        return resource
 
     def _discovery(self, path: str) -> object | None:
         """A discovery document (None: the group version is not served), as the controller reads it."""
@@ -655,7 +646,7 @@ class _ActingDynamicClient(DynamicClient):
         return self._discovery.resources
 
 
-def _path_of(api_version: str, resource: Any, namespace: str | None, name: str | None = None) -> str:
+def _path_of(api_version: str, resource: ServedResource, namespace: str | None, name: str | None = None) -> str:
     """The path of a discovered ``resource`` (its collection, or the object ``name``); ``namespace`` is ignored
     for a cluster-scoped one."""
     return object_path(api_root(api_version), resource.name, namespace if resource.namespaced else None, name)

@@ -484,6 +484,7 @@ class ApiResource:
     singular_name: str | None
     short_names: tuple[str, ...]
     verbs: frozenset[str]
+    namespaced: bool = False
 
     @classmethod
     def of(cls, entry: object) -> ApiResource:
@@ -494,6 +495,7 @@ class ApiResource:
             singular_name=text_of(raw.get("singularName")),
             short_names=strings_of(raw.get("shortNames")),
             verbs=frozenset(strings_of(raw.get("verbs"))),
+            namespaced=raw.get("namespaced") is True,
         )
 
     @property

@@ -3,7 +3,7 @@ most one read per group version per window and never refresh the official discov
 
 from __future__ import annotations
 
-from opbroker.controller.served import MAX_GROUP_VERSIONS, WINDOW_SECONDS, ServedKinds
+from opbroker.controller.served import MAX_GROUP_VERSIONS, WINDOW_SECONDS, ServedKinds, ServedResource
 
 CORE = {"resources": [{"name": "configmaps", "kind": "ConfigMap"}, {"name": "pods/log", "kind": "Pod"}]}
 
@@ -39,6 +39,21 @@ def test_a_served_kind_is_read_once_and_made_up_kinds_cost_one_read_per_window()
     clock.now += WINDOW_SECONDS
     assert not served.served("v1", "MadeUp0")
     assert reads.count("/api/v1") == 2  # a CRD installed since would be found now
+
+
+def test_a_served_kind_answers_its_plural_group_and_scope_from_the_same_read() -> None:
+    """Every request of a reconcile finds its path here (not in the official discovery, whose search is slow and
+    not thread-safe): plural, group and scope come from the group version's document, read once."""
+    apps = {"resources": [{"name": "deployments", "kind": "Deployment", "namespaced": True}]}
+    core = {"resources": [*CORE["resources"], {"name": "namespaces", "kind": "Namespace", "namespaced": False}]}
+    served, reads, _ = index({"/api/v1": core, "/apis/apps/v1": apps})
+    assert served.resource("apps/v1", "Deployment") == ServedResource("apps", "deployments", "Deployment", True)
+    assert served.resource("v1", "Namespace") == ServedResource("", "namespaces", "Namespace", False)
+    assert served.resource("v1", "ConfigMap") == ServedResource("", "configmaps", "ConfigMap", False)
+    assert served.resource("v1", "Pod") is None and served.resource("apps/v1", "StatefulSet") is None
+    for _ in range(100):
+        served.resource("apps/v1", "Deployment")
+    assert sorted(reads) == ["/api/v1", "/apis/apps/v1"]
 
 
 def test_a_kind_installed_later_is_found_after_the_window() -> None:
