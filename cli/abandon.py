@@ -21,6 +21,7 @@ from rich.markup import escape
 
 from opbroker.api.conventions import DEFAULT_NAMESPACE, FINALIZER
 from opbroker.cli.console import err, out
+from opbroker.cli.options import ContextOption, KubeconfigOption, kube_for
 
 if TYPE_CHECKING:
     from opbroker.controller.abandoning import Outcome
@@ -33,10 +34,6 @@ NamespaceOption = Annotated[
     str | None,
     typer.Option("--namespace", "-n", help="The object's namespace (default: the context's, else 'default')."),
 ]
-KubeconfigOption = Annotated[
-    str | None, typer.Option(help="Kubeconfig file (default: in-cluster, then ~/.kube/config).")
-]
-ContextOption = Annotated[str | None, typer.Option(help="The kubeconfig context to use (default: its current one).")]
 ReasonOption = Annotated[
     str, typer.Option(help="Why (required): recorded on the object and in the Abandoned event.", show_default=False)
 ]
@@ -64,7 +61,7 @@ def abandon_instance(
     from opbroker.controller import abandoning
 
     why = _reason(reason)
-    kube = _kube(kubeconfig, context)
+    kube = kube_for(kubeconfig, context)
     where = namespace or _default_namespace(kubeconfig, context)
     _run(
         kube,
@@ -91,7 +88,7 @@ def abandon_binding(
     from opbroker.controller import abandoning
 
     why = _reason(reason)
-    kube = _kube(kubeconfig, context)
+    kube = kube_for(kubeconfig, context)
     where = namespace or _default_namespace(kubeconfig, context)
     _run(
         kube,
@@ -109,13 +106,6 @@ def _reason(reason: str) -> str:
             "say why: the reason is recorded on the object and in its event", param_hint="--reason"
         )
     return text
-
-
-def _kube(kubeconfig: str | None, context: str | None) -> Any:
-    from opbroker.controller.kube import Kube
-    from opbroker.controller.running import api_client_for
-
-    return Kube(api_client_for(kubeconfig, context=context))
 
 
 def _default_namespace(kubeconfig: str | None, context: str | None) -> str:

@@ -8,6 +8,7 @@ import typer
 
 from opbroker.api import webhooks
 from opbroker.api.conventions import DEFAULT_NAMESPACE, DEFAULT_PLAN_SERVICE_ACCOUNT, NAMESPACE_SERVICE_ACCOUNT
+from opbroker.cli.options import KubeconfigOption
 from opbroker.controller.core.budgets import NamespaceBudgets
 from opbroker.controller.multicluster.core.scheduling import SchedulerName
 from opbroker.controller.settings import ControllerSettings
@@ -19,9 +20,7 @@ app = typer.Typer(
 
 @app.command()
 def run(
-    kubeconfig: Annotated[
-        str | None, typer.Option(help="Kubeconfig file (default: in-cluster, then ~/.kube/config).")
-    ] = None,
+    kubeconfig: KubeconfigOption = None,
     namespace: Annotated[
         str, typer.Option(help="Control-plane namespace (catalog, leader lease).")
     ] = DEFAULT_NAMESPACE,

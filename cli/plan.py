@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.markup import escape
@@ -21,23 +21,14 @@ from rich.markup import escape
 from opbroker.api.conventions import DEFAULT_NAMESPACE
 from opbroker.cli import render as render_cli
 from opbroker.cli.console import err, out
+from opbroker.cli.options import KubeconfigOption, kube_for
 
 app = typer.Typer(help="Preview and roll out plan changes to existing instances.", no_args_is_help=True)
 
-KubeconfigOption = Annotated[
-    str | None, typer.Option(help="Kubeconfig of the control plane (default: in-cluster, then ~/.kube/config).")
-]
 NamespaceOption = Annotated[str, typer.Option(help="Control-plane namespace: the catalog and the SFClusters.")]
 InstanceNamespaceOption = Annotated[
     str | None, typer.Option(help="Only the instances of this namespace (default: every namespace).")
 ]
-
-
-def _kube(kubeconfig: str | None) -> Any:
-    from opbroker.controller.kube import Kube
-    from opbroker.controller.running import api_client_for
-
-    return Kube(api_client_for(kubeconfig))
 
 
 @app.command()
@@ -62,7 +53,7 @@ def diff(
     except render_cli._InputError as exc:
         err.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(1) from None
-    kube = _kube(kubeconfig)
+    kube = kube_for(kubeconfig)
     plan_id = proposed.spec.id
     current = rollouts.find_plan(kube, namespace, plan_id)
     if current is None:
@@ -117,7 +108,7 @@ def update_instances(
     from opbroker.controller import rollouts
     from opbroker.controller.catalog import spec_hash
 
-    kube = _kube(kubeconfig)
+    kube = kube_for(kubeconfig)
     found = rollouts.find_plan(kube, namespace, plan)
     if found is None:
         err.print(f"[red]error:[/red] no plan {plan!r} in namespace {namespace!r}")
