@@ -169,6 +169,9 @@ def idle(
             "cpu_seconds_per_pass": round(per_check * count, 2),
             "cpu_seconds_per_pass_gross": round(steady["cpu_seconds"] / passes, 2),
             "quiet_cpu_percent_subtracted": quiet_part["cpu_percent"] if quiet_part else None,
+            "memory_by_pass": _memory_by_pass(
+                watched_short["samples"], pass_done, resync_short, passes, count, empty["rss_kib"]
+            ),
         }
         if profile:
             short_result["profile"] = take_profile(pid, resync_short, f"{instances}")
@@ -283,6 +286,24 @@ def _between(samples: list[dict[str, float]], start: float, end: float) -> dict[
         "cpu_percent": round(100 * cpu / seconds, 3) if seconds else None,
         "reconciles": int(last["reconciles"] - first["reconciles"]),
     }
+
+
+def _memory_by_pass(
+    samples: list[dict[str, float]], start: float, period: float, passes: int, count: int, empty_rss_kib: int
+) -> list[dict[str, Any]]:
+    """VmRSS at the end of the restart pass and at the end of each resync period after it (the sample nearest
+    each), and per instance over the empty controller: memory that every pass left behind would climb here."""
+    out = []
+    for done in range(passes + 1):
+        nearest = min(samples, key=lambda s, t=start + done * period: abs(s["t"] - t))
+        out.append(
+            {
+                "passes": done,
+                "rss_mib": round(nearest["rss_kib"] / 1024, 1),
+                "kib_per_instance": round((nearest["rss_kib"] - empty_rss_kib) / count, 2) if count else None,
+            }
+        )
+    return out
 
 
 def _window(watched: dict[str, Any], count: int, empty_rss_kib: int) -> dict[str, Any]:
@@ -538,6 +559,14 @@ def markdown(r: dict[str, Any]) -> list[str]:
             f"an estimated {i.get('estimated_cpu_percent_default_resync')} % of a core at this size.",
             "",
         ]
+        by_pass = s.get("memory_by_pass") or []
+        if by_pass:
+            shown = ", ".join(f"{m['kib_per_instance']}" for m in by_pass)
+            lines += [
+                f"Memory after the restart pass and after each of {len(by_pass) - 1} resync passes (KiB per instance "
+                f"over the empty controller): {shown}; VmRSS {by_pass[0]['rss_mib']} → {by_pass[-1]['rss_mib']} MiB.",
+                "",
+            ]
     dr = r.get("drift")
     if dr:
         for label, what in (("delete", "Database deleted → recreated"), ("field_change", "spec.version → set back")):

@@ -755,6 +755,12 @@ def main() -> None:
         help="day-two suite: watch the default resync this long (default: until a whole pass has run)",
     )
     parser.add_argument(
+        "--day-two-passes",
+        type=int,
+        metavar="N",
+        help=f"day-two suite: short-resync passes watched, memory sampled after each (default {day_two.PASSES})",
+    )
+    parser.add_argument(
         "--compare",
         metavar="GIT_REF",
         help="run the restart, provisioning (N=1000) and bindings suites (or those named by --suite) on GIT_REF's "
@@ -789,6 +795,8 @@ def main() -> None:
         }
     if args.day_two_window:
         sizes["day-two"] = {**sizes["day-two"], "window": args.day_two_window}
+    if args.day_two_passes:
+        sizes["day-two"] = {**sizes["day-two"], "passes": args.day_two_passes}
     keep = not (args.no_record or args.quick)
     started = time.perf_counter()
     if args.compare:
