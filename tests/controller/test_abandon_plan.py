@@ -329,7 +329,7 @@ def cli(monkeypatch: pytest.MonkeyPatch) -> tuple[FakeKube, Any]:
     from opbroker.cli.main import app
 
     kube, _, _ = world()
-    monkeypatch.setattr(cli_abandon, "_kube", lambda kubeconfig, context: kube)
+    monkeypatch.setattr(cli_abandon, "kube_for", lambda kubeconfig, context: kube)
     monkeypatch.setattr(abandoning, "who_am_i", lambda _: "alice")
     return kube, app
 
