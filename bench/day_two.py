@@ -155,7 +155,8 @@ def idle(
         rate = quiet_part["cpu_percent"] / 100 if quiet_part else 0.0
         checks = steady["reconciles"]
         extra_cpu = steady["cpu_seconds"] - rate * steady["seconds"]
-        per_check = extra_cpu / checks if checks else float("nan")
+        per_check = extra_cpu / checks if checks else None  # a sweep that finds nothing moved checks nothing
+        per_pass = extra_cpu / passes
         short_result = {
             "restart_pass": {
                 "seconds": round(pass_done - short_restart["started"], 1),
@@ -165,8 +166,8 @@ def idle(
             "steady": steady,
             "resync_seconds": resync_short,
             "checks_per_second": round(checks / steady["seconds"], 2) if steady["seconds"] else None,
-            "cpu_ms_per_check": round(1000 * per_check, 3),
-            "cpu_seconds_per_pass": round(per_check * count, 2),
+            "cpu_ms_per_check": round(1000 * per_check, 3) if per_check is not None else None,
+            "cpu_seconds_per_pass": round(per_pass, 2),
             "cpu_seconds_per_pass_gross": round(steady["cpu_seconds"] / passes, 2),
             "quiet_cpu_percent_subtracted": quiet_part["cpu_percent"] if quiet_part else None,
             "memory_by_pass": _memory_by_pass(
@@ -180,7 +181,7 @@ def idle(
     # What the default resync costs at this size if the window held no whole pass: the quiet rate plus the checks
     # measured with the short resync, one per instance per period.
     quiet_percent = quiet_part.get("cpu_percent") or 0.0
-    estimate = quiet_percent + 100 * per_check * count / resync_default if checks else None
+    estimate = quiet_percent + 100 * per_pass / resync_default
     return {
         "instances": count,
         "load_average_before": [round(x, 2) for x in load],
@@ -555,7 +556,9 @@ def markdown(r: dict[str, Any]) -> list[str]:
             f"{s['steady']['reconciles']} checks ({s['checks_per_second']}/s), {s['steady']['cpu_seconds']} CPU s "
             f"({s['steady']['cpu_percent']} %): "
             f"**{s['cpu_seconds_per_pass']} CPU s per resync pass** over {i['instances']} "
-            f"({s['cpu_ms_per_check']} ms per instance, the quiet rate subtracted); with the default resync that is "
+            f"({s['cpu_ms_per_check'] if s['cpu_ms_per_check'] is not None else 'no check: nothing had moved'}"
+            f"{' ms per check' if s['cpu_ms_per_check'] is not None else ''}, the quiet rate subtracted); "
+            f"with the default resync that is "
             f"an estimated {i.get('estimated_cpu_percent_default_resync')} % of a core at this size.",
             "",
         ]
