@@ -208,8 +208,10 @@ def restart(
     bench.stack.processes[bench.stack.processes.index(old)] = fresh
     fresh.start()
     assert fresh.popen is not None
-    pythonpath = environment_of(fresh.popen.pid).get("PYTHONPATH")
     watched = wait_idle(fresh, port, expected=expected, quiet=quiet, timeout=timeout or max(120.0, expected * 0.1))
+    # Read once it serves: Popen returns when the exec pipe closes, and /proc/<pid>/environ can still show the
+    # parent's environment then (the clean-clone run on a loaded machine read no PYTHONPATH of the side's tree).
+    pythonpath = environment_of(fresh.popen.pid).get("PYTHONPATH")
     requests = audit_requests(bench.audit.path, bench.audit.offset)
     controller = Counter({(verb, resource): n for (who, verb, resource), n in requests.items() if who == "controller"})
     verbs: Counter[str] = Counter()
