@@ -55,7 +55,7 @@ from opbroker.controller.osb_effects import osb_executor
 from opbroker.controller.passes import PassingReconciler
 from opbroker.controller.reconciler import Key, Memories, Outcome, PerKey
 from opbroker.controller.reconciling import AppliedMemory, DayTwo, Deps
-from opbroker.controller.rendered import SourcesMemo, fetch_sources, inputs_for, sources_inputs
+from opbroker.controller.rendered import fetch_sources, inputs_for
 from opbroker.controller.settings import ControllerSettings
 from opbroker.controller.sources import ObjectKey, object_key
 from opbroker.rendering import RenderError
@@ -119,9 +119,6 @@ class InstanceReconciler(PassingReconciler[InstanceFacts]):
         self.applied = memories.keep(AppliedMemory())
         self.day_two: PerKey[DayTwo] = memories.keep(PerKey())
         """Day two: what each settled instance's checks read, wrote and corrected (``DayTwo``)."""
-        self.sources = memories.keep(SourcesMemo())
-        """The sources map each instance's plan last rendered (``rendered.SourcesMemo``): not rendered again at every
-        evaluation and check while nothing it was rendered from moved."""
         self.executor = osb_executor(deps, INSTANCES, self.kind, self.applied, day_two=self.day_two)
 
     def placed(self, facts: InstanceFacts) -> Outcome | None:
@@ -209,7 +206,9 @@ class InstanceReconciler(PassingReconciler[InstanceFacts]):
         entry, view, kube = facts.entry, facts.instance, self._actor(facts)
         assert entry is not None and entry.model is not None
         registry = self._registry(facts)
-        source_refs = self._source_refs(facts, registry)
+        source_refs = self.deps.renderer.render_sources(
+            entry.model, inputs_for(self.deps, instance=view, plan=entry, registry=registry)
+        )
         sources = fetch_sources(kube, source_refs)
         rendered = self.deps.renderer.render_objects(
             entry.model,
@@ -242,7 +241,13 @@ class InstanceReconciler(PassingReconciler[InstanceFacts]):
         registry = self._registry(facts)
         if entry.model.spec.template(TemplateAction.STATUS) is None:
             return Report(has_template=False, registry=registry)
-        source_refs = dict(sources) if sources is not None else self._source_refs(facts, registry)
+        source_refs = (
+            dict(sources)
+            if sources is not None
+            else self.deps.renderer.render_sources(
+                entry.model, inputs_for(self.deps, instance=view, plan=entry, registry=registry)
+            )
+        )
         result = self.deps.renderer.render_status(
             entry.model,
             inputs_for(
@@ -251,19 +256,6 @@ class InstanceReconciler(PassingReconciler[InstanceFacts]):
         )
         section = result.provision if provision else result.deprovision
         return Report(True, section, registry, tuple(source_refs.values()))
-
-    def _source_refs(self, facts: InstanceFacts, registry: Mapping[str, Any]) -> dict[str, ResourceRef]:
-        """The plan's ``sources`` map for this instance: remembered while its inputs hold, else rendered."""
-        entry, view = facts.entry, facts.instance
-        assert entry is not None and entry.model is not None
-        model = entry.model
-        return self.sources.refs(
-            facts.key,
-            sources_inputs(self.deps, view, entry, registry),
-            lambda: self.deps.renderer.render_sources(
-                model, inputs_for(self.deps, instance=view, plan=entry, registry=registry)
-            ),
-        )
 
     def _gather_check(self, facts: InstanceFacts) -> InstanceFacts:
         """Day two: what a settled instance's check decides on. Nothing is rendered when nothing it read last time
