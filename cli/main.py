@@ -70,8 +70,28 @@ app = typer.Typer(
 )
 
 
+def installed_version() -> str:
+    """The installed distribution's version (what ``pip install opbroker`` put there), as its metadata says."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("opbroker")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        typer.echo(f"opbroker {installed_version()}")
+        raise typer.Exit()
+
+
 @app.callback()
-def main() -> None:
+def main(
+    version: bool = typer.Option(
+        False, "--version", help="Print the installed version and exit.", callback=_print_version, is_eager=True
+    ),
+) -> None:
     """Expose Kubernetes operators as managed services (OSB broker, controller, Pulumi components)."""
 
 

@@ -53,3 +53,18 @@ def test_help_still_lists_every_command() -> None:
         "binding",
     ):
         assert command in done.stdout
+
+
+def test_version_prints_the_installed_distributions_version_and_loads_no_group() -> None:
+    from importlib.metadata import version
+
+    done = subprocess.run(
+        [sys.executable, "-m", "opbroker.cli.main", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert done.stdout.strip() == f"opbroker {version('opbroker')}"
+    modules = loaded_by("--version")
+    assert not [m for m in modules if m.startswith("opbroker.cli.") and m != "opbroker.cli.main"], modules
