@@ -156,14 +156,14 @@ class Kube:
 
     @property
     def dynamic(self) -> DynamicClient:
-        """Discovery-backed client, built lazily (discovery costs a dozen requests); an acting door shares
-        the controller's discovery and sends its own requests."""
+        """Discovery-backed client for the controller's own watches (``controller.sources``), built lazily
+        (discovery costs a dozen requests). Requests find their paths in :attr:`served`, not here; an acting door
+        watches nothing and has none."""
+        if self._own is not None:
+            raise TypeError("an acting door has no dynamic client: only the controller's own door watches")
         with self._dynamic_lock:
             if self._dynamic is None:
-                if self._own is None:
-                    self._dynamic = DynamicClient(self.api_client)
-                else:
-                    self._dynamic = _ActingDynamicClient(self.api_client, self._own.dynamic)
+                self._dynamic = DynamicClient(self.api_client)
             return self._dynamic
 
     def acting_as(self, user: str | None) -> Kube:
@@ -630,20 +630,6 @@ class Kube:
             item.setdefault("apiVersion", api_version)
             item.setdefault("kind", kind)
         return items
-
-
-class _ActingDynamicClient(DynamicClient):
-    """A DynamicClient that sends its requests through its own (impersonating) API client but shares the
-    controller's discovery: discovering the API again per identity would cost a dozen requests each."""
-
-    def __init__(self, api_client: client.ApiClient, discovery: DynamicClient) -> None:  # no super(): no discovery
-        self.client = api_client
-        self.configuration = api_client.configuration
-        self._discovery = discovery
-
-    @property
-    def resources(self) -> Any:
-        return self._discovery.resources
 
 
 def _path_of(api_version: str, resource: ServedResource, namespace: str | None, name: str | None = None) -> str:

@@ -31,7 +31,7 @@ from opbroker.api.conventions import DEFAULT_NAMESPACE
 from opbroker.api.servicecatalog import parse_go_duration
 from opbroker.controller.core import actions as a
 from opbroker.controller.core import refusals
-from opbroker.controller.core.conditions import now as now_text
+from opbroker.controller.core.conditions import Condition, with_conditions
 from opbroker.controller.core.decisions import ready_condition
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import ConditionView, condition_wire, conditions_of
@@ -228,30 +228,21 @@ def completeness(
     when there is nothing to say). Pure."""
     skipped = [p for p in problems if p.skipped]
     if skipped:
-        reason, status = Reason.CATALOG_ENTRIES_SKIPPED, "False"
+        reason, complete = Reason.CATALOG_ENTRIES_SKIPPED, False
         head = f"{len(skipped)} catalog entr(ies) skipped, the rest listed"
     elif problems:
-        reason, status = Reason.CATALOG_FIELDS_IGNORED, "True"
+        reason, complete = Reason.CATALOG_FIELDS_IGNORED, True
         head = f"every entry listed; {len(problems)} optional field(s) of the wrong type ignored"
     else:
-        reason, status = Reason.ALL_ENTRIES_LISTED, "True"
+        reason, complete = Reason.ALL_ENTRIES_LISTED, True
         head = "every service and plan of the catalog is listed"
     ordered = [*skipped, *(p for p in problems if not p.skipped)]
     named = "; ".join(p.describe() for p in ordered[:NAMED_PROBLEMS])
     more = f"; and {len(ordered) - NAMED_PROBLEMS} more" if len(ordered) > NAMED_PROBLEMS else ""
     message = f"{head}: {named}{more}" if ordered else head
-    old = _complete(conditions)
-    changed = old is None or old.status != status
-    condition = {
-        "type": CATALOG_COMPLETE,
-        "status": status,
-        "reason": reason.value,
-        "message": message[:1024],
-        "lastTransitionTime": old.last_transition_time if old is not None and not changed else now_text(now),
-        "observedGeneration": generation,
-    }
-    kept = [condition_wire(c) for c in conditions_of(conditions) if c.type != CATALOG_COMPLETE]
-    return [*kept, condition], ((reason, message, True) if ordered else None)
+    change = Condition(CATALOG_COMPLETE, complete, reason, message)
+    listed = with_conditions(conditions_of(conditions), [change], generation, now)
+    return listed, ((reason, message, True) if ordered else None)
 
 
 def _complete(conditions: object) -> ConditionView | None:
@@ -289,18 +280,9 @@ def with_refusals(
     message = f"{len(refused)} class(es) refused by the API server and skipped: {named}" + (
         f"; before that: {earlier}" if earlier else ""
     )
-    condition = ConditionView(
-        type=CATALOG_COMPLETE,
-        status="False",
-        reason=Reason.CATALOG_ENTRIES_SKIPPED.value,
-        message=message[:1024],
-        last_transition_time=held.last_transition_time
-        if held is not None and held.status == "False"
-        else now_text(now),
-        observed_generation=generation,
-    )
-    kept = tuple(c for c in status.conditions if c.type != CATALOG_COMPLETE)
-    new_status = replace(status, conditions=(*kept, condition), count=max(0, status.count - len(refused)))
+    change = Condition(CATALOG_COMPLETE, False, Reason.CATALOG_ENTRIES_SKIPPED, message)
+    conditions = conditions_of(with_conditions(status.conditions, [change], generation, now))
+    new_status = replace(status, conditions=conditions, count=max(0, status.count - len(refused)))
     return new_status, (event if event and event[0] is Reason.CLASS_NAME_CONFLICT else None) or (
         Reason.CATALOG_ENTRIES_SKIPPED,
         message,
