@@ -6,6 +6,7 @@ import typer
 
 from opbroker import gorender
 from opbroker.cli.console import err, out
+from opbroker.gorender.builds import estimate
 
 app = typer.Typer(
     help="The Go renderer of Service Fabrik's gotemplate and helm templates (built once, cached outside the repo).",
@@ -25,8 +26,9 @@ def build() -> None:
         if cached.is_file():
             out.print(f"renderer up to date: {cached}")
             return
-        out.print(f"building the Go template renderer into {cached.parent} (the first build takes a few minutes)")
-        out.print(f"renderer ready: {gorender.build(cached, progress=True)}")
+        seconds = estimate("gorender").seconds
+        out.print(f"building the Go template renderer into {cached.parent} (a cold build takes about {seconds} s)")
+        out.print(f"renderer ready: {gorender.build(cached, say=lambda line: typer.echo(f'[gorender] {line}'))}")
     except gorender.BuildError as exc:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(1) from None

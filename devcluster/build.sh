@@ -26,6 +26,9 @@ START=$(date +%s)
 
 say() { printf '[kube-build %4ss] %s\n' "$(( $(date +%s) - START ))" "$*"; }
 die() { say "ERROR: $*" >&2; exit 1; }
+# talking/build_estimate: progress every 30 s against the measured estimate (gorender/build-estimates.tsv).
+# shellcheck source=../gorender/talk.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../gorender/talk.sh"
 
 [ -f "$MODULE/go.mod" ] && [ -f "$MODULE/go.sum" ] || die "the wrapper module $MODULE (go.mod, go.sum) is missing"
 # The module's fingerprint (devcluster/binaries.py computes the same): sha256 over `sha256sum` of its files.
@@ -97,7 +100,8 @@ KUBE_DIR=$(go mod download -json k8s.io/kubernetes | sed -nE 's/.*"Dir": "(.*)".
 [ -d "$KUBE_DIR" ] || die "cannot download k8s.io/kubernetes v$KUBE_VERSION (or it does not match go.sum)"
 
 # --- the binaries -------------------------------------------------------------------------------------
-say "step 2/3: compiling (this is the long part: ~15-25 min on 2 cores, cached afterwards)"
+say "step 2/3: compiling (the long part, cached afterwards: a cold build of the control plane takes about \
+$(build_estimate kubernetes) s on 2 cores, the node's binaries $(build_estimate kube-node) s more)"
 # What `kubectl version` and the API server's /version report, as upstream's hack/lib/version.sh sets it.
 MINOR="${KUBE_VERSION#1.}"; MINOR="${MINOR%%.*}"
 LDFLAGS="-s -w"
@@ -114,7 +118,11 @@ for t in "${missing[@]}"; do
   esac
 done
 if [ ${#pkgs[@]} -gt 0 ]; then
-  go build -trimpath -ldflags "$LDFLAGS" -o "$BIN/" "${pkgs[@]}" || die "go build failed"
+  # Only the node's binaries missing (the control plane's were built before): the shorter estimate.
+  estimate=kubernetes
+  [[ " ${missing[*]} " == *" kube-apiserver "* ]] || estimate=kube-node
+  talking "compiling ${missing[*]}" "$estimate" go build -trimpath -ldflags "$LDFLAGS" -o "$BIN/" "${pkgs[@]}" ||
+    die "go build failed"
 fi
 
 # --- the sandbox (pause) binary ---------------------------------------------------------------------

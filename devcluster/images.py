@@ -24,8 +24,10 @@ import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from opbroker.devcluster.binaries import KUBE_VERSION, cache_dir
+from opbroker.gorender.builds import run_talking
 
 Progress = Callable[[str], None]
 REPOSITORY = Path(__file__).resolve().parent.parent
@@ -71,14 +73,18 @@ def opbroker_image_name(version: str | None = None) -> str:
     return f"docker.io/library/opbroker:{version or opbroker_version()}"
 
 
-def _run(step: str, command: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(command, capture_output=True, text=True, check=False, **kwargs)  # type: ignore[call-overload]
+def _run(
+    step: str, command: list[str], *, progress: Progress = print, build: str = "opbroker-image", **kwargs: Any
+) -> subprocess.CompletedProcess[str]:
+    """Run one step of an image build to the end, saying every 30 s that it still runs (``build`` names its
+    estimate in ``build-estimates.tsv``); an :class:`ImageBuildError` with the output's tail when it fails."""
+    result = run_talking(command, step=step, name=build, say=progress, **kwargs)
     if result.returncode != 0:
         output = (result.stderr or result.stdout).strip().splitlines()[-20:]
         raise ImageBuildError(
             f"{step}: `{' '.join(command[:3])} ...` failed (exit {result.returncode}):\n" + "\n".join(output)
         )
-    return result  # type: ignore[no-any-return]
+    return result
 
 
 def _require(*commands: str) -> None:
@@ -139,7 +145,9 @@ def pause_image(pause_binary: Path, progress: Progress = print) -> Path:
 LOCK = REPOSITORY / "requirements.lock"
 
 
-def _mmdebstrap(suite: str, packages: tuple[str, ...], hooks: list[str], rootfs: Path) -> None:
+def _mmdebstrap(
+    suite: str, packages: tuple[str, ...], hooks: list[str], rootfs: Path, *, progress: Progress, build: str
+) -> None:
     """A minimal Debian root filesystem with ``packages`` from Debian's archive, then ``hooks`` run on it."""
     command = [
         "mmdebstrap",
@@ -151,7 +159,7 @@ def _mmdebstrap(suite: str, packages: tuple[str, ...], hooks: list[str], rootfs:
         suite,
         str(rootfs),
     ]
-    _run("mmdebstrap", command)
+    _run("building the root filesystem (mmdebstrap)", command, progress=progress, build=build)
 
 
 def _pip(*args: str) -> list[str]:
@@ -165,15 +173,17 @@ def _wheelhouse(directory: Path, progress: Progress) -> list[Path]:
     wheels = directory / "wheels"
     progress("downloading the locked dependencies (pip download --require-hashes)")
     _run(
-        "pip download",
+        "downloading the locked dependencies (pip download)",
         _pip("download", "--require-hashes", "--only-binary=:all:", "--dest", str(wheels), "--requirement", str(LOCK)),
+        progress=progress,
     )
     progress("building the opbroker wheel (pip wheel, offline)")
     _run(
-        "pip wheel",
+        "building the opbroker wheel (pip wheel)",
         _pip(
             "wheel", "--no-deps", "--no-index", "--find-links", str(wheels), "--wheel-dir", str(wheels), str(REPOSITORY)
         ),
+        progress=progress,
     )
     return sorted(wheels.glob("*.whl"))
 
@@ -206,7 +216,7 @@ def _gorender_binary(progress: Progress) -> Path:
         if binary.is_file():
             return binary
         progress("building the Go template renderer")
-        return gorender.build(binary)
+        return gorender.build(binary, say=progress)
     except gorender.BuildError as exc:
         raise ImageBuildError(str(exc)) from None
 
@@ -246,7 +256,8 @@ def opbroker_image(progress: Progress = print, *, use_cache: bool = True) -> tup
             'chroot "$1" apt-get autoremove --quiet --yes --purge >/dev/null',
             'rm -rf "$1/var/lib/apt/lists"/* "$1/var/cache/apt"/* "$1/usr/share/doc" "$1/usr/share/man"',
         ]
-        _mmdebstrap(IMAGE.debian_suite, IMAGE.runtime_packages + IMAGE.build_packages, hooks, rootfs)
+        packages = IMAGE.runtime_packages + IMAGE.build_packages
+        _mmdebstrap(IMAGE.debian_suite, packages, hooks, rootfs, progress=progress, build="opbroker-image")
         progress("packing the OCI image (umoci)")
         config = ["--config.user", IMAGE.user, "--config.workingdir", "/", "--no-history"]
         config += [f"--config.entrypoint={part}" for part in IMAGE.entrypoint]

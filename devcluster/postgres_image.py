@@ -87,7 +87,7 @@ def postgres_image(progress: Progress = print, *, use_cache: bool = True) -> tup
         progress(f"building the PostgreSQL root filesystem from Debian {spec.debian_suite} (mmdebstrap)")
         hooks = [f'install -m 0755 {ENTRYPOINT} "$1{spec.entrypoint}"']
         hooks += [f'rm -rf "$1"{path}' for path in spec.removed]
-        _mmdebstrap(spec.debian_suite, spec.packages, hooks, rootfs)
+        _mmdebstrap(spec.debian_suite, spec.packages, hooks, rootfs, progress=progress, build="postgres-image")
         progress("packing the PostgreSQL OCI image (umoci)")
         config = [
             "--config.user",

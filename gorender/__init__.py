@@ -14,9 +14,9 @@ cached build, building it first if needed (a clear :class:`BuildError` when Go i
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
@@ -24,11 +24,14 @@ import time
 from importlib import resources
 from pathlib import Path
 
+from opbroker.gorender.builds import Say, run_talking
+
 BINARY = "gorender"
 #: Files whose content decides the binary (tests excluded: they do not change it).
 _SOURCE_SUFFIXES = (".go", ".mod", ".sum")
 
 _lock = threading.Lock()
+log = logging.getLogger(__name__)
 
 
 class BuildError(RuntimeError):
@@ -75,8 +78,9 @@ def installed_binary() -> Path | None:
     return None
 
 
-def build(target: Path | None = None, *, progress: bool = False) -> Path:
-    """Build the renderer into the cache (or ``target``); returns the binary's path."""
+def build(target: Path | None = None, *, say: Say = log.info) -> Path:
+    """Build the renderer into the cache (or ``target``); returns the binary's path. ``say`` hears the build's
+    progress (every 30 s, :mod:`opbroker.gorender.builds`) and its end; by default the log."""
     go = shutil.which("go")
     if go is None:
         raise BuildError(
@@ -91,19 +95,18 @@ def build(target: Path | None = None, *, progress: bool = False) -> Path:
         for path in _sources(source_dir()):
             shutil.copy2(path, Path(work) / path.name)
         partial = Path(work) / BINARY
-        result = subprocess.run(
+        result = run_talking(
             [go, "build", "-trimpath", "-ldflags=-s -w", "-o", str(partial), "."],
+            step="compiling the Go template renderer",
+            name="gorender",
+            say=say,
             cwd=work,
             env={**os.environ, "CGO_ENABLED": "0"},
-            capture_output=True,
-            text=True,
-            check=False,
         )
         if result.returncode != 0:
             raise BuildError(f"building the Go template renderer failed:\n{result.stderr.strip()}")
         os.replace(partial, target)  # atomic: a concurrent reader sees no half-written binary
-    if progress:
-        print(f"[gorender] built {target} in {time.monotonic() - started:.1f}s")
+    say(f"built {target} in {time.monotonic() - started:.1f}s")
     return target
 
 

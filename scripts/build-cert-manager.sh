@@ -25,6 +25,9 @@ die() {
   say "ERROR: $*" >&2
   exit 1
 }
+# talking: progress every 30 s against the measured estimate (gorender/build-estimates.tsv).
+# shellcheck source=../gorender/talk.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../gorender/talk.sh"
 
 [ -f "$MODULE/go.mod" ] && [ -f "$MODULE/go.sum" ] || die "the wrapper module $MODULE (go.mod, go.sum) is missing"
 # The module's fingerprint (devcluster/certmanager.py computes the same): sha256 over `sha256sum` of its files.
@@ -49,7 +52,7 @@ if [ -x "$ROOT/bin/cert-manager-controller" ] && [ -f "$ROOT/crds/cert-manager.i
   say "cached cert-manager $VERSION found in $ROOT"
   exit 0
 fi
-say "building cert-manager $VERSION into $ROOT"
+say "building cert-manager $VERSION into $ROOT (a cold build takes about $(build_estimate cert-manager) s on 2 cores)"
 
 command -v go >/dev/null || die "Go is not installed: install Go 1.26 or newer (https://go.dev/dl/)"
 GO_MINOR=$(go env GOVERSION | sed -E 's/^go1\.([0-9]+).*/\1/')
@@ -65,13 +68,16 @@ mkdir -p "$WORK" "$ROOT/bin" "$ROOT/crds"
 cp -R "$MODULE/." "$WORK/"
 
 # The CRDs: deploy/crds of the very module the binary is compiled from (the download is checked against go.sum).
+say "downloading the module github.com/cert-manager/cert-manager $VERSION (checked against go.sum)"
 module_dir=$(cd "$WORK" && go mod download -json "github.com/cert-manager/cert-manager" | sed -nE 's/.*"Dir": "(.*)".*/\1/p')
 [ -d "$module_dir/deploy/crds" ] || die "the module github.com/cert-manager/cert-manager@$VERSION has no deploy/crds"
 for kind in certificates certificaterequests issuers clusterissuers; do
   cp "$module_dir/deploy/crds/cert-manager.io_$kind.yaml" "$ROOT/crds/"
 done
 
-(cd "$WORK" && go build -trimpath -ldflags "-s -w" -o "$ROOT/bin/cert-manager-controller" ./cmd/cert-manager-controller) ||
+say "compiling the controller"
+(cd "$WORK" && talking "compiling the controller" cert-manager \
+  go build -trimpath -ldflags "-s -w" -o "$ROOT/bin/cert-manager-controller" ./cmd/cert-manager-controller) ||
   die "go build of the cert-manager controller failed (work folder $WORK)"
 [ -x "$ROOT/bin/cert-manager-controller" ] || die "cert-manager-controller is missing from $ROOT/bin after the build"
 rm -rf "$WORK"

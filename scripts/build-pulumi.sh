@@ -36,6 +36,9 @@ die() {
   say "ERROR: $*" >&2
   exit 1
 }
+# talk_while: progress every 30 s against the measured estimate (gorender/build-estimates.tsv).
+# shellcheck source=../gorender/talk.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../gorender/talk.sh"
 
 for m in pulumi yaml kubernetes; do
   [ -f "$MODULES/$m/go.mod" ] && [ -f "$MODULES/$m/go.sum" ] || die "the wrapper module $MODULES/$m (go.mod, go.sum) is missing"
@@ -97,7 +100,7 @@ if [ ${#missing[@]} = 0 ]; then
   say "cached binaries found in $BIN"
   exit 0
 fi
-say "building ${missing[*]} (pulumi $PULUMI_VERSION, pulumi-yaml $PULUMI_YAML_VERSION, pulumi-kubernetes $PULUMI_KUBERNETES_VERSION) into $BIN"
+say "building ${missing[*]} (pulumi $PULUMI_VERSION, pulumi-yaml $PULUMI_YAML_VERSION, pulumi-kubernetes $PULUMI_KUBERNETES_VERSION) into $BIN (a cold build takes about $(build_estimate pulumi) s on 2 cores)"
 
 command -v go >/dev/null || die "Go is not installed: install Go 1.26 or newer (https://go.dev/dl/)"
 GO_MINOR=$(go env GOVERSION | sed -E 's/^go1\.([0-9]+).*/\1/')
@@ -179,7 +182,7 @@ for t in "${missing[@]}"; do
   esac
 done
 failed=0
-for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
+talk_while "compiling ${missing[*]} side by side" pulumi "${pids[@]}" || failed=1
 for log in "$WORK"/*.log; do [ -f "$log" ] && grep -h "built in" "$log" || true; done
 if [ "$failed" != 0 ]; then
   for log in "$WORK"/pulumi.log "$WORK"/yaml.log "$WORK"/kubernetes.log; do [ -f "$log" ] && tail -20 "$log"; done

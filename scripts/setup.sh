@@ -31,7 +31,13 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 echo "[setup] installing opbroker and its tools into .venv"
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[dev,pulumi]"
+START=$(date +%s)
+say() { printf '[setup %4ss] %s\n' "$(($(date +%s) - START))" "$*"; }
+# talking: progress every 30 s against the measured estimate (gorender/build-estimates.tsv).
+# shellcheck source=../gorender/talk.sh
+source gorender/talk.sh
+talking "installing the Python packages" python-packages \
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[dev,pulumi]"
 
 if [ "$DEMO_ONLY" = yes ]; then
   echo "[setup] making sure the local Kubernetes control plane binaries are built"
