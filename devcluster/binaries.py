@@ -21,6 +21,9 @@ from pathlib import Path
 KUBE_VERSION = "1.37.2"
 #: The etcd release (``go.etcd.io/etcd/server/v3`` module version), as that Kubernetes release pins it.
 ETCD_VERSION = "3.7.3"
+#: The helm release (``helm.sh/helm/v4`` module version) ``scripts/build-helm.sh`` builds: the tests install
+#: opbroker's chart (``opbroker manifests --helm-chart``) with it.
+HELM_VERSION = "4.3.2"
 
 
 class BuildError(RuntimeError):
@@ -51,6 +54,12 @@ def module_key(module: Path) -> str:
     )
     lines = "".join(f"{hashlib.sha256((module / name).read_bytes()).hexdigest()}  {name}\n" for name in files)
     return hashlib.sha256(lines.encode()).hexdigest()[:12]
+
+
+def helm_binary() -> Path | None:
+    """The helm binary ``scripts/build-helm.sh`` built, or None when it was not built on this machine."""
+    path = cache_dir() / f"helm-{HELM_VERSION}" / "bin" / "helm"
+    return path if path.is_file() else None
 
 
 def kube_bin_dir() -> Path:
