@@ -96,20 +96,21 @@ def run(command: list[str], *, env: dict[str, str] | None = None, timeout: float
         command, capture_output=True, text=True, timeout=timeout, check=False, env={**os.environ, **(env or {})}
     )
     assert result.returncode == 0, f"{' '.join(command)}: exit {result.returncode}\n{result.stderr}"
-    _say(f"{' '.join(Path(command[0]).name.split() + command[1:3])} ... took {time.monotonic() - started:.1f}s")
+    words = [w for w in command[1:] if not w.startswith(("--kubeconfig", "--cache-dir", str(Path.home())))]
+    _say(f"{Path(command[0]).name} {' '.join(words[:3])[:100]} ... took {time.monotonic() - started:.1f}s")
     return result.stdout
 
 
 def kubectl(cluster: Cluster, *args: str, timeout: float = 300) -> str:
     binaries = find_binaries()
     assert binaries is not None
-    return run([str(binaries.kubectl), "--kubeconfig", str(cluster.kubeconfig), *args], timeout=timeout)
+    return run([str(binaries.kubectl), f"--kubeconfig={cluster.kubeconfig}", *args], timeout=timeout)
 
 
 def helm(cluster: Cluster, *args: str) -> str:
     helm_path = helm_binary()
     assert helm_path is not None
-    return run([str(helm_path), "--kubeconfig", str(cluster.kubeconfig), *args])
+    return run([str(helm_path), f"--kubeconfig={cluster.kubeconfig}", *args])
 
 
 def opbroker(*args: str, env: dict[str, str] | None = None) -> str:
@@ -137,7 +138,12 @@ def serves_the_osb_walk(cluster: Cluster) -> None:
     endpoint = Endpoint(url, "opbroker", PASSWORD, cluster.kubeconfig)
 
     def serves_catalog() -> bool:
-        answer = httpx.get(f"{url}/v2/catalog", auth=("opbroker", PASSWORD), headers=HEADERS, timeout=5)
+        """The Service routes (kube-proxy's rules may follow the pods' readiness by a moment) to a broker that
+        lists the demo's service."""
+        try:
+            answer = httpx.get(f"{url}/v2/catalog", auth=("opbroker", PASSWORD), headers=HEADERS, timeout=5)
+        except httpx.HTTPError:
+            return False
         return answer.status_code == 200 and bool(answer.json().get("services"))
 
     wait_for(serves_catalog, 60, "the broker to serve the demo catalog", interval=1)
@@ -168,16 +174,15 @@ def leftovers(cluster: Cluster, installed: list[dict[str, Any]]) -> dict[str, li
         if kind not in ("events", "events.events.k8s.io", "customresourcedefinitions.apiextensions.k8s.io")
     ]
     labelled = kubectl(cluster, cache, "get", ",".join(kinds), "-A", "-l", PART_OF, "-o", "name")
-    by_name = []
+    where: dict[str, list[str]] = {}  # namespace ("" for cluster-scoped) → the installed objects there
     for manifest in installed:
-        if manifest["kind"] == "CustomResourceDefinition":
-            continue
-        metadata = manifest["metadata"]
-        where = ["-n", metadata["namespace"]] if "namespace" in metadata else []
-        found = kubectl(
-            cluster, "get", resource_of(manifest), metadata["name"], *where, "--ignore-not-found", "-o", "name"
-        )
-        by_name += found.split()
+        if manifest["kind"] != "CustomResourceDefinition":
+            metadata = manifest["metadata"]
+            where.setdefault(metadata.get("namespace", ""), []).append(f"{resource_of(manifest)}/{metadata['name']}")
+    by_name = []
+    for namespace_of, objects in where.items():
+        scope = ["-n", namespace_of] if namespace_of else []
+        by_name += kubectl(cluster, "get", *objects, *scope, "--ignore-not-found", "-o=name").split()
     namespace = kubectl(cluster, "get", "namespace", NAMESPACE, "--ignore-not-found", "-o", "name")
     releases = kubectl(cluster, "get", "secrets", "-A", "-l", "owner=helm", "-o", "name")
     return {
@@ -220,6 +225,7 @@ def test_helm_install_serves_osb_and_helm_uninstall_leaves_only_the_crds(cluster
     assert [(r["name"], r["status"]) for r in yaml.safe_load(listed)] == [("opbroker", "deployed")]
     serves_the_osb_walk(cluster)
     installed = [d for d in yaml.safe_load_all(helm(cluster, "get", "manifest", "opbroker", "-n", "default")) if d]
+    assert all(leftovers(cluster, installed).values()), "the check must see what the install made"
     helm(cluster, "uninstall", "opbroker", "--namespace", "default", "--wait", "--timeout", "3m")
     wait_gone(cluster, installed)
     # Helm never deletes what crds/ installed: every CRD of the component stays, so no catalog object is lost.
@@ -241,6 +247,8 @@ def test_kubectl_apply_serves_osb_and_kubectl_delete_leaves_nothing(cluster: Clu
     # over the CRDs a Helm release left (Helm's field manager owns them).
     kubectl(cluster, "apply", "--server-side", "--force-conflicts", "-f", str(manifests_file))
     serves_the_osb_walk(cluster)
+    present = leftovers(cluster, installed)
+    assert present["labelled"] and present["by name"] and present["namespace"], "the check must see the install"
     kubectl(cluster, "delete", "--wait", "--timeout=180s", "-f", str(manifests_file), timeout=240)
     wait_gone(cluster, installed)
     assert crds(cluster) == []  # the manifests hold the CRDs: `kubectl delete -f` deletes them with the rest
