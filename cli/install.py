@@ -119,8 +119,10 @@ def manifests(
     """Print the ControlPlane component's Kubernetes objects as YAML, for `kubectl apply -f` (or write a Helm chart).
 
     The objects are the component's own (what `pulumi up` of a ControlPlane creates), rendered without a cluster.
-    The broker's password is never generated here: pass --broker-password-file (or OPBROKER_BROKER_PASSWORD) or
-    --broker-secret. See docs/install-without-pulumi.md.
+
+    No password is generated: pass --broker-password-file, OPBROKER_BROKER_PASSWORD or --broker-secret.
+
+    See docs/install-without-pulumi.md.
     """
     try:
         args = load_args(values or [], set_ or [])
