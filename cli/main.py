@@ -19,6 +19,7 @@ import typer.main
 COMMANDS: Mapping[str, str] = {
     "validate": "opbroker.cli.manifests:validate",
     "crds": "opbroker.cli.manifests:crds",
+    "manifests": "opbroker.cli.install:manifests",
     "cluster": "opbroker.cli.cluster:app",
     "gorender": "opbroker.cli.gorender:app",
     "broker": "opbroker.cli.broker:app",

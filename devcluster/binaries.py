@@ -21,6 +21,9 @@ from pathlib import Path
 KUBE_VERSION = "1.37.2"
 #: The etcd release (``go.etcd.io/etcd/server/v3`` module version), as that Kubernetes release pins it.
 ETCD_VERSION = "3.7.3"
+#: The helm release (``helm.sh/helm/v4`` module version) the wrapper module ``helmbuild/`` pins and
+#: ``scripts/build-helm.sh`` builds: the tests install opbroker's chart (``opbroker manifests --helm-chart``) with it.
+HELM_VERSION = "4.3.2"
 
 
 class BuildError(RuntimeError):
@@ -51,6 +54,18 @@ def module_key(module: Path) -> str:
     )
     lines = "".join(f"{hashlib.sha256((module / name).read_bytes()).hexdigest()}  {name}\n" for name in files)
     return hashlib.sha256(lines.encode()).hexdigest()[:12]
+
+
+def helm_module() -> Path:
+    """The committed wrapper module helm is compiled from (go.mod, go.sum, upstream's main)."""
+    return Path(__file__).resolve().parent / "helmbuild"  # used by the tests only: not package data
+
+
+def helm_binary() -> Path | None:
+    """The helm binary ``scripts/build-helm.sh`` built from the committed pins, or None when it was not built on
+    this machine (the cache folder is keyed like the script's: version and the module's fingerprint)."""
+    path = cache_dir() / f"helm-{HELM_VERSION}-{module_key(helm_module())}" / "bin" / "helm"
+    return path if path.is_file() else None
 
 
 def kube_bin_dir() -> Path:

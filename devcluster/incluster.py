@@ -1,10 +1,9 @@
 """opbroker in the cluster, locally: the objects the ``ControlPlane`` component creates, applied to a local
 cluster with a node, so the controller and the broker run as pods from the locally built image.
 
-"Exactly the component's objects": ``control_plane_manifests`` runs the ``ControlPlane`` component under
-Pulumi's mocks (``opbroker.components.testing``) and turns every Kubernetes resource it registers into the
-manifest pulumi-kubernetes would send, in registration order (which follows the component's
-dependencies: namespace and CRDs, then RBAC, then the workloads). Needs the ``pulumi`` extra.
+"Exactly the component's objects": ``control_plane_manifests`` renders them with
+``opbroker.components.objects`` (the component under Pulumi's mocks), as ``opbroker manifests`` does. Needs the
+``pulumi`` extra.
 """
 
 from __future__ import annotations
@@ -19,8 +18,6 @@ from opbroker.controller.kube import Kube
 from opbroker.devcluster.devstack import DEMO_NAMESPACE
 
 Progress = Callable[[str], None]
-#: Where pulumi-kubernetes resource types put the API group and version: ``kubernetes:<group>/<version>:<Kind>``.
-_CORE_GROUP = "core"
 #: The demo operator's kind: the dev catalog's plans render it, so the controller must be allowed to manage it.
 DEMO_OPERATOR_RULE = {
     "api_groups": ["demo.opbroker.io"],
@@ -50,39 +47,16 @@ def dev_control_plane_args(image: str, password: str, controller_replicas: int =
     }
 
 
-def manifest_of(resource_type: str, inputs: dict[str, Any]) -> dict[str, Any]:
-    """The manifest for one registered pulumi-kubernetes resource (``kubernetes:apps/v1:Deployment``)."""
-    _, group_version, kind = resource_type.split(":")
-    group, _, version = group_version.partition("/")
-    api_version = version if group == _CORE_GROUP else f"{group}/{version}"
-    body = {k: v for k, v in inputs.items() if k not in ("apiVersion", "kind")}
-    return {"apiVersion": api_version, "kind": kind, **body}
-
-
 def control_plane_manifests(args: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every Kubernetes object the ControlPlane component creates for ``args``, in creation order."""
+    """Every Kubernetes object the ControlPlane component creates for ``args``, in creation order
+    (:func:`opbroker.components.objects.control_plane_manifests`, which ``opbroker manifests`` prints too)."""
     try:
-        import pulumi
-
-        from opbroker.components import testing
-        from opbroker.components.controlplane import ControlPlane
+        from opbroker.components.objects import control_plane_manifests as rendered
     except ImportError as exc:  # pragma: no cover - depends on the installed extras
         raise InClusterError(
             f"rendering the ControlPlane needs the pulumi extra (pip install 'opbroker[pulumi]'): {exc}"
         ) from exc
-
-    with testing.mocked(stack="dev") as mocks:
-
-        @pulumi.runtime.test  # type: ignore[untyped-decorator]  # pulumi's test decorator is unannotated
-        def program() -> Any:
-            return ControlPlane("opbroker", args).broker_url  # type: ignore[arg-type]
-
-        program()
-    return [
-        manifest_of(r.type, r.plain_inputs())
-        for r in mocks.registrations
-        if r.custom and r.type.startswith("kubernetes:")
-    ]
+    return rendered(args)
 
 
 def apply_all(api: client.ApiClient, manifests: list[dict[str, Any]], progress: Progress) -> None:

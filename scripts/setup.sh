@@ -75,6 +75,11 @@ echo "[setup] making sure the Go template renderer (gotemplate and helm plans) i
 echo "[setup] making sure cert-manager (controller and CRDs) is built"
 scripts/build-cert-manager.sh
 
+# helm (tests/localcluster/test_install_without_pulumi.py installs opbroker's chart with it), built from its Go module
+# helm.sh/helm/v4 once per machine and cached beside the rest (about 2 minutes).
+echo "[setup] making sure helm is built"
+scripts/build-helm.sh
+
 # The Pulumi engine the engine tests run (pulumi, the YAML language host, the Kubernetes resource plugin),
 # built from Go modules once per machine and cached next to the Kubernetes binaries.
 echo "[setup] making sure the Pulumi engine binaries are built"

@@ -20,8 +20,13 @@ from opbroker.devcluster import binaries, pulumi_engine
 REPOSITORY = Path(__file__).resolve().parents[2]
 KUBE_MODULE = REPOSITORY / "devcluster" / "kubebuild"
 PULUMI_MODULES = REPOSITORY / "devcluster" / "pulumibuild"
-WRAPPERS = [KUBE_MODULE, *(PULUMI_MODULES / name for name in ("pulumi", "yaml", "kubernetes"))]
-BUILD_SCRIPTS = [REPOSITORY / "devcluster" / "build.sh", REPOSITORY / "scripts" / "build-pulumi.sh"]
+HELM_MODULE = REPOSITORY / "devcluster" / "helmbuild"
+WRAPPERS = [KUBE_MODULE, *(PULUMI_MODULES / name for name in ("pulumi", "yaml", "kubernetes")), HELM_MODULE]
+BUILD_SCRIPTS = [
+    REPOSITORY / "devcluster" / "build.sh",
+    REPOSITORY / "scripts" / "build-pulumi.sh",
+    REPOSITORY / "scripts" / "build-helm.sh",
+]
 LOCK = REPOSITORY / "requirements.lock"
 
 #: A module version that names one release: semver, a pre-release or a pseudo-version, no "latest", no branch.
@@ -141,6 +146,25 @@ def test_the_caches_are_keyed_by_the_pins(tmp_path: Path, monkeypatch: pytest.Mo
     with (copy / "go.sum").open("a") as sums:
         sums.write("example.com/other v1.0.0/go.mod h1:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=\n")
     assert binaries.module_key.__wrapped__(copy) != binaries.module_key(KUBE_MODULE)
+
+
+@pytest.mark.process
+def test_helm_is_cached_by_its_pin_where_the_tests_look_for_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPBROKER_CACHE", str(tmp_path))
+    answer = subprocess.run(
+        ["bash", str(BUILD_SCRIPTS[2]), "--print-root"],
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "OPBROKER_CACHE": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    root = Path(answer.stdout.strip())
+    assert root == tmp_path / f"helm-{binaries.HELM_VERSION}-{binaries.module_key(HELM_MODULE)}"
+    assert binaries.helm_binary() is None  # nothing built in this empty cache
+    (root / "bin").mkdir(parents=True)
+    (root / "bin" / "helm").write_text("")
+    assert binaries.helm_binary() == root / "bin" / "helm"
+    assert dict(_requirements((HELM_MODULE / "go.mod").read_text()))["helm.sh/helm/v4"] == f"v{binaries.HELM_VERSION}"
 
 
 # --- the image's Python dependencies --------------------------------------------------------------------------
