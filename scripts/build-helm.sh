@@ -23,6 +23,9 @@ die() {
   say "ERROR: $*" >&2
   exit 1
 }
+# talking: progress every 30 s against the measured estimate (gorender/build-estimates.tsv).
+# shellcheck source=../gorender/talk.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../gorender/talk.sh"
 
 [ -f "$MODULE/go.mod" ] && [ -f "$MODULE/go.sum" ] || die "the wrapper module $MODULE (go.mod, go.sum) is missing"
 # The module's fingerprint (devcluster/binaries.py computes the same): sha256 over `sha256sum` of its files.
@@ -47,7 +50,7 @@ if [ -x "$ROOT/bin/helm" ]; then
   say "cached helm $VERSION found in $ROOT"
   exit 0
 fi
-say "building helm $VERSION into $ROOT (about 2 minutes on 2 cores, downloads included; progress every 30 s)"
+say "building helm $VERSION into $ROOT (a cold build takes about $(build_estimate helm) s on 2 cores)"
 
 command -v go >/dev/null || die "Go is not installed: install Go 1.26 or newer (https://go.dev/dl/)"
 GO_MINOR=$(go env GOVERSION | sed -E 's/^go1\.([0-9]+).*/\1/')
@@ -62,13 +65,9 @@ rm -rf "$WORK" "$ROOT/bin"
 mkdir -p "$WORK" "$ROOT/bin"
 cp -R "$MODULE/." "$WORK/"
 
-# A build of a minute or more says that it is still going, every 30 s.
-(while sleep 30; do say "still building helm $VERSION"; done) &
-TICKER=$!
-trap 'kill "$TICKER" 2>/dev/null || true' EXIT
-
 # The version `helm version` prints: upstream's release build sets it the same way.
-(cd "$WORK" && go build -trimpath -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$VERSION" \
+(cd "$WORK" && talking "compiling helm $VERSION" helm \
+  go build -trimpath -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$VERSION" \
   -o "$ROOT/bin/helm" ./cmd/helm) || die "go build of helm failed (work folder $WORK)"
 [ -x "$ROOT/bin/helm" ] || die "helm is missing from $ROOT/bin after the build"
 "$ROOT/bin/helm" version --short >/dev/null || die "the built helm does not run"

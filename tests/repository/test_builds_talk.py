@@ -21,6 +21,7 @@ SHELL_BUILDS = {
     "devcluster/build.sh": 'talking "compiling',
     "scripts/build-cert-manager.sh": 'talking "compiling the controller" cert-manager',
     "scripts/build-pulumi.sh": 'talk_while "compiling',
+    "scripts/build-helm.sh": 'talking "compiling helm $VERSION" helm',
     "scripts/setup.sh": 'talking "installing the Python packages" python-packages',
 }
 
@@ -135,7 +136,7 @@ def test_the_python_builds_name_estimates_the_file_has() -> None:
 
 #: What the demo builds (``scripts/setup.sh --demo``), and what the test command builds besides.
 DEMO_BUILDS = ("python-packages", "kubernetes", "gorender")
-TEST_ONLY_BUILDS = ("kube-node", "cert-manager", "pulumi", "opbroker-image", "postgres-image")
+TEST_ONLY_BUILDS = ("kube-node", "cert-manager", "pulumi", "opbroker-image", "postgres-image", "helm")
 
 
 def minutes(*names: str) -> int:
