@@ -31,7 +31,7 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 echo "[setup] installing opbroker and its tools into .venv"
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[dev,pulumi]"
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[dev,pulumi]" -c scripts/engine-sdks.txt
 
 if [ "$DEMO_ONLY" = yes ]; then
   echo "[setup] making sure the local Kubernetes control plane binaries are built"
