@@ -28,6 +28,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -145,7 +146,8 @@ def user(venv: Path) -> dict[str, str]:
 
 def test_the_installed_command_reports_its_version_and_commands(venv: Path, user: dict[str, str]) -> None:
     elsewhere = venv.parent
-    assert run("opbroker", "--version", cwd=elsewhere, env=user).strip() == "opbroker 0.1.0"
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert run("opbroker", "--version", cwd=elsewhere, env=user).strip() == f"opbroker {declared}"
     help_text = run("opbroker", "--help", cwd=elsewhere, env=user)
     for command in ("controller", "broker", "dev", "provider", "crds"):
         assert command in help_text
@@ -371,6 +373,11 @@ def test_a_pulumi_yaml_program_uses_the_installed_provider_plugin(
     timings["yaml up"] = time.monotonic() - start
     outputs = json.loads(run(pulumi, "stack", "output", "--json", cwd=program, env=engine))
     assert outputs == {"brokerUrl": "http://opbroker-broker.infra-yaml.svc:8080", "plan": PLAN_ID}
+    api = config.new_client_from_config(config_file=str(engine_cluster))
+    plans = client.CustomObjectsApi(api).list_namespaced_custom_object(
+        "osb.servicefabrik.io", "v1alpha1", "infra-yaml", "sfplans"
+    )
+    assert [p["spec"]["templates"][0]["content"] for p in plans["items"]] == [PROVISION]
     start = time.monotonic()
     run(pulumi, "destroy", "--yes", "--skip-preview", "--non-interactive", cwd=program, env=engine)
     timings["yaml destroy"] = time.monotonic() - start
