@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -368,6 +369,10 @@ def test_a_pulumi_yaml_program_uses_the_installed_provider_plugin(
     timings["yaml preview"] = time.monotonic() - start
     planned = {s["urn"].rsplit("::", 1)[-1] for s in preview.get("steps") or [] if s.get("op") == "create"}
     assert {"controlPlane", "cache", "small"} <= planned, sorted(planned)
+    # The installed policy pack, an executable analyzer the engine starts from site-packages too.
+    pack = run("opbroker", "provider", "path", "--policy-pack", cwd=tmp_path, env=user).strip()
+    checked = run(pulumi, "preview", "--non-interactive", "--policy-pack", pack, cwd=program, env=engine)
+    assert re.search(r"^ +opbroker\|local\|\S*/pulumi-analyzer-opbroker +0\.0\.1$", checked, re.MULTILINE), checked
     start = time.monotonic()
     run(pulumi, "up", "--yes", "--skip-preview", "--non-interactive", cwd=program, env=engine)
     timings["yaml up"] = time.monotonic() - start
