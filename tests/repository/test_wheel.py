@@ -372,7 +372,7 @@ def test_a_pulumi_yaml_program_uses_the_installed_provider_plugin(
     # The installed policy pack, an executable analyzer the engine starts from site-packages too.
     pack = run("opbroker", "provider", "path", "--policy-pack", cwd=tmp_path, env=user).strip()
     checked = run(pulumi, "preview", "--non-interactive", "--policy-pack", pack, cwd=program, env=engine)
-    assert re.search(r"^ +opbroker\|local\|\S*/pulumi-analyzer-opbroker +0\.0\.1$", checked, re.MULTILINE), checked
+    assert re.search(r"opbroker@v0\.0\.1 \(local: \S*/pulumi-analyzer-opbroker\)", checked), checked
     start = time.monotonic()
     run(pulumi, "up", "--yes", "--skip-preview", "--non-interactive", cwd=program, env=engine)
     timings["yaml up"] = time.monotonic() - start
