@@ -12,7 +12,8 @@ temporary folder, and everything below runs from there, with nothing of the chec
 * a Pulumi YAML program in another folder declares the installed provider plugin as a user types it
   (``packages: {opbroker: <opbroker provider path>}``), previews, deploys and destroys the same — the engine
   starts the plugin's executable from site-packages, which finds the environment's interpreter itself (the
-  engine's ``PATH`` holds only the engine and the system's folders).
+  engine's ``PATH`` holds only the engine and the system's folders); then, with ``opbroker provider install``
+  (the plugin in Pulumi's plugin cache), the same program with no ``packages:`` previews.
 
 One environment serves every check. Its installs come from the package index (uv's cache after the first run),
 the Pulumi SDKs constrained to the engine's versions (scripts/engine-sdks.txt).
@@ -386,6 +387,21 @@ def test_a_pulumi_yaml_program_uses_the_installed_provider_plugin(
     start = time.monotonic()
     run(pulumi, "destroy", "--yes", "--skip-preview", "--non-interactive", cwd=program, env=engine)
     timings["yaml destroy"] = time.monotonic() - start
+
+    # By name instead of folder: `opbroker provider install` puts the plugin into Pulumi's plugin cache (a copy
+    # away from the environment, so a launcher naming its interpreter), and a program with no `packages:` finds it.
+    start = time.monotonic()
+    pulumi_settings = {k: v for k, v in engine.items() if k.startswith("PULUMI_")}
+    installed = run(
+        "opbroker", "provider", "install", "--pulumi", pulumi, cwd=tmp_path, env={**user, **pulumi_settings}
+    )
+    assert str(venv) in installed, installed
+    by_name = {k: v for k, v in yaml_program(folder).items() if k != "packages"}
+    (program / "Pulumi.yaml").write_text(yaml.safe_dump(by_name, sort_keys=False, width=1000))
+    preview = json.loads(run(pulumi, "preview", "--json", "--non-interactive", cwd=program, env=engine))
+    planned = {s["urn"].rsplit("::", 1)[-1] for s in preview.get("steps") or [] if s.get("op") == "create"}
+    assert {"controlPlane", "cache", "small"} <= planned, sorted(planned)
+    timings["plugin install + yaml preview"] = time.monotonic() - start
 
 
 def test_the_checkout_was_never_on_a_path(venv: Path) -> None:
