@@ -30,6 +30,7 @@ COMMANDS: Mapping[str, str] = {
     "import": "opbroker.cli.importer:app",
     "instance": "opbroker.cli.abandon:instance_app",
     "binding": "opbroker.cli.abandon:binding_app",
+    "provider": "opbroker.cli.provider:app",
 }
 """Each command's name → ``module:attribute``: a Typer group, or a function that is one command."""
 

@@ -18,7 +18,6 @@ import grpc  # type: ignore[import-untyped]  # no stubs installed
 import pulumi
 from pulumi.provider.experimental.component import ComponentProvider
 from pulumi.provider.server import ComponentInitError
-from pulumi.runtime._grpc_settings import _GRPC_CHANNEL_OPTIONS
 from pulumi.runtime.proto import provider_pb2_grpc
 
 from opbroker.components import COMPONENTS
@@ -26,6 +25,13 @@ from opbroker.provider import custom, osb_schema
 
 #: The package name: type tokens are ``opbroker:index:<Component>``.
 PACKAGE = "opbroker"
+#: The gRPC server's options, the values Pulumi's own provider servers use (a private constant of the SDK,
+#: ``pulumi.runtime._grpc_settings``, so spelled out here): messages up to 400 MiB (a large program's
+#: ``construct`` carries every input), and a request may wait half an hour for the server to take it.
+GRPC_SERVER_OPTIONS = [
+    ("grpc.max_receive_message_length", 400 * 1024 * 1024),
+    ("grpc.server_max_unrequested_time_in_server", 30 * 60),
+]
 
 
 def version() -> str:
@@ -83,7 +89,7 @@ def serve(args: list[str]) -> None:
     known, _ = parser.parse_known_args(args)
 
     async def run() -> None:
-        grpc_server = grpc.aio.server(options=_GRPC_CHANNEL_OPTIONS)
+        grpc_server = grpc.aio.server(options=GRPC_SERVER_OPTIONS)
         servicer = custom.ProviderServicer(provider(), args, engine_address=known.engine)
         provider_pb2_grpc.add_ResourceProviderServicer_to_server(servicer, grpc_server)
         port = grpc_server.add_insecure_port(address="127.0.0.1:0")

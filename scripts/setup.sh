@@ -37,7 +37,7 @@ say() { printf '[setup %4ss] %s\n' "$(($(date +%s) - START))" "$*"; }
 # shellcheck source=../gorender/talk.sh
 source gorender/talk.sh
 talking "installing the Python packages" python-packages \
-  .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[dev,pulumi]"
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[dev,pulumi]" -c scripts/engine-sdks.txt
 
 if [ "$DEMO_ONLY" = yes ]; then
   echo "[setup] making sure the local Kubernetes control plane binaries are built"

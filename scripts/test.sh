@@ -13,5 +13,7 @@ echo "[test] import-linter (layers)"
 scripts/architecture.sh
 echo "[test] go vet, go test (the Go template renderer)"
 (cd gorender && go vet ./... && go test ./...)
+echo "[test] lowest versions: every floor in pyproject.toml, the in-process tests (scripts/lowest-versions.sh)"
+scripts/lowest-versions.sh
 echo "[test] pytest"
 exec .venv/bin/pytest "$@"

@@ -230,3 +230,22 @@ def test_the_containerfile_and_the_local_image_build_install_from_the_lock() -> 
     source = Path(images.__file__).read_text()
     assert source.count("--require-hashes") >= 2  # pip download on the host, pip install in the root filesystem
     assert "pip freeze" not in source
+
+
+def test_the_dev_environment_runs_the_pulumi_sdks_at_the_engines_versions_within_the_declared_ranges() -> None:
+    """pyproject.toml gives users compatible ranges; scripts/setup.sh constrains the development environment to
+    the engine's versions (scripts/engine-sdks.txt), which must be the engine's and inside those ranges."""
+    pins = dict(
+        line.split("==")
+        for line in (REPOSITORY / "scripts" / "engine-sdks.txt").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
+    assert pins == {
+        "pulumi": pulumi_engine.PULUMI_VERSION,
+        "pulumi-kubernetes": pulumi_engine.PULUMI_KUBERNETES_VERSION,
+    }
+    extra = tomllib.loads((REPOSITORY / "pyproject.toml").read_text())["project"]["optional-dependencies"]["pulumi"]
+    ranges = {canonicalize_name(r.name): r.specifier for r in map(Requirement, extra)}
+    for name, version in pins.items():
+        assert ranges[name].contains(version) and str(ranges[name]) != f"=={version}", (name, ranges[name])
+    assert "-c scripts/engine-sdks.txt" in (REPOSITORY / "scripts" / "setup.sh").read_text()

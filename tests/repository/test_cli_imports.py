@@ -51,6 +51,7 @@ def test_help_still_lists_every_command() -> None:
         "import",
         "instance",
         "binding",
+        "provider",
     ):
         assert command in done.stdout
 
