@@ -65,6 +65,7 @@ from opbroker.controller.servicecatalog.core.calls import POLLS
 from opbroker.controller.servicecatalog.core.offering import Unresolved
 from opbroker.controller.servicecatalog.core.views import FINALIZER, CatalogObject
 from opbroker.controller.servicecatalog.resources import BINDINGS, INSTANCES, KINDS, CatalogApi
+from opbroker.controller.showing import ShowsFailuresOnObject
 
 __all__ = [
     "SECRET_TYPE",
@@ -81,7 +82,7 @@ __all__ = [
 ]
 
 
-class BindingReconciler(ObservePlanAct[BindingFacts, Any]):
+class BindingReconciler(ShowsFailuresOnObject, ObservePlanAct[BindingFacts, Any]):
     kind: ClassVar[str] = "scbinding"
 
     def __init__(

@@ -43,6 +43,7 @@ from opbroker.controller.servicecatalog.core.endpoints import EndpointProblem, a
 from opbroker.controller.servicecatalog.core.views import BrokerView, ServiceClassView
 from opbroker.controller.servicecatalog.relisting import ClassChanges
 from opbroker.controller.servicecatalog.resources import BROKERS, CLASSES, KINDS, CatalogApi
+from opbroker.controller.showing import ShowsFailuresOnObject
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +87,7 @@ def come_back(seconds: float) -> a.Requeue:
     return a.Requeue(max(seconds, MIN_COME_BACK))
 
 
-class BrokerReconciler(ObservePlanAct[BrokerFacts, Any]):
+class BrokerReconciler(ShowsFailuresOnObject, ObservePlanAct[BrokerFacts, Any]):
     kind: ClassVar[str] = "scbroker"
 
     def __init__(
