@@ -14,6 +14,7 @@ trouble                                            reason                       
 403 otherwise                                      ``Forbidden``                     grant the right
 404 "could not find the requested resource",       ``KindNotInstalled``              install the operator / its CRD
   or a kind the API server does not serve
+another 404 (a namespace, a referred object)       ``ReconcileFailed``               create what is missing
 any status, denied by an admission webhook or      ``AdmissionDenied``               change what is refused, or the
   a ValidatingAdmissionPolicy                                                          policy (the cluster's admin)
 400, 413, 422 (a schema, a field)                  ``ObjectInvalid``                 fix the template or parameters
@@ -165,6 +166,12 @@ def _api(trouble: Trouble) -> Shown:
             Reason.KIND_NOT_INSTALLED,
             "the API server does not serve a kind this needs (404: its CRD is not installed): install the operator "
             f"(or its CRDs), then this is retried on its own. It said: {text}",
+        )
+    if status == 404:
+        return Shown(
+            Reason.RECONCILE_FAILED,
+            "something this needs does not exist (404: the namespace written into, an object referred to): create "
+            f"it, then this is retried on its own. It said: {text}",
         )
     if status in INVALID_STATUSES:
         return Shown(
