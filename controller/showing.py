@@ -4,7 +4,8 @@ The runtime classifies every failed reconcile (``reconciler.troubles`` → ``cor
 that mixes in :class:`ShowsFailuresOnObject`, calls :meth:`~ShowsFailuresOnObject.show_failure`:
 
 * an object that is not Ready gets ``Ready=False`` with the failure's reason and message (the fix first), and a
-  Warning Event saying the same — once per distinct failure: the same failure again costs no read and no write;
+  Warning Event saying the same — once per distinct failure: the same failure again costs one read, and a write
+  only when the kind rewrote Ready meanwhile (a retry that records its request first);
 * an object that is Ready (a settled one a check of failed) keeps its condition and gets the Event only;
 * once a reconcile of the key succeeds again, a Ready condition that still shows the failure is set back to what it
   was before (the kind's own plan writes Ready on its transitions only, and would otherwise never replace ours).
@@ -53,13 +54,16 @@ class ShowsFailuresOnObject:
 
     def show_failure(self, key: Key, shown: Shown, before: object | None) -> object | None:
         previous = before if isinstance(before, ShownFailure) else None
-        if previous is not None and previous.shown == shown:
-            return previous
+        again = previous is not None and previous.shown == shown
+        if again and previous is not None and not previous.wrote:
+            return previous  # a Ready object: its Event is out, its condition is its own
         target = self.executor.target
         body = target.kube.get_custom(target.kind, key.namespace, key.name, fresh=True)
         if body is None:
             return None
         ready = _ready(body)
+        if again and ready is not None and (ready.reason, ready.message) == (shown.reason.value, shown.message):
+            return previous  # shown already: no write, no second Event
         settled = ready is not None and ready.status == "True"
         replaced = previous.replaced if previous is not None and previous.wrote else None
         if not settled:
@@ -71,7 +75,8 @@ class ShowsFailuresOnObject:
             patch = {"conditions": with_conditions(held, [change], generation if isinstance(generation, int) else None)}
             written = target.kube.patch_custom_status(target.kind, key.namespace, key.name, patch)
             body = written or body
-        target.kube.emit_event(body, reason=shown.reason.value, message=shown.message, warning=True)
+        if not again:  # the kind wrote its own Ready meanwhile (a retry records its request): shown again, one Event
+            target.kube.emit_event(body, reason=shown.reason.value, message=shown.message, warning=True)
         return ShownFailure(shown, replaced, wrote=not settled)
 
     def clear_failure(self, key: Key, shown: object) -> None:

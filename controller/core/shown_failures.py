@@ -36,9 +36,25 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 
+from opbroker import osbclient
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.refusals import MASK, masked
 
+SHOWN_REASONS = frozenset(
+    {
+        Reason.NAMESPACE_NOT_ONBOARDED,
+        Reason.ACCOUNT_LACKS_RIGHT,
+        Reason.FORBIDDEN,
+        Reason.KIND_NOT_INSTALLED,
+        Reason.ADMISSION_DENIED,
+        Reason.OBJECT_INVALID,
+        Reason.API_SERVER_UNAVAILABLE,
+        Reason.BROKER_FAILED,
+        Reason.BROKER_UNREACHABLE,
+        Reason.RECONCILE_FAILED,
+    }
+)
+"""Every reason :func:`explain` gives but ``RenderFailed`` (which the plans give too)."""
 MAX_SHOWN = 900
 """A shown message is cut here (the condition keeps 1024): the fix is written first, so it survives the cut."""
 
@@ -85,6 +101,19 @@ class Shown:
     message: str
 
 
+def broker_trouble(error: osbclient.BrokerError) -> Trouble:
+    """A service broker's failure (what the OSB client raised: its text redacted by the client) as a Trouble."""
+    if isinstance(error, osbclient.TransportFailure):
+        return Trouble(Source.BROKER_UNREACHABLE, str(error), timed_out=error.timed_out)
+    status = error.status if isinstance(error, osbclient.OSBError) else None
+    return Trouble(Source.BROKER, str(error), status=status)
+
+
+def broker_message(error: osbclient.BrokerError) -> str:
+    """What a broker's failure says on the object (the fix first, then the client's words)."""
+    return explain(broker_trouble(error)).message
+
+
 _RBAC = re.compile(
     r'User "(?P<user>[^"]+)" cannot (?P<verb>[\w-]+) resource "(?P<resource>[^"]+)" in API group "(?P<group>[^"]*)"'
     r'(?: in the namespace "(?P<namespace>[^"]+)"| at the cluster scope)?'
@@ -119,7 +148,7 @@ def _forbidden(trouble: Trouble) -> Shown:
         )
     user, verb, resource, group = found["user"], found["verb"], found["resource"], found["group"]
     where = found["namespace"]
-    what = f"{verb} {resource}" + (f" ({group})" if group else "")
+    what = f"{verb} {resource}" + (f" ({group})" if group and group != MASK else "")
     place = f'in namespace "{where}"' if where else "at the cluster scope"
     account = _ACCOUNT.fullmatch(user)
     if account is not None and where is not None and account["namespace"] == where:

@@ -10,7 +10,7 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from opbroker import osbclient
-from opbroker.controller.core.shown_failures import Shown, Source, Trouble, explain
+from opbroker.controller.core.shown_failures import Shown, Source, Trouble, broker_trouble, explain
 from opbroker.controller.core.views import ApiStatus
 from opbroker.controller.kube import KubeError, Refused
 from opbroker.controller.reconciler.outcomes import TemporaryError
@@ -37,12 +37,8 @@ def trouble_of(exc: BaseException) -> Trouble | None:
         return Trouble(Source.API_UNREACHABLE, type(cause).__name__)
     if isinstance(cause, KubeError) and NOT_SERVED in str(cause):
         return Trouble(Source.NOT_SERVED, str(cause))
-    if isinstance(cause, osbclient.TransportFailure):
-        return Trouble(Source.BROKER_UNREACHABLE, str(cause), timed_out=cause.timed_out)
-    if isinstance(cause, osbclient.OSBError):
-        return Trouble(Source.BROKER, str(cause), status=cause.status)
     if isinstance(cause, osbclient.BrokerError):
-        return Trouble(Source.BROKER, str(cause))
+        return broker_trouble(cause)
     if isinstance(cause, RenderError):
         return Trouble(Source.RENDER, str(cause))
     return Trouble(Source.OTHER, str(exc) or type(exc).__name__)

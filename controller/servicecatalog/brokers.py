@@ -34,6 +34,7 @@ from opbroker.controller.core import refusals
 from opbroker.controller.core.conditions import Condition, with_conditions
 from opbroker.controller.core.decisions import ready_condition
 from opbroker.controller.core.reasons import Reason
+from opbroker.controller.core.shown_failures import broker_message
 from opbroker.controller.core.views import ConditionView, condition_wire, conditions_of
 from opbroker.controller.executor import Executor, Run, Target
 from opbroker.controller.reconciler import Key, ObservePlanAct, Outcome
@@ -119,7 +120,7 @@ class BrokerReconciler(ShowsFailuresOnObject, ObservePlanAct[BrokerFacts, Any]):
         except EndpointProblem as exc:
             return BrokerFacts(key, broker, now, due_in, problem=(exc.reason, str(exc)))
         except osbclient.BrokerError as exc:
-            return BrokerFacts(key, broker, now, due_in, problem=(Reason.ERROR_FETCHING_CATALOG, str(exc)))
+            return BrokerFacts(key, broker, now, due_in, problem=(Reason.ERROR_FETCHING_CATALOG, broker_message(exc)))
         classes = tuple(ServiceClassView.of(c) for c in self.api.list(CLASSES))
         return BrokerFacts(key, broker, now, due_in, catalog=catalog, classes=classes, spoken=spoken)
 
