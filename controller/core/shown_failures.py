@@ -174,11 +174,13 @@ def _admission(trouble: Trouble) -> Shown | None:
         if webhook
         else f'ValidatingAdmissionPolicy "{policy and policy["name"]}"'
     )
-    text = trouble.message if trouble.masked else clean(trouble.message)
+    # A policy's words are whatever it was written to say, values included, quoted or not: only a message masked
+    # with the refused object's own values (a refusal: ``trouble.masked``) is shown; else its name alone.
+    said = f" It said: {trouble.message}" if trouble.masked else ""
     return Shown(
         Reason.ADMISSION_DENIED,
         f"the cluster's {who} refused a write: change what it refuses (the plan's template or the request's "
-        f"parameters), or ask the cluster's administrator about the policy. It said: {text}",
+        f"parameters), or ask the cluster's administrator about the policy.{said}",
     )
 
 
