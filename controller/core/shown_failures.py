@@ -150,18 +150,21 @@ def _forbidden(trouble: Trouble) -> Shown:
     where = found["namespace"]
     what = f"{verb} {resource}" + (f" ({group})" if group and group != MASK else "")
     place = f'in namespace "{where}"' if where else "at the cluster scope"
+    said = f". It said: {trouble.message}" if trouble.masked else ""  # a refusal's description names the object
     account = _ACCOUNT.fullmatch(user)
     if account is not None and where is not None and account["namespace"] == where:
         return Shown(
             Reason.NAMESPACE_NOT_ONBOARDED,
             f'namespace "{where}" is not onboarded: its account "{account["name"]}" may not {what} there. Onboard '
-            f"the namespace (the platform's onboarding binds that account there), then this is retried on its own",
+            f"the namespace (the platform's onboarding binds that account there), then this is retried on its own"
+            + said,
         )
     return Shown(
         Reason.ACCOUNT_LACKS_RIGHT,
         f'the account "{user}" may not {what} {place}: grant it that right (for a plan\'s account, its ClusterRole; '
         + (f'or onboard namespace "{where}", which binds the plan accounts there' if where else "cluster-wide")
-        + "), then this is retried on its own",
+        + "), then this is retried on its own"
+        + said,
     )
 
 
