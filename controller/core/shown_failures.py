@@ -266,7 +266,7 @@ def explain(trouble: Trouble) -> Shown:
         case _:
             shown = Shown(
                 Reason.RECONCILE_FAILED,
-                f"the controller failed on this object (the controller's log has the trace); retried with backoff: "
-                f"{clean(trouble.message)}",
+                f"the controller failed on this object ({trouble.message}; the controller's log has the trace): "
+                "retried with backoff",
             )
     return Shown(shown.reason, _cut(shown.message))

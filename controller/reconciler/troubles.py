@@ -41,7 +41,8 @@ def trouble_of(exc: BaseException) -> Trouble | None:
         return broker_trouble(cause)
     if isinstance(cause, RenderError):
         return Trouble(Source.RENDER, str(cause))
-    return Trouble(Source.OTHER, str(exc) or type(exc).__name__)
+    # Anything else says whatever its author put in it (a validation error quotes its input): its type only.
+    return Trouble(Source.OTHER, type(cause).__name__)
 
 
 def shown_for(exc: BaseException) -> Shown | None:

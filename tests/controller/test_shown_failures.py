@@ -78,7 +78,8 @@ CASES = [
     (_transport(), Reason.BROKER_UNREACHABLE, "did not answer in time"),
     (osbclient.BrokerUnreachable("bind", "ConnectError", timed_out=False), Reason.BROKER_UNREACHABLE, "be reached"),
     (RenderError("undefined variable 'x'", plan="small"), Reason.RENDER_FAILED, "fix the template"),
-    (KeyError("spec"), Reason.RECONCILE_FAILED, "controller's log"),
+    (KeyError("spec"), Reason.RECONCILE_FAILED, "(KeyError; the controller's log has the trace)"),
+    (ValueError(f"input_value={{'password': '{SECRET}'}}"), Reason.RECONCILE_FAILED, "ValueError"),
 ]
 
 
