@@ -55,6 +55,10 @@ SHOWN_REASONS = frozenset(
     }
 )
 """Every reason :func:`explain` gives but ``RenderFailed`` (which the plans give too)."""
+NOT_SHOWN = frozenset({Reason.API_SERVER_UNAVAILABLE})
+"""Failures the runtime does not write on the object: the API server's own overload or absence is every object's at
+once and nothing any of them can fix — showing it would cost a read, a write and an Event per object, sent to the
+API server that is struggling (the queue retries it with backoff; the log has one line per key)."""
 MAX_SHOWN = 900
 """A shown message is cut here (the condition keeps 1024): the fix is written first, so it survives the cut."""
 

@@ -10,7 +10,7 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from opbroker import osbclient
-from opbroker.controller.core.shown_failures import Shown, Source, Trouble, broker_trouble, explain
+from opbroker.controller.core.shown_failures import NOT_SHOWN, Shown, Source, Trouble, broker_trouble, explain
 from opbroker.controller.core.views import ApiStatus
 from opbroker.controller.kube import KubeError, Refused
 from opbroker.controller.reconciler.outcomes import TemporaryError
@@ -46,6 +46,10 @@ def trouble_of(exc: BaseException) -> Trouble | None:
 
 
 def shown_for(exc: BaseException) -> Shown | None:
-    """What ``exc`` shows on the object it stopped (None: its kind showed it already)."""
+    """What ``exc`` shows on the object it stopped (None: its kind showed it already, or it is not the object's:
+    :data:`~opbroker.controller.core.shown_failures.NOT_SHOWN`)."""
     trouble = trouble_of(exc)
-    return None if trouble is None else explain(trouble)
+    if trouble is None:
+        return None
+    shown = explain(trouble)
+    return None if shown.reason in NOT_SHOWN else shown

@@ -13,9 +13,10 @@ from kubernetes.client.exceptions import ApiException
 from opbroker import osbclient
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.refusals import refusal
+from opbroker.controller.core.shown_failures import explain
 from opbroker.controller.kube import KubeError, Refused
 from opbroker.controller.reconciler import TemporaryError
-from opbroker.controller.reconciler.troubles import shown_for
+from opbroker.controller.reconciler.troubles import shown_for, trouble_of
 from opbroker.rendering import RenderError
 
 SECRET = "hunter2-s3cret-v4lue"
@@ -85,17 +86,24 @@ CASES = [
 
 @pytest.mark.parametrize(("exc", "reason", "fix"), CASES, ids=[f"{i}-{c[1].value}" for i, c in enumerate(CASES)])
 def test_each_failure_shows_one_reason_and_its_fix(exc: BaseException, reason: Reason, fix: str) -> None:
-    shown = shown_for(exc)
-    assert shown is not None
+    trouble = trouble_of(exc)
+    assert trouble is not None
+    shown = explain(trouble)
     assert (shown.reason, fix in shown.message) == (reason, True), shown.message
     assert SECRET not in shown.message and "4815162342" not in shown.message
 
 
 def test_a_transient_failure_the_runtime_wrapped_is_shown_by_its_cause() -> None:
-    wrapped = TemporaryError("the API server answered HTTP 503")
-    wrapped.__cause__ = api(503, "busy")
+    wrapped = TemporaryError("bind of binding b: the broker did not answer")
+    wrapped.__cause__ = _transport()
     shown = shown_for(wrapped)
-    assert shown is not None and shown.reason is Reason.API_SERVER_UNAVAILABLE
+    assert shown is not None and shown.reason is Reason.BROKER_UNREACHABLE
+
+
+@pytest.mark.parametrize("exc", [api(503, "busy"), urllib3.exceptions.ProtocolError("reset"), api(0, "SSL")])
+def test_the_api_servers_own_trouble_is_not_written_on_each_object(exc: BaseException) -> None:
+    """Every object's at once, and nothing any can fix: the queue retries, the object is not written."""
+    assert shown_for(exc) is None
 
 
 def test_a_kinds_own_retry_is_not_shown_again() -> None:
