@@ -27,6 +27,7 @@ from opbroker.controller.core.views import EntryView, InstanceView
 from opbroker.controller.executor import Executor, Run, Target
 from opbroker.controller.kube import INSTANCES, PLANS, SERVICES, Kind, Kube
 from opbroker.controller.reconciler import DONE, Key, ObservePlanAct, Outcome
+from opbroker.controller.showing import ShowsFailuresOnObject
 from opbroker.rendering import Renderer
 from opbroker.rendering.checking import check_plan
 
@@ -35,7 +36,7 @@ __all__ = ["EntryFacts", "PlanEntryReconciler", "ServiceEntryReconciler"]
 Mark = tuple[str, int | None]
 
 
-class ServiceEntryReconciler(ObservePlanAct[EntryFacts, Any]):
+class ServiceEntryReconciler(ShowsFailuresOnObject, ObservePlanAct[EntryFacts, Any]):
     kind: ClassVar[str] = "service"
     resource: ClassVar[Kind] = SERVICES
 

@@ -34,6 +34,7 @@ from opbroker.controller import singletons
 from opbroker.controller.core import actions as a
 from opbroker.controller.core import finalizers
 from opbroker.controller.core.refusals import Severity
+from opbroker.controller.core.shown_failures import Source, Trouble, explain
 from opbroker.controller.kube import Kind, Kube, Refused
 from opbroker.controller.ownership import NotOwned
 from opbroker.controller.reconciler import DONE, Conflict, Key, Outcome, TemporaryError
@@ -55,12 +56,12 @@ OnRefusal = Callable[[a.Refusal], Sequence[a.Action]]
 
 
 def refusal_of(exc: Exception) -> a.Refusal:
-    """The pure value of a refusal: what a plan may decide on (the API server's explanation masked)."""
+    """The pure value of a refusal: what a plan may decide on (the API server's explanation masked, after the fix
+    :mod:`.core.shown_failures` names for it)."""
     if isinstance(exc, Refused):
         permanent = exc.refusal.severity is Severity.PERMANENT
-        return a.Refusal(
-            a.Refused.OBJECT, exc.refusal.describe() if permanent else str(exc) or type(exc).__name__, permanent
-        )
+        said = Trouble(Source.API, exc.refusal.describe(), status=exc.refusal.status, masked=True)
+        return a.Refusal(a.Refused.OBJECT, explain(said).message, permanent)
     if isinstance(exc, NotOwned):
         return a.Refusal(a.Refused.NOT_OWNED, str(exc))
     return a.Refusal(a.Refused.SINGLETON_FULL, str(exc))

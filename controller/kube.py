@@ -204,9 +204,10 @@ class Kube:
         target = {"kind": kind, "metadata": {"name": name, "namespace": namespace}}
         raise Refused(refusal(403, {"reason": "Forbidden", "message": message}, target, (self.user, plural, group)))
 
-    def _named(self) -> tuple[str, ...]:
-        """What an RBAC refusal may quote unmasked: the identity this door acts as (no secret)."""
-        return (self.user,) if self.user else ()
+    def _named(self, *resource: str) -> tuple[str, ...]:
+        """What an RBAC refusal may quote unmasked: the identity this door acts as and the resource it names (the
+        plural and group written to: no secret, and what the reader must grant)."""
+        return (*((self.user,) if self.user else ()), *resource)
 
     def _resource(self, api_version: str, kind: str) -> ServedResource:
         """Where the objects of a kind the API server serves are (:mod:`opbroker.controller.served`, one index for
@@ -246,7 +247,7 @@ class Kube:
         except ApiException as exc:
             if exc.status == 403:
                 target = {"kind": ref.kind, "metadata": {"name": ref.name, "namespace": namespace}}
-                raise _refused(exc, target, self._named()) from None
+                raise _refused(exc, target, self._named(resource.name, resource.group)) from None
             raise
         if found is None:
             return None
@@ -299,7 +300,7 @@ class Kube:
         except ApiException as exc:
             if uid is not None and exc.status == 409:
                 return None  # gone (or deleted and not yet replaced): nothing to amend
-            raise _refused(exc, body, self._named()) from None
+            raise _refused(exc, body, self._named(resource.name, resource.group)) from None
         return _as_dict(self._keep(applied))
 
     def create(self, manifest: dict[str, Any]) -> dict[str, Any] | None:
@@ -310,7 +311,7 @@ class Kube:
         try:
             created = _unless(409, lambda: self.custom.request("POST", path, body=body))
         except ApiException as exc:
-            raise _refused(exc, body, self._named()) from None
+            raise _refused(exc, body, self._named(resource.name, resource.group)) from None
         return None if created is None else self._keep(created)
 
     def merge_patch(self, ref: ResourceRef, patch: dict[str, Any]) -> dict[str, Any] | None:
@@ -605,7 +606,7 @@ class Kube:
         try:
             written = self.custom.server_side_apply(path, manifest, field_manager=FIELD_MANAGER)
         except ApiException as exc:
-            raise _refused(exc, manifest, self._named()) from None
+            raise _refused(exc, manifest, self._named("secrets")) from None
         return _as_dict(self._keep(written))
 
     def emit_event(self, obj: dict[str, Any], *, reason: str, message: str, warning: bool = False) -> None:

@@ -15,11 +15,12 @@ from typing import Generic, TypeVar
 from opbroker.controller.core import actions as a
 from opbroker.controller.executor import AGAIN, MAX_PASSES
 from opbroker.controller.reconciler import DONE, Key, ObservePlanAct, Outcome
+from opbroker.controller.showing import ShowsFailuresOnObject
 
 FactsT = TypeVar("FactsT")
 
 
-class PassingReconciler(ObservePlanAct[FactsT, a.Action], Generic[FactsT]):
+class PassingReconciler(ShowsFailuresOnObject, ObservePlanAct[FactsT, a.Action], Generic[FactsT]):
     """Observe (``read`` then ``gather``), plan, act — again while the plan says Continue, up to MAX_PASSES."""
 
     def reconcile(self, key: Key) -> Outcome:

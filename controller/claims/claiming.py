@@ -43,11 +43,12 @@ from opbroker.controller.claims.kinds import CLAIMS, REGISTERED_SERVICES
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.executor import Executor, Run, Target
 from opbroker.controller.reconciler import Conflict, Key, ObservePlanAct, Outcome
+from opbroker.controller.showing import ShowsFailuresOnObject
 
 logger = logging.getLogger(__name__)
 
 
-class ClaimReconciler(ObservePlanAct[ClaimFacts, ClaimAction]):
+class ClaimReconciler(ShowsFailuresOnObject, ObservePlanAct[ClaimFacts, ClaimAction]):
     kind: ClassVar[str] = "claim"
 
     def __init__(self, ctx: Context) -> None:

@@ -38,11 +38,12 @@ from opbroker.controller.claims.kinds import CLAIMS, REGISTERED_SERVICES
 from opbroker.controller.claims.store import claim_info
 from opbroker.controller.executor import Executor, Run, Target
 from opbroker.controller.reconciler import DONE, Key, ObservePlanAct, Outcome
+from opbroker.controller.showing import ShowsFailuresOnObject
 
 logger = logging.getLogger(__name__)
 
 
-class RegisteredReconciler(ObservePlanAct[RegisteredFacts, RegisteredAction]):
+class RegisteredReconciler(ShowsFailuresOnObject, ObservePlanAct[RegisteredFacts, RegisteredAction]):
     kind: ClassVar[str] = "registered"
 
     def __init__(self, ctx: Context) -> None:

@@ -67,6 +67,7 @@ from opbroker.controller.multicluster.sisters import (
 from opbroker.controller.multicluster.sisters import kubeconfig_digest as digest_of
 from opbroker.controller.reconciler import DONE, Key, ObservePlanAct, Outcome
 from opbroker.controller.reconciling import Deps
+from opbroker.controller.showing import ShowsFailuresOnObject
 
 logger = logging.getLogger(__name__)
 
@@ -257,7 +258,7 @@ def _plural(entry: ReplicaView) -> str:
     return "sfservices" if entry.kind == "SFService" else "sfplans"
 
 
-class ClusterReconciler(ObservePlanAct[ClusterFacts, Any]):
+class ClusterReconciler(ShowsFailuresOnObject, ObservePlanAct[ClusterFacts, Any]):
     kind: ClassVar[str] = "cluster"
 
     def __init__(

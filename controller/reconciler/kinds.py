@@ -17,8 +17,9 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import ClassVar, Generic, Protocol, TypeVar
+from typing import ClassVar, Generic, Protocol, TypeVar, runtime_checkable
 
+from opbroker.controller.core.shown_failures import Shown
 from opbroker.controller.reconciler.keys import Key
 from opbroker.controller.reconciler.outcomes import DONE, Outcome
 
@@ -35,6 +36,17 @@ class Reconciler(Protocol):
 
     def reread(self, key: Key) -> None:
         """A write met a conflict: drop any cached copy of ``key`` so the next observe reads the API."""
+
+
+@runtime_checkable
+class ShowsFailures(Protocol):
+    """A reconciler whose objects show the failures that stop them (``controller.showing``): the runtime calls
+    :meth:`show_failure` when a reconcile of ``key`` fails (``before``: what it showed last, None at first) and
+    keeps what it returns; :meth:`clear_failure` with that once a reconcile of the key succeeds again."""
+
+    def show_failure(self, key: Key, shown: Shown, before: object | None) -> object | None: ...
+
+    def clear_failure(self, key: Key, shown: object) -> None: ...
 
 
 class ObservePlanAct(ABC, Generic[FactsT, ActionT]):

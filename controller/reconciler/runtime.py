@@ -12,6 +12,9 @@ and owns everything around it that used to be repeated per subsystem:
   (a status poll requested by every event would otherwise pile up timers);
 * per-key memory (:mod:`.memory`): :meth:`forget` clears the key from every registered store and the queue's
   backoff when its object goes;
+* failures shown where the user looks: every failure but a conflict is classified once
+  (:mod:`opbroker.controller.core.shown_failures`) and, for a kind that shows failures (:class:`.kinds.ShowsFailures`),
+  written on its object as a condition and an Event, and taken back once a reconcile of the key succeeds;
 * the reconcile duration and error metrics.
 
 Time comes from the clock passed in (:mod:`.clock`, the real one by default), and every wait grows by the one
@@ -30,10 +33,11 @@ from opbroker.controller import metrics
 from opbroker.controller.reconciler.clock import SYSTEM, Clock
 from opbroker.controller.reconciler.failures import Handling, classify
 from opbroker.controller.reconciler.keys import Key
-from opbroker.controller.reconciler.kinds import Reconciler
+from opbroker.controller.reconciler.kinds import Reconciler, ShowsFailures
 from opbroker.controller.reconciler.memory import Memories, PerKey
 from opbroker.controller.reconciler.outcomes import DONE, Outcome, TemporaryError
 from opbroker.controller.reconciler.queue import RETRY, WorkQueue
+from opbroker.controller.reconciler.troubles import shown_for
 from opbroker.osbclient import Backoff
 
 logger = logging.getLogger(__name__)
@@ -81,6 +85,8 @@ class Runtime:
         self._rechecks: PerKey[float] = self.memories.keep(PerKey())
         self._conflicts: PerKey[int] = self.memories.keep(PerKey())
         """Conflicts in a row per key (see :data:`CONFLICT_RETRY_CAP_SECONDS`)."""
+        self._shown: PerKey[object] = self.memories.keep(PerKey())
+        """What each failing key's object shows of its failure (what :meth:`ShowsFailures.show_failure` returned)."""
         self.queue: WorkQueue | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.reconciles = 0
@@ -176,11 +182,39 @@ class Runtime:
                     self._conflicts.put(key, streak)
                     return Outcome(requeue_after=conflict_delay(streak, self._conflict_backoff))
                 self._conflicts.forget(key)
+                self._show(reconciler, key, exc)
                 if failure.handling is Handling.TRANSIENT:
                     raise TemporaryError(failure.message) from exc
                 raise
         self._conflicts.forget(key)
+        self._clear(reconciler, key)
         return self._coalesced(key, outcome)
+
+    def _show(self, reconciler: Reconciler, key: Key, exc: Exception) -> None:
+        """Show ``exc`` on ``key``'s object (best effort: a failure to show it is one log line)."""
+        failure = shown_for(exc)
+        if failure is None or not isinstance(reconciler, ShowsFailures):
+            return
+        try:
+            shown = reconciler.show_failure(key, failure, self._shown.get(key))
+        except Exception as failed:  # the object may be gone, or the API server down: the retry shows it later
+            logger.warning("could not show the failure of %s on it: %s", key, classify(failed).message)
+            return
+        if shown is None:
+            self._shown.forget(key)
+        else:
+            self._shown.put(key, shown)
+
+    def _clear(self, reconciler: Reconciler, key: Key) -> None:
+        """A reconcile of ``key`` succeeded: take back the failure its object showed, if it showed one."""
+        shown = self._shown.get(key)
+        if shown is None or not isinstance(reconciler, ShowsFailures):
+            return
+        self._shown.forget(key)
+        try:
+            reconciler.clear_failure(key, shown)
+        except Exception as failed:
+            logger.warning("could not take back the failure shown on %s: %s", key, classify(failed).message)
 
     async def _reconcile(self, key: object) -> Outcome:
         assert isinstance(key, Key), f"not a Key: {key!r}"

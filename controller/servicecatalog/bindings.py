@@ -38,9 +38,10 @@ from opbroker.controller.claims import workloads
 from opbroker.controller.claims.core.views import ObjectView, WorkloadView
 from opbroker.controller.core import refusals
 from opbroker.controller.core.reasons import Reason
+from opbroker.controller.core.shown_failures import Source, Trouble, explain
 from opbroker.controller.core.views import mapping_of
 from opbroker.controller.executor import Effect, Executor, Run, Target
-from opbroker.controller.kube import Kube
+from opbroker.controller.kube import Kube, Refused
 from opbroker.controller.reconciler import SYSTEM, Clock, Key, Memories, ObservePlanAct, Outcome
 from opbroker.controller.servicecatalog import effects
 from opbroker.controller.servicecatalog.common import Clients, Resolver, pacing
@@ -65,6 +66,7 @@ from opbroker.controller.servicecatalog.core.calls import POLLS
 from opbroker.controller.servicecatalog.core.offering import Unresolved
 from opbroker.controller.servicecatalog.core.views import FINALIZER, CatalogObject
 from opbroker.controller.servicecatalog.resources import BINDINGS, INSTANCES, KINDS, CatalogApi
+from opbroker.controller.showing import ShowsFailuresOnObject
 
 __all__ = [
     "SECRET_TYPE",
@@ -81,7 +83,7 @@ __all__ = [
 ]
 
 
-class BindingReconciler(ObservePlanAct[BindingFacts, Any]):
+class BindingReconciler(ShowsFailuresOnObject, ObservePlanAct[BindingFacts, Any]):
     kind: ClassVar[str] = "scbinding"
 
     def __init__(
@@ -249,8 +251,13 @@ class BindingReconciler(ObservePlanAct[BindingFacts, Any]):
         except ApiException as exc:
             if refusals.severity(exc.status) is not refusals.Severity.PERMANENT:
                 raise
-            shown = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "data": manifest.get("data")}
-            outcome = refusals.refusal(exc.status, exc.body, shown).describe()
+            if isinstance(exc, Refused):  # the door masked it already (its body is gone)
+                found = exc.refusal
+            else:
+                shown = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "data": manifest.get("data")}
+                found = refusals.refusal(exc.status, exc.body, shown)
+            said = Trouble(Source.API, found.describe(), status=found.status, masked=True)
+            outcome = explain(said).message  # what the API server said, after the fix it calls for
         if action.then is not None:
             for follow in action.then(outcome, run.body):
                 run.perform(follow)

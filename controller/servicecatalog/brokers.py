@@ -34,6 +34,7 @@ from opbroker.controller.core import refusals
 from opbroker.controller.core.conditions import Condition, with_conditions
 from opbroker.controller.core.decisions import ready_condition
 from opbroker.controller.core.reasons import Reason
+from opbroker.controller.core.shown_failures import broker_message
 from opbroker.controller.core.views import ConditionView, condition_wire, conditions_of
 from opbroker.controller.executor import Executor, Run, Target
 from opbroker.controller.reconciler import Key, ObservePlanAct, Outcome
@@ -43,6 +44,7 @@ from opbroker.controller.servicecatalog.core.endpoints import EndpointProblem, a
 from opbroker.controller.servicecatalog.core.views import BrokerView, ServiceClassView
 from opbroker.controller.servicecatalog.relisting import ClassChanges
 from opbroker.controller.servicecatalog.resources import BROKERS, CLASSES, KINDS, CatalogApi
+from opbroker.controller.showing import ShowsFailuresOnObject
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +88,7 @@ def come_back(seconds: float) -> a.Requeue:
     return a.Requeue(max(seconds, MIN_COME_BACK))
 
 
-class BrokerReconciler(ObservePlanAct[BrokerFacts, Any]):
+class BrokerReconciler(ShowsFailuresOnObject, ObservePlanAct[BrokerFacts, Any]):
     kind: ClassVar[str] = "scbroker"
 
     def __init__(
@@ -118,7 +120,7 @@ class BrokerReconciler(ObservePlanAct[BrokerFacts, Any]):
         except EndpointProblem as exc:
             return BrokerFacts(key, broker, now, due_in, problem=(exc.reason, str(exc)))
         except osbclient.BrokerError as exc:
-            return BrokerFacts(key, broker, now, due_in, problem=(Reason.ERROR_FETCHING_CATALOG, str(exc)))
+            return BrokerFacts(key, broker, now, due_in, problem=(Reason.ERROR_FETCHING_CATALOG, broker_message(exc)))
         classes = tuple(ServiceClassView.of(c) for c in self.api.list(CLASSES))
         return BrokerFacts(key, broker, now, due_in, catalog=catalog, classes=classes, spoken=spoken)
 

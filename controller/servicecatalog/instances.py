@@ -53,13 +53,14 @@ from opbroker.controller.servicecatalog.core.instance_plan import (
 from opbroker.controller.servicecatalog.core.offering import Unresolved
 from opbroker.controller.servicecatalog.core.views import FINALIZER, CatalogObject
 from opbroker.controller.servicecatalog.resources import BINDINGS, INSTANCES, KINDS, CatalogApi
+from opbroker.controller.showing import ShowsFailuresOnObject
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["InstanceFacts", "InstanceReconciler", "Step", "needs_update", "next_step", "properties"]
 
 
-class InstanceReconciler(ObservePlanAct[InstanceFacts, Any]):
+class InstanceReconciler(ShowsFailuresOnObject, ObservePlanAct[InstanceFacts, Any]):
     kind: ClassVar[str] = "scinstance"
 
     def __init__(

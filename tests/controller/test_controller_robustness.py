@@ -295,12 +295,13 @@ metadata:
     schema, bad_name, leaky = (failed_with_error(api_client, namespace, n) for n in ("schema", "badname", "leaky"))
 
     error = schema["status"]["error"]
-    assert error.startswith(f"the API server refused Database {namespace}/schema (422 Invalid): "), error
+    assert error.startswith("the API server refused an object as invalid (422): fix the plan's template"), error
+    assert f"the API server refused Database {namespace}/schema (422 Invalid): " in error, error
     assert "spec.storageGB" in error and "greater than or equal to 1" in error
     assert not schema["status"].get("errorCount"), "a permanent refusal is not retried"
     assert [c["reason"] for c in schema["status"]["conditions"] if c["type"] == "Ready"] == ["ApplyRefused"]
     error = bad_name["status"]["error"]
-    assert error.startswith(f"the API server refused ConfigMap {namespace}/badname-Not_A_Name (422 Invalid)"), error
+    assert f"the API server refused ConfigMap {namespace}/badname-Not_A_Name (422 Invalid)" in error, error
     assert "metadata.name" in error and "RFC 1123" in error
     error = leaky["status"]["error"]
     assert "metadata.labels" in error and 'Invalid value: "…"' in error, error
@@ -405,7 +406,8 @@ metadata:
     for kind, instance in failed.items():
         error = instance["status"]["error"]
         where = f"{namespace}/{kind.lower()}-creds"
-        assert error.startswith(f"the API server refused {kind} {where} (422 Invalid): "), error
+        assert error.startswith(f'the cluster\'s ValidatingAdmissionPolicy "{policy}" refused a write'), error
+        assert f"the API server refused {kind} {where} (422 Invalid): " in error, error
         assert "denied request: pin … is on the deny list" in error, error
     wait_for(lambda: "ApplyRefused" in str(client.CoreV1Api(api_client).list_namespaced_event(namespace)), 10, "events")
     events = client.CoreV1Api(api_client).list_namespaced_event(namespace).items
@@ -438,5 +440,7 @@ metadata:
     provision(api_client, namespace, "away", plan_id=plan, parameters={"target": f"{namespace}-nowhere"})
     instance = wait_state(api_client, namespace, "sfserviceinstances", "away", "failed", timeout=40)
     assert instance["status"]["errorCount"] == 4  # the session controller runs with --error-threshold 4
-    assert "gave up after 4 consecutive errors: the API server refused ConfigMap" in instance["status"]["error"]
+    assert instance["status"]["error"].startswith("gave up after 4 consecutive errors: the account ")
+    assert f'or onboard namespace "{namespace}-nowhere"' in instance["status"]["error"]  # the fix, then what was said
+    assert "the API server refused ConfigMap" in instance["status"]["error"]
     assert "(403 Forbidden)" in instance["status"]["error"] and "opbroker-plans" in instance["status"]["error"]

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from opbroker import osbclient
+from opbroker.controller.core.shown_failures import broker_message
 from opbroker.controller.servicecatalog.core import operations
 from opbroker.controller.servicecatalog.core.operations import MIN_POLL_DELAY, Decision, Verdict
 from opbroker.controller.servicecatalog.core.views import CatalogObject, PlanEntry
@@ -75,7 +76,8 @@ def test_a_refused_request(
     assert decision.mitigate is mitigate
     assert decision.refused is refused
     assert not decision.final  # no operation ran: nothing the broker decided stands
-    assert decision.message == str(error)
+    assert decision.message == broker_message(error)  # the fix first (core.shown_failures), then the client's words
+    assert decision.message.endswith(str(error))
     assert decision.answered == (error.status if isinstance(error, osbclient.OSBError) else None)
 
 

@@ -33,6 +33,7 @@ from opbroker.controller.servicecatalog.core.endpoints import identity_of
 from opbroker.controller.servicecatalog.core.offering import Offering, Unresolved
 from opbroker.controller.servicecatalog.core.operations import Verdict, keeping_failed, terminal_mitigation
 from opbroker.controller.servicecatalog.core.statuses import (
+    after_failure,
     checksum,
     conditions,
     ignored,
@@ -291,7 +292,11 @@ def bind(facts: BindingFacts) -> list[Any]:
             unbindStatus=UnbindStatus.REQUIRED.value,
             inProgressProperties={"parametersChecksum": checksum(parameters)},
             conditions=conditions(
-                binding, ready=False, reason=Reason.BINDING_IN_PROGRESS, message="binding", now=facts.now
+                binding,
+                ready=False,
+                reason=Reason.BINDING_IN_PROGRESS,
+                message=after_failure(binding, "binding"),
+                now=facts.now,
             ),
         )
     )
@@ -318,7 +323,8 @@ def unbind(facts: BindingFacts) -> list[Any]:
     binding, offering = facts.binding, facts.offering
     assert offering is not None
     mitigation = facts.binding.status.orphan_mitigation
-    listed = conditions(binding, ready=False, reason=Reason.UNBINDING, message="unbinding", now=facts.now)
+    step = after_failure(binding, "orphan mitigation: unbinding") if mitigation else "unbinding"
+    listed = conditions(binding, ready=False, reason=Reason.UNBINDING, message=step, now=facts.now)
     record = a.WriteStatus(
         operations.recorded(
             BindingOperation.UNBIND.value,
@@ -445,8 +451,11 @@ def unbound(facts: BindingFacts, written: CatalogObject) -> list[Any]:
             written,
             ready=False,
             reason=Reason.ORPHAN_MITIGATION_SUCCESSFUL,
-            message="orphan mitigation unbound what the failed bind may have left; the binding stays failed "
-            "until its spec changes",
+            message=after_failure(
+                written,
+                "orphan mitigation unbound what the failed bind may have left; the binding stays failed until its "
+                "spec changes",
+            ),
             now=facts.now,
         )
         fields["conditions"] = keeping_failed(written, mitigated, keep=True)

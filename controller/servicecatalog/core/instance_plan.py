@@ -29,6 +29,7 @@ from opbroker.controller.servicecatalog.core.endpoints import identity_of
 from opbroker.controller.servicecatalog.core.offering import Offering, Unresolved
 from opbroker.controller.servicecatalog.core.operations import Verdict, keeping_failed, terminal_mitigation
 from opbroker.controller.servicecatalog.core.statuses import (
+    after_failure,
     checksum,
     conditions,
     ignored,
@@ -215,7 +216,13 @@ def provision_or_update(facts: InstanceFacts, *, update: bool) -> list[Any]:
             externalID=external_id,
             inProgressProperties=properties(offering, parameters, facts.instance.instance_spec),
             **({} if update else {"deprovisionStatus": DeprovisionStatus.REQUIRED.value}),
-            conditions=conditions(instance, ready=update, reason=reason, message=f"{what} requested", now=facts.now),
+            conditions=conditions(
+                instance,
+                ready=update,
+                reason=reason,
+                message=after_failure(instance, f"{what} requested"),
+                now=facts.now,
+            ),
         )
     )
     meta = facts.instance.meta
@@ -255,7 +262,7 @@ def deprovision(facts: InstanceFacts, *, mitigation: bool) -> list[Any]:
         instance,
         ready=False,
         reason=Reason.ORPHAN_MITIGATION if mitigation else Reason.DEPROVISIONING,
-        message="orphan mitigation: deprovisioning" if mitigation else "deprovisioning",
+        message=after_failure(instance, "orphan mitigation: deprovisioning") if mitigation else "deprovisioning",
         now=facts.now,
     )
     record = a.WriteStatus(
@@ -369,7 +376,9 @@ def deprovisioned(facts: InstanceFacts, written: CatalogObject) -> list[Any]:
             written,
             ready=False,
             reason=Reason.ORPHAN_MITIGATION_SUCCESSFUL,
-            message=f"orphan mitigation deprovisioned what the failed provision may have left; {after}",
+            message=after_failure(
+                written, f"orphan mitigation deprovisioned what the failed provision may have left; {after}"
+            ),
             now=facts.now,
         )
         fields["conditions"] = keeping_failed(written, mitigated, keep=final)

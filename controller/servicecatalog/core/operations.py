@@ -35,6 +35,7 @@ from enum import StrEnum
 from typing import Any
 
 from opbroker import osbclient
+from opbroker.controller.core.shown_failures import broker_message
 from opbroker.controller.core.views import condition_wire
 from opbroker.controller.servicecatalog.core.views import CatalogObject, PlanEntry
 from opbroker.osbclient import Request
@@ -97,9 +98,10 @@ def refused(request: Request, error: osbclient.BrokerError) -> Decision:
     permanent: the reconciler records the removal failed and sends it again after a backoff."""
     answered = error.status if isinstance(error, osbclient.OSBError) else None
     mitigate = request in CREATES and osbclient.needs_orphan_mitigation_after(request, error)
+    message = broker_message(error)
     if mitigate or not osbclient.is_retryable(error):
-        return Decision(Verdict.FAILED, str(error), mitigate=mitigate, refused=not mitigate, answered=answered)
-    return Decision(Verdict.RETRY, str(error), answered=answered)
+        return Decision(Verdict.FAILED, message, mitigate=mitigate, refused=not mitigate, answered=answered)
+    return Decision(Verdict.RETRY, message, answered=answered)
 
 
 def polled(

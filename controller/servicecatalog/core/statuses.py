@@ -16,6 +16,7 @@ from typing import Any
 from opbroker.controller.core import actions as a
 from opbroker.controller.core.decisions import ready_condition
 from opbroker.controller.core.reasons import Reason
+from opbroker.controller.core.shown_failures import SHOWN_REASONS
 from opbroker.controller.core.views import condition_wire
 from opbroker.controller.servicecatalog.core import operations
 from opbroker.controller.servicecatalog.core.offering import Unresolved
@@ -97,11 +98,50 @@ def ignored(warnings: tuple[str, ...], what: str) -> list[Any]:
     return [a.Event(Reason.ANSWER_FIELDS_IGNORED.value, message, warning=True)]
 
 
+AFTER = " — after: "
+"""Joins a step of a retried creation to the failure it follows (:func:`after_failure`)."""
+MITIGATION_FOLLOWS = "; orphan mitigation follows"
+#: Ready reasons whose message is a failure a retried creation's next steps carry on (the calls' own, and what the
+#: runtime shows of a failure that escaped the plan: ``controller.showing``).
+CARRIED = frozenset(
+    {
+        Reason.PROVISION_CALL_FAILED.value,
+        Reason.BIND_CALL_FAILED.value,
+        Reason.UPDATE_CALL_FAILED.value,
+        Reason.BIND_RESULT_REFUSED.value,
+        Reason.ASYNC_OPERATION_TIMED_OUT.value,
+        Reason.ORPHAN_MITIGATION.value,
+        Reason.ORPHAN_MITIGATION_SUCCESSFUL.value,
+        Reason.PROVISIONING.value,
+        Reason.BINDING_IN_PROGRESS.value,
+        Reason.UNBINDING.value,
+        *(r.value for r in SHOWN_REASONS),
+    }
+)
+
+
+def after_failure(obj: CatalogObject, message: str) -> str:
+    """``message`` for a step of a creation that is retried after a failure (orphan mitigation, the request sent
+    again), followed by that failure as the Ready condition says it now — so Ready keeps naming what failed and its
+    fix through the whole cycle, not only for the moment between the failure and the next step."""
+    current = obj.status.condition("Ready")
+    said = (current.message or "") if current is not None and current.status != "True" else ""
+    if current is None or current.reason not in CARRIED or not said:
+        return message
+    if AFTER in said:
+        failure = said.split(AFTER, 1)[1]
+    elif current.reason in (Reason.PROVISIONING.value, Reason.BINDING_IN_PROGRESS.value, Reason.UNBINDING.value):
+        return message  # a request's own step, no failure before it
+    else:
+        failure = said.removesuffix(MITIGATION_FOLLOWS)
+    return f"{message}{AFTER}{failure}"
+
+
 def mitigation_follows(obj: CatalogObject, *, reason: Reason, message: str, final: bool, now: datetime) -> list[Any]:
     """A creation (provision, bind) failed with orphan mitigation to follow (:func:`operations.mitigating`),
     said in an Event; the mitigation runs at once, on the next pass."""
     listed = conditions(
-        obj, ready=False, reason=reason, message=f"{message}; orphan mitigation follows", failed=final, now=now
+        obj, ready=False, reason=reason, message=f"{message}{MITIGATION_FOLLOWS}", failed=final, now=now
     )
     event = a.Event(Reason.ORPHAN_MITIGATION.value, message, warning=True)
     return [a.WriteStatus(operations.mitigating(obj, final=final, conditions=listed), event=event), a.Requeue(0)]
