@@ -51,6 +51,7 @@ from opbroker.api.controllerinstall import (
 from opbroker.api.conventions import DEFAULT_NAMESPACE
 from opbroker.api.crd import all_crds
 from opbroker.components import rbac, resources
+from opbroker.components.onboarding import NamespaceOnboarding
 from opbroker.rendering.urlpolicy import FetchPolicy
 
 CONTROL_PLANE_TYPE = "opbroker:index:ControlPlane"
@@ -491,6 +492,9 @@ def broker_command(namespace: str, flags: list[str] | None = None) -> list[str]:
 class ControlPlane(pulumi.ComponentResource):
     """Installs opbroker into a cluster: CRDs, namespace, RBAC, the controller and the OSB broker."""
 
+    # Its ``tenant_namespaces`` were its own children before NamespaceOnboarding existed: theirs keep those URNs.
+    onboarded_namespaces_as_children = True
+
     namespace: pulumi.Output[str]
     """Namespace of the control plane (where SFService, SFPlan and SFCluster objects go), known once the namespace
     and the CRDs exist: a catalog component given it as its ``namespace`` waits for exactly those."""
@@ -609,18 +613,18 @@ class ControlPlane(pulumi.ComponentResource):
                 scoped,
                 plan_sa,
             )
-        # The onboarded namespaces (``tenant_namespaces``): the writer's ClusterRole, then per namespace an account
-        # and two RoleBindings (the account's to the writer, the plan account's to its ClusterRole).
-        granted: dict[str, pulumi.Resource] = {names.plan_cluster_role: plan_role}
-        for role in [r for r in objects if r == "namespace-writer-cluster-role" or r.startswith("tenant-")]:
-            kind = objects[role]["kind"]
-            if kind == "ClusterRole":
-                granted[names.namespace_writer] = rbac_child(k8s.rbac.v1.ClusterRole, f"{name}-{role}", role)
-            elif kind == "ServiceAccount":
-                rbac_child(k8s.core.v1.ServiceAccount, f"{name}-{role}", role)
-            else:
-                bound = granted[objects[role]["roleRef"]["name"]]
-                rbac_child(k8s.rbac.v1.RoleBinding, f"{name}-{role}", role, bound)
+        # The namespace writer's ClusterRole (always: a namespace onboarded later, by a NamespaceOnboarding of a
+        # team's program or ``opbroker namespace onboard``, is bound to it), then each of ``tenant_namespaces``
+        # onboarded by the component of its own (its children keep the URNs they had as this component's).
+        writer_role = rbac_child(
+            k8s.rbac.v1.ClusterRole, f"{name}-namespace-writer-cluster-role", "namespace-writer-cluster-role"
+        )
+        for tenant in s.tenant_namespaces:
+            NamespaceOnboarding(
+                f"{name}-tenant-{tenant}",
+                {"namespace": tenant, "control_plane": ns, "labels": dict(s.labels)},
+                opts=child(writer_role, plan_role),
+            )
         controller_binding = rbac_child(
             k8s.rbac.v1.ClusterRoleBinding,
             f"{name}-controller",
