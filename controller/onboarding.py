@@ -48,7 +48,7 @@ def _say(progress: Progress | None, message: str) -> None:
 def onboard(kube: Kube, onboarding: Onboarding, progress: Progress | None = None) -> list[ResourceRef]:
     """Apply the control plane's namespace writer ClusterRole (the same the ControlPlane creates: applied again it
     changes nothing) and the namespace's objects; the refs of what was applied in the namespace."""
-    if kube.get(ResourceRef("v1", "Namespace", onboarding.namespace)) is None:
+    if kube.get(ResourceRef(api_version="v1", kind="Namespace", name=onboarding.namespace)) is None:
         raise NotOnboardable(f"the namespace {onboarding.namespace} does not exist: create it first")
     kube.apply(namespace_writer(onboarding.control_plane, managed_by=MANAGED_BY), field_manager=FIELD_MANAGER)
     applied = []
