@@ -82,7 +82,7 @@ class NamespaceOnboarding(pulumi.ComponentResource):
         super().__init__(ONBOARDING_TYPE, name, None, opts)
         parent = opts.parent if opts is not None else None
         kept = [pulumi.Alias(parent=parent)] if getattr(parent, ONBOARDED_AS_CHILDREN, False) else None
-        children: list[pulumi.Resource] = []
+        children: list[pulumi.CustomResource] = []
         for key, manifest in onboarding_objects(s.namespace, s.control_plane, tuple(s.plan_accounts), labels=s.labels):
             options = pulumi.ResourceOptions.merge(
                 resources.child_options(self, opts), pulumi.ResourceOptions(aliases=kept)

@@ -14,7 +14,8 @@ from typing import Any
 
 from opbroker.api.controllerinstall import namespace_writer, onboarding_objects
 from opbroker.api.conventions import DEFAULT_PLAN_SERVICE_ACCOUNT
-from opbroker.controller.kube import Kube, ResourceRef, ref_of
+from opbroker.api.meta import ResourceRef
+from opbroker.controller.kube import Kube, ref_of
 
 #: The field manager of what onboarding applies (``kubectl get -o yaml --show-managed-fields`` names it).
 FIELD_MANAGER = "opbroker-onboarding"

@@ -16,7 +16,8 @@ from typing import Any
 from kubernetes import client
 
 from opbroker.api import SFService, SFServiceBinding, SFServiceInstance
-from opbroker.controller.kube import BINDINGS, INSTANCES, Kube, ResourceRef, ref_of
+from opbroker.api.meta import ResourceRef
+from opbroker.controller.kube import BINDINGS, INSTANCES, Kube, ref_of
 
 Progress = Callable[[str], None]
 CRD_API = "apiextensions.k8s.io/v1"

@@ -129,7 +129,7 @@ class DevStack:
         if not existing.is_file():
             raise DevStackError(f"no kubeconfig at {existing}")
         try:
-            api = config.new_client_from_config(config_file=str(existing))
+            api: client.ApiClient = config.new_client_from_config(config_file=str(existing))
             version = client.VersionApi(api).get_code(_request_timeout=10)
         except Exception as exc:  # any failure to load or reach it is the user's to fix; say which
             raise DevStackError(f"the cluster of {existing} is not reachable: {exc}") from exc
@@ -325,7 +325,7 @@ class DevStack:
         grant_plan_account(api, DEFAULT_NAMESPACE, [DEMO_OPERATOR_RULE])
         progress(f"granted the plan account {DEFAULT_NAMESPACE}/opbroker-plans the demo operator's Databases")
         onboard_namespace(api, DEMO_NAMESPACE)  # the plan account writes only where it is bound
-        progress(f"onboarded the namespace {DEMO_NAMESPACE} (its opbroker account, the plan account's rights)")
+        progress(f"onboarded the namespace {DEMO_NAMESPACE} as `opbroker namespace onboard {DEMO_NAMESPACE}` does")
         for document in yaml.safe_load_all((DEMO_OPERATOR / "catalog.yaml").read_text()):
             manifest: dict[str, Any] = {
                 **document,
