@@ -55,9 +55,12 @@ class Names:
         """The default plan account's ClusterRole, bound per namespace (RoleBindings of the same name)."""
         self.plan_cluster_scoped_role = rbac.plan_cluster_role_name(namespace)
         """Its cluster-scoped kinds' ClusterRole, bound cluster-wide (only with ``cluster_operator_rules``)."""
-        self.namespace_writer = f"opbroker:{namespace}:namespace-writer"
+        self.namespace_writer = rbac.namespace_writer_name(namespace)
         """What onboarded namespaces' ``opbroker`` accounts are bound to (:func:`rbac.tenant_write_rules`)."""
         self.broker_cluster_role = f"opbroker:{namespace}:broker"
+        self.onboarder = rbac.ONBOARDER_ACCOUNT
+        self.onboarder_cluster_role = f"opbroker:{namespace}:onboarder"
+        """What the controller onboards namespaces as (only with ``onboard_namespace_selector``)."""
         self.webhook = "opbroker-controller-webhook"
         """The webhook's Service, Role and RoleBinding."""
         self.webhook_configuration = f"opbroker-servicecatalog-{namespace}"
@@ -207,6 +210,8 @@ class ControllerSpec:
     """Further plan accounts' names (SFPlans' ``serviceAccountName``) the controller may impersonate."""
     tenant_namespaces: tuple[str, ...] = ()
     """Consumer namespaces to onboard: their ``opbroker`` account and the default plan account's rights there."""
+    onboard_namespace_selector: str | None = None
+    """A label selector: the controller onboards the namespaces whose labels match (as the onboarder account)."""
     single_tenant: bool = False
     webhook: bool = True
     flags: tuple[str, ...] = ()
@@ -274,6 +279,7 @@ def controller_objects(spec: ControllerSpec) -> list[tuple[str, dict[str, Any]]]
                         webhook_configuration=names.webhook_configuration if spec.webhook else None,
                         cluster_operator_rules=cluster_operator_rules,
                         plan_accounts=spec.plan_accounts,
+                        onboards=spec.onboard_namespace_selector is not None,
                     )
                 ),
             ),
@@ -310,6 +316,29 @@ def controller_objects(spec: ControllerSpec) -> list[tuple[str, dict[str, Any]]]
         ),
     ]
     objects += onboarded(spec, names, lambda m: {**m, "metadata": {**m["metadata"], **meta_labels("namespaces")}})
+    if spec.onboard_namespace_selector is not None:
+        objects += [
+            ("onboarder-account", account(names.onboarder, "controller")),
+            (
+                "onboarder-cluster-role",
+                rbac_object(
+                    "ClusterRole",
+                    names.onboarder_cluster_role,
+                    "controller",
+                    rules=rules(rbac.onboarder_rules(ns, (names.plan_account,))),
+                ),
+            ),
+            (
+                "onboarder-cluster-role-binding",
+                rbac_object(
+                    "ClusterRoleBinding",
+                    names.onboarder_cluster_role,
+                    "controller",
+                    roleRef=role_ref("ClusterRole", names.onboarder_cluster_role),
+                    subjects=subjects(names.onboarder),
+                ),
+            ),
+        ]
     for role, name, found in (
         ("leader-election", names.leader_election, rbac.controller_namespace_rules()),
         # The registries of instances and bindings (issue 29), kept here where no consumer can read them.
@@ -331,6 +360,8 @@ def controller_objects(spec: ControllerSpec) -> list[tuple[str, dict[str, Any]]]
         )
     ports: list[dict[str, Any]] = [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}]
     flags = list(spec.flags)
+    if spec.onboard_namespace_selector is not None:
+        flags += ["--onboard-namespace-selector", spec.onboard_namespace_selector]
     if spec.webhook:
         objects.append(
             (

@@ -221,7 +221,13 @@ class ControlPlaneArgs(TypedDict):
     tenant_namespaces: NotRequired[list[str]]
     """Consumer namespaces to onboard: each gets its ``opbroker`` account bound to what opbroker writes there for
     no plan, and ``opbroker-plans`` bound to its rules there (default none; a namespace onboarded by other means
-    needs the same objects, see docs/security.md)."""
+    needs the same objects: the ``NamespaceOnboarding`` component or ``opbroker namespace onboard``)."""
+    tenant_namespace_selector: NotRequired[str]
+    """A label selector on Namespaces (``opbroker.io/tenant=true``): the controller onboards every namespace whose
+    labels match, now or labelled later, and offboards one that stops matching (``--onboard-namespace-selector``).
+    It does so as the account ``opbroker-onboarder``, which may create only the onboarding's ServiceAccount and
+    RoleBindings and bind only opbroker's ClusterRoles. Labelling a Namespace is the platform's act: a tenant with
+    rights in its namespace cannot label the Namespace object itself."""
 
 
 # -- validation: the args as a frozen settings model with the defaults ------------------------------------
@@ -378,6 +384,14 @@ class Settings(_Settings):
     tenant_namespaces: list[Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)]] = Field(
         default_factory=list
     )
+    tenant_namespace_selector: str | None = Field(default=None, min_length=1)
+
+    @field_validator("tenant_namespace_selector")
+    @classmethod
+    def _tenant_selector_parses(cls, value: str | None) -> str | None:
+        if value is not None:
+            selectors.parse(value)  # a SelectorError is a ValueError: reported with the field
+        return value
 
 
 def settings(name: str, args: ControlPlaneArgs) -> Settings:
@@ -473,6 +487,7 @@ def controller_spec(s: Settings) -> ControllerSpec:
         ),
         plan_accounts=tuple(s.controller.plan_accounts),
         tenant_namespaces=tuple(s.tenant_namespaces),
+        onboard_namespace_selector=s.tenant_namespace_selector,
         single_tenant=s.controller.single_tenant,
         webhook=s.controller.webhook,
         flags=tuple(s.controller.flags()),
@@ -633,6 +648,22 @@ class ControlPlane(pulumi.ComponentResource):
             controller_sa,
         )
         controller_needs: list[pulumi.Resource] = [controller_binding]
+        if "onboarder-account" in objects:  # ``tenant_namespace_selector``: the account the controller onboards as
+            onboarder_sa = rbac_child(
+                k8s.core.v1.ServiceAccount, f"{name}-onboarder", "onboarder-account", *in_namespace
+            )
+            onboarder_role = rbac_child(k8s.rbac.v1.ClusterRole, f"{name}-onboarder", "onboarder-cluster-role")
+            controller_needs.append(
+                rbac_child(
+                    k8s.rbac.v1.ClusterRoleBinding,
+                    f"{name}-onboarder",
+                    "onboarder-cluster-role-binding",
+                    onboarder_role,
+                    onboarder_sa,
+                    writer_role,
+                    plan_role,
+                )
+            )
         for role, suffix in (("leader-election", "leader-election"), ("registries", "registries")):
             namespace_role = rbac_child(
                 k8s.rbac.v1.Role, f"{name}-controller-{suffix}", f"controller-{role}-role", *in_namespace

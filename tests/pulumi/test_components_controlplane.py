@@ -802,6 +802,7 @@ def test_custom_resources_created_after_the_control_plane_wait_for_its_crds() ->
         ),
         ({"controller": {"plan_accounts": ["Not An Account"]}}, "controller.plan_accounts[0]"),
         ({"tenant_namespaces": ["Team_A"]}, "tenant_namespaces[0]"),
+        ({"tenant_namespace_selector": "a in (b"}, "tenant_namespace_selector"),
     ],
 )
 def test_bad_settings_name_their_field_and_register_nothing(args: dict[str, Any], field: str) -> None:
@@ -923,3 +924,30 @@ def test_the_webhook_can_be_left_out() -> None:
     assert not [r for r in rules if "admissionregistration.k8s.io" in r["apiGroups"]]
     (container,) = pod(mocks, "opbroker-controller")["containers"]
     assert not [flag for flag in container["command"] if flag.startswith("--webhook")]
+
+
+def test_a_tenant_namespace_selector_has_the_controller_onboard_as_the_onboarder() -> None:
+    """``tenant_namespace_selector``: the controller runs with ``--onboard-namespace-selector``, reads Namespaces
+    and impersonates ``opbroker-onboarder``, whose ClusterRole is exactly an onboarding's (bound cluster-wide:
+    the namespaces are not known at deploy time)."""
+    mocks, _ = deploy({"tenant_namespace_selector": "opbroker.io/tenant=yes"})
+    command = inputs(mocks, DEPLOYMENT, "opbroker-controller")["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[command.index("--onboard-namespace-selector") + 1] == "opbroker.io/tenant=yes"
+    controller = inputs(mocks, CLUSTER_ROLE, "opbroker-controller")["rules"]
+    assert allowed(controller, "", "namespaces") == set(READ)
+    assert rbac.writes_beyond_own([rbac.Rule.from_args(r) for r in controller]) == []
+    onboarder = [rbac.Rule.from_args(r) for r in inputs(mocks, CLUSTER_ROLE, "opbroker-onboarder")["rules"]]
+    assert onboarder == rbac.onboarder_rules("opbroker")
+    binding = inputs(mocks, CLUSTER_ROLE_BINDING, "opbroker-onboarder")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "opbroker-onboarder", "namespace": "opbroker"}]
+    assert (
+        inputs(mocks, "kubernetes:core/v1:ServiceAccount", "opbroker-onboarder")["metadata"]["namespace"] == "opbroker"
+    )
+    plain, _ = deploy()
+    assert not [r for r in plain.registrations if "onboarder" in r.name]
+    assert (
+        "--onboard-namespace-selector"
+        not in (
+            inputs(plain, DEPLOYMENT, "opbroker-controller")["spec"]["template"]["spec"]["containers"][0]["command"]
+        )
+    )
