@@ -38,7 +38,7 @@ from opbroker.controller.informers import Informers
 from opbroker.controller.instances import InstanceReconciler
 from opbroker.controller.kube import BINDINGS, INSTANCES, PLANS, SECRETS, SERVICES, Kube
 from opbroker.controller.multicluster.runtime import MultiCluster
-from opbroker.controller.onboarding import NamespaceOnboarder
+from opbroker.controller.onboarding import NAMESPACES, NamespaceOnboarder
 from opbroker.controller.reconciler import DONE, Key, PerKey, Runtime
 from opbroker.controller.reconciler.clock import SYSTEM
 from opbroker.controller.reconciler.memory import Dependents
@@ -181,8 +181,9 @@ class Controller:
             plan_user=lambda plan: identities.plan_user(plan, self.settings),
             renderer=lambda: self.renderer,
         ).start()
-        if self.onboarder is not None:
+        if self.onboarder is not None:  # Namespaces: a core kind, watched like Secrets (the informers take none)
             self.onboarder.start()
+            self.watchers.subscribe(NAMESPACES, self.onboarder.on_namespace)
         self.informers = Informers(
             self.kube.api_client,
             self.all_watches(),
@@ -268,8 +269,7 @@ class Controller:
         """Every subsystem's watches: the controller's, the clusters' (multi-cluster), the claims', the Service
         Catalog's."""
         clusters = self.multicluster.watches() if self.multicluster is not None else []
-        onboarding = [self.onboarder.watch()] if self.onboarder is not None else []
-        return [*self.watches(), *clusters, *self.claims.watches(), *self.service_catalog.watches(), *onboarding]
+        return [*self.watches(), *clusters, *self.claims.watches(), *self.service_catalog.watches()]
 
     def _enqueue(self, key: Key) -> None:
         self.runtime.enqueue(key)

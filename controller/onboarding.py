@@ -21,7 +21,6 @@ from opbroker.api.controllerinstall import MANAGED_BY_LABEL, namespace_writer, o
 from opbroker.api.conventions import DEFAULT_PLAN_SERVICE_ACCOUNT, NAMESPACE_SERVICE_ACCOUNT
 from opbroker.api.meta import ResourceRef
 from opbroker.controller.kube import Kube, ref_of
-from opbroker.controller.watches import Watch
 
 logger = logging.getLogger(__name__)
 
@@ -81,6 +80,8 @@ def offboard(kube: Kube, onboarding: Onboarding, progress: Progress | None = Non
     return deleted
 
 
+#: The kind the onboarder follows (``SourceWatchers.subscribe``: the informers take no core-group kind).
+NAMESPACES = ("v1", "Namespace")
 #: ``app.kubernetes.io/managed-by`` of what the controller onboards by label: only those it offboards again.
 MANAGED_BY_CONTROLLER = "opbroker-controller"
 
@@ -90,7 +91,7 @@ class NamespaceOnboarder:
     are labelled later, and offboards one whose labels stop matching — only an onboarding it made itself (its
     ``managed-by``), never one of ``opbroker namespace onboard`` or of a Pulumi program.
 
-    The watch's events (one dispatcher thread for every watch: it must not wait on writes) only record what each
+    The Namespace watch's events (:data:`NAMESPACES`; its thread must not wait on writes) only record what each
     namespace should be; a thread of its own applies that through ``door``, the onboarder account's (which may
     write nothing else), retrying a failed namespace after ``retry_seconds``.
     """
@@ -117,11 +118,6 @@ class NamespaceOnboarder:
         """What was last made true of each namespace."""
         self._pending: queue.Queue[str | None] = queue.Queue()
         self._thread: threading.Thread | None = None
-
-    def watch(self) -> Watch:
-        return Watch(
-            "v1", "namespaces", self.on_namespace, "onboarding-namespaces", metadata_only=True, kind="Namespace"
-        )
 
     def on_namespace(self, event_type: str, body: dict[str, Any]) -> None:
         metadata = body.get("metadata") or {}

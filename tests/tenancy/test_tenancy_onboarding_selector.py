@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +18,9 @@ from opbroker.api.controllerinstall import MANAGED_BY_LABEL, ControllerSpec, Nam
 from opbroker.api.rbac import ONBOARDER_ACCOUNT
 from opbroker.controller.kube import Kube
 from opbroker.controller.onboarding import MANAGED_BY_CONTROLLER, NamespaceOnboarder, Onboarding, onboard
+from opbroker.devcluster import ControlPlane
+from opbroker.devcluster.processes import Process
+from tests.controller_support import controller_command, wait_for
 from tests.tenancy_support import make_tenant, refused, service_account_client
 
 SELECTOR = "opbroker.io/tenant in (yes)"
@@ -133,3 +137,32 @@ def _writer_binding(namespace: str, writer: str) -> dict[str, Any]:
         "roleRef": {**_ROLE_REF, "name": writer},
         "subjects": [{"kind": "ServiceAccount", "name": "opbroker", "namespace": namespace}],
     }
+
+
+@pytest.mark.process
+def test_a_running_controller_onboards_a_namespace_labelled_later_and_offboards_it_when_unlabelled(
+    control_plane: ControlPlane, api_client: client.ApiClient, control_plane_namespace: str, tmp_path: Path
+) -> None:
+    """The watch wired in: ``opbroker controller run --onboard-namespace-selector`` (as the admin, impersonating
+    the onboarder, so the onboarder's RBAC decides) follows a namespace's labels within seconds."""
+    core = client.CoreV1Api(api_client)
+    team = f"team-{uuid.uuid4().hex[:8]}"
+    core.create_namespace({"metadata": {"name": team}})
+    command = controller_command(
+        control_plane, "--namespace", control_plane_namespace, "--onboard-namespace-selector", SELECTOR
+    )
+    process = Process("controller", command, tmp_path)
+    process.start()
+    try:
+        accounts = lambda: {a.metadata.name for a in core.list_namespaced_service_account(team).items}  # noqa: E731
+        try:
+            core.patch_namespace(team, {"metadata": {"labels": {"opbroker.io/tenant": "yes"}}})
+            wait_for(lambda: "opbroker" in accounts(), timeout=60, what=f"the onboarding of {team}")
+            core.patch_namespace(team, {"metadata": {"labels": {"opbroker.io/tenant": "no"}}})
+            wait_for(lambda: "opbroker" not in accounts(), timeout=30, what=f"the offboarding of {team}")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; the controller's log ends:\n{process.tail()}") from None
+        assert process.running, process.tail()
+    finally:
+        process.stop()
+        core.delete_namespace(team)
