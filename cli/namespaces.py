@@ -40,7 +40,7 @@ def onboard(
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
 ) -> None:
-    """Create the namespace's ``opbroker`` account bound to what opbroker writes there for no plan, and bind the
+    """Create the namespace's opbroker account bound to what opbroker writes there for no plan, and bind the
     control plane's plan accounts there (applied again, it changes nothing)."""
     from opbroker.controller import onboarding
 
@@ -65,7 +65,7 @@ def offboard(
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
 ) -> None:
-    """Delete what ``onboard`` created in the namespace (what opbroker already wrote there stays; later writes are
+    """Delete what onboard created in the namespace (what opbroker already wrote there stays; later writes are
     refused)."""
     from opbroker.controller import onboarding
 
