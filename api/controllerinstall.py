@@ -55,9 +55,12 @@ class Names:
         """The default plan account's ClusterRole, bound per namespace (RoleBindings of the same name)."""
         self.plan_cluster_scoped_role = rbac.plan_cluster_role_name(namespace)
         """Its cluster-scoped kinds' ClusterRole, bound cluster-wide (only with ``cluster_operator_rules``)."""
-        self.namespace_writer = f"opbroker:{namespace}:namespace-writer"
+        self.namespace_writer = rbac.namespace_writer_name(namespace)
         """What onboarded namespaces' ``opbroker`` accounts are bound to (:func:`rbac.tenant_write_rules`)."""
         self.broker_cluster_role = f"opbroker:{namespace}:broker"
+        self.onboarder = rbac.ONBOARDER_ACCOUNT
+        self.onboarder_cluster_role = f"opbroker:{namespace}:onboarder"
+        """What the controller onboards namespaces as (only with ``onboard_namespace_selector``)."""
         self.webhook = "opbroker-controller-webhook"
         """The webhook's Service, Role and RoleBinding."""
         self.webhook_configuration = f"opbroker-servicecatalog-{namespace}"
@@ -207,6 +210,8 @@ class ControllerSpec:
     """Further plan accounts' names (SFPlans' ``serviceAccountName``) the controller may impersonate."""
     tenant_namespaces: tuple[str, ...] = ()
     """Consumer namespaces to onboard: their ``opbroker`` account and the default plan account's rights there."""
+    onboard_namespace_selector: str | None = None
+    """A label selector: the controller onboards the namespaces whose labels match (as the onboarder account)."""
     single_tenant: bool = False
     webhook: bool = True
     flags: tuple[str, ...] = ()
@@ -274,6 +279,7 @@ def controller_objects(spec: ControllerSpec) -> list[tuple[str, dict[str, Any]]]
                         webhook_configuration=names.webhook_configuration if spec.webhook else None,
                         cluster_operator_rules=cluster_operator_rules,
                         plan_accounts=spec.plan_accounts,
+                        onboards=spec.onboard_namespace_selector is not None,
                     )
                 ),
             ),
@@ -310,6 +316,29 @@ def controller_objects(spec: ControllerSpec) -> list[tuple[str, dict[str, Any]]]
         ),
     ]
     objects += onboarded(spec, names, lambda m: {**m, "metadata": {**m["metadata"], **meta_labels("namespaces")}})
+    if spec.onboard_namespace_selector is not None:
+        objects += [
+            ("onboarder-account", account(names.onboarder, "controller")),
+            (
+                "onboarder-cluster-role",
+                rbac_object(
+                    "ClusterRole",
+                    names.onboarder_cluster_role,
+                    "controller",
+                    rules=rules(rbac.onboarder_rules(ns, (names.plan_account,))),
+                ),
+            ),
+            (
+                "onboarder-cluster-role-binding",
+                rbac_object(
+                    "ClusterRoleBinding",
+                    names.onboarder_cluster_role,
+                    "controller",
+                    roleRef=role_ref("ClusterRole", names.onboarder_cluster_role),
+                    subjects=subjects(names.onboarder),
+                ),
+            ),
+        ]
     for role, name, found in (
         ("leader-election", names.leader_election, rbac.controller_namespace_rules()),
         # The registries of instances and bindings (issue 29), kept here where no consumer can read them.
@@ -331,6 +360,8 @@ def controller_objects(spec: ControllerSpec) -> list[tuple[str, dict[str, Any]]]
         )
     ports: list[dict[str, Any]] = [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}]
     flags = list(spec.flags)
+    if spec.onboard_namespace_selector is not None:
+        flags += ["--onboard-namespace-selector", spec.onboard_namespace_selector]
     if spec.webhook:
         objects.append(
             (
@@ -434,24 +465,60 @@ def plan_cluster_scoped(
     ]
 
 
+def onboarding_objects(
+    namespace: str,
+    control_plane: str,
+    plan_accounts: Sequence[str] = (DEFAULT_PLAN_SERVICE_ACCOUNT,),
+    *,
+    labels: Mapping[str, str] | None = None,
+    managed_by: str = "pulumi",
+) -> list[tuple[str, dict[str, Any]]]:
+    """The onboarding of one consumer ``namespace`` by the control plane in ``control_plane``
+    (:func:`rbac.onboarding_manifests`), the one source of the ``NamespaceOnboarding`` component, the ControlPlane's
+    ``tenant_namespaces``, ``opbroker namespace onboard`` and ``opbroker dev``: its ``opbroker`` account, that
+    account's RoleBinding to the control plane's namespace writer (:attr:`Names.namespace_writer`, which the
+    ControlPlane creates) and a RoleBinding per plan account — keyed ``account``, ``writer-binding``,
+    ``plans-binding`` (the default plan account) and ``plan-<account>-binding`` (any other)."""
+    names = Names(control_plane)
+    account, writer_binding, *plan_bindings = rbac.onboarding_manifests(
+        namespace, control_plane, plan_accounts, writer=names.namespace_writer
+    )
+    keys = ["account", "writer-binding"] + [
+        "plans-binding" if plan == DEFAULT_PLAN_SERVICE_ACCOUNT else f"plan-{plan}-binding" for plan in plan_accounts
+    ]
+    stamp = common_labels("namespaces", labels or {}, managed_by)
+    return [
+        (key, {**manifest, "metadata": {**manifest["metadata"], "labels": stamp}})
+        for key, manifest in zip(keys, [account, writer_binding, *plan_bindings], strict=True)
+    ]
+
+
+def namespace_writer(
+    control_plane: str, *, labels: Mapping[str, str] | None = None, managed_by: str = "pulumi"
+) -> dict[str, Any]:
+    """The control plane's namespace writer ClusterRole (:func:`rbac.tenant_write_rules`): what every onboarded
+    namespace's ``opbroker`` account is bound to there."""
+    writer = rbac.namespace_writer_manifest(Names(control_plane).namespace_writer)
+    return {
+        **writer,
+        "metadata": {**writer["metadata"], "labels": common_labels("namespaces", labels or {}, managed_by)},
+    }
+
+
 def onboarded(
     spec: ControllerSpec, names: Names, labelled: Callable[[dict[str, Any]], dict[str, Any]]
 ) -> list[tuple[str, dict[str, Any]]]:
-    """The onboarding of ``tenant_namespaces`` (:func:`rbac.onboarding_manifests`): the namespace writer's
-    ClusterRole once, then per namespace its ``opbroker`` account, that account's binding and the default plan
-    account's binding — keyed ``tenant-<namespace>-<kind>``."""
-    if not spec.tenant_namespaces:
-        return []
-    writer = rbac.namespace_writer_manifest(names.namespace_writer)
-    objects = [("namespace-writer-cluster-role", labelled(writer))]
+    """The namespace writer's ClusterRole — always, so a namespace onboarded later (the ``NamespaceOnboarding``
+    component, ``opbroker namespace onboard``) finds it — then the onboarding of each of ``tenant_namespaces``
+    (:func:`onboarding_objects`), keyed ``tenant-<namespace>-<key>``."""
+    pods = spec.pods
+    objects = [("namespace-writer-cluster-role", labelled(rbac.namespace_writer_manifest(names.namespace_writer)))]
     for namespace in spec.tenant_namespaces:
-        account, writer_binding, plans_binding = rbac.onboarding_manifests(
-            namespace, spec.namespace, (names.plan_account,), writer=names.namespace_writer
-        )
         objects += [
-            (f"tenant-{namespace}-account", labelled(account)),
-            (f"tenant-{namespace}-writer-binding", labelled(writer_binding)),
-            (f"tenant-{namespace}-plans-binding", labelled(plans_binding)),
+            (f"tenant-{namespace}-{key}", manifest)
+            for key, manifest in onboarding_objects(
+                namespace, spec.namespace, (names.plan_account,), labels=pods.labels, managed_by=pods.managed_by
+            )
         ]
     return objects
 

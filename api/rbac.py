@@ -66,6 +66,7 @@ def controller_cluster_rules(
     webhook_configuration: str | None = None,
     cluster_operator_rules: Sequence[Mapping[str, Any]] = (),
     plan_accounts: Sequence[str] = (),
+    onboards: bool = False,
 ) -> list[Rule]:
     """The controller's ClusterRole (issue 24): it writes only its own kinds, Events, and — for everything else
     — through identities the platform granted, which it impersonates; it reads what it watches.
@@ -89,17 +90,25 @@ def controller_cluster_rules(
 
     ``webhook_configuration``: the name of the admission webhook's ValidatingWebhookConfiguration, which the
     controller reads and patches (its ``caBundle``) — that one object only (:func:`webhook_cluster_rules`).
+
+    ``onboards`` (``--onboard-namespace-selector``): it watches namespaces, and impersonates the onboarder
+    (:data:`ONBOARDER_ACCOUNT`, :func:`onboarder_rules`) to onboard those whose labels match.
     """
     reads = [
         Rule(("",), ("secrets", "configmaps"), READ_VERBS),
         Rule(("",), ("nodes",), READ_VERBS),
-        Rule(("",), ("namespaces",), ("get",)),
+        Rule(("",), ("namespaces",), READ_VERBS if onboards else ("get",)),
         Rule(("",), ("pods",), ("list",)),
         Rule(("batch",), ("jobs",), READ_VERBS),
         Rule(("apps",), WORKLOADS, READ_VERBS),
         Rule(("apiextensions.k8s.io",), ("customresourcedefinitions",), READ_VERBS),
     ]
     operator = [Rule.from_args(rule) for rule in (*operator_rules, *cluster_operator_rules)]
+    onboarder = [ONBOARDER_ACCOUNT] if onboards else []
+    if single_tenant:  # impersonates no one, but the onboarder (it writes no RoleBinding itself either way)
+        impersonation = [Rule(("",), ("serviceaccounts",), ("impersonate",), tuple(onboarder))] if onboards else []
+    else:
+        impersonation = [impersonation_rule([*plan_accounts, *onboarder])]
     if single_tenant:
         delegated = [*tenant_write_rules(), *operator]
     else:
@@ -112,7 +121,7 @@ def controller_cluster_rules(
         *_owned(RESOURCE_KINDS),
         Rule(("",), ("events",), ("create", "patch")),
         Rule(("events.k8s.io",), ("events",), ("create", "patch")),
-        *([] if single_tenant else [impersonation_rule(plan_accounts)]),
+        *impersonation,
         Rule(("authorization.k8s.io",), ("subjectaccessreviews",), ("create",)),
         *(webhook_cluster_rules(webhook_configuration) if webhook_configuration else []),
         *reads,
@@ -266,6 +275,54 @@ def onboarding_manifests(
     ]
 
 
+#: The account the controller onboards namespaces as (``--onboard-namespace-selector``), impersonated by name: the
+#: controller's own ClusterRole writes no ServiceAccount and no RoleBinding.
+ONBOARDER_ACCOUNT = "opbroker-onboarder"
+
+
+def namespace_writer_name(control_plane: str) -> str:
+    """The ClusterRole the onboarded namespaces' ``opbroker`` accounts are bound to (one per control plane)."""
+    return f"opbroker:{control_plane}:namespace-writer"
+
+
+def onboarded_roles(
+    control_plane: str, plan_accounts: Sequence[str] = (DEFAULT_PLAN_SERVICE_ACCOUNT,)
+) -> tuple[str, ...]:
+    """The ClusterRoles an onboarding binds (each RoleBinding is named after its role): the namespace writer and
+    the plan accounts' roles."""
+    return (namespace_writer_name(control_plane), *(plan_role_name(control_plane, a) for a in plan_accounts))
+
+
+def onboarder_rules(control_plane: str, plan_accounts: Sequence[str] = (DEFAULT_PLAN_SERVICE_ACCOUNT,)) -> list[Rule]:
+    """The onboarder's ClusterRole: create the ``opbroker`` account and the RoleBindings of an onboarding in any
+    namespace (a create cannot be limited by name), read, change and delete only those by name, and ``bind`` only
+    the onboarding's ClusterRoles — RBAC refuses a RoleBinding to any other role unless the creator holds all of
+    its rights, which this account does not."""
+    roles = onboarded_roles(control_plane, plan_accounts)
+    return [
+        Rule(("",), ("serviceaccounts",), ("create",)),
+        Rule(("",), ("serviceaccounts",), ("get", "patch", "delete"), (NAMESPACE_SERVICE_ACCOUNT,)),
+        Rule(("rbac.authorization.k8s.io",), ("rolebindings",), ("create",)),
+        Rule(("rbac.authorization.k8s.io",), ("rolebindings",), ("get", "patch", "delete"), roles),
+        Rule(("rbac.authorization.k8s.io",), ("clusterroles",), ("bind",), roles),
+    ]
+
+
+def _an_onboarding_write(rule: Rule) -> bool:
+    """Whether ``rule`` is one of the onboarder's writes (:func:`onboarder_rules`): creating ServiceAccounts or
+    RoleBindings; reading, patching, deleting them only by opbroker's names; binding only opbroker's ClusterRoles."""
+    verbs, names = set(rule.verbs), rule.resource_names or ()
+    by_name = verbs <= {"get", "patch", "delete"}
+    ours = bool(names) and all(name.startswith("opbroker:") for name in names)
+    if rule.api_groups == ("",) and rule.resources == ("serviceaccounts",):
+        return (verbs == {"create"} and not names) or (by_name and names == (NAMESPACE_SERVICE_ACCOUNT,))
+    if rule.api_groups == ("rbac.authorization.k8s.io",) and rule.resources == ("rolebindings",):
+        return (verbs == {"create"} and not names) or (by_name and ours)
+    if rule.api_groups == ("rbac.authorization.k8s.io",) and rule.resources == ("clusterroles",):
+        return verbs == {"bind"} and ours
+    return False
+
+
 #: Where a ClusterRole may grant write verbs (issue 24's RBAC check): opbroker's own API groups and the
 #: coordination, event, impersonation and access-review resources.
 WRITE_VERBS = frozenset(
@@ -273,11 +330,12 @@ WRITE_VERBS = frozenset(
 )
 
 
-def writes_beyond_own(rules: Sequence[Rule]) -> list[Rule]:
+def writes_beyond_own(rules: Sequence[Rule], *, onboarding: bool = False) -> list[Rule]:
     """The rules of a ClusterRole that grant a write verb outside opbroker's own groups, Leases, Events,
     impersonation of ServiceAccounts by name and access reviews (a write limited by ``resourceNames`` to
     opbroker's own webhook configuration aside). Impersonating every ServiceAccount (no ``resourceNames``) is
-    cluster-admin in effect, and is caught."""
+    cluster-admin in effect, and is caught. ``onboarding``: the role is the onboarder's, which may also write
+    what an onboarding is (:func:`_an_onboarding_write`) and nothing beyond it."""
     own_groups = {kind.GROUP for kind in RESOURCE_KINDS}
     allowed = {
         ("coordination.k8s.io", "leases"),
@@ -289,6 +347,8 @@ def writes_beyond_own(rules: Sequence[Rule]) -> list[Rule]:
     wrong = []
     for rule in rules:
         if not WRITE_VERBS & set(rule.verbs):
+            continue
+        if onboarding and _an_onboarding_write(rule):
             continue
         for group in rule.api_groups:
             if group in own_groups:

@@ -188,6 +188,13 @@ def run(
         str | None,
         typer.Option(help="The http(s) proxy url templates are fetched through (the *_PROXY variables are ignored)."),
     ] = None,
+    onboard_namespace_selector: Annotated[
+        str | None,
+        typer.Option(
+            help="Onboard every namespace whose labels match this selector (now or when labelled later), acting as "
+            "the opbroker-onboarder account of --namespace; offboard one that stops matching."
+        ),
+    ] = None,
 ) -> None:
     """Run the controller until interrupted."""
     if scheduler is not SchedulerName.DEFAULT and not multicluster:
@@ -196,6 +203,13 @@ def run(
     from opbroker.controller.running import run as run_controller
     from opbroker.rendering.urlpolicy import FetchPolicy
 
+    if onboard_namespace_selector is not None:
+        from opbroker.api import selectors
+
+        try:
+            selectors.parse(onboard_namespace_selector)
+        except selectors.SelectorError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--onboard-namespace-selector") from None
     try:
         template_fetch = FetchPolicy.from_flags(template_allow_network or (), template_proxy)
     except ValueError as exc:
@@ -234,5 +248,6 @@ def run(
         default_plan_service_account=plan_service_account,
         namespace_service_account=namespace_service_account,
         template_fetch=template_fetch,
+        onboard_namespace_selector=onboard_namespace_selector,
     )
     run_controller(settings, kubeconfig=kubeconfig)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import threading
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -26,12 +27,21 @@ def dev(
             "built image and exactly the ControlPlane component's objects.",
         ),
     ] = False,
+    kubeconfig: Annotated[
+        Path | None,
+        typer.Option(
+            help="Use the cluster you have (kind, k3d, any kubeconfig) instead of building and starting one: "
+            "opbroker's CRDs, the demo operator's CRD, the catalog and the demo namespace's onboarding go there, "
+            "controller and broker run here; on exit everything it created there is deleted, what it found stays.",
+            dir_okay=False,
+        ),
+    ] = None,
 ) -> None:
-    """Start the control plane, CRDs, demo operator, controller, broker and example catalog."""
+    """Start the control plane (or use --kubeconfig's), CRDs, demo operator, controller, broker and example catalog."""
     from opbroker.devcluster.demo import DemoFailed, run_demo
     from opbroker.devcluster.devstack import DevStack, DevStackError
 
-    stack = DevStack(name, broker_port=port, in_cluster=in_cluster)
+    stack = DevStack(name, broker_port=port, in_cluster=in_cluster, kubeconfig=kubeconfig)
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     failed = False

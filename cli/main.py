@@ -28,6 +28,7 @@ COMMANDS: Mapping[str, str] = {
     "plan": "opbroker.cli.plan:app",
     "dev": "opbroker.cli.dev:dev",
     "import": "opbroker.cli.importer:app",
+    "namespace": "opbroker.cli.namespaces:app",
     "instance": "opbroker.cli.abandon:instance_app",
     "binding": "opbroker.cli.abandon:binding_app",
     "provider": "opbroker.cli.provider:app",

@@ -1,6 +1,6 @@
 """Pulumi components: the catalog (SFService, SFPlan), clusters (SFCluster), registered services and claims
-(RegisteredService, ServiceClaim), the Service Catalog kinds (Broker, Instance, Binding), and the ControlPlane
-that installs opbroker itself.
+(RegisteredService, ServiceClaim), the Service Catalog kinds (Broker, Instance, Binding), the ControlPlane
+that installs opbroker itself, and NamespaceOnboarding, which makes a consumer namespace ready for it.
 
 Each component validates its args against ``opbroker.api`` before registering anything, so ``pulumi
 preview`` stops on a bad plan and names the field; each registers one custom resource (or, for the
@@ -16,6 +16,7 @@ from opbroker.components.catalog import (
 )
 from opbroker.components.cluster import SFCluster, SFClusterArgs
 from opbroker.components.controlplane import ControlPlane, ControlPlaneArgs
+from opbroker.components.onboarding import NamespaceOnboarding, NamespaceOnboardingArgs
 from opbroker.components.primaza import (
     RegisteredService,
     RegisteredServiceArgs,
@@ -34,7 +35,18 @@ from opbroker.components.servicecatalog import (
 )
 
 #: Every component, in the order the component provider exposes them.
-COMPONENTS = (ControlPlane, SFService, SFPlan, SFCluster, RegisteredService, ServiceClaim, Broker, Instance, Binding)
+COMPONENTS = (
+    ControlPlane,
+    NamespaceOnboarding,
+    SFService,
+    SFPlan,
+    SFCluster,
+    RegisteredService,
+    ServiceClaim,
+    Broker,
+    Instance,
+    Binding,
+)
 
 __all__ = [
     "COMPONENTS",
@@ -47,6 +59,8 @@ __all__ = [
     "Instance",
     "InstanceArgs",
     "InvalidArgsError",
+    "NamespaceOnboarding",
+    "NamespaceOnboardingArgs",
     "RegisteredService",
     "RegisteredServiceArgs",
     "SFCluster",

@@ -51,6 +51,7 @@ from opbroker.api.controllerinstall import (
 from opbroker.api.conventions import DEFAULT_NAMESPACE
 from opbroker.api.crd import all_crds
 from opbroker.components import rbac, resources
+from opbroker.components.onboarding import NamespaceOnboarding
 from opbroker.rendering.urlpolicy import FetchPolicy
 
 CONTROL_PLANE_TYPE = "opbroker:index:ControlPlane"
@@ -220,7 +221,13 @@ class ControlPlaneArgs(TypedDict):
     tenant_namespaces: NotRequired[list[str]]
     """Consumer namespaces to onboard: each gets its ``opbroker`` account bound to what opbroker writes there for
     no plan, and ``opbroker-plans`` bound to its rules there (default none; a namespace onboarded by other means
-    needs the same objects, see docs/security.md)."""
+    needs the same objects: the ``NamespaceOnboarding`` component or ``opbroker namespace onboard``)."""
+    tenant_namespace_selector: NotRequired[str]
+    """A label selector on Namespaces (``opbroker.io/tenant=true``): the controller onboards every namespace whose
+    labels match, now or labelled later, and offboards one that stops matching (``--onboard-namespace-selector``).
+    It does so as the account ``opbroker-onboarder``, which may create only the onboarding's ServiceAccount and
+    RoleBindings and bind only opbroker's ClusterRoles. Labelling a Namespace is the platform's act: a tenant with
+    rights in its namespace cannot label the Namespace object itself."""
 
 
 # -- validation: the args as a frozen settings model with the defaults ------------------------------------
@@ -377,6 +384,14 @@ class Settings(_Settings):
     tenant_namespaces: list[Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)]] = Field(
         default_factory=list
     )
+    tenant_namespace_selector: str | None = Field(default=None, min_length=1)
+
+    @field_validator("tenant_namespace_selector")
+    @classmethod
+    def _tenant_selector_parses(cls, value: str | None) -> str | None:
+        if value is not None:
+            selectors.parse(value)  # a SelectorError is a ValueError: reported with the field
+        return value
 
 
 def settings(name: str, args: ControlPlaneArgs) -> Settings:
@@ -472,6 +487,7 @@ def controller_spec(s: Settings) -> ControllerSpec:
         ),
         plan_accounts=tuple(s.controller.plan_accounts),
         tenant_namespaces=tuple(s.tenant_namespaces),
+        onboard_namespace_selector=s.tenant_namespace_selector,
         single_tenant=s.controller.single_tenant,
         webhook=s.controller.webhook,
         flags=tuple(s.controller.flags()),
@@ -490,6 +506,9 @@ def broker_command(namespace: str, flags: list[str] | None = None) -> list[str]:
 
 class ControlPlane(pulumi.ComponentResource):
     """Installs opbroker into a cluster: CRDs, namespace, RBAC, the controller and the OSB broker."""
+
+    # Its ``tenant_namespaces`` were its own children before NamespaceOnboarding existed: theirs keep those URNs.
+    onboarded_namespaces_as_children = True
 
     namespace: pulumi.Output[str]
     """Namespace of the control plane (where SFService, SFPlan and SFCluster objects go), known once the namespace
@@ -609,18 +628,18 @@ class ControlPlane(pulumi.ComponentResource):
                 scoped,
                 plan_sa,
             )
-        # The onboarded namespaces (``tenant_namespaces``): the writer's ClusterRole, then per namespace an account
-        # and two RoleBindings (the account's to the writer, the plan account's to its ClusterRole).
-        granted: dict[str, pulumi.Resource] = {names.plan_cluster_role: plan_role}
-        for role in [r for r in objects if r == "namespace-writer-cluster-role" or r.startswith("tenant-")]:
-            kind = objects[role]["kind"]
-            if kind == "ClusterRole":
-                granted[names.namespace_writer] = rbac_child(k8s.rbac.v1.ClusterRole, f"{name}-{role}", role)
-            elif kind == "ServiceAccount":
-                rbac_child(k8s.core.v1.ServiceAccount, f"{name}-{role}", role)
-            else:
-                bound = granted[objects[role]["roleRef"]["name"]]
-                rbac_child(k8s.rbac.v1.RoleBinding, f"{name}-{role}", role, bound)
+        # The namespace writer's ClusterRole (always: a namespace onboarded later, by a NamespaceOnboarding of a
+        # team's program or ``opbroker namespace onboard``, is bound to it), then each of ``tenant_namespaces``
+        # onboarded by the component of its own (its children keep the URNs they had as this component's).
+        writer_role = rbac_child(
+            k8s.rbac.v1.ClusterRole, f"{name}-namespace-writer-cluster-role", "namespace-writer-cluster-role"
+        )
+        for tenant in s.tenant_namespaces:
+            NamespaceOnboarding(
+                f"{name}-tenant-{tenant}",
+                {"namespace": tenant, "control_plane": ns, "labels": dict(s.labels)},
+                opts=child(writer_role, plan_role),
+            )
         controller_binding = rbac_child(
             k8s.rbac.v1.ClusterRoleBinding,
             f"{name}-controller",
@@ -629,6 +648,22 @@ class ControlPlane(pulumi.ComponentResource):
             controller_sa,
         )
         controller_needs: list[pulumi.Resource] = [controller_binding]
+        if "onboarder-account" in objects:  # ``tenant_namespace_selector``: the account the controller onboards as
+            onboarder_sa = rbac_child(
+                k8s.core.v1.ServiceAccount, f"{name}-onboarder", "onboarder-account", *in_namespace
+            )
+            onboarder_role = rbac_child(k8s.rbac.v1.ClusterRole, f"{name}-onboarder", "onboarder-cluster-role")
+            controller_needs.append(
+                rbac_child(
+                    k8s.rbac.v1.ClusterRoleBinding,
+                    f"{name}-onboarder",
+                    "onboarder-cluster-role-binding",
+                    onboarder_role,
+                    onboarder_sa,
+                    writer_role,
+                    plan_role,
+                )
+            )
         for role, suffix in (("leader-election", "leader-election"), ("registries", "registries")):
             namespace_role = rbac_child(
                 k8s.rbac.v1.Role, f"{name}-controller-{suffix}", f"controller-{role}-role", *in_namespace

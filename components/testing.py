@@ -45,6 +45,8 @@ class Registration:
     retain_on_delete: bool = False
     """``retain_on_delete``: deleting the resource from the stack leaves the object in the cluster."""
     protect: bool = False
+    aliases: tuple[str, ...] = ()
+    """The aliases it was registered with: alias URNs, and alias specs as text (``parentUrn: "..."``)."""
 
     def plain_inputs(self) -> dict[str, Any]:
         """The inputs with secrets unwrapped and whole-number floats back to ints."""
@@ -126,6 +128,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                     additional_secret_outputs=tuple(request.additionalSecretOutputs),
                     retain_on_delete=bool(request.retainOnDelete),
                     protect=bool(request.protect),
+                    aliases=(*request.aliasURNs, *(str(alias) for alias in request.aliases)),
                 )
             )
         return response

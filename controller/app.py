@@ -24,6 +24,7 @@ from kubernetes import client
 
 from opbroker.api.conventions import catalog_id, resource_name
 from opbroker.api.meta import ResourceRef
+from opbroker.api.rbac import ONBOARDER_ACCOUNT
 from opbroker.controller import admin_requests, identities, metrics, registries, registry_sweep, resync, trim
 from opbroker.controller.bindings import BindingReconciler
 from opbroker.controller.budgets import Budgeting
@@ -37,6 +38,7 @@ from opbroker.controller.informers import Informers
 from opbroker.controller.instances import InstanceReconciler
 from opbroker.controller.kube import BINDINGS, INSTANCES, PLANS, SECRETS, SERVICES, Kube
 from opbroker.controller.multicluster.runtime import MultiCluster
+from opbroker.controller.onboarding import NAMESPACES, NamespaceOnboarder
 from opbroker.controller.reconciler import DONE, Key, PerKey, Runtime
 from opbroker.controller.reconciler.clock import SYSTEM
 from opbroker.controller.reconciler.memory import Dependents
@@ -128,6 +130,16 @@ class Controller:
         self._housekeeper: asyncio.Task[None] | None = None
         self._resync: asyncio.Task[None] | None = None
         self._admin_stop: threading.Event | None = None
+        self.onboarder = (
+            NamespaceOnboarder(
+                self.kube.acting_as(f"system:serviceaccount:{settings.namespace}:{ONBOARDER_ACCOUNT}"),
+                settings.namespace,
+                settings.onboard_namespace_selector,
+                (settings.default_plan_service_account,),
+            )
+            if settings.onboard_namespace_selector is not None
+            else None
+        )
 
     def namespace_door(self, namespace: str) -> Kube:
         """Where writes into a consumer's namespace go for no plan: its ``opbroker`` account (issue 24)."""
@@ -169,6 +181,9 @@ class Controller:
             plan_user=lambda plan: identities.plan_user(plan, self.settings),
             renderer=lambda: self.renderer,
         ).start()
+        if self.onboarder is not None:  # Namespaces: a core kind, watched like Secrets (the informers take none)
+            self.onboarder.start()
+            self.watchers.subscribe(NAMESPACES, self.onboarder.on_namespace)
         self.informers = Informers(
             self.kube.api_client,
             self.all_watches(),
@@ -228,6 +243,8 @@ class Controller:
             self.informers.stop()
         if self._admin_stop is not None:
             self._admin_stop.set()
+        if self.onboarder is not None:
+            self.onboarder.stop()
         for task in (self._trimmer, self._housekeeper, self._resync):
             if task is not None:
                 task.cancel()

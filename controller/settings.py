@@ -108,6 +108,9 @@ class ControllerSettings:
     webhook_secret: str = webhooks.SECRET
     """The Secret in :attr:`namespace` holding the webhook's CA and serving certificate, shared by all replicas
     (created by the first replica that needs it)."""
+    onboard_namespace_selector: str | None = None
+    """A label selector on Namespaces: the controller onboards those whose labels match, as the onboarder account
+    (``--onboard-namespace-selector``; :class:`opbroker.controller.onboarding.NamespaceOnboarder`)."""
     impersonate: bool = True
     """Act with the rights the platform granted, never the controller's own: a plan's objects, sources, registries
     and credentials Secrets through the plan's ServiceAccount; writes into a namespace for no plan (Service Catalog

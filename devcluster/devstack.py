@@ -9,6 +9,12 @@ live in ``examples/``.
 controller and the broker run as pods from exactly the objects the ``ControlPlane`` component creates
 (``opbroker.devcluster.incluster``); the broker is reached through its Service. The demo operator stays a
 local process (it stands in for an operator a platform team would install separately).
+
+``kubeconfig``: a cluster the user has instead of the local control plane, which is then neither built nor
+started. Controller, broker and demo operator run here as processes against it; whatever the stack creates there
+(CRDs, admission policies, the ``opbroker`` namespace, the plan account, the demo namespace's onboarding, the
+catalog) is written down first (:mod:`opbroker.devcluster.borrowed`) and deleted by ``down``; what was there
+already stays (updated, where the stack applies it). Logs go to ``<cache>/borrowed/<name>/logs``.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from __future__ import annotations
 import secrets
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,9 +32,15 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from opbroker.api import admission, rbac
+from opbroker.api.controllerinstall import namespace_writer
 from opbroker.api.conventions import DEFAULT_NAMESPACE
+from opbroker.api.crd import all_crds
 from opbroker.controller.kube import Kube
+from opbroker.controller.onboarding import Onboarding
 from opbroker.devcluster.admission import install_admission
+from opbroker.devcluster.binaries import cache_dir
+from opbroker.devcluster.borrowed import Borrowed, describe
 from opbroker.devcluster.controlplane import ControlPlane, ControlPlaneError, port_is_free
 from opbroker.devcluster.crds import install_crds
 from opbroker.devcluster.processes import Process
@@ -66,8 +78,13 @@ class DevStack:
         node: bool = False,
         controller_replicas: int = 2,
         allowed_namespace_selector: str | None = None,
+        kubeconfig: Path | None = None,
     ) -> None:
         self.plane = ControlPlane(name, audit=audit)
+        self.existing = kubeconfig
+        """A cluster the user has (its kubeconfig): no control plane is built or started; what the stack creates
+        there is written down (:class:`Borrowed`) and removed on ``down``."""
+        self.borrowed: Borrowed | None = None
         self.allowed_namespace_selector = allowed_namespace_selector
         """Namespaces (by label) the broker accepts in a request's context besides the demo's (the bench's)."""
         self.in_cluster = in_cluster
@@ -95,28 +112,61 @@ class DevStack:
         except gorender.BuildError as exc:
             raise DevStackError(str(exc)) from exc
 
+    @property
+    def kubeconfig(self) -> Path:
+        """The kubeconfig of the cluster the stack runs against: the user's, or the local control plane's."""
+        return self.existing if self.existing is not None else self.plane.kubeconfig
+
+    @property
+    def log_dir(self) -> Path:
+        """Where the processes log: the control plane's folder, or (a borrowed cluster) ``<cache>/borrowed/<name>``."""
+        if self.existing is not None:
+            return cache_dir() / "borrowed" / self.plane.dir.name / "logs"
+        return self.plane.log_dir
+
+    def _connect_existing(self, existing: Path, progress: Progress) -> client.ApiClient:
+        """The user's cluster, reachable (a version request within 10 s), or a DevStackError saying why."""
+        if not existing.is_file():
+            raise DevStackError(f"no kubeconfig at {existing}")
+        try:
+            api: client.ApiClient = config.new_client_from_config(config_file=str(existing))
+            version = client.VersionApi(api).get_code(_request_timeout=10)
+        except Exception as exc:  # any failure to load or reach it is the user's to fix; say which
+            raise DevStackError(f"the cluster of {existing} is not reachable: {exc}") from exc
+        progress(f"using the cluster of {existing} (Kubernetes {version.git_version}); building none")
+        self.borrowed = Borrowed(api)
+        return api
+
     def up(self, progress: Progress) -> Endpoint:
         if not (DEMO_OPERATOR / "operator.py").exists():
             raise DevStackError(f"the demo operator is not at {DEMO_OPERATOR}: opbroker dev needs a source checkout")
+        if self.existing is not None and (self.in_cluster or self.node):
+            raise DevStackError("--kubeconfig runs the controller and the broker locally: --in-cluster needs its own")
         if not self.in_cluster and not port_is_free(self.broker_port):
             raise DevStackError(f"port {self.broker_port} on 127.0.0.1 is taken; choose another with --port")
-        try:
-            self.plane.up(node=self.node, progress=progress)
-        except ControlPlaneError as exc:
-            raise DevStackError(f"the control plane did not start: {exc}") from exc
-        api = config.new_client_from_config(config_file=str(self.plane.kubeconfig))
+        if self.existing is not None:
+            api = self._connect_existing(self.existing, progress)
+        else:
+            try:
+                self.plane.up(node=self.node, progress=progress)
+            except ControlPlaneError as exc:
+                raise DevStackError(f"the control plane did not start: {exc}") from exc
+            api = config.new_client_from_config(config_file=str(self.plane.kubeconfig))
         if self.in_cluster:
             return self._up_in_cluster(api, progress)
         progress("installing opbroker's CRDs, its admission policies and the demo operator's CRD")
+        demo_crd = yaml.safe_load((DEMO_OPERATOR / "crd.yaml").read_text())
+        self._note([*all_crds(), *(m for _, m in admission.manifests(DEFAULT_NAMESPACE)), demo_crd])
         install_crds(api)
         install_admission(api, DEFAULT_NAMESPACE)
-        install_crds(api, [yaml.safe_load((DEMO_OPERATOR / "crd.yaml").read_text())])
+        install_crds(api, [demo_crd])
         self._apply_catalog(api, progress)
         self._ensure_gorender(progress)
 
-        kubeconfig = str(self.plane.kubeconfig)
+        kubeconfig = str(self.kubeconfig)
         password = secrets.token_urlsafe(18)
-        log_dir = self.plane.log_dir
+        log_dir = self.log_dir
+        log_dir.mkdir(parents=True, exist_ok=True)
         opbroker = [sys.executable, "-m", "opbroker.cli.main"]
         controller_kubeconfig = str(self._controller_kubeconfig()) if self.controller_server else kubeconfig
         self.processes = [
@@ -173,9 +223,14 @@ class DevStack:
         for process in self.processes:
             progress(f"starting the {process.name} (log: {process.log})")
             process.start()
-        endpoint = Endpoint(f"http://127.0.0.1:{self.broker_port}", "admin", password, self.plane.kubeconfig)
+        endpoint = Endpoint(f"http://127.0.0.1:{self.broker_port}", "admin", password, self.kubeconfig)
         self._wait_for_broker(endpoint, progress)
         return endpoint
+
+    def _note(self, manifests: Iterable[Mapping[str, Any]]) -> None:
+        """In a borrowed cluster: write down which of ``manifests`` do not exist yet (``down`` removes those)."""
+        if self.borrowed is not None:
+            self.borrowed.note(manifests)
 
     def _up_in_cluster(self, api: client.ApiClient, progress: Progress) -> Endpoint:
         from opbroker.components.controlplane import PORT, Names
@@ -219,24 +274,45 @@ class DevStack:
         return endpoint
 
     def down(self, progress: Progress) -> None:
+        stuck: list[str] = []
+        if self.borrowed is not None:  # the controller releases what it holds while it still runs
+            stuck += [describe(ref) for ref in self.borrowed.release_held(progress)]
         for process in reversed(self.processes):
             if process.running:
                 progress(f"stopping the {process.name}")
                 process.stop()
         self.processes = []
-        self.plane.down(progress=progress)
+        if self.borrowed is None:
+            self.plane.down(progress=progress)
+            return
+        stuck += [describe(ref) for ref in self.borrowed.release_rest(progress)]
+        found = ", ".join(describe(ref) for ref in self.borrowed.found) or "nothing"
+        progress(f"left as found in the cluster of {self.existing}: {found}")
+        if stuck:
+            progress(f"still being deleted (finalizers or the namespace controller): {', '.join(stuck)}")
+        self.borrowed = None
 
     def _controller_kubeconfig(self) -> Path:
         """A copy of the control plane's kubeconfig whose server is ``controller_server``."""
-        kubeconfig = yaml.safe_load(self.plane.kubeconfig.read_text())
+        kubeconfig = yaml.safe_load(self.kubeconfig.read_text())
         for cluster in kubeconfig["clusters"]:
             cluster["cluster"]["server"] = self.controller_server
-        path = self.plane.dir / "kubeconfig-controller"
+        path = self.log_dir.parent / "kubeconfig-controller"
         path.write_text(yaml.safe_dump(kubeconfig, sort_keys=False))
         path.chmod(0o600)
         return path
 
     def _apply_catalog(self, api: client.ApiClient, progress: Progress) -> None:
+        from opbroker.devcluster.incluster import DEMO_OPERATOR_RULE
+
+        self._note(
+            [
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": DEFAULT_NAMESPACE}},
+                *rbac.plan_account_manifests(DEFAULT_NAMESPACE, rbac.plan_account_rules([DEMO_OPERATOR_RULE])),
+                namespace_writer(DEFAULT_NAMESPACE),
+                *(m for _, m in Onboarding(DEMO_NAMESPACE, DEFAULT_NAMESPACE).objects()),
+            ]
+        )
         core = client.CoreV1Api(api)
         try:
             core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=DEFAULT_NAMESPACE)))
@@ -245,17 +321,17 @@ class DevStack:
                 raise
         kube = Kube(api)
         from opbroker.devcluster.grants import grant_plan_account, onboard_namespace
-        from opbroker.devcluster.incluster import DEMO_OPERATOR_RULE
 
         grant_plan_account(api, DEFAULT_NAMESPACE, [DEMO_OPERATOR_RULE])
         progress(f"granted the plan account {DEFAULT_NAMESPACE}/opbroker-plans the demo operator's Databases")
         onboard_namespace(api, DEMO_NAMESPACE)  # the plan account writes only where it is bound
-        progress(f"onboarded the namespace {DEMO_NAMESPACE} (its opbroker account, the plan account's rights)")
+        progress(f"onboarded the namespace {DEMO_NAMESPACE} as `opbroker namespace onboard {DEMO_NAMESPACE}` does")
         for document in yaml.safe_load_all((DEMO_OPERATOR / "catalog.yaml").read_text()):
             manifest: dict[str, Any] = {
                 **document,
                 "metadata": {**document["metadata"], "namespace": DEFAULT_NAMESPACE},
             }
+            self._note([manifest])
             kube.apply(manifest)
             progress(f"applied {manifest['kind']} {manifest['metadata']['name']} to namespace {DEFAULT_NAMESPACE}")
 

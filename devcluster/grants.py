@@ -16,10 +16,8 @@ from kubernetes import client
 
 from opbroker.api.conventions import DEFAULT_NAMESPACE, DEFAULT_PLAN_SERVICE_ACCOUNT
 from opbroker.components import rbac
+from opbroker.controller import onboarding
 from opbroker.controller.kube import Kube
-
-#: The ClusterRole a consumer namespace's ``opbroker`` account is bound to there (:func:`onboard_namespace`).
-NAMESPACE_WRITER = rbac.NAMESPACE_WRITER
 
 
 def grant_plan_account(
@@ -51,12 +49,9 @@ def onboard_namespace(
     control_plane: str = DEFAULT_NAMESPACE,
     plan_accounts: Sequence[str] = (DEFAULT_PLAN_SERVICE_ACCOUNT,),
 ) -> None:
-    """What the platform does for a new consumer namespace (:func:`rbac.onboarding_manifests`): its ``opbroker``
-    account (Flux's default service account, per tenant), bound there to :data:`NAMESPACE_WRITER`
-    (:func:`rbac.tenant_write_rules`: what opbroker writes into a namespace for no plan — Service Catalog Binding
-    Secrets, claims' Secrets, Jobs, projections), and ``control_plane``'s ``plan_accounts`` bound there to their
-    ClusterRoles (granted by :func:`grant_plan_account`)."""
-    kube = Kube(api)
-    manifests = [rbac.namespace_writer_manifest(), *rbac.onboarding_manifests(namespace, control_plane, plan_accounts)]
-    for manifest in manifests:
-        kube.apply(manifest, field_manager="opbroker-dev")
+    """What the platform does for a new consumer namespace, as ``opbroker namespace onboard`` does it
+    (:func:`opbroker.controller.onboarding.onboard`): its ``opbroker`` account (Flux's default service account, per
+    tenant), bound there to ``control_plane``'s namespace writer (:func:`rbac.tenant_write_rules`: what opbroker
+    writes into a namespace for no plan — Service Catalog Binding Secrets, claims' Secrets, Jobs, projections), and
+    ``control_plane``'s ``plan_accounts`` bound there to their ClusterRoles (granted by :func:`grant_plan_account`)."""
+    onboarding.onboard(Kube(api), onboarding.Onboarding(namespace, control_plane, tuple(plan_accounts)))

@@ -73,3 +73,34 @@ def test_onboarding_binds_the_plan_accounts_and_the_namespace_account_in_that_na
     assert [p["subjects"][0]["namespace"] for p in plans] == ["opbroker", "opbroker"]
     granted = rbac.plan_account_manifests("opbroker", rbac.plan_account_rules())
     assert [m["kind"] for m in granted] == ["ServiceAccount", "ClusterRole", "RoleBinding"]
+
+
+def test_onboarding_by_label_gives_the_controller_no_write_and_the_onboarder_exactly_an_onboarding() -> None:
+    """``--onboard-namespace-selector``: the controller's ClusterRole gains reads of Namespaces and the
+    impersonation of the onboarder by name, no write; the onboarder's ClusterRole passes the least-rights check
+    only as an onboarder's, and any wider rule of the same kinds is caught."""
+    controller = rbac.controller_cluster_rules(onboards=True)
+    assert rbac.writes_beyond_own(controller) == []
+    assert rbac.ONBOARDER_ACCOUNT in rbac.impersonation_rule([rbac.ONBOARDER_ACCOUNT]).resource_names
+    assert next(r for r in controller if "impersonate" in r.verbs).resource_names == (
+        "opbroker",
+        rbac.ONBOARDER_ACCOUNT,
+        "opbroker-plans",
+    )
+    onboarder = rbac.onboarder_rules("opbroker")
+    assert rbac.writes_beyond_own(onboarder, onboarding=True) == []
+    assert rbac.writes_beyond_own(onboarder) == onboarder  # only the onboarder's role may hold them
+    group = "rbac.authorization.k8s.io"
+    wider = [
+        rbac.Rule((group,), ("clusterroles",), ("bind",)),  # any ClusterRole
+        rbac.Rule((group,), ("clusterroles",), ("bind",), ("cluster-admin",)),
+        rbac.Rule((group,), ("clusterroles",), ("escalate",), ("opbroker:opbroker:namespace-writer",)),
+        rbac.Rule((group,), ("rolebindings",), ("patch", "delete")),  # every RoleBinding
+        rbac.Rule((group,), ("rolebindings",), ("create", "delete"), ("opbroker:opbroker:namespace-writer",)),
+        rbac.Rule((group,), ("roles",), ("create",)),
+        rbac.Rule(("",), ("serviceaccounts",), ("delete",)),  # every account
+        rbac.Rule(("",), ("serviceaccounts",), ("impersonate",)),
+        rbac.Rule(("",), ("secrets",), ("create",)),
+    ]
+    for rule in wider:
+        assert rbac.writes_beyond_own([rule], onboarding=True) == [rule], rule

@@ -89,6 +89,7 @@ def test_every_child_is_registered_once_under_the_component(default: Any) -> Non
             ("core/v1:ServiceAccount", "opbroker-plans"),
             ("rbac.authorization.k8s.io/v1:ClusterRole", "opbroker-plans"),
             ("rbac.authorization.k8s.io/v1:RoleBinding", "opbroker-plans"),
+            ("rbac.authorization.k8s.io/v1:ClusterRole", "opbroker-namespace-writer-cluster-role"),
             ("rbac.authorization.k8s.io/v1:ClusterRole", "opbroker-broker"),
             ("rbac.authorization.k8s.io/v1:ClusterRoleBinding", "opbroker-broker"),
             ("rbac.authorization.k8s.io/v1:Role", "opbroker-controller-leader-election"),
@@ -224,6 +225,14 @@ def test_onboarded_namespaces_bind_their_account_and_the_plan_account_there_only
         binding = inputs(mocks, ROLE_BINDING, f"opbroker-tenant-{namespace}-writer-binding")
         assert binding["roleRef"]["name"] == writer["metadata"]["name"]
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "opbroker", "namespace": namespace}]
+        # Onboarded by the component of its own, whose children keep the URNs they had as the ControlPlane's.
+        onboarding = mocks.one("opbroker:index:NamespaceOnboarding", f"opbroker-tenant-{namespace}")
+        assert onboarding.parent == mocks.one("opbroker:index:ControlPlane", "opbroker").urn
+        children = mocks.children_of(onboarding.urn)
+        assert sorted(c.name for c in children) == [
+            f"opbroker-tenant-{namespace}-{key}" for key in ("account", "plans-binding", "writer-binding")
+        ]
+        assert all(f'parentUrn: "{onboarding.parent}"' in c.aliases[0] for c in children)
     cluster_wide = inputs(mocks, CLUSTER_ROLE_BINDING, "opbroker-plans-cluster")
     assert cluster_wide["subjects"] == [{"kind": "ServiceAccount", "name": "opbroker-plans", "namespace": "opbroker"}]
     role = inputs(mocks, CLUSTER_ROLE, "opbroker-plans-cluster")
@@ -390,7 +399,11 @@ def test_broker_without_context_namespaces_has_rights_in_its_namespace_only() ->
     mocks, _ = deploy({"broker": {"context_namespaces": False}})
     role = inputs(mocks, ROLE, "opbroker-broker")
     assert role["rules"] == BROKER_CATALOG_RULES + BROKER_REQUEST_RULES
-    assert sorted(r.name for r in mocks.of_type(CLUSTER_ROLE)) == ["opbroker-controller", "opbroker-plans"]
+    assert sorted(r.name for r in mocks.of_type(CLUSTER_ROLE)) == [
+        "opbroker-controller",
+        "opbroker-namespace-writer-cluster-role",
+        "opbroker-plans",
+    ]
     assert sorted(r.name for r in mocks.of_type(CLUSTER_ROLE_BINDING)) == ["opbroker-controller"]
     broker = inputs(mocks, DEPLOYMENT, "opbroker-broker")
     assert broker["spec"]["template"]["spec"]["containers"][0]["command"][-1] == "--no-context-namespaces"
@@ -420,7 +433,7 @@ def test_broker_allowed_namespaces_become_flags_and_a_selector_may_read_namespac
 def test_no_rule_anywhere_grants_everything(default: Any) -> None:
     mocks, _ = default
     rules = [rule for t in (CLUSTER_ROLE, ROLE) for r in mocks.of_type(t) for rule in r.plain_inputs()["rules"]]
-    assert len(rules) == 38  # two for the admin API's requests (issue 29)
+    assert len(rules) == 42  # two for the admin API's requests (issue 29), four of the namespace writer
     for rule in rules:
         assert not rbac.grants_everything(rule)
         assert "*" not in rule["verbs"] and "*" not in rule["resources"] and "*" not in rule["apiGroups"]
@@ -789,6 +802,7 @@ def test_custom_resources_created_after_the_control_plane_wait_for_its_crds() ->
         ),
         ({"controller": {"plan_accounts": ["Not An Account"]}}, "controller.plan_accounts[0]"),
         ({"tenant_namespaces": ["Team_A"]}, "tenant_namespaces[0]"),
+        ({"tenant_namespace_selector": "a in (b"}, "tenant_namespace_selector"),
     ],
 )
 def test_bad_settings_name_their_field_and_register_nothing(args: dict[str, Any], field: str) -> None:
@@ -910,3 +924,30 @@ def test_the_webhook_can_be_left_out() -> None:
     assert not [r for r in rules if "admissionregistration.k8s.io" in r["apiGroups"]]
     (container,) = pod(mocks, "opbroker-controller")["containers"]
     assert not [flag for flag in container["command"] if flag.startswith("--webhook")]
+
+
+def test_a_tenant_namespace_selector_has_the_controller_onboard_as_the_onboarder() -> None:
+    """``tenant_namespace_selector``: the controller runs with ``--onboard-namespace-selector``, reads Namespaces
+    and impersonates ``opbroker-onboarder``, whose ClusterRole is exactly an onboarding's (bound cluster-wide:
+    the namespaces are not known at deploy time)."""
+    mocks, _ = deploy({"tenant_namespace_selector": "opbroker.io/tenant=yes"})
+    command = inputs(mocks, DEPLOYMENT, "opbroker-controller")["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[command.index("--onboard-namespace-selector") + 1] == "opbroker.io/tenant=yes"
+    controller = inputs(mocks, CLUSTER_ROLE, "opbroker-controller")["rules"]
+    assert allowed(controller, "", "namespaces") == set(READ)
+    assert rbac.writes_beyond_own([rbac.Rule.from_args(r) for r in controller]) == []
+    onboarder = [rbac.Rule.from_args(r) for r in inputs(mocks, CLUSTER_ROLE, "opbroker-onboarder")["rules"]]
+    assert onboarder == rbac.onboarder_rules("opbroker")
+    binding = inputs(mocks, CLUSTER_ROLE_BINDING, "opbroker-onboarder")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "opbroker-onboarder", "namespace": "opbroker"}]
+    assert (
+        inputs(mocks, "kubernetes:core/v1:ServiceAccount", "opbroker-onboarder")["metadata"]["namespace"] == "opbroker"
+    )
+    plain, _ = deploy()
+    assert not [r for r in plain.registrations if "onboarder" in r.name]
+    assert (
+        "--onboard-namespace-selector"
+        not in (
+            inputs(plain, DEPLOYMENT, "opbroker-controller")["spec"]["template"]["spec"]["containers"][0]["command"]
+        )
+    )
