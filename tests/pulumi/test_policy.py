@@ -149,7 +149,8 @@ def test_the_pack_is_an_executable_analyzer_serving_the_policy_protocol(tmp_path
 
 def test_the_control_plane_rbac_passes(recorded: dict[tuple[str, str], dict[str, Any]]) -> None:
     roles = [(t, props) for (t, _), props in recorded.items() if t in policies.RBAC_TYPES]
-    assert len(roles) == 7  # controller, broker, plan account, leader election, webhook, broker's namespace, registries
+    # controller, broker, plan account, leader election, webhook, broker's namespace, registries, namespace writer
+    assert len(roles) == 8
     for resource_type, props in roles:
         assert check(policies.NO_WILDCARD_RBAC, resource_type, props) == []
 
