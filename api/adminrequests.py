@@ -106,6 +106,8 @@ class PreviewAnswer(_Wire):
     next_after: str | None = None
     """Give it as ``after`` for the next page; absent on the last page."""
     message: str | None = None
+    acting_as: str | None = None
+    """Whom the templates' live reads acted as (the plan's ServiceAccount), when the answer says."""
 
 
 class RolloutRequest(_Wire):

@@ -18,7 +18,7 @@ from opbroker.api import DeletionPolicy, DriftPolicy, TemplateAction, TemplateTy
 from opbroker.api import SFPlan as SFPlanModel
 from opbroker.api import SFService as SFServiceModel
 from opbroker.api.conventions import resource_name
-from opbroker.components import resources
+from opbroker.components import impact, resources
 from opbroker.rendering import Renderer
 from opbroker.rendering.checking import check_plan
 
@@ -217,10 +217,25 @@ class SFPlanArgs(TypedDict):
     """Extra annotations on the object."""
     wait_for_ready: NotRequired[bool]
     """Wait until the controller reports the plan Ready (``pulumi.com/waitFor``)."""
+    preview_impact: NotRequired[bool]
+    """At ``pulumi preview``, show under the plan what its change does to each running instance, read from the
+    cluster as the plan's ServiceAccount (default true; see ``preview_kubeconfig``)."""
+    preview_kubeconfig: NotRequired[pulumi.Input[str]]
+    """The cluster ``preview_impact`` reads (a kubeconfig file's path or its text; a secret config value may be
+    given); default: the stack's ``kubernetes:kubeconfig``, else ``KUBECONFIG``, else ``~/.kube/config``."""
 
 
 #: Args that describe where the object lives or how the component behaves, not the spec.
-_OBJECT_KEYS = ("object_name", "namespace", "labels", "annotations", "wait_for_ready", "base_dir")
+_OBJECT_KEYS = (
+    "object_name",
+    "namespace",
+    "labels",
+    "annotations",
+    "wait_for_ready",
+    "base_dir",
+    "preview_impact",
+    "preview_kubeconfig",
+)
 
 
 def _spec(args: Any) -> dict[str, Any]:
@@ -271,7 +286,7 @@ def _with_default_type(templates: Any) -> Any:
 
 def plan_model(name: str, args: SFPlanArgs) -> SFPlanModel:
     """The validated SFPlan for ``args`` (templates loaded from files), or InvalidArgsError naming each field."""
-    resources.require_plain("SFPlan", name, args)
+    resources.require_plain("SFPlan", name, args, except_keys=("preview_kubeconfig",))
     spec = _spec(args)
     templates, problems = load_templates(spec.get("templates"), args.get("base_dir"))
     if problems:
@@ -346,6 +361,10 @@ class SFPlan(pulumi.ComponentResource):
         self.namespace = resources.namespace_of(self.resource, model, args.get("namespace"))
         self.plan_id = resources.name_of(self.resource, model.spec.id)
         self.service_id = resources.name_of(self.resource, model.spec.service_id)
+        if pulumi.runtime.is_dry_run() and args.get("preview_impact", True) is not False:
+            # What the change does to the instances already running: logged under this plan, nothing applied.
+            namespace = args.get("namespace") or str(model.metadata.namespace)
+            impact.show_under(self, model, namespace, args.get("preview_kubeconfig"))
         self.register_outputs(
             {
                 "object_name": self.object_name,

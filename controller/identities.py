@@ -13,9 +13,10 @@ None means "the controller itself" (``--single-tenant``).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from opbroker.api.conventions import service_account_user
+from opbroker.api.conventions import DEFAULT_PLAN_SERVICE_ACCOUNT, service_account_user
 from opbroker.controller.settings import ControllerSettings
 
 
@@ -23,8 +24,17 @@ def plan_user(plan: dict[str, Any], settings: ControllerSettings) -> str | None:
     """The user a plan acts as."""
     if not settings.impersonate:
         return None
-    account = (plan.get("spec") or {}).get("serviceAccountName") or settings.default_plan_service_account
-    return service_account_user(plan["metadata"].get("namespace") or settings.namespace, account)
+    return plan_account(plan, namespace=settings.namespace, default_account=settings.default_plan_service_account)
+
+
+def plan_account(
+    plan: Mapping[str, Any], *, namespace: str, default_account: str = DEFAULT_PLAN_SERVICE_ACCOUNT
+) -> str:
+    """The plan's ServiceAccount as a user name: ``spec.serviceAccountName``, else ``default_account``, in the
+    plan's namespace (``namespace`` when the body names none). What a preview outside the controller (``opbroker
+    plan diff --as-plan-account``, the SFPlan component) impersonates, assuming the controller's default account."""
+    account = (plan.get("spec") or {}).get("serviceAccountName") or default_account
+    return service_account_user((plan.get("metadata") or {}).get("namespace") or namespace, account)
 
 
 def namespace_user(namespace: str, settings: ControllerSettings) -> str | None:

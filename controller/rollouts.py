@@ -185,6 +185,8 @@ def preview(
     except RenderError as exc:
         before, registry = "", dict(subject.registry or {})
         note = f"the current plan does not render for it either: {exc}"
+    except ApiException as exc:  # a live source the acting user may not read (403), or the API failing
+        return InstanceDiff(namespace, name, Change.FAILING, error=f"cannot read its sources: {_reason(exc)}")
     try:
         after, _ = _render(
             renderer,
@@ -194,11 +196,21 @@ def preview(
         )
     except RenderError as exc:
         return InstanceDiff(namespace, name, Change.FAILING, error=str(exc), note=note)
+    except ApiException as exc:
+        return InstanceDiff(
+            namespace, name, Change.FAILING, error=f"cannot read its sources: {_reason(exc)}", note=note
+        )
     if before == after:
         return InstanceDiff(namespace, name, Change.UNCHANGED, note=note)
     return InstanceDiff(
         namespace, name, Change.CHANGED, diff=unified(before, after, f"{namespace}/{name}", context=context), note=note
     )
+
+
+def _reason(exc: ApiException) -> str:
+    """An API error in one line: its status and reason (a :class:`~opbroker.controller.kube.Refused` says whom)."""
+    text = str(exc) if type(exc) is not ApiException else f"{exc.status} {exc.reason}"
+    return text.splitlines()[0] if text else f"HTTP {exc.status}"
 
 
 def summarize(diffs: Iterable[InstanceDiff]) -> Summary:
@@ -274,6 +286,32 @@ def subjects(
                 yield Subject(instance, None, _nothing, service, problem=f"cannot read from cluster {cluster!r}: {exc}")
                 continue
             yield Subject(instance, registry, _fetcher(where.acting_as(acting)), service)
+
+
+def may_impersonate(kube: Kube, user: str) -> bool:
+    """Whether the door's own identity may impersonate the ServiceAccount user ``user``
+    (``system:serviceaccount:NS:NAME``): a SelfSubjectAccessReview, which every authenticated user may ask."""
+    namespace, _, name = user.removeprefix(SERVICE_ACCOUNT_PREFIX).partition(":")
+    if not user.startswith(SERVICE_ACCOUNT_PREFIX) or not name:
+        raise ValueError(f"{user!r} is not a ServiceAccount's user name")
+    review = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SelfSubjectAccessReview",
+        "spec": {
+            "resourceAttributes": {
+                "verb": "impersonate",
+                "resource": "serviceaccounts",
+                "namespace": namespace,
+                "name": name,
+            }
+        },
+    }
+    answer = kube.custom.request("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", body=review)
+    status = answer.get("status") if isinstance(answer, dict) else None
+    return bool(isinstance(status, dict) and status.get("allowed"))
+
+
+SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
 
 
 def _fetcher(kube: Kube) -> Fetch:

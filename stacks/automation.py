@@ -209,12 +209,20 @@ def _change(metadata: auto.StepEventMetadata) -> Change:
 
 
 def preview(
-    stack: auto.Stack, *, policy_packs: Sequence[str] | None = None, deadline: float = COMMAND_DEADLINE, **options: Any
+    stack: auto.Stack,
+    *,
+    policy_packs: Sequence[str] | None = None,
+    deadline: float = COMMAND_DEADLINE,
+    events: Callable[[auto.EngineEvent], None] | None = None,
+    **options: Any,
 ) -> Preview:
-    """``pulumi preview --diff``: the change summary, each planned change with its properties, and the text."""
+    """``pulumi preview --diff``: the change summary, each planned change with its properties, and the text.
+    ``events``: also told every engine event (the diagnostics a component logs under its resource, say)."""
     changes: list[Change] = []
 
     def on_event(event: auto.EngineEvent) -> None:
+        if events is not None:
+            events(event)
         pre = event.resource_pre_event
         if pre is not None and pre.metadata.op != auto.OpType.SAME:
             changes.append(_change(pre.metadata))

@@ -147,6 +147,17 @@ def test_an_instance_whose_inputs_could_not_be_read_is_reported() -> None:
     assert (result.change, result.error) == (Change.FAILING, "cannot read from cluster 'sister': refused")
 
 
+def test_a_source_the_acting_user_may_not_read_makes_that_instance_failing_not_the_preview() -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    def refused(refs: dict[str, ResourceRef]) -> dict[str, dict[str, Any] | None]:
+        raise ApiException(status=403, reason="Forbidden")
+
+    subject = Subject(RolloutInstance.of(instance("db-y")), None, refused)
+    result = rollouts.preview(Renderer(), subject, current=plan(), proposed=plan(EXTRA), control_plane=CONTROL_PLANE)
+    assert (result.change, result.error) == (Change.FAILING, "cannot read its sources: 403 Forbidden")
+
+
 # -- mass update -------------------------------------------------------------------------------------------
 
 
