@@ -195,18 +195,7 @@ def _answer(proposed: Any, proposed_service: Any, *, limit: int, **where: Any) -
         seen.append(diff)
         if diff.change is rollouts.Change.UNCHANGED or len(shown) >= limit:
             continue
-        text, truncated = wire.cut(diff.diff)
-        shown.append(
-            wire.InstancePreview(
-                namespace=diff.namespace,
-                name=diff.name,
-                change=diff.change.value,
-                diff=text,
-                truncated=truncated,
-                error=None if diff.error is None else diff.error[:2048],
-                note=None if diff.note is None else diff.note[:2048],
-            )
-        )
+        shown.append(diff.to_wire())
     summary = rollouts.summarize(seen)
     return wire.PreviewAnswer(
         phase=wire.Phase.SUCCEEDED,

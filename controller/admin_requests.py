@@ -167,18 +167,7 @@ class AdminRequests:
             if len(found) == request.limit:
                 more = True
                 break
-            text, truncated = wire.cut(diff.diff)
-            found.append(
-                wire.InstancePreview(
-                    namespace=diff.namespace,
-                    name=diff.name,
-                    change=diff.change.value,
-                    diff=text,
-                    truncated=truncated,
-                    error=_short(diff.error),
-                    note=_short(diff.note),
-                )
-            )
+            found.append(diff.to_wire())
         counted = {change: sum(1 for f in found if f.change == change.value) for change in rollouts.Change}
         return wire.PreviewAnswer(
             phase=wire.Phase.SUCCEEDED,
@@ -303,9 +292,4 @@ def _failure(exc: Exception) -> str | None:
     was sent or read)."""
     if isinstance(exc, ApiException):
         return f"Kubernetes API error {exc.status} {exc.reason}"
-    return _short(f"{type(exc).__name__}: {exc}")
-
-
-def _short(text: str | None, limit: int = 2048) -> str | None:
-    """Error texts in answers are bounded too (a template error may quote a long line)."""
-    return text if text is None or len(text) <= limit else text[:limit] + "…"
+    return rollouts.short(f"{type(exc).__name__}: {exc}")

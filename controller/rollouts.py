@@ -30,6 +30,7 @@ import yaml
 from kubernetes.client.exceptions import ApiException
 
 from opbroker.api import TemplateAction
+from opbroker.api import adminrequests as wire
 from opbroker.api.catalog import SFPlan
 from opbroker.api.meta import ResourceRef
 from opbroker.api.osb import OperationState
@@ -63,6 +64,25 @@ class InstanceDiff:
     """Why the proposed plan does not render for this instance (FAILING), or could not be previewed."""
     note: str | None = None
     """Something worth knowing that does not block the rollout (the current plan does not render)."""
+
+    def to_wire(self) -> wire.InstancePreview:
+        """This instance's preview as the admin API and ``plan diff --output json`` answer it: the diff cut to the
+        wire's bound, the error and note texts to 2 KiB (a template error may quote a long line)."""
+        text, truncated = wire.cut(self.diff)
+        return wire.InstancePreview(
+            namespace=self.namespace,
+            name=self.name,
+            change=self.change.value,
+            diff=text,
+            truncated=truncated,
+            error=short(self.error),
+            note=short(self.note),
+        )
+
+
+def short(text: str | None, limit: int = 2048) -> str | None:
+    """Texts in answers are bounded too (a template error may quote a long line)."""
+    return text if text is None or len(text) <= limit else text[:limit] + "…"
 
 
 @dataclass(frozen=True)
