@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from opbroker.devcluster.devstack import DEMO_NAMESPACE, Endpoint
+from opbroker.devcluster.devstack import DEMO_NAMESPACE, DEMO_SERVICE, Endpoint
 
 Say = Callable[[str], None]
 HEADERS = {"X-Broker-API-Version": "2.17", "X-Broker-API-Request-Identity": "opbroker-dev-demo"}
@@ -43,12 +43,14 @@ def _poll(http: httpx.Client, path: str, operation: str | None, say: Say, timeou
     raise DemoFailed(f"{path} did not finish within {timeout:.0f}s")
 
 
-def run_demo(endpoint: Endpoint, say: Say, *, service_name: str | None = None, namespace: str = DEMO_NAMESPACE) -> None:
+def run_demo(
+    endpoint: Endpoint, say: Say, *, service_name: str = DEMO_SERVICE, namespace: str = DEMO_NAMESPACE
+) -> None:
     """Provision, bind, show the credentials, unbind, deprovision. Raises DemoFailed on any surprise.
 
-    ``service_name``: the catalog's service to walk through (its first plan); None takes the catalog's first
-    service. ``namespace``: the request context's namespace (the broker must allow it; a Pulumi-deployed broker
-    allows its own namespace).
+    ``service_name``: the catalog's service to walk through (its first plan): the demo catalog's by default,
+    named rather than "the first", since the broker may serve other services too. ``namespace``: the request
+    context's namespace (the broker must allow it; a Pulumi-deployed broker allows its own namespace).
     """
     # GUIDs, as platforms send them (most Cloud Foundry instance GUIDs start with a digit; this one always does).
     instance_id = "0" + str(uuid.uuid4())[1:]
@@ -57,7 +59,7 @@ def run_demo(endpoint: Endpoint, say: Say, *, service_name: str | None = None, n
         base_url=endpoint.url, auth=(endpoint.username, endpoint.password), headers=HEADERS, timeout=30
     ) as http:
         catalog = _expect(http.get("/v2/catalog"), 200)
-        services = [s for s in catalog["services"] if service_name is None or s["name"] == service_name]
+        services = [s for s in catalog["services"] if s["name"] == service_name]
         if not services:
             raise DemoFailed(f"the catalog has no service named {service_name!r}")
         service = services[0]

@@ -51,6 +51,9 @@ DEMO_OPERATOR = EXAMPLES / "demo_operator"
 #: The namespace the demo's OSB requests name in their context: the dev broker allows it (and only it, besides
 #: its own), as a platform's broker allows its tenants' namespaces (``--allowed-namespace``).
 DEMO_NAMESPACE = "default"
+#: The demo catalog's service (examples/demo_operator/catalog.yaml, SFService spec.name): the demo walks this one
+#: by name, never "the catalog's first", because a borrowed cluster may already serve other services.
+DEMO_SERVICE = "demo-db"
 
 
 class DevStackError(RuntimeError):

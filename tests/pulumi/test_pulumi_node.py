@@ -61,7 +61,6 @@ pytestmark = pytest.mark.apiserver  # its own fixtures start a local control pla
 pytest_plugins = ["tests.pulumi_engine_support"]
 
 PASSWORD = secrets.token_urlsafe(16)
-DEMO_SERVICE = "demo-db"
 DEMO_PLAN_ID = "0b9bd3f2-8d55-4a0b-9c1e-55c9a4e3d7a2"  # examples/demo_operator/catalog.yaml
 DATABASES = ("demo.opbroker.io", "v1alpha1", "databases")
 TIMINGS: dict[str, float] = {}
@@ -223,7 +222,7 @@ def test_the_python_root_stack_runs_on_the_node_and_serves_an_osb_walk_through_i
         assert endpoint.password == outputs["brokerPassword"]
         said: list[str] = []
         with phase("python root stack: OSB provision, bind, unbind, deprovision"):
-            run_demo(endpoint, said.append, service_name=DEMO_SERVICE, namespace=ROOT_NAMESPACE)
+            run_demo(endpoint, said.append, namespace=ROOT_NAMESPACE)
         text = "\n".join(said)
         for step in ("2. provision", "3. bind", "4. credentials", "5. unbind", "6. deprovision", "instance gone"):
             assert step in text, text
