@@ -80,4 +80,8 @@ def admit(namespace: str | None, policy: NamespacePolicy, labels: Mapping[str, s
         if policy.selector is not None:
             allowed += f" (those labelled {policy.selector})"
     missing = " (the namespace does not exist)" if policy.selector is not None and labels is None else ""
-    raise errors.bad_request(f"context.namespace {namespace!r} is not allowed{missing}: {allowed}")
+    fix = (
+        "; the platform allows more with the broker's --allowed-namespace or --allowed-namespace-selector "
+        "(`opbroker dev --allowed-namespace NS` locally)"
+    )
+    raise errors.bad_request(f"context.namespace {namespace!r} is not allowed{missing}: {allowed}{fix}")

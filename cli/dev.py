@@ -1,7 +1,10 @@
-"""``opbroker dev``: the whole product on this machine, serving OSB or running the scripted demo."""
+"""``opbroker dev``: the whole product on this machine, serving OSB or running the scripted demo; ``opbroker dev
+env`` hands another terminal (or a walkthrough) its endpoint."""
 
 from __future__ import annotations
 
+import json
+import shlex
 import signal
 import threading
 from pathlib import Path
@@ -12,13 +15,34 @@ import typer
 from opbroker.cli.console import err, out
 from opbroker.devcluster.binaries import BuildError
 
+NameOption = Annotated[
+    str, typer.Option(help="Name of the local control plane (or OPBROKER_DEV_NAME).", envvar="OPBROKER_DEV_NAME")
+]
 
+app = typer.Typer(
+    invoke_without_command=True,
+    help="Start the control plane (or use --kubeconfig's), CRDs, demo operator, controller, broker with its admin "
+    "API and the example catalog; `opbroker dev env` prints their endpoint for a shell.",
+)
+
+
+@app.callback()
 def dev(
+    ctx: typer.Context,
     demo: Annotated[
         bool, typer.Option("--demo", help="Run provision → bind → unbind → deprovision, then exit.")
     ] = False,
-    name: Annotated[str, typer.Option(help="Name of the local control plane.")] = "dev",
-    port: Annotated[int, typer.Option(help="Broker port on 127.0.0.1.")] = 8080,
+    name: NameOption = "dev",
+    port: Annotated[
+        int, typer.Option(help="Broker port on 127.0.0.1 (or OPBROKER_DEV_PORT).", envvar="OPBROKER_DEV_PORT")
+    ] = 8080,
+    allowed_namespace: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A namespace OSB requests may name in context.namespace besides 'default' (repeatable): the "
+            "broker's --allowed-namespace. Onboard it too (`opbroker namespace onboard NS`) for bindings there.",
+        ),
+    ] = None,
     in_cluster: Annotated[
         bool,
         typer.Option(
@@ -38,10 +62,18 @@ def dev(
     ] = None,
 ) -> None:
     """Start the control plane (or use --kubeconfig's), CRDs, demo operator, controller, broker and example catalog."""
+    if ctx.invoked_subcommand is not None:
+        return
     from opbroker.devcluster.demo import DemoFailed, run_demo
     from opbroker.devcluster.devstack import DevStack, DevStackError
 
-    stack = DevStack(name, broker_port=port, in_cluster=in_cluster, kubeconfig=kubeconfig)
+    stack = DevStack(
+        name,
+        broker_port=port,
+        in_cluster=in_cluster,
+        kubeconfig=kubeconfig,
+        allowed_namespaces=tuple(allowed_namespace or ()),
+    )
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     failed = False
@@ -55,10 +87,19 @@ def dev(
             out.print("[green bold]demo complete[/green bold]: provision → bind → unbind → deprovision all succeeded")
             return
         out.print(f"password: {endpoint.password}")
+        if endpoint.admin_username:
+            out.print(
+                f"admin API: {endpoint.url}/admin  (user {endpoint.admin_username}, password {endpoint.admin_password})"
+            )
         out.print(f"kubeconfig: {endpoint.kubeconfig}")
-        out.print("try:")
-        version = "-H 'X-Broker-API-Version: 2.17'"
-        out.print(f"  curl -s -u {endpoint.username}:{endpoint.password} {version} {endpoint.url}/v2/catalog")
+        out.print("in another terminal:")
+        env = f" --name {shlex.quote(name)}" if name != "dev" else ""
+        out.print(f'  eval "$(opbroker dev env{env})"', markup=False)
+        out.print(
+            '  curl -s -u "$OPBROKER_BROKER_USERNAME:$OPBROKER_BROKER_PASSWORD" '
+            '-H "X-Broker-API-Version: 2.17" "$OPBROKER_BROKER_URL/v2/catalog"',
+            markup=False,
+        )
         out.print("Ctrl-C stops everything.")
         while not stopping.wait(1.0):
             pass
@@ -72,3 +113,19 @@ def dev(
         stack.down(progress=lambda message: out.print(f"[dim]•[/dim] {message}"))
     if failed:
         raise typer.Exit(1)
+
+
+@app.command("env")
+def env(name: NameOption = "dev") -> None:
+    """Print `export` lines for the running `opbroker dev`: KUBECONFIG, OPBROKER_BROKER_URL/_USERNAME/_PASSWORD and
+    OPBROKER_ADMIN_USERNAME/_PASSWORD. Use as: eval "$(opbroker dev env)"."""
+    from opbroker.devcluster.devstack import environment_file
+
+    path = environment_file(name)
+    try:
+        values = json.loads(path.read_text())
+    except FileNotFoundError:
+        err.print(f"[red]error:[/red] no `opbroker dev --name {name}` is running here (no {path}); start one first")
+        raise typer.Exit(1) from None
+    for key, value in values.items():
+        typer.echo(f"export {key}={shlex.quote(str(value))}")

@@ -26,7 +26,7 @@ COMMANDS: Mapping[str, str] = {
     "render": "opbroker.cli.render:render",
     "controller": "opbroker.cli.controller:app",
     "plan": "opbroker.cli.plan:app",
-    "dev": "opbroker.cli.dev:dev",
+    "dev": "opbroker.cli.dev:app",
     "import": "opbroker.cli.importer:app",
     "namespace": "opbroker.cli.namespaces:app",
     "instance": "opbroker.cli.abandon:instance_app",

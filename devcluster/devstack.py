@@ -19,6 +19,8 @@ already stays (updated, where the stack applies it). Logs go to ``<cache>/borrow
 
 from __future__ import annotations
 
+import json
+import os
 import secrets
 import sys
 import time
@@ -54,6 +56,8 @@ DEMO_NAMESPACE = "default"
 #: The demo catalog's service (examples/demo_operator/catalog.yaml, SFService spec.name): the demo walks this one
 #: by name, never "the catalog's first", because a borrowed cluster may already serve other services.
 DEMO_SERVICE = "demo-db"
+#: The admin API's user on the dev broker (its password is new at each start, printed like the broker's).
+ADMIN_USERNAME = "operator"
 
 
 class DevStackError(RuntimeError):
@@ -66,6 +70,28 @@ class Endpoint:
     username: str
     password: str
     kubeconfig: Path
+    admin_username: str | None = None
+    """The admin API's user (under ``/admin`` on the same port), when the stack serves it."""
+    admin_password: str | None = None
+
+    def environment(self) -> dict[str, str]:
+        """What ``opbroker dev env`` prints for a shell to export: the names ``opbroker broker serve`` reads too,
+        so the walkthroughs' ``curl`` and ``kubectl`` lines work unchanged against any broker."""
+        values = {
+            "KUBECONFIG": str(self.kubeconfig),
+            "OPBROKER_BROKER_URL": self.url,
+            "OPBROKER_BROKER_USERNAME": self.username,
+            "OPBROKER_BROKER_PASSWORD": self.password,
+        }
+        if self.admin_username and self.admin_password:
+            values |= {"OPBROKER_ADMIN_USERNAME": self.admin_username, "OPBROKER_ADMIN_PASSWORD": self.admin_password}
+        return values
+
+
+def environment_file(name: str) -> Path:
+    """Where a running ``opbroker dev --name NAME`` leaves its :meth:`Endpoint.environment` (0600; removed on
+    stop): ``opbroker dev env`` reads it from another terminal."""
+    return cache_dir() / "dev" / f"{name}.env"
 
 
 class DevStack:
@@ -81,6 +107,7 @@ class DevStack:
         node: bool = False,
         controller_replicas: int = 2,
         allowed_namespace_selector: str | None = None,
+        allowed_namespaces: tuple[str, ...] = (),
         kubeconfig: Path | None = None,
     ) -> None:
         self.plane = ControlPlane(name, audit=audit)
@@ -90,6 +117,9 @@ class DevStack:
         self.borrowed: Borrowed | None = None
         self.allowed_namespace_selector = allowed_namespace_selector
         """Namespaces (by label) the broker accepts in a request's context besides the demo's (the bench's)."""
+        self.allowed_namespaces = (DEMO_NAMESPACE, *(n for n in allowed_namespaces if n != DEMO_NAMESPACE))
+        """Namespaces (by name) the broker accepts in a request's context: the demo's and ``--allowed-namespace``."""
+        self.name = name
         self.in_cluster = in_cluster
         self.node = node or in_cluster
         """The cluster gets a node (pods run) even with the controller and broker as local processes: plans
@@ -168,6 +198,7 @@ class DevStack:
 
         kubeconfig = str(self.kubeconfig)
         password = secrets.token_urlsafe(18)
+        admin_password = secrets.token_urlsafe(18)
         log_dir = self.log_dir
         log_dir.mkdir(parents=True, exist_ok=True)
         opbroker = [sys.executable, "-m", "opbroker.cli.main"]
@@ -214,7 +245,9 @@ class DevStack:
                 env={
                     "OPBROKER_BROKER_USERNAME": "admin",
                     "OPBROKER_BROKER_PASSWORD": password,
-                    "OPBROKER_BROKER_ALLOWED_NAMESPACES": DEMO_NAMESPACE,  # the demo's requests name it
+                    "OPBROKER_BROKER_ALLOWED_NAMESPACES": " ".join(self.allowed_namespaces),
+                    "OPBROKER_ADMIN_USERNAME": ADMIN_USERNAME,
+                    "OPBROKER_ADMIN_PASSWORD": admin_password,
                     **(
                         {"OPBROKER_BROKER_ALLOWED_NAMESPACE_SELECTOR": self.allowed_namespace_selector}
                         if self.allowed_namespace_selector
@@ -226,9 +259,21 @@ class DevStack:
         for process in self.processes:
             progress(f"starting the {process.name} (log: {process.log})")
             process.start()
-        endpoint = Endpoint(f"http://127.0.0.1:{self.broker_port}", "admin", password, self.kubeconfig)
+        endpoint = Endpoint(
+            f"http://127.0.0.1:{self.broker_port}", "admin", password, self.kubeconfig, ADMIN_USERNAME, admin_password
+        )
         self._wait_for_broker(endpoint, progress)
+        self._write_environment(endpoint)
         return endpoint
+
+    def _write_environment(self, endpoint: Endpoint) -> None:
+        """Leave the endpoint for ``opbroker dev env`` (created 0600: it holds the passwords)."""
+        path = environment_file(self.name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.unlink(missing_ok=True)
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "w") as file:
+            file.write(json.dumps(endpoint.environment(), indent=2))
 
     def _note(self, manifests: Iterable[Mapping[str, Any]]) -> None:
         """In a borrowed cluster: write down which of ``manifests`` do not exist yet (``down`` removes those)."""
@@ -274,9 +319,11 @@ class DevStack:
         url = incluster.broker_service_url(api, DEFAULT_NAMESPACE, names.broker, PORT)
         endpoint = Endpoint(url, "opbroker", password, self.plane.kubeconfig)
         self._wait_for_broker(endpoint, progress)
+        self._write_environment(endpoint)
         return endpoint
 
     def down(self, progress: Progress) -> None:
+        environment_file(self.name).unlink(missing_ok=True)
         stuck: list[str] = []
         if self.borrowed is not None:  # the controller releases what it holds while it still runs
             stuck += [describe(ref) for ref in self.borrowed.release_held(progress)]
