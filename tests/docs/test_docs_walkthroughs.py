@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -70,6 +71,7 @@ def _checkout_like(folder: Path) -> Path:
 def test_walkthrough_runs_as_written(page: Path, tmp_path: Path) -> None:
     terminal = Terminal(_checkout_like(tmp_path / "work"), _environment(page))
     counts = {role.value: 0 for role in Role}
+    started = time.monotonic()
     last: tuple[Block, str] | None = None
     problems: list[str] = []
     try:
@@ -89,6 +91,7 @@ def test_walkthrough_runs_as_written(page: Path, tmp_path: Path) -> None:
                 terminal.start(block, index)
     finally:
         problems = terminal.stop()
+        counts["seconds"] = round(time.monotonic() - started)
         RAN[str(page.relative_to(REPO))] = counts
     if problems:
         raise BlockFailed("; ".join(problems))
