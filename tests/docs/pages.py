@@ -136,7 +136,8 @@ def blocks(page: Path, text: str) -> Iterator[Block]:
         body: list[str] = []
         index += 1
         while index < len(lines) and not lines[index].strip().startswith(marker):
-            body.append(lines[index][indent:] if lines[index][:indent].isspace() else lines[index].lstrip())
+            line = lines[index]
+            body.append(line[indent:] if line[:indent].strip() == "" else line.lstrip())  # a list item's block
             index += 1
         if index >= len(lines):
             raise PageError(f"{page}:{start + 1}: a fenced block is never closed")
