@@ -16,4 +16,4 @@ echo "[test] go vet, go test (the Go template renderer)"
 echo "[test] lowest versions: every floor in pyproject.toml, the in-process tests (scripts/lowest-versions.sh)"
 scripts/lowest-versions.sh
 echo "[test] pytest"
-exec .venv/bin/pytest "$@"
+exec .venv/bin/pytest --durations=40 "$@"

@@ -3,7 +3,7 @@
 
 A page is a walkthrough when it has a block that runs (see ``tests/docs/pages.py`` for how a page marks its
 blocks). Each walkthrough runs in a fresh folder that looks like the checkout (its top-level entries linked),
-with the built ``kubectl`` and the installed ``opbroker`` on PATH, no KUBECONFIG, and its own dev control plane
+with the built ``kubectl`` and the installed ``opbroker`` on PATH (and ``.venv`` to activate), no KUBECONFIG, and its own dev control plane
 name and broker port (``OPBROKER_DEV_NAME``, ``OPBROKER_DEV_PORT``), so pages never meet each other or a
 developer's ``opbroker dev``. A block that breaks fails the page, naming the line.
 """
@@ -61,7 +61,7 @@ def _environment(page: Path) -> dict[str, str]:
 def _checkout_like(folder: Path) -> Path:
     folder.mkdir()
     for entry in REPO.iterdir():
-        if not entry.name.startswith(".") and entry.name not in ("README.md",):
+        if entry.name in (".venv",) or not entry.name.startswith("."):  # `source .venv/bin/activate` works
             (folder / entry.name).symlink_to(entry)
     return folder
 
