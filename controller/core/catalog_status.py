@@ -12,8 +12,9 @@ shows it too. Nothing else writes these objects' status, so the controller does,
   many (the controller's finalizer keeps it until they are deprovisioned, see ``plan_guard``);
 * two trusted SFPlans (or SFServices) declaring one id are both Ready=False, reason ``DuplicateId``, each
   naming the other(s): neither is served until one goes;
-* an SFService or SFPlan outside the trusted namespaces is never in the catalog: it gets a Warning event
-  (reason ``UntrustedNamespace``) and no status write — the object is a tenant's, and so is its status.
+* an SFService or SFPlan outside the trusted namespaces is never in the catalog: Ready=False, reason
+  ``UntrustedNamespace``, naming the namespaces catalog entries must live in, and a Warning event. The object
+  is a tenant's, and so is its status: nothing reads this condition back, it is for whoever looks.
 
 The status is written only when it would change (``observedGeneration`` and the condition), so the
 controller's own write, coming back as a watch event, causes no further write.
@@ -70,7 +71,8 @@ def untrusted_verdict(kind: str, namespace: str, trusted: tuple[str, ...]) -> Ve
         False,
         Reason.UNTRUSTED_NAMESPACE,
         f"ignored: an {what} is read only from the trusted catalog namespaces ({', '.join(trusted)}), not from "
-        f"{namespace!r}; it is not in the catalog and serves no instance",
+        f"{namespace!r}; it is not in the catalog and serves no instance. Apply it in {trusted[0]!r} (or have "
+        f"the platform trust {namespace!r}: the controller's and the broker's --catalog-namespace)",
     )
 
 

@@ -4,7 +4,8 @@
 the checks, how many objects use it, whether it is trusted) and hands :func:`plan`'s actions to the executor.
 Every decision is here, in the shared vocabulary (:mod:`.actions`):
 
-* an entry outside the trusted namespaces is warned about once per generation (a Warning Event, and
+* an entry outside the trusted namespaces gets Ready=False (``UntrustedNamespace``, naming where catalog entries
+  live) and is warned about once per generation (a Warning Event, and
   :class:`NoteWarned` so the next reconcile of the same generation stays quiet); its status is the tenant's
   and never written; a finalizer of ours left from a time it was trusted is dropped when it is deleted;
 * a trusted entry gets the finalizer while something uses it (:func:`.decisions.entry_guard`); deleted
@@ -58,15 +59,19 @@ class NoteWarned:
 
 
 def untrusted(facts: EntryFacts) -> list[Any]:
-    """An object outside the trusted namespaces: warned about once per generation; never held (a finalizer of
-    ours left from a time it was trusted is dropped when it is deleted, so it can go)."""
+    """An object outside the trusted namespaces: its Ready condition says so and where catalog entries live
+    (written when it does not say it yet: nothing of ours reads it back, it is for the user looking), with a
+    Warning Event once per generation; never held (a finalizer of ours left from a time it was trusted is dropped
+    when it is deleted, so it can go)."""
     entry = facts.entry
-    if entry.meta.held and entry.meta.deleting:
-        return [a.EnsureFinalizer(present=False)]
-    if facts.warned:
-        return []
+    if entry.meta.deleting:
+        return [a.EnsureFinalizer(present=False)] if entry.meta.held else []
     verdict = facts.verdict
-    return [a.Event(verdict.reason.value, verdict.message, warning=True), NoteWarned(entry.mark)]
+    patch = catalog_status.status_patch(entry, verdict)
+    written = [a.WriteStatus(patch)] if patch is not None else []
+    if facts.warned:
+        return written
+    return [*written, a.Event(verdict.reason.value, verdict.message, warning=True), NoteWarned(entry.mark)]
 
 
 def as_checked(facts: EntryFacts) -> list[Any]:

@@ -1,6 +1,6 @@
 """Catalog trust (issue 24 A), table-tested without a cluster: only the trusted namespaces' SFServices and
 SFPlans enter the controller's catalog; an id two trusted objects declare is served by neither; the entry
-reconciler reports both (DuplicateId) and warns about untrusted ones (UntrustedNamespace) without writing them.
+reconciler reports both (DuplicateId) and says of untrusted ones where catalog entries live (UntrustedNamespace).
 The same attacks through the real API server, as a tenant: tests/tenancy/test_tenancy_catalog.py."""
 
 from __future__ import annotations
@@ -230,15 +230,18 @@ def test_duplicate_services_are_both_reported() -> None:
     assert ready is not None and ready[:2] == ("False", Reason.DUPLICATE_ID.value) and "opbroker/b" in ready[2]
 
 
-def test_an_untrusted_plan_gets_one_warning_per_generation_and_no_write() -> None:
+def test_an_untrusted_plan_says_where_plans_live_once_per_generation() -> None:
     entries = Entries()
     entries.add(moved(plan_body(held=False), "tenant", "impostor"))
     entries.reconcile("plan", "tenant", "impostor")
     entries.reconcile("plan", "tenant", "impostor")
     assert [(e["reason"], e["type"]) for e in entries.kube.events] == [(Reason.UNTRUSTED_NAMESPACE.value, "Warning")]
-    assert "opbroker" in entries.kube.events[0]["message"]
-    assert [c.verb for c in entries.kube.calls] == ["create", "event"]  # its status is the tenant's: not written
-    assert entries.ready("plan", "tenant", "impostor") is None
+    message = entries.kube.events[0]["message"]
+    assert "Apply it in 'opbroker'" in message and "--catalog-namespace" in message, message
+    ready = entries.ready("plan", "tenant", "impostor")
+    assert ready is not None and ready[:2] == ("False", Reason.UNTRUSTED_NAMESPACE.value) and ready[2] == message
+    verbs = [c.verb for c in entries.kube.calls]
+    assert verbs.count("event") == 1 and len(verbs) == 3, verbs  # create, the status once, the event once
 
     entries.kube.patch_custom(PLANS, "tenant", "impostor", {"spec": {"description": "again"}})
     entries.reconcile("plan", "tenant", "impostor")
@@ -266,12 +269,19 @@ UNTRUSTED = catalog_status.untrusted_verdict("plan", "tenant", ("opbroker",))
 WARNED = [a.Event(UNTRUSTED.reason.value, UNTRUSTED.message, warning=True), NoteWarned(("", None))]
 
 
+def _said(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` whose status already says it is untrusted (as the controller's first write left it)."""
+    patch = catalog_status.status_patch(EntryView.of(body), UNTRUSTED)
+    assert patch is not None
+    return {**body, "status": patch}
+
+
 @pytest.mark.parametrize(
     ("given", "wanted"),
     [
-        (facts(moved(plan_body(held=False), "tenant"), trusted=False), WARNED),
-        (facts(moved(plan_body(held=False), "tenant"), trusted=False, warned=True), []),
-        (facts(moved(plan_body(), "tenant"), trusted=False, users=3), WARNED),  # never held for its "users"
+        (facts(_said(moved(plan_body(held=False), "tenant")), trusted=False), WARNED),
+        (facts(_said(moved(plan_body(held=False), "tenant")), trusted=False, warned=True), []),
+        (facts(_said(moved(plan_body(), "tenant")), trusted=False, users=3), WARNED),  # never held for its "users"
         (facts(DELETING_HELD, trusted=False, warned=True), [a.EnsureFinalizer(present=False)]),  # ours: let it go
     ],
     ids=["untrusted: warned", "untrusted: warned already", "untrusted: never held", "untrusted: released"],
@@ -305,3 +315,16 @@ def test_a_deleted_duplicate_goes_at_once_while_the_other_stays() -> None:
     entries.catalog.upsert_plan(deleting)
     entries.reconcile("plan", CONTROL, "plan")
     assert entries.kube.custom_object(PLANS, CONTROL, "plan") is None
+
+
+def test_an_untrusted_entry_whose_status_does_not_say_so_gets_it_written_even_when_warned() -> None:
+    """A tenant may overwrite the condition; it is written back (no Event: warned already at this generation)."""
+    body = moved(plan_body(held=False), "tenant")
+    (write,) = PlanEntryReconciler.plan(facts(body, trusted=False, warned=True))
+    assert isinstance(write, a.WriteStatus) and write.event is None
+    assert write.patch["conditions"][-1]["reason"] == Reason.UNTRUSTED_NAMESPACE.value
+
+
+def test_a_deleted_untrusted_entry_is_not_written() -> None:
+    body = moved(plan_body(deleting=True, held=False), "tenant")
+    assert list(PlanEntryReconciler.plan(facts(body, trusted=False))) == []

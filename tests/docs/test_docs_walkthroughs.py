@@ -2,10 +2,11 @@
 ``opbroker dev`` (started by the page itself, as a reader would in another terminal).
 
 A page is a walkthrough when it has a block that runs (see ``tests/docs/pages.py`` for how a page marks its
-blocks). Each walkthrough runs in a fresh folder that looks like the checkout (its top-level entries linked),
-with the built ``kubectl`` and the installed ``opbroker`` on PATH (and ``.venv`` to activate), no KUBECONFIG, and its own dev control plane
-name and broker port (``OPBROKER_DEV_NAME``, ``OPBROKER_DEV_PORT``), so pages never meet each other or a
-developer's ``opbroker dev``. A block that breaks fails the page, naming the line.
+blocks). Each walkthrough runs in a fresh folder that looks like the checkout (its top-level entries linked,
+``.venv`` too, so that ``source .venv/bin/activate`` works), with the built ``kubectl`` and the installed
+``opbroker`` on PATH, no KUBECONFIG, and its own dev control plane name and broker port (``OPBROKER_DEV_NAME``,
+``OPBROKER_DEV_PORT``), so pages never meet each other or a developer's ``opbroker dev``. A block that breaks
+fails the page, naming the line.
 """
 
 from __future__ import annotations
