@@ -46,7 +46,18 @@ def test_every_page_reads_and_every_block_has_a_role() -> None:
 
 def _environment(page: Path) -> dict[str, str]:
     (port,) = free_ports(1)
-    keep = ("HOME", "LANG", "LC_ALL", "OPBROKER_CACHE", "GOPATH", "GOMODCACHE", "GOFLAGS", "GOTOOLCHAIN", "TMPDIR")
+    keep = (
+        "HOME",
+        "LANG",
+        "LC_ALL",
+        "OPBROKER_CACHE",
+        "GOPATH",
+        "GOMODCACHE",
+        "GOFLAGS",
+        "GOTOOLCHAIN",
+        "TMPDIR",
+        "PYTHONPATH",
+    )  # a worktree runs its own code (its package tree first)
     return {
         **{key: os.environ[key] for key in keep if key in os.environ},
         "PATH": os.pathsep.join(
