@@ -152,6 +152,7 @@ class Controller:
         self.runtime.start()
         # One Secret watch for everyone: the claims' events and the store's Secret versions (the plans' sources).
         self.watchers.subscribe(SECRETS, lambda _event_type, secret: self.claims.on_secret(secret))
+        self.watchers.subscribe(SECRETS, lambda _event_type, secret: self.service_catalog.on_secret(secret))
         runtime = self.runtime
         self._trimmer = asyncio.get_running_loop().create_task(
             trim.trim_when_settled(lambda: runtime.reconciles, lambda: runtime.idle, clock=runtime.clock),

@@ -107,3 +107,37 @@ class Dependents(Generic[OwnerT]):
                 self._members.get(owner, set()).discard(key)
             for member in self._members.pop(cast(OwnerT, key), set()):
                 self._owner_of.pop(member, None)
+
+
+class Readers(Generic[OwnerT]):
+    """Which keys read an owner (the Secrets an Instance's ``parametersFrom`` names): enqueued when it changes.
+
+    Unlike :class:`Dependents` a key reads any number of owners at once; :meth:`link` replaces the set a key
+    reads. :meth:`forget` drops a key as a reader.
+    """
+
+    def __init__(self) -> None:
+        self._readers: dict[OwnerT, set[Key]] = {}
+        self._read_by: dict[Key, frozenset[OwnerT]] = {}
+        self._lock = threading.Lock()
+
+    def link(self, member: Key, owners: frozenset[OwnerT]) -> None:
+        with self._lock:
+            for owner in self._read_by.pop(member, frozenset()) - owners:
+                readers = self._readers.get(owner)
+                if readers is not None:
+                    readers.discard(member)
+                    if not readers:
+                        del self._readers[owner]
+            if owners:
+                self._read_by[member] = owners
+            for owner in owners:
+                self._readers.setdefault(owner, set()).add(member)
+
+    def of(self, owner: OwnerT) -> list[Key]:
+        """The keys reading ``owner``, in a stable order."""
+        with self._lock:
+            return sorted(self._readers.get(owner, ()), key=str)
+
+    def forget(self, key: Key) -> None:
+        self.link(key, frozenset())

@@ -103,8 +103,19 @@ class Resolver:
         merged = dict(parameters)
         for ref in sources:
             data = self.api.secret_data(namespace, ref.name)
-            if data is None or ref.key not in data:
-                raise Unresolved(Reason.ERROR_PARAMETERS, f"parametersFrom: Secret {ref.name!r} has no key {ref.key!r}")
+            if data is None:
+                raise Unresolved(
+                    Reason.ERROR_PARAMETERS,
+                    f"parametersFrom: Secret {ref.name!r} does not exist in namespace {namespace} (only the object's "
+                    f"own namespace is read): create it with a key {ref.key!r} holding a JSON object; this is "
+                    "retried until it exists",
+                )
+            if ref.key not in data:
+                raise Unresolved(
+                    Reason.ERROR_PARAMETERS,
+                    f"parametersFrom: Secret {ref.name!r} in namespace {namespace} has no key {ref.key!r} "
+                    f"(it has: {', '.join(sorted(data)) or 'none'}): add it, a JSON object; this is retried",
+                )
             try:
                 value = json.loads(data[ref.key])
             except json.JSONDecodeError:

@@ -7,6 +7,9 @@ reconcilers read it from, then mapped to the keys it concerns. What each watch e
 * ServiceClass: the Instances naming it (a class appearing or changing may resolve them);
 * Instance: itself, and the Bindings of it (they wait for it to be ready);
 * Binding: itself; when it is deleted, its Instance (whose deletion may have waited for it);
+* Secret (the controller's one Secret watch, metadata only): the Instances and Bindings whose ``parametersFrom``
+  names it — a missing parameter Secret is fixed outside the object, and the object goes on by itself once it
+  is there (the 30 s re-check of an unresolved object is the fallback);
 * Deployment / StatefulSet / DaemonSet: the Bindings of its namespace that project into workloads.
 """
 
@@ -25,10 +28,10 @@ from opbroker.controller.claims.workloads import SUPPORTED_KINDS
 from opbroker.controller.core.views import Meta
 from opbroker.controller.kube import Kube
 from opbroker.controller.reconciler import Key, Runtime
-from opbroker.controller.reconciler.memory import Dependents
+from opbroker.controller.reconciler.memory import Dependents, Readers
 from opbroker.controller.servicecatalog.bindings import BindingReconciler
 from opbroker.controller.servicecatalog.brokers import BrokerReconciler
-from opbroker.controller.servicecatalog.core.views import CatalogObject, ServiceClassView
+from opbroker.controller.servicecatalog.core.views import CatalogObject, SecretKeyRef, ServiceClassView
 from opbroker.controller.servicecatalog.instances import InstanceReconciler
 from opbroker.controller.servicecatalog.resources import (
     BINDINGS,
@@ -97,6 +100,8 @@ class ServiceCatalog:
         self._class_users: Dependents[str] = memories.keep(Dependents())
         self._instance_bindings: Dependents[Key] = memories.keep(Dependents())
         self._projecting: Dependents[str] = memories.keep(Dependents())
+        self._secret_readers: Readers[tuple[str, str]] = memories.keep(Readers())
+        """(namespace, name) of a Secret -> the Instances and Bindings whose ``parametersFrom`` names it."""
         self.webhook: Webhook | None = None
         """The admission webhook once it serves (:meth:`serve_webhook`)."""
 
@@ -189,7 +194,9 @@ class ServiceCatalog:
         if event_type == "DELETED":
             self.runtime.forget(key)
             return
-        self._class_users.link(CatalogObject.of(body).instance_spec.class_name, key)
+        instance = CatalogObject.of(body)
+        self._class_users.link(instance.instance_spec.class_name, key)
+        self._secret_readers.link(key, _parameter_secrets(key.namespace, instance.instance_spec.parameters_from))
         self.runtime.enqueue(key)
         for binding in self._instance_bindings.of(key):
             self.runtime.enqueue(binding)
@@ -206,6 +213,7 @@ class ServiceCatalog:
             self.runtime.enqueue(instance)
             return
         self._instance_bindings.link(instance, key)
+        self._secret_readers.link(key, _parameter_secrets(key.namespace, binding.binding_spec.parameters_from))
         if binding.binding_spec.application:
             self._projecting.link(key.namespace, key)
         self.runtime.enqueue(key)
@@ -220,6 +228,18 @@ class ServiceCatalog:
     def on_workload(self, body: dict[str, Any]) -> None:
         for key in self._projecting.of(Meta.of(body.get("metadata")).namespace):
             self.runtime.enqueue(key)
+
+    def on_secret(self, body: dict[str, Any]) -> None:
+        """A Secret was listed, added, changed or deleted (called in the Secret watch's thread; only its metadata
+        is looked at): the Instances and Bindings reading it as parameters look again."""
+        meta = Meta.of(body.get("metadata"))
+        for key in self._secret_readers.of((meta.namespace, meta.name)):
+            self.runtime.enqueue_threadsafe(key)
+
+
+def _parameter_secrets(namespace: str, sources: tuple[SecretKeyRef, ...]) -> frozenset[tuple[str, str]]:
+    """The Secrets ``parametersFrom`` (``sources``) reads: in the object's own namespace only."""
+    return frozenset((namespace, ref.name) for ref in sources if ref.name)
 
 
 def _host_of(url: str) -> str:

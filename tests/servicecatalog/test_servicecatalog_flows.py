@@ -103,6 +103,53 @@ def test_a_broker_without_its_auth_secret_says_so(api_client: client.ApiClient, 
         custom(api_client).delete_cluster_custom_object(GROUP, VERSION, "brokers", name)
 
 
+def test_a_missing_parameters_secret_is_named_and_the_instance_goes_on_once_it_exists(
+    api_client: client.ApiClient,
+    namespace: str,
+    registered: tuple[str, str],
+    second_broker: SecondBroker,
+) -> None:
+    """A ``parametersFrom`` Secret that does not exist (yet) is fixed outside the Instance: the condition says it
+    does not exist in the namespace (not that a key is missing), nothing is sent, and creating the Secret lets
+    the Instance provision by itself — no spec change, and sooner than the 30 s re-check (the Secret's event
+    queues it)."""
+    _, suffix = registered
+    create(
+        api_client,
+        namespace,
+        "instances",
+        "Instance",
+        "lateparams",
+        {
+            "serviceClassName": f"second-db-{suffix}",
+            "planName": "sync-small",
+            "parametersFrom": [{"secretKeyRef": {"name": "late-params", "key": "params"}}],
+        },
+    )
+    wait_for(
+        lambda: (ready(get(api_client, "instances", "lateparams", namespace)) or ("", ""))[1] == "ErrorWithParameters",
+        30,
+        "the missing Secret reported",
+    )
+    message = (condition(get(api_client, "instances", "lateparams", namespace), "Ready") or {})["message"]
+    assert f"Secret 'late-params' does not exist in namespace {namespace}" in message, message
+    assert "has no key" not in message
+    assert not second_broker.state()["instances"]  # nothing sent meanwhile
+
+    client.CoreV1Api(api_client).create_namespaced_secret(
+        namespace, {"metadata": {"name": "late-params"}, "stringData": {"params": json.dumps({"size": 2})}}
+    )
+    wait_for(
+        lambda: ready(get(api_client, "instances", "lateparams", namespace)) == ("True", "Provisioned"),
+        20,
+        "provisioned once the Secret exists",
+    )
+    instance = get(api_client, "instances", "lateparams", namespace)
+    assert instance is not None and instance["metadata"]["generation"] == 1  # no spec change needed
+    held = second_broker.state()["instances"][instance["status"]["externalID"]]
+    assert held["parameters"] == {"size": 2}, held
+
+
 def test_provision_bind_across_namespaces_unbind_deprovision(
     api_client: client.ApiClient,
     namespace: str,
