@@ -17,7 +17,7 @@ from opbroker.controller.reconciler import Key
 from opbroker.controller.servicecatalog import bindings, instances, relisting
 from opbroker.controller.servicecatalog.bindingrefs import BindingRef
 from opbroker.controller.servicecatalog.common import Unresolved
-from opbroker.controller.servicecatalog.core import endpoints, tenancy
+from opbroker.controller.servicecatalog.core import binding_plan, endpoints, instance_plan, tenancy
 from opbroker.controller.servicecatalog.core.views import (
     BrokerSpec,
     BrokerView,
@@ -104,6 +104,16 @@ INSTANCE_CASES = [
     ("deleted, never sent", obj(deleting=True), OFFERING, None, (), IS.REMOVE_FINALIZER),
     ("deleted, class gone", obj(deleting=True, deprovisionStatus="Required"), None, PROBLEM, (), IS.UNRESOLVED),
     ("deleted, released", obj(held=False, deleting=True), OFFERING, None, (), IS.NOTHING),
+    # The status may be anyone's words: an operation "under way" with no class to speak to waits, never crashes.
+    ("in flight, class gone: wait", obj(asyncOpInProgress=True), None, PROBLEM, (), IS.UNRESOLVED),
+    (
+        "mitigation, class gone: wait",
+        obj(deleting=True, orphanMitigationInProgress=True),
+        None,
+        None,
+        (),
+        IS.UNRESOLVED,
+    ),
 ]
 
 
@@ -172,7 +182,20 @@ BINDING_CASES = [
     ("deleted, bound: unbind", obj(deleting=True, unbindStatus="Required"), OFFERING, None, B.UNBIND),
     ("deleted, never bound", obj(deleting=True), OFFERING, None, B.REMOVE_FINALIZER),
     ("deleted, unbound", obj(deleting=True, unbindStatus="Succeeded"), OFFERING, None, B.REMOVE_FINALIZER),
+    ("async bind in flight, class gone: wait", obj(asyncOpInProgress=True), None, NOT_READY, B.UNRESOLVED),
+    ("mitigation, class gone: wait", obj(deleting=True, orphanMitigationInProgress=True), None, None, B.UNRESOLVED),
 ]
+
+
+def test_an_operation_under_way_without_a_class_is_said_on_the_object_not_a_crash() -> None:
+    """The plan (not only the step) holds: the conditions name the missing class; nothing is sent."""
+    body = obj(deleting=True, orphanMitigationInProgress=True)
+    for planned in (
+        instance_plan.plan(instances.InstanceFacts(Key("scinstance", "n", "x"), body, None, {}, None, ())),
+        binding_plan.plan(bindings.BindingFacts(Key("scbinding", "n", "x"), body, {}, None, {}, None)),
+    ):
+        assert planned and not any(type(action).__name__ == "Call" for action in planned)
+        assert "ServiceClass" in str(planned)
 
 
 @pytest.mark.parametrize(

@@ -30,7 +30,7 @@ from opbroker.controller.reconciler.keys import Key
 from opbroker.controller.servicecatalog.core import calls, operations, tenancy
 from opbroker.controller.servicecatalog.core.calls import Call, Pacing
 from opbroker.controller.servicecatalog.core.endpoints import identity_of
-from opbroker.controller.servicecatalog.core.offering import Offering, Unresolved
+from opbroker.controller.servicecatalog.core.offering import NO_OFFERING, Offering, Unresolved
 from opbroker.controller.servicecatalog.core.operations import Verdict, keeping_failed, terminal_mitigation
 from opbroker.controller.servicecatalog.core.statuses import (
     after_failure,
@@ -221,6 +221,8 @@ def next_step(facts: BindingFacts) -> Step:
     if not facts.owns_ids:
         # Someone else's binding or instance id: nothing is ever sent for it, whatever the status says.
         return Step.REMOVE_FINALIZER if deleting else Step.UNRESOLVED
+    if (status.async_op or status.orphan_mitigation) and facts.offering is None:
+        return Step.UNRESOLVED  # nothing can be sent without the class's broker (see instance_plan.next_step)
     if status.async_op:
         return Step.POLL
     if status.orphan_mitigation:
@@ -253,8 +255,7 @@ def plan(facts: BindingFacts) -> list[Any]:
         case Step.REMOVE_FINALIZER:
             return [*released(facts), a.EnsureFinalizer(False)]
         case Step.UNRESOLVED:
-            assert facts.problem is not None
-            return unresolved(facts.binding, facts.problem, now=now)
+            return unresolved(facts.binding, facts.problem or NO_OFFERING, now=now)
         case Step.WAIT_FOR_BUDGET:
             return waiting_for_budget(facts.binding, facts.over_budget or "", now=now)
         case Step.POLL:

@@ -26,7 +26,7 @@ from opbroker.controller.reconciler.keys import Key
 from opbroker.controller.servicecatalog.core import calls, live, operations, tenancy
 from opbroker.controller.servicecatalog.core.calls import Call, Pacing
 from opbroker.controller.servicecatalog.core.endpoints import identity_of
-from opbroker.controller.servicecatalog.core.offering import Offering, Unresolved
+from opbroker.controller.servicecatalog.core.offering import NO_OFFERING, Offering, Unresolved
 from opbroker.controller.servicecatalog.core.operations import Verdict, keeping_failed, terminal_mitigation
 from opbroker.controller.servicecatalog.core.statuses import (
     after_failure,
@@ -137,6 +137,10 @@ def next_step(facts: InstanceFacts) -> Step:
     if not facts.owns_id:
         # Someone else's id: nothing is ever sent for it, whatever the status (its owner can write it) says.
         return Step.REMOVE_FINALIZER if deleting else Step.UNRESOLVED
+    if (status.async_op or status.orphan_mitigation) and facts.offering is None:
+        # Polling and mitigating speak to the class's broker; without one (class or broker gone) nothing can be
+        # sent: said on the object, and looked at again when they return. (The status may be anyone's words.)
+        return Step.UNRESOLVED
     if status.async_op:
         return Step.POLL  # one operation at a time, a deletion included
     if status.orphan_mitigation:
@@ -186,8 +190,7 @@ def plan(facts: InstanceFacts) -> list[Any]:
             # No requeue: a binding's deletion queues the instance again.
             return said(instance, ready=False, reason=Reason.INSTANCE_DELETE_BLOCKED, message=message, now=now)
         case Step.UNRESOLVED:
-            assert facts.problem is not None
-            return unresolved(instance, facts.problem, now=now)
+            return unresolved(instance, facts.problem or NO_OFFERING, now=now)
         case Step.POLL:
             return calls.early(facts.pacing, facts.monotonic) or poll(facts)
         case Step.WAIT_FOR_BUDGET:

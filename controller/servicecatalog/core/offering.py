@@ -20,6 +20,15 @@ class Unresolved(ValueError):
         self.reason = reason
 
 
+#: Why an operation under way cannot go on when nothing else said why: its class (or the class's broker) cannot be
+#: read. Polling and orphan mitigation wait for it to return.
+NO_OFFERING = Unresolved(
+    Reason.REFERENCES_NON_EXISTENT_CLASS,
+    "an operation is under way but its ServiceClass (or that class's Broker) cannot be read: nothing can be sent "
+    "to the broker until it is back",
+)
+
+
 @dataclass(frozen=True)
 class Offering:
     """The class, plan and broker an Instance uses, resolved."""
