@@ -201,6 +201,20 @@ def test_a_transient_refusal_is_said_and_retried_with_the_one_backoff() -> None:
     assert said.event is not None and said.event.reason == Reason.UPDATE_CALL_FAILED.value
 
 
+def test_a_refused_provision_says_how_to_send_it_again_once_fixed_and_a_bumped_update_request_does() -> None:
+    """A 400 (a namespace the broker does not allow) fails for good: the message names the retry, and a spec that
+    only increases updateRequests (a new generation) provisions again."""
+    error = osbclient.OSBError(400, None, "context.namespace 'team-a' is not allowed", what="provision")
+    (said,) = ip.answered(facts(obj()), ip.InstanceOperation.PROVISION, error, RECORDED)
+    failed = [c for c in said.patch["conditions"] if c["type"] == "Failed"]
+    assert failed and "increase spec.updateRequests" in failed[0]["message"], said.patch
+    assert said.event is not None and "increase spec.updateRequests" in said.event.message
+    settled = obj(provisionStatus="NotProvisioned", observedGeneration=1)
+    assert ip.next_step(facts(settled)) is ip.Step.NOTHING
+    bumped = {**settled, "metadata": {**settled["metadata"], "generation": 2}}
+    assert ip.next_step(facts(bumped)) is ip.Step.PROVISION
+
+
 def test_a_provision_done_at_once_is_provisioned_with_its_event() -> None:
     done = osbclient.InstanceResult(201, dashboard_url="http://dash")
     (write,) = ip.answered(facts(obj()), ip.InstanceOperation.PROVISION, done, RECORDED)

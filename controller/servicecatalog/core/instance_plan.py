@@ -103,6 +103,12 @@ class InstanceFacts:
         object.__setattr__(self, "instance", CatalogObject.of(self.body))
 
 
+#: What a failure the same request would meet again says next: how to ask again once its cause is fixed (the
+#: broker's 400 for a namespace it does not allow, a plan it refused), with no change of what is asked.
+STAYS_FAILED = (
+    "the instance stays failed until its spec changes: once the cause is fixed, increase spec.updateRequests to "
+    "send the request again"
+)
 #: The properties whose change is sent to the broker as an update (``updateRequests`` is 0 when unrecorded).
 UPDATED_BY = ("planExternalID", "parametersChecksum", "updateRequests")
 
@@ -374,7 +380,7 @@ def deprovisioned(facts: InstanceFacts, written: CatalogObject) -> list[Any]:
     final = mitigation and terminal_mitigation(written)
     fields: dict[str, Any] = {}
     if mitigation:
-        after = "the instance stays failed until its spec changes" if final else "provisioning is retried"
+        after = STAYS_FAILED if final else "provisioning is retried"
         mitigated = conditions(
             written,
             ready=False,
@@ -423,6 +429,7 @@ def operation_failed(
                 "Instance's; it is never updated, bound or deprovisioned from here (create the Instance again "
                 "with another externalID, or none)"
             )
+    message = f"{message}; {STAYS_FAILED}"
     failure = conditions(written, ready=provisioned, reason=reason, message=message, failed=True, now=now)
     event = a.Event(reason.value, message, warning=True)
     return [a.WriteStatus(operations.failed(written, conditions=failure, **extra), event=event)]
