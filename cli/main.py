@@ -29,6 +29,7 @@ COMMANDS: Mapping[str, str] = {
     "dev": "opbroker.cli.dev:app",
     "import": "opbroker.cli.importer:app",
     "namespace": "opbroker.cli.namespaces:app",
+    "grant": "opbroker.cli.grant:app",
     "instance": "opbroker.cli.abandon:instance_app",
     "binding": "opbroker.cli.abandon:binding_app",
     "provider": "opbroker.cli.provider:app",
