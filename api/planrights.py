@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from opbroker.api import rbac
 from opbroker.api.policyrules import Rule
 from opbroker.api.rbac import OWNER_VERBS
 
@@ -155,3 +156,18 @@ def beyond(rules: Iterable[Rule], base: Iterable[Rule]) -> tuple[Rule, ...]:
 def _keyed(rules: Iterable[Rule]) -> Iterable[tuple[tuple[str, ...], str, tuple[str, ...], tuple[str, ...]]]:
     for rule in merged(rules):
         yield tuple(sorted(rule.api_groups)), rule.resources[0], tuple(sorted(rule.resource_names)), rule.verbs
+
+
+def account_manifests(
+    namespace: str, account: str, needed: PlanRights, *, held: Iterable[Rule] = (), held_cluster: Iterable[Rule] = ()
+) -> list[dict[str, Any]]:
+    """The plan account's objects (:func:`opbroker.api.rbac.plan_account_manifests`) granting ``needed`` beside
+    ``held``/``held_cluster`` (the rules its two ClusterRoles hold already, kept when applying to a cluster);
+    Secrets and ConfigMaps, which every plan account holds, are not repeated."""
+    namespaced = beyond((*needed.namespaced, *held), rbac.plan_account_rules())
+    return rbac.plan_account_manifests(
+        namespace,
+        rbac.plan_account_rules([rule.to_manifest() for rule in namespaced]),
+        account,
+        cluster_rules=merged((*needed.cluster, *held_cluster)),
+    )

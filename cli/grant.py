@@ -14,6 +14,7 @@ file cannot be read, the cluster refused; 2 usage.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -23,13 +24,10 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 from rich.markup import escape
 
-from opbroker.api import rbac
 from opbroker.api.catalog import SFPlan, SFService
 from opbroker.api.conventions import DEFAULT_NAMESPACE, DEFAULT_PLAN_SERVICE_ACCOUNT
 from opbroker.api.errors import field_errors
-from opbroker.api.meta import ResourceRef
-from opbroker.api.planrights import PlanRights, Resolver, beyond, merged, rights, well_known
-from opbroker.api.policyrules import Rule
+from opbroker.api.planrights import account_manifests, well_known
 from opbroker.cli.console import err, out
 from opbroker.cli.options import ContextOption, KubeconfigOption, kube_for
 
@@ -43,8 +41,8 @@ class _Refused(Exception):
     """Something the user must fix; the message says what."""
 
 
-def _plans_in_files(files: list[Path]) -> list[tuple[SFPlan, dict[str, Any] | None]]:
-    found: list[tuple[SFPlan, dict[str, Any] | None]] = []
+def _plans_in_files(files: list[Path]) -> list[tuple[SFPlan, Mapping[str, Any] | None]]:
+    found: list[tuple[SFPlan, Mapping[str, Any] | None]] = []
     for path in files:
         try:
             documents = [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if isinstance(d, dict)]
@@ -60,74 +58,6 @@ def _plans_in_files(files: list[Path]) -> list[tuple[SFPlan, dict[str, Any] | No
         if not any(d.get("kind") == SFPlan.KIND for d in documents):
             raise _Refused(f"{path}: no SFPlan document in it")
     return found
-
-
-def _acts_as(plan: SFPlan, account: str) -> bool:
-    return (plan.spec.service_account_name or DEFAULT_PLAN_SERVICE_ACCOUNT) == account
-
-
-def _plans_in_cluster(kube: Any, namespace: str, account: str) -> list[tuple[SFPlan, dict[str, Any] | None]]:
-    from opbroker.controller.kube import PLANS, SERVICES
-
-    services = {str((s.get("spec") or {}).get("id")): s for s in kube.list_custom(SERVICES, namespace)}
-    plans = []
-    for body in kube.list_custom(PLANS, namespace):
-        try:
-            plan = SFPlan.model_validate(body)
-        except ValidationError:
-            err.print(f"[yellow]![/yellow] SFPlan {escape(str(body['metadata']['name']))} is not valid; skipped")
-            continue
-        if _acts_as(plan, account):
-            plans.append((plan, services.get(plan.spec.service_id)))
-    if not plans:
-        raise _Refused(f"no SFPlan in the namespace {namespace} acts as {account}")
-    return plans
-
-
-def _discovering(kube: Any) -> Resolver:
-    """Kinds resolved by the API server's discovery (a CRD's plural and scope), the well-known table when it does
-    not serve the kind (yet)."""
-
-    def resolve(api_version: str, kind: str) -> tuple[str, bool] | None:
-        try:
-            plural, namespaced = kube.plural_of(api_version, kind)
-        except Exception:  # not served: a CRD not installed yet
-            return well_known(api_version, kind)
-        return str(plural), bool(namespaced)
-
-    return resolve
-
-
-def _rights_of(
-    plans: list[tuple[SFPlan, dict[str, Any] | None]], namespace: str, parameters: dict[str, Any], resolve: Resolver
-) -> PlanRights:
-    from opbroker.rendering import RenderError
-    from opbroker.rendering.samples import rendered_objects
-
-    objects: list[dict[str, Any]] = []
-    for plan, service in plans:
-        try:
-            objects += rendered_objects(plan, namespace=namespace, parameters=parameters, service=service)
-        except RenderError as exc:
-            raise _Refused(f"plan {plan.metadata.name}: {exc}") from None
-    return rights(objects, resolve)
-
-
-def _live_rules(kube: Any, name: str) -> list[Rule]:
-    live = kube.get(ResourceRef(api_version="rbac.authorization.k8s.io/v1", kind="ClusterRole", name=name))
-    return [Rule.from_args(rule) for rule in (live or {}).get("rules") or []]
-
-
-def manifests_for(
-    namespace: str, account: str, needed: PlanRights, *, held: tuple[Rule, ...] = ()
-) -> list[dict[str, Any]]:
-    """The plan account's objects granting ``needed`` beside ``held`` (the rules its namespaced ClusterRole holds
-    already, kept by ``--apply``); Secrets and ConfigMaps every plan account holds are not repeated."""
-    base = rbac.plan_account_rules()
-    namespaced = beyond((*needed.namespaced, *held), base)
-    return rbac.plan_account_manifests(
-        namespace, rbac.plan_account_rules([r.to_manifest() for r in namespaced]), account, cluster_rules=needed.cluster
-    )
 
 
 @app.command("plan-account")
@@ -163,31 +93,31 @@ def plan_account(
             raise ValueError("not a JSON object")
     except ValueError as exc:
         raise typer.BadParameter(f"{exc}", param_hint="--parameters") from None
+    from opbroker.controller import planaccounts
+
     try:
-        kube = kube_for(kubeconfig, context) if apply or not plans else None
-        chosen = _plans_in_files(plans) if plans else _plans_in_cluster(kube, namespace, account)
-        resolve = _discovering(kube) if kube is not None else well_known
-        needed = _rights_of(chosen, namespace, values, resolve)
+        kube: Any = kube_for(kubeconfig, context) if apply or not plans else None
+        if plans:
+            chosen = _plans_in_files(plans)
+        else:
+            chosen = planaccounts.plans_in_cluster(kube, namespace, account, lambda say: err.print(f"! {say}"))
+            if not chosen:
+                raise _Refused(f"no SFPlan in the namespace {namespace} acts as {account}")
+        resolve = planaccounts.discovering(kube) if kube is not None else well_known
+        needed = planaccounts.rights_of(chosen, namespace, values, resolve)
         for guessed in needed.guesses:
             err.print(
                 f"[yellow]![/yellow] {escape(guessed)}: check it, or give --apply/--kubeconfig a cluster serving it"
             )
         if not apply:
-            documents = manifests_for(namespace, account, needed)
             names = ", ".join(p.metadata.name or "?" for p, _ in chosen)
             typer.echo(f"# the plan account {namespace}/{account}, for: {names}")
             typer.echo("# kubectl apply replaces these roles' rules; --apply keeps what they hold already")
-            typer.echo(yaml.safe_dump_all(documents, sort_keys=False), nl=False)
+            typer.echo(yaml.safe_dump_all(account_manifests(namespace, account, needed), sort_keys=False), nl=False)
             return
-        assert kube is not None  # --apply opened the cluster
-        held = tuple(_live_rules(kube, rbac.plan_role_name(namespace, account)))
-        held_cluster = tuple(_live_rules(kube, rbac.plan_cluster_role_name(namespace, account)))
-        needed = PlanRights(needed.namespaced, merged((*needed.cluster, *held_cluster)), needed.guesses)
-        for manifest in manifests_for(namespace, account, needed, held=held):
-            kube.apply(manifest, field_manager=FIELD_MANAGER)
-            where = manifest["metadata"].get("namespace")
-            out.print(f"applied {manifest['kind']} {(where + '/') if where else ''}{manifest['metadata']['name']}")
-    except _Refused as exc:
+        for ref in planaccounts.grant(kube, namespace, account, needed, field_manager=FIELD_MANAGER):
+            out.print(f"applied {ref.kind} {(ref.namespace + '/') if ref.namespace else ''}{ref.name}")
+    except (_Refused, planaccounts.NoPlans) as exc:
         err.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(1) from None
     except ApiException as exc:  # the controller's Refused among them: it names the object, group and verb
