@@ -119,34 +119,3 @@ def test_one_command_prepares_the_sister_and_registers_its_kubeconfig_on_the_mas
     assert client.CoreV1Api(api_client).read_namespaced_secret("eu-2-kubeconfig", ns).metadata.resource_version == (
         version
     )
-
-
-def test_a_kubeconfig_naming_a_command_is_refused_before_anything_is_written(
-    tmp_path: Path, sister: ControlPlane
-) -> None:
-    loaded = yaml.safe_load(sister.kubeconfig.read_text())
-    loaded["users"][0]["user"] = {"exec": {"command": "get-token", "apiVersion": "client.authentication.k8s.io/v1"}}
-    path = tmp_path / "kubeconfig"
-    path.write_text(yaml.safe_dump(loaded))
-    result = CliRunner().invoke(app, ["sister", "prepare", "x", "--sister-kubeconfig", str(path)])
-    assert result.exit_code == 1 and "user.exec" in result.output and "token" in result.output
-
-
-def test_file_references_are_read_into_data(tmp_path: Path) -> None:
-    (tmp_path / "ca.crt").write_bytes(b"CA")
-    (tmp_path / "token").write_text("secret-token\n")
-    kubeconfig = {
-        "clusters": [
-            {"name": "c", "cluster": {"server": "https://a:6443", "certificate-authority": str(tmp_path / "ca.crt")}}
-        ],
-        "users": [
-            {"name": "u", "user": {"tokenFile": str(tmp_path / "token")}},
-            {"name": "other", "user": {"token": "x"}},
-        ],
-        "contexts": [{"name": "ctx", "context": {"cluster": "c", "user": "u"}}],
-        "current-context": "ctx",
-    }  # fmt: skip
-    data = kubeconfigs.data_only(kubeconfig, lambda p: Path(p).read_bytes(), server="https://b:6443")
-    assert kubeconfigs.problems(data) == []
-    assert data["clusters"][0]["cluster"] == {"server": "https://b:6443", "certificate-authority-data": "Q0E="}
-    assert data["users"] == [{"name": "ctx", "user": {"token": "secret-token"}}]
