@@ -98,9 +98,14 @@ class SFCluster(KubeResource):
     PLURAL: ClassVar[str] = "sfclusters"
     SHORT_NAMES: ClassVar[tuple[str, ...]] = ("sfc",)
     PRINTER_COLUMNS: ClassVar[tuple[tuple[str, str, str], ...]] = (
+        ("Ready", '.status.conditions[?(@.type=="Ready")].status', "string"),
+        ("Reason", '.status.conditions[?(@.type=="Ready")].reason', "string"),
         ("Instances", ".status.serviceInstanceCount", "integer"),
         ("Reachable", ".status.reachable", "boolean"),
     )
+    """``kubectl get sfclusters`` answers whether each cluster takes work and, if not, why (the ``Ready``
+    condition's reason: ``Unreachable``, ``KubeconfigRefused``, ``ControllerInstallFailed``,
+    ``ControllerUnavailable``)."""
 
     spec: SFClusterSpec
     status: SFClusterStatus | None = None

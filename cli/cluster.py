@@ -86,6 +86,17 @@ def down(name: NameOption = "default") -> None:
 
 
 @app.command()
+def kubeconfig(name: NameOption = "default") -> None:
+    """Print the path of the control plane's kubeconfig, alone on a line (for a shell:
+    ``export KUBECONFIG=$(opbroker cluster kubeconfig -n NAME)``); exit 3 when it is not running."""
+    current = ControlPlane(name).status()
+    if not current.running:
+        err.print(f"[red]error:[/red] control plane {name!r} is not running (opbroker cluster up -n {name})")
+        raise typer.Exit(3)
+    typer.echo(str(current.kubeconfig))
+
+
+@app.command()
 def status(name: NameOption = "default") -> None:
     """Show whether the control plane runs, its server URL, kubeconfig and memory use."""
     current = ControlPlane(name).status()

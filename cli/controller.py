@@ -121,10 +121,18 @@ def run(
     ] = 120.0,
     multicluster: Annotated[
         bool,
-        typer.Option(help="Master of several clusters: schedule onto SFClusters, hand instances to sister clusters."),
+        typer.Option(
+            help="Master of several clusters: schedule onto SFClusters, hand instances to sister clusters "
+            "(or OPBROKER_CONTROLLER_MULTICLUSTER=true: what `opbroker dev` passes on to its controller).",
+            envvar="OPBROKER_CONTROLLER_MULTICLUSTER",
+        ),
     ] = False,
     scheduler: Annotated[
-        SchedulerName, typer.Option(help="Which scheduler places instances (with --multicluster).")
+        SchedulerName,
+        typer.Option(
+            help="Which scheduler places instances (with --multicluster; or OPBROKER_CONTROLLER_SCHEDULER).",
+            envvar="OPBROKER_CONTROLLER_SCHEDULER",
+        ),
     ] = SchedulerName.DEFAULT,
     cluster_probe_seconds: Annotated[
         float, typer.Option(help="How often each SFCluster is probed and its status refreshed.", min=0.2)

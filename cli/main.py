@@ -29,6 +29,8 @@ COMMANDS: Mapping[str, str] = {
     "dev": "opbroker.cli.dev:app",
     "import": "opbroker.cli.importer:app",
     "namespace": "opbroker.cli.namespaces:app",
+    "grant": "opbroker.cli.grant:app",
+    "sister": "opbroker.cli.sister:app",
     "instance": "opbroker.cli.abandon:instance_app",
     "binding": "opbroker.cli.abandon:binding_app",
     "provider": "opbroker.cli.provider:app",

@@ -142,6 +142,10 @@ class Reason(StrEnum):
     CONTROLLER_INSTALL_FAILED = "ControllerInstallFailed"
     """Applying them failed (the message names the object and the HTTP status, e.g. 403: the kubeconfig lacks
     the rights): the SFCluster is not Ready."""
+    CONTROLLER_UNAVAILABLE = "ControllerUnavailable"
+    """Applied, but the sister's controller Deployment has fewer available replicas than it asks for (pods not
+    scheduled, an image not pulled, a crash): nothing there would reconcile the instances placed on it, so the
+    SFCluster is not Ready either; the message gives the counts and the Deployment's own condition."""
     CONTROLLER_REMOVAL_FAILED = "ControllerRemovalFailed"
     """Deleting them failed or the cluster is unreachable: a deleted SFCluster keeps its finalizer meanwhile."""
     # -- the Service Catalog kinds (Broker, Instance, Binding), with Service Catalog's own reason names ----------

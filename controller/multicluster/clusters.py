@@ -45,6 +45,7 @@ from opbroker.controller.executor import Executor, Run, Target
 from opbroker.controller.kube import Kind
 from opbroker.controller.multicluster import installer, quantities
 from opbroker.controller.multicluster.core import cluster_plan, replicas
+from opbroker.controller.multicluster.core.availability import Availability, availability
 from opbroker.controller.multicluster.core.cluster_plan import (
     ClusterFacts,
     Installation,
@@ -106,6 +107,8 @@ class ClusterState:
     installed: str | None = None
     """Digest of the controller's objects applied into the cluster through this connection (None: not yet)."""
     install: Installation | None = None
+    applied: str = ""
+    """What the last installation applied (image, replicas, object count, digest), for ``ControllerInstalled``."""
     controller_pending: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -370,22 +373,37 @@ class ClusterReconciler(ShowsFailuresOnObject, ObservePlanAct[ClusterFacts, Any]
             return
         objects = installer.desired(self.namespace, wanted)
         digest = objects_digest(objects)
-        if state.installed == digest:
-            return
+        if state.installed != digest:
+            try:
+                count = installer.install(state.kube, self.namespace, objects)
+            except InstallError as exc:
+                state.installed = None
+                state.install = Installation(False, Reason.CONTROLLER_INSTALL_FAILED.value, str(exc))
+                logger.warning("installing the controller into cluster %s failed: %s", state.name, exc)
+                return
+            state.installed = digest
+            state.applied = (
+                f"image {wanted.image}, {wanted.replicas} replica(s): {count} objects applied (definitions {digest})"
+            )
+            logger.info("controller %s installed into cluster %s (%s)", wanted.image, state.name, digest)
+        self._judge_availability(state)
+
+    def _judge_availability(self, state: ClusterState) -> None:
+        """``ControllerInstalled`` once the applied controller's Deployment is available (one GET per probe):
+        applied objects whose pods do not run reconcile nothing placed there."""
+        assert state.kube is not None
+        ref = installer.controller_deployment(self.namespace)
+        where = f"Deployment {ref.namespace}/{ref.name}"
         try:
-            count = installer.install(state.kube, self.namespace, objects)
-        except InstallError as exc:
-            state.installed = None
-            state.install = Installation(False, Reason.CONTROLLER_INSTALL_FAILED.value, str(exc))
-            logger.warning("installing the controller into cluster %s failed: %s", state.name, exc)
-            return
-        state.installed = digest
-        state.install = Installation(
-            True,
-            Reason.CONTROLLER_INSTALLED.value,
-            f"image {wanted.image}, {wanted.replicas} replica(s): {count} objects applied (definitions {digest})",
-        )
-        logger.info("controller %s installed into cluster %s (%s)", wanted.image, state.name, digest)
+            judged = availability(where, state.kube.get(ref, fresh=True))
+        except Exception as exc:  # a failed read: said, and read again at the next probe
+            judged = Availability(False, f"{where} could not be read: {describe(exc)}")
+        if judged.available:
+            state.install = Installation(True, Reason.CONTROLLER_INSTALLED.value, f"{state.applied}; {judged.message}")
+        else:
+            state.install = Installation(
+                False, Reason.CONTROLLER_UNAVAILABLE.value, f"{state.applied}; {judged.message}"
+            )
 
     def _remove_controller(self, state: ClusterState, *, pending_on_failure: bool) -> None:
         if not state.reachable or state.kube is None:

@@ -72,6 +72,16 @@ def removable(namespace: str) -> list[tuple[str, dict[str, Any]]]:
     return list(reversed(every))
 
 
+def controller_deployment(namespace: str) -> ResourceRef:
+    """The controller's Deployment in a sister: whether it is available decides ``ControllerInstalled``."""
+    return ResourceRef(
+        api_version="apps/v1",
+        kind="Deployment",
+        name=controllerinstall.Names(namespace).controller,
+        namespace=namespace,
+    )
+
+
 def _ref(manifest: Mapping[str, Any]) -> ResourceRef:
     """Which object one of the manifests built here (by :func:`desired`, :func:`prerequisites`) is."""
     meta = manifest["metadata"]

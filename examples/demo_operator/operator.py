@@ -302,6 +302,7 @@ def main() -> None:
     configuration.connection_pool_maxsize = 32
     api = client.ApiClient(configuration)
     api.user_agent = "demo-operator"  # tells its requests apart in audit logs (the benchmarks count them)
+    logger.info("watching Databases in %s", configuration.host)  # a terminal (or a walkthrough) sees it started
     DemoOperator(api, workers=16).run()
 
 

@@ -6,6 +6,7 @@ against both; no pod needs to run (the sister has no node)."""
 from __future__ import annotations
 
 import base64
+import json
 import os
 import types
 import uuid
@@ -177,6 +178,23 @@ def installed(api: client.ApiClient, objects: list[dict[str, Any]]) -> list[str]
     return [f"{m['kind']}/{m['metadata']['name']}" for m in objects if read(api, m) is not None]
 
 
+def table_row(master: Master, name: str) -> dict[str, str]:
+    """The SFCluster's row as ``kubectl get`` prints it (the server's Table: the CRD's printer columns)."""
+    path = f"/apis/{CLUSTERS.group}/{CLUSTERS.version}/namespaces/{master.namespace}/{CLUSTERS.plural}/{name}"
+    method, url, headers, body, _ = master.api.param_serialize(
+        "GET",
+        path,
+        header_params={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"},
+        auth_settings=["BearerToken"],
+    )
+    answer = master.api.call_api(method, url, header_params=headers, body=body)
+    answer.read()
+    response = json.loads(answer.data)
+    names = [column["name"] for column in response["columnDefinitions"]]
+    (row,) = response["rows"]
+    return {column: str(cell) for column, cell in zip(names, row["cells"], strict=True)}
+
+
 def test_install_creates_exactly_the_components_objects_and_an_image_change_upgrades(
     master: Master, sister: ControlPlane, sister_api: client.ApiClient
 ) -> None:
@@ -201,10 +219,16 @@ def test_install_creates_exactly_the_components_objects_and_an_image_change_upgr
         listed = resource.get(label_selector=f"app.kubernetes.io/managed-by={MANAGED_BY}").to_dict()["items"]
         mine |= {(kind, item["metadata"]["name"]) for item in listed}
     assert mine == {(m["kind"], m["metadata"]["name"]) for m in expected if m["metadata"].get("namespace")}
-    ready = master.condition("sis", "Ready")
-    assert ready is not None and (ready["status"], ready["reason"]) == ("True", Reason.REACHABLE.value)
+    # Applied, but the sister has no node: its Deployment is 0/1, so the controller is not installed yet (issue
+    # 47: this said True) and the cluster is not Ready, with the counts.
     done = master.condition("sis", "ControllerInstalled")
-    assert done is not None and done["status"] == "True" and "opbroker:one" in done["message"]
+    assert done is not None and (done["status"], done["reason"]) == ("False", Reason.CONTROLLER_UNAVAILABLE.value)
+    assert "opbroker:one" in done["message"] and "0 of 1 replica(s) available" in done["message"]
+    ready = master.condition("sis", "Ready")
+    assert ready is not None and (ready["status"], ready["reason"]) == ("False", Reason.CONTROLLER_UNAVAILABLE.value)
+    # `kubectl get sfclusters` shows it: the READY and REASON columns.
+    columns = table_row(master, "sis")
+    assert (columns["Ready"], columns["Reason"]) == ("False", Reason.CONTROLLER_UNAVAILABLE.value)
 
     # Upgrade: a new image in spec.controller is applied to the Deployment.
     master.patch_controller("sis", {"image": "opbroker:two", "replicas": 1, "operatorRules": [OPERATOR_RULE]})

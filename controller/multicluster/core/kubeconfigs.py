@@ -13,7 +13,8 @@ client is built, with the field named (``users[0].user.exec``); the SFCluster is
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import base64
+from collections.abc import Callable, Mapping
 from typing import Any
 
 #: Fields of ``users[].user`` the controller refuses, and what the client would do with each.
@@ -54,3 +55,66 @@ def problems(kubeconfig: Any) -> list[str]:
                 continue
             found += [f"{section}[{index}].{inner}.{field}: {why}" for field, why in refused.items() if field in body]
     return found
+
+
+#: Fields naming a file, and the ``-data`` field (base64 of the file) or plain field that carries it instead.
+_INLINED = {
+    "certificate-authority": ("certificate-authority-data", True),
+    "client-certificate": ("client-certificate-data", True),
+    "client-key": ("client-key-data", True),
+    "tokenFile": ("token", False),
+}
+
+
+def data_only(
+    kubeconfig: Any, read: Callable[[str], bytes], *, context: str | None = None, server: str | None = None
+) -> dict[str, Any]:
+    """The one context of ``kubeconfig`` (``context``, default its current one) the controller may use: its
+    cluster and user only, each file they name read (``read``) into the field carrying the data, the server
+    replaced by ``server`` when given (the address the master reaches the cluster at). A command (``exec``,
+    ``auth-provider``) cannot be inlined: ValueError naming the field — give a token or certificates instead."""
+    if not isinstance(kubeconfig, Mapping):
+        raise ValueError("the kubeconfig is not a YAML mapping")
+    chosen = context or kubeconfig.get("current-context")
+    listed = [c for c in kubeconfig.get("contexts") or [] if isinstance(c, Mapping)]
+    contexts = {c.get("name"): c.get("context") or {} for c in listed}
+    if chosen not in contexts:
+        raise ValueError(f"the kubeconfig has no context {chosen!r}")
+    wanted = contexts[chosen]
+
+    def entry(section: str, inner: str, name: Any) -> dict[str, Any]:
+        for item in kubeconfig.get(section) or []:
+            if isinstance(item, Mapping) and item.get("name") == name:
+                return dict(item.get(inner) or {})
+        raise ValueError(f"the kubeconfig's context {chosen!r} names {section[:-1]} {name!r}, which it lacks")
+
+    def inline(body: dict[str, Any], where: str) -> dict[str, Any]:
+        for field, (target, encoded) in _INLINED.items():
+            if field in body:
+                path = str(body.pop(field))
+                try:
+                    content = read(path)
+                except OSError as exc:
+                    raise ValueError(f"{where}.{field}: cannot read {path}: {exc.strerror or exc}") from None
+                body[target] = base64.b64encode(content).decode() if encoded else content.decode().strip()
+        for field in ("exec", "auth-provider"):
+            if field in body:
+                raise ValueError(
+                    f"{where}.{field}: {REFUSED_USER_FIELDS[field]}; use a kubeconfig with a token or client "
+                    "certificates for this cluster"
+                )
+        return body
+
+    cluster = inline(entry("clusters", "cluster", wanted.get("cluster")), "cluster")
+    user = inline(entry("users", "user", wanted.get("user")), "user")
+    if server:
+        cluster["server"] = server
+    name = str(chosen)
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": name, "cluster": cluster}],
+        "users": [{"name": name, "user": user}],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
+        "current-context": name,
+    }
