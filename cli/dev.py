@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from opbroker.cli.console import err, out
+from opbroker.controller.multicluster.core.scheduling import SchedulerName
 from opbroker.devcluster.binaries import BuildError
 
 NameOption = Annotated[
@@ -43,6 +44,18 @@ def dev(
             "broker's --allowed-namespace. Onboard it too (`opbroker namespace onboard NS`) for bindings there.",
         ),
     ] = None,
+    multicluster: Annotated[
+        bool,
+        typer.Option(
+            "--multicluster",
+            help="Run the controller as a multi-cluster master: instances go to registered SFClusters "
+            "(docs/multicluster.md; a sister is prepared with `opbroker sister prepare`).",
+        ),
+    ] = False,
+    scheduler: Annotated[
+        SchedulerName | None,
+        typer.Option(help="Which scheduler places instances (with --multicluster; default the controller's)."),
+    ] = None,
     in_cluster: Annotated[
         bool,
         typer.Option(
@@ -67,8 +80,13 @@ def dev(
     from opbroker.devcluster.demo import DemoFailed, run_demo
     from opbroker.devcluster.devstack import DevStack, DevStackError
 
+    if scheduler is not None and not multicluster:
+        raise typer.BadParameter("a scheduler places instances only with --multicluster", param_hint="--scheduler")
+    controller_args: tuple[str, ...] = ("--multicluster",) if multicluster else ()
+    controller_args += ("--scheduler", scheduler.value) if scheduler is not None else ()
     stack = DevStack(
         name,
+        controller_args=controller_args,
         broker_port=port,
         in_cluster=in_cluster,
         kubeconfig=kubeconfig,

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from opbroker.devcluster.binaries import kube_bin_dir
+from opbroker.devcluster import ControlPlane
+from opbroker.devcluster.binaries import cache_dir, kube_bin_dir
 from opbroker.devcluster.controlplane import free_ports
 from tests.docs.pages import Block, Role, read, runnable
 from tests.docs.session import BlockFailed, Terminal, check_output
@@ -78,6 +79,18 @@ def _checkout_like(folder: Path) -> Path:
     return folder
 
 
+def _stop_left_planes(dev_name: str) -> list[str]:
+    """Stop the control planes a page started beside its ``opbroker dev`` (named ``<dev name>-...``, as
+    ``docs/multicluster.md``'s sister) that it left running — only when it broke before its own last block."""
+    left: list[str] = []
+    for folder in sorted((cache_dir() / "clusters").glob(f"{dev_name}-*")):
+        plane = ControlPlane(folder.name)
+        if plane.status().running:
+            plane.down(progress=lambda _: None)
+            left.append(f"the page left the control plane {folder.name!r} running (stopped)")
+    return left
+
+
 @pytest.mark.apiserver  # the page starts its own `opbroker dev` (a local control plane)
 @pytest.mark.parametrize("page", _walkthroughs(), ids=lambda page: page.name)
 def test_walkthrough_runs_as_written(page: Path, tmp_path: Path) -> None:
@@ -103,6 +116,7 @@ def test_walkthrough_runs_as_written(page: Path, tmp_path: Path) -> None:
                 terminal.start(block, index)
     finally:
         problems = terminal.stop()
+        problems += _stop_left_planes(terminal.environment["OPBROKER_DEV_NAME"])
         counts["seconds"] = round(time.monotonic() - started)
         RAN[str(page.relative_to(REPO))] = counts
     if problems:
