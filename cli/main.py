@@ -82,7 +82,7 @@ def full_width_when_piped() -> None:
         return
     loaded = sys.modules.get("typer.rich_utils")
     if loaded is not None:
-        loaded.MAX_WIDTH = PIPED_HELP_WIDTH
+        setattr(loaded, "MAX_WIDTH", PIPED_HELP_WIDTH)  # noqa: B010 (a module global Typer reads at each help)
     else:
         os.environ["TERMINAL_WIDTH"] = str(PIPED_HELP_WIDTH)
 
