@@ -60,7 +60,8 @@ def refusal_of(exc: Exception) -> a.Refusal:
     :mod:`.core.shown_failures` names for it)."""
     if isinstance(exc, Refused):
         permanent = exc.refusal.severity is Severity.PERMANENT
-        return a.Refusal(a.Refused.OBJECT, explain(refused_trouble(exc.refusal)).message, permanent)
+        shown = explain(refused_trouble(exc.refusal))
+        return a.Refusal(a.Refused.OBJECT, shown.message, permanent, shown=shown.reason.value)
     if isinstance(exc, NotOwned):
         return a.Refusal(a.Refused.NOT_OWNED, str(exc))
     return a.Refusal(a.Refused.SINGLETON_FULL, str(exc))
