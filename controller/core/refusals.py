@@ -149,6 +149,19 @@ def request_words(answer: ApiStatus, values: frozenset[str] = frozenset()) -> tu
     return (*(denial.words if denial else ()), *detailed, *((webhook["name"],) if webhook else ()))
 
 
+NOT_SERVED = "the server could not find the requested resource"
+"""The API server's words for a path it does not serve (a kind whose CRD is not installed)."""
+
+
+def explanation(status: int | None, answer: ApiStatus) -> str | None:
+    """The API server's message; for a 404 that carries no Status at all, :data:`NOT_SERVED`: a path the API server
+    does not serve is answered by its mux as plain text (``404 page not found``) — a kind whose CRD went away
+    since discovery said it was served (a missing namespace or object is a Status, ``NotFound``)."""
+    if answer.message:
+        return answer.message
+    return NOT_SERVED if status == 404 and answer.reason is None else None
+
+
 class Severity(StrEnum):
     PERMANENT = "permanent"
     COUNTED = "counted"
@@ -312,7 +325,7 @@ def refusal(status: int, body: Any, manifest: Mapping[str, Any], keep: tuple[str
     RBAC refusal names and its reader needs)."""
     sent, answer = ObjectView.of(manifest), ApiStatus.of(body)
     name, namespace = sent.meta.name, sent.meta.namespace or None
-    message = answer.message or "no explanation given"
+    message = explanation(status, answer) or "no explanation given"
     kind = sent.kind or "object"
     values = echoed_values(manifest)
     named = (name, namespace or "", kind, sent.api_version, *keep, *_kind_words(kind, sent.api_version, answer, values))

@@ -44,9 +44,11 @@ from opbroker import osbclient
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.refusals import (
     MASK,
+    NOT_SERVED,
     Denial,
     Refusal,
     denial_of,
+    explanation,
     masked,
     request_words,
     terminating_namespace,
@@ -133,7 +135,7 @@ def refused_trouble(refusal: Refusal) -> Trouble:
 def api_trouble(status: int, body: object) -> Trouble:
     """An API server's error answer to a request that was not a write of one object (a read, a status patch)."""
     answer = ApiStatus.of(body)
-    message = answer.message or ""
+    message = explanation(status, answer) or ""
     return Trouble(
         Source.API,
         message,
@@ -166,7 +168,7 @@ def broker_message(error: osbclient.BrokerError) -> str:
 
 _WEBHOOK = re.compile(r'admission webhook "(?P<name>[^"]+)" denied the request')
 _POLICY = re.compile(r"ValidatingAdmissionPolicy '(?P<name>[^']+)'(?: with binding '[^']+')? denied request")
-_NOT_FOUND_RESOURCE = "the server could not find the requested resource"
+_NOT_FOUND_RESOURCE = NOT_SERVED
 #: A value the API server prints unquoted after ``Invalid value:`` (a number, ``&value.valueUnstructured{...}``):
 #: up to the ``: `` that starts the explanation (or the end of the cause).
 _UNQUOTED_VALUE = re.compile(r"(Invalid value: )(?!\")[^\n\]]*?(?=: |, |\]|$)")

@@ -221,6 +221,16 @@ def test_each_refusal_names_its_resource_group_and_fix(case: Case) -> None:
         assert f'"{MASK}"' not in found.describe(), found.describe()
 
 
+def test_a_plain_404_is_a_kind_not_served() -> None:
+    """A path the API server does not serve is answered by its mux in plain text, no Status: a kind whose CRD went
+    away since discovery said it was served."""
+    found = refusal(404, "404 page not found", MANIFEST)
+    shown = explain(refused_trouble(found))
+    assert shown.reason is Reason.KIND_NOT_INSTALLED and "Deployment (apps/v1)" in shown.message, shown
+    missing = refusal(404, {"reason": "NotFound", "message": 'namespaces "team-a" not found'}, MANIFEST)
+    assert explain(refused_trouble(missing)).reason is Reason.RECONCILE_FAILED  # a Status: something else is missing
+
+
 def test_a_value_of_the_object_that_is_also_the_group_is_still_named_by_the_denial() -> None:
     """``apps`` is a value of the object (an annotation) and the denial's group: the denial is the API server's own
     account of the request, so it stays; another value is masked wherever it is."""
@@ -489,3 +499,71 @@ def test_a_real_namespace_being_deleted_names_the_namespace_and_what_to_do(api_c
     finally:
         with contextlib.suppress(ApiException):
             core.patch_namespaced_config_map("held", namespace, {"metadata": {"finalizers": None}})
+
+
+def test_a_real_kind_removed_since_discovery_names_the_kind_and_its_group(api_client: client.ApiClient) -> None:
+    """A CRD the door saw served, deleted since (an operator uninstalled): the API server answers 404 "could not
+    find the requested resource", shown as KindNotInstalled naming the kind, its group and version."""
+    group = f"r{uuid.uuid4().hex[:6]}.refusal.example.com"
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"gizmos.{group}"},
+        "spec": {
+            "group": group,
+            "scope": "Namespaced",
+            "names": {"plural": "gizmos", "singular": "gizmo", "kind": "Gizmo"},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+                }
+            ],
+        },
+    }
+    extensions = client.ApiextensionsV1Api(api_client)
+    extensions.create_custom_resource_definition(crd)
+    kube = Kube(api_client)
+    gizmo = {
+        "apiVersion": f"{group}/v1",
+        "kind": "Gizmo",
+        "metadata": {"name": "g", "namespace": "default"},
+        "spec": {"password": SECRET},
+    }
+
+    def listed() -> bool:
+        try:
+            client.CustomObjectsApi(api_client).list_namespaced_custom_object(group, "v1", "default", "gizmos")
+        except ApiException as exc:
+            return exc.status == 404
+        return True
+
+    try:
+        # Served first (the door remembers a group version it found unserved for a while), then seen by the door.
+        wait_for(lambda: listed() is True and _discovered(api_client, group), 30, "the CRD to be served")
+        assert kube.apply(gizmo)
+    finally:
+        extensions.delete_custom_resource_definition(f"gizmos.{group}")
+
+    def gone() -> bool:
+        try:
+            client.CustomObjectsApi(api_client).list_namespaced_custom_object(group, "v1", "default", "gizmos")
+        except ApiException as exc:
+            return exc.status == 404
+        return False
+
+    wait_for(gone, 60, "the CRD to be gone")
+    message, described, reason = _shown(lambda: kube.apply(gizmo))
+    names = (f"Gizmo ({group}/v1)", "install the operator")
+    _assert_names(message, described, reason, Reason.KIND_NOT_INSTALLED, names)
+
+
+def _discovered(api: client.ApiClient, group: str) -> bool:
+    """Whether the group version's discovery document lists the kind (what the door reads)."""
+    try:
+        found = Kube(api).custom.request("GET", f"/apis/{group}/v1")
+    except ApiException:
+        return False
+    return any(r.get("kind") == "Gizmo" for r in (found or {}).get("resources") or [])
