@@ -4,11 +4,16 @@ Each command's module is imported only when that command runs (:class:`LazyGroup
 and ``opbroker broker run`` start often (every pod, every test stack, every bench run), and importing every
 group's module — the local cluster's PKI and builders, the broker's web stack — cost about 0.6 s of CPU at each
 start for code the process never uses. ``--help`` still lists every command (it imports them all, once).
+
+Help is never cut: piped (into ``grep``, ``less``, a file, a test), it is laid out :data:`PIPED_HELP_WIDTH` wide, where
+Typer's help would otherwise take 80 columns and cut long option names (``--allowed-namesp…``).
 """
 
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from collections.abc import Mapping
 
 import typer
@@ -65,6 +70,26 @@ class LazyGroup(typer.core.TyperGroup):
             self.commands[cmd_name] = load_command(cmd_name, target)
         return self.commands[cmd_name]
 
+
+PIPED_HELP_WIDTH = 160
+"""Columns of help and usage errors written to anything but a terminal (a terminal's own width is used there).
+Wide enough for every option of every command whole (``tests/repository/test_cli_help.py`` checks each)."""
+
+
+def full_width_when_piped() -> None:
+    """Lay Typer's help out :data:`PIPED_HELP_WIDTH` wide when stdout is not a terminal (and the user set no width:
+    ``TERMINAL_WIDTH`` or ``COLUMNS``). Typer reads ``TERMINAL_WIDTH`` when its help module is first imported (only
+    when help or a usage error is printed: importing it at every start would cost each command's start 80 ms)."""
+    if sys.stdout.isatty() or os.environ.get("TERMINAL_WIDTH") or os.environ.get("COLUMNS"):
+        return
+    loaded = sys.modules.get("typer.rich_utils")
+    if loaded is not None:
+        setattr(loaded, "MAX_WIDTH", PIPED_HELP_WIDTH)  # noqa: B010 (a module global Typer reads at each help)
+    else:
+        os.environ["TERMINAL_WIDTH"] = str(PIPED_HELP_WIDTH)
+
+
+full_width_when_piped()
 
 app = typer.Typer(
     name="opbroker",

@@ -34,7 +34,7 @@ from opbroker.controller import singletons
 from opbroker.controller.core import actions as a
 from opbroker.controller.core import finalizers
 from opbroker.controller.core.refusals import Severity
-from opbroker.controller.core.shown_failures import Source, Trouble, explain
+from opbroker.controller.core.shown_failures import explain, refused_trouble
 from opbroker.controller.kube import Kind, Kube, Refused
 from opbroker.controller.ownership import NotOwned
 from opbroker.controller.reconciler import DONE, Conflict, Key, Outcome, TemporaryError
@@ -60,8 +60,8 @@ def refusal_of(exc: Exception) -> a.Refusal:
     :mod:`.core.shown_failures` names for it)."""
     if isinstance(exc, Refused):
         permanent = exc.refusal.severity is Severity.PERMANENT
-        said = Trouble(Source.API, exc.refusal.describe(), status=exc.refusal.status, masked=True)
-        return a.Refusal(a.Refused.OBJECT, explain(said).message, permanent)
+        shown = explain(refused_trouble(exc.refusal))
+        return a.Refusal(a.Refused.OBJECT, shown.message, permanent, shown=shown.reason.value)
     if isinstance(exc, NotOwned):
         return a.Refusal(a.Refused.NOT_OWNED, str(exc))
     return a.Refusal(a.Refused.SINGLETON_FULL, str(exc))

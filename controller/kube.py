@@ -20,8 +20,10 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
 from opbroker.api.meta import ResourceRef
+from opbroker.controller import event_series
 from opbroker.controller.access import Access, AccessReviews, api_reviewer
 from opbroker.controller.core.refusals import Refusal, Severity, masked_status, refusal, severity
+from opbroker.controller.core.views import mapping_of
 from opbroker.controller.served import ServedKinds, ServedResource
 from opbroker.controller.store import UNKNOWN, ObjectStore
 from opbroker.kubeclient import deadlines
@@ -151,6 +153,7 @@ class Kube:
         """Which kinds the API server serves (one index for every door: :mod:`opbroker.controller.served`)."""
         self._dynamic: DynamicClient | None = None
         self._dynamic_lock = threading.Lock()
+        self._event_series = event_series.EventSeries()
         self._acting: OrderedDict[str, Kube] = OrderedDict()
         self._acting_lock = threading.Lock()
 
@@ -610,15 +613,36 @@ class Kube:
         return _as_dict(self._keep(written))
 
     def emit_event(self, obj: dict[str, Any], *, reason: str, message: str, warning: bool = False) -> None:
-        """Record a Kubernetes Event on ``obj``. Best effort: a lost event must not fail a reconcile."""
+        """Record a Kubernetes Event on ``obj``; the same Event again (object, type, reason, message) counts up the
+        one recorded (:mod:`.event_series`). Best effort: a lost event must not fail a reconcile."""
         meta = obj["metadata"]
         event = event_body(obj, reason=reason, message=message, warning=warning)
+        namespace = event["metadata"]["namespace"]
+        key = event_series.key_of(event)
+        series = self.recorded_events
         try:
+            recorded = series.get(key)
+            if recorded is not None:
+                count = recorded.count + 1
+                patch = {"count": count, "lastTimestamp": event["lastTimestamp"]}
+                path = object_path("/api/v1", "events", recorded.namespace, recorded.name)
+                if _unless(404, lambda: self.custom.request("PATCH", path, body=patch, content_type=MERGE_PATCH)):
+                    series.put(key, event_series.Recorded(recorded.namespace, recorded.name, count))
+                    return
+                series.forget(key)  # the API server has it no longer (an Event lives an hour): recorded anew
             # The answer is read to its end, which hands the connection back to the pool (an Event's answer left
             # unread kept its connection until the garbage collector closed it: one new TLS connection each).
-            self.custom.request("POST", object_path("/api/v1", "events", event["metadata"]["namespace"]), body=event)
+            written = self.custom.request("POST", object_path("/api/v1", "events", namespace), body=event)
+            name = mapping_of(mapping_of(written).get("metadata")).get("name")
+            if isinstance(name, str):
+                series.put(key, event_series.Recorded(namespace, name, 1))
         except ApiException as exc:
             logger.warning("could not record event %s on %s: HTTP %s", reason, meta["name"], exc.status)
+
+    @property
+    def recorded_events(self) -> event_series.EventSeries:
+        """The Events recorded lately, one memory for every door (:mod:`.event_series`)."""
+        return (self._own or self)._event_series
 
     # -- listing arbitrary kinds (claims: workloads to project into) ----------------------------------
 

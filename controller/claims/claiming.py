@@ -139,7 +139,8 @@ class ClaimReconciler(ShowsFailuresOnObject, ObservePlanAct[ClaimFacts, ClaimAct
 
     def act(self, facts: ClaimFacts, actions: Sequence[ClaimAction]) -> Outcome:
         meta = facts.claim.meta
-        return self.executor.run(Key(self.kind, meta.namespace, meta.name), facts.claim.wire, actions)
+        key = Key(self.kind, meta.namespace, meta.name)
+        return self.executor.run(key, facts.claim.wire, actions, lambda refusal: claim_plan.refused(facts, refusal))
 
 
 # -- the claim's own effects: each performs its action, none decides ---------------------------------------

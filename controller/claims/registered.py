@@ -38,6 +38,7 @@ from opbroker.controller.claims.kinds import CLAIMS, REGISTERED_SERVICES
 from opbroker.controller.claims.store import claim_info
 from opbroker.controller.executor import Executor, Run, Target
 from opbroker.controller.reconciler import DONE, Key, ObservePlanAct, Outcome
+from opbroker.controller.reconciler.troubles import shown_for
 from opbroker.controller.showing import ShowsFailuresOnObject
 
 logger = logging.getLogger(__name__)
@@ -152,9 +153,13 @@ class RegisteredReconciler(ShowsFailuresOnObject, ObservePlanAct[RegisteredFacts
                 started = Started.CREATED if created is not None else Started.STILL_DELETING
             except ApiException as exc:
                 started = exc.status
-                if action.then(started) is None:
+                shown = shown_for(exc)  # the refusal's reason and fix (a namespace not onboarded: onboard it)
+                follow = action.then(started, shown.message if shown else "", shown.reason if shown else None)
+                if follow is None:
                     raise
-            for then in action.then(started) or ():
+            else:
+                follow = action.then(started)
+            for then in follow or ():
                 run.perform(then)
 
         target = Target(ctx.kube, REGISTERED_SERVICES, self.kind, forget=self.forget)

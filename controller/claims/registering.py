@@ -10,6 +10,11 @@ observe reads the binding, the generated service, the binding's catalog entries 
 succeeded) its credentials as views; :func:`.core.registering_plan.plan` (pure) decides with :mod:`registration`;
 act hands the actions to the one executor (Events on the binding are generic; following the credentials and
 writing or removing the generated objects are the effects below, which decide nothing).
+
+A registration that fails (its endpoint Secret refused in a namespace nobody onboarded, say) is shown on the binding
+as a Warning Event naming the cause and the fix (:mod:`~opbroker.controller.core.shown_failures`), once per distinct
+failure: never as its Ready condition, which is the binding's own (the binding succeeded; its registration is
+another matter). It used to be in the controller's log only.
 """
 
 from __future__ import annotations
@@ -26,12 +31,16 @@ from opbroker.controller.claims.core import names, registering_plan, registratio
 from opbroker.controller.claims.core.registering_plan import RegistrationAction, RegistrationFacts
 from opbroker.controller.claims.core.views import CatalogEntry, ObjectView
 from opbroker.controller.claims.kinds import REGISTERED_SERVICES
+from opbroker.controller.core.shown_failures import Shown
 from opbroker.controller.core.views import BindingView
 from opbroker.controller.executor import Executor, Run, Target
 from opbroker.controller.kube import BINDINGS
 from opbroker.controller.reconciler import Key, ObservePlanAct, Outcome
 
 logger = logging.getLogger(__name__)
+
+FAILED = "automatic registration as a RegisteredService failed:"
+"""What a registration's failure Event says first (the binding's own Events are about the binding)."""
 
 
 class RegistrationReconciler(ObservePlanAct[RegistrationFacts, RegistrationAction]):
@@ -40,6 +49,22 @@ class RegistrationReconciler(ObservePlanAct[RegistrationFacts, RegistrationActio
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self.executor = executor(ctx)
+
+    # -- a failure, shown on the binding (the runtime's ShowsFailures) -------------------------------------
+
+    def show_failure(self, key: Key, shown: Shown, before: object | None) -> object | None:
+        """A Warning Event on the binding, once per distinct failure (the same one again: nothing new to say)."""
+        if before == shown:
+            return before
+        body = self.ctx.kube.get_custom(BINDINGS, key.namespace, key.name)
+        if body is None:
+            return None
+        message = f"{FAILED} {shown.message}"
+        self.ctx.kube.emit_event(body, reason=shown.reason.value, message=message, warning=True)
+        return shown
+
+    def clear_failure(self, key: Key, shown: object) -> None:
+        """Nothing written to take back: the Event stays what happened."""
 
     def plan_of(self, binding: BindingView) -> CatalogEntry | None:
         entry = self.ctx.osb_catalog.plan(binding.plan_id)

@@ -263,6 +263,9 @@ class Refusal:
     message: str
     permanent: bool = True
     """False: the refusal can be fixed outside the request (a quota, a missing namespace): count and retry."""
+    shown: str | None = None
+    """The reason :mod:`.shown_failures` gives the refusal (``NamespaceNotOnboarded``, ``AccountLacksRight``...), for
+    a kind that writes it as its own condition's reason."""
 
 
 Action = (

@@ -18,7 +18,12 @@ number where a string belongs as ``got &value.valueUnstructured{Value:4815162342
 webhook's message says whatever it was written to say). So masking does not depend on quoting: every value
 the refused object carries (each leaf string and number, with its escaped, per-line and base64 forms, and a
 Secret's decoded ``data``) is masked wherever it occurs in the message, and then every quoted string left is
-masked too — except the object's own kind, name and namespace, which are no secret and the most useful part.
+masked too — except the object's own kind, name and namespace, which are no secret and the most useful part, and
+what the API server names of the *request* (:func:`request_words`): the resource and group of the Status's
+``details``, and the parts of an authorizer's denial (:class:`Denial`: the account, verb, resource, group and
+namespace). Those come from the request's URL and its identity, never from the object's values, and they are
+exactly what the reader needs to write the grant. An empty quoted string ``""`` (the core group) is never masked:
+it reveals nothing.
 
 Pure.
 """
@@ -49,6 +54,112 @@ MAX_SCANNED = 16 * 1024
 MASK = "…"
 #: A double-quoted string, or one left open at the end (cut by MAX_SCANNED, or never closed): masked to the end.
 _QUOTED = re.compile(r'"(?:[^"\\]|\\.)*(?:(")|\\?$)')
+
+
+#: An authorizer's 403, as the API server words it (``responsewriters.forbiddenMessage``, wrapped by
+#: ``NewForbidden``): ``<resource>[.<group>] ["<name>"] is forbidden: User "<user>" cannot <verb> resource
+#: "<resource>[/<sub>]" in API group "<group>" (in the namespace "<ns>" | at the cluster scope)[: <why>]``.
+#: Anchored at the message's start: an admission webhook's or policy's words (which say anything, values included)
+#: always start with their own prefix (``admission webhook "w" denied the request: ``, ``... is forbidden:
+#: ValidatingAdmissionPolicy``), so a denial quoted inside them is never read as the API server's.
+_DENIAL = re.compile(
+    r'(?:[\w.-]+(?: "(?:[^"\\]|\\.)*")? is forbidden: )?'
+    r'User "(?P<user>[^"\\]+)" cannot (?P<verb>[a-z]+) resource "(?P<resource>[a-z0-9.-]+(?:/[a-z0-9.-]+)?)"'
+    r' in API group "(?P<group>[a-z0-9.-]*)"(?: in the namespace "(?P<namespace>[a-z0-9.-]+)"| at the cluster scope)'
+)
+#: An admission webhook's denial, as the API server words it (``webhookerrors.ToStatusErr``): its name is the
+#: webhook configuration's, no value of the object (what follows is the webhook's own words, masked).
+_WEBHOOK_DENIAL = re.compile(r'admission webhook "(?P<name>[a-z0-9.-]+)" denied the request')
+#: What a resource (``configmaps``, ``deployments/scale``) or an API group (``apps``, ``demo.opbroker.io``) looks
+#: like: a Status's ``details`` naming anything else is not taken as one.
+_RESOURCE_WORD = re.compile(r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?(/[a-z0-9]+)?")
+#: The API server's words for a write into a namespace being deleted (``NamespaceLifecycle``).
+#: Anchored like :data:`_DENIAL`.
+_TERMINATING = re.compile(
+    r'(?:[\w.-]+(?: "(?:[^"\\]|\\.)*")? is forbidden: )?'
+    r"unable to create new content in namespace (?P<namespace>[a-z0-9.-]+) because it is being terminated"
+)
+
+
+@dataclass(frozen=True)
+class Denial:
+    """What an authorizer's 403 names: who may not do what, where. The API server builds it from the request's
+    attributes (its identity and URL), never from the object's values: every part is shown."""
+
+    user: str
+    verb: str
+    resource: str
+    """The plural (``configmaps``), with ``/<subresource>`` when the request was for one."""
+    group: str
+    """The API group: ``""`` for the core group."""
+    namespace: str | None
+    """None: at the cluster scope."""
+
+    @property
+    def words(self) -> tuple[str, ...]:
+        return (self.user, self.resource, self.group, *((self.namespace,) if self.namespace else ()))
+
+    @property
+    def right(self) -> str:
+        """The right it lacks, as a reader writes a grant: ``create configmaps (API group "", the core group)``."""
+        group = f'API group "{self.group}"' + (", the core group" if not self.group else "")
+        return f"{self.verb} {self.resource} ({group})"
+
+    @property
+    def rule(self) -> str:
+        """The RBAC rule that grants it (a Role's or ClusterRole's ``rules`` entry, as YAML flow)."""
+        return f'{{apiGroups: ["{self.group}"], resources: ["{self.resource}"], verbs: ["{self.verb}"]}}'
+
+    @property
+    def account(self) -> tuple[str, str] | None:
+        """(namespace, name) when the user is a service account."""
+        prefix = "system:serviceaccount:"
+        if not self.user.startswith(prefix) or self.user.count(":") != 3:
+            return None
+        namespace, name = self.user[len(prefix) :].split(":")
+        return namespace, name
+
+
+def denial_of(message: str | None) -> Denial | None:
+    """The :class:`Denial` an API server's 403 message states (None: the message is not an authorizer's)."""
+    found = _DENIAL.match(message or "")
+    if found is None:
+        return None
+    return Denial(found["user"], found["verb"], found["resource"], found["group"], found["namespace"])
+
+
+def terminating_namespace(message: str | None) -> str | None:
+    """The namespace a 403 says is being deleted (None: the refusal is not that)."""
+    found = _TERMINATING.match(message or "")
+    return found["namespace"] if found else None
+
+
+def request_words(answer: ApiStatus, values: frozenset[str] = frozenset()) -> tuple[str, ...]:
+    """What the API server names of the request in its answer, shown unmasked: a denial's parts and a denying
+    webhook's name (trusted: built from the request and the cluster's configuration, and read at the message's
+    start only), and the ``details`` resource and group when they look like one and are not a value of the
+    object (a webhook's answer is passed through whole, its details included: they say whatever it wrote)."""
+    denial = denial_of(answer.message)
+    detailed = tuple(
+        word
+        for word in (answer.resource, answer.group)
+        if word and _RESOURCE_WORD.fullmatch(word) and word not in values
+    )
+    webhook = _WEBHOOK_DENIAL.match(answer.message or "")
+    return (*(denial.words if denial else ()), *detailed, *((webhook["name"],) if webhook else ()))
+
+
+NOT_SERVED = "the server could not find the requested resource"
+"""The API server's words for a path it does not serve (a kind whose CRD is not installed)."""
+
+
+def explanation(status: int | None, answer: ApiStatus) -> str | None:
+    """The API server's message; for a 404 that carries no Status at all, :data:`NOT_SERVED`: a path the API server
+    does not serve is answered by its mux as plain text (``404 page not found``) — a kind whose CRD went away
+    since discovery said it was served (a missing namespace or object is a Status, ``NotFound``)."""
+    if answer.message:
+        return answer.message
+    return NOT_SERVED if status == 404 and answer.reason is None else None
 
 
 class Severity(StrEnum):
@@ -159,7 +270,7 @@ def masked(message: str, keep: tuple[str, ...] = (), values: Iterable[str] = ())
 
     def mask(match: re.Match[str]) -> str:
         quoted = match.group(0)
-        if quoted in kept:
+        if quoted in kept or quoted == '""':
             return quoted
         return f'"{MASK}"' if match.group(1) else f'"{MASK}'
 
@@ -176,14 +287,36 @@ class Refusal:
     namespace: str | None
     name: str
     message: str
+    api_version: str = ""
+    """The refused object's apiVersion (its group and version): empty when the caller did not know it."""
+    denial: Denial | None = None
+    """What an authorizer's 403 names (who may not do what, where): the grant to add."""
+    terminating: str | None = None
+    """The namespace a 403 says is being deleted."""
 
     @property
     def severity(self) -> Severity:
         return severity(self.status)
 
+    @property
+    def subject(self) -> str:
+        """The refused object's kind, with its apiVersion when known: ``Database (demo.opbroker.io/v1alpha1)``."""
+        return f"{self.kind} ({self.api_version})" if self.api_version else self.kind
+
     def describe(self) -> str:
         where = f"{self.namespace}/{self.name}" if self.namespace else self.name
         return f"the API server refused {self.kind} {where} ({self.status} {self.reason}): {self.message}"
+
+
+def _kind_words(kind: str, api_version: str | None, answer: ApiStatus, values: frozenset[str]) -> tuple[str, ...]:
+    """The words naming the refused object's kind that a message may carry: its API group, the kind and the
+    resources the answer names qualified by it, as the API server prints them (``Deployment.apps "web" is
+    invalid``, ``deployments.apps "web" is forbidden``) — all from the request, none a value."""
+    words = request_words(answer, values)
+    group = api_version.rpartition("/")[0] if api_version else ""
+    if not group:
+        return words
+    return (*words, group, f"{kind}.{group}", *(f"{word}.{group}" for word in words if _RESOURCE_WORD.fullmatch(word)))
 
 
 def refusal(status: int, body: Any, manifest: Mapping[str, Any], keep: tuple[str, ...] = ()) -> Refusal:
@@ -192,9 +325,11 @@ def refusal(status: int, body: Any, manifest: Mapping[str, Any], keep: tuple[str
     RBAC refusal names and its reader needs)."""
     sent, answer = ObjectView.of(manifest), ApiStatus.of(body)
     name, namespace = sent.meta.name, sent.meta.namespace or None
-    message = answer.message or "no explanation given"
+    message = explanation(status, answer) or "no explanation given"
     kind = sent.kind or "object"
-    text = masked(message, keep=(name, namespace or "", kind, sent.api_version, *keep), values=echoed_values(manifest))
+    values = echoed_values(manifest)
+    named = (name, namespace or "", kind, sent.api_version, *keep, *_kind_words(kind, sent.api_version, answer, values))
+    text = masked(message, keep=named, values=values)
     if len(text) > MAX_MESSAGE:
         text = text[: MAX_MESSAGE - 1] + "…"
     return Refusal(
@@ -204,6 +339,9 @@ def refusal(status: int, body: Any, manifest: Mapping[str, Any], keep: tuple[str
         namespace=namespace,
         name=name,
         message=text,
+        api_version=sent.api_version or "",
+        denial=denial_of(answer.message) if status == 403 else None,
+        terminating=terminating_namespace(answer.message) if status == 403 else None,
     )
 
 

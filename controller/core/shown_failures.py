@@ -9,8 +9,9 @@ no kind foresaw still reaches the object, with the same words whichever kind met
 =================================================  ================================  =================================
 trouble                                            reason                            the fix the message names
 =================================================  ================================  =================================
-403 to a namespace's own account (its ``opbroker``)  ``NamespaceNotOnboarded``         onboard the namespace
-403 to another account (a plan's)                  ``AccountLacksRight``             grant the verb/resource, or onboard
+403 to a namespace's own account (its ``opbroker``)  ``NamespaceNotOnboarded``         ``opbroker namespace onboard NS``
+403 to another account (a plan's)                  ``AccountLacksRight``             the rule to grant, or onboard
+403 into a namespace being deleted                 ``NamespaceTerminating``          wait, or recreate it elsewhere
 403 otherwise                                      ``Forbidden``                     grant the right
 404 "could not find the requested resource",       ``KindNotInstalled``              install the operator / its CRD
   or a kind the API server does not serve
@@ -25,9 +26,12 @@ a template that does not render                    ``RenderFailed``             
 anything else                                      ``ReconcileFailed``               the controller's log has the trace
 =================================================  ================================  =================================
 
-Messages never carry a value: the API server's text is masked as a refusal's is (:func:`.refusals.masked`: every
-quoted string but the names of the object, the account and the namespace, and every ``Invalid value:`` given
-unquoted); a broker's and a renderer's texts come already redacted by their clients. Pure.
+An authorizer's 403 is read as a :class:`~.refusals.Denial` (account, verb, resource, group, namespace: the request's
+attributes, never a value), and the message names the right and the RBAC rule to grant; a refusal of an object names
+its kind and apiVersion. Messages never carry a value: the API server's text is masked as a refusal's is
+(:func:`.refusals.masked`: every quoted string but the names of the object, the account and the namespace and what
+the API server names of the request, and every ``Invalid value:`` given unquoted); a broker's and a renderer's texts
+come already redacted by their clients. Pure.
 """
 
 from __future__ import annotations
@@ -38,13 +42,25 @@ from enum import StrEnum
 
 from opbroker import osbclient
 from opbroker.controller.core.reasons import Reason
-from opbroker.controller.core.refusals import MASK, masked
+from opbroker.controller.core.refusals import (
+    MASK,
+    NOT_SERVED,
+    Denial,
+    Refusal,
+    denial_of,
+    explanation,
+    masked,
+    request_words,
+    terminating_namespace,
+)
+from opbroker.controller.core.views import ApiStatus
 
 SHOWN_REASONS = frozenset(
     {
         Reason.NAMESPACE_NOT_ONBOARDED,
         Reason.ACCOUNT_LACKS_RIGHT,
         Reason.FORBIDDEN,
+        Reason.NAMESPACE_TERMINATING,
         Reason.KIND_NOT_INSTALLED,
         Reason.ADMISSION_DENIED,
         Reason.OBJECT_INVALID,
@@ -95,6 +111,38 @@ class Trouble:
     masked: bool = False
     """The message is masked already (a refusal described with the object's values masked)."""
     timed_out: bool = False
+    denial: Denial | None = None
+    """What an authorizer's 403 names (read from the API server's own words, before any masking)."""
+    terminating: str | None = None
+    """The namespace a 403 says is being deleted."""
+    subject: str | None = None
+    """The refused object's kind and apiVersion, when a refusal of an object is what failed."""
+
+
+def refused_trouble(refusal: Refusal) -> Trouble:
+    """A refusal of an object (the door's masked description) as a Trouble."""
+    return Trouble(
+        Source.API,
+        refusal.describe(),
+        status=refusal.status,
+        masked=True,
+        denial=refusal.denial,
+        terminating=refusal.terminating,
+        subject=refusal.subject,
+    )
+
+
+def api_trouble(status: int, body: object) -> Trouble:
+    """An API server's error answer to a request that was not a write of one object (a read, a status patch)."""
+    answer = ApiStatus.of(body)
+    message = explanation(status, answer) or ""
+    return Trouble(
+        Source.API,
+        message,
+        status=status,
+        denial=denial_of(message) if status == 403 else None,
+        terminating=terminating_namespace(message) if status == 403 else None,
+    )
 
 
 @dataclass(frozen=True)
@@ -118,14 +166,9 @@ def broker_message(error: osbclient.BrokerError) -> str:
     return explain(broker_trouble(error)).message
 
 
-_RBAC = re.compile(
-    r'User "(?P<user>[^"]+)" cannot (?P<verb>[\w-]+) resource "(?P<resource>[^"]+)" in API group "(?P<group>[^"]*)"'
-    r'(?: in the namespace "(?P<namespace>[^"]+)"| at the cluster scope)?'
-)
-_ACCOUNT = re.compile(r"system:serviceaccount:(?P<namespace>[^:]+):(?P<name>.+)")
 _WEBHOOK = re.compile(r'admission webhook "(?P<name>[^"]+)" denied the request')
 _POLICY = re.compile(r"ValidatingAdmissionPolicy '(?P<name>[^']+)'(?: with binding '[^']+')? denied request")
-_NOT_FOUND_RESOURCE = "the server could not find the requested resource"
+_NOT_FOUND_RESOURCE = NOT_SERVED
 #: A value the API server prints unquoted after ``Invalid value:`` (a number, ``&value.valueUnstructured{...}``):
 #: up to the ``: `` that starts the explanation (or the end of the cause).
 _UNQUOTED_VALUE = re.compile(r"(Invalid value: )(?!\")[^\n\]]*?(?=: |, |\]|$)")
@@ -134,41 +177,59 @@ UNAVAILABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
 
 
 def clean(message: str, keep: tuple[str, ...] = ()) -> str:
-    """The API server's ``message`` with every value masked (quoted strings but ``keep``; unquoted invalid values)."""
-    return masked(_UNQUOTED_VALUE.sub(lambda m: m.group(1) + MASK, message), keep=keep)
+    """The API server's ``message`` with every value masked (quoted strings but ``keep`` and what it names of the
+    request — :func:`.refusals.request_words`; unquoted invalid values)."""
+    words = request_words(ApiStatus(message=message, reason=None))
+    return masked(_UNQUOTED_VALUE.sub(lambda m: m.group(1) + MASK, message), keep=(*keep, *words))
 
 
 def _cut(text: str) -> str:
     return text if len(text) <= MAX_SHOWN else text[: MAX_SHOWN - 1] + "…"
 
 
+#: How to onboard a namespace from the command line (the platform's act: ``cli/namespaces.py``).
+ONBOARD_COMMAND = "opbroker namespace onboard {namespace}"
+
+
 def _forbidden(trouble: Trouble) -> Shown:
-    found = _RBAC.search(trouble.message)
-    if found is None:
+    said = trouble.message if trouble.masked else clean(trouble.message)
+    if trouble.terminating is not None:
+        return Shown(
+            Reason.NAMESPACE_TERMINATING,
+            f'namespace "{trouble.terminating}" is being deleted: nothing new can be written into it. Wait until it '
+            "is gone and create it again (then this is retried on its own), or delete this object. It said: " + said,
+        )
+    denial = trouble.denial
+    if denial is None:
         return Shown(
             Reason.FORBIDDEN,
             "the API server refused a request (403 Forbidden): grant the identity opbroker acts as the right it "
-            f"names: {clean(trouble.message)}",
+            f"names: {said}",
         )
-    user, verb, resource, group = found["user"], found["verb"], found["resource"], found["group"]
-    where = found["namespace"]
-    what = f"{verb} {resource}" + (f" ({group})" if group and group != MASK else "")
+    where = denial.namespace
     place = f'in namespace "{where}"' if where else "at the cluster scope"
-    said = f". It said: {trouble.message}" if trouble.masked else ""  # a refusal's description names the object
-    account = _ACCOUNT.fullmatch(user)
-    if account is not None and where is not None and account["namespace"] == where:
+    account = denial.account
+    if account is not None and where is not None and account[0] == where:
         return Shown(
             Reason.NAMESPACE_NOT_ONBOARDED,
-            f'namespace "{where}" is not onboarded: its account "{account["name"]}" may not {what} there. Onboard '
-            f"the namespace (the platform's onboarding binds that account there), then this is retried on its own"
-            + said,
+            f'namespace "{where}" is not onboarded: its account "{account[1]}" may not {denial.right} there. Onboard '
+            f"the namespace (`{ONBOARD_COMMAND.format(namespace=where)}`: the platform's onboarding binds that "
+            f"account there), then this is retried on its own. It said: {said}",
+        )
+    if where is None:
+        fix = f"grant it that right — the rule {denial.rule} in a ClusterRole bound to it"
+    elif account is None:
+        fix = f'grant it that right — the rule {denial.rule} in a Role bound to it in namespace "{where}"'
+    else:
+        fix = (
+            f"grant it that right — the rule {denial.rule} in the ClusterRole of the plan's account, or in a Role "
+            f'bound to it there — or onboard namespace "{where}" (`{ONBOARD_COMMAND.format(namespace=where)} '
+            f"--control-plane {account[0]}`), which binds the control plane's plan accounts there"
         )
     return Shown(
         Reason.ACCOUNT_LACKS_RIGHT,
-        f'the account "{user}" may not {what} {place}: grant it that right (for a plan\'s account, its ClusterRole; '
-        + (f'or onboard namespace "{where}", which binds the plan accounts there' if where else "cluster-wide")
-        + "), then this is retried on its own"
-        + said,
+        f'the account "{denial.user}" may not {denial.right} {place}: {fix}; then this is retried on its own. '
+        f"It said: {said}",
     )
 
 
@@ -184,9 +245,10 @@ def _admission(trouble: Trouble) -> Shown | None:
     # A policy's words are whatever it was written to say, values included, quoted or not: only a message masked
     # with the refused object's own values (a refusal: ``trouble.masked``) is shown; else its name alone.
     said = f" It said: {trouble.message}" if trouble.masked else ""
+    of = f" of {trouble.subject}" if trouble.subject else ""
     return Shown(
         Reason.ADMISSION_DENIED,
-        f"the cluster's {who} refused a write: change what it refuses (the plan's template or the request's "
+        f"the cluster's {who} refused a write{of}: change what it refuses (the plan's template or the request's "
         f"parameters), or ask the cluster's administrator about the policy.{said}",
     )
 
@@ -200,10 +262,11 @@ def _api(trouble: Trouble) -> Shown:
     if status == 403:
         return _forbidden(trouble)
     if status == 404 and _NOT_FOUND_RESOURCE in trouble.message:
+        needed = f" ({trouble.subject})" if trouble.subject else ""
         return Shown(
             Reason.KIND_NOT_INSTALLED,
-            "the API server does not serve a kind this needs (404: its CRD is not installed): install the operator "
-            f"(or its CRDs), then this is retried on its own. It said: {text}",
+            f"the API server does not serve a kind this needs{needed} (404: its CRD is not installed): install the "
+            f"operator (or its CRDs) that serves it, then this is retried on its own. It said: {text}",
         )
     if status == 404:
         return Shown(
@@ -215,7 +278,7 @@ def _api(trouble: Trouble) -> Shown:
         return Shown(
             Reason.OBJECT_INVALID,
             f"the API server refused an object as invalid ({status}): fix the plan's template or the request's "
-            f"parameters so it passes the kind's schema. It said: {text}",
+            f"parameters so it passes the schema of {trouble.subject or 'its kind'}. It said: {text}",
         )
     if status in UNAVAILABLE_STATUSES:
         return Shown(

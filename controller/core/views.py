@@ -457,11 +457,16 @@ class ObjectView:
 
 @dataclass(frozen=True)
 class ApiStatus:
-    """The API server's answer to a refused request (a ``Status``, as text or parsed): what it says and why;
-    anything else in it (its details quote the values refused) is never read."""
+    """The API server's answer to a refused request (a ``Status``, as text or parsed): what it says and why, and
+    which resource it is about (``details.kind`` — the plural — and ``details.group``); anything else in it
+    (``details.causes`` quote the values refused) is never read."""
 
     message: str | None
     reason: str | None
+    resource: str | None = None
+    """``details.kind``: the plural the request was for (``configmaps``), when the API server names it."""
+    group: str | None = None
+    """``details.group``: its API group (``""`` or absent: the core group)."""
 
     @classmethod
     def of(cls, body: object) -> ApiStatus:
@@ -471,7 +476,13 @@ class ApiStatus:
             except ValueError:
                 body = None
         parsed = mapping_of(body)
-        return cls(message=text_of(parsed.get("message")), reason=text_of(parsed.get("reason")))
+        details = mapping_of(parsed.get("details"))
+        return cls(
+            message=text_of(parsed.get("message")),
+            reason=text_of(parsed.get("reason")),
+            resource=text_of(details.get("kind")),
+            group=text_of(details.get("group")),
+        )
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,16 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from opbroker import osbclient
-from opbroker.controller.core.shown_failures import NOT_SHOWN, Shown, Source, Trouble, broker_trouble, explain
-from opbroker.controller.core.views import ApiStatus
+from opbroker.controller.core.shown_failures import (
+    NOT_SHOWN,
+    Shown,
+    Source,
+    Trouble,
+    api_trouble,
+    broker_trouble,
+    explain,
+    refused_trouble,
+)
 from opbroker.controller.kube import KubeError, Refused
 from opbroker.controller.reconciler.outcomes import TemporaryError
 from opbroker.rendering import RenderError
@@ -27,12 +35,12 @@ def trouble_of(exc: BaseException) -> Trouble | None:
         return None
     cause = exc.__cause__ if isinstance(exc, TemporaryError) and exc.__cause__ is not None else exc
     if isinstance(cause, Refused):
-        return Trouble(Source.API, cause.refusal.describe(), status=cause.refusal.status, masked=True)
+        return refused_trouble(cause.refusal)
     if isinstance(cause, ApiException):
         if not cause.status:
             return Trouble(Source.API_UNREACHABLE, cause.reason or "no answer")
-        status = ApiStatus.of(cause.body)
-        return Trouble(Source.API, status.message or str(cause.reason or ""), status=cause.status)
+        found = api_trouble(cause.status, cause.body)
+        return found if found.message else Trouble(Source.API, str(cause.reason or ""), status=cause.status)
     if isinstance(cause, urllib3.exceptions.HTTPError | ConnectionError | TimeoutError):
         return Trouble(Source.API_UNREACHABLE, type(cause).__name__)
     if isinstance(cause, KubeError) and NOT_SERVED in str(cause):

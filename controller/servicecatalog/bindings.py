@@ -38,7 +38,7 @@ from opbroker.controller.claims import workloads
 from opbroker.controller.claims.core.views import ObjectView, WorkloadView
 from opbroker.controller.core import refusals
 from opbroker.controller.core.reasons import Reason
-from opbroker.controller.core.shown_failures import Source, Trouble, explain
+from opbroker.controller.core.shown_failures import explain, refused_trouble
 from opbroker.controller.core.views import mapping_of
 from opbroker.controller.executor import Effect, Executor, Run, Target
 from opbroker.controller.kube import Kube, Refused
@@ -256,8 +256,7 @@ class BindingReconciler(ShowsFailuresOnObject, ObservePlanAct[BindingFacts, Any]
             else:
                 shown = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "data": manifest.get("data")}
                 found = refusals.refusal(exc.status, exc.body, shown)
-            said = Trouble(Source.API, found.describe(), status=found.status, masked=True)
-            outcome = explain(said).message  # what the API server said, after the fix it calls for
+            outcome = explain(refused_trouble(found)).message  # what the API server said, after the fix it calls for
         if action.then is not None:
             for follow in action.then(outcome, run.body):
                 run.perform(follow)

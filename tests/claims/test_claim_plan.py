@@ -14,7 +14,7 @@ from opbroker.controller.claims.core.claim_plan import ApplySecret, DeleteSecret
 from opbroker.controller.claims.core.matching import Index
 from opbroker.controller.claims.core.views import ClaimView, ObjectView, OwnerRef, ServiceView
 from opbroker.controller.claims.settings import ClaimsSettings
-from opbroker.controller.core.actions import EnsureFinalizer, Event, WriteStatus
+from opbroker.controller.core.actions import EnsureFinalizer, Event, Refusal, Refused, Retry, WriteStatus
 
 NS = "team"
 NOW = datetime.datetime(2024, 1, 1, 12, 0, tzinfo=datetime.UTC)
@@ -196,3 +196,24 @@ def test_the_chosen_service_gone_since_the_match_is_matched_again() -> None:
         Take("pg", "3", {"claimedBy": "c1", "state": "Claimed"}, "Available -> Claimed: claimed by 'c1'", NS),
         Rematch("pg"),
     ]
+
+
+def test_a_refused_binding_secret_replaces_a_stale_pending_with_the_cause() -> None:
+    """The claim was Pending while its service was not yet registered; it took the service since, and its binding
+    Secret was refused (a namespace nobody onboarded): the status says that, with the candidates judged now."""
+    stale = [{"name": "pg", "accepted": False, "reason": "NotAvailable: state is not yet registered"}]
+    body = claim(state="Pending", reason=PENDING, candidates=stale)
+    body["status"]["conditions"] = [ready("False", "NoMatch", PENDING)]
+    given = facts(body, services={"pg": service(claimed_by="c1", state="Claimed")})
+    said = "namespace 'team' is not onboarded: ... Onboard the namespace (`opbroker namespace onboard team`)"
+    refusal = Refusal(Refused.OBJECT, said, permanent=False, shown="NamespaceNotOnboarded")
+    held = [{"name": "pg", "accepted": True, "reason": "Chosen: rank 1 of 1 (no SLA, already held by this claim)"}]
+    wanted = {"state": "Resolved", "registeredService": "pg", "reason": said, "candidates": held}
+    event = Event("NamespaceNotOnboarded", said, warning=True)
+    assert claim_plan.refused(given, refusal) == [
+        WriteStatus({**wanted, "conditions": [ready("False", "NamespaceNotOnboarded", said)]}, event=event),
+        Retry(said),
+    ]
+    # An unknown shown reason (or none) is the binding's failure.
+    plain = claim_plan.refused(given, Refusal(Refused.OBJECT, said))
+    assert isinstance(plain[0], WriteStatus) and plain[0].patch["conditions"][0]["reason"] == "BindingFailed"

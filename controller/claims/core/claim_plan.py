@@ -118,7 +118,16 @@ class ApplyWorkloads:
 
 
 ClaimAction = (
-    a.EnsureFinalizer | a.WriteStatus | a.Event | Release | Take | Rematch | DeleteSecret | ApplySecret | ApplyWorkloads
+    a.EnsureFinalizer
+    | a.WriteStatus
+    | a.Event
+    | a.Retry
+    | Release
+    | Take
+    | Rematch
+    | DeleteSecret
+    | ApplySecret
+    | ApplyWorkloads
 )
 
 
@@ -180,6 +189,30 @@ def plan(facts: ClaimFacts) -> list[ClaimAction]:
             )
         )
     return [*actions, *_bind(facts, model, match, chosen)]
+
+
+def refused(facts: ClaimFacts, refusal: a.Refusal) -> list[a.Action]:
+    """A write into the claim's namespace was refused (its binding Secret, a workload's projection — as the
+    namespace's ``opbroker`` account: a namespace nobody onboarded refuses them all): the status says so in place of
+    whatever it said before (a ``Pending`` with the candidates of an earlier pass, when the service was not yet
+    registered), with the candidates as matched now and the refusal's own reason and fix; then retried with
+    backoff (onboarding the namespace or granting the right sends this claim no event)."""
+    claim = facts.claim
+    try:
+        request = matching.request_of(claim_model(claim), claim.registered_service)
+    except ValidationError:
+        return [a.Retry(refusal.message)]  # the claim changed since the plan: its next pass says what it is
+    match = matching.match(request, facts.index, facts.settings.sla_order)
+    chosen = match.chosen
+    wanted = {
+        "state": (ClaimState.RESOLVED if chosen else ClaimState.PENDING).value,
+        "registeredService": matching.ref(request, chosen) if chosen else None,
+        "reason": refusal.message,
+        "candidates": [v.as_status() for v in match.verdicts(facts.settings.candidates_shown)],
+    }
+    reason = Reason(refusal.shown) if refusal.shown in set(Reason) else Reason.BINDING_FAILED
+    written = _write(facts, wanted, ready=False, reason=reason, message=refusal.message)
+    return [*(w for w in written if isinstance(w, a.WriteStatus)), a.Retry(refusal.message)]
 
 
 def _releases(facts: ClaimFacts, *, keep: str | None) -> list[ClaimAction]:

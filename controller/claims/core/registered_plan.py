@@ -117,17 +117,19 @@ class StartJob:
     """After the Job was created."""
     still_deleting: tuple[RegisteredAction, ...]
     """When the previous run is still being deleted."""
-    refused: Mapping[int, tuple[RegisteredAction, ...]]
-    """When the API server refuses the Job, by HTTP status (:data:`REFUSALS`)."""
+    refused: Callable[[int, str, Reason | None], tuple[RegisteredAction, ...] | None] = field(repr=False)
+    """When the API server refuses the Job: the actions for its HTTP status, what the refusal shows (its message
+    and reason, :mod:`~opbroker.controller.core.shown_failures`: the fix first); None for a status not in
+    :data:`REFUSALS`."""
 
-    def then(self, started: int) -> tuple[RegisteredAction, ...] | None:
-        """The actions that follow ``started`` (:class:`Started`, or the HTTP status of a refusal); None: a
-        refusal the plan has no answer for (the error stands)."""
+    def then(self, started: int, said: str = "", reason: Reason | None = None) -> tuple[RegisteredAction, ...] | None:
+        """The actions that follow ``started`` (:class:`Started`, or the HTTP status of a refusal, with what it
+        shows); None: a refusal the plan has no answer for (the error stands)."""
         if started == Started.CREATED:
             return self.created
         if started == Started.STILL_DELETING:
             return self.still_deleting
-        return self.refused.get(started)
+        return self.refused(started, said, reason)
 
 
 REFUSALS = (400, 403, 422)
@@ -275,22 +277,22 @@ def plan(facts: RegisteredFacts) -> list[RegisteredAction]:
     secret, job_manifest = healthjobs.manifests(
         OwnerRef.of(service.wire), check, data, service_type=service_type, fingerprint=fingerprint
     )
+
+    def refused(code: int, said: str, shown: Reason | None) -> tuple[RegisteredAction, ...] | None:
+        """A 403 is the namespace's (not onboarded) or an account's: its own reason; a 400 or 422, the check's."""
+        if code not in REFUSALS:
+            return None
+        reason = shown if code == 403 and shown is not None else Reason.CHECK_INVALID
+        outcome = CheckOutcome(Result.UNDETERMINED, reason, f"cannot start the check: {said or f'HTTP {code}'}")
+        return (SetSchedule(Schedule(fingerprint, now + period)), *finish(outcome, period))
+
     start = StartJob(
         secret,
         job_manifest,
         None if existing is None else existing.meta.resource_version,
         created=(SetSchedule(Schedule(fingerprint, math.inf)), *finish(None, period)),
         still_deleting=(SetSchedule(Schedule(fingerprint, due)), *finish(None, 1.0)),
-        refused={
-            code: (
-                SetSchedule(Schedule(fingerprint, now + period)),
-                *finish(
-                    CheckOutcome(Result.UNDETERMINED, Reason.CHECK_INVALID, f"cannot start the check: HTTP {code}"),
-                    period,
-                ),
-            )
-            for code in REFUSALS
-        },
+        refused=refused,
     )
     return [*actions, start]
 
