@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from opbroker.devcluster.devstack import DEMO_NAMESPACE, DEMO_SERVICE, Endpoint
+from opbroker.devcluster.devstack import DEMO_NAMESPACE, DEMO_PLAN, DEMO_SERVICE, Endpoint
 
 Say = Callable[[str], None]
 HEADERS = {"X-Broker-API-Version": "2.17", "X-Broker-API-Request-Identity": "opbroker-dev-demo"}
@@ -44,13 +44,19 @@ def _poll(http: httpx.Client, path: str, operation: str | None, say: Say, timeou
 
 
 def run_demo(
-    endpoint: Endpoint, say: Say, *, service_name: str = DEMO_SERVICE, namespace: str = DEMO_NAMESPACE
+    endpoint: Endpoint,
+    say: Say,
+    *,
+    service_name: str = DEMO_SERVICE,
+    plan_name: str = DEMO_PLAN,
+    namespace: str = DEMO_NAMESPACE,
 ) -> None:
     """Provision, bind, show the credentials, unbind, deprovision. Raises DemoFailed on any surprise.
 
-    ``service_name``: the catalog's service to walk through (its first plan): the demo catalog's by default,
-    named rather than "the first", since the broker may serve other services too. ``namespace``: the request
-    context's namespace (the broker must allow it; a Pulumi-deployed broker allows its own namespace).
+    ``service_name``, ``plan_name``: the catalog's service and plan to walk through: the demo catalog's by
+    default, named rather than "the first", since the broker may serve other services and plans too.
+    ``namespace``: the request context's namespace (the broker must allow it; a Pulumi-deployed broker allows
+    its own namespace).
     """
     # GUIDs, as platforms send them (most Cloud Foundry instance GUIDs start with a digit; this one always does).
     instance_id = "0" + str(uuid.uuid4())[1:]
@@ -63,7 +69,10 @@ def run_demo(
         if not services:
             raise DemoFailed(f"the catalog has no service named {service_name!r}")
         service = services[0]
-        plan = service["plans"][0]
+        plans = [p for p in service["plans"] if p["name"] == plan_name]
+        if not plans:
+            raise DemoFailed(f"the catalog's service {service_name!r} has no plan named {plan_name!r}")
+        plan = plans[0]
         say(f"[bold]1. catalog[/bold]: service {service['name']!r}, plan {plan['name']!r}")
         ids = {"service_id": service["id"], "plan_id": plan["id"]}
 

@@ -56,6 +56,8 @@ DEMO_NAMESPACE = "default"
 #: The demo catalog's service (examples/demo_operator/catalog.yaml, SFService spec.name): the demo walks this one
 #: by name, never "the catalog's first", because a borrowed cluster may already serve other services.
 DEMO_SERVICE = "demo-db"
+#: ... and its plan (SFPlan spec.name), named for the same reason: other plans may serve that service there too.
+DEMO_PLAN = "small"
 #: The admin API's user on the dev broker (its password is new at each start, printed like the broker's).
 ADMIN_USERNAME = "operator"
 
