@@ -64,6 +64,16 @@ def onboarded_namespace(api: client.ApiClient, prefix: str = "t") -> Iterator[st
 
 
 @pytest.fixture
+def bare_namespace(api_client: client.ApiClient) -> Iterator[str]:
+    """A fresh namespace nobody onboarded (what a failure shown for a missing onboarding needs)."""
+    name = f"bare-{uuid.uuid4().hex[:8]}"
+    core = client.CoreV1Api(api_client)
+    core.create_namespace({"metadata": {"name": name, "labels": {"opbroker.io/test": "true"}}})
+    yield name
+    core.delete_namespace(name)
+
+
+@pytest.fixture
 def namespace(api_client: client.ApiClient) -> Iterator[str]:
     """A fresh namespace for one test (:func:`onboarded_namespace`)."""
     with onboarded_namespace(api_client) as name:

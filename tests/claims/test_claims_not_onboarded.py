@@ -6,8 +6,6 @@ Job cannot start, an automatic registration that cannot write says so on its bin
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -21,16 +19,6 @@ from tests.cluster_fixtures import onboard
 from tests.controller_support import wait_for
 
 pytestmark = pytest.mark.usefixtures("controller")
-
-
-@pytest.fixture
-def bare_namespace(api_client: client.ApiClient) -> Iterator[str]:
-    """A fresh namespace nobody onboarded."""
-    name = f"bare-{uuid.uuid4().hex[:8]}"
-    core = client.CoreV1Api(api_client)
-    core.create_namespace({"metadata": {"name": name, "labels": {"opbroker.io/test": "true"}}})
-    yield name
-    core.delete_namespace(name)
 
 
 def _condition(found: dict[str, Any], kind: str) -> dict[str, Any]:

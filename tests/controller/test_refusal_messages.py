@@ -441,16 +441,6 @@ def _assert_names(message: str, described: str, reason: Reason, want: Reason, na
         assert SECRET not in text, text
 
 
-@pytest.fixture
-def bare_namespace(api_client: client.ApiClient) -> Iterator[str]:
-    """A fresh namespace nobody onboarded."""
-    name = f"bare-{uuid.uuid4().hex[:8]}"
-    core = client.CoreV1Api(api_client)
-    core.create_namespace({"metadata": {"name": name, "labels": {"opbroker.io/test": "true"}}})
-    yield name
-    core.delete_namespace(name)
-
-
 @pytest.mark.parametrize("real", REAL, ids=[r.id for r in REAL])
 def test_real_refusals_name_their_resource_group_and_fix(
     real: Real, api_client: client.ApiClient, bare_namespace: str
