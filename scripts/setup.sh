@@ -49,9 +49,9 @@ if [ "$DEMO_ONLY" = yes ]; then
 fi
 
 # The node (kubelet's containers) and the image build need Debian's containerd, runc, CNI plugins, iptables,
-# mmdebstrap and umoci. Installed when missing and this runs as root (as CI does); otherwise
-# `opbroker cluster up --node` names what is missing and how to get it.
-NODE_PACKAGES=(containerd runc containernetworking-plugins iptables conntrack iproute2 mmdebstrap umoci)
+# mmdebstrap and umoci; the manual's walkthroughs (tests/docs) use curl, as their readers do. Installed when missing
+# and this runs as root (as CI does); otherwise `opbroker cluster up --node` names what is missing and how to get it.
+NODE_PACKAGES=(containerd runc containernetworking-plugins iptables conntrack iproute2 mmdebstrap umoci curl)
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   missing=()
   for package in "${NODE_PACKAGES[@]}"; do
