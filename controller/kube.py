@@ -11,7 +11,7 @@ import functools
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, overload
 
@@ -107,7 +107,7 @@ PLANS = Kind("osb.servicefabrik.io", "v1alpha1", "sfplans")
 SERVICES = Kind("osb.servicefabrik.io", "v1alpha1", "sfservices")
 
 
-def ref_of(obj: dict[str, Any]) -> ResourceRef:
+def ref_of(obj: Mapping[str, Any]) -> ResourceRef:
     meta = obj.get("metadata") or {}
     return ResourceRef(
         api_version=obj["apiVersion"], kind=obj["kind"], name=meta["name"], namespace=meta.get("namespace")

@@ -19,7 +19,7 @@ from opbroker.api.conventions import DEFAULT_PLAN_SERVICE_ACCOUNT
 from opbroker.api.meta import ResourceRef
 from opbroker.api.planrights import PlanRights, Resolver, account_manifests, rights, well_known
 from opbroker.api.policyrules import Rule
-from opbroker.controller.kube import PLANS, SERVICES, Kube
+from opbroker.controller.kube import PLANS, SERVICES, Kube, ref_of
 from opbroker.rendering import RenderError
 from opbroker.rendering.samples import rendered_objects
 
@@ -91,13 +91,5 @@ def grant(kube: Kube, namespace: str, account: str, needed: PlanRights, *, field
     applied = []
     for manifest in account_manifests(namespace, account, needed, held=held, held_cluster=held_cluster):
         kube.apply(manifest, field_manager=field_manager)
-        meta = manifest["metadata"]
-        applied.append(
-            ResourceRef(
-                api_version=manifest["apiVersion"],
-                kind=manifest["kind"],
-                name=meta["name"],
-                namespace=meta.get("namespace"),
-            )
-        )
+        applied.append(ref_of(manifest))
     return applied

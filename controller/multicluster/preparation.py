@@ -24,7 +24,7 @@ from opbroker.api.conventions import DEFAULT_PLAN_SERVICE_ACCOUNT
 from opbroker.api.meta import ResourceRef
 from opbroker.api.planrights import PlanRights
 from opbroker.controller import onboarding, planaccounts
-from opbroker.controller.kube import Kube
+from opbroker.controller.kube import Kube, ref_of
 from opbroker.controller.multicluster import installer
 
 #: The field manager of what the preparation applies (either cluster).
@@ -84,13 +84,6 @@ class Prepared:
     plans: tuple[str, ...]
 
 
-def _ref(manifest: Mapping[str, Any]) -> ResourceRef:
-    meta = manifest["metadata"]
-    return ResourceRef(
-        api_version=manifest["apiVersion"], kind=manifest["kind"], name=meta["name"], namespace=meta.get("namespace")
-    )
-
-
 def _what(ref: ResourceRef) -> str:
     return f"{ref.kind} {ref.namespace + '/' if ref.namespace else ''}{ref.name}"
 
@@ -101,7 +94,7 @@ def _await_established(kube: Kube, crds: list[Mapping[str, Any]], seconds: float
     deadline = time.monotonic() + seconds
     for crd in crds:
         while time.monotonic() < deadline:
-            live = kube.get(_ref(crd), fresh=True) or {}
+            live = kube.get(ref_of(crd), fresh=True) or {}
             conditions = (live.get("status") or {}).get("conditions") or []
             if any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions):
                 break
@@ -113,7 +106,7 @@ def prepare(master: Kube, sister: Kube, wanted: Preparation, progress: Progress 
     on_sister: list[ResourceRef] = []
     for manifest in [*installer.prerequisites(wanted.namespace), *wanted.crds]:
         sister.apply(dict(manifest), field_manager=FIELD_MANAGER)
-        on_sister.append(_ref(manifest))
+        on_sister.append(ref_of(manifest))
     progress(f"sister: namespace {wanted.namespace} and {len(on_sister) - 1} CRDs applied")
     _await_established(sister, [m for m in wanted.crds if m.get("kind") == "CustomResourceDefinition"])
     plans = planaccounts.plans_in_cluster(master, wanted.namespace, wanted.account, progress)
@@ -132,8 +125,8 @@ def prepare(master: Kube, sister: Kube, wanted: Preparation, progress: Progress 
         progress(f"sister: namespace {namespace} onboarded")
     secret = wanted.secret()
     master.apply_secret(secret)
-    progress(f"master: {_what(_ref(secret))} holds the sister's kubeconfig (key {KUBECONFIG_KEY})")
-    return Prepared(tuple(on_sister), (_ref(secret),), needed, tuple(p.metadata.name or "?" for p, _ in plans))
+    progress(f"master: {_what(ref_of(secret))} holds the sister's kubeconfig (key {KUBECONFIG_KEY})")
+    return Prepared(tuple(on_sister), (ref_of(secret),), needed, tuple(p.metadata.name or "?" for p, _ in plans))
 
 
 def kubeconfig_text(data_only: Mapping[str, Any]) -> str:
