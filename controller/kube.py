@@ -114,6 +114,11 @@ def ref_of(obj: Mapping[str, Any]) -> ResourceRef:
     )
 
 
+def describe(ref: ResourceRef) -> str:
+    """``Kind namespace/name`` (``Kind name`` when cluster-scoped): how progress lines name an object."""
+    return f"{ref.kind} {ref.namespace + '/' if ref.namespace else ''}{ref.name}"
+
+
 def clean_for_apply(manifest: dict[str, Any]) -> dict[str, Any]:
     """A copy without status and server-populated metadata (templates may echo a live object back)."""
     body = {k: v for k, v in manifest.items() if k != "status"}

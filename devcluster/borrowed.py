@@ -17,16 +17,12 @@ from kubernetes import client
 
 from opbroker.api import SFService, SFServiceBinding, SFServiceInstance
 from opbroker.api.meta import ResourceRef
-from opbroker.controller.kube import BINDINGS, INSTANCES, Kube, ref_of
+from opbroker.controller.kube import BINDINGS, INSTANCES, Kube, describe, ref_of
 
 Progress = Callable[[str], None]
 CRD_API = "apiextensions.k8s.io/v1"
 #: The groups of objects the controller holds with finalizers: deleted before it stops.
 HELD_GROUPS = frozenset({SFService.GROUP})
-
-
-def describe(ref: ResourceRef) -> str:
-    return f"{ref.kind} {ref.namespace + '/' if ref.namespace else ''}{ref.name}"
 
 
 class Borrowed:

@@ -24,7 +24,7 @@ from opbroker.api.conventions import DEFAULT_PLAN_SERVICE_ACCOUNT
 from opbroker.api.meta import ResourceRef
 from opbroker.api.planrights import PlanRights
 from opbroker.controller import onboarding, planaccounts
-from opbroker.controller.kube import Kube, ref_of
+from opbroker.controller.kube import Kube, describe, ref_of
 from opbroker.controller.multicluster import installer
 
 #: The field manager of what the preparation applies (either cluster).
@@ -84,10 +84,6 @@ class Prepared:
     plans: tuple[str, ...]
 
 
-def _what(ref: ResourceRef) -> str:
-    return f"{ref.kind} {ref.namespace + '/' if ref.namespace else ''}{ref.name}"
-
-
 def _await_established(kube: Kube, crds: list[Mapping[str, Any]], seconds: float = 15.0) -> None:
     """Until the API server serves ``crds`` (their ``Established`` condition), so discovery resolves their kinds;
     after ``seconds`` the kinds are guessed, and said so."""
@@ -125,7 +121,7 @@ def prepare(master: Kube, sister: Kube, wanted: Preparation, progress: Progress 
         progress(f"sister: namespace {namespace} onboarded")
     secret = wanted.secret()
     master.apply_secret(secret)
-    progress(f"master: {_what(ref_of(secret))} holds the sister's kubeconfig (key {KUBECONFIG_KEY})")
+    progress(f"master: {describe(ref_of(secret))} holds the sister's kubeconfig (key {KUBECONFIG_KEY})")
     return Prepared(tuple(on_sister), (ref_of(secret),), needed, tuple(p.metadata.name or "?" for p, _ in plans))
 
 
