@@ -1,8 +1,9 @@
 """What every benchmark shares: a fresh audited stack, an OSB client, API-call accounting, statistics.
 
 API calls are counted from the API server's audit log (one line per request), attributed by User-Agent:
-``opbroker-controller`` and ``kopf`` (the controller), ``opbroker-broker`` (the broker), ``demo-operator``
-(the operator opbroker drives), ``opbroker-bench`` (this harness), everything else is the control plane.
+``opbroker-controller`` (the controller; ``kopf`` too, for the trees before issue 45 a compare run measures),
+``opbroker-broker`` (the broker), ``demo-operator`` (the operator opbroker drives), ``opbroker-bench`` (this
+harness), everything else is the control plane.
 """
 
 from __future__ import annotations

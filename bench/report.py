@@ -65,9 +65,8 @@ def _fault_section(title: str, result: dict[str, Any], faults: str) -> list[str]
     log = result.get("controller_log") or {}
     if log:
         lines.append(
-            f"* Controller log: {log.get('error_lines')} ERROR lines, {log.get('tracebacks')} tracebacks; kopf "
-            f"stopped {log.get('kopf_stopped')}x, started without opbroker's resources "
-            f"{log.get('kopf_started_without_our_resources')}x"
+            f"* Controller log: {log.get('error_lines')} ERROR lines, {log.get('tracebacks')} tracebacks; "
+            f"started without opbroker's resources {log.get('started_without_our_resources')}x"
         )
     for exit_ in result.get("process_exits") or []:
         lines.append(
@@ -80,8 +79,7 @@ def _fault_section(title: str, result: dict[str, Any], faults: str) -> list[str]
             f"* Not-ready probe: the controller pointed for {probe['seconds']} s at a server answering `404 page not "
             f"found` (a kube-apiserver before its CRD handlers are up; {probe['requests_answered_404']} requests), "
             f"then back: exits {probe['controller_exits']}, "
-            f"process alive {probe['controller_process_alive_after_window']}, "
-            f"kopf stopped {probe['controller_log_kopf_failed']}; a 10-instance run afterwards "
+            f"process alive {probe['controller_process_alive_after_window']}; a 10-instance run afterwards "
             + (
                 "converged"
                 if after.get("converged")
@@ -215,20 +213,16 @@ def _findings(report: dict[str, Any]) -> list[str]:
     probe = (scenarios.get("cuts") or {}).get("not_ready_probe") or {}
     exits = [e for key in ("kills", "apiserver", "cuts") for e in (scenarios.get(key) or {}).get("process_exits") or []]
     logs = [(scenarios.get(key) or {}).get("controller_log") or {} for key in ("kills", "apiserver", "cuts")]
-    stopped = sum(log.get("kopf_stopped", 0) for log in logs)
-    blind = sum(log.get("kopf_started_without_our_resources", 0) for log in logs)
+    blind = sum(log.get("started_without_our_resources", 0) for log in logs)
     if probe.get("violations") or blind:
         found.append(
             "* **Controller: a few seconds of `404 page not found` from the API server stop it for good.** That is "
             "what a kube-apiserver answers for custom resources just after it starts, before its CRD handlers are "
-            "installed. kopf's watchers fail with `APINotFoundError`, its root task ends (\"Multidimensional "
-            'multitasker has failed: 404 page not found"), the cleanup handlers run, and nothing reconciles any '
-            "more: the process either exits or stays up idle. Not-ready probe: "
+            "installed; nothing reconciles any more: the process either exits or stays up idle. Not-ready probe: "
             f"{probe.get('controller_exits')} exit(s), "
-            f"process alive afterwards {probe.get('controller_process_alive_after_window')}, "
-            f"kopf stopped {probe.get('controller_log_kopf_failed')}, a later run converged "
+            f"process alive afterwards {probe.get('controller_process_alive_after_window')}, a later run converged "
             f"{(probe.get('after') or {}).get('convergence', {}).get('converged')}; in the scenario logs (the probe "
-            f"included): {len(exits)} exit(s) during the fault runs, kopf stopped {stopped}x. Its twin: a controller "
+            f"included): {len(exits)} exit(s) during the fault runs. Its twin: a controller "
             "(re)started while the API "
             'server is starting finds no CRDs in discovery ("Unresolved resources cannot be served") and never '
             f"watches them, staying up and idle for good ({blind}x in this run)."
@@ -236,7 +230,7 @@ def _findings(report: dict[str, Any]) -> list[str]:
     if exits and not (probe.get("violations") or blind):
         found.append(
             f"* Controller (by design, not a failure): it exited non-zero {len(exits)} time(s) during the fault runs "
-            f"(the not-ready probe: {probe.get('controller_exits')}) — when kopf's watchers give up on a starting "
+            f"(the not-ready probe: {probe.get('controller_exits')}) — when it gives up on a starting "
             "API server's `404`s, the process exits and its supervisor (the pod's restart policy; here the "
             "harness) starts it again; it then waits until the API serves our resources. Every run converged."
         )

@@ -5,7 +5,7 @@ OSB API, the demo plan, the demo operator answering at once), waits until the co
 with SIGTERM and starts a fresh one with the same flags. Measured on the fresh controller:
 
 * **API requests** it issues from its start until it is idle, from the audit log (User-Agent
-  ``opbroker-controller`` and ``kopf``): writes (create/update/patch/delete — the target is 0: nothing
+  ``opbroker-controller``; ``kopf`` too before issue 45): writes (create/update/patch/delete — the target is 0: nothing
   about a settled object needs writing), and reads: gets, lists and watches (a watch counted when it
   starts);
 * **ready**: seconds from the start of the process until its ``/readyz`` answers 200;

@@ -100,6 +100,14 @@ def run(
     lease_seconds: Annotated[
         int, typer.Option(help="Leader lease duration in seconds (the longest failover).", min=3)
     ] = 15,
+    shutdown_seconds: Annotated[
+        float,
+        typer.Option(
+            help="On SIGTERM/SIGINT: seconds the running reconciles may take to end before the process exits "
+            "(under leader election at most half the renew deadline).",
+            min=0,
+        ),
+    ] = 5.0,
     request_timeout: Annotated[
         float,
         typer.Option(help="Seconds an API request may wait for each read of its answer (connecting: 10 s).", min=0.5),
@@ -239,6 +247,7 @@ def run(
         metrics_port=metrics_port,
         api_wait_seconds=api_wait_seconds,
         lease_seconds=lease_seconds,
+        shutdown_seconds=shutdown_seconds,
         request_timeout_seconds=request_timeout,
         watch_seconds=watch_seconds,
         stuck_seconds=stuck_seconds,

@@ -1,8 +1,8 @@
 """The controller process: the informers deliver watch events, the one runtime runs level-triggered reconciles.
 
 The informers (:mod:`opbroker.controller.informers`) list and watch SFService, SFPlan, SFServiceInstance and
-SFServiceBinding, and the claims, multi-cluster and Service Catalog subsystems add their own watches; kopf runs
-the process's loop (startup, cleanup, signals). SFServices and SFPlans are watched
+SFServiceBinding, and the claims, multi-cluster and Service Catalog subsystems add their own watches;
+:mod:`.running` runs the process (its event loop, signals, the Lease). SFServices and SFPlans are watched
 cluster-wide, but only those of the trusted namespaces enter the catalog; any other is queued only to be
 warned about (see :mod:`opbroker.controller.catalog`). Event handlers do nothing but
 update the in-memory catalog and indexes and enqueue keys on the :class:`~opbroker.controller.reconciler.Runtime`;
@@ -19,7 +19,6 @@ import threading
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-import kopf
 from kubernetes import client
 
 from opbroker.api.conventions import catalog_id, resource_name
@@ -54,7 +53,8 @@ logger = logging.getLogger(__name__)
 
 
 class Controller:
-    """Wires the catalog, the reconcilers and the one runtime; knows nothing about kopf itself."""
+    """Wires the catalog, the reconcilers and the one runtime; :meth:`start` and :meth:`stop` run on the process's
+    event loop (:mod:`.running`)."""
 
     def __init__(self, api_client: client.ApiClient, settings: ControllerSettings) -> None:
         self.settings = settings
@@ -239,7 +239,8 @@ class Controller:
             for body in self.kube.list_custom(PLANS, namespace):
                 self.catalog.upsert_plan(body)
 
-    async def stop(self) -> None:
+    async def stop(self, drain: float = 0.0) -> None:
+        """Stop watching and take no more work; reconciles running now get up to ``drain`` seconds to finish."""
         if self.informers is not None:
             self.informers.stop()
         if self._admin_stop is not None:
@@ -253,7 +254,7 @@ class Controller:
         self.claims.stop()
         if self.multicluster is not None:
             await self.multicluster.stop()
-        await self.runtime.stop()
+        await self.runtime.stop(drain)
 
     # -- events --------------------------------------------------------------------------------------
 
@@ -441,33 +442,4 @@ def _key_of(kind: str, entry: EntryView) -> Key:
     return Key(kind, entry.meta.namespace, entry.meta.name)
 
 
-def build_registry(controller: Controller, *, kubeconfig: str | None) -> kopf.OperatorRegistry:
-    """kopf's part: login, and the controller started and stopped with kopf's loop (the informers watch)."""
-    registry = kopf.OperatorRegistry()
-
-    @kopf.on.login(registry=registry)
-    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-        if kubeconfig:
-            return kopf.login_with_kubeconfig(**kwargs)
-        # In a pod: the official client's in-cluster configuration, which reaches the API server at
-        # KUBERNETES_SERVICE_HOST:KUBERNETES_SERVICE_PORT as client-go does. kopf's own service-account
-        # login names https://kubernetes.default.svc, which needs cluster DNS (found on a node without it).
-        return kopf.login_via_client(**kwargs)
-
-    @kopf.on.startup(registry=registry)
-    async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
-        settings.posting.enabled = False  # our Events are posted deliberately, on state changes only
-        # Deadlines on whatever kopf itself still asks of the API server (it watches nothing: the informers do).
-        timeouts = controller.settings.timeouts
-        settings.networking.connect_timeout = timeouts.connect
-        settings.networking.request_timeout = timeouts.connect + timeouts.request  # kopf's is for the whole call
-        controller.start()
-
-    @kopf.on.cleanup(registry=registry)
-    async def cleanup(**_: Any) -> None:
-        await controller.stop()
-
-    return registry
-
-
-__all__ = ["DONE", "Controller", "build_registry"]
+__all__ = ["DONE", "Controller"]

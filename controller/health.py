@@ -3,22 +3,22 @@ the Prometheus ``/metrics``, all on the metrics port.
 
 :class:`Health` is the state the process reports (pure, with an injectable clock):
 
-* **waiting** — before kopf starts, the API server does not serve every resource the controller watches yet
+* **waiting** — before the controller starts, the API server does not serve every resource the controller watches yet
   (a starting kube-apiserver, CRDs not installed). Alive (the wait is bounded by itself), not ready.
 * **standby** — the API is served and the replica campaigns for the lease without holding it. Alive and
   ready: a healthy standby must not count against the disruption budget, nor hold up a rollout.
-* **running** — kopf's loop runs; its event loop proves it with a heartbeat. Alive and ready while the
-  heartbeat is fresh; a heartbeat older than ``stale_after`` (an event loop that hangs) is not alive.
-* **stopped** — kopf's loop has ended (watchers gave up, e.g. on a few seconds of ``404 page not found``
-  from a starting API server). Not alive, not ready; the process exits right after, and the probe catches
-  the case where it would not.
+* **running** — the controller's event loop runs (:mod:`.runtime.lifecycle`) and proves it with a heartbeat.
+  Alive and ready while the heartbeat is fresh; a heartbeat older than ``stale_after`` (an event loop that hangs)
+  is not alive.
+* **stopped** — the controller is stopping on a signal, or its loop has ended unasked (it failed). Not alive, not
+  ready; the process exits right after, and the probe catches the case where it would not.
 
 Checks added with :meth:`Health.add_check` refine the picture in the standby and running phases: a *liveness*
 check (workers stuck: :meth:`opbroker.controller.reconciler.Runtime.stuck`; the API server silent past the
 stuck bound: :class:`opbroker.controller.contact.ApiContact`) makes the process not alive — a restart re-dials
 and re-lists; a *readiness* check (the API server silent past a probe period or two) only makes it not ready.
 
-kopf's own ``--liveness`` endpoint is not used: only the leader runs kopf, so a standby would have none.
+The server runs in every replica, the standby's included (only the leader runs the controller's loop).
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ logger = logging.getLogger(__name__)
 
 #: What the server answers (the ControlPlane component's probes point at the last two).
 PATHS = ("/metrics", "/healthz", "/readyz")
-#: How often kopf's event loop beats while it runs.
+#: How often the controller's event loop beats while it runs.
 HEARTBEAT_SECONDS = 5.0
-#: A heartbeat older than this means kopf's event loop no longer runs (liveness fails).
+#: A heartbeat older than this means the controller's event loop no longer runs (liveness fails).
 STALE_AFTER_SECONDS = 60.0
 
 
@@ -104,9 +104,9 @@ class Health:
         self._set(Phase.STANDBY, "standing by (another replica leads)")
 
     def running(self) -> None:
-        self._set(Phase.RUNNING, "kopf's operator loop is running")
+        self._set(Phase.RUNNING, "the controller's loop is running")
 
-    def stopped(self, detail: str = "kopf's operator loop has stopped") -> None:
+    def stopped(self, detail: str = "the controller's loop has stopped") -> None:
         self._set(Phase.STOPPED, detail)
 
     def beat(self) -> None:
@@ -121,7 +121,7 @@ class Health:
             if self._phase is Phase.RUNNING:
                 age = self._clock() - self._beat
                 if age > self._stale_after:
-                    return False, f"kopf's event loop has not beaten for {age:.0f} s"
+                    return False, f"the controller's event loop has not beaten for {age:.0f} s"
             fine = f"{self._phase.value}: {self._detail}"
         problem = self._failing(liveness=True)
         return (False, problem) if problem else (True, fine)

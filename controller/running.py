@@ -1,7 +1,8 @@
-"""Running the controller: configuration, waiting for the API, leader election (active-passive), kopf's loop.
+"""Running the controller: configuration, waiting for the API, leader election (active-passive), the event loop,
+signals.
 
 Two replicas run active-passive: each campaigns for a Lease in the control-plane namespace; only the
-holder runs kopf. A leader that loses its lease exits the process at once (as controller-runtime does),
+holder runs the controller. A leader that loses its lease exits the process at once (as controller-runtime does),
 so it can never act alongside the new leader; its pod restarts as a candidate. A leader whose renewals do
 not succeed within the renew deadline (two thirds of the lease) — failing or hanging — exits too, before a
 standby may take the lease over (:mod:`opbroker.controller.leadership`).
@@ -10,11 +11,16 @@ Every API client the process builds has deadlines and TCP keepalive (:mod:`opbro
 their answers, and a probe when the cluster is quiet, tell the health probes whether the API server still
 answers (:mod:`opbroker.controller.contact`).
 
-Before campaigning, and again before kopf starts, the process waits (bounded by ``api_wait_seconds``) until
+Before campaigning, and again before the controller starts, the process waits (bounded by ``api_wait_seconds``) until
 the API server serves every resource the controller watches (:mod:`opbroker.controller.apiready`): a watch
 started against a kube-apiserver that is itself starting would fail on the custom resources missing from
-discovery. The watches themselves are the informers' (:mod:`opbroker.controller.informers`), started with
-kopf's loop. When kopf's loop ends — on a signal — the process exits
+discovery. The watches themselves are the informers' (:mod:`opbroker.controller.informers`), started with the
+controller on the process's event loop (:mod:`opbroker.controller.runtime.lifecycle`).
+
+SIGTERM or SIGINT (a pod deleted, a rollout, Ctrl-C) stops the controller gracefully: no more work is taken, the
+reconciles running get up to ``shutdown_seconds`` to end (see ``ControllerSettings.drain_seconds``), then a
+leader releases its Lease and the process exits 0 — an idle controller within a fraction of a second, well inside a
+pod's grace period. A second signal exits at once. If the loop ends without being asked, the process exits
 non-zero, so the pod restarts. :mod:`opbroker.controller.health` reports all of this on the metrics port
 (``/healthz``, ``/readyz``) for the pod's probes.
 """
@@ -29,23 +35,20 @@ import signal
 import socket
 import threading
 import uuid
-from typing import Any
 
-import kopf
 from kubernetes import client, config
 from kubernetes.leaderelection import electionconfig
 from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 
 from opbroker.controller import apiready, contact, health, leadership, trim
-from opbroker.controller.app import Controller, build_registry
+from opbroker.controller.app import Controller
 from opbroker.controller.kube import Kube
+from opbroker.controller.runtime import lifecycle
 from opbroker.controller.settings import ControllerSettings
 from opbroker.kubeclient import deadlines
 
 logger = logging.getLogger(__name__)
 USER_AGENT = "opbroker-controller"
-#: Once kopf's loop stops, the longest the process may take to exit (kopf's own teardown included).
-EXIT_GRACE_SECONDS = 10.0
 
 
 def api_client_for(
@@ -75,38 +78,10 @@ def api_client_for(
     )
 
 
-async def run_operator(
-    registry: kopf.OperatorRegistry, *, state: health.Health | None = None, stop: asyncio.Event | None = None
-) -> None:
-    """Run kopf with ``registry``'s handlers until ``stop`` is set (or its loop ends); while it runs, its event
-    loop beats ``state``'s heartbeat."""
-    state = state or health.Health()
-    state.running()
-    heartbeat = asyncio.create_task(_beat(state), name="health heartbeat")
-    try:
-        await kopf.operator(
-            registry=registry,
-            settings=kopf.OperatorSettings(),
-            clusterwide=True,
-            standalone=True,
-            stop_flag=stop,
-        )
-    finally:
-        heartbeat.cancel()
-        state.stopped()
-
-
-async def _beat(state: health.Health) -> None:
-    while True:
-        state.beat()
-        await asyncio.sleep(health.HEARTBEAT_SECONDS)
-
-
 def run(settings: ControllerSettings, *, kubeconfig: str | None) -> None:
-    """The ``opbroker controller run`` entry point. Never returns: the process exits when kopf's loop ends."""
+    """The ``opbroker controller run`` entry point. Never returns: the process exits when the controller stops."""
     trim.limit_arenas()  # before any thread of ours allocates (see trim.ARENAS)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("kopf.objects").setLevel(logging.WARNING)  # one line per handled event is noise
     # The election library logs every renewal and every retry (a line a second, forever); ours log changes.
     logging.getLogger("leaderelection").setLevel(logging.WARNING)
     # httpx logs every request at INFO: a line per OSB call and poll of the Service Catalog's, some 8 % of the
@@ -127,7 +102,7 @@ def run(settings: ControllerSettings, *, kubeconfig: str | None) -> None:
     state.add_check(lambda: controller.runtime.stuck(settings.stuck_seconds), liveness=True)
     if settings.webhook_port is not None:
         controller.service_catalog.serve_webhook(settings)
-    registry = build_registry(controller, kubeconfig=kubeconfig)
+    shutdown = lifecycle.Shutdown()
     wanted = apiready.wanted_of(controller.all_watches())
 
     def wait_for_the_api() -> None:
@@ -142,37 +117,42 @@ def run(settings: ControllerSettings, *, kubeconfig: str | None) -> None:
             )
             _exit(1)
 
-    @kopf.on.cleanup(registry=registry)
-    async def exit_soon(**_: Any) -> None:
-        """kopf is stopping (a signal, or its watchers gave up): whatever its teardown waits for, the process
-        ends within ``EXIT_GRACE_SECONDS`` — a controller that no longer watches must never stay up."""
-        state.stopped("kopf's operator loop is stopping")
-        timer = threading.Timer(EXIT_GRACE_SECONDS, _exit_because_kopf_stopped)
-        timer.daemon = True
-        timer.start()
-
     def operate(*, check_the_api: bool) -> None:
+        """Run the controller on a new event loop in this thread until a stop is asked; then return (the caller
+        exits). A loop that ends unasked exits the process non-zero."""
         if check_the_api:  # a standby may have waited long for the lease: the API server may be starting now
             wait_for_the_api()
-        # What start-up built (the Kubernetes client's models, kopf, pydantic, the controller's parts) lives as long
+        # What start-up built (the Kubernetes client's models, pydantic, the controller's parts) lives as long
         # as the process: frozen out of the collector's reach, a full collection during a restart's listings walks
         # only what they allocate (the broker does the same; issue 31).
         gc.collect()
         gc.freeze()
-        # Not asyncio.run(): its teardown waits for the reconcile threads, and one blocked on the API would
-        # keep a controller whose kopf has stopped up for good. Whatever happens, the process exits here.
+        # Not asyncio.run(): its teardown waits for the reconcile threads, and one blocked on the API would keep a
+        # stopping controller up past its drain time. Whatever happens, the process exits after this.
         loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
+        if threading.current_thread() is threading.main_thread():  # no election: the signals come to this loop
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(signum, stop_on_signal, signum)
         try:
-            loop.run_until_complete(run_operator(registry, state=state))
+            loop.run_until_complete(lifecycle.operate(controller, shutdown, state=state, drain=settings.drain_seconds))
         except BaseException:
-            logger.exception("the operator loop has failed")
-        finally:
-            _exit_because_kopf_stopped()
+            logger.exception("the controller's loop has failed")
+        if not shutdown.requested:
+            _exit_because_the_loop_stopped()
+
+    def stop_on_signal(signum: int) -> None:
+        """A signal on the loop's own thread (no election): ask the loop to stop; a second signal exits now."""
+        name = signal.Signals(signum).name
+        if not shutdown.request(f"received {name}"):
+            logger.warning("received %s again while stopping; exiting now", name)
+            _exit(1)
+        logger.info("received %s; stopping", name)
 
     wait_for_the_api()
     if not settings.leader_election:
         operate(check_the_api=False)
+        _exit(0)  # stopped as asked
     identity = f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
     lock = LeaseLock(settings.lease_name, settings.namespace, identity)
     # Each lease request ends well within the renew deadline (the library's own client has no deadline).
@@ -184,11 +164,18 @@ def run(settings: ControllerSettings, *, kubeconfig: str | None) -> None:
     leading = threading.Event()
 
     def terminate(signum: int, _frame: object) -> None:
-        """SIGTERM (a pod being deleted, a rollout): hand the lease over and exit at once. Without this
-        the process ignores the signal (as a container's PID 1 it has no default action) and the pod is
-        killed only after its grace period, and the standby waits out the lease on top."""
-        logger.info("%s received %s; exiting", identity, signal.Signals(signum).name)
-        state.stopped("terminating")
+        """SIGTERM (a pod being deleted, a rollout) or SIGINT, in the main thread while the leader's loop runs in
+        the election's: stop the controller gracefully, then hand the Lease over and exit 0. Without this the
+        process ignores the signal (as a container's PID 1 it has no default action) and the pod is killed only
+        after its grace period, and the standby waits out the lease on top. A second signal exits at once."""
+        name = signal.Signals(signum).name
+        if not shutdown.request(f"received {name}"):
+            logger.warning("%s received %s again while stopping; exiting now", identity, name)
+            _exit(1)
+        logger.info("%s received %s; stopping", identity, name)
+        state.stopped(f"stopping: received {name}")
+        if shutdown.operating and not shutdown.wait_stopped(settings.drain_seconds + lifecycle.STOP_MARGIN_SECONDS):
+            logger.warning("%s: the controller did not stop in time; exiting all the same", identity)
         if leading.is_set():
             release_lease(api, settings.namespace, settings.lease_name, identity)
         _exit(0)
@@ -212,7 +199,7 @@ def run(settings: ControllerSettings, *, kubeconfig: str | None) -> None:
         logger.info("%s became the leader; starting reconciliation", identity)
         leading.set()
         leadership.guard(election, settings.renew_deadline, overdue)
-        operate(check_the_api=True)
+        operate(check_the_api=True)  # returns once a signal asked it to stop: the main thread's handler exits
 
     def lost() -> None:
         logger.error("%s lost the leadership; exiting so that only one controller acts", identity)
@@ -249,11 +236,10 @@ def release_lease(api: client.ApiClient, namespace: str, name: str, identity: st
     return True
 
 
-def _exit_because_kopf_stopped() -> None:
-    """kopf's loop ended: on a signal, or because its watchers gave up (the reliability suite saw this after
-    seconds of "404 page not found" from a starting API server). A controller that no longer watches must
+def _exit_because_the_loop_stopped() -> None:
+    """The controller's loop ended without a stop being asked (it failed): a controller that no longer watches must
     not look alive: exit non-zero, so the pod (or whoever started it) restarts a working one."""
-    logger.error("the operator loop has stopped; exiting")
+    logger.error("the controller's loop has stopped; exiting")
     _exit(1)
 
 

@@ -65,6 +65,11 @@ class ControllerSettings:
     lease_name: str = "opbroker-controller"
     lease_seconds: int = 15
     """How long a leader's lease lasts without renewal: the longest a failover takes."""
+    shutdown_seconds: float = 5.0
+    """On SIGTERM or SIGINT: how long the reconciles running may take to end before the process exits all the
+    same (``--shutdown-seconds``). An idle controller exits at once. Under leader election it is capped
+    (:attr:`drain_seconds`): the Lease is not renewed while the controller stops, and must still be the leader's
+    to release."""
     request_timeout_seconds: float = 60.0
     """How long an API request may wait for each read of its answer (connecting has 10 s): the API server's own
     default request timeout, past which it gives up itself. See :mod:`opbroker.kubeclient.deadlines`."""
@@ -151,6 +156,14 @@ class ControllerSettings:
     def timeouts(self) -> Timeouts:
         """The deadlines of the controller's API clients."""
         return Timeouts(request=self.request_timeout_seconds, watch=self.watch_seconds)
+
+    @property
+    def drain_seconds(self) -> float:
+        """The drain time a stop gives running reconciles: :attr:`shutdown_seconds`, under leader election at most
+        half the renew deadline (a leader that stops renewing for longer exits without releasing its Lease)."""
+        if self.leader_election:
+            return min(self.shutdown_seconds, self.renew_deadline / 2)
+        return self.shutdown_seconds
 
     @property
     def renew_deadline(self) -> float:

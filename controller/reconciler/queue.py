@@ -1,7 +1,7 @@
 """The runtime's rate-limited work queue with client-go semantics, for level-triggered reconciliation, fair
 across namespaces.
 
-Why our own queue on top of kopf: kopf delivers watch events; what to do about an object is decided by
+Why our own queue: the informers deliver watch events; what to do about an object is decided by
 reading its current state, not the event. Events only *enqueue* keys. The queue guarantees that
 
 * a key is never processed by two workers at once (a key added while being processed is marked dirty and
@@ -115,6 +115,12 @@ class WorkQueue:
         self._changed = asyncio.Event()
         """Wakes idle workers: a key was added or a reconcile finished (a capped tenant may be served again)."""
         self._tasks: list[asyncio.Task[None]] = []
+        self._busy: dict[asyncio.Task[None], Hashable] = {}
+        """The workers running a reconcile now, and its key (set and cleared with no await between: exact whenever
+        the event loop runs anything else, :meth:`stop` included)."""
+        self._closing = False
+        self._drained = asyncio.Event()
+        """Set once no reconcile runs any more after :meth:`stop` began."""
         # When each running reconcile started, and when one last started or finished (monotonic), and how many
         # reconciles each tenant runs (only tenants running one): read by the health server's threads, hence
         # the lock.
@@ -228,11 +234,24 @@ class WorkQueue:
         self._tasks = [asyncio.create_task(self._worker(i), name=f"reconcile-worker-{i}") for i in range(self._workers)]
         self._tasks.append(asyncio.create_task(self._timer(), name="reconcile-timer"))
 
-    async def stop(self) -> None:
+    async def stop(self, drain: float = 0.0) -> list[Hashable]:
+        """Stop the workers: none takes another key, and the reconciles running now have up to ``drain`` seconds
+        to finish, on the queue's clock — a reconcile cut half-way leaves its object for the next controller to find
+        half-done, so a graceful stop lets it end. Returns the keys still running when the time was up (their workers
+        are cancelled; their threads end with the process)."""
+        self._closing = True
+        busy = dict(self._busy)
         for task in self._tasks:
+            if task not in busy:
+                task.cancel()  # waiting for a key or a timer: nothing half-done
+        if busy:
+            await self._clock.wait(self._drained, drain)
+        cut = list(self._busy.values())
+        for task in list(self._busy):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
+        return cut
 
     async def _timer(self) -> None:
         while True:
@@ -307,8 +326,11 @@ class WorkQueue:
         self._changed.set()
 
     async def _worker(self, index: int) -> None:
-        while True:
+        me = asyncio.current_task()
+        assert me is not None
+        while not self._closing:
             key, tenant = await self._next()
+            self._busy[me] = key
             try:
                 outcome = await self._reconcile(key)
             except asyncio.CancelledError:
@@ -326,7 +348,10 @@ class WorkQueue:
                 if outcome.requeue_after is not None:
                     self.add_after(key, outcome.requeue_after)
             finally:
+                del self._busy[me]
                 self._finished(key, tenant)
+                if self._closing and not self._busy:
+                    self._drained.set()
 
     def _retry_delay(self, key: Hashable) -> float:
         """Count one more failure of ``key`` in a row; the wait before its retry."""

@@ -1,6 +1,6 @@
 """The controller's one reconcile runtime: one work queue for every kind, one error table, one memory.
 
-Watch handlers (kopf ``on.event``) only enqueue keys. The runtime hands each key to the reconciler
+Watch handlers (the informers') only enqueue keys. The runtime hands each key to the reconciler
 registered for its ``kind`` — instances, bindings, catalog entries, claims, clusters — in a worker thread,
 and owns everything around it that used to be repeated per subsystem:
 
@@ -105,7 +105,7 @@ class Runtime:
     # -- lifecycle -----------------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Start the workers on the running event loop (kopf's)."""
+        """Start the workers on the running event loop (the controller's, :mod:`opbroker.controller.running`)."""
         self.loop = asyncio.get_running_loop()
         # Reconciles run their blocking API calls in threads: one per worker (asyncio's default pool is only
         # cpu+4 threads, which would silently cap the workers).
@@ -124,9 +124,19 @@ class Runtime:
         metrics.WORKQUEUE_DELAYED.set_function(lambda: queue.delayed)
         queue.start()
 
-    async def stop(self) -> None:
-        if self.queue is not None:
-            await self.queue.stop()
+    async def stop(self, drain: float = 0.0) -> None:
+        """Take no more keys; let the reconciles running now finish for up to ``drain`` seconds (see
+        :meth:`WorkQueue.stop`), and log the ones that did not."""
+        if self.queue is None:
+            return
+        cut = await self.queue.stop(drain)
+        if cut:
+            logger.warning(
+                "stopping: %d reconcile(s) still running after %.1f s are cut: %s",
+                len(cut),
+                drain,
+                ", ".join(sorted(str(key) for key in cut)),
+            )
 
     # -- producers -----------------------------------------------------------------------------------
 

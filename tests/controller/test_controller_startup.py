@@ -68,7 +68,7 @@ def test_health_follows_the_process_through_its_phases() -> None:
     state.beat()
     assert state.liveness()[0]
     state.stopped()
-    assert state.liveness() == (False, "kopf's operator loop has stopped")
+    assert state.liveness() == (False, "the controller's loop has stopped")
     assert not state.readiness()[0]
 
 
@@ -90,9 +90,9 @@ def test_the_health_server_answers_probes_and_metrics() -> None:
         assert get(port, "/healthz")[0] == 200
         assert get(port, "/readyz") == (503, "unhealthy: waiting: waiting for the API server\n")
         state.running()
-        assert get(port, "/readyz") == (200, "ok: running: kopf's operator loop is running\n")
+        assert get(port, "/readyz") == (200, "ok: running: the controller's loop is running\n")
         state.stopped()
-        assert get(port, "/healthz") == (503, "unhealthy: kopf's operator loop has stopped\n")
+        assert get(port, "/healthz") == (503, "unhealthy: the controller's loop has stopped\n")
         status, text = get(port, "/metrics")
         assert status == 200 and "# TYPE opbroker_reconcile_seconds histogram" in text
         assert get(port, "/nothing-here")[0] == 404

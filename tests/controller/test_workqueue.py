@@ -248,3 +248,75 @@ def test_stuck_workers_are_seen_on_the_queue_clock() -> None:
         await queue.stop()
 
     run(scenario())
+
+
+def test_a_stop_lets_the_running_reconciles_end_and_takes_no_more_keys() -> None:
+    """A graceful stop (SIGTERM): the reconcile running goes to its end (a reconcile cut half-way leaves its object
+    half-done), nothing waiting starts, and the stop returns once the running one has ended."""
+
+    async def scenario() -> None:
+        clock = FakeClock()
+        gate = asyncio.Event()
+        started: list[Hashable] = []
+        ended: list[Hashable] = []
+
+        async def reconcile(key: Hashable) -> Outcome:
+            started.append(key)
+            await gate.wait()
+            ended.append(key)
+            return DONE
+
+        queue = WorkQueue(reconcile, workers=2, per_tenant=2, clock=clock)
+        queue.start()
+        queue.add("a")
+        await settle()
+        assert started == ["a"]  # the second worker waits for a key
+        stopping = asyncio.ensure_future(queue.stop(drain=5.0))
+        await settle()
+        queue.add("b")  # an event while stopping: nobody takes it
+        clock.advance(4.9)
+        await settle()
+        assert not stopping.done() and ended == []
+        gate.set()
+        await settle()
+        assert stopping.done() and stopping.result() == []
+        assert started == ["a"] and ended == ["a"]
+
+    run(scenario())
+
+
+def test_a_stop_cuts_the_reconciles_still_running_at_the_end_of_the_drain_and_names_them() -> None:
+    async def scenario() -> None:
+        clock = FakeClock()
+        never = asyncio.Event()
+        ended: list[Hashable] = []
+
+        async def reconcile(key: Hashable) -> Outcome:
+            await never.wait()
+            ended.append(key)
+            return DONE
+
+        queue = WorkQueue(reconcile, workers=2, per_tenant=2, clock=clock)
+        queue.start()
+        queue.add("slow")
+        await settle()
+        stopping = asyncio.ensure_future(queue.stop(drain=5.0))
+        await settle()
+        clock.advance(5.0)
+        await settle()
+        assert stopping.done() and stopping.result() == ["slow"]
+        assert ended == []
+
+    run(scenario())
+
+
+def test_an_idle_queue_stops_at_once() -> None:
+    async def scenario() -> None:
+        clock = FakeClock()
+        queue = WorkQueue(lambda key: asyncio.sleep(0, DONE), workers=3, clock=clock)
+        queue.start()
+        stopping = asyncio.ensure_future(queue.stop(drain=30.0))
+        await settle()
+        assert stopping.done() and stopping.result() == [] and clock.waiting == 0
+
+    run(scenario())

@@ -31,8 +31,8 @@ from tests.servicecatalog_support import auth_secret, create, get, ready, regist
 
 #: The API resources the controller watches that a Service Catalog reconcile reads.
 WATCHED = frozenset({"instances", "bindings", "brokers", "serviceclasses", "secrets"})
-#: The controller's requests carry one of these User-Agents (its own clients, kopf's).
-CONTROLLER_AGENTS = ("opbroker-controller", "kopf")
+#: The controller's requests carry this User-Agent (every client it builds).
+CONTROLLER_AGENTS = ("opbroker-controller",)
 
 Requests = Counter[tuple[str, str]]
 

@@ -1,0 +1,114 @@
+"""The controller's process lifecycle: one event loop runs the controller until it is asked to stop, then stops it
+gracefully — no watch goes on, no key is taken, and the reconciles running at that moment get up to a drain time to
+finish — and says when it is done, so that the leader hands its Lease over only then.
+
+Why our own (kopf ran this loop before issue 45, with no watch of its own left to run): kopf logged SIGTERM at once,
+then waited about 46 s for its own tasks before the cleanup (measured on an idle controller), so the tests' 10 s and
+a pod's default 30 s grace ran out first: the process was killed, and a leader never released its Lease. This loop
+does nothing but start, wait and stop.
+
+Stopping may be asked from any thread (:meth:`Shutdown.request`): a signal handler in the main thread, whichever
+thread runs the loop (the leader's runs in the election's thread, :mod:`opbroker.controller.running`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from typing import Protocol
+
+from opbroker.controller import health
+
+logger = logging.getLogger(__name__)
+
+#: Beyond the drain time, how long the rest of a stop (closing watches, pools) may take before the loop gives up.
+STOP_MARGIN_SECONDS = 1.0
+
+
+class Operated(Protocol):
+    """What the loop runs: started on the loop, stopped on it with a drain time (the controller's ``Controller``)."""
+
+    def start(self) -> None: ...
+
+    async def stop(self, drain: float) -> None: ...
+
+
+class Shutdown:
+    """A request to stop, from any thread, to the loop that runs the controller — and word back once it stopped."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._wake: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
+        self._requested = threading.Event()
+        self._stopped = threading.Event()
+        self.reason = ""
+        """Why the stop was asked (a signal's name), for the log and the health probes."""
+
+    @property
+    def requested(self) -> bool:
+        return self._requested.is_set()
+
+    @property
+    def operating(self) -> bool:
+        """Whether a loop waits on this shutdown and has not stopped yet (a stop asked now is worth waiting for)."""
+        with self._lock:
+            return self._wake is not None and not self._stopped.is_set()
+
+    def request(self, reason: str) -> bool:
+        """Ask the loop to stop (at most once; later calls change nothing). Returns whether this call asked."""
+        with self._lock:
+            if self._requested.is_set():
+                return False
+            self.reason = reason
+            self._requested.set()
+            wake = self._wake
+        if wake is not None:
+            loop, event = wake
+            with contextlib.suppress(RuntimeError):  # the loop has closed meanwhile: nothing left to stop
+                loop.call_soon_threadsafe(event.set)
+        return True
+
+    async def wait(self) -> None:
+        """Return once a stop is asked (at once if it was asked already). Call on the loop that runs the controller."""
+        event = asyncio.Event()
+        with self._lock:
+            self._wake = (asyncio.get_running_loop(), event)
+            if self._requested.is_set():
+                event.set()
+        await event.wait()
+
+    def stopped(self) -> None:
+        """The loop has stopped the controller (or ended without being asked)."""
+        self._stopped.set()
+
+    def wait_stopped(self, timeout: float) -> bool:
+        """Whether the loop stopped within ``timeout`` seconds (from any thread but the loop's)."""
+        return self._stopped.wait(timeout)
+
+
+async def operate(controller: Operated, shutdown: Shutdown, *, state: health.Health, drain: float) -> None:
+    """Run ``controller`` until ``shutdown`` is asked, then stop it, giving running reconciles ``drain`` seconds;
+    while it runs, the loop beats ``state``'s heartbeat. Tells ``shutdown`` when done, however it ends."""
+    state.running()
+    heartbeat = asyncio.create_task(_beat(state), name="health heartbeat")
+    try:
+        controller.start()
+        await shutdown.wait()
+        logger.info("stopping (%s): nothing more is taken; reconciles running get %.1f s", shutdown.reason, drain)
+        state.stopped(f"stopping: {shutdown.reason}")
+        try:
+            await asyncio.wait_for(controller.stop(drain), drain + STOP_MARGIN_SECONDS)
+        except TimeoutError:
+            logger.warning("stopping took longer than %.1f s; exiting all the same", drain + STOP_MARGIN_SECONDS)
+    finally:
+        heartbeat.cancel()
+        state.stopped(f"stopped: {shutdown.reason}" if shutdown.requested else "the controller's loop has ended")
+        shutdown.stopped()
+
+
+async def _beat(state: health.Health) -> None:
+    while True:
+        state.beat()
+        await asyncio.sleep(health.HEARTBEAT_SECONDS)
