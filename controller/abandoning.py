@@ -29,7 +29,7 @@ from opbroker.controller.core.abandon import Abandoning, AbandonPlan, Fate, Obje
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import ApiStatus, BindingView, InstanceView, ObjectView
 from opbroker.controller.kube import BINDINGS, INSTANCES, Kind, Kube, KubeError, Refused
-from opbroker.controller.objects import ref_key
+from opbroker.controller.runtime.objects import ref_key
 
 logger = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ from opbroker.controller import rollouts
 from opbroker.controller.catalog import spec_hash
 from opbroker.controller.core.rollout_views import AdminRequestView, PlanView
 from opbroker.controller.kube import PLANS, Kube
-from opbroker.controller.objects import Manifest
+from opbroker.controller.runtime.objects import Manifest
 from opbroker.rendering import Renderer
 
 log = logging.getLogger("opbroker.controller.admin")

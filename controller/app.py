@@ -1,11 +1,11 @@
 """The controller process: the informers deliver watch events, the one runtime runs level-triggered reconciles.
 
-The informers (:mod:`opbroker.controller.informers`) list and watch SFService, SFPlan, SFServiceInstance and
+The informers (:mod:`opbroker.controller.runtime.informers`) list and watch SFService, SFPlan, SFServiceInstance and
 SFServiceBinding, and the claims, multi-cluster and Service Catalog subsystems add their own watches;
 :mod:`.running` runs the process (its event loop, signals, the Lease). SFServices and SFPlans are watched
 cluster-wide, but only those of the trusted namespaces enter the catalog; any other is queued only to be
 warned about (see :mod:`opbroker.controller.catalog`). Event handlers do nothing but
-update the in-memory catalog and indexes and enqueue keys on the :class:`~opbroker.controller.reconciler.Runtime`;
+update the in-memory catalog and indexes and enqueue keys on the :class:`~opbroker.controller.runtime.Runtime`;
 nothing is written for an event (no progress annotations).
 """
 
@@ -24,7 +24,7 @@ from kubernetes import client
 from opbroker.api.conventions import catalog_id, resource_name
 from opbroker.api.meta import ResourceRef
 from opbroker.api.rbac import ONBOARDER_ACCOUNT
-from opbroker.controller import admin_requests, identities, metrics, registries, registry_sweep, resync, trim
+from opbroker.controller import admin_requests, identities, registries, registry_sweep
 from opbroker.controller.bindings import BindingReconciler
 from opbroker.controller.budgets import Budgeting
 from opbroker.controller.catalog import Catalog, PlanEntry
@@ -33,19 +33,22 @@ from opbroker.controller.claims.handlers import Claims
 from opbroker.controller.core import decisions
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import EntryView, EventView
-from opbroker.controller.informers import Informers
 from opbroker.controller.instances import InstanceReconciler
 from opbroker.controller.kube import BINDINGS, INSTANCES, PLANS, SECRETS, SERVICES, Kube
 from opbroker.controller.multicluster.runtime import MultiCluster
 from opbroker.controller.onboarding import NAMESPACES, NamespaceOnboarder
-from opbroker.controller.reconciler import DONE, Key, PerKey, Runtime
-from opbroker.controller.reconciler.clock import SYSTEM
-from opbroker.controller.reconciler.memory import Dependents
 from opbroker.controller.reconciling import Deps, OwnWrites
+from opbroker.controller.runtime import metrics, resync, trim
+from opbroker.controller.runtime.clock import SYSTEM
+from opbroker.controller.runtime.informers import Informers
+from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.memory import Dependents, PerKey
+from opbroker.controller.runtime.outcomes import DONE
+from opbroker.controller.runtime.runner import Runtime
+from opbroker.controller.runtime.store import UNKNOWN, ObjectStore
 from opbroker.controller.servicecatalog.handlers import ServiceCatalog
 from opbroker.controller.settings import ControllerSettings
 from opbroker.controller.sources import SourceIndex, SourceWatchers
-from opbroker.controller.store import UNKNOWN, ObjectStore
 from opbroker.controller.watches import Watch
 from opbroker.rendering import HttpFetcher, Renderer
 

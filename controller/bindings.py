@@ -46,12 +46,14 @@ from opbroker.controller.core.views import BindingView, InstanceView, SecretView
 from opbroker.controller.executor import refusal_of
 from opbroker.controller.instances import limits_of, observe
 from opbroker.controller.kube import BINDINGS, INSTANCES, Kube, Refused
-from opbroker.controller.objects import ref_key, resource_version
 from opbroker.controller.osb_effects import osb_executor
 from opbroker.controller.passes import PassingReconciler
-from opbroker.controller.reconciler import Key, Memories, Outcome, PerKey
 from opbroker.controller.reconciling import AppliedMemory, DayTwo, Deps
 from opbroker.controller.rendered import fetch_sources, inputs_for
+from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.memory import Memories, PerKey
+from opbroker.controller.runtime.objects import ref_key, resource_version
+from opbroker.controller.runtime.outcomes import Outcome
 from opbroker.rendering import RenderError, RenderInputs
 
 logger = logging.getLogger(__name__)

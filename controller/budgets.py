@@ -4,7 +4,7 @@ Which instances and bindings have an operation in progress is a fact the control
 which only opbroker's accounts may write: ``api.admission``), so the watch events of SFServiceInstances and
 SFServiceBindings keep the count, and a reconcile that moves an object to ``in progress`` notes it at once (its
 own watch event comes a moment later; meanwhile another reconcile in the namespace would count one too few). The
-cached bytes are the store's (:meth:`~opbroker.controller.store.ObjectStore.over_budget`).
+cached bytes are the store's (:meth:`~opbroker.controller.runtime.store.ObjectStore.over_budget`).
 
 Memory is bounded by the objects watched: one set entry per object in progress, none for a quiet namespace.
 """
@@ -17,8 +17,8 @@ from collections.abc import Collection, Sequence
 from opbroker.api.osb import OperationState
 from opbroker.controller.core import actions as a
 from opbroker.controller.core.budgets import NamespaceBudgets, NamespaceUsage, refusal
-from opbroker.controller.reconciler.keys import Key
-from opbroker.controller.store import ObjectStore
+from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.store import ObjectStore
 
 #: Budgets that refuse nothing: the default of a controller built without settings (unit tests).
 UNBOUNDED = NamespaceBudgets(operations=0, cached_bytes=0)

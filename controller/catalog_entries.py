@@ -26,7 +26,9 @@ from opbroker.controller.core.entry_plan import EntryFacts, NoteWarned
 from opbroker.controller.core.views import EntryView, InstanceView
 from opbroker.controller.executor import Executor, Run, Target
 from opbroker.controller.kube import INSTANCES, PLANS, SERVICES, Kind, Kube
-from opbroker.controller.reconciler import DONE, Key, ObservePlanAct, Outcome
+from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.kinds import ObservePlanAct
+from opbroker.controller.runtime.outcomes import DONE, Outcome
 from opbroker.controller.showing import ShowsFailuresOnObject
 from opbroker.rendering import Renderer
 from opbroker.rendering.checking import check_plan

@@ -37,8 +37,9 @@ from opbroker.controller.core.refusals import Severity
 from opbroker.controller.core.shown_failures import explain, refused_trouble
 from opbroker.controller.kube import Kind, Kube, Refused
 from opbroker.controller.ownership import NotOwned
-from opbroker.controller.reconciler import DONE, Conflict, Key, Outcome, TemporaryError
 from opbroker.controller.reconciling import OwnWrites
+from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.outcomes import DONE, Conflict, Outcome, TemporaryError
 
 logger = logging.getLogger(__name__)
 

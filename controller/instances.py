@@ -53,9 +53,11 @@ from opbroker.controller.executor import refusal_of
 from opbroker.controller.kube import BINDINGS, INSTANCES, Kube, Refused
 from opbroker.controller.osb_effects import osb_executor
 from opbroker.controller.passes import PassingReconciler
-from opbroker.controller.reconciler import Key, Memories, Outcome, PerKey
 from opbroker.controller.reconciling import AppliedMemory, DayTwo, Deps
 from opbroker.controller.rendered import fetch_sources, inputs_for
+from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.memory import Memories, PerKey
+from opbroker.controller.runtime.outcomes import Outcome
 from opbroker.controller.settings import ControllerSettings
 from opbroker.controller.sources import ObjectKey, object_key
 from opbroker.rendering import RenderError

@@ -20,12 +20,12 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
 from opbroker.api.meta import ResourceRef
-from opbroker.controller import event_series
 from opbroker.controller.access import Access, AccessReviews, api_reviewer
 from opbroker.controller.core.refusals import Refusal, Severity, masked_status, refusal, severity
 from opbroker.controller.core.views import mapping_of
+from opbroker.controller.runtime import event_series
+from opbroker.controller.runtime.store import UNKNOWN, ObjectStore
 from opbroker.controller.served import ServedKinds, ServedResource
-from opbroker.controller.store import UNKNOWN, ObjectStore
 from opbroker.kubeclient import deadlines
 from opbroker.kubeclient.answers import json_object
 from opbroker.kubeclient.lean import (

@@ -17,7 +17,7 @@ from typing import Any
 
 from opbroker.api.conventions import LABEL_PLAN
 from opbroker.api.meta import ResourceRef
-from opbroker.controller import metrics, registries, singletons
+from opbroker.controller import registries, singletons
 from opbroker.controller.core import actions as a
 from opbroker.controller.core import decisions, drift
 from opbroker.controller.core.reasons import Reason
@@ -26,8 +26,9 @@ from opbroker.controller.executor import Effect, Executor, Run, Target
 from opbroker.controller.kube import Kind, Kube, ref_of
 from opbroker.controller.ownership import NotOwned, apply_owned, orphan, release
 from opbroker.controller.plan_guard import set_plan_finalizer
-from opbroker.controller.reconciler import PerKey
 from opbroker.controller.reconciling import AppliedMemory, DayTwo, Deps
+from opbroker.controller.runtime import metrics
+from opbroker.controller.runtime.memory import PerKey
 from opbroker.controller.sources import object_key
 
 

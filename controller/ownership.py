@@ -21,7 +21,7 @@ from opbroker.controller.core import decisions
 from opbroker.controller.core.decisions import Letting, Takeover
 from opbroker.controller.core.views import ObjectView
 from opbroker.controller.kube import FIELD_MANAGER, Kube, ref_of
-from opbroker.controller.objects import Manifest
+from opbroker.controller.runtime.objects import Manifest
 
 logger = logging.getLogger(__name__)
 

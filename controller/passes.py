@@ -14,7 +14,9 @@ from typing import Generic, TypeVar
 
 from opbroker.controller.core import actions as a
 from opbroker.controller.executor import AGAIN, MAX_PASSES
-from opbroker.controller.reconciler import DONE, Key, ObservePlanAct, Outcome
+from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.kinds import ObservePlanAct
+from opbroker.controller.runtime.outcomes import DONE, Outcome
 from opbroker.controller.showing import ShowsFailuresOnObject
 
 FactsT = TypeVar("FactsT")

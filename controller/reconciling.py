@@ -12,8 +12,9 @@ from opbroker.api.meta import ResourceRef
 from opbroker.controller.budgets import Budgeting
 from opbroker.controller.catalog import Catalog
 from opbroker.controller.kube import Kube
-from opbroker.controller.reconciler import Key, Outcome
 from opbroker.controller.registries import RegistryCache
+from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.outcomes import Outcome
 from opbroker.controller.settings import ControllerSettings
 from opbroker.controller.sources import ObjectKey, SourceIndex, SourceWatchers
 from opbroker.rendering import Renderer

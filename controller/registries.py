@@ -38,7 +38,7 @@ from opbroker.api.conventions import (
 )
 from opbroker.controller.core.views import Meta, SecretView
 from opbroker.controller.kube import Kube
-from opbroker.controller.objects import Manifest
+from opbroker.controller.runtime.objects import Manifest
 
 logger = logging.getLogger(__name__)
 

@@ -5,23 +5,23 @@ Two replicas run active-passive: each campaigns for a Lease in the control-plane
 holder runs the controller. A leader that loses its lease exits the process at once (as controller-runtime does),
 so it can never act alongside the new leader; its pod restarts as a candidate. A leader whose renewals do
 not succeed within the renew deadline (two thirds of the lease) — failing or hanging — exits too, before a
-standby may take the lease over (:mod:`opbroker.controller.leadership`).
+standby may take the lease over (:mod:`opbroker.controller.runtime.leadership`).
 
 Every API client the process builds has deadlines and TCP keepalive (:mod:`opbroker.kubeclient.deadlines`);
 their answers, and a probe when the cluster is quiet, tell the health probes whether the API server still
-answers (:mod:`opbroker.controller.contact`).
+answers (:mod:`opbroker.controller.runtime.contact`).
 
 Before campaigning, and again before the controller starts, the process waits (bounded by ``api_wait_seconds``) until
-the API server serves every resource the controller watches (:mod:`opbroker.controller.apiready`): a watch
+the API server serves every resource the controller watches (:mod:`opbroker.controller.runtime.apiready`): a watch
 started against a kube-apiserver that is itself starting would fail on the custom resources missing from
-discovery. The watches themselves are the informers' (:mod:`opbroker.controller.informers`), started with the
+discovery. The watches themselves are the informers' (:mod:`opbroker.controller.runtime.informers`), started with the
 controller on the process's event loop (:mod:`opbroker.controller.runtime.lifecycle`).
 
 SIGTERM or SIGINT (a pod deleted, a rollout, Ctrl-C) stops the controller gracefully: no more work is taken, the
 reconciles running get up to ``shutdown_seconds`` to end (see ``ControllerSettings.drain_seconds``), then a
 leader releases its Lease and the process exits 0 — an idle controller within a fraction of a second, well inside a
 pod's grace period. A second signal exits at once. If the loop ends without being asked, the process exits
-non-zero, so the pod restarts. :mod:`opbroker.controller.health` reports all of this on the metrics port
+non-zero, so the pod restarts. :mod:`opbroker.controller.runtime.health` reports all of this on the metrics port
 (``/healthz``, ``/readyz``) for the pod's probes.
 """
 
@@ -40,10 +40,9 @@ from kubernetes import client, config
 from kubernetes.leaderelection import electionconfig
 from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 
-from opbroker.controller import apiready, contact, health, leadership, trim
 from opbroker.controller.app import Controller
 from opbroker.controller.kube import Kube
-from opbroker.controller.runtime import lifecycle
+from opbroker.controller.runtime import apiready, contact, health, leadership, lifecycle, trim
 from opbroker.controller.settings import ControllerSettings
 from opbroker.kubeclient import deadlines
 

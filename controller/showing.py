@@ -25,7 +25,7 @@ from opbroker.controller.core.conditions import Condition, with_conditions
 from opbroker.controller.core.shown_failures import Shown
 from opbroker.controller.core.views import ConditionView, condition_wire, conditions_of, mapping_of
 from opbroker.controller.executor import Executor
-from opbroker.controller.reconciler import Key
+from opbroker.controller.runtime.keys import Key
 
 logger = logging.getLogger(__name__)
 

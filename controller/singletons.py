@@ -24,8 +24,8 @@ from opbroker.api.meta import ResourceRef
 from opbroker.controller.core import decisions
 from opbroker.controller.core.views import ObjectView
 from opbroker.controller.kube import Kube
-from opbroker.controller.objects import Manifest
-from opbroker.controller.reconciler import Conflict
+from opbroker.controller.runtime.objects import Manifest
+from opbroker.controller.runtime.outcomes import Conflict
 
 #: Tries of a guarded write before the reconcile is repeated (each after a fresh read): a handful of instances
 #: joining one singleton at the same moment all get through without a round in the queue.

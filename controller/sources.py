@@ -41,7 +41,7 @@ from kubernetes.client.exceptions import ApiException
 from opbroker.api.meta import ResourceRef
 from opbroker.controller.core.views import ListPage, WatchEvent
 from opbroker.controller.kube import Kube, ref_of
-from opbroker.controller.reconciler.keys import Key
+from opbroker.controller.runtime.keys import Key
 from opbroker.kubeclient import deadlines, jsontext
 from opbroker.kubeclient.deadlines import Timeouts
 from opbroker.kubeclient.lean import METADATA_LIST, METADATA_PAGE, METADATA_WATCH

@@ -2,7 +2,7 @@
 
 A :class:`Watch` says which resource (API version and plural), which method takes its events, and whether that
 method needs the whole object or only its identity (``metadata_only``: the workloads claims project into are
-watched for their labels, never their specs). :mod:`opbroker.controller.informers` runs them, the same way for
+watched for their labels, never their specs). :mod:`opbroker.controller.runtime.informers` runs them, the same way for
 every subsystem; a new kind's watch is a line in its subsystem's ``watches()``.
 
 Each handler gets the event type (``ADDED``, ``MODIFIED``, ``DELETED``) and a body that is its own; it enqueues

@@ -41,9 +41,9 @@ from kubernetes.client.rest import ApiException
 
 from opbroker.api import servicecatalog
 from opbroker.api.meta import ResourceRef
-from opbroker.controller.jsoncopy import copy_json
 from opbroker.controller.kube import FIELD_MANAGER, Kind, KubeError, clean_for_apply, event_body
-from opbroker.controller.store import UNKNOWN, ObjectStore
+from opbroker.controller.runtime.jsoncopy import copy_json
+from opbroker.controller.runtime.store import UNKNOWN, ObjectStore
 
 ObjectKey = tuple[str, str, str, str]  # apiVersion, kind, namespace ("" when cluster-scoped), name
 

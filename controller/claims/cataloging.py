@@ -19,7 +19,10 @@ from opbroker.controller.claims.core.catalog_plan import CatalogAction, CatalogF
 from opbroker.controller.claims.core.views import ListedCatalog
 from opbroker.controller.claims.kinds import CATALOGS
 from opbroker.controller.executor import Executor, Run, Target
-from opbroker.controller.reconciler import Key, ObservePlanAct, Outcome, namespace_terminating
+from opbroker.controller.runtime.failures import namespace_terminating
+from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.kinds import ObservePlanAct
+from opbroker.controller.runtime.outcomes import Outcome
 
 logger = logging.getLogger(__name__)
 

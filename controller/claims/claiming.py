@@ -42,7 +42,9 @@ from opbroker.controller.claims.core.views import ClaimView, ObjectView, Service
 from opbroker.controller.claims.kinds import CLAIMS, REGISTERED_SERVICES
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.executor import Executor, Run, Target
-from opbroker.controller.reconciler import Conflict, Key, ObservePlanAct, Outcome
+from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.kinds import ObservePlanAct
+from opbroker.controller.runtime.outcomes import Conflict, Outcome
 from opbroker.controller.showing import ShowsFailuresOnObject
 
 logger = logging.getLogger(__name__)

@@ -11,8 +11,8 @@ from opbroker.controller.claims.probes import Prober
 from opbroker.controller.claims.settings import ClaimsSettings
 from opbroker.controller.claims.store import Store
 from opbroker.controller.kube import Kube
-from opbroker.controller.reconciler import Key
-from opbroker.controller.reconciler.clock import SYSTEM, Clock
+from opbroker.controller.runtime.clock import SYSTEM, Clock
+from opbroker.controller.runtime.keys import Key
 
 
 @dataclass(frozen=True)

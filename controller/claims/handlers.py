@@ -1,7 +1,7 @@
 """The claims subsystem's entry point: kopf ``on.event`` handlers and its four kinds on the controller's runtime.
 
 Handlers do nothing but update the watch cache (:mod:`store`) and enqueue keys on the one runtime
-(:mod:`opbroker.controller.reconciler`), which dispatches them to the kind's reconciler. Keys:
+(:mod:`opbroker.controller.runtime`), which dispatches them to the kind's reconciler. Keys:
 ``Key("registered", ns, name)``, ``Key("claim", ns, name)``, ``Key("catalog", ns, "")``,
 ``Key("registration", ns, binding)``.
 
@@ -46,7 +46,8 @@ from opbroker.controller.claims.store import Store
 from opbroker.controller.claims.workloads import SUPPORTED_KINDS
 from opbroker.controller.core.views import BindingView
 from opbroker.controller.kube import BINDINGS, Kube
-from opbroker.controller.reconciler import Key, Runtime
+from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.runner import Runtime
 from opbroker.controller.watches import Watch
 
 logger = logging.getLogger(__name__)

@@ -33,7 +33,7 @@ import httpx
 from opbroker.api.primaza import HealthCheck
 from opbroker.controller.claims.core.states import CheckOutcome, Result
 from opbroker.controller.core.reasons import Reason
-from opbroker.controller.reconciler.keys import Key
+from opbroker.controller.runtime.keys import Key
 
 _REFERENCE = re.compile(r"\$\(([A-Za-z0-9._-]+)\)")
 

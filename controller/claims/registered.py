@@ -37,8 +37,10 @@ from opbroker.controller.claims.core.views import JobView, ObjectView, ServiceVi
 from opbroker.controller.claims.kinds import CLAIMS, REGISTERED_SERVICES
 from opbroker.controller.claims.store import claim_info
 from opbroker.controller.executor import Executor, Run, Target
-from opbroker.controller.reconciler import DONE, Key, ObservePlanAct, Outcome
-from opbroker.controller.reconciler.troubles import shown_for
+from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.kinds import ObservePlanAct
+from opbroker.controller.runtime.outcomes import DONE, Outcome
+from opbroker.controller.runtime.troubles import shown_for
 from opbroker.controller.showing import ShowsFailuresOnObject
 
 logger = logging.getLogger(__name__)

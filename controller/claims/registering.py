@@ -35,7 +35,9 @@ from opbroker.controller.core.shown_failures import Shown
 from opbroker.controller.core.views import BindingView
 from opbroker.controller.executor import Executor, Run, Target
 from opbroker.controller.kube import BINDINGS
-from opbroker.controller.reconciler import Key, ObservePlanAct, Outcome
+from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.kinds import ObservePlanAct
+from opbroker.controller.runtime.outcomes import Outcome
 
 logger = logging.getLogger(__name__)
 

@@ -29,13 +29,13 @@ from opbroker.api.meta import ResourceRef
 from opbroker.controller.core import decisions
 from opbroker.controller.core.decisions import Letting
 from opbroker.controller.core.views import BindingView, InstanceView, Meta, ObjectView
-from opbroker.controller.objects import Manifest, ref_key
+from opbroker.controller.runtime.objects import Manifest, ref_key
 
 INSTANCE_KIND = "SFServiceInstance"
 BINDING_KIND = "SFServiceBinding"
 
 #: What a read found of one recorded object: the live object (None: it does not exist), keyed by
-#: :func:`~opbroker.controller.objects.ref_key`.
+#: :func:`~opbroker.controller.runtime.objects.ref_key`.
 Live = Mapping[tuple[str, str, str, str], ObjectView | None]
 
 

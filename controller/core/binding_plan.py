@@ -53,7 +53,8 @@ from opbroker.controller.core.instance_plan import (
 )
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import BindingView, InstanceView
-from opbroker.controller.objects import (
+from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.objects import (
     Manifest,
     minus_refs,
     recorded,
@@ -62,7 +63,6 @@ from opbroker.controller.objects import (
     same_namespace,
     stamp,
 )
-from opbroker.controller.reconciler.keys import Key
 from opbroker.rendering.status import SectionStatus
 
 

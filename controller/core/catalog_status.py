@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from opbroker.controller.core.decisions import ready_conditions
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import EntryView
-from opbroker.controller.objects import Manifest
+from opbroker.controller.runtime.objects import Manifest
 
 
 @dataclass(frozen=True)

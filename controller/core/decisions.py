@@ -45,7 +45,7 @@ from opbroker.controller.core.views import (
     SecretView,
     conditions_of,
 )
-from opbroker.controller.objects import STAMP_LABELS, Manifest, ref_key
+from opbroker.controller.runtime.objects import STAMP_LABELS, Manifest, ref_key
 from opbroker.rendering.registry import DASHBOARD_URL
 
 #: States in which the broker has asked for work the controller has not started yet.

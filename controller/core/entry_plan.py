@@ -26,7 +26,7 @@ from opbroker.controller.core import catalog_status
 from opbroker.controller.core.catalog_status import Verdict
 from opbroker.controller.core.decisions import PlanGuard, ServiceUsers, entry_guard, entry_needs_count
 from opbroker.controller.core.views import EntryView
-from opbroker.controller.reconciler.keys import Key
+from opbroker.controller.runtime.keys import Key
 
 __all__ = ["EntryFacts", "NoteWarned", "entry_needs_count", "plan_entry", "service_entry"]
 

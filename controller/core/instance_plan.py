@@ -27,7 +27,8 @@ from opbroker.controller.core.conditions import SYNCED_CONDITION, Condition, con
 from opbroker.controller.core.decisions import Letting, Step
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import BindingView, InstanceView, recorded_refs
-from opbroker.controller.objects import (
+from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.objects import (
     minus_refs,
     recorded,
     ref_key,
@@ -36,7 +37,6 @@ from opbroker.controller.objects import (
     stamp,
     union_refs,
 )
-from opbroker.controller.reconciler.keys import Key
 from opbroker.rendering.status import SectionStatus
 
 

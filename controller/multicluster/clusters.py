@@ -66,8 +66,10 @@ from opbroker.controller.multicluster.sisters import (
     client_from_kubeconfig,
 )
 from opbroker.controller.multicluster.sisters import kubeconfig_digest as digest_of
-from opbroker.controller.reconciler import DONE, Key, ObservePlanAct, Outcome
 from opbroker.controller.reconciling import Deps
+from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.kinds import ObservePlanAct
+from opbroker.controller.runtime.outcomes import DONE, Outcome
 from opbroker.controller.showing import ShowsFailuresOnObject
 
 logger = logging.getLogger(__name__)

@@ -70,10 +70,11 @@ from opbroker.controller.multicluster.quantities import QuantityError, Resources
 from opbroker.controller.multicluster.reasons import ANNOTATION_CLUSTER
 from opbroker.controller.multicluster.sisters import SisterKube
 from opbroker.controller.osb_effects import delete_secret, write_secret
-from opbroker.controller.reconciler import Key, Outcome, TemporaryError
-from opbroker.controller.reconciler.failures import server_failing
 from opbroker.controller.reconciling import Deps
 from opbroker.controller.rendered import inputs_for
+from opbroker.controller.runtime.failures import server_failing
+from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.outcomes import Outcome, TemporaryError
 from opbroker.rendering import RenderError
 
 logger = logging.getLogger(__name__)

@@ -30,8 +30,9 @@ from opbroker.controller.multicluster.core.ledger import Ledger
 from opbroker.controller.multicluster.core.views import ReplicaView, SFClusterView
 from opbroker.controller.multicluster.placement import MultiClusterPlacement, plan_requests
 from opbroker.controller.multicluster.quantities import QuantityError, Resources
-from opbroker.controller.reconciler import Key, Runtime
 from opbroker.controller.reconciling import Deps
+from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.runner import Runtime
 from opbroker.controller.watches import Watch
 
 logger = logging.getLogger(__name__)

@@ -26,7 +26,7 @@ from opbroker.controller.multicluster.core import kubeconfigs
 from opbroker.controller.multicluster.core.views import ReplicaView
 from opbroker.controller.multicluster.quantities import Resources
 from opbroker.controller.multicluster.reasons import LABEL_REPLICATED
-from opbroker.controller.reconciler.keys import Key
+from opbroker.controller.runtime.keys import Key
 from opbroker.kubeclient import deadlines
 
 logger = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ import logging
 import threading
 from typing import Protocol
 
-from opbroker.controller import health
+from opbroker.controller.runtime import health
 
 logger = logging.getLogger(__name__)
 

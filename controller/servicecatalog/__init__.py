@@ -2,6 +2,6 @@
 
 ``Broker`` → its catalog becomes ``ServiceClass`` objects (``brokers``); ``Instance`` → provisioned through
 the broker (``instances``); ``Binding`` → bound, its credentials in a Secret (``bindings``). Each kind is an
-:class:`~opbroker.controller.reconciler.ObservePlanAct` on the controller's one runtime; the OSB calls go
+:class:`~opbroker.controller.runtime.ObservePlanAct` on the controller's one runtime; the OSB calls go
 through :mod:`opbroker.osbclient`, the client the Pulumi provider uses too.
 """

@@ -42,7 +42,11 @@ from opbroker.controller.core.shown_failures import explain, refused_trouble
 from opbroker.controller.core.views import mapping_of
 from opbroker.controller.executor import Effect, Executor, Run, Target
 from opbroker.controller.kube import Kube, Refused
-from opbroker.controller.reconciler import SYSTEM, Clock, Key, Memories, ObservePlanAct, Outcome
+from opbroker.controller.runtime.clock import SYSTEM, Clock
+from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.kinds import ObservePlanAct
+from opbroker.controller.runtime.memory import Memories
+from opbroker.controller.runtime.outcomes import Outcome
 from opbroker.controller.servicecatalog import effects
 from opbroker.controller.servicecatalog.common import Clients, Resolver, pacing
 from opbroker.controller.servicecatalog.core import binding_plan, tenancy

@@ -37,8 +37,10 @@ from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.shown_failures import broker_message
 from opbroker.controller.core.views import ConditionView, condition_wire, conditions_of
 from opbroker.controller.executor import Executor, Run, Target
-from opbroker.controller.reconciler import Key, ObservePlanAct, Outcome
-from opbroker.controller.reconciler.clock import SYSTEM, Clock
+from opbroker.controller.runtime.clock import SYSTEM, Clock
+from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.kinds import ObservePlanAct
+from opbroker.controller.runtime.outcomes import Outcome
 from opbroker.controller.servicecatalog import relisting
 from opbroker.controller.servicecatalog.core.endpoints import EndpointProblem, auth_secret_ref, endpoint
 from opbroker.controller.servicecatalog.core.views import BrokerView, ServiceClassView

@@ -12,7 +12,8 @@ from typing import Any
 
 from opbroker import osbclient
 from opbroker.controller.executor import Effect, Run
-from opbroker.controller.reconciler import Key, Memories, PerKey
+from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.memory import Memories, PerKey
 from opbroker.controller.servicecatalog.common import Clients
 from opbroker.controller.servicecatalog.core.calls import Call, KeepPacing, Pacing
 from opbroker.controller.servicecatalog.core.live import KeepLook

@@ -27,8 +27,9 @@ from opbroker.controller.budgets import Budgeting
 from opbroker.controller.claims.workloads import SUPPORTED_KINDS
 from opbroker.controller.core.views import Meta
 from opbroker.controller.kube import Kube
-from opbroker.controller.reconciler import Key, Runtime
-from opbroker.controller.reconciler.memory import Dependents, Readers
+from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.memory import Dependents, Readers
+from opbroker.controller.runtime.runner import Runtime
 from opbroker.controller.servicecatalog.bindings import BindingReconciler
 from opbroker.controller.servicecatalog.brokers import BrokerReconciler
 from opbroker.controller.servicecatalog.core.views import CatalogObject, SecretKeyRef, ServiceClassView

@@ -37,7 +37,11 @@ from opbroker.api.conventions import DEFAULT_NAMESPACE
 from opbroker.controller.budgets import Budgeting
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.executor import Executor, Target
-from opbroker.controller.reconciler import SYSTEM, Clock, Key, Memories, ObservePlanAct, Outcome
+from opbroker.controller.runtime.clock import SYSTEM, Clock
+from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.kinds import ObservePlanAct
+from opbroker.controller.runtime.memory import Memories
+from opbroker.controller.runtime.outcomes import Outcome
 from opbroker.controller.servicecatalog import effects
 from opbroker.controller.servicecatalog.bindingrefs import BindingRef
 from opbroker.controller.servicecatalog.common import Clients, Resolver, pacing

@@ -26,7 +26,7 @@ from kubernetes.client.exceptions import ApiException
 
 from opbroker.api.servicecatalog import Binding, Broker, Instance, ServiceClass
 from opbroker.controller.kube import Kind, Kube
-from opbroker.controller.reconciler import Conflict
+from opbroker.controller.runtime.outcomes import Conflict
 from opbroker.controller.servicecatalog.core.views import FINALIZER as FINALIZER
 
 GROUP, VERSION = Broker.GROUP, Broker.VERSION

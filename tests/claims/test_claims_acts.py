@@ -27,7 +27,9 @@ from opbroker.controller.claims.registering import RegistrationReconciler
 from opbroker.controller.claims.settings import ClaimsSettings
 from opbroker.controller.claims.store import Store
 from opbroker.controller.kube import BINDINGS, Kind
-from opbroker.controller.reconciler import DONE, Conflict, FakeClock, Key
+from opbroker.controller.runtime.clock import FakeClock
+from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.outcomes import DONE, Conflict
 from tests.fake_kube import DEFAULT_KINDS, FakeKube, KindInfo
 
 NS = "team"

@@ -37,7 +37,7 @@ from opbroker.controller.claims.store import Store
 from opbroker.controller.core import actions as acts
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import BindingView
-from opbroker.controller.reconciler import Key
+from opbroker.controller.runtime.keys import Key
 
 HOME, OTHER, THIRD = "team", "shared-db", "stranger"
 PG = frozenset({("type", "postgres")})

@@ -29,7 +29,7 @@ from opbroker.controller.core import abandon, decisions
 from opbroker.controller.core.abandon import Fate
 from opbroker.controller.core.views import BindingView, InstanceView, ObjectView
 from opbroker.controller.kube import BINDINGS, INSTANCES
-from opbroker.controller.objects import recorded, ref_key, stamp
+from opbroker.controller.runtime.objects import recorded, ref_key, stamp
 from tests.fake_kube import FakeKube
 
 NS = "team"

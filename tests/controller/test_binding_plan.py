@@ -33,10 +33,12 @@ from opbroker.controller.core.decisions import Letting
 from opbroker.controller.core.instance_plan import Piece, Teardown
 from opbroker.controller.core.views import BindingView, InstanceView
 from opbroker.controller.kube import BINDINGS
-from opbroker.controller.objects import recorded
 from opbroker.controller.osb_effects import osb_executor
-from opbroker.controller.reconciler import DONE, Key, PerKey
 from opbroker.controller.reconciling import AppliedMemory
+from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.memory import PerKey
+from opbroker.controller.runtime.objects import recorded
+from opbroker.controller.runtime.outcomes import DONE
 from opbroker.rendering.status import SectionStatus
 from tests.controller.test_instance_plan import (
     CM,

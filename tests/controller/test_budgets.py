@@ -14,8 +14,8 @@ from opbroker.controller.core import actions as a
 from opbroker.controller.core.binding_plan import plan as binding_plan
 from opbroker.controller.core.budgets import NamespaceBudgets, NamespaceUsage, refusal
 from opbroker.controller.core.instance_plan import plan as instance_plan
-from opbroker.controller.reconciler import Key
-from opbroker.controller.store import UNKNOWN, ObjectStore
+from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.store import UNKNOWN, ObjectStore
 from opbroker.rendering import Renderer, RenderLimitError
 from opbroker.rendering.limits import Limits
 from tests.controller import test_binding_plan as bindings

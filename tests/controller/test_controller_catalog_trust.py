@@ -19,7 +19,9 @@ from opbroker.controller.core.entry_plan import EntryFacts, NoteWarned
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import EntryView
 from opbroker.controller.kube import PLANS, SERVICES
-from opbroker.controller.reconciler import DONE, Key, Runtime
+from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.outcomes import DONE
+from opbroker.controller.runtime.runner import Runtime
 from opbroker.controller.settings import ControllerSettings
 from tests.controller.test_reconcile_instances_bindings import NS, PLAN_ID, RENDERER, SERVICE_ID, World, plan_body
 from tests.fake_kube import FakeKube

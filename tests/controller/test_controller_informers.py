@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from opbroker.controller.informers import Informers, lines_of, resources_of
+from opbroker.controller.runtime.informers import Informers, lines_of, resources_of
 from opbroker.controller.watches import Watch
 from tests.controller_support import wait_for
 

@@ -15,7 +15,7 @@ from kubernetes import client
 
 from opbroker.api.conventions import ANNOTATION_PAUSED, PAUSED
 from opbroker.controller.app import Controller
-from opbroker.controller.reconciler import Key
+from opbroker.controller.runtime.keys import Key
 from opbroker.controller.settings import ControllerSettings
 from tests.controller.test_reconcile_instances_bindings import PLAN_ID, plan_body
 

@@ -11,8 +11,8 @@ from opbroker.api.conventions import LABEL_MANAGED_BY, MANAGED_BY
 from opbroker.controller import registries, registry_sweep
 from opbroker.controller.core.views import Meta
 from opbroker.controller.kube import SECRETS, Kube
-from opbroker.controller.objects import owner_reference
 from opbroker.controller.registries import RegistryCache, encode
+from opbroker.controller.runtime.objects import owner_reference
 
 
 def place(owner: dict[str, Any], *, kind: str, namespace: str) -> registries.Place:

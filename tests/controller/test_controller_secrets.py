@@ -18,8 +18,8 @@ from typing import Any
 from kubernetes import client
 
 from opbroker.api.conventions import CREDENTIALS_KEY
+from opbroker.controller.runtime.store import UNKNOWN, Census, ObjectStore
 from opbroker.controller.sources import SourceIndex, SourceWatchers, _listing
-from opbroker.controller.store import UNKNOWN, Census, ObjectStore
 from opbroker.devcluster import ControlPlane
 from opbroker.devcluster.controlplane import free_ports
 from opbroker.kubeclient.lean import METADATA_LIST

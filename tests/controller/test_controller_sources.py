@@ -9,8 +9,8 @@ from typing import Any
 
 from opbroker.api.meta import ResourceRef
 from opbroker.controller import sources
+from opbroker.controller.runtime.store import ObjectStore
 from opbroker.controller.sources import SourceIndex, SourceWatchers, _listing
-from opbroker.controller.store import ObjectStore
 
 SECRETS = ("v1", "Secret")
 

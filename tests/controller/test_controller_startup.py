@@ -24,8 +24,8 @@ import yaml
 from kubernetes import client, config
 
 from bench.faults import NotReadyApiserver, TcpProxy
-from opbroker.controller import apiready, health
 from opbroker.controller.app import Controller
+from opbroker.controller.runtime import apiready, health
 from opbroker.controller.settings import ControllerSettings
 from opbroker.devcluster import ControlPlane
 from opbroker.devcluster.controlplane import free_ports

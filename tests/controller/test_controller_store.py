@@ -5,8 +5,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from opbroker.controller.jsoncopy import copy_json
-from opbroker.controller.store import UNKNOWN, ObjectStore
+from opbroker.controller.runtime.jsoncopy import copy_json
+from opbroker.controller.runtime.store import UNKNOWN, ObjectStore
 
 DB = ("demo.opbroker.io/v1", "Database")
 

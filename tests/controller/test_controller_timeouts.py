@@ -26,8 +26,7 @@ import yaml
 from kubernetes import client, config
 
 from opbroker.broker import server as broker_server
-from opbroker.controller import contact, health, leadership
-from opbroker.controller.reconciler import queue
+from opbroker.controller.runtime import contact, health, leadership, queue
 from opbroker.devcluster import ControlPlane
 from opbroker.devcluster.controlplane import free_ports
 from opbroker.kubeclient import deadlines

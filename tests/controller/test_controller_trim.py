@@ -8,12 +8,12 @@ import sys
 
 import pytest
 
-from opbroker.controller import trim
-from opbroker.controller.reconciler.clock import FakeClock
+from opbroker.controller.runtime import trim
+from opbroker.controller.runtime.clock import FakeClock
 
 TRIM_PROBE = """
 import ctypes, ctypes.util, os
-from opbroker.controller import trim
+from opbroker.controller.runtime import trim
 
 
 def resident_bytes():
@@ -52,7 +52,7 @@ def test_glibc_trim_is_found_here_and_gives_freed_memory_back() -> None:
 
 ARENAS_PROBE = """
 import ctypes, ctypes.util, sys, threading
-from opbroker.controller import trim
+from opbroker.controller.runtime import trim
 if sys.argv[1] == "limited":
     assert trim.limit_arenas(2)
 libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")

@@ -15,7 +15,7 @@ from opbroker.controller.core.decisions import ServiceUsers
 from opbroker.controller.core.entry_plan import IN_USE_RECHECK_SECONDS, EntryFacts
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import EntryView
-from opbroker.controller.reconciler import Key
+from opbroker.controller.runtime.keys import Key
 from tests.plan_support import timeless
 
 ACCEPTED = catalog_status.plan_verdict(None)

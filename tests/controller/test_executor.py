@@ -10,8 +10,9 @@ import pytest
 from opbroker.controller.core import actions as a
 from opbroker.controller.executor import AGAIN, Executor, Run, Target
 from opbroker.controller.kube import INSTANCES
-from opbroker.controller.reconciler import DONE, Key
 from opbroker.controller.reconciling import OwnWrites
+from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.outcomes import DONE
 from tests.controller.test_instance_plan import NS, body
 from tests.fake_kube import FakeKube
 

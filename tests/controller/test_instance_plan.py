@@ -48,11 +48,13 @@ from opbroker.controller.core.views import BindingView, InstanceView, Meta, Obje
 from opbroker.controller.executor import AGAIN, MAX_PASSES, Executor, refusal_of
 from opbroker.controller.instances import InstanceReconciler
 from opbroker.controller.kube import INSTANCES, PLANS
-from opbroker.controller.objects import recorded, stamp
 from opbroker.controller.osb_effects import osb_executor
 from opbroker.controller.ownership import NotOwned
-from opbroker.controller.reconciler import DONE, Conflict, Key, Memories, Outcome, TemporaryError
 from opbroker.controller.reconciling import AppliedMemory, Deps, OwnWrites
+from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.memory import Memories
+from opbroker.controller.runtime.objects import recorded, stamp
+from opbroker.controller.runtime.outcomes import DONE, Conflict, Outcome, TemporaryError
 from opbroker.controller.settings import ControllerSettings
 from opbroker.controller.singletons import SingletonFull
 from opbroker.controller.sources import SourceIndex

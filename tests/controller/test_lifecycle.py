@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from opbroker.controller import health
+from opbroker.controller.runtime import health
 from opbroker.controller.runtime.lifecycle import Shutdown, operate
 
 

@@ -16,10 +16,10 @@ from contextlib import asynccontextmanager
 import pytest
 from typer.testing import CliRunner
 
-from opbroker.controller.reconciler import DONE, Outcome
-from opbroker.controller.reconciler.clock import FakeClock
-from opbroker.controller.reconciler.keys import Key
-from opbroker.controller.reconciler.queue import Tenant, WorkQueue, namespace_of
+from opbroker.controller.runtime.clock import FakeClock
+from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.outcomes import DONE, Outcome
+from opbroker.controller.runtime.queue import Tenant, WorkQueue, namespace_of
 from opbroker.controller.settings import ControllerSettings
 from tests.controller.test_workqueue import run, settle
 

@@ -35,9 +35,10 @@ from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import BindingView, InstanceView
 from opbroker.controller.instances import InstanceFacts, InstanceReconciler
 from opbroker.controller.kube import BINDINGS, INSTANCES, PLANS
-from opbroker.controller.reconciler import DONE, Key, Outcome, Runtime, TemporaryError
-from opbroker.controller.reconciler.runtime import CONFLICT_RETRY_SECONDS
 from opbroker.controller.reconciling import Deps, OwnWrites
+from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.outcomes import DONE, Outcome, TemporaryError
+from opbroker.controller.runtime.runner import CONFLICT_RETRY_SECONDS, Runtime
 from opbroker.controller.settings import ControllerSettings
 from opbroker.controller.sources import SourceIndex
 from opbroker.rendering import Renderer

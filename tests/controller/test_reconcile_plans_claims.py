@@ -19,7 +19,7 @@ from opbroker.controller.claims.settings import ClaimsSettings
 from opbroker.controller.core import actions as acts
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import BindingView
-from opbroker.controller.reconciler import Key
+from opbroker.controller.runtime.keys import Key
 
 NS = "team"
 AVAILABLE = Candidate(

@@ -8,7 +8,7 @@ import datetime
 
 import pytest
 
-from opbroker.controller.reconciler.clock import FAKE_EPOCH, SYSTEM, FakeClock
+from opbroker.controller.runtime.clock import FAKE_EPOCH, SYSTEM, FakeClock
 
 
 def test_the_real_clock_tells_utc_and_never_goes_back() -> None:

@@ -12,10 +12,9 @@ from typing import ClassVar
 
 import pytest
 
-from opbroker.controller.reconciler import Conflict
-from opbroker.controller.reconciler.keys import Key
-from opbroker.controller.reconciler.outcomes import DONE, Outcome, TemporaryError
-from opbroker.controller.reconciler.runtime import (
+from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.outcomes import DONE, Conflict, Outcome, TemporaryError
+from opbroker.controller.runtime.runner import (
     CONFLICT_RETRY_CAP_SECONDS,
     CONFLICT_RETRY_SECONDS,
     Runtime,

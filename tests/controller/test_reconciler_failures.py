@@ -6,8 +6,8 @@ import pytest
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from opbroker.controller.reconciler import Conflict, Handling, TemporaryError, classify
-from opbroker.controller.reconciler.failures import server_failing
+from opbroker.controller.runtime.failures import Handling, classify, server_failing
+from opbroker.controller.runtime.outcomes import Conflict, TemporaryError
 
 
 def api(status: int) -> ApiException:

@@ -11,11 +11,10 @@ import asyncio
 from collections.abc import Iterator
 from typing import ClassVar
 
-from opbroker.controller.reconciler import Conflict
-from opbroker.controller.reconciler.clock import FakeClock
-from opbroker.controller.reconciler.keys import Key
-from opbroker.controller.reconciler.outcomes import DONE, Outcome, requeue
-from opbroker.controller.reconciler.runtime import Runtime
+from opbroker.controller.runtime.clock import FakeClock
+from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.outcomes import DONE, Conflict, Outcome, requeue
+from opbroker.controller.runtime.runner import Runtime
 from opbroker.osbclient import Backoff
 
 KEY = Key("scripted", "ns", "a")

@@ -27,7 +27,7 @@ from opbroker.controller.core.refusals import MASK, Denial, denial_of, refusal, 
 from opbroker.controller.core.shown_failures import explain, refused_trouble
 from opbroker.controller.core.views import ApiStatus
 from opbroker.controller.kube import Kube, KubeError
-from opbroker.controller.reconciler.troubles import shown_for
+from opbroker.controller.runtime.troubles import shown_for
 from tests.controller_support import wait_for
 
 SECRET = "Sup3r-s3cret-v4lue-47aa"

@@ -1,5 +1,5 @@
-"""The day-two resync sweep (``controller/resync.py``) on a fake clock: it queues only the settled instances whose
-objects moved without an event (or that the store cannot answer for), spreads the look over the period, and costs
+"""The day-two resync sweep (``controller/runtime/resync.py``) on a fake clock: it queues only the settled instances
+whose objects moved without an event (or that the store cannot answer for), spreads the look over the period, and costs
 no reconcile for the others."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from __future__ import annotations
 import asyncio
 
 from opbroker.api.meta import ResourceRef
-from opbroker.controller import resync
-from opbroker.controller.reconciler import Key
-from opbroker.controller.reconciler.clock import FakeClock
+from opbroker.controller.runtime import resync
+from opbroker.controller.runtime.clock import FakeClock
+from opbroker.controller.runtime.keys import Key
 
 
 def ref(name: str, kind: str = "Database") -> ResourceRef:

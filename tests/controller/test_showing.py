@@ -11,7 +11,10 @@ from kubernetes.client.exceptions import ApiException
 
 from opbroker.controller.executor import Executor, Target
 from opbroker.controller.kube import INSTANCES
-from opbroker.controller.reconciler import DONE, Key, ObservePlanAct, Outcome, Runtime
+from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.kinds import ObservePlanAct
+from opbroker.controller.runtime.outcomes import DONE, Outcome
+from opbroker.controller.runtime.runner import Runtime
 from opbroker.controller.showing import ShowsFailuresOnObject
 from tests.fake_kube import FakeKube
 

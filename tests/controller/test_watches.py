@@ -3,7 +3,7 @@ informers (ids unique, metadata-only watches naming their kind, no core-group re
 
 from __future__ import annotations
 
-from opbroker.controller.informers import resources_of
+from opbroker.controller.runtime.informers import resources_of
 
 
 def test_the_controller_declares_each_subsystems_watches_once() -> None:

@@ -11,9 +11,9 @@ from collections.abc import Awaitable, Callable, Hashable
 
 import pytest
 
-from opbroker.controller.reconciler import DONE, Outcome
-from opbroker.controller.reconciler.clock import FakeClock
-from opbroker.controller.reconciler.queue import RETRY, WorkQueue
+from opbroker.controller.runtime.clock import FakeClock
+from opbroker.controller.runtime.outcomes import DONE, Outcome
+from opbroker.controller.runtime.queue import RETRY, WorkQueue
 from opbroker.osbclient import Backoff
 
 #: How many times a test lets the event loop run before it calls the queue settled: every step of the queue

@@ -19,7 +19,7 @@ from opbroker.controller.multicluster.core.cluster_plan import (
     plan,
 )
 from opbroker.controller.multicluster.reasons import CLUSTER_FINALIZER
-from opbroker.controller.reconciler import Key
+from opbroker.controller.runtime.keys import Key
 from tests.plan_support import timeless
 
 PLACED = (Key("instance", "team", "db"),)

@@ -23,7 +23,8 @@ from opbroker.controller.kube import Kube
 from opbroker.controller.multicluster.clusters import CLUSTERS, CatalogReplicator, ClusterReconciler, ClusterRegistry
 from opbroker.controller.multicluster.core.ledger import Ledger
 from opbroker.controller.multicluster.installer import MANAGED_BY
-from opbroker.controller.reconciler import Key, Runtime
+from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.runner import Runtime
 from opbroker.controller.settings import ControllerSettings
 from opbroker.devcluster import ControlPlane
 from opbroker.devcluster.incluster import control_plane_manifests

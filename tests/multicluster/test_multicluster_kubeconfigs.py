@@ -18,7 +18,8 @@ from opbroker.controller.multicluster.core import cluster_plan, kubeconfigs
 from opbroker.controller.multicluster.core.cluster_plan import Installation
 from opbroker.controller.multicluster.core.ledger import Ledger
 from opbroker.controller.multicluster.sisters import KubeconfigError, KubeconfigRefused, client_from_kubeconfig
-from opbroker.controller.reconciler import Key, Runtime
+from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.runner import Runtime
 from opbroker.controller.settings import ControllerSettings
 from tests.fake_kube import FakeKube, KindInfo
 

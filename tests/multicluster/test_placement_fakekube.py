@@ -16,8 +16,8 @@ from opbroker.controller.multicluster.core.ledger import Ledger
 from opbroker.controller.multicluster.core.views import SFClusterView
 from opbroker.controller.multicluster.placement import MultiClusterPlacement
 from opbroker.controller.multicluster.reasons import ANNOTATION_MASTER_UID
-from opbroker.controller.reconciler import DONE, Outcome
 from opbroker.controller.reconciling import OwnWrites
+from opbroker.controller.runtime.outcomes import DONE, Outcome
 from opbroker.controller.settings import ControllerSettings
 from tests.controller.test_reconcile_instances_bindings import NS, PLAN_ID, SERVICE_ID, plan_body
 from tests.fake_kube import FakeKube, KindInfo

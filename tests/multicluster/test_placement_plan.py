@@ -25,7 +25,7 @@ from opbroker.controller.multicluster.core.placement_plan import (
 )
 from opbroker.controller.multicluster.core.views import ReplicaView
 from opbroker.controller.multicluster.reasons import ANNOTATION_CLUSTER, ANNOTATION_MASTER_UID
-from opbroker.controller.reconciler import Key
+from opbroker.controller.runtime.keys import Key
 from tests.plan_support import timeless
 
 UP = Reach(True, True)

@@ -13,9 +13,9 @@ from kubernetes import client
 from opbroker.api.crd import all_crds
 from opbroker.components import ControlPlane, InvalidArgsError, SFPlan, rbac, testing
 from opbroker.components.testing import Registration
-from opbroker.controller import apiready, health
 from opbroker.controller.app import Controller
 from opbroker.controller.claims.workloads import SUPPORTED_KINDS
+from opbroker.controller.runtime import apiready, health
 from opbroker.controller.settings import ControllerSettings
 
 K8S = "kubernetes:"

@@ -21,7 +21,9 @@ from opbroker.controller.catalog import Catalog
 from opbroker.controller.catalog_entries import PlanEntryReconciler
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.kube import PLANS
-from opbroker.controller.reconciler import DONE, Key, Runtime
+from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.outcomes import DONE
+from opbroker.controller.runtime.runner import Runtime
 from opbroker.rendering import Limits, Renderer, RenderInputs, RenderLimitError, sizing
 from tests.controller.test_reconcile_instances_bindings import plan_body
 from tests.fake_kube import FakeKube

@@ -13,7 +13,7 @@ from opbroker import osbclient
 from opbroker.api.conventions import ANNOTATION_OWNER_UID
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import conditions_of
-from opbroker.controller.reconciler import Key
+from opbroker.controller.runtime.keys import Key
 from opbroker.controller.servicecatalog import bindings, instances, relisting
 from opbroker.controller.servicecatalog.bindingrefs import BindingRef
 from opbroker.controller.servicecatalog.common import Unresolved

@@ -15,7 +15,10 @@ import pytest
 from opbroker import osbclient
 from opbroker.api.conventions import DEFAULT_NAMESPACE
 from opbroker.api.servicecatalog import Binding, Broker, Instance, ServiceClass
-from opbroker.controller.reconciler import Conflict, FakeClock, Key, Memories, Outcome
+from opbroker.controller.runtime.clock import FakeClock
+from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.memory import Memories
+from opbroker.controller.runtime.outcomes import Conflict, Outcome
 from opbroker.controller.servicecatalog import bindings, brokers, instances
 from opbroker.controller.servicecatalog.resources import (
     BINDINGS,

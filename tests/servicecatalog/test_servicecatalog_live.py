@@ -12,7 +12,7 @@ from opbroker import osbclient
 from opbroker.controller.core import actions as a
 from opbroker.controller.core.decisions import resync_after
 from opbroker.controller.core.reasons import Reason
-from opbroker.controller.reconciler import Key
+from opbroker.controller.runtime.keys import Key
 from opbroker.controller.servicecatalog.core import instance_plan, live
 from opbroker.controller.servicecatalog.core.calls import Call
 from opbroker.controller.servicecatalog.core.offering import Offering

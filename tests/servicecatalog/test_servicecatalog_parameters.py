@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from opbroker.api.servicecatalog import Binding, Instance
-from opbroker.controller.reconciler import FakeClock, Key, Memories
-from opbroker.controller.reconciler.memory import Readers
+from opbroker.controller.runtime.clock import FakeClock
+from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.memory import Memories, Readers
 from opbroker.controller.servicecatalog.common import Resolver
 from opbroker.controller.servicecatalog.core.offering import Unresolved
 from opbroker.controller.servicecatalog.core.views import SecretKeyRef

@@ -14,7 +14,7 @@ import pytest
 from opbroker import osbclient
 from opbroker.controller.core import actions as a
 from opbroker.controller.core.reasons import Reason
-from opbroker.controller.reconciler import Key
+from opbroker.controller.runtime.keys import Key
 from opbroker.controller.servicecatalog.core import binding_plan as bp
 from opbroker.controller.servicecatalog.core import instance_plan as ip
 from opbroker.controller.servicecatalog.core.calls import RETRIES, Call, KeepPacing, Pacing

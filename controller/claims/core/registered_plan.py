@@ -30,7 +30,7 @@ from opbroker.controller.claims.core.views import JobView, ObjectView, OwnerRef,
 from opbroker.controller.claims.probes import Finished, Probe
 from opbroker.controller.core import actions as a
 from opbroker.controller.core.reasons import Reason
-from opbroker.controller.reconciler.keys import Key
+from opbroker.controller.runtime.keys import Key
 
 
 @dataclass(frozen=True)

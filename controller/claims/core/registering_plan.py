@@ -20,7 +20,7 @@ from opbroker.controller.claims.core.views import CatalogEntry, ObjectView, cred
 from opbroker.controller.core import actions as a
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import BindingView
-from opbroker.controller.reconciler.keys import Key
+from opbroker.controller.runtime.keys import Key
 
 
 @dataclass(frozen=True)

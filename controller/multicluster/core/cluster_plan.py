@@ -29,7 +29,7 @@ from opbroker.controller.multicluster.core import replicas
 from opbroker.controller.multicluster.core.views import SFClusterView
 from opbroker.controller.multicluster.quantities import Resources
 from opbroker.controller.multicluster.reasons import CLUSTER_FINALIZER, ConditionType
-from opbroker.controller.reconciler.keys import Key
+from opbroker.controller.runtime.keys import Key
 
 __all__ = ["ClusterFacts", "Installation", "Replicate", "SFClusterView", "Unregister", "cluster_status", "plan"]
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from opbroker.controller.multicluster import quantities
 from opbroker.controller.multicluster.quantities import Resources
-from opbroker.controller.reconciler.keys import Key
+from opbroker.controller.runtime.keys import Key
 
 
 class Ledger:

@@ -27,7 +27,7 @@ from opbroker.controller.multicluster.core import replicas
 from opbroker.controller.multicluster.core.scheduling import MASTER
 from opbroker.controller.multicluster.core.views import ReplicaView
 from opbroker.controller.multicluster.reasons import ANNOTATION_CLUSTER, ConditionType
-from opbroker.controller.reconciler.keys import Key
+from opbroker.controller.runtime.keys import Key
 
 NOT_READY_DELAY = 0.2
 """How soon a reconcile waiting for the controller's start-up (first list, first probes) looks again."""

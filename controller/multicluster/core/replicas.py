@@ -40,7 +40,7 @@ from opbroker.controller.multicluster.reasons import (
     LABEL_REPLICATED,
     ConditionType,
 )
-from opbroker.controller.objects import owner_reference
+from opbroker.controller.runtime.objects import owner_reference
 
 #: Instance status fields that the master takes over from the sister copy.
 INSTANCE_FIELDS = (

@@ -26,7 +26,7 @@ from opbroker.controller.claims import workloads
 from opbroker.controller.claims.core.views import WorkloadView
 from opbroker.controller.core import actions as a
 from opbroker.controller.core.reasons import Reason
-from opbroker.controller.reconciler.keys import Key
+from opbroker.controller.runtime.keys import Key
 from opbroker.controller.servicecatalog.core import calls, operations, tenancy
 from opbroker.controller.servicecatalog.core.calls import Call, Pacing
 from opbroker.controller.servicecatalog.core.endpoints import identity_of

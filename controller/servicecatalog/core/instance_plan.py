@@ -22,7 +22,7 @@ from opbroker.api.servicecatalog import DeprovisionStatus, InstanceOperation, Pr
 from opbroker.controller.core import actions as a
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import Meta
-from opbroker.controller.reconciler.keys import Key
+from opbroker.controller.runtime.keys import Key
 from opbroker.controller.servicecatalog.core import calls, live, operations, tenancy
 from opbroker.controller.servicecatalog.core.calls import Call, Pacing
 from opbroker.controller.servicecatalog.core.endpoints import identity_of

@@ -14,8 +14,8 @@ the Prometheus ``/metrics``, all on the metrics port.
   ready; the process exits right after, and the probe catches the case where it would not.
 
 Checks added with :meth:`Health.add_check` refine the picture in the standby and running phases: a *liveness*
-check (workers stuck: :meth:`opbroker.controller.reconciler.Runtime.stuck`; the API server silent past the
-stuck bound: :class:`opbroker.controller.contact.ApiContact`) makes the process not alive — a restart re-dials
+check (workers stuck: :meth:`opbroker.controller.runtime.Runtime.stuck`; the API server silent past the
+stuck bound: :class:`opbroker.controller.runtime.contact.ApiContact`) makes the process not alive — a restart re-dials
 and re-lists; a *readiness* check (the API server silent past a probe period or two) only makes it not ready.
 
 The server runs in every replica, the standby's included (only the leader runs the controller's loop).

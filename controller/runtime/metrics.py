@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from opbroker.controller.store import Census, TypeKey
+from opbroker.controller.runtime.store import Census, TypeKey
 
 RECONCILE_SECONDS = Histogram(
     "opbroker_reconcile_seconds",

@@ -40,7 +40,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from opbroker.controller.objects import resource_version
+from opbroker.controller.runtime.objects import resource_version
 from opbroker.kubeclient import jsontext
 
 TypeKey = tuple[str, str]  # apiVersion, kind name (or plural, for our own kinds read by plural)

@@ -47,7 +47,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from opbroker.controller.core.views import ListPage, WatchEvent
-from opbroker.controller.jsoncopy import copy_json
+from opbroker.controller.runtime.jsoncopy import copy_json
 from opbroker.controller.watches import Watch
 from opbroker.kubeclient import deadlines, jsontext
 from opbroker.kubeclient.answers import json_object

@@ -17,7 +17,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from opbroker.controller.reconciler.clock import SYSTEM, Clock
+from opbroker.controller.runtime.clock import SYSTEM, Clock
 
 logger = logging.getLogger(__name__)
 

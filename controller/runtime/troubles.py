@@ -21,7 +21,7 @@ from opbroker.controller.core.shown_failures import (
     refused_trouble,
 )
 from opbroker.controller.kube import KubeError, Refused
-from opbroker.controller.reconciler.outcomes import TemporaryError
+from opbroker.controller.runtime.outcomes import TemporaryError
 from opbroker.rendering import RenderError
 
 NOT_SERVED = "does not serve"

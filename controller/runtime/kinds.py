@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from typing import ClassVar, Generic, Protocol, TypeVar, runtime_checkable
 
 from opbroker.controller.core.shown_failures import Shown
-from opbroker.controller.reconciler.keys import Key
-from opbroker.controller.reconciler.outcomes import DONE, Outcome
+from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.outcomes import DONE, Outcome
 
 FactsT = TypeVar("FactsT")
 ActionT = TypeVar("ActionT")

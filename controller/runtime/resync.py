@@ -17,8 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from opbroker.api.meta import ResourceRef
-from opbroker.controller.reconciler import Key
-from opbroker.controller.reconciler.clock import Clock
+from opbroker.controller.runtime.clock import Clock
+from opbroker.controller.runtime.keys import Key
 
 logger = logging.getLogger(__name__)
 

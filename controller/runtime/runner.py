@@ -29,15 +29,15 @@ import logging
 from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
 
-from opbroker.controller import metrics
-from opbroker.controller.reconciler.clock import SYSTEM, Clock
-from opbroker.controller.reconciler.failures import Handling, classify
-from opbroker.controller.reconciler.keys import Key
-from opbroker.controller.reconciler.kinds import Reconciler, ShowsFailures
-from opbroker.controller.reconciler.memory import Memories, PerKey
-from opbroker.controller.reconciler.outcomes import DONE, Outcome, TemporaryError
-from opbroker.controller.reconciler.queue import RETRY, WorkQueue
-from opbroker.controller.reconciler.troubles import shown_for
+from opbroker.controller.runtime import metrics
+from opbroker.controller.runtime.clock import SYSTEM, Clock
+from opbroker.controller.runtime.failures import Handling, classify
+from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.kinds import Reconciler, ShowsFailures
+from opbroker.controller.runtime.memory import Memories, PerKey
+from opbroker.controller.runtime.outcomes import DONE, Outcome, TemporaryError
+from opbroker.controller.runtime.queue import RETRY, WorkQueue
+from opbroker.controller.runtime.troubles import shown_for
 from opbroker.osbclient import Backoff
 
 logger = logging.getLogger(__name__)

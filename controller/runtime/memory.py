@@ -13,7 +13,7 @@ import threading
 from collections.abc import Hashable
 from typing import Generic, Protocol, TypeVar, cast
 
-from opbroker.controller.reconciler.keys import Key
+from opbroker.controller.runtime.keys import Key
 
 V = TypeVar("V")
 

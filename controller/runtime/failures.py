@@ -25,7 +25,7 @@ from enum import StrEnum
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from opbroker.controller.reconciler.outcomes import Conflict, TemporaryError
+from opbroker.controller.runtime.outcomes import Conflict, TemporaryError
 
 
 class Handling(StrEnum):

@@ -46,9 +46,9 @@ import threading
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Collection, Hashable
 
-from opbroker.controller.reconciler.clock import SYSTEM, Clock
-from opbroker.controller.reconciler.keys import Key
-from opbroker.controller.reconciler.outcomes import Outcome, TemporaryError
+from opbroker.controller.runtime.clock import SYSTEM, Clock
+from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.outcomes import Outcome, TemporaryError
 from opbroker.osbclient import Backoff
 
 logger = logging.getLogger(__name__)
