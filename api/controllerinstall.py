@@ -100,8 +100,8 @@ def topology_spread(component: str, when_unsatisfiable: str) -> list[dict[str, A
 
 
 def controller_probes() -> dict[str, Any]:
-    """The controller's health endpoints on its metrics port (``opbroker.controller.health``). Liveness fails
-    once kopf's loop has stopped or its event loop hangs; readiness also waits for the API server to serve
+    """The controller's health endpoints on its metrics port (``opbroker.controller.runtime.health``). Liveness fails
+    once the controller's loop has stopped or hangs; readiness also waits for the API server to serve
     the watched resources at start. A standby that does not lead is live and ready (it must not count against
     the disruption budget); the startup wait is bounded by the process itself (``--api-wait-seconds``)."""
     return {

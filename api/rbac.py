@@ -80,7 +80,7 @@ def controller_cluster_rules(
     * SubjectAccessReviews (create): a read answered from the watch cache is first checked for the account the
       plan acts as;
     * reads only: Secrets (registries, credentials, sources, claims' endpoint Secrets — one watch), ConfigMaps,
-      namespaces, nodes and pods (capacity-aware scheduling), Jobs and workloads (claims), CRDs (kopf), and the
+      namespaces, nodes and pods (capacity-aware scheduling), Jobs and workloads (claims), and the
       operator kinds the plans render (``operator_rules`` and ``cluster_operator_rules`` reduced to
       get/list/watch: the watch cache of ``sources``).
 
@@ -101,7 +101,6 @@ def controller_cluster_rules(
         Rule(("",), ("pods",), ("list",)),
         Rule(("batch",), ("jobs",), READ_VERBS),
         Rule(("apps",), WORKLOADS, READ_VERBS),
-        Rule(("apiextensions.k8s.io",), ("customresourcedefinitions",), READ_VERBS),
     ]
     operator = [Rule.from_args(rule) for rule in (*operator_rules, *cluster_operator_rules)]
     onboarder = [ONBOARDER_ACCOUNT] if onboards else []

@@ -12,7 +12,7 @@ on 9090 (a port its Service does not expose: OSB clients cannot reach it, a pod 
 credentials from ``OPBROKER_BROKER_USERNAME`` / ``OPBROKER_BROKER_PASSWORD`` (filled from the credentials
 Secret). The controller runs ``opbroker controller run --namespace <ns> --metrics-port 9090``, campaigns for
 the Lease ``opbroker-controller`` in ``<ns>`` and serves ``/metrics``, ``/healthz`` and ``/readyz`` on 9090; a
-leader that loses its lease, or whose kopf loop stops, exits (so the pod restarts).
+leader that loses its lease, or whose loop stops, exits (so the pod restarts).
 Every controller replica (leader or not) also serves the Service Catalog admission webhook on 9443 (``--webhook-*``
 flags) behind the Service ``opbroker-controller-webhook``; the component registers the
 ValidatingWebhookConfiguration ``opbroker-servicecatalog-<ns>`` without a CA, and the controller fills in the CA

@@ -12,7 +12,7 @@ Layers, bottom to top:
   (container checks as Jobs), :mod:`registration` (broker-provisioned services registered automatically);
 * adapters: :mod:`probes` (TCP/HTTP probes in a thread pool), :mod:`store` (watch cache and indexes);
 * reconcilers: :mod:`registered`, :mod:`claiming`, :mod:`cataloging`, :mod:`registering`;
-* entry point: :mod:`handlers` (kopf ``on.event`` handlers that only update the cache and enqueue keys,
+* entry point: :mod:`handlers` (watch handlers that only update the cache and enqueue keys,
   and the claims work queue).
 
 Imported as modules and used qualified (``matching.match``), so each call site says where a name lives.

@@ -1,4 +1,4 @@
-"""The claims subsystem's entry point: kopf ``on.event`` handlers and its four kinds on the controller's runtime.
+"""The claims subsystem's entry point: watch handlers and its four kinds on the controller's runtime.
 
 Handlers do nothing but update the watch cache (:mod:`store`) and enqueue keys on the one runtime
 (:mod:`opbroker.controller.runtime`), which dispatches them to the kind's reconciler. Keys:
@@ -54,7 +54,7 @@ logger = logging.getLogger(__name__)
 
 
 class Claims:
-    """The claims subsystem's watches and reconcilers, on the controller's runtime; knows nothing about kopf."""
+    """The claims subsystem's watches and reconcilers, on the controller's runtime."""
 
     def __init__(
         self,

@@ -1,6 +1,6 @@
 """The claims subsystem's watch cache: RegisteredServices and ServiceClaims by namespace, plus indexes.
 
-Fed by the kopf event handlers (the watch is the single writer), read by the reconcilers from worker
+Fed by the watch event handlers (the watch is the single writer), read by the reconcilers from worker
 threads, so every access holds a lock. Matching reads candidates from here rather than listing them per
 claim; a stale entry is harmless because taking a service is a write guarded by the resourceVersion the
 cache saw (a 409 makes the claim look again). Secret *contents* are never cached: only which Secrets

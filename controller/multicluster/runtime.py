@@ -5,7 +5,7 @@ is on. It owns the ledger, the cluster registry, the SFCluster reconciler (a kin
 runtime), and the
 :class:`~opbroker.controller.multicluster.placement.MultiClusterPlacement` that the instance and binding
 reconcilers consult. The controller forwards it the catalog and instance events it already receives;
-SFCluster events come from one more kopf handler (:meth:`register`).
+SFCluster events come from one more watch handler (:meth:`register`).
 
 Start-up lists SFClusters and instances once (the ledger's seed) and probes every cluster before the
 first scheduling decision, so a restarted controller schedules from the same picture as before.
@@ -87,7 +87,7 @@ class MultiCluster:
     def _seed_once(self) -> None:
         """The start-up picture, read once: catalog, clusters, placements; then every cluster probed.
 
-        The catalog is read here too (kopf delivers it as well, but in its own time): a request that
+        The catalog is read here too (the informers deliver it as well, but in their own time): a request that
         arrives during start-up must not be failed for a plan the controller has merely not seen yet.
         Watch events keep all of it current afterwards; what they delivered first is not overwritten.
         """

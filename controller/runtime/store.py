@@ -2,7 +2,7 @@
 
 A reconcile used to read its instance, and each object its status template looks at, with a GET: about
 six reads per instance, a third of everything the controller asked of the API server while provisioning.
-Every one of those objects is watched anyway (kopf watches our kinds; ``SourceWatchers`` the operators'),
+Every one of those objects is watched anyway (the informers watch our kinds; ``SourceWatchers`` the operators'),
 so the watches keep a copy here, as client-go's informers do, and reads are served from it.
 
 Why it is safe to read from it:
@@ -14,7 +14,7 @@ Why it is safe to read from it:
   makes the next guarded write fail with 409, and the reconcile is simply repeated.
 * Versions only move forward: a late watch event for an older version does not replace a newer copy.
 * An object missing from a *complete* type (listed, then watched) does not exist; missing from a type
-  fed by events only (kopf's), it is read from the API.
+  fed by events only (the informers'), it is read from the API.
 
 Copies go out deep-copied: reconcilers change the dicts they are given. ``managedFields`` are dropped on
 the way in — nothing reads them and they are the bulk of an object. Each object is held as its compact JSON
@@ -64,7 +64,7 @@ class Census:
 
 
 class ObjectStore:
-    """Latest known versions of watched objects. Thread-safe: watches, kopf and workers share it.
+    """Latest known versions of watched objects. Thread-safe: watches, the informers and workers share it.
 
     ``namespace_bytes``: the most body bytes held for one namespace (None: no bound) — a tenant is admin of its
     namespace and may fill it with objects of every watched kind up to the API server's size of each, and what

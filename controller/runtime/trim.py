@@ -1,6 +1,6 @@
 """Giving memory back to the system once a burst of work has settled.
 
-A (re)start reads every watched object: kopf's listings of our kinds, the source watches' listings (every
+A (re)start reads every watched object: the informers' listings of our kinds, the source watches' listings (every
 Secret), and the reconciles that follow. Most of what that allocates is freed again, but glibc's allocator
 keeps freed memory for reuse instead of returning it: measured after a restart over 1 000 instances and
 2 000 bindings, the process kept tens of MiB it no longer used. ``malloc_trim(0)`` hands such free memory

@@ -1,7 +1,7 @@
 """Keeping :class:`~opbroker.controller.servicecatalog.bindingrefs.BindingRefs` current: a list-and-watch of
 Bindings, cluster-wide, in a thread of its own.
 
-Every replica runs it, leader or standby (a standby runs no kopf, yet the webhook Service sends it reviews).
+Every replica runs it, leader or standby (a standby runs no controller loop, yet the webhook Service sends it reviews).
 The listing is paged (``PAGE`` items a request); each watch ends server-side after ``WATCH_SECONDS`` and the
 client gives up on a connection silent for ``READ_SECONDS`` longer, so a dead connection costs at most that
 much staleness before the watch resumes (or relists, when its resourceVersion is too old). Every call has a

@@ -1,4 +1,4 @@
-"""The Service Catalog kinds' watches: kopf events mapped to keys on the controller's one runtime.
+"""The Service Catalog kinds' watches: events mapped to keys on the controller's one runtime.
 
 Each event of the four kinds is first kept in the controller's store (``CatalogApi.keep``), where the
 reconcilers read it from, then mapped to the keys it concerns. What each watch enqueues:

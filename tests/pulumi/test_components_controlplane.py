@@ -178,7 +178,6 @@ def test_controller_cluster_role_enumerates_every_rule(default: Any) -> None:
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
         {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": READ},
         {"apiGroups": ["apps"], "resources": ["deployments", "statefulsets", "daemonsets"], "verbs": READ},
-        {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": READ},
     ]
 
 
@@ -304,11 +303,10 @@ def test_the_controller_may_do_what_its_code_does(default: Any) -> None:
     assert impersonation["resourceNames"] == sorted(
         {ControllerSettings().default_plan_service_account, ControllerSettings().namespace_service_account}
     )
-    # Capacity-aware scheduling; Events; kopf's CRD observation.
+    # Capacity-aware scheduling; Events. No CRD reads: kopf, which observed them, is gone (issue 45).
     assert "list" in allowed(rules, "", "pods") and "list" in allowed(rules, "", "nodes")
     assert "create" in allowed(rules, "", "events")
-    assert {"list", "watch"} <= allowed(rules, "apiextensions.k8s.io", "customresourcedefinitions")
-    assert allowed(rules, "apiextensions.k8s.io", "customresourcedefinitions") == set(READ)
+    assert allowed(rules, "apiextensions.k8s.io", "customresourcedefinitions") == set()
 
 
 def test_controller_leader_election_role_is_namespaced_to_leases(default: Any) -> None:
@@ -433,7 +431,8 @@ def test_broker_allowed_namespaces_become_flags_and_a_selector_may_read_namespac
 def test_no_rule_anywhere_grants_everything(default: Any) -> None:
     mocks, _ = default
     rules = [rule for t in (CLUSTER_ROLE, ROLE) for r in mocks.of_type(t) for rule in r.plain_inputs()["rules"]]
-    assert len(rules) == 42  # two for the admin API's requests (issue 29), four of the namespace writer
+    # No CRD reads since kopf went (issue 45); two for the admin API's requests (issue 29), four of the namespace writer
+    assert len(rules) == 41
     for rule in rules:
         assert not rbac.grants_everything(rule)
         assert "*" not in rule["verbs"] and "*" not in rule["resources"] and "*" not in rule["apiGroups"]
