@@ -12,12 +12,13 @@ past the cache is authorised by the API server at once.
 from __future__ import annotations
 
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from kubernetes import client
+
+from opbroker.controller.runtime.clock import SYSTEM
 
 #: How long an answer is remembered. Short enough that a revoked grant stops reads through the cache soon;
 #: long enough that a busy plan asks once per resource and namespace, not once per read.
@@ -56,7 +57,7 @@ class AccessReviews:
         ask: Callable[[Access], bool],
         *,
         ttl_seconds: float = DEFAULT_TTL_SECONDS,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = SYSTEM.monotonic,
         max_answers: int = MAX_ANSWERS,
     ) -> None:
         self._ask = ask

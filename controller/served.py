@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import re
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from opbroker.controller.core.views import resources_of
+from opbroker.controller.runtime.clock import SYSTEM
 
 #: A group version is read again for a kind it lacked at most this often.
 WINDOW_SECONDS = 30.0
@@ -67,7 +67,7 @@ class _Document:
 class ServedKinds:
     """Whether a kind is served, from bounded, rate-limited reads of discovery documents. Thread-safe."""
 
-    def __init__(self, fetch: Fetch, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, fetch: Fetch, *, clock: Callable[[], float] = SYSTEM.monotonic) -> None:
         self._fetch = fetch
         self._clock = clock
         self._lock = threading.Lock()

@@ -14,7 +14,7 @@ chosen once, here, from :class:`Timeouts`:
 and urllib3 retries a failed read at most once (its default retries an idempotent call three times, which
 would quadruple the bound). TCP keepalive (client-go's timings: probes after 30 s idle) lets the kernel close
 a connection whose peer vanished while it was idle. Every HTTP answer is reported to ``on_answer`` (the
-controller's :class:`~opbroker.controller.contact.ApiContact`), whatever its status: it proves the path works.
+controller's :class:`~opbroker.controller.runtime.contact.ApiContact`), whatever its status: it proves the path works.
 
 Each process picks its own :class:`Timeouts` (the broker answers OSB platforms within their 60 s, so its
 requests get half of that; the controller waits as long as the API server itself).

@@ -11,7 +11,6 @@ sister's bounded client (:func:`opbroker.kubeclient.deadlines.bounded`: a deadli
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -22,6 +21,7 @@ from opbroker.api.cluster import SFClusterController, SFClusterControllerRule
 from opbroker.api.crd import all_crds
 from opbroker.api.meta import ResourceRef
 from opbroker.controller.kube import Kube
+from opbroker.controller.runtime.clock import SYSTEM
 
 #: The field manager of everything the master applies into a sister.
 FIELD_MANAGER = "opbroker-master"
@@ -122,7 +122,7 @@ def install(
     objects: Sequence[tuple[str, dict[str, Any]]],
     *,
     seconds: float = STEP_SECONDS,
-    clock: Callable[[], float] = time.monotonic,
+    clock: Callable[[], float] = SYSTEM.monotonic,
 ) -> int:
     """Apply the prerequisites and the objects in order; the count applied. Stops at the first failure, or when
     ``seconds`` have passed (:data:`STEP_SECONDS`)."""
@@ -140,7 +140,7 @@ def install(
 
 
 def uninstall(
-    kube: Kube, namespace: str, *, seconds: float = STEP_SECONDS, clock: Callable[[], float] = time.monotonic
+    kube: Kube, namespace: str, *, seconds: float = STEP_SECONDS, clock: Callable[[], float] = SYSTEM.monotonic
 ) -> int:
     """Delete every object an installation may have made; the count deleted (absent ones are skipped). Bounded
     like :func:`install`."""
