@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import json
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from opbroker.broker.server import BackgroundServer, server
 from opbroker.broker.settings import Settings
 from opbroker.devcluster.controlplane import free_ports
 from tests.cluster_fixtures import onboard
+from tests.waiting import wait_for
 
 GROUP, VERSION = "osb.servicefabrik.io", "v1alpha1"
 INSTANCES, BINDINGS = "sfserviceinstances", "sfservicebindings"
@@ -219,16 +219,6 @@ def provision_body(plan_id: str = ASYNC_PLAN, **extra: Any) -> dict[str, Any]:
         "space_guid": "space-1",
         **extra,
     }
-
-
-def wait_for(condition: Callable[[], Any], timeout: float = 15.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 class StandInController:

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import secrets
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,23 +23,12 @@ from opbroker.devcluster import ControlPlane
 from opbroker.devcluster.controlplane import free_ports
 from opbroker.devcluster.crds import install_crds
 from opbroker.devcluster.processes import Process
+from tests.waiting import wait_for
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO = REPO / "examples" / "demo_operator"
 OPBROKER = Path(sys.executable).parent / "opbroker"
 GROUP, VERSION = "osb.servicefabrik.io", "v1alpha1"
-
-
-def wait_for(
-    condition: Callable[[], Any], timeout: float = 30.0, what: str = "condition", interval: float = 0.1
-) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def apply_yaml(api: client.ApiClient, path: Path, namespace: str) -> list[dict[str, Any]]:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 from kubernetes import client, watch
@@ -14,18 +13,10 @@ from kubernetes.client.exceptions import ApiException
 from opbroker.api import SFServiceInstance
 from opbroker.devcluster import ControlPlane
 from opbroker.devcluster.binaries import find_binaries
+from tests.waiting import wait_for
 
 GROUP, VERSION, PLURAL = "osb.servicefabrik.io", "v1alpha1", "sfserviceinstances"
 GADGETS = "gadgets.test.opbroker.io"
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 30.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def instance_body(name: str) -> dict[str, object]:

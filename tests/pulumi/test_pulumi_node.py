@@ -32,7 +32,7 @@ import os
 import secrets
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -55,6 +55,7 @@ from opbroker.devcluster.images import opbroker_image
 from opbroker.devcluster.incluster import DEMO_OPERATOR_RULE, broker_service_url
 from opbroker.devcluster.processes import Process
 from opbroker.devcluster.pulumi_engine import PACKAGES, REPO, Engine, escape, new_project, root_stack
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.apiserver  # its own fixtures start a local control plane (tests/conftest.py)
 
@@ -179,13 +180,6 @@ def databases(api: client.ApiClient, namespace: str) -> list[dict[str, Any]]:
     group, version, plural = DATABASES
     listed = client.CustomObjectsApi(api).list_namespaced_custom_object(group, version, namespace, plural)
     return list(listed["items"])
-
-
-def wait_for(condition: Callable[[], bool], seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, f"{what} within {seconds:.0f} s"
-        time.sleep(0.5)
 
 
 def namespace_gone(api: client.ApiClient, namespace: str) -> bool:
