@@ -1,6 +1,6 @@
 """Scenario 5a: a time-bounded schemathesis fuzz of the broker through its published /openapi.json.
 
-The approach of tests/broker/test_broker_fuzz.py, made time-bounded and made to *report* instead of stopping at
+The approach of tests/broker/test_fuzz.py, made time-bounded and made to *report* instead of stopping at
 the first failure: every operation of the document gets hypothesis-generated requests (positive and
 negative generation modes, in rounds with fresh seeds until the time is up), half of the JSON bodies
 steered to the demo catalog's real ids so the fuzz reaches the decisions. Every response is checked (no

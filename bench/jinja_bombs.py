@@ -11,7 +11,7 @@ under an address-space ceiling (``CEILING_BYTES``) so a bomb that is not stopped
 taking the machine.
 
 ``python -m bench.jinja_bombs`` prints the figures; ``scripts/bench.sh --suite jinja-bombs`` records them
-(``tests/rendering/test_rendering_bombs.py`` asserts the same probes stay under a ceiling derived from the limit).
+(``tests/rendering/test_bombs.py`` asserts the same probes stay under a ceiling derived from the limit).
 """
 
 from __future__ import annotations

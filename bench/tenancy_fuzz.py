@@ -1,6 +1,6 @@
 """The tenant fuzzer's long run (issue 42): many steps over several seeds, with the figures recorded.
 
-It runs the very test the README's test command runs (``tests/tenancy/test_tenancy_fuzz.py``: its fixtures start
+It runs the very test the README's test command runs (``tests/tenancy/test_fuzz.py``: its fixtures start
 the control plane, the controller, opbroker's broker and the second broker, as every tenancy test does), with the
 long run's settings passed through the environment, and records what the test wrote: steps, seeds, invariants
 checked, the tenant actions' outcomes (refusals by status and reason), the longest run without a violation, the
@@ -27,7 +27,7 @@ from bench.common import machine
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
-TEST = "tests/tenancy/test_tenancy_fuzz.py"
+TEST = "tests/tenancy/test_fuzz.py"
 
 
 def run(steps: int, seeds: list[int], *, platform_every: int, check_every: int, all_families: bool) -> dict[str, Any]:

@@ -4,7 +4,7 @@ No I/O here, and no reading of wire bodies: every function takes the facts (the 
 :mod:`.views` — an instance, a binding, a live object's metadata, a Secret — the plan entry, counts) and
 returns a decision or a status patch (a :data:`Manifest`: what the controller writes stays a plain dict).
 The reconcilers perform what these decide, which keeps the state machine testable without a cluster
-(tests/controller/test_controller_decisions.py).
+(tests/controller/test_decisions.py).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from opbroker.api.conventions import (
     LABEL_MANAGED_BY,
 )
 from opbroker.devcluster import ControlPlane
-from tests.controller.test_controller_lifecycle import bind, custom, gone, provision, wait_state
+from tests.controller.test_lifecycle import bind, custom, gone, provision, wait_state
 from tests.controller_support import apply_yaml, wait_for
 
 pytestmark = pytest.mark.usefixtures("controller")

@@ -1,6 +1,6 @@
 """Per-namespace budgets (issue 42): the decision, the counts it decides on, the store's byte budget, and what the
 instance's and binding's plans do with a refusal — all without a cluster (the tenant test is
-``tests/tenancy/test_tenancy_budgets.py``)."""
+``tests/tenancy/test_budgets.py``)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from opbroker.rendering import Renderer, RenderLimitError
 from opbroker.rendering.limits import Limits
 from tests.controller import test_binding_plan as bindings
 from tests.controller import test_instance_plan as instances
-from tests.rendering import test_rendering_functions as functions
+from tests.rendering import test_functions as functions
 
 TYPE = ("osb.servicefabrik.io/v1alpha1", "sfserviceinstances")
 WHY = "namespace 'team' has 3 operations in progress, its budget of 3: this request starts when one of them ends"
@@ -169,7 +169,7 @@ def test_a_service_catalog_instance_or_binding_past_the_budget_asks_its_broker_n
     from opbroker.controller.servicecatalog.core import binding_plan as sc_binding
     from opbroker.controller.servicecatalog.core import instance_plan as sc_instance
     from opbroker.controller.servicecatalog.core.calls import Call
-    from tests.servicecatalog import test_servicecatalog_plans as sc
+    from tests.servicecatalog import test_plans as sc
 
     for actions in (
         sc_instance.plan(sc.facts(sc.obj(), over_budget=WHY)),

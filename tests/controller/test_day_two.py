@@ -22,7 +22,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from opbroker.api.conventions import ANNOTATION_OWNER_UID, ANNOTATION_PAUSED, PAUSED
-from tests.controller.test_controller_lifecycle import (
+from tests.controller.test_lifecycle import (
     DB,
     GROUP,
     PLAN_ID,

@@ -1,5 +1,5 @@
 """The catalog entries' plan (SFPlan, SFService), table-tested: exact action lists of the shared vocabulary for
-each situation of a trusted entry (the untrusted ones: test_controller_catalog_trust.py)."""
+each situation of a trusted entry (the untrusted ones: test_catalog_trust.py)."""
 
 from __future__ import annotations
 

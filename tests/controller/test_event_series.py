@@ -15,7 +15,7 @@ from kubernetes import client
 from opbroker.controller.kube import Kube, event_body
 from opbroker.controller.runtime.event_series import ENTRY_OVERHEAD, EventSeries, Recorded, key_of
 from tests.cluster_fixtures import onboarded_namespace
-from tests.controller.test_controller_lifecycle import SERVICE_ID, provision
+from tests.controller.test_lifecycle import SERVICE_ID, provision
 from tests.controller_support import apply_yaml, wait_for
 
 SUBJECT = {

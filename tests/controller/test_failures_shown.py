@@ -37,7 +37,7 @@ from tests.brokers.fixture import SecondBroker
 from tests.claims_support import create as create_claims_object
 from tests.claims_support import registered_service, service_claim
 from tests.cluster_fixtures import onboard
-from tests.controller.test_controller_lifecycle import SERVICE_ID, bind, provision
+from tests.controller.test_lifecycle import SERVICE_ID, bind, provision
 from tests.controller_support import apply_yaml, wait_for
 from tests.servicecatalog_support import GROUP as SC_GROUP
 from tests.servicecatalog_support import VERSION as SC_VERSION

@@ -17,9 +17,9 @@ from kubernetes import client
 from opbroker.controller.runtime.lifecycle import STOP_MARGIN_SECONDS
 from opbroker.devcluster import ControlPlane
 from opbroker.devcluster.controlplane import free_ports
-from tests.controller.test_controller_lifecycle import provision, state_of
-from tests.controller.test_controller_robustness import lease_holder, metric
-from tests.controller.test_controller_startup import get
+from tests.controller.test_lifecycle import provision, state_of
+from tests.controller.test_robustness import lease_holder, metric
+from tests.controller.test_startup import get
 from tests.controller_support import Process, controller_command, wait_for
 
 pytestmark = pytest.mark.usefixtures("demo_catalog", "demo_operator")

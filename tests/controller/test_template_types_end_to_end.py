@@ -38,10 +38,10 @@ from opbroker.controller.kube import Kube
 from opbroker.devcluster.grants import grant_plan_account, onboard_namespace
 from opbroker.rendering.renderer import release_name
 from tests.broker.test_osb_end_to_end import poll
-from tests.controller import test_controller_gotemplate_lifecycle as zalando
-from tests.controller.test_controller_lifecycle import DB, PLAN_ID, SERVICE_ID, get
+from tests.controller import test_gotemplate_lifecycle as zalando
+from tests.controller.test_lifecycle import DB, PLAN_ID, SERVICE_ID, get
 from tests.controller_support import OWNER_VERBS, REPO, apply_yaml, wait_for
-from tests.rendering.test_rendering_goengine import chart_archive
+from tests.rendering.test_goengine import chart_archive
 
 pytestmark = pytest.mark.usefixtures("controller")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.docs.pages import Role, read
-from tests.docs.test_docs_walkthroughs import PAGES, RAN, REPO
+from tests.docs.test_walkthroughs import PAGES, RAN, REPO
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

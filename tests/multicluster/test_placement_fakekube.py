@@ -1,6 +1,6 @@
 """Placement's act on FakeKube (the master and a sister both fakes): hand over, mirror back, tear down, release —
 the executor and placement's own effects, without an API server. The same with real clusters:
-test_multicluster_lifecycle.py."""
+test_lifecycle.py."""
 
 from __future__ import annotations
 

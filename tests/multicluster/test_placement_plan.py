@@ -1,5 +1,5 @@
 """Multi-cluster placement's plan, table-tested: where an instance or binding is reconciled and the exact actions
-the master runs (None: reconciled right here). The end-to-end behaviour: test_multicluster_lifecycle.py."""
+the master runs (None: reconciled right here). The end-to-end behaviour: test_lifecycle.py."""
 
 from __future__ import annotations
 

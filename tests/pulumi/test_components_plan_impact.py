@@ -2,7 +2,7 @@
 cluster it reads, what it shows under the plan (counts first, then the first diffs, each bounded in lines and
 bytes, the others by name), one line for a new plan, a cluster that cannot be read or an identity that may not
 impersonate, and nothing asked outside a preview or when switched off. The real engine reading a real cluster:
-tests/pulumi/test_pulumi_plan_impact.py.
+tests/pulumi/test_plan_impact.py.
 """
 
 from __future__ import annotations

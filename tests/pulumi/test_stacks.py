@@ -2,7 +2,7 @@
 waits for the CRDs and namespace only; unknown components refused), a Python project folder as an inline
 program, the settings the Automation API gets (the passphrase kept out of ``repr``), and the deadline that
 interrupts an engine command (a stand-in ``pulumi`` that never finishes a preview). The real engine runs them
-in tests/pulumi/test_pulumi_engine.py.
+in tests/pulumi/test_engine.py.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ CATALOG: list[stacks.CatalogEntry] = [
 
 def test_the_catalog_depends_on_the_crds_namespace_and_controller_not_the_broker() -> None:
     """The controller's Deployment too: destroy then deletes the catalog while the controller runs to release
-    its finalizers (tests/pulumi/test_pulumi_node.py); the broker's is left out."""
+    its finalizers (tests/pulumi/test_node.py); the broker's is left out."""
     with testing.mocked() as mocks:
         pulumi.runtime.test(lambda: stacks.control_plane_with_catalog({"image": "opbroker:1"}, CATALOG))()
     plan = mocks.one(PLAN_CR, "db-small")

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from tests.controller.test_controller_lifecycle import DB, get, provision, wait_state
+from tests.controller.test_lifecycle import DB, get, provision, wait_state
 from tests.controller_support import OPBROKER, apply_yaml, wait_for
 
 pytestmark = pytest.mark.usefixtures("controller")

@@ -2,7 +2,7 @@
 figures of a run, and — on a violation — delta debugging down to a short action list that still fails.
 
 A failure is reported with its seed, the family and invariant, and the shrunk actions, plus the command that runs
-that seed again (``OPBROKER_FUZZ_SEED=<seed> OPBROKER_FUZZ_STEPS=<n> pytest tests/tenancy/test_tenancy_fuzz.py``).
+that seed again (``OPBROKER_FUZZ_SEED=<seed> OPBROKER_FUZZ_STEPS=<n> pytest tests/tenancy/test_fuzz.py``).
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ class Failure:
             f"  shrunk to {len(self.shrunk)} action(s) ({self.shrink_trials} trials, {self.shrink_seconds:.0f} s):",
             *(f"    {i}. {a}" for i, a in enumerate(self.shrunk, 1)),
             f"  rerun: OPBROKER_FUZZ_SEED={self.seed} OPBROKER_FUZZ_STEPS={steps} "
-            ".venv/bin/pytest tests/tenancy/test_tenancy_fuzz.py",
+            ".venv/bin/pytest tests/tenancy/test_fuzz.py",
         ]
         return "\n".join(lines)
 

@@ -2,7 +2,7 @@
 over real HTTP): version negotiation, requests shaped per version, tolerant reading of answers and catalogs —
 through the client library and through the Pulumi OSB resources' providers (create, delete; time faked).
 
-The Service Catalog controller meets the same broker in tests/servicecatalog/test_servicecatalog_conformance.py.
+The Service Catalog controller meets the same broker in tests/servicecatalog/test_conformance.py.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from kubernetes import client
 
 from opbroker.devcluster.controlplane import ControlPlane
 from tests.cluster_fixtures import onboarded_namespace
-from tests.controller.test_controller_lifecycle import (
+from tests.controller.test_lifecycle import (
     GROUP,
     STALLING_PLAN,
     VERSION,

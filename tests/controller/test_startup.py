@@ -29,7 +29,7 @@ from opbroker.controller.runtime import apiready, health
 from opbroker.controller.settings import ControllerSettings
 from opbroker.devcluster import ControlPlane
 from opbroker.devcluster.controlplane import free_ports
-from tests.controller.test_controller_lifecycle import provision, state_of
+from tests.controller.test_lifecycle import provision, state_of
 from tests.controller_support import Process, controller_command, wait_for
 
 CRDS = [

@@ -23,7 +23,7 @@ from opbroker.controller.sources import SourceIndex, SourceWatchers, _listing
 from opbroker.devcluster import ControlPlane
 from opbroker.devcluster.controlplane import free_ports
 from opbroker.kubeclient.lean import METADATA_LIST
-from tests.controller.test_controller_lifecycle import bind, provision, wait_state
+from tests.controller.test_lifecycle import bind, provision, wait_state
 from tests.controller_support import Process, controller_command, wait_for
 
 SECRETS = ("v1", "Secret")

@@ -16,7 +16,7 @@ from kubernetes.client.exceptions import ApiException
 from opbroker.devcluster import ControlPlane
 from opbroker.devcluster.controlplane import free_ports
 from tests.cluster_fixtures import onboard
-from tests.controller.test_controller_lifecycle import GROUP, VERSION, custom, gone, provision, wait_state
+from tests.controller.test_lifecycle import GROUP, VERSION, custom, gone, provision, wait_state
 from tests.controller_support import Process, apply_yaml, controller_command, wait_for
 
 pytestmark = pytest.mark.usefixtures("controller")

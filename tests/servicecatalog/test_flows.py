@@ -790,7 +790,7 @@ def test_an_async_provision_past_the_plans_maximum_polling_duration_is_failed_an
     assert instance_calls(second_broker) == ["PUT", "DELETE"]
     stuck = get(api_client, "instances", "stuck", namespace)
     # Failed for good: the controller's last word says so (no provision is retried without a spec change — the
-    # plan's decision, table-tested in test_servicecatalog_plans.py::…final_mitigation…).
+    # plan's decision, table-tested in test_plans.py::…final_mitigation…).
     assert (
         ready(stuck) == ("False", "OrphanMitigationSuccessful")
         and "stays failed" in condition(stuck, "Ready")["message"]
@@ -937,7 +937,7 @@ def test_an_async_bind_the_broker_fails_is_mitigated_and_stays_failed(
         client.CoreV1Api(api_client).read_namespaced_secret("doomed", namespace)
     assert gone.value.status == 404
     # Failed for good: the controller's last word says so (no bind is retried without a spec change — the plan's
-    # decision, table-tested in test_servicecatalog_plans.py::…final_mitigation…).
+    # decision, table-tested in test_plans.py::…final_mitigation…).
     doomed = get(api_client, "bindings", "doomed", namespace)
     assert (
         ready(doomed) == ("False", "OrphanMitigationSuccessful")
@@ -990,7 +990,7 @@ def test_an_async_provision_the_broker_fails_is_mitigated_and_stays_failed(
     assert instance_calls(second_broker) == ["PUT", "DELETE"]
     assert second_broker.state()["instances"] == {}
     # Failed for good: the controller's last word says so (no provision is retried without a spec change — the
-    # plan's decision, table-tested in test_servicecatalog_plans.py::…final_mitigation…).
+    # plan's decision, table-tested in test_plans.py::…final_mitigation…).
     broken = get(api_client, "instances", "broken", namespace)
     assert (
         ready(broken) == ("False", "OrphanMitigationSuccessful")

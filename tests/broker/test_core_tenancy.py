@@ -1,6 +1,6 @@
 """The broker's pure core for tenancy (issue 24), as tables: the catalog of the trusted namespaces (an id two
 entries declare is served by neither) and which namespaces a request's ``context.namespace`` may name. Over HTTP
-against a real broker, as a tenant: tests/tenancy/test_tenancy_catalog.py."""
+against a real broker, as a tenant: tests/tenancy/test_catalog.py."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from opbroker.api import TemplateAction
 from opbroker.rendering import Limits, Renderer, RenderError, RenderInputs, RenderLimitError, output, registry, state
 from opbroker.rendering.interpolation import marker
 from opbroker.rendering.limits import Budget
-from tests.rendering.test_rendering_output import make_plan
+from tests.rendering.test_output import make_plan
 
 
 def render_state(*values: Any, verbatim: bool = False) -> state.RenderState:

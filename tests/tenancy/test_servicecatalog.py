@@ -142,7 +142,7 @@ def test_a_binding_gets_no_credentials_to_an_instance_not_shared_with_its_namesp
     # Events are posted after the status write: wait for it, do not expect it at once.
     wait_for(lambda: events_of(attacker, "steal", "ReferenceNotShared"), 30, "an event saying why")
     # No bind is sent while the Instance is not shared: the plan's decision (no Call in the actions of an
-    # unresolved Binding: test_servicecatalog_plans.py::test_a_binding_that_may_not_use_its_instance_sends_nothing).
+    # unresolved Binding: test_plans.py::test_a_binding_that_may_not_use_its_instance_sends_nothing).
     assert binding_requests(second_broker) == []
     refused(lambda: attacker.core.read_namespaced_secret("steal", attacker.namespace), 404)
     assert_unchanged(before, snapshot(api_client, victim.namespace))
@@ -305,7 +305,7 @@ def test_an_instance_never_acts_for_another_tenants_instance_id(
     create(attacker.api, attacker.namespace, "bindings", "Binding", "steal", {"instanceRef": {"name": "squat"}})
     wait_for(lambda: reason_of(attacker, "bindings", "steal") == ("False", "ExternalIDInUse"), 30, "no binding")
     # Neither the Instance nor the Binding sends anything for an id it does not hold, whatever its status claims:
-    # the plans' decision (test_servicecatalog_plans.py::test_an_object_without_its_id_sends_nothing).
+    # the plans' decision (test_plans.py::test_an_object_without_its_id_sends_nothing).
     assert instance_requests(second_broker, victim_id) == [] and binding_requests(second_broker) == []
     refused(lambda: attacker.core.read_namespaced_secret("steal", attacker.namespace), 404)
 
@@ -377,7 +377,7 @@ def test_a_binding_never_acts_for_another_tenants_binding_id(
     wait_for(lambda: reason_of(attacker, "bindings", "steal") == ("False", "ExternalIDInUse"), 30, "the refusal")
     forge_status(attacker, "bindings", "steal", {"unbindStatus": "Required", "externalID": victim_binding}, api_client)
     # The deletion below is reconciled on the forged status (the Binding goes only once the controller has read
-    # it): its finalizer is released without an unbind (test_servicecatalog_plans.py::…without_its_id…).
+    # it): its finalizer is released without an unbind (test_plans.py::…without_its_id…).
     delete(attacker.api, attacker.namespace, "bindings", "steal")
     wait_for(lambda: get(attacker.api, "bindings", "steal", attacker.namespace) is None, 30, "the binding gone")
     assert binding_requests(second_broker) == []
@@ -396,8 +396,8 @@ def test_an_external_id_with_dot_segments_is_refused_and_reaches_nothing_of_the_
     victim's instance, ``x/../<victim id>`` reach the instance itself (httpx resolves dot segments). The API server
     refuses each on create, for an Instance and a Binding alike, naming the rule; the broker hears nothing for the
     victim's id and the victim is unchanged. (An id made before the schema held the rule: the controller's
-    ``InvalidExternalID``, test_servicecatalog_fakekube.py::test_an_external_id_made_before_the_schema_refused_it_…;
-    the client's own check: test_osbclient_paths.py.)"""
+    ``InvalidExternalID``, test_fakekube.py::test_an_external_id_made_before_the_schema_refused_it_…;
+    the client's own check: test_paths.py.)"""
     _, suffix = registered
     victim = tenant
     victim_id = provisioned_instance(victim, suffix, "orders-db")["status"]["externalID"]
@@ -510,7 +510,7 @@ def test_a_binding_never_overwrites_or_deletes_a_secret_it_did_not_create(
     wait_for(lambda: reason_of(tenant, "bindings", "clobber") == ("False", "SecretNotOwned"), 30, "the refusal")
     wait_for(lambda: events_of(tenant, "clobber", "SecretNotOwned"), 30, "the SecretNotOwned event")
     # No bind is sent while the Secret is not the Binding's: the plan's decision (an unresolved Binding's actions
-    # hold no Call: test_servicecatalog_plans.py::test_a_binding_that_may_not_use_its_instance_sends_nothing).
+    # hold no Call: test_plans.py::test_a_binding_that_may_not_use_its_instance_sends_nothing).
     assert binding_requests(second_broker) == []
     delete(tenant.api, tenant.namespace, "bindings", "clobber")
     wait_for(lambda: get(tenant.api, "bindings", "clobber", tenant.namespace) is None, 30, "the binding gone")

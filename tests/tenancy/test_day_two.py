@@ -20,7 +20,8 @@ from kubernetes import client
 
 from opbroker.api.conventions import ANNOTATION_PAUSED, PAUSED
 from tests.cluster_fixtures import onboarded_namespace
-from tests.controller.test_controller_lifecycle import (
+from tests.controller.test_day_two import Rival, condition, events
+from tests.controller.test_lifecycle import (
     DB,
     GROUP,
     PLAN_ID,
@@ -30,7 +31,6 @@ from tests.controller.test_controller_lifecycle import (
     provision,
     wait_state,
 )
-from tests.controller.test_day_two import Rival, condition, events
 from tests.controller_support import wait_for
 from tests.tenancy_support import Tenant, assert_unchanged, refused, snapshot
 

@@ -20,7 +20,7 @@ from kubernetes import client
 
 from opbroker.api import conventions
 from opbroker.broker.records import Kind
-from tests.broker.test_broker_bindings import RESPONSE, bind_body, binding_url, ready_instance
+from tests.broker.test_bindings import RESPONSE, bind_body, binding_url, ready_instance
 from tests.broker_support import (  # noqa: F401  (pytest fixtures)
     Harness,
     StandInController,

@@ -16,7 +16,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from opbroker.api.conventions import ANNOTATION_OWNER_UID
-from tests.controller.test_controller_lifecycle import GROUP, PLAN_ID, SERVICE_ID, VERSION, get, wait_state
+from tests.controller.test_lifecycle import GROUP, PLAN_ID, SERVICE_ID, VERSION, get, wait_state
 from tests.controller_support import apply_yaml, wait_for
 from tests.tenancy_support import Tenant, assert_unchanged, ensure_service_account, grant, snapshot
 

@@ -23,7 +23,7 @@ from kubernetes import client
 
 from opbroker.devcluster import ControlPlane
 from tests.broker_support import Harness, start_broker
-from tests.controller.test_controller_lifecycle import DB, get, provision, wait_state
+from tests.controller.test_lifecycle import DB, get, provision, wait_state
 from tests.controller_support import Process, apply_yaml, controller_command, wait_for
 from tests.rendering.test_plan_diff_cli import BREAKING, GROWING, ONE_GB, PLAN, write
 

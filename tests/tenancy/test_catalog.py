@@ -12,7 +12,7 @@ only, SFPlan included); a victim's namespace is snapshotted before and proven un
   allows (HTTP 400 otherwise, nothing recorded), with ``--no-context-namespaces`` too.
 
 C (SFCluster kubeconfigs) is tested through the SFCluster reconciler in
-tests/multicluster/test_multicluster_kubeconfigs.py.
+tests/multicluster/test_kubeconfigs.py.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from tests.broker_support import (
     provision_body,
     start_broker,
 )
-from tests.controller.test_controller_lifecycle import SERVICE_ID, get, provision, wait_state
+from tests.controller.test_lifecycle import SERVICE_ID, get, provision, wait_state
 from tests.controller_support import apply_yaml, wait_for
 from tests.tenancy_support import Tenant, assert_unchanged, snapshot
 
@@ -148,7 +148,7 @@ def test_an_impostor_plan_in_a_tenant_namespace_changes_nothing_of_the_real_plan
 
     impostor(tenant, real_plan)
     # The controller saw it, and says so on the tenant's object (the tenant can read it); that it decides nothing
-    # else is the pure plans' (test_entry_plan, test_controller_catalog_trust: never in the catalog, never held).
+    # else is the pure plans' (test_entry_plan, test_catalog_trust: never in the catalog, never held).
     wait_for(lambda: warned(tenant.api, tenant.namespace, "impostor"), 20, "the UntrustedNamespace warning")
     assert_unchanged(before, snapshot(api_client, victim))
     (kind, _, message) = next(e for e in events_on(tenant.api, tenant.namespace, "impostor"))
@@ -172,7 +172,7 @@ def test_deleting_an_impostor_plan_takes_nothing_away_from_the_real_plan(
     # The impostor goes at once: the controller never held it for the real plan's instances.
     assert get(tenant.api, tenant.namespace, "sfplans", "impostor") is None
     # Nothing signals that the controller has handled the deletion (it writes nothing, by design: the catalog
-    # keeps the real plan, test_controller_catalog_trust): this wait stays.
+    # keeps the real plan, test_catalog_trust): this wait stays.
     time.sleep(SETTLE_SECONDS)
     assert_unchanged(before, snapshot(api_client, victim))
     # The id is still the real plan's: a new instance of it is provisioned from the real plan's templates.

@@ -13,7 +13,7 @@ from kubernetes import client
 
 from opbroker.controller.claims.core import names
 from opbroker.controller.claims.registering import FAILED
-from tests.claims.test_claims_registration import OSB_GROUP, OSB_VERSION, bind, osb, provision
+from tests.claims.test_registration import OSB_GROUP, OSB_VERSION, bind, osb, provision
 from tests.claims_support import create, registered_service, service_claim, status
 from tests.cluster_fixtures import onboard
 from tests.controller_support import wait_for

@@ -13,7 +13,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from opbroker.devcluster.grants import grant_plan_account, onboard_namespace
-from tests.controller.test_controller_lifecycle import GROUP, VERSION, custom, gone, provision, wait_state
+from tests.controller.test_lifecycle import GROUP, VERSION, custom, gone, provision, wait_state
 from tests.controller_support import OWNER_VERBS, apply_yaml, wait_for
 
 pytestmark = pytest.mark.usefixtures("controller")

@@ -9,7 +9,7 @@
   the controller's log holds no traceback.
 
 The client-level and Pulumi-provider-level checks against the same broker are in
-tests/osbclient/test_osbclient_conformance.py.
+tests/osbclient/test_conformance.py.
 """
 
 from __future__ import annotations

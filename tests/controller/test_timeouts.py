@@ -31,8 +31,8 @@ from opbroker.devcluster import ControlPlane
 from opbroker.devcluster.controlplane import free_ports
 from opbroker.kubeclient import deadlines
 from tests.blackhole import BlackHole
-from tests.controller.test_controller_lifecycle import provision, wait_state
-from tests.controller.test_controller_robustness import lease_holder
+from tests.controller.test_lifecycle import provision, wait_state
+from tests.controller.test_robustness import lease_holder
 from tests.controller_support import OPBROKER, Process, wait_for
 
 # -- the deadlines, the checks and the guard (no cluster) -------------------------------------------------

@@ -84,7 +84,7 @@ def call(case: Any) -> None:
     if case.operation.path.startswith("/v2") and "X-Broker-API-Version" not in (case.headers or {}):
         headers["X-Broker-API-Version"] = "2.17"
     if head_bytes(case, headers) > DEFAULT_MAX_HEAD_BYTES:
-        # Refused by the HTTP parser before the app (400, or a reset): tests/broker/test_broker_edge.py covers that
+        # Refused by the HTTP parser before the app (400, or a reset): tests/broker/test_edge.py covers that
         # edge, this test the app behind it. Negative cases make 10 001-character operation tokens of multibyte text.
         SKIPPED.append(case.operation.label)
         return

@@ -13,7 +13,7 @@ from kubernetes import client
 from opbroker.controller.core.catalog_status import plan_verdict, service_verdict, status_patch
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import EntryView
-from tests.controller.test_controller_robustness import install_plan
+from tests.controller.test_robustness import install_plan
 from tests.controller_support import GROUP, VERSION, wait_for
 
 pytestmark = pytest.mark.usefixtures("controller")

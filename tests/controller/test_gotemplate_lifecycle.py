@@ -22,7 +22,7 @@ import yaml
 from kubernetes import client
 
 from opbroker.api.conventions import CREDENTIALS_KEY
-from tests.controller.test_controller_lifecycle import GROUP, VERSION, bind, custom, get, gone, provision, wait_state
+from tests.controller.test_lifecycle import GROUP, VERSION, bind, custom, get, gone, provision, wait_state
 from tests.controller_support import SEEDS, apply_yaml, wait_for
 
 PG = ("acid.zalan.do", "v1", "postgresqls")

@@ -1,7 +1,7 @@
 """Catalog trust (issue 24 A), table-tested without a cluster: only the trusted namespaces' SFServices and
 SFPlans enter the controller's catalog; an id two trusted objects declare is served by neither; the entry
 reconciler reports both (DuplicateId) and says of untrusted ones where catalog entries live (UntrustedNamespace).
-The same attacks through the real API server, as a tenant: tests/tenancy/test_tenancy_catalog.py."""
+The same attacks through the real API server, as a tenant: tests/tenancy/test_catalog.py."""
 
 from __future__ import annotations
 

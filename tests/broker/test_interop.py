@@ -18,8 +18,8 @@ from typing import Any
 import httpx
 
 from opbroker.api.conventions import resource_name
-from tests.broker.test_broker_bindings import bind_body, binding_url, instance_url, ready_instance
-from tests.broker.test_broker_instances import snapshot
+from tests.broker.test_bindings import bind_body, binding_url, instance_url, ready_instance
+from tests.broker.test_instances import snapshot
 from tests.broker_support import (  # noqa: F401  (pytest fixtures)
     ASYNC_PLAN,
     FIXED_PLAN,

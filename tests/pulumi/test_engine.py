@@ -4,7 +4,7 @@ programs (``opbroker.stacks``: the program runs in this process, no Python langu
 plan field, errors naming the field, the policy pack through the policy protocol, the Pulumi YAML example through
 the component provider (the proof for every other language), the OSB ServiceInstance/ServiceBinding of both
 examples against an OSB broker the test serves (provision, bind, secret credentials, unbind then deprovision on
-destroy; tests/pulumi/test_pulumi_osb_resources.py has refresh and failures), and the Service Catalog components
+destroy; tests/pulumi/test_osb_resources.py has refresh and failures), and the Service Catalog components
 (Broker, Instance, Binding) against the CRDs with no controller running.
 
 Tests in this module share one stack and run in order.

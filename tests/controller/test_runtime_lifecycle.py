@@ -1,0 +1,75 @@
+"""The controller's process lifecycle (:mod:`opbroker.controller.runtime.lifecycle`): the loop runs the controller
+until a stop is asked from any thread (a signal handler), stops it with the drain time, and says when it is done —
+the leader releases its Lease only then. The process around it (signals, the Lease, exit codes) is tested on a real
+API server in ``test_shutdown.py``."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from opbroker.controller.runtime import health
+from opbroker.controller.runtime.lifecycle import Shutdown, operate
+
+
+class Recorded:
+    """A controller that records what the loop does with it."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def start(self) -> None:
+        self.calls.append("start")
+
+    async def stop(self, drain: float) -> None:
+        self.calls.append(f"stop {drain}")
+
+
+def test_a_stop_asked_from_another_thread_stops_the_controller_with_the_drain_time() -> None:
+    controller = Recorded()
+    shutdown = Shutdown()
+    state = health.Health()
+    loop = asyncio.new_event_loop()
+    runner = threading.Thread(
+        target=loop.run_until_complete, args=(operate(controller, shutdown, state=state, drain=3.0),)
+    )
+    runner.start()
+    try:
+        assert not shutdown.wait_stopped(0.2)  # runs until asked
+        assert shutdown.operating and controller.calls == ["start"]
+        assert state.phase is health.Phase.RUNNING
+        assert shutdown.request("received SIGTERM")
+        assert not shutdown.request("received SIGTERM")  # asked once; a second signal is the caller's to handle
+        assert shutdown.wait_stopped(10)
+    finally:
+        runner.join(10)
+        loop.close()
+    assert controller.calls == ["start", "stop 3.0"]
+    assert not shutdown.operating
+    assert state.liveness() == (False, "stopped: received SIGTERM")
+
+
+def test_a_stop_asked_before_the_loop_runs_stops_it_right_after_the_start() -> None:
+    controller = Recorded()
+    shutdown = Shutdown()
+    assert not shutdown.operating  # nothing to wait for yet: the signal handler exits at once
+    shutdown.request("received SIGINT")
+    asyncio.run(operate(controller, shutdown, state=health.Health(), drain=0.0))
+    assert controller.calls == ["start", "stop 0.0"] and shutdown.wait_stopped(0)
+
+
+def test_a_controller_that_fails_to_start_ends_the_loop_unasked() -> None:
+    class Broken(Recorded):
+        def start(self) -> None:
+            raise RuntimeError("no catalog")
+
+    shutdown = Shutdown()
+    state = health.Health()
+    try:
+        asyncio.run(operate(Broken(), shutdown, state=state, drain=1.0))
+    except RuntimeError as exc:
+        assert str(exc) == "no catalog"
+    else:
+        raise AssertionError("the failure must reach the process, which exits non-zero")
+    assert not shutdown.requested and shutdown.wait_stopped(0)
+    assert state.liveness() == (False, "the controller's loop has ended")
