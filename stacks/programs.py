@@ -44,7 +44,7 @@ def control_plane_with_catalog(
     controller's Deployment: ``destroy`` deletes the catalog while the controller still runs, which must release
     its finalizer on every plan an instance ever used (``opbroker.controller.plan_guard``) and on the services
     (with the controller deleted alongside, the plans and the CRDs wait forever; seen on a node in
-    tests/pulumi/test_pulumi_node.py). The price: with ``await_deployments`` the catalog is created once the
+    tests/pulumi/test_node.py). The price: with ``await_deployments`` the catalog is created once the
     controller's rollout is done, not before. With ``export`` the stack exports ``namespace``, ``crds``,
     ``brokerUrl``, ``brokerUsername`` and ``brokerPassword`` (a secret), as the root stack does.
     """

@@ -1,7 +1,7 @@
 """What the root stack declares, as plain data: the ControlPlane's args and the catalog's components.
 
 ``__main__.py`` registers these through ``opbroker.stacks.control_plane_with_catalog``; the engine tests run that
-very program inline (``tests/pulumi/test_pulumi_engine.py``) and change one plan's args through this module.
+very program inline (``tests/pulumi/test_engine.py``) and change one plan's args through this module.
 """
 
 from pathlib import Path
