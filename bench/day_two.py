@@ -39,7 +39,7 @@ from typing import Any
 import httpx
 from kubernetes import client, watch
 
-from bench.common import Bench, bench_stack, pid_usage, summary
+from bench.common import Bench, bench_stack, end_watch, pid_usage, summary
 from bench.restart import audit_requests, restart, scrape, settle_objects, vm_rss_kib, wait_idle
 from opbroker.devcluster.controlplane import free_ports
 from opbroker.devcluster.processes import Process
@@ -396,6 +396,7 @@ class DatabaseWatch:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
+        self._stream: watch.Watch | None = None
         self.version = ""
 
     def start(self) -> None:
@@ -406,11 +407,12 @@ class DatabaseWatch:
 
     def stop(self) -> None:
         self._stop.set()
+        end_watch(self._thread, lambda: self._stream)
 
     def _run(self) -> None:
         custom = client.CustomObjectsApi(self.api)
         while not self._stop.is_set():
-            stream = watch.Watch()
+            stream = self._stream = watch.Watch()
             try:
                 for event in stream.stream(
                     custom.list_namespaced_custom_object,

@@ -19,7 +19,7 @@ from typing import Any
 
 from kubernetes import client, watch
 
-from bench.common import Bench, api_writes, by_verb, process_usage, reviews, summary, writes_by_resource
+from bench.common import Bench, api_writes, by_verb, end_watch, process_usage, reviews, summary, writes_by_resource
 from bench.raw import raw_write_rate
 
 #: The demo plan renders one object; the protocol needs the instance itself, the broker's ``in_queue``,
@@ -36,18 +36,20 @@ class StateWatch:
         self.failed: dict[str, str] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
+        self._stream: watch.Watch | None = None
 
     def start(self) -> None:
         self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
+        end_watch(self._thread, lambda: self._stream)
 
     def _run(self) -> None:
         custom = client.CustomObjectsApi(self.api)
         version = ""
         while not self._stop.is_set():
-            stream = watch.Watch()
+            stream = self._stream = watch.Watch()
             try:
                 for event in stream.stream(
                     custom.list_namespaced_custom_object,

@@ -29,7 +29,7 @@ from typing import Any
 
 from kubernetes import client, config, watch
 
-from bench.common import BENCH_AGENT, Bench, api_writes, bench_stack, by_verb, process_usage, summary
+from bench.common import BENCH_AGENT, Bench, api_writes, bench_stack, by_verb, end_watch, process_usage, summary
 from opbroker.api.conventions import DEFAULT_NAMESPACE
 
 GROUP, VERSION = "servicecatalog.k8s.io", "v1alpha1"
@@ -46,19 +46,22 @@ class ReadyWatch:
         self.failed: dict[str, str] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
+        self._stream: watch.Watch | None = None
 
     def start(self) -> None:
         self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
+        end_watch(self._thread, lambda: self._stream)
 
     def _run(self) -> None:
         custom = client.CustomObjectsApi(self.api)
         version = ""
         while not self._stop.is_set():
+            self._stream = watch.Watch()
             try:
-                for event in watch.Watch().stream(
+                for event in self._stream.stream(
                     custom.list_namespaced_custom_object,
                     GROUP,
                     VERSION,
