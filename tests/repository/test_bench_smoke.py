@@ -58,6 +58,8 @@ def test_the_restart_benchmark_counts_a_fresh_controller_over_settled_objects() 
         assert measured["objects_seen"] == objects and measured["queue_gauges"]
         assert measured["rss_kib"] > 0 and measured["cpu_seconds_to_idle"] > 0
         assert measured["ready_seconds"] <= measured["idle_seconds"]
+        # The old controller stopped on SIGTERM, gracefully (issue 45; kopf's teardown ended in a SIGKILL, -9).
+        assert measured["old_controller"]["exit_code"] == 0, measured["old_controller"]
     assert r["restart"]["reconciles"] >= 18
     # Settled objects need no write: a fresh controller that rewrote them (a status churn) would count here.
     assert r["controller_writes"] == r["restart"]["writes"] == 0
