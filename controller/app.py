@@ -101,6 +101,7 @@ class Controller:
             self.watchers,
             own_writes=memories.keep(OwnWrites()),
             budgets=self.budgets,
+            clock=self.runtime.clock,
         )
         self.own_writes = deps.own_writes
         self.multicluster = MultiCluster(deps, self.runtime) if settings.multicluster else None

@@ -15,7 +15,6 @@ pure :mod:`.binding_plan` decides, the one :class:`~.executor.Executor` acts; pa
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
@@ -120,7 +119,7 @@ class BindingReconciler(PassingReconciler[BindingFacts]):
             entry,
             self.applied.recall(key, version),
             limits_of(settings),
-            datetime.datetime.now(datetime.UTC),
+            self.deps.clock.now(),
             identities.plan_user(entry.body, settings) if entry is not None else None,
             watched_kinds=self.deps.watchers.live,
             over_budget=self.deps.budgets.refusal(key),
@@ -274,7 +273,7 @@ class BindingReconciler(PassingReconciler[BindingFacts]):
             return ()
         rendering = self._render(facts, TemplateAction.BIND)
         memo = self.day_two.get(facts.key) or DayTwo()
-        kube, now, bounds = self._actor(facts), datetime.datetime.now(datetime.UTC), facts.limits.drift_bounds
+        kube, now, bounds = self._actor(facts), self.deps.clock.now(), facts.limits.drift_bounds
         return tuple(ObservedBind(observe(kube, p.piece, memo, now, bounds), p.instance_own) for p in rendering.pieces)
 
     def _unchanged(self, facts: BindingFacts) -> bool:

@@ -69,10 +69,6 @@ __all__ = ["InstanceFacts", "InstanceReconciler"]
 OWN_MANAGERS_PREFIX = "opbroker-"
 
 
-def _now() -> datetime.datetime:
-    return datetime.datetime.now(datetime.UTC)
-
-
 def observe(kube: Kube, piece: Piece, memo: DayTwo, now: datetime.datetime, bounds: drift.Bounds) -> Observed:
     """Day two: one rendered object (an instance's or a binding's), live, with when it was set back before; when a
     drift of it would be a fight, read past the store to name the other writer (the store keeps no
@@ -157,7 +153,7 @@ class InstanceReconciler(PassingReconciler[InstanceFacts]):
             self.applied.recall(key, (view.meta.generation, entry.hash if entry else None)),
             (settings.namespace,),
             limits_of(settings),
-            datetime.datetime.now(datetime.UTC),
+            self.deps.clock.now(),
             identities.plan_user(entry.body, settings) if entry is not None else None,
             watched_kinds=self.deps.watchers.live,
             over_budget=self.deps.budgets.refusal(key),
@@ -298,7 +294,7 @@ class InstanceReconciler(PassingReconciler[InstanceFacts]):
         return {object_key(ref): drift.shape(kube.get(ref)) for ref in facts.instance.status.resources}
 
     def _observe(self, facts: InstanceFacts, piece: Piece, memo: DayTwo) -> Observed:
-        return observe(self._actor(facts), piece, memo, facts.now or _now(), facts.limits.drift_bounds)
+        return observe(self._actor(facts), piece, memo, facts.now or self.deps.clock.now(), facts.limits.drift_bounds)
 
     def _digest(self, facts: InstanceFacts, refs: Sequence[ResourceRef]) -> tuple[str, tuple[str | None, ...]]:
         """The versions of what a check reads (``refs``), and their digest with the plan's version and the

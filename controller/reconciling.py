@@ -13,6 +13,7 @@ from opbroker.controller.budgets import Budgeting
 from opbroker.controller.catalog import Catalog
 from opbroker.controller.kube import Kube
 from opbroker.controller.registries import RegistryCache
+from opbroker.controller.runtime.clock import SYSTEM, Clock
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.outcomes import Outcome
 from opbroker.controller.settings import ControllerSettings
@@ -59,6 +60,8 @@ class Deps:
     own_writes: OwnWrites = field(default_factory=lambda: OwnWrites())
     registries: RegistryCache = field(default_factory=RegistryCache)
     budgets: Budgeting = field(default_factory=Budgeting)
+    clock: Clock = SYSTEM
+    """The runtime's clock: the facts' ``now`` and day two's drift windows read it (tests pass a fake one)."""
 
 
 class OwnWrites:
