@@ -11,7 +11,6 @@ Each effect performs its action the same way every time and decides nothing: the
 from __future__ import annotations
 
 import dataclasses
-import datetime
 from collections.abc import Mapping
 from typing import Any
 
@@ -67,7 +66,7 @@ def osb_effects(
         if written is None or after == before:
             return  # nothing changed: a value the API server normalises, or a singleton left as it is
         memo = checks.get(run.key) or DayTwo()
-        when = datetime.datetime.now(datetime.UTC)
+        when = action.at
         key = object_key(ref)
         corrections = {k: v for k, v in memo.corrections.items() if k != key}
         corrections[key] = (*memo.corrections.get(key, ())[-8:], when)

@@ -175,10 +175,12 @@ class Track:
 class Correct:
     """Day two: set a drifted object back (``apply``, performed as any apply), then — only if the write changed it —
     an Event naming ``fields`` (``core.drift.drift_message``) and the correction counted for the fight bound. A
-    write that changed nothing (a value the API server normalises, found different by the comparison) is silent."""
+    write that changed nothing (a value the API server normalises, found different by the comparison) is silent.
+    ``at``: the facts' now, the moment the correction counts at (the effect reads no clock)."""
 
     apply: Apply
     fields: tuple[str, ...]
+    at: datetime.datetime
 
 
 @dataclass(frozen=True)

@@ -798,7 +798,7 @@ def find_drift(observed: Sequence[tuple[Observed, a.Apply]], now: datetime.datet
             continue
         decision = drift.verdict(seen.history, now, bounds)
         if decision.verdict is drift.Verdict.CORRECT:
-            corrections.append(a.Correct(action, paths))
+            corrections.append(a.Correct(action, paths, now))
             continue
         waits.append(decision.after)
         if decision.verdict is drift.Verdict.FIGHT:
