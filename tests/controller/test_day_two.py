@@ -154,7 +154,8 @@ def test_an_operator_failure_shows_in_ready_with_its_words_and_recovers(
 
     report_phase(api_client, namespace, "live-status", "Running", "ready")
     wait_for(lambda: ready_is("True", "OperatorReady"), 30, "Ready=True again")
-    assert events(api_client, namespace, "live-status", "OperatorReady")
+    # The Event is posted after the status write that flips the condition: it may lag the condition by a moment.
+    wait_for(lambda: events(api_client, namespace, "live-status", "OperatorReady"), 10, "the OperatorReady Event")
 
 
 def health_count(port: int, health: str) -> float:
