@@ -140,13 +140,17 @@ def run(settings: ControllerSettings, *, kubeconfig: str | None) -> None:
         if not shutdown.requested:
             _exit_because_the_loop_stopped()
 
-    def stop_on_signal(signum: int) -> None:
-        """A signal on the loop's own thread (no election): ask the loop to stop; a second signal exits now."""
+    def ask_to_stop(signum: int, who: str) -> None:
+        """Ask the loop to stop for ``signum`` (``who`` names this process in the log); a second signal exits now."""
         name = signal.Signals(signum).name
         if not shutdown.request(f"received {name}"):
-            logger.warning("received %s again while stopping; exiting now", name)
+            logger.warning("%s received %s again while stopping; exiting now", who, name)
             _exit(1)
-        logger.info("received %s; stopping", name)
+        logger.info("%s received %s; stopping", who, name)
+
+    def stop_on_signal(signum: int) -> None:
+        """A signal on the loop's own thread (no election): ask the loop to stop; :func:`operate` returns then."""
+        ask_to_stop(signum, "the controller")
 
     wait_for_the_api()
     if not settings.leader_election:
@@ -167,12 +171,7 @@ def run(settings: ControllerSettings, *, kubeconfig: str | None) -> None:
         the election's: stop the controller gracefully, then hand the Lease over and exit 0. Without this the
         process ignores the signal (as a container's PID 1 it has no default action) and the pod is killed only
         after its grace period, and the standby waits out the lease on top. A second signal exits at once."""
-        name = signal.Signals(signum).name
-        if not shutdown.request(f"received {name}"):
-            logger.warning("%s received %s again while stopping; exiting now", identity, name)
-            _exit(1)
-        logger.info("%s received %s; stopping", identity, name)
-        state.stopped(f"stopping: received {name}")
+        ask_to_stop(signum, identity)
         if shutdown.operating and not shutdown.wait_stopped(settings.drain_seconds + lifecycle.STOP_MARGIN_SECONDS):
             logger.warning("%s: the controller did not stop in time; exiting all the same", identity)
         if leading.is_set():

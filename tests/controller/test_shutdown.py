@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client
+from prometheus_client.parser import text_string_to_metric_families
 
 from opbroker.controller.runtime.lifecycle import STOP_MARGIN_SECONDS
 from opbroker.devcluster import ControlPlane
@@ -49,11 +50,9 @@ def gauges(port: int) -> dict[str, float]:
     """The controller's unlabelled metrics and the sum of each labelled one, by name."""
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     values: dict[str, float] = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, _, value = line.rpartition(" ")
-            base = name.split("{", 1)[0]
-            values[base] = values.get(base, 0.0) + float(value)
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            values[sample.name] = values.get(sample.name, 0.0) + sample.value
     return values
 
 
