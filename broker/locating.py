@@ -14,28 +14,29 @@ answer.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Iterable
-from typing import Any
 
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from opbroker.api import conventions
 from opbroker.api.catalog import OSB_GROUP
 from opbroker.broker.records import Kind
-from opbroker.kubeclient import answers
-from opbroker.kubeclient.lean import METADATA_PAGE, METADATA_WATCH, LeanCustomObjects
+from opbroker.kubeclient.informer import Body, Collection, Identity, Informer, LeanSource
+from opbroker.kubeclient.lean import METADATA_PAGE, LeanApi
 
 log = logging.getLogger(__name__)
 VERSION = "v1alpha1"
 #: The label selector of the objects the broker recorded: the only ones that answer for an OSB id.
 RECORDED = f"{conventions.LABEL_RECORDED_BY}={conventions.RECORDED_BY_BROKER}"
+#: Seconds between attempts while the API server does not answer (the index is a hint: lookups fall back meanwhile).
+RETRY_SECONDS = 1.0
 
 
 class NamespaceIndex:
-    """name → namespaces for each kind, kept by one list+watch thread per kind.
+    """name → namespaces for each kind, kept by one informer per kind.
 
     Only objects the broker recorded (``repository.RECORDED``, a label no tenant may write) are listed and
     watched: a tenant's same-named object in its own namespace never becomes a hint. A name recorded in two
@@ -43,15 +44,32 @@ class NamespaceIndex:
     """
 
     def __init__(self, api_client: client.ApiClient, kinds: Iterable[Kind], *, watch_seconds: int = 60) -> None:
-        self._custom = LeanCustomObjects(api_client)
         self._kinds = tuple(kinds)
-        self._watch_seconds = watch_seconds
         self._lock = threading.Lock()
         self._names: dict[Kind, dict[str, set[str]]] = {kind: {} for kind in self._kinds}
-        self._stopped = threading.Event()
-        self._watches: list[answers.Watch] = []
-        self._threads: list[threading.Thread] = []
-        self.synced = {kind: threading.Event() for kind in self._kinds}
+        source = LeanSource(LeanApi(api_client))
+        self._informers = {
+            kind: Informer(
+                source,
+                Collection(
+                    f"{OSB_GROUP}/{VERSION}",
+                    kind.plural,
+                    kind.model.KIND,
+                    label_selector=RECORDED,
+                    metadata_only=True,
+                    page=METADATA_PAGE,
+                ),
+                functools.partial(self._changed, kind),
+                on_listed=functools.partial(self._listed, kind),
+                list_events=False,  # the listing's identities replace the kind's index whole
+                tombstones=False,
+                watch_seconds=watch_seconds,
+                retry_seconds=RETRY_SECONDS,
+                name=f"opbroker-index-{kind.value}",
+            )
+            for kind in self._kinds
+        }
+        self.synced = {kind: informer.listed for kind, informer in self._informers.items()}
 
     def get(self, kind: Kind, name: str) -> str | None:
         """The one namespace ``name`` was recorded in; None when none or several (the caller looks further)."""
@@ -70,81 +88,33 @@ class NamespaceIndex:
             self._names[kind].setdefault(name, set()).add(namespace)
 
     def start(self) -> None:
-        for kind in self._kinds:
-            thread = threading.Thread(target=self._run, args=(kind,), name=f"opbroker-index-{kind.value}", daemon=True)
-            thread.start()
-            self._threads.append(thread)
+        for informer in self._informers.values():
+            informer.start()
 
     def stop(self) -> None:
-        self._stopped.set()
-        for stream in list(self._watches):
-            stream.stop()
+        for informer in self._informers.values():
+            informer.stop()
 
-    def _run(self, kind: Kind) -> None:
-        while not self._stopped.is_set():
-            try:
-                version: str | None = self._relist(kind)
-                self.synced[kind].set()
-                while version is not None and not self._stopped.is_set():
-                    version = self._follow(kind, version)
-            except Exception as exc:  # the index is a hint: log, back off, relist
-                if self._stopped.is_set():
-                    return
-                log.warning("namespace index for %s: %s; relisting", kind.plural, type(exc).__name__)
-                self._stopped.wait(1.0)
-
-    def _relist(self, kind: Kind) -> str:
+    def _listed(self, kind: Kind, listed: frozenset[Identity]) -> None:
         names: dict[str, set[str]] = {}
-        listed: dict[str, Any] = {}
-        for page in self._custom.cluster_metadata_pages(
-            OSB_GROUP, VERSION, kind.plural, limit=METADATA_PAGE, label_selector=RECORDED
-        ):
-            for item in page.get("items") or []:
-                meta = item.get("metadata") or {}
-                if meta.get("name") and meta.get("namespace"):
-                    names.setdefault(meta["name"], set()).add(meta["namespace"])
-            listed = page.get("metadata") or {}
+        for namespace, name in listed:
+            if namespace and name:
+                names.setdefault(name, set()).add(namespace)
         with self._lock:
             self._names[kind] = names
-        return str(listed["resourceVersion"])
 
-    def _follow(self, kind: Kind, version: str) -> str | None:
-        """Apply watch events from ``version``; the version to resume from, or ``None`` to relist."""
-        stream = answers.Watch()
-        self._watches.append(stream)
-        try:
-            for event in stream.stream(
-                self._custom.list_cluster_custom_object,
-                OSB_GROUP,
-                VERSION,
-                kind.plural,
-                resource_version=version,
-                label_selector=RECORDED,
-                timeout_seconds=self._watch_seconds,
-                _headers={"Accept": METADATA_WATCH},
-            ):
-                if self._stopped.is_set() or event["type"] == "ERROR":
-                    return None
-                meta: dict[str, Any] = event["object"].get("metadata") or {}
-                version = meta.get("resourceVersion") or version
-                name: str | None = meta.get("name")
-                namespace: str | None = meta.get("namespace")
-                if not name or not namespace:
-                    continue
-                with self._lock:
-                    if event["type"] == "DELETED":
-                        left = self._names[kind].get(name, set()) - {namespace}
-                        if left:
-                            self._names[kind][name] = left
-                        else:
-                            self._names[kind].pop(name, None)
-                    else:
-                        self._names[kind].setdefault(name, set()).add(namespace)
-        except ApiException as exc:
-            if exc.status != 410:  # 410: resourceVersion too old, relist
-                raise
-            return None
-        finally:
-            stream.stop()
-            self._watches.remove(stream)
-        return version
+    def _changed(self, kind: Kind, event_type: str, obj: Body) -> None:
+        meta = obj.get("metadata") or {}
+        name: str | None = meta.get("name")
+        namespace: str | None = meta.get("namespace")
+        if not name or not namespace:
+            return
+        with self._lock:
+            if event_type == "DELETED":
+                left = self._names[kind].get(name, set()) - {namespace}
+                if left:
+                    self._names[kind][name] = left
+                else:
+                    self._names[kind].pop(name, None)
+            else:
+                self._names[kind].setdefault(name, set()).add(namespace)

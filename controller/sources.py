@@ -6,7 +6,8 @@ only known from the plans, so watches start on demand, as reconciles report the 
 no restart is needed when a plan introduces a new operator kind.
 
 ``SourceIndex`` is the pure part (which owner keys depend on which object); ``SourceWatchers`` runs one
-watch per kind in a thread and reports the owners of every changed object to a callback.
+informer per kind (:mod:`opbroker.kubeclient.informer`) and reports the owners of every changed object to a
+callback.
 
 Each watch request asks the API server to end it after ``watch_seconds`` and for bookmarks; the client's read
 deadline (:mod:`opbroker.kubeclient.deadlines`) fails one that delivers nothing for a quarter longer — a dead
@@ -32,95 +33,30 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from kubernetes import watch
-from kubernetes.client.exceptions import ApiException
-
 from opbroker.api.meta import ResourceRef
-from opbroker.controller.core.views import ListPage, WatchEvent
 from opbroker.controller.kube import Kube, ref_of
+from opbroker.controller.runtime.informers import streams_client
 from opbroker.controller.runtime.keys import Key
-from opbroker.kubeclient import deadlines, jsontext
-from opbroker.kubeclient.deadlines import Timeouts
-from opbroker.kubeclient.lean import METADATA_LIST, METADATA_PAGE, METADATA_WATCH
+from opbroker.kubeclient.informer import Body, Collection, Identity, Informer, LeanSource, Source, items_of, pages
+from opbroker.kubeclient.lean import METADATA_PAGE, LeanApi
 
 logger = logging.getLogger(__name__)
 
 ObjectKey = tuple[str, str, str, str]  # apiVersion, kind, namespace, name
-Listener = Callable[[str, dict[str, Any]], None]  # event type, object
+Listener = Callable[[str, Body], None]  # event type, object
 
 
 def object_key(ref: ResourceRef) -> ObjectKey:
     return (ref.api_version, ref.kind, ref.namespace or "", ref.name)
 
 
-def _with_type(item: Mapping[str, Any], api_version: str, kind: str) -> dict[str, Any]:
-    """List items carry no apiVersion/kind; the store's copies are served as if read one by one."""
-    return {**item, "apiVersion": api_version, "kind": kind}
-
-
-#: What a metadata-only list and watch ask for (as client-go's metadata informers do): the API server answers
-#: ``PartialObjectMetadata``: one object's metadata, without its data (a metadata-only watch's events).
-
-#: Objects per page when a watch lists its kind: the store takes them in page by page, so listing 40 000
-#: Secrets never holds them all as parsed objects at once (their memory would stay with the process).
+#: Objects per page when a kind is listed with its bodies: the store takes them in page by page, so a listing
+#: never holds them all as parsed objects at once (their memory would stay with the process). A metadata-only
+#: kind is listed in pages of :data:`~opbroker.kubeclient.lean.METADATA_PAGE`.
 LIST_PAGE = 5_000
-
-
-def _listing(
-    resource: Any,
-    api_version: str,
-    kind: str,
-    version: list[str | None],
-    *,
-    metadata_only: bool = False,
-    label_selector: str | None = None,
-    namespace: str | None = None,
-) -> Iterator[dict[str, Any]]:
-    """Every object of ``resource`` (with ``label_selector``: those it selects), listed in pages as plain JSON
-    (the dynamic client's own objects cost more than the request); the listing's resourceVersion is appended
-    to ``version`` at its end. ``metadata_only``: each object's metadata alone (see :data:`METADATA_LIST`)."""
-    token: str | None = None
-    headers: dict[str, Any] = {"header_params": {"Accept": METADATA_LIST}} if metadata_only else {}
-    if label_selector:
-        headers["label_selector"] = label_selector
-    if namespace:
-        headers["namespace"] = namespace
-    while True:
-        limit = METADATA_PAGE if metadata_only else LIST_PAGE
-        page = ListPage.of(jsontext.loads(resource.get(limit=limit, _continue=token, serialize=False, **headers).data))
-        for item in page.items:
-            yield _metadata_of(item, api_version, kind) if metadata_only else _with_type(item, api_version, kind)
-        token = page.continue_token
-        if token is None:
-            version.append(page.resource_version)
-            return
-
-
-def _metadata_of(item: Mapping[str, Any], api_version: str, kind: str) -> dict[str, Any]:
-    """What a metadata-only watch passes on of an object: its type and metadata, nothing else (whatever else
-    an API server might send; annotations stay — listeners may look at them — but the store keeps none)."""
-    return {"apiVersion": api_version, "kind": kind, "metadata": item.get("metadata") or {}}
-
-
-def _events(
-    resource: Any, resource_version: str | None, watcher: watch.Watch, watch_seconds: int, *, metadata_only: bool
-) -> Iterator[dict[str, Any]]:
-    """``resource``'s watch events as raw JSON (``metadata_only``: as ``PartialObjectMetadata``). Not the dynamic
-    client's ``watch``: it wraps every event's object in a ``ResourceInstance`` that nothing here reads (8.7 % of the
-    controller's CPU under the provisioning bench, py-spy, session 12) and sends no Accept header of ours."""
-    accept = {"header_params": {"Accept": METADATA_WATCH}} if metadata_only else {}
-    yield from watcher.stream(
-        resource.get,
-        resource_version=resource_version,
-        timeout_seconds=watch_seconds,
-        allow_watch_bookmarks=True,
-        serialize=False,
-        **accept,
-    )
-
 
 #: The most kinds the source watches follow (a thread each); the operator kinds of a platform's plans are a few.
 MAX_WATCHED_KINDS = 128
@@ -194,7 +130,7 @@ class SourceIndex:
 
 
 class SourceWatchers:
-    """One watch thread per (apiVersion, kind), started the first time a reconcile needs it.
+    """One informer per (apiVersion, kind), started the first time a reconcile needs it.
 
     Only for a kind the API server serves (``Kube.served``: a made-up kind starts nothing, and its refs are read
     as any unwatched object is), and at most ``max_kinds`` of them: the kinds come from what templates render,
@@ -213,8 +149,10 @@ class SourceWatchers:
         own_bodies: Mapping[tuple[str, str], tuple[str, str]] | None = None,
         retry_seconds: float = 2.0,
         max_kinds: int = MAX_WATCHED_KINDS,
+        source: Source | None = None,
     ) -> None:
         self._kube = kube
+        self._source = source
         self._max_kinds = max_kinds
         self._over_budget: set[tuple[str, str]] = set()
         self._retry_seconds = retry_seconds
@@ -224,48 +162,66 @@ class SourceWatchers:
         self._index = index
         self._on_change = on_change
         self._lock = threading.Lock()
-        self._threads: dict[tuple[str, str], threading.Thread] = {}
-        self._listed: dict[tuple[str, str], threading.Event] = {}
+        self._informers: dict[tuple[str, str], Informer] = {}
         self._unlisted: set[tuple[str, str]] = set()
         self._listeners: dict[tuple[str, str], list[Listener]] = {}
-        self._live: frozenset[tuple[str, str]] = frozenset()
-        self._stop = threading.Event()
+        self._stopped = False
 
     @property
     def watched(self) -> set[tuple[str, str]]:
         with self._lock:
-            return set(self._threads)
+            return set(self._informers)
 
     @property
     def live(self) -> frozenset[tuple[str, str]]:
-        """The kinds whose watch is live: listed, and not failed since (a watch resumed after a refused request is
-        live again with its first event). A change of their objects reaches the owners at once, so an owner's
-        poll may back off; any other kind's owners are polled at the fixed interval."""
-        return self._live
-
-    def _mark(self, kind: tuple[str, str], *, live: bool) -> None:
+        """The kinds whose watch is live: listed, and not failed since. A change of their objects reaches the
+        owners at once, so an owner's poll may back off; any other kind's owners are polled at the fixed
+        interval."""
         with self._lock:
-            self._live = self._live | {kind} if live else self._live - {kind}
+            informers = list(self._informers.items())
+        return frozenset(kind for kind, informer in informers if informer.live)
 
     def ensure(self, kinds: Iterable[tuple[str, str]]) -> None:
         for kind in kinds:
             with self._lock:
-                if kind in self._threads or self._stop.is_set():
+                if kind in self._informers or self._stopped:
                     continue
-            if not self._kube.served.served(*kind):
+            served = self._kube.served.resource(*kind)
+            if served is None:
                 continue
             with self._lock:
-                if kind in self._threads or self._stop.is_set():
+                if kind in self._informers or self._stopped:
                     continue
-                if len(self._threads) >= self._max_kinds:
+                if len(self._informers) >= self._max_kinds:
                     if kind not in self._over_budget and len(self._over_budget) < self._max_kinds:
                         self._over_budget.add(kind)
                         logger.warning("not watching %s %s: %d kinds are watched already", *kind, self._max_kinds)
                     continue
-                thread = threading.Thread(target=self._watch, args=kind, name=f"watch-{kind[1]}", daemon=True)
-                self._threads[kind] = thread
-                self._listed[kind] = threading.Event()
-            thread.start()
+                informer = self._informer(kind, served.name)
+                self._informers[kind] = informer
+            informer.start()
+
+    def _informer(self, kind: tuple[str, str], plural: str) -> Informer:
+        api_version, kind_name = kind
+        bodies = kind not in self._metadata_only
+        collection = Collection(
+            api_version, plural, kind_name, metadata_only=not bodies, page=LIST_PAGE if bodies else METADATA_PAGE
+        )
+        if self._source is None:
+            self._source = LeanSource(LeanApi(streams_client(self._kube.api_client, connections=16)))
+        return Informer(
+            self._source,
+            collection,
+            functools.partial(self._changed, kind, bodies),
+            on_page=functools.partial(self._page, kind, bodies),
+            on_listed=functools.partial(self._listed, kind, collection),
+            on_lost=functools.partial(self._lost, kind),
+            list_events=False,  # a page is told to the listeners by _page, and owners only after a relisting
+            tombstones=False,  # the store completes the kind from the identities listed
+            watch_seconds=self._watch_seconds,
+            retry_seconds=self._retry_seconds,
+            name=f"watch-{kind_name}",
+        )
 
     def subscribe(self, kind: tuple[str, str], listener: Listener) -> None:
         """Watch ``kind`` from now on, and pass every object it lists or changes to ``listener`` (in the watch's
@@ -275,17 +231,12 @@ class SourceWatchers:
             self._listeners.setdefault(kind, []).append(listener)
         self.ensure([kind])
 
-    def _tell(self, kind: tuple[str, str], event_type: str, obj: dict[str, Any]) -> None:
+    def _tell(self, kind: tuple[str, str], event_type: str, obj: Body) -> None:
         for listener in self._listeners.get(kind, ()):
             try:
                 listener(event_type, obj)
             except Exception:
                 logger.exception("a listener of %s %s failed", *kind)
-
-    def _told(self, kind: tuple[str, str], objects: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-        for obj in objects:
-            yield obj
-            self._tell(kind, "ADDED", obj)
 
     def wait_listed(self, kinds: Iterable[tuple[str, str]], timeout: float) -> bool:
         """Wait (up to ``timeout`` seconds in all) until the watches of ``kinds`` have listed their kind once,
@@ -295,97 +246,69 @@ class SourceWatchers:
         deadline = time.monotonic() + timeout
         for kind in kinds:
             with self._lock:
-                listed = self._listed.get(kind)
+                informer = self._informers.get(kind)
                 if kind in self._unlisted:
                     return False  # waited for in vain once: nobody waits for it again
-            if listed is None:
+            if informer is None:
                 return False
-            if not listed.wait(max(0.0, deadline - time.monotonic())):
+            if not informer.listed.wait(max(0.0, deadline - time.monotonic())):
                 with self._lock:
                     self._unlisted.add(kind)
                 return False
         return True
 
     def stop(self) -> None:
-        self._stop.set()
+        """Stop every watch now (their streams ended, not left to their server-side end)."""
+        with self._lock:
+            self._stopped = True
+            informers = list(self._informers.items())
+        for kind, informer in informers:
+            informer.stop()
+            self._kube.store.forget_type(kind)
 
-    def _watch(self, api_version: str, kind: str) -> None:
-        """Watch ``kind`` cluster-wide until stopped, resuming from the last resourceVersion after errors."""
-        resource_version: str | None = None
+    # -- what the informers tell --------------------------------------------------------------------------
+
+    def _page(self, kind: tuple[str, str], bodies: bool, objects: Sequence[Body]) -> None:
+        """A page of a listing: held in the store (complete once the whole listing is), told to the listeners."""
+        self._kube.store.hold_page(kind, objects, bodies=bodies)
+        for obj in objects:
+            self._tell(kind, "ADDED", obj)
+
+    def _listed(self, kind: tuple[str, str], collection: Collection, listed: frozenset[Identity]) -> None:
+        """A whole listing: the store's kind is complete; the controller's own Secrets are read with their
+        bodies; after a relisting, every owner of an object of the kind is told (the gap's events are lost)."""
         store = self._kube.store
-        type_key = (api_version, kind)
-        bodies = type_key not in self._metadata_only
-        while not self._stop.is_set():
-            try:
-                resource = self._kube.dynamic.resources.get(api_version=api_version, kind=kind)
-                if resource_version is None:
-                    # Listed, then watched from that version on: the store holds the whole kind (an
-                    # informer's list-and-watch), so reconciles need not GET these objects.
-                    versions: list[str | None] = []
-                    listing = _listing(resource, api_version, kind, versions, metadata_only=not bodies)
-                    store.replace(type_key, self._told(type_key, listing), bodies=bodies)
-                    resource_version = versions[0]
-                    own = self._own_bodies.get(type_key)
-                    if not bodies and own:
-                        own_namespace, own_selector = own
-                        for obj in _listing(
-                            resource, api_version, kind, [], label_selector=own_selector, namespace=own_namespace
-                        ):
-                            store.fill(type_key, obj)
-                    listed = self._listed[type_key]
-                    if listed.is_set():  # listed again after a failure: what changed in the gap was never told
-                        for owner in self._index.owners_of_kind(type_key):
-                            self._on_change(owner)
-                    listed.set()
-                    self._mark(type_key, live=True)
-                watcher = watch.Watch()
-                metadata_of = functools.partial(_metadata_of, api_version=api_version, kind=kind)
-                deadline = time.monotonic() + Timeouts(watch=self._watch_seconds).watch_read()
-                events = _events(resource, resource_version, watcher, self._watch_seconds, metadata_only=not bodies)
-                for sent in events:
-                    if self._stop.is_set() or time.monotonic() > deadline:
-                        watcher.stop()
-                        break
-                    event = WatchEvent.of(sent, None if bodies else metadata_of)
-                    if type_key not in self._live:
-                        self._mark(type_key, live=True)
-                    resource_version = event.resource_version or resource_version
-                    if event.type == "BOOKMARK":
-                        continue
-                    if event.type == "ERROR":
-                        self._mark(type_key, live=False)
-                        if event.code == 410:  # resourceVersion too old: relist
-                            resource_version = None
-                        break
-                    raw = event.object
-                    if event.type == "DELETED":
-                        store.remove(type_key, raw)
-                    elif event.type in ("ADDED", "MODIFIED"):
-                        if bodies:
-                            store.put(type_key, raw)
-                        else:
-                            store.note(type_key, raw)
-                    self._tell(type_key, event.type, raw)
-                    key = (api_version, kind, event.namespace, event.name)
-                    for owner in self._index.owners_of(key, event.resource_version):
-                        self._on_change(owner)
-            except ApiException as exc:
-                self._mark(type_key, live=False)
-                if exc.status == 410:
-                    resource_version = None
-                    continue
-                logger.warning("watch of %s %s failed (HTTP %s); retrying", api_version, kind, exc.status)
-                self._stop.wait(self._retry_seconds)
-            except Exception as exc:  # a dead stream (its read deadline: the watchdog), a refused connection, ...
-                why = (
-                    "delivered nothing within its deadline"
-                    if deadlines.timed_out(exc)
-                    else f"failed ({type(exc).__name__})"
-                )
-                self._mark(type_key, live=False)
-                logger.warning("watch of %s %s %s; listing it again", api_version, kind, why)
-                resource_version = None
-                store.forget_type(type_key)  # events may be lost: read from the API until listed again
-                self._stop.wait(self._retry_seconds)
-        self._mark(type_key, live=False)
-        store.forget_type(type_key)
+        store.complete(kind, listed)
+        own = self._own_bodies.get(kind)
+        if collection.metadata_only and own and self._source is not None:
+            namespace, selector = own
+            bodied = Collection(collection.api_version, collection.plural, collection.kind, namespace, selector)
+            for page in pages(self._source, bodied):
+                for item in items_of(page):
+                    store.fill(kind, bodied.typed(item))
+        with self._lock:
+            informer = self._informers.get(kind)
+        if informer is not None and informer.listed.is_set():
+            for owner in self._index.owners_of_kind(kind):
+                self._on_change(owner)
+
+    def _changed(self, kind: tuple[str, str], bodies: bool, event_type: str, obj: Body) -> None:
+        """A watch event: the store kept current, the listeners and the owners of the object told (less the
+        owner whose own write the event echoes)."""
+        store = self._kube.store
+        if event_type == "DELETED":
+            store.remove(kind, obj)
+        elif bodies:
+            store.put(kind, obj)
+        else:
+            store.note(kind, obj)
+        self._tell(kind, event_type, obj)
+        meta = obj.get("metadata") or {}
+        key = (kind[0], kind[1], str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        for owner in self._index.owners_of(key, meta.get("resourceVersion")):
+            self._on_change(owner)
+
+    def _lost(self, kind: tuple[str, str], _why: str) -> None:
+        """The stream broke off: events may be lost, so the store serves nothing of the kind until it is
+        listed again (reads go to the API)."""
+        self._kube.store.forget_type(kind)

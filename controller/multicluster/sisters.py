@@ -3,12 +3,14 @@
 A sister is reached through the same :class:`opbroker.controller.kube.Kube` door as the master, built on an
 ``ApiClient`` of its own; :class:`SisterKube` adds the few calls only the multi-cluster controller makes.
 :class:`SisterWatch` follows the copies in one sister (instances and bindings carrying the ``replicated``
-label) and reports each change by the master key it belongs to — the copy has the master object's
-namespace and name — so the master reconciles at once instead of polling.
+label, one :mod:`informer <opbroker.kubeclient.informer>` each) and reports each change by the master key it
+belongs to — the copy has the master object's namespace and name — so the master reconciles at once instead of
+polling.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import threading
@@ -28,6 +30,8 @@ from opbroker.controller.multicluster.quantities import Resources
 from opbroker.controller.multicluster.reasons import LABEL_REPLICATED
 from opbroker.controller.runtime.keys import Key
 from opbroker.kubeclient import deadlines
+from opbroker.kubeclient.informer import Body, Collection, Informer, LeanSource
+from opbroker.kubeclient.lean import LeanApi
 
 logger = logging.getLogger(__name__)
 
@@ -127,9 +131,13 @@ class SisterKube(Kube):
 
 
 class SisterWatch:
-    """Watch threads for the copies in one sister cluster (one per kind), until :meth:`stop`."""
+    """Informers of the copies in one sister cluster (instances and bindings carrying the ``replicated`` label),
+    until :meth:`stop`: each change, and each copy gone while a stream was broken, is reported by the master key it
+    belongs to; a failing stream is reported once (``on_failure``) until its kind is listed again."""
 
     KINDS: tuple[tuple[str, Kind], ...] = (("instance", INSTANCES), ("binding", BINDINGS))
+    #: Seconds between attempts while a sister does not answer.
+    RETRY_SECONDS = 1.0
 
     def __init__(
         self,
@@ -139,61 +147,40 @@ class SisterWatch:
         on_failure: Callable[[str, str], None],
     ) -> None:
         self.cluster = cluster
-        self._kube = kube
         self._on_change = on_change
         self._on_failure = on_failure
-        self._stop = threading.Event()
-        self._threads = [
-            threading.Thread(target=self._watch, args=(name, kind), name=f"sister-{cluster}-{name}", daemon=True)
+        self._failing: set[str] = set()
+        source = LeanSource(LeanApi(kube.api_client))
+        self.informers = [
+            Informer(
+                source,
+                Collection(kind.api_version, kind.plural, label_selector=f"{LABEL_REPLICATED}=true"),
+                functools.partial(self._report, name),
+                on_listed=functools.partial(self._listed, name),
+                on_lost=functools.partial(self._failed, name),
+                retry_seconds=self.RETRY_SECONDS,
+                name=f"sister-{cluster}-{name}",
+            )
             for name, kind in self.KINDS
         ]
 
     def start(self) -> None:
-        for thread in self._threads:
-            thread.start()
+        for informer in self.informers:
+            informer.start()
 
     def stop(self) -> None:
-        self._stop.set()
+        """End the streams now: the sister's connections are closed, not left open to their server-side end."""
+        for informer in self.informers:
+            informer.stop()
 
-    def _watch(self, name: str, kind: Kind) -> None:
-        resource_version: str | None = None
-        failing = False
-        selector = f"{LABEL_REPLICATED}=true"
-        while not self._stop.is_set():
-            try:
-                if resource_version is None:
-                    items, _, resource_version = self._kube.list_custom_page(kind, None, label_selector=selector)
-                    for item in items:
-                        self._report(name, ReplicaView.of(item))
-                assert resource_version is not None
-                changes = self._kube.watch_custom(
-                    kind, resource_version=resource_version, label_selector=selector, timeout_seconds=60
-                )
-                for event_type, obj in changes:
-                    if self._stop.is_set():
-                        break
-                    if event_type == "ERROR":
-                        resource_version = None
-                        break
-                    copy = ReplicaView.of(obj)
-                    resource_version = copy.meta.resource_version  # None: listed again after this stream
-                    self._report(name, copy)
-                failing = False
-            except ApiException as exc:
-                if exc.status == 410:
-                    resource_version = None
-                    continue
-                failing = self._failed(name, f"HTTP {exc.status}", failing)
-            except Exception as exc:
-                resource_version = None
-                failing = self._failed(name, type(exc).__name__, failing)
-
-    def _report(self, name: str, copy: ReplicaView) -> None:
+    def _report(self, name: str, _event_type: str, obj: Body) -> None:
+        copy = ReplicaView.of(obj)
         self._on_change(Key(name, copy.meta.namespace, copy.meta.name))
 
-    def _failed(self, name: str, what: str, failing: bool) -> bool:
-        if not failing:
-            logger.warning("watch of %ss in cluster %s failed (%s); retrying", name, self.cluster, what)
-            self._on_failure(self.cluster, what)
-        self._stop.wait(1.0)
-        return True
+    def _listed(self, name: str, _listed: frozenset[tuple[str, str]]) -> None:
+        self._failing.discard(name)
+
+    def _failed(self, name: str, why: str) -> None:
+        if name not in self._failing:
+            self._failing.add(name)
+            self._on_failure(self.cluster, why)

@@ -159,14 +159,19 @@ class ObjectStore:
             self._fed.add(type_key)
             self._complete.add(type_key)
 
-    def hold_page(self, type_key: TypeKey, objects: Iterable[dict[str, Any]]) -> None:
+    def hold_page(self, type_key: TypeKey, objects: Iterable[dict[str, Any]], *, bodies: bool = True) -> None:
         """One page of a listing of ``type_key`` that arrives page by page: each object held (a newer copy held
         stays), and the type fed from now on — complete only once :meth:`complete` is told the whole listing,
         so until then an object not held yet is read from the API rather than taken for absent. Each object goes
-        through :meth:`put`: a relisting's object already held at its version is not serialised again."""
+        through :meth:`put`: a relisting's object already held at its version is not serialised again.
+        ``bodies`` False: a page of metadata only, each object taken as
+        :meth:`note` takes it (a body held of its version stays)."""
         self.feed(type_key)
         for obj in objects:
-            self.put(type_key, obj)
+            if bodies:
+                self.put(type_key, obj)
+            else:
+                self.note(type_key, obj)
 
     def complete(self, type_key: TypeKey, listed: Collection[tuple[str, str]]) -> None:
         """The listing whose pages :meth:`hold_page` held is whole: ``listed`` names (namespace, name) every

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from opbroker.controller.runtime.informers import Informers, lines_of, resources_of
+from opbroker.controller.runtime.informers import Informers, resources_of
 from opbroker.controller.watches import Watch
 from tests.controller_support import wait_for
 
@@ -113,19 +113,19 @@ def test_a_relisting_delivers_the_deletions_the_broken_stream_missed(
     deleted (kopf's relisting never did: the deletion was lost for good)."""
     informers, whole, _, _ = started
     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, instance("kept"))
-    (resource,) = informers.resources
     ghost = {
         "apiVersion": API_VERSION,
         "kind": "SFServiceInstance",
         "metadata": {"name": "gone", "namespace": namespace},
     }
-    known = {(namespace, "gone"): ghost}
+    known: dict[tuple[str, str], str | None] = {(namespace, "gone"): None}
     thread = threading.Thread(target=informers._dispatch, daemon=True)
     thread.start()
-    informers._list(resource, known)
+    informers.informers[0]._list(known)
     wait_for(lambda: whole.saw("DELETED", "gone") and whole.saw("ADDED", "kept"), 10, "the relisting's events")
-    assert (namespace, "gone") not in known and (namespace, "kept") in known
-    assert set(known[(namespace, "kept")]["metadata"]) <= {"name", "namespace", "uid", "resourceVersion"}
+    assert (namespace, "gone") not in known and known[(namespace, "kept")]  # kept: its version, to tell its end
+    gone = next(b for b in whole.bodies if b["metadata"]["name"] == "gone")
+    assert gone == ghost  # a tombstone: type and identity
 
 
 def test_a_listing_is_told_and_delivered_page_by_page(
@@ -143,13 +143,13 @@ def test_a_listing_is_told_and_delivered_page_by_page(
         on_listed=lambda _key, listed: told.append(("listed", listed)),
         list_page=1,
     )
+    (informer,) = informers.informers
     queued: list[tuple[str, str]] = []
-    informers._deliver = lambda _resource, event_type, obj: (  # type: ignore[method-assign]
+    informer._on_event = lambda event_type, obj: (  # delivered in the informer's thread, as it reads
         told.append(("delivered", obj["metadata"]["name"])),
         queued.append((event_type, obj["metadata"]["name"])),
     )
-    (resource,) = informers.resources
-    informers._list(resource, {})
+    informer._list({})
     mine = {"p1", "p2", "p3"}  # the API server may hold other tests' instances too: their pages are left out
     seen = [e for e in told if (e[0] == "page" and mine & set(e[1])) or (e[0] == "delivered" and e[1] in mine)]
     assert seen == [
@@ -168,25 +168,10 @@ def test_stop_ends_every_stream_at_once(api_client: client.ApiClient) -> None:
     informers = Informers(api_client, [Watch(API_VERSION, PLURAL, lambda *_: None, "quiet")], watch_seconds=300)
     informers.start()
     assert informers.wait_listed(30)
-    wait_for(lambda: informers._streams, 10, "the watch to start")
+    (informer,) = informers.informers
+    wait_for(lambda: informer._stream is not None, 10, "the watch to start")
     informers.stop()
-    for thread in informers._threads:
-        thread.join(10)
-    assert not any(thread.is_alive() for thread in informers._threads)
-
-
-class Chunks:
-    def __init__(self, *chunks: bytes) -> None:
-        self.chunks = chunks
-
-    def stream(self, amt: Any = None, decode_content: bool = False) -> Iterator[bytes]:
-        yield from self.chunks
-
-
-def test_lines_are_split_across_chunks_and_bounded() -> None:
-    assert list(lines_of(Chunks(b'{"a"', b':1}\n{"b":2}\n\n{"c"', b":3}"))) == [b'{"a":1}', b'{"b":2}', b'{"c":3}']
-    with pytest.raises(ValueError, match="over 16 bytes"):
-        list(lines_of(Chunks(b"x" * 10, b"y" * 10), limit=16))
+    assert informer.join(10)  # not at the watch's server-side end, 300 s away
 
 
 def test_a_metadata_only_watch_must_name_its_kind_and_ids_are_unique() -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import base64
 import json
 import re
-import threading
 import urllib.request
 import uuid
 from pathlib import Path
@@ -19,12 +18,13 @@ from kubernetes import client
 
 from opbroker.api.conventions import CREDENTIALS_KEY
 from opbroker.controller.runtime.store import UNKNOWN, Census, ObjectStore
-from opbroker.controller.sources import SourceIndex, SourceWatchers, _listing
+from opbroker.controller.sources import SourceIndex, SourceWatchers
 from opbroker.devcluster import ControlPlane
 from opbroker.devcluster.controlplane import free_ports
-from opbroker.kubeclient.lean import METADATA_LIST
+from opbroker.kubeclient.informer import Collection
 from tests.controller.test_lifecycle import bind, provision, wait_state
 from tests.controller_support import Process, controller_command, wait_for
+from tests.informer_support import Scripted
 
 SECRETS = ("v1", "Secret")
 
@@ -81,55 +81,41 @@ def test_the_controllers_own_writes_hold_their_bodies() -> None:
     )
 
 
-def test_a_metadata_listing_asks_for_metadata_and_passes_no_body_on() -> None:
-    asked: list[dict[str, str]] = []
-
-    class Resource:
-        def get(self, *, limit: int, _continue: str | None, serialize: bool, header_params: dict[str, str]) -> Any:
-            asked.append(header_params)
-            page = {"items": [secret("a", "3", data={"k": "eA=="})], "metadata": {"resourceVersion": "4"}}
-            return SimpleNamespace(data=json.dumps(page).encode())
-
-    version: list[str | None] = []
-    (listed,) = _listing(Resource(), "v1", "Secret", version, metadata_only=True)
-    assert asked == [{"Accept": METADATA_LIST}]
-    assert listed == {"apiVersion": "v1", "kind": "Secret", "metadata": secret("a", "3")["metadata"]}
-    assert version == ["4"]
-
-
 def test_the_controllers_own_secrets_are_listed_with_their_bodies() -> None:
     """After the metadata listing, the registries (in the registries' namespace only: a label is anyone's to write,
     issue 42) are listed with their bodies: a restarted controller reads them from memory (no GET each), the rest
     stays unread."""
     store = ObjectStore()
-    asked: list[dict[str, Any]] = []
     seen: dict[str, Any] = {}
 
-    class Resource:
-        def get(self, **params: Any) -> Any:
-            if params.get("watch"):  # listed: look at the store as the watch begins, then stop
-                seen.update(own=store.lookup(SECRETS, "ns", "registry"), other=store.lookup(SECRETS, "ns", "other"))
-                watchers.stop()
-                raise RuntimeError("the test ends here")
-            asked.append({k: v for k, v in params.items() if k in ("header_params", "label_selector", "namespace")})
-            if params.get("label_selector"):
-                items = [secret("registry", "3", data={"k": "cmVn"})]
-            else:
-                items = [{"metadata": secret(n, "3")["metadata"]} for n in ("registry", "other")]
-            return SimpleNamespace(data=json.dumps({"items": items, "metadata": {"resourceVersion": "4"}}).encode())
+    class Looking(Scripted):
+        def watch(self, collection: Collection, since: str | None, seconds: int) -> Any:
+            seen.update(own=store.lookup(SECRETS, "ns", "registry"), other=store.lookup(SECRETS, "ns", "other"))
+            return super().watch(collection, since, seconds)
 
-    kube = SimpleNamespace(store=store, dynamic=SimpleNamespace(resources=SimpleNamespace(get=lambda **_: Resource())))
     own = "opbroker.io/registry-of"
+    source = Looking(
+        [
+            ("list", [{"metadata": secret(n, "3")["metadata"]} for n in ("registry", "other")]),
+            ("list", [secret("registry", "3", data={"k": "cmVn"})]),
+        ]
+    )
+    kube = SimpleNamespace(store=store, served=None, api_client=None)
     watchers = SourceWatchers(
         kube,  # type: ignore[arg-type]
         SourceIndex(),
         lambda _key: None,
         metadata_only=[SECRETS],
         own_bodies={SECRETS: ("ns", own)},
+        source=source,
     )
-    watchers._listed[SECRETS] = threading.Event()
-    watchers._watch(*SECRETS)
-    assert asked == [{"header_params": {"Accept": METADATA_LIST}}, {"label_selector": own, "namespace": "ns"}]
+    informer = watchers._informer(SECRETS, "secrets")
+    watchers._informers[SECRETS] = informer
+    source.informers.append(informer)
+    informer.run()
+    listing, bodies = source.collections[:2]
+    assert listing.metadata_only and (listing.namespace, listing.label_selector) == (None, None)
+    assert not bodies.metadata_only and (bodies.namespace, bodies.label_selector) == ("ns", own)
     assert seen["own"]["data"] == {"k": "cmVn"}
     assert seen["other"] is UNKNOWN
 

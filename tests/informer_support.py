@@ -1,0 +1,82 @@
+"""A scripted Kubernetes API for informers (a fake :class:`~opbroker.kubeclient.informer.Source`): listings and
+watches answered in the order a test wrote them."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from opbroker.kubeclient.informer import Collection, Informer
+
+
+def event(kind: str, obj: Mapping[str, Any]) -> bytes:
+    """One line of a watch stream."""
+    return json.dumps({"type": kind, "object": obj}).encode()
+
+
+class ScriptedStream:
+    def __init__(self, lines: list[bytes], source: Scripted) -> None:
+        self._lines, self._source = lines, source
+        self.aborted = self.closed = False
+
+    def lines(self) -> Iterator[bytes]:
+        for line in self._lines:
+            if self.aborted:
+                return
+            yield line
+        self._source.after_watch(self)
+
+    def abort(self) -> None:
+        self.aborted = True
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class Scripted:
+    """Listings and watches played in order; each item of ``script`` answers one request: a list of objects (a
+    listing, paged by the collection), a list of event lines (a watch), or an exception raised. When the script
+    ends, every informer in ``informers`` is stopped (a test sets it)."""
+
+    def __init__(self, script: list[tuple[str, Any]]) -> None:
+        self.script = script
+        self.requests: list[tuple[str, Any]] = []
+        self.informers: list[Informer] = []
+        self.streams: list[ScriptedStream] = []
+        self.collections: list[Collection] = []
+        """The collection of each request, in order."""
+        self._listing: list[dict[str, Any]] = []
+
+    def _next(self, what: str) -> Any:
+        if not self.script:
+            for informer in self.informers:
+                informer.stop()
+            raise ConnectionError("the script is over")
+        expected, answer = self.script.pop(0)
+        assert expected == what, f"the informer asked for a {what}, the script has a {expected} next"
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def page(self, collection: Collection, token: str | None) -> Mapping[str, Any]:
+        self.requests.append(("list", token))
+        self.collections.append(collection)
+        if token is None:
+            self._listing = self._next("list")
+        start = int(token or 0)
+        items = self._listing[start : start + collection.page]
+        meta: dict[str, Any] = {"resourceVersion": "100"}
+        if start + collection.page < len(self._listing):
+            meta["continue"] = str(start + collection.page)
+        return {"kind": f"{collection.kind or 'Pod'}List", "items": items, "metadata": meta}
+
+    def watch(self, collection: Collection, since: str | None, seconds: int) -> ScriptedStream:
+        self.requests.append(("watch", since))
+        self.collections.append(collection)
+        stream = ScriptedStream(self._next("watch"), self)
+        self.streams.append(stream)
+        return stream
+
+    def after_watch(self, stream: ScriptedStream) -> None:
+        """A watch the server ended: nothing to do (the informer watches again)."""

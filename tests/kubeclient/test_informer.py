@@ -1,0 +1,252 @@
+"""The one informer, on a scripted API (a fake :class:`Source`) and a fake clock: what it tells, in which order,
+after which failures. Against a real API server: tests/controller/test_informers.py, test_secrets.py and the
+broker's test_locating.py."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from opbroker.kubeclient.informer import Collection, Informer, LeanSource, lines_of
+from opbroker.kubeclient.lean import METADATA_LIST, METADATA_WATCH
+from tests.informer_support import Scripted, ScriptedStream, event
+
+PODS = Collection("v1", "pods", "Pod", page=2)
+
+
+def pod(name: str, version: str, namespace: str = "ns") -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": namespace, "resourceVersion": version}, "spec": {"x": 1}}
+
+
+def run(script: list[tuple[str, Any]], collection: Collection = PODS, **options: Any) -> tuple[list[Any], Scripted]:
+    """Run an informer over ``script`` to its end; what it told, in order."""
+    told: list[Any] = []
+    source = Scripted(script)
+    informer = Informer(
+        source,
+        collection,
+        lambda kind, obj: told.append((kind, obj["metadata"]["name"], obj.get("kind"))),
+        on_page=lambda objects: told.append(("page", [o["metadata"]["name"] for o in objects])),
+        on_listed=lambda listed: told.append(("listed", sorted(listed))),
+        on_lost=lambda why: told.append(("lost", why)),
+        retry_seconds=0,
+        **options,
+    )
+    source.informers.append(informer)
+    informer.run()
+    return told, source
+
+
+def test_a_listing_is_told_page_by_page_then_watched_from_its_version() -> None:
+    told, source = run(
+        [
+            ("list", [pod("a", "1"), pod("b", "2"), pod("c", "3")]),
+            ("watch", [event("MODIFIED", {**pod("a", "101"), "kind": "Pod"}), event("BOOKMARK", pod("", "102"))]),
+            ("watch", [event("DELETED", {**pod("b", "103"), "kind": "Pod"})]),
+        ]
+    )
+    assert told[:7] == [
+        ("page", ["a", "b"]),
+        ("ADDED", "a", "Pod"),  # list items carry no kind: given the collection's
+        ("ADDED", "b", "Pod"),
+        ("page", ["c"]),
+        ("ADDED", "c", "Pod"),
+        ("listed", [("ns", "a"), ("ns", "b"), ("ns", "c")]),
+        ("MODIFIED", "a", "Pod"),
+    ]
+    assert told[7] == ("DELETED", "b", "Pod")
+    # the second watch resumes from the bookmark's version, the third from the deletion's
+    assert [r for r in source.requests if r[0] == "watch"] == [("watch", "100"), ("watch", "102"), ("watch", "103")]
+    assert all(stream.closed and not stream.aborted for stream in source.streams[:2])  # read to their end
+
+
+def test_deletions_missed_while_the_stream_was_broken_are_told_after_the_relisting() -> None:
+    told, _ = run(
+        [
+            ("list", [pod("a", "1"), pod("b", "2")]),
+            ("watch", ConnectionError("reset")),
+            ("list", [pod("b", "2"), pod("new", "5")]),
+        ]
+    )
+    lost = told.index(("lost", "failed (ConnectionError('reset'))"))
+    after = told[lost + 1 :]
+    assert ("DELETED", "a", "Pod") in after and after.index(("DELETED", "a", "Pod")) > after.index(
+        ("listed", [("ns", "b"), ("ns", "new")])
+    )
+    assert ("DELETED", "b", "Pod") not in after
+
+
+def test_a_version_too_old_is_listed_again_without_telling_a_loss() -> None:
+    told, source = run(
+        [
+            ("list", [pod("a", "1")]),
+            ("watch", [event("ERROR", {"kind": "Status", "code": 410})]),
+            ("list", [pod("a", "1")]),
+            ("watch", ApiException(status=410)),
+            ("list", []),
+        ]
+    )
+    assert not [t for t in told if t[0] == "lost"]
+    assert told[-1] == ("DELETED", "a", "Pod")  # gone by the third listing
+    assert [r[0] for r in source.requests] == ["list", "watch", "list", "watch", "list", "watch"]
+
+
+def test_a_refusal_is_a_loss_and_the_informer_lists_again() -> None:
+    told, _ = run([("list", []), ("watch", ApiException(status=403)), ("list", [pod("a", "1")])])
+    assert ("lost", "was refused (HTTP 403)") in told
+    assert told[-2:] == [("ADDED", "a", "Pod"), ("listed", [("ns", "a")])]
+
+
+def test_metadata_only_objects_carry_their_type_and_metadata_alone() -> None:
+    secrets = Collection("v1", "secrets", "Secret", metadata_only=True)
+    objects: list[dict[str, Any]] = []
+    source = Scripted(
+        [("list", [{"metadata": {"name": "s", "namespace": "ns"}, "data": {"k": "dg=="}}]), ("watch", [])]
+    )
+    informer = Informer(source, secrets, lambda _kind, obj: objects.append(obj), retry_seconds=0)
+    source.informers.append(informer)
+    informer.run()
+    assert objects == [{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": "ns"}}]
+    with pytest.raises(ValueError, match="must name its kind"):
+        Collection("v1", "secrets", metadata_only=True)
+
+
+def test_an_unnamed_kind_is_read_from_the_listing() -> None:
+    told, _ = run([("list", [pod("a", "1")])], Collection("v1", "pods"))
+    assert ("ADDED", "a", "Pod") in told
+
+
+def test_without_list_events_or_tombstones_only_pages_and_identities_are_told() -> None:
+    told, _ = run(
+        [("list", [pod("a", "1")]), ("watch", ConnectionError("reset")), ("list", [])],
+        list_events=False,
+        tombstones=False,
+    )
+    assert [t[0] for t in told] == ["page", "listed", "lost", "page", "listed"]
+
+
+def test_a_failing_keeper_does_not_stop_the_stream() -> None:
+    seen: list[str] = []
+
+    def keeper(kind: str, obj: dict[str, Any]) -> None:
+        seen.append(obj["metadata"]["name"])
+        raise RuntimeError("boom")
+
+    source = Scripted([("list", [pod("a", "1"), pod("b", "2")]), ("watch", [event("ADDED", pod("c", "3"))])])
+    informer = Informer(source, PODS, keeper, retry_seconds=0)
+    source.informers.append(informer)
+    informer.run()
+    assert seen == ["a", "b", "c"]
+
+
+def test_a_stream_open_past_its_deadline_is_ended_and_resumed() -> None:
+    """The server ends a watch after its timeoutSeconds; one that goes on delivering past that plus a quarter is
+    ended here and the next watch resumes from the last version seen."""
+    now = [0.0]
+    lines = [event("MODIFIED", {**pod("a", str(v)), "kind": "Pod"}) for v in range(2, 6)]
+
+    class Ticking(Scripted):
+        def watch(self, collection: Collection, since: str | None, seconds: int) -> ScriptedStream:
+            stream = super().watch(collection, since, seconds)
+            stream._lines = [*stream._lines]
+            return stream
+
+    told: list[str] = []
+    source = Ticking([("list", []), ("watch", lines)])
+
+    def tell(_kind: str, obj: dict[str, Any]) -> None:
+        told.append(obj["metadata"]["resourceVersion"])
+        now[0] += 40.0  # each event arrives 40 s after the last: the 60 s watch is over after the second
+
+    informer = Informer(source, PODS, tell, retry_seconds=0, watch_seconds=60, clock=lambda: now[0])
+    source.informers.append(informer)
+    informer.run()
+    assert told == ["2", "3"]
+    assert source.streams[0].aborted  # left mid-stream: its connection is not reused
+    assert [r for r in source.requests if r[0] == "watch"] == [("watch", "100"), ("watch", "3")]
+
+
+def test_stop_ends_the_open_stream_at_once() -> None:
+    opened = threading.Event()
+    release = threading.Event()
+
+    class Blocking:
+        def __init__(self) -> None:
+            self.aborted = threading.Event()
+
+        def lines(self) -> Iterator[bytes]:
+            opened.set()
+            self.aborted.wait(30)
+            release.set()
+            return iter(())
+
+        def abort(self) -> None:
+            self.aborted.set()
+
+        def close(self) -> None:
+            pass
+
+    stream = Blocking()
+
+    class Source:
+        def page(self, collection: Collection, token: str | None) -> Mapping[str, Any]:
+            return {"items": [], "metadata": {"resourceVersion": "1"}}
+
+        def watch(self, collection: Collection, since: str | None, seconds: int) -> Blocking:
+            return stream
+
+    informer = Informer(Source(), PODS, lambda *_: None)
+    informer.start()
+    assert opened.wait(10) and informer.live
+    informer.stop()
+    assert informer.join(10) and release.is_set() and not informer.live
+
+
+class Chunks:
+    def __init__(self, *chunks: bytes) -> None:
+        self.chunks = chunks
+
+    def stream(self, amt: Any = None, decode_content: bool = False) -> Iterator[bytes]:
+        yield from self.chunks
+
+
+def test_lines_are_split_across_chunks_and_bounded() -> None:
+    assert list(lines_of(Chunks(b'{"a"', b':1}\n{"b":2}\n\n{"c"', b":3}"))) == [b'{"a":1}', b'{"b":2}', b'{"c":3}']
+    with pytest.raises(ValueError, match="over 16 bytes"):
+        list(lines_of(Chunks(b"x" * 10, b"y" * 10), limit=16))
+
+
+class RecordingApi:
+    """What LeanSource asks of the lean client."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, list[tuple[str, Any]], str, bool]] = []
+
+    def request(self, method: str, path: str, *, query: Any = (), accept: str = "", stream: bool = False) -> Any:
+        self.asked.append((path, [(k, v) for k, v in query if v is not None], accept, stream))
+        return Chunks() if stream else {"items": []}
+
+
+def test_the_lean_source_asks_for_metadata_only_with_the_collections_selector() -> None:
+    api = RecordingApi()
+    source = LeanSource(api)  # type: ignore[arg-type]
+    secrets = Collection("v1", "secrets", "Secret", namespace="ns", label_selector="a=b", metadata_only=True, page=7)
+    source.page(secrets, "tok")
+    source.watch(secrets, "42", 30)
+    source.page(Collection("demo.io/v1", "things"), None)
+    (path, query, accept, stream), (wpath, wquery, waccept, wstream), (cpath, cquery, caccept, _) = api.asked
+    assert path == wpath == "/api/v1/namespaces/ns/secrets" and cpath == "/apis/demo.io/v1/things"
+    assert query == [("limit", 7), ("continue", "tok"), ("labelSelector", "a=b")] and not stream
+    assert accept == METADATA_LIST and waccept == METADATA_WATCH and caccept == "application/json"
+    assert dict(wquery) == {
+        "watch": True,
+        "resourceVersion": "42",
+        "allowWatchBookmarks": True,
+        "timeoutSeconds": 30,
+        "labelSelector": "a=b",
+    }
+    assert wstream and cquery == [("limit", 500)]
