@@ -8,6 +8,8 @@ reviews).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from kubernetes import client
 
 from opbroker.controller.servicecatalog.bindingrefs import BindingRef, BindingRefs
@@ -28,14 +30,26 @@ class BindingWatch:
             LeanSource(LeanApi(api_client)),
             Collection(f"{GROUP}/{VERSION}", BINDINGS, page=PAGE),
             self._told,
+            on_page=self._page,
+            on_listed=self._listed,
+            list_events=False,  # a listing replaces the index whole (and marks it synced)
+            tombstones=False,
             name="webhook-bindings",
         )
+        self._listing: list[BindingRef] = []
 
     def start(self) -> None:
         self.informer.start()
 
     def stop(self) -> None:
         self.informer.stop()
+
+    def _page(self, objects: Sequence[Body]) -> None:
+        self._listing.extend(BindingRef.of(obj) for obj in objects)
+
+    def _listed(self, _listed: frozenset[tuple[str, str]]) -> None:
+        listing, self._listing = self._listing, []
+        self.refs.replace(listing)
 
     def _told(self, event_type: str, obj: Body) -> None:
         ref = BindingRef.of(obj)

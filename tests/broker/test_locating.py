@@ -46,13 +46,15 @@ def test_the_index_lists_in_pages_and_watches_metadata_only(
     monkeypatch.setattr(locating, "METADATA_PAGE", 2)  # three instances at least: two pages at least
     index = NamespaceIndex(broker.api_client, (Kind.INSTANCE,), watch_seconds=5)
     asked: list[dict[str, Any]] = []
-    listing = index._custom.list_cluster_custom_object
+    api = index._informers[Kind.INSTANCE]._source._api  # type: ignore[attr-defined]
+    request = api.request
 
-    def recorded(*args: Any, **options: Any) -> Any:
-        asked.append(dict(options))
-        return listing(*args, **options)
+    def recorded(method: str, path: str, **options: Any) -> Any:
+        query = {key: value for key, value in options.get("query", ()) if value is not None}
+        asked.append({**query, "accept": options.get("accept")})
+        return request(method, path, **options)
 
-    index._custom.list_cluster_custom_object = recorded  # type: ignore[method-assign]
+    api.request = recorded
     index.start()
     try:
         assert index.synced[Kind.INSTANCE].wait(15)
@@ -70,6 +72,7 @@ def test_the_index_lists_in_pages_and_watches_metadata_only(
     lists = [options for options in asked if not options.get("watch")]
     watches = [options for options in asked if options.get("watch")]
     assert len(lists) >= 2 and all(options["limit"] == 2 for options in lists)
-    assert lists[1]["_continue"]  # the second page continues the first
-    assert all(options["_headers"] == {"Accept": METADATA_LIST} for options in lists)
-    assert watches and all(options["_headers"] == {"Accept": METADATA_WATCH} for options in watches)
+    assert lists[1]["continue"]  # the second page continues the first
+    assert all(options["accept"] == METADATA_LIST for options in lists)
+    assert watches and all(options["accept"] == METADATA_WATCH for options in watches)
+    assert all(options["labelSelector"] == locating.RECORDED for options in asked)

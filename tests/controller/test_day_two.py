@@ -131,7 +131,8 @@ def test_a_field_the_template_sets_is_set_back_and_one_it_never_set_is_left(
     assert found is not None and found["metadata"]["labels"]["team"] == "blue"  # never opbroker's: left
     (corrected,) = events(api_client, namespace, "drift-field", "DriftCorrected")
     assert "fields spec.version: set back" in corrected.message
-    assert "14" not in corrected.message and "16" not in corrected.message  # fields named, values never
+    said = corrected.message.replace(namespace, "<namespace>")  # a random namespace name may hold "14" or "16"
+    assert "14" not in said and "16" not in said  # fields named, values never
 
 
 def test_an_operator_failure_shows_in_ready_with_its_words_and_recovers(
