@@ -11,11 +11,11 @@ import functools
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, overload
 
-from kubernetes import client, watch
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
@@ -416,26 +416,6 @@ class Kube:
                 meta = item.get("metadata") or {}
                 found[(meta.get("namespace") or "", meta.get("name") or "")] = str(meta.get("uid") or "")
         return found
-
-    def watch_custom(
-        self, kind: Kind, *, resource_version: str, label_selector: str = "", timeout_seconds: int = 60
-    ) -> Iterator[tuple[str, dict[str, Any]]]:
-        """The changes of ``kind`` everywhere since ``resource_version``, as (type, object), until the server ends
-        the watch (``timeout_seconds``) or the caller stops iterating."""
-        watcher = watch.Watch()
-        try:
-            for event in watcher.stream(
-                self.custom.list_cluster_custom_object,
-                kind.group,
-                kind.version,
-                kind.plural,
-                label_selector=label_selector,
-                resource_version=resource_version,
-                timeout_seconds=timeout_seconds,
-            ):
-                yield str(event["type"]), event["object"]
-        finally:
-            watcher.stop()
 
     def create_custom(self, kind: Kind, body: dict[str, Any]) -> dict[str, Any]:
         """Create one of our objects (a 409 raises: it exists already)."""
