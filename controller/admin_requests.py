@@ -31,12 +31,11 @@ from opbroker.controller.catalog import spec_hash
 from opbroker.controller.core.rollout_views import AdminRequestView, PlanView
 from opbroker.controller.kube import PLANS, Kube
 from opbroker.controller.runtime.objects import Manifest
+from opbroker.controller.runtime.policies import DEFAULTS, Policies
 from opbroker.rendering import Renderer
 
 log = logging.getLogger("opbroker.controller.admin")
 
-#: Seconds between two looks for new requests.
-POLL_SECONDS = 2.0
 #: A rollout re-reads its request (for a cancel) at most this often.
 CANCEL_CHECK_SECONDS = 1.0
 
@@ -61,8 +60,11 @@ class AdminRequests:
         plan_user: Callable[[dict[str, Any]], str | None],
         renderer: Callable[[], Renderer] = Renderer,
         clock: Callable[[], float] = time.monotonic,
+        policies: Policies = DEFAULTS,
     ) -> None:
         self.kube = kube
+        self._policies = policies
+        """The timing table: the pause between two looks for new requests is its ``admin_poll``."""
         self._plan_user = plan_user
         """The user a plan acts as (``identities.plan_user``): a preview's live reads act as the current plan's."""
         self.namespace = namespace
@@ -74,8 +76,8 @@ class AdminRequests:
 
     # -- the loop ---------------------------------------------------------------------------------------
 
-    def serve(self, stop: threading.Event, *, every: float = POLL_SECONDS) -> None:
-        while not stop.wait(every):
+    def serve(self, stop: threading.Event) -> None:
+        while not stop.wait(self._policies.delay(self._policies.admin_poll)):
             try:
                 self.run_once()
             except Exception as exc:  # a failed pass is retried at the next; the reason is logged, not the body
@@ -242,6 +244,7 @@ class AdminRequests:
                 only_outdated=request.only_outdated or resumed,
                 should_stop=cancel,
                 progress=lambda report: self._answer(obj, answer(report, wire.Phase.RUNNING)),
+                policies=self._policies,
             )
         except Exception as exc:
             log.warning("rollout of plan %s failed: %s", request.plan, type(exc).__name__)

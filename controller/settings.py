@@ -17,6 +17,7 @@ from opbroker.api.conventions import (
 )
 from opbroker.controller.claims.settings import ClaimsSettings
 from opbroker.controller.core.budgets import NamespaceBudgets
+from opbroker.controller.runtime.policies import Policies
 from opbroker.kubeclient.deadlines import Timeouts
 from opbroker.rendering.urlpolicy import FetchPolicy
 
@@ -135,6 +136,9 @@ class ControllerSettings:
     """What one namespace may make the controller hold and run at once (``--namespace-operations``,
     ``--namespace-cache-mib``; issue 42): past a budget a new operation waits, saying why in its Ready condition.
     The control plane's namespaces are exempt (:attr:`budget_exempt`)."""
+    policies: Policies = field(default_factory=Policies)
+    """Every backoff and retry or poll interval, with jitter (:mod:`opbroker.controller.runtime.policies`;
+    ``--policy NAME=BASE[:CAP[:GIVE_UP[:JITTER]]]``, repeatable). Tests name a ``seed`` for the same draws."""
 
     @property
     def registries_namespace(self) -> str:
