@@ -53,8 +53,8 @@ class ControllerSettings:
     """Day two: corrections of one object within :attr:`drift_window_seconds` before opbroker stops (``Synced=False``
     naming the other writer): two writers fighting over a field end there, not in a hot loop."""
     drift_window_seconds: float = 300.0
-    drift_backoff_seconds: float = 2.0
-    """Day two: the wait after an object's first correction before the next; it doubles with each in the window."""
+    """Day two: the window :attr:`drift_corrections` are counted in (the wait after a correction before the next is
+    the policy table's ``drift_backoff``, doubling with each in the window)."""
     workers: int = 4
     """Reconciles running at once (each does blocking API calls in a thread)."""
     namespace_workers: int = 2

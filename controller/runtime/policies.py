@@ -70,6 +70,12 @@ class Policies:
     give-up (then it says the object kept changing): no runtime repeats those. Inside a reconcile a conflict
     propagates to :attr:`conflicts` instead. (Was: 2 or 5 tries without a pause.)"""
 
+    drift_backoff: Backoff = Backoff(base=2.0, maximum=300.0, max_duration=INF)
+    """Day two: the wait after an object's first correction (opbroker setting back what another writer changed)
+    before the next; it doubles with each correction in the drift window, up to that window (a longer wait outlives
+    the corrections it counts). Not jittered: it paces one object against its other writer, in step with nobody
+    else's (and the pure drift decision takes no draw)."""
+
     # -- re-checks a reconcile asks for (the safety net under the watch events) -----------------
 
     in_use_recheck: Backoff = every(30.0, jitter=0.25)
