@@ -36,9 +36,6 @@ from opbroker.rendering import Renderer
 
 log = logging.getLogger("opbroker.controller.admin")
 
-#: A rollout re-reads its request (for a cancel) at most this often.
-CANCEL_CHECK_SECONDS = 1.0
-
 
 def _now() -> str:
     return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
@@ -219,7 +216,8 @@ class AdminRequests:
             )
             return
         plan = PlanView.of(found)
-        cancel = _CancelCheck(self.kube, _ref(self.namespace, obj.meta.name), self._clock)
+        every = self._policies.rollout_cancel_check.base
+        cancel = _CancelCheck(self.kube, _ref(self.namespace, obj.meta.name), self._clock, every=every)
 
         def answer(report: rollouts.UpdateReport, phase: wire.Phase, message: str | None = note) -> wire.RolloutAnswer:
             return wire.RolloutAnswer(
@@ -254,9 +252,9 @@ class AdminRequests:
 
 
 class _CancelCheck:
-    """Whether the rollout's request says ``cancelled`` (or is gone), read at most once a second; and the
-    pacer's sleep, cut short by a cancel (a rollout at 0.01 marks per second would otherwise notice it 100 s
-    late)."""
+    """Whether the rollout's request says ``cancelled`` (or is gone), read at most once ``every`` seconds (the
+    policy table's ``rollout_cancel_check``); and the pacer's sleep, cut short by a cancel (a rollout at 0.01 marks
+    per second would otherwise notice it 100 s late)."""
 
     def __init__(
         self,
@@ -264,14 +262,16 @@ class _CancelCheck:
         ref: ResourceRef,
         clock: Callable[[], float],
         sleep: Callable[[float], None] = time.sleep,
+        *,
+        every: float = DEFAULTS.rollout_cancel_check.base,
     ) -> None:
-        self.kube, self.ref, self.clock, self._sleep = kube, ref, clock, sleep
+        self.kube, self.ref, self.clock, self._sleep, self._every = kube, ref, clock, sleep, every
         self._read_at: float | None = None
         self._cancelled = False
 
     def __call__(self) -> bool:
         now = self.clock()
-        if self._read_at is None or now - self._read_at >= CANCEL_CHECK_SECONDS:
+        if self._read_at is None or now - self._read_at >= self._every:
             self._read_at = now
             obj = self.kube.get(self.ref, fresh=True)
             try:
@@ -287,7 +287,7 @@ class _CancelCheck:
             left = deadline - self.clock()
             if left <= 0:
                 return
-            self._sleep(min(left, CANCEL_CHECK_SECONDS))
+            self._sleep(min(left, self._every))
 
 
 def _failure(exc: Exception) -> str | None:

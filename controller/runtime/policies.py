@@ -122,6 +122,9 @@ class Policies:
     registries (by label) and one metadata-only listing of instances and of bindings."""
     admin_poll: Backoff = every(2.0, jitter=0.25)
     """Seconds between two looks for new admin requests (previews, rollouts)."""
+    rollout_cancel_check: Backoff = every(1.0)
+    """A running rollout re-reads its request (for a cancel) at most this often, and wakes from its pacing this
+    often to do so: how late a cancel is seen."""
     rollout_settle: Backoff = every(0.5)
     """While a rollout waits for a page of marked instances to finish: how often it looks (a bound on how late it
     sees them settle; one process's loop, no jitter)."""
