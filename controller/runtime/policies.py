@@ -12,8 +12,8 @@ Why jitter: waits that start together end together. A controller restarting over
 broker answering a hundred polls with one error, otherwise sends every retry of the batch in the same instant,
 again and again at each doubling. A draw in [0, 1) takes up to ``jitter`` of each wait off
 (:meth:`osbclient.Backoff.delay`): a wait lies in ``[(1 - jitter) * d, d]``, so the cap stays a cap and no
-wait grows. Loops that only this process runs (its probes, the lease guard) have nothing to be in step with
-and no jitter.
+wait grows. Loops that only this process runs (its start-up and API probes, the memory trim, a rollout's looks)
+have nothing to be in step with and no jitter.
 
 Where the draws come from: :attr:`Policies.draw`, a random source seeded from ``os.urandom`` (each replica
 differs) unless the table names a ``seed`` (tests: the same draws every run). Pure functions never draw: their
