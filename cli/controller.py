@@ -211,6 +211,13 @@ def run(
             "the opbroker-onboarder account of --namespace; offboard one that stops matching."
         ),
     ] = None,
+    policy: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Override one timing policy of the controller's table: NAME=BASE[:CAP[:GIVE_UP[:JITTER]]] "
+            "(seconds; repeatable; names and defaults: opbroker.controller.runtime.policies)."
+        ),
+    ] = None,
 ) -> None:
     """Run the controller until interrupted."""
     if scheduler is not SchedulerName.DEFAULT and not multicluster:
@@ -230,6 +237,15 @@ def run(
         template_fetch = FetchPolicy.from_flags(template_allow_network or (), template_proxy)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--template-allow-network / --template-proxy") from None
+
+    from opbroker.controller.runtime.policies import Policies
+
+    policies = Policies()
+    for spec in policy or ():
+        try:
+            policies = policies.overridden(spec)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--policy") from None
 
     settings = ControllerSettings(
         namespace=namespace,
@@ -266,5 +282,6 @@ def run(
         namespace_service_account=namespace_service_account,
         template_fetch=template_fetch,
         onboard_namespace_selector=onboard_namespace_selector,
+        policies=policies,
     )
     run_controller(settings, kubeconfig=kubeconfig)

@@ -30,11 +30,9 @@ from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import ApiStatus, BindingView, InstanceView, ObjectView
 from opbroker.controller.kube import BINDINGS, INSTANCES, Kind, Kube, KubeError, Refused
 from opbroker.controller.runtime.objects import ref_key
+from opbroker.controller.runtime.policies import DEFAULTS
 
 logger = logging.getLogger(__name__)
-
-#: How often a write refused with 409 (the object moved on since it was read) is read and decided again.
-ATTEMPTS = 5
 
 KINDS = {abandon.INSTANCE_KIND: INSTANCES, abandon.BINDING_KIND: BINDINGS}
 
@@ -168,8 +166,10 @@ def _abandon(kube: Kube, target: Abandoning, *, reason: str, by: str | None, reg
 
 
 def _let_go(kube: Kube, step: ObjectStep, *, owner_uid: str) -> ObjectStep:
-    """Do what ``step`` says; a conflict (the object moved on since the read) reads it and decides again."""
-    for _ in range(ATTEMPTS):
+    """Do what ``step`` says; a conflict (the object moved on since the read) reads it and decides again. A loop
+    in place, on the policy table's ``write_retries``: this runs in ``opbroker ... abandon``, outside the
+    controller, where no runtime repeats a conflict."""
+    for _ in DEFAULTS.attempts(DEFAULTS.write_retries):
         live = step.live
         try:
             if step.fate is Fate.ORPHAN:
@@ -194,9 +194,10 @@ def _let_go(kube: Kube, step: ObjectStep, *, owner_uid: str) -> ObjectStep:
 
 
 def _drop_finalizer(kube: Kube, kind: Kind, target: Abandoning) -> str:
-    """Remove opbroker's finalizer, and only it, guarded by the version read (a 409 reads again)."""
+    """Remove opbroker's finalizer, and only it, guarded by the version read (a 409 reads again: a loop in place
+    on the policy table's ``write_retries``, as :func:`_let_go`'s)."""
     meta = target.meta
-    for _ in range(ATTEMPTS):
+    for _ in DEFAULTS.attempts(DEFAULTS.write_retries):
         body = kube.get_custom(kind, meta.namespace, meta.name, fresh=True)
         if body is None or (body.get("metadata") or {}).get("uid") != meta.uid:
             return "gone meanwhile"

@@ -31,14 +31,10 @@ from opbroker.controller.catalog import spec_hash
 from opbroker.controller.core.rollout_views import AdminRequestView, PlanView
 from opbroker.controller.kube import PLANS, Kube
 from opbroker.controller.runtime.objects import Manifest
+from opbroker.controller.runtime.policies import DEFAULTS, Policies
 from opbroker.rendering import Renderer
 
 log = logging.getLogger("opbroker.controller.admin")
-
-#: Seconds between two looks for new requests.
-POLL_SECONDS = 2.0
-#: A rollout re-reads its request (for a cancel) at most this often.
-CANCEL_CHECK_SECONDS = 1.0
 
 
 def _now() -> str:
@@ -61,8 +57,11 @@ class AdminRequests:
         plan_user: Callable[[dict[str, Any]], str | None],
         renderer: Callable[[], Renderer] = Renderer,
         clock: Callable[[], float] = time.monotonic,
+        policies: Policies = DEFAULTS,
     ) -> None:
         self.kube = kube
+        self._policies = policies
+        """The timing table: the pause between two looks for new requests is its ``admin_poll``."""
         self._plan_user = plan_user
         """The user a plan acts as (``identities.plan_user``): a preview's live reads act as the current plan's."""
         self.namespace = namespace
@@ -74,8 +73,8 @@ class AdminRequests:
 
     # -- the loop ---------------------------------------------------------------------------------------
 
-    def serve(self, stop: threading.Event, *, every: float = POLL_SECONDS) -> None:
-        while not stop.wait(every):
+    def serve(self, stop: threading.Event) -> None:
+        while not stop.wait(self._policies.delay(self._policies.admin_poll)):
             try:
                 self.run_once()
             except Exception as exc:  # a failed pass is retried at the next; the reason is logged, not the body
@@ -217,7 +216,8 @@ class AdminRequests:
             )
             return
         plan = PlanView.of(found)
-        cancel = _CancelCheck(self.kube, _ref(self.namespace, obj.meta.name), self._clock)
+        every = self._policies.rollout_cancel_check.base
+        cancel = _CancelCheck(self.kube, _ref(self.namespace, obj.meta.name), self._clock, every=every)
 
         def answer(report: rollouts.UpdateReport, phase: wire.Phase, message: str | None = note) -> wire.RolloutAnswer:
             return wire.RolloutAnswer(
@@ -242,6 +242,7 @@ class AdminRequests:
                 only_outdated=request.only_outdated or resumed,
                 should_stop=cancel,
                 progress=lambda report: self._answer(obj, answer(report, wire.Phase.RUNNING)),
+                policies=self._policies,
             )
         except Exception as exc:
             log.warning("rollout of plan %s failed: %s", request.plan, type(exc).__name__)
@@ -251,9 +252,9 @@ class AdminRequests:
 
 
 class _CancelCheck:
-    """Whether the rollout's request says ``cancelled`` (or is gone), read at most once a second; and the
-    pacer's sleep, cut short by a cancel (a rollout at 0.01 marks per second would otherwise notice it 100 s
-    late)."""
+    """Whether the rollout's request says ``cancelled`` (or is gone), read at most once ``every`` seconds (the
+    policy table's ``rollout_cancel_check``); and the pacer's sleep, cut short by a cancel (a rollout at 0.01 marks
+    per second would otherwise notice it 100 s late)."""
 
     def __init__(
         self,
@@ -261,14 +262,16 @@ class _CancelCheck:
         ref: ResourceRef,
         clock: Callable[[], float],
         sleep: Callable[[float], None] = time.sleep,
+        *,
+        every: float = DEFAULTS.rollout_cancel_check.base,
     ) -> None:
-        self.kube, self.ref, self.clock, self._sleep = kube, ref, clock, sleep
+        self.kube, self.ref, self.clock, self._sleep, self._every = kube, ref, clock, sleep, every
         self._read_at: float | None = None
         self._cancelled = False
 
     def __call__(self) -> bool:
         now = self.clock()
-        if self._read_at is None or now - self._read_at >= CANCEL_CHECK_SECONDS:
+        if self._read_at is None or now - self._read_at >= self._every:
             self._read_at = now
             obj = self.kube.get(self.ref, fresh=True)
             try:
@@ -284,7 +287,7 @@ class _CancelCheck:
             left = deadline - self.clock()
             if left <= 0:
                 return
-            self._sleep(min(left, CANCEL_CHECK_SECONDS))
+            self._sleep(min(left, self._every))
 
 
 def _failure(exc: Exception) -> str | None:

@@ -78,6 +78,7 @@ class Controller:
             namespace_workers=settings.namespace_workers,
             uncapped_namespaces=settings.budget_exempt,
             clock=SYSTEM,
+            policies=settings.policies,
         )
         memories = self.runtime.memories
         self.index = memories.keep(SourceIndex())
@@ -112,8 +113,8 @@ class Controller:
         for reconciler in (
             self.instances,
             self.bindings,
-            PlanEntryReconciler(self.kube, self.renderer, self.catalog),
-            ServiceEntryReconciler(self.kube, self.renderer, self.catalog),
+            PlanEntryReconciler(self.kube, self.renderer, self.catalog, policies=self.runtime.policies),
+            ServiceEntryReconciler(self.kube, self.renderer, self.catalog, policies=self.runtime.policies),
         ):
             self.runtime.register(reconciler)
         self.claims = Claims(self.kube, settings.claims, self.catalog, self.runtime, self.namespace_door)
@@ -159,7 +160,12 @@ class Controller:
         self.watchers.subscribe(SECRETS, lambda _event_type, secret: self.service_catalog.on_secret(secret))
         runtime = self.runtime
         self._trimmer = asyncio.get_running_loop().create_task(
-            trim.trim_when_settled(lambda: runtime.reconciles, lambda: runtime.idle, clock=runtime.clock),
+            trim.trim_when_settled(
+                lambda: runtime.reconciles,
+                lambda: runtime.idle,
+                every=runtime.policies.memory_trim.base,
+                clock=runtime.clock,
+            ),
             name="memory trim",
         )
         self._resync = asyncio.get_running_loop().create_task(
@@ -173,7 +179,9 @@ class Controller:
             name="day-two resync",
         )
         self._housekeeper = asyncio.get_running_loop().create_task(
-            registry_sweep.keep_house(self.kube, self.settings.registries_namespace, self.namespace_door),
+            registry_sweep.keep_house(
+                self.kube, self.settings.registries_namespace, self.namespace_door, policies=runtime.policies
+            ),
             name="registry housekeeping",
         )
         if self.multicluster is not None:
@@ -185,6 +193,7 @@ class Controller:
             registry_namespace=self.settings.registries_namespace,
             plan_user=lambda plan: identities.plan_user(plan, self.settings),
             renderer=lambda: self.renderer,
+            policies=runtime.policies,
         ).start()
         if self.onboarder is not None:  # Namespaces: a core kind, watched like Secrets (the informers take none)
             self.onboarder.start()

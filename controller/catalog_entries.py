@@ -29,6 +29,7 @@ from opbroker.controller.kube import INSTANCES, PLANS, SERVICES, Kind, Kube
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.kinds import ObservePlanAct
 from opbroker.controller.runtime.outcomes import DONE, Outcome
+from opbroker.controller.runtime.policies import DEFAULTS, Policies
 from opbroker.controller.showing import ShowsFailuresOnObject
 from opbroker.rendering import Renderer
 from opbroker.rendering.checking import check_plan
@@ -42,8 +43,11 @@ class ServiceEntryReconciler(ShowsFailuresOnObject, ObservePlanAct[EntryFacts, A
     kind: ClassVar[str] = "service"
     resource: ClassVar[Kind] = SERVICES
 
-    def __init__(self, kube: Kube, renderer: Renderer, catalog: Catalog) -> None:
+    def __init__(self, kube: Kube, renderer: Renderer, catalog: Catalog, *, policies: Policies = DEFAULTS) -> None:
         self.kube = kube
+        self.policies = policies
+        """The timing table: an entry whose deletion waits for its users is looked at again after its
+        ``in_use_recheck``."""
         self.renderer = renderer
         self.catalog = catalog
         self._warned: dict[Key, Mark] = {}
@@ -61,7 +65,8 @@ class ServiceEntryReconciler(ShowsFailuresOnObject, ObservePlanAct[EntryFacts, A
         users = decisions.service_users(
             self.catalog.plan_views_of_service(service_id), _instances(self.kube), service_id
         )
-        return EntryFacts(key, facts.entry, facts.verdict, users.plans + users.instances, users)
+        recheck_in = self.policies.delay(self.policies.in_use_recheck)
+        return EntryFacts(key, facts.entry, facts.verdict, users.plans + users.instances, users, recheck_in=recheck_in)
 
     def observe_entry(self, key: Key) -> EntryFacts | None:
         """The entry and its verdict, without counting its users."""
@@ -117,8 +122,8 @@ class PlanEntryReconciler(ServiceEntryReconciler):
     kind: ClassVar[str] = "plan"
     resource: ClassVar[Kind] = PLANS
 
-    def __init__(self, kube: Kube, renderer: Renderer, catalog: Catalog) -> None:
-        super().__init__(kube, renderer, catalog)
+    def __init__(self, kube: Kube, renderer: Renderer, catalog: Catalog, *, policies: Policies = DEFAULTS) -> None:
+        super().__init__(kube, renderer, catalog, policies=policies)
         self._verdicts: dict[Key, tuple[Mark, Verdict]] = {}
         self._verdicts_lock = threading.Lock()
 
@@ -134,7 +139,8 @@ class PlanEntryReconciler(ServiceEntryReconciler):
         if facts.entry.meta.deleting and any(not other.meta.deleting for other in others):
             return facts  # another trusted SFPlan declares the id and stays: it serves the instances, none waits
         users = decisions.plan_users(_instances(self.kube), plan_id)
-        return EntryFacts(key, facts.entry, facts.verdict, users)
+        recheck_in = self.policies.delay(self.policies.in_use_recheck)
+        return EntryFacts(key, facts.entry, facts.verdict, users, recheck_in=recheck_in)
 
     @staticmethod
     def plan(facts: EntryFacts) -> Sequence[Any]:

@@ -104,7 +104,7 @@ def limits_of(settings: ControllerSettings) -> Limits:
         drift_bounds=drift.Bounds(
             max_corrections=settings.drift_corrections,
             window_seconds=settings.drift_window_seconds,
-            backoff_seconds=settings.drift_backoff_seconds,
+            backoff=settings.policies.drift_backoff,
         ),
     )
 

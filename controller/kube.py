@@ -325,7 +325,11 @@ class Kube:
     def merge_patch(self, ref: ResourceRef, patch: dict[str, Any]) -> dict[str, Any] | None:
         resource = self._resource(ref.api_version, ref.kind)
         path = _path_of(ref.api_version, resource, ref.namespace, ref.name)
-        patched = _unless(404, lambda: self.custom.request("PATCH", path, body=patch, content_type=MERGE_PATCH))
+        try:
+            patched = _unless(404, lambda: self.custom.request("PATCH", path, body=patch, content_type=MERGE_PATCH))
+        except ApiException as exc:
+            self._behind(ref, resource.namespaced, exc)
+            raise
         return None if patched is None else self._keep(patched)
 
     def delete(self, ref: ResourceRef, *, resource_version: str | None = None) -> bool:
@@ -336,8 +340,18 @@ class Kube:
         body: dict[str, Any] = {"propagationPolicy": "Background"}
         if resource_version is not None:
             body["preconditions"] = {"resourceVersion": resource_version}
-        deleted = _unless(404, lambda: self.custom.request("DELETE", path, body=body))
+        try:
+            deleted = _unless(404, lambda: self.custom.request("DELETE", path, body=body))
+        except ApiException as exc:
+            self._behind(ref, resource.namespaced, exc)
+            raise
         return deleted is not None
+
+    def _behind(self, ref: ResourceRef, namespaced: bool | None, exc: ApiException) -> None:
+        """A guarded write of ``ref`` met a 409: the copy held of it (a fed type's) is behind, and the next read
+        goes to the API — the reconcile the runtime repeats on the conflict must not decide on it again."""
+        if exc.status == 409:
+            self.store.stale((ref.api_version, ref.kind), ref.namespace if namespaced else None, ref.name)
 
     # -- our own custom resources --------------------------------------------------------------------
 

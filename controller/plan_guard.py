@@ -24,8 +24,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-
 from opbroker.api.conventions import FINALIZER
 from opbroker.controller.kube import PLANS, Kind, Kube
 
@@ -39,26 +37,15 @@ def set_finalizer(kube: Kube, kind: Kind, entry: dict[str, Any], *, hold: bool) 
     """Add (``hold``) or drop the controller's finalizer on a catalog ``entry`` (an SFPlan or an SFService),
     guarded by its resourceVersion.
 
-    The copy may be stale (the catalog keeps the last watch event's): on a conflict the plan is read afresh
-    once, and nothing is done if it already is as wanted or is gone. Adding to a plan being deleted is
-    refused by the API server (no new finalizers then), which the caller sees as an error — the right answer
-    for an instance racing the plan's deletion.
+    The copy may be stale (the catalog keeps the last watch event's): a conflict (409) propagates, and the
+    runtime's one conflict policy repeats the reconcile, by then on the copy the entry's watch event brought (the
+    event that moved the entry on is on its way). Adding to a plan being deleted is refused by the API server (no
+    new finalizers then), which the caller sees as an error — the right answer for an instance racing the plan's
+    deletion.
     """
     meta = entry["metadata"]
-    for attempt in range(2):
-        finalizers = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
-        if hold:
-            finalizers.append(FINALIZER)
-        patch = {"metadata": {"finalizers": finalizers or None, "resourceVersion": meta.get("resourceVersion")}}
-        try:
-            kube.patch_custom(kind, meta["namespace"], meta["name"], patch)
-            return
-        except ApiException as exc:
-            if exc.status != 409 or attempt:
-                raise
-        fresh = kube.get_custom(kind, meta["namespace"], meta["name"], fresh=True)
-        if fresh is None:
-            return
-        meta = fresh["metadata"]
-        if (FINALIZER in (meta.get("finalizers") or [])) == hold:
-            return
+    finalizers = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
+    if hold:
+        finalizers.append(FINALIZER)
+    patch = {"metadata": {"finalizers": finalizers or None, "resourceVersion": meta.get("resourceVersion")}}
+    kube.patch_custom(kind, meta["namespace"], meta["name"], patch)

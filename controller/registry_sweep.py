@@ -3,7 +3,8 @@ deleting those whose instance or binding is gone.
 
 Registries live in the registry namespace, where no owner reference from a consumer's namespace reaches; their
 owner's teardown deletes them. This pass catches the rest: at the leader's start (so an upgrade moves every
-registry at once, not only those of objects reconciled again) and every :data:`SWEEP_SECONDS` after.
+registry at once, not only those of objects reconciled again) and every ``registry_sweep`` of the policy table
+(:mod:`opbroker.controller.runtime.policies`) after.
 """
 
 from __future__ import annotations
@@ -16,13 +17,10 @@ from opbroker.api.conventions import LABEL_MANAGED_BY, MANAGED_BY
 from opbroker.controller import registries
 from opbroker.controller.core.views import ObjectView, SecretView
 from opbroker.controller.kube import BINDINGS, INSTANCES, Kube
+from opbroker.controller.runtime.policies import DEFAULTS, Policies
 
 logger = logging.getLogger(__name__)
 
-#: How often orphaned registries are looked for: a teardown deletes its own, so this only catches a finalizer
-#: removed by hand or an object deleted while no controller ran; one list of the registry namespace's
-#: registries (by label) and one metadata-only listing of instances and of bindings.
-SWEEP_SECONDS = 600.0
 #: The old place's registries are recognised by these labels (and their name and owner reference).
 LEGACY_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY},opbroker.io/instance,!{registries.LABEL_REGISTRY_OF}"
 _KINDS = {"instance": INSTANCES, "binding": BINDINGS}
@@ -79,11 +77,12 @@ def housekeeping(kube: Kube, namespace: str, door: Callable[[str], Kube]) -> Non
             logger.info("moved %d registries into namespace %s", moved, namespace)
         registries.sweep(kube, namespace, owner_uid_of(kube))
     except Exception:
-        logger.exception("registry housekeeping failed; tried again in %.0f s", SWEEP_SECONDS)
+        logger.exception("registry housekeeping failed; tried at the next pass")
 
 
-async def keep_house(kube: Kube, namespace: str, door: Callable[[str], Kube], every: float = SWEEP_SECONDS) -> None:
-    """Run :func:`housekeeping` now and every ``every`` seconds, in a thread (its calls block)."""
+async def keep_house(kube: Kube, namespace: str, door: Callable[[str], Kube], *, policies: Policies = DEFAULTS) -> None:
+    """Run :func:`housekeeping` now and after each ``registry_sweep`` of ``policies`` (jittered), in a thread
+    (its calls block)."""
     while True:
         await asyncio.to_thread(housekeeping, kube, namespace, door)
-        await asyncio.sleep(every)
+        await asyncio.sleep(policies.delay(policies.registry_sweep))

@@ -40,6 +40,8 @@ from opbroker.controller.core.template_inputs import template_inputs
 from opbroker.controller.core.views import EntryView, InstanceView, Meta, SecretView
 from opbroker.controller.kube import INSTANCES, PLANS, SERVICES, Kube
 from opbroker.controller.multicluster.core.views import SFClusterView
+from opbroker.controller.runtime.policies import DEFAULTS, Policies
+from opbroker.osbclient import Backoff
 from opbroker.rendering import Renderer, RenderError, RenderInputs
 from opbroker.rendering.output import RenderedObject
 
@@ -511,10 +513,12 @@ def update_instances(
     report: Callable[[str], None] = lambda _line: None,
     should_stop: Callable[[], bool] = lambda: False,
     progress: Callable[[UpdateReport], None] = lambda _report: None,
+    policies: Policies = DEFAULTS,
 ) -> UpdateReport:
     """Mark the plan's instances for re-render, ``batch_size`` per page; ``wait`` seconds per page for them
     to finish (None: do not wait). ``should_stop`` is asked before each mark (the admin API's cancel: what
-    is marked stays marked), ``progress`` is told the counts after each page."""
+    is marked stays marked), ``progress`` is told the counts after each page. ``policies``: the timing table
+    (a mark's conflicts are retried on its ``write_retries``, the settling is polled every ``rollout_settle``)."""
     result = UpdateReport()
     seen: set[tuple[str, str]] = set()
     for page in pages(kube, namespace=namespace, limit=batch_size):
@@ -538,7 +542,9 @@ def update_instances(
                     result.stopped = True
                     progress(result)
                     return result
-                if not _mark(kube, instance, plan_id=plan_id, plan_hash=plan_hash, only_outdated=only_outdated):
+                if not _mark(
+                    kube, instance, plan_id=plan_id, plan_hash=plan_hash, only_outdated=only_outdated, policies=policies
+                ):
                     result.skipped[Skip.BUSY] += 1
                     continue
             batch.append(instance.key)
@@ -548,15 +554,24 @@ def update_instances(
             verb = "would mark" if dry_run else "marked"
             report(f"page {result.pages}: {verb} {len(batch)}: " + ", ".join(f"{ns}/{name}" for ns, name in batch))
         if batch and wait is not None and not dry_run:
-            result.unsettled += _settle(kube, batch, timeout=wait)
+            result.unsettled += _settle(kube, batch, timeout=wait, every=policies.rollout_settle)
         progress(result)
     return result
 
 
-def _mark(kube: Kube, instance: RolloutInstance, *, plan_id: str, plan_hash: str | None, only_outdated: bool) -> bool:
-    """Write ``state: update`` unless the instance moved on meanwhile (then decided once more on a fresh read)."""
+def _mark(
+    kube: Kube,
+    instance: RolloutInstance,
+    *,
+    plan_id: str,
+    plan_hash: str | None,
+    only_outdated: bool,
+    policies: Policies = DEFAULTS,
+) -> bool:
+    """Write ``state: update`` unless the instance moved on meanwhile (then decided again on a fresh read, in
+    place on the table's ``write_retries``: a rollout runs outside any reconcile, no runtime repeats it)."""
     namespace, name = instance.key
-    for _ in range(2):
+    for _ in policies.attempts(policies.write_retries):
         try:
             kube.patch_custom_status(
                 INSTANCES,
@@ -581,12 +596,15 @@ def _mark(kube: Kube, instance: RolloutInstance, *, plan_id: str, plan_hash: str
     return False
 
 
-def _settle(kube: Kube, batch: list[tuple[str, str]], *, timeout: float) -> list[tuple[str, str]]:
-    """Wait until every instance of the batch has an outcome again; the ones that did not, by the deadline."""
+def _settle(
+    kube: Kube, batch: list[tuple[str, str]], *, timeout: float, every: Backoff = DEFAULTS.rollout_settle
+) -> list[tuple[str, str]]:
+    """Wait until every instance of the batch has an outcome again (looking ``every``); the ones that did not,
+    by the deadline."""
     deadline = time.monotonic() + timeout
     waiting = list(batch)
     while waiting and time.monotonic() < deadline:
-        time.sleep(0.5)
+        time.sleep(every.delay(1))
         still = []
         for namespace, name in waiting:
             found = kube.get_custom(INSTANCES, namespace, name)

@@ -94,7 +94,7 @@ def run(settings: ControllerSettings, *, kubeconfig: str | None) -> None:
     reached = contact.ApiContact()
     api = api_client_for(kubeconfig, timeouts=settings.timeouts, reached=reached)
     controller = Controller(api, settings)
-    probe_every = min(contact.PROBE_SECONDS, settings.stuck_seconds / 4)
+    probe_every = min(settings.policies.api_probe.base, settings.stuck_seconds / 4)
     contact.start_probe(api, reached, every=probe_every)
     state.add_check(lambda: reached.problem(settings.stuck_seconds), liveness=True)
     state.add_check(lambda: reached.problem(3 * probe_every), liveness=False)
@@ -106,7 +106,13 @@ def run(settings: ControllerSettings, *, kubeconfig: str | None) -> None:
 
     def wait_for_the_api() -> None:
         """Bounded: exits the process when the API server does not serve what the controller watches in time."""
-        problems = apiready.wait_until_served(api, wanted, timeout=settings.api_wait_seconds, on_wait=state.waiting)
+        problems = apiready.wait_until_served(
+            api,
+            wanted,
+            timeout=settings.api_wait_seconds,
+            on_wait=state.waiting,
+            poll=settings.policies.api_ready_poll.base,
+        )
         if problems:
             state.stopped("the API server does not serve what the controller watches")
             logger.error(

@@ -17,6 +17,7 @@ from opbroker.api.conventions import (
 )
 from opbroker.controller.claims.settings import ClaimsSettings
 from opbroker.controller.core.budgets import NamespaceBudgets
+from opbroker.controller.runtime.policies import Policies
 from opbroker.kubeclient.deadlines import Timeouts
 from opbroker.rendering.urlpolicy import FetchPolicy
 
@@ -52,8 +53,8 @@ class ControllerSettings:
     """Day two: corrections of one object within :attr:`drift_window_seconds` before opbroker stops (``Synced=False``
     naming the other writer): two writers fighting over a field end there, not in a hot loop."""
     drift_window_seconds: float = 300.0
-    drift_backoff_seconds: float = 2.0
-    """Day two: the wait after an object's first correction before the next; it doubles with each in the window."""
+    """Day two: the window :attr:`drift_corrections` are counted in (the wait after a correction before the next is
+    the policy table's ``drift_backoff``, doubling with each in the window)."""
     workers: int = 4
     """Reconciles running at once (each does blocking API calls in a thread)."""
     namespace_workers: int = 2
@@ -135,6 +136,9 @@ class ControllerSettings:
     """What one namespace may make the controller hold and run at once (``--namespace-operations``,
     ``--namespace-cache-mib``; issue 42): past a budget a new operation waits, saying why in its Ready condition.
     The control plane's namespaces are exempt (:attr:`budget_exempt`)."""
+    policies: Policies = field(default_factory=Policies)
+    """Every backoff and retry or poll interval, with jitter (:mod:`opbroker.controller.runtime.policies`;
+    ``--policy NAME=BASE[:CAP[:GIVE_UP[:JITTER]]]``, repeatable). Tests name a ``seed`` for the same draws."""
 
     @property
     def registries_namespace(self) -> str:

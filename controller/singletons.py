@@ -11,13 +11,13 @@ users on the object itself, in :data:`ANNOTATION_SINGLETON_USERS` (a JSON list o
 Why on the object and not in a record of our own: the list and the object then live and die together (no
 record to leak or to disagree with what exists), and every change is one write guarded by the object's
 resourceVersion, so two instances joining or leaving at once never lose each other's entry: the loser of the
-race gets a 409, reads the object afresh and repeats. Deleting the last user's singleton is guarded the same
-way (a precondition on the version), so an instance that joined in between keeps it.
+race gets a 409, which propagates — in a reconcile the runtime's one conflict policy repeats the whole reconcile
+on a fresh read (the door marks its copy of the object behind), out of one (``opbroker instance abandon``) the
+caller reads afresh and decides again. Deleting the last user's singleton is guarded the same way (a
+precondition on the version), so an instance that joined in between keeps it.
 """
 
 from __future__ import annotations
-
-from kubernetes.client.exceptions import ApiException
 
 from opbroker.api.conventions import ANNOTATION_SINGLETON_USERS
 from opbroker.api.meta import ResourceRef
@@ -26,10 +26,6 @@ from opbroker.controller.core.views import ObjectView
 from opbroker.controller.kube import Kube
 from opbroker.controller.runtime.objects import Manifest
 from opbroker.controller.runtime.outcomes import Conflict
-
-#: Tries of a guarded write before the reconcile is repeated (each after a fresh read): a handful of instances
-#: joining one singleton at the same moment all get through without a round in the queue.
-ATTEMPTS = 5
 
 
 class SingletonFull(RuntimeError):
@@ -52,59 +48,42 @@ def tracked(manifest: Manifest, owner_uid: str) -> Manifest:
 
 
 def join(kube: Kube, ref: ResourceRef, live: ObjectView, owner_uid: str) -> None:
-    """List ``owner_uid`` among the users of the existing singleton ``live`` (nothing when it is listed)."""
-    for _ in range(ATTEMPTS):
-        users = decisions.singleton_users(live.meta)
-        if owner_uid in users:
-            return
-        if len(users) >= decisions.MAX_SINGLETON_USERS:
-            raise SingletonFull(ref)
-        patch = {
-            "metadata": {
-                "annotations": {ANNOTATION_SINGLETON_USERS: decisions.users_annotation([*users, owner_uid])},
-                "resourceVersion": live.meta.resource_version,
-            }
+    """List ``owner_uid`` among the users of the existing singleton ``live`` (nothing when it is listed); one
+    write guarded by the version read (its 409 propagates: see the module)."""
+    users = decisions.singleton_users(live.meta)
+    if owner_uid in users:
+        return
+    if len(users) >= decisions.MAX_SINGLETON_USERS:
+        raise SingletonFull(ref)
+    patch = {
+        "metadata": {
+            "annotations": {ANNOTATION_SINGLETON_USERS: decisions.users_annotation([*users, owner_uid])},
+            "resourceVersion": live.meta.resource_version,
         }
-        try:
-            if kube.merge_patch(ref, patch) is not None:
-                return
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-        fresh = kube.get(ref, fresh=True)
-        if fresh is None:
-            raise Conflict(f"{ref.kind} {ref.name} went while this instance joined it; it is made again")
-        live = ObjectView.of(fresh)
-    raise Conflict(f"{ref.kind} {ref.name} kept changing while this instance joined it")
+    }
+    if kube.merge_patch(ref, patch) is None:
+        raise Conflict(f"{ref.kind} {ref.name} went while this instance joined it; it is made again")
 
 
 def leave(kube: Kube, ref: ResourceRef, live: ObjectView, owner_uid: str) -> bool:
     """Remove ``owner_uid`` from a shared object's owners (owner references and tracked users) — or delete it
-    when it is the last — each write guarded by the version read. True while a deletion is in progress."""
-    current: ObjectView | None = live
-    for _ in range(ATTEMPTS):
-        step = decisions.letting_go(current, owner_uid=owner_uid)
-        if step in (decisions.Letting.GONE, decisions.Letting.LEAVE):
-            return False
-        if step is decisions.Letting.WAIT:
-            return True
-        assert current is not None
-        meta = current.meta
-        try:
-            if step is decisions.Letting.DELETE:
-                kube.delete(ref, resource_version=meta.resource_version)
-                return True
-            users = decisions.singleton_users(meta)
-            changes: Manifest = {"resourceVersion": meta.resource_version}
-            if meta.owned_by(owner_uid):
-                changes["ownerReferences"] = [dict(o.wire) for o in meta.owners if o.uid != owner_uid]
-            if owner_uid in users:
-                rest = decisions.users_annotation(u for u in users if u != owner_uid)
-                changes["annotations"] = {ANNOTATION_SINGLETON_USERS: rest}
-            kube.merge_patch(ref, {"metadata": changes})
-            return False
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-        current = ObjectView.maybe(kube.get(ref, fresh=True))
-    raise Conflict(f"{ref.kind} {ref.name} kept changing while this instance let go of it")
+    when it is the last — in one write guarded by the version read (its 409 propagates: see the module). True
+    while a deletion is in progress."""
+    step = decisions.letting_go(live, owner_uid=owner_uid)
+    if step in (decisions.Letting.GONE, decisions.Letting.LEAVE):
+        return False
+    if step is decisions.Letting.WAIT:
+        return True
+    meta = live.meta
+    if step is decisions.Letting.DELETE:
+        kube.delete(ref, resource_version=meta.resource_version)
+        return True
+    users = decisions.singleton_users(meta)
+    changes: Manifest = {"resourceVersion": meta.resource_version}
+    if meta.owned_by(owner_uid):
+        changes["ownerReferences"] = [dict(o.wire) for o in meta.owners if o.uid != owner_uid]
+    if owner_uid in users:
+        rest = decisions.users_annotation(u for u in users if u != owner_uid)
+        changes["annotations"] = {ANNOTATION_SINGLETON_USERS: rest}
+    kube.merge_patch(ref, {"metadata": changes})
+    return False

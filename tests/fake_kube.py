@@ -28,6 +28,7 @@ Every write call is logged in :attr:`FakeKube.calls` (whether or not it changed 
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import itertools
 import json
@@ -423,7 +424,18 @@ class FakeKube:
         key = self._key(info, ref.namespace, ref.name)
         with self._lock:
             self._log("patch", info, key[2], key[3])
-            return self._keep(self._patch(info, key, patch))
+            with self._behind(info, key):
+                return self._keep(self._patch(info, key, patch))
+
+    @contextlib.contextmanager
+    def _behind(self, info: KindInfo, key: ObjectKey) -> Iterator[None]:
+        """``Kube._behind``: a guarded write's 409 marks the store's copy of the object behind."""
+        try:
+            yield
+        except ApiException as exc:
+            if exc.status == 409:
+                self.store.stale(key[:2], key[2] or None, key[3])
+            raise
 
     def _patch(
         self, info: KindInfo, key: ObjectKey, patch: dict[str, Any], *, status_only: bool = False
@@ -442,8 +454,9 @@ class FakeKube:
         with self._lock:
             self._log("delete", info, key[2], key[3])
             found = self.objects.get(key)
-            if found is not None and resource_version not in (None, found["metadata"]["resourceVersion"]):
-                raise api_error(409, "Conflict", "Precondition failed: the object has been modified")
+            with self._behind(info, key):
+                if found is not None and resource_version not in (None, found["metadata"]["resourceVersion"]):
+                    raise api_error(409, "Conflict", "Precondition failed: the object has been modified")
             return self._delete(info, key)
 
     def list_objects(self, api_version: str, kind: str, namespace: str) -> list[dict[str, Any]]:

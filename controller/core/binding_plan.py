@@ -458,7 +458,7 @@ def _keep_declared(facts: BindingFacts, refresh: Refresh) -> list[a.Action]:
              for seen in refresh.observed]  # fmt: skip
     findings = find_drift(pairs, now, facts.limits.drift_bounds)
     out: list[a.Action] = [*findings.corrections, *synced_actions(facts.binding, findings.synced, now)]
-    waits = [*findings.waits, *((facts.limits.drift_bounds.backoff_seconds,) if findings.corrections else ())]
+    waits = [*findings.waits, *((facts.limits.drift_bounds.backoff.base,) if findings.corrections else ())]
     if waits:
         out.append(a.Requeue(max(0.5, min(waits))))
     return out

@@ -28,6 +28,8 @@ from enum import StrEnum
 from typing import Any
 
 from opbroker.api.meta import ResourceRef
+from opbroker.controller.runtime.policies import DEFAULTS
+from opbroker.osbclient import Backoff
 
 #: Fields of ``metadata`` that drift compares (the rest — name, uid, ownerReferences, managedFields, ... — is the
 #: API server's or ownership's).
@@ -151,8 +153,9 @@ class Bounds:
     max_corrections: int = 3
     """Corrections of one object within ``window_seconds`` before opbroker calls it a fight and stops."""
     window_seconds: float = 300.0
-    backoff_seconds: float = 2.0
-    """The wait after the first correction; it doubles with each further one in the window."""
+    backoff: Backoff = DEFAULTS.drift_backoff
+    """The wait after the first correction, doubling with each further one in the window (the policy table's
+    ``drift_backoff``)."""
 
 
 @dataclass(frozen=True)
@@ -169,7 +172,7 @@ def verdict(history: Sequence[datetime.datetime], now: datetime.datetime, bounds
     if len(recent) >= bounds.max_corrections:
         return Decision(Verdict.FIGHT, bounds.window_seconds - (now - recent[0]).total_seconds())
     if recent:
-        backoff = bounds.backoff_seconds * 2 ** (len(recent) - 1)
+        backoff = bounds.backoff.delay(len(recent))
         waited = (now - recent[-1]).total_seconds()
         if waited < backoff:
             return Decision(Verdict.WAIT, backoff - waited)

@@ -10,7 +10,8 @@ Every decision is here, in the shared vocabulary (:mod:`.actions`):
   and never written; a finalizer of ours left from a time it was trusted is dropped when it is deleted;
 * a trusted entry gets the finalizer while something uses it (:func:`.decisions.entry_guard`); deleted
   meanwhile, it waits (Ready=False, ``PlanInUse`` / ``ServiceInUse``, a Warning Event) and is looked at again
-  every :data:`IN_USE_RECHECK_SECONDS`; deleted and unused, the finalizer goes and nothing more is written;
+  after the policy table's ``in_use_recheck`` (:attr:`EntryFacts.recheck_in`); deleted and unused, the
+  finalizer goes and nothing more is written;
 * otherwise its Ready condition says the verdict, written only when the status does not say it yet
   (:func:`.catalog_status.status_patch`), guarded by the resourceVersion the verdict was made on.
 """
@@ -27,12 +28,9 @@ from opbroker.controller.core.catalog_status import Verdict
 from opbroker.controller.core.decisions import PlanGuard, ServiceUsers, entry_guard, entry_needs_count
 from opbroker.controller.core.views import EntryView
 from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.policies import DEFAULTS
 
 __all__ = ["EntryFacts", "NoteWarned", "entry_needs_count", "plan_entry", "service_entry"]
-
-IN_USE_RECHECK_SECONDS = 30.0
-"""How often an entry whose deletion waits for its users is looked at again (a user's deletion also queues it:
-this is the safety net)."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +47,9 @@ class EntryFacts:
     """The object lives in a trusted namespace (else it is a tenant's: warned about, never served)."""
     warned: bool = False
     """Untrusted, and already warned about at this generation (by this controller process)."""
+    recheck_in: float = DEFAULTS.in_use_recheck.base
+    """When an entry whose deletion waits for its users is looked at again: the policy table's ``in_use_recheck``,
+    jittered by the edge."""
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,7 @@ def waiting(facts: EntryFacts, verdict: Verdict) -> list[Any]:
     """A deletion that waits for the entry's users: say why (status and a Warning Event), look again later."""
     patch = catalog_status.status_patch(facts.entry, verdict)
     event = a.Event(verdict.reason.value, verdict.message, warning=True)
-    return [*([a.WriteStatus(patch, event=event)] if patch is not None else []), a.Requeue(IN_USE_RECHECK_SECONDS)]
+    return [*([a.WriteStatus(patch, event=event)] if patch is not None else []), a.Requeue(facts.recheck_in)]
 
 
 def _plan(facts: EntryFacts, in_use: Verdict) -> Sequence[Any]:

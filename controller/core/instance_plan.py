@@ -755,7 +755,7 @@ def check(facts: InstanceFacts) -> tuple[a.Action, ...]:
     )
     out.append(a.ReportHealth(health.value))
     if corrections:  # the corrections' own echoes are not events: look again soon to see them hold
-        waits.append(limits.drift_bounds.backoff_seconds)
+        waits.append(limits.drift_bounds.backoff.base)
     if waits:
         out.append(a.Requeue(max(0.5, min(waits))))
     return tuple(out)

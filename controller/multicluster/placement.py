@@ -79,8 +79,6 @@ from opbroker.rendering import RenderError
 
 logger = logging.getLogger(__name__)
 
-NOT_READY_DELAY = placement_plan.NOT_READY_DELAY
-
 
 class Gone(TemporaryError):
     """The master object vanished in the middle of an action list: the rest is not run; the retry finds it gone."""
@@ -232,10 +230,13 @@ class MultiClusterPlacement:
     def _facts(self, kind: str, obj: ReplicaView) -> PlacementFacts:
         """What is known without asking a sister: the object, where it is placed, whether that cluster answers."""
         settings = self.deps.settings
+        policies = settings.policies
         key = Key(kind, obj.meta.namespace, obj.meta.name)
         facts = PlacementFacts(
             key, obj, self.ready.is_set(), poll_seconds=settings.status_poll_seconds,
             probe_seconds=settings.cluster_probe_seconds,
+            not_ready_in=policies.delay(policies.placement_not_ready),
+            handover_in=policies.delay(policies.placement_handover),
         )  # fmt: skip
         if not facts.ready:
             return facts

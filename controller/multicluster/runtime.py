@@ -37,8 +37,6 @@ from opbroker.controller.watches import Watch
 
 logger = logging.getLogger(__name__)
 
-SEED_RETRY_SECONDS = 2.0
-
 
 class MultiCluster:
     def __init__(self, deps: Deps, runtime: Runtime) -> None:
@@ -77,7 +75,8 @@ class MultiCluster:
                 break
             except Exception as exc:
                 logger.warning("multi-cluster start-up failed (%s); retrying", exc)
-                await asyncio.sleep(SEED_RETRY_SECONDS)
+                policies = self.runtime.policies
+                await self.runtime.clock.sleep(policies.delay(policies.seed_retry))
         for name in self.registry.names():
             self.enqueue_cluster(name)
         logger.info(

@@ -23,12 +23,11 @@ from typing import Any
 from kubernetes import client
 
 from opbroker.controller.core.views import ApiResource, ApiStatus, resources_of
+from opbroker.controller.runtime.policies import DEFAULTS
 from opbroker.controller.watches import Watch
 
 logger = logging.getLogger(__name__)
 
-#: How often the check runs while something is missing.
-POLL_SECONDS = 1.0
 #: How often the wait says what it still waits for.
 LOG_EVERY_SECONDS = 5.0
 #: Per-request timeout (connect, read) of the checks.
@@ -134,7 +133,7 @@ def wait_until_served(
     *,
     timeout: float,
     on_wait: Callable[[str], None] = lambda _detail: None,
-    poll: float = POLL_SECONDS,
+    poll: float = DEFAULTS.api_ready_poll.base,
     log_every: float = LOG_EVERY_SECONDS,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,

@@ -15,10 +15,9 @@ from collections.abc import Callable
 
 from kubernetes import client
 
-logger = logging.getLogger(__name__)
+from opbroker.controller.runtime.policies import DEFAULTS
 
-#: How often the probe runs when nothing else has answered.
-PROBE_SECONDS = 5.0
+logger = logging.getLogger(__name__)
 
 
 class ApiContact:
@@ -49,9 +48,10 @@ class ApiContact:
 
 
 def probe_forever(
-    api: client.ApiClient, contact: ApiContact, stop: threading.Event, *, every: float = PROBE_SECONDS
+    api: client.ApiClient, contact: ApiContact, stop: threading.Event, *, every: float = DEFAULTS.api_probe.base
 ) -> None:
-    """Until ``stop``: every ``every`` seconds without an answer, GET ``/version`` (deadline ``every``)."""
+    """Until ``stop``: every ``every`` seconds (the table's ``api_probe``) without an answer, GET ``/version``
+    (deadline ``every``)."""
     while not stop.wait(every):
         if contact.silence() < every:
             continue
@@ -63,7 +63,9 @@ def probe_forever(
             contact.answered()
 
 
-def start_probe(api: client.ApiClient, contact: ApiContact, *, every: float = PROBE_SECONDS) -> threading.Event:
+def start_probe(
+    api: client.ApiClient, contact: ApiContact, *, every: float = DEFAULTS.api_probe.base
+) -> threading.Event:
     """:func:`probe_forever` in a daemon thread; set the returned event to stop it."""
     stop = threading.Event()
     threading.Thread(target=probe_forever, args=(api, contact, stop), kwargs={"every": every}, daemon=True).start()

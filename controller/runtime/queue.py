@@ -49,13 +49,14 @@ from collections.abc import Awaitable, Callable, Collection, Hashable
 from opbroker.controller.runtime.clock import SYSTEM, Clock
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.outcomes import Outcome, TemporaryError
+from opbroker.controller.runtime.policies import DEFAULTS, Draw
 from opbroker.osbclient import Backoff
 
 logger = logging.getLogger(__name__)
 
-#: A failed reconcile is retried after 0.5 s, doubling with each failure in a row up to a minute (client-go's
-#: item backoff has the same shape); it never gives up: the object's state, not a count, decides.
-RETRY = Backoff(base=0.5, maximum=60.0, max_duration=float("inf"))
+
+def _no_jitter() -> float:
+    return 0.0
 
 
 Reconcile = Callable[[Hashable], Awaitable[Outcome]]
@@ -81,7 +82,8 @@ class WorkQueue:
         per_tenant: int | None = None,
         tenant: Tenant = namespace_of,
         uncapped: Collection[str] = (),
-        backoff: Backoff = RETRY,
+        backoff: Backoff = DEFAULTS.retries,
+        draw: Draw = _no_jitter,
         clock: Clock = SYSTEM,
     ) -> None:
         per_tenant = max(1, workers // 2) if per_tenant is None else per_tenant
@@ -95,6 +97,8 @@ class WorkQueue:
         """Tenants any number of workers may serve at once (still in turn): the platform's own namespaces — the
         control plane's, where every instance of a platform without ``context.namespace`` is recorded."""
         self._backoff = backoff
+        """A failed reconcile's retry (the policy table's ``retries``), jittered by ``draw`` (default: none)."""
+        self._draw = draw
         self._clock = clock
         self._failures: dict[Hashable, int] = {}
         """Failures in a row per key (reset on success or :meth:`forget`)."""
@@ -356,7 +360,7 @@ class WorkQueue:
     def _retry_delay(self, key: Hashable) -> float:
         """Count one more failure of ``key`` in a row; the wait before its retry."""
         failures = self._failures[key] = self._failures.get(key, 0) + 1
-        return self._backoff.delay(failures)
+        return self._backoff.delay(failures, self._draw())
 
 
 def stuck(*, now: float, running_since: list[float], waiting: int, moved_at: float, bound: float) -> str | None:

@@ -17,9 +17,9 @@ and owns everything around it that used to be repeated per subsystem:
   written on its object as a condition and an Event, and taken back once a reconcile of the key succeeds;
 * the reconcile duration and error metrics.
 
-Time comes from the clock passed in (:mod:`.clock`, the real one by default), and every wait grows by the one
-backoff type (``osbclient.Backoff``): the queue's retries (:data:`.queue.RETRY`) and conflicts
-(:data:`CONFLICTS`).
+Time comes from the clock passed in (:mod:`.clock`, the real one by default), and every wait is a policy of the
+one table passed in (:mod:`.policies`, jittered from its random source): the queue's retries
+(:attr:`.policies.Policies.retries`) and conflicts (:attr:`.policies.Policies.conflicts`).
 """
 
 from __future__ import annotations
@@ -36,25 +36,11 @@ from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.kinds import Reconciler, ShowsFailures
 from opbroker.controller.runtime.memory import Memories, PerKey
 from opbroker.controller.runtime.outcomes import DONE, Outcome, TemporaryError
-from opbroker.controller.runtime.queue import RETRY, WorkQueue
+from opbroker.controller.runtime.policies import Policies
+from opbroker.controller.runtime.queue import WorkQueue
 from opbroker.controller.runtime.troubles import shown_for
-from opbroker.osbclient import Backoff
 
 logger = logging.getLogger(__name__)
-
-#: After a conflict, the reconcile runs again this soon (on a fresh read) ...
-CONFLICT_RETRY_SECONDS = 0.05
-#: ... doubling with each conflict in a row up to this: a key whose writes keep losing (another writer rewriting
-#: the object in a loop) is retried every few seconds, not at 20 Hz for ever. A reconcile that ends otherwise
-#: starts the count again.
-CONFLICT_RETRY_CAP_SECONDS = 5.0
-#: The two above as the backoff conflicts follow (never gives up: a conflict is nobody's failure).
-CONFLICTS = Backoff(base=CONFLICT_RETRY_SECONDS, maximum=CONFLICT_RETRY_CAP_SECONDS, max_duration=float("inf"))
-
-
-def conflict_delay(streak: int, backoff: Backoff = CONFLICTS) -> float:
-    """The wait before the reconcile after the ``streak``-th conflict in a row (1 for the first)."""
-    return backoff.delay(streak)
 
 
 class Runtime:
@@ -68,8 +54,7 @@ class Runtime:
         uncapped_namespaces: Collection[str] = (),
         memories: Memories | None = None,
         clock: Clock = SYSTEM,
-        retry: Backoff = RETRY,
-        conflicts: Backoff = CONFLICTS,
+        policies: Policies | None = None,
     ) -> None:
         self.workers = workers
         self.namespace_workers = namespace_workers
@@ -79,12 +64,13 @@ class Runtime:
         self.memories = memories or Memories()
         self.clock = clock
         """The one clock of the runtime and its queue (tests pass a :class:`.clock.FakeClock`)."""
-        self._retry = retry
-        self._conflict_backoff = conflicts
+        self.policies = policies if policies is not None else Policies()
+        """The timing table (the settings'): the runtime's retries and conflicts, and every subsystem's waits
+        (they are handed the runtime)."""
         self._kinds: dict[str, Reconciler] = {}
         self._rechecks: PerKey[float] = self.memories.keep(PerKey())
         self._conflicts: PerKey[int] = self.memories.keep(PerKey())
-        """Conflicts in a row per key (see :data:`CONFLICT_RETRY_CAP_SECONDS`)."""
+        """Conflicts in a row per key (see :attr:`.policies.Policies.conflicts`)."""
         self._shown: PerKey[object] = self.memories.keep(PerKey())
         """What each failing key's object shows of its failure (what :meth:`ShowsFailures.show_failure` returned)."""
         self.queue: WorkQueue | None = None
@@ -115,7 +101,8 @@ class Runtime:
             workers=self.workers,
             per_tenant=self.namespace_workers,
             uncapped=self.uncapped_namespaces,
-            backoff=self._retry,
+            backoff=self.policies.retries,
+            draw=self.policies.draw,
             clock=self.clock,
         )
         metrics.WORKQUEUE_DEPTH.set_function(lambda: queue.depth)
@@ -190,7 +177,7 @@ class Runtime:
                     reconciler.reread(key)
                     streak = (self._conflicts.get(key) or 0) + 1
                     self._conflicts.put(key, streak)
-                    return Outcome(requeue_after=conflict_delay(streak, self._conflict_backoff))
+                    return Outcome(requeue_after=self.policies.delay(self.policies.conflicts, streak))
                 self._conflicts.forget(key)
                 self._show(reconciler, key, exc)
                 if failure.handling is Handling.TRANSIENT:
@@ -233,7 +220,7 @@ class Runtime:
     def _coalesced(self, key: Key, outcome: Outcome) -> Outcome:
         """``outcome``, unless the re-check it asks for is already covered by an earlier scheduled one."""
         delay = outcome.requeue_after
-        if delay is None or delay <= CONFLICT_RETRY_SECONDS:
+        if delay is None or delay <= self.policies.conflicts.base:
             return outcome
         now = self.clock.monotonic()
         pending = self._rechecks.get(key)

@@ -18,11 +18,9 @@ from collections.abc import Callable
 from typing import Any
 
 from opbroker.controller.runtime.clock import SYSTEM, Clock
+from opbroker.controller.runtime.policies import DEFAULTS
 
 logger = logging.getLogger(__name__)
-
-#: How often the queue is looked at.
-CHECK_SECONDS = 5.0
 
 
 def _libc_function(name: str) -> Any:
@@ -65,7 +63,11 @@ def limit_arenas(count: int = ARENAS) -> bool:
 
 
 async def trim_when_settled(
-    reconciles: Callable[[], int], idle: Callable[[], bool], *, every: float = CHECK_SECONDS, clock: Clock = SYSTEM
+    reconciles: Callable[[], int],
+    idle: Callable[[], bool],
+    *,
+    every: float = DEFAULTS.memory_trim.base,
+    clock: Clock = SYSTEM,
 ) -> None:
     """Forever: once ``reconciles()`` has moved since the last trim and ``idle()`` holds, trim (looking every
     ``every`` seconds of ``clock``: the runtime's)."""

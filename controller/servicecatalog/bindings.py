@@ -26,12 +26,12 @@ executor — the OSB calls, the Secret and the projection are effects that decid
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 from kubernetes.client.exceptions import ApiException
 
-from opbroker import osbclient
 from opbroker.api.conventions import DEFAULT_NAMESPACE
 from opbroker.controller.budgets import Budgeting
 from opbroker.controller.claims import workloads
@@ -47,6 +47,7 @@ from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.kinds import ObservePlanAct
 from opbroker.controller.runtime.memory import Memories
 from opbroker.controller.runtime.outcomes import Outcome
+from opbroker.controller.runtime.policies import DEFAULTS, Policies
 from opbroker.controller.servicecatalog import effects
 from opbroker.controller.servicecatalog.common import Clients, Resolver, pacing
 from opbroker.controller.servicecatalog.core import binding_plan, tenancy
@@ -66,7 +67,6 @@ from opbroker.controller.servicecatalog.core.binding_plan import (
     secret_name,
     unstorable_keys,
 )
-from opbroker.controller.servicecatalog.core.calls import POLLS
 from opbroker.controller.servicecatalog.core.offering import Unresolved
 from opbroker.controller.servicecatalog.core.views import FINALIZER, CatalogObject
 from opbroker.controller.servicecatalog.resources import BINDINGS, INSTANCES, KINDS, CatalogApi
@@ -100,6 +100,7 @@ class BindingReconciler(ShowsFailuresOnObject, ObservePlanAct[BindingFacts, Any]
         writer: Callable[[str], Kube] | None = None,
         clock: Clock = SYSTEM,
         budgets: Budgeting | None = None,
+        policies: Policies = DEFAULTS,
     ) -> None:
         """``writer``: the door writes into a namespace go through (that namespace's ``opbroker`` account, see
         ``controller.identities``); default the controller's own (single-tenant). ``clock``: the runtime's."""
@@ -109,7 +110,10 @@ class BindingReconciler(ShowsFailuresOnObject, ObservePlanAct[BindingFacts, Any]
         self.writer: Callable[[str], Kube] = writer or (lambda namespace: api.kube)
         self.resolver = Resolver(api, control_plane)
         self.clock = clock
-        self.polls = osbclient.Backoff(base=POLLS.base, maximum=POLLS.maximum, max_duration=max_operation_seconds)
+        self.policies = policies
+        """The timing table: its ``broker_polls`` (given up after ``max_operation_seconds``), ``broker_retries``
+        and the draws jittering them."""
+        self.polls = dataclasses.replace(policies.broker_polls, max_duration=max_operation_seconds)
         self.paces = effects.Paces(memories)
         self.transport: Any = None
         self.clients = Clients()
@@ -196,6 +200,9 @@ class BindingReconciler(ShowsFailuresOnObject, ObservePlanAct[BindingFacts, Any]
             now=self.clock.now(),
             monotonic=self.clock.monotonic(),
             polls=pacing(self.polls, offering),
+            retries=self.policies.broker_retries,
+            rechecks=self.policies.unresolved_recheck,
+            draw=self.policies.draw(),
             over_budget=self.budgets.refusal(key),
         )
 

@@ -41,6 +41,7 @@ from opbroker.controller.runtime.clock import SYSTEM, Clock
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.kinds import ObservePlanAct
 from opbroker.controller.runtime.outcomes import Outcome
+from opbroker.controller.runtime.policies import DEFAULTS, Policies
 from opbroker.controller.servicecatalog import relisting
 from opbroker.controller.servicecatalog.core.endpoints import EndpointProblem, auth_secret_ref, endpoint
 from opbroker.controller.servicecatalog.core.views import BrokerView, ServiceClassView
@@ -50,8 +51,6 @@ from opbroker.controller.showing import ShowsFailuresOnObject
 
 logger = logging.getLogger(__name__)
 
-#: After a failed fetch, when to try again (the runtime's error backoff is for exceptions; this is a verdict).
-RETRY_SECONDS = 10.0
 #: At most this many problems are named in a condition or event (both are cut at 1 KiB anyway); the count says
 #: how many more there were.
 NAMED_PROBLEMS = 8
@@ -69,6 +68,8 @@ class BrokerFacts:
     problem: tuple[Reason, str] | None = None
     spoken: str | None = None
     """The OSB version the broker accepted for the fetch."""
+    retry_in: float = DEFAULTS.broker_catalog.base
+    """After a failed fetch, when to try again: the policy table's ``broker_catalog``, jittered by the edge."""
 
 
 @dataclass(frozen=True)
@@ -94,9 +95,17 @@ class BrokerReconciler(ShowsFailuresOnObject, ObservePlanAct[BrokerFacts, Any]):
     kind: ClassVar[str] = "scbroker"
 
     def __init__(
-        self, api: CatalogApi, *, control_plane: str = DEFAULT_NAMESPACE, transport: Any = None, clock: Clock = SYSTEM
+        self,
+        api: CatalogApi,
+        *,
+        control_plane: str = DEFAULT_NAMESPACE,
+        transport: Any = None,
+        clock: Clock = SYSTEM,
+        policies: Policies = DEFAULTS,
     ) -> None:
         self.api = api
+        self.policies = policies
+        """The timing table: a failed fetch is tried again after its ``broker_catalog``."""
         self.clock = clock
         """The runtime's: a relist is due by its wall clock (``status.lastCatalogRetrievalTime``)."""
         self.control_plane = control_plane
@@ -120,11 +129,14 @@ class BrokerReconciler(ShowsFailuresOnObject, ObservePlanAct[BrokerFacts, Any]):
         try:
             catalog, spoken = self.fetch(broker)
         except EndpointProblem as exc:
-            return BrokerFacts(key, broker, now, due_in, problem=(exc.reason, str(exc)))
+            problem = (exc.reason, str(exc))
         except osbclient.BrokerError as exc:
-            return BrokerFacts(key, broker, now, due_in, problem=(Reason.ERROR_FETCHING_CATALOG, broker_message(exc)))
-        classes = tuple(ServiceClassView.of(c) for c in self.api.list(CLASSES))
-        return BrokerFacts(key, broker, now, due_in, catalog=catalog, classes=classes, spoken=spoken)
+            problem = (Reason.ERROR_FETCHING_CATALOG, broker_message(exc))
+        else:
+            classes = tuple(ServiceClassView.of(c) for c in self.api.list(CLASSES))
+            return BrokerFacts(key, broker, now, due_in, catalog=catalog, classes=classes, spoken=spoken)
+        retry_in = self.policies.delay(self.policies.broker_catalog)
+        return BrokerFacts(key, broker, now, due_in, problem=problem, retry_in=retry_in)
 
     def fetch(self, broker: BrokerView) -> tuple[osbclient.catalog.Catalog, str]:
         """The catalog, read entry by entry, and the OSB version the broker accepted."""
@@ -150,7 +162,7 @@ class BrokerReconciler(ShowsFailuresOnObject, ObservePlanAct[BrokerFacts, Any]):
                 held, ready=False, reason=reason, message=message, generation=generation, at=facts.now
             )
             event = a.Event(reason.value, message, warning=True)
-            return (a.WriteStatus({**base, "conditions": conditions}, event=event), come_back(RETRY_SECONDS))
+            return (a.WriteStatus({**base, "conditions": conditions}, event=event), come_back(facts.retry_in))
         assert facts.catalog is not None
         changes = relisting.class_changes(broker, facts.catalog.services, facts.classes)
         count = changes.listed

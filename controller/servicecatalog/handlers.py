@@ -50,8 +50,6 @@ if TYPE_CHECKING:
     from opbroker.controller.servicecatalog.webhook import Webhook
 
 logger = logging.getLogger(__name__)
-#: Pause between attempts to start the admission webhook.
-WEBHOOK_RETRY_SECONDS = 30.0
 
 
 class ServiceCatalog:
@@ -77,7 +75,9 @@ class ServiceCatalog:
         api = self.api = CatalogApi(kube)
         api.watched()  # the watches below keep the four kinds in the store: reconciles read them from there
         memories = runtime.memories
-        self.brokers = BrokerReconciler(api, control_plane=control_plane, clock=runtime.clock)
+        self.brokers = BrokerReconciler(
+            api, control_plane=control_plane, clock=runtime.clock, policies=runtime.policies
+        )
         self.instances = InstanceReconciler(
             api,
             memories,
@@ -86,6 +86,7 @@ class ServiceCatalog:
             clock=runtime.clock,
             budgets=self.budgets,
             resync_seconds=resync_seconds,
+            policies=runtime.policies,
         )
         self.bindings = BindingReconciler(
             api,
@@ -95,6 +96,7 @@ class ServiceCatalog:
             writer=writer,
             clock=runtime.clock,
             budgets=self.budgets,
+            policies=runtime.policies,
         )
         for reconciler in (self.brokers, self.instances, self.bindings):
             runtime.register(reconciler)
@@ -126,6 +128,8 @@ class ServiceCatalog:
             hosts = [_host_of(url)]
             register = webhook.register_url(api_client, url, settings.webhook_configuration)
 
+        policies = self.runtime.policies
+
         def start() -> None:
             while True:
                 try:  # the certificate: until it is there, nothing listens
@@ -136,15 +140,17 @@ class ServiceCatalog:
                         namespace=settings.namespace,
                         secret=settings.webhook_secret,
                         register=register,
+                        policies=policies,
                     )
                 except Exception as exc:
                     status = getattr(exc, "status", None)
+                    pause = policies.delay(policies.webhook_start)
                     logger.error(
                         "the admission webhook could not start (%s); retrying in %.0f s",
                         f"HTTP {status}" if status else type(exc).__name__,
-                        WEBHOOK_RETRY_SECONDS,
+                        pause,
                     )
-                    time.sleep(WEBHOOK_RETRY_SECONDS)
+                    time.sleep(pause)
                     continue
                 server.start()  # registering is retried by the server itself
                 self.webhook = server

@@ -28,11 +28,11 @@ Bindings. The rules, from the Service Catalog design and the OSB spec:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from opbroker import osbclient
 from opbroker.api.conventions import DEFAULT_NAMESPACE
 from opbroker.controller.budgets import Budgeting
 from opbroker.controller.core.reasons import Reason
@@ -42,11 +42,11 @@ from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.kinds import ObservePlanAct
 from opbroker.controller.runtime.memory import Memories
 from opbroker.controller.runtime.outcomes import Outcome
+from opbroker.controller.runtime.policies import DEFAULTS, Policies
 from opbroker.controller.servicecatalog import effects
 from opbroker.controller.servicecatalog.bindingrefs import BindingRef
 from opbroker.controller.servicecatalog.common import Clients, Resolver, pacing
 from opbroker.controller.servicecatalog.core import admission, instance_plan, tenancy
-from opbroker.controller.servicecatalog.core.calls import POLLS
 from opbroker.controller.servicecatalog.core.instance_plan import (
     InstanceFacts,
     Step,
@@ -77,6 +77,7 @@ class InstanceReconciler(ShowsFailuresOnObject, ObservePlanAct[InstanceFacts, An
         clock: Clock = SYSTEM,
         budgets: Budgeting | None = None,
         resync_seconds: float = 600.0,
+        policies: Policies = DEFAULTS,
     ) -> None:
         """``clock``: the runtime's (timestamps, the operation deadline, when a poll is due); ``resync_seconds``:
         how often a settled Instance of an ``instances_retrievable`` class is looked at at its broker (0: never)."""
@@ -85,7 +86,10 @@ class InstanceReconciler(ShowsFailuresOnObject, ObservePlanAct[InstanceFacts, An
         """The namespace budgets a new operation is checked against (``controller.budgets``)."""
         self.resolver = Resolver(api, control_plane)
         self.clock = clock
-        self.polls = osbclient.Backoff(base=POLLS.base, maximum=POLLS.maximum, max_duration=max_operation_seconds)
+        self.policies = policies
+        """The timing table: its ``broker_polls`` (given up after ``max_operation_seconds``), ``broker_retries``
+        and the draws jittering them."""
+        self.polls = dataclasses.replace(policies.broker_polls, max_duration=max_operation_seconds)
         self.paces = effects.Paces(memories)
         self.looks = effects.Looks(memories)
         self.resync_seconds = resync_seconds
@@ -151,6 +155,9 @@ class InstanceReconciler(ShowsFailuresOnObject, ObservePlanAct[InstanceFacts, An
             now=self.clock.now(),
             monotonic=self.clock.monotonic(),
             polls=pacing(self.polls, offering),
+            retries=self.policies.broker_retries,
+            rechecks=self.policies.unresolved_recheck,
+            draw=self.policies.draw(),
             over_budget=self.budgets.refusal(key),
             last_look=self.looks.of(key),
             resync_seconds=self.resync_seconds,

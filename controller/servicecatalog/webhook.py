@@ -9,7 +9,7 @@ Every replica, leader or standby, serves it (the webhook Service selects them al
   applies ``failurePolicy`` (the finalizer still holds such a deletion);
 * the HTTPS server (``reviewserver``) handshakes and reads each connection in a task of its own, with
   deadlines and bounded heads and bodies, so no client can hold up the reviews of others;
-* every ``REFRESH_SECONDS`` each replica re-reads the Secret (serving a renewed certificate to new
+* every ``webhook_refresh`` of the policy table each replica re-reads the Secret (serving a renewed certificate to new
   connections) and makes sure the configuration carries the CA.
 
 Registration: in-cluster, the ControlPlane component creates the configuration (pointing at the Service) and
@@ -35,6 +35,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from opbroker.api import webhooks
+from opbroker.controller.runtime.policies import DEFAULTS, Policies
 from opbroker.controller.servicecatalog import webhookcerts
 from opbroker.controller.servicecatalog.bindingrefs import BindingRefs
 from opbroker.controller.servicecatalog.bindingwatch import BindingWatch
@@ -44,10 +45,6 @@ from opbroker.controller.servicecatalog.reviewserver import Limits, ReviewServer
 
 logger = logging.getLogger(__name__)
 
-#: How often a replica re-reads the shared certificate and checks the registered caBundle.
-REFRESH_SECONDS = 300.0
-#: How soon a failed registration (the configuration not there yet, an API server starting) is tried again.
-REGISTER_RETRY_SECONDS = 10.0
 FIELD_MANAGER = "opbroker-webhook"
 #: (connect, read) deadline of each call on the configuration.
 API_TIMEOUT = (5.0, 10.0)
@@ -85,17 +82,18 @@ class Webhook:
         secret: str = webhooks.SECRET,
         register: Callable[[bytes], None] | None = None,
         limits: Limits | None = None,
-        refresh_seconds: float = REFRESH_SECONDS,
+        policies: Policies = DEFAULTS,
     ) -> None:
         """``register(ca)``: make the configuration carry ``ca`` (called at start and when a refresh finds it
-        does not); None registers nothing. Reads (or creates) the shared certificate: raises if it cannot."""
+        does not); None registers nothing. ``policies``: the timing table (its ``webhook_refresh`` and
+        ``webhook_register``). Reads (or creates) the shared certificate: raises if it cannot."""
         self.hosts = list(hosts)
-        self.certificate = webhookcerts.SharedCertificate(api_client, namespace, secret)
+        self.certificate = webhookcerts.SharedCertificate(api_client, namespace, secret, policies=policies)
         self.bundle = self.certificate.ensure(self.hosts)
         self.refs = BindingRefs()
         self._watch = BindingWatch(api_client, self.refs)
         self._register = register
-        self._refresh_seconds = refresh_seconds
+        self._policies = policies
         self._dir = tempfile.TemporaryDirectory(prefix="opbroker-webhook-")
         self.server = ReviewServer(port, self._context(self.bundle), webhooks.PATH, self.answer, limits=limits)
         self._stop = threading.Event()
@@ -111,8 +109,8 @@ class Webhook:
         return self.server.port
 
     def start(self) -> None:
-        """Watch, serve, register: a registration that fails is logged and retried every
-        ``REGISTER_RETRY_SECONDS`` (the server serves meanwhile)."""
+        """Watch, serve, register: a registration that fails is logged and retried after
+        each ``webhook_register`` of the policy table (the server serves meanwhile)."""
         self._watch.start()
         self.server.start()
         self._registered = self._try(self._registration)
@@ -141,8 +139,13 @@ class Webhook:
             self._register(self.ca)
 
     def _refresh_loop(self) -> None:
-        while not self._stop.wait(self._refresh_seconds if self._registered else REGISTER_RETRY_SECONDS):
+        while not self._stop.wait(self._next_look()):
             self._registered = self._try(self.refresh)
+
+    def _next_look(self) -> float:
+        """The wait before the next refresh, or the next registration while the last one failed (jittered)."""
+        policies = self._policies
+        return policies.delay(policies.webhook_refresh if self._registered else policies.webhook_register)
 
     @staticmethod
     def _try(step: Callable[[], None]) -> bool:

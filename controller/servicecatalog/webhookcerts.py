@@ -31,6 +31,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from opbroker.controller.runtime.policies import DEFAULTS, Policies
 from opbroker.rendering import certificates
 
 logger = logging.getLogger(__name__)
@@ -42,8 +43,6 @@ RENEW_DAYS = 30
 CERT_KEY, KEY_KEY, CA_CERT_KEY, CA_KEY_KEY = "tls.crt", "tls.key", "ca.crt", "ca.key"
 #: (connect, read) deadline of each Secret read or write.
 API_TIMEOUT = (5.0, 10.0)
-#: Create-or-renew attempts before giving up (each lost race re-reads the winner's Secret).
-ATTEMPTS = 5
 
 
 @dataclass(frozen=True)
@@ -127,15 +126,20 @@ def _secret_data(bundle: Bundle) -> dict[str, str]:
 class SharedCertificate:
     """The Secret ``namespace/name`` holding the webhook's :class:`Bundle`."""
 
-    def __init__(self, api_client: client.ApiClient, namespace: str, name: str) -> None:
+    def __init__(
+        self, api_client: client.ApiClient, namespace: str, name: str, *, policies: Policies = DEFAULTS
+    ) -> None:
         self._core = client.CoreV1Api(api_client)
+        self._policies = policies
+        """The timing table: a lost race (409) re-reads the winner's Secret and tries again on its
+        ``write_retries`` — a loop in place: this runs in the webhook's threads, outside any reconcile."""
         self.namespace = namespace
         self.name = name
 
     def ensure(self, hosts: Sequence[str]) -> Bundle:
         """The stored bundle, created or renewed first when it is missing, unreadable or due (see the module);
         whichever replica wins a race, every replica ends with the winner's bundle."""
-        for _ in range(ATTEMPTS):
+        for _ in self._policies.attempts(self._policies.write_retries):
             now = datetime.datetime.now(datetime.UTC)
             secret = self._read()
             if secret is None:

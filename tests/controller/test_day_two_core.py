@@ -19,6 +19,8 @@ from opbroker.controller.core.binding_plan import BindPiece, ObservedBind, Refre
 from opbroker.controller.core.binding_plan import plan as binding_plan
 from opbroker.controller.core.instance_plan import Check, Observed, Piece, Report, apply_action, plan
 from opbroker.controller.core.views import ConditionView, InstanceView
+from opbroker.controller.runtime.policies import INF
+from opbroker.osbclient import Backoff
 from tests.controller.test_binding_plan import REPORTED, binding
 from tests.controller.test_binding_plan import facts as binding_facts
 from tests.controller.test_instance_plan import FAILED, NOW, SUCCEEDED, WORKING, body, facts
@@ -94,7 +96,7 @@ def test_a_drift_message_names_fields_never_values() -> None:
 
 # -- the fight bound ---------------------------------------------------------------------------------------------
 
-BOUNDS = drift.Bounds(max_corrections=3, window_seconds=300, backoff_seconds=2)
+BOUNDS = drift.Bounds(max_corrections=3, window_seconds=300, backoff=Backoff(base=2, maximum=300, max_duration=INF))
 
 
 def at(seconds: float) -> datetime.datetime:

@@ -12,10 +12,11 @@ from opbroker.api.conventions import FINALIZER
 from opbroker.controller.core import actions as a
 from opbroker.controller.core import catalog_status, entry_plan
 from opbroker.controller.core.decisions import ServiceUsers
-from opbroker.controller.core.entry_plan import IN_USE_RECHECK_SECONDS, EntryFacts
+from opbroker.controller.core.entry_plan import EntryFacts
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import EntryView
 from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.policies import DEFAULTS
 from tests.plan_support import timeless
 
 ACCEPTED = catalog_status.plan_verdict(None)
@@ -94,13 +95,13 @@ KEPT = {"type": "Other", "status": "True", "reason": "Kept"}
                     {"observedGeneration": 2, "conditions": [KEPT, ready(IN_USE)]},
                     event=a.Event(Reason.PLAN_IN_USE.value, IN_USE.message, warning=True),
                 ),
-                a.Requeue(IN_USE_RECHECK_SECONDS),
+                a.Requeue(DEFAULTS.in_use_recheck.base),
             ],
         ),
         (
             entry_plan.plan_entry,
             facts(entry(held=True, deleting=True, says=IN_USE), users=3),
-            [a.Requeue(IN_USE_RECHECK_SECONDS)],
+            [a.Requeue(DEFAULTS.in_use_recheck.base)],
         ),
         (
             entry_plan.plan_entry,
@@ -116,7 +117,7 @@ KEPT = {"type": "Other", "status": "True", "reason": "Kept"}
                     {"observedGeneration": 2, "conditions": [ready(SERVICE_IN_USE)]},
                     event=a.Event(Reason.SERVICE_IN_USE.value, SERVICE_IN_USE.message, warning=True),
                 ),
-                a.Requeue(IN_USE_RECHECK_SECONDS),
+                a.Requeue(DEFAULTS.in_use_recheck.base),
             ],
         ),
         (entry_plan.service_entry, facts(entry(held=True, deleting=True)), [a.EnsureFinalizer(present=False)]),

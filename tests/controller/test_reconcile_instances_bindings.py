@@ -38,12 +38,15 @@ from opbroker.controller.kube import BINDINGS, INSTANCES, PLANS
 from opbroker.controller.reconciling import Deps, OwnWrites
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.outcomes import DONE, Outcome, TemporaryError
-from opbroker.controller.runtime.runner import CONFLICT_RETRY_SECONDS, Runtime
+from opbroker.controller.runtime.policies import Policies
+from opbroker.controller.runtime.runner import Runtime
 from opbroker.controller.settings import ControllerSettings
 from opbroker.controller.sources import SourceIndex
 from opbroker.rendering import Renderer
 from tests.fake_kube import FakeKube
 
+#: The policy table without jitter: a conflict's retry comes after exactly the table's base.
+EXACT = Policies().unjittered()
 NS = "team"
 SERVICE_ID = "svc-1"
 PLAN_ID = "plan-1"
@@ -301,7 +304,7 @@ class World:
 
     def __post_init__(self) -> None:
         self.catalog.upsert_service(SERVICE)
-        self.runtime = Runtime(workers=1)
+        self.runtime = Runtime(workers=1, policies=EXACT)
         memories = self.runtime.memories
         self.index = memories.keep(SourceIndex())
         self.deps = Deps(
@@ -472,7 +475,7 @@ def test_a_finalizer_another_controller_added_meanwhile_is_kept(world: World) ->
     world.kube.store.feed(INSTANCES.store_key)
     world.kube.store.put(INSTANCES.store_key, delivered)
 
-    assert world.reconcile() == Outcome(requeue_after=CONFLICT_RETRY_SECONDS)
+    assert world.reconcile() == Outcome(requeue_after=EXACT.conflicts.base)
     assert world.get()["metadata"]["finalizers"] == ["other.example/keep"]
     world.reconcile()
     assert world.get()["metadata"]["finalizers"] == ["other.example/keep", FINALIZER]
@@ -492,7 +495,7 @@ def test_conflict_on_status_write_rereads(world: World, fed_by: str) -> None:
         world.kube.store.replace(INSTANCES.store_key, [delivered])
     world.kube.calls.clear()
 
-    assert world.reconcile() == Outcome(requeue_after=CONFLICT_RETRY_SECONDS)
+    assert world.reconcile() == Outcome(requeue_after=EXACT.conflicts.base)
     assert world.status()["state"] == "in_queue"  # nothing was written
     assert world.kube.writes("patch_status") == [world.kube.calls[0]] and len(world.kube.calls) == 1
     assert world.configmap("db") is None  # recorded first, applied second: the refused record stopped it
@@ -869,7 +872,7 @@ def test_a_plan_in_use_waits_for_its_instances_then_goes() -> None:
     """The SFPlan guard end to end on the fake: the first apply holds the plan; deleted under its instance it
     waits (PlanInUse, a Warning, a recheck), refuses a new instance, and goes once its last instance has."""
     world = World()
-    plans = PlanEntryReconciler(world.kube, RENDERER, world.catalog)  # type: ignore[arg-type]
+    plans = PlanEntryReconciler(world.kube, RENDERER, world.catalog, policies=EXACT)  # type: ignore[arg-type]
     world.runtime.register(plans)
     created = world.kube.create(plan_body(held=False))
     assert created is not None
@@ -888,7 +891,8 @@ def test_a_plan_in_use_waits_for_its_instances_then_goes() -> None:
 
     world.kube.delete_custom(PLANS, "opbroker", "plan")
     assert plan_now() is not None  # held
-    assert world.runtime.reconcile_now(Key("plan", "opbroker", "plan")) == Outcome(requeue_after=30.0)
+    recheck = Outcome(requeue_after=EXACT.in_use_recheck.base)  # 30 s (unjittered here)
+    assert world.runtime.reconcile_now(Key("plan", "opbroker", "plan")) == recheck
     waiting = plan_now()
     assert waiting is not None
     (ready,) = waiting["status"]["conditions"]

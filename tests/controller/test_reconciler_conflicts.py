@@ -14,12 +14,13 @@ import pytest
 
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.outcomes import DONE, Conflict, Outcome, TemporaryError
-from opbroker.controller.runtime.runner import (
-    CONFLICT_RETRY_CAP_SECONDS,
-    CONFLICT_RETRY_SECONDS,
-    Runtime,
-    conflict_delay,
-)
+from opbroker.controller.runtime.policies import Policies
+from opbroker.controller.runtime.runner import Runtime
+
+#: The table's conflict policy, unjittered so the delays are exact (jitter: :func:`test_conflicts_are_jittered`).
+EXACT = Policies().unjittered()
+CONFLICT_RETRY_SECONDS = EXACT.conflicts.base
+CONFLICT_RETRY_CAP_SECONDS = EXACT.conflicts.maximum
 
 KEY = Key("scripted", "ns", "a")
 OTHER = Key("scripted", "ns", "b")
@@ -44,8 +45,8 @@ class Scripted:
         self.rereads.append(key)
 
 
-def runtime_for(script: list[Outcome | Exception]) -> tuple[Runtime, Scripted]:
-    runtime = Runtime(workers=1)
+def runtime_for(script: list[Outcome | Exception], policies: Policies = EXACT) -> tuple[Runtime, Scripted]:
+    runtime = Runtime(workers=1, policies=policies)
     reconciler = Scripted(script)
     runtime.register(reconciler)
     return runtime, reconciler
@@ -83,5 +84,22 @@ def test_a_forgotten_key_starts_with_the_shortest_delay() -> None:
 
 
 def test_the_delay_is_bounded_for_any_streak() -> None:
-    assert conflict_delay(1) == CONFLICT_RETRY_SECONDS
-    assert conflict_delay(10**9) == CONFLICT_RETRY_CAP_SECONDS
+    assert EXACT.delay(EXACT.conflicts, 1) == CONFLICT_RETRY_SECONDS
+    assert EXACT.delay(EXACT.conflicts, 10**9) == CONFLICT_RETRY_CAP_SECONDS
+
+
+def test_conflicts_are_jittered_within_the_policy_and_repeat_for_a_seed() -> None:
+    """The default table jitters: two writers that conflicted together do not retry in step. Each delay lies
+    within its exact value and the jitter's share below it; the same seed draws the same delays."""
+
+    def delays(seed: int) -> list[float | None]:
+        runtime, _ = runtime_for([Conflict("409") for _ in range(12)], Policies(seed=seed))
+        return [runtime.reconcile_now(KEY).requeue_after for _ in range(12)]
+
+    policy = Policies().conflicts
+    first = delays(7)
+    for streak, delay in enumerate(first, start=1):
+        exact = policy.delay(streak)
+        assert delay is not None and (1 - policy.jitter) * exact <= delay <= exact
+    assert first == delays(7)
+    assert first != delays(8)

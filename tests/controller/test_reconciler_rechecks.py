@@ -14,6 +14,7 @@ from typing import ClassVar
 from opbroker.controller.runtime.clock import FakeClock
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.outcomes import DONE, Conflict, Outcome, requeue
+from opbroker.controller.runtime.policies import Policies
 from opbroker.controller.runtime.runner import Runtime
 from opbroker.osbclient import Backoff
 
@@ -77,7 +78,11 @@ def test_the_queue_runs_conflicts_and_rechecks_on_the_runtime_clock() -> None:
 
     async def scenario() -> list[float]:
         clock = FakeClock()
-        runtime = Runtime(workers=1, clock=clock, conflicts=Backoff(base=0.125, maximum=1.0, max_duration=INF))
+        runtime = Runtime(
+            workers=1,
+            clock=clock,
+            policies=Policies(conflicts=Backoff(base=0.125, maximum=1.0, max_duration=INF)).unjittered(),
+        )
         reconciler = Scripted(clock, [Conflict("409"), Conflict("409"), Conflict("409"), requeue(32), DONE])
         runtime.register(reconciler)
         runtime.start()

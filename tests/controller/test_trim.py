@@ -10,6 +10,7 @@ import pytest
 
 from opbroker.controller.runtime import trim
 from opbroker.controller.runtime.clock import FakeClock
+from opbroker.controller.runtime.policies import DEFAULTS
 
 TRIM_PROBE = """
 import ctypes, ctypes.util, os
@@ -98,7 +99,7 @@ def test_trims_once_per_burst_and_only_when_idle(monkeypatch: pytest.MonkeyPatch
 
     async def look() -> None:
         """One period of the fake clock passes; return once the trimmer has looked (and trimmed, if it did)."""
-        clock.advance(trim.CHECK_SECONDS)
+        clock.advance(DEFAULTS.memory_trim.base)
         await waiting_on_the_clock()
 
     async def scenario() -> None:

@@ -13,7 +13,8 @@ import pytest
 
 from opbroker.controller.runtime.clock import FakeClock
 from opbroker.controller.runtime.outcomes import DONE, Outcome
-from opbroker.controller.runtime.queue import RETRY, WorkQueue
+from opbroker.controller.runtime.policies import DEFAULTS
+from opbroker.controller.runtime.queue import WorkQueue
 from opbroker.osbclient import Backoff
 
 #: How many times a test lets the event loop run before it calls the queue settled: every step of the queue
@@ -35,7 +36,7 @@ Scenario = Callable[[WorkQueue, FakeClock, list[tuple[Hashable, float]]], Awaita
 
 
 def with_queue(
-    answers: Callable[[Hashable, int], Outcome], *, backoff: Backoff = RETRY, workers: int = 1
+    answers: Callable[[Hashable, int], Outcome], *, backoff: Backoff = DEFAULTS.retries, workers: int = 1
 ) -> Callable[[Scenario], None]:
     """Run a scenario against a started queue whose reconcile answers ``answers(key, call number)`` (an
     exception is raised) and logs ``(key, fake time)`` per call."""
@@ -101,7 +102,7 @@ def test_the_retry_backoff_doubles_up_to_its_cap() -> None:
     backoff = Backoff(base=0.1, maximum=1.0, max_duration=float("inf"))
     assert [backoff.delay(n) for n in range(1, 6)] == [0.1, 0.2, 0.4, 0.8, 1.0]
     assert backoff.delay(10**9) == 1.0
-    assert [RETRY.delay(n) for n in (1, 2, 3, 8)] == [0.5, 1.0, 2.0, 60.0]  # the defaults: 0.5 s doubling to 60 s
+    assert [DEFAULTS.retries.delay(n) for n in (1, 2, 3, 8)] == [0.5, 1.0, 2.0, 60.0]  # 0.5 s doubling to 60 s
 
 
 def test_a_failing_key_is_retried_on_the_backoff_and_success_resets_it() -> None:

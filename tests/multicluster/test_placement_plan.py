@@ -26,6 +26,7 @@ from opbroker.controller.multicluster.core.placement_plan import (
 from opbroker.controller.multicluster.core.views import ReplicaView
 from opbroker.controller.multicluster.reasons import ANNOTATION_CLUSTER, ANNOTATION_MASTER_UID
 from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.policies import DEFAULTS
 from tests.plan_support import timeless
 
 UP = Reach(True, True)
@@ -124,7 +125,7 @@ def lost_patch(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 ROWS: list[tuple[str, PlacementFacts, list[Any] | None]] = [
-    ("start-up not over: look again soon", facts(PENDING, ready=False), [a.Requeue(p.NOT_READY_DELAY)]),
+    ("start-up not over: look again soon", facts(PENDING, ready=False), [a.Requeue(DEFAULTS.placement_not_ready.base)]),
     ("on the master: reconciled here", facts(instance(cluster="1")), None),
     ("unplaced, rendered here before: reconciled here", facts(UNPLACED, here=True), None),
     ("unplaced and deleted: released", facts(instance(cluster=None, deleting=True)), [a.EnsureFinalizer(False)]),
@@ -298,7 +299,7 @@ BINDING_ROWS: list[tuple[str, PlacementFacts, list[Any] | None]] = [
     (
         "binding whose instance is not in the sister yet: waits",
         facts(binding(), kind="binding", instance_copied=False),
-        [a.Requeue(p.HANDOVER_WAIT_SECONDS)],
+        [a.Requeue(DEFAULTS.placement_handover.base)],
     ),
     (
         "bound in the sister: credentials copied as the plan's account, status mirrored",

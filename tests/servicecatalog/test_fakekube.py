@@ -19,6 +19,7 @@ from opbroker.controller.runtime.clock import FakeClock
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.memory import Memories
 from opbroker.controller.runtime.outcomes import Conflict, Outcome
+from opbroker.controller.runtime.policies import DEFAULTS, Policies
 from opbroker.controller.servicecatalog import bindings, brokers, instances
 from opbroker.controller.servicecatalog.resources import (
     BINDINGS,
@@ -35,6 +36,8 @@ from tests.osb_fake_broker import PLAN_ASYNC, PLAN_ASYNC_BIND, SERVICE_ID, FakeB
 
 API_VERSION = f"{Broker.GROUP}/{Broker.VERSION}"
 NAMESPACE = "team"
+#: The policy table without jitter: the waits these tests assert are exact.
+EXACT = Policies().unjittered()
 
 
 def service_class(name: str = "postgres", broker: str = "fake", **extra: Any) -> dict[str, Any]:
@@ -188,8 +191,8 @@ def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
             kube,
             api,
             broker,
-            instances.InstanceReconciler(api, memories, max_operation_seconds=3600, clock=clock),
-            bindings.BindingReconciler(api, memories, max_operation_seconds=3600, clock=clock),
+            instances.InstanceReconciler(api, memories, max_operation_seconds=3600, clock=clock, policies=EXACT),
+            bindings.BindingReconciler(api, memories, max_operation_seconds=3600, clock=clock, policies=EXACT),
             clock,
         )
         yield w
@@ -368,7 +371,9 @@ def test_a_brokers_refused_secret_is_said_and_nothing_is_fetched(world: World) -
     )
     before = len(world.broker.calls("GET"))
     outcome = brokers.BrokerReconciler(world.api, clock=world.clock).reconcile(BROKER)
-    assert outcome.requeue_after == brokers.RETRY_SECONDS and len(world.broker.calls("GET")) == before
+    retry = DEFAULTS.broker_catalog  # a failed fetch comes back after the table's wait, jittered down at most
+    assert outcome.requeue_after is not None and len(world.broker.calls("GET")) == before
+    assert (1 - retry.jitter) * retry.base <= outcome.requeue_after <= retry.base
     broker = world.api.get(BROKERS, "", "fake")
     assert broker is not None
     (ready,) = [c for c in broker["status"]["conditions"] if c["type"] == "Ready"]

@@ -14,6 +14,7 @@ from opbroker.api.servicecatalog import Binding, Instance
 from opbroker.controller.runtime.clock import FakeClock
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.memory import Memories, Readers
+from opbroker.controller.runtime.policies import Policies
 from opbroker.controller.servicecatalog.common import Resolver
 from opbroker.controller.servicecatalog.core.offering import Unresolved
 from opbroker.controller.servicecatalog.core.views import SecretKeyRef
@@ -78,6 +79,7 @@ class _Runtime:
     def __init__(self) -> None:
         self.memories = Memories()
         self.clock = FakeClock()
+        self.policies = Policies(seed=0)
         self.queued: list[Key] = []
 
     def register(self, _reconciler: object) -> None:

@@ -15,9 +15,10 @@ from opbroker import osbclient
 from opbroker.controller.core import actions as a
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.policies import DEFAULTS
 from opbroker.controller.servicecatalog.core import binding_plan as bp
 from opbroker.controller.servicecatalog.core import instance_plan as ip
-from opbroker.controller.servicecatalog.core.calls import RETRIES, Call, KeepPacing, Pacing
+from opbroker.controller.servicecatalog.core.calls import Call, KeepPacing, Pacing
 from opbroker.controller.servicecatalog.core.offering import Offering, Unresolved
 from opbroker.controller.servicecatalog.core.views import FINALIZER, PlanEntry, ServiceClassView
 
@@ -196,7 +197,7 @@ def test_a_transient_refusal_is_said_and_retried_with_the_one_backoff() -> None:
     error = osbclient.OSBError(503, None, "busy", what="update")
     given = facts(obj(), pacing=Pacing(retries=2))
     actions = ip.answered(given, ip.InstanceOperation.UPDATE, error, RECORDED)
-    assert actions[-2:] == [KeepPacing(Pacing(retries=3)), a.Requeue(RETRIES.delay(3))]
+    assert actions[-2:] == [KeepPacing(Pacing(retries=3)), a.Requeue(DEFAULTS.broker_retries.delay(3))]
     (said,) = actions[:-2]
     assert said.event is not None and said.event.reason == Reason.UPDATE_CALL_FAILED.value
 

@@ -28,12 +28,7 @@ from opbroker.controller.multicluster.core.scheduling import MASTER
 from opbroker.controller.multicluster.core.views import ReplicaView
 from opbroker.controller.multicluster.reasons import ANNOTATION_CLUSTER, ConditionType
 from opbroker.controller.runtime.keys import Key
-
-NOT_READY_DELAY = 0.2
-"""How soon a reconcile waiting for the controller's start-up (first list, first probes) looks again."""
-
-HANDOVER_WAIT_SECONDS = 1.0
-"""How soon a binding whose instance is still being handed over looks again."""
+from opbroker.controller.runtime.policies import DEFAULTS
 
 WARNINGS = frozenset({Reason.CLUSTER_UNREACHABLE, Reason.CLUSTER_NOT_REGISTERED, Reason.SCHEDULING_FAILED})
 
@@ -135,6 +130,11 @@ class PlacementFacts:
     plan_user: str | None = None
     """The plan's ServiceAccount: the credentials Secret is written as it (issue 24)."""
     poll_seconds: float = 5.0
+    not_ready_in: float = DEFAULTS.placement_not_ready.base
+    """How soon a reconcile waiting for the controller's start-up looks again (the policy table's
+    ``placement_not_ready``, jittered by the edge)."""
+    handover_in: float = DEFAULTS.placement_handover.base
+    """How soon a binding whose instance is still being handed over looks again (``placement_handover``)."""
     probe_seconds: float = 30.0
 
     @property
@@ -280,7 +280,7 @@ def _replaced_copy(facts: PlacementFacts) -> list[Any] | None:
 def instance(facts: PlacementFacts) -> list[Any] | None:
     """Where the instance is reconciled, and what the master does about it (None: right here)."""
     if not facts.ready:  # nothing is decided before the start-up picture (catalog, clusters) is whole
-        return [a.Requeue(NOT_READY_DELAY)]
+        return [a.Requeue(facts.not_ready_in)]
     cluster = facts.cluster
     if cluster == MASTER or (cluster is None and facts.here):
         return None
@@ -383,7 +383,7 @@ def instance_on(facts: PlacementFacts) -> list[Any] | None:
 def binding(facts: PlacementFacts) -> list[Any] | None:
     """Where the binding is reconciled, and what the master does about it (None: right here)."""
     if not facts.ready:
-        return [a.Requeue(NOT_READY_DELAY)]
+        return [a.Requeue(facts.not_ready_in)]
     cluster = facts.cluster
     if cluster == MASTER:
         return None
@@ -409,7 +409,7 @@ def binding_on(facts: PlacementFacts) -> list[Any]:
     obj = facts.obj
     if replicas.pending(obj):
         if not facts.instance_copied:
-            return [a.Requeue(HANDOVER_WAIT_SECONDS)]  # the instance is still being handed over
+            return [a.Requeue(facts.handover_in)]  # the instance is still being handed over
         annotated = facts.meta.annotations.get(ANNOTATION_CLUSTER) == facts.cluster
         return [*([] if annotated else [AnnotateCluster(facts.cluster)]), *hand_over(facts)]
     copy = facts.copy

@@ -27,6 +27,7 @@ from opbroker.controller.claims.core.views import WorkloadView
 from opbroker.controller.core import actions as a
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.policies import DEFAULTS
 from opbroker.controller.servicecatalog.core import calls, operations, tenancy
 from opbroker.controller.servicecatalog.core.calls import Call, Pacing
 from opbroker.controller.servicecatalog.core.endpoints import identity_of
@@ -134,7 +135,13 @@ class BindingFacts:
     pacing: Pacing = field(default_factory=Pacing)
     now: datetime = _EPOCH
     monotonic: float = 0.0
-    polls: osbclient.Backoff = calls.POLLS
+    polls: osbclient.Backoff = DEFAULTS.broker_polls
+    retries: osbclient.Backoff = DEFAULTS.broker_retries
+    """The backoff of a transient failure's retry (the policy table's ``broker_retries``)."""
+    rechecks: osbclient.Backoff = DEFAULTS.unresolved_recheck
+    """The look again at a Binding that cannot go on yet (unresolved, over its namespace's budget)."""
+    draw: float = 0.0
+    """A random draw in [0, 1) taken by the edge (the policy table's source), jittering the waits; 0: none."""
     over_budget: str | None = None
     """Why the namespace may start no new operation now (``controller.core.budgets.refusal``; None: it may)."""
     binding: CatalogObject = field(init=False, repr=False)
@@ -144,6 +151,11 @@ class BindingFacts:
     def __post_init__(self) -> None:
         object.__setattr__(self, "binding", CatalogObject.of(self.body))
         object.__setattr__(self, "target", None if self.instance is None else CatalogObject.of(self.instance))
+
+    @property
+    def recheck_in(self) -> float:
+        """When to look again at an object that cannot go on yet: :attr:`rechecks`, jittered by :attr:`draw`."""
+        return self.rechecks.delay(1, self.draw)
 
 
 def unstorable_keys(credentials: Mapping[str, Any] | None) -> list[str]:
@@ -255,9 +267,9 @@ def plan(facts: BindingFacts) -> list[Any]:
         case Step.REMOVE_FINALIZER:
             return [*released(facts), a.EnsureFinalizer(False)]
         case Step.UNRESOLVED:
-            return unresolved(facts.binding, facts.problem or NO_OFFERING, now=now)
+            return unresolved(facts.binding, facts.problem or NO_OFFERING, now=now, again=facts.recheck_in)
         case Step.WAIT_FOR_BUDGET:
-            return waiting_for_budget(facts.binding, facts.over_budget or "", now=now)
+            return waiting_for_budget(facts.binding, facts.over_budget or "", now=now, again=facts.recheck_in)
         case Step.POLL:
             return calls.early(facts.pacing, facts.monotonic) or poll(facts)
         case Step.UNBIND | Step.MITIGATE:
@@ -352,7 +364,7 @@ def answered(facts: BindingFacts, answer: Any, body: Mapping[str, Any]) -> list[
     warned = ignored(answer.warnings, "bind")
     if answer.is_async:
         accepted = a.WriteStatus(operations.accepted(answer.operation))
-        return [*warned, accepted, *calls.accepted(facts.pacing, facts.polls, facts.monotonic)]
+        return [*warned, accepted, *calls.accepted(facts.pacing, facts.polls, facts.monotonic, facts.draw)]
     return [*warned, *bound(facts, answer, written)]
 
 
@@ -367,6 +379,7 @@ def polled(facts: BindingFacts, request: Request, answer: Any, body: Mapping[str
         now=facts.now,
         polls=pacing.polls,
         backoff=facts.polls,
+        draw=facts.draw,
     )
     facts = replace(facts, pacing=pacing)
     if decision.verdict is Verdict.SUCCEEDED and request is Request.BIND:
@@ -392,7 +405,7 @@ def removal_answered(facts: BindingFacts, answer: Any, body: Mapping[str, Any]) 
         return decided(facts, Request.UNBIND, operations.refused(Request.UNBIND, answer), written)
     if answer.is_async:
         accepted = a.WriteStatus(operations.accepted(answer.operation))
-        return [accepted, *calls.accepted(facts.pacing, facts.polls, facts.monotonic)]
+        return [accepted, *calls.accepted(facts.pacing, facts.polls, facts.monotonic, facts.draw)]
     return unbound(facts, written)
 
 
@@ -479,7 +492,7 @@ def unbound(facts: BindingFacts, written: CatalogObject) -> list[Any]:
         return [*done, a.Event(Reason.REFERENCE_NOT_SHARED.value, str(facts.problem), warning=True)]
     if final:
         return done  # failed for good: a spec change queues it again
-    return [*done, *calls.retried(facts.pacing)] if orphan else done
+    return [*done, *calls.retried(facts.pacing, facts.retries, facts.draw)] if orphan else done
 
 
 def decided(facts: BindingFacts, request: Request, decision: operations.Decision, written: CatalogObject) -> list[Any]:
@@ -492,13 +505,13 @@ def decided(facts: BindingFacts, request: Request, decision: operations.Decision
         message = f"{decision.message}; retrying"
         return [
             *said(written, ready=False, reason=failure, message=message, now=facts.now),
-            *calls.retried(facts.pacing),
+            *calls.retried(facts.pacing, facts.retries, facts.draw),
         ]
     reason = Reason.ASYNC_OPERATION_TIMED_OUT if decision.timed_out else failure
     if request is Request.UNBIND:  # sent again, after a pause: a deletion has no spec to change
         return [
             *removal_failed(written, "unbindStatus", reason=reason, message=decision.message, now=facts.now),
-            *calls.retried(facts.pacing),
+            *calls.retried(facts.pacing, facts.retries, facts.draw),
         ]
     return failed(
         facts,

@@ -8,8 +8,9 @@
   made, when the next poll is due on the monotonic clock, transient failures in a row). Lost on a restart,
   which then polls at once and starts the backoff over.
 
-The pacing decisions are pure functions of a :class:`Pacing` and the clock's reading (facts), returning
-actions: :func:`accepted`, :func:`early`, :func:`scheduled`, :func:`retried`, :func:`succeeded`.
+The pacing decisions are pure functions of a :class:`Pacing`, the clock's reading and a random draw (facts: the
+edge draws once per reconcile from the policy table's source; its ``broker_polls`` and ``broker_retries`` are the
+backoffs), returning actions: :func:`accepted`, :func:`early`, :func:`scheduled`, :func:`retried`, :func:`succeeded`.
 """
 
 from __future__ import annotations
@@ -20,13 +21,10 @@ from typing import Any
 
 from opbroker import osbclient
 from opbroker.controller.core import actions as a
+from opbroker.controller.runtime.policies import DEFAULTS
 
 #: A wait shorter than this is no wait: the poll is made now (a requeue's timer is not that exact).
 DUE_SLACK = 0.05
-#: The controller's backoff between retries of a transient failure (the count is forgotten on success).
-RETRIES = osbclient.Backoff(base=1.0, maximum=60.0, max_duration=float("inf"))
-#: The poll pacing before a plan's ``maximum_polling_duration`` and ``--max-operation-seconds`` shorten it.
-POLLS = osbclient.Backoff(base=1.0, maximum=30.0, max_duration=3600.0)
 
 Answer = Any
 """What a broker call came back with: its result, or the ``osbclient.BrokerError`` it raised."""
@@ -63,9 +61,9 @@ class KeepPacing:
     pacing: Pacing
 
 
-def accepted(pacing: Pacing, polls: osbclient.Backoff, monotonic: float) -> list[Any]:
-    """The broker accepted an operation (202): the first poll after the pacing's base."""
-    return scheduled(replace(pacing, polls=0), polls.base, monotonic)
+def accepted(pacing: Pacing, polls: osbclient.Backoff, monotonic: float, draw: float = 0.0) -> list[Any]:
+    """The broker accepted an operation (202): the first poll after the pacing's base (jittered by ``draw``)."""
+    return scheduled(replace(pacing, polls=0), polls.delay(1, draw), monotonic)
 
 
 def early(pacing: Pacing, monotonic: float) -> list[Any] | None:
@@ -80,10 +78,11 @@ def scheduled(pacing: Pacing, delay: float, monotonic: float) -> list[Any]:
     return [KeepPacing(replace(pacing, due=monotonic + delay)), a.Requeue(delay)]
 
 
-def retried(pacing: Pacing, backoff: osbclient.Backoff = RETRIES) -> list[Any]:
-    """One more transient failure in a row: try again after the backoff's delay for that count."""
+def retried(pacing: Pacing, backoff: osbclient.Backoff = DEFAULTS.broker_retries, draw: float = 0.0) -> list[Any]:
+    """One more transient failure in a row: try again after the backoff's delay for that count (jittered by
+    ``draw``)."""
     count = pacing.retries + 1
-    return [KeepPacing(replace(pacing, retries=count)), a.Requeue(backoff.delay(count))]
+    return [KeepPacing(replace(pacing, retries=count)), a.Requeue(backoff.delay(count, draw))]
 
 
 def succeeded(pacing: Pacing) -> list[Any]:

@@ -23,6 +23,7 @@ from opbroker.controller.core import actions as a
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import Meta
 from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.policies import DEFAULTS
 from opbroker.controller.servicecatalog.core import calls, live, operations, tenancy
 from opbroker.controller.servicecatalog.core.calls import Call, Pacing
 from opbroker.controller.servicecatalog.core.endpoints import identity_of
@@ -89,8 +90,14 @@ class InstanceFacts:
     """The wall clock's reading (timestamps, the operation's deadline)."""
     monotonic: float = 0.0
     """The monotonic clock's reading (when a poll is due)."""
-    polls: osbclient.Backoff = calls.POLLS
+    polls: osbclient.Backoff = DEFAULTS.broker_polls
     """The poll pacing, its deadline shortened to the plan's ``maximum_polling_duration`` (``operations.deadline``)."""
+    retries: osbclient.Backoff = DEFAULTS.broker_retries
+    """The backoff of a transient failure's retry (the policy table's ``broker_retries``)."""
+    rechecks: osbclient.Backoff = DEFAULTS.unresolved_recheck
+    """The look again at an Instance that cannot go on yet (unresolved, over its namespace's budget)."""
+    draw: float = 0.0
+    """A random draw in [0, 1) taken by the edge (the policy table's source), jittering the waits; 0: none."""
     over_budget: str | None = None
     """Why the namespace may start no new operation now (``controller.core.budgets.refusal``; None: it may)."""
     last_look: float | None = None
@@ -101,6 +108,11 @@ class InstanceFacts:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "instance", CatalogObject.of(self.body))
+
+    @property
+    def recheck_in(self) -> float:
+        """When to look again at an object that cannot go on yet: :attr:`rechecks`, jittered by :attr:`draw`."""
+        return self.rechecks.delay(1, self.draw)
 
 
 #: What a failure the same request would meet again says next: how to ask again once its cause is fixed (the
@@ -196,11 +208,11 @@ def plan(facts: InstanceFacts) -> list[Any]:
             # No requeue: a binding's deletion queues the instance again.
             return said(instance, ready=False, reason=Reason.INSTANCE_DELETE_BLOCKED, message=message, now=now)
         case Step.UNRESOLVED:
-            return unresolved(instance, facts.problem or NO_OFFERING, now=now)
+            return unresolved(instance, facts.problem or NO_OFFERING, now=now, again=facts.recheck_in)
         case Step.POLL:
             return calls.early(facts.pacing, facts.monotonic) or poll(facts)
         case Step.WAIT_FOR_BUDGET:
-            return waiting_for_budget(instance, facts.over_budget or "", now=now)
+            return waiting_for_budget(instance, facts.over_budget or "", now=now, again=facts.recheck_in)
         case Step.MITIGATE | Step.DEPROVISION:
             return deprovision(facts, mitigation=step is Step.MITIGATE)
         case _:
@@ -307,7 +319,7 @@ def answered(facts: InstanceFacts, operation: InstanceOperation, answer: Any, bo
             written, ready=update, reason=reason, message=f"the broker is working on the {what}", now=facts.now
         )
         accepted = a.WriteStatus({**operations.accepted(answer.operation), "conditions": working})
-        return [*warned, accepted, *calls.accepted(facts.pacing, facts.polls, facts.monotonic)]
+        return [*warned, accepted, *calls.accepted(facts.pacing, facts.polls, facts.monotonic, facts.draw)]
     return [*warned, *succeeded(facts, operation, written, dashboard_url=answer.dashboard_url)]
 
 
@@ -322,6 +334,7 @@ def polled(facts: InstanceFacts, operation: InstanceOperation, answer: Any, body
         now=facts.now,
         polls=pacing.polls,
         backoff=facts.polls,
+        draw=facts.draw,
     )
     return decided(replace(facts, pacing=pacing), operation, decision, written)
 
@@ -334,7 +347,7 @@ def removal_answered(facts: InstanceFacts, answer: Any, body: Mapping[str, Any])
         return decided(facts, InstanceOperation.DEPROVISION, refused, written)
     if answer.is_async:
         accepted = a.WriteStatus(operations.accepted(answer.operation))
-        return [accepted, *calls.accepted(facts.pacing, facts.polls, facts.monotonic)]
+        return [accepted, *calls.accepted(facts.pacing, facts.polls, facts.monotonic, facts.draw)]
     return deprovisioned(facts, written)
 
 
@@ -351,7 +364,7 @@ def decided(
         message = f"{decision.message}; retrying"
         return [
             *said(written, ready=False, reason=failure_reason(operation), message=message, now=facts.now),
-            *calls.retried(facts.pacing),
+            *calls.retried(facts.pacing, facts.retries, facts.draw),
         ]
     return operation_failed(facts, operation, decision, written)
 
@@ -402,7 +415,8 @@ def deprovisioned(facts: InstanceFacts, written: CatalogObject) -> list[Any]:
         return [write, a.EnsureFinalizer(False)]
     if final:
         return [write]  # failed for good: a spec change queues it again
-    return [write, *calls.retried(facts.pacing)]  # mitigation done: provision again, after a pause
+    # Mitigation done: provision again, after a pause.
+    return [write, *calls.retried(facts.pacing, facts.retries, facts.draw)]
 
 
 def operation_failed(
@@ -415,7 +429,7 @@ def operation_failed(
     if operation is InstanceOperation.DEPROVISION:  # sent again, after a pause: a deletion has no spec to change
         return [
             *removal_failed(written, "deprovisionStatus", reason=reason, message=message, now=now),
-            *calls.retried(facts.pacing),
+            *calls.retried(facts.pacing, facts.retries, facts.draw),
         ]
     extra: dict[str, Any] = {}
     provisioned = written.status.provisioned

@@ -29,7 +29,7 @@ Kubernetes and HTTP calls, and the per-kind outcome (a Secret written, a finaliz
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -87,7 +87,7 @@ def deadline(backoff: osbclient.Backoff, plan: PlanEntry | None) -> osbclient.Ba
     limit = plan.maximum_polling_duration if plan is not None else None
     if limit is None or limit >= backoff.max_duration:
         return backoff
-    return osbclient.Backoff(base=backoff.base, maximum=backoff.maximum, max_duration=float(limit))
+    return replace(backoff, max_duration=float(limit))
 
 
 def refused(request: Request, error: osbclient.BrokerError) -> Decision:
@@ -112,20 +112,24 @@ def polled(
     now: datetime,
     polls: int,
     backoff: osbclient.Backoff,
+    draw: float = 0.0,
 ) -> Decision:
     """A ``last_operation`` poll of an accepted ``request`` answered ``answer`` (or raised it).
 
     ``started``: when the operation was recorded (``status.operationStartTime``; None counts as ``now``);
-    ``polls``: polls made so far, this one included; ``backoff``: the pacing with its :func:`deadline`. A
-    transient failure of the poll is polled again; a permanent one counts as the broker saying ``failed``."""
+    ``polls``: polls made so far, this one included; ``backoff``: the pacing with its :func:`deadline`, jittered
+    by ``draw``. A transient failure of the poll is polled again; a permanent one counts as the broker saying
+    ``failed``."""
     if isinstance(answer, osbclient.BrokerError):
         if osbclient.is_retryable(answer):
-            return later(request, started=started, now=now, polls=polls, retry_after=None, backoff=backoff)
+            return later(request, started=started, now=now, polls=polls, retry_after=None, backoff=backoff, draw=draw)
         answer = osbclient.LastOperation(state=osbclient.FAILED, description=str(answer))
     if request in REMOVES and (answer.gone or answer.state == osbclient.SUCCEEDED):
         return Decision(Verdict.SUCCEEDED, answer.description or "")
     if answer.state == osbclient.IN_PROGRESS:
-        return later(request, started=started, now=now, polls=polls, retry_after=answer.retry_after, backoff=backoff)
+        return later(
+            request, started=started, now=now, polls=polls, retry_after=answer.retry_after, backoff=backoff, draw=draw
+        )
     if answer.state == osbclient.SUCCEEDED and not answer.gone:
         return Decision(Verdict.SUCCEEDED, answer.description or "")
     # Failed, or a creation or update whose target the broker says is gone (nothing left to mitigate).
@@ -147,11 +151,14 @@ def later(
     polls: int,
     retry_after: float | None,
     backoff: osbclient.Backoff,
+    draw: float = 0.0,
 ) -> Decision:
     """Still in progress after ``polls`` polls: when to look again (``Retry-After`` when the broker gave one,
     else the backoff; never past the deadline), or ``FAILED`` (timed out) once the deadline has passed — a
     creation then mitigated, its failure final."""
-    due = osbclient.next_poll(started=started or now, now=now, polls=polls, retry_after=retry_after, backoff=backoff)
+    due = osbclient.next_poll(
+        started=started or now, now=now, polls=polls, retry_after=retry_after, backoff=backoff, draw=draw
+    )
     if due.expired:
         creation = request in CREATES
         message = f"the {request.value} did not finish within {backoff.max_duration:.0f}s"

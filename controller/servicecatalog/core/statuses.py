@@ -18,13 +18,10 @@ from opbroker.controller.core.decisions import ready_condition
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.shown_failures import SHOWN_REASONS
 from opbroker.controller.core.views import condition_wire
+from opbroker.controller.runtime.policies import DEFAULTS
 from opbroker.controller.servicecatalog.core import operations
 from opbroker.controller.servicecatalog.core.offering import Unresolved
 from opbroker.controller.servicecatalog.core.views import CatalogObject
-
-#: Seconds before an Instance or Binding whose references do not resolve is looked at again (a class, a Secret or
-#: its instance appearing or changing also queues it).
-UNRESOLVED_RECHECK = 30.0
 
 
 def checksum(parameters: Mapping[str, Any]) -> str:
@@ -70,22 +67,27 @@ def said(obj: CatalogObject, *, ready: bool, reason: Reason, message: str, now: 
     return [a.WriteStatus(patch, event=a.Event(reason.value, message, warning=not ready))]
 
 
-def waiting_for_budget(obj: CatalogObject, why: str, *, now: datetime) -> list[Any]:
+def waiting_for_budget(
+    obj: CatalogObject, why: str, *, now: datetime, again: float = DEFAULTS.unresolved_recheck.base
+) -> list[Any]:
     """A request its namespace's budget holds back (``controller.core.budgets``): Ready says why — once, not at each
-    look (the counts in the message move) — and a look again after :data:`UNRESOLVED_RECHECK`."""
+    look (the counts in the message move) — and a look again after ``again`` (the policy table's
+    ``unresolved_recheck``)."""
     current = obj.status.condition("Ready")
-    again = a.Requeue(UNRESOLVED_RECHECK)
+    look = a.Requeue(again)
     if current is not None and current.reason == Reason.NAMESPACE_BUDGET_EXCEEDED.value:
-        return [again]
-    return [*said(obj, ready=False, reason=Reason.NAMESPACE_BUDGET_EXCEEDED, message=why, now=now), again]
+        return [look]
+    return [*said(obj, ready=False, reason=Reason.NAMESPACE_BUDGET_EXCEEDED, message=why, now=now), look]
 
 
-def unresolved(obj: CatalogObject, problem: Unresolved, *, now: datetime) -> list[Any]:
+def unresolved(
+    obj: CatalogObject, problem: Unresolved, *, now: datetime, again: float = DEFAULTS.unresolved_recheck.base
+) -> list[Any]:
     """What an object whose references do not resolve gets: its Ready condition says why (once), and a look again
-    after :data:`UNRESOLVED_RECHECK`."""
+    after ``again`` (the policy table's ``unresolved_recheck``)."""
     return [
         *said(obj, ready=False, reason=problem.reason, message=str(problem), now=now),
-        a.Requeue(UNRESOLVED_RECHECK),
+        a.Requeue(again),
     ]
 
 
