@@ -31,8 +31,6 @@ log = logging.getLogger(__name__)
 VERSION = "v1alpha1"
 #: The label selector of the objects the broker recorded: the only ones that answer for an OSB id.
 RECORDED = f"{conventions.LABEL_RECORDED_BY}={conventions.RECORDED_BY_BROKER}"
-#: Seconds between attempts while the API server does not answer (the index is a hint: lookups fall back meanwhile).
-RETRY_SECONDS = 1.0
 
 
 class NamespaceIndex:
@@ -64,7 +62,6 @@ class NamespaceIndex:
                 list_events=False,  # the listing's identities replace the kind's index whole
                 tombstones=False,
                 watch_seconds=watch_seconds,
-                retry_seconds=RETRY_SECONDS,
                 name=f"opbroker-index-{kind.value}",
             )
             for kind in self._kinds

@@ -91,6 +91,7 @@ class Controller:
             watch_seconds=settings.timeouts.watch,
             metadata_only=[SECRETS],
             own_bodies={SECRETS: (settings.registries_namespace, registries.LABEL_REGISTRY_OF)},
+            retry=settings.policies.watches,
         )
         self.renderer = Renderer(fetcher=HttpFetcher(settings.template_fetch))
         deps = Deps(
@@ -205,6 +206,7 @@ class Controller:
             on_listed=self._listed,
             on_lost=self._lost,
             watch_seconds=self.settings.timeouts.watch,
+            retry=self.settings.policies.watches,
         )
         self.informers.start()
 

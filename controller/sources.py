@@ -40,8 +40,19 @@ from opbroker.api.meta import ResourceRef
 from opbroker.controller.kube import Kube, ref_of
 from opbroker.controller.runtime.informers import streams_client
 from opbroker.controller.runtime.keys import Key
-from opbroker.kubeclient.informer import Body, Collection, Identity, Informer, LeanSource, Source, items_of, pages
+from opbroker.kubeclient.informer import (
+    RETRIES,
+    Body,
+    Collection,
+    Identity,
+    Informer,
+    LeanSource,
+    Source,
+    items_of,
+    pages,
+)
 from opbroker.kubeclient.lean import METADATA_PAGE, LeanApi
+from opbroker.osbclient import Backoff
 
 logger = logging.getLogger(__name__)
 
@@ -147,7 +158,7 @@ class SourceWatchers:
         watch_seconds: int = 60,
         metadata_only: Iterable[tuple[str, str]] = (),
         own_bodies: Mapping[tuple[str, str], tuple[str, str]] | None = None,
-        retry_seconds: float = 2.0,
+        retry: Backoff = RETRIES,
         max_kinds: int = MAX_WATCHED_KINDS,
         source: Source | None = None,
     ) -> None:
@@ -155,7 +166,7 @@ class SourceWatchers:
         self._source = source
         self._max_kinds = max_kinds
         self._over_budget: set[tuple[str, str]] = set()
-        self._retry_seconds = retry_seconds
+        self._retry = retry
         self._watch_seconds = watch_seconds
         self._metadata_only = frozenset(metadata_only)
         self._own_bodies = dict(own_bodies or {})
@@ -219,7 +230,7 @@ class SourceWatchers:
             list_events=False,  # a page is told to the listeners by _page, and owners only after a relisting
             tombstones=False,  # the store completes the kind from the identities listed
             watch_seconds=self._watch_seconds,
-            retry_seconds=self._retry_seconds,
+            retry=self._retry,
             name=f"watch-{kind_name}",
         )
 

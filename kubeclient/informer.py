@@ -20,7 +20,8 @@ metadata only) is followed as client-go's reflector follows it:
   dead connection: the watchdog), and a stream still open past that (events trickling after its end) is ended
   here; the next watch resumes from the last version seen;
 * listed again after a 410 (the version is too old to resume from), and after a failure — ``on_lost`` told
-  first (events may have been missed), then a pause of ``retry_seconds``; with ``tombstones``, every object
+  first (events may have been missed), then a pause from ``retry`` (doubling with each failure in a row, jittered,
+  from 1 s to 30 s by default, as client-go's reflector backs off); with ``tombstones``, every object
   known before and absent from the new listing is delivered as ``DELETED`` (its type and identity), so a
   deletion missed in the gap is not missed for good;
 * a line of the stream is bounded (:data:`MAX_EVENT_BYTES`) before it is parsed; :meth:`Informer.stop` ends the
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import random
 import socket
 import threading
 import time
@@ -46,6 +48,7 @@ from kubernetes.client.exceptions import ApiException
 
 from opbroker.kubeclient import deadlines, jsontext
 from opbroker.kubeclient.lean import METADATA_LIST, METADATA_WATCH, LeanApi, api_root, object_path
+from opbroker.osbclient import Backoff
 
 logger = logging.getLogger(__name__)
 
@@ -57,8 +60,9 @@ WATCH_SECONDS = 60
 #: The longest line of a watch stream (one event) read before it is refused and the collection listed again.
 #: The API server stores objects of at most 1.5 MiB (etcd's request limit); their JSON is about that size.
 MAX_EVENT_BYTES = 8 * 1024 * 1024
-#: Seconds to wait after a failed list or watch before the next attempt, by default.
-RETRY_SECONDS = 2.0
+#: The pause after a failed list or watch, by default: doubling with each failure in a row up to 30 s, up to half
+#: of it taken off by a random draw (many informers broken by one API server restart do not come back in step).
+RETRIES = Backoff(base=1.0, maximum=30.0, max_duration=float("inf"), jitter=0.5)
 
 Identity = tuple[str, str]
 """An object's namespace ("" for a cluster-scoped one) and name."""
@@ -168,7 +172,8 @@ class Informer:
         list_events: bool = True,
         tombstones: bool = True,
         watch_seconds: int = WATCH_SECONDS,
-        retry_seconds: float = RETRY_SECONDS,
+        retry: Backoff = RETRIES,
+        draw: Callable[[], float] = random.random,
         name: str | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -181,7 +186,10 @@ class Informer:
         self._list_events = list_events
         self._tombstones = tombstones
         self._watch_seconds = watch_seconds
-        self._retry_seconds = retry_seconds
+        self._retry = retry
+        self._draw = draw
+        self._failures = 0
+        """Failures in a row (a whole listing ends the streak)."""
         self._clock = clock
         self._kind = collection.kind
         self._stopped = threading.Event()
@@ -250,7 +258,8 @@ class Informer:
         self._live = False
         logger.warning("the watch of %s %s; listing it again", self.collection, why)
         self._call(self._on_lost, why)
-        self._stopped.wait(self._retry_seconds)
+        self._failures += 1
+        self._stopped.wait(self._retry.delay(self._failures, self._draw()))
 
     def _list(self, known: dict[Identity, str | None]) -> str | None:
         """List page by page, telling each page and then its objects before reading the next; then the deletion
@@ -277,6 +286,7 @@ class Informer:
         for identity, resource_version in gone:
             self._tell("DELETED", self._tombstone(identity, resource_version))
         self._live = True
+        self._failures = 0
         self.listed.set()
         return version
 

@@ -8,6 +8,10 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from opbroker.kubeclient.informer import Collection, Informer
+from opbroker.osbclient import Backoff
+
+NO_WAIT = Backoff(base=1e-6, maximum=1e-6, max_duration=float("inf"))
+"""An informer's retry that does not wait (a scripted failure is retried at once)."""
 
 
 def event(kind: str, obj: Mapping[str, Any]) -> bytes:

@@ -448,7 +448,13 @@ class ClusterReconciler(ShowsFailuresOnObject, ObservePlanAct[ClusterFacts, Any]
         except Exception as exc:
             logger.warning("reading the nodes of cluster %s failed: %s", state.name, describe(exc))
         if state.watch is None and not state.shared:
-            state.watch = SisterWatch(state.name, state.kube, self.enqueue_master, self.suspect)
+            state.watch = SisterWatch(
+                state.name,
+                state.kube,
+                self.enqueue_master,
+                self.suspect,
+                retry=self.deps.settings.policies.watches,
+            )
             state.watch.start()
         self._mark(state, True, "", announce=announce)
 

@@ -30,8 +30,9 @@ from opbroker.controller.multicluster.quantities import Resources
 from opbroker.controller.multicluster.reasons import LABEL_REPLICATED
 from opbroker.controller.runtime.keys import Key
 from opbroker.kubeclient import deadlines
-from opbroker.kubeclient.informer import Body, Collection, Informer, LeanSource
+from opbroker.kubeclient.informer import RETRIES, Body, Collection, Informer, LeanSource
 from opbroker.kubeclient.lean import LeanApi
+from opbroker.osbclient import Backoff
 
 logger = logging.getLogger(__name__)
 
@@ -136,8 +137,6 @@ class SisterWatch:
     belongs to; a failing stream is reported once (``on_failure``) until its kind is listed again."""
 
     KINDS: tuple[tuple[str, Kind], ...] = (("instance", INSTANCES), ("binding", BINDINGS))
-    #: Seconds between attempts while a sister does not answer.
-    RETRY_SECONDS = 1.0
 
     def __init__(
         self,
@@ -145,6 +144,8 @@ class SisterWatch:
         kube: SisterKube,
         on_change: Callable[[Key], None],
         on_failure: Callable[[str, str], None],
+        *,
+        retry: Backoff = RETRIES,
     ) -> None:
         self.cluster = cluster
         self._on_change = on_change
@@ -158,7 +159,7 @@ class SisterWatch:
                 functools.partial(self._report, name),
                 on_listed=functools.partial(self._listed, name),
                 on_lost=functools.partial(self._failed, name),
-                retry_seconds=self.RETRY_SECONDS,
+                retry=retry,
                 name=f"sister-{cluster}-{name}",
             )
             for name, kind in self.KINDS

@@ -36,8 +36,9 @@ from kubernetes import client
 from opbroker.controller.runtime.jsoncopy import copy_json
 from opbroker.controller.watches import Watch
 from opbroker.kubeclient import deadlines
-from opbroker.kubeclient.informer import Collection, Identity, Informer, LeanSource
+from opbroker.kubeclient.informer import RETRIES, Collection, Identity, Informer, LeanSource
 from opbroker.kubeclient.lean import LeanApi
+from opbroker.osbclient import Backoff
 
 logger = logging.getLogger(__name__)
 
@@ -115,6 +116,7 @@ class Informers:
         on_lost: Lost | None = None,
         watch_seconds: int = WATCH_SECONDS,
         list_page: int = LIST_PAGE,
+        retry: Backoff = RETRIES,
     ) -> None:
         self.resources = resources_of(watches)
         source = LeanSource(LeanApi(streams_client(api_client, connections=len(self.resources))))
@@ -130,6 +132,7 @@ class Informers:
                 on_listed=None if on_listed is None else _bound(on_listed, resource.key),
                 on_lost=None if on_lost is None else _ignoring_why(on_lost, resource.key),
                 watch_seconds=watch_seconds,
+                retry=retry,
                 name=f"informer-{resource.plural}",
             )
             for resource in self.resources

@@ -129,6 +129,14 @@ class Policies:
     """While a rollout waits for a page of marked instances to finish: how often it looks (a bound on how late it
     sees them settle; one process's loop, no jitter)."""
 
+    # -- watches -------------------------------------------------------------------------------------
+
+    watches: Backoff = Backoff(base=1.0, maximum=30.0, max_duration=INF, jitter=0.5)
+    """After a failed list or watch, an informer (:mod:`opbroker.kubeclient.informer`) waits this long before
+    listing again, doubling with each failure in a row (a whole listing ends the streak): an API server that
+    restarts breaks every stream at once, and they come back spread over the wait, not in one burst of listings
+    (client-go's reflector backs off the same way, from 800 ms to 30 s)."""
+
     # -- this process's own checks (nothing to be in step with: no jitter) -------------------------
 
     api_ready_poll: Backoff = every(1.0)

@@ -10,7 +10,7 @@ from opbroker.controller.runtime.store import ObjectStore
 from opbroker.controller.served import ServedResource
 from opbroker.controller.sources import SourceIndex, SourceWatchers
 from opbroker.kubeclient.informer import Collection
-from tests.informer_support import Scripted, event
+from tests.informer_support import NO_WAIT, Scripted, event
 
 SECRETS = ("v1", "Secret")
 PODS = ("v1", "Pod")
@@ -45,7 +45,7 @@ def obj(name: str, version: str, kind: str = "Secret", api_version: str = "v1") 
 def test_subscribers_hear_what_a_listing_found_and_every_event() -> None:
     kube = fake_kube()
     source = Scripted([("list", [obj("a", "5"), obj("b", "5")]), ("watch", [event("DELETED", obj("a", "6"))])])
-    watchers = SourceWatchers(kube, SourceIndex(), on_change=lambda _key: None, retry_seconds=0, source=source)
+    watchers = SourceWatchers(kube, SourceIndex(), on_change=lambda _key: None, retry=NO_WAIT, source=source)
     heard: list[tuple[str, str]] = []
     watchers._listeners[SECRETS] = [lambda event_type, o: heard.append((event_type, o["metadata"]["name"]))]
     run(watchers, source, SECRETS)
@@ -79,7 +79,7 @@ def test_owners_are_told_after_a_relisting_because_the_gaps_events_are_lost() ->
     told: list[Any] = []
     kube = fake_kube()
     watchers = SourceWatchers(kube, index, lambda key: told.append((len(source.requests), key)), source=source)
-    watchers._retry_seconds = 0
+    watchers._retry = NO_WAIT
     run(watchers, source, PODS)
     assert sorted(told) == [(3, ("i", "ns", "one")), (3, ("i", "ns", "two"))]  # during the second listing
 
@@ -100,7 +100,7 @@ def test_a_kind_is_live_from_its_listing_until_its_watch_fails() -> None:
             return super().watch(collection, since, seconds)
 
     source = Recording([("list", [obj("a", "1", "Pod")]), ("watch", ConnectionError("reset")), ("list", [])])
-    watchers = SourceWatchers(fake_kube(), SourceIndex(), lambda _key: None, retry_seconds=0, source=source)
+    watchers = SourceWatchers(fake_kube(), SourceIndex(), lambda _key: None, retry=NO_WAIT, source=source)
     assert PODS not in watchers.live
     run(watchers, source, PODS)
     # listed: live when watching; the watch failed: not live while listing again; live again once listed
@@ -131,7 +131,7 @@ def test_the_echo_of_an_owners_own_apply_tells_only_the_other_owners() -> None:
     ]
     told: list[Any] = []
     source = Scripted([("list", []), ("watch", events)])
-    watchers = SourceWatchers(fake_kube(), index, told.append, retry_seconds=0, source=source)
+    watchers = SourceWatchers(fake_kube(), index, told.append, retry=NO_WAIT, source=source)
     run(watchers, source, database)
     assert told[0] == reader and len(told) == 3  # version 7: the reader alone
     assert sorted(told[1:]) == sorted([writer, reader])  # version 8: both

@@ -13,7 +13,8 @@ from kubernetes.client.exceptions import ApiException
 
 from opbroker.kubeclient.informer import Collection, Informer, LeanSource, lines_of
 from opbroker.kubeclient.lean import METADATA_LIST, METADATA_WATCH
-from tests.informer_support import Scripted, ScriptedStream, event
+from opbroker.osbclient import Backoff
+from tests.informer_support import NO_WAIT, Scripted, ScriptedStream, event
 
 PODS = Collection("v1", "pods", "Pod", page=2)
 
@@ -33,7 +34,7 @@ def run(script: list[tuple[str, Any]], collection: Collection = PODS, **options:
         on_page=lambda objects: told.append(("page", [o["metadata"]["name"] for o in objects])),
         on_listed=lambda listed: told.append(("listed", sorted(listed))),
         on_lost=lambda why: told.append(("lost", why)),
-        retry_seconds=0,
+        retry=NO_WAIT,
         **options,
     )
     source.informers.append(informer)
@@ -107,7 +108,7 @@ def test_metadata_only_objects_carry_their_type_and_metadata_alone() -> None:
     source = Scripted(
         [("list", [{"metadata": {"name": "s", "namespace": "ns"}, "data": {"k": "dg=="}}]), ("watch", [])]
     )
-    informer = Informer(source, secrets, lambda _kind, obj: objects.append(obj), retry_seconds=0)
+    informer = Informer(source, secrets, lambda _kind, obj: objects.append(obj), retry=NO_WAIT)
     source.informers.append(informer)
     informer.run()
     assert objects == [{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": "ns"}}]
@@ -137,7 +138,7 @@ def test_a_failing_keeper_does_not_stop_the_stream() -> None:
         raise RuntimeError("boom")
 
     source = Scripted([("list", [pod("a", "1"), pod("b", "2")]), ("watch", [event("ADDED", pod("c", "3"))])])
-    informer = Informer(source, PODS, keeper, retry_seconds=0)
+    informer = Informer(source, PODS, keeper, retry=NO_WAIT)
     source.informers.append(informer)
     informer.run()
     assert seen == ["a", "b", "c"]
@@ -162,7 +163,7 @@ def test_a_stream_open_past_its_deadline_is_ended_and_resumed() -> None:
         told.append(obj["metadata"]["resourceVersion"])
         now[0] += 40.0  # each event arrives 40 s after the last: the 60 s watch is over after the second
 
-    informer = Informer(source, PODS, tell, retry_seconds=0, watch_seconds=60, clock=lambda: now[0])
+    informer = Informer(source, PODS, tell, retry=NO_WAIT, watch_seconds=60, clock=lambda: now[0])
     source.informers.append(informer)
     informer.run()
     assert told == ["2", "3"]
@@ -250,3 +251,39 @@ def test_the_lean_source_asks_for_metadata_only_with_the_collections_selector() 
         "labelSelector": "a=b",
     }
     assert wstream and cquery == [("limit", 500)]
+
+
+def test_failures_in_a_row_back_off_with_jitter_and_a_listing_ends_the_streak() -> None:
+    waits: list[float] = []
+    source = Scripted(
+        [
+            ("list", []),
+            ("watch", ConnectionError("reset")),
+            ("list", ApiException(status=500)),
+            ("list", []),
+            ("watch", ConnectionError("reset")),
+        ]
+    )
+    retry = Backoff(base=1.0, maximum=30.0, max_duration=float("inf"), jitter=0.5)
+    informer = Informer(source, PODS, lambda *_: None, retry=retry, draw=lambda: 0.5)
+    stopped = informer._stopped
+
+    class Recording:
+        """The informer's stop flag, its waits recorded instead of waited."""
+
+        def is_set(self) -> bool:
+            return stopped.is_set()
+
+        def set(self) -> None:
+            stopped.set()
+
+        def wait(self, seconds: float) -> bool:
+            waits.append(seconds)
+            return stopped.is_set()
+
+    informer._stopped = Recording()  # type: ignore[assignment]
+    source.informers.append(informer)
+    informer.run()
+    # 1 s, a quarter off (half the jitter, drawn 0.5); doubled for the second failure in a row; back to 1 s after
+    # the listing that succeeded; the script's end stops it without a wait
+    assert waits == [0.75, 1.5, 0.75]
