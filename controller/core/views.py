@@ -19,7 +19,7 @@ Nothing writes to it: the executor (:mod:`opbroker.controller.executor`) works f
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, NamedTuple, Protocol
@@ -524,64 +524,6 @@ def resources_of(discovery: object) -> tuple[ApiResource, ...]:
     """The ``resources`` of a discovery document (parsed)."""
     listed = mapping_of(discovery).get("resources")
     return tuple(ApiResource.of(r) for r in listed) if isinstance(listed, list) else ()
-
-
-@dataclass(frozen=True, slots=True)
-class ListPage:
-    """One page of a list answer (parsed JSON): its items, and where the next page or the watch starts."""
-
-    items: tuple[Mapping[str, Any], ...]
-    """The objects listed (without apiVersion and kind: a list's items carry none); an item that is not an
-    object is skipped."""
-    continue_token: str | None
-    """Where the next page starts (None: this was the last)."""
-    resource_version: str | None
-    """The listing's version (a watch from it misses nothing)."""
-
-    @classmethod
-    def of(cls, page: object) -> ListPage:
-        raw = mapping_of(page)
-        meta = mapping_of(raw.get("metadata"))
-        items = raw.get("items")
-        return cls(
-            items=tuple(i for i in items if isinstance(i, Mapping)) if isinstance(items, list) else (),
-            continue_token=text_of(meta.get("continue")),
-            resource_version=text_of(meta.get("resourceVersion")),
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class WatchEvent:
-    """One event of a watch stream: its type, its object as sent, and the few fields the stream itself needs
-    (built for every event of every watched kind, so it reads no more: no labels, no owners)."""
-
-    type: str
-    """ADDED, MODIFIED, DELETED, BOOKMARK or ERROR."""
-    object: dict[str, Any]
-    """The object (for ERROR: the Status), as sent: passed on whole to the store and the listeners."""
-    resource_version: str | None
-    namespace: str
-    name: str
-    code: int | None
-    """An ERROR's HTTP code (410: the version asked for is too old, list again)."""
-
-    @classmethod
-    def of(cls, event: Mapping[str, Any], body: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> WatchEvent:
-        """``event`` as the watch yields it; ``body``: what to pass on of an object instead of the object itself
-        (a metadata-only watch passes on its metadata alone; never applied to an ERROR's Status)."""
-        sent = event.get("raw_object")
-        raw: dict[str, Any] = sent if isinstance(sent, dict) else {}
-        type_ = text_of(event.get("type")) or ""
-        obj = raw if body is None or type_ == "ERROR" else body(raw)
-        meta = mapping_of(obj.get("metadata"))
-        return cls(
-            type=type_,
-            object=obj,
-            resource_version=text_of(meta.get("resourceVersion")),
-            namespace=text_of(meta.get("namespace")) or "",
-            name=text_of(meta.get("name")) or "",
-            code=int_of(raw.get("code")),
-        )
 
 
 @dataclass(frozen=True)

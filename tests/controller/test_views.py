@@ -16,13 +16,11 @@ from opbroker.controller.core.views import (
     EntryView,
     EventView,
     InstanceView,
-    ListPage,
     Meta,
     ObjectView,
     OperationView,
     OwnerRef,
     SecretView,
-    WatchEvent,
     namespace_terminating,
     resources_of,
 )
@@ -246,31 +244,3 @@ def test_an_event_view_reads_what_the_watch_handlers_need() -> None:
 )
 def test_namespace_terminating_tolerates_odd_fields(namespace: dict[str, Any] | None, going: bool) -> None:
     assert namespace_terminating(namespace) is going
-
-
-def test_a_list_page_reads_its_items_and_where_to_go_on() -> None:
-    page = ListPage.of(
-        {"items": [{"metadata": {"name": "a"}}, "x"], "metadata": {"continue": "t", "resourceVersion": "9"}, "k": 1}
-    )
-    assert (page.items, page.continue_token, page.resource_version) == ((({"metadata": {"name": "a"}}),), "t", "9")
-    last = ListPage.of({"items": None, "metadata": {"continue": "", "resourceVersion": 9}})
-    assert (last.items, last.continue_token, last.resource_version) == ((), None, None)
-
-
-def test_a_watch_event_reads_its_type_object_and_version() -> None:
-    obj = {"metadata": {"name": "s", "namespace": "n", "resourceVersion": "5", "labels": {"a": "b"}}, "data": {}}
-    event = WatchEvent.of({"type": "MODIFIED", "raw_object": obj})
-    assert (event.type, event.object, event.resource_version, event.namespace, event.name, event.code) == (
-        "MODIFIED",
-        obj,
-        "5",
-        "n",
-        "s",
-        None,
-    )
-    only_meta = WatchEvent.of({"type": "ADDED", "raw_object": obj}, lambda raw: {"metadata": raw["metadata"]})
-    assert only_meta.object == {"metadata": obj["metadata"]} and only_meta.name == "s"
-    gone = WatchEvent.of({"type": "ERROR", "raw_object": {"kind": "Status", "code": 410}}, lambda raw: {})
-    assert (gone.code, gone.object, gone.resource_version) == (410, {"kind": "Status", "code": 410}, None)
-    odd = WatchEvent.of({"type": None, "raw_object": "x"})
-    assert (odd.type, odd.object, odd.name, odd.code) == ("", {}, "", None)

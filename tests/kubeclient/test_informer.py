@@ -287,3 +287,20 @@ def test_failures_in_a_row_back_off_with_jitter_and_a_listing_ends_the_streak() 
     # 1 s, a quarter off (half the jitter, drawn 0.5); doubled for the second failure in a row; back to 1 s after
     # the listing that succeeded; the script's end stops it without a wait
     assert waits == [0.75, 1.5, 0.75]
+
+
+def test_odd_wire_is_skipped_not_fatal() -> None:
+    """A list item that is not an object, an empty continue token, an event of no type or with no object: skipped
+    (what the API server never sends must not stop the stream)."""
+    told, source = run(
+        [
+            ("list", [pod("a", "1"), "x"]),  # type: ignore[list-item]
+            ("watch", [b'{"type": null, "object": "x"}', event("ADDED", {**pod("b", "2"), "kind": "Pod"})]),
+        ]
+    )
+    assert [t for t in told if t[0] in ("ADDED", "listed")] == [
+        ("ADDED", "a", "Pod"),
+        ("listed", [("ns", "a")]),
+        ("ADDED", "b", "Pod"),
+    ]
+    assert ("list", None) in source.requests and len([r for r in source.requests if r[0] == "list"]) == 1
