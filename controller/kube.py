@@ -196,6 +196,7 @@ class Kube:
                 while len(own._acting) > MAX_ACTING_IDENTITIES:
                     _, dropped = own._acting.popitem(last=False)
                     dropped.api_client.close()  # type: ignore[no-untyped-call]
+                    dropped.custom.close()
             own._acting.move_to_end(user)
             return door
 
