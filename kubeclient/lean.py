@@ -28,7 +28,7 @@ from kubernetes import client
 
 from opbroker.kubeclient import jsontext
 from opbroker.kubeclient.answers import json_object
-from opbroker.kubeclient.transport import transport_of
+from opbroker.kubeclient.transport import Transport, transport_of
 
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
@@ -71,9 +71,9 @@ class LeanApi:
     """Plain JSON requests to the server of an official ``ApiClient``, through the project's own transport (see
     the module docstring)."""
 
-    def __init__(self, api_client: client.ApiClient, *, connections: int | None = None) -> None:
+    def __init__(self, api_client: client.ApiClient, *, transport: Transport | None = None) -> None:
         self.api_client = api_client
-        self.transport = transport_of(api_client, connections=connections)
+        self.transport = transport if transport is not None else transport_of(api_client)
 
     def close(self) -> None:
         """Close the transport's connections."""

@@ -174,7 +174,9 @@ class Transport:
         on_answer: Callable[[], None] | None = None,
         headers: Mapping[str, str] | None = None,
         connections: int | None = None,
+        network: httpx.BaseTransport | None = None,
     ) -> None:
+        """``network``: what carries the requests instead of sockets (a test's ``httpx.MockTransport``)."""
         hook = configuration.refresh_api_key_hook
         if hook is not None and not isinstance(hook, ThrottledRefresh):
             configuration.refresh_api_key_hook = ThrottledRefresh(hook)
@@ -193,7 +195,7 @@ class Transport:
             socket_options=configuration.socket_options or tcp_keepalive_socket_options(),
             proxy=_proxy(configuration),
         )
-        self._client = httpx.Client(transport=transport, trust_env=False, follow_redirects=False)
+        self._client = httpx.Client(transport=network or transport, trust_env=False, follow_redirects=False)
         # Only what the caller names is sent: no ``Accept-Encoding`` (the official client asked for no compressed
         # answers; compressing a listing costs the API server and this process CPU, on a LAN for nothing).
         self._client.headers.clear()
@@ -316,7 +318,9 @@ class Transport:
         return made
 
 
-def transport_of(api_client: client.ApiClient, *, connections: int | None = None) -> Transport:
+def transport_of(
+    api_client: client.ApiClient, *, connections: int | None = None, network: httpx.BaseTransport | None = None
+) -> Transport:
     """A :class:`Transport` to ``api_client``'s server with its configuration, default headers (read at each
     request: the same mapping) and, for a bounded client, its deadlines and answer hook."""
     timeouts = getattr(api_client, "timeouts", None)
@@ -326,6 +330,7 @@ def transport_of(api_client: client.ApiClient, *, connections: int | None = None
         on_answer=getattr(api_client, "on_answer", None),
         headers=api_client.default_headers,
         connections=connections,
+        network=network,
     )
 
 
