@@ -128,8 +128,7 @@ class LeanApi:
             watch=watching,
             server_seconds=server_seconds,
         )
-        data = answer.content
-        return jsontext.loads(data) if data else None
+        return jsontext.loads(answer.content) if answer.content else None
 
     def server_side_apply(self, path: str, body: dict[str, Any], *, field_manager: str) -> Any:
         """Server-side apply of ``body`` at ``path`` as ``field_manager``, taking over fields others own

@@ -2,19 +2,23 @@
 
 Aspects: the request sent (method, path, query, content type, credentials, the client's default headers such as
 ``Impersonate-User``, the deadline) and the answer or error handed back, as the generated client would (unit, on
-an httpx mock network under the project's transport); and on the real API server, every door of the controller that now goes through it —
-custom objects, their status, guarded deletes, generic objects by server-side apply, Secrets, Events, a watch —
-answering what the generated client reads back, and an impersonating door refused as its user.
+a stand-in for the connection pool under the project's transport); and on the real API server, every door of the
+controller that now goes through it — custom objects, their status, guarded deletes, generic objects by
+server-side apply, Secrets, Events, a watch — answering what the generated client reads back, and an
+impersonating door refused as its user.
 """
 
 from __future__ import annotations
 
 import json
+import threading
+import time
 import uuid
 from typing import Any
 
-import pytest
+import httpcore
 import httpx
+import pytest
 from kubernetes import client
 from kubernetes.client import exceptions
 
@@ -27,8 +31,8 @@ from opbroker.kubeclient.lean import LeanCustomObjects, object_path
 
 
 class Recording:
-    """A bounded client's lean requests, recorded and answered from a list, never sent (an httpx mock network
-    under the project's transport)."""
+    """A bounded client's lean requests, recorded and answered from a list, never sent (a stand-in for the
+    connection pool under the project's transport)."""
 
     def __init__(self, answers_: list[tuple[int, bytes]]) -> None:
         configuration = client.Configuration(host="https://api.example:6443")
@@ -39,22 +43,22 @@ class Recording:
         self.sent: list[dict[str, Any]] = []
 
     def lean(self) -> LeanCustomObjects:
-        network = httpx.MockTransport(self._answer)
-        return LeanCustomObjects(self.api, transport=transport.transport_of(self.api, network=network))
+        return LeanCustomObjects(self.api, transport=transport.transport_of(self.api, network=self))
 
-    def _answer(self, request: httpx.Request) -> httpx.Response:
+    def handle_request(self, request: httpcore.Request) -> httpcore.Response:
         timeout = request.extensions["timeout"]
+        body = b"".join(request.stream)  # type: ignore[union-attr]
         self.sent.append(
             {
-                "method": request.method,
-                "url": str(request.url),
-                "headers": request.headers,
-                "body": json.loads(request.content) if request.content else None,
+                "method": request.method.decode(),
+                "url": bytes(request.url).decode(),
+                "headers": httpx.Headers(request.headers),
+                "body": json.loads(body) if body else None,
                 "timeout": (timeout["connect"], timeout["read"]),
             }
         )
-        status, body = self.answers.pop(0)
-        return httpx.Response(status, content=body, headers={"Content-Type": "application/json"})
+        status, answer = self.answers.pop(0)
+        return httpcore.Response(status, headers=[(b"Content-Type", b"application/json")], content=answer)
 
 
 def test_a_status_patch_is_one_merge_patch_with_the_credentials_and_default_headers() -> None:
@@ -220,6 +224,53 @@ def test_a_watch_streams_through_the_lean_client(api_client: client.ApiClient, n
     first = next(events)
     stream.stop()
     assert (first["type"], first["object"]["metadata"]["name"]) == ("ADDED", "w")
+
+
+def test_the_transport_on_the_real_api_server(api_client: client.ApiClient, namespace: str) -> None:
+    """A watch's lines, bounded in size (one event over the bound is refused before it is parsed), an abort from
+    another thread ending a blocked read at once (not at the watch's end), and errors as the official exceptions:
+    404, 409, and 410 for a watch from a version long gone (the API server's ERROR event, or its answer)."""
+    lean = LeanCustomObjects(deadlines.bounded(api_client.configuration))
+    group, version, plural = BINDINGS.group, BINDINGS.version, "sfservicebindings"
+    listed = lean.list_namespaced_custom_object(group, version, namespace, plural)
+    since = listed["metadata"]["resourceVersion"]
+    lean.create_namespaced_custom_object(group, version, namespace, plural, _binding(namespace, "t"))
+    with pytest.raises(exceptions.ConflictException):
+        lean.create_namespaced_custom_object(group, version, namespace, plural, _binding(namespace, "t"))
+    with pytest.raises(exceptions.NotFoundException) as missing:
+        lean.get_namespaced_custom_object(group, version, namespace, plural, "absent")
+    assert json.loads(missing.value.body)["reason"] == "NotFound"
+
+    def watch_from(version_: str) -> transport.StreamedAnswer:
+        answer: transport.StreamedAnswer = lean.list_namespaced_custom_object(
+            group,
+            version,
+            namespace,
+            plural,
+            watch=True,
+            resource_version=version_,
+            timeout_seconds=30,
+            _preload_content=False,
+        )
+        return answer
+
+    stream = watch_from(since)
+    lines = stream.lines()
+    event = json.loads(next(lines))
+    assert (event["type"], event["object"]["metadata"]["name"]) == ("ADDED", "t")
+    threading.Timer(0.3, stream.abort).start()
+    started = time.monotonic()
+    assert list(lines) == []
+    assert time.monotonic() - started < 5.0, "ended by the abort, not by the watch's 30 s"
+
+    with pytest.raises(ValueError, match="over 100 bytes"):
+        list(watch_from(since).lines(limit=100))  # the object's event is some 700 bytes
+
+    try:
+        gone = json.loads(next(watch_from("1").lines()))
+        assert (gone["type"], gone["object"]["code"]) == ("ERROR", 410)
+    except exceptions.ApiException as exc:
+        assert exc.status == 410
 
 
 def test_an_acting_door_is_refused_as_its_user(api_client: client.ApiClient, namespace: str) -> None:
