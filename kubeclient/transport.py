@@ -14,7 +14,8 @@ account), and keeps every behaviour the bounded client gave:
   idempotent call's answer retried once, nothing else (the callers retry with backoff);
 * every HTTP answer, whatever its status, reported to ``on_answer`` (the controller's ``ApiContact``);
 * ``connections`` kept alive (the configuration's ``connection_pool_maxsize``); more are dialled when needed
-  and closed after, as urllib3's non-blocking pool did, so a burst never waits for a connection;
+  and closed after, as urllib3's non-blocking pool did, so a burst never waits for a connection
+  (:mod:`opbroker.kubeclient.pool`);
 * the bearer token (and its refresh hook, throttled: :class:`~opbroker.kubeclient.refresh.ThrottledRefresh`),
   client certificates, CA, ``verify_ssl``, ``tls_server_name``, a proxy; default headers (User-Agent, an acting
   door's ``Impersonate-User``) read from the mapping given, at each request.
@@ -52,6 +53,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.utils.keepalive import tcp_keepalive_socket_options
 
+from opbroker.kubeclient.pool import Pool
 from opbroker.kubeclient.refresh import ThrottledRefresh
 from opbroker.kubeclient.timeouts import DEFAULT_TIMEOUTS, Timeouts
 
@@ -218,16 +220,34 @@ class Transport:
         self._host_header = server.netloc.rpartition("@")[2].encode("ascii")
         connect_retries, self._read_retries = _retries(configuration.retries)
         keep = connections or configuration.connection_pool_maxsize or CONNECTIONS
-        self._pool: Network = network or httpcore.ConnectionPool(
-            ssl_context=_tls_context(configuration) if self._scheme == b"https" else None,
-            proxy=_proxy(configuration),
-            max_connections=None,
-            max_keepalive_connections=keep,
-            keepalive_expiry=IDLE_SECONDS,
-            retries=connect_retries,
-            network_backend=backend,
-            socket_options=configuration.socket_options or tcp_keepalive_socket_options(),
-        )
+        ssl_context = _tls_context(configuration) if self._scheme == b"https" else None
+        socket_options = configuration.socket_options or tcp_keepalive_socket_options()
+        proxy = _proxy(configuration)
+        self._pool: Network
+        if network is not None:
+            self._pool = network
+        elif proxy is not None:  # a proxy's tunnels: httpcore's own pool (the hot path is the direct one)
+            self._pool = httpcore.ConnectionPool(
+                ssl_context=ssl_context,
+                proxy=proxy,
+                max_connections=None,
+                max_keepalive_connections=keep,
+                keepalive_expiry=IDLE_SECONDS,
+                retries=connect_retries,
+                network_backend=backend,
+                socket_options=socket_options,
+            )
+        else:
+            port = self._port or (443 if self._scheme == b"https" else 80)
+            self._pool = Pool(
+                httpcore.Origin(self._scheme, self._host, port),
+                ssl_context=ssl_context,
+                keep=keep,
+                keepalive_expiry=IDLE_SECONDS,
+                retries=connect_retries,
+                socket_options=socket_options,
+                backend=backend,
+            )
         self._sni = {"sni_hostname": configuration.tls_server_name} if configuration.tls_server_name else {}
         self._deadlines: dict[tuple[float, float], dict[str, float]] = {}
         self._deadlines_lock = threading.Lock()
@@ -271,7 +291,7 @@ class Transport:
         return StreamedAnswer(self._send(method, path, query, None, headers, timeout, watch, server_seconds))
 
     def close(self) -> None:
-        if isinstance(self._pool, httpcore.ConnectionPool):
+        if isinstance(self._pool, Pool | httpcore.ConnectionPool):
             self._pool.close()
 
     # -- one request ---------------------------------------------------------------------------------------
