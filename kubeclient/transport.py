@@ -1,4 +1,4 @@
-"""The project's own HTTP transport to the Kubernetes API server, over httpx's connection pool (issue 45).
+"""The project's own HTTP transport to the Kubernetes API server, over httpcore (httpx's transport layer; issue 45).
 
 Why: the hot calls (custom objects, Secrets, Events, watches) went through the official client's ``ApiClient``
 and urllib3, reached into past their public surface (its pool manager, ``RESTResponse``, its auth helper) to
@@ -26,11 +26,12 @@ headers, so callers handle errors as before; an API server that cannot be reache
 (a ``ConnectionError``), one that stopped answering within its deadline :class:`DeadlinePassed` (also a
 ``TimeoutError``), a TLS failure an ``ApiException`` of status 0 (as the official client's).
 
-Built on ``httpcore`` — httpx's own transport layer: its connection pool, TLS and HTTP/1.1 framing (h11) —
-rather than ``httpx.Client``, whose per-request layers (URL parsing character by character, header models,
-cookie extraction, auth and redirect flows) cost more CPU than the requests needed (measured: the provisioning
-bench's controller 10.14 → 11.79 ms per instance, the broker 3.08 → 4.12, through ``httpx.Client``). The server's
-URL is parsed once; each request's target is the path and query this module writes.
+Built on ``httpcore`` — httpx's own transport layer: its connections, TLS and HTTP/1.1 framing (h11), under a
+pool of the project's (:mod:`~opbroker.kubeclient.pool`) — rather than ``httpx.Client``, whose per-request layers
+(URL parsing character by character, header models, cookie extraction, auth and redirect flows) cost more CPU
+than the requests need (measured: the provisioning bench's controller 10.14 → 11.79 ms per instance, the broker
+3.08 → 4.12, through ``httpx.Client``). The server's URL is parsed once; each request's target is the path and
+query this module writes.
 
 A watch's answer is a :class:`StreamedAnswer`: its chunks (``stream``), its lines, each bounded in size
 (``lines``), and :meth:`StreamedAnswer.abort` to end it at once from another thread.
