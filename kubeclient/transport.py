@@ -322,7 +322,7 @@ class Transport:
         if pairs:
             target += "?" + urllib.parse.urlencode(pairs)
         url = httpcore.URL(scheme=self._scheme, host=self._host, port=self._port, target=target.encode("ascii"))
-        extensions: dict[str, Any] = {"timeout": self._deadline(timeout, watch, server_seconds), **self._sni}
+        extensions: dict[str, object] = {"timeout": self._deadline(timeout, watch, server_seconds), **self._sni}
         request = httpcore.Request(method.encode("ascii"), url, headers=sent, content=body, extensions=extensions)
         retries = self._read_retries if method in IDEMPOTENT else 0
         while True:

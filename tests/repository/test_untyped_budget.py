@@ -32,7 +32,7 @@ BUDGET = {
     "broker": 86,
     "cli": 15,
     "components": 64,
-    "controller": 132,
+    "controller": 131,
     "controller/claims": 80,
     "controller/core": 91,
     "controller/multicluster": 50,
