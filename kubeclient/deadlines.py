@@ -4,17 +4,16 @@ The official client has no default timeout: a call whose connection stops answer
 lost its state, a NAT table flush, a half-dead API server) waits for ever, and with it a reconcile worker or a
 watch. :class:`BoundedApiClient` gives every call that names no ``_request_timeout`` of its own a deadline,
 chosen once, from :class:`~opbroker.kubeclient.timeouts.Timeouts` (an ordinary request's, or a watch's: its
-server-side duration plus a quarter, the watchdog),
-
-and urllib3 retries a failed read at most once (its default retries an idempotent call three times, which
-would quadruple the bound). TCP keepalive (client-go's timings: probes after 30 s idle) lets the kernel close
-a connection whose peer vanished while it was idle. Every HTTP answer is reported to ``on_answer`` (the
-controller's :class:`~opbroker.controller.runtime.contact.ApiContact`), whatever its status: it proves the path works.
+server-side duration plus a quarter, the watchdog); urllib3 retries a failed read at most once (its default
+retries an idempotent call three times, which would quadruple the bound). TCP keepalive (client-go's timings:
+probes after 30 s idle) lets the kernel close a connection whose peer vanished while it was idle. Every HTTP
+answer is reported to ``on_answer`` (the controller's :class:`~opbroker.controller.runtime.contact.ApiContact`),
+whatever its status: it proves the path works.
 
 The hot calls (custom objects, Secrets, Events, every watch of plain JSON) do not go through this client but
 through :mod:`opbroker.kubeclient.transport`, the project's own, built from this client's configuration,
 deadlines, answer hook and headers (:mod:`opbroker.kubeclient.lean`); what is left here are the generated
-client's typed calls (version, nodes, pods, leases, namespaces, access reviews, discovery of the dynamic client).
+client's typed calls (version, nodes, pods, leases, namespaces, access reviews, the broker's admin ConfigMaps).
 
 Each process picks its own :class:`Timeouts` (the broker answers OSB platforms within their 60 s, so its
 requests get half of that; the controller waits as long as the API server itself).
