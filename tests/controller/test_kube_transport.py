@@ -4,9 +4,10 @@ process that records what it receives and answers as it is told (stalling, strea
 Aspects: each lean request reaches the server as the official client sent it (method, path, query, body, content
 type, accept, credentials, user agent, no compression asked for); a host with a path keeps it; an error answer is
 the official client's exception with its body and headers, a redirect an error answer (not followed); every answer
-is reported; one connection carries requests made one after the other; the deadlines — a request's read, a watch's
-(its server-side seconds plus a quarter, at least one), the official ``_request_timeout`` forms — and the one retry
-of a failed idempotent read (none for a create); a refused dial is ``Unreachable`` (a ``ConnectionError``) and a
+is reported; one connection carries requests made one after the other, a burst dials what it needs and the
+pool keeps its size; the deadlines — a request's read, a watch's (its server-side seconds plus a quarter, at
+least one), the official ``_request_timeout`` forms — and the one retry of a failed idempotent read (none for a
+create); a refused dial is ``Unreachable`` (a ``ConnectionError``) and a
 passed read deadline ``DeadlinePassed`` (what ``deadlines.timed_out`` tells apart); a stream's lines bounded in size
 and split across chunks; an abort from another thread ends a blocked read at once, as the official ``Watch.stop``
 (its ``connection.sock``) does.
@@ -52,6 +53,8 @@ class _Server(http.server.BaseHTTPRequestHandler):
         if "/stream" in self.path:
             self._stream()
             return
+        if "/slow" in self.path:
+            time.sleep(0.3)
         status, answer = 200, b'{"ok": true}'
         if "/missing" in self.path:
             status, answer = 404, b'{"kind": "Status", "code": 404}'
@@ -192,6 +195,42 @@ def test_requests_one_after_the_other_share_one_connection(server: tuple[str, li
     for n in range(20):
         lean.request("POST" if n % 2 else "GET", "/api/v1/namespaces/n/events", body={"n": n} if n % 2 else None)
     assert len({port for *_, port in received}) == 1
+
+
+class _Dials(httpcore.NetworkBackend):
+    """Sockets, counted as they are dialled."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._sockets = httpcore.SyncBackend()
+
+    def connect_tcp(self, *args: Any, **kwargs: Any) -> httpcore.NetworkStream:
+        self.count += 1
+        return self._sockets.connect_tcp(*args, **kwargs)
+
+    def sleep(self, seconds: float) -> None:
+        self._sockets.sleep(seconds)
+
+
+def test_a_burst_dials_what_it_needs_and_the_pool_keeps_its_size(server: tuple[str, list[Received]]) -> None:
+    """Three requests at once on a pool keeping one: none waits for another's connection (three dials, as
+    urllib3's non-blocking pool did); one connection is kept after, and the next request reuses it."""
+    host, received = server
+    api = deadlines.bounded(configuration(host))
+    dials = _Dials()
+    made = transport.transport_of(api, connections=1, backend=dials)
+    lean = LeanCustomObjects(api, transport=made)
+    threads = [threading.Thread(target=lean.request, args=("GET", "/slow")) for _ in range(3)]
+    started = time.monotonic()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(5)
+    assert time.monotonic() - started < 0.8, "the three answers came together, not one after the other"
+    assert dials.count == 3 and len(received) == 3
+    lean.request("GET", "/fast")
+    assert dials.count == 3, "the connection kept was reused"
+    made.close()
 
 
 def test_a_stalled_read_passes_its_deadline_and_an_idempotent_one_is_retried_once(
