@@ -42,6 +42,7 @@ from opbroker.broker.readiness import Readiness
 from opbroker.broker.records import Kind
 from opbroker.broker.repository import Repository
 from opbroker.broker.settings import Settings
+from opbroker.kubeclient import transport
 
 log = logging.getLogger("opbroker.broker")
 
@@ -166,8 +167,9 @@ def create_app(settings: Settings, api_client: client.ApiClient) -> FastAPI:
             errors.BrokerError(errors.Reason.INTERNAL_ERROR, f"Kubernetes API error {exc.status} {exc.reason}")
         )
 
-    @app.exception_handler(urllib3.exceptions.HTTPError)
-    async def kubernetes_unreachable(_request: Request, exc: urllib3.exceptions.HTTPError) -> JSONResponse:
+    @app.exception_handler(urllib3.exceptions.HTTPError)  # the generated client's calls
+    @app.exception_handler(transport.Unreachable)  # the project's transport's (``kubeclient.lean``)
+    async def kubernetes_unreachable(_request: Request, exc: Exception) -> JSONResponse:
         log.warning("Kubernetes API unreachable: %s", type(exc).__name__)
         return error_response(errors.BrokerError(errors.Reason.UNAVAILABLE, "the Kubernetes API is not reachable"))
 

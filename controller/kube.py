@@ -17,7 +17,6 @@ from typing import Any, overload
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from kubernetes.dynamic import DynamicClient
 
 from opbroker.api.meta import ResourceRef
 from opbroker.controller.access import Access, AccessReviews, api_reviewer
@@ -156,23 +155,9 @@ class Kube:
         self._own = acting_for
         self.served: ServedKinds = acting_for.served if acting_for is not None else ServedKinds(self._discovery)
         """Which kinds the API server serves (one index for every door: :mod:`opbroker.controller.served`)."""
-        self._dynamic: DynamicClient | None = None
-        self._dynamic_lock = threading.Lock()
         self._event_series = event_series.EventSeries()
         self._acting: OrderedDict[str, Kube] = OrderedDict()
         self._acting_lock = threading.Lock()
-
-    @property
-    def dynamic(self) -> DynamicClient:
-        """Discovery-backed client for the controller's own watches (``controller.sources``), built lazily
-        (discovery costs a dozen requests). Requests find their paths in :attr:`served`, not here; an acting door
-        watches nothing and has none."""
-        if self._own is not None:
-            raise TypeError("an acting door has no dynamic client: only the controller's own door watches")
-        with self._dynamic_lock:
-            if self._dynamic is None:
-                self._dynamic = DynamicClient(self.api_client)
-            return self._dynamic
 
     def acting_as(self, user: str | None) -> Kube:
         """This door, acting with ``user``'s rights (None: the controller's own).
@@ -196,6 +181,7 @@ class Kube:
                 while len(own._acting) > MAX_ACTING_IDENTITIES:
                     _, dropped = own._acting.popitem(last=False)
                     dropped.api_client.close()  # type: ignore[no-untyped-call]
+                    dropped.custom.close()
             own._acting.move_to_end(user)
             return door
 

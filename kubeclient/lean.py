@@ -6,11 +6,13 @@ its response-type table and, on the dynamic client, wraps each answer in ``Resou
 objects that ``to_dict()`` walks back. opbroker sends plain dicts and wants plain dicts back; that machinery
 cost about a third of the controller's CPU per provisioned instance (issue 31, py-spy) and much of the broker's.
 
-What stays the official client's, so nothing else changes: the connection pool and TLS, the credentials (and
-their refresh hook), the default headers (User-Agent; an acting door's ``Impersonate-User``), the deadlines and
-answer report of :class:`~opbroker.kubeclient.deadlines.BoundedApiClient` (every request goes through
-``call_api``), and :class:`~kubernetes.client.exceptions.ApiException` for every non-2xx answer (the subclass the
-client raises: ``NotFoundException`` for a 404, …) with the answer's body, so callers handle errors as before.
+The requests go through the project's own transport (:mod:`opbroker.kubeclient.transport`, over httpx), built
+from the official client's configuration: its server, TLS and credentials (and their refresh hook), its default
+headers (User-Agent; an acting door's ``Impersonate-User``), and for a bounded client
+(:mod:`opbroker.kubeclient.deadlines`) its deadlines and answer report; every non-2xx answer raises the
+:class:`~kubernetes.client.exceptions.ApiException` subclass the client raises (``NotFoundException`` for a 404,
+…) with the answer's body, so callers handle errors as before. Nothing private of the official client or of
+urllib3 is used.
 
 :class:`LeanCustomObjects` has the names and arguments of the ``CustomObjectsApi`` methods opbroker calls, so it
 replaces that client where it is built (and the client's ``watch`` streams through it unchanged).
@@ -23,10 +25,10 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from opbroker.kubeclient import jsontext
 from opbroker.kubeclient.answers import json_object
+from opbroker.kubeclient.transport import Transport, transport_of
 
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
@@ -66,10 +68,16 @@ def object_path(
 
 
 class LeanApi:
-    """Plain JSON requests through an official ``ApiClient`` (see the module docstring)."""
+    """Plain JSON requests to the server of an official ``ApiClient``, through the project's own transport (see
+    the module docstring)."""
 
-    def __init__(self, api_client: client.ApiClient) -> None:
+    def __init__(self, api_client: client.ApiClient, *, transport: Transport | None = None) -> None:
         self.api_client = api_client
+        self.transport = transport if transport is not None else transport_of(api_client)
+
+    def close(self) -> None:
+        """Close the transport's connections."""
+        self.transport.close()
 
     def request(
         self,
@@ -83,30 +91,44 @@ class LeanApi:
         stream: bool = False,
         timeout: Any = None,
     ) -> Any:
-        """The answer's decoded JSON (``stream``: the open urllib3 response, for a watch to read line by line).
+        """The answer's decoded JSON (``stream``: the open :class:`~opbroker.kubeclient.transport.StreamedAnswer`,
+        for a watch to read line by line).
 
         ``query`` pairs whose value is None are left out; booleans are sent as ``true``/``false``. A body that is
         not plain JSON (a client model such as ``V1DeleteOptions``) goes through the client's serialiser.
         """
-        api = self.api_client
-        headers = dict(api.default_headers)
-        headers["Accept"] = accept
+        headers = {"Accept": accept}
+        sent: bytes | None = None
         if body is not None:
             headers["Content-Type"] = content_type
             if not isinstance(body, dict | list):
-                body = api.sanitize_for_serialization(body)  # type: ignore[no-untyped-call]
+                body = self.api_client.sanitize_for_serialization(body)  # type: ignore[no-untyped-call]
+            sent = jsontext.dumps(body)
         pairs = [(key, _query_value(value)) for key, value in query if value is not None]
-        api.update_params_for_auth(headers, pairs, ["BearerToken"], path, method, body)
-        url = api.configuration.host + path
-        if pairs:
-            url += "?" + urllib.parse.urlencode(pairs)
-        response = api.call_api(method, url, header_params=headers, body=body, _request_timeout=timeout)
-        if stream and 200 <= response.status <= 299:
-            return response.response
-        data = response.read()
-        if not 200 <= response.status <= 299:
-            raise ApiException.from_response(http_resp=response, body=data.decode("utf-8", "replace"), data=None)
-        return jsontext.loads(data) if data else None
+        watching = any(key == "watch" and value in ("true", "1") for key, value in pairs)
+        seconds = next((value for key, value in pairs if key == "timeoutSeconds"), None)
+        server_seconds = float(seconds) if seconds and seconds.isdigit() else None
+        if stream:
+            return self.transport.stream(
+                method,
+                path,
+                query=pairs,
+                headers=headers,
+                timeout=timeout,
+                watch=watching,
+                server_seconds=server_seconds,
+            )
+        answer = self.transport.request(
+            method,
+            path,
+            query=pairs,
+            body=sent,
+            headers=headers,
+            timeout=timeout,
+            watch=watching,
+            server_seconds=server_seconds,
+        )
+        return jsontext.loads(answer.content) if answer.content else None
 
     def server_side_apply(self, path: str, body: dict[str, Any], *, field_manager: str) -> Any:
         """Server-side apply of ``body`` at ``path`` as ``field_manager``, taking over fields others own
@@ -121,7 +143,7 @@ class LeanCustomObjects(LeanApi):
     Patches of a dict are merge patches (as the generated client sends them), of a list JSON patches. The
     generated client's per-call options are honoured where opbroker passes them: ``_request_timeout``,
     ``_headers`` (an ``Accept`` for metadata-only listings), ``_content_type``, and ``_preload_content=False``
-    (the open response, for the client's ``watch``).
+    (the open :class:`~opbroker.kubeclient.transport.StreamedAnswer`, which the client's ``watch`` reads).
     """
 
     # -- reads -------------------------------------------------------------------------------------------

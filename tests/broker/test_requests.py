@@ -20,6 +20,7 @@ from kubernetes import client
 
 from opbroker.api import conventions
 from opbroker.broker.records import Kind
+from opbroker.kubeclient import transport
 from tests.broker.test_bindings import RESPONSE, bind_body, binding_url, ready_instance
 from tests.broker_support import (  # noqa: F401  (pytest fixtures)
     Harness,
@@ -34,7 +35,8 @@ from tests.broker_support import (  # noqa: F401  (pytest fixtures)
 
 class Calls:
     """The API calls made through ``api_client`` (the broker's, shared with the test's stand-in controller) while
-    counting, as ``(method, path)``; watches are left out (the namespace index's run all along)."""
+    counting, as ``(method, path)``, counted at the project's transport; watches are left out (the namespace
+    index's run all along)."""
 
     def __init__(self, api_client: client.ApiClient, monkeypatch: pytest.MonkeyPatch) -> None:
         self.made: list[tuple[str, str]] = []
@@ -42,18 +44,19 @@ class Calls:
         self.hold_lists = threading.Event()
         self.hold_lists.set()
         self.lock = threading.Lock()
-        original = api_client.call_api
+        original = transport.Transport.request
 
-        def counted(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
-            path, _, query = url.partition("?")
-            if self.counting and "watch=true" not in query:
+        def counted(made_by: transport.Transport, method: str, path: str, *args: Any, **kwargs: Any) -> Any:
+            # The broker's requests go through the project's transport built from ``api_client`` (its default
+            # headers are that client's: the same mapping); watches are streamed, not requested.
+            if self.counting and made_by.headers is api_client.default_headers:
                 with self.lock:
                     self.made.append((method, path.split("/v1alpha1/", 1)[-1].split("/api/v1/", 1)[-1]))
                 if method == "GET" and path.endswith("/sfservices"):
                     self.hold_lists.wait(30)
-            return original(method, url, *args, **kwargs)
+            return original(made_by, method, path, *args, **kwargs)
 
-        monkeypatch.setattr(api_client, "call_api", counted)
+        monkeypatch.setattr(transport.Transport, "request", counted)
 
     @contextmanager
     def counted(self) -> Iterator[None]:

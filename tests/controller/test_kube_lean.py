@@ -2,65 +2,70 @@
 
 Aspects: the request sent (method, path, query, content type, credentials, the client's default headers such as
 ``Impersonate-User``, the deadline) and the answer or error handed back, as the generated client would (unit, on
-a recording ApiClient); and on the real API server, every door of the controller that now goes through it —
-custom objects, their status, guarded deletes, generic objects by server-side apply, Secrets, Events, a watch —
-answering what the generated client reads back, and an impersonating door refused as its user.
+a stand-in for the connection pool under the project's transport); and on the real API server, every door of the
+controller that now goes through it — custom objects, their status, guarded deletes, generic objects by
+server-side apply, Secrets, Events, a watch — answering what the generated client reads back, and an
+impersonating door refused as its user.
 """
 
 from __future__ import annotations
 
 import json
+import threading
+import time
 import uuid
 from typing import Any
 
+import httpcore
+import httpx
 import pytest
 from kubernetes import client
 from kubernetes.client import exceptions
 
 from opbroker.api.meta import ResourceRef
 from opbroker.controller.kube import BINDINGS, Kube, Refused
-from opbroker.kubeclient import answers, deadlines
+from opbroker.kubeclient import answers, deadlines, transport
 from opbroker.kubeclient.lean import LeanCustomObjects, object_path
 
 # -- the request sent, the answer read (no cluster) ---------------------------------------------------------
 
 
-class _Answer:
-    """What ``call_api`` hands back (``rest.RESTResponse``'s surface the lean client reads)."""
+class Recording:
+    """A bounded client's lean requests, recorded and answered from a list, never sent (a stand-in for the
+    connection pool under the project's transport)."""
 
-    def __init__(self, status: int, body: bytes) -> None:
-        self.status, self.reason, self.data = status, "reason", body
-        self.response = self
-        self.headers: dict[str, str] = {"Content-Type": "application/json"}
-
-    def read(self) -> bytes:
-        return self.data
-
-    def getheaders(self) -> dict[str, str]:
-        return self.headers
-
-
-class Recording(deadlines.BoundedApiClient):
-    """A bounded client whose requests are recorded and answered from a list, never sent."""
-
-    def __init__(self, answers_: list[_Answer]) -> None:
+    def __init__(self, answers_: list[tuple[int, bytes]]) -> None:
         configuration = client.Configuration(host="https://api.example:6443")
         configuration.api_key = {"authorization": "token-1"}
         configuration.api_key_prefix = {"authorization": "Bearer"}
-        super().__init__(configuration)
+        self.api = deadlines.BoundedApiClient(configuration)
         self.answers = answers_
         self.sent: list[dict[str, Any]] = []
 
-    def call_api(self, method: str, url: str, header_params: Any = None, body: Any = None, **rest: Any) -> Any:
-        timeout = rest.get("_request_timeout") or self.timeouts.for_url(url)
-        self.sent.append({"method": method, "url": url, "headers": header_params, "body": body, "timeout": timeout})
-        return self.answers.pop(0)
+    def lean(self) -> LeanCustomObjects:
+        return LeanCustomObjects(self.api, transport=transport.transport_of(self.api, network=self))
+
+    def handle_request(self, request: httpcore.Request) -> httpcore.Response:
+        timeout = request.extensions["timeout"]
+        body = b"".join(request.stream)  # type: ignore[union-attr]
+        self.sent.append(
+            {
+                "method": request.method.decode(),
+                "url": bytes(request.url).decode(),
+                "headers": httpx.Headers(request.headers),
+                "body": json.loads(body) if body else None,
+                "timeout": (timeout["connect"], timeout["read"]),
+            }
+        )
+        status, answer = self.answers.pop(0)
+        return httpcore.Response(status, headers=[(b"Content-Type", b"application/json")], content=answer)
 
 
 def test_a_status_patch_is_one_merge_patch_with_the_credentials_and_default_headers() -> None:
-    api = Recording([_Answer(200, b'{"kind": "Thing", "status": {"state": "ok"}}')])
-    api.set_default_header("Impersonate-User", "system:serviceaccount:t:plan")  # type: ignore[no-untyped-call]
-    answer = LeanCustomObjects(api).patch_namespaced_custom_object_status(
+    api = Recording([(200, b'{"kind": "Thing", "status": {"state": "ok"}}')])
+    lean = api.lean()
+    api.api.set_default_header("Impersonate-User", "system:serviceaccount:t:plan")  # type: ignore[no-untyped-call]
+    answer = lean.patch_namespaced_custom_object_status(
         "g.io", "v1", "ns 1", "things", "a/b", {"status": {"state": "ok"}}
     )
     assert answer == {"kind": "Thing", "status": {"state": "ok"}}
@@ -73,14 +78,15 @@ def test_a_status_patch_is_one_merge_patch_with_the_credentials_and_default_head
     assert sent["headers"]["Accept"] == "application/json"
     assert sent["headers"]["authorization"] == "Bearer token-1"
     assert sent["headers"]["Impersonate-User"] == "system:serviceaccount:t:plan"
-    assert sent["headers"]["User-Agent"] == api.user_agent
+    assert sent["headers"]["User-Agent"] == api.api.user_agent
+    assert "Accept-Encoding" not in sent["headers"]  # no compressed answers asked for, as the official client
     assert sent["body"] == {"status": {"state": "ok"}}
     assert sent["timeout"] == (deadlines.CONNECT_SECONDS, deadlines.REQUEST_SECONDS)
 
 
 def test_the_generated_clients_arguments_become_the_apis_query_and_a_list_is_a_json_patch() -> None:
-    api = Recording([_Answer(200, b'{"items": []}'), _Answer(200, b"{}"), _Answer(200, b"{}")])
-    lean = LeanCustomObjects(api)
+    api = Recording([(200, b'{"items": []}'), (200, b"{}"), (200, b"{}")])
+    lean = api.lean()
     lean.list_cluster_custom_object(
         "g.io", "v1", "things", label_selector="a=b", limit=5, _continue="tok", _headers={"Accept": "x/y"}
     )
@@ -99,8 +105,8 @@ def test_the_generated_clients_arguments_become_the_apis_query_and_a_list_is_a_j
 
 def test_an_error_answer_raises_the_generated_clients_exception_with_its_body() -> None:
     status = {"kind": "Status", "code": 409, "reason": "Conflict", "message": "the object has been modified"}
-    api = Recording([_Answer(409, json.dumps(status).encode()), _Answer(404, b"{}")])
-    lean = LeanCustomObjects(api)
+    api = Recording([(409, json.dumps(status).encode()), (404, b"{}")])
+    lean = api.lean()
     with pytest.raises(exceptions.ConflictException) as conflict:
         lean.patch_namespaced_custom_object_status("g.io", "v1", "ns", "things", "n", {"status": {}})
     assert conflict.value.status == 409 and json.loads(conflict.value.body) == status
@@ -218,6 +224,53 @@ def test_a_watch_streams_through_the_lean_client(api_client: client.ApiClient, n
     first = next(events)
     stream.stop()
     assert (first["type"], first["object"]["metadata"]["name"]) == ("ADDED", "w")
+
+
+def test_the_transport_on_the_real_api_server(api_client: client.ApiClient, namespace: str) -> None:
+    """A watch's lines, bounded in size (one event over the bound is refused before it is parsed), an abort from
+    another thread ending a blocked read at once (not at the watch's end), and errors as the official exceptions:
+    404, 409, and 410 for a watch from a version long gone (the API server's ERROR event, or its answer)."""
+    lean = LeanCustomObjects(deadlines.bounded(api_client.configuration))
+    group, version, plural = BINDINGS.group, BINDINGS.version, "sfservicebindings"
+    listed = lean.list_namespaced_custom_object(group, version, namespace, plural)
+    since = listed["metadata"]["resourceVersion"]
+    lean.create_namespaced_custom_object(group, version, namespace, plural, _binding(namespace, "t"))
+    with pytest.raises(exceptions.ConflictException):
+        lean.create_namespaced_custom_object(group, version, namespace, plural, _binding(namespace, "t"))
+    with pytest.raises(exceptions.NotFoundException) as missing:
+        lean.get_namespaced_custom_object(group, version, namespace, plural, "absent")
+    assert json.loads(missing.value.body)["reason"] == "NotFound"
+
+    def watch_from(version_: str) -> transport.StreamedAnswer:
+        answer: transport.StreamedAnswer = lean.list_namespaced_custom_object(
+            group,
+            version,
+            namespace,
+            plural,
+            watch=True,
+            resource_version=version_,
+            timeout_seconds=30,
+            _preload_content=False,
+        )
+        return answer
+
+    stream = watch_from(since)
+    lines = stream.lines()
+    event = json.loads(next(lines))
+    assert (event["type"], event["object"]["metadata"]["name"]) == ("ADDED", "t")
+    threading.Timer(0.3, stream.abort).start()
+    started = time.monotonic()
+    assert list(lines) == []
+    assert time.monotonic() - started < 5.0, "ended by the abort, not by the watch's 30 s"
+
+    with pytest.raises(ValueError, match="over 100 bytes"):
+        list(watch_from(since).lines(limit=100))  # the object's event is some 700 bytes
+
+    try:
+        gone = json.loads(next(watch_from("1").lines()))
+        assert (gone["type"], gone["object"]["code"]) == ("ERROR", 410)
+    except exceptions.ApiException as exc:
+        assert exc.status == 410
 
 
 def test_an_acting_door_is_refused_as_its_user(api_client: client.ApiClient, namespace: str) -> None:
