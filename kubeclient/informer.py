@@ -34,10 +34,8 @@ calls: a page, a watch), so the transport under it can change without the inform
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import random
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -48,6 +46,7 @@ from kubernetes.client.exceptions import ApiException
 
 from opbroker.kubeclient import deadlines, jsontext
 from opbroker.kubeclient.lean import METADATA_LIST, METADATA_WATCH, LeanApi, api_root, object_path
+from opbroker.kubeclient.transport import MAX_LINE_BYTES, StreamedAnswer
 from opbroker.osbclient import Backoff
 
 logger = logging.getLogger(__name__)
@@ -59,7 +58,7 @@ LIST_PAGE = 500
 WATCH_SECONDS = 60
 #: The longest line of a watch stream (one event) read before it is refused and the collection listed again.
 #: The API server stores objects of at most 1.5 MiB (etcd's request limit); their JSON is about that size.
-MAX_EVENT_BYTES = 8 * 1024 * 1024
+MAX_EVENT_BYTES = MAX_LINE_BYTES
 #: The pause after a failed list or watch, by default: doubling with each failure in a row up to 30 s, up to half
 #: of it taken off by a random draw (many informers broken by one API server restart do not come back in step).
 RETRIES = Backoff(base=1.0, maximum=30.0, max_duration=float("inf"), jitter=0.5)
@@ -117,9 +116,11 @@ class Collection:
 
 
 class Stream(Protocol):
-    """An open watch: its lines as they arrive; ended from another thread by :meth:`abort`."""
+    """An open watch (the transport's :class:`~opbroker.kubeclient.transport.StreamedAnswer`): its lines as they
+    arrive, each at most ``limit`` bytes (a longer one raises ``ValueError``); ended from another thread by
+    :meth:`abort`."""
 
-    def lines(self) -> Iterator[bytes]: ...
+    def lines(self, limit: int) -> Iterator[bytes]: ...
 
     def abort(self) -> None: ...
 
@@ -176,8 +177,10 @@ class Informer:
         draw: Callable[[], float] = random.random,
         name: str | None = None,
         clock: Callable[[], float] = time.monotonic,
+        max_event_bytes: int = MAX_EVENT_BYTES,
     ) -> None:
         self.collection = collection
+        self._max_event_bytes = max_event_bytes
         self._source = source
         self._on_event = on_event
         self._on_page = on_page
@@ -300,7 +303,7 @@ class Informer:
         ends = self._clock() + deadlines.Timeouts(watch=self._watch_seconds).watch_read()
         finished = False  # read to its end: the connection can serve the next request
         try:
-            for line in stream.lines():
+            for line in stream.lines(self._max_event_bytes):
                 if self._stopped.is_set():
                     return since
                 event = jsontext.loads(line)
@@ -363,12 +366,11 @@ class Informer:
 
 
 class LeanSource:
-    """A :class:`Source` over :class:`~opbroker.kubeclient.lean.LeanApi` (its client's deadlines apply: a watch's
-    read deadline is its server-side duration plus a quarter)."""
+    """A :class:`Source` over :class:`~opbroker.kubeclient.lean.LeanApi` and the project's transport (its deadlines
+    apply: a watch's read deadline is its server-side duration plus a quarter)."""
 
-    def __init__(self, api: LeanApi, *, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
+    def __init__(self, api: LeanApi) -> None:
         self._api = api
-        self._max_event_bytes = max_event_bytes
 
     def page(self, collection: Collection, token: str | None) -> Wire:
         query = [("limit", collection.page), ("continue", token), ("labelSelector", collection.label_selector)]
@@ -387,56 +389,8 @@ class LeanSource:
             ("labelSelector", collection.label_selector),
         ]
         accept = METADATA_WATCH if collection.metadata_only else "application/json"
-        response = self._api.request("GET", collection.path, query=query, accept=accept, stream=True)
-        return ResponseStream(response, self._max_event_bytes)
-
-
-class ResponseStream:
-    """A streamed HTTP answer (urllib3's), read line by line."""
-
-    def __init__(self, response: Any, limit: int = MAX_EVENT_BYTES) -> None:
-        self._response = response
-        self._limit = limit
-
-    def lines(self) -> Iterator[bytes]:
-        return lines_of(self._response, self._limit)
-
-    def abort(self) -> None:
-        abort(self._response)
-
-    def close(self) -> None:
-        with contextlib.suppress(Exception):  # an aborted answer has no connection left to give back
-            self._response.release_conn()
-
-
-def lines_of(response: Any, limit: int = MAX_EVENT_BYTES) -> Iterator[bytes]:
-    """The lines of a streamed answer, each at most ``limit`` bytes (a longer one raises ``ValueError``)."""
-    buffer = bytearray()
-    for chunk in response.stream(amt=None, decode_content=False):
-        buffer.extend(chunk)
-        start = 0
-        while (end := buffer.find(b"\n", start)) != -1:
-            if end > start:
-                yield bytes(buffer[start:end])
-            start = end + 1
-        del buffer[:start]
-        if len(buffer) > limit:
-            raise ValueError(f"a watch event over {limit} bytes")
-    if buffer.strip():
-        yield bytes(buffer)
-
-
-def abort(response: Any) -> None:
-    """End a streamed answer now, from another thread than its reader's: shut its socket down, so that the reader's
-    blocked read returns at once, then close it. Closing alone waits: the reader holds the buffered file's lock
-    until its read returns — at the watch's server-side end, 60 s later (measured: a controller given SIGTERM took
-    that long to stop). The connection is not given back to the pool: it is dead."""
-    sock = getattr(getattr(response, "connection", None), "sock", None)
-    if sock is not None:
-        with contextlib.suppress(OSError):
-            sock.shutdown(socket.SHUT_RDWR)
-    with contextlib.suppress(Exception):  # whatever the reader's side left: the stream is over either way
-        response.close()
+        answer: StreamedAnswer = self._api.request("GET", collection.path, query=query, accept=accept, stream=True)
+        return answer
 
 
 # -- reading the wire ------------------------------------------------------------------------------------------

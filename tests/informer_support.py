@@ -24,7 +24,7 @@ class ScriptedStream:
         self._lines, self._source = lines, source
         self.aborted = self.closed = False
 
-    def lines(self) -> Iterator[bytes]:
+    def lines(self, limit: int) -> Iterator[bytes]:
         for line in self._lines:
             if self.aborted:
                 return

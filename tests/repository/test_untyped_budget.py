@@ -34,7 +34,7 @@ BUDGET = {
     "components": 64,
     "controller": 131,
     "controller/claims": 80,
-    "controller/core": 91,
+    "controller/core": 85,
     "controller/multicluster": 50,
     "controller/runtime": 20,
     "controller/servicecatalog": 122,
