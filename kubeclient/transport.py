@@ -268,13 +268,7 @@ class Transport:
         """The whole answer to ``method`` ``path`` (2xx; else the ``ApiException`` of it). ``timeout``: the
         official client's ``_request_timeout`` (seconds, or (connect, read)); by default :attr:`timeouts`'."""
         response = self._send(method, path, query, body, headers, timeout, watch, server_seconds)
-        try:
-            content = response.read()
-        except (httpcore.NetworkError, httpcore.TimeoutException, httpcore.ProtocolError) as exc:
-            raise _unreachable(exc) from exc
-        finally:
-            response.close()
-        return Answer(response.status, content)
+        return Answer(response.status, _read_whole(response))
 
     def stream(
         self,
@@ -339,12 +333,7 @@ class Transport:
             self.on_answer()
         if 200 <= response.status <= 299:
             return response
-        try:
-            data = response.read()
-        except (httpcore.NetworkError, httpcore.TimeoutException, httpcore.ProtocolError) as exc:
-            raise _unreachable(exc) from exc
-        finally:
-            response.close()
+        data = _read_whole(response)
         reason = response.extensions.get("reason_phrase", b"")
         answer = _ErrorAnswer(
             response.status,
@@ -435,6 +424,16 @@ def _proxy(configuration: client.Configuration) -> httpcore.Proxy | None:
             return None
     headers = dict(configuration.proxy_headers or {})
     return httpcore.Proxy(configuration.proxy, headers=headers or None)
+
+
+def _read_whole(response: httpcore.Response) -> bytes:
+    """The rest of an answer, its connection then handed back (a broken read is the server unreachable)."""
+    try:
+        return response.read()
+    except (httpcore.NetworkError, httpcore.TimeoutException, httpcore.ProtocolError) as exc:
+        raise _unreachable(exc) from exc
+    finally:
+        response.close()
 
 
 def _unreachable(exc: Exception) -> Exception:

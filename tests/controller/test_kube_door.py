@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import datetime
 import itertools
-from typing import Any
 
-import httpcore
 from kubernetes import client
 
 from opbroker.controller.kube import INSTANCES, Kube
 from opbroker.kubeclient import transport
 from opbroker.kubeclient.lean import LeanCustomObjects
+from tests.transport_support import Dials
 
 
 def instance(name: str, namespace: str) -> dict[str, object]:
@@ -67,26 +66,11 @@ def test_the_lease_is_released_only_by_its_holder(api_client: client.ApiClient, 
     assert lease.spec.holder_identity is None
 
 
-class _Dials(httpcore.NetworkBackend):
-    """Sockets, counted as they are dialled."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self._sockets = httpcore.SyncBackend()
-
-    def connect_tcp(self, *args: Any, **kwargs: Any) -> httpcore.NetworkStream:
-        self.count += 1
-        return self._sockets.connect_tcp(*args, **kwargs)
-
-    def sleep(self, seconds: float) -> None:
-        self._sockets.sleep(seconds)
-
-
 def test_events_give_their_connection_back_to_the_pool(api_client: client.ApiClient, namespace: str) -> None:
     """An event's answer is read whole, and its connection reused: one kept from the pool made the next request
     dial and TLS-handshake a new one, once per event (the Service Catalog bench's profile)."""
     kube = Kube(api_client)
-    dials = _Dials()
+    dials = Dials()
     kube.custom = LeanCustomObjects(api_client, transport=transport.transport_of(api_client, backend=dials))
     try:
         subject = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace, "uid": "u"}}

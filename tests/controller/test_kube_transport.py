@@ -31,6 +31,7 @@ from kubernetes.client import exceptions
 from opbroker.kubeclient import deadlines, transport
 from opbroker.kubeclient.lean import LeanCustomObjects
 from opbroker.kubeclient.timeouts import Timeouts
+from tests.transport_support import Dials
 
 Received = tuple[str, str, bytes, dict[str, str], int]
 FIRST = b'{"type":"ADDED","object":{"metadata":{"name":"a"}}}'
@@ -197,27 +198,12 @@ def test_requests_one_after_the_other_share_one_connection(server: tuple[str, li
     assert len({port for *_, port in received}) == 1
 
 
-class _Dials(httpcore.NetworkBackend):
-    """Sockets, counted as they are dialled."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self._sockets = httpcore.SyncBackend()
-
-    def connect_tcp(self, *args: Any, **kwargs: Any) -> httpcore.NetworkStream:
-        self.count += 1
-        return self._sockets.connect_tcp(*args, **kwargs)
-
-    def sleep(self, seconds: float) -> None:
-        self._sockets.sleep(seconds)
-
-
 def test_a_burst_dials_what_it_needs_and_the_pool_keeps_its_size(server: tuple[str, list[Received]]) -> None:
     """Three requests at once on a pool keeping one: none waits for another's connection (three dials, as
     urllib3's non-blocking pool did); one connection is kept after, and the next request reuses it."""
     host, received = server
     api = deadlines.bounded(configuration(host))
-    dials = _Dials()
+    dials = Dials()
     made = transport.transport_of(api, connections=1, backend=dials)
     lean = LeanCustomObjects(api, transport=made)
     threads = [threading.Thread(target=lean.request, args=("GET", "/slow")) for _ in range(3)]
