@@ -27,10 +27,12 @@ from opbroker.controller.runtime.store import UNKNOWN, ObjectStore
 from opbroker.controller.served import ServedKinds, ServedResource
 from opbroker.kubeclient import deadlines
 from opbroker.kubeclient.answers import json_object
+from opbroker.kubeclient.informer import Collection, LeanSource, items_of, pages
 from opbroker.kubeclient.lean import (
     JSON,
     MERGE_PATCH,
     METADATA_LIST,
+    METADATA_PAGE,
     LeanCustomObjects,
     api_root,
     object_path,
@@ -411,8 +413,11 @@ class Kube:
         """The uid of every object of ``kind`` by (namespace, name): a metadata-only listing, :data:`METADATA_PAGE`
         a page — what a sweep needs to know of thousands of objects for a few requests, not one GET each."""
         found: dict[tuple[str, str], str] = {}
-        for page in self.custom.cluster_metadata_pages(kind.group, kind.version, kind.plural):
-            for item in page.get("items") or []:
+        listing = Collection(  # only the metadata is read: the items' kind is the partial object's
+            kind.api_version, kind.plural, "PartialObjectMetadata", metadata_only=True, page=METADATA_PAGE
+        )
+        for page in pages(LeanSource(self.custom), listing):
+            for item in items_of(page):
                 meta = item.get("metadata") or {}
                 found[(meta.get("namespace") or "", meta.get("name") or "")] = str(meta.get("uid") or "")
         return found

@@ -21,13 +21,12 @@ replaces that client where it is built (and the client's ``watch`` streams throu
 from __future__ import annotations
 
 import urllib.parse
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any
 
 from kubernetes import client
 
 from opbroker.kubeclient import jsontext
-from opbroker.kubeclient.answers import json_object
 from opbroker.kubeclient.transport import Transport, transport_of
 
 JSON = "application/json"
@@ -160,37 +159,6 @@ class LeanCustomObjects(LeanApi):
         self, group: str, version: str, namespace: str, plural: str, **options: Any
     ) -> Any:
         return self._call("GET", _custom(group, version, plural, namespace), options)
-
-    def cluster_metadata_pages(
-        self,
-        group: str,
-        version: str,
-        plural: str,
-        *,
-        limit: int = METADATA_PAGE,
-        label_selector: str | None = None,
-    ) -> Iterator[dict[str, Any]]:
-        """Every object of ``plural`` cluster-wide (those ``label_selector`` selects, when given), as
-        ``PartialObjectMetadataList`` pages of ``limit`` objects (a page's ``items`` hold each object's metadata
-        alone; the last page's ``metadata.resourceVersion`` is the listing's, to watch from), one request per page
-        as the caller reads on."""
-        token: str | None = None
-        while True:
-            page = json_object(
-                self.list_cluster_custom_object(
-                    group,
-                    version,
-                    plural,
-                    limit=limit,
-                    _continue=token,
-                    label_selector=label_selector,
-                    _headers={"Accept": METADATA_LIST},
-                )
-            )
-            yield page
-            token = (page.get("metadata") or {}).get("continue")
-            if not token:
-                return
 
     def list_cluster_custom_object(self, group: str, version: str, plural: str, **options: Any) -> Any:
         return self._call("GET", _custom(group, version, plural), options)
