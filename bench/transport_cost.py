@@ -55,20 +55,18 @@ def binding(namespace: str, name: str) -> dict[str, Any]:
 def opbroker_calls(kubeconfig: Path, namespace: str, names: list[str]) -> dict[str, Call]:
     configuration = client.Configuration()
     config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
-    lean = LeanCustomObjects(deadlines.bounded(configuration))
-    return {
-        "get": lambda n: lean.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, names[n % len(names)]),
-        "status": lambda n: lean.patch_namespaced_custom_object_status(
-            GROUP, VERSION, namespace, PLURAL, names[n % len(names)], {"status": {"observedGeneration": n}}
-        ),
-        "list": lambda n: lean.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"],
-    }
+    return custom_object_calls(LeanCustomObjects(deadlines.bounded(configuration)), namespace, names)
 
 
 def generated_calls(kubeconfig: Path, namespace: str, names: list[str]) -> dict[str, Call]:
     configuration = client.Configuration()
     config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
-    api = client.CustomObjectsApi(deadlines.bounded(configuration))
+    return custom_object_calls(client.CustomObjectsApi(deadlines.bounded(configuration)), namespace, names)
+
+
+def custom_object_calls(api: Any, namespace: str, names: list[str]) -> dict[str, Call]:
+    """The measured calls on a ``CustomObjectsApi`` or the lean client that has its methods (same names and
+    arguments): the difference measured is the client's, nothing else."""
     return {
         "get": lambda n: api.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, names[n % len(names)]),
         "status": lambda n: api.patch_namespaced_custom_object_status(
