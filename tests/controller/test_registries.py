@@ -224,9 +224,13 @@ def test_the_sweep_learns_its_owners_uids_from_one_listing_per_kind(
         uids[name] = made["metadata"]["uid"]
     kube = Kube(api_client)
     asked: list[str] = []
-    listing, getting = kube.custom.list_cluster_custom_object, kube.custom.get_namespaced_custom_object
-    kube.custom.list_cluster_custom_object = lambda *args, **kw: asked.append("list") or listing(*args, **kw)  # type: ignore[method-assign]
-    kube.custom.get_namespaced_custom_object = lambda *args, **kw: asked.append("get") or getting(*args, **kw)  # type: ignore[method-assign]
+    request = kube.custom.request
+
+    def recorded(method: str, path: str, **options: Any) -> Any:  # every request of the door goes through here
+        asked.append("list" if path.endswith(("/sfserviceinstances", "/sfservicebindings")) else "get")
+        return request(method, path, **options)
+
+    kube.custom.request = recorded  # type: ignore[method-assign]
     lookup = registry_sweep.owner_uid_of(kube)
     assert lookup("instance", namespace, "listed-a") == uids["a"]
     assert lookup("instance", namespace, "listed-b") == uids["b"]
