@@ -45,7 +45,7 @@ from typing import Any, Protocol
 from kubernetes.client.exceptions import ApiException
 
 from opbroker.kubeclient import deadlines, jsontext
-from opbroker.kubeclient.lean import METADATA_LIST, METADATA_WATCH, LeanApi, api_root, object_path
+from opbroker.kubeclient.lean import JSON, METADATA_LIST, METADATA_WATCH, LeanApi, api_root, object_path
 from opbroker.kubeclient.transport import MAX_LINE_BYTES, StreamedAnswer
 from opbroker.osbclient import Backoff
 
@@ -207,10 +207,6 @@ class Informer:
     def live(self) -> bool:
         """Listed, and its stream not broken since: a change reaches the keeper at once."""
         return self._live
-
-    @property
-    def stopped(self) -> bool:
-        return self._stopped.is_set()
 
     def start(self) -> None:
         self._thread.start()
@@ -374,7 +370,7 @@ class LeanSource:
 
     def page(self, collection: Collection, token: str | None) -> Wire:
         query = [("limit", collection.page), ("continue", token), ("labelSelector", collection.label_selector)]
-        accept = METADATA_LIST if collection.metadata_only else "application/json"
+        accept = METADATA_LIST if collection.metadata_only else JSON
         answer = self._api.request("GET", collection.path, query=query, accept=accept)
         if not isinstance(answer, Mapping):
             raise TypeError(f"the list of {collection} answered a {type(answer).__name__}, not a JSON object")
@@ -388,7 +384,7 @@ class LeanSource:
             ("timeoutSeconds", seconds),
             ("labelSelector", collection.label_selector),
         ]
-        accept = METADATA_WATCH if collection.metadata_only else "application/json"
+        accept = METADATA_WATCH if collection.metadata_only else JSON
         answer: StreamedAnswer = self._api.request("GET", collection.path, query=query, accept=accept, stream=True)
         return answer
 

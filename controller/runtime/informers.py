@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import logging
 import queue
 import threading
@@ -127,9 +128,9 @@ class Informers:
             Informer(
                 source,
                 resource.collection(list_page),
-                _bound(self._deliver, resource),
-                on_page=None if on_page is None else _bound(on_page, resource.key),
-                on_listed=None if on_listed is None else _bound(on_listed, resource.key),
+                functools.partial(self._deliver, resource),
+                on_page=None if on_page is None else functools.partial(on_page, resource.key),
+                on_listed=None if on_listed is None else functools.partial(on_listed, resource.key),
                 on_lost=None if on_lost is None else _ignoring_why(on_lost, resource.key),
                 watch_seconds=watch_seconds,
                 retry=retry,
@@ -179,15 +180,6 @@ class Informers:
                 return
             except queue.Full:
                 continue
-
-
-def _bound(told: Callable[..., None], first: Any) -> Callable[..., None]:
-    """``told`` with ``first`` as its first argument (which resource an informer's call is about)."""
-
-    def call(*rest: Any) -> None:
-        told(first, *rest)
-
-    return call
 
 
 def _ignoring_why(lost: Lost, key: tuple[str, str]) -> Callable[[str], None]:
