@@ -26,6 +26,7 @@ from opbroker.api.catalog import OSB_GROUP
 from opbroker.broker.records import Kind
 from opbroker.kubeclient.informer import Body, Collection, Identity, Informer, LeanSource
 from opbroker.kubeclient.lean import METADATA_PAGE, LeanApi
+from opbroker.kubeclient.wire import mapping_of, text_of
 
 log = logging.getLogger(__name__)
 VERSION = "v1alpha1"
@@ -101,9 +102,9 @@ class NamespaceIndex:
             self._names[kind] = names
 
     def _changed(self, kind: Kind, event_type: str, obj: Body) -> None:
-        meta = obj.get("metadata") or {}
-        name: str | None = meta.get("name")
-        namespace: str | None = meta.get("namespace")
+        meta = mapping_of(obj.get("metadata"))
+        name = text_of(meta.get("name"))
+        namespace = text_of(meta.get("namespace"))
         if not name or not namespace:
             return
         with self._lock:

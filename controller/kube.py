@@ -37,6 +37,7 @@ from opbroker.kubeclient.lean import (
     api_root,
     object_path,
 )
+from opbroker.kubeclient.wire import text_of
 
 logger = logging.getLogger(__name__)
 
@@ -418,8 +419,9 @@ class Kube:
         )
         for page in pages(LeanSource(self.custom), listing):
             for item in items_of(page):
-                meta = item.get("metadata") or {}
-                found[(meta.get("namespace") or "", meta.get("name") or "")] = str(meta.get("uid") or "")
+                meta = mapping_of(item.get("metadata"))
+                identity = (text_of(meta.get("namespace")) or "", text_of(meta.get("name")) or "")
+                found[identity] = text_of(meta.get("uid")) or ""
         return found
 
     def create_custom(self, kind: Kind, body: dict[str, Any]) -> dict[str, Any]:

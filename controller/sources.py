@@ -52,6 +52,7 @@ from opbroker.kubeclient.informer import (
     pages,
 )
 from opbroker.kubeclient.lean import METADATA_PAGE, LeanApi
+from opbroker.kubeclient.wire import mapping_of, text_of
 from opbroker.osbclient import Backoff
 
 logger = logging.getLogger(__name__)
@@ -314,9 +315,9 @@ class SourceWatchers:
         else:
             store.note(kind, obj)
         self._tell(kind, event_type, obj)
-        meta = obj.get("metadata") or {}
-        key = (kind[0], kind[1], str(meta.get("namespace") or ""), str(meta.get("name") or ""))
-        for owner in self._index.owners_of(key, meta.get("resourceVersion")):
+        meta = mapping_of(obj.get("metadata"))
+        key = (kind[0], kind[1], text_of(meta.get("namespace")) or "", text_of(meta.get("name")) or "")
+        for owner in self._index.owners_of(key, text_of(meta.get("resourceVersion"))):
             self._on_change(owner)
 
     def _lost(self, kind: tuple[str, str], _why: str) -> None:

@@ -47,6 +47,7 @@ from kubernetes.client.exceptions import ApiException
 from opbroker.kubeclient import deadlines, jsontext
 from opbroker.kubeclient.lean import JSON, METADATA_LIST, METADATA_WATCH, LeanApi, api_root, object_path
 from opbroker.kubeclient.transport import MAX_LINE_BYTES, StreamedAnswer
+from opbroker.kubeclient.wire import JsonBody, JsonObject, int_of, mapping_of, text_of
 from opbroker.osbclient import Backoff
 
 logger = logging.getLogger(__name__)
@@ -65,10 +66,10 @@ RETRIES = Backoff(base=1.0, maximum=30.0, max_duration=float("inf"), jitter=0.5)
 
 Identity = tuple[str, str]
 """An object's namespace ("" for a cluster-scoped one) and name."""
-Body = dict[str, Any]
+Body = JsonBody
 """An object as the API server sent it (decoded JSON; a list item given its type), handed on whole: the informer
 reads its metadata alone, and the keeper reads it through a typed view of its own kind."""
-Wire = Mapping[str, Any]
+Wire = JsonObject
 """A decoded JSON object of the wire read only here (a list page, an object's metadata)."""
 Told = Callable[[str, Body], None]
 """Takes one event: its type (``ADDED``, ``MODIFIED``, ``DELETED``) and the object."""
@@ -147,7 +148,7 @@ def pages(source: Source, collection: Collection) -> Iterator[Wire]:
     while True:
         page = source.page(collection, token)
         yield page
-        token = _text(_mapping(page.get("metadata")).get("continue"))
+        token = text_of(mapping_of(page.get("metadata")).get("continue"))
         if token is None:
             return
 
@@ -268,15 +269,15 @@ class Informer:
         for page in pages(self._source, self.collection):
             if self._stopped.is_set():
                 return None
-            self._kind = self._kind or (_text(page.get("kind")) or "").removesuffix("List") or None
+            self._kind = self._kind or (text_of(page.get("kind")) or "").removesuffix("List") or None
             objects = [self.collection.typed(item, self._kind) for item in items_of(page)]
             self._call(self._on_page, objects)
             for obj in objects:
-                meta = _mapping(obj.get("metadata"))
-                listed[_identity(meta)] = _text(meta.get("resourceVersion")) if self._tombstones else None
+                meta = mapping_of(obj.get("metadata"))
+                listed[_identity(meta)] = text_of(meta.get("resourceVersion")) if self._tombstones else None
                 if self._list_events:
                     self._tell("ADDED", obj)
-            version = _text(_mapping(page.get("metadata")).get("resourceVersion"))
+            version = text_of(mapping_of(page.get("metadata")).get("resourceVersion"))
         gone = [(identity, known[identity]) for identity in known if identity not in listed]
         known.clear()
         if self._tombstones:
@@ -303,12 +304,12 @@ class Informer:
                 if self._stopped.is_set():
                     return since
                 event = jsontext.loads(line)
-                kind = _text(event.get("type"))
-                obj = _mapping(event.get("object"))
+                kind = text_of(event.get("type"))
+                obj = mapping_of(event.get("object"))
                 if kind == "ERROR":
-                    return since if _int(obj.get("code")) != 410 else None
-                meta = _mapping(obj.get("metadata"))
-                since = _text(meta.get("resourceVersion")) or since
+                    return since if int_of(obj.get("code")) != 410 else None
+                meta = mapping_of(obj.get("metadata"))
+                since = text_of(meta.get("resourceVersion")) or since
                 if kind in ("ADDED", "MODIFIED", "DELETED"):
                     told = self.collection.typed(obj) if self.collection.metadata_only else dict(obj)
                     if self._tombstones:
@@ -316,7 +317,7 @@ class Informer:
                         if kind == "DELETED":
                             known.pop(identity, None)
                         else:
-                            known[identity] = _text(meta.get("resourceVersion"))
+                            known[identity] = text_of(meta.get("resourceVersion"))
                     self._live = True
                     self._tell(kind, told)
                 if self._clock() > ends:  # the server should have ended it: end it here, resume from since
@@ -392,17 +393,5 @@ class LeanSource:
 # -- reading the wire ------------------------------------------------------------------------------------------
 
 
-def _mapping(value: object) -> Wire:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _text(value: object) -> str | None:
-    return value if isinstance(value, str) and value else None
-
-
-def _int(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
 def _identity(meta: Wire) -> Identity:
-    return _text(meta.get("namespace")) or "", _text(meta.get("name")) or ""
+    return text_of(meta.get("namespace")) or "", text_of(meta.get("name")) or ""

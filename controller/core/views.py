@@ -28,6 +28,7 @@ from opbroker.api.catalog import DeletionPolicy
 from opbroker.api.conventions import ANNOTATION_OWNER_UID, ANNOTATION_PAUSED, FINALIZER, PAUSED
 from opbroker.api.meta import ResourceRef
 from opbroker.api.osb import OperationState
+from opbroker.kubeclient.wire import int_of, string_map_of, strings_of, text_of
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
@@ -37,27 +38,11 @@ _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
 def mapping_of(value: object) -> Mapping[str, Any]:
+    """:func:`opbroker.kubeclient.wire.mapping_of` with its values untyped, for the views not yet reading
+    :data:`~opbroker.kubeclient.wire.JsonObject` (issue 45 moves them over, then this goes)."""
     if type(value) is dict:  # parsed JSON, the common case: spares the slower check against the Mapping ABC
         return value
     return value if isinstance(value, Mapping) else _EMPTY
-
-
-def text_of(value: object) -> str | None:
-    return value if isinstance(value, str) and value else None
-
-
-def int_of(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def strings_of(value: object) -> tuple[str, ...]:
-    return tuple(v for v in value if isinstance(v, str)) if isinstance(value, list) else ()
-
-
-def _labels(value: object) -> Mapping[str, str]:
-    if not isinstance(value, Mapping):
-        return _EMPTY
-    return MappingProxyType({k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)})
 
 
 def recorded_refs(value: object) -> tuple[ResourceRef, ...]:
@@ -149,8 +134,8 @@ class Meta:
             resource_version=text_of(meta.get("resourceVersion")),
             finalizers=strings_of(meta.get("finalizers")),
             deleting=bool(meta.get("deletionTimestamp")),
-            labels=_labels(meta.get("labels")),
-            annotations=_labels(meta.get("annotations")),
+            labels=string_map_of(meta.get("labels")),
+            annotations=string_map_of(meta.get("annotations")),
             owners=owner_refs_of(meta.get("ownerReferences")),
         )
 
@@ -540,7 +525,7 @@ class SecretView:
         return cls(
             meta=Meta.of(body.get("metadata")),
             type=text_of(body.get("type")),
-            data=_labels(body.get("data")),
+            data=string_map_of(body.get("data")),
             wire=body,
         )
 

@@ -40,7 +40,7 @@ BUDGET = {
     "controller/servicecatalog": 122,
     "devcluster": 22,
     "gorender": 0,
-    "kubeclient": 9,
+    "kubeclient": 7,
     "osbclient": 52,
     "provider": 66,
     "rendering": 98,

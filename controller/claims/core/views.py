@@ -13,15 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from opbroker.api.conventions import ANNOTATION_OWNER_UID
-from opbroker.controller.core.views import (
-    BindingView,
-    ConditionView,
-    Meta,
-    conditions_of,
-    mapping_of,
-    strings_of,
-    text_of,
-)
+from opbroker.controller.core.views import BindingView, ConditionView, Meta, conditions_of, mapping_of
+from opbroker.kubeclient.wire import strings_of, text_of
 
 
 def _condition_list(value: object) -> tuple[Mapping[str, Any], ...]:

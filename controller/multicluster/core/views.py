@@ -19,18 +19,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from opbroker.controller.core.views import (
-    ConditionView,
-    Meta,
-    OperationView,
-    conditions_of,
-    int_of,
-    mapping_of,
-    text_of,
-)
+from opbroker.controller.core.views import ConditionView, Meta, OperationView, conditions_of, mapping_of
 from opbroker.controller.multicluster import quantities
 from opbroker.controller.multicluster.quantities import QuantityError, Resources
 from opbroker.controller.multicluster.reasons import ANNOTATION_MASTER_UID, ConditionType
+from opbroker.kubeclient.wire import int_of, text_of
 
 __all__ = ["ReplicaView", "SFClusterView"]
 

@@ -14,15 +14,8 @@ from functools import cached_property
 from typing import Any, NamedTuple
 
 from opbroker.api.servicecatalog import DeprovisionStatus, ProvisionStatus, UnbindStatus
-from opbroker.controller.core.views import (
-    ConditionView,
-    Meta,
-    conditions_of,
-    int_of,
-    mapping_of,
-    strings_of,
-    text_of,
-)
+from opbroker.controller.core.views import ConditionView, Meta, conditions_of, mapping_of
+from opbroker.kubeclient.wire import int_of, strings_of, text_of
 
 #: The Service Catalog kinds' finalizer (the executor Target's, for Instances and Bindings).
 FINALIZER = "servicecatalog.k8s.io/opbroker"
