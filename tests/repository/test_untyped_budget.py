@@ -70,7 +70,8 @@ def untyped_aliases() -> frozenset[str]:
 def untyped_counts() -> dict[str, int]:
     aliases = untyped_aliases()
     # An alias used where a type goes: after an annotation's colon or arrow, inside brackets, beside a union's bar.
-    alias_uses = re.compile(r"(?:->|:|\[|,|\|)\s*(?:%s)\b(?!\s*=)" % "|".join(sorted(aliases))) if aliases else None
+    names = "|".join(sorted(aliases))
+    alias_uses = re.compile(rf"(?:->|:|\[|,|\|)\s*(?:{names})\b(?!\s*=)") if aliases else None
     counts = dict.fromkeys(BUDGET, 0)
     for path in sources():
         area = area_of(path)
