@@ -43,7 +43,7 @@ BUDGET = {
     "controller/core": 98,
     "controller/multicluster": 50,
     "controller/runtime": 26,
-    "controller/servicecatalog": 122,
+    "controller/servicecatalog": 0,
     "devcluster": 22,
     "gorender": 0,
     "kubeclient": 7,
