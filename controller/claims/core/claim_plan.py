@@ -406,7 +406,7 @@ def _bind(
         keys=model.spec.service_endpoint_definition_keys,
     )
     manifest = servicebinding.claim_binding_secret(OwnerRef.of(claim.wire), data, service_type)
-    secret_name = manifest["metadata"]["name"]
+    secret_name = names.binding_secret_name(claim.meta.name)
     existing = facts.binding_secret
     actions: list[ClaimAction] = []
     version: str | None = None
