@@ -44,30 +44,6 @@ def test_the_gotemplate_benchmark_measures_all_three_paths() -> None:
     assert "| provision |" in markdown and "Target (gotemplate path ≥ jinja2 path)" in markdown
 
 
-def test_the_restart_benchmark_counts_a_fresh_controller_over_settled_objects() -> None:
-    from bench.common import machine
-
-    sizes = {**run.QUICK, "restart": (6, 12)}
-    results = run.run_suites(["restart"], sizes, log=lambda _m: None)
-    r = results["restart"]
-    assert (r["instances"], r["bindings"], r["objects"]) == (6, 12, 18)
-    assert r["settle"]["instances_failed"] == 0 and r["settle"]["bindings_failed"] == 0
-    for measured, objects in ((r["restart"], 18), (r["empty"], 0)):
-        # The fresh controller lists and watches what it reconciles, and saw every settled object.
-        assert measured["reads"]["list"] > 0 and measured["reads"]["watch"] > 0
-        assert measured["objects_seen"] == objects and measured["queue_gauges"]
-        assert measured["rss_kib"] > 0 and measured["cpu_seconds_to_idle"] > 0
-        assert measured["ready_seconds"] <= measured["idle_seconds"]
-        # The old controller stopped on SIGTERM, gracefully (issue 45; kopf's teardown ended in a SIGKILL, -9).
-        assert measured["old_controller"]["exit_code"] == 0, measured["old_controller"]
-    assert r["restart"]["reconciles"] >= 18
-    # Settled objects need no write: a fresh controller that rewrote them (a status churn) would count here.
-    assert r["controller_writes"] == r["restart"]["writes"] == 0
-    assert isinstance(r["memory_per_object_kib"], float)
-    markdown = run.summary_markdown({"machine": machine(), "suite_dates": {}, "restart": r})
-    assert "Controller restart over settled objects" in markdown and "| 18 settled objects |" in markdown
-
-
 def test_the_secrets_benchmark_measures_the_controller_beside_unrelated_secrets() -> None:
     from bench.common import machine
 
@@ -91,7 +67,8 @@ def test_the_secrets_benchmark_measures_the_controller_beside_unrelated_secrets(
 
 def test_the_compared_restart_alternates_the_sides_controllers_on_one_cluster(tmp_path: Path) -> None:
     """Each side's controller restarted in turn (A B B A) over the same settled objects, started with that
-    side's environment (read back from the process), every run's figures kept and the median's reported."""
+    side's environment (read back from the process), every run's figures kept and the median's reported. The
+    restart suite run alone (``restart.run``) is the same code with one side, so this covers it."""
     from bench import restart
     from bench.common import machine
 
@@ -100,11 +77,27 @@ def test_the_compared_restart_alternates_the_sides_controllers_on_one_cluster(tm
     assert set(answers) == {"before", "after"}
     for name, r in answers.items():
         assert r["order"] == ["before", "after", "after", "before"]
-        assert (r["objects"], len(r["runs"]["cpu_seconds_to_idle"])) == (12, 2)
+        assert (r["instances"], r["bindings"], r["objects"], len(r["runs"]["cpu_seconds_to_idle"])) == (4, 8, 12, 2)
+        assert r["settle"]["instances_failed"] == 0 and r["settle"]["bindings_failed"] == 0
         assert r["restart"]["cpu_seconds_to_idle"] in r["runs"]["cpu_seconds_to_idle"]
         assert r["runs"]["writes"] == [0, 0] and r["restart"]["objects_seen"] == 12
         expected = str(tmp_path) if name == "before" else os.environ.get("PYTHONPATH")
         assert r["restart"]["pythonpath"] == expected and r["empty"]["pythonpath"] == expected
+        for measured, objects in ((r["restart"], 12), (r["empty"], 0)):
+            # The fresh controller lists and watches what it reconciles, and saw every settled object.
+            assert measured["reads"]["list"] > 0 and measured["reads"]["watch"] > 0
+            assert measured["objects_seen"] == objects and measured["queue_gauges"]
+            assert measured["rss_kib"] > 0 and measured["cpu_seconds_to_idle"] > 0
+            assert measured["ready_seconds"] <= measured["idle_seconds"]
+            # The old controller stopped on SIGTERM, gracefully (issue 45; kopf's teardown ended in a SIGKILL, -9).
+            assert measured["old_controller"]["exit_code"] == 0, measured["old_controller"]
+        assert r["restart"]["reconciles"] >= 12
+        # Settled objects need no write: a fresh controller that rewrote them (a status churn) would count here.
+        assert r["controller_writes"] == r["restart"]["writes"] == 0
+        assert isinstance(r["memory_per_object_kib"], float)
+    # The suite's own run (bench/run.py --suite restart) is this, with one side; its report:
+    markdown = run.summary_markdown({"machine": machine(), "suite_dates": {}, "restart": answers["after"]})
+    assert "Controller restart over settled objects" in markdown and "| 12 settled objects |" in markdown
     side = {"ref": "x", "commit": "0" * 40}
     compared = {
         "machine": machine(),
