@@ -37,6 +37,7 @@ from opbroker.controller.runtime.objects import (
     stamp,
     union_refs,
 )
+from opbroker.kubeclient.wire import text_of
 from opbroker.rendering.status import SectionStatus
 
 
@@ -441,7 +442,7 @@ def count_error(
     if gave_up:
         return (
             a.WriteStatus(status, guarded=False),
-            a.Event(Reason.GAVE_UP.value, status["error"], warning=True, log=True),
+            a.Event(Reason.GAVE_UP.value, text_of(status.get("error")) or message, warning=True, log=True),
         )
     return (a.WriteStatus(status, guarded=False), a.Event(reason.value, message, warning=True), a.Retry(message))
 

@@ -40,9 +40,9 @@ BUDGET = {
     "components": 64,
     "controller": 135,
     "controller/claims": 80,
-    "controller/core": 98,
+    "controller/core": 85,
     "controller/multicluster": 50,
-    "controller/runtime": 26,
+    "controller/runtime": 16,
     "controller/servicecatalog": 122,
     "devcluster": 22,
     "gorender": 0,
@@ -92,7 +92,7 @@ def test_no_area_spells_more_wire_objects_untyped_than_its_budget(area: str) -> 
 
 
 def test_an_alias_of_an_untyped_object_counts_where_it_is_used() -> None:
-    assert {"Manifest", "FreeForm"} <= untyped_aliases()
+    assert "FreeForm" in untyped_aliases() and "Manifest" not in untyped_aliases()
     assert "JsonObject" not in untyped_aliases() and "JsonBody" not in untyped_aliases()
 
 
