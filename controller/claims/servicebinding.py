@@ -24,6 +24,7 @@ from opbroker.api.primaza import ServiceEndpointDefinitionItem
 from opbroker.controller.claims.core import names
 from opbroker.controller.claims.core.views import OwnerRef
 from opbroker.controller.core.views import mapping_of
+from opbroker.kubeclient.wire import string_map_of
 
 SECRET_TYPE_PREFIX = "servicebinding.io/"
 RESERVED_KEYS = ("type", "provider")
@@ -51,9 +52,9 @@ def decode(secret: Mapping[str, Any] | None) -> dict[str, str] | None:
     if secret is None:
         return None
     decoded: dict[str, str] = {}
-    for key, value in mapping_of(secret.get("data")).items():
+    for key, value in string_map_of(secret.get("data")).items():
         try:
-            decoded[key] = base64.b64decode(value or "", validate=True).decode("utf-8")
+            decoded[key] = base64.b64decode(value, validate=True).decode("utf-8")
         except (binascii.Error, UnicodeDecodeError):
             continue
     decoded.update({k: str(v) for k, v in mapping_of(secret.get("stringData")).items()})

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from opbroker.controller.core.views import InstanceView, Meta, mapping_of
-from opbroker.kubeclient.wire import text_of
+from opbroker.controller.core.views import InstanceView, Meta
+from opbroker.kubeclient.wire import mapping_of, text_of
 
 __all__ = ["AdminRequestView", "PlanView", "RolloutInstance"]
 
