@@ -42,7 +42,7 @@ BUDGET = {
     "controller/claims": 80,
     "controller/core": 60,
     "controller/multicluster": 50,
-    "controller/runtime": 16,
+    "controller/runtime": 0,
     "controller/servicecatalog": 122,
     "devcluster": 22,
     "gorender": 0,
