@@ -37,7 +37,6 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
 
 from opbroker.controller.core.views import ApiStatus, ObjectView
 from opbroker.kubeclient.wire import JsonObject, string_map_of
@@ -177,7 +176,7 @@ def severity(status: int | None) -> Severity:
     return Severity.TRANSIENT
 
 
-def _leaves(value: Any) -> Iterator[Any]:
+def _leaves(value: object) -> Iterator[str | int | float]:
     """Every leaf (string, number) of a wire object: values only, not keys (field names are no secret)."""
     if isinstance(value, dict):
         for item in value.values():

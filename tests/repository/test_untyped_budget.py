@@ -40,7 +40,7 @@ BUDGET = {
     "components": 64,
     "controller": 135,
     "controller/claims": 80,
-    "controller/core": 26,
+    "controller/core": 0,
     "controller/multicluster": 50,
     "controller/runtime": 0,
     "controller/servicecatalog": 122,
