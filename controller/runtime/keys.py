@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from opbroker.kubeclient.wire import JsonObject, mapping_of, text_of
+from opbroker.kubeclient.wire import JsonObject, mapping_of
 
 
 class Key(NamedTuple):
@@ -24,7 +24,8 @@ class Key(NamedTuple):
     def of(cls, kind: str, body: JsonObject) -> Key:
         """The key of a wire object (a watch event's body, a read)."""
         meta = mapping_of(body.get("metadata"))
-        return cls(kind, text_of(meta.get("namespace")) or "", text_of(meta.get("name")) or "")
+        namespace, name = meta.get("namespace"), meta.get("name")  # built per event: no reader calls
+        return cls(kind, namespace if isinstance(namespace, str) else "", name if isinstance(name, str) else "")
 
     def __str__(self) -> str:
         return "/".join(part for part in (self.kind, self.namespace, self.name) if part)

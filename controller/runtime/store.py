@@ -42,7 +42,7 @@ from typing import Any
 
 from opbroker.controller.runtime.objects import resource_version
 from opbroker.kubeclient import jsontext
-from opbroker.kubeclient.wire import JsonObject, mapping_of, text_of
+from opbroker.kubeclient.wire import JsonObject, mapping_of
 
 TypeKey = tuple[str, str]  # apiVersion, kind name (or plural, for our own kinds read by plural)
 StoreKey = tuple[str, str, str, str]  # apiVersion, kind name or plural, namespace, name
@@ -333,7 +333,9 @@ def _key(type_key: TypeKey, obj: JsonObject) -> StoreKey:
     """The object's key; its namespace interned (thousands of keys share a few namespaces, and each parsed
     object brings its own copy of the name)."""
     meta = mapping_of(obj.get("metadata"))
-    return (*type_key, sys.intern(text_of(meta.get("namespace")) or ""), text_of(meta.get("name")) or "")
+    namespace, name = meta.get("namespace"), meta.get("name")
+    namespace = sys.intern(namespace) if isinstance(namespace, str) else ""
+    return (*type_key, namespace, name if isinstance(name, str) else "")
 
 
 def _slim(obj: JsonObject) -> Held:
