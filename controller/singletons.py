@@ -26,6 +26,7 @@ from opbroker.controller.core.views import ObjectView
 from opbroker.controller.kube import Kube
 from opbroker.controller.runtime.objects import Manifest
 from opbroker.controller.runtime.outcomes import Conflict
+from opbroker.kubeclient.wire import mapping_of
 
 
 class SingletonFull(RuntimeError):
@@ -42,8 +43,9 @@ class SingletonFull(RuntimeError):
 
 def tracked(manifest: Manifest, owner_uid: str) -> Manifest:
     """A copy of a singleton's manifest that, created, lists ``owner_uid`` as its first user."""
-    metadata = dict(manifest.get("metadata") or {})
-    metadata["annotations"] = {**(metadata.get("annotations") or {}), ANNOTATION_SINGLETON_USERS: f'["{owner_uid}"]'}
+    metadata = dict(mapping_of(manifest.get("metadata")))
+    annotations = mapping_of(metadata.get("annotations"))
+    metadata["annotations"] = {**annotations, ANNOTATION_SINGLETON_USERS: f'["{owner_uid}"]'}
     return {**manifest, "metadata": metadata}
 
 

@@ -22,7 +22,7 @@ from opbroker.api.conventions import ANNOTATION_OWNER_UID, LABEL_MANAGED_BY, MAN
 from opbroker.api.primaza import ServiceEndpointDefinitionItem
 from opbroker.controller.claims.core import names
 from opbroker.controller.claims.core.views import OwnerRef
-from opbroker.kubeclient.wire import JsonBody, JsonObject, mapping_of
+from opbroker.kubeclient.wire import JsonBody, JsonObject, mapping_of, string_map_of
 
 SECRET_TYPE_PREFIX = "servicebinding.io/"
 RESERVED_KEYS = ("type", "provider")
@@ -50,11 +50,9 @@ def decode(secret: JsonObject | None) -> dict[str, str] | None:
     if secret is None:
         return None
     decoded: dict[str, str] = {}
-    for key, value in mapping_of(secret.get("data")).items():
-        if value is not None and not isinstance(value, str):
-            continue  # not base64 text: no value
+    for key, value in string_map_of(secret.get("data")).items():  # a value that is not text: no value
         try:
-            decoded[key] = base64.b64decode(value or "", validate=True).decode("utf-8")
+            decoded[key] = base64.b64decode(value, validate=True).decode("utf-8")
         except (binascii.Error, UnicodeDecodeError):
             continue
     decoded.update({k: str(v) for k, v in mapping_of(secret.get("stringData")).items()})

@@ -15,6 +15,7 @@ from enum import StrEnum
 from typing import Any
 
 from opbroker.api.meta import ResourceRef
+from opbroker.kubeclient.wire import JsonObject
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ class WriteStatus:
     ``settled``: the operation is over, so the objects its status template read stop enqueueing the object.
     """
 
-    patch: Mapping[str, Any] = field(repr=False)
+    patch: JsonObject = field(repr=False)
     guarded: bool = True
     settled: bool = False
     event: Event | None = None
@@ -57,9 +58,9 @@ class Apply:
     ``as_user``: the identity the write is made as (a plan's ServiceAccount), None for the controller's own.
     """
 
-    manifest: Mapping[str, Any] = field(repr=False)
+    manifest: JsonObject = field(repr=False)
     owner_uid: str
-    owner_reference: Mapping[str, Any] = field(repr=False)
+    owner_reference: JsonObject = field(repr=False)
     singleton: bool = False
     owned: bool = True
     """Owner references can reach it (same namespace); else a singleton tracks its users in an annotation."""
@@ -107,7 +108,7 @@ class Delete:
 class WriteSecret:
     """Apply a Secret (server-side) — never over a Secret of that name ``owner_uid`` did not make."""
 
-    manifest: Mapping[str, Any] = field(repr=False)
+    manifest: JsonObject = field(repr=False)
     owner_uid: str | None = None
     as_user: str | None = None
 
@@ -147,7 +148,7 @@ class Unfollow:
 class HoldPlan:
     """Put the finalizer on the SFPlan an instance is about to use (:mod:`opbroker.controller.plan_guard`)."""
 
-    plan: Mapping[str, Any] = field(repr=False)
+    plan: JsonObject = field(repr=False)
 
 
 @dataclass(frozen=True)
@@ -155,7 +156,7 @@ class SaveRegistry:
     """Persist the object's registry (values generated at render time) where consumers cannot read it (the
     registry namespace: where is the executor's rule, :func:`.registries.place`)."""
 
-    registry: Mapping[str, Any] = field(repr=False)
+    registry: JsonObject = field(repr=False)
     labels: Mapping[str, str]
 
 
@@ -213,7 +214,7 @@ class Remember:
     """Keep the record of an apply in memory until the operation's outcome writes it (``AppliedMemory``)."""
 
     version: tuple[Any, Any]
-    record: Mapping[str, Any] = field(repr=False)
+    record: JsonObject = field(repr=False)
 
 
 @dataclass(frozen=True)

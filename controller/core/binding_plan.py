@@ -15,7 +15,6 @@ import datetime
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from opbroker.api.conventions import (
     ANNOTATION_OWNER_UID,
@@ -63,6 +62,7 @@ from opbroker.controller.runtime.objects import (
     same_namespace,
     stamp,
 )
+from opbroker.kubeclient.wire import JsonObject
 from opbroker.rendering.status import SectionStatus
 
 
@@ -90,7 +90,7 @@ class BindRendering:
     """The ``bind`` template's output: what an apply writes."""
 
     pieces: tuple[BindPiece, ...]
-    registry: Mapping[str, Any] | None = dataclasses.field(default=None, repr=False)
+    registry: JsonObject | None = dataclasses.field(default=None, repr=False)
     registry_changed: bool = False
 
 
@@ -101,7 +101,7 @@ class BindReport:
 
     has_template: bool
     section: SectionStatus | None = None
-    credentials: Mapping[str, Any] = dataclasses.field(default_factory=dict, repr=False)
+    credentials: JsonObject = dataclasses.field(default_factory=dict, repr=False)
     source_refs: tuple[ResourceRef, ...] = ()
     digest: str = ""
 
@@ -148,7 +148,7 @@ class BindingFacts:
     binding: BindingView
     instance: InstanceView | None
     entry: PlanEntry | None
-    pending: Mapping[str, Any] | None
+    pending: JsonObject | None
     """The record of an apply of this generation and plan version whose outcome is still awaited."""
     limits: Limits = dataclasses.field(default_factory=Limits)
     now: datetime.datetime | None = None
@@ -224,7 +224,7 @@ def _transition(
     *,
     description: str = "",
     error: str | None = None,
-    extra: Mapping[str, Any] | None = None,
+    extra: JsonObject | None = None,
     log: bool = False,
 ) -> a.WriteStatus:
     return write_status(
@@ -339,7 +339,7 @@ def _apply(facts: BindingFacts) -> tuple[a.Action, ...]:
     return (*out, a.Remember((meta.generation, entry.hash), record), a.Continue())
 
 
-def credentials_secret(binding: BindingView, response: Mapping[str, Any]) -> Manifest:
+def credentials_secret(binding: BindingView, response: JsonObject) -> Manifest:
     """The Secret holding a binding's credentials, owned by the binding."""
     meta = binding.meta
     return {
@@ -357,7 +357,7 @@ def credentials_secret(binding: BindingView, response: Mapping[str, Any]) -> Man
     }
 
 
-def _evaluate(facts: BindingFacts, *, applied: Mapping[str, Any] | None) -> tuple[a.Action, ...]:
+def _evaluate(facts: BindingFacts, *, applied: JsonObject | None) -> tuple[a.Action, ...]:
     """Read the bind's outcome; publish the credentials once the status template reports them."""
     binding, report, entry = facts.binding, facts.report, facts.entry
     assert report is not None and entry is not None
@@ -384,7 +384,7 @@ def _evaluate(facts: BindingFacts, *, applied: Mapping[str, Any] | None) -> tupl
 
 
 def _succeed(
-    facts: BindingFacts, response: Mapping[str, Any], applied: Mapping[str, Any], watched: tuple[ResourceRef, ...]
+    facts: BindingFacts, response: JsonObject, applied: JsonObject, watched: tuple[ResourceRef, ...]
 ) -> tuple[a.Action, ...]:
     binding = facts.binding
     secret = credentials_secret(binding, response)

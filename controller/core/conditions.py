@@ -10,10 +10,11 @@ from __future__ import annotations
 import datetime
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import ConditionView, Meta, condition_wire
+from opbroker.kubeclient.wire import JsonBody
 
 MESSAGE_LIMIT = 1024
 """A condition's message is cut here: an operator's error can be long, and the object has a size limit."""
@@ -36,7 +37,7 @@ class Condition:
 
 def condition(
     change: Condition, old: ConditionView | None, generation: int | None, at: datetime.datetime | None
-) -> dict[str, Any]:
+) -> JsonBody:
     """``change`` as written, replacing ``old`` (None: none yet): its transition time moves only on a flip."""
     value = "True" if change.ok else "False"
     moved = old is None or old.status != value
@@ -55,7 +56,7 @@ def with_conditions(
     changes: Sequence[Condition],
     generation: int | None,
     at: datetime.datetime | None = None,
-) -> list[dict[str, Any]]:
+) -> list[JsonBody]:
     """The conditions list with ``changes`` set (at the end) and every other condition written back as read."""
     types = {c.type for c in changes}
     kept = [condition_wire(c) for c in previous if c.type not in types]
@@ -96,6 +97,6 @@ def shows(view: Conditioned, wanted: Condition) -> bool:
     return found.status == "False" and said
 
 
-def conditions_patch(view: Conditioned, changes: Sequence[Condition], at: datetime.datetime | None) -> dict[str, Any]:
+def conditions_patch(view: Conditioned, changes: Sequence[Condition], at: datetime.datetime | None) -> JsonBody:
     """The status patch that sets ``changes`` and writes every other condition back as read."""
     return {"conditions": with_conditions(view.status.conditions, changes, view.meta.generation, at)}

@@ -14,10 +14,9 @@ import binascii
 import datetime
 import hashlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
 
 from opbroker.api.conventions import (
     ANNOTATION_OWNER_UID,
@@ -46,6 +45,7 @@ from opbroker.controller.core.views import (
     conditions_of,
 )
 from opbroker.controller.runtime.objects import STAMP_LABELS, Manifest, ref_key
+from opbroker.kubeclient.wire import JsonObject
 from opbroker.rendering.registry import DASHBOARD_URL
 
 #: States in which the broker has asked for work the controller has not started yet.
@@ -89,7 +89,7 @@ class Step(StrEnum):
     compared with the live ones (``core.drift``, ``core.live_status``)."""
 
 
-def is_deleting(obj: Mapping[str, Any]) -> bool:
+def is_deleting(obj: JsonObject) -> bool:
     """Whether a body (as read) is being deleted; code holding a view asks ``view.meta.deleting``."""
     return Meta.of(obj.get("metadata")).deleting
 
@@ -195,7 +195,7 @@ def pause_status(
     return {"conditions": with_conditions(status.conditions, [change], generation, at)}
 
 
-def credentials_changed(secret: SecretView | None, response: Mapping[str, Any]) -> bool:
+def credentials_changed(secret: SecretView | None, response: JsonObject) -> bool:
     """Whether the binding's credentials Secret (as read; None: missing) no longer holds ``response``.
 
     Compared as JSON values, so key order or formatting never cause a write; an unreadable Secret is rewritten.
@@ -380,7 +380,7 @@ def error_status(
     return {"errorCount": count, "description": f"retrying after error {count}/{threshold}: {message}"}, False
 
 
-def dashboard_url(reported: str | None, registry: Mapping[str, Any] | None) -> str | None:
+def dashboard_url(reported: str | None, registry: JsonObject | None) -> str | None:
     """The instance's dashboard URL: what the status template reports, else the registry's ``dashboard-url``
     (the Couchbase broker's read-write key, set by a template with ``setRegistry``); None when neither has
     one (or the registry's is not a non-empty string)."""

@@ -29,6 +29,7 @@ from typing import Any
 
 from opbroker.api.meta import ResourceRef
 from opbroker.controller.runtime.policies import DEFAULTS
+from opbroker.kubeclient.wire import JsonBody, JsonObject, mapping_of, objects_of
 from opbroker.osbclient import Backoff
 
 #: Fields of ``metadata`` that drift compares (the rest — name, uid, ownerReferences, managedFields, ... — is the
@@ -38,20 +39,20 @@ COMPARED_METADATA = ("labels", "annotations")
 FIELDS_NAMED = 8
 
 
-def _secret_data(manifest: Mapping[str, Any]) -> Mapping[str, Any]:
+def _secret_data(manifest: JsonObject) -> JsonObject:
     """A Secret's manifest with ``stringData`` folded into ``data`` (base64), as the API server stores it."""
     strings = manifest.get("stringData")
     if not isinstance(strings, Mapping):
         return manifest
-    data = dict(manifest.get("data") or {})
+    data = dict(mapping_of(manifest.get("data")))
     for name, value in strings.items():
         data[name] = base64.b64encode(str(value).encode()).decode()
-    folded = {k: v for k, v in manifest.items() if k != "stringData"}
+    folded: JsonBody = {k: v for k, v in manifest.items() if k != "stringData"}
     folded["data"] = data
     return folded
 
 
-def _compare(desired: Any, live: Any, path: str, out: list[str]) -> None:
+def _compare(desired: object, live: object, path: str, out: list[str]) -> None:
     if isinstance(desired, Mapping):
         if not isinstance(live, Mapping):
             out.append(path or ".")
@@ -72,7 +73,7 @@ def _compare(desired: Any, live: Any, path: str, out: list[str]) -> None:
         out.append(path)  # True == 1 in Python, not on the wire
 
 
-def _same_number(desired: Any, live: Any) -> bool:
+def _same_number(desired: object, live: object) -> bool:
     """1 and 1.0 are one value on the wire (JSON numbers); a bool is not a number here."""
     numbers = (int, float)
     return (
@@ -84,7 +85,7 @@ def _same_number(desired: Any, live: Any) -> bool:
     )
 
 
-def differences(desired: Mapping[str, Any], live: Mapping[str, Any] | None) -> tuple[str, ...]:
+def differences(desired: JsonObject, live: JsonObject | None) -> tuple[str, ...]:
     """The field paths ``desired`` (a manifest as opbroker applies it) sets to a value ``live`` does not hold;
     ``("(deleted)",)`` when the object is gone. Lists are compared item by item when their lengths agree (the API
     server defaults fields inside items, which a subset comparison leaves alone), as a whole otherwise."""
@@ -93,8 +94,8 @@ def differences(desired: Mapping[str, Any], live: Mapping[str, Any] | None) -> t
     if desired.get("kind") == "Secret":
         desired = _secret_data(desired)
     out: list[str] = []
-    meta = desired.get("metadata") or {}
-    live_meta = live.get("metadata") or {}
+    meta = mapping_of(desired.get("metadata"))
+    live_meta = mapping_of(live.get("metadata"))
     for name in COMPARED_METADATA:
         if name in meta:
             _compare(meta[name], live_meta.get(name) or {}, f"metadata.{name}", out)
@@ -108,7 +109,7 @@ def differences(desired: Mapping[str, Any], live: Mapping[str, Any] | None) -> t
 DELETED = "(deleted)"
 
 
-def shape(live: Mapping[str, Any] | None) -> str | None:
+def shape(live: JsonObject | None) -> str | None:
     """What of a live object drift could have moved, in a few bytes: its uid and ``metadata.generation`` (the API
     server bumps it on every change of the spec, never on a status write) with its labels and annotations (which
     no generation counts). None — compare it — when the object is gone, or carries no generation (a ConfigMap, a
@@ -117,7 +118,7 @@ def shape(live: Mapping[str, Any] | None) -> str | None:
     status template's evaluation, not a render of ``provision``."""
     if live is None:
         return None
-    meta = live.get("metadata") or {}
+    meta = mapping_of(live.get("metadata"))
     generation = meta.get("generation")
     if not isinstance(generation, int):
         return None
@@ -192,16 +193,13 @@ def recent(
     return tuple(t for t in history if (now - t).total_seconds() < bounds.window_seconds)
 
 
-def other_managers(live: Mapping[str, Any] | None, own_prefix: str) -> tuple[str, ...]:
+def other_managers(live: JsonObject | None, own_prefix: str) -> tuple[str, ...]:
     """Who else writes the object: the field managers of its ``managedFields`` not named ``own_prefix``…, the most
     recent first (the likeliest party to a fight). Empty when the object records none."""
     if live is None:
         return ()
-    entries = (live.get("metadata") or {}).get("managedFields") or []
     found: list[tuple[str, str]] = []
-    for entry in entries:
-        if not isinstance(entry, Mapping):
-            continue
+    for entry in objects_of(mapping_of(live.get("metadata")).get("managedFields")):
         manager = entry.get("manager")
         if not isinstance(manager, str) or not manager or manager.startswith(own_prefix):
             continue

@@ -8,29 +8,30 @@ reconcile runs again on a fresh read (the runtime's conflict handling). Pure: pa
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Sequence
+
+from opbroker.kubeclient.wire import JsonBody, JsonObject, strings_of
 
 
-def adding(metadata: Mapping[str, Any], finalizer: str) -> dict[str, Any] | None:
+def adding(metadata: JsonObject, finalizer: str) -> JsonBody | None:
     """The guarded patch that adds ``finalizer`` to the list read in ``metadata``; None if it is there."""
-    present = list(metadata.get("finalizers") or [])
+    present = strings_of(metadata.get("finalizers"))
     if finalizer in present:
         return None
     return replacing(metadata, [*present, finalizer])
 
 
-def removing(metadata: Mapping[str, Any], finalizer: str) -> dict[str, Any] | None:
+def removing(metadata: JsonObject, finalizer: str) -> JsonBody | None:
     """The guarded patch that removes ``finalizer`` from the list read in ``metadata``; None if it is absent."""
-    present = list(metadata.get("finalizers") or [])
+    present = strings_of(metadata.get("finalizers"))
     if finalizer not in present:
         return None
     return replacing(metadata, [f for f in present if f != finalizer])
 
 
-def replacing(metadata: Mapping[str, Any], finalizers: list[str]) -> dict[str, Any]:
+def replacing(metadata: JsonObject, finalizers: Sequence[str]) -> JsonBody:
     """The guarded patch that makes the list read in ``metadata`` ``finalizers`` (an empty list removes it)."""
     version = metadata.get("resourceVersion")
     if not version:
         raise ValueError("a finalizer write needs the resourceVersion the list was read at")
-    return {"metadata": {"finalizers": finalizers or None, "resourceVersion": version}}
+    return {"metadata": {"finalizers": list(finalizers) or None, "resourceVersion": version}}

@@ -37,6 +37,7 @@ from opbroker.controller.runtime.objects import (
     stamp,
     union_refs,
 )
+from opbroker.kubeclient.wire import JsonObject, mapping_of, text_of
 from opbroker.rendering.status import SectionStatus
 
 
@@ -67,7 +68,7 @@ class Limits:
 class Piece:
     """One rendered object to apply, with what observe learnt of its kind (namespaced or not)."""
 
-    manifest: Mapping[str, Any] = dataclasses.field(repr=False)
+    manifest: JsonObject = dataclasses.field(repr=False)
     singleton: bool = False
     adopt: bool = False
     namespaced: bool = True
@@ -78,12 +79,14 @@ class Piece:
 
     @property
     def ref(self) -> ResourceRef:
-        meta = self.manifest.get("metadata") or {}
+        # The renderer refuses an object without a non-empty apiVersion, kind and metadata.name (rendering.output).
+        meta = mapping_of(self.manifest.get("metadata"))
+        namespace = meta.get("namespace")
         return ResourceRef(
-            api_version=self.manifest["apiVersion"],
-            kind=self.manifest["kind"],
-            name=meta["name"],
-            namespace=meta.get("namespace"),
+            api_version=text_of(self.manifest.get("apiVersion")) or "",
+            kind=text_of(self.manifest.get("kind")) or "",
+            name=text_of(meta.get("name")) or "",
+            namespace=namespace if isinstance(namespace, str) else None,
         )
 
 
@@ -92,7 +95,7 @@ class Rendering:
     """The ``provision`` template's output for this generation: what an apply writes."""
 
     pieces: tuple[Piece, ...]
-    registry: Mapping[str, Any] = dataclasses.field(repr=False)
+    registry: JsonObject = dataclasses.field(repr=False)
     registry_changed: bool = False
     sources: Mapping[str, ResourceRef] = dataclasses.field(default_factory=dict)
     """The objects the ``sources`` template named for this render (the evaluation that follows reads them)."""
@@ -105,7 +108,7 @@ class Report:
 
     has_template: bool
     section: SectionStatus | None = None
-    registry: Mapping[str, Any] = dataclasses.field(default_factory=dict, repr=False)
+    registry: JsonObject = dataclasses.field(default_factory=dict, repr=False)
     source_refs: tuple[ResourceRef, ...] = ()
 
 
@@ -204,7 +207,7 @@ class Observed:
     """Day two: one object ``provision`` renders now, and the live object (None: gone) it is compared with."""
 
     piece: Piece
-    live: Mapping[str, Any] | None = dataclasses.field(repr=False)
+    live: JsonObject | None = dataclasses.field(repr=False)
     history: tuple[datetime.datetime, ...] = ()
     """When it was set back before (the corrections that changed it, inside the fight window)."""
     managers: tuple[str, ...] = ()
@@ -239,7 +242,7 @@ class InstanceFacts:
     entry: PlanEntry | None
     live_bindings: int
     """Bindings still referring to the instance (counted only while it is being deleted)."""
-    pending: Mapping[str, Any] | None
+    pending: JsonObject | None
     """The record of an apply of this generation and plan version whose outcome is still awaited."""
     trusted: tuple[str, ...] = ()
     """The control plane's namespaces (where the broker records instances whose context it checked)."""
@@ -388,7 +391,7 @@ def write_status(
     *,
     description: str = "",
     error: str | None = None,
-    extra: Mapping[str, Any] | None = None,
+    extra: JsonObject | None = None,
     log: bool = False,
 ) -> a.WriteStatus:
     """Move an object (read as ``view``) to ``state``, with the Ready condition; an outcome that changes the state
@@ -441,7 +444,7 @@ def count_error(
     if gave_up:
         return (
             a.WriteStatus(status, guarded=False),
-            a.Event(Reason.GAVE_UP.value, status["error"], warning=True, log=True),
+            a.Event(Reason.GAVE_UP.value, text_of(status.get("error")) or message, warning=True, log=True),
         )
     return (a.WriteStatus(status, guarded=False), a.Event(reason.value, message, warning=True), a.Retry(message))
 
@@ -456,7 +459,7 @@ def still_in_progress(
     view: InstanceView | BindingView,
     now: datetime.datetime | None,
     limits: Limits,
-    applied: Mapping[str, Any],
+    applied: JsonObject,
     version: tuple[Any, Any],
     *,
     watched: bool = False,
@@ -491,7 +494,7 @@ def _transition(
     *,
     description: str = "",
     error: str | None = None,
-    extra: Mapping[str, Any] | None = None,
+    extra: JsonObject | None = None,
     log: bool = False,
 ) -> a.WriteStatus:
     return write_status(
@@ -592,7 +595,7 @@ def provisioned_by(report: Report | None) -> bool:
     return report.section is not None and report.section.state == OperationState.SUCCEEDED.value
 
 
-def _evaluate(facts: InstanceFacts, *, applied: Mapping[str, Any] | None) -> tuple[a.Action, ...]:
+def _evaluate(facts: InstanceFacts, *, applied: JsonObject | None) -> tuple[a.Action, ...]:
     """Read the operation's outcome from the status template's ``provision`` section.
 
     ``applied``: the record of the apply whose outcome this is (empty: recorded already)."""

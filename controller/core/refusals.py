@@ -34,12 +34,12 @@ import base64
 import binascii
 import json
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
 
 from opbroker.controller.core.views import ApiStatus, ObjectView
+from opbroker.kubeclient.wire import JsonObject, string_map_of
 
 PERMANENT_STATUSES = frozenset({400, 413, 422})
 COUNTED_STATUSES = frozenset({403, 404})
@@ -176,7 +176,7 @@ def severity(status: int | None) -> Severity:
     return Severity.TRANSIENT
 
 
-def _leaves(value: Any) -> Iterator[Any]:
+def _leaves(value: object) -> Iterator[str | int | float]:
     """Every leaf (string, number) of a wire object: values only, not keys (field names are no secret)."""
     if isinstance(value, dict):
         for item in value.values():
@@ -208,14 +208,14 @@ def _forms(text: str) -> Iterator[str]:
     yield base64.b64encode(text.encode()).decode().rstrip("=")
 
 
-def echoed_values(manifest: Mapping[str, Any]) -> frozenset[str]:
+def echoed_values(manifest: JsonObject) -> frozenset[str]:
     """Every value of ``manifest`` (the object as sent) that masking hides wherever it occurs, in every form
     the API server may print it (see :func:`_forms`), each at least :data:`MIN_MASKED` long."""
     texts: list[str] = [str(leaf) for leaf in _leaves(manifest)]
     if manifest.get("kind") == "Secret":
-        texts += [d for d in map(_decoded, (manifest.get("data") or {}).values()) if isinstance(d, str)]
+        texts += [d for d in map(_decoded, string_map_of(manifest.get("data")).values()) if isinstance(d, str)]
     if manifest.get("kind") == "ConfigMap":
-        texts += [d for d in map(_decoded, (manifest.get("binaryData") or {}).values()) if isinstance(d, str)]
+        texts += [d for d in map(_decoded, string_map_of(manifest.get("binaryData")).values()) if isinstance(d, str)]
     return frozenset(form for text in texts for form in _forms(text) if len(form) >= MIN_MASKED)
 
 
@@ -319,7 +319,7 @@ def _kind_words(kind: str, api_version: str | None, answer: ApiStatus, values: f
     return (*words, group, f"{kind}.{group}", *(f"{word}.{group}" for word in words if _RESOURCE_WORD.fullmatch(word)))
 
 
-def refusal(status: int, body: Any, manifest: Mapping[str, Any], keep: tuple[str, ...] = ()) -> Refusal:
+def refusal(status: int, body: object, manifest: JsonObject, keep: tuple[str, ...] = ()) -> Refusal:
     """The :class:`Refusal` for an error answer (``body``: the API server's Status, as text or parsed) to
     a write of ``manifest``; ``keep``: more quoted strings that are no secret (the identity acted as, which an
     RBAC refusal names and its reader needs)."""
@@ -345,7 +345,7 @@ def refusal(status: int, body: Any, manifest: Mapping[str, Any], keep: tuple[str
     )
 
 
-def masked_status(status: int | None, body: Any, manifest: Mapping[str, Any], keep: tuple[str, ...] = ()) -> str:
+def masked_status(status: int | None, body: object, manifest: JsonObject, keep: tuple[str, ...] = ()) -> str:
     """An error answer to a write of ``manifest`` that is not a refusal of the object (409, 429, 5xx: retried),
     as a Status whose message is masked like a refusal's and whose details (each cause quotes a value) are
     dropped: the answer's text goes into logs and events when the retries give up."""

@@ -8,12 +8,10 @@ renderer's inputs, a registry's owner).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
-from opbroker.controller.core.views import InstanceView, Meta, mapping_of
-from opbroker.kubeclient.wire import text_of
+from opbroker.controller.core.views import InstanceView, Meta
+from opbroker.kubeclient.wire import JsonBody, JsonObject, mapping_of, text_of
 
 __all__ = ["AdminRequestView", "PlanView", "RolloutInstance"]
 
@@ -29,7 +27,7 @@ class RolloutInstance:
     """``spec.context.namespace``: the request's namespace, second in the renderer's namespace precedence."""
 
     @classmethod
-    def of(cls, body: Mapping[str, Any]) -> RolloutInstance:
+    def of(cls, body: JsonObject) -> RolloutInstance:
         view = InstanceView.of(body)
         return cls(
             view=view,
@@ -52,7 +50,7 @@ class RolloutInstance:
         return f"{self.view.meta.namespace}/{self.view.meta.name}"
 
     @property
-    def wire(self) -> Mapping[str, Any]:
+    def wire(self) -> JsonObject:
         return self.view.wire
 
 
@@ -63,14 +61,14 @@ class PlanView:
     meta: Meta
     osb_id: str | None
     osb_name: str | None
-    spec: Mapping[str, Any] = field(repr=False, compare=False)
+    spec: JsonObject = field(repr=False, compare=False)
     """The spec as read (its hash says which version of the plan an instance was rendered from)."""
-    metadata: Mapping[str, Any] = field(repr=False, compare=False)
+    metadata: JsonObject = field(repr=False, compare=False)
     """The metadata as read, handed to the renderer with a proposed spec."""
-    wire: Mapping[str, Any] = field(repr=False, compare=False)
+    wire: JsonObject = field(repr=False, compare=False)
 
     @classmethod
-    def of(cls, body: Mapping[str, Any]) -> PlanView:
+    def of(cls, body: JsonObject) -> PlanView:
         spec = mapping_of(body.get("spec"))
         metadata = mapping_of(body.get("metadata"))
         return cls(
@@ -98,13 +96,13 @@ class AdminRequestView:
     which an answer is written to; its request and answer are read by that module's parsers from ``wire``."""
 
     meta: Meta
-    wire: Mapping[str, Any] = field(repr=False, compare=False)
+    wire: JsonObject = field(repr=False, compare=False)
 
     @classmethod
-    def of(cls, body: Mapping[str, Any]) -> AdminRequestView:
+    def of(cls, body: JsonObject) -> AdminRequestView:
         return cls(meta=Meta.of(body.get("metadata")), wire=body)
 
     @property
-    def body(self) -> dict[str, Any]:
+    def body(self) -> JsonBody:
         """The ConfigMap as the request parsers take it."""
         return dict(self.wire)

@@ -14,10 +14,10 @@ Pure: the views as read, no I/O.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from opbroker.controller.core.decisions import context_namespace_refused
 from opbroker.controller.core.views import InstanceView
+from opbroker.kubeclient.wire import JsonObject
 from opbroker.rendering import RenderInputs
 
 
@@ -35,12 +35,12 @@ def template_inputs(
     instance: InstanceView,
     *,
     control_plane: str,
-    service: Mapping[str, Any] | None,
-    plan: Mapping[str, Any],
-    registry: Mapping[str, Any] | None,
-    binding: Mapping[str, Any] | None = None,
-    binding_registry: Mapping[str, Any] | None = None,
-    sources: Mapping[str, Mapping[str, Any] | None] | None = None,
+    service: JsonObject | None,
+    plan: JsonObject,
+    registry: JsonObject | None,
+    binding: JsonObject | None = None,
+    binding_registry: JsonObject | None = None,
+    sources: Mapping[str, JsonObject | None] | None = None,
 ) -> RenderInputs:
     """The inputs of one render of ``instance`` (and ``binding``) under ``plan``: the objects as read, whole
     (templates may read any field); the namespaces as :func:`honoured_context_namespace` decides."""

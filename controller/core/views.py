@@ -21,28 +21,19 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from types import MappingProxyType
-from typing import Any, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
 
 from opbroker.api.catalog import DeletionPolicy
 from opbroker.api.conventions import ANNOTATION_OWNER_UID, ANNOTATION_PAUSED, FINALIZER, PAUSED
 from opbroker.api.meta import ResourceRef
 from opbroker.api.osb import OperationState
-from opbroker.kubeclient.wire import int_of, string_map_of, strings_of, text_of
+from opbroker.kubeclient.wire import EMPTY, JsonBody, JsonObject, int_of, string_map_of, strings_of, text_of
 
-_EMPTY: Mapping[str, Any] = MappingProxyType({})
-
-
-# Field readers shared by every kind's views: a field of the wrong type reads as absent (a tenant may write
-# anything into an object the controller reads; it must not make the controller fail).
-
-
-def mapping_of(value: object) -> Mapping[str, Any]:
-    """:func:`opbroker.kubeclient.wire.mapping_of` with its values untyped, for the views not yet reading
-    :data:`~opbroker.kubeclient.wire.JsonObject` (issue 45 moves them over, then this goes)."""
-    if type(value) is dict:  # parsed JSON, the common case: spares the slower check against the Mapping ABC
-        return value
-    return value if isinstance(value, Mapping) else _EMPTY
+# The field readers every kind's views use are the wire's: a field of the wrong type reads as absent (a tenant may
+# write anything into an object the controller reads; it must not make the controller fail). ``mapping_of`` is
+# re-exported for the modules outside controller/core that still import it from here (issue 45 moves them to
+# :mod:`opbroker.kubeclient.wire`, then this goes).
+from opbroker.kubeclient.wire import mapping_of as mapping_of
 
 
 def recorded_refs(value: object) -> tuple[ResourceRef, ...]:
@@ -71,7 +62,7 @@ def _orphans(value: object) -> tuple[ResourceRef, ...]:
     return recorded_refs(kept)
 
 
-def _spec(body: Mapping[str, Any]) -> Mapping[str, Any] | None:
+def _spec(body: JsonObject) -> JsonObject | None:
     spec = body.get("spec")
     return spec if isinstance(spec, Mapping) else None
 
@@ -85,7 +76,7 @@ class OwnerRef:
     kind: str | None = None
     name: str | None = None
     controller: bool = False
-    wire: Mapping[str, Any] = field(default_factory=lambda: _EMPTY, repr=False, compare=False)
+    wire: JsonObject = field(default_factory=lambda: EMPTY, repr=False, compare=False)
     """The entry as read, whole: what a patch of the list writes back for the owners it keeps."""
 
 
@@ -274,20 +265,20 @@ class InstanceView:
     """The OSB instance id (``spec.instanceId``; the object's name when absent)."""
     service_id: str
     plan_id: str
-    context: Mapping[str, Any]
+    context: JsonObject
     """The OSB request context (``spec.context``)."""
     context_namespace: str | None
     """The namespace the request context names (``spec.context.namespace``)."""
     status: OperationView
     applied_plan_hash: str | None
     """The plan version last applied (``status.appliedPlanHash``; None: never applied)."""
-    spec: Mapping[str, Any] | None
+    spec: JsonObject | None
     """The spec as read, whole (recorded with an apply as ``status.appliedSpec``)."""
-    wire: Mapping[str, Any] = field(repr=False, compare=False)
+    wire: JsonObject = field(repr=False, compare=False)
     """The body as read, for the renderer's inputs (never written to)."""
 
     @classmethod
-    def of(cls, body: Mapping[str, Any]) -> InstanceView:
+    def of(cls, body: JsonObject) -> InstanceView:
         meta = Meta.of(body.get("metadata"))
         spec = mapping_of(body.get("spec"))
         status = mapping_of(body.get("status"))
@@ -329,12 +320,12 @@ class BindingView:
     sources: tuple[ResourceRef, ...] | None
     """What its credentials were last rendered from (``status.sources``; None: not recorded)."""
     sources_digest: str | None
-    spec: Mapping[str, Any] | None
+    spec: JsonObject | None
     """The spec as read, whole (recorded with a bind as ``status.appliedSpec``)."""
-    wire: Mapping[str, Any] = field(repr=False, compare=False)
+    wire: JsonObject = field(repr=False, compare=False)
 
     @classmethod
-    def of(cls, body: Mapping[str, Any]) -> BindingView:
+    def of(cls, body: JsonObject) -> BindingView:
         meta = Meta.of(body.get("metadata"))
         spec = mapping_of(body.get("spec"))
         status = mapping_of(body.get("status"))
@@ -372,15 +363,15 @@ class EntryView:
     """The OSB id it declares (``spec.id``; "" when absent)."""
     service_id: str
     """An SFPlan's service (``spec.serviceId``; "" when absent, and for an SFService)."""
-    spec: Mapping[str, Any]
+    spec: JsonObject
     """The spec as read, whole (what a plan's version is hashed from)."""
     observed_generation: int | None
     conditions: tuple[ConditionView, ...]
-    wire: Mapping[str, Any] = field(repr=False, compare=False)
+    wire: JsonObject = field(repr=False, compare=False)
     """The body as read, for what needs the whole object (validation, the trial render)."""
 
     @classmethod
-    def of(cls, body: Mapping[str, Any]) -> EntryView:
+    def of(cls, body: JsonObject) -> EntryView:
         status, spec = mapping_of(body.get("status")), mapping_of(body.get("spec"))
         return cls(
             meta=Meta.of(body.get("metadata")),
@@ -401,9 +392,9 @@ class EntryView:
         return next((c for c in self.conditions if c.type == type_), None)
 
 
-def condition_wire(condition: ConditionView) -> dict[str, Any]:
+def condition_wire(condition: ConditionView) -> JsonBody:
     """A condition as written back (a status patch replaces the whole list, so kept ones are written too)."""
-    wire: dict[str, Any] = {"type": condition.type, "status": condition.status}
+    wire: JsonBody = {"type": condition.type, "status": condition.status}
     for name, value in (
         ("reason", condition.reason),
         ("message", condition.message),
@@ -423,10 +414,10 @@ class ObjectView:
     api_version: str
     kind: str
     meta: Meta
-    wire: Mapping[str, Any] = field(repr=False, compare=False)
+    wire: JsonObject = field(repr=False, compare=False)
 
     @classmethod
-    def of(cls, body: Mapping[str, Any]) -> ObjectView:
+    def of(cls, body: JsonObject) -> ObjectView:
         return cls(
             api_version=text_of(body.get("apiVersion")) or "",
             kind=text_of(body.get("kind")) or "",
@@ -435,7 +426,7 @@ class ObjectView:
         )
 
     @classmethod
-    def maybe(cls, body: Mapping[str, Any] | None) -> ObjectView | None:
+    def maybe(cls, body: JsonObject | None) -> ObjectView | None:
         """The view of ``body``, None for no object (a read that found nothing)."""
         return None if body is None else cls.of(body)
 
@@ -518,10 +509,10 @@ class SecretView:
     meta: Meta
     type: str | None
     data: Mapping[str, str]
-    wire: Mapping[str, Any] = field(repr=False, compare=False)
+    wire: JsonObject = field(repr=False, compare=False)
 
     @classmethod
-    def of(cls, body: Mapping[str, Any]) -> SecretView:
+    def of(cls, body: JsonObject) -> SecretView:
         return cls(
             meta=Meta.of(body.get("metadata")),
             type=text_of(body.get("type")),
@@ -530,11 +521,11 @@ class SecretView:
         )
 
     @classmethod
-    def maybe(cls, body: Mapping[str, Any] | None) -> SecretView | None:
+    def maybe(cls, body: JsonObject | None) -> SecretView | None:
         return None if body is None else cls.of(body)
 
 
-def namespace_terminating(namespace: Mapping[str, Any] | None) -> bool:
+def namespace_terminating(namespace: JsonObject | None) -> bool:
     """Whether a Namespace (as read; None: it does not exist) is going: phase ``Terminating`` or a
     ``deletionTimestamp``. Nothing can be created in it any more (the API server answers 403)."""
     if namespace is None:
@@ -554,12 +545,12 @@ class EventView(NamedTuple):
     """A binding's instance (``spec.instanceId``; "" for an instance)."""
     state: str | None
     resource_version: str | None
-    fingerprint: tuple[Any, ...]
+    fingerprint: tuple[object, ...]
     """What a reconcile decides on (generation, deletion, our finalizer, state, observed generation, paused): an
     event that leaves it unchanged needs no reconcile."""
 
     @classmethod
-    def of(cls, body: Mapping[str, Any]) -> EventView:
+    def of(cls, body: JsonObject) -> EventView:
         meta, spec, status = (
             mapping_of(body.get("metadata")),
             mapping_of(body.get("spec")),

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+
+from opbroker.kubeclient.wire import JsonObject, mapping_of
 
 MAX_ENTRIES = 4096
 """Events remembered at most (client-go's ``maxLruCacheEntries``)."""
@@ -39,12 +39,12 @@ class Recorded:
     count: int
 
 
-def key_of(event: Mapping[str, Any]) -> Key:
+def key_of(event: JsonObject) -> Key:
     """What makes two Events the same (client-go's ``getEventKey``, less the timestamps)."""
-    involved = event.get("involvedObject") or {}
-    source = event.get("source") or {}
+    involved = mapping_of(event.get("involvedObject"))
+    source = mapping_of(event.get("source"))
     return (
-        str(event.get("metadata", {}).get("namespace") or ""),
+        str(mapping_of(event.get("metadata")).get("namespace") or ""),
         str(involved.get("apiVersion") or ""),
         str(involved.get("kind") or ""),
         str(involved.get("namespace") or ""),

@@ -28,9 +28,8 @@ import functools
 import logging
 import queue
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from kubernetes import client
 
@@ -39,6 +38,7 @@ from opbroker.controller.watches import Watch
 from opbroker.kubeclient import deadlines
 from opbroker.kubeclient.informer import RETRIES, Collection, Identity, Informer, LeanSource
 from opbroker.kubeclient.lean import LeanApi
+from opbroker.kubeclient.wire import JsonBody, JsonObject
 from opbroker.osbclient import Backoff
 
 logger = logging.getLogger(__name__)
@@ -52,7 +52,7 @@ WATCH_SECONDS = 60
 #: wait here, so the bound is what a restart holds of them at once (about 1 000 objects of a few KiB each), not 10 000.
 QUEUE_EVENTS = 1_000
 
-Page = Callable[[tuple[str, str], Sequence[dict[str, Any]]], None]
+Page = Callable[[tuple[str, str], Sequence[JsonBody]], None]
 """Told each page of a resource's listing before its objects are delivered: (apiVersion, plural), the objects."""
 Listed = Callable[[tuple[str, str], frozenset[Identity]], None]
 """Told that a resource's listing is whole (every page told): (apiVersion, plural), the identities listed."""
@@ -121,7 +121,7 @@ class Informers:
     ) -> None:
         self.resources = resources_of(watches)
         source = LeanSource(LeanApi(streams_client(api_client, connections=len(self.resources))))
-        self._events: queue.Queue[tuple[Resource, str, dict[str, Any]] | None] = queue.Queue(QUEUE_EVENTS)
+        self._events: queue.Queue[tuple[Resource, str, JsonBody] | None] = queue.Queue(QUEUE_EVENTS)
         self._stop = threading.Event()
         self._dispatcher = threading.Thread(target=self._dispatch, name="informers-dispatch", daemon=True)
         self.informers = [
@@ -173,7 +173,7 @@ class Informers:
                 except Exception:
                     logger.exception("the %s handler failed on a %s event", watch.id, event_type)
 
-    def _deliver(self, resource: Resource, event_type: str, obj: dict[str, Any]) -> None:
+    def _deliver(self, resource: Resource, event_type: str, obj: JsonBody) -> None:
         while not self._stop.is_set():
             try:
                 self._events.put((resource, event_type, obj), timeout=1.0)
@@ -201,7 +201,7 @@ def streams_client(api_client: client.ApiClient, *, connections: int) -> client.
     return deadlines.sibling_with(api_client, configuration)
 
 
-def _copy(obj: Mapping[str, Any], *, metadata_only: bool) -> dict[str, Any]:
+def _copy(obj: JsonObject, *, metadata_only: bool) -> JsonBody:
     """A handler's own copy of an event's object."""
     if metadata_only:
         return {
@@ -209,5 +209,5 @@ def _copy(obj: Mapping[str, Any], *, metadata_only: bool) -> dict[str, Any]:
             "kind": obj.get("kind"),
             "metadata": copy_json(obj.get("metadata") or {}),
         }
-    copied: dict[str, Any] = copy_json(dict(obj))
+    copied: JsonBody = copy_json(dict(obj))
     return copied

@@ -7,7 +7,9 @@ and unpacked like the tuples every watch handler built by hand before (``kind, n
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
+
+from opbroker.kubeclient.wire import JsonObject, mapping_of
 
 
 class Key(NamedTuple):
@@ -19,10 +21,11 @@ class Key(NamedTuple):
     name: str
 
     @classmethod
-    def of(cls, kind: str, body: dict[str, Any]) -> Key:
+    def of(cls, kind: str, body: JsonObject) -> Key:
         """The key of a wire object (a watch event's body, a read)."""
-        meta = body["metadata"]
-        return cls(kind, meta.get("namespace") or "", meta["name"])
+        meta = mapping_of(body.get("metadata"))
+        namespace, name = meta.get("namespace"), meta.get("name")  # built per event: no reader calls
+        return cls(kind, namespace if isinstance(namespace, str) else "", name if isinstance(name, str) else "")
 
     def __str__(self) -> str:
         return "/".join(part for part in (self.kind, self.namespace, self.name) if part)

@@ -3,8 +3,7 @@ views (:mod:`.core.views`), the manifests written are plain dicts (:data:`Manife
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable
 
 from opbroker.api.catalog import DeletionPolicy
 from opbroker.api.conventions import (
@@ -18,9 +17,10 @@ from opbroker.api.conventions import (
 )
 from opbroker.api.meta import ResourceRef
 from opbroker.controller.core.views import Meta, ObjectView, Owner
+from opbroker.kubeclient.wire import JsonBody, JsonObject, mapping_of, objects_of
 
-Manifest = dict[str, Any]
-"""A body (or a part of one) the controller writes, built as a plain dict."""
+Manifest = JsonBody
+"""A body (or a part of one) the controller writes, built as a plain dict (the wire's :data:`JsonBody`)."""
 
 
 def reference_to(owner: Owner, *, controller: bool = False) -> Manifest:
@@ -37,12 +37,12 @@ def reference_to(owner: Owner, *, controller: bool = False) -> Manifest:
     return reference
 
 
-def owner_reference(owner: Mapping[str, Any], *, controller: bool = False) -> Manifest:
+def owner_reference(owner: JsonObject, *, controller: bool = False) -> Manifest:
     """:func:`reference_to` an object as read (for callers holding the body)."""
     return reference_to(ObjectView.of(owner), controller=controller)
 
 
-def resource_version(obj: Mapping[str, Any] | None) -> str | None:
+def resource_version(obj: JsonObject | None) -> str | None:
     """The object's ``metadata.resourceVersion``; None for no object or no version."""
     return None if obj is None else Meta.of(obj.get("metadata")).resource_version
 
@@ -99,20 +99,20 @@ def stamp(manifest: Manifest, *, owner: Owner, labels: dict[str, str], owned: bo
     scoped) are cleaned up by the controller itself from ``status.resources``, where their stamp says they are
     the owner's.
     """
-    metadata = dict(manifest.get("metadata") or {})
-    metadata["labels"] = {**(metadata.get("labels") or {}), LABEL_MANAGED_BY: MANAGED_BY, **labels}
-    annotations = metadata.get("annotations") or {}
+    metadata = dict(mapping_of(manifest.get("metadata")))
+    metadata["labels"] = {**mapping_of(metadata.get("labels")), LABEL_MANAGED_BY: MANAGED_BY, **labels}
+    annotations = mapping_of(metadata.get("annotations"))
     if shared:
         metadata["annotations"] = {**annotations, ANNOTATION_SINGLETON: "true"}
     else:
         metadata["annotations"] = {**annotations, ANNOTATION_OWNER_UID: owner.meta.uid}
     if owned:
-        others = [r for r in metadata.get("ownerReferences") or [] if r.get("uid") != owner.meta.uid]
+        others = [r for r in objects_of(metadata.get("ownerReferences")) if r.get("uid") != owner.meta.uid]
         metadata["ownerReferences"] = [*others, reference_to(owner)]
     return {**manifest, "metadata": metadata}
 
 
-def same_namespace(manifest: Mapping[str, Any], owner: Meta) -> bool:
+def same_namespace(manifest: JsonObject, owner: Meta) -> bool:
     """Whether a manifest to write goes into ``owner``'s namespace (where an owner reference to it works)."""
-    namespace = (manifest.get("metadata") or {}).get("namespace")
+    namespace = mapping_of(manifest.get("metadata")).get("namespace")
     return namespace is not None and namespace == owner.namespace

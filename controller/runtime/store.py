@@ -42,6 +42,7 @@ from typing import Any
 
 from opbroker.controller.runtime.objects import resource_version
 from opbroker.kubeclient import jsontext
+from opbroker.kubeclient.wire import JsonObject, mapping_of
 
 TypeKey = tuple[str, str]  # apiVersion, kind name (or plural, for our own kinds read by plural)
 StoreKey = tuple[str, str, str, str]  # apiVersion, kind name or plural, namespace, name
@@ -140,7 +141,7 @@ class ObjectStore:
         with self._lock:
             self._fed.add(type_key)
 
-    def replace(self, type_key: TypeKey, objects: Iterable[dict[str, Any]], *, bodies: bool = True) -> None:
+    def replace(self, type_key: TypeKey, objects: Iterable[JsonObject], *, bodies: bool = True) -> None:
         """A full listing of ``type_key``: from now on it is complete (absent means absent). ``bodies``
         False: a listing of metadata only; a body held of the very version listed is kept."""
         if bodies:
@@ -159,7 +160,7 @@ class ObjectStore:
             self._fed.add(type_key)
             self._complete.add(type_key)
 
-    def hold_page(self, type_key: TypeKey, objects: Iterable[dict[str, Any]], *, bodies: bool = True) -> None:
+    def hold_page(self, type_key: TypeKey, objects: Iterable[JsonObject], *, bodies: bool = True) -> None:
         """One page of a listing of ``type_key`` that arrives page by page: each object held (a newer copy held
         stays), and the type fed from now on — complete only once :meth:`complete` is told the whole listing,
         so until then an object not held yet is read from the API rather than taken for absent. Each object goes
@@ -190,7 +191,7 @@ class ObjectStore:
             for key in [key for key in self._objects if key[:2] == type_key]:
                 self._release(key)
 
-    def put(self, type_key: TypeKey, obj: dict[str, Any]) -> None:
+    def put(self, type_key: TypeKey, obj: JsonObject) -> None:
         """Keep ``obj`` unless the copy held is newer (or the type is not fed: nothing keeps it fresh)."""
         key = _key(type_key, obj)
         version = resource_version(obj)
@@ -211,7 +212,7 @@ class ObjectStore:
                 return
             self._hold(key, slim)
 
-    def note(self, type_key: TypeKey, obj: dict[str, Any]) -> None:
+    def note(self, type_key: TypeKey, obj: JsonObject) -> None:
         """A metadata-only event: ``obj`` exists at its version. A body held of that version stays; an older
         one goes (the next read fetches the object); a newer copy is kept as it is."""
         key = _key(type_key, obj)
@@ -224,7 +225,7 @@ class ObjectStore:
                 return
             self._hold(key, (version, None))
 
-    def fill(self, type_key: TypeKey, obj: dict[str, Any]) -> None:
+    def fill(self, type_key: TypeKey, obj: JsonObject) -> None:
         """A body read from the API for an object held by metadata only: kept unless the version held is
         newer. Never adds an object the store does not hold (it may have been deleted since the read)."""
         key = _key(type_key, obj)
@@ -235,7 +236,7 @@ class ObjectStore:
                 return
             self._hold(key, slim)
 
-    def remove(self, type_key: TypeKey, obj: dict[str, Any]) -> None:
+    def remove(self, type_key: TypeKey, obj: JsonObject) -> None:
         """``obj`` was deleted; a copy newer than the deletion (a new object of the same name) stays."""
         key = _key(type_key, obj)
         with self._lock:
@@ -328,17 +329,19 @@ def _less(counts: dict[str, int], namespace: str, amount: int) -> None:
         counts.pop(namespace, None)
 
 
-def _key(type_key: TypeKey, obj: dict[str, Any]) -> StoreKey:
+def _key(type_key: TypeKey, obj: JsonObject) -> StoreKey:
     """The object's key; its namespace interned (thousands of keys share a few namespaces, and each parsed
     object brings its own copy of the name)."""
-    meta = obj.get("metadata") or {}
-    return (*type_key, sys.intern(meta.get("namespace") or ""), meta.get("name", ""))
+    meta = mapping_of(obj.get("metadata"))
+    namespace, name = meta.get("namespace"), meta.get("name")
+    namespace = sys.intern(namespace) if isinstance(namespace, str) else ""
+    return (*type_key, namespace, name if isinstance(name, str) else "")
 
 
-def _slim(obj: dict[str, Any]) -> Held:
+def _slim(obj: JsonObject) -> Held:
     """What is held of ``obj``: its resourceVersion and its JSON text without managedFields (callers go on
     using, and changing, what they passed: the text is a copy)."""
-    meta = obj.get("metadata") or {}
+    meta = mapping_of(obj.get("metadata"))
     if "managedFields" in meta:
         obj = {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
     return resource_version(obj), jsontext.dumps(obj)

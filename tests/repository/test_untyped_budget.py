@@ -38,11 +38,11 @@ BUDGET = {
     "broker": 100,
     "cli": 15,
     "components": 64,
-    "controller": 135,
+    "controller": 131,
     "controller/claims": 0,
-    "controller/core": 98,
+    "controller/core": 0,
     "controller/multicluster": 0,
-    "controller/runtime": 26,
+    "controller/runtime": 0,
     "controller/servicecatalog": 0,
     "devcluster": 22,
     "gorender": 0,
@@ -92,7 +92,7 @@ def test_no_area_spells_more_wire_objects_untyped_than_its_budget(area: str) -> 
 
 
 def test_an_alias_of_an_untyped_object_counts_where_it_is_used() -> None:
-    assert {"Manifest", "FreeForm"} <= untyped_aliases()
+    assert "FreeForm" in untyped_aliases() and "Manifest" not in untyped_aliases()
     assert "JsonObject" not in untyped_aliases() and "JsonBody" not in untyped_aliases()
 
 

@@ -37,7 +37,7 @@ def with_condition(
     held = conditions_of(previous)
     old = find(held, type_)
     flipped = old is None or old.status != status
-    condition = {
+    condition: JsonBody = {
         "type": type_,
         "status": status,
         "reason": reason,
