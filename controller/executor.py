@@ -40,6 +40,7 @@ from opbroker.controller.ownership import NotOwned
 from opbroker.controller.reconciling import OwnWrites
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.outcomes import DONE, Conflict, Outcome, TemporaryError
+from opbroker.kubeclient.wire import path_of, text_of
 
 logger = logging.getLogger(__name__)
 
@@ -163,7 +164,7 @@ class Run:
                 )
                 self.replace(written)
                 if written is not None and target.own_writes is not None:
-                    target.own_writes.note(self.key, written["metadata"].get("resourceVersion"))
+                    target.own_writes.note(self.key, text_of(path_of(written, "metadata", "resourceVersion")))
                 if settled and target.forget is not None:
                     target.forget(self.key)
                 if event is not None:

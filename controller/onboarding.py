@@ -21,6 +21,7 @@ from opbroker.api.controllerinstall import MANAGED_BY_LABEL, namespace_writer, o
 from opbroker.api.conventions import DEFAULT_PLAN_SERVICE_ACCOUNT, NAMESPACE_SERVICE_ACCOUNT
 from opbroker.api.meta import ResourceRef
 from opbroker.controller.kube import Kube, ref_of
+from opbroker.kubeclient.wire import path_of, string_map_of
 
 logger = logging.getLogger(__name__)
 
@@ -150,7 +151,7 @@ class NamespaceOnboarder:
                 ResourceRef(api_version="v1", kind="ServiceAccount", namespace=name, name=NAMESPACE_SERVICE_ACCOUNT),
                 fresh=True,
             )
-            labels = ((account or {}).get("metadata") or {}).get("labels") or {}
+            labels = string_map_of(path_of(account, "metadata", "labels"))
             if labels.get(MANAGED_BY_LABEL) == MANAGED_BY_CONTROLLER:
                 offboard(self.door, onboarding)
                 logger.info("offboarded the namespace %s (its labels no longer match %s)", name, self.selector)
