@@ -50,6 +50,7 @@ from opbroker.controller.servicecatalog.handlers import ServiceCatalog
 from opbroker.controller.settings import ControllerSettings
 from opbroker.controller.sources import SourceIndex, SourceWatchers
 from opbroker.controller.watches import Watch
+from opbroker.kubeclient.wire import mapping_of
 from opbroker.rendering import HttpFetcher, Renderer
 
 logger = logging.getLogger(__name__)
@@ -445,7 +446,7 @@ def what_instances_read(plan: PlanEntry) -> PlanRead:
     every write changes — not its status, which the plan's own reconcile writes and no instance reads. A plan event
     that leaves this as it was needs no instance of the plan reconciled (each such status write brought every
     instance of the plan back: about one reconcile in eight of a provisioning run, issue 31)."""
-    meta = {name: value for name, value in (plan.body.get("metadata") or {}).items() if name not in _EVERY_WRITE}
+    meta = {name: value for name, value in mapping_of(plan.body.get("metadata")).items() if name not in _EVERY_WRITE}
     return PlanRead(plan.hash, json.dumps(meta, sort_keys=True, default=str), plan.view.meta.paused)
 
 
