@@ -50,7 +50,7 @@ from opbroker.controller.servicecatalog.handlers import ServiceCatalog
 from opbroker.controller.settings import ControllerSettings
 from opbroker.controller.sources import SourceIndex, SourceWatchers
 from opbroker.controller.watches import Watch
-from opbroker.kubeclient.wire import mapping_of
+from opbroker.kubeclient.wire import JsonBody, mapping_of
 from opbroker.rendering import HttpFetcher, Renderer
 
 logger = logging.getLogger(__name__)
@@ -224,7 +224,7 @@ class Controller:
             return resync.Unknown
         return None if found is None else str(found)
 
-    def _listed_page(self, resource: tuple[str, str], objects: Sequence[dict[str, Any]]) -> None:
+    def _listed_page(self, resource: tuple[str, str], objects: Sequence[JsonBody]) -> None:
         """A page of a listing of one of our kinds: held in the store before its events are handled."""
         for kind in (INSTANCES, BINDINGS):
             if resource == (f"{kind.group}/{kind.version}", kind.plural):
@@ -292,7 +292,7 @@ class Controller:
     def _enqueue(self, key: Key) -> None:
         self.runtime.enqueue(key)
 
-    def on_service(self, event_type: str, body: dict[str, Any]) -> None:
+    def on_service(self, event_type: str, body: JsonBody) -> None:
         key = Key.of("service", body)
         if not self.catalog.trusts(body):
             self._enqueue(key)  # a tenant's: never in the catalog; its reconcile warns (once per generation)
@@ -325,7 +325,7 @@ class Controller:
         if ready is None or duplicate or entry.observed_generation != entry.meta.generation:
             self._enqueue(Key(kind, entry.meta.namespace, entry.meta.name))
 
-    def on_plan(self, event_type: str, body: dict[str, Any]) -> None:
+    def on_plan(self, event_type: str, body: JsonBody) -> None:
         key = Key.of("plan", body)
         if not self.catalog.trusts(body):
             self._enqueue(key)  # a tenant's: never in the catalog; its reconcile warns (once per generation)
@@ -372,7 +372,7 @@ class Controller:
             if decisions.entry_needs_count(service.meta):
                 self._enqueue(_key_of("service", service))
 
-    def on_instance(self, event_type: str, body: dict[str, Any]) -> None:
+    def on_instance(self, event_type: str, body: JsonBody) -> None:
         key = Key.of("instance", body)
         if self.multicluster is not None:
             self.multicluster.on_instance(event_type, body)
@@ -394,7 +394,7 @@ class Controller:
             self._enqueue(binding)
         metrics.observe_state("instance", key, seen.state or "none")
 
-    def on_binding(self, event_type: str, body: dict[str, Any]) -> None:
+    def on_binding(self, event_type: str, body: JsonBody) -> None:
         key = Key.of("binding", body)
         seen = EventView.of(body)
         instance_key = Key("instance", key.namespace, resource_name(seen.instance_ref))
@@ -410,7 +410,7 @@ class Controller:
             self._enqueue(key)
         metrics.observe_state("binding", key, seen.state or "none")
 
-    def _store(self, type_key: tuple[str, str], event_type: str, body: dict[str, Any]) -> None:
+    def _store(self, type_key: tuple[str, str], event_type: str, body: JsonBody) -> None:
         """Keep the store current — before anything is enqueued, so a reconcile never reads older."""
         if event_type == "DELETED":
             self.kube.store.remove(type_key, body)
