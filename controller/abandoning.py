@@ -31,7 +31,7 @@ from opbroker.controller.core.views import ApiStatus, BindingView, InstanceView,
 from opbroker.controller.kube import BINDINGS, INSTANCES, Kind, Kube, KubeError, Refused
 from opbroker.controller.runtime.objects import ref_key
 from opbroker.controller.runtime.policies import DEFAULTS
-from opbroker.kubeclient.wire import mapping_of, path_of
+from opbroker.kubeclient.wire import JsonObject, mapping_of, path_of
 
 logger = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ def _seen(kube: Kube, refs: tuple[ResourceRef, ...]) -> tuple[abandon.Live, froz
     return live, frozenset(unreadable)
 
 
-def _metadata_only(body: dict[str, Any] | None) -> ObjectView | None:
+def _metadata_only(body: JsonObject | None) -> ObjectView | None:
     """A view of an object without its content (a Secret's values are never held, shown or logged)."""
     if body is None:
         return None

@@ -8,8 +8,7 @@ Granting adds to what the account's roles hold, never removes: other plans' righ
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
 from pydantic import ValidationError
 
@@ -20,12 +19,12 @@ from opbroker.api.meta import ResourceRef
 from opbroker.api.planrights import PlanRights, Resolver, account_manifests, rights, well_known
 from opbroker.api.policyrules import Rule
 from opbroker.controller.kube import PLANS, SERVICES, Kube, ref_of
-from opbroker.kubeclient.wire import objects_of, path_of
+from opbroker.kubeclient.wire import JsonObject, objects_of, path_of
 from opbroker.rendering import RenderError
 from opbroker.rendering.samples import rendered_objects
 
 #: A plan and the SFService it belongs to (None when unknown).
-PlanAndService = tuple[SFPlan, Mapping[str, Any] | None]
+PlanAndService = tuple[SFPlan, JsonObject | None]
 
 
 class NoPlans(RuntimeError):
@@ -66,11 +65,9 @@ def discovering(kube: Kube) -> Resolver:
     return resolve
 
 
-def rights_of(
-    plans: Sequence[PlanAndService], namespace: str, parameters: Mapping[str, Any], resolve: Resolver
-) -> PlanRights:
+def rights_of(plans: Sequence[PlanAndService], namespace: str, parameters: JsonObject, resolve: Resolver) -> PlanRights:
     """What ``plans`` render for a new instance and binding in ``namespace``, as rights (:func:`rights`)."""
-    objects: list[dict[str, Any]] = []
+    objects: list[JsonObject] = []
     for plan, service in plans:
         try:
             objects += rendered_objects(plan, namespace=namespace, parameters=parameters, service=service)
