@@ -38,7 +38,7 @@ BUDGET = {
     "broker": 101,
     "cli": 15,
     "components": 64,
-    "controller": 135,
+    "controller": 0,
     "controller/claims": 80,
     "controller/core": 98,
     "controller/multicluster": 50,
