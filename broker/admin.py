@@ -30,6 +30,8 @@ from pydantic.alias_generators import to_camel
 from opbroker.api import adminrequests as wire
 from opbroker.api.catalog import SFPlan
 from opbroker.broker import errors
+from opbroker.kubeclient.lean import MERGE_PATCH, LeanCustomObjects, object_path
+from opbroker.kubeclient.wire import mapping_of, string_map_of
 
 #: The admin API's prefix; the broker's edge checks the admin credentials for every path under it.
 PREFIX = "/admin"
@@ -65,14 +67,16 @@ class Admin:
     """The ConfigMaps of the admin requests, in the control-plane namespace."""
 
     def __init__(self, api_client: client.ApiClient, namespace: str, retry_after: int) -> None:
-        self.core = client.CoreV1Api(api_client)
-        self.custom = client.CustomObjectsApi(api_client)
+        self.api = LeanCustomObjects(api_client)  # the project's transport: bounded, and no client models
         self.namespace = namespace
         self.retry_after = retry_after
 
+    def _path(self, name: str | None = None) -> str:
+        return object_path("/api/v1", "configmaps", self.namespace, name)
+
     def plan_exists(self, name: str) -> bool:
         try:
-            self.custom.get_namespaced_custom_object(SFPlan.GROUP, SFPlan.VERSION, self.namespace, SFPlan.PLURAL, name)
+            self.api.get_namespaced_custom_object(SFPlan.GROUP, SFPlan.VERSION, self.namespace, SFPlan.PLURAL, name)
         except ApiException as exc:
             if exc.status == 404:
                 return False
@@ -81,21 +85,21 @@ class Admin:
 
     def read(self, kind: wire.Kind, plan: str) -> dict[str, Any] | None:
         try:
-            found = self.core.read_namespaced_config_map(wire.object_name(kind, plan), self.namespace)
+            found = mapping_of(self.api.request("GET", self._path(wire.object_name(kind, plan))))
         except ApiException as exc:
             if exc.status == 404:
                 return None
             raise
-        meta = found.metadata or client.V1ObjectMeta()
-        data = dict(found.data or {})
-        return {"metadata": {"name": meta.name, "resourceVersion": meta.resource_version}, "data": data}
+        meta = mapping_of(found.get("metadata"))
+        data = dict(string_map_of(found.get("data")))
+        return {"metadata": {"name": meta.get("name"), "resourceVersion": meta.get("resourceVersion")}, "data": data}
 
     def submit(self, kind: wire.Kind, request: wire.PreviewRequest | wire.RolloutRequest) -> None:
         """Record ``request``; one left by an earlier request of the plan is replaced when it may be (a preview
         always, a rollout once finished), else 409."""
         manifest = wire.configmap(kind, self.namespace, request)
         try:
-            self.core.create_namespaced_config_map(self.namespace, _typed(manifest))
+            self.api.request("POST", self._path(), body=manifest)
             return
         except ApiException as exc:
             if exc.status != 409:
@@ -111,7 +115,7 @@ class Admin:
                 )
         manifest["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
         try:
-            self.core.replace_namespaced_config_map(manifest["metadata"]["name"], self.namespace, _typed(manifest))
+            self.api.request("PUT", self._path(manifest["metadata"]["name"]), body=manifest)
         except ApiException as exc:
             if exc.status in (404, 409):
                 raise errors.BrokerError(errors.Reason.CONFLICT, "another request changed it meanwhile") from None
@@ -130,7 +134,7 @@ class Admin:
             "data": {wire.REQUEST_KEY: request.model_copy(update={"cancelled": True}).to_json()},
         }
         try:
-            self.core.patch_namespaced_config_map(existing["metadata"]["name"], self.namespace, patch)
+            self.api.request("PATCH", self._path(existing["metadata"]["name"]), body=patch, content_type=MERGE_PATCH)
         except ApiException as exc:
             if exc.status in (404, 409):
                 raise errors.BrokerError(errors.Reason.CONFLICT, "the rollout changed meanwhile: try again") from None
@@ -153,19 +157,6 @@ class Admin:
 
     def _retry(self, finished: bool) -> dict[str, str] | None:
         return None if finished else {"Retry-After": str(self.retry_after)}
-
-
-def _typed(manifest: dict[str, Any]) -> client.V1ConfigMap:
-    meta = manifest["metadata"]
-    return client.V1ConfigMap(
-        metadata=client.V1ObjectMeta(
-            name=meta["name"],
-            namespace=meta["namespace"],
-            labels=meta["labels"],
-            resource_version=meta.get("resourceVersion"),
-        ),
-        data=manifest["data"],
-    )
 
 
 def _readable(read: Any) -> Any:

@@ -10,12 +10,13 @@ import base64
 import threading
 import time
 
-import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from opbroker.broker import errors, headers
 from opbroker.broker.settings import PASSWORD_ENV, USERNAME_ENV, Settings
+from opbroker.kubeclient.lean import LeanApi, object_path
+from opbroker.kubeclient.wire import mapping_of, string_map_of
 
 
 class ConfigurationError(RuntimeError):
@@ -25,7 +26,7 @@ class ConfigurationError(RuntimeError):
 class Authenticator:
     def __init__(self, settings: Settings, api_client: client.ApiClient | None) -> None:
         self.settings = settings
-        self._core = client.CoreV1Api(api_client) if api_client is not None else None
+        self._api = LeanApi(api_client) if api_client is not None else None  # the project's transport, bounded
         self._lock = threading.Lock()
         #: The credentials last read from the Secret and when (one attribute: read without the lock).
         self._read: tuple[tuple[str, str], float] | None = None
@@ -52,7 +53,7 @@ class Authenticator:
                 return read[0]
             try:
                 self._read = (self._read_secret(settings.credentials_secret), time.monotonic())
-            except (ApiException, OSError, urllib3.exceptions.HTTPError) as exc:  # refused, timed out, retried out
+            except (ApiException, OSError) as exc:  # refused; unreachable or past its deadline (the transport's)
                 if read is None:
                     raise errors.BrokerError(
                         errors.Reason.UNAVAILABLE,
@@ -75,9 +76,9 @@ class Authenticator:
         return None
 
     def _read_secret(self, name: str) -> tuple[str, str]:
-        assert self._core is not None
-        secret = self._core.read_namespaced_secret(name, self.settings.namespace)
-        data = secret.data or {}
+        assert self._api is not None
+        secret = mapping_of(self._api.request("GET", object_path("/api/v1", "secrets", self.settings.namespace, name)))
+        data = string_map_of(secret.get("data"))
         try:
             username = base64.b64decode(data.get("username") or "").decode("utf-8")
             password = base64.b64decode(data.get("password") or "").decode("utf-8")

@@ -35,6 +35,7 @@ from opbroker.broker.locating import RECORDED, NamespaceIndex
 from opbroker.broker.records import Kind, Record
 from opbroker.broker.settings import Settings
 from opbroker.kubeclient import answers
+from opbroker.kubeclient.informer import Collection, LeanSource, events_of
 from opbroker.kubeclient.lean import LeanCustomObjects, object_path
 
 log = logging.getLogger(__name__)
@@ -439,27 +440,29 @@ class Repository:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
-            stream = answers.Watch()
+            watched = Collection(
+                f"{OSB_GROUP}/{VERSION}", kind.plural, namespace=namespace, field_selector=f"metadata.name={name}"
+            )
+            stream = LeanSource(self.custom).watch(watched, record.resource_version, max(1, int(remaining + 0.999)))
+            finished = False  # read to its end: the connection can serve the next request
             try:
-                for event in stream.stream(
-                    self.custom.list_namespaced_custom_object,
-                    OSB_GROUP,
-                    VERSION,
-                    namespace,
-                    kind.plural,
-                    field_selector=f"metadata.name={name}",
-                    resource_version=record.resource_version,
-                    timeout_seconds=max(1, int(remaining + 0.999)),
-                ):
-                    if event["type"] == "ERROR":
+                for event_type, obj in events_of(stream):
+                    if event_type == "ERROR":  # a 410 among them: the version is gone, read the object again
                         break
-                    seen = None if event["type"] == "DELETED" else Record.from_object(kind, event["object"])
+                    if event_type == "BOOKMARK":
+                        continue
+                    seen = None if event_type == "DELETED" else Record.from_object(kind, obj)
                     if done(seen) or time.monotonic() >= deadline:
                         break
+                else:
+                    finished = True
             except ApiException as exc:
                 if exc.status != 410:
                     raise
             finally:
-                stream.stop()
+                if finished:
+                    stream.close()
+                else:  # left mid-stream: what is unread would be the next request's answer
+                    stream.abort()
             record = self.get(kind, namespace, name)
         return record

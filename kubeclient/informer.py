@@ -88,6 +88,8 @@ class Collection:
     namespace: str | None = None
     """One namespace (None: every namespace, or a cluster-scoped resource)."""
     label_selector: str | None = None
+    field_selector: str | None = None
+    """Fields the API server selects on (``metadata.name=x``: one object, watched without a listing)."""
     metadata_only: bool = False
     """Listed and watched as ``PartialObjectMetadata``: each object's ``apiVersion``, ``kind`` and ``metadata``
     only (the API server sends no bodies)."""
@@ -112,7 +114,8 @@ class Collection:
 
     def __str__(self) -> str:
         where = f" in {self.namespace}" if self.namespace else ""
-        selected = f" ({self.label_selector})" if self.label_selector else ""
+        selectors = ", ".join(s for s in (self.label_selector, self.field_selector) if s)
+        selected = f" ({selectors})" if selectors else ""
         return f"{self.plural}.{self.api_version}{where}{selected}"
 
 
@@ -151,6 +154,15 @@ def pages(source: Source, collection: Collection) -> Iterator[Wire]:
         token = text_of(mapping_of(page.get("metadata")).get("continue"))
         if token is None:
             return
+
+
+def events_of(stream: Stream, limit: int = MAX_EVENT_BYTES) -> Iterator[tuple[str, Wire]]:
+    """A watch's events as they arrive, decoded: each line's type (``ADDED``, ``MODIFIED``, ``DELETED``,
+    ``BOOKMARK``, ``ERROR`` — whose object is the API server's Status, a 410 when the version is gone) and object.
+    A line over ``limit`` bytes raises ``ValueError`` before it is parsed."""
+    for line in stream.lines(limit):
+        event = jsontext.loads(line)
+        yield text_of(event.get("type")) or "", mapping_of(event.get("object"))
 
 
 def items_of(page: Wire) -> list[Wire]:
@@ -300,12 +312,9 @@ class Informer:
         ends = self._clock() + deadlines.Timeouts(watch=self._watch_seconds).watch_read()
         finished = False  # read to its end: the connection can serve the next request
         try:
-            for line in stream.lines(self._max_event_bytes):
+            for kind, obj in events_of(stream, self._max_event_bytes):
                 if self._stopped.is_set():
                     return since
-                event = jsontext.loads(line)
-                kind = text_of(event.get("type"))
-                obj = mapping_of(event.get("object"))
                 if kind == "ERROR":
                     return since if int_of(obj.get("code")) != 410 else None
                 meta = mapping_of(obj.get("metadata"))
@@ -370,7 +379,12 @@ class LeanSource:
         self._api = api
 
     def page(self, collection: Collection, token: str | None) -> Wire:
-        query = [("limit", collection.page), ("continue", token), ("labelSelector", collection.label_selector)]
+        query = [
+            ("limit", collection.page),
+            ("continue", token),
+            ("labelSelector", collection.label_selector),
+            ("fieldSelector", collection.field_selector),
+        ]
         accept = METADATA_LIST if collection.metadata_only else JSON
         answer = self._api.request("GET", collection.path, query=query, accept=accept)
         if not isinstance(answer, Mapping):
@@ -384,6 +398,7 @@ class LeanSource:
             ("allowWatchBookmarks", True),
             ("timeoutSeconds", seconds),
             ("labelSelector", collection.label_selector),
+            ("fieldSelector", collection.field_selector),
         ]
         accept = METADATA_WATCH if collection.metadata_only else JSON
         answer: StreamedAnswer = self._api.request("GET", collection.path, query=query, accept=accept, stream=True)

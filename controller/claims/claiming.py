@@ -31,8 +31,8 @@ binding Secret, the projections, match again) are the effects below, which decid
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from collections.abc import Sequence
+from typing import ClassVar
 
 from opbroker.controller.claims import servicebinding, workloads
 from opbroker.controller.claims.context import Context
@@ -46,6 +46,7 @@ from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.kinds import ObservePlanAct
 from opbroker.controller.runtime.outcomes import Conflict, Outcome
 from opbroker.controller.showing import ShowsFailuresOnObject
+from opbroker.kubeclient.wire import JsonBody, JsonObject
 
 logger = logging.getLogger(__name__)
 
@@ -195,8 +196,8 @@ def executor(ctx: Context) -> Executor:
 
 
 def _write_service_status(
-    run: Run, ctx: Context, namespace: str, name: str, version: str | None, patch: Mapping[str, Any]
-) -> dict[str, Any] | None:
+    run: Run, ctx: Context, namespace: str, name: str, version: str | None, patch: JsonObject
+) -> JsonBody | None:
     """Merge ``patch`` into a RegisteredService's status guarded by ``version`` (409: a Conflict)."""
     return run.guarded(
         lambda: ctx.kube.patch_custom_status(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Any
 
 from opbroker.controller.catalog import Catalog
 from opbroker.controller.claims.probes import Prober
@@ -13,6 +12,7 @@ from opbroker.controller.claims.store import Store
 from opbroker.controller.kube import Kube
 from opbroker.controller.runtime.clock import SYSTEM, Clock
 from opbroker.controller.runtime.keys import Key
+from opbroker.kubeclient.wire import JsonBody, mapping_of, text_of
 
 
 @dataclass(frozen=True)
@@ -35,15 +35,16 @@ class Context:
         """Where a write of Secrets, Jobs or workloads into ``namespace`` goes (reads stay the controller's)."""
         return self.kube if self.writer is None else self.writer(namespace)
 
-    def write_secret(self, manifest: dict[str, Any], resource_version: str | None) -> None:
+    def write_secret(self, manifest: JsonBody, resource_version: str | None) -> None:
         """Write a Secret opbroker stamps as its requester's (``opbroker.io/owner-uid``), by server-side apply (so
         keys no longer rendered go): the stamped one that was read is rewritten guarded by its
         ``resource_version`` (changed or replaced meanwhile: a Conflict, read again); when none was read it is
         created — a Secret made by someone else in the instant between that read and this write is the one
         case this cannot see (as :func:`opbroker.controller.ownership.apply_owned`)."""
+        metadata = mapping_of(manifest.get("metadata"))
         if resource_version is not None:
-            manifest = {**manifest, "metadata": {**manifest["metadata"], "resourceVersion": resource_version}}
-        self.door(manifest["metadata"]["namespace"]).apply_secret(manifest)
+            manifest = {**manifest, "metadata": {**metadata, "resourceVersion": resource_version}}
+        self.door(text_of(metadata.get("namespace")) or "").apply_secret(manifest)
 
 
 def key(kind: str, namespace: str, name: str) -> Hashable:

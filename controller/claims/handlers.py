@@ -28,7 +28,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
 
 from opbroker.api.primaza import ClaimState, RegisteredService
 from opbroker.controller.catalog import Catalog
@@ -49,6 +48,7 @@ from opbroker.controller.kube import BINDINGS, Kube
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.runner import Runtime
 from opbroker.controller.watches import Watch
+from opbroker.kubeclient.wire import JsonBody
 
 logger = logging.getLogger(__name__)
 
@@ -116,7 +116,7 @@ class Claims:
             Watch.of(BINDINGS, self.on_binding, id="claims-sfservicebindings"),
         ]
 
-    def _on_workload(self, _event_type: str, body: dict[str, Any]) -> None:
+    def _on_workload(self, _event_type: str, body: JsonBody) -> None:
         self.on_workload(body)
 
     def _enqueue_claims_for(self, namespace: str, *holders: str | None, pending: bool = True) -> None:
@@ -146,7 +146,7 @@ class Claims:
         for target in sorted(targets):
             self.enqueue(Key("catalog", target, ""))
 
-    def on_registered_service(self, event_type: str, body: dict[str, Any]) -> None:
+    def on_registered_service(self, event_type: str, body: JsonBody) -> None:
         meta = ObjectView.of(body).meta
         namespace, name = meta.namespace, meta.name
         key = Key("registered", namespace, name)
@@ -170,7 +170,7 @@ class Claims:
             else:
                 self.enqueue(Key("catalog", namespace, ""))
 
-    def on_claim(self, event_type: str, body: dict[str, Any]) -> None:
+    def on_claim(self, event_type: str, body: JsonBody) -> None:
         meta = ObjectView.of(body).meta
         namespace, name = meta.namespace, meta.name
         if event_type == "DELETED":
@@ -184,7 +184,7 @@ class Claims:
         if previous_info is None or previous_info.environment != current.environment:
             self.enqueue(Key("catalog", namespace, ""))
 
-    def on_secret(self, body: dict[str, Any]) -> None:
+    def on_secret(self, body: JsonBody) -> None:
         """A Secret was listed, added, changed or deleted. Called in the Secret watch's thread (the store is
         thread-safe; keys go to the runtime's loop); only the Secret's metadata is looked at."""
         meta = ObjectView.of(body).meta
@@ -199,7 +199,7 @@ class Claims:
         if binding is not None:
             enqueue(Key("registration", namespace, binding))
 
-    def on_workload(self, body: dict[str, Any]) -> None:
+    def on_workload(self, body: JsonBody) -> None:
         workload = WorkloadView.of(body)
         namespace = workload.meta.namespace
         kind = (workload.api_version, workload.kind)
@@ -207,7 +207,7 @@ class Claims:
             if claim.application_kind == kind:
                 self.enqueue(Key("claim", namespace, claim.name))
 
-    def on_job(self, body: dict[str, Any]) -> None:
+    def on_job(self, body: JsonBody) -> None:
         job = JobView.of(body)
         if names.LABEL_REGISTERED_SERVICE not in job.meta.labels:
             return
@@ -215,7 +215,7 @@ class Claims:
             if kind == RegisteredService.KIND and name:
                 self.enqueue(Key("registered", job.meta.namespace, name))
 
-    def on_binding(self, event_type: str, body: dict[str, Any]) -> None:
+    def on_binding(self, event_type: str, body: JsonBody) -> None:
         binding = BindingView.of(body)
         namespace, name = binding.meta.namespace, binding.meta.name
         plan = self.registrations.plan_of(binding)

@@ -25,7 +25,6 @@ from __future__ import annotations
 import datetime
 import re
 from collections.abc import Mapping
-from typing import Any
 
 from opbroker.api.conventions import ANNOTATION_OWNER_UID, LABEL_MANAGED_BY, MANAGED_BY
 from opbroker.api.primaza import HealthCheck
@@ -34,6 +33,7 @@ from opbroker.controller.claims.core import names
 from opbroker.controller.claims.core.states import CheckOutcome, Result
 from opbroker.controller.claims.core.views import JobView, OwnerRef
 from opbroker.controller.core.reasons import Reason
+from opbroker.kubeclient.wire import JsonBody, JsonObject
 
 BINDING_ROOT = "/bindings"
 CONTAINER_NAME = "healthcheck"
@@ -53,7 +53,7 @@ def env_name(key: str) -> str:
 
 def manifests(
     service: OwnerRef, check: HealthCheck, data: Mapping[str, str], *, service_type: str, fingerprint: str
-) -> tuple[dict[str, Any], dict[str, Any]]:
+) -> tuple[JsonBody, JsonBody]:
     """(Secret, Job) for one run of a container check, both owned by the RegisteredService and stamped with
     its uid (``opbroker.io/owner-uid``): in its namespace, with its endpoint values only."""
     assert check.container is not None
@@ -62,7 +62,7 @@ def manifests(
     secret = servicebinding.binding_secret(
         name=name, namespace=service.namespace, data=data, service_type=service_type, owner=service, labels=labels
     )
-    container: dict[str, Any] = {
+    container: JsonBody = {
         "name": CONTAINER_NAME,
         "image": check.container.image,
         "env": [
@@ -76,13 +76,14 @@ def manifests(
     }
     if check.container.command:
         container["command"] = ["/bin/sh", "-c", check.container.command]
-    job = {
+    stamped: dict[str, str] = {LABEL_MANAGED_BY: MANAGED_BY, **labels}
+    job: JsonBody = {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
             "name": name,
             "namespace": service.namespace,
-            "labels": {LABEL_MANAGED_BY: MANAGED_BY, **labels},
+            "labels": stamped,
             "annotations": {names.ANNOTATION_FINGERPRINT: fingerprint, ANNOTATION_OWNER_UID: service.uid},
             "ownerReferences": [service.controlling()],
         },
@@ -103,7 +104,7 @@ def manifests(
     return secret, job
 
 
-def _job(job: JobView | Mapping[str, Any]) -> JobView:
+def _job(job: JobView | JsonObject) -> JobView:
     return job if isinstance(job, JobView) else JobView.of(job)
 
 
@@ -116,7 +117,7 @@ def _created(job: JobView) -> datetime.datetime | None:
     return datetime.datetime.fromisoformat(str(raw).replace("Z", "+00:00"))
 
 
-def read(job: JobView | Mapping[str, Any], *, deadline: float, now: datetime.datetime) -> CheckOutcome | None:
+def read(job: JobView | JsonObject, *, deadline: float, now: datetime.datetime) -> CheckOutcome | None:
     """What a health-check Job says: an outcome, or None while it may still finish."""
     job = _job(job)
     for condition in job.conditions:
@@ -144,7 +145,7 @@ def read(job: JobView | Mapping[str, Any], *, deadline: float, now: datetime.dat
     return None
 
 
-def remaining(job: JobView | Mapping[str, Any], *, deadline: float, now: datetime.datetime) -> float:
+def remaining(job: JobView | JsonObject, *, deadline: float, now: datetime.datetime) -> float:
     """Seconds until the deadline of a running Job."""
     created = _created(_job(job))
     if created is None:

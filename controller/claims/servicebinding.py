@@ -17,13 +17,12 @@ import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from opbroker.api.conventions import ANNOTATION_OWNER_UID, LABEL_MANAGED_BY, MANAGED_BY
 from opbroker.api.primaza import ServiceEndpointDefinitionItem
 from opbroker.controller.claims.core import names
 from opbroker.controller.claims.core.views import OwnerRef
-from opbroker.controller.core.views import mapping_of
+from opbroker.kubeclient.wire import JsonBody, JsonObject, mapping_of
 
 SECRET_TYPE_PREFIX = "servicebinding.io/"
 RESERVED_KEYS = ("type", "provider")
@@ -46,12 +45,14 @@ def referenced_secrets(definition: Iterable[ServiceEndpointDefinitionItem]) -> f
     return frozenset(item.value_from_secret.name for item in definition if item.value_from_secret)
 
 
-def decode(secret: Mapping[str, Any] | None) -> dict[str, str] | None:
+def decode(secret: JsonObject | None) -> dict[str, str] | None:
     """A Secret's ``data`` decoded to text (``stringData`` too, if a caller hands in a manifest)."""
     if secret is None:
         return None
     decoded: dict[str, str] = {}
     for key, value in mapping_of(secret.get("data")).items():
+        if value is not None and not isinstance(value, str):
+            continue  # not base64 text: no value
         try:
             decoded[key] = base64.b64decode(value or "", validate=True).decode("utf-8")
         except (binascii.Error, UnicodeDecodeError):
@@ -111,16 +112,17 @@ def binding_secret(
     service_type: str,
     owner: OwnerRef,
     labels: Mapping[str, str] | None = None,
-) -> dict[str, Any]:
+) -> JsonBody:
     """The binding Secret manifest, owned (as controller) by ``owner`` and stamped with its uid
     (``opbroker.io/owner-uid``: only a Secret carrying it is ever rewritten or deleted); values base64-encoded."""
+    stamped: dict[str, str] = {LABEL_MANAGED_BY: MANAGED_BY, **(labels or {})}
     return {
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": {
             "name": name,
             "namespace": namespace,
-            "labels": {LABEL_MANAGED_BY: MANAGED_BY, **(labels or {})},
+            "labels": stamped,
             "annotations": {ANNOTATION_OWNER_UID: owner.uid},
             "ownerReferences": [owner.controlling()],
         },
@@ -129,7 +131,7 @@ def binding_secret(
     }
 
 
-def claim_binding_secret(claim: OwnerRef, data: Mapping[str, str], service_type: str) -> dict[str, Any]:
+def claim_binding_secret(claim: OwnerRef, data: Mapping[str, str], service_type: str) -> JsonBody:
     """The claim's binding Secret (in its namespace, named after it)."""
     return binding_secret(
         name=names.binding_secret_name(claim.name),

@@ -10,13 +10,12 @@ each service reads, so a Secret event can find the services and claims to refres
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from opbroker.controller.claims.core import matching
 from opbroker.controller.claims.core.views import ClaimView, ServiceView
 from opbroker.controller.core.views import Meta
+from opbroker.kubeclient.wire import JsonObject
 
 
 @dataclass(frozen=True)
@@ -30,7 +29,7 @@ class ClaimInfo:
     """The other namespaces the claim looks in (``spec.serviceNamespaces``)."""
 
 
-def claim_info(body: Mapping[str, Any]) -> ClaimInfo:
+def claim_info(body: JsonObject) -> ClaimInfo:
     claim = ClaimView.of(body)
     return ClaimInfo(
         name=claim.meta.name,
@@ -56,7 +55,7 @@ class Store:
 
     # -- registered services -------------------------------------------------------------------------
 
-    def upsert_service(self, body: Mapping[str, Any]) -> tuple[matching.Candidate | None, matching.Candidate]:
+    def upsert_service(self, body: JsonObject) -> tuple[matching.Candidate | None, matching.Candidate]:
         view = ServiceView.of(body)
         candidate = matching.candidate_of(view)
         namespace = view.meta.namespace
@@ -68,7 +67,7 @@ class Store:
             self._track_sharing(previous, candidate)
         return previous, candidate
 
-    def remove_service(self, body: Mapping[str, Any]) -> matching.Candidate | None:
+    def remove_service(self, body: JsonObject) -> matching.Candidate | None:
         meta = Meta.of(body.get("metadata"))
         namespace, name = meta.namespace, meta.name
         with self._lock:
@@ -142,7 +141,7 @@ class Store:
 
     # -- claims --------------------------------------------------------------------------------------
 
-    def upsert_claim(self, body: Mapping[str, Any]) -> tuple[ClaimInfo | None, ClaimInfo]:
+    def upsert_claim(self, body: JsonObject) -> tuple[ClaimInfo | None, ClaimInfo]:
         info = claim_info(body)
         namespace = Meta.of(body.get("metadata")).namespace
         with self._lock:
@@ -150,7 +149,7 @@ class Store:
             self._claims[namespace][info.name] = info
         return previous, info
 
-    def remove_claim(self, body: Mapping[str, Any]) -> ClaimInfo | None:
+    def remove_claim(self, body: JsonObject) -> ClaimInfo | None:
         meta = Meta.of(body.get("metadata"))
         with self._lock:
             return self._claims.get(meta.namespace, {}).pop(meta.name, None)

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from opbroker.api.primaza import ApplicationSelector, LabelSelector
 from opbroker.controller.claims.core import names
 from opbroker.controller.claims.core.views import BINDING_ROOT_ENV, ContainerView, WorkloadView
+from opbroker.kubeclient.wire import JsonBody
 
 __all__ = ["BINDING_ROOT_ENV", "DEFAULT_BINDING_ROOT", "SUPPORTED_KINDS", "WorkloadView"]
 DEFAULT_BINDING_ROOT = "/bindings"
@@ -109,15 +109,15 @@ def projection(
     keys: Sequence[str],
     content_hash: str,
     default_root: str = DEFAULT_BINDING_ROOT,
-) -> dict[str, Any]:
+) -> JsonBody:
     """The server-side-apply patch that projects a binding into ``workload`` (see the module docstring)."""
     volume = volume_name(claim)
-    projected: dict[str, list[dict[str, Any]]] = {}
+    projected: dict[str, list[JsonBody]] = {}
     for field, containers in (("initContainers", workload.init_containers), ("containers", workload.containers)):
-        entries = []
+        entries: list[JsonBody] = []
         for container in containers:
             root, set_root = _root_of(container, default_root)
-            env: list[dict[str, Any]] = [{"name": BINDING_ROOT_ENV, "value": root}] if set_root else []
+            env: list[JsonBody] = [{"name": BINDING_ROOT_ENV, "value": root}] if set_root else []
             env += [
                 {"name": env_name(claim, key), "valueFrom": {"secretKeyRef": {"name": secret_name, "key": key}}}
                 for key in sorted(keys)
@@ -143,12 +143,12 @@ def projection(
     }
 
 
-def unprojection(workload: WorkloadView) -> dict[str, Any]:
+def unprojection(workload: WorkloadView) -> JsonBody:
     """The empty apply that, under a claim's field manager, removes everything that claim projected."""
     return _identity(workload)
 
 
-def _identity(workload: WorkloadView) -> dict[str, Any]:
+def _identity(workload: WorkloadView) -> JsonBody:
     """What names the workload in an apply patch."""
     return {
         "apiVersion": workload.api_version,

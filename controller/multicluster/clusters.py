@@ -29,7 +29,7 @@ import base64
 import logging
 import re
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -71,6 +71,7 @@ from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.kinds import ObservePlanAct
 from opbroker.controller.runtime.outcomes import DONE, Outcome
 from opbroker.controller.showing import ShowsFailuresOnObject
+from opbroker.kubeclient.wire import JsonObject
 
 logger = logging.getLogger(__name__)
 
@@ -208,7 +209,7 @@ class CatalogReplicator:
         self._lock = threading.Lock()
         self._bodies: dict[tuple[str, str], ReplicaView] = {}
 
-    def observe(self, plural: str, event_type: str, body: Mapping[str, Any]) -> bool:
+    def observe(self, plural: str, event_type: str, body: JsonObject) -> bool:
         """Remember a catalog event; True if it concerns the control-plane namespace."""
         entry = ReplicaView.of(body)
         if entry.meta.namespace != self.namespace:
@@ -224,7 +225,7 @@ class CatalogReplicator:
         with self._lock:
             return dict(self._bodies)
 
-    def replicate(self, state: ClusterState, only: Iterable[Mapping[str, Any]] | None = None) -> None:
+    def replicate(self, state: ClusterState, only: Iterable[JsonObject] | None = None) -> None:
         """Apply what the cluster lacks; without ``only`` also delete copies the master no longer has."""
         kube = state.kube
         if kube is None or state.name == MASTER:

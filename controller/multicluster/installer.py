@@ -11,8 +11,7 @@ sister's bounded client (:func:`opbroker.kubeclient.deadlines.bounded`: a deadli
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
 from kubernetes.client.exceptions import ApiException
 
@@ -22,6 +21,7 @@ from opbroker.api.crd import all_crds
 from opbroker.api.meta import ResourceRef
 from opbroker.controller.kube import Kube
 from opbroker.controller.runtime.clock import SYSTEM
+from opbroker.kubeclient.wire import JsonBody, JsonObject, mapping_of, text_of
 
 #: The field manager of everything the master applies into a sister.
 FIELD_MANAGER = "opbroker-master"
@@ -39,7 +39,7 @@ class InstallError(RuntimeError):
     the HTTP status (never a body: an answer may echo what was sent)."""
 
 
-def desired(namespace: str, controller: SFClusterController) -> list[tuple[str, dict[str, Any]]]:
+def desired(namespace: str, controller: SFClusterController) -> list[tuple[str, JsonBody]]:
     """The controller's objects for a sister, as the component builds them (pure)."""
     spec = controllerinstall.ControllerSpec(
         namespace=namespace,
@@ -54,7 +54,7 @@ def desired(namespace: str, controller: SFClusterController) -> list[tuple[str, 
     return controllerinstall.controller_objects(spec)
 
 
-def prerequisites(namespace: str) -> list[dict[str, Any]]:
+def prerequisites(namespace: str) -> list[JsonBody]:
     """The namespace and opbroker's CRDs: applied first, never removed."""
     labels = controllerinstall.common_labels("control-plane", {}, MANAGED_BY)
     return [
@@ -63,7 +63,7 @@ def prerequisites(namespace: str) -> list[dict[str, Any]]:
     ]
 
 
-def removable(namespace: str) -> list[tuple[str, dict[str, Any]]]:
+def removable(namespace: str) -> list[tuple[str, JsonBody]]:
     """Every object an installation may have made, whatever its settings were (names depend on the namespace
     only): what removal deletes, in reverse creation order."""
     # A cluster-scoped rule makes the plan account's cluster-scoped role part of it (its name is fixed too).
@@ -82,11 +82,15 @@ def controller_deployment(namespace: str) -> ResourceRef:
     )
 
 
-def _ref(manifest: Mapping[str, Any]) -> ResourceRef:
+def _ref(manifest: JsonObject) -> ResourceRef:
     """Which object one of the manifests built here (by :func:`desired`, :func:`prerequisites`) is."""
-    meta = manifest["metadata"]
+    meta = mapping_of(manifest.get("metadata"))
+    namespace = meta.get("namespace")
     return ResourceRef(
-        api_version=manifest["apiVersion"], kind=manifest["kind"], name=meta["name"], namespace=meta.get("namespace")
+        api_version=text_of(manifest.get("apiVersion")) or "",
+        kind=text_of(manifest.get("kind")) or "",
+        name=text_of(meta.get("name")) or "",
+        namespace=namespace if isinstance(namespace, str) else None,
     )
 
 
@@ -95,7 +99,7 @@ def _what(ref: ResourceRef) -> str:
     return f"{ref.kind} {where}{ref.name}"
 
 
-def _failure(action: str, manifest: Mapping[str, Any], exc: Exception) -> InstallError:
+def _failure(action: str, manifest: JsonObject, exc: Exception) -> InstallError:
     status = getattr(exc, "status", None)
     what = _what(_ref(manifest))
     if status == 403:
@@ -119,7 +123,7 @@ def _deadline(clock: Callable[[], float], seconds: float) -> Callable[[int, int,
 def install(
     kube: Kube,
     namespace: str,
-    objects: Sequence[tuple[str, dict[str, Any]]],
+    objects: Sequence[tuple[str, JsonBody]],
     *,
     seconds: float = STEP_SECONDS,
     clock: Callable[[], float] = SYSTEM.monotonic,

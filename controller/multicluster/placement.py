@@ -75,6 +75,7 @@ from opbroker.controller.rendered import inputs_for
 from opbroker.controller.runtime.failures import server_failing
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.outcomes import Outcome, TemporaryError
+from opbroker.kubeclient.wire import JsonObject
 from opbroker.rendering import RenderError
 
 logger = logging.getLogger(__name__)
@@ -135,7 +136,7 @@ class MultiClusterPlacement:
 
     # -- instances -----------------------------------------------------------------------------------
 
-    def instance(self, instance: Mapping[str, Any]) -> Outcome | None:
+    def instance(self, instance: JsonObject) -> Outcome | None:
         facts = self._facts("instance", ReplicaView.of(instance))
         if facts.ready and facts.cluster is None and not facts.here and placement_plan.needs_schedule(facts.obj):
             facts = self._schedule(facts)
@@ -205,7 +206,7 @@ class MultiClusterPlacement:
 
     # -- bindings ------------------------------------------------------------------------------------
 
-    def binding(self, binding: Mapping[str, Any]) -> Outcome | None:
+    def binding(self, binding: JsonObject) -> Outcome | None:
         facts = self._facts("binding", ReplicaView.of(binding))
         return self._run(facts, placement_plan.binding, self._binding_reads)
 

@@ -14,9 +14,8 @@ Everything is server-side applied; run again, it changes nothing (or what change
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import yaml
 
@@ -26,7 +25,7 @@ from opbroker.api.planrights import PlanRights
 from opbroker.controller import onboarding, planaccounts
 from opbroker.controller.kube import Kube, describe, ref_of
 from opbroker.controller.multicluster import installer
-from opbroker.kubeclient.wire import objects_of, path_of
+from opbroker.kubeclient.wire import JsonBody, JsonObject, objects_of, path_of
 
 #: The field manager of what the preparation applies (either cluster).
 FIELD_MANAGER = "opbroker-sister-prepare"
@@ -48,12 +47,12 @@ class Preparation:
     cluster: str
     namespace: str
     kubeconfig: str = field(repr=False)
-    crds: tuple[Mapping[str, Any], ...] = ()
+    crds: tuple[JsonObject, ...] = ()
     onboard: tuple[str, ...] = ()
     account: str = DEFAULT_PLAN_SERVICE_ACCOUNT
-    parameters: Mapping[str, Any] = field(default_factory=dict)
+    parameters: JsonObject = field(default_factory=dict)
 
-    def secret(self) -> dict[str, Any]:
+    def secret(self) -> JsonBody:
         """The master's Secret the SFCluster points at (type Opaque, key ``kubeconfig``)."""
         return {
             "apiVersion": "v1",
@@ -67,7 +66,7 @@ class Preparation:
             "stringData": {KUBECONFIG_KEY: self.kubeconfig},
         }
 
-    def sfcluster(self) -> dict[str, Any]:
+    def sfcluster(self) -> JsonBody:
         """The smallest SFCluster for it (what the walkthrough applies, with labels and capacity added)."""
         return {
             "apiVersion": "resource.servicefabrik.io/v1alpha1",
@@ -85,7 +84,7 @@ class Prepared:
     plans: tuple[str, ...]
 
 
-def _await_established(kube: Kube, crds: list[Mapping[str, Any]], seconds: float = 15.0) -> None:
+def _await_established(kube: Kube, crds: list[JsonObject], seconds: float = 15.0) -> None:
     """Until the API server serves ``crds`` (their ``Established`` condition), so discovery resolves their kinds;
     after ``seconds`` the kinds are guessed, and said so."""
     deadline = time.monotonic() + seconds
@@ -126,5 +125,5 @@ def prepare(master: Kube, sister: Kube, wanted: Preparation, progress: Progress 
     return Prepared(tuple(on_sister), (ref_of(secret),), needed, tuple(p.metadata.name or "?" for p, _ in plans))
 
 
-def kubeconfig_text(data_only: Mapping[str, Any]) -> str:
+def kubeconfig_text(data_only: JsonObject) -> str:
     return yaml.safe_dump(dict(data_only), sort_keys=False)

@@ -21,8 +21,8 @@ class QuantityError(ValueError):
     """A value that is not a Kubernetes quantity; the message names the resource."""
 
 
-def parse(values: Mapping[str, int | str] | None) -> Resources:
-    """A resource map from its wire form; raises :class:`QuantityError` naming the bad entry."""
+def parse(values: Mapping[str, object] | None) -> Resources:
+    """A resource map from its wire form (as read: any value); raises :class:`QuantityError` naming the bad entry."""
     parsed: Resources = {}
     for name, value in (values or {}).items():
         try:

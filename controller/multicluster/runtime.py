@@ -16,8 +16,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Mapping
-from typing import Any
 
 from opbroker.controller.kube import INSTANCES, PLANS, SERVICES
 from opbroker.controller.multicluster.clusters import (
@@ -34,6 +32,7 @@ from opbroker.controller.reconciling import Deps
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.runner import Runtime
 from opbroker.controller.watches import Watch
+from opbroker.kubeclient.wire import JsonObject
 
 logger = logging.getLogger(__name__)
 
@@ -122,7 +121,7 @@ class MultiCluster:
         """The SFClusters (the catalog, instances and bindings reach it through the controller's own watches)."""
         return [Watch.of(CLUSTERS, self.on_cluster, id="multicluster-sfclusters")]
 
-    def on_cluster(self, event_type: str, body: Mapping[str, Any]) -> None:
+    def on_cluster(self, event_type: str, body: JsonObject) -> None:
         cluster = SFClusterView.of(body)
         if cluster.meta.namespace != self.deps.settings.namespace:
             return
@@ -130,12 +129,12 @@ class MultiCluster:
             self.registry.upsert(cluster)
         self.enqueue_cluster(cluster.meta.name)
 
-    def on_catalog(self, plural: str, event_type: str, body: Mapping[str, Any]) -> None:
+    def on_catalog(self, plural: str, event_type: str, body: JsonObject) -> None:
         if self.replicator.observe(plural, event_type, body):
             for name in self.registry.names():
                 self.enqueue_cluster(name)
 
-    def on_instance(self, event_type: str, body: Mapping[str, Any]) -> None:
+    def on_instance(self, event_type: str, body: JsonObject) -> None:
         instance = ReplicaView.of(body)
         key = Key("instance", instance.meta.namespace, instance.meta.name)
         if event_type == "DELETED":

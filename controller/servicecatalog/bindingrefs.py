@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+
+from opbroker.kubeclient.wire import JsonObject, mapping_of, path_of, text_of
 
 
 @dataclass(frozen=True)
@@ -27,15 +28,15 @@ class BindingRef:
     instance_name: str
 
     @classmethod
-    def of(cls, binding: Mapping[str, Any]) -> BindingRef:
-        meta = binding.get("metadata") or {}
-        ref = (binding.get("spec") or {}).get("instanceRef") or {}
-        namespace = sys.intern(str(meta.get("namespace") or ""))  # namespaces repeat: one copy each
+    def of(cls, binding: JsonObject) -> BindingRef:
+        meta = mapping_of(binding.get("metadata"))
+        ref = mapping_of(path_of(binding, "spec", "instanceRef"))
+        namespace = sys.intern(text_of(meta.get("namespace")) or "")  # namespaces repeat: one copy each
         return cls(
             namespace=namespace,
-            name=str(meta.get("name") or ""),
-            instance_namespace=sys.intern(str(ref.get("namespace") or namespace)),
-            instance_name=str(ref.get("name") or ""),
+            name=text_of(meta.get("name")) or "",
+            instance_namespace=sys.intern(text_of(ref.get("namespace")) or namespace),
+            instance_name=text_of(ref.get("name")) or "",
         )
 
     @property

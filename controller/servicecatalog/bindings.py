@@ -39,7 +39,6 @@ from opbroker.controller.claims.core.views import ObjectView, WorkloadView
 from opbroker.controller.core import refusals
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.shown_failures import explain, refused_trouble
-from opbroker.controller.core.views import mapping_of
 from opbroker.controller.executor import Effect, Executor, Run, Target
 from opbroker.controller.kube import Kube, Refused
 from opbroker.controller.runtime.clock import SYSTEM, Clock
@@ -71,6 +70,7 @@ from opbroker.controller.servicecatalog.core.offering import Unresolved
 from opbroker.controller.servicecatalog.core.views import FINALIZER, CatalogObject
 from opbroker.controller.servicecatalog.resources import BINDINGS, INSTANCES, KINDS, CatalogApi
 from opbroker.controller.showing import ShowsFailuresOnObject
+from opbroker.kubeclient.wire import mapping_of, string_map_of
 
 __all__ = [
     "SECRET_TYPE",
@@ -195,7 +195,7 @@ class BindingReconciler(ShowsFailuresOnObject, ObservePlanAct[BindingFacts, Any]
             listed,
             consented,
             owns_ids,
-            secret_data=mapping_of((live or {}).get("data")),
+            secret_data=string_map_of((live or {}).get("data")),
             pacing=self.paces.of(key),
             now=self.clock.now(),
             monotonic=self.clock.monotonic(),
@@ -253,10 +253,8 @@ class BindingReconciler(ShowsFailuresOnObject, ObservePlanAct[BindingFacts, Any]
             elif live is None:
                 outcome = Stored.WRITTEN if door.create(dict(manifest)) is not None else Stored.NOT_OURS
             else:
-                guarded = {
-                    **manifest,
-                    "metadata": {**manifest["metadata"], "resourceVersion": ObjectView.of(live).meta.resource_version},
-                }
+                version = ObjectView.of(live).meta.resource_version
+                guarded = {**manifest, "metadata": {**mapping_of(manifest.get("metadata")), "resourceVersion": version}}
                 door.apply_secret(guarded)  # a change meanwhile: 409
                 outcome = Stored.WRITTEN
         except ApiException as exc:

@@ -18,7 +18,7 @@ object would be refused again) is reported the same way after the writes, never 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import partial
@@ -35,7 +35,7 @@ from opbroker.controller.core.conditions import Condition, with_conditions
 from opbroker.controller.core.decisions import ready_condition
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.shown_failures import broker_message
-from opbroker.controller.core.views import ConditionView, condition_wire, conditions_of
+from opbroker.controller.core.views import ConditionView, Meta, condition_wire, conditions_of
 from opbroker.controller.executor import Executor, Run, Target
 from opbroker.controller.runtime.clock import SYSTEM, Clock
 from opbroker.controller.runtime.keys import Key
@@ -48,6 +48,7 @@ from opbroker.controller.servicecatalog.core.views import BrokerView, ServiceCla
 from opbroker.controller.servicecatalog.relisting import ClassChanges
 from opbroker.controller.servicecatalog.resources import BROKERS, CLASSES, KINDS, CatalogApi
 from opbroker.controller.showing import ShowsFailuresOnObject
+from opbroker.kubeclient.wire import JsonBody, JsonObject, text_of
 
 logger = logging.getLogger(__name__)
 
@@ -78,7 +79,7 @@ class WriteClasses:
     refused for good into the actions that follow (:func:`relisted`)."""
 
     changes: ClassChanges
-    then: Callable[[list[osbclient.catalog.Problem], Mapping[str, Any]], Sequence[Any]] | None = field(
+    then: Callable[[list[osbclient.catalog.Problem], JsonObject], Sequence[Any]] | None = field(
         default=None, compare=False, repr=False
     )
 
@@ -202,14 +203,12 @@ class BrokerReconciler(ShowsFailuresOnObject, ObservePlanAct[BrokerFacts, Any]):
     def _write_classes(self, changes: ClassChanges) -> list[osbclient.catalog.Problem]:
         """Write the classes; each one the API server refuses for good (400, 413, 422) is returned as a problem
         and the others are written all the same. Other failures (conflicts, an unavailable server) raise."""
-        refused = []
+        refused: list[osbclient.catalog.Problem] = []
         for body in changes.create:
-            refused.extend(self._refusal(body, lambda b=body: self.api.create(CLASSES, b)))
+            refused.extend(self._refusal(body, partial(self.api.create, CLASSES, body)))
         for body in changes.update:
-            name = body["metadata"]["name"]
-            refused.extend(
-                self._refusal(body, lambda b=body, n=name: self.api.patch(CLASSES, "", n, _replacement_patch(b)))
-            )
+            name = Meta.of(body.get("metadata")).name
+            refused.extend(self._refusal(body, partial(self.api.patch, CLASSES, "", name, _replacement_patch(body))))
         for name in changes.removed:
             held = self.api.get(CLASSES, "", name)
             if held is not None:
@@ -221,7 +220,7 @@ class BrokerReconciler(ShowsFailuresOnObject, ObservePlanAct[BrokerFacts, Any]):
         return refused
 
     @staticmethod
-    def _refusal(body: dict[str, Any], write: Any) -> list[osbclient.catalog.Problem]:
+    def _refusal(body: JsonBody, write: Callable[[], object]) -> list[osbclient.catalog.Problem]:
         try:
             write()
         except ApiException as exc:
@@ -229,17 +228,18 @@ class BrokerReconciler(ShowsFailuresOnObject, ObservePlanAct[BrokerFacts, Any]):
                 raise
             found = refusals.refusal(exc.status, exc.body, body)
             logger.warning("%s; the class is skipped", found.describe())
-            return [osbclient.catalog.Problem(body.get("externalName"), None, "(object)", found.describe(), True)]
+            service = text_of(body.get("externalName"))
+            return [osbclient.catalog.Problem(service, None, "(object)", found.describe(), True)]
         return []
 
 
 def completeness(
-    conditions: list[dict[str, Any]],
+    conditions: list[JsonBody],
     problems: Sequence[osbclient.catalog.Problem],
     *,
     generation: int | None,
     now: datetime | None = None,
-) -> tuple[list[dict[str, Any]], tuple[Reason, str, bool] | None]:
+) -> tuple[list[JsonBody], tuple[Reason, str, bool] | None]:
     """``conditions`` with ``CatalogComplete`` set from ``problems``, and the warning event to record (None
     when there is nothing to say). Pure."""
     skipped = [p for p in problems if p.skipped]
@@ -269,13 +269,13 @@ def _complete(conditions: object) -> ConditionView | None:
 class RelistStatus:
     """The Broker's status a relist plans, written after its classes (:func:`relisted`)."""
 
-    fields: Mapping[str, Any]
+    fields: JsonObject
     """The status fields the refusals do not change (generation, relist requests, time, version)."""
     conditions: tuple[ConditionView, ...]
     count: int
     """``serviceClassCount``: the classes listed."""
 
-    def wire(self) -> dict[str, Any]:
+    def wire(self) -> JsonBody:
         """The status patch written."""
         conditions = [condition_wire(c) for c in self.conditions]
         return {**self.fields, "conditions": conditions, "serviceClassCount": self.count}
@@ -311,7 +311,7 @@ def relisted(
     event: tuple[Reason, str, bool] | None,
     now: datetime,
     refused: Sequence[osbclient.catalog.Problem],
-    body: Mapping[str, Any],
+    body: JsonObject,
 ) -> list[Any]:
     """The Broker's status after its classes were written: as planned, or with the refused ones counted out and
     named (:func:`with_refusals`); ``body``: the Broker as last written. Pure."""
@@ -321,10 +321,13 @@ def relisted(
     return [a.WriteStatus(status.wire(), event=said)]
 
 
-def _replacement_patch(body: dict[str, Any]) -> dict[str, Any]:
+def _replacement_patch(body: JsonBody) -> JsonBody:
     """A merge patch making the class's top-level fields those of ``body`` (guarded by its version)."""
     patch = {k: v for k, v in body.items() if k not in ("status", "apiVersion", "kind", "metadata")}
     for key in ("tags", "requires", "externalMetadata"):
         patch.setdefault(key, None)
-    patch["metadata"] = {"resourceVersion": body["metadata"]["resourceVersion"]}
+    version = Meta.of(body.get("metadata")).resource_version
+    if version is None:
+        raise ValueError("a class is written over only at the resourceVersion it was read at")
+    patch["metadata"] = {"resourceVersion": version}
     return patch

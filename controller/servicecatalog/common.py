@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from opbroker import osbclient
@@ -31,6 +31,7 @@ from opbroker.controller.servicecatalog.core.views import (
     ServiceClassView,
 )
 from opbroker.controller.servicecatalog.resources import BROKERS, CLASSES, CatalogApi
+from opbroker.kubeclient.wire import JsonBody, JsonObject
 
 
 class Resolver:
@@ -94,9 +95,7 @@ class Resolver:
         except EndpointProblem as exc:
             raise Unresolved(exc.reason, f"broker {name!r}: {exc}") from exc
 
-    def parameters(
-        self, namespace: str, parameters: Mapping[str, Any], sources: Sequence[SecretKeyRef]
-    ) -> dict[str, Any]:
+    def parameters(self, namespace: str, parameters: JsonObject, sources: Sequence[SecretKeyRef]) -> JsonBody:
         """``parameters`` with every ``parametersFrom`` Secret key's (``sources``) JSON object merged in.
         ``namespace``: the object's own — the only one its Secrets are read from (a ``secretKeyRef`` has no
         namespace field)."""

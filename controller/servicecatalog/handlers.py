@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from opbroker.api.osb import OperationState
 from opbroker.api.servicecatalog import Binding, Broker, Instance, ServiceClass
@@ -45,6 +45,7 @@ from opbroker.controller.servicecatalog.resources import (
 )
 from opbroker.controller.settings import ControllerSettings
 from opbroker.controller.watches import Watch
+from opbroker.kubeclient.wire import JsonBody
 
 if TYPE_CHECKING:
     from opbroker.controller.servicecatalog.webhook import Webhook
@@ -173,14 +174,14 @@ class ServiceCatalog:
             *workloads,
         ]
 
-    def _on_workload(self, _event_type: str, body: dict[str, Any]) -> None:
+    def _on_workload(self, _event_type: str, body: JsonBody) -> None:
         self.on_workload(body)
 
-    def _on_class(self, event_type: str, body: dict[str, Any]) -> None:
+    def _on_class(self, event_type: str, body: JsonBody) -> None:
         self.api.keep(CLASSES, event_type, body)
         self.on_class(body)
 
-    def on_broker(self, event_type: str, body: dict[str, Any]) -> None:
+    def on_broker(self, event_type: str, body: JsonBody) -> None:
         self.api.keep(BROKERS, event_type, body)
         key = Key.of(BrokerReconciler.kind, body)
         if event_type == "DELETED":
@@ -188,13 +189,13 @@ class ServiceCatalog:
         else:
             self.runtime.enqueue(key)
 
-    def on_class(self, body: dict[str, Any]) -> None:
+    def on_class(self, body: JsonBody) -> None:
         service_class = ServiceClassView.of(body)
         for name in {service_class.meta.name, service_class.external_name}:
             for key in self._class_users.of(name):
                 self.runtime.enqueue(key)
 
-    def on_instance(self, event_type: str, body: dict[str, Any]) -> None:
+    def on_instance(self, event_type: str, body: JsonBody) -> None:
         self.api.keep(INSTANCES, event_type, body)
         key = Key.of(InstanceReconciler.kind, body)
         self._count(key, event_type, body)
@@ -208,7 +209,7 @@ class ServiceCatalog:
         for binding in self._instance_bindings.of(key):
             self.runtime.enqueue(binding)
 
-    def on_binding(self, event_type: str, body: dict[str, Any]) -> None:
+    def on_binding(self, event_type: str, body: JsonBody) -> None:
         self.api.keep(BINDINGS, event_type, body)
         key = Key.of(BindingReconciler.kind, body)
         binding = CatalogObject.of(body)
@@ -227,16 +228,16 @@ class ServiceCatalog:
         if binding.meta.deleting:
             self.runtime.enqueue(instance)
 
-    def _count(self, key: Key, event_type: str, body: dict[str, Any]) -> None:
+    def _count(self, key: Key, event_type: str, body: JsonBody) -> None:
         """Keep the budgets' count of operations in progress: an asynchronous operation the broker still runs."""
         running = event_type != "DELETED" and CatalogObject.of(body).status.async_op
         self.budgets.observe(key, OperationState.IN_PROGRESS.value if running else None)
 
-    def on_workload(self, body: dict[str, Any]) -> None:
+    def on_workload(self, body: JsonBody) -> None:
         for key in self._projecting.of(Meta.of(body.get("metadata")).namespace):
             self.runtime.enqueue(key)
 
-    def on_secret(self, body: dict[str, Any]) -> None:
+    def on_secret(self, body: JsonBody) -> None:
         """A Secret was listed, added, changed or deleted (called in the Secret watch's thread; only its metadata
         is looked at): the Instances and Bindings reading it as parameters look again."""
         meta = Meta.of(body.get("metadata"))

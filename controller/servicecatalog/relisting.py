@@ -16,10 +16,9 @@ requested (``relistRequests``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
 from pydantic import ValidationError
 
@@ -35,14 +34,15 @@ from opbroker.api.servicecatalog import (
 )
 from opbroker.controller.servicecatalog.core.views import BrokerView, ServiceClassView
 from opbroker.controller.servicecatalog.resources import BROKER_LABEL
+from opbroker.kubeclient.wire import JsonBody, JsonObject
 
 Problem = osbclient.catalog.Problem
 
 
 @dataclass(frozen=True)
 class ClassChanges:
-    create: tuple[dict[str, Any], ...] = ()
-    update: tuple[dict[str, Any], ...] = ()
+    create: tuple[JsonBody, ...] = ()
+    update: tuple[JsonBody, ...] = ()
     """Whole objects (with the held resourceVersion) to write over the held ones."""
     removed: tuple[str, ...] = ()
     """Class names to mark removed from the broker's catalog."""
@@ -55,7 +55,7 @@ class ClassChanges:
     """How many classes the catalog offers (written or kept)."""
 
 
-def desired_plan(plan: osbclient.catalog.Plan) -> dict[str, Any]:
+def desired_plan(plan: osbclient.catalog.Plan) -> JsonBody:
     """One plan of a ServiceClass (wire form), from a plan read from the catalog."""
     return _compact(
         name=plan.name,
@@ -76,7 +76,7 @@ def desired_plan(plan: osbclient.catalog.Plan) -> dict[str, Any]:
 
 def desired_class(
     broker: BrokerView, service: osbclient.catalog.Service
-) -> tuple[dict[str, Any] | None, tuple[Problem, ...]]:
+) -> tuple[JsonBody | None, tuple[Problem, ...]]:
     """The ServiceClass for one catalog ``service`` of ``broker`` (top-level fields, as in the seed), with only
     the plans the model accepts; None when the class itself cannot be represented (or no plan can). Each plan
     or class left out is a skipping problem naming the field. (A manifest written, so a plain dict.)"""
@@ -117,7 +117,7 @@ def desired_class(
     return body, tuple(problems)
 
 
-def _refusal(model: type[ServicePlan] | type[ServiceClass], body: Mapping[str, Any]) -> tuple[str, str] | None:
+def _refusal(model: type[ServicePlan] | type[ServiceClass], body: JsonObject) -> tuple[str, str] | None:
     """``(field, why)`` of the first error the model finds in ``body``, None when it accepts it."""
     try:
         model.model_validate(body)
@@ -134,8 +134,8 @@ def class_changes(
     """Compare the catalog's services with the classes held (every class of that name, whichever broker made it)."""
     name = broker.meta.name
     by_name = {c.meta.name: c for c in held}
-    create: list[dict[str, Any]] = []
-    update: list[dict[str, Any]] = []
+    create: list[JsonBody] = []
+    update: list[JsonBody] = []
     restored: list[str] = []
     conflicts: list[str] = []
     problems: list[Problem] = []
@@ -170,7 +170,7 @@ def class_changes(
     )
 
 
-def _replacement(current: ServiceClassView, content: Mapping[str, Any]) -> dict[str, Any]:
+def _replacement(current: ServiceClassView, content: JsonObject) -> JsonBody:
     """The held class (its metadata with the resourceVersion, status, apiVersion, kind) with ``content`` as its
     top-level fields: what is written over it."""
     held = dict(current.wire)
@@ -220,13 +220,13 @@ def now_text(now: datetime) -> str:
     return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _content(obj: Mapping[str, Any]) -> dict[str, Any]:
+def _content(obj: JsonObject) -> JsonBody:
     return {k: v for k, v in obj.items() if k not in ("metadata", "status", "apiVersion", "kind")}
 
 
-def _plain(value: Mapping[str, Any] | None) -> dict[str, Any] | None:
+def _plain(value: JsonObject | None) -> JsonBody | None:
     return dict(value) if value is not None else None
 
 
-def _compact(**values: Any) -> dict[str, Any]:
+def _compact(**values: object) -> JsonBody:
     return {k: v for k, v in values.items() if v is not None}

@@ -20,14 +20,15 @@ from __future__ import annotations
 import base64
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
 from opbroker.api.servicecatalog import Binding, Broker, Instance, ServiceClass
+from opbroker.controller.core.views import Meta
 from opbroker.controller.kube import Kind, Kube
 from opbroker.controller.runtime.outcomes import Conflict
 from opbroker.controller.servicecatalog.core.views import FINALIZER as FINALIZER
+from opbroker.kubeclient.wire import JsonBody, string_map_of
 
 GROUP, VERSION = Broker.GROUP, Broker.VERSION
 BROKERS, CLASSES, INSTANCES, BINDINGS = Broker.PLURAL, ServiceClass.PLURAL, Instance.PLURAL, Binding.PLURAL
@@ -68,7 +69,7 @@ class CatalogApi:
         for kind in KINDS.values():
             self.kube.store.feed(kind.store_key)
 
-    def keep(self, plural: str, event_type: str, body: dict[str, Any]) -> None:
+    def keep(self, plural: str, event_type: str, body: JsonBody) -> None:
         """A watch event of ``plural``: keep the store current — before anything is enqueued for it."""
         if event_type == "DELETED":
             self.kube.store.remove(KINDS[plural].store_key, body)
@@ -79,30 +80,30 @@ class CatalogApi:
         """A guarded write met a conflict: drop the copy held, so the next read goes to the API."""
         self.kube.store.stale(KINDS[plural].store_key, namespace if plural not in CLUSTER_SCOPED else None, name)
 
-    def get(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
+    def get(self, plural: str, namespace: str, name: str) -> JsonBody | None:
         return self.kube.get_custom(KINDS[plural], namespace, name)
 
-    def list(self, plural: str, namespace: str | None = None, label_selector: str = "") -> list[dict[str, Any]]:
+    def list(self, plural: str, namespace: str | None = None, label_selector: str = "") -> list[JsonBody]:
         return self.kube.list_custom(KINDS[plural], namespace, label_selector)
 
-    def create(self, plural: str, body: dict[str, Any]) -> dict[str, Any]:
+    def create(self, plural: str, body: JsonBody) -> JsonBody:
         with _conflicts():
             return self.kube.create_custom(KINDS[plural], body)
 
-    def patch(self, plural: str, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any] | None:
+    def patch(self, plural: str, namespace: str, name: str, patch: JsonBody) -> JsonBody | None:
         """A merge patch; include ``metadata.resourceVersion`` to guard it (a 409 raises Conflict)."""
         with _conflicts():
             return self.kube.patch_custom(KINDS[plural], namespace, name, patch)
 
-    def patch_status(
-        self, plural: str, obj: dict[str, Any], status: dict[str, Any], *, guarded: bool = True
-    ) -> dict[str, Any] | None:
+    def patch_status(self, plural: str, obj: JsonBody, status: JsonBody, *, guarded: bool = True) -> JsonBody | None:
         """Merge ``status`` into ``obj``'s status, guarded by the version it was read at; updates ``obj``."""
-        meta = obj["metadata"]
-        version = meta["resourceVersion"] if guarded else None
+        meta = Meta.of(obj.get("metadata"))
+        if guarded and meta.resource_version is None:
+            raise ValueError(f"a guarded status write of {meta.name!r} needs the resourceVersion it was read at")
+        version = meta.resource_version if guarded else None
         with _conflicts():
             patched = self.kube.patch_custom_status(
-                KINDS[plural], meta.get("namespace", ""), meta["name"], status, resource_version=version
+                KINDS[plural], meta.namespace, meta.name, status, resource_version=version
             )
         if patched is not None:
             obj.clear()
@@ -116,8 +117,8 @@ class CatalogApi:
         secret = self.read_secret(namespace, name)
         if secret is None:
             return None
-        return {key: base64.b64decode(value).decode() for key, value in (secret.get("data") or {}).items()}
+        return {key: base64.b64decode(value).decode() for key, value in string_map_of(secret.get("data")).items()}
 
-    def read_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
+    def read_secret(self, namespace: str, name: str) -> JsonBody | None:
         """The Secret (None if it does not exist): from the store while it holds the newest version's body."""
         return self.kube.read_secret(namespace, name, stored=True)

@@ -29,12 +29,12 @@ import tempfile
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from opbroker.api import webhooks
+from opbroker.controller.core.views import Meta
 from opbroker.controller.runtime.policies import DEFAULTS, Policies
 from opbroker.controller.servicecatalog import webhookcerts
 from opbroker.controller.servicecatalog.bindingrefs import BindingRefs
@@ -42,6 +42,7 @@ from opbroker.controller.servicecatalog.bindingwatch import BindingWatch
 from opbroker.controller.servicecatalog.core import admission
 from opbroker.controller.servicecatalog.core.views import ReviewRequest
 from opbroker.controller.servicecatalog.reviewserver import Limits, ReviewServer
+from opbroker.kubeclient.wire import JsonBody
 
 logger = logging.getLogger(__name__)
 
@@ -193,10 +194,10 @@ def registered_ca(api_client: client.ApiClient, name: str) -> bytes | None:
     return b""
 
 
-def register(api_client: client.ApiClient, manifest: dict[str, Any]) -> None:
+def register(api_client: client.ApiClient, manifest: JsonBody) -> None:
     """Create or update the whole configuration by server-side apply (URL mode: needs create rights)."""
     client.AdmissionregistrationV1Api(api_client).patch_validating_webhook_configuration(
-        manifest["metadata"]["name"],
+        Meta.of(manifest.get("metadata")).name,
         manifest,
         field_manager=FIELD_MANAGER,
         force=True,
@@ -214,7 +215,7 @@ def register_ca(api_client: client.ApiClient, name: str, ca: bytes) -> None:
         raise LookupError(f"the ValidatingWebhookConfiguration {name!r} does not exist (the ControlPlane creates it)")
     if current == ca:
         return
-    patch = {
+    patch: JsonBody = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingWebhookConfiguration",
         "metadata": {"name": name},

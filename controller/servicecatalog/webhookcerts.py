@@ -23,7 +23,6 @@ import ipaddress
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
@@ -167,15 +166,14 @@ class SharedCertificate:
                 return None
             raise
 
-    def _manifest(self, bundle: Bundle, resource_version: str | None = None) -> Any:
-        meta: dict[str, Any] = {
-            "name": self.name,
-            "namespace": self.namespace,
-            "labels": {"app.kubernetes.io/part-of": "opbroker", "app.kubernetes.io/component": "webhook"},
-        }
-        if resource_version is not None:
-            meta["resourceVersion"] = resource_version
-        return {"metadata": meta, "type": "kubernetes.io/tls", "data": _secret_data(bundle)}
+    def _manifest(self, bundle: Bundle, resource_version: str | None = None) -> client.V1Secret:
+        meta = client.V1ObjectMeta(
+            name=self.name,
+            namespace=self.namespace,
+            labels={"app.kubernetes.io/part-of": "opbroker", "app.kubernetes.io/component": "webhook"},
+            resource_version=resource_version,
+        )
+        return client.V1Secret(metadata=meta, type="kubernetes.io/tls", data=_secret_data(bundle))
 
     def _create(self, bundle: Bundle) -> bool:
         try:

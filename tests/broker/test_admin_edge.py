@@ -128,5 +128,5 @@ def test_request_names_stay_valid_and_distinct_for_long_plan_names() -> None:
 
 
 def test_a_credentials_secret_out_of_reach_at_start_up_is_a_clear_configuration_error() -> None:
-    with pytest.raises(ConfigurationError, match=r"cannot read the credentials Secret opbroker/creds: MaxRetryError"):
+    with pytest.raises(ConfigurationError, match=r"cannot read the credentials Secret opbroker/creds: Unreachable"):
         create_app(Settings(credentials_secret="creds", namespace="opbroker"), unreachable_api())

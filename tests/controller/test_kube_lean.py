@@ -24,7 +24,8 @@ from kubernetes.client import exceptions
 
 from opbroker.api.meta import ResourceRef
 from opbroker.controller.kube import BINDINGS, Kube, Refused
-from opbroker.kubeclient import answers, deadlines, transport
+from opbroker.kubeclient import deadlines, transport
+from opbroker.kubeclient.informer import Collection, LeanSource, events_of
 from opbroker.kubeclient.lean import LeanCustomObjects, object_path
 
 # -- the request sent, the answer read (no cluster) ---------------------------------------------------------
@@ -211,18 +212,11 @@ def test_a_watch_streams_through_the_lean_client(api_client: client.ApiClient, n
     lean.create_namespaced_custom_object(
         BINDINGS.group, BINDINGS.version, namespace, "sfservicebindings", _binding(namespace, "w")
     )
-    stream = answers.Watch()
-    events = stream.stream(
-        lean.list_namespaced_custom_object,
-        BINDINGS.group,
-        BINDINGS.version,
-        namespace,
-        "sfservicebindings",
-        resource_version=listed["metadata"]["resourceVersion"],
-        timeout_seconds=10,
-    )
-    first = next(events)
-    stream.stop()
+    watched = Collection(f"{BINDINGS.group}/{BINDINGS.version}", "sfservicebindings", namespace=namespace)
+    stream = LeanSource(lean).watch(watched, listed["metadata"]["resourceVersion"], 10)
+    event_type, obj = next(events_of(stream))
+    stream.abort()
+    first = {"type": event_type, "object": obj}
     assert (first["type"], first["object"]["metadata"]["name"]) == ("ADDED", "w")
 
 

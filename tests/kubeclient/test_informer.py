@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from opbroker.kubeclient.informer import Collection, Informer, LeanSource
+from opbroker.kubeclient.informer import Collection, Informer, LeanSource, events_of
 from opbroker.kubeclient.lean import METADATA_LIST, METADATA_WATCH
 from opbroker.osbclient import Backoff
 from tests.informer_support import NO_WAIT, Scripted, ScriptedStream, event
@@ -237,6 +237,48 @@ def test_the_lean_source_asks_for_metadata_only_with_the_collections_selector() 
         "labelSelector": "a=b",
     }
     assert wstream and cquery == [("limit", 500)]
+
+
+def test_a_field_selector_rides_on_the_listing_and_the_watch() -> None:
+    api = RecordingApi()
+    source = LeanSource(api)  # type: ignore[arg-type]
+    one = Collection("demo.io/v1", "things", namespace="ns", field_selector="metadata.name=a")
+    source.page(one, None)
+    source.watch(one, "7", 5)
+    (_, query, _, _), (_, wquery, _, _) = api.asked
+    assert ("fieldSelector", "metadata.name=a") in query and dict(wquery)["fieldSelector"] == "metadata.name=a"
+    assert str(one) == "things.demo.io/v1 in ns (metadata.name=a)"
+
+
+class LimitedStream:
+    """A stream that records the line bound it was read with."""
+
+    def __init__(self, lines: list[bytes]) -> None:
+        self._lines, self.limit = lines, 0
+
+    def lines(self, limit: int) -> Iterator[bytes]:
+        self.limit = limit
+        yield from self._lines
+
+    def abort(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def test_a_watchs_events_are_decoded_with_their_type_and_an_odd_object_reads_as_empty() -> None:
+    gone = {"kind": "Status", "code": 410, "reason": "Expired"}
+    stream = LimitedStream(
+        [
+            event("ADDED", pod("a", "1")),
+            event("BOOKMARK", {"metadata": {"resourceVersion": "9"}}),
+            event("ERROR", gone),
+            b'{"type": "MODIFIED", "object": [1]}',
+        ]
+    )
+    told = list(events_of(stream, limit=4096))
+    assert [kind for kind, _ in told] == ["ADDED", "BOOKMARK", "ERROR", "MODIFIED"]
+    assert told[0][1] == pod("a", "1") and told[2][1] == gone and told[3][1] == {}
+    assert stream.limit == 4096
 
 
 def test_failures_in_a_row_back_off_with_jitter_and_a_listing_ends_the_streak() -> None:

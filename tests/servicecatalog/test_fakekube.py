@@ -55,6 +55,15 @@ def service_class(name: str = "postgres", broker: str = "fake", **extra: Any) ->
     }
 
 
+def test_a_relisted_class_is_written_over_only_at_the_version_read() -> None:
+    held = {**service_class(), "metadata": {"name": "postgres", "resourceVersion": "42"}, "status": {}, "tags": ["a"]}
+    patch = brokers._replacement_patch({**held, "tags": None, "description": "new"})
+    assert patch["metadata"] == {"resourceVersion": "42"} and patch["description"] == "new"
+    assert patch["tags"] is None and patch["requires"] is None and "status" not in patch
+    with pytest.raises(ValueError, match="resourceVersion"):
+        brokers._replacement_patch(service_class())
+
+
 # -- CatalogApi: every call through Kube ---------------------------------------------------------------------------
 
 
@@ -79,6 +88,9 @@ def test_the_catalog_api_reads_and_writes_both_scopes_through_the_one_door() -> 
     with pytest.raises(Conflict):  # a stale copy cannot undo the newer write...
         api.patch_status(CLASSES, stale, {"removedFromBrokerCatalog": False})
     api.patch_status(CLASSES, stale, {"removedFromBrokerCatalog": False}, guarded=False)  # ...unless unguarded
+    unversioned = {**stale, "metadata": {"name": "postgres"}}
+    with pytest.raises(ValueError, match="resourceVersion"):  # a guarded write needs the version read: none sent
+        api.patch_status(CLASSES, unversioned, {"removedFromBrokerCatalog": True})
     with pytest.raises(Conflict):
         api.patch(CLASSES, "", "postgres", {"metadata": {"resourceVersion": "1"}, "externalName": "pg"})
     assert api.patch(CLASSES, "", "missing", {"externalName": "x"}) is None

@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from opbroker.controller.servicecatalog import webhook, webhookcerts
 from opbroker.controller.servicecatalog.bindingrefs import BindingRef, BindingRefs
@@ -255,3 +257,50 @@ def test_the_shared_certificate_is_renewed_from_the_same_ca_when_due() -> None:
     assert webhookcerts.renewal(renewed, hosts, now=late) is None
     ca_late = NOW + datetime.timedelta(days=webhookcerts.CA_DAYS - webhookcerts.RENEW_DAYS + 1)
     assert webhookcerts.renewal(renewed, hosts, now=ca_late) == "ca"
+
+
+class _SecretsSeen:
+    """A CoreV1Api stand-in that keeps the webhook's Secret as the API server would (its writes, as sent)."""
+
+    def __init__(self) -> None:
+        self.sent: list[dict[str, object]] = []
+        self.stored: client.V1Secret | None = None
+
+    def read_namespaced_secret(self, name: str, namespace: str, **_: object) -> client.V1Secret:
+        if self.stored is None:
+            raise ApiException(status=404)
+        return self.stored
+
+    def _keep(self, body: object) -> None:
+        wire = client.ApiClient().sanitize_for_serialization(body)
+        self.sent.append(wire)
+        meta = wire["metadata"]
+        self.stored = client.V1Secret(
+            metadata=client.V1ObjectMeta(name=meta["name"], namespace=meta["namespace"], resource_version="7"),
+            data=wire["data"],
+        )
+
+    def create_namespaced_secret(self, namespace: str, body: object, **_: object) -> None:
+        self._keep(body)
+
+    def replace_namespaced_secret(self, name: str, namespace: str, body: object, **_: object) -> None:
+        self._keep(body)
+
+
+def test_the_shared_certificate_is_stored_in_a_tls_secret_and_replaced_at_the_version_read() -> None:
+    store = webhookcerts.SharedCertificate(client.ApiClient(), "opbroker-system", "webhook-tls")
+    seen = _SecretsSeen()
+    store._core = seen  # the client's API object, stood in for
+    first = store.ensure(["svc.ns.svc"])
+    labels = {"app.kubernetes.io/part-of": "opbroker", "app.kubernetes.io/component": "webhook"}
+    assert seen.sent[0]["metadata"] == {"name": "webhook-tls", "namespace": "opbroker-system", "labels": labels}
+    assert seen.sent[0]["type"] == "kubernetes.io/tls"
+    assert store.ensure(["svc.ns.svc"]) == first and len(seen.sent) == 1  # stored and not due: nothing written
+    renewed = store.ensure(["other.ns.svc"])  # a host missing: the leaf is renewed over the version read
+    assert len(seen.sent) == 2 and renewed.ca_cert == first.ca_cert and renewed.cert != first.cert
+    assert seen.sent[1]["metadata"] == {
+        "name": "webhook-tls",
+        "namespace": "opbroker-system",
+        "labels": labels,
+        "resourceVersion": "7",
+    }

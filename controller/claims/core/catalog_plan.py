@@ -6,15 +6,14 @@ one effect of :mod:`opbroker.controller.claims.cataloging`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from opbroker.api.meta import ResourceRef
 from opbroker.api.primaza import ServiceCatalog
 from opbroker.controller.claims.core import catalogs
 from opbroker.controller.claims.core.matching import Candidate
 from opbroker.controller.core import actions as a
+from opbroker.kubeclient.wire import JsonObject
 
 
 @dataclass(frozen=True)
@@ -24,7 +23,7 @@ class CatalogFacts:
     claim_environments: tuple[str, ...]
     configured: tuple[str, ...]
     """The environments configured for the controller (``--catalog-environment``)."""
-    existing: Mapping[str, Any]
+    existing: JsonObject
     """The controller's catalogs in the namespace: name (the environment) → ``spec.services``."""
     any_claims: bool = False
     shared: tuple[Candidate, ...] = ()
@@ -35,7 +34,7 @@ class CatalogFacts:
 class ApplyCatalog:
     """Server-side apply a catalog (a namespace being deleted meanwhile takes its catalogs with it)."""
 
-    manifest: Mapping[str, Any] = field(repr=False)
+    manifest: JsonObject = field(repr=False)
 
 
 CatalogAction = ApplyCatalog | a.Delete
@@ -55,8 +54,8 @@ def plan(facts: CatalogFacts) -> list[CatalogAction]:
     )
     actions: list[CatalogAction] = []
     for environment in sorted(wanted):
-        manifest = catalogs.manifest(facts.namespace, environment, facts.services, facts.shared)
-        if environment not in facts.existing or facts.existing[environment] != manifest["spec"]["services"]:
-            actions.append(ApplyCatalog(manifest))
+        listed = catalogs.entries(facts.services, environment, facts.shared, facts.namespace)
+        if environment not in facts.existing or facts.existing[environment] != listed:
+            actions.append(ApplyCatalog(catalogs.manifest_of(facts.namespace, environment, listed)))
     actions.extend(a.Delete(catalog_ref(facts.namespace, env)) for env in sorted(set(facts.existing) - wanted))
     return actions

@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import Any
 
 from opbroker.api.conventions import LABEL_MANAGED_BY, MANAGED_BY
 from opbroker.api.primaza import ServiceCatalog, ServiceState
 from opbroker.controller.claims.core import constraints, names
 from opbroker.controller.claims.core.matching import Candidate
+from opbroker.kubeclient.wire import JsonBody
 
 _OBJECT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
@@ -57,8 +57,8 @@ def listed(service: Candidate, environment: str) -> bool:
     )
 
 
-def entry(service: Candidate, home: str | None = None) -> dict[str, Any]:
-    result: dict[str, Any] = {"name": service.name}
+def entry(service: Candidate, home: str | None = None) -> JsonBody:
+    result: JsonBody = {"name": service.name}
     if home is not None and service.namespace and service.namespace != home:
         result["namespace"] = service.namespace
     result |= {
@@ -72,7 +72,7 @@ def entry(service: Candidate, home: str | None = None) -> dict[str, Any]:
 
 def entries(
     services: Iterable[Candidate], environment: str, shared: Iterable[Candidate] = (), home: str | None = None
-) -> list[dict[str, Any]]:
+) -> list[JsonBody]:
     """The namespace's own services, by name, then the ones other namespaces share with ``home``."""
     own = [entry(s) for s in sorted(services, key=lambda s: s.name) if listed(s, environment)]
     others = sorted(
@@ -83,7 +83,12 @@ def entries(
 
 def manifest(
     namespace: str, environment: str, services: Iterable[Candidate], shared: Iterable[Candidate] = ()
-) -> dict[str, Any]:
+) -> JsonBody:
+    return manifest_of(namespace, environment, entries(services, environment, shared, namespace))
+
+
+def manifest_of(namespace: str, environment: str, listed: list[JsonBody]) -> JsonBody:
+    """The catalog listing ``listed`` (:func:`entries`)."""
     return {
         "apiVersion": ServiceCatalog.api_version_string(),
         "kind": ServiceCatalog.KIND,
@@ -92,5 +97,5 @@ def manifest(
             "namespace": namespace,
             "labels": {LABEL_MANAGED_BY: MANAGED_BY, names.LABEL_CATALOG: "true"},
         },
-        "spec": {"services": entries(services, environment, shared, namespace)},
+        "spec": {"services": listed},
     }

@@ -16,19 +16,19 @@ from __future__ import annotations
 import datetime
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from pydantic import ValidationError
 
 from opbroker.api.conventions import ANNOTATION_OWNER_UID
 from opbroker.api.errors import field_errors
-from opbroker.api.primaza import ClaimState, RegisteredService, ServiceClaim, ServiceState
+from opbroker.api.primaza import ApplicationSelector, ClaimState, RegisteredService, ServiceClaim, ServiceState
 from opbroker.controller.claims import servicebinding, workloads
 from opbroker.controller.claims.core import conditions, matching, names, states
 from opbroker.controller.claims.core.views import ClaimView, ObjectView, OwnerRef, ServiceView, WorkloadView
 from opbroker.controller.claims.settings import ClaimsSettings
 from opbroker.controller.core import actions as a
 from opbroker.controller.core.reasons import Reason
+from opbroker.kubeclient.wire import JsonBody, JsonObject
 
 READY = "Ready"
 
@@ -69,7 +69,7 @@ class Release:
     namespace: str
     service: str
     resource_version: str | None
-    patch: Mapping[str, Any] = field(repr=False)
+    patch: JsonObject = field(repr=False)
     message: str
 
 
@@ -80,7 +80,7 @@ class Take:
 
     service: str
     resource_version: str | None
-    patch: Mapping[str, Any] = field(repr=False)
+    patch: JsonObject = field(repr=False)
     message: str
     namespace: str | None = None
     """The service's namespace (None: the claim's)."""
@@ -106,7 +106,7 @@ class ApplySecret:
     """Write the binding Secret: create it when none was there, else rewrite the stamped one read, guarded by
     its ``resource_version``."""
 
-    manifest: Mapping[str, Any] = field(repr=False)
+    manifest: JsonObject = field(repr=False)
     resource_version: str | None = None
 
 
@@ -114,7 +114,7 @@ class ApplySecret:
 class ApplyWorkloads:
     """Server-side apply the projections (and withdrawals) under the claim's field manager."""
 
-    patches: tuple[Mapping[str, Any], ...]
+    patches: tuple[JsonObject, ...]
 
 
 ClaimAction = (
@@ -247,12 +247,12 @@ def _releases(facts: ClaimFacts, *, keep: str | None) -> list[ClaimAction]:
 
 
 def _projection(
-    facts: ClaimFacts, application: Any, secret_name: str, keys: list[str], content_hash: str
+    facts: ClaimFacts, application: ApplicationSelector | None, secret_name: str, keys: list[str], content_hash: str
 ) -> tuple[ApplyWorkloads, int]:
     """Project into the selected workloads, withdraw from the others; and the number projected into."""
     claim = facts.claim.meta.name
     manager = names.field_manager(claim)
-    patches: list[Mapping[str, Any]] = []
+    patches: list[JsonObject] = []
     projected = 0
     for workload in facts.workloads:
         if application is not None and workloads.selected(application, workload):
@@ -290,9 +290,7 @@ def _unbind_unless_done(facts: ClaimFacts) -> list[ClaimAction]:
     return _unbind(facts) if not settled or claim.binding_secret else []
 
 
-def _write(
-    facts: ClaimFacts, wanted: dict[str, Any], *, ready: bool, reason: Reason, message: str
-) -> list[ClaimAction]:
+def _write(facts: ClaimFacts, wanted: JsonObject, *, ready: bool, reason: Reason, message: str) -> list[ClaimAction]:
     """The status write with its Ready condition (none when nothing changes), and an Event when the state,
     the service held or the reason changes."""
     claim = facts.claim
@@ -327,7 +325,7 @@ def _write(
     return [a.WriteStatus({**wanted, "conditions": new_conditions}, event=event)]
 
 
-def _candidates(claim: ClaimView) -> Any:
+def _candidates(claim: ClaimView) -> list[JsonBody] | None:
     """``status.candidates`` as read (compared whole: the verdicts are plain JSON)."""
     return [dict(c) for c in claim.candidates] or None
 
@@ -408,7 +406,7 @@ def _bind(
         keys=model.spec.service_endpoint_definition_keys,
     )
     manifest = servicebinding.claim_binding_secret(OwnerRef.of(claim.wire), data, service_type)
-    secret_name = manifest["metadata"]["name"]
+    secret_name = names.binding_secret_name(claim.meta.name)
     existing = facts.binding_secret
     actions: list[ClaimAction] = []
     version: str | None = None

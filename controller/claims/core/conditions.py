@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Iterable
-from typing import Any, Literal
+from typing import Literal
 
 from opbroker.controller.core.views import ConditionView, condition_wire, conditions_of
+from opbroker.kubeclient.wire import JsonBody
 
 ConditionStatus = Literal["True", "False", "Unknown"]
 
@@ -30,7 +31,7 @@ def with_condition(
     message: str,
     generation: int | None,
     timestamp: str | None = None,
-) -> list[dict[str, Any]]:
+) -> list[JsonBody]:
     """``previous`` (as read) with the condition ``type_`` replaced; its transition time moves only when it
     flips. The list is written whole (a status patch replaces it), so the kept conditions are written too."""
     held = conditions_of(previous)

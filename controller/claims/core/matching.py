@@ -38,9 +38,8 @@ shown in the status (``limit``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 
 from pydantic import ValidationError
 
@@ -50,6 +49,7 @@ from opbroker.api.primaza import RegisteredService, ServiceClaim, ServiceState
 from opbroker.controller.claims.core import constraints, names
 from opbroker.controller.claims.core.views import ServiceView
 from opbroker.controller.claims.reasons import Rejection
+from opbroker.kubeclient.wire import JsonBody, JsonObject
 
 IdentityPair = tuple[str, str]
 DEFAULT_SLA_ORDER = ("L1", "L2", "L3")
@@ -82,7 +82,7 @@ class Candidate:
         return (self.namespace, self.name)
 
 
-def candidate_of(service: ServiceView | Mapping[str, Any]) -> Candidate:
+def candidate_of(service: ServiceView | JsonObject) -> Candidate:
     """Digest a RegisteredService (a view, or the body as on the wire); an invalid one becomes a candidate with a
     problem."""
     view = service if isinstance(service, ServiceView) else ServiceView.of(service)
@@ -91,26 +91,26 @@ def candidate_of(service: ServiceView | Mapping[str, Any]) -> Candidate:
         state = ServiceState(view.state) if view.state else None
     except ValueError:
         state = None
-    common: dict[str, Any] = {
-        "name": meta.name,
-        "state": state,
-        "claimed_by": view.claimed_by,
-        "deleting": meta.deleting,
-        "resource_version": meta.resource_version,
-        "namespace": meta.namespace,
-    }
+    common = Candidate(
+        name=meta.name,
+        state=state,
+        claimed_by=view.claimed_by,
+        deleting=meta.deleting,
+        resource_version=meta.resource_version,
+        namespace=meta.namespace,
+    )
     try:
         model = RegisteredService.model_validate({k: v for k, v in view.wire.items() if k != "status"})
     except ValidationError as exc:
-        return Candidate(problem="; ".join(field_errors(exc)), **common)
+        return replace(common, problem="; ".join(field_errors(exc)))
     spec = model.spec
-    return Candidate(
+    return replace(
+        common,
         identity=frozenset((item.name, item.value) for item in spec.service_class_identity),
         keys=frozenset(item.name for item in spec.service_endpoint_definition),
         environments=constraints.parse(spec.constraints.environments if spec.constraints else None),
         sla=spec.sla,
         share_with=frozenset(spec.share_with or ()),
-        **common,
     )
 
 
@@ -282,7 +282,7 @@ class Verdict:
     accepted: bool
     reason: str
 
-    def as_status(self) -> dict[str, Any]:
+    def as_status(self) -> JsonBody:
         return {"name": self.name, "accepted": self.accepted, "reason": self.reason}
 
 

@@ -15,7 +15,6 @@ import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from pydantic import ValidationError
 
@@ -31,6 +30,7 @@ from opbroker.controller.claims.probes import Finished, Probe
 from opbroker.controller.core import actions as a
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.runtime.keys import Key
+from opbroker.kubeclient.wire import JsonBody, JsonObject
 
 
 @dataclass(frozen=True)
@@ -109,8 +109,8 @@ class Started:
 class StartJob:
     """Apply the check's Secret and create its Job; what follows depends on how that went (:meth:`then`)."""
 
-    secret: Mapping[str, Any] = field(repr=False)
-    job: Mapping[str, Any] = field(repr=False)
+    secret: JsonObject = field(repr=False)
+    job: JsonObject = field(repr=False)
     secret_version: str | None
     """The resourceVersion of the (stamped) check Secret read; None: there was none."""
     created: tuple[RegisteredAction, ...]
@@ -148,7 +148,7 @@ class Status:
     state: str | None
     claimed_by: str | None
     failures: int
-    conditions: list[dict[str, Any]] | None
+    conditions: list[JsonBody] | None
 
     @classmethod
     def of(cls, service: ServiceView) -> Status:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from pydantic import ValidationError
 
@@ -21,6 +20,7 @@ from opbroker.controller.core import actions as a
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import BindingView
 from opbroker.controller.runtime.keys import Key
+from opbroker.kubeclient.wire import JsonObject
 
 
 @dataclass(frozen=True)
@@ -60,8 +60,8 @@ class RemoveGenerated:
 
 @dataclass(frozen=True)
 class Register:
-    endpoint_secret: Mapping[str, Any] = field(repr=False)
-    manifest: Mapping[str, Any] = field(repr=False)
+    endpoint_secret: JsonObject = field(repr=False)
+    manifest: JsonObject = field(repr=False)
     secret_version: str | None = None
     """The resourceVersion of the stamped endpoint Secret read; None: there was none (create it)."""
 

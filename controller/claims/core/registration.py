@@ -26,7 +26,6 @@ import base64
 import json
 import re
 from collections.abc import Mapping
-from typing import Any
 
 from opbroker.api.conventions import ANNOTATION_OWNER_UID, CREDENTIALS_KEY, LABEL_MANAGED_BY, MANAGED_BY
 from opbroker.api.osb import SFServiceBinding
@@ -34,12 +33,13 @@ from opbroker.api.primaza import RegisteredService
 from opbroker.controller.claims.core import names
 from opbroker.controller.claims.core.views import CatalogEntry, ObjectView, service_id_of
 from opbroker.controller.core.views import BindingView
+from opbroker.kubeclient.wire import JsonBody, JsonObject
 
 _KEY = re.compile(r"^[A-Za-z0-9._-]+$")
 DEFAULT_PROVIDER = "opbroker"
 
 
-Binding = BindingView | Mapping[str, Any]
+Binding = BindingView | JsonObject
 """A broker binding: its view, or its body as on the wire (the watch handlers hand in bodies)."""
 
 
@@ -61,7 +61,7 @@ def setting(binding: Binding, plan: CatalogEntry | None, key: str) -> str | None
     return _view(binding).meta.annotations.get(key) or (plan.meta.annotations.get(key) if plan is not None else None)
 
 
-def credentials_of(secret_data: Mapping[str, str] | None) -> dict[str, Any] | None:
+def credentials_of(secret_data: Mapping[str, str] | None) -> JsonBody | None:
     """The ``credentials`` object of a credentials Secret (decoded data), or None if unusable."""
     raw = (secret_data or {}).get(CREDENTIALS_KEY)
     if raw is None:
@@ -74,7 +74,7 @@ def credentials_of(secret_data: Mapping[str, str] | None) -> dict[str, Any] | No
     return credentials if isinstance(credentials, dict) else None
 
 
-def flatten(credentials: Mapping[str, Any]) -> dict[str, str]:
+def flatten(credentials: JsonObject) -> dict[str, str]:
     """One text value per credential key usable as a file name; non-strings JSON-encoded."""
     flat = {}
     for key, value in credentials.items():
@@ -84,7 +84,7 @@ def flatten(credentials: Mapping[str, Any]) -> dict[str, str]:
     return dict(sorted(flat.items()))
 
 
-def _owner(binding: BindingView) -> dict[str, Any]:
+def _owner(binding: BindingView) -> JsonBody:
     return {
         "apiVersion": SFServiceBinding.api_version_string(),
         "kind": SFServiceBinding.KIND,
@@ -98,7 +98,7 @@ def _labels(binding: BindingView) -> dict[str, str]:
     return {LABEL_MANAGED_BY: MANAGED_BY, names.LABEL_SOURCE_BINDING: names.label_value(binding.meta.name)}
 
 
-def endpoint_secret(binding: Binding, flat: Mapping[str, str]) -> dict[str, Any]:
+def endpoint_secret(binding: Binding, flat: Mapping[str, str]) -> JsonBody:
     view = _view(binding)
     meta = view.meta
     return {
@@ -122,7 +122,7 @@ def registered_service(
     *,
     service: CatalogEntry | None,
     plan: CatalogEntry | None,
-) -> dict[str, Any]:
+) -> JsonBody:
     """The RegisteredService standing for a broker binding (see the module docstring)."""
     view = _view(binding)
     meta = view.meta
@@ -134,7 +134,7 @@ def registered_service(
         {"name": "plan", "value": plan_name},
     ]
     secret = names.endpoint_secret_name(meta.name)
-    body: dict[str, Any] = {
+    body: JsonBody = {
         "serviceClassIdentity": identity,
         "serviceEndpointDefinition": [{"name": k, "valueFromSecret": {"name": secret, "key": k}} for k in keys],
     }
@@ -144,7 +144,7 @@ def registered_service(
     environments = setting(binding, plan, names.ANNOTATION_ENVIRONMENTS)
     if environments:
         body["constraints"] = {"environments": [e.strip() for e in environments.split(",") if e.strip()]}
-    manifest = {
+    manifest: JsonBody = {
         "apiVersion": RegisteredService.api_version_string(),
         "kind": RegisteredService.KIND,
         "metadata": {

@@ -29,12 +29,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
 
 from opbroker.api.primaza import ServiceState
 from opbroker.controller.claims.core import conditions
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import conditions_of
+from opbroker.kubeclient.wire import JsonBody
 
 HEALTHY_CONDITION = "Healthy"
 READY_CONDITION = "Ready"
@@ -180,7 +180,7 @@ def status_conditions(
     state: ServiceState,
     generation: int | None,
     timestamp: str | None = None,
-) -> list[dict[str, Any]]:
+) -> list[JsonBody]:
     """The ``Healthy`` condition (the persisted health record) and ``Ready`` (Available or Claimed);
     ``timestamp``: a flipped condition's transition time (the injected clock's; None: the wall clock now)."""
     healthy: conditions.ConditionStatus = "Unknown"

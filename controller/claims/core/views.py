@@ -10,15 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from opbroker.api.conventions import ANNOTATION_OWNER_UID
-from opbroker.controller.core.views import BindingView, ConditionView, Meta, conditions_of, mapping_of
-from opbroker.kubeclient.wire import strings_of, text_of
-
-
-def _condition_list(value: object) -> tuple[Mapping[str, Any], ...]:
-    return tuple(c for c in value if isinstance(c, Mapping)) if isinstance(value, list) else ()
+from opbroker.controller.core.views import BindingView, ConditionView, Meta, conditions_of
+from opbroker.kubeclient.wire import JsonBody, JsonObject, int_of, mapping_of, objects_of, strings_of, text_of
 
 
 @dataclass(frozen=True)
@@ -32,7 +27,7 @@ class OwnerRef:
     uid: str
 
     @classmethod
-    def of(cls, body: Mapping[str, Any]) -> OwnerRef:
+    def of(cls, body: JsonObject) -> OwnerRef:
         meta = Meta.of(body.get("metadata"))
         return cls(
             api_version=text_of(body.get("apiVersion")) or "",
@@ -42,7 +37,7 @@ class OwnerRef:
             uid=meta.uid,
         )
 
-    def controlling(self) -> dict[str, Any]:
+    def controlling(self) -> JsonBody:
         """The owner reference written (controlling, blocking the owner's deletion until it is gone)."""
         return {
             "apiVersion": self.api_version,
@@ -73,8 +68,8 @@ class ClaimView(Stamped):
     """The service the status says it holds (as the claim names it: ``ns/name`` when of another namespace)."""
     binding_secret: str | None
     reason: str | None
-    conditions: tuple[Mapping[str, Any], ...]
-    candidates: tuple[Mapping[str, Any], ...]
+    conditions: tuple[JsonObject, ...]
+    candidates: tuple[JsonObject, ...]
     """``status.candidates``: the verdicts last written (plain JSON, compared whole)."""
     service_namespaces: tuple[str, ...]
     """``spec.serviceNamespaces``, deduplicated in order."""
@@ -82,10 +77,10 @@ class ClaimView(Stamped):
     """``spec.environmentTag`` ("" when absent)."""
     application_kind: tuple[str, str] | None
     """The workload kind ``spec.application`` selects (apiVersion, kind; Deployments by default), None: none."""
-    wire: Mapping[str, Any] = field(repr=False, compare=False)
+    wire: JsonObject = field(repr=False, compare=False)
 
     @classmethod
-    def of(cls, body: Mapping[str, Any]) -> ClaimView:
+    def of(cls, body: JsonObject) -> ClaimView:
         status = mapping_of(body.get("status"))
         spec = mapping_of(body.get("spec"))
         application = spec.get("application")
@@ -99,15 +94,15 @@ class ClaimView(Stamped):
             registered_service=text_of(status.get("registeredService")),
             binding_secret=text_of(status.get("bindingSecret")),
             reason=text_of(status.get("reason")),
-            conditions=_condition_list(status.get("conditions")),
-            candidates=_condition_list(status.get("candidates")),
+            conditions=objects_of(status.get("conditions")),
+            candidates=objects_of(status.get("candidates")),
             service_namespaces=tuple(dict.fromkeys(strings_of(spec.get("serviceNamespaces")))),
             environment=text_of(spec.get("environmentTag")) or "",
             application_kind=kind,
             wire=body,
         )
 
-    def condition(self, type_: str) -> Mapping[str, Any] | None:
+    def condition(self, type_: str) -> JsonObject | None:
         return next((c for c in self.conditions if c.get("type") == type_), None)
 
     def condition_reason(self, type_: str) -> str | None:
@@ -122,13 +117,13 @@ class ServiceView(Stamped):
     state: str | None
     claimed_by: str | None
     consecutive_failures: int
-    conditions: tuple[Mapping[str, Any], ...]
+    conditions: tuple[JsonObject, ...]
     endpoint_secrets: frozenset[str]
     """The Secrets its endpoint definition reads (``valueFromSecret.name``), in its own namespace."""
-    wire: Mapping[str, Any] = field(repr=False, compare=False)
+    wire: JsonObject = field(repr=False, compare=False)
 
     @classmethod
-    def of(cls, body: Mapping[str, Any]) -> ServiceView:
+    def of(cls, body: JsonObject) -> ServiceView:
         status = mapping_of(body.get("status"))
         failures = status.get("consecutiveFailures")
         items = mapping_of(body.get("spec")).get("serviceEndpointDefinition")
@@ -141,14 +136,14 @@ class ServiceView(Stamped):
             meta=Meta.of(body.get("metadata")),
             state=text_of(status.get("state")),
             claimed_by=text_of(status.get("claimedBy")),
-            consecutive_failures=failures if isinstance(failures, int) and not isinstance(failures, bool) else 0,
-            conditions=_condition_list(status.get("conditions")),
+            consecutive_failures=int_of(failures) or 0,
+            conditions=objects_of(status.get("conditions")),
             endpoint_secrets=secrets,
             wire=body,
         )
 
 
-def _owners(metadata: Mapping[str, Any]) -> tuple[tuple[str, str, str], ...]:
+def _owners(metadata: JsonObject) -> tuple[tuple[str, str, str], ...]:
     refs = metadata.get("ownerReferences")
     return tuple(
         (text_of(ref.get("kind")) or "", text_of(ref.get("name")) or "", text_of(ref.get("uid")) or "")
@@ -162,17 +157,17 @@ class ObjectView(Stamped):
     """A Secret or a Job opbroker writes for a claim or a service: whose it is, its type, its version."""
 
     type: str | None
-    wire: Mapping[str, Any] = field(repr=False, compare=False)
+    wire: JsonObject = field(repr=False, compare=False)
     owners: tuple[tuple[str, str, str], ...] = ()
     """(kind, name, uid) of each of its ``ownerReferences`` ("" for a missing field)."""
 
     @classmethod
-    def of(cls, body: Mapping[str, Any]) -> ObjectView:
+    def of(cls, body: JsonObject) -> ObjectView:
         metadata = mapping_of(body.get("metadata"))
         return cls(meta=Meta.of(metadata), type=text_of(body.get("type")), wire=body, owners=_owners(metadata))
 
     @classmethod
-    def maybe(cls, body: Mapping[str, Any] | None) -> ObjectView | None:
+    def maybe(cls, body: JsonObject | None) -> ObjectView | None:
         return None if body is None else cls.of(body)
 
 
@@ -185,7 +180,7 @@ class JobView(ObjectView):
     """``metadata.creationTimestamp`` (text on the wire; a datetime from some clients)."""
 
     @classmethod
-    def of(cls, body: Mapping[str, Any]) -> JobView:
+    def of(cls, body: JsonObject) -> JobView:
         meta = mapping_of(body.get("metadata"))
         return cls(
             meta=Meta.of(meta),
@@ -197,7 +192,7 @@ class JobView(ObjectView):
         )
 
     @classmethod
-    def maybe(cls, body: Mapping[str, Any] | None) -> JobView | None:
+    def maybe(cls, body: JsonObject | None) -> JobView | None:
         return None if body is None else cls.of(body)
 
 
@@ -252,10 +247,10 @@ class WorkloadView:
     containers: tuple[ContainerView, ...]
     managers: frozenset[str]
     """The field managers of ``metadata.managedFields`` (a claim's projection has one of its own)."""
-    wire: Mapping[str, Any] = field(repr=False, compare=False)
+    wire: JsonObject = field(repr=False, compare=False)
 
     @classmethod
-    def of(cls, body: Mapping[str, Any]) -> WorkloadView:
+    def of(cls, body: JsonObject) -> WorkloadView:
         metadata = mapping_of(body.get("metadata"))
         template = mapping_of(mapping_of(body.get("spec")).get("template"))
         pod = mapping_of(template.get("spec"))
@@ -286,11 +281,11 @@ class CatalogEntry:
     """``spec.name``: the service's or plan's name in the catalog."""
 
     @classmethod
-    def of(cls, body: Mapping[str, Any]) -> CatalogEntry:
+    def of(cls, body: JsonObject) -> CatalogEntry:
         return cls(meta=Meta.of(body.get("metadata")), name=text_of(mapping_of(body.get("spec")).get("name")))
 
     @classmethod
-    def maybe(cls, body: Mapping[str, Any] | None) -> CatalogEntry | None:
+    def maybe(cls, body: JsonObject | None) -> CatalogEntry | None:
         return None if body is None else cls.of(body)
 
 
@@ -310,10 +305,10 @@ class ListedCatalog:
     written (compared whole with the ones wanted)."""
 
     meta: Meta
-    services: list[Any]
+    services: list[object]
     """``spec.services`` (empty when absent or not a list)."""
 
     @classmethod
-    def of(cls, body: Mapping[str, Any]) -> ListedCatalog:
+    def of(cls, body: JsonObject) -> ListedCatalog:
         services = mapping_of(body.get("spec")).get("services")
         return cls(meta=Meta.of(body.get("metadata")), services=services if isinstance(services, list) else [])

@@ -9,9 +9,9 @@ cause: ``ProgressDeadlineExceeded``, ``MinimumReplicasUnavailable``). Pure: the 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+
+from opbroker.kubeclient.wire import JsonObject, int_of, mapping_of, objects_of, path_of
 
 #: Characters of the Deployment's condition messages kept in the SFCluster's message.
 MESSAGE_LIMIT = 300
@@ -23,23 +23,23 @@ class Availability:
     message: str
 
 
-def availability(where: str, deployment: Mapping[str, Any] | None) -> Availability:
+def availability(where: str, deployment: JsonObject | None) -> Availability:
     """``deployment`` (``where``: ``Deployment ns/name``, for the message) judged available or not, and why."""
     if deployment is None:
         return Availability(False, f"{where} is missing in the cluster")
-    spec = deployment.get("spec") or {}
-    status = deployment.get("status") or {}
-    wanted = int(spec.get("replicas", 1) if spec.get("replicas") is not None else 1)
-    generation = int((deployment.get("metadata") or {}).get("generation") or 0)
-    observed = int(status.get("observedGeneration") or 0)
-    available = int(status.get("availableReplicas") or 0)
-    updated = int(status.get("updatedReplicas") or 0)
+    status = mapping_of(deployment.get("status"))
+    replicas = int_of(path_of(deployment, "spec", "replicas"))
+    wanted = 1 if replicas is None else replicas
+    generation = int_of(path_of(deployment, "metadata", "generation")) or 0
+    observed = int_of(status.get("observedGeneration")) or 0
+    available = int_of(status.get("availableReplicas")) or 0
+    updated = int_of(status.get("updatedReplicas")) or 0
     counts = f"{where}: {available} of {wanted} replica(s) available"
     if observed >= generation and available >= wanted and updated >= wanted:
         return Availability(True, counts)
     said = [
         f"{c.get('type')}: {c.get('reason') or ''} {c.get('message') or ''}".strip()
-        for c in status.get("conditions") or []
+        for c in objects_of(status.get("conditions"))
         if c.get("status") != "True"
     ]
     if observed < generation:

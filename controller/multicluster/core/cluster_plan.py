@@ -30,6 +30,7 @@ from opbroker.controller.multicluster.core.views import SFClusterView
 from opbroker.controller.multicluster.quantities import Resources
 from opbroker.controller.multicluster.reasons import CLUSTER_FINALIZER, ConditionType
 from opbroker.controller.runtime.keys import Key
+from opbroker.kubeclient.wire import JsonBody, JsonObject
 
 __all__ = ["ClusterFacts", "Installation", "Replicate", "SFClusterView", "Unregister", "cluster_status", "plan"]
 
@@ -77,12 +78,12 @@ class Unregister:
     """The SFCluster is released: drop the cluster from the registry (its client and watch close)."""
 
 
-def cluster_status(facts: ClusterFacts, conditions: tuple[ConditionView, ...] | None = None) -> dict[str, Any]:
+def cluster_status(facts: ClusterFacts, conditions: tuple[ConditionView, ...] | None = None) -> JsonBody:
     """The status an SFCluster should have (the manifest written); ``conditions``: :func:`cluster_conditions`,
     when the caller has them already."""
     cluster = facts.cluster
-    capacity: dict[str, Any] | None
-    allocatable: dict[str, Any] | None
+    capacity: JsonObject | None
+    allocatable: JsonObject | None
     if facts.observed is not None:
         capacity, allocatable = quantities.wire(facts.observed[0]), quantities.wire(facts.observed[1])
     else:

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Callable, Mapping
-from typing import Any
+
+from opbroker.kubeclient.wire import JsonBody
 
 #: Fields of ``users[].user`` the controller refuses, and what the client would do with each.
 REFUSED_USER_FIELDS = {
@@ -31,7 +32,7 @@ REFUSED_CLUSTER_FIELDS = {
 }
 
 
-def problems(kubeconfig: Any) -> list[str]:
+def problems(kubeconfig: object) -> list[str]:
     """Every refused field of a parsed kubeconfig, as ``path: why`` (empty: it may be used)."""
     if not isinstance(kubeconfig, Mapping):
         return ["the kubeconfig is not a YAML mapping"]
@@ -67,8 +68,8 @@ _INLINED = {
 
 
 def data_only(
-    kubeconfig: Any, read: Callable[[str], bytes], *, context: str | None = None, server: str | None = None
-) -> dict[str, Any]:
+    kubeconfig: object, read: Callable[[str], bytes], *, context: str | None = None, server: str | None = None
+) -> JsonBody:
     """The one context of ``kubeconfig`` (``context``, default its current one) the controller may use: its
     cluster and user only, each file they name read (``read``) into the field carrying the data, the server
     replaced by ``server`` when given (the address the master reaches the cluster at). A command (``exec``,
@@ -82,13 +83,13 @@ def data_only(
         raise ValueError(f"the kubeconfig has no context {chosen!r}")
     wanted = contexts[chosen]
 
-    def entry(section: str, inner: str, name: Any) -> dict[str, Any]:
+    def entry(section: str, inner: str, name: object) -> JsonBody:
         for item in kubeconfig.get(section) or []:
             if isinstance(item, Mapping) and item.get("name") == name:
                 return dict(item.get(inner) or {})
         raise ValueError(f"the kubeconfig's context {chosen!r} names {section[:-1]} {name!r}, which it lacks")
 
-    def inline(body: dict[str, Any], where: str) -> dict[str, Any]:
+    def inline(body: JsonBody, where: str) -> JsonBody:
         for field, (target, encoded) in _INLINED.items():
             if field in body:
                 path = str(body.pop(field))

@@ -13,7 +13,6 @@ under live bindings, tear down and release.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +28,7 @@ from opbroker.controller.multicluster.core.views import ReplicaView
 from opbroker.controller.multicluster.reasons import ANNOTATION_CLUSTER, ConditionType
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.policies import DEFAULTS
+from opbroker.kubeclient.wire import JsonBody, JsonObject
 
 WARNINGS = frozenset({Reason.CLUSTER_UNREACHABLE, Reason.CLUSTER_NOT_REGISTERED, Reason.SCHEDULING_FAILED})
 
@@ -55,7 +55,7 @@ class ReplicateCatalog:
     """Copy the plan and service an instance needs into ``cluster`` before the instance itself."""
 
     cluster: str
-    bodies: tuple[Mapping[str, Any], ...] = field(repr=False)
+    bodies: tuple[JsonObject, ...] = field(repr=False)
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ class HandOver:
     """Apply the copy into ``cluster`` (its namespace first), then write the requested ``state`` on it."""
 
     cluster: str
-    copy: Mapping[str, Any] = field(repr=False)
+    copy: JsonObject = field(repr=False)
     state: str
 
 
@@ -118,7 +118,7 @@ class PlacementFacts:
     its instance is."""
     plan_known: bool = True
     """The catalog has a usable plan for it (else the local reconciler reports the problem)."""
-    catalog: tuple[Mapping[str, Any], ...] = field(default=(), repr=False)
+    catalog: tuple[JsonObject, ...] = field(default=(), repr=False)
     """The plan and service bodies a handed-over instance needs in the sister."""
     scheduling: Scheduling | None = None
     live_bindings: int = 0
@@ -171,7 +171,7 @@ def needs_schedule(obj: ReplicaView) -> bool:
     return not obj.meta.deleting and replicas.pending(obj)
 
 
-def write(facts: PlacementFacts, patch: Mapping[str, Any], event: tuple[Reason, str] | None = None) -> list[Any]:
+def write(facts: PlacementFacts, patch: JsonObject, event: tuple[Reason, str] | None = None) -> list[Any]:
     """Patch the master status; an Event goes with it when given, or when the state changed."""
     if not patch:
         return []
@@ -239,7 +239,7 @@ def lost(facts: PlacementFacts) -> list[Any]:
         generation=facts.meta.generation,
     )
     operation = facts.operation
-    patch: dict[str, Any] = {}
+    patch: JsonBody = {}
     if operation.state != OperationState.FAILED.value or operation.error != message:
         patch = {"state": OperationState.FAILED.value, "error": message, "description": message}
     if not replicas.same_conditions(conditions, operation.conditions):

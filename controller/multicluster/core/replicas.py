@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import datetime
 from collections.abc import Iterable
-from typing import Any
 
 from opbroker.api.conventions import (
     CREDENTIALS_KEY,
@@ -41,6 +40,7 @@ from opbroker.controller.multicluster.reasons import (
     ConditionType,
 )
 from opbroker.controller.runtime.objects import owner_reference
+from opbroker.kubeclient.wire import JsonBody
 
 #: Instance status fields that the master takes over from the sister copy.
 INSTANCE_FIELDS = (
@@ -62,7 +62,7 @@ def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def copy_of(obj: ReplicaView) -> dict[str, Any]:
+def copy_of(obj: ReplicaView) -> JsonBody:
     """The object as the master wants it in a sister cluster (applied with server-side apply)."""
     meta = obj.meta
     annotations = {
@@ -72,7 +72,7 @@ def copy_of(obj: ReplicaView) -> dict[str, Any]:
     }
     if meta.uid:
         annotations[ANNOTATION_MASTER_UID] = meta.uid
-    metadata: dict[str, Any] = {
+    metadata: JsonBody = {
         "name": meta.name,
         "namespace": meta.namespace,
         "labels": {**meta.labels, LABEL_REPLICATED: "true"},
@@ -141,7 +141,7 @@ def set_condition(
     return (*(c for c in previous if c.type != kind.value), condition)
 
 
-def wire(conditions: Iterable[ConditionView]) -> list[dict[str, Any]]:
+def wire(conditions: Iterable[ConditionView]) -> list[JsonBody]:
     """Conditions as a status patch writes them (the whole list: a patch replaces it)."""
     return [condition_wire(c) for c in conditions]
 
@@ -167,13 +167,13 @@ def reachable_condition(obj: ReplicaView, cluster: str) -> tuple[ConditionView, 
     )
 
 
-def mirror(master: ReplicaView, copy: ReplicaView, *, cluster: str, fields: tuple[str, ...]) -> dict[str, Any]:
+def mirror(master: ReplicaView, copy: ReplicaView, *, cluster: str, fields: tuple[str, ...]) -> JsonBody:
     """The master status patch reporting the copy's status (empty when the master already says it).
 
     Takes the listed fields (verbatim) and the copy's ``Ready`` condition, and marks the cluster reachable.
     """
     theirs, ours = copy.reported, master.reported
-    patch: dict[str, Any] = {name: theirs.get(name) for name in fields if ours.get(name) != theirs.get(name)}
+    patch: JsonBody = {name: theirs.get(name) for name in fields if ours.get(name) != theirs.get(name)}
     conditions = reachable_condition(master, cluster)
     ready = copy.condition(ConditionType.READY)
     if ready is not None:
@@ -186,14 +186,14 @@ def mirror(master: ReplicaView, copy: ReplicaView, *, cluster: str, fields: tupl
     return patch
 
 
-def unreachable(obj: ReplicaView, *, cluster: str, reason: Reason, message: str) -> dict[str, Any]:
+def unreachable(obj: ReplicaView, *, cluster: str, reason: Reason, message: str) -> JsonBody:
     """The patch marking ``obj`` as out of reach (empty if it says so already). The state is kept."""
     status = obj.status
     description = f"{message}; the last known state ({status.state or 'none'}) is kept"
     conditions = set_condition(
         status.conditions, ConditionType.CLUSTER_REACHABLE, status=False, reason=reason.value, message=message
     )
-    patch: dict[str, Any] = {}
+    patch: JsonBody = {}
     if status.description != description:
         patch["description"] = description
     if not same_conditions(conditions, status.conditions):
@@ -201,7 +201,7 @@ def unreachable(obj: ReplicaView, *, cluster: str, reason: Reason, message: str)
     return patch
 
 
-def handed_over(obj: ReplicaView, *, cluster: str) -> dict[str, Any]:
+def handed_over(obj: ReplicaView, *, cluster: str) -> JsonBody:
     """The master status once a request has been copied to ``cluster``: in progress there."""
     generation = obj.meta.generation
     conditions = set_condition(
@@ -222,7 +222,7 @@ def handed_over(obj: ReplicaView, *, cluster: str) -> dict[str, Any]:
     }
 
 
-def credentials_secret(binding: ReplicaView, source: SecretView, name: str) -> dict[str, Any]:
+def credentials_secret(binding: ReplicaView, source: SecretView, name: str) -> JsonBody:
     """The master's copy of a sister credentials Secret: the response key only, owned by the master binding."""
     data = {CREDENTIALS_KEY: source.data[CREDENTIALS_KEY]}
     meta = binding.meta

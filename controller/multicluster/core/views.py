@@ -17,13 +17,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
-from opbroker.controller.core.views import ConditionView, Meta, OperationView, conditions_of, mapping_of
+from opbroker.controller.core.views import ConditionView, Meta, OperationView, conditions_of
 from opbroker.controller.multicluster import quantities
 from opbroker.controller.multicluster.quantities import QuantityError, Resources
 from opbroker.controller.multicluster.reasons import ANNOTATION_MASTER_UID, ConditionType
-from opbroker.kubeclient.wire import int_of, text_of
+from opbroker.kubeclient.wire import JsonObject, int_of, mapping_of, text_of
 
 __all__ = ["ReplicaView", "SFClusterView"]
 
@@ -36,7 +35,7 @@ class ReplicaView:
     api_version: str
     kind: str
     meta: Meta
-    spec: Mapping[str, Any]
+    spec: JsonObject
     """The spec as read: copied verbatim into the sister (never interpreted beyond the fields below)."""
     cluster_id: str | None
     """An instance's ``spec.clusterId``: the cluster it is placed on (None: not placed)."""
@@ -50,12 +49,12 @@ class ReplicaView:
     """``status.resources`` is not empty: this controller applied objects for it."""
     created: str | None
     """``metadata.creationTimestamp`` (RFC 3339, so it sorts as text)."""
-    reported: Mapping[str, Any] = field(repr=False, compare=False)
+    reported: JsonObject = field(repr=False, compare=False)
     """The status as read; the fields the master mirrors from a copy are taken over verbatim from it."""
-    wire: Mapping[str, Any] = field(repr=False, compare=False)
+    wire: JsonObject = field(repr=False, compare=False)
 
     @classmethod
-    def of(cls, body: Mapping[str, Any]) -> ReplicaView:
+    def of(cls, body: JsonObject) -> ReplicaView:
         spec = mapping_of(body.get("spec"))
         status = mapping_of(body.get("status"))
         return cls(
@@ -90,20 +89,20 @@ class SFClusterView:
     meta: Meta
     secret_ref: str
     """The Secret (in the control-plane namespace) holding the cluster's kubeconfig."""
-    total_capacity: Mapping[str, Any] | None
+    total_capacity: JsonObject | None
     """``spec.totalCapacity`` as written (quantities, parsed by :meth:`declared`)."""
     limit_percentage: int | None
     """``spec.schedulingLimitPercentage``."""
-    controller: Mapping[str, Any] | None
+    controller: JsonObject | None
     """``spec.controller``: opbroker's controller asked for in the sister (None: not asked; validated by the
     api's model where it is used)."""
-    reported: Mapping[str, Any] = field(repr=False, compare=False)
+    reported: JsonObject = field(repr=False, compare=False)
     """The status as read, compared field by field with the wanted one (a write only when something changed)."""
     conditions: tuple[ConditionView, ...] = ()
-    wire: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    wire: JsonObject = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
-    def of(cls, body: Mapping[str, Any]) -> SFClusterView:
+    def of(cls, body: JsonObject) -> SFClusterView:
         spec = mapping_of(body.get("spec"))
         status = mapping_of(body.get("status"))
         controller = spec.get("controller")
@@ -121,7 +120,7 @@ class SFClusterView:
     def declared(self) -> Resources | None:
         """``spec.totalCapacity`` parsed; None when absent or not made of quantities."""
         try:
-            return quantities.parse(dict(self.total_capacity)) if self.total_capacity else None
+            return quantities.parse(self.total_capacity) if self.total_capacity else None
         except QuantityError:
             return None
 

@@ -17,12 +17,12 @@ and the HTTPS server and the registration are in ``webhook``.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 from opbroker.api import webhooks
 from opbroker.controller.servicecatalog.bindingrefs import BindingRef
 from opbroker.controller.servicecatalog.core.tenancy import shared_with
 from opbroker.controller.servicecatalog.core.views import CatalogObject, ReviewRequest
+from opbroker.kubeclient.wire import JsonBody
 
 PATH = webhooks.PATH
 
@@ -37,11 +37,11 @@ def bindings_of(instance: CatalogObject, refs: Iterable[BindingRef]) -> list[str
     )
 
 
-def review(request: ReviewRequest, bindings: list[str]) -> dict[str, Any]:
+def review(request: ReviewRequest, bindings: list[str]) -> JsonBody:
     """The AdmissionReview answer for ``request`` (an ``admission.k8s.io/v1`` request): refused when it
     deletes an Instance that ``bindings`` still refer to. (A manifest written: a plain dict.)"""
     allowed = request.operation != "DELETE" or not bindings
-    response: dict[str, Any] = {"uid": request.uid, "allowed": allowed}
+    response: JsonBody = {"uid": request.uid, "allowed": allowed}
     if not allowed:
         response["status"] = {
             "code": 409,

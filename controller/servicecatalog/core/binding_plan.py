@@ -47,6 +47,7 @@ from opbroker.controller.servicecatalog.core.statuses import (
     waiting_for_budget,
 )
 from opbroker.controller.servicecatalog.core.views import CatalogObject
+from opbroker.kubeclient.wire import JsonBody, JsonObject
 from opbroker.osbclient import Request
 
 SECRET_TYPE = "servicecatalog.k8s.io/binding-credentials"
@@ -86,7 +87,7 @@ class StoreCredentials:
     Binding's stamp (``tenancy.may_write_secret``) — as the namespace's account; ``then`` decides on the
     outcome (:class:`Stored`, or the API server's masked refusal as a string)."""
 
-    manifest: Mapping[str, Any] = field(repr=False)
+    manifest: JsonBody = field(repr=False)
     owner_uid: str
     namespace: str
     name: str
@@ -110,7 +111,7 @@ class Project:
 
     namespace: str
     field_manager: str
-    patches: tuple[Mapping[str, Any], ...] = field(repr=False)
+    patches: tuple[JsonObject, ...] = field(repr=False)
 
 
 # -- facts --------------------------------------------------------------------------------------------------------
@@ -119,10 +120,10 @@ class Project:
 @dataclass(frozen=True)
 class BindingFacts:
     key: Key
-    body: Mapping[str, Any] = field(repr=False)
-    instance: Mapping[str, Any] | None = field(repr=False)
+    body: JsonObject = field(repr=False)
+    instance: JsonObject | None = field(repr=False)
     offering: Offering | None
-    parameters: Mapping[str, Any] | None
+    parameters: JsonObject | None
     problem: Unresolved | None
     workloads: tuple[WorkloadView, ...] = field(default=(), repr=False)
     """The binding namespace's workloads of its application's kind (listed only with ``spec.application``)."""
@@ -158,7 +159,7 @@ class BindingFacts:
         return self.rechecks.delay(1, self.draw)
 
 
-def unstorable_keys(credentials: Mapping[str, Any] | None) -> list[str]:
+def unstorable_keys(credentials: JsonObject | None) -> list[str]:
     """The credential keys a Secret cannot hold (the names of credentials are no secret, their values are)."""
     return [key for key in credentials or {} if not _SECRET_KEY.match(key)]
 
@@ -174,12 +175,12 @@ def application_of(binding: CatalogObject) -> ApplicationSelector | None:
     return ApplicationSelector.model_validate(raw) if raw else None
 
 
-def instance_ref(body: Mapping[str, Any]) -> tuple[str, str]:
+def instance_ref(body: JsonObject) -> tuple[str, str]:
     """A Binding's Instance: (namespace, name)."""
     return CatalogObject.of(body).instance_ref
 
 
-def secret_name(body: Mapping[str, Any]) -> str:
+def secret_name(body: JsonObject) -> str:
     """A Binding's credentials Secret's name."""
     return CatalogObject.of(body).secret_name
 
@@ -207,7 +208,7 @@ def projection(facts: BindingFacts, data: Mapping[str, str], *, withdraw: bool) 
     application = None if withdraw else application_of(facts.binding)
     digest = hashlib.sha256(json.dumps(dict(data), sort_keys=True).encode()).hexdigest()[:16]
     manager = field_manager(name)
-    patches: list[Mapping[str, Any]] = []
+    patches: list[JsonObject] = []
     for workload in facts.workloads:
         if application is not None and workloads.selected(application, workload):
             patches.append(
@@ -356,7 +357,9 @@ def unbind(facts: BindingFacts) -> list[Any]:
 # -- what an answer leads to (``body``: the Binding as last written) --------------------------------------------
 
 
-def answered(facts: BindingFacts, answer: Any, body: Mapping[str, Any]) -> list[Any]:
+def answered(
+    facts: BindingFacts, answer: osbclient.BindingResult | osbclient.BrokerError, body: JsonObject
+) -> list[Any]:
     """A bind's answer."""
     written = CatalogObject.of(body)
     if isinstance(answer, osbclient.BrokerError):
@@ -368,7 +371,9 @@ def answered(facts: BindingFacts, answer: Any, body: Mapping[str, Any]) -> list[
     return [*warned, *bound(facts, answer, written)]
 
 
-def polled(facts: BindingFacts, request: Request, answer: Any, body: Mapping[str, Any]) -> list[Any]:
+def polled(
+    facts: BindingFacts, request: Request, answer: osbclient.LastOperation | osbclient.BrokerError, body: JsonObject
+) -> list[Any]:
     """A ``last_operation`` poll's answer; an asynchronous bind that succeeded is fetched (its credentials)."""
     written = CatalogObject.of(body)
     pacing = replace(facts.pacing, polls=facts.pacing.polls + 1)
@@ -390,7 +395,9 @@ def polled(facts: BindingFacts, request: Request, answer: Any, body: Mapping[str
     return decided(facts, request, decision, written)
 
 
-def fetched(facts: BindingFacts, answer: Any, body: Mapping[str, Any]) -> list[Any]:
+def fetched(
+    facts: BindingFacts, answer: osbclient.BindingResult | osbclient.BrokerError, body: JsonObject
+) -> list[Any]:
     """An asynchronous bind's fetch."""
     written = CatalogObject.of(body)
     if isinstance(answer, osbclient.BrokerError):
@@ -398,7 +405,9 @@ def fetched(facts: BindingFacts, answer: Any, body: Mapping[str, Any]) -> list[A
     return bound(facts, answer, written)
 
 
-def removal_answered(facts: BindingFacts, answer: Any, body: Mapping[str, Any]) -> list[Any]:
+def removal_answered(
+    facts: BindingFacts, answer: osbclient.BindingResult | osbclient.BrokerError, body: JsonObject
+) -> list[Any]:
     """An unbind's answer (a deletion's, consent withdrawn, or orphan mitigation's)."""
     written = CatalogObject.of(body)
     if isinstance(answer, osbclient.BrokerError):
@@ -409,9 +418,9 @@ def removal_answered(facts: BindingFacts, answer: Any, body: Mapping[str, Any]) 
     return unbound(facts, written)
 
 
-def bound(facts: BindingFacts, result: Any, written: CatalogObject) -> list[Any]:
+def bound(facts: BindingFacts, result: osbclient.BindingResult, written: CatalogObject) -> list[Any]:
     """The broker bound: store the credentials (their outcome decided by :func:`stored`)."""
-    credentials: Mapping[str, Any] = result.credentials or {}
+    credentials: JsonObject = result.credentials or {}
     unstorable = unstorable_keys(credentials)
     if unstorable:
         shown = ", ".join(repr(key[:64]) for key in unstorable[:5])
@@ -429,7 +438,7 @@ def bound(facts: BindingFacts, result: Any, written: CatalogObject) -> list[Any]
     return [StoreCredentials(manifest, meta.uid, meta.namespace, written.secret_name, partial(stored, facts, data))]
 
 
-def stored(facts: BindingFacts, data: Mapping[str, str], outcome: str, body: Mapping[str, Any]) -> list[Any]:
+def stored(facts: BindingFacts, data: Mapping[str, str], outcome: str, body: JsonObject) -> list[Any]:
     """What writing the credentials Secret came to: the binding is ready, or the bind failed (mitigated)."""
     written = CatalogObject.of(body)
     name = written.secret_name
@@ -459,7 +468,7 @@ def unbound(facts: BindingFacts, written: CatalogObject) -> list[Any]:
     final = orphan and terminal_mitigation(written)
     # Consent withdrawn from a bound Binding (not deleted, no mitigation): it waits for consent again.
     revoked = not orphan and not binding.meta.deleting and not facts.consented
-    fields: dict[str, Any] = {"unbindStatus": UnbindStatus.SUCCEEDED.value}
+    fields: JsonBody = {"unbindStatus": UnbindStatus.SUCCEEDED.value}
     if final:
         mitigated = conditions(
             written,
@@ -543,7 +552,7 @@ def failed(
     now = facts.now
     if mitigate:
         return mitigation_follows(written, reason=reason, message=message, final=final, now=now)
-    extra: dict[str, Any] = {}
+    extra: JsonBody = {}
     if refused and not written.status.external_properties:  # never bound before
         reason, disown = tenancy.refusal(chosen_id=tenancy.chosen(written), status=answered, failure=reason)
         if disown:  # the broker made nothing of ours under this id: deleting the Binding asks it nothing
@@ -559,7 +568,7 @@ def failed(
     return [a.WriteStatus(operations.failed(written, conditions=failure, **extra), event=event)]
 
 
-def secret_manifest(written: CatalogObject, data: Mapping[str, str]) -> dict[str, Any]:
+def secret_manifest(written: CatalogObject, data: Mapping[str, str]) -> JsonBody:
     """The credentials Secret: owned by the Binding, stamped with its uid (the only Secret it overwrites)."""
     binding = written
     meta = binding.meta

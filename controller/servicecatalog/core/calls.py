@@ -22,13 +22,14 @@ from typing import Any
 from opbroker import osbclient
 from opbroker.controller.core import actions as a
 from opbroker.controller.runtime.policies import DEFAULTS
+from opbroker.kubeclient.wire import JsonObject
 
 #: A wait shorter than this is no wait: the poll is made now (a requeue's timer is not that exact).
 DUE_SLACK = 0.05
 
 Answer = Any
 """What a broker call came back with: its result, or the ``osbclient.BrokerError`` it raised."""
-Then = Callable[[Answer, Mapping[str, Any]], Sequence[Any]]
+Then = Callable[[Answer, JsonObject], Sequence[Any]]
 """The pure continuation of a call: (answer, the object as last written) -> the actions that follow."""
 
 
@@ -40,7 +41,7 @@ class Call:
     broker: osbclient.Broker = field(repr=False)
     method: str
     args: tuple[Any, ...] = field(default=(), repr=False)
-    kwargs: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    kwargs: Mapping[str, object] = field(default_factory=dict, repr=False)
     then: Then | None = field(default=None, repr=False, compare=False)
 
 

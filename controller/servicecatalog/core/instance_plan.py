@@ -10,7 +10,6 @@ deadline, orphan mitigation) are :mod:`.operations`'; this module says what an o
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -43,6 +42,7 @@ from opbroker.controller.servicecatalog.core.statuses import (
     waiting_for_budget,
 )
 from opbroker.controller.servicecatalog.core.views import CatalogObject, InstanceSpec
+from opbroker.kubeclient.wire import JsonBody, JsonObject
 from opbroker.osbclient import Request
 
 #: The OSB request each operation sends.
@@ -74,15 +74,15 @@ class Step(StrEnum):
 @dataclass(frozen=True)
 class InstanceFacts:
     key: Key
-    body: Mapping[str, Any] = field(repr=False)
+    body: JsonObject = field(repr=False)
     offering: Offering | None
-    parameters: Mapping[str, Any] | None
+    parameters: JsonObject | None
     problem: Unresolved | None
     bindings: tuple[str, ...]
     """``namespace/name`` of the Bindings referring to it (read only while it is being deleted)."""
     owns_id: bool = True
     """Whether it holds its instance id (``tenancy.holds_external_id``); when not, ``problem`` says why."""
-    desired: Mapping[str, Any] | None = None
+    desired: JsonObject | None = None
     """What the broker should have the instance as (:func:`properties`); None when not resolved."""
     pacing: Pacing = field(default_factory=Pacing)
     """What is remembered of its operation (polls, when the next is due, retries)."""
@@ -125,7 +125,7 @@ STAYS_FAILED = (
 UPDATED_BY = ("planExternalID", "parametersChecksum", "updateRequests")
 
 
-def properties(offering: Offering, parameters: Mapping[str, Any], spec: InstanceSpec) -> dict[str, Any]:
+def properties(offering: Offering, parameters: JsonObject, spec: InstanceSpec) -> JsonBody:
     """The plan, parameters checksum and ``updateRequests`` an operation asks the broker for (written into the
     status: a plain dict)."""
     return {
@@ -136,7 +136,7 @@ def properties(offering: Offering, parameters: Mapping[str, Any], spec: Instance
     }
 
 
-def needs_update(held: Mapping[str, Any] | None, desired: Mapping[str, Any] | None) -> bool:
+def needs_update(held: JsonObject | None, desired: JsonObject | None) -> bool:
     """Whether a provisioned instance whose spec changed asks the broker for anything: another plan, other
     parameters, or a bumped ``updateRequests``. A change of anything else — whom it is shared with — is not an
     OSB update."""
@@ -305,7 +305,12 @@ def deprovision(facts: InstanceFacts, *, mitigation: bool) -> list[Any]:
 # -- what an answer leads to (``body``: the Instance as last written, the operation recorded) ------------------
 
 
-def answered(facts: InstanceFacts, operation: InstanceOperation, answer: Any, body: Mapping[str, Any]) -> list[Any]:
+def answered(
+    facts: InstanceFacts,
+    operation: InstanceOperation,
+    answer: osbclient.InstanceResult | osbclient.BrokerError,
+    body: JsonObject,
+) -> list[Any]:
     """A provision's or update's answer."""
     written = CatalogObject.of(body)
     if isinstance(answer, osbclient.BrokerError):
@@ -323,7 +328,12 @@ def answered(facts: InstanceFacts, operation: InstanceOperation, answer: Any, bo
     return [*warned, *succeeded(facts, operation, written, dashboard_url=answer.dashboard_url)]
 
 
-def polled(facts: InstanceFacts, operation: InstanceOperation, answer: Any, body: Mapping[str, Any]) -> list[Any]:
+def polled(
+    facts: InstanceFacts,
+    operation: InstanceOperation,
+    answer: osbclient.LastOperation | osbclient.BrokerError,
+    body: JsonObject,
+) -> list[Any]:
     """A ``last_operation`` poll's answer (this poll counted)."""
     written = CatalogObject.of(body)
     pacing = replace(facts.pacing, polls=facts.pacing.polls + 1)
@@ -339,7 +349,9 @@ def polled(facts: InstanceFacts, operation: InstanceOperation, answer: Any, body
     return decided(replace(facts, pacing=pacing), operation, decision, written)
 
 
-def removal_answered(facts: InstanceFacts, answer: Any, body: Mapping[str, Any]) -> list[Any]:
+def removal_answered(
+    facts: InstanceFacts, answer: osbclient.InstanceResult | osbclient.BrokerError, body: JsonObject
+) -> list[Any]:
     """A deprovision's answer (a deletion's, or orphan mitigation's)."""
     written = CatalogObject.of(body)
     if isinstance(answer, osbclient.BrokerError):
@@ -391,7 +403,7 @@ def deprovisioned(facts: InstanceFacts, written: CatalogObject) -> list[Any]:
     instance = written
     mitigation = instance.status.orphan_mitigation
     final = mitigation and terminal_mitigation(written)
-    fields: dict[str, Any] = {}
+    fields: JsonBody = {}
     if mitigation:
         after = STAYS_FAILED if final else "provisioning is retried"
         mitigated = conditions(
@@ -431,7 +443,7 @@ def operation_failed(
             *removal_failed(written, "deprovisionStatus", reason=reason, message=message, now=now),
             *calls.retried(facts.pacing, facts.retries, facts.draw),
         ]
-    extra: dict[str, Any] = {}
+    extra: JsonBody = {}
     provisioned = written.status.provisioned
     if operation is InstanceOperation.PROVISION and not provisioned:
         reason, disown = tenancy.refusal(chosen_id=tenancy.chosen(written), status=decision.answered, failure=reason)
@@ -449,7 +461,7 @@ def operation_failed(
     return [a.WriteStatus(operations.failed(written, conditions=failure, **extra), event=event)]
 
 
-def context(meta: Meta) -> dict[str, Any]:
+def context(meta: Meta) -> dict[str, str]:
     return {"platform": "kubernetes", "namespace": meta.namespace, "instance_name": meta.name}
 
 

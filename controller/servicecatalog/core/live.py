@@ -36,15 +36,15 @@ from typing import Any
 
 from opbroker import osbclient
 from opbroker.controller.core import actions as a
-from opbroker.controller.core.conditions import SYNCED_CONDITION, Condition, conditions_patch, shows
+from opbroker.controller.core.conditions import SYNCED_CONDITION, Condition, shows, with_conditions
 from opbroker.controller.core.decisions import resync_after
 from opbroker.controller.core.reasons import Reason
-from opbroker.controller.core.views import mapping_of
 from opbroker.controller.servicecatalog.core import tenancy
 from opbroker.controller.servicecatalog.core.calls import DUE_SLACK, Call
 from opbroker.controller.servicecatalog.core.offering import Offering
 from opbroker.controller.servicecatalog.core.statuses import said
 from opbroker.controller.servicecatalog.core.views import CatalogObject
+from opbroker.kubeclient.wire import JsonBody, JsonObject, mapping_of
 
 #: A reason the broker gives is used as the condition's reason only when it is one CamelCase-ish word.
 REASON_WORD = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
@@ -103,7 +103,7 @@ def look(
     return [KeepLook(monotonic), get, a.Requeue(period)]
 
 
-def answered(now: datetime, answer: Any, body: Mapping[str, Any]) -> list[Any]:
+def answered(now: datetime, answer: JsonObject | osbclient.BrokerError | None, body: JsonObject) -> list[Any]:
     """What the broker's answer to the GET leads to (``body``: the Instance as last written)."""
     written = CatalogObject.of(body)
     instance_id = tenancy.external_id(written)
@@ -114,9 +114,9 @@ def answered(now: datetime, answer: Any, body: Mapping[str, Any]) -> list[Any]:
             f"the broker no longer knows instance {instance_id} (its GET answered 404 or 410); nothing was deleted"
         )
         return said(written, ready=False, reason=Reason.GONE_AT_BROKER, message=message, now=now)
-    fetched: Mapping[str, Any] = answer
+    fetched = answer
     out: list[Any] = []
-    patch: dict[str, Any] = {}
+    patch: JsonBody = {}
     dashboard = fetched.get("dashboard_url")
     if dashboard and dashboard != mapping_of(written.wire.get("status")).get("dashboardURL"):
         patch["dashboardURL"] = dashboard
@@ -141,18 +141,17 @@ def answered(now: datetime, answer: Any, body: Mapping[str, Any]) -> list[Any]:
     if not shows(written, synced):
         changes.append(synced)
     if changes:
-        patch.update(conditions_patch(written, changes, now))
+        listed: list[JsonBody] = with_conditions(written.status.conditions, changes, written.meta.generation, now)
         if broker_reason:
-            patch["conditions"] = [
-                {**c, "reason": broker_reason} if c["type"] == "Ready" else c for c in patch["conditions"]
-            ]
+            listed = [{**c, "reason": broker_reason} if c.get("type") == "Ready" else c for c in listed]
+        patch["conditions"] = listed
         for change in changes:
             reason = broker_reason if change.type == "Ready" and broker_reason else change.reason.value
             out.append(a.Event(reason, change.message, warning=not change.ok))
     return [a.WriteStatus(patch), *out] if patch else []
 
 
-def health(fetched: Mapping[str, Any]) -> tuple[str | None, str] | None:
+def health(fetched: JsonObject) -> tuple[str | None, str] | None:
     """None when the broker says the instance is ready (``metadata.attributes.ready`` true, or no word of it); else
     (the broker's reason when it is a usable one, its message)."""
     metadata = fetched.get("metadata")
@@ -168,7 +167,7 @@ def health(fetched: Mapping[str, Any]) -> tuple[str | None, str] | None:
     return usable, (message if isinstance(message, str) and message else UNREADY)
 
 
-def plan_drift(written: CatalogObject, fetched: Mapping[str, Any]) -> Condition:
+def plan_drift(written: CatalogObject, fetched: JsonObject) -> Condition:
     """``Synced``: False (``DriftDetected``, naming the field) when the broker has the instance on another plan than
     the one recorded; never corrected here."""
     recorded = written.status.held_plan.external_id

@@ -32,12 +32,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
 
 from opbroker import osbclient
 from opbroker.controller.core.shown_failures import broker_message
 from opbroker.controller.core.views import condition_wire
 from opbroker.controller.servicecatalog.core.views import CatalogObject, PlanEntry
+from opbroker.kubeclient.wire import JsonBody
 from opbroker.osbclient import Request
 
 #: Creations: what orphan mitigation undoes (the spec's table, "provision, bind").
@@ -181,18 +181,18 @@ def fetched(error: osbclient.BrokerError | None) -> Decision:
 # -- what the status records (patches of ``status``; the caller builds the conditions) ------------------------
 
 
-def recorded(operation: str, at: str, **fields: Any) -> dict[str, Any]:
+def recorded(operation: str, at: str, **fields: object) -> JsonBody:
     """The status written before the request is sent: the operation, when it started, and ``fields`` (the
     object's id, what it asks for). ``at``: a timestamp as the status holds it."""
     return {"currentOperation": operation, "operationStartTime": at, **fields}
 
 
-def accepted(operation: str | None) -> dict[str, Any]:
+def accepted(operation: str | None) -> JsonBody:
     """The broker accepted the operation (202): it is in flight — polled, and no other starts meanwhile."""
     return {"asyncOpInProgress": True, "lastOperation": operation}
 
 
-def finished(obj: CatalogObject, **fields: Any) -> dict[str, Any]:
+def finished(obj: CatalogObject, **fields: object) -> JsonBody:
     """A creation or update done: nothing in flight, this generation observed."""
     return {
         "asyncOpInProgress": False,
@@ -205,7 +205,7 @@ def finished(obj: CatalogObject, **fields: Any) -> dict[str, Any]:
     }
 
 
-def removed(**fields: Any) -> dict[str, Any]:
+def removed(**fields: object) -> JsonBody:
     """A removal (a deletion's, or orphan mitigation's) done: nothing in flight, no mitigation pending."""
     return {
         "asyncOpInProgress": False,
@@ -216,10 +216,10 @@ def removed(**fields: Any) -> dict[str, Any]:
     }
 
 
-def mitigating(obj: CatalogObject, *, final: bool, conditions: list[dict[str, Any]]) -> dict[str, Any]:
+def mitigating(obj: CatalogObject, *, final: bool, conditions: list[JsonBody]) -> JsonBody:
     """A creation failed with orphan mitigation to follow. ``final``: its failure stands for this generation
     (the conditions carry ``Failed``), so nothing of the operation is kept to be retried."""
-    status: dict[str, Any] = {"asyncOpInProgress": False, "lastOperation": None, "orphanMitigationInProgress": True}
+    status: JsonBody = {"asyncOpInProgress": False, "lastOperation": None, "orphanMitigationInProgress": True}
     if final:
         status.update(
             {"currentOperation": None, "inProgressProperties": None, "observedGeneration": obj.meta.generation}
@@ -227,13 +227,13 @@ def mitigating(obj: CatalogObject, *, final: bool, conditions: list[dict[str, An
     return {**status, "conditions": conditions}
 
 
-def removal_failed(field: str, *, conditions: list[dict[str, Any]]) -> dict[str, Any]:
+def removal_failed(field: str, *, conditions: list[JsonBody]) -> JsonBody:
     """A removal (deprovision, unbind) failed: nothing in flight, ``field`` (``deprovisionStatus`` or
     ``unbindStatus``) ``Failed`` — the removal is still owed and is sent again after a backoff."""
     return {"asyncOpInProgress": False, "lastOperation": None, field: "Failed", "conditions": conditions}
 
 
-def failed(obj: CatalogObject, *, conditions: list[dict[str, Any]], **fields: Any) -> dict[str, Any]:
+def failed(obj: CatalogObject, *, conditions: list[JsonBody], **fields: object) -> JsonBody:
     """An operation failed for good: nothing in flight, this generation observed (it waits for a spec change)."""
     return {
         "asyncOpInProgress": False,
@@ -255,7 +255,7 @@ def terminal_mitigation(obj: CatalogObject) -> bool:
     return obj.observed and any(c.type == "Failed" and c.status == "True" for c in obj.status.conditions)
 
 
-def keeping_failed(obj: CatalogObject, listed: list[dict[str, Any]], *, keep: bool) -> list[dict[str, Any]]:
+def keeping_failed(obj: CatalogObject, listed: list[JsonBody], *, keep: bool) -> list[JsonBody]:
     """``listed`` (new conditions, which drop Failed) with the object's Failed condition put back when ``keep``."""
     if not keep:
         return listed

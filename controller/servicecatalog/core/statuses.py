@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,9 +21,10 @@ from opbroker.controller.runtime.policies import DEFAULTS
 from opbroker.controller.servicecatalog.core import operations
 from opbroker.controller.servicecatalog.core.offering import Unresolved
 from opbroker.controller.servicecatalog.core.views import CatalogObject
+from opbroker.kubeclient.wire import JsonBody, JsonObject
 
 
-def checksum(parameters: Mapping[str, Any]) -> str:
+def checksum(parameters: JsonObject) -> str:
     return hashlib.sha256(json.dumps(parameters, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
@@ -38,7 +38,7 @@ def parse_time(text: str | None) -> datetime | None:
 
 def conditions(
     obj: CatalogObject, *, ready: bool, reason: Reason, message: str, now: datetime, failed: bool = False
-) -> list[dict[str, Any]]:
+) -> list[JsonBody]:
     """Ready as given; Failed=True only for a failure that waits for a spec change (no retries). (The conditions
     written: the status patch replaces the whole list, so the kept ones are written too.)"""
     generation = obj.meta.generation

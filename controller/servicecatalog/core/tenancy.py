@@ -27,12 +27,12 @@ nothing elsewhere. So nothing here trusts a status: what decides comes from what
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable
 
 from opbroker.api.conventions import ANNOTATION_OWNER_UID, may_refer, owned_by
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.servicecatalog.core.views import CatalogObject
+from opbroker.kubeclient.wire import JsonObject
 from opbroker.osbclient import paths
 
 #: The namespace of the UUIDs derived from object uids (uuid5): fixed, so a derived id never changes.
@@ -96,7 +96,7 @@ def refusal(*, chosen_id: bool, status: int | None, failure: Reason) -> tuple[Re
     return (Reason.EXTERNAL_ID_IN_USE if status == 409 else failure), True
 
 
-def may_write_secret(live: Mapping[str, Any] | None, owner_uid: str) -> bool:
+def may_write_secret(live: JsonObject | None, owner_uid: str) -> bool:
     """Whether the object with ``owner_uid`` may overwrite or delete the Secret ``live`` (as just read): one
     that does not exist, or one it stamped."""
     return live is None or owned_by(dict(live), owner_uid)

@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from opbroker.api.servicecatalog import DeprovisionStatus, ProvisionStatus, UnbindStatus
-from opbroker.controller.core.views import ConditionView, Meta, conditions_of, mapping_of
-from opbroker.kubeclient.wire import int_of, strings_of, text_of
+from opbroker.controller.core.views import ConditionView, Meta, conditions_of
+from opbroker.kubeclient.wire import JsonBody, JsonObject, int_of, mapping_of, strings_of, text_of
 
 #: The Service Catalog kinds' finalizer (the executor Target's, for Instances and Bindings).
 FINALIZER = "servicecatalog.k8s.io/opbroker"
@@ -40,7 +40,7 @@ class PlanEntry:
         )
 
     @classmethod
-    def recorded(cls, properties: Mapping[str, Any]) -> PlanEntry:
+    def recorded(cls, properties: JsonObject) -> PlanEntry:
         """The plan an Instance's status records (``externalProperties``' ``planName`` and ``planExternalID``;
         "" when not recorded)."""
         return cls(
@@ -50,7 +50,7 @@ class PlanEntry:
         )
 
 
-def owner_reference(wire: Mapping[str, Any], meta: Meta, *, block_deletion: bool) -> dict[str, Any]:
+def owner_reference(wire: JsonObject, meta: Meta, *, block_deletion: bool) -> JsonBody:
     """A controlling owner reference to the object ``wire`` (with ``meta``), for a manifest written."""
     return {
         "apiVersion": text_of(wire.get("apiVersion")) or "",
@@ -77,8 +77,8 @@ class OperationStatus:
     provision_status: str | None
     deprovision_status: str | None
     unbind_status: str | None
-    external_properties: Mapping[str, Any]
-    in_progress_properties: Mapping[str, Any]
+    external_properties: JsonObject
+    in_progress_properties: JsonObject
     secret_name: str | None
     conditions: tuple[ConditionView, ...]
     held_plan: PlanEntry
@@ -155,7 +155,7 @@ class InstanceSpec:
     plan_name: str | None
     update_requests: int
     share_with: tuple[str, ...]
-    parameters: Mapping[str, Any]
+    parameters: JsonObject
     parameters_from: tuple[SecretKeyRef, ...]
 
     @classmethod
@@ -180,9 +180,9 @@ class BindingSpec:
     instance_name: str
     secret_name: str | None
     """``secretName`` (None: the Binding's name)."""
-    application: Mapping[str, Any] | None
+    application: JsonObject | None
     """``application``: the workloads its credentials project into, as written (None: none)."""
-    parameters: Mapping[str, Any]
+    parameters: JsonObject
     parameters_from: tuple[SecretKeyRef, ...]
 
     @classmethod
@@ -206,14 +206,14 @@ class CatalogObject:
 
     meta: Meta
     status: OperationStatus
-    wire: Mapping[str, Any] = field(repr=False, compare=False)
+    wire: JsonObject = field(repr=False, compare=False)
     chosen_id: str | None = None
     """``spec.externalID``: the OSB id it chose (None: derived from its uid, see ``tenancy``)."""
     created: str = ""
     """``metadata.creationTimestamp`` (RFC 3339, which orders as text; set by the API server, never a tenant)."""
 
     @classmethod
-    def of(cls, body: Mapping[str, Any]) -> CatalogObject:
+    def of(cls, body: JsonObject) -> CatalogObject:
         return cls(
             Meta.of(body.get("metadata")),
             OperationStatus.of(body.get("status")),
@@ -239,7 +239,7 @@ class CatalogObject:
         return spec.instance_namespace or self.meta.namespace, spec.instance_name
 
     @property
-    def owner_reference(self) -> dict[str, Any]:
+    def owner_reference(self) -> JsonBody:
         """A controlling owner reference to it that blocks its deletion (its credentials Secret's)."""
         return owner_reference(self.wire, self.meta, block_deletion=True)
 
@@ -259,7 +259,7 @@ class CatalogObject:
         return self.status.observed_generation == self.meta.generation
 
     @property
-    def spec(self) -> Mapping[str, Any]:
+    def spec(self) -> JsonObject:
         return mapping_of(self.wire.get("spec"))
 
 
@@ -330,11 +330,11 @@ class BrokerView:
     """``status.lastCatalogRetrievalTime`` (RFC 3339)."""
     service_class_count: int
     conditions: tuple[ConditionView, ...]
-    wire: Mapping[str, Any] = field(repr=False, compare=False)
+    wire: JsonObject = field(repr=False, compare=False)
     """The body as read: the executor's and the owner references' (apiVersion, kind)."""
 
     @classmethod
-    def of(cls, body: Mapping[str, Any]) -> BrokerView:
+    def of(cls, body: JsonObject) -> BrokerView:
         status = mapping_of(body.get("status"))
         return cls(
             meta=Meta.of(body.get("metadata")),
@@ -353,7 +353,7 @@ class BrokerView:
         return any(c.type == "Ready" and c.status == "True" for c in self.conditions)
 
     @property
-    def owner_reference(self) -> dict[str, Any]:
+    def owner_reference(self) -> JsonBody:
         """An owner reference to it, controlling, not blocking its deletion (written into its classes)."""
         return owner_reference(self.wire, self.meta, block_deletion=False)
 
@@ -372,12 +372,12 @@ class ServiceClassView:
     """``status.removedFromBrokerCatalog``: gone from the catalog (existing instances keep it)."""
     instances_retrievable: bool
     """``instancesRetrievable``: its broker answers a GET of an instance (day two looks at them again)."""
-    content: Mapping[str, Any]
+    content: JsonObject
     """Its top-level fields but metadata, status, apiVersion and kind: what a relist compares and rewrites."""
-    wire: Mapping[str, Any] = field(repr=False, compare=False)
+    wire: JsonObject = field(repr=False, compare=False)
 
     @classmethod
-    def of(cls, body: Mapping[str, Any]) -> ServiceClassView:
+    def of(cls, body: JsonObject) -> ServiceClassView:
         plans = body.get("plans")
         return cls(
             meta=Meta.of(body.get("metadata")),
