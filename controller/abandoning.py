@@ -31,6 +31,7 @@ from opbroker.controller.core.views import ApiStatus, BindingView, InstanceView,
 from opbroker.controller.kube import BINDINGS, INSTANCES, Kind, Kube, KubeError, Refused
 from opbroker.controller.runtime.objects import ref_key
 from opbroker.controller.runtime.policies import DEFAULTS
+from opbroker.kubeclient.wire import JsonObject, mapping_of, path_of
 
 logger = logging.getLogger(__name__)
 
@@ -76,7 +77,7 @@ def _seen(kube: Kube, refs: tuple[ResourceRef, ...]) -> tuple[abandon.Live, froz
     return live, frozenset(unreadable)
 
 
-def _metadata_only(body: dict[str, Any] | None) -> ObjectView | None:
+def _metadata_only(body: JsonObject | None) -> ObjectView | None:
     """A view of an object without its content (a Secret's values are never held, shown or logged)."""
     if body is None:
         return None
@@ -199,9 +200,9 @@ def _drop_finalizer(kube: Kube, kind: Kind, target: Abandoning) -> str:
     meta = target.meta
     for _ in DEFAULTS.attempts(DEFAULTS.write_retries):
         body = kube.get_custom(kind, meta.namespace, meta.name, fresh=True)
-        if body is None or (body.get("metadata") or {}).get("uid") != meta.uid:
+        if body is None or path_of(body, "metadata", "uid") != meta.uid:
             return "gone meanwhile"
-        patch = finalizers.removing(body["metadata"], FINALIZER)
+        patch = finalizers.removing(mapping_of(body["metadata"]), FINALIZER)
         if patch is None:
             return "not there any more"
         try:

@@ -19,7 +19,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
@@ -30,8 +29,8 @@ from opbroker.controller import rollouts
 from opbroker.controller.catalog import spec_hash
 from opbroker.controller.core.rollout_views import AdminRequestView, PlanView
 from opbroker.controller.kube import PLANS, Kube
-from opbroker.controller.runtime.objects import Manifest
 from opbroker.controller.runtime.policies import DEFAULTS, Policies
+from opbroker.kubeclient.wire import JsonBody, JsonObject
 from opbroker.rendering import Renderer
 
 log = logging.getLogger("opbroker.controller.admin")
@@ -54,7 +53,7 @@ class AdminRequests:
         *,
         namespace: str,
         registry_namespace: str,
-        plan_user: Callable[[dict[str, Any]], str | None],
+        plan_user: Callable[[JsonObject], str | None],
         renderer: Callable[[], Renderer] = Renderer,
         clock: Callable[[], float] = time.monotonic,
         policies: Policies = DEFAULTS,
@@ -109,7 +108,7 @@ class AdminRequests:
         text = answer.to_json()
         if len(text.encode()) > wire.MAX_ANSWER_BYTES:  # cannot happen within the limits; never write past them
             text = type(answer)(phase=wire.Phase.FAILED, message="the answer exceeds its size limit").to_json()
-        patch: Manifest = {"data": {wire.ANSWER_KEY: text}}
+        patch: JsonBody = {"data": {wire.ANSWER_KEY: text}}
         if guarded:
             patch["metadata"] = {"resourceVersion": obj.meta.resource_version}
         try:

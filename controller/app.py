@@ -50,6 +50,7 @@ from opbroker.controller.servicecatalog.handlers import ServiceCatalog
 from opbroker.controller.settings import ControllerSettings
 from opbroker.controller.sources import SourceIndex, SourceWatchers
 from opbroker.controller.watches import Watch
+from opbroker.kubeclient.wire import JsonBody, mapping_of
 from opbroker.rendering import HttpFetcher, Renderer
 
 logger = logging.getLogger(__name__)
@@ -223,7 +224,7 @@ class Controller:
             return resync.Unknown
         return None if found is None else str(found)
 
-    def _listed_page(self, resource: tuple[str, str], objects: Sequence[dict[str, Any]]) -> None:
+    def _listed_page(self, resource: tuple[str, str], objects: Sequence[JsonBody]) -> None:
         """A page of a listing of one of our kinds: held in the store before its events are handled."""
         for kind in (INSTANCES, BINDINGS):
             if resource == (f"{kind.group}/{kind.version}", kind.plural):
@@ -291,7 +292,7 @@ class Controller:
     def _enqueue(self, key: Key) -> None:
         self.runtime.enqueue(key)
 
-    def on_service(self, event_type: str, body: dict[str, Any]) -> None:
+    def on_service(self, event_type: str, body: JsonBody) -> None:
         key = Key.of("service", body)
         if not self.catalog.trusts(body):
             self._enqueue(key)  # a tenant's: never in the catalog; its reconcile warns (once per generation)
@@ -324,7 +325,7 @@ class Controller:
         if ready is None or duplicate or entry.observed_generation != entry.meta.generation:
             self._enqueue(Key(kind, entry.meta.namespace, entry.meta.name))
 
-    def on_plan(self, event_type: str, body: dict[str, Any]) -> None:
+    def on_plan(self, event_type: str, body: JsonBody) -> None:
         key = Key.of("plan", body)
         if not self.catalog.trusts(body):
             self._enqueue(key)  # a tenant's: never in the catalog; its reconcile warns (once per generation)
@@ -371,7 +372,7 @@ class Controller:
             if decisions.entry_needs_count(service.meta):
                 self._enqueue(_key_of("service", service))
 
-    def on_instance(self, event_type: str, body: dict[str, Any]) -> None:
+    def on_instance(self, event_type: str, body: JsonBody) -> None:
         key = Key.of("instance", body)
         if self.multicluster is not None:
             self.multicluster.on_instance(event_type, body)
@@ -393,7 +394,7 @@ class Controller:
             self._enqueue(binding)
         metrics.observe_state("instance", key, seen.state or "none")
 
-    def on_binding(self, event_type: str, body: dict[str, Any]) -> None:
+    def on_binding(self, event_type: str, body: JsonBody) -> None:
         key = Key.of("binding", body)
         seen = EventView.of(body)
         instance_key = Key("instance", key.namespace, resource_name(seen.instance_ref))
@@ -409,7 +410,7 @@ class Controller:
             self._enqueue(key)
         metrics.observe_state("binding", key, seen.state or "none")
 
-    def _store(self, type_key: tuple[str, str], event_type: str, body: dict[str, Any]) -> None:
+    def _store(self, type_key: tuple[str, str], event_type: str, body: JsonBody) -> None:
         """Keep the store current — before anything is enqueued, so a reconcile never reads older."""
         if event_type == "DELETED":
             self.kube.store.remove(type_key, body)
@@ -445,7 +446,7 @@ def what_instances_read(plan: PlanEntry) -> PlanRead:
     every write changes — not its status, which the plan's own reconcile writes and no instance reads. A plan event
     that leaves this as it was needs no instance of the plan reconciled (each such status write brought every
     instance of the plan back: about one reconcile in eight of a provisioning run, issue 31)."""
-    meta = {name: value for name, value in (plan.body.get("metadata") or {}).items() if name not in _EVERY_WRITE}
+    meta = {name: value for name, value in mapping_of(plan.body.get("metadata")).items() if name not in _EVERY_WRITE}
     return PlanRead(plan.hash, json.dumps(meta, sort_keys=True, default=str), plan.view.meta.paused)
 
 

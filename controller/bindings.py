@@ -53,6 +53,7 @@ from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.memory import Memories, PerKey
 from opbroker.controller.runtime.objects import ref_key, resource_version
 from opbroker.controller.runtime.outcomes import Outcome
+from opbroker.kubeclient.wire import JsonObject
 from opbroker.rendering import RenderError, RenderInputs
 
 logger = logging.getLogger(__name__)
@@ -145,7 +146,7 @@ class BindingReconciler(PassingReconciler[BindingFacts]):
     def _actor(self, facts: BindingFacts) -> Kube:
         return self.deps.kube if facts.actor is None else self.deps.kube.acting_as(facts.actor)
 
-    def _inputs(self, facts: BindingFacts, sources: dict[str, Any] | None = None) -> RenderInputs:
+    def _inputs(self, facts: BindingFacts, sources: Mapping[str, JsonObject | None] | None = None) -> RenderInputs:
         assert facts.instance is not None and facts.entry is not None
         kube, legacy, cache = self.deps.kube, self._actor(facts), self.deps.registries
         namespace = self.deps.settings.registries_namespace
@@ -165,7 +166,7 @@ class BindingReconciler(PassingReconciler[BindingFacts]):
             sources=sources,
         )
 
-    def _sources(self, facts: BindingFacts) -> tuple[dict[str, ResourceRef], dict[str, dict[str, Any] | None]]:
+    def _sources(self, facts: BindingFacts) -> tuple[dict[str, ResourceRef], Mapping[str, JsonObject | None]]:
         assert facts.entry is not None and facts.entry.model is not None
         source_refs = self.deps.renderer.render_sources(facts.entry.model, self._inputs(facts))
         return source_refs, fetch_sources(self._actor(facts), source_refs)
@@ -203,7 +204,9 @@ class BindingReconciler(PassingReconciler[BindingFacts]):
         pieces = self._pieces(facts, rendered.objects, kinds_of_own=True, policy=policy, drift_policy=drift_policy)
         return BindRendering(pieces, rendered.binding_registry, changed)
 
-    def _digest(self, facts: BindingFacts, refs: Mapping[str, ResourceRef], fetched: Mapping[str, Any]) -> str:
+    def _digest(
+        self, facts: BindingFacts, refs: Mapping[str, ResourceRef], fetched: Mapping[str, JsonObject | None]
+    ) -> str:
         assert facts.instance is not None and facts.entry is not None
         versions = [(ref, resource_version(fetched.get(name))) for name, ref in refs.items()]
         return decisions.sources_digest(

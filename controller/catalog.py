@@ -19,9 +19,9 @@ import functools
 import hashlib
 import json
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from pydantic import ValidationError
 
@@ -29,9 +29,10 @@ from opbroker.api import SFPlan, SFService
 from opbroker.api.conventions import DEFAULT_NAMESPACE, catalog_id
 from opbroker.api.errors import field_errors
 from opbroker.controller.core.views import EntryView, Meta
+from opbroker.kubeclient.wire import JsonObject
 
 
-def spec_hash(spec: dict[str, Any]) -> str:
+def spec_hash(spec: object) -> str:
     """A stable hash of a spec (canonical JSON), used to notice plan changes."""
     canonical = json.dumps(spec, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()[:32]
@@ -39,7 +40,7 @@ def spec_hash(spec: dict[str, Any]) -> str:
 
 @dataclass(frozen=True)
 class PlanEntry:
-    body: dict[str, Any]
+    body: JsonObject
     """The SFPlan as read: what templates see as ``plan`` (never written to)."""
     model: SFPlan | None
     problem: str | None
@@ -56,7 +57,7 @@ class PlanEntry:
 
 @dataclass(frozen=True)
 class ServiceEntry:
-    body: dict[str, Any]
+    body: JsonObject
     model: SFService | None
     problem: str | None
     duplicates: tuple[str, ...] = ()
@@ -126,17 +127,17 @@ class Catalog:
         self._services: _Held[ServiceEntry] = _Held()
 
     @staticmethod
-    def key(body: Mapping[str, Any]) -> ObjectKey:
+    def key(body: JsonObject) -> ObjectKey:
         meta = Meta.of(body.get("metadata"))
         return meta.namespace, meta.name
 
-    def trusts(self, body: Mapping[str, Any]) -> bool:
+    def trusts(self, body: JsonObject) -> bool:
         """Whether ``body`` lives in a trusted namespace (only such objects enter the catalog)."""
         return Meta.of(body.get("metadata")).namespace in self.trusted
 
     # -- feeding -------------------------------------------------------------------------------------
 
-    def upsert_plan(self, body: dict[str, Any]) -> PlanEntry:
+    def upsert_plan(self, body: JsonObject) -> PlanEntry:
         """The entry for ``body``; recorded only when it lives in a trusted namespace."""
         try:
             model: SFPlan | None = SFPlan.model_validate(body)
@@ -149,11 +150,11 @@ class Catalog:
                 self._plans.put(self.key(body), catalog_id(body), entry)
         return entry
 
-    def remove_plan(self, body: dict[str, Any]) -> None:
+    def remove_plan(self, body: JsonObject) -> None:
         with self._lock:
             self._plans.drop(self.key(body))
 
-    def upsert_service(self, body: dict[str, Any]) -> ServiceEntry:
+    def upsert_service(self, body: JsonObject) -> ServiceEntry:
         """The entry for ``body``; recorded only when it lives in a trusted namespace."""
         try:
             model: SFService | None = SFService.model_validate(body)
@@ -166,11 +167,11 @@ class Catalog:
                 self._services.put(self.key(body), catalog_id(body), entry)
         return entry
 
-    def remove_service(self, body: dict[str, Any]) -> None:
+    def remove_service(self, body: JsonObject) -> None:
         with self._lock:
             self._services.drop(self.key(body))
 
-    def seed_plan(self, body: dict[str, Any]) -> bool:
+    def seed_plan(self, body: JsonObject) -> bool:
         """Record ``body`` unless its object is known already (a watch event may have delivered a newer
         version first); True when recorded."""
         with self._lock:
@@ -180,7 +181,7 @@ class Catalog:
         self.upsert_plan(body)
         return True
 
-    def seed_service(self, body: dict[str, Any]) -> bool:
+    def seed_service(self, body: JsonObject) -> bool:
         """As :meth:`seed_plan`."""
         with self._lock:
             known = self.key(body) in self._services.entries
@@ -238,12 +239,12 @@ class Catalog:
         with self._lock:
             return [self._plans.entries[k][1].view for k in self._plans.holders(plan_id)]
 
-    def plan_id_of(self, body: dict[str, Any]) -> str | None:
+    def plan_id_of(self, body: JsonObject) -> str | None:
         """The id the catalog holds ``body``'s object under (None: not held)."""
         with self._lock:
             return self._plans.id_of(self.key(body))
 
-    def service_id_of(self, body: dict[str, Any]) -> str | None:
+    def service_id_of(self, body: JsonObject) -> str | None:
         with self._lock:
             return self._services.id_of(self.key(body))
 

@@ -40,6 +40,7 @@ from opbroker.controller.ownership import NotOwned
 from opbroker.controller.reconciling import OwnWrites
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.outcomes import DONE, Conflict, Outcome, TemporaryError
+from opbroker.kubeclient.wire import JsonObject, mapping_of, path_of, text_of
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +88,7 @@ class Target:
     """Where our writes' resourceVersions are noted, so the watch events they cause are not reconciled again."""
     forget: Callable[[Key], None] | None = None
     """What :class:`~.actions.ForgetObject` and a ``settled`` status write call (the objects it followed)."""
-    wrote: Callable[[Key, dict[str, Any]], None] | None = None
+    wrote: Callable[[Key, JsonObject], None] | None = None
     """Told of each object an apply of the reconciled object's wrote (the answer), so the watch event it causes
     does not bring that object back (:meth:`~.sources.SourceIndex.wrote`)."""
 
@@ -106,7 +107,7 @@ class Executor:
     def run(
         self,
         key: Key,
-        body: Mapping[str, Any],
+        body: JsonObject,
         actions: Sequence[Any],
         on_refusal: OnRefusal | None = None,
     ) -> Outcome:
@@ -127,7 +128,7 @@ class Run:
     :meth:`replace`, and :meth:`perform` the actions a result leads to.
     """
 
-    def __init__(self, executor: Executor, key: Key, body: dict[str, Any]) -> None:
+    def __init__(self, executor: Executor, key: Key, body: JsonObject) -> None:
         self.executor = executor
         self.target = executor.target
         self.key = key
@@ -148,14 +149,14 @@ class Run:
         target = self.target
         match action:
             case a.EnsureFinalizer(present=present):
-                meta = self.body["metadata"]
+                meta = mapping_of(self.body["metadata"])
                 name = target.finalizer
                 change = finalizers.adding(meta, name) if present else finalizers.removing(meta, name)
                 if change is not None:
                     written = self.guarded(lambda: target.kube.patch_custom(target.kind, *self._where(), change))
                     self.replace(written)
             case a.WriteStatus(patch=patch, guarded=guarded, settled=settled, event=event):
-                version = self.body["metadata"].get("resourceVersion") if guarded else None
+                version = text_of(path_of(self.body, "metadata", "resourceVersion")) if guarded else None
                 written = self.guarded(
                     lambda: target.kube.patch_custom_status(
                         target.kind, *self._where(), dict(patch), resource_version=version
@@ -163,7 +164,7 @@ class Run:
                 )
                 self.replace(written)
                 if written is not None and target.own_writes is not None:
-                    target.own_writes.note(self.key, written["metadata"].get("resourceVersion"))
+                    target.own_writes.note(self.key, text_of(path_of(written, "metadata", "resourceVersion")))
                 if settled and target.forget is not None:
                     target.forget(self.key)
                 if event is not None:
@@ -196,7 +197,7 @@ class Run:
         kube = self.target.kube
         return kube if user is None else kube.acting_as(user)
 
-    def replace(self, written: dict[str, Any] | None) -> None:
+    def replace(self, written: JsonObject | None) -> None:
         """The reconciled object as a write of this run returned it (None: the write changed nothing)."""
         if written is not None:
             self.body = written

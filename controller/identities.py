@@ -13,28 +13,24 @@ None means "the controller itself" (``--single-tenant``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from opbroker.api.conventions import DEFAULT_PLAN_SERVICE_ACCOUNT, service_account_user
 from opbroker.controller.settings import ControllerSettings
+from opbroker.kubeclient.wire import JsonObject, path_of, text_of
 
 
-def plan_user(plan: dict[str, Any], settings: ControllerSettings) -> str | None:
+def plan_user(plan: JsonObject, settings: ControllerSettings) -> str | None:
     """The user a plan acts as."""
     if not settings.impersonate:
         return None
     return plan_account(plan, namespace=settings.namespace, default_account=settings.default_plan_service_account)
 
 
-def plan_account(
-    plan: Mapping[str, Any], *, namespace: str, default_account: str = DEFAULT_PLAN_SERVICE_ACCOUNT
-) -> str:
+def plan_account(plan: JsonObject, *, namespace: str, default_account: str = DEFAULT_PLAN_SERVICE_ACCOUNT) -> str:
     """The plan's ServiceAccount as a user name: ``spec.serviceAccountName``, else ``default_account``, in the
     plan's namespace (``namespace`` when the body names none). What a preview outside the controller (``opbroker
     plan diff --as-plan-account``, the SFPlan component) impersonates, assuming the controller's default account."""
-    account = (plan.get("spec") or {}).get("serviceAccountName") or default_account
-    return service_account_user((plan.get("metadata") or {}).get("namespace") or namespace, account)
+    account = text_of(path_of(plan, "spec", "serviceAccountName")) or default_account
+    return service_account_user(text_of(path_of(plan, "metadata", "namespace")) or namespace, account)
 
 
 def namespace_user(namespace: str, settings: ControllerSettings) -> str | None:

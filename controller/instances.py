@@ -25,7 +25,7 @@ import dataclasses
 import datetime
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from opbroker.api import DeletionPolicy, DriftPolicy, TemplateAction
 from opbroker.api.meta import ResourceRef
@@ -60,6 +60,7 @@ from opbroker.controller.runtime.memory import Memories, PerKey
 from opbroker.controller.runtime.outcomes import Outcome
 from opbroker.controller.settings import ControllerSettings
 from opbroker.controller.sources import ObjectKey, object_key
+from opbroker.kubeclient.wire import JsonBody
 from opbroker.rendering import RenderError
 
 __all__ = ["InstanceFacts", "InstanceReconciler"]
@@ -194,7 +195,7 @@ class InstanceReconciler(PassingReconciler[InstanceFacts]):
         """The door a plan's work goes through: its ServiceAccount's rights (see ``identities``)."""
         return self.deps.kube if facts.actor is None else self.deps.kube.acting_as(facts.actor)
 
-    def _registry(self, facts: InstanceFacts) -> dict[str, Any]:
+    def _registry(self, facts: InstanceFacts) -> JsonBody:
         namespace = self.deps.settings.registries_namespace
         where = registries.place(facts.instance.meta, kind="instance", namespace=namespace)
         return self.deps.registries.load(self.deps.kube, where, legacy=self._actor(facts)) or {}

@@ -1,7 +1,10 @@
 """The controller's only door to the Kubernetes API: a thin, synchronous wrapper over the official client.
 
 Reconcilers call these from worker threads. Everything here is one API call (or a read-modify-write of
-one object); decisions live elsewhere. Objects are plain dicts as on the wire.
+one object); decisions live elsewhere. Objects are plain dicts as on the wire: what goes in is a
+:data:`~opbroker.kubeclient.wire.JsonObject` (read only), what comes back a
+:data:`~opbroker.kubeclient.wire.JsonBody` — the caller's own (a decoded answer, or the store's copy), whose values
+are narrowed with the wire's readers before use.
 """
 
 from __future__ import annotations
@@ -11,9 +14,9 @@ import functools
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, overload
+from typing import TypeVar, overload
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -21,12 +24,10 @@ from kubernetes.client.exceptions import ApiException
 from opbroker.api.meta import ResourceRef
 from opbroker.controller.access import Access, AccessReviews, api_reviewer
 from opbroker.controller.core.refusals import Refusal, Severity, masked_status, refusal, severity
-from opbroker.controller.core.views import mapping_of
 from opbroker.controller.runtime import event_series
 from opbroker.controller.runtime.store import UNKNOWN, ObjectStore
 from opbroker.controller.served import ServedKinds, ServedResource
 from opbroker.kubeclient import deadlines
-from opbroker.kubeclient.answers import json_object
 from opbroker.kubeclient.informer import Collection, LeanSource, items_of, pages
 from opbroker.kubeclient.lean import (
     JSON,
@@ -37,7 +38,7 @@ from opbroker.kubeclient.lean import (
     api_root,
     object_path,
 )
-from opbroker.kubeclient.wire import text_of
+from opbroker.kubeclient.wire import JsonBody, JsonObject, list_of, mapping_of, path_of, text_of
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +64,7 @@ class Refused(ApiException):
         return self.refusal.describe()
 
 
-def _refused(exc: ApiException, manifest: dict[str, Any], keep: tuple[str, ...] = ()) -> ApiException:
+def _refused(exc: ApiException, manifest: JsonObject, keep: tuple[str, ...] = ()) -> ApiException:
     """``exc`` as :class:`Refused` when the object (not the API server's state) is what was refused; else the
     same error (status, reason, headers) with its body masked the same way: an answer to a write may echo the
     object's values, and the exception's text ends up in logs and events when its retries give up."""
@@ -109,11 +110,24 @@ PLANS = Kind("osb.servicefabrik.io", "v1alpha1", "sfplans")
 SERVICES = Kind("osb.servicefabrik.io", "v1alpha1", "sfservices")
 
 
-def ref_of(obj: Mapping[str, Any]) -> ResourceRef:
-    meta = obj.get("metadata") or {}
+def ref_of(obj: JsonObject) -> ResourceRef:
+    meta = mapping_of(obj.get("metadata"))
+    namespace = meta.get("namespace")
     return ResourceRef(
-        api_version=obj["apiVersion"], kind=obj["kind"], name=meta["name"], namespace=meta.get("namespace")
+        api_version=_string(obj, "apiVersion"),
+        kind=_string(obj, "kind"),
+        name=_string(meta, "name"),
+        namespace=namespace if isinstance(namespace, str) else None,
     )
+
+
+def _string(body: JsonObject, key: str) -> str:
+    """``body[key]``, a string: a KeyError when it is absent, a ValueError when it is no string (what the
+    reference's validation said of one)."""
+    value = body[key]
+    if not isinstance(value, str):
+        raise ValueError(f"{key} is a {type(value).__name__}, not a string")
+    return value
 
 
 def describe(ref: ResourceRef) -> str:
@@ -121,12 +135,15 @@ def describe(ref: ResourceRef) -> str:
     return f"{ref.kind} {ref.namespace + '/' if ref.namespace else ''}{ref.name}"
 
 
-def clean_for_apply(manifest: dict[str, Any]) -> dict[str, Any]:
+def clean_for_apply(manifest: JsonObject) -> JsonBody:
     """A copy without status and server-populated metadata (templates may echo a live object back)."""
-    body = {k: v for k, v in manifest.items() if k != "status"}
-    metadata = {k: v for k, v in (body.get("metadata") or {}).items() if k not in _SERVER_METADATA}
-    body["metadata"] = metadata
+    body: JsonBody = {k: v for k, v in manifest.items() if k != "status"}
+    body["metadata"] = _clean_metadata(mapping_of(body.get("metadata")))
     return body
+
+
+def _clean_metadata(metadata: JsonObject) -> JsonBody:
+    return {k: v for k, v in metadata.items() if k not in _SERVER_METADATA}
 
 
 class Kube:
@@ -217,7 +234,7 @@ class Kube:
     def _discovery(self, path: str) -> object | None:
         """A discovery document (None: the group version is not served), as the controller reads it."""
         try:
-            return json_object(self.custom.request("GET", path))
+            return _body(self.custom.request("GET", path))
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -230,14 +247,14 @@ class Kube:
 
     # -- generic objects (rendered resources, sources) ------------------------------------------------
 
-    def get(self, ref: ResourceRef, *, fresh: bool = False) -> dict[str, Any] | None:
+    def get(self, ref: ResourceRef, *, fresh: bool = False) -> JsonBody | None:
         """The object (None: it does not exist); ``fresh`` reads past the store, after a 409."""
         resource = self._resource(ref.api_version, ref.kind)
         namespace = ref.namespace if resource.namespaced else None
         cached = UNKNOWN if fresh else self.store.lookup((ref.api_version, ref.kind), namespace, ref.name)
         if cached is not UNKNOWN:
             self._may_read(resource, namespace, ref.name)
-            return _as_optional_dict(cached)
+            return _optional_body(cached)
         path = _path_of(ref.api_version, resource, namespace, ref.name)
         try:
             found = _unless(404, lambda: self.custom.request("GET", path))
@@ -248,7 +265,7 @@ class Kube:
             raise
         if found is None:
             return None
-        body = _as_dict(found)
+        body = _body(found)
         self.store.fill((ref.api_version, ref.kind), body)  # held by metadata only: keep the body read
         return body
 
@@ -261,25 +278,25 @@ class Kube:
             self._may_read(resource, namespace, ref.name)
             return None if known is None else str(known)
         found = self.get(ref)
-        return None if found is None else str((found.get("metadata") or {}).get("resourceVersion", ""))
+        return None if found is None else str(mapping_of(found.get("metadata")).get("resourceVersion", ""))
 
-    def _keep(self, obj: dict[str, Any] | None) -> dict[str, Any] | None:
+    def _keep(self, answer: object) -> JsonBody:
         """Remember a write's answer (for fed types) and pass it on."""
-        if obj is not None and obj.get("apiVersion") and obj.get("kind"):
-            self.store.put((obj["apiVersion"], obj["kind"]), obj)
+        obj = _body(answer)
+        api_version, kind = text_of(obj.get("apiVersion")), text_of(obj.get("kind"))
+        if api_version and kind:
+            self.store.put((api_version, kind), obj)
         return obj
 
     @overload
-    def apply(self, manifest: dict[str, Any], *, field_manager: str = FIELD_MANAGER) -> dict[str, Any]: ...
+    def apply(self, manifest: JsonObject, *, field_manager: str = FIELD_MANAGER) -> JsonBody: ...
 
     @overload
-    def apply(
-        self, manifest: dict[str, Any], *, field_manager: str = FIELD_MANAGER, uid: str
-    ) -> dict[str, Any] | None: ...
+    def apply(self, manifest: JsonObject, *, field_manager: str = FIELD_MANAGER, uid: str) -> JsonBody | None: ...
 
     def apply(
-        self, manifest: dict[str, Any], *, field_manager: str = FIELD_MANAGER, uid: str | None = None
-    ) -> dict[str, Any] | None:
+        self, manifest: JsonObject, *, field_manager: str = FIELD_MANAGER, uid: str | None = None
+    ) -> JsonBody | None:
         """Server-side apply: creates or updates, never duplicates, leaves fields of other managers alone.
 
         ``uid``: amend only the object of that uid, never create one. Server-side apply creates what does not
@@ -287,31 +304,33 @@ class Kube:
         database) would otherwise bring a deleted object back, unstamped and half-specified; with the uid the
         API server refuses instead (409 when none exists: None here; 422 when another of that name does)."""
         body = clean_for_apply(manifest)
-        meta = body["metadata"]
+        meta = mapping_of(body["metadata"])
         if uid is not None:
-            meta["uid"] = uid
-        resource = self._resource(body["apiVersion"], body["kind"])
-        path = _path_of(body["apiVersion"], resource, meta.get("namespace"), meta["name"])
+            body["metadata"] = {**meta, "uid": uid}
+        api_version = _string(body, "apiVersion")
+        resource = self._resource(api_version, _string(body, "kind"))
+        path = _path_of(api_version, resource, text_of(meta.get("namespace")), _string(meta, "name"))
         try:
             applied = self.custom.server_side_apply(path, body, field_manager=field_manager)
         except ApiException as exc:
             if uid is not None and exc.status == 409:
                 return None  # gone (or deleted and not yet replaced): nothing to amend
             raise _refused(exc, body, self._named(resource.name, resource.group)) from None
-        return _as_dict(self._keep(applied))
+        return self._keep(applied)
 
-    def create(self, manifest: dict[str, Any]) -> dict[str, Any] | None:
+    def create(self, manifest: JsonObject) -> JsonBody | None:
         """Create; None if it already exists (the caller adopts it instead)."""
         body = clean_for_apply(manifest)
-        resource = self._resource(body["apiVersion"], body["kind"])
-        path = _path_of(body["apiVersion"], resource, body["metadata"].get("namespace"))
+        api_version = _string(body, "apiVersion")
+        resource = self._resource(api_version, _string(body, "kind"))
+        path = _path_of(api_version, resource, text_of(path_of(body, "metadata", "namespace")))
         try:
             created = _unless(409, lambda: self.custom.request("POST", path, body=body))
         except ApiException as exc:
             raise _refused(exc, body, self._named(resource.name, resource.group)) from None
         return None if created is None else self._keep(created)
 
-    def merge_patch(self, ref: ResourceRef, patch: dict[str, Any]) -> dict[str, Any] | None:
+    def merge_patch(self, ref: ResourceRef, patch: JsonObject) -> JsonBody | None:
         resource = self._resource(ref.api_version, ref.kind)
         path = _path_of(ref.api_version, resource, ref.namespace, ref.name)
         try:
@@ -326,7 +345,7 @@ class Kube:
         version of it (a 409 ``ApiException`` when it changed since: a guarded write)."""
         resource = self._resource(ref.api_version, ref.kind)
         path = _path_of(ref.api_version, resource, ref.namespace, ref.name)
-        body: dict[str, Any] = {"propagationPolicy": "Background"}
+        body: JsonBody = {"propagationPolicy": "Background"}
         if resource_version is not None:
             body["preconditions"] = {"resourceVersion": resource_version}
         try:
@@ -344,16 +363,16 @@ class Kube:
 
     # -- our own custom resources --------------------------------------------------------------------
 
-    def get_custom(self, kind: Kind, namespace: str, name: str, *, fresh: bool = False) -> dict[str, Any] | None:
+    def get_custom(self, kind: Kind, namespace: str, name: str, *, fresh: bool = False) -> JsonBody | None:
         """The object (None if it does not exist); ``fresh`` reads past the store, after a 409."""
         cached = UNKNOWN if fresh else self.store.lookup(kind.store_key, namespace, name)
         if cached is not UNKNOWN:
-            return _as_optional_dict(cached)
+            return _optional_body(cached)
         if not kind.namespaced:
-            return _as_optional_dict(
+            return _optional_body(
                 _unless(404, lambda: self.custom.get_cluster_custom_object(kind.group, kind.version, kind.plural, name))
             )
-        return _as_optional_dict(
+        return _optional_body(
             _unless(
                 404,
                 lambda: self.custom.get_namespaced_custom_object(
@@ -362,15 +381,16 @@ class Kube:
             )
         )
 
-    def _keep_custom(self, kind: Kind, namespace: str, name: str, obj: dict[str, Any] | None) -> dict[str, Any] | None:
+    def _keep_custom(self, kind: Kind, namespace: str, name: str, answer: object) -> JsonBody | None:
         """Remember a write's answer; a 404 means the copy held (if any) is of an object that is gone."""
+        obj = _optional_body(answer)
         if obj is None:
             self.store.discard(kind.store_key, namespace if kind.namespaced else None, name)
         else:
             self.store.put(kind.store_key, obj)
         return obj
 
-    def list_custom(self, kind: Kind, namespace: str | None, label_selector: str = "") -> list[dict[str, Any]]:
+    def list_custom(self, kind: Kind, namespace: str | None, label_selector: str = "") -> list[JsonBody]:
         """Every object of ``kind`` (in ``namespace``; everywhere when None or the kind is cluster-scoped)."""
         if namespace is None or not kind.namespaced:
             listed = self.custom.list_cluster_custom_object(
@@ -380,8 +400,7 @@ class Kube:
             listed = self.custom.list_namespaced_custom_object(
                 kind.group, kind.version, namespace, kind.plural, label_selector=label_selector
             )
-        items: list[dict[str, Any]] = json_object(listed).get("items", [])
-        return items
+        return _items(_body(listed))
 
     def list_custom_page(
         self,
@@ -391,11 +410,11 @@ class Kube:
         limit: int | None = None,
         token: str | None = None,
         label_selector: str = "",
-    ) -> tuple[list[dict[str, Any]], str | None, str | None]:
+    ) -> tuple[list[JsonBody], str | None, str | None]:
         """One page of ``kind`` (in ``namespace``; everywhere when None): its items, the ``continue`` token of the
         next page (None: the last) and the list's resourceVersion (where a watch starts). A token that expired
         raises the API's 410."""
-        arguments: dict[str, Any] = {"label_selector": label_selector}
+        arguments: dict[str, str | int] = {"label_selector": label_selector}
         if limit:
             arguments["limit"] = limit
         if token:
@@ -406,9 +425,9 @@ class Kube:
             listed = self.custom.list_namespaced_custom_object(
                 kind.group, kind.version, namespace, kind.plural, **arguments
             )
-        answer = json_object(listed)
-        meta = answer.get("metadata") or {}
-        return list(answer.get("items", [])), meta.get("continue") or None, meta.get("resourceVersion")
+        answer = _body(listed)
+        meta = mapping_of(answer.get("metadata"))
+        return _items(answer), text_of(meta.get("continue")), text_of(meta.get("resourceVersion"))
 
     def uids_of(self, kind: Kind) -> dict[tuple[str, str], str]:
         """The uid of every object of ``kind`` by (namespace, name): a metadata-only listing, :data:`METADATA_PAGE`
@@ -424,17 +443,19 @@ class Kube:
                 found[identity] = text_of(meta.get("uid")) or ""
         return found
 
-    def create_custom(self, kind: Kind, body: dict[str, Any]) -> dict[str, Any]:
+    def create_custom(self, kind: Kind, body: JsonObject) -> JsonBody:
         """Create one of our objects (a 409 raises: it exists already)."""
-        namespace = body["metadata"].get("namespace") or ""
+        meta = mapping_of(body["metadata"])
+        namespace = text_of(meta.get("namespace")) or ""
         if kind.namespaced:
             created = self.custom.create_namespaced_custom_object(
                 kind.group, kind.version, namespace, kind.plural, body
             )
         else:
             created = self.custom.create_cluster_custom_object(kind.group, kind.version, kind.plural, body)
-        self._keep_custom(kind, namespace, body["metadata"]["name"], _as_dict(created))
-        return _as_dict(created)
+        written = _body(created)
+        self._keep_custom(kind, namespace, _string(meta, "name"), written)
+        return written
 
     def delete_custom(self, kind: Kind, namespace: str, name: str, *, uid: str | None = None) -> bool:
         """Delete one of our objects (its finalizer then runs); False if it was already gone. With ``uid`` only
@@ -462,10 +483,10 @@ class Kube:
         return deleted is not None
 
     def patch_custom_status(
-        self, kind: Kind, namespace: str, name: str, status: dict[str, Any], *, resource_version: str | None = None
-    ) -> dict[str, Any] | None:
+        self, kind: Kind, namespace: str, name: str, status: JsonObject, *, resource_version: str | None = None
+    ) -> JsonBody | None:
         """Merge-patch ``status``; with ``resource_version`` the write fails (409) if the object moved on."""
-        body: dict[str, Any] = {"status": status}
+        body: JsonBody = {"status": status}
         if resource_version:
             body["metadata"] = {"resourceVersion": resource_version}
         if not kind.namespaced:
@@ -484,7 +505,7 @@ class Kube:
             )
         return self._keep_custom(kind, namespace, name, patched)
 
-    def patch_custom(self, kind: Kind, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any] | None:
+    def patch_custom(self, kind: Kind, namespace: str, name: str, patch: JsonObject) -> JsonBody | None:
         """A merge patch; include ``metadata.resourceVersion`` to guard it (409 if the object moved on)."""
         if not kind.namespaced:
             patched = _unless(
@@ -502,7 +523,7 @@ class Kube:
 
     # -- secrets and events --------------------------------------------------------------------------
 
-    def read_secret(self, namespace: str, name: str, *, stored: bool = False) -> dict[str, Any] | None:
+    def read_secret(self, namespace: str, name: str, *, stored: bool = False) -> JsonBody | None:
         """The Secret (None if it does not exist); ``stored``: from the store when it holds the Secret's
         body (for Secrets only this controller writes, whose every write goes into the store too), and the
         body read is kept there (the Secret watch delivers metadata only, see ``controller.sources``)."""
@@ -510,8 +531,8 @@ class Kube:
             held = self.store.lookup(SECRETS, namespace, name)
             if held is not UNKNOWN:
                 self._may_get("", "secrets", "Secret", namespace, name)
-                return _as_optional_dict(held)
-        secret = _as_optional_dict(
+                return _optional_body(held)
+        secret = _optional_body(
             _unless(404, lambda: self.custom.request("GET", object_path("/api/v1", "secrets", namespace, name)))
         )
         if secret is None:
@@ -522,20 +543,20 @@ class Kube:
 
     def list_secrets(
         self, namespace: str | None, *, label_selector: str, limit: int = 500, metadata_only: bool = False
-    ) -> list[dict[str, Any]]:
+    ) -> list[JsonBody]:
         """The Secrets in ``namespace`` (None: every namespace) matching ``label_selector``, read ``limit`` a page
         (bodies included: for Secrets this controller wrote, never for a cluster's worth). ``metadata_only``: each
         Secret's ``metadata`` alone (``PartialObjectMetadata``: the API server sends no data — what a sweep over
         thousands of registries needs, at a fraction of the bytes to decode)."""
-        found: list[dict[str, Any]] = []
+        found: list[JsonBody] = []
         token: str | None = None
         path = object_path("/api/v1", "secrets", namespace)
         accept = METADATA_LIST if metadata_only else JSON
         while True:
             query = (("labelSelector", label_selector), ("limit", limit), ("continue", token))
-            page = _as_dict(self.custom.request("GET", path, query=query, accept=accept))
-            found.extend(page.get("items") or [])
-            token = (page.get("metadata") or {}).get("continue")
+            page = _body(self.custom.request("GET", path, query=query, accept=accept))
+            found.extend(_items(page))
+            token = text_of(path_of(page, "metadata", "continue"))
             if not token:
                 return found
 
@@ -589,27 +610,27 @@ class Kube:
         leases.replace_namespaced_lease(name, namespace, lease, _request_timeout=timeout)
         return True
 
-    def read_namespace(self, name: str) -> dict[str, Any] | None:
+    def read_namespace(self, name: str) -> JsonBody | None:
         """The Namespace (None if it does not exist)."""
         found = _unless(404, lambda: self.custom.request("GET", object_path("/api/v1", "namespaces", None, name)))
-        return _as_optional_dict(found)
+        return _optional_body(found)
 
-    def apply_secret(self, manifest: dict[str, Any]) -> dict[str, Any]:
+    def apply_secret(self, manifest: JsonBody) -> JsonBody:
         """Create or update a Secret we own, by server-side apply (no read needed); the Secret as written. An
         error answer is masked like any refused write's: it may echo the Secret's values."""
-        path = object_path("/api/v1", "secrets", manifest["metadata"]["namespace"], manifest["metadata"]["name"])
+        meta = mapping_of(manifest["metadata"])
+        path = object_path("/api/v1", "secrets", _string(meta, "namespace"), _string(meta, "name"))
         try:
             written = self.custom.server_side_apply(path, manifest, field_manager=FIELD_MANAGER)
         except ApiException as exc:
             raise _refused(exc, manifest, self._named("secrets")) from None
-        return _as_dict(self._keep(written))
+        return self._keep(written)
 
-    def emit_event(self, obj: dict[str, Any], *, reason: str, message: str, warning: bool = False) -> None:
+    def emit_event(self, obj: JsonObject, *, reason: str, message: str, warning: bool = False) -> None:
         """Record a Kubernetes Event on ``obj``; the same Event again (object, type, reason, message) counts up the
         one recorded (:mod:`.event_series`). Best effort: a lost event must not fail a reconcile."""
-        meta = obj["metadata"]
         event = event_body(obj, reason=reason, message=message, warning=warning)
-        namespace = event["metadata"]["namespace"]
+        namespace = _string(mapping_of(event["metadata"]), "namespace")
         key = event_series.key_of(event)
         series = self.recorded_events
         try:
@@ -629,7 +650,8 @@ class Kube:
             if isinstance(name, str):
                 series.put(key, event_series.Recorded(namespace, name, 1))
         except ApiException as exc:
-            logger.warning("could not record event %s on %s: HTTP %s", reason, meta["name"], exc.status)
+            name = path_of(obj, "metadata", "name")
+            logger.warning("could not record event %s on %s: HTTP %s", reason, name, exc.status)
 
     @property
     def recorded_events(self) -> event_series.EventSeries:
@@ -638,11 +660,11 @@ class Kube:
 
     # -- listing arbitrary kinds (claims: workloads to project into) ----------------------------------
 
-    def list_objects(self, api_version: str, kind: str, namespace: str) -> list[dict[str, Any]]:
+    def list_objects(self, api_version: str, kind: str, namespace: str) -> list[JsonBody]:
         """Every object of a namespaced kind in ``namespace``, as plain dicts (managedFields included)."""
         resource = self._resource(api_version, kind)
-        listed = _as_dict(self.custom.request("GET", _path_of(api_version, resource, namespace)))
-        items: list[dict[str, Any]] = listed.get("items") or []
+        listed = _body(self.custom.request("GET", _path_of(api_version, resource, namespace)))
+        items = _items(listed)
         for item in items:  # list items carry no type meta; callers apply them back
             item.setdefault("apiVersion", api_version)
             item.setdefault("kind", kind)
@@ -655,7 +677,10 @@ def _path_of(api_version: str, resource: ServedResource, namespace: str | None, 
     return object_path(api_root(api_version), resource.name, namespace if resource.namespaced else None, name)
 
 
-def _unless(status: int, call: Callable[[], Any]) -> Any:
+_T = TypeVar("_T")
+
+
+def _unless(status: int, call: Callable[[], _T]) -> _T | None:
     """``call()``, or None when the API answers ``status`` (404: it is gone; 409: it exists already)."""
     try:
         return call()
@@ -665,23 +690,30 @@ def _unless(status: int, call: Callable[[], Any]) -> Any:
         raise
 
 
-def _as_dict(value: Any) -> dict[str, Any]:
-    result: dict[str, Any] = value
-    return result
+def _body(answer: object) -> JsonBody:
+    """An answer of the API (or a copy the store held) as the JSON object it is."""
+    if not isinstance(answer, dict):
+        raise TypeError(f"the Kubernetes API answered a {type(answer).__name__}, not a JSON object")
+    return answer
 
 
-def _as_optional_dict(value: Any) -> dict[str, Any] | None:
-    result: dict[str, Any] | None = value
-    return result
+def _optional_body(answer: object) -> JsonBody | None:
+    """:func:`_body`, None passed on (the object does not exist)."""
+    return None if answer is None else _body(answer)
+
+
+def _items(page: JsonObject) -> list[JsonBody]:
+    """A list's objects (an item that is not an object is skipped)."""
+    return [item for item in list_of(page.get("items")) if isinstance(item, dict)]
 
 
 def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def event_body(obj: dict[str, Any], *, reason: str, message: str, warning: bool = False) -> dict[str, Any]:
+def event_body(obj: JsonObject, *, reason: str, message: str, warning: bool = False) -> JsonBody:
     """The Event the controller records on ``obj`` (message cut to 1 KiB, as the API server limits it)."""
-    meta = obj["metadata"]
+    meta = mapping_of(obj["metadata"])
     moment = _now()
     # A cluster-scoped object's Events live in "default", as kube-controller-manager files them.
     return {

@@ -15,12 +15,12 @@ import queue
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from opbroker.api.controllerinstall import MANAGED_BY_LABEL, namespace_writer, onboarding_objects
 from opbroker.api.conventions import DEFAULT_PLAN_SERVICE_ACCOUNT, NAMESPACE_SERVICE_ACCOUNT
 from opbroker.api.meta import ResourceRef
 from opbroker.controller.kube import Kube, ref_of
+from opbroker.kubeclient.wire import JsonBody, mapping_of, path_of, string_map_of, text_of
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ class Onboarding:
     control_plane: str
     plan_accounts: Sequence[str] = (DEFAULT_PLAN_SERVICE_ACCOUNT,)
 
-    def objects(self) -> list[tuple[str, dict[str, Any]]]:
+    def objects(self) -> list[tuple[str, JsonBody]]:
         return onboarding_objects(self.namespace, self.control_plane, self.plan_accounts, managed_by=MANAGED_BY)
 
 
@@ -119,16 +119,16 @@ class NamespaceOnboarder:
         self._pending: queue.Queue[str | None] = queue.Queue()
         self._thread: threading.Thread | None = None
 
-    def on_namespace(self, event_type: str, body: dict[str, Any]) -> None:
-        metadata = body.get("metadata") or {}
-        name = metadata.get("name")
+    def on_namespace(self, event_type: str, body: JsonBody) -> None:
+        metadata = mapping_of(body.get("metadata"))
+        name = text_of(metadata.get("name"))
         if not name:
             return
         if event_type == "DELETED" or metadata.get("deletionTimestamp"):
             self._wanted.pop(name, None)
             self._settled.pop(name, None)
             return
-        wanted = self.selector.matches(metadata.get("labels") or {})
+        wanted = self.selector.matches(string_map_of(metadata.get("labels")))
         if self._wanted.get(name) != wanted:
             self._wanted[name] = wanted
             self._pending.put(name)
@@ -150,7 +150,7 @@ class NamespaceOnboarder:
                 ResourceRef(api_version="v1", kind="ServiceAccount", namespace=name, name=NAMESPACE_SERVICE_ACCOUNT),
                 fresh=True,
             )
-            labels = ((account or {}).get("metadata") or {}).get("labels") or {}
+            labels = string_map_of(path_of(account, "metadata", "labels"))
             if labels.get(MANAGED_BY_LABEL) == MANAGED_BY_CONTROLLER:
                 offboard(self.door, onboarding)
                 logger.info("offboarded the namespace %s (its labels no longer match %s)", name, self.selector)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
 
 from opbroker.api.conventions import LABEL_PLAN
 from opbroker.api.meta import ResourceRef
@@ -29,6 +28,7 @@ from opbroker.controller.reconciling import AppliedMemory, DayTwo, Deps
 from opbroker.controller.runtime import metrics
 from opbroker.controller.runtime.memory import PerKey
 from opbroker.controller.sources import object_key
+from opbroker.kubeclient.wire import JsonObject, path_of
 
 
 def osb_executor(
@@ -62,7 +62,7 @@ def osb_effects(
         ref = ref_of(dict(action.apply.manifest))
         before = run.actor(action.apply.as_user).version_of(ref)
         written = apply(run, action.apply)
-        after = (written or {}).get("metadata", {}).get("resourceVersion") if written is not None else None
+        after = path_of(written, "metadata", "resourceVersion")
         if written is None or after == before:
             return  # nothing changed: a value the API server normalises, or a singleton left as it is
         memo = checks.get(run.key) or DayTwo()
@@ -157,7 +157,7 @@ def void(_: object) -> None:
     """An effect's result is nothing (the apply's answer matters to a correction only)."""
 
 
-def apply(run: Run, action: a.Apply) -> dict[str, Any] | None:
+def apply(run: Run, action: a.Apply) -> JsonObject | None:
     """Apply one rendered object, unless it exists and is not this owner's (``ownership``). A singleton is
     shared by every instance of the plan: if it exists already (made by opbroker for this plan, or adopted)
     it is left as it is and merely gains our owner reference (or, where none can reach it, our entry among

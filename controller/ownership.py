@@ -11,7 +11,6 @@ without the stamp is never taken over, unless the plan's template declares adopt
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
@@ -21,7 +20,7 @@ from opbroker.controller.core import decisions
 from opbroker.controller.core.decisions import Letting, Takeover
 from opbroker.controller.core.views import ObjectView
 from opbroker.controller.kube import FIELD_MANAGER, Kube, ref_of
-from opbroker.controller.runtime.objects import Manifest
+from opbroker.kubeclient.wire import JsonObject
 
 logger = logging.getLogger(__name__)
 
@@ -40,13 +39,13 @@ class NotOwned(RuntimeError):
 
 def apply_owned(
     kube: Kube,
-    manifest: Manifest,
+    manifest: JsonObject,
     *,
     owner_uids: tuple[str, ...],
     adopt: bool = False,
     field_manager: str = FIELD_MANAGER,
     must_exist: bool = False,
-) -> dict[str, Any] | None:
+) -> JsonObject | None:
     """Server-side apply ``manifest`` unless the live object is someone else's (:class:`NotOwned`); the object
     as written (None: nothing was).
 

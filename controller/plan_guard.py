@@ -22,18 +22,18 @@ this is the one write.
 
 from __future__ import annotations
 
-from typing import Any
-
 from opbroker.api.conventions import FINALIZER
+from opbroker.controller.core.views import Meta
 from opbroker.controller.kube import PLANS, Kind, Kube
+from opbroker.kubeclient.wire import JsonObject
 
 
-def set_plan_finalizer(kube: Kube, plan: dict[str, Any], *, hold: bool) -> None:
+def set_plan_finalizer(kube: Kube, plan: JsonObject, *, hold: bool) -> None:
     """Add (``hold``) or drop the controller's finalizer on ``plan`` (:func:`set_finalizer`)."""
     set_finalizer(kube, PLANS, plan, hold=hold)
 
 
-def set_finalizer(kube: Kube, kind: Kind, entry: dict[str, Any], *, hold: bool) -> None:
+def set_finalizer(kube: Kube, kind: Kind, entry: JsonObject, *, hold: bool) -> None:
     """Add (``hold``) or drop the controller's finalizer on a catalog ``entry`` (an SFPlan or an SFService),
     guarded by its resourceVersion.
 
@@ -43,9 +43,9 @@ def set_finalizer(kube: Kube, kind: Kind, entry: dict[str, Any], *, hold: bool) 
     new finalizers then), which the caller sees as an error — the right answer for an instance racing the plan's
     deletion.
     """
-    meta = entry["metadata"]
-    finalizers = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
+    meta = Meta.of(entry.get("metadata"))
+    finalizers = [f for f in meta.finalizers if f != FINALIZER]
     if hold:
         finalizers.append(FINALIZER)
-    patch = {"metadata": {"finalizers": finalizers or None, "resourceVersion": meta.get("resourceVersion")}}
-    kube.patch_custom(kind, meta["namespace"], meta["name"], patch)
+    patch = {"metadata": {"finalizers": finalizers or None, "resourceVersion": meta.resource_version}}
+    kube.patch_custom(kind, meta.namespace, meta.name, patch)

@@ -8,8 +8,7 @@ Granting adds to what the account's roles hold, never removes: other plans' righ
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
 from pydantic import ValidationError
 
@@ -20,11 +19,12 @@ from opbroker.api.meta import ResourceRef
 from opbroker.api.planrights import PlanRights, Resolver, account_manifests, rights, well_known
 from opbroker.api.policyrules import Rule
 from opbroker.controller.kube import PLANS, SERVICES, Kube, ref_of
+from opbroker.kubeclient.wire import JsonObject, objects_of, path_of
 from opbroker.rendering import RenderError
 from opbroker.rendering.samples import rendered_objects
 
 #: A plan and the SFService it belongs to (None when unknown).
-PlanAndService = tuple[SFPlan, Mapping[str, Any] | None]
+PlanAndService = tuple[SFPlan, JsonObject | None]
 
 
 class NoPlans(RuntimeError):
@@ -40,13 +40,13 @@ def plans_in_cluster(
     kube: Kube, namespace: str, account: str, skipped: Callable[[str], None] = lambda _: None
 ) -> list[PlanAndService]:
     """The SFPlans of ``namespace`` acting as ``account``, with their SFServices; an invalid one is ``skipped``."""
-    services = {str((s.get("spec") or {}).get("id")): s for s in kube.list_custom(SERVICES, namespace)}
+    services = {str(path_of(s, "spec", "id")): s for s in kube.list_custom(SERVICES, namespace)}
     found: list[PlanAndService] = []
     for body in kube.list_custom(PLANS, namespace):
         try:
             plan = SFPlan.model_validate(body)
         except ValidationError:
-            skipped(f"SFPlan {namespace}/{body['metadata']['name']} is not valid; skipped")
+            skipped(f"SFPlan {namespace}/{path_of(body, 'metadata', 'name')} is not valid; skipped")
             continue
         if acts_as(plan, account):
             found.append((plan, services.get(plan.spec.service_id)))
@@ -65,11 +65,9 @@ def discovering(kube: Kube) -> Resolver:
     return resolve
 
 
-def rights_of(
-    plans: Sequence[PlanAndService], namespace: str, parameters: Mapping[str, Any], resolve: Resolver
-) -> PlanRights:
+def rights_of(plans: Sequence[PlanAndService], namespace: str, parameters: JsonObject, resolve: Resolver) -> PlanRights:
     """What ``plans`` render for a new instance and binding in ``namespace``, as rights (:func:`rights`)."""
-    objects: list[dict[str, Any]] = []
+    objects: list[JsonObject] = []
     for plan, service in plans:
         try:
             objects += rendered_objects(plan, namespace=namespace, parameters=parameters, service=service)
@@ -81,7 +79,7 @@ def rights_of(
 def live_rules(kube: Kube, role: str) -> list[Rule]:
     """The rules the ClusterRole ``role`` holds now (none when it does not exist)."""
     live = kube.get(ResourceRef(api_version="rbac.authorization.k8s.io/v1", kind="ClusterRole", name=role))
-    return [Rule.from_args(rule) for rule in (live or {}).get("rules") or []]
+    return [Rule.from_args(rule) for rule in objects_of((live or {}).get("rules"))]
 
 
 def grant(kube: Kube, namespace: str, account: str, needed: PlanRights, *, field_manager: str) -> list[ResourceRef]:

@@ -14,10 +14,10 @@ from opbroker.controller.catalog import Catalog
 from opbroker.controller.kube import Kube
 from opbroker.controller.registries import RegistryCache
 from opbroker.controller.runtime.clock import SYSTEM, Clock
-from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.outcomes import Outcome
 from opbroker.controller.settings import ControllerSettings
 from opbroker.controller.sources import ObjectKey, SourceIndex, SourceWatchers
+from opbroker.kubeclient.wire import JsonObject
 from opbroker.rendering import Renderer
 
 logger = logging.getLogger(__name__)
@@ -30,18 +30,18 @@ class Placement(Protocol):
     placement took care of it (multi-cluster: scheduled, handed to a sister cluster, mirrored back).
     """
 
-    def instance(self, instance: dict[str, Any]) -> Outcome | None: ...
+    def instance(self, instance: JsonObject) -> Outcome | None: ...
 
-    def binding(self, binding: dict[str, Any]) -> Outcome | None: ...
+    def binding(self, binding: JsonObject) -> Outcome | None: ...
 
 
 class LocalPlacement:
     """Single cluster: everything is reconciled here."""
 
-    def instance(self, instance: dict[str, Any]) -> Outcome | None:
+    def instance(self, instance: JsonObject) -> Outcome | None:
         return None
 
-    def binding(self, binding: dict[str, Any]) -> Outcome | None:
+    def binding(self, binding: JsonObject) -> Outcome | None:
         return None
 
 
@@ -86,10 +86,6 @@ class OwnWrites:
         self._versions.pop(key, None)
 
 
-def key_of(kind: str, obj: dict[str, Any]) -> Key:
-    return Key.of(kind, obj)
-
-
 @dataclass(frozen=True)
 class DayTwo:
     """What the controller remembers of a settled instance's checks (issue 43): what the last one read and the
@@ -118,12 +114,12 @@ class AppliedMemory:
     """
 
     def __init__(self) -> None:
-        self._records: dict[Hashable, tuple[Any, Any, dict[str, Any]]] = {}
+        self._records: dict[Hashable, tuple[Any, Any, JsonObject]] = {}
 
-    def remember(self, key: Hashable, version: tuple[Any, Any], record: dict[str, Any]) -> None:
+    def remember(self, key: Hashable, version: tuple[Any, Any], record: JsonObject) -> None:
         self._records[key] = (*version, record)
 
-    def recall(self, key: Hashable, version: tuple[Any, Any]) -> dict[str, Any] | None:
+    def recall(self, key: Hashable, version: tuple[Any, Any]) -> JsonObject | None:
         found = self._records.get(key)
         if found is None or (found[0], found[1]) != version:
             return None

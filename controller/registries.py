@@ -26,7 +26,6 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from opbroker.api.conventions import (
     ANNOTATION_OWNER_UID,
@@ -38,7 +37,7 @@ from opbroker.api.conventions import (
 )
 from opbroker.controller.core.views import Meta, SecretView
 from opbroker.controller.kube import Kube
-from opbroker.controller.runtime.objects import Manifest
+from opbroker.kubeclient.wire import JsonBody, JsonObject
 
 logger = logging.getLogger(__name__)
 
@@ -82,11 +81,11 @@ def place(owner: Meta, *, kind: str, namespace: str) -> Place:
     )
 
 
-def decode(secret: SecretView | None) -> dict[str, Any] | None:
+def decode(secret: SecretView | None) -> JsonBody | None:
     """The registry (its JSON values) held by a Secret, or None if there is no Secret yet."""
     if secret is None:
         return None
-    values: dict[str, Any] = {}
+    values: JsonBody = {}
     for key, encoded in secret.data.items():
         raw = base64.b64decode(encoded).decode("utf-8")
         try:
@@ -96,7 +95,7 @@ def decode(secret: SecretView | None) -> dict[str, Any] | None:
     return values
 
 
-def encode(values: dict[str, Any]) -> dict[str, str]:
+def encode(values: JsonObject) -> dict[str, str]:
     return {
         key: base64.b64encode(json.dumps(value, sort_keys=True).encode("utf-8")).decode("ascii")
         for key, value in values.items()
@@ -123,7 +122,7 @@ def domain_labels(secret: SecretView) -> dict[str, str]:
     return {k: v for k, v in secret.meta.labels.items() if k.startswith(DOMAIN)}
 
 
-def read(kube: Kube, where: Place) -> dict[str, Any] | None:
+def read(kube: Kube, where: Place) -> JsonBody | None:
     """The registry, at its place or (not moved yet) its old one; None if there is none. Reads only."""
     secret = SecretView.maybe(kube.read_secret(where.namespace, where.name))
     if stamped(secret, where.owner_uid):
@@ -132,7 +131,7 @@ def read(kube: Kube, where: Place) -> dict[str, Any] | None:
     return decode(legacy) if legacy_owned(legacy, where.owner_uid) else None
 
 
-def save(kube: Kube, where: Place, values: dict[str, Any], labels: dict[str, str]) -> Manifest:
+def save(kube: Kube, where: Place, values: JsonObject, labels: dict[str, str]) -> JsonBody:
     """Write the registry (server-side apply, so repeating it changes nothing); the Secret as written."""
     return kube.apply_secret(
         {
@@ -196,9 +195,9 @@ class RegistryCache:
     """
 
     def __init__(self) -> None:
-        self._values: dict[str, dict[str, Any]] = {}
+        self._values: dict[str, JsonBody] = {}
 
-    def load(self, kube: Kube, where: Place, *, legacy: Kube) -> dict[str, Any] | None:
+    def load(self, kube: Kube, where: Place, *, legacy: Kube) -> JsonBody | None:
         """The registry of ``where``'s owner, or None if it has none yet.
 
         ``kube`` reaches the registry namespace (the controller's own rights), ``legacy`` the owner's namespace
@@ -218,7 +217,7 @@ class RegistryCache:
         return dict(cached)
 
     @staticmethod
-    def _move(kube: Kube, where: Place, legacy: Kube) -> dict[str, Any] | None:
+    def _move(kube: Kube, where: Place, legacy: Kube) -> JsonBody | None:
         # Through the store: the Secret watch knows every Secret's name, so a registry never written at the old
         # place (every registry since issue 29) costs no GET — it was one 404 per new instance and binding.
         old = SecretView.maybe(legacy.read_secret(where.owner_namespace, where.legacy_name, stored=True))
@@ -237,7 +236,7 @@ class RegistryCache:
         )
         return values
 
-    def save(self, kube: Kube, where: Place, values: dict[str, Any], labels: dict[str, str]) -> None:
+    def save(self, kube: Kube, where: Place, values: JsonObject, labels: dict[str, str]) -> None:
         save(kube, where, values, labels)
         self._values[where.name] = dict(values)
 

@@ -4,7 +4,6 @@ objects no longer rendered is :mod:`opbroker.controller.ownership`'s)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from opbroker.api.meta import ResourceRef
 from opbroker.controller.catalog import PlanEntry
@@ -12,6 +11,7 @@ from opbroker.controller.core.template_inputs import template_inputs
 from opbroker.controller.core.views import BindingView, InstanceView
 from opbroker.controller.kube import Kube
 from opbroker.controller.reconciling import Deps
+from opbroker.kubeclient.wire import JsonBody, JsonObject
 from opbroker.rendering import RenderInputs
 
 
@@ -20,10 +20,10 @@ def inputs_for(
     *,
     instance: InstanceView,
     plan: PlanEntry,
-    registry: Mapping[str, Any] | None,
+    registry: JsonObject | None,
     binding: BindingView | None = None,
-    binding_registry: Mapping[str, Any] | None = None,
-    sources: Mapping[str, Mapping[str, Any] | None] | None = None,
+    binding_registry: JsonObject | None = None,
+    sources: Mapping[str, JsonObject | None] | None = None,
 ) -> RenderInputs:
     """Everything a template may see, from the one builder (:func:`template_inputs`: which namespaces the objects
     may go to is decided there)."""
@@ -40,6 +40,6 @@ def inputs_for(
     )
 
 
-def fetch_sources(kube: Kube, refs: dict[str, ResourceRef]) -> dict[str, dict[str, Any] | None]:
+def fetch_sources(kube: Kube, refs: dict[str, ResourceRef]) -> dict[str, JsonBody | None]:
     """The live objects behind a rendered ``sources`` map; a missing one is None (templates skip it)."""
     return {name: kube.get(ref) for name, ref in refs.items()}

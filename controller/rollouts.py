@@ -24,7 +24,6 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
 
 import yaml
 from kubernetes.client.exceptions import ApiException
@@ -41,11 +40,12 @@ from opbroker.controller.core.views import EntryView, InstanceView, Meta, Secret
 from opbroker.controller.kube import INSTANCES, PLANS, SERVICES, Kube
 from opbroker.controller.multicluster.core.views import SFClusterView
 from opbroker.controller.runtime.policies import DEFAULTS, Policies
+from opbroker.kubeclient.wire import JsonBody, JsonObject
 from opbroker.osbclient import Backoff
 from opbroker.rendering import Renderer, RenderError, RenderInputs
 from opbroker.rendering.output import RenderedObject
 
-Fetch = Callable[[dict[str, ResourceRef]], dict[str, dict[str, Any] | None]]
+Fetch = Callable[[dict[str, ResourceRef]], Mapping[str, JsonObject | None]]
 
 # -- preview (pure) ----------------------------------------------------------------------------------------
 
@@ -92,9 +92,9 @@ class Subject:
     """One instance and what rendering it needs, read from its cluster."""
 
     instance: RolloutInstance
-    registry: dict[str, Any] | None
+    registry: JsonObject | None
     fetch: Fetch
-    service: dict[str, Any] | None = None
+    service: JsonObject | None = None
     problem: str | None = None
     """Set when the instance's inputs could not be read (its cluster did not answer, say)."""
 
@@ -134,7 +134,7 @@ def manifests_text(objects: Iterable[RenderedObject]) -> str:
 SECRET_FIELDS = ("data", "stringData")
 
 
-def redacted(manifest: Mapping[str, Any]) -> Mapping[str, Any]:
+def redacted(manifest: JsonObject) -> JsonObject:
     """A Secret's values replaced by a digest of each (a change still shows, the value never: generated passwords
     and keys live there, and a preview's answer is stored in a ConfigMap); any other object as it is."""
     if manifest.get("apiVersion") != "v1" or manifest.get("kind") != "Secret":
@@ -165,9 +165,9 @@ def unified(current: str, proposed: str, label: str, *, context: int = 3) -> str
 
 def _inputs(
     subject: Subject,
-    plan_body: dict[str, Any],
-    registry: dict[str, Any] | None,
-    service: dict[str, Any] | None,
+    plan_body: JsonObject,
+    registry: JsonObject | None,
+    service: JsonObject | None,
     control_plane: str,
 ) -> RenderInputs:
     return template_inputs(
@@ -175,7 +175,7 @@ def _inputs(
     )
 
 
-def _render(renderer: Renderer, plan: SFPlan, inputs: RenderInputs, fetch: Fetch) -> tuple[str, dict[str, Any]]:
+def _render(renderer: Renderer, plan: SFPlan, inputs: RenderInputs, fetch: Fetch) -> tuple[str, JsonObject]:
     sources = fetch(renderer.render_sources(plan, inputs))
     rendered = renderer.render_objects(plan, TemplateAction.PROVISION, dataclasses.replace(inputs, sources=sources))
     return manifests_text(rendered.objects), rendered.registry
@@ -185,9 +185,9 @@ def preview(
     renderer: Renderer,
     subject: Subject,
     *,
-    current: tuple[SFPlan, dict[str, Any]],
-    proposed: tuple[SFPlan, dict[str, Any]],
-    proposed_service: dict[str, Any] | None = None,
+    current: tuple[SFPlan, JsonObject],
+    proposed: tuple[SFPlan, JsonObject],
+    proposed_service: JsonObject | None = None,
     control_plane: str,
     context: int = 3,
 ) -> InstanceDiff:
@@ -243,7 +243,7 @@ def summarize(diffs: Iterable[InstanceDiff]) -> Summary:
 # -- preview inputs (I/O) ----------------------------------------------------------------------------------
 
 
-def pages(kube: Kube, *, namespace: str | None, limit: int) -> Iterator[list[dict[str, Any]]]:
+def pages(kube: Kube, *, namespace: str | None, limit: int) -> Iterator[list[JsonBody]]:
     """Every instance (of ``namespace``, or all), ``limit`` at a time, following the ``continue`` token.
 
     A token that expired (HTTP 410) starts the list again from the beginning; callers skip what they did.
@@ -267,7 +267,7 @@ def subjects(
     plan_id: str,
     *,
     namespace: str | None,
-    service: dict[str, Any] | None,
+    service: JsonObject | None,
     cluster_kube: Callable[[str], Kube],
     registry_namespace: str,
     acting: str | None,
@@ -340,11 +340,11 @@ def _fetcher(kube: Kube) -> Fetch:
     return lambda refs: {name: kube.get(ref) for name, ref in refs.items()}
 
 
-def _nothing(refs: dict[str, ResourceRef]) -> dict[str, dict[str, Any] | None]:
+def _nothing(refs: dict[str, ResourceRef]) -> Mapping[str, JsonObject | None]:
     return {name: None for name in refs}
 
 
-def decode_kubeconfig(secret: Mapping[str, Any] | None, key: str = "kubeconfig") -> str | None:
+def decode_kubeconfig(secret: JsonObject | None, key: str = "kubeconfig") -> str | None:
     encoded = None if secret is None else SecretView.of(secret).data.get(key)
     return base64.b64decode(encoded).decode("utf-8") if encoded else None
 
@@ -354,7 +354,7 @@ def find_plan(kube: Kube, namespace: str, wanted: str) -> PlanView | None:
     return next((p for p in map(PlanView.of, kube.list_custom(PLANS, namespace)) if p.answers_to(wanted)), None)
 
 
-def find_service(kube: Kube, namespace: str, service_id: str) -> dict[str, Any] | None:
+def find_service(kube: Kube, namespace: str, service_id: str) -> JsonObject | None:
     """The SFService of ``namespace`` with that OSB id (as read: the renderer's input)."""
     return next((s for s in kube.list_custom(SERVICES, namespace) if EntryView.of(s).osb_id == service_id), None)
 
@@ -390,9 +390,9 @@ def previews(
     *,
     namespace: str,
     registry_namespace: str,
-    current_body: Mapping[str, Any],
+    current_body: JsonObject,
     proposed: SFPlan,
-    proposed_service: dict[str, Any] | None,
+    proposed_service: JsonObject | None,
     instance_namespace: str | None,
     acting: str | None,
     context: int = 3,

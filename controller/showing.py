@@ -17,15 +17,15 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
 from opbroker.controller.core.conditions import Condition, with_conditions
 from opbroker.controller.core.shown_failures import Shown
-from opbroker.controller.core.views import ConditionView, condition_wire, conditions_of, mapping_of
+from opbroker.controller.core.views import ConditionView, condition_wire, conditions_of
 from opbroker.controller.executor import Executor
 from opbroker.controller.runtime.keys import Key
+from opbroker.kubeclient.wire import JsonObject, mapping_of
 
 logger = logging.getLogger(__name__)
 
@@ -38,11 +38,11 @@ class ShownFailure:
     (None: the object had none, or kept its own — a Ready one gets the Event only)."""
 
     shown: Shown
-    replaced: dict[str, Any] | None
+    replaced: JsonObject | None
     wrote: bool
 
 
-def _ready(body: dict[str, Any]) -> ConditionView | None:
+def _ready(body: JsonObject) -> ConditionView | None:
     found = [c for c in conditions_of(mapping_of(body.get("status")).get("conditions")) if c.type == READY]
     return found[0] if found else None
 

@@ -24,9 +24,8 @@ from opbroker.api.meta import ResourceRef
 from opbroker.controller.core import decisions
 from opbroker.controller.core.views import ObjectView
 from opbroker.controller.kube import Kube
-from opbroker.controller.runtime.objects import Manifest
 from opbroker.controller.runtime.outcomes import Conflict
-from opbroker.kubeclient.wire import mapping_of
+from opbroker.kubeclient.wire import JsonBody, JsonObject, mapping_of
 
 
 class SingletonFull(RuntimeError):
@@ -41,7 +40,7 @@ class SingletonFull(RuntimeError):
         self.ref = ref
 
 
-def tracked(manifest: Manifest, owner_uid: str) -> Manifest:
+def tracked(manifest: JsonObject, owner_uid: str) -> JsonBody:
     """A copy of a singleton's manifest that, created, lists ``owner_uid`` as its first user."""
     metadata = dict(mapping_of(manifest.get("metadata")))
     annotations = mapping_of(metadata.get("annotations"))
@@ -81,7 +80,7 @@ def leave(kube: Kube, ref: ResourceRef, live: ObjectView, owner_uid: str) -> boo
         kube.delete(ref, resource_version=meta.resource_version)
         return True
     users = decisions.singleton_users(meta)
-    changes: Manifest = {"resourceVersion": meta.resource_version}
+    changes: JsonBody = {"resourceVersion": meta.resource_version}
     if meta.owned_by(owner_uid):
         changes["ownerReferences"] = [dict(o.wire) for o in meta.owners if o.uid != owner_uid]
     if owner_uid in users:

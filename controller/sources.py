@@ -34,7 +34,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
 
 from opbroker.api.meta import ResourceRef
 from opbroker.controller.kube import Kube, ref_of
@@ -52,7 +51,7 @@ from opbroker.kubeclient.informer import (
     pages,
 )
 from opbroker.kubeclient.lean import METADATA_PAGE, LeanApi
-from opbroker.kubeclient.wire import mapping_of, text_of
+from opbroker.kubeclient.wire import JsonObject, mapping_of, path_of, text_of
 from opbroker.osbclient import Backoff
 
 logger = logging.getLogger(__name__)
@@ -111,7 +110,7 @@ class SourceIndex:
             self._objects.pop(owner, None)
             self._written.pop(owner, None)
 
-    def wrote(self, owner: Key, written: dict[str, Any]) -> None:
+    def wrote(self, owner: Key, written: JsonObject) -> None:
         """``owner``'s reconcile wrote ``written`` (its apply's answer, which the store now holds).
 
         The watch event of that version is the write's own echo: the reconcile that made it evaluates the
@@ -119,7 +118,7 @@ class SourceIndex:
         a whole reconcile per instance (its sources and status rendered, ~1 of ~4 reconciles per provision,
         issue 31). Every other owner of the object is told as before; any later version tells this one too.
         """
-        version = (written.get("metadata") or {}).get("resourceVersion")
+        version = text_of(path_of(written, "metadata", "resourceVersion"))
         if not version:
             return
         key = object_key(ref_of(written))

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from opbroker.controller.kube import Kind
+from opbroker.kubeclient.wire import JsonBody
 
-Handler = Callable[[str, dict[str, Any]], None]
+Handler = Callable[[str, JsonBody], None]
 """Takes one watch event: its type and the body (a copy of its own)."""
 
 

@@ -27,13 +27,19 @@ from opbroker.api.catalog import DeletionPolicy
 from opbroker.api.conventions import ANNOTATION_OWNER_UID, ANNOTATION_PAUSED, FINALIZER, PAUSED
 from opbroker.api.meta import ResourceRef
 from opbroker.api.osb import OperationState
-from opbroker.kubeclient.wire import EMPTY, JsonBody, JsonObject, int_of, string_map_of, strings_of, text_of
+from opbroker.kubeclient.wire import (
+    EMPTY,
+    JsonBody,
+    JsonObject,
+    int_of,
+    mapping_of,
+    string_map_of,
+    strings_of,
+    text_of,
+)
 
 # The field readers every kind's views use are the wire's: a field of the wrong type reads as absent (a tenant may
-# write anything into an object the controller reads; it must not make the controller fail). ``mapping_of`` is
-# re-exported for the modules outside controller/core that still import it from here (issue 45 moves them to
-# :mod:`opbroker.kubeclient.wire`, then this goes).
-from opbroker.kubeclient.wire import mapping_of as mapping_of
+# write anything into an object the controller reads; it must not make the controller fail).
 
 
 def recorded_refs(value: object) -> tuple[ResourceRef, ...]:

@@ -25,7 +25,7 @@ from opbroker.api.planrights import PlanRights
 from opbroker.controller import onboarding, planaccounts
 from opbroker.controller.kube import Kube, describe, ref_of
 from opbroker.controller.multicluster import installer
-from opbroker.kubeclient.wire import JsonBody, JsonObject
+from opbroker.kubeclient.wire import JsonBody, JsonObject, objects_of, path_of
 
 #: The field manager of what the preparation applies (either cluster).
 FIELD_MANAGER = "opbroker-sister-prepare"
@@ -90,8 +90,8 @@ def _await_established(kube: Kube, crds: list[JsonObject], seconds: float = 15.0
     deadline = time.monotonic() + seconds
     for crd in crds:
         while time.monotonic() < deadline:
-            live = kube.get(ref_of(crd), fresh=True) or {}
-            conditions = (live.get("status") or {}).get("conditions") or []
+            live = kube.get(ref_of(crd), fresh=True)
+            conditions = objects_of(path_of(live, "status", "conditions"))
             if any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions):
                 break
             time.sleep(0.2)

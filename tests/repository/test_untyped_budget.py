@@ -38,7 +38,7 @@ BUDGET = {
     "broker": 100,
     "cli": 15,
     "components": 64,
-    "controller": 131,
+    "controller": 0,
     "controller/claims": 0,
     "controller/core": 0,
     "controller/multicluster": 0,

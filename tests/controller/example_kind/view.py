@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from opbroker.controller.core.views import Meta, mapping_of
+from opbroker.controller.core.views import Meta
 from opbroker.controller.kube import Kind
-from opbroker.kubeclient.wire import int_of, text_of
+from opbroker.kubeclient.wire import int_of, mapping_of, text_of
 
 GREETINGS = Kind("examples.opbroker.test", "v1", "greetings")
 
