@@ -30,6 +30,7 @@ from kubernetes.client.exceptions import ApiException
 from opbroker.api.conventions import DEFAULT_NAMESPACE
 from opbroker.devcluster import ControlPlane
 from opbroker.devcluster.admission import install_admission
+from opbroker.devcluster.controlplane import free_ports
 from opbroker.devcluster.crds import install_crds
 from opbroker.devcluster.processes import Process
 from tests.cluster_fixtures import onboard
@@ -173,6 +174,9 @@ class MultiClusterEnv:
     broker_url: str | None = None
     broker_auth: tuple[str, str] = ("admin", uuid.uuid4().hex)
     started: list[str] = field(default_factory=list)
+    #: The master controller's ``/metrics`` port (kept across its restarts): what it has reconciled, and whether its
+    #: queue is idle (``tests/controller_idle.py``).
+    metrics_port: int = field(default_factory=lambda: free_ports(1)[0])
 
     def use_scheduler(self, scheduler: str) -> None:
         """Run the master's controller with ``--multicluster --scheduler SCHEDULER`` (restarted if needed),
@@ -191,6 +195,8 @@ class MultiClusterEnv:
                 scheduler,
                 "--cluster-probe-seconds",
                 PROBE_SECONDS,
+                "--metrics-port",
+                str(self.metrics_port),
             ),
             self.log_dir,
         )

@@ -7,7 +7,6 @@ from __future__ import annotations
 import copy
 import json
 import subprocess
-import time
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -27,6 +26,7 @@ from opbroker.api.osb import OSB_ID_RULE
 from opbroker.api.servicecatalog import SERVICE_CATALOG_GROUP, parse_go_duration
 from opbroker.devcluster import ControlPlane, find_binaries
 from opbroker.osbclient import paths
+from tests.waiting import wait_for
 
 SEED = Path(__file__).resolve().parents[1] / "data" / "servicecatalog"
 SEED_FILES = ("broker.yaml", "serviceclass.yaml", "instance.yaml", "binding.yaml")
@@ -479,12 +479,12 @@ def openapi_schemas(api_client: client.ApiClient) -> dict[str, Any]:
 
 
 def test_the_api_server_explains_every_field(api_client: client.ApiClient, control_plane: ControlPlane) -> None:
-    deadline = time.monotonic() + 60
-    while True:  # the OpenAPI document follows the CRDs asynchronously
-        schemas = openapi_schemas(api_client)
-        if {"Broker", "ServiceClass", "Instance", "Binding"} <= set(schemas) or time.monotonic() > deadline:
-            break
-        time.sleep(1)
+    def described() -> dict[str, Any] | None:
+        found = openapi_schemas(api_client)
+        return found if {"Broker", "ServiceClass", "Instance", "Binding"} <= set(found) else None
+
+    # The OpenAPI document follows the CRDs asynchronously.
+    schemas = wait_for(described, 60, "the OpenAPI document to describe the Service Catalog kinds", interval=0.3)
     instance_spec = schemas["Instance"]["properties"]["spec"]
     parameters_from = instance_spec["properties"]["parametersFrom"]
     assert "merged into parameters" in parameters_from["description"]

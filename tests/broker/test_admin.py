@@ -11,7 +11,6 @@ first instance.
 from __future__ import annotations
 
 import base64
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -55,17 +54,19 @@ def admin_broker(api_client: client.ApiClient, catalog_namespace: str) -> Iterat
 
 
 def finished(http: httpx.Client, path: str, timeout: float = 60.0) -> dict[str, Any]:
-    """Poll ``path`` until it answers 200 (a finished request), honouring its Retry-After."""
-    deadline = time.monotonic() + timeout
-    while True:
+    """Poll ``path`` until it answers 200 (a finished request); until then it answers 202 with a Retry-After."""
+
+    def answered() -> httpx.Response | None:
         answer = http.get(path)
         if answer.status_code == 200:
-            body: dict[str, Any] = answer.json()
-            return body
+            return answer
         assert answer.status_code == 202, answer.text
         assert answer.headers["retry-after"]
-        assert time.monotonic() < deadline, f"{path} still unfinished: {answer.text}"
-        time.sleep(0.5)
+        return None
+
+    done: httpx.Response = wait_for(answered, timeout, f"{path} to finish", interval=0.2)
+    body: dict[str, Any] = done.json()
+    return body
 
 
 def test_preview_then_paced_rollout_over_http(

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ from opbroker.controller.core.catalog_status import plan_verdict, service_verdic
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import EntryView
 from tests.controller.test_robustness import install_plan
+from tests.controller_idle import progress
 from tests.controller_support import GROUP, VERSION, wait_for
 
 pytestmark = pytest.mark.usefixtures("controller")
@@ -34,7 +34,7 @@ def plan(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
 
 
 def test_plans_and_services_get_a_ready_condition(
-    api_client: client.ApiClient, catalog_namespace: str, namespace: str, tmp_path: Path
+    api_client: client.ApiClient, catalog_namespace: str, namespace: str, tmp_path: Path, controller_metrics_port: int
 ) -> None:
     good = install_plan(api_client, catalog_namespace, tmp_path, f"good-{namespace}", "kind: ConfigMap\napiVersion: v1")
     bad = install_plan(api_client, catalog_namespace, tmp_path, f"bad-{namespace}", "{{ instance.metadata.name ")
@@ -59,9 +59,16 @@ def test_plans_and_services_get_a_ready_condition(
     )
     assert fixed["observedGeneration"] == plan(api_client, catalog_namespace, bad)["metadata"]["generation"]
     version = plan(api_client, catalog_namespace, bad)["metadata"]["resourceVersion"]
-    # No write is the only sign of "no further write" (the pure row: test_entry_plan's "status says it already"),
-    # so this wait stays.
-    time.sleep(2)
+    # "No further write" leaves no sign of its own (the pure row: test_entry_plan's "status says it already"). A
+    # later change of another plan does: plans come through one watch, in order, so once the controller has
+    # accepted the good plan's new generation and has nothing due, it has handled its own write to the bad plan
+    # (and run whatever reconcile that queued).
+    custom = client.CustomObjectsApi(api_client)
+    custom.patch_namespaced_custom_object(
+        GROUP, VERSION, catalog_namespace, "sfplans", good, {"spec": {"description": "a later change"}}
+    )
+    wait_for(lambda: ready_of(plan(api_client, catalog_namespace, good)), 20, "the good plan's next generation")
+    wait_for(lambda: progress(controller_metrics_port).idle, 20, "the controller to have nothing due")
     assert plan(api_client, catalog_namespace, bad)["metadata"]["resourceVersion"] == version
 
     service = client.CustomObjectsApi(api_client).get_namespaced_custom_object(

@@ -36,6 +36,7 @@ from tests.controller.test_lifecycle import (
     wait_state,
 )
 from tests.controller.test_template_types_end_to_end import finished, provision_body
+from tests.controller_idle import progress, wait_handled
 from tests.controller_support import DEMO, wait_for
 
 pytestmark = pytest.mark.usefixtures("controller")
@@ -192,7 +193,9 @@ def test_a_flapping_operator_writes_a_bounded_number_of_live_status_changes(
     assert written <= 1 + int(elapsed // 10) + 1, (written, flapped, elapsed)
 
 
-def test_paused_nothing_changes_until_resumed(api_client: client.ApiClient, namespace: str) -> None:
+def test_paused_nothing_changes_until_resumed(
+    api_client: client.ApiClient, namespace: str, controller_metrics_port: int
+) -> None:
     provisioned(api_client, namespace, "paused")
     annotate = {"metadata": {"annotations": {ANNOTATION_PAUSED: PAUSED}}}
     custom(api_client).patch_namespaced_custom_object(GROUP, VERSION, namespace, INSTANCES, "paused", annotate)
@@ -201,9 +204,11 @@ def test_paused_nothing_changes_until_resumed(api_client: client.ApiClient, name
         30,
         "Paused=True",
     )
+    before = progress(controller_metrics_port)
     custom(api_client).delete_namespaced_custom_object(*DB[:2], namespace, DB[2], "paused")
     wait_for(lambda: database(api_client, namespace, "paused") is None, 30, "the Database gone")
-    time.sleep(3)  # what a paused controller does not do cannot be waited for
+    # The deletion enqueues the instance: once an instance was reconciled since and nothing is due, it was looked at.
+    wait_handled(controller_metrics_port, before, "instance", 30, "the paused instance reconciled after the deletion")
     assert database(api_client, namespace, "paused") is None
     assert not events(api_client, namespace, "paused", "DriftCorrected")
 
@@ -297,7 +302,7 @@ class Rival:
 
 
 def test_two_writers_fighting_over_a_field_end_in_synced_false_naming_the_other(
-    api_client: client.ApiClient, namespace: str
+    api_client: client.ApiClient, namespace: str, controller_metrics_port: int
 ) -> None:
     """A rival controller sets spec.version to 14 whenever it is not: opbroker sets it back a few times (with
     backoff), then stops and names the rival. Its corrections are counted: bounded, not a hot loop."""
@@ -319,8 +324,14 @@ def test_two_writers_fighting_over_a_field_end_in_synced_false_naming_the_other(
         assert synced is not None and synced["status"] == "False"
         assert "'rival-operator'" in synced["message"] and "spec.version" in synced["message"]
         corrections = said(api_client, namespace, "fought", "DriftCorrected")
-        time.sleep(5)  # the rival goes on: opbroker must not
+        # The fight's window is minutes: nothing is due on a timer. Make the controller look again instead (the
+        # rival touches the Database) and, once it has, see that it did not set the field back.
+        before = progress(controller_metrics_port)
+        touch = {"metadata": {"annotations": {"rival.example/touched": "yes"}}}
+        patch_database(api_client, namespace, "fought", touch, "rival-operator")
+        wait_handled(controller_metrics_port, before, "instance", 30, "the fought instance looked at again")
         assert said(api_client, namespace, "fought", "DriftCorrected") == corrections
+        assert (database(api_client, namespace, "fought") or {})["spec"]["version"] == "14"
     finally:
         writer.stop()
     assert corrections <= 3 and writer.writes <= corrections + 1, (corrections, writer.writes)

@@ -22,6 +22,7 @@ from opbroker.controller.core import decisions
 from opbroker.controller.core.views import BindingView
 from opbroker.devcluster import ControlPlane
 from tests.cluster_fixtures import onboard
+from tests.controller_idle import progress, wait_handled
 from tests.controller_support import Process, apply_yaml, controller_command, wait_for
 
 GROUP, VERSION = "osb.servicefabrik.io", "v1alpha1"
@@ -492,7 +493,9 @@ def test_deleting_a_namespace_that_holds_a_bound_instance_finishes(
     wait_for(namespace_gone, 90, f"namespace {name} to be deleted")
 
 
-def test_binding_credentials_follow_a_rotated_password(api_client: client.ApiClient, namespace: str) -> None:
+def test_binding_credentials_follow_a_rotated_password(
+    api_client: client.ApiClient, namespace: str, controller_metrics_port: int
+) -> None:
     """Issue 18: the credentials Secret (which the broker's GET binding answers from) was written once; after
     the operator rotated the user's password it kept the old one. A bound binding now keeps following what
     its status template read, and rewrites the Secret when, and only when, the credentials changed."""
@@ -515,9 +518,11 @@ def test_binding_credentials_follow_a_rotated_password(api_client: client.ApiCli
         if s.metadata.labels.get("demo.opbroker.io/user") == old["username"]
     ]
     written = core.read_namespaced_secret(secret_name, namespace).metadata.resource_version
-    # A change of the source that leaves the credentials as they are writes nothing.
+    # A change of the source that leaves the credentials as they are writes nothing: the change queues the binding
+    # (its status template reads the source); once a binding was reconciled and nothing is due, it was looked at.
+    before = progress(controller_metrics_port)
     core.patch_namespaced_secret(source.metadata.name, namespace, {"metadata": {"annotations": {"touched": "yes"}}})
-    time.sleep(3)
+    wait_handled(controller_metrics_port, before, "binding", 30, "the binding reconciled after its source changed")
     assert core.read_namespaced_secret(secret_name, namespace).metadata.resource_version == written
 
     rotated = "rotated-" + uuid.uuid4().hex
@@ -720,7 +725,7 @@ spec:
 
 
 def test_an_unbind_that_waits_for_its_own_object_applies_it_again_and_it_is_the_bindings(
-    api_client: client.ApiClient, namespace: str, catalog_namespace: str, tmp_path: Any
+    api_client: client.ApiClient, namespace: str, catalog_namespace: str, tmp_path: Any, controller_metrics_port: int
 ) -> None:
     """The PostgreSQL plan's unbind Job (examples/postgresql-statefulset): the unbind template's object is
     applied on every pass while the status template waits for it. It was applied unstamped, so the second pass
@@ -746,9 +751,11 @@ def test_an_unbind_that_waits_for_its_own_object_applies_it_again_and_it_is_the_
             raise
 
     created = wait_for(revoke, 30, "the unbind's ConfigMap")
-    # Passes that find the object waiting (its own watch and a status poll) apply it again: still unbinding.
+    # Passes that find the object waiting (its own watch and a status poll) apply it again: still unbinding. The
+    # change queues the binding: once a binding was reconciled and nothing is due, that pass has run.
+    before = progress(controller_metrics_port)
     core.patch_namespaced_config_map("b-wr1-revoke", namespace, {"metadata": {"labels": {"touched": "1"}}})
-    time.sleep(3)
+    wait_handled(controller_metrics_port, before, "binding", 30, "the unbinding binding reconciled again")
     assert state_of(api_client, namespace, "sfservicebindings", "b-wr1") == "in progress", get(
         api_client, namespace, "sfservicebindings", "b-wr1"
     )

@@ -12,7 +12,6 @@ Deadlines are generous and polled; no test asserts how long anything took.
 
 from __future__ import annotations
 
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -322,8 +321,16 @@ def test_a_running_controller_hit_by_404s_exits_non_zero_or_carries_on_never_idl
             60,
             "the first instance",
         )
-        relay.to(relay.fake)  # the API server restarts: a few seconds of 404s (its watches reconnect into them)
-        time.sleep(3.0)
+        # The API server restarts: 404s until the controller's watches have reconnected into them (the informer logs
+        # each refusal) or the controller has exited over them.
+        seen = len(process.log.read_bytes())
+        relay.to(relay.fake)
+        await_(
+            process,
+            lambda: not process.running or b"was refused (HTTP 404)" in process.log.read_bytes()[seen:],
+            30,
+            "a watch refused with a 404",
+        )
         relay.to(relay.real)
         provision(api_client, namespace, "after")
         await_(

@@ -11,12 +11,12 @@ answers again (empty: a wiped cluster), the deprovision completes and the SFClus
 from __future__ import annotations
 
 import os
-import time
 import uuid
 from typing import Any
 
 from opbroker.api.conventions import DEFAULT_NAMESPACE
 from tests.cluster_fixtures import onboard
+from tests.controller_idle import progress, wait_handled
 from tests.controller_support import wait_for
 from tests.multicluster_support import (
     CLUSTER_GROUP,
@@ -110,11 +110,14 @@ def test_a_sister_going_away_keeps_its_instances_and_blocks_its_removal(multiclu
         )
 
         # Unbind and deprovision wait for the cluster...
+        before = progress(multicluster.metrics_port)
         for plural, name in (("sfservicebindings", "lost-b"), ("sfserviceinstances", "lost")):
             master.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
-        # Nothing signals "still waiting" (the master writes nothing more while the cluster is out of reach: the
-        # pure row is test_placement_plan's "deprovision while the cluster is out of reach"), so this wait stays.
-        time.sleep(2)
+        # The master writes nothing more while the cluster is out of reach (the pure row is test_placement_plan's
+        # "deprovision while the cluster is out of reach"); the deletions queue both objects: once each kind was
+        # reconciled since and nothing is due, the master has looked at them and kept waiting.
+        for kind in ("binding", "instance"):
+            wait_handled(multicluster.metrics_port, before, kind, 30, f"the master to look at the deleted {kind}")
         assert master.get("sfserviceinstances", namespace, "lost") is not None, "released only once the copy is gone"
         assert sfcluster() is not None
 

@@ -47,12 +47,11 @@ from tests.broker_support import (
     start_broker,
 )
 from tests.controller.test_lifecycle import SERVICE_ID, get, provision, wait_state
+from tests.controller_idle import progress, wait_handled
 from tests.controller_support import apply_yaml, wait_for
 from tests.tenancy_support import Tenant, assert_unchanged, snapshot
 
 DEMO_SERVICE = SERVICE_ID
-#: How long to give the controller to act on an event before concluding it did nothing (its poll is 2 s).
-SETTLE_SECONDS = 4.0
 
 PLAN = """
 apiVersion: osb.servicefabrik.io/v1alpha1
@@ -161,19 +160,21 @@ def test_an_impostor_plan_in_a_tenant_namespace_changes_nothing_of_the_real_plan
 
 @pytest.mark.usefixtures("controller")
 def test_deleting_an_impostor_plan_takes_nothing_away_from_the_real_plan(
-    api_client: client.ApiClient, tenant: Tenant, victim: str, real_plan: str
+    api_client: client.ApiClient, tenant: Tenant, victim: str, real_plan: str, controller_metrics_port: int
 ) -> None:
     victim_instance(api_client, victim, real_plan)
     impostor(tenant, real_plan)
     wait_for(lambda: warned(tenant.api, tenant.namespace, "impostor"), 20, "the controller to have seen the impostor")
     before = snapshot(api_client, victim)
+    looked = progress(controller_metrics_port)
 
     tenant.custom.delete_namespaced_custom_object(GROUP, VERSION, tenant.namespace, "sfplans", "impostor")
     # The impostor goes at once: the controller never held it for the real plan's instances.
     assert get(tenant.api, tenant.namespace, "sfplans", "impostor") is None
-    # Nothing signals that the controller has handled the deletion (it writes nothing, by design: the catalog
-    # keeps the real plan, test_catalog_trust): this wait stays.
-    time.sleep(SETTLE_SECONDS)
+    # The controller writes nothing for the deletion (by design: the catalog keeps the real plan,
+    # test_catalog_trust), but a tenant's plan deleted is queued for a reconcile: once one ran and nothing is due,
+    # the deletion has been handled.
+    wait_handled(controller_metrics_port, looked, "plan", 30, "the impostor's deletion handled")
     assert_unchanged(before, snapshot(api_client, victim))
     # The id is still the real plan's: a new instance of it is provisioned from the real plan's templates.
     victim_instance(api_client, victim, real_plan, "db-2")
@@ -228,9 +229,12 @@ def test_the_broker_serves_neither_of_two_trusted_plans_with_one_id(api_client: 
             client.CustomObjectsApi(api_client).create_namespaced_custom_object(
                 GROUP, VERSION, control, "sfplans", copy
             )
-            time.sleep(2.5)  # the broker's catalog is read at most every 2 s
-            offered = {p["id"] for s in osb.get("/v2/catalog").json()["services"] for p in s["plans"]}
-            assert ASYNC_PLAN not in offered
+
+            def offered_now() -> set[str]:
+                return {p["id"] for s in osb.get("/v2/catalog").json()["services"] for p in s["plans"]}
+
+            # The broker reads its catalog at most every 2 s: the plan goes from its answer on its next read.
+            wait_for(lambda: ASYNC_PLAN not in offered_now(), 20, "the broker to stop offering the twice-declared plan")
             refused = osb.put(
                 f"/v2/service_instances/{new_id()}", params={"accepts_incomplete": "true"}, json=provision_body()
             )

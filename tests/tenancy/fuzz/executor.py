@@ -27,6 +27,7 @@ from tests.cluster_fixtures import onboard
 from tests.servicecatalog_support import ready
 from tests.tenancy.fuzz.generator import KINDS, VERSION, Action, Json, substitute
 from tests.tenancy_support import Tenant, ensure_service_account, grant, service_account_client
+from tests.waiting import wait_for
 
 #: The tenant's Role in its own namespace: every verb on every resource of opbroker's groups (status, labels and
 #: annotations included) and on Secrets and ConfigMaps — the trust model's namespace admin.
@@ -391,12 +392,15 @@ def release(stack: Stack, pair: Pair) -> None:
     for name in (pair.tenant_ns, pair.victim_ns):
         with contextlib.suppress(ApiException):
             core.delete_namespace(name)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        left = list(_leftovers(custom, pair.tenant_ns)) + list(_leftovers(custom, pair.victim_ns))
-        if not left:
-            return
-        time.sleep(1)
+
+    def cleared() -> bool:
+        return not any(True for namespace in (pair.tenant_ns, pair.victim_ns) for _ in _leftovers(custom, namespace))
+
+    try:
+        wait_for(cleared, 10, "the pair's objects to go", interval=0.2)
+        return
+    except AssertionError:
+        pass  # the grace period is over: what is left is stuck, released below
     for namespace in (pair.tenant_ns, pair.victim_ns):
         for plural, name in _leftovers(custom, namespace):
             kind = KINDS[plural]
