@@ -35,7 +35,6 @@ BROKERS, CLASSES, INSTANCES, BINDINGS = Broker.PLURAL, ServiceClass.PLURAL, Inst
 CLUSTER_SCOPED = frozenset({BROKERS, CLASSES})
 
 #: The label naming the Broker a ServiceClass came from (relists find their classes by it).
-BROKER_LABEL = "servicecatalog.k8s.io/broker"
 
 
 #: Where each kind lives in the API (the Kube door's own addressing).

@@ -21,9 +21,9 @@ from opbroker.controller.runtime.memory import Memories
 from opbroker.controller.runtime.outcomes import Conflict, Outcome
 from opbroker.controller.runtime.policies import DEFAULTS, Policies
 from opbroker.controller.servicecatalog import bindings, brokers, instances
+from opbroker.controller.servicecatalog.core.relisting import BROKER_LABEL
 from opbroker.controller.servicecatalog.resources import (
     BINDINGS,
-    BROKER_LABEL,
     BROKERS,
     CLASSES,
     FINALIZER,

@@ -33,8 +33,10 @@ from opbroker.api.servicecatalog import (
     service_class_name,
 )
 from opbroker.controller.servicecatalog.core.views import BrokerView, ServiceClassView
-from opbroker.controller.servicecatalog.resources import BROKER_LABEL
 from opbroker.kubeclient.wire import JsonBody, JsonObject
+
+#: The label naming the Broker a class was listed from (the Service Catalog's own).
+BROKER_LABEL = "servicecatalog.k8s.io/broker"
 
 Problem = osbclient.catalog.Problem
 
