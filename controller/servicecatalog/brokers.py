@@ -2,10 +2,10 @@
 
 observe reads the Broker, its auth Secret (only from the control-plane namespace: one named elsewhere is
 refused, ``AuthSecretNotInControlPlane``, unread) and — only when a relist is due — the catalog and the classes
-held; plan (pure, :mod:`.core.broker_plan`) turns that into class writes and the Broker's status; act only runs those actions through the
-one executor (the class writes are an effect whose refusals the pure :func:`relisted` turns into the status
-written after them). A relist is due
-on a new or changed spec, a bumped ``relistRequests``, a failed last attempt, or ``relistDuration`` after
+held; plan (pure, :mod:`.core.broker_plan`) turns that into class writes and the Broker's status; act only runs
+those actions through the one executor (the class writes are an effect whose refusals the pure
+:func:`~.core.broker_plan.relisted` turns into the status written after them). A relist is due on a new or
+changed spec, a bumped ``relistRequests``, a failed last attempt, or ``relistDuration`` after
 the last success (``relistBehavior: Manual`` relists on request only).
 
 The fetch speaks the version :func:`relisting.version_to_speak` picks and records the one the broker accepted
