@@ -4,8 +4,9 @@ Secret, the plan's finalizer, the per-instance registry, the objects a status te
 kept in memory.
 
 Each effect performs its action the same way every time and decides nothing: the plan said what, the rules in
-:mod:`.ownership` and :mod:`.singletons` say whether the cluster lets it (a refusal stops the list, see
-:mod:`.executor`).
+:mod:`.ownership` say whether the cluster lets it (a refusal stops the list, see :mod:`.executor`). Where the
+answer of a write must be decided on (a singleton's create found it made already), the effect reads the object and
+performs what the pure :mod:`.core.singleton_plan` returns for it (:meth:`~.executor.Run.perform`).
 """
 
 from __future__ import annotations

@@ -8,6 +8,9 @@ users on the object itself, in :data:`ANNOTATION_SINGLETON_USERS` (a JSON list o
 * an instance that creates the singleton creates it listing itself; one that finds it adds itself;
 * an instance's release removes itself; the last one deletes the object (``ownership.release``).
 
+Which write joining or leaving means is decided purely, from the object as read (:mod:`.core.singleton_plan`: the
+users and owners it lists, its version); this module performs it (:func:`perform`).
+
 Why on the object and not in a record of our own: the list and the object then live and die together (no
 record to leak or to disagree with what exists), and every change is one write guarded by the object's
 resourceVersion, so two instances joining or leaving at once never lose each other's entry: the loser of the
