@@ -32,6 +32,7 @@ from opbroker.controller.core.binding_plan import (
     BindReport,
     ObservedBind,
     Refresh,
+    SecretRead,
     Unbind,
     binding_field_manager,
     followed_status,
@@ -41,7 +42,7 @@ from opbroker.controller.core.binding_plan import (
 )
 from opbroker.controller.core.decisions import Step
 from opbroker.controller.core.instance_plan import Piece, Teardown
-from opbroker.controller.core.views import BindingView, InstanceView, SecretView
+from opbroker.controller.core.views import BindingView, InstanceView, ObjectView, SecretView
 from opbroker.controller.executor import refusal_of
 from opbroker.controller.instances import limits_of, observe
 from opbroker.controller.kube import BINDINGS, INSTANCES, Kube, Refused
@@ -226,12 +227,25 @@ class BindingReconciler(PassingReconciler[BindingFacts]):
             credentials = (
                 (inputs.binding_registry or {}).get("credentials") or (inputs.registry or {}).get("credentials") or {}
             )
-            return BindReport(False, credentials=credentials, source_refs=tuple(source_refs.values()))
+            secret = self._secret(facts)
+            return BindReport(False, credentials=credentials, source_refs=tuple(source_refs.values()), secret=secret)
         source_refs, fetched = self._sources(facts)
         result = self.deps.renderer.render_status(entry.model, self._inputs(facts, fetched))
+        section = result.bind
+        due = section is not None and section.state == "succeeded" and bool((section.response or {}).get("credentials"))
         return BindReport(
-            True, result.bind, source_refs=tuple(source_refs.values()), digest=self._digest(facts, source_refs, fetched)
+            True,
+            section,
+            source_refs=tuple(source_refs.values()),
+            digest=self._digest(facts, source_refs, fetched),
+            secret=self._secret(facts) if due else None,
         )
+
+    def _secret(self, facts: BindingFacts) -> SecretRead:
+        """The credentials Secret as it is before the plan writes it (the store's copy while it holds its body)."""
+        meta = facts.binding.meta
+        live = self._actor(facts).read_secret(meta.namespace, credentials_secret_name(meta.name), stored=True)
+        return SecretRead(ObjectView.maybe(live))
 
     def _refresh(self, facts: BindingFacts) -> Refresh | None:
         """A bound binding's check: rendered again only when something its credentials are rendered from moved
@@ -241,7 +255,10 @@ class BindingReconciler(PassingReconciler[BindingFacts]):
         assert entry is not None and entry.model is not None
         if entry.model.spec.template(TemplateAction.STATUS) is None:
             return None  # registry credentials: generated once, never re-rendered
-        if self._unchanged(facts):
+        followed = self._followed(facts)
+        if followed is not None and not self.deps.index.follows(facts.key, followed[0]):
+            return Refresh(follow=followed[0])  # the plan starts following them: observing changes nothing
+        if followed is not None and self._unchanged(facts, followed[1], followed[2]):
             return Refresh(unchanged=True)
         try:
             source_refs, fetched = self._sources(facts)
@@ -257,7 +274,7 @@ class BindingReconciler(PassingReconciler[BindingFacts]):
             return Refresh(render_error=str(exc) or type(exc).__name__)
         section = result.bind
         response = (section.response if section else None) or {}
-        changed = False
+        changed, read = False, None
         if section is not None and section.state == "succeeded" and response.get("credentials"):
             secret = ResourceRef(
                 api_version="v1",
@@ -265,8 +282,10 @@ class BindingReconciler(PassingReconciler[BindingFacts]):
                 name=credentials_secret_name(binding.meta.name),
                 namespace=binding.meta.namespace,
             )
-            changed = decisions.credentials_changed(SecretView.maybe(self._actor(facts).get(secret)), response)
-        return Refresh(report=report, secret_changed=changed, observed=observed)
+            live = self._actor(facts).get(secret)
+            changed = decisions.credentials_changed(SecretView.maybe(live), response)
+            read = SecretRead(ObjectView.maybe(live))  # what the rewrite, if any, decides on
+        return Refresh(report=report, secret_changed=changed, observed=observed, secret=read)
 
     def _observe_bind(self, facts: BindingFacts) -> tuple[ObservedBind, ...]:
         """Day two: what ``bind`` renders now, each object read live (past the store when a drift of it would be a
@@ -279,21 +298,27 @@ class BindingReconciler(PassingReconciler[BindingFacts]):
         kube, now, bounds = self._actor(facts), self.deps.clock.now(), facts.limits.drift_bounds
         return tuple(ObservedBind(observe(kube, p.piece, memo, now, bounds), p.instance_own) for p in rendering.pieces)
 
-    def _unchanged(self, facts: BindingFacts) -> bool:
-        """True if what the credentials were last rendered from is still what it was (the digest matches);
-        also makes sure the binding follows its sources again (after a restart it is not tracked yet)."""
-        binding, instance, entry = facts.binding, facts.instance, facts.entry
-        assert instance is not None and entry is not None
+    def _followed(self, facts: BindingFacts) -> tuple[tuple[ResourceRef, ...], tuple[ResourceRef, ...], str] | None:
+        """What a bound binding follows (its credentials' sources and its objects), the sources and the digest its
+        credentials were last checked against (remembered, else recorded in the status); None: not known."""
+        binding = facts.binding
         remembered = self.followed.get(facts.key)
         if remembered is not None:
             refs, digest = remembered
         elif binding.sources_digest and binding.sources is not None:
             refs, digest = binding.sources, binding.sources_digest
         else:
-            return False
-        kinds = self.deps.index.track(facts.key, [*refs, *binding.status.resources])
-        self.deps.watchers.ensure(kinds)
-        self.deps.watchers.wait_listed({(ref.api_version, ref.kind) for ref in refs} & kinds, LISTING_WAIT_SECONDS)
+            return None
+        return (*refs, *binding.status.resources), tuple(refs), digest
+
+    def _unchanged(self, facts: BindingFacts, refs: Sequence[ResourceRef], digest: str) -> bool:
+        """True if what the credentials were last rendered from is still what it was (the digest matches). The
+        binding follows them already (the plan's ``Track``): their versions come from the store once it has
+        listed their kinds."""
+        binding, instance, entry = facts.binding, facts.instance, facts.entry
+        assert instance is not None and entry is not None
+        kinds = {(ref.api_version, ref.kind) for ref in refs}
+        self.deps.watchers.wait_listed(kinds, LISTING_WAIT_SECONDS)
         versions = [(ref, self.deps.kube.version_of(ref)) for ref in refs]
         current = decisions.sources_digest(
             plan_hash=entry.hash, instance=instance.meta, binding=binding.meta, versions=versions

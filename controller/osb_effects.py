@@ -4,8 +4,9 @@ Secret, the plan's finalizer, the per-instance registry, the objects a status te
 kept in memory.
 
 Each effect performs its action the same way every time and decides nothing: the plan said what, the rules in
-:mod:`.ownership` and :mod:`.singletons` say whether the cluster lets it (a refusal stops the list, see
-:mod:`.executor`).
+:mod:`.ownership` say whether the cluster lets it (a refusal stops the list, see :mod:`.executor`). Where the
+answer of a write must be decided on (a singleton's create found it made already), the effect reads the object and
+performs what the pure :mod:`.core.singleton_plan` returns for it (:meth:`~.executor.Run.perform`).
 """
 
 from __future__ import annotations
@@ -13,11 +14,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-from opbroker.api.conventions import LABEL_PLAN
 from opbroker.api.meta import ResourceRef
 from opbroker.controller import registries, singletons
 from opbroker.controller.core import actions as a
-from opbroker.controller.core import decisions, drift
+from opbroker.controller.core import drift, singleton_plan
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import ObjectView
 from opbroker.controller.executor import Effect, Executor, Run, Target
@@ -117,6 +117,10 @@ def osb_effects(
         a.Apply: lambda run, action: void(apply(run, action)),
         a.Release: release_object,
         a.Orphan: orphan_object,
+        a.JoinSingleton: perform_singleton,
+        a.ShareSingleton: perform_singleton,
+        a.LeaveSingleton: perform_singleton,
+        a.DeleteSingleton: perform_singleton,
         a.WriteSecret: write_secret,
         a.DeleteSecret: delete_secret,
         a.Follow: follow,
@@ -133,16 +137,14 @@ def osb_effects(
     }
 
 
+def perform_singleton(run: Run, action: singletons.SingletonWrite) -> None:
+    """A shared singleton's join or leave, as :mod:`.core.singleton_plan` decided it (guarded by the version read)."""
+    singletons.perform(run.actor(action.as_user), action)
+
+
 def write_secret(run: Run, action: a.WriteSecret) -> None:
-    """Apply a Secret, unless one of that name exists and is not the owner's (``NotOwned``)."""
-    kube = run.actor(action.as_user)
-    manifest = dict(action.manifest)
-    if action.owner_uid is not None:
-        ref = ref_of(manifest)
-        live = ObjectView.maybe(kube.read_secret(ref.namespace or "", ref.name, stored=True))
-        if decisions.takeover(live, owner_uids=(action.owner_uid,), adopt=False) is decisions.Takeover.REFUSE:
-            raise NotOwned(ref)
-    kube.apply_secret(manifest)
+    """Apply the Secret; whether it may be written was the plan's decision (``binding_plan.secret_refusal``)."""
+    run.actor(action.as_user).apply_secret(dict(action.manifest))
 
 
 def delete_secret(run: Run, action: a.DeleteSecret) -> None:
@@ -185,20 +187,13 @@ def apply(run: Run, action: a.Apply) -> JsonObject | None:
     live = ObjectView.maybe(kube.get(ref))
     if live is None:
         return None  # deleted meanwhile: the next reconcile creates it
-    plan_label = ObjectView.of(manifest).meta.labels.get(LABEL_PLAN)
-    if not (
-        action.adopt
-        or decisions.shared_singleton(live.meta, plan_label=plan_label)
-        or decisions.singleton_user(live.meta, uid)
-    ):
+    # What joining it means is decided from the object as read (``core.singleton_plan``); the write carries the
+    # version read, so another instance joining or leaving meanwhile makes it a conflict.
+    step = singleton_plan.joining(live, ref, action)
+    if step is a.Refused.NOT_OWNED:
         raise NotOwned(ref)
-    if not action.owned:  # owner references cannot reach it: opbroker tracks its users (``singletons``)
-        singletons.join(kube, ref, live, uid)
-        return None
-    if not live.meta.owned_by(uid):
-        patch = {
-            "ownerReferences": [*(dict(o.wire) for o in live.meta.owners), dict(action.owner_reference)],
-            "resourceVersion": live.meta.resource_version,
-        }
-        kube.merge_patch(ref, {"metadata": patch})
+    if step is a.Refused.SINGLETON_FULL:
+        raise singletons.SingletonFull(ref)
+    if step is not None:
+        run.perform(step)
     return None

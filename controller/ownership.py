@@ -29,11 +29,7 @@ class NotOwned(RuntimeError):
     """A rendered object exists and is not this owner's: it is left untouched and the operation fails."""
 
     def __init__(self, ref: ResourceRef) -> None:
-        where = f"{ref.namespace}/{ref.name}" if ref.namespace else ref.name
-        super().__init__(
-            f"{ref.kind} {where} exists and was not created by opbroker for this object; it is left untouched "
-            "(declare adopt: true on the plan's template to take such objects over)"
-        )
+        super().__init__(decisions.not_owned_message(ref))
         self.ref = ref
 
 

@@ -8,6 +8,9 @@ users on the object itself, in :data:`ANNOTATION_SINGLETON_USERS` (a JSON list o
 * an instance that creates the singleton creates it listing itself; one that finds it adds itself;
 * an instance's release removes itself; the last one deletes the object (``ownership.release``).
 
+Which write joining or leaving means is decided purely, from the object as read (:mod:`.core.singleton_plan`: the
+users and owners it lists, its version); this module performs it (:func:`perform`).
+
 Why on the object and not in a record of our own: the list and the object then live and die together (no
 record to leak or to disagree with what exists), and every change is one write guarded by the object's
 resourceVersion, so two instances joining or leaving at once never lose each other's entry: the loser of the
@@ -21,7 +24,8 @@ from __future__ import annotations
 
 from opbroker.api.conventions import ANNOTATION_SINGLETON_USERS
 from opbroker.api.meta import ResourceRef
-from opbroker.controller.core import decisions
+from opbroker.controller.core import actions as a
+from opbroker.controller.core import decisions, singleton_plan
 from opbroker.controller.core.views import ObjectView
 from opbroker.controller.kube import Kube
 from opbroker.controller.runtime.outcomes import Conflict
@@ -49,42 +53,47 @@ def tracked(manifest: JsonObject, owner_uid: str) -> JsonBody:
 
 
 def join(kube: Kube, ref: ResourceRef, live: ObjectView, owner_uid: str) -> None:
-    """List ``owner_uid`` among the users of the existing singleton ``live`` (nothing when it is listed); one
-    write guarded by the version read (its 409 propagates: see the module)."""
-    users = decisions.singleton_users(live.meta)
-    if owner_uid in users:
-        return
-    if len(users) >= decisions.MAX_SINGLETON_USERS:
+    """List ``owner_uid`` among the users of the existing singleton ``live`` (nothing when it is listed): the
+    decision is :func:`singleton_plan.joining`'s, the one write guarded by the version read (see the module)."""
+    step = singleton_plan.listing(live, ref, owner_uid=owner_uid)
+    if step is a.Refused.SINGLETON_FULL:
         raise SingletonFull(ref)
-    patch = {
-        "metadata": {
-            "annotations": {ANNOTATION_SINGLETON_USERS: decisions.users_annotation([*users, owner_uid])},
-            "resourceVersion": live.meta.resource_version,
-        }
-    }
-    if kube.merge_patch(ref, patch) is None:
-        raise Conflict(f"{ref.kind} {ref.name} went while this instance joined it; it is made again")
+    if isinstance(step, a.JoinSingleton):
+        perform(kube, step)
 
 
 def leave(kube: Kube, ref: ResourceRef, live: ObjectView, owner_uid: str) -> bool:
     """Remove ``owner_uid`` from a shared object's owners (owner references and tracked users) — or delete it
-    when it is the last — in one write guarded by the version read (its 409 propagates: see the module). True
-    while a deletion is in progress."""
-    step = decisions.letting_go(live, owner_uid=owner_uid)
-    if step in (decisions.Letting.GONE, decisions.Letting.LEAVE):
-        return False
-    if step is decisions.Letting.WAIT:
-        return True
-    meta = live.meta
-    if step is decisions.Letting.DELETE:
-        kube.delete(ref, resource_version=meta.resource_version)
-        return True
-    users = decisions.singleton_users(meta)
-    changes: JsonBody = {"resourceVersion": meta.resource_version}
-    if meta.owned_by(owner_uid):
-        changes["ownerReferences"] = [dict(o.wire) for o in meta.owners if o.uid != owner_uid]
-    if owner_uid in users:
-        rest = decisions.users_annotation(u for u in users if u != owner_uid)
-        changes["annotations"] = {ANNOTATION_SINGLETON_USERS: rest}
-    kube.merge_patch(ref, {"metadata": changes})
-    return False
+    when it is the last — in one write guarded by the version read (:func:`singleton_plan.leaving` decides; its
+    409 propagates: see the module). True while a deletion is in progress."""
+    step = singleton_plan.leaving(live, ref, owner_uid=owner_uid)
+    if step.write is not None:
+        perform(kube, step.write)
+    return step.waiting
+
+
+SingletonWrite = a.JoinSingleton | a.ShareSingleton | a.LeaveSingleton | a.DeleteSingleton
+
+
+def perform(kube: Kube, action: SingletonWrite) -> None:
+    """Make one write :mod:`.core.singleton_plan` decided, as it says, guarded by the version it carries (a 409
+    propagates as an ``ApiException``, which the runtime treats as a conflict)."""
+    ref = action.ref
+    match action:
+        case a.JoinSingleton(users=users, resource_version=version):
+            annotations = {ANNOTATION_SINGLETON_USERS: decisions.users_annotation(users)}
+            patch = {"metadata": {"annotations": annotations, "resourceVersion": version}}
+            if kube.merge_patch(ref, patch) is None:
+                raise Conflict(f"{ref.kind} {ref.name} went while this instance joined it; it is made again")
+        case a.ShareSingleton(owners=owners, resource_version=version):
+            shared = {"ownerReferences": [dict(o) for o in owners], "resourceVersion": version}
+            kube.merge_patch(ref, {"metadata": shared})
+        case a.LeaveSingleton(owners=owners, users=users, resource_version=version):
+            changes: JsonBody = {"resourceVersion": version}
+            if owners is not None:
+                changes["ownerReferences"] = [dict(o) for o in owners]
+            if users is not None:
+                changes["annotations"] = {ANNOTATION_SINGLETON_USERS: decisions.users_annotation(users)}
+            kube.merge_patch(ref, {"metadata": changes})
+        case a.DeleteSingleton(resource_version=version):
+            kube.delete(ref, resource_version=version)

@@ -104,6 +104,12 @@ class SourceIndex:
                     del written[gone]
         return {(key[0], key[1]) for key in keys}
 
+    def follows(self, owner: Key, refs: Iterable[ResourceRef]) -> bool:
+        """Whether ``owner`` depends on exactly ``refs`` (what :meth:`track` recorded last): a read, no change."""
+        keys = {object_key(ref) for ref in refs}
+        with self._lock:
+            return self._objects.get(owner, set()) == keys
+
     def forget(self, owner: Key) -> None:
         self.track(owner, [])
         with self._lock:

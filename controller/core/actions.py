@@ -97,6 +97,52 @@ class Orphan:
 
 
 @dataclass(frozen=True)
+class JoinSingleton:
+    """List ``users`` (the users read, and the joining instance) on a shared singleton that owner references cannot
+    reach (:mod:`opbroker.controller.singletons`): one merge patch guarded by ``resource_version``, the version the
+    users were read at — a 409 is a conflict (the reconcile reads again), a singleton gone meanwhile too."""
+
+    ref: ResourceRef
+    users: tuple[str, ...]
+    resource_version: str | None
+    as_user: str | None = None
+
+
+@dataclass(frozen=True)
+class ShareSingleton:
+    """Write ``owners`` (the owner references read, and the sharing instance's) on a shared singleton in its
+    instances' namespace: one merge patch guarded by ``resource_version``."""
+
+    ref: ResourceRef
+    owners: tuple[JsonObject, ...] = field(repr=False)
+    resource_version: str | None
+    as_user: str | None = None
+
+
+@dataclass(frozen=True)
+class LeaveSingleton:
+    """Drop one owner from a shared object that others still hold: write ``owners`` (its owner references less
+    the leaving one's; None: unchanged) and ``users`` (its tracked users less the leaving one; None: unchanged,
+    empty: the annotation removed) in one merge patch guarded by ``resource_version``."""
+
+    ref: ResourceRef
+    owners: tuple[JsonObject, ...] | None = field(default=None, repr=False)
+    users: tuple[str, ...] | None = None
+    resource_version: str | None = None
+    as_user: str | None = None
+
+
+@dataclass(frozen=True)
+class DeleteSingleton:
+    """Delete a shared object its last user lets go of, only at ``resource_version`` (a user that joined since makes
+    it a conflict: the object stays)."""
+
+    ref: ResourceRef
+    resource_version: str | None
+    as_user: str | None = None
+
+
+@dataclass(frozen=True)
 class Delete:
     """Delete an object by reference (gone already is fine)."""
 
@@ -106,10 +152,10 @@ class Delete:
 
 @dataclass(frozen=True)
 class WriteSecret:
-    """Apply a Secret (server-side) — never over a Secret of that name ``owner_uid`` did not make."""
+    """Apply a Secret (server-side). Whether it may be written over the Secret of that name (a binding's only over
+    one of its own) is decided by the plan, from the Secret as observed (``binding_plan.secret_refusal``)."""
 
     manifest: JsonObject = field(repr=False)
-    owner_uid: str | None = None
     as_user: str | None = None
 
 
@@ -278,6 +324,10 @@ Action = (
     | Apply
     | Release
     | Orphan
+    | JoinSingleton
+    | ShareSingleton
+    | LeaveSingleton
+    | DeleteSingleton
     | Delete
     | WriteSecret
     | DeleteSecret

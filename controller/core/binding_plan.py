@@ -51,7 +51,7 @@ from opbroker.controller.core.instance_plan import (
     write_status,
 )
 from opbroker.controller.core.reasons import Reason
-from opbroker.controller.core.views import BindingView, InstanceView
+from opbroker.controller.core.views import BindingView, InstanceView, ObjectView
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.objects import (
     Manifest,
@@ -95,6 +95,15 @@ class BindRendering:
 
 
 @dataclass(frozen=True)
+class SecretRead:
+    """The binding's credentials Secret as read before the plan writes it (``live`` None: there is none). The
+    credentials go only into a Secret that does not exist or carries the binding's stamp (``decisions.takeover``):
+    the plan decides it, the write merely performs it."""
+
+    live: ObjectView | None
+
+
+@dataclass(frozen=True)
 class BindReport:
     """What the status template's ``bind`` section says (or, without a status template, the registries'
     credentials), what it read, and the digest of what it read (``decisions.sources_digest``)."""
@@ -104,6 +113,8 @@ class BindReport:
     credentials: JsonObject = dataclasses.field(default_factory=dict, repr=False)
     source_refs: tuple[ResourceRef, ...] = ()
     digest: str = ""
+    secret: SecretRead | None = None
+    """The credentials Secret, read when the report gives credentials to write (None: not read)."""
 
 
 @dataclass(frozen=True)
@@ -123,9 +134,14 @@ class Refresh:
     report: BindReport | None = None
     secret_changed: bool = False
     """The credentials Secret no longer holds what the report says (``decisions.credentials_changed``)."""
+    secret: SecretRead | None = None
+    """The credentials Secret as that comparison read it (None: not read)."""
     render_error: str | None = None
     observed: tuple[ObservedBind, ...] = ()
     """Day two: what ``bind`` renders now, each with its live object (compared as an instance's are)."""
+    follow: tuple[ResourceRef, ...] = ()
+    """The binding does not follow what its credentials were rendered from yet (after a restart, say): these
+    objects, to follow before the check reads their versions (from the store, once their kinds are listed)."""
 
 
 @dataclass(frozen=True)
@@ -357,6 +373,24 @@ def credentials_secret(binding: BindingView, response: JsonObject) -> Manifest:
     }
 
 
+SECRET_NOT_READ = "the credentials Secret was not read before writing it"
+"""A report with credentials to write but no read of their Secret: observe's mistake, never a write unchecked."""
+
+
+def secret_refusal(binding: BindingView, seen: SecretRead) -> a.Refusal | None:
+    """Why the binding's credentials may not be written into the Secret of their name (None: they may): it exists
+    and does not carry the binding's stamp (``decisions.takeover``, never adopted)."""
+    ref = ResourceRef(
+        api_version="v1",
+        kind="Secret",
+        name=credentials_secret_name(binding.meta.name),
+        namespace=binding.meta.namespace,
+    )
+    if decisions.takeover(seen.live, owner_uids=(binding.meta.uid,), adopt=False) is decisions.Takeover.REFUSE:
+        return a.Refusal(a.Refused.NOT_OWNED, decisions.not_owned_message(ref))
+    return None
+
+
 def _evaluate(facts: BindingFacts, *, applied: JsonObject | None) -> tuple[a.Action, ...]:
     """Read the bind's outcome; publish the credentials once the status template reports them."""
     binding, report, entry = facts.binding, facts.report, facts.entry
@@ -365,7 +399,7 @@ def _evaluate(facts: BindingFacts, *, applied: JsonObject | None) -> tuple[a.Act
     refs = (*report.source_refs, *binding.status.resources)
     track = a.Track(refs)
     if not report.has_template:
-        return (track, *_succeed(facts, {"credentials": dict(report.credentials)}, applied, refs))
+        return (track, *_succeed(facts, {"credentials": dict(report.credentials)}, applied, refs, report.secret))
     section = report.section
     waiting = section is None or section.state == OperationState.IN_PROGRESS.value
     response = (section.response if section else None) or {}
@@ -380,14 +414,23 @@ def _evaluate(facts: BindingFacts, *, applied: JsonObject | None) -> tuple[a.Act
         )
         return (track, *polling)
     followed = followed_status(report.source_refs, report.digest)
-    return (track, *_succeed(facts, response, {**applied, **followed}, refs))
+    return (track, *_succeed(facts, response, {**applied, **followed}, refs, report.secret))
 
 
 def _succeed(
-    facts: BindingFacts, response: JsonObject, applied: JsonObject, watched: tuple[ResourceRef, ...]
+    facts: BindingFacts,
+    response: JsonObject,
+    applied: JsonObject,
+    watched: tuple[ResourceRef, ...],
+    seen: SecretRead | None,
 ) -> tuple[a.Action, ...]:
     binding = facts.binding
     secret = credentials_secret(binding, response)
+    if seen is None:
+        return (a.Retry(SECRET_NOT_READ),)
+    refusal = secret_refusal(binding, seen)
+    if refusal is not None:
+        return (a.Forget(), *refused(facts, refusal))  # the Secret is someone else's: the bind fails
     bound = _transition(
         facts,
         OperationState.SUCCEEDED,
@@ -399,7 +442,7 @@ def _succeed(
     # its credentials follow a rotation (see _refresh).
     return (
         a.Forget(),
-        a.WriteSecret(secret, owner_uid=binding.meta.uid, as_user=facts.actor),
+        a.WriteSecret(secret, as_user=facts.actor),
         a.Unfollow(),
         bound,
         a.Track(watched),
@@ -413,6 +456,8 @@ def _refresh(facts: BindingFacts) -> tuple[a.Action, ...]:
     refresh, binding = facts.refresh, facts.binding
     if refresh is None:
         return ()  # registry credentials (no status template: never re-rendered)
+    if refresh.follow:
+        return (a.Track(refresh.follow), a.Continue())  # follow first; the check runs on the next pass
     resync = _resync(facts)
     if refresh.unchanged:
         return resync  # nothing moved
@@ -428,9 +473,14 @@ def _refresh(facts: BindingFacts) -> tuple[a.Action, ...]:
         return (track, *kept, a.Follow(report.source_refs, report.digest), *resync)
     out: list[a.Action] = [track, *kept]
     if refresh.secret_changed:
+        if refresh.secret is None:
+            return (*out, a.Retry(SECRET_NOT_READ))
+        refusal = secret_refusal(binding, refresh.secret)
+        if refusal is not None:
+            return (*out, *refused(facts, refusal))  # the Secret is not the binding's: the last credentials stay
         message = "the credentials changed at their source; the credentials Secret was rewritten"
         out += [
-            a.WriteSecret(credentials_secret(binding, response), owner_uid=binding.meta.uid, as_user=facts.actor),
+            a.WriteSecret(credentials_secret(binding, response), as_user=facts.actor),
             a.Log(message, warning=False),
             a.Event(Reason.ROTATED.value, message),
         ]

@@ -520,6 +520,15 @@ def takeover(live: ObjectView | None, *, owner_uids: tuple[str, ...], adopt: boo
     return Takeover.ADOPT if adopt else Takeover.REFUSE
 
 
+def not_owned_message(ref: ResourceRef) -> str:
+    """Why an object of that name is left untouched: it exists and is not the writer's (:func:`takeover`)."""
+    where = f"{ref.namespace}/{ref.name}" if ref.namespace else ref.name
+    return (
+        f"{ref.kind} {where} exists and was not created by opbroker for this object; it is left untouched "
+        "(declare adopt: true on the plan's template to take such objects over)"
+    )
+
+
 class Letting(StrEnum):
     """What releasing a recorded object does."""
 

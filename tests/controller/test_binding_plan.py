@@ -7,6 +7,7 @@ up on it, bind, read the credentials back and publish them, follow a rotation, u
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -14,7 +15,7 @@ from typing import Any
 import pytest
 
 from opbroker.api.catalog import DeletionPolicy
-from opbroker.api.conventions import ANNOTATION_PAUSED, CREDENTIALS_KEY, FINALIZER, PAUSED
+from opbroker.api.conventions import ANNOTATION_OWNER_UID, ANNOTATION_PAUSED, CREDENTIALS_KEY, FINALIZER, PAUSED
 from opbroker.api.meta import ResourceRef
 from opbroker.controller.catalog import PlanEntry
 from opbroker.controller.core import actions as a
@@ -25,13 +26,14 @@ from opbroker.controller.core.binding_plan import (
     BindRendering,
     BindReport,
     Refresh,
+    SecretRead,
     Unbind,
     plan,
     refused,
 )
 from opbroker.controller.core.decisions import Letting
 from opbroker.controller.core.instance_plan import Piece, Teardown
-from opbroker.controller.core.views import BindingView, InstanceView
+from opbroker.controller.core.views import BindingView, InstanceView, ObjectView
 from opbroker.controller.kube import BINDINGS
 from opbroker.controller.osb_effects import osb_executor
 from opbroker.controller.reconciling import AppliedMemory
@@ -128,7 +130,9 @@ def section(state: str, response: dict[str, Any] | None = None, error: str | Non
 PENDING = {"resources": [], "observedGeneration": 1}
 BOUND = section("succeeded", CREDENTIALS)
 NO_CREDENTIALS = section("succeeded", {})
-REPORTED = BindReport(True, BOUND, source_refs=(CM,), digest="d-new")
+NO_SECRET = SecretRead(None)
+"""The credentials Secret read before its write: there is none yet."""
+REPORTED = BindReport(True, BOUND, source_refs=(CM,), digest="d-new", secret=NO_SECRET)
 GOING = ("status", "in progress", "Unbinding", "guarded")
 PAUSING = [("status", None, None, "guarded", ("event", "Paused", False))]
 ITSELF, BY_PLAN = "the binding itself", "its plan opbroker/plan"
@@ -170,7 +174,8 @@ ROWS: list[tuple[str, BindingFacts, list[tuple[Any, ...]]]] = [
      facts(binding(state="in progress"), pending=PENDING, report=REPORTED), [("track", ("db",)), *PUBLISH,
                                                                               ("track", ("db",))]),
     ("no status template: the registry's credentials are published",
-     facts(binding(state="in progress"), pending=PENDING, report=BindReport(False, credentials={"u": "x"})),
+     facts(binding(state="in progress"), pending=PENDING,
+           report=BindReport(False, credentials={"u": "x"}, secret=NO_SECRET)),
      [("track", ()), *PUBLISH, ("track", ())]),
     ("succeeded without credentials: still in progress",
      facts(binding(state="in progress"), pending=PENDING, report=BindReport(True, NO_CREDENTIALS)),
@@ -199,7 +204,7 @@ ROWS: list[tuple[str, BindingFacts, list[tuple[Any, ...]]]] = [
      [("track", ()), ("Follow",), RESYNC]),
     ("bound, the credentials rotated: rewrite, say so, record the sources",
      facts(binding(state="succeeded", observed=1, digest="d-old"),
-           refresh=Refresh(report=REPORTED, secret_changed=True)),
+           refresh=Refresh(report=REPORTED, secret_changed=True, secret=NO_SECRET)),
      [("track", ("db",)), ("WriteSecret",), ("Log",), ("event", "CredentialsRotated", False),
       ("status", None, None, "unguarded"), ("Unfollow",), RESYNC]),
     ("bound, a source touched, credentials the same: remembered, not written",
@@ -302,7 +307,6 @@ def test_a_binding_paused_by_its_plan_says_so_in_its_condition() -> None:
 def test_the_credentials_go_only_into_the_secret_the_binding_owns() -> None:
     actions = plan(facts(binding(state="in progress"), pending=PENDING, report=REPORTED))
     (write,) = [act for act in actions if isinstance(act, a.WriteSecret)]
-    assert write.owner_uid == "b-1"
     assert json.loads(base64.b64decode(write.manifest["data"][CREDENTIALS_KEY])) == CREDENTIALS
     assert write.manifest["metadata"]["ownerReferences"][0]["uid"] == "b-1"
     status = next(act for act in actions if isinstance(act, a.WriteStatus))
@@ -323,14 +327,63 @@ def test_a_refused_refresh_only_logs_and_a_refused_bind_fails() -> None:
     assert isinstance(write, a.WriteStatus) and write.patch["observedGeneration"] == 1  # answered: not re-applied
 
 
-def test_executor_writes_credentials_only_over_a_secret_of_the_bindings_own() -> None:
+def stamped_secret(uid: str | None) -> SecretRead:
+    """The credentials Secret as observed: stamped as ``uid``'s (None: unstamped, someone else's)."""
+    annotations = {} if uid is None else {ANNOTATION_OWNER_UID: uid}
+    meta = {"name": "b-credentials", "namespace": NS, "annotations": annotations, "resourceVersion": "7"}
+    return SecretRead(ObjectView.of({"apiVersion": "v1", "kind": "Secret", "metadata": meta}))
+
+
+SECRET_ROWS: list[tuple[str, SecretRead | None, list[tuple[Any, ...]]]] = [
+    ("none yet: written", NO_SECRET, [("track", ("db",)), *PUBLISH, ("track", ("db",))]),
+    ("the binding's own: written over", stamped_secret("b-1"), [("track", ("db",)), *PUBLISH, ("track", ("db",))]),
+    ("someone else's: untouched, the bind fails", stamped_secret(None),
+     [("track", ("db",)), ("forget",), *failed("ObjectNotOwned")]),
+    ("another binding's: untouched, the bind fails", stamped_secret("b-2"),
+     [("track", ("db",)), ("forget",), *failed("ObjectNotOwned")]),
+    ("not read (observe's mistake): never written unchecked", None, [("track", ("db",)), ("Retry",)]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("seen", "expected"), [r[1:] for r in SECRET_ROWS], ids=[r[0] for r in SECRET_ROWS])
+def test_the_plan_writes_the_credentials_only_into_a_secret_absent_or_the_bindings(
+    seen: SecretRead | None, expected: list[tuple[Any, ...]]
+) -> None:
+    report = dataclasses.replace(REPORTED, secret=seen)
+    assert summary(plan(facts(binding(state="in progress"), pending=PENDING, report=report))) == expected
+
+
+REFRESH_SECRET_ROWS: list[tuple[str, SecretRead | None, list[tuple[Any, ...]]]] = [
+    ("the binding's own: rewritten", stamped_secret("b-1"),
+     [("track", ("db",)), ("WriteSecret",), ("Log",), ("event", "CredentialsRotated", False),
+      ("status", None, None, "unguarded"), ("Unfollow",), RESYNC]),
+    ("someone else's: left, the last credentials stay, a log line", stamped_secret(None),
+     [("track", ("db",)), ("Log",)]),
+    ("not read: never written unchecked", None, [("track", ("db",)), ("Retry",)]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("seen", "expected"), [r[1:] for r in REFRESH_SECRET_ROWS], ids=[r[0] for r in REFRESH_SECRET_ROWS]
+)
+def test_a_rotation_rewrites_only_the_bindings_own_secret(
+    seen: SecretRead | None, expected: list[tuple[Any, ...]]
+) -> None:
+    bound = binding(state="succeeded", observed=1, digest="d-old")
+    refresh = Refresh(report=REPORTED, secret_changed=True, secret=seen)
+    assert summary(plan(facts(bound, refresh=refresh))) == expected
+
+
+def test_a_bound_binding_not_following_its_sources_starts_to_before_it_checks() -> None:
+    bound = binding(state="succeeded", observed=1, digest="d")
+    assert summary(plan(facts(bound, refresh=Refresh(follow=(CM,))))) == [("track", ("db",)), ("Continue",)]
+
+
+def test_the_credentials_write_only_performs() -> None:
     run, kube, created = executor()
     secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "b-credentials", "namespace": NS}}
-    kube.apply_secret({**secret, "data": {"x": "eQ=="}})  # someone else's Secret of that name
-    kube.calls.clear()
-    seen: list[a.Refusal] = []
-    outcome = run.run(KEY, created, [a.WriteSecret(secret, owner_uid="b-1")], lambda r: seen.append(r) or ())
-    assert outcome == DONE and [r.why for r in seen] == [a.Refused.NOT_OWNED] and kube.calls == []
+    assert run.run(KEY, created, [a.WriteSecret(secret)]) == DONE
+    assert [c.verb for c in kube.calls] == ["apply_secret"]  # no read: the plan decided on the Secret observed
 
 
 def test_executor_deletes_a_secret_only_if_it_is_the_owners() -> None:
