@@ -38,13 +38,14 @@ import uuid
 
 from kubernetes import client, config
 from kubernetes.leaderelection import electionconfig
-from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 
 from opbroker.controller.app import Controller
 from opbroker.controller.kube import Kube
 from opbroker.controller.runtime import apiready, contact, health, leadership, lifecycle, trim
+from opbroker.controller.runtime.leaselock import LeaseLock
 from opbroker.controller.settings import ControllerSettings
 from opbroker.kubeclient import deadlines
+from opbroker.kubeclient.lean import LeanApi
 
 logger = logging.getLogger(__name__)
 USER_AGENT = "opbroker-controller"
@@ -163,13 +164,13 @@ def run(settings: ControllerSettings, *, kubeconfig: str | None) -> None:
         operate(check_the_api=False)
         _exit(0)  # stopped as asked
     identity = f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
-    lock = LeaseLock(settings.lease_name, settings.namespace, identity)
     # Each lease request ends well within the renew deadline (the library's own client has no deadline).
     lease_seconds = max(1.0, settings.renew_deadline / 4)
     lease_timeouts = deadlines.Timeouts(connect=lease_seconds, request=lease_seconds)
-    lock.api_instance = client.CoordinationV1Api(
-        deadlines.bounded(api.configuration, timeouts=lease_timeouts, on_answer=reached.answered, user_agent=USER_AGENT)
+    lease_client = deadlines.bounded(
+        api.configuration, timeouts=lease_timeouts, on_answer=reached.answered, user_agent=USER_AGENT
     )
+    lock = LeaseLock(LeanApi(lease_client), settings.lease_name, settings.namespace, identity)
     leading = threading.Event()
 
     def terminate(signum: int, _frame: object) -> None:
