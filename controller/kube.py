@@ -1,10 +1,14 @@
-"""The controller's only door to the Kubernetes API: a thin, synchronous wrapper over the official client.
+"""The controller's only door to the Kubernetes API: a thin, synchronous wrapper over the project's transport.
 
 Reconcilers call these from worker threads. Everything here is one API call (or a read-modify-write of
 one object); decisions live elsewhere. Objects are plain dicts as on the wire: what goes in is a
 :data:`~opbroker.kubeclient.wire.JsonObject` (read only), what comes back a
 :data:`~opbroker.kubeclient.wire.JsonBody` — the caller's own (a decoded answer, or the store's copy), whose values
-are narrowed with the wire's readers before use.
+are narrowed with the wire's readers before use, or a view where a caller reads a few fields (Nodes, Pods).
+
+Every request goes through :mod:`opbroker.kubeclient.lean` (issue 45: no generated API class); the official
+client's ``ApiClient`` is kept only as what carries the configuration (server, credentials, default headers,
+deadlines), and its ``ApiException`` subclasses are what a refused request raises.
 """
 
 from __future__ import annotations

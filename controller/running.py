@@ -5,7 +5,8 @@ Two replicas run active-passive: each campaigns for a Lease in the control-plane
 holder runs the controller. A leader that loses its lease exits the process at once (as controller-runtime does),
 so it can never act alongside the new leader; its pod restarts as a candidate. A leader whose renewals do
 not succeed within the renew deadline (two thirds of the lease) — failing or hanging — exits too, before a
-standby may take the lease over (:mod:`opbroker.controller.runtime.leadership`).
+standby may take the lease over (:mod:`opbroker.controller.runtime.leadership`; the Lease is read and written
+as JSON through the project's transport, :mod:`opbroker.controller.runtime.leaselock`).
 
 Every API client the process builds has deadlines and TCP keepalive (:mod:`opbroker.kubeclient.deadlines`);
 their answers, and a probe when the cluster is quiet, tell the health probes whether the API server still
