@@ -16,15 +16,17 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kubernetes import client
-
 from opbroker.controller.runtime.clock import SYSTEM
+from opbroker.kubeclient.lean import LeanApi
+from opbroker.kubeclient.wire import JsonBody, path_of
 
 #: How long an answer is remembered. Short enough that a revoked grant stops reads through the cache soon;
 #: long enough that a busy plan asks once per resource and namespace, not once per read.
 DEFAULT_TTL_SECONDS = 60.0
 #: Answers remembered at most (oldest forgotten first): bounded whatever the number of plans and namespaces.
 MAX_ANSWERS = 4096
+#: Where SubjectAccessReviews are created.
+REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
 #: Deadline of one review request.
 REVIEW_TIMEOUT_SECONDS = 10.0
 
@@ -85,22 +87,22 @@ class AccessReviews:
         return answer
 
 
-def api_reviewer(api_client: client.ApiClient) -> Callable[[Access], bool]:
-    """Ask the API server (``create subjectaccessreviews``) with the controller's own rights."""
-    authorization = client.AuthorizationV1Api(api_client)
+def api_reviewer(api: LeanApi) -> Callable[[Access], bool]:
+    """Ask the API server (``create subjectaccessreviews``) with the rights of ``api``'s client (the controller's
+    own)."""
 
     def ask(access: Access) -> bool:
-        attributes: dict[str, str] = {"verb": access.verb, "group": access.group, "resource": access.resource}
+        attributes: JsonBody = {"verb": access.verb, "group": access.group, "resource": access.resource}
         if access.namespace:
             attributes["namespace"] = access.namespace
-        review = client.V1SubjectAccessReview(
-            spec=client.V1SubjectAccessReviewSpec(
-                user=access.user,
-                groups=service_account_groups(access.user),
-                resource_attributes=client.V1ResourceAttributes(**attributes),
-            )
-        )
-        answer = authorization.create_subject_access_review(review, _request_timeout=REVIEW_TIMEOUT_SECONDS)
-        return bool(answer.status and answer.status.allowed)
+        review: JsonBody = {  # no type meta: the path names it (the body the generated client sent)
+            "spec": {
+                "user": access.user,
+                "groups": service_account_groups(access.user),
+                "resourceAttributes": attributes,
+            },
+        }
+        answer = api.request("POST", REVIEWS, body=review, timeout=REVIEW_TIMEOUT_SECONDS)
+        return path_of(answer, "status", "allowed") is True
 
     return ask

@@ -1,10 +1,14 @@
-"""The controller's only door to the Kubernetes API: a thin, synchronous wrapper over the official client.
+"""The controller's only door to the Kubernetes API: a thin, synchronous wrapper over the project's transport.
 
 Reconcilers call these from worker threads. Everything here is one API call (or a read-modify-write of
 one object); decisions live elsewhere. Objects are plain dicts as on the wire: what goes in is a
 :data:`~opbroker.kubeclient.wire.JsonObject` (read only), what comes back a
 :data:`~opbroker.kubeclient.wire.JsonBody` — the caller's own (a decoded answer, or the store's copy), whose values
-are narrowed with the wire's readers before use.
+are narrowed with the wire's readers before use, or a view where a caller reads a few fields (Nodes, Pods).
+
+Every request goes through :mod:`opbroker.kubeclient.lean` (issue 45: no generated API class); the official
+client's ``ApiClient`` is kept only as what carries the configuration (server, credentials, default headers,
+deadlines), and its ``ApiException`` subclasses are what a refused request raises.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from kubernetes.client.exceptions import ApiException
 from opbroker.api.meta import ResourceRef
 from opbroker.controller.access import Access, AccessReviews, api_reviewer
 from opbroker.controller.core.refusals import Refusal, Severity, masked_status, refusal, severity
+from opbroker.controller.core.views import NodeView, PodView
 from opbroker.controller.runtime import event_series
 from opbroker.controller.runtime.store import UNKNOWN, ObjectStore
 from opbroker.controller.served import ServedKinds, ServedResource
@@ -166,9 +171,7 @@ class Kube:
         self.store = store if store is not None else ObjectStore()
         self.custom = LeanCustomObjects(api_client)
         """Our custom resources and every other per-object request, as plain JSON (``kubeclient.lean``)."""
-        self.core = client.CoreV1Api(api_client)
-        """The typed client, for the rare calls that read typed models (nodes, pods, leases)."""
-        self.reviews = reviews if reviews is not None else AccessReviews(api_reviewer(api_client))
+        self.reviews = reviews if reviews is not None else AccessReviews(api_reviewer(self.custom))
         self.user = user
         """Who this door acts as: None for the controller itself, else the impersonated user (see
         :meth:`acting_as`)."""
@@ -578,36 +581,38 @@ class Kube:
 
     def create_namespace(self, name: str) -> bool:
         """Create the Namespace; False when it exists already."""
-        created = _unless(
-            409, lambda: self.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-        )
+        body: JsonBody = {"metadata": {"name": name}}
+        created = _unless(409, lambda: self.custom.request("POST", "/api/v1/namespaces", body=body))
         return created is not None
 
     # -- the cluster itself: version, nodes, pods, leases --------------------------------------------
 
     def server_version(self, *, timeout: float) -> str:
         """The API server's version (``/version``): one cheap request, raising if it does not answer in time."""
-        info = client.VersionApi(self.api_client).get_code(_request_timeout=timeout)
-        return str(info.git_version)
+        info = mapping_of(self.custom.request("GET", "/version", timeout=timeout))
+        return str(info.get("gitVersion"))
 
-    def list_nodes(self, *, timeout: float) -> list[client.V1Node]:
-        """Every Node (typed: their capacity and allocatable are read as quantities)."""
-        return list(self.core.list_node(_request_timeout=timeout).items)
+    def list_nodes(self, *, timeout: float) -> list[NodeView]:
+        """Every Node (what the capacity reads of it: its capacity and allocatable)."""
+        listed = _body(self.custom.request("GET", "/api/v1/nodes", timeout=timeout))
+        return [NodeView.of(node) for node in _items(listed)]
 
-    def list_pods(self, *, field_selector: str, timeout: float) -> list[client.V1Pod]:
-        """The Pods of every namespace matching ``field_selector``."""
-        pods = self.core.list_pod_for_all_namespaces(field_selector=field_selector, _request_timeout=timeout)
-        return list(pods.items)
+    def list_pods(self, *, field_selector: str, timeout: float) -> list[PodView]:
+        """The Pods of every namespace matching ``field_selector`` (what the capacity reads of them)."""
+        query = (("fieldSelector", field_selector),)
+        listed = _body(self.custom.request("GET", "/api/v1/pods", query=query, timeout=timeout))
+        return [PodView.of(pod) for pod in _items(listed)]
 
     def release_lease(self, namespace: str, name: str, identity: str, *, timeout: float = 2.0) -> bool:
         """Empty the Lease's holder if ``identity`` still holds it; False when someone else does. Conditional on
         the version read (a replace carries it), so a lease taken meanwhile is left alone (409 raises)."""
-        leases = client.CoordinationV1Api(self.api_client)
-        lease = leases.read_namespaced_lease(name, namespace, _request_timeout=timeout)
-        if lease.spec is None or lease.spec.holder_identity != identity:
+        path = object_path("/apis/coordination.k8s.io/v1", "leases", namespace, name)
+        lease = _body(self.custom.request("GET", path, timeout=timeout))
+        spec = lease.get("spec")
+        if not isinstance(spec, dict) or spec.get("holderIdentity") != identity:
             return False
-        lease.spec.holder_identity = None
-        leases.replace_namespaced_lease(name, namespace, lease, _request_timeout=timeout)
+        spec.pop("holderIdentity")  # the generated model sent a holder of None by leaving the field out
+        self.custom.request("PUT", path, body=lease, timeout=timeout)
         return True
 
     def read_namespace(self, name: str) -> JsonBody | None:

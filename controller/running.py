@@ -5,7 +5,8 @@ Two replicas run active-passive: each campaigns for a Lease in the control-plane
 holder runs the controller. A leader that loses its lease exits the process at once (as controller-runtime does),
 so it can never act alongside the new leader; its pod restarts as a candidate. A leader whose renewals do
 not succeed within the renew deadline (two thirds of the lease) — failing or hanging — exits too, before a
-standby may take the lease over (:mod:`opbroker.controller.runtime.leadership`).
+standby may take the lease over (:mod:`opbroker.controller.runtime.leadership`; the Lease is read and written
+as JSON through the project's transport, :mod:`opbroker.controller.runtime.leaselock`).
 
 Every API client the process builds has deadlines and TCP keepalive (:mod:`opbroker.kubeclient.deadlines`);
 their answers, and a probe when the cluster is quiet, tell the health probes whether the API server still
@@ -38,13 +39,14 @@ import uuid
 
 from kubernetes import client, config
 from kubernetes.leaderelection import electionconfig
-from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 
 from opbroker.controller.app import Controller
 from opbroker.controller.kube import Kube
 from opbroker.controller.runtime import apiready, contact, health, leadership, lifecycle, trim
+from opbroker.controller.runtime.leaselock import LeaseLock
 from opbroker.controller.settings import ControllerSettings
 from opbroker.kubeclient import deadlines
+from opbroker.kubeclient.lean import LeanApi
 
 logger = logging.getLogger(__name__)
 USER_AGENT = "opbroker-controller"
@@ -163,13 +165,13 @@ def run(settings: ControllerSettings, *, kubeconfig: str | None) -> None:
         operate(check_the_api=False)
         _exit(0)  # stopped as asked
     identity = f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
-    lock = LeaseLock(settings.lease_name, settings.namespace, identity)
     # Each lease request ends well within the renew deadline (the library's own client has no deadline).
     lease_seconds = max(1.0, settings.renew_deadline / 4)
     lease_timeouts = deadlines.Timeouts(connect=lease_seconds, request=lease_seconds)
-    lock.api_instance = client.CoordinationV1Api(
-        deadlines.bounded(api.configuration, timeouts=lease_timeouts, on_answer=reached.answered, user_agent=USER_AGENT)
+    lease_client = deadlines.bounded(
+        api.configuration, timeouts=lease_timeouts, on_answer=reached.answered, user_agent=USER_AGENT
     )
+    lock = LeaseLock(LeanApi(lease_client), settings.lease_name, settings.namespace, identity)
     leading = threading.Event()
 
     def terminate(signum: int, _frame: object) -> None:

@@ -33,6 +33,8 @@ from opbroker.kubeclient.wire import (
     JsonObject,
     int_of,
     mapping_of,
+    objects_of,
+    path_of,
     string_map_of,
     strings_of,
     text_of,
@@ -529,6 +531,42 @@ class SecretView:
     @classmethod
     def maybe(cls, body: JsonObject | None) -> SecretView | None:
         return None if body is None else cls.of(body)
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """A Node as the capacity of a cluster reads it: its ``status.capacity`` and ``status.allocatable`` (resource
+    name to quantity, as sent: a string or a number)."""
+
+    meta: Meta
+    capacity: JsonObject
+    allocatable: JsonObject
+
+    @classmethod
+    def of(cls, body: JsonObject) -> NodeView:
+        status = mapping_of(body.get("status"))
+        return cls(
+            meta=Meta.of(body.get("metadata")),
+            capacity=mapping_of(status.get("capacity")),
+            allocatable=mapping_of(status.get("allocatable")),
+        )
+
+
+@dataclass(frozen=True)
+class PodView:
+    """A Pod as the capacity of a cluster reads it: what each of its containers requests
+    (``spec.containers[].resources.requests``, one map per container)."""
+
+    meta: Meta
+    requests: tuple[JsonObject, ...]
+
+    @classmethod
+    def of(cls, body: JsonObject) -> PodView:
+        containers = objects_of(mapping_of(body.get("spec")).get("containers"))
+        return cls(
+            meta=Meta.of(body.get("metadata")),
+            requests=tuple(mapping_of(path_of(c, "resources", "requests")) for c in containers),
+        )
 
 
 def namespace_terminating(namespace: JsonObject | None) -> bool:

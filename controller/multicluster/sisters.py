@@ -112,9 +112,8 @@ class SisterKube(Kube):
         nodes = self.list_nodes(timeout=PROBE_TIMEOUT * 3)
         if not nodes:
             return None
-        statuses = [n.status for n in nodes if n.status is not None]
-        capacity = quantities.total(quantities.parse(s.capacity or {}) for s in statuses)
-        allocatable = quantities.total(quantities.parse(s.allocatable or {}) for s in statuses)
+        capacity = quantities.total(quantities.parse(node.capacity) for node in nodes)
+        allocatable = quantities.total(quantities.parse(node.allocatable) for node in nodes)
         requests: Resources = {}
         try:
             pods = self.list_pods(
@@ -125,8 +124,7 @@ class SisterKube(Kube):
                 raise
             pods = []  # not allowed to read pods: only the plans' requests count
         for pod in pods:
-            for container in (pod.spec.containers if pod.spec else None) or []:
-                wanted = (container.resources.requests if container.resources else None) or {}
+            for wanted in pod.requests:
                 requests = quantities.total([requests, quantities.parse(wanted)])
         return capacity, allocatable, {k: v for k, v in requests.items() if v != Decimal(0)}
 

@@ -13,7 +13,6 @@ which the message then names.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -21,10 +20,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from opbroker.controller.core.views import ApiResource, ApiStatus, resources_of
 from opbroker.controller.runtime.policies import DEFAULTS
 from opbroker.controller.watches import Watch
+from opbroker.kubeclient.lean import LeanApi
 
 logger = logging.getLogger(__name__)
 
@@ -65,17 +66,17 @@ class Unreachable(Exception):
     """The API server did not answer at all (refused, reset, timed out)."""
 
 
-def _get(api: client.ApiClient, path: str, query: list[tuple[str, Any]] | None = None) -> tuple[int, str]:
-    """(status, body) of one GET; Unreachable when no HTTP answer came back."""
-    method, url, headers, body, _ = api.param_serialize(
-        "GET", path, query_params=query or [], auth_settings=["BearerToken"]
-    )
+def _get(api: LeanApi, path: str, query: list[tuple[str, Any]] | None = None) -> tuple[int, object]:
+    """(200, the decoded answer) of one GET, or (status, the error answer's text); Unreachable when no HTTP answer
+    came back."""
     try:
-        response = api.call_api(method, url, header_params=headers, body=body, _request_timeout=REQUEST_TIMEOUT)
-        response.read()
-    except Exception as exc:  # urllib3's and the client's connection errors alike
+        return 200, api.request("GET", path, query=query or [], timeout=REQUEST_TIMEOUT)
+    except ApiException as exc:
+        if not exc.status:  # status 0: a TLS failure, no HTTP answer
+            raise Unreachable(_first_line(str(exc))) from exc
+        return int(exc.status), exc.body if isinstance(exc.body, str) else ""
+    except Exception as exc:  # the transport's Unreachable and DeadlinePassed alike
         raise Unreachable(_first_line(str(exc))) from exc
-    return int(response.status), (response.data or b"").decode("utf-8", errors="replace")
 
 
 def _first_line(text: str, limit: int = 120) -> str:
@@ -84,10 +85,10 @@ def _first_line(text: str, limit: int = 120) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-def _answer(status: int, body: str) -> str:
+def _answer(status: int, body: object) -> str:
     """A short account of an error answer: the Status message if there is one, else the body's first line."""
     message = ApiStatus.of(body).message
-    return f"HTTP {status}: {_first_line(message or body)}"
+    return f"HTTP {status}: {_first_line(message or (body if isinstance(body, str) else ''))}"
 
 
 def _match(resources: Iterable[ApiResource], name: str) -> ApiResource | None:
@@ -101,13 +102,14 @@ def missing(api: client.ApiClient, wanted: Iterable[Wanted]) -> list[str]:
     for item in sorted(wanted):
         by_group_version.setdefault(item.path, []).append(item)
     problems: list[str] = []
+    lean = LeanApi(api)
     try:
         for path, items in sorted(by_group_version.items()):
-            status, body = _get(api, path)
+            status, body = _get(lean, path)
             if status != 200:
                 problems.extend(f"{item} (discovery {_answer(status, body)})" for item in items)
                 continue
-            resources = resources_of(json.loads(body))
+            resources = resources_of(body)
             for item in items:
                 found = _match(resources, item.name)
                 if found is None:
@@ -116,7 +118,7 @@ def missing(api: client.ApiClient, wanted: Iterable[Wanted]) -> list[str]:
                 if not {"list", "watch"} <= found.verbs:
                     problems.append(f"{item} (not listable and watchable: verbs {sorted(found.verbs)})")
                     continue
-                status, body = _get(api, f"{path}/{found.name}", [("limit", 1)])
+                status, body = _get(lean, f"{path}/{found.name}", [("limit", 1)])
                 if status == 403:
                     problems.append(f"{item} (forbidden: the controller's RBAC lacks list on it)")
                 elif status != 200:
@@ -124,6 +126,8 @@ def missing(api: client.ApiClient, wanted: Iterable[Wanted]) -> list[str]:
     except Unreachable as exc:
         host = api.configuration.host
         return [f"the API server at {host} does not answer ({exc})"]
+    finally:
+        lean.close()
     return problems
 
 

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from kubernetes import client
 
 from opbroker.controller.runtime.policies import DEFAULTS
+from opbroker.kubeclient.lean import LeanApi
 
 logger = logging.getLogger(__name__)
 
@@ -52,15 +53,19 @@ def probe_forever(
 ) -> None:
     """Until ``stop``: every ``every`` seconds (the table's ``api_probe``) without an answer, GET ``/version``
     (deadline ``every``)."""
-    while not stop.wait(every):
-        if contact.silence() < every:
-            continue
-        try:
-            client.VersionApi(api).get_code(_request_timeout=(every, every))
-        except Exception as exc:  # any failure is the silence the probes report; the error is only logged
-            logger.debug("the API server did not answer the probe: %s", type(exc).__name__)
-        else:
-            contact.answered()
+    lean = LeanApi(api)  # one transport for the probe's life: its connection is kept between probes
+    try:
+        while not stop.wait(every):
+            if contact.silence() < every:
+                continue
+            try:
+                lean.request("GET", "/version", timeout=(every, every))
+            except Exception as exc:  # any failure is the silence the probes report; the error is only logged
+                logger.debug("the API server did not answer the probe: %s", type(exc).__name__)
+            else:
+                contact.answered()
+    finally:
+        lean.close()
 
 
 def start_probe(

@@ -42,11 +42,14 @@ from opbroker.controller.servicecatalog.bindingwatch import BindingWatch
 from opbroker.controller.servicecatalog.core import admission
 from opbroker.controller.servicecatalog.core.views import ReviewRequest
 from opbroker.controller.servicecatalog.reviewserver import Limits, ReviewServer
-from opbroker.kubeclient.wire import JsonBody
+from opbroker.kubeclient.lean import APPLY_PATCH, LeanApi, object_path
+from opbroker.kubeclient.wire import JsonBody, mapping_of, objects_of, path_of, text_of
 
 logger = logging.getLogger(__name__)
 
 FIELD_MANAGER = "opbroker-webhook"
+#: Where the ValidatingWebhookConfigurations are.
+CONFIGURATIONS = "/apis/admissionregistration.k8s.io/v1"
 #: (connect, read) deadline of each call on the configuration.
 API_TIMEOUT = (5.0, 10.0)
 
@@ -179,31 +182,41 @@ class Webhook:
         return context
 
 
+def _configuration_path(name: str) -> str:
+    return object_path(CONFIGURATIONS, "validatingwebhookconfigurations", None, name)
+
+
 def registered_ca(api_client: client.ApiClient, name: str) -> bytes | None:
     """The caBundle configuration ``name`` carries (b"" without one); None when it does not exist."""
-    api = client.AdmissionregistrationV1Api(api_client)
+    api = LeanApi(api_client)
     try:
-        found = api.read_validating_webhook_configuration(name, _request_timeout=API_TIMEOUT)
+        found = mapping_of(api.request("GET", _configuration_path(name), timeout=API_TIMEOUT))
     except ApiException as exc:
         if exc.status == 404:
             return None
         raise
-    for hook in found.webhooks or []:
-        if hook.name == webhooks.WEBHOOK_NAME:
-            return base64.b64decode(hook.client_config.ca_bundle or "")
+    finally:
+        api.close()
+    for hook in objects_of(found.get("webhooks")):
+        if hook.get("name") == webhooks.WEBHOOK_NAME:
+            return base64.b64decode(text_of(path_of(hook, "clientConfig", "caBundle")) or "")
     return b""
 
 
 def register(api_client: client.ApiClient, manifest: JsonBody) -> None:
     """Create or update the whole configuration by server-side apply (URL mode: needs create rights)."""
-    client.AdmissionregistrationV1Api(api_client).patch_validating_webhook_configuration(
-        Meta.of(manifest.get("metadata")).name,
-        manifest,
-        field_manager=FIELD_MANAGER,
-        force=True,
-        _content_type="application/apply-patch+yaml",
-        _request_timeout=API_TIMEOUT,
-    )
+    api = LeanApi(api_client)
+    try:
+        api.request(
+            "PATCH",
+            _configuration_path(Meta.of(manifest.get("metadata")).name),
+            query=(("fieldManager", FIELD_MANAGER), ("force", True)),
+            body=manifest,
+            content_type=APPLY_PATCH,
+            timeout=API_TIMEOUT,
+        )
+    finally:
+        api.close()
 
 
 def register_ca(api_client: client.ApiClient, name: str, ca: bytes) -> None:

@@ -30,7 +30,10 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from opbroker.controller.core.views import SecretView
 from opbroker.controller.runtime.policies import DEFAULTS, Policies
+from opbroker.kubeclient.lean import LeanApi, object_path
+from opbroker.kubeclient.wire import JsonBody, mapping_of
 from opbroker.rendering import certificates
 
 logger = logging.getLogger(__name__)
@@ -109,10 +112,9 @@ def renewal(bundle: Bundle, hosts: Sequence[str], *, now: datetime.datetime) -> 
     return None
 
 
-def _from_secret(secret: client.V1Secret) -> Bundle | None:
-    data = secret.data or {}
+def _from_secret(secret: SecretView) -> Bundle | None:
     try:
-        return Bundle(*(base64.b64decode(data[key]) for key in (CA_CERT_KEY, CA_KEY_KEY, CERT_KEY, KEY_KEY)))
+        return Bundle(*(base64.b64decode(secret.data[key]) for key in (CA_CERT_KEY, CA_KEY_KEY, CERT_KEY, KEY_KEY)))
     except (KeyError, ValueError):
         return None
 
@@ -128,7 +130,7 @@ class SharedCertificate:
     def __init__(
         self, api_client: client.ApiClient, namespace: str, name: str, *, policies: Policies = DEFAULTS
     ) -> None:
-        self._core = client.CoreV1Api(api_client)
+        self._api = LeanApi(api_client)
         self._policies = policies
         """The timing table: a lost race (409) re-reads the winner's Secret and tries again on its
         ``write_retries`` — a loop in place: this runs in the webhook's threads, outside any reconcile."""
@@ -158,36 +160,42 @@ class SharedCertificate:
                 return bundle
         raise RuntimeError(f"the webhook's Secret {self.namespace}/{self.name} kept changing under it")
 
-    def _read(self) -> client.V1Secret | None:
+    @property
+    def _path(self) -> str:
+        return object_path("/api/v1", "secrets", self.namespace, self.name)
+
+    def _read(self) -> SecretView | None:
         try:
-            return self._core.read_namespaced_secret(self.name, self.namespace, _request_timeout=API_TIMEOUT)
+            return SecretView.of(mapping_of(self._api.request("GET", self._path, timeout=API_TIMEOUT)))
         except ApiException as exc:
             if exc.status == 404:
                 return None
             raise
 
-    def _manifest(self, bundle: Bundle, resource_version: str | None = None) -> client.V1Secret:
-        meta = client.V1ObjectMeta(
-            name=self.name,
-            namespace=self.namespace,
-            labels={"app.kubernetes.io/part-of": "opbroker", "app.kubernetes.io/component": "webhook"},
-            resource_version=resource_version,
-        )
-        return client.V1Secret(metadata=meta, type="kubernetes.io/tls", data=_secret_data(bundle))
+    def _manifest(self, bundle: Bundle, resource_version: str | None = None) -> JsonBody:
+        meta: JsonBody = {
+            "name": self.name,
+            "namespace": self.namespace,
+            "labels": {"app.kubernetes.io/part-of": "opbroker", "app.kubernetes.io/component": "webhook"},
+        }
+        if resource_version is not None:
+            meta["resourceVersion"] = resource_version
+        return {"metadata": meta, "type": "kubernetes.io/tls", "data": _secret_data(bundle)}
 
     def _create(self, bundle: Bundle) -> bool:
+        path = object_path("/api/v1", "secrets", self.namespace)
         try:
-            self._core.create_namespaced_secret(self.namespace, self._manifest(bundle), _request_timeout=API_TIMEOUT)
+            self._api.request("POST", path, body=self._manifest(bundle), timeout=API_TIMEOUT)
         except ApiException as exc:
             if exc.status == 409:
                 return False
             raise
         return True
 
-    def _replace(self, secret: client.V1Secret, bundle: Bundle) -> bool:
-        body = self._manifest(bundle, secret.metadata.resource_version if secret.metadata else None)
+    def _replace(self, secret: SecretView, bundle: Bundle) -> bool:
+        body = self._manifest(bundle, secret.meta.resource_version)
         try:
-            self._core.replace_namespaced_secret(self.name, self.namespace, body, _request_timeout=API_TIMEOUT)
+            self._api.request("PUT", self._path, body=body, timeout=API_TIMEOUT)
         except ApiException as exc:
             if exc.status == 409:
                 return False

@@ -43,7 +43,7 @@ def test_namespaces_version_nodes_pods(api_client: client.ApiClient, namespace: 
     assert kube.create_namespace(namespace) is False  # exists already
     assert kube.server_version(timeout=5.0).startswith("v1.")
     assert isinstance(kube.list_nodes(timeout=5.0), list)
-    assert all(p.metadata.namespace for p in kube.list_pods(field_selector="status.phase!=Failed", timeout=5.0))
+    assert all(p.meta.namespace for p in kube.list_pods(field_selector="status.phase!=Failed", timeout=5.0))
 
 
 _names = itertools.count()

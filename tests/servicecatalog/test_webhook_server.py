@@ -20,6 +20,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -260,37 +261,31 @@ def test_the_shared_certificate_is_renewed_from_the_same_ca_when_due() -> None:
 
 
 class _SecretsSeen:
-    """A CoreV1Api stand-in that keeps the webhook's Secret as the API server would (its writes, as sent)."""
+    """A ``LeanApi`` stand-in that keeps the webhook's Secret as the API server would (its writes, as sent)."""
 
     def __init__(self) -> None:
-        self.sent: list[dict[str, object]] = []
-        self.stored: client.V1Secret | None = None
+        self.sent: list[dict[str, Any]] = []
+        self.stored: dict[str, Any] | None = None
+        self.requests: list[tuple[str, str]] = []
 
-    def read_namespaced_secret(self, name: str, namespace: str, **_: object) -> client.V1Secret:
-        if self.stored is None:
-            raise ApiException(status=404)
+    def request(self, method: str, path: str, *, body: Any = None, timeout: object = None) -> Any:
+        assert timeout == webhookcerts.API_TIMEOUT
+        self.requests.append((method, path))
+        if method == "GET":
+            if self.stored is None:
+                raise ApiException(status=404)
+            return self.stored
+        self.sent.append(body)
+        meta = body["metadata"]
+        stored_meta = {"name": meta["name"], "namespace": meta["namespace"], "resourceVersion": "7"}
+        self.stored = {"metadata": stored_meta, "data": body["data"]}
         return self.stored
-
-    def _keep(self, body: object) -> None:
-        wire = client.ApiClient().sanitize_for_serialization(body)
-        self.sent.append(wire)
-        meta = wire["metadata"]
-        self.stored = client.V1Secret(
-            metadata=client.V1ObjectMeta(name=meta["name"], namespace=meta["namespace"], resource_version="7"),
-            data=wire["data"],
-        )
-
-    def create_namespaced_secret(self, namespace: str, body: object, **_: object) -> None:
-        self._keep(body)
-
-    def replace_namespaced_secret(self, name: str, namespace: str, body: object, **_: object) -> None:
-        self._keep(body)
 
 
 def test_the_shared_certificate_is_stored_in_a_tls_secret_and_replaced_at_the_version_read() -> None:
     store = webhookcerts.SharedCertificate(client.ApiClient(), "opbroker-system", "webhook-tls")
     seen = _SecretsSeen()
-    store._core = seen  # the client's API object, stood in for
+    store._api = seen  # type: ignore[assignment]  # the transport, stood in for
     first = store.ensure(["svc.ns.svc"])
     labels = {"app.kubernetes.io/part-of": "opbroker", "app.kubernetes.io/component": "webhook"}
     assert seen.sent[0]["metadata"] == {"name": "webhook-tls", "namespace": "opbroker-system", "labels": labels}
@@ -304,3 +299,6 @@ def test_the_shared_certificate_is_stored_in_a_tls_secret_and_replaced_at_the_ve
         "labels": labels,
         "resourceVersion": "7",
     }
+    secret = "/api/v1/namespaces/opbroker-system/secrets/webhook-tls"
+    assert seen.requests[:2] == [("GET", secret), ("POST", "/api/v1/namespaces/opbroker-system/secrets")]
+    assert seen.requests[-1] == ("PUT", secret)

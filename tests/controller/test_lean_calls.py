@@ -1,0 +1,370 @@
+"""The controller's calls that went through the generated API classes, now plain JSON requests on the project's
+transport (issue 45): each sends the request the generated client sent (method, path, query, body), with its
+deadline, and reads the answer through a typed view; errors come back as the official exceptions.
+
+Against a small HTTP server standing in for the API server (no cluster): it records each request and answers
+from the test's table; the Lease is kept as the API server keeps it (versions, conflicts, 404).
+"""
+
+from __future__ import annotations
+
+import datetime
+import http.server
+import json
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from kubernetes.leaderelection import electionconfig
+from kubernetes.leaderelection.leaderelectionrecord import LeaderElectionRecord
+
+from opbroker.controller.access import Access, api_reviewer
+from opbroker.controller.core.views import NodeView, PodView
+from opbroker.controller.kube import Kube
+from opbroker.controller.multicluster.sisters import SisterKube
+from opbroker.controller.runtime import apiready, leadership, leaselock
+from opbroker.controller.servicecatalog import webhook
+from opbroker.kubeclient import deadlines
+from opbroker.kubeclient.lean import LeanApi
+from opbroker.kubeclient.transport import Unreachable
+
+
+@dataclass(frozen=True)
+class Seen:
+    method: str
+    path: str
+    query: dict[str, str]
+    body: Any
+    content_type: str | None
+
+
+Route = Callable[[Seen], tuple[int, Any]]
+
+
+@dataclass
+class FakeApi:
+    """What the stand-in answers: ``routes[(method, path)]`` (a status and a JSON body, or a function of the
+    request), 404 for anything else; ``seen``: every request, in order."""
+
+    routes: dict[tuple[str, str], tuple[int, Any] | Route] = field(default_factory=dict)
+    seen: list[Seen] = field(default_factory=list)
+
+    def answer(self, request: Seen) -> tuple[int, Any]:
+        self.seen.append(request)
+        route = self.routes.get((request.method, request.path))
+        if route is None:
+            return 404, {"kind": "Status", "code": 404, "reason": "NotFound", "message": "not found"}
+        return route(request) if callable(route) else route
+
+
+@pytest.fixture
+def fake() -> Iterator[tuple[FakeApi, client.ApiClient]]:
+    api = FakeApi()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _serve(self) -> None:
+            sent = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            url = urlsplit(self.path)
+            request = Seen(
+                self.command,
+                url.path,
+                dict(parse_qsl(url.query)),
+                json.loads(sent) if sent else None,
+                self.headers.get("Content-Type"),
+            )
+            status, body = api.answer(request)
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    configuration = client.Configuration(host=f"http://127.0.0.1:{httpd.server_address[1]}")
+    try:
+        yield api, deadlines.bounded(configuration)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+# -- the door's cluster calls ----------------------------------------------------------------------------------
+
+
+def test_a_namespace_is_created_with_the_body_the_generated_client_sent_and_an_existing_one_is_false(
+    fake: tuple[FakeApi, client.ApiClient],
+) -> None:
+    api, api_client = fake
+    api.routes[("POST", "/api/v1/namespaces")] = (201, {"metadata": {"name": "team-a"}})
+    kube = Kube(api_client)
+    assert kube.create_namespace("team-a") is True
+    assert api.seen[-1].body == {"metadata": {"name": "team-a"}}
+    api.routes[("POST", "/api/v1/namespaces")] = (409, {"kind": "Status", "code": 409, "reason": "AlreadyExists"})
+    assert kube.create_namespace("team-a") is False
+    api.routes[("POST", "/api/v1/namespaces")] = (403, {"kind": "Status", "code": 403, "reason": "Forbidden"})
+    with pytest.raises(ApiException) as refused:
+        kube.create_namespace("team-a")
+    assert refused.value.status == 403
+
+
+def test_version_nodes_and_pods_are_read_through_views(fake: tuple[FakeApi, client.ApiClient]) -> None:
+    api, api_client = fake
+    api.routes[("GET", "/version")] = (200, {"gitVersion": "v1.31.2", "major": "1"})
+    nodes = [
+        {"metadata": {"name": "a"}, "status": {"capacity": {"cpu": "4", "memory": "8Gi"}, "allocatable": {"cpu": 3}}},
+        {"metadata": {"name": "b"}, "status": {"capacity": "not a map"}},
+        {"metadata": {"name": "c"}, "status": {"capacity": {"cpu": "2"}, "allocatable": {"cpu": "1500m"}}},
+    ]
+    api.routes[("GET", "/api/v1/nodes")] = (200, {"items": nodes})
+    containers = [{"resources": {"requests": {"cpu": "250m"}}}, {"name": "no-requests"}, "not a container"]
+    pods = [
+        {"metadata": {"name": "p", "namespace": "ns"}, "spec": {"containers": containers}},
+        {"metadata": {"name": "q", "namespace": "ns"}, "spec": {"containers": [{"resources": {"requests": 7}}]}},
+    ]
+    api.routes[("GET", "/api/v1/pods")] = (200, {"items": pods})
+    kube = SisterKube(api_client)
+    assert kube.server_version(timeout=2.0) == "v1.31.2"
+    listed = kube.list_nodes(timeout=2.0)
+    assert [n.meta.name for n in listed] == ["a", "b", "c"] and all(isinstance(n, NodeView) for n in listed)
+    assert listed[1].capacity == {} and listed[1].allocatable == {}
+    running = kube.list_pods(field_selector="status.phase!=Failed", timeout=2.0)
+    assert all(isinstance(p, PodView) for p in running) and running[0].meta.namespace == "ns"
+    assert running[0].requests == ({"cpu": "250m"}, {}) and running[1].requests == ({},)
+    assert api.seen[-1].query == {"fieldSelector": "status.phase!=Failed"}
+
+    capacity = kube.capacity()
+    assert capacity is not None
+    total, allocatable, requests = capacity
+    assert (total["cpu"], allocatable["cpu"], requests["cpu"]) == (Decimal(6), Decimal("4.5"), Decimal("0.25"))
+    assert total["memory"] == Decimal(8 * 2**30) and set(allocatable) == {"cpu"}
+
+
+def test_no_nodes_is_no_capacity_and_pods_not_readable_count_nothing(fake: tuple[FakeApi, client.ApiClient]) -> None:
+    api, api_client = fake
+    api.routes[("GET", "/api/v1/nodes")] = (200, {"items": []})
+    assert SisterKube(api_client).capacity() is None
+    api.routes[("GET", "/api/v1/nodes")] = (200, {"items": [{"status": {"capacity": {"cpu": "1"}}}]})
+    api.routes[("GET", "/api/v1/pods")] = (403, {"kind": "Status", "code": 403})
+    assert SisterKube(api_client).capacity() == ({"cpu": 1}, {}, {})
+
+
+LEASE = "/apis/coordination.k8s.io/v1/namespaces/ns/leases/lead"
+
+
+def test_a_lease_is_released_by_its_holder_only_and_at_the_version_read(fake: tuple[FakeApi, client.ApiClient]) -> None:
+    api, api_client = fake
+    held = {
+        "metadata": {"name": "lead", "resourceVersion": "5"},
+        "spec": {"holderIdentity": "me", "leaseDurationSeconds": 15},
+    }
+    api.routes[("GET", LEASE)] = (200, held)
+    api.routes[("PUT", LEASE)] = (200, held)
+    kube = Kube(api_client)
+    assert kube.release_lease("ns", "lead", "someone-else") is False
+    assert [s.method for s in api.seen] == ["GET"]
+    assert kube.release_lease("ns", "lead", "me") is True
+    written = api.seen[-1]
+    assert written.method == "PUT" and written.body == {
+        "metadata": {"name": "lead", "resourceVersion": "5"},
+        "spec": {"leaseDurationSeconds": 15},
+    }
+    api.routes[("PUT", LEASE)] = (409, {"kind": "Status", "code": 409})
+    with pytest.raises(ApiException):
+        kube.release_lease("ns", "lead", "me")
+
+
+# -- access reviews, the wait for the API, the webhook's configuration ------------------------------------------
+
+
+def test_a_subject_access_review_sends_the_generated_clients_body_and_reads_allowed(
+    fake: tuple[FakeApi, client.ApiClient],
+) -> None:
+    api, api_client = fake
+    path = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+    api.routes[("POST", path)] = (201, {"status": {"allowed": True}})
+    ask = api_reviewer(LeanApi(api_client))
+    user = "system:serviceaccount:team-a:plans"
+    assert ask(Access(user, "get", "", "secrets", "team-a")) is True
+    assert api.seen[-1].body == {
+        "spec": {
+            "user": user,
+            "groups": ["system:serviceaccounts", "system:serviceaccounts:team-a", "system:authenticated"],
+            "resourceAttributes": {"verb": "get", "group": "", "resource": "secrets", "namespace": "team-a"},
+        }
+    }
+    api.routes[("POST", path)] = (201, {"status": {"allowed": "yes"}})  # not a boolean: not allowed
+    assert ask(Access(user, "list", "apps", "deployments", None)) is False
+    assert "namespace" not in api.seen[-1].body["spec"]["resourceAttributes"]
+
+
+def test_the_wait_for_the_api_names_a_forbidden_list_and_a_missing_resource(
+    fake: tuple[FakeApi, client.ApiClient],
+) -> None:
+    api, api_client = fake
+    resources = [{"name": "things", "kind": "Thing", "verbs": ["list", "watch"]}]
+    api.routes[("GET", "/apis/g.io/v1")] = (200, {"resources": resources})
+    api.routes[("GET", "/apis/g.io/v1/things")] = (403, {"kind": "Status", "code": 403, "message": "no"})
+    wanted = [apiready.Wanted("g.io", "v1", "things"), apiready.Wanted("g.io", "v1", "others")]
+    assert apiready.missing(api_client, wanted) == [
+        "others.g.io/v1 (not in discovery)",
+        "things.g.io/v1 (forbidden: the controller's RBAC lacks list on it)",
+    ]
+    assert api.seen[-1].query == {"limit": "1"}
+    api.routes[("GET", "/apis/g.io/v1/things")] = (500, {"kind": "Status", "code": 500, "message": "etcd is down"})
+    assert apiready.missing(api_client, wanted[:1]) == ["things.g.io/v1 (list HTTP 500: etcd is down)"]
+    api.routes[("GET", "/apis/g.io/v1/things")] = (200, {"items": []})
+    assert apiready.missing(api_client, wanted[:1]) == []
+    assert apiready.missing(api_client, [apiready.Wanted("h.io", "v1", "x")]) == [
+        "x.h.io/v1 (discovery HTTP 404: not found)"
+    ]
+
+
+def test_the_wait_for_the_api_reports_a_server_that_does_not_answer() -> None:
+    closed = deadlines.bounded(client.Configuration(host="http://127.0.0.1:9"))
+    closed.configuration.retries = 0
+    (problem,) = apiready.missing(closed, [apiready.Wanted("g.io", "v1", "things")])
+    assert problem.startswith("the API server at http://127.0.0.1:9 does not answer")
+
+
+def test_the_webhook_configuration_is_read_and_applied_as_before(fake: tuple[FakeApi, client.ApiClient]) -> None:
+    api, api_client = fake
+    path = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/hooks"
+    assert webhook.registered_ca(api_client, "hooks") is None
+    hooks = [{"name": "other"}, {"name": webhook.webhooks.WEBHOOK_NAME, "clientConfig": {"caBundle": "Y2E="}}]
+    api.routes[("GET", path)] = (200, {"webhooks": hooks})
+    assert webhook.registered_ca(api_client, "hooks") == b"ca"
+    api.routes[("PATCH", path)] = (200, {})
+    webhook.register_ca(api_client, "hooks", b"new")
+    applied = api.seen[-1]
+    assert applied.method == "PATCH" and applied.content_type == "application/apply-patch+yaml"
+    assert applied.query == {"fieldManager": webhook.FIELD_MANAGER, "force": "true"}
+    assert applied.body["webhooks"][0]["clientConfig"] == {"caBundle": "bmV3"}
+    count = len(api.seen)
+    webhook.register_ca(api_client, "hooks", b"ca")  # carried already: read, nothing written
+    assert [s.method for s in api.seen[count:]] == ["GET"]
+
+
+# -- the leader's Lease --------------------------------------------------------------------------------------
+
+
+@dataclass
+class LeaseStore:
+    """The Lease as the API server keeps it: created once, replaced only at its current version."""
+
+    lease: dict[str, Any] | None = None
+    version: int = 0
+
+    def get(self, _request: Seen) -> tuple[int, Any]:
+        if self.lease is None:
+            return 404, {"kind": "Status", "code": 404, "reason": "NotFound"}
+        return 200, self.lease
+
+    def create(self, request: Seen) -> tuple[int, Any]:
+        if self.lease is not None:
+            return 409, {"kind": "Status", "code": 409, "reason": "AlreadyExists"}
+        return 201, self._keep(request.body)
+
+    def replace(self, request: Seen) -> tuple[int, Any]:
+        if self.lease is None or request.body["metadata"].get("resourceVersion") != str(self.version):
+            return 409, {"kind": "Status", "code": 409, "reason": "Conflict"}
+        return 200, self._keep(request.body)
+
+    def _keep(self, body: dict[str, Any]) -> dict[str, Any]:
+        self.version += 1
+        self.lease = {**body, "metadata": {**body["metadata"], "resourceVersion": str(self.version)}}
+        return self.lease
+
+
+def election(api_client: client.ApiClient, identity: str) -> leadership.GuardedElection:
+    lock = leaselock.LeaseLock(LeanApi(api_client), "lead", "ns", identity)
+    config = electionconfig.Config(lock, 15, 10, 2, lambda: None, lambda: None)
+    return leadership.GuardedElection(config)
+
+
+def test_the_election_creates_renews_and_respects_the_lease_through_the_lean_lock(
+    fake: tuple[FakeApi, client.ApiClient],
+) -> None:
+    api, api_client = fake
+    store = LeaseStore()
+    api.routes[("GET", LEASE)] = store.get
+    api.routes[("POST", "/apis/coordination.k8s.io/v1/namespaces/ns/leases")] = store.create
+    api.routes[("PUT", LEASE)] = store.replace
+    first, second = election(api_client, "first"), election(api_client, "second")
+
+    assert first.try_acquire_or_renew() is True  # 404, then created
+    assert store.lease is not None and store.lease["metadata"] == {"name": "lead", "resourceVersion": "1"}
+    spec = store.lease["spec"]
+    assert spec["holderIdentity"] == "first" and spec["leaseDurationSeconds"] == 15
+    assert spec["renewTime"].endswith("Z") and len(spec["renewTime"]) == len("2026-01-01T00:00:00.000000Z")
+    assert second.try_acquire_or_renew() is False  # held and not expired: nothing written
+    assert [s.method for s in api.seen] == ["GET", "POST", "GET"]
+
+    acquired = spec["acquireTime"]
+    assert first.try_acquire_or_renew() is True  # renewed at the version read, acquireTime kept
+    assert api.seen[-1].method == "PUT" and api.seen[-1].body["metadata"]["resourceVersion"] == "1"
+    assert store.lease["spec"]["acquireTime"] == acquired and store.version == 2
+
+    api.routes[("GET", LEASE)] = (500, {"kind": "Status", "code": 500})
+    assert first.try_acquire_or_renew() is False  # an error read is a failed attempt, not a creation
+    assert api.seen[-1].method == "GET"
+
+
+def test_the_lock_writes_over_the_lease_read_and_a_conflict_is_a_failed_update(
+    fake: tuple[FakeApi, client.ApiClient],
+) -> None:
+    api, api_client = fake
+    store = LeaseStore()
+    api.routes[("GET", LEASE)] = store.get
+    api.routes[("PUT", LEASE)] = store.replace
+    store._keep({"metadata": {"name": "lead"}, "spec": {"holderIdentity": "x", "leaseTransitions": 3}})
+    lock = leaselock.LeaseLock(LeanApi(api_client), "lead", "ns", "me")
+    record = LeaderElectionRecord("me", "15", "2026-12-03 10:00:00.250000", "2026-12-03 10:00:01")
+    assert lock.update("lead", "ns", record) is False  # nothing read yet
+    found, held = lock.get("lead", "ns")
+    assert found is True and isinstance(held, LeaderElectionRecord) and held.holder_identity == "x"
+    assert held.lease_duration is None and held.renew_time is None
+    assert lock.update("lead", "ns", record) is True
+    assert store.lease is not None and store.lease["spec"]["leaseTransitions"] == 3  # other fields kept
+    assert lock.update("lead", "ns", record) is False  # the version it holds is no longer current
+
+
+def test_record_times_go_on_the_wire_as_the_utc_instant_and_come_back_local() -> None:
+    local = datetime.datetime(2026, 12, 3, 10, 0, 0, 250000)
+    wire = leaselock.wire_time(str(local))
+    assert wire == local.astimezone().astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    assert leaselock.record_time(wire) == str(local)
+    whole = datetime.datetime(2026, 12, 3, 10, 0, 0)  # str() leaves the microseconds out
+    assert leaselock.wire_time(str(whole)).endswith(".000000Z")
+    with pytest.raises(ValueError, match="Failed to parse"):
+        leaselock.wire_time("yesterday")
+
+
+def test_a_lease_answer_that_is_no_lease_reads_as_an_empty_record() -> None:
+    record = leaselock.record_of({"spec": {"holderIdentity": 7, "leaseDurationSeconds": "15", "renewTime": None}})
+    assert record.__dict__ == LeaderElectionRecord(None, None, None, None).__dict__
+
+
+def test_an_unreachable_api_server_is_raised_from_the_lock_for_the_election_to_count() -> None:
+    closed = deadlines.bounded(client.Configuration(host="http://127.0.0.1:9"))
+    closed.configuration.retries = 0
+    lock = leaselock.LeaseLock(LeanApi(closed), "lead", "ns", "me")
+    with pytest.raises(Unreachable):
+        lock.get("lead", "ns")
+    config = electionconfig.Config(lock, 15, 10, 2, lambda: None, lambda: None)
+    assert leadership.GuardedElection(config).try_acquire_or_renew() is False
