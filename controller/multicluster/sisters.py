@@ -84,6 +84,8 @@ class SisterKube(Kube):
         default plan account (None: the master's own cluster, whose namespaces the platform onboards)."""
 
     def close(self) -> None:
+        """Close the sister's connections: the transport's pool (every lean request) and the official client's."""
+        self.custom.close()
         self.api_client.close()  # type: ignore[no-untyped-call]  # the client's ApiClient.close is unannotated
 
     def probe(self) -> None:
