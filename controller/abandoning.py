@@ -7,7 +7,8 @@ caller's own rights (a kubeconfig's user, never the controller's): per object ab
 (:data:`~opbroker.api.conventions.ANNOTATION_ABANDONED_REASON`), a binding's DELETE when it was not being deleted
 yet, each recorded object deleted, released or orphaned (a 409 re-reads it and decides again), the registry dropped
 as a deprovision drops it, the Warning Event (best effort, as every Event of the controller's), and last opbroker's
-finalizer — guarded by the version read (:mod:`.core.finalizers`), so no other finalizer is lost. Nothing waits for
+finalizer — by its owner's action through the one executor, guarded by the version read (:mod:`.core.finalizers`),
+so no other finalizer is lost. Nothing waits for
 a deletion to finish. The first error stops it with the object's finalizer still on: what was done is reported, and
 running it again goes on from there.
 """
@@ -21,17 +22,20 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from opbroker.api.conventions import ANNOTATION_ABANDONED_BY, ANNOTATION_ABANDONED_REASON, FINALIZER
+from opbroker.api.conventions import ANNOTATION_ABANDONED_BY, ANNOTATION_ABANDONED_REASON
 from opbroker.api.meta import ResourceRef
 from opbroker.controller import registries, singletons
 from opbroker.controller.core import abandon, decisions, finalizers
 from opbroker.controller.core.abandon import Abandoning, AbandonPlan, Fate, ObjectStep
 from opbroker.controller.core.reasons import Reason
-from opbroker.controller.core.views import ApiStatus, BindingView, InstanceView, ObjectView
+from opbroker.controller.core.views import ApiStatus, BindingView, InstanceView, Meta, ObjectView
+from opbroker.controller.executor import Executor, Target
 from opbroker.controller.kube import BINDINGS, INSTANCES, Kind, Kube, KubeError, Refused
+from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.objects import ref_key
+from opbroker.controller.runtime.outcomes import Conflict
 from opbroker.controller.runtime.policies import DEFAULTS
-from opbroker.kubeclient.wire import JsonObject, mapping_of, path_of
+from opbroker.kubeclient.wire import JsonObject
 
 logger = logging.getLogger(__name__)
 
@@ -194,23 +198,35 @@ def _let_go(kube: Kube, step: ObjectStep, *, owner_uid: str) -> ObjectStep:
     raise Stopped(f"{step.named} kept changing while it was let go of")
 
 
+def owners_executor(kube: Kube, kind: Kind) -> Executor:
+    """The executor of the finalizer's owner on ``kind`` (:data:`~.core.finalizers.OWNERS`), for abandoning's last
+    step: the finalizer is removed the one way the controller removes it, in its owner's name — only where the
+    table lets abandon do so."""
+    row = finalizers.OWNERS.on(kind.group, kind.plural)
+    if row is None or not row.abandonable:
+        raise finalizers.NotOwner(f"abandon: no finalizer of opbroker's on {kind.plural} may be abandoned")
+    return Executor(Target(kube, kind, row.owner))
+
+
 def _drop_finalizer(kube: Kube, kind: Kind, target: Abandoning) -> str:
-    """Remove opbroker's finalizer, and only it, guarded by the version read (a 409 reads again: a loop in place
-    on the policy table's ``write_retries``, as :func:`_let_go`'s)."""
-    meta = target.meta
+    """Remove opbroker's finalizer, and only it, guarded by the version read (:func:`owners_executor`). A conflict
+    (:class:`~.runtime.outcomes.Conflict`) reads again, on the policy table's ``write_retries`` as :func:`_let_go`:
+    this runs outside the controller, where no runtime repeats a conflict."""
+    meta, executor = target.meta, owners_executor(kube, kind)
     for _ in DEFAULTS.attempts(DEFAULTS.write_retries):
         body = kube.get_custom(kind, meta.namespace, meta.name, fresh=True)
-        if body is None or path_of(body, "metadata", "uid") != meta.uid:
+        if body is None:
             return "gone meanwhile"
-        patch = finalizers.removing(mapping_of(body["metadata"]), FINALIZER)
-        if patch is None:
-            return "not there any more"
+        step = abandon.finalizer_released(Meta.of(body.get("metadata")), uid=meta.uid)
+        if isinstance(step, str):
+            return step
         try:
-            kube.patch_custom(kind, meta.namespace, meta.name, patch)
+            executor.run(Key(executor.target.key_kind, meta.namespace, meta.name), body, step)
             return "removed"
+        except Conflict:
+            continue
         except ApiException as exc:
-            if exc.status != 409:
-                raise Stopped(f"could not remove opbroker's finalizer from {target.named}: {_said(exc)}") from None
+            raise Stopped(f"could not remove opbroker's finalizer from {target.named}: {_said(exc)}") from None
     raise Stopped(f"{target.named} kept changing: opbroker's finalizer is still on it (run abandon again)")
 
 

@@ -390,6 +390,9 @@ class Controller:
         self._plan_members.link(seen.plan_id, key)
         if self._worth_a_reconcile(key, seen):
             self._enqueue(key)
+        for plan in self.catalog.plan_views(seen.plan_id):
+            if not plan.meta.held and not plan.meta.deleting:
+                self._enqueue(_key_of("plan", plan))  # its reconciler holds it before this instance's first apply
         for binding in self._instance_bindings.of(key):
             self._enqueue(binding)
         metrics.observe_state("instance", key, seen.state or "none")

@@ -6,7 +6,27 @@ observe reads the entry (fresh from the API: the store does not hold catalog ent
 another trusted object declaring its id makes it a duplicate — and, for an entry whose finalizer depends on it,
 counts what uses it; plan is pure (:mod:`opbroker.controller.core.entry_plan`, table-tested); act hands the
 actions to the one :class:`~.executor.Executor` (the finalizer and the status written guarded by the
-resourceVersion the verdict was made on; see :mod:`opbroker.controller.plan_guard`).
+resourceVersion the verdict was made on).
+
+The finalizer keeps an SFPlan while service instances use it, and an SFService while plans or instances use it, as
+Service Fabrik guards the deregistration of both. Deleting a plan under live instances would strand them: their
+updates, bindings and deprovision all render the plan's templates. So:
+
+* these reconcilers are the one owner of that finalizer on their kind (:data:`~.core.finalizers.OWNERS`): an
+  instance never writes its plan's; a new instance brings its plan's key to the queue while the plan is not held
+  (``app.on_instance``), the plan's reconciler counts its users and adds the finalizer, and the instance waits for
+  its first apply until its plan shows it held (``InstanceReconciler``, step ``HOLD_PLAN``; the plan's event brings
+  it back);
+* a plan deleted while in use waits, Ready=False with reason ``PlanInUse``; it is withdrawn meanwhile: the broker
+  leaves it out of ``/v2/catalog`` and refuses new instances of it, the controller fails a never-applied one
+  (``PlanWithdrawn``), existing instances keep working;
+* the finalizer goes when the plan's deletion is reconciled and no instance uses it — reconciled again when an
+  instance of a withdrawn plan is deleted, and every ``in_use_recheck`` while it waits.
+
+An SFService is guarded the same way (issue 29): it carries the finalizer while trusted SFPlans or instances name
+its id (queued by every event of such a plan); deleted meanwhile, it waits, Ready=False with reason
+``ServiceInUse`` and how many plans and instances hold it, and goes with the last. The decisions are pure
+(``decisions.entry_guard``, ``decisions.plan_users``, ``decisions.service_users``).
 """
 
 from __future__ import annotations

@@ -1,12 +1,14 @@
 """The one executor: performs a plan's actions (:mod:`.actions`) through the controller's Kubernetes door.
 
 It decides nothing about the object; it owns how each action is carried out, the same way for every kind
-(a :class:`Target`: the kind's API resource, queue key kind and finalizer):
+(a :class:`Target`: the kind's API resource and queue key kind):
 
 * writes to the reconciled object (status, finalizer) are guarded by the resourceVersion last seen — the one
   read, then the one each of its own writes returned — and a 409 becomes :class:`Conflict` (the runtime drops
   the cached copy and reconciles again on a fresh read, with its rate-limited conflict backoff);
-* finalizer writes go through :mod:`.finalizers` (a guarded patch cannot drop another controller's finalizer);
+* finalizer writes go through :mod:`.finalizers`: the finalizer is the one its table gives the running reconciler
+  on the kind it reconciles — a reconciler that owns none there is refused (:class:`~.finalizers.NotOwner`) — and
+  the patch is guarded (it cannot drop another controller's finalizer);
 * actions of one kind only (an OSB call, a sister-cluster copy, rendered objects applied under the ownership
   rules: :mod:`.osb_effects`) are *effects* the kind hands in, keyed by action type; an effect performs its
   action and decides nothing — where a result must be decided on, it asks the kind's pure core for the
@@ -29,7 +31,6 @@ from typing import Any, TypeVar
 
 from kubernetes.client.exceptions import ApiException
 
-from opbroker.api.conventions import FINALIZER
 from opbroker.controller import singletons
 from opbroker.controller.core import actions as a
 from opbroker.controller.core import finalizers
@@ -82,8 +83,9 @@ class Target:
     """The reconciled object's API resource."""
     key_kind: str
     """Its queue key kind."""
-    finalizer: str = FINALIZER
-    """The finalizer :class:`~.actions.EnsureFinalizer` adds or removes."""
+    owners: finalizers.Owners = finalizers.OWNERS
+    """Which finalizer :class:`~.actions.EnsureFinalizer` adds or removes: the one the table gives ``key_kind`` on
+    ``kind`` (the controller's one table; a kind defined outside the controller, a test's, adds its row)."""
     own_writes: OwnWrites | None = None
     """Where our writes' resourceVersions are noted, so the watch events they cause are not reconciled again."""
     forget: Callable[[Key], None] | None = None
@@ -149,8 +151,8 @@ class Run:
         target = self.target
         match action:
             case a.EnsureFinalizer(present=present):
+                name = target.owners.owned(target.kind.group, target.kind.plural, target.key_kind).finalizer
                 meta = mapping_of(self.body["metadata"])
-                name = target.finalizer
                 change = finalizers.adding(meta, name) if present else finalizers.removing(meta, name)
                 if change is not None:
                     written = self.guarded(lambda: target.kube.patch_custom(target.kind, *self._where(), change))

@@ -1,6 +1,6 @@
 """The effects of the OSB kinds (SFServiceInstance, SFServiceBinding): what their plans do beyond the executor's
 generic actions — rendered objects applied, released and orphaned under the ownership rules, the credentials
-Secret, the plan's finalizer, the per-instance registry, the objects a status template follows, the apply record
+Secret, the per-instance registry, the objects a status template follows, the apply record
 kept in memory.
 
 Each effect performs its action the same way every time and decides nothing: the plan said what, the rules in
@@ -23,7 +23,6 @@ from opbroker.controller.core.views import ObjectView
 from opbroker.controller.executor import Effect, Executor, Run, Target
 from opbroker.controller.kube import Kind, Kube, ref_of
 from opbroker.controller.ownership import NotOwned, apply_owned, orphan, release
-from opbroker.controller.plan_guard import set_plan_finalizer
 from opbroker.controller.reconciling import AppliedMemory, DayTwo, Deps
 from opbroker.controller.runtime import metrics
 from opbroker.controller.runtime.memory import PerKey
@@ -125,7 +124,6 @@ def osb_effects(
         a.DeleteSecret: delete_secret,
         a.Follow: follow,
         a.Unfollow: unfollow,
-        a.HoldPlan: lambda run, action: set_plan_finalizer(deps.kube, dict(action.plan), hold=True),
         a.SaveRegistry: save_registry,
         a.DropRegistry: drop_registry,
         a.Track: lambda run, action: deps.watchers.ensure(deps.index.track(run.key, list(action.refs))),

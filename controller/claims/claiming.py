@@ -181,7 +181,7 @@ def executor(ctx: Context) -> Executor:
         for patch in action.patches:
             door.apply(dict(patch), field_manager=manager)
 
-    target = Target(ctx.kube, CLAIMS, ClaimReconciler.kind, finalizer=names.FINALIZER)
+    target = Target(ctx.kube, CLAIMS, ClaimReconciler.kind)
     return Executor(
         target,
         {

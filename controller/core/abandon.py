@@ -26,6 +26,7 @@ from enum import StrEnum
 from opbroker.api.catalog import DeletionPolicy
 from opbroker.api.conventions import credentials_secret_name
 from opbroker.api.meta import ResourceRef
+from opbroker.controller.core import actions as a
 from opbroker.controller.core import decisions
 from opbroker.controller.core.decisions import Letting
 from opbroker.controller.core.views import BindingView, InstanceView, Meta, ObjectView
@@ -281,3 +282,15 @@ def event_message(target: Abandoning, *, reason: str, by: str | None) -> str:
         f"abandoned by {who}: {reason} — opbroker's finalizer removed without waiting for the teardown; recorded "
         f"objects: {', '.join(counts)}"
     )
+
+
+def finalizer_released(meta: Meta, *, uid: str) -> tuple[a.EnsureFinalizer, ...] | str:
+    """The last step, on the object as read again just before: opbroker's finalizer removed — by the owner's own
+    action (:class:`~.actions.EnsureFinalizer`, run by the executor as the owner of the finalizer on the kind,
+    :data:`~.finalizers.OWNERS`) — or why there is nothing to remove (gone meanwhile; a namesake made since is not
+    this object; not there any more)."""
+    if meta.uid != uid:
+        return "gone meanwhile"
+    if not meta.held:
+        return "not there any more"
+    return (a.EnsureFinalizer(present=False),)

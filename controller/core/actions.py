@@ -20,7 +20,10 @@ from opbroker.kubeclient.wire import JsonObject
 
 @dataclass(frozen=True)
 class EnsureFinalizer:
-    """Add (``present``) or remove opbroker's finalizer, guarded by the resourceVersion last seen."""
+    """Add (``present``) or remove the reconciled object's finalizer, guarded by the resourceVersion last seen: the
+    finalizer the table of :mod:`.finalizers` gives the running reconciler on its kind (it owns it alone; the
+    executor refuses the action of a reconciler that owns none there). The one way the controller writes a
+    finalizer."""
 
     present: bool = True
 
@@ -191,13 +194,6 @@ class Unfollow:
 
 
 @dataclass(frozen=True)
-class HoldPlan:
-    """Put the finalizer on the SFPlan an instance is about to use (:mod:`opbroker.controller.plan_guard`)."""
-
-    plan: JsonObject = field(repr=False)
-
-
-@dataclass(frozen=True)
 class SaveRegistry:
     """Persist the object's registry (values generated at render time) where consumers cannot read it (the
     registry namespace: where is the executor's rule, :func:`.registries.place`)."""
@@ -334,7 +330,6 @@ Action = (
     | Log
     | Follow
     | Unfollow
-    | HoldPlan
     | SaveRegistry
     | DropRegistry
     | Track

@@ -9,7 +9,7 @@ shows it too. Nothing else writes these objects' status, so the controller does,
   ``pulumi preview`` and ``opbroker validate`` run); otherwise Ready=False, reason ``PlanInvalid``, with
   every finding in the message;
 * an SFPlan being deleted while service instances use it is not Ready either: reason ``PlanInUse``, with how
-  many (the controller's finalizer keeps it until they are deprovisioned, see ``plan_guard``);
+  many (the controller's finalizer keeps it until they are deprovisioned, see ``catalog_entries``);
 * two trusted SFPlans (or SFServices) declaring one id are both Ready=False, reason ``DuplicateId``, each
   naming the other(s): neither is served until one goes;
 * an SFService or SFPlan outside the trusted namespaces is never in the catalog: Ready=False, reason

@@ -73,7 +73,8 @@ class Step(StrEnum):
     REFRESH = "refresh"
     """A settled binding whose credentials' sources changed: render them again, rewrite them if they moved."""
     HOLD_PLAN = "hold-plan"
-    """Before an instance's first apply: the plan gains the finalizer that keeps it while instances use it."""
+    """Before an instance's first apply: wait until the plan carries the finalizer that keeps it while instances use
+    it (its own reconciler adds it, ``entry_guard``)."""
     REFUSE_WITHDRAWN = "refuse-withdrawn"
     """A new instance of a plan being deleted: fail it (the plan takes no new instances)."""
     REFUSE_CONTEXT_NAMESPACE = "refuse-context-namespace"

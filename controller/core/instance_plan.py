@@ -309,7 +309,7 @@ def steps(facts: InstanceFacts) -> tuple[Step, ...]:
         # (appliedPlanHash, appliedSpec) with the outcome.
         return (Step.AWAIT_OUTCOME,)
     if step == Step.APPLY and not entry.view.meta.held and not entry.view.meta.deleting:
-        return (Step.HOLD_PLAN, Step.APPLY)  # the plan cannot be deleted while this instance uses it
+        return (Step.HOLD_PLAN,)  # applied once the plan is held: it cannot be deleted while this instance uses it
     return (step,)
 
 
@@ -340,7 +340,10 @@ def _expand(step: Step, facts: InstanceFacts) -> Sequence[a.Action]:
         return (_plan_problem(facts),)
     assert entry is not None
     if step == Step.HOLD_PLAN:
-        return (a.HoldPlan(entry.body),)
+        # The plan's finalizer is its own reconciler's (core.finalizers.OWNERS): this instance brought the plan's
+        # key to the queue (app.on_instance); the plan's event when it is held brings this instance back. The
+        # requeue is the safety net under that event.
+        return (a.Requeue(facts.limits.poll_seconds),)
     if step == Step.REFUSE_WITHDRAWN:
         error = f"plan {entry.view.meta.name!r} is being deleted: it takes no new instances"
         return (_answer_failed(facts, Reason.PLAN_WITHDRAWN, error),)

@@ -57,7 +57,7 @@ from opbroker.controller.multicluster.core.scheduling import MASTER, ClusterView
 from opbroker.controller.multicluster.core.views import ReplicaView, SFClusterView
 from opbroker.controller.multicluster.installer import InstallError
 from opbroker.controller.multicluster.quantities import Resources
-from opbroker.controller.multicluster.reasons import CLUSTER_FINALIZER, LABEL_REPLICATED, ConditionType
+from opbroker.controller.multicluster.reasons import LABEL_REPLICATED, ConditionType
 from opbroker.controller.multicluster.sisters import (
     KubeconfigError,
     KubeconfigRefused,
@@ -285,7 +285,7 @@ class ClusterReconciler(ShowsFailuresOnObject, ObservePlanAct[ClusterFacts, Any]
         self.enqueue_master = enqueue_master
         self.suspect = suspect
         self.executor = Executor(
-            Target(deps.kube, CLUSTERS, self.kind, finalizer=CLUSTER_FINALIZER),
+            Target(deps.kube, CLUSTERS, self.kind),
             effects={Replicate: self._replicate, Unregister: self._unregister},
         )
 

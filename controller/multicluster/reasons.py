@@ -8,6 +8,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 from opbroker.api.conventions import DOMAIN
+from opbroker.controller.core import finalizers
 
 #: On every object the master copies into a sister cluster (instances, bindings, SFService, SFPlan).
 LABEL_REPLICATED = f"{DOMAIN}/replicated"
@@ -16,7 +17,7 @@ ANNOTATION_MASTER_UID = f"{DOMAIN}/master-uid"
 #: On a master binding: the cluster its copy was made in (still known once the instance is gone).
 ANNOTATION_CLUSTER = f"{DOMAIN}/cluster"
 #: Held on an SFCluster while instances are placed on it: removal waits until none remain.
-CLUSTER_FINALIZER = f"{DOMAIN}/cluster-protection"
+CLUSTER_FINALIZER = finalizers.CLUSTER_PROTECTION  # its owner: the table of :mod:`opbroker.controller.core.finalizers`
 
 
 class ConditionType(StrEnum):

@@ -67,7 +67,7 @@ from opbroker.controller.servicecatalog.core.binding_plan import (
     unstorable_keys,
 )
 from opbroker.controller.servicecatalog.core.offering import Unresolved
-from opbroker.controller.servicecatalog.core.views import FINALIZER, CatalogObject
+from opbroker.controller.servicecatalog.core.views import CatalogObject
 from opbroker.controller.servicecatalog.resources import BINDINGS, INSTANCES, KINDS, CatalogApi
 from opbroker.controller.showing import ShowsFailuresOnObject
 from opbroker.kubeclient.wire import mapping_of, string_map_of
@@ -117,7 +117,7 @@ class BindingReconciler(ShowsFailuresOnObject, ObservePlanAct[BindingFacts, Any]
         self.paces = effects.Paces(memories)
         self.transport: Any = None
         self.clients = Clients()
-        target = Target(api.kube, KINDS[BINDINGS], self.kind, finalizer=FINALIZER)
+        target = Target(api.kube, KINDS[BINDINGS], self.kind)
         own: dict[type, Effect] = {
             StoreCredentials: self._store,
             ReleaseCredentials: self._release,

@@ -55,7 +55,7 @@ from opbroker.controller.servicecatalog.core.instance_plan import (
     properties,
 )
 from opbroker.controller.servicecatalog.core.offering import Unresolved
-from opbroker.controller.servicecatalog.core.views import FINALIZER, CatalogObject
+from opbroker.controller.servicecatalog.core.views import CatalogObject
 from opbroker.controller.servicecatalog.resources import BINDINGS, INSTANCES, KINDS, CatalogApi
 from opbroker.controller.showing import ShowsFailuresOnObject
 
@@ -95,7 +95,7 @@ class InstanceReconciler(ShowsFailuresOnObject, ObservePlanAct[InstanceFacts, An
         self.resync_seconds = resync_seconds
         self.transport: Any = None
         self.clients = Clients()
-        target = Target(api.kube, KINDS[INSTANCES], self.kind, finalizer=FINALIZER)
+        target = Target(api.kube, KINDS[INSTANCES], self.kind)
         self.executor = Executor(target, effects.effects(self.clients, lambda: self.transport, self.paces, self.looks))
 
     # -- observe / plan / act ------------------------------------------------------------------------------

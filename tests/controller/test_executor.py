@@ -1,4 +1,4 @@
-"""The generic executor: one kind's finalizer, its own effects, and an action no effect performs."""
+"""The generic executor: one kind's finalizer (the table's), its own effects, and an action no effect performs."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from opbroker.api.conventions import FINALIZER
 from opbroker.controller.core import actions as a
 from opbroker.controller.executor import AGAIN, Executor, Run, Target
 from opbroker.controller.kube import INSTANCES
@@ -33,7 +34,7 @@ def created(kube: FakeKube) -> dict[str, Any]:
     return made
 
 
-def test_the_target_names_the_finalizer_and_an_effect_performs_the_kinds_own_action() -> None:
+def test_the_table_names_the_finalizer_and_an_effect_performs_the_kinds_own_action() -> None:
     kube = FakeKube()
     seen: list[tuple[str, str | None]] = []
 
@@ -41,11 +42,11 @@ def test_the_target_names_the_finalizer_and_an_effect_performs_the_kinds_own_act
         seen.append((action.text, run.body["metadata"].get("resourceVersion")))
         run.perform(a.Continue())
 
-    target = Target(kube, INSTANCES, "instance", finalizer="example.org/mine", own_writes=OwnWrites())  # type: ignore[arg-type]
+    target = Target(kube, INSTANCES, "instance", own_writes=OwnWrites())  # type: ignore[arg-type]
     live = created(kube)
     outcome = Executor(target, {Ping: ping}).run(KEY, live, [a.EnsureFinalizer(), Ping("after")])
     stored = kube.custom_object(INSTANCES, NS, "db")
-    assert stored is not None and stored["metadata"]["finalizers"] == ["example.org/mine"]
+    assert stored is not None and stored["metadata"]["finalizers"] == [FINALIZER]
     # the effect saw the object as the finalizer write returned it, and its Continue counted
     assert seen == [("after", stored["metadata"]["resourceVersion"])] and outcome == AGAIN
 

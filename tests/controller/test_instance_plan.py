@@ -32,7 +32,7 @@ from opbroker.api.conventions import (
 from opbroker.api.meta import ResourceRef
 from opbroker.controller.catalog import Catalog, PlanEntry
 from opbroker.controller.core import actions as a
-from opbroker.controller.core import decisions
+from opbroker.controller.core import decisions, finalizers
 from opbroker.controller.core.decisions import Letting
 from opbroker.controller.core.instance_plan import (
     InstanceFacts,
@@ -351,9 +351,9 @@ ROWS: list[tuple[str, InstanceFacts, list[tuple[Any, ...]]]] = [
         [APPLYING, ("SaveRegistry",), ("apply", "db", False, True), ("release", "old"), ("remember",), ("Continue",)],
     ),
     (
-        "apply due, the plan not held yet: held first",
+        "apply due, the plan not held yet: nothing applied, its own reconciler holds it (its event brings us back)",
         facts(body(state="in_queue"), UNHELD, rendering=RENDERED),
-        [("HoldPlan",), APPLYING, ("apply", "db", False, True), ("remember",), ("Continue",)],
+        [("requeue", LIMITS.poll_seconds)],
     ),
     (
         "apply due, the template fails: count, retry",
@@ -932,13 +932,17 @@ def test_an_orphan_is_guarded_by_the_version_it_read() -> None:
     assert refused.value.status == 409
 
 
-def test_executor_holds_the_plan() -> None:
-    run, kube, created = executor()
-    held = kube.create(plan_body(held=False))
-    assert held is not None
-    run.run(KEY, created, [a.HoldPlan(held)])
+def test_the_instance_reconciler_cannot_write_its_plans_finalizer() -> None:
+    """Issue 45: the SFPlan's finalizer is the plan reconciler's alone; an instance's executor has no way to write
+    it (the action writes the reconciled object's, and the table gives the instance reconciler none on SFPlans)."""
+    run, kube, _ = executor()
+    plan = kube.create(plan_body(held=False))
+    assert plan is not None
+    plans = Executor(dataclasses.replace(run.executor.target, kind=PLANS))
+    with pytest.raises(finalizers.NotOwner, match="plan's to write"):
+        plans.run(Key("instance", "opbroker", "plan"), plan, [a.EnsureFinalizer()])
     live = kube.custom_object(PLANS, "opbroker", "plan")
-    assert live is not None and live["metadata"]["finalizers"] == [FINALIZER]
+    assert live is not None and not live["metadata"].get("finalizers")
 
 
 def test_a_reconcile_makes_at_most_max_passes_then_asks_to_be_requeued_at_once() -> None:

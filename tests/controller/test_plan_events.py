@@ -118,3 +118,27 @@ def test_an_instance_whose_pause_annotation_changes_is_reconciled() -> None:
     paused["metadata"]["annotations"] = {ANNOTATION_PAUSED: PAUSED}
     made.on_instance("MODIFIED", paused)
     assert queued == [MEMBER]
+
+
+def test_an_instance_of_a_plan_not_held_yet_brings_the_plan_to_its_reconciler() -> None:
+    """Issue 45: the plan's finalizer is the plan reconciler's alone, so an instance waiting for its first apply
+    cannot hold the plan itself: its event queues the plan (while it is not held), whose reconciler counts the
+    instance and adds the finalizer; the plan's event then brings the instance back (above)."""
+    made, queued = controller()
+    plan = written(plan_body(held=False), "1")
+    made.on_plan("ADDED", plan)
+    instance = {
+        "apiVersion": "osb.servicefabrik.io/v1alpha1",
+        "kind": "SFServiceInstance",
+        "metadata": {"name": "db", "namespace": "tenant", "resourceVersion": "1", "generation": 1},
+        "spec": {"planId": PLAN_ID, "serviceId": "svc", "instanceId": "db"},
+        "status": {"state": "in_queue"},
+    }
+    queued.clear()
+    made.on_instance("ADDED", instance)
+    assert Key.of("plan", plan) in queued and MEMBER in queued
+
+    made.on_plan("MODIFIED", written(plan_body(held=True), "2"))
+    queued.clear()
+    made.on_instance("MODIFIED", written(instance, "2", status={"state": "in progress"}))
+    assert [key.kind for key in queued] == ["instance"]  # held: the plan is left alone

@@ -122,7 +122,7 @@ def plan_body(
     if paused:
         meta["annotations"] = {ANNOTATION_PAUSED: PAUSED}
     if held:
-        meta["finalizers"] = [FINALIZER]  # instances use it (see plan_guard)
+        meta["finalizers"] = [FINALIZER]  # instances use it (see catalog_entries)
     if deleting:
         meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     return {
@@ -202,7 +202,7 @@ INSTANCE_PLANS = [
     ("plan invalid", body(state="in_queue"), INVALID, 0, None, (Step.REPORT_PLAN_PROBLEM,)),
     ("plan missing, in progress", body(state="in progress", observed=1), None, 0, None, (Step.REPORT_PLAN_PROBLEM,)),
     ("plan missing, nothing to do", body(state="succeeded", observed=1), None, 0, None, ()),
-    ("a plan not held yet is held first", body(state="in_queue"), UNHELD, 0, None, (Step.HOLD_PLAN, Step.APPLY)),
+    ("a plan not held yet: wait for its reconciler", body(state="in_queue"), UNHELD, 0, None, (Step.HOLD_PLAN,)),
     ("new instance of a withdrawn plan", body(state="in_queue"), WITHDRAWN, 0, None, (Step.REFUSE_WITHDRAWN,)),
     ("update of a withdrawn plan's instance", APPLIED_UPDATE, WITHDRAWN, 0, None, (Step.APPLY,)),
     ("deprovision of a withdrawn plan's instance", body(deleting=True), WITHDRAWN, 0, None, (Step.TEARDOWN,)),
@@ -869,8 +869,9 @@ def test_plan_entry_verdict_is_written_once(templates: list[dict[str, Any]], rea
 
 
 def test_a_plan_in_use_waits_for_its_instances_then_goes() -> None:
-    """The SFPlan guard end to end on the fake: the first apply holds the plan; deleted under its instance it
-    waits (PlanInUse, a Warning, a recheck), refuses a new instance, and goes once its last instance has."""
+    """The SFPlan guard end to end on the fake: an instance waits for its first apply until the plan's own reconciler
+    holds the plan (issue 45: its one writer); deleted under its instance it waits (PlanInUse, a Warning, a
+    recheck), refuses a new instance, and goes once its last instance has."""
     world = World()
     plans = PlanEntryReconciler(world.kube, RENDERER, world.catalog, policies=EXACT)  # type: ignore[arg-type]
     world.runtime.register(plans)
@@ -886,8 +887,14 @@ def test_a_plan_in_use_waits_for_its_instances_then_goes() -> None:
 
     world.instance(status={"state": "in_queue"})
     world.reconcile()
+    unheld = plan_now()
+    assert unheld is not None and not unheld["metadata"].get("finalizers")  # the instance does not write it
+    assert world.status("instance")["state"] == "in_queue"  # nor applies before the plan is held
+    world.runtime.reconcile_now(Key("plan", "opbroker", "plan"))  # queued by the instance's event (app.on_instance)
     held = plan_now()
     assert held is not None and held["metadata"]["finalizers"] == [FINALIZER]
+    world.reconcile()  # brought back by the plan's event
+    assert world.status("instance")["state"] == "in progress"
 
     world.kube.delete_custom(PLANS, "opbroker", "plan")
     assert plan_now() is not None  # held

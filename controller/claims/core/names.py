@@ -5,10 +5,11 @@ from __future__ import annotations
 import hashlib
 
 from opbroker.api.conventions import DOMAIN
+from opbroker.controller.core import finalizers
 
 CLAIMS_DOMAIN = f"claims.{DOMAIN}"
-#: Finalizer on claims: released (service freed, projection removed) before the claim goes.
-FINALIZER = f"{CLAIMS_DOMAIN}/release"
+#: Finalizer on claims: released (service freed, projection removed) before the claim goes (its owner: the table).
+FINALIZER = finalizers.CLAIM_RELEASE
 #: Label on the objects made for a registered service (health-check Job and Secret).
 LABEL_REGISTERED_SERVICE = f"{CLAIMS_DOMAIN}/registered-service"
 #: Label on binding Secrets: the claim they belong to.

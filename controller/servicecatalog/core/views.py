@@ -14,11 +14,13 @@ from functools import cached_property
 from typing import NamedTuple
 
 from opbroker.api.servicecatalog import DeprovisionStatus, ProvisionStatus, UnbindStatus
+from opbroker.controller.core import finalizers
 from opbroker.controller.core.views import ConditionView, Meta, conditions_of
 from opbroker.kubeclient.wire import JsonBody, JsonObject, int_of, mapping_of, strings_of, text_of
 
-#: The Service Catalog kinds' finalizer (the executor Target's, for Instances and Bindings).
-FINALIZER = "servicecatalog.k8s.io/opbroker"
+#: The Service Catalog kinds' finalizer, on Instances and Bindings (its owners: the table of
+#: :mod:`opbroker.controller.core.finalizers`).
+FINALIZER = finalizers.SERVICE_CATALOG
 
 
 @dataclass(frozen=True)
