@@ -1,8 +1,9 @@
 """File 3 of 4 — observe and act, and the one registration: the example kind on the controller's runtime.
 
 ``observe`` reads the object into facts (None: it is gone); ``plan`` is the pure one of :mod:`.plan`; ``act`` hands
-the actions to the kind-neutral executor. :func:`register` is all a kind adds to a runtime: its reconciler, and the
-watch whose handler turns an event into the key it concerns (the informers run it with every other watch).
+the actions to the kind-neutral executor, with its finalizer's row (:data:`HELD`: its owner, this reconciler).
+:func:`register` is all a kind adds to a runtime: its reconciler, and the watch whose handler turns an event into the
+key it concerns (the informers run it with every other watch).
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
+from opbroker.api.conventions import FINALIZER
+from opbroker.controller.core import finalizers
 from opbroker.controller.executor import Executor, Target
 from opbroker.controller.kube import Kube
 from opbroker.controller.runtime.keys import Key
@@ -20,13 +23,17 @@ from opbroker.controller.watches import Watch
 from tests.controller.example_kind import plan as greeting_plan
 from tests.controller.example_kind.view import GREETINGS, GreetingView
 
+HELD = finalizers.Held(FINALIZER, GREETINGS.group, GREETINGS.plural, "greeting", "it says goodbye first")
+"""Its finalizer's row: this reconciler is its one owner (a kind of the controller's adds its row to
+``finalizers.OWNERS``; one defined outside, as this one, to a copy for its executor)."""
+
 
 class GreetingReconciler(ObservePlanAct[greeting_plan.GreetingFacts, Any]):
     kind: ClassVar[str] = "greeting"
 
     def __init__(self, kube: Kube) -> None:
         self.kube = kube
-        self.executor = Executor(Target(kube, GREETINGS, self.kind))
+        self.executor = Executor(Target(kube, GREETINGS, self.kind, owners=finalizers.OWNERS.adding(HELD)))
 
     def observe(self, key: Key) -> greeting_plan.GreetingFacts | None:
         body = self.kube.get_custom(GREETINGS, key.namespace, key.name)
