@@ -21,6 +21,7 @@ from opbroker.controller.catalog_entries import PlanEntryReconciler, ServiceEntr
 from opbroker.controller.claims.claiming import ClaimReconciler
 from opbroker.controller.claims.kinds import CATALOGS, CLAIMS, REGISTERED_SERVICES
 from opbroker.controller.claims.registered import RegisteredReconciler
+from opbroker.controller.claims.registering import RegistrationReconciler
 from opbroker.controller.core import abandon, finalizers
 from opbroker.controller.core import actions as a
 from opbroker.controller.core.finalizers import OWNERS, Held, NotOwner, Owners
@@ -74,6 +75,12 @@ def test_the_table_covers_exactly_the_writers_and_one_finalizer_per_kind() -> No
         ("the plan reconciler on a service", "plan", SERVICES, "service's"),
         ("a reconciler that writes no finalizer, on its kind", RegisteredReconciler.kind, REGISTERED_SERVICES, "no "),
         ("the claims catalog reconciler", "catalog", CATALOGS, "writes no finalizer"),
+        (
+            "the claims registration reconciler, a second one on SFServiceBindings",
+            RegistrationReconciler.kind,
+            BINDINGS,
+            "binding's",
+        ),
     ],
 )
 def test_the_executor_refuses_a_finalizer_the_running_reconciler_does_not_own(
