@@ -37,6 +37,7 @@ from opbroker.broker.settings import Settings
 from opbroker.kubeclient import answers
 from opbroker.kubeclient.informer import Collection, LeanSource, events_of
 from opbroker.kubeclient.lean import LeanCustomObjects, object_path
+from opbroker.kubeclient.wire import mapping_of, string_map_of
 
 log = logging.getLogger(__name__)
 VERSION = "v1alpha1"
@@ -156,7 +157,7 @@ class Repository:
                 return cached[1]
         try:
             found = answers.json_object(self.custom.request("GET", object_path("/api/v1", "namespaces", None, name)))
-            labels: dict[str, str] | None = dict((found.get("metadata") or {}).get("labels") or {})
+            labels: dict[str, str] | None = dict(string_map_of(mapping_of(found.get("metadata")).get("labels")))
         except ApiException as exc:
             if exc.status != 404:
                 raise
@@ -419,7 +420,7 @@ class Repository:
             if exc.status == 404:
                 raise unavailable from None
             raise
-        encoded = (secret.get("data") or {}).get(conventions.CREDENTIALS_KEY)
+        encoded = string_map_of(secret.get("data")).get(conventions.CREDENTIALS_KEY)
         try:
             response = json.loads(base64.b64decode(encoded or ""))
         except ValueError:

@@ -33,6 +33,7 @@ from opbroker.controller.runtime import event_series
 from opbroker.controller.runtime.store import UNKNOWN, ObjectStore
 from opbroker.controller.served import ServedKinds, ServedResource
 from opbroker.kubeclient import deadlines
+from opbroker.kubeclient.answers import json_object
 from opbroker.kubeclient.informer import Collection, LeanSource, items_of, pages
 from opbroker.kubeclient.lean import (
     JSON,
@@ -237,7 +238,7 @@ class Kube:
     def _discovery(self, path: str) -> object | None:
         """A discovery document (None: the group version is not served), as the controller reads it."""
         try:
-            return _body(self.custom.request("GET", path))
+            return json_object(self.custom.request("GET", path))
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -268,7 +269,7 @@ class Kube:
             raise
         if found is None:
             return None
-        body = _body(found)
+        body = json_object(found)
         self.store.fill((ref.api_version, ref.kind), body)  # held by metadata only: keep the body read
         return body
 
@@ -285,7 +286,7 @@ class Kube:
 
     def _keep(self, answer: object) -> JsonBody:
         """Remember a write's answer (for fed types) and pass it on."""
-        obj = _body(answer)
+        obj = json_object(answer)
         api_version, kind = text_of(obj.get("apiVersion")), text_of(obj.get("kind"))
         if api_version and kind:
             self.store.put((api_version, kind), obj)
@@ -403,7 +404,7 @@ class Kube:
             listed = self.custom.list_namespaced_custom_object(
                 kind.group, kind.version, namespace, kind.plural, label_selector=label_selector
             )
-        return _items(_body(listed))
+        return _items(json_object(listed))
 
     def list_custom_page(
         self,
@@ -428,7 +429,7 @@ class Kube:
             listed = self.custom.list_namespaced_custom_object(
                 kind.group, kind.version, namespace, kind.plural, **arguments
             )
-        answer = _body(listed)
+        answer = json_object(listed)
         meta = mapping_of(answer.get("metadata"))
         return _items(answer), text_of(meta.get("continue")), text_of(meta.get("resourceVersion"))
 
@@ -456,7 +457,7 @@ class Kube:
             )
         else:
             created = self.custom.create_cluster_custom_object(kind.group, kind.version, kind.plural, body)
-        written = _body(created)
+        written = json_object(created)
         self._keep_custom(kind, namespace, _string(meta, "name"), written)
         return written
 
@@ -557,7 +558,7 @@ class Kube:
         accept = METADATA_LIST if metadata_only else JSON
         while True:
             query = (("labelSelector", label_selector), ("limit", limit), ("continue", token))
-            page = _body(self.custom.request("GET", path, query=query, accept=accept))
+            page = json_object(self.custom.request("GET", path, query=query, accept=accept))
             found.extend(_items(page))
             token = text_of(path_of(page, "metadata", "continue"))
             if not token:
@@ -594,20 +595,20 @@ class Kube:
 
     def list_nodes(self, *, timeout: float) -> list[NodeView]:
         """Every Node (what the capacity reads of it: its capacity and allocatable)."""
-        listed = _body(self.custom.request("GET", "/api/v1/nodes", timeout=timeout))
+        listed = json_object(self.custom.request("GET", "/api/v1/nodes", timeout=timeout))
         return [NodeView.of(node) for node in _items(listed)]
 
     def list_pods(self, *, field_selector: str, timeout: float) -> list[PodView]:
         """The Pods of every namespace matching ``field_selector`` (what the capacity reads of them)."""
         query = (("fieldSelector", field_selector),)
-        listed = _body(self.custom.request("GET", "/api/v1/pods", query=query, timeout=timeout))
+        listed = json_object(self.custom.request("GET", "/api/v1/pods", query=query, timeout=timeout))
         return [PodView.of(pod) for pod in _items(listed)]
 
     def release_lease(self, namespace: str, name: str, identity: str, *, timeout: float = 2.0) -> bool:
         """Empty the Lease's holder if ``identity`` still holds it; False when someone else does. Conditional on
         the version read (a replace carries it), so a lease taken meanwhile is left alone (409 raises)."""
         path = object_path("/apis/coordination.k8s.io/v1", "leases", namespace, name)
-        lease = _body(self.custom.request("GET", path, timeout=timeout))
+        lease = json_object(self.custom.request("GET", path, timeout=timeout))
         spec = lease.get("spec")
         if not isinstance(spec, dict) or spec.get("holderIdentity") != identity:
             return False
@@ -668,7 +669,7 @@ class Kube:
     def list_objects(self, api_version: str, kind: str, namespace: str) -> list[JsonBody]:
         """Every object of a namespaced kind in ``namespace``, as plain dicts (managedFields included)."""
         resource = self._resource(api_version, kind)
-        listed = _body(self.custom.request("GET", _path_of(api_version, resource, namespace)))
+        listed = json_object(self.custom.request("GET", _path_of(api_version, resource, namespace)))
         items = _items(listed)
         for item in items:  # list items carry no type meta; callers apply them back
             item.setdefault("apiVersion", api_version)
@@ -695,16 +696,9 @@ def _unless(status: int, call: Callable[[], _T]) -> _T | None:
         raise
 
 
-def _body(answer: object) -> JsonBody:
-    """An answer of the API (or a copy the store held) as the JSON object it is."""
-    if not isinstance(answer, dict):
-        raise TypeError(f"the Kubernetes API answered a {type(answer).__name__}, not a JSON object")
-    return answer
-
-
 def _optional_body(answer: object) -> JsonBody | None:
-    """:func:`_body`, None passed on (the object does not exist)."""
-    return None if answer is None else _body(answer)
+    """:func:`~opbroker.kubeclient.answers.json_object`, None passed on (the object does not exist)."""
+    return None if answer is None else json_object(answer)
 
 
 def _items(page: JsonObject) -> list[JsonBody]:

@@ -6,10 +6,10 @@ read them through this. (A watch's events are read with :func:`opbroker.kubeclie
 
 from __future__ import annotations
 
-from typing import Any
+from opbroker.kubeclient.wire import JsonBody
 
 
-def json_object(answer: object) -> dict[str, Any]:
+def json_object(answer: object) -> JsonBody:
     """A custom-object API answer as the JSON object it is."""
     if not isinstance(answer, dict):
         raise TypeError(f"the Kubernetes API answered a {type(answer).__name__}, not a JSON object")

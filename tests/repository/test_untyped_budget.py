@@ -46,7 +46,7 @@ BUDGET = {
     "controller/servicecatalog": 0,
     "devcluster": 22,
     "gorender": 0,
-    "kubeclient": 3,
+    "kubeclient": 2,
     "osbclient": 52,
     "provider": 66,
     "rendering": 98,
