@@ -34,7 +34,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.bindings import bind_all
-from bench.common import REVIEW_RESOURCES, Bench, bench_stack, component_of, is_write, pid_usage
+from bench.common import REVIEW_RESOURCES, Bench, bench_stack, component_of, context_switches, is_write, pid_usage
 from bench.provisioning import provision_all
 from opbroker.devcluster.controlplane import free_ports
 from opbroker.devcluster.processes import Process
@@ -166,6 +166,8 @@ def run_alternating(
             "order": order,
             "runs": {
                 "cpu_seconds_to_idle": [run["cpu_seconds_to_idle"] for run in runs[name]],
+                "system_seconds_to_idle": [run["system_seconds_to_idle"] for run in runs[name]],
+                "context_switches_to_idle": [run["context_switches_to_idle"] for run in runs[name]],
                 "idle_seconds": [run["idle_seconds"] for run in runs[name]],
                 "ready_seconds": [run["ready_seconds"] for run in runs[name]],
                 "gets": [run["reads"]["get"] for run in runs[name]],
@@ -236,6 +238,8 @@ def wait_idle(process: Process, port: int, *, expected: int, quiet: float, timeo
     ready_at: float | None = None
     last: tuple[Any, ...] | None = None
     changed_at, cpu_at_change = started, 0.0
+    usage_at_change: dict[str, float] = {}
+    switches_at_change = 0
     metrics: dict[str, float] = {}
     with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=5) as http:
         while True:
@@ -249,7 +253,8 @@ def wait_idle(process: Process, port: int, *, expected: int, quiet: float, timeo
             scraped = scrape(http)
             if scraped is not None:
                 metrics = scraped
-                cpu = pid_usage(pid)["cpu_seconds"]
+                usage = pid_usage(pid)
+                cpu = usage["cpu_seconds"]
                 state = (
                     metrics.get("opbroker_reconcile_seconds_count", 0.0),
                     metrics.get("opbroker_objects"),
@@ -260,6 +265,7 @@ def wait_idle(process: Process, port: int, *, expected: int, quiet: float, timeo
                 )
                 if state != last:
                     last, changed_at, cpu_at_change = state, now, cpu
+                    usage_at_change, switches_at_change = usage, context_switches(pid)
                 _, seen, depth, in_flight = state
                 settled = (seen is None or seen >= expected) and not depth and not in_flight
                 if ready_at is not None and settled and now - changed_at >= quiet:
@@ -271,6 +277,9 @@ def wait_idle(process: Process, port: int, *, expected: int, quiet: float, timeo
         "ready_seconds": round(ready_at - started, 2),
         "idle_seconds": round(idle_at - started, 2),
         "cpu_seconds_to_idle": round(cpu_at_change, 2),
+        "user_seconds_to_idle": usage_at_change.get("user_seconds"),
+        "system_seconds_to_idle": usage_at_change.get("system_seconds"),
+        "context_switches_to_idle": switches_at_change,
         "reconciles": int(metrics.get("opbroker_reconcile_seconds_count", 0)),
         "objects_seen": None if metrics.get("opbroker_objects") is None else int(metrics["opbroker_objects"]),
         "queue_gauges": "opbroker_workqueue_depth" in metrics,
