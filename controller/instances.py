@@ -31,7 +31,6 @@ from opbroker.api import DeletionPolicy, DriftPolicy, TemplateAction
 from opbroker.api.meta import ResourceRef
 from opbroker.controller import identities, ownership, registries, teardown
 from opbroker.controller.catalog import PlanEntry
-from opbroker.controller.core import actions as a
 from opbroker.controller.core import decisions, drift
 from opbroker.controller.core.decisions import Step
 from opbroker.controller.core.instance_plan import (
@@ -39,10 +38,12 @@ from opbroker.controller.core.instance_plan import (
     InstanceFacts,
     Limits,
     Observed,
+    OsbAction,
     Piece,
     Rendering,
     Report,
     Teardown,
+    placed,
     plan,
     provisioned_by,
     refused,
@@ -110,7 +111,7 @@ def limits_of(settings: ControllerSettings) -> Limits:
     )
 
 
-class InstanceReconciler(PassingReconciler[InstanceFacts]):
+class InstanceReconciler(PassingReconciler[InstanceFacts, OsbAction]):
     kind: ClassVar[str] = "instance"
 
     def __init__(self, deps: Deps, memories: Memories) -> None:
@@ -120,16 +121,20 @@ class InstanceReconciler(PassingReconciler[InstanceFacts]):
         """Day two: what each settled instance's checks read, wrote and corrected (``DayTwo``)."""
         self.executor = osb_executor(deps, INSTANCES, self.kind, self.applied, day_two=self.day_two)
 
-    def placed(self, facts: InstanceFacts) -> Outcome | None:
-        return self.deps.placement.instance(dict(facts.instance.wire))  # multi-cluster: placed elsewhere
-
     steps = staticmethod(steps)
 
     @staticmethod
-    def plan(facts: InstanceFacts) -> Sequence[a.Action]:
+    def plan(facts: InstanceFacts) -> Sequence[OsbAction]:
         return plan(facts)
 
-    def act(self, facts: InstanceFacts, actions: Sequence[a.Action]) -> Outcome:
+    @staticmethod
+    def placed(facts: InstanceFacts) -> bool:
+        return placed(facts) is not None
+
+    def act(self, facts: InstanceFacts, actions: Sequence[OsbAction]) -> Outcome:
+        if facts.placement is not None and placed(facts) is not None:  # multi-cluster: placement's actions
+            with self.deps.placement.performing(facts.placement):
+                return self.executor.run(facts.key, facts.instance.wire, actions)
         self.deps.budgets.note(facts.key, actions)
         return self.executor.run(facts.key, facts.instance.wire, actions, lambda refusal: refused(facts, refusal))
 
@@ -139,18 +144,20 @@ class InstanceReconciler(PassingReconciler[InstanceFacts]):
     # -- observing -----------------------------------------------------------------------------------
 
     def read(self, key: Key) -> InstanceFacts | None:
-        """The facts every pass starts from: the instance, its plan, its bindings' count, the apply pending."""
+        """The facts every pass starts from: the instance, where it is placed (multi-cluster), its plan, its bindings'
+        count (unless placement decides: it counts them its own way), the apply pending."""
         body = self.deps.kube.get_custom(INSTANCES, key.namespace, key.name)
         if body is None:
             return None
         view = InstanceView.of(body)
+        placement = self.deps.placement.instance(view)
         entry = self.deps.catalog.plan(view.plan_id)
         settings = self.deps.settings
-        return InstanceFacts(
+        facts = InstanceFacts(
             key,
             view,
             entry,
-            self._live_bindings(view) if view.meta.deleting else 0,
+            0,
             self.applied.recall(key, (view.meta.generation, entry.hash if entry else None)),
             (settings.namespace,),
             limits_of(settings),
@@ -158,7 +165,11 @@ class InstanceReconciler(PassingReconciler[InstanceFacts]):
             identities.plan_user(entry.body, settings) if entry is not None else None,
             watched_kinds=self.deps.watchers.live,
             over_budget=self.deps.budgets.refusal(key),
+            placement=placement,
         )
+        if view.meta.deleting and placed(facts) is None:
+            return dataclasses.replace(facts, live_bindings=self._live_bindings(view))
+        return facts
 
     def gather(self, facts: InstanceFacts, previous: InstanceFacts | None) -> InstanceFacts:
         """Add what the step due needs read or rendered. ``previous``: this reconcile's pass before, whose render
