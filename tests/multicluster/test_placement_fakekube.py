@@ -9,21 +9,34 @@ import dataclasses
 import threading
 from typing import Any
 
+import pytest
+
 from opbroker.api.conventions import FINALIZER
+from opbroker.controller.core import actions as a
 from opbroker.controller.instances import InstanceReconciler
-from opbroker.controller.kube import INSTANCES
+from opbroker.controller.kube import BINDINGS, INSTANCES
 from opbroker.controller.multicluster.clusters import CLUSTERS, CatalogReplicator, ClusterRegistry
 from opbroker.controller.multicluster.core.ledger import Ledger
+from opbroker.controller.multicluster.core.placement_plan import (
+    AnnotateCluster,
+    DeleteCopy,
+    HandOver,
+    ReplicateCatalog,
+    SetCluster,
+)
 from opbroker.controller.multicluster.core.scheduling import MASTER
 from opbroker.controller.multicluster.core.views import SFClusterView
 from opbroker.controller.multicluster.placement import MultiClusterPlacement
 from opbroker.controller.multicluster.reasons import ANNOTATION_MASTER_UID
+from opbroker.controller.osb_effects import osb_executor
+from opbroker.controller.reconciling import AppliedMemory
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.memory import Memories
 from opbroker.controller.runtime.outcomes import DONE, Outcome
 from opbroker.controller.settings import ControllerSettings
 from tests.controller.test_reconcile_instances_bindings import NS, PLAN_ID, SERVICE_ID, World, plan_body
 from tests.fake_kube import FakeKube, KindInfo
+from tests.multicluster.test_placement_plan import BINDING_ROWS, ROWS
 
 
 class FakeSister(FakeKube):
@@ -129,3 +142,27 @@ def test_a_scheduling_is_written_and_the_queue_looks_again_then_the_hand_over_fo
     copy = sister.custom_object(INSTANCES, NS, "db")
     assert copy is not None and copy["status"]["state"] == "in_queue"
     assert instance(master)["status"]["state"] == "in progress"
+
+
+#: What the executor performs itself, whatever the kind (``executor.Run.perform``).
+GENERIC = (a.EnsureFinalizer, a.WriteStatus, a.Event, a.Delete, a.Log, a.ForgetObject, a.Requeue, a.Continue, a.Retry)
+
+
+@pytest.mark.parametrize(
+    ("kind", "wanted"),
+    [("instance", row[2]) for row in ROWS] + [("binding", row[2]) for row in BINDING_ROWS],
+    ids=[f"instance: {row[0]}" for row in ROWS] + [f"binding: {row[0]}" for row in BINDING_ROWS],
+)
+def test_the_reconcilers_executor_performs_every_action_placement_plans(kind: str, wanted: list[Any] | None) -> None:
+    """Each action of placement's plan tables has its performer in the instance's or binding's one executor once
+    multi-cluster is on (the generic ones in the executor, placement's own among its effects)."""
+    reconciler, _, _ = placement()
+    osb = osb_executor(reconciler.deps, INSTANCES if kind == "instance" else BINDINGS, kind, AppliedMemory())
+    for action in wanted or []:
+        assert isinstance(action, GENERIC) or type(action) in osb.effects, action
+
+
+def test_one_cluster_registers_no_placement_effect() -> None:
+    world = World()
+    effects = osb_executor(world.deps, INSTANCES, "instance", AppliedMemory()).effects
+    assert not {SetCluster, AnnotateCluster, ReplicateCatalog, HandOver, DeleteCopy} & set(effects)
