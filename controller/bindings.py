@@ -92,7 +92,7 @@ class BindingReconciler(PassingReconciler[BindingFacts, OsbAction]):
         return plan(facts)
 
     @staticmethod
-    def placed(facts: BindingFacts) -> bool:
+    def decided_by_placement(facts: BindingFacts) -> bool:
         return placed(facts) is not None
 
     def act(self, facts: BindingFacts, actions: Sequence[OsbAction]) -> Outcome:

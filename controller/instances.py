@@ -128,7 +128,7 @@ class InstanceReconciler(PassingReconciler[InstanceFacts, OsbAction]):
         return plan(facts)
 
     @staticmethod
-    def placed(facts: InstanceFacts) -> bool:
+    def decided_by_placement(facts: InstanceFacts) -> bool:
         return placed(facts) is not None
 
     def act(self, facts: InstanceFacts, actions: Sequence[OsbAction]) -> Outcome:

@@ -33,7 +33,7 @@ class PassingReconciler(ShowsFailuresOnObject, ObservePlanAct[FactsT, ActionT], 
                 return DONE
             facts = self.gather(read, previous)
             outcome, previous = self.act(facts, self.plan(facts)), facts
-            if outcome != AGAIN or self.placed(facts):
+            if outcome != AGAIN or self.decided_by_placement(facts):
                 return outcome
         return outcome
 
@@ -47,7 +47,7 @@ class PassingReconciler(ShowsFailuresOnObject, ObservePlanAct[FactsT, ActionT], 
 
     @staticmethod
     @abstractmethod
-    def placed(facts: FactsT) -> bool:
+    def decided_by_placement(facts: FactsT) -> bool:
         """The plan's actions were multi-cluster placement's (its first branch): their outcome goes to the queue as
         it is, another pass never follows (a scheduling's look again at once is the queue's, as it always was)."""
 

@@ -1,4 +1,5 @@
-"""What every reconciler shares: the dependencies, the placement hook, our own writes, the apply memory."""
+"""What every reconciler shares: the dependencies, where placement comes in (multi-cluster), our own writes, the apply
+memory."""
 
 from __future__ import annotations
 
