@@ -115,7 +115,6 @@ class BindingReconciler(PassingReconciler[BindingFacts, OsbAction]):
         binding = BindingView.of(body)
         found = kube.get_custom(INSTANCES, key.namespace, resource_name(binding.instance_ref))
         instance = InstanceView.of(found) if found is not None else None
-        placement = self.deps.placement.binding(binding, instance)
         entry = self.deps.catalog.plan(instance.plan_id if instance is not None else binding.plan_id)
         version = (binding.meta.generation, entry.hash if entry else None)
         settings = self.deps.settings
@@ -130,7 +129,7 @@ class BindingReconciler(PassingReconciler[BindingFacts, OsbAction]):
             identities.plan_user(entry.body, settings) if entry is not None else None,
             watched_kinds=self.deps.watchers.live,
             over_budget=self.deps.budgets.refusal(key),
-            placement=placement,
+            placement=self.deps.placement.binding(binding, instance),  # multi-cluster: read last, as it always was
         )
 
     def gather(self, facts: BindingFacts, previous: BindingFacts | None) -> BindingFacts:

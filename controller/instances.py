@@ -144,20 +144,19 @@ class InstanceReconciler(PassingReconciler[InstanceFacts, OsbAction]):
     # -- observing -----------------------------------------------------------------------------------
 
     def read(self, key: Key) -> InstanceFacts | None:
-        """The facts every pass starts from: the instance, where it is placed (multi-cluster), its plan, its bindings'
-        count (unless placement decides: it counts them its own way), the apply pending."""
+        """The facts every pass starts from: the instance, its plan, its bindings' count, the apply pending, and where
+        it is placed (multi-cluster; read last, as placement always was)."""
         body = self.deps.kube.get_custom(INSTANCES, key.namespace, key.name)
         if body is None:
             return None
         view = InstanceView.of(body)
-        placement = self.deps.placement.instance(view)
         entry = self.deps.catalog.plan(view.plan_id)
         settings = self.deps.settings
-        facts = InstanceFacts(
+        return InstanceFacts(
             key,
             view,
             entry,
-            0,
+            self._live_bindings(view) if view.meta.deleting else 0,
             self.applied.recall(key, (view.meta.generation, entry.hash if entry else None)),
             (settings.namespace,),
             limits_of(settings),
@@ -165,11 +164,8 @@ class InstanceReconciler(PassingReconciler[InstanceFacts, OsbAction]):
             identities.plan_user(entry.body, settings) if entry is not None else None,
             watched_kinds=self.deps.watchers.live,
             over_budget=self.deps.budgets.refusal(key),
-            placement=placement,
+            placement=self.deps.placement.instance(view),
         )
-        if view.meta.deleting and placed(facts) is None:
-            return dataclasses.replace(facts, live_bindings=self._live_bindings(view))
-        return facts
 
     def gather(self, facts: InstanceFacts, previous: InstanceFacts | None) -> InstanceFacts:
         """Add what the step due needs read or rendered. ``previous``: this reconcile's pass before, whose render
