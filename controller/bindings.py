@@ -23,7 +23,6 @@ from opbroker.api import DeletionPolicy, DriftPolicy, TemplateAction
 from opbroker.api.conventions import credentials_secret_name, resource_name
 from opbroker.api.meta import ResourceRef
 from opbroker.controller import identities, ownership, registries, teardown
-from opbroker.controller.core import actions as a
 from opbroker.controller.core import decisions
 from opbroker.controller.core.binding_plan import (
     BindingFacts,
@@ -36,12 +35,13 @@ from opbroker.controller.core.binding_plan import (
     Unbind,
     binding_field_manager,
     followed_status,
+    placed,
     plan,
     refused,
     steps,
 )
 from opbroker.controller.core.decisions import Step
-from opbroker.controller.core.instance_plan import Piece, Teardown
+from opbroker.controller.core.instance_plan import OsbAction, Piece, Teardown
 from opbroker.controller.core.views import BindingView, InstanceView, ObjectView, SecretView
 from opbroker.controller.executor import refusal_of
 from opbroker.controller.instances import limits_of, observe
@@ -72,7 +72,7 @@ __all__ = [
 LISTING_WAIT_SECONDS = 30.0
 
 
-class BindingReconciler(PassingReconciler[BindingFacts]):
+class BindingReconciler(PassingReconciler[BindingFacts, OsbAction]):
     kind: ClassVar[str] = "binding"
 
     def __init__(self, deps: Deps, memories: Memories) -> None:
@@ -85,16 +85,20 @@ class BindingReconciler(PassingReconciler[BindingFacts]):
         as last checked by a refresh, when that wrote nothing (``status.sourcesDigest`` stays as it was)."""
         self.executor = osb_executor(deps, BINDINGS, self.kind, self.applied, self.followed, day_two=self.day_two)
 
-    def placed(self, facts: BindingFacts) -> Outcome | None:
-        return self.deps.placement.binding(dict(facts.binding.wire))  # multi-cluster: the instance's cluster
-
     steps = staticmethod(steps)
 
     @staticmethod
-    def plan(facts: BindingFacts) -> Sequence[a.Action]:
+    def plan(facts: BindingFacts) -> Sequence[OsbAction]:
         return plan(facts)
 
-    def act(self, facts: BindingFacts, actions: Sequence[a.Action]) -> Outcome:
+    @staticmethod
+    def decided_by_placement(facts: BindingFacts) -> bool:
+        return placed(facts) is not None
+
+    def act(self, facts: BindingFacts, actions: Sequence[OsbAction]) -> Outcome:
+        if facts.placement is not None and placed(facts) is not None:  # multi-cluster: placement's actions
+            with self.deps.placement.performing(facts.placement):
+                return self.executor.run(facts.key, facts.binding.wire, actions)
         self.deps.budgets.note(facts.key, actions)
         return self.executor.run(facts.key, facts.binding.wire, actions, lambda refusal: refused(facts, refusal))
 
@@ -125,6 +129,7 @@ class BindingReconciler(PassingReconciler[BindingFacts]):
             identities.plan_user(entry.body, settings) if entry is not None else None,
             watched_kinds=self.deps.watchers.live,
             over_budget=self.deps.budgets.refusal(key),
+            placement=self.deps.placement.binding(binding, instance),  # multi-cluster: read last, as it always was
         )
 
     def gather(self, facts: BindingFacts, previous: BindingFacts | None) -> BindingFacts:

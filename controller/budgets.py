@@ -49,7 +49,7 @@ class Budgeting:
                 if not running:
                     del self._in_progress[key.namespace]
 
-    def note(self, key: Key, actions: Sequence[a.Action]) -> None:
+    def note(self, key: Key, actions: Sequence[object]) -> None:
         """Count at once an ``in progress`` a reconcile is about to write for ``key`` (its watch event comes later;
         a write that fails is corrected by the object's next event)."""
         for action in actions:

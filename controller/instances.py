@@ -31,7 +31,6 @@ from opbroker.api import DeletionPolicy, DriftPolicy, TemplateAction
 from opbroker.api.meta import ResourceRef
 from opbroker.controller import identities, ownership, registries, teardown
 from opbroker.controller.catalog import PlanEntry
-from opbroker.controller.core import actions as a
 from opbroker.controller.core import decisions, drift
 from opbroker.controller.core.decisions import Step
 from opbroker.controller.core.instance_plan import (
@@ -39,10 +38,12 @@ from opbroker.controller.core.instance_plan import (
     InstanceFacts,
     Limits,
     Observed,
+    OsbAction,
     Piece,
     Rendering,
     Report,
     Teardown,
+    placed,
     plan,
     provisioned_by,
     refused,
@@ -110,7 +111,7 @@ def limits_of(settings: ControllerSettings) -> Limits:
     )
 
 
-class InstanceReconciler(PassingReconciler[InstanceFacts]):
+class InstanceReconciler(PassingReconciler[InstanceFacts, OsbAction]):
     kind: ClassVar[str] = "instance"
 
     def __init__(self, deps: Deps, memories: Memories) -> None:
@@ -120,16 +121,20 @@ class InstanceReconciler(PassingReconciler[InstanceFacts]):
         """Day two: what each settled instance's checks read, wrote and corrected (``DayTwo``)."""
         self.executor = osb_executor(deps, INSTANCES, self.kind, self.applied, day_two=self.day_two)
 
-    def placed(self, facts: InstanceFacts) -> Outcome | None:
-        return self.deps.placement.instance(dict(facts.instance.wire))  # multi-cluster: placed elsewhere
-
     steps = staticmethod(steps)
 
     @staticmethod
-    def plan(facts: InstanceFacts) -> Sequence[a.Action]:
+    def plan(facts: InstanceFacts) -> Sequence[OsbAction]:
         return plan(facts)
 
-    def act(self, facts: InstanceFacts, actions: Sequence[a.Action]) -> Outcome:
+    @staticmethod
+    def decided_by_placement(facts: InstanceFacts) -> bool:
+        return placed(facts) is not None
+
+    def act(self, facts: InstanceFacts, actions: Sequence[OsbAction]) -> Outcome:
+        if facts.placement is not None and placed(facts) is not None:  # multi-cluster: placement's actions
+            with self.deps.placement.performing(facts.placement):
+                return self.executor.run(facts.key, facts.instance.wire, actions)
         self.deps.budgets.note(facts.key, actions)
         return self.executor.run(facts.key, facts.instance.wire, actions, lambda refusal: refused(facts, refusal))
 
@@ -139,7 +144,8 @@ class InstanceReconciler(PassingReconciler[InstanceFacts]):
     # -- observing -----------------------------------------------------------------------------------
 
     def read(self, key: Key) -> InstanceFacts | None:
-        """The facts every pass starts from: the instance, its plan, its bindings' count, the apply pending."""
+        """The facts every pass starts from: the instance, its plan, its bindings' count, the apply pending, and where
+        it is placed (multi-cluster; read last, as placement always was)."""
         body = self.deps.kube.get_custom(INSTANCES, key.namespace, key.name)
         if body is None:
             return None
@@ -158,6 +164,7 @@ class InstanceReconciler(PassingReconciler[InstanceFacts]):
             identities.plan_user(entry.body, settings) if entry is not None else None,
             watched_kinds=self.deps.watchers.live,
             over_budget=self.deps.budgets.refusal(key),
+            placement=self.deps.placement.instance(view),
         )
 
     def gather(self, facts: InstanceFacts, previous: InstanceFacts | None) -> InstanceFacts:

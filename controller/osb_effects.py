@@ -39,11 +39,12 @@ def osb_executor(
     *,
     day_two: PerKey[DayTwo] | None = None,
 ) -> Executor:
-    """The executor of an instance or binding reconciler (``kind``: its API resource; ``key_kind``: its key)."""
+    """The executor of an instance or binding reconciler (``kind``: its API resource; ``key_kind``: its key), with
+    multi-cluster placement's own effects when it is on (``Deps.placement``: none in one cluster)."""
     target = Target(
         deps.kube, kind, key_kind, own_writes=deps.own_writes, forget=deps.index.forget, wrote=deps.index.wrote
     )
-    return Executor(target, osb_effects(deps, memory, followed, day_two=day_two))
+    return Executor(target, {**osb_effects(deps, memory, followed, day_two=day_two), **deps.placement.effects(kind)})
 
 
 def osb_effects(

@@ -2,8 +2,8 @@
 
 A plan that has just written the finalizer, or applied the objects whose outcome the status template will read,
 asks for another look within the same reconcile rather than recursing: each pass reads the object afresh (the
-store holds our own write by then), asks where the object is reconciled (multi-cluster placement, on the object
-as read, before anything is rendered for it), gathers what the next step needs and acts. At most
+store holds our own write by then) with where it is reconciled (multi-cluster placement's facts), gathers what the
+next step needs (nothing when placement decides: the plans branch on it first) and acts. At most
 :data:`~.executor.MAX_PASSES` passes; then the executor's :data:`~.executor.AGAIN` requeues the key at once.
 """
 
@@ -12,7 +12,6 @@ from __future__ import annotations
 from abc import abstractmethod
 from typing import Generic, TypeVar
 
-from opbroker.controller.core import actions as a
 from opbroker.controller.executor import AGAIN, MAX_PASSES
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.kinds import ObservePlanAct
@@ -20,9 +19,10 @@ from opbroker.controller.runtime.outcomes import DONE, Outcome
 from opbroker.controller.showing import ShowsFailuresOnObject
 
 FactsT = TypeVar("FactsT")
+ActionT = TypeVar("ActionT")
 
 
-class PassingReconciler(ShowsFailuresOnObject, ObservePlanAct[FactsT, a.Action], Generic[FactsT]):
+class PassingReconciler(ShowsFailuresOnObject, ObservePlanAct[FactsT, ActionT], Generic[FactsT, ActionT]):
     """Observe (``read`` then ``gather``), plan, act — again while the plan says Continue, up to MAX_PASSES."""
 
     def reconcile(self, key: Key) -> Outcome:
@@ -31,12 +31,9 @@ class PassingReconciler(ShowsFailuresOnObject, ObservePlanAct[FactsT, a.Action],
             read = self.read(key)
             if read is None:
                 return DONE
-            placed = self.placed(read)
-            if placed is not None:
-                return placed
             facts = self.gather(read, previous)
             outcome, previous = self.act(facts, self.plan(facts)), facts
-            if outcome != AGAIN:
+            if outcome != AGAIN or self.decided_by_placement(facts):
                 return outcome
         return outcome
 
@@ -48,9 +45,11 @@ class PassingReconciler(ShowsFailuresOnObject, ObservePlanAct[FactsT, a.Action],
     def read(self, key: Key) -> FactsT | None:
         """The facts every pass starts from (the object and what is cheap to know about it); None: it is gone."""
 
+    @staticmethod
     @abstractmethod
-    def placed(self, facts: FactsT) -> Outcome | None:
-        """None when the object is reconciled here; else the outcome of placing it (multi-cluster)."""
+    def decided_by_placement(facts: FactsT) -> bool:
+        """The plan's actions were multi-cluster placement's (its first branch): their outcome goes to the queue as
+        it is, another pass never follows (a scheduling's look again at once is the queue's, as it always was)."""
 
     @abstractmethod
     def gather(self, facts: FactsT, previous: FactsT | None) -> FactsT:

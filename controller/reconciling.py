@@ -1,20 +1,23 @@
-"""What every reconciler shares: the dependencies, the placement hook, our own writes, the apply memory."""
+"""What every reconciler shares: the dependencies, where placement comes in (multi-cluster), our own writes, the apply
+memory."""
 
 from __future__ import annotations
 
 import datetime
 import logging
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from opbroker.api.meta import ResourceRef
 from opbroker.controller.budgets import Budgeting
 from opbroker.controller.catalog import Catalog
-from opbroker.controller.kube import Kube
+from opbroker.controller.core.views import BindingView, InstanceView
+from opbroker.controller.kube import Kind, Kube
+from opbroker.controller.multicluster.core.placement_plan import PlacementFacts
 from opbroker.controller.registries import RegistryCache
 from opbroker.controller.runtime.clock import SYSTEM, Clock
-from opbroker.controller.runtime.outcomes import Outcome
 from opbroker.controller.settings import ControllerSettings
 from opbroker.controller.sources import ObjectKey, SourceIndex, SourceWatchers
 from opbroker.kubeclient.wire import JsonObject
@@ -24,25 +27,43 @@ logger = logging.getLogger(__name__)
 
 
 class Placement(Protocol):
-    """Where an instance or binding is reconciled: consulted first by the reconcilers.
+    """Where an instance or binding is reconciled (multi-cluster), in the three parts of every kind.
 
-    Each method returns None when the object is reconciled right here, or the queue's outcome when the
-    placement took care of it (multi-cluster: scheduled, handed to a sister cluster, mirrored back).
+    Observe: the instance and binding reconcilers read the :class:`PlacementFacts` of the object as read (None:
+    nothing to place, one cluster); their pure plans branch on them first (``instance_plan.placed``,
+    ``binding_plan.placed``). Act: the kind's one executor performs placement's own actions through
+    :meth:`effects`, inside :meth:`performing`.
     """
 
-    def instance(self, instance: JsonObject) -> Outcome | None: ...
+    def instance(self, instance: InstanceView) -> PlacementFacts | None: ...
 
-    def binding(self, binding: JsonObject) -> Outcome | None: ...
+    def binding(self, binding: BindingView, instance: InstanceView | None) -> PlacementFacts | None:
+        """``instance``: the binding's instance as its reconciler read it (None: not found)."""
+        ...
+
+    def effects(self, kind: Kind) -> Mapping[type, Callable[..., None]]:
+        """The effects of placement's own actions on the objects of ``kind`` (instances or bindings)."""
+        ...
+
+    def performing(self, facts: PlacementFacts) -> AbstractContextManager[None]:
+        """Around the act of placement's actions (a failed call to a sister makes it suspect, and retries)."""
+        ...
 
 
 class LocalPlacement:
-    """Single cluster: everything is reconciled here."""
+    """Single cluster: everything is reconciled here; nothing is read for it and nothing performed."""
 
-    def instance(self, instance: JsonObject) -> Outcome | None:
+    def instance(self, instance: InstanceView) -> PlacementFacts | None:
         return None
 
-    def binding(self, binding: JsonObject) -> Outcome | None:
+    def binding(self, binding: BindingView, instance: InstanceView | None) -> PlacementFacts | None:
         return None
+
+    def effects(self, kind: Kind) -> Mapping[type, Callable[..., None]]:
+        return {}
+
+    def performing(self, facts: PlacementFacts) -> AbstractContextManager[None]:
+        return nullcontext()
 
 
 LOCAL = LocalPlacement()

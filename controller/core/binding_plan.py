@@ -35,6 +35,7 @@ from opbroker.controller.core.decisions import Step
 from opbroker.controller.core.instance_plan import (
     Limits,
     Observed,
+    OsbAction,
     Piece,
     Teardown,
     all_watched,
@@ -52,6 +53,8 @@ from opbroker.controller.core.instance_plan import (
 )
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import BindingView, InstanceView, ObjectView
+from opbroker.controller.multicluster.core import placement_plan
+from opbroker.controller.multicluster.core.placement_plan import PlacementFacts
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.objects import (
     Manifest,
@@ -179,6 +182,9 @@ class BindingFacts:
     """The (apiVersion, kind)s whose watch is live at the read (see ``InstanceFacts.watched_kinds``)."""
     over_budget: str | None = None
     """Why the namespace may start no new operation now (see ``InstanceFacts.over_budget``)."""
+    placement: PlacementFacts | None = None
+    """Multi-cluster: what placing the binding depends on, as observe read it (None: one cluster). The plan's first
+    branch (:func:`placed`)."""
 
 
 def _paused_where(facts: BindingFacts) -> str | None:
@@ -186,8 +192,20 @@ def _paused_where(facts: BindingFacts) -> str | None:
     return decisions.paused_where(facts.binding.meta, plan, kind="binding")
 
 
+def placed(facts: BindingFacts) -> tuple[OsbAction, ...] | None:
+    """The plan's first branch: what multi-cluster placement does with the binding (handing it to its instance's
+    cluster, mirroring the copy and its credentials back, deleting the copy...: :func:`.placement_plan.binding`);
+    None when it is reconciled right here, as in one cluster."""
+    if facts.placement is None:
+        return None
+    actions = placement_plan.binding(facts.placement)
+    return None if actions is None else tuple(actions)
+
+
 def steps(facts: BindingFacts) -> tuple[Step, ...]:
-    """What the binding needs next."""
+    """What the binding needs next (nothing when placement decides: :func:`placed`)."""
+    if placed(facts) is not None:
+        return ()
     binding, instance, entry = facts.binding, facts.instance, facts.entry
     paused = decisions.pause_step(binding.meta, binding.status, _paused_where(facts))
     if paused is not None:
@@ -215,8 +233,11 @@ def steps(facts: BindingFacts) -> tuple[Step, ...]:
     return (step,)
 
 
-def plan(facts: BindingFacts) -> tuple[a.Action, ...]:
-    out: list[a.Action] = []
+def plan(facts: BindingFacts) -> tuple[OsbAction, ...]:
+    placement = placed(facts)
+    if placement is not None:
+        return placement
+    out: list[OsbAction] = []
     for step in steps(facts):
         out.extend(_expand(step, facts))
     return tuple(out)

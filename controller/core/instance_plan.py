@@ -27,6 +27,8 @@ from opbroker.controller.core.conditions import SYNCED_CONDITION, Condition, con
 from opbroker.controller.core.decisions import Letting, Step
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import BindingView, InstanceView, recorded_refs
+from opbroker.controller.multicluster.core import placement_plan
+from opbroker.controller.multicluster.core.placement_plan import PlacementAction, PlacementFacts
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.objects import (
     minus_refs,
@@ -267,9 +269,25 @@ class InstanceFacts:
     shapes: Mapping[Any, str | None] = dataclasses.field(default_factory=dict)
     """Day two: the recorded objects' shapes (``drift.shape``) as the evaluation of an operation read them: at its
     success they are what was applied and reported ready, remembered as declared."""
+    placement: PlacementFacts | None = None
+    """Multi-cluster: what placing the instance depends on, as observe read it (None: one cluster, nothing to
+    place). The plan's first branch (:func:`placed`)."""
 
 
 # -- the pure plan ------------------------------------------------------------------------------------------
+
+OsbAction = a.Action | PlacementAction
+"""What an instance's or binding's plan returns: the one vocabulary, and placement's own writes (multi-cluster)."""
+
+
+def placed(facts: InstanceFacts) -> tuple[OsbAction, ...] | None:
+    """The plan's first branch: what multi-cluster placement does with the instance (scheduling it, handing it to its
+    cluster, mirroring the copy back, deleting the copy...: :func:`.placement_plan.instance`); None when it is
+    reconciled right here, as in one cluster."""
+    if facts.placement is None:
+        return None
+    actions = placement_plan.instance(facts.placement)
+    return None if actions is None else tuple(actions)
 
 
 def _paused_where(facts: InstanceFacts) -> str | None:
@@ -278,7 +296,10 @@ def _paused_where(facts: InstanceFacts) -> str | None:
 
 
 def steps(facts: InstanceFacts) -> tuple[Step, ...]:
-    """What the instance needs next (the first half of the plan, and what observe gathers facts for)."""
+    """What the instance needs next (the first half of the plan, and what observe gathers facts for). Nothing
+    when placement decides (:func:`placed`): nothing is rendered for an instance reconciled elsewhere."""
+    if placed(facts) is not None:
+        return ()
     view, entry = facts.instance, facts.entry
     paused = decisions.pause_step(view.meta, view.status, _paused_where(facts))
     if paused is not None:
@@ -313,9 +334,12 @@ def steps(facts: InstanceFacts) -> tuple[Step, ...]:
     return (step,)
 
 
-def plan(facts: InstanceFacts) -> tuple[a.Action, ...]:
-    """Every decision of a pass: the actions the facts call for."""
-    out: list[a.Action] = []
+def plan(facts: InstanceFacts) -> tuple[OsbAction, ...]:
+    """Every decision of a pass: the actions the facts call for (placement's first, when it decides)."""
+    placement = placed(facts)
+    if placement is not None:
+        return placement
+    out: list[OsbAction] = []
     for step in steps(facts):
         out.extend(_expand(step, facts))
     return tuple(out)

@@ -14,6 +14,6 @@ Layers, bottom to top (modules used qualified, as elsewhere in the controller):
   :mod:`replicas` (copies, status mirroring, unreachable marks), :mod:`reasons` (names);
 * adapters: :mod:`sisters` (clients from kubeconfig Secrets, probes, capacity, watches of the copies);
 * reconcilers: :mod:`clusters` (SFCluster status, catalog replication, removal policy) and
-  :mod:`placement` (the hook the instance and binding reconcilers call first);
+  :mod:`placement` (the facts the instance and binding reconcilers observe, the effects their executor performs);
 * wiring: :mod:`runtime` (:class:`MultiCluster`, created by the controller when multi-cluster is on).
 """

@@ -1,8 +1,8 @@
 """The master's side of an instance or binding when multi-cluster is on: schedule, hand over, mirror back.
 
-Called by the instance and binding reconcilers first thing (``Deps.placement``); returns None when the
-object is reconciled right here (placed on cluster ``"1"``, the master itself), otherwise does the work
-and returns the queue's outcome. Per instance:
+The instance and binding reconcilers read its facts in their observe (``Deps.placement``); their pure plans
+branch on them first: the object is reconciled right here (placed on cluster ``"1"``, the master itself) or
+placement decides, and the reconciler's one executor performs placement's actions. Per instance:
 
 * **not placed yet** (``spec.clusterId`` empty) and a request is pending: the scheduler picks a cluster
   from memory (:mod:`scheduling`, :mod:`ledger`); the choice goes into ``spec.clusterId`` with a
@@ -24,11 +24,16 @@ and returns the queue's outcome. Per instance:
   ``ClusterReachable=False`` and a description saying so; its state is kept, nothing is lost, and it is
   reconciled again when the cluster answers.
 
-Observe, plan, act like every kind: :meth:`MultiClusterPlacement.instance` and :meth:`~MultiClusterPlacement.binding`
-gather :class:`~.core.placement_plan.PlacementFacts` (the master object, the cluster's state, the copy, the
-scheduler's choice), the pure :mod:`.core.placement_plan` decides, and the one executor runs the actions (the
-teardown finalizer and status writes guarded; the writes to sisters are placement's own effects, here). A failed
-call to a sister — reading the copy or writing it — makes the cluster suspect and the reconcile retry quietly.
+Observe, plan, act as a branch of the instance's and binding's own: :meth:`MultiClusterPlacement.instance` and
+:meth:`~MultiClusterPlacement.binding`, called from the reconcilers' observe, read
+:class:`~.core.placement_plan.PlacementFacts` (the master object, the cluster's state, the copy, the scheduler's
+choice) and write nothing — the scheduler's reservation in the ledger, in memory, is the one exception (see
+:meth:`~MultiClusterPlacement._schedule`); carried in ``InstanceFacts.placement`` / ``BindingFacts.placement``, the
+pure :mod:`.core.placement_plan` decides first in ``instance_plan.plan`` / ``binding_plan.plan``; the kind's one
+executor (``osb_executor``) runs the actions (the teardown finalizer and status writes guarded; the writes to
+sisters and to the master's spec are placement's own effects, here: :meth:`~MultiClusterPlacement.effects`). A
+failed call to a sister — reading the copy or writing it — makes the cluster suspect and the reconcile retry
+quietly (:meth:`~MultiClusterPlacement.performing`).
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from opbroker.api.conventions import resource_name
@@ -46,9 +51,8 @@ from opbroker.api.selectors import SelectorError
 from opbroker.api.selectors import parse as parse_selector
 from opbroker.controller import identities
 from opbroker.controller.catalog import PlanEntry
-from opbroker.controller.core import actions as a
-from opbroker.controller.core.views import InstanceView, SecretView
-from opbroker.controller.executor import Executor, Run, Target
+from opbroker.controller.core.views import BindingView, InstanceView, SecretView
+from opbroker.controller.executor import Effect, Run
 from opbroker.controller.kube import BINDINGS, INSTANCES, Kind, KubeError
 from opbroker.controller.multicluster import quantities
 from opbroker.controller.multicluster.clusters import CatalogReplicator, ClusterRegistry, ClusterState, describe
@@ -69,13 +73,11 @@ from opbroker.controller.multicluster.core.views import ReplicaView
 from opbroker.controller.multicluster.quantities import QuantityError, Resources
 from opbroker.controller.multicluster.reasons import ANNOTATION_CLUSTER
 from opbroker.controller.multicluster.sisters import SisterKube
-from opbroker.controller.osb_effects import delete_secret, write_secret
 from opbroker.controller.reconciling import Deps
 from opbroker.controller.rendered import inputs_for
 from opbroker.controller.runtime.failures import server_failing
 from opbroker.controller.runtime.keys import Key
-from opbroker.controller.runtime.outcomes import Outcome, TemporaryError
-from opbroker.kubeclient.wire import JsonObject
+from opbroker.controller.runtime.outcomes import TemporaryError
 from opbroker.rendering import RenderError
 
 logger = logging.getLogger(__name__)
@@ -113,36 +115,35 @@ class MultiClusterPlacement:
         self.policy = SchedulerName(deps.settings.scheduler)
         self.previous: str | None = None
         self._decisions = threading.Lock()
-        self.executors = {
-            kind: Executor(
-                Target(deps.kube, resource, kind, own_writes=deps.own_writes, forget=deps.index.forget),
-                effects=self._effects(resource),
-            )
-            for kind, resource in (("instance", INSTANCES), ("binding", BINDINGS))
-        }
 
-    def _effects(self, resource: Kind) -> Mapping[type, Any]:
+    def effects(self, kind: Kind) -> Mapping[type, Effect]:
+        """Placement's own actions on the objects of ``kind``, for the kind's one executor (``osb_executor``; the
+        credentials Secret's writes are the OSB effects')."""
         return {
             SetCluster: self._set_cluster,
             AnnotateCluster: self._annotate_cluster,
             ReplicateCatalog: lambda run, action: self.replicator.replicate(
                 self._state(action.cluster), only=[dict(b) for b in action.bodies]
             ),
-            HandOver: lambda run, action: self._hand_over(run, resource, action),
-            DeleteCopy: lambda run, action: self._delete_copy(run, resource, action),
-            a.WriteSecret: write_secret,
-            a.DeleteSecret: delete_secret,
+            HandOver: lambda run, action: self._hand_over(run, kind, action),
+            DeleteCopy: lambda run, action: self._delete_copy(run, kind, action),
         }
+
+    def performing(self, facts: PlacementFacts) -> AbstractContextManager[None]:
+        """Around the act of placement's actions: a failed call (to the sister, or to the master while working
+        for an object placed on one) makes the cluster suspect and the reconcile retry, as when reading it."""
+        return self._sister_calls(facts.cluster)
 
     # -- instances -----------------------------------------------------------------------------------
 
-    def instance(self, instance: JsonObject) -> Outcome | None:
-        facts = self._facts("instance", ReplicaView.of(instance))
+    def instance(self, instance: InstanceView) -> PlacementFacts:
+        """Observe: what placing the instance depends on (the scheduler asked when it is to be placed)."""
+        facts = self._facts("instance", ReplicaView.of(instance.wire))
         if facts.ready and facts.cluster is None and not facts.here and placement_plan.needs_schedule(facts.obj):
             facts = self._schedule(facts)
         elif facts.reach is not None and facts.reach.reachable and facts.meta.deleting:
             facts = _with(facts, live_bindings=self._live_bindings(facts.obj))
-        return self._run(facts, placement_plan.instance, self._instance_reads)
+        return self._read(facts, self._instance_reads)
 
     def _instance_reads(self, facts: PlacementFacts) -> PlacementFacts:
         """The sister's copy and the catalog a hand-over needs."""
@@ -156,7 +157,10 @@ class MultiClusterPlacement:
         )
 
     def _schedule(self, facts: PlacementFacts) -> PlacementFacts:
-        """Ask the scheduler (and reserve its choice in the ledger at once, so concurrent decisions see it)."""
+        """Ask the scheduler, and reserve its choice in the ledger at once, so concurrent decisions see it: the
+        one thing observing changes, and only in memory. The choice and its reservation are made under one lock;
+        reserving when the spec is written (in act) would let two workers pick the same last room. The plan
+        always acts on the choice (``SetCluster``); an instance gone meanwhile drops the reservation there."""
         entry = self.deps.catalog.plan(facts.obj.plan_id)
         if entry is None or entry.model is None:
             return _with(facts, plan_known=False)
@@ -206,9 +210,11 @@ class MultiClusterPlacement:
 
     # -- bindings ------------------------------------------------------------------------------------
 
-    def binding(self, binding: JsonObject) -> Outcome | None:
-        facts = self._facts("binding", ReplicaView.of(binding))
-        return self._run(facts, placement_plan.binding, self._binding_reads)
+    def binding(self, binding: BindingView, instance: InstanceView | None) -> PlacementFacts:
+        """Observe: what placing the binding depends on (``instance``: its instance, as the reconciler read it)."""
+        found = None if instance is None else ReplicaView.of(instance.wire)
+        facts = self._facts("binding", ReplicaView.of(binding.wire), found)
+        return self._read(facts, self._binding_reads)
 
     def _binding_reads(self, facts: PlacementFacts) -> PlacementFacts:
         """The sister's copy, its instance's copy (while handing over) and the credentials it bound."""
@@ -228,8 +234,9 @@ class MultiClusterPlacement:
 
     # -- shared steps ----------------------------------------------------------------------------------
 
-    def _facts(self, kind: str, obj: ReplicaView) -> PlacementFacts:
-        """What is known without asking a sister: the object, where it is placed, whether that cluster answers."""
+    def _facts(self, kind: str, obj: ReplicaView, instance: ReplicaView | None = None) -> PlacementFacts:
+        """What is known without asking a sister: the object, where it is placed, whether that cluster answers
+        (a binding's: its instance's ``instance``)."""
         settings = self.deps.settings
         policies = settings.policies
         key = Key(kind, obj.meta.namespace, obj.meta.name)
@@ -245,8 +252,6 @@ class MultiClusterPlacement:
             cluster = obj.cluster_id
             here = placement_plan.reconciled_here(obj)
         else:
-            body = self.deps.kube.get_custom(INSTANCES, key.namespace, resource_name(obj.instance_ref))
-            instance = None if body is None else ReplicaView.of(body)
             cluster = facts.meta.annotations.get(ANNOTATION_CLUSTER) or (
                 None if instance is None else instance.cluster_id
             )
@@ -260,20 +265,12 @@ class MultiClusterPlacement:
             reach = Reach(True, bool(state.reachable) and state.kube is not None, state.reason)
         return _with(facts, cluster=cluster, here=here, reach=reach)
 
-    def _run(
-        self,
-        facts: PlacementFacts,
-        plan: Callable[[PlacementFacts], list[Any] | None],
-        reads: Callable[[PlacementFacts], PlacementFacts],
-    ) -> Outcome | None:
-        """Read what the sister holds (when it answers), plan, and run the actions; None: reconciled here."""
+    def _read(self, facts: PlacementFacts, reads: Callable[[PlacementFacts], PlacementFacts]) -> PlacementFacts:
+        """Complete ``facts`` with what the sister holds, when it answers (a failed read: suspect, retried)."""
         with self._sister_calls(facts.cluster):
             if facts.reach is not None and facts.reach.reachable:
                 facts = reads(facts)
-            actions = plan(facts)
-            if actions is None:
-                return None
-            return self.executors[facts.key.kind].run(facts.key, facts.obj.wire, actions)
+        return facts
 
     def _copy(self, facts: PlacementFacts, kind: Kind) -> ReplicaView | None:
         body = self._sister(facts.cluster).get_custom(kind, facts.key.namespace, facts.key.name)

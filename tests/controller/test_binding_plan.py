@@ -30,17 +30,22 @@ from opbroker.controller.core.binding_plan import (
     Unbind,
     plan,
     refused,
+    steps,
 )
 from opbroker.controller.core.decisions import Letting
 from opbroker.controller.core.instance_plan import Piece, Teardown
-from opbroker.controller.core.views import BindingView, InstanceView, ObjectView
+from opbroker.controller.core.views import BindingView, InstanceView, ObjectView, SecretView
 from opbroker.controller.kube import BINDINGS
+from opbroker.controller.multicluster.core.placement_plan import PlacementFacts, Reach
+from opbroker.controller.multicluster.core.scheduling import MASTER
+from opbroker.controller.multicluster.core.views import ReplicaView
 from opbroker.controller.osb_effects import osb_executor
 from opbroker.controller.reconciling import AppliedMemory
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.memory import PerKey
 from opbroker.controller.runtime.objects import recorded
 from opbroker.controller.runtime.outcomes import DONE
+from opbroker.controller.runtime.policies import DEFAULTS
 from opbroker.rendering.status import SectionStatus
 from tests.controller.test_instance_plan import (
     CM,
@@ -54,6 +59,7 @@ from tests.controller.test_instance_plan import (
     ago,
     executor,
     failed,
+    placing,
     said_paused,
     summary,
 )
@@ -442,3 +448,63 @@ def test_an_apply_that_must_amend_writes_nothing_when_the_object_is_gone() -> No
     assert (
         amended is not None and amended["data"] == {"u": "b"} and amended["metadata"]["uid"] == live["metadata"]["uid"]
     )
+
+
+# -- multi-cluster placement: the plan's first branch -------------------------------------------------------
+
+
+def on(cluster: str | None, the_binding: dict[str, Any], **known: Any) -> PlacementFacts:
+    """What placement's observe read for ``the_binding`` (its instance placed on ``cluster``; None: not placed); a
+    sister answers unless ``reach`` says otherwise."""
+    reach = known.pop("reach", Reach(True, True) if cluster not in (None, MASTER) else None)
+    for name, view in (("copy", ReplicaView.of), ("source", SecretView.of)):
+        if known.get(name) is not None:
+            known[name] = view(known[name])
+    return PlacementFacts(Key("binding", NS, "b"), ReplicaView.of(the_binding), cluster=cluster, reach=reach, **known)
+
+
+def bound_copy() -> dict[str, Any]:
+    made = binding(state="succeeded", observed=1)
+    made["metadata"] = {"name": "b", "namespace": NS, "uid": "cb"}
+    made["status"]["response"] = {"secretRef": "theirs"}
+    return made
+
+
+SOURCE = {"metadata": {"name": "theirs", "namespace": NS}, "data": {"response": "e30="}}
+NEW = binding(finalizer=False)
+QUEUED = binding(state="in_queue")
+BOUND_HERE = binding(state="in progress", observed=1)
+GOING_AWAY = binding(state="delete", deleting=True)
+
+PLACED: list[tuple[str, BindingFacts, list[tuple[Any, ...]]]] = [
+    ("start-up not over: nothing rendered, looked at again soon",
+     facts(QUEUED, placement=on("c2", QUEUED, ready=False)), [("requeue", DEFAULTS.placement_not_ready.base)]),
+    ("its instance on the master: reconciled here, as in one cluster",
+     facts(NEW, placement=on(MASTER, NEW)), [("finalizer", True), ("Continue",)]),
+    ("its instance not placed yet: the local plan waits for it",
+     facts(NEW, placement=on(None, NEW)), [("finalizer", True), ("Continue",)]),
+    ("deleted, its instance never placed: released, nothing to undo anywhere",
+     facts(GOING_AWAY, placement=on(None, GOING_AWAY)), [("finalizer", False)]),
+    ("its instance on a sister, a request pending: annotated, handed over, nothing applied here",
+     facts(QUEUED, placement=on("c2", QUEUED)),
+     [("annotate", "c2"), ("hand over", "c2", "in_queue"),
+      ("status", "in progress", "InProgress", "guarded", ("event", "Replicated", False)), ("requeue", 5.0)]),
+    ("its instance still being handed over: looked at again soon",
+     facts(QUEUED, placement=on("c2", QUEUED, instance_copied=False)),
+     [("requeue", DEFAULTS.placement_handover.base)]),
+    ("bound in the sister: the credentials copied next to it, the status mirrored",
+     facts(BOUND_HERE, placement=on("c2", BOUND_HERE, copy=bound_copy(), source=SOURCE)),
+     [("WriteSecret",), ("status", "succeeded", None, "guarded", ("event", "Replicated", False))]),
+    ("deleted, the copy gone: the credentials Secret deleted, released",
+     facts(GOING_AWAY, placement=on("c2", GOING_AWAY)), [("DeleteSecret",), ("finalizer", False)]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("the_facts", "expected"), [r[1:] for r in PLACED], ids=[r[0] for r in PLACED])
+def test_placement_is_the_plans_first_branch(the_facts: BindingFacts, expected: list[tuple[Any, ...]]) -> None:
+    assert placing(plan(the_facts)) == expected
+
+
+def test_nothing_is_gathered_for_a_binding_placement_decides_on() -> None:
+    assert steps(facts(QUEUED, placement=on("c2", QUEUED))) == ()
+    assert steps(facts(QUEUED, placement=on(MASTER, QUEUED))) == steps(facts(QUEUED)) != ()

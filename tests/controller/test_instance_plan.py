@@ -7,6 +7,7 @@ executor, against ``FakeKube``: each action of the vocabulary makes exactly the 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import datetime
 import json
@@ -43,11 +44,24 @@ from opbroker.controller.core.instance_plan import (
     Teardown,
     plan,
     refused,
+    steps,
 )
 from opbroker.controller.core.views import BindingView, InstanceView, Meta, ObjectView
 from opbroker.controller.executor import AGAIN, MAX_PASSES, Executor, refusal_of
 from opbroker.controller.instances import InstanceReconciler
 from opbroker.controller.kube import INSTANCES, PLANS
+from opbroker.controller.multicluster.core.placement_plan import (
+    AnnotateCluster,
+    DeleteCopy,
+    HandOver,
+    PlacementFacts,
+    Reach,
+    ReplicateCatalog,
+    Scheduling,
+    SetCluster,
+)
+from opbroker.controller.multicluster.core.scheduling import MASTER
+from opbroker.controller.multicluster.core.views import ReplicaView
 from opbroker.controller.osb_effects import osb_executor
 from opbroker.controller.ownership import NotOwned
 from opbroker.controller.reconciling import AppliedMemory, Deps, OwnWrites
@@ -55,6 +69,7 @@ from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.memory import Memories
 from opbroker.controller.runtime.objects import recorded, stamp
 from opbroker.controller.runtime.outcomes import DONE, Conflict, Outcome, TemporaryError
+from opbroker.controller.runtime.policies import DEFAULTS
 from opbroker.controller.settings import ControllerSettings
 from opbroker.controller.singletons import SingletonFull
 from opbroker.controller.sources import SourceIndex
@@ -958,3 +973,102 @@ def test_a_reconcile_makes_at_most_max_passes_then_asks_to_be_requeued_at_once()
     reconciler.plan = always_continue  # type: ignore[method-assign]
     assert reconciler.reconcile(KEY) == AGAIN
     assert len(passes) == MAX_PASSES
+
+
+# -- multi-cluster placement: the plan's first branch -------------------------------------------------------
+
+
+def on(cluster: str | None, instance: dict[str, Any], **known: Any) -> PlacementFacts:
+    """What placement's observe read for ``instance`` placed on ``cluster`` (None: not placed yet); a sister
+    (neither None nor the master ``"1"``) answers unless ``reach`` says otherwise."""
+    placed_body = copy.deepcopy(instance)
+    if cluster is not None:
+        placed_body["spec"]["clusterId"] = cluster
+    reach = known.pop("reach", Reach(True, True) if cluster not in (None, MASTER) else None)
+    if known.get("copy") is not None:
+        known["copy"] = ReplicaView.of(known["copy"])
+    return PlacementFacts(KEY, ReplicaView.of(placed_body), cluster=cluster, reach=reach, **known)
+
+
+def placed_facts(instance: dict[str, Any], placement: PlacementFacts, **kw: Any) -> InstanceFacts:
+    """The instance's facts with placement's, both read from the same body."""
+    return facts(copy.deepcopy(placement.obj.wire), placement=placement, **kw)
+
+
+def placing(actions: Sequence[Any]) -> list[tuple[Any, ...]]:
+    """As :func:`summary`, with placement's own actions spelled out."""
+    out: list[tuple[Any, ...]] = []
+    for act in actions:
+        match act:
+            case SetCluster(cluster=cluster):
+                out.append(("set cluster", cluster))
+            case AnnotateCluster(cluster=cluster):
+                out.append(("annotate", cluster))
+            case ReplicateCatalog(cluster=cluster):
+                out.append(("replicate catalog", cluster))
+            case HandOver(cluster=cluster, state=state):
+                out.append(("hand over", cluster, state))
+            case DeleteCopy(cluster=cluster, uid=uid, deprovision=deprovision):
+                out.append(("delete copy", cluster, uid, deprovision))
+            case a.Log():
+                out.append(("log",))
+            case _:
+                out.extend(summary([act]))
+    return out
+
+
+SISTER_COPY = {**body(state="succeeded"), "metadata": {"name": "db", "namespace": NS, "uid": "cu"}}
+HAND_OVER = [
+    ("replicate catalog", "c2"),
+    ("hand over", "c2", "in_queue"),
+    ("status", "in progress", "InProgress", "guarded", ("event", "Replicated", False)),
+    ("requeue", 5.0),
+]
+LOCAL_APPLY = [APPLYING, ("apply", "db", False, True), ("remember",), ("Continue",)]
+
+PLACED: list[tuple[str, InstanceFacts, list[tuple[Any, ...]]]] = [
+    ("start-up not over: nothing rendered, looked at again soon",
+     placed_facts(body(state="in_queue"), on("c2", body(state="in_queue"), ready=False), rendering=RENDERED),
+     [("requeue", DEFAULTS.placement_not_ready.base)]),
+    ("on the master: reconciled here, as in one cluster",
+     placed_facts(body(state="in_queue"), on(MASTER, body(state="in_queue")), rendering=RENDERED),
+     LOCAL_APPLY),
+    ("unplaced, rendered here before multi-cluster: reconciled here",
+     placed_facts(body(state="in_queue"), on(None, body(state="in_queue"), here=True), rendering=RENDERED),
+     LOCAL_APPLY),
+    ("unplaced, no usable plan: the local plan reports it",
+     placed_facts(body(state="in_queue"), on(None, body(state="in_queue"), plan_known=False), entry=INVALID),
+     failed("PlanInvalid")),
+    ("placed on a sister, a request pending: handed over, nothing applied here",
+     placed_facts(body(state="in_queue"), on("c2", body(state="in_queue")), rendering=RENDERED),
+     HAND_OVER),
+    ("unplaced, the scheduler chose: recorded in the spec, said, looked at again at once",
+     placed_facts(body(state="in_queue"), on(None, body(state="in_queue"), scheduling=Scheduling("c2", "on c2", "x"))),
+     [("set cluster", "c2"), ("status", None, None, "unguarded", ("event", "Scheduled", False)), ("log",),
+      ("requeue", 0.0)]),
+    ("unplaced, the scheduling failed in observe: the instance fails, with a Warning",
+     placed_facts(body(state="in_queue"), on(None, body(state="in_queue"), scheduling=Scheduling(None, "no fit"))),
+     [("status", "failed", "SchedulingFailed", "guarded", ("event", "SchedulingFailed", True)), ("log",)]),
+    ("placed on a sister that does not answer: said, its state kept",
+     placed_facts(body(state="in_queue"), on("c2", body(state="in_queue"), reach=Reach(True, False, "down"))),
+     [("status", None, None, "guarded", ("event", "ClusterUnreachable", True)), ("requeue", 30.0)]),
+    ("deleted, placed on a sister: the copy deleted first (no teardown here)",
+     placed_facts(body(state="delete", deleting=True),
+                  on("c2", body(state="delete", deleting=True), copy=SISTER_COPY)),
+     [("delete copy", "c2", "cu", True), ("requeue", 5.0)]),
+    ("deleted, placed on a sister, bindings left on the master: refused, as in one cluster",
+     placed_facts(body(state="delete", deleting=True),
+                  on("c2", body(state="delete", deleting=True), copy=SISTER_COPY, live_bindings=1)),
+     failed("BindingsExist")),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("the_facts", "expected"), [r[1:] for r in PLACED], ids=[r[0] for r in PLACED])
+def test_placement_is_the_plans_first_branch(the_facts: InstanceFacts, expected: list[tuple[Any, ...]]) -> None:
+    assert placing(plan(the_facts)) == expected
+
+
+def test_nothing_is_gathered_for_an_instance_placement_decides_on() -> None:
+    handed = placed_facts(body(state="in_queue"), on("c2", body(state="in_queue")))
+    here = placed_facts(body(state="in_queue"), on(MASTER, body(state="in_queue")))
+    assert steps(handed) == () and steps(here) == steps(facts(body(state="in_queue")))

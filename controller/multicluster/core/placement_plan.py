@@ -1,8 +1,11 @@
 """The pure decisions of multi-cluster placement: where an instance or binding is reconciled, and what the
-master writes about it (:mod:`opbroker.controller.multicluster.placement` gathers the facts and runs the actions).
+master writes about it (:mod:`opbroker.controller.multicluster.placement` reads the facts and performs placement's
+own actions).
 
-:func:`instance` and :func:`binding` return None when the object is reconciled right here (placed on the
-master, cluster ``"1"``; or unplaced and already rendered here; or a plan problem the local reconciler
+:func:`instance` and :func:`binding` are the first branch of the instance's and binding's own plans
+(:mod:`opbroker.controller.core.instance_plan`, :mod:`~opbroker.controller.core.binding_plan`), on the
+:class:`PlacementFacts` their observe read. They return None when the object is reconciled right here (placed on
+the master, cluster ``"1"``; or unplaced and already rendered here; or a plan problem the local reconciler
 reports), else the actions of the shared vocabulary (:mod:`opbroker.controller.core.actions`) plus the few of
 placement's own (:class:`SetCluster`, :class:`AnnotateCluster`, :class:`ReplicateCatalog`, :class:`HandOver`,
 :class:`DeleteCopy`: writes to a sister or to the master object's spec and metadata). Every decision of
@@ -75,6 +78,11 @@ class DeleteCopy:
     cluster: str
     uid: str
     deprovision: bool = False
+
+
+PlacementAction = SetCluster | AnnotateCluster | ReplicateCatalog | HandOver | DeleteCopy
+"""Placement's own actions: their effects (``MultiClusterPlacement.effects``) are registered in the OSB executor
+when multi-cluster is on."""
 
 
 # -- facts ----------------------------------------------------------------------------------------------------
