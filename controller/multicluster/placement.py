@@ -44,12 +44,10 @@ from opbroker.api.conventions import resource_name
 from opbroker.api.osb import OperationState
 from opbroker.api.selectors import SelectorError
 from opbroker.api.selectors import parse as parse_selector
-from opbroker.controller import identities
-from opbroker.controller.catalog import PlanEntry
+from opbroker.controller.catalog.catalog import PlanEntry
 from opbroker.controller.core import actions as a
 from opbroker.controller.core.views import InstanceView, SecretView
-from opbroker.controller.executor import Executor, Run, Target
-from opbroker.controller.kube import BINDINGS, INSTANCES, Kind, KubeError
+from opbroker.controller.kinds import BINDINGS, INSTANCES
 from opbroker.controller.multicluster import quantities
 from opbroker.controller.multicluster.clusters import CatalogReplicator, ClusterRegistry, ClusterState, describe
 from opbroker.controller.multicluster.core import placement_plan, replicas, scheduling
@@ -69,11 +67,14 @@ from opbroker.controller.multicluster.core.views import ReplicaView
 from opbroker.controller.multicluster.quantities import QuantityError, Resources
 from opbroker.controller.multicluster.reasons import ANNOTATION_CLUSTER
 from opbroker.controller.multicluster.sisters import SisterKube
-from opbroker.controller.osb_effects import delete_secret, write_secret
-from opbroker.controller.reconciling import Deps
-from opbroker.controller.rendered import inputs_for
+from opbroker.controller.osb import identities
+from opbroker.controller.osb.osb_effects import delete_secret, write_secret
+from opbroker.controller.osb.reconciling import Deps
+from opbroker.controller.osb.rendered import inputs_for
+from opbroker.controller.runtime.executor import Executor, Run, Target
 from opbroker.controller.runtime.failures import server_failing
 from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.kube import Kind, KubeError
 from opbroker.controller.runtime.outcomes import Outcome, TemporaryError
 from opbroker.kubeclient.wire import JsonObject
 from opbroker.rendering import RenderError

@@ -9,14 +9,14 @@ import types
 from typing import Any
 
 from opbroker.api.conventions import FINALIZER
-from opbroker.controller.catalog import Catalog
-from opbroker.controller.kube import INSTANCES
+from opbroker.controller.catalog.catalog import Catalog
+from opbroker.controller.kinds import INSTANCES
 from opbroker.controller.multicluster.clusters import CLUSTERS, CatalogReplicator, ClusterRegistry
 from opbroker.controller.multicluster.core.ledger import Ledger
 from opbroker.controller.multicluster.core.views import SFClusterView
 from opbroker.controller.multicluster.placement import MultiClusterPlacement
 from opbroker.controller.multicluster.reasons import ANNOTATION_MASTER_UID
-from opbroker.controller.reconciling import OwnWrites
+from opbroker.controller.runtime.executor import OwnWrites
 from opbroker.controller.runtime.outcomes import DONE, Outcome
 from opbroker.controller.settings import ControllerSettings
 from tests.controller.test_reconcile_instances_bindings import NS, PLAN_ID, SERVICE_ID, plan_body
