@@ -1,6 +1,6 @@
 """The rights a plan account needs, computed from the objects its plans render (``opbroker grant plan-account``).
 
-A plan writes with its account's rights (``opbroker.controller.identities``): every kind its templates render needs
+A plan writes with its account's rights (``opbroker.controller.osb.identities``): every kind its templates render needs
 the verbs the controller uses on it — ``get`` (drift, ownership stamps), ``create``/``patch`` (server-side apply),
 ``update`` (a singleton's users, guarded by resourceVersion), ``delete`` (deprovision, objects no longer rendered),
 ``list``/``watch`` (the sources cache answers only what the account could read itself) — i.e.

@@ -55,7 +55,7 @@ def impersonation_rule(plan_accounts: Sequence[str] = ()) -> Rule:
     on ``serviceaccounts`` with that namespace and name (the account's groups follow from it, unchecked), so no
     rule for users or groups exists. The names hold in every namespace: a consumer namespace's own account named
     like a plan account can do only what that namespace's admin could grant it; plans act only as accounts of the
-    trusted catalog namespaces (:mod:`opbroker.controller.identities`)."""
+    trusted catalog namespaces (:mod:`opbroker.controller.osb.identities`)."""
     return Rule(("",), ("serviceaccounts",), ("impersonate",), impersonated_accounts(plan_accounts))
 
 

@@ -34,7 +34,7 @@ from opbroker.api.conventions import (
     credentials_secret_name,
     instance_registry_name,
 )
-from opbroker.controller.registries import LABEL_OWNER_NAMESPACE
+from opbroker.controller.osb.registries import LABEL_OWNER_NAMESPACE
 
 OSB_GROUP, DEMO_GROUP, VERSION = "osb.servicefabrik.io", "demo.opbroker.io", "v1alpha1"
 DATABASE_API = f"{DEMO_GROUP}/{VERSION}"

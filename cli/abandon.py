@@ -3,8 +3,8 @@
 For an SFServiceInstance (or SFServiceBinding) being deleted whose deprovision (unbind) never completes: show what
 will become of each object its status records (deleted, orphaned, or left alone when it is not opbroker's), ask, then
 let go of them without waiting, record why (the ``opbroker.io/abandoned-reason`` annotation and a Warning Event
-``Abandoned``) and remove opbroker's finalizer. The decisions are :mod:`opbroker.controller.core.abandon`'s, the I/O
-:mod:`opbroker.controller.abandoning`'s; this module parses, prints and asks.
+``Abandoned``) and remove opbroker's finalizer. The decisions are :mod:`opbroker.controller.osb.core.abandon`'s, the I/O
+:mod:`opbroker.controller.osb.abandoning`'s; this module parses, prints and asks.
 
 Exit codes: 0 done; 1 refused (not being deleted, bindings left, no confirmation, a write refused); 2 usage.
 No Secret value is ever read into the output: Secrets are named, and read by their metadata alone.
@@ -24,8 +24,8 @@ from opbroker.cli.console import err, out
 from opbroker.cli.options import ContextOption, KubeconfigOption, kube_for
 
 if TYPE_CHECKING:
-    from opbroker.controller.abandoning import Outcome
-    from opbroker.controller.core.abandon import AbandonPlan
+    from opbroker.controller.osb.abandoning import Outcome
+    from opbroker.controller.osb.core.abandon import AbandonPlan
 
 instance_app = typer.Typer(help="Day-two operations on SFServiceInstances.", no_args_is_help=True)
 binding_app = typer.Typer(help="Day-two operations on SFServiceBindings.", no_args_is_help=True)
@@ -58,7 +58,7 @@ def abandon_instance(
 ) -> None:
     """Let go of an instance whose deprovision cannot finish: its recorded objects deleted or orphaned per their
     recorded deletionPolicy (never what is not opbroker's), without waiting; then opbroker's finalizer removed."""
-    from opbroker.controller import abandoning
+    from opbroker.controller.osb import abandoning
 
     why = _reason(reason)
     kube = kube_for(kubeconfig, context)
@@ -85,7 +85,7 @@ def abandon_binding(
     """Let go of a binding whose unbind cannot finish: its recorded objects and its credentials Secret deleted or
     orphaned per their recorded deletionPolicy (never what is not opbroker's), without waiting; then opbroker's
     finalizer removed."""
-    from opbroker.controller import abandoning
+    from opbroker.controller.osb import abandoning
 
     why = _reason(reason)
     kube = kube_for(kubeconfig, context)
@@ -122,7 +122,7 @@ def _default_namespace(kubeconfig: str | None, context: str | None) -> str:
 
 
 def _run(kube: Any, read: Callable[[], AbandonPlan], *, reason: str, yes: bool, registry_namespace: str) -> None:
-    from opbroker.controller import abandoning
+    from opbroker.controller.osb import abandoning
 
     plan: AbandonPlan = read()
     if plan.refusal is not None:
@@ -148,7 +148,7 @@ def _run(kube: Any, read: Callable[[], AbandonPlan], *, reason: str, yes: bool, 
 
 
 def _preview(plan: AbandonPlan, registry_namespace: str) -> None:
-    from opbroker.controller.core.abandon import WORDS
+    from opbroker.controller.osb.core.abandon import WORDS
 
     for target in plan.all:
         out.print(f"[bold]{escape(target.named)}[/bold]")
@@ -164,7 +164,7 @@ def _preview(plan: AbandonPlan, registry_namespace: str) -> None:
 
 
 def _reported(outcome: Outcome) -> None:
-    from opbroker.controller.core.abandon import WORDS
+    from opbroker.controller.osb.core.abandon import WORDS
 
     target = outcome.target
     out.print(f"abandoned {escape(target.named)}: finalizer {escape(outcome.finalizer)}")
@@ -173,7 +173,7 @@ def _reported(outcome: Outcome) -> None:
 
 
 def _summary(done: list[Outcome]) -> None:
-    from opbroker.controller.core.abandon import Fate
+    from opbroker.controller.osb.core.abandon import Fate
 
     steps = [step for outcome in done for step in outcome.objects]
     count = {fate: sum(1 for s in steps if s.fate is fate) for fate in Fate}

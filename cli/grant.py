@@ -93,7 +93,7 @@ def plan_account(
             raise ValueError("not a JSON object")
     except ValueError as exc:
         raise typer.BadParameter(f"{exc}", param_hint="--parameters") from None
-    from opbroker.controller import planaccounts
+    from opbroker.controller.osb import planaccounts
 
     try:
         kube: Any = kube_for(kubeconfig, context) if apply or not plans else None

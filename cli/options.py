@@ -16,7 +16,7 @@ ContextOption = Annotated[str | None, typer.Option(help="The kubeconfig context 
 def kube_for(kubeconfig: str | None, context: str | None = None) -> Any:
     """The controller's Kubernetes door to the cluster ``kubeconfig`` (and ``context``) name; imported late, so
     commands that never reach a cluster start without the client."""
-    from opbroker.controller.kube import Kube
     from opbroker.controller.running import api_client_for
+    from opbroker.controller.runtime.kube import Kube
 
     return Kube(api_client_for(kubeconfig, context=context))

@@ -129,7 +129,8 @@ def _one_line(exc: Exception) -> str:
 
 def _acting(kube: Any, current: Any, namespace: str, as_plan_account: bool) -> str | None:
     """The plan's account when asked for and the user may impersonate it (else PermissionError, saying so)."""
-    from opbroker.controller import identities, rollouts
+    from opbroker.controller.catalog import rollouts
+    from opbroker.controller.osb import identities
 
     if not as_plan_account:
         return None  # the CLI's user reads with its own rights
@@ -155,7 +156,7 @@ def _diffs(
     as_plan_account: bool,
 ) -> tuple[Any, str | None, Iterator[Any]]:
     """The plan in the cluster (None: there is none), whom sources are read as, and the per-instance diffs."""
-    from opbroker.controller import rollouts
+    from opbroker.controller.catalog import rollouts
     from opbroker.rendering import Renderer
 
     kube = kube_for(kubeconfig, kube_context)
@@ -181,7 +182,7 @@ def _diffs(
 def _answer(proposed: Any, proposed_service: Any, *, limit: int, **where: Any) -> Any:
     """``--output json``: every count, the first ``limit`` changed or failing instances (each diff cut)."""
     from opbroker.api import adminrequests as wire
-    from opbroker.controller import rollouts
+    from opbroker.controller.catalog import rollouts
 
     current, acting, found = _diffs(proposed, proposed_service, **where)
     if current is None:
@@ -208,7 +209,7 @@ def _answer(proposed: Any, proposed_service: Any, *, limit: int, **where: Any) -
 
 
 def _print_diffs(proposed: Any, proposed_service: Any, *, show_unchanged: bool, **where: Any) -> None:
-    from opbroker.controller import rollouts
+    from opbroker.controller.catalog import rollouts
 
     try:
         current, _, found = _diffs(proposed, proposed_service, **where)
@@ -252,8 +253,8 @@ def update_instances(
     dry_run: Annotated[bool, typer.Option(help="List what would be marked; write nothing.")] = False,
 ) -> None:
     """Mark every instance of PLAN for re-render with the plan's current templates (the mass update)."""
-    from opbroker.controller import rollouts
-    from opbroker.controller.catalog import spec_hash
+    from opbroker.controller.catalog import rollouts
+    from opbroker.controller.catalog.catalog import spec_hash
 
     kube = kube_for(kubeconfig)
     found = rollouts.find_plan(kube, namespace, plan)

@@ -73,9 +73,9 @@ def prepare(
 ) -> None:
     """Prepare a sister cluster and register its kubeconfig on the master (--kubeconfig: the master's); run again,
     it changes nothing. Then apply the SFCluster naming the Secret."""
-    from opbroker.controller import planaccounts
     from opbroker.controller.multicluster import preparation
     from opbroker.controller.multicluster.core import kubeconfigs
+    from opbroker.controller.osb import planaccounts
 
     try:
         values = json.loads(parameters)
@@ -99,8 +99,8 @@ def prepare(
         account=account,
         parameters=values,
     )
-    from opbroker.controller.kube import Kube
     from opbroker.controller.running import api_client_for
+    from opbroker.controller.runtime.kube import Kube
 
     sister = Kube(api_client_for(str(sister_kubeconfig), context=sister_context))
     master = kube_for(kubeconfig, context)

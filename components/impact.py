@@ -7,7 +7,7 @@ preview, so there is one diff. It runs as a child process: the components do not
 layers contract), and a child can be given one deadline for the whole reading and killed past it. The templates'
 live sources are read as the plan's ServiceAccount (impersonated), as the controller reads them; nothing is
 written. What it answers is logged under the SFPlan: the counts first, then the first diffs, each bounded, Secret
-values redacted (the diff's, :func:`opbroker.controller.rollouts.redacted`).
+values redacted (the diff's, :func:`opbroker.controller.catalog.rollouts.redacted`).
 
 Which cluster, first found: the SFPlan's ``preview_kubeconfig``, the stack's ``kubernetes:kubeconfig`` (and
 ``kubernetes:context``), ``KUBECONFIG``, ``~/.kube/config`` — the Kubernetes provider's own order after the first.

@@ -4,7 +4,7 @@ The informers (:mod:`opbroker.controller.runtime.informers`) list and watch SFSe
 SFServiceBinding, and the claims, multi-cluster and Service Catalog subsystems add their own watches;
 :mod:`.running` runs the process (its event loop, signals, the Lease). SFServices and SFPlans are watched
 cluster-wide, but only those of the trusted namespaces enter the catalog; any other is queued only to be
-warned about (see :mod:`opbroker.controller.catalog`). Event handlers do nothing but
+warned about (see :mod:`opbroker.controller.catalog.catalog`). Event handlers do nothing but
 update the in-memory catalog and indexes and enqueue keys on the :class:`~opbroker.controller.runtime.Runtime`;
 nothing is written for an event (no progress annotations).
 """
@@ -24,32 +24,35 @@ from kubernetes import client
 from opbroker.api.conventions import catalog_id, resource_name
 from opbroker.api.meta import ResourceRef
 from opbroker.api.rbac import ONBOARDER_ACCOUNT
-from opbroker.controller import admin_requests, identities, registries, registry_sweep
-from opbroker.controller.bindings import BindingReconciler
 from opbroker.controller.budgets import Budgeting
-from opbroker.controller.catalog import Catalog, PlanEntry
-from opbroker.controller.catalog_entries import PlanEntryReconciler, ServiceEntryReconciler
+from opbroker.controller.catalog import admin_requests
+from opbroker.controller.catalog.catalog import Catalog, PlanEntry
+from opbroker.controller.catalog.catalog_entries import PlanEntryReconciler, ServiceEntryReconciler
 from opbroker.controller.claims.handlers import Claims
 from opbroker.controller.core import decisions
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import EntryView, EventView
-from opbroker.controller.instances import InstanceReconciler
-from opbroker.controller.kube import BINDINGS, INSTANCES, PLANS, SECRETS, SERVICES, Kube
+from opbroker.controller.kinds import BINDINGS, INSTANCES, PLANS, SERVICES
 from opbroker.controller.multicluster.runtime import MultiCluster
 from opbroker.controller.onboarding import NAMESPACES, NamespaceOnboarder
-from opbroker.controller.reconciling import Deps, OwnWrites
+from opbroker.controller.osb import identities, registries, registry_sweep
+from opbroker.controller.osb.bindings import BindingReconciler
+from opbroker.controller.osb.instances import InstanceReconciler
+from opbroker.controller.osb.reconciling import Deps
 from opbroker.controller.runtime import metrics, resync, trim
 from opbroker.controller.runtime.clock import SYSTEM
+from opbroker.controller.runtime.executor import OwnWrites
 from opbroker.controller.runtime.informers import Informers
 from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.kube import SECRETS, Kube
 from opbroker.controller.runtime.memory import Dependents, PerKey
 from opbroker.controller.runtime.outcomes import DONE
 from opbroker.controller.runtime.runner import Runtime
+from opbroker.controller.runtime.sources import SourceIndex, SourceWatchers
 from opbroker.controller.runtime.store import UNKNOWN, ObjectStore
+from opbroker.controller.runtime.watches import Watch
 from opbroker.controller.servicecatalog.handlers import ServiceCatalog
 from opbroker.controller.settings import ControllerSettings
-from opbroker.controller.sources import SourceIndex, SourceWatchers
-from opbroker.controller.watches import Watch
 from opbroker.kubeclient.wire import JsonBody, mapping_of
 from opbroker.rendering import HttpFetcher, Renderer
 
@@ -84,7 +87,7 @@ class Controller:
         memories = self.runtime.memories
         self.index = memories.keep(SourceIndex())
         # Secrets by metadata only: the cluster's other Secrets cost a key and a version each, not their
-        # bodies; our own are listed with theirs, those reconciles read are fetched on demand (controller.sources).
+        # bodies; our own are listed with theirs, those reconciles read are fetched on demand (runtime.sources).
         self.watchers = SourceWatchers(
             self.kube,
             self.index,

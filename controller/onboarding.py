@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from opbroker.api.controllerinstall import MANAGED_BY_LABEL, namespace_writer, onboarding_objects
 from opbroker.api.conventions import DEFAULT_PLAN_SERVICE_ACCOUNT, NAMESPACE_SERVICE_ACCOUNT
 from opbroker.api.meta import ResourceRef
-from opbroker.controller.kube import Kube, ref_of
+from opbroker.controller.runtime.kube import Kube, ref_of
 from opbroker.kubeclient.wire import JsonBody, mapping_of, path_of, string_map_of, text_of
 
 logger = logging.getLogger(__name__)

@@ -41,8 +41,8 @@ from kubernetes import client, config
 from kubernetes.leaderelection import electionconfig
 
 from opbroker.controller.app import Controller
-from opbroker.controller.kube import Kube
 from opbroker.controller.runtime import apiready, contact, health, leadership, lifecycle, trim
+from opbroker.controller.runtime.kube import Kube
 from opbroker.controller.runtime.leaselock import LeaseLock
 from opbroker.controller.settings import ControllerSettings
 from opbroker.kubeclient import deadlines

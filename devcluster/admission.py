@@ -7,7 +7,7 @@ from kubernetes import client
 
 from opbroker.api import admission
 from opbroker.api.conventions import DEFAULT_NAMESPACE
-from opbroker.controller.kube import Kube
+from opbroker.controller.runtime.kube import Kube
 
 
 def install_admission(api: client.ApiClient, namespace: str = DEFAULT_NAMESPACE) -> None:

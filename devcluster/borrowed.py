@@ -17,7 +17,8 @@ from kubernetes import client
 
 from opbroker.api import SFService, SFServiceBinding, SFServiceInstance
 from opbroker.api.meta import ResourceRef
-from opbroker.controller.kube import BINDINGS, INSTANCES, Kube, describe, ref_of
+from opbroker.controller.kinds import BINDINGS, INSTANCES
+from opbroker.controller.runtime.kube import Kube, describe, ref_of
 
 Progress = Callable[[str], None]
 CRD_API = "apiextensions.k8s.io/v1"

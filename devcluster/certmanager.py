@@ -21,7 +21,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from opbroker.controller.kube import Kube
+from opbroker.controller.runtime.kube import Kube
 from opbroker.devcluster.binaries import cache_dir, module_key
 from opbroker.devcluster.crds import install_crds
 

@@ -38,8 +38,8 @@ from opbroker.api import admission, rbac
 from opbroker.api.controllerinstall import namespace_writer
 from opbroker.api.conventions import DEFAULT_NAMESPACE
 from opbroker.api.crd import all_crds
-from opbroker.controller.kube import Kube, describe
 from opbroker.controller.onboarding import Onboarding
+from opbroker.controller.runtime.kube import Kube, describe
 from opbroker.devcluster.admission import install_admission
 from opbroker.devcluster.binaries import cache_dir
 from opbroker.devcluster.borrowed import Borrowed

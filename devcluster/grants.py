@@ -1,5 +1,5 @@
 """What the platform team grants outside Pulumi, for ``opbroker dev`` and the tests: the default plan account
-(the ServiceAccount plans act as, see ``opbroker.controller.identities``) with the rights its plans need, and the
+(the ServiceAccount plans act as, see ``opbroker.controller.osb.identities``) with the rights its plans need, and the
 onboarding of a consumer namespace.
 
 The objects come from ``opbroker.api.rbac``, as the ControlPlane component's do (``tenant_namespaces``,
@@ -17,7 +17,7 @@ from kubernetes import client
 from opbroker.api.conventions import DEFAULT_NAMESPACE, DEFAULT_PLAN_SERVICE_ACCOUNT
 from opbroker.components import rbac
 from opbroker.controller import onboarding
-from opbroker.controller.kube import Kube
+from opbroker.controller.runtime.kube import Kube
 
 
 def grant_plan_account(

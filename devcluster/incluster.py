@@ -14,7 +14,7 @@ from typing import Any
 
 from kubernetes import client
 
-from opbroker.controller.kube import Kube
+from opbroker.controller.runtime.kube import Kube
 from opbroker.devcluster.devstack import DEMO_NAMESPACE
 
 Progress = Callable[[str], None]

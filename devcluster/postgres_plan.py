@@ -14,7 +14,7 @@ import yaml
 from kubernetes import client
 
 from opbroker.api.conventions import DEFAULT_NAMESPACE
-from opbroker.controller.kube import Kube
+from opbroker.controller.runtime.kube import Kube
 from opbroker.devcluster.controlplane import ControlPlane
 from opbroker.devcluster.demo import HEADERS, DemoFailed, Say, _expect, _poll
 from opbroker.devcluster.devstack import DEMO_NAMESPACE, EXAMPLES, Endpoint

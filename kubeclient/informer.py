@@ -2,7 +2,7 @@
 
 Every watch opbroker makes is one of these: the controller's own kinds (``controller.runtime.informers`` runs
 a group of them behind one dispatcher), the kinds plans' templates produce and the Secrets and Namespaces
-(``controller.sources``), the admission webhook's Bindings, the copies in each sister cluster, and the
+(``controller.runtime.sources``), the admission webhook's Bindings, the copies in each sister cluster, and the
 broker's namespace index. It lives here, below both the broker and the controller (which never import each
 other), so that a fix to how a stream is followed is made once. Before, five loops did it five ways: two of them
 never listed again after a broken stream, one held its API server's connection 10 s past a stop, one had no

@@ -42,8 +42,8 @@ def control_plane_with_catalog(
 
     Each catalog object depends on the control plane's CRDs and namespace (``catalog_prerequisites``) and on the
     controller's Deployment: ``destroy`` deletes the catalog while the controller still runs, which must release
-    its finalizer on every plan an instance ever used (``opbroker.controller.catalog_entries``) and on the services
-    (with the controller deleted alongside, the plans and the CRDs wait forever; seen on a node in
+    its finalizer on every plan an instance ever used (``opbroker.controller.catalog.catalog_entries``) and on the
+    services (with the controller deleted alongside, the plans and the CRDs wait forever; seen on a node in
     tests/pulumi/test_node.py). The price: with ``await_deployments`` the catalog is created once the
     controller's rollout is done, not before. With ``export`` the stack exports ``namespace``, ``crds``,
     ``brokerUrl``, ``brokerUsername`` and ``brokerPassword`` (a secret), as the root stack does.

@@ -1,4 +1,4 @@
-"""An in-memory fake of the controller's Kubernetes wrapper (:class:`opbroker.controller.kube.Kube`).
+"""An in-memory fake of the controller's Kubernetes wrapper (:class:`opbroker.controller.runtime.kube.Kube`).
 
 The reconcilers' table tests run against this instead of a kube-apiserver: same public methods and
 signatures as ``Kube``, the same answers for the same situations (None for 404, False for "already gone",
@@ -42,8 +42,8 @@ from kubernetes.client.rest import ApiException
 
 from opbroker.api import servicecatalog
 from opbroker.api.meta import ResourceRef
-from opbroker.controller.kube import FIELD_MANAGER, Kind, KubeError, clean_for_apply, event_body
 from opbroker.controller.runtime.jsoncopy import copy_json
+from opbroker.controller.runtime.kube import FIELD_MANAGER, Kind, KubeError, clean_for_apply, event_body
 from opbroker.controller.runtime.store import UNKNOWN, ObjectStore
 
 ObjectKey = tuple[str, str, str, str]  # apiVersion, kind, namespace ("" when cluster-scoped), name

@@ -18,7 +18,7 @@ from opbroker.controller.claims.core import catalog_plan, names
 from opbroker.controller.claims.core.catalog_plan import CatalogAction, CatalogFacts
 from opbroker.controller.claims.core.views import ListedCatalog
 from opbroker.controller.claims.kinds import CATALOGS
-from opbroker.controller.executor import Executor, Run, Target
+from opbroker.controller.runtime.executor import Executor, Run, Target
 from opbroker.controller.runtime.failures import namespace_terminating
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.kinds import ObservePlanAct

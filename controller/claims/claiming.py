@@ -23,7 +23,7 @@ One reconcile:
 
 observe reads the claim, the services it holds or will hold, the endpoint Secrets, the binding Secret and
 the namespace's workloads, as typed views (:mod:`.core.views`); :func:`.core.claim_plan.plan` (pure) decides
-all of the above; act hands the actions to the one executor (:mod:`opbroker.controller.executor`): the
+all of the above; act hands the actions to the one executor (:mod:`opbroker.controller.runtime.executor`): the
 claims finalizer, the status and its Events are its generic actions, and the claim's own (take, release, the
 binding Secret, the projections, match again) are the effects below, which decide nothing.
 """
@@ -41,11 +41,11 @@ from opbroker.controller.claims.core.claim_plan import ClaimAction, ClaimFacts
 from opbroker.controller.claims.core.views import ClaimView, ObjectView, ServiceView, WorkloadView
 from opbroker.controller.claims.kinds import CLAIMS, REGISTERED_SERVICES
 from opbroker.controller.core.reasons import Reason
-from opbroker.controller.executor import Executor, Run, Target
+from opbroker.controller.runtime.executor import Executor, Run, Target
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.kinds import ObservePlanAct
 from opbroker.controller.runtime.outcomes import Conflict, Outcome
-from opbroker.controller.showing import ShowsFailuresOnObject
+from opbroker.controller.runtime.showing import ShowsFailuresOnObject
 from opbroker.kubeclient.wire import JsonBody, JsonObject
 
 logger = logging.getLogger(__name__)

@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
-from opbroker.controller.catalog import Catalog
+from opbroker.controller.catalog.catalog import Catalog
 from opbroker.controller.claims.probes import Prober
 from opbroker.controller.claims.settings import ClaimsSettings
 from opbroker.controller.claims.store import Store
-from opbroker.controller.kube import Kube
 from opbroker.controller.runtime.clock import SYSTEM, Clock
 from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.kube import Kube
 from opbroker.kubeclient.wire import JsonBody, mapping_of, text_of
 
 
@@ -40,7 +40,7 @@ class Context:
         keys no longer rendered go): the stamped one that was read is rewritten guarded by its
         ``resource_version`` (changed or replaced meanwhile: a Conflict, read again); when none was read it is
         created — a Secret made by someone else in the instant between that read and this write is the one
-        case this cannot see (as :func:`opbroker.controller.ownership.apply_owned`)."""
+        case this cannot see (as :func:`opbroker.controller.osb.ownership.apply_owned`)."""
         metadata = mapping_of(manifest.get("metadata"))
         if resource_version is not None:
             manifest = {**manifest, "metadata": {**metadata, "resourceVersion": resource_version}}

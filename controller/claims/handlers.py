@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from opbroker.api.primaza import ClaimState, RegisteredService
-from opbroker.controller.catalog import Catalog
+from opbroker.controller.catalog.catalog import Catalog
 from opbroker.controller.claims.cataloging import CatalogReconciler
 from opbroker.controller.claims.claiming import ClaimReconciler
 from opbroker.controller.claims.context import Context
@@ -44,10 +44,11 @@ from opbroker.controller.claims.settings import ClaimsSettings
 from opbroker.controller.claims.store import Store
 from opbroker.controller.claims.workloads import SUPPORTED_KINDS
 from opbroker.controller.core.views import BindingView
-from opbroker.controller.kube import BINDINGS, Kube
+from opbroker.controller.kinds import BINDINGS
 from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.kube import Kube
 from opbroker.controller.runtime.runner import Runtime
-from opbroker.controller.watches import Watch
+from opbroker.controller.runtime.watches import Watch
 from opbroker.kubeclient.wire import JsonBody
 
 logger = logging.getLogger(__name__)

@@ -36,12 +36,12 @@ from opbroker.controller.claims.core.registered_plan import RegisteredAction, Re
 from opbroker.controller.claims.core.views import JobView, ObjectView, ServiceView
 from opbroker.controller.claims.kinds import CLAIMS, REGISTERED_SERVICES
 from opbroker.controller.claims.store import claim_info
-from opbroker.controller.executor import Executor, Run, Target
+from opbroker.controller.runtime.executor import Executor, Run, Target
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.kinds import ObservePlanAct
 from opbroker.controller.runtime.outcomes import DONE, Outcome
+from opbroker.controller.runtime.showing import ShowsFailuresOnObject
 from opbroker.controller.runtime.troubles import shown_for
-from opbroker.controller.showing import ShowsFailuresOnObject
 
 logger = logging.getLogger(__name__)
 

@@ -33,8 +33,8 @@ from opbroker.controller.claims.core.views import CatalogEntry, ObjectView
 from opbroker.controller.claims.kinds import REGISTERED_SERVICES
 from opbroker.controller.core.shown_failures import Shown
 from opbroker.controller.core.views import BindingView
-from opbroker.controller.executor import Executor, Run, Target
-from opbroker.controller.kube import BINDINGS
+from opbroker.controller.kinds import BINDINGS
+from opbroker.controller.runtime.executor import Executor, Run, Target
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.kinds import ObservePlanAct
 from opbroker.controller.runtime.outcomes import Outcome

@@ -1,4 +1,5 @@
-"""The one action vocabulary: what a kind's pure ``plan`` returns and :mod:`opbroker.controller.executor` performs.
+"""The one action vocabulary: what a kind's pure ``plan`` returns and :mod:`opbroker.controller.runtime.executor`
+performs.
 
 Each action is an immutable value that says what to write, never whether: every decision (succeeded, failed,
 still in progress, give up, which objects to release, when to look again) is taken by the plan that builds the
@@ -55,8 +56,8 @@ class WriteStatus:
 
 @dataclass(frozen=True)
 class Apply:
-    """Apply one rendered object under the ownership rules (:mod:`opbroker.controller.ownership`,
-    :mod:`opbroker.controller.singletons`).
+    """Apply one rendered object under the ownership rules (:mod:`opbroker.controller.osb.ownership`,
+    :mod:`opbroker.controller.osb.singletons`).
 
     ``as_user``: the identity the write is made as (a plan's ServiceAccount), None for the controller's own.
     """
@@ -102,7 +103,7 @@ class Orphan:
 @dataclass(frozen=True)
 class JoinSingleton:
     """List ``users`` (the users read, and the joining instance) on a shared singleton that owner references cannot
-    reach (:mod:`opbroker.controller.singletons`): one merge patch guarded by ``resource_version``, the version the
+    reach (:mod:`opbroker.controller.osb.singletons`): one merge patch guarded by ``resource_version``, the version the
     users were read at — a 409 is a conflict (the reconcile reads again), a singleton gone meanwhile too."""
 
     ref: ResourceRef

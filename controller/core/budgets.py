@@ -16,7 +16,7 @@ The budgets (``ControllerSettings.budgets``, the controller's ``--namespace-*`` 
 * the objects one render writes (``rendering.limits.Limits.max_objects``, a limit of every render) bound what one
   instance multiplies;
 * the kinds watched come from plans, which only the platform writes, never from a tenant's fields
-  (``controller.served``, ``controller.sources``).
+  (``controller.runtime.served``, ``controller.runtime.sources``).
 
 The control plane's own namespaces are exempt: only the platform writes there. The decision is pure;
 ``controller.budgets`` keeps the counts it decides on.

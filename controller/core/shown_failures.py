@@ -3,7 +3,7 @@
 Every kind's reconcile runs under the runtime's error table (``reconciler.failures``), which decides how a key is
 retried. This module decides what the *user* is told: the runtime hands every failure it does not re-read at once
 (a conflict) here, as a :class:`Trouble` — a plain value the edge made of the exception — and writes the answer on
-the reconciled object as its Ready condition (False) and a Warning Event (``controller.showing``). So a failure
+the reconciled object as its Ready condition (False) and a Warning Event (``controller.runtime.showing``). So a failure
 no kind foresaw still reaches the object, with the same words whichever kind met it:
 
 =================================================  ================================  =================================

@@ -13,7 +13,8 @@ body on every reconcile would cost the controller CPU the bench counts. The view
 conventions (:data:`~opbroker.api.conventions.FINALIZER`).
 
 ``wire`` keeps the body as read, for what needs the whole object (the renderer's inputs, owner references).
-Nothing writes to it: the executor (:mod:`opbroker.controller.executor`) works from the versions its own writes return.
+Nothing writes to it: the executor (:mod:`opbroker.controller.runtime.executor`) works from the versions its own
+writes return.
 """
 
 from __future__ import annotations

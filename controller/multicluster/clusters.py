@@ -38,11 +38,9 @@ from kubernetes.client.exceptions import ApiException
 from opbroker.api.cluster import RESOURCE_GROUP, SFClusterController
 from opbroker.api.controllerinstall import digest as objects_digest
 from opbroker.api.meta import ResourceRef
-from opbroker.controller.catalog import spec_hash
+from opbroker.controller.catalog.catalog import spec_hash
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import SecretView
-from opbroker.controller.executor import Executor, Run, Target
-from opbroker.controller.kube import Kind
 from opbroker.controller.multicluster import installer, quantities
 from opbroker.controller.multicluster.core import cluster_plan, replicas
 from opbroker.controller.multicluster.core.availability import Availability, availability
@@ -66,11 +64,13 @@ from opbroker.controller.multicluster.sisters import (
     client_from_kubeconfig,
 )
 from opbroker.controller.multicluster.sisters import kubeconfig_digest as digest_of
-from opbroker.controller.reconciling import Deps
+from opbroker.controller.osb.reconciling import Deps
+from opbroker.controller.runtime.executor import Executor, Run, Target
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.kinds import ObservePlanAct
+from opbroker.controller.runtime.kube import Kind
 from opbroker.controller.runtime.outcomes import DONE, Outcome
-from opbroker.controller.showing import ShowsFailuresOnObject
+from opbroker.controller.runtime.showing import ShowsFailuresOnObject
 from opbroker.kubeclient.wire import JsonObject
 
 logger = logging.getLogger(__name__)

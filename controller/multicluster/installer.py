@@ -19,8 +19,8 @@ from opbroker.api import controllerinstall
 from opbroker.api.cluster import SFClusterController, SFClusterControllerRule
 from opbroker.api.crd import all_crds
 from opbroker.api.meta import ResourceRef
-from opbroker.controller.kube import Kube
 from opbroker.controller.runtime.clock import SYSTEM
+from opbroker.controller.runtime.kube import Kube
 from opbroker.kubeclient.wire import JsonBody, JsonObject, mapping_of, text_of
 
 #: The field manager of everything the master applies into a sister.

@@ -49,11 +49,9 @@ from opbroker.api.conventions import resource_name
 from opbroker.api.osb import OperationState
 from opbroker.api.selectors import SelectorError
 from opbroker.api.selectors import parse as parse_selector
-from opbroker.controller import identities
-from opbroker.controller.catalog import PlanEntry
+from opbroker.controller.catalog.catalog import PlanEntry
 from opbroker.controller.core.views import BindingView, InstanceView, SecretView
-from opbroker.controller.executor import Effect, Run
-from opbroker.controller.kube import BINDINGS, INSTANCES, Kind, KubeError
+from opbroker.controller.kinds import BINDINGS, INSTANCES
 from opbroker.controller.multicluster import quantities
 from opbroker.controller.multicluster.clusters import CatalogReplicator, ClusterRegistry, ClusterState, describe
 from opbroker.controller.multicluster.core import placement_plan, replicas, scheduling
@@ -73,10 +71,13 @@ from opbroker.controller.multicluster.core.views import ReplicaView
 from opbroker.controller.multicluster.quantities import QuantityError, Resources
 from opbroker.controller.multicluster.reasons import ANNOTATION_CLUSTER
 from opbroker.controller.multicluster.sisters import SisterKube
-from opbroker.controller.reconciling import Deps
-from opbroker.controller.rendered import inputs_for
+from opbroker.controller.osb import identities
+from opbroker.controller.osb.reconciling import Deps
+from opbroker.controller.osb.rendered import inputs_for
+from opbroker.controller.runtime.executor import Effect, Run
 from opbroker.controller.runtime.failures import server_failing
 from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.kube import Kind, KubeError
 from opbroker.controller.runtime.outcomes import TemporaryError
 from opbroker.rendering import RenderError
 

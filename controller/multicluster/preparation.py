@@ -4,7 +4,7 @@ as steps by hand, in one idempotent run.
 On the sister (its kubeconfig): the control-plane namespace and opbroker's CRDs (the master's installer's own
 prerequisites, :func:`opbroker.controller.multicluster.installer.prerequisites`), further CRDs the plans' operator
 needs (``crds``: the demo operator's, say), the plan account with the rights the master's plans need there
-(computed from what they render, :mod:`opbroker.controller.planaccounts`, resolved by the sister's discovery;
+(computed from what they render, :mod:`opbroker.controller.osb.planaccounts`, resolved by the sister's discovery;
 added to what it holds), and the namespaces to onboard there (created when missing). On the master: the Secret
 the SFCluster's ``secretRef`` names, holding the sister's kubeconfig reduced to one context of data only
 (:func:`opbroker.controller.multicluster.core.kubeconfigs.data_only`: what the master's controller accepts).
@@ -22,9 +22,10 @@ import yaml
 from opbroker.api.conventions import DEFAULT_PLAN_SERVICE_ACCOUNT
 from opbroker.api.meta import ResourceRef
 from opbroker.api.planrights import PlanRights
-from opbroker.controller import onboarding, planaccounts
-from opbroker.controller.kube import Kube, describe, ref_of
+from opbroker.controller import onboarding
 from opbroker.controller.multicluster import installer
+from opbroker.controller.osb import planaccounts
+from opbroker.controller.runtime.kube import Kube, describe, ref_of
 from opbroker.kubeclient.wire import JsonBody, JsonObject, objects_of, path_of
 
 #: The field manager of what the preparation applies (either cluster).

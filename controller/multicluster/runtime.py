@@ -17,7 +17,7 @@ import asyncio
 import logging
 import threading
 
-from opbroker.controller.kube import INSTANCES, PLANS, SERVICES
+from opbroker.controller.kinds import INSTANCES, PLANS, SERVICES
 from opbroker.controller.multicluster.clusters import (
     CLUSTERS,
     CatalogReplicator,
@@ -28,10 +28,10 @@ from opbroker.controller.multicluster.core.ledger import Ledger
 from opbroker.controller.multicluster.core.views import ReplicaView, SFClusterView
 from opbroker.controller.multicluster.placement import MultiClusterPlacement, plan_requests
 from opbroker.controller.multicluster.quantities import QuantityError, Resources
-from opbroker.controller.reconciling import Deps
+from opbroker.controller.osb.reconciling import Deps
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.runner import Runtime
-from opbroker.controller.watches import Watch
+from opbroker.controller.runtime.watches import Watch
 from opbroker.kubeclient.wire import JsonObject
 
 logger = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """The Kubernetes edge towards sister clusters: clients from kubeconfig Secrets, probes, capacity, watches.
 
-A sister is reached through the same :class:`opbroker.controller.kube.Kube` door as the master, built on an
+A sister is reached through the same :class:`opbroker.controller.runtime.kube.Kube` door as the master, built on an
 ``ApiClient`` of its own; :class:`SisterKube` adds the few calls only the multi-cluster controller makes.
 :class:`SisterWatch` follows the copies in one sister (instances and bindings carrying the ``replicated``
 label, one :mod:`informer <opbroker.kubeclient.informer>` each) and reports each change by the master key it
@@ -22,13 +22,14 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from opbroker.api import rbac
-from opbroker.controller.kube import BINDINGS, INSTANCES, Kind, Kube
+from opbroker.controller.kinds import BINDINGS, INSTANCES
 from opbroker.controller.multicluster import quantities
 from opbroker.controller.multicluster.core import kubeconfigs
 from opbroker.controller.multicluster.core.views import ReplicaView
 from opbroker.controller.multicluster.quantities import Resources
 from opbroker.controller.multicluster.reasons import LABEL_REPLICATED
 from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.kube import Kind, Kube
 from opbroker.kubeclient import deadlines
 from opbroker.kubeclient.informer import RETRIES, Body, Collection, Informer, LeanSource
 from opbroker.kubeclient.lean import LeanApi

@@ -1,6 +1,9 @@
 """The controller's own framework (issue 45), which the kinds stand on: keys, outcomes, the error table, per-key
 memory, the clock, the work queue and the reconcile runtime (:mod:`.runner`), the informers and the object store,
-leadership, health, contact with the API server, and the process's lifecycle (:mod:`.lifecycle`).
+the one Kubernetes door (:mod:`.kube`, with :mod:`.served` and :mod:`.access`), the watch declarations
+(:mod:`.watches`), the plans' source watches (:mod:`.sources`), the one executor (:mod:`.executor`), the passes
+(:mod:`.passes`) and failures shown on objects (:mod:`.showing`), leadership, health, contact with the API server,
+and the process's lifecycle (:mod:`.lifecycle`).
 
 Every kind the controller reconciles plugs in here as an :class:`.kinds.ObservePlanAct` reconciler; see :mod:`.runner`
 for what the framework owns and :mod:`.kinds` for what a kind supplies. The framework imports no kind

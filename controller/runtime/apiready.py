@@ -24,7 +24,7 @@ from kubernetes.client.exceptions import ApiException
 
 from opbroker.controller.core.views import ApiResource, ApiStatus, resources_of
 from opbroker.controller.runtime.policies import DEFAULTS
-from opbroker.controller.watches import Watch
+from opbroker.controller.runtime.watches import Watch
 from opbroker.kubeclient.lean import LeanApi
 
 logger = logging.getLogger(__name__)

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from kubernetes import client
 
 from opbroker.controller.runtime.jsoncopy import copy_json
-from opbroker.controller.watches import Watch
+from opbroker.controller.runtime.watches import Watch
 from opbroker.kubeclient import deadlines
 from opbroker.kubeclient.informer import RETRIES, Collection, Identity, Informer, LeanSource
 from opbroker.kubeclient.lean import LeanApi

@@ -40,7 +40,7 @@ class Reconciler(Protocol):
 
 @runtime_checkable
 class ShowsFailures(Protocol):
-    """A reconciler whose objects show the failures that stop them (``controller.showing``): the runtime calls
+    """A reconciler whose objects show the failures that stop them (``controller.runtime.showing``): the runtime calls
     :meth:`show_failure` when a reconcile of ``key`` fails (``before``: what it showed last, None at first) and
     keeps what it returns; :meth:`clear_failure` with that once a reconcile of the key succeeds again."""
 

@@ -20,7 +20,7 @@ from opbroker.controller.core.shown_failures import (
     explain,
     refused_trouble,
 )
-from opbroker.controller.kube import KubeError, Refused
+from opbroker.controller.runtime.kube import KubeError, Refused
 from opbroker.controller.runtime.outcomes import TemporaryError
 from opbroker.rendering import RenderError
 

@@ -39,14 +39,15 @@ from opbroker.controller.claims.core.views import ObjectView, WorkloadView
 from opbroker.controller.core import refusals
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.shown_failures import explain, refused_trouble
-from opbroker.controller.executor import Effect, Executor, Run, Target
-from opbroker.controller.kube import Kube, Refused
 from opbroker.controller.runtime.clock import SYSTEM, Clock
+from opbroker.controller.runtime.executor import Effect, Executor, Run, Target
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.kinds import ObservePlanAct
+from opbroker.controller.runtime.kube import Kube, Refused
 from opbroker.controller.runtime.memory import Memories
 from opbroker.controller.runtime.outcomes import Outcome
 from opbroker.controller.runtime.policies import DEFAULTS, Policies
+from opbroker.controller.runtime.showing import ShowsFailuresOnObject
 from opbroker.controller.servicecatalog import effects
 from opbroker.controller.servicecatalog.common import Clients, Resolver, pacing
 from opbroker.controller.servicecatalog.core import binding_plan, tenancy
@@ -69,7 +70,6 @@ from opbroker.controller.servicecatalog.core.binding_plan import (
 from opbroker.controller.servicecatalog.core.offering import Unresolved
 from opbroker.controller.servicecatalog.core.views import CatalogObject
 from opbroker.controller.servicecatalog.resources import BINDINGS, INSTANCES, KINDS, CatalogApi
-from opbroker.controller.showing import ShowsFailuresOnObject
 from opbroker.kubeclient.wire import mapping_of, string_map_of
 
 __all__ = [

@@ -30,19 +30,19 @@ from opbroker.controller.core import refusals
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.shown_failures import broker_message
 from opbroker.controller.core.views import Meta
-from opbroker.controller.executor import Executor, Run, Target
 from opbroker.controller.runtime.clock import SYSTEM, Clock
+from opbroker.controller.runtime.executor import Executor, Run, Target
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.kinds import ObservePlanAct
 from opbroker.controller.runtime.outcomes import Outcome
 from opbroker.controller.runtime.policies import DEFAULTS, Policies
+from opbroker.controller.runtime.showing import ShowsFailuresOnObject
 from opbroker.controller.servicecatalog.core import broker_plan, relisting
 from opbroker.controller.servicecatalog.core.broker_plan import BrokerFacts, WriteClasses
 from opbroker.controller.servicecatalog.core.endpoints import EndpointProblem, auth_secret_ref, endpoint
 from opbroker.controller.servicecatalog.core.relisting import ClassChanges
 from opbroker.controller.servicecatalog.core.views import BrokerView, ServiceClassView
 from opbroker.controller.servicecatalog.resources import BROKERS, CLASSES, KINDS, CatalogApi
-from opbroker.controller.showing import ShowsFailuresOnObject
 from opbroker.kubeclient.wire import JsonBody, text_of
 
 logger = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from opbroker import osbclient
-from opbroker.controller.executor import Effect, Run
+from opbroker.controller.runtime.executor import Effect, Run
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.memory import Memories, PerKey
 from opbroker.controller.servicecatalog.common import Clients

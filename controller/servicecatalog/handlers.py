@@ -26,10 +26,11 @@ from opbroker.api.servicecatalog import Binding, Broker, Instance, ServiceClass
 from opbroker.controller.budgets import Budgeting
 from opbroker.controller.claims.workloads import SUPPORTED_KINDS
 from opbroker.controller.core.views import Meta
-from opbroker.controller.kube import Kube
 from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.kube import Kube
 from opbroker.controller.runtime.memory import Dependents, Readers
 from opbroker.controller.runtime.runner import Runtime
+from opbroker.controller.runtime.watches import Watch
 from opbroker.controller.servicecatalog.bindings import BindingReconciler
 from opbroker.controller.servicecatalog.brokers import BrokerReconciler
 from opbroker.controller.servicecatalog.core.views import CatalogObject, SecretKeyRef, ServiceClassView
@@ -44,7 +45,6 @@ from opbroker.controller.servicecatalog.resources import (
     CatalogApi,
 )
 from opbroker.controller.settings import ControllerSettings
-from opbroker.controller.watches import Watch
 from opbroker.kubeclient.wire import JsonBody
 
 if TYPE_CHECKING:

@@ -36,13 +36,14 @@ from typing import Any, ClassVar
 from opbroker.api.conventions import DEFAULT_NAMESPACE
 from opbroker.controller.budgets import Budgeting
 from opbroker.controller.core.reasons import Reason
-from opbroker.controller.executor import Executor, Target
 from opbroker.controller.runtime.clock import SYSTEM, Clock
+from opbroker.controller.runtime.executor import Executor, Target
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.kinds import ObservePlanAct
 from opbroker.controller.runtime.memory import Memories
 from opbroker.controller.runtime.outcomes import Outcome
 from opbroker.controller.runtime.policies import DEFAULTS, Policies
+from opbroker.controller.runtime.showing import ShowsFailuresOnObject
 from opbroker.controller.servicecatalog import effects
 from opbroker.controller.servicecatalog.bindingrefs import BindingRef
 from opbroker.controller.servicecatalog.common import Clients, Resolver, pacing
@@ -57,7 +58,6 @@ from opbroker.controller.servicecatalog.core.instance_plan import (
 from opbroker.controller.servicecatalog.core.offering import Unresolved
 from opbroker.controller.servicecatalog.core.views import CatalogObject
 from opbroker.controller.servicecatalog.resources import BINDINGS, INSTANCES, KINDS, CatalogApi
-from opbroker.controller.showing import ShowsFailuresOnObject
 
 logger = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from kubernetes.client.exceptions import ApiException
 
 from opbroker.api.servicecatalog import Binding, Broker, Instance, ServiceClass
 from opbroker.controller.core.views import Meta
-from opbroker.controller.kube import Kind, Kube
+from opbroker.controller.runtime.kube import Kind, Kube
 from opbroker.controller.runtime.outcomes import Conflict
 from opbroker.controller.servicecatalog.core.views import FINALIZER as FINALIZER
 from opbroker.kubeclient.wire import JsonBody, string_map_of

@@ -17,7 +17,8 @@ from kubernetes.client.rest import ApiException
 
 from opbroker.api.conventions import FINALIZER
 from opbroker.api.meta import ResourceRef
-from opbroker.controller.kube import INSTANCES, Kube
+from opbroker.controller.kinds import INSTANCES
+from opbroker.controller.runtime.kube import Kube
 from tests.fake_kube import FakeKube
 
 

@@ -15,7 +15,7 @@ import pytest
 from opbroker.api.conventions import ANNOTATION_OWNER_UID
 from opbroker.api.osb import OperationState
 from opbroker.api.primaza import RegisteredService, ServiceCatalog, ServiceClaim
-from opbroker.controller.catalog import Catalog
+from opbroker.controller.catalog.catalog import Catalog
 from opbroker.controller.claims import cataloging
 from opbroker.controller.claims.claiming import ClaimReconciler
 from opbroker.controller.claims.context import Context
@@ -26,9 +26,10 @@ from opbroker.controller.claims.registered import RegisteredReconciler
 from opbroker.controller.claims.registering import RegistrationReconciler
 from opbroker.controller.claims.settings import ClaimsSettings
 from opbroker.controller.claims.store import Store
-from opbroker.controller.kube import BINDINGS, Kind
+from opbroker.controller.kinds import BINDINGS
 from opbroker.controller.runtime.clock import FakeClock
 from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.kube import Kind
 from opbroker.controller.runtime.outcomes import DONE, Conflict
 from tests.fake_kube import DEFAULT_KINDS, FakeKube, KindInfo
 

@@ -24,11 +24,12 @@ from opbroker.api.conventions import (
     credentials_secret_name,
 )
 from opbroker.api.meta import ResourceRef
-from opbroker.controller import abandoning
-from opbroker.controller.core import abandon, decisions
-from opbroker.controller.core.abandon import Fate
+from opbroker.controller.core import decisions
 from opbroker.controller.core.views import BindingView, InstanceView, ObjectView
-from opbroker.controller.kube import BINDINGS, INSTANCES
+from opbroker.controller.kinds import BINDINGS, INSTANCES
+from opbroker.controller.osb import abandoning
+from opbroker.controller.osb.core import abandon
+from opbroker.controller.osb.core.abandon import Fate
 from opbroker.controller.runtime.objects import recorded, ref_key, stamp
 from tests.fake_kube import FakeKube
 

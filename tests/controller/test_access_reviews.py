@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from opbroker.controller.access import Access, AccessReviews
+from opbroker.controller.runtime.access import Access, AccessReviews
 
 pytestmark = pytest.mark.unit
 

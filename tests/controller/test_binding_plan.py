@@ -17,10 +17,16 @@ import pytest
 from opbroker.api.catalog import DeletionPolicy
 from opbroker.api.conventions import ANNOTATION_OWNER_UID, ANNOTATION_PAUSED, CREDENTIALS_KEY, FINALIZER, PAUSED
 from opbroker.api.meta import ResourceRef
-from opbroker.controller.catalog import PlanEntry
+from opbroker.controller.catalog.catalog import PlanEntry
 from opbroker.controller.core import actions as a
 from opbroker.controller.core import decisions
-from opbroker.controller.core.binding_plan import (
+from opbroker.controller.core.decisions import Letting
+from opbroker.controller.core.views import BindingView, InstanceView, ObjectView, SecretView
+from opbroker.controller.kinds import BINDINGS
+from opbroker.controller.multicluster.core.placement_plan import PlacementFacts, Reach
+from opbroker.controller.multicluster.core.scheduling import MASTER
+from opbroker.controller.multicluster.core.views import ReplicaView
+from opbroker.controller.osb.core.binding_plan import (
     BindingFacts,
     BindPiece,
     BindRendering,
@@ -32,15 +38,9 @@ from opbroker.controller.core.binding_plan import (
     refused,
     steps,
 )
-from opbroker.controller.core.decisions import Letting
-from opbroker.controller.core.instance_plan import Piece, Teardown
-from opbroker.controller.core.views import BindingView, InstanceView, ObjectView, SecretView
-from opbroker.controller.kube import BINDINGS
-from opbroker.controller.multicluster.core.placement_plan import PlacementFacts, Reach
-from opbroker.controller.multicluster.core.scheduling import MASTER
-from opbroker.controller.multicluster.core.views import ReplicaView
-from opbroker.controller.osb_effects import osb_executor
-from opbroker.controller.reconciling import AppliedMemory
+from opbroker.controller.osb.core.instance_plan import Piece, Teardown
+from opbroker.controller.osb.osb_effects import osb_executor
+from opbroker.controller.osb.reconciling import AppliedMemory
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.memory import PerKey
 from opbroker.controller.runtime.objects import recorded

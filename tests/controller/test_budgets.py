@@ -11,9 +11,9 @@ import pytest
 from opbroker.api import TemplateAction
 from opbroker.controller.budgets import Budgeting
 from opbroker.controller.core import actions as a
-from opbroker.controller.core.binding_plan import plan as binding_plan
 from opbroker.controller.core.budgets import NamespaceBudgets, NamespaceUsage, refusal
-from opbroker.controller.core.instance_plan import plan as instance_plan
+from opbroker.controller.osb.core.binding_plan import plan as binding_plan
+from opbroker.controller.osb.core.instance_plan import plan as instance_plan
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.store import UNKNOWN, ObjectStore
 from opbroker.rendering import Renderer, RenderLimitError

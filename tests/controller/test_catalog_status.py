@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from opbroker.controller.core.catalog_status import plan_verdict, service_verdict, status_patch
+from opbroker.controller.catalog.core.catalog_status import plan_verdict, service_verdict, status_patch
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import EntryView
 from tests.controller.test_robustness import install_plan

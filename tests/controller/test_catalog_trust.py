@@ -11,14 +11,14 @@ from typing import Any
 import pytest
 
 from opbroker.api.conventions import FINALIZER, catalog_id, catalog_namespaces
-from opbroker.controller.catalog import Catalog
-from opbroker.controller.catalog_entries import PlanEntryReconciler, ServiceEntryReconciler
+from opbroker.controller.catalog.catalog import Catalog
+from opbroker.controller.catalog.catalog_entries import PlanEntryReconciler, ServiceEntryReconciler
+from opbroker.controller.catalog.core import catalog_status
+from opbroker.controller.catalog.core.entry_plan import EntryFacts, NoteWarned
 from opbroker.controller.core import actions as a
-from opbroker.controller.core import catalog_status
-from opbroker.controller.core.entry_plan import EntryFacts, NoteWarned
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import EntryView
-from opbroker.controller.kube import PLANS, SERVICES
+from opbroker.controller.kinds import PLANS, SERVICES
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.outcomes import DONE
 from opbroker.controller.runtime.runner import Runtime

@@ -14,11 +14,12 @@ import pytest
 from opbroker.api.catalog import DriftPolicy
 from opbroker.api.meta import ResourceRef
 from opbroker.controller.core import actions as a
-from opbroker.controller.core import decisions, drift, live_status
-from opbroker.controller.core.binding_plan import BindPiece, ObservedBind, Refresh, bind_apply
-from opbroker.controller.core.binding_plan import plan as binding_plan
-from opbroker.controller.core.instance_plan import Check, Observed, Piece, Report, apply_action, plan
+from opbroker.controller.core import decisions
 from opbroker.controller.core.views import ConditionView, InstanceView
+from opbroker.controller.osb.core import drift, live_status
+from opbroker.controller.osb.core.binding_plan import BindPiece, ObservedBind, Refresh, bind_apply
+from opbroker.controller.osb.core.binding_plan import plan as binding_plan
+from opbroker.controller.osb.core.instance_plan import Check, Observed, Piece, Report, apply_action, plan
 from opbroker.controller.runtime.policies import INF
 from opbroker.osbclient import Backoff
 from tests.controller.test_binding_plan import REPORTED, binding

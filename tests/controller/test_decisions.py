@@ -11,7 +11,8 @@ import pytest
 
 from opbroker.api.conventions import CREDENTIALS_KEY, FINALIZER
 from opbroker.api.meta import ResourceRef
-from opbroker.controller.core import catalog_status, conditions, decisions
+from opbroker.controller.catalog.core import catalog_status
+from opbroker.controller.core import conditions, decisions
 from opbroker.controller.core.decisions import Step
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import (

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from opbroker.api.conventions import FINALIZER
+from opbroker.controller.catalog.core import catalog_status, entry_plan
+from opbroker.controller.catalog.core.entry_plan import EntryFacts
 from opbroker.controller.core import actions as a
-from opbroker.controller.core import catalog_status, entry_plan
 from opbroker.controller.core.decisions import ServiceUsers
-from opbroker.controller.core.entry_plan import EntryFacts
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import EntryView
 from opbroker.controller.runtime.keys import Key

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from opbroker.controller.kube import Kube, event_body
 from opbroker.controller.runtime.event_series import ENTRY_OVERHEAD, EventSeries, Recorded, key_of
+from opbroker.controller.runtime.kube import Kube, event_body
 from tests.cluster_fixtures import onboarded_namespace
 from tests.controller.test_lifecycle import SERVICE_ID, provision
 from tests.controller_support import apply_yaml, wait_for

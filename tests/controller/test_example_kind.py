@@ -13,9 +13,9 @@ from kubernetes.client.exceptions import ApiException
 
 from opbroker.api.conventions import FINALIZER
 from opbroker.controller.core import actions as a
-from opbroker.controller.kube import Kube
 from opbroker.controller.runtime.informers import Informers
 from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.kube import Kube
 from opbroker.controller.runtime.runner import Runtime
 from tests.controller.example_kind.kind import register
 from tests.controller.example_kind.plan import GreetingFacts, plan

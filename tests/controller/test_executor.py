@@ -9,9 +9,8 @@ import pytest
 
 from opbroker.api.conventions import FINALIZER
 from opbroker.controller.core import actions as a
-from opbroker.controller.executor import AGAIN, Executor, Run, Target
-from opbroker.controller.kube import INSTANCES
-from opbroker.controller.reconciling import OwnWrites
+from opbroker.controller.kinds import INSTANCES
+from opbroker.controller.runtime.executor import AGAIN, Executor, OwnWrites, Run, Target
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.outcomes import DONE
 from tests.controller.test_instance_plan import NS, body

@@ -1,5 +1,5 @@
-"""FakeKube answers every call of the one Kubernetes door (controller/kube.py), with the same parameters: a kind's
-act that runs on the real door runs on the fake in its table tests (placement's sister calls, the rollouts'
+"""FakeKube answers every call of the one Kubernetes door (controller/runtime/kube.py), with the same parameters: a
+kind's act that runs on the real door runs on the fake in its table tests (placement's sister calls, the rollouts'
 pages, the lease release included)."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from opbroker.controller.kube import INSTANCES, Kube
+from opbroker.controller.kinds import INSTANCES
+from opbroker.controller.runtime.kube import Kube
 from tests.fake_kube import FakeKube
 
 METHODS = sorted(name for name, _ in inspect.getmembers(Kube, inspect.isfunction) if not name.startswith("_"))

@@ -15,22 +15,24 @@ from typing import Any
 import pytest
 
 from opbroker.api.conventions import FINALIZER
-from opbroker.controller import abandoning
-from opbroker.controller.bindings import BindingReconciler
-from opbroker.controller.catalog_entries import PlanEntryReconciler, ServiceEntryReconciler
+from opbroker.controller.catalog.catalog_entries import PlanEntryReconciler, ServiceEntryReconciler
 from opbroker.controller.claims.claiming import ClaimReconciler
 from opbroker.controller.claims.kinds import CATALOGS, CLAIMS, REGISTERED_SERVICES
 from opbroker.controller.claims.registered import RegisteredReconciler
 from opbroker.controller.claims.registering import RegistrationReconciler
-from opbroker.controller.core import abandon, finalizers
 from opbroker.controller.core import actions as a
+from opbroker.controller.core import finalizers
 from opbroker.controller.core.finalizers import OWNERS, Held, NotOwner, Owners
 from opbroker.controller.core.views import Meta
-from opbroker.controller.executor import Executor, Target
-from opbroker.controller.instances import InstanceReconciler
-from opbroker.controller.kube import BINDINGS, INSTANCES, PLANS, SERVICES, Kind
+from opbroker.controller.kinds import BINDINGS, INSTANCES, PLANS, SERVICES
 from opbroker.controller.multicluster.clusters import CLUSTERS, ClusterReconciler
+from opbroker.controller.osb import abandoning
+from opbroker.controller.osb.bindings import BindingReconciler
+from opbroker.controller.osb.core import abandon
+from opbroker.controller.osb.instances import InstanceReconciler
+from opbroker.controller.runtime.executor import Executor, Target
 from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.kube import Kind
 from opbroker.controller.runtime.outcomes import Conflict
 from opbroker.controller.servicecatalog import bindings as servicecatalog_bindings
 from opbroker.controller.servicecatalog import instances as servicecatalog_instances

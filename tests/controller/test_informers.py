@@ -12,7 +12,7 @@ import pytest
 from kubernetes import client
 
 from opbroker.controller.runtime.informers import Informers, resources_of
-from opbroker.controller.watches import Watch
+from opbroker.controller.runtime.watches import Watch
 from tests.controller_support import wait_for
 
 GROUP, VERSION, PLURAL = "osb.servicefabrik.io", "v1alpha1", "sfserviceinstances"

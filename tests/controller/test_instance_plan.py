@@ -31,25 +31,12 @@ from opbroker.api.conventions import (
     PAUSED,
 )
 from opbroker.api.meta import ResourceRef
-from opbroker.controller.catalog import Catalog, PlanEntry
+from opbroker.controller.catalog.catalog import Catalog, PlanEntry
 from opbroker.controller.core import actions as a
 from opbroker.controller.core import decisions, finalizers
 from opbroker.controller.core.decisions import Letting
-from opbroker.controller.core.instance_plan import (
-    InstanceFacts,
-    Limits,
-    Piece,
-    Rendering,
-    Report,
-    Teardown,
-    plan,
-    refused,
-    steps,
-)
 from opbroker.controller.core.views import BindingView, InstanceView, Meta, ObjectView
-from opbroker.controller.executor import AGAIN, MAX_PASSES, Executor, refusal_of
-from opbroker.controller.instances import InstanceReconciler
-from opbroker.controller.kube import INSTANCES, PLANS
+from opbroker.controller.kinds import INSTANCES, PLANS
 from opbroker.controller.multicluster.core.placement_plan import (
     AnnotateCluster,
     DeleteCopy,
@@ -62,17 +49,30 @@ from opbroker.controller.multicluster.core.placement_plan import (
 )
 from opbroker.controller.multicluster.core.scheduling import MASTER
 from opbroker.controller.multicluster.core.views import ReplicaView
-from opbroker.controller.osb_effects import osb_executor
-from opbroker.controller.ownership import NotOwned
-from opbroker.controller.reconciling import AppliedMemory, Deps, OwnWrites
+from opbroker.controller.osb.core.instance_plan import (
+    InstanceFacts,
+    Limits,
+    Piece,
+    Rendering,
+    Report,
+    Teardown,
+    plan,
+    refused,
+    steps,
+)
+from opbroker.controller.osb.instances import InstanceReconciler
+from opbroker.controller.osb.osb_effects import osb_executor
+from opbroker.controller.osb.ownership import NotOwned
+from opbroker.controller.osb.reconciling import AppliedMemory, Deps
+from opbroker.controller.osb.singletons import SingletonFull
+from opbroker.controller.runtime.executor import AGAIN, MAX_PASSES, Executor, OwnWrites, refusal_of
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.memory import Memories
 from opbroker.controller.runtime.objects import recorded, stamp
 from opbroker.controller.runtime.outcomes import DONE, Conflict, Outcome, TemporaryError
 from opbroker.controller.runtime.policies import DEFAULTS
+from opbroker.controller.runtime.sources import SourceIndex
 from opbroker.controller.settings import ControllerSettings
-from opbroker.controller.singletons import SingletonFull
-from opbroker.controller.sources import SourceIndex
 from opbroker.rendering import Renderer
 from opbroker.rendering.status import SectionStatus
 from tests.fake_kube import FakeKube

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
-from opbroker.controller.kube import Kube, Refused
+from opbroker.controller.runtime.kube import Kube, Refused
 
 
 def config_map(namespace: str, **data: str) -> dict[str, object]:

@@ -8,7 +8,8 @@ import itertools
 
 from kubernetes import client
 
-from opbroker.controller.kube import INSTANCES, Kube
+from opbroker.controller.kinds import INSTANCES
+from opbroker.controller.runtime.kube import Kube
 from opbroker.kubeclient import transport
 from opbroker.kubeclient.lean import LeanCustomObjects
 from tests.transport_support import Dials

@@ -23,7 +23,8 @@ from kubernetes import client
 from kubernetes.client import exceptions
 
 from opbroker.api.meta import ResourceRef
-from opbroker.controller.kube import BINDINGS, Kube, Refused
+from opbroker.controller.kinds import BINDINGS
+from opbroker.controller.runtime.kube import Kube, Refused
 from opbroker.kubeclient import deadlines, transport
 from opbroker.kubeclient.informer import Collection, LeanSource, events_of
 from opbroker.kubeclient.lean import LeanCustomObjects, object_path

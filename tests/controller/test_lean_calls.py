@@ -24,11 +24,11 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.leaderelection import electionconfig
 from kubernetes.leaderelection.leaderelectionrecord import LeaderElectionRecord
 
-from opbroker.controller.access import Access, api_reviewer
 from opbroker.controller.core.views import NodeView, PodView
-from opbroker.controller.kube import Kube
 from opbroker.controller.multicluster.sisters import SisterKube
 from opbroker.controller.runtime import apiready, leadership, leaselock
+from opbroker.controller.runtime.access import Access, api_reviewer
+from opbroker.controller.runtime.kube import Kube
 from opbroker.controller.servicecatalog import webhook
 from opbroker.kubeclient import deadlines
 from opbroker.kubeclient.lean import LeanApi

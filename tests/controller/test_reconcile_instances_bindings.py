@@ -27,21 +27,22 @@ from opbroker.api.conventions import (
     PAUSED,
 )
 from opbroker.api.meta import ResourceRef
-from opbroker.controller.bindings import BindingFacts, BindingReconciler
-from opbroker.controller.catalog import Catalog, PlanEntry
-from opbroker.controller.catalog_entries import PlanEntryReconciler
+from opbroker.controller.catalog.catalog import Catalog, PlanEntry
+from opbroker.controller.catalog.catalog_entries import PlanEntryReconciler
 from opbroker.controller.core.decisions import Step
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import BindingView, InstanceView
-from opbroker.controller.instances import InstanceFacts, InstanceReconciler
-from opbroker.controller.kube import BINDINGS, INSTANCES, PLANS
-from opbroker.controller.reconciling import Deps, OwnWrites
+from opbroker.controller.kinds import BINDINGS, INSTANCES, PLANS
+from opbroker.controller.osb.bindings import BindingFacts, BindingReconciler
+from opbroker.controller.osb.instances import InstanceFacts, InstanceReconciler
+from opbroker.controller.osb.reconciling import Deps
+from opbroker.controller.runtime.executor import OwnWrites
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.outcomes import DONE, Outcome, TemporaryError
 from opbroker.controller.runtime.policies import Policies
 from opbroker.controller.runtime.runner import Runtime
+from opbroker.controller.runtime.sources import SourceIndex
 from opbroker.controller.settings import ControllerSettings
-from opbroker.controller.sources import SourceIndex
 from opbroker.rendering import Renderer
 from tests.fake_kube import FakeKube
 

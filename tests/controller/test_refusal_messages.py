@@ -26,7 +26,7 @@ from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.refusals import MASK, Denial, denial_of, refusal, request_words, terminating_namespace
 from opbroker.controller.core.shown_failures import explain, refused_trouble
 from opbroker.controller.core.views import ApiStatus
-from opbroker.controller.kube import Kube, KubeError
+from opbroker.controller.runtime.kube import Kube, KubeError
 from opbroker.controller.runtime.troubles import shown_for
 from tests.controller_support import wait_for
 

@@ -156,7 +156,7 @@ def test_a_retried_answer_to_a_write_is_masked_too() -> None:
     masked like a refusal's, its status kept (callers tell 409 and 5xx apart by it)."""
     from kubernetes.client.exceptions import ApiException
 
-    from opbroker.controller.kube import Refused, _refused
+    from opbroker.controller.runtime.kube import Refused, _refused
 
     body = json.dumps(
         {

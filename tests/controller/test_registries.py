@@ -8,10 +8,10 @@ from typing import Any
 from kubernetes import client
 
 from opbroker.api.conventions import LABEL_MANAGED_BY, MANAGED_BY
-from opbroker.controller import registries, registry_sweep
 from opbroker.controller.core.views import Meta
-from opbroker.controller.kube import SECRETS, Kube
-from opbroker.controller.registries import RegistryCache, encode
+from opbroker.controller.osb import registries, registry_sweep
+from opbroker.controller.osb.registries import RegistryCache, encode
+from opbroker.controller.runtime.kube import SECRETS, Kube
 from opbroker.controller.runtime.objects import owner_reference
 
 

@@ -12,7 +12,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from opbroker.api.conventions import DEFAULT_NAMESPACE, LABEL_MANAGED_BY, MANAGED_BY
-from opbroker.controller.registries import encode
+from opbroker.controller.osb.registries import encode
 from tests.controller.test_lifecycle import GROUP, VERSION, custom, gone, provision, wait_state
 from tests.controller_support import apply_yaml, wait_for
 from tests.tenancy_support import Tenant

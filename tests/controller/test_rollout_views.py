@@ -1,4 +1,4 @@
-"""The views a plan rollout reads (controller/core/rollout_views.py), no server.
+"""The views a plan rollout reads (controller/catalog/core/rollout_views.py), no server.
 
 Covers: an instance's plan, state, applied plan hash, cluster and request namespace; a plan found by name, OSB id
 or OSB name; fields the server adds ignored; wrong types read as absent rather than failing the rollout.
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from opbroker.controller.core.rollout_views import AdminRequestView, PlanView, RolloutInstance
-from opbroker.controller.rollouts import Skip, verdict
+from opbroker.controller.catalog.core.rollout_views import AdminRequestView, PlanView, RolloutInstance
+from opbroker.controller.catalog.rollouts import Skip, verdict
 
 
 def instance(**spec: Any) -> dict[str, Any]:

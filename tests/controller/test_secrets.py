@@ -17,8 +17,8 @@ from typing import Any
 from kubernetes import client
 
 from opbroker.api.conventions import CREDENTIALS_KEY
+from opbroker.controller.runtime.sources import SourceIndex, SourceWatchers
 from opbroker.controller.runtime.store import UNKNOWN, Census, ObjectStore
-from opbroker.controller.sources import SourceIndex, SourceWatchers
 from opbroker.devcluster import ControlPlane
 from opbroker.devcluster.controlplane import free_ports
 from opbroker.kubeclient.informer import Collection

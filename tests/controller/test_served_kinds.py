@@ -3,7 +3,7 @@ most one read per group version per window and never refresh the official discov
 
 from __future__ import annotations
 
-from opbroker.controller.served import MAX_GROUP_VERSIONS, WINDOW_SECONDS, ServedKinds, ServedResource
+from opbroker.controller.runtime.served import MAX_GROUP_VERSIONS, WINDOW_SECONDS, ServedKinds, ServedResource
 
 CORE = {"resources": [{"name": "configmaps", "kind": "ConfigMap"}, {"name": "pods/log", "kind": "Pod"}]}
 

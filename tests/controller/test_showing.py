@@ -1,4 +1,4 @@
-"""The runtime shows a failure on its object and takes it back (``controller.showing``), on a FakeKube (unit)."""
+"""The runtime shows a failure on its object and takes it back (``runtime.showing``), on a FakeKube (unit)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ from typing import Any, ClassVar
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from opbroker.controller.executor import Executor, Target
-from opbroker.controller.kube import INSTANCES
+from opbroker.controller.kinds import INSTANCES
+from opbroker.controller.runtime.executor import Executor, Target
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.kinds import ObservePlanAct
 from opbroker.controller.runtime.outcomes import DONE, Outcome
 from opbroker.controller.runtime.runner import Runtime
-from opbroker.controller.showing import ShowsFailuresOnObject
+from opbroker.controller.runtime.showing import ShowsFailuresOnObject
 from tests.fake_kube import FakeKube
 
 FORBIDDEN = {

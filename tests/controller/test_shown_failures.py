@@ -14,7 +14,7 @@ from opbroker import osbclient
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.refusals import refusal
 from opbroker.controller.core.shown_failures import explain
-from opbroker.controller.kube import KubeError, Refused
+from opbroker.controller.runtime.kube import KubeError, Refused
 from opbroker.controller.runtime.outcomes import TemporaryError
 from opbroker.controller.runtime.troubles import shown_for, trouble_of
 from opbroker.rendering import RenderError

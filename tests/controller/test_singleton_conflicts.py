@@ -16,8 +16,8 @@ from kubernetes.client.exceptions import ApiException
 
 from opbroker.api.conventions import ANNOTATION_SINGLETON_USERS
 from opbroker.api.meta import ResourceRef
-from opbroker.controller import singletons
 from opbroker.controller.core.views import ObjectView
+from opbroker.controller.osb import singletons
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.outcomes import Outcome
 from opbroker.controller.runtime.policies import Policies

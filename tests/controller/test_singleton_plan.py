@@ -18,8 +18,8 @@ from opbroker.api.conventions import ANNOTATION_SINGLETON, ANNOTATION_SINGLETON_
 from opbroker.api.meta import ResourceRef
 from opbroker.controller.core import actions as a
 from opbroker.controller.core import decisions
-from opbroker.controller.core.singleton_plan import Leaving, joining, leaving, listing
 from opbroker.controller.core.views import ObjectView
+from opbroker.controller.osb.core.singleton_plan import Leaving, joining, leaving, listing
 from opbroker.controller.runtime.keys import Key
 from tests.controller.test_instance_plan import executor
 

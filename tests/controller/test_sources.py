@@ -6,9 +6,9 @@ from types import SimpleNamespace
 from typing import Any
 
 from opbroker.api.meta import ResourceRef
+from opbroker.controller.runtime.served import ServedResource
+from opbroker.controller.runtime.sources import SourceIndex, SourceWatchers
 from opbroker.controller.runtime.store import ObjectStore
-from opbroker.controller.served import ServedResource
-from opbroker.controller.sources import SourceIndex, SourceWatchers
 from opbroker.kubeclient.informer import Collection
 from tests.informer_support import NO_WAIT, Scripted, event
 

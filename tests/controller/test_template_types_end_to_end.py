@@ -34,7 +34,7 @@ from kubernetes import client
 
 from opbroker.api.conventions import DEFAULT_PLAN_SERVICE_ACCOUNT
 from opbroker.api.meta import ResourceRef
-from opbroker.controller.kube import Kube
+from opbroker.controller.runtime.kube import Kube
 from opbroker.devcluster.grants import grant_plan_account, onboard_namespace
 from opbroker.rendering.renderer import release_name
 from tests.broker.test_osb_end_to_end import poll

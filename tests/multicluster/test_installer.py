@@ -19,11 +19,11 @@ from kubernetes import client, config, dynamic
 from kubernetes.client.exceptions import ApiException
 
 from opbroker.controller.core.reasons import Reason
-from opbroker.controller.kube import Kube
 from opbroker.controller.multicluster.clusters import CLUSTERS, CatalogReplicator, ClusterReconciler, ClusterRegistry
 from opbroker.controller.multicluster.core.ledger import Ledger
 from opbroker.controller.multicluster.installer import MANAGED_BY
 from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.kube import Kube
 from opbroker.controller.runtime.runner import Runtime
 from opbroker.controller.settings import ControllerSettings
 from opbroker.devcluster import ControlPlane

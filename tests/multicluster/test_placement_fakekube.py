@@ -13,8 +13,7 @@ import pytest
 
 from opbroker.api.conventions import FINALIZER
 from opbroker.controller.core import actions as a
-from opbroker.controller.instances import InstanceReconciler
-from opbroker.controller.kube import BINDINGS, INSTANCES
+from opbroker.controller.kinds import BINDINGS, INSTANCES
 from opbroker.controller.multicluster.clusters import CLUSTERS, CatalogReplicator, ClusterRegistry
 from opbroker.controller.multicluster.core.ledger import Ledger
 from opbroker.controller.multicluster.core.placement_plan import (
@@ -28,8 +27,9 @@ from opbroker.controller.multicluster.core.scheduling import MASTER
 from opbroker.controller.multicluster.core.views import SFClusterView
 from opbroker.controller.multicluster.placement import MultiClusterPlacement
 from opbroker.controller.multicluster.reasons import ANNOTATION_MASTER_UID
-from opbroker.controller.osb_effects import osb_executor
-from opbroker.controller.reconciling import AppliedMemory
+from opbroker.controller.osb.instances import InstanceReconciler
+from opbroker.controller.osb.osb_effects import osb_executor
+from opbroker.controller.osb.reconciling import AppliedMemory
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.memory import Memories
 from opbroker.controller.runtime.outcomes import DONE, Outcome

@@ -17,10 +17,10 @@ import pytest
 
 from bench import jinja_bombs
 from opbroker.api import SFPlan, TemplateAction
-from opbroker.controller.catalog import Catalog
-from opbroker.controller.catalog_entries import PlanEntryReconciler
+from opbroker.controller.catalog.catalog import Catalog
+from opbroker.controller.catalog.catalog_entries import PlanEntryReconciler
 from opbroker.controller.core.reasons import Reason
-from opbroker.controller.kube import PLANS
+from opbroker.controller.kinds import PLANS
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.outcomes import DONE
 from opbroker.controller.runtime.runner import Runtime

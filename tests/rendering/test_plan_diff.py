@@ -15,9 +15,9 @@ import yaml
 
 from opbroker.api.catalog import SFPlan
 from opbroker.api.meta import ResourceRef
-from opbroker.controller import rollouts
-from opbroker.controller.core.rollout_views import RolloutInstance
-from opbroker.controller.rollouts import Change, Pacer, Skip, Subject
+from opbroker.controller.catalog import rollouts
+from opbroker.controller.catalog.core.rollout_views import RolloutInstance
+from opbroker.controller.catalog.rollouts import Change, Pacer, Skip, Subject
 from opbroker.rendering import Renderer
 from opbroker.rendering.output import RenderedObject
 

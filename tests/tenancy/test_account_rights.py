@@ -19,7 +19,7 @@ from kubernetes import client
 from opbroker.api import RESOURCE_KINDS, accountrights
 from opbroker.api.accountrights import ANYWHERE, CONTROL_PLANE, ONBOARDED
 from opbroker.api.conventions import service_account_user
-from opbroker.controller.kube import Kube
+from opbroker.controller.runtime.kube import Kube
 from opbroker.devcluster.incluster import DEMO_OPERATOR_RULE, control_plane_manifests
 from opbroker.kubeclient.answers import json_object
 from opbroker.kubeclient.lean import LeanCustomObjects

@@ -16,8 +16,8 @@ from kubernetes import client
 
 from opbroker.api.controllerinstall import MANAGED_BY_LABEL, ControllerSpec, Names, controller_objects
 from opbroker.api.rbac import ONBOARDER_ACCOUNT
-from opbroker.controller.kube import Kube
 from opbroker.controller.onboarding import MANAGED_BY_CONTROLLER, NamespaceOnboarder, Onboarding, onboard
+from opbroker.controller.runtime.kube import Kube
 from opbroker.devcluster import ControlPlane
 from opbroker.devcluster.processes import Process
 from tests.controller_support import controller_command, wait_for

@@ -3,7 +3,7 @@ master writes about it (:mod:`opbroker.controller.multicluster.placement` reads 
 own actions).
 
 :func:`instance` and :func:`binding` are the first branch of the instance's and binding's own plans
-(:mod:`opbroker.controller.core.instance_plan`, :mod:`~opbroker.controller.core.binding_plan`), on the
+(:mod:`opbroker.controller.osb.core.instance_plan`, :mod:`~opbroker.controller.osb.core.binding_plan`), on the
 :class:`PlacementFacts` their observe read. They return None when the object is reconciled right here (placed on
 the master, cluster ``"1"``; or unplaced and already rendered here; or a plan problem the local reconciler
 reports), else the actions of the shared vocabulary (:mod:`opbroker.controller.core.actions`) plus the few of

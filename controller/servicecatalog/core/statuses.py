@@ -104,7 +104,7 @@ AFTER = " — after: "
 """Joins a step of a retried creation to the failure it follows (:func:`after_failure`)."""
 MITIGATION_FOLLOWS = "; orphan mitigation follows"
 #: Ready reasons whose message is a failure a retried creation's next steps carry on (the calls' own, and what the
-#: runtime shows of a failure that escaped the plan: ``controller.showing``).
+#: runtime shows of a failure that escaped the plan: ``controller.runtime.showing``).
 CARRIED = frozenset(
     {
         Reason.PROVISION_CALL_FAILED.value,

@@ -13,13 +13,13 @@ from typing import Any, ClassVar
 
 from opbroker.api.conventions import FINALIZER
 from opbroker.controller.core import finalizers
-from opbroker.controller.executor import Executor, Target
-from opbroker.controller.kube import Kube
+from opbroker.controller.runtime.executor import Executor, Target
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.kinds import ObservePlanAct
+from opbroker.controller.runtime.kube import Kube
 from opbroker.controller.runtime.outcomes import Outcome
 from opbroker.controller.runtime.runner import Runtime
-from opbroker.controller.watches import Watch
+from opbroker.controller.runtime.watches import Watch
 from tests.controller.example_kind import plan as greeting_plan
 from tests.controller.example_kind.view import GREETINGS, GreetingView
 

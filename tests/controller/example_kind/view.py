@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from opbroker.controller.core.views import Meta
-from opbroker.controller.kube import Kind
+from opbroker.controller.runtime.kube import Kind
 from opbroker.kubeclient.wire import int_of, mapping_of, text_of
 
 GREETINGS = Kind("examples.opbroker.test", "v1", "greetings")

@@ -35,7 +35,7 @@ from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
 from opbroker.api.conventions import DEFAULT_NAMESPACE, resource_name
-from opbroker.controller.registries import LABEL_OWNER_NAMESPACE
+from opbroker.controller.osb.registries import LABEL_OWNER_NAMESPACE
 from tests.tenancy.fuzz.executor import Pair, decode
 from tests.tenancy_support import SNAPSHOT_CUSTOM, snapshot
 

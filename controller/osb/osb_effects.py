@@ -1,0 +1,198 @@
+"""The effects of the OSB kinds (SFServiceInstance, SFServiceBinding): what their plans do beyond the executor's
+generic actions — rendered objects applied, released and orphaned under the ownership rules, the credentials
+Secret, the per-instance registry, the objects a status template follows, the apply record
+kept in memory.
+
+Each effect performs its action the same way every time and decides nothing: the plan said what, the rules in
+:mod:`.ownership` say whether the cluster lets it (a refusal stops the list, see :mod:`.executor`). Where the
+answer of a write must be decided on (a singleton's create found it made already), the effect reads the object and
+performs what the pure :mod:`.core.singleton_plan` returns for it (:meth:`~.executor.Run.perform`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+from opbroker.api.meta import ResourceRef
+from opbroker.controller.core import actions as a
+from opbroker.controller.core.reasons import Reason
+from opbroker.controller.core.views import ObjectView
+from opbroker.controller.osb import registries, singletons
+from opbroker.controller.osb.core import drift, singleton_plan
+from opbroker.controller.osb.ownership import NotOwned, apply_owned, orphan, release
+from opbroker.controller.osb.reconciling import AppliedMemory, DayTwo, Deps
+from opbroker.controller.runtime import metrics
+from opbroker.controller.runtime.executor import Effect, Executor, Run, Target
+from opbroker.controller.runtime.kube import Kind, Kube, ref_of
+from opbroker.controller.runtime.memory import PerKey
+from opbroker.controller.runtime.sources import object_key
+from opbroker.kubeclient.wire import JsonObject, path_of
+
+
+def osb_executor(
+    deps: Deps,
+    kind: Kind,
+    key_kind: str,
+    memory: AppliedMemory,
+    followed: PerKey[tuple[tuple[ResourceRef, ...], str]] | None = None,
+    *,
+    day_two: PerKey[DayTwo] | None = None,
+) -> Executor:
+    """The executor of an instance or binding reconciler (``kind``: its API resource; ``key_kind``: its key), with
+    multi-cluster placement's own effects when it is on (``Deps.placement``: none in one cluster)."""
+    target = Target(
+        deps.kube, kind, key_kind, own_writes=deps.own_writes, forget=deps.index.forget, wrote=deps.index.wrote
+    )
+    return Executor(target, {**osb_effects(deps, memory, followed, day_two=day_two), **deps.placement.effects(kind)})
+
+
+def osb_effects(
+    deps: Deps,
+    memory: AppliedMemory,
+    followed: PerKey[tuple[tuple[ResourceRef, ...], str]] | None = None,
+    *,
+    day_two: PerKey[DayTwo] | None = None,
+) -> Mapping[type, Effect]:
+    """The instance and binding actions, bound to the controller's dependencies."""
+    checks: PerKey[DayTwo] = day_two if day_two is not None else PerKey()
+
+    def correct(run: Run, action: a.Correct) -> None:
+        """Set a drifted object back; only a write that changed it is an Event and counts for the fight bound."""
+        ref = ref_of(dict(action.apply.manifest))
+        before = run.actor(action.apply.as_user).version_of(ref)
+        written = apply(run, action.apply)
+        after = path_of(written, "metadata", "resourceVersion")
+        if written is None or after == before:
+            return  # nothing changed: a value the API server normalises, or a singleton left as it is
+        memo = checks.get(run.key) or DayTwo()
+        when = action.at
+        key = object_key(ref)
+        corrections = {k: v for k, v in memo.corrections.items() if k != key}
+        corrections[key] = (*memo.corrections.get(key, ())[-8:], when)
+        checks.put(run.key, dataclasses.replace(memo, corrections=corrections, digest="", versions=(), shapes={}))
+        run.perform(a.Event(Reason.DRIFT_CORRECTED.value, drift.drift_message(ref, action.fields, corrected=True)))
+
+    def checked(run: Run, action: a.Checked) -> None:
+        memo = checks.get(run.key) or DayTwo()
+        last = action.at if action.live_written else memo.last_live_write
+        shapes = {key: shape for key, shape in action.shapes.items() if shape is not None}
+        remembered = dataclasses.replace(
+            memo, refs=action.refs, versions=action.versions, digest=action.digest, shapes=shapes, last_live_write=last
+        )
+        checks.put(run.key, remembered)
+
+    def report_health(run: Run, action: a.ReportHealth) -> None:
+        metrics.observe_health(run.key, action.health)
+
+    def place(run: Run) -> registries.Place:
+        """Where the object's registry is kept: the registry namespace, which consumers cannot read."""
+        return registries.place(
+            ObjectView.of(run.body).meta, kind=run.target.key_kind, namespace=deps.settings.registries_namespace
+        )
+
+    def save_registry(run: Run, action: a.SaveRegistry) -> None:
+        deps.registries.save(deps.kube, place(run), dict(action.registry), dict(action.labels))
+
+    def drop_registry(run: Run, action: a.DropRegistry) -> None:
+        where = place(run)
+        registries.delete(deps.kube, where)  # its own namespace's: no owner reference can take it along
+        deps.registries.forget(where)
+
+    def follow(run: Run, action: a.Follow) -> None:
+        if followed is not None:
+            followed.put(run.key, (action.refs, action.digest))
+
+    def unfollow(run: Run, action: a.Unfollow) -> None:
+        if followed is not None:
+            followed.forget(run.key)
+
+    def release_object(run: Run, action: a.Release) -> None:
+        release(run.actor(action.as_user), action.ref, owner_uid=action.owner_uid)
+
+    def orphan_object(run: Run, action: a.Orphan) -> None:
+        orphan(run.actor(action.as_user), action.ref, owner_uid=action.owner_uid)
+
+    return {
+        a.Apply: lambda run, action: void(apply(run, action)),
+        a.Release: release_object,
+        a.Orphan: orphan_object,
+        a.JoinSingleton: perform_singleton,
+        a.ShareSingleton: perform_singleton,
+        a.LeaveSingleton: perform_singleton,
+        a.DeleteSingleton: perform_singleton,
+        a.WriteSecret: write_secret,
+        a.DeleteSecret: delete_secret,
+        a.Follow: follow,
+        a.Unfollow: unfollow,
+        a.SaveRegistry: save_registry,
+        a.DropRegistry: drop_registry,
+        a.Track: lambda run, action: deps.watchers.ensure(deps.index.track(run.key, list(action.refs))),
+        a.Remember: lambda run, action: memory.remember(run.key, action.version, dict(action.record)),
+        a.Correct: correct,
+        a.Checked: checked,
+        a.ReportHealth: report_health,
+        a.Forget: lambda run, action: memory.forget(run.key),
+    }
+
+
+def perform_singleton(run: Run, action: singletons.SingletonWrite) -> None:
+    """A shared singleton's join or leave, as :mod:`.core.singleton_plan` decided it (guarded by the version read)."""
+    singletons.perform(run.actor(action.as_user), action)
+
+
+def write_secret(run: Run, action: a.WriteSecret) -> None:
+    """Apply the Secret; whether it may be written was the plan's decision (``binding_plan.secret_refusal``)."""
+    run.actor(action.as_user).apply_secret(dict(action.manifest))
+
+
+def delete_secret(run: Run, action: a.DeleteSecret) -> None:
+    """Delete the Secret if it is the owner's (another's of that name is left alone)."""
+    kube = run.actor(action.as_user)
+    secret = ObjectView.maybe(kube.read_secret(action.namespace, action.name))
+    if secret is not None and secret.meta.owned_by(action.owner_uid):
+        kube.delete_secret(action.namespace, action.name, uid=secret.meta.uid or None)
+
+
+def void(_: object) -> None:
+    """An effect's result is nothing (the apply's answer matters to a correction only)."""
+
+
+def apply(run: Run, action: a.Apply) -> JsonObject | None:
+    """Apply one rendered object, unless it exists and is not this owner's (``ownership``). A singleton is
+    shared by every instance of the plan: if it exists already (made by opbroker for this plan, or adopted)
+    it is left as it is and merely gains our owner reference (or, where none can reach it, our entry among
+    its tracked users), so it lives while any user does."""
+    kube: Kube = run.actor(action.as_user)
+    manifest = dict(action.manifest)
+    uid = action.owner_uid
+    if not action.singleton:
+        manager = {"field_manager": action.field_manager} if action.field_manager else {}
+        written = apply_owned(
+            kube,
+            manifest,
+            owner_uids=(uid, *action.co_owners),
+            adopt=action.adopt,
+            must_exist=action.must_exist,
+            **manager,
+        )
+        if written is not None and run.target.wrote is not None:
+            run.target.wrote(run.key, written)
+        return written
+    created = kube.create(manifest if action.owned else singletons.tracked(manifest, uid))
+    if created is not None:
+        return created
+    ref = ref_of(manifest)
+    live = ObjectView.maybe(kube.get(ref))
+    if live is None:
+        return None  # deleted meanwhile: the next reconcile creates it
+    # What joining it means is decided from the object as read (``core.singleton_plan``); the write carries the
+    # version read, so another instance joining or leaving meanwhile makes it a conflict.
+    step = singleton_plan.joining(live, ref, action)
+    if step is a.Refused.NOT_OWNED:
+        raise NotOwned(ref)
+    if step is a.Refused.SINGLETON_FULL:
+        raise singletons.SingletonFull(ref)
+    if step is not None:
+        run.perform(step)
+    return None
