@@ -154,8 +154,8 @@ class InstanceReconciler(PassingReconciler[InstanceFacts]):
             self.applied.recall(key, (view.meta.generation, entry.hash if entry else None)),
             (settings.namespace,),
             limits_of(settings),
-            self.deps.clock.now(),
-            identities.plan_user(entry.body, settings) if entry is not None else None,
+            actor=identities.plan_user(entry.body, settings) if entry is not None else None,
+            now=self.deps.clock.now(),
             watched_kinds=self.deps.watchers.live,
             over_budget=self.deps.budgets.refusal(key),
         )

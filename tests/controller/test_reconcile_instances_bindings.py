@@ -36,6 +36,7 @@ from opbroker.controller.core.views import BindingView, InstanceView
 from opbroker.controller.instances import InstanceFacts, InstanceReconciler
 from opbroker.controller.kube import BINDINGS, INSTANCES, PLANS
 from opbroker.controller.reconciling import Deps, OwnWrites
+from opbroker.controller.runtime.clock import FAKE_EPOCH as NOW
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.outcomes import DONE, Outcome, TemporaryError
 from opbroker.controller.runtime.policies import Policies
@@ -221,7 +222,7 @@ def test_instance_plan(
     pending: dict[str, Any] | None,
     expected: tuple[Step, ...],
 ) -> None:
-    facts = InstanceFacts(Key("instance", NS, "x"), InstanceView.of(instance), entry, bindings, pending)
+    facts = InstanceFacts(Key("instance", NS, "x"), InstanceView.of(instance), entry, bindings, pending, now=NOW)
     assert tuple(InstanceReconciler.steps(facts)) == expected
 
 
@@ -268,7 +269,7 @@ def test_binding_plan(
     expected: tuple[Step, ...],
 ) -> None:
     view = InstanceView.of(instance) if instance is not None else None
-    facts = BindingFacts(Key("binding", NS, "x"), BindingView.of(binding), view, entry, pending)
+    facts = BindingFacts(Key("binding", NS, "x"), BindingView.of(binding), view, entry, pending, now=NOW)
     assert tuple(BindingReconciler.steps(facts)) == expected
 
 

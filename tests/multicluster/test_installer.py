@@ -23,6 +23,7 @@ from opbroker.controller.kube import Kube
 from opbroker.controller.multicluster.clusters import CLUSTERS, CatalogReplicator, ClusterReconciler, ClusterRegistry
 from opbroker.controller.multicluster.core.ledger import Ledger
 from opbroker.controller.multicluster.installer import MANAGED_BY
+from opbroker.controller.runtime.clock import SYSTEM
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.runner import Runtime
 from opbroker.controller.settings import ControllerSettings
@@ -58,7 +59,7 @@ class Master:
         self.namespace = namespace
         self.custom = client.CustomObjectsApi(api)
         deps = types.SimpleNamespace(
-            kube=Kube(api), settings=ControllerSettings(multicluster=True, namespace=namespace)
+            kube=Kube(api), settings=ControllerSettings(multicluster=True, namespace=namespace), clock=SYSTEM
         )
         self.registry = ClusterRegistry()
         reconciler = ClusterReconciler(

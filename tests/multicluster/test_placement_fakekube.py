@@ -17,6 +17,7 @@ from opbroker.controller.multicluster.core.views import SFClusterView
 from opbroker.controller.multicluster.placement import MultiClusterPlacement
 from opbroker.controller.multicluster.reasons import ANNOTATION_MASTER_UID
 from opbroker.controller.reconciling import OwnWrites
+from opbroker.controller.runtime.clock import FakeClock
 from opbroker.controller.runtime.outcomes import DONE, Outcome
 from opbroker.controller.settings import ControllerSettings
 from tests.controller.test_reconcile_instances_bindings import NS, PLAN_ID, SERVICE_ID, plan_body
@@ -42,6 +43,7 @@ def placement() -> tuple[MultiClusterPlacement, FakeKube, FakeSister]:
         settings=settings,
         own_writes=OwnWrites(),
         index=types.SimpleNamespace(forget=print),
+        clock=FakeClock(),
     )
     registry = ClusterRegistry()
     state = registry.upsert(
