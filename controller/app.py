@@ -96,6 +96,7 @@ class Controller:
             metadata_only=[SECRETS],
             own_bodies={SECRETS: (settings.registries_namespace, registries.LABEL_REGISTRY_OF)},
             retry=settings.policies.watches,
+            clock=self.runtime.clock,
         )
         self.renderer = Renderer(fetcher=HttpFetcher(settings.template_fetch))
         deps = Deps(
@@ -118,8 +119,12 @@ class Controller:
         for reconciler in (
             self.instances,
             self.bindings,
-            PlanEntryReconciler(self.kube, self.renderer, self.catalog, policies=self.runtime.policies),
-            ServiceEntryReconciler(self.kube, self.renderer, self.catalog, policies=self.runtime.policies),
+            PlanEntryReconciler(
+                self.kube, self.renderer, self.catalog, policies=self.runtime.policies, clock=self.runtime.clock
+            ),
+            ServiceEntryReconciler(
+                self.kube, self.renderer, self.catalog, policies=self.runtime.policies, clock=self.runtime.clock
+            ),
         ):
             self.runtime.register(reconciler)
         self.claims = Claims(self.kube, settings.claims, self.catalog, self.runtime, self.namespace_door)
@@ -185,7 +190,11 @@ class Controller:
         )
         self._housekeeper = asyncio.get_running_loop().create_task(
             registry_sweep.keep_house(
-                self.kube, self.settings.registries_namespace, self.namespace_door, policies=runtime.policies
+                self.kube,
+                self.settings.registries_namespace,
+                self.namespace_door,
+                policies=runtime.policies,
+                clock=runtime.clock,
             ),
             name="registry housekeeping",
         )
@@ -198,6 +207,7 @@ class Controller:
             registry_namespace=self.settings.registries_namespace,
             plan_user=lambda plan: identities.plan_user(plan, self.settings),
             renderer=lambda: self.renderer,
+            clock=runtime.clock,
             policies=runtime.policies,
         ).start()
         if self.onboarder is not None:  # Namespaces: a core kind, watched like Secrets (the informers take none)

@@ -633,4 +633,8 @@ class FakeKube:
         meta = obj["metadata"]
         with self._lock:
             self.calls.append(Call("event", obj["kind"], meta.get("namespace", ""), meta["name"]))
-            self.events.append(event_body(obj, reason=reason, message=message, warning=warning))
+            self.events.append(
+                event_body(
+                    obj, reason=reason, message=message, warning=warning, now=datetime.datetime.now(datetime.UTC)
+                )
+            )

@@ -14,10 +14,8 @@ skipped; ones it marked that are still busy are skipped as busy), and its answer
 
 from __future__ import annotations
 
-import datetime
 import logging
 import threading
-import time
 from collections.abc import Callable
 
 from kubernetes.client.exceptions import ApiException
@@ -29,16 +27,13 @@ from opbroker.controller.catalog import rollouts
 from opbroker.controller.catalog.catalog import spec_hash
 from opbroker.controller.catalog.core.rollout_views import AdminRequestView, PlanView
 from opbroker.controller.kinds import PLANS
+from opbroker.controller.runtime.clock import SYSTEM, Clock
 from opbroker.controller.runtime.kube import Kube
 from opbroker.controller.runtime.policies import DEFAULTS, Policies
 from opbroker.kubeclient.wire import JsonBody, JsonObject
 from opbroker.rendering import Renderer
 
 log = logging.getLogger("opbroker.controller.admin")
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
 def _ref(namespace: str, name: str) -> ResourceRef:
@@ -56,7 +51,7 @@ class AdminRequests:
         registry_namespace: str,
         plan_user: Callable[[JsonObject], str | None],
         renderer: Callable[[], Renderer] = Renderer,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM,
         policies: Policies = DEFAULTS,
     ) -> None:
         self.kube = kube
@@ -68,6 +63,7 @@ class AdminRequests:
         self.registry_namespace = registry_namespace
         self._renderer = renderer
         self._clock = clock
+        """The pacing and the cancel checks' durations, the answers' ``updatedAt`` (the real one by default)."""
         self._running: dict[str, threading.Thread] = {}
         self._lock = threading.Lock()
 
@@ -188,7 +184,7 @@ class AdminRequests:
             answer = wire.rollout_answer(obj.body)
             request = wire.rollout_request(obj.body)
         except wire.Unreadable as exc:
-            self._answer(obj, wire.RolloutAnswer(phase=wire.Phase.FAILED, message=str(exc), updated_at=_now()))
+            self._answer(obj, wire.RolloutAnswer(phase=wire.Phase.FAILED, message=str(exc), updated_at=self._now()))
             return
         if request is None or (answer is not None and answer.phase.finished):
             return
@@ -202,22 +198,30 @@ class AdminRequests:
         else:
             self.roll_out(obj, request, resumed)
 
+    def _now(self) -> str:
+        """An answer's ``updatedAt``: the clock's wall time, to the second."""
+        return self._clock.now().isoformat(timespec="seconds")
+
     def roll_out(self, obj: AdminRequestView, request: wire.RolloutRequest, resumed: bool = False) -> None:
         """Execute ``request`` to its end (or its cancel), its answer rewritten after every page."""
         note = "resumed after a controller restart: instances already re-rendered are skipped" if resumed else None
         if request.cancelled:
-            self._answer(obj, wire.RolloutAnswer(phase=wire.Phase.CANCELLED, message=note, updated_at=_now()))
+            self._answer(obj, wire.RolloutAnswer(phase=wire.Phase.CANCELLED, message=note, updated_at=self._now()))
             return
         found = self.kube.get_custom(PLANS, self.namespace, request.plan)
         if found is None:
             self._answer(
                 obj,
-                wire.RolloutAnswer(phase=wire.Phase.FAILED, message=f"no SFPlan {request.plan!r}", updated_at=_now()),
+                wire.RolloutAnswer(
+                    phase=wire.Phase.FAILED, message=f"no SFPlan {request.plan!r}", updated_at=self._now()
+                ),
             )
             return
         plan = PlanView.of(found)
         every = self._policies.rollout_cancel_check.base
-        cancel = _CancelCheck(self.kube, _ref(self.namespace, obj.meta.name), self._clock, every=every)
+        cancel = _CancelCheck(
+            self.kube, _ref(self.namespace, obj.meta.name), self._clock.monotonic, self._clock.block, every=every
+        )
 
         def answer(report: rollouts.UpdateReport, phase: wire.Phase, message: str | None = note) -> wire.RolloutAnswer:
             return wire.RolloutAnswer(
@@ -227,7 +231,7 @@ class AdminRequests:
                 pages=report.pages,
                 recent=[f"{ns}/{n}" for ns, n in report.marked[-wire.RECENT :]],
                 message=message,
-                updated_at=_now(),
+                updated_at=self._now(),
             )
 
         self._answer(obj, answer(rollouts.UpdateReport(), wire.Phase.RUNNING))
@@ -238,11 +242,12 @@ class AdminRequests:
                 plan_hash=spec_hash(dict(plan.spec)),
                 namespace=request.instance_namespace,
                 batch_size=request.batch_size,
-                pacer=rollouts.Pacer(request.rate, clock=self._clock, sleep=cancel.sleep),
+                pacer=rollouts.Pacer(request.rate, clock=self._clock.monotonic, sleep=cancel.sleep),
                 only_outdated=request.only_outdated or resumed,
                 should_stop=cancel,
                 progress=lambda report: self._answer(obj, answer(report, wire.Phase.RUNNING)),
                 policies=self._policies,
+                clock=self._clock,
             )
         except Exception as exc:
             log.warning("rollout of plan %s failed: %s", request.plan, type(exc).__name__)
@@ -261,7 +266,7 @@ class _CancelCheck:
         kube: Kube,
         ref: ResourceRef,
         clock: Callable[[], float],
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] = SYSTEM.block,
         *,
         every: float = DEFAULTS.rollout_cancel_check.base,
     ) -> None:

@@ -46,6 +46,7 @@ from opbroker.controller.catalog.core.entry_plan import EntryFacts, NoteWarned
 from opbroker.controller.core import decisions
 from opbroker.controller.core.views import EntryView, InstanceView
 from opbroker.controller.kinds import INSTANCES, PLANS, SERVICES
+from opbroker.controller.runtime.clock import SYSTEM, Clock
 from opbroker.controller.runtime.executor import Executor, Run, Target
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.kinds import ObservePlanAct
@@ -65,11 +66,15 @@ class ServiceEntryReconciler(ShowsFailuresOnObject, ObservePlanAct[EntryFacts, A
     kind: ClassVar[str] = "service"
     resource: ClassVar[Kind] = SERVICES
 
-    def __init__(self, kube: Kube, renderer: Renderer, catalog: Catalog, *, policies: Policies = DEFAULTS) -> None:
+    def __init__(
+        self, kube: Kube, renderer: Renderer, catalog: Catalog, *, policies: Policies = DEFAULTS, clock: Clock = SYSTEM
+    ) -> None:
         self.kube = kube
         self.policies = policies
         """The timing table: an entry whose deletion waits for its users is looked at again after its
         ``in_use_recheck``."""
+        self.clock = clock
+        """Read once per observe: the moment a Ready condition's transition is written at."""
         self.renderer = renderer
         self.catalog = catalog
         self._warned: dict[Key, Mark] = {}
@@ -88,7 +93,9 @@ class ServiceEntryReconciler(ShowsFailuresOnObject, ObservePlanAct[EntryFacts, A
             self.catalog.plan_views_of_service(service_id), _instances(self.kube), service_id
         )
         recheck_in = self.policies.delay(self.policies.in_use_recheck)
-        return EntryFacts(key, facts.entry, facts.verdict, users.plans + users.instances, users, recheck_in=recheck_in)
+        return EntryFacts(
+            key, facts.entry, facts.verdict, users.plans + users.instances, users, recheck_in=recheck_in, now=facts.now
+        )
 
     def observe_entry(self, key: Key) -> EntryFacts | None:
         """The entry and its verdict, without counting its users."""
@@ -96,15 +103,18 @@ class ServiceEntryReconciler(ShowsFailuresOnObject, ObservePlanAct[EntryFacts, A
         if body is None:
             return None
         entry = EntryView.of(body)
+        now = self.clock.now()
         if not self.catalog.trusts(body):
             verdict = catalog_status.untrusted_verdict(self.kind, key.namespace, tuple(sorted(self.catalog.trusted)))
             with self._warned_lock:
                 warned = self._warned.get(key) == entry.mark
-            return EntryFacts(key, entry, verdict, trusted=False, warned=warned)
+            return EntryFacts(key, entry, verdict, trusted=False, warned=warned, now=now)
         others = [ref(k) for k in self.holders(entry.osb_id) if k != (key.namespace, key.name)]
         if others:
-            return EntryFacts(key, entry, catalog_status.duplicate_verdict(self.kind, entry.osb_id, tuple(others)))
-        return EntryFacts(key, entry, self.verdict(entry))
+            return EntryFacts(
+                key, entry, catalog_status.duplicate_verdict(self.kind, entry.osb_id, tuple(others)), now=now
+            )
+        return EntryFacts(key, entry, self.verdict(entry), now=now)
 
     def holders(self, osb_id: str) -> list[tuple[str, str]]:
         """The trusted objects of this kind declaring ``osb_id``."""
@@ -144,8 +154,10 @@ class PlanEntryReconciler(ServiceEntryReconciler):
     kind: ClassVar[str] = "plan"
     resource: ClassVar[Kind] = PLANS
 
-    def __init__(self, kube: Kube, renderer: Renderer, catalog: Catalog, *, policies: Policies = DEFAULTS) -> None:
-        super().__init__(kube, renderer, catalog, policies=policies)
+    def __init__(
+        self, kube: Kube, renderer: Renderer, catalog: Catalog, *, policies: Policies = DEFAULTS, clock: Clock = SYSTEM
+    ) -> None:
+        super().__init__(kube, renderer, catalog, policies=policies, clock=clock)
         self._verdicts: dict[Key, tuple[Mark, Verdict]] = {}
         self._verdicts_lock = threading.Lock()
 
@@ -162,7 +174,7 @@ class PlanEntryReconciler(ServiceEntryReconciler):
             return facts  # another trusted SFPlan declares the id and stays: it serves the instances, none waits
         users = decisions.plan_users(_instances(self.kube), plan_id)
         recheck_in = self.policies.delay(self.policies.in_use_recheck)
-        return EntryFacts(key, facts.entry, facts.verdict, users, recheck_in=recheck_in)
+        return EntryFacts(key, facts.entry, facts.verdict, users, recheck_in=recheck_in, now=facts.now)
 
     @staticmethod
     def plan(facts: EntryFacts) -> Sequence[Any]:

@@ -19,7 +19,6 @@ import dataclasses
 import difflib
 import hashlib
 import json
-import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -39,6 +38,7 @@ from opbroker.controller.core.views import EntryView, InstanceView, Meta, Secret
 from opbroker.controller.kinds import INSTANCES, PLANS, SERVICES
 from opbroker.controller.multicluster.core.views import SFClusterView
 from opbroker.controller.osb import registries
+from opbroker.controller.runtime.clock import SYSTEM, Clock
 from opbroker.controller.runtime.kube import Kube
 from opbroker.controller.runtime.policies import DEFAULTS, Policies
 from opbroker.kubeclient.wire import JsonBody, JsonObject
@@ -478,8 +478,8 @@ class Pacer:
     """At most ``rate`` calls of :meth:`wait` per second, evenly spaced (no bursts)."""
 
     rate: float
-    clock: Callable[[], float] = time.monotonic
-    sleep: Callable[[float], None] = time.sleep
+    clock: Callable[[], float] = SYSTEM.monotonic
+    sleep: Callable[[float], None] = SYSTEM.block
     _next: float | None = None
 
     def wait(self) -> None:
@@ -516,11 +516,13 @@ def update_instances(
     should_stop: Callable[[], bool] = lambda: False,
     progress: Callable[[UpdateReport], None] = lambda _report: None,
     policies: Policies = DEFAULTS,
+    clock: Clock = SYSTEM,
 ) -> UpdateReport:
     """Mark the plan's instances for re-render, ``batch_size`` per page; ``wait`` seconds per page for them
     to finish (None: do not wait). ``should_stop`` is asked before each mark (the admin API's cancel: what
     is marked stays marked), ``progress`` is told the counts after each page. ``policies``: the timing table
-    (a mark's conflicts are retried on its ``write_retries``, the settling is polled every ``rollout_settle``)."""
+    (a mark's conflicts are retried on its ``write_retries``, the settling is polled every ``rollout_settle``);
+    ``clock``: what the settling's deadline reads and its polls wait on (the real one by default)."""
     result = UpdateReport()
     seen: set[tuple[str, str]] = set()
     for page in pages(kube, namespace=namespace, limit=batch_size):
@@ -556,7 +558,7 @@ def update_instances(
             verb = "would mark" if dry_run else "marked"
             report(f"page {result.pages}: {verb} {len(batch)}: " + ", ".join(f"{ns}/{name}" for ns, name in batch))
         if batch and wait is not None and not dry_run:
-            result.unsettled += _settle(kube, batch, timeout=wait, every=policies.rollout_settle)
+            result.unsettled += _settle(kube, batch, timeout=wait, every=policies.rollout_settle, clock=clock)
         progress(result)
     return result
 
@@ -599,14 +601,19 @@ def _mark(
 
 
 def _settle(
-    kube: Kube, batch: list[tuple[str, str]], *, timeout: float, every: Backoff = DEFAULTS.rollout_settle
+    kube: Kube,
+    batch: list[tuple[str, str]],
+    *,
+    timeout: float,
+    every: Backoff = DEFAULTS.rollout_settle,
+    clock: Clock = SYSTEM,
 ) -> list[tuple[str, str]]:
     """Wait until every instance of the batch has an outcome again (looking ``every``); the ones that did not,
     by the deadline."""
-    deadline = time.monotonic() + timeout
+    deadline = clock.monotonic() + timeout
     waiting = list(batch)
-    while waiting and time.monotonic() < deadline:
-        time.sleep(every.delay(1))
+    while waiting and clock.monotonic() < deadline:
+        clock.block(every.delay(1))
         still = []
         for namespace, name in waiting:
             found = kube.get_custom(INSTANCES, namespace, name)

@@ -19,6 +19,7 @@ another matter). It used to be in the controller's log only.
 
 from __future__ import annotations
 
+import datetime
 import logging
 from collections.abc import Sequence
 from typing import ClassVar
@@ -54,7 +55,7 @@ class RegistrationReconciler(ObservePlanAct[RegistrationFacts, RegistrationActio
 
     # -- a failure, shown on the binding (the runtime's ShowsFailures) -------------------------------------
 
-    def show_failure(self, key: Key, shown: Shown, before: object | None) -> object | None:
+    def show_failure(self, key: Key, shown: Shown, before: object | None, now: datetime.datetime) -> object | None:
         """A Warning Event on the binding, once per distinct failure (the same one again: nothing new to say)."""
         if before == shown:
             return before

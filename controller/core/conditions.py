@@ -20,9 +20,9 @@ MESSAGE_LIMIT = 1024
 """A condition's message is cut here: an operator's error can be long, and the object has a size limit."""
 
 
-def now(at: datetime.datetime | None = None) -> str:
-    """``at`` (default: now) as Kubernetes writes a time."""
-    return (at or datetime.datetime.now(datetime.UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
+def stamp(at: datetime.datetime) -> str:
+    """``at`` as Kubernetes writes a time (the caller's clock read it: a pure core reads none)."""
+    return at.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(frozen=True)
@@ -35,9 +35,7 @@ class Condition:
     message: str
 
 
-def condition(
-    change: Condition, old: ConditionView | None, generation: int | None, at: datetime.datetime | None
-) -> JsonBody:
+def condition(change: Condition, old: ConditionView | None, generation: int | None, at: datetime.datetime) -> JsonBody:
     """``change`` as written, replacing ``old`` (None: none yet): its transition time moves only on a flip."""
     value = "True" if change.ok else "False"
     moved = old is None or old.status != value
@@ -46,7 +44,7 @@ def condition(
         "status": value,
         "reason": change.reason.value,
         "message": change.message[:MESSAGE_LIMIT],
-        "lastTransitionTime": now(at) if moved or old is None else old.last_transition_time,
+        "lastTransitionTime": stamp(at) if moved or old is None else old.last_transition_time,
         "observedGeneration": generation,
     }
 
@@ -55,7 +53,7 @@ def with_conditions(
     previous: Sequence[ConditionView],
     changes: Sequence[Condition],
     generation: int | None,
-    at: datetime.datetime | None = None,
+    at: datetime.datetime,
 ) -> list[JsonBody]:
     """The conditions list with ``changes`` set (at the end) and every other condition written back as read."""
     types = {c.type for c in changes}
@@ -97,6 +95,6 @@ def shows(view: Conditioned, wanted: Condition) -> bool:
     return found.status == "False" and said
 
 
-def conditions_patch(view: Conditioned, changes: Sequence[Condition], at: datetime.datetime | None) -> JsonBody:
+def conditions_patch(view: Conditioned, changes: Sequence[Condition], at: datetime.datetime) -> JsonBody:
     """The status patch that sets ``changes`` and writes every other condition back as read."""
     return {"conditions": with_conditions(view.status.conditions, changes, view.meta.generation, at)}

@@ -188,7 +188,7 @@ def pause_step(meta: Meta, status: OperationView, where: str | None) -> Step | N
 
 
 def pause_status(
-    status: OperationView, generation: int | None, *, paused: bool, message: str, at: datetime.datetime | None = None
+    status: OperationView, generation: int | None, *, paused: bool, message: str, at: datetime.datetime
 ) -> Manifest:
     """The status patch of a pause (``paused``) or of its end: the ``Paused`` condition set, every other condition
     written back as read (a patch replaces the list), nothing else — the operation's state stays as it was."""
@@ -233,7 +233,7 @@ def sources_digest(
     return hashlib.sha256(json.dumps(facts, separators=(",", ":")).encode()).hexdigest()[:32]
 
 
-def operation_age(status: OperationView, *, at: datetime.datetime | None = None) -> float | None:
+def operation_age(status: OperationView, *, at: datetime.datetime) -> float | None:
     """Seconds since the object's current operation began (``status.operationStartedAt``, written by the
     controller, else the broker's ``lastOperation.startedAt``); None when no start is recorded or readable."""
     started = status.started_at or status.requested_at
@@ -245,21 +245,21 @@ def operation_age(status: OperationView, *, at: datetime.datetime | None = None)
         return None
     if when.tzinfo is None:
         when = when.replace(tzinfo=datetime.UTC)
-    return ((at or datetime.datetime.now(datetime.UTC)) - when).total_seconds()
+    return (at - when).total_seconds()
 
 
-def started_operation(status: OperationView, *, at: datetime.datetime | None = None) -> dict[str, str]:
+def started_operation(status: OperationView, *, at: datetime.datetime) -> dict[str, str]:
     """The status field to write with the move to ``in progress``, so the operation's age can be measured:
     the broker's ``lastOperation.startedAt`` when the broker asked for this operation (state ``in_queue`` or
     ``update``), else now — a change made through the API, a plan roll-out, an object created without the
     broker. ``lastOperation`` itself is the broker's record of its requests and is never written here."""
     if status.state in REQUESTED - {None} and status.requested_at is not None:
         return {"operationStartedAt": status.requested_at}
-    moment = (at or datetime.datetime.now(datetime.UTC)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    moment = at.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     return {"operationStartedAt": moment}
 
 
-def overdue(status: OperationView, *, max_seconds: float, at: datetime.datetime | None = None) -> float | None:
+def overdue(status: OperationView, *, max_seconds: float, at: datetime.datetime) -> float | None:
     """The operation's age if it has run longer than ``max_seconds`` (0: no limit), else None."""
     age = operation_age(status, at=at)
     if max_seconds <= 0 or age is None or age <= max_seconds:
@@ -273,7 +273,7 @@ def poll_after(
     poll_seconds: float,
     max_seconds: float,
     max_poll_seconds: float | None = None,
-    at: datetime.datetime | None = None,
+    at: datetime.datetime,
 ) -> float:
     """When to look at an in-progress operation again.
 
@@ -312,9 +312,9 @@ def ready_condition(
     reason: Reason,
     message: str,
     generation: int | None,
-    at: datetime.datetime | None = None,
+    at: datetime.datetime,
 ) -> list[Manifest]:
-    """The conditions list (as read, kept as they are) with Ready set; the transition time (``at``, default now)
+    """The conditions list (as read, kept as they are) with Ready set; the transition time (``at``)
     only moves when the status flips."""
     old = next(iter(conditions_of([c for c in (previous or []) if c.get("type") == "Ready"][:1])), None)
     kept = [c for c in (previous or []) if c.get("type") != "Ready"]  # as read: a Service Catalog one has more fields
@@ -328,7 +328,7 @@ def ready_conditions(
     reason: Reason,
     message: str,
     generation: int | None,
-    at: datetime.datetime | None = None,
+    at: datetime.datetime,
 ) -> list[Manifest]:
     """:func:`ready_condition` over a view's conditions: the others written back as read, Ready set."""
     return with_conditions(previous, [Condition("Ready", ready, reason, message)], generation, at)
@@ -342,10 +342,10 @@ def outcome_status(
     reason: Reason,
     description: str = "",
     error: str | None = None,
-    at: datetime.datetime | None = None,
+    at: datetime.datetime,
 ) -> Manifest:
     """A status patch announcing ``state`` for an object whose status reads ``status`` and whose generation is
-    ``generation``, with the Ready condition to match (changed ``at``, default now)."""
+    ``generation``, with the Ready condition to match (changed ``at``)."""
     ready = state == OperationState.SUCCEEDED
     message = error or description or state.value
     return {
@@ -359,7 +359,7 @@ def outcome_status(
 
 
 def error_status(
-    status: OperationView, generation: int | None, *, message: str, threshold: int, at: datetime.datetime | None = None
+    status: OperationView, generation: int | None, *, message: str, threshold: int, at: datetime.datetime
 ) -> tuple[Manifest, bool]:
     """Count one more consecutive error; past ``threshold`` the operation is failed for good.
 

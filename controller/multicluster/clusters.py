@@ -315,6 +315,7 @@ class ClusterReconciler(ShowsFailuresOnObject, ObservePlanAct[ClusterFacts, Any]
             refused=state.refused,
             install=state.install,
             controller_pending=state.controller_pending,
+            now=self.deps.clock.now(),
         )
 
     def gone(self, key: Key) -> Outcome:

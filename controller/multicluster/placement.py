@@ -245,7 +245,7 @@ class MultiClusterPlacement:
             key, obj, self.ready.is_set(), poll_seconds=settings.status_poll_seconds,
             probe_seconds=settings.cluster_probe_seconds,
             not_ready_in=policies.delay(policies.placement_not_ready),
-            handover_in=policies.delay(policies.placement_handover),
+            handover_in=policies.delay(policies.placement_handover), now=self.deps.clock.now(),
         )  # fmt: skip
         if not facts.ready:
             return facts

@@ -13,7 +13,6 @@ Everything is server-side applied; run again, it changes nothing (or what change
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -25,6 +24,7 @@ from opbroker.api.planrights import PlanRights
 from opbroker.controller import onboarding
 from opbroker.controller.multicluster import installer
 from opbroker.controller.osb import planaccounts
+from opbroker.controller.runtime.clock import SYSTEM, Clock
 from opbroker.controller.runtime.kube import Kube, describe, ref_of
 from opbroker.kubeclient.wire import JsonBody, JsonObject, objects_of, path_of
 
@@ -85,27 +85,30 @@ class Prepared:
     plans: tuple[str, ...]
 
 
-def _await_established(kube: Kube, crds: list[JsonObject], seconds: float = 15.0) -> None:
+def _await_established(kube: Kube, crds: list[JsonObject], clock: Clock, seconds: float = 15.0) -> None:
     """Until the API server serves ``crds`` (their ``Established`` condition), so discovery resolves their kinds;
-    after ``seconds`` the kinds are guessed, and said so."""
-    deadline = time.monotonic() + seconds
+    after ``seconds`` (on ``clock``) the kinds are guessed, and said so."""
+    deadline = clock.monotonic() + seconds
     for crd in crds:
-        while time.monotonic() < deadline:
+        while clock.monotonic() < deadline:
             live = kube.get(ref_of(crd), fresh=True)
             conditions = objects_of(path_of(live, "status", "conditions"))
             if any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions):
                 break
-            time.sleep(0.2)
+            clock.block(0.2)
 
 
-def prepare(master: Kube, sister: Kube, wanted: Preparation, progress: Progress = lambda _: None) -> Prepared:
-    """Apply everything (sister first: the Secret is what makes the master reach it); the refs applied."""
+def prepare(
+    master: Kube, sister: Kube, wanted: Preparation, progress: Progress = lambda _: None, clock: Clock = SYSTEM
+) -> Prepared:
+    """Apply everything (sister first: the Secret is what makes the master reach it); the refs applied. ``clock``:
+    what the wait for the CRDs reads (the real one by default)."""
     on_sister: list[ResourceRef] = []
     for manifest in [*installer.prerequisites(wanted.namespace), *wanted.crds]:
         sister.apply(dict(manifest), field_manager=FIELD_MANAGER)
         on_sister.append(ref_of(manifest))
     progress(f"sister: namespace {wanted.namespace} and {len(on_sister) - 1} CRDs applied")
-    _await_established(sister, [m for m in wanted.crds if m.get("kind") == "CustomResourceDefinition"])
+    _await_established(sister, [m for m in wanted.crds if m.get("kind") == "CustomResourceDefinition"], clock)
     plans = planaccounts.plans_in_cluster(master, wanted.namespace, wanted.account, progress)
     needed = planaccounts.rights_of(plans, wanted.namespace, wanted.parameters, planaccounts.discovering(sister))
     for guessed in needed.guesses:

@@ -126,8 +126,8 @@ class BindingReconciler(PassingReconciler[BindingFacts, OsbAction]):
             entry,
             self.applied.recall(key, version),
             limits_of(settings),
-            self.deps.clock.now(),
-            identities.plan_user(entry.body, settings) if entry is not None else None,
+            actor=identities.plan_user(entry.body, settings) if entry is not None else None,
+            now=self.deps.clock.now(),
             watched_kinds=self.deps.watchers.live,
             over_budget=self.deps.budgets.refusal(key),
             placement=self.deps.placement.binding(binding, instance),  # multi-cluster: read last, as it always was

@@ -17,6 +17,7 @@ from opbroker.api.conventions import LABEL_MANAGED_BY, MANAGED_BY
 from opbroker.controller.core.views import ObjectView, SecretView
 from opbroker.controller.kinds import BINDINGS, INSTANCES
 from opbroker.controller.osb import registries
+from opbroker.controller.runtime.clock import SYSTEM, Clock
 from opbroker.controller.runtime.kube import Kube
 from opbroker.controller.runtime.policies import DEFAULTS, Policies
 
@@ -81,9 +82,11 @@ def housekeeping(kube: Kube, namespace: str, door: Callable[[str], Kube]) -> Non
         logger.exception("registry housekeeping failed; tried at the next pass")
 
 
-async def keep_house(kube: Kube, namespace: str, door: Callable[[str], Kube], *, policies: Policies = DEFAULTS) -> None:
-    """Run :func:`housekeeping` now and after each ``registry_sweep`` of ``policies`` (jittered), in a thread
-    (its calls block)."""
+async def keep_house(
+    kube: Kube, namespace: str, door: Callable[[str], Kube], *, policies: Policies = DEFAULTS, clock: Clock = SYSTEM
+) -> None:
+    """Run :func:`housekeeping` now and after each ``registry_sweep`` of ``policies`` (jittered, on ``clock``), in
+    a thread (its calls block)."""
     while True:
         await asyncio.to_thread(housekeeping, kube, namespace, door)
-        await asyncio.sleep(policies.delay(policies.registry_sweep))
+        await clock.sleep(policies.delay(policies.registry_sweep))

@@ -8,7 +8,12 @@ and every delay is exact.
 A clock tells two times: ``monotonic()`` for durations and schedules inside one process (never goes back, no
 meaning across restarts) and ``now()`` for wall-clock instants written into objects (UTC, timezone-aware). It
 also waits: ``wait(event, timeout)`` is how an asyncio timer sleeps "until ``event`` is set or ``timeout``
-seconds have passed on this clock", so a fake clock's :meth:`FakeClock.advance` wakes it.
+seconds have passed on this clock", so a fake clock's :meth:`FakeClock.advance` wakes it. Code on a thread of
+its own (a rollout's pacing, a start-up wait) blocks with ``block(seconds)`` instead: on a fake clock, time
+simply moves on.
+
+Outside this package the controller reads no clock but this one (a ruff banned-api rule, pyproject.toml); a pure
+core (``core/`` packages) reads none at all: its caller's clock's moment comes in its facts.
 """
 
 from __future__ import annotations
@@ -39,6 +44,10 @@ class Clock(Protocol):
         """Return once ``seconds`` have passed on this clock."""
         ...
 
+    def block(self, seconds: float) -> None:
+        """Block the calling thread until ``seconds`` have passed on this clock (thread-side code only)."""
+        ...
+
 
 class SystemClock:
     """The real clock: ``time.monotonic``, ``datetime.now(UTC)``, asyncio's timers."""
@@ -55,6 +64,9 @@ class SystemClock:
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
+
+    def block(self, seconds: float) -> None:
+        time.sleep(seconds)
 
 
 #: The one real clock (stateless; every default points here).
@@ -102,6 +114,11 @@ class FakeClock:
 
     async def sleep(self, seconds: float) -> None:
         await self.wait(asyncio.Event(), seconds)
+
+    def block(self, seconds: float) -> None:
+        """No waiting: the time passes (:meth:`advance`). For thread-side code a test runs on its own thread, with
+        no event loop waiting on this clock (advancing wakes a loop's waits only from that loop)."""
+        self.advance(max(0.0, seconds))
 
     async def wait(self, event: asyncio.Event, timeout: float | None) -> None:
         if timeout is None:

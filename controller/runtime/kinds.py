@@ -15,6 +15,7 @@ A reconcile is ``act(facts, plan(facts))``, and the runtime wraps it: one queue,
 
 from __future__ import annotations
 
+import datetime
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import ClassVar, Generic, Protocol, TypeVar, runtime_checkable
@@ -41,10 +42,11 @@ class Reconciler(Protocol):
 @runtime_checkable
 class ShowsFailures(Protocol):
     """A reconciler whose objects show the failures that stop them (``controller.runtime.showing``): the runtime calls
-    :meth:`show_failure` when a reconcile of ``key`` fails (``before``: what it showed last, None at first) and
-    keeps what it returns; :meth:`clear_failure` with that once a reconcile of the key succeeds again."""
+    :meth:`show_failure` when a reconcile of ``key`` fails (``before``: what it showed last, None at first; ``now``:
+    its clock's, the moment a written condition moves at) and keeps what it returns; :meth:`clear_failure` with
+    that once a reconcile of the key succeeds again."""
 
-    def show_failure(self, key: Key, shown: Shown, before: object | None) -> object | None: ...
+    def show_failure(self, key: Key, shown: Shown, before: object | None, now: datetime.datetime) -> object | None: ...
 
     def clear_failure(self, key: Key, shown: object) -> None: ...
 

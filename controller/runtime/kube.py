@@ -30,6 +30,7 @@ from opbroker.controller.core.refusals import Refusal, Severity, masked_status, 
 from opbroker.controller.core.views import NodeView, PodView
 from opbroker.controller.runtime import event_series
 from opbroker.controller.runtime.access import Access, AccessReviews, api_reviewer
+from opbroker.controller.runtime.clock import SYSTEM, Clock
 from opbroker.controller.runtime.served import ServedKinds, ServedResource
 from opbroker.controller.runtime.store import UNKNOWN, ObjectStore
 from opbroker.kubeclient import deadlines
@@ -165,8 +166,11 @@ class Kube:
         reviews: AccessReviews | None = None,
         acting_for: Kube | None = None,
         user: str | None = None,
+        clock: Clock = SYSTEM,
     ) -> None:
         self.api_client = api_client
+        self.clock = clock
+        """What an Event's timestamps read (the runtime's clock; the real one by default)."""
         self.store = store if store is not None else ObjectStore()
         self.custom = LeanCustomObjects(api_client)
         """Our custom resources and every other per-object request, as plain JSON (``kubeclient.lean``)."""
@@ -198,7 +202,7 @@ class Kube:
             if door is None:
                 api = deadlines.sibling(own.api_client)  # same deadlines; the user agent tells the controller apart
                 api.set_default_header("Impersonate-User", user)  # type: ignore[no-untyped-call]
-                door = Kube(api, store=own.store, reviews=own.reviews, acting_for=own, user=user)
+                door = Kube(api, store=own.store, reviews=own.reviews, acting_for=own, user=user, clock=own.clock)
                 own._acting[user] = door
                 while len(own._acting) > MAX_ACTING_IDENTITIES:
                     _, dropped = own._acting.popitem(last=False)
@@ -633,7 +637,7 @@ class Kube:
     def emit_event(self, obj: JsonObject, *, reason: str, message: str, warning: bool = False) -> None:
         """Record a Kubernetes Event on ``obj``; the same Event again (object, type, reason, message) counts up the
         one recorded (:mod:`.event_series`). Best effort: a lost event must not fail a reconcile."""
-        event = event_body(obj, reason=reason, message=message, warning=warning)
+        event = event_body(obj, reason=reason, message=message, warning=warning, now=self.clock.now())
         namespace = _string(mapping_of(event["metadata"]), "namespace")
         key = event_series.key_of(event)
         series = self.recorded_events
@@ -704,14 +708,13 @@ def _items(page: JsonObject) -> list[JsonBody]:
     return [item for item in list_of(page.get("items")) if isinstance(item, dict)]
 
 
-def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def event_body(obj: JsonObject, *, reason: str, message: str, warning: bool = False) -> JsonBody:
-    """The Event the controller records on ``obj`` (message cut to 1 KiB, as the API server limits it)."""
+def event_body(
+    obj: JsonObject, *, reason: str, message: str, warning: bool = False, now: datetime.datetime
+) -> JsonBody:
+    """The Event the controller records on ``obj`` at ``now`` (message cut to 1 KiB, as the API server limits
+    it)."""
     meta = mapping_of(obj["metadata"])
-    moment = _now()
+    moment = now.strftime("%Y-%m-%dT%H:%M:%SZ")
     # A cluster-scoped object's Events live in "default", as kube-controller-manager files them.
     return {
         "metadata": {"generateName": f"{meta['name']}.", "namespace": meta.get("namespace") or "default"},

@@ -193,7 +193,7 @@ class Runtime:
         if failure is None or not isinstance(reconciler, ShowsFailures):
             return
         try:
-            shown = reconciler.show_failure(key, failure, self._shown.get(key))
+            shown = reconciler.show_failure(key, failure, self._shown.get(key), self.clock.now())
         except Exception as failed:  # the object may be gone, or the API server down: the retry shows it later
             logger.warning("could not show the failure of %s on it: %s", key, classify(failed).message)
             return

@@ -15,6 +15,7 @@ The kind's own conditions stay the kind's: nothing here decides anything about t
 
 from __future__ import annotations
 
+import datetime
 import logging
 from dataclasses import dataclass
 
@@ -52,7 +53,7 @@ class ShowsFailuresOnObject:
 
     executor: Executor
 
-    def show_failure(self, key: Key, shown: Shown, before: object | None) -> object | None:
+    def show_failure(self, key: Key, shown: Shown, before: object | None, now: datetime.datetime) -> object | None:
         previous = before if isinstance(before, ShownFailure) else None
         again = previous is not None and previous.shown == shown
         if again and previous is not None and not previous.wrote:
@@ -72,7 +73,9 @@ class ShowsFailuresOnObject:
             held = conditions_of(mapping_of(body.get("status")).get("conditions"))
             generation = mapping_of(body.get("metadata")).get("generation")
             change = Condition(READY, False, shown.reason, shown.message)
-            patch = {"conditions": with_conditions(held, [change], generation if isinstance(generation, int) else None)}
+            patch = {
+                "conditions": with_conditions(held, [change], generation if isinstance(generation, int) else None, now)
+            }
             written = target.kube.patch_custom_status(target.kind, key.namespace, key.name, patch)
             body = written or body
         if not again:  # the kind wrote its own Ready meanwhile (a retry records its request): shown again, one Event

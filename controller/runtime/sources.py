@@ -32,10 +32,10 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from opbroker.api.meta import ResourceRef
+from opbroker.controller.runtime.clock import SYSTEM, Clock
 from opbroker.controller.runtime.informers import streams_client
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.kube import Kube, ref_of
@@ -167,9 +167,12 @@ class SourceWatchers:
         retry: Backoff = RETRIES,
         max_kinds: int = MAX_WATCHED_KINDS,
         source: Source | None = None,
+        clock: Clock = SYSTEM,
     ) -> None:
         self._kube = kube
         self._source = source
+        self._clock = clock
+        """What :meth:`wait_listed`'s deadline reads."""
         self._max_kinds = max_kinds
         self._over_budget: set[tuple[str, str]] = set()
         self._retry = retry
@@ -260,7 +263,7 @@ class SourceWatchers:
         so the store answers for every object of it (an informer's cache sync). After a restart, each
         reconcile would otherwise read its sources with GETs while the first listing is still on its way.
         False if one is not listed in time (the caller then reads what the store does not know)."""
-        deadline = time.monotonic() + timeout
+        deadline = self._clock.monotonic() + timeout
         for kind in kinds:
             with self._lock:
                 informer = self._informers.get(kind)
@@ -268,7 +271,7 @@ class SourceWatchers:
                     return False  # waited for in vain once: nobody waits for it again
             if informer is None:
                 return False
-            if not informer.listed.wait(max(0.0, deadline - time.monotonic())):
+            if not informer.listed.wait(max(0.0, deadline - self._clock.monotonic())):
                 with self._lock:
                     self._unlisted.add(kind)
                 return False

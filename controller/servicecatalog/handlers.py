@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -142,6 +141,7 @@ class ServiceCatalog:
                         secret=settings.webhook_secret,
                         register=register,
                         policies=policies,
+                        clock=self.runtime.clock,
                     )
                 except Exception as exc:
                     status = getattr(exc, "status", None)
@@ -151,7 +151,7 @@ class ServiceCatalog:
                         f"HTTP {status}" if status else type(exc).__name__,
                         pause,
                     )
-                    time.sleep(pause)
+                    self.runtime.clock.block(pause)
                     continue
                 server.start()  # registering is retried by the server itself
                 self.webhook = server

@@ -21,7 +21,6 @@ whole configuration itself (:func:`register`), which needs rights the in-cluster
 from __future__ import annotations
 
 import base64
-import datetime
 import json
 import logging
 import ssl
@@ -35,6 +34,7 @@ from kubernetes.client.exceptions import ApiException
 
 from opbroker.api import webhooks
 from opbroker.controller.core.views import Meta
+from opbroker.controller.runtime.clock import SYSTEM, Clock
 from opbroker.controller.runtime.policies import DEFAULTS, Policies
 from opbroker.controller.servicecatalog import webhookcerts
 from opbroker.controller.servicecatalog.bindingrefs import BindingRefs
@@ -87,12 +87,15 @@ class Webhook:
         register: Callable[[bytes], None] | None = None,
         limits: Limits | None = None,
         policies: Policies = DEFAULTS,
+        clock: Clock = SYSTEM,
     ) -> None:
         """``register(ca)``: make the configuration carry ``ca`` (called at start and when a refresh finds it
         does not); None registers nothing. ``policies``: the timing table (its ``webhook_refresh`` and
-        ``webhook_register``). Reads (or creates) the shared certificate: raises if it cannot."""
+        ``webhook_register``). ``clock``: what the certificate's validity is measured on (the real one by
+        default). Reads (or creates) the shared certificate: raises if it cannot."""
         self.hosts = list(hosts)
-        self.certificate = webhookcerts.SharedCertificate(api_client, namespace, secret, policies=policies)
+        self._clock = clock
+        self.certificate = webhookcerts.SharedCertificate(api_client, namespace, secret, policies=policies, clock=clock)
         self.bundle = self.certificate.ensure(self.hosts)
         self.refs = BindingRefs()
         self._watch = BindingWatch(api_client, self.refs)
@@ -169,7 +172,7 @@ class Webhook:
     def _context(self, bundle: webhookcerts.Bundle) -> ssl.SSLContext:
         """A TLS context serving ``bundle`` (the key goes through a private temporary file: ``ssl`` loads
         no key from memory)."""
-        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d%H%M%S%f")
+        stamp = self._clock.now().strftime("%Y%m%d%H%M%S%f")
         cert_file, key_file = Path(self._dir.name, f"{stamp}.crt"), Path(self._dir.name, f"{stamp}.key")
         key_file.touch(mode=0o600)
         key_file.write_bytes(bundle.key)

@@ -31,6 +31,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from opbroker.controller.core.views import SecretView
+from opbroker.controller.runtime.clock import SYSTEM, Clock
 from opbroker.controller.runtime.policies import DEFAULTS, Policies
 from opbroker.kubeclient.lean import LeanApi, object_path
 from opbroker.kubeclient.wire import JsonBody, mapping_of
@@ -128,12 +129,20 @@ class SharedCertificate:
     """The Secret ``namespace/name`` holding the webhook's :class:`Bundle`."""
 
     def __init__(
-        self, api_client: client.ApiClient, namespace: str, name: str, *, policies: Policies = DEFAULTS
+        self,
+        api_client: client.ApiClient,
+        namespace: str,
+        name: str,
+        *,
+        policies: Policies = DEFAULTS,
+        clock: Clock = SYSTEM,
     ) -> None:
         self._api = LeanApi(api_client)
         self._policies = policies
         """The timing table: a lost race (409) re-reads the winner's Secret and tries again on its
         ``write_retries`` — a loop in place: this runs in the webhook's threads, outside any reconcile."""
+        self._clock = clock
+        """What a certificate's validity is issued from and checked against (the real one by default)."""
         self.namespace = namespace
         self.name = name
 
@@ -141,7 +150,7 @@ class SharedCertificate:
         """The stored bundle, created or renewed first when it is missing, unreadable or due (see the module);
         whichever replica wins a race, every replica ends with the winner's bundle."""
         for _ in self._policies.attempts(self._policies.write_retries):
-            now = datetime.datetime.now(datetime.UTC)
+            now = self._clock.now()
             secret = self._read()
             if secret is None:
                 bundle = issue(hosts, now=now)

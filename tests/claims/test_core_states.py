@@ -123,16 +123,22 @@ def test_health_of(record: states.HealthRecord, checked: bool, threshold: int, h
 def test_the_health_record_survives_the_status(record: states.HealthRecord) -> None:
     status = {
         "consecutiveFailures": record.failures,
-        "conditions": states.status_conditions(None, record=record, state=S.AVAILABLE, generation=1),
+        "conditions": states.status_conditions(
+            None, record=record, state=S.AVAILABLE, generation=1, timestamp="2026-01-01T00:00:00Z"
+        ),
     }
     assert states.record_from_status(status["conditions"], record.failures) == record
-    again = states.status_conditions(status["conditions"], record=record, state=S.AVAILABLE, generation=1)
+    again = states.status_conditions(
+        status["conditions"], record=record, state=S.AVAILABLE, generation=1, timestamp="2026-01-01T00:00:00Z"
+    )
     assert again == status["conditions"]  # re-rendering an unchanged record changes nothing
 
 
 def test_ready_condition_follows_the_state() -> None:
     for state, ready in [(S.AVAILABLE, "True"), (S.CLAIMED, "True"), (S.UNREACHABLE, "False"), (S.REGISTERED, "False")]:
-        found = states.status_conditions(None, record=states.NEVER_CHECKED, state=state, generation=2)
+        found = states.status_conditions(
+            None, record=states.NEVER_CHECKED, state=state, generation=2, timestamp="2026-01-01T00:00:00Z"
+        )
         condition = next(c for c in found if c["type"] == "Ready")
         assert (condition["status"], condition["reason"], condition["observedGeneration"]) == (ready, state.value, 2)
 

@@ -37,6 +37,7 @@ from opbroker.controller.claims.store import Store
 from opbroker.controller.core import actions as acts
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import BindingView
+from opbroker.controller.runtime.clock import FAKE_EPOCH
 from opbroker.controller.runtime.keys import Key
 
 HOME, OTHER, THIRD = "team", "shared-db", "stranger"
@@ -269,6 +270,7 @@ def facts(body: dict[str, Any], *bodies: dict[str, Any], binding_secret: dict[st
         services={ref: ServiceView.of(b) for ref, b in by_ref.items()},
         binding_secret=ObjectView.maybe(binding_secret),
         binding_data=servicebinding.decode(binding_secret),
+        now=FAKE_EPOCH,
     )
 
 

@@ -460,7 +460,9 @@ def on(cluster: str | None, the_binding: dict[str, Any], **known: Any) -> Placem
     for name, view in (("copy", ReplicaView.of), ("source", SecretView.of)):
         if known.get(name) is not None:
             known[name] = view(known[name])
-    return PlacementFacts(Key("binding", NS, "b"), ReplicaView.of(the_binding), cluster=cluster, reach=reach, **known)
+    return PlacementFacts(
+        Key("binding", NS, "b"), ReplicaView.of(the_binding), cluster=cluster, reach=reach, now=NOW, **known
+    )
 
 
 def bound_copy() -> dict[str, Any]:

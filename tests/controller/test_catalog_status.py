@@ -12,6 +12,7 @@ from kubernetes import client
 from opbroker.controller.catalog.core.catalog_status import plan_verdict, service_verdict, status_patch
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import EntryView
+from opbroker.controller.runtime.clock import FAKE_EPOCH as NOW
 from tests.controller.test_robustness import install_plan
 from tests.controller_idle import progress
 from tests.controller_support import GROUP, VERSION, wait_for
@@ -89,11 +90,11 @@ def test_plans_and_services_get_a_ready_condition(
 def test_status_patch_is_none_when_the_status_already_says_it() -> None:
     body: dict[str, Any] = {"metadata": {"generation": 3}, "status": {}}
     verdict = plan_verdict(None)
-    patch = status_patch(EntryView.of(body), verdict)
+    patch = status_patch(EntryView.of(body), verdict, NOW)
     assert patch is not None and patch["observedGeneration"] == 3
-    assert status_patch(EntryView.of({"metadata": {"generation": 3}, "status": patch}), verdict) is None
-    assert status_patch(EntryView.of({"metadata": {"generation": 4}, "status": patch}), verdict) is not None
+    assert status_patch(EntryView.of({"metadata": {"generation": 3}, "status": patch}), verdict, NOW) is None
+    assert status_patch(EntryView.of({"metadata": {"generation": 4}, "status": patch}), verdict, NOW) is not None
     invalid = plan_verdict(None, ("templates[1]: unexpected end of template",))
-    changed = status_patch(EntryView.of({"metadata": {"generation": 3}, "status": patch}), invalid)
+    changed = status_patch(EntryView.of({"metadata": {"generation": 3}, "status": patch}), invalid, NOW)
     assert changed is not None and changed["conditions"][0]["reason"] == Reason.PLAN_INVALID.value
     assert service_verdict("spec.id: Field required").reason is Reason.SERVICE_INVALID

@@ -19,6 +19,7 @@ from opbroker.controller.core import actions as a
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import EntryView
 from opbroker.controller.kinds import PLANS, SERVICES
+from opbroker.controller.runtime.clock import FAKE_EPOCH as NOW
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.outcomes import DONE
 from opbroker.controller.runtime.runner import Runtime
@@ -263,7 +264,9 @@ def facts(body: dict[str, Any], *, trusted: bool = True, warned: bool = False, u
         if trusted
         else catalog_status.untrusted_verdict("plan", body["metadata"]["namespace"], ("opbroker",))
     )
-    return EntryFacts(Key.of("plan", body), EntryView.of(body), verdict, users=users, trusted=trusted, warned=warned)
+    return EntryFacts(
+        Key.of("plan", body), EntryView.of(body), verdict, users=users, trusted=trusted, warned=warned, now=NOW
+    )
 
 
 DELETING_HELD = moved(plan_body(deleting=True), "tenant")
@@ -273,7 +276,7 @@ WARNED = [a.Event(UNTRUSTED.reason.value, UNTRUSTED.message, warning=True), Note
 
 def _said(body: dict[str, Any]) -> dict[str, Any]:
     """``body`` whose status already says it is untrusted (as the controller's first write left it)."""
-    patch = catalog_status.status_patch(EntryView.of(body), UNTRUSTED)
+    patch = catalog_status.status_patch(EntryView.of(body), UNTRUSTED, NOW)
     assert patch is not None
     return {**body, "status": patch}
 

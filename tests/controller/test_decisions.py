@@ -119,23 +119,23 @@ def test_next_binding_step(reason: str, binding: dict[str, Any], instance_state:
 
 
 def test_ready_condition_keeps_transition_time_while_unchanged() -> None:
-    first = decisions.ready_condition(None, ready=False, reason=Reason.IN_PROGRESS, message="m", generation=1)
+    first = decisions.ready_condition(None, ready=False, reason=Reason.IN_PROGRESS, message="m", generation=1, at=AT)
     first[0]["lastTransitionTime"] = "2000-01-01T00:00:00Z"
-    same = decisions.ready_condition(first, ready=False, reason=Reason.IN_PROGRESS, message="m2", generation=2)
+    same = decisions.ready_condition(first, ready=False, reason=Reason.IN_PROGRESS, message="m2", generation=2, at=AT)
     assert same[0]["lastTransitionTime"] == "2000-01-01T00:00:00Z"
     assert same[0]["observedGeneration"] == 2
-    flipped = decisions.ready_condition(first, ready=True, reason=Reason.PROVISIONED, message="ok", generation=2)
+    flipped = decisions.ready_condition(first, ready=True, reason=Reason.PROVISIONED, message="ok", generation=2, at=AT)
     assert flipped[0]["status"] == "True" and flipped[0]["lastTransitionTime"] != "2000-01-01T00:00:00Z"
 
 
 def test_errors_are_counted_then_the_operation_fails() -> None:
     instance = obj(state="in progress", observed=1)
     view = InstanceView.of(instance)
-    patch, gave_up = decisions.error_status(view.status, view.meta.generation, message="boom", threshold=3)
+    patch, gave_up = decisions.error_status(view.status, view.meta.generation, message="boom", threshold=3, at=AT)
     assert (patch["errorCount"], gave_up) == (1, False)
     instance["status"]["errorCount"] = 2
     view = InstanceView.of(instance)
-    patch, gave_up = decisions.error_status(view.status, view.meta.generation, message="boom", threshold=3)
+    patch, gave_up = decisions.error_status(view.status, view.meta.generation, message="boom", threshold=3, at=AT)
     assert gave_up
     assert patch["state"] == "failed"
     assert patch["error"] == "gave up after 3 consecutive errors: boom"
@@ -176,11 +176,11 @@ def test_overdue(reason: str, instance: dict[str, Any], limit: float, want: floa
 
 
 def test_poll_after_comes_no_later_than_the_deadline() -> None:
-    fresh = started(conditions.now())
-    assert decisions.poll_after(status_of(fresh), poll_seconds=10, max_seconds=3600) == 10
-    assert 0.5 <= decisions.poll_after(status_of(fresh), poll_seconds=10, max_seconds=3) <= 3.5
-    assert decisions.poll_after(status_of(started(None)), poll_seconds=10, max_seconds=3) == 10
-    assert decisions.poll_after(status_of(fresh), poll_seconds=10, max_seconds=0) == 10
+    fresh = started(conditions.stamp(AT))
+    assert decisions.poll_after(status_of(fresh), poll_seconds=10, max_seconds=3600, at=AT) == 10
+    assert 0.5 <= decisions.poll_after(status_of(fresh), poll_seconds=10, max_seconds=3, at=AT) <= 3.5
+    assert decisions.poll_after(status_of(started(None)), poll_seconds=10, max_seconds=3, at=AT) == 10
+    assert decisions.poll_after(status_of(fresh), poll_seconds=10, max_seconds=0, at=AT) == 10
 
 
 @pytest.mark.parametrize(

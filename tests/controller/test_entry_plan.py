@@ -15,6 +15,7 @@ from opbroker.controller.core import actions as a
 from opbroker.controller.core.decisions import ServiceUsers
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import EntryView
+from opbroker.controller.runtime.clock import FAKE_EPOCH as NOW
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.policies import DEFAULTS
 from tests.plan_support import timeless
@@ -50,7 +51,7 @@ def entry(*, held: bool = False, deleting: bool = False, says: catalog_status.Ve
 
 
 def facts(body: dict[str, Any], users: int = 0, service_users: ServiceUsers | None = None) -> EntryFacts:
-    return EntryFacts(Key("plan", "opbroker", "plan"), EntryView.of(body), ACCEPTED, users, service_users)
+    return EntryFacts(Key("plan", "opbroker", "plan"), EntryView.of(body), ACCEPTED, users, service_users, now=NOW)
 
 
 def ready(verdict: catalog_status.Verdict) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from opbroker.controller.runtime.clock import FAKE_EPOCH
 from opbroker.controller.runtime.event_series import ENTRY_OVERHEAD, EventSeries, Recorded, key_of
 from opbroker.controller.runtime.kube import Kube, event_body
 from tests.cluster_fixtures import onboarded_namespace
@@ -27,13 +28,13 @@ SUBJECT = {
 
 def _key(message: str, uid: str = "u-1") -> tuple[str, ...]:
     subject = {**SUBJECT, "metadata": {**SUBJECT["metadata"], "uid": uid}}
-    return key_of(event_body(subject, reason="ApplyFailed", message=message, warning=True))
+    return key_of(event_body(subject, reason="ApplyFailed", message=message, warning=True, now=FAKE_EPOCH))
 
 
 def test_the_same_event_is_one_key_and_any_difference_another() -> None:
     assert _key("m") == _key("m")
     assert len({_key("m"), _key("n"), _key("m", uid="u-2")}) == 3  # a new object of that name is another
-    normal = key_of(event_body(SUBJECT, reason="ApplyFailed", message="m", warning=False))
+    normal = key_of(event_body(SUBJECT, reason="ApplyFailed", message="m", warning=False, now=FAKE_EPOCH))
     assert normal != _key("m")
 
 

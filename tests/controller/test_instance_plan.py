@@ -987,7 +987,7 @@ def on(cluster: str | None, instance: dict[str, Any], **known: Any) -> Placement
     reach = known.pop("reach", Reach(True, True) if cluster not in (None, MASTER) else None)
     if known.get("copy") is not None:
         known["copy"] = ReplicaView.of(known["copy"])
-    return PlacementFacts(KEY, ReplicaView.of(placed_body), cluster=cluster, reach=reach, **known)
+    return PlacementFacts(KEY, ReplicaView.of(placed_body), cluster=cluster, reach=reach, now=NOW, **known)
 
 
 def placed_facts(instance: dict[str, Any], placement: PlacementFacts, **kw: Any) -> InstanceFacts:

@@ -36,6 +36,7 @@ from opbroker.controller.kinds import BINDINGS, INSTANCES, PLANS
 from opbroker.controller.osb.bindings import BindingFacts, BindingReconciler
 from opbroker.controller.osb.instances import InstanceFacts, InstanceReconciler
 from opbroker.controller.osb.reconciling import Deps
+from opbroker.controller.runtime.clock import FAKE_EPOCH as NOW
 from opbroker.controller.runtime.executor import OwnWrites
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.outcomes import DONE, Outcome, TemporaryError
@@ -222,7 +223,7 @@ def test_instance_plan(
     pending: dict[str, Any] | None,
     expected: tuple[Step, ...],
 ) -> None:
-    facts = InstanceFacts(Key("instance", NS, "x"), InstanceView.of(instance), entry, bindings, pending)
+    facts = InstanceFacts(Key("instance", NS, "x"), InstanceView.of(instance), entry, bindings, pending, now=NOW)
     assert tuple(InstanceReconciler.steps(facts)) == expected
 
 
@@ -269,7 +270,7 @@ def test_binding_plan(
     expected: tuple[Step, ...],
 ) -> None:
     view = InstanceView.of(instance) if instance is not None else None
-    facts = BindingFacts(Key("binding", NS, "x"), BindingView.of(binding), view, entry, pending)
+    facts = BindingFacts(Key("binding", NS, "x"), BindingView.of(binding), view, entry, pending, now=NOW)
     assert tuple(BindingReconciler.steps(facts)) == expected
 
 

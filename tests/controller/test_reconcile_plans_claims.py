@@ -19,6 +19,7 @@ from opbroker.controller.claims.settings import ClaimsSettings
 from opbroker.controller.core import actions as acts
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import BindingView
+from opbroker.controller.runtime.clock import FAKE_EPOCH
 from opbroker.controller.runtime.keys import Key
 
 NS = "team"
@@ -189,7 +190,7 @@ def claim_facts(
 ) -> claim_plan.ClaimFacts:
     """ClaimFacts as observe builds them: views over the bodies."""
     views = {k: None if v is None else ServiceView.of(v) for k, v in (services or {}).items()}
-    return claim_plan.ClaimFacts(ClaimView.of(body), SETTINGS, index, holding=holding, services=views)
+    return claim_plan.ClaimFacts(ClaimView.of(body), SETTINGS, index, holding=holding, services=views, now=FAKE_EPOCH)
 
 
 HELD = Candidate(

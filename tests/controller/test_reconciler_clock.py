@@ -28,6 +28,20 @@ def test_both_fake_times_move_together_and_only_forward() -> None:
         FakeClock(wall=datetime.datetime(2026, 1, 1))
 
 
+def test_blocking_on_the_fake_clock_lets_the_time_pass_at_once() -> None:
+    """Thread-side code (a rollout's pacing, a start-up wait) blocks with ``block``: on the fake clock the time it
+    waits for has passed when it returns, so a test of it neither sleeps nor spins."""
+    clock = FakeClock()
+    clock.block(2.5)
+    assert clock.monotonic() == 1002.5
+    assert clock.now() == FAKE_EPOCH + datetime.timedelta(seconds=2.5)
+    clock.block(-1)  # a deadline already past: no wait, and the clock does not go back
+    assert clock.monotonic() == 1002.5
+    first = SYSTEM.monotonic()
+    SYSTEM.block(0.01)
+    assert SYSTEM.monotonic() - first >= 0.01
+
+
 def test_a_wait_on_the_fake_clock_ends_at_its_timeout_or_its_event() -> None:
     async def scenario() -> list[str]:
         clock = FakeClock()

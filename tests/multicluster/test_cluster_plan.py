@@ -19,6 +19,7 @@ from opbroker.controller.multicluster.core.cluster_plan import (
     plan,
 )
 from opbroker.controller.multicluster.reasons import CLUSTER_FINALIZER
+from opbroker.controller.runtime.clock import FAKE_EPOCH as NOW
 from opbroker.controller.runtime.keys import Key
 from tests.plan_support import timeless
 
@@ -43,7 +44,7 @@ def facts(
     body: dict[str, Any] = {"kind": "SFCluster", "metadata": meta, "spec": {"secretRef": "c2-kubeconfig"}}
     made = ClusterFacts(
         "c2", SFClusterView.of(body), reachable, "" if reachable else "timed out", None, 1, {}, remaining, 30.0,
-        controller_pending=pending,
+        controller_pending=pending, now=NOW,
     )  # fmt: skip
     if not settled:
         return made

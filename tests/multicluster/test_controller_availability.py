@@ -12,6 +12,7 @@ from opbroker.controller.multicluster.core.availability import availability
 from opbroker.controller.multicluster.core.cluster_plan import ClusterFacts, Installation, cluster_conditions
 from opbroker.controller.multicluster.core.views import SFClusterView
 from opbroker.controller.multicluster.quantities import Resources
+from opbroker.controller.runtime.clock import FAKE_EPOCH as NOW
 
 WHERE = "Deployment opbroker/opbroker-controller"
 
@@ -95,6 +96,7 @@ def _facts(install: Installation) -> ClusterFacts:
         remaining=None,
         probe_seconds=10,
         install=install,
+        now=NOW,
     )
 
 

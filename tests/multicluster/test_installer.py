@@ -22,6 +22,7 @@ from opbroker.controller.core.reasons import Reason
 from opbroker.controller.multicluster.clusters import CLUSTERS, CatalogReplicator, ClusterReconciler, ClusterRegistry
 from opbroker.controller.multicluster.core.ledger import Ledger
 from opbroker.controller.multicluster.installer import MANAGED_BY
+from opbroker.controller.runtime.clock import SYSTEM
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.kube import Kube
 from opbroker.controller.runtime.runner import Runtime
@@ -58,7 +59,7 @@ class Master:
         self.namespace = namespace
         self.custom = client.CustomObjectsApi(api)
         deps = types.SimpleNamespace(
-            kube=Kube(api), settings=ControllerSettings(multicluster=True, namespace=namespace)
+            kube=Kube(api), settings=ControllerSettings(multicluster=True, namespace=namespace), clock=SYSTEM
         )
         self.registry = ClusterRegistry()
         reconciler = ClusterReconciler(

@@ -18,6 +18,8 @@ from opbroker.controller.multicluster.core import cluster_plan, kubeconfigs
 from opbroker.controller.multicluster.core.cluster_plan import Installation
 from opbroker.controller.multicluster.core.ledger import Ledger
 from opbroker.controller.multicluster.sisters import KubeconfigError, KubeconfigRefused, client_from_kubeconfig
+from opbroker.controller.runtime.clock import FAKE_EPOCH as NOW
+from opbroker.controller.runtime.clock import FakeClock
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.runner import Runtime
 from opbroker.controller.settings import ControllerSettings
@@ -108,6 +110,7 @@ def test_the_status_names_the_reason() -> None:
         None,
         30.0,
         refused=True,
+        now=NOW,
     )
     (ready,) = cluster_plan.cluster_status(facts)["conditions"]
     assert (ready["status"], ready["reason"]) == ("False", Reason.KUBECONFIG_REFUSED.value)
@@ -137,7 +140,7 @@ def test_an_sfcluster_with_an_exec_kubeconfig_is_not_ready_and_nothing_ran(tmp_p
             "spec": {"secretRef": "c2-kubeconfig"},
         }
     )
-    deps = types.SimpleNamespace(kube=kube, settings=ControllerSettings(multicluster=True))
+    deps = types.SimpleNamespace(kube=kube, settings=ControllerSettings(multicluster=True), clock=FakeClock())
     reconciler = ClusterReconciler(
         deps, ClusterRegistry(), Ledger(), None, lambda _plan: {}, lambda _key: None, lambda *_: None
     )  # type: ignore[arg-type]
@@ -167,6 +170,7 @@ def test_a_failed_controller_installation_makes_the_cluster_not_ready_and_says_w
         None,
         30.0,
         install=failed,
+        now=NOW,
     )
     conditions = {c["type"]: c for c in cluster_plan.cluster_status(facts)["conditions"]}
     assert (conditions["Ready"]["status"], conditions["Ready"]["reason"]) == ("False", "ControllerInstallFailed")
@@ -176,7 +180,7 @@ def test_a_failed_controller_installation_makes_the_cluster_not_ready_and_says_w
     removed = Installation(True, Reason.CONTROLLER_INSTALLED.value, "removed", removed=True)
     body = {"metadata": {"name": "c2", "generation": 1}, "status": {"conditions": list(conditions.values())}}
     facts = cluster_plan.ClusterFacts(
-        "c2", cluster_plan.SFClusterView.of(body), True, "", None, 0, {}, None, 30.0, install=removed
+        "c2", cluster_plan.SFClusterView.of(body), True, "", None, 0, {}, None, 30.0, install=removed, now=NOW
     )
     after = {c["type"]: c for c in cluster_plan.cluster_status(facts)["conditions"]}
     assert "ControllerInstalled" not in after and after["Ready"]["status"] == "True"

@@ -25,6 +25,7 @@ from opbroker.controller.multicluster.core.placement_plan import (
 )
 from opbroker.controller.multicluster.core.views import ReplicaView
 from opbroker.controller.multicluster.reasons import ANNOTATION_CLUSTER, ANNOTATION_MASTER_UID
+from opbroker.controller.runtime.clock import FAKE_EPOCH as NOW
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.policies import DEFAULTS
 from tests.plan_support import timeless
@@ -85,7 +86,13 @@ def facts(obj: dict[str, Any], *, kind: str = "instance", **known: Any) -> Place
     if known.get("source") is not None:
         known["source"] = SecretView.of(known["source"])
     return PlacementFacts(
-        Key(kind, "team", obj["metadata"]["name"]), V(obj), cluster=cluster, reach=reach, catalog=(PLAN,), **known
+        Key(kind, "team", obj["metadata"]["name"]),
+        V(obj),
+        cluster=cluster,
+        reach=reach,
+        catalog=(PLAN,),
+        **known,
+        now=NOW,
     )
 
 
@@ -98,7 +105,7 @@ HELD = instance(held=True)
 PLACED = instance(state="succeeded", held=True, observedGeneration=1, description="done", error=None)
 DELETING = instance(state="delete", held=True, deleting=True)
 UNPLACED = instance(cluster=None)
-HANDED = replicas.handed_over(V(PENDING), cluster="c2")
+HANDED = replicas.handed_over(V(PENDING), cluster="c2", now=NOW)
 UNREACHABLE = "cluster 'c2' is not registered (no SFCluster)"
 LOST = "the copy in cluster 'c2' has disappeared; a new update request re-creates it"
 SUCCEEDED_COPY = sister_copy(PLACED)
@@ -111,15 +118,19 @@ SOURCE = {"metadata": {"name": "theirs"}, "data": {"response": "e30="}}
 SAID_UNREACHABLE = copy.deepcopy(DELETING)
 SAID_UNREACHABLE["status"].update(
     replicas.unreachable(
-        V(DELETING), cluster="c2", reason=Reason.CLUSTER_UNREACHABLE, message="cluster 'c2' is unreachable: timed out"
+        V(DELETING),
+        cluster="c2",
+        reason=Reason.CLUSTER_UNREACHABLE,
+        message="cluster 'c2' is unreachable: timed out",
+        now=NOW,
     )
 )
 
 
 def lost_patch(obj: dict[str, Any]) -> dict[str, Any]:
     conditions = replicas.set_condition(
-        replicas.reachable_condition(V(obj), "c2"), replicas.ConditionType.READY, status=False,
-        reason=Reason.CLUSTER_UNREACHABLE.value, message=LOST, generation=1,
+        replicas.reachable_condition(V(obj), "c2", NOW), replicas.ConditionType.READY, status=False,
+        reason=Reason.CLUSTER_UNREACHABLE.value, message=LOST, generation=1, now=NOW,
     )  # fmt: skip
     return {"state": "failed", "error": LOST, "description": LOST, "conditions": replicas.wire(conditions)}
 
@@ -186,7 +197,9 @@ ROWS: list[tuple[str, PlacementFacts, list[Any] | None]] = [
         facts(HELD, reach=Reach(False, False)),
         [
             a.WriteStatus(
-                replicas.unreachable(V(HELD), cluster="c2", reason=Reason.CLUSTER_NOT_REGISTERED, message=UNREACHABLE),
+                replicas.unreachable(
+                    V(HELD), cluster="c2", reason=Reason.CLUSTER_NOT_REGISTERED, message=UNREACHABLE, now=NOW
+                ),
                 event=a.Event(Reason.CLUSTER_NOT_REGISTERED.value, UNREACHABLE, True),
             ),
             a.Requeue(30.0),
@@ -218,6 +231,7 @@ ROWS: list[tuple[str, PlacementFacts, list[Any] | None]] = [
                     V(SUCCEEDED_COPY),
                     cluster="c2",
                     fields=replicas.INSTANCE_FIELDS,
+                    now=NOW,
                 ),
                 event=a.Event(Reason.REPLICATED.value, "succeeded (reported by cluster 'c2')"),
             ),
@@ -311,7 +325,7 @@ BINDING_ROWS: list[tuple[str, PlacementFacts, list[Any] | None]] = [
             ),
             a.WriteStatus(
                 {
-                    **replicas.mirror(V(BOUND), V(BOUND_COPY), cluster="c2", fields=replicas.BINDING_FIELDS),
+                    **replicas.mirror(V(BOUND), V(BOUND_COPY), cluster="c2", fields=replicas.BINDING_FIELDS, now=NOW),
                     "response": {"secretRef": credentials_secret_name("b")},
                 },
                 event=a.Event(Reason.REPLICATED.value, "succeeded (reported by cluster 'c2')"),

@@ -16,6 +16,7 @@ from opbroker.controller.core.views import SecretView
 from opbroker.controller.multicluster.core import replicas
 from opbroker.controller.multicluster.core.views import ReplicaView
 from opbroker.controller.multicluster.reasons import ANNOTATION_MASTER_UID, LABEL_REPLICATED, ConditionType
+from opbroker.controller.runtime.clock import FAKE_EPOCH as NOW
 
 V = ReplicaView.of
 
@@ -82,7 +83,7 @@ def test_mirror_takes_the_copy_status_and_ready_condition() -> None:
         conditions=[ready],
     )
     master = master_instance(state="in progress", description="handed to cluster 'sister'", error=None)
-    patch = replicas.mirror(V(master), V(copy), cluster="sister", fields=replicas.INSTANCE_FIELDS)
+    patch = replicas.mirror(V(master), V(copy), cluster="sister", fields=replicas.INSTANCE_FIELDS, now=NOW)
     assert patch["state"] == "succeeded"
     assert patch["dashboardUrl"] == "https://d/db1" and patch["appliedPlanHash"] == "h1"
     assert "resources" not in patch, "the copy's resources live in the sister; the master does not list them"
@@ -90,14 +91,16 @@ def test_mirror_takes_the_copy_status_and_ready_condition() -> None:
     assert by_type["Ready"]["status"] == "True" and by_type["Ready"]["observedGeneration"] == 2
     assert by_type["ClusterReachable"]["status"] == "True"
     master["status"].update(patch)
-    assert replicas.mirror(V(master), V(copy), cluster="sister", fields=replicas.INSTANCE_FIELDS) == {}, (
+    assert replicas.mirror(V(master), V(copy), cluster="sister", fields=replicas.INSTANCE_FIELDS, now=NOW) == {}, (
         "once mirrored, an idle reconcile writes nothing"
     )
 
 
 def test_mirror_clears_fields_the_copy_no_longer_has() -> None:
     master = master_instance(state="failed", error="boom")
-    patch = replicas.mirror(V(master), V(copy_with(state="succeeded")), cluster="s", fields=replicas.INSTANCE_FIELDS)
+    patch = replicas.mirror(
+        V(master), V(copy_with(state="succeeded")), cluster="s", fields=replicas.INSTANCE_FIELDS, now=NOW
+    )
     assert patch["error"] is None and patch["state"] == "succeeded"
 
 
@@ -108,6 +111,7 @@ def test_unreachable_keeps_the_state_and_is_written_once() -> None:
         cluster="sister",
         reason=Reason.CLUSTER_UNREACHABLE,
         message="cluster 'sister' is unreachable: refused",
+        now=NOW,
     )
     assert "state" not in patch
     assert patch["description"] == "cluster 'sister' is unreachable: refused; the last known state (succeeded) is kept"
@@ -116,23 +120,23 @@ def test_unreachable_keeps_the_state_and_is_written_once() -> None:
     master["status"].update(patch)
     assert (
         replicas.unreachable(
-            V(master), cluster="sister", reason=Reason.CLUSTER_UNREACHABLE, message=condition["message"]
+            V(master), cluster="sister", reason=Reason.CLUSTER_UNREACHABLE, message=condition["message"], now=NOW
         )
         == {}
     )
 
 
 def test_condition_transition_time_moves_only_on_a_flip() -> None:
-    (made,) = replicas.set_condition((), ConditionType.READY, status=False, reason="A", message="m")
+    (made,) = replicas.set_condition((), ConditionType.READY, status=False, reason="A", message="m", now=NOW)
     first = (dataclasses.replace(made, last_transition_time="2000-01-01T00:00:00Z"),)
-    same = replicas.set_condition(first, ConditionType.READY, status=False, reason="B", message="n")
+    same = replicas.set_condition(first, ConditionType.READY, status=False, reason="B", message="n", now=NOW)
     assert same[0].last_transition_time == "2000-01-01T00:00:00Z"
-    flipped = replicas.set_condition(first, ConditionType.READY, status=True, reason="A", message="m")
+    flipped = replicas.set_condition(first, ConditionType.READY, status=True, reason="A", message="m", now=NOW)
     assert flipped[0].last_transition_time != "2000-01-01T00:00:00Z"
 
 
 def test_handed_over_says_in_progress_for_this_generation() -> None:
-    patch = replicas.handed_over(V(master_instance(state="in_queue", error="old")), cluster="sister")
+    patch = replicas.handed_over(V(master_instance(state="in_queue", error="old")), cluster="sister", now=NOW)
     assert patch["state"] == "in progress" and patch["error"] is None
     assert patch["observedGeneration"] == 2 and patch["appliedSpec"]["clusterId"] == "sister"
 

@@ -12,6 +12,7 @@ from opbroker.controller.core.views import SecretView
 from opbroker.controller.multicluster.core import placement_plan, replicas
 from opbroker.controller.multicluster.core.views import ReplicaView, SFClusterView
 from opbroker.controller.multicluster.reasons import ANNOTATION_MASTER_UID, ConditionType
+from opbroker.controller.runtime.clock import FAKE_EPOCH as NOW
 
 
 def copy_body(**status: Any) -> dict[str, Any]:
@@ -116,7 +117,7 @@ def test_sfcluster_view_reads_wrong_types_as_absent() -> None:
 
 def test_a_condition_written_with_an_empty_message_is_not_written_again() -> None:
     """What is written (a condition with message "") reads back through the view as no message: still the same."""
-    wanted = replicas.set_condition((), ConditionType.READY, status=False, reason="Unreachable", message="")
+    wanted = replicas.set_condition((), ConditionType.READY, status=False, reason="Unreachable", message="", now=NOW)
     read_back = ReplicaView.of(copy_body(conditions=replicas.wire(wanted))).status.conditions
     assert read_back[0].message is None
     assert replicas.same_conditions(wanted, read_back)

@@ -18,6 +18,8 @@ from opbroker.api.meta import ResourceRef
 from opbroker.controller.catalog import rollouts
 from opbroker.controller.catalog.core.rollout_views import RolloutInstance
 from opbroker.controller.catalog.rollouts import Change, Pacer, Skip, Subject
+from opbroker.controller.runtime import policies
+from opbroker.controller.runtime.clock import FakeClock
 from opbroker.rendering import Renderer
 from opbroker.rendering.output import RenderedObject
 
@@ -205,6 +207,36 @@ def test_pacer_spaces_writes_evenly() -> None:
     pacer.wait()
     pacer.wait()
     assert slept[-1] == 0.25 and len(slept) == 5
+
+
+class _Instances:
+    """Stands in for the controller's Kube in :func:`rollouts._settle`: every instance is busy, except ``done``
+    from the ``done_at``-th read on."""
+
+    def __init__(self, done_at: int) -> None:
+        self.done_at = done_at
+        self.reads = 0
+
+    def get_custom(self, _kind: object, namespace: str, name: str) -> dict[str, Any]:
+        self.reads += 1
+        state = "succeeded" if name == "done" and self.reads >= self.done_at else "in progress"
+        return {"metadata": {"name": name, "namespace": namespace}, "status": {"state": state}}
+
+
+def test_settling_waits_on_the_clock_it_is_given_up_to_its_deadline() -> None:
+    """The settling's polls wait on the rollout's clock (a fake one here: no real second passes), and an
+    instance still busy at the deadline is reported unsettled."""
+    clock = FakeClock()
+    start = clock.monotonic()
+    waiting = rollouts._settle(
+        _Instances(done_at=3),  # type: ignore[arg-type]
+        [("team-a", "done"), ("team-a", "stuck")],
+        timeout=3.0,
+        every=policies.every(0.5),
+        clock=clock,
+    )
+    assert waiting == [("team-a", "stuck")]
+    assert clock.monotonic() - start == 3.0  # six polls 0.5 s apart, on the fake clock
 
 
 # -- gotemplate plans -----------------------------------------------------------------------------------------------

@@ -663,24 +663,24 @@ def test_a_plan_or_class_the_model_refuses_is_skipped_and_named() -> None:
 def test_catalog_completeness_and_refusals_become_a_condition_and_an_event() -> None:
     from opbroker import osbclient
 
-    ok, event = broker_plan.completeness([], (), generation=3)
+    ok, event = broker_plan.completeness([], (), generation=3, now=NOW)
     assert [(c["type"], c["status"], c["reason"]) for c in ok] == [("CatalogComplete", "True", "AllEntriesListed")]
     assert event is None
     dropped = osbclient.catalog.Problem("db", "small", "free", "is a string ('x'), not a boolean: ignored", False)
     skipped = osbclient.catalog.Problem("db", "Bad Plan", "name", "cannot be represented", True)
-    listed, event = broker_plan.completeness(ok, (dropped,), generation=3)
+    listed, event = broker_plan.completeness(ok, (dropped,), generation=3, now=NOW)
     assert (listed[-1]["status"], listed[-1]["reason"]) == ("True", "CatalogFieldsIgnored")
-    conditions, event = broker_plan.completeness(listed, (dropped, skipped), generation=3)
+    conditions, event = broker_plan.completeness(listed, (dropped, skipped), generation=3, now=NOW)
     (complete,) = [c for c in conditions if c["type"] == "CatalogComplete"]
     assert (complete["status"], complete["reason"]) == ("False", "CatalogEntriesSkipped")
     assert complete["message"].index("plan 'Bad Plan'") < complete["message"].index("plan 'small'")  # skipped first
     assert event is not None and event[0] is Reason.CATALOG_ENTRIES_SKIPPED and event[2] is True
     many = [osbclient.catalog.Problem("s", f"p{i}", "name", "x", True) for i in range(20)]
-    assert "and 12 more" in broker_plan.completeness([], many, generation=1)[0][0]["message"]
+    assert "and 12 more" in broker_plan.completeness([], many, generation=1, now=NOW)[0][0]["message"]
 
     refused = osbclient.catalog.Problem("db", None, "(object)", "the API server refused ServiceClass db (422)", True)
     status = broker_plan.RelistStatus({"observedGeneration": 3}, conditions_of(ok), 2)
-    written, event = broker_plan.with_refusals(status, [refused], 3, None)
+    written, event = broker_plan.with_refusals(status, [refused], 3, None, NOW)
     new_status = written.wire()
     assert new_status["serviceClassCount"] == 1 and new_status["observedGeneration"] == 3
     (complete,) = [c for c in new_status["conditions"] if c["type"] == "CatalogComplete"]

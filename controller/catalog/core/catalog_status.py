@@ -24,6 +24,7 @@ Pure: the verdict and the patch are computed from the object and the check's fin
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass
 
 from opbroker.controller.core.decisions import ready_conditions
@@ -96,8 +97,9 @@ def service_in_use_verdict(plans: int, instances: int) -> Verdict:
     )
 
 
-def status_patch(entry: EntryView, verdict: Verdict) -> Manifest | None:
-    """The status patch announcing ``verdict`` for ``entry``, or None if its status already says so."""
+def status_patch(entry: EntryView, verdict: Verdict, at: datetime.datetime) -> Manifest | None:
+    """The status patch announcing ``verdict`` for ``entry`` (a flipped Ready moves ``at``), or None if its
+    status already says so."""
     generation = entry.meta.generation
     current = entry.condition("Ready")
     if (
@@ -108,5 +110,5 @@ def status_patch(entry: EntryView, verdict: Verdict) -> Manifest | None:
     ):
         return None
     wanted = ready_conditions(entry.conditions, ready=verdict.ready, reason=verdict.reason, message=verdict.message,
-                              generation=generation)  # fmt: skip
+                              generation=generation, at=at)  # fmt: skip
     return {"observedGeneration": generation, "conditions": wanted}

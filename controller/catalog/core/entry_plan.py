@@ -18,8 +18,9 @@ Every decision is here, in the shared vocabulary (:mod:`.actions`):
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from opbroker.controller.catalog.core import catalog_status
@@ -50,6 +51,8 @@ class EntryFacts:
     recheck_in: float = DEFAULTS.in_use_recheck.base
     """When an entry whose deletion waits for its users is looked at again: the policy table's ``in_use_recheck``,
     jittered by the edge."""
+    now: datetime.datetime = field(kw_only=True)
+    """The moment of the read (observe's clock; the plan reads none): a Ready condition's transition time."""
 
 
 @dataclass(frozen=True)
@@ -68,7 +71,7 @@ def untrusted(facts: EntryFacts) -> list[Any]:
     if entry.meta.deleting:
         return [a.EnsureFinalizer(present=False)] if entry.meta.held else []
     verdict = facts.verdict
-    patch = catalog_status.status_patch(entry, verdict)
+    patch = catalog_status.status_patch(entry, verdict, facts.now)
     written = [a.WriteStatus(patch)] if patch is not None else []
     if facts.warned:
         return written
@@ -77,13 +80,13 @@ def untrusted(facts: EntryFacts) -> list[Any]:
 
 def as_checked(facts: EntryFacts) -> list[Any]:
     """The status write announcing the entry's verdict, if its status does not say it yet."""
-    patch = catalog_status.status_patch(facts.entry, facts.verdict)
+    patch = catalog_status.status_patch(facts.entry, facts.verdict, facts.now)
     return [] if patch is None else [a.WriteStatus(patch)]
 
 
 def waiting(facts: EntryFacts, verdict: Verdict) -> list[Any]:
     """A deletion that waits for the entry's users: say why (status and a Warning Event), look again later."""
-    patch = catalog_status.status_patch(facts.entry, verdict)
+    patch = catalog_status.status_patch(facts.entry, verdict, facts.now)
     event = a.Event(verdict.reason.value, verdict.message, warning=True)
     return [*([a.WriteStatus(patch, event=event)] if patch is not None else []), a.Requeue(facts.recheck_in)]
 

@@ -53,9 +53,9 @@ class ClaimFacts:
     """Its decoded data."""
     workloads: tuple[WorkloadView, ...] = ()
     """The namespace's workloads of the supported kinds."""
-    now: datetime.datetime | None = None
-    """The injected clock's wall time at observe: a flipped condition's transition time (None: read the wall
-    clock when planning — tests that do not look at it)."""
+    now: datetime.datetime = field(kw_only=True)
+    """The injected clock's wall time at observe: a flipped condition's transition time (the plan reads no
+    clock)."""
 
 
 # -- the claim's own actions (performed by claiming's effects) ---------------------------------------------
@@ -302,7 +302,7 @@ def _write(facts: ClaimFacts, wanted: JsonObject, *, ready: bool, reason: Reason
         reason=reason.value,
         message=message,
         generation=claim.meta.generation,
-        timestamp=conditions.stamp(facts.now) if facts.now is not None else None,
+        timestamp=conditions.stamp(facts.now),
     )
     current = {
         "state": claim.state,

@@ -13,10 +13,6 @@ from opbroker.kubeclient.wire import JsonBody
 ConditionStatus = Literal["True", "False", "Unknown"]
 
 
-def now() -> str:
-    return stamp(datetime.datetime.now(datetime.UTC))
-
-
 def stamp(moment: datetime.datetime) -> str:
     """A condition's ``lastTransitionTime`` for ``moment`` (UTC, seconds)."""
     return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -30,10 +26,11 @@ def with_condition(
     reason: str,
     message: str,
     generation: int | None,
-    timestamp: str | None = None,
+    timestamp: str,
 ) -> list[JsonBody]:
-    """``previous`` (as read) with the condition ``type_`` replaced; its transition time moves only when it
-    flips. The list is written whole (a status patch replaces it), so the kept conditions are written too."""
+    """``previous`` (as read) with the condition ``type_`` replaced; its transition time (``timestamp``, the
+    caller's clock's) moves only when it flips. The list is written whole (a status patch replaces it), so the
+    kept conditions are written too."""
     held = conditions_of(previous)
     old = find(held, type_)
     flipped = old is None or old.status != status
@@ -42,7 +39,7 @@ def with_condition(
         "status": status,
         "reason": reason,
         "message": message[:1024],
-        "lastTransitionTime": (timestamp or now()) if flipped or old is None else old.last_transition_time,
+        "lastTransitionTime": timestamp if flipped or old is None else old.last_transition_time,
         "observedGeneration": generation,
     }
     return [*(condition_wire(c) for c in held if c.type != type_), condition]

@@ -179,10 +179,10 @@ def status_conditions(
     record: HealthRecord,
     state: ServiceState,
     generation: int | None,
-    timestamp: str | None = None,
+    timestamp: str,
 ) -> list[JsonBody]:
     """The ``Healthy`` condition (the persisted health record) and ``Ready`` (Available or Claimed);
-    ``timestamp``: a flipped condition's transition time (the injected clock's; None: the wall clock now)."""
+    ``timestamp``: a flipped condition's transition time (the injected clock's)."""
     healthy: conditions.ConditionStatus = "Unknown"
     if record.result == Result.PASSED:
         healthy = "True"

@@ -16,8 +16,9 @@ finalizer is ``cluster-protection`` (:data:`~opbroker.controller.multicluster.re
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
@@ -66,6 +67,8 @@ class ClusterFacts:
     """The last step of the controller's installation in the cluster (None: nothing to say)."""
     controller_pending: bool = False
     """Being deleted with its controller not removed yet: the finalizer stays."""
+    now: datetime.datetime = field(kw_only=True)
+    """The moment of the read (observe's clock; the plan reads none): a flipped condition's transition time."""
 
 
 @dataclass(frozen=True)
@@ -121,6 +124,7 @@ def cluster_conditions(facts: ClusterFacts) -> tuple[ConditionView, ...]:
         reason=reason,
         message=message,
         generation=generation,
+        now=facts.now,
     )
     if install is not None and install.removed:
         conditions = tuple(c for c in conditions if c.type != ConditionType.CONTROLLER_INSTALLED.value)
@@ -132,6 +136,7 @@ def cluster_conditions(facts: ClusterFacts) -> tuple[ConditionView, ...]:
             reason=install.reason,
             message=install.message,
             generation=generation,
+            now=facts.now,
         )
     remaining = facts.remaining
     if remaining is not None:
@@ -142,6 +147,7 @@ def cluster_conditions(facts: ClusterFacts) -> tuple[ConditionView, ...]:
             reason=Reason.INSTANCES_REMAIN.value,
             message=blocked_message(facts.name, remaining),
             generation=generation,
+            now=facts.now,
         )
     return conditions
 

@@ -16,6 +16,7 @@ under live bindings, tear down and release.
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -144,6 +145,8 @@ class PlacementFacts:
     handover_in: float = DEFAULTS.placement_handover.base
     """How soon a binding whose instance is still being handed over looks again (``placement_handover``)."""
     probe_seconds: float = 30.0
+    now: datetime.datetime = field(kw_only=True)
+    """The moment of the read (observe's clock; the plan reads none): a flipped condition's transition time."""
 
     @property
     def meta(self) -> Meta:
@@ -203,7 +206,7 @@ def unreachable(facts: PlacementFacts) -> list[Any]:
     else:
         reason = Reason.CLUSTER_UNREACHABLE
         message = f"cluster {cluster!r} is unreachable: {facts.reach.reason or 'not probed yet'}"
-    patch = replicas.unreachable(facts.obj, cluster=cluster, reason=reason, message=message)
+    patch = replicas.unreachable(facts.obj, cluster=cluster, reason=reason, message=message, now=facts.now)
     return [*write(facts, patch, (reason, message)), a.Requeue(facts.probe_seconds)]
 
 
@@ -219,7 +222,7 @@ def hand_over(facts: PlacementFacts) -> list[Any]:
     message = f"handed to cluster {facts.cluster!r}"
     return [
         HandOver(facts.cluster, replicas.copy_of(obj), requested),
-        *write(facts, replicas.handed_over(obj, cluster=facts.cluster), (Reason.REPLICATED, message)),
+        *write(facts, replicas.handed_over(obj, cluster=facts.cluster, now=facts.now), (Reason.REPLICATED, message)),
         a.Requeue(facts.poll_seconds),
     ]
 
@@ -229,7 +232,7 @@ def mirror(facts: PlacementFacts, fields: tuple[str, ...]) -> list[Any]:
     assert facts.copy is not None and facts.cluster is not None
     if not replicas.settled(facts.copy):
         return [a.Requeue(facts.poll_seconds)]
-    patch = replicas.mirror(facts.obj, facts.copy, cluster=facts.cluster, fields=fields)
+    patch = replicas.mirror(facts.obj, facts.copy, cluster=facts.cluster, fields=fields, now=facts.now)
     done = facts.copy_state in TERMINAL
     return [*write(facts, patch), *([] if done else [a.Requeue(facts.poll_seconds)])]
 
@@ -239,12 +242,13 @@ def lost(facts: PlacementFacts) -> list[Any]:
     assert facts.cluster is not None
     message = f"the copy in cluster {facts.cluster!r} has disappeared; a new update request re-creates it"
     conditions = replicas.set_condition(
-        replicas.reachable_condition(facts.obj, facts.cluster),
+        replicas.reachable_condition(facts.obj, facts.cluster, facts.now),
         ConditionType.READY,
         status=False,
         reason=Reason.CLUSTER_UNREACHABLE.value,
         message=message,
         generation=facts.meta.generation,
+        now=facts.now,
     )
     operation = facts.operation
     patch: JsonBody = {}
@@ -267,7 +271,7 @@ def teardown(facts: PlacementFacts, fields: tuple[str, ...], *, credentials: boo
         if not copy.meta.deleting:
             return [DeleteCopy(facts.cluster, copy.meta.uid, deprovision=True), a.Requeue(facts.poll_seconds)]
         if replicas.settled(copy):
-            patch = replicas.mirror(facts.obj, copy, cluster=facts.cluster, fields=fields)
+            patch = replicas.mirror(facts.obj, copy, cluster=facts.cluster, fields=fields, now=facts.now)
             return [*write(facts, patch), a.Requeue(facts.poll_seconds)]
         return [a.Requeue(facts.poll_seconds)]
     secret = [a.DeleteSecret(meta.namespace, credentials_secret_name(meta.name), meta.uid)] if credentials else []
@@ -311,7 +315,12 @@ def blocked(facts: PlacementFacts) -> list[Any]:
     if failed and facts.operation.error == error:
         return []
     patch = outcome_status(
-        facts.operation, facts.meta.generation, state=OperationState.FAILED, reason=Reason.BINDINGS_EXIST, error=error
+        facts.operation,
+        facts.meta.generation,
+        state=OperationState.FAILED,
+        reason=Reason.BINDINGS_EXIST,
+        error=error,
+        at=facts.now,
     )
     event = None if failed else a.Event(Reason.BINDINGS_EXIST.value, error, warning=True)
     return [a.WriteStatus(patch, settled=True, event=event)]
@@ -337,6 +346,7 @@ def unscheduled(facts: PlacementFacts) -> list[Any] | None:
         reason=Reason.SCHEDULED.value,
         message=message,
         generation=None if generation is None else generation + 1,  # the spec write below makes the next one
+        now=facts.now,
     )
     return [
         SetCluster(decided.cluster),
@@ -354,7 +364,7 @@ def unschedulable(facts: PlacementFacts, message: str) -> list[Any]:
     for kind in (ConditionType.SCHEDULED, ConditionType.READY):
         conditions = replicas.set_condition(
             conditions, kind, status=False, reason=Reason.SCHEDULING_FAILED.value, message=message,
-            generation=generation,
+            generation=generation, now=facts.now,
         )  # fmt: skip
     failed = OperationState.FAILED.value
     patch = {
@@ -430,7 +440,7 @@ def binding_on(facts: PlacementFacts) -> list[Any]:
     if facts.source is None:
         return [a.Requeue(facts.poll_seconds)]
     name = credentials_secret_name(facts.meta.name)
-    patch = replicas.mirror(obj, copy, cluster=facts.cluster, fields=replicas.BINDING_FIELDS)
+    patch = replicas.mirror(obj, copy, cluster=facts.cluster, fields=replicas.BINDING_FIELDS, now=facts.now)
     if obj.secret_ref != name:
         patch["response"] = {"secretRef": name}
     secret = replicas.credentials_secret(obj, facts.source, name)

@@ -58,8 +58,8 @@ PLAN_NOT_FOUND = Reason.PLAN_NOT_FOUND.value
 BINDING_FIELDS = ("state", "description", "error")
 
 
-def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def _stamp(now: datetime.datetime) -> str:
+    return now.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def copy_of(obj: ReplicaView) -> JsonBody:
@@ -124,8 +124,10 @@ def set_condition(
     reason: str,
     message: str,
     generation: int | None = None,
+    now: datetime.datetime,
 ) -> tuple[ConditionView, ...]:
-    """``conditions`` with one condition set; its transition time only moves when its status flips."""
+    """``conditions`` with one condition set; its transition time (``now``, the facts' moment: this core reads no
+    clock) only moves when its status flips."""
     previous = tuple(conditions)
     old = next((c for c in previous if c.type == kind.value), None)
     value = "True" if status else "False"
@@ -135,7 +137,7 @@ def set_condition(
         status=value,
         reason=reason,
         message=message[:1024],
-        last_transition_time=_now() if moved or old is None else old.last_transition_time or _now(),
+        last_transition_time=_stamp(now) if moved or old is None else old.last_transition_time or _stamp(now),
         observed_generation=generation,
     )
     return (*(c for c in previous if c.type != kind.value), condition)
@@ -157,24 +159,27 @@ def same_conditions(first: Iterable[ConditionView], second: Iterable[ConditionVi
     return _comparable(first) == _comparable(second)
 
 
-def reachable_condition(obj: ReplicaView, cluster: str) -> tuple[ConditionView, ...]:
+def reachable_condition(obj: ReplicaView, cluster: str, now: datetime.datetime) -> tuple[ConditionView, ...]:
     return set_condition(
         obj.status.conditions,
         ConditionType.CLUSTER_REACHABLE,
         status=True,
         reason=Reason.CLUSTER_REACHABLE.value,
         message=f"cluster {cluster!r} answers",
+        now=now,
     )
 
 
-def mirror(master: ReplicaView, copy: ReplicaView, *, cluster: str, fields: tuple[str, ...]) -> JsonBody:
+def mirror(
+    master: ReplicaView, copy: ReplicaView, *, cluster: str, fields: tuple[str, ...], now: datetime.datetime
+) -> JsonBody:
     """The master status patch reporting the copy's status (empty when the master already says it).
 
     Takes the listed fields (verbatim) and the copy's ``Ready`` condition, and marks the cluster reachable.
     """
     theirs, ours = copy.reported, master.reported
     patch: JsonBody = {name: theirs.get(name) for name in fields if ours.get(name) != theirs.get(name)}
-    conditions = reachable_condition(master, cluster)
+    conditions = reachable_condition(master, cluster, now)
     ready = copy.condition(ConditionType.READY)
     if ready is not None:
         conditions = (
@@ -186,12 +191,17 @@ def mirror(master: ReplicaView, copy: ReplicaView, *, cluster: str, fields: tupl
     return patch
 
 
-def unreachable(obj: ReplicaView, *, cluster: str, reason: Reason, message: str) -> JsonBody:
+def unreachable(obj: ReplicaView, *, cluster: str, reason: Reason, message: str, now: datetime.datetime) -> JsonBody:
     """The patch marking ``obj`` as out of reach (empty if it says so already). The state is kept."""
     status = obj.status
     description = f"{message}; the last known state ({status.state or 'none'}) is kept"
     conditions = set_condition(
-        status.conditions, ConditionType.CLUSTER_REACHABLE, status=False, reason=reason.value, message=message
+        status.conditions,
+        ConditionType.CLUSTER_REACHABLE,
+        status=False,
+        reason=reason.value,
+        message=message,
+        now=now,
     )
     patch: JsonBody = {}
     if status.description != description:
@@ -201,7 +211,7 @@ def unreachable(obj: ReplicaView, *, cluster: str, reason: Reason, message: str)
     return patch
 
 
-def handed_over(obj: ReplicaView, *, cluster: str) -> JsonBody:
+def handed_over(obj: ReplicaView, *, cluster: str, now: datetime.datetime) -> JsonBody:
     """The master status once a request has been copied to ``cluster``: in progress there."""
     generation = obj.meta.generation
     conditions = set_condition(
@@ -211,6 +221,7 @@ def handed_over(obj: ReplicaView, *, cluster: str) -> JsonBody:
         reason=Reason.IN_PROGRESS.value,
         message=f"handed to cluster {cluster!r}",
         generation=generation,
+        now=now,
     )
     return {
         "state": OperationState.IN_PROGRESS.value,

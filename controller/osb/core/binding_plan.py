@@ -170,7 +170,7 @@ class BindingFacts:
     pending: JsonObject | None
     """The record of an apply of this generation and plan version whose outcome is still awaited."""
     limits: Limits = dataclasses.field(default_factory=Limits)
-    now: datetime.datetime | None = None
+    now: datetime.datetime = dataclasses.field(kw_only=True)
     actor: str | None = None
     rendering: BindRendering | None = None
     report: BindReport | None = None
@@ -524,7 +524,7 @@ def _keep_declared(facts: BindingFacts, refresh: Refresh) -> list[a.Action]:
     """Day two for a bound binding: what ``bind`` renders now compared with the live objects, set back or reported
     per its template's ``drift`` (``instance_plan.find_drift``, as for instances); ``Synced`` when it changes. An
     object corrected is followed up after the backoff (its own write's echo brings nothing back)."""
-    now = facts.now or datetime.datetime.now(datetime.UTC)
+    now = facts.now
     pairs = [(seen.observed, bind_apply(facts, BindPiece(seen.observed.piece, seen.instance_own)))
              for seen in refresh.observed]  # fmt: skip
     findings = find_drift(pairs, now, facts.limits.drift_bounds)

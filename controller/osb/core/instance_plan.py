@@ -188,7 +188,7 @@ def no_longer_rendered(
     return tuple(out)
 
 
-def pause(view: InstanceView | BindingView, now: datetime.datetime | None, where: str) -> tuple[a.Action, ...]:
+def pause(view: InstanceView | BindingView, now: datetime.datetime, where: str) -> tuple[a.Action, ...]:
     """Say once that the object is paused (``where``: :func:`.decisions.paused_where`): the ``Paused`` condition and
     an Event; nothing else is written, applied or asked (no poll either: the pause is lifted by an annotation, whose
     event brings the object back). Shared by instances and bindings."""
@@ -197,7 +197,7 @@ def pause(view: InstanceView | BindingView, now: datetime.datetime | None, where
     return (a.WriteStatus(patch, event=a.Event(Reason.PAUSED.value, message)),)
 
 
-def resume(view: InstanceView | BindingView, now: datetime.datetime | None) -> tuple[a.Action, ...]:
+def resume(view: InstanceView | BindingView, now: datetime.datetime) -> tuple[a.Action, ...]:
     """The pause is lifted: ``Paused`` False (reason ``Resumed``) and an Event, then a fresh pass decides from the
     facts as usual (the live state, not what was due when the pause began). Shared by instances and bindings."""
     message = decisions.RESUMED_MESSAGE
@@ -250,8 +250,8 @@ class InstanceFacts:
     trusted: tuple[str, ...] = ()
     """The control plane's namespaces (where the broker records instances whose context it checked)."""
     limits: Limits = Limits()
-    now: datetime.datetime | None = None
-    """The moment of the read (None: the plan's clock); ages and transition times are measured from it."""
+    now: datetime.datetime = dataclasses.field(kw_only=True)
+    """The moment of the read (observe's clock; the plan reads none): ages and transition times are measured from it."""
     actor: str | None = None
     """The identity the plan's objects are written as (its ServiceAccount; None: the controller's own)."""
     rendering: Rendering | None = None
@@ -413,7 +413,7 @@ def _context_refused(facts: InstanceFacts) -> str | None:
 
 def write_status(
     view: InstanceView | BindingView,
-    now: datetime.datetime | None,
+    now: datetime.datetime,
     state: OperationState,
     reason: Reason,
     *,
@@ -437,7 +437,7 @@ def write_status(
 
 
 def wait_for_budget(
-    view: InstanceView | BindingView, now: datetime.datetime | None, limits: Limits, why: str
+    view: InstanceView | BindingView, now: datetime.datetime, limits: Limits, why: str
 ) -> tuple[a.Action, ...]:
     """A new operation that waits for its namespace's budget: its Ready condition says why (written once, not at
     every look — the state stays what the broker requested), and it is looked at again after ``poll_seconds``. Shared
@@ -463,7 +463,7 @@ def _requested_state(state: str | None) -> OperationState:
 
 
 def count_error(
-    view: InstanceView | BindingView, now: datetime.datetime | None, threshold: int, message: str, reason: Reason
+    view: InstanceView | BindingView, now: datetime.datetime, threshold: int, message: str, reason: Reason
 ) -> tuple[a.Action, ...]:
     """One more consecutive error: give up past the threshold (the operation failed), else retry with backoff."""
     status, gave_up = decisions.error_status(
@@ -485,7 +485,7 @@ def all_watched(refs: Sequence[ResourceRef], kinds: frozenset[tuple[str, str]]) 
 
 def still_in_progress(
     view: InstanceView | BindingView,
-    now: datetime.datetime | None,
+    now: datetime.datetime,
     limits: Limits,
     applied: JsonObject,
     version: tuple[Any, Any],
@@ -733,7 +733,7 @@ def check(facts: InstanceFacts) -> tuple[a.Action, ...]:
     view, limits, found = facts.instance, facts.limits, facts.check
     if found is None or found.unchanged:
         return ()  # nothing moved since it was found as declared: nothing to do (the resync sweep looks again)
-    now = facts.now or datetime.datetime.now(datetime.UTC)
+    now = facts.now
     out: list[a.Action] = [a.Track(found.refs)] if found.refs else []
     events: list[a.Event] = []
     waits: list[float] = []
@@ -843,9 +843,7 @@ def find_drift(observed: Sequence[tuple[Observed, a.Apply]], now: datetime.datet
     return Findings(tuple(corrections), tuple(waits), synced)
 
 
-def synced_actions(
-    view: InstanceView | BindingView, synced: Condition, now: datetime.datetime | None
-) -> list[a.Action]:
+def synced_actions(view: InstanceView | BindingView, synced: Condition, now: datetime.datetime) -> list[a.Action]:
     """The ``Synced`` condition written when it changes (never to say True of an object that never drifted), with
     its Event. Shared by instances and bindings."""
     if shows(view, synced):

@@ -111,7 +111,7 @@ def completeness(
     problems: Sequence[osbclient.catalog.Problem],
     *,
     generation: int | None,
-    now: datetime | None = None,
+    now: datetime,
 ) -> tuple[list[JsonBody], tuple[Reason, str, bool] | None]:
     """``conditions`` with ``CatalogComplete`` set from ``problems``, and the warning event to record (None
     when there is nothing to say). Pure."""
@@ -159,7 +159,7 @@ def with_refusals(
     refused: Sequence[osbclient.catalog.Problem],
     generation: int | None,
     event: tuple[Reason, str, bool] | None,
-    now: datetime | None = None,
+    now: datetime,
 ) -> tuple[RelistStatus, tuple[Reason, str, bool] | None]:
     """The planned status and event, with the classes the API server refused counted out and named;
     ``generation``: the Broker's as last written. Pure."""
