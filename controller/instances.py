@@ -58,6 +58,7 @@ from opbroker.controller.reconciling import AppliedMemory, DayTwo, Deps
 from opbroker.controller.rendered import fetch_sources, inputs_for
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.memory import Memories, PerKey
+from opbroker.controller.runtime.objects import minus_refs
 from opbroker.controller.runtime.outcomes import Outcome
 from opbroker.controller.settings import ControllerSettings
 from opbroker.controller.sources import ObjectKey, object_key
@@ -176,7 +177,10 @@ class InstanceReconciler(PassingReconciler[InstanceFacts, OsbAction]):
             if Step.CHECK in due:
                 return self._gather_check(facts)
             if Step.APPLY in due:
-                return dataclasses.replace(facts, rendering=self._render(facts))
+                rendering = self._render(facts)
+                gone = minus_refs(list(facts.instance.status.resources), [piece.ref for piece in rendering.pieces])
+                released = tuple(ownership.held(self._actor(facts), ref) for ref in gone)  # what the apply lets go
+                return dataclasses.replace(facts, rendering=dataclasses.replace(rendering, released=released))
             if Step.AWAIT_OUTCOME in due or Step.EVALUATE in due:
                 sources = _carried(previous, entry)
                 report = self._report(facts, provision=True, sources=sources)
@@ -321,8 +325,7 @@ class InstanceReconciler(PassingReconciler[InstanceFacts, OsbAction]):
         scope = decisions.teardown_scope(
             list(view.status.resources), namespace=view.meta.namespace, namespace_terminating=terminating
         )
-        letting = tuple((ref, ownership.letting(kube, ref, owner_uid=view.meta.uid)[0]) for ref in scope.release)
-        return Teardown(terminating, letting)
+        return Teardown(terminating, tuple(ownership.held(kube, ref) for ref in scope.release))
 
     def _live_bindings(self, instance: InstanceView) -> int:
         bindings = self.deps.kube.list_custom(BINDINGS, instance.meta.namespace)

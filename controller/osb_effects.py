@@ -22,7 +22,7 @@ from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import ObjectView
 from opbroker.controller.executor import Effect, Executor, Run, Target
 from opbroker.controller.kube import Kind, Kube, ref_of
-from opbroker.controller.ownership import NotOwned, apply_owned, orphan, release
+from opbroker.controller.ownership import NotOwned, apply_owned, orphan
 from opbroker.controller.reconciling import AppliedMemory, DayTwo, Deps
 from opbroker.controller.runtime import metrics
 from opbroker.controller.runtime.memory import PerKey
@@ -107,15 +107,8 @@ def osb_effects(
         if followed is not None:
             followed.forget(run.key)
 
-    def release_object(run: Run, action: a.Release) -> None:
-        release(run.actor(action.as_user), action.ref, owner_uid=action.owner_uid)
-
-    def orphan_object(run: Run, action: a.Orphan) -> None:
-        orphan(run.actor(action.as_user), action.ref, owner_uid=action.owner_uid)
-
     return {
         a.Apply: lambda run, action: void(apply(run, action)),
-        a.Release: release_object,
         a.Orphan: orphan_object,
         a.JoinSingleton: perform_singleton,
         a.ShareSingleton: perform_singleton,
@@ -141,14 +134,29 @@ def perform_singleton(run: Run, action: singletons.SingletonWrite) -> None:
     singletons.perform(run.actor(action.as_user), action)
 
 
+def orphan_object(run: Run, action: a.Orphan) -> None:
+    """Let the object go as the plan decided (its patch carries the version it was decided on)."""
+    orphan(run.actor(action.as_user), action.ref, action.patch, owner_uid=action.owner_uid)
+
+
 def write_secret(run: Run, action: a.WriteSecret) -> None:
-    """Apply the Secret; whether it may be written was the plan's decision (``binding_plan.secret_refusal``)."""
-    run.actor(action.as_user).apply_secret(dict(action.manifest))
+    """Write the Secret; whether it may be written was the plan's decision (``binding_plan.secret_refusal``), and
+    the write is guarded by the Secret it decided on (a 409 is a conflict: the reconcile decides again)."""
+    run.actor(action.as_user).apply_secret(
+        dict(action.manifest), resource_version=action.resource_version, create=action.create
+    )
 
 
 def delete_secret(run: Run, action: a.DeleteSecret) -> None:
-    """Delete the Secret if it is the owner's (another's of that name is left alone)."""
+    """Delete the Secret the plan found the owner's, at the version it found (a 409 is a conflict: the reconcile
+    decides again). A plan that did not read it (``resource_version`` None: the placement's teardown) has it read
+    here and deleted only if it is the owner's (another's of that name is left alone)."""
     kube = run.actor(action.as_user)
+    if action.resource_version is not None:
+        kube.delete_secret(  # gone already is fine
+            action.namespace, action.name, uid=action.uid, resource_version=action.resource_version, conflicts=True
+        )
+        return
     secret = ObjectView.maybe(kube.read_secret(action.namespace, action.name))
     if secret is not None and secret.meta.owned_by(action.owner_uid):
         kube.delete_secret(action.namespace, action.name, uid=secret.meta.uid or None)

@@ -6,7 +6,7 @@ ClusterRole) or in another namespace cannot carry owner references to them, so o
 users on the object itself, in :data:`ANNOTATION_SINGLETON_USERS` (a JSON list of instance uids):
 
 * an instance that creates the singleton creates it listing itself; one that finds it adds itself;
-* an instance's release removes itself; the last one deletes the object (``ownership.release``).
+* an instance's release removes itself; the last one deletes the object (``instance_plan.release``).
 
 Which write joining or leaving means is decided purely, from the object as read (:mod:`.core.singleton_plan`: the
 users and owners it lists, its version); this module performs it (:func:`perform`).
