@@ -35,6 +35,7 @@ from opbroker.controller.core import decisions, drift
 from opbroker.controller.core.decisions import Step
 from opbroker.controller.core.instance_plan import (
     Check,
+    Held,
     InstanceFacts,
     Limits,
     Observed,
@@ -49,7 +50,7 @@ from opbroker.controller.core.instance_plan import (
     refused,
     steps,
 )
-from opbroker.controller.core.views import BindingView, InstanceView
+from opbroker.controller.core.views import BindingView, InstanceView, ObjectView
 from opbroker.controller.executor import refusal_of
 from opbroker.controller.kube import BINDINGS, INSTANCES, Kube, Refused
 from opbroker.controller.osb_effects import osb_executor
@@ -179,8 +180,12 @@ class InstanceReconciler(PassingReconciler[InstanceFacts, OsbAction]):
             if Step.APPLY in due:
                 rendering = self._render(facts)
                 gone = minus_refs(list(facts.instance.status.resources), [piece.ref for piece in rendering.pieces])
-                released = tuple(ownership.held(self._actor(facts), ref) for ref in gone)  # what the apply lets go
-                return dataclasses.replace(facts, rendering=dataclasses.replace(rendering, released=released))
+                kube = self._actor(facts)
+                released = tuple(ownership.held(kube, ref) for ref in gone)  # what the apply lets go of
+                # A shared singleton made already is joined, not created: what joining writes is decided on it.
+                shared = tuple(Held(p.ref, ObjectView.maybe(kube.get(p.ref))) for p in rendering.pieces if p.singleton)
+                rendering = dataclasses.replace(rendering, released=released, singletons=shared)
+                return dataclasses.replace(facts, rendering=rendering)
             if Step.AWAIT_OUTCOME in due or Step.EVALUATE in due:
                 sources = _carried(previous, entry)
                 report = self._report(facts, provision=True, sources=sources)

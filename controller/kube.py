@@ -332,7 +332,12 @@ class Kube:
             created = _unless(409, lambda: self.custom.request("POST", path, body=body))
         except ApiException as exc:
             raise _refused(exc, body, self._named(resource.name, resource.group)) from None
-        return None if created is None else self._keep(created)
+        if created is None:  # it exists: a copy held that says otherwise is behind (the next read goes to the API)
+            meta = mapping_of(body["metadata"])
+            namespace = text_of(meta.get("namespace")) if resource.namespaced else None
+            self.store.stale((api_version, _string(body, "kind")), namespace, _string(meta, "name"))
+            return None
+        return self._keep(created)
 
     def merge_patch(self, ref: ResourceRef, patch: JsonObject) -> JsonBody | None:
         resource = self._resource(ref.api_version, ref.kind)

@@ -3,10 +3,10 @@ generic actions — rendered objects applied, released and orphaned under the ow
 Secret, the per-instance registry, the objects a status template follows, the apply record
 kept in memory.
 
-Each effect performs its action the same way every time and decides nothing: the plan said what, the rules in
-:mod:`.ownership` say whether the cluster lets it (a refusal stops the list, see :mod:`.executor`). Where the
-answer of a write must be decided on (a singleton's create found it made already), the effect reads the object and
-performs what the pure :mod:`.core.singleton_plan` returns for it (:meth:`~.executor.Run.perform`).
+Each effect performs its action the same way every time and decides nothing: the plan said what, from what observe
+read, the rules in :mod:`.ownership` say whether the cluster lets it (a refusal stops the list, see
+:mod:`.executor`). Where a write finds what observe could not see (a singleton's create finds it made meanwhile),
+the effect raises a conflict: the reconcile observes again and the plan decides.
 """
 
 from __future__ import annotations
@@ -17,15 +17,16 @@ from collections.abc import Mapping
 from opbroker.api.meta import ResourceRef
 from opbroker.controller import registries, singletons
 from opbroker.controller.core import actions as a
-from opbroker.controller.core import drift, singleton_plan
+from opbroker.controller.core import drift
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import ObjectView
 from opbroker.controller.executor import Effect, Executor, Run, Target
 from opbroker.controller.kube import Kind, Kube, ref_of
-from opbroker.controller.ownership import NotOwned, apply_owned, orphan
+from opbroker.controller.ownership import apply_owned, orphan
 from opbroker.controller.reconciling import AppliedMemory, DayTwo, Deps
 from opbroker.controller.runtime import metrics
 from opbroker.controller.runtime.memory import PerKey
+from opbroker.controller.runtime.outcomes import Conflict
 from opbroker.controller.sources import object_key
 from opbroker.kubeclient.wire import JsonObject, path_of
 
@@ -168,9 +169,10 @@ def void(_: object) -> None:
 
 def apply(run: Run, action: a.Apply) -> JsonObject | None:
     """Apply one rendered object, unless it exists and is not this owner's (``ownership``). A singleton is
-    shared by every instance of the plan: if it exists already (made by opbroker for this plan, or adopted)
-    it is left as it is and merely gains our owner reference (or, where none can reach it, our entry among
-    its tracked users), so it lives while any user does."""
+    shared by every instance of the plan: the plan applies one observe found absent, and it is created here (listing
+    this instance among its users where owner references cannot reach it); one observe found made already is joined
+    by the write the plan decided (``instance_plan.apply_or_join``), never by this effect. Found made meanwhile,
+    the create is a conflict: the reconcile observes it and the plan decides."""
     kube: Kube = run.actor(action.as_user)
     manifest = dict(action.manifest)
     uid = action.owner_uid
@@ -188,19 +190,9 @@ def apply(run: Run, action: a.Apply) -> JsonObject | None:
             run.target.wrote(run.key, written)
         return written
     created = kube.create(manifest if action.owned else singletons.tracked(manifest, uid))
-    if created is not None:
-        return created
-    ref = ref_of(manifest)
-    live = ObjectView.maybe(kube.get(ref))
-    if live is None:
-        return None  # deleted meanwhile: the next reconcile creates it
-    # What joining it means is decided from the object as read (``core.singleton_plan``); the write carries the
-    # version read, so another instance joining or leaving meanwhile makes it a conflict.
-    step = singleton_plan.joining(live, ref, action)
-    if step is a.Refused.NOT_OWNED:
-        raise NotOwned(ref)
-    if step is a.Refused.SINGLETON_FULL:
-        raise singletons.SingletonFull(ref)
-    if step is not None:
-        run.perform(step)
-    return None
+    if created is None:
+        # Made meanwhile (observe found none): what joining it writes is the plan's decision, on the next pass, which
+        # reads it (``instance_plan.apply_or_join``).
+        ref = ref_of(manifest)
+        raise Conflict(f"{ref.kind} {ref.name} was made meanwhile; the next pass reads it and decides how to join it")
+    return created

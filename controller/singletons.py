@@ -36,11 +36,7 @@ class SingletonFull(RuntimeError):
     """The singleton lists :data:`decisions.MAX_SINGLETON_USERS` instances already; this one is refused."""
 
     def __init__(self, ref: ResourceRef) -> None:
-        where = f"{ref.namespace}/{ref.name}" if ref.namespace else ref.name
-        super().__init__(
-            f"{ref.kind} {where} is shared by {decisions.MAX_SINGLETON_USERS} instances already, the most opbroker "
-            "tracks on one object; give the plan's singleton a name per group of instances"
-        )
+        super().__init__(decisions.singleton_full_message(ref))
         self.ref = ref
 
 

@@ -416,6 +416,7 @@ class FakeKube:
         with self._lock:
             self._log("create", info, key[2], key[3])
             if key in self.objects:
+                self.store.stale(key[:2], key[2] or None, key[3])  # as Kube does
                 return None
             return self._keep(self._create(info, key, body))
 

@@ -103,6 +103,8 @@ class Rendering:
     """The objects the ``sources`` template named for this render (the evaluation that follows reads them)."""
     released: tuple[Held, ...] = ()
     """The recorded objects it no longer renders, as read (what the apply lets go of); read for an apply only."""
+    singletons: tuple[Held, ...] = ()
+    """The shared singletons it renders, as read before the apply (one that exists is joined, not created)."""
 
 
 @dataclass(frozen=True)
@@ -631,7 +633,11 @@ def _apply(facts: InstanceFacts) -> tuple[a.Action, ...]:
     ]
     if rendering.registry_changed:
         out.append(a.SaveRegistry(rendering.registry, labels))
-    out.extend(apply_action(facts, piece) for piece in rendering.pieces)
+    for piece in rendering.pieces:
+        step = apply_or_join(facts, piece)
+        if isinstance(step, a.Refusal):  # as the executor stops at a refused object: the rest is not applied
+            return (*out, *refused(facts, step))
+        out.extend(step)
     gone = minus_refs(old_refs, new_refs)
     out.extend(no_longer_rendered(gone, rendering.released, view.status.orphans, meta.uid, facts.actor))
     record = {
@@ -663,6 +669,26 @@ def apply_action(facts: InstanceFacts, piece: Piece) -> a.Apply:
         adopt=piece.adopt,
         as_user=facts.actor,
     )
+
+
+def apply_or_join(facts: InstanceFacts, piece: Piece) -> tuple[a.Action, ...] | a.Refusal:
+    """The apply of one rendered object — or, for a shared singleton that exists already (as observe read it,
+    ``Rendering.singletons``), the write that joins it (:func:`.singleton_plan.joining`, guarded by the version
+    read; nothing when the instance is one of its users already), or why it may not be joined. A singleton that
+    did not exist is created: one made meanwhile is a conflict, and the next pass reads it and decides here."""
+    action = apply_action(facts, piece)
+    if not piece.singleton:
+        return (action,)
+    assert facts.rendering is not None
+    live = held_of(facts.rendering.singletons, piece.ref).live
+    if live is None:
+        return (action,)
+    step = singleton_plan.joining(live, piece.ref, action)
+    if step is a.Refused.NOT_OWNED:
+        return a.Refusal(step, decisions.not_owned_message(piece.ref))
+    if step is a.Refused.SINGLETON_FULL:
+        return a.Refusal(step, decisions.singleton_full_message(piece.ref))
+    return () if step is None or isinstance(step, a.Refused) else (step,)
 
 
 def provisioned_by(report: Report | None) -> bool:

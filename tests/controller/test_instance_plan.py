@@ -44,6 +44,7 @@ from opbroker.controller.core.instance_plan import (
     Rendering,
     Report,
     Teardown,
+    apply_action,
     plan,
     refused,
     steps,
@@ -1182,3 +1183,62 @@ def test_a_release_deletes_only_the_version_it_decided_on() -> None:
     assert refused.value.status == 409 and kube.get(CM) is not None
     run.run(KEY, created, letting_go(kube, orphaning=False))
     assert kube.get(CM) is None
+
+
+SHARED = Piece({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "db", "namespace": NS}}, singleton=True)
+
+
+def shared_cm(*, owners: Sequence[str] = ("u-2",), plan: str = "plan", users: int = 0) -> Held:
+    """CM as observe read it before the apply: a singleton made for ``plan`` (its label), owned by ``owners``, listing
+    ``users`` tracked users, at version 8."""
+    meta: dict[str, Any] = {"name": "db", "namespace": NS, "resourceVersion": "8", "labels": {LABEL_PLAN: plan}}
+    meta["annotations"] = {ANNOTATION_SINGLETON: "true"}
+    if users:
+        meta["annotations"][ANNOTATION_SINGLETON_USERS] = json.dumps([f"u-{i}" for i in range(100, 100 + users)])
+    meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "SFServiceInstance", "name": o, "uid": o} for o in owners]
+    return Held(CM, ObjectView.of({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta}))
+
+
+def joined(*shared: Held, piece: Piece = SHARED) -> InstanceFacts:
+    return facts(body(state="in_queue"), rendering=Rendering((piece,), {}, singletons=shared))
+
+
+NOT_OWNED_HERE = [("status", "failed", "ObjectNotOwned", "guarded", ("event", "ObjectNotOwned", True))]
+JOIN_ROWS: list[tuple[str, InstanceFacts, list[tuple[Any, ...]]]] = [
+    ("none made yet: created", joined(), [APPLYING, ("apply", "db", True, True), ("remember",), ("Continue",)]),
+    ("made for the plan by another instance: our owner reference added, at the version read", joined(shared_cm()),
+     [APPLYING, ("ShareSingleton",), ("remember",), ("Continue",)]),
+    ("ours already: nothing written", joined(shared_cm(owners=("u-2", "u-1"))),
+     [APPLYING, ("remember",), ("Continue",)]),
+    ("made for another plan: not ours, refused, nothing after it applied", joined(shared_cm(plan="other")),
+     [APPLYING, *NOT_OWNED_HERE]),
+    ("out of owner references' reach, listing the most users: refused",
+     joined(shared_cm(users=decisions.MAX_SINGLETON_USERS),
+            piece=dataclasses.replace(SHARED, namespaced=False)),
+     [APPLYING, ("status", "failed", "SingletonFull", "guarded", ("event", "SingletonFull", True))]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("the_facts", "expected"), [r[1:] for r in JOIN_ROWS], ids=[r[0] for r in JOIN_ROWS])
+def test_a_singleton_made_already_is_joined_as_the_plan_decides_from_it(
+    the_facts: InstanceFacts, expected: list[tuple[Any, ...]]
+) -> None:
+    """Issue 45: the apply's effect no longer reads a singleton it found made and decides there; observe reads it
+    (``Rendering.singletons``) and the plan writes the join, guarded by the version read (``apply_or_join``)."""
+    assert summary(plan(the_facts)) == expected
+
+
+def test_the_join_carries_the_owners_read_and_ours_at_the_version_read() -> None:
+    share = next(x for x in plan(joined(shared_cm())) if isinstance(x, a.ShareSingleton))
+    assert share.resource_version == "8" and [o["uid"] for o in share.owners] == ["u-2", "u-1"]
+
+
+def test_a_singleton_made_between_observe_and_its_create_is_a_conflict_not_a_decision() -> None:
+    """The create finds it made meanwhile: the effect decides nothing, the reconcile observes it again."""
+    run, kube, created = executor()
+    kube.create({**SHARED.manifest, "metadata": {"name": "db", "namespace": NS}})
+    kube.calls.clear()
+    apply = apply_action(facts(body(state="in_queue")), SHARED)
+    with pytest.raises(Conflict, match="made meanwhile"):
+        run.run(KEY, created, [apply])
+    assert [c.verb for c in kube.calls] == ["create"]  # no read, no join written
