@@ -1,5 +1,5 @@
 """The effects of the OSB kinds (SFServiceInstance, SFServiceBinding): what their plans do beyond the executor's
-generic actions — rendered objects applied, released and orphaned under the ownership rules, the credentials
+generic actions — rendered objects applied and orphaned under the ownership rules, the credentials
 Secret, the per-instance registry, the objects a status template follows, the apply record
 kept in memory.
 
