@@ -416,6 +416,7 @@ class FakeKube:
         with self._lock:
             self._log("create", info, key[2], key[3])
             if key in self.objects:
+                self.store.stale(key[:2], key[2] or None, key[3])  # as Kube does
                 return None
             return self._keep(self._create(info, key, body))
 
@@ -604,16 +605,24 @@ class FakeKube:
             ]
 
     def delete_secret(
-        self, namespace: str, name: str, *, uid: str | None = None, resource_version: str | None = None
+        self,
+        namespace: str,
+        name: str,
+        *,
+        uid: str | None = None,
+        resource_version: str | None = None,
+        conflicts: bool = False,
     ) -> bool:
         info = self._info("v1", "Secret")
         with self._lock:
             self._log("delete_secret", info, namespace, name)
+            key = self._key(info, namespace, name)
             try:
-                deleted = self._delete(
-                    info, self._key(info, namespace, name), uid=uid, resource_version=resource_version
-                )
+                deleted = self._delete(info, key, uid=uid, resource_version=resource_version)
             except ApiException as exc:
+                if exc.status == 409 and conflicts:
+                    self.store.stale(key[:2], namespace, name)  # as Kube does
+                    raise
                 if exc.status == 409:
                     return False
                 raise
@@ -621,8 +630,21 @@ class FakeKube:
                 self.store.discard(("v1", "Secret"), namespace, name)  # as Kube does
             return deleted
 
-    def apply_secret(self, manifest: dict[str, Any]) -> dict[str, Any]:
+    def apply_secret(
+        self, manifest: dict[str, Any], *, resource_version: str | None = None, create: bool = False
+    ) -> dict[str, Any]:
+        meta = manifest["metadata"]
+        info = self._info("v1", "Secret")
+        key = self._key(info, meta["namespace"], meta["name"])
         with self._lock:
+            live = self.objects.get(key)
+            with self._behind(info, key):  # as Kube does: a 409 marks the copy held behind
+                if create and live is not None:
+                    raise api_error(409, "AlreadyExists", f'secrets "{meta["name"]}" already exists')
+                if resource_version is not None and (live or {}).get("metadata", {}).get("resourceVersion") != (
+                    resource_version
+                ):
+                    raise api_error(409, "Conflict", "the object has been modified; please apply your changes")
             written = self.apply(manifest)
             self.calls[-1] = Call(
                 "apply_secret", "Secret", manifest["metadata"]["namespace"], written["metadata"]["name"]

@@ -80,23 +80,16 @@ class Apply:
 
 
 @dataclass(frozen=True)
-class Release:
-    """Let go of a recorded object: delete it when it is ours alone, drop our share when shared, leave it
-    alone when it is not ours (:func:`.ownership.release`)."""
-
-    ref: ResourceRef
-    owner_uid: str
-    as_user: str | None = None
-
-
-@dataclass(frozen=True)
 class Orphan:
-    """Let go of a recorded object without deleting it (its template's ``deletionPolicy: orphan``): drop
-    ``owner_uid``'s owner reference, its entry among a singleton's users and its stamp; opbroker's labels too once
-    no other owner of opbroker's holds it (:func:`.decisions.orphaning`). It then outlives its owner, unmanaged."""
+    """Let go of a recorded object without deleting it (its template's ``deletionPolicy: orphan``): merge ``patch``
+    into its metadata — what :func:`.decisions.orphaning` decided from the object as observed: ``owner_uid``'s owner
+    reference, its entry among a singleton's users and its stamp dropped; opbroker's labels too once no other owner
+    of opbroker's holds it —, guarded by the resourceVersion it carries (a 409 is a conflict: the reconcile decides
+    again). It then outlives its owner, unmanaged."""
 
     ref: ResourceRef
     owner_uid: str
+    patch: JsonObject = field(repr=False)
     as_user: str | None = None
 
 
@@ -148,29 +141,45 @@ class DeleteSingleton:
 
 @dataclass(frozen=True)
 class Delete:
-    """Delete an object by reference (gone already is fine)."""
+    """Delete an object by reference (gone already is fine); with ``resource_version``, only that version of it —
+    the one a plan decided on (a recorded object ours alone, :func:`.decisions.letting_go`): a 409 is a conflict,
+    the reconcile decides again on what it reads then."""
 
     ref: ResourceRef
     as_user: str | None = None
+    resource_version: str | None = None
 
 
 @dataclass(frozen=True)
 class WriteSecret:
     """Apply a Secret (server-side). Whether it may be written over the Secret of that name (a binding's only over
-    one of its own) is decided by the plan, from the Secret as observed (``binding_plan.secret_refusal``)."""
+    one of its own) is decided by the plan, from the Secret as observed (``binding_plan.secret_refusal``), and the
+    write is guarded by what it observed: ``create`` — there was none: it is created, never written over one made
+    since —, else ``resource_version`` — the version it decided on: a Secret changed since is not overwritten. Either
+    way a 409 is a conflict and the reconcile decides again on a fresh read. Neither: an unguarded apply (a copy
+    the writer alone keeps)."""
 
     manifest: JsonObject = field(repr=False)
     as_user: str | None = None
+    resource_version: str | None = None
+    create: bool = False
 
 
 @dataclass(frozen=True)
 class DeleteSecret:
-    """Delete a Secret, only if an owner reference says it is ``owner_uid``'s (gone already is fine)."""
+    """Delete a Secret, only if an owner reference says it is ``owner_uid``'s (gone already is fine).
+
+    ``uid`` and ``resource_version``: the Secret as the plan observed it and found the owner's — deleted only at
+    that version (a 409 is a conflict: the reconcile decides again on a fresh read). Without them (a plan that did
+    not read it: the multi-cluster placement's teardown) the effect reads it and deletes it only if it is
+    ``owner_uid``'s."""
 
     namespace: str
     name: str
     owner_uid: str
     as_user: str | None = None
+    uid: str | None = None
+    resource_version: str | None = None
 
 
 @dataclass(frozen=True)
@@ -319,7 +328,6 @@ Action = (
     | WriteStatus
     | Event
     | Apply
-    | Release
     | Orphan
     | JoinSingleton
     | ShareSingleton

@@ -667,3 +667,12 @@ def context_namespace_refused(instance: InstanceView, *, trusted_namespaces: tup
         "direct its objects only into its own namespace (instances recorded by the broker in the control plane's "
         "namespace excepted)"
     )
+
+
+def singleton_full_message(ref: ResourceRef) -> str:
+    """Why an instance may not join a singleton: it lists :data:`MAX_SINGLETON_USERS` instances already."""
+    where = f"{ref.namespace}/{ref.name}" if ref.namespace else ref.name
+    return (
+        f"{ref.kind} {where} is shared by {MAX_SINGLETON_USERS} instances already, the most opbroker "
+        "tracks on one object; give the plan's singleton a name per group of instances"
+    )

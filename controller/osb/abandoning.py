@@ -59,8 +59,8 @@ def who_am_i(kube: Kube) -> str | None:
 
 def _seen(kube: Kube, refs: tuple[ResourceRef, ...]) -> tuple[abandon.Live, frozenset[tuple[str, str, str, str]]]:
     """Each recorded object's metadata as read (a Secret's without its data), and those the caller may not read (not
-    ours to touch: :func:`opbroker.controller.osb.ownership.letting`'s rule). An object of a kind the API server no
-    longer serves (its CRD removed: a common way for a teardown to hang) is gone."""
+    ours to touch: :func:`opbroker.controller.osb.ownership.held`'s rule). An object of a kind the API server no longer
+    serves (its CRD removed: a common way for a teardown to hang) is gone."""
     live: dict[tuple[str, str, str, str], ObjectView | None] = {}
     unreadable = set()
     for ref in refs:

@@ -52,7 +52,7 @@ from opbroker.controller.runtime.executor import refusal_of
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.kube import Kube, Refused
 from opbroker.controller.runtime.memory import Memories, PerKey
-from opbroker.controller.runtime.objects import ref_key, resource_version
+from opbroker.controller.runtime.objects import minus_refs, ref_key, resource_version
 from opbroker.controller.runtime.outcomes import Outcome
 from opbroker.controller.runtime.passes import PassingReconciler
 from opbroker.kubeclient.wire import JsonObject
@@ -137,7 +137,11 @@ class BindingReconciler(PassingReconciler[BindingFacts, OsbAction]):
         due = steps(facts)
         try:
             if Step.APPLY in due:
-                return dataclasses.replace(facts, rendering=self._render(facts, TemplateAction.BIND))
+                rendering = self._render(facts, TemplateAction.BIND)
+                own = [p.piece.ref for p in rendering.pieces if not p.instance_own]
+                gone = minus_refs(list(facts.binding.status.resources), own)
+                released = tuple(ownership.held(self._actor(facts), ref) for ref in gone)  # what the apply lets go
+                return dataclasses.replace(facts, rendering=dataclasses.replace(rendering, released=released))
             if Step.AWAIT_OUTCOME in due or Step.EVALUATE in due:
                 return dataclasses.replace(facts, report=self._report(facts))
         except RenderError as exc:
@@ -338,10 +342,11 @@ class BindingReconciler(PassingReconciler[BindingFacts, OsbAction]):
         scope = decisions.teardown_scope(
             list(binding.status.resources), namespace=binding.meta.namespace, namespace_terminating=terminating
         )
-        letting = tuple((ref, ownership.letting(kube, ref, owner_uid=binding.meta.uid)[0]) for ref in scope.release)
-        gathered = Teardown(terminating, letting)
+        gathered = Teardown(terminating, tuple(ownership.held(kube, ref) for ref in scope.release))
+        # The credentials Secret, read before the plan deletes it (in a terminating namespace it goes with it).
+        secret = None if terminating else self._secret(facts)
         if not scope.run_templates or instance is None or entry is None or entry.model is None:
-            return dataclasses.replace(facts, unbind=Unbind(gathered))
+            return dataclasses.replace(facts, unbind=Unbind(gathered, secret=secret))
         applied_before = bool(previous and previous.unbind and previous.unbind.pieces)
         try:
             pieces: tuple[BindPiece, ...] = ()
@@ -352,7 +357,7 @@ class BindingReconciler(PassingReconciler[BindingFacts, OsbAction]):
                 _, fetched = self._sources(facts)
                 section = self.deps.renderer.render_status(entry.model, self._inputs(facts, fetched)).unbind
         except RenderError as exc:
-            unbind = Unbind(gathered, templates_ran=True, applied_before=applied_before)
+            unbind = Unbind(gathered, templates_ran=True, applied_before=applied_before, secret=secret)
             return dataclasses.replace(facts, unbind=unbind, render_error=str(exc) or type(exc).__name__)
-        unbind = Unbind(gathered, True, pieces, section, applied_before)
+        unbind = Unbind(gathered, True, pieces, section, applied_before, secret)
         return dataclasses.replace(facts, unbind=unbind)

@@ -32,12 +32,13 @@ from opbroker.api.meta import ResourceRef
 from opbroker.controller.catalog.catalog import PlanEntry
 from opbroker.controller.core import decisions
 from opbroker.controller.core.decisions import Step
-from opbroker.controller.core.views import BindingView, InstanceView
+from opbroker.controller.core.views import BindingView, InstanceView, ObjectView
 from opbroker.controller.kinds import BINDINGS, INSTANCES
 from opbroker.controller.osb import identities, ownership, registries, teardown
 from opbroker.controller.osb.core import drift
 from opbroker.controller.osb.core.instance_plan import (
     Check,
+    Held,
     InstanceFacts,
     Limits,
     Observed,
@@ -59,6 +60,7 @@ from opbroker.controller.runtime.executor import refusal_of
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.kube import Kube, Refused
 from opbroker.controller.runtime.memory import Memories, PerKey
+from opbroker.controller.runtime.objects import minus_refs
 from opbroker.controller.runtime.outcomes import Outcome
 from opbroker.controller.runtime.passes import PassingReconciler
 from opbroker.controller.runtime.sources import ObjectKey, object_key
@@ -178,7 +180,14 @@ class InstanceReconciler(PassingReconciler[InstanceFacts, OsbAction]):
             if Step.CHECK in due:
                 return self._gather_check(facts)
             if Step.APPLY in due:
-                return dataclasses.replace(facts, rendering=self._render(facts))
+                rendering = self._render(facts)
+                gone = minus_refs(list(facts.instance.status.resources), [piece.ref for piece in rendering.pieces])
+                kube = self._actor(facts)
+                released = tuple(ownership.held(kube, ref) for ref in gone)  # what the apply lets go of
+                # A shared singleton made already is joined, not created: what joining writes is decided on it.
+                shared = tuple(Held(p.ref, ObjectView.maybe(kube.get(p.ref))) for p in rendering.pieces if p.singleton)
+                rendering = dataclasses.replace(rendering, released=released, singletons=shared)
+                return dataclasses.replace(facts, rendering=rendering)
             if Step.AWAIT_OUTCOME in due or Step.EVALUATE in due:
                 sources = _carried(previous, entry)
                 report = self._report(facts, provision=True, sources=sources)
@@ -323,8 +332,7 @@ class InstanceReconciler(PassingReconciler[InstanceFacts, OsbAction]):
         scope = decisions.teardown_scope(
             list(view.status.resources), namespace=view.meta.namespace, namespace_terminating=terminating
         )
-        letting = tuple((ref, ownership.letting(kube, ref, owner_uid=view.meta.uid)[0]) for ref in scope.release)
-        return Teardown(terminating, letting)
+        return Teardown(terminating, tuple(ownership.held(kube, ref) for ref in scope.release))
 
     def _live_bindings(self, instance: InstanceView) -> int:
         bindings = self.deps.kube.list_custom(BINDINGS, instance.meta.namespace)

@@ -1,12 +1,12 @@
 """The effects of the OSB kinds (SFServiceInstance, SFServiceBinding): what their plans do beyond the executor's
-generic actions — rendered objects applied, released and orphaned under the ownership rules, the credentials
+generic actions — rendered objects applied and orphaned under the ownership rules, the credentials
 Secret, the per-instance registry, the objects a status template follows, the apply record
 kept in memory.
 
-Each effect performs its action the same way every time and decides nothing: the plan said what, the rules in
-:mod:`.ownership` say whether the cluster lets it (a refusal stops the list, see :mod:`.executor`). Where the
-answer of a write must be decided on (a singleton's create found it made already), the effect reads the object and
-performs what the pure :mod:`.core.singleton_plan` returns for it (:meth:`~.executor.Run.perform`).
+Each effect performs its action the same way every time and decides nothing: the plan said what, from what observe
+read, the rules in :mod:`.ownership` say whether the cluster lets it (a refusal stops the list, see
+:mod:`.executor`). Where a write finds what observe could not see (a singleton's create finds it made meanwhile),
+the effect raises a conflict: the reconcile observes again and the plan decides.
 """
 
 from __future__ import annotations
@@ -19,13 +19,14 @@ from opbroker.controller.core import actions as a
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import ObjectView
 from opbroker.controller.osb import registries, singletons
-from opbroker.controller.osb.core import drift, singleton_plan
-from opbroker.controller.osb.ownership import NotOwned, apply_owned, orphan, release
+from opbroker.controller.osb.core import drift
+from opbroker.controller.osb.ownership import apply_owned, orphan
 from opbroker.controller.osb.reconciling import AppliedMemory, DayTwo, Deps
 from opbroker.controller.runtime import metrics
 from opbroker.controller.runtime.executor import Effect, Executor, Run, Target
 from opbroker.controller.runtime.kube import Kind, Kube, ref_of
 from opbroker.controller.runtime.memory import PerKey
+from opbroker.controller.runtime.outcomes import Conflict
 from opbroker.controller.runtime.sources import object_key
 from opbroker.kubeclient.wire import JsonObject, path_of
 
@@ -107,15 +108,8 @@ def osb_effects(
         if followed is not None:
             followed.forget(run.key)
 
-    def release_object(run: Run, action: a.Release) -> None:
-        release(run.actor(action.as_user), action.ref, owner_uid=action.owner_uid)
-
-    def orphan_object(run: Run, action: a.Orphan) -> None:
-        orphan(run.actor(action.as_user), action.ref, owner_uid=action.owner_uid)
-
     return {
         a.Apply: lambda run, action: void(apply(run, action)),
-        a.Release: release_object,
         a.Orphan: orphan_object,
         a.JoinSingleton: perform_singleton,
         a.ShareSingleton: perform_singleton,
@@ -141,14 +135,29 @@ def perform_singleton(run: Run, action: singletons.SingletonWrite) -> None:
     singletons.perform(run.actor(action.as_user), action)
 
 
+def orphan_object(run: Run, action: a.Orphan) -> None:
+    """Let the object go as the plan decided (its patch carries the version it was decided on)."""
+    orphan(run.actor(action.as_user), action.ref, action.patch, owner_uid=action.owner_uid)
+
+
 def write_secret(run: Run, action: a.WriteSecret) -> None:
-    """Apply the Secret; whether it may be written was the plan's decision (``binding_plan.secret_refusal``)."""
-    run.actor(action.as_user).apply_secret(dict(action.manifest))
+    """Write the Secret; whether it may be written was the plan's decision (``binding_plan.secret_refusal``), and
+    the write is guarded by the Secret it decided on (a 409 is a conflict: the reconcile decides again)."""
+    run.actor(action.as_user).apply_secret(
+        dict(action.manifest), resource_version=action.resource_version, create=action.create
+    )
 
 
 def delete_secret(run: Run, action: a.DeleteSecret) -> None:
-    """Delete the Secret if it is the owner's (another's of that name is left alone)."""
+    """Delete the Secret the plan found the owner's, at the version it found (a 409 is a conflict: the reconcile
+    decides again). A plan that did not read it (``resource_version`` None: the placement's teardown) has it read
+    here and deleted only if it is the owner's (another's of that name is left alone)."""
     kube = run.actor(action.as_user)
+    if action.resource_version is not None:
+        kube.delete_secret(  # gone already is fine
+            action.namespace, action.name, uid=action.uid, resource_version=action.resource_version, conflicts=True
+        )
+        return
     secret = ObjectView.maybe(kube.read_secret(action.namespace, action.name))
     if secret is not None and secret.meta.owned_by(action.owner_uid):
         kube.delete_secret(action.namespace, action.name, uid=secret.meta.uid or None)
@@ -160,9 +169,10 @@ def void(_: object) -> None:
 
 def apply(run: Run, action: a.Apply) -> JsonObject | None:
     """Apply one rendered object, unless it exists and is not this owner's (``ownership``). A singleton is
-    shared by every instance of the plan: if it exists already (made by opbroker for this plan, or adopted)
-    it is left as it is and merely gains our owner reference (or, where none can reach it, our entry among
-    its tracked users), so it lives while any user does."""
+    shared by every instance of the plan: the plan applies one observe found absent, and it is created here (listing
+    this instance among its users where owner references cannot reach it); one observe found made already is joined
+    by the write the plan decided (``instance_plan.apply_or_join``), never by this effect. Found made meanwhile,
+    the create is a conflict: the reconcile observes it and the plan decides."""
     kube: Kube = run.actor(action.as_user)
     manifest = dict(action.manifest)
     uid = action.owner_uid
@@ -180,19 +190,9 @@ def apply(run: Run, action: a.Apply) -> JsonObject | None:
             run.target.wrote(run.key, written)
         return written
     created = kube.create(manifest if action.owned else singletons.tracked(manifest, uid))
-    if created is not None:
-        return created
-    ref = ref_of(manifest)
-    live = ObjectView.maybe(kube.get(ref))
-    if live is None:
-        return None  # deleted meanwhile: the next reconcile creates it
-    # What joining it means is decided from the object as read (``core.singleton_plan``); the write carries the
-    # version read, so another instance joining or leaving meanwhile makes it a conflict.
-    step = singleton_plan.joining(live, ref, action)
-    if step is a.Refused.NOT_OWNED:
-        raise NotOwned(ref)
-    if step is a.Refused.SINGLETON_FULL:
-        raise singletons.SingletonFull(ref)
-    if step is not None:
-        run.perform(step)
-    return None
+    if created is None:
+        # Made meanwhile (observe found none): what joining it writes is the plan's decision, on the next pass, which
+        # reads it (``instance_plan.apply_or_join``).
+        ref = ref_of(manifest)
+        raise Conflict(f"{ref.kind} {ref.name} was made meanwhile; the next pass reads it and decides how to join it")
+    return created

@@ -4,8 +4,9 @@ opbroker deletes, un-owns or overwrites an object only when the live object carr
 ``opbroker.io/owner-uid`` annotation, or an owner reference or tracked-users entry of a shared singleton): a
 record in a status proves nothing by itself — a tenant may write its own objects' status. An object that exists
 without the stamp is never taken over, unless the plan's template declares adoption. The decisions are
-:func:`decisions.takeover` and :func:`decisions.letting_go`; this module is their I/O, through whichever door
-(identity) the caller acts with.
+:func:`decisions.takeover` and :func:`decisions.letting_go` (what letting go writes: the plans'
+:func:`.instance_plan.release` and :func:`.instance_plan.orphan`, from the objects :func:`held` reads); this module
+is their I/O, through whichever door (identity) the caller acts with.
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ from kubernetes.client.exceptions import ApiException
 from opbroker.api.meta import ResourceRef
 from opbroker.controller.core import actions as a
 from opbroker.controller.core import decisions
-from opbroker.controller.core.decisions import Letting, Takeover
+from opbroker.controller.core.decisions import Takeover
 from opbroker.controller.core.views import ObjectView
-from opbroker.controller.osb import singletons
+from opbroker.controller.osb.core.instance_plan import Held
 from opbroker.controller.runtime.executor import Declined
 from opbroker.controller.runtime.kube import FIELD_MANAGER, Kube, ref_of
 from opbroker.kubeclient.wire import JsonObject
@@ -71,51 +72,26 @@ def apply_owned(
     return written
 
 
-def letting(kube: Kube, ref: ResourceRef, *, owner_uid: str) -> tuple[Letting, ObjectView | None]:
-    """What letting go of a recorded object means (:func:`decisions.letting_go`), and the live object.
+def held(kube: Kube, ref: ResourceRef) -> Held:
+    """A recorded object as read before it is let go (from the store when it holds the kind): what the plan decides
+    on (:func:`.instance_plan.release`, :func:`.instance_plan.orphan`).
 
     An object the acting account may not even read (403) is not ours: it could not have been written with these
     rights, and a record naming it (a stale one, or one forged before the API server kept records) must not hold
-    the owner's deletion for ever — it is left alone."""
+    the owner's deletion for ever — it is read as unreadable, and left alone."""
     try:
-        live = ObjectView.maybe(kube.get(ref))
+        return Held(ref, ObjectView.maybe(kube.get(ref)))
     except ApiException as exc:
         if exc.status != 403:
             raise
-        return Letting.LEAVE, None
-    return decisions.letting_go(live, owner_uid=owner_uid), live
+        return Held(ref, None, readable=False)
 
 
-def release(kube: Kube, ref: ResourceRef, *, owner_uid: str) -> bool:
-    """Let go of an object recorded as ``owner_uid``'s: delete it when it is ours alone, drop our owner reference
-    or our entry among its tracked users (``singletons``) when it is shared, and leave it untouched when it is
-    not ours at all (or not even readable by the acting account: :func:`letting`).
-
-    Returns True while the object still exists and is ours to wait for (deletion in progress).
-    """
-    step, live = letting(kube, ref, owner_uid=owner_uid)
-    if step is Letting.LEAVE:
-        where = f"{ref.namespace}/{ref.name}" if ref.namespace else ref.name
-        logger.warning("left %s %s alone: recorded as released, but it is not ours", ref.kind, where)
-        return False
-    if step is Letting.UNOWN or (step is Letting.DELETE and live is not None and decisions.singleton_users(live.meta)):
-        assert live is not None
-        return singletons.leave(kube, ref, live, owner_uid)  # guarded: others join and leave meanwhile
-    if step is Letting.DELETE:
-        kube.delete(ref)
-    return step in (Letting.DELETE, Letting.WAIT)
-
-
-def orphan(kube: Kube, ref: ResourceRef, *, owner_uid: str) -> None:
+def orphan(kube: Kube, ref: ResourceRef, patch: JsonObject, *, owner_uid: str) -> None:
     """Let go of an object recorded as ``owner_uid``'s without deleting it (its template's ``deletionPolicy:
-    orphan``): one merge patch, guarded by the version read, drops the owner's reference, its share of a singleton
-    and its stamp (:func:`decisions.orphaning`). An object gone, being deleted, not ours (orphaned already) or not
-    readable by the acting account (see :func:`letting`) is left as it is. A 409 (it changed since the read) reaches
-    the runtime as a conflict: the reconcile reads again."""
-    _, live = letting(kube, ref, owner_uid=owner_uid)  # unreadable: None, nothing to orphan
-    patch = decisions.orphaning(live, owner_uid=owner_uid)
-    if patch is None:
-        return
+    orphan``): the metadata merge patch the plan decided (:func:`decisions.orphaning`), which carries the version it
+    was decided on. A 409 (it changed since the read) reaches the runtime as a conflict: the reconcile reads
+    again."""
     kube.merge_patch(ref, {"metadata": patch})
     where = f"{ref.namespace}/{ref.name}" if ref.namespace else ref.name
     logger.info(

@@ -6,7 +6,7 @@ ClusterRole) or in another namespace cannot carry owner references to them, so o
 users on the object itself, in :data:`ANNOTATION_SINGLETON_USERS` (a JSON list of instance uids):
 
 * an instance that creates the singleton creates it listing itself; one that finds it adds itself;
-* an instance's release removes itself; the last one deletes the object (``ownership.release``).
+* an instance's release removes itself; the last one deletes the object (``instance_plan.release``).
 
 Which write joining or leaving means is decided purely, from the object as read (:mod:`.core.singleton_plan`: the
 users and owners it lists, its version); this module performs it (:func:`perform`).
@@ -40,11 +40,7 @@ class SingletonFull(Declined):
     refused = a.Refused.SINGLETON_FULL
 
     def __init__(self, ref: ResourceRef) -> None:
-        where = f"{ref.namespace}/{ref.name}" if ref.namespace else ref.name
-        super().__init__(
-            f"{ref.kind} {where} is shared by {decisions.MAX_SINGLETON_USERS} instances already, the most opbroker "
-            "tracks on one object; give the plan's singleton a name per group of instances"
-        )
+        super().__init__(decisions.singleton_full_message(ref))
         self.ref = ref
 
 

@@ -203,8 +203,8 @@ class Run:
                 if log:
                     logger.warning("%s %s: %s", self.body.get("kind"), self.key.name, message)
                 target.kube.emit_event(self.body, reason=reason, message=message, warning=warning)
-            case a.Delete(ref=ref, as_user=user):
-                self.actor(user).delete(ref)
+            case a.Delete(ref=ref, as_user=user, resource_version=version):
+                self.actor(user).delete(ref, resource_version=version)  # a 409 propagates: a conflict
             case a.Log(message=message, warning=warning):
                 logger.log(logging.WARNING if warning else logging.INFO, "%s: %s", self.key, message)
             case a.ForgetObject():

@@ -334,7 +334,12 @@ class Kube:
             created = _unless(409, lambda: self.custom.request("POST", path, body=body))
         except ApiException as exc:
             raise _refused(exc, body, self._named(resource.name, resource.group)) from None
-        return None if created is None else self._keep(created)
+        if created is None:  # it exists: a copy held that says otherwise is behind (the next read goes to the API)
+            meta = mapping_of(body["metadata"])
+            namespace = text_of(meta.get("namespace")) if resource.namespaced else None
+            self.store.stale((api_version, _string(body, "kind")), namespace, _string(meta, "name"))
+            return None
+        return self._keep(created)
 
     def merge_patch(self, ref: ResourceRef, patch: JsonObject) -> JsonBody | None:
         resource = self._resource(ref.api_version, ref.kind)
@@ -567,15 +572,26 @@ class Kube:
                 return found
 
     def delete_secret(
-        self, namespace: str, name: str, *, uid: str | None = None, resource_version: str | None = None
+        self,
+        namespace: str,
+        name: str,
+        *,
+        uid: str | None = None,
+        resource_version: str | None = None,
+        conflicts: bool = False,
     ) -> bool:
         """Delete a Secret — only the one with ``uid``, only at ``resource_version``, if given; False if it was
-        gone (or replaced, or written since)."""
+        gone (or replaced, or written since). ``conflicts``: replaced or written since is a 409 raised (a guarded
+        write in a reconcile: the runtime's conflict policy decides again on a fresh read), the copy held of it
+        marked behind."""
         preconditions = {"uid": uid, "resourceVersion": resource_version}
         body = {"preconditions": {key: value for key, value in preconditions.items() if value}}
         try:
             self.custom.request("DELETE", object_path("/api/v1", "secrets", namespace, name), body=body)
         except ApiException as exc:
+            if exc.status == 409 and conflicts:
+                self.store.stale(SECRETS, namespace, name)
+                raise
             if exc.status in (404, 409):
                 return False
             raise
@@ -623,14 +639,30 @@ class Kube:
         found = _unless(404, lambda: self.custom.request("GET", object_path("/api/v1", "namespaces", None, name)))
         return _optional_body(found)
 
-    def apply_secret(self, manifest: JsonBody) -> JsonBody:
+    def apply_secret(
+        self, manifest: JsonBody, *, resource_version: str | None = None, create: bool = False
+    ) -> JsonBody:
         """Create or update a Secret we own, by server-side apply (no read needed); the Secret as written. An
-        error answer is masked like any refused write's: it may echo the Secret's values."""
+        error answer is masked like any refused write's: it may echo the Secret's values. Guarded by what the
+        writer read, where it read it: ``resource_version``, only over that version of it; ``create``, only when
+        none exists (a plain create). A Secret written (or made) since is a 409, and the copy held of it is marked
+        behind, so the reconcile the conflict repeats reads the API."""
         meta = mapping_of(manifest["metadata"])
-        path = object_path("/api/v1", "secrets", _string(meta, "namespace"), _string(meta, "name"))
+        namespace, name = _string(meta, "namespace"), _string(meta, "name")
+        if resource_version is not None:
+            manifest = {**manifest, "metadata": {**meta, "resourceVersion": resource_version}}
         try:
-            written = self.custom.server_side_apply(path, manifest, field_manager=FIELD_MANAGER)
+            if create:
+                query = (("fieldManager", FIELD_MANAGER),)
+                written = self.custom.request(
+                    "POST", object_path("/api/v1", "secrets", namespace), query=query, body=manifest
+                )
+            else:
+                path = object_path("/api/v1", "secrets", namespace, name)
+                written = self.custom.server_side_apply(path, manifest, field_manager=FIELD_MANAGER)
         except ApiException as exc:
+            if exc.status == 409:
+                self.store.stale(SECRETS, namespace, name)
             raise _refused(exc, manifest, self._named("secrets")) from None
         return self._keep(written)
 

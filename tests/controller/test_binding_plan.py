@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 
 from opbroker.api.catalog import DeletionPolicy
 from opbroker.api.conventions import ANNOTATION_OWNER_UID, ANNOTATION_PAUSED, CREDENTIALS_KEY, FINALIZER, PAUSED
@@ -26,6 +27,7 @@ from opbroker.controller.kinds import BINDINGS
 from opbroker.controller.multicluster.core.placement_plan import PlacementFacts, Reach
 from opbroker.controller.multicluster.core.scheduling import MASTER
 from opbroker.controller.multicluster.core.views import ReplicaView
+from opbroker.controller.osb.core import binding_plan
 from opbroker.controller.osb.core.binding_plan import (
     BindingFacts,
     BindPiece,
@@ -33,12 +35,11 @@ from opbroker.controller.osb.core.binding_plan import (
     BindReport,
     Refresh,
     SecretRead,
-    Unbind,
     plan,
     refused,
     steps,
 )
-from opbroker.controller.osb.core.instance_plan import Piece, Teardown
+from opbroker.controller.osb.core.instance_plan import Held, Piece, Teardown
 from opbroker.controller.osb.osb_effects import osb_executor
 from opbroker.controller.osb.reconciling import AppliedMemory
 from opbroker.controller.runtime.keys import Key
@@ -59,6 +60,7 @@ from tests.controller.test_instance_plan import (
     ago,
     executor,
     failed,
+    held,
     placing,
     said_paused,
     summary,
@@ -129,6 +131,34 @@ def piece(name: str, *, instance_own: bool = False, orphan: bool = False) -> Bin
     )  # fmt: skip
 
 
+OWN_SECRET = SecretRead(
+    ObjectView.of(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {
+                "name": "b-credentials",
+                "namespace": NS,
+                "uid": "s-1",
+                "resourceVersion": "3",
+                "ownerReferences": [{"apiVersion": "v1", "kind": "SFServiceBinding", "name": "b", "uid": "b-1"}],
+            },
+        }
+    )
+)
+"""The credentials Secret as an unbind reads it: the binding's (an owner reference says so)."""
+
+
+def mine(ref: ResourceRef, letting: Letting) -> Held:
+    """``ref`` as read, ``letting`` describing it for the binding (``test_instance_plan.held``)."""
+    return held(ref, letting, "b-1")
+
+
+def Unbind(*args: Any, secret: SecretRead | None = OWN_SECRET, **kw: Any) -> binding_plan.Unbind:
+    """The unbind's facts, its credentials Secret read as the binding's unless a row says otherwise."""
+    return binding_plan.Unbind(*args, secret=secret, **kw)
+
+
 def section(state: str, response: dict[str, Any] | None = None, error: str | None = None) -> SectionStatus:
     return SectionStatus(state=state, response=response, error=error)  # type: ignore[arg-type]
 
@@ -157,7 +187,7 @@ ROWS: list[tuple[str, BindingFacts, list[tuple[Any, ...]]]] = [
      [("requeue", 30.0)]),
     ("instance failed", facts(binding(), instance_body(state="failed", observed=1)), failed("InstanceNotReady")),
     ("instance gone, never bound: failed and removed", facts(binding(state="in_queue"), None),
-     [*failed("InstanceNotFound"), ("Delete",)]),
+     [*failed("InstanceNotFound"), ("delete", "b", None)]),
     ("instance gone, bound once: failed, kept", facts(binding(state="in_queue", responded=True), None),
      failed("InstanceNotFound")),
     ("plan missing", facts(binding(), entry=None), failed("PlanNotFound")),
@@ -170,9 +200,9 @@ ROWS: list[tuple[str, BindingFacts, list[tuple[Any, ...]]]] = [
     (
         "re-bind: the registry changed, an object no longer rendered is released",
         facts(binding(state="update", observed=1, resources=[OLD]),
-              rendering=BindRendering((piece("b-user"),), {"k": "v"}, True)),
+              rendering=BindRendering((piece("b-user"),), {"k": "v"}, True, (mine(OLD, Letting.DELETE),))),
         [("status", "in progress", "InProgress", "guarded"), ("SaveRegistry",), ("apply", "b-user", False, True),
-         ("release", "b-old"), ("remember",), ("Continue",)],
+         ("delete", "b-old", "5"), ("remember",), ("Continue",)],
     ),
     ("bind due, the template fails: count, retry", facts(binding(state="in_queue"), render_error="boom"),
      [("status", None, None, "unguarded"), ("event", "RenderFailed", True), RETRY]),
@@ -224,13 +254,14 @@ ROWS: list[tuple[str, BindingFacts, list[tuple[Any, ...]]]] = [
      [("forget",), GOING, *FINISH]),
     ("unbind: its objects are applied first, the verdict read on the next pass",
      facts(binding(state="succeeded", deleting=True, resources=[USER]),
-           unbind=Unbind(Teardown(False, ((USER, Letting.DELETE),)), True, (piece("b-drop"),), section("succeeded"))),
+           unbind=Unbind(Teardown(False, (mine(USER, Letting.DELETE),)), True, (piece("b-drop"),),
+                         section("succeeded"))),
      [("forget",), GOING, ("apply", "b-drop", False, True), ("Continue",)]),
     ("unbind, applied on the pass before: release what it recorded, wait for it",
      facts(binding(state="in progress", deleting=True, resources=[USER]),
-           unbind=Unbind(Teardown(False, ((USER, Letting.DELETE),)), True, (piece("b-drop"),), section("succeeded"),
+           unbind=Unbind(Teardown(False, (mine(USER, Letting.DELETE),)), True, (piece("b-drop"),), section("succeeded"),
                          applied_before=True)),
-     [("forget",), ("release", "b-user"), ("requeue", 30.0)]),
+     [("forget",), ("delete", "b-user", "5"), ("requeue", 30.0)]),
     ("unbind: the operator still working",
      facts(binding(state="in progress", deleting=True),
            unbind=Unbind(Teardown(False), True, (), section("in progress"))),
@@ -262,26 +293,26 @@ ROWS: list[tuple[str, BindingFacts, list[tuple[Any, ...]]]] = [
      [("forget",), GOING, *FINISH]),
     ("paused by its plan and deleted: the unbind proceeds",
      facts(binding(state="succeeded", deleting=True, resources=[USER]), entry=PAUSED_PLAN,
-           unbind=Unbind(Teardown(False, ((USER, Letting.DELETE),)), True, (), section("succeeded"))),
-     [("forget",), GOING, ("release", "b-user"), ("requeue", 30.0)]),
+           unbind=Unbind(Teardown(False, (mine(USER, Letting.DELETE),)), True, (), section("succeeded"))),
+     [("forget",), GOING, ("delete", "b-user", "5"), ("requeue", 30.0)]),
     ("resumed: Paused False, then a fresh pass",
      facts(binding(state="succeeded", observed=1, conditions=[said_paused(BY_PLAN)]), refresh=Refresh(True)),
      [("status", None, None, "guarded", ("event", "Resumed", False)), ("Continue",)]),
     # -- deletion policy ---------------------------------------------------------------------------------------------
     ("unbind: an object recorded as an orphan is orphaned, not waited for, and named",
      facts(binding(state="in progress", deleting=True, resources=[USER, OLD], orphans=[USER]),
-           unbind=Unbind(Teardown(False, ((USER, Letting.DELETE), (OLD, Letting.GONE))), True, (),
+           unbind=Unbind(Teardown(False, (mine(USER, Letting.DELETE), mine(OLD, Letting.GONE))), True, (),
                          section("succeeded"))),
-     [("forget",), ("orphan", "b-user"), ("event", "Orphaned", False), *FINISH]),
+     [("forget",), ("orphan", "b-user", "5"), ("event", "Orphaned", False), *FINISH]),
     ("unbind: an orphan and an object to delete: the deleted one is waited for",
      facts(binding(state="in progress", deleting=True, resources=[USER, OLD], orphans=[USER]),
-           unbind=Unbind(Teardown(False, ((USER, Letting.DELETE), (OLD, Letting.DELETE))), True, (),
+           unbind=Unbind(Teardown(False, (mine(USER, Letting.DELETE), mine(OLD, Letting.DELETE))), True, (),
                          section("succeeded"))),
-     [("forget",), ("orphan", "b-user"), ("release", "b-old"), ("requeue", 30.0)]),
+     [("forget",), ("orphan", "b-user", "5"), ("delete", "b-old", "5"), ("requeue", 30.0)]),
     ("re-bind: an object recorded as an orphan and no longer rendered is orphaned, and named",
      facts(binding(state="update", observed=1, resources=[OLD], orphans=[OLD]),
-           rendering=BindRendering((piece("b-user", orphan=True),))),
-     [("status", "in progress", "InProgress", "guarded"), ("apply", "b-user", False, True), ("orphan", "b-old"),
+           rendering=BindRendering((piece("b-user", orphan=True),), released=(mine(OLD, Letting.DELETE),))),
+     [("status", "in progress", "InProgress", "guarded"), ("apply", "b-user", False, True), ("orphan", "b-old", "5"),
       ("event", "Orphaned", False), ("remember",), ("Continue",)]),
 ]  # fmt: skip
 
@@ -510,3 +541,80 @@ def test_placement_is_the_plans_first_branch(the_facts: BindingFacts, expected: 
 def test_nothing_is_gathered_for_a_binding_placement_decides_on() -> None:
     assert steps(facts(QUEUED, placement=on("c2", QUEUED))) == ()
     assert steps(facts(QUEUED, placement=on(MASTER, QUEUED))) == steps(facts(QUEUED)) != ()
+
+
+def secret_owned_by(uid: str | None) -> SecretRead:
+    """The credentials Secret as an unbind reads it, an owner reference naming ``uid`` (None: no owner)."""
+    meta: dict[str, Any] = {"name": "b-credentials", "namespace": NS, "uid": "s-2", "resourceVersion": "4"}
+    if uid is not None:
+        meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "SFServiceBinding", "name": "b", "uid": uid}]
+    return SecretRead(ObjectView.of({"apiVersion": "v1", "kind": "Secret", "metadata": meta}))
+
+
+UNBIND_SECRET_ROWS: list[tuple[str, bool, SecretRead | None, list[a.Action]]] = [
+    ("the binding's: deleted at the uid and version read", False, secret_owned_by("b-1"),
+     [a.DeleteSecret(NS, "b-credentials", "b-1", uid="s-2", resource_version="4")]),
+    ("another's of that name: left alone", False, secret_owned_by("b-2"), []),
+    ("no owner reference (someone else's): left alone", False, secret_owned_by(None), []),
+    ("none: nothing to delete", False, SecretRead(None), []),
+    ("not read (observe's mistake): never deleted unchecked, retried", False, None,
+     [a.Retry(binding_plan.SECRET_NOT_READ)]),
+    ("in a terminating namespace: it goes with the namespace, unread", True, None, []),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("terminating", "seen", "expected"), [r[1:] for r in UNBIND_SECRET_ROWS], ids=[r[0] for r in UNBIND_SECRET_ROWS]
+)
+def test_an_unbind_deletes_the_credentials_secret_it_read_only_when_it_is_the_bindings(
+    terminating: bool, seen: SecretRead | None, expected: list[a.Action]
+) -> None:
+    unbind = Unbind(Teardown(terminating), secret=seen)
+    actions = plan(facts(binding(state="in progress", deleting=True), None, None, unbind=unbind))
+    secret = [x for x in actions if isinstance(x, (a.DeleteSecret, a.Retry))]
+    assert secret == expected
+
+
+def test_the_credentials_write_is_guarded_by_the_secret_it_decided_on() -> None:
+    """None read: a create (never over a Secret made since); the binding's own: over the version read."""
+    for seen, create, version in ((NO_SECRET, True, None), (stamped_secret("b-1"), False, "7")):
+        report = dataclasses.replace(REPORTED, secret=seen)
+        (write,) = [x for x in plan(facts(binding(state="in progress"), pending=PENDING, report=report))
+                    if isinstance(x, a.WriteSecret)]  # fmt: skip
+        assert (write.create, write.resource_version) == (create, version)
+    rotated = Refresh(report=REPORTED, secret_changed=True, secret=stamped_secret("b-1"))
+    (write,) = [x for x in plan(facts(binding(state="succeeded", observed=1, digest="d-old"), refresh=rotated))
+                if isinstance(x, a.WriteSecret)]  # fmt: skip
+    assert (write.create, write.resource_version) == (False, "7")
+
+
+def test_a_guarded_credentials_write_or_deletion_over_a_secret_changed_since_is_a_conflict() -> None:
+    """What the plan decided on moved between observe and act: a 409 (the runtime's conflict policy reads again),
+    nothing written over, nothing deleted."""
+    run, kube, created = executor()
+    owner = [{"apiVersion": "v1", "kind": "SFServiceBinding", "name": "b", "uid": "b-1"}]
+    meta = {"name": "b-credentials", "namespace": NS, "ownerReferences": owner}
+    manifest = {"apiVersion": "v1", "kind": "Secret", "metadata": meta, "data": {"k": "MQ=="}}
+    made = kube.apply_secret(manifest)
+    version, uid = made["metadata"]["resourceVersion"], made["metadata"]["uid"]
+    with pytest.raises(ApiException) as exc:  # made since the plan saw none
+        run.run(KEY, created, [a.WriteSecret({**manifest, "data": {"k": "Mg=="}}, create=True)])
+    assert exc.value.status == 409
+    kube.apply_secret({**manifest, "data": {"k": "Mw=="}})  # written since the plan read it
+    with pytest.raises(ApiException) as exc:
+        run.run(KEY, created, [a.WriteSecret({**manifest, "data": {"k": "Mg=="}}, resource_version=version)])
+    assert exc.value.status == 409
+    with pytest.raises(ApiException) as exc:
+        run.run(KEY, created, [a.DeleteSecret(NS, "b-credentials", "b-1", uid=uid, resource_version=version)])
+    assert exc.value.status == 409
+    live = kube.read_secret(NS, "b-credentials")
+    assert live is not None and live["data"] == {"k": "Mw=="}
+    now = live["metadata"]["resourceVersion"]
+    kube.calls.clear()
+    run.run(KEY, created, [a.WriteSecret({**manifest, "data": {"k": "NA=="}}, resource_version=now)])
+    latest = kube.read_secret(NS, "b-credentials")
+    assert latest is not None and latest["data"] == {"k": "NA=="}
+    run.run(KEY, created, [a.DeleteSecret(NS, "b-credentials", "b-1", uid=uid,
+                                          resource_version=latest["metadata"]["resourceVersion"])])  # fmt: skip
+    assert kube.read_secret(NS, "b-credentials") is None
+    assert [c.verb for c in kube.calls] == ["apply_secret", "delete_secret"]  # no read: the plan decided

@@ -923,3 +923,46 @@ def test_a_plan_in_use_waits_for_its_instances_then_goes() -> None:
         assert world.kube.custom_object(INSTANCES, NS, name) is None
     assert world.runtime.reconcile_now(Key("plan", "opbroker", "plan")) == DONE
     assert plan_now() is None
+
+
+def lifecycle_writes(world: World) -> dict[str, list[tuple[str, str]]]:
+    """The writes (verb, kind) of each phase of one instance and one binding, each phase's reconciles made until it is
+    over: provision (the operator reporting ready after the apply), bind, unbind, deprovision."""
+    phases: dict[str, list[tuple[str, str]]] = {}
+    world.instance(status={"state": "in_queue"})
+    world.reconcile()
+    applied = world.verbs()
+    world.operator("db", phase="Ready")
+    world.reconcile()
+    phases["provision"] = applied + world.verbs()
+    world.binding("b")
+    world.reconcile("binding", "b")
+    phases["bind"] = world.verbs()
+    for kind, name, resource in (("binding", "b", BINDINGS), ("instance", "db", INSTANCES)):
+        world.kube.delete_custom(resource, NS, name)
+        world.kube.calls.clear()
+        for _ in range(6):
+            if world.kube.custom_object(resource, NS, name) is None:
+                break
+            world.reconcile(kind, name)
+        phases["unbind" if kind == "binding" else "deprovision"] = world.verbs()
+    assert world.kube.custom_object(INSTANCES, NS, "db") is None and world.configmap("db") is None
+    return phases
+
+
+def test_a_lifecycle_writes_what_it_wrote_before_effects_stopped_deciding(world: World) -> None:
+    """Issue 45 moved the reads of what is let go into observe and guarded the writes: the same writes as before,
+    no more (the Secret is created by a POST instead of an apply: one write either way)."""
+    secret, instance = ("apply_secret", "Secret"), ("patch_status", "SFServiceInstance")
+    binding = ("patch_status", "SFServiceBinding")
+    assert lifecycle_writes(world) == {
+        # the record, the registry, the apply; the outcome and its Event
+        "provision": [instance, secret, ("apply", "ConfigMap"), instance, ("event", "SFServiceInstance")],
+        # the record, the registry, the apply; the credentials; the outcome and its Event
+        "bind": [binding, secret, ("apply", "ConfigMap"), secret, binding, ("event", "SFServiceBinding")],
+        # unbinding, its object deleted; the credentials and the registry deleted, the finalizer removed
+        "unbind": [binding, ("delete", "ConfigMap"), ("delete_secret", "Secret"), ("delete_secret", "Secret"),
+                   ("patch", "SFServiceBinding")],
+        # deprovisioning, its object deleted; the registry deleted, the finalizer removed
+        "deprovision": [instance, ("delete", "ConfigMap"), ("delete_secret", "Secret"), ("patch", "SFServiceInstance")],
+    }  # fmt: skip

@@ -97,7 +97,7 @@ def object_step(
     ref: ResourceRef, live: ObjectView | None, *, owner_uid: str, policy: DeletionPolicy, readable: bool = True
 ) -> ObjectStep:
     """What abandoning does with the recorded ``ref`` (read as ``live``; ``readable`` False: the caller may not even
-    read it, so it is not ours to touch — :func:`opbroker.controller.osb.ownership.letting`'s rule)."""
+    read it, so it is not ours to touch — :func:`opbroker.controller.osb.ownership.held`'s rule)."""
     if not readable:
         return ObjectStep(ref, policy, Fate.LEAVE)
     letting = decisions.letting_go(live, owner_uid=owner_uid)

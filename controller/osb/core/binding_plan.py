@@ -37,6 +37,7 @@ from opbroker.controller.core.views import BindingView, InstanceView, ObjectView
 from opbroker.controller.multicluster.core import placement_plan
 from opbroker.controller.multicluster.core.placement_plan import PlacementFacts
 from opbroker.controller.osb.core.instance_plan import (
+    Held,
     Limits,
     Observed,
     OsbAction,
@@ -95,6 +96,8 @@ class BindRendering:
     pieces: tuple[BindPiece, ...]
     registry: JsonObject | None = dataclasses.field(default=None, repr=False)
     registry_changed: bool = False
+    released: tuple[Held, ...] = ()
+    """The binding's recorded objects it no longer renders, as read (what the apply lets go of)."""
 
 
 @dataclass(frozen=True)
@@ -157,6 +160,9 @@ class Unbind:
     section: SectionStatus | None = None
     applied_before: bool = False
     """This reconcile's pass before applied ``pieces``: the verdict read now is the one after them."""
+    secret: SecretRead | None = None
+    """The credentials Secret as read before it is deleted (None: not read — in a terminating namespace it goes
+    with the namespace)."""
 
 
 @dataclass(frozen=True)
@@ -366,7 +372,8 @@ def _apply(facts: BindingFacts) -> tuple[a.Action, ...]:
     if rendering.registry_changed and rendering.registry is not None:
         out.append(a.SaveRegistry(rendering.registry, labels))
     out.extend(bind_apply(facts, p) for p in rendering.pieces)
-    out.extend(no_longer_rendered(minus_refs(old_refs, own_refs), binding.status.orphans, meta.uid, facts.actor))
+    gone = minus_refs(old_refs, own_refs)
+    out.extend(no_longer_rendered(gone, rendering.released, binding.status.orphans, meta.uid, facts.actor))
     record = {
         "resources": recorded(own_refs, new_orphans),
         "appliedSpec": binding.spec,
@@ -412,6 +419,28 @@ def secret_refusal(binding: BindingView, seen: SecretRead) -> a.Refusal | None:
     return None
 
 
+def write_secret(binding: BindingView, response: JsonObject, seen: SecretRead, actor: str | None) -> a.WriteSecret:
+    """Write the credentials into their Secret, guarded by the Secret as read (``seen``, which
+    :func:`secret_refusal` let it be written over): created when there was none, else written over the version
+    read — a Secret made or changed since is a conflict, and the reconcile decides again on what it reads then."""
+    manifest = credentials_secret(binding, response)
+    if seen.live is None:
+        return a.WriteSecret(manifest, as_user=actor, create=True)
+    return a.WriteSecret(manifest, as_user=actor, resource_version=seen.live.meta.resource_version)
+
+
+def delete_secret(binding: BindingView, seen: SecretRead, actor: str | None) -> tuple[a.Action, ...]:
+    """Delete the credentials Secret as read (``seen``) when an owner reference says it is the binding's, at the
+    version read (one changed since is a conflict: the reconcile decides again); another's of that name, or none,
+    is left alone."""
+    live, meta = seen.live, binding.meta
+    if live is None or not live.meta.owned_by(meta.uid):
+        return ()
+    name = credentials_secret_name(meta.name)
+    version = live.meta.resource_version
+    return (a.DeleteSecret(meta.namespace, name, meta.uid, actor, uid=live.meta.uid or None, resource_version=version),)
+
+
 def _evaluate(facts: BindingFacts, *, applied: JsonObject | None) -> tuple[a.Action, ...]:
     """Read the bind's outcome; publish the credentials once the status template reports them."""
     binding, report, entry = facts.binding, facts.report, facts.entry
@@ -446,7 +475,6 @@ def _succeed(
     seen: SecretRead | None,
 ) -> tuple[a.Action, ...]:
     binding = facts.binding
-    secret = credentials_secret(binding, response)
     if seen is None:
         return (a.Retry(SECRET_NOT_READ),)
     refusal = secret_refusal(binding, seen)
@@ -463,7 +491,7 @@ def _succeed(
     # its credentials follow a rotation (see _refresh).
     return (
         a.Forget(),
-        a.WriteSecret(secret, as_user=facts.actor),
+        write_secret(binding, response, seen, facts.actor),
         a.Unfollow(),
         bound,
         a.Track(watched),
@@ -501,7 +529,7 @@ def _refresh(facts: BindingFacts) -> tuple[a.Action, ...]:
             return (*out, *refused(facts, refusal))  # the Secret is not the binding's: the last credentials stay
         message = "the credentials changed at their source; the credentials Secret was rewritten"
         out += [
-            a.WriteSecret(credentials_secret(binding, response), as_user=facts.actor),
+            write_secret(binding, response, refresh.secret, facts.actor),
             a.Log(message, warning=False),
             a.Event(Reason.ROTATED.value, message),
         ]
@@ -582,7 +610,10 @@ def _unbind(facts: BindingFacts) -> tuple[a.Action, ...]:
     else:
         # In a terminating namespace the credentials Secret goes with it — and the plan account's grant there (a
         # RoleBinding of that namespace) may already be gone, so deleting it would be refused for ever.
-        out.append(a.DeleteSecret(meta.namespace, credentials_secret_name(meta.name), meta.uid, facts.actor))
+        seen = unbind.secret
+        if seen is None:
+            return (*out, a.Retry(SECRET_NOT_READ))
+        out.extend(delete_secret(binding, seen, facts.actor))
     return (
         *out,
         a.DropRegistry(),

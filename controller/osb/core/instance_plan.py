@@ -26,10 +26,10 @@ from opbroker.controller.core import decisions
 from opbroker.controller.core.conditions import SYNCED_CONDITION, Condition, conditions_patch, shows
 from opbroker.controller.core.decisions import Letting, Step
 from opbroker.controller.core.reasons import Reason
-from opbroker.controller.core.views import BindingView, InstanceView, recorded_refs
+from opbroker.controller.core.views import BindingView, InstanceView, ObjectView, recorded_refs
 from opbroker.controller.multicluster.core import placement_plan
 from opbroker.controller.multicluster.core.placement_plan import PlacementAction, PlacementFacts
-from opbroker.controller.osb.core import drift, live_status
+from opbroker.controller.osb.core import drift, live_status, singleton_plan
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.objects import (
     minus_refs,
@@ -102,6 +102,10 @@ class Rendering:
     registry_changed: bool = False
     sources: Mapping[str, ResourceRef] = dataclasses.field(default_factory=dict)
     """The objects the ``sources`` template named for this render (the evaluation that follows reads them)."""
+    released: tuple[Held, ...] = ()
+    """The recorded objects it no longer renders, as read (what the apply lets go of); read for an apply only."""
+    singletons: tuple[Held, ...] = ()
+    """The shared singletons it renders, as read before the apply (one that exists is joined, not created)."""
 
 
 @dataclass(frozen=True)
@@ -116,20 +120,67 @@ class Report:
 
 
 @dataclass(frozen=True)
+class Held:
+    """A recorded object as observe read it before it is let go (a teardown's, or one an apply no longer renders):
+    ``live`` None, it is gone. ``readable`` False: the acting account may not even read it (403) — it could not have
+    been written with these rights, so it is not ours, and a record naming it (a stale one, or one forged before the
+    API server kept records) must not hold the owner's deletion for ever: it is left alone."""
+
+    ref: ResourceRef
+    live: ObjectView | None
+    readable: bool = True
+
+    def letting(self, owner_uid: str) -> Letting:
+        """What letting go of it means for ``owner_uid`` (:func:`.decisions.letting_go`)."""
+        return decisions.letting_go(self.live, owner_uid=owner_uid) if self.readable else Letting.LEAVE
+
+
+def held_of(held: Sequence[Held], ref: ResourceRef) -> Held:
+    """``ref`` as read among ``held`` (not read: gone, nothing to let go of)."""
+    wanted = ref_key(ref)
+    return next((h for h in held if ref_key(h.ref) == wanted), Held(ref, None))
+
+
+@dataclass(frozen=True)
 class Teardown:
-    """What a teardown decides on: whether the namespace is going, and how each recorded object may be let go."""
+    """What a teardown decides on: whether the namespace is going, and each recorded object as read."""
 
     terminating: bool
-    letting: tuple[tuple[ResourceRef, Letting], ...] = ()
+    held: tuple[Held, ...] = ()
 
-    def of(self, ref: ResourceRef) -> Letting:
-        wanted = ref_key(ref)
-        return next((how for r, how in self.letting if ref_key(r) == wanted), Letting.GONE)
+    def of(self, ref: ResourceRef) -> Held:
+        return held_of(self.held, ref)
 
 
 def orphans_of(pieces: Sequence[Piece]) -> list[ResourceRef]:
     """The rendered objects whose template says ``deletionPolicy: orphan``."""
     return [piece.ref for piece in pieces if piece.deletion_policy is DeletionPolicy.ORPHAN]
+
+
+def release(held: Held, owner_uid: str, actor: str | None) -> tuple[a.Action, ...]:
+    """Let go of a recorded object, decided from the object as read: deleted at the version read when it is
+    ``owner_uid``'s alone; shared, our owner reference and our entry among its tracked users dropped — or, the last
+    user of a tracked singleton, deleted — at the version read (:func:`.singleton_plan.leaving`); being deleted or
+    gone, nothing; not ours (or not readable), never touched, a log line says so. Every write carries the version it
+    was decided on: one changed since is a conflict, and the reconcile decides again."""
+    step, ref, live = held.letting(owner_uid), held.ref, held.live
+    if step is Letting.LEAVE:
+        where = f"{ref.namespace}/{ref.name}" if ref.namespace else ref.name
+        return (a.Log(f"left {ref.kind} {where} alone: recorded as released, but it is not ours"),)
+    if live is None or step in (Letting.GONE, Letting.WAIT):
+        return ()
+    if step is Letting.UNOWN or decisions.singleton_users(live.meta):
+        write = singleton_plan.leaving(live, ref, owner_uid=owner_uid, as_user=actor).write
+        return () if write is None else (write,)
+    return (a.Delete(ref, actor, resource_version=live.meta.resource_version),)
+
+
+def orphan(held: Held, owner_uid: str, actor: str | None) -> tuple[a.Action, ...]:
+    """Let go of a recorded object without deleting it (``deletionPolicy: orphan``): the patch
+    :func:`.decisions.orphaning` decides from the object as read, guarded by its version; none when nothing on it is
+    the owner's (gone, being deleted, orphaned before, not ours or not readable)."""
+    patch = decisions.orphaning(held.live, owner_uid=owner_uid) if held.readable else None
+    return () if patch is None else (a.Orphan(held.ref, owner_uid, patch, actor),)
 
 
 @dataclass(frozen=True)
@@ -152,37 +203,41 @@ def let_go(
 ) -> LettingGo:
     """Let go of the recorded ``refs`` in a teardown: an object recorded as an orphan (``orphans``, the status'
     record: the plan may have changed since) is orphaned — never deleted, never waited for — and any other is
-    released (deleted when ours alone, and waited for). An orphan already let go (not ours any more) gets no action
-    and is still named; one gone or being deleted by someone else is not."""
+    released (:func:`release`: deleted when ours alone, and waited for). An orphan already let go (not ours any
+    more) gets no action and is still named; one gone or being deleted by someone else is not."""
     orphan_keys = {ref_key(ref) for ref in orphans}
     out: list[a.Action] = []
     waiting, orphaned = False, []
     for ref in refs:
-        letting = teardown.of(ref)
+        held = teardown.of(ref)
+        letting = held.letting(owner_uid)
         if letting is Letting.GONE:
             continue
         if ref_key(ref) in orphan_keys:
-            if letting in (Letting.DELETE, Letting.UNOWN):
-                out.append(a.Orphan(ref, owner_uid, actor))
+            out.extend(orphan(held, owner_uid, actor))
             if letting is not Letting.WAIT:
                 orphaned.append(ref)
             continue
-        out.append(a.Release(ref, owner_uid, actor))
+        out.extend(release(held, owner_uid, actor))
         waiting = waiting or letting in (Letting.DELETE, Letting.WAIT)
     return LettingGo(tuple(out), waiting, tuple(orphaned))
 
 
 def no_longer_rendered(
-    gone: Sequence[ResourceRef], orphans: Sequence[ResourceRef], owner_uid: str, actor: str | None
+    gone: Sequence[ResourceRef],
+    held: Sequence[Held],
+    orphans: Sequence[ResourceRef],
+    owner_uid: str,
+    actor: str | None,
 ) -> tuple[a.Action, ...]:
-    """Let go of recorded objects an apply no longer renders: each released, or orphaned when it was recorded so
-    (then an Event names them)."""
+    """Let go of recorded objects an apply no longer renders (``held``: them as observe read them): each released,
+    or orphaned when it was recorded so (then an Event names them)."""
     orphan_keys = {ref_key(ref) for ref in orphans}
     kept = [ref for ref in gone if ref_key(ref) in orphan_keys]
-    out: list[a.Action] = [
-        a.Orphan(ref, owner_uid, actor) if ref_key(ref) in orphan_keys else a.Release(ref, owner_uid, actor)
-        for ref in gone
-    ]
+    out: list[a.Action] = []
+    for ref in gone:
+        let = orphan if ref_key(ref) in orphan_keys else release
+        out.extend(let(held_of(held, ref), owner_uid, actor))
     if kept:
         out.append(a.Event(Reason.ORPHANED.value, decisions.orphaned_message(kept, why="no longer rendered")))
     return tuple(out)
@@ -579,8 +634,13 @@ def _apply(facts: InstanceFacts) -> tuple[a.Action, ...]:
     ]
     if rendering.registry_changed:
         out.append(a.SaveRegistry(rendering.registry, labels))
-    out.extend(apply_action(facts, piece) for piece in rendering.pieces)
-    out.extend(no_longer_rendered(minus_refs(old_refs, new_refs), view.status.orphans, meta.uid, facts.actor))
+    for piece in rendering.pieces:
+        step = apply_or_join(facts, piece)
+        if isinstance(step, a.Refusal):  # as the executor stops at a refused object: the rest is not applied
+            return (*out, *refused(facts, step))
+        out.extend(step)
+    gone = minus_refs(old_refs, new_refs)
+    out.extend(no_longer_rendered(gone, rendering.released, view.status.orphans, meta.uid, facts.actor))
     record = {
         "resources": recorded(new_refs, new_orphans),
         "appliedSpec": view.spec,
@@ -610,6 +670,26 @@ def apply_action(facts: InstanceFacts, piece: Piece) -> a.Apply:
         adopt=piece.adopt,
         as_user=facts.actor,
     )
+
+
+def apply_or_join(facts: InstanceFacts, piece: Piece) -> tuple[a.Action, ...] | a.Refusal:
+    """The apply of one rendered object — or, for a shared singleton that exists already (as observe read it,
+    ``Rendering.singletons``), the write that joins it (:func:`.singleton_plan.joining`, guarded by the version
+    read; nothing when the instance is one of its users already), or why it may not be joined. A singleton that
+    did not exist is created: one made meanwhile is a conflict, and the next pass reads it and decides here."""
+    action = apply_action(facts, piece)
+    if not piece.singleton:
+        return (action,)
+    assert facts.rendering is not None
+    live = held_of(facts.rendering.singletons, piece.ref).live
+    if live is None:
+        return (action,)
+    step = singleton_plan.joining(live, piece.ref, action)
+    if step is a.Refused.NOT_OWNED:
+        return a.Refusal(step, decisions.not_owned_message(piece.ref))
+    if step is a.Refused.SINGLETON_FULL:
+        return a.Refusal(step, decisions.singleton_full_message(piece.ref))
+    return () if step is None or isinstance(step, a.Refused) else (step,)
 
 
 def provisioned_by(report: Report | None) -> bool:
