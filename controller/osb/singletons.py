@@ -52,16 +52,6 @@ def tracked(manifest: JsonObject, owner_uid: str) -> JsonBody:
     return {**manifest, "metadata": metadata}
 
 
-def join(kube: Kube, ref: ResourceRef, live: ObjectView, owner_uid: str) -> None:
-    """List ``owner_uid`` among the users of the existing singleton ``live`` (nothing when it is listed): the
-    decision is :func:`singleton_plan.joining`'s, the one write guarded by the version read (see the module)."""
-    step = singleton_plan.listing(live, ref, owner_uid=owner_uid)
-    if step is a.Refused.SINGLETON_FULL:
-        raise SingletonFull(ref)
-    if isinstance(step, a.JoinSingleton):
-        perform(kube, step)
-
-
 def leave(kube: Kube, ref: ResourceRef, live: ObjectView, owner_uid: str) -> bool:
     """Remove ``owner_uid`` from a shared object's owners (owner references and tracked users) — or delete it
     when it is the last — in one write guarded by the version read (:func:`singleton_plan.leaving` decides; its

@@ -16,8 +16,10 @@ from kubernetes.client.exceptions import ApiException
 
 from opbroker.api.conventions import ANNOTATION_SINGLETON_USERS
 from opbroker.api.meta import ResourceRef
+from opbroker.controller.core import actions as a
 from opbroker.controller.core.views import ObjectView
 from opbroker.controller.osb import singletons
+from opbroker.controller.osb.core import singleton_plan
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.outcomes import Outcome
 from opbroker.controller.runtime.policies import Policies
@@ -26,6 +28,13 @@ from tests.fake_kube import FakeKube
 
 REF = ResourceRef(api_version="v1", kind="ConfigMap", name="shared", namespace="elsewhere")
 CONFIG_MAPS = ("v1", "ConfigMap")
+
+
+def join(kube: FakeKube, live: dict[str, Any], owner_uid: str) -> None:
+    """Join as the product does: the plan decides the guarded write from the copy read, the effect makes it."""
+    step = singleton_plan.listing(ObjectView.of(live), REF, owner_uid=owner_uid)
+    assert isinstance(step, a.JoinSingleton)
+    singletons.perform(kube, step)  # type: ignore[arg-type]
 
 
 def users_of(kube: FakeKube) -> list[str]:
@@ -41,7 +50,7 @@ def world() -> tuple[FakeKube, dict[str, Any]]:
     created = kube.create(singletons.tracked({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
         "name": "shared", "namespace": "elsewhere"}}, "a"))  # fmt: skip
     assert created is not None
-    singletons.join(kube, REF, ObjectView.of(created), "b")  # type: ignore[arg-type]
+    join(kube, created, "b")
     kube.store.feed(CONFIG_MAPS)
     kube.store.put(CONFIG_MAPS, created)  # the watch has not delivered b's write yet
     return kube, created
@@ -52,12 +61,12 @@ def test_a_join_on_a_stale_copy_raises_its_conflict_and_the_repeat_reads_anew() 
     seen = kube.get(REF)
     assert seen is not None and seen["metadata"]["resourceVersion"] == stale["metadata"]["resourceVersion"]
     with pytest.raises(ApiException) as refused:
-        singletons.join(kube, REF, ObjectView.of(seen), "c")  # type: ignore[arg-type]
+        join(kube, seen, "c")
     assert refused.value.status == 409
     assert users_of(kube) == ["a", "b"]  # b's entry is not lost
     again = kube.get(REF)  # the repeat: the store's copy was marked behind, the read goes past it
     assert again is not None and again["metadata"]["resourceVersion"] != stale["metadata"]["resourceVersion"]
-    singletons.join(kube, REF, ObjectView.of(again), "c")  # type: ignore[arg-type]
+    join(kube, again, "c")
     assert users_of(kube) == ["a", "b", "c"]
 
 
@@ -84,7 +93,7 @@ class Joining:
     def reconcile(self, key: Key) -> Outcome:
         live = self.kube.get(REF)
         assert live is not None
-        singletons.join(self.kube, REF, ObjectView.of(live), key.name)  # type: ignore[arg-type]
+        join(self.kube, live, key.name)
         return Outcome()
 
     def reread(self, key: Key) -> None:
