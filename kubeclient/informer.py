@@ -11,7 +11,8 @@ bound on an event's size.
 A collection (:class:`Collection`: a resource, optionally one namespace and a label selector, whole bodies or
 metadata only) is followed as client-go's reflector follows it:
 
-* listed in pages of :attr:`Collection.page`, as plain JSON, each item given its ``apiVersion`` and ``kind``
+* listed in pages of :attr:`Collection.page` (``before_listing`` called first, for a keeper that reads part of the
+  collection another way before it), as plain JSON, each item given its ``apiVersion`` and ``kind``
   (list items carry none); each page is told to ``on_page`` before its objects are delivered as ``ADDED`` (when
   ``list_events``), so only a page is ever parsed at once; at the end ``on_listed`` is told the identities of
   everything listed, and :attr:`Informer.listed` is set after it returns;
@@ -180,6 +181,7 @@ class Informer:
         collection: Collection,
         on_event: Told,
         *,
+        before_listing: Callable[[], None] | None = None,
         on_page: Callable[[Sequence[Body]], None] | None = None,
         on_listed: Callable[[frozenset[Identity]], None] | None = None,
         on_lost: Callable[[str], None] | None = None,
@@ -196,6 +198,7 @@ class Informer:
         self._max_event_bytes = max_event_bytes
         self._source = source
         self._on_event = on_event
+        self._before_listing = before_listing
         self._on_page = on_page
         self._on_listed = on_listed
         self._on_lost = on_lost
@@ -278,6 +281,9 @@ class Informer:
         of each object known before and now absent. The listing's version (to watch from)."""
         listed: dict[Identity, str | None] = {}
         version: str | None = None
+        before = self._before_listing
+        if before is not None:  # a keeper reading part of the collection another way first
+            self._call(lambda _nothing: before(), None)
         for page in pages(self._source, self.collection):
             if self._stopped.is_set():
                 return None

@@ -82,13 +82,18 @@ def test_the_controllers_own_writes_hold_their_bodies() -> None:
 
 
 def test_the_controllers_own_secrets_are_listed_with_their_bodies() -> None:
-    """After the metadata listing, the registries (in the registries' namespace only: a label is anyone's to write,
-    issue 42) are listed with their bodies: a restarted controller reads them from memory (no GET each), the rest
-    stays unread."""
+    """Before the metadata listing, the registries (in the registries' namespace only: a label is anyone's to write,
+    issue 42) are listed with their bodies: a restarted controller reads them from memory (no GET each) while the
+    listing of every Secret's metadata is on its way, and after it; the rest stays unread."""
     store = ObjectStore()
     seen: dict[str, Any] = {}
 
     class Looking(Scripted):
+        def page(self, collection: Collection, token: str | None) -> Any:
+            if collection.metadata_only:  # the metadata listing starts: the registry's body is held already
+                seen.update(during=store.lookup(SECRETS, "ns", "registry"))
+            return super().page(collection, token)
+
         def watch(self, collection: Collection, since: str | None, seconds: int) -> Any:
             seen.update(own=store.lookup(SECRETS, "ns", "registry"), other=store.lookup(SECRETS, "ns", "other"))
             return super().watch(collection, since, seconds)
@@ -96,8 +101,8 @@ def test_the_controllers_own_secrets_are_listed_with_their_bodies() -> None:
     own = "opbroker.io/registry-of"
     source = Looking(
         [
-            ("list", [{"metadata": secret(n, "3")["metadata"]} for n in ("registry", "other")]),
             ("list", [secret("registry", "3", data={"k": "cmVn"})]),
+            ("list", [{"metadata": secret(n, "3")["metadata"]} for n in ("registry", "other")]),
         ]
     )
     kube = SimpleNamespace(store=store, served=None, api_client=None)
@@ -113,11 +118,43 @@ def test_the_controllers_own_secrets_are_listed_with_their_bodies() -> None:
     watchers._informers[SECRETS] = informer
     source.informers.append(informer)
     informer.run()
-    listing, bodies = source.collections[:2]
+    bodies, listing = source.collections[:2]
     assert listing.metadata_only and (listing.namespace, listing.label_selector) == (None, None)
     assert not bodies.metadata_only and (bodies.namespace, bodies.label_selector) == ("ns", own)
+    assert seen["during"]["data"] == {"k": "cmVn"}
     assert seen["own"]["data"] == {"k": "cmVn"}
     assert seen["other"] is UNKNOWN
+
+
+def test_a_registry_changed_or_deleted_between_its_two_listings_is_not_served_stale() -> None:
+    """The registries' bodies are listed before every Secret's metadata: one changed in between is listed by the
+    metadata at a newer version (its body is dropped and read again on demand), one deleted in between is not
+    listed at all (gone when the kind completes)."""
+    store = ObjectStore()
+    own = "opbroker.io/registry-of"
+    source = Scripted(
+        [
+            ("list", [secret("changed", "3", data={"k": "b2xk"}), secret("deleted", "3"), secret("kept", "3")]),
+            ("list", [{"metadata": secret(n, v)["metadata"]} for n, v in (("changed", "5"), ("kept", "3"))]),
+        ]
+    )
+    kube = SimpleNamespace(store=store, served=None, api_client=None)
+    watchers = SourceWatchers(
+        kube,  # type: ignore[arg-type]
+        SourceIndex(),
+        lambda _key: None,
+        metadata_only=[SECRETS],
+        own_bodies={SECRETS: ("ns", own)},
+        source=source,
+    )
+    informer = watchers._informer(SECRETS, "secrets")
+    watchers._informers[SECRETS] = informer
+    source.informers.append(informer)
+    informer.run()
+    assert store.lookup(SECRETS, "ns", "changed") is UNKNOWN
+    assert store.version_of(SECRETS, "ns", "changed") == "5"
+    assert store.lookup(SECRETS, "ns", "deleted") is None
+    assert store.lookup(SECRETS, "ns", "kept")["metadata"]["resourceVersion"] == "3"
 
 
 # -- the controller over a cluster with many Secrets not its own -------------------------------------------
