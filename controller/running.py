@@ -5,8 +5,12 @@ Two replicas run active-passive: each campaigns for a Lease in the control-plane
 holder runs the controller. A leader that loses its lease exits the process at once (as controller-runtime does),
 so it can never act alongside the new leader; its pod restarts as a candidate. A leader whose renewals do
 not succeed within the renew deadline (two thirds of the lease) — failing or hanging — exits too, before a
-standby may take the lease over (:mod:`opbroker.controller.runtime.leadership`; the Lease is read and written
-as JSON through the project's transport, :mod:`opbroker.controller.runtime.leaselock`).
+standby may take the lease over (:mod:`opbroker.controller.runtime.leadership`, the election of our own: the
+Lease read and written as JSON through the project's transport).
+
+Everything runs on one event loop from the start (:class:`Process`): the wait for the API, the campaign, the
+lease's renewals, the API probe and the controller are coroutines and tasks on it; their blocking calls go to
+threads through it. So a signal is handled on the loop at whatever step the process is in.
 
 Every API client the process builds has deadlines and TCP keepalive (:mod:`opbroker.kubeclient.deadlines`);
 their answers, and a probe when the cluster is quiet, tell the health probes whether the API server still
@@ -18,7 +22,8 @@ started against a kube-apiserver that is itself starting would fail on the custo
 discovery. The watches themselves are the informers' (:mod:`opbroker.controller.runtime.informers`), started with the
 controller on the process's event loop (:mod:`opbroker.controller.runtime.lifecycle`).
 
-SIGTERM or SIGINT (a pod deleted, a rollout, Ctrl-C) stops the controller gracefully: no more work is taken, the
+SIGTERM or SIGINT (a pod deleted, a rollout, Ctrl-C) before the controller runs exits 0 at once; while it runs,
+it stops the controller gracefully: no more work is taken, the
 reconciles running get up to ``shutdown_seconds`` to end (see ``ControllerSettings.drain_seconds``), then a
 leader releases its Lease and the process exits 0 — an idle controller within a fraction of a second, well inside a
 pod's grace period. A second signal exits at once. If the loop ends without being asked, the process exits
@@ -34,22 +39,23 @@ import logging
 import os
 import signal
 import socket
-import threading
 import uuid
+from collections.abc import Awaitable
+from typing import TypeVar
 
 from kubernetes import client, config
-from kubernetes.leaderelection import electionconfig
 
 from opbroker.controller.app import Controller
 from opbroker.controller.runtime import apiready, contact, health, leadership, lifecycle, trim
-from opbroker.controller.runtime.kube import Kube
-from opbroker.controller.runtime.leaselock import LeaseLock
 from opbroker.controller.settings import ControllerSettings
 from opbroker.kubeclient import deadlines
 from opbroker.kubeclient.lean import LeanApi
 
 logger = logging.getLogger(__name__)
 USER_AGENT = "opbroker-controller"
+#: How long a stopping leader tries to hand its Lease over (beyond it, the standby waits the lease out).
+RELEASE_SECONDS = 2.0
+T = TypeVar("T")
 
 
 def api_client_for(
@@ -83,8 +89,6 @@ def run(settings: ControllerSettings, *, kubeconfig: str | None) -> None:
     """The ``opbroker controller run`` entry point. Never returns: the process exits when the controller stops."""
     trim.limit_arenas()  # before any thread of ours allocates (see trim.ARENAS)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    # The election library logs every renewal and every retry (a line a second, forever); ours log changes.
-    logging.getLogger("leaderelection").setLevel(logging.WARNING)
     # httpx logs every request at INFO: a line per OSB call and poll of the Service Catalog's, some 8 % of the
     # OSB client's CPU under the servicecatalog bench; the operations' outcomes are in conditions and events.
     logging.getLogger("httpx").setLevel(logging.WARNING)
@@ -97,26 +101,140 @@ def run(settings: ControllerSettings, *, kubeconfig: str | None) -> None:
     api = api_client_for(kubeconfig, timeouts=settings.timeouts, reached=reached)
     controller = Controller(api, settings)
     probe_every = min(settings.policies.api_probe.base, settings.stuck_seconds / 4)
-    contact.start_probe(api, reached, every=probe_every)
     state.add_check(lambda: reached.problem(settings.stuck_seconds), liveness=True)
     state.add_check(lambda: reached.problem(3 * probe_every), liveness=False)
     state.add_check(lambda: controller.runtime.stuck(settings.stuck_seconds), liveness=True)
     if settings.webhook_port is not None:
         controller.service_catalog.serve_webhook(settings)
-    shutdown = lifecycle.Shutdown()
-    wanted = apiready.wanted_of(controller.all_watches())
+    process = Process(settings, api, controller, state, reached)
+    # Not asyncio.run(): its teardown waits for the pool's threads, and one blocked on the API would keep a
+    # stopping controller up past its drain time. Whatever happens, the process exits after this.
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, process.ask_to_stop, signum)
+    probe = loop.create_task(contact.probe(api, reached, every=probe_every), name="api probe")
+    try:
+        code = loop.run_until_complete(process.main())
+    except BaseException:
+        logger.exception("the controller's loop has failed")
+        code = 1
+    probe.cancel()
+    _exit(code)
 
-    def wait_for_the_api() -> None:
+
+class Process:
+    """The controller's process on its one event loop: wait for the API, campaign for the lease (under leader
+    election), run the controller until a signal asks it to stop, hand the lease over. Every step is a
+    coroutine, so a signal is handled on the loop whatever step the process is in."""
+
+    def __init__(
+        self,
+        settings: ControllerSettings,
+        api: client.ApiClient,
+        controller: Controller,
+        state: health.Health,
+        reached: contact.ApiContact,
+    ) -> None:
+        self.settings = settings
+        self.api = api
+        self.controller = controller
+        self.state = state
+        self.reached = reached
+        self.shutdown = lifecycle.Shutdown()
+        self.identity = f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
+
+    async def main(self) -> int:
+        """The process's life; its exit code. A stop asked before the controller runs ends it at once (0)."""
+        if not await self.unless_stopped(self.wait_for_the_api()):
+            return 0
+        if not self.settings.leader_election:
+            return await self.operate()
+        election = self.election()
+        self.state.standby()
+        settings = self.settings
+        logger.info("%s campaigning for lease %s/%s", self.identity, settings.namespace, settings.lease_name)
+        if not await self.unless_stopped(election.campaign()):
+            election.close()
+            return 0  # asked to stop while standing by: nothing to hand over
+        logger.info("%s became the leader; starting reconciliation", self.identity)
+        holding = asyncio.ensure_future(election.hold())
+        holding.add_done_callback(self._leading_ended)
+        code = 0
+        # A standby may have waited long for the lease: the API server may be starting now.
+        if await self.unless_stopped(self.wait_for_the_api()):
+            code = await self.operate()
+        holding.remove_done_callback(self._leading_ended)
+        holding.cancel()
+        await election.release(RELEASE_SECONDS)
+        election.close()
+        return code
+
+    async def unless_stopped(self, step: Awaitable[T]) -> bool:
+        """Run ``step`` unless a stop is asked first (then it is cancelled): whether it ran to its end."""
+        running = asyncio.ensure_future(step)
+        stop_asked = asyncio.ensure_future(self.shutdown.wait())
+        await asyncio.wait({running, stop_asked}, return_when=asyncio.FIRST_COMPLETED)
+        stop_asked.cancel()
+        if running.done():
+            running.result()  # raised: the caller's failure
+            return True
+        running.cancel()
+        return False
+
+    def election(self) -> leadership.Leadership:
+        """The election over the Lease, its every request ending well within the renew deadline."""
+        settings = self.settings
+        lease_seconds = max(1.0, settings.renew_deadline / 4)
+        timeouts = deadlines.Timeouts(connect=lease_seconds, request=lease_seconds)
+        lease_client = deadlines.bounded(
+            self.api.configuration, timeouts=timeouts, on_answer=self.reached.answered, user_agent=USER_AGENT
+        )
+        lock = leadership.LeaseLock(
+            LeanApi(lease_client),
+            settings.namespace,
+            settings.lease_name,
+            self.identity,
+            lease_seconds=settings.lease_seconds,
+        )
+        return leadership.Leadership(
+            lock, renew_deadline=settings.renew_deadline, retry_period=max(1.0, settings.lease_seconds / 8)
+        )
+
+    def _leading_ended(self, holding: asyncio.Future[leadership.Ended]) -> None:
+        """Leading ended while the controller acts: exit at once, so that only one controller ever acts."""
+        if holding.cancelled():
+            return
+        ended = holding.result()
+        if ended.lost_to is not None:
+            logger.error(
+                "%s lost the leadership to %s; exiting so that only one controller acts", self.identity, ended.lost_to
+            )
+        else:
+            logger.error(
+                "%s stops acting: its lease was last renewed %.1f s ago, past the renew deadline (%.1f s of a %d s "
+                "lease); exiting before a standby may take over",
+                self.identity,
+                ended.age,
+                self.settings.renew_deadline,
+                self.settings.lease_seconds,
+            )
+            self.state.stopped("the lease could not be renewed in time")
+        _exit(1)
+
+    async def wait_for_the_api(self) -> None:
         """Bounded: exits the process when the API server does not serve what the controller watches in time."""
-        problems = apiready.wait_until_served(
-            api,
-            wanted,
+        settings = self.settings
+        problems = await asyncio.to_thread(
+            apiready.wait_until_served,
+            self.api,
+            apiready.wanted_of(self.controller.all_watches()),
             timeout=settings.api_wait_seconds,
-            on_wait=state.waiting,
+            on_wait=self.state.waiting,
             poll=settings.policies.api_ready_poll.base,
         )
         if problems:
-            state.stopped("the API server does not serve what the controller watches")
+            self.state.stopped("the API server does not serve what the controller watches")
             logger.error(
                 "gave up after %.0f s: the API server does not serve %s; exiting (its supervisor restarts it)",
                 settings.api_wait_seconds,
@@ -124,129 +242,29 @@ def run(settings: ControllerSettings, *, kubeconfig: str | None) -> None:
             )
             _exit(1)
 
-    def operate(*, check_the_api: bool) -> None:
-        """Run the controller on a new event loop in this thread until a stop is asked; then return (the caller
-        exits). A loop that ends unasked exits the process non-zero."""
-        if check_the_api:  # a standby may have waited long for the lease: the API server may be starting now
-            wait_for_the_api()
+    async def operate(self) -> int:
+        """Run the controller until a stop is asked, then stop it: 0; a loop that ends unasked: 1."""
         # What start-up built (the Kubernetes client's models, pydantic, the controller's parts) lives as long
         # as the process: frozen out of the collector's reach, a full collection during a restart's listings walks
         # only what they allocate (the broker does the same; issue 31).
         gc.collect()
         gc.freeze()
-        # Not asyncio.run(): its teardown waits for the reconcile threads, and one blocked on the API would keep a
-        # stopping controller up past its drain time. Whatever happens, the process exits after this.
-        loop = asyncio.new_event_loop()
-        asyncio.set_event_loop(loop)
-        if threading.current_thread() is threading.main_thread():  # no election: the signals come to this loop
-            for signum in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(signum, stop_on_signal, signum)
         try:
-            loop.run_until_complete(lifecycle.operate(controller, shutdown, state=state, drain=settings.drain_seconds))
-        except BaseException:
+            await lifecycle.operate(self.controller, self.shutdown, state=self.state, drain=self.settings.drain_seconds)
+        except Exception:
             logger.exception("the controller's loop has failed")
-        if not shutdown.requested:
-            _exit_because_the_loop_stopped()
+        if not self.shutdown.requested:
+            logger.error("the controller's loop has stopped; exiting")
+            return 1
+        return 0
 
-    def ask_to_stop(signum: int, who: str) -> None:
-        """Ask the loop to stop for ``signum`` (``who`` names this process in the log); a second signal exits now."""
+    def ask_to_stop(self, signum: int) -> None:
+        """SIGTERM (a pod deleted, a rollout) or SIGINT, on the loop: stop gracefully; a second signal exits now."""
         name = signal.Signals(signum).name
-        if not shutdown.request(f"received {name}"):
-            logger.warning("%s received %s again while stopping; exiting now", who, name)
+        if not self.shutdown.request(f"received {name}"):
+            logger.warning("%s received %s again while stopping; exiting now", self.identity, name)
             _exit(1)
-        logger.info("%s received %s; stopping", who, name)
-
-    def stop_on_signal(signum: int) -> None:
-        """A signal on the loop's own thread (no election): ask the loop to stop; :func:`operate` returns then."""
-        ask_to_stop(signum, "the controller")
-
-    wait_for_the_api()
-    if not settings.leader_election:
-        operate(check_the_api=False)
-        _exit(0)  # stopped as asked
-    identity = f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
-    # Each lease request ends well within the renew deadline (the library's own client has no deadline).
-    lease_seconds = max(1.0, settings.renew_deadline / 4)
-    lease_timeouts = deadlines.Timeouts(connect=lease_seconds, request=lease_seconds)
-    lease_client = deadlines.bounded(
-        api.configuration, timeouts=lease_timeouts, on_answer=reached.answered, user_agent=USER_AGENT
-    )
-    lock = LeaseLock(LeanApi(lease_client), settings.lease_name, settings.namespace, identity)
-    leading = threading.Event()
-
-    def terminate(signum: int, _frame: object) -> None:
-        """SIGTERM (a pod being deleted, a rollout) or SIGINT, in the main thread while the leader's loop runs in
-        the election's: stop the controller gracefully, then hand the Lease over and exit 0. Without this the
-        process ignores the signal (as a container's PID 1 it has no default action) and the pod is killed only
-        after its grace period, and the standby waits out the lease on top. A second signal exits at once."""
-        ask_to_stop(signum, identity)
-        if shutdown.operating and not shutdown.wait_stopped(settings.drain_seconds + lifecycle.STOP_MARGIN_SECONDS):
-            logger.warning("%s: the controller did not stop in time; exiting all the same", identity)
-        if leading.is_set():
-            release_lease(api, settings.namespace, settings.lease_name, identity)
-        _exit(0)
-
-    signal.signal(signal.SIGTERM, terminate)
-    signal.signal(signal.SIGINT, terminate)
-
-    def overdue(age: float) -> None:
-        logger.error(
-            "%s stops acting: its lease was last renewed %.1f s ago, past the renew deadline (%.1f s of a %d s "
-            "lease); exiting before a standby may take over",
-            identity,
-            age,
-            settings.renew_deadline,
-            settings.lease_seconds,
-        )
-        state.stopped("the lease could not be renewed in time")
-        _exit(1)
-
-    def lead() -> None:
-        logger.info("%s became the leader; starting reconciliation", identity)
-        leading.set()
-        leadership.guard(election, settings.renew_deadline, overdue)
-        operate(check_the_api=True)  # returns once a signal asked it to stop: the main thread's handler exits
-
-    def lost() -> None:
-        logger.error("%s lost the leadership; exiting so that only one controller acts", identity)
-        _exit(1)
-
-    election = leadership.GuardedElection(
-        electionconfig.Config(
-            lock,
-            # Whole seconds: the Lease API stores an integer, and the library refuses periods under 1 s.
-            lease_duration=settings.lease_seconds,
-            renew_deadline=settings.renew_deadline,
-            retry_period=max(1, settings.lease_seconds // 8),
-            onstarted_leading=lead,
-            onstopped_leading=lost,
-        )
-    )
-    state.standby()
-    logger.info("%s campaigning for lease %s/%s", identity, settings.namespace, settings.lease_name)
-    election.run()  # type: ignore[no-untyped-call]
-    _exit(1)  # the election loop only returns when leading ended
-
-
-def release_lease(api: client.ApiClient, namespace: str, name: str, identity: str) -> bool:
-    """Give up the Lease if ``identity`` still holds it, as client-go's ``ReleaseOnCancel`` does: an empty
-    holder lets a standby take it on its next try instead of after the lease duration. Conditional on the
-    version read, so a lease someone else took meanwhile is left alone. Best effort: False when not done."""
-    try:
-        if not Kube(api).release_lease(namespace, name, identity, timeout=2.0):
-            return False
-    except Exception:
-        logger.warning("could not release lease %s/%s; the standby takes over when it expires", namespace, name)
-        return False
-    logger.info("%s released lease %s/%s", identity, namespace, name)
-    return True
-
-
-def _exit_because_the_loop_stopped() -> None:
-    """The controller's loop ended without a stop being asked (it failed): a controller that no longer watches must
-    not look alive: exit non-zero, so the pod (or whoever started it) restarts a working one."""
-    logger.error("the controller's loop has stopped; exiting")
-    _exit(1)
+        logger.info("%s received %s; stopping", self.identity, name)
 
 
 def _exit(code: int) -> None:

@@ -69,8 +69,8 @@ class ControllerSettings:
     shutdown_seconds: float = 5.0
     """On SIGTERM or SIGINT: how long the reconciles running may take to end before the process exits all the
     same (``--shutdown-seconds``). An idle controller exits at once. Under leader election it is capped
-    (:attr:`drain_seconds`): the Lease is not renewed while the controller stops, and must still be the leader's
-    to release."""
+    (:attr:`drain_seconds`): the Lease is still renewed while the controller stops, but a stop that fails to
+    renew must end before the renew deadline ends leading, so that the leader itself releases the Lease."""
     request_timeout_seconds: float = 60.0
     """How long an API request may wait for each read of its answer (connecting has 10 s): the API server's own
     default request timeout, past which it gives up itself. See :mod:`opbroker.kubeclient.deadlines`."""
@@ -164,7 +164,8 @@ class ControllerSettings:
     @property
     def drain_seconds(self) -> float:
         """The drain time a stop gives running reconciles: :attr:`shutdown_seconds`, under leader election at most
-        half the renew deadline (a leader that stops renewing for longer exits without releasing its Lease)."""
+        half the renew deadline (a leader whose renewals fail while it stops exits at the deadline, without
+        releasing its Lease)."""
         if self.leader_election:
             return min(self.shutdown_seconds, self.renew_deadline / 2)
         return self.shutdown_seconds

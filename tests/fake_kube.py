@@ -580,10 +580,6 @@ class FakeKube:
     def list_pods(self, *, field_selector: str, timeout: float) -> list[Any]:
         return []
 
-    def release_lease(self, namespace: str, name: str, identity: str, *, timeout: float = 2.0) -> bool:
-        """Leases are not modelled: none is held."""
-        return False
-
     def read_namespace(self, name: str) -> dict[str, Any] | None:
         """Namespaces are not modelled as objects: each exists, Active unless listed as terminating."""
         phase = "Terminating" if name in self.terminating_namespaces else "Active"

@@ -112,6 +112,11 @@ class FakeClock:
         """Waits with a timeout not yet over (a test can tell that a timer is armed)."""
         return sum(1 for _, alarm in self._alarms if not alarm.is_set())
 
+    @property
+    def due(self) -> list[float]:
+        """When each wait not yet over ends (sorted): a test can tell which timer is armed."""
+        return sorted(due for due, alarm in self._alarms if not alarm.is_set())
+
     async def sleep(self, seconds: float) -> None:
         await self.wait(asyncio.Event(), seconds)
 

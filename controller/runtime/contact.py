@@ -1,13 +1,14 @@
 """Whether the API server still answers the controller: the last answer's age, kept fresh by a probe.
 
 Every HTTP answer to one of the controller's clients counts (:mod:`opbroker.kubeclient.deadlines` reports them);
-when none came for a probe period, :func:`probe_forever` asks for ``/version`` (readable by every
-authenticated user), with a deadline, so the age stays meaningful in a quiet cluster. A controller whose
-requests get no answer at all for long is cut off — the health probes report it (:mod:`.health`).
+when none came for a probe period, :func:`probe` (a task on the controller's loop) asks for ``/version``
+(readable by every authenticated user), with a deadline, so the age stays meaningful in a quiet cluster. A
+controller whose requests get no answer at all for long is cut off — the health probes report it (:mod:`.health`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -15,6 +16,7 @@ from collections.abc import Callable
 
 from kubernetes import client
 
+from opbroker.controller.runtime.clock import SYSTEM, Clock
 from opbroker.controller.runtime.policies import DEFAULTS
 from opbroker.kubeclient.lean import LeanApi
 
@@ -48,30 +50,22 @@ class ApiContact:
         return f"the API server has not answered the controller for {silence:.0f} s (bound {bound:.0f} s)"
 
 
-def probe_forever(
-    api: client.ApiClient, contact: ApiContact, stop: threading.Event, *, every: float = DEFAULTS.api_probe.base
+async def probe(
+    api: client.ApiClient, contact: ApiContact, *, every: float = DEFAULTS.api_probe.base, clock: Clock = SYSTEM
 ) -> None:
-    """Until ``stop``: every ``every`` seconds (the table's ``api_probe``) without an answer, GET ``/version``
-    (deadline ``every``)."""
+    """Until cancelled: every ``every`` seconds (the table's ``api_probe``) without an answer, GET ``/version``
+    (deadline ``every``), the request in the loop's pool (a task on the controller's loop, not a thread)."""
     lean = LeanApi(api)  # one transport for the probe's life: its connection is kept between probes
     try:
-        while not stop.wait(every):
+        while True:
+            await clock.sleep(every)
             if contact.silence() < every:
                 continue
             try:
-                lean.request("GET", "/version", timeout=(every, every))
+                await asyncio.to_thread(lean.request, "GET", "/version", timeout=(every, every))
             except Exception as exc:  # any failure is the silence the probes report; the error is only logged
                 logger.debug("the API server did not answer the probe: %s", type(exc).__name__)
             else:
                 contact.answered()
     finally:
         lean.close()
-
-
-def start_probe(
-    api: client.ApiClient, contact: ApiContact, *, every: float = DEFAULTS.api_probe.base
-) -> threading.Event:
-    """:func:`probe_forever` in a daemon thread; set the returned event to stop it."""
-    stop = threading.Event()
-    threading.Thread(target=probe_forever, args=(api, contact, stop), kwargs={"every": every}, daemon=True).start()
-    return stop

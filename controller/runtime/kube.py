@@ -622,18 +622,6 @@ class Kube:
         listed = json_object(self.custom.request("GET", "/api/v1/pods", query=query, timeout=timeout))
         return [PodView.of(pod) for pod in _items(listed)]
 
-    def release_lease(self, namespace: str, name: str, identity: str, *, timeout: float = 2.0) -> bool:
-        """Empty the Lease's holder if ``identity`` still holds it; False when someone else does. Conditional on
-        the version read (a replace carries it), so a lease taken meanwhile is left alone (409 raises)."""
-        path = object_path("/apis/coordination.k8s.io/v1", "leases", namespace, name)
-        lease = json_object(self.custom.request("GET", path, timeout=timeout))
-        spec = lease.get("spec")
-        if not isinstance(spec, dict) or spec.get("holderIdentity") != identity:
-            return False
-        spec.pop("holderIdentity")  # the generated model sent a holder of None by leaving the field out
-        self.custom.request("PUT", path, body=lease, timeout=timeout)
-        return True
-
     def read_namespace(self, name: str) -> JsonBody | None:
         """The Namespace (None if it does not exist)."""
         found = _unless(404, lambda: self.custom.request("GET", object_path("/api/v1", "namespaces", None, name)))

@@ -1,82 +1,302 @@
-"""Leader election that stops acting before its lease can expire, however its renewals fail.
+"""Leadership: one Lease campaigned for, renewed and released by the controller's own event loop (issue 45).
 
-The election library renews in a loop bounded by a renew deadline, but it checks the deadline only between
-attempts: one renewal whose connection hangs holds the loop (and the leader keeps acting) for as long as the
-request lasts — for ever without a timeout — while the standby takes the expired lease over. client-go's
-answer is a deadline on the renewal itself (``renewDeadline`` < ``leaseDuration``). Here:
+Two replicas run active-passive, as controller-runtime's do: each campaigns for a Lease in the control-plane
+namespace; only its holder acts. The rules are client-go's (``leaderelection.go``), kept as a pure core here
+(:func:`decide`, :func:`observe`, :func:`taken`):
 
-* the lease's client has deadlines (:mod:`opbroker.kubeclient.deadlines`), so every attempt ends;
-* :class:`GuardedElection` remembers when its last successful renewal *started* (the lease the API server
-  stored can be no older), and :func:`guard` checks, from a thread of its own, that it is younger than the
-  renew deadline — if not, ``on_overdue`` runs (the controller exits), while a standby still sees the lease
-  valid: it takes over no earlier than a full lease after that renewal.
+* a Lease held by another identity counts as held until ``leaseDurationSeconds`` after this candidate *first saw*
+  its current record (its own monotonic clock, never the stored times: the replicas' clocks need not agree);
+* a candidate that finds it free (absent, released, or not renewed within its duration as observed) writes
+  itself in at the version it read: of two candidates, the API server lets one write (the other's is a 409);
+* the holder renews every ``retry_period``; a leader whose renewals do not succeed within the renew deadline
+  (two thirds of the lease) — failing or hanging — stops acting, before a standby may take the lease over;
+  a leader that finds another holder stops at once;
+* a leader that stops as asked empties the holder (client-go's ``ReleaseOnCancel``), so the standby takes over at
+  its next try instead of after the lease duration.
+
+Why our own, not ``kubernetes.leaderelection``: the library's election loop blocks the thread that runs it (the
+controller's loop ran inside its callback, in the library's thread), checks the renew deadline only between
+attempts (a hung renewal kept a leader acting: a guard thread of ours watched the time), retries API errors by
+ending its loop, and writes its record's times as local naive strings. Here the election is two coroutines on
+the one loop (:meth:`Leadership.campaign`, :meth:`Leadership.hold`): the deadline is raced against each
+attempt on the runtime's clock, so a hung renewal ends the leader at the deadline with no guard thread.
+
+Each attempt is a GET and a PUT (or POST) through the project's own transport with request deadlines
+(:class:`LeaseLock`), run in a lane of its own (one thread): a renewal must never wait behind reconciles that
+hold every worker of the runtime's pool.
 """
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import enum
 import logging
-import threading
-import time
 from collections.abc import Callable
-from typing import Any
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
-from kubernetes.leaderelection import leaderelection
+from kubernetes.client.exceptions import ApiException
+
+from opbroker.controller.runtime.clock import SYSTEM, Clock
+from opbroker.kubeclient.answers import json_object
+from opbroker.kubeclient.lean import LeanApi, object_path
+from opbroker.kubeclient.wire import JsonBody, JsonObject, int_of, mapping_of, text_of
 
 logger = logging.getLogger(__name__)
 
-#: How often the guard looks at the last renewal.
-GUARD_SECONDS = 0.25
+LEASES = "/apis/coordination.k8s.io/v1"
 
 
-class GuardedElection(leaderelection.LeaderElection):
-    """The library's election, remembering when its last successful acquisition or renewal started."""
+# -- the pure core ------------------------------------------------------------------------------------------
 
-    def __init__(self, config: Any, *, clock: Callable[[], float] = time.monotonic) -> None:
-        super().__init__(config)  # type: ignore[no-untyped-call]
+
+@dataclass(frozen=True)
+class LeaseRecord:
+    """What a Lease says of its holder (``holder`` empty: released, or never written)."""
+
+    holder: str
+    duration_seconds: int
+    acquire_time: str | None
+    renew_time: str | None
+    transitions: int
+
+    @classmethod
+    def of(cls, lease: JsonObject) -> LeaseRecord:
+        """The record a Lease holds; a field missing or of the wrong type reads as empty."""
+        spec = mapping_of(lease.get("spec"))
+        return cls(
+            holder=text_of(spec.get("holderIdentity")) or "",
+            duration_seconds=int_of(spec.get("leaseDurationSeconds")) or 0,
+            acquire_time=text_of(spec.get("acquireTime")),
+            renew_time=text_of(spec.get("renewTime")),
+            transitions=int_of(spec.get("leaseTransitions")) or 0,
+        )
+
+    def spec(self) -> JsonBody:
+        """The Lease's ``spec`` holding this record."""
+        spec: JsonBody = {"leaseDurationSeconds": self.duration_seconds, "leaseTransitions": self.transitions}
+        if self.holder:
+            spec["holderIdentity"] = self.holder
+        if self.acquire_time:
+            spec["acquireTime"] = self.acquire_time
+        if self.renew_time:
+            spec["renewTime"] = self.renew_time
+        return spec
+
+
+@dataclass(frozen=True)
+class Seen:
+    """A record as a candidate observed it, and when it first did (its monotonic clock)."""
+
+    record: LeaseRecord
+    at: float
+
+
+def observe(previous: Seen | None, record: LeaseRecord, now: float) -> Seen:
+    """What a candidate knows after reading ``record`` at ``now``: a record unchanged since keeps its first sight."""
+    if previous is not None and previous.record == record:
+        return previous
+    return Seen(record, now)
+
+
+def held_by_another(seen: Seen, identity: str, now: float, lease_seconds: int) -> bool:
+    """Whether another identity holds the lease: named in it, and its record seen changing within the lease's
+    duration (its own, else ``lease_seconds``)."""
+    record = seen.record
+    duration = record.duration_seconds or lease_seconds
+    return bool(record.holder) and record.holder != identity and seen.at + duration > now
+
+
+def taken(record: LeaseRecord | None, identity: str, lease_seconds: int, stamp: str) -> LeaseRecord:
+    """The record ``identity`` writes to hold the lease at ``stamp``: a renewal keeps the acquisition time; a
+    takeover (from another holder, or a released lease) starts a new one and counts a transition."""
+    if record is not None and record.holder == identity:
+        return dataclasses.replace(record, duration_seconds=lease_seconds, renew_time=stamp)
+    transitions = record.transitions + 1 if record is not None else 0
+    return LeaseRecord(identity, lease_seconds, stamp, stamp, transitions)
+
+
+def wire_time(instant_utc_iso: str) -> str:
+    """An instant as a Lease's ``MicroTime`` holds it (six fractional digits, ``Z``); from ``isoformat()``."""
+    whole, _, fraction = instant_utc_iso.removesuffix("+00:00").partition(".")
+    return f"{whole}.{(fraction or '0')[:6].ljust(6, '0')}Z"
+
+
+class Outcome(enum.Enum):
+    """One attempt's result."""
+
+    LEADING = "leading"
+    """The lease is this candidate's (created, taken or renewed)."""
+    HELD = "held"
+    """Another identity holds it."""
+    FAILED = "failed"
+    """No answer, an error, or a write refused (someone wrote first): try again."""
+
+
+# -- the lock: one attempt at a time, blocking --------------------------------------------------------------
+
+
+class LeaseLock:
+    """The Lease ``namespace/name`` read and written as JSON through ``api`` (its deadlines bound each request).
+    Used from the election's lane only: it keeps what it saw between attempts."""
+
+    def __init__(
+        self, api: LeanApi, namespace: str, name: str, identity: str, *, lease_seconds: int, clock: Clock = SYSTEM
+    ) -> None:
+        self.api = api
+        self.namespace = namespace
+        self.name = name
+        self.identity = identity
+        self.lease_seconds = lease_seconds
         self._clock = clock
-        self.renewed_at: float | None = None
+        self._seen: Seen | None = None
+        self.holder = ""
+        """The holder the last attempt found (for the log)."""
 
-    def try_acquire_or_renew(self) -> bool:
-        """One attempt; a transport failure (a deadline passed, a refused connection) is a failed attempt, as
-        the library counts an API error — it would otherwise end the election loop, and the process with it."""
-        started = self._clock()
+    @property
+    def path(self) -> str:
+        return object_path(LEASES, "leases", self.namespace, self.name)
+
+    def attempt(self) -> Outcome:
+        """Acquire or renew once: read the Lease, then create it, or write this identity in at the version read."""
+        now, stamp = self._clock.monotonic(), wire_time(self._clock.now().isoformat())
         try:
-            succeeded = bool(super().try_acquire_or_renew())  # type: ignore[no-untyped-call]
-        except Exception as exc:
-            logger.warning("lease attempt failed: %s", type(exc).__name__)
+            return self._attempt(now, stamp)
+        except ApiException as exc:
+            if exc.status != 409:  # a 409 is a write someone else made first: a plain failed attempt
+                logger.warning("lease %s/%s: HTTP %s", self.namespace, self.name, exc.status)
+        except Exception as exc:  # no answer within the deadline, a refused connection
+            logger.warning("lease %s/%s: %s", self.namespace, self.name, type(exc).__name__)
+        return Outcome.FAILED
+
+    def _attempt(self, now: float, stamp: str) -> Outcome:
+        try:
+            lease = json_object(self.api.request("GET", self.path))
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            record = taken(None, self.identity, self.lease_seconds, stamp)
+            body: JsonBody = {"metadata": {"name": self.name, "namespace": self.namespace}, "spec": record.spec()}
+            self.api.request("POST", object_path(LEASES, "leases", self.namespace), body=body)
+            self._seen, self.holder = Seen(record, now), self.identity
+            return Outcome.LEADING
+        current = LeaseRecord.of(lease)
+        self._seen = observe(self._seen, current, now)
+        self.holder = current.holder
+        if held_by_another(self._seen, self.identity, now, self.lease_seconds):
+            return Outcome.HELD
+        record = taken(current, self.identity, self.lease_seconds, stamp)
+        written = {**lease, "spec": {**mapping_of(lease.get("spec")), **record.spec()}}
+        self.api.request("PUT", self.path, body=written)  # carries the version read: a write since is a 409
+        self._seen, self.holder = Seen(record, now), self.identity
+        return Outcome.LEADING
+
+    def release(self) -> bool:
+        """Empty the holder if this identity still holds the lease, at the version read (a lease taken meanwhile
+        is left alone: 409). False when someone else holds it; raises when the API does not answer."""
+        lease = json_object(self.api.request("GET", self.path))
+        spec = mapping_of(lease.get("spec"))
+        if text_of(spec.get("holderIdentity")) != self.identity:
             return False
-        if succeeded:
-            self.renewed_at = started
-        return succeeded
+        released = {key: value for key, value in spec.items() if key != "holderIdentity"}
+        self.api.request("PUT", self.path, body={**lease, "spec": released})
+        return True
 
 
-def overdue(renewed_at: float | None, now: float, renew_deadline: float) -> float | None:
-    """Seconds since the last renewal when past ``renew_deadline`` (pure), else None."""
-    if renewed_at is None:
-        return None
-    age = now - renewed_at
-    return age if age > renew_deadline else None
+# -- the election on the loop --------------------------------------------------------------------------------
 
 
-def guard(
-    election: GuardedElection,
-    renew_deadline: float,
-    on_overdue: Callable[[float], None],
-    *,
-    every: float = GUARD_SECONDS,
-    clock: Callable[[], float] = time.monotonic,
-    stop: threading.Event | None = None,
-) -> threading.Thread:
-    """Start a daemon thread calling ``on_overdue(age)`` once the last renewal is older than ``renew_deadline``."""
-    stopped = stop or threading.Event()
+@dataclass(frozen=True)
+class Ended:
+    """Why a leader stops acting: it found another holder, or its renewals did not succeed in time."""
 
-    def watch() -> None:
-        while not stopped.wait(every):
-            age = overdue(election.renewed_at, clock(), renew_deadline)
-            if age is not None:
-                on_overdue(age)
+    lost_to: str | None
+    """The identity found holding the lease (None: overdue)."""
+    age: float
+    """Seconds since the last successful renewal started."""
+
+
+class Leadership:
+    """Campaign for, hold and release the lease of ``lock`` on the running loop, on ``clock``."""
+
+    def __init__(
+        self,
+        lock: LeaseLock,
+        *,
+        renew_deadline: float,
+        retry_period: float,
+        clock: Clock = SYSTEM,
+        lane: Callable[[], ThreadPoolExecutor] = lambda: ThreadPoolExecutor(1, thread_name_prefix="lease"),
+    ) -> None:
+        self.lock = lock
+        self.renew_deadline = renew_deadline
+        self.retry_period = retry_period
+        self._clock = clock
+        self._lane = lane()
+        self.renewed_at: float | None = None
+        """When the last successful acquisition or renewal *started*: the lease the API server stored is no older."""
+
+    async def _attempt(self) -> Outcome:
+        return await asyncio.get_running_loop().run_in_executor(self._lane, self.lock.attempt)
+
+    async def campaign(self) -> None:
+        """Return once this candidate holds the lease (try every ``retry_period``); cancel to give up."""
+        reported = ""
+        while True:
+            started = self._clock.monotonic()
+            outcome = await self._attempt()
+            if outcome is Outcome.LEADING:
+                self.renewed_at = started
                 return
+            if outcome is Outcome.HELD and self.lock.holder != reported:
+                reported = self.lock.holder
+                logger.info("the lease is held by %s; waiting", reported)
+            await self._clock.sleep(self.retry_period)
 
-    thread = threading.Thread(target=watch, name="lease-guard", daemon=True)
-    thread.start()
-    return thread
+    async def hold(self) -> Ended:
+        """Renew every ``retry_period`` while leading; return when leading must end: another holder found, or no
+        renewal succeeded within the renew deadline (an attempt still hanging then is left to its lane)."""
+        assert self.renewed_at is not None, "campaign first"
+        while True:
+            # The pause ends at the deadline at the latest: a failed attempt close to it is not followed by a
+            # whole retry period of acting past it.
+            left = self.renewed_at + self.renew_deadline - self._clock.monotonic()
+            await self._clock.sleep(min(self.retry_period, max(0.0, left)))
+            started = self._clock.monotonic()
+            remaining = self.renewed_at + self.renew_deadline - started
+            if remaining <= 0:
+                return Ended(None, started - self.renewed_at)
+            attempt = asyncio.ensure_future(self._attempt())
+            deadline = asyncio.ensure_future(self._clock.sleep(remaining))
+            await asyncio.wait({attempt, deadline}, return_when=asyncio.FIRST_COMPLETED)
+            deadline.cancel()
+            if not attempt.done():
+                attempt.cancel()
+                return Ended(None, self._clock.monotonic() - self.renewed_at)
+            outcome = attempt.result()
+            if outcome is Outcome.LEADING:
+                self.renewed_at = started
+            elif outcome is Outcome.HELD:
+                return Ended(self.lock.holder, started - self.renewed_at)
+
+    async def release(self, timeout: float) -> bool:
+        """Hand the lease over (best effort, within ``timeout`` seconds): whether it was released."""
+        release = asyncio.get_running_loop().run_in_executor(self._lane, self.lock.release)
+        try:
+            released = await asyncio.wait_for(release, timeout)
+        except Exception as exc:  # no answer in time, a conflict (taken meanwhile): the standby waits it out
+            logger.warning(
+                "could not release lease %s/%s (%s); the standby takes over when it expires",
+                self.lock.namespace,
+                self.lock.name,
+                type(exc).__name__,
+            )
+            return False
+        if released:
+            logger.info("%s released lease %s/%s", self.lock.identity, self.lock.namespace, self.lock.name)
+        return released
+
+    def close(self) -> None:
+        """Let the lane's thread go (an attempt hanging in it is not waited for)."""
+        self._lane.shutdown(wait=False, cancel_futures=True)

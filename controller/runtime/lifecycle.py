@@ -7,8 +7,9 @@ then waited about 46 s for its own tasks before the cleanup (measured on an idle
 a pod's default 30 s grace ran out first: the process was killed, and a leader never released its Lease. This loop
 does nothing but start, wait and stop.
 
-Stopping may be asked from any thread (:meth:`Shutdown.request`): a signal handler in the main thread, whichever
-thread runs the loop (the leader's runs in the election's thread, :mod:`opbroker.controller.running`).
+Stopping may be asked from any thread (:meth:`Shutdown.request`); the process asks it from the signal handlers of
+its one loop (:mod:`opbroker.controller.running`), at whatever step it is: waiting for the API, campaigning for
+the lease, or running the controller.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ class Shutdown:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._wake: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
+        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
+        """Each :meth:`wait` in progress (the process waits at every step: the API, the campaign, the run)."""
         self._requested = threading.Event()
         self._stopped = threading.Event()
         self.reason = ""
@@ -54,7 +56,7 @@ class Shutdown:
     def operating(self) -> bool:
         """Whether a loop waits on this shutdown and has not stopped yet (a stop asked now is worth waiting for)."""
         with self._lock:
-            return self._wake is not None and not self._stopped.is_set()
+            return bool(self._waiters) and not self._stopped.is_set()
 
     def request(self, reason: str) -> bool:
         """Ask the loop to stop (at most once; later calls change nothing). Returns whether this call asked."""
@@ -63,9 +65,8 @@ class Shutdown:
                 return False
             self.reason = reason
             self._requested.set()
-            wake = self._wake
-        if wake is not None:
-            loop, event = wake
+            waiters = list(self._waiters)
+        for loop, event in waiters:
             with contextlib.suppress(RuntimeError):  # the loop has closed meanwhile: nothing left to stop
                 loop.call_soon_threadsafe(event.set)
         return True
@@ -73,11 +74,16 @@ class Shutdown:
     async def wait(self) -> None:
         """Return once a stop is asked (at once if it was asked already). Call on the loop that runs the controller."""
         event = asyncio.Event()
+        waiter = (asyncio.get_running_loop(), event)
         with self._lock:
-            self._wake = (asyncio.get_running_loop(), event)
+            self._waiters.append(waiter)
             if self._requested.is_set():
                 event.set()
-        await event.wait()
+        try:
+            await event.wait()
+        finally:
+            with self._lock:
+                self._waiters.remove(waiter)
 
     def stopped(self) -> None:
         """The loop has stopped the controller (or ended without being asked)."""

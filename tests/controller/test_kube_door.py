@@ -3,15 +3,17 @@ through ``kube.py`` instead of the client (against the real API server; FakeKube
 
 from __future__ import annotations
 
-import datetime
 import itertools
 
 from kubernetes import client
 
 from opbroker.controller.kinds import INSTANCES
+from opbroker.controller.runtime import leadership
+from opbroker.controller.runtime.clock import FakeClock
 from opbroker.controller.runtime.kube import Kube
+from opbroker.controller.runtime.leadership import Outcome
 from opbroker.kubeclient import transport
-from opbroker.kubeclient.lean import LeanCustomObjects
+from opbroker.kubeclient.lean import LeanApi, LeanCustomObjects
 from tests.transport_support import Dials
 
 
@@ -50,21 +52,28 @@ def test_namespaces_version_nodes_pods(api_client: client.ApiClient, namespace: 
 _names = itertools.count()
 
 
-def test_the_lease_is_released_only_by_its_holder(api_client: client.ApiClient, namespace: str) -> None:
+def test_the_lease_is_taken_held_and_released_against_the_api_server(
+    api_client: client.ApiClient, namespace: str
+) -> None:
+    """The election's lock on a real API server: created by the first, held against the second, released by its
+    holder only (the holder emptied), then taken by the second at once."""
     name = f"lease-{next(_names)}"
-    now = datetime.datetime.now(datetime.UTC)
-    client.CoordinationV1Api(api_client).create_namespaced_lease(
-        namespace,
-        client.V1Lease(
-            metadata=client.V1ObjectMeta(name=name),
-            spec=client.V1LeaseSpec(holder_identity="me", lease_duration_seconds=15, renew_time=now),
-        ),
-    )
-    kube = Kube(api_client)
-    assert kube.release_lease(namespace, name, "someone-else") is False
-    assert kube.release_lease(namespace, name, "me") is True
+    clock = FakeClock()
+
+    def lock(identity: str) -> leadership.LeaseLock:
+        return leadership.LeaseLock(LeanApi(api_client), namespace, name, identity, lease_seconds=15, clock=clock)
+
+    first, second = lock("first"), lock("second")
+    assert first.attempt() is Outcome.LEADING
+    assert second.attempt() is Outcome.HELD and second.holder == "first"
+    assert first.attempt() is Outcome.LEADING  # renewed at the version read
+    assert second.release() is False
+    assert first.release() is True
     lease = client.CoordinationV1Api(api_client).read_namespaced_lease(name, namespace)
-    assert lease.spec.holder_identity is None
+    assert lease.spec.holder_identity is None and lease.spec.lease_transitions == 0
+    assert second.attempt() is Outcome.LEADING  # released: no need to wait out the lease
+    lease = client.CoordinationV1Api(api_client).read_namespaced_lease(name, namespace)
+    assert lease.spec.holder_identity == "second" and lease.spec.lease_transitions == 1
 
 
 def test_events_give_their_connection_back_to_the_pool(api_client: client.ApiClient, namespace: str) -> None:

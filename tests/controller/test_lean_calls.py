@@ -8,7 +8,6 @@ from the test's table; the Lease is kept as the API server keeps it (versions, c
 
 from __future__ import annotations
 
-import datetime
 import http.server
 import json
 import threading
@@ -21,14 +20,14 @@ from urllib.parse import parse_qsl, urlsplit
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from kubernetes.leaderelection import electionconfig
-from kubernetes.leaderelection.leaderelectionrecord import LeaderElectionRecord
 
 from opbroker.controller.core.views import NodeView, PodView
 from opbroker.controller.multicluster.sisters import SisterKube
-from opbroker.controller.runtime import apiready, leadership, leaselock
+from opbroker.controller.runtime import apiready, leadership
 from opbroker.controller.runtime.access import Access, api_reviewer
+from opbroker.controller.runtime.clock import FakeClock
 from opbroker.controller.runtime.kube import Kube
+from opbroker.controller.runtime.leadership import Outcome
 from opbroker.controller.servicecatalog import webhook
 from opbroker.kubeclient import deadlines
 from opbroker.kubeclient.lean import LeanApi
@@ -167,28 +166,6 @@ def test_no_nodes_is_no_capacity_and_pods_not_readable_count_nothing(fake: tuple
 LEASE = "/apis/coordination.k8s.io/v1/namespaces/ns/leases/lead"
 
 
-def test_a_lease_is_released_by_its_holder_only_and_at_the_version_read(fake: tuple[FakeApi, client.ApiClient]) -> None:
-    api, api_client = fake
-    held = {
-        "metadata": {"name": "lead", "resourceVersion": "5"},
-        "spec": {"holderIdentity": "me", "leaseDurationSeconds": 15},
-    }
-    api.routes[("GET", LEASE)] = (200, held)
-    api.routes[("PUT", LEASE)] = (200, held)
-    kube = Kube(api_client)
-    assert kube.release_lease("ns", "lead", "someone-else") is False
-    assert [s.method for s in api.seen] == ["GET"]
-    assert kube.release_lease("ns", "lead", "me") is True
-    written = api.seen[-1]
-    assert written.method == "PUT" and written.body == {
-        "metadata": {"name": "lead", "resourceVersion": "5"},
-        "spec": {"leaseDurationSeconds": 15},
-    }
-    api.routes[("PUT", LEASE)] = (409, {"kind": "Status", "code": 409})
-    with pytest.raises(ApiException):
-        kube.release_lease("ns", "lead", "me")
-
-
 # -- access reviews, the wait for the API, the webhook's configuration ------------------------------------------
 
 
@@ -281,6 +258,7 @@ class LeaseStore:
         return 201, self._keep(request.body)
 
     def replace(self, request: Seen) -> tuple[int, Any]:
+        # The API server's optimistic concurrency: a write names the version it read.
         if self.lease is None or request.body["metadata"].get("resourceVersion") != str(self.version):
             return 409, {"kind": "Status", "code": 409, "reason": "Conflict"}
         return 200, self._keep(request.body)
@@ -291,80 +269,95 @@ class LeaseStore:
         return self.lease
 
 
-def election(api_client: client.ApiClient, identity: str) -> leadership.GuardedElection:
-    lock = leaselock.LeaseLock(LeanApi(api_client), "lead", "ns", identity)
-    config = electionconfig.Config(lock, 15, 10, 2, lambda: None, lambda: None)
-    return leadership.GuardedElection(config)
+def lock(api_client: client.ApiClient, identity: str, clock: FakeClock) -> leadership.LeaseLock:
+    return leadership.LeaseLock(LeanApi(api_client), "ns", "lead", identity, lease_seconds=15, clock=clock)
 
 
-def test_the_election_creates_renews_and_respects_the_lease_through_the_lean_lock(
-    fake: tuple[FakeApi, client.ApiClient],
-) -> None:
+def test_the_lock_creates_renews_and_respects_the_lease(fake: tuple[FakeApi, client.ApiClient]) -> None:
     api, api_client = fake
     store = LeaseStore()
     api.routes[("GET", LEASE)] = store.get
     api.routes[("POST", "/apis/coordination.k8s.io/v1/namespaces/ns/leases")] = store.create
     api.routes[("PUT", LEASE)] = store.replace
-    first, second = election(api_client, "first"), election(api_client, "second")
+    clock = FakeClock()
+    first, second = lock(api_client, "first", clock), lock(api_client, "second", clock)
 
-    assert first.try_acquire_or_renew() is True  # 404, then created
-    assert store.lease is not None and store.lease["metadata"] == {"name": "lead", "resourceVersion": "1"}
+    assert first.attempt() is Outcome.LEADING  # 404, then created
+    assert store.lease is not None and store.lease["metadata"] == {
+        "name": "lead",
+        "namespace": "ns",
+        "resourceVersion": "1",
+    }
     spec = store.lease["spec"]
-    assert spec["holderIdentity"] == "first" and spec["leaseDurationSeconds"] == 15
-    assert spec["renewTime"].endswith("Z") and len(spec["renewTime"]) == len("2026-01-01T00:00:00.000000Z")
-    assert second.try_acquire_or_renew() is False  # held and not expired: nothing written
+    assert spec["holderIdentity"] == "first" and spec["leaseDurationSeconds"] == 15 and spec["leaseTransitions"] == 0
+    assert spec["renewTime"] == "2026-01-01T00:00:00.000000Z" == spec["acquireTime"]
+    assert second.attempt() is Outcome.HELD and second.holder == "first"  # held and not expired: nothing written
     assert [s.method for s in api.seen] == ["GET", "POST", "GET"]
 
-    acquired = spec["acquireTime"]
-    assert first.try_acquire_or_renew() is True  # renewed at the version read, acquireTime kept
+    clock.advance(2.5)
+    assert first.attempt() is Outcome.LEADING  # renewed at the version read, acquireTime kept
     assert api.seen[-1].method == "PUT" and api.seen[-1].body["metadata"]["resourceVersion"] == "1"
-    assert store.lease["spec"]["acquireTime"] == acquired and store.version == 2
+    assert store.lease["spec"]["acquireTime"] == spec["acquireTime"] and store.version == 2
+    assert store.lease["spec"]["renewTime"] == "2026-01-01T00:00:02.500000Z"
+
+    # The standby counts the lease's duration from when it first saw the current record, on its own clock (the
+    # stored times are the holder's clock's): here at 2.5 s.
+    assert second.attempt() is Outcome.HELD
+    clock.advance(14)
+    assert second.attempt() is Outcome.HELD  # unchanged for 14 s of its sight
+    clock.advance(1.5)
+    assert second.attempt() is Outcome.LEADING  # not renewed for a whole lease: taken, a transition counted
+    assert store.lease["spec"]["holderIdentity"] == "second" and store.lease["spec"]["leaseTransitions"] == 1
+    assert first.attempt() is Outcome.HELD and first.holder == "second"  # the old leader finds another holder
 
     api.routes[("GET", LEASE)] = (500, {"kind": "Status", "code": 500})
-    assert first.try_acquire_or_renew() is False  # an error read is a failed attempt, not a creation
+    assert second.attempt() is Outcome.FAILED  # an error read is a failed attempt, not a creation
     assert api.seen[-1].method == "GET"
 
 
-def test_the_lock_writes_over_the_lease_read_and_a_conflict_is_a_failed_update(
-    fake: tuple[FakeApi, client.ApiClient],
-) -> None:
+def test_of_two_takeovers_at_once_the_api_server_lets_one_write(fake: tuple[FakeApi, client.ApiClient]) -> None:
     api, api_client = fake
     store = LeaseStore()
     api.routes[("GET", LEASE)] = store.get
     api.routes[("PUT", LEASE)] = store.replace
-    store._keep({"metadata": {"name": "lead"}, "spec": {"holderIdentity": "x", "leaseTransitions": 3}})
-    lock = leaselock.LeaseLock(LeanApi(api_client), "lead", "ns", "me")
-    record = LeaderElectionRecord("me", "15", "2026-12-03 10:00:00.250000", "2026-12-03 10:00:01")
-    assert lock.update("lead", "ns", record) is False  # nothing read yet
-    found, held = lock.get("lead", "ns")
-    assert found is True and isinstance(held, LeaderElectionRecord) and held.holder_identity == "x"
-    assert held.lease_duration is None and held.renew_time is None
-    assert lock.update("lead", "ns", record) is True
-    assert store.lease is not None and store.lease["spec"]["leaseTransitions"] == 3  # other fields kept
-    assert lock.update("lead", "ns", record) is False  # the version it holds is no longer current
+    store._keep({"metadata": {"name": "lead"}, "spec": {"leaseDurationSeconds": 15, "leaseTransitions": 3}})
+    clock = FakeClock()
+    first, second = lock(api_client, "first", clock), lock(api_client, "second", clock)
+    assert store.lease is not None
+    released = (200, json.loads(json.dumps(store.lease)))
+    api.routes[("GET", LEASE)] = released  # both read the released lease (version 1) before either writes
+    assert first.attempt() is Outcome.LEADING  # no holder: taken at once, a transition counted
+    assert store.lease["spec"]["leaseTransitions"] == 4
+    assert second.attempt() is Outcome.FAILED  # its write carried the version it read: 409
+    assert store.lease["spec"]["holderIdentity"] == "first"
 
 
-def test_record_times_go_on_the_wire_as_the_utc_instant_and_come_back_local() -> None:
-    local = datetime.datetime(2026, 12, 3, 10, 0, 0, 250000)
-    wire = leaselock.wire_time(str(local))
-    assert wire == local.astimezone().astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    assert leaselock.record_time(wire) == str(local)
-    whole = datetime.datetime(2026, 12, 3, 10, 0, 0)  # str() leaves the microseconds out
-    assert leaselock.wire_time(str(whole)).endswith(".000000Z")
-    with pytest.raises(ValueError, match="Failed to parse"):
-        leaselock.wire_time("yesterday")
+def test_a_lease_is_released_by_its_holder_only_and_at_the_version_read(fake: tuple[FakeApi, client.ApiClient]) -> None:
+    api, api_client = fake
+    held = {
+        "metadata": {"name": "lead", "resourceVersion": "5"},
+        "spec": {"holderIdentity": "me", "leaseDurationSeconds": 15},
+    }
+    api.routes[("GET", LEASE)] = (200, held)
+    api.routes[("PUT", LEASE)] = (200, held)
+    clock = FakeClock()
+    assert lock(api_client, "someone-else", clock).release() is False
+    assert [s.method for s in api.seen] == ["GET"]
+    assert lock(api_client, "me", clock).release() is True
+    written = api.seen[-1]
+    assert written.method == "PUT" and written.body == {
+        "metadata": {"name": "lead", "resourceVersion": "5"},
+        "spec": {"leaseDurationSeconds": 15},
+    }
+    api.routes[("PUT", LEASE)] = (409, {"kind": "Status", "code": 409})
+    with pytest.raises(ApiException):
+        lock(api_client, "me", clock).release()
 
 
-def test_a_lease_answer_that_is_no_lease_reads_as_an_empty_record() -> None:
-    record = leaselock.record_of({"spec": {"holderIdentity": 7, "leaseDurationSeconds": "15", "renewTime": None}})
-    assert record.__dict__ == LeaderElectionRecord(None, None, None, None).__dict__
-
-
-def test_an_unreachable_api_server_is_raised_from_the_lock_for_the_election_to_count() -> None:
+def test_an_unreachable_api_server_is_a_failed_attempt() -> None:
     closed = deadlines.bounded(client.Configuration(host="http://127.0.0.1:9"))
     closed.configuration.retries = 0
-    lock = leaselock.LeaseLock(LeanApi(closed), "lead", "ns", "me")
+    unreachable = leadership.LeaseLock(LeanApi(closed), "ns", "lead", "me", lease_seconds=15, clock=FakeClock())
     with pytest.raises(Unreachable):
-        lock.get("lead", "ns")
-    config = electionconfig.Config(lock, 15, 10, 2, lambda: None, lambda: None)
-    assert leadership.GuardedElection(config).try_acquire_or_renew() is False
+        unreachable.release()
+    assert unreachable.attempt() is Outcome.FAILED

@@ -2,10 +2,10 @@
 
 Aspects: every API call of the controller and the broker gets a deadline (a watch its own, from its server-side
 duration); liveness fails when workers are stuck or the API server answers nothing, readiness on its own bound;
-the lease guard fires past the renew deadline. Against the real API server, through :class:`BlackHole` (a TCP
-relay that stops forwarding and keeps its connections open): the controller notices, ``/healthz`` says so, and
-once the path works again it converges with no operation lost; a leader whose renewals are black-holed stops
-acting before the standby takes over.
+a leader stops at its renew deadline (on a fake clock in test_leadership). Against the real API server, through
+:class:`BlackHole` (a TCP relay that stops forwarding and keeps its connections open): the controller notices,
+``/healthz`` says so, and once the path works again it converges with no operation lost; a leader whose renewals
+are black-holed stops acting before the standby takes over.
 
 Bounds are generous and polled; no test asserts how fast anything happened, only in which order.
 """
@@ -26,7 +26,7 @@ import yaml
 from kubernetes import client, config
 
 from opbroker.broker import server as broker_server
-from opbroker.controller.runtime import contact, health, leadership, queue
+from opbroker.controller.runtime import contact, health, queue
 from opbroker.devcluster import ControlPlane
 from opbroker.devcluster.controlplane import free_ports
 from opbroker.kubeclient import deadlines
@@ -191,27 +191,6 @@ def test_liveness_fails_on_its_checks_and_readiness_on_its_own() -> None:
     state.beat()
     assert state.liveness() == (False, "the API server has not answered the controller for 121 s (bound 120 s)")
     assert not state.readiness()[0]
-
-
-def test_the_lease_guard_fires_once_the_last_renewal_is_older_than_the_renew_deadline() -> None:
-    assert leadership.overdue(None, 100.0, 6) is None  # never renewed: nothing to guard yet
-    assert leadership.overdue(94.5, 100.0, 6) is None
-    assert leadership.overdue(93.5, 100.0, 6) == 6.5
-
-    class Election:
-        renewed_at: float | None = 10.0
-
-    clock = CountingClock()
-    clock.now = 15.0
-    fired: list[float] = []
-    done = threading.Event()
-    thread = leadership.guard(Election(), 6, lambda age: (fired.append(age), done.set()), every=0.01, clock=clock)  # type: ignore[arg-type]
-    assert clock.reads_reach(3, within=10)  # the guard has looked three times ...
-    assert fired == []  # ... and found 5 s old fine (it looks after reading: the third read proves two looks)
-    clock.now = 16.5
-    assert done.wait(10)
-    thread.join(10)
-    assert fired == [6.5]
 
 
 # -- a client through a black hole ends at its deadline ----------------------------------------------------

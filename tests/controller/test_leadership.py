@@ -1,0 +1,189 @@
+"""The election of our own (issue 45): client-go's rules as a pure core, and the campaign and the renewals as
+coroutines on the runtime's clock — a failing or hanging renewal ends leading at the renew deadline, another
+holder ends it at once. On a fake clock; the lock's attempts are scripted (the lock itself is tested against a
+stand-in API server in test_lean_calls)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+
+import pytest
+from kubernetes import client
+
+from opbroker.controller.runtime import leadership
+from opbroker.controller.runtime.clock import FakeClock
+from opbroker.controller.runtime.leadership import Ended, LeaseRecord, Outcome, Seen
+from opbroker.kubeclient import deadlines
+from opbroker.kubeclient.lean import LeanApi
+
+pytestmark = pytest.mark.unit
+
+HANG = "hang"
+
+
+def record(holder: str, renewed: str = "t1", duration: int = 15, transitions: int = 0) -> LeaseRecord:
+    return LeaseRecord(holder, duration, "t0", renewed, transitions)
+
+
+def test_another_holder_holds_for_its_duration_from_when_its_record_was_first_seen() -> None:
+    seen = leadership.observe(None, record("a"), 100.0)
+    assert leadership.observe(seen, record("a"), 110.0) is seen  # unchanged: the first sight stays
+    assert leadership.held_by_another(seen, "me", 114.9, 15)
+    assert not leadership.held_by_another(seen, "me", 115.0, 15)  # not renewed for a whole lease
+    renewed = leadership.observe(seen, record("a", renewed="t2"), 110.0)
+    assert renewed == Seen(record("a", renewed="t2"), 110.0) and leadership.held_by_another(renewed, "me", 124, 15)
+    assert not leadership.held_by_another(leadership.observe(None, record("me"), 100), "me", 100, 15)  # mine
+    assert not leadership.held_by_another(leadership.observe(None, record(""), 100), "me", 100, 15)  # released
+    short = leadership.observe(None, record("a", duration=5), 100)
+    assert not leadership.held_by_another(short, "me", 105, 15)  # the record's own duration counts
+    no_duration = leadership.observe(None, record("a", duration=0), 100)
+    assert leadership.held_by_another(no_duration, "me", 105, 15)  # none written: the candidate's
+
+
+def test_a_renewal_keeps_the_acquisition_and_a_takeover_counts_a_transition() -> None:
+    assert leadership.taken(None, "me", 15, "s") == LeaseRecord("me", 15, "s", "s", 0)
+    mine = LeaseRecord("me", 10, "a", "r", 2)
+    assert leadership.taken(mine, "me", 15, "s") == LeaseRecord("me", 15, "a", "s", 2)
+    assert leadership.taken(record("other", transitions=2), "me", 15, "s") == LeaseRecord("me", 15, "s", "s", 3)
+    assert leadership.taken(record("", transitions=2), "me", 15, "s").transitions == 3
+
+
+def test_times_go_on_the_wire_as_micro_time() -> None:
+    assert leadership.wire_time("2026-12-03T10:00:00.250000+00:00") == "2026-12-03T10:00:00.250000Z"
+    assert leadership.wire_time("2026-12-03T10:00:00+00:00") == "2026-12-03T10:00:00.000000Z"
+
+
+def test_a_lease_answer_that_is_no_lease_reads_as_an_empty_record() -> None:
+    read = LeaseRecord.of({"spec": {"holderIdentity": 7, "leaseDurationSeconds": "15", "renewTime": None}})
+    assert read == LeaseRecord("", 0, None, None, 0)
+    assert read.spec() == {"leaseDurationSeconds": 0, "leaseTransitions": 0}  # no holder written
+
+
+# -- the campaign and the renewals on the loop -------------------------------------------------------------------
+
+
+class Scripted(leadership.LeaseLock):
+    """A lock whose attempts answer from a script (``HANG``: block until :attr:`hung` is set, then fail)."""
+
+    def __init__(self, script: list[Outcome | str], clock: FakeClock) -> None:
+        never_called = LeanApi(deadlines.bounded(client.Configuration(host="http://127.0.0.1:9")))
+        super().__init__(never_called, "ns", "lead", "me", lease_seconds=15, clock=clock)
+        self.script = script
+        self.calls = 0
+        self.hung = threading.Event()
+
+    def attempt(self) -> Outcome:
+        self.calls += 1
+        step = self.script.pop(0)
+        if step == HANG:
+            self.hung.wait(30)
+            return Outcome.FAILED
+        assert isinstance(step, Outcome)
+        if step is Outcome.HELD:
+            self.holder = "other"
+        return step
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    """Let the loop run (and the lane's thread hand its answer back) until ``condition`` holds."""
+    for _ in range(5000):
+        if condition():
+            return
+        await asyncio.sleep(0.001)
+    raise AssertionError("the condition never held")
+
+
+async def resting(clock: FakeClock) -> None:
+    """Until the election only waits out its retry period (an attempt's deadline, if any, disarmed)."""
+    await until(lambda: clock.due == [clock.monotonic() + 2])
+
+
+def election(script: list[Outcome | str], clock: FakeClock) -> leadership.Leadership:
+    return leadership.Leadership(Scripted(script, clock), renew_deadline=10, retry_period=2, clock=clock)
+
+
+def calls(elected: leadership.Leadership) -> int:
+    lock = elected.lock
+    assert isinstance(lock, Scripted)
+    return lock.calls
+
+
+def test_a_candidate_tries_every_retry_period_until_it_holds_the_lease() -> None:
+    async def scenario() -> None:
+        clock = FakeClock()
+        elected = election([Outcome.HELD, Outcome.FAILED, Outcome.LEADING], clock)
+        campaign = asyncio.ensure_future(elected.campaign())
+        await until(lambda: calls(elected) == 1)
+        await resting(clock)
+        clock.advance(1.9)
+        await asyncio.sleep(0.01)
+        assert calls(elected) == 1 and not campaign.done()  # not before the retry period
+        clock.advance(0.1)
+        await until(lambda: calls(elected) == 2)
+        await resting(clock)
+        clock.advance(2)
+        await until(campaign.done)
+        assert elected.renewed_at == 1004.0  # when the successful attempt started
+        elected.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_leader_whose_renewals_fail_stops_at_the_renew_deadline() -> None:
+    async def scenario() -> None:
+        clock = FakeClock()
+        elected = election([Outcome.LEADING, Outcome.LEADING] + [Outcome.FAILED] * 4, clock)
+        await elected.campaign()
+        holding = asyncio.ensure_future(elected.hold())
+        for attempt in range(2, 7):  # renewed at 1002, then four failures (1004 ... 1010)
+            await resting(clock)
+            clock.advance(2)
+            await until(lambda a=attempt: calls(elected) == a)  # type: ignore[misc]
+        await resting(clock)
+        assert not holding.done()  # at 1010: 8 s since the last renewal
+        clock.advance(2)
+        await until(holding.done)
+        assert holding.result() == Ended(None, 10.0) and calls(elected) == 6  # no attempt past the deadline
+        elected.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_leader_that_finds_another_holder_stops_at_once() -> None:
+    async def scenario() -> None:
+        clock = FakeClock()
+        elected = election([Outcome.LEADING, Outcome.HELD], clock)
+        await elected.campaign()
+        holding = asyncio.ensure_future(elected.hold())
+        await resting(clock)
+        clock.advance(2)
+        await until(holding.done)
+        assert holding.result() == Ended("other", 2.0)
+        elected.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_hanging_renewal_ends_leading_at_the_renew_deadline_not_when_it_returns() -> None:
+    async def scenario() -> None:
+        clock = FakeClock()
+        elected = election([Outcome.LEADING, HANG], clock)
+        await elected.campaign()
+        holding = asyncio.ensure_future(elected.hold())
+        await resting(clock)
+        clock.advance(2)
+        await until(lambda: calls(elected) == 2 and clock.due == [1010.0])  # hanging; the deadline is armed
+        clock.advance(7.9)  # 1009.9: renewed at 1000, the deadline is 1010
+        await asyncio.sleep(0.01)
+        assert not holding.done()
+        clock.advance(0.1)
+        await until(holding.done)
+        assert holding.result() == Ended(None, 10.0)
+        lock = elected.lock
+        assert isinstance(lock, Scripted)
+        lock.hung.set()
+        elected.close()
+
+    asyncio.run(scenario())
