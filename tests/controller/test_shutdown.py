@@ -141,6 +141,19 @@ def test_a_leader_given_sigterm_mid_provisioning_ends_its_reconciles_hands_its_l
                 60,
                 f"{name} to be provisioned by the new leader",
             )
+        # A standby given SIGTERM while it campaigns exits 0 at once (the signal reaches the loop at every step).
+        standby = Process(
+            "replica-2",
+            [*controller_command(control_plane), "--leader-election", "--lease-seconds", str(LEASE_SECONDS)],
+            tmp_path,
+        )
+        replicas.append(standby)
+        standby.start()
+        wait_for(lambda: "the lease is held by" in standby.log.read_text(), 60, "the new standby to campaign")
+        code, seconds = terminate(standby)
+        log = standby.log.read_text(errors="replace")
+        assert code == 0 and seconds < IDLE_EXIT_SECONDS, log[-3000:]
+        assert "became the leader" not in log and lease_holder(api_client, catalog_namespace) == taken
     finally:
         for replica in replicas:
             replica.stop()
