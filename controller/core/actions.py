@@ -167,12 +167,9 @@ class WriteSecret:
 
 @dataclass(frozen=True)
 class DeleteSecret:
-    """Delete a Secret, only if an owner reference says it is ``owner_uid``'s (gone already is fine).
-
-    ``uid`` and ``resource_version``: the Secret as the plan observed it and found the owner's — deleted only at
-    that version (a 409 is a conflict: the reconcile decides again on a fresh read). Without them (a plan that did
-    not read it: the multi-cluster placement's teardown) the effect reads it and deletes it only if it is
-    ``owner_uid``'s."""
+    """Delete a Secret the plan observed and found ``owner_uid``'s (an owner reference says so): only the one of
+    ``uid``, only at ``resource_version`` (a 409 is a conflict: the reconcile decides again on a fresh read; gone
+    already is fine). The effect decides nothing."""
 
     namespace: str
     name: str

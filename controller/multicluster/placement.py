@@ -45,12 +45,12 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
-from opbroker.api.conventions import resource_name
+from opbroker.api.conventions import credentials_secret_name, resource_name
 from opbroker.api.osb import OperationState
 from opbroker.api.selectors import SelectorError
 from opbroker.api.selectors import parse as parse_selector
 from opbroker.controller.catalog.catalog import PlanEntry
-from opbroker.controller.core.views import BindingView, InstanceView, SecretView
+from opbroker.controller.core.views import BindingView, InstanceView, ObjectView, SecretView
 from opbroker.controller.kinds import BINDINGS, INSTANCES
 from opbroker.controller.multicluster import quantities
 from opbroker.controller.multicluster.clusters import CatalogReplicator, ClusterRegistry, ClusterState, describe
@@ -231,7 +231,14 @@ class MultiClusterPlacement:
         source = None if secret is None else SecretView.of(secret)
         entry = self.deps.catalog.plan(facts.obj.plan_id)
         user = identities.plan_user(entry.body, self.deps.settings) if entry is not None else None
-        return _with(facts, copy=copy, instance_copied=instance_copied, source=source, plan_user=user)
+        credentials = None
+        if meta.deleting or source is not None:  # to delete, or to write over: the plan decides on it as read
+            door = self.deps.kube if meta.deleting or user is None else self.deps.kube.acting_as(user)
+            name = credentials_secret_name(meta.name)
+            credentials = ObjectView.maybe(door.read_secret(meta.namespace, name, stored=True))
+        return _with(
+            facts, copy=copy, instance_copied=instance_copied, source=source, plan_user=user, credentials=credentials
+        )
 
     # -- shared steps ----------------------------------------------------------------------------------
 

@@ -149,18 +149,11 @@ def write_secret(run: Run, action: a.WriteSecret) -> None:
 
 
 def delete_secret(run: Run, action: a.DeleteSecret) -> None:
-    """Delete the Secret the plan found the owner's, at the version it found (a 409 is a conflict: the reconcile
-    decides again). A plan that did not read it (``resource_version`` None: the placement's teardown) has it read
-    here and deleted only if it is the owner's (another's of that name is left alone)."""
-    kube = run.actor(action.as_user)
-    if action.resource_version is not None:
-        kube.delete_secret(  # gone already is fine
-            action.namespace, action.name, uid=action.uid, resource_version=action.resource_version, conflicts=True
-        )
-        return
-    secret = ObjectView.maybe(kube.read_secret(action.namespace, action.name))
-    if secret is not None and secret.meta.owned_by(action.owner_uid):
-        kube.delete_secret(action.namespace, action.name, uid=secret.meta.uid or None)
+    """Delete the Secret the plan found the owner's, at the uid and version it found (a 409 is a conflict: the
+    reconcile decides again; gone already is fine)."""
+    run.actor(action.as_user).delete_secret(
+        action.namespace, action.name, uid=action.uid, resource_version=action.resource_version, conflicts=True
+    )
 
 
 def void(_: object) -> None:

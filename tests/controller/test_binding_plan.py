@@ -423,15 +423,18 @@ def test_the_credentials_write_only_performs() -> None:
     assert [c.verb for c in kube.calls] == ["apply_secret"]  # no read: the plan decided on the Secret observed
 
 
-def test_executor_deletes_a_secret_only_if_it_is_the_owners() -> None:
+def test_the_credentials_delete_only_performs() -> None:
+    """Which Secret is the owner's is the plan's decision (``delete_secret``, on the Secret observed): the effect
+    deletes the one it names, at the uid and version the plan found, with no read of its own."""
     run, kube, created = executor()
     owned = {"name": "mine", "namespace": NS, "ownerReferences": [{"uid": "b-1", "kind": "SFServiceBinding"}]}
-    kube.apply_secret({"apiVersion": "v1", "kind": "Secret", "metadata": owned})
-    kube.apply_secret({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "theirs", "namespace": NS}})
+    written = kube.apply_secret({"apiVersion": "v1", "kind": "Secret", "metadata": owned})
+    meta = written["metadata"]
     kube.calls.clear()
-    run.run(KEY, created, [a.DeleteSecret(NS, "theirs", "b-1"), a.DeleteSecret(NS, "mine", "b-1")])
+    uid, version = meta.get("uid"), meta.get("resourceVersion")
+    run.run(KEY, created, [a.DeleteSecret(NS, "mine", "b-1", uid=uid, resource_version=version)])
     assert [(c.verb, c.name) for c in kube.calls] == [("delete_secret", "mine")]
-    assert kube.read_secret(NS, "theirs") is not None
+    assert kube.read_secret(NS, "mine") is None
 
 
 def test_executor_keeps_what_a_binding_follows_in_memory() -> None:
@@ -504,6 +507,10 @@ def bound_copy() -> dict[str, Any]:
 
 
 SOURCE = {"metadata": {"name": "theirs", "namespace": NS}, "data": {"response": "e30="}}
+OWN_SECRET = ObjectView.of(
+    {"metadata": {"name": "b-credentials", "namespace": NS, "uid": "s-1", "resourceVersion": "3",
+                  "ownerReferences": [{"uid": "b-1", "kind": "SFServiceBinding"}]}}
+)  # fmt: skip
 NEW = binding(finalizer=False)
 QUEUED = binding(state="in_queue")
 BOUND_HERE = binding(state="in progress", observed=1)
@@ -529,7 +536,10 @@ PLACED: list[tuple[str, BindingFacts, list[tuple[Any, ...]]]] = [
      facts(BOUND_HERE, placement=on("c2", BOUND_HERE, copy=bound_copy(), source=SOURCE)),
      [("WriteSecret",), ("status", "succeeded", None, "guarded", ("event", "Replicated", False))]),
     ("deleted, the copy gone: the credentials Secret deleted, released",
-     facts(GOING_AWAY, placement=on("c2", GOING_AWAY)), [("DeleteSecret",), ("finalizer", False)]),
+     facts(GOING_AWAY, placement=on("c2", GOING_AWAY, credentials=OWN_SECRET)),
+     [("DeleteSecret",), ("finalizer", False)]),
+    ("deleted, the copy gone, no credentials Secret: released",
+     facts(GOING_AWAY, placement=on("c2", GOING_AWAY)), [("finalizer", False)]),
 ]  # fmt: skip
 
 

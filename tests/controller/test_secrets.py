@@ -81,6 +81,24 @@ def test_the_controllers_own_writes_hold_their_bodies() -> None:
     )
 
 
+def run_secret_watch(store: ObjectStore, source: Scripted, own: str) -> None:
+    """The Secret watch of the controller (metadata only, its registries in namespace ``ns`` labelled ``own`` with
+    bodies) over ``source``'s script, run to the script's end."""
+    kube = SimpleNamespace(store=store, served=None, api_client=None)
+    watchers = SourceWatchers(
+        kube,  # type: ignore[arg-type]
+        SourceIndex(),
+        lambda _key: None,
+        metadata_only=[SECRETS],
+        own_bodies={SECRETS: ("ns", own)},
+        source=source,
+    )
+    informer = watchers._informer(SECRETS, "secrets")
+    watchers._informers[SECRETS] = informer
+    source.informers.append(informer)
+    informer.run()
+
+
 def test_the_controllers_own_secrets_are_listed_with_their_bodies() -> None:
     """Before the metadata listing, the registries (in the registries' namespace only: a label is anyone's to write,
     issue 42) are listed with their bodies: a restarted controller reads them from memory (no GET each) while the
@@ -105,19 +123,7 @@ def test_the_controllers_own_secrets_are_listed_with_their_bodies() -> None:
             ("list", [{"metadata": secret(n, "3")["metadata"]} for n in ("registry", "other")]),
         ]
     )
-    kube = SimpleNamespace(store=store, served=None, api_client=None)
-    watchers = SourceWatchers(
-        kube,  # type: ignore[arg-type]
-        SourceIndex(),
-        lambda _key: None,
-        metadata_only=[SECRETS],
-        own_bodies={SECRETS: ("ns", own)},
-        source=source,
-    )
-    informer = watchers._informer(SECRETS, "secrets")
-    watchers._informers[SECRETS] = informer
-    source.informers.append(informer)
-    informer.run()
+    run_secret_watch(store, source, own)
     bodies, listing = source.collections[:2]
     assert listing.metadata_only and (listing.namespace, listing.label_selector) == (None, None)
     assert not bodies.metadata_only and (bodies.namespace, bodies.label_selector) == ("ns", own)
@@ -138,19 +144,7 @@ def test_a_registry_changed_or_deleted_between_its_two_listings_is_not_served_st
             ("list", [{"metadata": secret(n, v)["metadata"]} for n, v in (("changed", "5"), ("kept", "3"))]),
         ]
     )
-    kube = SimpleNamespace(store=store, served=None, api_client=None)
-    watchers = SourceWatchers(
-        kube,  # type: ignore[arg-type]
-        SourceIndex(),
-        lambda _key: None,
-        metadata_only=[SECRETS],
-        own_bodies={SECRETS: ("ns", own)},
-        source=source,
-    )
-    informer = watchers._informer(SECRETS, "secrets")
-    watchers._informers[SECRETS] = informer
-    source.informers.append(informer)
-    informer.run()
+    run_secret_watch(store, source, own)
     assert store.lookup(SECRETS, "ns", "changed") is UNKNOWN
     assert store.version_of(SECRETS, "ns", "changed") == "5"
     assert store.lookup(SECRETS, "ns", "deleted") is None

@@ -8,10 +8,12 @@ from typing import Any
 
 import pytest
 
-from opbroker.api.conventions import FINALIZER, credentials_secret_name
+from opbroker.api.conventions import ANNOTATION_OWNER_UID, FINALIZER, credentials_secret_name
+from opbroker.api.meta import ResourceRef
 from opbroker.controller.core import actions as a
+from opbroker.controller.core import decisions
 from opbroker.controller.core.reasons import Reason
-from opbroker.controller.core.views import SecretView
+from opbroker.controller.core.views import ObjectView, SecretView
 from opbroker.controller.multicluster.core import placement_plan as p
 from opbroker.controller.multicluster.core import replicas
 from opbroker.controller.multicluster.core.placement_plan import (
@@ -303,6 +305,27 @@ ROWS: list[tuple[str, PlacementFacts, list[Any] | None]] = [
     ),
 ]
 
+
+def credentials(owner: str | None, *, stamped: bool = True) -> ObjectView:
+    """The binding's credentials Secret on the master as read: with an owner reference to ``owner`` and its stamp
+    (None: a Secret of that name someone else made)."""
+    meta: dict[str, Any] = {
+        "name": credentials_secret_name("b"),
+        "namespace": "team",
+        "uid": "su",
+        "resourceVersion": "7",
+    }
+    if owner is not None:
+        meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "X", "name": "b", "uid": owner, "controller": True}]
+        if stamped:
+            meta["annotations"] = {ANNOTATION_OWNER_UID: owner}
+    return ObjectView.of({"apiVersion": "v1", "kind": "Secret", "metadata": meta})
+
+
+NOT_OURS = decisions.not_owned_message(
+    ResourceRef(api_version="v1", kind="Secret", namespace="team", name=credentials_secret_name("b"))
+)
+
 BINDING_ROWS: list[tuple[str, PlacementFacts, list[Any] | None]] = [
     ("binding on the master: reconciled here", facts(binding(), kind="binding", cluster="1"), None),
     (
@@ -322,6 +345,7 @@ BINDING_ROWS: list[tuple[str, PlacementFacts, list[Any] | None]] = [
             a.WriteSecret(
                 replicas.credentials_secret(V(BOUND), SecretView.of(SOURCE), credentials_secret_name("b")),
                 as_user="system:serviceaccount:x:plan",
+                create=True,
             ),
             a.WriteStatus(
                 {
@@ -338,9 +362,66 @@ BINDING_ROWS: list[tuple[str, PlacementFacts, list[Any] | None]] = [
         [a.Requeue(5.0)],
     ),
     (
-        "unbound, the copy gone: credentials deleted, released",
+        "bound, its Secret written before: written over the version read",
+        facts(BOUND, kind="binding", copy=BOUND_COPY, source=SOURCE, credentials=credentials("ub")),
+        [
+            a.WriteSecret(
+                replicas.credentials_secret(V(BOUND), SecretView.of(SOURCE), credentials_secret_name("b")),
+                resource_version="7",
+            ),
+            a.WriteStatus(
+                {
+                    **replicas.mirror(V(BOUND), V(BOUND_COPY), cluster="c2", fields=replicas.BINDING_FIELDS, now=NOW),
+                    "response": {"secretRef": credentials_secret_name("b")},
+                },
+                event=a.Event(Reason.REPLICATED.value, "succeeded (reported by cluster 'c2')"),
+            ),
+        ],
+    ),
+    (
+        "bound, its Secret written before the copies were stamped (owner reference only): written over",
+        facts(BOUND, kind="binding", copy=BOUND_COPY, source=SOURCE, credentials=credentials("ub", stamped=False)),
+        [
+            a.WriteSecret(
+                replicas.credentials_secret(V(BOUND), SecretView.of(SOURCE), credentials_secret_name("b")),
+                resource_version="7",
+            ),
+            a.WriteStatus(
+                {
+                    **replicas.mirror(V(BOUND), V(BOUND_COPY), cluster="c2", fields=replicas.BINDING_FIELDS, now=NOW),
+                    "response": {"secretRef": credentials_secret_name("b")},
+                },
+                event=a.Event(Reason.REPLICATED.value, "succeeded (reported by cluster 'c2')"),
+            ),
+        ],
+    ),
+    (
+        "bound, a Secret of its name is someone else's: not written, the binding fails on the master",
+        facts(BOUND, kind="binding", copy=BOUND_COPY, source=SOURCE, credentials=credentials(None)),
+        [
+            a.WriteStatus(
+                {"state": "failed", "error": NOT_OURS, "description": NOT_OURS},
+                event=a.Event(Reason.OBJECT_NOT_OWNED.value, NOT_OURS, warning=True),
+            )
+        ],
+    ),
+    (
+        "unbound, the copy gone: the binding's credentials deleted at the version read, released",
+        facts(binding(state="delete", deleting=True), kind="binding", credentials=credentials("ub")),
+        [
+            a.DeleteSecret("team", credentials_secret_name("b"), "ub", uid="su", resource_version="7"),
+            a.EnsureFinalizer(False),
+        ],
+    ),
+    (
+        "unbound, the copy gone, a Secret of its name not the binding's: left alone, released",
+        facts(binding(state="delete", deleting=True), kind="binding", credentials=credentials("someone")),
+        [a.EnsureFinalizer(False)],
+    ),
+    (
+        "unbound, the copy gone, no Secret: released",
         facts(binding(state="delete", deleting=True), kind="binding"),
-        [a.DeleteSecret("team", credentials_secret_name("b"), "ub"), a.EnsureFinalizer(False)],
+        [a.EnsureFinalizer(False)],
     ),
 ]
 

@@ -20,7 +20,6 @@ import datetime
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
 
 from opbroker.controller.core import actions as a
 from opbroker.controller.core.reasons import Reason
@@ -162,11 +161,15 @@ def blocked_message(name: str, remaining: Sequence[Key]) -> str:
     )
 
 
-def plan(facts: ClusterFacts) -> list[Any]:
+ClusterAction = a.Action | Replicate | Unregister
+"""What a cluster's plan returns: the one vocabulary, and the cluster's own effects."""
+
+
+def plan(facts: ClusterFacts) -> list[ClusterAction]:
     """Hold or release the finalizer, replicate the catalog, report the status, probe again later."""
     cluster = facts.cluster
     removing, held = cluster.meta.deleting, CLUSTER_FINALIZER in cluster.meta.finalizers
-    actions: list[Any] = []
+    actions: list[ClusterAction] = []
     if not removing and not held:
         actions.append(a.EnsureFinalizer(present=True))
     if facts.reachable and not removing:

@@ -18,14 +18,15 @@ from __future__ import annotations
 
 import datetime
 from dataclasses import dataclass, field
-from typing import Any
 
 from opbroker.api.conventions import FINALIZER, credentials_secret_name
+from opbroker.api.meta import ResourceRef
 from opbroker.api.osb import OperationState
 from opbroker.controller.core import actions as a
+from opbroker.controller.core import decisions
 from opbroker.controller.core.decisions import TERMINAL, outcome_status
 from opbroker.controller.core.reasons import Reason
-from opbroker.controller.core.views import Meta, OperationView, SecretView
+from opbroker.controller.core.views import Meta, ObjectView, OperationView, SecretView
 from opbroker.controller.multicluster.core import replicas
 from opbroker.controller.multicluster.core.scheduling import MASTER
 from opbroker.controller.multicluster.core.views import ReplicaView
@@ -85,6 +86,9 @@ PlacementAction = SetCluster | AnnotateCluster | ReplicateCatalog | HandOver | D
 """Placement's own actions: their effects (``MultiClusterPlacement.effects``) are registered in the OSB executor
 when multi-cluster is on."""
 
+Placed = list[a.Action | PlacementAction]
+"""What placement decides for an instance or a binding: the one vocabulary and its own actions."""
+
 
 # -- facts ----------------------------------------------------------------------------------------------------
 
@@ -136,6 +140,10 @@ class PlacementFacts:
     """A binding: its instance's copy exists in the sister."""
     source: SecretView | None = field(default=None, repr=False)
     """A binding bound in the sister: the copy's credentials Secret there."""
+    credentials: ObjectView | None = field(default=None, repr=False)
+    """A binding: its credentials Secret on the master as read (None: there is none), read when the copy's are
+    there to mirror and when the binding is deleted: the plan writes over it only when it is the binding's, and
+    deletes it only when an owner reference says so, each at the version read."""
     plan_user: str | None = None
     """The plan's ServiceAccount: the credentials Secret is written as it (issue 24)."""
     poll_seconds: float = 5.0
@@ -182,7 +190,7 @@ def needs_schedule(obj: ReplicaView) -> bool:
     return not obj.meta.deleting and replicas.pending(obj)
 
 
-def write(facts: PlacementFacts, patch: JsonObject, event: tuple[Reason, str] | None = None) -> list[Any]:
+def write(facts: PlacementFacts, patch: JsonObject, event: tuple[Reason, str] | None = None) -> Placed:
     """Patch the master status; an Event goes with it when given, or when the state changed."""
     if not patch:
         return []
@@ -197,7 +205,7 @@ def write(facts: PlacementFacts, patch: JsonObject, event: tuple[Reason, str] | 
     return [a.WriteStatus(dict(patch), event=said)]
 
 
-def unreachable(facts: PlacementFacts) -> list[Any]:
+def unreachable(facts: PlacementFacts) -> Placed:
     """The cluster cannot be worked with: the object says so (its state kept); probed again later."""
     assert facts.cluster is not None and facts.reach is not None
     cluster = facts.cluster
@@ -210,11 +218,11 @@ def unreachable(facts: PlacementFacts) -> list[Any]:
     return [*write(facts, patch, (reason, message)), a.Requeue(facts.probe_seconds)]
 
 
-def hold(facts: PlacementFacts) -> list[Any]:
+def hold(facts: PlacementFacts) -> Placed:
     return [] if FINALIZER in facts.meta.finalizers else [a.EnsureFinalizer(present=True)]
 
 
-def hand_over(facts: PlacementFacts) -> list[Any]:
+def hand_over(facts: PlacementFacts) -> Placed:
     """Copy the object and its requested state into the cluster; the master then says in progress."""
     assert facts.cluster is not None
     obj = facts.obj
@@ -227,7 +235,7 @@ def hand_over(facts: PlacementFacts) -> list[Any]:
     ]
 
 
-def mirror(facts: PlacementFacts, fields: tuple[str, ...]) -> list[Any]:
+def mirror(facts: PlacementFacts, fields: tuple[str, ...]) -> Placed:
     """Report the copy's status on the master, once it answers the current request."""
     assert facts.copy is not None and facts.cluster is not None
     if not replicas.settled(facts.copy):
@@ -237,7 +245,7 @@ def mirror(facts: PlacementFacts, fields: tuple[str, ...]) -> list[Any]:
     return [*write(facts, patch), *([] if done else [a.Requeue(facts.poll_seconds)])]
 
 
-def lost(facts: PlacementFacts) -> list[Any]:
+def lost(facts: PlacementFacts) -> Placed:
     """The copy is gone although the master asked for nothing: the cluster lost it. Said, not redone."""
     assert facts.cluster is not None
     message = f"the copy in cluster {facts.cluster!r} has disappeared; a new update request re-creates it"
@@ -259,7 +267,7 @@ def lost(facts: PlacementFacts) -> list[Any]:
     return write(facts, patch, (Reason.CLUSTER_UNREACHABLE, message))
 
 
-def teardown(facts: PlacementFacts, fields: tuple[str, ...], *, credentials: bool) -> list[Any]:
+def teardown(facts: PlacementFacts, fields: tuple[str, ...], *, credentials: bool) -> Placed:
     """Delete the copy, report its teardown, release the master object once the copy is gone (a binding's
     credentials Secret first: the garbage collector may take its time)."""
     assert facts.cluster is not None
@@ -274,11 +282,50 @@ def teardown(facts: PlacementFacts, fields: tuple[str, ...], *, credentials: boo
             patch = replicas.mirror(facts.obj, copy, cluster=facts.cluster, fields=fields, now=facts.now)
             return [*write(facts, patch), a.Requeue(facts.poll_seconds)]
         return [a.Requeue(facts.poll_seconds)]
-    secret = [a.DeleteSecret(meta.namespace, credentials_secret_name(meta.name), meta.uid)] if credentials else []
-    return [*secret, a.EnsureFinalizer(present=False)]
+    return [*(delete_credentials(facts) if credentials else []), a.EnsureFinalizer(present=False)]
 
 
-def _replaced_copy(facts: PlacementFacts) -> list[Any] | None:
+def delete_credentials(facts: PlacementFacts) -> Placed:
+    """Delete the binding's credentials Secret as read when an owner reference says it is the binding's, at the
+    version read (changed since: a conflict, decided again); another's of that name, or none, is left alone."""
+    live, meta = facts.credentials, facts.meta
+    if live is None or not live.meta.owned_by(meta.uid):
+        return []
+    name = credentials_secret_name(meta.name)
+    version = live.meta.resource_version
+    return [a.DeleteSecret(meta.namespace, name, meta.uid, uid=live.meta.uid or None, resource_version=version)]
+
+
+def credentials_refused(facts: PlacementFacts) -> Placed | None:
+    """A binding's credentials Secret of its name that is someone else's: the binding fails on the master, and its
+    copy's credentials stay in the sister (None: the Secret may be written). The binding's own carries its stamp
+    (``decisions.takeover``) or, written before the copies were stamped, its owner reference."""
+    live, meta = facts.credentials, facts.meta
+    if live is None or live.meta.owned_by(meta.uid):
+        return None
+    if decisions.takeover(live, owner_uids=(meta.uid,), adopt=False) is not decisions.Takeover.REFUSE:
+        return None
+    name = credentials_secret_name(meta.name)
+    message = decisions.not_owned_message(
+        ResourceRef(api_version="v1", kind="Secret", namespace=meta.namespace, name=name)
+    )
+    failed = OperationState.FAILED.value
+    if facts.operation.state == failed and facts.operation.error == message:
+        return []
+    return write(facts, {"state": failed, "error": message, "description": message}, (Reason.OBJECT_NOT_OWNED, message))
+
+
+def write_credentials(facts: PlacementFacts, secret: JsonObject) -> a.WriteSecret:
+    """Write the mirrored credentials into the binding's Secret (:func:`credentials_refused` let it), guarded by the
+    Secret as read: created when there was none, else written over the version read (a Secret made or changed
+    since is a conflict: the reconcile decides again on what it reads then)."""
+    live = facts.credentials
+    if live is None:
+        return a.WriteSecret(secret, as_user=facts.plan_user, create=True)
+    return a.WriteSecret(secret, as_user=facts.plan_user, resource_version=live.meta.resource_version)
+
+
+def _replaced_copy(facts: PlacementFacts) -> Placed | None:
     """A copy left by an earlier object of the same name: delete it, wait until it is gone."""
     if facts.copy is None or not stale(facts.copy, facts.obj):
         return None
@@ -289,7 +336,7 @@ def _replaced_copy(facts: PlacementFacts) -> list[Any] | None:
 # -- instances ------------------------------------------------------------------------------------------------
 
 
-def instance(facts: PlacementFacts) -> list[Any] | None:
+def instance(facts: PlacementFacts) -> Placed | None:
     """Where the instance is reconciled, and what the master does about it (None: right here)."""
     if not facts.ready:  # nothing is decided before the start-up picture (catalog, clusters) is whole
         return [a.Requeue(facts.not_ready_in)]
@@ -309,7 +356,7 @@ def instance(facts: PlacementFacts) -> list[Any] | None:
     return None if placed is None else [*hold(facts), *placed]
 
 
-def blocked(facts: PlacementFacts) -> list[Any]:
+def blocked(facts: PlacementFacts) -> Placed:
     error = f"cannot deprovision: {facts.live_bindings} binding(s) still exist; unbind them first"
     failed = facts.operation.state == OperationState.FAILED.value  # an outcome's Event only when the state changes
     if failed and facts.operation.error == error:
@@ -326,7 +373,7 @@ def blocked(facts: PlacementFacts) -> list[Any]:
     return [a.WriteStatus(patch, settled=True, event=event)]
 
 
-def unscheduled(facts: PlacementFacts) -> list[Any] | None:
+def unscheduled(facts: PlacementFacts) -> Placed | None:
     if facts.meta.deleting:
         return [a.EnsureFinalizer(present=False)]  # never placed anywhere: nothing to tear down
     if not needs_schedule(facts.obj):
@@ -358,7 +405,7 @@ def unscheduled(facts: PlacementFacts) -> list[Any] | None:
     ]
 
 
-def unschedulable(facts: PlacementFacts, message: str) -> list[Any]:
+def unschedulable(facts: PlacementFacts, message: str) -> Placed:
     generation = facts.meta.generation
     conditions = facts.operation.conditions
     for kind in (ConditionType.SCHEDULED, ConditionType.READY):
@@ -381,7 +428,7 @@ def unschedulable(facts: PlacementFacts, message: str) -> list[Any]:
     ]
 
 
-def instance_on(facts: PlacementFacts) -> list[Any] | None:
+def instance_on(facts: PlacementFacts) -> Placed | None:
     replaced = _replaced_copy(facts)
     if replaced is not None:
         return replaced
@@ -398,7 +445,7 @@ def instance_on(facts: PlacementFacts) -> list[Any] | None:
 # -- bindings -------------------------------------------------------------------------------------------------
 
 
-def binding(facts: PlacementFacts) -> list[Any] | None:
+def binding(facts: PlacementFacts) -> Placed | None:
     """Where the binding is reconciled, and what the master does about it (None: right here)."""
     if not facts.ready:
         return [a.Requeue(facts.not_ready_in)]
@@ -419,7 +466,7 @@ def binding(facts: PlacementFacts) -> list[Any] | None:
     return [*hold(facts), *binding_on(facts)]
 
 
-def binding_on(facts: PlacementFacts) -> list[Any]:
+def binding_on(facts: PlacementFacts) -> Placed:
     assert facts.cluster is not None
     replaced = _replaced_copy(facts)
     if replaced is not None:
@@ -443,8 +490,11 @@ def binding_on(facts: PlacementFacts) -> list[Any]:
     patch = replicas.mirror(obj, copy, cluster=facts.cluster, fields=replicas.BINDING_FIELDS, now=facts.now)
     if obj.secret_ref != name:
         patch["response"] = {"secretRef": name}
+    refused = credentials_refused(facts)
+    if refused is not None:
+        return refused
     secret = replicas.credentials_secret(obj, facts.source, name)
-    return [a.WriteSecret(secret, as_user=facts.plan_user), *write(facts, patch)]
+    return [write_credentials(facts, secret), *write(facts, patch)]
 
 
 def source_secret_name(copy: ReplicaView | None) -> str | None:

@@ -21,6 +21,7 @@ import datetime
 from collections.abc import Iterable
 
 from opbroker.api.conventions import (
+    ANNOTATION_OWNER_UID,
     CREDENTIALS_KEY,
     CREDENTIALS_SECRET_TYPE,
     DOMAIN,
@@ -234,7 +235,8 @@ def handed_over(obj: ReplicaView, *, cluster: str, now: datetime.datetime) -> Js
 
 
 def credentials_secret(binding: ReplicaView, source: SecretView, name: str) -> JsonBody:
-    """The master's copy of a sister credentials Secret: the response key only, owned by the master binding."""
+    """The master's copy of a sister credentials Secret: the response key only, owned by the master binding and
+    stamped as its (what lets the placement write over it again: ``placement_plan.credentials_refused``)."""
     data = {CREDENTIALS_KEY: source.data[CREDENTIALS_KEY]}
     meta = binding.meta
     return {
@@ -245,6 +247,7 @@ def credentials_secret(binding: ReplicaView, source: SecretView, name: str) -> J
             "name": name,
             "namespace": meta.namespace,
             "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_BINDING: meta.name},
+            "annotations": {ANNOTATION_OWNER_UID: meta.uid},
             "ownerReferences": [owner_reference(dict(binding.wire), controller=True)],
         },
         "data": data,
