@@ -68,7 +68,7 @@ class Claims:
         self.settings = settings
         self.runtime = runtime
         self.store = Store()
-        self.prober = Prober(runtime.enqueue_threadsafe)
+        self.prober = Prober(runtime.enqueue, lambda: runtime.loop)
         ctx = Context(
             kube=kube,
             store=self.store,

@@ -1,4 +1,4 @@
-"""Built-in TCP and HTTP health probes, run by the controller in a thread pool with bounded timeouts.
+"""Built-in TCP and HTTP health probes, run by the controller on its loop with bounded timeouts.
 
 A probe reaches the service the way a client would, with the service's own endpoint definition:
 
@@ -14,17 +14,18 @@ at the address it is registered with (a stale DNS name is an unreachable service
 An unusable check (bad URL after expansion, unknown ``$(key)``) → Undetermined. Messages name the host
 and port only — never a URL path or query that could carry credentials.
 
-Probes never block a reconcile: :class:`Prober` runs them in its own threads and enqueues the service
-when a result is in; the reconcile consumes it.
+Probes never block a reconcile: :class:`Prober` runs them as tasks on the controller's loop (asyncio's own
+connections: no thread waits on a probe) and enqueues the service when a result is in; the reconcile consumes it.
+A response's body is never read (a registered service could make it as large as it likes).
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 import socket
 import threading
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -92,13 +93,12 @@ def _where(url: str) -> str:
     return f"{parts.hostname}:{parts.port}" if parts.port else str(parts.hostname)
 
 
-def run(probe: Probe) -> CheckOutcome:
-    """Run one probe (blocking, at most about ``timeout`` seconds)."""
+async def run(probe: Probe) -> CheckOutcome:
+    """Run one probe on the running loop (at most about ``timeout`` seconds; nothing of a response body is read)."""
     if isinstance(probe, TcpProbe):
         where = f"{probe.host}:{probe.port}"
         try:
-            with socket.create_connection((probe.host, probe.port), timeout=probe.timeout):
-                return CheckOutcome(Result.PASSED, Reason.HEALTHY, f"TCP connect to {where} succeeded")
+            _, writer = await asyncio.wait_for(asyncio.open_connection(probe.host, probe.port), probe.timeout)
         except socket.gaierror:
             return CheckOutcome(Result.FAILED, Reason.PROBE_FAILED, f"host {probe.host!r} does not resolve")
         except TimeoutError:
@@ -107,13 +107,21 @@ def run(probe: Probe) -> CheckOutcome:
             return CheckOutcome(
                 Result.FAILED, Reason.PROBE_FAILED, f"TCP connect to {where} failed: {exc.strerror or exc}"
             )
+        writer.close()
+        return CheckOutcome(Result.PASSED, Reason.HEALTHY, f"TCP connect to {where} succeeded")
     try:
         where = _where(probe.url)
     except ValueError as exc:
         return CheckOutcome(Result.UNDETERMINED, Reason.CHECK_INVALID, f"unusable URL: {exc}")
     headers = {"Authorization": f"Bearer {probe.token}"} if probe.token else None
     try:
-        response = httpx.get(probe.url, auth=probe.auth, headers=headers, timeout=probe.timeout, follow_redirects=False)
+        # The status line is all a probe needs: the body (a registered service's to make as large as it likes) is
+        # never read — the stream is closed unread.
+        async with (
+            httpx.AsyncClient(timeout=probe.timeout, follow_redirects=False) as client,
+            client.stream("GET", probe.url, auth=probe.auth, headers=headers) as response,
+        ):
+            status = response.status_code
     except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
         return CheckOutcome(Result.UNDETERMINED, Reason.CHECK_INVALID, f"unusable URL: {type(exc).__name__}")
     except httpx.ConnectError as exc:
@@ -127,12 +135,10 @@ def run(probe: Probe) -> CheckOutcome:
         return CheckOutcome(
             Result.FAILED, Reason.PROBE_FAILED, f"HTTP request to {where} failed ({type(exc).__name__})"
         )
-    if response.status_code == probe.expected_status:
-        return CheckOutcome(Result.PASSED, Reason.HEALTHY, f"HTTP {response.status_code} from {where}")
+    if status == probe.expected_status:
+        return CheckOutcome(Result.PASSED, Reason.HEALTHY, f"HTTP {status} from {where}")
     return CheckOutcome(
-        Result.FAILED,
-        Reason.PROBE_FAILED,
-        f"HTTP {response.status_code} from {where}, expected {probe.expected_status}",
+        Result.FAILED, Reason.PROBE_FAILED, f"HTTP {status} from {where}, expected {probe.expected_status}"
     )
 
 
@@ -143,13 +149,25 @@ class Finished:
 
 
 class Prober:
-    """Runs probes off the reconcile workers: one at a time per key, results kept until taken."""
+    """Runs probes as tasks on the controller's loop (no thread of their own, none of the runtime's pool): at most
+    ``workers`` at once, one at a time per key; results kept until taken. ``submit`` may be called from any thread
+    (a reconcile's); ``on_done`` is called on the loop."""
 
-    def __init__(self, on_done: Callable[[Key], None], *, workers: int = 8) -> None:
+    def __init__(
+        self,
+        on_done: Callable[[Key], None],
+        loop: Callable[[], asyncio.AbstractEventLoop | None],
+        *,
+        workers: int = 8,
+    ) -> None:
         self._on_done = on_done
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="claims-probe")
+        self._loop = loop
+        """The loop the probes run on (the runtime's, once it started)."""
+        self._workers = workers
+        self._bound: asyncio.Semaphore | None = None
         self._lock = threading.Lock()
         self._running: set[Key] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
         self._finished: dict[Key, Finished] = {}
 
     def running(self, key: Key) -> bool:
@@ -157,18 +175,33 @@ class Prober:
             return key in self._running
 
     def submit(self, key: Key, fingerprint: str, probe: Probe) -> bool:
-        """Start ``probe`` for ``key`` unless one is already running; True if started."""
+        """Start ``probe`` for ``key`` unless one is already running (or no loop runs yet); True if started."""
+        loop = self._loop()
+        if loop is None:
+            return False
         with self._lock:
             if key in self._running:
                 return False
             self._running.add(key)
-        self._pool.submit(self._run, key, fingerprint, probe)
+        loop.call_soon_threadsafe(self._start, key, fingerprint, probe)
         return True
 
-    def _run(self, key: Key, fingerprint: str, probe: Probe) -> None:
+    def _start(self, key: Key, fingerprint: str, probe: Probe) -> None:
+        task = asyncio.get_running_loop().create_task(self._run(key, fingerprint, probe), name=f"probe {key}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run(self, key: Key, fingerprint: str, probe: Probe) -> None:
+        if self._bound is None:
+            self._bound = asyncio.Semaphore(self._workers)
         try:
-            outcome = run(probe)
-        except Exception as exc:  # a probe must never kill its thread silently
+            async with self._bound:
+                outcome = await run(probe)
+        except asyncio.CancelledError:
+            with self._lock:
+                self._running.discard(key)
+            raise
+        except Exception as exc:  # a probe that crashes is an outcome, never a lost key
             outcome = CheckOutcome(Result.UNDETERMINED, Reason.CHECK_INVALID, f"probe crashed: {type(exc).__name__}")
         with self._lock:
             self._running.discard(key)
@@ -184,4 +217,6 @@ class Prober:
             self._finished.pop(key, None)
 
     def shutdown(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        """Cancel the probes running (call on the loop)."""
+        for task in list(self._tasks):
+            task.cancel()

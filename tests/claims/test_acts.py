@@ -58,7 +58,7 @@ def kube() -> FakeKube:
 
 @pytest.fixture
 def ctx(kube: FakeKube) -> Iterator[Context]:
-    prober = Prober(lambda key: None, workers=1)
+    prober = Prober(lambda key: None, lambda: None, workers=1)  # no loop: nothing probed here
     yield Context(
         kube=kube,  # type: ignore[arg-type]
         store=Store(),

@@ -3,14 +3,17 @@
 Aspects: TCP connect passes, refused fails, an unresolvable host fails (Unreachable, not Undetermined);
 HTTP expected status passes, another status fails, basic auth with the endpoint's credentials; ``$(key)``
 expansion, and an unknown key making the check Undetermined; messages never carry credentials; the
-prober runs probes off the caller's thread, one at a time per key, and reports back.
+prober runs probes as tasks on the loop, one at a time per key, and reports back; a body is never read.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import http.server
 import threading
-import time
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterator
+from typing import Any
 
 from opbroker.api.primaza import HealthCheck
 from opbroker.controller.claims import probes
@@ -21,7 +24,7 @@ from tests.claims_support import TcpTarget, http_target, tcp_target
 
 def run_check(fields: dict[str, object], values: dict[str, str]) -> CheckOutcome:
     probe = probes.probe_for(HealthCheck.model_validate(fields), values, timeout=2.0)
-    return probe if isinstance(probe, CheckOutcome) else probes.run(probe)
+    return probe if isinstance(probe, CheckOutcome) else asyncio.run(probes.run(probe))
 
 
 def test_tcp_connect() -> None:
@@ -68,27 +71,73 @@ def test_http_uses_the_endpoint_credentials() -> None:
         assert "s3cret-pw" not in outcome.message and "token" not in outcome.message
 
 
-def test_the_prober_runs_off_thread_once_per_key_and_reports() -> None:
-    done: list[Hashable] = []
-    reported = threading.Event()
+def test_the_prober_runs_probes_on_the_loop_once_per_key_and_reports() -> None:
+    """Submitted from a reconcile's thread, the probe runs as a task on the loop (the caller is not blocked), one at
+    a time per key; its outcome is kept until taken and ``on_done`` is told on the loop."""
 
-    def on_done(key: Hashable) -> None:
-        done.append(key)
-        reported.set()
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        reported = asyncio.Event()
+        done: list[tuple[Hashable, bool]] = []
 
-    prober = probes.Prober(on_done, workers=2)
-    try:
+        def on_done(key: Hashable) -> None:
+            done.append((key, threading.current_thread() is threading.main_thread()))
+            reported.set()
+
+        prober = probes.Prober(on_done, lambda: loop, workers=2)
         with http_target(delay=0.5) as target:
             probe = probes.HttpProbe(url=target.url, expected_status=200, timeout=2.0)
-            started = time.monotonic()
-            assert prober.submit("k", "f1", probe)
-            assert time.monotonic() - started < 0.2  # the caller is not blocked
-            assert prober.running("k") and not prober.submit("k", "f1", probe)
-            assert reported.wait(5)
+            submitted = await asyncio.to_thread(prober.submit, "k", "f1", probe)  # as a reconcile would
+            assert submitted and prober.running("k") and not prober.submit("k", "f1", probe)
+            await asyncio.wait_for(reported.wait(), 5)
             finished = prober.take("k")
             assert finished is not None and finished.fingerprint == "f1"
             assert finished.outcome.result == Result.PASSED
-            assert done == ["k"] and not prober.running("k") and prober.take("k") is None
+            assert done == [("k", True)] and not prober.running("k") and prober.take("k") is None
             assert target.requests == 1
-    finally:
         prober.shutdown()
+
+    asyncio.run(scenario())
+
+
+def test_a_probe_never_reads_the_response_body() -> None:
+    """A registered service answering with an endless body: the probe has its status, and reads no further."""
+    with endless_target() as url:
+        outcome = run_check({"http": {"url": url}}, {})
+    assert outcome.result == Result.PASSED and outcome.message.startswith("HTTP 200")
+
+
+def test_the_prober_runs_nothing_before_its_loop_runs() -> None:
+    prober = probes.Prober(lambda key: None, lambda: None)
+    assert not prober.submit("k", "f", probes.TcpProbe("127.0.0.1", 1, 1.0)) and not prober.running("k")
+
+
+@contextlib.contextmanager
+def endless_target() -> Iterator[str]:
+    """An HTTP server whose answer's body never ends (chunks for as long as the client reads)."""
+
+    class Endless(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            chunk = b"x" * 65536
+            try:
+                while True:
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            except OSError:
+                return  # the client closed: the probe read no more
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Endless)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
