@@ -1,6 +1,7 @@
 """The controller's timers are asyncio tasks on its loop, their blocking calls in the loop's pool (issue 45): the
 admin requests' pass and its rollouts, namespace onboarding, the webhook's start and refresh. Each runs on a
-:class:`FakeClock` (no wall-clock pause decides anything here), and each ends with its owner's stop.
+:class:`FakeClock` (no wall-clock pause decides anything here), and each ends with its owner's stop; and the pool has
+a thread for each of them beyond the reconciles'.
 
 The blocking calls run in real pool threads, so a test waits for them with :func:`settled` (bounded by a real
 deadline, never decided by one)."""
@@ -20,8 +21,10 @@ from opbroker.controller.catalog.admin_requests import AdminRequests
 from opbroker.controller.catalog.core.rollout_views import AdminRequestView
 from opbroker.controller.onboarding import NamespaceOnboarder
 from opbroker.controller.runtime.clock import FakeClock
+from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.outcomes import DONE, Outcome
 from opbroker.controller.runtime.policies import DEFAULTS
-from opbroker.controller.runtime.runner import ROLLOUTS_AT_ONCE
+from opbroker.controller.runtime.runner import BACKGROUND_THREADS, ROLLOUTS_AT_ONCE, Runtime
 from opbroker.controller.servicecatalog import webhook
 from opbroker.controller.servicecatalog.handlers import ServiceCatalog
 from opbroker.controller.settings import ControllerSettings
@@ -255,5 +258,48 @@ def test_the_webhook_refreshes_on_the_clock_until_cancelled() -> None:
         clock.advance(10 * DEFAULTS.webhook_refresh.base)
         await asyncio.sleep(0.01)
         assert refreshed == [1]
+
+    asyncio.run(scenario())
+
+
+# -- the one pool ---------------------------------------------------------------------------------------
+
+
+class _Recording:
+    """A reconciler that records the keys it reconciled."""
+
+    kind = "thing"
+
+    def __init__(self) -> None:
+        self.reconciled: list[Key] = []
+
+    def reconcile(self, key: Key) -> Outcome:
+        self.reconciled.append(key)
+        return DONE
+
+    def reread(self, key: Key) -> None:
+        pass
+
+
+def test_a_reconcile_gets_a_thread_while_every_timer_and_rollout_holds_one() -> None:
+    """The pool is the workers' threads plus BACKGROUND_THREADS: with every rollout and timer in a blocking call at
+    once, the one worker's reconcile still runs (with a pool of ``workers`` threads it would wait for them)."""
+    reconciler = _Recording()
+    runtime = Runtime(workers=1, clock=FakeClock())
+    runtime.register(reconciler)
+    key = Key("thing", NAMESPACE, "a")
+    release = threading.Event()
+
+    async def scenario() -> None:
+        runtime.start()
+        holding = [asyncio.create_task(asyncio.to_thread(release.wait, 10)) for _ in range(BACKGROUND_THREADS)]
+        try:
+            await asyncio.sleep(0.01)
+            runtime.enqueue(key)
+            await settled("the reconcile", lambda: reconciler.reconciled == [key])
+        finally:
+            release.set()
+            await asyncio.gather(*holding)
+            await runtime.stop()
 
     asyncio.run(scenario())
