@@ -15,7 +15,6 @@ import asyncio
 import dataclasses
 import json
 import logging
-import threading
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -144,13 +143,14 @@ class Controller:
         self._trimmer: asyncio.Task[None] | None = None
         self._housekeeper: asyncio.Task[None] | None = None
         self._resync: asyncio.Task[None] | None = None
-        self._admin_stop: threading.Event | None = None
+        self._admin: admin_requests.AdminRequests | None = None
         self.onboarder = (
             NamespaceOnboarder(
                 self.kube.acting_as(f"system:serviceaccount:{settings.namespace}:{ONBOARDER_ACCOUNT}"),
                 settings.namespace,
                 settings.onboard_namespace_selector,
                 (settings.default_plan_service_account,),
+                clock=self.runtime.clock,
             )
             if settings.onboard_namespace_selector is not None
             else None
@@ -201,7 +201,7 @@ class Controller:
         if self.multicluster is not None:
             self.multicluster.start()
         # The admin API's previews and rollouts, written by the broker into the control-plane namespace.
-        self._admin_stop = admin_requests.AdminRequests(
+        self._admin = admin_requests.AdminRequests(
             self.kube,
             namespace=self.settings.namespace,
             registry_namespace=self.settings.registries_namespace,
@@ -209,7 +209,8 @@ class Controller:
             renderer=lambda: self.renderer,
             clock=runtime.clock,
             policies=runtime.policies,
-        ).start()
+        )
+        self._admin.start()
         if self.onboarder is not None:  # Namespaces: a core kind, watched like Secrets (the informers take none)
             self.onboarder.start()
             self.watchers.subscribe(NAMESPACES, self.onboarder.on_namespace)
@@ -272,10 +273,11 @@ class Controller:
         """Stop watching and take no more work; reconciles running now get up to ``drain`` seconds to finish."""
         if self.informers is not None:
             self.informers.stop()
-        if self._admin_stop is not None:
-            self._admin_stop.set()
+        if self._admin is not None:
+            self._admin.stop()
         if self.onboarder is not None:
             self.onboarder.stop()
+        self.service_catalog.stop_webhook()
         for task in (self._trimmer, self._housekeeper, self._resync):
             if task is not None:
                 task.cancel()

@@ -10,15 +10,16 @@ account, whose rights are exactly that (:func:`opbroker.api.rbac.onboarder_rules
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
-import queue
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from opbroker.api.controllerinstall import MANAGED_BY_LABEL, namespace_writer, onboarding_objects
 from opbroker.api.conventions import DEFAULT_PLAN_SERVICE_ACCOUNT, NAMESPACE_SERVICE_ACCOUNT
 from opbroker.api.meta import ResourceRef
+from opbroker.controller.runtime.clock import SYSTEM, Clock
 from opbroker.controller.runtime.kube import Kube, ref_of
 from opbroker.kubeclient.wire import JsonBody, mapping_of, path_of, string_map_of, text_of
 
@@ -92,8 +93,10 @@ class NamespaceOnboarder:
     ``managed-by``), never one of ``opbroker namespace onboard`` or of a Pulumi program.
 
     The Namespace watch's events (:data:`NAMESPACES`; its thread must not wait on writes) only record what each
-    namespace should be; a thread of its own applies that through ``door``, the onboarder account's (which may
-    write nothing else), retrying a failed namespace after ``retry_seconds``.
+    namespace should be and hand its name to the controller's loop; a task there (:meth:`start`) applies that
+    through ``door``, the onboarder account's (which may write nothing else), each namespace's writes in the
+    runtime's pool (``asyncio.to_thread``: issue 45's one concurrency rule), retrying a failed namespace after
+    ``retry_seconds`` on ``clock``.
     """
 
     def __init__(
@@ -104,6 +107,7 @@ class NamespaceOnboarder:
         plan_accounts: Sequence[str] = (DEFAULT_PLAN_SERVICE_ACCOUNT,),
         *,
         retry_seconds: float = 5.0,
+        clock: Clock = SYSTEM,
     ) -> None:
         from opbroker.api import selectors
 
@@ -116,8 +120,14 @@ class NamespaceOnboarder:
         """Each namespace seen: whether it should be onboarded (its labels match)."""
         self._settled: dict[str, bool] = {}
         """What was last made true of each namespace."""
-        self._pending: queue.Queue[str | None] = queue.Queue()
-        self._thread: threading.Thread | None = None
+        self._clock = clock
+        """What a retry's pause is measured on (the real one by default)."""
+        self._pending: asyncio.Queue[str] = asyncio.Queue()
+        """The names to sync, filled and drained on the loop (a watch thread hands them over: :meth:`_hand`)."""
+        self._loop: asyncio.AbstractEventLoop | None = None
+        """The loop the task runs on, once started."""
+        self._tasks: set[asyncio.Task[None]] = set()
+        """The draining task and the retries waiting: cancelled by :meth:`stop`."""
 
     def on_namespace(self, event_type: str, body: JsonBody) -> None:
         metadata = mapping_of(body.get("metadata"))
@@ -131,7 +141,16 @@ class NamespaceOnboarder:
         wanted = self.selector.matches(string_map_of(metadata.get("labels")))
         if self._wanted.get(name) != wanted:
             self._wanted[name] = wanted
-            self._pending.put(name)
+            self._hand(name)
+
+    def _hand(self, name: str) -> None:
+        """Queue ``name`` from the watch's thread: through the loop once started (an asyncio queue is not
+        thread-safe); before, nothing drains the queue yet, so it is filled directly."""
+        if self._loop is None:
+            self._pending.put_nowait(name)
+            return
+        with contextlib.suppress(RuntimeError):  # the loop closed (the process stops): nothing drains it any more
+            self._loop.call_soon_threadsafe(self._pending.put_nowait, name)
 
     def sync(self, name: str) -> None:
         """Make ``name`` what it should be: onboarded, or not onboarded by this controller."""
@@ -157,18 +176,29 @@ class NamespaceOnboarder:
         self._settled[name] = wanted
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="namespace onboarding", daemon=True)
-        self._thread.start()
+        """Drain the names handed over, in a task on the running loop (call on it)."""
+        self._loop = asyncio.get_running_loop()
+        self._keep(self._loop.create_task(self._run(), name="namespace onboarding"))
 
     def stop(self) -> None:
-        self._pending.put(None)
+        """Sync no more namespaces, drop the retries waiting (call on the loop). A sync in a pool thread ends as
+        before: a stop never waited for it."""
+        for task in list(self._tasks):
+            task.cancel()
 
-    def _run(self) -> None:
-        while (name := self._pending.get()) is not None:
+    def _keep(self, task: asyncio.Task[None]) -> None:
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run(self) -> None:
+        while True:
+            name = await self._pending.get()
             try:
-                self.sync(name)
+                await asyncio.to_thread(self.sync, name)
             except Exception:  # a refusal or an unreachable API server: tried again, the rest go on
                 logger.exception("onboarding the namespace %s failed; trying again in %.0f s", name, self.retry_seconds)
-                retry = threading.Timer(self.retry_seconds, self._pending.put, (name,))
-                retry.daemon = True
-                retry.start()
+                self._keep(asyncio.get_running_loop().create_task(self._retry(name), name=f"onboarding retry {name}"))
+
+    async def _retry(self, name: str) -> None:
+        await self._clock.sleep(self.retry_seconds)
+        self._pending.put_nowait(name)

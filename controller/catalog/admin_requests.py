@@ -5,18 +5,25 @@ this module finds the unanswered ones and executes them with the code behind ``o
 ``opbroker plan update-instances`` (:mod:`opbroker.controller.catalog.rollouts`), writing the answer into the same
 ConfigMap. It runs on the leader only (started with the controller), so one process executes each request.
 
-A preview is answered at once (one page of instances). A rollout runs on a thread of its own, paced; its answer
-is rewritten after every page, and the request is re-read (at most once a second) before each instance is
-marked, so a cancel takes effect within about a second. A rollout found ``Running`` at start-up (the previous
-leader stopped mid-way) is resumed with ``onlyOutdated`` (instances the rollout already re-rendered are
-skipped; ones it marked that are still busy are skipped as busy), and its answer says so.
+The requests are looked for every ``admin_poll`` of the policy table by an asyncio task on the controller's loop
+(:meth:`AdminRequests.start`; issue 45's one concurrency rule: timers are tasks on the one loop, blocking work goes
+through the runtime's one pool with ``asyncio.to_thread``). A preview is answered at once (one page of instances),
+its reads in a pool thread. A rollout is a task of its own whose whole run is one pool thread (it paces itself there,
+blocking); at most :data:`~opbroker.controller.runtime.runner.ROLLOUTS_AT_ONCE` run at once — the runtime's pool
+has a thread for each beyond the reconciles', so a rollout never slows them — and a rollout found beyond that starts
+at a later pass. Its answer is rewritten after every page, and the request is re-read (at most once a second)
+before each instance is marked, so a cancel takes effect within about a second. A rollout found ``Running`` at
+start-up (the previous leader stopped mid-way) is resumed with ``onlyOutdated`` (instances the rollout already
+re-rendered are skipped; ones it marked that are still busy are skipped as busy), and its answer says so.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
-import threading
 from collections.abc import Callable
+from typing import Literal
 
 from kubernetes.client.exceptions import ApiException
 
@@ -30,6 +37,7 @@ from opbroker.controller.kinds import PLANS
 from opbroker.controller.runtime.clock import SYSTEM, Clock
 from opbroker.controller.runtime.kube import Kube
 from opbroker.controller.runtime.policies import DEFAULTS, Policies
+from opbroker.controller.runtime.runner import ROLLOUTS_AT_ONCE
 from opbroker.kubeclient.wire import JsonBody, JsonObject
 from opbroker.rendering import Renderer
 
@@ -64,36 +72,80 @@ class AdminRequests:
         self._renderer = renderer
         self._clock = clock
         """The pacing and the cancel checks' durations, the answers' ``updatedAt`` (the real one by default)."""
-        self._running: dict[str, threading.Thread] = {}
-        self._lock = threading.Lock()
+        self._serving: asyncio.Task[None] | None = None
+        """The task looking for requests (:meth:`start`), cancelled by :meth:`stop`."""
+        self._running: dict[str, asyncio.Task[None]] = {}
+        """The rollouts running here, by request name (at most one each; read and changed on the loop only)."""
 
     # -- the loop ---------------------------------------------------------------------------------------
 
-    def serve(self, stop: threading.Event) -> None:
-        while not stop.wait(self._policies.delay(self._policies.admin_poll)):
+    def start(self) -> None:
+        """Look for requests every ``admin_poll``, in a task on the running loop (call on it)."""
+        self._serving = asyncio.get_running_loop().create_task(self.serve(), name="admin requests")
+
+    def stop(self) -> None:
+        """Look for no more requests; cancel the rollouts' tasks. A rollout's pool thread ends with its page as
+        before (a stop never waited for it: the next leader resumes it)."""
+        for task in (self._serving, *self._running.values()):
+            if task is not None:
+                task.cancel()
+
+    async def serve(self) -> None:
+        """A pass after every ``admin_poll`` (jittered, on the clock) until cancelled."""
+        while True:
+            await self._clock.sleep(self._policies.delay(self._policies.admin_poll))
             try:
-                self.run_once()
+                await self.pass_once()
             except Exception as exc:  # a failed pass is retried at the next; the reason is logged, not the body
                 log.warning("admin requests: %s: %s", type(exc).__name__, exc)
 
-    def start(self) -> threading.Event:
-        stop = threading.Event()
-        threading.Thread(target=self.serve, args=(stop,), name="admin-requests", daemon=True).start()
-        return stop
+    async def pass_once(self) -> None:
+        """Answer every pending preview; start every rollout not finished and not running here, as a task (each
+        blocking step in the runtime's pool)."""
+        listed = await asyncio.to_thread(self.kube.list_objects, "v1", "ConfigMap", self.namespace)
+        for body in listed:
+            kind = wire.kind_of(body)
+            if kind is wire.Kind.PREVIEW:
+                await asyncio.to_thread(self._preview, AdminRequestView.of(body))
+            elif kind is wire.Kind.ROLLOUT:
+                obj = AdminRequestView.of(body)
+                name = obj.meta.name
+                if name in self._running:
+                    continue
+                if len(self._running) >= ROLLOUTS_AT_ONCE:
+                    log.debug("rollout %s waits: %d rollouts run already", name, len(self._running))
+                    continue
+                due = await asyncio.to_thread(self._due, obj)
+                if due is not None:
+                    self._running[name] = task = asyncio.get_running_loop().create_task(
+                        self._run_rollout(obj, *due), name=f"rollout {name}"
+                    )
+                    task.add_done_callback(functools.partial(self._ended, name))
 
-    def run_once(self, *, background: bool = True) -> None:
-        """Answer every pending preview; start every rollout not finished and not running here."""
+    def run_once(self, *, background: Literal[False] = False) -> None:
+        """One pass in the calling thread, each rollout run to its end before the next request (tests; rollouts in
+        the background are :meth:`pass_once`'s, on the loop)."""
         for body in self.kube.list_objects("v1", "ConfigMap", self.namespace):
             kind = wire.kind_of(body)
             if kind is wire.Kind.PREVIEW:
                 self._preview(AdminRequestView.of(body))
             elif kind is wire.Kind.ROLLOUT:
-                self._rollout(AdminRequestView.of(body), background=background)
+                obj = AdminRequestView.of(body)
+                due = self._due(obj)
+                if due is not None:
+                    self.roll_out(obj, *due)
 
-    def wait(self, timeout: float) -> None:
-        """Join the rollout threads (tests)."""
-        for thread in list(self._running.values()):
-            thread.join(timeout)
+    async def _run_rollout(self, obj: AdminRequestView, request: wire.RolloutRequest, resumed: bool) -> None:
+        """One rollout, to its end, in one pool thread (see the module docstring)."""
+        await asyncio.to_thread(self.roll_out, obj, request, resumed)
+
+    def _ended(self, name: str, task: asyncio.Task[None]) -> None:
+        """A rollout's task ended: its name may run again (a request resumed later); a failure is logged (on a
+        thread of its own it was printed by the thread's hook)."""
+        if self._running.get(name) is task:
+            del self._running[name]
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.warning("rollout %s stopped: %s: %s", name, type(exc).__name__, exc)
 
     # -- preview ----------------------------------------------------------------------------------------
 
@@ -175,28 +227,18 @@ class AdminRequests:
 
     # -- rollout ----------------------------------------------------------------------------------------
 
-    def _rollout(self, obj: AdminRequestView, *, background: bool) -> None:
-        name = obj.meta.name
-        with self._lock:
-            if name in self._running and self._running[name].is_alive():
-                return
+    def _due(self, obj: AdminRequestView) -> tuple[wire.RolloutRequest, bool] | None:
+        """The request to roll out and whether it resumes one found ``Running`` (a previous leader's), or None: no
+        request, finished, or unreadable (answered ``Failed`` here)."""
         try:
             answer = wire.rollout_answer(obj.body)
             request = wire.rollout_request(obj.body)
         except wire.Unreadable as exc:
             self._answer(obj, wire.RolloutAnswer(phase=wire.Phase.FAILED, message=str(exc), updated_at=self._now()))
-            return
+            return None
         if request is None or (answer is not None and answer.phase.finished):
-            return
-        resumed = answer is not None and answer.phase is wire.Phase.RUNNING
-        if background:
-            thread = threading.Thread(target=self.roll_out, args=(obj, request, resumed), name=f"rollout {name}")
-            thread.daemon = True
-            with self._lock:
-                self._running[name] = thread
-            thread.start()
-        else:
-            self.roll_out(obj, request, resumed)
+            return None
+        return request, answer is not None and answer.phase is wire.Phase.RUNNING
 
     def _now(self) -> str:
         """An answer's ``updatedAt``: the clock's wall time, to the second."""

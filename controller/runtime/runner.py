@@ -15,7 +15,10 @@ and owns everything around it that used to be repeated per subsystem:
 * failures shown where the user looks: every failure but a conflict is classified once
   (:mod:`opbroker.controller.core.shown_failures`) and, for a kind that shows failures (:class:`.kinds.ShowsFailures`),
   written on its object as a condition and an Event, and taken back once a reconcile of the key succeeds;
-* the reconcile duration and error metrics.
+* the reconcile duration and error metrics;
+* the one worker pool (issue 45): the loop's default executor, which ``asyncio.to_thread`` uses — the reconciles'
+  blocking calls and those of the controller's timers and rollouts (asyncio tasks on the same loop), sized so that
+  neither ever waits for a thread the other holds (:data:`BACKGROUND_THREADS`).
 
 Time comes from the clock passed in (:mod:`.clock`, the real one by default), and every wait is a policy of the
 one table passed in (:mod:`.policies`, jittered from its random source): the queue's retries
@@ -41,6 +44,19 @@ from opbroker.controller.runtime.queue import WorkQueue
 from opbroker.controller.runtime.troubles import shown_for
 
 logger = logging.getLogger(__name__)
+
+#: Admin rollouts run at once (``catalog/admin_requests.py``): each holds a pool thread for its whole length (it
+#: paces itself in that thread, for minutes or hours), so their number is bounded, and their threads counted below;
+#: a rollout found beyond it starts at a later pass.
+ROLLOUTS_AT_ONCE = 2
+#: The controller's timers that may each be in a blocking call at the same moment, one thread each: the memory trim,
+#: the registry housekeeping, the admin requests' pass, namespace onboarding, the clusters' seeding, the webhook's
+#: start and refresh.
+TIMER_THREADS = 6
+#: Pool threads beyond the ``workers`` (the work queue runs at most that many reconciles at once): a timer or a
+#: rollout must never take a reconcile's thread — with one pool of exactly ``workers`` threads, two rollouts would
+#: cut the reconciles by two for as long as they run. Threads are made only when used: idle ones cost nothing.
+BACKGROUND_THREADS = ROLLOUTS_AT_ONCE + TIMER_THREADS
 
 
 class Runtime:
@@ -94,8 +110,11 @@ class Runtime:
         """Start the workers on the running event loop (the controller's, :mod:`opbroker.controller.running`)."""
         self.loop = asyncio.get_running_loop()
         # Reconciles run their blocking API calls in threads: one per worker (asyncio's default pool is only
-        # cpu+4 threads, which would silently cap the workers).
-        self.loop.set_default_executor(ThreadPoolExecutor(self.workers, thread_name_prefix="reconcile"))
+        # cpu+4 threads, which would silently cap the workers), and the timers and rollouts theirs in the same pool,
+        # in threads of their own (BACKGROUND_THREADS).
+        self.loop.set_default_executor(
+            ThreadPoolExecutor(self.workers + BACKGROUND_THREADS, thread_name_prefix="reconcile")
+        )
         queue = self.queue = WorkQueue(
             self._reconcile,
             workers=self.workers,

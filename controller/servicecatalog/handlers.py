@@ -15,6 +15,8 @@ reconcilers read it from, then mapped to the keys it concerns. What each watch e
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import threading
 from collections.abc import Callable
@@ -107,11 +109,44 @@ class ServiceCatalog:
         """(namespace, name) of a Secret -> the Instances and Bindings whose ``parametersFrom`` names it."""
         self.webhook: Webhook | None = None
         """The admission webhook once it serves (:meth:`serve_webhook`)."""
+        self._webhook_task: asyncio.Task[None] | None = None
+        """The webhook's start and refresh (:meth:`keep_webhook`), cancelled by :meth:`stop_webhook`."""
 
     def serve_webhook(self, settings: ControllerSettings) -> None:
-        """Serve the admission webhook (``admission``), every replica, leader or not; started in the background,
-        retried until the shared certificate can be read or made (an API server still starting, a missing
-        grant): meanwhile deletions take the finalizer path."""
+        """Serve the admission webhook (``admission``), every replica, leader or not, in the background: a task
+        (:meth:`keep_webhook`) on the running loop when called on one; else (today's ``running.py`` calls it before
+        any loop exists, and a standby has none) on a loop of its own in one thread, until the process's one loop
+        exists before its leadership. Retried until the shared certificate can be read or made (an API server still
+        starting, a missing grant): meanwhile deletions take the finalizer path."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            threading.Thread(target=self._webhook_alone, args=(settings,), name="webhook-timers", daemon=True).start()
+            return
+        self._webhook_task = loop.create_task(self.keep_webhook(settings), name="webhook")
+
+    def _webhook_alone(self, settings: ControllerSettings) -> None:
+        """:meth:`keep_webhook` on a loop of this thread's own, until :meth:`stop_webhook` cancels it."""
+        loop = asyncio.new_event_loop()
+        task = self._webhook_task = loop.create_task(self.keep_webhook(settings), name="webhook")
+        try:
+            with contextlib.suppress(asyncio.CancelledError):
+                loop.run_until_complete(task)
+        finally:
+            loop.close()
+
+    def stop_webhook(self) -> None:
+        """Cancel the webhook's start retries and refreshes (from any thread). The server serves on until the
+        process exits, as before: a replica that stops leading still answers reviews."""
+        task = self._webhook_task
+        if task is not None:
+            with contextlib.suppress(RuntimeError):  # its own loop closed already: nothing left to cancel
+                task.get_loop().call_soon_threadsafe(task.cancel)
+
+    async def keep_webhook(self, settings: ControllerSettings) -> None:
+        """Start the webhook — retried after each ``webhook_start`` of the policy table until the certificate can
+        be read or made; nothing listens meanwhile — then refresh it until cancelled. Its blocking calls (the
+        certificate's, the server's start, each refresh) run in pool threads, its pauses on the runtime's clock."""
         from opbroker.controller.servicecatalog import webhook
 
         assert settings.webhook_port is not None
@@ -130,34 +165,35 @@ class ServiceCatalog:
 
         policies = self.runtime.policies
 
-        def start() -> None:
-            while True:
-                try:  # the certificate: until it is there, nothing listens
-                    server = webhook.Webhook(
-                        api_client,
-                        port=settings.webhook_port or 0,
-                        hosts=hosts,
-                        namespace=settings.namespace,
-                        secret=settings.webhook_secret,
-                        register=register,
-                        policies=policies,
-                        clock=self.runtime.clock,
-                    )
-                except Exception as exc:
-                    status = getattr(exc, "status", None)
-                    pause = policies.delay(policies.webhook_start)
-                    logger.error(
-                        "the admission webhook could not start (%s); retrying in %.0f s",
-                        f"HTTP {status}" if status else type(exc).__name__,
-                        pause,
-                    )
-                    self.runtime.clock.block(pause)
-                    continue
-                server.start()  # registering is retried by the server itself
-                self.webhook = server
-                return
+        def made() -> webhook.Webhook:
+            return webhook.Webhook(
+                api_client,
+                port=settings.webhook_port or 0,
+                hosts=hosts,
+                namespace=settings.namespace,
+                secret=settings.webhook_secret,
+                register=register,
+                policies=policies,
+                clock=self.runtime.clock,
+            )
 
-        threading.Thread(target=start, name="webhook-start", daemon=True).start()
+        while True:
+            try:  # the certificate: until it is there, nothing listens
+                server = await asyncio.to_thread(made)
+            except Exception as exc:
+                status = getattr(exc, "status", None)
+                pause = policies.delay(policies.webhook_start)
+                logger.error(
+                    "the admission webhook could not start (%s); retrying in %.0f s",
+                    f"HTTP {status}" if status else type(exc).__name__,
+                    pause,
+                )
+                await self.runtime.clock.sleep(pause)
+                continue
+            break
+        await asyncio.to_thread(server.start)  # registering is retried by the server's refreshes
+        self.webhook = server
+        await server.refresh_forever()
 
     def watches(self) -> list[Watch]:
         """Brokers, their classes, Instances, Bindings, and the workloads a Binding's credentials project into."""

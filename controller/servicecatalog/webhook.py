@@ -10,7 +10,9 @@ Every replica, leader or standby, serves it (the webhook Service selects them al
 * the HTTPS server (``reviewserver``) handshakes and reads each connection in a task of its own, with
   deadlines and bounded heads and bodies, so no client can hold up the reviews of others;
 * every ``webhook_refresh`` of the policy table each replica re-reads the Secret (serving a renewed certificate to new
-  connections) and makes sure the configuration carries the CA.
+  connections) and makes sure the configuration carries the CA: :meth:`Webhook.refresh_forever`, an asyncio task
+  of its owner's (``handlers.ServiceCatalog.serve_webhook``), each refresh in a pool thread (issue 45's one
+  concurrency rule: timers are tasks on a loop, blocking calls go through ``asyncio.to_thread``).
 
 Registration: in-cluster, the ControlPlane component creates the configuration (pointing at the Service) and
 grants the controller ``get`` and ``patch`` on that one configuration by name; the controller only fills in
@@ -20,12 +22,12 @@ whole configuration itself (:func:`register`), which needs rights the in-cluster
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import logging
 import ssl
 import tempfile
-import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -91,10 +93,11 @@ class Webhook:
     ) -> None:
         """``register(ca)``: make the configuration carry ``ca`` (called at start and when a refresh finds it
         does not); None registers nothing. ``policies``: the timing table (its ``webhook_refresh`` and
-        ``webhook_register``). ``clock``: what the certificate's validity is measured on (the real one by
-        default). Reads (or creates) the shared certificate: raises if it cannot."""
+        ``webhook_register``). ``clock``: what the certificate's validity and the refreshes' pauses are measured
+        on (the real one by default). Reads (or creates) the shared certificate: raises if it cannot."""
         self.hosts = list(hosts)
         self._clock = clock
+        """The certificate's validity and the refreshes' pauses are measured on it."""
         self.certificate = webhookcerts.SharedCertificate(api_client, namespace, secret, policies=policies, clock=clock)
         self.bundle = self.certificate.ensure(self.hosts)
         self.refs = BindingRefs()
@@ -103,9 +106,7 @@ class Webhook:
         self._policies = policies
         self._dir = tempfile.TemporaryDirectory(prefix="opbroker-webhook-")
         self.server = ReviewServer(port, self._context(self.bundle), webhooks.PATH, self.answer, limits=limits)
-        self._stop = threading.Event()
         self._registered = False
-        self._refresher = threading.Thread(target=self._refresh_loop, name="webhook-refresh", daemon=True)
 
     @property
     def ca(self) -> bytes:
@@ -116,15 +117,21 @@ class Webhook:
         return self.server.port
 
     def start(self) -> None:
-        """Watch, serve, register: a registration that fails is logged and retried after
-        each ``webhook_register`` of the policy table (the server serves meanwhile)."""
+        """Watch, serve, register (blocking: call it in a thread, as the owner does); a registration that fails is
+        logged and retried by :meth:`refresh_forever` (the server serves meanwhile)."""
         self._watch.start()
         self.server.start()
         self._registered = self._try(self._registration)
-        self._refresher.start()
+
+    async def refresh_forever(self) -> None:
+        """Refresh after each ``webhook_refresh`` of the policy table — after each ``webhook_register`` while the
+        last registration failed — until cancelled; the owner runs it as a task after :meth:`start`, and cancels it
+        before :meth:`stop`. Each refresh blocks (API calls): it runs in a pool thread."""
+        while True:
+            await self._clock.sleep(self._next_look())
+            self._registered = await asyncio.to_thread(self._try, self.refresh)
 
     def stop(self) -> None:
-        self._stop.set()
         self._watch.stop()
         self.server.stop()
         self._dir.cleanup()
@@ -144,10 +151,6 @@ class Webhook:
     def _registration(self) -> None:
         if self._register is not None:
             self._register(self.ca)
-
-    def _refresh_loop(self) -> None:
-        while not self._stop.wait(self._next_look()):
-            self._registered = self._try(self.refresh)
 
     def _next_look(self) -> float:
         """The wait before the next refresh, or the next registration while the last one failed (jittered)."""
