@@ -104,13 +104,12 @@ def run(settings: ControllerSettings, *, kubeconfig: str | None) -> None:
     state.add_check(lambda: reached.problem(settings.stuck_seconds), liveness=True)
     state.add_check(lambda: reached.problem(3 * probe_every), liveness=False)
     state.add_check(lambda: controller.runtime.stuck(settings.stuck_seconds), liveness=True)
-    if settings.webhook_port is not None:
-        controller.service_catalog.serve_webhook(settings)
     process = Process(settings, api, controller, state, reached)
     # Not asyncio.run(): its teardown waits for the pool's threads, and one blocked on the API would keep a
     # stopping controller up past its drain time. Whatever happens, the process exits after this.
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
+    controller.runtime.install(loop)  # the one pool, from the start
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, process.ask_to_stop, signum)
     probe = loop.create_task(contact.probe(api, reached, every=probe_every), name="api probe")
@@ -145,7 +144,10 @@ class Process:
         self.identity = f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
 
     async def main(self) -> int:
-        """The process's life; its exit code. A stop asked before the controller runs ends it at once (0)."""
+        """The process's life; its exit code. A stop asked before the controller runs ends it at once (0). The
+        admission webhook is served by every replica, leader or not, from the start."""
+        if self.settings.webhook_port is not None:
+            self.controller.service_catalog.serve_webhook(self.settings)
         if not await self.unless_stopped(self.wait_for_the_api()):
             return 0
         if not self.settings.leader_election:

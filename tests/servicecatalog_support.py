@@ -19,6 +19,7 @@ from kubernetes.client.exceptions import ApiException
 from opbroker.api.conventions import DEFAULT_NAMESPACE
 from tests.brokers.fixture import SecondBroker, default_catalog
 from tests.controller_support import wait_for
+from tests.loop_support import loop_in_thread
 
 GROUP, VERSION = "servicecatalog.k8s.io", "v1alpha1"
 
@@ -139,15 +140,16 @@ def webhook_serving(
 
     configuration = name or webhooks.CONFIGURATION
     server = webhook.Webhook(api_client, port=0, hosts=["127.0.0.1"], namespace=namespace, limits=limits)
-    server.start()
-    try:
-        webhook.register_url(api_client, f"https://127.0.0.1:{server.port}", configuration)(server.ca)
-        assert server.refs.wait_synced(30), "the webhook's Bindings were not listed"
-        yield server
-    finally:
-        with contextlib.suppress(ApiException):
-            client.AdmissionregistrationV1Api(api_client).delete_validating_webhook_configuration(configuration)
-        server.stop()
+    with loop_in_thread() as loop:
+        server.start(loop)
+        try:
+            webhook.register_url(api_client, f"https://127.0.0.1:{server.port}", configuration)(server.ca)
+            assert server.refs.wait_synced(30), "the webhook's Bindings were not listed"
+            yield server
+        finally:
+            with contextlib.suppress(ApiException):
+                client.AdmissionregistrationV1Api(api_client).delete_validating_webhook_configuration(configuration)
+            server.stop()
 
 
 def refused_by_webhook(api_client: client.ApiClient, namespace: str, name: str, *, dry_run: bool = True) -> str | None:

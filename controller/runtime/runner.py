@@ -91,6 +91,7 @@ class Runtime:
         """What each failing key's object shows of its failure (what :meth:`ShowsFailures.show_failure` returned)."""
         self.queue: WorkQueue | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
+        self._pool: ThreadPoolExecutor | None = None
         self.reconciles = 0
         """Reconciles run so far (approximate under concurrency: a hint of activity, not a metric)."""
 
@@ -106,15 +107,22 @@ class Runtime:
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
-    def start(self) -> None:
-        """Start the workers on the running event loop (the controller's, :mod:`opbroker.controller.running`)."""
-        self.loop = asyncio.get_running_loop()
+    def install(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Make the runtime's one pool ``loop``'s default executor (what ``asyncio.to_thread`` uses), once: the
+        process does it as it creates its loop, so everything before the reconciles start (the wait for the API,
+        the webhook's start) runs in the same pool."""
+        if self._pool is not None:
+            return
         # Reconciles run their blocking API calls in threads: one per worker (asyncio's default pool is only
         # cpu+4 threads, which would silently cap the workers), and the timers and rollouts theirs in the same pool,
         # in threads of their own (BACKGROUND_THREADS).
-        self.loop.set_default_executor(
-            ThreadPoolExecutor(self.workers + BACKGROUND_THREADS, thread_name_prefix="reconcile")
-        )
+        self._pool = ThreadPoolExecutor(self.workers + BACKGROUND_THREADS, thread_name_prefix="reconcile")
+        loop.set_default_executor(self._pool)
+
+    def start(self) -> None:
+        """Start the workers on the running event loop (the controller's, :mod:`opbroker.controller.running`)."""
+        self.loop = asyncio.get_running_loop()
+        self.install(self.loop)
         queue = self.queue = WorkQueue(
             self._reconcile,
             workers=self.workers,

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -114,33 +113,17 @@ class ServiceCatalog:
 
     def serve_webhook(self, settings: ControllerSettings) -> None:
         """Serve the admission webhook (``admission``), every replica, leader or not, in the background: a task
-        (:meth:`keep_webhook`) on the running loop when called on one; else (today's ``running.py`` calls it before
-        any loop exists, and a standby has none) on a loop of its own in one thread, until the process's one loop
-        exists before its leadership. Retried until the shared certificate can be read or made (an API server still
-        starting, a missing grant): meanwhile deletions take the finalizer path."""
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            threading.Thread(target=self._webhook_alone, args=(settings,), name="webhook-timers", daemon=True).start()
-            return
-        self._webhook_task = loop.create_task(self.keep_webhook(settings), name="webhook")
-
-    def _webhook_alone(self, settings: ControllerSettings) -> None:
-        """:meth:`keep_webhook` on a loop of this thread's own, until :meth:`stop_webhook` cancels it."""
-        loop = asyncio.new_event_loop()
-        task = self._webhook_task = loop.create_task(self.keep_webhook(settings), name="webhook")
-        try:
-            with contextlib.suppress(asyncio.CancelledError):
-                loop.run_until_complete(task)
-        finally:
-            loop.close()
+        (:meth:`keep_webhook`) on the process's loop (call on it; it runs from the process's start, before any
+        leadership). Retried until the shared certificate can be read or made (an API server still starting, a
+        missing grant): meanwhile deletions take the finalizer path."""
+        self._webhook_task = asyncio.get_running_loop().create_task(self.keep_webhook(settings), name="webhook")
 
     def stop_webhook(self) -> None:
         """Cancel the webhook's start retries and refreshes (from any thread). The server serves on until the
         process exits, as before: a replica that stops leading still answers reviews."""
         task = self._webhook_task
         if task is not None:
-            with contextlib.suppress(RuntimeError):  # its own loop closed already: nothing left to cancel
+            with contextlib.suppress(RuntimeError):  # the loop closed already: nothing left to cancel
                 task.get_loop().call_soon_threadsafe(task.cancel)
 
     async def keep_webhook(self, settings: ControllerSettings) -> None:
@@ -191,7 +174,7 @@ class ServiceCatalog:
                 await self.runtime.clock.sleep(pause)
                 continue
             break
-        await asyncio.to_thread(server.start)  # registering is retried by the server's refreshes
+        await asyncio.to_thread(server.start, asyncio.get_running_loop())  # registering: retried by the refreshes
         self.webhook = server
         await server.refresh_forever()
 

@@ -6,8 +6,8 @@ to make every review fail. The first webhook did its TLS handshake in the accept
 connected and sent nothing held that loop, every review timed out, and ``failurePolicy: Ignore`` let every
 DELETE through. Here:
 
-* each connection is its own task on an asyncio loop (in a thread of its own): accepting never waits for a
-  client; the TLS handshake runs in the connection's task, within ``handshake_seconds``;
+* each connection is its own task on the controller's asyncio loop (issue 45: no thread of its own): accepting
+  never waits for a client; the TLS handshake runs in the connection's task, within ``handshake_seconds``;
 * at most ``max_connections`` connections at once, handshakes included: one more is closed at once;
 * a request's head is at most ``max_head_bytes`` (431), its body at most ``max_body_bytes`` (413, refused on
   its Content-Length before a byte of it is read), and all the bodies being read at once at most
@@ -16,8 +16,8 @@ DELETE through. Here:
   is cut off, 408); a kept-alive connection may wait ``idle_seconds`` for its next request;
 * HTTP/1.1 framing is ``h11``'s (the parser uvicorn and httpx use), not hand-rolled.
 
-``answer(body) -> (status, JSON bytes)`` is called in the loop's thread: it must not block (the webhook's
-answers come from memory).
+``answer(body) -> (status, JSON bytes)`` is called on the loop: it must not block (the webhook's answers come
+from memory).
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ import contextlib
 import json
 import logging
 import ssl
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -80,24 +79,25 @@ class ReviewServer:
         """The TLS context new connections get; replace it (never modify it) to serve a renewed certificate."""
         self.limits = limits or Limits()
         self._path, self._answer, self._host, self._port = path, answer, host, port
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="webhook", daemon=True)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        """The loop it serves on (the controller's), once started."""
         self._server: asyncio.Server | None = None
         self._connections = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._inflight = 0
         self.port = port
 
-    def start(self, timeout: float = 10.0) -> None:
-        self._thread.start()
-        started = asyncio.run_coroutine_threadsafe(self._listen(), self._loop)
-        self.port = started.result(timeout)
+    def start(self, loop: asyncio.AbstractEventLoop, timeout: float = 10.0) -> None:
+        """Listen, and serve every connection as a task on ``loop`` (the controller's: no thread of its own). Call
+        from another thread (a pool thread): it waits until the port is bound."""
+        self._loop = loop
+        self.port = asyncio.run_coroutine_threadsafe(self._listen(), loop).result(timeout)
 
     def stop(self, timeout: float = 5.0) -> None:
-        if self._thread.is_alive():
-            asyncio.run_coroutine_threadsafe(self._close(), self._loop).result(timeout)
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout)
+        """Stop listening and end the connections (call from another thread than the loop's)."""
+        loop, self._loop = self._loop, None
+        if loop is not None and not loop.is_closed():
+            asyncio.run_coroutine_threadsafe(self._close(), loop).result(timeout)
 
     @property
     def connections(self) -> int:

@@ -116,11 +116,11 @@ class Webhook:
     def port(self) -> int:
         return self.server.port
 
-    def start(self) -> None:
-        """Watch, serve, register (blocking: call it in a thread, as the owner does); a registration that fails is
-        logged and retried by :meth:`refresh_forever` (the server serves meanwhile)."""
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Watch, serve on ``loop`` (the controller's), register (blocking: call it in a thread, as the owner does);
+        a registration that fails is logged and retried by :meth:`refresh_forever` (the server serves meanwhile)."""
         self._watch.start()
-        self.server.start()
+        self.server.start(loop)
         self._registered = self._try(self._registration)
 
     async def refresh_forever(self) -> None:

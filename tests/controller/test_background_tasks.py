@@ -177,7 +177,7 @@ class _Server:
         self.started = False
         self.refreshing = False
 
-    def start(self) -> None:
+    def start(self, _loop: asyncio.AbstractEventLoop) -> None:
         self.started = True
 
     async def refresh_forever(self) -> None:

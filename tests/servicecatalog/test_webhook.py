@@ -15,6 +15,7 @@ shows as a ``deletionTimestamp`` instead of a vanished object.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime
 import socket
@@ -37,6 +38,7 @@ from opbroker.devcluster import ControlPlane
 from opbroker.devcluster.controlplane import free_ports
 from opbroker.devcluster.processes import Process
 from tests.controller_support import OPBROKER, wait_for
+from tests.loop_support import loop_in_thread
 from tests.servicecatalog_support import GROUP, VERSION, custom, get, refused_by_webhook, webhook_serving
 from tests.tenancy_support import ensure_service_account, service_account_client
 
@@ -123,8 +125,15 @@ def test_stalled_connections_to_the_webhook_do_not_let_a_delete_through(
                 sock.close()
 
 
+@pytest.fixture(scope="module")
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    """The loop the webhooks serve on (the controller's, in the product)."""
+    with loop_in_thread() as running:
+        yield running
+
+
 def test_replicas_share_one_ca_and_the_registered_bundle_verifies_each(
-    api_client: client.ApiClient, namespace: str
+    api_client: client.ApiClient, namespace: str, loop: asyncio.AbstractEventLoop
 ) -> None:
     configuration = f"opbroker-test-{namespace}"
     start = threading.Barrier(2)
@@ -146,7 +155,7 @@ def test_replicas_share_one_ca_and_the_registered_bundle_verifies_each(
     assert failures == [] and len(replicas) == 2
     try:
         for replica_ in replicas:
-            replica_.start()
+            replica_.start(loop)
         first, second = replicas
         assert first.ca == second.ca
         secrets = client.CoreV1Api(api_client).list_namespaced_secret(namespace).items
@@ -197,7 +206,7 @@ def rendered(namespace: str) -> dict[str, Any]:
 
 
 def test_the_rights_the_control_plane_renders_are_enough_to_register_the_webhook(
-    api_client: client.ApiClient, namespace: str, rendered: dict[str, Any]
+    api_client: client.ApiClient, namespace: str, rendered: dict[str, Any], loop: asyncio.AbstractEventLoop
 ) -> None:
     rbac_api = client.RbacAuthorizationV1Api(api_client)
     admission = client.AdmissionregistrationV1Api(api_client)
@@ -243,7 +252,7 @@ def test_the_rights_the_control_plane_renders_are_enough_to_register_the_webhook
             register=lambda ca: webhook.register_ca(controller, flags["--webhook-configuration"], ca),
         )
         try:
-            hook.start()
+            hook.start(loop)
             assert hook.refs.wait_synced(30), "the controller could not list Bindings"
             assert webhook.registered_ca(api_client, configuration) == hook.ca
             stored = client.CoreV1Api(api_client).read_namespaced_secret(flags["--webhook-secret"], namespace)

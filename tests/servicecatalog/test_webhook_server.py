@@ -12,6 +12,7 @@ local port, attacked as a client that stalls, drips, or sends too much.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import json
 import socket
@@ -29,6 +30,7 @@ from kubernetes.client.exceptions import ApiException
 from opbroker.controller.servicecatalog import webhook, webhookcerts
 from opbroker.controller.servicecatalog.bindingrefs import BindingRef, BindingRefs
 from opbroker.controller.servicecatalog.reviewserver import Answer, Limits, ReviewServer
+from tests.loop_support import loop_in_thread
 
 NOW = datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC)
 #: The start of a TLS ClientHello record (content type 22, TLS 1.0 record version, 512 bytes announced).
@@ -42,7 +44,16 @@ def bundle() -> webhookcerts.Bundle:
     return webhookcerts.issue(["127.0.0.1"], now=datetime.datetime.now(datetime.UTC))
 
 
-def serve(bundle: webhookcerts.Bundle, limits: Limits, answer: Answer | None = None) -> ReviewServer:
+@pytest.fixture(scope="module")
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    """The loop the servers serve on (the controller's, in the product)."""
+    with loop_in_thread() as running:
+        yield running
+
+
+def serve(
+    bundle: webhookcerts.Bundle, limits: Limits, loop: asyncio.AbstractEventLoop, answer: Answer | None = None
+) -> ReviewServer:
     with tempfile.TemporaryDirectory() as folder:
         cert, key = Path(folder, "tls.crt"), Path(folder, "tls.key")
         cert.write_bytes(bundle.cert)
@@ -50,16 +61,16 @@ def serve(bundle: webhookcerts.Bundle, limits: Limits, answer: Answer | None = N
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(cert, key)
     server = ReviewServer(0, context, "/review", answer or (lambda body: (200, body)), limits=limits, host="127.0.0.1")
-    server.start()
+    server.start(loop)
     return server
 
 
 @pytest.fixture
-def make(bundle: webhookcerts.Bundle) -> Iterator[Make]:
+def make(bundle: webhookcerts.Bundle, loop: asyncio.AbstractEventLoop) -> Iterator[Make]:
     started: list[ReviewServer] = []
 
     def start(limits: Limits, answer: Answer | None = None) -> ReviewServer:
-        server = serve(bundle, limits, answer)
+        server = serve(bundle, limits, loop, answer)
         started.append(server)
         return server
 
