@@ -40,7 +40,7 @@ class Context:
         keys no longer rendered go): the stamped one that was read is rewritten guarded by its
         ``resource_version`` (changed or replaced meanwhile: a Conflict, read again); when none was read it is
         created — a Secret made by someone else in the instant between that read and this write is the one
-        case this cannot see (as :func:`opbroker.controller.osb.ownership.apply_owned`)."""
+        case this cannot see (as :func:`opbroker.controller.osb.core.instance_plan.guarded`)."""
         metadata = mapping_of(manifest.get("metadata"))
         if resource_version is not None:
             manifest = {**manifest, "metadata": {**metadata, "resourceVersion": resource_version}}

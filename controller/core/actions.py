@@ -56,8 +56,8 @@ class WriteStatus:
 
 @dataclass(frozen=True)
 class Apply:
-    """Apply one rendered object under the ownership rules (:mod:`opbroker.controller.osb.ownership`,
-    :mod:`opbroker.controller.osb.singletons`).
+    """Apply one rendered object, as the plan decided on the object it observed (``instance_plan.guarded``: only
+    over one that is the owner's; :mod:`opbroker.controller.osb.singletons` for shared singletons).
 
     ``as_user``: the identity the write is made as (a plan's ServiceAccount), None for the controller's own.
     """
@@ -77,6 +77,10 @@ class Apply:
     must_exist: bool = False
     """Amend an existing object only (a binding's part of its instance's object): gone, nothing is written —
     never re-created half-specified by the apply."""
+    uid: str | None = None
+    """An amendment's object as the plan read it: the apply is written onto that object only (one deleted or
+    replaced since is not re-created). Whether it may be written at all is the plan's decision
+    (``instance_plan.guarded``); the effect performs it."""
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ from opbroker.controller.osb.core.binding_plan import (
     refused,
     steps,
 )
-from opbroker.controller.osb.core.instance_plan import OsbAction, Piece, Teardown
+from opbroker.controller.osb.core.instance_plan import Held, OsbAction, Piece, Teardown
 from opbroker.controller.osb.instances import limits_of, observe
 from opbroker.controller.osb.osb_effects import osb_executor
 from opbroker.controller.osb.reconciling import AppliedMemory, DayTwo, Deps
@@ -141,7 +141,9 @@ class BindingReconciler(PassingReconciler[BindingFacts, OsbAction]):
                 own = [p.piece.ref for p in rendering.pieces if not p.instance_own]
                 gone = minus_refs(list(facts.binding.status.resources), own)
                 released = tuple(ownership.held(self._actor(facts), ref) for ref in gone)  # what the apply lets go
-                return dataclasses.replace(facts, rendering=dataclasses.replace(rendering, released=released))
+                live = self._live(facts, rendering.pieces)
+                rendering = dataclasses.replace(rendering, released=released, live=live)
+                return dataclasses.replace(facts, rendering=rendering)
             if Step.AWAIT_OUTCOME in due or Step.EVALUATE in due:
                 return dataclasses.replace(facts, report=self._report(facts))
         except RenderError as exc:
@@ -202,6 +204,12 @@ class BindingReconciler(PassingReconciler[BindingFacts, OsbAction]):
                 namespaced = kube.plural_of(piece.ref.api_version, piece.ref.kind)[1] if kinds_of_own else True
                 out.append(BindPiece(dataclasses.replace(piece, namespaced=namespaced)))
         return tuple(out)
+
+    def _live(self, facts: BindingFacts, pieces: Sequence[BindPiece]) -> tuple[Held, ...]:
+        """Each object the apply writes, as it is (the store's copy when it holds the kind): the plan writes over
+        one only if it is the binding's (or, for its instance's object, the instance's)."""
+        kube = self._actor(facts)
+        return tuple(Held(p.piece.ref, ObjectView.maybe(kube.get(p.piece.ref))) for p in pieces)
 
     def _render(self, facts: BindingFacts, action: TemplateAction) -> BindRendering:
         assert facts.entry is not None and facts.entry.model is not None
@@ -359,5 +367,6 @@ class BindingReconciler(PassingReconciler[BindingFacts, OsbAction]):
         except RenderError as exc:
             unbind = Unbind(gathered, templates_ran=True, applied_before=applied_before, secret=secret)
             return dataclasses.replace(facts, unbind=unbind, render_error=str(exc) or type(exc).__name__)
-        unbind = Unbind(gathered, True, pieces, section, applied_before, secret)
+        live = self._live(facts, pieces) if pieces and not applied_before else ()
+        unbind = Unbind(gathered, True, pieces, section, applied_before, secret, live)
         return dataclasses.replace(facts, unbind=unbind)

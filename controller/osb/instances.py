@@ -184,9 +184,10 @@ class InstanceReconciler(PassingReconciler[InstanceFacts, OsbAction]):
                 gone = minus_refs(list(facts.instance.status.resources), [piece.ref for piece in rendering.pieces])
                 kube = self._actor(facts)
                 released = tuple(ownership.held(kube, ref) for ref in gone)  # what the apply lets go of
-                # A shared singleton made already is joined, not created: what joining writes is decided on it.
-                shared = tuple(Held(p.ref, ObjectView.maybe(kube.get(p.ref))) for p in rendering.pieces if p.singleton)
-                rendering = dataclasses.replace(rendering, released=released, singletons=shared)
+                # Each object as it is (the store's copy when it holds the kind): the plan writes over one only if it
+                # is the instance's, and joins a shared singleton made already rather than creating it.
+                live = tuple(Held(p.ref, ObjectView.maybe(kube.get(p.ref))) for p in rendering.pieces)
+                rendering = dataclasses.replace(rendering, released=released, live=live)
                 return dataclasses.replace(facts, rendering=rendering)
             if Step.AWAIT_OUTCOME in due or Step.EVALUATE in due:
                 sources = _carried(previous, entry)

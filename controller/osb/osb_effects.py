@@ -18,9 +18,9 @@ from opbroker.api.meta import ResourceRef
 from opbroker.controller.core import actions as a
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import ObjectView
-from opbroker.controller.osb import registries, singletons
+from opbroker.controller.osb import ownership, registries, singletons
 from opbroker.controller.osb.core import drift
-from opbroker.controller.osb.ownership import apply_owned, orphan
+from opbroker.controller.osb.ownership import orphan
 from opbroker.controller.osb.reconciling import AppliedMemory, DayTwo, Deps
 from opbroker.controller.runtime import metrics
 from opbroker.controller.runtime.executor import Effect, Executor, Run, Target
@@ -171,14 +171,7 @@ def apply(run: Run, action: a.Apply) -> JsonObject | None:
     uid = action.owner_uid
     if not action.singleton:
         manager = {"field_manager": action.field_manager} if action.field_manager else {}
-        written = apply_owned(
-            kube,
-            manifest,
-            owner_uids=(uid, *action.co_owners),
-            adopt=action.adopt,
-            must_exist=action.must_exist,
-            **manager,
-        )
+        written = ownership.apply_decided(kube, manifest, uid=action.uid, **manager)
         if written is not None and run.target.wrote is not None:
             run.target.wrote(run.key, written)
         return written

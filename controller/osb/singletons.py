@@ -28,20 +28,9 @@ from opbroker.controller.core import actions as a
 from opbroker.controller.core import decisions
 from opbroker.controller.core.views import ObjectView
 from opbroker.controller.osb.core import singleton_plan
-from opbroker.controller.runtime.executor import Declined
 from opbroker.controller.runtime.kube import Kube
 from opbroker.controller.runtime.outcomes import Conflict
 from opbroker.kubeclient.wire import JsonBody, JsonObject, mapping_of
-
-
-class SingletonFull(Declined):
-    """The singleton lists :data:`decisions.MAX_SINGLETON_USERS` instances already; this one is refused."""
-
-    refused = a.Refused.SINGLETON_FULL
-
-    def __init__(self, ref: ResourceRef) -> None:
-        super().__init__(decisions.singleton_full_message(ref))
-        self.ref = ref
 
 
 def tracked(manifest: JsonObject, owner_uid: str) -> JsonBody:

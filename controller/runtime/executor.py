@@ -13,8 +13,7 @@ It decides nothing about the object; it owns how each action is carried out, the
   rules: :mod:`.osb_effects`) are *effects* the kind hands in, keyed by action type; an effect performs its
   action and decides nothing — where a result must be decided on, it asks the kind's pure core for the
   actions that follow and performs them (:meth:`Run.perform`);
-* the first action the cluster refuses (:class:`Refused`, with the API server's explanation masked, or a
-  :class:`Declined` a kind's effect raises: the instance kinds' ``NotOwned`` and ``SingletonFull``) stops the
+* the first action the cluster refuses (:class:`Refused`, with the API server's explanation masked) stops the
   list; the kind's pure ``on_refusal`` says what to write about it, and those actions are run in turn;
 * the body read is never changed: the executor keeps its own latest copy of what it wrote.
 
@@ -50,30 +49,19 @@ MAX_PASSES = 4
 Past it the key is requeued at once, so a plan that keeps asking to continue cannot hold a worker."""
 
 
-class Declined(RuntimeError):
-    """An action a kind's effect will not carry out as the cluster stands (an object that is not ours, a shared
-    object that holds no more users): it stops the action list like a refusal of the API server's, and the kind's
-    pure ``on_refusal`` decides what follows from :attr:`refused`. The kind defines its own (the instance kinds'
-    ``NotOwned`` and ``SingletonFull``), so the executor needs to know none of them."""
-
-    refused: a.Refused
-    """Which refusal this is, for the plan."""
-
-
-REFUSALS = (Refused, Declined)
-"""What stops an action list: the cluster refused an object (or a kind's effect declined one); the kind says why."""
+REFUSALS = (Refused,)
+"""What stops an action list: the cluster refused an object; the kind's ``on_refusal`` says what follows. (A kind's
+effect never declines an action: whether an object may be written is its plan's decision, on what it observed.)"""
 
 OnRefusal = Callable[[a.Refusal], Sequence[a.Action]]
 
 
-def refusal_of(exc: Refused | Declined) -> a.Refusal:
+def refusal_of(exc: Refused) -> a.Refusal:
     """The pure value of a refusal: what a plan may decide on (the API server's explanation masked, after the fix
     :mod:`.core.shown_failures` names for it)."""
-    if isinstance(exc, Refused):
-        permanent = exc.refusal.severity is Severity.PERMANENT
-        shown = explain(refused_trouble(exc.refusal))
-        return a.Refusal(a.Refused.OBJECT, shown.message, permanent, shown=shown.reason.value)
-    return a.Refusal(exc.refused, str(exc))
+    permanent = exc.refusal.severity is Severity.PERMANENT
+    shown = explain(refused_trouble(exc.refusal))
+    return a.Refusal(a.Refused.OBJECT, shown.message, permanent, shown=shown.reason.value)
 
 
 T = TypeVar("T")

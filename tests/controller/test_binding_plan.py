@@ -131,6 +131,16 @@ def piece(name: str, *, instance_own: bool = False, orphan: bool = False) -> Bin
     )  # fmt: skip
 
 
+INSTANCE_DB = Held(
+    ResourceRef(api_version="v1", kind="ConfigMap", name="db", namespace=NS),
+    ObjectView.of(
+        {"apiVersion": "v1", "kind": "ConfigMap",
+         "metadata": {"name": "db", "namespace": NS, "uid": "db-uid", "annotations": {ANNOTATION_OWNER_UID: "u-1"}}}
+    ),
+)  # fmt: skip
+"""The instance's object ``db`` as observe read it before an apply: stamped as the instance's."""
+
+
 OWN_SECRET = SecretRead(
     ObjectView.of(
         {
@@ -193,7 +203,8 @@ ROWS: list[tuple[str, BindingFacts, list[tuple[Any, ...]]]] = [
     ("plan missing", facts(binding(), entry=None), failed("PlanNotFound")),
     (
         "bind due: record, apply its own (stamped) and the instance's (its field manager), remember, continue",
-        facts(binding(state="in_queue"), rendering=BindRendering((piece("b-user"), piece("db", instance_own=True)))),
+        facts(binding(state="in_queue"),
+              rendering=BindRendering((piece("b-user"), piece("db", instance_own=True)), live=(INSTANCE_DB,))),
         [("status", "in progress", "InProgress", "guarded"), ("apply", "b-user", False, True),
          ("apply", "db", False, True), ("remember",), ("Continue",)],
     ),
@@ -325,7 +336,9 @@ def test_binding_plan_actions(the_facts: BindingFacts, expected: list[tuple[Any,
 def test_a_bind_records_the_deletion_policy_of_its_own_objects_only() -> None:
     """The binding's own objects are recorded with their template's policy; the instance's objects it amends are
     the instance's records, never the binding's."""
-    rendering = BindRendering((piece("b-user", orphan=True), piece("db", instance_own=True, orphan=True)))
+    rendering = BindRendering(
+        (piece("b-user", orphan=True), piece("db", instance_own=True, orphan=True)), live=(INSTANCE_DB,)
+    )
     actions = plan(facts(binding(state="in_queue"), rendering=rendering))
     record, remember = actions[0], next(x for x in actions if isinstance(x, a.Remember))
     assert isinstance(record, a.WriteStatus)
@@ -451,20 +464,23 @@ def test_a_bindings_part_of_its_instances_object_is_applied_only_while_that_obje
     """Found racing a deprovision: an unbind's partial database, applied after the deprovision deleted it, came back
     unstamped and the deprovision waited on it for ever. Only the instance's object is marked; the binding's own
     objects are still created."""
-    bind = plan(
-        facts(binding(state="in_queue"), rendering=BindRendering((piece("b-user"), piece("db", instance_own=True))))
-    )
+    pieces = (piece("b-user"), piece("db", instance_own=True))
+    bind = plan(facts(binding(state="in_queue"), rendering=BindRendering(pieces, live=(INSTANCE_DB,))))
     pieces = (piece("b-drop"), piece("db", instance_own=True))
     unbind = plan(
         facts(binding(state="succeeded", deleting=True, resources=[USER]),
-              unbind=Unbind(Teardown(False), True, pieces, section("succeeded")))
+              unbind=Unbind(Teardown(False), True, pieces, section("succeeded"), live=(INSTANCE_DB,)))
     )  # fmt: skip
     for actions in (bind, unbind):
-        applied = {x.manifest["metadata"]["name"]: x.must_exist for x in actions if isinstance(x, a.Apply)}
-        assert applied.get("db") is True and False in applied.values()
+        applied = {x.manifest["metadata"]["name"]: (x.must_exist, x.uid) for x in actions if isinstance(x, a.Apply)}
+        assert applied.get("db") == (True, "db-uid") and (False, None) in applied.values()
+    gone = plan(facts(binding(state="in_queue"), rendering=BindRendering(pieces)))  # the instance's object gone
+    assert [x.manifest["metadata"]["name"] for x in gone if isinstance(x, a.Apply)] == ["b-drop"]
 
 
-def test_an_apply_that_must_amend_writes_nothing_when_the_object_is_gone() -> None:
+def test_an_amendment_is_written_onto_the_object_the_plan_read_only() -> None:
+    """The plan decided the amendment on the object it read (its uid in the apply): deleted since, nothing is
+    written (never re-created half-specified); still there, it is amended in place."""
     run, kube, created = executor()
     manifest = {
         "apiVersion": "v1",
@@ -472,12 +488,12 @@ def test_an_apply_that_must_amend_writes_nothing_when_the_object_is_gone() -> No
         "metadata": {"name": "db", "namespace": NS},
         "data": {"u": "b"},
     }
-    assert run.run(KEY, created, [a.Apply(manifest, "i-1", {}, must_exist=True)]) == DONE
+    assert run.run(KEY, created, [a.Apply(manifest, "u-1", {}, must_exist=True, uid="read-before")]) == DONE
     assert kube.get(CM) is None  # not brought back
-    stamped = {**manifest, "metadata": {**manifest["metadata"], "annotations": {"opbroker.io/owner-uid": "i-1"}}}
+    stamped = {**manifest, "metadata": {**manifest["metadata"], "annotations": {"opbroker.io/owner-uid": "u-1"}}}
     live = kube.apply({**stamped, "data": {}})
     kube.calls.clear()
-    run.run(KEY, created, [a.Apply(manifest, "i-1", {}, must_exist=True)])
+    run.run(KEY, created, [a.Apply(manifest, "u-1", {}, must_exist=True, uid=live["metadata"]["uid"])])
     amended = kube.get(CM)
     assert (
         amended is not None and amended["data"] == {"u": "b"} and amended["metadata"]["uid"] == live["metadata"]["uid"]

@@ -246,6 +246,19 @@ def test_a_deleted_object_is_corrected_and_the_digest_not_recorded() -> None:
     assert any(isinstance(x, a.Requeue) and x.seconds == 2.0 for x in actions)  # looked at again soon
 
 
+def test_a_drifted_object_that_is_someone_elses_now_is_not_set_back() -> None:
+    """The correction is decided on the object as observed: its stamp gone (someone else's now), nothing is written
+    over it and ``Synced=False`` says why; the operation stays as it ended."""
+    taken = live_of(CM_PIECE, size="9")
+    taken["metadata"] = {key: value for key, value in taken["metadata"].items() if key != "annotations"}
+    actions = plan(checking(Observed(CM_PIECE, taken)))
+    assert "Correct" not in kinds(actions)
+    (write,) = [x for x in actions if isinstance(x, a.WriteStatus)]
+    (synced,) = write.patch["conditions"]
+    assert (synced["type"], synced["status"], synced["reason"]) == ("Synced", "False", "ApplyRefused")
+    assert "was not created by opbroker for this object" in synced["message"]
+
+
 def test_report_and_ignore() -> None:
     changed = live_of(CM_PIECE, size="9")
     reported = plan(checking(Observed(dataclasses.replace(CM_PIECE, drift=DriftPolicy.REPORT), changed)))
@@ -340,7 +353,8 @@ def test_drift_is_checked_only_against_the_plan_version_the_instance_was_applied
 
 def test_a_bound_binding_sets_back_its_part_of_the_instances_object_never_creating_it() -> None:
     part = Piece({**DB, "spec": {"users": {"u1": ["login"]}}})
-    live = {**DB, "spec": {"users": {"main": ["owner"]}}}  # someone removed the binding's user
+    instance_own = {**DB["metadata"], "uid": "db-uid", "annotations": {"opbroker.io/owner-uid": "u-1"}}
+    live = {**DB, "metadata": instance_own, "spec": {"users": {"main": ["owner"]}}}  # someone removed the user
     seen = ObservedBind(Observed(part, live), instance_own=True)
     the_facts = binding_facts(
         binding(state="succeeded", observed=1, digest="d-new"), refresh=Refresh(report=REPORTED, observed=(seen,))
@@ -348,9 +362,14 @@ def test_a_bound_binding_sets_back_its_part_of_the_instances_object_never_creati
     actions = binding_plan(the_facts)
     (correct,) = [x for x in actions if isinstance(x, a.Correct)]
     assert correct.fields == ("spec.users.u1",)
-    assert correct.apply == bind_apply(the_facts, BindPiece(part, instance_own=True))
+    assert correct.apply == dataclasses.replace(bind_apply(the_facts, BindPiece(part, instance_own=True)), uid="db-uid")
     assert correct.apply.must_exist and correct.apply.field_manager == "opbroker-binding-b"
-    in_sync = ObservedBind(Observed(part, {**DB, "spec": {"users": {"main": ["owner"], "u1": ["login"]}}}), True)
+    gone = ObservedBind(Observed(part, None), instance_own=True)  # the instance's object is gone: never created
+    quiet = binding_plan(dataclasses.replace(the_facts, refresh=Refresh(report=REPORTED, observed=(gone,))))
+    assert not [x for x in quiet if isinstance(x, a.Correct)]
+    in_sync = ObservedBind(
+        Observed(part, {**DB, "metadata": instance_own, "spec": {"users": {"main": ["owner"], "u1": ["login"]}}}), True
+    )
     quiet = binding_plan(dataclasses.replace(the_facts, refresh=Refresh(report=REPORTED, observed=(in_sync,))))
     assert not [x for x in quiet if isinstance(x, (a.Correct, a.WriteStatus))]
 

@@ -35,6 +35,7 @@ from opbroker.controller.catalog.catalog import Catalog, PlanEntry
 from opbroker.controller.core import actions as a
 from opbroker.controller.core import decisions, finalizers
 from opbroker.controller.core.decisions import Letting
+from opbroker.controller.core.refusals import refusal
 from opbroker.controller.core.views import BindingView, InstanceView, Meta, ObjectView
 from opbroker.controller.kinds import INSTANCES, PLANS
 from opbroker.controller.multicluster.core.placement_plan import (
@@ -60,17 +61,17 @@ from opbroker.controller.osb.core.instance_plan import (
     Report,
     Teardown,
     apply_action,
+    guarded,
     plan,
     refused,
     steps,
 )
 from opbroker.controller.osb.instances import InstanceReconciler
 from opbroker.controller.osb.osb_effects import osb_executor
-from opbroker.controller.osb.ownership import NotOwned
 from opbroker.controller.osb.reconciling import AppliedMemory, Deps
-from opbroker.controller.osb.singletons import SingletonFull
-from opbroker.controller.runtime.executor import AGAIN, MAX_PASSES, Executor, OwnWrites, refusal_of
+from opbroker.controller.runtime.executor import AGAIN, MAX_PASSES, Executor, OwnWrites
 from opbroker.controller.runtime.keys import Key
+from opbroker.controller.runtime.kube import Refused
 from opbroker.controller.runtime.memory import Memories
 from opbroker.controller.runtime.objects import recorded, stamp
 from opbroker.controller.runtime.outcomes import DONE, Conflict, Outcome, TemporaryError
@@ -862,14 +863,57 @@ def test_executor_stops_at_a_refusal_and_runs_what_the_plan_says_of_it() -> None
         seen.append(refusal)
         return [a.Event("Refused", refusal.message)]
 
-    kube.create({**STAMPED, "metadata": {"name": "db", "namespace": NS}})  # someone else's ConfigMap
+    def refuse(manifest: dict[str, Any], **_: Any) -> None:  # the API server's answer to the object: invalid
+        raise Refused(refusal(422, {"reason": "Invalid", "message": "spec.x: Invalid value"}, manifest))
+
+    kube.apply = refuse  # type: ignore[method-assign]
     kube.calls.clear()
     actions = [a.Apply(STAMPED, owner_uid="u-1", owner_reference={}), a.Requeue(1.0)]
     assert run.run(KEY, created, actions, on_refusal) == DONE  # the requeue after the refusal never ran
-    assert [r.why for r in seen] == [a.Refused.NOT_OWNED]
+    assert [r.why for r in seen] == [a.Refused.OBJECT]
     assert [(c.verb, c.kind) for c in kube.calls] == [("event", "SFServiceInstance")]
-    assert refusal_of(SingletonFull(CM)).why is a.Refused.SINGLETON_FULL
-    assert refusal_of(NotOwned(CM)).why is a.Refused.NOT_OWNED
+
+
+def live(*, stamp_of: str | None) -> ObjectView:
+    """The ConfigMap ``db`` as observe read it: stamped as ``stamp_of``'s (None: unstamped, someone else's)."""
+    meta: dict[str, Any] = {"name": "db", "namespace": NS, "uid": "live-uid", "resourceVersion": "4"}
+    if stamp_of is not None:
+        meta["annotations"] = {ANNOTATION_OWNER_UID: stamp_of}
+    return ObjectView.of({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta})
+
+
+GUARDED = [
+    ("none there: applied", None, a.Apply(STAMPED, "u-1", {}), a.Apply(STAMPED, "u-1", {})),
+    ("the owner's: applied", live(stamp_of="u-1"), a.Apply(STAMPED, "u-1", {}), a.Apply(STAMPED, "u-1", {})),
+    ("a co-owner's: applied", live(stamp_of="i-1"), a.Apply(STAMPED, "b-1", {}, co_owners=("i-1",)),
+     a.Apply(STAMPED, "b-1", {}, co_owners=("i-1",))),
+    ("someone else's: refused", live(stamp_of=None), a.Apply(STAMPED, "u-1", {}),
+     a.Refusal(a.Refused.NOT_OWNED, decisions.not_owned_message(CM))),
+    ("a record in a status proves nothing: refused", live(stamp_of="other"), a.Apply(STAMPED, "u-1", {}),
+     a.Refusal(a.Refused.NOT_OWNED, decisions.not_owned_message(CM))),
+    ("someone else's, the template adopts: applied", live(stamp_of=None), a.Apply(STAMPED, "u-1", {}, adopt=True),
+     a.Apply(STAMPED, "u-1", {}, adopt=True)),
+    ("an amendment of the instance's object: onto its uid", live(stamp_of="i-1"),
+     a.Apply(STAMPED, "i-1", {}, must_exist=True), a.Apply(STAMPED, "i-1", {}, must_exist=True, uid="live-uid")),
+    ("an amendment of an object gone: nothing", None, a.Apply(STAMPED, "i-1", {}, must_exist=True), None),
+    ("an amendment of someone else's: refused", live(stamp_of=None), a.Apply(STAMPED, "i-1", {}, must_exist=True),
+     a.Refusal(a.Refused.NOT_OWNED, decisions.not_owned_message(CM))),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("seen", "apply", "wanted"), [r[1:] for r in GUARDED], ids=[r[0] for r in GUARDED])
+def test_an_apply_is_decided_on_the_object_as_observed(
+    seen: ObjectView | None, apply: a.Apply, wanted: a.Apply | a.Refusal | None
+) -> None:
+    """The plan decides whether a rendered object may be written over the live one (the effect only performs)."""
+    assert guarded(apply, CM, seen) == wanted
+
+
+def test_the_apply_effect_performs_what_the_plan_decided_without_reading() -> None:
+    run, kube, created = executor()
+    kube.calls.clear()
+    run.run(KEY, created, [a.Apply(STAMPED, owner_uid="u-1", owner_reference={})])
+    assert [c.verb for c in kube.calls] == ["apply"]  # no read: the plan decided on the object observed
 
 
 def test_executor_retry_raises_after_the_writes_before_it() -> None:
@@ -1201,7 +1245,7 @@ def shared_cm(*, owners: Sequence[str] = ("u-2",), plan: str = "plan", users: in
 
 
 def joined(*shared: Held, piece: Piece = SHARED) -> InstanceFacts:
-    return facts(body(state="in_queue"), rendering=Rendering((piece,), {}, singletons=shared))
+    return facts(body(state="in_queue"), rendering=Rendering((piece,), {}, live=shared))
 
 
 NOT_OWNED_HERE = [("status", "failed", "ObjectNotOwned", "guarded", ("event", "ObjectNotOwned", True))]

@@ -46,6 +46,8 @@ from opbroker.controller.osb.core.instance_plan import (
     all_watched,
     count_error,
     find_drift,
+    guarded,
+    held_of,
     let_go,
     no_longer_rendered,
     orphans_of,
@@ -98,6 +100,8 @@ class BindRendering:
     registry_changed: bool = False
     released: tuple[Held, ...] = ()
     """The binding's recorded objects it no longer renders, as read (what the apply lets go of)."""
+    live: tuple[Held, ...] = ()
+    """Each object it renders, as read before the apply (``instance_plan.guarded`` decides on it)."""
 
 
 @dataclass(frozen=True)
@@ -163,6 +167,8 @@ class Unbind:
     secret: SecretRead | None = None
     """The credentials Secret as read before it is deleted (None: not read — in a terminating namespace it goes
     with the namespace)."""
+    live: tuple[Held, ...] = ()
+    """Each object of ``pieces`` as read before they are applied (``instance_plan.guarded`` decides on it)."""
 
 
 @dataclass(frozen=True)
@@ -371,7 +377,12 @@ def _apply(facts: BindingFacts) -> tuple[a.Action, ...]:
     ]
     if rendering.registry_changed and rendering.registry is not None:
         out.append(a.SaveRegistry(rendering.registry, labels))
-    out.extend(bind_apply(facts, p) for p in rendering.pieces)
+    for p in rendering.pieces:  # each decided on the object as read; a refused one stops the apply there
+        decided = guarded(bind_apply(facts, p), p.piece.ref, held_of(rendering.live, p.piece.ref).live)
+        if isinstance(decided, a.Refusal):
+            return (*out, *refused(facts, decided))
+        if decided is not None:
+            out.append(decided)
     gone = minus_refs(old_refs, own_refs)
     out.extend(no_longer_rendered(gone, rendering.released, binding.status.orphans, meta.uid, facts.actor))
     record = {
@@ -556,6 +567,8 @@ def _keep_declared(facts: BindingFacts, refresh: Refresh) -> list[a.Action]:
     pairs = [(seen.observed, bind_apply(facts, BindPiece(seen.observed.piece, seen.instance_own)))
              for seen in refresh.observed]  # fmt: skip
     findings = find_drift(pairs, now, facts.limits.drift_bounds)
+    if findings.refusal is not None:
+        return [*findings.corrections, *refused(facts, findings.refusal)]
     out: list[a.Action] = [*findings.corrections, *synced_actions(facts.binding, findings.synced, now)]
     waits = [*findings.waits, *((facts.limits.drift_bounds.backoff.base,) if findings.corrections else ())]
     if waits:
@@ -587,10 +600,14 @@ def _unbind(facts: BindingFacts) -> tuple[a.Action, ...]:
                 # An object of the unbind's own (a Job that drops a database role) is stamped and owned like a
                 # bind object, so the next pass may apply it again and the binding's deletion takes it along.
                 manifest = p.piece.manifest if p.instance_own else _stamped(facts, p.piece, labels)
-                out.append(
-                    a.Apply(manifest, meta.uid, {}, adopt=p.piece.adopt, as_user=facts.actor,
-                            co_owners=(facts.instance.meta.uid,), field_manager=manager, must_exist=p.instance_own)
-                )  # fmt: skip
+                apply = a.Apply(manifest, meta.uid, {}, adopt=p.piece.adopt, as_user=facts.actor,
+                                co_owners=(facts.instance.meta.uid,), field_manager=manager,
+                                must_exist=p.instance_own)  # fmt: skip
+                decided = guarded(apply, p.piece.ref, held_of(unbind.live, p.piece.ref).live)
+                if isinstance(decided, a.Refusal):
+                    return (*out, *refused(facts, decided))
+                if decided is not None:
+                    out.append(decided)
             return (*out, a.Continue())  # the verdict is read after them, on the next pass
         section = unbind.section
         if section is not None:

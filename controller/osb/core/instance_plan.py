@@ -104,8 +104,9 @@ class Rendering:
     """The objects the ``sources`` template named for this render (the evaluation that follows reads them)."""
     released: tuple[Held, ...] = ()
     """The recorded objects it no longer renders, as read (what the apply lets go of); read for an apply only."""
-    singletons: tuple[Held, ...] = ()
-    """The shared singletons it renders, as read before the apply (one that exists is joined, not created)."""
+    live: tuple[Held, ...] = ()
+    """Every object it renders, as read before the apply: one that exists and is someone else's is not written
+    (:func:`guarded`), a shared singleton that exists is joined, not created (:func:`apply_or_join`)."""
 
 
 @dataclass(frozen=True)
@@ -673,15 +674,19 @@ def apply_action(facts: InstanceFacts, piece: Piece) -> a.Apply:
 
 
 def apply_or_join(facts: InstanceFacts, piece: Piece) -> tuple[a.Action, ...] | a.Refusal:
-    """The apply of one rendered object — or, for a shared singleton that exists already (as observe read it,
-    ``Rendering.singletons``), the write that joins it (:func:`.singleton_plan.joining`, guarded by the version
-    read; nothing when the instance is one of its users already), or why it may not be joined. A singleton that
-    did not exist is created: one made meanwhile is a conflict, and the next pass reads it and decides here."""
-    action = apply_action(facts, piece)
-    if not piece.singleton:
-        return (action,)
+    """The apply of one rendered object, decided on the object as observe read it (``Rendering.live``): refused
+    when it exists and is someone else's (:func:`guarded`) — or, for a shared singleton that exists already, the
+    write that joins it (:func:`.singleton_plan.joining`, guarded by the version read; nothing when the instance is
+    one of its users already), or why it may not be joined. A singleton that did not exist is created: one made
+    meanwhile is a conflict, and the next pass reads it and decides here."""
     assert facts.rendering is not None
-    live = held_of(facts.rendering.singletons, piece.ref).live
+    action = apply_action(facts, piece)
+    live = held_of(facts.rendering.live, piece.ref).live
+    if not piece.singleton:
+        decided = guarded(action, piece.ref, live)
+        if decided is None or isinstance(decided, a.Refusal):
+            return () if decided is None else decided
+        return (decided,)
     if live is None:
         return (action,)
     step = singleton_plan.joining(live, piece.ref, action)
@@ -690,6 +695,29 @@ def apply_or_join(facts: InstanceFacts, piece: Piece) -> tuple[a.Action, ...] | 
     if step is a.Refused.SINGLETON_FULL:
         return a.Refusal(step, decisions.singleton_full_message(piece.ref))
     return () if step is None or isinstance(step, a.Refused) else (step,)
+
+
+def guarded(apply: a.Apply, ref: ResourceRef, live: ObjectView | None) -> a.Apply | a.Refusal | None:
+    """One object's apply, decided on the object as observe read it (``live``; None: there is none):
+
+    * refused when it exists and is someone else's — only an owner's stamp (``owner_uid``'s or a co-owner's), or a
+      template that declares adoption, lets it be written over (``decisions.takeover``); a record in a status
+      proves nothing;
+    * an amendment (``must_exist``: a binding's part of its instance's object) of an object that is gone: nothing
+      to write (None) — and one that exists is written only onto that object (its uid: one deleted after the read
+      is not re-created, half-specified, by the apply; found: an unbind racing its instance's deprovision
+      re-created the database, unstamped, and the deprovision then waited for ever on an object not its own);
+    * else the apply. An object created by someone else between the read and the apply is the one case this cannot
+      see (server-side apply has no "create only").
+    """
+    if apply.must_exist and (live is None or not live.meta.uid):
+        return None
+    owners = (apply.owner_uid, *apply.co_owners)
+    if decisions.takeover(live, owner_uids=owners, adopt=apply.adopt) is decisions.Takeover.REFUSE:
+        return a.Refusal(a.Refused.NOT_OWNED, decisions.not_owned_message(ref))
+    if apply.must_exist and live is not None:
+        return dataclasses.replace(apply, uid=live.meta.uid)
+    return apply
 
 
 def provisioned_by(report: Report | None) -> bool:
@@ -827,6 +855,8 @@ def check(facts: InstanceFacts) -> tuple[a.Action, ...]:
             [(seen, apply_action(facts, seen.piece)) for seen in found.observed], now, limits.drift_bounds
         )
         out.extend(findings.corrections)
+        if findings.refusal is not None:
+            return (*out, *refused(facts, findings.refusal))
         corrections = len(findings.corrections)
         waits.extend(findings.waits)
         synced = findings.synced
@@ -887,6 +917,9 @@ class Findings:
     waits: tuple[float, ...]
     """Seconds until an object held back (its backoff, or a fight's window) may be set back."""
     synced: Condition
+    refusal: a.Refusal | None = None
+    """An object to set back that is someone else's now (:func:`guarded`): the corrections before it are made,
+    nothing after it, and the kind's ``refused`` plan says so (as an apply refused by the cluster)."""
 
 
 def find_drift(observed: Sequence[tuple[Observed, a.Apply]], now: datetime.datetime, bounds: drift.Bounds) -> Findings:
@@ -909,18 +942,25 @@ def find_drift(observed: Sequence[tuple[Observed, a.Apply]], now: datetime.datet
             continue
         decision = drift.verdict(seen.history, now, bounds)
         if decision.verdict is drift.Verdict.CORRECT:
-            corrections.append(a.Correct(action, paths, now))
+            decided = guarded(action, piece.ref, ObjectView.maybe(seen.live))
+            if isinstance(decided, a.Refusal):
+                return Findings(tuple(corrections), tuple(waits), _synced(fights, reported), decided)
+            if decided is not None:  # None: an amendment of an object that is gone (its owner's check remakes it)
+                corrections.append(a.Correct(decided, paths, now))
             continue
         waits.append(decision.after)
         if decision.verdict is drift.Verdict.FIGHT:
             fights.append(drift.fight_message(piece.ref, paths, seen.managers, bounds))
+    return Findings(tuple(corrections), tuple(waits), _synced(fights, reported))
+
+
+def _synced(fights: Sequence[str], reported: Sequence[str]) -> Condition:
+    """What ``Synced`` says of the findings: a fight first, then what is only reported, else in sync."""
     if fights:
-        synced = Condition(SYNCED_CONDITION, False, Reason.DRIFT_FIGHT, fights[0])
-    elif reported:
-        synced = Condition(SYNCED_CONDITION, False, Reason.DRIFT_DETECTED, "; ".join(reported))
-    else:
-        synced = Condition(SYNCED_CONDITION, True, Reason.IN_SYNC, IN_SYNC_MESSAGE)
-    return Findings(tuple(corrections), tuple(waits), synced)
+        return Condition(SYNCED_CONDITION, False, Reason.DRIFT_FIGHT, fights[0])
+    if reported:
+        return Condition(SYNCED_CONDITION, False, Reason.DRIFT_DETECTED, "; ".join(reported))
+    return Condition(SYNCED_CONDITION, True, Reason.IN_SYNC, IN_SYNC_MESSAGE)
 
 
 def synced_actions(view: InstanceView | BindingView, synced: Condition, now: datetime.datetime) -> list[a.Action]:
