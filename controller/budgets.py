@@ -11,12 +11,12 @@ Memory is bounded by the objects watched: one set entry per object in progress, 
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Collection, Sequence
 
 from opbroker.api.osb import OperationState
 from opbroker.controller.core import actions as a
 from opbroker.controller.core.budgets import NamespaceBudgets, NamespaceUsage, refusal
+from opbroker.controller.runtime.concurrency import Lock
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.store import ObjectStore
 
@@ -34,7 +34,7 @@ class Budgeting:
         self.budgets = budgets
         self._store = store
         self._exempt = frozenset(exempt)
-        self._lock = threading.Lock()
+        self._lock = Lock()
         self._in_progress: dict[str, set[tuple[str, str]]] = {}
 
     def observe(self, key: Key, state: str | None) -> None:

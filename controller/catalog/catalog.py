@@ -18,7 +18,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -29,6 +28,7 @@ from opbroker.api import SFPlan, SFService
 from opbroker.api.conventions import DEFAULT_NAMESPACE, catalog_id
 from opbroker.api.errors import field_errors
 from opbroker.controller.core.views import EntryView, Meta
+from opbroker.controller.runtime.concurrency import Lock
 from opbroker.kubeclient.wire import JsonObject
 
 
@@ -122,7 +122,7 @@ class Catalog:
 
     def __init__(self, trusted: Iterable[str] = (DEFAULT_NAMESPACE,)) -> None:
         self.trusted = frozenset(trusted)
-        self._lock = threading.Lock()
+        self._lock = Lock()
         self._plans: _Held[PlanEntry] = _Held()
         self._services: _Held[ServiceEntry] = _Held()
 

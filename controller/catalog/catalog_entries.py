@@ -31,7 +31,6 @@ its id (queued by every event of such a plan); deleted meanwhile, it waits, Read
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -47,6 +46,7 @@ from opbroker.controller.core import decisions
 from opbroker.controller.core.views import EntryView, InstanceView
 from opbroker.controller.kinds import INSTANCES, PLANS, SERVICES
 from opbroker.controller.runtime.clock import SYSTEM, Clock
+from opbroker.controller.runtime.concurrency import Lock
 from opbroker.controller.runtime.executor import Executor, Run, Target
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.kinds import ObservePlanAct
@@ -78,7 +78,7 @@ class ServiceEntryReconciler(ShowsFailuresOnObject, ObservePlanAct[EntryFacts, A
         self.renderer = renderer
         self.catalog = catalog
         self._warned: dict[Key, Mark] = {}
-        self._warned_lock = threading.Lock()
+        self._warned_lock = Lock()
         self.executor = Executor(Target(kube, self.resource, self.kind), effects={NoteWarned: self._note_warned})
 
     def observe(self, key: Key) -> EntryFacts | None:
@@ -159,7 +159,7 @@ class PlanEntryReconciler(ServiceEntryReconciler):
     ) -> None:
         super().__init__(kube, renderer, catalog, policies=policies, clock=clock)
         self._verdicts: dict[Key, tuple[Mark, Verdict]] = {}
-        self._verdicts_lock = threading.Lock()
+        self._verdicts_lock = Lock()
 
     def holders(self, osb_id: str) -> list[tuple[str, str]]:
         return self.catalog.plan_holders(osb_id)

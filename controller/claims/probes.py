@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import re
 import socket
-import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -34,6 +33,7 @@ import httpx
 from opbroker.api.primaza import HealthCheck
 from opbroker.controller.claims.core.states import CheckOutcome, Result
 from opbroker.controller.core.reasons import Reason
+from opbroker.controller.runtime.concurrency import Lock
 from opbroker.controller.runtime.keys import Key
 
 _REFERENCE = re.compile(r"\$\(([A-Za-z0-9._-]+)\)")
@@ -165,7 +165,7 @@ class Prober:
         """The loop the probes run on (the runtime's, once it started)."""
         self._workers = workers
         self._bound: asyncio.Semaphore | None = None
-        self._lock = threading.Lock()
+        self._lock = Lock()
         self._running: set[Key] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._finished: dict[Key, Finished] = {}

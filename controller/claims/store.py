@@ -9,12 +9,12 @@ each service reads, so a Secret event can find the services and claims to refres
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 
 from opbroker.controller.claims.core import matching
 from opbroker.controller.claims.core.views import ClaimView, ServiceView
 from opbroker.controller.core.views import Meta
+from opbroker.controller.runtime.concurrency import Lock
 from opbroker.kubeclient.wire import JsonObject
 
 
@@ -43,7 +43,7 @@ def claim_info(body: JsonObject) -> ClaimInfo:
 
 class Store:
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = Lock()
         self._services: dict[str, dict[str, matching.Candidate]] = {}
         self._service_secrets: dict[tuple[str, str], frozenset[str]] = {}
         self._secret_readers: dict[tuple[str, str], set[str]] = {}

@@ -28,7 +28,6 @@ from __future__ import annotations
 import base64
 import logging
 import re
-import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -65,6 +64,7 @@ from opbroker.controller.multicluster.sisters import (
 )
 from opbroker.controller.multicluster.sisters import kubeconfig_digest as digest_of
 from opbroker.controller.osb.reconciling import Deps
+from opbroker.controller.runtime.concurrency import Lock
 from opbroker.controller.runtime.executor import Executor, Run, Target
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.kinds import ObservePlanAct
@@ -113,7 +113,7 @@ class ClusterState:
     applied: str = ""
     """What the last installation applied (image, replicas, object count, digest), for ``ControllerInstalled``."""
     controller_pending: bool = False
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    lock: Lock = field(default_factory=Lock)
 
     @property
     def removing(self) -> bool:
@@ -137,7 +137,7 @@ class ClusterRegistry:
     """Thread-safe map of cluster name → :class:`ClusterState`."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = Lock()
         self._clusters: dict[str, ClusterState] = {}
 
     def upsert(self, cluster: SFClusterView) -> ClusterState:
@@ -206,7 +206,7 @@ class CatalogReplicator:
 
     def __init__(self, namespace: str) -> None:
         self.namespace = namespace
-        self._lock = threading.Lock()
+        self._lock = Lock()
         self._bodies: dict[tuple[str, str], ReplicaView] = {}
 
     def observe(self, plural: str, event_type: str, body: JsonObject) -> bool:

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
@@ -74,6 +73,7 @@ from opbroker.controller.multicluster.sisters import SisterKube
 from opbroker.controller.osb import identities
 from opbroker.controller.osb.reconciling import Deps
 from opbroker.controller.osb.rendered import inputs_for
+from opbroker.controller.runtime.concurrency import Event, Lock
 from opbroker.controller.runtime.executor import Effect, Run
 from opbroker.controller.runtime.failures import server_failing
 from opbroker.controller.runtime.keys import Key
@@ -104,7 +104,7 @@ class MultiClusterPlacement:
         replicator: CatalogReplicator,
         requests_of: Callable[[str], Resources],
         suspect: Callable[[str, str], None],
-        ready: threading.Event,
+        ready: Event,
     ) -> None:
         self.deps = deps
         self.registry = registry
@@ -115,7 +115,7 @@ class MultiClusterPlacement:
         self.ready = ready
         self.policy = SchedulerName(deps.settings.scheduler)
         self.previous: str | None = None
-        self._decisions = threading.Lock()
+        self._decisions = Lock()
 
     def effects(self, kind: Kind) -> Mapping[type, Effect]:
         """Placement's own actions on the objects of ``kind``, for the kind's one executor (``osb_executor``; the

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 
 from opbroker.controller.kinds import INSTANCES, PLANS, SERVICES
 from opbroker.controller.multicluster.clusters import (
@@ -29,6 +28,7 @@ from opbroker.controller.multicluster.core.views import ReplicaView, SFClusterVi
 from opbroker.controller.multicluster.placement import MultiClusterPlacement, plan_requests
 from opbroker.controller.multicluster.quantities import QuantityError, Resources
 from opbroker.controller.osb.reconciling import Deps
+from opbroker.controller.runtime.concurrency import Event, Lock
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.runner import Runtime
 from opbroker.controller.runtime.watches import Watch
@@ -45,9 +45,9 @@ class MultiCluster:
         self.ledger = Ledger()
         self.registry = ClusterRegistry()
         self.replicator = CatalogReplicator(deps.settings.namespace)
-        self.ready = threading.Event()
+        self.ready = Event()
         self._requests: dict[str, tuple[str, Resources]] = {}
-        self._requests_lock = threading.Lock()
+        self._requests_lock = Lock()
         self.clusters = ClusterReconciler(
             deps, self.registry, self.ledger, self.replicator, self.requests_of, enqueue_master, self.suspect
         )

@@ -13,7 +13,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
-import threading
 from collections.abc import Callable
 from decimal import Decimal
 
@@ -28,6 +27,7 @@ from opbroker.controller.multicluster.core import kubeconfigs
 from opbroker.controller.multicluster.core.views import ReplicaView
 from opbroker.controller.multicluster.quantities import Resources
 from opbroker.controller.multicluster.reasons import LABEL_REPLICATED
+from opbroker.controller.runtime.concurrency import Lock
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.kube import Kind, Kube
 from opbroker.kubeclient import deadlines
@@ -79,7 +79,7 @@ class SisterKube(Kube):
     def __init__(self, api_client: client.ApiClient, *, control_plane: str | None = None) -> None:
         super().__init__(api_client)
         self._namespaces: set[str] = set()
-        self._lock = threading.Lock()
+        self._lock = Lock()
         self.control_plane = control_plane
         """The sister's control-plane namespace: a namespace the master creates there is onboarded for its
         default plan account (None: the master's own cluster, whose namespaces the platform onboards)."""

@@ -10,10 +10,10 @@ webhook's event loop.
 from __future__ import annotations
 
 import sys
-import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from opbroker.controller.runtime.concurrency import Event, Lock
 from opbroker.kubeclient.wire import JsonObject, mapping_of, path_of, text_of
 
 
@@ -53,10 +53,10 @@ class BindingRefs:
     before that, an empty answer would mean "not known yet", not "no bindings"."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = Lock()
         self._by_key: dict[tuple[str, str], BindingRef] = {}
         self._by_instance: dict[tuple[str, str], set[tuple[str, str]]] = {}
-        self._synced = threading.Event()
+        self._synced = Event()
 
     @property
     def synced(self) -> bool:

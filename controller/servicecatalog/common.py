@@ -7,7 +7,6 @@ request to the broker: the status keeps only a checksum.
 from __future__ import annotations
 
 import json
-import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 from opbroker import osbclient
 from opbroker.api.conventions import DEFAULT_NAMESPACE
 from opbroker.controller.core.reasons import Reason
+from opbroker.controller.runtime.concurrency import Lock
 from opbroker.controller.servicecatalog.core import operations
 from opbroker.controller.servicecatalog.core.endpoints import (
     EndpointProblem,
@@ -148,7 +148,7 @@ class Clients:
 
     def __init__(self, size: int = 32) -> None:
         self._clients: OrderedDict[tuple[osbclient.Broker, int], osbclient.Client] = OrderedDict()
-        self._lock = threading.Lock()
+        self._lock = Lock()
         self._size = size
 
     def get(self, broker: osbclient.Broker, transport: Any = None) -> osbclient.Client:

@@ -8,18 +8,18 @@ a list at start-up. Thread-safe; no I/O.
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
 from collections.abc import Callable
 
 from opbroker.controller.multicluster import quantities
 from opbroker.controller.multicluster.quantities import Resources
+from opbroker.controller.runtime.concurrency import Lock
 from opbroker.controller.runtime.keys import Key
 
 
 class Ledger:
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = Lock()
         self._placed: dict[Key, tuple[str, str]] = {}
         self._members: dict[str, set[Key]] = {}
         self._plans: dict[str, Counter[str]] = {}
