@@ -326,6 +326,21 @@ NOT_OURS = decisions.not_owned_message(
     ResourceRef(api_version="v1", kind="Secret", namespace="team", name=credentials_secret_name("b"))
 )
 
+WRITTEN_OVER = [
+    a.WriteSecret(
+        replicas.credentials_secret(V(BOUND), SecretView.of(SOURCE), credentials_secret_name("b")),
+        resource_version="7",
+    ),
+    a.WriteStatus(
+        {
+            **replicas.mirror(V(BOUND), V(BOUND_COPY), cluster="c2", fields=replicas.BINDING_FIELDS, now=NOW),
+            "response": {"secretRef": credentials_secret_name("b")},
+        },
+        event=a.Event(Reason.REPLICATED.value, "succeeded (reported by cluster 'c2')"),
+    ),
+]
+"""The binding's credentials Secret written over at the version read, the status mirrored."""
+
 BINDING_ROWS: list[tuple[str, PlacementFacts, list[Any] | None]] = [
     ("binding on the master: reconciled here", facts(binding(), kind="binding", cluster="1"), None),
     (
@@ -364,36 +379,12 @@ BINDING_ROWS: list[tuple[str, PlacementFacts, list[Any] | None]] = [
     (
         "bound, its Secret written before: written over the version read",
         facts(BOUND, kind="binding", copy=BOUND_COPY, source=SOURCE, credentials=credentials("ub")),
-        [
-            a.WriteSecret(
-                replicas.credentials_secret(V(BOUND), SecretView.of(SOURCE), credentials_secret_name("b")),
-                resource_version="7",
-            ),
-            a.WriteStatus(
-                {
-                    **replicas.mirror(V(BOUND), V(BOUND_COPY), cluster="c2", fields=replicas.BINDING_FIELDS, now=NOW),
-                    "response": {"secretRef": credentials_secret_name("b")},
-                },
-                event=a.Event(Reason.REPLICATED.value, "succeeded (reported by cluster 'c2')"),
-            ),
-        ],
+        WRITTEN_OVER,
     ),
     (
         "bound, its Secret written before the copies were stamped (owner reference only): written over",
         facts(BOUND, kind="binding", copy=BOUND_COPY, source=SOURCE, credentials=credentials("ub", stamped=False)),
-        [
-            a.WriteSecret(
-                replicas.credentials_secret(V(BOUND), SecretView.of(SOURCE), credentials_secret_name("b")),
-                resource_version="7",
-            ),
-            a.WriteStatus(
-                {
-                    **replicas.mirror(V(BOUND), V(BOUND_COPY), cluster="c2", fields=replicas.BINDING_FIELDS, now=NOW),
-                    "response": {"secretRef": credentials_secret_name("b")},
-                },
-                event=a.Event(Reason.REPLICATED.value, "succeeded (reported by cluster 'c2')"),
-            ),
-        ],
+        WRITTEN_OVER,
     ),
     (
         "bound, a Secret of its name is someone else's: not written, the binding fails on the master",
