@@ -23,7 +23,6 @@ import asyncio
 import functools
 import logging
 from collections.abc import Callable
-from typing import Literal
 
 from kubernetes.client.exceptions import ApiException
 
@@ -49,7 +48,7 @@ def _ref(namespace: str, name: str) -> ResourceRef:
 
 
 class AdminRequests:
-    """Finds and executes admin requests in ``namespace``; :meth:`run_once` is one pass (the tests call it)."""
+    """Finds and executes admin requests in ``namespace``; :meth:`pass_once` is one pass, :meth:`start` repeats it."""
 
     def __init__(
         self,
@@ -121,19 +120,6 @@ class AdminRequests:
                         self._run_rollout(obj, *due), name=f"rollout {name}"
                     )
                     task.add_done_callback(functools.partial(self._ended, name))
-
-    def run_once(self, *, background: Literal[False] = False) -> None:
-        """One pass in the calling thread, each rollout run to its end before the next request (tests; rollouts in
-        the background are :meth:`pass_once`'s, on the loop)."""
-        for body in self.kube.list_objects("v1", "ConfigMap", self.namespace):
-            kind = wire.kind_of(body)
-            if kind is wire.Kind.PREVIEW:
-                self._preview(AdminRequestView.of(body))
-            elif kind is wire.Kind.ROLLOUT:
-                obj = AdminRequestView.of(body)
-                due = self._due(obj)
-                if due is not None:
-                    self.roll_out(obj, *due)
 
     async def _run_rollout(self, obj: AdminRequestView, request: wire.RolloutRequest, resumed: bool) -> None:
         """One rollout, to its end, in one pool thread (see the module docstring)."""
