@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime
 import enum
 import logging
 from collections.abc import Callable
@@ -117,10 +118,9 @@ def taken(record: LeaseRecord | None, identity: str, lease_seconds: int, stamp: 
     return LeaseRecord(identity, lease_seconds, stamp, stamp, transitions)
 
 
-def wire_time(instant_utc_iso: str) -> str:
-    """An instant as a Lease's ``MicroTime`` holds it (six fractional digits, ``Z``); from ``isoformat()``."""
-    whole, _, fraction = instant_utc_iso.removesuffix("+00:00").partition(".")
-    return f"{whole}.{(fraction or '0')[:6].ljust(6, '0')}Z"
+def micro_time(moment: datetime.datetime) -> str:
+    """An instant as a Lease's ``MicroTime`` holds it: UTC, six fractional digits, ``Z``."""
+    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class Outcome(enum.Enum):
@@ -160,7 +160,7 @@ class LeaseLock:
 
     def attempt(self) -> Outcome:
         """Acquire or renew once: read the Lease, then create it, or write this identity in at the version read."""
-        now, stamp = self._clock.monotonic(), wire_time(self._clock.now().isoformat())
+        now, stamp = self._clock.monotonic(), micro_time(self._clock.now())
         try:
             return self._attempt(now, stamp)
         except ApiException as exc:

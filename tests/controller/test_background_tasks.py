@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -29,20 +28,12 @@ from opbroker.controller.servicecatalog import webhook
 from opbroker.controller.servicecatalog.handlers import ServiceCatalog
 from opbroker.controller.settings import ControllerSettings
 from tests.fake_kube import FakeKube
+from tests.loop_support import settled
 from tests.servicecatalog.test_parameters import _Runtime
 
 pytestmark = pytest.mark.unit
 
 NAMESPACE = "opbroker"
-
-
-async def settled(what: str, done: Callable[[], bool]) -> None:
-    """Yield to the loop (and the pool's threads) until ``done()``; fails after 10 s of real time."""
-    deadline = asyncio.get_running_loop().time() + 10
-    await asyncio.sleep(0)
-    while not done():
-        assert asyncio.get_running_loop().time() < deadline, f"never: {what}"
-        await asyncio.sleep(0.001)
 
 
 # -- admin requests -------------------------------------------------------------------------------------

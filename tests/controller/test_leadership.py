@@ -6,8 +6,8 @@ stand-in API server in test_lean_calls)."""
 from __future__ import annotations
 
 import asyncio
+import datetime
 import threading
-from collections.abc import Callable
 
 import pytest
 from kubernetes import client
@@ -17,6 +17,7 @@ from opbroker.controller.runtime.clock import FakeClock
 from opbroker.controller.runtime.leadership import Ended, LeaseRecord, Outcome, Seen
 from opbroker.kubeclient import deadlines
 from opbroker.kubeclient.lean import LeanApi
+from tests.loop_support import settled
 
 pytestmark = pytest.mark.unit
 
@@ -51,8 +52,13 @@ def test_a_renewal_keeps_the_acquisition_and_a_takeover_counts_a_transition() ->
 
 
 def test_times_go_on_the_wire_as_micro_time() -> None:
-    assert leadership.wire_time("2026-12-03T10:00:00.250000+00:00") == "2026-12-03T10:00:00.250000Z"
-    assert leadership.wire_time("2026-12-03T10:00:00+00:00") == "2026-12-03T10:00:00.000000Z"
+    utc = datetime.UTC
+    assert leadership.micro_time(datetime.datetime(2026, 12, 3, 10, 0, 0, 250000, utc)) == "2026-12-03T10:00:00.250000Z"
+    assert leadership.micro_time(datetime.datetime(2026, 12, 3, 10, 0, 0, tzinfo=utc)) == "2026-12-03T10:00:00.000000Z"
+    two_hours_east = datetime.timezone(datetime.timedelta(hours=2))
+    assert leadership.micro_time(datetime.datetime(2026, 12, 3, 12, 0, tzinfo=two_hours_east)).startswith(
+        "2026-12-03T10"
+    )
 
 
 def test_a_lease_answer_that_is_no_lease_reads_as_an_empty_record() -> None:
@@ -86,18 +92,9 @@ class Scripted(leadership.LeaseLock):
         return step
 
 
-async def until(condition: Callable[[], bool]) -> None:
-    """Let the loop run (and the lane's thread hand its answer back) until ``condition`` holds."""
-    for _ in range(5000):
-        if condition():
-            return
-        await asyncio.sleep(0.001)
-    raise AssertionError("the condition never held")
-
-
 async def resting(clock: FakeClock) -> None:
     """Until the election only waits out its retry period (an attempt's deadline, if any, disarmed)."""
-    await until(lambda: clock.due == [clock.monotonic() + 2])
+    await settled("only the retry period armed", lambda: clock.due == [clock.monotonic() + 2])
 
 
 def election(script: list[Outcome | str], clock: FakeClock) -> leadership.Leadership:
@@ -115,16 +112,16 @@ def test_a_candidate_tries_every_retry_period_until_it_holds_the_lease() -> None
         clock = FakeClock()
         elected = election([Outcome.HELD, Outcome.FAILED, Outcome.LEADING], clock)
         campaign = asyncio.ensure_future(elected.campaign())
-        await until(lambda: calls(elected) == 1)
+        await settled("the first attempt", lambda: calls(elected) == 1)
         await resting(clock)
         clock.advance(1.9)
         await asyncio.sleep(0.01)
         assert calls(elected) == 1 and not campaign.done()  # not before the retry period
         clock.advance(0.1)
-        await until(lambda: calls(elected) == 2)
+        await settled("the second attempt", lambda: calls(elected) == 2)
         await resting(clock)
         clock.advance(2)
-        await until(campaign.done)
+        await settled("the campaign to end", campaign.done)
         assert elected.renewed_at == 1004.0  # when the successful attempt started
         elected.close()
 
@@ -140,11 +137,11 @@ def test_a_leader_whose_renewals_fail_stops_at_the_renew_deadline() -> None:
         for attempt in range(2, 7):  # renewed at 1002, then four failures (1004 ... 1010)
             await resting(clock)
             clock.advance(2)
-            await until(lambda a=attempt: calls(elected) == a)  # type: ignore[misc]
+            await settled("the attempt", lambda a=attempt: calls(elected) == a)  # type: ignore[misc]
         await resting(clock)
         assert not holding.done()  # at 1010: 8 s since the last renewal
         clock.advance(2)
-        await until(holding.done)
+        await settled("leading to end", holding.done)
         assert holding.result() == Ended(None, 10.0) and calls(elected) == 6  # no attempt past the deadline
         elected.close()
 
@@ -159,7 +156,7 @@ def test_a_leader_that_finds_another_holder_stops_at_once() -> None:
         holding = asyncio.ensure_future(elected.hold())
         await resting(clock)
         clock.advance(2)
-        await until(holding.done)
+        await settled("leading to end", holding.done)
         assert holding.result() == Ended("other", 2.0)
         elected.close()
 
@@ -174,12 +171,12 @@ def test_a_hanging_renewal_ends_leading_at_the_renew_deadline_not_when_it_return
         holding = asyncio.ensure_future(elected.hold())
         await resting(clock)
         clock.advance(2)
-        await until(lambda: calls(elected) == 2 and clock.due == [1010.0])  # hanging; the deadline is armed
+        await settled("the hanging attempt, its deadline armed", lambda: calls(elected) == 2 and clock.due == [1010.0])
         clock.advance(7.9)  # 1009.9: renewed at 1000, the deadline is 1010
         await asyncio.sleep(0.01)
         assert not holding.done()
         clock.advance(0.1)
-        await until(holding.done)
+        await settled("leading to end", holding.done)
         assert holding.result() == Ended(None, 10.0)
         lock = elected.lock
         assert isinstance(lock, Scripted)
