@@ -163,8 +163,8 @@ class Prober:
         self._on_done = on_done
         self._loop = loop
         """The loop the probes run on (the runtime's, once it started)."""
-        self._workers = workers
-        self._bound: asyncio.Semaphore | None = None
+        self._bound = asyncio.Semaphore(workers)
+        """At most ``workers`` probes at once (bound to the loop that first waits on it)."""
         self._lock = Lock()
         self._running: set[Key] = set()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -192,8 +192,6 @@ class Prober:
         task.add_done_callback(self._tasks.discard)
 
     async def _run(self, key: Key, fingerprint: str, probe: Probe) -> None:
-        if self._bound is None:
-            self._bound = asyncio.Semaphore(self._workers)
         try:
             async with self._bound:
                 outcome = await run(probe)
