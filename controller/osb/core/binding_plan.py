@@ -46,8 +46,7 @@ from opbroker.controller.osb.core.instance_plan import (
     all_watched,
     count_error,
     find_drift,
-    guarded,
-    held_of,
+    guarded_in_order,
     let_go,
     no_longer_rendered,
     orphans_of,
@@ -377,12 +376,10 @@ def _apply(facts: BindingFacts) -> tuple[a.Action, ...]:
     ]
     if rendering.registry_changed and rendering.registry is not None:
         out.append(a.SaveRegistry(rendering.registry, labels))
-    for p in rendering.pieces:  # each decided on the object as read; a refused one stops the apply there
-        decided = guarded(bind_apply(facts, p), p.piece.ref, held_of(rendering.live, p.piece.ref).live)
-        if isinstance(decided, a.Refusal):
-            return (*out, *refused(facts, decided))
-        if decided is not None:
-            out.append(decided)
+    applies, refusal = guarded_in_order([(bind_apply(facts, p), p.piece.ref) for p in rendering.pieces], rendering.live)
+    out.extend(applies)
+    if refusal is not None:
+        return (*out, *refused(facts, refusal))
     gone = minus_refs(old_refs, own_refs)
     out.extend(no_longer_rendered(gone, rendering.released, binding.status.orphans, meta.uid, facts.actor))
     record = {
@@ -596,6 +593,7 @@ def _unbind(facts: BindingFacts) -> tuple[a.Action, ...]:
         if unbind.pieces and not unbind.applied_before:
             assert facts.instance is not None
             labels, manager = _labels(facts), binding_field_manager(meta.name)
+            asked: list[tuple[a.Apply, ResourceRef]] = []
             for p in unbind.pieces:
                 # An object of the unbind's own (a Job that drops a database role) is stamped and owned like a
                 # bind object, so the next pass may apply it again and the binding's deletion takes it along.
@@ -603,11 +601,11 @@ def _unbind(facts: BindingFacts) -> tuple[a.Action, ...]:
                 apply = a.Apply(manifest, meta.uid, {}, adopt=p.piece.adopt, as_user=facts.actor,
                                 co_owners=(facts.instance.meta.uid,), field_manager=manager,
                                 must_exist=p.instance_own)  # fmt: skip
-                decided = guarded(apply, p.piece.ref, held_of(unbind.live, p.piece.ref).live)
-                if isinstance(decided, a.Refusal):
-                    return (*out, *refused(facts, decided))
-                if decided is not None:
-                    out.append(decided)
+                asked.append((apply, p.piece.ref))
+            applies, refusal = guarded_in_order(asked, unbind.live)
+            out.extend(applies)
+            if refusal is not None:
+                return (*out, *refused(facts, refusal))
             return (*out, a.Continue())  # the verdict is read after them, on the next pass
         section = unbind.section
         if section is not None:

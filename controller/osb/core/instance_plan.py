@@ -684,9 +684,9 @@ def apply_or_join(facts: InstanceFacts, piece: Piece) -> tuple[a.Action, ...] | 
     live = held_of(facts.rendering.live, piece.ref).live
     if not piece.singleton:
         decided = guarded(action, piece.ref, live)
-        if decided is None or isinstance(decided, a.Refusal):
-            return () if decided is None else decided
-        return (decided,)
+        if decided is None:
+            return ()
+        return decided if isinstance(decided, a.Refusal) else (decided,)
     if live is None:
         return (action,)
     step = singleton_plan.joining(live, piece.ref, action)
@@ -718,6 +718,21 @@ def guarded(apply: a.Apply, ref: ResourceRef, live: ObjectView | None) -> a.Appl
     if apply.must_exist and live is not None:
         return dataclasses.replace(apply, uid=live.meta.uid)
     return apply
+
+
+def guarded_in_order(
+    applies: Sequence[tuple[a.Apply, ResourceRef]], live: Sequence[Held]
+) -> tuple[list[a.Apply], a.Refusal | None]:
+    """:func:`guarded` for each apply in turn, on its object as read among ``live``, up to the first one refused (as
+    the executor stops at a refused object): the applies to make, and the refusal that ends them (None: none)."""
+    made: list[a.Apply] = []
+    for apply, ref in applies:
+        decided = guarded(apply, ref, held_of(live, ref).live)
+        if isinstance(decided, a.Refusal):
+            return made, decided
+        if decided is not None:
+            made.append(decided)
+    return made, None
 
 
 def provisioned_by(report: Report | None) -> bool:
