@@ -37,26 +37,19 @@ class Operated(Protocol):
 
 
 class Shutdown:
-    """A request to stop, from any thread, to the loop that runs the controller — and word back once it stopped."""
+    """A request to stop, from any thread, to the loop that runs the controller (at whatever step it waits)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
         """Each :meth:`wait` in progress (the process waits at every step: the API, the campaign, the run)."""
         self._requested = threading.Event()
-        self._stopped = threading.Event()
         self.reason = ""
         """Why the stop was asked (a signal's name), for the log and the health probes."""
 
     @property
     def requested(self) -> bool:
         return self._requested.is_set()
-
-    @property
-    def operating(self) -> bool:
-        """Whether a loop waits on this shutdown and has not stopped yet (a stop asked now is worth waiting for)."""
-        with self._lock:
-            return bool(self._waiters) and not self._stopped.is_set()
 
     def request(self, reason: str) -> bool:
         """Ask the loop to stop (at most once; later calls change nothing). Returns whether this call asked."""
@@ -85,18 +78,11 @@ class Shutdown:
             with self._lock:
                 self._waiters.remove(waiter)
 
-    def stopped(self) -> None:
-        """The loop has stopped the controller (or ended without being asked)."""
-        self._stopped.set()
-
-    def wait_stopped(self, timeout: float) -> bool:
-        """Whether the loop stopped within ``timeout`` seconds (from any thread but the loop's)."""
-        return self._stopped.wait(timeout)
-
 
 async def operate(controller: Operated, shutdown: Shutdown, *, state: health.Health, drain: float) -> None:
     """Run ``controller`` until ``shutdown`` is asked, then stop it, giving running reconciles ``drain`` seconds;
-    while it runs, the loop beats ``state``'s heartbeat. Tells ``shutdown`` when done, however it ends."""
+    while it runs, the loop beats ``state``'s heartbeat. Returns once it has stopped, however it ends: the process
+    hands its Lease over only after that."""
     state.running()
     heartbeat = asyncio.create_task(_beat(state), name="health heartbeat")
     try:
@@ -111,7 +97,6 @@ async def operate(controller: Operated, shutdown: Shutdown, *, state: health.Hea
     finally:
         heartbeat.cancel()
         state.stopped(f"stopped: {shutdown.reason}" if shutdown.requested else "the controller's loop has ended")
-        shutdown.stopped()
 
 
 async def _beat(state: health.Health) -> None:
