@@ -391,7 +391,20 @@ BINDING_ROWS: list[tuple[str, PlacementFacts, list[Any] | None]] = [
         facts(BOUND, kind="binding", copy=BOUND_COPY, source=SOURCE, credentials=credentials(None)),
         [
             a.WriteStatus(
-                {"state": "failed", "error": NOT_OURS, "description": NOT_OURS},
+                {
+                    "state": "failed",
+                    "error": NOT_OURS,
+                    "description": NOT_OURS,
+                    "conditions": [
+                        {
+                            "type": "Ready",
+                            "status": "False",
+                            "reason": "ObjectNotOwned",
+                            "message": NOT_OURS,
+                            "observedGeneration": 1,
+                        }
+                    ],
+                },
                 event=a.Event(Reason.OBJECT_NOT_OWNED.value, NOT_OURS, warning=True),
             )
         ],

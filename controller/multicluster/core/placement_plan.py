@@ -297,8 +297,9 @@ def delete_credentials(facts: PlacementFacts) -> Placed:
 
 
 def credentials_refused(facts: PlacementFacts) -> Placed | None:
-    """A binding's credentials Secret of its name that is someone else's: the binding fails on the master, and its
-    copy's credentials stay in the sister (None: the Secret may be written). The binding's own carries its stamp
+    """A binding's credentials Secret of its name that is someone else's: the binding fails on the master (its state,
+    error and Ready condition say why), and its copy's credentials stay in the sister (None: the Secret may be
+    written). The binding's own carries its stamp
     (``decisions.takeover``) or, written before the copies were stamped, its owner reference."""
     live, meta = facts.credentials, facts.meta
     if live is None or live.meta.owned_by(meta.uid):
@@ -312,7 +313,12 @@ def credentials_refused(facts: PlacementFacts) -> Placed | None:
     failed = OperationState.FAILED.value
     if facts.operation.state == failed and facts.operation.error == message:
         return []
-    return write(facts, {"state": failed, "error": message, "description": message}, (Reason.OBJECT_NOT_OWNED, message))
+    conditions = replicas.set_condition(
+        facts.operation.conditions, ConditionType.READY, status=False, reason=Reason.OBJECT_NOT_OWNED.value,
+        message=message, generation=facts.meta.generation, now=facts.now,
+    )  # fmt: skip
+    patch = {"state": failed, "error": message, "description": message, "conditions": replicas.wire(conditions)}
+    return write(facts, patch, (Reason.OBJECT_NOT_OWNED, message))
 
 
 def write_credentials(facts: PlacementFacts, secret: JsonObject) -> a.WriteSecret:
