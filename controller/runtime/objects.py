@@ -17,7 +17,7 @@ from opbroker.api.conventions import (
 )
 from opbroker.api.meta import ResourceRef
 from opbroker.controller.core.views import Meta, ObjectView, Owner
-from opbroker.kubeclient.wire import JsonBody, JsonObject, mapping_of, objects_of
+from opbroker.kubeclient.wire import JsonBody, JsonObject, mapping_of, objects_of, path_of, text_of
 
 Manifest = JsonBody
 """A body (or a part of one) the controller writes, built as a plain dict (the wire's :data:`JsonBody`)."""
@@ -43,8 +43,10 @@ def owner_reference(owner: JsonObject, *, controller: bool = False) -> Manifest:
 
 
 def resource_version(obj: JsonObject | None) -> str | None:
-    """The object's ``metadata.resourceVersion``; None for no object or no version."""
-    return None if obj is None else Meta.of(obj.get("metadata")).resource_version
+    """The object's ``metadata.resourceVersion``; None for no object or no version. Read alone, not through
+    :class:`Meta` (which builds the whole metadata, owner references and all): the store asks it of every object it
+    takes, each page of a restart's listing and each write's answer."""
+    return None if obj is None else text_of(path_of(obj, "metadata", "resourceVersion"))
 
 
 def ref_key(ref: ResourceRef) -> tuple[str, str, str, str]:
