@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from types import SimpleNamespace
 from typing import Any
 
@@ -31,7 +32,7 @@ def run(watchers: SourceWatchers, source: Scripted, kind: tuple[str, str]) -> No
     informer = watchers._informer(kind, kind[1].lower() + "s")
     watchers._informers[kind] = informer
     source.informers.append(informer)
-    informer.run()
+    asyncio.run(informer.run())
 
 
 def obj(name: str, version: str, kind: str = "Secret", api_version: str = "v1") -> dict[str, Any]:
@@ -91,13 +92,13 @@ def test_a_kind_is_live_from_its_listing_until_its_watch_fails() -> None:
     seen: list[tuple[str, bool]] = []
 
     class Recording(Scripted):
-        def page(self, collection: Collection, token: str | None) -> Any:
+        async def page(self, collection: Collection, token: str | None) -> Any:
             seen.append(("list", PODS in watchers.live))
-            return super().page(collection, token)
+            return await super().page(collection, token)
 
-        def watch(self, collection: Collection, since: str | None, seconds: int) -> Any:
+        async def watch(self, collection: Collection, since: str | None, seconds: int) -> Any:
             seen.append(("watch", PODS in watchers.live))
-            return super().watch(collection, since, seconds)
+            return await super().watch(collection, since, seconds)
 
     source = Recording([("list", [obj("a", "1", "Pod")]), ("watch", ConnectionError("reset")), ("list", [])])
     watchers = SourceWatchers(fake_kube(), SourceIndex(), lambda _key: None, retry=NO_WAIT, source=source)
