@@ -28,6 +28,8 @@ from opbroker.controller.runtime.kube import Kube, Refused
 from opbroker.kubeclient import deadlines, transport
 from opbroker.kubeclient.informer import BlockingSource, Collection, blocking_events
 from opbroker.kubeclient.lean import LeanCustomObjects, object_path
+from tests.controller.example_kind.view import GREETINGS
+from tests.controller.test_example_kind import install_crd
 
 # -- the request sent, the answer read (no cluster) ---------------------------------------------------------
 
@@ -126,47 +128,51 @@ def test_paths_of_core_and_grouped_collections_and_objects() -> None:
 # -- every door on the real API server ---------------------------------------------------------------------
 
 
-def _binding(namespace: str, name: str) -> dict[str, Any]:
+def _greeting(namespace: str, name: str) -> dict[str, Any]:
     return {
-        "apiVersion": BINDINGS.api_version,
-        "kind": "SFServiceBinding",
+        "apiVersion": GREETINGS.api_version,
+        "kind": "Greeting",
         "metadata": {"name": name, "namespace": namespace},
-        "spec": {"instanceId": "i-1", "serviceId": "s", "planId": "p", "id": name},
+        "spec": {"name": name},
     }
 
 
 def test_the_controllers_doors_answer_what_the_generated_client_reads(
     api_client: client.ApiClient, namespace: str
 ) -> None:
+    # A kind of the tests' own (the example kind's Greeting): no controller of the session reconciles it, so this
+    # test is the only writer (an SFServiceBinding was deleted by the session's controller, when an earlier test had
+    # started it, before it could be read back).
+    install_crd(api_client)
     kube = Kube(api_client)
     generated = client.CustomObjectsApi(api_client)
-    name = f"b-{uuid.uuid4().hex[:6]}"
-    created = kube.create_custom(BINDINGS, _binding(namespace, name))
+    name = f"g-{uuid.uuid4().hex[:6]}"
+    created = kube.create_custom(GREETINGS, _greeting(namespace, name))
     read_back = generated.get_namespaced_custom_object(
-        BINDINGS.group, BINDINGS.version, namespace, BINDINGS.plural, name
+        GREETINGS.group, GREETINGS.version, namespace, GREETINGS.plural, name
     )
     assert created == read_back
-    assert kube.get_custom(BINDINGS, namespace, name, fresh=True) == read_back
+    assert kube.get_custom(GREETINGS, namespace, name, fresh=True) == read_back
 
     patched = kube.patch_custom_status(
-        BINDINGS, namespace, name, {"state": "succeeded"}, resource_version=created["metadata"]["resourceVersion"]
+        GREETINGS, namespace, name, {"state": "succeeded"}, resource_version=created["metadata"]["resourceVersion"]
     )
     assert patched is not None and patched["status"]["state"] == "succeeded"
     with pytest.raises(exceptions.ApiException) as stale:  # the guard: the object moved on since that version
         kube.patch_custom_status(
-            BINDINGS, namespace, name, {"state": "failed"}, resource_version=created["metadata"]["resourceVersion"]
+            GREETINGS, namespace, name, {"state": "failed"}, resource_version=created["metadata"]["resourceVersion"]
         )
     assert stale.value.status == 409
-    assert kube.patch_custom_status(BINDINGS, namespace, "absent", {"state": "x"}) is None
+    assert kube.patch_custom_status(GREETINGS, namespace, "absent", {"state": "x"}) is None
 
-    listed = kube.list_custom(BINDINGS, namespace)
+    listed = kube.list_custom(GREETINGS, namespace)
     assert [item["metadata"]["name"] for item in listed] == [name]
-    assert kube.uids_of(BINDINGS)[(namespace, name)] == created["metadata"]["uid"]
+    assert kube.uids_of(GREETINGS)[(namespace, name)] == created["metadata"]["uid"]
 
-    assert kube.delete_custom(BINDINGS, namespace, name, uid="another-incarnation") is False
-    assert kube.get_custom(BINDINGS, namespace, name, fresh=True) is not None, "a wrong uid deletes nothing"
-    assert kube.delete_custom(BINDINGS, namespace, name, uid=created["metadata"]["uid"]) is True
-    assert kube.delete_custom(BINDINGS, namespace, name) is False
+    assert kube.delete_custom(GREETINGS, namespace, name, uid="another-incarnation") is False
+    assert kube.get_custom(GREETINGS, namespace, name, fresh=True) is not None, "a wrong uid deletes nothing"
+    assert kube.delete_custom(GREETINGS, namespace, name, uid=created["metadata"]["uid"]) is True
+    assert kube.delete_custom(GREETINGS, namespace, name) is False
 
 
 def test_generic_objects_secrets_and_events_through_the_lean_requests(
@@ -208,12 +214,13 @@ def test_generic_objects_secrets_and_events_through_the_lean_requests(
 
 
 def test_a_watch_streams_through_the_lean_client(api_client: client.ApiClient, namespace: str) -> None:
+    install_crd(api_client)  # a kind no controller of the session writes (see the doors' test)
     lean = LeanCustomObjects(api_client)
-    listed = lean.list_namespaced_custom_object(BINDINGS.group, BINDINGS.version, namespace, "sfservicebindings")
+    listed = lean.list_namespaced_custom_object(GREETINGS.group, GREETINGS.version, namespace, GREETINGS.plural)
     lean.create_namespaced_custom_object(
-        BINDINGS.group, BINDINGS.version, namespace, "sfservicebindings", _binding(namespace, "w")
+        GREETINGS.group, GREETINGS.version, namespace, GREETINGS.plural, _greeting(namespace, "w")
     )
-    watched = Collection(f"{BINDINGS.group}/{BINDINGS.version}", "sfservicebindings", namespace=namespace)
+    watched = Collection(GREETINGS.api_version, GREETINGS.plural, namespace=namespace)
     stream = BlockingSource(lean).watch(watched, listed["metadata"]["resourceVersion"], 10)
     event_type, obj = next(blocking_events(stream))
     stream.abort()
@@ -225,13 +232,14 @@ def test_the_transport_on_the_real_api_server(api_client: client.ApiClient, name
     """A watch's lines, bounded in size (one event over the bound is refused before it is parsed), an abort from
     another thread ending a blocked read at once (not at the watch's end), and errors as the official exceptions:
     404, 409, and 410 for a watch from a version long gone (the API server's ERROR event, or its answer)."""
+    install_crd(api_client)  # a kind no controller of the session writes (see the doors' test)
     lean = LeanCustomObjects(deadlines.bounded(api_client.configuration))
-    group, version, plural = BINDINGS.group, BINDINGS.version, "sfservicebindings"
+    group, version, plural = GREETINGS.group, GREETINGS.version, GREETINGS.plural
     listed = lean.list_namespaced_custom_object(group, version, namespace, plural)
     since = listed["metadata"]["resourceVersion"]
-    lean.create_namespaced_custom_object(group, version, namespace, plural, _binding(namespace, "t"))
+    lean.create_namespaced_custom_object(group, version, namespace, plural, _greeting(namespace, "t"))
     with pytest.raises(exceptions.ConflictException):
-        lean.create_namespaced_custom_object(group, version, namespace, plural, _binding(namespace, "t"))
+        lean.create_namespaced_custom_object(group, version, namespace, plural, _greeting(namespace, "t"))
     with pytest.raises(exceptions.NotFoundException) as missing:
         lean.get_namespaced_custom_object(group, version, namespace, plural, "absent")
     assert json.loads(missing.value.body)["reason"] == "NotFound"
@@ -254,7 +262,7 @@ def test_the_transport_on_the_real_api_server(api_client: client.ApiClient, name
     event = json.loads(next(stream.lines()))
     assert (event["type"], event["object"]["metadata"]["name"]) == ("ADDED", "t")
     stream.close()
-    # The session's controller may be reconciling "t" meanwhile: the blocked read is on a name nobody writes.
+    # The blocked read is on a name nobody writes.
     quiet = watch_from(since, field_selector="metadata.name=quiet")
     lines = quiet.lines()
     threading.Timer(0.3, quiet.abort).start()
@@ -263,7 +271,7 @@ def test_the_transport_on_the_real_api_server(api_client: client.ApiClient, name
     assert time.monotonic() - started < 5.0, "ended by the abort, not by the watch's 30 s"
 
     with pytest.raises(ValueError, match="over 100 bytes"):
-        list(watch_from(since).lines(limit=100))  # the object's event is some 700 bytes
+        list(watch_from(since).lines(limit=100))  # the object's event is well over 100 bytes
 
     try:
         gone = json.loads(next(watch_from("1").lines()))
