@@ -4,7 +4,7 @@ watches answered in the order a test wrote them."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from opbroker.kubeclient.informer import Collection, Informer
@@ -20,19 +20,21 @@ def event(kind: str, obj: Mapping[str, Any]) -> bytes:
 
 
 class ScriptedStream:
-    """A watch's lines; ``finished``: read to its end (else left mid-stream), ``closed``: given back."""
-
     def __init__(self, lines: list[bytes], source: Scripted) -> None:
         self._lines, self._source = lines, source
-        self.finished = self.closed = False
+        self.aborted = self.closed = False
 
-    async def lines(self, limit: int) -> AsyncIterator[bytes]:
+    def lines(self, limit: int) -> Iterator[bytes]:
         for line in self._lines:
+            if self.aborted:
+                return
             yield line
-        self.finished = True
         self._source.after_watch(self)
 
-    async def aclose(self) -> None:
+    def abort(self) -> None:
+        self.aborted = True
+
+    def close(self) -> None:
         self.closed = True
 
 
@@ -61,7 +63,7 @@ class Scripted:
             raise answer
         return answer
 
-    async def page(self, collection: Collection, token: str | None) -> Mapping[str, Any]:
+    def page(self, collection: Collection, token: str | None) -> Mapping[str, Any]:
         self.requests.append(("list", token))
         self.collections.append(collection)
         if token is None:
@@ -73,7 +75,7 @@ class Scripted:
             meta["continue"] = str(start + collection.page)
         return {"kind": f"{collection.kind or 'Pod'}List", "items": items, "metadata": meta}
 
-    async def watch(self, collection: Collection, since: str | None, seconds: int) -> ScriptedStream:
+    def watch(self, collection: Collection, since: str | None, seconds: int) -> ScriptedStream:
         self.requests.append(("watch", since))
         self.collections.append(collection)
         stream = ScriptedStream(self._next("watch"), self)

@@ -49,14 +49,7 @@ class MultiCluster:
         self._requests: dict[str, tuple[str, Resources]] = {}
         self._requests_lock = Lock()
         self.clusters = ClusterReconciler(
-            deps,
-            self.registry,
-            self.ledger,
-            self.replicator,
-            self.requests_of,
-            enqueue_master,
-            self.suspect,
-            loop=lambda: runtime.loop,
+            deps, self.registry, self.ledger, self.replicator, self.requests_of, enqueue_master, self.suspect
         )
         self.placement = MultiClusterPlacement(
             deps, self.registry, self.ledger, self.replicator, self.requests_of, self.suspect, self.ready

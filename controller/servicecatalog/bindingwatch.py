@@ -8,14 +8,13 @@ reviews).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 
 from kubernetes import client
 
 from opbroker.controller.servicecatalog.bindingrefs import BindingRef, BindingRefs
 from opbroker.controller.servicecatalog.resources import BINDINGS, GROUP, VERSION
-from opbroker.kubeclient.informer import Body, Collection, Informer, LeanSource, stop_all
+from opbroker.kubeclient.informer import Body, Collection, Informer, LeanSource
 from opbroker.kubeclient.lean import LeanApi
 
 #: Bindings per list request: bounds each answer's size whatever the cluster holds.
@@ -23,13 +22,12 @@ PAGE = 500
 
 
 class BindingWatch:
-    """Lists, then watches, Bindings into ``refs`` until :meth:`stop`: a task on the controller's loop."""
+    """Lists, then watches, Bindings into ``refs`` until :meth:`stop`."""
 
     def __init__(self, api_client: client.ApiClient, refs: BindingRefs) -> None:
         self.refs = refs
-        self._source = LeanSource(LeanApi(api_client))
         self.informer = Informer(
-            self._source,
+            LeanSource(LeanApi(api_client)),
             Collection(f"{GROUP}/{VERSION}", BINDINGS, page=PAGE),
             self._told,
             on_page=self._page,
@@ -40,12 +38,11 @@ class BindingWatch:
         )
         self._listing: list[BindingRef] = []
 
-    def start(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Follow the Bindings on ``loop`` (callable from any thread)."""
-        self.informer.start(loop)
+    def start(self) -> None:
+        self.informer.start()
 
     def stop(self) -> None:
-        stop_all([self.informer], self._source)
+        self.informer.stop()
 
     def _page(self, objects: Sequence[Body]) -> None:
         self._listing.extend(BindingRef.of(obj) for obj in objects)

@@ -5,7 +5,6 @@ controller reads or writes, and those bodies go when the Secret moves on."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import re
@@ -97,7 +96,7 @@ def run_secret_watch(store: ObjectStore, source: Scripted, own: str) -> None:
     informer = watchers._informer(SECRETS, "secrets")
     watchers._informers[SECRETS] = informer
     source.informers.append(informer)
-    asyncio.run(informer.run())
+    informer.run()
 
 
 def test_the_controllers_own_secrets_are_listed_with_their_bodies() -> None:
@@ -108,14 +107,14 @@ def test_the_controllers_own_secrets_are_listed_with_their_bodies() -> None:
     seen: dict[str, Any] = {}
 
     class Looking(Scripted):
-        async def page(self, collection: Collection, token: str | None) -> Any:
+        def page(self, collection: Collection, token: str | None) -> Any:
             if collection.metadata_only:  # the metadata listing starts: the registry's body is held already
                 seen.update(during=store.lookup(SECRETS, "ns", "registry"))
-            return await super().page(collection, token)
+            return super().page(collection, token)
 
-        async def watch(self, collection: Collection, since: str | None, seconds: int) -> Any:
+        def watch(self, collection: Collection, since: str | None, seconds: int) -> Any:
             seen.update(own=store.lookup(SECRETS, "ns", "registry"), other=store.lookup(SECRETS, "ns", "other"))
-            return await super().watch(collection, since, seconds)
+            return super().watch(collection, since, seconds)
 
     own = "opbroker.io/registry-of"
     source = Looking(
