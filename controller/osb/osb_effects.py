@@ -26,9 +26,10 @@ from opbroker.controller.runtime import metrics
 from opbroker.controller.runtime.executor import Effect, Executor, Run, Target
 from opbroker.controller.runtime.kube import Kind, Kube, ref_of
 from opbroker.controller.runtime.memory import PerKey
+from opbroker.controller.runtime.objects import resource_version
 from opbroker.controller.runtime.outcomes import Conflict
 from opbroker.controller.runtime.sources import object_key
-from opbroker.kubeclient.wire import JsonObject, path_of
+from opbroker.kubeclient.wire import JsonObject
 
 
 def osb_executor(
@@ -63,7 +64,7 @@ def osb_effects(
         ref = ref_of(dict(action.apply.manifest))
         before = run.actor(action.apply.as_user).version_of(ref)
         written = apply(run, action.apply)
-        after = path_of(written, "metadata", "resourceVersion")
+        after = resource_version(written)
         if written is None or after == before:
             return  # nothing changed: a value the API server normalises, or a singleton left as it is
         memo = checks.get(run.key) or DayTwo()

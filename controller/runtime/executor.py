@@ -36,8 +36,9 @@ from opbroker.controller.core.refusals import Severity
 from opbroker.controller.core.shown_failures import explain, refused_trouble
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.kube import Kind, Kube, Refused
+from opbroker.controller.runtime.objects import resource_version
 from opbroker.controller.runtime.outcomes import DONE, Conflict, Outcome, TemporaryError
-from opbroker.kubeclient.wire import JsonObject, mapping_of, path_of, text_of
+from opbroker.kubeclient.wire import JsonObject, mapping_of
 
 logger = logging.getLogger(__name__)
 
@@ -174,7 +175,7 @@ class Run:
                     written = self.guarded(lambda: target.kube.patch_custom(target.kind, *self._where(), change))
                     self.replace(written)
             case a.WriteStatus(patch=patch, guarded=guarded, settled=settled, event=event):
-                version = text_of(path_of(self.body, "metadata", "resourceVersion")) if guarded else None
+                version = resource_version(self.body) if guarded else None
                 written = self.guarded(
                     lambda: target.kube.patch_custom_status(
                         target.kind, *self._where(), dict(patch), resource_version=version
@@ -182,7 +183,7 @@ class Run:
                 )
                 self.replace(written)
                 if written is not None and target.own_writes is not None:
-                    target.own_writes.note(self.key, text_of(path_of(written, "metadata", "resourceVersion")))
+                    target.own_writes.note(self.key, resource_version(written))
                 if settled and target.forget is not None:
                     target.forget(self.key)
                 if event is not None:

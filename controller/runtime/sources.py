@@ -42,6 +42,7 @@ from opbroker.controller.runtime.clock import SYSTEM, Clock
 from opbroker.controller.runtime.informers import streams_client
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.kube import Kube, ref_of
+from opbroker.controller.runtime.objects import resource_version
 from opbroker.kubeclient.informer import (
     RETRIES,
     Body,
@@ -54,7 +55,7 @@ from opbroker.kubeclient.informer import (
     pages,
 )
 from opbroker.kubeclient.lean import METADATA_PAGE, LeanApi
-from opbroker.kubeclient.wire import JsonObject, mapping_of, path_of, text_of
+from opbroker.kubeclient.wire import JsonObject, mapping_of, text_of
 from opbroker.osbclient import Backoff
 
 logger = logging.getLogger(__name__)
@@ -127,7 +128,7 @@ class SourceIndex:
         a whole reconcile per instance (its sources and status rendered, ~1 of ~4 reconciles per provision,
         issue 31). Every other owner of the object is told as before; any later version tells this one too.
         """
-        version = text_of(path_of(written, "metadata", "resourceVersion"))
+        version = resource_version(written)
         if not version:
             return
         key = object_key(ref_of(written))

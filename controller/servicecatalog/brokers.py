@@ -34,6 +34,7 @@ from opbroker.controller.runtime.clock import SYSTEM, Clock
 from opbroker.controller.runtime.executor import Executor, Run, Target
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.kinds import ObservePlanAct
+from opbroker.controller.runtime.objects import resource_version
 from opbroker.controller.runtime.outcomes import Outcome
 from opbroker.controller.runtime.policies import DEFAULTS, Policies
 from opbroker.controller.runtime.showing import ShowsFailuresOnObject
@@ -159,7 +160,7 @@ def _replacement_patch(body: JsonBody) -> JsonBody:
     patch = {k: v for k, v in body.items() if k not in ("status", "apiVersion", "kind", "metadata")}
     for key in ("tags", "requires", "externalMetadata"):
         patch.setdefault(key, None)
-    version = Meta.of(body.get("metadata")).resource_version
+    version = resource_version(body)
     if version is None:
         raise ValueError("a class is written over only at the resourceVersion it was read at")
     patch["metadata"] = {"resourceVersion": version}
