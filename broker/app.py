@@ -112,6 +112,7 @@ def create_app(settings: Settings, api_client: client.ApiClient) -> FastAPI:
         yield
         if index is not None:
             index.stop()
+            await index.wait()
         if exporter is not None:
             exporter.shutdown()
             exporter.server_close()

@@ -10,10 +10,14 @@ pages of :data:`~opbroker.kubeclient.lean.METADATA_PAGE`): the controller patche
 four times per operation, and a full watch made the broker receive and decode every one of those bodies (the
 top of its profile once its requests were answered, issue 31) and listed every instance of the cluster in one
 answer.
+
+Its informers are tasks on the broker's loop (uvicorn's: the app's lifespan starts and stops them); what they tell
+runs there, and the request threads read the index under its lock.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import threading
@@ -24,7 +28,7 @@ from kubernetes import client
 from opbroker.api import conventions
 from opbroker.api.catalog import OSB_GROUP
 from opbroker.broker.records import Kind
-from opbroker.kubeclient.informer import Body, Collection, Identity, Informer, LeanSource
+from opbroker.kubeclient.informer import Body, Collection, Identity, Informer, LeanSource, stop_all
 from opbroker.kubeclient.lean import METADATA_PAGE, LeanApi
 from opbroker.kubeclient.wire import mapping_of, text_of
 
@@ -46,7 +50,7 @@ class NamespaceIndex:
         self._kinds = tuple(kinds)
         self._lock = threading.Lock()
         self._names: dict[Kind, dict[str, set[str]]] = {kind: {} for kind in self._kinds}
-        source = LeanSource(LeanApi(api_client))
+        self._source = source = LeanSource(LeanApi(api_client))
         self._informers = {
             kind: Informer(
                 source,
@@ -85,13 +89,20 @@ class NamespaceIndex:
         with self._lock:
             self._names[kind].setdefault(name, set()).add(namespace)
 
-    def start(self) -> None:
+    def start(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """Follow the kinds as tasks on ``loop`` (by default the running one: the app's lifespan)."""
         for informer in self._informers.values():
-            informer.start()
+            informer.start(loop)
 
     def stop(self) -> None:
+        """End the streams now (from any thread); their connections are closed on the loop."""
+        stop_all(self._informers.values(), self._source)
+
+    async def wait(self) -> None:
+        """Until every stream has ended (after :meth:`stop`; on the loop), their connections then closed."""
         for informer in self._informers.values():
-            informer.stop()
+            await informer.wait()
+        await self._source.aclose()
 
     def _listed(self, kind: Kind, listed: frozenset[Identity]) -> None:
         names: dict[str, set[str]] = {}

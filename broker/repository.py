@@ -35,7 +35,7 @@ from opbroker.broker.locating import RECORDED, NamespaceIndex
 from opbroker.broker.records import Kind, Record
 from opbroker.broker.settings import Settings
 from opbroker.kubeclient import answers
-from opbroker.kubeclient.informer import Collection, LeanSource, events_of
+from opbroker.kubeclient.informer import BlockingSource, Collection, blocking_events
 from opbroker.kubeclient.lean import LeanCustomObjects, object_path
 from opbroker.kubeclient.wire import mapping_of, string_map_of
 
@@ -444,10 +444,10 @@ class Repository:
             watched = Collection(
                 f"{OSB_GROUP}/{VERSION}", kind.plural, namespace=namespace, field_selector=f"metadata.name={name}"
             )
-            stream = LeanSource(self.custom).watch(watched, record.resource_version, max(1, int(remaining + 0.999)))
+            stream = BlockingSource(self.custom).watch(watched, record.resource_version, max(1, int(remaining + 0.999)))
             finished = False  # read to its end: the connection can serve the next request
             try:
-                for event_type, obj in events_of(stream):
+                for event_type, obj in blocking_events(stream):
                     if event_type == "ERROR":  # a 410 among them: the version is gone, read the object again
                         break
                     if event_type == "BOOKMARK":

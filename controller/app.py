@@ -87,10 +87,11 @@ class Controller:
         self.index = memories.keep(SourceIndex())
         # Secrets by metadata only: the cluster's other Secrets cost a key and a version each, not their
         # bodies; our own are listed with theirs, those reconciles read are fetched on demand (runtime.sources).
+        # Their events are told on the loop: the loop-side enqueue.
         self.watchers = SourceWatchers(
             self.kube,
             self.index,
-            self.runtime.enqueue_threadsafe,
+            self.runtime.enqueue,
             watch_seconds=settings.timeouts.watch,
             metadata_only=[SECRETS],
             own_bodies={SECRETS: (settings.registries_namespace, registries.LABEL_REGISTRY_OF)},
@@ -165,6 +166,7 @@ class Controller:
     def start(self) -> None:
         self.load_catalog()
         self.runtime.start()
+        self.watchers.start(asyncio.get_running_loop())
         # One Secret watch for everyone: the claims' events and the store's Secret versions (the plans' sources).
         self.watchers.subscribe(SECRETS, lambda _event_type, secret: self.claims.on_secret(secret))
         self.watchers.subscribe(SECRETS, lambda _event_type, secret: self.service_catalog.on_secret(secret))
@@ -283,6 +285,9 @@ class Controller:
                 task.cancel()
         self.watchers.stop()
         self.claims.stop()
+        if self.informers is not None:
+            await self.informers.wait()
+        await self.watchers.wait()
         if self.multicluster is not None:
             await self.multicluster.stop()
         await self.runtime.stop(drain)

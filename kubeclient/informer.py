@@ -1,18 +1,17 @@
 """One informer: the list-and-watch of one collection of Kubernetes objects, told to whoever keeps it.
 
-Every watch opbroker makes is one of these: the controller's own kinds (``controller.runtime.informers`` runs
-a group of them behind one dispatcher), the kinds plans' templates produce and the Secrets and Namespaces
-(``controller.runtime.sources``), the admission webhook's Bindings, the copies in each sister cluster, and the
-broker's namespace index. It lives here, below both the broker and the controller (which never import each
-other), so that a fix to how a stream is followed is made once. Before, five loops did it five ways: two of them
-never listed again after a broken stream, one held its API server's connection 10 s past a stop, one had no
-bound on an event's size.
+Every watch opbroker makes is one of these: the controller's own kinds (``controller.runtime.informers``), the
+kinds plans' templates produce and the Secrets and Namespaces (``controller.runtime.sources``), the admission
+webhook's Bindings, the copies in each sister cluster, and the broker's namespace index. It lives here, below both
+the broker and the controller (which never import each other), so that a fix to how a stream is followed is made
+once. Before, five loops did it five ways: two of them never listed again after a broken stream, one held its API
+server's connection 10 s past a stop, one had no bound on an event's size.
 
 A collection (:class:`Collection`: a resource, optionally one namespace and a label selector, whole bodies or
 metadata only) is followed as client-go's reflector follows it:
 
-* listed in pages of :attr:`Collection.page` (``before_listing`` called first, for a keeper that reads part of the
-  collection another way before it), as plain JSON, each item given its ``apiVersion`` and ``kind``
+* listed in pages of :attr:`Collection.page` (``before_listing`` awaited first, for a keeper that reads part of
+  the collection another way before it), as plain JSON, each item given its ``apiVersion`` and ``kind``
   (list items carry none); each page is told to ``on_page`` before its objects are delivered as ``ADDED`` (when
   ``list_events``), so only a page is ever parsed at once; at the end ``on_listed`` is told the identities of
   everything listed, and :attr:`Informer.listed` is set after it returns;
@@ -25,28 +24,42 @@ metadata only) is followed as client-go's reflector follows it:
   from 1 s to 30 s by default, as client-go's reflector backs off); with ``tombstones``, every object
   known before and absent from the new listing is delivered as ``DELETED`` (its type and identity), so a
   deletion missed in the gap is not missed for good;
-* a line of the stream is bounded (:data:`MAX_EVENT_BYTES`) before it is parsed; :meth:`Informer.stop` ends the
-  open stream at once (:meth:`Stream.abort`), not at its server-side end.
+* a line of the stream is bounded (:data:`MAX_EVENT_BYTES`) before it is parsed.
 
-What is told runs in the informer's own thread, one call at a time, in the order the API server sent it; a
-callback that raises is logged and the stream goes on. The API is reached through a :class:`Source` (two
-calls: a page, a watch), so the transport under it can change without the informer knowing.
+An informer is an asyncio task on its owner's loop (issue 45: one concurrency rule — watches and timers are tasks,
+blocking work goes to the runtime's one pool), not a thread: :meth:`Informer.start` makes the task (from the loop,
+or from any thread given the loop), :meth:`Informer.stop` cancels it (from any thread), which ends the open
+stream's read at once. What is told runs on the loop, one call at a time, in the order the API server sent it
+(so the keepers of every informer of a process never run concurrently with each other); a callback that raises is
+logged and the stream goes on. Callbacks must not block: they hold the loop. :attr:`Informer.listed` is a
+``threading.Event``, set on the loop, that a worker thread may wait on (the loop never does).
+
+Each watch event is parsed on the loop, where it arrives (a few KiB; a hop to a thread per event would cost more
+than the parse). A listing's page can be megabytes (5 000 objects in ``controller.runtime.sources``): parsed on
+the loop it would stall every other task for tens of milliseconds, so a page larger than
+:data:`PARSE_ON_LOOP_BYTES` is parsed in the loop's default executor (the runtime's pool) — one hop per page.
+
+The API is reached through a :class:`Source` (two calls: a page, a watch), so the transport under it can change
+without the informer knowing; :class:`LeanSource` is the project's (:mod:`opbroker.kubeclient.astreams`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kubernetes.client.exceptions import ApiException
 
 from opbroker.kubeclient import deadlines, jsontext
-from opbroker.kubeclient.lean import JSON, METADATA_LIST, METADATA_WATCH, LeanApi, api_root, object_path
+from opbroker.kubeclient.astreams import AsyncTransport, on_loop
+from opbroker.kubeclient.lean import JSON, METADATA_LIST, METADATA_WATCH, LeanApi, api_root, object_path, query_of
 from opbroker.kubeclient.transport import MAX_LINE_BYTES, StreamedAnswer
 from opbroker.kubeclient.wire import JsonBody, JsonObject, int_of, mapping_of, text_of
 from opbroker.osbclient import Backoff
@@ -64,6 +77,9 @@ MAX_EVENT_BYTES = MAX_LINE_BYTES
 #: The pause after a failed list or watch, by default: doubling with each failure in a row up to 30 s, up to half
 #: of it taken off by a random draw (many informers broken by one API server restart do not come back in step).
 RETRIES = Backoff(base=1.0, maximum=30.0, max_duration=float("inf"), jitter=0.5)
+#: A listing's page larger than this is parsed in the loop's default executor, not on the loop (see the module
+#: docstring): about a millisecond of parsing.
+PARSE_ON_LOOP_BYTES = 256 * 1024
 
 Identity = tuple[str, str]
 """An object's namespace ("" for a cluster-scoped one) and name."""
@@ -106,6 +122,38 @@ class Collection:
     def path(self) -> str:
         return object_path(api_root(self.api_version), self.plural, self.namespace)
 
+    def list_query(self, token: str | None) -> list[tuple[str, str]]:
+        """The query of one page of the listing, from ``token`` (None: the first)."""
+        pairs, _, _ = query_of(
+            [
+                ("limit", self.page),
+                ("continue", token),
+                ("labelSelector", self.label_selector),
+                ("fieldSelector", self.field_selector),
+            ]
+        )
+        return pairs
+
+    def watch_query(self, since: str | None, seconds: int) -> list[tuple[str, str]]:
+        """The query of a watch from ``since``, with bookmarks, ended by the server after ``seconds``."""
+        pairs, _, _ = query_of(
+            [
+                ("watch", True),
+                ("resourceVersion", since),
+                ("allowWatchBookmarks", True),
+                ("timeoutSeconds", seconds),
+                ("labelSelector", self.label_selector),
+                ("fieldSelector", self.field_selector),
+            ]
+        )
+        return pairs
+
+    def accept(self, watch: bool) -> str:
+        """The media type asked for: plain JSON, or (metadata only) the partial objects of a listing or a watch."""
+        if not self.metadata_only:
+            return JSON
+        return METADATA_WATCH if watch else METADATA_LIST
+
     def typed(self, item: Wire, kind: str | None = None) -> Body:
         """An object as it is told: with its type, and (metadata-only) nothing but its metadata."""
         kind = self.kind or kind
@@ -121,49 +169,62 @@ class Collection:
 
 
 class Stream(Protocol):
-    """An open watch (the transport's :class:`~opbroker.kubeclient.transport.StreamedAnswer`): its lines as they
-    arrive, each at most ``limit`` bytes (a longer one raises ``ValueError``); ended from another thread by
-    :meth:`abort`."""
+    """An open watch (the transport's :class:`~opbroker.kubeclient.astreams.AsyncStream`): its lines as they
+    arrive, each at most ``limit`` bytes (a longer one raises ``ValueError``); :meth:`aclose` when done."""
 
-    def lines(self, limit: int) -> Iterator[bytes]: ...
+    def lines(self, limit: int) -> AsyncIterator[bytes]: ...
 
-    def abort(self) -> None: ...
-
-    def close(self) -> None:
-        """Done with a stream read to its end (its connection may serve another request)."""
+    async def aclose(self) -> None:
+        """Done with the stream: read to its end, its connection may serve another request; else it is closed."""
         ...
 
 
 class Source(Protocol):
     """The two requests an informer makes (a 410 or any other refusal raises ``ApiException``)."""
 
-    def page(self, collection: Collection, token: str | None) -> Wire:
+    async def page(self, collection: Collection, token: str | None) -> Wire:
         """One page of the collection's listing, from ``token`` (None: the first), as decoded JSON."""
         ...
 
-    def watch(self, collection: Collection, since: str | None, seconds: int) -> Stream:
+    async def watch(self, collection: Collection, since: str | None, seconds: int) -> Stream:
         """A watch of the collection from ``since``, with bookmarks, ended by the server after ``seconds``."""
         ...
 
 
-def pages(source: Source, collection: Collection) -> Iterator[Wire]:
+async def pages(source: Source, collection: Collection) -> AsyncGenerator[Wire, None]:
     """Every page of a listing, one request per page as the caller reads on."""
     token: str | None = None
     while True:
-        page = source.page(collection, token)
+        page = await source.page(collection, token)
         yield page
-        token = text_of(mapping_of(page.get("metadata")).get("continue"))
+        token = continued(page)
         if token is None:
             return
 
 
-def events_of(stream: Stream, limit: int = MAX_EVENT_BYTES) -> Iterator[tuple[str, Wire]]:
+def continued(page: Wire) -> str | None:
+    """The token of the page after ``page`` (None: it was the last)."""
+    return text_of(mapping_of(page.get("metadata")).get("continue"))
+
+
+def event_of(line: bytes) -> tuple[str, Wire]:
+    """One line of a watch, decoded: its type and its object (an odd object reads as empty)."""
+    event = jsontext.loads(line)
+    return text_of(event.get("type")) or "", mapping_of(event.get("object"))
+
+
+async def events_of(stream: Stream, limit: int = MAX_EVENT_BYTES) -> AsyncGenerator[tuple[str, Wire], None]:
     """A watch's events as they arrive, decoded: each line's type (``ADDED``, ``MODIFIED``, ``DELETED``,
     ``BOOKMARK``, ``ERROR`` — whose object is the API server's Status, a 410 when the version is gone) and object.
     A line over ``limit`` bytes raises ``ValueError`` before it is parsed."""
-    for line in stream.lines(limit):
-        event = jsontext.loads(line)
-        yield text_of(event.get("type")) or "", mapping_of(event.get("object"))
+    lines = stream.lines(limit)
+    try:
+        async for line in lines:
+            yield event_of(line)
+    finally:
+        closing = getattr(lines, "aclose", None)
+        if closing is not None:
+            await closing()
 
 
 def items_of(page: Wire) -> list[Wire]:
@@ -173,7 +234,7 @@ def items_of(page: Wire) -> list[Wire]:
 
 
 class Informer:
-    """Follows one :class:`Collection` in a thread of its own until :meth:`stop` (see the module docstring)."""
+    """Follows one :class:`Collection` as a task on a loop until :meth:`stop` (see the module docstring)."""
 
     def __init__(
         self,
@@ -181,7 +242,7 @@ class Informer:
         collection: Collection,
         on_event: Told,
         *,
-        before_listing: Callable[[], None] | None = None,
+        before_listing: Callable[[], Awaitable[None]] | None = None,
         on_page: Callable[[Sequence[Body]], None] | None = None,
         on_listed: Callable[[frozenset[Identity]], None] | None = None,
         on_lost: Callable[[str], None] | None = None,
@@ -192,9 +253,12 @@ class Informer:
         draw: Callable[[], float] = random.random,
         name: str | None = None,
         clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         max_event_bytes: int = MAX_EVENT_BYTES,
     ) -> None:
+        """``clock`` measures a stream's length, ``sleep`` makes the pauses after failures (tests fake both)."""
         self.collection = collection
+        self.name = name or f"informer-{collection.plural}"
         self._max_event_bytes = max_event_bytes
         self._source = source
         self._on_event = on_event
@@ -210,92 +274,135 @@ class Informer:
         self._failures = 0
         """Failures in a row (a whole listing ends the streak)."""
         self._clock = clock
+        self._sleep = sleep
         self._kind = collection.kind
         self._stopped = threading.Event()
-        self._stream: Stream | None = None
-        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._ended = threading.Event()
         self._live = False
-        self._thread = threading.Thread(target=self.run, name=name or f"informer-{collection.plural}", daemon=True)
         self.listed = threading.Event()
-        """Set once the collection was listed whole (after ``on_listed`` returned): its keeper is in sync."""
+        """Set once the collection was listed whole (after ``on_listed`` returned): its keeper is in sync. Set on
+        the loop; a worker thread may wait on it (the loop must not)."""
 
     @property
     def live(self) -> bool:
         """Listed, and its stream not broken since: a change reaches the keeper at once."""
         return self._live
 
-    def start(self) -> None:
-        self._thread.start()
+    @property
+    def started_on(self) -> asyncio.AbstractEventLoop | None:
+        """The loop the informer runs on (None before :meth:`start`)."""
+        return self._loop
+
+    def start(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """Follow the collection as a task on ``loop`` (by default the running one; from another thread, the
+        task is made on the loop soon)."""
+        self._loop = loop = loop if loop is not None else asyncio.get_running_loop()
+        if on_loop(loop):
+            self._begin()
+        else:
+            loop.call_soon_threadsafe(self._begin)
 
     def stop(self) -> None:
-        """Stop following: the open stream is ended now; nothing is told after the call in progress."""
+        """Stop following, from any thread: the task is cancelled (on the loop: at once; from another thread: as
+        soon as the loop runs), which ends the open stream's read; nothing is told after the call in progress."""
         self._stopped.set()
-        with self._lock:
-            stream = self._stream
-        if stream is not None:
-            stream.abort()
+        loop = self._loop
+        if loop is None:
+            return
+        if on_loop(loop):
+            self._cancel()
+        else:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: its tasks are gone with it
+                loop.call_soon_threadsafe(self._cancel)
+
+    async def wait(self) -> None:
+        """Until the task has ended (after :meth:`stop`; awaited on its loop)."""
+        task = self._task
+        if task is not None:
+            await asyncio.wait({task})  # its end, whatever it was (cancelled, above all), not raised here
 
     def join(self, timeout: float | None = None) -> bool:
-        """Whether the informer's thread ended within ``timeout`` seconds."""
-        if self._thread.ident is None:
+        """Whether the task ended within ``timeout`` seconds (from a thread other than the loop's)."""
+        if self._loop is None:
             return True
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
+        return self._ended.wait(timeout)
+
+    def _begin(self) -> None:
+        if self._stopped.is_set() or self._loop is None:
+            self._ended.set()
+            return
+        self._task = self._loop.create_task(self.run(), name=self.name)
+
+    def _cancel(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
 
     # -- the loop ----------------------------------------------------------------------------------------
 
-    def run(self) -> None:
-        """List, then watch, until stopped; list again whenever the watch cannot resume (the thread's work;
-        tests call it directly)."""
+    async def run(self) -> None:
+        """List, then watch, until stopped; list again whenever the watch cannot resume (the task's work; tests
+        await it directly)."""
         known: dict[Identity, str | None] = {}
         version: str | None = None
-        while not self._stopped.is_set():
-            try:
-                if version is None:
-                    version = self._list(known)
-                version = self._watch(version, known)
-            except ApiException as exc:
-                if self._stopped.is_set():
-                    break
-                version = None
-                if exc.status != 410:  # 410: too old to resume from; listed again at once, nothing was lost
-                    self._lost(f"was refused (HTTP {exc.status})")
-            except Exception as exc:  # a dead stream (its read deadline), a refused connection, an oversized event
-                if self._stopped.is_set():
-                    break
-                version = None
-                self._lost(
-                    "delivered nothing within its deadline" if deadlines.timed_out(exc) else f"failed ({exc!r:.200})"
-                )
-        self._live = False
+        try:
+            while not self._stopped.is_set():
+                try:
+                    if version is None:
+                        version = await self._list(known)
+                    version = await self._watch(version, known)
+                except ApiException as exc:
+                    if self._stopped.is_set():
+                        break
+                    version = None
+                    if exc.status != 410:  # 410: too old to resume from; listed again at once, nothing was lost
+                        await self._lost(f"was refused (HTTP {exc.status})")
+                except Exception as exc:  # a dead stream (its read deadline), a refused connection, an oversized event
+                    if self._stopped.is_set():
+                        break
+                    version = None
+                    await self._lost(
+                        "delivered nothing within its deadline"
+                        if deadlines.timed_out(exc)
+                        else f"failed ({exc!r:.200})"
+                    )
+        finally:
+            self._live = False
+            self._ended.set()
 
-    def _lost(self, why: str) -> None:
+    async def _lost(self, why: str) -> None:
         self._live = False
         logger.warning("the watch of %s %s; listing it again", self.collection, why)
         self._call(self._on_lost, why)
         self._failures += 1
-        self._stopped.wait(self._retry.delay(self._failures, self._draw()))
+        if not self._stopped.is_set():
+            await self._sleep(self._retry.delay(self._failures, self._draw()))
 
-    def _list(self, known: dict[Identity, str | None]) -> str | None:
+    async def _list(self, known: dict[Identity, str | None]) -> str | None:
         """List page by page, telling each page and then its objects before reading the next; then the deletion
         of each object known before and now absent. The listing's version (to watch from)."""
         listed: dict[Identity, str | None] = {}
         version: str | None = None
         before = self._before_listing
         if before is not None:  # a keeper reading part of the collection another way first
-            self._call(lambda _nothing: before(), None)
-        for page in pages(self._source, self.collection):
-            if self._stopped.is_set():
-                return None
-            self._kind = self._kind or (text_of(page.get("kind")) or "").removesuffix("List") or None
-            objects = [self.collection.typed(item, self._kind) for item in items_of(page)]
-            self._call(self._on_page, objects)
-            for obj in objects:
-                meta = mapping_of(obj.get("metadata"))
-                listed[_identity(meta)] = text_of(meta.get("resourceVersion")) if self._tombstones else None
-                if self._list_events:
-                    self._tell("ADDED", obj)
-            version = text_of(mapping_of(page.get("metadata")).get("resourceVersion"))
+            try:
+                await before()
+            except Exception:
+                logger.exception("the keeper of %s failed", self.collection)
+        async with contextlib.aclosing(pages(self._source, self.collection)) as listing:
+            async for page in listing:
+                if self._stopped.is_set():
+                    return None
+                self._kind = self._kind or (text_of(page.get("kind")) or "").removesuffix("List") or None
+                objects = [self.collection.typed(item, self._kind) for item in items_of(page)]
+                self._call(self._on_page, objects)
+                for obj in objects:
+                    meta = mapping_of(obj.get("metadata"))
+                    listed[_identity(meta)] = text_of(meta.get("resourceVersion")) if self._tombstones else None
+                    if self._list_events:
+                        self._tell("ADDED", obj)
+                version = text_of(mapping_of(page.get("metadata")).get("resourceVersion"))
         gone = [(identity, known[identity]) for identity in known if identity not in listed]
         known.clear()
         if self._tombstones:
@@ -308,44 +415,34 @@ class Informer:
         self.listed.set()
         return version
 
-    def _watch(self, since: str | None, known: dict[Identity, str | None]) -> str | None:
+    async def _watch(self, since: str | None, known: dict[Identity, str | None]) -> str | None:
         """One watch from ``since``; the version to resume from (None: list again)."""
-        stream = self._source.watch(self.collection, since, self._watch_seconds)
-        with self._lock:
-            self._stream = stream
-        if self._stopped.is_set():  # stopped while the request was made: stop() found no stream to end
-            stream.abort()
+        stream = await self._source.watch(self.collection, since, self._watch_seconds)
         ends = self._clock() + deadlines.Timeouts(watch=self._watch_seconds).watch_read()
-        finished = False  # read to its end: the connection can serve the next request
         try:
-            for kind, obj in events_of(stream, self._max_event_bytes):
-                if self._stopped.is_set():
-                    return since
-                if kind == "ERROR":
-                    return since if int_of(obj.get("code")) != 410 else None
-                meta = mapping_of(obj.get("metadata"))
-                since = text_of(meta.get("resourceVersion")) or since
-                if kind in ("ADDED", "MODIFIED", "DELETED"):
-                    told = self.collection.typed(obj) if self.collection.metadata_only else dict(obj)
-                    if self._tombstones:
-                        identity = _identity(meta)
-                        if kind == "DELETED":
-                            known.pop(identity, None)
-                        else:
-                            known[identity] = text_of(meta.get("resourceVersion"))
-                    self._live = True
-                    self._tell(kind, told)
-                if self._clock() > ends:  # the server should have ended it: end it here, resume from since
-                    return since
-            finished = True
+            async with contextlib.aclosing(events_of(stream, self._max_event_bytes)) as events:
+                async for kind, obj in events:
+                    if self._stopped.is_set():
+                        return since
+                    if kind == "ERROR":
+                        return since if int_of(obj.get("code")) != 410 else None
+                    meta = mapping_of(obj.get("metadata"))
+                    since = text_of(meta.get("resourceVersion")) or since
+                    if kind in ("ADDED", "MODIFIED", "DELETED"):
+                        told = self.collection.typed(obj) if self.collection.metadata_only else dict(obj)
+                        if self._tombstones:
+                            identity = _identity(meta)
+                            if kind == "DELETED":
+                                known.pop(identity, None)
+                            else:
+                                known[identity] = text_of(meta.get("resourceVersion"))
+                        self._live = True
+                        self._tell(kind, told)
+                    if self._clock() > ends:  # the server should have ended it: end it here, resume from since
+                        return since
             return since
         finally:
-            with self._lock:
-                self._stream = None
-            if finished:
-                stream.close()
-            else:  # left mid-stream: what is unread would be the next request's answer
-                stream.abort()
+            await stream.aclose()  # read to its end: kept for the next request; else closed
 
     # -- telling -----------------------------------------------------------------------------------------
 
@@ -374,44 +471,121 @@ class Informer:
         return {"apiVersion": self.collection.api_version, "kind": self._kind, "metadata": meta}
 
 
+def stop_all(informers: Iterable[Informer], source: LeanSource) -> None:
+    """Stop ``informers`` (from any thread), and close ``source``'s connections on their loop once they ended."""
+    informers = list(informers)
+    loop = next((informer.started_on for informer in informers if informer.started_on is not None), None)
+    for informer in informers:
+        informer.stop()
+    if loop is None:
+        return
+
+    async def closed() -> None:
+        for informer in informers:
+            await informer.wait()
+        await source.aclose()
+
+    with contextlib.suppress(RuntimeError):  # the loop is closed: its connections are gone with it
+        asyncio.run_coroutine_threadsafe(closed(), loop)
+
+
 # -- the source over the lean client -------------------------------------------------------------------------
 
 
+class Requests(Protocol):
+    """What :class:`LeanSource` asks of the asynchronous transport (:class:`AsyncTransport`)."""
+
+    async def request(
+        self, method: str, path: str, *, query: Iterable[tuple[str, str]], headers: Mapping[str, str], watch: bool
+    ) -> bytes: ...
+
+    async def stream(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Iterable[tuple[str, str]],
+        headers: Mapping[str, str],
+        watch: bool,
+        server_seconds: float | None,
+    ) -> Stream: ...
+
+
 class LeanSource:
-    """A :class:`Source` over :class:`~opbroker.kubeclient.lean.LeanApi` and the project's transport (its deadlines
-    apply: a watch's read deadline is its server-side duration plus a quarter)."""
+    """A :class:`Source` over the asynchronous twin (:class:`~opbroker.kubeclient.astreams.AsyncTransport`) of a
+    :class:`~opbroker.kubeclient.lean.LeanApi`'s transport (its deadlines apply: a watch's read deadline is its
+    server-side duration plus a quarter). Its connections are its own (a watch holds one for minutes: taken from
+    the reconciles' pool it would leave them short); :meth:`aclose` when done."""
+
+    def __init__(self, api: LeanApi, *, requests: Requests | None = None) -> None:
+        self.requests: Requests = requests if requests is not None else AsyncTransport(api.transport)
+
+    async def page(self, collection: Collection, token: str | None) -> Wire:
+        query, accept = collection.list_query(token), collection.accept(watch=False)
+        content = await self.requests.request(
+            "GET", collection.path, query=query, headers={"Accept": accept}, watch=False
+        )
+        if len(content) > PARSE_ON_LOOP_BYTES:  # megabytes: parsed off the loop (see the module docstring)
+            answer = await asyncio.get_running_loop().run_in_executor(None, jsontext.loads, content)
+        else:
+            answer = jsontext.loads(content)
+        return _listing(collection, answer)
+
+    async def watch(self, collection: Collection, since: str | None, seconds: int) -> Stream:
+        return await self.requests.stream(
+            "GET",
+            collection.path,
+            query=collection.watch_query(since, seconds),
+            headers={"Accept": collection.accept(watch=True)},
+            watch=True,
+            server_seconds=float(seconds),
+        )
+
+    async def aclose(self) -> None:
+        closing = getattr(self.requests, "aclose", None)
+        if closing is not None:
+            await closing()
+
+
+class BlockingSource:
+    """The same two requests, blocking, through a :class:`~opbroker.kubeclient.lean.LeanApi` and its transport: for
+    a one-off read in a worker thread (a metadata-only sweep, a broker request waiting on one object), not for an
+    informer."""
 
     def __init__(self, api: LeanApi) -> None:
         self._api = api
 
-    def page(self, collection: Collection, token: str | None) -> Wire:
-        query = [
-            ("limit", collection.page),
-            ("continue", token),
-            ("labelSelector", collection.label_selector),
-            ("fieldSelector", collection.field_selector),
-        ]
-        accept = METADATA_LIST if collection.metadata_only else JSON
-        answer = self._api.request("GET", collection.path, query=query, accept=accept)
-        if not isinstance(answer, Mapping):
-            raise TypeError(f"the list of {collection} answered a {type(answer).__name__}, not a JSON object")
-        return answer
+    def pages(self, collection: Collection) -> Iterator[Wire]:
+        """Every page of a listing, one request per page as the caller reads on."""
+        token: str | None = None
+        while True:
+            query, accept = collection.list_query(token), collection.accept(watch=False)
+            page = _listing(collection, self._api.request("GET", collection.path, query=query, accept=accept))
+            yield page
+            token = continued(page)
+            if token is None:
+                return
 
-    def watch(self, collection: Collection, since: str | None, seconds: int) -> Stream:
-        query = [
-            ("watch", True),
-            ("resourceVersion", since),
-            ("allowWatchBookmarks", True),
-            ("timeoutSeconds", seconds),
-            ("labelSelector", collection.label_selector),
-            ("fieldSelector", collection.field_selector),
-        ]
-        accept = METADATA_WATCH if collection.metadata_only else JSON
+    def watch(self, collection: Collection, since: str | None, seconds: int) -> StreamedAnswer:
+        """A watch of the collection (see :meth:`Source.watch`), to read with :func:`blocking_events`."""
+        query, accept = collection.watch_query(since, seconds), collection.accept(watch=True)
         answer: StreamedAnswer = self._api.request("GET", collection.path, query=query, accept=accept, stream=True)
         return answer
 
 
+def blocking_events(stream: StreamedAnswer, limit: int = MAX_EVENT_BYTES) -> Iterator[tuple[str, Wire]]:
+    """A blocking watch's events as they arrive (as :func:`events_of`)."""
+    for line in stream.lines(limit):
+        yield event_of(line)
+
+
 # -- reading the wire ------------------------------------------------------------------------------------------
+
+
+def _listing(collection: Collection, answer: Any) -> Wire:
+    if not isinstance(answer, Mapping):
+        raise TypeError(f"the list of {collection} answered a {type(answer).__name__}, not a JSON object")
+    return answer
 
 
 def _identity(meta: Wire) -> Identity:

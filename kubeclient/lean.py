@@ -66,6 +66,15 @@ def object_path(
     return path
 
 
+def query_of(query: Iterable[tuple[str, Any]]) -> tuple[list[tuple[str, str]], bool, float | None]:
+    """A request's query as sent (pairs whose value is None left out, booleans as ``true``/``false``), whether it
+    is a watch's and the server-side seconds it asks for (what the read deadline is measured from)."""
+    pairs = [(key, _query_value(value)) for key, value in query if value is not None]
+    watching = any(key == "watch" and value in ("true", "1") for key, value in pairs)
+    seconds = next((value for key, value in pairs if key == "timeoutSeconds"), None)
+    return pairs, watching, float(seconds) if seconds and seconds.isdigit() else None
+
+
 class LeanApi:
     """Plain JSON requests to the server of an official ``ApiClient``, through the project's own transport (see
     the module docstring)."""
@@ -103,10 +112,7 @@ class LeanApi:
             if not isinstance(body, dict | list):
                 body = self.api_client.sanitize_for_serialization(body)  # type: ignore[no-untyped-call]
             sent = jsontext.dumps(body)
-        pairs = [(key, _query_value(value)) for key, value in query if value is not None]
-        watching = any(key == "watch" and value in ("true", "1") for key, value in pairs)
-        seconds = next((value for key, value in pairs if key == "timeoutSeconds"), None)
-        server_seconds = float(seconds) if seconds and seconds.isdigit() else None
+        pairs, watching, server_seconds = query_of(query)
         if stream:
             return self.transport.stream(
                 method,

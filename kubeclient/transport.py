@@ -84,6 +84,24 @@ class Network(Protocol):
     def handle_request(self, request: httpcore.Request) -> httpcore.Response: ...
 
 
+#: Transport failures of a request whose answer had not begun: retried once for an idempotent method.
+RETRIED = (httpcore.ReadError, httpcore.ReadTimeout, httpcore.RemoteProtocolError)
+#: Every transport failure (raised as :class:`Unreachable`, :class:`DeadlinePassed` or a TLS ``ApiException``).
+BROKEN = (httpcore.NetworkError, httpcore.TimeoutException, httpcore.ProtocolError)
+
+
+@dataclass(frozen=True)
+class Dialling:
+    """How a transport's connections are made: TLS, a proxy, socket options (keepalive), dial retries, and how
+    many idle ones are kept."""
+
+    ssl_context: ssl.SSLContext | None
+    proxy: httpcore.Proxy | None
+    socket_options: Iterable[httpcore.SOCKET_OPTION]
+    retries: int
+    keep: int
+
+
 @dataclass(frozen=True)
 class Answer:
     """A whole 2xx answer."""
@@ -102,6 +120,37 @@ class _ErrorAnswer:
     data: bytes
 
 
+class LineSplitter:
+    """A streamed answer's chunks cut into its non-empty lines, each at most ``limit`` bytes: a longer one raises
+    ``ValueError`` as soon as it is known to be longer, before it is held whole (shared by the blocking and the
+    asynchronous streams)."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._buffer = bytearray()
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        """The lines ``chunk`` completes."""
+        buffer, limit = self._buffer, self._limit
+        buffer.extend(chunk)
+        lines: list[bytes] = []
+        start = 0
+        while (end := buffer.find(b"\n", start)) != -1:
+            if end - start > limit:
+                raise ValueError(f"a line over {limit} bytes")
+            if end > start:
+                lines.append(bytes(buffer[start:end]))
+            start = end + 1
+        del buffer[:start]
+        if len(buffer) > limit:
+            raise ValueError(f"a line over {limit} bytes")
+        return lines
+
+    def end(self) -> list[bytes]:
+        """The last line, unended by a newline (none if it is blank)."""
+        return [bytes(self._buffer)] if self._buffer.strip() else []
+
+
 class StreamedAnswer:
     """An open answer read as it arrives (a watch): the shape the official ``watch.Watch`` and the informers
     read — ``status``, ``stream()``, ``close()``, ``release_conn()`` and ``connection.sock`` — and its own
@@ -118,10 +167,10 @@ class StreamedAnswer:
         del amt, decode_content  # the urllib3 signature the official watch calls; chunks are as they arrive
         try:
             yield from self._response.iter_stream()
-        except (httpcore.NetworkError, httpcore.TimeoutException, httpcore.ProtocolError) as exc:
+        except BROKEN as exc:
             if self._ending:
                 return  # aborted from another thread: the end the aborter asked for
-            raise _unreachable(exc) from exc
+            raise unreachable(exc) from exc
         except RuntimeError:  # closed under the reader
             if self._ending:
                 return
@@ -131,21 +180,10 @@ class StreamedAnswer:
     def lines(self, limit: int = MAX_LINE_BYTES) -> Iterator[bytes]:
         """The answer's non-empty lines, each at most ``limit`` bytes (a longer one raises ``ValueError`` before
         it is held whole)."""
-        buffer = bytearray()
+        split = LineSplitter(limit)
         for chunk in self.stream():
-            buffer.extend(chunk)
-            start = 0
-            while (end := buffer.find(b"\n", start)) != -1:
-                if end - start > limit:
-                    raise ValueError(f"a line over {limit} bytes")
-                if end > start:
-                    yield bytes(buffer[start:end])
-                start = end + 1
-            del buffer[:start]
-            if len(buffer) > limit:
-                raise ValueError(f"a line over {limit} bytes")
-        if buffer.strip():
-            yield bytes(buffer)
+            yield from split.feed(chunk)
+        yield from split.end()
 
     @property
     def connection(self) -> _Connection:
@@ -224,6 +262,8 @@ class Transport:
         ssl_context = _tls_context(configuration) if self._scheme == b"https" else None
         socket_options = configuration.socket_options or tcp_keepalive_socket_options()
         proxy = _proxy(configuration)
+        self.dialling = Dialling(ssl_context, proxy, socket_options, connect_retries, keep)
+        """How connections are dialled, for a pool beside this one (the asynchronous twin's)."""
         self._pool: Network
         if network is not None:
             self._pool = network
@@ -303,6 +343,38 @@ class Transport:
         server_seconds: float | None,
     ) -> httpcore.Response:
         """The answer to one request, its body unread (a non-2xx one: read, and raised)."""
+        request = self.prepare(method, path, query, body, headers, timeout, watch, server_seconds)
+        retries = self._read_retries if method in IDEMPOTENT else 0
+        while True:
+            try:
+                response = self._pool.handle_request(request)
+                break
+            except RETRIED as exc:
+                if retries <= 0:
+                    raise unreachable(exc) from exc
+                retries -= 1
+            except BROKEN as exc:
+                raise unreachable(exc) from exc
+        if self.on_answer is not None:
+            self.on_answer()
+        if 200 <= response.status <= 299:
+            return response
+        raise refusal(response, _read_whole(response))
+
+    def prepare(
+        self,
+        method: str,
+        path: str,
+        query: Iterable[tuple[str, str]],
+        body: bytes | None,
+        headers: Mapping[str, str] | None,
+        timeout: Any,
+        watch: bool,
+        server_seconds: float | None,
+    ) -> httpcore.Request:
+        """One request as sent, by this transport or by its asynchronous twin
+        (:class:`~opbroker.kubeclient.astreams.AsyncTransport`): the headers (the bearer token read now, its
+        refresh hook run when due), the target, the deadlines and the TLS server name."""
         sent = [(b"Host", self._host_header)]
         for name, value in {**self.headers, **(headers or {})}.items():
             sent.append((name.encode("ascii"), value.encode("latin-1")))
@@ -317,31 +389,11 @@ class Transport:
             target += "?" + urllib.parse.urlencode(pairs)
         url = httpcore.URL(scheme=self._scheme, host=self._host, port=self._port, target=target.encode("ascii"))
         extensions: dict[str, object] = {"timeout": self._deadline(timeout, watch, server_seconds), **self._sni}
-        request = httpcore.Request(method.encode("ascii"), url, headers=sent, content=body, extensions=extensions)
-        retries = self._read_retries if method in IDEMPOTENT else 0
-        while True:
-            try:
-                response = self._pool.handle_request(request)
-                break
-            except (httpcore.ReadError, httpcore.ReadTimeout, httpcore.RemoteProtocolError) as exc:
-                if retries <= 0:
-                    raise _unreachable(exc) from exc
-                retries -= 1
-            except (httpcore.NetworkError, httpcore.TimeoutException, httpcore.ProtocolError) as exc:
-                raise _unreachable(exc) from exc
-        if self.on_answer is not None:
-            self.on_answer()
-        if 200 <= response.status <= 299:
-            return response
-        data = _read_whole(response)
-        reason = response.extensions.get("reason_phrase", b"")
-        answer = _ErrorAnswer(
-            response.status,
-            reason.decode("latin-1") if isinstance(reason, bytes) else str(reason),
-            httpx.Headers(response.headers),
-            data,
-        )
-        raise ApiException.from_response(http_resp=answer, body=data.decode("utf-8", "replace"), data=None)
+        return httpcore.Request(method.encode("ascii"), url, headers=sent, content=body, extensions=extensions)
+
+    def retries_of(self, method: str) -> int:
+        """Retries of a failed read of ``method``'s answer (once for an idempotent method, else none)."""
+        return self._read_retries if method in IDEMPOTENT else 0
 
     def _deadline(self, timeout: Any, watch: bool, server_seconds: float | None) -> dict[str, float]:
         """httpcore's ``timeout`` extension of a request: ``timeout`` as the official client reads a
@@ -426,17 +478,32 @@ def _proxy(configuration: client.Configuration) -> httpcore.Proxy | None:
     return httpcore.Proxy(configuration.proxy, headers=headers or None)
 
 
+def refusal(response: httpcore.Response, data: bytes) -> ApiException:
+    """The ``ApiException`` of a non-2xx answer whose body is ``data`` (the subclass the generated client raises)."""
+    reason = response.extensions.get("reason_phrase", b"")
+    answer = _ErrorAnswer(
+        response.status,
+        reason.decode("latin-1") if isinstance(reason, bytes) else str(reason),
+        httpx.Headers(response.headers),
+        data,
+    )
+    refused: ApiException = ApiException.from_response(
+        http_resp=answer, body=data.decode("utf-8", "replace"), data=None
+    )
+    return refused
+
+
 def _read_whole(response: httpcore.Response) -> bytes:
     """The rest of an answer, its connection then handed back (a broken read is the server unreachable)."""
     try:
         return response.read()
-    except (httpcore.NetworkError, httpcore.TimeoutException, httpcore.ProtocolError) as exc:
-        raise _unreachable(exc) from exc
+    except BROKEN as exc:
+        raise unreachable(exc) from exc
     finally:
         response.close()
 
 
-def _unreachable(exc: Exception) -> Exception:
+def unreachable(exc: Exception) -> Exception:
     """The error a transport failure is raised as (see the module docstring)."""
     if isinstance(exc, httpcore.ReadTimeout):
         return DeadlinePassed(f"{type(exc).__name__}: {exc}")

@@ -4,7 +4,7 @@ watches answered in the order a test wrote them."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from opbroker.kubeclient.informer import Collection, Informer
@@ -20,21 +20,19 @@ def event(kind: str, obj: Mapping[str, Any]) -> bytes:
 
 
 class ScriptedStream:
+    """A watch's lines; ``finished``: read to its end (else left mid-stream), ``closed``: given back."""
+
     def __init__(self, lines: list[bytes], source: Scripted) -> None:
         self._lines, self._source = lines, source
-        self.aborted = self.closed = False
+        self.finished = self.closed = False
 
-    def lines(self, limit: int) -> Iterator[bytes]:
+    async def lines(self, limit: int) -> AsyncIterator[bytes]:
         for line in self._lines:
-            if self.aborted:
-                return
             yield line
+        self.finished = True
         self._source.after_watch(self)
 
-    def abort(self) -> None:
-        self.aborted = True
-
-    def close(self) -> None:
+    async def aclose(self) -> None:
         self.closed = True
 
 
@@ -63,7 +61,7 @@ class Scripted:
             raise answer
         return answer
 
-    def page(self, collection: Collection, token: str | None) -> Mapping[str, Any]:
+    async def page(self, collection: Collection, token: str | None) -> Mapping[str, Any]:
         self.requests.append(("list", token))
         self.collections.append(collection)
         if token is None:
@@ -75,7 +73,7 @@ class Scripted:
             meta["continue"] = str(start + collection.page)
         return {"kind": f"{collection.kind or 'Pod'}List", "items": items, "metadata": meta}
 
-    def watch(self, collection: Collection, since: str | None, seconds: int) -> ScriptedStream:
+    async def watch(self, collection: Collection, since: str | None, seconds: int) -> ScriptedStream:
         self.requests.append(("watch", since))
         self.collections.append(collection)
         stream = ScriptedStream(self._next("watch"), self)

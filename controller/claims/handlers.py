@@ -186,8 +186,8 @@ class Claims:
             self.enqueue(Key("catalog", namespace, ""))
 
     def on_secret(self, body: JsonBody) -> None:
-        """A Secret was listed, added, changed or deleted. Called in the Secret watch's thread (the store is
-        thread-safe; keys go to the runtime's loop); only the Secret's metadata is looked at."""
+        """A Secret was listed, added, changed or deleted. Called on the loop, by the Secret watch (keys go to
+        the runtime's queue); only the Secret's metadata is looked at."""
         meta = ObjectView.of(body).meta
         namespace, name = meta.namespace, meta.name
         enqueue = self.runtime.enqueue_threadsafe

@@ -25,6 +25,7 @@ cluster ``"1"``), the last probe's verdict and the watch of its copies. The sche
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import logging
 import re
@@ -276,8 +277,13 @@ class ClusterReconciler(ShowsFailuresOnObject, ObservePlanAct[ClusterFacts, Any]
         requests_of: Callable[[str], Resources],
         enqueue_master: Callable[[Key], None],
         suspect: Callable[[str, str], None],
+        *,
+        loop: Callable[[], asyncio.AbstractEventLoop | None] = lambda: None,
     ) -> None:
+        """``loop``: the controller's, where the sisters' watches run (None, as a reconciler without a runtime has
+        it in tests: the sisters are not watched)."""
         self.deps = deps
+        self.loop = loop
         self.registry = registry
         self.ledger = ledger
         self.replicator = replicator
@@ -449,7 +455,8 @@ class ClusterReconciler(ShowsFailuresOnObject, ObservePlanAct[ClusterFacts, Any]
             state.observed = state.kube.capacity()
         except Exception as exc:
             logger.warning("reading the nodes of cluster %s failed: %s", state.name, describe(exc))
-        if state.watch is None and not state.shared:
+        loop = self.loop()
+        if state.watch is None and not state.shared and loop is not None:
             state.watch = SisterWatch(
                 state.name,
                 state.kube,
@@ -457,7 +464,7 @@ class ClusterReconciler(ShowsFailuresOnObject, ObservePlanAct[ClusterFacts, Any]
                 self.suspect,
                 retry=self.deps.settings.policies.watches,
             )
-            state.watch.start()
+            state.watch.start(loop)
         self._mark(state, True, "", announce=announce)
 
     def _connect(self, state: ClusterState) -> None:

@@ -49,7 +49,14 @@ class MultiCluster:
         self._requests: dict[str, tuple[str, Resources]] = {}
         self._requests_lock = Lock()
         self.clusters = ClusterReconciler(
-            deps, self.registry, self.ledger, self.replicator, self.requests_of, enqueue_master, self.suspect
+            deps,
+            self.registry,
+            self.ledger,
+            self.replicator,
+            self.requests_of,
+            enqueue_master,
+            self.suspect,
+            loop=lambda: runtime.loop,
         )
         self.placement = MultiClusterPlacement(
             deps, self.registry, self.ledger, self.replicator, self.requests_of, self.suspect, self.ready

@@ -10,6 +10,7 @@ polling.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import hashlib
 import logging
@@ -31,7 +32,7 @@ from opbroker.controller.runtime.concurrency import Lock
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.kube import Kind, Kube
 from opbroker.kubeclient import deadlines
-from opbroker.kubeclient.informer import RETRIES, Body, Collection, Informer, LeanSource
+from opbroker.kubeclient.informer import RETRIES, Body, Collection, Informer, LeanSource, stop_all
 from opbroker.kubeclient.lean import LeanApi
 from opbroker.osbclient import Backoff
 
@@ -134,8 +135,9 @@ class SisterKube(Kube):
 
 class SisterWatch:
     """Informers of the copies in one sister cluster (instances and bindings carrying the ``replicated`` label),
-    until :meth:`stop`: each change, and each copy gone while a stream was broken, is reported by the master key it
-    belongs to; a failing stream is reported once (``on_failure``) until its kind is listed again."""
+    as tasks on the controller's loop, until :meth:`stop`: each change, and each copy gone while a stream was
+    broken, is reported by the master key it belongs to; a failing stream is reported once (``on_failure``) until
+    its kind is listed again."""
 
     KINDS: tuple[tuple[str, Kind], ...] = (("instance", INSTANCES), ("binding", BINDINGS))
 
@@ -152,7 +154,7 @@ class SisterWatch:
         self._on_change = on_change
         self._on_failure = on_failure
         self._failing: set[str] = set()
-        source = LeanSource(LeanApi(kube.api_client))
+        self._source = source = LeanSource(LeanApi(kube.api_client))
         self.informers = [
             Informer(
                 source,
@@ -166,14 +168,15 @@ class SisterWatch:
             for name, kind in self.KINDS
         ]
 
-    def start(self) -> None:
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Follow the copies as tasks on ``loop`` (the controller's; callable from any thread)."""
         for informer in self.informers:
-            informer.start()
+            informer.start(loop)
 
     def stop(self) -> None:
-        """End the streams now: the sister's connections are closed, not left open to their server-side end."""
-        for informer in self.informers:
-            informer.stop()
+        """End the streams now (from any thread): the sister's connections are closed, not left open to their
+        server-side end."""
+        stop_all(self.informers, self._source)
 
     def _report(self, name: str, _event_type: str, obj: Body) -> None:
         copy = ReplicaView.of(obj)

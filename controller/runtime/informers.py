@@ -15,19 +15,19 @@ with tombstones, metadata only) is the informer's (:mod:`opbroker.kubeclient.inf
   handler gets a copy of its own (handlers may keep or change what they are given). A ``metadata_only`` watch gets
   the object's ``apiVersion``, ``kind`` and ``metadata``; when every watch of a resource is metadata-only, the
   resource is listed and watched as ``PartialObjectMetadata`` (the API server sends no bodies);
-* events of every stream go through one bounded queue (:data:`QUEUE_EVENTS`: a stream whose handlers fall behind
-  waits instead of growing memory) to one dispatcher thread, so handlers never run concurrently with each other.
-  A handler that raises is logged; the stream goes on.
+* every informer is a task on the controller's loop (issue 45), and its events are handed to the handlers there,
+  as they arrive, one at a time: handlers never run concurrently with each other (they all run on the one loop
+  thread) and may call the loop-side ``Runtime.enqueue``. A stream whose handlers are slow waits for them (its
+  next read is not made meanwhile), so nothing piles up in memory — the bounded queue and the dispatcher thread
+  that did that before are gone. A handler that raises is logged; the stream goes on.
 """
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import copy
 import functools
 import logging
-import queue
-import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -48,9 +48,6 @@ LIST_PAGE = 500
 #: The server-side duration of each watch request by default (the API server ends it; the next resumes where it
 #: ended); the controller passes its ``--watch-seconds``.
 WATCH_SECONDS = 60
-#: Events waiting for the dispatcher, at most; a stream beyond it waits. A listing is paced by it: parsed objects
-#: wait here, so the bound is what a restart holds of them at once (about 1 000 objects of a few KiB each), not 10 000.
-QUEUE_EVENTS = 1_000
 
 Page = Callable[[tuple[str, str], Sequence[JsonBody]], None]
 """Told each page of a resource's listing before its objects are delivered: (apiVersion, plural), the objects."""
@@ -105,7 +102,7 @@ def resources_of(watches: Iterable[Watch]) -> list[Resource]:
 
 
 class Informers:
-    """An informer per resource, and the dispatcher that hands their events to the handlers."""
+    """An informer per resource, each handing its events to the resource's handlers on the loop."""
 
     def __init__(
         self,
@@ -120,13 +117,10 @@ class Informers:
         retry: Backoff = RETRIES,
     ) -> None:
         self.resources = resources_of(watches)
-        source = LeanSource(LeanApi(streams_client(api_client, connections=len(self.resources))))
-        self._events: queue.Queue[tuple[Resource, str, JsonBody] | None] = queue.Queue(QUEUE_EVENTS)
-        self._stop = threading.Event()
-        self._dispatcher = threading.Thread(target=self._dispatch, name="informers-dispatch", daemon=True)
+        self.source = LeanSource(LeanApi(streams_client(api_client, connections=len(self.resources))))
         self.informers = [
             Informer(
-                source,
+                self.source,
                 resource.collection(list_page),
                 functools.partial(self._deliver, resource),
                 on_page=None if on_page is None else functools.partial(on_page, resource.key),
@@ -141,45 +135,37 @@ class Informers:
 
     # -- lifecycle -------------------------------------------------------------------------------------
 
-    def start(self) -> None:
-        self._dispatcher.start()
+    def start(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """Start every informer as a task on ``loop`` (by default the running one)."""
         for informer in self.informers:
-            informer.start()
+            informer.start(loop)
 
     def stop(self) -> None:
-        """Stop every stream (their connections closed now, not at their server-side end) and the dispatcher."""
-        self._stop.set()
+        """Stop every stream (their reads ended now, not at their server-side end); callable from any thread."""
         for informer in self.informers:
             informer.stop()
-        with contextlib.suppress(queue.Full):  # a full queue: the dispatcher sees the stop at its next event
-            self._events.put_nowait(None)
+
+    async def wait(self) -> None:
+        """Until every informer's task has ended (after :meth:`stop`), their connections then closed."""
+        for informer in self.informers:
+            await informer.wait()
+        await self.source.aclose()
 
     def wait_listed(self, timeout: float) -> bool:
-        """Whether every resource was listed once within ``timeout`` seconds (its listing queued for delivery)."""
+        """Whether every resource was listed once within ``timeout`` seconds (from a thread, never the loop)."""
         return all(informer.listed.wait(timeout) for informer in self.informers)
 
-    # -- the dispatcher --------------------------------------------------------------------------------
-
-    def _dispatch(self) -> None:
-        while True:
-            item = self._events.get()
-            if item is None or self._stop.is_set():
-                return
-            resource, event_type, obj = item
-            for index, watch in enumerate(resource.watches):
-                body = obj if index == 0 and not watch.metadata_only else _copy(obj, metadata_only=watch.metadata_only)
-                try:
-                    watch.handler(event_type, body)
-                except Exception:
-                    logger.exception("the %s handler failed on a %s event", watch.id, event_type)
+    # -- handing events on ------------------------------------------------------------------------------
 
     def _deliver(self, resource: Resource, event_type: str, obj: JsonBody) -> None:
-        while not self._stop.is_set():
+        """An event, to each of the resource's handlers (on the loop; the first takes the object itself, every
+        other handler a copy of its own)."""
+        for index, watch in enumerate(resource.watches):
+            body = obj if index == 0 and not watch.metadata_only else _copy(obj, metadata_only=watch.metadata_only)
             try:
-                self._events.put((resource, event_type, obj), timeout=1.0)
-                return
-            except queue.Full:
-                continue
+                watch.handler(event_type, body)
+            except Exception:
+                logger.exception("the %s handler failed on a %s event", watch.id, event_type)
 
 
 def _ignoring_why(lost: Lost, key: tuple[str, str]) -> Callable[[str], None]:
@@ -192,10 +178,10 @@ def _ignoring_why(lost: Lost, key: tuple[str, str]) -> Callable[[str], None]:
 
 
 def streams_client(api_client: client.ApiClient, *, connections: int) -> client.ApiClient:
-    """The client of watches: beside ``api_client`` (same server, credentials and deadlines) with a pool of its own,
-    one connection per stream: a watch holds its connection for minutes, and taken from the reconciles' pool the
-    streams left it short — urllib3 then dialled (TLS handshake) and dropped a connection per request beyond it,
-    one for nearly every status write while provisioning."""
+    """The client of watches: beside ``api_client`` (same server, credentials and deadlines), keeping
+    ``connections`` idle (one per stream). The watches' connections are a pool of their own (the asynchronous
+    transport's): a watch holds its connection for minutes, and taken from the reconciles' pool the streams left it
+    short — a connection was then dialled (TLS handshake) and dropped per request beyond it."""
     configuration = copy.copy(api_client.configuration)
     configuration.connection_pool_maxsize = max(1, connections)
     return deadlines.sibling_with(api_client, configuration)

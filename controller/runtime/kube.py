@@ -35,7 +35,7 @@ from opbroker.controller.runtime.served import ServedKinds, ServedResource
 from opbroker.controller.runtime.store import UNKNOWN, ObjectStore
 from opbroker.kubeclient import deadlines
 from opbroker.kubeclient.answers import json_object
-from opbroker.kubeclient.informer import Collection, LeanSource, items_of, pages
+from opbroker.kubeclient.informer import BlockingSource, Collection, items_of
 from opbroker.kubeclient.lean import (
     JSON,
     MERGE_PATCH,
@@ -447,7 +447,7 @@ class Kube:
         listing = Collection(  # only the metadata is read: the items' kind is the partial object's
             kind.api_version, kind.plural, "PartialObjectMetadata", metadata_only=True, page=METADATA_PAGE
         )
-        for page in pages(LeanSource(self.custom), listing):
+        for page in BlockingSource(self.custom).pages(listing):
             for item in items_of(page):
                 meta = mapping_of(item.get("metadata"))
                 identity = (text_of(meta.get("namespace")) or "", text_of(meta.get("name")) or "")

@@ -32,6 +32,8 @@ namespace (issue 42).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import logging
 import threading
@@ -73,7 +75,8 @@ def object_key(ref: ResourceRef) -> ObjectKey:
 #: kind is listed in pages of :data:`~opbroker.kubeclient.lean.METADATA_PAGE`.
 LIST_PAGE = 5_000
 
-#: The most kinds the source watches follow (a thread each); the operator kinds of a platform's plans are a few.
+#: The most kinds the source watches follow (a task and a connection each); the operator kinds of a platform's plans
+#: are a few.
 MAX_WATCHED_KINDS = 128
 
 
@@ -157,6 +160,11 @@ class SourceWatchers:
     as any unwatched object is), and at most ``max_kinds`` of them: the kinds come from what templates render,
     and a tenant's parameters reach templates, so the number of threads is bounded here, not by the plans'
     goodwill (issue 42). A kind refused for the bound is logged once and read without a watch.
+
+    The informers are tasks on the controller's loop (:meth:`start` names it; a kind ensured before is started
+    then): :meth:`ensure` and :meth:`wait_listed` are called from reconciles' worker threads, and what the informers
+    tell (the store's pages and events, the listeners, ``on_change``) runs on the loop — so ``on_change`` is the
+    loop-side ``Runtime.enqueue``, with no hop through the loop's self-pipe per event.
     """
 
     def __init__(
@@ -190,6 +198,15 @@ class SourceWatchers:
         self._unlisted: set[tuple[str, str]] = set()
         self._listeners: dict[tuple[str, str], list[Listener]] = {}
         self._stopped = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Run the informers on ``loop`` from now on (those of kinds ensured before, now)."""
+        with self._lock:
+            self._loop = loop
+            pending = [] if self._stopped else list(self._informers.values())
+        for informer in pending:
+            informer.start(loop)
 
     @property
     def watched(self) -> set[tuple[str, str]]:
@@ -223,7 +240,9 @@ class SourceWatchers:
                     continue
                 informer = self._informer(kind, served.name)
                 self._informers[kind] = informer
-            informer.start()
+                loop = self._loop
+            if loop is not None:  # else started by start()
+                informer.start(loop)
 
     def _informer(self, kind: tuple[str, str], plural: str) -> Informer:
         api_version, kind_name = kind
@@ -250,7 +269,7 @@ class SourceWatchers:
 
     def subscribe(self, kind: tuple[str, str], listener: Listener) -> None:
         """Watch ``kind`` from now on, and pass every object it lists or changes to ``listener`` (in the watch's
-        thread, with the event type: ADDED for what a listing found). One watch per kind serves everyone:
+        loop, with the event type: ADDED for what a listing found). One watch per kind serves everyone:
         the claims' Secret events come from the same watch that keeps the store's Secrets."""
         with self._lock:
             self._listeners.setdefault(kind, []).append(listener)
@@ -283,13 +302,24 @@ class SourceWatchers:
         return True
 
     def stop(self) -> None:
-        """Stop every watch now (their streams ended, not left to their server-side end)."""
+        """Stop every watch now (their streams ended, not left to their server-side end; on the loop)."""
         with self._lock:
             self._stopped = True
             informers = list(self._informers.items())
         for kind, informer in informers:
             informer.stop()
             self._kube.store.forget_type(kind)
+
+    async def wait(self) -> None:
+        """Until every informer's task has ended (after :meth:`stop`; on the loop), their connections then
+        closed."""
+        with self._lock:
+            informers = list(self._informers.values())
+        for informer in informers:
+            await informer.wait()
+        closing = getattr(self._source, "aclose", None)
+        if closing is not None:
+            await closing()
 
     # -- what the informers tell --------------------------------------------------------------------------
 
@@ -299,7 +329,7 @@ class SourceWatchers:
         for obj in objects:
             self._tell(kind, "ADDED", obj)
 
-    def _own_listing(self, kind: tuple[str, str], collection: Collection) -> None:
+    async def _own_listing(self, kind: tuple[str, str], collection: Collection) -> None:
         """Before a metadata listing: the controller's own objects of the kind listed with their bodies, page by
         page into the store (fed, not complete: what they do not cover is read from the API until the metadata
         listing is whole). The metadata pages then keep each body of the version they list; a newer version
@@ -309,10 +339,11 @@ class SourceWatchers:
             return
         namespace, selector = own
         bodied = Collection(collection.api_version, collection.plural, collection.kind, namespace, selector)
-        for page in pages(self._source, bodied):
-            if self._stopped:
-                return
-            self._kube.store.hold_page(kind, [bodied.typed(item) for item in items_of(page)])
+        async with contextlib.aclosing(pages(self._source, bodied)) as listing:
+            async for page in listing:
+                if self._stopped:
+                    return
+                self._kube.store.hold_page(kind, [bodied.typed(item) for item in items_of(page)])
 
     def _listed(self, kind: tuple[str, str], listed: frozenset[Identity]) -> None:
         """A whole listing: the store's kind is complete; after a relisting, every owner of an object of the kind

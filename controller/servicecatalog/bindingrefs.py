@@ -3,7 +3,7 @@
 The webhook must not list every Binding of the cluster for each DELETE it reviews (that is O(bindings) per
 request, and a slow list makes the API server give up and apply ``failurePolicy``). A list-and-watch
 (``bindingwatch``) keeps this index instead: per Binding only its name and the Instance it names, and a
-reverse map so a review is one dictionary lookup. Pure and thread-safe: fed by the watch thread, read by the
+reverse map so a review is one dictionary lookup. Pure and thread-safe: fed by the watch (on the loop), read by the
 webhook's event loop.
 """
 

@@ -8,13 +8,14 @@ reviews).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 
 from kubernetes import client
 
 from opbroker.controller.servicecatalog.bindingrefs import BindingRef, BindingRefs
 from opbroker.controller.servicecatalog.resources import BINDINGS, GROUP, VERSION
-from opbroker.kubeclient.informer import Body, Collection, Informer, LeanSource
+from opbroker.kubeclient.informer import Body, Collection, Informer, LeanSource, stop_all
 from opbroker.kubeclient.lean import LeanApi
 
 #: Bindings per list request: bounds each answer's size whatever the cluster holds.
@@ -22,12 +23,13 @@ PAGE = 500
 
 
 class BindingWatch:
-    """Lists, then watches, Bindings into ``refs`` until :meth:`stop`."""
+    """Lists, then watches, Bindings into ``refs`` until :meth:`stop`: a task on the controller's loop."""
 
     def __init__(self, api_client: client.ApiClient, refs: BindingRefs) -> None:
         self.refs = refs
+        self._source = LeanSource(LeanApi(api_client))
         self.informer = Informer(
-            LeanSource(LeanApi(api_client)),
+            self._source,
             Collection(f"{GROUP}/{VERSION}", BINDINGS, page=PAGE),
             self._told,
             on_page=self._page,
@@ -38,11 +40,12 @@ class BindingWatch:
         )
         self._listing: list[BindingRef] = []
 
-    def start(self) -> None:
-        self.informer.start()
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Follow the Bindings on ``loop`` (callable from any thread)."""
+        self.informer.start(loop)
 
     def stop(self) -> None:
-        self.informer.stop()
+        stop_all([self.informer], self._source)
 
     def _page(self, objects: Sequence[Body]) -> None:
         self._listing.extend(BindingRef.of(obj) for obj in objects)

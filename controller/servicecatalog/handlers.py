@@ -257,8 +257,8 @@ class ServiceCatalog:
             self.runtime.enqueue(key)
 
     def on_secret(self, body: JsonBody) -> None:
-        """A Secret was listed, added, changed or deleted (called in the Secret watch's thread; only its metadata
-        is looked at): the Instances and Bindings reading it as parameters look again."""
+        """A Secret was listed, added, changed or deleted (called on the loop by the Secret watch; only its
+        metadata is looked at): the Instances and Bindings reading it as parameters look again."""
         meta = Meta.of(body.get("metadata"))
         for key in self._secret_readers.of((meta.namespace, meta.name)):
             self.runtime.enqueue_threadsafe(key)

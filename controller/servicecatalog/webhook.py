@@ -119,7 +119,7 @@ class Webhook:
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Watch, serve on ``loop`` (the controller's), register (blocking: call it in a thread, as the owner does);
         a registration that fails is logged and retried by :meth:`refresh_forever` (the server serves meanwhile)."""
-        self._watch.start()
+        self._watch.start(loop)
         self.server.start(loop)
         self._registered = self._try(self._registration)
 

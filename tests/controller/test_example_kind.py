@@ -140,6 +140,7 @@ def test_the_example_kind_runs_on_the_controllers_runtime(api_client: client.Api
             await asyncio.to_thread(steps)
         finally:
             informers.stop()
+            await informers.wait()
             await runtime.stop(drain=5.0)
 
     asyncio.run(scenario())

@@ -4,6 +4,7 @@ broken delivered when it is listed again; a bounded line; a prompt stop."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -14,6 +15,7 @@ from kubernetes import client
 from opbroker.controller.runtime.informers import Informers, resources_of
 from opbroker.controller.runtime.watches import Watch
 from tests.controller_support import wait_for
+from tests.loop_support import loop_in_thread
 
 GROUP, VERSION, PLURAL = "osb.servicefabrik.io", "v1alpha1", "sfserviceinstances"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -55,7 +57,16 @@ def custom(api_client: client.ApiClient) -> client.CustomObjectsApi:
 
 
 @pytest.fixture
-def started(api_client: client.ApiClient, namespace: str) -> Iterator[tuple[Informers, Recorder, Recorder, list[Any]]]:
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    """The controller's loop, in a thread of its own: the informers' tasks run there, the test waits here."""
+    with loop_in_thread() as running:
+        yield running
+
+
+@pytest.fixture
+def started(
+    api_client: client.ApiClient, namespace: str, loop: asyncio.AbstractEventLoop
+) -> Iterator[tuple[Informers, Recorder, Recorder, list[Any]]]:
     whole, identity = Recorder(namespace), Recorder(namespace)
     listings: list[Any] = []
     watches = [
@@ -70,14 +81,18 @@ def started(api_client: client.ApiClient, namespace: str) -> Iterator[tuple[Info
     )
     yield informers, whole, identity, listings
     informers.stop()
+    asyncio.run_coroutine_threadsafe(informers.wait(), loop).result(10)
 
 
 def test_listed_then_watched_each_handler_with_its_own_copy(
-    custom: client.CustomObjectsApi, namespace: str, started: tuple[Informers, Recorder, Recorder, list[Any]]
+    custom: client.CustomObjectsApi,
+    namespace: str,
+    started: tuple[Informers, Recorder, Recorder, list[Any]],
+    loop: asyncio.AbstractEventLoop,
 ) -> None:
     informers, whole, identity, listings = started
     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, instance("before"))
-    informers.start()
+    informers.start(loop)
     assert informers.wait_listed(30)
     wait_for(lambda: whole.saw("ADDED", "before") and identity.saw("ADDED", "before"), 30, "the listing")
     *pages, (told, key, identities) = listings
@@ -107,7 +122,10 @@ def test_listed_then_watched_each_handler_with_its_own_copy(
 
 
 def test_a_relisting_delivers_the_deletions_the_broken_stream_missed(
-    custom: client.CustomObjectsApi, namespace: str, started: tuple[Informers, Recorder, Recorder, list[Any]]
+    custom: client.CustomObjectsApi,
+    namespace: str,
+    started: tuple[Informers, Recorder, Recorder, list[Any]],
+    loop: asyncio.AbstractEventLoop,
 ) -> None:
     """What a relisting does after a broken stream: an object known before and now absent is delivered as
     deleted (kopf's relisting never did: the deletion was lost for good)."""
@@ -119,19 +137,17 @@ def test_a_relisting_delivers_the_deletions_the_broken_stream_missed(
         "metadata": {"name": "gone", "namespace": namespace},
     }
     known: dict[tuple[str, str], str | None] = {(namespace, "gone"): None}
-    thread = threading.Thread(target=informers._dispatch, daemon=True)
-    thread.start()
-    informers.informers[0]._list(known)
-    wait_for(lambda: whole.saw("DELETED", "gone") and whole.saw("ADDED", "kept"), 10, "the relisting's events")
+    asyncio.run_coroutine_threadsafe(informers.informers[0]._list(known), loop).result(30)
+    assert whole.saw("DELETED", "gone") and whole.saw("ADDED", "kept")  # told on the loop as the listing is read
     assert (namespace, "gone") not in known and known[(namespace, "kept")]  # kept: its version, to tell its end
     gone = next(b for b in whole.bodies if b["metadata"]["name"] == "gone")
     assert gone == ghost  # a tombstone: type and identity
 
 
 def test_a_listing_is_told_and_delivered_page_by_page(
-    api_client: client.ApiClient, custom: client.CustomObjectsApi, namespace: str
+    api_client: client.ApiClient, custom: client.CustomObjectsApi, namespace: str, loop: asyncio.AbstractEventLoop
 ) -> None:
-    """Each page is told, and its objects queued for delivery, before the next page is read: a listing is never
+    """Each page is told, and its objects delivered, before the next page is read: a listing is never
     parsed whole (a restart's transient peak of memory); the end of the listing is told once, with every identity."""
     for name in ("p1", "p2", "p3"):
         custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, instance(name))
@@ -145,11 +161,12 @@ def test_a_listing_is_told_and_delivered_page_by_page(
     )
     (informer,) = informers.informers
     queued: list[tuple[str, str]] = []
-    informer._on_event = lambda event_type, obj: (  # delivered in the informer's thread, as it reads
+    informer._on_event = lambda event_type, obj: (  # delivered on the loop, as it reads
         told.append(("delivered", obj["metadata"]["name"])),
         queued.append((event_type, obj["metadata"]["name"])),
     )
-    informer._list({})
+    asyncio.run_coroutine_threadsafe(informer._list({}), loop).result(30)
+    asyncio.run_coroutine_threadsafe(informers.wait(), loop).result(10)
     mine = {"p1", "p2", "p3"}  # the API server may hold other tests' instances too: their pages are left out
     seen = [e for e in told if (e[0] == "page" and mine & set(e[1])) or (e[0] == "delivered" and e[1] in mine)]
     assert seen == [
@@ -164,14 +181,15 @@ def test_a_listing_is_told_and_delivered_page_by_page(
     assert all(event_type == "ADDED" for event_type, _ in queued)
 
 
-def test_stop_ends_every_stream_at_once(api_client: client.ApiClient) -> None:
+def test_stop_ends_every_stream_at_once(api_client: client.ApiClient, loop: asyncio.AbstractEventLoop) -> None:
     informers = Informers(api_client, [Watch(API_VERSION, PLURAL, lambda *_: None, "quiet")], watch_seconds=300)
-    informers.start()
+    informers.start(loop)
     assert informers.wait_listed(30)
     (informer,) = informers.informers
-    wait_for(lambda: informer._stream is not None, 10, "the watch to start")
-    informers.stop()
+    wait_for(lambda: informer.live, 10, "the watch to start")
+    informers.stop()  # from this thread, not the loop's
     assert informer.join(10)  # not at the watch's server-side end, 300 s away
+    asyncio.run_coroutine_threadsafe(informers.wait(), loop).result(10)
 
 
 def test_a_metadata_only_watch_must_name_its_kind_and_ids_are_unique() -> None:

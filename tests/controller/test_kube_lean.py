@@ -26,7 +26,7 @@ from opbroker.api.meta import ResourceRef
 from opbroker.controller.kinds import BINDINGS
 from opbroker.controller.runtime.kube import Kube, Refused
 from opbroker.kubeclient import deadlines, transport
-from opbroker.kubeclient.informer import Collection, LeanSource, events_of
+from opbroker.kubeclient.informer import BlockingSource, Collection, blocking_events
 from opbroker.kubeclient.lean import LeanCustomObjects, object_path
 from tests.controller.example_kind.view import GREETINGS
 from tests.controller.test_example_kind import install_crd
@@ -221,8 +221,8 @@ def test_a_watch_streams_through_the_lean_client(api_client: client.ApiClient, n
         GREETINGS.group, GREETINGS.version, namespace, GREETINGS.plural, _greeting(namespace, "w")
     )
     watched = Collection(GREETINGS.api_version, GREETINGS.plural, namespace=namespace)
-    stream = LeanSource(lean).watch(watched, listed["metadata"]["resourceVersion"], 10)
-    event_type, obj = next(events_of(stream))
+    stream = BlockingSource(lean).watch(watched, listed["metadata"]["resourceVersion"], 10)
+    event_type, obj = next(blocking_events(stream))
     stream.abort()
     first = {"type": event_type, "object": obj}
     assert (first["type"], first["object"]["metadata"]["name"]) == ("ADDED", "w")

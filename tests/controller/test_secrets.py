@@ -5,6 +5,7 @@ controller reads or writes, and those bodies go when the Secret moves on."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import re
@@ -96,7 +97,7 @@ def run_secret_watch(store: ObjectStore, source: Scripted, own: str) -> None:
     informer = watchers._informer(SECRETS, "secrets")
     watchers._informers[SECRETS] = informer
     source.informers.append(informer)
-    informer.run()
+    asyncio.run(informer.run())
 
 
 def test_the_controllers_own_secrets_are_listed_with_their_bodies() -> None:
@@ -107,14 +108,14 @@ def test_the_controllers_own_secrets_are_listed_with_their_bodies() -> None:
     seen: dict[str, Any] = {}
 
     class Looking(Scripted):
-        def page(self, collection: Collection, token: str | None) -> Any:
+        async def page(self, collection: Collection, token: str | None) -> Any:
             if collection.metadata_only:  # the metadata listing starts: the registry's body is held already
                 seen.update(during=store.lookup(SECRETS, "ns", "registry"))
-            return super().page(collection, token)
+            return await super().page(collection, token)
 
-        def watch(self, collection: Collection, since: str | None, seconds: int) -> Any:
+        async def watch(self, collection: Collection, since: str | None, seconds: int) -> Any:
             seen.update(own=store.lookup(SECRETS, "ns", "registry"), other=store.lookup(SECRETS, "ns", "other"))
-            return super().watch(collection, since, seconds)
+            return await super().watch(collection, since, seconds)
 
     own = "opbroker.io/registry-of"
     source = Looking(

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
+import time
+from collections.abc import AsyncIterator, Mapping
 from types import SimpleNamespace
 from typing import Any
 
@@ -11,6 +15,7 @@ from opbroker.controller.runtime.sources import SourceIndex, SourceWatchers
 from opbroker.controller.runtime.store import ObjectStore
 from opbroker.kubeclient.informer import Collection
 from tests.informer_support import NO_WAIT, Scripted, event
+from tests.loop_support import loop_in_thread
 
 SECRETS = ("v1", "Secret")
 PODS = ("v1", "Pod")
@@ -31,7 +36,7 @@ def run(watchers: SourceWatchers, source: Scripted, kind: tuple[str, str]) -> No
     informer = watchers._informer(kind, kind[1].lower() + "s")
     watchers._informers[kind] = informer
     source.informers.append(informer)
-    informer.run()
+    asyncio.run(informer.run())
 
 
 def obj(name: str, version: str, kind: str = "Secret", api_version: str = "v1") -> dict[str, Any]:
@@ -91,13 +96,13 @@ def test_a_kind_is_live_from_its_listing_until_its_watch_fails() -> None:
     seen: list[tuple[str, bool]] = []
 
     class Recording(Scripted):
-        def page(self, collection: Collection, token: str | None) -> Any:
+        async def page(self, collection: Collection, token: str | None) -> Any:
             seen.append(("list", PODS in watchers.live))
-            return super().page(collection, token)
+            return await super().page(collection, token)
 
-        def watch(self, collection: Collection, since: str | None, seconds: int) -> Any:
+        async def watch(self, collection: Collection, since: str | None, seconds: int) -> Any:
             seen.append(("watch", PODS in watchers.live))
-            return super().watch(collection, since, seconds)
+            return await super().watch(collection, since, seconds)
 
     source = Recording([("list", [obj("a", "1", "Pod")]), ("watch", ConnectionError("reset")), ("list", [])])
     watchers = SourceWatchers(fake_kube(), SourceIndex(), lambda _key: None, retry=NO_WAIT, source=source)
@@ -143,3 +148,67 @@ def test_the_echo_of_an_owners_own_apply_tells_only_the_other_owners() -> None:
     index.forget(writer)
     index.track(writer, [ref])
     assert index.owners_of(key, "9") == {writer, reader}
+
+
+class Held:
+    """A source of one object per kind: its first watch tells it changed, every later one holds until cancelled."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, str]] = []
+
+    async def page(self, collection: Collection, token: str | None) -> Mapping[str, Any]:
+        self.requests.append(("list", collection.plural))
+        return {"items": [obj("a", "1", collection.kind or "")], "metadata": {"resourceVersion": "1"}}
+
+    async def watch(self, collection: Collection, since: str | None, seconds: int) -> Any:
+        first = ("watch", collection.plural) not in self.requests
+        self.requests.append(("watch", collection.plural))
+        return Lines([event("MODIFIED", obj("a", "2", collection.kind or ""))] if first else None)
+
+
+class Lines:
+    def __init__(self, lines: list[bytes] | None) -> None:
+        self._lines = lines
+
+    async def lines(self, limit: int) -> AsyncIterator[bytes]:
+        if self._lines is None:
+            await asyncio.Event().wait()  # held: until the task is cancelled
+        for line in self._lines or []:
+            yield line
+
+    async def aclose(self) -> None: ...
+
+
+def test_a_kind_ensured_from_a_worker_thread_is_followed_on_the_loop() -> None:
+    """``ensure`` runs in reconciles' threads: a kind ensured before ``start`` starts with it, one ensured after
+    starts at once, each a task on the loop; what it tells (the owners, to the loop-side enqueue) runs on the loop
+    thread, and a worker thread waits for the listing without the loop ever waiting."""
+    index = SourceIndex()
+    index.track(("i", "ns", "one"), [ResourceRef(api_version="v1", kind="Pod", namespace="ns", name="a")])
+    told: list[tuple[Any, str]] = []
+    source = Held()
+    watchers = SourceWatchers(
+        fake_kube(),
+        index,
+        lambda key: told.append((key, threading.current_thread().name)),
+        retry=NO_WAIT,
+        source=source,
+    )
+    with loop_in_thread() as loop:
+        worker = threading.Thread(target=watchers.ensure, args=([PODS],))
+        worker.start()
+        worker.join(10)
+        assert PODS in watchers.watched and not source.requests  # ensured, not started: the loop is not named yet
+        watchers.start(loop)
+        assert watchers.wait_listed([PODS], 10)
+        later = threading.Thread(target=watchers.ensure, args=([SECRETS],))
+        later.start()
+        later.join(10)
+        assert watchers.wait_listed([SECRETS], 10)
+        deadline = time.monotonic() + 10
+        while len(source.requests) < 6 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        watchers.stop()
+        asyncio.run_coroutine_threadsafe(watchers.wait(), loop).result(10)
+    assert told == [(("i", "ns", "one"), "test-loop")]  # the Pod's MODIFIED event, told on the loop's thread
+    assert sorted(source.requests) == sorted([(w, p) for p in ("pods", "secrets") for w in ("list", "watch", "watch")])

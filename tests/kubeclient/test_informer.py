@@ -4,8 +4,8 @@ broker's test_locating.py."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator, Mapping
+import asyncio
+from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
 import pytest
@@ -38,7 +38,7 @@ def run(script: list[tuple[str, Any]], collection: Collection = PODS, **options:
         **options,
     )
     source.informers.append(informer)
-    informer.run()
+    asyncio.run(informer.run())
     return told, source
 
 
@@ -62,7 +62,7 @@ def test_a_listing_is_told_page_by_page_then_watched_from_its_version() -> None:
     assert told[7] == ("DELETED", "b", "Pod")
     # the second watch resumes from the bookmark's version, the third from the deletion's
     assert [r for r in source.requests if r[0] == "watch"] == [("watch", "100"), ("watch", "102"), ("watch", "103")]
-    assert all(stream.closed and not stream.aborted for stream in source.streams[:2])  # read to their end
+    assert all(stream.closed and stream.finished for stream in source.streams[:2])  # read to their end
 
 
 def test_deletions_missed_while_the_stream_was_broken_are_told_after_the_relisting() -> None:
@@ -110,7 +110,7 @@ def test_metadata_only_objects_carry_their_type_and_metadata_alone() -> None:
     )
     informer = Informer(source, secrets, lambda _kind, obj: objects.append(obj), retry=NO_WAIT)
     source.informers.append(informer)
-    informer.run()
+    asyncio.run(informer.run())
     assert objects == [{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": "ns"}}]
     with pytest.raises(ValueError, match="must name its kind"):
         Collection("v1", "secrets", metadata_only=True)
@@ -140,7 +140,7 @@ def test_a_failing_keeper_does_not_stop_the_stream() -> None:
     source = Scripted([("list", [pod("a", "1"), pod("b", "2")]), ("watch", [event("ADDED", pod("c", "3"))])])
     informer = Informer(source, PODS, keeper, retry=NO_WAIT)
     source.informers.append(informer)
-    informer.run()
+    asyncio.run(informer.run())
     assert seen == ["a", "b", "c"]
 
 
@@ -151,8 +151,8 @@ def test_a_stream_open_past_its_deadline_is_ended_and_resumed() -> None:
     lines = [event("MODIFIED", {**pod("a", str(v)), "kind": "Pod"}) for v in range(2, 6)]
 
     class Ticking(Scripted):
-        def watch(self, collection: Collection, since: str | None, seconds: int) -> ScriptedStream:
-            stream = super().watch(collection, since, seconds)
+        async def watch(self, collection: Collection, since: str | None, seconds: int) -> ScriptedStream:
+            stream = await super().watch(collection, since, seconds)
             stream._lines = [*stream._lines]
             return stream
 
@@ -165,89 +165,182 @@ def test_a_stream_open_past_its_deadline_is_ended_and_resumed() -> None:
 
     informer = Informer(source, PODS, tell, retry=NO_WAIT, watch_seconds=60, clock=lambda: now[0])
     source.informers.append(informer)
-    informer.run()
+    asyncio.run(informer.run())
     assert told == ["2", "3"]
-    assert source.streams[0].aborted  # left mid-stream: its connection is not reused
+    assert source.streams[0].closed and not source.streams[0].finished  # left mid-stream, and closed
     assert [r for r in source.requests if r[0] == "watch"] == [("watch", "100"), ("watch", "3")]
 
 
-def test_stop_ends_the_open_stream_at_once() -> None:
-    opened = threading.Event()
-    release = threading.Event()
-
-    class Blocking:
-        def __init__(self) -> None:
-            self.aborted = threading.Event()
-
-        def lines(self, limit: int) -> Iterator[bytes]:
-            opened.set()
-            self.aborted.wait(30)
-            release.set()
-            return iter(())
-
-        def abort(self) -> None:
-            self.aborted.set()
-
-        def close(self) -> None:
-            pass
-
-    stream = Blocking()
-
-    class Source:
-        def page(self, collection: Collection, token: str | None) -> Mapping[str, Any]:
-            return {"items": [], "metadata": {"resourceVersion": "1"}}
-
-        def watch(self, collection: Collection, since: str | None, seconds: int) -> Blocking:
-            return stream
-
-    informer = Informer(Source(), PODS, lambda *_: None)
-    informer.start()
-    assert opened.wait(10) and informer.live
-    informer.stop()
-    assert informer.join(10) and release.is_set() and not informer.live
-
-
-class RecordingApi:
-    """What LeanSource asks of the lean client."""
+class Blocking:
+    """A watch that delivers nothing until it is cancelled."""
 
     def __init__(self) -> None:
-        self.asked: list[tuple[str, list[tuple[str, Any]], str, bool]] = []
+        self.opened = asyncio.Event()
+        self.cancelled = self.closed = False
 
-    def request(self, method: str, path: str, *, query: Any = (), accept: str = "", stream: bool = False) -> Any:
-        self.asked.append((path, [(k, v) for k, v in query if v is not None], accept, stream))
-        return object() if stream else {"items": []}
+    async def lines(self, limit: int) -> AsyncIterator[bytes]:
+        self.opened.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            self.cancelled = True
+            raise
+        yield b""
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+class BlockingSource:
+    def __init__(self) -> None:
+        self.stream = Blocking()
+
+    async def page(self, collection: Collection, token: str | None) -> Mapping[str, Any]:
+        return {"items": [], "metadata": {"resourceVersion": "1"}}
+
+    async def watch(self, collection: Collection, since: str | None, seconds: int) -> Blocking:
+        return self.stream
+
+
+def test_stop_ends_the_open_stream_at_once() -> None:
+    async def scenario() -> None:
+        source = BlockingSource()
+        informer = Informer(source, PODS, lambda *_: None)
+        informer.start()
+        await asyncio.wait_for(source.stream.opened.wait(), 10)
+        assert informer.live and informer.listed.is_set()
+        informer.stop()
+        await asyncio.wait_for(informer.wait(), 1)
+        assert source.stream.cancelled and source.stream.closed and not informer.live
+
+    asyncio.run(scenario())
+
+
+def test_stop_from_another_thread_cancels_the_task_on_its_loop() -> None:
+    """A worker thread starts an informer on the loop and stops it (SourceWatchers.ensure, a sister's refresh)."""
+    from tests.loop_support import loop_in_thread
+
+    source = BlockingSource()
+    with loop_in_thread() as loop:
+        informer = Informer(source, PODS, lambda *_: None)
+        informer.start(loop)
+        assert informer.listed.wait(10)  # a worker thread waits on the listing; the loop never does
+        assert asyncio.run_coroutine_threadsafe(source.stream.opened.wait(), loop).result(10)
+        informer.stop()
+        assert informer.join(10) and source.stream.cancelled and source.stream.closed
+
+
+def test_a_stopped_informer_never_starts() -> None:
+    async def scenario() -> None:
+        source = Scripted([])
+        informer = Informer(source, PODS, lambda *_: None)
+        informer.stop()
+        informer.start()
+        await asyncio.sleep(0)
+        assert informer.join(0) and source.requests == []
+
+    asyncio.run(scenario())
+
+
+class RecordingRequests:
+    """What LeanSource asks of the asynchronous transport."""
+
+    def __init__(self, content: bytes = b'{"items": []}') -> None:
+        self.asked: list[tuple[str, list[tuple[str, str]], str, bool, float | None]] = []
+        self.content = content
+
+    async def request(
+        self, method: str, path: str, *, query: Iterable[tuple[str, str]], headers: Mapping[str, str], watch: bool
+    ) -> bytes:
+        self.asked.append((path, list(query), headers["Accept"], watch, None))
+        return self.content
+
+    async def stream(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Iterable[tuple[str, str]],
+        headers: Mapping[str, str],
+        watch: bool,
+        server_seconds: float | None,
+    ) -> Blocking:
+        self.asked.append((path, list(query), headers["Accept"], watch, server_seconds))
+        return Blocking()
+
+
+def lean_source(requests: RecordingRequests) -> LeanSource:
+    return LeanSource(None, requests=requests)  # type: ignore[arg-type]  # the transport is the recording one
 
 
 def test_the_lean_source_asks_for_metadata_only_with_the_collections_selector() -> None:
-    api = RecordingApi()
-    source = LeanSource(api)  # type: ignore[arg-type]
+    requests = RecordingRequests()
+    source = lean_source(requests)
     secrets = Collection("v1", "secrets", "Secret", namespace="ns", label_selector="a=b", metadata_only=True, page=7)
-    source.page(secrets, "tok")
-    source.watch(secrets, "42", 30)
-    source.page(Collection("demo.io/v1", "things"), None)
-    (path, query, accept, stream), (wpath, wquery, waccept, wstream), (cpath, cquery, caccept, _) = api.asked
+
+    async def scenario() -> None:
+        await source.page(secrets, "tok")
+        await source.watch(secrets, "42", 30)
+        await source.page(Collection("demo.io/v1", "things"), None)
+
+    asyncio.run(scenario())
+    (path, query, accept, watch, _), (wpath, wquery, waccept, wwatch, seconds), (cpath, cquery, caccept, _, _) = (
+        requests.asked
+    )
     assert path == wpath == "/api/v1/namespaces/ns/secrets" and cpath == "/apis/demo.io/v1/things"
-    assert query == [("limit", 7), ("continue", "tok"), ("labelSelector", "a=b")] and not stream
+    assert query == [("limit", "7"), ("continue", "tok"), ("labelSelector", "a=b")] and not watch
     assert accept == METADATA_LIST and waccept == METADATA_WATCH and caccept == "application/json"
     assert dict(wquery) == {
-        "watch": True,
+        "watch": "true",
         "resourceVersion": "42",
-        "allowWatchBookmarks": True,
-        "timeoutSeconds": 30,
+        "allowWatchBookmarks": "true",
+        "timeoutSeconds": "30",
         "labelSelector": "a=b",
     }
-    assert wstream and cquery == [("limit", 500)]
+    assert wwatch and seconds == 30.0 and cquery == [("limit", "500")]
 
 
 def test_a_field_selector_rides_on_the_listing_and_the_watch() -> None:
-    api = RecordingApi()
-    source = LeanSource(api)  # type: ignore[arg-type]
+    requests = RecordingRequests()
+    source = lean_source(requests)
     one = Collection("demo.io/v1", "things", namespace="ns", field_selector="metadata.name=a")
-    source.page(one, None)
-    source.watch(one, "7", 5)
-    (_, query, _, _), (_, wquery, _, _) = api.asked
+
+    async def scenario() -> None:
+        await source.page(one, None)
+        await source.watch(one, "7", 5)
+
+    asyncio.run(scenario())
+    (_, query, _, _, _), (_, wquery, _, _, _) = requests.asked
     assert ("fieldSelector", "metadata.name=a") in query and dict(wquery)["fieldSelector"] == "metadata.name=a"
     assert str(one) == "things.demo.io/v1 in ns (metadata.name=a)"
+
+
+def test_a_large_page_is_parsed_off_the_loop_and_a_small_one_on_it() -> None:
+    """A listing's page of megabytes would stall the loop while parsed: it is parsed in the default executor."""
+    import threading
+
+    from opbroker.kubeclient import informer as informer_module
+
+    parsed_in: list[str] = []
+    loads = informer_module.jsontext.loads
+
+    def recording(text: bytes) -> Any:
+        parsed_in.append(threading.current_thread().name)
+        return loads(text)
+
+    small = b'{"items": [], "metadata": {}}'
+    big = b'{"items": [], "metadata": {"x": "' + b"a" * informer_module.PARSE_ON_LOOP_BYTES + b'"}}'
+
+    async def scenario() -> None:
+        for content in (small, big):
+            await lean_source(RecordingRequests(content)).page(PODS, None)
+
+    informer_module.jsontext.loads = recording  # type: ignore[assignment]
+    try:
+        asyncio.run(scenario())
+    finally:
+        informer_module.jsontext.loads = loads  # type: ignore[assignment]
+    assert parsed_in[0] == threading.main_thread().name and parsed_in[1] != threading.main_thread().name
 
 
 class LimitedStream:
@@ -256,13 +349,12 @@ class LimitedStream:
     def __init__(self, lines: list[bytes]) -> None:
         self._lines, self.limit = lines, 0
 
-    def lines(self, limit: int) -> Iterator[bytes]:
+    async def lines(self, limit: int) -> AsyncIterator[bytes]:
         self.limit = limit
-        yield from self._lines
+        for line in self._lines:
+            yield line
 
-    def abort(self) -> None: ...
-
-    def close(self) -> None: ...
+    async def aclose(self) -> None: ...
 
 
 def test_a_watchs_events_are_decoded_with_their_type_and_an_odd_object_reads_as_empty() -> None:
@@ -275,7 +367,11 @@ def test_a_watchs_events_are_decoded_with_their_type_and_an_odd_object_reads_as_
             b'{"type": "MODIFIED", "object": [1]}',
         ]
     )
-    told = list(events_of(stream, limit=4096))
+
+    async def read() -> list[Any]:
+        return [event async for event in events_of(stream, limit=4096)]
+
+    told = asyncio.run(read())
     assert [kind for kind, _ in told] == ["ADDED", "BOOKMARK", "ERROR", "MODIFIED"]
     assert told[0][1] == pod("a", "1") and told[2][1] == gone and told[3][1] == {}
     assert stream.limit == 4096
@@ -293,25 +389,13 @@ def test_failures_in_a_row_back_off_with_jitter_and_a_listing_ends_the_streak() 
         ]
     )
     retry = Backoff(base=1.0, maximum=30.0, max_duration=float("inf"), jitter=0.5)
-    informer = Informer(source, PODS, lambda *_: None, retry=retry, draw=lambda: 0.5)
-    stopped = informer._stopped
 
-    class Recording:
-        """The informer's stop flag, its waits recorded instead of waited."""
+    async def sleep(seconds: float) -> None:  # the waits recorded instead of waited
+        waits.append(seconds)
 
-        def is_set(self) -> bool:
-            return stopped.is_set()
-
-        def set(self) -> None:
-            stopped.set()
-
-        def wait(self, seconds: float) -> bool:
-            waits.append(seconds)
-            return stopped.is_set()
-
-    informer._stopped = Recording()  # type: ignore[assignment]
+    informer = Informer(source, PODS, lambda *_: None, retry=retry, draw=lambda: 0.5, sleep=sleep)
     source.informers.append(informer)
-    informer.run()
+    asyncio.run(informer.run())
     # 1 s, a quarter off (half the jitter, drawn 0.5); doubled for the second failure in a row; back to 1 s after
     # the listing that succeeded; the script's end stops it without a wait
     assert waits == [0.75, 1.5, 0.75]
