@@ -169,7 +169,8 @@ class Collection:
 
 
 class Stream(Protocol):
-    """An open watch (the transport's :class:`~opbroker.kubeclient.astreams.AsyncStream`): its lines as they
+    """An open watch (:class:`~opbroker.kubeclient.watchstream.WatchStream`, through a proxy the transport's
+    :class:`~opbroker.kubeclient.astreams.AsyncStream`): its lines as they
     arrive, each at most ``limit`` bytes (a longer one raises ``ValueError``); :meth:`aclose` when done."""
 
     def lines(self, limit: int) -> AsyncIterator[bytes]: ...

@@ -487,10 +487,11 @@ def refusal(response: httpcore.Response, data: bytes) -> ApiException:
         httpx.Headers(response.headers),
         data,
     )
-    refused: ApiException = ApiException.from_response(
-        http_resp=answer, body=data.decode("utf-8", "replace"), data=None
-    )
-    return refused
+    try:  # the official client's from_response raises the subclass of the status (it never returns it)
+        ApiException.from_response(http_resp=answer, body=data.decode("utf-8", "replace"), data=None)
+    except ApiException as refused:
+        return refused
+    return ApiException(http_resp=answer, body=data.decode("utf-8", "replace"))
 
 
 def _read_whole(response: httpcore.Response) -> bytes:

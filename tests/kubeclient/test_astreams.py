@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import threading
 import time
 
 import pytest
@@ -144,3 +145,59 @@ def test_a_cancelled_read_ends_at_once(server: tuple[str, list[Received]]) -> No
 
     assert asyncio.run(asyncio.wait_for(scenario(), 10)) < 1.0, "not at the watch's deadline nor the server's release"
     assert read == [FIRST, SECOND]
+
+
+def test_a_refused_watch_is_the_official_exception_and_is_reported(server: tuple[str, list[Received]]) -> None:
+    """A watch's stream is read by its own protocol (``kubeclient.watchstream``): its refusal reads as any other."""
+    host, _ = server
+    requests, answers = twin(host)
+    with pytest.raises(exceptions.NotFoundException) as refused:
+        asyncio.run(requests.stream("GET", "/missing", query=[("watch", "true")]))
+    assert refused.value.status == 404 and b'"code": 404' in refused.value.body.encode() and answers == [1]
+
+
+def test_a_refused_watch_dial_is_unreachable() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    api = deadlines.bounded(configuration(f"http://127.0.0.1:{port}"))
+    with pytest.raises(transport.Unreachable) as refused:
+        asyncio.run(AsyncTransport(transport.transport_of(api)).stream("GET", "/w", query=[("watch", "true")]))
+    assert not deadlines.timed_out(refused.value)
+
+
+def test_a_watch_broken_off_mid_answer_is_unreachable_after_what_came() -> None:
+    """The server goes away in the middle of the chunked answer: what came is read, then the stream fails (the
+    informer lists again), not an end the reader takes for the server's."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+
+    def serve() -> None:
+        connection, _ = listener.accept()
+        connection.recv(65536)
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+        line = FIRST + b"\n"
+        connection.sendall(head + b"%x\r\n%s\r\n" % (len(line), line))
+        connection.close()  # no last chunk
+
+    server_thread = threading.Thread(target=serve, daemon=True)
+    server_thread.start()
+    requests, _ = twin(f"http://127.0.0.1:{listener.getsockname()[1]}")
+    read: list[bytes] = []
+
+    async def scenario() -> None:
+        stream = await requests.stream("GET", "/w", query=[("watch", "true")])
+        try:
+            async for line in stream.lines():
+                read.append(line)
+        finally:
+            await stream.aclose()
+
+    try:
+        with pytest.raises(transport.Unreachable):
+            asyncio.run(scenario())
+    finally:
+        listener.close()
+        server_thread.join(5)
+    assert read == [FIRST]
