@@ -163,8 +163,11 @@ class Controller:
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
-    def start(self) -> None:
-        self.load_catalog()
+    async def start(self) -> None:
+        """Start on the loop. What start-up reads from the API is read in the runtime's pool, never on the loop: the
+        loop races the lease's renew deadline, and a read hanging on it (an API server that stopped answering
+        mid-start-up: 40 s of dials) kept a leader acting past that deadline."""
+        await asyncio.to_thread(self._read_before_start)
         self.runtime.start()
         self.watchers.start(asyncio.get_running_loop())
         # One Secret watch for everyone: the claims' events and the store's Secret versions (the plans' sources).
@@ -257,6 +260,13 @@ class Controller:
         for kind in (INSTANCES, BINDINGS):
             if resource == (f"{kind.group}/{kind.version}", kind.plural):
                 self.kube.store.forget_type(kind.store_key)
+
+    def _read_before_start(self) -> None:
+        """Start-up's blocking reads: the catalog, and the discovery of the core kinds subscribed to below (then
+        answered from memory on the loop)."""
+        self.load_catalog()
+        for kind in (SECRETS, NAMESPACES):
+            self.kube.served.resource(*kind)
 
     def load_catalog(self) -> None:
         """Read every SFService and SFPlan of the trusted namespaces once, before the first reconcile.

@@ -17,8 +17,8 @@ stay on the blocking transport and its pool). A watch's stream is read by a prot
 :mod:`opbroker.kubeclient.watchstream` instead (httpcore's chain of async generators cost twice the blocking
 reader's CPU per event), except through a proxy.
 
-The bearer token's refresh hook runs on the loop when due (throttled: a file read for the in-cluster account); a
-kubeconfig that would run a command is refused before a client is built (``multicluster.core.kubeconfigs``).
+With a bearer-token refresh hook (an in-cluster token file, a kubeconfig's credential command), requests are built
+in a thread: the hook, when due, never runs on the loop.
 """
 
 from __future__ import annotations
@@ -107,9 +107,25 @@ class AsyncTransport:
         arrives — a watch's, by default, with a watch's read deadline: on a connection of its own, read by
         :mod:`~opbroker.kubeclient.watchstream` (through a proxy: by httpcore, on the pool)."""
         if self.transport.dialling.proxy is None:
-            request = self.transport.prepare(method, path, query, None, headers, None, watch, server_seconds)
+            request = await self._prepare(method, path, query, headers, watch, server_seconds)
             return await open_watch(self.transport, request)
         return AsyncStream(await self._send(method, path, query, headers, watch, server_seconds))
+
+    async def _prepare(
+        self,
+        method: str,
+        path: str,
+        query: Iterable[tuple[str, str]],
+        headers: Mapping[str, str] | None,
+        watch: bool,
+        server_seconds: float | None,
+    ) -> httpcore.Request:
+        """The request as the blocking transport builds it. With a bearer-token refresh hook, built in a thread: the
+        hook may run a kubeconfig's credential command (seconds, or hanging), which must never hold the loop."""
+        prepare = self.transport.prepare
+        if self.transport.configuration.refresh_api_key_hook is None:
+            return prepare(method, path, query, None, headers, None, watch, server_seconds)
+        return await asyncio.to_thread(prepare, method, path, query, None, headers, None, watch, server_seconds)
 
     async def aclose(self) -> None:
         pool, self._pool = self._pool, None
@@ -126,7 +142,7 @@ class AsyncTransport:
         server_seconds: float | None,
     ) -> httpcore.Response:
         transport = self.transport
-        request = transport.prepare(method, path, query, None, headers, None, watch, server_seconds)
+        request = await self._prepare(method, path, query, headers, watch, server_seconds)
         retries = transport.retries_of(method)
         pool = self._pool_of()
         while True:

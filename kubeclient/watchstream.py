@@ -30,7 +30,6 @@ import asyncio
 import collections
 import contextlib
 from collections.abc import AsyncIterator
-from typing import Any
 
 import h11
 import httpcore
@@ -237,18 +236,26 @@ async def open_watch(transport: Transport, request: httpcore.Request) -> WatchSt
     ``ApiException`` when the server cannot be reached)."""
     loop = asyncio.get_running_loop()
     url = request.url
-    deadlines: dict[str, Any] = dict(request.extensions.get("timeout") or {})
+    deadlines: dict[str, float | None] = dict(request.extensions.get("timeout") or {})
     connect, read = float(deadlines.get("connect") or 30.0), float(deadlines.get("read") or 60.0)
     dialling = transport.dialling
-    tls: dict[str, Any] = {}
-    if url.scheme == b"https":
-        sni = request.extensions.get("sni_hostname") or url.host.decode("ascii")
-        tls = {"ssl": dialling.ssl_context, "server_hostname": sni, "ssl_handshake_timeout": connect}
+    host = url.host.decode("ascii")
     port = url.port or (443 if url.scheme == b"https" else 80)
     reader = _Reader(loop, _request_bytes(request), read)
     try:
         async with asyncio.timeout(connect):
-            sent, _ = await loop.create_connection(lambda: reader, url.host.decode("ascii"), port, **tls)
+            if url.scheme == b"https":
+                sni = str(request.extensions.get("sni_hostname") or host)
+                sent, _ = await loop.create_connection(
+                    lambda: reader,
+                    host,
+                    port,
+                    ssl=dialling.ssl_context,
+                    server_hostname=sni,
+                    ssl_handshake_timeout=connect,
+                )
+            else:
+                sent, _ = await loop.create_connection(lambda: reader, host, port)
     except (OSError, TimeoutError) as exc:
         failed = httpcore.ConnectTimeout(str(exc)) if isinstance(exc, TimeoutError) else httpcore.ConnectError(str(exc))
         failed.__cause__ = exc  # what tells a TLS failure (an ApiException of status 0) from an unreachable server

@@ -190,7 +190,7 @@ class Claims:
         the runtime's queue); only the Secret's metadata is looked at."""
         meta = ObjectView.of(body).meta
         namespace, name = meta.namespace, meta.name
-        enqueue = self.runtime.enqueue_threadsafe
+        enqueue = self.runtime.enqueue
         for service in self.store.readers_of(namespace, name):
             enqueue(Key("registered", namespace, service))
             candidate = self.store.service(namespace, service)

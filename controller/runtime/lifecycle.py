@@ -31,7 +31,7 @@ STOP_MARGIN_SECONDS = 1.0
 class Operated(Protocol):
     """What the loop runs: started on the loop, stopped on it with a drain time (the controller's ``Controller``)."""
 
-    def start(self) -> None: ...
+    async def start(self) -> None: ...
 
     async def stop(self, drain: float) -> None: ...
 
@@ -86,7 +86,7 @@ async def operate(controller: Operated, shutdown: Shutdown, *, state: health.Hea
     state.running()
     heartbeat = asyncio.create_task(_beat(state), name="health heartbeat")
     try:
-        controller.start()
+        await controller.start()
         await shutdown.wait()
         logger.info("stopping (%s): nothing more is taken; reconciles running get %.1f s", shutdown.reason, drain)
         state.stopped(f"stopping: {shutdown.reason}")

@@ -261,7 +261,7 @@ class ServiceCatalog:
         metadata is looked at): the Instances and Bindings reading it as parameters look again."""
         meta = Meta.of(body.get("metadata"))
         for key in self._secret_readers.of((meta.namespace, meta.name)):
-            self.runtime.enqueue_threadsafe(key)
+            self.runtime.enqueue(key)
 
 
 def _parameter_secrets(namespace: str, sources: tuple[SecretKeyRef, ...]) -> frozenset[tuple[str, str]]:

@@ -19,7 +19,7 @@ class Recorded:
         self.calls: list[str] = []
         self.started = threading.Event()
 
-    def start(self) -> None:
+    async def start(self) -> None:
         self.calls.append("start")
         self.started.set()
 
@@ -61,7 +61,7 @@ def test_a_stop_asked_before_the_loop_runs_stops_it_right_after_the_start() -> N
 
 def test_a_controller_that_fails_to_start_ends_the_loop_unasked() -> None:
     class Broken(Recorded):
-        def start(self) -> None:
+        async def start(self) -> None:
             raise RuntimeError("no catalog")
 
     shutdown = Shutdown()

@@ -12,6 +12,7 @@ Bounds are generous and polled; no test asserts how fast anything happened, only
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import re
 import threading
@@ -26,7 +27,9 @@ import yaml
 from kubernetes import client, config
 
 from opbroker.broker import server as broker_server
+from opbroker.controller.app import Controller
 from opbroker.controller.runtime import contact, health, queue
+from opbroker.controller.settings import ControllerSettings
 from opbroker.devcluster import ControlPlane
 from opbroker.devcluster.controlplane import free_ports
 from opbroker.kubeclient import deadlines
@@ -261,6 +264,33 @@ def test_a_controller_call_into_a_black_hole_ends_at_its_deadline(tmp_path: Path
         # and a sibling (an impersonating door) keeps the deadlines
         twin = deadlines.sibling(api)
         assert ends(lambda: client.CoreV1Api(twin).read_namespace("default"), within=60) is not None
+    finally:
+        hole.close()
+
+
+def test_a_controller_starting_against_a_silent_api_server_keeps_its_loop_free() -> None:
+    """Start-up's reads (the catalog, discovery) hang on a black hole: they wait in the pool, not on the loop — the
+    loop races the lease's renew deadline, and a read hanging on it kept a leader acting past that deadline (the
+    hung-lease test below, one run in ten, before)."""
+    hole = BlackHole(lambda: ("127.0.0.1", 9))
+    hole.swallow()
+    configuration = client.Configuration()
+    configuration.host = hole.url
+    configuration.verify_ssl = False
+    api = deadlines.bounded(configuration, timeouts=deadlines.Timeouts(connect=1, request=1))
+    controller = Controller(api, ControllerSettings())
+
+    async def race() -> tuple[bool, bool]:
+        starting = asyncio.ensure_future(controller.start())
+        beat = asyncio.ensure_future(asyncio.sleep(0.1))
+        await asyncio.wait({starting, beat}, return_when=asyncio.FIRST_COMPLETED)
+        outcome = beat.done(), starting.done()
+        starting.cancel()
+        return outcome
+
+    try:
+        beat_done, start_done = asyncio.run(race())
+        assert beat_done and not start_done, "the loop was held by start-up's reads"
     finally:
         hole.close()
 

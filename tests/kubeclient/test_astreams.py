@@ -201,3 +201,28 @@ def test_a_watch_broken_off_mid_answer_is_unreachable_after_what_came() -> None:
         listener.close()
         server_thread.join(5)
     assert read == [FIRST]
+
+
+def test_a_token_refresh_hook_runs_off_the_loop(server: tuple[str, list[Received]]) -> None:
+    """A kubeconfig's credential command may take seconds (or hang): the requests of watches are built in a
+    thread when a refresh hook is installed, so the hook never holds the loop."""
+    host, received = server
+    made = configuration(host)
+    ran_on: list[threading.Thread] = []
+
+    def refresh(config: object) -> None:
+        ran_on.append(threading.current_thread())
+
+    made.refresh_api_key_hook = refresh
+    requests = AsyncTransport(transport.transport_of(deadlines.bounded(made, user_agent="opbroker-test")))
+
+    async def scenario() -> threading.Thread:
+        try:
+            await requests.request("GET", "/apis/g.io/v1/things", headers=ACCEPT)
+            return threading.current_thread()
+        finally:
+            await requests.aclose()
+
+    loop_thread = asyncio.run(scenario())
+    assert ran_on and all(thread is not loop_thread for thread in ran_on)
+    assert received[0][3]["Authorization"] == "Bearer token-1"
