@@ -49,7 +49,8 @@ from opbroker.controller.app import Controller
 from opbroker.controller.runtime import apiready, contact, health, leadership, lifecycle, trim
 from opbroker.controller.settings import ControllerSettings
 from opbroker.kubeclient import deadlines
-from opbroker.kubeclient.lean import LeanApi
+from opbroker.kubeclient.astreams import AsyncTransport
+from opbroker.kubeclient.transport import transport_of
 
 logger = logging.getLogger(__name__)
 USER_AGENT = "opbroker-controller"
@@ -157,7 +158,7 @@ class Process:
         settings = self.settings
         logger.info("%s campaigning for lease %s/%s", self.identity, settings.namespace, settings.lease_name)
         if not await self.unless_stopped(election.campaign()):
-            election.close()
+            await election.close()
             return 0  # asked to stop while standing by: nothing to hand over
         logger.info("%s became the leader; starting reconciliation", self.identity)
         holding = asyncio.ensure_future(election.hold())
@@ -169,7 +170,7 @@ class Process:
         holding.remove_done_callback(self._leading_ended)
         holding.cancel()
         await election.release(RELEASE_SECONDS)
-        election.close()
+        await election.close()
         return code
 
     async def unless_stopped(self, step: Awaitable[T]) -> bool:
@@ -193,7 +194,7 @@ class Process:
             self.api.configuration, timeouts=timeouts, on_answer=self.reached.answered, user_agent=USER_AGENT
         )
         lock = leadership.LeaseLock(
-            LeanApi(lease_client),
+            AsyncTransport(transport_of(lease_client)),
             settings.namespace,
             settings.lease_name,
             self.identity,
@@ -270,6 +271,6 @@ class Process:
 
 
 def _exit(code: int) -> None:
-    """Exit now, from any thread (the leader's runs in a thread; daemon threads must not keep us up)."""
+    """Exit now, whatever the pool's threads are doing (one blocked on the API must not keep the process up)."""
     logging.shutdown()
     os._exit(code)

@@ -1,4 +1,4 @@
-"""The transport's asynchronous twin, for the watches (issue 45: watches are asyncio tasks on the process's loop).
+"""The transport's asynchronous twin, for the watches and the lease (issue 45: they are asyncio tasks on the loop).
 
 Each informer (:mod:`opbroker.kubeclient.informer`) used to hold a thread blocked in a socket read for as long as
 its stream was open, and a stop had to shut the socket down under it. On the loop, a watch is a coroutine awaiting
@@ -80,12 +80,14 @@ class AsyncTransport:
         path: str,
         *,
         query: Iterable[tuple[str, str]] = (),
+        body: bytes | None = None,
         headers: Mapping[str, str] | None = None,
         watch: bool = False,
         server_seconds: float | None = None,
     ) -> bytes:
-        """The whole body of a 2xx answer to ``method`` ``path`` (else the ``ApiException`` of it)."""
-        response = await self._send(method, path, query, headers, watch, server_seconds)
+        """The whole body of a 2xx answer to ``method`` ``path`` (else the ``ApiException`` of it); ``body``: what
+        is sent (a write)."""
+        response = await self._send(method, path, query, headers, watch, server_seconds, body)
         try:
             return await response.aread()
         except BROKEN as exc:
@@ -107,7 +109,7 @@ class AsyncTransport:
         arrives — a watch's, by default, with a watch's read deadline: on a connection of its own, read by
         :mod:`~opbroker.kubeclient.watchstream` (through a proxy: by httpcore, on the pool)."""
         if self.transport.dialling.proxy is None:
-            request = await self._prepare(method, path, query, headers, watch, server_seconds)
+            request = await self._prepare(method, path, query, headers, watch, server_seconds, None)
             return await open_watch(self.transport, request)
         return AsyncStream(await self._send(method, path, query, headers, watch, server_seconds))
 
@@ -119,13 +121,14 @@ class AsyncTransport:
         headers: Mapping[str, str] | None,
         watch: bool,
         server_seconds: float | None,
+        body: bytes | None,
     ) -> httpcore.Request:
         """The request as the blocking transport builds it. With a bearer-token refresh hook, built in a thread: the
         hook may run a kubeconfig's credential command (seconds, or hanging), which must never hold the loop."""
         prepare = self.transport.prepare
         if self.transport.configuration.refresh_api_key_hook is None:
-            return prepare(method, path, query, None, headers, None, watch, server_seconds)
-        return await asyncio.to_thread(prepare, method, path, query, None, headers, None, watch, server_seconds)
+            return prepare(method, path, query, body, headers, None, watch, server_seconds)
+        return await asyncio.to_thread(prepare, method, path, query, body, headers, None, watch, server_seconds)
 
     async def aclose(self) -> None:
         pool, self._pool = self._pool, None
@@ -140,9 +143,10 @@ class AsyncTransport:
         headers: Mapping[str, str] | None,
         watch: bool,
         server_seconds: float | None,
+        body: bytes | None = None,
     ) -> httpcore.Response:
         transport = self.transport
-        request = await self._prepare(method, path, query, headers, watch, server_seconds)
+        request = await self._prepare(method, path, query, headers, watch, server_seconds, body)
         retries = transport.retries_of(method)
         pool = self._pool_of()
         while True:

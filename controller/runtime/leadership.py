@@ -22,8 +22,9 @@ the one loop (:meth:`Leadership.campaign`, :meth:`Leadership.hold`): the deadlin
 attempt on the runtime's clock, so a hung renewal ends the leader at the deadline with no guard thread.
 
 Each attempt is a GET and a PUT (or POST) through the project's own transport with request deadlines
-(:class:`LeaseLock`), run in a lane of its own (one thread): a renewal must never wait behind reconciles that
-hold every worker of the runtime's pool.
+(:class:`LeaseLock`), awaited on the loop (its asynchronous twin, :class:`~opbroker.kubeclient.astreams.AsyncTransport`,
+on connections of its own): a renewal never waits behind reconciles that hold every worker of the runtime's pool,
+needs no thread, and a renewal still hanging at the deadline is cancelled there (its connection closed).
 """
 
 from __future__ import annotations
@@ -33,15 +34,15 @@ import dataclasses
 import datetime
 import enum
 import logging
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from kubernetes.client.exceptions import ApiException
 
 from opbroker.controller.runtime.clock import SYSTEM, Clock
+from opbroker.kubeclient import jsontext
 from opbroker.kubeclient.answers import json_object
-from opbroker.kubeclient.lean import LeanApi, object_path
+from opbroker.kubeclient.astreams import AsyncTransport
+from opbroker.kubeclient.lean import object_path
 from opbroker.kubeclient.wire import JsonBody, JsonObject, int_of, mapping_of, text_of
 
 logger = logging.getLogger(__name__)
@@ -134,15 +135,22 @@ class Outcome(enum.Enum):
     """No answer, an error, or a write refused (someone wrote first): try again."""
 
 
-# -- the lock: one attempt at a time, blocking --------------------------------------------------------------
+# -- the lock: one attempt at a time, on the loop ------------------------------------------------------------
 
 
 class LeaseLock:
     """The Lease ``namespace/name`` read and written as JSON through ``api`` (its deadlines bound each request).
-    Used from the election's lane only: it keeps what it saw between attempts."""
+    Used by one election, one attempt at a time: it keeps what it saw between attempts."""
 
     def __init__(
-        self, api: LeanApi, namespace: str, name: str, identity: str, *, lease_seconds: int, clock: Clock = SYSTEM
+        self,
+        api: AsyncTransport,
+        namespace: str,
+        name: str,
+        identity: str,
+        *,
+        lease_seconds: int,
+        clock: Clock = SYSTEM,
     ) -> None:
         self.api = api
         self.namespace = namespace
@@ -158,11 +166,11 @@ class LeaseLock:
     def path(self) -> str:
         return object_path(LEASES, "leases", self.namespace, self.name)
 
-    def attempt(self) -> Outcome:
+    async def attempt(self) -> Outcome:
         """Acquire or renew once: read the Lease, then create it, or write this identity in at the version read."""
         now, stamp = self._clock.monotonic(), micro_time(self._clock.now())
         try:
-            return self._attempt(now, stamp)
+            return await self._attempt(now, stamp)
         except ApiException as exc:
             if exc.status != 409:  # a 409 is a write someone else made first: a plain failed attempt
                 logger.warning("lease %s/%s: HTTP %s", self.namespace, self.name, exc.status)
@@ -170,15 +178,15 @@ class LeaseLock:
             logger.warning("lease %s/%s: %s", self.namespace, self.name, type(exc).__name__)
         return Outcome.FAILED
 
-    def _attempt(self, now: float, stamp: str) -> Outcome:
+    async def _attempt(self, now: float, stamp: str) -> Outcome:
         try:
-            lease = json_object(self.api.request("GET", self.path))
+            lease = await self._call("GET", self.path)
         except ApiException as exc:
             if exc.status != 404:
                 raise
             record = taken(None, self.identity, self.lease_seconds, stamp)
             body: JsonBody = {"metadata": {"name": self.name, "namespace": self.namespace}, "spec": record.spec()}
-            self.api.request("POST", object_path(LEASES, "leases", self.namespace), body=body)
+            await self._call("POST", object_path(LEASES, "leases", self.namespace), body)
             self._seen, self.holder = Seen(record, now), self.identity
             return Outcome.LEADING
         current = LeaseRecord.of(lease)
@@ -188,20 +196,32 @@ class LeaseLock:
             return Outcome.HELD
         record = taken(current, self.identity, self.lease_seconds, stamp)
         written = {**lease, "spec": {**mapping_of(lease.get("spec")), **record.spec()}}
-        self.api.request("PUT", self.path, body=written)  # carries the version read: a write since is a 409
+        await self._call("PUT", self.path, written)  # carries the version read: a write since is a 409
         self._seen, self.holder = Seen(record, now), self.identity
         return Outcome.LEADING
 
-    def release(self) -> bool:
+    async def release(self) -> bool:
         """Empty the holder if this identity still holds the lease, at the version read (a lease taken meanwhile
         is left alone: 409). False when someone else holds it; raises when the API does not answer."""
-        lease = json_object(self.api.request("GET", self.path))
+        lease = await self._call("GET", self.path)
         spec = mapping_of(lease.get("spec"))
         if text_of(spec.get("holderIdentity")) != self.identity:
             return False
         released = {key: value for key, value in spec.items() if key != "holderIdentity"}
-        self.api.request("PUT", self.path, body={**lease, "spec": released})
+        await self._call("PUT", self.path, {**lease, "spec": released})
         return True
+
+    async def close(self) -> None:
+        """Close the lock's connections."""
+        await self.api.aclose()
+
+    async def _call(self, method: str, path: str, body: JsonObject | None = None) -> JsonBody:
+        """One request's JSON answer (a non-2xx answer raises its ``ApiException``)."""
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        sent = None if body is None else jsontext.dumps(body)
+        return json_object(jsontext.loads(await self.api.request(method, path, body=sent, headers=headers)))
 
 
 # -- the election on the loop --------------------------------------------------------------------------------
@@ -227,25 +247,20 @@ class Leadership:
         renew_deadline: float,
         retry_period: float,
         clock: Clock = SYSTEM,
-        lane: Callable[[], ThreadPoolExecutor] = lambda: ThreadPoolExecutor(1, thread_name_prefix="lease"),
     ) -> None:
         self.lock = lock
         self.renew_deadline = renew_deadline
         self.retry_period = retry_period
         self._clock = clock
-        self._lane = lane()
         self.renewed_at: float | None = None
         """When the last successful acquisition or renewal *started*: the lease the API server stored is no older."""
-
-    async def _attempt(self) -> Outcome:
-        return await asyncio.get_running_loop().run_in_executor(self._lane, self.lock.attempt)
 
     async def campaign(self) -> None:
         """Return once this candidate holds the lease (try every ``retry_period``); cancel to give up."""
         reported = ""
         while True:
             started = self._clock.monotonic()
-            outcome = await self._attempt()
+            outcome = await self.lock.attempt()
             if outcome is Outcome.LEADING:
                 self.renewed_at = started
                 return
@@ -256,7 +271,7 @@ class Leadership:
 
     async def hold(self) -> Ended:
         """Renew every ``retry_period`` while leading; return when leading must end: another holder found, or no
-        renewal succeeded within the renew deadline (an attempt still hanging then is left to its lane)."""
+        renewal succeeded within the renew deadline (an attempt still hanging then is cancelled)."""
         assert self.renewed_at is not None, "campaign first"
         while True:
             # The pause ends at the deadline at the latest: a failed attempt close to it is not followed by a
@@ -267,7 +282,7 @@ class Leadership:
             remaining = self.renewed_at + self.renew_deadline - started
             if remaining <= 0:
                 return Ended(None, started - self.renewed_at)
-            attempt = asyncio.ensure_future(self._attempt())
+            attempt = asyncio.ensure_future(self.lock.attempt())
             deadline = asyncio.ensure_future(self._clock.sleep(remaining))
             await asyncio.wait({attempt, deadline}, return_when=asyncio.FIRST_COMPLETED)
             deadline.cancel()
@@ -282,9 +297,8 @@ class Leadership:
 
     async def release(self, timeout: float) -> bool:
         """Hand the lease over (best effort, within ``timeout`` seconds): whether it was released."""
-        release = asyncio.get_running_loop().run_in_executor(self._lane, self.lock.release)
         try:
-            released = await asyncio.wait_for(release, timeout)
+            released = await asyncio.wait_for(self.lock.release(), timeout)
         except Exception as exc:  # no answer in time, a conflict (taken meanwhile): the standby waits it out
             logger.warning(
                 "could not release lease %s/%s (%s); the standby takes over when it expires",
@@ -297,6 +311,6 @@ class Leadership:
             logger.info("%s released lease %s/%s", self.lock.identity, self.lock.namespace, self.lock.name)
         return released
 
-    def close(self) -> None:
-        """Let the lane's thread go (an attempt hanging in it is not waited for)."""
-        self._lane.shutdown(wait=False, cancel_futures=True)
+    async def close(self) -> None:
+        """Close the lock's connections."""
+        await self.lock.close()

@@ -3,6 +3,7 @@ through ``kube.py`` instead of the client (against the real API server; FakeKube
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 
 from kubernetes import client
@@ -13,7 +14,8 @@ from opbroker.controller.runtime.clock import FakeClock
 from opbroker.controller.runtime.kube import Kube
 from opbroker.controller.runtime.leadership import Outcome
 from opbroker.kubeclient import transport
-from opbroker.kubeclient.lean import LeanApi, LeanCustomObjects
+from opbroker.kubeclient.astreams import AsyncTransport
+from opbroker.kubeclient.lean import LeanCustomObjects
 from tests.transport_support import Dials
 
 
@@ -61,19 +63,27 @@ def test_the_lease_is_taken_held_and_released_against_the_api_server(
     clock = FakeClock()
 
     def lock(identity: str) -> leadership.LeaseLock:
-        return leadership.LeaseLock(LeanApi(api_client), namespace, name, identity, lease_seconds=15, clock=clock)
+        requests = AsyncTransport(transport.transport_of(api_client))
+        return leadership.LeaseLock(requests, namespace, name, identity, lease_seconds=15, clock=clock)
 
-    first, second = lock("first"), lock("second")
-    assert first.attempt() is Outcome.LEADING
-    assert second.attempt() is Outcome.HELD and second.holder == "first"
-    assert first.attempt() is Outcome.LEADING  # renewed at the version read
-    assert second.release() is False
-    assert first.release() is True
-    lease = client.CoordinationV1Api(api_client).read_namespaced_lease(name, namespace)
-    assert lease.spec.holder_identity is None and lease.spec.lease_transitions == 0
-    assert second.attempt() is Outcome.LEADING  # released: no need to wait out the lease
-    lease = client.CoordinationV1Api(api_client).read_namespaced_lease(name, namespace)
-    assert lease.spec.holder_identity == "second" and lease.spec.lease_transitions == 1
+    def holder() -> tuple[str | None, int | None]:
+        lease = client.CoordinationV1Api(api_client).read_namespaced_lease(name, namespace)
+        return lease.spec.holder_identity, lease.spec.lease_transitions
+
+    async def scenario() -> None:
+        first, second = lock("first"), lock("second")
+        assert await first.attempt() is Outcome.LEADING
+        assert await second.attempt() is Outcome.HELD and second.holder == "first"
+        assert await first.attempt() is Outcome.LEADING  # renewed at the version read
+        assert await second.release() is False
+        assert await first.release() is True
+        assert await asyncio.to_thread(holder) == (None, 0)
+        assert await second.attempt() is Outcome.LEADING  # released: no need to wait out the lease
+        assert await asyncio.to_thread(holder) == ("second", 1)
+        await first.close()
+        await second.close()
+
+    asyncio.run(scenario())
 
 
 def test_events_give_their_connection_back_to_the_pool(api_client: client.ApiClient, namespace: str) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import threading
 
 import pytest
 from kubernetes import client
@@ -16,7 +15,8 @@ from opbroker.controller.runtime import leadership
 from opbroker.controller.runtime.clock import FakeClock
 from opbroker.controller.runtime.leadership import Ended, LeaseRecord, Outcome, Seen
 from opbroker.kubeclient import deadlines
-from opbroker.kubeclient.lean import LeanApi
+from opbroker.kubeclient.astreams import AsyncTransport
+from opbroker.kubeclient.transport import transport_of
 from tests.loop_support import settled
 
 pytestmark = pytest.mark.unit
@@ -71,21 +71,25 @@ def test_a_lease_answer_that_is_no_lease_reads_as_an_empty_record() -> None:
 
 
 class Scripted(leadership.LeaseLock):
-    """A lock whose attempts answer from a script (``HANG``: block until :attr:`hung` is set, then fail)."""
+    """A lock whose attempts answer from a script (``HANG``: wait until cancelled, counted in :attr:`cancelled`)."""
 
     def __init__(self, script: list[Outcome | str], clock: FakeClock) -> None:
-        never_called = LeanApi(deadlines.bounded(client.Configuration(host="http://127.0.0.1:9")))
+        never_called = AsyncTransport(transport_of(deadlines.bounded(client.Configuration(host="http://127.0.0.1:9"))))
         super().__init__(never_called, "ns", "lead", "me", lease_seconds=15, clock=clock)
         self.script = script
         self.calls = 0
-        self.hung = threading.Event()
+        self.cancelled = 0
+        """Attempts cancelled while hanging."""
 
-    def attempt(self) -> Outcome:
+    async def attempt(self) -> Outcome:
         self.calls += 1
         step = self.script.pop(0)
         if step == HANG:
-            self.hung.wait(30)
-            return Outcome.FAILED
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                self.cancelled += 1
+                raise
         assert isinstance(step, Outcome)
         if step is Outcome.HELD:
             self.holder = "other"
@@ -123,7 +127,7 @@ def test_a_candidate_tries_every_retry_period_until_it_holds_the_lease() -> None
         clock.advance(2)
         await settled("the campaign to end", campaign.done)
         assert elected.renewed_at == 1004.0  # when the successful attempt started
-        elected.close()
+        await elected.close()
 
     asyncio.run(scenario())
 
@@ -143,7 +147,7 @@ def test_a_leader_whose_renewals_fail_stops_at_the_renew_deadline() -> None:
         clock.advance(2)
         await settled("leading to end", holding.done)
         assert holding.result() == Ended(None, 10.0) and calls(elected) == 6  # no attempt past the deadline
-        elected.close()
+        await elected.close()
 
     asyncio.run(scenario())
 
@@ -158,7 +162,7 @@ def test_a_leader_that_finds_another_holder_stops_at_once() -> None:
         clock.advance(2)
         await settled("leading to end", holding.done)
         assert holding.result() == Ended("other", 2.0)
-        elected.close()
+        await elected.close()
 
     asyncio.run(scenario())
 
@@ -180,7 +184,7 @@ def test_a_hanging_renewal_ends_leading_at_the_renew_deadline_not_when_it_return
         assert holding.result() == Ended(None, 10.0)
         lock = elected.lock
         assert isinstance(lock, Scripted)
-        lock.hung.set()
-        elected.close()
+        await settled("the hanging attempt cancelled", lambda: lock.cancelled == 1)
+        await elected.close()
 
     asyncio.run(scenario())

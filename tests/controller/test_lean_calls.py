@@ -8,6 +8,7 @@ from the test's table; the Lease is kept as the API server keeps it (versions, c
 
 from __future__ import annotations
 
+import asyncio
 import http.server
 import json
 import threading
@@ -30,8 +31,9 @@ from opbroker.controller.runtime.kube import Kube
 from opbroker.controller.runtime.leadership import Outcome
 from opbroker.controller.servicecatalog import webhook
 from opbroker.kubeclient import deadlines
+from opbroker.kubeclient.astreams import AsyncTransport
 from opbroker.kubeclient.lean import LeanApi
-from opbroker.kubeclient.transport import Unreachable
+from opbroker.kubeclient.transport import Unreachable, transport_of
 
 
 @dataclass(frozen=True)
@@ -270,7 +272,9 @@ class LeaseStore:
 
 
 def lock(api_client: client.ApiClient, identity: str, clock: FakeClock) -> leadership.LeaseLock:
-    return leadership.LeaseLock(LeanApi(api_client), "ns", "lead", identity, lease_seconds=15, clock=clock)
+    return leadership.LeaseLock(
+        AsyncTransport(transport_of(api_client)), "ns", "lead", identity, lease_seconds=15, clock=clock
+    )
 
 
 def test_the_lock_creates_renews_and_respects_the_lease(fake: tuple[FakeApi, client.ApiClient]) -> None:
@@ -282,37 +286,43 @@ def test_the_lock_creates_renews_and_respects_the_lease(fake: tuple[FakeApi, cli
     clock = FakeClock()
     first, second = lock(api_client, "first", clock), lock(api_client, "second", clock)
 
-    assert first.attempt() is Outcome.LEADING  # 404, then created
-    assert store.lease is not None and store.lease["metadata"] == {
-        "name": "lead",
-        "namespace": "ns",
-        "resourceVersion": "1",
-    }
-    spec = store.lease["spec"]
-    assert spec["holderIdentity"] == "first" and spec["leaseDurationSeconds"] == 15 and spec["leaseTransitions"] == 0
-    assert spec["renewTime"] == "2026-01-01T00:00:00.000000Z" == spec["acquireTime"]
-    assert second.attempt() is Outcome.HELD and second.holder == "first"  # held and not expired: nothing written
-    assert [s.method for s in api.seen] == ["GET", "POST", "GET"]
+    async def scenario() -> None:
+        assert await first.attempt() is Outcome.LEADING  # 404, then created
+        assert store.lease is not None and store.lease["metadata"] == {
+            "name": "lead",
+            "namespace": "ns",
+            "resourceVersion": "1",
+        }
+        spec = store.lease["spec"]
+        assert spec["holderIdentity"] == "first" and spec["leaseDurationSeconds"] == 15
+        assert spec["leaseTransitions"] == 0
+        assert spec["renewTime"] == "2026-01-01T00:00:00.000000Z" == spec["acquireTime"]
+        assert await second.attempt() is Outcome.HELD and second.holder == "first"  # held, not expired: no write
+        assert [s.method for s in api.seen] == ["GET", "POST", "GET"]
 
-    clock.advance(2.5)
-    assert first.attempt() is Outcome.LEADING  # renewed at the version read, acquireTime kept
-    assert api.seen[-1].method == "PUT" and api.seen[-1].body["metadata"]["resourceVersion"] == "1"
-    assert store.lease["spec"]["acquireTime"] == spec["acquireTime"] and store.version == 2
-    assert store.lease["spec"]["renewTime"] == "2026-01-01T00:00:02.500000Z"
+        clock.advance(2.5)
+        assert await first.attempt() is Outcome.LEADING  # renewed at the version read, acquireTime kept
+        assert api.seen[-1].method == "PUT" and api.seen[-1].body["metadata"]["resourceVersion"] == "1"
+        assert store.lease["spec"]["acquireTime"] == spec["acquireTime"] and store.version == 2
+        assert store.lease["spec"]["renewTime"] == "2026-01-01T00:00:02.500000Z"
 
-    # The standby counts the lease's duration from when it first saw the current record, on its own clock (the
-    # stored times are the holder's clock's): here at 2.5 s.
-    assert second.attempt() is Outcome.HELD
-    clock.advance(14)
-    assert second.attempt() is Outcome.HELD  # unchanged for 14 s of its sight
-    clock.advance(1.5)
-    assert second.attempt() is Outcome.LEADING  # not renewed for a whole lease: taken, a transition counted
-    assert store.lease["spec"]["holderIdentity"] == "second" and store.lease["spec"]["leaseTransitions"] == 1
-    assert first.attempt() is Outcome.HELD and first.holder == "second"  # the old leader finds another holder
+        # The standby counts the lease's duration from when it first saw the current record, on its own clock (the
+        # stored times are the holder's clock's): here at 2.5 s.
+        assert await second.attempt() is Outcome.HELD
+        clock.advance(14)
+        assert await second.attempt() is Outcome.HELD  # unchanged for 14 s of its sight
+        clock.advance(1.5)
+        assert await second.attempt() is Outcome.LEADING  # not renewed for a whole lease: taken, a transition
+        assert store.lease["spec"]["holderIdentity"] == "second" and store.lease["spec"]["leaseTransitions"] == 1
+        assert await first.attempt() is Outcome.HELD and first.holder == "second"  # the old leader sees another
 
-    api.routes[("GET", LEASE)] = (500, {"kind": "Status", "code": 500})
-    assert second.attempt() is Outcome.FAILED  # an error read is a failed attempt, not a creation
-    assert api.seen[-1].method == "GET"
+        api.routes[("GET", LEASE)] = (500, {"kind": "Status", "code": 500})
+        assert await second.attempt() is Outcome.FAILED  # an error read is a failed attempt, not a creation
+        assert api.seen[-1].method == "GET"
+        await first.close()
+        await second.close()
+
+    asyncio.run(scenario())
 
 
 def test_of_two_takeovers_at_once_the_api_server_lets_one_write(fake: tuple[FakeApi, client.ApiClient]) -> None:
@@ -326,10 +336,16 @@ def test_of_two_takeovers_at_once_the_api_server_lets_one_write(fake: tuple[Fake
     assert store.lease is not None
     released = (200, json.loads(json.dumps(store.lease)))
     api.routes[("GET", LEASE)] = released  # both read the released lease (version 1) before either writes
-    assert first.attempt() is Outcome.LEADING  # no holder: taken at once, a transition counted
-    assert store.lease["spec"]["leaseTransitions"] == 4
-    assert second.attempt() is Outcome.FAILED  # its write carried the version it read: 409
-    assert store.lease["spec"]["holderIdentity"] == "first"
+
+    async def scenario() -> None:
+        assert await first.attempt() is Outcome.LEADING  # no holder: taken at once, a transition counted
+        assert store.lease is not None and store.lease["spec"]["leaseTransitions"] == 4
+        assert await second.attempt() is Outcome.FAILED  # its write carried the version it read: 409
+        assert store.lease["spec"]["holderIdentity"] == "first"
+        await first.close()
+        await second.close()
+
+    asyncio.run(scenario())
 
 
 def test_a_lease_is_released_by_its_holder_only_and_at_the_version_read(fake: tuple[FakeApi, client.ApiClient]) -> None:
@@ -341,23 +357,34 @@ def test_a_lease_is_released_by_its_holder_only_and_at_the_version_read(fake: tu
     api.routes[("GET", LEASE)] = (200, held)
     api.routes[("PUT", LEASE)] = (200, held)
     clock = FakeClock()
-    assert lock(api_client, "someone-else", clock).release() is False
-    assert [s.method for s in api.seen] == ["GET"]
-    assert lock(api_client, "me", clock).release() is True
-    written = api.seen[-1]
-    assert written.method == "PUT" and written.body == {
-        "metadata": {"name": "lead", "resourceVersion": "5"},
-        "spec": {"leaseDurationSeconds": 15},
-    }
-    api.routes[("PUT", LEASE)] = (409, {"kind": "Status", "code": 409})
-    with pytest.raises(ApiException):
-        lock(api_client, "me", clock).release()
+
+    async def scenario() -> None:
+        assert await lock(api_client, "someone-else", clock).release() is False
+        assert [s.method for s in api.seen] == ["GET"]
+        assert await lock(api_client, "me", clock).release() is True
+        written = api.seen[-1]
+        assert written.method == "PUT" and written.body == {
+            "metadata": {"name": "lead", "resourceVersion": "5"},
+            "spec": {"leaseDurationSeconds": 15},
+        }
+        api.routes[("PUT", LEASE)] = (409, {"kind": "Status", "code": 409})
+        with pytest.raises(ApiException):
+            await lock(api_client, "me", clock).release()
+
+    asyncio.run(scenario())
 
 
 def test_an_unreachable_api_server_is_a_failed_attempt() -> None:
     closed = deadlines.bounded(client.Configuration(host="http://127.0.0.1:9"))
     closed.configuration.retries = 0
-    unreachable = leadership.LeaseLock(LeanApi(closed), "ns", "lead", "me", lease_seconds=15, clock=FakeClock())
-    with pytest.raises(Unreachable):
-        unreachable.release()
-    assert unreachable.attempt() is Outcome.FAILED
+    unreachable = leadership.LeaseLock(
+        AsyncTransport(transport_of(closed)), "ns", "lead", "me", lease_seconds=15, clock=FakeClock()
+    )
+
+    async def scenario() -> None:
+        with pytest.raises(Unreachable):
+            await unreachable.release()
+        assert await unreachable.attempt() is Outcome.FAILED
+        await unreachable.close()
+
+    asyncio.run(scenario())
