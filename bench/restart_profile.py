@@ -1,7 +1,8 @@
 """Profile the restart on two trees (not part of ``bench.run``): settle N instances + M bindings once (this tree's
 controller), then restart the controller with each side's code in turn (before after after before: REF's, this
 tree's), each fresh controller followed until idle as the restart suite does (``restart.wait_idle``: CPU user and
-system, context switches) and, unless ``NOSPY`` is set, recorded by py-spy (``SPY``: 100 Hz, ``--gil``, raw;
+system, context switches) and, unless ``NOSPY`` is set, recorded by py-spy (``SPY``: 100 Hz, ``--gil`` unless
+``SPY_GIL=0`` — then every thread on a CPU, the GIL held or not —, raw;
 ``--native`` cannot run ``--nonblocking``). Each restart's audit-log slice is kept beside its profile, to count
 what it asked the API server (``requestURI``, selectors and page sizes included).
 
@@ -60,7 +61,7 @@ def main() -> None:
                             str(fresh.popen.pid),
                             "--rate",
                             "100",
-                            "--gil",
+                            *(["--gil"] if os.environ.get("SPY_GIL", "1") == "1" else []),
                             "--format",
                             "raw",
                             "--nonblocking",
