@@ -80,19 +80,17 @@ class Pool:
             return len(self._idle)
 
     def _take(self) -> tuple[httpcore.HTTPConnection, bool]:
-        stale: list[httpcore.HTTPConnection] = []
-        taken: httpcore.HTTPConnection | None = None
-        with self._lock:
-            while self._idle:
-                candidate = self._idle.pop()
-                if candidate.is_available() and not candidate.has_expired():
-                    taken = candidate
-                    break
-                stale.append(candidate)
-        for connection in stale:
-            connection.close()
-        if taken is not None:
-            return taken, True
+        """The most recently used idle connection still usable (checked outside the lock: the check polls the
+        socket, a system call that gives the GIL up — under the lock, every other request waited on it), else a new
+        one."""
+        while True:
+            with self._lock:
+                candidate = self._idle.pop() if self._idle else None
+            if candidate is None:
+                break
+            if candidate.is_available() and not candidate.has_expired():
+                return candidate, True
+            candidate.close()
         fresh = httpcore.HTTPConnection(
             self._origin,
             ssl_context=self._ssl_context,

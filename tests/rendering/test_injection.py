@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from opbroker.api import SFPlan, TemplateAction
-from opbroker.rendering import Renderer, RenderError, RenderInputs, TemplateSecurityError
+from opbroker.rendering import Renderer, RenderError, RenderInputs, TemplateSecurityError, state
 
 RENDERER = Renderer()
 
@@ -285,3 +285,11 @@ def test_removed_helpers_render_nothing_rather_than_objects() -> None:
         plan, TemplateAction.PROVISION, RenderInputs(instance=instance, default_namespace="n")
     )
     assert rendered.objects[0].manifest["data"] == {"d": "keep"}
+
+
+def test_each_render_has_a_nonce_of_its_own() -> None:
+    """The marker's nonce: 16 hex digits, a new one per render (a keyed hash of a counter: no template sees the
+    key), so a marker copied from one render is literal text in the next."""
+    nonces = [state.fresh_nonce() for _ in range(1000)]
+    assert len(set(nonces)) == 1000
+    assert all(len(n) == 16 and int(n, 16) >= 0 for n in nonces)
