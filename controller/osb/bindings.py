@@ -46,7 +46,7 @@ from opbroker.controller.osb.core.binding_plan import (
 from opbroker.controller.osb.core.instance_plan import Held, OsbAction, Piece, Teardown
 from opbroker.controller.osb.instances import limits_of, observe
 from opbroker.controller.osb.osb_effects import osb_executor
-from opbroker.controller.osb.reconciling import AppliedMemory, DayTwo, Deps
+from opbroker.controller.osb.reconciling import LISTING_WAIT_SECONDS, AppliedMemory, DayTwo, Deps
 from opbroker.controller.osb.rendered import fetch_sources, inputs_for
 from opbroker.controller.runtime.executor import refusal_of
 from opbroker.controller.runtime.keys import Key
@@ -61,16 +61,11 @@ from opbroker.rendering import RenderError, RenderInputs
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "LISTING_WAIT_SECONDS",
     "BindingFacts",
     "BindingReconciler",
     "binding_field_manager",
     "followed_status",
 ]
-
-#: How long a bound binding's check waits for the first listing of its sources' kinds (after a restart):
-#: until then the store does not know them, and each check would read its sources with GETs.
-LISTING_WAIT_SECONDS = 30.0
 
 
 class BindingReconciler(PassingReconciler[BindingFacts, OsbAction]):

@@ -54,7 +54,7 @@ from opbroker.controller.osb.core.instance_plan import (
     steps,
 )
 from opbroker.controller.osb.osb_effects import osb_executor
-from opbroker.controller.osb.reconciling import AppliedMemory, DayTwo, Deps
+from opbroker.controller.osb.reconciling import LISTING_WAIT_SECONDS, AppliedMemory, DayTwo, Deps
 from opbroker.controller.osb.rendered import fetch_sources, inputs_for
 from opbroker.controller.runtime.executor import refusal_of
 from opbroker.controller.runtime.keys import Key
@@ -283,6 +283,9 @@ class InstanceReconciler(PassingReconciler[InstanceFacts, OsbAction]):
         key, view, entry = facts.key, facts.instance, facts.entry
         assert entry is not None
         memo = self.day_two.get(key) or DayTwo()
+        if not memo.digest:  # a first check (a restart's): the recorded objects from the store once it has them
+            kinds = {(ref.api_version, ref.kind) for ref in view.status.resources}
+            self.deps.watchers.wait_listed(kinds, LISTING_WAIT_SECONDS, bodies=True)
         try:
             if memo.digest and self._digest(facts, memo.refs)[0] == memo.digest:
                 return dataclasses.replace(facts, check=Check(memo.digest, unchanged=True))

@@ -282,13 +282,17 @@ class SourceWatchers:
             except Exception:
                 logger.exception("a listener of %s %s failed", *kind)
 
-    def wait_listed(self, kinds: Iterable[tuple[str, str]], timeout: float) -> bool:
+    def wait_listed(self, kinds: Iterable[tuple[str, str]], timeout: float, *, bodies: bool = False) -> bool:
         """Wait (up to ``timeout`` seconds in all) until the watches of ``kinds`` have listed their kind once,
         so the store answers for every object of it (an informer's cache sync). After a restart, each
         reconcile would otherwise read its sources with GETs while the first listing is still on its way.
-        False if one is not listed in time (the caller then reads what the store does not know)."""
+        False if one is not listed in time, or not watched (the caller then reads what the store does not know).
+        ``bodies``: the caller reads whole objects — a kind held by metadata only is not waited for (its listing
+        brings no body)."""
         deadline = self._clock.monotonic() + timeout
         for kind in kinds:
+            if bodies and kind in self._metadata_only:
+                continue
             with self._lock:
                 informer = self._informers.get(kind)
                 if kind in self._unlisted:

@@ -282,6 +282,8 @@ class Watchers:
 
     def __init__(self) -> None:
         self.kinds: set[tuple[str, str]] = set()
+        self.waited: list[frozenset[tuple[str, str]]] = []
+        """The kinds of every wait for a first listing."""
 
     def ensure(self, kinds: Iterable[tuple[str, str]]) -> None:
         self.kinds.update(kinds)
@@ -291,7 +293,8 @@ class Watchers:
         """The kinds asked for, as if each watch were live at once."""
         return frozenset(self.kinds)
 
-    def wait_listed(self, kinds: Iterable[tuple[str, str]], timeout: float) -> bool:
+    def wait_listed(self, kinds: Iterable[tuple[str, str]], timeout: float, *, bodies: bool = False) -> bool:
+        self.waited.append(frozenset(kinds))
         return set(kinds) <= self.kinds
 
 
@@ -444,6 +447,15 @@ def test_new_instance_is_provisioned_then_reported(world: World) -> None:
     world.kube.calls.clear()
     assert world.reconcile() == DONE
     assert world.kube.calls == []  # as it should be: nothing written
+
+    # After a restart (nothing remembered), the first check waits for the listing of the kinds it reads whole.
+    world.watchers.waited.clear()
+    world.instances.day_two.forget(Key("instance", NS, "db"))
+    assert world.reconcile() == DONE
+    assert world.watchers.waited == [frozenset({("v1", "ConfigMap")})]
+    world.watchers.waited.clear()
+    assert world.reconcile() == DONE
+    assert world.watchers.waited == []  # remembered since: the store has it
 
 
 @pytest.mark.parametrize(

@@ -212,3 +212,22 @@ def test_a_kind_ensured_from_a_worker_thread_is_followed_on_the_loop() -> None:
         asyncio.run_coroutine_threadsafe(watchers.wait(), loop).result(10)
     assert told == [(("i", "ns", "one"), "test-loop")]  # the Pod's MODIFIED event, told on the loop's thread
     assert sorted(source.requests) == sorted([(w, p) for p in ("pods", "secrets") for w in ("list", "watch", "watch")])
+
+
+def test_a_reader_of_whole_objects_does_not_wait_for_a_kind_held_by_metadata_only() -> None:
+    """A settled instance's first check waits for the listings of the kinds it reads whole; a metadata-only kind's
+    (Secrets') listing brings no body, so it is not waited for — the whole Secrets listing of a restart is long."""
+    source = Held()
+    watchers = SourceWatchers(
+        fake_kube(), SourceIndex(), lambda key: None, retry=NO_WAIT, source=source, metadata_only=[SECRETS]
+    )
+    with loop_in_thread() as loop:
+        watchers.start(loop)
+        ensured = threading.Thread(target=watchers.ensure, args=([PODS],))
+        ensured.start()
+        ensured.join(10)
+        assert watchers.wait_listed([PODS], 10)
+        assert watchers.wait_listed([SECRETS, PODS], 0, bodies=True)  # Secrets: not watched, and not waited for
+        assert not watchers.wait_listed([SECRETS, PODS], 0)  # waited for: not watched, so not listed
+        watchers.stop()
+        asyncio.run_coroutine_threadsafe(watchers.wait(), loop).result(10)
