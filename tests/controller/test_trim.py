@@ -59,8 +59,11 @@ if sys.argv[1] == "limited":
 libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
 libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
 held = []
+together = threading.Barrier(6)
 def allocate():
+    together.wait()  # all six alive at once: glibc hands a thread's arena on only once that thread has ended
     held.extend(libc.malloc(1024) for _ in range(1000))
+    together.wait()
 threads = [threading.Thread(target=allocate) for _ in range(6)]
 for thread in threads:
     thread.start()
