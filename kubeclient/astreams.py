@@ -87,7 +87,7 @@ class AsyncTransport:
     ) -> bytes:
         """The whole body of a 2xx answer to ``method`` ``path`` (else the ``ApiException`` of it); ``body``: what
         is sent (a write)."""
-        response = await self._send(method, path, query, headers, watch, server_seconds, body)
+        response = await self._send(await self._prepare(method, path, query, headers, watch, server_seconds, body))
         try:
             return await response.aread()
         except BROKEN as exc:
@@ -108,10 +108,10 @@ class AsyncTransport:
         """The answer to ``method`` ``path`` opened (2xx; else the ``ApiException`` of it), to be read as it
         arrives — a watch's, by default, with a watch's read deadline: on a connection of its own, read by
         :mod:`~opbroker.kubeclient.watchstream` (through a proxy: by httpcore, on the pool)."""
+        request = await self._prepare(method, path, query, headers, watch, server_seconds, None)
         if self.transport.dialling.proxy is None:
-            request = await self._prepare(method, path, query, headers, watch, server_seconds, None)
             return await open_watch(self.transport, request)
-        return AsyncStream(await self._send(method, path, query, headers, watch, server_seconds))
+        return AsyncStream(await self._send(request))
 
     async def _prepare(
         self,
@@ -135,19 +135,10 @@ class AsyncTransport:
         if pool is not None:
             await pool.aclose()
 
-    async def _send(
-        self,
-        method: str,
-        path: str,
-        query: Iterable[tuple[str, str]],
-        headers: Mapping[str, str] | None,
-        watch: bool,
-        server_seconds: float | None,
-        body: bytes | None = None,
-    ) -> httpcore.Response:
+    async def _send(self, request: httpcore.Request) -> httpcore.Response:
+        """The answer to ``request`` (made by :meth:`_prepare`), its body unread (a non-2xx one: read, and raised)."""
         transport = self.transport
-        request = await self._prepare(method, path, query, headers, watch, server_seconds, body)
-        retries = transport.retries_of(method)
+        retries = transport.retries_of(request.method.decode("ascii"))
         pool = self._pool_of()
         while True:
             try:
