@@ -86,7 +86,7 @@ class BrokerFuzz:
         self.by_operation[case.operation.label] += 1
         try:
             case.validate_response(response, checks=CHECKS, headers=headers)
-        except Exception as exc:
+        except (Exception, BaseExceptionGroup) as exc:  # several failed checks: schemathesis' FailureGroup, a Base one
             self._failed(case, response.status_code, f"{type(exc).__name__}: {str(exc)[:600]}")
 
     def _failed(self, case: Any, status: int | None, message: str) -> None:
@@ -127,7 +127,7 @@ class BrokerFuzz:
                     )(given(case=operation.as_strategy(generation_mode=mode))(self.call))
                     try:
                         seed(round_ * 7919 + runs)(test)()
-                    except Exception as exc:
+                    except (Exception, BaseExceptionGroup) as exc:
                         if type(exc).__name__ == "Unsatisfiable":
                             unsatisfiable += 1
                         else:

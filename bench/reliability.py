@@ -89,7 +89,7 @@ def main() -> None:
         began = time.monotonic()
         try:
             outcome = RUNNERS[name](**parameters[name])
-        except Exception as exc:
+        except (Exception, BaseExceptionGroup) as exc:  # one scenario's error must not lose the others' results
             outcome = {"harness_error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-4000:]}
         outcome["parameters"] = {k: list(v) if isinstance(v, tuple) else v for k, v in parameters[name].items()}
         outcome["scenario_seconds"] = round(time.monotonic() - began, 1)

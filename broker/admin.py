@@ -30,6 +30,7 @@ from pydantic.alias_generators import to_camel
 from opbroker.api import adminrequests as wire
 from opbroker.api.catalog import SFPlan
 from opbroker.broker import errors
+from opbroker.broker.documentation import admin_responses
 from opbroker.kubeclient.lean import MERGE_PATCH, LeanCustomObjects, object_path
 from opbroker.kubeclient.wire import mapping_of, string_map_of
 
@@ -184,7 +185,12 @@ def _location(plan: str, kind: wire.Kind) -> dict[str, str]:
     return {"Location": f"{PREFIX}/plans/{plan}/{kind.value}"}
 
 
-@router.post("/plans/{plan}/preview", status_code=202, summary="Preview a plan change, per instance")
+@router.post(
+    "/plans/{plan}/preview",
+    status_code=202,
+    summary="Preview a plan change, per instance",
+    responses=admin_responses(404, 409, 413),
+)
 def start_preview(plan: PlanName, body: PreviewBody, request: Request) -> JSONResponse:
     admin = admin_of(request)
     wanted = wire.PreviewRequest(
@@ -212,7 +218,11 @@ def start_preview(plan: PlanName, body: PreviewBody, request: Request) -> JSONRe
     )
 
 
-@router.get("/plans/{plan}/preview", summary="The preview: per-instance diffs (202 until the controller answered)")
+@router.get(
+    "/plans/{plan}/preview",
+    summary="The preview: per-instance diffs (202 until the controller answered)",
+    responses=admin_responses(404, polled=True),
+)
 def get_preview(plan: PlanName, request: Request) -> JSONResponse:
     admin = admin_of(request)
     found = admin.read(wire.Kind.PREVIEW, plan)
@@ -221,7 +231,12 @@ def get_preview(plan: PlanName, request: Request) -> JSONResponse:
     return admin.answer(wire.Kind.PREVIEW, found)
 
 
-@router.post("/plans/{plan}/rollout", status_code=202, summary="Start the mass update of the plan's instances")
+@router.post(
+    "/plans/{plan}/rollout",
+    status_code=202,
+    summary="Start the mass update of the plan's instances",
+    responses=admin_responses(404, 409, 413),
+)
 def start_rollout(plan: PlanName, body: RolloutBody, request: Request) -> JSONResponse:
     admin = admin_of(request)
     _known(admin, plan)
@@ -241,7 +256,11 @@ def start_rollout(plan: PlanName, body: RolloutBody, request: Request) -> JSONRe
     )
 
 
-@router.get("/plans/{plan}/rollout", summary="The rollout's progress (202 while it runs)")
+@router.get(
+    "/plans/{plan}/rollout",
+    summary="The rollout's progress (202 while it runs)",
+    responses=admin_responses(404, polled=True),
+)
 def get_rollout(plan: PlanName, request: Request) -> JSONResponse:
     admin = admin_of(request)
     found = admin.read(wire.Kind.ROLLOUT, plan)
@@ -250,7 +269,11 @@ def get_rollout(plan: PlanName, request: Request) -> JSONResponse:
     return admin.answer(wire.Kind.ROLLOUT, found)
 
 
-@router.delete("/plans/{plan}/rollout", summary="Cancel the rollout (instances already marked stay marked)")
+@router.delete(
+    "/plans/{plan}/rollout",
+    summary="Cancel the rollout (instances already marked stay marked)",
+    responses=admin_responses(404, 409, polled=True),
+)
 def cancel_rollout(plan: PlanName, request: Request) -> JSONResponse:
     admin = admin_of(request)
     found = admin.cancel(plan)

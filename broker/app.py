@@ -32,7 +32,7 @@ from starlette.routing import Route
 
 from opbroker.api.errors import field_path
 from opbroker.api.selectors import SelectorError
-from opbroker.broker import admin, bodies, errors, routes
+from opbroker.broker import admin, bodies, documentation, errors, routes
 from opbroker.broker.authentication import Authenticator, ConfigurationError
 from opbroker.broker.bodylimit import BodySizeLimit
 from opbroker.broker.edge import METRICS, Edge, error_response
@@ -85,6 +85,13 @@ def _admin_authenticator(settings: Settings, api_client: client.ApiClient, osb: 
     return checked
 
 
+class BrokerApp(FastAPI):
+    """FastAPI, its OpenAPI document without the 422 answers the broker never gives (it answers 400)."""
+
+    def openapi(self) -> dict[str, Any]:
+        return documentation.without_fastapi_validation(super().openapi())
+
+
 def create_app(settings: Settings, api_client: client.ApiClient) -> FastAPI:
     """The broker app for one process. Credentials are checked now, so a misconfiguration stops start-up."""
     secret = settings.admin_credentials_secret
@@ -118,7 +125,7 @@ def create_app(settings: Settings, api_client: client.ApiClient) -> FastAPI:
             exporter.server_close()
         readiness.close()
 
-    app = FastAPI(
+    app = BrokerApp(
         title="opbroker OSB broker",
         version="2.17",
         description=DESCRIPTION,

@@ -1,4 +1,4 @@
-"""OpenAPI documentation of the OSB routes: every status code a route can answer, its body and headers.
+"""OpenAPI documentation of the OSB and admin routes: every status code a route can answer, its body and headers.
 
 Kept apart from the routes so each route declaration stays one line of ``responses=...``; the fuzz test
 (schemathesis) checks that the broker never answers a status, body or header left out here.
@@ -6,6 +6,7 @@ Kept apart from the routes so each route declaration stays one line of ``respons
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from pydantic import BaseModel
@@ -67,3 +68,49 @@ def responses(
     for code in (400, 401, 412, 413, *errors, 503):
         docs[code] = _entry(ERROR_TEXT[code], bodies.ErrorBody)
     return docs
+
+
+ADMIN_ERROR_TEXT = {
+    400: "Malformed request: a parameter or body field out of its schema (the description names each field).",
+    401: "Missing or wrong admin credentials (the OSB platform's are refused here).",
+    404: "No such SFPlan in the control-plane namespace, or no preview / rollout of it.",
+    409: "A rollout of the plan is unfinished, or the request changed meanwhile: cancel, wait or try again.",
+    413: "The request body, or the proposed plan, exceeds the broker's limit.",
+    500: "The recorded request or the controller's answer could not be read, or the Kubernetes API failed.",
+    503: "The admin credentials are not available.",
+}
+
+
+def admin_responses(*errors: int, polled: bool = False) -> dict[int | str, dict[str, Any]]:
+    """The error answers of an admin route, beside the ones every admin route can give (400, 401, 500, 503);
+    ``polled``: the route reads a request back, 202 while the controller has not finished it."""
+    docs: dict[int | str, dict[str, Any]] = {}
+    if polled:
+        docs[202] = {
+            "description": "Not finished: the progress so far; read again after Retry-After.",
+            "headers": {**REQUEST_IDENTITY, **RETRY_AFTER},
+        }
+    for code in sorted({400, 401, *errors, 500, 503}):
+        docs[code] = _entry(ADMIN_ERROR_TEXT[code], bodies.ErrorBody)
+    return docs
+
+
+#: The schema FastAPI documents its own validation answer with.
+FASTAPI_VALIDATION = "#/components/schemas/HTTPValidationError"
+
+
+def without_fastapi_validation(document: dict[str, Any]) -> dict[str, Any]:
+    """``document`` without the 422 "Validation Error" FastAPI adds to every route with parameters: the broker
+    answers an invalid request 400 (OSB's BadRequest, documented on every route), never FastAPI's 422 — a 422 left
+    documented would tell a client to expect a body it never gets. A route's own 422 (OSB's) stays."""
+    for operations in document.get("paths", {}).values():
+        for operation in operations.values():
+            answers = operation.get("responses", {})
+            schema = answers.get("422", {}).get("content", {}).get("application/json", {}).get("schema", {})
+            if schema.get("$ref") == FASTAPI_VALIDATION:
+                del answers["422"]
+    if FASTAPI_VALIDATION not in json.dumps(document.get("paths", {})):
+        schemas = document.get("components", {}).get("schemas", {})
+        for name in ("HTTPValidationError", "ValidationError"):
+            schemas.pop(name, None)
+    return document
