@@ -60,7 +60,7 @@ from kubernetes.client.exceptions import ApiException
 from opbroker.kubeclient import deadlines, jsontext
 from opbroker.kubeclient.astreams import AsyncTransport, on_loop
 from opbroker.kubeclient.lean import JSON, METADATA_LIST, METADATA_WATCH, LeanApi, api_root, object_path, query_of
-from opbroker.kubeclient.transport import MAX_LINE_BYTES, StreamedAnswer
+from opbroker.kubeclient.transport import MAX_LINE_BYTES, StreamedAnswer, Unreachable
 from opbroker.kubeclient.wire import JsonBody, JsonObject, int_of, mapping_of, text_of
 from opbroker.osbclient import Backoff
 
@@ -389,6 +389,10 @@ class Informer:
         if before is not None:  # a keeper reading part of the collection another way first
             try:
                 await before()
+            except ApiException as exc:  # the cluster's answer (a refusal, or a server not serving it yet): no bug
+                logger.warning("the keeper's own listing of %s was refused (HTTP %s)", self.collection, exc.status)
+            except Unreachable as exc:
+                logger.warning("the keeper's own listing of %s failed: %s", self.collection, exc)
             except Exception:
                 logger.exception("the keeper of %s failed", self.collection)
         async with contextlib.aclosing(pages(self._source, self.collection)) as listing:

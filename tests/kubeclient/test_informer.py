@@ -13,6 +13,7 @@ from kubernetes.client.exceptions import ApiException
 
 from opbroker.kubeclient.informer import Collection, Informer, LeanSource, events_of
 from opbroker.kubeclient.lean import METADATA_LIST, METADATA_WATCH
+from opbroker.kubeclient.transport import Unreachable
 from opbroker.osbclient import Backoff
 from tests.informer_support import NO_WAIT, Scripted, ScriptedStream, event
 
@@ -416,3 +417,33 @@ def test_odd_wire_is_skipped_not_fatal() -> None:
         ("ADDED", "b", "Pod"),
     ]
     assert ("list", None) in source.requests and len([r for r in source.requests if r[0] == "list"]) == 1
+
+
+@pytest.mark.parametrize(
+    ("failure", "logged"),
+    [
+        (ApiException(status=404, reason="Not Found"), "was refused (HTTP 404)"),
+        (Unreachable("ConnectError: refused"), "failed: ConnectError: refused"),
+    ],
+)
+def test_a_keepers_own_listing_the_cluster_refuses_is_a_warning_and_the_listing_goes_on(
+    failure: Exception, logged: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def refused() -> None:
+        raise failure
+
+    told, _ = run([("list", [pod("a", "1")])], before_listing=refused)
+    assert ("ADDED", "a", "Pod") in told  # the listing itself went on
+    records = [r for r in caplog.records if "own listing" in r.getMessage()]
+    assert [r.levelname for r in records] == ["WARNING"] and logged in records[0].getMessage()
+    assert records[0].exc_info is None  # the cluster's answer, not a bug: no traceback in the log
+
+
+def test_a_keeper_that_fails_otherwise_is_logged_with_its_traceback(caplog: pytest.LogCaptureFixture) -> None:
+    async def broken() -> None:
+        raise KeyError("a bug")
+
+    told, _ = run([("list", [pod("a", "1")])], before_listing=broken)
+    assert ("ADDED", "a", "Pod") in told
+    (record,) = [r for r in caplog.records if "keeper of" in r.getMessage()]
+    assert record.levelname == "ERROR" and record.exc_info is not None
