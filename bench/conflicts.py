@@ -547,10 +547,14 @@ def race_probe(bench: Bench, namespace: str, *, trials: int, seed: int) -> dict[
             for op in ("bind", "deprovision"):
                 last[op][polled(name, op, operations[op])] += 1
         won: dict[str, Counter[str]] = {"bind": Counter(), "deprovision": Counter()}
+        won_states: dict[str, str] = {}
         for name, (op, operation) in winners.items():
-            won[op][polled(name, op, operation)] += 1
+            won_states[name] = polled(name, op, operation)
+            won[op][won_states[name]] += 1
     snap = invariants.snapshot(bench.api, namespace)
     stuck = sorted(i["metadata"]["name"] for i in snap.instances if i["metadata"].get("deletionTimestamp"))
+    unfinished_names = sorted(name for name, (op, _) in winners.items() if won_states.get(name) != "succeeded")
+    unfinished_examples = [_diagnosis(bench, snap, name) for name in unfinished_names[:2]]
     resources = converge(bench, namespace, expected, timeout=45.0)
     inconsistent = len(tokens) - last["bind"]["failed"] + len(tokens) - last["deprovision"]["succeeded"]
     unfinished = sum(sum(states.values()) - states["succeeded"] for states in won.values())
@@ -574,7 +578,30 @@ def race_probe(bench: Bench, namespace: str, *, trials: int, seed: int) -> dict[
             for i in snap.instances
             if i["metadata"]["name"] in stuck[:3]
         ],
+        "unfinished_examples": unfinished_examples,
         "resource_check": resources,
+    }
+
+
+def _diagnosis(bench: Bench, snap: invariants.Snapshot, name: str) -> dict[str, Any]:
+    """What an operation still unfinished after the settle was waiting on: its instance as read (status,
+    finalizers, deletion), the bindings naming it, and the controller's last log lines naming it."""
+    found = [i for i in snap.instances if i["metadata"]["name"] == name]
+    instance = found[0] if found else None
+    bindings = [
+        {"name": b["metadata"]["name"], "status": _brief(b), "finalizers": b["metadata"].get("finalizers")}
+        for b in snap.bindings
+        if (b.get("spec") or {}).get("instanceId") == name or b["metadata"]["name"].startswith(name)
+    ]
+    log = bench.process("controller").log.read_text(errors="replace").splitlines()
+    return {
+        "instance": name,
+        "exists": instance is not None,
+        "status": _brief(instance) if instance else None,
+        "finalizers": instance["metadata"].get("finalizers") if instance else None,
+        "operation": (instance.get("status") or {}).get("lastOperation") if instance else None,
+        "bindings": bindings,
+        "controller_log": [line[:300] for line in log if name in line][-25:],
     }
 
 

@@ -34,7 +34,16 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.bindings import bind_all
-from bench.common import REVIEW_RESOURCES, Bench, bench_stack, component_of, context_switches, is_write, pid_usage
+from bench.common import (
+    REVIEW_RESOURCES,
+    Bench,
+    bench_stack,
+    component_of,
+    context_switches,
+    is_write,
+    pid_usage,
+    threads_of,
+)
 from bench.provisioning import provision_all
 from opbroker.devcluster.controlplane import free_ports
 from opbroker.devcluster.processes import Process
@@ -273,6 +282,7 @@ def wait_idle(process: Process, port: int, *, expected: int, quiet: float, timeo
             time.sleep(POLL_SECONDS)
     idle_at = max(changed_at, ready_at)
     rss_kib = vm_rss_kib(pid)
+    threads = threads_of(pid)
     return {
         "ready_seconds": round(ready_at - started, 2),
         "idle_seconds": round(idle_at - started, 2),
@@ -285,6 +295,7 @@ def wait_idle(process: Process, port: int, *, expected: int, quiet: float, timeo
         "queue_gauges": "opbroker_workqueue_depth" in metrics,
         "rss_kib": rss_kib,
         "rss_mib": round(rss_kib / 1024, 1),
+        "threads": threads,
     }
 
 

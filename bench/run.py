@@ -541,6 +541,7 @@ def compare_markdown(results: dict[str, Any]) -> str:
             row("restart: idle s, each run", lambda s: " / ".join(map(str, s["restart"]["runs"]["idle_seconds"]))),
             row("restart: gets, each run", lambda s: " / ".join(map(str, s["restart"]["runs"]["gets"]))),
             row("restart: KiB per settled object", lambda s: s["restart"]["memory_per_object_kib"]),
+            row("restart: controller threads at idle", lambda s: s["restart"]["restart"]["threads"]),
         ],
         "provisioning": [
             row(f"provisioning {prov}: inst/s", lambda s: s["provisioning"][prov]["instances_per_second"]),
@@ -556,6 +557,7 @@ def compare_markdown(results: dict[str, Any]) -> str:
                 )
             ),
             row(f"provisioning {prov}: utilisation", lambda s: s["provisioning"][prov]["utilisation"]),
+            row(f"provisioning {prov}: controller threads", lambda s: s["provisioning"][prov]["controller"]["threads"]),
             row(
                 f"provisioning {prov}: access reviews",
                 lambda s: s["provisioning"][prov]["controller_access_reviews"],

@@ -64,7 +64,7 @@ def test_bind_racing_a_deprovision_ends_consistently(bench: Bench) -> None:
     # Each trial: one of the two accepted and its operation succeeded, or both refused (the platform retries).
     won = result["last_operation_of_the_one_accepted"]
     # On failure, say what the unfinished one was waiting for (its instance's status), not only its state.
-    unfinished = (won, result["stuck_examples"], result["resource_check"])
+    unfinished = (won, result["stuck_examples"], result["unfinished_examples"], result["resource_check"])
     assert {state for states in won.values() for state in states} <= {"succeeded"}, unfinished
     assert sum(sum(states.values()) for states in won.values()) + result["both_refused"] == 3
     assert result["stuck_deleting_instances"] == 0
