@@ -32,10 +32,10 @@ from opbroker.kubeclient.transport import (
     BROKEN,
     IDLE_SECONDS,
     MAX_LINE_BYTES,
-    RETRIED,
     LineSplitter,
     Transport,
     refusal,
+    retries_after,
     unreachable,
 )
 from opbroker.kubeclient.watchstream import WatchStream, open_watch
@@ -144,12 +144,8 @@ class AsyncTransport:
             try:
                 response = await pool.handle_async_request(request)
                 break
-            except RETRIED as exc:
-                if retries <= 0:
-                    raise unreachable(exc) from exc
-                retries -= 1
             except BROKEN as exc:
-                raise unreachable(exc) from exc
+                retries = retries_after(exc, retries)
         if transport.on_answer is not None:
             transport.on_answer()
         if 200 <= response.status <= 299:

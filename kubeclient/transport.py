@@ -90,6 +90,15 @@ RETRIED = (httpcore.ReadError, httpcore.ReadTimeout, httpcore.RemoteProtocolErro
 BROKEN = (httpcore.NetworkError, httpcore.TimeoutException, httpcore.ProtocolError)
 
 
+def retries_after(exc: Exception, retries: int) -> int:
+    """The retries left once ``exc`` ended an attempt (one of :data:`BROKEN`), or the error the request fails
+    with when it is not retried — the one rule of the blocking :class:`Transport` and its asynchronous twin
+    (``astreams.AsyncTransport``), whose send loops differ only in awaiting."""
+    if isinstance(exc, RETRIED) and retries > 0:
+        return retries - 1
+    raise unreachable(exc) from exc
+
+
 @dataclass(frozen=True)
 class Dialling:
     """How a transport's connections are made: TLS, a proxy, socket options (keepalive), dial retries, and how
@@ -344,17 +353,13 @@ class Transport:
     ) -> httpcore.Response:
         """The answer to one request, its body unread (a non-2xx one: read, and raised)."""
         request = self.prepare(method, path, query, body, headers, timeout, watch, server_seconds)
-        retries = self._read_retries if method in IDEMPOTENT else 0
+        retries = self.retries_of(method)
         while True:
             try:
                 response = self._pool.handle_request(request)
                 break
-            except RETRIED as exc:
-                if retries <= 0:
-                    raise unreachable(exc) from exc
-                retries -= 1
             except BROKEN as exc:
-                raise unreachable(exc) from exc
+                retries = retries_after(exc, retries)
         if self.on_answer is not None:
             self.on_answer()
         if 200 <= response.status <= 299:
