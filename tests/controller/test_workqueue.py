@@ -321,3 +321,66 @@ def test_an_idle_queue_stops_at_once() -> None:
         assert stopping.done() and stopping.result() == [] and clock.waiting == 0
 
     run(scenario())
+
+
+def test_a_held_queue_takes_keys_only_once_opened_and_stops_at_once_while_held() -> None:
+    async def scenario() -> None:
+        log: list[Hashable] = []
+
+        async def reconcile(key: Hashable) -> Outcome:
+            log.append(key)
+            return DONE
+
+        queue = WorkQueue(reconcile, workers=2, clock=FakeClock())
+        queue.start(held=True)
+        queue.add("a")
+        queue.add("b")
+        await settle()
+        assert log == [] and queue.depth == 2 and not queue.opened  # kept, not lost
+        queue.open()
+        await settle()
+        assert sorted(log) == ["a", "b"] and queue.depth == 0
+        await queue.stop()
+
+        held = WorkQueue(reconcile, workers=2, clock=FakeClock())
+        held.start(held=True)
+        held.add("c")
+        stopping = asyncio.ensure_future(held.stop(drain=30.0))
+        await settle()
+        assert stopping.done() and stopping.result() == [] and log.count("c") == 0
+
+    run(scenario())
+
+
+def test_a_held_runtime_opens_when_its_listings_are_in_or_at_the_bound() -> None:
+    from opbroker.controller.runtime.runner import OPEN_POLL_SECONDS, Runtime
+
+    async def scenario() -> None:
+        clock = FakeClock()
+        runtime = Runtime(workers=1, clock=clock)
+        runtime.start(held=True)
+        listed = False
+        opening = asyncio.ensure_future(runtime.open_when(lambda: listed, timeout=30.0))
+        await settle()
+        assert runtime.queue is not None and not runtime.queue.opened
+        clock.advance(OPEN_POLL_SECONDS * 3)
+        await settle()
+        assert not runtime.queue.opened  # still listing
+        listed = True
+        clock.advance(OPEN_POLL_SECONDS)
+        await settle()
+        assert opening.done() and runtime.queue.opened
+
+        never = Runtime(workers=1, clock=clock)
+        never.start(held=True)
+        bounded = asyncio.ensure_future(never.open_when(lambda: False, timeout=30.0))
+        for _ in range(int(30.0 / OPEN_POLL_SECONDS) + 2):
+            clock.advance(OPEN_POLL_SECONDS)
+            await settle()
+            if bounded.done():
+                break
+        assert bounded.done() and never.queue is not None and never.queue.opened  # a listing that never ends
+        await runtime.stop()
+        await never.stop()
+
+    run(scenario())
