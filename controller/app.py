@@ -37,7 +37,7 @@ from opbroker.controller.onboarding import NAMESPACES, NamespaceOnboarder
 from opbroker.controller.osb import identities, registries, registry_sweep
 from opbroker.controller.osb.bindings import BindingReconciler
 from opbroker.controller.osb.instances import InstanceReconciler
-from opbroker.controller.osb.reconciling import LISTING_WAIT_SECONDS, Deps
+from opbroker.controller.osb.reconciling import Deps
 from opbroker.controller.runtime import metrics, resync, trim
 from opbroker.controller.runtime.clock import SYSTEM
 from opbroker.controller.runtime.executor import OwnWrites
@@ -143,7 +143,6 @@ class Controller:
         self._plan_reads: PerKey[PlanRead] = memories.keep(PerKey())
         self._trimmer: asyncio.Task[None] | None = None
         self._housekeeper: asyncio.Task[None] | None = None
-        self._opener: asyncio.Task[None] | None = None
         self._resync: asyncio.Task[None] | None = None
         self._admin: admin_requests.AdminRequests | None = None
         self.onboarder = (
@@ -169,7 +168,7 @@ class Controller:
         loop races the lease's renew deadline, and a read hanging on it (an API server that stopped answering
         mid-start-up: 40 s of dials) kept a leader acting past that deadline."""
         await asyncio.to_thread(self._read_before_start)
-        self.runtime.start(held=True)  # opened once the first listings are in (below)
+        self.runtime.start()
         self.watchers.start(asyncio.get_running_loop())
         # One Secret watch for everyone: the claims' events and the store's Secret versions (the plans' sources).
         self.watchers.subscribe(SECRETS, lambda _event_type, secret: self.claims.on_secret(secret))
@@ -230,11 +229,6 @@ class Controller:
             retry=self.settings.policies.watches,
         )
         self.informers.start()
-        informers, watchers = self.informers, self.watchers
-        self._opener = asyncio.get_running_loop().create_task(
-            self.runtime.open_when(lambda: informers.all_listed() and watchers.all_listed(), LISTING_WAIT_SECONDS),
-            name="open the workers",
-        )
 
     def _followed(self) -> list[resync.Followed]:
         """The settled instances the resync sweeps: each with what its last check read, and the versions read."""
@@ -296,7 +290,7 @@ class Controller:
         if self.onboarder is not None:
             self.onboarder.stop()
         self.service_catalog.stop_webhook()
-        for task in (self._trimmer, self._housekeeper, self._resync, self._opener):
+        for task in (self._trimmer, self._housekeeper, self._resync):
             if task is not None:
                 task.cancel()
         self.watchers.stop()

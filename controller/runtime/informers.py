@@ -151,10 +151,6 @@ class Informers:
             await informer.wait()
         await self.source.aclose()
 
-    def all_listed(self) -> bool:
-        """Whether every resource has been listed once (now; any thread)."""
-        return all(informer.listed.is_set() for informer in self.informers)
-
     def wait_listed(self, timeout: float) -> bool:
         """Whether every resource was listed once within ``timeout`` seconds (from a thread, never the loop)."""
         return all(informer.listed.wait(timeout) for informer in self.informers)

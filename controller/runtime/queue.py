@@ -119,7 +119,6 @@ class WorkQueue:
         self._changed = asyncio.Event()
         """Wakes idle workers: a key was added or a reconcile finished (a capped tenant may be served again)."""
         self._tasks: list[asyncio.Task[None]] = []
-        self._open = asyncio.Event()
         self._busy: dict[asyncio.Task[None], Hashable] = {}
         """The workers running a reconcile now, and its key (set and cleared with no await between: exact whenever
         the event loop runs anything else, :meth:`stop` included)."""
@@ -235,22 +234,9 @@ class WorkQueue:
 
     # -- running -------------------------------------------------------------------------------------
 
-    def start(self, *, held: bool = False) -> None:
-        """Start the workers and the timer on the running loop. ``held``: the workers take no key until
-        :meth:`open` (keys added meanwhile wait in the queue)."""
-        self._open = asyncio.Event()
-        if not held:
-            self._open.set()
+    def start(self) -> None:
         self._tasks = [asyncio.create_task(self._worker(i), name=f"reconcile-worker-{i}") for i in range(self._workers)]
         self._tasks.append(asyncio.create_task(self._timer(), name="reconcile-timer"))
-
-    def open(self) -> None:
-        """Let the workers of a queue started ``held`` take keys."""
-        self._open.set()
-
-    @property
-    def opened(self) -> bool:
-        return self._open.is_set()
 
     async def stop(self, drain: float = 0.0) -> list[Hashable]:
         """Stop the workers: none takes another key, and the reconciles running now have up to ``drain`` seconds
@@ -346,7 +332,6 @@ class WorkQueue:
     async def _worker(self, index: int) -> None:
         me = asyncio.current_task()
         assert me is not None
-        await self._open.wait()
         while not self._closing:
             key, tenant = await self._next()
             self._busy[me] = key

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
 
 from opbroker.controller.runtime import metrics
@@ -53,8 +53,6 @@ ROLLOUTS_AT_ONCE = 2
 #: the registry housekeeping, the admin requests' pass, namespace onboarding, the clusters' seeding, the webhook's
 #: start and refresh.
 TIMER_THREADS = 6
-#: How often a held runtime looks whether the first listings are in (:meth:`Runtime.open_when`).
-OPEN_POLL_SECONDS = 0.05
 #: Pool threads beyond the ``workers`` (the work queue runs at most that many reconciles at once): a timer or a
 #: rollout must never take a reconcile's thread — with one pool of exactly ``workers`` threads, two rollouts would
 #: cut the reconciles by two for as long as they run. Threads are made only when used: idle ones cost nothing.
@@ -121,9 +119,8 @@ class Runtime:
         self._pool = ThreadPoolExecutor(self.workers + BACKGROUND_THREADS, thread_name_prefix="reconcile")
         loop.set_default_executor(self._pool)
 
-    def start(self, *, held: bool = False) -> None:
-        """Start the workers on the running event loop (the controller's, :mod:`opbroker.controller.running`);
-        ``held``: they take no key until :meth:`open`."""
+    def start(self) -> None:
+        """Start the workers on the running event loop (the controller's, :mod:`opbroker.controller.running`)."""
         self.loop = asyncio.get_running_loop()
         self.install(self.loop)
         queue = self.queue = WorkQueue(
@@ -139,24 +136,7 @@ class Runtime:
         metrics.WORKQUEUE_IN_FLIGHT.set_function(lambda: queue.in_flight)
         metrics.WORKQUEUE_DUE.set_function(lambda: queue.due)
         metrics.WORKQUEUE_DELAYED.set_function(lambda: queue.delayed)
-        queue.start(held=held)
-
-    def open(self) -> None:
-        """Let the workers of a runtime started ``held`` take keys."""
-        if self.queue is not None:
-            self.queue.open()
-
-    async def open_when(self, listed: Callable[[], bool], timeout: float) -> None:
-        """Open the workers once ``listed()`` (every watch started with the controller has listed once), or after
-        ``timeout`` seconds whatever it says — client-go's ``WaitForCacheSync`` before a controller's workers.
-
-        Why: reconciles started while the listings were still coming read what the store did not know yet with
-        GETs, and took the GIL from the one loop that reads the listings (eight rendering workers against it):
-        over 15 000 settled objects the first listings took seconds longer and the restart cost more CPU."""
-        deadline = self.clock.monotonic() + timeout
-        while not listed() and self.clock.monotonic() < deadline:
-            await self.clock.sleep(OPEN_POLL_SECONDS)
-        self.open()
+        queue.start()
 
     async def stop(self, drain: float = 0.0) -> None:
         """Take no more keys; let the reconciles running now finish for up to ``drain`` seconds (see

@@ -282,14 +282,6 @@ class SourceWatchers:
             except Exception:
                 logger.exception("a listener of %s %s failed", *kind)
 
-    def all_listed(self) -> bool:
-        """Whether every kind watched now has been listed once (a kind whose listing was waited for in vain
-        counts as listed: nobody waits for it again)."""
-        with self._lock:
-            informers = list(self._informers.items())
-            unlisted = set(self._unlisted)
-        return all(informer.listed.is_set() or kind in unlisted for kind, informer in informers)
-
     def wait_listed(self, kinds: Iterable[tuple[str, str]], timeout: float, *, bodies: bool = False) -> bool:
         """Wait (up to ``timeout`` seconds in all) until the watches of ``kinds`` have listed their kind once,
         so the store answers for every object of it (an informer's cache sync). After a restart, each
