@@ -43,6 +43,7 @@ from opbroker.broker.records import Kind
 from opbroker.broker.repository import Repository
 from opbroker.broker.settings import Settings
 from opbroker.kubeclient import transport
+from opbroker.kubeclient.wire import JsonBody
 
 log = logging.getLogger("opbroker.broker")
 
@@ -88,7 +89,7 @@ def _admin_authenticator(settings: Settings, api_client: client.ApiClient, osb: 
 class BrokerApp(FastAPI):
     """FastAPI, its OpenAPI document without the 422 answers the broker never gives (it answers 400)."""
 
-    def openapi(self) -> dict[str, Any]:
+    def openapi(self) -> JsonBody:
         return documentation.without_fastapi_validation(super().openapi())
 
 

@@ -7,11 +7,11 @@ Kept apart from the routes so each route declaration stays one line of ``respons
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from pydantic import BaseModel
 
 from opbroker.broker import bodies
+from opbroker.kubeclient.wire import JsonBody, mapping_of, path_of
 
 REQUEST_IDENTITY = {
     "X-Broker-API-Request-Identity": {
@@ -44,10 +44,9 @@ ERROR_TEXT = {
 }
 
 
-def _entry(description: str, model: type[BaseModel] | None, *, retry_after: bool = False) -> dict[str, Any]:
-    entry: dict[str, Any] = {"description": description, "headers": {**REQUEST_IDENTITY}}
-    if retry_after:
-        entry["headers"].update(RETRY_AFTER)
+def _entry(description: str, model: type[BaseModel] | None, *, retry_after: bool = False) -> JsonBody:
+    headers: JsonBody = {**REQUEST_IDENTITY, **(RETRY_AFTER if retry_after else {})}
+    entry: JsonBody = {"description": description, "headers": headers}
     if model is not None:
         entry["model"] = model
     return entry
@@ -58,9 +57,9 @@ def responses(
     ok: dict[int, tuple[str, type[BaseModel]]] | None = None,
     accepted: type[BaseModel] | None = None,
     ok_retry_after: bool = False,
-) -> dict[int | str, dict[str, Any]]:
+) -> dict[int | str, JsonBody]:
     """The ``responses`` of a route: its successes, 202 if it can go asynchronous, and its errors."""
-    docs: dict[int | str, dict[str, Any]] = {}
+    docs: dict[int | str, JsonBody] = {}
     for code, (text, model) in (ok or {}).items():
         docs[code] = _entry(text, model, retry_after=ok_retry_after)
     if accepted is not None:
@@ -81,10 +80,10 @@ ADMIN_ERROR_TEXT = {
 }
 
 
-def admin_responses(*errors: int, polled: bool = False) -> dict[int | str, dict[str, Any]]:
+def admin_responses(*errors: int, polled: bool = False) -> dict[int | str, JsonBody]:
     """The error answers of an admin route, beside the ones every admin route can give (400, 401, 500, 503);
     ``polled``: the route reads a request back, 202 while the controller has not finished it."""
-    docs: dict[int | str, dict[str, Any]] = {}
+    docs: dict[int | str, JsonBody] = {}
     if polled:
         docs[202] = {
             "description": "Not finished: the progress so far; read again after Retry-After.",
@@ -99,18 +98,19 @@ def admin_responses(*errors: int, polled: bool = False) -> dict[int | str, dict[
 FASTAPI_VALIDATION = "#/components/schemas/HTTPValidationError"
 
 
-def without_fastapi_validation(document: dict[str, Any]) -> dict[str, Any]:
+def without_fastapi_validation(document: JsonBody) -> JsonBody:
     """``document`` without the 422 "Validation Error" FastAPI adds to every route with parameters: the broker
     answers an invalid request 400 (OSB's BadRequest, documented on every route), never FastAPI's 422 — a 422 left
     documented would tell a client to expect a body it never gets. A route's own 422 (OSB's) stays."""
-    for operations in document.get("paths", {}).values():
-        for operation in operations.values():
-            answers = operation.get("responses", {})
-            schema = answers.get("422", {}).get("content", {}).get("application/json", {}).get("schema", {})
-            if schema.get("$ref") == FASTAPI_VALIDATION:
+    for operations in mapping_of(document.get("paths")).values():
+        for operation in mapping_of(operations).values():
+            answers = mapping_of(operation).get("responses")
+            schema = path_of(answers, "422", "content", "application/json", "schema")
+            if isinstance(answers, dict) and mapping_of(schema).get("$ref") == FASTAPI_VALIDATION:
                 del answers["422"]
     if FASTAPI_VALIDATION not in json.dumps(document.get("paths", {})):
-        schemas = document.get("components", {}).get("schemas", {})
-        for name in ("HTTPValidationError", "ValidationError"):
-            schemas.pop(name, None)
+        schemas = path_of(document, "components", "schemas")
+        if isinstance(schemas, dict):
+            for name in ("HTTPValidationError", "ValidationError"):
+                schemas.pop(name, None)
     return document

@@ -35,7 +35,7 @@ UNTYPED_ALIAS = re.compile(r"^([A-Za-z_]\w*)\s*(?::\s*TypeAlias\s*)?=\s*(?:dict|
 #: Occurrences allowed per area (a package; the controller by sub-package, its root modules as ``controller``).
 BUDGET = {
     "api": 109,
-    "broker": 100,
+    "broker": 96,
     "cli": 15,
     "components": 64,
     "controller": 0,
