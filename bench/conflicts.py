@@ -546,18 +546,17 @@ def race_probe(bench: Bench, namespace: str, *, trials: int, seed: int) -> dict[
         for name, operations in tokens.items():
             for op in ("bind", "deprovision"):
                 last[op][polled(name, op, operations[op])] += 1
+        won_states = {name: polled(name, op, operation) for name, (op, operation) in winners.items()}
         won: dict[str, Counter[str]] = {"bind": Counter(), "deprovision": Counter()}
-        won_states: dict[str, str] = {}
-        for name, (op, operation) in winners.items():
-            won_states[name] = polled(name, op, operation)
+        for name, (op, _) in winners.items():
             won[op][won_states[name]] += 1
     snap = invariants.snapshot(bench.api, namespace)
     stuck = sorted(i["metadata"]["name"] for i in snap.instances if i["metadata"].get("deletionTimestamp"))
-    unfinished_names = sorted(name for name, (op, _) in winners.items() if won_states.get(name) != "succeeded")
+    unfinished_names = sorted(name for name, state in won_states.items() if state != "succeeded")
     unfinished_examples = [_diagnosis(bench, snap, name) for name in unfinished_names[:2]]
     resources = converge(bench, namespace, expected, timeout=45.0)
     inconsistent = len(tokens) - last["bind"]["failed"] + len(tokens) - last["deprovision"]["succeeded"]
-    unfinished = sum(sum(states.values()) - states["succeeded"] for states in won.values())
+    unfinished = len(unfinished_names)
     return {
         "trials": trials,
         "violations": len(tokens)

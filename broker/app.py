@@ -90,7 +90,9 @@ class BrokerApp(FastAPI):
     """FastAPI, its OpenAPI document without the 422 answers the broker never gives (it answers 400)."""
 
     def openapi(self) -> JsonBody:
-        return documentation.without_fastapi_validation(super().openapi())
+        if self.openapi_schema is None:  # made once, as FastAPI's own: every /openapi.json answers the cached one
+            self.openapi_schema = documentation.without_fastapi_validation(super().openapi())
+        return self.openapi_schema
 
 
 def create_app(settings: Settings, api_client: client.ApiClient) -> FastAPI:

@@ -85,10 +85,7 @@ def admin_responses(*errors: int, polled: bool = False) -> dict[int | str, JsonB
     ``polled``: the route reads a request back, 202 while the controller has not finished it."""
     docs: dict[int | str, JsonBody] = {}
     if polled:
-        docs[202] = {
-            "description": "Not finished: the progress so far; read again after Retry-After.",
-            "headers": {**REQUEST_IDENTITY, **RETRY_AFTER},
-        }
+        docs[202] = _entry("Not finished: the progress so far; read again after Retry-After.", None, retry_after=True)
     for code in sorted({400, 401, *errors, 500, 503}):
         docs[code] = _entry(ADMIN_ERROR_TEXT[code], bodies.ErrorBody)
     return docs

@@ -21,7 +21,7 @@ from __future__ import annotations
 import base64
 import hashlib
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -113,6 +113,21 @@ CALLS: list[str] = []
 SKIPPED: list[str] = []
 
 
+def fuzz(operation: Any, mode: GenerationMode, call: Callable[[Any], None], examples: int) -> None:
+    """``examples`` generated cases of ``operation`` (derandomized: the same cases every run), each to ``call``."""
+    run = settings(
+        max_examples=examples,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        derandomize=True,
+        database=None,
+    )(given(case=operation.as_strategy(generation_mode=mode))(call))
+    try:
+        run()
+    except Unsatisfiable:
+        assert mode is GenerationMode.NEGATIVE  # nothing to make invalid (e.g. /healthz)
+
+
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
 def test_fuzz_finds_no_server_errors(broker: Harness, mode: GenerationMode) -> None:
     # schemathesis' own pytest loader does not work with pytest 9 yet; drive hypothesis directly.
@@ -122,17 +137,7 @@ def test_fuzz_finds_no_server_errors(broker: Harness, mode: GenerationMode) -> N
     CALLS.clear()
     SKIPPED.clear()
     for operation in operations:
-        run = settings(
-            max_examples=EXAMPLES,
-            deadline=None,
-            suppress_health_check=list(HealthCheck),
-            derandomize=True,
-            database=None,
-        )(given(case=operation.as_strategy(generation_mode=mode))(call))
-        try:
-            run()
-        except Unsatisfiable:
-            assert mode is GenerationMode.NEGATIVE  # nothing to make invalid (e.g. /healthz)
+        fuzz(operation, mode, call, EXAMPLES)
     assert len(CALLS) >= len(operations) * 5, CALLS
     assert len(SKIPPED) < len(CALLS) / 10, SKIPPED  # the head limit must not hide the app from the fuzz
     print(f"fuzz {mode.value}: {len(CALLS)} requests over {len(operations)} operations, {len(SKIPPED)} heads too large")
@@ -173,17 +178,7 @@ def test_fuzz_of_the_admin_api_answers_only_what_it_documents(admin_broker: Harn
 
     for operation in operations:
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
-            run = settings(
-                max_examples=ADMIN_EXAMPLES,
-                deadline=None,
-                suppress_health_check=list(HealthCheck),
-                derandomize=True,
-                database=None,
-            )(given(case=operation.as_strategy(generation_mode=mode))(call_admin))
-            try:
-                run()
-            except Unsatisfiable:
-                assert mode is GenerationMode.NEGATIVE
+            fuzz(operation, mode, call_admin, ADMIN_EXAMPLES)
     if who == "platform":
         assert {code for _, code in codes} == {401}, codes  # the platform's credentials never reach an admin route
     else:
