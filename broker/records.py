@@ -27,8 +27,12 @@ from opbroker.api.osb import (
     SFServiceInstance,
     SFServiceInstanceSpec,
 )
+from opbroker.api.shards import Shards
 from opbroker.broker import bodies
 from opbroker.broker.headers import RequestMeta
+
+#: One controller for everything: objects carry no shard label.
+UNSHARDED = Shards()
 
 
 class Kind(StrEnum):
@@ -197,12 +201,16 @@ def request_annotations(meta: RequestMeta) -> dict[str, str]:
     return result
 
 
-def instance_object(*, name: str, namespace: str, spec: Mapping[str, Any], meta: RequestMeta) -> dict[str, Any]:
+def instance_object(
+    *, name: str, namespace: str, spec: Mapping[str, Any], meta: RequestMeta, shards: Shards = UNSHARDED
+) -> dict[str, Any]:
+    """``shards``: the controller's; the instance is created labelled with the shard that handles it (issue 46)."""
     body = {
         "metadata": {
             "name": name,
             "namespace": namespace,
-            "labels": labels(service_id=spec["serviceId"], plan_id=spec["planId"], instance_name=name),
+            "labels": labels(service_id=spec["serviceId"], plan_id=spec["planId"], instance_name=name)
+            | shards.label(namespace, name),
             "annotations": request_annotations(meta) or None,
             # Created with the controller's finalizer: saves the controller a write per object.
             "finalizers": [conventions.FINALIZER],
@@ -212,15 +220,19 @@ def instance_object(*, name: str, namespace: str, spec: Mapping[str, Any], meta:
     return SFServiceInstance.model_validate(body).to_manifest()
 
 
-def binding_object(*, name: str, instance: Record, spec: Mapping[str, Any], meta: RequestMeta) -> dict[str, Any]:
-    """A binding lives beside its instance and is owned by it (so it cannot outlive it unnoticed)."""
+def binding_object(
+    *, name: str, instance: Record, spec: Mapping[str, Any], meta: RequestMeta, shards: Shards = UNSHARDED
+) -> dict[str, Any]:
+    """A binding lives beside its instance and is owned by it (so it cannot outlive it unnoticed), and is handled by
+    its instance's shard (labelled so, ``shards``: the controller's)."""
     body = {
         "metadata": {
             "name": name,
             "namespace": instance.namespace,
             "labels": labels(
                 service_id=spec["serviceId"], plan_id=spec["planId"], instance_name=instance.name, binding_name=name
-            ),
+            )
+            | shards.label(instance.namespace, instance.name),
             "annotations": request_annotations(meta) or None,
             "finalizers": [conventions.FINALIZER],
         },

@@ -163,7 +163,7 @@ def provision(
         if not isinstance(decision, decisions.Create):
             return broker.effects.conclude(decision, existing, accepts_incomplete=accepts_incomplete)
         spec = records.instance_spec(instance_id, body)
-        manifest = records.instance_object(name=name, namespace=namespace, spec=spec, meta=meta)
+        manifest = records.instance_object(name=name, namespace=namespace, spec=spec, meta=meta, shards=settings.shards)
         record = broker.effects.record_new(Kind.INSTANCE, manifest, OperationType.PROVISION)
         if record is None:
             continue
@@ -328,7 +328,7 @@ def bind(
     broker: Service,
     accepts_incomplete: AcceptsIncomplete = False,
 ) -> JSONResponse:
-    repository = broker.repository
+    settings, repository = broker.settings, broker.repository
     broker.admit(body.context)
     catalog = repository.catalog(wanting=(body.service_id, body.plan_id))
     instance = repository.find(Kind.INSTANCE, resource_name(instance_id))
@@ -359,7 +359,7 @@ def bind(
             return broker.effects.conclude(decision, existing, accepts_incomplete=accepts_incomplete)
         assert instance is not None
         spec = records.binding_spec(binding_id, instance_id, body, accepts_incomplete)
-        manifest = records.binding_object(name=name, instance=instance, spec=spec, meta=meta)
+        manifest = records.binding_object(name=name, instance=instance, spec=spec, meta=meta, shards=settings.shards)
         record = broker.effects.record_binding(instance, manifest, instance_id)
         if record is None:
             continue

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from opbroker.api.conventions import DEFAULT_NAMESPACE, catalog_namespaces
+from opbroker.api.shards import Shards
 from opbroker.broker.bodylimit import DEFAULT_MAX_BODY_BYTES
 from opbroker.broker.connections import DEFAULT_HEAD_TIMEOUT, DEFAULT_MAX_HEAD_BYTES
 from opbroker.broker.readiness import DEFAULT_DEADLINE
@@ -24,6 +25,9 @@ class Settings:
     catalog_namespaces: tuple[str, ...] = ()
     """The trusted namespaces the catalog is read from (``--catalog-namespace``, repeatable); empty:
     ``namespace`` alone — the controller's default too. Give both the same list."""
+    shards: Shards = field(default_factory=Shards)
+    """The controller's shards (``--shards``, the controller's count; issue 46): what the broker creates is labelled
+    with the shard that handles it (:mod:`opbroker.api.shards`). Unsharded: no label."""
     instance_namespace: str | None = None
     """Where instances go when the request context names no namespace (default: ``namespace``)."""
     context_namespaces: bool = True

@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from opbroker.api.conventions import DEFAULT_NAMESPACE
+from opbroker.api.shards import MAX_SHARDS, Shards
 from opbroker.cli.console import err, out
 
 app = typer.Typer(help="The OSB broker: serves the catalog's services over OSB API v2.17.", no_args_is_help=True)
@@ -37,6 +38,15 @@ def serve(
         str | None,
         typer.Option(help="Namespace for instances whose request context names none (default: --namespace)."),
     ] = None,
+    shards: Annotated[
+        int,
+        typer.Option(
+            help="The controller's shard count (its --shards): what the broker creates is labelled with the shard "
+            "that handles it.",
+            min=1,
+            max=MAX_SHARDS,
+        ),
+    ] = 1,
     context_namespaces: Annotated[
         bool, typer.Option(help="Record instances in the request's context.namespace (Kubernetes profile).")
     ] = True,
@@ -111,6 +121,7 @@ def serve(
         namespace=namespace,
         catalog_namespaces=tuple(catalog_namespace or ()),
         instance_namespace=instance_namespace,
+        shards=Shards(shards),
         context_namespaces=context_namespaces,
         allowed_namespaces=tuple(allowed_namespace or ()),
         allowed_namespace_selector=allowed_namespace_selector,

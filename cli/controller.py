@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import socket
 from typing import Annotated
 
 import typer
 
 from opbroker.api import webhooks
 from opbroker.api.conventions import DEFAULT_NAMESPACE, DEFAULT_PLAN_SERVICE_ACCOUNT, NAMESPACE_SERVICE_ACCOUNT
+from opbroker.api.shards import MAX_SHARDS, Shards, index_from_hostname
 from opbroker.cli.options import KubeconfigOption
 from opbroker.controller.core.budgets import NamespaceBudgets
 from opbroker.controller.multicluster.core.scheduling import SchedulerName
@@ -87,6 +89,25 @@ def run(
         ),
     ] = 10.0,
     leader_election: Annotated[bool, typer.Option(help="Campaign for a Lease (active-passive replicas).")] = True,
+    shards: Annotated[
+        int,
+        typer.Option(
+            help="Split the instances and bindings over this many shards, each handled by the replicas of its own "
+            "--shard (one Lease per shard). Give the broker the same --shards.",
+            min=1,
+            max=MAX_SHARDS,
+        ),
+    ] = 1,
+    shard: Annotated[
+        int | None, typer.Option(help="This replica's shard, 0 to --shards - 1 (or --shard-from-hostname).", min=0)
+    ] = None,
+    shard_from_hostname: Annotated[
+        bool,
+        typer.Option(
+            help="Take the shard from the hostname's StatefulSet ordinal (<name>-<n>): n modulo --shards, so "
+            "--shards * r pods give every shard r replicas."
+        ),
+    ] = False,
     metrics_port: Annotated[
         int | None, typer.Option(help="Serve Prometheus metrics and /healthz, /readyz on this port.")
     ] = None,
@@ -249,6 +270,7 @@ def run(
 
     settings = ControllerSettings(
         namespace=namespace,
+        shards=_shards(shards, shard, from_hostname=shard_from_hostname),
         catalog_namespaces=tuple(catalog_namespace or ()),
         registry_namespace=registry_namespace,
         workers=workers,
@@ -285,3 +307,15 @@ def run(
         policies=policies,
     )
     run_controller(settings, kubeconfig=kubeconfig)
+
+
+def _shards(count: int, index: int | None, *, from_hostname: bool) -> Shards:
+    """This replica's place among ``count`` shards, from ``--shard`` or its hostname's ordinal."""
+    if from_hostname and index is not None:
+        raise typer.BadParameter("give --shard or --shard-from-hostname, not both", param_hint="--shard")
+    try:
+        if from_hostname:
+            index = index_from_hostname(socket.gethostname(), count)
+        return Shards(count, index or 0)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--shard") from None

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import json
 import logging
 from collections.abc import Sequence
@@ -41,9 +42,9 @@ from opbroker.controller.osb.reconciling import Deps
 from opbroker.controller.runtime import metrics, resync, trim
 from opbroker.controller.runtime.clock import SYSTEM
 from opbroker.controller.runtime.executor import OwnWrites
-from opbroker.controller.runtime.informers import Informers
+from opbroker.controller.runtime.informers import Informers, StreamKey
 from opbroker.controller.runtime.keys import Key
-from opbroker.controller.runtime.kube import SECRETS, Kube
+from opbroker.controller.runtime.kube import SECRETS, Kind, Kube
 from opbroker.controller.runtime.memory import Dependents, PerKey
 from opbroker.controller.runtime.outcomes import DONE
 from opbroker.controller.runtime.runner import Runtime
@@ -52,6 +53,7 @@ from opbroker.controller.runtime.store import UNKNOWN, ObjectStore
 from opbroker.controller.runtime.watches import Watch
 from opbroker.controller.servicecatalog.handlers import ServiceCatalog
 from opbroker.controller.settings import ControllerSettings
+from opbroker.controller.shards.assigner import Assigner, BindingAssigner, InstanceAssigner
 from opbroker.kubeclient.wire import JsonBody, mapping_of
 from opbroker.rendering import HttpFetcher, Renderer
 
@@ -120,13 +122,34 @@ class Controller:
             self.instances,
             self.bindings,
             PlanEntryReconciler(
-                self.kube, self.renderer, self.catalog, policies=self.runtime.policies, clock=self.runtime.clock
+                self.kube,
+                self.renderer,
+                self.catalog,
+                policies=self.runtime.policies,
+                clock=self.runtime.clock,
+                hold_unused=settings.shards.sharded,
             ),
             ServiceEntryReconciler(
                 self.kube, self.renderer, self.catalog, policies=self.runtime.policies, clock=self.runtime.clock
             ),
         ):
             self.runtime.register(reconciler)
+        shards = settings.shards
+        self.assigners: tuple[Assigner, ...] = ()
+        if shards.sharded and shards.coordinator:  # shard 0 labels what no shard handles (issue 46)
+            self.assigners = tuple(
+                assigner(
+                    self.kube,
+                    shards,
+                    namespace=settings.namespace,
+                    lease=settings.lease_name,
+                    lease_seconds=settings.lease_seconds,
+                    clock=self.runtime.clock,
+                )
+                for assigner in (InstanceAssigner, BindingAssigner)
+            )
+        for assigner in self.assigners:
+            self.runtime.register(assigner)
         self.claims = Claims(self.kube, settings.claims, self.catalog, self.runtime, self.namespace_door)
         self.service_catalog = ServiceCatalog(
             self.kube,
@@ -153,7 +176,7 @@ class Controller:
                 (settings.default_plan_service_account,),
                 clock=self.runtime.clock,
             )
-            if settings.onboard_namespace_selector is not None
+            if settings.onboard_namespace_selector is not None and settings.shards.coordinator
             else None
         )
 
@@ -170,9 +193,11 @@ class Controller:
         await asyncio.to_thread(self._read_before_start)
         self.runtime.start()
         self.watchers.start(asyncio.get_running_loop())
-        # One Secret watch for everyone: the claims' events and the store's Secret versions (the plans' sources).
-        self.watchers.subscribe(SECRETS, lambda _event_type, secret: self.claims.on_secret(secret))
-        self.watchers.subscribe(SECRETS, lambda _event_type, secret: self.service_catalog.on_secret(secret))
+        coordinator = self.settings.shards.coordinator
+        if coordinator:
+            # One Secret watch for everyone: the claims' events and the store's Secret versions (the plans' sources).
+            self.watchers.subscribe(SECRETS, lambda _event_type, secret: self.claims.on_secret(secret))
+            self.watchers.subscribe(SECRETS, lambda _event_type, secret: self.service_catalog.on_secret(secret))
         runtime = self.runtime
         self._trimmer = asyncio.get_running_loop().create_task(
             trim.trim_when_settled(
@@ -193,6 +218,23 @@ class Controller:
             ),
             name="day-two resync",
         )
+        if coordinator:
+            self._start_coordination()
+        self.informers = Informers(
+            self.kube.api_client,
+            self.all_watches(),
+            on_page=self._listed_page,
+            on_listed=self._listed,
+            on_lost=self._lost,
+            watch_seconds=self.settings.timeouts.watch,
+            retry=self.settings.policies.watches,
+        )
+        self.informers.start()
+
+    def _start_coordination(self) -> None:
+        """What is done once per control plane — by its one controller, or sharded by shard 0 (issue 46): registry
+        housekeeping, multi-cluster, the admin API's requests, namespace onboarding, the assigner."""
+        runtime = self.runtime
         self._housekeeper = asyncio.get_running_loop().create_task(
             registry_sweep.keep_house(
                 self.kube,
@@ -219,16 +261,6 @@ class Controller:
         if self.onboarder is not None:  # Namespaces: a core kind, watched like Secrets (the informers take none)
             self.onboarder.start()
             self.watchers.subscribe(NAMESPACES, self.onboarder.on_namespace)
-        self.informers = Informers(
-            self.kube.api_client,
-            self.all_watches(),
-            on_page=self._listed_page,
-            on_listed=self._listed,
-            on_lost=self._lost,
-            watch_seconds=self.settings.timeouts.watch,
-            retry=self.settings.policies.watches,
-        )
-        self.informers.start()
 
     def _followed(self) -> list[resync.Followed]:
         """The settled instances the resync sweeps: each with what its last check read, and the versions read."""
@@ -243,23 +275,32 @@ class Controller:
             return resync.Unknown
         return None if found is None else str(found)
 
-    def _listed_page(self, resource: tuple[str, str], objects: Sequence[JsonBody]) -> None:
+    def _stored(self, stream: StreamKey) -> Kind | None:
+        """The kind the store keeps from ``stream``: our instances' and bindings' (this shard's, sharded)."""
+        for kind in (INSTANCES, BINDINGS):
+            if stream == (f"{kind.group}/{kind.version}", kind.plural, self.settings.shards.selector):
+                return kind
+        return None
+
+    def _listed_page(self, stream: StreamKey, objects: Sequence[JsonBody]) -> None:
         """A page of a listing of one of our kinds: held in the store before its events are handled."""
-        for kind in (INSTANCES, BINDINGS):
-            if resource == (f"{kind.group}/{kind.version}", kind.plural):
-                self.kube.store.hold_page(kind.store_key, objects)
+        kind = self._stored(stream)
+        if kind is not None:
+            self.kube.store.hold_page(kind.store_key, objects)
 
-    def _listed(self, resource: tuple[str, str], listed: frozenset[tuple[str, str]]) -> None:
-        """A whole listing of one of our kinds: its store type is complete (absent means absent)."""
-        for kind in (INSTANCES, BINDINGS):
-            if resource == (f"{kind.group}/{kind.version}", kind.plural):
-                self.kube.store.complete(kind.store_key, listed)
+    def _listed(self, stream: StreamKey, listed: frozenset[tuple[str, str]]) -> None:
+        """A whole listing of one of our kinds: its store type is complete (absent means absent) — unless sharded:
+        then it holds one shard's, and an object it lacks may be another shard's (a binding's instance read while
+        the two move, the coordinator's reads of any instance), so such a read goes to the API."""
+        kind = self._stored(stream)
+        if kind is not None:
+            self.kube.store.complete(kind.store_key, listed, whole=not self.settings.shards.sharded)
 
-    def _lost(self, resource: tuple[str, str]) -> None:
+    def _lost(self, stream: StreamKey) -> None:
         """A stream broke off: events may be missed until it is listed again, so reads go to the API."""
-        for kind in (INSTANCES, BINDINGS):
-            if resource == (f"{kind.group}/{kind.version}", kind.plural):
-                self.kube.store.forget_type(kind.store_key)
+        kind = self._stored(stream)
+        if kind is not None:
+            self.kube.store.forget_type(kind.store_key)
 
     def _read_before_start(self) -> None:
         """Start-up's blocking reads: the catalog, and the discovery of the core kinds subscribed to below (then
@@ -306,20 +347,43 @@ class Controller:
 
     def watches(self) -> list[Watch]:
         """The catalog entries, instances and bindings: what the controller's own reconcilers watch."""
+        shards = self.settings.shards
+        selector = shards.selector  # sharded: this shard's instances and bindings only
+        unplaced = [
+            Watch.of(
+                assigner.resource,
+                functools.partial(self._on_unplaced, assigner),
+                id=f"unplaced-{assigner.resource.plural}",
+                label_selector=shards.unplaced_selector,
+            )
+            for assigner in self.assigners
+        ]
         return [
             Watch.of(SERVICES, self.on_service, id="sfservices"),
             Watch.of(PLANS, self.on_plan, id="sfplans"),
-            Watch.of(INSTANCES, self.on_instance, id="sfserviceinstances"),
-            Watch.of(BINDINGS, self.on_binding, id="sfservicebindings"),
+            Watch.of(INSTANCES, self.on_instance, id="sfserviceinstances", label_selector=selector),
+            Watch.of(BINDINGS, self.on_binding, id="sfservicebindings", label_selector=selector),
+            *unplaced,
         ]
+
+    def _on_unplaced(self, assigner: Assigner, event_type: str, body: JsonBody) -> None:
+        """An instance or binding no shard handles (sharded, shard 0): queued for the assigner to label."""
+        key = assigner.on_event(event_type, body)
+        if key is not None:
+            self.runtime.enqueue(key)
 
     def all_watches(self) -> list[Watch]:
         """Every subsystem's watches: the controller's, the clusters' (multi-cluster), the claims', the Service
-        Catalog's."""
+        Catalog's — the last two on the coordinator only (sharded, shard 0: claims and the Service Catalog's objects
+        are not sharded)."""
         clusters = self.multicluster.watches() if self.multicluster is not None else []
+        if not self.settings.shards.coordinator:
+            return [*self.watches(), *clusters]
         return [*self.watches(), *clusters, *self.claims.watches(), *self.service_catalog.watches()]
 
     def _enqueue(self, key: Key) -> None:
+        if key.kind in COORDINATED and not self.settings.shards.coordinator:
+            return  # the catalog's entries are reconciled by shard 0 (their events reach every shard)
         self.runtime.enqueue(key)
 
     def on_service(self, event_type: str, body: JsonBody) -> None:
@@ -461,6 +525,10 @@ class Controller:
         if self.own_writes.caused(key, seen.resource_version):
             return False
         return previous != seen.fingerprint
+
+
+#: The kinds reconciled once per control plane: sharded, by shard 0 only (:attr:`Shards.coordinator`).
+COORDINATED = frozenset({"service", "plan"})
 
 
 class PlanRead(NamedTuple):

@@ -65,6 +65,7 @@ def api_client_for(
     timeouts: deadlines.Timeouts = deadlines.DEFAULT_TIMEOUTS,
     reached: contact.ApiContact | None = None,
     context: str | None = None,
+    user_agent: str = USER_AGENT,
 ) -> client.ApiClient:
     """The official client, configured from a kubeconfig (its ``context``: default the current one) or the pod's
     service account, with ``timeouts`` on every call; each answer is reported to ``reached``."""
@@ -82,8 +83,14 @@ def api_client_for(
         configuration,
         timeouts=timeouts,
         on_answer=reached.answered if reached is not None else None,
-        user_agent=USER_AGENT,
+        user_agent=user_agent,
     )
+
+
+def user_agent_of(settings: ControllerSettings) -> str:
+    """The controller's user agent: sharded, it names the shard (audit logs tell the shards' requests apart)."""
+    shards = settings.shards
+    return f"{USER_AGENT}/shard-{shards.index}" if shards.sharded else USER_AGENT
 
 
 def run(settings: ControllerSettings, *, kubeconfig: str | None) -> None:
@@ -99,7 +106,7 @@ def run(settings: ControllerSettings, *, kubeconfig: str | None) -> None:
     if kubeconfig:
         os.environ["KUBECONFIG"] = kubeconfig
     reached = contact.ApiContact()
-    api = api_client_for(kubeconfig, timeouts=settings.timeouts, reached=reached)
+    api = api_client_for(kubeconfig, timeouts=settings.timeouts, reached=reached, user_agent=user_agent_of(settings))
     controller = Controller(api, settings)
     probe_every = min(settings.policies.api_probe.base, settings.stuck_seconds / 4)
     state.add_check(lambda: reached.problem(settings.stuck_seconds), liveness=True)
@@ -156,7 +163,7 @@ class Process:
         election = self.election()
         self.state.standby()
         settings = self.settings
-        logger.info("%s campaigning for lease %s/%s", self.identity, settings.namespace, settings.lease_name)
+        logger.info("%s campaigning for lease %s/%s", self.identity, settings.namespace, settings.lease)
         if not await self.unless_stopped(election.campaign()):
             await election.close()
             return 0  # asked to stop while standing by: nothing to hand over
@@ -191,12 +198,15 @@ class Process:
         lease_seconds = max(1.0, settings.renew_deadline / 4)
         timeouts = deadlines.Timeouts(connect=lease_seconds, request=lease_seconds)
         lease_client = deadlines.bounded(
-            self.api.configuration, timeouts=timeouts, on_answer=self.reached.answered, user_agent=USER_AGENT
+            self.api.configuration,
+            timeouts=timeouts,
+            on_answer=self.reached.answered,
+            user_agent=user_agent_of(settings),
         )
         lock = leadership.LeaseLock(
             AsyncTransport(transport_of(lease_client)),
             settings.namespace,
-            settings.lease_name,
+            settings.lease,
             self.identity,
             lease_seconds=settings.lease_seconds,
         )

@@ -15,6 +15,7 @@ from opbroker.api.conventions import (
     NAMESPACE_SERVICE_ACCOUNT,
     catalog_namespaces,
 )
+from opbroker.api.shards import Shards
 from opbroker.controller.claims.settings import ClaimsSettings
 from opbroker.controller.core.budgets import NamespaceBudgets
 from opbroker.controller.runtime.policies import Policies
@@ -64,6 +65,11 @@ class ControllerSettings:
     key waits for at most one key of each namespace with work ready, not for the flood."""
     leader_election: bool = True
     lease_name: str = "opbroker-controller"
+    """The Lease replicas campaign for; sharded, each shard's is ``<lease_name>-shard-<i>`` (:attr:`lease`)."""
+    shards: Shards = field(default_factory=Shards)
+    """This replica's shard of the instances and bindings (``--shards``, ``--shard``; issue 46): it watches only
+    those labelled with it and campaigns for its shard's Lease; shard 0 also does what is done once per control
+    plane. One shard (the default): everything, as before shards. Not with :attr:`multicluster`."""
     lease_seconds: int = 15
     """How long a leader's lease lasts without renewal: the longest a failover takes."""
     shutdown_seconds: float = 5.0
@@ -139,6 +145,15 @@ class ControllerSettings:
     policies: Policies = field(default_factory=Policies)
     """Every backoff and retry or poll interval, with jitter (:mod:`opbroker.controller.runtime.policies`;
     ``--policy NAME=BASE[:CAP[:GIVE_UP[:JITTER]]]``, repeatable). Tests name a ``seed`` for the same draws."""
+
+    def __post_init__(self) -> None:
+        if self.shards.sharded and self.multicluster:
+            raise ValueError("a multi-cluster master runs unsharded (--shards 1): its placement sees every instance")
+
+    @property
+    def lease(self) -> str:
+        """The Lease this replica campaigns for: its shard's (:meth:`opbroker.api.shards.Shards.lease`)."""
+        return self.shards.lease(self.lease_name)
 
     @property
     def registries_namespace(self) -> str:

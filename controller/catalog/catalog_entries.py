@@ -31,6 +31,7 @@ its id (queued by every event of such a plan); deleted meanwhile, it waits, Read
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -155,9 +156,19 @@ class PlanEntryReconciler(ServiceEntryReconciler):
     resource: ClassVar[Kind] = PLANS
 
     def __init__(
-        self, kube: Kube, renderer: Renderer, catalog: Catalog, *, policies: Policies = DEFAULTS, clock: Clock = SYSTEM
+        self,
+        kube: Kube,
+        renderer: Renderer,
+        catalog: Catalog,
+        *,
+        policies: Policies = DEFAULTS,
+        clock: Clock = SYSTEM,
+        hold_unused: bool = False,
     ) -> None:
         super().__init__(kube, renderer, catalog, policies=policies, clock=clock)
+        self.hold_unused = hold_unused
+        """Sharded (issue 46): a plan is held from the start — the instances whose first apply waits for the hold
+        are other shards', which never bring the plan's key to this one's queue."""
         self._verdicts: dict[Key, tuple[Mark, Verdict]] = {}
         self._verdicts_lock = Lock()
 
@@ -166,15 +177,19 @@ class PlanEntryReconciler(ServiceEntryReconciler):
 
     def observe(self, key: Key) -> EntryFacts | None:
         facts = self.observe_entry(key)
+        if facts is not None and self.hold_unused:
+            facts = dataclasses.replace(facts, hold_unused=True)
         if facts is None or not facts.trusted or not entry_plan.entry_needs_count(facts.entry.meta):
             return facts
+        if self.hold_unused and not facts.entry.meta.deleting:
+            return facts  # held whatever uses it: nothing to count
         plan_id = facts.entry.osb_id
         others = [v for v in self.catalog.plan_views(plan_id) if _key(v) != (key.namespace, key.name)]
         if facts.entry.meta.deleting and any(not other.meta.deleting for other in others):
             return facts  # another trusted SFPlan declares the id and stays: it serves the instances, none waits
         users = decisions.plan_users(_instances(self.kube), plan_id)
         recheck_in = self.policies.delay(self.policies.in_use_recheck)
-        return EntryFacts(key, facts.entry, facts.verdict, users, recheck_in=recheck_in, now=facts.now)
+        return dataclasses.replace(facts, users=users, recheck_in=recheck_in)
 
     @staticmethod
     def plan(facts: EntryFacts) -> Sequence[Any]:

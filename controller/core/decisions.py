@@ -447,13 +447,15 @@ def entry_needs_count(meta: Meta) -> bool:
     return meta.deleting == meta.held
 
 
-def entry_guard(meta: Meta, *, users: int) -> PlanGuard:
-    """The finalizer step of a catalog entry (an SFPlan, or an SFService: issue 29) that ``users`` objects use."""
+def entry_guard(meta: Meta, *, users: int, hold_unused: bool = False) -> PlanGuard:
+    """The finalizer step of a catalog entry (an SFPlan, or an SFService: issue 29) that ``users`` objects use.
+    ``hold_unused``: held before anything uses it — sharded (issue 46), the instances that would ask for their plan's
+    hold are other shards' and not seen here; the deletion still waits for, and counts, the users."""
     if meta.deleting:
         if not meta.held:
             return PlanGuard.NOTHING
         return PlanGuard.WAIT if users else PlanGuard.RELEASE
-    return PlanGuard.HOLD if users and not meta.held else PlanGuard.NOTHING
+    return PlanGuard.HOLD if (users or hold_unused) and not meta.held else PlanGuard.NOTHING
 
 
 def plan_users(instances: Iterable[InstanceView], plan_id: str) -> int:

@@ -109,7 +109,10 @@ class BindingReconciler(PassingReconciler[BindingFacts, OsbAction]):
         if body is None:
             return None
         binding = BindingView.of(body)
-        found = kube.get_custom(INSTANCES, key.namespace, resource_name(binding.instance_ref))
+        instance_name = resource_name(binding.instance_ref)
+        if not self.deps.keeps(BINDINGS, body, instance_name):
+            return None  # another shard's (issue 46)
+        found = kube.get_custom(INSTANCES, key.namespace, instance_name)
         instance = InstanceView.of(found) if found is not None else None
         entry = self.deps.catalog.plan(instance.plan_id if instance is not None else binding.plan_id)
         version = (binding.meta.generation, entry.hash if entry else None)

@@ -151,8 +151,8 @@ class InstanceReconciler(PassingReconciler[InstanceFacts, OsbAction]):
         """The facts every pass starts from: the instance, its plan, its bindings' count, the apply pending, and where
         it is placed (multi-cluster; read last, as placement always was)."""
         body = self.deps.kube.get_custom(INSTANCES, key.namespace, key.name)
-        if body is None:
-            return None
+        if body is None or not self.deps.keeps(INSTANCES, body, key.name):
+            return None  # gone, or another shard's (issue 46)
         view = InstanceView.of(body)
         entry = self.deps.catalog.plan(view.plan_id)
         settings = self.deps.settings

@@ -22,6 +22,7 @@ from opbroker.controller.runtime.executor import OwnWrites
 from opbroker.controller.runtime.kube import Kind, Kube
 from opbroker.controller.runtime.sources import ObjectKey, SourceIndex, SourceWatchers
 from opbroker.controller.settings import ControllerSettings
+from opbroker.controller.shards import handover
 from opbroker.kubeclient.wire import JsonObject
 from opbroker.rendering import Renderer
 
@@ -90,6 +91,10 @@ class Deps:
     budgets: Budgeting = field(default_factory=Budgeting)
     clock: Clock = SYSTEM
     """The runtime's clock: the facts' ``now`` and day two's drift windows read it (tests pass a fake one)."""
+
+    def keeps(self, kind: Kind, body: JsonObject, instance: str) -> bool:
+        """Whether this shard handles ``body`` (:func:`opbroker.controller.shards.handover.keeps`; unsharded: yes)."""
+        return handover.keeps(self.kube, self.settings.shards, kind, body, instance)
 
 
 @dataclass(frozen=True)

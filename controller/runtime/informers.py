@@ -49,21 +49,24 @@ LIST_PAGE = 500
 #: ended); the controller passes its ``--watch-seconds``.
 WATCH_SECONDS = 60
 
-Page = Callable[[tuple[str, str], Sequence[JsonBody]], None]
-"""Told each page of a resource's listing before its objects are delivered: (apiVersion, plural), the objects."""
-Listed = Callable[[tuple[str, str], frozenset[Identity]], None]
-"""Told that a resource's listing is whole (every page told): (apiVersion, plural), the identities listed."""
-Lost = Callable[[tuple[str, str]], None]
-"""Told that a resource's stream broke off (events may have been missed until it is listed again)."""
+StreamKey = tuple[str, str, str | None]
+"""One stream: (apiVersion, plural, label selector — None: every object)."""
+Page = Callable[[StreamKey, Sequence[JsonBody]], None]
+"""Told each page of a stream's listing before its objects are delivered: the stream, the objects."""
+Listed = Callable[[StreamKey, frozenset[Identity]], None]
+"""Told that a stream's listing is whole (every page told): the stream, the identities listed."""
+Lost = Callable[[StreamKey], None]
+"""Told that a stream broke off (events may have been missed until it is listed again)."""
 
 
 @dataclass(frozen=True)
 class Resource:
-    """One watched resource and the watches that take its events."""
+    """One watched resource (its objects matching one label selector) and the watches that take its events."""
 
     api_version: str
     plural: str
     watches: tuple[Watch, ...]
+    label_selector: str | None = None
 
     @property
     def kind(self) -> str | None:
@@ -71,8 +74,13 @@ class Resource:
         return next((w.kind for w in self.watches if w.kind), None)
 
     @property
-    def key(self) -> tuple[str, str]:
-        return self.api_version, self.plural
+    def name(self) -> str:
+        """The informer's name in logs: its plural, and its selector when it has one."""
+        return f"informer-{self.plural}" + (f"[{self.label_selector}]" if self.label_selector else "")
+
+    @property
+    def key(self) -> StreamKey:
+        return self.api_version, self.plural, self.label_selector
 
     @property
     def metadata_only(self) -> bool:
@@ -80,21 +88,30 @@ class Resource:
         return all(w.metadata_only for w in self.watches)
 
     def collection(self, page: int) -> Collection:
-        return Collection(self.api_version, self.plural, self.kind, metadata_only=self.metadata_only, page=page)
+        return Collection(
+            self.api_version,
+            self.plural,
+            self.kind,
+            label_selector=self.label_selector,
+            metadata_only=self.metadata_only,
+            page=page,
+        )
 
 
 def resources_of(watches: Iterable[Watch]) -> list[Resource]:
-    """The declared watches grouped by resource (declaration order kept); ids must be unique."""
+    """The declared watches grouped by resource and label selector (declaration order kept); ids must be unique."""
     seen: set[str] = set()
-    grouped: dict[tuple[str, str], list[Watch]] = {}
+    grouped: dict[StreamKey, list[Watch]] = {}
     for watch in watches:
         if watch.id in seen:
             raise ValueError(f"two watches are declared with the id {watch.id!r}")
         seen.add(watch.id)
         if "/" not in watch.api_version:
             raise ValueError(f"{watch.id}: core-group resources are not informed here (Secrets: SourceWatchers)")
-        grouped.setdefault((watch.api_version, watch.plural), []).append(watch)
-    resources = [Resource(api_version, plural, tuple(ws)) for (api_version, plural), ws in grouped.items()]
+        grouped.setdefault((watch.api_version, watch.plural, watch.label_selector), []).append(watch)
+    resources = [
+        Resource(api_version, plural, tuple(ws), selector) for (api_version, plural, selector), ws in grouped.items()
+    ]
     for resource in resources:
         if resource.metadata_only and not resource.kind:
             raise ValueError(f"{resource.plural}: a metadata-only watch must name its kind")
@@ -128,7 +145,8 @@ class Informers:
                 on_lost=None if on_lost is None else _ignoring_why(on_lost, resource.key),
                 watch_seconds=watch_seconds,
                 retry=retry,
-                name=f"informer-{resource.plural}",
+                name=f"informer-{resource.plural}"
+                + (f"[{resource.label_selector}]" if resource.label_selector else ""),
             )
             for resource in self.resources
         ]
@@ -168,7 +186,7 @@ class Informers:
                 logger.exception("the %s handler failed on a %s event", watch.id, event_type)
 
 
-def _ignoring_why(lost: Lost, key: tuple[str, str]) -> Callable[[str], None]:
+def _ignoring_why(lost: Lost, key: StreamKey) -> Callable[[str], None]:
     """The informer says why a stream broke (it logs it); the controller needs only which."""
 
     def call(_why: str) -> None:

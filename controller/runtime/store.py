@@ -174,14 +174,17 @@ class ObjectStore:
             else:
                 self.note(type_key, obj)
 
-    def complete(self, type_key: TypeKey, listed: Collection[tuple[str, str]]) -> None:
+    def complete(self, type_key: TypeKey, listed: Collection[tuple[str, str]], *, whole: bool = True) -> None:
         """The listing whose pages :meth:`hold_page` held is whole: ``listed`` names (namespace, name) every
-        object in it. What is held of the type beyond it is gone; from now on absent means absent."""
+        object in it. What is held of the type beyond it is gone; from now on absent means absent — unless the
+        listing was not of the ``whole`` type (a shard's, by label selector): then an object not held is still
+        read from the API."""
         with self._lock:
             for key in [key for key in self._objects if key[:2] == type_key and key[2:] not in listed]:
                 self._release(key)
             self._fed.add(type_key)
-            self._complete.add(type_key)
+            if whole:
+                self._complete.add(type_key)
 
     def forget_type(self, type_key: TypeKey) -> None:
         """The watch of ``type_key`` broke off: serve nothing of it until it is listed or fed again."""

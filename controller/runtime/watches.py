@@ -37,11 +37,18 @@ class Watch:
     """The handler gets ``apiVersion``, ``kind`` and ``metadata`` only (no copy of spec or status is made)."""
     kind: str | None = None
     """The resource's kind: required of a metadata-only watch (the API server's partial objects do not say it)."""
+    label_selector: str | None = None
+    """Only the objects whose labels match (a shard's instances and bindings, issue 46); None: every object. Watches
+    of one resource with different selectors are streams of their own."""
 
     @classmethod
-    def of(cls, kind: Kind, handler: Handler, *, id: str, metadata_only: bool = False) -> Watch:
+    def of(
+        cls, kind: Kind, handler: Handler, *, id: str, metadata_only: bool = False, label_selector: str | None = None
+    ) -> Watch:
         """The watch of one of the controller's :class:`~.kube.Kind` resources."""
-        return cls(f"{kind.group}/{kind.version}", kind.plural, handler, id, metadata_only)
+        return cls(
+            f"{kind.group}/{kind.version}", kind.plural, handler, id, metadata_only, label_selector=label_selector
+        )
 
     @property
     def group_version(self) -> tuple[str, str]:

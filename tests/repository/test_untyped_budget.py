@@ -46,6 +46,7 @@ BUDGET = {
     "controller/osb": 0,
     "controller/runtime": 0,
     "controller/servicecatalog": 0,
+    "controller/shards": 0,
     "devcluster": 22,
     "gorender": 0,
     "kubeclient": 2,

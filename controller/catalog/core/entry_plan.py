@@ -48,6 +48,8 @@ class EntryFacts:
     """The object lives in a trusted namespace (else it is a tenant's: warned about, never served)."""
     warned: bool = False
     """Untrusted, and already warned about at this generation (by this controller process)."""
+    hold_unused: bool = False
+    """Hold the entry before anything uses it (sharded: :func:`.decisions.entry_guard`)."""
     recheck_in: float = DEFAULTS.in_use_recheck.base
     """When an entry whose deletion waits for its users is looked at again: the policy table's ``in_use_recheck``,
     jittered by the edge."""
@@ -94,7 +96,7 @@ def waiting(facts: EntryFacts, verdict: Verdict) -> list[Any]:
 def _plan(facts: EntryFacts, in_use: Verdict) -> Sequence[Any]:
     if not facts.trusted:
         return untrusted(facts)
-    step = entry_guard(facts.entry.meta, users=facts.users)
+    step = entry_guard(facts.entry.meta, users=facts.users, hold_unused=facts.hold_unused)
     if step is PlanGuard.RELEASE:
         return [a.EnsureFinalizer(present=False)]  # deleted and unused: it goes, nothing more is written to it
     held = [a.EnsureFinalizer(present=True)] if step is PlanGuard.HOLD else []
