@@ -86,8 +86,10 @@ class Cluster:
         self.processes.clear()
 
 
-def start_cluster(name: str) -> Cluster:
-    plane = ControlPlane(name)
+def start_cluster(name: str, *, audit: bool = False) -> Cluster:
+    """A control plane with opbroker's CRDs and admission, the demo CRD and the catalog namespace; ``audit``: its
+    API server logs every request (``plane.audit_log``)."""
+    plane = ControlPlane(name, audit=audit)
     plane.up(progress=lambda message: print(f"[{name}] {message}"))
     api = config.new_client_from_config(config_file=str(plane.kubeconfig))
     install_crds(api)
