@@ -268,6 +268,10 @@ def run(
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--policy") from None
 
+    if multicluster and shards > 1:
+        raise typer.BadParameter(
+            "a multi-cluster master runs unsharded: its placement reads every instance", param_hint="--shards"
+        )
     settings = ControllerSettings(
         namespace=namespace,
         shards=_shards(shards, shard, from_hostname=shard_from_hostname),
