@@ -453,8 +453,41 @@ def controller_objects(spec: ControllerSpec) -> list[tuple[str, dict[str, Any]]]
             )
         )
     else:
-        objects += sharded_workload(
-            spec, names, meta(names.controller, "controller"), awaited_meta(names.controller, "controller"), template
+        # Sharded (issue 46): a StatefulSet, so each pod has a stable ordinal in its hostname
+        # (``opbroker-controller-<n>``) that ``--shard-from-hostname`` turns into shard ``n mod shards`` — ``shards *
+        # replicas`` pods give every shard ``replicas`` — and the headless Service that governs it (``serviceName``:
+        # the API server needs none, but the OpenAPI schema before Kubernetes 1.33, which kubectl and Helm validate
+        # against, requires the field; headless, so pulumi-kubernetes does not wait for its endpoints). ``Parallel``:
+        # the shards start together, not one pod after the other; updates still roll one pod at a time, highest
+        # ordinal first, so with ``replicas`` >= 2 no shard is ever without a pod. No volume claims: no state.
+        objects.append(
+            (
+                "controller-headless-service",
+                {
+                    "apiVersion": "v1",
+                    "kind": "Service",
+                    "metadata": meta(names.controller, "controller"),
+                    "spec": {"clusterIP": "None", "selector": selector_labels("controller")},
+                },
+            )
+        )
+        objects.append(
+            (
+                "controller-statefulset",
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "StatefulSet",
+                    "metadata": awaited_meta(names.controller, "controller"),
+                    "spec": {
+                        "replicas": spec.shards * spec.replicas,
+                        "serviceName": names.controller,
+                        "podManagementPolicy": "Parallel",
+                        "selector": {"matchLabels": selector_labels("controller")},
+                        "updateStrategy": {"type": "RollingUpdate"},
+                        "template": template,
+                    },
+                },
+            )
         )
     objects.append(
         (
@@ -468,49 +501,6 @@ def controller_objects(spec: ControllerSpec) -> list[tuple[str, dict[str, Any]]]
         )
     )
     return objects
-
-
-def sharded_workload(
-    spec: ControllerSpec,
-    names: Names,
-    service_meta: dict[str, Any],
-    set_meta: dict[str, Any],
-    template: dict[str, Any],
-) -> list[tuple[str, dict[str, Any]]]:
-    """A sharded controller's pods: a StatefulSet, so each pod has a stable ordinal in its hostname
-    (``opbroker-controller-<n>``) that ``--shard-from-hostname`` turns into shard ``n mod shards`` — ``shards *
-    replicas`` pods give every shard ``replicas`` — and the headless Service that governs it (``serviceName``: the
-    API server accepts none, but the OpenAPI schema before Kubernetes 1.33, which kubectl and Helm validate
-    against, requires the field; headless, so pulumi-kubernetes does not wait for its endpoints). ``Parallel``: the
-    shards start together instead of one pod after the other; updates still roll one pod at a time, highest
-    ordinal first, so with ``replicas`` ≥ 2 no shard is ever without a pod. No volume claims: the pods keep no state."""
-    return [
-        (
-            "controller-headless-service",
-            {
-                "apiVersion": "v1",
-                "kind": "Service",
-                "metadata": service_meta,
-                "spec": {"clusterIP": "None", "selector": selector_labels("controller")},
-            },
-        ),
-        (
-            "controller-statefulset",
-            {
-                "apiVersion": "apps/v1",
-                "kind": "StatefulSet",
-                "metadata": set_meta,
-                "spec": {
-                    "replicas": spec.shards * spec.replicas,
-                    "serviceName": names.controller,
-                    "podManagementPolicy": "Parallel",
-                    "selector": {"matchLabels": selector_labels("controller")},
-                    "updateStrategy": {"type": "RollingUpdate"},
-                    "template": template,
-                },
-            },
-        ),
-    ]
 
 
 def plan_cluster_scoped(
