@@ -219,10 +219,10 @@ class ControlPlaneArgs(TypedDict):
     labels: NotRequired[dict[str, str]]
     """Extra labels on every object."""
     await_deployments: NotRequired[bool]
-    """Whether ``pulumi up`` waits for the controller and broker Deployments to become Available and for the
-    broker and webhook Services to find ready pods (default true). False (``pulumi.com/skipAwait`` on those four) for a
-    cluster whose pods cannot start yet, e.g. a control plane without nodes: the objects are created and ``up``
-    goes on."""
+    """Whether ``pulumi up`` waits for the controller and broker Deployments (the controller's StatefulSet when
+    sharded) to become Available and for the broker and webhook Services to find ready pods (default true). False
+    (``pulumi.com/skipAwait`` on those four) for a cluster whose pods cannot start yet, e.g. a control plane without
+    nodes: the objects are created and ``up`` goes on."""
     controller: NotRequired[ControllerArgs]
     """Controller settings."""
     broker: NotRequired[BrokerArgs]
