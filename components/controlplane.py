@@ -774,10 +774,10 @@ class ControlPlane(pulumi.ComponentResource):
             opts=child(*in_namespace),
         )
 
-        # The controller: active-passive, leader election through a Lease — or one Lease per shard, each shard's
-        # pods a StatefulSet's ordinals (modulo the shard count), governed by a headless Service.
-        # ``controller``: a Deployment, or sharded a StatefulSet (``opbroker-controller`` either way) — what a catalog's
-        # ``depends_on`` names so that ``destroy`` removes the controller after the catalog.
+        # The controller: active-passive, leader election through a Lease — or sharded, one Lease per shard and the
+        # pods a StatefulSet's (ordinal modulo the shard count), governed by a headless Service. ``controller`` is
+        # the Deployment or the StatefulSet (``opbroker-controller`` either way): what a catalog's ``depends_on``
+        # names so that ``destroy`` removes the controller after the catalog.
         self.controller: k8s.apps.v1.Deployment | k8s.apps.v1.StatefulSet
         if "controller-deployment" in objects:
             deployment = objects["controller-deployment"]
