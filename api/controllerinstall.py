@@ -3,10 +3,11 @@ part and of the master's installer for sister clusters (issue 29). Pure: no Pulu
 
 :func:`controller_objects` returns, in creation order, every object the controller needs in a cluster — its
 ServiceAccount, ClusterRole and Roles with their bindings (rules from :mod:`opbroker.api.rbac`), the default plan
-account, the admission webhook's Service and registration, the Deployment (command line from the settings) and
-its disruption budget — each keyed by the role it plays (``controller-deployment``), so the component wraps each in
-its typed Pulumi resource and the installer server-side-applies them as they are. Names, labels and pod specs are
-built here too, and the broker's pods share the pod builder.
+account, the admission webhook's Service and registration, the Deployment (command line from the settings) — or,
+sharded (``shards`` > 1, issue 46), a StatefulSet and its headless Service — and its disruption budget — each keyed
+by the role it plays (``controller-deployment``, ``controller-statefulset``), so the component wraps each in its
+typed Pulumi resource and the installer server-side-applies them as they are. Names, labels and pod specs are built
+here too, and the broker's pods share the pod builder.
 """
 
 from __future__ import annotations
@@ -189,6 +190,19 @@ def role_ref(kind: str, name: str) -> dict[str, str]:
     return {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name}
 
 
+def controller_shard_flags(shards: int) -> list[str]:
+    """The ``opbroker controller run`` flags of a controller split into ``shards`` shards: none unsharded; else the
+    count and ``--shard-from-hostname``, each pod taking its StatefulSet ordinal (its hostname's ``-<n>``) modulo
+    the count as its shard, so ``shards * replicas`` pods give each shard ``replicas`` (one leads its Lease)."""
+    return [] if shards == 1 else ["--shards", str(shards), "--shard-from-hostname"]
+
+
+def broker_shard_flags(shards: int) -> list[str]:
+    """The ``opbroker broker serve`` flags for a controller of ``shards`` shards: the broker labels what it creates
+    with its shard, so it must count as the controller does; none unsharded."""
+    return [] if shards == 1 else ["--shards", str(shards)]
+
+
 def controller_command(namespace: str, flags: Sequence[str] = ()) -> list[str]:
     command = ["opbroker", "controller", "run", "--namespace", namespace, "--metrics-port", str(METRICS_PORT)]
     return command + list(flags)
@@ -201,6 +215,11 @@ class ControllerSpec:
     namespace: str
     image: str
     replicas: int = 2
+    """Pods per shard (one leads, the others stand by): the StatefulSet of a sharded controller has
+    ``shards * replicas``."""
+    shards: int = 1
+    """Shards the controller is split into (1..``rbac.MAX_SHARDS``): 1 is a Deployment campaigning for one Lease;
+    more is a StatefulSet whose pods campaign for their shard's Lease (``rbac.shard_leases``)."""
     resources: Mapping[str, Mapping[str, str]] = field(default_factory=lambda: dict(CONTROLLER_RESOURCES))
     operator_rules: tuple[Mapping[str, Any], ...] = ()
     """The operator kinds plans render, granted to the default plan account per namespace."""
@@ -218,13 +237,17 @@ class ControllerSpec:
     """``opbroker controller run`` flags besides namespace, metrics port and webhook."""
     pods: PodSettings = PodSettings()
     await_deployments: bool = True
-    """False: the Deployment and the webhook Service carry ``pulumi.com/skipAwait`` (the component's option)."""
+    """False: the Deployment (or StatefulSet) and the webhook Service carry ``pulumi.com/skipAwait`` (the
+    component's option)."""
+
+    def __post_init__(self) -> None:
+        rbac.shard_leases(shards=self.shards)  # ValueError naming the bound: refused before any object is built
 
 
 def controller_objects(spec: ControllerSpec) -> list[tuple[str, dict[str, Any]]]:
     """(role, manifest) of every object the controller needs in a cluster, in creation order (accounts and
-    roles before their bindings, everything before the Deployment). The namespace and the CRDs are not among
-    them: the ControlPlane creates those itself, the installer first (:func:`prerequisites`)."""
+    roles before their bindings, everything before the Deployment or StatefulSet). The namespace and the CRDs are
+    not among them: the ControlPlane creates those itself, the installer first (:func:`prerequisites`)."""
     names = Names(spec.namespace)
     ns = spec.namespace
     pods = spec.pods
@@ -340,7 +363,7 @@ def controller_objects(spec: ControllerSpec) -> list[tuple[str, dict[str, Any]]]
             ),
         ]
     for role, name, found in (
-        ("leader-election", names.leader_election, rbac.controller_namespace_rules()),
+        ("leader-election", names.leader_election, rbac.controller_namespace_rules(shards=spec.shards)),
         # The registries of instances and bindings (issue 29), kept here where no consumer can read them.
         ("registries", names.registries, rbac.registry_rules()),
         *((("webhook", names.webhook, rbac.webhook_namespace_rules(names.webhook_secret)),) if spec.webhook else ()),
@@ -359,7 +382,7 @@ def controller_objects(spec: ControllerSpec) -> list[tuple[str, dict[str, Any]]]
             )
         )
     ports: list[dict[str, Any]] = [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}]
-    flags = list(spec.flags)
+    flags = list(spec.flags) + controller_shard_flags(spec.shards)
     if spec.onboard_namespace_selector is not None:
         flags += ["--onboard-namespace-selector", spec.onboard_namespace_selector]
     if spec.webhook:
@@ -401,32 +424,71 @@ def controller_objects(spec: ControllerSpec) -> list[tuple[str, dict[str, Any]]]
         )
         ports.append({"name": "webhook", "containerPort": WEBHOOK_PORT, "protocol": "TCP"})
         flags += webhook_flags(names)
-    objects.append(
-        (
-            "controller-deployment",
-            {
-                "apiVersion": "apps/v1",
-                "kind": "Deployment",
-                "metadata": awaited_meta(names.controller, "controller"),
-                "spec": {
-                    "replicas": spec.replicas,
-                    "selector": {"matchLabels": selector_labels("controller")},
-                    "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
-                    "template": pod_template(
-                        pods,
-                        component="controller",
-                        service_account=names.controller,
-                        image=spec.image,
-                        command=controller_command(ns, flags),
-                        env=downward_env(),
-                        ports=ports,
-                        probes=controller_probes(),
-                        resources={k: dict(v) for k, v in spec.resources.items()},
-                    ),
-                },
-            },
-        )
+    template = pod_template(
+        pods,
+        component="controller",
+        service_account=names.controller,
+        image=spec.image,
+        command=controller_command(ns, flags),
+        env=downward_env(),
+        ports=ports,
+        probes=controller_probes(),
+        resources={k: dict(v) for k, v in spec.resources.items()},
     )
+    if spec.shards == 1:
+        objects.append(
+            (
+                "controller-deployment",
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "Deployment",
+                    "metadata": awaited_meta(names.controller, "controller"),
+                    "spec": {
+                        "replicas": spec.replicas,
+                        "selector": {"matchLabels": selector_labels("controller")},
+                        "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
+                        "template": template,
+                    },
+                },
+            )
+        )
+    else:
+        # Sharded (issue 46): a StatefulSet, so each pod has a stable ordinal in its hostname
+        # (``opbroker-controller-<n>``) that ``--shard-from-hostname`` turns into shard ``n mod shards`` — ``shards *
+        # replicas`` pods give every shard ``replicas`` — and the headless Service that governs it (``serviceName``:
+        # the API server needs none, but the OpenAPI schema before Kubernetes 1.33, which kubectl and Helm validate
+        # against, requires the field; headless, so pulumi-kubernetes does not wait for its endpoints). ``Parallel``:
+        # the shards start together, not one pod after the other; updates still roll one pod at a time, highest
+        # ordinal first, so with ``replicas`` >= 2 no shard is ever without a pod. No volume claims: no state.
+        objects.append(
+            (
+                "controller-headless-service",
+                {
+                    "apiVersion": "v1",
+                    "kind": "Service",
+                    "metadata": meta(names.controller, "controller"),
+                    "spec": {"clusterIP": "None", "selector": selector_labels("controller")},
+                },
+            )
+        )
+        objects.append(
+            (
+                "controller-statefulset",
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "StatefulSet",
+                    "metadata": awaited_meta(names.controller, "controller"),
+                    "spec": {
+                        "replicas": spec.shards * spec.replicas,
+                        "serviceName": names.controller,
+                        "podManagementPolicy": "Parallel",
+                        "selector": {"matchLabels": selector_labels("controller")},
+                        "updateStrategy": {"type": "RollingUpdate"},
+                        "template": template,
+                    },
+                },
+            )
+        )
     objects.append(
         (
             "controller-disruption-budget",

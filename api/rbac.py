@@ -27,6 +27,9 @@ READ_VERBS = ("get", "list", "watch")
 WORKLOADS = ("deployments", "statefulsets", "daemonsets")
 #: The Lease the controller replicas campaign for (the controller's default ``lease_name``).
 LEADER_LEASE = "opbroker-controller"
+#: The most shards a controller may be split into (``--shards``; the ControlPlane's ``controller.shards``): each
+#: shard is a Lease, a label value and at least one pod, so a bound keeps a typo from creating thousands.
+MAX_SHARDS = 64
 
 
 def _owned(kinds: Iterable[type[KubeResource]]) -> list[Rule]:
@@ -371,12 +374,25 @@ def writes_beyond_own(rules: Sequence[Rule], *, onboarding: bool = False) -> lis
     return wrong
 
 
-def controller_namespace_rules(lease: str = LEADER_LEASE) -> list[Rule]:
-    """The controller's Role in the control-plane namespace: leader election through one Lease (creating cannot
-    be limited to a name; reading and renewing can), and the admin API's requests, ConfigMaps named per plan."""
+def shard_leases(lease: str = LEADER_LEASE, shards: int = 1) -> tuple[str, ...]:
+    """The Leases a controller of ``shards`` shards campaigns for: ``lease`` itself unsharded, else one per shard,
+    ``<lease>-shard-<i>`` for i in 0..shards-1 (shard i's replicas compete for the i-th; none for ``lease``)."""
+    if not 1 <= shards <= MAX_SHARDS:
+        raise ValueError(f"shards must be between 1 and {MAX_SHARDS}, got {shards}")
+    if shards == 1:
+        return (lease,)
+    return tuple(f"{lease}-shard-{index}" for index in range(shards))
+
+
+def controller_namespace_rules(lease: str = LEADER_LEASE, shards: int = 1) -> list[Rule]:
+    """The controller's Role in the control-plane namespace: leader election through its Leases (creating cannot
+    be limited to a name; reading and renewing can) — the one Lease, or with ``shards`` > 1 exactly the shards'
+    (:func:`shard_leases`), so a replica left from the other layout (a Deployment's leader after sharding, a
+    shard after going back to one) can no longer renew and steps down — and the admin API's requests,
+    ConfigMaps named per plan."""
     return [
         Rule(("coordination.k8s.io",), ("leases",), ("create",)),
-        Rule(("coordination.k8s.io",), ("leases",), ("get", "update"), resource_names=(lease,)),
+        Rule(("coordination.k8s.io",), ("leases",), ("get", "update"), resource_names=shard_leases(lease, shards)),
         # The admin API's requests (opbroker.api.adminrequests): read them, write their answers.
         Rule(("",), ("configmaps",), ("get", "list", "watch", "patch")),
     ]

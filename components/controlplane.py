@@ -17,6 +17,10 @@ Every controller replica (leader or not) also serves the Service Catalog admissi
 flags) behind the Service ``opbroker-controller-webhook``; the component registers the
 ValidatingWebhookConfiguration ``opbroker-servicecatalog-<ns>`` without a CA, and the controller fills in the CA
 it keeps in the Secret ``opbroker-webhook-tls`` (``controller.webhook``, default true).
+Sharded (``controller.shards`` M > 1, issue 46), the controller is the StatefulSet ``opbroker-controller`` (governed by
+the headless Service of that name) of M * ``controller.replicas`` pods running ``... --shards M
+--shard-from-hostname`` (shard: the pod's ordinal modulo M), campaigning for the Leases
+``opbroker-controller-shard-<i>``; the broker then runs ``... --shards M``.
 
 No ``from __future__ import annotations`` here: the component provider reads these annotations at run time.
 """
@@ -87,7 +91,12 @@ class ControllerArgs(TypedDict):
     """The controller: active-passive replicas with leader election."""
 
     replicas: NotRequired[int]
-    """Replicas (default 2: one leader, one standby)."""
+    """Replicas of each shard (default 2: one leader, one standby)."""
+    shards: NotRequired[int]
+    """Shards the controller's work is split into (default 1; at most 64). More than 1 makes the controller a
+    StatefulSet of ``shards * replicas`` pods instead of a Deployment: each pod's shard is its ordinal modulo
+    ``shards`` (``--shards --shard-from-hostname``), each shard's pods campaign for its own Lease
+    (``opbroker-controller-shard-<i>``), and the broker is given the same count (``--shards``)."""
     image: NotRequired[str]
     """Image override for the controller (default: the control plane's ``image``)."""
     resources: NotRequired[ResourceRequirementsArgs]
@@ -210,10 +219,10 @@ class ControlPlaneArgs(TypedDict):
     labels: NotRequired[dict[str, str]]
     """Extra labels on every object."""
     await_deployments: NotRequired[bool]
-    """Whether ``pulumi up`` waits for the controller and broker Deployments to become Available and for the
-    broker and webhook Services to find ready pods (default true). False (``pulumi.com/skipAwait`` on those four) for a
-    cluster whose pods cannot start yet, e.g. a control plane without nodes: the objects are created and ``up``
-    goes on."""
+    """Whether ``pulumi up`` waits for the controller and broker Deployments (the controller's StatefulSet when
+    sharded) to become Available and for the broker and webhook Services to find ready pods (default true). False
+    (``pulumi.com/skipAwait`` on those four) for a cluster whose pods cannot start yet, e.g. a control plane without
+    nodes: the objects are created and ``up`` goes on."""
     controller: NotRequired[ControllerArgs]
     """Controller settings."""
     broker: NotRequired[BrokerArgs]
@@ -255,6 +264,8 @@ class OperatorRule(_Settings):
 
 class Controller(_Settings):
     replicas: int = Field(default=2, ge=1)
+    """Per shard."""
+    shards: int = Field(default=1, ge=1, le=rbac.MAX_SHARDS)
     image: str | None = Field(default=None, min_length=1)
     resources: Resources = Resources.model_validate(CONTROLLER_RESOURCES)
     operator_rules: list[OperatorRule] = Field(default_factory=list)
@@ -480,6 +491,7 @@ def controller_spec(s: Settings) -> ControllerSpec:
         namespace=s.namespace,
         image=s.controller.image or s.image,
         replicas=s.controller.replicas,
+        shards=s.controller.shards,
         resources=s.controller.resources.to_manifest(),
         operator_rules=tuple(rule.model_dump(exclude_none=True) for rule in s.controller.operator_rules),
         cluster_operator_rules=tuple(
@@ -762,14 +774,34 @@ class ControlPlane(pulumi.ComponentResource):
             opts=child(*in_namespace),
         )
 
-        # The controller: active-passive, leader election through a Lease.
-        deployment = objects["controller-deployment"]
-        self.controller = k8s.apps.v1.Deployment(
-            f"{name}-controller",
-            metadata=deployment["metadata"],
-            spec=deployment["spec"],
-            opts=child(*self.crds, *controller_needs),
-        )
+        # The controller: active-passive, leader election through a Lease — or sharded, one Lease per shard and the
+        # pods a StatefulSet's (ordinal modulo the shard count), governed by a headless Service. ``controller`` is
+        # the Deployment or the StatefulSet (``opbroker-controller`` either way): what a catalog's ``depends_on``
+        # names so that ``destroy`` removes the controller after the catalog.
+        self.controller: k8s.apps.v1.Deployment | k8s.apps.v1.StatefulSet
+        if "controller-deployment" in objects:
+            deployment = objects["controller-deployment"]
+            self.controller = k8s.apps.v1.Deployment(
+                f"{name}-controller",
+                metadata=deployment["metadata"],
+                spec=deployment["spec"],
+                opts=child(*self.crds, *controller_needs),
+            )
+        else:
+            headless = objects["controller-headless-service"]
+            governing = k8s.core.v1.Service(
+                f"{name}-controller",
+                metadata=headless["metadata"],
+                spec=headless["spec"],
+                opts=child(*in_namespace),
+            )
+            stateful = objects["controller-statefulset"]
+            self.controller = k8s.apps.v1.StatefulSet(
+                f"{name}-controller",
+                metadata=stateful["metadata"],
+                spec=stateful["spec"],
+                opts=child(*self.crds, *controller_needs, governing),
+            )
 
         # The broker: active-active behind a Service.
         secret_env = [
@@ -790,7 +822,9 @@ class ControlPlane(pulumi.ComponentResource):
                 component="broker",
                 service_account=names.broker,
                 image=s.broker.image or s.image,
-                command=broker_command(ns, s.broker.flags()),
+                command=broker_command(
+                    ns, s.broker.flags() + controllerinstall.broker_shard_flags(s.controller.shards)
+                ),
                 env=[*downward_env(), *secret_env],
                 ports=[
                     {"name": "http", "containerPort": PORT, "protocol": "TCP"},

@@ -15,6 +15,10 @@ What the chart does differently, as Helm does it:
 - The broker's password is never in the chart: ``broker.password`` (a value given at install) or
   ``broker.existingSecret`` (a Secret of the user's, keys ``username`` and ``password``); neither fails the install.
 - ``app.kubernetes.io/managed-by`` says ``Helm``.
+- A chart generated with ``controller.shards`` > 1 (a StatefulSet) has the value ``controller.shards`` (2 or more:
+  going back to one shard, a Deployment, means generating the chart again); it sets the controller's and the
+  broker's ``--shards``, the StatefulSet's replicas (``shards * controller.replicas``) and the shards' Lease names in
+  the controller's Role. A chart generated unsharded has no such value.
 """
 
 import copy
@@ -25,6 +29,7 @@ import yaml
 
 from opbroker.api.controllerinstall import Names
 from opbroker.api.conventions import DEFAULT_NAMESPACE
+from opbroker.api.rbac import LEADER_LEASE, MAX_SHARDS
 from opbroker.components.objects import control_plane_manifests, relabel_managed_by
 
 CHART_NAME = "opbroker"
@@ -45,6 +50,14 @@ _EXPRESSIONS = {
     ),
     _TOKEN.format("pull-policy"): "{{ .Values.imagePullPolicy }}",
     _TOKEN.format("controller-replicas"): "{{ .Values.controller.replicas }}",
+    _TOKEN.format("sharded-replicas"): "{{ mul .Values.controller.shards .Values.controller.replicas }}",
+    _TOKEN.format("shards"): "{{ .Values.controller.shards | quote }}",
+    # A flow sequence: opbroker.api.rbac.shard_leases, as Helm counts.
+    _TOKEN.format("shard-leases"): (
+        "[{{ range $i := until (int .Values.controller.shards) }}{{ if $i }}, {{ end }}"
+        + LEADER_LEASE
+        + "-shard-{{ $i }}{{ end }}]"
+    ),
     _TOKEN.format("broker-replicas"): "{{ .Values.broker.replicas }}",
     _TOKEN.format("credentials"): "{{ .Values.broker.existingSecret | default %s }}",
 }
@@ -82,6 +95,9 @@ def chart_files(args: dict[str, Any], version: str, existing_secret: str = "") -
     }
     if "autoscaling" not in broker_args:
         values["broker"] = {"replicas": broker_args.get("replicas", 2), **values["broker"]}
+    shards = (args.get("controller") or {}).get("shards", 1)
+    if shards != 1:  # an invalid count is refused by the component below, naming controller.shards
+        values["controller"]["shards"] = shards
     rendered_args = copy.deepcopy(args)
     rendered_args.update(namespace=NAMESPACE_SENTINEL, image=IMAGE_SENTINEL, create_namespace=True)
     rendered_args["broker"] = {**broker_args, "username": USERNAME_SENTINEL, "password": PASSWORD_SENTINEL}
@@ -117,14 +133,25 @@ def chart_files(args: dict[str, Any], version: str, existing_secret: str = "") -
 
 def _tokenised(manifest: dict[str, Any]) -> dict[str, Any]:
     """The manifest with tokens where a value goes that the component does not take as a sentinel string."""
-    credentials = Names(NAMESPACE_SENTINEL).broker_credentials
-    if manifest["kind"] != "Deployment":
+    names = Names(NAMESPACE_SENTINEL)
+    credentials = names.broker_credentials
+    if manifest["kind"] == "Role" and manifest["metadata"]["name"] == names.leader_election:
+        for rule in manifest["rules"]:
+            if any(name.startswith(f"{LEADER_LEASE}-shard-") for name in rule.get("resourceNames", [])):
+                rule["resourceNames"] = _TOKEN.format("shard-leases")
+        return manifest
+    if manifest["kind"] not in ("Deployment", "StatefulSet"):
         return manifest
     component = manifest["metadata"]["labels"].get("app.kubernetes.io/component", "")
     if "replicas" in manifest["spec"] and component in ("controller", "broker"):
-        manifest["spec"]["replicas"] = _TOKEN.format(f"{component}-replicas")
+        sharded = manifest["kind"] == "StatefulSet"
+        manifest["spec"]["replicas"] = _TOKEN.format("sharded-replicas" if sharded else f"{component}-replicas")
     for container in manifest["spec"]["template"]["spec"]["containers"]:
         container["imagePullPolicy"] = _TOKEN.format("pull-policy")
+        command = container["command"]
+        for index, word in enumerate(command[:-1]):
+            if word == "--shards":
+                command[index + 1] = _TOKEN.format("shards")
         for variable in container.get("env", []):
             reference = variable.get("valueFrom", {}).get("secretKeyRef")
             if reference is not None and reference.get("name") == credentials:
@@ -173,7 +200,14 @@ def _schema(values: dict[str, Any]) -> dict[str, Any]:
             "controller": {
                 "type": "object",
                 "additionalProperties": False,
-                "properties": {"replicas": replicas},
+                "properties": {
+                    "replicas": replicas,
+                    **(
+                        {"shards": {"type": "integer", "minimum": 2, "maximum": MAX_SHARDS}}
+                        if "shards" in values["controller"]
+                        else {}
+                    ),
+                },
             },
             "broker": {"type": "object", "additionalProperties": False, "properties": broker},
         },

@@ -4,6 +4,7 @@ no Pulumi — installs the same rules into sister clusters); re-exported here fo
 from opbroker.api.rbac import (  # re-exported names the linters can see
     FINALIZER_VERBS,
     LEADER_LEASE,
+    MAX_SHARDS,
     NAMESPACE_WRITER,
     OWNER_VERBS,
     READ_VERBS,
@@ -29,6 +30,7 @@ from opbroker.api.rbac import (  # re-exported names the linters can see
     plan_role_name,
     registry_rules,
     rule_problems,
+    shard_leases,
     tenant_write_rules,
     webhook_cluster_rules,
     webhook_namespace_rules,
@@ -38,6 +40,7 @@ from opbroker.api.rbac import (  # re-exported names the linters can see
 __all__ = [
     "FINALIZER_VERBS",
     "LEADER_LEASE",
+    "MAX_SHARDS",
     "NAMESPACE_WRITER",
     "OWNER_VERBS",
     "READ_VERBS",
@@ -63,6 +66,7 @@ __all__ = [
     "plan_role_name",
     "registry_rules",
     "rule_problems",
+    "shard_leases",
     "tenant_write_rules",
     "webhook_cluster_rules",
     "webhook_namespace_rules",

@@ -3,8 +3,21 @@ the master's installer into sister clusters."""
 
 from __future__ import annotations
 
+import copy
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from opbroker.api import rbac
 from opbroker.api.cluster import SFClusterController
-from opbroker.api.controllerinstall import ControllerSpec, controller_objects, digest
+from opbroker.api.controllerinstall import (
+    ControllerSpec,
+    broker_shard_flags,
+    controller_objects,
+    controller_shard_flags,
+    digest,
+)
 from opbroker.controller.multicluster import installer
 
 
@@ -44,10 +57,92 @@ class _SlowKube:
 
 
 def test_an_installation_gives_up_after_its_time_and_says_how_far_it_got() -> None:
-    import pytest
-
     kube = _SlowKube()
     objects = installer.desired("ops", SFClusterController(image="x"))
     with pytest.raises(installer.InstallError, match=r"gave up after 60s with 3 of \d+ objects applied"):
         installer.install(kube, "ops", objects, clock=lambda: kube.now)  # type: ignore[arg-type]
     assert len(kube.applied) == 3
+
+
+# -- shards (issue 46) -------------------------------------------------------------------------------------------
+
+
+def _command(manifest: dict[str, Any]) -> list[str]:
+    (container,) = manifest["spec"]["template"]["spec"]["containers"]
+    command: list[str] = container["command"]
+    return command
+
+
+def _lease_names(objects: dict[str, dict[str, Any]]) -> list[str]:
+    (renewing,) = [rule for rule in objects["controller-leader-election-role"]["rules"] if "resourceNames" in rule]
+    assert renewing["verbs"] == ["get", "update"]
+    names: list[str] = renewing["resourceNames"]
+    return names
+
+
+def test_one_shard_is_the_deployment_campaigning_for_the_one_lease() -> None:
+    objects = dict(controller_objects(ControllerSpec(namespace="ops", image="img:1", shards=1)))
+    assert objects == dict(controller_objects(ControllerSpec(namespace="ops", image="img:1")))
+    assert "controller-statefulset" not in objects and "controller-headless-service" not in objects
+    assert objects["controller-deployment"]["spec"]["replicas"] == 2
+    assert "--shards" not in _command(objects["controller-deployment"])
+    assert _lease_names(objects) == [rbac.LEADER_LEASE]
+
+
+@pytest.mark.parametrize("replicas", [1, 2, 3])
+def test_shards_are_a_statefulset_whose_ordinals_modulo_the_count_give_each_shard_its_replicas(replicas: int) -> None:
+    spec = ControllerSpec(namespace="ops", image="img:1", shards=3, replicas=replicas)
+    roles = [role for role, _ in controller_objects(spec)]
+    objects = dict(controller_objects(spec))
+    assert "controller-deployment" not in objects
+    assert roles[-3:] == ["controller-headless-service", "controller-statefulset", "controller-disruption-budget"]
+    workload = objects["controller-statefulset"]
+    assert (workload["apiVersion"], workload["kind"]) == ("apps/v1", "StatefulSet")
+    assert workload["metadata"]["name"] == "opbroker-controller"
+    assert workload["spec"]["replicas"] == 3 * replicas
+    assert workload["spec"]["podManagementPolicy"] == "Parallel"
+    # What --shard-from-hostname computes from the ordinals 0..shards*replicas-1: every shard gets its replicas.
+    assert Counter(ordinal % 3 for ordinal in range(workload["spec"]["replicas"])) == dict.fromkeys(range(3), replicas)
+    # Governed by a headless Service selecting exactly its pods.
+    service = objects["controller-headless-service"]
+    assert service["kind"] == "Service" and service["metadata"]["name"] == workload["spec"]["serviceName"]
+    assert service["spec"]["clusterIP"] == "None"
+    selector = workload["spec"]["selector"]["matchLabels"]
+    assert service["spec"]["selector"] == selector
+    assert selector.items() <= workload["spec"]["template"]["metadata"]["labels"].items()
+    # The same pods as unsharded, told the count and to take their shard from their hostname.
+    command = _command(workload)
+    assert command[command.index("--shards") :][:3] == ["--shards", "3", "--shard-from-hostname"]
+    unsharded = dict(controller_objects(ControllerSpec(namespace="ops", image="img:1", replicas=replicas)))
+    template = copy.deepcopy(workload["spec"]["template"])
+    template["spec"]["containers"][0]["command"] = [
+        w for w in command if w not in ("--shards", "3", "--shard-from-hostname")
+    ]
+    assert template == unsharded["controller-deployment"]["spec"]["template"]
+    # One Lease per shard, and only those: a replica of the unsharded layout cannot renew its Lease any more.
+    assert _lease_names(objects) == [f"{rbac.LEADER_LEASE}-shard-{i}" for i in range(3)]
+    assert objects["controller-disruption-budget"]["spec"]["selector"]["matchLabels"] == selector
+
+
+def test_a_sharded_statefulset_is_awaited_as_the_deployment_is() -> None:
+    skipped = dict(controller_objects(ControllerSpec(namespace="ops", image="i", shards=2, await_deployments=False)))
+    assert skipped["controller-statefulset"]["metadata"]["annotations"] == {"pulumi.com/skipAwait": "true"}
+    awaited = dict(controller_objects(ControllerSpec(namespace="ops", image="i", shards=2)))
+    assert "annotations" not in awaited["controller-statefulset"]["metadata"]
+
+
+@pytest.mark.parametrize("shards", [0, -1, rbac.MAX_SHARDS + 1])
+def test_a_shard_count_out_of_bounds_is_refused(shards: int) -> None:
+    with pytest.raises(ValueError, match=f"shards must be between 1 and {rbac.MAX_SHARDS}, got {shards}"):
+        ControllerSpec(namespace="ops", image="img:1", shards=shards)
+    with pytest.raises(ValueError, match="shards must be between"):
+        rbac.controller_namespace_rules(shards=shards)
+
+
+def test_the_shard_flags_and_leases() -> None:
+    assert controller_shard_flags(1) == [] and broker_shard_flags(1) == []
+    assert controller_shard_flags(4) == ["--shards", "4", "--shard-from-hostname"]
+    assert broker_shard_flags(4) == ["--shards", "4"]
+    assert rbac.shard_leases("lease", 1) == ("lease",)
+    assert rbac.shard_leases("lease", 2) == ("lease-shard-0", "lease-shard-1")
+    assert len(rbac.shard_leases(shards=rbac.MAX_SHARDS)) == rbac.MAX_SHARDS

@@ -7,6 +7,7 @@ optional autoscaler — and that custom resources created after it wait for its 
 from typing import Any
 
 import pulumi
+import pulumi_kubernetes as k8s
 import pytest
 from kubernetes import client
 
@@ -21,6 +22,7 @@ from opbroker.controller.settings import ControllerSettings
 K8S = "kubernetes:"
 CRD = "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition"
 DEPLOYMENT = "kubernetes:apps/v1:Deployment"
+STATEFUL_SET = "kubernetes:apps/v1:StatefulSet"
 CLUSTER_ROLE = "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole"
 CLUSTER_ROLE_BINDING = "kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding"
 ROLE = "kubernetes:rbac.authorization.k8s.io/v1:Role"
@@ -776,6 +778,9 @@ def test_custom_resources_created_after_the_control_plane_wait_for_its_crds() ->
         ({"image": ""}, "image"),
         ({"controller": {"replicas": 0}}, "controller.replicas"),
         ({"controller": {"workers": 0}}, "controller.workers"),
+        ({"controller": {"shards": 0}}, "controller.shards"),
+        ({"controller": {"shards": 65}}, "controller.shards"),
+        ({"controller": {"shards": "three"}}, "controller.shards"),
         ({"controller": {"scheduler": "round-robin"}}, "controller"),
         ({"controller": {"multicluster": True, "scheduler": "random"}}, "controller.scheduler"),
         ({"controller": {"template_allow_networks": ["10.0.0.0/33"]}}, "controller.template_allow_networks"),
@@ -950,3 +955,62 @@ def test_a_tenant_namespace_selector_has_the_controller_onboard_as_the_onboarder
             inputs(plain, DEPLOYMENT, "opbroker-controller")["spec"]["template"]["spec"]["containers"][0]["command"]
         )
     )
+
+
+# -- shards (issue 46) -------------------------------------------------------------------------------------------
+
+
+def test_shards_make_the_controller_a_statefulset_and_tell_the_broker_the_count() -> None:
+    """``controller.shards: 3`` with 3 replicas per shard: one StatefulSet of 9 pods behind its headless Service,
+    waiting for what the Deployment waited for; the controller and the broker told the count; the Role renewing
+    exactly the three shards' Leases; ``cp.controller`` is the StatefulSet."""
+    seen: dict[str, Any] = {}
+
+    def program() -> Any:
+        cp = ControlPlane(
+            "opbroker", {"image": "registry.example/opbroker:1.2.3", "controller": {"shards": 3, "replicas": 3}}
+        )
+        seen["controller"] = cp.controller
+        return cp.broker_url
+
+    with testing.mocked() as mocks:
+        pulumi.runtime.test(program)()
+    assert isinstance(seen["controller"], k8s.apps.v1.StatefulSet)
+    assert [r.name for r in mocks.of_type(DEPLOYMENT)] == ["opbroker-broker"]
+    controller = mocks.one(STATEFUL_SET, "opbroker-controller")
+    workload = controller.plain_inputs()
+    assert workload["metadata"]["name"] == "opbroker-controller" and workload["metadata"]["namespace"] == "opbroker"
+    assert workload["spec"]["replicas"] == 9
+    assert workload["spec"]["podManagementPolicy"] == "Parallel"
+    headless = inputs(mocks, SERVICE, "opbroker-controller")
+    assert headless["metadata"]["name"] == workload["spec"]["serviceName"] == "opbroker-controller"
+    assert headless["spec"] == {"clusterIP": "None", "selector": workload["spec"]["selector"]["matchLabels"]}
+    assert mocks.one(SERVICE, "opbroker-controller").urn in controller.dependencies
+    assert {r.urn for r in mocks.of_type(CRD)} <= set(controller.dependencies)
+    assert mocks.one(ROLE_BINDING, "opbroker-controller-leader-election").urn in controller.dependencies
+    (container,) = workload["spec"]["template"]["spec"]["containers"]
+    command = container["command"]
+    assert command[command.index("--shards") :][:3] == ["--shards", "3", "--shard-from-hostname"]
+    (broker,) = pod(mocks, "opbroker-broker")["containers"]
+    assert broker["command"][broker["command"].index("--shards") :][:2] == ["--shards", "3"]
+    role = inputs(mocks, ROLE, "opbroker-controller-leader-election")
+    (renewing,) = [rule for rule in role["rules"] if "resourceNames" in rule]
+    assert renewing["resourceNames"] == [f"opbroker-controller-shard-{i}" for i in range(3)]
+    budget = inputs(mocks, "kubernetes:policy/v1:PodDisruptionBudget", "opbroker-controller")
+    assert budget["spec"]["selector"] == workload["spec"]["selector"]
+
+
+def test_one_shard_leaves_the_controller_a_deployment_and_the_broker_uncounted(default: Any) -> None:
+    explicit, _ = deploy({"controller": {"shards": 1}})
+    assert explicit.of_type(STATEFUL_SET) == []
+    for name in ("opbroker-controller", "opbroker-broker"):
+        assert inputs(explicit, DEPLOYMENT, name) == inputs(default[0], DEPLOYMENT, name)
+        assert "--shards" not in pod(explicit, name)["containers"][0]["command"]
+    assert [r.name for r in explicit.of_type(SERVICE)] == [r.name for r in default[0].of_type(SERVICE)]
+
+
+def test_a_sharded_controller_can_be_created_without_awaiting_it() -> None:
+    skipped, _ = deploy({"await_deployments": False, "controller": {"shards": 2}})
+    assert inputs(skipped, STATEFUL_SET, "opbroker-controller")["metadata"]["annotations"] == {
+        "pulumi.com/skipAwait": "true"
+    }

@@ -7,6 +7,7 @@ the component's, so a change of the component that the chart's generator would g
 from __future__ import annotations
 
 import copy
+import json
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -164,3 +165,84 @@ def test_the_chart_uses_an_existing_secret_and_installs_the_crds_once(chart: Pat
     crds = {path.name: yaml.safe_load(path.read_text()) for path in (chart / "crds").glob("*.yaml")}
     component_crds = [d for d in component_objects(args, "Helm") if d["kind"] == "CustomResourceDefinition"]
     assert crds == {f"{d['metadata']['name']}.yaml": d for d in component_crds}
+
+
+# -- shards (issue 46) -------------------------------------------------------------------------------------------
+
+SHARDED: dict[str, Any] = {**ARGS, "controller": {**ARGS["controller"], "shards": 3}}
+
+
+def test_manifests_of_a_sharded_control_plane_and_a_shard_count_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPBROKER_BROKER_PASSWORD", "x")
+    printed = CliRunner().invoke(app, ["manifests", "--image", "img:1", "--set", "controller.shards=3"])
+    assert printed.exit_code == 0, printed.output
+    documents = keyed(list(yaml.safe_load_all(printed.stdout)))
+    assert ("Deployment", "opbroker", "opbroker-controller") not in documents
+    workload = documents[("StatefulSet", "opbroker", "opbroker-controller")]
+    assert workload["spec"]["replicas"] == 6
+    assert workload["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "kubectl"
+    assert documents[("Service", "opbroker", "opbroker-controller")]["spec"]["clusterIP"] == "None"
+    refused = CliRunner().invoke(app, ["manifests", "--image", "img:1", "--set", "controller.shards=65"])
+    assert refused.exit_code == 1
+    assert "controller.shards" in refused.output and "64" in refused.output
+
+
+def test_a_sharded_chart_has_the_shard_count_as_a_value_and_an_unsharded_one_has_none() -> None:
+    values = yaml.safe_load(chart_files(SHARDED, "0.1.0")["values.yaml"])
+    assert values["controller"] == {"replicas": 2, "shards": 3}
+    schema = json.loads(chart_files(SHARDED, "0.1.0")["values.schema.json"])
+    assert schema["properties"]["controller"]["properties"]["shards"] == {
+        "type": "integer",
+        "minimum": 2,
+        "maximum": 64,
+    }
+    unsharded = chart_files({**ARGS, "controller": {**ARGS["controller"], "shards": 1}}, "0.1.0")
+    default = chart_files(ARGS, "0.1.0")
+    # The same files; the templates' documents compared as a set (the mocks register some in either order).
+    assert {**unsharded, "templates/opbroker.yaml": ""} == {**default, "templates/opbroker.yaml": ""}
+    documents = [sorted(files["templates/opbroker.yaml"].split("\n---\n")) for files in (unsharded, default)]
+    assert documents[0] == documents[1]
+    assert "shards" not in yaml.safe_load(unsharded["values.yaml"])["controller"]
+    assert "zz-helm" not in "".join(chart_files(SHARDED, "0.1.0").values()), "a sentinel or token was left in the chart"
+
+
+@pytest.mark.process
+def test_a_sharded_chart_renders_the_components_objects_for_any_shard_count(tmp_path: Path) -> None:
+    """The StatefulSet's replicas, both commands' ``--shards`` and the Role's Lease names follow
+    ``controller.shards``; going back to one shard (a Deployment) needs a chart generated again, and helm says so."""
+    for relative, text in chart_files(SHARDED, "0.1.0").items():
+        (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / relative).write_text(text)
+    for values, controller in (
+        ([], {"shards": 3}),
+        (["controller.shards=5", "controller.replicas=3"], {"shards": 5, "replicas": 3}),
+    ):
+        rendered = keyed(helm_template(tmp_path, "broker.password=pw", *values))
+        args = {
+            **SHARDED,
+            "controller": {**SHARDED["controller"], **controller},
+            "broker": {**ARGS["broker"], "password": "pw"},
+        }
+        expected = keyed([d for d in component_objects(args, "Helm") if d["kind"] != "CustomResourceDefinition"])
+        assert sorted(rendered) == sorted(expected)
+        for key, document in expected.items():
+            assert rendered[key] == document, key
+    helm = helm_binary()
+    assert helm is not None
+    refused = subprocess.run(
+        [
+            str(helm),
+            "template",
+            "opbroker",
+            str(tmp_path),
+            "--set",
+            "broker.password=pw",
+            "--set",
+            "controller.shards=1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert refused.returncode != 0 and "/controller/shards" in refused.stderr

@@ -202,6 +202,25 @@ def test_construct_builds_the_control_plane_with_integer_inputs() -> None:
     assert hpa["spec"]["maxReplicas"] == 4
 
 
+def test_construct_builds_a_sharded_control_plane_from_the_wire_numbers() -> None:
+    """``controller.shards`` over the wire (a float, as every number): a StatefulSet of shards * replicas pods and
+    ``--shards 3``, not ``3.0``, on both commands."""
+    provider = host.provider()
+
+    def program() -> Any:
+        inputs = {"image": "i", "controller": {"shards": 3.0, "replicas": 2.0}}
+        return provider.construct("cp", "opbroker:index:ControlPlane", inputs, pulumi.ResourceOptions()).urn
+
+    with testing.mocked() as mocks:
+        pulumi.runtime.test(program)()
+    controller = mocks.one("kubernetes:apps/v1:StatefulSet", "cp-controller").plain_inputs()
+    assert controller["spec"]["replicas"] == 6
+    broker = mocks.one("kubernetes:apps/v1:Deployment", "cp-broker").plain_inputs()
+    for workload in (controller, broker):
+        command = workload["spec"]["template"]["spec"]["containers"][0]["command"]
+        assert command[command.index("--shards") + 1] == "3"
+
+
 def test_construct_reports_a_bad_plan_naming_the_field() -> None:
     provider = host.provider()
 
