@@ -15,6 +15,8 @@ from opbroker.api.policyrules import WILDCARD as WILDCARD  # re-exported: the ru
 from opbroker.api.policyrules import Rule as Rule
 from opbroker.api.policyrules import grants_everything as grants_everything
 from opbroker.api.policyrules import rule_problems as rule_problems
+from opbroker.api.shards import MAX_SHARDS as MAX_SHARDS  # re-exported: the components bound by it
+from opbroker.api.shards import Shards
 
 #: Verbs on a kind the controller owns: it reads, writes, finalizes and deletes them.
 OWNER_VERBS = ("get", "list", "watch", "create", "update", "patch", "delete")
@@ -27,9 +29,6 @@ READ_VERBS = ("get", "list", "watch")
 WORKLOADS = ("deployments", "statefulsets", "daemonsets")
 #: The Lease the controller replicas campaign for (the controller's default ``lease_name``).
 LEADER_LEASE = "opbroker-controller"
-#: The most shards a controller may be split into (``--shards``; the ControlPlane's ``controller.shards``): each
-#: shard is a Lease, a label value and at least one pod, so a bound keeps a typo from creating thousands.
-MAX_SHARDS = 64
 
 
 def _owned(kinds: Iterable[type[KubeResource]]) -> list[Rule]:
@@ -377,11 +376,8 @@ def writes_beyond_own(rules: Sequence[Rule], *, onboarding: bool = False) -> lis
 def shard_leases(lease: str = LEADER_LEASE, shards: int = 1) -> tuple[str, ...]:
     """The Leases a controller of ``shards`` shards campaigns for: ``lease`` itself unsharded, else one per shard,
     ``<lease>-shard-<i>`` for i in 0..shards-1 (shard i's replicas compete for the i-th; none for ``lease``)."""
-    if not 1 <= shards <= MAX_SHARDS:
-        raise ValueError(f"shards must be between 1 and {MAX_SHARDS}, got {shards}")
-    if shards == 1:
-        return (lease,)
-    return tuple(f"{lease}-shard-{index}" for index in range(shards))
+    Shards(shards)  # refused beyond its bounds (ValueError naming them)
+    return tuple(Shards(shards, index).lease(lease) for index in range(shards))
 
 
 def controller_namespace_rules(lease: str = LEADER_LEASE, shards: int = 1) -> list[Rule]:

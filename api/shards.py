@@ -25,7 +25,8 @@ from opbroker.api.conventions import DOMAIN
 
 #: The label naming the shard that handles an instance or binding (a decimal index).
 SHARD_LABEL = f"{DOMAIN}/shard"
-#: The most shards a control plane may be split into (each is a watch selector value and a Lease).
+#: The most shards a control plane may be split into (``--shards``; the ControlPlane's ``controller.shards``): each
+#: shard is a Lease, a label value and at least one pod, so a bound keeps a typo from creating thousands.
 MAX_SHARDS = 64
 
 

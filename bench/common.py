@@ -237,6 +237,10 @@ class Bench:
     def process(self, name: str) -> Process:
         return next(p for p in self.stack.processes if p.name == name)
 
+    def controllers(self) -> list[Process]:
+        """The controller's processes: one (``controller``), or one per shard (``controller-shard-<i>``)."""
+        return [p for p in self.stack.processes if p.name == "controller" or p.name.startswith("controller-shard-")]
+
     def cpu_seconds(self) -> dict[str, float]:
         """CPU seconds used so far by every process of the stack (control plane included)."""
         usage = {p.name: process_usage(p)["cpu_seconds"] for p in self.stack.processes}
@@ -289,7 +293,7 @@ def one_tenant_flags(workers: int) -> tuple[str, ...]:
 
 @contextmanager
 def bench_stack(
-    name: str, *, workers: int = 8, controller_args: tuple[str, ...] = (), one_tenant: bool = True
+    name: str, *, workers: int = 8, controller_args: tuple[str, ...] = (), one_tenant: bool = True, shards: int = 1
 ) -> Iterator[Bench]:
     """A fresh control plane with audit logging, the controller, the broker and the demo operator.
     ``controller_args`` are added to the controller's flags (e.g. ``--metrics-port``); ``one_tenant`` False keeps
@@ -304,6 +308,7 @@ def bench_stack(
             *controller_args,
         ),
         allowed_namespace_selector=BENCH_NAMESPACE_LABEL,
+        shards=shards,
     )
     stack.plane.down(progress=lambda _message: None)  # a fresh control plane, even after an interrupted run
     endpoint = stack.up(progress=lambda message: print(f"  [stack] {message}", flush=True))

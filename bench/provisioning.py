@@ -141,7 +141,8 @@ def provision_all(bench: Bench, namespace: str, count: int, concurrency: int) ->
         "opbroker_writes_by_resource": writes_by_resource(counts, "controller", "broker"),
         "requests_by_verb": {who: by_verb(counts, who) for who in ("controller", "broker", "operator", "bench")},
         "cpu_seconds_by_process": {k: round(cpu_after[k] - cpu_before.get(k, 0.0), 2) for k in cpu_after},
-        "controller": process_usage(bench.process("controller")),
+        "controller": process_usage(bench.controllers()[0]),  # the one (sharded: shard 0's; every shard below)
+        "controllers": {p.name: process_usage(p) for p in bench.controllers()},
         "broker": process_usage(bench.process("broker")),
     }
 

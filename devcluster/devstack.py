@@ -108,6 +108,7 @@ class DevStack:
         in_cluster: bool = False,
         node: bool = False,
         controller_replicas: int = 2,
+        shards: int = 1,
         allowed_namespace_selector: str | None = None,
         allowed_namespaces: tuple[str, ...] = (),
         kubeconfig: Path | None = None,
@@ -127,6 +128,9 @@ class DevStack:
         """The cluster gets a node (pods run) even with the controller and broker as local processes: plans
         whose objects are pods (``examples/postgresql-statefulset``) on the quickest stack to start."""
         self.controller_replicas = controller_replicas
+        self.shards = shards
+        """Local processes: a controller per shard (``controller-shard-<i>``; one: ``controller``) and the broker
+        told the count (issue 46; the sharded bench)."""
         self.controller_args = controller_args
         self.controller_server = controller_server
         """The API server URL the controller talks to (default: the control plane's own). Fault-injection
@@ -205,27 +209,35 @@ class DevStack:
         log_dir.mkdir(parents=True, exist_ok=True)
         opbroker = [sys.executable, "-m", "opbroker.cli.main"]
         controller_kubeconfig = str(self._controller_kubeconfig()) if self.controller_server else kubeconfig
+        controller = [
+            *opbroker,
+            "controller",
+            "run",
+            "--kubeconfig",
+            controller_kubeconfig,
+            "--no-leader-election",
+            "--poll-seconds",
+            "5",
+            *self.controller_args,
+        ]
+        controllers = (
+            [Process("controller", controller, log_dir)]
+            if self.shards == 1
+            else [
+                Process(
+                    f"controller-shard-{i}", [*controller, "--shards", str(self.shards), "--shard", str(i)], log_dir
+                )
+                for i in range(self.shards)
+            ]
+        )
+        sharded = ["--shards", str(self.shards)] if self.shards > 1 else []
         self.processes = [
             Process(
                 "demo-operator",
                 [sys.executable, str(DEMO_OPERATOR / "operator.py"), "--kubeconfig", kubeconfig],
                 log_dir,
             ),
-            Process(
-                "controller",
-                [
-                    *opbroker,
-                    "controller",
-                    "run",
-                    "--kubeconfig",
-                    controller_kubeconfig,
-                    "--no-leader-election",
-                    "--poll-seconds",
-                    "5",
-                    *self.controller_args,
-                ],
-                log_dir,
-            ),
+            *controllers,
             Process(
                 "broker",
                 [
@@ -240,6 +252,7 @@ class DevStack:
                     DEFAULT_NAMESPACE,
                     "--log-level",
                     "warning",
+                    *sharded,
                 ],
                 log_dir,
                 # Allowed namespaces through the environment, which a broker from before those options ignores

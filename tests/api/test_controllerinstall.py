@@ -133,7 +133,7 @@ def test_a_sharded_statefulset_is_awaited_as_the_deployment_is() -> None:
 
 @pytest.mark.parametrize("shards", [0, -1, rbac.MAX_SHARDS + 1])
 def test_a_shard_count_out_of_bounds_is_refused(shards: int) -> None:
-    with pytest.raises(ValueError, match=f"shards must be between 1 and {rbac.MAX_SHARDS}, got {shards}"):
+    with pytest.raises(ValueError, match=f"shards must be between 1 and {rbac.MAX_SHARDS}, not {shards}"):
         ControllerSpec(namespace="ops", image="img:1", shards=shards)
     with pytest.raises(ValueError, match="shards must be between"):
         rbac.controller_namespace_rules(shards=shards)

@@ -23,9 +23,11 @@ import httpx
 import pytest
 from kubernetes import client, config
 
+from opbroker.api.conventions import resource_name
+from opbroker.api.shards import SHARD_LABEL
 from opbroker.components.controlplane import Names
 from opbroker.controller.settings import ControllerSettings
-from opbroker.devcluster import ControlPlane, ControlPlaneError
+from opbroker.devcluster import ControlPlane, ControlPlaneError, incluster
 from opbroker.devcluster import node as node_setup
 from opbroker.devcluster.binaries import find_binaries
 from opbroker.devcluster.demo import HEADERS, run_demo
@@ -287,6 +289,81 @@ def test_the_standby_takes_over_within_the_lease_time_and_no_operation_is_lost(
         retry = max(1, LEASE_SECONDS // 8)
         print(f"handover after the leader was killed: {crashed:.1f}s; last renewal to takeover {gap:.1f}s")
         assert LEASE_SECONDS <= gap <= LEASE_SECONDS + 2 * retry + 3
+
+
+# -- shards: the same component, sharded (issue 46) ---------------------------------------------------------
+
+SHARDS = 2
+
+
+def shard_lease(api: client.ApiClient, shard: int) -> client.V1LeaseSpec:
+    name = f"{LEASE_NAME}-shard-{shard}"
+    return client.CoordinationV1Api(api).read_namespaced_lease(name, NAMESPACE).spec
+
+
+def shard_labels(api: client.ApiClient) -> dict[str, str | None]:
+    """Every instance of the demo's namespace, and the shard its label names."""
+    listed = client.CustomObjectsApi(api).list_namespaced_custom_object(
+        "osb.servicefabrik.io", "v1alpha1", "default", "sfserviceinstances"
+    )["items"]
+    return {i["metadata"]["name"]: (i["metadata"].get("labels") or {}).get(SHARD_LABEL) for i in listed}
+
+
+def test_the_component_sharded_runs_a_statefulset_each_pod_leading_its_shard(
+    api: client.ApiClient, stack: tuple[DevStack, Endpoint]
+) -> None:
+    """``controller: {shards: 2, replicas: 1}``: the component's objects, applied over the unsharded ones as Helm or
+    Pulumi would (the Deployment replaced by a StatefulSet), run a pod per shard, each leading its shard's Lease; the
+    broker, rolled with ``--shards 2``, labels what it creates and every provision succeeds; a shard's pod killed is
+    recreated by the StatefulSet, which takes its shard's Lease back, while the other shard goes on."""
+    _, endpoint = stack
+    apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
+    image = apps.read_namespaced_deployment(NAMES.broker, NAMESPACE).spec.template.spec.containers[0].image
+    args = incluster.dev_control_plane_args(image, endpoint.password, 1)
+    args["controller"]["shards"] = SHARDS
+    incluster.apply_all(api, incluster.control_plane_manifests(args), _say)
+    apps.delete_namespaced_deployment(NAMES.controller, NAMESPACE)  # what Pulumi or Helm does with the old kind
+
+    def shards_ready() -> bool:
+        status = apps.read_namespaced_stateful_set(NAMES.controller, NAMESPACE).status
+        broker = apps.read_namespaced_deployment(NAMES.broker, NAMESPACE).status
+        return (status.ready_replicas or 0) == SHARDS and (broker.updated_replicas or 0) == (broker.replicas or 0) == (
+            broker.ready_replicas or 0
+        )
+
+    wait_for(shards_ready, 180, "the sharded controller and the rolled broker to be ready", interval=1)
+    holders = {
+        shard: wait_for(lambda s=shard: shard_lease(api, s).holder_identity, 60, f"shard {shard}'s leader")
+        for shard in range(SHARDS)
+    }
+    assert {holder_pod(h) for h in holders.values()} == {f"{NAMES.controller}-{i}" for i in range(SHARDS)}
+    assert holder_pod(holders[1]) == f"{NAMES.controller}-1"  # ordinal i leads shard i (i mod 2)
+
+    with httpx.Client(
+        base_url=endpoint.url, auth=(endpoint.username, endpoint.password), headers=HEADERS, timeout=30
+    ) as http:
+        service = http.get("/v2/catalog").json()["services"][0]
+        ids = {"service_id": service["id"], "plan_id": service["plans"][0]["id"]}
+        first = provision(http, ids, 6)
+        all_succeed(http, first, 120)
+        labels = shard_labels(api)
+        assert {labels[resource_name(i)] for i in first} <= {"0", "1"}  # the broker's
+        # The instances made before sharding (the tests above) get theirs from shard 0's assigner.
+        wait_for(lambda: None not in shard_labels(api).values(), 30, "every instance labelled", interval=1)
+
+        killed = core.read_namespaced_pod(f"{NAMES.controller}-1", NAMESPACE)
+        pending = provision(http, ids, 6)
+        killed_at = time.monotonic()
+        for pid in host_pids_of(killed):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        taken = wait_for(
+            lambda: (h := shard_lease(api, 1).holder_identity) != holders[1] and h, 4 * LEASE_SECONDS, "shard 1 back"
+        )
+        took = time.monotonic() - killed_at
+        assert holder_pod(taken) == f"{NAMES.controller}-1"  # the same ordinal, restarted
+        all_succeed(http, pending, 120)
+    print(f"shard 1's pod killed: its Lease held again after {took:.1f}s")
 
 
 # -- taking it down ------------------------------------------------------------------------------------------

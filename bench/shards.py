@@ -1,0 +1,135 @@
+"""Shards (issue 46): provisioning N instances through the OSB API with the controller split into M shards, each a
+process of its own (``--shards M --shard i``), the broker labelling what it creates.
+
+Per shard: the instances it holds (counted by label), its CPU per instance it holds, its resident memory before and
+after; in total: the controllers' and the broker's CPU per instance against the API server's (the issue's ratio,
+target 0.25), API writes per instance. Run ``python -m bench.shards --instances 1000 --shards 1,3`` (each count its
+own fresh control plane, one after the other); results go to ``bench/results/shards-<date>.json`` and
+``bench/results/SHARDS.md``.
+
+What it shows and what it does not: the machine has 2 cores shared by the API server, etcd, the operator, the
+broker and every shard, so the run's wall time is the machine's; the per-shard CPU and RSS figures are what one
+shard would need on a machine of its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+
+from bench.common import bench_stack, process_usage
+from bench.provisioning import provision_all
+
+RESULTS = Path(__file__).parent / "results"
+SHARD_LABEL = "opbroker.io/shard"
+
+
+def held_by_shard(api: client.ApiClient, namespace: str, shards: int) -> dict[str, int]:
+    """The instances of ``namespace`` each shard holds (by label)."""
+    custom = client.CustomObjectsApi(api)
+    counts: dict[str, int] = {}
+    for shard in range(shards):
+        selector = f"{SHARD_LABEL}={shard}" if shards > 1 else ""
+        listed = custom.list_namespaced_custom_object(
+            "osb.servicefabrik.io", "v1alpha1", namespace, "sfserviceinstances", label_selector=selector
+        )
+        counts[_name(shard, shards)] = len(listed["items"])
+    return counts
+
+
+def _name(shard: int, shards: int) -> str:
+    return "controller" if shards == 1 else f"controller-shard-{shard}"
+
+
+def run(count: int, shards: int, concurrency: int = 32) -> dict[str, Any]:
+    with bench_stack(f"shards-{shards}-{count}-{os.getpid()}", shards=shards) as bench:
+        bench.make_operator_instant()
+        before = {p.name: process_usage(p)["rss_mib"] for p in bench.controllers()}
+        namespace = bench.namespace("bench")
+        result = provision_all(bench, namespace, count, concurrency)
+        after = {p.name: process_usage(p)["rss_mib"] for p in bench.controllers()}
+        held = held_by_shard(bench.api, namespace, shards)
+    result.pop("names")
+    cpu = result["cpu_seconds_by_process"]
+    per_shard = {
+        name: {
+            "instances": held[name],
+            "cpu_seconds": cpu[name],
+            "cpu_ms_per_held_instance": round(1000 * cpu[name] / held[name], 2) if held[name] else None,
+            "rss_mib": {"before": before[name], "after": after[name]},
+        }
+        for name in sorted(held)
+    }
+    controllers = sum(cpu[name] for name in held)
+    apiserver = cpu["kube-apiserver"]
+    return {
+        "instances": count,
+        "shards": shards,
+        "failed": result["failed"],
+        "total_seconds": result["total_seconds"],
+        "per_shard": per_shard,
+        "controllers_cpu_ms_per_instance": round(1000 * controllers / count, 2),
+        "broker_cpu_ms_per_instance": round(1000 * cpu["broker"] / count, 2),
+        "apiserver_cpu_ms_per_instance": round(1000 * apiserver / count, 2),
+        "opbroker_to_apiserver": round((controllers + cpu["broker"]) / apiserver, 3),
+        "opbroker_writes_per_instance": result["opbroker_writes_per_instance"],
+        "reconcile_latency_s": result["reconcile_latency_s"],
+    }
+
+
+def report(runs: list[dict[str, Any]], source: str) -> str:
+    """The runs as Markdown: a row per run, then a row per shard."""
+    lines = [
+        f"# Shards: provisioning through M controller shards ({source})",
+        "",
+        "| instances | shards | s | controllers ms/inst | broker ms/inst | API server ms/inst | ratio | writes/inst |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in runs:
+        lines.append(
+            f"| {r['instances']} | {r['shards']} | {r['total_seconds']} | {r['controllers_cpu_ms_per_instance']} | "
+            f"{r['broker_cpu_ms_per_instance']} | {r['apiserver_cpu_ms_per_instance']} | "
+            f"{r['opbroker_to_apiserver']} | {r['opbroker_writes_per_instance']} |"
+        )
+    lines += [
+        "",
+        "| instances | shards | shard | holds | CPU s | ms/held inst | RSS MiB before → after |",
+        "|---:|---:|---|---:|---:|---:|---|",
+    ]
+    for r in runs:
+        for name, shard in r["per_shard"].items():
+            rss = shard["rss_mib"]
+            lines.append(
+                f"| {r['instances']} | {r['shards']} | {name} | {shard['instances']} | {shard['cpu_seconds']} | "
+                f"{shard['cpu_ms_per_held_instance']} | {rss['before']} → {rss['after']} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--instances", type=int, default=1000)
+    parser.add_argument("--shards", default="1,3", help="shard counts, comma-separated (a run each)")
+    parser.add_argument("--concurrency", type=int, default=32)
+    args = parser.parse_args()
+    runs = []
+    for shards in (int(n) for n in args.shards.split(",")):
+        print(f"provisioning {args.instances} instances over {shards} shard(s) ...", flush=True)
+        runs.append(run(args.instances, shards, args.concurrency))
+        print(json.dumps(runs[-1], indent=2), flush=True)
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H%M%SZ")
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"shards-{stamp}.json"
+    path.write_text(json.dumps({"runs": runs}, indent=2) + "\n")
+    (RESULTS / "SHARDS.md").write_text(report(runs, path.name))
+    print(f"written {path} and {RESULTS / 'SHARDS.md'}")
+
+
+if __name__ == "__main__":
+    main()
