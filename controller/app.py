@@ -24,6 +24,7 @@ from kubernetes import client
 from opbroker.api.conventions import catalog_id, resource_name
 from opbroker.api.meta import ResourceRef
 from opbroker.api.rbac import ONBOARDER_ACCOUNT
+from opbroker.api.shards import Shards
 from opbroker.controller.budgets import Budgeting
 from opbroker.controller.catalog import admin_requests
 from opbroker.controller.catalog.catalog import Catalog, PlanEntry
@@ -96,7 +97,7 @@ class Controller:
             self.runtime.enqueue,
             watch_seconds=settings.timeouts.watch,
             metadata_only=[SECRETS],
-            own_bodies={SECRETS: (settings.registries_namespace, registries.LABEL_REGISTRY_OF)},
+            own_bodies={SECRETS: (settings.registries_namespace, own_registries(settings.shards))},
             retry=settings.policies.watches,
             clock=self.runtime.clock,
         )
@@ -525,6 +526,12 @@ class Controller:
         if self.own_writes.caused(key, seen.resource_version):
             return False
         return previous != seen.fingerprint
+
+
+def own_registries(shards: Shards) -> str:
+    """The label selector of the registries whose bodies this controller lists at start: every registry, or sharded
+    its shard's (``osb_effects.save_registry`` labels them)."""
+    return registries.LABEL_REGISTRY_OF + (f",{shards.selector}" if shards.selector else "")
 
 
 #: The kinds reconciled once per control plane: sharded, by shard 0 only (:attr:`Shards.coordinator`).

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
+from opbroker.api.conventions import LABEL_INSTANCE
 from opbroker.api.meta import ResourceRef
 from opbroker.controller.core import actions as a
 from opbroker.controller.core.reasons import Reason
@@ -94,7 +95,12 @@ def osb_effects(
         )
 
     def save_registry(run: Run, action: a.SaveRegistry) -> None:
-        deps.registries.save(deps.kube, place(run), dict(action.registry), dict(action.labels))
+        where = place(run)
+        # Sharded, the registry carries its instance's shard: each shard lists only its own registries' bodies at
+        # start (app: ``own_bodies``). One written before M changed keeps its old shard until it is written again:
+        # its shard then reads it with a GET, as any Secret whose body it does not hold.
+        shard = deps.settings.shards.label(where.owner_namespace, action.labels.get(LABEL_INSTANCE, where.owner_name))
+        deps.registries.save(deps.kube, where, dict(action.registry), {**action.labels, **shard})
 
     def drop_registry(run: Run, action: a.DropRegistry) -> None:
         where = place(run)

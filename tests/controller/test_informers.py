@@ -102,7 +102,7 @@ def test_listed_then_watched_each_handler_with_its_own_copy(
     assert informers.wait_listed(30)
     wait_for(lambda: whole.saw("ADDED", "before") and identity.saw("ADDED", "before"), 30, "the listing")
     *pages, (told, key, identities) = listings
-    assert told == "listed" and key == (API_VERSION, PLURAL) and (namespace, "before") in identities
+    assert told == "listed" and key == (API_VERSION, PLURAL, None) and (namespace, "before") in identities
     assert pages and all(what == "page" and at == key for what, at, _ in pages)
     objects = [obj for _, _, page in pages for obj in page]
     assert {(o["metadata"].get("namespace", ""), o["metadata"]["name"]) for o in objects} == identities

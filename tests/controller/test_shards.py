@@ -317,6 +317,12 @@ def test_objects_spread_over_the_shards_and_each_is_handled_by_its_own(sharded: 
     for instance, binding in bindings.items():
         assert label(env, "sfserviceinstances", instance) == str(expected[instance])
         assert label(env, "sfservicebindings", binding) == str(expected[instance])  # a binding follows its instance
+    # Their registries too (so a restarted shard lists only its own registries' bodies).
+    secrets = client.CoreV1Api(env.cluster.api).list_namespaced_secret(
+        DEFAULT_NAMESPACE, label_selector=f"opbroker.io/registry-of,opbroker.io/owner-namespace={env.namespace}"
+    )
+    registries = {s.metadata.labels["opbroker.io/instance"]: s.metadata.labels.get(SHARD_LABEL) for s in secrets.items}
+    assert {i: registries.get(i) for i in instances} == {i: str(shard) for i, shard in expected.items()}
     for plural, owner in (
         ("sfserviceinstances", expected),
         ("sfservicebindings", {bindings[i]: expected[i] for i in instances}),
