@@ -23,8 +23,11 @@ from typing import Any
 
 from kubernetes import client
 
-from bench.common import bench_stack, process_usage
+from bench.common import Bench, bench_stack, process_usage
 from bench.provisioning import provision_all
+from bench.restart import QUIET_SECONDS, wait_idle
+from opbroker.devcluster.controlplane import free_ports
+from opbroker.devcluster.processes import Process
 
 RESULTS = Path(__file__).parent / "results"
 SHARD_LABEL = "opbroker.io/shard"
@@ -55,6 +58,8 @@ def run(count: int, shards: int, concurrency: int = 32) -> dict[str, Any]:
         result = provision_all(bench, namespace, count, concurrency)
         after = {p.name: process_usage(p)["rss_mib"] for p in bench.controllers()}
         held = held_by_shard(bench.api, namespace, shards)
+        restarted = _name(shards - 1, shards)
+        restart = restart_shard(bench, restarted, expected=held[restarted], baseline_mib=before[restarted])
     result.pop("names")
     cpu = result["cpu_seconds_by_process"]
     per_shard = {
@@ -80,6 +85,27 @@ def run(count: int, shards: int, concurrency: int = 32) -> dict[str, Any]:
         "opbroker_to_apiserver": round((controllers + cpu["broker"]) / apiserver, 3),
         "opbroker_writes_per_instance": result["opbroker_writes_per_instance"],
         "reconcile_latency_s": result["reconcile_latency_s"],
+        "restart": restart,
+    }
+
+
+def restart_shard(bench: Bench, name: str, *, expected: int, baseline_mib: float) -> dict[str, Any]:
+    """SIGTERM one shard's controller and start it again (with a metrics port) over its settled objects: its time
+    and CPU to idle, and its memory per settled object over ``baseline_mib`` (its RSS on the empty cluster)."""
+    old = bench.process(name)
+    old.stop()
+    (port,) = free_ports(1)
+    fresh = Process(old.name, [*old.command, "--metrics-port", str(port)], old.log.parent, old.env)
+    bench.stack.processes[bench.stack.processes.index(old)] = fresh
+    fresh.start()
+    idle = wait_idle(fresh, port, expected=expected, quiet=QUIET_SECONDS, timeout=max(120.0, expected * 0.1))
+    return {
+        "shard": name,
+        "objects": expected,
+        "idle_seconds": idle["idle_seconds"],
+        "cpu_seconds_to_idle": idle["cpu_seconds_to_idle"],
+        "rss_mib": idle["rss_mib"],
+        "kib_per_settled_instance": round(1024 * (idle["rss_mib"] - baseline_mib) / expected, 2) if expected else None,
     }
 
 
@@ -109,6 +135,17 @@ def report(runs: list[dict[str, Any]], source: str) -> str:
                 f"| {r['instances']} | {r['shards']} | {name} | {shard['instances']} | {shard['cpu_seconds']} | "
                 f"{shard['cpu_ms_per_held_instance']} | {rss['before']} → {rss['after']} |"
             )
+    lines += [
+        "",
+        "| instances | shards | restarted | its instances | s to idle | CPU s to idle | RSS MiB | KiB/instance |",
+        "|---:|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in runs:
+        x = r["restart"]
+        lines.append(
+            f"| {r['instances']} | {r['shards']} | {x['shard']} | {x['objects']} | {x['idle_seconds']} | "
+            f"{x['cpu_seconds_to_idle']} | {x['rss_mib']} | {x['kib_per_settled_instance']} |"
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -33,6 +33,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from bench.invariants import Expected, violations
+from bench.invariants import snapshot as osb_snapshot
 from opbroker.api.conventions import DEFAULT_NAMESPACE
 from opbroker.api.shards import SHARD_LABEL, shard_of
 from opbroker.devcluster.controlplane import free_ports
@@ -476,11 +478,31 @@ def test_changing_the_count_moves_objects_once_with_provisions_in_flight(sharded
             assert len(path) <= 3, f"{plural}/{name} handled by {path}"
             assert path[-1] in (shard_of(env.namespace, instance, 3), shard_of(env.namespace, instance, 4), 0)
 
+    # Converged, nothing lost, nothing duplicated (the reliability suite's checker): one Database per instance, its
+    # users exactly one per binding, finalizers once, every registry and credentials Secret present.
+    bindings = {f"b-{i}": i for i in settled}
+    live = Expected(live_instances=set(everything), live_bindings=bindings, excluded=others(env, everything, bindings))
+    assert violations(live, osb_snapshot(env.cluster.api, env.namespace), env.namespace) == []
+
     with env.osb() as osb:
         for instance in everything:
             deprovision(env, osb, instance, [f"b-{instance}"] if instance in settled else [])
     for instance in everything:
         wait_for(lambda i=instance: env.get("sfserviceinstances", i) is None, 60, f"{instance} to go")
+    gone = Expected(
+        gone_instances=set(everything), gone_bindings=set(bindings), excluded=others(env, everything, bindings)
+    )
+    wait_for(lambda: not violations(gone, osb_snapshot(env.cluster.api, env.namespace), env.namespace), 60, "teardown")
+
+
+def others(env: Sharded, instances: list[str], bindings: dict[str, str]) -> set[str]:
+    """The namespace's instances and bindings of the other tests: left out of this test's checks."""
+    found = {
+        item["metadata"]["name"]
+        for plural in ("sfserviceinstances", "sfservicebindings")
+        for item in env.cluster.custom.list_namespaced_custom_object(GROUP, VERSION, env.namespace, plural)["items"]
+    }
+    return found - set(instances) - set(bindings)
 
 
 def expect_labels(env: Sharded, names: list[str], count: int) -> None:
