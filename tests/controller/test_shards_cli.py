@@ -16,7 +16,7 @@ pytestmark = pytest.mark.unit
         (["--shards", "3", "--shard", "3"], "shard 3 is not one of the 3 shards"),
         (["--shards", "2", "--shard", "1", "--shard-from-hostname"], "not both"),
         (["--shards", "2", "--multicluster"], "runs unsharded"),
-        (["--shards", "65"], "less than or equal to 64"),
+        (["--shards", "65"], "Invalid value for '--shards'"),
     ],
 )
 def test_an_impossible_shard_is_refused_with_its_reason(flags: list[str], why: str) -> None:
