@@ -132,13 +132,14 @@ class Assumptions:
     provision), each costing what the provisioning (bindings) suite measured per instance (binding). A guess: a
     platform's real rate scales the steady CPU and API-server figures linearly, nothing else."""
 
-    cpu_divisible: float = 0.9
-    """Fraction of the controller's CPU per operation that divides by M. Estimated from what is watched, not
-    measured: of the ~10 watch events an instance's provision raises, the 4 on its SFServiceInstance (its create
-    and 3 status writes: ``opbroker_writes_by_resource``) reach its shard only, while the Database's (~3-4: the
-    apply and the operator's status writes) and the Secrets' (~2-3: the registry's, the operator's) reach every
-    shard, each decoded and stored (~0.1 ms each: ~0.6 ms of the ~9 ms per instance). The reconcile itself — reads,
-    renders, writes — is the owning shard's alone."""
+    cpu_divisible: float = 0.74
+    """Fraction of the controller's CPU per operation that divides by M. **Measured** (``bench/shards.py``,
+    ``bench/results/SHARDS.md``): with M shards the controllers' CPU per instance is ``x + M·y`` against ``x + y``
+    unsharded — N = 1 000, M = 3: 8.41 → 13.24 ms (x/(x+y) = 0.71); N = 5 000, M = 4: 9.0 → 15.81 ms (0.75). The
+    estimate it replaces (0.9) counted watch events: of the ~10 an instance's provision raises, the 4 on its
+    SFServiceInstance reach its shard only, while the Database's (~3-4) and the Secrets' (~2-3) reach every shard, at
+    ~0.1 ms each. Measured, every shard pays ~2.3 ms per instance: decoding is not all of it (each shard also
+    matches every such event against its source index and keeps the objects in its store)."""
 
     memory_divisible: float = 0.85
     """Fraction of the KiB per settled object that divides by M. Estimated from what is held: the instances',

@@ -154,7 +154,11 @@ def main() -> None:
     parser.add_argument("--instances", type=int, default=1000)
     parser.add_argument("--shards", default="1,3", help="shard counts, comma-separated (a run each)")
     parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--report", action="store_true", help="only write SHARDS.md from every shards-*.json")
     args = parser.parse_args()
+    if args.report:
+        write_report()
+        return
     runs = []
     for shards in (int(n) for n in args.shards.split(",")):
         print(f"provisioning {args.instances} instances over {shards} shard(s) ...", flush=True)
@@ -164,8 +168,15 @@ def main() -> None:
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"shards-{stamp}.json"
     path.write_text(json.dumps({"runs": runs}, indent=2) + "\n")
-    (RESULTS / "SHARDS.md").write_text(report(runs, path.name))
+    write_report()
     print(f"written {path} and {RESULTS / 'SHARDS.md'}")
+
+
+def write_report() -> None:
+    """``SHARDS.md``: the runs of every ``shards-*.json``, oldest first."""
+    files = sorted(RESULTS.glob("shards-*.json"))
+    runs = [run for path in files for run in json.loads(path.read_text())["runs"]]
+    (RESULTS / "SHARDS.md").write_text(report(runs, ", ".join(path.name for path in files)))
 
 
 if __name__ == "__main__":

@@ -74,7 +74,8 @@ def test_memory_per_shard_falls_with_m_but_never_below_the_empty_controller() ->
 
 def test_the_unsharded_part_is_paid_by_every_shard() -> None:
     one, four = (project(measured(), PLAIN, 1_000_000, m) for m in (1, 4))
-    assert four.controller_cores_per_shard == pytest.approx(one.controller_cores_per_shard * (0.9 / 4 + 0.1))
+    cpu = PLAIN.cpu_divisible
+    assert four.controller_cores_per_shard == pytest.approx(one.controller_cores_per_shard * (cpu / 4 + 1 - cpu))
     assert four.controller_cores_total > one.controller_cores_total
     assert four.ratio > one.ratio
     assert four.restart_idle_seconds_per_shard - 1 == pytest.approx(
