@@ -237,3 +237,25 @@ def await_facts_enforced(admin: client.ApiClient) -> None:
         )
     finally:
         probe.close()
+
+
+def allowed(
+    api: client.ApiClient, user: str, verb: str, group: str, resource: str, namespace: str, name: str = ""
+) -> bool:
+    """The API server's answer for ``user`` (with the groups a ServiceAccount has)."""
+    account_namespace = user.split(":")[2]
+    review = {
+        "spec": {
+            "user": user,
+            "groups": ["system:serviceaccounts", f"system:serviceaccounts:{account_namespace}", "system:authenticated"],
+            "resourceAttributes": {
+                "verb": verb,
+                "group": group,
+                "resource": resource,
+                "namespace": namespace,
+                **({"name": name} if name else {}),
+            },
+        }
+    }
+    answer = client.AuthorizationV1Api(api).create_subject_access_review(review)
+    return bool(answer.status.allowed)

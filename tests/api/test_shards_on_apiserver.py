@@ -13,6 +13,7 @@ from opbroker.api import rbac
 from opbroker.api.controllerinstall import ControllerSpec, Names, controller_objects
 from opbroker.api.conventions import service_account_user
 from opbroker.controller.runtime.kube import Kube
+from tests.tenancy_support import allowed
 
 APPLIED = (
     "controller-account",
@@ -22,24 +23,6 @@ APPLIED = (
     "controller-statefulset",
     "controller-disruption-budget",
 )
-
-
-def may(api: client.ApiClient, user: str, verb: str, namespace: str, lease: str) -> bool:
-    """The API server's answer for the ServiceAccount ``user`` on the Lease ``lease``."""
-    review = {
-        "spec": {
-            "user": user,
-            "groups": ["system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"],
-            "resourceAttributes": {
-                "verb": verb,
-                "group": "coordination.k8s.io",
-                "resource": "leases",
-                "namespace": namespace,
-                "name": lease,
-            },
-        }
-    }
-    return bool(client.AuthorizationV1Api(api).create_subject_access_review(review).status.allowed)
 
 
 def test_the_api_server_takes_the_sharded_objects_and_the_role_renews_only_the_shards_leases(
@@ -62,9 +45,9 @@ def test_the_api_server_takes_the_sharded_objects_and_the_role_renews_only_the_s
 
         user = service_account_user(namespace, names.controller)
         for lease in rbac.shard_leases(shards=3):
-            assert may(api_client, user, "get", namespace, lease), lease
-            assert may(api_client, user, "update", namespace, lease), lease
+            assert allowed(api_client, user, "get", "coordination.k8s.io", "leases", namespace, lease), lease
+            assert allowed(api_client, user, "update", "coordination.k8s.io", "leases", namespace, lease), lease
         for lease in (rbac.LEADER_LEASE, f"{rbac.LEADER_LEASE}-shard-3"):
-            assert not may(api_client, user, "update", namespace, lease), lease
+            assert not allowed(api_client, user, "update", "coordination.k8s.io", "leases", namespace, lease), lease
     finally:
         core.delete_namespace(namespace)

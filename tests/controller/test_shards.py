@@ -406,10 +406,12 @@ def test_a_killed_shard_leader_is_taken_over_by_its_standby_within_the_lease(sha
     wait_for(lambda: "campaigning" in standby.log.read_text(errors="replace"), 30, "the standby to campaign")
     assert env.lease_holder(shard) == holder  # standing by: the leader keeps the Lease
 
-    names = {
-        s: next(f"fo{s}-{n}" for n in range(1000) if shard_of(env.namespace, f"fo{s}-{n}", env.count) == s)
-        for s in (0, shard)
-    }
+    names = {s: on_shard(env, f"fo{s}", s) for s in (0, shard)}
+    # Provisions of the shard in flight as its leader dies: none lost, none done twice.
+    in_flight = [on_shard(env, f"fl{n}", shard) for n in range(3)]
+    with env.osb() as osb:
+        for instance in in_flight:
+            provision(osb, env.namespace, instance)
     leader.kill()  # SIGKILL: its Lease is not released
     killed = time.monotonic()
     env.controllers[shard].remove(leader)
@@ -422,7 +424,10 @@ def test_a_killed_shard_leader_is_taken_over_by_its_standby_within_the_lease(sha
             lambda: env.lease_holder(shard) not in ("", holder), 3 * LEASE_SECONDS, "the standby to take the Lease"
         )
         takeover = time.monotonic() - killed
-        settle(env, "sfserviceinstances", [names[shard]], timeout=60)
+        settle(env, "sfserviceinstances", [names[shard], *in_flight], timeout=60)
+    live = [names[0], names[shard], *in_flight]
+    expected = Expected(live_instances=set(live), excluded=others(env, live, {}))
+    assert violations(expected, osb_snapshot(env.cluster.api, env.namespace), env.namespace) == []
     print(f"shard {shard} taken over {takeover:.1f} s after its leader was killed (lease {LEASE_SECONDS} s)")
     assert takeover <= LEASE_SECONDS + 3, f"takeover took {takeover:.1f} s"
     writers = controller_writes(env, "sfserviceinstances")
@@ -522,7 +527,8 @@ def expect_labels(env: Sharded, names: list[str], count: int) -> None:
 
 
 def on_shard(env: Sharded, prefix: str, shard: int) -> str:
-    """An instance name of ``prefix`` that lands on ``shard``."""
+    """An instance name of ``prefix`` (made unique) that lands on ``shard``."""
+    prefix = f"{prefix}-{uuid.uuid4().hex[:4]}"
     return next(f"{prefix}-{n}" for n in range(1000) if shard_of(env.namespace, f"{prefix}-{n}", env.count) == shard)
 
 

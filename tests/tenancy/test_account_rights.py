@@ -23,6 +23,7 @@ from opbroker.controller.runtime.kube import Kube
 from opbroker.devcluster.incluster import DEMO_OPERATOR_RULE, control_plane_manifests
 from opbroker.kubeclient.answers import json_object
 from opbroker.kubeclient.lean import LeanCustomObjects
+from tests.tenancy_support import allowed
 
 WRITES = ("create", "update", "patch", "delete", "deletecollection", "impersonate", "escalate", "bind")
 CLUSTER_SCOPED_RULE = {"api_groups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "verbs": ["create"]}
@@ -90,28 +91,6 @@ def served(api: client.ApiClient) -> list[tuple[str, str, bool]]:
         for r in found["resources"]
         if "/" not in r["name"]
     ]
-
-
-def allowed(
-    api: client.ApiClient, user: str, verb: str, group: str, resource: str, namespace: str, name: str = ""
-) -> bool:
-    """The API server's answer for ``user`` (with the groups a ServiceAccount has)."""
-    account_namespace = user.split(":")[2]
-    review = {
-        "spec": {
-            "user": user,
-            "groups": ["system:serviceaccounts", f"system:serviceaccounts:{account_namespace}", "system:authenticated"],
-            "resourceAttributes": {
-                "verb": verb,
-                "group": group,
-                "resource": resource,
-                "namespace": namespace,
-                **({"name": name} if name else {}),
-            },
-        }
-    }
-    answer = client.AuthorizationV1Api(api).create_subject_access_review(review)
-    return bool(answer.status.allowed)
 
 
 def test_no_account_writes_anything_the_table_does_not_list(
