@@ -429,7 +429,9 @@ def test_a_killed_shard_leader_is_taken_over_by_its_standby_within_the_lease(sha
     expected = Expected(live_instances=set(live), excluded=others(env, live, {}))
     assert violations(expected, osb_snapshot(env.cluster.api, env.namespace), env.namespace) == []
     print(f"shard {shard} taken over {takeover:.1f} s after its leader was killed (lease {LEASE_SECONDS} s)")
-    assert takeover <= LEASE_SECONDS + 3, f"takeover took {takeover:.1f} s"
+    # Not before the dead leader's lease ran out (it was not released), and then at the standby's next tries: a lease
+    # and two retry periods (1 s each), plus slack for a loaded machine.
+    assert takeover <= LEASE_SECONDS + 2 + 3, f"takeover took {takeover:.1f} s"
     writers = controller_writes(env, "sfserviceinstances")
     assert set(writers[(env.namespace, names[shard])]) == {shard}
     assert set(writers[(env.namespace, names[0])]) == {0}
