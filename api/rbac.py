@@ -385,10 +385,12 @@ def controller_namespace_rules(lease: str = LEADER_LEASE, shards: int = 1) -> li
     be limited to a name; reading and renewing can) — the one Lease, or with ``shards`` > 1 exactly the shards'
     (:func:`shard_leases`), so a replica left from the other layout (a Deployment's leader after sharding, a
     shard after going back to one) can no longer renew and steps down — and the admin API's requests,
-    ConfigMaps named per plan."""
+    ConfigMaps named per plan. Sharded, the unsharded Lease may be read (not renewed): a shard acts only once it is
+    free (``opbroker.controller.running``: the old leader has stopped acting)."""
     return [
         Rule(("coordination.k8s.io",), ("leases",), ("create",)),
         Rule(("coordination.k8s.io",), ("leases",), ("get", "update"), resource_names=shard_leases(lease, shards)),
+        *([Rule(("coordination.k8s.io",), ("leases",), ("get",), resource_names=(lease,))] if shards > 1 else []),
         # The admin API's requests (opbroker.api.adminrequests): read them, write their answers.
         Rule(("",), ("configmaps",), ("get", "list", "watch", "patch")),
     ]

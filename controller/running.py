@@ -150,6 +150,8 @@ class Process:
         self.reached = reached
         self.shutdown = lifecycle.Shutdown()
         self.identity = f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
+        self.unsharded: leadership.LeaseLock | None = None
+        """Sharded: the unsharded controller's Lease, waited for before acting (:meth:`wait_for_the_unsharded`)."""
 
     async def main(self) -> int:
         """The process's life; its exit code. A stop asked before the controller runs ends it at once (0). The
@@ -172,13 +174,22 @@ class Process:
         holding.add_done_callback(self._leading_ended)
         code = 0
         # A standby may have waited long for the lease: the API server may be starting now.
-        if await self.unless_stopped(self.wait_for_the_api()):
+        if await self.unless_stopped(self.wait_for_the_api()) and await self.unless_stopped(
+            self.wait_for_the_unsharded(election)
+        ):
             code = await self.operate()
         holding.remove_done_callback(self._leading_ended)
         holding.cancel()
         await election.release(RELEASE_SECONDS)
         await election.close()
         return code
+
+    async def wait_for_the_unsharded(self, election: leadership.Leadership) -> None:
+        """Sharded: act only once no unsharded controller leads (issue 46). While a control plane changes to shards,
+        the old leader acts on every object until its renewals are refused or it is stopped; its Lease free, it
+        has stopped acting. (Its leases' Role grants a shard ``get`` on that Lease.)"""
+        if self.unsharded is not None:
+            await election.wait_until_free(self.unsharded)
 
     async def unless_stopped(self, step: Awaitable[T]) -> bool:
         """Run ``step`` unless a stop is asked first (then it is cancelled): whether it ran to its end."""
@@ -203,13 +214,14 @@ class Process:
             on_answer=self.reached.answered,
             user_agent=user_agent_of(settings),
         )
+        transport = AsyncTransport(transport_of(lease_client))
         lock = leadership.LeaseLock(
-            AsyncTransport(transport_of(lease_client)),
-            settings.namespace,
-            settings.lease,
-            self.identity,
-            lease_seconds=settings.lease_seconds,
+            transport, settings.namespace, settings.lease, self.identity, lease_seconds=settings.lease_seconds
         )
+        if settings.shards.sharded:  # the unsharded controller's Lease, read only (wait_for_the_unsharded)
+            self.unsharded = leadership.LeaseLock(
+                transport, settings.namespace, settings.lease_name, self.identity, lease_seconds=settings.lease_seconds
+            )
         return leadership.Leadership(
             lock, renew_deadline=settings.renew_deadline, retry_period=max(1.0, settings.lease_seconds / 8)
         )

@@ -200,6 +200,21 @@ class LeaseLock:
         self._seen, self.holder = Seen(record, now), self.identity
         return Outcome.LEADING
 
+    async def held(self) -> bool:
+        """Whether another identity holds the lease (read only, by the candidate's rules: renewed, as this lock
+        saw it change, within its duration); a Lease that does not exist is held by nobody. What a replica of
+        another layout holds is waited for this way (:meth:`Leadership.wait_until_free`), never taken."""
+        now = self._clock.monotonic()
+        try:
+            lease = await self._call("GET", self.path)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            return False
+        self._seen = observe(self._seen, LeaseRecord.of(lease), now)
+        self.holder = self._seen.record.holder
+        return held_by_another(self._seen, self.identity, now, self.lease_seconds)
+
     async def release(self) -> bool:
         """Empty the holder if this identity still holds the lease, at the version read (a lease taken meanwhile
         is left alone: 409). False when someone else holds it; raises when the API does not answer."""
@@ -294,6 +309,27 @@ class Leadership:
                 self.renewed_at = started
             elif outcome is Outcome.HELD:
                 return Ended(self.lock.holder, started - self.renewed_at)
+
+    async def wait_until_free(self, other: LeaseLock) -> None:
+        """Return once nobody holds ``other``'s lease (read every ``retry_period``; a failed read counts as held):
+        a shard leading its own Lease waits so for the unsharded controller's, so that during a change to shards the
+        old leader — which may act on every object until its renewals are refused — and the shards never act at
+        once (issue 46). Cancel to give up."""
+        reported = ""
+        while True:
+            try:
+                held = await other.held()
+            except Exception as exc:  # no answer, refused: not known to be free
+                logger.warning("lease %s/%s could not be read (%s); waiting", other.namespace, other.name, exc)
+                held = True
+            if not held:
+                return
+            if other.holder != reported:
+                reported = other.holder
+                logger.info(
+                    "lease %s/%s is held by %s; waiting until it is free", other.namespace, other.name, reported
+                )
+            await self._clock.sleep(self.retry_period)
 
     async def release(self, timeout: float) -> bool:
         """Hand the lease over (best effort, within ``timeout`` seconds): whether it was released."""

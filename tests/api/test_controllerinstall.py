@@ -74,7 +74,8 @@ def _command(manifest: dict[str, Any]) -> list[str]:
 
 
 def _lease_names(objects: dict[str, dict[str, Any]]) -> list[str]:
-    (renewing,) = [rule for rule in objects["controller-leader-election-role"]["rules"] if "resourceNames" in rule]
+    rules = objects["controller-leader-election-role"]["rules"]
+    (renewing,) = [rule for rule in rules if "resourceNames" in rule and "update" in rule["verbs"]]
     assert renewing["verbs"] == ["get", "update"]
     names: list[str] = renewing["resourceNames"]
     return names

@@ -49,5 +49,10 @@ def test_the_api_server_takes_the_sharded_objects_and_the_role_renews_only_the_s
             assert allowed(api_client, user, "update", "coordination.k8s.io", "leases", namespace, lease), lease
         for lease in (rbac.LEADER_LEASE, f"{rbac.LEADER_LEASE}-shard-3"):
             assert not allowed(api_client, user, "update", "coordination.k8s.io", "leases", namespace, lease), lease
+        # The unsharded controller's Lease: read (a shard waits until it is free), never renewed.
+        assert allowed(api_client, user, "get", "coordination.k8s.io", "leases", namespace, rbac.LEADER_LEASE)
+        assert not allowed(
+            api_client, user, "get", "coordination.k8s.io", "leases", namespace, f"{rbac.LEADER_LEASE}-shard-3"
+        )
     finally:
         core.delete_namespace(namespace)

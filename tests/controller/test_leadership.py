@@ -188,3 +188,41 @@ def test_a_hanging_renewal_ends_leading_at_the_renew_deadline_not_when_it_return
         await elected.close()
 
     asyncio.run(scenario())
+
+
+class Watched(Scripted):
+    """Another layout's Lease, read only: ``held`` answers from a script (an exception: the read failed)."""
+
+    def __init__(self, answers: list[bool | Exception], clock: FakeClock) -> None:
+        super().__init__([], clock)
+        self.answers = answers
+        self.reads = 0
+
+    async def held(self) -> bool:
+        self.reads += 1
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        self.holder = "old-leader" if answer else ""
+        return answer
+
+
+def test_a_shard_acts_only_once_the_unsharded_lease_is_free_a_failed_read_counting_as_held() -> None:
+    async def scenario() -> None:
+        clock = FakeClock()
+        elected = election([], clock)
+        other = Watched([True, TimeoutError(), False], clock)
+        waiting = asyncio.ensure_future(elected.wait_until_free(other))
+        await settled("the first read", lambda: other.reads == 1)
+        await resting(clock)
+        assert not waiting.done()  # held by the old leader
+        clock.advance(2)
+        await settled("the second read", lambda: other.reads == 2)
+        await resting(clock)
+        assert not waiting.done()  # not known to be free
+        clock.advance(2)
+        await settled("free at the third read", waiting.done)
+        assert other.reads == 3 and other.calls == 0  # read only: never an attempt to take it
+        await elected.close()
+
+    asyncio.run(scenario())

@@ -994,8 +994,10 @@ def test_shards_make_the_controller_a_statefulset_and_tell_the_broker_the_count(
     (broker,) = pod(mocks, "opbroker-broker")["containers"]
     assert broker["command"][broker["command"].index("--shards") :][:2] == ["--shards", "3"]
     role = inputs(mocks, ROLE, "opbroker-controller-leader-election")
-    (renewing,) = [rule for rule in role["rules"] if "resourceNames" in rule]
+    (renewing,) = [rule for rule in role["rules"] if "resourceNames" in rule and "update" in rule["verbs"]]
     assert renewing["resourceNames"] == [f"opbroker-controller-shard-{i}" for i in range(3)]
+    (reading,) = [rule for rule in role["rules"] if "resourceNames" in rule and "update" not in rule["verbs"]]
+    assert reading == {**reading, "verbs": ["get"], "resourceNames": ["opbroker-controller"]}  # waited for, not taken
     budget = inputs(mocks, "kubernetes:policy/v1:PodDisruptionBudget", "opbroker-controller")
     assert budget["spec"]["selector"] == workload["spec"]["selector"]
 
