@@ -18,6 +18,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -301,6 +302,16 @@ def shard_lease(api: client.ApiClient, shard: int) -> client.V1LeaseSpec:
     return client.CoordinationV1Api(api).read_namespaced_lease(name, NAMESPACE).spec
 
 
+def answered(http: httpx.Client, path: str) -> dict[str, Any] | None:
+    """``path``'s JSON answer, or None while the broker does not answer within 3 s."""
+    try:
+        response = http.get(path, timeout=3)
+    except httpx.HTTPError:
+        return None
+    found: dict[str, Any] | None = response.json() if response.status_code == 200 else None
+    return found
+
+
 def shard_labels(api: client.ApiClient) -> dict[str, str | None]:
     """Every instance of the demo's namespace, and the shard its label names."""
     listed = client.CustomObjectsApi(api).list_namespaced_custom_object(
@@ -342,7 +353,10 @@ def test_the_component_sharded_runs_a_statefulset_each_pod_leading_its_shard(
     with httpx.Client(
         base_url=endpoint.url, auth=(endpoint.username, endpoint.password), headers=HEADERS, timeout=30
     ) as http:
-        service = http.get("/v2/catalog").json()["services"][0]
+        # The rolled broker's Service: kube-proxy may still send a connection to a replaced pod for a moment (the CI
+        # run met a connect timeout right after the rollout); ask with short deadlines until it answers.
+        catalog = wait_for(lambda: answered(http, "/v2/catalog"), 90, "the rolled broker to answer", interval=1)
+        service = catalog["services"][0]
         ids = {"service_id": service["id"], "plan_id": service["plans"][0]["id"]}
         first = provision(http, ids, 6)
         all_succeed(http, first, 120)
