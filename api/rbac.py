@@ -16,7 +16,7 @@ from opbroker.api.policyrules import Rule as Rule
 from opbroker.api.policyrules import grants_everything as grants_everything
 from opbroker.api.policyrules import rule_problems as rule_problems
 from opbroker.api.shards import MAX_SHARDS as MAX_SHARDS  # re-exported: the components bound by it
-from opbroker.api.shards import Shards
+from opbroker.api.shards import Shards, lease_name
 
 #: Verbs on a kind the controller owns: it reads, writes, finalizes and deletes them.
 OWNER_VERBS = ("get", "list", "watch", "create", "update", "patch", "delete")
@@ -376,8 +376,9 @@ def writes_beyond_own(rules: Sequence[Rule], *, onboarding: bool = False) -> lis
 def shard_leases(lease: str = LEADER_LEASE, shards: int = 1) -> tuple[str, ...]:
     """The Leases a controller of ``shards`` shards campaigns for: ``lease`` itself unsharded, else one per shard,
     ``<lease>-shard-<i>`` for i in 0..shards-1 (shard i's replicas compete for the i-th; none for ``lease``)."""
-    Shards(shards)  # refused beyond its bounds (ValueError naming them)
-    return tuple(Shards(shards, index).lease(lease) for index in range(shards))
+    if not Shards(shards).sharded:  # refused beyond its bounds (ValueError naming them)
+        return (lease,)
+    return tuple(lease_name(lease, index) for index in range(shards))
 
 
 def controller_namespace_rules(lease: str = LEADER_LEASE, shards: int = 1) -> list[Rule]:

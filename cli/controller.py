@@ -268,48 +268,50 @@ def run(
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--policy") from None
 
-    if multicluster and shards > 1:
-        raise typer.BadParameter(
-            "a multi-cluster master runs unsharded: its placement reads every instance", param_hint="--shards"
+    place = _shards(shards, shard, from_hostname=shard_from_hostname)
+    budgets = NamespaceBudgets(operations=namespace_operations, cached_bytes=namespace_cache_mib << 20)
+    claims = ClaimsSettings.from_flags(sla_order=sla_order, environments=catalog_environment)
+    try:
+        settings = ControllerSettings(
+            namespace=namespace,
+            shards=place,
+            catalog_namespaces=tuple(catalog_namespace or ()),
+            registry_namespace=registry_namespace,
+            workers=workers,
+            namespace_workers=namespace_workers,
+            budgets=budgets,
+            error_threshold=error_threshold,
+            status_poll_seconds=poll_seconds,
+            status_poll_max_seconds=poll_max_seconds,
+            resync_seconds=resync_seconds,
+            live_status_seconds=live_status_seconds,
+            leader_election=leader_election,
+            metrics_port=metrics_port,
+            api_wait_seconds=api_wait_seconds,
+            lease_seconds=lease_seconds,
+            shutdown_seconds=shutdown_seconds,
+            request_timeout_seconds=request_timeout,
+            watch_seconds=watch_seconds,
+            stuck_seconds=stuck_seconds,
+            multicluster=multicluster,
+            scheduler=scheduler.value,
+            cluster_probe_seconds=cluster_probe_seconds,
+            max_operation_seconds=max_operation_seconds,
+            webhook_port=webhook_port,
+            webhook_url=webhook_url,
+            webhook_service=webhook_service,
+            webhook_configuration=webhook_configuration,
+            webhook_secret=webhook_secret,
+            claims=claims,
+            impersonate=not single_tenant,
+            default_plan_service_account=plan_service_account,
+            namespace_service_account=namespace_service_account,
+            template_fetch=template_fetch,
+            onboard_namespace_selector=onboard_namespace_selector,
+            policies=policies,
         )
-    settings = ControllerSettings(
-        namespace=namespace,
-        shards=_shards(shards, shard, from_hostname=shard_from_hostname),
-        catalog_namespaces=tuple(catalog_namespace or ()),
-        registry_namespace=registry_namespace,
-        workers=workers,
-        namespace_workers=namespace_workers,
-        budgets=NamespaceBudgets(operations=namespace_operations, cached_bytes=namespace_cache_mib << 20),
-        error_threshold=error_threshold,
-        status_poll_seconds=poll_seconds,
-        status_poll_max_seconds=poll_max_seconds,
-        resync_seconds=resync_seconds,
-        live_status_seconds=live_status_seconds,
-        leader_election=leader_election,
-        metrics_port=metrics_port,
-        api_wait_seconds=api_wait_seconds,
-        lease_seconds=lease_seconds,
-        shutdown_seconds=shutdown_seconds,
-        request_timeout_seconds=request_timeout,
-        watch_seconds=watch_seconds,
-        stuck_seconds=stuck_seconds,
-        multicluster=multicluster,
-        scheduler=scheduler.value,
-        cluster_probe_seconds=cluster_probe_seconds,
-        max_operation_seconds=max_operation_seconds,
-        webhook_port=webhook_port,
-        webhook_url=webhook_url,
-        webhook_service=webhook_service,
-        webhook_configuration=webhook_configuration,
-        webhook_secret=webhook_secret,
-        claims=ClaimsSettings.from_flags(sla_order=sla_order, environments=catalog_environment),
-        impersonate=not single_tenant,
-        default_plan_service_account=plan_service_account,
-        namespace_service_account=namespace_service_account,
-        template_fetch=template_fetch,
-        onboard_namespace_selector=onboard_namespace_selector,
-        policies=policies,
-    )
+    except ValueError as exc:  # a combination the settings refuse (a sharded multi-cluster master)
+        raise typer.BadParameter(str(exc), param_hint="--shards") from None
     run_controller(settings, kubeconfig=kubeconfig)
 
 

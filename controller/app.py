@@ -279,7 +279,7 @@ class Controller:
     def _stored(self, stream: StreamKey) -> Kind | None:
         """The kind the store keeps from ``stream``: our instances' and bindings' (this shard's, sharded)."""
         for kind in (INSTANCES, BINDINGS):
-            if stream == (f"{kind.group}/{kind.version}", kind.plural, self.settings.shards.selector):
+            if stream == (kind.api_version, kind.plural, self.settings.shards.selector):
                 return kind
         return None
 

@@ -145,8 +145,7 @@ class Informers:
                 on_lost=None if on_lost is None else _ignoring_why(on_lost, resource.key),
                 watch_seconds=watch_seconds,
                 retry=retry,
-                name=f"informer-{resource.plural}"
-                + (f"[{resource.label_selector}]" if resource.label_selector else ""),
+                name=resource.name,
             )
             for resource in self.resources
         ]

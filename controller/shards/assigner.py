@@ -23,9 +23,10 @@ from opbroker.controller.kinds import BINDINGS, INSTANCES
 from opbroker.controller.runtime.clock import Clock
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.kube import Kind, Kube
+from opbroker.controller.runtime.leadership import LeaseRecord
 from opbroker.controller.runtime.outcomes import DONE, Outcome, requeue
 from opbroker.controller.shards.core import assignment, lease_held, relabelling
-from opbroker.kubeclient.wire import JsonBody, JsonObject, int_of, mapping_of, text_of
+from opbroker.kubeclient.wire import JsonBody, JsonObject, mapping_of, text_of
 
 logger = logging.getLogger(__name__)
 LEASE_API = "coordination.k8s.io/v1"
@@ -77,13 +78,8 @@ class Assigner:
         lease = self.kube.get(ResourceRef(api_version=LEASE_API, kind="Lease", namespace=self.namespace, name=name))
         if lease is None:
             return False
-        spec = mapping_of(lease.get("spec"))
-        return lease_held(
-            text_of(spec.get("holderIdentity")) or "",
-            _micro_time(text_of(spec.get("renewTime"))),
-            int_of(spec.get("leaseDurationSeconds")) or 0,
-            self.clock.now(),
-        )
+        record = LeaseRecord.of(lease)
+        return lease_held(record.holder, _micro_time(record.renew_time), record.duration_seconds, self.clock.now())
 
     def on_event(self, event_type: str, body: JsonBody) -> Key | None:
         """The key to queue for a watch event (None for a deletion: nothing to label)."""
