@@ -90,6 +90,24 @@ class Shards:
         (a ``notin`` selector matches objects without the label too)."""
         return f"{SHARD_LABEL} notin ({','.join(str(i) for i in range(self.count))})"
 
+    @property
+    def sources_selector(self) -> str | None:
+        """The label selector of the objects this shard's source watches follow (None: unsharded, every object):
+        everything but what is labelled for another shard — its own instances' rendered objects (stamped with its
+        label) and every object no shard stamped (an operator's own Secrets and Services). A ``notin`` selector
+        matches objects without the label too."""
+        if not self.sharded:
+            return None
+        others = ",".join(str(i) for i in range(self.count) if i != self.index)
+        return f"{SHARD_LABEL} notin ({others})"
+
+    def covers(self, labels: Mapping[str, object] | None) -> bool:
+        """Whether an object with ``labels`` is one :attr:`sources_selector` selects (the watch keeps it current)."""
+        if not self.sharded:
+            return True
+        value = (labels or {}).get(SHARD_LABEL)
+        return not isinstance(value, str) or value not in {str(i) for i in range(self.count) if i != self.index}
+
     def of(self, namespace: str, instance: str) -> int:
         return shard_of(namespace, instance, self.count)
 

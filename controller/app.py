@@ -49,7 +49,7 @@ from opbroker.controller.runtime.kube import SECRETS, Kind, Kube
 from opbroker.controller.runtime.memory import Dependents, PerKey
 from opbroker.controller.runtime.outcomes import DONE
 from opbroker.controller.runtime.runner import Runtime
-from opbroker.controller.runtime.sources import SourceIndex, SourceWatchers
+from opbroker.controller.runtime.sources import Portion, SourceIndex, SourceWatchers
 from opbroker.controller.runtime.store import UNKNOWN, ObjectStore
 from opbroker.controller.runtime.watches import Watch
 from opbroker.controller.servicecatalog.handlers import ServiceCatalog
@@ -98,6 +98,7 @@ class Controller:
             watch_seconds=settings.timeouts.watch,
             metadata_only=[SECRETS],
             own_bodies={SECRETS: (settings.registries_namespace, own_registries(settings.shards))},
+            portion=source_portion(settings.shards),
             retry=settings.policies.watches,
             clock=self.runtime.clock,
         )
@@ -146,6 +147,7 @@ class Controller:
                     lease=settings.lease_name,
                     lease_seconds=settings.lease_seconds,
                     clock=self.runtime.clock,
+                    rendered=deps.rendered_of,
                 )
                 for assigner in (InstanceAssigner, BindingAssigner)
             )
@@ -567,3 +569,14 @@ def _key_of(kind: str, entry: EntryView) -> Key:
 
 
 __all__ = ["DONE", "Controller"]
+
+
+def source_portion(shards: Shards) -> Portion | None:
+    """What a shard's source watches follow (None: unsharded, every object): its own instances' rendered objects
+    and what no shard labelled; the coordinator follows Secrets and Namespaces whole — the claims, the Service
+    Catalog and onboarding, which run there only, read any of them."""
+    selector = shards.sources_selector
+    if selector is None:
+        return None
+    whole = frozenset({SECRETS, NAMESPACES}) if shards.coordinator else frozenset()
+    return Portion(selector, shards.covers, whole)

@@ -129,6 +129,7 @@ class BindingReconciler(PassingReconciler[BindingFacts, OsbAction]):
             watched_kinds=self.deps.watchers.live,
             over_budget=self.deps.budgets.refusal(key),
             placement=self.deps.placement.binding(binding, instance),  # multi-cluster: read last, as it always was
+            shard_labels=settings.shards.label(key.namespace, instance_name),
         )
 
     def gather(self, facts: BindingFacts, previous: BindingFacts | None) -> BindingFacts:

@@ -169,6 +169,7 @@ class InstanceReconciler(PassingReconciler[InstanceFacts, OsbAction]):
             watched_kinds=self.deps.watchers.live,
             over_budget=self.deps.budgets.refusal(key),
             placement=self.deps.placement.instance(view),
+            shard_labels=settings.shards.label(key.namespace, key.name),
         )
 
     def gather(self, facts: InstanceFacts, previous: InstanceFacts | None) -> InstanceFacts:

@@ -5,17 +5,21 @@ facts, read in observe, and its effects), the apply memory (our own writes are n
 from __future__ import annotations
 
 import datetime
+import functools
 import logging
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from opbroker.api.conventions import resource_name
 from opbroker.api.meta import ResourceRef
 from opbroker.controller.budgets import Budgeting
 from opbroker.controller.catalog.catalog import Catalog
 from opbroker.controller.core.views import BindingView, InstanceView
+from opbroker.controller.kinds import BINDINGS, INSTANCES
 from opbroker.controller.multicluster.core.placement_plan import PlacementFacts
+from opbroker.controller.osb import identities
 from opbroker.controller.osb.registries import RegistryCache
 from opbroker.controller.runtime.clock import SYSTEM, Clock
 from opbroker.controller.runtime.executor import OwnWrites
@@ -93,8 +97,26 @@ class Deps:
     """The runtime's clock: the facts' ``now`` and day two's drift windows read it (tests pass a fake one)."""
 
     def keeps(self, kind: Kind, body: JsonObject, instance: str) -> bool:
-        """Whether this shard handles ``body`` (:func:`opbroker.controller.shards.handover.keeps`; unsharded: yes)."""
-        return handover.keeps(self.kube, self.settings.shards, kind, body, instance)
+        """Whether this shard handles ``body`` (:func:`opbroker.controller.shards.handover.keeps`; unsharded: yes),
+        its rendered objects moved along when it is handed over."""
+        rendered = functools.partial(self.rendered_of, kind, body)
+        return handover.keeps(self.kube, self.settings.shards, kind, body, instance, rendered)
+
+    def rendered_of(self, kind: Kind, body: JsonObject) -> tuple[Kube, Sequence[ResourceRef]]:
+        """What moves along with an instance or a binding to another shard (issue 46): the objects its status
+        records, and the door of its plan's account, which wrote them (``identities``; the controller's own without
+        a plan, or without impersonation)."""
+        if kind is BINDINGS:
+            binding = BindingView.of(body)
+            found = self.kube.get_custom(INSTANCES, binding.meta.namespace, resource_name(binding.instance_ref))
+            plan_id = InstanceView.of(found).plan_id if found is not None else binding.plan_id
+            refs: Sequence[ResourceRef] = binding.status.resources
+        else:
+            instance = InstanceView.of(body)
+            plan_id, refs = instance.plan_id, instance.status.resources
+        entry = self.catalog.plan(plan_id)
+        actor = identities.plan_user(entry.body, self.settings) if entry is not None else None
+        return (self.kube if actor is None else self.kube.acting_as(actor)), refs
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from opbroker.api.conventions import (
     MANAGED_BY,
 )
 from opbroker.api.meta import ResourceRef
+from opbroker.api.shards import SHARD_LABEL
 from opbroker.controller.core.views import Meta, ObjectView, Owner
 from opbroker.kubeclient.wire import JsonBody, JsonObject, mapping_of, objects_of, path_of, text_of
 
@@ -83,7 +84,7 @@ def minus_refs(first: list[ResourceRef], second: list[ResourceRef]) -> list[Reso
 
 #: The labels :func:`stamp` may add (``managed-by`` and the ones the instance and binding plans pass): what an orphaned
 #: object loses with its stamp (:func:`.core.decisions.orphaning`).
-STAMP_LABELS = (LABEL_MANAGED_BY, LABEL_INSTANCE, LABEL_PLAN, LABEL_BINDING)
+STAMP_LABELS = (LABEL_MANAGED_BY, LABEL_INSTANCE, LABEL_PLAN, LABEL_BINDING, SHARD_LABEL)
 
 
 def stamp(manifest: Manifest, *, owner: Owner, labels: dict[str, str], owned: bool, shared: bool = False) -> Manifest:

@@ -38,6 +38,7 @@ import functools
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 from opbroker.api.meta import ResourceRef
 from opbroker.controller.runtime.clock import SYSTEM, Clock
@@ -45,6 +46,7 @@ from opbroker.controller.runtime.informers import streams_client
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.kube import Kube, ref_of
 from opbroker.controller.runtime.objects import resource_version
+from opbroker.controller.runtime.store import Covers
 from opbroker.kubeclient.informer import (
     RETRIES,
     Body,
@@ -153,6 +155,22 @@ class SourceIndex:
             return {owner for key, owners in self._owners.items() if key[:2] == kind for owner in owners}
 
 
+@dataclass(frozen=True)
+class Portion:
+    """The part of each kind a shard's source watches follow (issue 46): the objects ``selector`` selects —
+    ``covers`` says the same of an object's labels — except for the kinds in ``whole``, followed whole (the
+    coordinator's Secrets and Namespaces: the claims, the Service Catalog and onboarding read any of them).
+
+    A kind followed in part is never complete: an object its watch does not hold may exist labelled for another
+    shard (a tenant's relabelling of its own objects, an instance moved between shards whose objects are relabelled
+    on their way), so a read of it goes to the API — trusting the absence would apply over an object that is not
+    the instance's, or take one still being deleted for gone."""
+
+    selector: str
+    covers: Covers
+    whole: frozenset[tuple[str, str]] = frozenset()
+
+
 class SourceWatchers:
     """One informer per (apiVersion, kind), started the first time a reconcile needs it.
 
@@ -176,6 +194,7 @@ class SourceWatchers:
         watch_seconds: int = 60,
         metadata_only: Iterable[tuple[str, str]] = (),
         own_bodies: Mapping[tuple[str, str], tuple[str, str]] | None = None,
+        portion: Portion | None = None,
         retry: Backoff = RETRIES,
         max_kinds: int = MAX_WATCHED_KINDS,
         source: Source | None = None,
@@ -191,6 +210,7 @@ class SourceWatchers:
         self._watch_seconds = watch_seconds
         self._metadata_only = frozenset(metadata_only)
         self._own_bodies = dict(own_bodies or {})
+        self._portion = portion
         self._index = index
         self._on_change = on_change
         self._lock = threading.Lock()
@@ -247,9 +267,17 @@ class SourceWatchers:
     def _informer(self, kind: tuple[str, str], plural: str) -> Informer:
         api_version, kind_name = kind
         bodies = kind not in self._metadata_only
+        portion = self._portion if self._portion is not None and kind not in self._portion.whole else None
         collection = Collection(
-            api_version, plural, kind_name, metadata_only=not bodies, page=LIST_PAGE if bodies else METADATA_PAGE
+            api_version,
+            plural,
+            kind_name,
+            label_selector=portion.selector if portion is not None else None,
+            metadata_only=not bodies,
+            page=LIST_PAGE if bodies else METADATA_PAGE,
         )
+        if portion is not None:
+            self._kube.store.cover(kind, portion.covers)
         if self._source is None:
             self._source = LeanSource(LeanApi(streams_client(self._kube.api_client, connections=16)))
         return Informer(
@@ -352,7 +380,8 @@ class SourceWatchers:
     def _listed(self, kind: tuple[str, str], listed: frozenset[Identity]) -> None:
         """A whole listing: the store's kind is complete; after a relisting, every owner of an object of the kind
         is told (the gap's events are lost)."""
-        self._kube.store.complete(kind, listed)
+        whole = self._portion is None or kind in self._portion.whole
+        self._kube.store.complete(kind, listed, whole=whole)
         with self._lock:
             informer = self._informers.get(kind)
         if informer is not None and informer.listed.is_set():

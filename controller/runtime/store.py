@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,6 +52,8 @@ UNKNOWN = object()
 
 #: resourceVersion, and the object as compact JSON bytes (without managedFields) or None: held by metadata only.
 Held = tuple[str | None, bytes | None]
+#: Whether a type's watch follows an object with these labels (``ObjectStore.cover``).
+Covers = Callable[[Mapping[str, object]], bool]
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,8 @@ class ObjectStore:
         self._refused: dict[StoreKey, int] = {}
         """Bodies not held for their namespace's budget: their size (the key is held by version only)."""
         self._refused_bytes: dict[str, int] = {}
+        self._covers: dict[TypeKey, Covers] = {}
+        """Types whose watch follows part of them (a shard's, by label selector): which objects it follows."""
 
     def _hold(self, key: StoreKey, held: Held) -> None:
         """Hold ``held`` at ``key`` (under the lock), keeping the census and the namespace's budget."""
@@ -135,6 +139,14 @@ class ObjectStore:
             del self._counts[key[:2]]
 
     # -- feeding -------------------------------------------------------------------------------------
+
+    def cover(self, type_key: TypeKey, covers: Covers) -> None:
+        """``type_key``'s watch follows only the objects whose labels ``covers`` accepts (a shard's source watch,
+        issue 46): no other copy is held, even one a write answered — nothing would keep it current (an object
+        relabelled for another shard leaves the watch with a DELETED event, and a later answer must not bring its
+        copy back)."""
+        with self._lock:
+            self._covers[type_key] = covers
 
     def feed(self, type_key: TypeKey) -> None:
         """Declare that a watch keeps ``type_key`` up to date from now on (events, no initial list)."""
@@ -202,6 +214,11 @@ class ObjectStore:
             if type_key not in self._fed:
                 return
             held = self._objects.get(key)
+            covers = self._covers.get(type_key)
+            if covers is not None and not covers(mapping_of(mapping_of(obj.get("metadata")).get("labels"))):
+                if held is not None and not _newer(held[0], version):
+                    self._release(key)  # no longer followed: read from the API from now on
+                return
             if held is not None and (
                 _newer(held[0], version) or (version is not None and held[0] == version and held[1] is not None)
             ):

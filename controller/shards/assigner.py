@@ -5,14 +5,17 @@ creates): it carries no shard label — the admission policy refuses a tenant's 
 pick one — and no shard's watch selects it. An object may also name a shard beyond ``--shards`` once the count was
 lowered. The assigner watches exactly those (``opbroker.io/shard notin (0, …, M-1)``: objects without the label
 match too) and writes the label :func:`opbroker.api.shards.shard_of` gives, guarded by the resourceVersion it read;
-the object's shard then sees it arrive. A label naming a removed shard whose Lease is still held is left until the
-Lease is free (that replica, running with a larger count, still handles it; :func:`.core.assignment`).
+the object's shard then sees it arrive — after the object's rendered objects labelled as it was (none, made before the
+controller was sharded, or the removed shard's), moved along first (``handover.move_along``). A label naming a removed
+shard whose Lease is still held is left until the Lease is free (that replica, running with a larger count, still
+handles it; :func:`.core.assignment`).
 """
 
 from __future__ import annotations
 
 import datetime
 import logging
+from collections.abc import Callable, Sequence
 from typing import ClassVar
 
 from opbroker.api.conventions import resource_name
@@ -26,9 +29,14 @@ from opbroker.controller.runtime.kube import Kind, Kube
 from opbroker.controller.runtime.leadership import LeaseRecord
 from opbroker.controller.runtime.outcomes import DONE, Outcome, requeue
 from opbroker.controller.shards.core import assignment, lease_held, relabelling
+from opbroker.controller.shards.handover import move_along
 from opbroker.kubeclient.wire import JsonBody, JsonObject, mapping_of, text_of
 
 logger = logging.getLogger(__name__)
+
+#: What moves along with an instance or binding the assigner places: its rendered objects, and the door of the plan's
+#: account that wrote them (``osb.reconciling.Deps.rendered_of``).
+Rendered = Callable[[Kind, JsonObject], tuple[Kube, Sequence[ResourceRef]]]
 LEASE_API = "coordination.k8s.io/v1"
 
 
@@ -39,10 +47,20 @@ class Assigner:
     resource: ClassVar[Kind]
 
     def __init__(
-        self, kube: Kube, shards: Shards, *, namespace: str, lease: str, lease_seconds: float, clock: Clock
+        self,
+        kube: Kube,
+        shards: Shards,
+        *,
+        namespace: str,
+        lease: str,
+        lease_seconds: float,
+        clock: Clock,
+        rendered: Rendered | None = None,
     ) -> None:
         self.kube = kube
         self.shards = shards
+        self.rendered = rendered
+        """What moves along with an object placed (``handover.move_along``): its rendered objects and their writer."""
         self.namespace = namespace
         """Where the shards' Leases are (the control plane's namespace)."""
         self.lease = lease
@@ -62,6 +80,8 @@ class Assigner:
         if target is None:
             # A removed shard's, its Lease still held: look again once it may have lapsed.
             return requeue(self.lease_seconds) if held else DONE
+        if self.rendered is not None:
+            move_along(text_of(meta.get("uid")) or "", label, target, *self.rendered(self.resource, body))
         self.kube.patch_custom(self.resource, key.namespace, key.name, relabelling(meta.get("resourceVersion"), target))
         logger.info("%s %s/%s assigned to shard %d", self.resource.plural, key.namespace, key.name, target)
         return DONE

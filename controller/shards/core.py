@@ -14,6 +14,14 @@ and never on the same object at once:
 
 Every label write is guarded by the resourceVersion read, so a write that raced another fails with a conflict and
 is decided again from a fresh read.
+
+An owner's **rendered objects** carry its shard's label too (so only that shard's source watches follow them).
+Whoever moves an owner moves them first (:func:`moves_along`: each the owner's by its stamp and labelled as the
+owner was), then the owner itself — the owner's handover, or the assigner placing an unlabelled owner (created before
+the controller was sharded) or a removed shard's — so by the time the new shard handles the owner its watch follows
+the owner's objects (a read before the relabel reaches it goes to the API: a shard's source store is never taken as
+complete). The label is bookkeeping, not a declaration: drift does not compare it (``osb.core.drift``), so moving
+shards is never reported to a tenant as its objects drifting.
 """
 
 from __future__ import annotations
@@ -21,7 +29,8 @@ from __future__ import annotations
 import datetime
 from dataclasses import dataclass
 
-from opbroker.api.shards import SHARD_LABEL, Shards
+from opbroker.api.shards import SHARD_LABEL, Shards, label_of
+from opbroker.controller.core.views import ObjectView
 
 
 @dataclass(frozen=True)
@@ -80,3 +89,13 @@ def relabelling(resource_version: object, shard: int) -> dict[str, object]:
     """The merge patch moving an object to ``shard``, guarded by the ``resource_version`` its decision read (a 409
     if the object moved on meanwhile: decided again from a fresh read)."""
     return {"metadata": {"resourceVersion": resource_version, "labels": {SHARD_LABEL: str(shard)}}}
+
+
+def moves_along(live: ObjectView | None, owner_uid: str, label: int | None) -> bool:
+    """Whether a rendered object recorded by an owner being moved off ``label`` (its shard label; None: none) moves
+    with it: one stamped as the owner's (a tenant writes its own object's ``status.resources``, so a record names
+    nothing it proves) and labelled as the owner was (a shared singleton is stamped as no one's; one moved already
+    carries its new label)."""
+    if live is None or not owner_uid or not live.meta.stamped(owner_uid):
+        return False
+    return label_of(live.meta.labels) == label and (label is not None or SHARD_LABEL not in live.meta.labels)

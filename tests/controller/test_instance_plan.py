@@ -940,6 +940,15 @@ def stamped_cm(kube: FakeKube, *, owners: Sequence[str], users: Sequence[str] = 
     return kube.apply(manifest)
 
 
+def test_a_sharded_instances_objects_carry_its_shard_and_a_shared_singleton_none() -> None:
+    """Issue 46: only the instance's shard's source watch follows its objects; a singleton is shared by instances of
+    any shard, so every shard's watch follows it."""
+    sharded = facts(body(), shard_labels={"opbroker.io/shard": "2"})
+    assert apply_action(sharded, cm()).manifest["metadata"]["labels"]["opbroker.io/shard"] == "2"
+    assert "opbroker.io/shard" not in apply_action(sharded, SHARED).manifest["metadata"]["labels"]
+    assert "opbroker.io/shard" not in apply_action(facts(body()), cm()).manifest["metadata"]["labels"]
+
+
 def test_a_singleton_is_stamped_as_one_whatever_made_it_one() -> None:
     """A template's ``singleton: true`` (or a Couchbase configuration template's) marks no annotation in the
     rendered object; the stamp writes it, so the plan's next instance recognises the live object as a singleton

@@ -45,6 +45,7 @@ from tests.multicluster_support import Cluster, start_cluster
 from tests.tenancy_support import assert_unchanged, make_tenant, refused, snapshot
 
 GROUP, VERSION = "osb.servicefabrik.io", "v1alpha1"
+DEMO_GROUP, DEMO_VERSION = "demo.opbroker.io", "v1alpha1"
 SERVICE = "6f4e7a0c-2f0a-4d5e-9b1a-0d6c1e0f5a11"
 PLAN = "0b9bd3f2-8d55-4a0b-9c1e-55c9a4e3d7a2"
 LEASE_SECONDS = 6
@@ -313,11 +314,16 @@ def test_objects_spread_over_the_shards_and_each_is_handled_by_its_own(sharded: 
             for plural in ("sfserviceinstances", "sfservicebindings")
         }
         assert labelled["sfserviceinstances"] > 0 or shard not in expected.values()
+        # Its source watch too: the Databases of its own instances, not every shard's (issue 46's per-shard cost).
+        labelled["databases"] = len(
+            custom.list_cluster_custom_object(DEMO_GROUP, DEMO_VERSION, "databases", label_selector=selector)["items"]
+        )
         port = env.metrics_ports[leader.name]
         wait_for(lambda port=port, labelled=labelled: held_by(port) == labelled, 10, f"shard {shard}'s store")
     assert len(set(expected.values())) >= 2, "nine instances all on one shard: the rule does not spread"
     for instance, binding in bindings.items():
         assert label(env, "sfserviceinstances", instance) == str(expected[instance])
+        assert database_label(env, instance) == str(expected[instance])  # its rendered objects carry it too
         assert label(env, "sfservicebindings", binding) == str(expected[instance])  # a binding follows its instance
     # Their registries too (so a restarted shard lists only its own registries' bodies).
     secrets = client.CoreV1Api(env.cluster.api).list_namespaced_secret(
@@ -521,6 +527,8 @@ def expect_labels(env: Sharded, names: list[str], count: int) -> None:
             want = str(shard_of(env.namespace, name, count))
             if label(env, "sfserviceinstances", name) != want:
                 return False
+            if database_label(env, name) not in (want, None):  # moved along with it (None: not applied yet)
+                return False
             binding = env.get("sfservicebindings", f"b-{name}")
             if binding is not None and (binding["metadata"].get("labels") or {}).get(SHARD_LABEL) != want:
                 return False
@@ -536,11 +544,27 @@ def on_shard(env: Sharded, prefix: str, shard: int) -> str:
 
 
 def held_by(port: int) -> dict[str, int]:
-    """The instances and bindings a controller's store holds (its ``/metrics``)."""
+    """The instances, bindings and Databases a controller's store holds (its ``/metrics``)."""
     text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
-    found = {"sfserviceinstances": 0, "sfservicebindings": 0}
+    found = {"sfserviceinstances": 0, "sfservicebindings": 0, "databases": 0}
     for labels, value in re.findall(r"^opbroker_store_objects\{([^}]*)\} (\S+)$", text, re.M):
         label = dict(re.findall(r'(\w+)="([^"]*)"', labels))
         if label.get("api_version") == f"{GROUP}/{VERSION}" and label.get("kind") in found:
             found[label["kind"]] += int(float(value))
+        if label.get("api_version") == f"{DEMO_GROUP}/{DEMO_VERSION}" and label.get("kind") == "Database":
+            found["databases"] += int(float(value))
     return found
+
+
+def database_label(env: Sharded, instance: str) -> str | None:
+    """The shard label of ``instance``'s Database (the demo plan names it after the instance; None: none yet)."""
+    try:
+        found = env.cluster.custom.get_namespaced_custom_object(
+            DEMO_GROUP, DEMO_VERSION, env.namespace, "databases", instance
+        )
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    value: str | None = (found["metadata"].get("labels") or {}).get(SHARD_LABEL)
+    return value

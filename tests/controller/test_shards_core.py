@@ -15,9 +15,20 @@ from opbroker.api.shards import (
     label_of,
     shard_of,
 )
+from opbroker.controller.core.views import ObjectView
+from opbroker.controller.osb.core.drift import differences
 from opbroker.controller.runtime.informers import resources_of
 from opbroker.controller.runtime.watches import Watch
-from opbroker.controller.shards.core import ELSEWHERE, MINE, HandOver, assignment, lease_held, ownership, relabelling
+from opbroker.controller.shards.core import (
+    ELSEWHERE,
+    MINE,
+    HandOver,
+    assignment,
+    lease_held,
+    moves_along,
+    ownership,
+    relabelling,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -120,3 +131,37 @@ def test_watches_of_one_resource_with_different_selectors_are_streams_of_their_o
         (("opbroker.io/v1", "sfservicebindings", None), 2),
     ]
     assert streams[0].collection(10).label_selector == "opbroker.io/shard=0"
+
+
+def test_a_shards_source_watch_follows_its_own_and_the_unlabelled_never_anothers() -> None:
+    assert Shards().sources_selector is None and Shards().covers({SHARD_LABEL: "3"})  # unsharded: everything
+    middle = Shards(4, 2)
+    assert middle.sources_selector == "opbroker.io/shard notin (0,1,3)"
+    assert middle.covers({SHARD_LABEL: "2"}) and middle.covers({}) and middle.covers(None)
+    assert middle.covers({SHARD_LABEL: "7"})  # a label naming no current shard: the selector selects it too
+    assert not middle.covers({SHARD_LABEL: "0"}) and not middle.covers({SHARD_LABEL: "3"})
+
+
+def test_only_the_owners_stamped_objects_labelled_as_it_was_move_along_with_it() -> None:
+    def live(shard: str | None, uid: str | None) -> ObjectView:
+        labels = {SHARD_LABEL: shard} if shard is not None else {}
+        annotations = {"opbroker.io/owner-uid": uid} if uid is not None else {}
+        return ObjectView.of({"metadata": {"name": "db", "labels": labels, "annotations": annotations}})
+
+    assert moves_along(live("1", "uid-a"), "uid-a", 1)
+    assert not moves_along(live("1", "uid-b"), "uid-a", 1)  # another owner's (a record is a tenant's request)
+    assert not moves_along(live("1", None), "uid-a", 1)  # not stamped: not opbroker's to move
+    assert not moves_along(live(None, None), "uid-a", 1)  # a shared singleton: every shard follows it
+    assert not moves_along(live("2", "uid-a"), "uid-a", 1)  # moved already
+    assert moves_along(live(None, "uid-a"), "uid-a", None)  # made before sharding, placed by the assigner
+    assert moves_along(live("5", "uid-a"), "uid-a", 5)  # a removed shard's, placed by the assigner
+    assert not moves_along(live("x", "uid-a"), "uid-a", None)  # a label that names no shard is not "none"
+    assert not moves_along(None, "uid-a", 1) and not moves_along(live("1", ""), "", 1)
+
+
+def test_moving_shards_is_not_drift() -> None:
+    desired = {"kind": "Database", "metadata": {"labels": {SHARD_LABEL: "3", "team": "a"}}, "spec": {"size": 1}}
+    moving = {"kind": "Database", "metadata": {"labels": {SHARD_LABEL: "1", "team": "a"}}, "spec": {"size": 1}}
+    assert differences(desired, moving) == ()
+    changed = {"kind": "Database", "metadata": {"labels": {SHARD_LABEL: "3", "team": "b"}}, "spec": {"size": 1}}
+    assert differences(desired, changed) == ("metadata.labels.team",)

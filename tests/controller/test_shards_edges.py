@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
+from opbroker.api.conventions import ANNOTATION_OWNER_UID
+from opbroker.api.meta import ResourceRef
 from opbroker.api.shards import SHARD_LABEL, Shards, shard_of
 from opbroker.controller.kinds import BINDINGS, INSTANCES
 from opbroker.controller.runtime.clock import FakeClock
@@ -80,8 +82,11 @@ def lease(fake: FakeKube, shard: int, *, renewed: datetime.datetime, holder: str
     )
 
 
-def assigners(fake: FakeKube, clock: FakeClock, count: int = 3) -> tuple[InstanceAssigner, BindingAssigner]:
+def assigners(
+    fake: FakeKube, clock: FakeClock, count: int = 3, rendered: Any = None
+) -> tuple[InstanceAssigner, BindingAssigner]:
     options: dict[str, Any] = {"namespace": "opbroker", "lease": "opbroker-controller", "lease_seconds": 15.0}
+    options["rendered"] = rendered
     shards = Shards(count, 0)
     return (
         InstanceAssigner(fake, shards, clock=clock, **options),  # type: ignore[arg-type]
@@ -117,6 +122,87 @@ def test_a_handover_read_before_another_write_is_refused_not_forced() -> None:
         handover.keeps(fake, Shards(4, 1), INSTANCES, read, away)  # type: ignore[arg-type]
     assert refused.value.status == 409
     assert label(fake, "instances", away) == "1"
+
+
+def config_map(fake: FakeKube, name: str, shard: str | None, stamp: str | None) -> ResourceRef:
+    labels = {SHARD_LABEL: shard} if shard is not None else {}
+    annotations = {ANNOTATION_OWNER_UID: stamp} if stamp is not None else {}
+    meta = {"name": name, "namespace": NS, "labels": labels, "annotations": annotations}
+    fake.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta})
+    return ResourceRef(api_version="v1", kind="ConfigMap", name=name, namespace=NS)
+
+
+def labels_of(fake: FakeKube, name: str) -> Any:
+    return ((fake.object("v1", "ConfigMap", NS, name) or {}).get("metadata") or {}).get("labels")
+
+
+def test_the_assigner_moves_an_unlabelled_owners_objects_along_before_placing_it() -> None:
+    """An instance made before the controller was sharded: its objects carry no shard label (every shard's watch
+    follows them); placing it moves them to its shard, as its handover would."""
+    fake, clock = kube(), FakeClock()
+    name = on(2, 3)
+    owner = instance(fake, name)
+    ours = config_map(fake, "ours", None, owner["metadata"]["uid"])
+    other = config_map(fake, "shared", None, None)
+    asked: list[tuple[Any, str]] = []
+
+    def rendered(kind: Any, body: dict[str, Any]) -> tuple[FakeKube, list[ResourceRef]]:
+        asked.append((kind, body["metadata"]["name"]))
+        return fake, [ours, other]
+
+    placing, _ = assigners(fake, clock, rendered=rendered)
+    assert placing.reconcile(Key("shard-instance", NS, name)) == DONE
+    assert asked == [(INSTANCES, name)]
+    assert labels_of(fake, "ours") == {SHARD_LABEL: "2"} and labels_of(fake, "shared") == {}
+    assert label(fake, "instances", name) == "2"
+
+
+def test_a_handover_moves_the_owners_rendered_objects_first_and_nothing_else() -> None:
+    fake = kube()
+    shards = Shards(4, 1)
+    away = on(3, 4)
+    owner = instance(fake, away, "1")
+    uid = owner["metadata"]["uid"]
+    ours = config_map(fake, "ours", "1", uid)
+    recorded = [ours, config_map(fake, "a-tenants", "1", "another-uid"), config_map(fake, "singleton", None, None)]
+    recorded.append(ResourceRef(api_version="v1", kind="ConfigMap", name="gone", namespace=NS))
+    writer = fake.acting_as("system:serviceaccount:opbroker:plan-account")
+
+    assert not handover.keeps(fake, shards, INSTANCES, owner, away, lambda: (writer, recorded))  # type: ignore[arg-type]
+    labels = {
+        ref.name: (fake.object("v1", "ConfigMap", NS, ref.name) or {}).get("metadata", {}).get("labels")
+        for ref in recorded
+    }
+    assert labels == {"ours": {SHARD_LABEL: "3"}, "a-tenants": {SHARD_LABEL: "1"}, "singleton": {}, "gone": None}
+    assert label(fake, "instances", away) == "3"
+    moved = [call for call in fake.writes("patch") if call.name in ("ours", away)]
+    assert [call.name for call in moved] == ["ours", away]  # its object first, the owner last
+
+
+def test_a_handover_whose_object_cannot_be_moved_leaves_the_owner_where_it_is() -> None:
+    fake = kube()
+    away = on(3, 4)
+    owner = instance(fake, away, "1")
+    meta = {"name": "ours", "namespace": NS, "labels": {SHARD_LABEL: "1"}}
+    meta["annotations"] = {ANNOTATION_OWNER_UID: owner["metadata"]["uid"]}
+    fake.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta})
+    ref = ResourceRef(api_version="v1", kind="ConfigMap", name="ours", namespace=NS)
+    stale = fake.get(ref)
+    fake.merge_patch(ref, {"data": {"changed": "since"}})  # moved on since the read the move decides on
+
+    class Stale:
+        """The plan's account reading the version before the change (a copy behind)."""
+
+        def get(self, _ref: ResourceRef) -> dict[str, Any] | None:
+            return stale
+
+        def merge_patch(self, ref: ResourceRef, patch: dict[str, Any]) -> dict[str, Any] | None:
+            return fake.merge_patch(ref, patch)
+
+    with pytest.raises(ApiException) as refused:
+        handover.keeps(fake, Shards(4, 1), INSTANCES, owner, away, lambda: (Stale(), [ref]))  # type: ignore[arg-type,return-value]
+    assert refused.value.status == 409
+    assert label(fake, "instances", away) == "1"  # still this shard's: retried, never handled by two
 
 
 def test_the_assigner_labels_a_tenants_own_instance_and_binding_with_the_rule() -> None:

@@ -10,9 +10,10 @@ from types import SimpleNamespace
 from typing import Any
 
 from opbroker.api.meta import ResourceRef
+from opbroker.api.shards import Shards
 from opbroker.controller.runtime.served import ServedResource
-from opbroker.controller.runtime.sources import SourceIndex, SourceWatchers
-from opbroker.controller.runtime.store import ObjectStore
+from opbroker.controller.runtime.sources import Portion, SourceIndex, SourceWatchers
+from opbroker.controller.runtime.store import UNKNOWN, ObjectStore
 from opbroker.kubeclient.informer import Collection
 from tests.informer_support import NO_WAIT, Scripted, event
 from tests.loop_support import loop_in_thread
@@ -231,3 +232,28 @@ def test_a_reader_of_whole_objects_does_not_wait_for_a_kind_held_by_metadata_onl
         assert not watchers.wait_listed([SECRETS, PODS], 0)  # waited for: not watched, so not listed
         watchers.stop()
         asyncio.run_coroutine_threadsafe(watchers.wait(), loop).result(10)
+
+
+def test_a_shards_source_watch_follows_its_portion_and_never_takes_its_absence_for_a_fact() -> None:
+    """Sharded (issue 46): each kind is listed and watched by the shard's selector, and what it does not hold is read
+    from the API (labelled for another shard, it exists) — except the kinds followed whole (the coordinator's
+    Secrets), complete as before. An object relabelled away leaves the watch, and its copy with it."""
+    shard = Shards(3, 1)
+    portion = Portion(shard.sources_selector or "", shard.covers, frozenset({SECRETS}))
+    database = ("demo.opbroker.io/v1", "Database")
+    mine = obj("db", "5", *reversed(database))
+    mine["metadata"]["labels"] = {"opbroker.io/shard": "1"}
+    away = {**mine, "metadata": {**mine["metadata"], "resourceVersion": "6", "labels": {"opbroker.io/shard": "2"}}}
+    kube = fake_kube()
+    source = Scripted([("list", [mine]), ("watch", [event("DELETED", away)])])
+    watchers = SourceWatchers(kube, SourceIndex(), lambda _key: None, retry=NO_WAIT, source=source, portion=portion)
+    run(watchers, source, database)
+    assert {c.label_selector for c in source.collections} == {"opbroker.io/shard notin (0,2)"}
+    assert kube.store.lookup(database, "ns", "db") is UNKNOWN  # relabelled away: not held, read from the API
+    assert kube.store.lookup(database, "ns", "never-seen") is UNKNOWN
+
+    source = Scripted([("list", [obj("s", "7")])])
+    watchers = SourceWatchers(kube, SourceIndex(), lambda _key: None, retry=NO_WAIT, source=source, portion=portion)
+    run(watchers, source, SECRETS)
+    assert source.collections[0].label_selector is None  # followed whole
+    assert kube.store.lookup(SECRETS, "ns", "missing") is None  # complete: absent means absent

@@ -63,6 +63,30 @@ def test_a_listing_held_page_by_page_is_complete_only_at_its_end() -> None:
     assert store.census() == store.counted()
 
 
+def test_a_type_followed_in_part_holds_only_what_its_watch_follows_and_is_never_complete() -> None:
+    """A shard's source watch (issue 46): a copy of an object labelled for another shard is never held — not even a
+    write's answer (an object relabelled away leaves the watch: nothing would keep its copy current) — and an object
+    not held is unknown, never absent (it may exist, labelled for another shard)."""
+    store = ObjectStore()
+    store.cover(DB, lambda labels: labels.get("opbroker.io/shard") in (None, "1"))
+    labelled = {"labels": {"opbroker.io/shard": "1"}}
+    store.hold_page(DB, [obj("ours", "5"), obj("unlabelled", "6")])
+    store.complete(DB, {("ns", "ours"), ("ns", "unlabelled")}, whole=False)
+    assert store.lookup(DB, "ns", "elsewhere") is UNKNOWN
+    moved = obj("ours", "7")
+    moved["metadata"]["labels"] = {"opbroker.io/shard": "2"}
+    store.put(DB, moved)  # the answer of the write that relabelled it for shard 2
+    assert store.lookup(DB, "ns", "ours") is UNKNOWN
+    back = obj("ours", "8")
+    back["metadata"].update(labelled)
+    store.put(DB, back)
+    older = obj("ours", "7")
+    older["metadata"]["labels"] = {"opbroker.io/shard": "2"}
+    store.put(DB, older)  # a late answer, older than the copy held: it neither replaces nor drops it
+    assert store.lookup(DB, "ns", "ours")["metadata"]["resourceVersion"] == "8"
+    assert store.census() == store.counted()
+
+
 def test_the_same_version_again_is_not_held_anew() -> None:
     """A watch event of the version our write's answer already stored (or a listed page's event) is not
     serialised again: the text held stays the very same object. A metadata-only copy of it is filled."""

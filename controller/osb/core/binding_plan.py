@@ -196,6 +196,9 @@ class BindingFacts:
     placement: PlacementFacts | None = None
     """Multi-cluster: what placing the binding depends on, as observe read it (None: one cluster). The plan's first
     branch (:func:`placed`)."""
+    shard_labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Sharded (issue 46): the shard label the binding's own rendered objects carry (its instance's shard, this
+    one's; empty unsharded)."""
 
 
 def _paused_where(facts: BindingFacts) -> str | None:
@@ -332,7 +335,7 @@ def _stamped(facts: BindingFacts, piece: Piece, labels: Mapping[str, str]) -> Ma
 
 def _labels(facts: BindingFacts) -> dict[str, str]:
     assert facts.instance is not None
-    return {LABEL_INSTANCE: facts.instance.meta.name, LABEL_BINDING: facts.binding.meta.name}
+    return {LABEL_INSTANCE: facts.instance.meta.name, LABEL_BINDING: facts.binding.meta.name, **facts.shard_labels}
 
 
 def bind_apply(facts: BindingFacts, p: BindPiece) -> a.Apply:

@@ -6,8 +6,9 @@ the corrections made so far. Three questions, one function each:
 * :func:`differences` — the fields the manifest sets whose live value is not the one it sets. Only what the
   manifest names is compared: a field opbroker never set (an operator's defaults, another controller's additions,
   the whole ``status``) is somebody else's and is left alone. ``ownerReferences`` are ownership's business
-  (:mod:`opbroker.controller.osb.ownership`), not drift. A Secret's ``stringData`` is compared as the ``data`` it
-  becomes.
+  (:mod:`opbroker.controller.osb.ownership`), not drift, and neither is the shard label (``opbroker.io/shard``:
+  moved with its owner between shards, :mod:`opbroker.controller.shards.core`). A Secret's ``stringData`` is
+  compared as the ``data`` it becomes.
 * :func:`verdict` — correct it now, wait (the per-object backoff), or stop: an object set back ``max_corrections``
   times within ``window_seconds`` has another writer fighting over it, and correcting it again would only make a
   hot loop of two controllers. Then ``Synced=False`` names that writer (:func:`other_managers`, read from the live
@@ -28,6 +29,7 @@ from enum import StrEnum
 from typing import Any
 
 from opbroker.api.meta import ResourceRef
+from opbroker.api.shards import SHARD_LABEL
 from opbroker.controller.runtime.policies import DEFAULTS
 from opbroker.kubeclient.wire import JsonBody, JsonObject, mapping_of, objects_of
 from opbroker.osbclient import Backoff
@@ -98,7 +100,10 @@ def differences(desired: JsonObject, live: JsonObject | None) -> tuple[str, ...]
     live_meta = mapping_of(live.get("metadata"))
     for name in COMPARED_METADATA:
         if name in meta:
-            _compare(meta[name], live_meta.get(name) or {}, f"metadata.{name}", out)
+            desired_part = meta[name]
+            if name == "labels" and isinstance(desired_part, Mapping):  # the shard's: bookkeeping, not declared
+                desired_part = {key: value for key, value in desired_part.items() if key != SHARD_LABEL}
+            _compare(desired_part, live_meta.get(name) or {}, f"metadata.{name}", out)
     for name, value in desired.items():
         if name in ("apiVersion", "kind", "metadata", "status"):
             continue

@@ -329,6 +329,9 @@ class InstanceFacts:
     placement: PlacementFacts | None = None
     """Multi-cluster: what placing the instance depends on, as observe read it (None: one cluster, nothing to
     place). The plan's first branch (:func:`placed`)."""
+    shard_labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Sharded (issue 46): the shard label the instance's rendered objects carry — this shard's, so its source
+    watches follow them and the others' do not (empty unsharded; a shared singleton carries none)."""
 
 
 # -- the pure plan ------------------------------------------------------------------------------------------
@@ -660,6 +663,8 @@ def apply_action(facts: InstanceFacts, piece: Piece) -> a.Apply:
     assert entry is not None
     meta = view.meta
     labels = {LABEL_INSTANCE: meta.name, LABEL_PLAN: entry.view.meta.name}
+    if not piece.singleton:  # shared by instances of any shard: followed by every shard's watch
+        labels.update(facts.shard_labels)
     owned = piece.namespaced and same_namespace(piece.manifest, meta)
     manifest = stamp(dict(piece.manifest), owner=view, labels=labels, owned=owned, shared=piece.singleton)
     return a.Apply(
