@@ -114,36 +114,41 @@ def report(runs: list[dict[str, Any]], source: str) -> str:
     lines = [
         f"# Shards: provisioning through M controller shards ({source})",
         "",
-        "| instances | shards | s | controllers ms/inst | broker ms/inst | API server ms/inst | ratio | writes/inst |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| code | instances | shards | s | controllers ms/inst | broker ms/inst | API server ms/inst | ratio | "
+        "writes/inst |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in runs:
         lines.append(
-            f"| {r['instances']} | {r['shards']} | {r['total_seconds']} | {r['controllers_cpu_ms_per_instance']} | "
+            f"| {r.get('code', '—')} | {r['instances']} | {r['shards']} | {r['total_seconds']} | "
+            f"{r['controllers_cpu_ms_per_instance']} | "
             f"{r['broker_cpu_ms_per_instance']} | {r['apiserver_cpu_ms_per_instance']} | "
             f"{r['opbroker_to_apiserver']} | {r['opbroker_writes_per_instance']} |"
         )
     lines += [
         "",
-        "| instances | shards | shard | holds | CPU s | ms/held inst | RSS MiB before → after |",
-        "|---:|---:|---|---:|---:|---:|---|",
+        "| code | instances | shards | shard | holds | CPU s | ms/held inst | RSS MiB before → after |",
+        "|---|---:|---:|---|---:|---:|---:|---|",
     ]
     for r in runs:
         for name, shard in r["per_shard"].items():
             rss = shard["rss_mib"]
             lines.append(
-                f"| {r['instances']} | {r['shards']} | {name} | {shard['instances']} | {shard['cpu_seconds']} | "
+                f"| {r.get('code', '—')} | {r['instances']} | {r['shards']} | {name} | {shard['instances']} | "
+                f"{shard['cpu_seconds']} | "
                 f"{shard['cpu_ms_per_held_instance']} | {rss['before']} → {rss['after']} |"
             )
     lines += [
         "",
-        "| instances | shards | restarted | its instances | s to idle | CPU s to idle | RSS MiB | KiB/instance |",
-        "|---:|---:|---|---:|---:|---:|---:|---:|",
+        "| code | instances | shards | restarted | its instances | s to idle | CPU s to idle | RSS MiB | "
+        "KiB/instance |",
+        "|---|---:|---:|---|---:|---:|---:|---:|---:|",
     ]
     for r in runs:
         x = r["restart"]
         lines.append(
-            f"| {r['instances']} | {r['shards']} | {x['shard']} | {x['objects']} | {x['idle_seconds']} | "
+            f"| {r.get('code', '—')} | {r['instances']} | {r['shards']} | {x['shard']} | {x['objects']} | "
+            f"{x['idle_seconds']} | "
             f"{x['cpu_seconds_to_idle']} | {x['rss_mib']} | {x['kib_per_settled_instance']} |"
         )
     return "\n".join(lines) + "\n"
@@ -155,12 +160,18 @@ def main() -> None:
     parser.add_argument("--shards", default="1,3", help="shard counts, comma-separated (a run each)")
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--report", action="store_true", help="only write SHARDS.md from every shards-*.json")
+    parser.add_argument(
+        "--compare",
+        metavar="REF",
+        help="each shard count run twice, REF's controller and broker first, then this tree's",
+    )
     args = parser.parse_args()
     if args.report:
         write_report()
         return
-    runs = []
-    for shards in (int(n) for n in args.shards.split(",")):
+    counts = [int(n) for n in args.shards.split(",")]
+    runs = compared(args.compare, args.instances, counts, args.concurrency) if args.compare else []
+    for shards in [] if args.compare else counts:
         print(f"provisioning {args.instances} instances over {shards} shard(s) ...", flush=True)
         runs.append(run(args.instances, shards, args.concurrency))
         print(json.dumps(runs[-1], indent=2), flush=True)
@@ -170,6 +181,23 @@ def main() -> None:
     path.write_text(json.dumps({"runs": runs}, indent=2) + "\n")
     write_report()
     print(f"written {path} and {RESULTS / 'SHARDS.md'}")
+
+
+def compared(ref: str, count: int, counts: list[int], concurrency: int) -> list[dict[str, Any]]:
+    """Before and after in one run: for each shard count, ``ref``'s code, then this tree's (fresh stacks each; the
+    harness is this tree's — :mod:`bench.compare`). Each run records the commit it ran."""
+    from bench import compare
+
+    runs = []
+    with compare.other_tree(ref) as before:
+        for shards in counts:
+            for tree in (before, compare.this_tree()):
+                print(f"provisioning {count} instances over {shards} shard(s) with {tree.ref} ...", flush=True)
+                with compare.using(tree):
+                    measured = run(count, shards, concurrency)
+                runs.append({**measured, "code": tree.commit[:10], "ref": tree.ref})
+                print(json.dumps(runs[-1], indent=2), flush=True)
+    return runs
 
 
 def write_report() -> None:
