@@ -585,7 +585,9 @@ class FakeKube:
         phase = "Terminating" if name in self.terminating_namespaces else "Active"
         return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}, "status": {"phase": phase}}
 
-    def read_secret(self, namespace: str, name: str, *, stored: bool = False) -> dict[str, Any] | None:
+    def read_secret(
+        self, namespace: str, name: str, *, stored: bool = False, followed: bool = False
+    ) -> dict[str, Any] | None:
         with self._lock:
             found = self.objects.get(("v1", "Secret", namespace, name))
             return None if found is None else copy_json(found)

@@ -60,7 +60,7 @@ from opbroker.controller.runtime.executor import refusal_of
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.kube import Kube, Refused
 from opbroker.controller.runtime.memory import Memories, PerKey
-from opbroker.controller.runtime.objects import minus_refs
+from opbroker.controller.runtime.objects import minus_refs, ref_key
 from opbroker.controller.runtime.outcomes import Outcome
 from opbroker.controller.runtime.passes import PassingReconciler
 from opbroker.controller.runtime.sources import ObjectKey, object_key
@@ -187,7 +187,9 @@ class InstanceReconciler(PassingReconciler[InstanceFacts, OsbAction]):
                 released = tuple(ownership.held(kube, ref) for ref in gone)  # what the apply lets go of
                 # Each object as it is (the store's copy when it holds the kind): the plan writes over one only if it
                 # is the instance's, and joins a shared singleton made already rather than creating it.
-                live = tuple(Held(p.ref, ObjectView.maybe(kube.get(p.ref))) for p in rendering.pieces)
+                live = tuple(
+                    Held(p.ref, ObjectView.maybe(self._read(kube, rendering, p.ref))) for p in rendering.pieces
+                )
                 rendering = dataclasses.replace(rendering, released=released, live=live)
                 return dataclasses.replace(facts, rendering=rendering)
             if Step.AWAIT_OUTCOME in due or Step.EVALUATE in due:
@@ -220,6 +222,12 @@ class InstanceReconciler(PassingReconciler[InstanceFacts, OsbAction]):
         where = registries.place(facts.instance.meta, kind="instance", namespace=namespace)
         return self.deps.registries.load(self.deps.kube, where, legacy=self._actor(facts)) or {}
 
+    @staticmethod
+    def _read(kube: Kube, rendering: Rendering, ref: ResourceRef) -> JsonBody | None:
+        """A rendered object as it is: as the render's ``sources`` read it a moment ago, else read now."""
+        key = ref_key(ref)
+        return rendering.read[key] if key in rendering.read else kube.get(ref)
+
     def _render(self, facts: InstanceFacts) -> Rendering:
         """What ``provision`` renders now (with the objects its ``sources`` name, as they are)."""
         entry, view, kube = facts.entry, facts.instance, self._actor(facts)
@@ -229,6 +237,7 @@ class InstanceReconciler(PassingReconciler[InstanceFacts, OsbAction]):
             entry.model, inputs_for(self.deps, instance=view, plan=entry, registry=registry)
         )
         sources = fetch_sources(kube, source_refs)
+        read = {ref_key(ref): sources[name] for name, ref in source_refs.items()}
         rendered = self.deps.renderer.render_objects(
             entry.model,
             TemplateAction.PROVISION,
@@ -248,7 +257,7 @@ class InstanceReconciler(PassingReconciler[InstanceFacts, OsbAction]):
             )
             for obj in rendered.objects
         )
-        return Rendering(pieces, rendered.registry, rendered.registry != registry, source_refs)
+        return Rendering(pieces, rendered.registry, rendered.registry != registry, source_refs, read=read)
 
     def _report(
         self, facts: InstanceFacts, *, provision: bool, sources: Mapping[str, ResourceRef] | None = None

@@ -19,7 +19,7 @@ from opbroker.controller.catalog.catalog import Catalog
 from opbroker.controller.core.views import BindingView, InstanceView
 from opbroker.controller.kinds import BINDINGS, INSTANCES
 from opbroker.controller.multicluster.core.placement_plan import PlacementFacts
-from opbroker.controller.osb import identities
+from opbroker.controller.osb import identities, registries
 from opbroker.controller.osb.registries import RegistryCache
 from opbroker.controller.runtime.clock import SYSTEM, Clock
 from opbroker.controller.runtime.executor import OwnWrites
@@ -102,21 +102,27 @@ class Deps:
         rendered = functools.partial(self.rendered_of, kind, body)
         return handover.keeps(self.kube, self.settings.shards, kind, body, instance, rendered)
 
-    def rendered_of(self, kind: Kind, body: JsonObject) -> tuple[Kube, Sequence[ResourceRef]]:
-        """What moves along with an instance or a binding to another shard (issue 46): the objects its status
-        records, and the door of its plan's account, which wrote them (``identities``; the controller's own without
-        a plan, or without impersonation)."""
+    def rendered_of(self, kind: Kind, body: JsonObject) -> Sequence[handover.Moving]:
+        """What moves along with an instance or a binding to another shard (issue 46): the objects its status records,
+        with the door of its plan's account, which wrote them (``identities``; the controller's own without a plan,
+        or without impersonation), and its registry, with the controller's own door (the registry namespace)."""
         if kind is BINDINGS:
             binding = BindingView.of(body)
             found = self.kube.get_custom(INSTANCES, binding.meta.namespace, resource_name(binding.instance_ref))
             plan_id = InstanceView.of(found).plan_id if found is not None else binding.plan_id
-            refs: Sequence[ResourceRef] = binding.status.resources
+            meta, refs, key_kind = binding.meta, binding.status.resources, "binding"
         else:
             instance = InstanceView.of(body)
-            plan_id, refs = instance.plan_id, instance.status.resources
+            meta, refs, key_kind = instance.meta, instance.status.resources, "instance"
+            plan_id = instance.plan_id
         entry = self.catalog.plan(plan_id)
         actor = identities.plan_user(entry.body, self.settings) if entry is not None else None
-        return (self.kube if actor is None else self.kube.acting_as(actor)), refs
+        where = registries.place(meta, kind=key_kind, namespace=self.settings.registries_namespace)
+        registry = ResourceRef(api_version="v1", kind="Secret", namespace=where.namespace, name=where.name)
+        return (
+            ((self.kube if actor is None else self.kube.acting_as(actor)), refs),
+            (self.kube, (registry,)),
+        )
 
 
 @dataclass(frozen=True)

@@ -206,7 +206,9 @@ class RegistryCache:
         """
         cached = self._values.get(where.name)
         if cached is None:
-            secret = SecretView.maybe(kube.read_secret(where.namespace, where.name, stored=True))  # written by us alone
+            # Written by us alone, labelled with its owner's shard, and moved along with its owner (issue 46): if it
+            # exists, this shard's Secret watch follows it.
+            secret = SecretView.maybe(kube.read_secret(where.namespace, where.name, stored=True, followed=True))
             if stamped(secret, where.owner_uid):
                 cached = decode(secret) or {}
             else:
@@ -219,8 +221,9 @@ class RegistryCache:
     @staticmethod
     def _move(kube: Kube, where: Place, legacy: Kube) -> JsonBody | None:
         # Through the store: the Secret watch knows every Secret's name, so a registry never written at the old
-        # place (every registry since issue 29) costs no GET — it was one 404 per new instance and binding.
-        old = SecretView.maybe(legacy.read_secret(where.owner_namespace, where.legacy_name, stored=True))
+        # place (every registry since issue 29) costs no GET — it was one 404 per new instance and binding. Written
+        # before shards existed, an old one carries no shard label: every shard's Secret watch follows it.
+        old = SecretView.maybe(legacy.read_secret(where.owner_namespace, where.legacy_name, stored=True, followed=True))
         if old is None or not legacy_owned(old, where.owner_uid):
             return None
         values = decode(old) or {}

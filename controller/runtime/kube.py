@@ -534,12 +534,16 @@ class Kube:
 
     # -- secrets and events --------------------------------------------------------------------------
 
-    def read_secret(self, namespace: str, name: str, *, stored: bool = False) -> JsonBody | None:
+    def read_secret(
+        self, namespace: str, name: str, *, stored: bool = False, followed: bool = False
+    ) -> JsonBody | None:
         """The Secret (None if it does not exist); ``stored``: from the store when it holds the Secret's
         body (for Secrets only this controller writes, whose every write goes into the store too), and the
-        body read is kept there (the Secret watch delivers metadata only, see ``controller.runtime.sources``)."""
+        body read is kept there (the Secret watch delivers metadata only, see ``controller.runtime.sources``).
+        ``followed``: the caller knows the Secret, if it exists, is one the Secret watch follows, so its absence
+        from the store is the Secret's (``ObjectStore.lookup``: a shard's watch follows part of the Secrets)."""
         if stored:
-            held = self.store.lookup(SECRETS, namespace, name)
+            held = self.store.lookup(SECRETS, namespace, name, followed=followed)
             if held is not UNKNOWN:
                 self._may_get("", "secrets", "Secret", namespace, name)
                 return _optional_body(held)

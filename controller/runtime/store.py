@@ -83,6 +83,8 @@ class ObjectStore:
         self._objects: dict[StoreKey, Held] = {}
         self._fed: set[TypeKey] = set()
         self._complete: set[TypeKey] = set()
+        self._listed: set[TypeKey] = set()
+        """Types listed whole by their watch, complete or not (a shard's: ``followed`` reads may trust absence)."""
         # The census, kept as objects come and go: a scrape reads it without walking (and locking) the store —
         # walking 60 000 objects under the lock at each scrape held up every reconcile's read meanwhile.
         self._counts: dict[TypeKey, list[int]] = {}
@@ -195,6 +197,7 @@ class ObjectStore:
             for key in [key for key in self._objects if key[:2] == type_key and key[2:] not in listed]:
                 self._release(key)
             self._fed.add(type_key)
+            self._listed.add(type_key)
             if whole:
                 self._complete.add(type_key)
 
@@ -203,6 +206,7 @@ class ObjectStore:
         with self._lock:
             self._fed.discard(type_key)
             self._complete.discard(type_key)
+            self._listed.discard(type_key)
             for key in [key for key in self._objects if key[:2] == type_key]:
                 self._release(key)
 
@@ -282,9 +286,11 @@ class ObjectStore:
 
     # -- reading -------------------------------------------------------------------------------------
 
-    def lookup(self, type_key: TypeKey, namespace: str | None, name: str) -> Any:
-        """A deep copy of the object, None if it is known not to exist, or ``UNKNOWN``."""
-        held = self._held(type_key, namespace, name)
+    def lookup(self, type_key: TypeKey, namespace: str | None, name: str, *, followed: bool = False) -> Any:
+        """A deep copy of the object, None if it is known not to exist, or ``UNKNOWN``. ``followed``: the caller
+        knows the object, if it exists, is one the type's watch follows (``cover``) — then a listed type's absence
+        is the object's, complete or not."""
+        held = self._held(type_key, namespace, name, followed=followed)
         if not isinstance(held, tuple):
             return held
         return UNKNOWN if held[1] is None else jsontext.loads(held[1])
@@ -294,7 +300,7 @@ class ObjectStore:
         held = self._held(type_key, namespace, name)
         return (held[0] or "") if isinstance(held, tuple) else held
 
-    def _held(self, type_key: TypeKey, namespace: str | None, name: str) -> Any:
+    def _held(self, type_key: TypeKey, namespace: str | None, name: str, *, followed: bool = False) -> Any:
         """The held ``(resourceVersion, JSON text)``, None if the object is known not to exist, or ``UNKNOWN``."""
         key = (*type_key, namespace or "", name)
         with self._lock:
@@ -302,7 +308,8 @@ class ObjectStore:
                 return UNKNOWN
             held = self._objects.get(key)
             if held is None:
-                return None if type_key in self._complete else UNKNOWN
+                known = type_key in self._complete or (followed and type_key in self._listed)
+                return None if known else UNKNOWN
             return held
 
     def __len__(self) -> int:

@@ -29,14 +29,14 @@ from opbroker.controller.runtime.kube import Kind, Kube
 from opbroker.controller.runtime.leadership import LeaseRecord
 from opbroker.controller.runtime.outcomes import DONE, Outcome, requeue
 from opbroker.controller.shards.core import assignment, lease_held, relabelling
-from opbroker.controller.shards.handover import move_along
+from opbroker.controller.shards.handover import Moving, move_along
 from opbroker.kubeclient.wire import JsonBody, JsonObject, mapping_of, text_of
 
 logger = logging.getLogger(__name__)
 
-#: What moves along with an instance or binding the assigner places: its rendered objects, and the door of the plan's
-#: account that wrote them (``osb.reconciling.Deps.rendered_of``).
-Rendered = Callable[[Kind, JsonObject], tuple[Kube, Sequence[ResourceRef]]]
+#: What moves along with an instance or binding the assigner places: its rendered objects and its registry, each with
+#: the door that wrote them (``osb.reconciling.Deps.rendered_of``).
+Rendered = Callable[[Kind, JsonObject], Sequence[Moving]]
 LEASE_API = "coordination.k8s.io/v1"
 
 
@@ -80,8 +80,8 @@ class Assigner:
         if target is None:
             # A removed shard's, its Lease still held: look again once it may have lapsed.
             return requeue(self.lease_seconds) if held else DONE
-        if self.rendered is not None:
-            move_along(text_of(meta.get("uid")) or "", label, target, *self.rendered(self.resource, body))
+        for writer, refs in self.rendered(self.resource, body) if self.rendered is not None else ():
+            move_along(text_of(meta.get("uid")) or "", label, target, writer, refs)
         self.kube.patch_custom(self.resource, key.namespace, key.name, relabelling(meta.get("resourceVersion"), target))
         logger.info("%s %s/%s assigned to shard %d", self.resource.plural, key.namespace, key.name, target)
         return DONE

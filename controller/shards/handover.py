@@ -5,8 +5,8 @@ reconcile of a key passes before deciding anything. An object that belongs to an
 (:func:`opbroker.api.shards.shard_of`: ``--shards`` changed since it was labelled) is handed over here: its label
 rewritten by its owner, guarded by the resourceVersion read, and nothing else is done with it on this shard. The
 write's answer goes into the store, so a key queued again before the watch drops the object finds it labelled for
-its new shard, and leaves it. Its rendered objects move first (``core.moves_along``), written as the plan's account
-that made them: the new shard's source watch follows them from the moment it handles their owner.
+its new shard, and leaves it. Its rendered objects and its registry move first (``core.moves_along``), each written
+through the door that made it: the new shard's watches follow them from the moment it handles their owner.
 """
 
 from __future__ import annotations
@@ -21,9 +21,11 @@ from opbroker.controller.runtime.kube import Kind, Kube
 from opbroker.controller.shards.core import Elsewhere, HandOver, moves_along, ownership, relabelling
 from opbroker.kubeclient.wire import JsonObject, mapping_of, text_of
 
-#: What an owner's handover moves along with it: the writer of its rendered objects (the plan's account) and the
-#: objects its status records. Called only when the owner is handed over (a plan and an account to read).
-Rendered = Callable[[], tuple[Kube, Sequence[ResourceRef]]]
+#: Objects that move along with their owner, and the door that may write them: the objects its status records (the
+#: plan's account made them), its registry (the controller's own, in the registry namespace).
+Moving = tuple[Kube, Sequence[ResourceRef]]
+#: What an owner's handover moves along with it; called only when the owner is handed over (a plan to read).
+Rendered = Callable[[], Sequence[Moving]]
 
 logger = logging.getLogger(__name__)
 
@@ -43,8 +45,8 @@ def keeps(
         return False
     if not isinstance(decided, HandOver):
         return True
-    if rendered is not None:
-        move_along(text_of(meta.get("uid")) or "", shards.index, decided.to, *rendered())
+    for writer, refs in rendered() if rendered is not None else ():
+        move_along(text_of(meta.get("uid")) or "", shards.index, decided.to, writer, refs)
     kube.patch_custom(kind, namespace, name, relabelling(meta.get("resourceVersion"), decided.to))
     logger.info(
         "%s %s/%s handed over from shard %d to shard %d", kind.plural, namespace, name, shards.index, decided.to

@@ -523,8 +523,19 @@ def expect_labels(env: Sharded, names: list[str], count: int) -> None:
     """Every instance of ``names`` (and its binding, when it has one) labelled where the rule puts it for ``count``."""
 
     def placed() -> bool:
+        registries = client.CoreV1Api(env.cluster.api).list_namespaced_secret(
+            DEFAULT_NAMESPACE, label_selector=f"opbroker.io/registry-of,opbroker.io/owner-namespace={env.namespace}"
+        )
+        registry_labels = {
+            (s.metadata.labels.get("opbroker.io/binding") or s.metadata.labels["opbroker.io/instance"]): (
+                s.metadata.labels.get(SHARD_LABEL)
+            )
+            for s in registries.items
+        }
         for name in names:
             want = str(shard_of(env.namespace, name, count))
+            if registry_labels.get(name, want) != want:  # its registry moved along too
+                return False
             if label(env, "sfserviceinstances", name) != want:
                 return False
             if database_label(env, name) not in (want, None):  # moved along with it (None: not applied yet)

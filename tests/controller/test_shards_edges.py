@@ -146,9 +146,9 @@ def test_the_assigner_moves_an_unlabelled_owners_objects_along_before_placing_it
     other = config_map(fake, "shared", None, None)
     asked: list[tuple[Any, str]] = []
 
-    def rendered(kind: Any, body: dict[str, Any]) -> tuple[FakeKube, list[ResourceRef]]:
+    def rendered(kind: Any, body: dict[str, Any]) -> list[tuple[FakeKube, list[ResourceRef]]]:
         asked.append((kind, body["metadata"]["name"]))
-        return fake, [ours, other]
+        return [(fake, [ours, other])]
 
     placing, _ = assigners(fake, clock, rendered=rendered)
     assert placing.reconcile(Key("shard-instance", NS, name)) == DONE
@@ -168,7 +168,7 @@ def test_a_handover_moves_the_owners_rendered_objects_first_and_nothing_else() -
     recorded.append(ResourceRef(api_version="v1", kind="ConfigMap", name="gone", namespace=NS))
     writer = fake.acting_as("system:serviceaccount:opbroker:plan-account")
 
-    assert not handover.keeps(fake, shards, INSTANCES, owner, away, lambda: (writer, recorded))  # type: ignore[arg-type]
+    assert not handover.keeps(fake, shards, INSTANCES, owner, away, lambda: [(writer, recorded)])  # type: ignore[arg-type]
     labels = {
         ref.name: (fake.object("v1", "ConfigMap", NS, ref.name) or {}).get("metadata", {}).get("labels")
         for ref in recorded
@@ -200,7 +200,7 @@ def test_a_handover_whose_object_cannot_be_moved_leaves_the_owner_where_it_is() 
             return fake.merge_patch(ref, patch)
 
     with pytest.raises(ApiException) as refused:
-        handover.keeps(fake, Shards(4, 1), INSTANCES, owner, away, lambda: (Stale(), [ref]))  # type: ignore[arg-type,return-value]
+        handover.keeps(fake, Shards(4, 1), INSTANCES, owner, away, lambda: [(Stale(), [ref])])  # type: ignore[arg-type,return-value]
     assert refused.value.status == 409
     assert label(fake, "instances", away) == "1"  # still this shard's: retried, never handled by two
 

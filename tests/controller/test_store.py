@@ -87,6 +87,21 @@ def test_a_type_followed_in_part_holds_only_what_its_watch_follows_and_is_never_
     assert store.census() == store.counted()
 
 
+def test_a_followed_read_trusts_the_absence_a_listing_of_part_of_a_type_shows() -> None:
+    """A registry is written by opbroker alone, labelled with its owner's shard and moved along with it: if it exists,
+    the shard's watch follows it, so once listed its absence is a fact for that read (one 404 per new instance and
+    binding on every shard but the first, otherwise) — never for a read that knows no such thing."""
+    store = ObjectStore()
+    store.cover(DB, lambda labels: labels.get("opbroker.io/shard") in (None, "1"))
+    store.hold_page(DB, [obj("ours", "5")])
+    assert store.lookup(DB, "ns", "missing", followed=True) is UNKNOWN  # not listed whole yet
+    store.complete(DB, {("ns", "ours")}, whole=False)
+    assert store.lookup(DB, "ns", "missing", followed=True) is None
+    assert store.lookup(DB, "ns", "missing") is UNKNOWN
+    store.forget_type(DB)  # its watch broke off: nothing is known until it is listed again
+    assert store.lookup(DB, "ns", "missing", followed=True) is UNKNOWN
+
+
 def test_the_same_version_again_is_not_held_anew() -> None:
     """A watch event of the version our write's answer already stored (or a listed page's event) is not
     serialised again: the text held stays the very same object. A metadata-only copy of it is filled."""

@@ -40,7 +40,7 @@ from opbroker.controller.runtime.objects import (
     stamp,
     union_refs,
 )
-from opbroker.kubeclient.wire import JsonObject, mapping_of, text_of
+from opbroker.kubeclient.wire import JsonBody, JsonObject, mapping_of, text_of
 from opbroker.rendering.status import SectionStatus
 
 
@@ -107,6 +107,10 @@ class Rendering:
     live: tuple[Held, ...] = ()
     """Every object it renders, as read before the apply: one that exists and is someone else's is not written
     (:func:`guarded`), a shared singleton that exists is joined, not created (:func:`apply_or_join`)."""
+    read: Mapping[tuple[str, str, str, str], JsonBody | None] = dataclasses.field(default_factory=dict, repr=False)
+    """The ``sources`` objects as the render read them (by ``ref_key``): an object both read and rendered is read
+    once per pass — a shard's store never answers "absent" (issue 46), so each read of an object about to be
+    created is a GET."""
 
 
 @dataclass(frozen=True)
