@@ -23,6 +23,7 @@ from typing import Any
 
 from kubernetes import client
 
+from bench.bindings import bind_all
 from bench.common import Bench, bench_stack, process_usage
 from bench.provisioning import provision_all
 from bench.restart import QUIET_SECONDS, wait_idle
@@ -33,14 +34,16 @@ RESULTS = Path(__file__).parent / "results"
 SHARD_LABEL = "opbroker.io/shard"
 
 
-def held_by_shard(api: client.ApiClient, namespace: str, shards: int) -> dict[str, int]:
-    """The instances of ``namespace`` each shard holds (by label)."""
+def held_by_shard(
+    api: client.ApiClient, namespace: str, shards: int, plural: str = "sfserviceinstances"
+) -> dict[str, int]:
+    """The instances (or bindings: ``plural``) of ``namespace`` each shard holds (by label)."""
     custom = client.CustomObjectsApi(api)
     counts: dict[str, int] = {}
     for shard in range(shards):
         selector = f"{SHARD_LABEL}={shard}" if shards > 1 else ""
         listed = custom.list_namespaced_custom_object(
-            "osb.servicefabrik.io", "v1alpha1", namespace, "sfserviceinstances", label_selector=selector
+            "osb.servicefabrik.io", "v1alpha1", namespace, plural, label_selector=selector
         )
         counts[_name(shard, shards)] = len(listed["items"])
     return counts
@@ -50,7 +53,7 @@ def _name(shard: int, shards: int) -> str:
     return "controller" if shards == 1 else f"controller-shard-{shard}"
 
 
-def run(count: int, shards: int, concurrency: int = 32) -> dict[str, Any]:
+def run(count: int, shards: int, concurrency: int = 32, bindings_per_instance: int = 0) -> dict[str, Any]:
     with bench_stack(f"shards-{shards}-{count}-{os.getpid()}", shards=shards) as bench:
         bench.make_operator_instant()
         before = {p.name: process_usage(p)["rss_mib"] for p in bench.controllers()}
@@ -58,8 +61,14 @@ def run(count: int, shards: int, concurrency: int = 32) -> dict[str, Any]:
         result = provision_all(bench, namespace, count, concurrency)
         after = {p.name: process_usage(p)["rss_mib"] for p in bench.controllers()}
         held = held_by_shard(bench.api, namespace, shards)
+        bound = {name: 0 for name in held}
+        if bindings_per_instance:  # the restart's objects as bench.restart makes them (after the provisioning figures)
+            bind_all(bench, namespace, result["names"], bindings_per_instance, concurrency)
+            bound = held_by_shard(bench.api, namespace, shards, "sfservicebindings")
         restarted = _name(shards - 1, shards)
-        restart = restart_shard(bench, restarted, expected=held[restarted], baseline_mib=before[restarted])
+        objects = held[restarted] + bound[restarted]
+        restart = restart_shard(bench, restarted, expected=objects, baseline_mib=before[restarted])
+        restart["bindings"] = bound[restarted]
     result.pop("names")
     cpu = result["cpu_seconds_by_process"]
     per_shard = {
@@ -106,6 +115,7 @@ def restart_shard(bench: Bench, name: str, *, expected: int, baseline_mib: float
         "cpu_seconds_to_idle": idle["cpu_seconds_to_idle"],
         "rss_mib": idle["rss_mib"],
         "kib_per_settled_instance": round(1024 * (idle["rss_mib"] - baseline_mib) / expected, 2) if expected else None,
+        # (per settled object: instances and bindings alike, as bench.restart counts them)
     }
 
 
@@ -140,14 +150,15 @@ def report(runs: list[dict[str, Any]], source: str) -> str:
             )
     lines += [
         "",
-        "| code | instances | shards | restarted | its instances | s to idle | CPU s to idle | RSS MiB | "
-        "KiB/instance |",
+        "| code | instances | shards | restarted | its objects (bindings) | s to idle | CPU s to idle | RSS MiB | "
+        "KiB/object |",
         "|---|---:|---:|---|---:|---:|---:|---:|---:|",
     ]
     for r in runs:
         x = r["restart"]
         lines.append(
-            f"| {r.get('code', '—')} | {r['instances']} | {r['shards']} | {x['shard']} | {x['objects']} | "
+            f"| {r.get('code', '—')} | {r['instances']} | {r['shards']} | {x['shard']} | {x['objects']} "
+            f"({x.get('bindings', 0)}) | "
             f"{x['idle_seconds']} | "
             f"{x['cpu_seconds_to_idle']} | {x['rss_mib']} | {x['kib_per_settled_instance']} |"
         )
@@ -159,6 +170,9 @@ def main() -> None:
     parser.add_argument("--instances", type=int, default=1000)
     parser.add_argument("--shards", default="1,3", help="shard counts, comma-separated (a run each)")
     parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument(
+        "--bindings-per-instance", type=int, default=0, help="bindings made after the provisioning, before the restart"
+    )
     parser.add_argument("--report", action="store_true", help="only write SHARDS.md from every shards-*.json")
     parser.add_argument(
         "--compare",
@@ -170,10 +184,11 @@ def main() -> None:
         write_report()
         return
     counts = [int(n) for n in args.shards.split(",")]
-    runs = compared(args.compare, args.instances, counts, args.concurrency) if args.compare else []
+    bindings = args.bindings_per_instance
+    runs = compared(args.compare, args.instances, counts, args.concurrency, bindings) if args.compare else []
     for shards in [] if args.compare else counts:
         print(f"provisioning {args.instances} instances over {shards} shard(s) ...", flush=True)
-        runs.append(run(args.instances, shards, args.concurrency))
+        runs.append(run(args.instances, shards, args.concurrency, bindings))
         print(json.dumps(runs[-1], indent=2), flush=True)
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H%M%SZ")
     RESULTS.mkdir(exist_ok=True)
@@ -183,7 +198,7 @@ def main() -> None:
     print(f"written {path} and {RESULTS / 'SHARDS.md'}")
 
 
-def compared(ref: str, count: int, counts: list[int], concurrency: int) -> list[dict[str, Any]]:
+def compared(ref: str, count: int, counts: list[int], concurrency: int, bindings: int = 0) -> list[dict[str, Any]]:
     """Before and after in one run: for each shard count, ``ref``'s code, then this tree's (fresh stacks each; the
     harness is this tree's — :mod:`bench.compare`). Each run records the commit it ran."""
     from bench import compare
@@ -194,7 +209,7 @@ def compared(ref: str, count: int, counts: list[int], concurrency: int) -> list[
             for tree in (before, compare.this_tree()):
                 print(f"provisioning {count} instances over {shards} shard(s) with {tree.ref} ...", flush=True)
                 with compare.using(tree):
-                    measured = run(count, shards, concurrency)
+                    measured = run(count, shards, concurrency, bindings)
                 runs.append({**measured, "code": tree.commit[:10], "ref": tree.ref})
                 print(json.dumps(runs[-1], indent=2), flush=True)
     return runs
