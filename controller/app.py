@@ -201,6 +201,10 @@ class Controller:
             # One Secret watch for everyone: the claims' events and the store's Secret versions (the plans' sources).
             self.watchers.subscribe(SECRETS, lambda _event_type, secret: self.claims.on_secret(secret))
             self.watchers.subscribe(SECRETS, lambda _event_type, secret: self.service_catalog.on_secret(secret))
+        else:
+            # Every shard's registries come from its own Secret watch (their bodies listed at its start): without it
+            # each new instance's registry was a GET 404, and a restarted shard read every registry with a GET.
+            self.watchers.ensure([SECRETS])
         runtime = self.runtime
         self._trimmer = asyncio.get_running_loop().create_task(
             trim.trim_when_settled(

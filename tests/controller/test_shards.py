@@ -300,6 +300,11 @@ def test_objects_spread_over_the_shards_and_each_is_handled_by_its_own(sharded: 
         for instance in instances:
             provision(osb, env.namespace, instance)
         settle(env, "sfserviceinstances", instances)
+        # Every shard watches Secrets (its registries among them) from its start, not shard 0 alone (no plan's
+        # template had named a Secret yet): otherwise each new instance's registry was a GET, and a restarted shard
+        # read every registry with one.
+        for shard, (leader, *_standbys) in env.controllers.items():
+            assert secrets_known(env.metrics_ports[leader.name]) > 0, f"shard {shard} watches no Secrets"
         for instance, binding in bindings.items():
             bind(osb, instance, binding)
         settle(env, "sfservicebindings", list(bindings.values()))
@@ -564,6 +569,16 @@ def held_by(port: int) -> dict[str, int]:
             found[label["kind"]] += int(float(value))
         if label.get("api_version") == f"{DEMO_GROUP}/{DEMO_VERSION}" and label.get("kind") == "Database":
             found["databases"] += int(float(value))
+    return found
+
+
+def secrets_known(port: int) -> int:
+    """The Secrets a controller's store knows of (by metadata at least; its ``/metrics``)."""
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    found = 0
+    for labels, value in re.findall(r"^opbroker_store_objects\{([^}]*)\} (\S+)$", text, re.M):
+        if 'kind="Secret"' in labels and 'api_version="v1"' in labels:
+            found += int(float(value))
     return found
 
 
