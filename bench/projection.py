@@ -132,28 +132,29 @@ class Assumptions:
     provision), each costing what the provisioning (bindings) suite measured per instance (binding). A guess: a
     platform's real rate scales the steady CPU and API-server figures linearly, nothing else."""
 
-    cpu_divisible: float = 0.74
-    """Fraction of the controller's CPU per operation that divides by M. **Measured** (``bench/shards.py``,
+    cpu_divisible: float = 0.76
+    """Fraction of the controller's CPU per operation that divides by M. **Measured** (``bench/shards.py --compare``,
     ``bench/results/SHARDS.md``): with M shards the controllers' CPU per instance is ``x + M·y`` against ``x + y``
-    unsharded — N = 1 000, M = 3: 8.41 → 13.24 ms (x/(x+y) = 0.71); N = 5 000, M = 4: 9.0 → 15.81 ms (0.75). The
-    estimate it replaces (0.9) counted watch events: of the ~10 an instance's provision raises, the 4 on its
-    SFServiceInstance reach its shard only, while the Database's (~3-4) and the Secrets' (~2-3) reach every shard, at
-    ~0.1 ms each. Measured, every shard pays ~2.3 ms per instance: decoding is not all of it (each shard also
-    matches every such event against its source index and keeps the objects in its store)."""
+    unsharded — N = 1 000, M = 3: 11.94 → 18.38 ms (x/(x+y) = 0.73); N = 5 000, M = 4: 12.23 → 20.08 ms (0.79)
+    (``shards-2026-12-05T222507Z.json``, ``shards-2026-12-05T224428Z.json``, after the source watches by shard; it
+    was 0.71 to 0.75 before them). What every shard still pays is not the watches (each shard's source store holds its
+    own objects), nor idling (0.1 to 0.3 % of a core), nor reads (one GET per new instance); on this machine the shards
+    share 2 cores with the API server, so part of it may be the co-located processes' contention, which separate
+    nodes would not have — not shown."""
 
-    memory_divisible: float = 0.85
-    """Fraction of the KiB per settled object that divides by M. Estimated from what is held: the instances',
-    bindings' and their per-key state (the reconcilers' memory, the source index, the resync's digests) are the
-    shard's; the Databases' bodies, the registries' Secret bodies (~0.9 KiB each in the store:
-    ``compare-2026-11-26T140634Z.json`` ``….secrets.watched.store_after``, 286 188 bytes over 307 bodies) and every
-    Secret's metadata (~0.4 KiB per Secret after a restart: ``….secrets.restart.growth_bytes_per_secret``) are held
-    by every shard — about 2 KiB of the ~14 KiB per object."""
+    memory_divisible: float = 0.95
+    """Fraction of the KiB per settled object that divides by M. **Measured** (same runs): a restarted shard holds
+    18.27 KiB per instance it holds (N = 5 000, M = 4) against 17.61 for one controller over all 5 000 — since the
+    shards watch the plans' kinds and the Secrets by shard, what every shard holds of the others' objects is the
+    catalog and shard 0's whole Secret metadata (claims and the Service Catalog read any Secret). Before it, 0.85 (the
+    Databases' bodies, the registries' and every Secret's metadata held by every shard: ~2 KiB of ~14)."""
 
-    restart_divisible: float = 0.9
-    """Fraction of the restart's CPU and time to idle per object that divides by M. A restarted shard re-lists and
-    reconciles only its own objects (one reconcile each: ``restart.restart.reconciles`` = objects + 1), but lists the
-    unsharded kinds whole; listing 10 000 more Secrets' metadata cost no measurable restart CPU
-    (``compare-2026-11-26T140634Z.json``), bodies of Databases and registries somewhat more: taken as a tenth."""
+    restart_divisible: float = 0.7
+    """Fraction of the restart's CPU and time to idle per object that divides by M. **Measured** (same runs): a
+    restarted shard over its 1 205 of 5 000 instances spent 4.15 CPU s to idle against 8.67 for one controller over
+    all 5 000 (x/(x+y) = 0.70). Its *time* to idle did not divide at all on this machine (12.46 s against 11.91 s):
+    it waits more than it works — suspected, not profiled: the API server filtering every object of a kind for each
+    label-selected list, on 2 cores it saturates. Taken for both, so the projected times are optimistic."""
 
     rss_baseline_mib: float | None = None
     """Each process's fixed RSS, what it holds before any object (interpreter, modules, the catalog, the pools).

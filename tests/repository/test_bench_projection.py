@@ -78,8 +78,9 @@ def test_the_unsharded_part_is_paid_by_every_shard() -> None:
     assert four.controller_cores_per_shard == pytest.approx(one.controller_cores_per_shard * (cpu / 4 + 1 - cpu))
     assert four.controller_cores_total > one.controller_cores_total
     assert four.ratio > one.ratio
+    restart = PLAIN.restart_divisible
     assert four.restart_idle_seconds_per_shard - 1 == pytest.approx(
-        (one.restart_idle_seconds_per_shard - 1) * (0.9 / 4 + 0.1)
+        (one.restart_idle_seconds_per_shard - 1) * (restart / 4 + 1 - restart)
     )
 
 
