@@ -79,7 +79,7 @@ def bind_all(bench: Bench, namespace: str, instances: list[str], per_instance: i
         "opbroker_writes_by_resource": writes_by_resource(counts, "controller", "broker"),
         "requests_by_verb": {who: by_verb(counts, who) for who in ("controller", "broker", "operator")},
         "cpu_seconds_by_process": {k: round(cpu_after[k] - cpu_before.get(k, 0.0), 2) for k in cpu_after},
-        "controller": process_usage(bench.process("controller")),
+        "controller": process_usage(bench.controllers()[0]),  # the one (sharded: shard 0's)
     }
 
 
