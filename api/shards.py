@@ -17,6 +17,7 @@ labelling what tenants create themselves — so it is pure and shared (the resou
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -98,15 +99,20 @@ class Shards:
         matches objects without the label too."""
         if not self.sharded:
             return None
-        others = ",".join(str(i) for i in range(self.count) if i != self.index)
-        return f"{SHARD_LABEL} notin ({others})"
+        return f"{SHARD_LABEL} notin ({','.join(sorted(self._others, key=int))})"
+
+    @functools.cached_property
+    def _others(self) -> frozenset[str]:
+        """The other shards' label values: what :attr:`sources_selector` leaves out (computed once: :meth:`covers`
+        runs on every store write of a followed kind)."""
+        return frozenset(str(i) for i in range(self.count) if i != self.index)
 
     def covers(self, labels: Mapping[str, object] | None) -> bool:
         """Whether an object with ``labels`` is one :attr:`sources_selector` selects (the watch keeps it current)."""
         if not self.sharded:
             return True
         value = (labels or {}).get(SHARD_LABEL)
-        return not isinstance(value, str) or value not in {str(i) for i in range(self.count) if i != self.index}
+        return not isinstance(value, str) or value not in self._others
 
     def of(self, namespace: str, instance: str) -> int:
         return shard_of(namespace, instance, self.count)
