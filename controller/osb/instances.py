@@ -60,7 +60,7 @@ from opbroker.controller.runtime.executor import refusal_of
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.kube import Kube, Refused
 from opbroker.controller.runtime.memory import Memories, PerKey
-from opbroker.controller.runtime.objects import minus_refs, ref_key
+from opbroker.controller.runtime.objects import minus_refs, ref_key, resource_version
 from opbroker.controller.runtime.outcomes import Outcome
 from opbroker.controller.runtime.passes import PassingReconciler
 from opbroker.controller.runtime.sources import ObjectKey, object_key
@@ -195,7 +195,9 @@ class InstanceReconciler(PassingReconciler[InstanceFacts, OsbAction]):
             if Step.AWAIT_OUTCOME in due or Step.EVALUATE in due:
                 sources = _carried(previous, entry)
                 report = self._report(facts, provision=True, sources=sources)
-                shapes = self._shapes(facts) if provisioned_by(report) else {}  # remembered by a success only
+                shapes = (
+                    _shapes(self._recorded(facts)) if provisioned_by(report) else {}
+                )  # remembered by a success only
                 return dataclasses.replace(facts, report=report, shapes=shapes)
         except RenderError as exc:
             return dataclasses.replace(facts, render_error=str(exc) or type(exc).__name__)
@@ -276,14 +278,13 @@ class InstanceReconciler(PassingReconciler[InstanceFacts, OsbAction]):
                 entry.model, inputs_for(self.deps, instance=view, plan=entry, registry=registry)
             )
         )
+        fetched = fetch_sources(kube, source_refs)
         result = self.deps.renderer.render_status(
-            entry.model,
-            inputs_for(
-                self.deps, instance=view, plan=entry, registry=registry, sources=fetch_sources(kube, source_refs)
-            ),
+            entry.model, inputs_for(self.deps, instance=view, plan=entry, registry=registry, sources=fetched)
         )
         section = result.provision if provision else result.deprovision
-        return Report(True, section, registry, tuple(source_refs.values()))
+        versions = tuple(resource_version(body) for body in fetched.values())
+        return Report(True, section, registry, tuple(source_refs.values()), versions)
 
     def _gather_check(self, facts: InstanceFacts) -> InstanceFacts:
         """Day two: what a settled instance's check decides on. Nothing is rendered when nothing it read last time
@@ -299,7 +300,8 @@ class InstanceReconciler(PassingReconciler[InstanceFacts, OsbAction]):
         try:
             if memo.digest and self._digest(facts, memo.refs)[0] == memo.digest:
                 return dataclasses.replace(facts, check=Check(memo.digest, unchanged=True))
-            shapes = self._shapes(facts)
+            recorded = self._recorded(facts)
+            shapes = _shapes(recorded)
             compare = decisions.drift_checked(view, plan_hash=entry.hash) and not drift.unmoved(shapes, memo.shapes)
             if compare:
                 rendering: Rendering | None = self._render(facts)
@@ -311,7 +313,7 @@ class InstanceReconciler(PassingReconciler[InstanceFacts, OsbAction]):
                 report = self._report(facts, provision=True)
             read = (*(report.source_refs if report else ()), *view.status.resources)
             refs = tuple({object_key(r): r for r in read}.values())
-            digest, versions = self._digest(facts, refs)
+            digest, versions = self._digest(facts, refs, _first_read(recorded, rendering, report))
         except RenderError as exc:
             check = Check("", last_live_write=memo.last_live_write)
             return dataclasses.replace(facts, check=check, render_error=str(exc) or type(exc).__name__)
@@ -321,20 +323,26 @@ class InstanceReconciler(PassingReconciler[InstanceFacts, OsbAction]):
         check = Check(digest, False, observed, refs, memo.last_live_write, versions, shapes)
         return dataclasses.replace(facts, rendering=rendering, report=report, check=check)
 
-    def _shapes(self, facts: InstanceFacts) -> dict[ObjectKey, str | None]:
-        """The recorded objects' shapes (``drift.shape``) as the store holds them now."""
+    def _recorded(self, facts: InstanceFacts) -> dict[ObjectKey, JsonBody | None]:
+        """The recorded objects (``status.resources``) as the store holds them now."""
         kube = self._actor(facts)
-        return {object_key(ref): drift.shape(kube.get(ref)) for ref in facts.instance.status.resources}
+        return {object_key(ref): kube.get(ref) for ref in facts.instance.status.resources}
 
     def _observe(self, facts: InstanceFacts, piece: Piece, memo: DayTwo) -> Observed:
         return observe(self._actor(facts), piece, memo, facts.now or self.deps.clock.now(), facts.limits.drift_bounds)
 
-    def _digest(self, facts: InstanceFacts, refs: Sequence[ResourceRef]) -> tuple[str, tuple[str | None, ...]]:
-        """The versions of what a check reads (``refs``), and their digest with the plan's version and the
-        instance's generation."""
+    def _digest(
+        self, facts: InstanceFacts, refs: Sequence[ResourceRef], read: Mapping[ObjectKey, str | None] | None = None
+    ) -> tuple[str, tuple[str | None, ...]]:
+        """The versions of what a check reads (``refs``): as it ``read`` them, else as the store holds them now;
+        and their digest with the plan's version and the instance's generation."""
         assert facts.entry is not None
         meta = facts.instance.meta
-        versions = tuple(self._actor(facts).version_of(ref) for ref in refs)
+        kube = self._actor(facts)
+        versions = tuple(
+            read[object_key(ref)] if read is not None and object_key(ref) in read else kube.version_of(ref)
+            for ref in refs
+        )
         digest = decisions.sources_digest(
             plan_hash=facts.entry.hash, instance=meta, binding=meta, versions=list(zip(refs, versions, strict=True))
         )
@@ -351,3 +359,23 @@ class InstanceReconciler(PassingReconciler[InstanceFacts, OsbAction]):
     def _live_bindings(self, instance: InstanceView) -> int:
         bindings = self.deps.kube.list_custom(BINDINGS, instance.meta.namespace)
         return sum(1 for b in bindings if BindingView.of(b).binds(instance))
+
+
+def _shapes(recorded: Mapping[ObjectKey, JsonBody | None]) -> dict[ObjectKey, str | None]:
+    """The recorded objects' shapes (``drift.shape``), as read."""
+    return {key: drift.shape(body) for key, body in recorded.items()}
+
+
+def _first_read(
+    recorded: Mapping[ObjectKey, JsonBody | None], rendering: Rendering | None, report: Report | None
+) -> dict[ObjectKey, str | None]:
+    """The version of each object a check read, as its first read saw it (the recorded objects, then the render's
+    sources, then the status template's). What a check remembers is what it decided on: a change landing while it
+    reads — an operator's status written between the status template's read and the digest — must make the next
+    look differ, or the event that change sends is answered "unchanged" and the change waits for the resync."""
+    seen = {key: resource_version(body) for key, body in recorded.items()}
+    for key, body in (rendering.read if rendering is not None else {}).items():
+        seen.setdefault(key, resource_version(body))
+    for ref, version in zip(report.source_refs, report.source_versions, strict=True) if report is not None else ():
+        seen.setdefault(object_key(ref), version)
+    return seen

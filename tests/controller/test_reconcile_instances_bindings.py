@@ -556,6 +556,34 @@ def provisioned(world: World) -> None:
     world.runtime.memories.forget(Key("instance", NS, "db"))  # as after a restart: no re-check pending
 
 
+def test_an_operators_write_landing_while_a_check_reads_is_looked_at_by_the_next_reconcile(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A check remembers the versions it decided on, not the store's once it is done: the operator's status written
+    after the status template read the ConfigMap (its watch event marks the key for one more reconcile) makes that
+    reconcile look again and show it. Remembering the store's version after the reads answered it "unchanged" and
+    left the instance Ready until the resync (the flapping day-two test's stall)."""
+    provisioned(world)
+    render_status = RENDERER.render_status
+    landed: list[bool] = []
+
+    def then_the_operator_writes(*args: Any, **kwargs: Any) -> Any:
+        result = render_status(*args, **kwargs)
+        if not landed:
+            landed.append(True)
+            world.kube.merge_patch(
+                ResourceRef(api_version="v1", kind="ConfigMap", name="db", namespace=NS),
+                {"data": {"phase": "Failed", "message": "disk full"}},
+            )
+        return result
+
+    monkeypatch.setattr(RENDERER, "render_status", then_the_operator_writes)
+    world.reconcile()  # the check: the template read "Ready", as Ready shows; the write lands after the read
+    assert landed and world.ready() == ("True", Reason.PROVISIONED.value)
+    world.reconcile()  # the write's event
+    assert world.ready() == ("False", Reason.UNHEALTHY.value)
+
+
 def test_deleted_instance_without_bindings_releases_its_finalizer(world: World) -> None:
     provisioned(world)
     world.kube.delete_custom(INSTANCES, NS, "db")

@@ -122,6 +122,8 @@ class Report:
     section: SectionStatus | None = None
     registry: JsonObject = dataclasses.field(default_factory=dict, repr=False)
     source_refs: tuple[ResourceRef, ...] = ()
+    source_versions: tuple[str | None, ...] = ()
+    """The versions of ``source_refs`` as the template read them (a check remembers what it decided on)."""
 
 
 @dataclass(frozen=True)
