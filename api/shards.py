@@ -127,6 +127,12 @@ def lease_name(base: str, index: int) -> str:
     return f"{base}-shard-{index}"
 
 
+def all_shard_leases(base: str) -> list[str]:
+    """The Lease of every shard any count may have (up to :data:`MAX_SHARDS`): the unsharded controller's Role reads
+    them, and it waits until they are free, since it cannot know how many shards ran before it."""
+    return [lease_name(base, index) for index in range(MAX_SHARDS)]
+
+
 def index_from_hostname(hostname: str, count: int) -> int:
     """A StatefulSet pod's shard: its ordinal (the trailing ``-<n>`` of its name) modulo ``count``, so ``M * r``
     pods give every shard ``r`` replicas (one leads, the others stand by)."""

@@ -136,8 +136,9 @@ def _tokenised(manifest: dict[str, Any]) -> dict[str, Any]:
     names = Names(NAMESPACE_SENTINEL)
     credentials = names.broker_credentials
     if manifest["kind"] == "Role" and manifest["metadata"]["name"] == names.leader_election:
-        for rule in manifest["rules"]:
-            if any(name.startswith(f"{LEADER_LEASE}-shard-") for name in rule.get("resourceNames", [])):
+        for rule in manifest["rules"]:  # the Leases a shard renews (the unsharded Role reads every shard's: fixed)
+            renewed = "update" in rule["verbs"]
+            if renewed and any(name.startswith(f"{LEADER_LEASE}-shard-") for name in rule.get("resourceNames", [])):
                 rule["resourceNames"] = _TOKEN.format("shard-leases")
         return manifest
     if manifest["kind"] not in ("Deployment", "StatefulSet"):

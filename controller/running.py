@@ -45,6 +45,7 @@ from typing import TypeVar
 
 from kubernetes import client, config
 
+from opbroker.api.shards import all_shard_leases
 from opbroker.controller.app import Controller
 from opbroker.controller.runtime import apiready, contact, health, leadership, lifecycle, trim
 from opbroker.controller.settings import ControllerSettings
@@ -150,8 +151,8 @@ class Process:
         self.reached = reached
         self.shutdown = lifecycle.Shutdown()
         self.identity = f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
-        self.unsharded: leadership.LeaseLock | None = None
-        """Sharded: the unsharded controller's Lease, waited for before acting (:meth:`wait_for_the_unsharded`)."""
+        self.other_layout: tuple[leadership.LeaseLock, ...] = ()
+        """The Leases of the other layout, read only, waited for before acting (:meth:`wait_for_the_other_layout`)."""
 
     async def main(self) -> int:
         """The process's life; its exit code. A stop asked before the controller runs ends it at once (0). The
@@ -175,7 +176,7 @@ class Process:
         code = 0
         # A standby may have waited long for the lease: the API server may be starting now.
         if await self.unless_stopped(self.wait_for_the_api()) and await self.unless_stopped(
-            self.wait_for_the_unsharded(election)
+            self.wait_for_the_other_layout(election)
         ):
             code = await self.operate()
         holding.remove_done_callback(self._leading_ended)
@@ -184,12 +185,13 @@ class Process:
         await election.close()
         return code
 
-    async def wait_for_the_unsharded(self, election: leadership.Leadership) -> None:
-        """Sharded: act only once no unsharded controller leads (issue 46). While a control plane changes to shards,
-        the old leader acts on every object until its renewals are refused or it is stopped; its Lease free, it
-        has stopped acting. (Its leases' Role grants a shard ``get`` on that Lease.)"""
-        if self.unsharded is not None:
-            await election.wait_until_free(self.unsharded)
+    async def wait_for_the_other_layout(self, election: leadership.Leadership) -> None:
+        """Act only once no leader of the other layout leads (issue 46): a shard waits for the unsharded controller's
+        Lease, the unsharded controller for every shard's. While a control plane changes between one controller and
+        shards, the old leaders act on their objects until their renewals are refused (their Role no longer names
+        their Lease) or they are stopped; their Leases free, they have stopped acting. The Roles grant ``get`` on the
+        other layout's Leases; an unsharded controller whose Role predates that acts without waiting (logged)."""
+        await election.wait_until_free(self.other_layout, forbidden_is_free=not self.settings.shards.sharded)
 
     async def unless_stopped(self, step: Awaitable[T]) -> bool:
         """Run ``step`` unless a stop is asked first (then it is cancelled): whether it ran to its end."""
@@ -218,10 +220,14 @@ class Process:
         lock = leadership.LeaseLock(
             transport, settings.namespace, settings.lease, self.identity, lease_seconds=settings.lease_seconds
         )
-        if settings.shards.sharded:  # the unsharded controller's Lease, read only (wait_for_the_unsharded)
-            self.unsharded = leadership.LeaseLock(
-                transport, settings.namespace, settings.lease_name, self.identity, lease_seconds=settings.lease_seconds
+        # The other layout's Leases, read only (wait_for_the_other_layout).
+        names = [settings.lease_name] if settings.shards.sharded else all_shard_leases(settings.lease_name)
+        self.other_layout = tuple(
+            leadership.LeaseLock(
+                transport, settings.namespace, name, self.identity, lease_seconds=settings.lease_seconds
             )
+            for name in names
+        )
         return leadership.Leadership(
             lock, renew_deadline=settings.renew_deadline, retry_period=max(1.0, settings.lease_seconds / 8)
         )

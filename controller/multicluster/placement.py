@@ -233,7 +233,7 @@ class MultiClusterPlacement:
         user = identities.plan_user(entry.body, self.deps.settings) if entry is not None else None
         credentials = None
         if meta.deleting or source is not None:  # to delete, or to write over: the plan decides on it as read
-            door = self.deps.kube if meta.deleting or user is None else self.deps.kube.acting_as(user)
+            door = self.deps.door(None if meta.deleting else user)
             name = credentials_secret_name(meta.name)
             credentials = ObjectView.maybe(door.read_secret(meta.namespace, name, stored=True))
         return _with(

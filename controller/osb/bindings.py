@@ -156,7 +156,7 @@ class BindingReconciler(PassingReconciler[BindingFacts, OsbAction]):
         return facts
 
     def _actor(self, facts: BindingFacts) -> Kube:
-        return self.deps.kube if facts.actor is None else self.deps.kube.acting_as(facts.actor)
+        return self.deps.door(facts.actor)
 
     def _inputs(self, facts: BindingFacts, sources: Mapping[str, JsonObject | None] | None = None) -> RenderInputs:
         assert facts.instance is not None and facts.entry is not None

@@ -217,7 +217,7 @@ class InstanceReconciler(PassingReconciler[InstanceFacts, OsbAction]):
 
     def _actor(self, facts: InstanceFacts) -> Kube:
         """The door a plan's work goes through: its ServiceAccount's rights (see ``identities``)."""
-        return self.deps.kube if facts.actor is None else self.deps.kube.acting_as(facts.actor)
+        return self.deps.door(facts.actor)
 
     def _registry(self, facts: InstanceFacts) -> JsonBody:
         namespace = self.deps.settings.registries_namespace

@@ -96,6 +96,11 @@ class Deps:
     clock: Clock = SYSTEM
     """The runtime's clock: the facts' ``now`` and day two's drift windows read it (tests pass a fake one)."""
 
+    def door(self, actor: str | None) -> Kube:
+        """The door a plan's work goes through: acting as its account (``identities.plan_user``) — what the plan's
+        ServiceAccount may do, no more — or the controller's own when it has none (no plan, no impersonation)."""
+        return self.kube if actor is None else self.kube.acting_as(actor)
+
     def keeps(self, kind: Kind, body: JsonObject, instance: str) -> bool:
         """Whether this shard handles ``body`` (:func:`opbroker.controller.shards.handover.keeps`; unsharded: yes),
         its rendered objects moved along when it is handed over."""
@@ -120,7 +125,7 @@ class Deps:
         where = registries.place(meta, kind=key_kind, namespace=self.settings.registries_namespace)
         registry = ResourceRef(api_version="v1", kind="Secret", namespace=where.namespace, name=where.name)
         return (
-            ((self.kube if actor is None else self.kube.acting_as(actor)), refs),
+            (self.door(actor), refs),
             (self.kube, (registry,)),
         )
 

@@ -34,6 +34,7 @@ import dataclasses
 import datetime
 import enum
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kubernetes.client.exceptions import ApiException
@@ -310,25 +311,42 @@ class Leadership:
             elif outcome is Outcome.HELD:
                 return Ended(self.lock.holder, started - self.renewed_at)
 
-    async def wait_until_free(self, other: LeaseLock) -> None:
-        """Return once nobody holds ``other``'s lease (read every ``retry_period``; a failed read counts as held):
-        a shard leading its own Lease waits so for the unsharded controller's, so that during a change to shards the
-        old leader — which may act on every object until its renewals are refused — and the shards never act at
-        once (issue 46). Cancel to give up."""
-        reported = ""
+    async def wait_until_free(self, others: Sequence[LeaseLock], *, forbidden_is_free: bool = False) -> None:
+        """Return once nobody holds any of ``others``' leases (each read every ``retry_period`` until found free; a
+        failed read counts as held): the leader of one layout waits so for the other layout's, so that during a
+        change between one controller and shards the old leaders — which act until their renewals are refused
+        (their Role changed) or they are stopped — and the new ones never act at once (issue 46). A shard waits for
+        the unsharded controller's Lease, the unsharded controller for every shard's.
+
+        ``forbidden_is_free``: a read refused with 403 counts as free (logged once) — the unsharded controller's
+        Role from before it read the shards' Leases cannot tell; waiting for ever would stop it, so it acts as it
+        did then. Cancel to give up."""
+        waiting = list(others)
+        reported: dict[str, str] = {}
         while True:
-            try:
-                held = await other.held()
-            except Exception as exc:  # no answer, refused: not known to be free
-                logger.warning("lease %s/%s could not be read (%s); waiting", other.namespace, other.name, exc)
-                held = True
-            if not held:
+            still = []
+            for other in waiting:
+                try:
+                    held = await other.held()
+                except Exception as exc:  # no answer, refused: not known to be free
+                    if forbidden_is_free and isinstance(exc, ApiException) and exc.status == 403:
+                        logger.warning(
+                            "lease %s/%s may not be read (403); not waiting for it", other.namespace, other.name
+                        )
+                        continue
+                    logger.warning("lease %s/%s could not be read (%s); waiting", other.namespace, other.name, exc)
+                    held = True
+                if not held:
+                    continue
+                still.append(other)
+                if other.holder and reported.get(other.name) != other.holder:
+                    reported[other.name] = other.holder
+                    logger.info(
+                        "lease %s/%s is held by %s; waiting until it is free", other.namespace, other.name, other.holder
+                    )
+            if not still:
                 return
-            if other.holder != reported:
-                reported = other.holder
-                logger.info(
-                    "lease %s/%s is held by %s; waiting until it is free", other.namespace, other.name, reported
-                )
+            waiting = still
             await self._clock.sleep(self.retry_period)
 
     async def release(self, timeout: float) -> bool:

@@ -88,6 +88,20 @@ def test_one_shard_is_the_deployment_campaigning_for_the_one_lease() -> None:
     assert objects["controller-deployment"]["spec"]["replicas"] == 2
     assert "--shards" not in _command(objects["controller-deployment"])
     assert _lease_names(objects) == [rbac.LEADER_LEASE]
+    # Every Lease a shard may have had, read only: the one controller acts once they are free (back from shards).
+    assert _read_leases(objects) == [f"{rbac.LEADER_LEASE}-shard-{i}" for i in range(rbac.MAX_SHARDS)]
+
+
+def test_shards_read_the_unsharded_lease() -> None:
+    objects = dict(controller_objects(ControllerSpec(namespace="ops", image="img:1", shards=3)))
+    assert _read_leases(objects) == [rbac.LEADER_LEASE]
+
+
+def _read_leases(objects: dict[str, dict[str, Any]]) -> list[str]:
+    rules = objects["controller-leader-election-role"]["rules"]
+    (reading,) = [rule for rule in rules if "resourceNames" in rule and rule["verbs"] == ["get"]]
+    names: list[str] = reading["resourceNames"]
+    return names
 
 
 @pytest.mark.parametrize("replicas", [1, 2, 3])

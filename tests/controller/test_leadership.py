@@ -10,6 +10,7 @@ import datetime
 
 import pytest
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from opbroker.controller.runtime import leadership
 from opbroker.controller.runtime.clock import FakeClock
@@ -212,7 +213,7 @@ def test_a_shard_acts_only_once_the_unsharded_lease_is_free_a_failed_read_counti
         clock = FakeClock()
         elected = election([], clock)
         other = Watched([True, TimeoutError(), False], clock)
-        waiting = asyncio.ensure_future(elected.wait_until_free(other))
+        waiting = asyncio.ensure_future(elected.wait_until_free([other]))
         await settled("the first read", lambda: other.reads == 1)
         await resting(clock)
         assert not waiting.done()  # held by the old leader
@@ -223,6 +224,62 @@ def test_a_shard_acts_only_once_the_unsharded_lease_is_free_a_failed_read_counti
         clock.advance(2)
         await settled("free at the third read", waiting.done)
         assert other.reads == 3 and other.calls == 0  # read only: never an attempt to take it
+        await elected.close()
+
+    asyncio.run(scenario())
+
+
+def refused(status: int) -> ApiException:
+    return ApiException(status=status, reason="Forbidden" if status == 403 else "Unavailable")
+
+
+def test_the_unsharded_controller_acts_once_every_shards_lease_is_free_each_read_until_found_free() -> None:
+    """Going back from shards to one controller: it waits for each shard's Lease (how many shards ran is not known);
+    one found free is not read again, one held is read every retry period until free."""
+
+    async def scenario() -> None:
+        clock = FakeClock()
+        elected = election([], clock)
+        free, held_twice, gone = Watched([False], clock), Watched([True, True, False], clock), Watched([False], clock)
+        waiting = asyncio.ensure_future(elected.wait_until_free([free, held_twice, gone], forbidden_is_free=True))
+        await settled("the first reads", lambda: (free.reads, held_twice.reads, gone.reads) == (1, 1, 1))
+        await resting(clock)
+        clock.advance(2)
+        await settled("the held one read again", lambda: held_twice.reads == 2)
+        await resting(clock)
+        assert not waiting.done() and (free.reads, gone.reads) == (1, 1)
+        clock.advance(2)
+        await settled("free at its third read", waiting.done)
+        assert (free.reads, held_twice.reads, gone.reads) == (1, 3, 1)
+        await elected.close()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(("forbidden_is_free", "acts_at_once"), [(True, True), (False, False)])
+def test_a_lease_the_role_may_not_read_is_free_only_where_asked(forbidden_is_free: bool, acts_at_once: bool) -> None:
+    """An unsharded controller whose Role predates reading the shards' Leases acts as it did (403: not waited for);
+    a shard, and any read that does not answer, waits."""
+
+    async def scenario() -> None:
+        clock = FakeClock()
+        elected = election([], clock)
+        other, unanswered = Watched([refused(403), False], clock), Watched([refused(503), False], clock)
+        waiting = asyncio.ensure_future(elected.wait_until_free([other], forbidden_is_free=forbidden_is_free))
+        await settled("the first read", lambda: other.reads == 1)
+        if acts_at_once:
+            await settled("acting", waiting.done)
+        else:
+            await resting(clock)
+            assert not waiting.done()
+            clock.advance(2)
+            await settled("free at the second read", waiting.done)
+        blocked = asyncio.ensure_future(elected.wait_until_free([unanswered], forbidden_is_free=True))
+        await settled("the unanswered read", lambda: unanswered.reads == 1)
+        await resting(clock)
+        assert not blocked.done()  # a 503 is not known to be free
+        clock.advance(2)
+        await settled("free at its second read", blocked.done)
         await elected.close()
 
     asyncio.run(scenario())
