@@ -323,6 +323,13 @@ def test_controller_leader_election_role_is_namespaced_to_leases(default: Any) -
             "verbs": ["get", "update"],
             "resourceNames": ["opbroker-controller"],
         },
+        # Every shard's Lease, read only: back from shards, it acts once they are free (issue 46).
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "verbs": ["get"],
+            "resourceNames": [f"opbroker-controller-shard-{i}" for i in range(rbac.MAX_SHARDS)],
+        },
         # The admin API's requests (issue 29): read there, answered there.
         {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch", "patch"]},
     ]
@@ -433,8 +440,9 @@ def test_broker_allowed_namespaces_become_flags_and_a_selector_may_read_namespac
 def test_no_rule_anywhere_grants_everything(default: Any) -> None:
     mocks, _ = default
     rules = [rule for t in (CLUSTER_ROLE, ROLE) for r in mocks.of_type(t) for rule in r.plain_inputs()["rules"]]
-    # No CRD reads since kopf went (issue 45); two for the admin API's requests (issue 29), four of the namespace writer
-    assert len(rules) == 41
+    # No CRD reads since kopf went (issue 45); two for the admin API's requests (issue 29), four of the namespace
+    # writer, one reading the shards' Leases (issue 46)
+    assert len(rules) == 42
     for rule in rules:
         assert not rbac.grants_everything(rule)
         assert "*" not in rule["verbs"] and "*" not in rule["resources"] and "*" not in rule["apiGroups"]
