@@ -9,12 +9,14 @@ Pure.
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
 import jsonschema
 import jsonschema.exceptions
 import jsonschema.validators
+from jsonschema.protocols import Validator
 
 from opbroker.broker import errors
 
@@ -26,17 +28,37 @@ def _path(parts: list[str | int]) -> str:
     return path
 
 
+#: Schemas up to this size (of their JSON text) keep their checked validator (:func:`_checked`); a larger one is
+#: checked on each request, so the cache holds at most ``maxsize`` times this.
+CACHED_SCHEMA_BYTES = 64 * 1024
+
+
+def _validator(schema: dict[str, Any]) -> Validator:
+    """The validator for ``schema`` (its draft's), the schema checked against its draft's metaschema first."""
+    validator_class = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    validator_class.check_schema(schema)
+    return validator_class(schema)
+
+
+@functools.lru_cache(maxsize=64)
+def _checked(text: str) -> Validator:
+    """The validator for the schema whose canonical JSON is ``text``. Checking a schema against its metaschema costs
+    more than validating a request's parameters with it (a provision's broker CPU showed it), and a catalog has
+    few schemas: each is checked once, not on every request. An invalid one raises each time (not cached)."""
+    return _validator(json.loads(text))
+
+
 def problems(schema: dict[str, Any], parameters: dict[str, Any]) -> list[str]:
     """One ``field: message`` per violation, sorted by field; empty when ``parameters`` fit ``schema``."""
-    validator_class = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    text = json.dumps(schema, sort_keys=True, separators=(",", ":"))
     try:
-        validator_class.check_schema(schema)
+        validator = _checked(text) if len(text) <= CACHED_SCHEMA_BYTES else _validator(schema)
     except jsonschema.exceptions.SchemaError as exc:
         raise errors.BrokerError(
             errors.Reason.INTERNAL_ERROR, f"the plan's parameter schema is invalid: {exc.message}"
         ) from None
     found: set[str] = set()
-    for error in validator_class(schema).iter_errors(parameters):
+    for error in validator.iter_errors(parameters):
         where = list(error.absolute_path)
         required = error.validator_value
         if error.validator == "required" and isinstance(error.instance, dict) and isinstance(required, list):

@@ -226,6 +226,24 @@ def test_parameter_problems_never_echo_values() -> None:
     assert not any("hunter2" in p for p in parameters.problems(schema, {"size": "hunter2"}))
 
 
+def test_a_schema_is_checked_once_not_on_every_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Checking the plan's schema against its metaschema is most of validating a request: done once per schema (by
+    its canonical text, so an equal schema read again is the same), and a schema too large to keep is checked
+    each time."""
+    checked: list[int] = []
+    real = parameters._validator
+    monkeypatch.setattr(parameters, "_validator", lambda schema: checked.append(1) or real(schema))
+    parameters._checked.cache_clear()
+    schema = {"type": "object", "properties": {"size": {"type": "integer", "minimum": 1}}}
+    reordered = {"properties": {"size": {"minimum": 1, "type": "integer"}}, "type": "object"}
+    assert parameters.problems(schema, {"size": 0}) == ["parameters.size: fails minimum 1"]
+    assert parameters.problems(reordered, {"size": 2}) == []
+    assert len(checked) == 1
+    large = {**schema, "description": "x" * parameters.CACHED_SCHEMA_BYTES}
+    assert parameters.problems(large, {"size": 2}) == parameters.problems(large, {"size": 3}) == []
+    assert len(checked) == 3 and parameters._checked.cache_info().currsize == 1
+
+
 def test_invalid_plan_schema_is_the_catalogs_fault() -> None:
     with pytest.raises(errors.BrokerError) as info:
         parameters.validate({"type": "no-such-type"}, {}, action="create")
