@@ -16,11 +16,11 @@ from opbroker.api.conventions import resource_name
 from opbroker.api.meta import ResourceRef
 from opbroker.controller.budgets import Budgeting
 from opbroker.controller.catalog.catalog import Catalog
-from opbroker.controller.core.views import BindingView, InstanceView
+from opbroker.controller.core.views import BindingView, InstanceView, ObjectView
 from opbroker.controller.kinds import BINDINGS, INSTANCES
 from opbroker.controller.multicluster.core.placement_plan import PlacementFacts
 from opbroker.controller.osb import identities, registries
-from opbroker.controller.osb.registries import RegistryCache
+from opbroker.controller.osb.registries import Place, RegistryCache
 from opbroker.controller.runtime.clock import SYSTEM, Clock
 from opbroker.controller.runtime.executor import OwnWrites
 from opbroker.controller.runtime.kube import Kind, Kube
@@ -105,7 +105,16 @@ class Deps:
         """Whether this shard handles ``body`` (:func:`opbroker.controller.shards.handover.keeps`; unsharded: yes),
         its rendered objects moved along when it is handed over."""
         rendered = functools.partial(self.rendered_of, kind, body)
-        return handover.keeps(self.kube, self.settings.shards, kind, body, instance, rendered)
+        if handover.keeps(self.kube, self.settings.shards, kind, body, instance, rendered):
+            return True
+        # Another shard's now, which may rewrite its registry: a copy kept here would be stale if it came back.
+        self.registries.forget(self.registry_of(kind, body))
+        return False
+
+    def registry_of(self, kind: Kind, body: JsonObject) -> Place:
+        """Where the registry of an instance or a binding is kept."""
+        key_kind = "binding" if kind is BINDINGS else "instance"
+        return registries.place(ObjectView.of(body).meta, kind=key_kind, namespace=self.settings.registries_namespace)
 
     def rendered_of(self, kind: Kind, body: JsonObject) -> Sequence[handover.Moving]:
         """What moves along with an instance or a binding to another shard (issue 46): the objects its status records,
@@ -115,14 +124,14 @@ class Deps:
             binding = BindingView.of(body)
             found = self.kube.get_custom(INSTANCES, binding.meta.namespace, resource_name(binding.instance_ref))
             plan_id = InstanceView.of(found).plan_id if found is not None else binding.plan_id
-            meta, refs, key_kind = binding.meta, binding.status.resources, "binding"
+            refs = binding.status.resources
         else:
             instance = InstanceView.of(body)
-            meta, refs, key_kind = instance.meta, instance.status.resources, "instance"
+            refs = instance.status.resources
             plan_id = instance.plan_id
         entry = self.catalog.plan(plan_id)
         actor = identities.plan_user(entry.body, self.settings) if entry is not None else None
-        where = registries.place(meta, kind=key_kind, namespace=self.settings.registries_namespace)
+        where = self.registry_of(kind, body)
         registry = ResourceRef(api_version="v1", kind="Secret", namespace=where.namespace, name=where.name)
         return (
             (self.door(actor), refs),

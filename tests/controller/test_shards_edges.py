@@ -12,12 +12,18 @@ from kubernetes.client.exceptions import ApiException
 from opbroker.api.conventions import ANNOTATION_OWNER_UID
 from opbroker.api.meta import ResourceRef
 from opbroker.api.shards import SHARD_LABEL, Shards, shard_of
+from opbroker.controller.catalog.catalog import Catalog
 from opbroker.controller.kinds import BINDINGS, INSTANCES
+from opbroker.controller.osb.reconciling import Deps
+from opbroker.controller.osb.registries import RegistryCache
 from opbroker.controller.runtime.clock import FakeClock
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.outcomes import DONE
+from opbroker.controller.runtime.sources import SourceIndex
+from opbroker.controller.settings import ControllerSettings
 from opbroker.controller.shards import handover
 from opbroker.controller.shards.assigner import BindingAssigner, InstanceAssigner
+from opbroker.rendering import Renderer
 from tests.fake_kube import GROUP_VERSION, FakeKube, KindInfo
 
 pytestmark = pytest.mark.unit
@@ -236,3 +242,30 @@ def test_the_assigner_leaves_a_current_shards_object_alone() -> None:
     writes = len(fake.writes())
     assert instances.reconcile(Key("shard-instance", NS, name)) == DONE
     assert len(fake.writes()) == writes and label(fake, "instances", name) == "1"
+
+
+def test_a_handed_over_owner_leaves_no_copy_of_its_registry_behind() -> None:
+    """The shard that hands an instance over forgets its registry: the new shard may rewrite it (a render's values, a
+    bind's generated credentials), and a copy kept here would be written back over them if the instance came back."""
+    fake = kube()
+    deps = Deps(
+        fake,  # type: ignore[arg-type]
+        Catalog(),
+        Renderer(),
+        ControllerSettings(shards=Shards(4, 1)),
+        SourceIndex(),
+        None,  # type: ignore[arg-type]
+    )
+    home, away = on(1, 4), on(3, 4, "other")
+    bodies = {name: instance(fake, name, "1") for name in (home, away)}
+    for name, body in bodies.items():
+        deps.registries.save(fake, deps.registry_of(INSTANCES, body), {"password": name}, {})  # type: ignore[arg-type]
+    fake.calls.clear()
+
+    assert deps.keeps(INSTANCES, bodies[home], home) and not deps.keeps(INSTANCES, bodies[away], away)
+    for name, body in bodies.items():  # both rewritten elsewhere (the new shard's render, say)
+        RegistryCache().save(fake, deps.registry_of(INSTANCES, body), {"password": f"{name}-rotated"}, {})  # type: ignore[arg-type]
+    home_registry = deps.registries.load(fake, deps.registry_of(INSTANCES, bodies[home]), legacy=fake)  # type: ignore[arg-type]
+    away_registry = deps.registries.load(fake, deps.registry_of(INSTANCES, bodies[away]), legacy=fake)  # type: ignore[arg-type]
+    assert home_registry == {"password": home}  # its own, kept: the copy (only its shard writes it)
+    assert away_registry == {"password": f"{away}-rotated"}  # handed over: read again, as the other shard left it
