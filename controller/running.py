@@ -39,6 +39,7 @@ import logging
 import os
 import signal
 import socket
+import time
 import uuid
 from collections.abc import Awaitable
 from typing import TypeVar
@@ -191,7 +192,13 @@ class Process:
         shards, the old leaders act on their objects until their renewals are refused (their Role no longer names
         their Lease) or they are stopped; their Leases free, they have stopped acting. The Roles grant ``get`` on the
         other layout's Leases; an unsharded controller whose Role predates that acts without waiting (logged)."""
+        started = time.monotonic()
         await election.wait_until_free(self.other_layout, forbidden_is_free=not self.settings.shards.sharded)
+        logger.info(
+            "no leader of the other layout holds its Lease (%d read; %.2f s)",
+            len(self.other_layout),
+            time.monotonic() - started,
+        )
 
     async def unless_stopped(self, step: Awaitable[T]) -> bool:
         """Run ``step`` unless a stop is asked first (then it is cancelled): whether it ran to its end."""
