@@ -39,7 +39,6 @@ import logging
 import os
 import signal
 import socket
-import time
 import uuid
 from collections.abc import Awaitable
 from typing import TypeVar
@@ -49,6 +48,7 @@ from kubernetes import client, config
 from opbroker.api.shards import all_shard_leases
 from opbroker.controller.app import Controller
 from opbroker.controller.runtime import apiready, contact, health, leadership, lifecycle, trim
+from opbroker.controller.runtime.clock import SYSTEM
 from opbroker.controller.settings import ControllerSettings
 from opbroker.kubeclient import deadlines
 from opbroker.kubeclient.astreams import AsyncTransport
@@ -192,12 +192,12 @@ class Process:
         shards, the old leaders act on their objects until their renewals are refused (their Role no longer names
         their Lease) or they are stopped; their Leases free, they have stopped acting. The Roles grant ``get`` on the
         other layout's Leases; an unsharded controller whose Role predates that acts without waiting (logged)."""
-        started = time.monotonic()
+        started = SYSTEM.monotonic()
         await election.wait_until_free(self.other_layout, forbidden_is_free=not self.settings.shards.sharded)
         logger.info(
             "no leader of the other layout holds its Lease (%d read; %.2f s)",
             len(self.other_layout),
-            time.monotonic() - started,
+            SYSTEM.monotonic() - started,
         )
 
     async def unless_stopped(self, step: Awaitable[T]) -> bool:
