@@ -188,6 +188,14 @@ def run_alternating(
     return answers
 
 
+def started_instead(bench: Bench, old: Process, command: list[str], env: dict[str, str] | None) -> Process:
+    """A fresh process in the stopped ``old``'s place in the stack (its name and log folder), started."""
+    fresh = Process(old.name, command, old.log.parent, env)
+    bench.stack.processes[bench.stack.processes.index(old)] = fresh
+    fresh.start()
+    return fresh
+
+
 def restart(
     bench: Bench,
     port: int,
@@ -208,9 +216,7 @@ def restart(
     exit_code = old.popen.returncode
     time.sleep(1.0)  # the API server logs the end of the old controller's watches
     bench.audit.mark()
-    fresh = Process(old.name, command or old.command, old.log.parent, old.env if env is None else env)
-    bench.stack.processes[bench.stack.processes.index(old)] = fresh
-    fresh.start()
+    fresh = started_instead(bench, old, command or old.command, old.env if env is None else env)
     assert fresh.popen is not None
     watched = wait_idle(fresh, port, expected=expected, quiet=quiet, timeout=timeout or max(120.0, expected * 0.1))
     # Read once it serves: Popen returns when the exec pipe closes, and /proc/<pid>/environ can still show the

@@ -26,9 +26,8 @@ from kubernetes import client
 from bench.bindings import bind_all
 from bench.common import Bench, bench_stack, process_usage
 from bench.provisioning import provision_all
-from bench.restart import QUIET_SECONDS, wait_idle
+from bench.restart import QUIET_SECONDS, started_instead, wait_idle
 from opbroker.devcluster.controlplane import free_ports
-from opbroker.devcluster.processes import Process
 
 RESULTS = Path(__file__).parent / "results"
 SHARD_LABEL = "opbroker.io/shard"
@@ -104,9 +103,7 @@ def restart_shard(bench: Bench, name: str, *, expected: int, baseline_mib: float
     old = bench.process(name)
     old.stop()
     (port,) = free_ports(1)
-    fresh = Process(old.name, [*old.command, "--metrics-port", str(port)], old.log.parent, old.env)
-    bench.stack.processes[bench.stack.processes.index(old)] = fresh
-    fresh.start()
+    fresh = started_instead(bench, old, [*old.command, "--metrics-port", str(port)], old.env)
     idle = wait_idle(fresh, port, expected=expected, quiet=QUIET_SECONDS, timeout=max(120.0, expected * 0.1))
     return {
         "shard": name,

@@ -33,8 +33,10 @@ def _path(parts: list[str | int]) -> str:
 CACHED_SCHEMA_BYTES = 64 * 1024
 
 
-def _validator(schema: dict[str, Any]) -> Validator:
-    """The validator for ``schema`` (its draft's), the schema checked against its draft's metaschema first."""
+def _validator(text: str) -> Validator:
+    """The validator for the schema whose JSON is ``text`` (its draft's), the schema checked against its draft's
+    metaschema first."""
+    schema = json.loads(text)
     validator_class = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
     validator_class.check_schema(schema)
     return validator_class(schema)
@@ -42,17 +44,17 @@ def _validator(schema: dict[str, Any]) -> Validator:
 
 @functools.lru_cache(maxsize=64)
 def _checked(text: str) -> Validator:
-    """The validator for the schema whose canonical JSON is ``text``. Checking a schema against its metaschema costs
-    more than validating a request's parameters with it (a provision's broker CPU showed it), and a catalog has
-    few schemas: each is checked once, not on every request. An invalid one raises each time (not cached)."""
-    return _validator(json.loads(text))
+    """:func:`_validator`, kept per canonical schema text. Checking a schema against its metaschema costs more than
+    validating a request's parameters with it (a provision's broker CPU showed it), and a catalog has few schemas:
+    each is checked once, not on every request. An invalid one raises each time (not cached)."""
+    return _validator(text)
 
 
 def problems(schema: dict[str, Any], parameters: dict[str, Any]) -> list[str]:
     """One ``field: message`` per violation, sorted by field; empty when ``parameters`` fit ``schema``."""
     text = json.dumps(schema, sort_keys=True, separators=(",", ":"))
     try:
-        validator = _checked(text) if len(text) <= CACHED_SCHEMA_BYTES else _validator(schema)
+        validator = _checked(text) if len(text) <= CACHED_SCHEMA_BYTES else _validator(text)
     except jsonschema.exceptions.SchemaError as exc:
         raise errors.BrokerError(
             errors.Reason.INTERNAL_ERROR, f"the plan's parameter schema is invalid: {exc.message}"

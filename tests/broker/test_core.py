@@ -232,7 +232,7 @@ def test_a_schema_is_checked_once_not_on_every_request(monkeypatch: pytest.Monke
     each time."""
     checked: list[int] = []
     real = parameters._validator
-    monkeypatch.setattr(parameters, "_validator", lambda schema: checked.append(1) or real(schema))
+    monkeypatch.setattr(parameters, "_validator", lambda text: checked.append(1) or real(text))
     parameters._checked.cache_clear()
     schema = {"type": "object", "properties": {"size": {"type": "integer", "minimum": 1}}}
     reordered = {"properties": {"size": {"minimum": 1, "type": "integer"}}, "type": "object"}
