@@ -15,7 +15,6 @@ idempotent request, as before).
 
 from __future__ import annotations
 
-import contextlib
 import ssl
 import typing
 
@@ -64,10 +63,12 @@ class OneWriteStream(httpcore.NetworkStream):
             self._timeout = timeout
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        # As httpcore does when a request's write fails: the server may have answered and closed (an error answer),
-        # or gone — the read tells which (an answer, or a ReadError the transport retries).
-        with contextlib.suppress(httpcore.WriteError):
+        try:
             self._send()
+        except httpcore.WriteError:
+            # As httpcore does when a request's write fails: the server may have answered and closed (an error
+            # answer), or gone — the read tells which (an answer, or a ReadError the transport retries).
+            pass
         return self._inner.read(max_bytes, timeout)
 
     def start_tls(
