@@ -54,7 +54,6 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.utils.keepalive import tcp_keepalive_socket_options
 
-from opbroker.kubeclient.onewrite import OneWriteBackend
 from opbroker.kubeclient.pool import Pool
 from opbroker.kubeclient.refresh import ThrottledRefresh
 from opbroker.kubeclient.timeouts import DEFAULT_TIMEOUTS, Timeouts
@@ -297,7 +296,7 @@ class Transport:
                 keepalive_expiry=IDLE_SECONDS,
                 retries=connect_retries,
                 socket_options=socket_options,
-                backend=OneWriteBackend(backend),  # each request in one write (kubeclient.onewrite)
+                backend=backend,
             )
         self._sni = {"sni_hostname": configuration.tls_server_name} if configuration.tls_server_name else {}
         self._deadlines: dict[tuple[float, float], dict[str, float]] = {}

@@ -30,9 +30,8 @@ from kubernetes.client import exceptions
 
 from opbroker.kubeclient import deadlines, transport
 from opbroker.kubeclient.lean import LeanCustomObjects
-from opbroker.kubeclient.onewrite import OneWriteStream
 from opbroker.kubeclient.timeouts import Timeouts
-from tests.transport_support import Dials, Writes
+from tests.transport_support import Dials
 
 Received = tuple[str, str, bytes, dict[str, str], int]
 FIRST = b'{"type":"ADDED","object":{"metadata":{"name":"a"}}}'
@@ -199,27 +198,6 @@ def test_requests_one_after_the_other_share_one_connection(server: tuple[str, li
     assert len({port for *_, port in received}) == 1
 
 
-@pytest.mark.parametrize(("method", "path", "body", "kind"), CALLS)
-def test_each_request_reaches_the_socket_in_one_write(
-    server: tuple[str, list[Received]], method: str, path: str, body: Any, kind: str | None
-) -> None:
-    """Head and body in one write (``kubeclient.onewrite``): one TLS record and one segment, not one per piece, and
-    the server receives the request whole."""
-    host, received = server
-    api = deadlines.bounded(configuration(host))
-    socket_writes = Writes()
-    lean = LeanCustomObjects(api, transport=transport.transport_of(api, backend=socket_writes))
-    plain, _, query = path.partition("?")
-    pairs = [tuple(pair.split("=", 1)) for pair in query.split("&")] if query else []
-    decoded = [(key, value.replace("%3D", "=")) for key, value in pairs]
-    content = {} if kind is None else {"content_type": CONTENT_TYPES[kind]}
-    for _ in range(3):
-        assert lean.request(method, plain, query=decoded, body=body, **content) == {"ok": True}
-    assert len(socket_writes.writes) == 3  # one per request (httpcore writes a head and a body: two)
-    assert all(write.startswith(f"{method} {path} HTTP/1.1".encode()) for write in socket_writes.writes)
-    assert [(r[0], r[1], json.loads(r[2]) if r[2] else None) for r in received] == [(method, path, body)] * 3
-
-
 def test_a_burst_dials_what_it_needs_and_the_pool_keeps_its_size(server: tuple[str, list[Received]]) -> None:
     """Three requests at once on a pool keeping one: none waits for another's connection (three dials, as
     urllib3's non-blocking pool did); one connection is kept after, and the next request reuses it."""
@@ -338,25 +316,3 @@ def test_the_official_watch_stops_a_stream_of_the_transport(server: tuple[str, l
     for _ in events:
         pass
     assert time.monotonic() - started < 2.0
-
-
-def test_a_request_whose_one_write_fails_is_read_as_httpcore_reads_one() -> None:
-    """A write that fails (a kept connection the server closed) is not the request's error: the read that follows
-    says what happened — here a ``ReadError``, which the transport retries once for an idempotent request."""
-
-    class Broken(httpcore.NetworkStream):
-        def write(self, buffer: bytes, timeout: float | None = None) -> None:
-            raise httpcore.WriteError("broken pipe")
-
-        def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-            raise httpcore.ReadError("connection reset")
-
-        def close(self) -> None:
-            pass
-
-    stream = OneWriteStream(Broken())
-    stream.write(b"PATCH / HTTP/1.1\r\n\r\n")
-    stream.write(b"{}")
-    with pytest.raises(httpcore.ReadError):
-        stream.read(65536)
-    assert isinstance(httpcore.ReadError("x"), transport.RETRIED)
