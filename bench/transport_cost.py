@@ -9,11 +9,11 @@ provisioned instance costs the controller most of:
 * ``list``: the namespace's objects in one page (a listing, ``--objects`` items).
 
 Measured per call: the CPU seconds of this process (``time.process_time``: what the controller pays) and the
-wall time, and the API server's CPU over the same calls (from ``/proc``: what one write instead of two saves it).
+wall time, and the API server's CPU over the same calls (from ``/proc``: a change to how requests are sent may
+save the server work too).
 Clients:
 
 * ``opbroker``: :class:`~opbroker.kubeclient.lean.LeanCustomObjects` over the project's transport (this tree);
-* ``opbroker-two-writes``: the same with each request's head and body written apart (before ``kubeclient.onewrite``);
 * ``lightkube``: ``lightkube.Client`` with generic resources (``--lightkube-path``: where lightkube and its
   dependencies are installed, e.g. ``pip install --target``; it is not one of opbroker's dependencies);
 * ``generated``: the official client's ``CustomObjectsApi`` (the reference the lean requests replaced).
@@ -38,7 +38,7 @@ from kubernetes import client, config
 from bench.common import machine, pid_usage
 from opbroker.devcluster import ControlPlane
 from opbroker.devcluster.crds import install_crds
-from opbroker.kubeclient import deadlines, transport
+from opbroker.kubeclient import deadlines
 from opbroker.kubeclient.lean import LeanCustomObjects
 
 GROUP, VERSION, PLURAL, KIND = "osb.servicefabrik.io", "v1alpha1", "sfservicebindings", "SFServiceBinding"
@@ -58,17 +58,6 @@ def opbroker_calls(kubeconfig: Path, namespace: str, names: list[str]) -> dict[s
     configuration = client.Configuration()
     config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
     return custom_object_calls(LeanCustomObjects(deadlines.bounded(configuration)), namespace, names)
-
-
-def two_writes_calls(kubeconfig: Path, namespace: str, names: list[str]) -> dict[str, Call]:
-    """The project's transport with a request's head and body written apart, as httpcore writes them (before
-    ``kubeclient.onewrite``): the other side of that change, in the same run."""
-    one_write = transport.OneWriteBackend
-    transport.OneWriteBackend = lambda inner: inner  # type: ignore[assignment,misc,return-value]
-    try:  # the pool keeps the backend it was given: dialled later, its connections write apart
-        return opbroker_calls(kubeconfig, namespace, names)
-    finally:
-        transport.OneWriteBackend = one_write  # type: ignore[misc]
 
 
 def generated_calls(kubeconfig: Path, namespace: str, names: list[str]) -> dict[str, Call]:
@@ -135,7 +124,6 @@ def run(calls: int, objects: int, rounds: int, lightkube_path: str | None) -> di
         server = state.pids["kube-apiserver"] if state is not None else None
         clients: dict[str, dict[str, Call]] = {
             "opbroker": opbroker_calls(plane.kubeconfig, namespace, names),
-            "opbroker-two-writes": two_writes_calls(plane.kubeconfig, namespace, names),
             "generated": generated_calls(plane.kubeconfig, namespace, names),
         }
         if lightkube_path:
