@@ -323,6 +323,7 @@ class Leadership:
         did then. Cancel to give up."""
         waiting = list(others)
         reported: dict[str, str] = {}
+        forbidden: list[str] = []
         while True:
             still = []
             for other in waiting:
@@ -330,9 +331,7 @@ class Leadership:
                     held = await other.held()
                 except Exception as exc:  # no answer, refused: not known to be free
                     if forbidden_is_free and isinstance(exc, ApiException) and exc.status == 403:
-                        logger.warning(
-                            "lease %s/%s may not be read (403); not waiting for it", other.namespace, other.name
-                        )
+                        forbidden.append(other.name)
                         continue
                     logger.warning("lease %s/%s could not be read (%s); waiting", other.namespace, other.name, exc)
                     held = True
@@ -344,6 +343,9 @@ class Leadership:
                     logger.info(
                         "lease %s/%s is held by %s; waiting until it is free", other.namespace, other.name, other.holder
                     )
+            if forbidden:
+                logger.warning("%d lease(s) may not be read (403), not waited for: %s", len(forbidden), forbidden[0])
+                forbidden = []
             if not still:
                 return
             waiting = still
