@@ -16,7 +16,7 @@ from opbroker.api.policyrules import Rule as Rule
 from opbroker.api.policyrules import grants_everything as grants_everything
 from opbroker.api.policyrules import rule_problems as rule_problems
 from opbroker.api.shards import MAX_SHARDS as MAX_SHARDS  # re-exported: the components bound by it
-from opbroker.api.shards import Shards, all_shard_leases, lease_name
+from opbroker.api.shards import Shards, lease_name
 
 #: Verbs on a kind the controller owns: it reads, writes, finalizes and deletes them.
 OWNER_VERBS = ("get", "list", "watch", "create", "update", "patch", "delete")
@@ -381,12 +381,6 @@ def shard_leases(lease: str = LEADER_LEASE, shards: int = 1) -> tuple[str, ...]:
     return tuple(lease_name(lease, index) for index in range(shards))
 
 
-def other_layout_leases(lease: str = LEADER_LEASE, shards: int = 1) -> tuple[str, ...]:
-    """The Leases of the layout a controller of ``shards`` shards may follow or precede: sharded, the unsharded
-    ``lease``; unsharded, each of the :data:`MAX_SHARDS` shards' (how many ran before is not known)."""
-    return (lease,) if Shards(shards).sharded else tuple(all_shard_leases(lease))
-
-
 def controller_namespace_rules(lease: str = LEADER_LEASE, shards: int = 1) -> list[Rule]:
     """The controller's Role in the control-plane namespace: leader election through its Leases (creating cannot
     be limited to a name; reading and renewing can) — the one Lease, or with ``shards`` > 1 exactly the shards'
@@ -394,12 +388,12 @@ def controller_namespace_rules(lease: str = LEADER_LEASE, shards: int = 1) -> li
     shard after going back to one) can no longer renew and steps down — and the admin API's requests,
     ConfigMaps named per plan. The other layout's Leases may be read (not renewed): a leader acts only once they are
     free (``opbroker.controller.running``: the old leaders have stopped acting) — sharded, the unsharded Lease;
-    unsharded, every Lease a shard may have had (:func:`other_layout_leases`)."""
+    unsharded, every Lease a shard may have had (``Shards.other_layout_leases``)."""
     return [
         Rule(("coordination.k8s.io",), ("leases",), ("create",)),
         Rule(("coordination.k8s.io",), ("leases",), ("get", "update"), resource_names=shard_leases(lease, shards)),
         # The other layout's Leases, read (a leader acts once they are free: opbroker.controller.running).
-        Rule(("coordination.k8s.io",), ("leases",), ("get",), resource_names=other_layout_leases(lease, shards)),
+        Rule(("coordination.k8s.io",), ("leases",), ("get",), resource_names=Shards(shards).other_layout_leases(lease)),
         # The admin API's requests (opbroker.api.adminrequests): read them, write their answers.
         Rule(("",), ("configmaps",), ("get", "list", "watch", "patch")),
     ]

@@ -114,6 +114,12 @@ class Shards:
         value = (labels or {}).get(SHARD_LABEL)
         return not isinstance(value, str) or value not in self._others
 
+    def other_layout_leases(self, base: str) -> tuple[str, ...]:
+        """The Leases of the layout this one may follow or precede, which its leader waits to find free before acting
+        and its Role reads: sharded, the unsharded ``base``; unsharded, every Lease a shard of any count may have had
+        (up to :data:`MAX_SHARDS`: how many ran before is not known)."""
+        return (base,) if self.sharded else tuple(lease_name(base, index) for index in range(MAX_SHARDS))
+
     def of(self, namespace: str, instance: str) -> int:
         return shard_of(namespace, instance, self.count)
 
@@ -125,12 +131,6 @@ class Shards:
 def lease_name(base: str, index: int) -> str:
     """The Lease of shard ``index`` (the assigner reads whether another shard's is held)."""
     return f"{base}-shard-{index}"
-
-
-def all_shard_leases(base: str) -> list[str]:
-    """The Lease of every shard any count may have (up to :data:`MAX_SHARDS`): the unsharded controller's Role reads
-    them, and it waits until they are free, since it cannot know how many shards ran before it."""
-    return [lease_name(base, index) for index in range(MAX_SHARDS)]
 
 
 def index_from_hostname(hostname: str, count: int) -> int:

@@ -45,7 +45,6 @@ from typing import TypeVar
 
 from kubernetes import client, config
 
-from opbroker.api.shards import all_shard_leases
 from opbroker.controller.app import Controller
 from opbroker.controller.runtime import apiready, contact, health, leadership, lifecycle, trim
 from opbroker.controller.runtime.clock import SYSTEM
@@ -228,7 +227,7 @@ class Process:
             transport, settings.namespace, settings.lease, self.identity, lease_seconds=settings.lease_seconds
         )
         # The other layout's Leases, read only (wait_for_the_other_layout).
-        names = [settings.lease_name] if settings.shards.sharded else all_shard_leases(settings.lease_name)
+        names = settings.shards.other_layout_leases(settings.lease_name)
         self.other_layout = tuple(
             leadership.LeaseLock(
                 transport, settings.namespace, name, self.identity, lease_seconds=settings.lease_seconds

@@ -195,9 +195,8 @@ class InstanceReconciler(PassingReconciler[InstanceFacts, OsbAction]):
             if Step.AWAIT_OUTCOME in due or Step.EVALUATE in due:
                 sources = _carried(previous, entry)
                 report = self._report(facts, provision=True, sources=sources)
-                shapes = (
-                    _shapes(self._recorded(facts)) if provisioned_by(report) else {}
-                )  # remembered by a success only
+                # The recorded objects' shapes are remembered by a success only.
+                shapes = _shapes(self._recorded(facts)) if provisioned_by(report) else {}
                 return dataclasses.replace(facts, report=report, shapes=shapes)
         except RenderError as exc:
             return dataclasses.replace(facts, render_error=str(exc) or type(exc).__name__)

@@ -60,6 +60,9 @@ def test_a_label_reads_as_a_shard_index_or_none() -> None:
 
 def test_a_replica_names_its_lease_and_selects_its_own_objects() -> None:
     assert Shards().lease("opbroker-controller") == "opbroker-controller"  # unsharded: as before
+    # The other layout's Leases, waited for before acting: a shard the unsharded one; one controller every shard's.
+    assert Shards(3, 2).other_layout_leases("lead") == ("lead",)
+    assert Shards().other_layout_leases("lead") == tuple(f"lead-shard-{i}" for i in range(MAX_SHARDS))
     assert Shards().selector is None and Shards().label("ns", "db") == {}
     third = Shards(3, 2)
     assert third.lease("opbroker-controller") == "opbroker-controller-shard-2"
