@@ -42,7 +42,7 @@ class MultiCluster:
         self.deps = deps
         self.runtime = runtime
         enqueue_master = runtime.enqueue_threadsafe
-        self.ledger = Ledger()
+        self.ledger = Ledger(on_change=self.enqueue_cluster)  # its count is in the SFCluster's status
         self.registry = ClusterRegistry()
         self.replicator = CatalogReplicator(deps.settings.namespace)
         self.ready = Event()
@@ -145,9 +145,7 @@ class MultiCluster:
         instance = ReplicaView.of(body)
         key = Key("instance", instance.meta.namespace, instance.meta.name)
         if event_type == "DELETED":
-            cluster = self.ledger.forget(key)
-            if cluster is not None:
-                self.enqueue_cluster(cluster)  # its count changed; a removal may be waiting for this
+            self.ledger.forget(key)  # the cluster's count changes (the ledger enqueues it): a removal may wait on it
             return
         cluster = instance.cluster_id
         if cluster is not None:  # a placement is never undone, so an older event without one is ignored

@@ -288,6 +288,22 @@ def test_ledger_counts_moves_and_forgets() -> None:
     assert ledger.members("y") == [("instance", "ns", "a")]
 
 
+def test_the_ledger_names_each_cluster_whose_count_or_requests_a_call_changed() -> None:
+    """The SFCluster's status shows count and requests: a change is heard at once, a repeated event is not."""
+    heard: list[str] = []
+    ledger = Ledger(on_change=heard.append)
+    ledger.observe(("instance", "ns", "a"), "x", "small")
+    ledger.observe(("instance", "ns", "a"), "x", "small")  # the same again: nothing changed
+    ledger.observe(("instance", "ns", "c"), None, "big")  # placed nowhere: no cluster changed
+    assert heard == ["x"]
+    ledger.observe(("instance", "ns", "a"), "x", "big")  # another plan, other requests
+    ledger.observe(("instance", "ns", "a"), "y", "big")  # moved: both clusters
+    assert heard == ["x", "x", "x", "y"]
+    ledger.forget(("instance", "ns", "a"))
+    ledger.forget(("instance", "ns", "a"))  # forgotten already
+    assert heard == ["x", "x", "x", "y", "y"]
+
+
 def test_one_decision_costs_the_same_with_5000_instances() -> None:
     """5 000 instances over 10 clusters: decisions read counts from the ledger, never the instances."""
     ledger = Ledger()
