@@ -86,6 +86,15 @@ class SFServiceInstanceSpec(WireModel):
     """The SFCluster the scheduler assigned; empty until scheduled."""
 
 
+class CheckedRecord(WireModel):
+    """A settled instance's last check found as declared: what it read beside ``resources`` (the status template's
+    sources) and a digest of the plan's version, the instance's generation and every object's resourceVersion, made
+    with the controller's key (a digest the controller did not make matches nothing)."""
+
+    sources: list[ResourceRef] | None = None
+    digest: str = Field(max_length=64)
+
+
 class SFServiceInstanceStatus(WireModel):
     state: OperationState | None = None
     description: str | None = None
@@ -109,6 +118,9 @@ class SFServiceInstanceStatus(WireModel):
     """Consecutive reconcile errors; past the controller's threshold the operation is marked failed."""
     observed_generation: int | None = None
     conditions: list[Condition] | None = None
+    checked: CheckedRecord | None = None
+    """What the last day-two check found as declared: a restarted controller whose store holds the same versions
+    skips rendering the instance again."""
 
 
 class SFServiceInstance(KubeResource):

@@ -36,7 +36,7 @@ from opbroker.controller.core.views import EntryView, EventView
 from opbroker.controller.kinds import BINDINGS, INSTANCES, PLANS, SERVICES
 from opbroker.controller.multicluster.runtime import MultiCluster
 from opbroker.controller.onboarding import NAMESPACES, NamespaceOnboarder
-from opbroker.controller.osb import identities, registries, registry_sweep
+from opbroker.controller.osb import digest_key, identities, registries, registry_sweep
 from opbroker.controller.osb.bindings import BindingReconciler
 from opbroker.controller.osb.instances import InstanceReconciler
 from opbroker.controller.osb.reconciling import Deps
@@ -115,6 +115,7 @@ class Controller:
             clock=self.runtime.clock,
         )
         self.own_writes = deps.own_writes
+        self.digest_key = deps.digest_key
         self.multicluster = MultiCluster(deps, self.runtime) if settings.multicluster else None
         if self.multicluster is not None:
             deps = dataclasses.replace(deps, placement=self.multicluster.placement)
@@ -310,9 +311,11 @@ class Controller:
             self.kube.store.forget_type(kind.store_key)
 
     def _read_before_start(self) -> None:
-        """Start-up's blocking reads: the catalog, and the discovery of the core kinds subscribed to below (then
-        answered from memory on the loop)."""
+        """Start-up's blocking reads: the catalog, the digest key (a digest recorded in a status is trusted only once
+        the shared key is in), and the discovery of the core kinds subscribed to below (then answered from memory on
+        the loop)."""
         self.load_catalog()
+        digest_key.load(self.digest_key, self.kube, self.settings.registries_namespace)
         for kind in (SECRETS, NAMESPACES):
             self.kube.served.resource(*kind)
 

@@ -32,6 +32,7 @@ from opbroker.api.conventions import (
 from opbroker.api.meta import ResourceRef
 from opbroker.api.osb import OperationState
 from opbroker.controller.core.conditions import Condition, condition, with_conditions
+from opbroker.controller.core.digests import DigestKey
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import (
     BindingView,
@@ -213,6 +214,7 @@ def credentials_changed(secret: SecretView | None, response: JsonObject) -> bool
 
 def sources_digest(
     *,
+    key: DigestKey,
     plan_hash: str | None,
     instance: Meta,
     binding: Meta,
@@ -223,14 +225,16 @@ def sources_digest(
 
     The same digest means the status template would read the same objects again, so the credentials need
     not be rendered (nor their Secret read) to know they still hold: after a restart, every bound binding
-    is checked this way against ``status.sourcesDigest`` instead of being rendered again.
+    is checked this way against ``status.sourcesDigest`` instead of being rendered again, and every settled instance
+    against ``status.checked``. Made with the controller's ``key`` (an HMAC, ``core.digests``): a digest a tenant wrote
+    into its object's status matches nothing.
     """
     facts = [
         plan_hash,
         [(meta.uid or None, meta.generation) for meta in (instance, binding)],
         sorted((ref_key(ref), version or "") for ref, version in versions),
     ]
-    return hashlib.sha256(json.dumps(facts, separators=(",", ":")).encode()).hexdigest()[:32]
+    return key.digest(json.dumps(facts, separators=(",", ":")).encode())
 
 
 def operation_age(status: OperationView, *, at: datetime.datetime) -> float | None:

@@ -264,6 +264,24 @@ class OperationView:
 
 
 @dataclass(frozen=True)
+class CheckedView:
+    """``status.checked``: what a settled instance's last check found as declared read beside the recorded objects
+    (the status template's ``sources``) and the digest of it all. Written by the controller, writable by a tenant:
+    trusted only when the digest, made with the controller's key (``core.digests``), matches what the store holds."""
+
+    sources: tuple[ResourceRef, ...]
+    digest: str
+
+    @classmethod
+    def maybe(cls, value: object) -> CheckedView | None:
+        checked = mapping_of(value)
+        digest = text_of(checked.get("digest"))
+        if not digest:
+            return None
+        return cls(sources=recorded_refs(checked.get("sources")), digest=digest)
+
+
+@dataclass(frozen=True)
 class InstanceView:
     """An SFServiceInstance as read."""
 
@@ -285,6 +303,8 @@ class InstanceView:
     """The spec as read, whole (recorded with an apply as ``status.appliedSpec``)."""
     wire: JsonObject = field(repr=False, compare=False)
     """The body as read, for the renderer's inputs (never written to)."""
+    checked: CheckedView | None = None
+    """The last check found as declared, as recorded in the status (``status.checked``; None: none recorded)."""
 
     @classmethod
     def of(cls, body: JsonObject) -> InstanceView:
@@ -304,6 +324,7 @@ class InstanceView:
             applied_plan_hash=text_of(status.get("appliedPlanHash")),
             spec=_spec(body),
             wire=body,
+            checked=CheckedView.maybe(status.get("checked")),
         )
 
     @property

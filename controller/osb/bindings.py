@@ -228,6 +228,7 @@ class BindingReconciler(PassingReconciler[BindingFacts, OsbAction]):
         assert facts.instance is not None and facts.entry is not None
         versions = [(ref, resource_version(fetched.get(name))) for name, ref in refs.items()]
         return decisions.sources_digest(
+            key=self.deps.digest_key,
             plan_hash=facts.entry.hash,
             instance=facts.instance.meta,
             binding=facts.binding.meta,
@@ -338,7 +339,11 @@ class BindingReconciler(PassingReconciler[BindingFacts, OsbAction]):
         self.deps.watchers.wait_listed(kinds, LISTING_WAIT_SECONDS)
         versions = [(ref, self.deps.kube.version_of(ref)) for ref in refs]
         current = decisions.sources_digest(
-            plan_hash=entry.hash, instance=instance.meta, binding=binding.meta, versions=versions
+            key=self.deps.digest_key,
+            plan_hash=entry.hash,
+            instance=instance.meta,
+            binding=binding.meta,
+            versions=versions,
         )
         return current == digest
 

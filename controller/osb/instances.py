@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import hmac
 import logging
 from collections.abc import Mapping, Sequence
 from typing import ClassVar
@@ -32,7 +33,7 @@ from opbroker.api.meta import ResourceRef
 from opbroker.controller.catalog.catalog import PlanEntry
 from opbroker.controller.core import decisions
 from opbroker.controller.core.decisions import Step
-from opbroker.controller.core.views import BindingView, InstanceView, ObjectView
+from opbroker.controller.core.views import BindingView, CheckedView, InstanceView, ObjectView
 from opbroker.controller.kinds import BINDINGS, INSTANCES
 from opbroker.controller.osb import identities, ownership, registries, teardown
 from opbroker.controller.osb.core import drift
@@ -293,12 +294,18 @@ class InstanceReconciler(PassingReconciler[InstanceFacts, OsbAction]):
         key, view, entry = facts.key, facts.instance, facts.entry
         assert entry is not None
         memo = self.day_two.get(key) or DayTwo()
-        if not memo.digest:  # a first check (a restart's): the recorded objects from the store once it has them
-            kinds = {(ref.api_version, ref.kind) for ref in view.status.resources}
-            self.deps.watchers.wait_listed(kinds, LISTING_WAIT_SECONDS, bodies=True)
         try:
-            if memo.digest and self._digest(facts, memo.refs)[0] == memo.digest:
-                return dataclasses.replace(facts, check=Check(memo.digest, unchanged=True))
+            if not memo.digest:  # a first check (a restart's): answered by status.checked, else checked from the store
+                recovered = self._recovered(facts)
+                if recovered is not None:
+                    return dataclasses.replace(facts, check=recovered)
+                kinds = {(ref.api_version, ref.kind) for ref in view.status.resources}
+                self.deps.watchers.wait_listed(kinds, LISTING_WAIT_SECONDS, bodies=True)
+            elif self._digest(facts, memo.refs)[0] == memo.digest:
+                sources = _beside(memo.refs, view.status.resources)
+                held = _holds(view.checked, memo.digest, sources)
+                check = Check(memo.digest, unchanged=True, sources=sources, recorded=held)
+                return dataclasses.replace(facts, check=check)
             recorded = self._recorded(facts)
             shapes = _shapes(recorded)
             compare = decisions.drift_checked(view, plan_hash=entry.hash) and not drift.unmoved(shapes, memo.shapes)
@@ -310,8 +317,7 @@ class InstanceReconciler(PassingReconciler[InstanceFacts, OsbAction]):
             else:  # nothing rendered moved (only status), or the plan changed since its apply: its live status only
                 rendering, observed = None, ()
                 report = self._report(facts, provision=True)
-            read = (*(report.source_refs if report else ()), *view.status.resources)
-            refs = tuple({object_key(r): r for r in read}.values())
+            refs = _read_by_check(report.source_refs if report else (), view.status.resources)
             digest, versions = self._digest(facts, refs, _first_read(recorded, rendering, report))
         except RenderError as exc:
             check = Check("", last_live_write=memo.last_live_write)
@@ -319,8 +325,30 @@ class InstanceReconciler(PassingReconciler[InstanceFacts, OsbAction]):
         except Refused as exc:
             check = Check("", last_live_write=memo.last_live_write)
             return dataclasses.replace(facts, check=check, refusal=refusal_of(exc))
-        check = Check(digest, False, observed, refs, memo.last_live_write, versions, shapes)
+        sources = _beside(refs, view.status.resources)
+        held = _holds(view.checked, digest, sources)
+        check = Check(digest, False, observed, refs, memo.last_live_write, versions, shapes, sources, held)
         return dataclasses.replace(facts, rendering=rendering, report=report, check=check)
+
+    def _recovered(self, facts: InstanceFacts) -> Check | None:
+        """A first check (after a restart, or a move to this shard) that ``status.checked`` answers: the digest of
+        what the last check found as declared, made with the controller's key, matches the versions the store holds
+        of the same objects — nothing moved since, so nothing is rendered, as for a check remembered in memory.
+        Their kinds are watched from now on (a restart's watches start with the first object that follows them) and
+        their first listing waited for (bounded): before it, every version would be a GET."""
+        checked = facts.instance.checked
+        if checked is None:
+            return None
+        refs = _read_by_check(checked.sources, facts.instance.status.resources)
+        kinds = {(ref.api_version, ref.kind) for ref in refs}
+        self.deps.watchers.ensure(kinds)
+        if not self.deps.watchers.wait_listed(kinds, LISTING_WAIT_SECONDS):
+            return None
+        digest, versions = self._digest(facts, refs)
+        if not hmac.compare_digest(digest, checked.digest):
+            return None
+        return Check(digest, unchanged=True, refs=refs, versions=versions, sources=checked.sources, recorded=True,
+                     recovered=True)  # fmt: skip
 
     def _recorded(self, facts: InstanceFacts) -> dict[ObjectKey, JsonBody | None]:
         """The recorded objects (``status.resources``) as the store holds them now."""
@@ -343,7 +371,11 @@ class InstanceReconciler(PassingReconciler[InstanceFacts, OsbAction]):
             for ref in refs
         )
         digest = decisions.sources_digest(
-            plan_hash=facts.entry.hash, instance=meta, binding=meta, versions=list(zip(refs, versions, strict=True))
+            key=self.deps.digest_key,
+            plan_hash=facts.entry.hash,
+            instance=meta,
+            binding=meta,
+            versions=list(zip(refs, versions, strict=True)),
         )
         return digest, versions
 
@@ -358,6 +390,25 @@ class InstanceReconciler(PassingReconciler[InstanceFacts, OsbAction]):
     def _live_bindings(self, instance: InstanceView) -> int:
         bindings = self.deps.kube.list_custom(BINDINGS, instance.meta.namespace)
         return sum(1 for b in bindings if BindingView.of(b).binds(instance))
+
+
+def _read_by_check(sources: Sequence[ResourceRef], resources: Sequence[ResourceRef]) -> tuple[ResourceRef, ...]:
+    """What a check reads: the status template's sources and the recorded objects, each once."""
+    return tuple({object_key(r): r for r in (*sources, *resources)}.values())
+
+
+def _beside(refs: Sequence[ResourceRef], resources: Sequence[ResourceRef]) -> tuple[ResourceRef, ...]:
+    """What a check read beside the recorded objects (what ``status.checked`` records of it)."""
+    recorded = {object_key(r) for r in resources}
+    return tuple(r for r in refs if object_key(r) not in recorded)
+
+
+def _holds(checked: CheckedView | None, digest: str, sources: Sequence[ResourceRef]) -> bool:
+    """Whether ``status.checked`` records this check already: its digest (compared in constant time: a tenant can
+    write it) and what it read beside the recorded objects."""
+    if checked is None or not hmac.compare_digest(checked.digest, digest):
+        return False
+    return {object_key(r) for r in checked.sources} == {object_key(r) for r in sources}
 
 
 def _shapes(recorded: Mapping[ObjectKey, JsonBody | None]) -> dict[ObjectKey, str | None]:

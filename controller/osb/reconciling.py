@@ -16,6 +16,7 @@ from opbroker.api.conventions import resource_name
 from opbroker.api.meta import ResourceRef
 from opbroker.controller.budgets import Budgeting
 from opbroker.controller.catalog.catalog import Catalog
+from opbroker.controller.core.digests import DigestKey
 from opbroker.controller.core.views import BindingView, InstanceView, ObjectView
 from opbroker.controller.kinds import BINDINGS, INSTANCES
 from opbroker.controller.multicluster.core.placement_plan import PlacementFacts
@@ -95,6 +96,8 @@ class Deps:
     budgets: Budgeting = field(default_factory=Budgeting)
     clock: Clock = SYSTEM
     """The runtime's clock: the facts' ``now`` and day two's drift windows read it (tests pass a fake one)."""
+    digest_key: DigestKey = field(default_factory=DigestKey)
+    """What check digests are made with (``core.digests``): the shared key once the controller's start loaded it."""
 
     def door(self, actor: str | None) -> Kube:
         """The door a plan's work goes through: acting as its account (``identities.plan_user``) — what the plan's

@@ -226,14 +226,50 @@ def kinds(actions: tuple[a.Action, ...]) -> list[str]:
 
 
 def test_nothing_moved_costs_nothing() -> None:
-    assert plan(facts(SETTLED, check=Check("d", unchanged=True))) == ()
+    assert plan(facts(SETTLED, check=Check("d", unchanged=True, recorded=True))) == ()
+
+
+SOURCE = ResourceRef(api_version="v1", kind="Secret", name="creds", namespace="team")
+
+
+def test_nothing_moved_since_a_check_the_status_does_not_record_writes_the_record_once() -> None:
+    """Quiet since its check: the digest (and what it read beside the recorded objects) goes into ``status.checked``,
+    unguarded (a stale digest matches nothing later), and nothing else is done."""
+    (write,) = plan(facts(SETTLED, check=Check("d", unchanged=True, sources=(SOURCE,))))
+    assert isinstance(write, a.WriteStatus) and not write.guarded
+    assert write.patch == {
+        "checked": {"sources": [{"apiVersion": "v1", "kind": "Secret", "name": "creds", "namespace": "team"}],
+                    "digest": "d"}
+    }  # fmt: skip
+
+
+def test_a_first_check_answered_by_the_status_record_remembers_and_follows_what_it_read() -> None:
+    """A restart's first check whose ``status.checked`` digest matches the store: no render, no write; what it read
+    is followed and remembered (the resync sweep compares those versions), as a rendering check would have left it."""
+    refs = (SOURCE, CM_PIECE.ref)
+    check = Check("d", unchanged=True, refs=refs, versions=("3", "7"), sources=(SOURCE,), recorded=True, recovered=True)
+    track, checked = plan(facts(SETTLED, check=check))
+    assert track == a.Track(refs)
+    assert isinstance(checked, a.Checked)
+    assert (checked.digest, checked.refs, checked.versions, checked.live_written) == ("d", refs, ("3", "7"), False)
 
 
 def test_as_declared_records_the_digest_and_the_versions_and_writes_nothing() -> None:
-    actions = plan(checking(Observed(CM_PIECE, live_of(CM_PIECE)), refs=(CM_PIECE.ref,), versions=("7",)))
-    assert "WriteStatus" not in kinds(actions) and "Correct" not in kinds(actions)
+    actions = plan(
+        checking(Observed(CM_PIECE, live_of(CM_PIECE)), refs=(CM_PIECE.ref,), versions=("7",), recorded=True)
+    )
+    assert "WriteStatus" not in kinds(actions) and "Correct" not in kinds(actions) and "Requeue" not in kinds(actions)
     (checked,) = [x for x in actions if isinstance(x, a.Checked)]
     assert (checked.digest, checked.refs, checked.versions) == ("digest-1", (CM_PIECE.ref,), ("7",))
+
+
+def test_as_declared_and_not_recorded_in_the_status_looks_again_once_quiet_instead_of_writing_now() -> None:
+    """An operator writing its objects often would otherwise cost a status write per change: the record waits for
+    a look that finds nothing moved (``live_status_seconds`` later)."""
+    the_facts = checking(Observed(CM_PIECE, live_of(CM_PIECE)), refs=(CM_PIECE.ref,), versions=("7",))
+    actions = plan(the_facts)
+    assert "WriteStatus" not in kinds(actions)
+    assert a.Requeue(the_facts.limits.live_status_seconds) in actions
 
 
 def test_a_deleted_object_is_corrected_and_the_digest_not_recorded() -> None:
@@ -313,6 +349,7 @@ def test_the_operators_failure_becomes_ready_false_and_a_debounced_change_waits(
     assert [x.health for x in actions if isinstance(x, a.ReportHealth)] == ["unready"]
     (checked,) = [x for x in actions if isinstance(x, a.Checked)]
     assert checked.live_written and checked.at == NOW
+    assert write.patch["checked"] == {"sources": [], "digest": "digest-1"}, "recorded with a write made anyway"
     soon = plan(
         checking(
             Observed(CM_PIECE, live_of(CM_PIECE)),

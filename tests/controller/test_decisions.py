@@ -14,6 +14,7 @@ from opbroker.api.meta import ResourceRef
 from opbroker.controller.catalog.core import catalog_status
 from opbroker.controller.core import conditions, decisions
 from opbroker.controller.core.decisions import Step
+from opbroker.controller.core.digests import DigestKey
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import (
     BindingView,
@@ -344,8 +345,12 @@ SECRET = ResourceRef(api_version="v1", kind="Secret", name="s", namespace="ns")
 DATABASE = ResourceRef(api_version="demo.opbroker.io/v1alpha1", kind="Database", name="db", namespace="ns")
 
 
+KEY = DigestKey(b"k" * 32)
+
+
 def digest(**changes: Any) -> str:
     facts: dict[str, Any] = {
+        "key": KEY,
         "plan_hash": "h1",
         "instance": {"metadata": {"uid": "i", "generation": 1}},
         "binding": {"metadata": {"uid": "b", "generation": 1}},
@@ -368,6 +373,7 @@ def digest(**changes: Any) -> str:
         ("the instance's spec changed", {"instance": {"metadata": {"uid": "i", "generation": 2}}}, False),
         ("another instance of that name", {"instance": {"metadata": {"uid": "j", "generation": 1}}}, False),
         ("the binding's spec changed", {"binding": {"metadata": {"uid": "b", "generation": 2}}}, False),
+        ("another controller's key (a tenant's hash of what it reads)", {"key": DigestKey(b"t" * 32)}, False),
     ],
 )
 def test_sources_digest(reason: str, changes: dict[str, Any], same: bool) -> None:

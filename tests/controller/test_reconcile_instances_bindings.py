@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import base64
 import datetime
+import functools
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,10 +30,13 @@ from opbroker.api.conventions import (
 from opbroker.api.meta import ResourceRef
 from opbroker.controller.catalog.catalog import Catalog, PlanEntry
 from opbroker.controller.catalog.catalog_entries import PlanEntryReconciler
+from opbroker.controller.core import decisions
 from opbroker.controller.core.decisions import Step
+from opbroker.controller.core.digests import DigestKey
 from opbroker.controller.core.reasons import Reason
 from opbroker.controller.core.views import BindingView, InstanceView
 from opbroker.controller.kinds import BINDINGS, INSTANCES, PLANS
+from opbroker.controller.osb import digest_key
 from opbroker.controller.osb.bindings import BindingFacts, BindingReconciler
 from opbroker.controller.osb.instances import InstanceFacts, InstanceReconciler
 from opbroker.controller.osb.reconciling import Deps
@@ -321,6 +325,10 @@ class World:
             self.watchers,  # type: ignore[arg-type]
             own_writes=memories.keep(OwnWrites()),
         )
+        # As the controller's start: the shared digest key (a World on the same kube is a restart of this one).
+        before = len(self.kube.calls)
+        digest_key.load(self.deps.digest_key, self.kube, self.settings.registries_namespace)  # type: ignore[arg-type]
+        del self.kube.calls[before:]  # the start's, not a reconcile's
         self.instances = InstanceReconciler(self.deps, memories)
         self.runtime.register(self.instances)
         self.runtime.register(BindingReconciler(self.deps, memories))
@@ -582,6 +590,59 @@ def test_an_operators_write_landing_while_a_check_reads_is_looked_at_by_the_next
     assert landed and world.ready() == ("True", Reason.PROVISIONED.value)
     world.reconcile()  # the write's event
     assert world.ready() == ("False", Reason.UNHEALTHY.value)
+
+
+def restarted(world: World) -> World:
+    """A fresh controller over the same cluster: nothing in memory, the same digest key (loaded from its Secret)."""
+    fresh = World(kube=world.kube)
+    fresh.catalog.upsert_plan(plan_body())
+    return fresh
+
+
+def test_a_restart_renders_no_settled_instance_its_status_record_answers_and_trusts_no_forged_record(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A settled instance quiet since its check records it (``status.checked``); a restarted controller whose store
+    holds the same versions renders nothing and follows what it read. A tenant can write that status: a record it
+    made for objects it changed (the same digest with any key but the controller's) answers nothing — the check
+    renders, and the drift is set back."""
+    provisioned(world)
+    world.reconcile()  # the first check: as declared; recorded by a look that finds it quiet
+    assert "checked" not in world.status()
+    world.reconcile()
+    checked = world.status()["checked"]
+    assert checked["digest"] and checked["sources"] == []  # the ConfigMap it read is a recorded object
+
+    renders: list[str] = []
+    for name in ("render_objects", "render_status"):
+        monkeypatch.setattr(RENDERER, name, functools.partial(_counted, renders, name, getattr(RENDERER, name)))
+    fresh = restarted(world)
+    world.kube.calls.clear()
+    fresh.reconcile()
+    assert renders == [] and world.kube.calls == []
+    assert ("v1", "ConfigMap") in fresh.watchers.kinds
+    assert fresh.index.owners_of(("v1", "ConfigMap", NS, "db")) == {Key("instance", NS, "db")}
+
+    config = ResourceRef(api_version="v1", kind="ConfigMap", name="db", namespace=NS)
+    world.kube.merge_patch(config, {"data": {"size": "9"}})  # the tenant's change, then its record of it
+    entry = fresh.catalog.plan(PLAN_ID)
+    assert entry is not None
+    meta = InstanceView.of(world.get()).meta
+    forged = decisions.sources_digest(
+        key=DigestKey(b"t" * 32),
+        plan_hash=entry.hash,
+        instance=meta,
+        binding=meta,
+        versions=[(config, world.kube.version_of(config))],
+    )
+    world.kube.patch_custom_status(INSTANCES, NS, "db", {"checked": {"sources": [], "digest": forged}})
+    restarted(world).reconcile()
+    assert renders and (world.configmap("db") or {})["data"]["size"] == "1"
+
+
+def _counted(renders: list[str], name: str, render: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    renders.append(name)
+    return render(*args, **kwargs)
 
 
 def test_deleted_instance_without_bindings_releases_its_finalizer(world: World) -> None:

@@ -34,6 +34,7 @@ from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.objects import (
     minus_refs,
     recorded,
+    ref_dicts,
     ref_key,
     reference_to,
     same_namespace,
@@ -296,6 +297,12 @@ class Check:
     """The versions of ``refs`` as read (what the resync sweep compares with the store's)."""
     shapes: Mapping[Any, str | None] = dataclasses.field(default_factory=dict)
     """The rendered objects' shapes as read (``drift.shape``, by object key): remembered when found as declared."""
+    sources: tuple[ResourceRef, ...] = ()
+    """What the status template read (``refs`` beside the recorded objects): recorded with the digest."""
+    recorded: bool = False
+    """``status.checked`` holds this digest already: a restart would find it (nothing to write)."""
+    recovered: bool = False
+    """A first check answered by ``status.checked`` (``unchanged``): what it read is remembered and followed."""
 
 
 @dataclass(frozen=True)
@@ -865,8 +872,10 @@ def check(facts: InstanceFacts) -> tuple[a.Action, ...]:
     last operation left them. A check that finds everything as declared records what it read (``Checked``), so the
     next look with nothing changed costs no render."""
     view, limits, found = facts.instance, facts.limits, facts.check
-    if found is None or found.unchanged:
-        return ()  # nothing moved since it was found as declared: nothing to do (the resync sweep looks again)
+    if found is None:
+        return ()
+    if found.unchanged:
+        return _unchanged(facts, found)  # nothing moved since it was found as declared (the resync sweep looks again)
     now = facts.now
     out: list[a.Action] = [a.Track(found.refs)] if found.refs else []
     events: list[a.Event] = []
@@ -905,10 +914,14 @@ def check(facts: InstanceFacts) -> tuple[a.Action, ...]:
             live_written = True
         elif change is not None:
             waits.append(change.wait)
-    if changes:
-        out.append(a.WriteStatus(conditions_patch(view, changes, now)))
-        out.extend(events)
     settled = not corrections and not waits and problem is None
+    record = settled and not found.recorded  # what a restart would need to skip this render, not in the status yet
+    if changes:
+        patch = conditions_patch(view, changes, now)
+        out.append(a.WriteStatus({**patch, **checked_status(found)} if record else patch))
+        out.extend(events)
+    elif record:
+        waits.append(limits.live_status_seconds)  # recorded by a look finding the instance quiet (``_unchanged``)
     versions = found.versions if settled else ()
     out.append(
         a.Checked(
@@ -926,6 +939,25 @@ def check(facts: InstanceFacts) -> tuple[a.Action, ...]:
     if waits:
         out.append(a.Requeue(max(0.5, min(waits))))
     return tuple(out)
+
+
+def _unchanged(facts: InstanceFacts, found: Check) -> tuple[a.Action, ...]:
+    """Nothing the last check read has moved. A first check answered by ``status.checked`` (a restart's): what it
+    read is remembered and followed, as a check that rendered would have left it. Else, when the status does not
+    record it yet, it is written now: the instance has stayed quiet since its check, so an operator writing its
+    objects often costs no write per change — a digest is recorded once per quiet spell."""
+    if found.recovered:
+        checked = a.Checked(found.digest, refs=found.refs, versions=found.versions, at=facts.now)
+        return (a.Track(found.refs), checked)
+    if not found.recorded:
+        return (a.WriteStatus(checked_status(found), guarded=False),)
+    return ()
+
+
+def checked_status(found: Check) -> JsonObject:
+    """The status field a restarted controller skips this check with (``status.checked``): what it read beside the
+    recorded objects and the digest of it all (made with the controller's key)."""
+    return {"checked": {"sources": ref_dicts(list(found.sources)), "digest": found.digest}}
 
 
 def _check_refused(facts: InstanceFacts, refusal: a.Refusal) -> tuple[a.Action, ...]:
