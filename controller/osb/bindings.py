@@ -15,6 +15,7 @@ pure :mod:`.binding_plan` decides, the one :class:`~.executor.Executor` acts; pa
 from __future__ import annotations
 
 import dataclasses
+import hmac
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
@@ -277,7 +278,10 @@ class BindingReconciler(PassingReconciler[BindingFacts, OsbAction]):
         if followed is not None and not self.deps.index.follows(facts.key, followed[0]):
             return Refresh(follow=followed[0])  # the plan starts following them: observing changes nothing
         if followed is not None and self._unchanged(facts, followed[1], followed[2]):
-            return Refresh(unchanged=True)
+            refs, digest = followed[1], followed[2]
+            held = binding.sources is not None and hmac.compare_digest(binding.sources_digest or "", digest)
+            held = held and {ref_key(r) for r in binding.sources or ()} == {ref_key(r) for r in refs}
+            return Refresh(unchanged=True, record=None if held else (refs, digest))
         try:
             source_refs, fetched = self._sources(facts)
             result = self.deps.renderer.render_status(entry.model, self._inputs(facts, fetched))

@@ -785,8 +785,14 @@ def test_bound_binding_is_rendered_again_only_when_a_source_moved(
     world.operator("db", note="touched")  # the source moved, the credentials did not
     assert fresh.reconcile("binding", "b") == DONE  # its resync is scheduled already (the runtime coalesces)
     assert renders.count("status") == 1 and world.kube.writes() == []
-    assert fresh.reconcile("binding", "b") == DONE  # checked once: remembered, not rendered again
-    assert renders.count("status") == 1 and world.kube.writes() == []
+    recorded_before = world.status("binding", "b")["sourcesDigest"]
+    assert fresh.reconcile("binding", "b") == DONE  # quiet since: not rendered again; what it was checked against
+    assert renders.count("status") == 1 and [c.verb for c in world.kube.writes()] == ["patch_status"]  # recorded
+    assert world.status("binding", "b")["sourcesDigest"] != recorded_before
+    assert fresh.reconcile("binding", "b") == DONE  # recorded: nothing more
+    assert renders.count("status") == 1 and len(world.kube.writes()) == 1
+    restarted(world).reconcile("binding", "b")
+    assert renders.count("status") == 1, "a restart after the touch renders nothing either"
 
 
 @pytest.mark.parametrize(
