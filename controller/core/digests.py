@@ -3,10 +3,11 @@
 A settled object's check records a digest of what it read (the plan's version, the object's uid and generation, the
 versions of the objects read): the same digest later means nothing moved, so nothing is rendered. Recorded in the
 object's status (an instance's ``status.checked``, a binding's ``status.sourcesDigest``), it lets a restarted
-controller skip the render too. A tenant can write that status: a plain hash of what it can read would let it record
-the digest of objects it changed and keep its change past a restart. Made with a key only the controller reads
-(``controller.osb.digest_key`` keeps it in the registries namespace), a digest the controller did not make matches
-nothing.
+controller skip the render too. The admission policy keeps tenants from writing a status, but a record must be a fact
+wherever it came from (a cluster without the policy, objects restored from another cluster's backup): a plain hash of
+what a tenant can read would let it record the digest of objects it changed and keep its change past a restart. Made
+with a key only the controller reads (``controller.osb.digest_key`` keeps it in the registries namespace), a digest
+the controller did not make matches nothing.
 """
 
 from __future__ import annotations
