@@ -93,6 +93,8 @@ class CheckedRecord(WireModel):
 
     sources: list[ResourceRef] | None = None
     digest: str = Field(max_length=64)
+    health: str | None = Field(default=None, max_length=16)
+    """What the check found the operator saying (``ready``, ``unready``, ``unknown``): the instance-health metric's."""
 
 
 class SFServiceInstanceStatus(WireModel):

@@ -271,6 +271,8 @@ class CheckedView:
 
     sources: tuple[ResourceRef, ...]
     digest: str
+    health: str
+    """The health the check found (``ready``, ``unready``, ``unknown``: anything else reads as unknown)."""
 
     @classmethod
     def maybe(cls, value: object) -> CheckedView | None:
@@ -278,7 +280,9 @@ class CheckedView:
         digest = text_of(checked.get("digest"))
         if not digest:
             return None
-        return cls(sources=recorded_refs(checked.get("sources")), digest=digest)
+        health = text_of(checked.get("health"))
+        known = health if health in ("ready", "unready", "unknown") else "unknown"
+        return cls(sources=recorded_refs(checked.get("sources")), digest=digest, health=known)
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,7 @@ from opbroker.controller.osb.core.instance_plan import (
     refused,
     steps,
 )
+from opbroker.controller.osb.core.live_status import Health
 from opbroker.controller.osb.osb_effects import osb_executor
 from opbroker.controller.osb.reconciling import LISTING_WAIT_SECONDS, AppliedMemory, DayTwo, Deps
 from opbroker.controller.osb.rendered import fetch_sources, inputs_for
@@ -304,7 +305,8 @@ class InstanceReconciler(PassingReconciler[InstanceFacts, OsbAction]):
             elif self._digest(facts, memo.refs)[0] == memo.digest:
                 sources = _beside(memo.refs, view.status.resources)
                 held = _holds(view.checked, memo.digest, sources)
-                check = Check(memo.digest, unchanged=True, sources=sources, recorded=held)
+                health = memo.health or Health.UNKNOWN.value
+                check = Check(memo.digest, unchanged=True, sources=sources, recorded=held, health=health)
                 return dataclasses.replace(facts, check=check)
             recorded = self._recorded(facts)
             shapes = _shapes(recorded)
@@ -348,7 +350,7 @@ class InstanceReconciler(PassingReconciler[InstanceFacts, OsbAction]):
         if not hmac.compare_digest(digest, checked.digest):
             return None
         return Check(digest, unchanged=True, refs=refs, versions=versions, sources=checked.sources, recorded=True,
-                     recovered=True)  # fmt: skip
+                     recovered=True, health=checked.health)  # fmt: skip
 
     def _recorded(self, facts: InstanceFacts) -> dict[ObjectKey, JsonBody | None]:
         """The recorded objects (``status.resources``) as the store holds them now."""

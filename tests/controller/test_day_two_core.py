@@ -235,23 +235,26 @@ SOURCE = ResourceRef(api_version="v1", kind="Secret", name="creds", namespace="t
 def test_nothing_moved_since_a_check_the_status_does_not_record_writes_the_record_once() -> None:
     """Quiet since its check: the digest (and what it read beside the recorded objects) goes into ``status.checked``,
     unguarded (a stale digest matches nothing later), and nothing else is done."""
-    (write,) = plan(facts(SETTLED, check=Check("d", unchanged=True, sources=(SOURCE,))))
+    (write,) = plan(facts(SETTLED, check=Check("d", unchanged=True, sources=(SOURCE,), health="unready")))
     assert isinstance(write, a.WriteStatus) and not write.guarded
     assert write.patch == {
         "checked": {"sources": [{"apiVersion": "v1", "kind": "Secret", "name": "creds", "namespace": "team"}],
-                    "digest": "d"}
+                    "digest": "d", "health": "unready"}
     }  # fmt: skip
 
 
 def test_a_first_check_answered_by_the_status_record_remembers_and_follows_what_it_read() -> None:
     """A restart's first check whose ``status.checked`` digest matches the store: no render, no write; what it read
-    is followed and remembered (the resync sweep compares those versions), as a rendering check would have left it."""
+    is followed and remembered (the resync sweep compares those versions), as a rendering check would have left it;
+    the health the record says is what the instance-health metric counts (no status template was asked)."""
     refs = (SOURCE, CM_PIECE.ref)
-    check = Check("d", unchanged=True, refs=refs, versions=("3", "7"), sources=(SOURCE,), recorded=True, recovered=True)
-    track, checked = plan(facts(SETTLED, check=check))
-    assert track == a.Track(refs)
+    check = Check("d", True, refs=refs, versions=("3", "7"), sources=(SOURCE,), recorded=True, recovered=True,
+                  health="ready")  # fmt: skip
+    track, checked, health = plan(facts(SETTLED, check=check))
+    assert track == a.Track(refs) and health == a.ReportHealth("ready")
     assert isinstance(checked, a.Checked)
     assert (checked.digest, checked.refs, checked.versions, checked.live_written) == ("d", refs, ("3", "7"), False)
+    assert checked.health == "ready"
 
 
 def test_as_declared_records_the_digest_and_the_versions_and_writes_nothing() -> None:
@@ -349,7 +352,9 @@ def test_the_operators_failure_becomes_ready_false_and_a_debounced_change_waits(
     assert [x.health for x in actions if isinstance(x, a.ReportHealth)] == ["unready"]
     (checked,) = [x for x in actions if isinstance(x, a.Checked)]
     assert checked.live_written and checked.at == NOW
-    assert write.patch["checked"] == {"sources": [], "digest": "digest-1"}, "recorded with a write made anyway"
+    assert write.patch["checked"] == {"sources": [], "digest": "digest-1", "health": "unready"}, (
+        "with a write made anyway"
+    )
     soon = plan(
         checking(
             Observed(CM_PIECE, live_of(CM_PIECE)),

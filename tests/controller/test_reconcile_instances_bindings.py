@@ -612,6 +612,7 @@ def test_a_restart_renders_no_settled_instance_its_status_record_answers_and_tru
     world.reconcile()
     checked = world.status()["checked"]
     assert checked["digest"] and checked["sources"] == []  # the ConfigMap it read is a recorded object
+    assert checked["health"] == "ready"
 
     renders: list[str] = []
     for name in ("render_objects", "render_status"):

@@ -303,6 +303,8 @@ class Check:
     """``status.checked`` holds this digest already: a restart would find it (nothing to write)."""
     recovered: bool = False
     """A first check answered by ``status.checked`` (``unchanged``): what it read is remembered and followed."""
+    health: str = live_status.Health.UNKNOWN.value
+    """The health the last check found (remembered, or recorded in ``status.checked``): an unchanged check's."""
 
 
 @dataclass(frozen=True)
@@ -918,7 +920,7 @@ def check(facts: InstanceFacts) -> tuple[a.Action, ...]:
     record = settled and not found.recorded  # what a restart would need to skip this render, not in the status yet
     if changes:
         patch = conditions_patch(view, changes, now)
-        out.append(a.WriteStatus({**patch, **checked_status(found)} if record else patch))
+        out.append(a.WriteStatus({**patch, **checked_status(found, health.value)} if record else patch))
         out.extend(events)
     elif record:
         waits.append(limits.live_status_seconds)  # recorded by a look finding the instance quiet (``_unchanged``)
@@ -931,6 +933,7 @@ def check(facts: InstanceFacts) -> tuple[a.Action, ...]:
             versions=versions,
             shapes=dict(found.shapes) if settled and synced.ok else {},  # a drift only reported is still there
             at=now,
+            health=health.value,
         )
     )
     out.append(a.ReportHealth(health.value))
@@ -946,18 +949,19 @@ def _unchanged(facts: InstanceFacts, found: Check) -> tuple[a.Action, ...]:
     read is remembered and followed, as a check that rendered would have left it. Else, when the status does not
     record it yet, it is written now: the instance has stayed quiet since its check, so an operator writing its
     objects often costs no write per change — a digest is recorded once per quiet spell."""
-    if found.recovered:
-        checked = a.Checked(found.digest, refs=found.refs, versions=found.versions, at=facts.now)
-        return (a.Track(found.refs), checked)
+    if found.recovered:  # the health the check found, as recorded with it (the metric counts it from now on)
+        checked = a.Checked(found.digest, refs=found.refs, versions=found.versions, at=facts.now, health=found.health)
+        return (a.Track(found.refs), checked, a.ReportHealth(found.health))
     if not found.recorded:
-        return (a.WriteStatus(checked_status(found), guarded=False),)
+        return (a.WriteStatus(checked_status(found, found.health), guarded=False),)
     return ()
 
 
-def checked_status(found: Check) -> JsonObject:
+def checked_status(found: Check, health: str) -> JsonObject:
     """The status field a restarted controller skips this check with (``status.checked``): what it read beside the
-    recorded objects and the digest of it all (made with the controller's key)."""
-    return {"checked": {"sources": ref_dicts(list(found.sources)), "digest": found.digest}}
+    recorded objects, the digest of it all (made with the controller's key) and the health the check found (what the
+    instance-health metric counts: a skipped check asks no status template)."""
+    return {"checked": {"sources": ref_dicts(list(found.sources)), "digest": found.digest, "health": health}}
 
 
 def _check_refused(facts: InstanceFacts, refusal: a.Refusal) -> tuple[a.Action, ...]:
