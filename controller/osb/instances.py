@@ -65,7 +65,7 @@ from opbroker.controller.runtime.memory import Memories, PerKey
 from opbroker.controller.runtime.objects import minus_refs, ref_key, resource_version
 from opbroker.controller.runtime.outcomes import Outcome
 from opbroker.controller.runtime.passes import PassingReconciler
-from opbroker.controller.runtime.sources import ObjectKey, object_key
+from opbroker.controller.runtime.sources import ObjectKey
 from opbroker.controller.settings import ControllerSettings
 from opbroker.kubeclient.wire import JsonBody
 from opbroker.rendering import RenderError
@@ -81,7 +81,7 @@ def observe(kube: Kube, piece: Piece, memo: DayTwo, now: datetime.datetime, boun
     """Day two: one rendered object (an instance's or a binding's), live, with when it was set back before; when a
     drift of it would be a fight, read past the store to name the other writer (the store keeps no
     ``managedFields``)."""
-    history = drift.recent(memo.corrections.get(object_key(piece.ref), ()), now, bounds)
+    history = drift.recent(memo.corrections.get(ref_key(piece.ref), ()), now, bounds)
     if not drift.fighting(history, now, bounds):
         return Observed(piece, kube.get(piece.ref), history)
     live = kube.get(piece.ref, fresh=True)
@@ -355,7 +355,7 @@ class InstanceReconciler(PassingReconciler[InstanceFacts, OsbAction]):
     def _recorded(self, facts: InstanceFacts) -> dict[ObjectKey, JsonBody | None]:
         """The recorded objects (``status.resources``) as the store holds them now."""
         kube = self._actor(facts)
-        return {object_key(ref): kube.get(ref) for ref in facts.instance.status.resources}
+        return {ref_key(ref): kube.get(ref) for ref in facts.instance.status.resources}
 
     def _observe(self, facts: InstanceFacts, piece: Piece, memo: DayTwo) -> Observed:
         return observe(self._actor(facts), piece, memo, facts.now or self.deps.clock.now(), facts.limits.drift_bounds)
@@ -369,8 +369,7 @@ class InstanceReconciler(PassingReconciler[InstanceFacts, OsbAction]):
         meta = facts.instance.meta
         kube = self._actor(facts)
         versions = tuple(
-            read[object_key(ref)] if read is not None and object_key(ref) in read else kube.version_of(ref)
-            for ref in refs
+            read[ref_key(ref)] if read is not None and ref_key(ref) in read else kube.version_of(ref) for ref in refs
         )
         digest = decisions.sources_digest(
             key=self.deps.digest_key,
@@ -396,13 +395,13 @@ class InstanceReconciler(PassingReconciler[InstanceFacts, OsbAction]):
 
 def _read_by_check(sources: Sequence[ResourceRef], resources: Sequence[ResourceRef]) -> tuple[ResourceRef, ...]:
     """What a check reads: the status template's sources and the recorded objects, each once."""
-    return tuple({object_key(r): r for r in (*sources, *resources)}.values())
+    return tuple({ref_key(r): r for r in (*sources, *resources)}.values())
 
 
 def _beside(refs: Sequence[ResourceRef], resources: Sequence[ResourceRef]) -> tuple[ResourceRef, ...]:
     """What a check read beside the recorded objects (what ``status.checked`` records of it)."""
-    recorded = {object_key(r) for r in resources}
-    return tuple(r for r in refs if object_key(r) not in recorded)
+    recorded = {ref_key(r) for r in resources}
+    return tuple(r for r in refs if ref_key(r) not in recorded)
 
 
 def _holds(checked: CheckedView | None, digest: str, sources: Sequence[ResourceRef]) -> bool:
@@ -410,7 +409,7 @@ def _holds(checked: CheckedView | None, digest: str, sources: Sequence[ResourceR
     write it) and what it read beside the recorded objects."""
     if checked is None or not hmac.compare_digest(checked.digest, digest):
         return False
-    return {object_key(r) for r in checked.sources} == {object_key(r) for r in sources}
+    return {ref_key(r) for r in checked.sources} == {ref_key(r) for r in sources}
 
 
 def _shapes(recorded: Mapping[ObjectKey, JsonBody | None]) -> dict[ObjectKey, str | None]:
@@ -429,5 +428,5 @@ def _first_read(
     for key, body in (rendering.read if rendering is not None else {}).items():
         seen.setdefault(key, resource_version(body))
     for ref, version in zip(report.source_refs, report.source_versions, strict=True) if report is not None else ():
-        seen.setdefault(object_key(ref), version)
+        seen.setdefault(ref_key(ref), version)
     return seen

@@ -27,9 +27,8 @@ from opbroker.controller.runtime import metrics
 from opbroker.controller.runtime.executor import Effect, Executor, Run, Target
 from opbroker.controller.runtime.kube import Kind, Kube, ref_of
 from opbroker.controller.runtime.memory import PerKey
-from opbroker.controller.runtime.objects import resource_version
+from opbroker.controller.runtime.objects import ref_key, resource_version
 from opbroker.controller.runtime.outcomes import Conflict
-from opbroker.controller.runtime.sources import object_key
 from opbroker.kubeclient.wire import JsonObject
 
 
@@ -70,7 +69,7 @@ def osb_effects(
             return  # nothing changed: a value the API server normalises, or a singleton left as it is
         memo = checks.get(run.key) or DayTwo()
         when = action.at
-        key = object_key(ref)
+        key = ref_key(ref)
         corrections = {k: v for k, v in memo.corrections.items() if k != key}
         corrections[key] = (*memo.corrections.get(key, ())[-8:], when)
         checks.put(run.key, dataclasses.replace(memo, corrections=corrections, digest="", versions=(), shapes={}))

@@ -45,7 +45,7 @@ from opbroker.controller.runtime.clock import SYSTEM, Clock
 from opbroker.controller.runtime.informers import streams_client
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.kube import Kube, ref_of
-from opbroker.controller.runtime.objects import resource_version
+from opbroker.controller.runtime.objects import ref_key, resource_version
 from opbroker.controller.runtime.store import Covers
 from opbroker.kubeclient.informer import (
     RETRIES,
@@ -66,10 +66,6 @@ logger = logging.getLogger(__name__)
 
 ObjectKey = tuple[str, str, str, str]  # apiVersion, kind, namespace, name
 Listener = Callable[[str, Body], None]  # event type, object
-
-
-def object_key(ref: ResourceRef) -> ObjectKey:
-    return (ref.api_version, ref.kind, ref.namespace or "", ref.name)
 
 
 #: Objects per page when a kind is listed with its bodies: the store takes them in page by page, so a listing
@@ -96,7 +92,7 @@ class SourceIndex:
 
         Returns the (apiVersion, kind) pairs involved, so the caller can make sure they are watched.
         """
-        keys = {object_key(ref) for ref in refs}
+        keys = {ref_key(ref) for ref in refs}
         with self._lock:
             for old in self._objects.get(owner, set()) - keys:
                 owners = self._owners.get(old)
@@ -115,7 +111,7 @@ class SourceIndex:
 
     def follows(self, owner: Key, refs: Iterable[ResourceRef]) -> bool:
         """Whether ``owner`` depends on exactly ``refs`` (what :meth:`track` recorded last): a read, no change."""
-        keys = {object_key(ref) for ref in refs}
+        keys = {ref_key(ref) for ref in refs}
         with self._lock:
             return self._objects.get(owner, set()) == keys
 
@@ -136,7 +132,7 @@ class SourceIndex:
         version = resource_version(written)
         if not version:
             return
-        key = object_key(ref_of(written))
+        key = ref_key(ref_of(written))
         with self._lock:
             self._written.setdefault(owner, {})[key] = version
 
