@@ -107,10 +107,6 @@ def summary(
     }
 
 
-RECORDED_AFTER = 10.0
-"""The controller's ``--live-status-seconds`` default: a settled instance's check is recorded that long after it."""
-
-
 def settle_objects(
     bench: Bench, port: int, instances: int, bindings: int, concurrency: int, quiet: float
 ) -> tuple[list[str], int, dict[str, Any]]:
@@ -129,10 +125,8 @@ def settle_objects(
         bound = bind_all(bench, namespace, targets, per_instance, concurrency)
         settle |= {"bindings_seconds": bound["total_seconds"], "bindings_failed": bound["failed"]}
         bindings = bound["bindings"]
-    # Settled means the controller has done what it will do: a settled instance's check is recorded in its status by
-    # a look ``--live-status-seconds`` (10 s) after it, so the quiet confirming idleness is longer than that.
     settle["controller_idle"] = wait_idle(
-        bench.process("controller"), port, expected=len(names) + bindings, quiet=max(quiet, RECORDED_AFTER + 2.0)
+        bench.process("controller"), port, expected=len(names) + bindings, quiet=quiet
     )
     return names, bindings, settle
 

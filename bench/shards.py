@@ -27,11 +27,13 @@ from kubernetes import client
 from bench.bindings import bind_all
 from bench.common import Bench, bench_stack, process_usage, writes, writes_by_resource
 from bench.provisioning import provision_all
-from bench.restart import QUIET_SECONDS, RECORDED_AFTER, started_instead, wait_idle
+from bench.restart import QUIET_SECONDS, started_instead, wait_idle
 from opbroker.devcluster.controlplane import free_ports
 
 RESULTS = Path(__file__).parent / "results"
 SHARD_LABEL = "opbroker.io/shard"
+TAIL_QUIET_SECONDS = 12.0
+"""Longer than the controller's ``--live-status-seconds`` (10 s): a write it defers by that much is in the tail."""
 
 
 def held_by_shard(
@@ -105,13 +107,11 @@ def run(count: int, shards: int, concurrency: int = 32, bindings_per_instance: i
     }
 
 
-def settle_tail(
-    bench: Bench, count: int, quiet: float = RECORDED_AFTER + 2.0, timeout: float = 600.0
-) -> dict[str, Any]:
+def settle_tail(bench: Bench, count: int, quiet: float = TAIL_QUIET_SECONDS, timeout: float = 600.0) -> dict[str, Any]:
     """What opbroker does after the last instance succeeded (where the ratio's window ends) until it writes nothing
-    for ``quiet`` seconds: the first day-two checks, and the record of each (``status.checked``, written by a look
-    ``--live-status-seconds`` after a check that wrote nothing else). Its writes per instance and every process's CPU,
-    so deferred work is not hidden by the window; the API server's share includes ``quiet`` seconds of its idle."""
+    for ``quiet`` seconds: the first day-two checks (and any write deferred past the window, such as a debounced
+    live-status change, ``--live-status-seconds``). Its writes per instance and every process's CPU, so deferred work
+    is not hidden by the window; the API server's share includes ``quiet`` seconds of its idle."""
     bench.audit.mark()
     cpu_before = bench.cpu_seconds()
     started = last_change = time.monotonic()

@@ -278,10 +278,7 @@ class BindingReconciler(PassingReconciler[BindingFacts, OsbAction]):
         if followed is not None and not self.deps.index.follows(facts.key, followed[0]):
             return Refresh(follow=followed[0])  # the plan starts following them: observing changes nothing
         if followed is not None and self._unchanged(facts, followed[1], followed[2]):
-            refs, digest = followed[1], followed[2]
-            held = binding.sources is not None and hmac.compare_digest(binding.sources_digest or "", digest)
-            held = held and {ref_key(r) for r in binding.sources or ()} == {ref_key(r) for r in refs}
-            return Refresh(unchanged=True, record=None if held else (refs, digest))
+            return Refresh(unchanged=True)
         try:
             source_refs, fetched = self._sources(facts)
             result = self.deps.renderer.render_status(entry.model, self._inputs(facts, fetched))
@@ -349,7 +346,7 @@ class BindingReconciler(PassingReconciler[BindingFacts, OsbAction]):
             binding=binding.meta,
             versions=versions,
         )
-        return current == digest
+        return hmac.compare_digest(current, digest)  # (the recorded one is read from the status)
 
     def _gather_unbind(self, facts: BindingFacts, previous: BindingFacts | None) -> BindingFacts:
         binding, instance, entry = facts.binding, facts.instance, facts.entry

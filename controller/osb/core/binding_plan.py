@@ -151,9 +151,6 @@ class Refresh:
     follow: tuple[ResourceRef, ...] = ()
     """The binding does not follow what its credentials were rendered from yet (after a restart, say): these
     objects, to follow before the check reads their versions (from the store, once their kinds are listed)."""
-    record: tuple[tuple[ResourceRef, ...], str] | None = None
-    """``unchanged``, and the status does not record what it was last checked against (sources and digest): written,
-    so a restart finds it — once per quiet spell, never per touch of a source."""
 
 
 @dataclass(frozen=True)
@@ -522,10 +519,8 @@ def _refresh(facts: BindingFacts) -> tuple[a.Action, ...]:
     if refresh.follow:
         return (a.Track(refresh.follow), a.Continue())  # follow first; the check runs on the next pass
     resync = _resync(facts)
-    if refresh.unchanged:  # nothing moved
-        if refresh.record is not None:
-            return (a.WriteStatus(followed_status(*refresh.record), guarded=False), *resync)
-        return resync
+    if refresh.unchanged:
+        return resync  # nothing moved
     if refresh.render_error is not None:
         return (a.Log(f"credentials not refreshed: {refresh.render_error}"), *resync)
     report = refresh.report

@@ -917,13 +917,14 @@ def check(facts: InstanceFacts) -> tuple[a.Action, ...]:
         elif change is not None:
             waits.append(change.wait)
     settled = not corrections and not waits and problem is None
-    record = settled and not found.recorded  # what a restart would need to skip this render, not in the status yet
+    # What a restart needs to skip this render rides on a status write made anyway, never on one of its own: a write
+    # per instance after it settled would meet the broker's guarded writes of a client's next request (a conflict)
+    # and change every settled object once more.
+    record = settled and not found.recorded
     if changes:
         patch = conditions_patch(view, changes, now)
         out.append(a.WriteStatus({**patch, **checked_status(found, health.value)} if record else patch))
         out.extend(events)
-    elif record:
-        waits.append(limits.live_status_seconds)  # recorded by a look finding the instance quiet (``_unchanged``)
     versions = found.versions if settled else ()
     out.append(
         a.Checked(
@@ -945,15 +946,12 @@ def check(facts: InstanceFacts) -> tuple[a.Action, ...]:
 
 
 def _unchanged(facts: InstanceFacts, found: Check) -> tuple[a.Action, ...]:
-    """Nothing the last check read has moved. A first check answered by ``status.checked`` (a restart's): what it
-    read is remembered and followed, as a check that rendered would have left it. Else, when the status does not
-    record it yet, it is written now: the instance has stayed quiet since its check, so an operator writing its
-    objects often costs no write per change — a digest is recorded once per quiet spell."""
-    if found.recovered:  # the health the check found, as recorded with it (the metric counts it from now on)
+    """Nothing the last check read has moved: nothing to do. A first check answered by ``status.checked`` (a
+    restart's): what it read is remembered and followed, as a check that rendered would have left it, and the health
+    recorded with it is what the instance-health metric counts from now on."""
+    if found.recovered:
         checked = a.Checked(found.digest, refs=found.refs, versions=found.versions, at=facts.now, health=found.health)
         return (a.Track(found.refs), checked, a.ReportHealth(found.health))
-    if not found.recorded:
-        return (a.WriteStatus(checked_status(found, found.health), guarded=False),)
     return ()
 
 
