@@ -294,10 +294,12 @@ class InstanceReconciler(PassingReconciler[InstanceFacts, OsbAction]):
         ``provision`` is rendered, each object it renders read live, and the status template asked."""
         key, view, entry = facts.key, facts.instance, facts.entry
         assert entry is not None
-        memo = self.day_two.get(key) or DayTwo()
+        remembered = self.day_two.get(key)
+        memo = remembered or DayTwo()
         try:
             if not memo.digest:  # a first check (a restart's): answered by status.checked, else checked from the store
-                recovered = self._recovered(facts)
+                # Only the first check of this process: one after an unsettled check (a debounced verdict) must look.
+                recovered = self._recovered(facts) if remembered is None else None
                 if recovered is not None:
                     return dataclasses.replace(facts, check=recovered)
                 kinds = {(ref.api_version, ref.kind) for ref in view.status.resources}
