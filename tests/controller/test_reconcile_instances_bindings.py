@@ -643,6 +643,31 @@ def test_a_restart_renders_no_settled_instance_its_status_record_answers_and_tru
     assert renders and (world.configmap("db") or {})["data"]["size"] == "1"
 
 
+def test_only_a_process_first_check_of_an_instance_tries_its_status_record(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Trying the record waits (bounded) for its kinds' first listings: a restart's first check does, a check after
+    one that did not settle (a debounced verdict leaves no digest in memory) must look at once — the flapping
+    operator's last verdict waited 30 s behind that wait in CI."""
+    provisioned(world)
+    tried: list[Key] = []
+    recovered = InstanceReconciler._recovered
+
+    def counted(self: InstanceReconciler, facts: InstanceFacts) -> Any:
+        tried.append(facts.key)
+        return recovered(self, facts)
+
+    monkeypatch.setattr(InstanceReconciler, "_recovered", counted)
+    world.reconcile()  # the first check of this process
+    world.operator("db", phase="Failed", message="disk full")
+    world.reconcile()  # the verdict written (the record with it)
+    world.operator("db", phase="Ready")
+    world.reconcile()  # debounced: not settled, no digest in memory
+    world.operator("db", phase="Failed", message="down for good")
+    world.reconcile()
+    assert tried == [Key("instance", NS, "db")]
+
+
 def _counted(renders: list[str], name: str, render: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     renders.append(name)
     return render(*args, **kwargs)
