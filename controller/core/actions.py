@@ -253,8 +253,6 @@ class Checked:
     them compares nothing (empty: compare at the next check)."""
     at: datetime.datetime | None = None
     """The moment of the check (a live-status write is remembered at it)."""
-    health: str = ""
-    """The health the check found (``live_status.Health``): recorded with its digest when the instance is quiet."""
 
 
 @dataclass(frozen=True)

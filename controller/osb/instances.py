@@ -54,7 +54,6 @@ from opbroker.controller.osb.core.instance_plan import (
     refused,
     steps,
 )
-from opbroker.controller.osb.core.live_status import Health
 from opbroker.controller.osb.osb_effects import osb_executor
 from opbroker.controller.osb.reconciling import LISTING_WAIT_SECONDS, AppliedMemory, DayTwo, Deps
 from opbroker.controller.osb.rendered import fetch_sources, inputs_for
@@ -62,7 +61,7 @@ from opbroker.controller.runtime.executor import refusal_of
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.kube import Kube, Refused
 from opbroker.controller.runtime.memory import Memories, PerKey
-from opbroker.controller.runtime.objects import minus_refs, ref_key, resource_version
+from opbroker.controller.runtime.objects import minus_refs, ref_key, resource_version, union_refs
 from opbroker.controller.runtime.outcomes import Outcome
 from opbroker.controller.runtime.passes import PassingReconciler
 from opbroker.controller.runtime.sources import ObjectKey
@@ -305,11 +304,7 @@ class InstanceReconciler(PassingReconciler[InstanceFacts, OsbAction]):
                 kinds = {(ref.api_version, ref.kind) for ref in view.status.resources}
                 self.deps.watchers.wait_listed(kinds, LISTING_WAIT_SECONDS, bodies=True)
             elif self._digest(facts, memo.refs)[0] == memo.digest:
-                sources = _beside(memo.refs, view.status.resources)
-                held = _holds(view.checked, memo.digest, sources)
-                health = memo.health or Health.UNKNOWN.value
-                check = Check(memo.digest, unchanged=True, sources=sources, recorded=held, health=health)
-                return dataclasses.replace(facts, check=check)
+                return dataclasses.replace(facts, check=Check(memo.digest, unchanged=True))
             recorded = self._recorded(facts)
             shapes = _shapes(recorded)
             compare = decisions.drift_checked(view, plan_hash=entry.hash) and not drift.unmoved(shapes, memo.shapes)
@@ -321,7 +316,7 @@ class InstanceReconciler(PassingReconciler[InstanceFacts, OsbAction]):
             else:  # nothing rendered moved (only status), or the plan changed since its apply: its live status only
                 rendering, observed = None, ()
                 report = self._report(facts, provision=True)
-            refs = _read_by_check(report.source_refs if report else (), view.status.resources)
+            refs = tuple(union_refs(list(report.source_refs if report else ()), list(view.status.resources)))
             digest, versions = self._digest(facts, refs, _first_read(recorded, rendering, report))
         except RenderError as exc:
             check = Check("", last_live_write=memo.last_live_write)
@@ -329,7 +324,7 @@ class InstanceReconciler(PassingReconciler[InstanceFacts, OsbAction]):
         except Refused as exc:
             check = Check("", last_live_write=memo.last_live_write)
             return dataclasses.replace(facts, check=check, refusal=refusal_of(exc))
-        sources = _beside(refs, view.status.resources)
+        sources = tuple(minus_refs(list(refs), list(view.status.resources)))
         held = _holds(view.checked, digest, sources)
         check = Check(digest, False, observed, refs, memo.last_live_write, versions, shapes, sources, held)
         return dataclasses.replace(facts, rendering=rendering, report=report, check=check)
@@ -343,7 +338,7 @@ class InstanceReconciler(PassingReconciler[InstanceFacts, OsbAction]):
         checked = facts.instance.checked
         if checked is None:
             return None
-        refs = _read_by_check(checked.sources, facts.instance.status.resources)
+        refs = tuple(union_refs(list(checked.sources), list(facts.instance.status.resources)))
         kinds = {(ref.api_version, ref.kind) for ref in refs}
         self.deps.watchers.ensure(kinds)
         if not self.deps.watchers.wait_listed(kinds, LISTING_WAIT_SECONDS):
@@ -393,17 +388,6 @@ class InstanceReconciler(PassingReconciler[InstanceFacts, OsbAction]):
     def _live_bindings(self, instance: InstanceView) -> int:
         bindings = self.deps.kube.list_custom(BINDINGS, instance.meta.namespace)
         return sum(1 for b in bindings if BindingView.of(b).binds(instance))
-
-
-def _read_by_check(sources: Sequence[ResourceRef], resources: Sequence[ResourceRef]) -> tuple[ResourceRef, ...]:
-    """What a check reads: the status template's sources and the recorded objects, each once."""
-    return tuple({ref_key(r): r for r in (*sources, *resources)}.values())
-
-
-def _beside(refs: Sequence[ResourceRef], resources: Sequence[ResourceRef]) -> tuple[ResourceRef, ...]:
-    """What a check read beside the recorded objects (what ``status.checked`` records of it)."""
-    recorded = {ref_key(r) for r in resources}
-    return tuple(r for r in refs if ref_key(r) not in recorded)
 
 
 def _holds(checked: CheckedView | None, digest: str, sources: Sequence[ResourceRef]) -> bool:

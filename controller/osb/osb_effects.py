@@ -80,13 +80,7 @@ def osb_effects(
         last = action.at if action.live_written else memo.last_live_write
         shapes = {key: shape for key, shape in action.shapes.items() if shape is not None}
         remembered = dataclasses.replace(
-            memo,
-            refs=action.refs,
-            versions=action.versions,
-            digest=action.digest,
-            shapes=shapes,
-            last_live_write=last,
-            health=action.health or memo.health,
+            memo, refs=action.refs, versions=action.versions, digest=action.digest, shapes=shapes, last_live_write=last
         )
         checks.put(run.key, remembered)
 

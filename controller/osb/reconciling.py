@@ -157,8 +157,6 @@ class DayTwo:
     digest: str = ""
     last_live_write: datetime.datetime | None = None
     corrections: Mapping[ObjectKey, tuple[datetime.datetime, ...]] = field(default_factory=dict)
-    health: str = ""
-    """The health the last check found (recorded with its digest in ``status.checked``)."""
 
 
 class AppliedMemory:

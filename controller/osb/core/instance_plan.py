@@ -300,11 +300,11 @@ class Check:
     sources: tuple[ResourceRef, ...] = ()
     """What the status template read (``refs`` beside the recorded objects): recorded with the digest."""
     recorded: bool = False
-    """``status.checked`` holds this digest already: a restart would find it (nothing to write)."""
+    """``status.checked`` holds this digest already: a restart would find it (no write need carry it)."""
     recovered: bool = False
     """A first check answered by ``status.checked`` (``unchanged``): what it read is remembered and followed."""
     health: str = live_status.Health.UNKNOWN.value
-    """The health the last check found (remembered, or recorded in ``status.checked``): an unchanged check's."""
+    """A recovered check's: the health recorded in ``status.checked`` with its digest."""
 
 
 @dataclass(frozen=True)
@@ -934,7 +934,6 @@ def check(facts: InstanceFacts) -> tuple[a.Action, ...]:
             versions=versions,
             shapes=dict(found.shapes) if settled and synced.ok else {},  # a drift only reported is still there
             at=now,
-            health=health.value,
         )
     )
     out.append(a.ReportHealth(health.value))
@@ -950,7 +949,7 @@ def _unchanged(facts: InstanceFacts, found: Check) -> tuple[a.Action, ...]:
     restart's): what it read is remembered and followed, as a check that rendered would have left it, and the health
     recorded with it is what the instance-health metric counts from now on."""
     if found.recovered:
-        checked = a.Checked(found.digest, refs=found.refs, versions=found.versions, at=facts.now, health=found.health)
+        checked = a.Checked(found.digest, refs=found.refs, versions=found.versions, at=facts.now)
         return (a.Track(found.refs), checked, a.ReportHealth(found.health))
     return ()
 
