@@ -135,8 +135,16 @@ class Effects:
         log.info("withdrawing binding %s/%s: its bind lost a race", binding.namespace, binding.name)
         self.repository.delete(binding)
 
-    def record_change(self, record: Record, spec: dict[str, Any], meta: RequestMeta) -> Token:
-        patched = self.repository.patch(record, records.spec_patch(record, spec, meta))
+    def record_change(self, record: Record, spec: dict[str, Any], meta: RequestMeta) -> Token | None:
+        """Write the new spec (guarded by the version the update was decided on), then queue the update.
+
+        ``None`` if the instance changed since ``record`` was read (nothing written: decide again). A change of
+        status only — the controller reporting what the operator says — is the common one: deciding again on the
+        new read answers the client as if the request had come a moment later, instead of failing it.
+        """
+        patched = self.repository.guarded_patch(record, records.spec_patch(record, spec, meta))
+        if patched is None:
+            return None
         token = Token.of(OperationType.UPDATE, patched)
         status = records.requested_status(
             OperationState.UPDATE, OperationType.UPDATE.value, token.encode(), records.now()

@@ -355,8 +355,9 @@ class Repository:
             raise
         return Record.from_object(record.kind, patched)
 
-    def patch(self, record: Record, operations: list[dict[str, Any]]) -> Record:
-        """Apply a JSON patch whose first operation tests the resourceVersion; a lost race is a 422."""
+    def guarded_patch(self, record: Record, operations: list[dict[str, Any]]) -> Record | None:
+        """Apply a JSON patch whose first operation tests ``record``'s resourceVersion; ``None`` if the object
+        changed (or went) since ``record`` was read, and nothing was written: the caller decides again."""
         try:
             patched: dict[str, Any] = answers.json_object(
                 self.custom.patch_namespaced_custom_object(
@@ -370,11 +371,8 @@ class Repository:
                 )
             )
         except ApiException as exc:
-            if exc.status in (404, 409, 422):
-                raise errors.BrokerError(
-                    errors.Reason.CONCURRENCY_ERROR,
-                    f"the {record.kind.value} changed while this request was handled; repeat the request",
-                ) from None
+            if exc.status in (404, 409, 422):  # 422: the resourceVersion test failed
+                return None
             raise
         return Record.from_object(record.kind, patched)
 

@@ -101,9 +101,10 @@ OperationParam = Annotated[
 
 router = APIRouter(prefix="/v2", dependencies=[Security(HTTPBasic(auto_error=False))])
 
-#: Rounds of read-count-mark a deprovision makes before answering 422 ConcurrencyError: a round is lost only
-#: when the instance changed between its read and the mark (a controller status write, another request).
-DEPROVISION_ATTEMPTS = 5
+#: Rounds of read-decide-write an update or a deprovision makes before answering 422 ConcurrencyError: a round is
+#: lost only when the instance changed between its read and the guarded write (a controller status write — the
+#: operator's live status, the controller's record of a check — or another request), and the next decides again.
+DECIDE_ATTEMPTS = 5
 
 
 def _accepted_instance(token: Token, record: Record) -> decisions.Answer:
@@ -198,18 +199,22 @@ def update(
     broker.admit(body.context)
     # A plan registered a moment ago is never refused (as for provision): the new plan id is wanted.
     catalog = repository.catalog(wanting=(body.service_id, body.plan_id))
-    existing = repository.find(Kind.INSTANCE, resource_name(instance_id))
-    decision = instances.update(
-        body, instance_id=instance_id, catalog=catalog, existing=existing, accepts_incomplete=accepts_incomplete
-    )
-    if not isinstance(decision, decisions.Change):
-        return broker.effects.conclude(decision, existing, accepts_incomplete=accepts_incomplete)
-    assert existing is not None
-    token = broker.effects.record_change(existing, decision.spec, meta)
-    log.info("update instance %s/%s request=%s", existing.namespace, existing.name, meta.request_identity)
-    if decision.asynchronous:
-        return broker.effects.reply(_accepted_instance(token, existing))
-    return broker.effects.settle(token, created=False, accepts_incomplete=accepts_incomplete)
+    for _ in range(DECIDE_ATTEMPTS):  # another round only if the instance changed after it was read
+        existing = repository.find(Kind.INSTANCE, resource_name(instance_id))
+        decision = instances.update(
+            body, instance_id=instance_id, catalog=catalog, existing=existing, accepts_incomplete=accepts_incomplete
+        )
+        if not isinstance(decision, decisions.Change):
+            return broker.effects.conclude(decision, existing, accepts_incomplete=accepts_incomplete)
+        assert existing is not None
+        token = broker.effects.record_change(existing, decision.spec, meta)
+        if token is None:
+            continue
+        log.info("update instance %s/%s request=%s", existing.namespace, existing.name, meta.request_identity)
+        if decision.asynchronous:
+            return broker.effects.reply(_accepted_instance(token, existing))
+        return broker.effects.settle(token, created=False, accepts_incomplete=accepts_incomplete)
+    raise errors.BrokerError(errors.Reason.CONCURRENCY_ERROR, "the instance keeps changing; repeat the update")
 
 
 @router.delete(
@@ -229,7 +234,7 @@ def deprovision(
 ) -> JSONResponse:
     repository = broker.repository
     waited = False
-    for _ in range(DEPROVISION_ATTEMPTS):  # another round only if the instance changed after it was read
+    for _ in range(DECIDE_ATTEMPTS):  # another round only if the instance changed after it was read
         existing = repository.find(Kind.INSTANCE, resource_name(instance_id))
         live = 0
         if existing is not None and not existing.deleting:

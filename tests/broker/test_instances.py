@@ -343,6 +343,80 @@ def test_updates(broker: Harness, osb: httpx.Client, stand_in: StandInController
     assert (same.status_code, same.json()) == (200, {})
 
 
+def written_after_the_updates_read(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch, name: str, write: Any, rounds: int = 1
+) -> list[str]:
+    """Make ``write`` land between an update's read of the instance and its guarded write, in each of its first
+    ``rounds`` rounds; the resourceVersion each of those reads saw is returned (one per round read)."""
+    repository = harness.app.state.broker.repository
+    find = repository.find
+    seen: list[str] = []
+
+    def found_then_written(kind: Any, found_name: str, **kwargs: Any) -> Any:
+        record = find(kind, found_name, **kwargs)
+        if found_name == name and record is not None:
+            seen.append(record.resource_version)
+            if len(seen) <= rounds:
+                write()
+        return record
+
+    monkeypatch.setattr(repository, "find", found_then_written)
+    return seen
+
+
+def test_an_update_decides_again_when_the_instance_changed_after_its_read(
+    broker: Harness, osb: httpx.Client, stand_in: StandInController, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The update's spec write is guarded by the version it decided on. A status write landing in between (the
+    controller reporting the operator's live status) makes it decide again on a new read, not answer 422; an update
+    landing in between is seen by that decision (422: an update in progress), and a writer that never stops runs
+    the rounds out (422) — none of them writing the refused spec."""
+    instance_id = new_id()
+    name = conventions.resource_name(instance_id)
+    provision(osb, instance_id, parameters={"size": 1})
+    stand_in.succeed("instance", broker.namespace, name)
+
+    def live_status() -> None:
+        stand_in.status("instance", broker.namespace, name, dashboardUrl=f"https://dash/{new_id()}")
+
+    seen = written_after_the_updates_read(broker, monkeypatch, name, live_status)
+    change = {"service_id": SERVICE, "parameters": {"size": 2}}
+    accepted = osb.patch(url(instance_id), params={"accepts_incomplete": "true"}, json=change)
+    assert accepted.status_code == 202, accepted.text
+    assert len(seen) == 2 and seen[0] != seen[1]  # decided twice, the second time on the status-written version
+    stored = stand_in.get("instance", broker.namespace, name)
+    assert stored is not None and stored["spec"]["parameters"] == {"size": 2}
+    assert stored["status"]["state"] == "update" and stored["status"]["dashboardUrl"].startswith("https://dash/")
+    stand_in.succeed("instance", broker.namespace, name)
+    monkeypatch.undo()
+
+    def another_update() -> None:
+        assert (
+            osb.patch(
+                url(instance_id), params={"accepts_incomplete": "true"}, json=change | {"parameters": {"size": 3}}
+            ).status_code
+            == 202
+        )
+
+    written_after_the_updates_read(broker, monkeypatch, name, another_update)
+    lost = osb.patch(url(instance_id), params={"accepts_incomplete": "true"}, json=change | {"parameters": {"size": 4}})
+    assert (lost.status_code, lost.json()["error"]) == (422, "ConcurrencyError"), lost.text
+    assert "update in progress" in lost.json()["description"]
+    stored = stand_in.get("instance", broker.namespace, name)
+    assert stored is not None and stored["spec"]["parameters"] == {"size": 3}
+    stand_in.succeed("instance", broker.namespace, name)
+    monkeypatch.undo()
+
+    seen = written_after_the_updates_read(broker, monkeypatch, name, live_status, rounds=100)
+    restless = osb.patch(
+        url(instance_id), params={"accepts_incomplete": "true"}, json=change | {"parameters": {"size": 5}}
+    )
+    assert (restless.status_code, restless.json()["error"]) == (422, "ConcurrencyError"), restless.text
+    assert "keeps changing" in restless.json()["description"] and len(seen) > 1
+    stored = stand_in.get("instance", broker.namespace, name)
+    assert stored is not None and stored["spec"]["parameters"] == {"size": 3}
+
+
 def test_context_namespace_and_lookups_without_it(
     broker: Harness, osb: httpx.Client, stand_in: StandInController, api_client: client.ApiClient
 ) -> None:
