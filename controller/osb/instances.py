@@ -33,7 +33,7 @@ from opbroker.api.meta import ResourceRef
 from opbroker.controller.catalog.catalog import PlanEntry
 from opbroker.controller.core import decisions
 from opbroker.controller.core.decisions import Step
-from opbroker.controller.core.views import BindingView, CheckedView, InstanceView, ObjectView
+from opbroker.controller.core.views import BindingView, CheckedView, InstanceView, ObjectView, recorded_refs
 from opbroker.controller.kinds import BINDINGS, INSTANCES
 from opbroker.controller.osb import identities, ownership, registries, teardown
 from opbroker.controller.osb.core import drift
@@ -196,9 +196,12 @@ class InstanceReconciler(PassingReconciler[InstanceFacts, OsbAction]):
             if Step.AWAIT_OUTCOME in due or Step.EVALUATE in due:
                 sources = _carried(previous, entry)
                 report = self._report(facts, provision=True, sources=sources)
-                # The recorded objects' shapes are remembered by a success only.
-                shapes = _shapes(self._recorded(facts)) if provisioned_by(report) else {}
-                return dataclasses.replace(facts, report=report, shapes=shapes)
+                if not provisioned_by(report):
+                    return dataclasses.replace(facts, report=report)
+                # A success: the recorded objects' shapes are remembered, and its write carries the first check.
+                recorded = self._recorded(facts)
+                facts = dataclasses.replace(facts, report=report, shapes=_shapes(recorded))
+                return dataclasses.replace(facts, first_check=self._first_check(facts, recorded))
         except RenderError as exc:
             return dataclasses.replace(facts, render_error=str(exc) or type(exc).__name__)
         except Refused as exc:  # a source the plan's account may not read: the operation fails, masked
@@ -328,6 +331,26 @@ class InstanceReconciler(PassingReconciler[InstanceFacts, OsbAction]):
         held = _holds(view.checked, digest, sources)
         check = Check(digest, False, observed, refs, memo.last_live_write, versions, shapes, sources, held)
         return dataclasses.replace(facts, rendering=rendering, report=report, check=check)
+
+    def _first_check(self, facts: InstanceFacts, recorded: Mapping[ObjectKey, JsonBody | None]) -> Check | None:
+        """The check an operation's success makes before its write (``instance_plan.first_checked``): ``provision``
+        rendered now, each object it renders read live, the versions of what was read as first read (``recorded``:
+        the recorded objects, read for the shapes). None when it cannot be made (a template failing, a source
+        refused): the operation's outcome stands as reported, and the next resync sweep checks it."""
+        report = facts.report
+        assert report is not None
+        pending = facts.pending or {}
+        resources = recorded_refs(pending["resources"]) if "resources" in pending else facts.instance.status.resources
+        try:
+            rendering = self._render(facts)
+            observed = tuple(self._observe(facts, piece, DayTwo()) for piece in rendering.pieces)
+        except (RenderError, Refused) as exc:
+            logger.debug("%s: no first check with its success (%s)", facts.key, str(exc) or type(exc).__name__)
+            return None
+        refs = tuple(union_refs(list(report.source_refs), list(resources)))
+        digest, versions = self._digest(facts, refs, _first_read(recorded, rendering, report))
+        sources = tuple(minus_refs(list(refs), list(resources)))
+        return Check(digest, observed=observed, refs=refs, versions=versions, shapes=_shapes(recorded), sources=sources)
 
     def _recovered(self, facts: InstanceFacts) -> Check | None:
         """A first check (after a restart, or a move to this shard) that ``status.checked`` answers: the digest of

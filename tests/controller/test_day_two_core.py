@@ -250,6 +250,56 @@ def test_a_first_check_answered_by_the_status_record_remembers_and_follows_what_
     assert (checked.digest, checked.refs, checked.versions, checked.live_written) == ("d", refs, ("3", "7"), False)
 
 
+APPLIED = {"resources": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "db", "namespace": "team"}],
+           "observedGeneration": 1, "appliedPlanHash": "h"}  # fmt: skip
+
+
+REPORTED_READY = Report(True, SUCCEEDED)
+
+
+def succeeding(first_check: Check | None, report: Report = REPORTED_READY) -> tuple[a.Action, ...]:
+    """The pass that reads an operation's success, with the first check it made (None: none could be made)."""
+    return plan(facts(body(state="in progress"), pending=APPLIED, report=report, first_check=first_check))
+
+
+def first_check(*observed: Observed) -> Check:
+    return Check("digest-1", observed=observed, refs=(CM_PIECE.ref,), versions=("7",), sources=())
+
+
+@pytest.mark.parametrize(
+    ("report", "health"), [(REPORTED_READY, "ready"), (Report(False), "unknown")], ids=["verdict", "none"]
+)
+def test_a_success_found_as_declared_carries_its_first_check_in_its_own_write(report: Report, health: str) -> None:
+    """No write of its own: the record rides on the success (a restart then renders nothing for the instance)."""
+    actions = succeeding(first_check(Observed(CM_PIECE, live_of(CM_PIECE))), report)
+    (write,) = [x for x in actions if isinstance(x, a.WriteStatus)]
+    assert write.patch["state"] == "succeeded"
+    assert write.patch["checked"] == {"sources": [], "digest": "digest-1", "health": health}
+    (checked,) = [x for x in actions if isinstance(x, a.Checked)]
+    assert (checked.digest, checked.refs, checked.versions) == ("digest-1", (CM_PIECE.ref,), ("7",))
+
+
+@pytest.mark.parametrize(
+    "found",
+    [
+        first_check(Observed(CM_PIECE, live_of(CM_PIECE, size="9"))),
+        first_check(Observed(CM_PIECE, None)),
+        first_check(Observed(dataclasses.replace(CM_PIECE, drift=DriftPolicy.REPORT), live_of(CM_PIECE, size="9"))),
+        None,
+    ],
+    ids=["changed", "deleted", "reported", "no check made"],
+)
+def test_a_success_not_found_as_declared_records_nothing_and_leaves_it_to_the_first_sweep(found: Check | None) -> None:
+    """Nothing is set back in the success's pass (its write is the outcome's); nothing is recorded, and what it
+    reads is remembered without versions: the resync sweep checks it, and the check corrects or reports."""
+    actions = succeeding(found)
+    assert "Correct" not in kinds(actions)
+    (write,) = [x for x in actions if isinstance(x, a.WriteStatus)]
+    assert write.patch["state"] == "succeeded" and "checked" not in write.patch
+    (checked,) = [x for x in actions if isinstance(x, a.Checked)]
+    assert (checked.digest, checked.versions) == ("", ())
+
+
 def test_as_declared_records_the_digest_and_the_versions_and_writes_nothing() -> None:
     actions = plan(
         checking(Observed(CM_PIECE, live_of(CM_PIECE)), refs=(CM_PIECE.ref,), versions=("7",), recorded=True)

@@ -586,6 +586,10 @@ def test_an_operators_write_landing_while_a_check_reads_is_looked_at_by_the_next
         return result
 
     monkeypatch.setattr(RENDERER, "render_status", then_the_operator_writes)
+    # Still ready, a new version: the first check renders (the success recorded the one before: status.checked).
+    world.kube.merge_patch(
+        ResourceRef(api_version="v1", kind="ConfigMap", name="db", namespace=NS), {"data": {"x": "1"}}
+    )
     world.reconcile()  # the check: the template read "Ready", as Ready shows; the write lands after the read
     assert landed and world.ready() == ("True", Reason.PROVISIONED.value)
     world.reconcile()  # the write's event
@@ -602,23 +606,28 @@ def restarted(world: World) -> World:
 def test_a_restart_renders_no_settled_instance_its_status_record_answers_and_trusts_no_forged_record(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A settled instance's check records what it found (``status.checked``) with a status write it makes anyway; a
-    restarted controller whose store holds the same versions renders nothing and follows what it read. A record
-    someone else made for objects they changed (the same digest with any key but the controller's) answers nothing:
-    the check renders, and the drift is set back."""
+    """A settled instance's check records what it found (``status.checked``) with a status write it makes anyway —
+    the success's first, then any check's that writes; a restarted controller whose store holds the same versions
+    renders nothing, writes nothing and follows what it read. A record someone else made for objects they changed
+    (the same digest with any key but the controller's) answers nothing: the check renders, and the drift is set
+    back."""
     provisioned(world)
-    world.reconcile()  # the first check: as declared, nothing to write, so nothing recorded (no write of its own)
-    assert "checked" not in world.status() and world.kube.writes() == []
+    checked = world.status()["checked"]  # the success's write carries its first check
+    assert checked["digest"] and checked["sources"] == [] and checked["health"] == "ready"
+    renders: list[str] = []
+    for name in ("render_objects", "render_status"):
+        monkeypatch.setattr(RENDERER, name, functools.partial(_counted, renders, name, getattr(RENDERER, name)))
+    world.reconcile()  # the first check of this process (nothing remembered): answered by the record
+    assert renders == [] and world.kube.writes() == []
+
     world.operator("db", phase="Failed", message="disk full")
-    world.reconcile()  # the operator's verdict is written: the record rides on that write
-    assert world.ready() == ("False", Reason.UNHEALTHY.value)
+    world.reconcile()  # the operator's verdict is written: the new record rides on that write
+    assert renders and world.ready() == ("False", Reason.UNHEALTHY.value)
     checked = world.status()["checked"]
     assert checked["digest"] and checked["sources"] == []  # the ConfigMap it read is a recorded object
     assert checked["health"] == "unready"
 
-    renders: list[str] = []
-    for name in ("render_objects", "render_status"):
-        monkeypatch.setattr(RENDERER, name, functools.partial(_counted, renders, name, getattr(RENDERER, name)))
+    renders.clear()
     fresh = restarted(world)
     world.kube.calls.clear()
     fresh.reconcile()

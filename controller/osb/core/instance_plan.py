@@ -338,6 +338,9 @@ class InstanceFacts:
     """Why the namespace may start no new operation now (``core.budgets.refusal``; None: it may)."""
     check: Check | None = None
     """Day two: what a settled instance's check read (``Step.CHECK``)."""
+    first_check: Check | None = None
+    """The check an operation's success makes before its write (None: not a success, or the check could not be
+    made): found as declared, it is recorded with that write (:func:`first_checked`)."""
     shapes: Mapping[Any, str | None] = dataclasses.field(default_factory=dict)
     """Day two: the recorded objects' shapes (``drift.shape``) as the evaluation of an operation read them: at its
     success they are what was applied and reported ready, remembered as declared."""
@@ -777,9 +780,10 @@ def _evaluate(facts: InstanceFacts, *, applied: JsonObject | None) -> tuple[a.Ac
         dashboard = decisions.dashboard_url(None, dict(report.registry))
         extra = {**applied, **({"dashboardUrl": dashboard} if dashboard else {})}
         description = "resources applied (the plan has no status template)"
-        outcome = _transition(facts, OperationState.SUCCEEDED, Reason.PROVISIONED, description=description, extra=extra)
         track = a.Track(view.status.resources or recorded_refs(applied.get("resources")))
-        seed = a.Checked("", refs=track.refs, shapes=dict(facts.shapes))
+        record, seed = first_checked(facts, track.refs, live_status.Health.UNKNOWN)
+        extra |= record
+        outcome = _transition(facts, OperationState.SUCCEEDED, Reason.PROVISIONED, description=description, extra=extra)
         return (track, a.Forget(), dataclasses.replace(outcome, settled=False), seed)
     track = a.Track((*report.source_refs, *view.status.resources))
     section = report.section
@@ -797,10 +801,11 @@ def _evaluate(facts: InstanceFacts, *, applied: JsonObject | None) -> tuple[a.Ac
     extra = {**applied, **{k: v for k, v in reported.items() if v is not None}}
     description = section.description or ""
     if section.state == OperationState.SUCCEEDED.value:
+        # Provisioned: the instance stays followed (day two: its objects' changes bring it back for a check), and its
+        # first check rides on this write (:func:`first_checked`).
+        record, seed = first_checked(facts, track.refs, live_status.Health.READY)
+        extra |= record
         outcome = _transition(facts, OperationState.SUCCEEDED, Reason.PROVISIONED, description=description, extra=extra)
-        # Provisioned: the instance stays followed (day two: its objects' changes bring it back for a check), and what
-        # it reads is remembered without versions, so the next resync sweep (``controller.resync``) checks it once.
-        seed = a.Checked("", refs=track.refs, shapes=dict(facts.shapes))
         return (track, a.Forget(), dataclasses.replace(outcome, settled=False), seed)
     else:
         error = section.error or section.description or "the operator reported a failure"
@@ -952,6 +957,31 @@ def _unchanged(facts: InstanceFacts, found: Check) -> tuple[a.Action, ...]:
         checked = a.Checked(found.digest, refs=found.refs, versions=found.versions, at=facts.now)
         return (a.Track(found.refs), checked, a.ReportHealth(found.health))
     return ()
+
+
+def first_checked(
+    facts: InstanceFacts, refs: Sequence[ResourceRef], health: live_status.Health
+) -> tuple[JsonObject, a.Checked]:
+    """An operation's success is its instance's first check: what the success write records (``status.checked``)
+    and what the controller remembers (``Checked``).
+
+    The check was made in the same pass, before the write (``first_check``): every object ``provision`` renders
+    compared with the live one, the versions of what it read taken as first read. Found as declared, its record
+    rides on the success write — no write of its own, so a settled object is never written again for it (a broker
+    request guarded by the version the client's last read saw is not beaten by it, a tenant's snapshot of its
+    settled objects stays still) — and a restart, or the shard the instance moves to, answers its first check from
+    it instead of rendering. Anything else (a drift, an object held back, no check made): nothing recorded; what it
+    reads is remembered without versions, so the next resync sweep (``controller.resync``) checks it, as a check."""
+    seed = a.Checked("", refs=tuple(refs), shapes=dict(facts.shapes))
+    found = facts.first_check
+    if found is None:
+        return {}, seed
+    pairs = [(seen, apply_action(facts, seen.piece)) for seen in found.observed]
+    findings = find_drift(pairs, facts.now, facts.limits.drift_bounds)
+    if findings.corrections or findings.waits or findings.refusal is not None or not findings.synced.ok:
+        return {}, seed
+    checked = a.Checked(found.digest, refs=found.refs, versions=found.versions, shapes=dict(found.shapes), at=facts.now)
+    return checked_status(found, health.value), checked
 
 
 def checked_status(found: Check, health: str) -> JsonObject:
