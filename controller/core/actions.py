@@ -220,9 +220,14 @@ class DropRegistry:
 
 @dataclass(frozen=True)
 class Track:
-    """Watch ``refs``: a change of any of them enqueues the object again (its status template reads them)."""
+    """Watch ``refs``: a change of any of them enqueues the object again (its status template reads them).
+
+    ``seen``: versions the decision read (from the store) before the object followed them. A change landing between
+    that read and this action enqueued nobody — its event came before anyone followed the object — so one found moved
+    once they are followed makes the object looked at again at once."""
 
     refs: tuple[ResourceRef, ...]
+    seen: tuple[tuple[ResourceRef, str | None], ...] = ()
 
 
 @dataclass(frozen=True)

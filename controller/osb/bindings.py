@@ -275,10 +275,16 @@ class BindingReconciler(PassingReconciler[BindingFacts, OsbAction]):
         if entry.model.spec.template(TemplateAction.STATUS) is None:
             return None  # registry credentials: generated once, never re-rendered
         followed = self._followed(facts)
-        if followed is not None and not self.deps.index.follows(facts.key, followed[0]):
-            return Refresh(follow=followed[0])  # the plan starts following them: observing changes nothing
-        if followed is not None and self._unchanged(facts, followed[1], followed[2]):
-            return Refresh(unchanged=True)
+        if followed is not None:
+            watched, sources, digest = followed
+            following = self.deps.index.follows(facts.key, watched)
+            if not following:  # a restart's first check: their kinds watched (and listed) before the versions are read
+                self.deps.watchers.ensure({(ref.api_version, ref.kind) for ref in sources})
+            seen = self._unchanged(facts, sources, digest)
+            if seen is not None:
+                return Refresh(unchanged=True, follow=() if following else watched, seen=() if following else seen)
+            if not following:
+                return Refresh(follow=watched)  # the plan follows them first, then renders: observing changes nothing
         try:
             source_refs, fetched = self._sources(facts)
             result = self.deps.renderer.render_status(entry.model, self._inputs(facts, fetched))
@@ -330,10 +336,12 @@ class BindingReconciler(PassingReconciler[BindingFacts, OsbAction]):
             return None
         return (*refs, *binding.status.resources), tuple(refs), digest
 
-    def _unchanged(self, facts: BindingFacts, refs: Sequence[ResourceRef], digest: str) -> bool:
-        """True if what the credentials were last rendered from is still what it was (the digest matches). The
-        binding follows them already (the plan's ``Track``): their versions come from the store once it has
-        listed their kinds."""
+    def _unchanged(
+        self, facts: BindingFacts, refs: Sequence[ResourceRef], digest: str
+    ) -> tuple[tuple[ResourceRef, str | None], ...] | None:
+        """The versions read of what the credentials were last rendered from, if it is still what it was (the digest
+        matches; None: it moved). Their kinds are watched: the versions come from the store once it has listed
+        them."""
         binding, instance, entry = facts.binding, facts.instance, facts.entry
         assert instance is not None and entry is not None
         kinds = {(ref.api_version, ref.kind) for ref in refs}
@@ -346,7 +354,7 @@ class BindingReconciler(PassingReconciler[BindingFacts, OsbAction]):
             binding=binding.meta,
             versions=versions,
         )
-        return hmac.compare_digest(current, digest)  # (the recorded one is read from the status)
+        return tuple(versions) if hmac.compare_digest(current, digest) else None  # (the recorded one: status)
 
     def _gather_unbind(self, facts: BindingFacts, previous: BindingFacts | None) -> BindingFacts:
         binding, instance, entry = facts.binding, facts.instance, facts.entry

@@ -106,6 +106,11 @@ def osb_effects(
         registries.delete(deps.kube, where)  # its own namespace's: no owner reference can take it along
         deps.registries.forget(where)
 
+    def track(run: Run, action: a.Track) -> None:
+        deps.watchers.ensure(deps.index.track(run.key, list(action.refs)))
+        if any(deps.kube.version_of(ref) != version for ref, version in action.seen):
+            run.perform(a.Requeue(0.0))  # moved before it was followed: no event will bring it
+
     def follow(run: Run, action: a.Follow) -> None:
         if followed is not None:
             followed.put(run.key, (action.refs, action.digest))
@@ -127,7 +132,7 @@ def osb_effects(
         a.Unfollow: unfollow,
         a.SaveRegistry: save_registry,
         a.DropRegistry: drop_registry,
-        a.Track: lambda run, action: deps.watchers.ensure(deps.index.track(run.key, list(action.refs))),
+        a.Track: track,
         a.Remember: lambda run, action: memory.remember(run.key, action.version, dict(action.record)),
         a.Correct: correct,
         a.Checked: checked,

@@ -424,9 +424,17 @@ def test_a_rotation_rewrites_only_the_bindings_own_secret(
     assert summary(plan(facts(bound, refresh=refresh))) == expected
 
 
-def test_a_bound_binding_not_following_its_sources_starts_to_before_it_checks() -> None:
+def test_a_bound_binding_not_following_its_sources_starts_to_before_it_renders() -> None:
     bound = binding(state="succeeded", observed=1, digest="d")
     assert summary(plan(facts(bound, refresh=Refresh(follow=(CM,))))) == [("track", ("db",)), ("Continue",)]
+
+
+def test_a_bound_binding_not_following_its_unchanged_sources_follows_them_with_the_versions_it_read() -> None:
+    """A restart's check: compared and followed in one pass; the versions read go with the Track (a change landing
+    before the following is found by it)."""
+    bound = binding(state="succeeded", observed=1, digest="d")
+    track, resync = plan(facts(bound, refresh=Refresh(True, follow=(CM,), seen=((CM, "3"),))))
+    assert track == a.Track((CM,), seen=((CM, "3"),)) and isinstance(resync, a.Requeue)
 
 
 def test_the_credentials_write_only_performs() -> None:

@@ -245,7 +245,7 @@ def test_a_first_check_answered_by_the_status_record_remembers_and_follows_what_
     check = Check("d", True, refs=refs, versions=("3", "7"), sources=(SOURCE,), recorded=True, recovered=True,
                   health="ready")  # fmt: skip
     track, checked, health = plan(facts(SETTLED, check=check))
-    assert track == a.Track(refs) and health == a.ReportHealth("ready")
+    assert track == a.Track(refs, seen=((SOURCE, "3"), (CM_PIECE.ref, "7"))) and health == a.ReportHealth("ready")
     assert isinstance(checked, a.Checked)
     assert (checked.digest, checked.refs, checked.versions, checked.live_written) == ("d", refs, ("3", "7"), False)
 

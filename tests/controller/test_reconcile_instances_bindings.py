@@ -652,6 +652,65 @@ def test_a_restart_renders_no_settled_instance_its_status_record_answers_and_tru
     assert renders and (world.configmap("db") or {})["data"]["size"] == "1"
 
 
+def test_a_change_landing_before_a_restarts_first_check_follows_its_objects_is_looked_at_at_once(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first check answered by the record reads the versions before the instance follows what it read: a change
+    landing in between sent its event to nobody. Found moved once followed, the instance is looked at again at once
+    (the drift set back), not at the next resync sweep."""
+    provisioned(world)
+    config = ResourceRef(api_version="v1", kind="ConfigMap", name="db", namespace=NS)
+    recovered = InstanceReconciler._recovered
+
+    def then_someone_writes(self: InstanceReconciler, facts: InstanceFacts) -> Any:
+        found = recovered(self, facts)
+        assert found is not None  # the record answers: nothing rendered, nothing followed yet
+        world.kube.merge_patch(config, {"data": {"size": "9"}})
+        return found
+
+    monkeypatch.setattr(InstanceReconciler, "_recovered", then_someone_writes)
+    restarted(world).reconcile()
+    assert (world.configmap("db") or {})["data"]["size"] == "1"
+
+
+def test_a_restarts_first_check_of_a_bound_binding_follows_its_sources_in_the_same_pass(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Unchanged, a bound binding's restart check follows its sources in the pass that compared them (one read of the
+    binding, not a pass to follow and another to compare); a source moved between that read and the following is
+    looked at again at once, and its credentials rendered."""
+    provisioned(world)
+    world.binding("b")
+    world.reconcile("binding", "b")
+    passes: list[str] = []
+    read = BindingReconciler.read
+
+    def counted(self: BindingReconciler, *args: Any, **kwargs: Any) -> Any:
+        passes.append("read")
+        return read(self, *args, **kwargs)
+
+    monkeypatch.setattr(BindingReconciler, "read", counted)
+    fresh = restarted(world)
+    assert resyncs(fresh.reconcile("binding", "b"))
+    assert passes == ["read"]
+    assert fresh.index.owners_of(("v1", "ConfigMap", NS, "db")) == {Key("binding", NS, "b")}
+
+    renders: list[str] = []
+    render_status = RENDERER.render_status
+    monkeypatch.setattr(RENDERER, "render_status", lambda *a, **k: renders.append("status") or render_status(*a, **k))
+    unchanged = BindingReconciler._unchanged
+
+    def then_the_source_moves(self: BindingReconciler, *args: Any) -> Any:
+        seen = unchanged(self, *args)
+        if seen is not None and not renders:
+            world.operator("db", note="touched")
+        return seen
+
+    monkeypatch.setattr(BindingReconciler, "_unchanged", then_the_source_moves)
+    restarted(world).reconcile("binding", "b")
+    assert renders == ["status"]
+
+
 def test_only_a_process_first_check_of_an_instance_tries_its_status_record(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -150,7 +150,10 @@ class Refresh:
     """Day two: what ``bind`` renders now, each with its live object (compared as an instance's are)."""
     follow: tuple[ResourceRef, ...] = ()
     """The binding does not follow what its credentials were rendered from yet (after a restart, say): these
-    objects, to follow before the check reads their versions (from the store, once their kinds are listed)."""
+    objects, to follow. ``unchanged``: followed now, with the versions the check read (``seen``); else followed
+    before the check renders (the next pass)."""
+    seen: tuple[tuple[ResourceRef, str | None], ...] = ()
+    """The versions an ``unchanged`` check read of what it is to follow (``a.Track.seen``)."""
 
 
 @dataclass(frozen=True)
@@ -516,11 +519,11 @@ def _refresh(facts: BindingFacts) -> tuple[a.Action, ...]:
     refresh, binding = facts.refresh, facts.binding
     if refresh is None:
         return ()  # registry credentials (no status template: never re-rendered)
-    if refresh.follow:
-        return (a.Track(refresh.follow), a.Continue())  # follow first; the check runs on the next pass
     resync = _resync(facts)
-    if refresh.unchanged:
-        return resync  # nothing moved
+    if refresh.unchanged:  # nothing moved (a restart's first check: followed from now on)
+        return (a.Track(refresh.follow, seen=refresh.seen), *resync) if refresh.follow else resync
+    if refresh.follow:
+        return (a.Track(refresh.follow), a.Continue())  # follow first; the render runs on the next pass
     if refresh.render_error is not None:
         return (a.Log(f"credentials not refreshed: {refresh.render_error}"), *resync)
     report = refresh.report

@@ -955,7 +955,8 @@ def _unchanged(facts: InstanceFacts, found: Check) -> tuple[a.Action, ...]:
     recorded with it is what the instance-health metric counts from now on."""
     if found.recovered:
         checked = a.Checked(found.digest, refs=found.refs, versions=found.versions, at=facts.now)
-        return (a.Track(found.refs), checked, a.ReportHealth(found.health))
+        track = a.Track(found.refs, seen=tuple(zip(found.refs, found.versions, strict=True)))
+        return (track, checked, a.ReportHealth(found.health))
     return ()
 
 
