@@ -52,12 +52,17 @@ def _write(prefix):
                 frame = stat.traceback[0]
                 where = frame.filename if group == "filename" else f"{frame.filename}:{frame.lineno}"
                 out.write(f"{stat.size} {stat.count} {where}\\n")
-    with open(prefix + "-pymalloc.txt", "w") as out:
-        saved, sys.stderr = sys.stderr, out
-        try:
-            sys._debugmallocstats()
-        finally:
-            sys.stderr = saved
+    # sys._debugmallocstats writes to the C stderr: file descriptor 2 points at the file meanwhile (another
+    # thread's log line written then lands there too).
+    sys.stderr.flush()
+    saved, target = os.dup(2), os.open(prefix + "-pymalloc.txt", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    try:
+        os.dup2(target, 2)
+        sys._debugmallocstats()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(target)
     open(prefix + ".done", "w").close()
 
 
