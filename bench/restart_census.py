@@ -5,12 +5,12 @@ fresh controller followed until idle (``restart.wait_idle``), and write per rest
 * ``<out>/<name>-tracemalloc.txt`` — Python's allocations still alive, by file and by line (``tracemalloc``, started
   before the controller's first import; ``--frames`` deep). The settled restart's lines minus the empty one's are
   what the objects hold; the difference is written as ``<out>/growth.txt``.
-* ``<out>/<name>-pymalloc.txt`` — ``sys._debugmallocstats()``: pymalloc's arenas, pools and blocks. Memory in
-  arenas that holds no live block (free blocks in used pools, empty pools in arenas kept by another pool) is
-  fragmentation: allocated, freed, not given back.
+* ``<out>/<name>-plain-pymalloc.txt`` — from a second restart without tracemalloc (its allocator hooks hide them):
+  ``sys._debugmallocstats()``, pymalloc's arenas, pools and blocks. Memory in arenas that holds no live block (free
+  blocks in used pools, empty pools in arenas kept by another pool) is fragmentation: allocated, freed, not given
+  back.
 * ``<out>/census.json`` — VmRSS of each restart, the store's census by kind (``opbroker_store_*`` from /metrics),
-  and the KiB per settled object over the empty restart (with tracemalloc on: its own bookkeeping is in the RSS, so
-  compare these only with each other, and take ``bench.restart``'s figure for the target).
+  and the KiB per settled object over the empty restart, both without tracemalloc.
 
 How: the restarted controller runs with a ``sitecustomize`` module on its ``PYTHONPATH`` (written into ``<out>``)
 that starts tracemalloc and answers SIGUSR2 by writing both files from a thread of its own (the snapshot is taken
@@ -37,13 +37,24 @@ from bench import restart
 from bench.common import Bench, bench_stack
 from opbroker.devcluster.controlplane import free_ports
 
-HOOK = '''"""bench.restart_census: tracemalloc from the start; SIGUSR2 writes the census files (see that module)."""
+HOOK = '''"""bench.restart_census: SIGUSR2 writes the census files (see that module); CENSUS_FRAMES > 0: tracemalloc
+from the start (its allocator hooks hide pymalloc's statistics, so those come from a restart without it)."""
 import os, signal, sys, threading, tracemalloc
 
-tracemalloc.start(int(os.environ["CENSUS_FRAMES"]))
+FRAMES = int(os.environ["CENSUS_FRAMES"])
+if FRAMES:
+    tracemalloc.start(FRAMES)
 
 
 def _write(prefix):
+    if FRAMES:
+        _allocations(prefix)
+    else:
+        _pymalloc(prefix)
+    open(prefix + ".done", "w").close()
+
+
+def _allocations(prefix):
     snapshot = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(False, tracemalloc.__file__)])
     with open(prefix + "-tracemalloc.txt", "w") as out:
         for group in ("filename", "lineno"):
@@ -52,6 +63,9 @@ def _write(prefix):
                 frame = stat.traceback[0]
                 where = frame.filename if group == "filename" else f"{frame.filename}:{frame.lineno}"
                 out.write(f"{stat.size} {stat.count} {where}\\n")
+
+
+def _pymalloc(prefix):
     # sys._debugmallocstats writes to the C stderr: file descriptor 2 points at the file meanwhile (another
     # thread's log line written then lands there too).
     sys.stderr.flush()
@@ -63,7 +77,6 @@ def _write(prefix):
         os.dup2(saved, 2)
         os.close(saved)
         os.close(target)
-    open(prefix + ".done", "w").close()
 
 
 def _on_signal(signum, frame):
@@ -81,8 +94,10 @@ def main() -> None:
     parser.add_argument("instances", type=int)
     parser.add_argument("bindings", type=int)
     parser.add_argument("outdir", type=Path)
-    parser.add_argument("--frames", type=int, default=1, help="tracemalloc's traceback depth")
+    parser.add_argument("--frames", type=int, default=1, help="tracemalloc's traceback depth (at least 1)")
     args = parser.parse_args()
+    if args.frames < 1:
+        parser.error("--frames: at least 1 (the plain restarts are the ones without tracemalloc)")
     out: Path = args.outdir.resolve()
     out.mkdir(parents=True, exist_ok=True)
     hook = out / "hook"
@@ -96,13 +111,8 @@ def main() -> None:
         pythonpath = os.pathsep.join(p for p in (str(hook), base.get("PYTHONPATH", os.environ.get("PYTHONPATH"))) if p)
         restart.wait_idle(bench.process("controller"), port, expected=0, quiet=5, timeout=120)
 
-        def measured(name: str, expected: int) -> dict[str, Any]:
-            env = {
-                **base,
-                "PYTHONPATH": pythonpath,
-                "CENSUS_FRAMES": str(args.frames),
-                "CENSUS_PREFIX": str(out / name),
-            }
+        def measured(name: str, expected: int, frames: int) -> dict[str, Any]:
+            env = {**base, "PYTHONPATH": pythonpath, "CENSUS_FRAMES": str(frames), "CENSUS_PREFIX": str(out / name)}
             answer = restart.restart(bench, port, expected=expected, quiet=5, env=env)
             return {
                 "rss_kib": answer["rss_kib"],
@@ -110,13 +120,17 @@ def main() -> None:
                 **written(bench, port, out, name),
             }
 
-        census["empty"] = measured("empty", 0)
-        made, bound, census["settle"] = restart.settle_objects(bench, port, args.instances, args.bindings, 32, 5)
-        objects = len(made) + bound
-        census["settled"] = measured("settled", objects)
+        for name, expected in (("empty", 0), ("settled", -1)):
+            if expected < 0:
+                made, bound, census["settle"] = restart.settle_objects(
+                    bench, port, args.instances, args.bindings, 32, 5
+                )
+                expected = objects = len(made) + bound
+            census[name] = measured(name, expected, args.frames)
+            census[f"{name}-plain"] = measured(f"{name}-plain", expected, 0)
     census["objects"] = objects
-    census["kib_per_object_with_tracemalloc"] = round(
-        (census["settled"]["rss_kib"] - census["empty"]["rss_kib"]) / max(objects, 1), 2
+    census["kib_per_object"] = round(
+        (census["settled-plain"]["rss_kib"] - census["empty-plain"]["rss_kib"]) / max(objects, 1), 2
     )
     (out / "growth.txt").write_text(growth(out / "empty-tracemalloc.txt", out / "settled-tracemalloc.txt"))
     (out / "census.json").write_text(json.dumps(census, indent=2) + "\n")
