@@ -319,15 +319,15 @@ class InstanceReconciler(PassingReconciler[InstanceFacts, OsbAction]):
             else:  # nothing rendered moved (only status), or the plan changed since its apply: its live status only
                 rendering, observed = None, ()
                 report = self._report(facts, provision=True)
-            refs = tuple(union_refs(list(report.source_refs if report else ()), list(view.status.resources)))
-            digest, versions = self._digest(facts, refs, _first_read(recorded, rendering, report))
+            refs, digest, versions, sources = self._read_by_check(
+                facts, report, view.status.resources, _first_read(recorded, rendering, report)
+            )
         except RenderError as exc:
             check = Check("", last_live_write=memo.last_live_write)
             return dataclasses.replace(facts, check=check, render_error=str(exc) or type(exc).__name__)
         except Refused as exc:
             check = Check("", last_live_write=memo.last_live_write)
             return dataclasses.replace(facts, check=check, refusal=refusal_of(exc))
-        sources = tuple(minus_refs(list(refs), list(view.status.resources)))
         held = _holds(view.checked, digest, sources)
         check = Check(digest, False, observed, refs, memo.last_live_write, versions, shapes, sources, held)
         return dataclasses.replace(facts, rendering=rendering, report=report, check=check)
@@ -347,10 +347,23 @@ class InstanceReconciler(PassingReconciler[InstanceFacts, OsbAction]):
         except (RenderError, Refused) as exc:
             logger.debug("%s: no first check with its success (%s)", facts.key, str(exc) or type(exc).__name__)
             return None
-        refs = tuple(union_refs(list(report.source_refs), list(resources)))
-        digest, versions = self._digest(facts, refs, _first_read(recorded, rendering, report))
-        sources = tuple(minus_refs(list(refs), list(resources)))
-        return Check(digest, observed=observed, refs=refs, versions=versions, shapes=_shapes(recorded), sources=sources)
+        read = _first_read(recorded, rendering, report)
+        refs, digest, versions, sources = self._read_by_check(facts, report, resources, read)
+        return Check(digest, observed=observed, refs=refs, versions=versions, shapes=facts.shapes, sources=sources)
+
+    def _read_by_check(
+        self,
+        facts: InstanceFacts,
+        report: Report | None,
+        resources: Sequence[ResourceRef],
+        read: Mapping[ObjectKey, str | None],
+    ) -> tuple[tuple[ResourceRef, ...], str, tuple[str | None, ...], tuple[ResourceRef, ...]]:
+        """What a check read — the status template's sources and the recorded objects (``resources``) —, the digest
+        of their versions as first ``read``, the versions, and the part beside ``resources`` (what ``status.checked``
+        records with the digest)."""
+        refs = tuple(union_refs(list(report.source_refs if report else ()), list(resources)))
+        digest, versions = self._digest(facts, refs, read)
+        return refs, digest, versions, tuple(minus_refs(list(refs), list(resources)))
 
     def _recovered(self, facts: InstanceFacts) -> Check | None:
         """A first check (after a restart, or a move to this shard) that ``status.checked`` answers: the digest of

@@ -893,9 +893,7 @@ def check(facts: InstanceFacts) -> tuple[a.Action, ...]:
         reason = Reason.RENDER_FAILED if facts.render_error is not None else Reason.APPLY_REFUSED
         synced = Condition(SYNCED_CONDITION, False, reason, f"cannot check the rendered objects: {problem}")
     else:
-        findings = find_drift(
-            [(seen, apply_action(facts, seen.piece)) for seen in found.observed], now, limits.drift_bounds
-        )
+        findings = drift_of(facts, found)
         out.extend(findings.corrections)
         if findings.refusal is not None:
             return (*out, *refused(facts, findings.refusal))
@@ -977,12 +975,18 @@ def first_checked(
     found = facts.first_check
     if found is None:
         return {}, seed
-    pairs = [(seen, apply_action(facts, seen.piece)) for seen in found.observed]
-    findings = find_drift(pairs, facts.now, facts.limits.drift_bounds)
+    findings = drift_of(facts, found)
     if findings.corrections or findings.waits or findings.refusal is not None or not findings.synced.ok:
         return {}, seed
     checked = a.Checked(found.digest, refs=found.refs, versions=found.versions, shapes=dict(found.shapes), at=facts.now)
     return checked_status(found, health.value), checked
+
+
+def drift_of(facts: InstanceFacts, found: Check) -> Findings:
+    """What the objects a check observed hold against their applies (:func:`find_drift`, at the facts' moment)."""
+    return find_drift(
+        [(seen, apply_action(facts, seen.piece)) for seen in found.observed], facts.now, facts.limits.drift_bounds
+    )
 
 
 def checked_status(found: Check, health: str) -> JsonObject:
