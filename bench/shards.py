@@ -55,7 +55,12 @@ def _name(shard: int, shards: int) -> str:
     return "controller" if shards == 1 else f"controller-shard-{shard}"
 
 
-def run(count: int, shards: int, concurrency: int = 32, bindings_per_instance: int = 0) -> dict[str, Any]:
+def run(
+    count: int, shards: int, concurrency: int = 32, bindings_per_instance: int = 0, restart_each: bool = False
+) -> dict[str, Any]:
+    """One run: provisioning (and binding) over ``shards`` fresh shards, then the last shard restarted over its
+    settled objects — or, ``restart_each``, every shard in turn (shard 0 holds the control plane's once-per-cluster
+    duties besides its share, so its restart differs from the others')."""
     with bench_stack(f"shards-{shards}-{count}-{os.getpid()}", shards=shards) as bench:
         bench.make_operator_instant()
         before = {p.name: process_usage(p)["rss_mib"] for p in bench.controllers()}
@@ -68,10 +73,11 @@ def run(count: int, shards: int, concurrency: int = 32, bindings_per_instance: i
         if bindings_per_instance:  # the restart's objects as bench.restart makes them (after the provisioning figures)
             bind_all(bench, namespace, result["names"], bindings_per_instance, concurrency)
             bound = held_by_shard(bench.api, namespace, shards, "sfservicebindings")
-        restarted = _name(shards - 1, shards)
-        objects = held[restarted] + bound[restarted]
-        restart = restart_shard(bench, restarted, expected=objects, baseline_mib=before[restarted])
-        restart["bindings"] = bound[restarted]
+        restarts = []
+        for shard in range(shards) if restart_each else [shards - 1]:
+            name = _name(shard, shards)
+            restart = restart_shard(bench, name, expected=held[name] + bound[name], baseline_mib=before[name])
+            restarts.append({**restart, "bindings": bound[name]})
     result.pop("names")
     cpu = result["cpu_seconds_by_process"]
     per_shard = {
@@ -103,7 +109,8 @@ def run(count: int, shards: int, concurrency: int = 32, bindings_per_instance: i
             / (apiserver + tail["cpu_seconds_by_process"]["kube-apiserver"]),
             3,
         ),
-        "restart": restart,
+        "restart": restarts[-1],
+        "restarts": restarts,
     }
 
 
@@ -199,13 +206,13 @@ def report(runs: list[dict[str, Any]], source: str) -> str:
         "|---|---:|---:|---|---:|---:|---:|---:|---:|",
     ]
     for r in runs:
-        x = r["restart"]
-        lines.append(
-            f"| {r.get('code', '—')} | {r['instances']} | {r['shards']} | {x['shard']} | {x['objects']} "
-            f"({x.get('bindings', 0)}) | "
-            f"{x['idle_seconds']} | "
-            f"{x['cpu_seconds_to_idle']} | {x['rss_mib']} | {x['kib_per_settled_instance']} |"
-        )
+        for x in r.get("restarts") or [r["restart"]]:
+            lines.append(
+                f"| {r.get('code', '—')} | {r['instances']} | {r['shards']} | {x['shard']} | {x['objects']} "
+                f"({x.get('bindings', 0)}) | "
+                f"{x['idle_seconds']} | "
+                f"{x['cpu_seconds_to_idle']} | {x['rss_mib']} | {x['kib_per_settled_instance']} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -216,6 +223,9 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument(
         "--bindings-per-instance", type=int, default=0, help="bindings made after the provisioning, before the restart"
+    )
+    parser.add_argument(
+        "--restart-each", action="store_true", help="restart every shard in turn at the end (default: the last only)"
     )
     parser.add_argument("--report", action="store_true", help="only write SHARDS.md from every shards-*.json")
     parser.add_argument(
@@ -229,10 +239,11 @@ def main() -> None:
         return
     counts = [int(n) for n in args.shards.split(",")]
     bindings = args.bindings_per_instance
-    runs = compared(args.compare, args.instances, counts, args.concurrency, bindings) if args.compare else []
+    each = args.restart_each
+    runs = compared(args.compare, args.instances, counts, args.concurrency, bindings, each) if args.compare else []
     for shards in [] if args.compare else counts:
         print(f"provisioning {args.instances} instances over {shards} shard(s) ...", flush=True)
-        runs.append(run(args.instances, shards, args.concurrency, bindings))
+        runs.append(run(args.instances, shards, args.concurrency, bindings, each))
         print(json.dumps(runs[-1], indent=2), flush=True)
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H%M%SZ")
     RESULTS.mkdir(exist_ok=True)
@@ -242,7 +253,9 @@ def main() -> None:
     print(f"written {path} and {RESULTS / 'SHARDS.md'}")
 
 
-def compared(ref: str, count: int, counts: list[int], concurrency: int, bindings: int = 0) -> list[dict[str, Any]]:
+def compared(
+    ref: str, count: int, counts: list[int], concurrency: int, bindings: int = 0, restart_each: bool = False
+) -> list[dict[str, Any]]:
     """Before and after in one run: for each shard count, ``ref``'s code, then this tree's (fresh stacks each; the
     harness is this tree's — :mod:`bench.compare`). Each run records the commit it ran."""
     from bench import compare
@@ -253,7 +266,7 @@ def compared(ref: str, count: int, counts: list[int], concurrency: int, bindings
             for tree in (before, compare.this_tree()):
                 print(f"provisioning {count} instances over {shards} shard(s) with {tree.ref} ...", flush=True)
                 with compare.using(tree):
-                    measured = run(count, shards, concurrency, bindings)
+                    measured = run(count, shards, concurrency, bindings, restart_each)
                 runs.append({**measured, "code": tree.commit[:10], "ref": tree.ref})
                 print(json.dumps(runs[-1], indent=2), flush=True)
     return runs
