@@ -357,7 +357,12 @@ class Repository:
 
     def guarded_patch(self, record: Record, operations: list[dict[str, Any]]) -> Record | None:
         """Apply a JSON patch whose first operation tests ``record``'s resourceVersion; ``None`` if the object
-        changed (or went) since ``record`` was read, and nothing was written: the caller decides again."""
+        changed (or went) since ``record`` was read, and nothing was written: the caller decides again.
+
+        The API server answers a failed test 422, as it answers a patch it refuses for any other reason (the
+        CRD's schema, an admission policy): the object is read again to tell them apart. Still at ``record``'s
+        version, the test passed and the patch itself was refused — raised (the client is answered at once), never
+        taken for a race (the caller would decide again, be refused again, and end in "keeps changing")."""
         try:
             patched: dict[str, Any] = answers.json_object(
                 self.custom.patch_namespaced_custom_object(
@@ -371,10 +376,15 @@ class Repository:
                 )
             )
         except ApiException as exc:
-            if exc.status in (404, 409, 422):  # 422: the resourceVersion test failed
+            if exc.status in (404, 409) or (exc.status == 422 and self._moved(record)):
                 return None
             raise
         return Record.from_object(record.kind, patched)
+
+    def _moved(self, record: Record) -> bool:
+        """Whether the object is gone or at another version than ``record``'s."""
+        current = self.get(record.kind, record.namespace, record.name)
+        return current is None or current.resource_version != record.resource_version
 
     def annotate(self, record: Record, annotations: dict[str, str]) -> None:
         if annotations:

@@ -417,6 +417,37 @@ def test_an_update_decides_again_when_the_instance_changed_after_its_read(
     assert stored is not None and stored["spec"]["parameters"] == {"size": 3}
 
 
+def test_an_update_the_api_server_refuses_is_answered_at_once_not_taken_for_a_race(
+    broker: Harness, osb: httpx.Client, stand_in: StandInController, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The API server answers 422 both for the guard's failed test and for a patch it refuses (here the CRD's
+    schema: a plan id that is not a string): a refusal is not a race — one write attempted, the client answered
+    at once (not five rounds ending in "keeps changing"), the instance as it was."""
+    instance_id = new_id()
+    name = conventions.resource_name(instance_id)
+    provision(osb, instance_id, parameters={"size": 1})
+    stand_in.succeed("instance", broker.namespace, name)
+    repository = broker.app.state.broker.repository
+    patch = repository.guarded_patch
+    attempts: list[str] = []
+
+    def schema_breaking(record: Any, operations: list[dict[str, Any]]) -> Any:
+        attempts.append(record.resource_version)
+        return patch(record, [*operations, {"op": "replace", "path": "/spec/planId", "value": 12}])
+
+    monkeypatch.setattr(repository, "guarded_patch", schema_breaking)
+    before = stand_in.get("instance", broker.namespace, name)
+    refused = osb.patch(
+        url(instance_id), params={"accepts_incomplete": "true"}, json={"service_id": SERVICE, "parameters": {"size": 2}}
+    )
+    assert refused.status_code == 500 and refused.json()["error"] == "InternalError", refused.text
+    assert "keeps changing" not in refused.text and len(attempts) == 1
+    after = stand_in.get("instance", broker.namespace, name)
+    assert before is not None and after is not None
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert after["spec"]["parameters"] == {"size": 1}
+
+
 def test_context_namespace_and_lookups_without_it(
     broker: Harness, osb: httpx.Client, stand_in: StandInController, api_client: client.ApiClient
 ) -> None:
