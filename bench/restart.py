@@ -180,6 +180,7 @@ def run_alternating(
                 "idle_seconds": [run["idle_seconds"] for run in runs[name]],
                 "ready_seconds": [run["ready_seconds"] for run in runs[name]],
                 "gets": [run["reads"]["get"] for run in runs[name]],
+                "renders": [run["renders"] for run in runs[name]],
                 "writes": [run["writes"] for run in runs[name]],
                 "rss_kib": [run["rss_kib"] for run in runs[name]],
             },
@@ -297,6 +298,9 @@ def wait_idle(process: Process, port: int, *, expected: int, quiet: float, timeo
         "system_seconds_to_idle": usage_at_change.get("system_seconds"),
         "context_switches_to_idle": switches_at_change,
         "reconciles": int(metrics.get("opbroker_reconcile_seconds_count", 0)),
+        # Objects rendered to idle (instances' provision, bindings' bind): what records did not answer (None: a
+        # tree without the counter; its family is listed before its first sample).
+        "renders": int(metrics.get("opbroker_renders_total", 0)) if "opbroker_renders" in metrics else None,
         "objects_seen": None if metrics.get("opbroker_objects") is None else int(metrics["opbroker_objects"]),
         "queue_gauges": "opbroker_workqueue_depth" in metrics,
         "rss_kib": rss_kib,

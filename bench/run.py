@@ -540,6 +540,7 @@ def compare_markdown(results: dict[str, Any]) -> str:
             ),
             row("restart: idle s, each run", lambda s: " / ".join(map(str, s["restart"]["runs"]["idle_seconds"]))),
             row("restart: gets, each run", lambda s: " / ".join(map(str, s["restart"]["runs"]["gets"]))),
+            row("restart: renders, each run", lambda s: " / ".join(map(str, s["restart"]["runs"]["renders"]))),
             row("restart: KiB per settled object", lambda s: s["restart"]["memory_per_object_kib"]),
             row("restart: controller threads at idle", lambda s: s["restart"]["restart"]["threads"]),
         ],

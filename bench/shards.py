@@ -155,6 +155,7 @@ def restart_shard(bench: Bench, name: str, *, expected: int, baseline_mib: float
         "objects": expected,
         "idle_seconds": idle["idle_seconds"],
         "cpu_seconds_to_idle": idle["cpu_seconds_to_idle"],
+        "renders": idle["renders"],
         "rss_mib": idle["rss_mib"],
         "kib_per_settled_instance": round(1024 * (idle["rss_mib"] - baseline_mib) / expected, 2) if expected else None,
         # (per settled object: instances and bindings alike, as bench.restart counts them)
@@ -201,9 +202,9 @@ def report(runs: list[dict[str, Any]], source: str) -> str:
             )
     lines += [
         "",
-        "| code | instances | shards | restarted | its objects (bindings) | s to idle | CPU s to idle | RSS MiB | "
-        "KiB/object |",
-        "|---|---:|---:|---|---:|---:|---:|---:|---:|",
+        "| code | instances | shards | restarted | its objects (bindings) | s to idle | CPU s to idle | renders | "
+        "RSS MiB | KiB/object |",
+        "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in runs:
         for x in r.get("restarts") or [r["restart"]]:
@@ -211,7 +212,8 @@ def report(runs: list[dict[str, Any]], source: str) -> str:
                 f"| {r.get('code', '—')} | {r['instances']} | {r['shards']} | {x['shard']} | {x['objects']} "
                 f"({x.get('bindings', 0)}) | "
                 f"{x['idle_seconds']} | "
-                f"{x['cpu_seconds_to_idle']} | {x['rss_mib']} | {x['kib_per_settled_instance']} |"
+                f"{x['cpu_seconds_to_idle']} | {x.get('renders') if x.get('renders') is not None else '—'} | "
+                f"{x['rss_mib']} | {x['kib_per_settled_instance']} |"
             )
     return "\n".join(lines) + "\n"
 

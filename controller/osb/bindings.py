@@ -49,6 +49,7 @@ from opbroker.controller.osb.instances import limits_of, observe
 from opbroker.controller.osb.osb_effects import osb_executor
 from opbroker.controller.osb.reconciling import LISTING_WAIT_SECONDS, AppliedMemory, DayTwo, Deps
 from opbroker.controller.osb.rendered import fetch_sources, inputs_for
+from opbroker.controller.runtime import metrics
 from opbroker.controller.runtime.executor import refusal_of
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.kube import Kube, Refused
@@ -216,6 +217,7 @@ class BindingReconciler(PassingReconciler[BindingFacts, OsbAction]):
         _, sources = self._sources(facts)
         inputs = self._inputs(facts, sources)
         rendered = self.deps.renderer.render_objects(facts.entry.model, action, inputs)
+        metrics.RENDERS.labels("binding", action.value).inc()
         changed = rendered.binding_registry is not None and rendered.binding_registry != inputs.binding_registry
         template = facts.entry.model.spec.template(action)
         policy = template.deletion if template is not None else DeletionPolicy.DELETE

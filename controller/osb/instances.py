@@ -57,6 +57,7 @@ from opbroker.controller.osb.core.instance_plan import (
 from opbroker.controller.osb.osb_effects import osb_executor
 from opbroker.controller.osb.reconciling import LISTING_WAIT_SECONDS, AppliedMemory, DayTwo, Deps
 from opbroker.controller.osb.rendered import fetch_sources, inputs_for
+from opbroker.controller.runtime import metrics
 from opbroker.controller.runtime.executor import refusal_of
 from opbroker.controller.runtime.keys import Key
 from opbroker.controller.runtime.kube import Kube, Refused
@@ -248,6 +249,7 @@ class InstanceReconciler(PassingReconciler[InstanceFacts, OsbAction]):
             TemplateAction.PROVISION,
             inputs_for(self.deps, instance=view, plan=entry, registry=registry, sources=sources),
         )
+        metrics.RENDERS.labels("instance", TemplateAction.PROVISION.value).inc()
         template = entry.model.spec.template(TemplateAction.PROVISION)
         policy = template.deletion if template is not None else DeletionPolicy.DELETE
         drift = template.drift_policy if template is not None else DriftPolicy.CORRECT

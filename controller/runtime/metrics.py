@@ -20,6 +20,12 @@ RECONCILE_SECONDS = Histogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
 RECONCILE_ERRORS = Counter("opbroker_reconcile_errors_total", "Reconciles that raised", ["kind", "reason"])
+RENDERS = Counter(
+    "opbroker_renders_total",
+    "Plan templates rendered into objects (what a check or an operation renders; a check answered by its record "
+    "renders nothing), by kind and template action",
+    ["kind", "action"],
+)
 OBJECTS_BY_STATE = Gauge("opbroker_objects", "Instances and bindings by state", ["kind", "state"])
 INSTANCES_BY_HEALTH = Gauge(
     "opbroker_instance_health",

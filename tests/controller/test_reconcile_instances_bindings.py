@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 from opbroker.api.conventions import (
     ANNOTATION_OWNER_UID,
@@ -630,8 +631,10 @@ def test_a_restart_renders_no_settled_instance_its_status_record_answers_and_tru
     renders.clear()
     fresh = restarted(world)
     world.kube.calls.clear()
+    counted = provision_renders()
     fresh.reconcile()
     assert renders == [] and world.kube.calls == []
+    assert provision_renders() == counted  # the metric a restart's cost is read by (bench.restart) agrees
     assert ("v1", "ConfigMap") in fresh.watchers.kinds
     assert fresh.index.owners_of(("v1", "ConfigMap", NS, "db")) == {Key("instance", NS, "db")}
 
@@ -650,6 +653,12 @@ def test_a_restart_renders_no_settled_instance_its_status_record_answers_and_tru
     world.kube.patch_custom_status(INSTANCES, NS, "db", {"checked": {"sources": [], "digest": forged}})
     restarted(world).reconcile()
     assert renders and (world.configmap("db") or {})["data"]["size"] == "1"
+    assert provision_renders() == counted + 1
+
+
+def provision_renders() -> float:
+    """``opbroker_renders_total`` of instances' ``provision`` (process-wide: compare before and after)."""
+    return REGISTRY.get_sample_value("opbroker_renders_total", {"kind": "instance", "action": "provision"}) or 0.0
 
 
 def test_a_change_landing_before_a_restarts_first_check_follows_its_objects_is_looked_at_at_once(

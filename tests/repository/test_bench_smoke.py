@@ -92,6 +92,8 @@ def test_the_compared_restart_alternates_the_sides_controllers_on_one_cluster(tm
             # The old controller stopped on SIGTERM, gracefully (issue 45; kopf's teardown ended in a SIGKILL, -9).
             assert measured["old_controller"]["exit_code"] == 0, measured["old_controller"]
         assert r["restart"]["reconciles"] >= 12
+        # Renders counted (the controller's opbroker_renders_total): none over the empty cluster; each run's kept.
+        assert r["empty"]["renders"] == 0 and all(isinstance(n, int) for n in r["runs"]["renders"])
         # Settled objects need no write: a fresh controller that rewrote them (a status churn) would count here.
         assert r["controller_writes"] == r["restart"]["writes"] == 0
         assert isinstance(r["memory_per_object_kib"], float)
