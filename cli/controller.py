@@ -108,6 +108,13 @@ def run(
             "--shards * r pods give every shard r replicas."
         ),
     ] = False,
+    shard_takeover: Annotated[
+        bool,
+        typer.Option(
+            help="A standby campaigns for every shard's Lease, its own first, and runs as the shard whose Lease it "
+            "takes: spare pods cover any shard whose own replicas are gone (with --shards > 1)."
+        ),
+    ] = False,
     metrics_port: Annotated[
         int | None, typer.Option(help="Serve Prometheus metrics and /healthz, /readyz on this port.")
     ] = None,
@@ -275,6 +282,7 @@ def run(
         settings = ControllerSettings(
             namespace=namespace,
             shards=place,
+            shard_takeover=shard_takeover,
             catalog_namespaces=tuple(catalog_namespace or ()),
             registry_namespace=registry_namespace,
             workers=workers,
@@ -310,7 +318,7 @@ def run(
             onboard_namespace_selector=onboard_namespace_selector,
             policies=policies,
         )
-    except ValueError as exc:  # a combination the settings refuse (a sharded multi-cluster master)
+    except ValueError as exc:  # a combination the settings refuse (a sharded multi-cluster master, a lone takeover)
         raise typer.BadParameter(str(exc), param_hint="--shards") from None
     run_controller(settings, kubeconfig=kubeconfig)
 

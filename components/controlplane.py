@@ -97,6 +97,10 @@ class ControllerArgs(TypedDict):
     StatefulSet of ``shards * replicas`` pods instead of a Deployment: each pod's shard is its ordinal modulo
     ``shards`` (``--shards --shard-from-hostname``), each shard's pods campaign for its own Lease
     (``opbroker-controller-shard-<i>``), and the broker is given the same count (``--shards``)."""
+    shard_takeover: NotRequired[bool]
+    """With ``shards``: a standby pod campaigns for every shard's Lease, its own first, and runs as the shard whose
+    Lease it takes (``--shard-takeover``; default false) — a shard whose own pods are gone (a lost node holds a
+    StatefulSet's pod until the node is known dead) is taken over by a standby of another within the lease."""
     image: NotRequired[str]
     """Image override for the controller (default: the control plane's ``image``)."""
     resources: NotRequired[ResourceRequirementsArgs]
@@ -280,6 +284,7 @@ class Controller(_Settings):
     error_threshold: int | None = Field(default=None, ge=1)
     max_operation_seconds: float | None = Field(default=None, ge=0)
     resync_seconds: float | None = Field(default=None, ge=0)
+    shard_takeover: bool = False
     multicluster: bool = False
     single_tenant: bool = False
     scheduler: Literal["default", "round-robin", "least-utilized", "label-selector", "capacity-aware"] | None = None
@@ -305,6 +310,12 @@ class Controller(_Settings):
             raise ValueError("scheduler: only a multicluster controller schedules; set multicluster: true")
         return self
 
+    @model_validator(mode="after")
+    def _takeover_needs_shards(self) -> "Controller":
+        if self.shard_takeover and self.shards < 2:
+            raise ValueError("shard_takeover: a standby takes another shard's Lease; set shards to 2 or more")
+        return self
+
     def flags(self) -> list[str]:
         """The ``opbroker controller run`` flags these settings stand for."""
         flags: list[str] = []
@@ -322,6 +333,8 @@ class Controller(_Settings):
             flags += ["--max-operation-seconds", f"{self.max_operation_seconds:g}"]
         if self.resync_seconds is not None:
             flags += ["--resync-seconds", f"{self.resync_seconds:g}"]
+        if self.shard_takeover:
+            flags.append("--shard-takeover")
         if self.multicluster:
             flags.append("--multicluster")
         if self.scheduler is not None:

@@ -40,7 +40,7 @@ import os
 import signal
 import socket
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 from kubernetes import client, config
@@ -108,17 +108,21 @@ def run(settings: ControllerSettings, *, kubeconfig: str | None) -> None:
         os.environ["KUBECONFIG"] = kubeconfig
     reached = contact.ApiContact()
     api = api_client_for(kubeconfig, timeouts=settings.timeouts, reached=reached, user_agent=user_agent_of(settings))
-    controller = Controller(api, settings)
+    process = Process(settings, api, Controller(api, settings), state, reached)
+    # Another shard's controller (a takeover) gets a client of its own, its user agent naming that shard.
+    process.make_controller = lambda taken: Controller(
+        api_client_for(kubeconfig, timeouts=taken.timeouts, reached=reached, user_agent=user_agent_of(taken)), taken
+    )
     probe_every = min(settings.policies.api_probe.base, settings.stuck_seconds / 4)
     state.add_check(lambda: reached.problem(settings.stuck_seconds), liveness=True)
     state.add_check(lambda: reached.problem(3 * probe_every), liveness=False)
-    state.add_check(lambda: controller.runtime.stuck(settings.stuck_seconds), liveness=True)
-    process = Process(settings, api, controller, state, reached)
+    # The process's controller: a standby taking another shard's Lease over runs one made for that shard.
+    state.add_check(lambda: process.controller.runtime.stuck(settings.stuck_seconds), liveness=True)
     # Not asyncio.run(): its teardown waits for the pool's threads, and one blocked on the API would keep a
     # stopping controller up past its drain time. Whatever happens, the process exits after this.
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
-    controller.runtime.install(loop)  # the one pool, from the start
+    process.controller.runtime.install(loop)  # the one pool, from the start
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, process.ask_to_stop, signum)
     probe = loop.create_task(contact.probe(api, reached, every=probe_every), name="api probe")
@@ -150,6 +154,8 @@ class Process:
         self.state = state
         self.reached = reached
         self.shutdown = lifecycle.Shutdown()
+        self.make_controller: Callable[[ControllerSettings], Controller] = lambda made: Controller(api, made)
+        """What :meth:`take_over` makes the controller of another shard with."""
         self.identity = f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
         self.other_layout: tuple[leadership.LeaseLock, ...] = ()
         """The Leases of the other layout, read only, waited for before acting (:meth:`wait_for_the_other_layout`)."""
@@ -163,14 +169,19 @@ class Process:
             return 0
         if not self.settings.leader_election:
             return await self.operate()
-        election = self.election()
+        candidates = self.elections()
         self.state.standby()
         settings = self.settings
-        logger.info("%s campaigning for lease %s/%s", self.identity, settings.namespace, settings.lease)
-        if not await self.unless_stopped(election.campaign()):
-            await election.close()
+        names = ", ".join(election.lock.name for _, election in candidates)
+        logger.info("%s campaigning for lease %s/%s", self.identity, settings.namespace, names)
+        campaign = asyncio.ensure_future(self.campaign(candidates))
+        if not await self.unless_stopped(campaign):
+            await candidates[0][1].close()  # one transport for every candidate's lock
             return 0  # asked to stop while standing by: nothing to hand over
-        logger.info("%s became the leader; starting reconciliation", self.identity)
+        index, election = campaign.result()
+        if index != settings.shards.index:
+            self.take_over(index)
+        logger.info("%s became the leader of %s; starting reconciliation", self.identity, election.lock.name)
         holding = asyncio.ensure_future(election.hold())
         holding.add_done_callback(self._leading_ended)
         code = 0
@@ -211,8 +222,44 @@ class Process:
         running.cancel()
         return False
 
-    def election(self) -> leadership.Leadership:
-        """The election over the Lease, its every request ending well within the renew deadline."""
+    async def campaign(
+        self, candidates: Sequence[tuple[int, leadership.Leadership]]
+    ) -> tuple[int, leadership.Leadership]:
+        """Campaign until one of ``candidates`` (shard, election) leads: the one Lease of this replica's shard, or
+        under ``--shard-takeover`` every shard's, its own first."""
+        if len(candidates) == 1:
+            await candidates[0][1].campaign()
+            return candidates[0]
+        elections = [election for _, election in candidates]
+        position = await leadership.campaign_any(elections, retry_period=elections[0].retry_period)
+        return candidates[position]
+
+    def take_over(self, index: int) -> None:
+        """Run as shard ``index``, whose Lease this standby took (``--shard-takeover``): a controller made for that
+        shard (its label selector, its Lease checked before writes, shard 0's once-per-control-plane duties) replaces
+        the one made for its own, which never started; the admission webhook stays with the first."""
+        own = self.settings.shards.index
+        self.settings = self.settings.as_shard(index)
+        self.controller = self.make_controller(self.settings)
+        self.controller.runtime.install(asyncio.get_running_loop())
+        logger.info("%s (a standby of shard %d) takes shard %d over", self.identity, own, index)
+
+    def elections(self) -> list[tuple[int, leadership.Leadership]]:
+        """The elections this replica campaigns in, each over a shard's Lease (:meth:`ControllerSettings.shard_leases`),
+        their requests over one transport."""
+        settings = self.settings
+        transport = self.lease_transport()
+        # The other layout's Leases, read only (wait_for_the_other_layout).
+        self.other_layout = tuple(
+            leadership.LeaseLock(
+                transport, settings.namespace, name, self.identity, lease_seconds=settings.lease_seconds
+            )
+            for name in settings.shards.other_layout_leases(settings.lease_name)
+        )
+        return [(index, self.election(name, transport)) for index, name in settings.shard_leases()]
+
+    def lease_transport(self) -> AsyncTransport:
+        """The Lease's own client, its every request ending well within the renew deadline."""
         settings = self.settings
         lease_seconds = max(1.0, settings.renew_deadline / 4)
         timeouts = deadlines.Timeouts(connect=lease_seconds, request=lease_seconds)
@@ -222,17 +269,13 @@ class Process:
             on_answer=self.reached.answered,
             user_agent=user_agent_of(settings),
         )
-        transport = AsyncTransport(transport_of(lease_client))
+        return AsyncTransport(transport_of(lease_client))
+
+    def election(self, lease: str, transport: AsyncTransport) -> leadership.Leadership:
+        """The election over ``lease``."""
+        settings = self.settings
         lock = leadership.LeaseLock(
-            transport, settings.namespace, settings.lease, self.identity, lease_seconds=settings.lease_seconds
-        )
-        # The other layout's Leases, read only (wait_for_the_other_layout).
-        names = settings.shards.other_layout_leases(settings.lease_name)
-        self.other_layout = tuple(
-            leadership.LeaseLock(
-                transport, settings.namespace, name, self.identity, lease_seconds=settings.lease_seconds
-            )
-            for name in names
+            transport, settings.namespace, lease, self.identity, lease_seconds=settings.lease_seconds
         )
         return leadership.Leadership(
             lock, renew_deadline=settings.renew_deadline, retry_period=max(1.0, settings.lease_seconds / 8)

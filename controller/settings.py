@@ -6,6 +6,7 @@ what a controller runs with is visible in one place and never read from the envi
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from opbroker.api import webhooks
@@ -70,6 +71,10 @@ class ControllerSettings:
     """This replica's shard of the instances and bindings (``--shards``, ``--shard``; issue 46): it watches only
     those labelled with it and campaigns for its shard's Lease; shard 0 also does what is done once per control
     plane. One shard (the default): everything, as before shards. Not with :attr:`multicluster`."""
+    shard_takeover: bool = False
+    """A standby campaigns for every shard's Lease, its own first, and runs as the shard whose Lease it takes
+    (``--shard-takeover``; issue 46): a few spare pods cover any shard whose own replicas are gone (a lost node
+    holds a StatefulSet's pod of that ordinal until the node is known dead). Sharded, under leader election."""
     lease_seconds: int = 15
     """How long a leader's lease lasts without renewal: the longest a failover takes."""
     shutdown_seconds: float = 5.0
@@ -149,6 +154,19 @@ class ControllerSettings:
     def __post_init__(self) -> None:
         if self.shards.sharded and self.multicluster:
             raise ValueError("a multi-cluster master runs unsharded (--shards 1): its placement sees every instance")
+        if self.shard_takeover and not (self.shards.sharded and self.leader_election):
+            raise ValueError("--shard-takeover takes another shard's Lease: it needs --shards > 1 and leader election")
+
+    def as_shard(self, index: int) -> ControllerSettings:
+        """These settings for shard ``index`` of the same count (a standby taking that shard's Lease over)."""
+        return dataclasses.replace(self, shards=Shards(self.shards.count, index))
+
+    def shard_leases(self) -> tuple[tuple[int, str], ...]:
+        """Every shard's ``(index, Lease)`` a standby campaigns for under :attr:`shard_takeover` — its own first,
+        then the next ones in turn (spares of different ordinals try different shards first) — else its own only."""
+        count, own = self.shards.count, self.shards.index
+        order = [(own + step) % count for step in range(count)] if self.shard_takeover else [own]
+        return tuple((index, self.as_shard(index).lease) for index in order)
 
     @property
     def lease(self) -> str:

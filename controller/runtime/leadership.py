@@ -370,3 +370,23 @@ class Leadership:
     async def close(self) -> None:
         """Close the lock's connections."""
         await self.lock.close()
+
+
+async def campaign_any(candidates: Sequence[Leadership], *, retry_period: float, clock: Clock = SYSTEM) -> int:
+    """Return once this candidate holds one of ``candidates``' leases — in each round the first, in order, found free
+    (expired, released, or never made) — and its position: a standby under ``--shard-takeover`` campaigns so for
+    every shard's Lease, its own first. Each lease is judged as :meth:`Leadership.campaign` judges its one (expired
+    only once its record stood unrenewed for a lease duration as this candidate saw it). Cancel to give up."""
+    reported: dict[str, str] = {}
+    while True:
+        for position, election in enumerate(candidates):
+            started = clock.monotonic()
+            outcome = await election.lock.attempt()
+            if outcome is Outcome.LEADING:
+                election.renewed_at = started
+                return position
+            holder = election.lock.holder
+            if outcome is Outcome.HELD and reported.get(election.lock.name) != holder:
+                reported[election.lock.name] = holder
+                logger.info("lease %s is held by %s; waiting", election.lock.name, holder)
+        await clock.sleep(retry_period)

@@ -133,6 +133,42 @@ def test_a_candidate_tries_every_retry_period_until_it_holds_the_lease() -> None
     asyncio.run(scenario())
 
 
+def test_a_standby_taking_over_holds_the_first_lease_found_free_its_own_tried_first_each_round() -> None:
+    """``--shard-takeover``: every shard's Lease is tried in turn each round, the standby's own first; the first
+    found free is held (its position returned, its renewal time set), none after it is tried."""
+
+    async def scenario() -> None:
+        clock = FakeClock()
+        own = election([Outcome.HELD, Outcome.HELD, Outcome.HELD], clock)
+        second = election([Outcome.HELD, Outcome.FAILED], clock)
+        third = election([Outcome.HELD, Outcome.LEADING], clock)
+        fourth = election([Outcome.HELD], clock)
+        campaign = asyncio.ensure_future(
+            leadership.campaign_any([own, second, third, fourth], retry_period=2, clock=clock)
+        )
+        await settled("the first round", lambda: calls(fourth) == 1)
+        await resting(clock)
+        assert [calls(e) for e in (own, second, third, fourth)] == [1, 1, 1, 1] and not campaign.done()
+        clock.advance(2)
+        await settled("the second round to take the third", campaign.done)
+        assert campaign.result() == 2 and third.renewed_at == 1002.0
+        assert [calls(e) for e in (own, second, third, fourth)] == [2, 2, 2, 1]  # the fourth not tried again
+        await own.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_standby_taking_over_prefers_its_own_lease_when_both_are_free() -> None:
+    async def scenario() -> None:
+        clock = FakeClock()
+        own, other = election([Outcome.LEADING], clock), election([Outcome.LEADING], clock)
+        assert await leadership.campaign_any([own, other], retry_period=2, clock=clock) == 0
+        assert calls(other) == 0
+        await own.close()
+
+    asyncio.run(scenario())
+
+
 def test_a_leader_whose_renewals_fail_stops_at_the_renew_deadline() -> None:
     async def scenario() -> None:
         clock = FakeClock()

@@ -70,8 +70,9 @@ class Sharded:
     auth: tuple[str, str] = ("platform", uuid.uuid4().hex)
     starts: int = 0
 
-    def start_controller(self, shard: int, count: int) -> Process:
-        """A controller of ``shard`` among ``count``, campaigning for its shard's Lease (a standby if it is held)."""
+    def start_controller(self, shard: int, count: int, *, takeover: bool = False) -> Process:
+        """A controller of ``shard`` among ``count``, campaigning for its shard's Lease (a standby if it is held);
+        ``takeover``: for every shard's, its own first (``--shard-takeover``)."""
         self.starts += 1
         (port,) = free_ports(1)
         process = self.cluster.start(
@@ -92,6 +93,7 @@ class Sharded:
                 "2",
                 "--metrics-port",
                 str(port),
+                *(["--shard-takeover"] if takeover else []),
             ],
             self.log_dir,
         )
@@ -447,6 +449,46 @@ def test_a_killed_shard_leader_is_taken_over_by_its_standby_within_the_lease(sha
     writers = controller_writes(env, "sfserviceinstances")
     assert set(writers[(env.namespace, names[shard])]) == {shard}
     assert set(writers[(env.namespace, names[0])]) == {0}
+
+
+def test_a_shard_without_a_standby_of_its_own_is_taken_over_by_a_spare_of_another(sharded: Sharded) -> None:
+    """``--shard-takeover``: a spare (here a second replica of shard 0, whose leader keeps its Lease) campaigns for
+    every shard's Lease; shard 2's leader killed with no standby of its own, the spare takes shard 2's Lease within
+    the lease and runs as shard 2 — its provisions go on, written by shard 2 only (its user agent names the shard
+    it took), nothing lost or done twice."""
+    env = sharded
+    shard = 2
+    (leader,) = env.controllers[shard]
+    holder = env.lease_holder(shard)
+    spare = env.start_controller(0, env.count, takeover=True)
+    wait_for(lambda: "campaigning" in spare.log.read_text(errors="replace"), 30, "the spare to campaign")
+    assert env.lease_holder(shard) == holder and env.lease_holder(0) != ""  # every Lease held: the spare waits
+
+    in_flight = [on_shard(env, f"sp{n}", shard) for n in range(2)]
+    with env.osb() as osb:
+        for instance in in_flight:
+            provision(osb, env.namespace, instance)
+    leader.kill()  # SIGKILL: its Lease is not released, and no standby of shard 2 waits for it
+    killed = time.monotonic()
+    env.controllers[shard].remove(leader)
+    env.cluster.processes.remove(leader)
+    env.controllers[0].remove(spare)
+    env.controllers[shard].append(spare)  # what it runs as from now on (a later test stops it as shard 2's)
+    later = on_shard(env, "spl", shard)
+    with env.osb() as osb:
+        wait_for(lambda: env.lease_holder(shard) not in ("", holder), 3 * LEASE_SECONDS, "the spare to take the Lease")
+        takeover = time.monotonic() - killed
+        provision(osb, env.namespace, later)
+        settle(env, "sfserviceinstances", [later, *in_flight], timeout=60)
+    assert "takes shard 2 over" in spare.log.read_text(errors="replace")
+    live = [later, *in_flight]
+    expected = Expected(live_instances=set(live), excluded=others(env, live, {}))
+    assert violations(expected, osb_snapshot(env.cluster.api, env.namespace), env.namespace) == []
+    print(f"shard {shard} taken over by a spare {takeover:.1f} s after its leader was killed (lease {LEASE_SECONDS} s)")
+    assert takeover <= LEASE_SECONDS + 2 + 3, f"takeover took {takeover:.1f} s"
+    assert takeover >= LEASE_SECONDS - 1.5, "the spare took a Lease its leader had renewed within the lease"
+    writers = controller_writes(env, "sfserviceinstances")
+    assert set(writers[(env.namespace, later)]) == {shard}
 
 
 def test_changing_the_count_moves_objects_once_with_provisions_in_flight(sharded: Sharded) -> None:

@@ -790,6 +790,7 @@ def test_custom_resources_created_after_the_control_plane_wait_for_its_crds() ->
         ({"controller": {"shards": 65}}, "controller.shards"),
         ({"controller": {"shards": "three"}}, "controller.shards"),
         ({"controller": {"scheduler": "round-robin"}}, "controller"),
+        ({"controller": {"shard_takeover": True}}, "controller"),
         ({"controller": {"multicluster": True, "scheduler": "random"}}, "controller.scheduler"),
         ({"controller": {"template_allow_networks": ["10.0.0.0/33"]}}, "controller.template_allow_networks"),
         ({"controller": {"template_proxy": "socks5://p:1080"}}, "controller.template_proxy"),
@@ -968,6 +969,23 @@ def test_a_tenant_namespace_selector_has_the_controller_onboard_as_the_onboarder
 # -- shards (issue 46) -------------------------------------------------------------------------------------------
 
 
+def test_shard_takeover_lets_every_standby_pod_campaign_for_any_shards_lease() -> None:
+    """``controller.shard_takeover``: the StatefulSet's pods run ``--shard-takeover`` (a standby of one shard takes
+    any shard's free Lease); the Role already renews every shard's Lease, so nothing else changes."""
+
+    def program() -> Any:
+        ControlPlane("opbroker", {"image": "i", "controller": {"shards": 2, "replicas": 2, "shard_takeover": True}})
+
+    with testing.mocked() as mocks:
+        pulumi.runtime.test(program)()
+    workload = mocks.one(STATEFUL_SET, "opbroker-controller").plain_inputs()
+    (container,) = workload["spec"]["template"]["spec"]["containers"]
+    assert "--shard-takeover" in container["command"] and workload["spec"]["replicas"] == 4
+    role = inputs(mocks, ROLE, "opbroker-controller-leader-election")
+    (renewing,) = [rule for rule in role["rules"] if "resourceNames" in rule and "update" in rule["verbs"]]
+    assert renewing["resourceNames"] == ["opbroker-controller-shard-0", "opbroker-controller-shard-1"]
+
+
 def test_shards_make_the_controller_a_statefulset_and_tell_the_broker_the_count() -> None:
     """``controller.shards: 3`` with 3 replicas per shard: one StatefulSet of 9 pods behind its headless Service,
     waiting for what the Deployment waited for; the controller and the broker told the count; the Role renewing
@@ -999,6 +1017,7 @@ def test_shards_make_the_controller_a_statefulset_and_tell_the_broker_the_count(
     (container,) = workload["spec"]["template"]["spec"]["containers"]
     command = container["command"]
     assert command[command.index("--shards") :][:3] == ["--shards", "3", "--shard-from-hostname"]
+    assert "--shard-takeover" not in command  # standbys wait for their own shard's Lease unless asked
     (broker,) = pod(mocks, "opbroker-broker")["containers"]
     assert broker["command"][broker["command"].index("--shards") :][:2] == ["--shards", "3"]
     role = inputs(mocks, ROLE, "opbroker-controller-leader-election")
