@@ -108,10 +108,17 @@ def run(settings: ControllerSettings, *, kubeconfig: str | None) -> None:
         os.environ["KUBECONFIG"] = kubeconfig
     reached = contact.ApiContact()
     api = api_client_for(kubeconfig, timeouts=settings.timeouts, reached=reached, user_agent=user_agent_of(settings))
-    process = Process(settings, api, Controller(api, settings), state, reached)
     # Another shard's controller (a takeover) gets a client of its own, its user agent naming that shard.
-    process.make_controller = lambda taken: Controller(
-        api_client_for(kubeconfig, timeouts=taken.timeouts, reached=reached, user_agent=user_agent_of(taken)), taken
+    process = Process(
+        settings,
+        api,
+        Controller(api, settings),
+        state,
+        reached,
+        make_controller=lambda taken: Controller(
+            api_client_for(kubeconfig, timeouts=taken.timeouts, reached=reached, user_agent=user_agent_of(taken)),
+            taken,
+        ),
     )
     probe_every = min(settings.policies.api_probe.base, settings.stuck_seconds / 4)
     state.add_check(lambda: reached.problem(settings.stuck_seconds), liveness=True)
@@ -147,6 +154,8 @@ class Process:
         controller: Controller,
         state: health.Health,
         reached: contact.ApiContact,
+        *,
+        make_controller: Callable[[ControllerSettings], Controller],
     ) -> None:
         self.settings = settings
         self.api = api
@@ -154,7 +163,7 @@ class Process:
         self.state = state
         self.reached = reached
         self.shutdown = lifecycle.Shutdown()
-        self.make_controller: Callable[[ControllerSettings], Controller] = lambda made: Controller(api, made)
+        self.make_controller = make_controller
         """What :meth:`take_over` makes the controller of another shard with."""
         self.identity = f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
         self.other_layout: tuple[leadership.LeaseLock, ...] = ()
@@ -227,9 +236,6 @@ class Process:
     ) -> tuple[int, leadership.Leadership]:
         """Campaign until one of ``candidates`` (shard, election) leads: the one Lease of this replica's shard, or
         under ``--shard-takeover`` every shard's, its own first."""
-        if len(candidates) == 1:
-            await candidates[0][1].campaign()
-            return candidates[0]
         elections = [election for _, election in candidates]
         position = await leadership.campaign_any(elections, retry_period=elections[0].retry_period)
         return candidates[position]

@@ -273,17 +273,7 @@ class Leadership:
 
     async def campaign(self) -> None:
         """Return once this candidate holds the lease (try every ``retry_period``); cancel to give up."""
-        reported = ""
-        while True:
-            started = self._clock.monotonic()
-            outcome = await self.lock.attempt()
-            if outcome is Outcome.LEADING:
-                self.renewed_at = started
-                return
-            if outcome is Outcome.HELD and self.lock.holder != reported:
-                reported = self.lock.holder
-                logger.info("the lease is held by %s; waiting", reported)
-            await self._clock.sleep(self.retry_period)
+        await campaign_any([self], retry_period=self.retry_period, clock=self._clock)
 
     async def hold(self) -> Ended:
         """Renew every ``retry_period`` while leading; return when leading must end: another holder found, or no
@@ -388,5 +378,5 @@ async def campaign_any(candidates: Sequence[Leadership], *, retry_period: float,
             holder = election.lock.holder
             if outcome is Outcome.HELD and reported.get(election.lock.name) != holder:
                 reported[election.lock.name] = holder
-                logger.info("lease %s is held by %s; waiting", election.lock.name, holder)
+                logger.info("the lease is held by %s; waiting (%s)", holder, election.lock.name)
         await clock.sleep(retry_period)
